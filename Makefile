@@ -1,0 +1,120 @@
+# tpuflow — build, test and tooling. `make help` lists the targets.
+#
+# Sources are found by folder, so adding a file needs no Makefile edit:
+#   <dir>/*.c          -> build/obj/<dir>/*.o, archived into build/libtpuflow.a
+#   <dir>/*_avx2.c     -> compiled with -mavx2 -mfma (chosen at run time by the caller)
+#   cli/main.c         -> build/tpuflow
+#   tests/test_*.c     -> build/tests/test_* (cmocka), run by tests/run.sh
+#   bench/*.c          -> build/bench/* (make bench)
+
+BUILD   ?= build
+PREFIX  ?= /usr/local
+CC      ?= cc
+
+SRC_DIRS := common accel ml storage scheduler executors orchestrator web cli
+PKGS     := sqlite3 libcurl yaml-0.1 libmicrohttpd jansson libcrypto zlib
+
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+           -Wformat=2 -Wvla -Wno-format-nonliteral
+# -ffp-contract=off: the MXU contract fixes the rounding of every multiply-add (facts.md).
+CFLAGS  ?= -O2 -g
+ALL_CFLAGS = $(CFLAGS) -std=c11 -D_GNU_SOURCE -ffp-contract=off -fno-fast-math -pthread $(WARN) \
+           -MMD -MP -I. $(PKG_CFLAGS) -DTF_VERSION=\"$(VERSION)\"
+LDLIBS  := $(PKG_LIBS) -lm -pthread
+VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
+
+LIB_SRCS  := $(filter-out cli/main.c,$(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c)))
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+TEST_HELPERS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
+BENCH_SRCS := $(wildcard bench/*.c)
+BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+
+.PHONY: all deps demo test tests asan lint format check-deps install bench fuzz soak clean help
+
+all: $(BUILD)/tpuflow
+
+help:
+	@echo "make            build $(BUILD)/tpuflow"
+	@echo "make deps       install missing Debian packages (apt-get, as root)"
+	@echo "make demo       deps + build + run pipelines/fashion-mnist.yaml end to end"
+	@echo "make test       deps + build + every test (unit, integration with real servers)"
+	@echo "make asan       the tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+	@echo "make bench      benchmarks against peers in the same run (see docs/benchmarks.md)"
+	@echo "make lint / format / check-deps / install PREFIX=DIR / clean"
+
+deps:
+	@scripts/deps.sh build
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -mavx2 -mfma -mf16c -c $< -o $@
+
+$(BUILD)/libtpuflow.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tpuflow: $(BUILD)/obj/cli/main.o $(BUILD)/libtpuflow.a
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(BUILD)/libtpuflow.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes $(LDFLAGS) -o $@ $< $(TEST_HELPERS) $(BUILD)/libtpuflow.a $(LDLIBS) -lcmocka
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libtpuflow.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes $(LDFLAGS) -o $@ $< $(BUILD)/libtpuflow.a $(LDLIBS) $(BENCH_LIBS)
+
+tests: $(BUILD)/tpuflow $(TEST_BINS)
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/demo.sh $(BUILD)
+
+test: deps
+	@$(MAKE) --no-print-directory tests
+	@scripts/deps.sh test
+	@BUILD=$(BUILD) tests/run.sh
+
+asan:
+	@scripts/deps.sh build
+	@$(MAKE) --no-print-directory BUILD=build-asan \
+	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  LDFLAGS="-fsanitize=address,undefined" tests
+	@BUILD=build-asan TF_ASAN=1 tests/run.sh
+
+bench: BENCH_LIBS = -lopenblas
+bench: deps
+	@scripts/deps.sh bench
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory BENCH_LIBS=-lopenblas $(BENCH_BINS)
+	@BUILD=$(BUILD) scripts/bench.sh
+
+lint:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
+	  --suppress=missingIncludeSystem -I. $(SRC_DIRS) tests
+	clang-tidy --quiet $(LIB_SRCS) cli/main.c -- $(filter-out -MMD -MP -Werror,$(ALL_CFLAGS))
+
+format:
+	clang-format -i $(foreach d,$(SRC_DIRS) tests bench,$(wildcard $(d)/*.[ch]))
+
+check-deps:
+	@scripts/check-deps.sh
+
+install: $(BUILD)/tpuflow
+	install -D -m 0755 $(BUILD)/tpuflow $(DESTDIR)$(PREFIX)/bin/tpuflow
+	install -d $(DESTDIR)$(PREFIX)/share/tpuflow/pipelines
+	install -m 0644 pipelines/*.yaml $(DESTDIR)$(PREFIX)/share/tpuflow/pipelines/
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,47 @@
+/* cli.h — what every `tpuflow` subcommand receives, and the helpers they share.
+ *
+ * A subcommand is `int cmd_NAME(int argc, char **argv, struct tf_cli *cli)`: argv[0] is the
+ * subcommand's name, the rest its own arguments (parse them with getopt_long; accept the
+ * common options through tf_cli_common_option). It returns a process exit code (enum tf_exit).
+ */
+#ifndef TF_CLI_H
+#define TF_CLI_H
+
+#include <getopt.h>
+#include <stdio.h>
+
+struct tf_cli {
+	const char *home_opt; /* --home DIR as given, NULL when absent */
+	int json;             /* --json: print one JSON document on stdout */
+	const char *argv0;    /* how the program was invoked, for re-executing itself */
+};
+
+/* Long options every subcommand accepts; put TF_CLI_COMMON_OPTIONS at the start of a
+ * getopt_long table and pass unknown option codes to tf_cli_common_option. */
+enum { TF_OPT_HOME = 0x1000, TF_OPT_JSON, TF_OPT_HELP_LONG };
+#define TF_CLI_COMMON_OPTIONS                                    \
+	{ "home", required_argument, NULL, TF_OPT_HOME },        \
+	{ "json", no_argument, NULL, TF_OPT_JSON },              \
+	{ "help", no_argument, NULL, 'h' }
+
+/* Handles --home and --json; returns 1 if the option was one of them, 0 if not. */
+int tf_cli_common_option(struct tf_cli *cli, int opt, const char *arg);
+
+/* The state home: --home, else $TPUFLOW_HOME, else ./.tpuflow. Returns a new string the
+ * caller owns; the directory is created if `create` is set (NULL and a message on failure). */
+char *tf_cli_home(const struct tf_cli *cli, int create);
+
+/* Prints "tpuflow CMD: MESSAGE" and the usage hint to stderr; returns TF_EXIT_USAGE. */
+int tf_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The subcommand table's entry points (one file per group: cli/cmd_GROUP.c). */
+int cmd_validate(int argc, char **argv, struct tf_cli *cli);
+int cmd_plan(int argc, char **argv, struct tf_cli *cli);
+int cmd_db(int argc, char **argv, struct tf_cli *cli);
+int cmd_accel(int argc, char **argv, struct tf_cli *cli);
+int cmd_store(int argc, char **argv, struct tf_cli *cli);
+int cmd_ckpt(int argc, char **argv, struct tf_cli *cli);
+int cmd_slices(int argc, char **argv, struct tf_cli *cli);
+int cmd_sched(int argc, char **argv, struct tf_cli *cli);
+
+#endif

@@ -1,0 +1,159 @@
+/* main.c — the `tpuflow` program: global options, then one subcommand from the table below
+ * (git style). Each subcommand lives in cli/cmd_GROUP.c and returns an exit code. */
+#include "cli/cli.h"
+#include "common/common.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmd_help(int argc, char **argv, struct tf_cli *cli);
+static int cmd_version(int argc, char **argv, struct tf_cli *cli);
+
+struct tf_cmd {
+	const char *name;                                   /* subcommand word */
+	int (*fn)(int argc, char **argv, struct tf_cli *cli); /* entry point */
+	const char *summary;                                /* one line for `tpuflow help` */
+};
+
+static const struct tf_cmd commands[] = {
+	{ "help", cmd_help, "show commands, exit codes and environment" },
+	{ "version", cmd_version, "print the version" },
+	{ "validate", cmd_validate, "check pipeline files, reporting every error as FILE:LINE:COL" },
+	{ "plan", cmd_plan, "show a pipeline's DAG as levels (--json, --dot)" },
+	{ "db", cmd_db, "state database: status, migrate" },
+	{ "accel", cmd_accel, "the emulated TPU: matmul, cycles, slices, info" },
+	{ "store", cmd_store, "object storage: ls, cat, put, rm URL" },
+	{ "ckpt", cmd_ckpt, "checkpoints: list, show, gc" },
+	{ "slices", cmd_slices, "the TPU slice pool: occupancy map, queue, utilization" },
+	{ "sched", cmd_sched, "the scheduler: simulate a workload against a pool" },
+};
+
+int tf_cli_common_option(struct tf_cli *cli, int opt, const char *arg)
+{
+	switch (opt) {
+	case TF_OPT_HOME:
+		cli->home_opt = arg;
+		return 1;
+	case TF_OPT_JSON:
+		cli->json = 1;
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+char *tf_cli_home(const struct tf_cli *cli, int create)
+{
+	const char *h = cli->home_opt;
+	if (!h || !*h)
+		h = getenv("TPUFLOW_HOME");
+	if (!h || !*h)
+		h = ".tpuflow";
+	char *home = tf_xstrdup(h);
+	if (create) {
+		int rc = tf_mkdir_p(home);
+		if (rc) {
+			fprintf(stderr, "tpuflow: cannot create state home '%s': %s\n", home, strerror(-rc));
+			free(home);
+			return NULL;
+		}
+	}
+	return home;
+}
+
+int tf_cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "tpuflow %s: ", cmd);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n(see 'tpuflow %s --help')\n", cmd);
+	return TF_EXIT_USAGE;
+}
+
+static void print_usage(FILE *f)
+{
+	fprintf(f, "usage: tpuflow [--home DIR] [--json] COMMAND [ARGS...]\n\ncommands:\n");
+	for (size_t i = 0; i < TF_ARRAY_LEN(commands); i++)
+		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f, "\n'tpuflow COMMAND --help' describes one command.\n");
+}
+
+static int cmd_help(int argc, char **argv, struct tf_cli *cli)
+{
+	(void)cli;
+	if (argc > 1) {
+		char *sub[] = { argv[1], "--help", NULL };
+		for (size_t i = 0; i < TF_ARRAY_LEN(commands); i++)
+			if (!strcmp(commands[i].name, argv[1]))
+				return commands[i].fn(2, sub, cli);
+		return tf_cli_usage_error("help", "unknown command '%s'", argv[1]);
+	}
+	print_usage(stdout);
+	printf("\nglobal options:\n"
+	       "  --home DIR   state home (SQLite database, local object store); else $TPUFLOW_HOME,\n"
+	       "               else ./.tpuflow\n"
+	       "  --json       print one JSON document on stdout (every command that prints data)\n"
+	       "\nexit codes:\n"
+	       "  0  ok                      64  usage error\n"
+	       "  1  the run or a step failed 65  bad input data (pipeline, dataset, request)\n"
+	       "  69 a service unavailable   70  internal error\n"
+	       "  78 bad configuration (e.g. a database newer than this program)\n"
+	       "\nenvironment:\n"
+	       "  TPUFLOW_HOME        state home\n"
+	       "  TPUFLOW_LOG         debug|info|warn|error (default warn)\n"
+	       "  TPUFLOW_LOG_FORMAT  text|json\n"
+	       "  AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
+	       "  AWS_SESSION_TOKEN   settings for s3:// object storage\n");
+	return TF_EXIT_OK;
+}
+
+static int cmd_version(int argc, char **argv, struct tf_cli *cli)
+{
+	(void)argc;
+	(void)argv;
+	if (cli->json)
+		printf("{\"version\":\"%s\"}\n", TF_VERSION);
+	else
+		printf("tpuflow %s\n", TF_VERSION);
+	return TF_EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+	struct tf_cli cli = { .argv0 = argv[0] };
+	int i = 1;
+
+	tf_log_init();
+	for (; i < argc && argv[i][0] == '-'; i++) {
+		if (!strcmp(argv[i], "--json")) {
+			cli.json = 1;
+		} else if (!strcmp(argv[i], "--home") && i + 1 < argc) {
+			cli.home_opt = argv[++i];
+		} else if (!strncmp(argv[i], "--home=", 7)) {
+			cli.home_opt = argv[i] + 7;
+		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			print_usage(stdout);
+			return TF_EXIT_OK;
+		} else if (!strcmp(argv[i], "--version")) {
+			return cmd_version(0, NULL, &cli);
+		} else {
+			fprintf(stderr, "tpuflow: unknown option '%s'\n", argv[i]);
+			print_usage(stderr);
+			return TF_EXIT_USAGE;
+		}
+	}
+	if (i >= argc) {
+		print_usage(stderr);
+		return TF_EXIT_USAGE;
+	}
+	for (size_t c = 0; c < TF_ARRAY_LEN(commands); c++)
+		if (!strcmp(commands[c].name, argv[i]))
+			return commands[c].fn(argc - i, argv + i, &cli);
+	fprintf(stderr, "tpuflow: '%s' is not a command; see 'tpuflow help'\n", argv[i]);
+	return TF_EXIT_USAGE;
+}

@@ -1,0 +1,149 @@
+/* common.c — checked allocation, clocks, whole-file reads and mkdir -p for every module. */
+#include "common/common.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static void oom(size_t n)
+{
+	fprintf(stderr, "tpuflow: out of memory allocating %zu bytes\n", n);
+	abort();
+}
+
+void *tf_xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		oom(n);
+	return p;
+}
+
+void *tf_xcalloc(size_t count, size_t size)
+{
+	void *p = calloc(count ? count : 1, size ? size : 1);
+	if (!p)
+		oom(count * size);
+	return p;
+}
+
+void *tf_xrealloc(void *p, size_t n)
+{
+	void *q = realloc(p, n ? n : 1);
+	if (!q)
+		oom(n);
+	return q;
+}
+
+char *tf_xstrdup(const char *s)
+{
+	char *p = strdup(s ? s : "");
+	if (!p)
+		oom(strlen(s));
+	return p;
+}
+
+char *tf_xasprintf(const char *fmt, ...)
+{
+	va_list ap;
+	char *s = NULL;
+	va_start(ap, fmt);
+	int n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		oom(0);
+	return s;
+}
+
+static double clock_seconds(clockid_t id)
+{
+	struct timespec ts;
+	clock_gettime(id, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double tf_now_monotonic(void)
+{
+	return clock_seconds(CLOCK_MONOTONIC);
+}
+
+double tf_now_wall(void)
+{
+	return clock_seconds(CLOCK_REALTIME);
+}
+
+int tf_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len)
+{
+	int rc = 0;
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return -errno;
+	for (;;) {
+		if (len == cap) {
+			if (cap > max_bytes) {
+				rc = -EFBIG;
+				goto out;
+			}
+			cap = cap ? cap * 2 : 65536;
+			buf = tf_xrealloc(buf, cap + 1);
+		}
+		size_t n = fread(buf + len, 1, cap - len, f);
+		len += n;
+		if (len > max_bytes) {
+			rc = -EFBIG;
+			goto out;
+		}
+		if (n == 0) {
+			if (ferror(f))
+				rc = -EIO;
+			break;
+		}
+	}
+out:
+	fclose(f);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	if (!buf)
+		buf = tf_xmalloc(1);
+	buf[len] = '\0';
+	*out = buf;
+	if (out_len)
+		*out_len = len;
+	return 0;
+}
+
+int tf_mkdir_p(const char *path)
+{
+	char *p = tf_xstrdup(path);
+	int rc = 0;
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(p, 0755) && errno != EEXIST) {
+			rc = -errno;
+			goto out;
+		}
+		*s = '/';
+	}
+	if (mkdir(p, 0755) && errno != EEXIST)
+		rc = -errno;
+out:
+	free(p);
+	return rc;
+}
+
+int tf_ncpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (int)n : 1;
+}

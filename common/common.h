@@ -1,0 +1,46 @@
+/* common.h — the few helpers every module shares: exit codes, checked allocation, sizes.
+ *
+ * Everything here depends on libc only, so every folder may include it. */
+#ifndef TF_COMMON_H
+#define TF_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Process exit codes (sysexits.h values), documented in `tpuflow help` and the README. */
+enum tf_exit {
+	TF_EXIT_OK = 0,          /* success */
+	TF_EXIT_FAILED = 1,      /* the run or a step failed */
+	TF_EXIT_USAGE = 64,      /* bad command line */
+	TF_EXIT_DATAERR = 65,    /* bad input data (pipeline file, dataset, request) */
+	TF_EXIT_UNAVAILABLE = 69, /* a service (S3, Slurm, daemon) is unavailable */
+	TF_EXIT_SOFTWARE = 70,   /* internal error */
+	TF_EXIT_CONFIG = 78,     /* bad configuration (e.g. database newer than the program) */
+};
+
+#define TF_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Allocation that never returns NULL: out of memory aborts with a message, since no caller
+ * can do anything useful about it. */
+void *tf_xmalloc(size_t n);
+void *tf_xcalloc(size_t count, size_t size);
+void *tf_xrealloc(void *p, size_t n);
+char *tf_xstrdup(const char *s);
+/* printf into a new string; the caller owns it. */
+char *tf_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Monotonic and wall clocks in seconds. */
+double tf_now_monotonic(void);
+double tf_now_wall(void);
+
+/* Reads a whole file (up to max_bytes) into a new NUL-terminated buffer owned by the caller.
+ * Returns 0, or a negative errno (-EFBIG when larger than max_bytes). */
+int tf_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len);
+
+/* Creates a directory and its parents (mode 0755); 0 or negative errno. */
+int tf_mkdir_p(const char *path);
+
+/* Number of online CPUs (at least 1). */
+int tf_ncpus(void);
+
+#endif

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the Debian packages a purpose needs, and only those that are missing.
+#   scripts/deps.sh build   compiler and -dev libraries (make, make demo)
+#   scripts/deps.sh test    what the test suite needs beyond the build (real servers, tools)
+#   scripts/deps.sh bench   peers for benchmarks (OpenBLAS, curl, hyperfine)
+# Idempotent; says what it installs; needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+build=(gcc make pkg-config libsqlite3-dev libcurl4-openssl-dev libyaml-dev libmicrohttpd-dev
+       libcmocka-dev libjansson-dev libssl-dev zlib1g-dev dataset-fashion-mnist)
+test=(protobuf-compiler curl python3 swift swift-proxy swift-object swift-container
+      swift-account python3-swift memcached)
+bench=(libopenblas-dev curl hyperfine)
+
+case "${1:-build}" in
+  build) want=("${build[@]}") ;;
+  test)  want=("${test[@]}") ;;
+  bench) want=("${bench[@]}") ;;
+  *) echo "usage: $0 build|test|bench" >&2; exit 64 ;;
+esac
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+((${#missing[@]})) || exit 0
+
+echo "deps: installing ${missing[*]}"
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "deps: need root to install: ${missing[*]}" >&2; exit 69; }
+  sudo=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+if ! $sudo apt-get install -y --no-install-recommends "${missing[@]}" >/tmp/tpuflow-apt.log 2>&1; then
+  $sudo apt-get update >/dev/null 2>&1 || true
+  $sudo apt-get install -y --no-install-recommends "${missing[@]}" >/tmp/tpuflow-apt.log 2>&1 ||
+    { tail -20 /tmp/tpuflow-apt.log >&2; echo "deps: apt-get failed (log: /tmp/tpuflow-apt.log)" >&2; exit 69; }
+fi
+echo "deps: installed ${#missing[@]} package(s)"

@@ -1,0 +1,60 @@
+/* test_common.c — the shared helpers: whole-file reads with a size cap, mkdir -p. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "common/common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void test_common_read_file_caps_size(void **state)
+{
+	(void)state;
+	FILE *f = fopen("big.txt", "w");
+	assert_non_null(f);
+	for (int i = 0; i < 100000; i++)
+		fputc('x', f);
+	fclose(f);
+	char *buf = NULL;
+	size_t len = 0;
+	assert_int_equal(tf_read_file("big.txt", 1000, &buf, &len), -EFBIG);
+	assert_null(buf);
+	assert_int_equal(tf_read_file("big.txt", 200000, &buf, &len), 0);
+	assert_int_equal(len, 100000);
+	assert_int_equal(buf[len], '\0');
+	free(buf);
+	assert_int_equal(tf_read_file("missing.txt", 10, &buf, &len), -ENOENT);
+}
+
+static void test_common_mkdir_p_creates_parents(void **state)
+{
+	(void)state;
+	struct stat st;
+	assert_int_equal(tf_mkdir_p("a/b/c"), 0);
+	assert_int_equal(stat("a/b/c", &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(tf_mkdir_p("a/b/c"), 0); /* idempotent */
+}
+
+static void test_common_asprintf(void **state)
+{
+	(void)state;
+	char *s = tf_xasprintf("%s-%d", "v4", 8);
+	assert_string_equal(s, "v4-8");
+	free(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_common_read_file_caps_size),
+		cmocka_unit_test(test_common_mkdir_p_creates_parents),
+		cmocka_unit_test(test_common_asprintf),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
