@@ -250,6 +250,19 @@ int tf_objstore_gc_uploads(struct tf_objstore *s, const char *prefix, double old
 	return rc;
 }
 
+int tf_objstore_create_bucket(struct tf_objstore *s)
+{
+	s->err[0] = '\0';
+	return s->ops->mkbucket(s);
+}
+
+void tf_objstore_stats(const struct tf_objstore *s, struct tf_obj_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	if (s->ops->stats)
+		s->ops->stats(s, out);
+}
+
 void tf_obj_list_push(struct tf_obj_list *l, const char *key, uint64_t size, double mtime)
 {
 	if (l->n == l->cap) {
