@@ -136,25 +136,33 @@ size_t tf_diag_edit_distance(const char *a, const char *b, size_t cap)
 		return cap + 1;
 	if (la > 64 || lb > 64)
 		return cap + 1; /* names are short; long strings are never "near" anything */
-	size_t prev[65], cur[65];
+	/* optimal string alignment: Levenshtein plus swaps of neighbours ("tpye" -> "type"),
+	 * the commonest typo; three rolling rows */
+	size_t r2[65], r1[65], r0[65], prevmin = 0;
 	for (size_t j = 0; j <= lb; j++)
-		prev[j] = j;
+		r1[j] = j;
 	for (size_t i = 1; i <= la; i++) {
-		cur[0] = i;
-		size_t rowmin = cur[0];
+		r0[0] = i;
+		size_t rowmin = r0[0];
 		for (size_t j = 1; j <= lb; j++) {
-			size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
-			size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+			size_t sub = r1[j - 1] + (a[i - 1] != b[j - 1]);
+			size_t del = r1[j] + 1, ins = r0[j - 1] + 1;
 			size_t m = sub < del ? sub : del;
-			cur[j] = m < ins ? m : ins;
-			if (cur[j] < rowmin)
-				rowmin = cur[j];
+			m = m < ins ? m : ins;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+			    r2[j - 2] + 1 < m)
+				m = r2[j - 2] + 1;
+			r0[j] = m;
+			if (m < rowmin)
+				rowmin = m;
 		}
-		if (rowmin > cap)
+		if (rowmin > cap && prevmin > cap) /* no later cell can come back under cap */
 			return cap + 1;
-		memcpy(prev, cur, (lb + 1) * sizeof(size_t));
+		prevmin = rowmin;
+		memcpy(r2, r1, (lb + 1) * sizeof(size_t));
+		memcpy(r1, r0, (lb + 1) * sizeof(size_t));
 	}
-	return prev[lb] > cap ? cap + 1 : prev[lb];
+	return r1[lb] > cap ? cap + 1 : r1[lb];
 }
 
 const char *tf_diag_suggest(const char *word, const char *const *candidates)

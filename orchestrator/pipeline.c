@@ -2066,10 +2066,14 @@ static void load_pipeline(struct loader *L, const struct ynode *root,
 	for (size_t i = 0; i < p->nsteps; i++)
 		if (!p->steps[i].needs)
 			p->steps[i].needs = tf_xcalloc(1, sizeof(size_t));
-	if (L->dag_ok)
-		find_cycles(L);
+	/* cycles are searched over the needs that resolved, so a typo elsewhere does not hide
+	 * one; upstream checks need every need resolved and no cycle */
+	int needs_ok = L->dag_ok;
+	L->dag_ok = 1;
+	find_cycles(L);
 	if (L->dag_ok)
 		compute_order(L);
+	L->dag_ok = L->dag_ok && needs_ok;
 
 	for (size_t i = 0; i < p->nsteps; i++) {
 		if (!L->sx[i].ok)
