@@ -986,9 +986,16 @@ static json_t *param_from_text(const char *v, enum tf_param_type t, char *err, s
 				json_array_append_new(arr, json_real(f));
 			else if (!parse_bool_text(item, &b))
 				json_array_append_new(arr, json_boolean(b));
-			else
-				json_array_append_new(arr, json_string(item) ? json_string(item)
-									       : json_null());
+			else {
+				json_t *js = json_string(item);
+				if (!js) {
+					free(item);
+					json_decref(arr);
+					snprintf(err, errlen, "the value is not valid UTF-8");
+					return NULL;
+				}
+				json_array_append_new(arr, js);
+			}
 			free(item);
 			if (!comma)
 				break;

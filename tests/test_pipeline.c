@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* Loads `yaml` as "p.yaml"; returns the loader's code. */
@@ -647,6 +648,83 @@ static void test_pipeline_many_steps_and_many_errors(void **state)
 	free(y);
 }
 
+/* Runs a shell command line and returns its exit status. */
+static int run(const char *cmd)
+{
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_pipeline_cli_validate_and_plan(void **state)
+{
+	(void)state;
+	const char *bin = getenv("TPUFLOW_BIN");
+	if (!bin)
+		skip();
+	char *demo = repo_path("pipelines/fashion-mnist.yaml");
+	FILE *f = fopen("bad.yaml", "w");
+	fputs("name: bad\nsteps:\n  - name: a\n    type: shel\n  - name: b\n    type: shell\n"
+	      "    neds: [a]\n",
+	      f);
+	fclose(f);
+	char *cmd = tf_xasprintf("'%s' validate '%s' bad.yaml >out.txt 2>err.txt", bin, demo);
+	assert_int_equal(run(cmd), 65); /* every file checked, the bad one fails the lot */
+	free(cmd);
+	char *out = NULL, *err = NULL;
+	assert_int_equal(tf_read_file("err.txt", 1 << 20, &err, NULL), 0);
+	assert_non_null(strstr(err, "bad.yaml:4:11: error: unknown step type 'shel'\n"
+				    "  hint: did you mean 'shell'?\n"));
+	assert_non_null(strstr(err, "bad.yaml:7:5: error: unknown key 'neds' in step 'b'\n"
+				    "  hint: did you mean 'needs'?\n"));
+	assert_int_equal(tf_read_file("out.txt", 1 << 20, &out, NULL), 0);
+	assert_non_null(strstr(out, "fashion-mnist.yaml: ok (5 steps, 5 levels)"));
+	assert_non_null(strstr(out, "bad.yaml: 2 errors"));
+	free(out);
+	free(err);
+
+	cmd = tf_xasprintf("'%s' validate --param epochs=3 '%s' >/dev/null 2>&1", bin, demo);
+	assert_int_equal(run(cmd), 0);
+	free(cmd);
+	cmd = tf_xasprintf("'%s' validate --param epochs=many '%s' 2>/dev/null >/dev/null", bin, demo);
+	assert_int_equal(run(cmd), 65);
+	free(cmd);
+	cmd = tf_xasprintf("'%s' validate --param epochs '%s' 2>/dev/null", bin, demo);
+	assert_int_equal(run(cmd), 64);
+	free(cmd);
+
+	cmd = tf_xasprintf("'%s' plan --json --param min_accuracy=0.9 '%s' >plan.json", bin, demo);
+	assert_int_equal(run(cmd), 0);
+	free(cmd);
+	json_error_t je;
+	json_t *plan = json_load_file("plan.json", 0, &je);
+	assert_non_null(plan);
+	assert_int_equal(json_array_size(json_object_get(plan, "levels")), 5);
+	assert_true(json_real_value(json_object_get(json_object_get(plan, "params"), "min_accuracy")) ==
+		    0.9);
+	json_decref(plan);
+	cmd = tf_xasprintf("'%s' plan --dot '%s' >plan.dot", bin, demo);
+	assert_int_equal(run(cmd), 0);
+	free(cmd);
+	assert_int_equal(tf_read_file("plan.dot", 1 << 20, &out, NULL), 0);
+	assert_non_null(strstr(out, "\"train\" -> \"evaluate\";"));
+	free(out);
+	cmd = tf_xasprintf("'%s' plan --json --dot '%s' 2>/dev/null", bin, demo);
+	assert_int_equal(run(cmd), 64);
+	free(cmd);
+	cmd = tf_xasprintf("'%s' --json validate bad.yaml >v.json 2>/dev/null", bin);
+	assert_int_equal(run(cmd), 65);
+	free(cmd);
+	json_t *v = json_load_file("v.json", 0, &je);
+	assert_non_null(v);
+	assert_true(json_is_false(json_object_get(v, "ok")));
+	json_t *d0 = json_array_get(
+		json_object_get(json_array_get(json_object_get(v, "files"), 0), "diagnostics"), 0);
+	assert_int_equal(json_integer_value(json_object_get(d0, "line")), 4);
+	assert_int_equal(json_integer_value(json_object_get(d0, "col")), 11);
+	json_decref(v);
+	free(demo);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -668,6 +746,7 @@ int main(void)
 		cmocka_unit_test(test_pipeline_alias_bomb_refused_fast),
 		cmocka_unit_test(test_pipeline_huge_and_deep_files_refused_fast),
 		cmocka_unit_test(test_pipeline_many_steps_and_many_errors),
+		cmocka_unit_test(test_pipeline_cli_validate_and_plan),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
