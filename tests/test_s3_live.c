@@ -2,6 +2,7 @@
  * (Swift + s3api, started by tests/it_s3.sh). Skips with a message when TF_S3_TEST_ENDPOINT
  * is unset, so plain unit runs pass without a server.
  *   TF_S3_TEST_ENDPOINT  the server (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)
+ *   TF_S3_TEST_BUCKET    bucket to create and use (default tf-test-PID-TIME)
  *   TF_S3_FAULT_ENDPOINT a fault-injecting proxy in front of it (tests/s3_fault_proxy.py);
  *                        the fault tests skip without it */
 #include <setjmp.h>
@@ -370,7 +371,11 @@ static int group_setup(void **state)
 	(void)state;
 	if (!have_server())
 		return 0;
-	snprintf(bucket, sizeof bucket, "tf-test-%d-%ld", (int)getpid(), (long)tf_now_wall());
+	const char *b = getenv("TF_S3_TEST_BUCKET");
+	if (b && *b)
+		snprintf(bucket, sizeof bucket, "%s", b);
+	else
+		snprintf(bucket, sizeof bucket, "tf-test-%d-%ld", (int)getpid(), (long)tf_now_wall());
 	struct tf_objstore *s = open_s3(endpoint(), "", NULL);
 	int rc = tf_objstore_create_bucket(s);
 	if (rc)
