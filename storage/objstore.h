@@ -96,6 +96,10 @@ int tf_objstore_open_opts(const char *url, const struct tf_objstore_opts *opts,
 			  struct tf_objstore **out, char *err, size_t errlen);
 void tf_objstore_free(struct tf_objstore *s);
 
+/* The store of a state home: $TPUFLOW_STORE when set (e.g. "s3://bucket/tpuflow"), else
+ * "file://HOME/objects" (HOME made absolute). Returns a new string the caller frees. */
+char *tf_objstore_home_url(const char *home);
+
 /* The URL the store was opened with, normalised ("file:///abs/dir", "s3://bucket/prefix"). */
 const char *tf_objstore_url(const struct tf_objstore *s);
 /* The last error, for people ("" after a success). Valid until the next call on s. */
