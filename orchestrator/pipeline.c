@@ -154,17 +154,38 @@ static int attach(struct ybuild *b, struct ynode *n, const yaml_event_t *ev)
 	return 0;
 }
 
-static int yaml_error(struct ybuild *b, const yaml_parser_t *p)
+/* Does the line holding byte `off` (or the one before it) contain "${"? Used to explain the
+ * commonest YAML surprise: `{` and `}` end a plain value inside [...] and {...}. */
+static int ref_near(const char *buf, size_t len, size_t off)
+{
+	if (off > len)
+		off = len;
+	size_t start = off, end = off;
+	for (int lines = 0; start > 0 && lines < 2; start--)
+		if (buf[start - 1] == '\n' && ++lines == 2)
+			break;
+	while (end < len && buf[end] != '\n')
+		end++;
+	for (size_t i = start; i + 1 < end; i++)
+		if (buf[i] == '$' && buf[i + 1] == '{')
+			return 1;
+	return 0;
+}
+
+static int yaml_error(struct ybuild *b, const yaml_parser_t *p, const char *buf, size_t len)
 {
 	const yaml_mark_t *m = &p->problem_mark;
 	int line = (int)m->line + 1, col = (int)m->column + 1;
 	const char *problem = p->problem ? p->problem : "malformed YAML";
+	const char *hint = NULL;
+	if (p->context && strstr(p->context, "flow") && ref_near(buf, len, m->index))
+		hint = "inside [...] and {...}, quote values that contain ${...}: \"${params.x}\"";
 	if (p->error == YAML_READER_ERROR) {
 		/* the reader reports a byte offset, not a line */
 		tf_diag_add(b->d, TF_DIAG_ERROR, b->file, 0, 0, "save the file as UTF-8",
 			    "YAML syntax error: %s at byte %zu", problem, p->problem_offset);
 	} else if (p->context) {
-		tf_diag_add(b->d, TF_DIAG_ERROR, b->file, line, col, NULL,
+		tf_diag_add(b->d, TF_DIAG_ERROR, b->file, line, col, hint,
 			    "YAML syntax error: %s %s (line %d, column %d)", problem, p->context,
 			    (int)p->context_mark.line + 1, (int)p->context_mark.column + 1);
 	} else {
@@ -188,7 +209,7 @@ static int build_tree(struct ybuild *b, const char *buf, size_t len)
 	yaml_parser_set_input_string(&parser, (const unsigned char *)buf, len);
 	while (!done) {
 		if (!yaml_parser_parse(&parser, &ev)) {
-			rc = yaml_error(b, &parser);
+			rc = yaml_error(b, &parser, buf, len);
 			break;
 		}
 		struct ynode *n = NULL;

@@ -196,6 +196,9 @@ static void test_pipeline_yaml_syntax_error(void **state)
 	expect("name: 'x\n", 2, 1, "found unexpected end of stream", NULL);
 	expect("name: x\n---\nname: y\n", 2, 1, "more than one YAML document", NULL);
 	expect("name: *nope\n", 1, 7, "unknown alias '*nope'", NULL);
+	/* an unquoted reference inside a flow list: the hint says what to do */
+	expect("name: x\nsteps:\n  - {name: a, type: shell, with: {argv: [${params.x}]}}\n", 3, 43,
+	       "did not find expected ',' or ']'", "quote values that contain ${...}");
 }
 
 static const char *const base_ok = "name: ok\n"
