@@ -627,7 +627,9 @@ static struct tf_expr *parse_and(struct lexer *lx)
 {
 	size_t off = lx->tok_off;
 	struct tf_expr *a = parse_not(lx);
-	while (a && lx->tok == T_AND) {
+	if (!a)
+		return NULL;
+	while (lx->tok == T_AND) {
 		lex_next(lx);
 		struct tf_expr *b = parse_not(lx);
 		if (!b) {
@@ -646,7 +648,9 @@ static struct tf_expr *parse_or(struct lexer *lx)
 {
 	size_t off = lx->tok_off;
 	struct tf_expr *a = parse_and(lx);
-	while (a && lx->tok == T_OR) {
+	if (!a)
+		return NULL;
+	while (lx->tok == T_OR) {
 		lex_next(lx);
 		struct tf_expr *b = parse_and(lx);
 		if (!b) {

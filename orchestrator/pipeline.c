@@ -258,22 +258,24 @@ static int build_tree(struct ybuild *b, const char *buf, size_t len)
 				break;
 			}
 			b->stack[b->depth] = n;
-			b->stack_anchor[b->depth] =
-				ev.type == YAML_MAPPING_START_EVENT
-					? (ev.data.mapping_start.anchor
-						   ? arena_keep(&b->arena,
-								tf_xstrdup((const char *)ev.data
-										   .mapping_start.anchor))
-						   : NULL)
-					: (ev.data.sequence_start.anchor
-						   ? arena_keep(&b->arena,
-								tf_xstrdup((const char *)ev.data
-										   .sequence_start.anchor))
-						   : NULL);
+			{
+				const yaml_char_t *anchor = ev.type == YAML_MAPPING_START_EVENT
+								    ? ev.data.mapping_start.anchor
+								    : ev.data.sequence_start.anchor;
+				b->stack_anchor[b->depth] =
+					anchor ? arena_keep(&b->arena, tf_xstrdup((const char *)anchor))
+					       : NULL;
+			}
 			b->depth++;
 			break;
 		case YAML_SEQUENCE_END_EVENT:
 		case YAML_MAPPING_END_EVENT: {
+			if (b->depth == 0) { /* libyaml balances events; never trust it blindly */
+				tf_diag_error(b->d, b->file, (int)ev.start_mark.line + 1,
+					      (int)ev.start_mark.column + 1, "unbalanced YAML structure");
+				rc = -EINVAL;
+				break;
+			}
 			struct ynode *c = b->stack[--b->depth];
 			c->end_line = (int)ev.end_mark.line + 1;
 			c->end_col = (int)ev.end_mark.column + 1;
