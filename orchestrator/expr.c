@@ -16,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_NEST 64 /* parentheses / `not` nesting in one expression */
+#define MAX_NEST 64    /* parentheses / `not` nesting in one expression */
+#define MAX_NODES 2000 /* nodes in one expression: bounds the recursion of check/eval/free,
+			  since `a and b and ...` chains build a left-deep tree */
 
 /* ---- positions ---------------------------------------------------------------------- */
 
@@ -26,24 +28,33 @@ struct srcpos {
 	const char *file;
 	int line, col;   /* of src[0] */
 	int exact;       /* offsets map to columns on the same line */
+	size_t memo_off; /* the last offset converted, and its column: positions are asked */
+	int memo_col;    /* for in increasing order, so counting resumes there (linear) */
 };
 
-static void pos_at(const struct srcpos *p, size_t off, int *line, int *col)
+static void pos_at(struct srcpos *p, size_t off, int *line, int *col)
 {
 	*line = p->line;
 	*col = p->col;
 	if (!p->exact)
 		return;
+	size_t i = 0;
 	int c = p->col;
-	for (size_t i = 0; i < off && p->src[i]; i++)
+	if (p->memo_col && p->memo_off <= off) {
+		i = p->memo_off;
+		c = p->memo_col;
+	}
+	for (; i < off && p->src[i]; i++)
 		if (((unsigned char)p->src[i] & 0xC0) != 0x80) /* count characters, not bytes */
 			c++;
+	p->memo_off = i;
+	p->memo_col = c;
 	*col = c;
 }
 
-static void pos_error(const struct srcpos *p, struct tf_diag_list *d, size_t off, const char *hint,
+static void pos_error(struct srcpos *p, struct tf_diag_list *d, size_t off, const char *hint,
 		      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void pos_error(const struct srcpos *p, struct tf_diag_list *d, size_t off, const char *hint,
+static void pos_error(struct srcpos *p, struct tf_diag_list *d, size_t off, const char *hint,
 		      const char *fmt, ...)
 {
 	int line, col;
@@ -149,7 +160,7 @@ void tf_ref_release(struct tf_ref *r)
 
 /* Parses the reference whose `${` is at src[off]; *end is set past the `}`. Returns a new
  * reference or NULL with a diagnostic. */
-static struct tf_ref *parse_ref_at(const struct srcpos *p, size_t off, size_t *end,
+static struct tf_ref *parse_ref_at(struct srcpos *p, size_t off, size_t *end,
 				   struct tf_diag_list *d)
 {
 	const char *s = p->src + off + 2;
@@ -206,7 +217,7 @@ static void add_part(struct tf_template *t, char *text, struct tf_ref *ref)
 int tf_template_parse(const char *src, const char *file, int line, int col, int col_exact,
 		      struct tf_template *out, struct tf_diag_list *diags)
 {
-	struct srcpos p = { src, file, line, col, col_exact };
+	struct srcpos p = { src, file, line, col, col_exact, 0, 0 };
 	struct tf_template t = { .source = tf_xstrdup(src) };
 	int rc = 0;
 	size_t n = strlen(src);
@@ -373,6 +384,7 @@ struct lexer {
 	struct tf_diag_list *diags;
 	int failed;          /* a diagnostic was added: stop parsing */
 	int depth;           /* current nesting */
+	int nodes;           /* nodes built so far */
 };
 
 static void lex_error(struct lexer *lx, size_t off, const char *hint, const char *msg)
@@ -501,10 +513,23 @@ static void lex_next(struct lexer *lx)
 
 static struct tf_expr *node(struct lexer *lx, enum tf_expr_op op, size_t off)
 {
+	if (++lx->nodes == MAX_NODES + 1)
+		lex_error(lx, off, "split the condition", "expression too long: more than 2000 values and operators");
 	struct tf_expr *e = tf_xcalloc(1, sizeof(*e));
 	e->op = op;
 	e->type = TF_VT_LAST;
 	pos_at(&lx->pos, off, &e->line, &e->col);
+	return e;
+}
+
+/* A binary node starts where its left operand does: copy that position rather than count
+ * columns again from an earlier offset (which made long chains quadratic). */
+static struct tf_expr *binary(struct lexer *lx, enum tf_expr_op op, struct tf_expr *a)
+{
+	struct tf_expr *e = node(lx, op, lx->tok_off);
+	e->line = a->line;
+	e->col = a->col;
+	e->a = a;
 	return e;
 }
 
@@ -581,14 +606,12 @@ static enum tf_expr_op cmp_op(enum tok t)
 
 static struct tf_expr *parse_cmp(struct lexer *lx)
 {
-	size_t off = lx->tok_off;
 	struct tf_expr *a = parse_primary(lx);
 	if (!a)
 		return NULL;
 	if (!is_cmp(lx->tok))
 		return a;
-	struct tf_expr *e = node(lx, cmp_op(lx->tok), off);
-	e->a = a;
+	struct tf_expr *e = binary(lx, cmp_op(lx->tok), a);
 	lex_next(lx);
 	e->b = parse_primary(lx);
 	if (!e->b) {
@@ -625,19 +648,17 @@ static struct tf_expr *parse_not(struct lexer *lx)
 
 static struct tf_expr *parse_and(struct lexer *lx)
 {
-	size_t off = lx->tok_off;
 	struct tf_expr *a = parse_not(lx);
 	if (!a)
 		return NULL;
-	while (lx->tok == T_AND) {
+	while (lx->tok == T_AND && !lx->failed) {
 		lex_next(lx);
 		struct tf_expr *b = parse_not(lx);
 		if (!b) {
 			tf_expr_free(a);
 			return NULL;
 		}
-		struct tf_expr *e = node(lx, TF_EXPR_AND, off);
-		e->a = a;
+		struct tf_expr *e = binary(lx, TF_EXPR_AND, a);
 		e->b = b;
 		a = e;
 	}
@@ -646,19 +667,17 @@ static struct tf_expr *parse_and(struct lexer *lx)
 
 static struct tf_expr *parse_or(struct lexer *lx)
 {
-	size_t off = lx->tok_off;
 	struct tf_expr *a = parse_and(lx);
 	if (!a)
 		return NULL;
-	while (lx->tok == T_OR) {
+	while (lx->tok == T_OR && !lx->failed) {
 		lex_next(lx);
 		struct tf_expr *b = parse_and(lx);
 		if (!b) {
 			tf_expr_free(a);
 			return NULL;
 		}
-		struct tf_expr *e = node(lx, TF_EXPR_OR, off);
-		e->a = a;
+		struct tf_expr *e = binary(lx, TF_EXPR_OR, a);
 		e->b = b;
 		a = e;
 	}
@@ -668,7 +687,7 @@ static struct tf_expr *parse_or(struct lexer *lx)
 struct tf_expr *tf_expr_parse(const char *src, const char *file, int line, int col, int col_exact,
 			      struct tf_diag_list *diags)
 {
-	struct lexer lx = { .pos = { src, file, line, col, col_exact }, .diags = diags };
+	struct lexer lx = { .pos = { src, file, line, col, col_exact, 0, 0 }, .diags = diags };
 	lex_next(&lx);
 	struct tf_expr *e = NULL;
 	if (lx.tok == T_EOF) {

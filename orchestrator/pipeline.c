@@ -1594,7 +1594,7 @@ static enum tf_vtype check_ref(struct loader *L, struct tf_ref *r)
 		const struct tf_param *par = tf_pipeline_param(p, r->name);
 		if (!par) {
 			const char **names = names_of_params(p);
-			const char *near = tf_diag_suggest(r->name, names);
+			const char *near = diag_room(L) ? tf_diag_suggest(r->name, names) : NULL;
 			if (near)
 				snprintf(hint, sizeof(hint), "did you mean '%s'?", near);
 			else

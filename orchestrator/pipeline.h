@@ -22,7 +22,7 @@
 /* Hard limits on the input (docs/pipeline.md "Limits"). */
 #define TF_PIPELINE_MAX_BYTES (1u << 20)  /* 1 MiB file */
 #define TF_PIPELINE_MAX_DEPTH 32          /* nested collections */
-#define TF_PIPELINE_MAX_NODES 100000      /* nodes materialised, aliases expanded */
+#define TF_PIPELINE_MAX_NODES 250000      /* nodes materialised, aliases expanded */
 #define TF_PIPELINE_MAX_ALIASES 1000      /* alias uses */
 #define TF_PIPELINE_MAX_STEPS 10000       /* steps in one pipeline */
 #define TF_PIPELINE_MAX_PARAMS 1000       /* params in one pipeline */

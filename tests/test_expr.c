@@ -177,7 +177,7 @@ static void test_expr_nesting_is_capped(void **state)
 {
 	(void)state;
 	size_t n = 100000;
-	char *src = malloc(2 * n + 8);
+	char *src = malloc(2 * n + 30000 * 9);
 	memset(src, '(', n);
 	strcpy(src + n, "true");
 	memset(src + n + 4, ')', n);
@@ -193,6 +193,14 @@ static void test_expr_nesting_is_capped(void **state)
 	strcpy(src + 800, "true");
 	e = tf_expr_parse(src, "t", 1, 1, 1, &d);
 	assert_null(e);
+	tf_diag_list_release(&d);
+	/* a long flat chain builds a deep tree: the term count is capped */
+	size_t off = 0;
+	for (int i = 0; i < 30000; i++)
+		off += (size_t)sprintf(src + off, "%strue", i ? " and " : "");
+	e = tf_expr_parse(src, "t", 1, 1, 1, &d);
+	assert_null(e);
+	assert_non_null(strstr(d.items[0].message, "expression too long"));
 	tf_diag_list_release(&d);
 	free(src);
 }
