@@ -2,7 +2,8 @@
  * templates: any input must be accepted or refused with diagnostics, never crash, leak or
  * take long. Build and run (not part of `make test`):
  *
- *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. $(pkg-config --cflags jansson) \
+ *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. $(pkg-config --cflags
+ * jansson) \
  *     fuzz/fuzz_pipeline.c orchestrator/pipeline.c orchestrator/expr.c orchestrator/diag.c \
  *     accel/tpu.c common/common.c -o build/fuzz_pipeline -lyaml -ljansson -lm
  *   build/fuzz_pipeline -max_len=65536 -runs=1000000 pipelines/
@@ -29,14 +30,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	tf_diag_list_init(&d);
 	/* the whole input as a pipeline file */
 	if (!tf_pipeline_load_buffer("fuzz.yaml", (const char *)data, size, NULL, 0,
-				     TF_PIPELINE_ALLOW_UNSET, &p, &d)) {
+	                             TF_PIPELINE_ALLOW_UNSET, &p, &d)) {
 		char err[256];
 		for (size_t i = 0; i < p->nsteps; i++) {
 			int go;
 			if (p->steps[i].when)
 				tf_expr_eval_bool(p->steps[i].when, no_values, NULL, &go, err,
-						  sizeof(err));
-			json_t *w = tf_step_render_with(&p->steps[i], no_values, NULL, err, sizeof(err));
+				                  sizeof(err));
+			json_t *w =
+			    tf_step_render_with(&p->steps[i], no_values, NULL, err, sizeof(err));
 			json_decref(w);
 		}
 		json_decref(tf_pipeline_plan_json(p));
