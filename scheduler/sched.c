@@ -126,6 +126,7 @@ void tf_sched_free(struct tf_sched *s)
 	for (int i = 0; i < s->nprojects; i++)
 		free(s->projects[i].name);
 	free(s->projects);
+	free(s->cursor);
 	for (int i = 0; i < s->nruns; i++)
 		free(s->runs[i].name);
 	free(s->runs);
@@ -342,6 +343,7 @@ static int project_get(struct tf_sched *s, const char *name)
 	s->projects = tf_xrealloc(s->projects, (size_t)(s->nprojects + 1) * sizeof(*s->projects));
 	s->projects[s->nprojects] = (struct project){ .name = tf_xstrdup(name), .weight = 1 };
 	i = s->nprojects++;
+	s->cursor = tf_xrealloc(s->cursor, (size_t)s->nprojects * sizeof(int));
 	ensure_queues(s);
 	return i;
 }
@@ -1072,8 +1074,7 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 	for (int pass = 0; pass < 2; pass++) {
 		if (pass == 1 && !st.borrowers)
 			break;
-		int cursor[64 + 1];
-		int np = s->nprojects < 64 ? s->nprojects : 64;
+		int *cursor = s->cursor, np = s->nprojects;
 		for (int prio = TF_SCHED_PRIO_MAX; prio >= 0; prio--) {
 			int any = 0;
 			for (int k = 0; k < np; k++) {
