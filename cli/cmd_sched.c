@@ -85,8 +85,9 @@ int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 		return tf_cli_usage_error(argv[0], "unexpected argument '%s'", argv[optind]);
 	/* no --pool: $TPUFLOW_POOLS (comma-separated specs), else the embedded default */
 	char *envpools = NULL;
-	if (!npools && getenv("TPUFLOW_POOLS") && *getenv("TPUFLOW_POOLS")) {
-		envpools = tf_xstrdup(getenv("TPUFLOW_POOLS"));
+	const char *env = getenv("TPUFLOW_POOLS");
+	if (!npools && env && *env) {
+		envpools = tf_xstrdup(env);
 		char *save = NULL;
 		for (char *tok = strtok_r(envpools, ",", &save);
 		     tok && npools < (int)TF_ARRAY_LEN(pools); tok = strtok_r(NULL, ",", &save))
