@@ -1201,11 +1201,37 @@ int tf_sched_cancel(struct tf_sched *s, int id, double now)
 	return set_state(j, TF_JOB_CANCELLED);
 }
 
+static int chip_fail(struct tf_sched *s, int pool, int chip, double now,
+		     struct tf_sched_decisions *out);
+
 int tf_sched_chip_fail(struct tf_sched *s, int pool, int chip, double now,
 		       struct tf_sched_decisions *out)
 {
 	if (out)
 		out->n = 0;
+	return chip_fail(s, pool, chip, now, out);
+}
+
+int tf_sched_host_fail(struct tf_sched *s, int pool, int host, double now,
+		       struct tf_sched_decisions *out)
+{
+	if (out)
+		out->n = 0;
+	if (pool < 0 || pool >= s->npools)
+		return -ENOENT;
+	int n = 0;
+	for (int c = 0; c < s->pools[pool].t.nchips; c++)
+		if (tf_sched_chip_host(s, pool, c) == host) {
+			chip_fail(s, pool, c, now, out);
+			n++;
+		}
+	return n ? 0 : -EINVAL;
+}
+
+/* Marks one chip failed, appending to out. */
+static int chip_fail(struct tf_sched *s, int pool, int chip, double now,
+		     struct tf_sched_decisions *out)
+{
 	if (pool < 0 || pool >= s->npools)
 		return -ENOENT;
 	struct pool *p = &s->pools[pool];
