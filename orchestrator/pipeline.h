@@ -1,0 +1,249 @@
+/* pipeline.h — a pipeline YAML file loaded into typed, checked structs.
+ *
+ * tf_pipeline_load reads the file with libyaml under hard limits (size, nesting depth,
+ * materialised nodes, alias expansions), then checks everything it can before anything runs:
+ * keys, types, durations, step types and their `with` keys, accelerator names, `needs`
+ * (unknown names, cycles), references (to params, and to outputs/metrics of upstream steps
+ * declared by the step-type schema) and `when` expressions. Every problem is reported as a
+ * FILE:LINE:COL diagnostic. docs/pipeline.md is the user's reference for the format.
+ *
+ * Ownership: a loaded tf_pipeline owns all its strings, arrays, templates and expressions;
+ * tf_pipeline_free releases everything. Nothing in it is modified after loading, so several
+ * threads may read one pipeline at once. */
+#ifndef TF_PIPELINE_H
+#define TF_PIPELINE_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "orchestrator/diag.h"
+#include "orchestrator/expr.h"
+
+/* Hard limits on the input (docs/pipeline.md "Limits"). */
+#define TF_PIPELINE_MAX_BYTES (1u << 20)  /* 1 MiB file */
+#define TF_PIPELINE_MAX_DEPTH 32          /* nested collections */
+#define TF_PIPELINE_MAX_NODES 100000      /* nodes materialised, aliases expanded */
+#define TF_PIPELINE_MAX_ALIASES 1000      /* alias uses */
+#define TF_PIPELINE_MAX_STEPS 10000       /* steps in one pipeline */
+
+/* ---- params ------------------------------------------------------------------------- */
+
+enum tf_param_type {
+	TF_PARAM_INT,    /* 64-bit integer (JSON integer) */
+	TF_PARAM_FLOAT,  /* double (JSON real; integers are accepted and widened) */
+	TF_PARAM_STRING, /* UTF-8 string */
+	TF_PARAM_BOOL,   /* true / false */
+	TF_PARAM_LIST,   /* list of scalars (JSON array); overrides as "a,b,c" or "[1,2]" */
+	TF_PARAM_LAST
+};
+
+struct tf_param {
+	char *name;              /* key under `params` (owned) */
+	enum tf_param_type type; /* declared `type` (default: string) */
+	json_t *default_value;   /* `default` converted to the type, NULL when absent (owned ref) */
+	json_t *value;           /* effective value: the override, else the default; NULL when
+				    neither exists (only with TF_PIPELINE_ALLOW_UNSET) (owned ref) */
+	char *description;       /* `description` or NULL (owned) */
+	int overridden;          /* 1 when value came from a --param override */
+	int line, col;           /* position of the param's name */
+};
+
+/* One `--param k=v` from the command line (borrowed strings). */
+struct tf_param_override {
+	const char *name;  /* k */
+	const char *value; /* v, converted to the param's declared type */
+};
+
+/* Splits "k=v" into an override pointing into `arg` (no copy). 0 or -EINVAL. */
+int tf_param_override_parse(const char *arg, struct tf_param_override *out);
+
+/* ---- steps -------------------------------------------------------------------------- */
+
+enum tf_step_type {
+	TF_STEP_DATA_PREP, /* "data_prep": convert raw data into sharded TFRecords */
+	TF_STEP_TRAIN,     /* "train": train a model on an emulated TPU slice */
+	TF_STEP_EVALUATE,  /* "evaluate": score a model on a dataset */
+	TF_STEP_REGISTER,  /* "register": record a model version in the registry */
+	TF_STEP_DEPLOY,    /* "deploy": point an alias at a model version */
+	TF_STEP_SHELL,     /* "shell": run an argv (never a shell string) */
+	TF_STEP_LAST
+};
+
+/* Failure classes a retry policy can name in `on:` (bit i = 1 << i in tf_retry_policy.on). */
+enum tf_failure_class {
+	TF_FAILURE_ERROR,     /* "error": the step itself failed */
+	TF_FAILURE_TIMEOUT,   /* "timeout": it ran past its timeout */
+	TF_FAILURE_PREEMPTED, /* "preempted": the scheduler took its slice away */
+	TF_FAILURE_INFRA,     /* "infra": storage, executor or host trouble */
+	TF_FAILURE_LAST
+};
+
+struct tf_retry_policy {
+	int limit;          /* retries after the first attempt (0: none); default 0 */
+	double backoff;     /* seconds before the first retry; default 10 */
+	double factor;      /* each further delay is multiplied by this (>= 1); default 2 */
+	double max_backoff; /* cap on one delay, seconds; default 600 */
+	unsigned on;        /* bitmask of 1u << tf_failure_class retried; default all four */
+};
+
+enum tf_executor_kind {
+	TF_EXECUTOR_INPROCESS, /* "inprocess": a function on a thread of this process */
+	TF_EXECUTOR_LOCAL,     /* "local": a child process (argv, process group, timeout) */
+	TF_EXECUTOR_SLURM,     /* "slurm": submitted with sbatch */
+	TF_EXECUTOR_LAST
+};
+
+/* A `with` value: a scalar template, a list or a map of further values. */
+enum tf_with_kind {
+	TF_WITH_SCALAR, /* tmpl holds the template */
+	TF_WITH_LIST,   /* items[] are the elements (their key is NULL) */
+	TF_WITH_MAP,    /* items[] are the entries (key set) */
+	TF_WITH_LAST
+};
+
+struct tf_with_value {
+	char *key;                   /* map key (entries of a step's `with` and of maps), else NULL */
+	enum tf_with_kind kind;      /* scalar, list or map */
+	struct tf_template tmpl;     /* TF_WITH_SCALAR: the value as a template */
+	int plain;                   /* TF_WITH_SCALAR: written unquoted, so `10` renders as a
+					number and `true` as a boolean; quoted stays a string */
+	struct tf_with_value *items; /* TF_WITH_LIST / TF_WITH_MAP children (owned) */
+	size_t nitems;               /* number of children */
+	int line, col;               /* position of the value */
+};
+
+struct tf_step {
+	char *name;                    /* unique within the pipeline (owned) */
+	enum tf_step_type type;        /* `type` */
+	size_t *needs;                 /* indices into tf_pipeline.steps of `needs` (owned) */
+	size_t nneeds;                 /* number of needs */
+	struct tf_with_value *with;    /* entries of `with` in file order, key set (owned) */
+	size_t nwith;                  /* number of with entries */
+	char *when_source;             /* `when` as written, or NULL (owned) */
+	struct tf_expr *when;          /* parsed and type-checked `when`, or NULL (owned) */
+	struct tf_retry_policy retries; /* `retries`, else `defaults.retries`, else built-in */
+	double timeout;                /* seconds; 0 = no timeout (step, else defaults) */
+	char *accelerator;             /* canonical slice name such as "v4-8", or NULL (owned) */
+	enum tf_executor_kind executor; /* step, else defaults, else inprocess (shell: local) */
+	int cache;                     /* reuse results when the inputs hash the same */
+	char **outputs;                /* outputs this step declares (schema or shell's with.outputs) */
+	size_t noutputs;
+	char **metrics;                /* metrics this step declares */
+	size_t nmetrics;
+	int level;                     /* plan level: 0 without needs, else 1 + max level of needs */
+	int line, col;                 /* position of the step's `name` (or of the step) */
+};
+
+/* `defaults:` — applied to every step that does not set the key itself. */
+struct tf_step_defaults {
+	struct tf_retry_policy retries; /* default retry policy */
+	double timeout;                 /* seconds, 0 = none */
+	int has_executor;               /* 1 when `defaults.executor` was given */
+	enum tf_executor_kind executor; /* valid when has_executor */
+	int cache;                      /* default for `cache` (built-in: 0) */
+};
+
+struct tf_pipeline {
+	char *path;                      /* file name as given (owned) */
+	char *source;                    /* the file's bytes, NUL-terminated (owned) */
+	size_t source_len;               /* length of source */
+	char *name;                      /* `name` (required) (owned) */
+	char *description;               /* `description` or NULL (owned) */
+	struct tf_param *params;         /* in file order (owned) */
+	size_t nparams;
+	struct tf_step_defaults defaults; /* `defaults` with built-ins filled in */
+	char *storage;                   /* `storage` object-store URL, or NULL (owned) */
+	struct tf_step *steps;           /* in file order (owned) */
+	size_t nsteps;
+	size_t *topo;                    /* step indices in a topological order: by level, then file
+					    order (owned) */
+	int nlevels;                     /* 1 + highest step level (0 when there are no steps) */
+};
+
+/* Flags for tf_pipeline_load. */
+enum {
+	/* A param without default and without override is accepted (its value stays NULL):
+	 * `validate` and `plan` use it; the run engine does not, so a run always has values. */
+	TF_PIPELINE_ALLOW_UNSET = 1u << 0,
+};
+
+/* Loads and checks `path`. Problems (all of them) are appended to `diags`. Returns 0 with
+ * *out set (the caller owns it), or -EINVAL when the file has errors (see diags), -EFBIG when
+ * it is too large, or another negative errno when it cannot be read (a diagnostic is added
+ * for those too). `ov` may be NULL when nov is 0. */
+int tf_pipeline_load(const char *path, const struct tf_param_override *ov, size_t nov,
+		     unsigned flags, struct tf_pipeline **out, struct tf_diag_list *diags);
+
+/* The same from memory (`name` is used in diagnostics). `buf` need not be NUL-terminated. */
+int tf_pipeline_load_buffer(const char *name, const char *buf, size_t len,
+			    const struct tf_param_override *ov, size_t nov, unsigned flags,
+			    struct tf_pipeline **out, struct tf_diag_list *diags);
+
+void tf_pipeline_free(struct tf_pipeline *p);
+
+/* Lookups by name; NULL / -1 when absent. */
+const struct tf_param *tf_pipeline_param(const struct tf_pipeline *p, const char *name);
+int tf_pipeline_step_index(const struct tf_pipeline *p, const char *name);
+const struct tf_with_value *tf_step_with(const struct tf_step *s, const char *key);
+
+/* Renders a step's `with` into a new JSON object (caller releases): scalars are rendered
+ * templates (plain `10` / `true` become numbers / booleans, a whole `${...}` keeps the
+ * value's type), lists become arrays, maps objects. NULL with err on a missing value. */
+json_t *tf_step_render_with(const struct tf_step *s, tf_lookup_fn fn, void *ctx, char *err,
+			    size_t errlen);
+
+/* A lookup for params only (ctx = the pipeline): handy for the engine's own lookup to fall
+ * back to, and for `plan`. */
+json_t *tf_pipeline_lookup_param(void *ctx, const struct tf_ref *ref);
+
+/* The plan: {name, levels: [[step...]...], steps: [{name, type, needs, level, ...}]} as JSON
+ * (new reference), and as a Graphviz DOT document written to f. */
+json_t *tf_pipeline_plan_json(const struct tf_pipeline *p);
+void tf_pipeline_plan_dot(const struct tf_pipeline *p, FILE *f);
+
+/* Names for enums ("train", "timeout", "local", "int"); NULL for out-of-range values. */
+const char *tf_step_type_name(enum tf_step_type t);
+const char *tf_failure_class_name(enum tf_failure_class c);
+const char *tf_executor_name(enum tf_executor_kind e);
+const char *tf_param_type_name(enum tf_param_type t);
+
+/* Parses a duration: "30s", "5m", "1h30m", "250ms", "2d", or a plain number of seconds
+ * ("90", "1.5"). 0 and *seconds set, or -EINVAL. */
+int tf_duration_parse(const char *s, double *seconds);
+
+/* ---- the step-type schema ---------------------------------------------------------- */
+
+/* How a `with` key's literal value is checked. */
+enum tf_with_check {
+	TF_WCHECK_STRING,   /* any scalar */
+	TF_WCHECK_INT,      /* integer */
+	TF_WCHECK_NUMBER,   /* integer or float */
+	TF_WCHECK_BOOL,     /* true / false */
+	TF_WCHECK_ENUM,     /* one of `choices` */
+	TF_WCHECK_INT_LIST, /* list of integers */
+	TF_WCHECK_STR_LIST, /* list of strings */
+	TF_WCHECK_STR_MAP,  /* map of string to string */
+	TF_WCHECK_STEP,     /* name of an upstream step */
+	TF_WCHECK_LAST
+};
+
+struct tf_with_key {
+	const char *key;             /* the `with` key */
+	enum tf_with_check check;    /* how its value is checked */
+	const char *const *choices;  /* TF_WCHECK_ENUM: NULL-terminated allowed values */
+	const char *help;            /* one line for docs and hints */
+};
+
+struct tf_step_schema {
+	enum tf_step_type type;            /* the step type */
+	const char *name;                  /* "train" */
+	const struct tf_with_key *with;    /* allowed `with` keys, terminated by a NULL key */
+	const char *const *outputs;        /* declared outputs, NULL-terminated */
+	const char *const *metrics;        /* declared metrics, NULL-terminated */
+	int dynamic;                       /* 1 for shell: outputs/metrics come from `with` */
+};
+
+/* The schema of a step type (never NULL for a valid type). */
+const struct tf_step_schema *tf_step_schema(enum tf_step_type t);
+
+#endif
