@@ -64,7 +64,7 @@ void tf_diag_print(const struct tf_diag_list *l, FILE *f);
 /* The list as a JSON array of {file, line, col, severity, message, hint}; a new reference. */
 json_t *tf_diag_to_json(const struct tf_diag_list *l);
 
-/* Levenshtein distance between two strings, capped: returns cap+1 as soon as the distance
+/* Edit distance (Levenshtein, plus a swap of neighbours costs 1) between two strings, capped: returns cap+1 as soon as the distance
  * is known to exceed `cap`. Used for "did you mean" hints. */
 size_t tf_diag_edit_distance(const char *a, const char *b, size_t cap);
 

@@ -25,6 +25,7 @@
 #define TF_PIPELINE_MAX_NODES 100000      /* nodes materialised, aliases expanded */
 #define TF_PIPELINE_MAX_ALIASES 1000      /* alias uses */
 #define TF_PIPELINE_MAX_STEPS 10000       /* steps in one pipeline */
+#define TF_PIPELINE_MAX_PARAMS 1000       /* params in one pipeline */
 
 /* ---- params ------------------------------------------------------------------------- */
 
