@@ -44,4 +44,9 @@ int cmd_ckpt(int argc, char **argv, struct tf_cli *cli);
 int cmd_slices(int argc, char **argv, struct tf_cli *cli);
 int cmd_sched(int argc, char **argv, struct tf_cli *cli);
 
+/* Prints a scheduler's pools, queue and utilization (text, or one JSON document) to out:
+ * what `tpuflow slices` shows, for any scheduler state (the engine's or the daemon's). */
+struct tf_sched;
+int tf_cli_slices_print(struct tf_sched *s, double now, int json, FILE *out);
+
 #endif

@@ -1,20 +1,317 @@
-/* cmd_sched.c — placeholder until the module that owns these subcommands lands. */
+/* cmd_sched.c — `tpuflow slices` (the pool map, queue and utilization) and `tpuflow sched
+ * simulate` (the scheduler replaying a seeded workload against a pool, FIFO as the baseline). */
 #include "cli/cli.h"
 #include "common/common.h"
+#include "scheduler/sched.h"
+#include "scheduler/sim.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The pool `tpuflow slices` shows when none is configured: one v4 rack of 128 chips. */
+#define DEFAULT_POOL "v4:4x4x8"
+
+int tf_cli_slices_print(struct tf_sched *s, double now, int json, FILE *out)
+{
+	if (json) {
+		json_t *doc = tf_sched_describe_json(s, now);
+		char *txt = json_dumps(doc, JSON_COMPACT);
+		json_decref(doc);
+		if (!txt)
+			return TF_EXIT_SOFTWARE;
+		fprintf(out, "%s\n", txt);
+		free(txt);
+	} else {
+		char *txt = tf_sched_describe_text(s, now);
+		fputs(txt, out);
+		free(txt);
+	}
+	return TF_EXIT_OK;
+}
+
+static void slices_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: tpuflow slices [--pool SPEC]... [--submit SLICE[@PROJECT[@PRIO]]]... "
+		"[--json]\n"
+		"\n"
+		"Shows each TPU pool as a map of its chips (which job holds each), the queue with\n"
+		"the reason every job waits, and utilization.\n"
+		"\n"
+		"  --pool SPEC     a pool GEN:AxBxC, e.g. v4:4x4x8 or v5e:16x16 (repeatable;\n"
+		"                  default %s)\n"
+		"  --submit SLICE  place a job of this slice (v4-8, v4:2x2x4, ...) before showing,\n"
+		"                  optionally for a project and priority 0-9: v4-32@research@5\n"
+		"  --json          one JSON document: pools with per-chip occupancy, running jobs,\n"
+		"                  queue with reasons, projects' chip-seconds and slice-seconds\n",
+		DEFAULT_POOL);
+}
 
 int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 {
-	(void)argc;
-	(void)cli;
-	fprintf(stderr, "tpuflow %s: not built yet\n", argv[0]);
-	return TF_EXIT_SOFTWARE;
+	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS,
+					      { "pool", required_argument, NULL, 'p' },
+					      { "submit", required_argument, NULL, 's' },
+					      { NULL, 0, NULL, 0 } };
+	const char *pools[16], *subs[256];
+	int npools = 0, nsubs = 0, c, rc = TF_EXIT_OK;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (tf_cli_common_option(cli, c, optarg))
+			continue;
+		switch (c) {
+		case 'p':
+			if (npools == (int)TF_ARRAY_LEN(pools))
+				return tf_cli_usage_error(argv[0], "at most %zu pools",
+							  TF_ARRAY_LEN(pools));
+			pools[npools++] = optarg;
+			break;
+		case 's':
+			if (nsubs == (int)TF_ARRAY_LEN(subs))
+				return tf_cli_usage_error(argv[0], "at most %zu jobs",
+							  TF_ARRAY_LEN(subs));
+			subs[nsubs++] = optarg;
+			break;
+		case 'h':
+			slices_usage(stdout);
+			return TF_EXIT_OK;
+		default:
+			return tf_cli_usage_error(argv[0], "unknown option");
+		}
+	}
+	if (optind < argc)
+		return tf_cli_usage_error(argv[0], "unexpected argument '%s'", argv[optind]);
+	if (!npools)
+		pools[npools++] = DEFAULT_POOL;
+	struct tf_sched *s;
+	char err[256];
+	tf_sched_new(NULL, &s);
+	for (int i = 0; i < npools; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "pool%d", i);
+		if (tf_sched_add_pool(s, name, pools[i], err, sizeof(err)) < 0) {
+			fprintf(stderr, "tpuflow slices: %s\n", err);
+			rc = TF_EXIT_USAGE;
+			goto out;
+		}
+	}
+	for (int i = 0; i < nsubs; i++) {
+		char spec[128], *project = NULL, *prio = NULL;
+		snprintf(spec, sizeof(spec), "%s", subs[i]);
+		project = strchr(spec, '@');
+		if (project) {
+			*project++ = '\0';
+			prio = strchr(project, '@');
+			if (prio)
+				*prio++ = '\0';
+		}
+		struct tf_sched_job_spec js = { .slice = spec,
+						.project = project,
+						.priority = prio ? atoi(prio) : 0,
+						.preemptible = 1 };
+		int id;
+		if (tf_sched_submit(s, &js, 0, &id, err, sizeof(err)) < 0) {
+			fprintf(stderr, "tpuflow slices: %s\n", err);
+			rc = TF_EXIT_USAGE;
+			goto out;
+		}
+	}
+	struct tf_sched_decisions d = { 0 };
+	tf_sched_tick(s, 0, &d);
+	tf_sched_decisions_release(&d);
+	rc = tf_cli_slices_print(s, 0, cli->json, stdout);
+out:
+	tf_sched_free(s);
+	return rc;
+}
+
+static void simulate_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: tpuflow sched simulate [--pool SPEC] [--jobs N] [--seed S]\n"
+		"                              [--policy fifo|backfill] [--load L] [--failures N]\n"
+		"                              [--json]\n"
+		"\n"
+		"Replays a seeded mix of gang jobs (slice sizes, priorities, projects with quotas\n"
+		"and fair-share weights, durations) through the scheduler on a simulated clock and\n"
+		"reports decisions per second of scheduler time, utilization, wait per priority,\n"
+		"preemptions and fragmentation. FIFO without backfill runs on the same workload as\n"
+		"the baseline.\n"
+		"\n"
+		"  --pool SPEC       pool to schedule on (default v4:16x16x16, a 4096-chip pod)\n"
+		"  --jobs N          jobs in the workload (default 10000)\n"
+		"  --seed S          workload seed (default 1)\n"
+		"  --policy P        backfill (default) or fifo\n"
+		"  --load L          offered load: work / (chips x arrival span) (default 1.2)\n"
+		"  --failures N      chip failures injected, each repaired an hour later (default 0)\n"
+		"  --json            one JSON document\n");
+}
+
+static json_t *result_json(const struct tf_sched_sim_result *r)
+{
+	json_t *w = json_object();
+	for (int p = TF_SCHED_PRIO_MAX; p >= 0; p--) {
+		if (!r->wait_jobs[p])
+			continue;
+		char k[8];
+		snprintf(k, sizeof(k), "%d", p);
+		json_object_set_new(w, k,
+				    json_pack("{s:i, s:f, s:f}", "jobs", r->wait_jobs[p],
+					      "mean_seconds", r->wait_mean[p], "p95_seconds",
+					      r->wait_p95[p]));
+	}
+	json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:i, s:i, s:i, "
+			      "s:f}",
+			      "policy", tf_sched_policy_name(r->policy), "jobs", r->jobs,
+			      "completed", r->completed, "decisions", (json_int_t)r->decisions,
+			      "ticks", (json_int_t)r->ticks, "scheduler_seconds", r->sched_seconds,
+			      "decisions_per_second", r->decisions_per_second, "makespan_seconds",
+			      r->makespan, "utilization", r->utilization, "busy_fraction",
+			      r->busy_fraction, "preemptions", r->preemptions, "kills", r->kills,
+			      "infra_failures", r->infra_failures, "fragmentation", r->fragmentation);
+	json_object_set_new(o, "wait_by_priority", w);
+	return o;
+}
+
+static void result_text(const struct tf_sched_sim_result *r)
+{
+	printf("%s: %d/%d jobs done, %llu decisions in %.3f s of scheduler time = %.0f "
+	       "decisions/s (%llu ticks)\n",
+	       tf_sched_policy_name(r->policy), r->completed, r->jobs,
+	       (unsigned long long)r->decisions, r->sched_seconds, r->decisions_per_second,
+	       (unsigned long long)r->ticks);
+	printf("  utilization %.1f%% (busy %.1f%%), makespan %.0f s, fragmentation %.3f, "
+	       "preemptions %d, kills %d, infra failures %d\n",
+	       100 * r->utilization, 100 * r->busy_fraction, r->makespan, r->fragmentation,
+	       r->preemptions, r->kills, r->infra_failures);
+	for (int p = TF_SCHED_PRIO_MAX; p >= 0; p--)
+		if (r->wait_jobs[p])
+			printf("  priority %d: %5d jobs, wait mean %8.0f s, p95 %8.0f s\n", p,
+			       r->wait_jobs[p], r->wait_mean[p], r->wait_p95[p]);
+}
+
+static int sched_simulate(int argc, char **argv, struct tf_cli *cli)
+{
+	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS,
+					      { "pool", required_argument, NULL, 'p' },
+					      { "jobs", required_argument, NULL, 'n' },
+					      { "seed", required_argument, NULL, 's' },
+					      { "policy", required_argument, NULL, 'P' },
+					      { "load", required_argument, NULL, 'l' },
+					      { "failures", required_argument, NULL, 'f' },
+					      { NULL, 0, NULL, 0 } };
+	struct tf_sched_sim_opts o = { .pool = "v4:16x16x16",
+				       .jobs = 10000,
+				       .seed = 1,
+				       .policy = TF_SCHED_BACKFILL,
+				       .load = 1.2,
+				       .clock = tf_now_monotonic };
+	int c;
+	char *end;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (tf_cli_common_option(cli, c, optarg))
+			continue;
+		switch (c) {
+		case 'p':
+			o.pool = optarg;
+			break;
+		case 'n':
+			o.jobs = (int)strtol(optarg, &end, 10);
+			if (*end || o.jobs < 1 || o.jobs > 10000000)
+				return tf_cli_usage_error("sched simulate",
+							  "--jobs '%s' must be 1..10000000", optarg);
+			break;
+		case 's':
+			o.seed = strtoull(optarg, &end, 10);
+			if (*end || !*optarg)
+				return tf_cli_usage_error("sched simulate",
+							  "--seed '%s' must be a number", optarg);
+			break;
+		case 'P':
+			if (tf_sched_policy_parse(optarg, &o.policy) < 0)
+				return tf_cli_usage_error("sched simulate",
+							  "unknown --policy '%s': use fifo or backfill",
+							  optarg);
+			break;
+		case 'l':
+			o.load = strtod(optarg, &end);
+			if (*end || !(o.load > 0.01 && o.load < 100))
+				return tf_cli_usage_error("sched simulate",
+							  "--load '%s' must be in 0.01..100", optarg);
+			break;
+		case 'f':
+			o.failures = (int)strtol(optarg, &end, 10);
+			if (*end || o.failures < 0 || o.failures > 1000000)
+				return tf_cli_usage_error("sched simulate",
+							  "--failures '%s' must be >= 0", optarg);
+			break;
+		case 'h':
+			simulate_usage(stdout);
+			return TF_EXIT_OK;
+		default:
+			return tf_cli_usage_error("sched simulate", "unknown option");
+		}
+	}
+	if (optind < argc)
+		return tf_cli_usage_error("sched simulate", "unexpected argument '%s'",
+					  argv[optind]);
+	struct tf_sched_sim_result main_r, base_r;
+	char err[256];
+	if (tf_sched_simulate(&o, &main_r, err, sizeof(err)) < 0) {
+		fprintf(stderr, "tpuflow sched simulate: %s\n", err);
+		return TF_EXIT_USAGE;
+	}
+	int have_base = o.policy != TF_SCHED_FIFO;
+	if (have_base) {
+		struct tf_sched_sim_opts b = o;
+		b.policy = TF_SCHED_FIFO;
+		tf_sched_simulate(&b, &base_r, err, sizeof(err));
+	}
+	if (cli->json) {
+		json_t *doc = json_pack("{s:s, s:i, s:I, s:s, s:f, s:i, s:f, s:f}", "pool", o.pool,
+					"jobs", o.jobs, "seed", (json_int_t)o.seed, "policy",
+					tf_sched_policy_name(o.policy), "load", o.load, "failures",
+					o.failures, "decisions_per_second",
+					main_r.decisions_per_second, "utilization",
+					main_r.utilization);
+		json_object_set_new(doc, "result", result_json(&main_r));
+		if (have_base) {
+			json_object_set_new(doc, "baseline", result_json(&base_r));
+			json_object_set_new(doc, "utilization_vs_fifo",
+					    json_real(base_r.utilization > 0
+							      ? main_r.utilization / base_r.utilization
+							      : 0));
+		}
+		char *txt = json_dumps(doc, JSON_COMPACT);
+		printf("%s\n", txt);
+		free(txt);
+		json_decref(doc);
+		return TF_EXIT_OK;
+	}
+	printf("pool %s, %d jobs, seed %llu, offered load %.2f, %d chip failures\n", o.pool, o.jobs,
+	       (unsigned long long)o.seed, o.load, o.failures);
+	result_text(&main_r);
+	if (have_base) {
+		result_text(&base_r);
+		printf("backfill vs fifo: utilization x%.3f, makespan x%.3f\n",
+		       base_r.utilization > 0 ? main_r.utilization / base_r.utilization : 0,
+		       base_r.makespan > 0 ? main_r.makespan / base_r.makespan : 0);
+	}
+	return TF_EXIT_OK;
 }
 
 int cmd_sched(int argc, char **argv, struct tf_cli *cli)
 {
-	(void)argc;
-	(void)cli;
-	fprintf(stderr, "tpuflow %s: not built yet\n", argv[0]);
-	return TF_EXIT_SOFTWARE;
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		FILE *f = argc < 2 ? stderr : stdout;
+		fprintf(f, "usage: tpuflow sched simulate [OPTIONS]   (see 'tpuflow sched simulate "
+			   "--help')\n");
+		return argc < 2 ? TF_EXIT_USAGE : TF_EXIT_OK;
+	}
+	if (!strcmp(argv[1], "simulate"))
+		return sched_simulate(argc - 1, argv + 1, cli);
+	return tf_cli_usage_error("sched", "unknown subcommand '%s': use simulate", argv[1]);
 }
-

@@ -1,0 +1,1454 @@
+/* sched.c — the scheduler's decisions: pools, the queue (priority, fair share, FIFO), quotas
+ * with borrowing, gang placement, EASY backfill, preemption, chip failures and accounting.
+ *
+ * One tick, per pool:
+ *  1. drained-out victims whose grace ended are killed (KILL) and requeued;
+ *  2. jobs waiting on preempted victims start once their target box is clear;
+ *  3. the queue is walked in order — priority high to low; within a priority the project with
+ *     the lowest fair-share key next, (held chips + decayed usage / half-life) / weight; within
+ *     a project FIFO — first the jobs within their project's quota, then the preemptible jobs
+ *     of projects allowed to borrow, on whatever is left;
+ *  4. a job that fits starts at the placement touching the most busy chips and edges;
+ *  5. the first job that does not fit may preempt lower-priority preemptible jobs (or, when in
+ *     quota, borrowed ones), choosing the box that disturbs the fewest chips; if it cannot, it
+ *     becomes the head: FIFO stops there, backfill computes its reservation (the earliest time
+ *     and box it fits if running jobs end at their estimates) and lets later jobs start only if
+ *     they end before that time or stay off the reserved box (EASY backfill).
+ *
+ * Speed: placement results are memoised per requested shape while the pool's occupancy
+ * generation is unchanged (ten thousand queued jobs share a few dozen shapes), the head's
+ * reservation is kept while nothing that could move it changed (epoch), and the walk stops
+ * after backfill_depth jobs or as soon as no chip is free.
+ */
+#include "scheduler/sched_int.h"
+#include "common/common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- names ---- */
+
+const char *tf_sched_state_name(enum tf_sched_job_state st)
+{
+	static const char *const names[] = { "queued", "running", "draining",
+					     "done",   "failed",  "cancelled" };
+	return st < TF_JOB_STATE_LAST ? names[st] : "?";
+}
+
+const char *tf_sched_action_name(enum tf_sched_action a)
+{
+	static const char *const names[] = { "start", "preempt", "kill", "fail_infra" };
+	return a < TF_SCHED_ACTION_LAST ? names[a] : "?";
+}
+
+const char *tf_sched_policy_name(enum tf_sched_policy p)
+{
+	return p == TF_SCHED_FIFO ? "fifo" : p == TF_SCHED_BACKFILL ? "backfill" : "?";
+}
+
+int tf_sched_policy_parse(const char *name, enum tf_sched_policy *out)
+{
+	if (!strcmp(name, "fifo"))
+		*out = TF_SCHED_FIFO;
+	else if (!strcmp(name, "backfill"))
+		*out = TF_SCHED_BACKFILL;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+void tf_sched_shape_str(const int s[3], int ndims, char *buf, size_t len)
+{
+	if (ndims >= 3)
+		snprintf(buf, len, "%dx%dx%d", s[0], s[1], s[2]);
+	else
+		snprintf(buf, len, "%dx%d", s[0], s[1]);
+}
+
+/* ---- lifecycle ---- */
+
+void tf_sched_config_default(struct tf_sched_config *cfg)
+{
+	*cfg = (struct tf_sched_config){ .policy = TF_SCHED_BACKFILL,
+					 .grace_seconds = 30,
+					 .default_estimate = 3600,
+					 .fair_half_life = 3600,
+					 .backfill_depth = 1000,
+					 .preemption = 1 };
+}
+
+int tf_sched_new(const struct tf_sched_config *cfg, struct tf_sched **out)
+{
+	struct tf_sched *s = tf_xcalloc(1, sizeof(*s));
+	if (cfg)
+		s->cfg = *cfg;
+	else
+		tf_sched_config_default(&s->cfg);
+	if (s->cfg.backfill_depth <= 0)
+		s->cfg.backfill_depth = 1000;
+	if (s->cfg.fair_half_life <= 0)
+		s->cfg.fair_half_life = 3600;
+	if (s->cfg.default_estimate <= 0)
+		s->cfg.default_estimate = 3600;
+	s->capjobs = 64;
+	s->jobs = tf_xcalloc((size_t)s->capjobs, sizeof(struct job));
+	s->stamp = tf_xcalloc((size_t)s->capjobs, sizeof(int));
+	s->njobs = 1; /* id 0 is "none" */
+	s->last_accrue = NAN;
+	*out = s;
+	return 0;
+}
+
+void tf_sched_free(struct tf_sched *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < s->npools; i++) {
+		struct pool *p = &s->pools[i];
+		free(p->name);
+		tf_torus_release(&p->t);
+		free(p->busy);
+		free(p->failed);
+		free(p->reserved);
+		free(p->free);
+		free(p->scratch);
+		free(p->scratch2);
+		free(p->owner);
+		free(p->q);
+		free(p->running);
+		free(p->targets);
+	}
+	free(s->pools);
+	for (int i = 0; i < s->nprojects; i++)
+		free(s->projects[i].name);
+	free(s->projects);
+	for (int i = 0; i < s->nruns; i++)
+		free(s->runs[i].name);
+	free(s->runs);
+	for (int i = 1; i < s->njobs; i++) {
+		free(s->jobs[i].name);
+		free(s->jobs[i].run);
+	}
+	free(s->jobs);
+	free(s->stamp);
+	free(s);
+}
+
+void tf_sched_decisions_release(struct tf_sched_decisions *d)
+{
+	if (!d)
+		return;
+	free(d->v);
+	d->v = NULL;
+	d->n = d->cap = 0;
+}
+
+static void push(struct tf_sched *s, struct tf_sched_decisions *out, struct tf_sched_decision d)
+{
+	s->decisions++;
+	if (!out)
+		return;
+	if (out->n == out->cap) {
+		out->cap = out->cap ? out->cap * 2 : 16;
+		out->v = tf_xrealloc(out->v, out->cap * sizeof(*out->v));
+	}
+	out->v[out->n++] = d;
+}
+
+/* ---- slices and pools ---- */
+
+/* Generation wiring (Cloud TPU system architecture docs): v4 and v5p are 3D tori built from
+ * 4x4x4 cubes joined by optical switches, so a dimension that is a multiple of 4 closes into a
+ * ring; v2, v3, v5e and v6e pods are 2D tori whose rings close only at the full pod edge (16 or
+ * 32 chips). Hosts: 4 chips (2x2x1) per host on v2-v4 and v5p, 8 chips (4x2) on v5e and v6e. */
+struct gen_wiring {
+	const char *name; /* generation */
+	int ndims;        /* torus dimensions */
+	int full_edge;    /* 2D: the pod edge at which rings close; 3D: 0 (multiple of 4) */
+	int host[3];      /* chips per host */
+};
+
+static const struct gen_wiring wirings[] = {
+	{ "v2", 2, 16, { 2, 2, 1 } },  { "v3", 2, 32, { 2, 2, 1 } }, { "v4", 3, 0, { 2, 2, 1 } },
+	{ "v5p", 3, 0, { 2, 2, 1 } },  { "v5e", 2, 16, { 4, 2, 1 } }, { "v6e", 2, 16, { 4, 2, 1 } },
+};
+
+static const struct gen_wiring *wiring_find(const char *gen)
+{
+	if (!strcmp(gen, "v5litepod"))
+		gen = "v5e";
+	for (size_t i = 0; i < TF_ARRAY_LEN(wirings); i++)
+		if (!strcmp(wirings[i].name, gen))
+			return &wirings[i];
+	return NULL;
+}
+
+/* "AxB" or "AxBxC" into dims (missing dims 1); returns the number of dims or -EINVAL. */
+static int parse_dims(const char *p, int dims[3])
+{
+	int n = 0;
+	dims[0] = dims[1] = dims[2] = 1;
+	while (*p) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p || v < 1 || v > 4096 || n == 3)
+			return -EINVAL;
+		dims[n++] = (int)v;
+		if (*end == 'x')
+			end++;
+		else if (*end)
+			return -EINVAL;
+		p = end;
+	}
+	return n >= 1 ? n : -EINVAL;
+}
+
+/* A job's slice: "GEN:AxB[xC]", a bare "AxB[xC]", or a Cloud TPU name "GEN-N" where N counts
+ * TensorCores on v2-v4/v5p (2 per chip) and chips on v5e/v6e. gen is "" for a bare shape. */
+static int parse_slice(const char *spec, char gen[16], int shape[3], char *err, size_t errlen)
+{
+	const char *colon = strchr(spec, ':');
+	gen[0] = '\0';
+	if (colon) {
+		size_t gl = (size_t)(colon - spec);
+		if (gl == 0 || gl >= 16 || parse_dims(colon + 1, shape) < 0)
+			goto bad;
+		memcpy(gen, spec, gl);
+		gen[gl] = '\0';
+		if (!wiring_find(gen))
+			goto bad_gen;
+		return 0;
+	}
+	if (parse_dims(spec, shape) >= 0)
+		return 0;
+	const char *dash = strrchr(spec, '-');
+	if (!dash || dash == spec || (size_t)(dash - spec) >= 16)
+		goto bad;
+	memcpy(gen, spec, (size_t)(dash - spec));
+	gen[dash - spec] = '\0';
+	const struct gen_wiring *w = wiring_find(gen);
+	if (!w)
+		goto bad_gen;
+	if (!strcmp(gen, "v5litepod"))
+		strcpy(gen, "v5e");
+	char *end;
+	long n = strtol(dash + 1, &end, 10);
+	if (*end || n < 1)
+		goto bad;
+	long chips = (w->ndims == 3 || !strcmp(w->name, "v2") || !strcmp(w->name, "v3")) ? n / 2 : n;
+	if (chips < 1 || ((w->ndims == 3 || !strcmp(w->name, "v2") || !strcmp(w->name, "v3")) &&
+			  n % 2))
+		goto bad;
+	/* The topology Cloud TPU gives a slice of this many chips (power of two): 3D grows
+	 * 2x2x1, 2x2x2, 2x2x4, then y, x, z in turn (2x4x4, 4x4x4, 4x4x8, 4x8x8, ...);
+	 * 2D grows y then x in turn (1x2, 2x2, 2x4, 4x4, ...). */
+	if (chips & (chips - 1))
+		goto bad;
+	int s[3] = { 1, 1, 1 };
+	long c = chips;
+	if (w->ndims == 3) {
+		static const int grow[] = { 0, 1, 2, 2 };
+		int step = 0;
+		while (c >= 2) {
+			int ax = step < 4 ? grow[step] : (int[]){ 1, 0, 2 }[(step - 4) % 3];
+			s[ax] *= 2;
+			c /= 2;
+			step++;
+		}
+	} else {
+		int d = 1;
+		while (c >= 2) {
+			s[d] *= 2;
+			d ^= 1;
+			c /= 2;
+		}
+	}
+	shape[0] = s[0];
+	shape[1] = s[1];
+	shape[2] = s[2];
+	return 0;
+bad_gen:
+	snprintf(err, errlen, "unknown TPU generation in slice '%s': use v2, v3, v4, v5p, v5e or v6e",
+		 spec);
+	return -EINVAL;
+bad:
+	snprintf(err, errlen,
+		 "bad slice '%s': use a Cloud TPU name like 'v4-8' or 'v5litepod-16', or a "
+		 "topology like 'v4:2x2x4'",
+		 spec);
+	return -EINVAL;
+}
+
+int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, char *err,
+		      size_t errlen)
+{
+	const char *colon = strchr(spec, ':');
+	char gen[16];
+	int dims[3];
+	size_t gl = colon ? (size_t)(colon - spec) : 0;
+	if (!colon || gl == 0 || gl >= sizeof(gen)) {
+		snprintf(err, errlen, "bad pool '%s': write GEN:AxBxC, e.g. 'v4:4x4x8' or 'v5e:16x16'",
+			 spec);
+		return -EINVAL;
+	}
+	memcpy(gen, spec, gl);
+	gen[gl] = '\0';
+	const struct gen_wiring *w = wiring_find(gen);
+	if (!w) {
+		snprintf(err, errlen, "unknown TPU generation '%s' in pool '%s': use v2, v3, v4, v5p, "
+				      "v5e or v6e", gen, spec);
+		return -EINVAL;
+	}
+	int nd = parse_dims(colon + 1, dims);
+	if (nd != w->ndims) {
+		snprintf(err, errlen, "bad pool '%s': %s is a %dD torus, write %s", spec, w->name,
+			 w->ndims, w->ndims == 3 ? "AxBxC" : "AxB");
+		return -EINVAL;
+	}
+	if (name) {
+		for (int i = 0; i < s->npools; i++)
+			if (!strcmp(s->pools[i].name, name)) {
+				snprintf(err, errlen, "pool '%s' already exists: pick another name", name);
+				return -EINVAL;
+			}
+	}
+	int wrap[3];
+	for (int d = 0; d < 3; d++)
+		wrap[d] = w->ndims == 3 ? dims[d] % 4 == 0 : dims[d] == w->full_edge;
+	struct tf_torus t;
+	if (tf_torus_init(&t, nd, dims, wrap) < 0) {
+		snprintf(err, errlen, "pool '%s' is too large: at most 64 chips along x and 65536 "
+				      "chips in all", spec);
+		return -EINVAL;
+	}
+	s->pools = tf_xrealloc(s->pools, (size_t)(s->npools + 1) * sizeof(*s->pools));
+	struct pool *p = &s->pools[s->npools];
+	memset(p, 0, sizeof(*p));
+	p->t = t;
+	p->name = name ? tf_xstrdup(name) : tf_xasprintf("%s", spec);
+	snprintf(p->tpu_gen, sizeof(p->tpu_gen), "%s", w->name);
+	snprintf(p->spec, sizeof(p->spec), "%s", spec);
+	memcpy(p->host, w->host, sizeof(p->host));
+	size_t nr = (size_t)t.nrows;
+	p->busy = tf_xcalloc(nr, sizeof(uint64_t));
+	p->failed = tf_xcalloc(nr, sizeof(uint64_t));
+	p->reserved = tf_xcalloc(nr, sizeof(uint64_t));
+	p->free = tf_xcalloc(nr, sizeof(uint64_t));
+	p->scratch = tf_xcalloc(nr, sizeof(uint64_t));
+	p->scratch2 = tf_xcalloc(nr, sizeof(uint64_t));
+	for (size_t r = 0; r < nr; r++)
+		p->free[r] = t.xmask;
+	p->owner = tf_xcalloc((size_t)t.nchips, sizeof(int));
+	p->gen = 1;
+	p->epoch = 1;
+	return s->npools++;
+}
+
+int tf_sched_pool_count(const struct tf_sched *s)
+{
+	return s->npools;
+}
+
+const struct tf_torus *tf_sched_pool_torus(const struct tf_sched *s, int pool)
+{
+	return pool >= 0 && pool < s->npools ? &s->pools[pool].t : NULL;
+}
+
+const char *tf_sched_pool_name(const struct tf_sched *s, int pool)
+{
+	return pool >= 0 && pool < s->npools ? s->pools[pool].name : NULL;
+}
+
+int tf_sched_chip_host(const struct tf_sched *s, int pool, int chip)
+{
+	if (pool < 0 || pool >= s->npools)
+		return -ENOENT;
+	const struct pool *p = &s->pools[pool];
+	const int *D = p->t.dims;
+	if (chip < 0 || chip >= p->t.nchips)
+		return -EINVAL;
+	int x = chip % D[0], y = (chip / D[0]) % D[1], z = chip / (D[0] * D[1]);
+	int hx = (D[0] + p->host[0] - 1) / p->host[0], hy = (D[1] + p->host[1] - 1) / p->host[1];
+	return x / p->host[0] + hx * (y / p->host[1] + hy * (z / p->host[2]));
+}
+
+/* ---- projects and runs ---- */
+
+static void ensure_queues(struct tf_sched *s)
+{
+	for (int i = 0; i < s->npools; i++) {
+		struct pool *p = &s->pools[i];
+		if (p->nq_projects >= s->nprojects)
+			continue;
+		int n = s->nprojects + 8;
+		p->q = tf_xrealloc(p->q, (size_t)n * NPRIO * sizeof(struct qlist));
+		memset(p->q + (size_t)p->nq_projects * NPRIO, 0,
+		       (size_t)(n - p->nq_projects) * NPRIO * sizeof(struct qlist));
+		p->nq_projects = n;
+	}
+}
+
+static int project_find(const struct tf_sched *s, const char *name)
+{
+	for (int i = 0; i < s->nprojects; i++)
+		if (!strcmp(s->projects[i].name, name))
+			return i;
+	return -1;
+}
+
+static int project_get(struct tf_sched *s, const char *name)
+{
+	int i = project_find(s, name);
+	if (i >= 0)
+		return i;
+	s->projects = tf_xrealloc(s->projects, (size_t)(s->nprojects + 1) * sizeof(*s->projects));
+	s->projects[s->nprojects] = (struct project){ .name = tf_xstrdup(name), .weight = 1 };
+	i = s->nprojects++;
+	ensure_queues(s);
+	return i;
+}
+
+int tf_sched_set_project(struct tf_sched *s, const char *name, double weight, int quota_chips,
+			 int may_borrow)
+{
+	if (!name || !*name || !(weight > 0) || quota_chips < 0)
+		return -EINVAL;
+	int pi = project_get(s, name); /* may move s->projects */
+	struct project *pr = &s->projects[pi];
+	pr->weight = weight;
+	pr->quota = quota_chips;
+	pr->may_borrow = may_borrow != 0;
+	return 0;
+}
+
+static int run_get(struct tf_sched *s, const char *run)
+{
+	for (int i = 0; i < s->nruns; i++)
+		if (!strcmp(s->runs[i].name, run))
+			return i;
+	s->runs = tf_xrealloc(s->runs, (size_t)(s->nruns + 1) * sizeof(*s->runs));
+	s->runs[s->nruns] = (struct run_acct){ .name = tf_xstrdup(run) };
+	return s->nruns++;
+}
+
+/* Decays fair-share usage to `now`, adding what running jobs used since the last call. */
+static void accrue(struct tf_sched *s, double now)
+{
+	if (isnan(s->last_accrue) || now <= s->last_accrue) {
+		if (isnan(s->last_accrue))
+			s->last_accrue = now;
+		return;
+	}
+	double dt = now - s->last_accrue, f = exp2(-dt / s->cfg.fair_half_life);
+	for (int i = 0; i < s->nprojects; i++) {
+		struct project *pr = &s->projects[i];
+		pr->decayed = pr->decayed * f + pr->running_chips * dt;
+	}
+	s->last_accrue = now;
+}
+
+static void project_key(struct tf_sched *s, struct project *pr)
+{
+	pr->key = (pr->running_chips + pr->decayed / s->cfg.fair_half_life) / pr->weight;
+}
+
+/* ---- state changes ---- */
+
+/* The only place a job changes state; refuses transitions the diagram in sched.h lacks. */
+static int set_state(struct job *j, enum tf_sched_job_state to)
+{
+	static const unsigned allowed[TF_JOB_STATE_LAST] = {
+		[TF_JOB_QUEUED] = 1u << TF_JOB_RUNNING | 1u << TF_JOB_CANCELLED,
+		[TF_JOB_RUNNING] = 1u << TF_JOB_DONE | 1u << TF_JOB_FAILED | 1u << TF_JOB_DRAINING |
+				   1u << TF_JOB_QUEUED | 1u << TF_JOB_CANCELLED,
+		[TF_JOB_DRAINING] = 1u << TF_JOB_QUEUED | 1u << TF_JOB_CANCELLED | 1u << TF_JOB_DONE |
+				    1u << TF_JOB_FAILED,
+	};
+	if (!(allowed[j->state] & (1u << to)))
+		return -EINVAL;
+	j->state = to;
+	return 0;
+}
+
+static struct qlist *qlist_of(struct tf_sched *s, const struct job *j)
+{
+	return &s->pools[j->pool].q[j->project * NPRIO + j->prio];
+}
+
+/* Queue lists are ordered by seq, so a requeued job goes back to where it was. */
+static void queue_insert(struct tf_sched *s, struct job *j)
+{
+	struct qlist *q = qlist_of(s, j);
+	int after = q->tail;
+	while (after && s->jobs[after].seq > j->seq)
+		after = s->jobs[after].prev;
+	j->prev = after;
+	j->next = after ? s->jobs[after].next : q->head;
+	if (j->next)
+		s->jobs[j->next].prev = j->id;
+	else
+		q->tail = j->id;
+	if (after)
+		s->jobs[after].next = j->id;
+	else
+		q->head = j->id;
+	s->pools[j->pool].queued++;
+}
+
+static void queue_remove(struct tf_sched *s, struct job *j)
+{
+	struct qlist *q = qlist_of(s, j);
+	if (j->prev)
+		s->jobs[j->prev].next = j->next;
+	else
+		q->head = j->next;
+	if (j->next)
+		s->jobs[j->next].prev = j->prev;
+	else
+		q->tail = j->prev;
+	j->prev = j->next = 0;
+	s->pools[j->pool].queued--;
+}
+
+/* Recomputes free rows for a box after busy/failed/reserved changed (invariant 1). */
+static void refresh_box(struct pool *p, const struct tf_box *b)
+{
+	for (int dz = 0; dz < b->shape[2]; dz++)
+		for (int dy = 0; dy < b->shape[1]; dy++) {
+			int r = (b->origin[1] + dy) % p->t.dims[1] +
+				p->t.dims[1] * ((b->origin[2] + dz) % p->t.dims[2]);
+			p->free[r] = ~(p->busy[r] | p->failed[r] | p->reserved[r]) & p->t.xmask;
+		}
+	p->gen++;
+}
+
+static void set_owner(struct pool *p, const struct tf_box *b, int id)
+{
+	const int *D = p->t.dims;
+	for (int dz = 0; dz < b->shape[2]; dz++)
+		for (int dy = 0; dy < b->shape[1]; dy++) {
+			int base = D[0] * ((b->origin[1] + dy) % D[1] +
+					   D[1] * ((b->origin[2] + dz) % D[2]));
+			for (int dx = 0; dx < b->shape[0]; dx++)
+				p->owner[base + (b->origin[0] + dx) % D[0]] = id;
+		}
+}
+
+static void drop_target(struct tf_sched *s, struct job *j)
+{
+	struct pool *p = &s->pools[j->pool];
+	if (!j->has_target)
+		return;
+	j->has_target = 0;
+	tf_torus_box_set(&p->t, p->reserved, &j->target, 0);
+	/* other targets never overlap this one, so clearing the box is exact */
+	refresh_box(p, &j->target);
+	for (int i = 0; i < p->ntargets; i++)
+		if (p->targets[i] == j->id) {
+			p->targets[i] = p->targets[--p->ntargets];
+			break;
+		}
+	p->epoch++;
+}
+
+static void start_job(struct tf_sched *s, struct job *j, const struct tf_box *box, double now,
+		      int borrowed, int ordered, struct tf_sched_decisions *out)
+{
+	struct pool *p = &s->pools[j->pool];
+	struct project *pr = &s->projects[j->project];
+	if (j->has_target)
+		drop_target(s, j);
+	queue_remove(s, j);
+	set_state(j, TF_JOB_RUNNING);
+	j->box = *box;
+	j->started = now;
+	if (j->first_start < 0)
+		j->first_start = now;
+	j->attempts++;
+	j->borrowed = borrowed;
+	tf_torus_box_set(&p->t, p->busy, box, 1);
+	refresh_box(p, box);
+	set_owner(p, box, j->id);
+	p->busy_chips += j->chips;
+	if (p->nrunning == p->caprunning) {
+		p->caprunning = p->caprunning ? p->caprunning * 2 : 64;
+		p->running = tf_xrealloc(p->running, (size_t)p->caprunning * sizeof(int));
+	}
+	j->run_pos = p->nrunning;
+	p->running[p->nrunning++] = j->id;
+	pr->running_chips += j->chips;
+	project_key(s, pr);
+	if (j->run_idx >= 0)
+		s->runs[j->run_idx].running_chips += j->chips;
+	if (ordered)
+		p->epoch++;
+	push(s, out, (struct tf_sched_decision){ .action = TF_SCHED_START,
+						 .job = j->id,
+						 .attempt = j->attempts,
+						 .pool = j->pool,
+						 .box = *box,
+						 .chips = j->chips });
+}
+
+double tf_sched_job_running_seconds(const struct job *j, double now)
+{
+	if (j->state != TF_JOB_RUNNING && j->state != TF_JOB_DRAINING)
+		return 0;
+	return now > j->started ? now - j->started : 0;
+}
+
+/* Frees a running or draining job's chips and books its time (accounting). */
+static void release_chips(struct tf_sched *s, struct job *j, double now)
+{
+	struct pool *p = &s->pools[j->pool];
+	struct project *pr = &s->projects[j->project];
+	double sec = tf_sched_job_running_seconds(j, now);
+	j->chip_seconds += sec * j->chips;
+	j->slice_seconds += sec;
+	pr->chip_seconds += sec * j->chips;
+	pr->slice_seconds += sec;
+	pr->running_chips -= j->chips;
+	project_key(s, pr);
+	if (j->run_idx >= 0) {
+		s->runs[j->run_idx].chip_seconds += sec * j->chips;
+		s->runs[j->run_idx].slice_seconds += sec;
+		s->runs[j->run_idx].running_chips -= j->chips;
+	}
+	tf_torus_box_set(&p->t, p->busy, &j->box, 0);
+	set_owner(p, &j->box, 0);
+	refresh_box(p, &j->box);
+	p->busy_chips -= j->chips;
+	int last = p->running[--p->nrunning];
+	p->running[j->run_pos] = last;
+	s->jobs[last].run_pos = j->run_pos;
+	j->run_pos = -1;
+	p->epoch++;
+}
+
+static void requeue(struct tf_sched *s, struct job *j)
+{
+	set_state(j, TF_JOB_QUEUED);
+	j->borrowed = 0;
+	queue_insert(s, j);
+}
+
+/* ---- submit ---- */
+
+static int shape_id(struct tf_sched *s, const int shape[3])
+{
+	for (int i = 0; i < s->nshapes; i++)
+		if (!memcmp(s->shapes[i], shape, sizeof(s->shapes[i])))
+			return i;
+	if (s->nshapes == MAX_SHAPES)
+		return -1;
+	memcpy(s->shapes[s->nshapes], shape, sizeof(s->shapes[0]));
+	return s->nshapes++;
+}
+
+/* 1 when some rotation of shape fits the pool's dimensions. */
+static int shape_fits_dims(const struct pool *p, const int sh[3])
+{
+	int a[3], b[3];
+	memcpy(a, sh, sizeof(a));
+	memcpy(b, p->t.dims, sizeof(b));
+	/* sort both ascending: a fits some rotation iff sorted a <= sorted b componentwise */
+	for (int i = 0; i < 3; i++)
+		for (int k = i + 1; k < 3; k++) {
+			if (a[k] < a[i]) {
+				int t = a[i];
+				a[i] = a[k];
+				a[k] = t;
+			}
+			if (b[k] < b[i]) {
+				int t = b[i];
+				b[i] = b[k];
+				b[k] = t;
+			}
+		}
+	return a[0] <= b[0] && a[1] <= b[1] && a[2] <= b[2];
+}
+
+int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, double now,
+		    int *id, char *err, size_t errlen)
+{
+	char gen[16];
+	int shape[3];
+	if (!spec || !spec->slice) {
+		snprintf(err, errlen, "job has no slice: give one like 'v4-8' or 'v4:2x2x4'");
+		return -EINVAL;
+	}
+	if (spec->priority < 0 || spec->priority > TF_SCHED_PRIO_MAX) {
+		snprintf(err, errlen, "priority %d of job '%s' is out of range: use 0..%d",
+			 spec->priority, spec->name ? spec->name : spec->slice, TF_SCHED_PRIO_MAX);
+		return -EINVAL;
+	}
+	if (parse_slice(spec->slice, gen, shape, err, errlen) < 0)
+		return -EINVAL;
+	int pool = -1;
+	if (spec->pool) {
+		for (int i = 0; i < s->npools; i++)
+			if (!strcmp(s->pools[i].name, spec->pool))
+				pool = i;
+		if (pool < 0) {
+			snprintf(err, errlen, "unknown pool '%s': see 'tpuflow slices' for the pools",
+				 spec->pool);
+			return -EINVAL;
+		}
+		if (gen[0] && strcmp(gen, s->pools[pool].tpu_gen)) {
+			snprintf(err, errlen, "slice '%s' is %s but pool '%s' is %s: pick a %s pool",
+				 spec->slice, gen, spec->pool, s->pools[pool].tpu_gen, gen);
+			return -EINVAL;
+		}
+		if (!shape_fits_dims(&s->pools[pool], shape)) {
+			snprintf(err, errlen, "slice '%s' does not fit pool '%s' (%s) in any rotation",
+				 spec->slice, spec->pool, s->pools[pool].spec);
+			return -EINVAL;
+		}
+	} else {
+		for (int i = 0; i < s->npools && pool < 0; i++)
+			if ((!gen[0] || !strcmp(gen, s->pools[i].tpu_gen)) &&
+			    shape_fits_dims(&s->pools[i], shape))
+				pool = i;
+		if (pool < 0) {
+			snprintf(err, errlen, "no %s pool can hold slice '%s': configure one (e.g. "
+					      "'%s:4x4x8')",
+				 gen[0] ? gen : "", spec->slice, gen[0] ? gen : "v4");
+			return -EINVAL;
+		}
+	}
+	int chips = shape[0] * shape[1] * shape[2];
+	int known = project_find(s, spec->project && *spec->project ? spec->project : "default");
+	if (known >= 0 && s->projects[known].quota && chips > s->projects[known].quota &&
+	    !(spec->preemptible && s->projects[known].may_borrow)) {
+		snprintf(err, errlen, "slice '%s' needs %d chips but project '%s' has a quota of %d: "
+				      "raise the quota or submit it preemptible so it may borrow",
+			 spec->slice, chips, s->projects[known].name, s->projects[known].quota);
+		return -EINVAL;
+	}
+	if (s->njobs == s->capjobs) {
+		s->capjobs *= 2;
+		s->jobs = tf_xrealloc(s->jobs, (size_t)s->capjobs * sizeof(struct job));
+		s->stamp = tf_xrealloc(s->stamp, (size_t)s->capjobs * sizeof(int));
+	}
+	int pj = project_get(s, spec->project && *spec->project ? spec->project : "default");
+	struct job *j = &s->jobs[s->njobs];
+	s->stamp[s->njobs] = 0;
+	*j = (struct job){ .id = s->njobs,
+			   .state = TF_JOB_QUEUED,
+			   .name = spec->name ? tf_xstrdup(spec->name) : NULL,
+			   .run = spec->run ? tf_xstrdup(spec->run) : NULL,
+			   .project = pj,
+			   .run_idx = spec->run ? run_get(s, spec->run) : -1,
+			   .pool = pool,
+			   .sid = shape_id(s, shape),
+			   .chips = shape[0] * shape[1] * shape[2],
+			   .prio = spec->priority,
+			   .preemptible = spec->preemptible != 0,
+			   .est = spec->est_seconds > 0 ? spec->est_seconds : s->cfg.default_estimate,
+			   .submitted = now,
+			   .seq = s->seq++,
+			   .first_start = -1,
+			   .run_pos = -1 };
+	memcpy(j->shape, shape, sizeof(j->shape));
+	s->njobs++;
+	s->projects[pj].jobs++;
+	if (j->run_idx >= 0)
+		s->runs[j->run_idx].jobs++;
+	queue_insert(s, j);
+	*id = j->id;
+	return 0;
+}
+
+/* ---- placement ---- */
+
+static int find_fit(struct tf_sched *s, struct pool *p, const struct job *j, struct tf_box *box)
+{
+	if (j->sid >= 0 && p->memo_gen[j->sid] == p->gen) {
+		*box = p->memo_box[j->sid];
+		return p->memo_ok[j->sid];
+	}
+	(void)s;
+	int ok = 0;
+	if (p->t.nchips - p->busy_chips - p->failed_chips >= j->chips)
+		ok = tf_torus_find(&p->t, p->free, j->shape, TF_TORUS_BEST, box);
+	if (j->sid >= 0) {
+		p->memo_gen[j->sid] = p->gen;
+		p->memo_ok[j->sid] = (signed char)ok;
+		if (ok)
+			p->memo_box[j->sid] = *box;
+	}
+	return ok;
+}
+
+/* A fit that leaves the head's reserved box alone. */
+static int find_fit_avoiding(struct pool *p, const struct job *j, const struct tf_box *resv,
+			     struct tf_box *box)
+{
+	if (j->sid >= 0 && p->memor_gen[j->sid] == p->gen) {
+		*box = p->memor_box[j->sid];
+		return p->memor_ok[j->sid];
+	}
+	memcpy(p->scratch2, p->free, (size_t)p->t.nrows * sizeof(uint64_t));
+	tf_torus_box_set(&p->t, p->scratch2, resv, 0);
+	int ok = tf_torus_find(&p->t, p->scratch2, j->shape, TF_TORUS_BEST, box);
+	if (j->sid >= 0) {
+		p->memor_gen[j->sid] = p->gen;
+		p->memor_ok[j->sid] = (signed char)ok;
+		if (ok)
+			p->memor_box[j->sid] = *box;
+	}
+	return ok;
+}
+
+struct ending {
+	double end; /* estimated end */
+	int id;     /* job */
+};
+
+static int by_end(const void *a, const void *b)
+{
+	const struct ending *x = a, *y = b;
+	return x->end < y->end ? -1 : x->end > y->end ? 1 : x->id - y->id;
+}
+
+/* scratch = chips usable once the first k jobs of `e` have ended. */
+static void avail_after(struct tf_sched *s, struct pool *p, const struct ending *e, int k)
+{
+	memcpy(p->scratch, p->free, (size_t)p->t.nrows * sizeof(uint64_t));
+	for (int i = 0; i < k; i++)
+		tf_torus_box_set(&p->t, p->scratch, &s->jobs[e[i].id].box, 1);
+	for (int r = 0; r < p->t.nrows; r++)
+		p->scratch[r] &= ~(p->failed[r] | p->reserved[r]);
+}
+
+/* EASY reservation for the head job j: the earliest estimated time at which it fits, and the
+ * box, assuming every running job ends at its estimate. Cached until the epoch moves. */
+static void reserve(struct tf_sched *s, struct pool *p, const struct job *j, double now)
+{
+	if (p->resv_job == j->id && p->resv_epoch == p->epoch && (!p->resv_ok || p->resv_time >= now))
+		return;
+	p->resv_job = j->id;
+	p->resv_epoch = p->epoch;
+	p->resv_ok = 0;
+	int n = p->nrunning;
+	if (n == 0)
+		return;
+	struct ending *e = tf_xmalloc((size_t)n * sizeof(*e));
+	for (int i = 0; i < n; i++) {
+		const struct job *r = &s->jobs[p->running[i]];
+		double end = r->state == TF_JOB_DRAINING ? r->deadline : r->started + r->est;
+		e[i] = (struct ending){ end > now ? end : now, r->id };
+	}
+	qsort(e, (size_t)n, sizeof(*e), by_end);
+	struct tf_box box;
+	avail_after(s, p, e, n);
+	if (tf_torus_find(&p->t, p->scratch, j->shape, TF_TORUS_ANY, &box)) {
+		/* fitting is monotonic in k (releasing only frees chips): binary search */
+		int lo = 1, hi = n;
+		while (lo < hi) {
+			int mid = lo + (hi - lo) / 2;
+			avail_after(s, p, e, mid);
+			if (tf_torus_find(&p->t, p->scratch, j->shape, TF_TORUS_ANY, &box))
+				hi = mid;
+			else
+				lo = mid + 1;
+		}
+		avail_after(s, p, e, lo);
+		tf_torus_find(&p->t, p->scratch, j->shape, TF_TORUS_BEST, &box);
+		p->resv_ok = 1;
+		p->resv_time = e[lo - 1].end;
+		p->resv_box = box;
+	}
+	free(e);
+	p->gen++; /* the avoiding-memo depends on the reserved box */
+}
+
+/* ---- preemption ---- */
+
+struct victim_search {
+	struct tf_sched *s;
+	struct pool *p;
+	const struct job *j;
+	int in_quota;      /* j runs within its quota: borrowed jobs are fair game */
+	int best_cost;     /* chips disturbed by the best box so far */
+	int best_victims;  /* victims of the best box */
+	struct tf_box best;
+	int found;
+};
+
+static int victim_ok(const struct victim_search *v, const struct job *r)
+{
+	if (r->state != TF_JOB_RUNNING || !r->preemptible)
+		return 0;
+	if (r->prio < v->j->prio)
+		return 1;
+	return v->in_quota && r->borrowed && r->project != v->j->project;
+}
+
+/* Chips disturbed by taking box b: the whole of every job it touches (gang jobs stop as one). */
+static void score_box(struct victim_search *v, const struct tf_box *b)
+{
+	struct tf_sched *s = v->s;
+	struct pool *p = v->p;
+	const int *D = p->t.dims;
+	int cost = 0, victims = 0;
+	s->stamp_now++;
+	for (int dz = 0; dz < b->shape[2]; dz++)
+		for (int dy = 0; dy < b->shape[1]; dy++) {
+			int r = (b->origin[1] + dy) % D[1] + D[1] * ((b->origin[2] + dz) % D[2]);
+			for (int dx = 0; dx < b->shape[0]; dx++) {
+				int c = D[0] * r + (b->origin[0] + dx) % D[0];
+				int o = p->owner[c];
+				if (!o || s->stamp[o] == s->stamp_now)
+					continue;
+				s->stamp[o] = s->stamp_now;
+				cost += s->jobs[o].chips;
+				victims++;
+				if (v->found && cost > v->best_cost)
+					return;
+			}
+		}
+	if (!v->found || cost < v->best_cost ||
+	    (cost == v->best_cost && victims < v->best_victims)) {
+		v->found = 1;
+		v->best_cost = cost;
+		v->best_victims = victims;
+		v->best = *b;
+	}
+}
+
+/* Every feasible box of the job's shape in avail (all rotations), scored. */
+static void each_box(struct victim_search *v, const uint64_t *avail)
+{
+	static const int perms[6][3] = { { 0, 1, 2 }, { 1, 0, 2 }, { 0, 2, 1 },
+					 { 2, 0, 1 }, { 1, 2, 0 }, { 2, 1, 0 } };
+	struct tf_torus *t = &v->p->t;
+	int tried[6][3], nt = 0;
+	for (int pi = 0; pi < 6; pi++) {
+		int sh[3] = { v->j->shape[perms[pi][0]], v->j->shape[perms[pi][1]],
+			      v->j->shape[perms[pi][2]] };
+		int dup = 0;
+		for (int i = 0; i < nt; i++)
+			dup |= !memcmp(tried[i], sh, sizeof(sh));
+		if (dup || sh[0] > t->dims[0] || sh[1] > t->dims[1] || sh[2] > t->dims[2])
+			continue;
+		memcpy(tried[nt++], sh, sizeof(sh));
+		/* reuse the search's origin sets by asking for each origin in turn would be
+		 * slow; instead scan origins, checking the box word by word */
+		int oz = t->wrap[2] && sh[2] < t->dims[2] ? t->dims[2] : t->dims[2] - sh[2] + 1;
+		int oy = t->wrap[1] && sh[1] < t->dims[1] ? t->dims[1] : t->dims[1] - sh[1] + 1;
+		int ox = t->wrap[0] && sh[0] < t->dims[0] ? t->dims[0] : t->dims[0] - sh[0] + 1;
+		if (t->wrap[2] && sh[2] == t->dims[2])
+			oz = 1;
+		if (t->wrap[1] && sh[1] == t->dims[1])
+			oy = 1;
+		if (t->wrap[0] && sh[0] == t->dims[0])
+			ox = 1;
+		for (int z = 0; z < oz; z++)
+			for (int y = 0; y < oy; y++)
+				for (int x = 0; x < ox; x++) {
+					struct tf_box b = { { x, y, z }, { sh[0], sh[1], sh[2] } };
+					if (tf_torus_box_all(t, avail, &b))
+						score_box(v, &b);
+				}
+	}
+}
+
+/* Tries to make room for j by preempting; on success emits PREEMPT decisions and gives j a
+ * drain target. Returns 1 when it did. */
+static int try_preempt(struct tf_sched *s, struct pool *p, struct job *j, int in_quota,
+		       double now, struct tf_sched_decisions *out)
+{
+	struct victim_search v = { .s = s, .p = p, .j = j, .in_quota = in_quota };
+	int any = 0;
+	/* usable if we may take it: free, or held by an eligible victim */
+	memcpy(p->scratch, p->free, (size_t)p->t.nrows * sizeof(uint64_t));
+	for (int i = 0; i < p->nrunning; i++) {
+		const struct job *r = &s->jobs[p->running[i]];
+		if (victim_ok(&v, r)) {
+			tf_torus_box_set(&p->t, p->scratch, &r->box, 1);
+			any = 1;
+		}
+	}
+	if (!any)
+		return 0;
+	for (int r = 0; r < p->t.nrows; r++)
+		p->scratch[r] &= ~(p->failed[r] | p->reserved[r]);
+	if (tf_torus_count(&p->t, p->scratch) < j->chips)
+		return 0;
+	each_box(&v, p->scratch);
+	if (!v.found)
+		return 0;
+	/* preempt every job the box touches */
+	const int *D = p->t.dims;
+	const struct tf_box *b = &v.best;
+	for (int dz = 0; dz < b->shape[2]; dz++)
+		for (int dy = 0; dy < b->shape[1]; dy++)
+			for (int dx = 0; dx < b->shape[0]; dx++) {
+				int c = (b->origin[0] + dx) % D[0] +
+					D[0] * ((b->origin[1] + dy) % D[1] +
+						D[1] * ((b->origin[2] + dz) % D[2]));
+				struct job *r = &s->jobs[p->owner[c]];
+				if (!p->owner[c] || r->state != TF_JOB_RUNNING)
+					continue;
+				set_state(r, TF_JOB_DRAINING);
+				r->deadline = now + s->cfg.grace_seconds;
+				r->preemptions++;
+				push(s, out, (struct tf_sched_decision){ .action = TF_SCHED_PREEMPT,
+									 .job = r->id,
+									 .attempt = r->attempts,
+									 .pool = r->pool,
+									 .box = r->box,
+									 .chips = r->chips,
+									 .deadline = r->deadline,
+									 .cause = j->id });
+			}
+	j->has_target = 1;
+	j->target = v.best;
+	tf_torus_box_set(&p->t, p->reserved, &j->target, 1);
+	refresh_box(p, &j->target);
+	if (p->ntargets == p->captargets) {
+		p->captargets = p->captargets ? p->captargets * 2 : 8;
+		p->targets = tf_xrealloc(p->targets, (size_t)p->captargets * sizeof(int));
+	}
+	p->targets[p->ntargets++] = j->id;
+	p->epoch++;
+	return 1;
+}
+
+/* ---- the tick ---- */
+
+enum { GO_ON, STOP };
+
+struct scan {
+	int head_blocked; /* a job could neither start nor preempt: FIFO stops, backfill reserves */
+	int resv;         /* backfill restrictions apply (p->resv_* valid) */
+	int borrowers;    /* over-quota jobs that may borrow were skipped in the first pass */
+};
+
+static int try_job(struct tf_sched *s, struct pool *p, struct job *j, int pass, double now,
+		   struct scan *st, struct tf_sched_decisions *out)
+{
+	struct tf_box box;
+	if (find_fit(s, p, j, &box)) {
+		if (st->resv && now + j->est > p->resv_time) {
+			/* would still run at the reserved time: only off the reserved box */
+			if (!find_fit_avoiding(p, j, &p->resv_box, &box))
+				return GO_ON;
+		}
+		start_job(s, j, &box, now, pass == 1, !st->resv, out);
+		return GO_ON;
+	}
+	if (st->head_blocked)
+		return GO_ON;
+	if (pass == 0 && s->cfg.preemption && try_preempt(s, p, j, 1, now, out))
+		return GO_ON;
+	reserve(s, p, j, now);
+	if (!p->resv_ok)
+		return GO_ON; /* cannot run even on an empty pool now (failed chips): not a head */
+	st->head_blocked = 1;
+	if (s->cfg.policy == TF_SCHED_FIFO)
+		return STOP;
+	st->resv = 1;
+	return GO_ON;
+}
+
+static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
+			  struct tf_sched_decisions *out)
+{
+	/* 2. jobs whose drained box is now clear */
+	for (int i = 0; i < p->ntargets;) {
+		struct job *j = &s->jobs[p->targets[i]];
+		struct tf_box tb = j->target;
+		int clear = 1;
+		for (int dz = 0; dz < tb.shape[2] && clear; dz++)
+			for (int dy = 0; dy < tb.shape[1] && clear; dy++) {
+				int r = (tb.origin[1] + dy) % p->t.dims[1] +
+					p->t.dims[1] * ((tb.origin[2] + dz) % p->t.dims[2]);
+				uint64_t m = 0;
+				struct tf_box row = { { tb.origin[0], 0, 0 }, { tb.shape[0], 1, 1 } };
+				tf_torus_box_set(&p->t, &m, &row, 1);
+				clear = !((p->busy[r] | p->failed[r]) & m);
+			}
+		if (clear)
+			start_job(s, j, &tb, now, 0, 1, out); /* removes it from targets */
+		else
+			i++;
+	}
+	if (p->queued == 0)
+		return;
+	p->resv_job = p->resv_epoch == p->epoch ? p->resv_job : 0;
+	struct scan st = { 0 };
+	int examined = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1 && !st.borrowers)
+			break;
+		int cursor[64 + 1];
+		int np = s->nprojects < 64 ? s->nprojects : 64;
+		for (int prio = TF_SCHED_PRIO_MAX; prio >= 0; prio--) {
+			int any = 0;
+			for (int k = 0; k < np; k++) {
+				cursor[k] = p->q[k * NPRIO + prio].head;
+				any |= cursor[k] != 0;
+			}
+			while (any) {
+				/* next: the project with the lowest fair-share key, then FIFO */
+				int best = -1;
+				for (int k = 0; k < np; k++) {
+					if (!cursor[k])
+						continue;
+					if (best < 0 || s->projects[k].key < s->projects[best].key ||
+					    (s->projects[k].key == s->projects[best].key &&
+					     s->jobs[cursor[k]].seq < s->jobs[cursor[best]].seq))
+						best = k;
+				}
+				if (best < 0)
+					break;
+				struct job *j = &s->jobs[cursor[best]];
+				cursor[best] = j->next;
+				if (j->has_target)
+					continue;
+				struct project *pr = &s->projects[j->project];
+				int in_quota = !pr->quota || pr->running_chips + j->chips <= pr->quota;
+				if (pass == 0 && !in_quota) {
+					st.borrowers += j->preemptible && pr->may_borrow;
+					continue;
+				}
+				if (pass == 1 && (in_quota || !j->preemptible || !pr->may_borrow))
+					continue;
+				if (++examined > s->cfg.backfill_depth)
+					return;
+				if (p->busy_chips + p->failed_chips >= p->t.nchips && st.head_blocked)
+					return; /* nothing free, and preemption already tried */
+				if (try_job(s, p, j, pass, now, &st, out) == STOP)
+					return;
+			}
+		}
+	}
+}
+
+int tf_sched_tick(struct tf_sched *s, double now, struct tf_sched_decisions *out)
+{
+	if (out)
+		out->n = 0;
+	accrue(s, now);
+	/* 1. victims whose grace ran out */
+	for (int pi = 0; pi < s->npools; pi++) {
+		struct pool *p = &s->pools[pi];
+		for (int i = p->nrunning - 1; i >= 0; i--) {
+			if (i >= p->nrunning)
+				continue;
+			struct job *j = &s->jobs[p->running[i]];
+			if (j->state != TF_JOB_DRAINING || j->deadline > now)
+				continue;
+			push(s, out, (struct tf_sched_decision){ .action = TF_SCHED_KILL,
+								 .job = j->id,
+								 .attempt = j->attempts,
+								 .pool = j->pool,
+								 .box = j->box,
+								 .chips = j->chips });
+			release_chips(s, j, now);
+			requeue(s, j);
+		}
+	}
+	for (int i = 0; i < s->nprojects; i++)
+		project_key(s, &s->projects[i]);
+	for (int pi = 0; pi < s->npools; pi++)
+		schedule_pool(s, &s->pools[pi], now, out);
+	return 0;
+}
+
+/* ---- events from the caller ---- */
+
+static struct job *job_get(const struct tf_sched *s, int id)
+{
+	return id >= 1 && id < s->njobs ? &s->jobs[id] : NULL;
+}
+
+int tf_sched_finish(struct tf_sched *s, int id, double now, int ok)
+{
+	struct job *j = job_get(s, id);
+	if (!j)
+		return -ENOENT;
+	if (j->state != TF_JOB_RUNNING && j->state != TF_JOB_DRAINING)
+		return -EINVAL;
+	accrue(s, now);
+	release_chips(s, j, now);
+	return set_state(j, ok ? TF_JOB_DONE : TF_JOB_FAILED);
+}
+
+int tf_sched_release(struct tf_sched *s, int id, double now)
+{
+	struct job *j = job_get(s, id);
+	if (!j)
+		return -ENOENT;
+	if (j->state != TF_JOB_DRAINING)
+		return -EINVAL;
+	accrue(s, now);
+	release_chips(s, j, now);
+	requeue(s, j);
+	return 0;
+}
+
+int tf_sched_cancel(struct tf_sched *s, int id, double now)
+{
+	struct job *j = job_get(s, id);
+	if (!j)
+		return -ENOENT;
+	switch (j->state) {
+	case TF_JOB_QUEUED:
+		drop_target(s, j);
+		queue_remove(s, j);
+		break;
+	case TF_JOB_RUNNING:
+	case TF_JOB_DRAINING:
+		accrue(s, now);
+		release_chips(s, j, now);
+		break;
+	default:
+		return -EINVAL;
+	}
+	return set_state(j, TF_JOB_CANCELLED);
+}
+
+int tf_sched_chip_fail(struct tf_sched *s, int pool, int chip, double now,
+		       struct tf_sched_decisions *out)
+{
+	if (out)
+		out->n = 0;
+	if (pool < 0 || pool >= s->npools)
+		return -ENOENT;
+	struct pool *p = &s->pools[pool];
+	if (chip < 0 || chip >= p->t.nchips)
+		return -EINVAL;
+	const int *D = p->t.dims;
+	struct tf_box one = { { chip % D[0], (chip / D[0]) % D[1], chip / (D[0] * D[1]) },
+			      { 1, 1, 1 } };
+	if (tf_torus_box_all(&p->t, p->failed, &one))
+		return 0;
+	accrue(s, now);
+	int o = p->owner[chip];
+	if (o) {
+		struct job *j = &s->jobs[o];
+		j->infra_failures++;
+		push(s, out, (struct tf_sched_decision){ .action = TF_SCHED_FAIL_INFRA,
+							 .job = j->id,
+							 .attempt = j->attempts,
+							 .pool = pool,
+							 .box = j->box,
+							 .chips = j->chips,
+							 .cause = chip });
+		release_chips(s, j, now);
+		requeue(s, j);
+	}
+	/* a drain target over the chip can no longer be used */
+	for (int i = 0; i < p->ntargets; i++) {
+		struct job *t = &s->jobs[p->targets[i]];
+		if (tf_torus_box_contains(&p->t, &t->target, chip)) {
+			drop_target(s, t);
+			break;
+		}
+	}
+	tf_torus_box_set(&p->t, p->failed, &one, 1);
+	refresh_box(p, &one);
+	p->failed_chips++;
+	p->epoch++;
+	return 0;
+}
+
+int tf_sched_chip_repair(struct tf_sched *s, int pool, int chip)
+{
+	if (pool < 0 || pool >= s->npools)
+		return -ENOENT;
+	struct pool *p = &s->pools[pool];
+	if (chip < 0 || chip >= p->t.nchips)
+		return -EINVAL;
+	const int *D = p->t.dims;
+	struct tf_box one = { { chip % D[0], (chip / D[0]) % D[1], chip / (D[0] * D[1]) },
+			      { 1, 1, 1 } };
+	if (!tf_torus_box_all(&p->t, p->failed, &one))
+		return 0;
+	tf_torus_box_set(&p->t, p->failed, &one, 0);
+	refresh_box(p, &one);
+	p->failed_chips--;
+	p->epoch++;
+	return 0;
+}
+
+/* ---- queries ---- */
+
+int tf_sched_job_info(const struct tf_sched *s, int id, double now, struct tf_sched_job_info *out)
+{
+	const struct job *j = job_get(s, id);
+	if (!j)
+		return -ENOENT;
+	double sec = tf_sched_job_running_seconds(j, now);
+	*out = (struct tf_sched_job_info){ .state = j->state,
+					   .name = j->name,
+					   .run = j->run,
+					   .project = s->projects[j->project].name,
+					   .pool = j->pool,
+					   .chips = j->chips,
+					   .priority = j->prio,
+					   .preemptible = j->preemptible,
+					   .borrowed = j->borrowed,
+					   .box = j->box,
+					   .attempts = j->attempts,
+					   .preemptions = j->preemptions,
+					   .infra_failures = j->infra_failures,
+					   .submitted = j->submitted,
+					   .first_start = j->first_start,
+					   .started = j->started,
+					   .chip_seconds = j->chip_seconds + sec * j->chips,
+					   .slice_seconds = j->slice_seconds + sec };
+	memcpy(out->shape, j->shape, sizeof(out->shape));
+	return 0;
+}
+
+int tf_sched_job_chips(const struct tf_sched *s, int id, int *chips, size_t cap)
+{
+	const struct job *j = job_get(s, id);
+	if (!j)
+		return -ENOENT;
+	if (j->state != TF_JOB_RUNNING && j->state != TF_JOB_DRAINING)
+		return 0;
+	return (int)tf_torus_box_chips(&s->pools[j->pool].t, &j->box, chips, cap);
+}
+
+int tf_sched_project_usage(const struct tf_sched *s, const char *project, double now,
+			   struct tf_sched_usage *out)
+{
+	int pi = project_find(s, project);
+	if (pi < 0)
+		return -ENOENT;
+	const struct project *pr = &s->projects[pi];
+	struct tf_sched_usage u = { pr->chip_seconds, pr->slice_seconds, pr->running_chips,
+				    pr->jobs };
+	for (int i = 0; i < s->npools; i++) {
+		const struct pool *p = &s->pools[i];
+		for (int k = 0; k < p->nrunning; k++) {
+			const struct job *j = &s->jobs[p->running[k]];
+			if (j->project != pi)
+				continue;
+			double sec = tf_sched_job_running_seconds(j, now);
+			u.chip_seconds += sec * j->chips;
+			u.slice_seconds += sec;
+		}
+	}
+	*out = u;
+	return 0;
+}
+
+int tf_sched_run_usage(const struct tf_sched *s, const char *run, double now,
+		       struct tf_sched_usage *out)
+{
+	int ri = -1;
+	for (int i = 0; i < s->nruns; i++)
+		if (!strcmp(s->runs[i].name, run))
+			ri = i;
+	if (ri < 0)
+		return -ENOENT;
+	const struct run_acct *ra = &s->runs[ri];
+	struct tf_sched_usage u = { ra->chip_seconds, ra->slice_seconds, ra->running_chips,
+				    ra->jobs };
+	for (int i = 0; i < s->npools; i++) {
+		const struct pool *p = &s->pools[i];
+		for (int k = 0; k < p->nrunning; k++) {
+			const struct job *j = &s->jobs[p->running[k]];
+			if (j->run_idx != ri)
+				continue;
+			double sec = tf_sched_job_running_seconds(j, now);
+			u.chip_seconds += sec * j->chips;
+			u.slice_seconds += sec;
+		}
+	}
+	*out = u;
+	return 0;
+}
+
+double tf_sched_utilization(const struct tf_sched *s, int pool)
+{
+	long busy = 0, healthy = 0;
+	for (int i = 0; i < s->npools; i++) {
+		if (pool >= 0 && i != pool)
+			continue;
+		busy += s->pools[i].busy_chips;
+		healthy += s->pools[i].t.nchips - s->pools[i].failed_chips;
+	}
+	return healthy ? (double)busy / (double)healthy : 0;
+}
+
+int tf_sched_pool_largest(struct tf_sched *s, int pool, struct tf_box *out)
+{
+	struct pool *p = &s->pools[pool];
+	if (p->largest_gen != p->gen) {
+		p->largest_gen = p->gen;
+		p->largest_ok = tf_torus_largest(&p->t, p->free, &p->largest);
+	}
+	*out = p->largest;
+	return p->largest_ok;
+}
+
+double tf_sched_fragmentation(struct tf_sched *s, int pool)
+{
+	struct pool *p = &s->pools[pool];
+	int freec = tf_torus_count(&p->t, p->free);
+	struct tf_box b;
+	if (freec == 0 || !tf_sched_pool_largest(s, pool, &b))
+		return 0;
+	return 1.0 - (double)(b.shape[0] * b.shape[1] * b.shape[2]) / freec;
+}
+
+int tf_sched_job_reason(struct tf_sched *s, int id, char *buf, size_t len)
+{
+	struct job *j = job_get(s, id);
+	if (!j)
+		return -ENOENT;
+	struct pool *p = &s->pools[j->pool];
+	char need[32], lf[32];
+	tf_sched_shape_str(j->shape, p->t.ndims, need, sizeof(need));
+	if (j->state != TF_JOB_QUEUED) {
+		snprintf(buf, len, "%s", tf_sched_state_name(j->state));
+		return 0;
+	}
+	if (j->has_target) {
+		snprintf(buf, len, "waiting for preempted jobs to checkpoint and release %s", need);
+		return 0;
+	}
+	const struct project *pr = &s->projects[j->project];
+	if (pr->quota && pr->running_chips + j->chips > pr->quota &&
+	    !(j->preemptible && pr->may_borrow)) {
+		snprintf(buf, len, "project '%s' at quota: uses %d of %d chips, needs %d more%s",
+			 pr->name, pr->running_chips, pr->quota, j->chips,
+			 j->preemptible ? "" : " (only preemptible jobs may borrow)");
+		return 0;
+	}
+	struct tf_box lb;
+	int freec = tf_torus_count(&p->t, p->free);
+	if (!tf_sched_pool_largest(s, j->pool, &lb))
+		snprintf(lf, sizeof(lf), "none");
+	else
+		tf_sched_shape_str(lb.shape, p->t.ndims, lf, sizeof(lf));
+	struct tf_box fit;
+	int fits = tf_torus_find(&p->t, p->free, j->shape, TF_TORUS_ANY, &fit);
+	if (!fits) {
+		int n = snprintf(buf, len, "needs %s, largest free %s (%d chips free)", need, lf,
+				 freec);
+		if (p->resv_job == j->id && p->resv_ok && n > 0 && (size_t)n < len)
+			snprintf(buf + n, len - (size_t)n, "; reserved from t=%.0f", p->resv_time);
+		return 0;
+	}
+	if (p->resv_job && p->resv_job != j->id && p->resv_ok) {
+		if (s->cfg.policy == TF_SCHED_FIFO)
+			snprintf(buf, len, "behind blocked job %d (fifo policy)", p->resv_job);
+		else
+			snprintf(buf, len, "would delay the reservation of job %d at t=%.0f",
+				 p->resv_job, p->resv_time);
+		return 0;
+	}
+	snprintf(buf, len, "fits now: starts at the next tick");
+	return 0;
+}
