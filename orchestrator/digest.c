@@ -46,10 +46,3 @@ void tf_sha256_final(struct tf_sha256 *h, char hex[65])
 	EVP_MD_CTX_free(h->ctx);
 	free(h);
 }
-
-void tf_sha256_hex(const void *data, size_t len, char hex[65])
-{
-	struct tf_sha256 *h = tf_sha256_new();
-	tf_sha256_update(h, data, len);
-	tf_sha256_final(h, hex);
-}

@@ -13,6 +13,4 @@ void tf_sha256_update(struct tf_sha256 *h, const void *data, size_t len);
 void tf_sha256_update_str(struct tf_sha256 *h, const char *s);
 void tf_sha256_final(struct tf_sha256 *h, char hex[65]);
 
-void tf_sha256_hex(const void *data, size_t len, char hex[65]);
-
 #endif

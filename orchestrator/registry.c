@@ -292,7 +292,7 @@ int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json
 			  "canary_percent, previous_version, run_id, step, active, created_at) "
 			  "VALUES(?1, ?2, ?3, CASE WHEN ?4 THEN ?5 ELSE NULL END, ?6, "
 			  "CASE WHEN ?7 THEN ?8 ELSE NULL END, ?9, ?10, 1, ?11)",
-			  "itiiididttd", mid, d->alias, canary ? cur : d->version, (int64_t)canary,
+			  "itiiidiittd", mid, d->alias, canary ? cur : d->version, (int64_t)canary,
 			  d->version, canary ? d->canary_percent : 0.0, (int64_t)has_cur, cur,
 			  d->run_id, d->step, tf_now_wall());
 	if (rc)

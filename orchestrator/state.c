@@ -243,7 +243,9 @@ int tf_run_create(struct tf_store *st, const char *pipeline_name, const char *so
 	int64_t pid = 0;
 	int own, rc;
 
-	tf_sha256_hex(source, strlen(source), digest);
+	struct tf_sha256 *h = tf_sha256_new();
+	tf_sha256_update(h, source, strlen(source));
+	tf_sha256_final(h, digest);
 	make_run_id(id);
 	rc = tx_begin(st, &own);
 	if (rc)
