@@ -38,6 +38,9 @@ int tf_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((for
 int cmd_validate(int argc, char **argv, struct tf_cli *cli);
 int cmd_plan(int argc, char **argv, struct tf_cli *cli);
 int cmd_db(int argc, char **argv, struct tf_cli *cli);
+int cmd_run(int argc, char **argv, struct tf_cli *cli);
+int cmd_runs(int argc, char **argv, struct tf_cli *cli);
+int cmd_models(int argc, char **argv, struct tf_cli *cli);
 int cmd_accel(int argc, char **argv, struct tf_cli *cli);
 int cmd_store(int argc, char **argv, struct tf_cli *cli);
 int cmd_ckpt(int argc, char **argv, struct tf_cli *cli);

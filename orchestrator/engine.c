@@ -644,7 +644,9 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 	}
 	int retries_used = s->attempts - s->budget_base - 1;
 	const struct tf_retry_policy *pol = &s->def->retries;
-	int retry = !interrupted && failure_retryable(pol, ar.failure) && retries_used < pol->limit;
+	/* A kind missing from this build (-ENOSYS) fails the same way every time. */
+	int retry = !interrupted && s->rc != -ENOSYS && failure_retryable(pol, ar.failure) &&
+		    retries_used < pol->limit;
 	if (retry)
 		ar.backoff = tf_engine_backoff(pol, retries_used + 1, u01(e));
 	rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts, TF_ATTEMPT_FAILED,
