@@ -252,7 +252,9 @@ struct wctx {
 struct progress_ctx {
 	struct engine *e;
 	struct estep *s;
-	FILE *log;
+	const char *log_path; /* the attempt's log file */
+	const char *s_workdir; /* its directory, created on first use */
+	FILE *log;            /* open once something was logged */
 };
 
 static void progress_cb(void *data, const char *line)
@@ -262,10 +264,21 @@ static void progress_cb(void *data, const char *line)
 	snprintf(pc->s->progress, sizeof(pc->s->progress), "%s", line);
 	pc->s->progress_dirty = 1;
 	pthread_mutex_unlock(&pc->e->mu);
+	if (!pc->log && pc->log_path && tf_mkdir_p(pc->s_workdir) == 0)
+		pc->log = fopen(pc->log_path, "a"); /* opened on first use: most steps never log */
 	if (pc->log) {
 		fprintf(pc->log, "%s\n", line);
 		fflush(pc->log);
 	}
+}
+
+int tf_step_run_workdir(struct tf_step_run *r)
+{
+	int rc = tf_mkdir_p(r->workdir);
+	if (rc)
+		snprintf(r->err, sizeof(r->err), "cannot create work directory '%s': %s", r->workdir,
+			 strerror(-rc));
+	return rc;
 }
 
 static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
@@ -294,17 +307,11 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 		.failure = TF_FAIL_ERROR,
 		.exit_code = -1,
 	};
-	struct progress_ctx pc = { .e = e, .s = s };
+	struct progress_ctx pc = { .e = e, .s = s, .log_path = log_path, .s_workdir = workdir };
 	r.progress = progress_cb;
 	r.progress_data = &pc;
-	int rc = tf_mkdir_p(workdir);
+	int rc = 0;
 	char err[512] = "";
-	if (rc) {
-		snprintf(r.err, sizeof(r.err), "cannot create work directory '%s': %s", workdir,
-			 strerror(-rc));
-		r.failure = TF_FAIL_INFRA;
-		goto out;
-	}
 	if (!w->os) {
 		rc = tf_objstore_open(e->storage_url, &w->os, err, sizeof(err));
 		if (rc) {
@@ -332,7 +339,6 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 		rc = -ENOSYS;
 		goto out;
 	}
-	pc.log = fopen(log_path, "a");
 	rc = fn(&r);
 	if (pc.log) {
 		fclose(pc.log);

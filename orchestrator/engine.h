@@ -29,12 +29,14 @@ struct tf_step_run {
 	const json_t *with;          /* `with`, references resolved */
 	int attempt;                 /* 1, 2, ... */
 	const char *home;            /* state home */
-	const char *workdir;         /* scratch directory of this step (exists, kept across
-					attempts) */
+	const char *workdir;         /* scratch directory of this step, kept across attempts;
+					created by tf_step_run_workdir (not up front: most
+					steps never need one) */
 	const char *prefix;          /* object-key prefix of the step, stable across attempts and
 					resumes: "runs/RUN/STEP/" */
 	const char *accelerator;     /* slice the step runs on, e.g. "v4-8" (train) or NULL */
-	const char *log_path;        /* file the kind may append its log to (uploaded after) */
+	const char *log_path;        /* file in workdir the kind may append its log to
+					(uploaded to PREFIX/logs/attempt-N.log after) */
 	struct tf_objstore *objstore; /* the run's object store (this worker's handle) */
 	struct tf_store *db;         /* this worker's database handle */
 	double timeout;              /* seconds, 0 = none (the engine also raises *cancel) */
@@ -50,6 +52,9 @@ struct tf_step_run {
 
 /* Returns 0 on success, a negative code on failure (r->failure, r->err say more). */
 typedef int (*tf_step_kind_fn)(struct tf_step_run *r);
+
+/* Creates r->workdir (and parents); 0, or a negative errno with r->err filled. */
+int tf_step_run_workdir(struct tf_step_run *r);
 
 /* The built-in kind of a step type (NULL when this build has none). */
 tf_step_kind_fn tf_engine_builtin_kind(enum tf_step_type t);
