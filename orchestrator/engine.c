@@ -23,6 +23,8 @@
 #include "orchestrator/engine.h"
 #include "orchestrator/digest.h"
 #include "orchestrator/view.h"
+#include "accel/tpu.h"
+#include "scheduler/sched.h"
 
 #define TF_LOG_TAG "engine"
 #include "common/common.h"
@@ -80,6 +82,8 @@ struct estep {
 	char accel[48];              /* [C] slice type of the running attempt (train) */
 	char placement[128];         /* [C] where the scheduler put it, "" when unknown */
 	int chips;                   /* [C] chips held, 0 when unknown */
+	int job;                     /* [C] scheduler job of the current attempt, 0 none */
+	int awaiting_slice;          /* [C] attempt recorded, waiting for the scheduler */
 };
 
 struct engine {
@@ -112,6 +116,9 @@ struct engine {
 	sigset_t oldmask;
 	struct tf_view *view;
 	unsigned rng;                /* jitter */
+	struct tf_sched *sched;      /* slice pool for train steps (created on first use) */
+	double sched_t0;             /* monotonic origin of scheduler time */
+	struct tf_sched_decisions decisions; /* scratch */
 };
 
 /* ---- helpers ------------------------------------------------------------------------- */
@@ -490,6 +497,97 @@ static int step_final(struct engine *e, struct estep *s, enum tf_step_state to,
 	return 0;
 }
 
+/* ---- slices for train steps -------------------------------------------------------- */
+
+/* The embedded default pool of a generation: a v4 pool is 4x4x8 (as in the docs' example),
+ * other 3D generations 4x4x4, 2D generations 16x16. */
+static int ensure_pool(struct engine *e, const struct tf_tpu_gen *g, char *err, size_t errlen)
+{
+	if (!e->sched) {
+		if (tf_sched_new(NULL, &e->sched))
+			return -ENOMEM;
+		e->sched_t0 = tf_now_monotonic();
+	}
+	for (int i = 0; i < tf_sched_pool_count(e->sched); i++)
+		if (!strcmp(tf_sched_pool_name(e->sched, i), g->name))
+			return 0;
+	char spec[64];
+	if (g->torus_dims == 3)
+		snprintf(spec, sizeof(spec), "%s:%s", g->name, !strcmp(g->name, "v4") ? "4x4x8" : "4x4x4");
+	else
+		snprintf(spec, sizeof(spec), "%s:16x16", g->name);
+	int rc = tf_sched_add_pool(e->sched, g->name, spec, err, errlen);
+	return rc < 0 ? rc : 0;
+}
+
+/* Hands started train steps to `start` after a scheduler tick. */
+static void sched_dispatch(struct engine *e, struct estep **start, size_t *nstart)
+{
+	if (!e->sched)
+		return;
+	double now = tf_now_monotonic() - e->sched_t0;
+	tf_sched_tick(e->sched, now, &e->decisions);
+	for (size_t i = 0; i < e->decisions.n; i++) {
+		struct tf_sched_decision *d = &e->decisions.v[i];
+		if (d->action != TF_SCHED_START) {
+			tf_warn("scheduler: %s for job %d ignored by the in-process engine",
+				tf_sched_action_name(d->action), d->job);
+			continue;
+		}
+		for (size_t k = 0; k < e->n; k++) {
+			struct estep *s = &e->steps[k];
+			if (s->job != d->job || !s->awaiting_slice)
+				continue;
+			s->awaiting_slice = 0;
+			s->chips = d->chips;
+			snprintf(s->placement, sizeof(s->placement), "%s %d,%d,%d+%dx%dx%d",
+				 tf_sched_pool_name(e->sched, d->pool), d->box.origin[0],
+				 d->box.origin[1], d->box.origin[2], d->box.shape[0], d->box.shape[1],
+				 d->box.shape[2]);
+			start[(*nstart)++] = s;
+		}
+	}
+}
+
+/* Queues a train attempt with the scheduler; it starts when sched_dispatch places it. */
+static int slice_request(struct engine *e, struct estep *s, char *err, size_t errlen)
+{
+	struct tf_tpu_slice sl;
+	int rc = tf_tpu_slice_parse(s->accel, &sl, err, errlen);
+	if (rc == 0)
+		rc = ensure_pool(e, sl.gen, err, errlen);
+	if (rc)
+		return rc;
+	char name[160];
+	snprintf(name, sizeof(name), "%s/%s", e->run_id, s->def->name);
+	struct tf_sched_job_spec spec = { .name = name, .run = e->run_id, .slice = s->accel,
+					  .pool = sl.gen->name, .priority = 5, .preemptible = 1 };
+	rc = tf_sched_submit(e->sched, &spec, tf_now_monotonic() - e->sched_t0, &s->job, err,
+			     errlen);
+	if (rc)
+		return rc;
+	s->awaiting_slice = 1;
+	return 0;
+}
+
+/* The attempt's slice is released; *seconds receives the slice-seconds it held. */
+static void slice_release(struct engine *e, struct estep *s, int ok, double *seconds)
+{
+	struct tf_sched_job_info info;
+	double now = tf_now_monotonic() - e->sched_t0;
+	*seconds = 0;
+	if (!e->sched || !s->job)
+		return;
+	if (s->awaiting_slice)
+		tf_sched_cancel(e->sched, s->job, now);
+	else
+		tf_sched_finish(e->sched, s->job, now, ok);
+	if (tf_sched_job_info(e->sched, s->job, now, &info) == 0)
+		*seconds = info.slice_seconds;
+	s->job = 0;
+	s->awaiting_slice = 0;
+}
+
 /* Starts an attempt (state already pending or retrying): running + attempt row. */
 static int start_attempt(struct engine *e, struct estep *s, struct estep **start, size_t *nstart)
 {
@@ -512,6 +610,30 @@ static int start_attempt(struct engine *e, struct estep *s, struct estep **start
 	if (s->started_wall <= 0)
 		s->started_wall = tf_now_wall();
 	s->reason[0] = '\0';
+	if (s->def->type == TF_STEP_TRAIN) {
+		char err[400] = "";
+		s->placement[0] = '\0';
+		s->chips = 0;
+		if (slice_request(e, s, err, sizeof(err))) {
+			/* No slice can ever fit: the attempt fails at once. */
+			s->rc = -EINVAL;
+			s->failure = TF_FAIL_ERROR;
+			s->exit_code = -1;
+			snprintf(s->err, sizeof(s->err), "slice '%s': %s", s->accel, err);
+			s->res_outputs = s->res_metrics = NULL;
+			s->ended = s->started = tf_now_monotonic();
+			s->queued = 1;
+			e->nrunning++;
+			pthread_mutex_lock(&e->mu);
+			e->done[e->ndone++] = s;
+			pthread_mutex_unlock(&e->mu);
+			return 0;
+		}
+		sched_dispatch(e, start, nstart);
+		if (s->awaiting_slice)
+			set_reason(s, "waiting for a %s slice", s->accel);
+		return 0;
+	}
 	start[(*nstart)++] = s;
 	return 0;
 }
@@ -588,9 +710,11 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 	int rc;
 	e->nrunning--;
 	s->queued = 0;
-	if (s->def->type == TF_STEP_TRAIN) {
+	if (s->def->type == TF_STEP_TRAIN && s->job) {
 		/* The slice was held for the whole attempt, successful or not. */
-		double secs = s->ended - s->started;
+		double secs = 0;
+		slice_release(e, s, s->rc == 0, &secs);
+		sched_dispatch(e, start, nstart);
 		rc = tf_step_add_slice(e->db, e->run_id, s->def->name, s->accel, secs);
 		if (rc == 0)
 			rc = tf_store_run(e->db,
@@ -786,6 +910,22 @@ static int drive(struct engine *e, int *cache_hits)
 			break;
 		for (size_t i = 0; i < nbatch && rc == 0; i++)
 			rc = finished(e, batch[i], start, &nstart, ready, &nready, stopping);
+		/* Stopping: attempts still waiting for a slice never ran. */
+		for (size_t i = 0; i < e->n && rc == 0 && stopping; i++) {
+			struct estep *s = &e->steps[i];
+			if (!s->awaiting_slice)
+				continue;
+			double secs;
+			slice_release(e, s, 0, &secs);
+			struct tf_attempt_result ar = { .failure = TF_FAIL_CANCELLED, .exit_code = -1,
+							.error = "interrupted while waiting for a slice" };
+			rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
+						  TF_ATTEMPT_CANCELLED, &ar);
+			if (rc == 0)
+				rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING,
+						       NULL);
+			s->state = TF_STEP_PENDING;
+		}
 		/* Retries whose backoff has passed. */
 		for (size_t i = 0; i < e->n && rc == 0; i++) {
 			struct estep *s = &e->steps[i];
@@ -840,6 +980,8 @@ static int drive(struct engine *e, int *cache_hits)
 			pthread_mutex_lock(&e->mu);
 			for (size_t i = 0; i < nstart; i++) {
 				struct estep *s = start[i];
+				if (s->queued)
+					continue; /* already handed over */
 				s->cancel = 0;
 				s->timed_out = 0;
 				s->started = tf_now_monotonic();
@@ -859,7 +1001,7 @@ static int drive(struct engine *e, int *cache_hits)
 		if (e->nrunning == 0) {
 			int waiting = 0;
 			for (size_t i = 0; i < e->n; i++)
-				if (e->steps[i].state == TF_STEP_RETRYING)
+				if (e->steps[i].state == TF_STEP_RETRYING || e->steps[i].awaiting_slice)
 					waiting = 1;
 			if (stopping || (!waiting && nready == 0))
 				break;
@@ -891,6 +1033,8 @@ static void engine_release(struct engine *e)
 	free(e->done);
 	free(e->workers);
 	tf_view_free(e->view);
+	tf_sched_decisions_release(&e->decisions);
+	tf_sched_free(e->sched);
 	tf_store_close(e->db);
 	tf_pipeline_free(e->p);
 	free(e->home);

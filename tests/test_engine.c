@@ -77,6 +77,8 @@ static int test_kind(struct tf_step_run *r)
 		snprintf(r->err, sizeof(r->err), "planned failure %d", n + 1);
 		r->exit_code = 3;
 		rc = -EIO;
+	} else if (!verb) {
+		usleep(50000); /* a step without argv (train) takes a little while */
 	} else if (verb && !strcmp(verb, "sleep")) {
 		double until = tf_now_monotonic() + atof(arg);
 		while (tf_now_monotonic() < until && !*r->cancel)
@@ -388,6 +390,38 @@ static void test_engine_backoff_full_jitter_and_cap(void **state)
 	assert_true(tf_engine_backoff(&p, 10, 0.0) == 0.0);
 }
 
+static void test_engine_train_steps_get_slices(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	o.kinds[TF_STEP_TRAIN] = test_kind;
+	struct tf_engine_result res;
+	assert_int_equal(run_yaml("name: slices\n"
+				  "steps:\n"
+				  "  - {name: t1, type: train, accelerator: v4-32, with: {dataset: d}}\n"
+				  "  - {name: t2, type: train, accelerator: v4-8, with: {dataset: d}}\n",
+				  &o, NULL, 0, &res),
+			 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	assert_int_equal(max_concurrent, 2);
+	json_t *t1 = step_of(res.summary, "t1");
+	assert_string_equal(json_string_value(json_object_get(t1, "slice")), "v4-32");
+	assert_true(json_real_value(json_object_get(t1, "slice_seconds")) >= 0.04);
+	assert_true(json_real_value(json_object_get(res.summary, "slice_seconds")) >= 0.08);
+	json_decref(res.summary);
+	struct tf_store *st = NULL;
+	char err[256];
+	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
+	int64_t chips = 0;
+	assert_int_equal(tf_store_query_int(st, &chips,
+					    "SELECT chips FROM slice_jobs WHERE run_id=? AND step='t1'",
+					    "t", res.run_id),
+			 0);
+	assert_int_equal(chips, 16); /* v4-32: 32 TensorCores = 16 chips (2x2x4) */
+	tf_store_close(st);
+}
+
 static void *interrupter(void *arg)
 {
 	(void)arg;
@@ -451,6 +485,7 @@ int main(void)
 		cmocka_unit_test(test_engine_gate_skips_below_threshold),
 		cmocka_unit_test(test_engine_second_run_hits_cache),
 		cmocka_unit_test(test_engine_register_and_deploy_idempotent),
+		cmocka_unit_test(test_engine_train_steps_get_slices),
 		cmocka_unit_test(test_engine_interrupt_then_resume),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
