@@ -1048,7 +1048,13 @@ static int engine_init(struct engine *e, const struct tf_engine_opts *o)
 {
 	memset(e, 0, sizeof(*e));
 	e->o = o;
-	e->home = tf_xstrdup(o->home ? o->home : ".tpuflow");
+	/* Absolute, so paths handed to child processes (which run in their own directory)
+	 * stay valid. */
+	const char *h = o->home ? o->home : ".tpuflow";
+	tf_mkdir_p(h);
+	e->home = realpath(h, NULL);
+	if (!e->home)
+		e->home = tf_xstrdup(h);
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);

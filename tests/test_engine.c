@@ -422,6 +422,86 @@ static void test_engine_train_steps_get_slices(void **state)
 	tf_store_close(st);
 }
 
+static void test_engine_shell_fails_twice_then_succeeds(void **state)
+{
+	(void)state;
+	struct tf_engine_opts o = { .home = "home", .workers = 2 };
+	struct tf_engine_result res;
+	/* The program counts its runs in a file and fails the first two. */
+	const char *yaml =
+		"name: shellflaky\n"
+		"steps:\n"
+		"  - name: s\n    type: shell\n"
+		"    retries: {limit: 2, backoff: 50ms, factor: 2, on: [error]}\n"
+		"    with:\n"
+		"      argv: [/bin/sh, -c, 'n=$(cat ../../../../count 2>/dev/null || echo 0); n=$((n+1)); echo $n > ../../../../count; echo \"try $n\"; [ $n -ge 3 ] || exit 7; echo \"n=$n\" > \"$TPUFLOW_METRICS\"; echo \"{\\\"path\\\": \\\"x;y\\\"}\" > \"$TPUFLOW_OUTPUTS\"']\n"
+		"      outputs: [path]\n"
+		"      metrics: [n]\n";
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	json_t *st = step_of(res.summary, "s");
+	assert_int_equal(json_integer_value(json_object_get(st, "attempts")), 3);
+	assert_true(json_real_value(json_object_get(json_object_get(st, "metrics"), "n")) == 3.0);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(st, "outputs"), "path")),
+			    "x;y");
+	json_decref(res.summary);
+	struct tf_store *db = NULL;
+	char err[256];
+	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &db, err, sizeof(err)), 0);
+	json_t *d = NULL;
+	assert_int_equal(tf_run_describe(db, res.run_id, &d), 0);
+	json_t *att = json_object_get(json_array_get(json_object_get(d, "steps"), 0), "attempts_detail");
+	assert_int_equal(json_array_size(att), 3);
+	for (size_t i = 0; i < 2; i++) {
+		json_t *a = json_array_get(att, i);
+		assert_int_equal(json_integer_value(json_object_get(a, "exit_code")), 7);
+		assert_string_equal(json_string_value(json_object_get(a, "failure_class")), "error");
+		/* the next attempt started no earlier than the recorded backoff */
+		double next = json_real_value(json_object_get(json_array_get(att, i + 1), "started_at"));
+		double end = json_real_value(json_object_get(a, "finished_at"));
+		assert_true(next - end >= json_real_value(json_object_get(a, "backoff")) - 0.002);
+		assert_non_null(json_object_get(a, "log"));
+	}
+	json_decref(d);
+	tf_store_close(db);
+}
+
+static void test_engine_shell_timeout_kills_process_group(void **state)
+{
+	(void)state;
+	struct tf_engine_opts o = { .home = "home", .workers = 2 };
+	struct tf_engine_result res;
+	double t0 = tf_now_monotonic();
+	/* The child starts a grandchild; both must die at the timeout. */
+	assert_int_equal(run_yaml("name: shellslow\n"
+				  "steps:\n"
+				  "  - name: s\n    type: shell\n    timeout: 200ms\n"
+				  "    with: {argv: [/bin/sh, -c, 'sleep 30 & echo $! > ../../../../grandchild; wait']}\n",
+				  &o, NULL, 0, &res),
+			 0);
+	assert_true(tf_now_monotonic() - t0 < 5.0);
+	assert_int_equal(res.state, TF_RUN_FAILED);
+	json_t *s = step_of(res.summary, "s");
+	assert_non_null(strstr(json_string_value(json_object_get(s, "reason")), "timeout"));
+	json_decref(res.summary);
+	char *pidtext = NULL;
+	size_t len;
+	assert_int_equal(tf_read_file("grandchild", 100, &pidtext, &len), 0);
+	pid_t gc = (pid_t)atoi(pidtext);
+	free(pidtext);
+	usleep(100000);
+	assert_true(gc > 0);
+	/* gone, or a zombie waiting for an init that does not reap (containers) */
+	char path[64], *stat = NULL;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)gc);
+	if (tf_read_file(path, 4096, &stat, &len) == 0) {
+		const char *close_paren = strrchr(stat, ')');
+		assert_non_null(close_paren);
+		assert_int_equal(close_paren[2], 'Z');
+		free(stat);
+	}
+}
+
 static void *interrupter(void *arg)
 {
 	(void)arg;
@@ -486,6 +566,8 @@ int main(void)
 		cmocka_unit_test(test_engine_second_run_hits_cache),
 		cmocka_unit_test(test_engine_register_and_deploy_idempotent),
 		cmocka_unit_test(test_engine_train_steps_get_slices),
+		cmocka_unit_test(test_engine_shell_fails_twice_then_succeeds),
+		cmocka_unit_test(test_engine_shell_timeout_kills_process_group),
 		cmocka_unit_test(test_engine_interrupt_then_resume),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
