@@ -155,7 +155,7 @@ static json_t *result_json(const struct tf_sched_sim_result *r)
 	for (int p = TF_SCHED_PRIO_MAX; p >= 0; p--) {
 		if (!r->wait_jobs[p])
 			continue;
-		char k[8];
+		char k[16];
 		snprintf(k, sizeof(k), "%d", p);
 		json_object_set_new(w, k,
 				    json_pack("{s:i, s:f, s:f}", "jobs", r->wait_jobs[p],

@@ -21,6 +21,7 @@
  * after backfill_depth jobs or as soon as no chip is free.
  */
 #include "scheduler/sched_int.h"
+#include "accel/tpu.h"
 #include "common/common.h"
 
 #include <errno.h>
@@ -162,28 +163,22 @@ static void push(struct tf_sched *s, struct tf_sched_decisions *out, struct tf_s
 
 /* Generation wiring (Cloud TPU system architecture docs): v4 and v5p are 3D tori built from
  * 4x4x4 cubes joined by optical switches, so a dimension that is a multiple of 4 closes into a
- * ring; v2, v3, v5e and v6e pods are 2D tori whose rings close only at the full pod edge (16 or
- * 32 chips). Hosts: 4 chips (2x2x1) per host on v2-v4 and v5p, 8 chips (4x2) on v5e and v6e. */
-struct gen_wiring {
-	const char *name; /* generation */
-	int ndims;        /* torus dimensions */
-	int full_edge;    /* 2D: the pod edge at which rings close; 3D: 0 (multiple of 4) */
-	int host[3];      /* chips per host */
-};
-
-static const struct gen_wiring wirings[] = {
-	{ "v2", 2, 16, { 2, 2, 1 } },  { "v3", 2, 32, { 2, 2, 1 } }, { "v4", 3, 0, { 2, 2, 1 } },
-	{ "v5p", 3, 0, { 2, 2, 1 } },  { "v5e", 2, 16, { 4, 2, 1 } }, { "v6e", 2, 16, { 4, 2, 1 } },
-};
-
-static const struct gen_wiring *wiring_find(const char *gen)
+ * ring; the 2D generations (v2, v3, v5e, v6e) are tori whose rings close only at the full pod
+ * edge (sqrt of the largest pod: 16 or 32 chips). Hosts hold 4 chips (2x2x1) on generations
+ * with 2 TensorCores per chip and 8 chips (4x2) on the single-core v5e and v6e. */
+static int wraps(const struct tf_tpu_gen *g, int extent)
 {
-	if (!strcmp(gen, "v5litepod"))
-		gen = "v5e";
-	for (size_t i = 0; i < TF_ARRAY_LEN(wirings); i++)
-		if (!strcmp(wirings[i].name, gen))
-			return &wirings[i];
-	return NULL;
+	if (g->torus_dims == 3)
+		return extent % 4 == 0;
+	int edge = (int)lrint(sqrt((double)g->max_chips));
+	return extent == edge;
+}
+
+static void host_dims(const struct tf_tpu_gen *g, int host[3])
+{
+	host[0] = g->cores_per_chip == 1 ? 4 : 2;
+	host[1] = 2;
+	host[2] = 1;
 }
 
 /* "AxB" or "AxBxC" into dims (missing dims 1); returns the number of dims or -EINVAL. */
@@ -206,80 +201,19 @@ static int parse_dims(const char *p, int dims[3])
 	return n >= 1 ? n : -EINVAL;
 }
 
-/* A job's slice: "GEN:AxB[xC]", a bare "AxB[xC]", or a Cloud TPU name "GEN-N" where N counts
- * TensorCores on v2-v4/v5p (2 per chip) and chips on v5e/v6e. gen is "" for a bare shape. */
+/* A job's slice: a Cloud TPU type ("v4-8", "v5litepod-16") or topology ("v4:2x2x4") as
+ * accel/tpu.h parses them, or a bare shape "AxB[xC]" (any generation; gen set to ""). */
 static int parse_slice(const char *spec, char gen[16], int shape[3], char *err, size_t errlen)
 {
-	const char *colon = strchr(spec, ':');
 	gen[0] = '\0';
-	if (colon) {
-		size_t gl = (size_t)(colon - spec);
-		if (gl == 0 || gl >= 16 || parse_dims(colon + 1, shape) < 0)
-			goto bad;
-		memcpy(gen, spec, gl);
-		gen[gl] = '\0';
-		if (!wiring_find(gen))
-			goto bad_gen;
-		return 0;
-	}
 	if (parse_dims(spec, shape) >= 0)
 		return 0;
-	const char *dash = strrchr(spec, '-');
-	if (!dash || dash == spec || (size_t)(dash - spec) >= 16)
-		goto bad;
-	memcpy(gen, spec, (size_t)(dash - spec));
-	gen[dash - spec] = '\0';
-	const struct gen_wiring *w = wiring_find(gen);
-	if (!w)
-		goto bad_gen;
-	if (!strcmp(gen, "v5litepod"))
-		strcpy(gen, "v5e");
-	char *end;
-	long n = strtol(dash + 1, &end, 10);
-	if (*end || n < 1)
-		goto bad;
-	long chips = (w->ndims == 3 || !strcmp(w->name, "v2") || !strcmp(w->name, "v3")) ? n / 2 : n;
-	if (chips < 1 || ((w->ndims == 3 || !strcmp(w->name, "v2") || !strcmp(w->name, "v3")) &&
-			  n % 2))
-		goto bad;
-	/* The topology Cloud TPU gives a slice of this many chips (power of two): 3D grows
-	 * 2x2x1, 2x2x2, 2x2x4, then y, x, z in turn (2x4x4, 4x4x4, 4x4x8, 4x8x8, ...);
-	 * 2D grows y then x in turn (1x2, 2x2, 2x4, 4x4, ...). */
-	if (chips & (chips - 1))
-		goto bad;
-	int s[3] = { 1, 1, 1 };
-	long c = chips;
-	if (w->ndims == 3) {
-		static const int grow[] = { 0, 1, 2, 2 };
-		int step = 0;
-		while (c >= 2) {
-			int ax = step < 4 ? grow[step] : (int[]){ 1, 0, 2 }[(step - 4) % 3];
-			s[ax] *= 2;
-			c /= 2;
-			step++;
-		}
-	} else {
-		int d = 1;
-		while (c >= 2) {
-			s[d] *= 2;
-			d ^= 1;
-			c /= 2;
-		}
-	}
-	shape[0] = s[0];
-	shape[1] = s[1];
-	shape[2] = s[2];
+	struct tf_tpu_slice sl;
+	if (tf_tpu_slice_parse(spec, &sl, err, errlen) < 0)
+		return -EINVAL;
+	snprintf(gen, 16, "%s", sl.gen->name);
+	memcpy(shape, sl.dims, sizeof(sl.dims));
 	return 0;
-bad_gen:
-	snprintf(err, errlen, "unknown TPU generation in slice '%s': use v2, v3, v4, v5p, v5e or v6e",
-		 spec);
-	return -EINVAL;
-bad:
-	snprintf(err, errlen,
-		 "bad slice '%s': use a Cloud TPU name like 'v4-8' or 'v5litepod-16', or a "
-		 "topology like 'v4:2x2x4'",
-		 spec);
-	return -EINVAL;
 }
 
 int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, char *err,
@@ -296,16 +230,16 @@ int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, ch
 	}
 	memcpy(gen, spec, gl);
 	gen[gl] = '\0';
-	const struct gen_wiring *w = wiring_find(gen);
+	const struct tf_tpu_gen *w = tf_tpu_gen_find(gen);
 	if (!w) {
 		snprintf(err, errlen, "unknown TPU generation '%s' in pool '%s': use v2, v3, v4, v5p, "
 				      "v5e or v6e", gen, spec);
 		return -EINVAL;
 	}
 	int nd = parse_dims(colon + 1, dims);
-	if (nd != w->ndims) {
+	if (nd != w->torus_dims) {
 		snprintf(err, errlen, "bad pool '%s': %s is a %dD torus, write %s", spec, w->name,
-			 w->ndims, w->ndims == 3 ? "AxBxC" : "AxB");
+			 w->torus_dims, w->torus_dims == 3 ? "AxBxC" : "AxB");
 		return -EINVAL;
 	}
 	if (name) {
@@ -317,7 +251,7 @@ int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, ch
 	}
 	int wrap[3];
 	for (int d = 0; d < 3; d++)
-		wrap[d] = w->ndims == 3 ? dims[d] % 4 == 0 : dims[d] == w->full_edge;
+		wrap[d] = wraps(w, dims[d]);
 	struct tf_torus t;
 	if (tf_torus_init(&t, nd, dims, wrap) < 0) {
 		snprintf(err, errlen, "pool '%s' is too large: at most 64 chips along x and 65536 "
@@ -331,7 +265,7 @@ int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, ch
 	p->name = name ? tf_xstrdup(name) : tf_xasprintf("%s", spec);
 	snprintf(p->tpu_gen, sizeof(p->tpu_gen), "%s", w->name);
 	snprintf(p->spec, sizeof(p->spec), "%s", spec);
-	memcpy(p->host, w->host, sizeof(p->host));
+	host_dims(w, p->host);
 	size_t nr = (size_t)t.nrows;
 	p->busy = tf_xcalloc(nr, sizeof(uint64_t));
 	p->failed = tf_xcalloc(nr, sizeof(uint64_t));
@@ -344,6 +278,7 @@ int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, ch
 	p->owner = tf_xcalloc((size_t)t.nchips, sizeof(int));
 	p->gen = 1;
 	p->epoch = 1;
+	p->grow = 1;
 	return s->npools++;
 }
 
@@ -546,6 +481,7 @@ static void drop_target(struct tf_sched *s, struct job *j)
 	tf_torus_box_set(&p->t, p->reserved, &j->target, 0);
 	/* other targets never overlap this one, so clearing the box is exact */
 	refresh_box(p, &j->target);
+	p->grow++;
 	for (int i = 0; i < p->ntargets; i++)
 		if (p->targets[i] == j->id) {
 			p->targets[i] = p->targets[--p->ntargets];
@@ -620,6 +556,7 @@ static void release_chips(struct tf_sched *s, struct job *j, double now)
 	tf_torus_box_set(&p->t, p->busy, &j->box, 0);
 	set_owner(p, &j->box, 0);
 	refresh_box(p, &j->box);
+	p->grow++;
 	p->busy_chips -= j->chips;
 	int last = p->running[--p->nrunning];
 	p->running[j->run_pos] = last;
@@ -764,18 +701,21 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 
 /* ---- placement ---- */
 
-static int find_fit(struct tf_sched *s, struct pool *p, const struct job *j, struct tf_box *box)
+static int find_fit(struct pool *p, const struct job *j, struct tf_box *box)
 {
-	if (j->sid >= 0 && p->memo_gen[j->sid] == p->gen) {
-		*box = p->memo_box[j->sid];
-		return p->memo_ok[j->sid];
+	if (j->sid >= 0 && p->memo_grow[j->sid] == p->grow) {
+		if (!p->memo_ok[j->sid])
+			return 0;
+		if (tf_torus_box_all(&p->t, p->free, &p->memo_box[j->sid])) {
+			*box = p->memo_box[j->sid];
+			return 1;
+		}
 	}
-	(void)s;
 	int ok = 0;
 	if (p->t.nchips - p->busy_chips - p->failed_chips >= j->chips)
 		ok = tf_torus_find(&p->t, p->free, j->shape, TF_TORUS_BEST, box);
 	if (j->sid >= 0) {
-		p->memo_gen[j->sid] = p->gen;
+		p->memo_grow[j->sid] = p->grow;
 		p->memo_ok[j->sid] = (signed char)ok;
 		if (ok)
 			p->memo_box[j->sid] = *box;
@@ -787,15 +727,21 @@ static int find_fit(struct tf_sched *s, struct pool *p, const struct job *j, str
 static int find_fit_avoiding(struct pool *p, const struct job *j, const struct tf_box *resv,
 			     struct tf_box *box)
 {
-	if (j->sid >= 0 && p->memor_gen[j->sid] == p->gen) {
-		*box = p->memor_box[j->sid];
-		return p->memor_ok[j->sid];
+	if (j->sid >= 0 && p->memor_grow[j->sid] == p->grow &&
+	    p->memor_resv[j->sid] == p->resv_serial) {
+		if (!p->memor_ok[j->sid])
+			return 0;
+		if (tf_torus_box_all(&p->t, p->free, &p->memor_box[j->sid])) {
+			*box = p->memor_box[j->sid];
+			return 1;
+		}
 	}
 	memcpy(p->scratch2, p->free, (size_t)p->t.nrows * sizeof(uint64_t));
 	tf_torus_box_set(&p->t, p->scratch2, resv, 0);
 	int ok = tf_torus_find(&p->t, p->scratch2, j->shape, TF_TORUS_BEST, box);
 	if (j->sid >= 0) {
-		p->memor_gen[j->sid] = p->gen;
+		p->memor_grow[j->sid] = p->grow;
+		p->memor_resv[j->sid] = p->resv_serial;
 		p->memor_ok[j->sid] = (signed char)ok;
 		if (ok)
 			p->memor_box[j->sid] = *box;
@@ -826,10 +772,48 @@ static void avail_after(struct tf_sched *s, struct pool *p, const struct ending 
 
 /* EASY reservation for the head job j: the earliest estimated time at which it fits, and the
  * box, assuming every running job ends at its estimate. Cached until the epoch moves. */
+static double est_end(const struct job *r, double now)
+{
+	double end = r->state == TF_JOB_DRAINING ? r->deadline : r->started + r->est;
+	return end > now ? end : now;
+}
+
+/* 1 while the reserved box will still be clear by the reserved time: no failed or drained-for
+ * chip in it, and every job in it is estimated to end by then. */
+static int resv_feasible(const struct tf_sched *s, const struct pool *p, double now)
+{
+	const struct tf_box *b = &p->resv_box;
+	const int *D = p->t.dims;
+	for (int dz = 0; dz < b->shape[2]; dz++)
+		for (int dy = 0; dy < b->shape[1]; dy++) {
+			int r = (b->origin[1] + dy) % D[1] + D[1] * ((b->origin[2] + dz) % D[2]);
+			for (int dx = 0; dx < b->shape[0]; dx++) {
+				int x = (b->origin[0] + dx) % D[0];
+				if (((p->failed[r] | p->reserved[r]) >> x) & 1)
+					return 0;
+				int o = p->owner[D[0] * r + x];
+				if (o && est_end(&s->jobs[o], now) > p->resv_time)
+					return 0;
+			}
+		}
+	return 1;
+}
+
+/* How long a still-feasible reservation is kept before it is recomputed to catch jobs that
+ * ended early (Slurm's backfill likewise runs every bf_interval, 30 s by default). Keeping it
+ * never moves the head later than promised: it is recomputed at once when it turns
+ * infeasible or the head changes. */
+#define RESV_REFRESH 30.0
+
 static void reserve(struct tf_sched *s, struct pool *p, const struct job *j, double now)
 {
-	if (p->resv_job == j->id && p->resv_epoch == p->epoch && (!p->resv_ok || p->resv_time >= now))
-		return;
+	if (p->resv_job == j->id && (!p->resv_ok || p->resv_time >= now)) {
+		if (p->resv_epoch == p->epoch)
+			return;
+		if (p->resv_ok && now - p->resv_at < RESV_REFRESH && resv_feasible(s, p, now))
+			return;
+	}
+	p->resv_at = now;
 	p->resv_job = j->id;
 	p->resv_epoch = p->epoch;
 	p->resv_ok = 0;
@@ -839,15 +823,18 @@ static void reserve(struct tf_sched *s, struct pool *p, const struct job *j, dou
 	struct ending *e = tf_xmalloc((size_t)n * sizeof(*e));
 	for (int i = 0; i < n; i++) {
 		const struct job *r = &s->jobs[p->running[i]];
-		double end = r->state == TF_JOB_DRAINING ? r->deadline : r->started + r->est;
-		e[i] = (struct ending){ end > now ? end : now, r->id };
+		e[i] = (struct ending){ est_end(r, now), r->id };
 	}
 	qsort(e, (size_t)n, sizeof(*e), by_end);
 	struct tf_box box;
 	avail_after(s, p, e, n);
 	if (tf_torus_find(&p->t, p->scratch, j->shape, TF_TORUS_ANY, &box)) {
-		/* fitting is monotonic in k (releasing only frees chips): binary search */
+		/* fitting is monotonic in k (releasing only frees chips): binary search, from the
+		 * first k that frees enough chips at all */
 		int lo = 1, hi = n;
+		int have = tf_torus_count(&p->t, p->free);
+		while (lo < n && have + s->jobs[e[lo - 1].id].chips < j->chips)
+			have += s->jobs[e[lo++ - 1].id].chips;
 		while (lo < hi) {
 			int mid = lo + (hi - lo) / 2;
 			avail_after(s, p, e, mid);
@@ -863,7 +850,7 @@ static void reserve(struct tf_sched *s, struct pool *p, const struct job *j, dou
 		p->resv_box = box;
 	}
 	free(e);
-	p->gen++; /* the avoiding-memo depends on the reserved box */
+	p->resv_serial++; /* the avoiding-memo depends on the reserved box */
 }
 
 /* ---- preemption ---- */
@@ -1033,7 +1020,7 @@ static int try_job(struct tf_sched *s, struct pool *p, struct job *j, int pass, 
 		   struct scan *st, struct tf_sched_decisions *out)
 {
 	struct tf_box box;
-	if (find_fit(s, p, j, &box)) {
+	if (find_fit(p, j, &box)) {
 		if (st->resv && now + j->est > p->resv_time) {
 			/* would still run at the reserved time: only off the reserved box */
 			if (!find_fit_avoiding(p, j, &p->resv_box, &box))
@@ -1080,7 +1067,6 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 	}
 	if (p->queued == 0)
 		return;
-	p->resv_job = p->resv_epoch == p->epoch ? p->resv_job : 0;
 	struct scan st = { 0 };
 	int examined = 0;
 	for (int pass = 0; pass < 2; pass++) {
@@ -1273,6 +1259,7 @@ int tf_sched_chip_repair(struct tf_sched *s, int pool, int chip)
 		return 0;
 	tf_torus_box_set(&p->t, p->failed, &one, 0);
 	refresh_box(p, &one);
+	p->grow++;
 	p->failed_chips--;
 	p->epoch++;
 	return 0;

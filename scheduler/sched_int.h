@@ -94,8 +94,11 @@ struct pool {
 	int nrunning, caprunning;
 	int *targets;        /* ids of queued jobs with a drain target */
 	int ntargets, captargets;
-	/* placement memo per shape id, valid while memo_gen == gen */
-	uint64_t memo_gen[MAX_SHAPES], memor_gen[MAX_SHAPES];
+	uint64_t grow;       /* bumps when chips become usable (release, repair, undrain) */
+	uint64_t resv_serial; /* bumps when the reservation is recomputed */
+	/* placement memo per shape id: while `grow` is unchanged a "no fit" stays true (usable
+	 * chips only shrank) and a found box stays a fit as long as it is still free */
+	uint64_t memo_grow[MAX_SHAPES], memor_grow[MAX_SHAPES], memor_resv[MAX_SHAPES];
 	signed char memo_ok[MAX_SHAPES], memor_ok[MAX_SHAPES];
 	struct tf_box memo_box[MAX_SHAPES], memor_box[MAX_SHAPES];
 	/* the reservation of the first blocked job (EASY), valid while resv_epoch == epoch */
@@ -103,6 +106,7 @@ struct pool {
 	uint64_t resv_epoch; /* epoch it was computed at */
 	int resv_ok;         /* 1: a time and box exist */
 	double resv_time;    /* when the head can start at the latest */
+	double resv_at;      /* when it was computed */
 	struct tf_box resv_box; /* where */
 	uint64_t largest_gen; /* cache of the largest free box */
 	int largest_ok;

@@ -200,7 +200,7 @@ static int contact(const struct tf_torus *t, const uint64_t *avail, int x0, int 
 /* Most candidates scored per rotation in BEST mode: beyond this many feasible origins the
  * pool is mostly empty and contact hardly differs, so the first-found order (z, y, x
  * ascending, which packs toward the origin) decides. */
-#define MAX_SCORED 512
+#define MAX_SCORED 128
 
 /* One orientation s (extents along x, y, z). Returns the best score found (-1: none) and
  * writes the box when it beats *best. */
@@ -213,14 +213,26 @@ static int search_oriented(struct tf_torus *t, const uint64_t *avail, const int 
 	const int ox = origins(t, 0, s[0]), oy = origins(t, 1, s[1]), oz = origins(t, 2, s[2]);
 	const uint64_t xo = ox >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << ox) - 1);
 
-	/* f: per row, origins x with s[0] usable chips from x on. */
+	/* f: per row, origins x with s[0] usable chips from x on. Runs double in length each
+	 * step (run(2w) = run(w) & run(w) shifted by w), and a last overlapping step reaches
+	 * s[0], so this takes log2(s[0]) word operations per row. */
+	uint64_t any = 0;
 	for (int r = 0; r < t->nrows; r++) {
-		uint64_t v = avail[r] & t->xmask, acc = v;
-		for (int k = 1; k < s[0] && acc; k++)
-			acc &= xshift(t, v, k);
+		uint64_t acc = avail[r] & t->xmask;
+		int have = 1;
+		while (acc && have * 2 <= s[0]) {
+			acc &= xshift(t, acc, have);
+			have *= 2;
+		}
+		if (acc && have < s[0])
+			acc &= xshift(t, acc, s[0] - have);
 		t->f[r] = acc & xo;
+		any |= t->f[r];
 	}
+	if (!any)
+		return best;
 	/* g: ... and for s[1] rows in y from y on. */
+	any = 0;
 	for (int z = 0; z < Z; z++)
 		for (int y = 0; y < Y; y++) {
 			uint64_t acc = 0;
@@ -230,7 +242,10 @@ static int search_oriented(struct tf_torus *t, const uint64_t *avail, const int 
 					acc &= t->f[row_of(t, (y + k) % Y, z)];
 			}
 			t->g[row_of(t, y, z)] = acc;
+			any |= acc;
 		}
+	if (!any)
+		return best;
 	/* h: ... and for s[2] planes in z from z on: the feasible origins. */
 	int scored = 0;
 	const int maxscore = 2 * (s[1] * s[2] + s[0] * s[2] + s[0] * s[1]);

@@ -616,7 +616,7 @@ int tf_ckpt_gc(struct tf_objstore *s, const char *prefix, const struct tf_ckpt_g
 		for (size_t j = 0; j < ns; j++)
 			gone |= retired[j] && steps[j] == step;
 		/* a retired step's shards go now; anything else may belong to a save in flight */
-		if (!gone && now - all.v[i].mtime < o->grace)
+		if (!gone && o->grace > 0 && now - all.v[i].mtime < o->grace)
 			continue;
 		rc = o->dry_run ? 0 : tf_objstore_delete(s, key);
 		if (rc == -ENOENT)

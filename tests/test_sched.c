@@ -1,0 +1,783 @@
+/* test_sched.c — the slice scheduler as tables of cases: fits / does not fit, rotation,
+ * wrap-around, holes kept whole, priorities, quotas and borrowing, fair share over time,
+ * backfill never delaying the head's reservation, minimal preemption, chip failures,
+ * accounting, slice names and the descriptions. Time is passed in; nothing sleeps. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "scheduler/sched.h"
+#include "scheduler/sched_int.h"
+#include "scheduler/torus.h"
+#include "scheduler/sim.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers ---- */
+
+static struct tf_sched *mk(const char *pool, enum tf_sched_policy pol)
+{
+	struct tf_sched_config cfg;
+	tf_sched_config_default(&cfg);
+	cfg.policy = pol;
+	struct tf_sched *s;
+	assert_int_equal(tf_sched_new(&cfg, &s), 0);
+	char err[256];
+	int rc = tf_sched_add_pool(s, "p", pool, err, sizeof(err));
+	if (rc < 0)
+		fail_msg("add_pool %s: %s", pool, err);
+	return s;
+}
+
+static int submit(struct tf_sched *s, const char *slice, const char *project, int prio,
+		  int preemptible, double est, double now)
+{
+	struct tf_sched_job_spec sp = { .slice = slice,
+					.project = project,
+					.priority = prio,
+					.preemptible = preemptible,
+					.est_seconds = est };
+	char err[256];
+	int id = 0;
+	int rc = tf_sched_submit(s, &sp, now, &id, err, sizeof(err));
+	if (rc < 0)
+		fail_msg("submit %s: %s", slice, err);
+	return id;
+}
+
+/* The invariants listed in sched_int.h, checked after steps of the longer scenarios. */
+static void check_invariants(const struct tf_sched *s)
+{
+	for (int pi = 0; pi < s->npools; pi++) {
+		const struct pool *p = &s->pools[pi];
+		int busy = 0;
+		for (int r = 0; r < p->t.nrows; r++) {
+			uint64_t want = ~(p->busy[r] | p->failed[r] | p->reserved[r]) & p->t.xmask;
+			assert_true(p->free[r] == want);
+			busy += __builtin_popcountll(p->busy[r]);
+		}
+		assert_int_equal(busy, p->busy_chips);
+		for (int c = 0; c < p->t.nchips; c++) {
+			int o = p->owner[c], x = c % p->t.dims[0], r = c / p->t.dims[0];
+			assert_int_equal(o != 0, (int)((p->busy[r] >> x) & 1));
+			if (o) {
+				const struct job *j = &s->jobs[o];
+				assert_true(j->state == TF_JOB_RUNNING || j->state == TF_JOB_DRAINING);
+				assert_true(tf_torus_box_contains(&p->t, &j->box, c));
+				assert_false((p->failed[r] >> x) & 1);
+			}
+		}
+	}
+}
+
+static int count_action(const struct tf_sched_decisions *d, enum tf_sched_action a)
+{
+	int n = 0;
+	for (size_t i = 0; i < d->n; i++)
+		n += d->v[i].action == a;
+	return n;
+}
+
+static int started(const struct tf_sched_decisions *d, int id)
+{
+	for (size_t i = 0; i < d->n; i++)
+		if (d->v[i].action == TF_SCHED_START && d->v[i].job == id)
+			return 1;
+	return 0;
+}
+
+/* ---- geometry ---- */
+
+struct fit_case {
+	const char *what;
+	int ndims, dims[3], wrap[3];
+	struct tf_box busy[4]; /* boxes already taken (shape 0: unused) */
+	int want[3];
+	int fits;
+	int origin[3]; /* expected origin when fits and check_origin */
+	int check_origin;
+	int shape[3]; /* expected rotation when check_shape */
+	int check_shape;
+};
+
+#define BOX(x, y, z, a, b, c) { { x, y, z }, { a, b, c } }
+static const struct fit_case fit_cases[] = {
+	{ .what = "empty pool fits", .ndims = 3, .dims = { 4, 4, 8 }, .wrap = { 1, 1, 1 },
+	  .want = { 2, 2, 4 }, .fits = 1 },
+	{ .what = "bigger than the pool", .ndims = 3, .dims = { 4, 4, 8 }, .wrap = { 1, 1, 1 },
+	  .want = { 4, 4, 16 }, .fits = 0 },
+	{ .what = "rotation: 8 along x only fits along z", .ndims = 3, .dims = { 4, 4, 8 },
+	  .want = { 8, 2, 2 }, .fits = 1, .shape = { 2, 2, 8 }, .check_shape = 1 },
+	{ .what = "rotation in 2D: 2x8 in an 8x4 hole", .ndims = 2, .dims = { 8, 8, 1 },
+	  .busy = { BOX(0, 4, 0, 8, 4, 1) }, .want = { 2, 8, 1 }, .fits = 1,
+	  .shape = { 8, 2, 1 }, .check_shape = 1 },
+	{ .what = "no fit: enough free chips but split", .ndims = 3, .dims = { 4, 4, 4 },
+	  .busy = { BOX(0, 0, 1, 4, 4, 2) }, .want = { 4, 4, 2 }, .fits = 0 },
+	{ .what = "wrap-around in x on a 16-ring", .ndims = 2, .dims = { 16, 16, 1 },
+	  .wrap = { 1, 1, 0 }, .busy = { BOX(4, 0, 0, 8, 16, 1) }, .want = { 8, 16, 1 },
+	  .fits = 1, .origin = { 12, 0, 0 }, .check_origin = 1 },
+	{ .what = "no wrap on a mesh edge", .ndims = 2, .dims = { 16, 16, 1 },
+	  .busy = { BOX(4, 0, 0, 8, 16, 1) }, .want = { 8, 16, 1 }, .fits = 0 },
+	{ .what = "wrap-around in z of a v4 torus", .ndims = 3, .dims = { 4, 4, 8 },
+	  .wrap = { 1, 1, 1 }, .busy = { BOX(0, 0, 2, 4, 4, 4) }, .want = { 4, 4, 4 }, .fits = 1,
+	  .origin = { 0, 0, 6 }, .check_origin = 1 },
+	{ .what = "same hole without wrap (z of 6 is no ring)", .ndims = 3, .dims = { 4, 4, 6 },
+	  .wrap = { 1, 1, 0 }, .busy = { BOX(0, 0, 2, 4, 4, 2) }, .want = { 4, 4, 4 }, .fits = 0 },
+	{ .what = "wrap in y only where y wraps", .ndims = 3, .dims = { 4, 8, 4 },
+	  .wrap = { 0, 1, 0 }, .busy = { BOX(0, 2, 0, 4, 4, 4) }, .want = { 4, 4, 4 }, .fits = 1,
+	  .origin = { 0, 6, 0 }, .check_origin = 1 },
+	{ .what = "exact fill of the last hole", .ndims = 3, .dims = { 4, 4, 4 },
+	  .wrap = { 1, 1, 1 }, .busy = { BOX(0, 0, 0, 4, 4, 3) }, .want = { 4, 4, 1 }, .fits = 1,
+	  .origin = { 0, 0, 3 }, .check_origin = 1 },
+	{ .what = "two holes: the snug one is chosen", .ndims = 3, .dims = { 4, 4, 4 },
+	  .busy = { BOX(0, 0, 0, 4, 4, 1), BOX(0, 0, 2, 4, 4, 2), BOX(2, 0, 1, 2, 4, 1) },
+	  .want = { 2, 4, 1 }, .fits = 1, .origin = { 0, 0, 1 }, .check_origin = 1 },
+};
+
+static void test_sched_fit_table(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(fit_cases) / sizeof(fit_cases[0]); i++) {
+		const struct fit_case *c = &fit_cases[i];
+		struct tf_torus t;
+		assert_int_equal(tf_torus_init(&t, c->ndims, c->dims, c->wrap), 0);
+		uint64_t *busy = calloc((size_t)t.nrows, sizeof(uint64_t));
+		uint64_t *avail = calloc((size_t)t.nrows, sizeof(uint64_t));
+		for (int k = 0; k < 4 && c->busy[k].shape[0]; k++)
+			tf_torus_box_set(&t, busy, &c->busy[k], 1);
+		for (int r = 0; r < t.nrows; r++)
+			avail[r] = ~busy[r] & t.xmask;
+		for (int mode = TF_TORUS_ANY; mode <= TF_TORUS_BEST; mode++) {
+			int check = mode == TF_TORUS_BEST || !strstr(c->what, "snug");
+			struct tf_box b;
+			int got = tf_torus_find(&t, avail, c->want, (enum tf_torus_mode)mode, &b);
+			if (got != c->fits)
+				fail_msg("case '%s' mode %d: fits=%d, want %d", c->what, mode, got,
+					 c->fits);
+			if (!got)
+				continue;
+			/* the box is free and has the requested extents in some order */
+			assert_true(tf_torus_box_all(&t, avail, &b));
+			int a[3] = { b.shape[0], b.shape[1], b.shape[2] };
+			assert_int_equal(a[0] * a[1] * a[2], c->want[0] * c->want[1] * c->want[2]);
+			if (check && c->check_origin && memcmp(b.origin, c->origin, sizeof(b.origin)))
+				fail_msg("case '%s': origin %d,%d,%d want %d,%d,%d", c->what,
+					 b.origin[0], b.origin[1], b.origin[2], c->origin[0],
+					 c->origin[1], c->origin[2]);
+			if (c->check_shape && memcmp(b.shape, c->shape, sizeof(b.shape)))
+				fail_msg("case '%s': shape %dx%dx%d", c->what, b.shape[0],
+					 b.shape[1], b.shape[2]);
+		}
+		free(busy);
+		free(avail);
+		tf_torus_release(&t);
+	}
+}
+
+static void test_sched_largest_free_box(void **state)
+{
+	(void)state;
+	struct tf_torus t;
+	int dims[3] = { 4, 4, 8 }, wrap[3] = { 1, 1, 1 };
+	assert_int_equal(tf_torus_init(&t, 3, dims, wrap), 0);
+	uint64_t avail[32];
+	for (int r = 0; r < 32; r++)
+		avail[r] = t.xmask;
+	struct tf_box b, used = { { 0, 0, 0 }, { 4, 4, 6 } };
+	tf_torus_box_set(&t, avail, &used, 0);
+	assert_true(tf_torus_largest(&t, avail, &b));
+	assert_int_equal(b.shape[0] * b.shape[1] * b.shape[2], 32);
+	tf_torus_release(&t);
+}
+
+/* Small jobs placed one by one keep the big hole whole: after eight 2x2x1 jobs on a 4x4x4
+ * pool, the 32 free chips still form one 4x4x2 box. */
+static void test_sched_fragmentation_keeps_holes(void **state)
+{
+	(void)state;
+	const char *pools[] = { "v4:4x4x4", "v4:4x4x6" };
+	for (size_t k = 0; k < 2; k++) {
+		struct tf_sched *s = mk(pools[k], TF_SCHED_BACKFILL);
+		struct tf_sched_decisions d = { 0 };
+		for (int i = 0; i < 8; i++) {
+			submit(s, "v4-8", "a", 0, 0, 100, i);
+			tf_sched_tick(s, i, &d);
+			assert_int_equal(count_action(&d, TF_SCHED_START), 1);
+		}
+		assert_true(tf_sched_fragmentation(s, 0) < 1e-9);
+		check_invariants(s);
+		tf_sched_decisions_release(&d);
+		tf_sched_free(s);
+	}
+}
+
+/* ---- queueing ---- */
+
+static void test_sched_priority_then_fifo(void **state)
+{
+	(void)state;
+	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_FIFO);
+	struct tf_sched_decisions d = { 0 };
+	int big = submit(s, "v4:4x4x4", "a", 0, 0, 100, 0);
+	tf_sched_tick(s, 0, &d);
+	assert_true(started(&d, big));
+	int a = submit(s, "v4:2x4x4", "a", 3, 0, 100, 1);
+	int b = submit(s, "v4:2x4x4", "a", 3, 0, 100, 2);
+	int c = submit(s, "v4:4x4x4", "a", 7, 0, 100, 3);
+	tf_sched_tick(s, 4, &d);
+	assert_int_equal(d.n, 0); /* nothing free */
+	assert_int_equal(tf_sched_finish(s, big, 100, 1), 0);
+	tf_sched_tick(s, 100, &d);
+	assert_int_equal(d.n, 1); /* the urgent one first */
+	assert_true(started(&d, c));
+	tf_sched_finish(s, c, 200, 1);
+	tf_sched_tick(s, 200, &d);
+	assert_int_equal(d.n, 2); /* then both of priority 3, in submit order */
+	assert_int_equal(d.v[0].job, a);
+	assert_int_equal(d.v[1].job, b);
+	check_invariants(s);
+	tf_sched_decisions_release(&d);
+	tf_sched_free(s);
+}
+
+struct quota_case {
+	const char *what;
+	int quota_a, borrow_a;
+	int preemptible;
+	int want_started; /* of 4 jobs of 8 chips from project a on an idle 64-chip pool */
+	int want_borrowed;
+};
+
+static const struct quota_case quota_cases[] = {
+	{ "no quota", 0, 0, 1, 4, 0 },
+	{ "quota 16, no borrowing", 16, 0, 1, 2, 0 },
+	{ "quota 16, borrowing preemptible", 16, 1, 1, 4, 2 },
+	{ "quota 16, borrowing but not preemptible", 16, 1, 0, 2, 0 },
+};
+
+static void test_sched_quota_table(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(quota_cases) / sizeof(quota_cases[0]); i++) {
+		const struct quota_case *c = &quota_cases[i];
+		struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+		struct tf_sched_decisions d = { 0 };
+		assert_int_equal(tf_sched_set_project(s, "a", 1, c->quota_a, c->borrow_a), 0);
+		int ids[4];
+		for (int k = 0; k < 4; k++)
+			ids[k] = submit(s, "v4:2x2x2", "a", 1, c->preemptible, 100, 0);
+		tf_sched_tick(s, 0, &d);
+		int borrowed = 0;
+		for (int k = 0; k < 4; k++) {
+			struct tf_sched_job_info ji;
+			tf_sched_job_info(s, ids[k], 0, &ji);
+			borrowed += ji.borrowed;
+		}
+		if (count_action(&d, TF_SCHED_START) != c->want_started || borrowed != c->want_borrowed)
+			fail_msg("case '%s': started %d borrowed %d", c->what,
+				 count_action(&d, TF_SCHED_START), borrowed);
+		if (c->want_started < 4) {
+			char why[160];
+			tf_sched_job_reason(s, ids[3], why, sizeof(why));
+			assert_non_null(strstr(why, "quota"));
+		}
+		tf_sched_decisions_release(&d);
+		tf_sched_free(s);
+	}
+}
+
+/* A project within its quota takes borrowed capacity back by preempting the borrowers. */
+static void test_sched_quota_reclaims_borrowed(void **state)
+{
+	(void)state;
+	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+	struct tf_sched_decisions d = { 0 };
+	tf_sched_set_project(s, "a", 1, 32, 1);
+	tf_sched_set_project(s, "b", 1, 32, 0);
+	for (int k = 0; k < 8; k++)
+		submit(s, "v4:2x2x2", "a", 1, 1, 1000, 0);
+	tf_sched_tick(s, 0, &d);
+	assert_int_equal(count_action(&d, TF_SCHED_START), 8); /* 4 in quota, 4 borrowed */
+	int b = submit(s, "v4:2x4x4", "b", 1, 0, 100, 10);
+	tf_sched_tick(s, 10, &d);
+	/* same priority: only borrowed jobs may go, and exactly the 32 chips needed */
+	assert_int_equal(count_action(&d, TF_SCHED_PREEMPT), 4);
+	for (size_t i = 0; i < d.n; i++) {
+		struct tf_sched_job_info ji;
+		tf_sched_job_info(s, d.v[i].job, 10, &ji);
+		assert_true(ji.borrowed);
+		assert_int_equal(d.v[i].cause, b);
+		tf_sched_release(s, d.v[i].job, 15);
+	}
+	check_invariants(s);
+	tf_sched_tick(s, 15, &d);
+	assert_true(started(&d, b));
+	check_invariants(s);
+	tf_sched_decisions_release(&d);
+	tf_sched_free(s);
+}
+
+/* Two projects with weights 3:1 flooding the pool with equal jobs get chip-seconds 3:1. */
+static void test_sched_fair_share_over_time(void **state)
+{
+	(void)state;
+	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+	struct tf_sched_decisions d = { 0 };
+	tf_sched_set_project(s, "a", 3, 0, 0);
+	tf_sched_set_project(s, "b", 1, 0, 0);
+	for (int k = 0; k < 800; k++) {
+		submit(s, "v4-8", "a", 1, 0, 100, 0);
+		submit(s, "v4-8", "b", 1, 0, 100, 0);
+	}
+	int running[64], nrun = 0;
+	for (double now = 0; now <= 4000; now += 100) {
+		for (int k = 0; k < nrun; k++)
+			tf_sched_finish(s, running[k], now, 1);
+		nrun = 0;
+		tf_sched_tick(s, now, &d);
+		for (size_t i = 0; i < d.n; i++)
+			running[nrun++] = d.v[i].job;
+		assert_int_equal(nrun, 16); /* the pool stays full */
+	}
+	struct tf_sched_usage ua, ub;
+	tf_sched_project_usage(s, "a", 4000, &ua);
+	tf_sched_project_usage(s, "b", 4000, &ub);
+	double ratio = ua.chip_seconds / ub.chip_seconds;
+	if (fabs(ratio - 3) > 0.3)
+		fail_msg("chip-seconds a/b = %.2f, want 3", ratio);
+	check_invariants(s);
+	tf_sched_decisions_release(&d);
+	tf_sched_free(s);
+}
+
+/* ---- backfill ---- */
+
+/* The head (4x4x4) waits for two 4x4x2 jobs ending at 100 and 1000: reservation t=1000 on the
+ * whole pool. A short job may use the half freed at 100; a long one may not. */
+static void test_sched_backfill_table(void **state)
+{
+	(void)state;
+	const struct {
+		enum tf_sched_policy pol;
+		double est_small;
+		int want_small_started;
+	} cases[] = {
+		{ TF_SCHED_BACKFILL, 500, 1 },	/* ends at 600 < 1000: backfilled */
+		{ TF_SCHED_BACKFILL, 5000, 0 }, /* would delay the head */
+		{ TF_SCHED_FIFO, 500, 0 },	/* FIFO never jumps the head */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tf_sched *s = mk("v4:4x4x4", cases[i].pol);
+		struct tf_sched_decisions d = { 0 };
+		int a = submit(s, "v4:2x4x4", "x", 1, 0, 100, 0);
+		submit(s, "v4:2x4x4", "x", 1, 0, 1000, 0);
+		tf_sched_tick(s, 0, &d);
+		assert_int_equal(count_action(&d, TF_SCHED_START), 2);
+		int head = submit(s, "v4:4x4x4", "x", 1, 0, 100, 1);
+		tf_sched_finish(s, a, 100, 1);
+		int small = submit(s, "v4-8", "x", 1, 0, cases[i].est_small, 100);
+		tf_sched_tick(s, 100, &d);
+		assert_int_equal(started(&d, small), cases[i].want_small_started);
+		assert_false(started(&d, head));
+		assert_int_equal(s->pools[0].resv_job, head);
+		assert_true(fabs(s->pools[0].resv_time - 1000) < 1e-9);
+		char why[160];
+		tf_sched_job_reason(s, head, why, sizeof(why));
+		assert_non_null(strstr(why, "needs 4x4x4, largest free"));
+		if (!cases[i].want_small_started) {
+			tf_sched_job_reason(s, small, why, sizeof(why));
+			assert_non_null(strstr(why, cases[i].pol == TF_SCHED_FIFO ? "behind"
+										 : "would delay"));
+		}
+		tf_sched_decisions_release(&d);
+		tf_sched_free(s);
+	}
+}
+
+struct bf_job {
+	double arrive, dur;
+	const char *slice;
+	int id;
+	double resv; /* first reservation promised to it, -1: none */
+	double start;
+};
+
+/* Property over random workloads (estimates exact, one priority): no job ever starts later
+ * than the first reservation it was promised as the head. */
+static void test_sched_backfill_never_delays_head(void **state)
+{
+	(void)state;
+	static const char *slices[] = { "v4-8", "v4:2x2x2", "v4:2x2x4", "v4:2x4x4", "v4:4x4x4",
+					"v4:2x4x4" };
+	int checked = 0;
+	for (uint64_t seed = 1; seed <= 30; seed++) {
+		struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+		struct tf_sched_decisions d = { 0 };
+		enum { N = 60 };
+		struct bf_job jobs[N];
+		uint64_t st = seed * 7919;
+		double t = 0;
+		for (int i = 0; i < N; i++) {
+			st = st * 6364136223846793005ull + 1442695040888963407ull;
+			t += (double)((st >> 33) % 40);
+			jobs[i] = (struct bf_job){ t, 10 + (double)((st >> 20) % 300),
+						   slices[(st >> 40) % 6], 0, -1, -1 };
+		}
+		/* event loop on whole seconds */
+		int next = 0, done = 0;
+		for (double now = 0; done < N && now < 1e6; now += 1) {
+			for (int i = 0; i < N; i++)
+				if (jobs[i].start >= 0 && jobs[i].id &&
+				    fabs(jobs[i].start + jobs[i].dur - now) < 1e-9) {
+					tf_sched_finish(s, jobs[i].id, now, 1);
+					done++;
+				}
+			while (next < N && jobs[next].arrive <= now) {
+				jobs[next].id =
+					submit(s, jobs[next].slice, "x", 1, 0, jobs[next].dur, now);
+				next++;
+			}
+			tf_sched_tick(s, now, &d);
+			for (size_t k = 0; k < d.n; k++)
+				for (int i = 0; i < N; i++)
+					if (jobs[i].id == d.v[k].job)
+						jobs[i].start = now;
+			const struct pool *p = &s->pools[0];
+			if (p->resv_job && p->resv_ok)
+				for (int i = 0; i < N; i++)
+					if (jobs[i].id == p->resv_job && jobs[i].resv < 0 &&
+					    jobs[i].start < 0)
+						jobs[i].resv = p->resv_time;
+			check_invariants(s);
+		}
+		assert_int_equal(done, N);
+		for (int i = 0; i < N; i++)
+			if (jobs[i].resv >= 0) {
+				checked++;
+				if (jobs[i].start > jobs[i].resv + 1e-9)
+					fail_msg("seed %llu job %d started at %.0f after its reservation "
+						 "%.0f",
+						 (unsigned long long)seed, jobs[i].id, jobs[i].start,
+						 jobs[i].resv);
+			}
+		tf_sched_decisions_release(&d);
+		tf_sched_free(s);
+	}
+	assert_true(checked > 30); /* the property was exercised */
+}
+
+/* ---- preemption ---- */
+
+struct preempt_case {
+	const char *what;
+	int prio[3], preemptible[3]; /* the 32-chip job and the two 16-chip jobs */
+	int want_victim;             /* index 0..2, -1: no preemption */
+};
+
+static const struct preempt_case preempt_cases[] = {
+	{ "the smallest victim", { 1, 1, 1 }, { 1, 1, 1 }, 1 },
+	{ "skips a non-preemptible job", { 1, 1, 1 }, { 1, 0, 1 }, 2 },
+	{ "only lower priorities", { 1, 7, 7 }, { 1, 1, 1 }, 0 },
+	{ "nothing eligible", { 7, 7, 7 }, { 1, 1, 1 }, -1 },
+	{ "nothing preemptible", { 1, 1, 1 }, { 0, 0, 0 }, -1 },
+};
+
+static void test_sched_preemption_minimal_victims(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(preempt_cases) / sizeof(preempt_cases[0]); i++) {
+		const struct preempt_case *c = &preempt_cases[i];
+		struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+		struct tf_sched_decisions d = { 0 };
+		int v[3];
+		v[0] = submit(s, "v4:2x4x4", "x", c->prio[0], c->preemptible[0], 1000, 0);
+		v[1] = submit(s, "v4:1x4x4", "x", c->prio[1], c->preemptible[1], 1000, 0);
+		v[2] = submit(s, "v4:1x4x4", "x", c->prio[2], c->preemptible[2], 1000, 0);
+		tf_sched_tick(s, 0, &d);
+		assert_int_equal(count_action(&d, TF_SCHED_START), 3);
+		int h = submit(s, "v4:1x4x4", "x", 5, 0, 100, 10);
+		tf_sched_tick(s, 10, &d);
+		int npre = count_action(&d, TF_SCHED_PREEMPT);
+		if (c->want_victim < 0) {
+			assert_int_equal(npre, 0);
+		} else {
+			if (npre != 1 || d.v[0].job != v[c->want_victim])
+				fail_msg("case '%s': %d preemptions, first job %d, want job %d",
+					 c->what, npre, d.n ? d.v[0].job : 0, v[c->want_victim]);
+			assert_int_equal(d.v[0].cause, h);
+			assert_true(fabs(d.v[0].deadline - 40) < 1e-9); /* 30 s grace */
+			int victim = d.v[0].job;
+			char why[160];
+			tf_sched_job_reason(s, h, why, sizeof(why));
+			assert_non_null(strstr(why, "preempted"));
+			/* the victim checkpoints and exits; the head starts on its chips */
+			assert_int_equal(tf_sched_release(s, victim, 20), 0);
+			check_invariants(s);
+			tf_sched_tick(s, 20, &d);
+			assert_true(started(&d, h));
+			struct tf_sched_job_info ji;
+			tf_sched_job_info(s, victim, 20, &ji);
+			assert_int_equal(ji.state, TF_JOB_QUEUED);
+			assert_int_equal(ji.preemptions, 1);
+			/* ... and resumes when room returns */
+			tf_sched_finish(s, h, 120, 1);
+			tf_sched_tick(s, 120, &d);
+			assert_true(started(&d, victim));
+			assert_int_equal(d.v[0].attempt, 2);
+		}
+		check_invariants(s);
+		tf_sched_decisions_release(&d);
+		tf_sched_free(s);
+	}
+}
+
+/* A victim that does not release within the grace period is killed and requeued. */
+static void test_sched_preemption_grace_kill(void **state)
+{
+	(void)state;
+	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+	struct tf_sched_decisions d = { 0 };
+	int low = submit(s, "v4:4x4x4", "x", 0, 1, 1000, 0);
+	tf_sched_tick(s, 0, &d);
+	int high = submit(s, "v4-8", "x", 9, 0, 100, 1);
+	tf_sched_tick(s, 1, &d);
+	assert_int_equal(count_action(&d, TF_SCHED_PREEMPT), 1);
+	tf_sched_tick(s, 30, &d);
+	assert_int_equal(d.n, 0); /* still in grace */
+	tf_sched_tick(s, 31, &d);
+	assert_int_equal(count_action(&d, TF_SCHED_KILL), 1);
+	assert_int_equal(d.v[0].job, low);
+	assert_true(started(&d, high));
+	struct tf_sched_job_info ji;
+	tf_sched_job_info(s, low, 31, &ji);
+	assert_int_equal(ji.state, TF_JOB_QUEUED);
+	assert_true(fabs(ji.chip_seconds - 31 * 64) < 1e-6); /* accounted up to the kill */
+	check_invariants(s);
+	tf_sched_decisions_release(&d);
+	tf_sched_free(s);
+}
+
+/* ---- chip failures ---- */
+
+static void test_sched_chip_failure_requeues_elsewhere(void **state)
+{
+	(void)state;
+	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+	struct tf_sched_decisions d = { 0 };
+	int id = submit(s, "v4:2x2x2", "x", 1, 0, 100, 0);
+	tf_sched_tick(s, 0, &d);
+	int chips[8];
+	assert_int_equal(tf_sched_job_chips(s, id, chips, 8), 8);
+	assert_int_equal(tf_sched_chip_fail(s, 0, chips[3], 50, &d), 0);
+	assert_int_equal(d.n, 1);
+	assert_int_equal(d.v[0].action, TF_SCHED_FAIL_INFRA);
+	assert_int_equal(d.v[0].cause, chips[3]);
+	struct tf_sched_job_info ji;
+	tf_sched_job_info(s, id, 50, &ji);
+	assert_int_equal(ji.state, TF_JOB_QUEUED);
+	assert_int_equal(ji.infra_failures, 1);
+	tf_sched_tick(s, 50, &d);
+	assert_true(started(&d, id));
+	assert_int_equal(d.v[0].attempt, 2);
+	const struct tf_torus *t = tf_sched_pool_torus(s, 0);
+	assert_false(tf_torus_box_contains(t, &d.v[0].box, chips[3]));
+	check_invariants(s);
+	/* a job that needs every chip waits until the repair */
+	int all = submit(s, "v4:4x4x4", "x", 9, 0, 100, 60);
+	tf_sched_finish(s, id, 60, 1);
+	tf_sched_tick(s, 60, &d);
+	assert_false(started(&d, all));
+	tf_sched_chip_repair(s, 0, chips[3]);
+	tf_sched_tick(s, 70, &d);
+	assert_true(started(&d, all));
+	/* a chip failing under a host shows in the map */
+	assert_int_equal(tf_sched_chip_fail(s, 0, 0, 80, &d), 0);
+	assert_int_equal(count_action(&d, TF_SCHED_FAIL_INFRA), 1);
+	char *txt = tf_sched_describe_text(s, 80);
+	assert_non_null(strstr(txt, "x"));
+	free(txt);
+	check_invariants(s);
+	tf_sched_decisions_release(&d);
+	tf_sched_free(s);
+}
+
+/* ---- slices, accounting, descriptions ---- */
+
+static void test_sched_slice_names(void **state)
+{
+	(void)state;
+	const struct {
+		const char *pool, *slice;
+		int shape[3];
+		int ok;
+	} cases[] = {
+		{ "v4:4x4x8", "v4-8", { 2, 2, 1 }, 1 },
+		{ "v4:4x4x8", "v4-32", { 2, 2, 4 }, 1 },
+		{ "v4:4x4x8", "v4:2x2x4", { 2, 2, 4 }, 1 },
+		{ "v4:4x4x8", "2x2x2", { 2, 2, 2 }, 1 },
+		{ "v5e:16x16", "v5litepod-16", { 4, 4, 1 }, 1 },
+		{ "v5e:16x16", "v4-8", { 0 }, 0 },      /* wrong generation */
+		{ "v4:4x4x8", "v4-4096", { 0 }, 0 },    /* larger than the pool */
+		{ "v4:4x4x8", "v9-8", { 0 }, 0 },       /* unknown generation */
+		{ "v4:4x4x8", "banana", { 0 }, 0 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tf_sched *s = mk(cases[i].pool, TF_SCHED_BACKFILL);
+		struct tf_sched_job_spec sp = { .slice = cases[i].slice };
+		char err[256] = "";
+		int id = 0, rc = tf_sched_submit(s, &sp, 0, &id, err, sizeof(err));
+		if ((rc == 0) != cases[i].ok)
+			fail_msg("slice '%s' on %s: rc %d (%s)", cases[i].slice, cases[i].pool, rc,
+				 err);
+		if (rc == 0) {
+			struct tf_sched_job_info ji;
+			tf_sched_job_info(s, id, 0, &ji);
+			assert_memory_equal(ji.shape, cases[i].shape, sizeof(ji.shape));
+		} else {
+			assert_true(strlen(err) > 10);
+		}
+		tf_sched_free(s);
+	}
+	struct tf_sched *s;
+	char err[256];
+	tf_sched_new(NULL, &s);
+	assert_int_equal(tf_sched_add_pool(s, "x", "v4:4x4", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "3D"));
+	assert_int_equal(tf_sched_add_pool(s, "x", "tpu", err, sizeof(err)), -EINVAL);
+	assert_int_equal(tf_sched_add_pool(s, "x", "v5e:16x16", err, sizeof(err)), 0);
+	assert_int_equal(tf_sched_add_pool(s, "y", "v4:4x4x8", err, sizeof(err)), 1);
+	assert_int_equal(tf_sched_pool_count(s), 2);
+	/* v5e hosts hold 8 chips (4x2); v4 hosts 4 (2x2x1) */
+	assert_int_equal(tf_sched_chip_host(s, 0, 3), 0);
+	assert_int_equal(tf_sched_chip_host(s, 0, 4), 1);
+	assert_int_equal(tf_sched_chip_host(s, 1, 1), 0);
+	assert_int_equal(tf_sched_chip_host(s, 1, 2), 1);
+	tf_sched_free(s);
+}
+
+static void test_sched_accounting(void **state)
+{
+	(void)state;
+	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+	struct tf_sched_decisions d = { 0 };
+	struct tf_sched_job_spec sp = { .slice = "v4:2x2x2", .project = "p", .run = "run-1" };
+	char err[128];
+	int a, b;
+	tf_sched_submit(s, &sp, 0, &a, err, sizeof(err));
+	sp.slice = "v4-8";
+	tf_sched_submit(s, &sp, 0, &b, err, sizeof(err));
+	tf_sched_tick(s, 10, &d);
+	tf_sched_finish(s, a, 110, 1);
+	struct tf_sched_usage u;
+	assert_int_equal(tf_sched_run_usage(s, "run-1", 110, &u), 0);
+	assert_true(fabs(u.chip_seconds - (100 * 8 + 100 * 4)) < 1e-9);
+	assert_int_equal(tf_sched_project_usage(s, "p", 210, &u), 0);
+	assert_true(fabs(u.chip_seconds - (100 * 8 + 200 * 4)) < 1e-9);
+	assert_true(fabs(u.slice_seconds - 300) < 1e-9);
+	assert_int_equal(u.running_chips, 4);
+	assert_int_equal(u.jobs, 2);
+	assert_int_equal(tf_sched_project_usage(s, "nope", 0, &u), -ENOENT);
+	assert_true(fabs(tf_sched_utilization(s, 0) - 4.0 / 64) < 1e-9);
+	tf_sched_decisions_release(&d);
+	tf_sched_free(s);
+}
+
+static void test_sched_describe_json_and_text(void **state)
+{
+	(void)state;
+	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+	struct tf_sched_decisions d = { 0 };
+	int a = submit(s, "v4:2x4x4", "research", 1, 0, 100, 0);
+	submit(s, "v4:4x4x4", "research", 1, 0, 100, 0);
+	tf_sched_tick(s, 0, &d);
+	json_t *j = tf_sched_describe_json(s, 5);
+	json_t *pool = json_array_get(json_object_get(j, "pools"), 0);
+	assert_int_equal(json_integer_value(json_object_get(pool, "busy")), 32);
+	json_t *occ = json_object_get(pool, "occupancy");
+	assert_int_equal(json_array_size(occ), 64);
+	int held = 0;
+	for (size_t i = 0; i < 64; i++)
+		held += json_integer_value(json_array_get(occ, i)) == a;
+	assert_int_equal(held, 32);
+	json_t *q = json_array_get(json_object_get(j, "queue"), 0);
+	assert_non_null(strstr(json_string_value(json_object_get(q, "reason")),
+			       "needs 4x4x4, largest free "));
+	assert_true(json_real_value(json_object_get(j, "utilization")) == 0.5);
+	json_decref(j);
+	char *txt = tf_sched_describe_text(s, 5);
+	assert_non_null(strstr(txt, "AA"));
+	assert_non_null(strstr(txt, "needs 4x4x4, largest free "));
+	free(txt);
+	tf_sched_decisions_release(&d);
+	tf_sched_free(s);
+}
+
+static void test_sched_cancel_and_bad_calls(void **state)
+{
+	(void)state;
+	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+	struct tf_sched_decisions d = { 0 };
+	int a = submit(s, "v4:4x4x4", "x", 1, 0, 100, 0);
+	int b = submit(s, "v4:4x4x4", "x", 1, 0, 100, 0);
+	tf_sched_tick(s, 0, &d);
+	assert_int_equal(tf_sched_cancel(s, b, 1), 0);
+	assert_int_equal(tf_sched_cancel(s, b, 1), -EINVAL);
+	assert_int_equal(tf_sched_release(s, a, 1), -EINVAL); /* not draining */
+	assert_int_equal(tf_sched_finish(s, 999, 1, 1), -ENOENT);
+	assert_int_equal(tf_sched_cancel(s, a, 2), 0);
+	assert_true(tf_sched_utilization(s, 0) == 0);
+	check_invariants(s);
+	tf_sched_decisions_release(&d);
+	tf_sched_free(s);
+}
+
+/* The simulator is deterministic in its decisions and backfill beats FIFO on utilization. */
+static void test_sched_simulate_small(void **state)
+{
+	(void)state;
+	struct tf_sched_sim_opts o = { .pool = "v4:8x8x8", .jobs = 400, .seed = 3,
+				       .policy = TF_SCHED_BACKFILL, .load = 1.2, .failures = 3 };
+	struct tf_sched_sim_result a, b, f;
+	char err[128];
+	assert_int_equal(tf_sched_simulate(&o, &a, err, sizeof(err)), 0);
+	assert_int_equal(tf_sched_simulate(&o, &b, err, sizeof(err)), 0);
+	assert_int_equal(a.completed, 400);
+	assert_int_equal(a.decisions, b.decisions);
+	assert_true(a.makespan == b.makespan);
+	assert_int_equal(a.infra_failures, b.infra_failures);
+	o.policy = TF_SCHED_FIFO;
+	assert_int_equal(tf_sched_simulate(&o, &f, err, sizeof(err)), 0);
+	assert_int_equal(f.completed, 400);
+	assert_true(a.utilization > f.utilization);
+	o.pool = "v4:4x4";
+	assert_int_equal(tf_sched_simulate(&o, &f, err, sizeof(err)), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_sched_fit_table),
+		cmocka_unit_test(test_sched_largest_free_box),
+		cmocka_unit_test(test_sched_fragmentation_keeps_holes),
+		cmocka_unit_test(test_sched_priority_then_fifo),
+		cmocka_unit_test(test_sched_quota_table),
+		cmocka_unit_test(test_sched_quota_reclaims_borrowed),
+		cmocka_unit_test(test_sched_fair_share_over_time),
+		cmocka_unit_test(test_sched_backfill_table),
+		cmocka_unit_test(test_sched_backfill_never_delays_head),
+		cmocka_unit_test(test_sched_preemption_minimal_victims),
+		cmocka_unit_test(test_sched_preemption_grace_kill),
+		cmocka_unit_test(test_sched_chip_failure_requeues_elsewhere),
+		cmocka_unit_test(test_sched_slice_names),
+		cmocka_unit_test(test_sched_accounting),
+		cmocka_unit_test(test_sched_describe_json_and_text),
+		cmocka_unit_test(test_sched_cancel_and_bad_calls),
+		cmocka_unit_test(test_sched_simulate_small),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
