@@ -14,6 +14,7 @@
  * levels) run only when the DAG is sound, so one mistake does not cascade. */
 #include "orchestrator/pipeline.h"
 
+#include "accel/tpu.h"
 #include "common/common.h"
 
 #include <ctype.h>
@@ -832,32 +833,17 @@ const struct tf_step_schema *tf_step_schema(enum tf_step_type t)
 
 /* ---- accelerators ------------------------------------------------------------------- */
 
-/* Checks an accelerator name and writes its canonical form. The one place that knows how
- * slices are named, so the rules live with the slice model. */
+/* Checks an accelerator name and writes its canonical slice name ("v4:2x2x1" -> "v4-8").
+ * The naming rules live with the slice model in accel/tpu.c. */
 static int check_accelerator(const char *spec, char *canon, size_t canonlen, char *err,
 			     size_t errlen)
 {
-	static const char *const gens[] = { "v2", "v3", "v4", "v5p", "v5litepod", "v5e", "v6e",
-					    NULL };
-	const char *dash = strrchr(spec, '-');
-	size_t glen = dash ? (size_t)(dash - spec) : 0;
-	for (size_t i = 0; gens[i]; i++) {
-		if (!dash || strlen(gens[i]) != glen || strncmp(gens[i], spec, glen))
-			continue;
-		long long n;
-		if (parse_int_text(dash + 1, &n) || n < 1 || n > 16384 || (n & (n - 1))) {
-			snprintf(err, errlen, "bad slice size in '%s': use a power of two such as %s-8",
-				 spec, gens[i]);
-			return -EINVAL;
-		}
-		snprintf(canon, canonlen, "%s", spec);
-		return 0;
-	}
-	snprintf(err, errlen,
-		 "unknown accelerator '%s': use a Cloud TPU slice name such as v4-8, v4-32, v5p-8, "
-		 "v5litepod-16 or v6e-4",
-		 spec);
-	return -EINVAL;
+	struct tf_tpu_slice sl;
+	int rc = tf_tpu_slice_parse(spec, &sl, err, errlen);
+	if (rc)
+		return rc;
+	snprintf(canon, canonlen, "%s", sl.name);
+	return 0;
 }
 
 /* ---- params ------------------------------------------------------------------------- */
@@ -1000,9 +986,16 @@ static json_t *param_from_text(const char *v, enum tf_param_type t, char *err, s
 				json_array_append_new(arr, json_real(f));
 			else if (!parse_bool_text(item, &b))
 				json_array_append_new(arr, json_boolean(b));
-			else
-				json_array_append_new(arr, json_string(item) ? json_string(item)
-									       : json_null());
+			else {
+				json_t *js = json_string(item);
+				if (!js) {
+					free(item);
+					json_decref(arr);
+					snprintf(err, errlen, "the value is not valid UTF-8");
+					return NULL;
+				}
+				json_array_append_new(arr, js);
+			}
 			free(item);
 			if (!comma)
 				break;

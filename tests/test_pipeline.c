@@ -1,0 +1,752 @@
+/* test_pipeline.c — the pipeline loader: the example pipelines load into the expected
+ * structs, every error class is reported at its exact line:col, hostile input (alias bombs,
+ * huge files, deep nesting) is refused fast, param overrides are type-checked, plans have the
+ * right levels, and `with` renders to typed JSON. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "common/common.h"
+#include "orchestrator/pipeline.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Loads `yaml` as "p.yaml"; returns the loader's code. */
+static int load(const char *yaml, const struct tf_param_override *ov, size_t nov, unsigned flags,
+		struct tf_pipeline **p, struct tf_diag_list *d)
+{
+	tf_diag_list_init(d);
+	*p = NULL;
+	int rc = tf_pipeline_load_buffer("p.yaml", yaml, strlen(yaml), ov, nov, flags, p, d);
+	tf_diag_sort(d);
+	return rc;
+}
+
+/* Is there a diagnostic at line:col whose message contains `msg` (and whose hint contains
+ * `hint` when hint is not NULL)? Prints the list when not, to make failures readable. */
+static int has_diag(const struct tf_diag_list *d, int line, int col, const char *msg,
+		    const char *hint)
+{
+	for (size_t i = 0; i < d->n; i++) {
+		const struct tf_diag *x = &d->items[i];
+		if (x->line == line && x->col == col && strstr(x->message, msg) &&
+		    (!hint || (x->hint && strstr(x->hint, hint))))
+			return 1;
+	}
+	fprintf(stderr, "wanted %d:%d '%s' (hint '%s'), got:\n", line, col, msg, hint ? hint : "");
+	tf_diag_print(d, stderr);
+	return 0;
+}
+
+/* Loads a file expected to fail and checks one diagnostic. */
+static void expect(const char *yaml, int line, int col, const char *msg, const char *hint)
+{
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	assert_int_not_equal(load(yaml, NULL, 0, TF_PIPELINE_ALLOW_UNSET, &p, &d), 0);
+	assert_null(p);
+	assert_true(has_diag(&d, line, col, msg, hint));
+	tf_diag_list_release(&d);
+}
+
+/* The repository root, from $TPUFLOW_BIN (ROOT/BUILD/tpuflow). */
+static char *repo_path(const char *rel)
+{
+	const char *bin = getenv("TPUFLOW_BIN");
+	char *b = tf_xstrdup(bin ? bin : "./build/tpuflow");
+	char *dir = dirname(dirname(b));
+	char *r = tf_xasprintf("%s/%s", dir, rel);
+	free(b);
+	return r;
+}
+
+static void test_pipeline_demo_loads(void **state)
+{
+	(void)state;
+	char *path = repo_path("pipelines/fashion-mnist.yaml");
+	struct tf_diag_list d;
+	struct tf_pipeline *p = NULL;
+	tf_diag_list_init(&d);
+	int rc = tf_pipeline_load(path, NULL, 0, 0, &p, &d);
+	tf_diag_print(&d, stderr);
+	assert_int_equal(rc, 0);
+	assert_string_equal(p->name, "fashion-mnist");
+	assert_int_equal(p->nsteps, 5);
+	assert_int_equal(p->nlevels, 5);
+	const char *order[] = { "prep", "train", "evaluate", "register", "deploy" };
+	for (size_t i = 0; i < 5; i++) {
+		assert_string_equal(p->steps[p->topo[i]].name, order[i]);
+		assert_int_equal(p->steps[p->topo[i]].level, (int)i);
+	}
+	const struct tf_step *train = &p->steps[tf_pipeline_step_index(p, "train")];
+	assert_int_equal(train->type, TF_STEP_TRAIN);
+	assert_string_equal(train->accelerator, "v4-8");
+	assert_int_equal(train->nneeds, 1);
+	assert_int_equal(train->needs[0], 0);
+	assert_true(train->timeout == 20 * 60);
+	assert_int_equal(train->retries.limit, 2);
+	assert_true(train->retries.backoff == 5 && train->retries.max_backoff == 60);
+	assert_int_equal(train->retries.on, (1u << TF_FAILURE_TIMEOUT) |
+						    (1u << TF_FAILURE_PREEMPTED) |
+						    (1u << TF_FAILURE_INFRA));
+	const struct tf_param *min = tf_pipeline_param(p, "min_accuracy");
+	assert_int_equal(min->type, TF_PARAM_FLOAT);
+	assert_true(json_real_value(min->value) == 0.88);
+	const struct tf_step *deploy = &p->steps[4];
+	assert_non_null(deploy->when);
+	assert_int_equal(deploy->when->op, TF_EXPR_GE);
+	assert_int_equal(deploy->when->a->ref->step_index, 2);
+	const struct tf_with_value *hidden = tf_step_with(train, "hidden");
+	assert_int_equal(hidden->kind, TF_WITH_LIST);
+	assert_int_equal(hidden->nitems, 2);
+	/* the outputs the engine must produce, from the schema */
+	assert_int_equal(train->noutputs, 2);
+	assert_string_equal(train->outputs[1], "bundle");
+	free(path);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+
+	/* the other examples load too */
+	const char *others[] = { "pipelines/shell-hello.yaml", "pipelines/tabular-csv.yaml" };
+	for (size_t i = 0; i < 2; i++) {
+		path = repo_path(others[i]);
+		tf_diag_list_init(&d);
+		rc = tf_pipeline_load(path, NULL, 0, 0, &p, &d);
+		tf_diag_print(&d, stderr);
+		assert_int_equal(rc, 0);
+		tf_pipeline_free(p);
+		tf_diag_list_release(&d);
+		free(path);
+	}
+}
+
+/* The demo's deploy gate evaluated through a lookup: params from the pipeline, metrics from
+ * a JSON object standing in for finished steps. */
+static json_t *gate_lookup(void *ctx, const struct tf_ref *r)
+{
+	void **c = ctx;
+	if (r->kind == TF_REF_PARAM)
+		return tf_pipeline_lookup_param(c[0], r);
+	json_t *v = json_object_get(c[1], r->path);
+	return v ? json_incref(v) : NULL;
+}
+
+static void test_pipeline_when_gate_and_render(void **state)
+{
+	(void)state;
+	char *path = repo_path("pipelines/fashion-mnist.yaml");
+	struct tf_diag_list d;
+	struct tf_pipeline *p = NULL;
+	tf_diag_list_init(&d);
+	struct tf_param_override ov[1];
+	assert_int_equal(tf_param_override_parse("epochs=3", &ov[0]), 0);
+	assert_int_equal(tf_pipeline_load(path, ov, 1, 0, &p, &d), 0);
+	json_t *vals = json_pack("{s:f, s:s, s:s, s:s}", "steps.evaluate.metrics.accuracy", 0.9,
+				 "steps.prep.outputs.dataset", "runs/1/prep/manifest.json",
+				 "steps.train.outputs.bundle", "runs/1/train/bundle",
+				 "steps.register.outputs.version", "3");
+	void *ctx[2] = { p, vals };
+	char err[200];
+	int go = -1;
+	assert_int_equal(tf_expr_eval_bool(p->steps[4].when, gate_lookup, ctx, &go, err, sizeof(err)),
+			 0);
+	assert_int_equal(go, 1);
+	json_object_set_new(vals, "steps.evaluate.metrics.accuracy", json_real(0.85));
+	assert_int_equal(tf_expr_eval_bool(p->steps[4].when, gate_lookup, ctx, &go, err, sizeof(err)),
+			 0);
+	assert_int_equal(go, 0);
+
+	json_t *w = tf_step_render_with(&p->steps[1], gate_lookup, ctx, err, sizeof(err));
+	assert_non_null(w);
+	assert_int_equal(json_integer_value(json_object_get(w, "epochs")), 3); /* overridden */
+	assert_int_equal(json_integer_value(json_object_get(w, "batch")), 256);
+	assert_true(json_real_value(json_object_get(w, "lr")) == 0.1);
+	assert_string_equal(json_string_value(json_object_get(w, "optimizer")), "sgd");
+	assert_string_equal(json_string_value(json_object_get(w, "dataset")),
+			    "runs/1/prep/manifest.json");
+	assert_int_equal(json_integer_value(json_array_get(json_object_get(w, "hidden"), 1)), 128);
+	json_decref(w);
+	w = tf_step_render_with(&p->steps[3], gate_lookup, ctx, err, sizeof(err));
+	assert_string_equal(json_string_value(json_object_get(json_object_get(w, "tags"), "hidden")),
+			    "256,128"); /* quoted in the file: stays a string */
+	json_decref(w);
+	json_object_del(vals, "steps.train.outputs.bundle");
+	assert_null(tf_step_render_with(&p->steps[2], gate_lookup, ctx, err, sizeof(err)));
+	assert_non_null(strstr(err, "steps.train.outputs.bundle"));
+	json_decref(vals);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+	free(path);
+}
+
+static void test_pipeline_yaml_syntax_error(void **state)
+{
+	(void)state;
+	expect("name: x\nsteps:\n  - name: a\n   type: shell\n", 4, 4,
+	       "YAML syntax error: did not find expected '-' indicator", NULL);
+	expect("name: x\nsteps: [a, b\n", 3, 1, "did not find expected ',' or ']'", NULL);
+	expect("name: 'x\n", 2, 1, "found unexpected end of stream", NULL);
+	expect("name: x\n---\nname: y\n", 2, 1, "more than one YAML document", NULL);
+	expect("name: *nope\n", 1, 7, "unknown alias '*nope'", NULL);
+}
+
+static const char *const base_ok = "name: ok\n"
+				   "steps:\n"
+				   "  - name: a\n"
+				   "    type: shell\n"
+				   "    with: {argv: [x]}\n";
+
+static void test_pipeline_unknown_keys_suggest(void **state)
+{
+	(void)state;
+	expect("name: x\nstep:\n  - name: a\n", 2, 1, "unknown key 'step' in the pipeline",
+	       "did you mean 'steps'?");
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    retires: 3\n", 5, 5,
+	       "unknown key 'retires' in step 'a'", "did you mean 'retries'?");
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    retries: {limt: 3}\n", 5, 15,
+	       "unknown key 'limt' in 'retries'", "did you mean 'limit'?");
+	expect("name: x\nsteps:\n  - name: a\n    type: train\n    with: {epoch: 3}\n", 5, 12,
+	       "unknown key 'epoch' in 'with' of train step 'a'", "did you mean 'epochs'?");
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    zzzzzz: 1\n", 5, 5,
+	       "unknown key 'zzzzzz'", "valid keys: name, type, needs");
+	expect("name: x\nname: y\nsteps: []\n", 2, 1, "duplicate key 'name' in the pipeline",
+	       "the first is at line 1, column 1");
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	assert_int_equal(load(base_ok, NULL, 0, 0, &p, &d), 0);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+}
+
+static void test_pipeline_wrong_types(void **state)
+{
+	(void)state;
+	expect("name: x\nsteps: {a: 1}\n", 2, 8, "'steps' must be a list, not a mapping", NULL);
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    cache: maybe\n", 5, 12,
+	       "'cache' must be true or false, not 'maybe'", NULL);
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    retries: {limit: -1}\n", 5, 22,
+	       "'retries.limit' must be between 0 and 1000", NULL);
+	expect("name: x\nsteps:\n  - name: a\n    type: train\n    with: {epochs: ten}\n", 5, 20,
+	       "'with.epochs' of step 'a' expects an integer, not 'ten'", NULL);
+	expect("name: x\nsteps:\n  - name: a\n    type: train\n    with: {hidden: 256}\n", 5, 20,
+	       "'with.hidden' of step 'a' must be a list", NULL);
+	expect("name: x\nsteps:\n  - name: a\n    type: train\n    with: {hidden: [256, x]}\n", 5,
+	       26, "expects an integer, not 'x'", NULL);
+	expect("name: x\nsteps:\n  - name: a\n    type: train\n    with: {optimizer: adamw}\n", 5,
+	       23, "'with.optimizer' of step 'a': unknown value 'adamw'", "did you mean 'adam'?");
+	expect("name: x\nsteps:\n  - name: a\n    type: train\n    with: {lr: \"0.1\"}\n", 5, 16,
+	       "expects a number, not '0.1'", "write it without quotes");
+	expect("name: x\nparams:\n  n: {type: int, default: 1.5}\nsteps: []\n", 3, 27,
+	       "param 'n' is an int, but its default '1.5' is not", NULL);
+	expect("name: x\nparams:\n  n: {type: integer}\nsteps: []\n", 3, 13,
+	       "unknown param type 'integer'", NULL);
+	expect("name: x\nparams:\n  e: {type: float, default: 2}\n  h: {type: list}\n"
+	       "steps:\n  - name: a\n    type: train\n    with: {epochs: '${params.e}', "
+	       "hidden: '${params.e}'}\n",
+	       8, 20, "'with.epochs' of step 'a' expects an integer, but '${params.e}' is a float",
+	       NULL);
+	expect("name: x\nparams:\n  e: {type: float, default: 2}\n"
+	       "steps:\n  - name: a\n    type: train\n    with: {hidden: \"${params.e}\"}\n",
+	       7, 20, "expects a list, but '${params.e}' is a number", NULL);
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    executor: inprocess\n    with: "
+	       "{argv: [x]}\n",
+	       5, 15, "cannot use the inprocess executor", "executor: local");
+	expect("- a\n- b\n", 1, 1, "a pipeline must be a mapping, not a list", NULL);
+	expect("", 1, 1, "the pipeline file is empty", NULL);
+}
+
+static void test_pipeline_bad_durations(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *s;
+		double v;
+	} good[] = { { "30s", 30 },    { "5m", 300 },   { "1h30m", 5400 }, { "250ms", 0.25 },
+		     { "90", 90 },     { "1.5", 1.5 },  { "2d", 172800 },  { "1h0m30s", 3630 },
+		     { "0", 0 },       { "1.5h", 5400 } };
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		double v = -1;
+		assert_int_equal(tf_duration_parse(good[i].s, &v), 0);
+		assert_true(v == good[i].v);
+	}
+	static const char *const bad[] = { "", "5x", "-3", "m", "5 m", "1h-3m", "s5", "1e400",
+					   "5mm", "inf", "nan", "3ms5" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		double v;
+		if (!strcmp(bad[i], "3ms5"))
+			continue; /* "3ms" then a bare 5: checked below as a whole */
+		assert_int_equal(tf_duration_parse(bad[i], &v), -EINVAL);
+	}
+	double v;
+	assert_int_equal(tf_duration_parse("3ms5", &v), -EINVAL);
+	expect("name: x\ndefaults:\n  timeout: 5x\nsteps: []\n", 3, 12,
+	       "'timeout': bad duration '5x'", "30s, 5m, 1h30m, 250ms");
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    timeout: -3\n", 5, 14,
+	       "bad duration '-3'", NULL);
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    retries: {backoff: soon}\n", 5,
+	       24, "'retries.backoff': bad duration 'soon'", NULL);
+}
+
+static void test_pipeline_duplicate_step_names(void **state)
+{
+	(void)state;
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    with: {argv: [x]}\n"
+	       "  - name: b\n    type: shell\n    with: {argv: [x]}\n"
+	       "  - name: a\n    type: train\n",
+	       9, 11, "duplicate step name 'a'", "the first is at line 3, column 11");
+}
+
+static void test_pipeline_unknown_needs(void **state)
+{
+	(void)state;
+	expect("name: x\nsteps:\n  - name: prep\n    type: shell\n    with: {argv: [x]}\n"
+	       "  - name: b\n    type: shell\n    needs: [perp, zzz]\n    with: {argv: [x]}\n",
+	       8, 13, "step 'b' needs unknown step 'perp'", "did you mean 'prep'?");
+	expect("name: x\nsteps:\n  - name: prep\n    type: shell\n    with: {argv: [x]}\n"
+	       "  - name: b\n    type: shell\n    needs: [perp, zzz]\n    with: {argv: [x]}\n",
+	       8, 19, "step 'b' needs unknown step 'zzz'", NULL);
+}
+
+static void test_pipeline_cycles(void **state)
+{
+	(void)state;
+	const char *y = "name: x\nsteps:\n"
+			"  - name: a\n    type: shell\n    needs: [c]\n    with: {argv: [x]}\n"
+			"  - name: b\n    type: shell\n    needs: [a]\n    with: {argv: [x]}\n"
+			"  - name: c\n    type: shell\n    needs: [b]\n    with: {argv: [x]}\n"
+			"  - name: d\n    type: shell\n    needs: [d, nope]\n    with: {argv: [x]}\n";
+	/* reported where the cycle closes, in run order (b runs before c before a) */
+	expect(y, 9, 13, "dependency cycle: b -> c -> a -> b", "cannot depend on itself");
+	expect(y, 17, 13, "dependency cycle: d -> d", NULL);
+	expect(y, 17, 16, "needs unknown step 'nope'", NULL); /* and the typo is reported too */
+}
+
+static void test_pipeline_reference_errors(void **state)
+{
+	(void)state;
+	const char *y =
+		"name: x\n"
+		"params:\n"
+		"  epochs: 3\n"
+		"steps:\n"
+		"  - name: prep\n"
+		"    type: data_prep\n"
+		"  - name: train\n"
+		"    type: train\n"
+		"    needs: [prep]\n"
+		"    with:\n"
+		"      dataset: ${steps.prep.outputs.datset}\n"
+		"      epochs: ${params.epoch}\n"
+		"      seed: ${steps.nope.metrics.x}\n"
+		"      lr: ${steps.prep.metrics.loss}\n"
+		"  - name: side\n"
+		"    type: shell\n"
+		"    with: {argv: [\"${steps.train.outputs.bundle}\", \"${steps.side.outputs.o}\"], "
+		"outputs: [o]}\n"
+		"  - name: reg\n"
+		"    type: register\n"
+		"    needs: [train]\n"
+		"    with: {bundle: \"x-${steps.side.outputs.o}\", metrics_from: side}\n"
+		"    when: ${steps.prep.metrics.examples} > 10 and ${steps.train.metrics.acc} > 1\n"
+		"  - name: ev\n"
+		"    type: evaluate\n"
+		"    needs: [train]\n"
+		"    when: ${steps.ev.metrics.loss} < 1\n";
+	expect(y, 11, 16, "step 'prep' (data_prep) has no output 'datset'", "did you mean 'dataset'?");
+	expect(y, 12, 15, "unknown param 'epoch' in '${params.epoch}'", "did you mean 'epochs'?");
+	expect(y, 13, 13, "unknown step 'nope' in '${steps.nope.metrics.x}'", NULL);
+	expect(y, 14, 11, "step 'prep' (data_prep) has no metric 'loss'", "its metrics: examples");
+	/* not upstream: side does not need train */
+	expect(y, 17, 20, "step 'side' uses '${steps.train.outputs.bundle}' but does not depend on "
+			  "step 'train'",
+	       "add 'train' to the needs of 'side'");
+	expect(y, 17, 53, "step 'side' refers to its own outputs", NULL);
+	expect(y, 21, 23, "step 'reg' uses '${steps.side.outputs.o}' but does not depend", NULL);
+	expect(y, 21, 63, "'with.metrics_from' of step 'reg': step 'side' is not upstream", NULL);
+	/* transitive needs count: prep is upstream of reg through train */
+	expect(y, 22, 51, "step 'train' (train) has no metric 'acc'", "did you mean 'auc'?");
+	expect(y, 26, 11, "step 'ev' refers to its own metrics", NULL);
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	assert_int_equal(load(y, NULL, 0, 0, &p, &d), -EINVAL);
+	assert_int_equal(d.nerrors, 10); /* every problem, nothing more */
+	tf_diag_list_release(&d);
+}
+
+static void test_pipeline_unknown_step_type(void **state)
+{
+	(void)state;
+	expect("name: x\nsteps:\n  - name: a\n    type: trian\n", 4, 11, "unknown step type 'trian'",
+	       "did you mean 'train'?");
+	expect("name: x\nsteps:\n  - name: a\n    type: sql\n", 4, 11, "unknown step type 'sql'",
+	       "choose one of: data_prep, train, evaluate, register, deploy, shell");
+	expect("name: x\nsteps:\n  - name: a\n", 3, 5, "step 'a' has no 'type'", NULL);
+}
+
+static void test_pipeline_unknown_accelerator(void **state)
+{
+	(void)state;
+	expect("name: x\nsteps:\n  - name: a\n    type: train\n    accelerator: v9-8\n", 5, 18,
+	       "unknown TPU generation", NULL);
+	expect("name: x\nsteps:\n  - name: a\n    type: train\n    accelerator: v4-7\n", 5, 18,
+	       "v4-7", NULL);
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	assert_int_equal(load("name: x\nsteps:\n  - {name: a, type: train, accelerator: 'v4:2x2x4'}\n",
+			      NULL, 0, 0, &p, &d),
+			 0);
+	assert_string_equal(p->steps[0].accelerator, "v4-32"); /* canonical name */
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+}
+
+static void test_pipeline_when_errors(void **state)
+{
+	(void)state;
+	const char *y = "name: x\nparams:\n  go: true\n  min: 0.5\nsteps:\n"
+			"  - name: a\n    type: evaluate\n"
+			"  - name: b\n    type: deploy\n    needs: [a]\n"
+			"    when: ${steps.a.metrics.accuracy} >= ${params.min} and ${params.go} > false\n"
+			"  - name: c\n    type: deploy\n    needs: [a]\n    when: ${params.min} =< 1\n";
+	expect(y, 11, 60, "booleans cannot be ordered with '>'", NULL);
+	expect(y, 15, 25, "'=' is not an operator", "compare with '=='");
+}
+
+static void test_pipeline_param_overrides(void **state)
+{
+	(void)state;
+	const char *y = "name: x\n"
+			"params:\n"
+			"  n: {type: int, default: 1}\n"
+			"  f: {type: float, default: 0.5}\n"
+			"  s: {type: string, default: a}\n"
+			"  b: {type: bool, default: false}\n"
+			"  l: {type: list, default: [1, 2]}\n"
+			"  req: {type: int}\n"
+			"steps:\n  - {name: a, type: shell, with: {argv: [x]}}\n";
+	struct tf_param_override ov[8];
+	const char *args[] = { "n=42", "f=3", "s=x=y", "b=yes", "l=[256,128]", "req=7" };
+	for (size_t i = 0; i < 6; i++)
+		assert_int_equal(tf_param_override_parse(args[i], &ov[i]), 0);
+	assert_int_equal(tf_param_override_parse("novalue", &ov[7]), -EINVAL);
+	assert_int_equal(tf_param_override_parse("=3", &ov[7]), -EINVAL);
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	assert_int_equal(load(y, ov, 6, 0, &p, &d), 0);
+	assert_int_equal(json_integer_value(tf_pipeline_param(p, "n")->value), 42);
+	assert_true(json_real_value(tf_pipeline_param(p, "f")->value) == 3.0);
+	assert_string_equal(json_string_value(tf_pipeline_param(p, "s")->value), "x=y");
+	assert_true(json_is_true(tf_pipeline_param(p, "b")->value));
+	assert_int_equal(json_array_size(tf_pipeline_param(p, "l")->value), 2);
+	assert_true(tf_pipeline_param(p, "n")->overridden);
+	assert_int_equal(json_integer_value(tf_pipeline_param(p, "n")->default_value), 1);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+
+	/* a,b,c lists, typed by their looks */
+	assert_int_equal(tf_param_override_parse("l=a,2,true", &ov[0]), 0);
+	assert_int_equal(load(y, ov, 1, TF_PIPELINE_ALLOW_UNSET, &p, &d), 0);
+	json_t *l = tf_pipeline_param(p, "l")->value;
+	assert_string_equal(json_string_value(json_array_get(l, 0)), "a");
+	assert_int_equal(json_integer_value(json_array_get(l, 1)), 2);
+	assert_true(json_is_true(json_array_get(l, 2)));
+	assert_null(tf_pipeline_param(p, "req")->value); /* allowed unset */
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+
+	/* every bad override is reported; a param without value is an error for runs */
+	const char *bad[] = { "n=4.5", "f=fast", "b=maybe", "l=[1,[2]]", "nn=3" };
+	for (size_t i = 0; i < 5; i++)
+		assert_int_equal(tf_param_override_parse(bad[i], &ov[i]), 0);
+	assert_int_equal(load(y, ov, 5, 0, &p, &d), -EINVAL);
+	assert_null(p);
+	assert_int_equal(d.nerrors, 6);
+	assert_true(has_diag(&d, 0, 0, "--param n: param 'n' is an int: expected an integer, got '4.5'",
+			     NULL));
+	assert_true(has_diag(&d, 0, 0, "--param f: param 'f' is a float: expected a number", NULL));
+	assert_true(has_diag(&d, 0, 0, "--param b: param 'b' is a bool: expected true or false",
+			     NULL));
+	assert_true(has_diag(&d, 0, 0, "--param l: param 'l' is a list: list items must be scalars",
+			     NULL));
+	assert_true(has_diag(&d, 0, 0, "--param nn: the pipeline has no param 'nn'",
+			     "did you mean 'n'?"));
+	assert_true(has_diag(&d, 8, 3, "param 'req' has no value", "--param NAME=VALUE"));
+	tf_diag_list_release(&d);
+}
+
+static void test_pipeline_plan_levels(void **state)
+{
+	(void)state;
+	/* a diamond plus an independent chain, listed out of order */
+	const char *y = "name: diamond\nsteps:\n"
+			"  - {name: join, type: shell, needs: [left, right], with: {argv: [x]}}\n"
+			"  - {name: left, type: shell, needs: [root], with: {argv: [x]}}\n"
+			"  - {name: right, type: shell, needs: root, with: {argv: [x]}}\n"
+			"  - {name: root, type: shell, with: {argv: [x]}}\n"
+			"  - {name: solo, type: shell, with: {argv: [x]}}\n"
+			"  - {name: tail, type: shell, needs: [join, solo], with: {argv: [x]}}\n";
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	assert_int_equal(load(y, NULL, 0, 0, &p, &d), 0);
+	assert_int_equal(p->nlevels, 4);
+	const char *order[] = { "root", "solo", "left", "right", "join", "tail" };
+	const int levels[] = { 0, 0, 1, 1, 2, 3 };
+	for (size_t i = 0; i < 6; i++) {
+		assert_string_equal(p->steps[p->topo[i]].name, order[i]);
+		assert_int_equal(p->steps[p->topo[i]].level, levels[i]);
+	}
+	json_t *j = tf_pipeline_plan_json(p);
+	json_t *lv = json_object_get(j, "levels");
+	assert_int_equal(json_array_size(lv), 4);
+	assert_int_equal(json_array_size(json_array_get(lv, 1)), 2);
+	assert_string_equal(json_string_value(json_array_get(json_array_get(lv, 3), 0)), "tail");
+	json_decref(j);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	tf_pipeline_plan_dot(p, f);
+	fclose(f);
+	assert_non_null(strstr(buf, "digraph \"diamond\""));
+	assert_non_null(strstr(buf, "\"root\" -> \"left\";"));
+	assert_non_null(strstr(buf, "{ rank=same; \"root\"; \"solo\"; }"));
+	free(buf);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+}
+
+static void test_pipeline_alias_bomb_refused_fast(void **state)
+{
+	(void)state;
+	/* billion laughs: 9 levels of 9 aliases each = 9^9 nodes once expanded */
+	char y[4096];
+	size_t off = (size_t)snprintf(y, sizeof(y), "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+	for (int i = 1; i < 10; i++) {
+		off += (size_t)snprintf(y + off, sizeof(y) - off, "a%d: &a%d [", i, i);
+		for (int k = 0; k < 9; k++)
+			off += (size_t)snprintf(y + off, sizeof(y) - off, "%s*a%d", k ? ", " : "", i - 1);
+		off += (size_t)snprintf(y + off, sizeof(y) - off, "]\n");
+	}
+	double t0 = tf_now_monotonic();
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	assert_int_equal(load(y, NULL, 0, 0, &p, &d), -E2BIG);
+	double dt = tf_now_monotonic() - t0;
+	assert_null(p);
+	assert_true(has_diag(&d, 6, 10, "alias '*a4' expands the document past 100000 nodes",
+			     "alias bomb"));
+	assert_true(dt < 2.0); /* generous bound; it takes well under a millisecond */
+	tf_diag_list_release(&d);
+
+	/* many cheap aliases hit the alias count instead */
+	char *big = malloc(64 * 1024);
+	off = (size_t)snprintf(big, 64 * 1024, "x: &x 1\nl: [");
+	for (int i = 0; i < 1200; i++)
+		off += (size_t)snprintf(big + off, 64 * 1024 - off, "*x, ");
+	snprintf(big + off, 64 * 1024 - off, "]\n");
+	assert_int_equal(load(big, NULL, 0, 0, &p, &d), -E2BIG);
+	assert_non_null(strstr(d.items[0].message, "too many aliases: more than 1000"));
+	tf_diag_list_release(&d);
+	free(big);
+}
+
+static void test_pipeline_huge_and_deep_files_refused_fast(void **state)
+{
+	(void)state;
+	/* a 100 MB file (sparse: it costs no disk) is refused by its size before reading */
+	int fd = open("huge.yaml", O_CREAT | O_WRONLY | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 100L * 1024 * 1024), 0);
+	close(fd);
+	double t0 = tf_now_monotonic();
+	struct tf_pipeline *p = NULL;
+	struct tf_diag_list d;
+	tf_diag_list_init(&d);
+	assert_int_equal(tf_pipeline_load("huge.yaml", NULL, 0, 0, &p, &d), -EFBIG);
+	assert_true(tf_now_monotonic() - t0 < 2.0);
+	assert_true(has_diag(&d, 0, 0, "file too large: 104857600 bytes (pipelines are limited to "
+					"1048576 bytes)",
+			     NULL));
+	tf_diag_list_release(&d);
+	unlink("huge.yaml");
+
+	/* the same from memory */
+	size_t n = TF_PIPELINE_MAX_BYTES + 1;
+	char *buf = malloc(n);
+	memset(buf, ' ', n);
+	assert_int_equal(tf_pipeline_load_buffer("m.yaml", buf, n, NULL, 0, 0, &p, &d), -EFBIG);
+	tf_diag_list_release(&d);
+
+	/* deep nesting: 100000 '[' stops at the depth cap, no stack overflow */
+	memset(buf, '[', 100000);
+	buf[100000] = '\0';
+	t0 = tf_now_monotonic();
+	assert_int_equal(load(buf, NULL, 0, 0, &p, &d), -E2BIG);
+	assert_true(tf_now_monotonic() - t0 < 2.0);
+	assert_true(has_diag(&d, 1, 33, "nesting too deep: more than 32 levels", NULL));
+	tf_diag_list_release(&d);
+
+	/* a flat list of 150000 scalars trips the node limit */
+	size_t off = 0;
+	off += (size_t)snprintf(buf, n, "l: [");
+	for (int i = 0; i < 150000 && off + 8 < n; i++)
+		off += (size_t)snprintf(buf + off, n - off, "%d,", i % 10);
+	snprintf(buf + off, n - off, "]\n");
+	assert_int_equal(load(buf, NULL, 0, 0, &p, &d), -E2BIG);
+	assert_non_null(strstr(d.items[0].message, "document too large: more than 100000 YAML nodes"));
+	tf_diag_list_release(&d);
+	free(buf);
+
+	/* a missing file is a diagnostic, not a crash */
+	tf_diag_list_init(&d);
+	assert_int_equal(tf_pipeline_load("missing.yaml", NULL, 0, 0, &p, &d), -ENOENT);
+	assert_true(has_diag(&d, 0, 0, "cannot read the file", NULL));
+	tf_diag_list_release(&d);
+}
+
+static void test_pipeline_many_steps_and_many_errors(void **state)
+{
+	(void)state;
+	/* a 3000-step chain loads quickly, and 3000 unknown needs stay a bounded list */
+	size_t cap = 800 * 1024, off = 0;
+	char *y = malloc(cap);
+	off += (size_t)snprintf(y, cap, "name: chain\nsteps:\n");
+	for (int i = 0; i < 3000; i++)
+		off += (size_t)snprintf(y + off, cap - off,
+					"  - {name: s%d, type: shell, needs: [s%d], with: {argv: [x]}}\n",
+					i, i ? i - 1 : 2999 + 1);
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	double t0 = tf_now_monotonic();
+	assert_int_equal(load(y, NULL, 0, 0, &p, &d), -EINVAL); /* s0 needs s3000: unknown */
+	assert_int_equal(d.nerrors, 1);
+	tf_diag_list_release(&d);
+	char *fix = strstr(y, "needs: [s3000]");
+	memcpy(fix, "needs: []     ", 14);
+	assert_int_equal(load(y, NULL, 0, 0, &p, &d), 0);
+	assert_int_equal(p->nlevels, 3000);
+	assert_true(tf_now_monotonic() - t0 < 2.0);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+
+	off = (size_t)snprintf(y, cap, "name: bad\nsteps:\n");
+	for (int i = 0; i < 3000; i++)
+		off += (size_t)snprintf(y + off, cap - off,
+					"  - {name: s%d, type: shell, needs: [q%d], with: {argv: [x]}}\n",
+					i, i);
+	assert_int_equal(load(y, NULL, 0, 0, &p, &d), -EINVAL);
+	assert_int_equal(d.nerrors, 3000);
+	assert_int_equal(d.n, TF_DIAG_MAX);
+	tf_diag_list_release(&d);
+	free(y);
+}
+
+/* Runs a shell command line and returns its exit status. */
+static int run(const char *cmd)
+{
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_pipeline_cli_validate_and_plan(void **state)
+{
+	(void)state;
+	const char *bin = getenv("TPUFLOW_BIN");
+	if (!bin)
+		skip();
+	char *demo = repo_path("pipelines/fashion-mnist.yaml");
+	FILE *f = fopen("bad.yaml", "w");
+	fputs("name: bad\nsteps:\n  - name: a\n    type: shel\n  - name: b\n    type: shell\n"
+	      "    neds: [a]\n",
+	      f);
+	fclose(f);
+	char *cmd = tf_xasprintf("'%s' validate '%s' bad.yaml >out.txt 2>err.txt", bin, demo);
+	assert_int_equal(run(cmd), 65); /* every file checked, the bad one fails the lot */
+	free(cmd);
+	char *out = NULL, *err = NULL;
+	assert_int_equal(tf_read_file("err.txt", 1 << 20, &err, NULL), 0);
+	assert_non_null(strstr(err, "bad.yaml:4:11: error: unknown step type 'shel'\n"
+				    "  hint: did you mean 'shell'?\n"));
+	assert_non_null(strstr(err, "bad.yaml:7:5: error: unknown key 'neds' in step 'b'\n"
+				    "  hint: did you mean 'needs'?\n"));
+	assert_int_equal(tf_read_file("out.txt", 1 << 20, &out, NULL), 0);
+	assert_non_null(strstr(out, "fashion-mnist.yaml: ok (5 steps, 5 levels)"));
+	assert_non_null(strstr(out, "bad.yaml: 2 errors"));
+	free(out);
+	free(err);
+
+	cmd = tf_xasprintf("'%s' validate --param epochs=3 '%s' >/dev/null 2>&1", bin, demo);
+	assert_int_equal(run(cmd), 0);
+	free(cmd);
+	cmd = tf_xasprintf("'%s' validate --param epochs=many '%s' 2>/dev/null >/dev/null", bin, demo);
+	assert_int_equal(run(cmd), 65);
+	free(cmd);
+	cmd = tf_xasprintf("'%s' validate --param epochs '%s' 2>/dev/null", bin, demo);
+	assert_int_equal(run(cmd), 64);
+	free(cmd);
+
+	cmd = tf_xasprintf("'%s' plan --json --param min_accuracy=0.9 '%s' >plan.json", bin, demo);
+	assert_int_equal(run(cmd), 0);
+	free(cmd);
+	json_error_t je;
+	json_t *plan = json_load_file("plan.json", 0, &je);
+	assert_non_null(plan);
+	assert_int_equal(json_array_size(json_object_get(plan, "levels")), 5);
+	assert_true(json_real_value(json_object_get(json_object_get(plan, "params"), "min_accuracy")) ==
+		    0.9);
+	json_decref(plan);
+	cmd = tf_xasprintf("'%s' plan --dot '%s' >plan.dot", bin, demo);
+	assert_int_equal(run(cmd), 0);
+	free(cmd);
+	assert_int_equal(tf_read_file("plan.dot", 1 << 20, &out, NULL), 0);
+	assert_non_null(strstr(out, "\"train\" -> \"evaluate\";"));
+	free(out);
+	cmd = tf_xasprintf("'%s' plan --json --dot '%s' 2>/dev/null", bin, demo);
+	assert_int_equal(run(cmd), 64);
+	free(cmd);
+	cmd = tf_xasprintf("'%s' --json validate bad.yaml >v.json 2>/dev/null", bin);
+	assert_int_equal(run(cmd), 65);
+	free(cmd);
+	json_t *v = json_load_file("v.json", 0, &je);
+	assert_non_null(v);
+	assert_true(json_is_false(json_object_get(v, "ok")));
+	json_t *d0 = json_array_get(
+		json_object_get(json_array_get(json_object_get(v, "files"), 0), "diagnostics"), 0);
+	assert_int_equal(json_integer_value(json_object_get(d0, "line")), 4);
+	assert_int_equal(json_integer_value(json_object_get(d0, "col")), 11);
+	json_decref(v);
+	free(demo);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_pipeline_demo_loads),
+		cmocka_unit_test(test_pipeline_when_gate_and_render),
+		cmocka_unit_test(test_pipeline_yaml_syntax_error),
+		cmocka_unit_test(test_pipeline_unknown_keys_suggest),
+		cmocka_unit_test(test_pipeline_wrong_types),
+		cmocka_unit_test(test_pipeline_bad_durations),
+		cmocka_unit_test(test_pipeline_duplicate_step_names),
+		cmocka_unit_test(test_pipeline_unknown_needs),
+		cmocka_unit_test(test_pipeline_cycles),
+		cmocka_unit_test(test_pipeline_reference_errors),
+		cmocka_unit_test(test_pipeline_unknown_step_type),
+		cmocka_unit_test(test_pipeline_unknown_accelerator),
+		cmocka_unit_test(test_pipeline_when_errors),
+		cmocka_unit_test(test_pipeline_param_overrides),
+		cmocka_unit_test(test_pipeline_plan_levels),
+		cmocka_unit_test(test_pipeline_alias_bomb_refused_fast),
+		cmocka_unit_test(test_pipeline_huge_and_deep_files_refused_fast),
+		cmocka_unit_test(test_pipeline_many_steps_and_many_errors),
+		cmocka_unit_test(test_pipeline_cli_validate_and_plan),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
