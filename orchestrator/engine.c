@@ -322,7 +322,7 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 	if (!w->os) {
 		rc = tf_objstore_open(e->storage_url, &w->os, err, sizeof(err));
 		if (rc) {
-			snprintf(r.err, sizeof(r.err), "object store: %s", err);
+			snprintf(r.err, sizeof(r.err), "object store: %.480s", err);
 			r.failure = TF_FAIL_INFRA;
 			goto out;
 		}
@@ -330,7 +330,7 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 	if (!w->db) {
 		rc = tf_store_open_home(e->home, &w->db, err, sizeof(err));
 		if (rc) {
-			snprintf(r.err, sizeof(r.err), "%s", err);
+			snprintf(r.err, sizeof(r.err), "%.500s", err);
 			r.failure = TF_FAIL_INFRA;
 			goto out;
 		}
