@@ -288,6 +288,33 @@ int tf_step_run_workdir(struct tf_step_run *r)
 	return rc;
 }
 
+/* Outputs that name objects in the store are recorded as the step's artifacts (size and
+ * checksum as the store reports them). Best effort: a failure here fails nothing. */
+static void record_artifacts(struct wctx *w, const char *run, const char *step, json_t *outputs)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(outputs, k, v)
+	{
+		struct tf_obj_info info;
+		const char *key = json_string_value(v);
+		if (!key || tf_objstore_key_check(key) || tf_objstore_head(w->os, key, &info))
+			continue;
+		char digest[100];
+		if (info.has_crc32c)
+			snprintf(digest, sizeof(digest), "crc32c:%08x", info.crc32c);
+		else
+			snprintf(digest, sizeof(digest), "etag:%s", info.etag);
+		if (tf_store_run(w->db,
+				 "INSERT OR REPLACE INTO artifacts(run_id, step, name, uri, digest, size, "
+				 "created_at) VALUES(?,?,?,?,?,?,?)",
+				 "tttttid", run, step, k, key, digest, (int64_t)info.size,
+				 tf_now_wall()))
+			tf_warn("run '%s' step '%s': artifact '%s' not recorded: %s", run, step, k,
+				tf_store_errmsg(w->db));
+	}
+}
+
 static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 {
 	struct engine *e = w->e;
@@ -353,6 +380,8 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 	}
 	if (rc && !r.err[0])
 		snprintf(r.err, sizeof(r.err), "step failed: %s", strerror(rc < 0 ? -rc : rc));
+	if (rc == 0)
+		record_artifacts(w, e->run_id, s->def->name, r.outputs);
 out:
 	s->ended = tf_now_monotonic();
 	s->log_key[0] = '\0';

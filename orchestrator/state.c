@@ -642,6 +642,27 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 	}
 	json_object_set(doc, "steps", steps);
 
+	/* Objects the steps produced. */
+	s = tf_store_query(st,
+			   "SELECT step, name, uri, digest, size FROM artifacts WHERE run_id=? "
+			   "ORDER BY id",
+			   "t", run);
+	if (!s) {
+		rc = -EIO;
+		goto out;
+	}
+	json_t *arts = json_array();
+	while ((rc = tf_stmt_step(s)) == 1)
+		json_array_append_new(arts, json_pack("{s:s, s:s, s:s, s:o, s:I}", "step",
+						      tf_stmt_text(s, 0), "name", tf_stmt_text(s, 1),
+						      "uri", tf_stmt_text(s, 2), "digest",
+						      text_or_null(s, 3), "size",
+						      (json_int_t)tf_stmt_int(s, 4)));
+	tf_stmt_done(s);
+	json_object_set_new(doc, "artifacts", arts);
+	if (rc < 0)
+		goto out;
+
 	/* The model version a register step of this run made, if any. */
 	s = tf_store_query(st,
 			   "SELECT m.name, v.version, v.step FROM model_versions v "
