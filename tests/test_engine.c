@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- test kinds ------------------------------------------------------------------------ */
@@ -380,6 +381,42 @@ static void test_engine_register_and_deploy_idempotent(void **state)
 	tf_store_close(st);
 }
 
+static int run_cli(const char *args)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), "'%s' --home home %s >cli.out 2>cli.err", getenv("TPUFLOW_BIN"),
+		 args);
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_engine_cli_models_and_runs(void **state)
+{
+	(void)state;
+	if (!getenv("TPUFLOW_BIN"))
+		skip();
+	/* after the registry test: model m has versions 1 and 2 */
+	assert_int_equal(run_cli("models compare m 1 2 --json"), 0);
+	json_t *j = json_load_file("cli.out", 0, NULL);
+	assert_non_null(j);
+	assert_int_equal(json_integer_value(json_object_get(j, "a")), 1);
+	json_decref(j);
+	assert_int_equal(run_cli("models alias m staging latest"), 0);
+	assert_int_equal(run_cli("models show m staging --json"), 0);
+	j = json_load_file("cli.out", 0, NULL);
+	assert_int_equal(json_integer_value(json_object_get(j, "version")), 2);
+	json_decref(j);
+	assert_int_equal(run_cli("models show m nosuch"), 1);
+	assert_int_equal(run_cli("runs list --json"), 0);
+	j = json_load_file("cli.out", 0, NULL);
+	assert_true(json_array_size(j) >= 1);
+	json_decref(j);
+	assert_int_equal(run_cli("runs show latest --json"), 0);
+	assert_int_equal(run_cli("runs logs latest"), 0);
+	assert_int_equal(run_cli("runs show nosuchrun"), 1);
+	assert_int_equal(run_cli("run missing.yaml"), 65);
+}
+
 static void test_engine_backoff_full_jitter_and_cap(void **state)
 {
 	(void)state;
@@ -565,6 +602,7 @@ int main(void)
 		cmocka_unit_test(test_engine_gate_skips_below_threshold),
 		cmocka_unit_test(test_engine_second_run_hits_cache),
 		cmocka_unit_test(test_engine_register_and_deploy_idempotent),
+		cmocka_unit_test(test_engine_cli_models_and_runs),
 		cmocka_unit_test(test_engine_train_steps_get_slices),
 		cmocka_unit_test(test_engine_shell_fails_twice_then_succeeds),
 		cmocka_unit_test(test_engine_shell_timeout_kills_process_group),

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 static struct tf_store *open_db(const char *path)
 {
@@ -205,6 +206,36 @@ static void test_store_step_and_attempt_transitions_log_events(void **state)
 	tf_store_close(st);
 }
 
+static int run_cli(const char *args)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), "'%s' %s >cli.out 2>cli.err", getenv("TPUFLOW_BIN"), args);
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_store_db_command_status_migrate_and_refusal(void **state)
+{
+	(void)state;
+	if (!getenv("TPUFLOW_BIN"))
+		skip();
+	assert_int_equal(run_cli("--home h db status --json"), 0);
+	json_t *j = json_load_file("cli.out", 0, NULL);
+	assert_int_equal(json_integer_value(json_object_get(j, "version")), 0);
+	assert_int_equal(json_array_size(json_object_get(j, "pending")),
+			 (size_t)tf_store_latest_version());
+	json_decref(j);
+	assert_int_equal(run_cli("--home h db migrate --json"), 0);
+	j = json_load_file("cli.out", 0, NULL);
+	assert_int_equal(json_integer_value(json_object_get(j, "version")), tf_store_latest_version());
+	json_decref(j);
+	struct tf_store *st = open_db("h/tpuflow.db");
+	assert_int_equal(tf_store_exec(st, "PRAGMA user_version = 999"), 0);
+	tf_store_close(st);
+	assert_int_equal(run_cli("--home h db status"), 78);
+	assert_int_equal(run_cli("--home h runs list"), 78);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -213,6 +244,7 @@ int main(void)
 		cmocka_unit_test(test_store_statements_and_constraints),
 		cmocka_unit_test(test_store_run_state_machine),
 		cmocka_unit_test(test_store_step_and_attempt_transitions_log_events),
+		cmocka_unit_test(test_store_db_command_status_migrate_and_refusal),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
