@@ -1,0 +1,220 @@
+/* executor.c — the executor interface's shared half: backend lookup and dispatch, failure
+ * classes (exit status and return codes to error/timeout/preempted/infra/cancelled), log
+ * directories and the upload of captured logs to the object store. */
+#define TF_LOG_TAG "exec"
+#include "executors/exec_int.h"
+#include "common/common.h"
+#include "common/log.h"
+#include "storage/objstore.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+const struct tf_executor_ops *tf_executor_find(const char *name)
+{
+	if (!name)
+		return NULL;
+	if (!strcmp(name, tf_executor_inprocess.name))
+		return &tf_executor_inprocess;
+	if (!strcmp(name, tf_executor_local.name))
+		return &tf_executor_local;
+	return NULL;
+}
+
+int tf_exec_start(const struct tf_executor_ops *ops, const struct tf_exec_spec *spec,
+		  struct tf_exec **out, char *err, size_t errlen)
+{
+	return ops->start(spec, out, err, errlen);
+}
+
+int tf_exec_poll(struct tf_exec *x, struct tf_exec_result *res)
+{
+	return x->ops->poll(x, res);
+}
+
+int tf_exec_wait(struct tf_exec *x, double timeout, struct tf_exec_result *res)
+{
+	return x->ops->wait(x, timeout, res);
+}
+
+int tf_exec_cancel(struct tf_exec *x, enum tf_fail_class why)
+{
+	if (why != TF_FAIL_CANCELLED && why != TF_FAIL_PREEMPTED)
+		return -EINVAL;
+	return x->ops->cancel(x, why);
+}
+
+int tf_exec_logs(struct tf_exec *x, int stream, char **out, size_t *len)
+{
+	const char *p = x->ops->log_path(x, stream);
+	if (!p)
+		return -EINVAL;
+	return tf_read_file(p, (size_t)64 << 20, out, len);
+}
+
+void tf_exec_free(struct tf_exec *x)
+{
+	if (x)
+		x->ops->free(x);
+}
+
+const char *tf_fail_class_name(enum tf_fail_class c)
+{
+	static const char *const names[] = { "none",	  "error", "timeout",
+					     "preempted", "infra", "cancelled" };
+	return c < TF_FAIL_LAST ? names[c] : "?";
+}
+
+int tf_fail_class_retryable(enum tf_fail_class c)
+{
+	return c == TF_FAIL_TIMEOUT || c == TF_FAIL_PREEMPTED || c == TF_FAIL_INFRA;
+}
+
+enum tf_fail_class tf_exec_classify_status(int wstatus, enum tf_fail_class requested, char *msg,
+					   size_t msglen)
+{
+	static const char *const why[] = { "", "", "timeout", "preemption", "", "cancel" };
+	if (WIFEXITED(wstatus)) {
+		int code = WEXITSTATUS(wstatus);
+		if (code == 0 && requested == TF_FAIL_NONE) {
+			snprintf(msg, msglen, "exit 0");
+			return TF_FAIL_NONE;
+		}
+		if (requested != TF_FAIL_NONE) {
+			snprintf(msg, msglen, "exit %d after %s", code, why[requested]);
+			return requested;
+		}
+		/* sysexits: the environment failed, not the work */
+		if (code == 75 || code == 69) {
+			snprintf(msg, msglen, "exit %d (%s): infrastructure, retryable", code,
+				 code == 75 ? "temporary failure" : "service unavailable");
+			return TF_FAIL_INFRA;
+		}
+		snprintf(msg, msglen, "exit %d", code);
+		return TF_FAIL_ERROR;
+	}
+	if (WIFSIGNALED(wstatus)) {
+		int sig = WTERMSIG(wstatus);
+		const char *name = sigabbrev_np(sig);
+		if (requested != TF_FAIL_NONE) {
+			snprintf(msg, msglen, "killed by SIG%s after %s", name ? name : "?",
+				 why[requested]);
+			return requested;
+		}
+		if (sig == SIGKILL) {
+			/* nobody here sent it: the OOM killer or an operator */
+			snprintf(msg, msglen, "killed by SIGKILL (not sent by tpuflow: out of memory?)");
+			return TF_FAIL_INFRA;
+		}
+		snprintf(msg, msglen, "killed by SIG%s (%s)", name ? name : "?", strsignal(sig));
+		return TF_FAIL_ERROR;
+	}
+	snprintf(msg, msglen, "ended with unknown status 0x%x", (unsigned)wstatus);
+	return TF_FAIL_ERROR;
+}
+
+enum tf_fail_class tf_exec_classify_return(int rc, enum tf_fail_class requested)
+{
+	if (requested != TF_FAIL_NONE)
+		return requested; /* whatever it returned, it was stopped */
+	switch (rc) {
+	case 0:
+		return TF_FAIL_NONE;
+	case -EAGAIN:
+	case -ETIMEDOUT:
+	case -ECONNRESET:
+	case -ECONNREFUSED:
+	case -EHOSTUNREACH:
+	case -ENOSPC:
+	case -EIO:
+		return TF_FAIL_INFRA;
+	case -ECANCELED:
+		return TF_FAIL_CANCELLED;
+	default:
+		return TF_FAIL_ERROR;
+	}
+}
+
+char *tf_exec_self_path(void)
+{
+	char buf[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return NULL;
+	buf[n] = '\0';
+	return tf_xstrdup(buf);
+}
+
+int tf_exec_head_init(struct tf_exec *x, const struct tf_executor_ops *ops,
+		      const struct tf_exec_spec *spec, char *err, size_t errlen)
+{
+	x->ops = ops;
+	x->started = tf_now_monotonic();
+	if (spec->log_dir) {
+		int rc = tf_mkdir_p(spec->log_dir);
+		if (rc) {
+			snprintf(err, errlen, "cannot create log directory '%s': %s", spec->log_dir,
+				 strerror(-rc));
+			return rc;
+		}
+		snprintf(x->dir, sizeof(x->dir), "%s", spec->log_dir);
+	} else {
+		const char *tmp = getenv("TMPDIR");
+		snprintf(x->dir, sizeof(x->dir), "%s/tpuflow-exec.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+		if (!mkdtemp(x->dir)) {
+			int e = errno;
+			snprintf(err, errlen, "cannot create a log directory under '%s': %s",
+				 tmp && *tmp ? tmp : "/tmp", strerror(e));
+			return -e;
+		}
+		x->own_dir = 1;
+	}
+	if ((size_t)snprintf(x->out_path, sizeof(x->out_path), "%s/stdout.log", x->dir) >=
+		    sizeof(x->out_path) ||
+	    (size_t)snprintf(x->err_path, sizeof(x->err_path), "%s/stderr.log", x->dir) >=
+		    sizeof(x->err_path)) {
+		snprintf(err, errlen, "log directory path '%s' is too long", x->dir);
+		return -ENAMETOOLONG;
+	}
+	x->store = spec->store;
+	x->log_prefix = spec->log_prefix ? tf_xstrdup(spec->log_prefix) : NULL;
+	return 0;
+}
+
+/* Uploads both logs to the object store (when one was given), once. */
+void tf_exec_head_finish(struct tf_exec *x, struct tf_exec_result *res)
+{
+	if (x->store && !x->uploaded) {
+		const char *paths[2] = { x->out_path, x->err_path };
+		const char *names[2] = { "stdout.log", "stderr.log" };
+		x->uploaded = 1;
+		for (int i = 0; i < 2; i++) {
+			char *key = tf_xasprintf("%s%s", x->log_prefix ? x->log_prefix : "", names[i]);
+			int rc = tf_objstore_put_file(x->store, key, paths[i], 0);
+			if (rc) {
+				tf_warn("log upload to '%s' failed: %s", key,
+					tf_objstore_errmsg(x->store));
+				x->uploaded = -1;
+			}
+			free(key);
+		}
+	}
+	res->logs_uploaded = x->uploaded == 1;
+}
+
+void tf_exec_head_release(struct tf_exec *x)
+{
+	if (x->own_dir) {
+		unlink(x->out_path);
+		unlink(x->err_path);
+		rmdir(x->dir);
+	}
+	free(x->log_prefix);
+	x->log_prefix = NULL;
+}

@@ -1,0 +1,137 @@
+/* executor.h — where a step's work runs: one interface (start, poll, wait, cancel, logs) with
+ * swappable backends behind a struct of function pointers, one exported instance each:
+ *
+ *   tf_executor_inprocess  a function run on a thread of this process (the embedded default);
+ *                          cancel and timeout are cooperative: they raise ctx->cancel
+ *   tf_executor_local      a child process from an argv (never a shell string): posix_spawn
+ *                          into its own process group; a timeout or cancel sends SIGTERM to
+ *                          the whole group, then SIGKILL after the grace period; stdout and
+ *                          stderr go to files (and to the object store when one is given)
+ *
+ * Every attempt ends with a failure class the retry policy acts on:
+ *
+ *   none       exit 0 / the function returned 0
+ *   error      the work failed (non-zero exit, crash signal, negative return): a bug or bad
+ *              data; retried only if the step says so
+ *   timeout    it ran past spec->timeout and was stopped
+ *   preempted  the scheduler asked it to stop (checkpoint, release): always requeued
+ *   infra      the machinery failed, not the work: killed by SIGKILL it was not sent (the OOM
+ *              killer), exit 75 (EX_TEMPFAIL) or 69 (EX_UNAVAILABLE), spawn resources,
+ *              -EAGAIN-like returns: retryable
+ *   cancelled  a person or the engine cancelled it
+ *
+ * Usage:
+ *     struct tf_exec *x;
+ *     tf_exec_start(&tf_executor_local, &spec, &x, err, sizeof err);
+ *     tf_exec_wait(x, -1, &res);          // or tf_exec_poll(x, &res) from an event loop
+ *     tf_exec_free(x);
+ *
+ * Threads: one handle is driven by one thread at a time; tf_exec_cancel may be called from
+ * any thread.
+ */
+#ifndef TF_EXECUTOR_H
+#define TF_EXECUTOR_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+struct tf_objstore;
+
+enum tf_fail_class {
+	TF_FAIL_NONE,      /* success */
+	TF_FAIL_ERROR,     /* the work failed */
+	TF_FAIL_TIMEOUT,   /* ran past its timeout */
+	TF_FAIL_PREEMPTED, /* stopped for the scheduler */
+	TF_FAIL_INFRA,     /* infrastructure failure: retryable */
+	TF_FAIL_CANCELLED, /* cancelled */
+	TF_FAIL_LAST
+};
+
+/* What an in-process function receives. */
+struct tf_exec_ctx {
+	void *arg;             /* spec->arg */
+	volatile int *cancel;  /* becomes non-zero on cancel, preemption or timeout: stop soon */
+	FILE *out, *err;       /* its captured stdout and stderr logs */
+	char *errbuf;          /* a message for people when it fails (NUL-terminated) */
+	size_t errlen;         /* size of errbuf */
+};
+
+struct tf_exec_spec {
+	/* local: the program and its arguments, passed verbatim (no shell); argv[0] is looked up
+	 * in PATH when it has no '/'. NULL-terminated. */
+	char *const *argv;
+	char *const *envp;     /* environment, NULL: inherit */
+	const char *cwd;       /* working directory, NULL: inherit */
+	/* inprocess: the function and its argument. Returns 0, or a negative errno-style code
+	 * (-EAGAIN, -ETIMEDOUT, -ECONNRESET, -ECONNREFUSED, -EHOSTUNREACH, -ENOSPC: infra). */
+	int (*fn)(const struct tf_exec_ctx *ctx);
+	void *arg;
+	double timeout;        /* seconds, <= 0: none */
+	double grace;          /* seconds between SIGTERM and SIGKILL, <= 0: 10 */
+	const char *log_dir;   /* stdout.log and stderr.log go here (created); NULL: a private
+				  temporary directory removed by tf_exec_free */
+	struct tf_objstore *store; /* when set, logs are uploaded on completion ... */
+	const char *log_prefix;    /* ... as PREFIX + "stdout.log" / "stderr.log" */
+};
+
+struct tf_exec_result {
+	enum tf_fail_class fclass; /* see above */
+	int exit_code;     /* local: exit status, -1 if killed by a signal; inprocess: return */
+	int signal;        /* local: the terminating signal, 0 if it exited */
+	double seconds;    /* wall time from start to end */
+	int logs_uploaded; /* 1 when the logs reached the object store */
+	char message[256]; /* what happened, for people: "exit 3", "killed by SIGKILL after
+			      timeout 5s", ... */
+};
+
+struct tf_exec; /* one running attempt; the backend's state follows its first field */
+
+struct tf_executor_ops {
+	const char *name; /* "inprocess", "local" */
+	/* Starts the work; on failure nothing runs and err says why. */
+	int (*start)(const struct tf_exec_spec *spec, struct tf_exec **out, char *err,
+		     size_t errlen);
+	/* 0 and *res when finished; -EAGAIN while running (also enforces the timeout). */
+	int (*poll)(struct tf_exec *x, struct tf_exec_result *res);
+	/* Blocks until finished (0 and *res) or `timeout` seconds pass (-ETIMEDOUT); < 0: forever. */
+	int (*wait)(struct tf_exec *x, double timeout, struct tf_exec_result *res);
+	/* Asks it to stop; `why` is TF_FAIL_CANCELLED or TF_FAIL_PREEMPTED. Returns at once. */
+	int (*cancel)(struct tf_exec *x, enum tf_fail_class why);
+	/* The path of the captured stdout (stream 1) or stderr (2) log. */
+	const char *(*log_path)(const struct tf_exec *x, int stream);
+	void (*free)(struct tf_exec *x);
+};
+
+extern const struct tf_executor_ops tf_executor_inprocess;
+extern const struct tf_executor_ops tf_executor_local;
+
+/* The backend named "inprocess" or "local"; NULL when unknown. */
+const struct tf_executor_ops *tf_executor_find(const char *name);
+
+/* Dispatchers through the handle's backend. The handle belongs to the caller until
+ * tf_exec_free (which stops nothing: cancel and wait first). */
+int tf_exec_start(const struct tf_executor_ops *ops, const struct tf_exec_spec *spec,
+		  struct tf_exec **out, char *err, size_t errlen);
+int tf_exec_poll(struct tf_exec *x, struct tf_exec_result *res);
+int tf_exec_wait(struct tf_exec *x, double timeout, struct tf_exec_result *res);
+int tf_exec_cancel(struct tf_exec *x, enum tf_fail_class why);
+/* Reads what a stream has captured so far (up to 64 MiB) into a new buffer the caller frees. */
+int tf_exec_logs(struct tf_exec *x, int stream, char **out, size_t *len);
+void tf_exec_free(struct tf_exec *x);
+
+const char *tf_fail_class_name(enum tf_fail_class c);
+/* 1 for the classes a retry policy retries by default (timeout, preempted, infra). */
+int tf_fail_class_retryable(enum tf_fail_class c);
+
+/* How a child process ended, as a class: wstatus from waitpid; `requested` is what we asked
+ * for (TF_FAIL_NONE if nothing, else TIMEOUT, CANCELLED or PREEMPTED). Writes a message. */
+enum tf_fail_class tf_exec_classify_status(int wstatus, enum tf_fail_class requested, char *msg,
+					   size_t msglen);
+/* The same for an in-process function's return code. */
+enum tf_fail_class tf_exec_classify_return(int rc, enum tf_fail_class requested);
+
+/* The running program's own path, for re-executing itself as a step ("/proc/self/exe"
+ * resolved); a new string the caller frees, NULL if unknown. */
+char *tf_exec_self_path(void);
+
+#endif

@@ -1,0 +1,262 @@
+/* local.c — the local child-process executor: posix_spawn of an argv (no shell) into its own
+ * process group, stdout/stderr to log files, timeouts and cancels as SIGTERM to the group then
+ * SIGKILL after the grace period, and the exit status mapped to a failure class.
+ *
+ * The child leads its own process group (POSIX_SPAWN_SETPGROUP), so signalling -pid reaches
+ * everything it started that stayed in the group. When the leader exits, the leader is left
+ * unreaped (waitid WNOWAIT) while the rest of the group is killed, so the group id cannot be
+ * reused by an unrelated process between the two; then it is reaped. A step's processes
+ * therefore never outlive its attempt. */
+#define TF_LOG_TAG "exec"
+#include "executors/exec_int.h"
+#include "common/common.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+struct local {
+	struct tf_exec head;          /* common part: first */
+	pid_t pid;                    /* the child, leader of its process group */
+	int pidfd;                    /* pidfd_open(pid), -1 when the kernel has none */
+	double timeout, grace;        /* seconds */
+	double term_at;               /* when SIGTERM went to the group, 0: not yet */
+	int killed;                   /* SIGKILL sent */
+	volatile int requested;       /* enum tf_fail_class asked for (cancel, preempt, timeout) */
+	int done;                     /* reaped; res holds the outcome */
+	struct tf_exec_result res;    /* the outcome once done */
+};
+
+static const char *local_log_path(const struct tf_exec *x, int stream)
+{
+	return stream == 1 ? x->out_path : stream == 2 ? x->err_path : NULL;
+}
+
+static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, char *err,
+		       size_t errlen)
+{
+	if (!spec->argv || !spec->argv[0] || !spec->argv[0][0]) {
+		snprintf(err, errlen, "local executor needs an argv with a program");
+		return -EINVAL;
+	}
+	struct local *l = tf_xcalloc(1, sizeof(*l));
+	int rc = tf_exec_head_init(&l->head, &tf_executor_local, spec, err, errlen);
+	int outfd = -1, errfd = -1;
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	int have_fa = 0, have_attr = 0;
+	if (rc)
+		goto out;
+	l->timeout = spec->timeout;
+	l->grace = spec->grace > 0 ? spec->grace : 10;
+	l->pidfd = -1;
+	outfd = open(l->head.out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	errfd = open(l->head.err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (outfd < 0 || errfd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot create logs in '%s': %s", l->head.dir, strerror(-rc));
+		goto out;
+	}
+	posix_spawn_file_actions_init(&fa);
+	have_fa = 1;
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, outfd, 1);
+	posix_spawn_file_actions_adddup2(&fa, errfd, 2);
+	if (spec->cwd)
+		posix_spawn_file_actions_addchdir_np(&fa, spec->cwd);
+	posix_spawnattr_init(&attr);
+	have_attr = 1;
+	sigset_t none, all;
+	sigemptyset(&none);
+	sigfillset(&all);
+	posix_spawnattr_setsigmask(&attr, &none);
+	posix_spawnattr_setsigdefault(&attr, &all);
+	posix_spawnattr_setpgroup(&attr, 0);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+						POSIX_SPAWN_SETSIGDEF);
+	rc = -posix_spawnp(&l->pid, spec->argv[0], &fa, &attr, spec->argv,
+			   spec->envp ? spec->envp : environ);
+	if (rc) {
+		snprintf(err, errlen, "cannot start '%s': %s%s", spec->argv[0], strerror(-rc),
+			 rc == -ENOENT ? " (not found: check the path or PATH)" : "");
+		goto out;
+	}
+#ifdef SYS_pidfd_open
+	l->pidfd = (int)syscall(SYS_pidfd_open, l->pid, 0);
+#endif
+	tf_debug("started pid %d: %s", (int)l->pid, spec->argv[0]);
+	*out = &l->head;
+	l = NULL;
+out:
+	if (have_fa)
+		posix_spawn_file_actions_destroy(&fa);
+	if (have_attr)
+		posix_spawnattr_destroy(&attr);
+	if (outfd >= 0)
+		close(outfd);
+	if (errfd >= 0)
+		close(errfd);
+	if (l) {
+		tf_exec_head_release(&l->head);
+		free(l);
+	}
+	return rc;
+}
+
+static void signal_group(struct local *l, int sig)
+{
+	if (kill(-l->pid, sig) < 0 && errno != ESRCH)
+		tf_warn("cannot signal process group %d: %s", (int)l->pid, strerror(errno));
+}
+
+/* Sends what the deadlines call for: SIGTERM at the timeout, SIGKILL after the grace. */
+static void enforce(struct local *l, double now)
+{
+	if (!l->term_at && l->timeout > 0 && now - l->head.started >= l->timeout) {
+		l->requested = TF_FAIL_TIMEOUT;
+		l->term_at = now;
+		signal_group(l, SIGTERM);
+	}
+	if (l->term_at && !l->killed && now - l->term_at >= l->grace) {
+		l->killed = 1;
+		signal_group(l, SIGKILL);
+	}
+}
+
+/* The next moment enforce() has something to do, in seconds from now (-1: none). */
+static double next_deadline(const struct local *l, double now)
+{
+	double t;
+	if (!l->term_at && l->timeout > 0)
+		t = l->head.started + l->timeout - now;
+	else if (l->term_at && !l->killed)
+		t = l->term_at + l->grace - now;
+	else
+		return -1;
+	return t > 0 ? t : 0;
+}
+
+/* Checks for the leader's exit without blocking; on exit kills what is left of the group,
+ * reaps the leader and fills l->res. Returns 1 when done. */
+static int reap(struct local *l)
+{
+	if (l->done)
+		return 1;
+	siginfo_t si;
+	memset(&si, 0, sizeof(si));
+	if (waitid(P_PID, (id_t)l->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+		return 0;
+	/* the leader is a zombie: its group id stays reserved while we clear the group */
+	kill(-l->pid, SIGKILL);
+	int status = 0;
+	while (waitpid(l->pid, &status, 0) < 0 && errno == EINTR)
+		;
+	l->done = 1;
+	struct tf_exec_result *r = &l->res;
+	memset(r, 0, sizeof(*r));
+	r->seconds = tf_now_monotonic() - l->head.started;
+	r->fclass = tf_exec_classify_status(status, (enum tf_fail_class)l->requested, r->message,
+					    sizeof(r->message));
+	r->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	r->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+	if (l->requested == TF_FAIL_TIMEOUT) {
+		size_t n = strlen(r->message);
+		snprintf(r->message + n, sizeof(r->message) - n, " %gs", l->timeout);
+	}
+	if (l->pidfd >= 0) {
+		close(l->pidfd);
+		l->pidfd = -1;
+	}
+	tf_exec_head_finish(&l->head, r);
+	tf_debug("pid %d ended: %s (%s)", (int)l->pid, r->message, tf_fail_class_name(r->fclass));
+	return 1;
+}
+
+static int local_poll(struct tf_exec *x, struct tf_exec_result *res)
+{
+	struct local *l = (struct local *)x;
+	if (!reap(l)) {
+		enforce(l, tf_now_monotonic());
+		if (!reap(l))
+			return -EAGAIN;
+	}
+	*res = l->res;
+	return 0;
+}
+
+static int local_wait(struct tf_exec *x, double timeout, struct tf_exec_result *res)
+{
+	struct local *l = (struct local *)x;
+	double start = tf_now_monotonic();
+	for (;;) {
+		if (local_poll(x, res) == 0)
+			return 0;
+		double now = tf_now_monotonic();
+		if (timeout >= 0 && now - start >= timeout)
+			return -ETIMEDOUT;
+		/* sleep until the child exits, a signal deadline, or our own timeout */
+		double nap = next_deadline(l, now);
+		if (timeout >= 0 && (nap < 0 || timeout - (now - start) < nap))
+			nap = timeout - (now - start);
+		if (l->pidfd >= 0) {
+			struct pollfd pf = { .fd = l->pidfd, .events = POLLIN };
+			int ms = nap < 0 ? -1 : (int)(nap * 1000) + 1;
+			poll(&pf, 1, ms);
+		} else {
+			/* no pidfd: poll the child every millisecond */
+			struct timespec ts = { 0, 1000000 };
+			nanosleep(&ts, NULL);
+		}
+	}
+}
+
+static int local_cancel(struct tf_exec *x, enum tf_fail_class why)
+{
+	struct local *l = (struct local *)x;
+	if (l->done)
+		return 0;
+	if (!l->term_at) {
+		l->requested = why;
+		l->term_at = tf_now_monotonic();
+		signal_group(l, SIGTERM);
+	}
+	return 0;
+}
+
+static void local_free(struct tf_exec *x)
+{
+	struct local *l = (struct local *)x;
+	if (!l->done) {
+		/* freeing a running attempt: stop it rather than leak a process group */
+		signal_group(l, SIGKILL);
+		int st;
+		while (waitpid(l->pid, &st, 0) < 0 && errno == EINTR)
+			;
+	}
+	if (l->pidfd >= 0)
+		close(l->pidfd);
+	tf_exec_head_release(&l->head);
+	free(l);
+}
+
+const struct tf_executor_ops tf_executor_local = {
+	.name = "local",
+	.start = local_start,
+	.poll = local_poll,
+	.wait = local_wait,
+	.cancel = local_cancel,
+	.log_path = local_log_path,
+	.free = local_free,
+};

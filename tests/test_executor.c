@@ -1,0 +1,420 @@
+/* test_executor.c — the executors: a timeout kills the whole process group (grandchild
+ * included, even one ignoring SIGTERM), argv with shell metacharacters arrives verbatim, logs
+ * are captured (and uploaded), killed children are reported as such, exit codes and return
+ * codes map to failure classes, cancel and preemption, the in-process backend. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "executors/executor.h"
+#include "storage/objstore.h"
+#include "common/common.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct tf_exec *start_local(char *const *argv, double timeout, double grace,
+				   const char *dir)
+{
+	struct tf_exec_spec spec = {
+		.argv = argv, .timeout = timeout, .grace = grace, .log_dir = dir
+	};
+	struct tf_exec *x = NULL;
+	char err[256];
+	int rc = tf_exec_start(&tf_executor_local, &spec, &x, err, sizeof(err));
+	if (rc)
+		fail_msg("start %s: %s", argv[0], err);
+	return x;
+}
+
+static char *logs(struct tf_exec *x, int stream)
+{
+	char *buf = NULL;
+	size_t len;
+	assert_int_equal(tf_exec_logs(x, stream, &buf, &len), 0);
+	return buf;
+}
+
+/* A process is gone when it no longer exists or is a zombie nobody reaps (a container's
+ * init may not). Waits up to 3 s. */
+static int gone(pid_t pid)
+{
+	for (int i = 0; i < 300; i++) {
+		if (kill(pid, 0) < 0 && errno == ESRCH)
+			return 1;
+		char path[64], buf[256];
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		FILE *f = fopen(path, "r");
+		if (f) {
+			size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+			fclose(f);
+			buf[n] = '\0';
+			char *rp = strrchr(buf, ')');
+			if (rp && rp[1] == ' ' && rp[2] == 'Z')
+				return 1;
+		}
+		struct timespec ts = { 0, 10000000 };
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+static pid_t read_pid(const char *path)
+{
+	for (int i = 0; i < 300; i++) {
+		FILE *f = fopen(path, "r");
+		int pid = 0;
+		if (f) {
+			if (fscanf(f, "%d", &pid) != 1)
+				pid = 0;
+			fclose(f);
+		}
+		if (pid > 0)
+			return pid;
+		struct timespec ts = { 0, 10000000 };
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+static void test_executor_argv_verbatim(void **state)
+{
+	(void)state;
+	char *argv[] = { "printf", "[%s]\\n", "a b", "$(touch pwned)", ";|&", "*", "'q'\"",
+			 "back\\slash", "", NULL };
+	struct tf_exec *x = start_local(argv, 10, 1, "argv");
+	struct tf_exec_result r;
+	assert_int_equal(tf_exec_wait(x, -1, &r), 0);
+	assert_int_equal(r.fclass, TF_FAIL_NONE);
+	assert_int_equal(r.exit_code, 0);
+	char *out = logs(x, 1);
+	assert_string_equal(out, "[a b]\n[$(touch pwned)]\n[;|&]\n[*]\n['q'\"]\n[back\\slash]\n[]\n");
+	free(out);
+	struct stat st;
+	assert_int_equal(stat("pwned", &st), -1);
+	tf_exec_free(x);
+}
+
+static void test_executor_logs_and_exit_code(void **state)
+{
+	(void)state;
+	char *argv[] = { "/bin/sh", "-c", "echo to-out; echo to-err >&2; exit 3", NULL };
+	struct tf_exec *x = start_local(argv, 10, 1, "logs");
+	struct tf_exec_result r;
+	assert_int_equal(tf_exec_wait(x, -1, &r), 0);
+	assert_int_equal(r.fclass, TF_FAIL_ERROR);
+	assert_int_equal(r.exit_code, 3);
+	assert_int_equal(r.signal, 0);
+	assert_string_equal(r.message, "exit 3");
+	char *o = logs(x, 1), *e = logs(x, 2);
+	assert_string_equal(o, "to-out\n");
+	assert_string_equal(e, "to-err\n");
+	free(o);
+	free(e);
+	assert_int_equal(access("logs/stdout.log", R_OK), 0);
+	tf_exec_free(x);
+}
+
+/* The shell and its background grandchild both ignore SIGTERM: the timeout's SIGTERM does
+ * nothing, SIGKILL after the grace takes the whole group. */
+static void test_executor_timeout_kills_group(void **state)
+{
+	(void)state;
+	const char *scripts[] = {
+		"sleep 30 & echo $! > gc1.pid; wait",
+		"trap '' TERM; sleep 30 & echo $! > gc2.pid; wait; wait",
+	};
+	const int want_sig[] = { SIGTERM, SIGKILL };
+	const char *pidfile[] = { "gc1.pid", "gc2.pid" };
+	for (int i = 0; i < 2; i++) {
+		char *argv[] = { "/bin/sh", "-c", (char *)scripts[i], NULL };
+		double t0 = tf_now_monotonic();
+		struct tf_exec *x = start_local(argv, 0.3, 0.3, "timeout");
+		pid_t gc = read_pid(pidfile[i]);
+		assert_true(gc > 0);
+		struct tf_exec_result r;
+		assert_int_equal(tf_exec_wait(x, -1, &r), 0);
+		double took = tf_now_monotonic() - t0;
+		assert_int_equal(r.fclass, TF_FAIL_TIMEOUT);
+		assert_int_equal(r.signal, want_sig[i]);
+		assert_non_null(strstr(r.message, "timeout"));
+		assert_true(took < 5);
+		assert_true(gone(gc));
+		tf_exec_free(x);
+	}
+}
+
+static void test_executor_killed_child_reported(void **state)
+{
+	(void)state;
+	const struct {
+		const char *script;
+		enum tf_fail_class want;
+		int sig;
+		const char *msg;
+	} cases[] = {
+		{ "kill -SEGV $$", TF_FAIL_ERROR, SIGSEGV, "killed by SIGSEGV" },
+		{ "kill -KILL $$", TF_FAIL_INFRA, SIGKILL, "killed by SIGKILL" },
+		{ "kill -TERM $$", TF_FAIL_ERROR, SIGTERM, "killed by SIGTERM" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *argv[] = { "/bin/sh", "-c", (char *)cases[i].script, NULL };
+		struct tf_exec *x = start_local(argv, 10, 1, NULL);
+		struct tf_exec_result r;
+		assert_int_equal(tf_exec_wait(x, -1, &r), 0);
+		assert_int_equal(r.fclass, cases[i].want);
+		assert_int_equal(r.signal, cases[i].sig);
+		assert_int_equal(r.exit_code, -1);
+		assert_non_null(strstr(r.message, cases[i].msg));
+		tf_exec_free(x);
+	}
+}
+
+static void test_executor_exit_codes_mapped(void **state)
+{
+	(void)state;
+	const struct {
+		int wstatus;
+		enum tf_fail_class requested, want;
+	} cases[] = {
+		{ 0 << 8, TF_FAIL_NONE, TF_FAIL_NONE },
+		{ 1 << 8, TF_FAIL_NONE, TF_FAIL_ERROR },
+		{ 2 << 8, TF_FAIL_NONE, TF_FAIL_ERROR },
+		{ 75 << 8, TF_FAIL_NONE, TF_FAIL_INFRA },
+		{ 69 << 8, TF_FAIL_NONE, TF_FAIL_INFRA },
+		{ 127 << 8, TF_FAIL_NONE, TF_FAIL_ERROR },
+		{ SIGKILL, TF_FAIL_NONE, TF_FAIL_INFRA },
+		{ SIGABRT, TF_FAIL_NONE, TF_FAIL_ERROR },
+		{ SIGTERM, TF_FAIL_TIMEOUT, TF_FAIL_TIMEOUT },
+		{ SIGKILL, TF_FAIL_PREEMPTED, TF_FAIL_PREEMPTED },
+		{ 0 << 8, TF_FAIL_CANCELLED, TF_FAIL_CANCELLED },
+		{ 1 << 8, TF_FAIL_PREEMPTED, TF_FAIL_PREEMPTED },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char msg[128];
+		enum tf_fail_class c =
+			tf_exec_classify_status(cases[i].wstatus, cases[i].requested, msg, sizeof(msg));
+		if (c != cases[i].want)
+			fail_msg("case %zu: status 0x%x gives %s (%s), want %s", i,
+				 (unsigned)cases[i].wstatus, tf_fail_class_name(c), msg,
+				 tf_fail_class_name(cases[i].want));
+		assert_true(strlen(msg) > 0);
+	}
+	/* real processes for the sysexits cases */
+	const struct {
+		const char *script;
+		enum tf_fail_class want;
+	} real[] = { { "exit 0", TF_FAIL_NONE }, { "exit 75", TF_FAIL_INFRA }, { "exit 9", TF_FAIL_ERROR } };
+	for (size_t i = 0; i < sizeof(real) / sizeof(real[0]); i++) {
+		char *argv[] = { "/bin/sh", "-c", (char *)real[i].script, NULL };
+		struct tf_exec *x = start_local(argv, 10, 1, NULL);
+		struct tf_exec_result r;
+		assert_int_equal(tf_exec_wait(x, -1, &r), 0);
+		assert_int_equal(r.fclass, real[i].want);
+		tf_exec_free(x);
+	}
+	assert_true(tf_fail_class_retryable(TF_FAIL_INFRA));
+	assert_true(tf_fail_class_retryable(TF_FAIL_PREEMPTED));
+	assert_false(tf_fail_class_retryable(TF_FAIL_ERROR));
+	assert_false(tf_fail_class_retryable(TF_FAIL_CANCELLED));
+}
+
+static void test_executor_cancel_and_preempt(void **state)
+{
+	(void)state;
+	const enum tf_fail_class why[] = { TF_FAIL_CANCELLED, TF_FAIL_PREEMPTED };
+	for (int i = 0; i < 2; i++) {
+		char *argv[] = { "sleep", "30", NULL };
+		struct tf_exec *x = start_local(argv, 0, 1, NULL);
+		struct tf_exec_result r;
+		assert_int_equal(tf_exec_poll(x, &r), -EAGAIN);
+		assert_int_equal(tf_exec_wait(x, 0.05, &r), -ETIMEDOUT);
+		assert_int_equal(tf_exec_cancel(x, why[i]), 0);
+		assert_int_equal(tf_exec_wait(x, 5, &r), 0);
+		assert_int_equal(r.fclass, why[i]);
+		assert_int_equal(r.signal, SIGTERM);
+		tf_exec_free(x);
+	}
+	/* freeing a running attempt stops it */
+	char *argv[] = { "/bin/sh", "-c", "sleep 30 & echo $! > gcf.pid; wait", NULL };
+	struct tf_exec *x = start_local(argv, 0, 1, NULL);
+	pid_t gc = read_pid("gcf.pid");
+	tf_exec_free(x);
+	assert_true(gc > 0 && gone(gc));
+}
+
+static void test_executor_spawn_failure(void **state)
+{
+	(void)state;
+	char *argv[] = { "/nonexistent/program", NULL };
+	struct tf_exec_spec spec = { .argv = argv };
+	struct tf_exec *x = NULL;
+	char err[256];
+	assert_int_equal(tf_exec_start(&tf_executor_local, &spec, &x, err, sizeof(err)), -ENOENT);
+	assert_null(x);
+	assert_non_null(strstr(err, "/nonexistent/program"));
+	struct tf_exec_spec empty = { 0 };
+	assert_int_equal(tf_exec_start(&tf_executor_local, &empty, &x, err, sizeof(err)), -EINVAL);
+	assert_int_equal(tf_exec_start(&tf_executor_inprocess, &empty, &x, err, sizeof(err)),
+			 -EINVAL);
+	assert_ptr_equal(tf_executor_find("local"), &tf_executor_local);
+	assert_ptr_equal(tf_executor_find("inprocess"), &tf_executor_inprocess);
+	assert_null(tf_executor_find("slurm"));
+}
+
+/* tpuflow re-executing itself as a step. */
+static void test_executor_reexec_self(void **state)
+{
+	(void)state;
+	const char *bin = getenv("TPUFLOW_BIN");
+	if (!bin || access(bin, X_OK) != 0)
+		skip();
+	char *argv[] = { (char *)bin, "version", NULL };
+	struct tf_exec *x = start_local(argv, 10, 1, NULL);
+	struct tf_exec_result r;
+	assert_int_equal(tf_exec_wait(x, -1, &r), 0);
+	assert_int_equal(r.fclass, TF_FAIL_NONE);
+	char *out = logs(x, 1);
+	assert_non_null(strstr(out, "tpuflow"));
+	free(out);
+	tf_exec_free(x);
+	char *self = tf_exec_self_path();
+	assert_non_null(self);
+	assert_true(self[0] == '/');
+	free(self);
+}
+
+static void test_executor_logs_uploaded(void **state)
+{
+	(void)state;
+	struct tf_objstore *st;
+	char err[256];
+	char *url = tf_xasprintf("file://%s/objects", getenv("TF_TEST_TMP") ? getenv("TF_TEST_TMP")
+									    : ".");
+	assert_int_equal(tf_objstore_open(url, &st, err, sizeof(err)), 0);
+	free(url);
+	char *argv[] = { "/bin/sh", "-c", "echo hello; echo oops >&2", NULL };
+	struct tf_exec_spec spec = { .argv = argv, .store = st, .log_prefix = "runs/1/train/" };
+	struct tf_exec *x;
+	assert_int_equal(tf_exec_start(&tf_executor_local, &spec, &x, err, sizeof(err)), 0);
+	struct tf_exec_result r;
+	assert_int_equal(tf_exec_wait(x, -1, &r), 0);
+	assert_int_equal(r.logs_uploaded, 1);
+	void *data;
+	size_t len;
+	assert_int_equal(tf_objstore_get(st, "runs/1/train/stdout.log", &data, &len), 0);
+	assert_int_equal(len, 6);
+	assert_memory_equal(data, "hello\n", 6);
+	free(data);
+	assert_int_equal(tf_objstore_get(st, "runs/1/train/stderr.log", &data, &len), 0);
+	assert_memory_equal(data, "oops\n", 5);
+	free(data);
+	tf_exec_free(x);
+	tf_objstore_free(st);
+}
+
+/* ---- in-process ---- */
+
+static int fn_ok(const struct tf_exec_ctx *ctx)
+{
+	fprintf(ctx->out, "step %s\n", (const char *)ctx->arg);
+	fprintf(ctx->err, "warn\n");
+	return 0;
+}
+
+static int fn_again(const struct tf_exec_ctx *ctx)
+{
+	snprintf(ctx->errbuf, ctx->errlen, "object store busy");
+	return -EAGAIN;
+}
+
+static int fn_bad(const struct tf_exec_ctx *ctx)
+{
+	(void)ctx;
+	return -EINVAL;
+}
+
+static int fn_until_cancel(const struct tf_exec_ctx *ctx)
+{
+	while (!*ctx->cancel) {
+		struct timespec ts = { 0, 1000000 };
+		nanosleep(&ts, NULL);
+	}
+	fprintf(ctx->out, "stopping\n");
+	return -ECANCELED;
+}
+
+static void test_executor_inprocess(void **state)
+{
+	(void)state;
+	const struct {
+		int (*fn)(const struct tf_exec_ctx *);
+		double timeout;
+		int cancel; /* 0 none, else the class to cancel with */
+		enum tf_fail_class want;
+		const char *msg;
+	} cases[] = {
+		{ fn_ok, 0, 0, TF_FAIL_NONE, "returned 0" },
+		{ fn_again, 0, 0, TF_FAIL_INFRA, "object store busy" },
+		{ fn_bad, 0, 0, TF_FAIL_ERROR, "Invalid argument" },
+		{ fn_until_cancel, 0.05, 0, TF_FAIL_TIMEOUT, "timeout" },
+		{ fn_until_cancel, 0, TF_FAIL_CANCELLED, TF_FAIL_CANCELLED, "" },
+		{ fn_until_cancel, 0, TF_FAIL_PREEMPTED, TF_FAIL_PREEMPTED, "" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tf_exec_spec spec = { .fn = cases[i].fn, .arg = "train",
+					     .timeout = cases[i].timeout };
+		struct tf_exec *x;
+		char err[128];
+		assert_int_equal(tf_exec_start(&tf_executor_inprocess, &spec, &x, err, sizeof(err)),
+				 0);
+		struct tf_exec_result r;
+		if (cases[i].cancel) {
+			assert_int_equal(tf_exec_wait(x, 0.02, &r), -ETIMEDOUT);
+			tf_exec_cancel(x, (enum tf_fail_class)cases[i].cancel);
+		}
+		assert_int_equal(tf_exec_wait(x, 5, &r), 0);
+		if (r.fclass != cases[i].want || !strstr(r.message, cases[i].msg))
+			fail_msg("case %zu: %s '%s'", i, tf_fail_class_name(r.fclass), r.message);
+		if (cases[i].fn == fn_ok) {
+			char *o = logs(x, 1), *e = logs(x, 2);
+			assert_string_equal(o, "step train\n");
+			assert_string_equal(e, "warn\n");
+			free(o);
+			free(e);
+		}
+		assert_int_equal(tf_exec_poll(x, &r), 0); /* stays finished */
+		tf_exec_free(x);
+	}
+	/* free of a running in-process attempt cancels it and waits */
+	struct tf_exec_spec spec = { .fn = fn_until_cancel };
+	struct tf_exec *x;
+	char err[128];
+	assert_int_equal(tf_exec_start(&tf_executor_inprocess, &spec, &x, err, sizeof(err)), 0);
+	tf_exec_free(x);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_executor_argv_verbatim),
+		cmocka_unit_test(test_executor_logs_and_exit_code),
+		cmocka_unit_test(test_executor_timeout_kills_group),
+		cmocka_unit_test(test_executor_killed_child_reported),
+		cmocka_unit_test(test_executor_exit_codes_mapped),
+		cmocka_unit_test(test_executor_cancel_and_preempt),
+		cmocka_unit_test(test_executor_spawn_failure),
+		cmocka_unit_test(test_executor_reexec_self),
+		cmocka_unit_test(test_executor_logs_uploaded),
+		cmocka_unit_test(test_executor_inprocess),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
