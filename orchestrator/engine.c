@@ -68,7 +68,7 @@ struct estep {
 	volatile int cancel;         /* raised by the coordinator, read by the kind */
 	/* [W] results of the attempt that just finished */
 	int rc;
-	enum tf_failure failure;
+	enum tf_fail_class failure;
 	int exit_code;
 	char err[512];
 	json_t *res_outputs, *res_metrics;
@@ -148,7 +148,7 @@ static char *canon(const json_t *v)
 	return s ? s : tf_xstrdup("null");
 }
 
-static int failure_retryable(const struct tf_retry_policy *p, enum tf_failure f)
+static int failure_retryable(const struct tf_retry_policy *p, enum tf_fail_class f)
 {
 	enum tf_failure_class c;
 	switch (f) {

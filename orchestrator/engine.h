@@ -45,7 +45,7 @@ struct tf_step_run {
 	void *progress_data;
 	json_t *outputs;             /* out: output name -> value */
 	json_t *metrics;             /* out: metric name -> number */
-	enum tf_failure failure;     /* out on failure: class (default error) */
+	enum tf_fail_class failure;     /* out on failure: class (default error) */
 	int exit_code;               /* out: process exit code, -1 when not a process */
 	char err[512];               /* out on failure: message for people */
 };

@@ -17,7 +17,7 @@ typedef int (*ml_step_fn)(const json_t *with, const struct tf_ml_ctx *ctx, json_
 /* Transient codes (storage hiccups, resource exhaustion) are infrastructure failures the
  * default retry policy retries; a cancelled step is reported as such (the engine turns it
  * into a timeout when its deadline caused it); anything else is the step's own error. */
-static enum tf_failure classify(int rc)
+static enum tf_fail_class classify(int rc)
 {
 	switch (rc) {
 	case -EAGAIN:

@@ -1,77 +1,49 @@
-/* kinds_shell.c — owns the shell step: an argv list (never a shell string) run as a child
- * process in its own process group, with stdout/stderr captured into the attempt's log, a
- * timeout or Ctrl-C that kills the whole group (SIGTERM, then SIGKILL after a grace period),
- * and outputs/metrics read back from files the program writes (docs/runs.md):
+/* kinds_shell.c — owns the shell step: an argv list (never a shell string) run through the
+ * executors' `local` backend (executors/executor.h: posix_spawn into its own process group, a
+ * timeout or Ctrl-C kills the whole group with SIGTERM then SIGKILL after a grace period),
+ * stdout/stderr appended to the attempt's log, and outputs/metrics read back from files the
+ * program writes (docs/runs.md):
  *
  *   TPUFLOW_OUTPUTS  JSON object or key=value lines     -> outputs
  *   TPUFLOW_METRICS  JSON object or key=value lines     -> metrics (numbers)
  *   TPUFLOW_RESULT   {"outputs": {...}, "metrics": {...}}
  *
- * The child is watched through a pidfd, so its exit is seen at once (no polling sleep); the
- * watcher wakes every 50 ms only to notice a raised cancel flag. */
+ * The executor watches the child through a pidfd, so its exit is seen at once; this thread
+ * wakes every 50 ms only to pass on a raised cancel flag. */
 #include "orchestrator/kinds.h"
+#include "executors/executor.h"
 
 #define TF_LOG_TAG "shell"
 #include "common/common.h"
 #include "common/log.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 extern char **environ;
 
-#define KILL_GRACE_S 2.0 /* SIGTERM, then SIGKILL after this long */
 #define RESULT_MAX (1u << 20)
 
-static int pidfd_open_(pid_t pid)
+/* Appends a captured stream to the attempt's log under a header line. */
+static void append_log(FILE *log, const char *title, const char *path)
 {
-#ifdef SYS_pidfd_open
-	return (int)syscall(SYS_pidfd_open, pid, 0);
-#else
-	(void)pid;
-	errno = ENOSYS;
-	return -1;
-#endif
-}
-
-/* Waits for the child; on cancel kills its process group. Returns the wait status. */
-static int wait_child(pid_t pid, volatile int *cancel, int *killed)
-{
-	int status = 0, fd = pidfd_open_(pid);
-	double term_at = 0;
-	*killed = 0;
-	for (;;) {
-		pid_t w = waitpid(pid, &status, WNOHANG);
-		if (w == pid)
-			break;
-		if (w < 0 && errno != EINTR)
-			break;
-		if (*cancel && !term_at) {
-			kill(-pid, SIGTERM);
-			term_at = tf_now_monotonic();
-			*killed = 1;
-		} else if (term_at && tf_now_monotonic() - term_at > KILL_GRACE_S) {
-			kill(-pid, SIGKILL);
-		}
-		if (fd >= 0) {
-			struct pollfd p = { .fd = fd, .events = POLLIN };
-			poll(&p, 1, 50);
-		} else {
-			usleep(2000); /* no pidfd on this kernel */
-		}
+	FILE *in = path ? fopen(path, "r") : NULL;
+	if (!in)
+		return;
+	char buf[8192];
+	size_t n, total = 0;
+	fprintf(log, "==> %s <==\n", title);
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0) {
+		fwrite(buf, 1, n, log);
+		total += n;
+		if (n && buf[n - 1] != '\n' && feof(in))
+			fputc('\n', log);
 	}
-	if (fd >= 0)
-		close(fd);
-	return status;
+	(void)total;
+	fclose(in);
 }
 
 /* Parses a results file: a JSON object, or key=value lines. Numbers stay numbers when
@@ -186,10 +158,7 @@ static int kind_shell(struct tf_step_run *r)
 	size_t argc = json_array_size(argv_j), nenv = 0, i;
 	char **argv = NULL, **envp = NULL;
 	char *f_out = NULL, *f_met = NULL, *f_res = NULL;
-	int rc, killed = 0, logfd = -1;
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t at;
-	pid_t pid = 0;
+	int rc;
 
 	if (!argc) {
 		snprintf(r->err, sizeof(r->err), "shell step needs a non-empty with.argv list");
@@ -235,58 +204,43 @@ static int kind_shell(struct tf_step_run *r)
 	envp[k++] = tf_xasprintf("TPUFLOW_PREFIX=%s", r->prefix);
 	envp[k++] = tf_xasprintf("TPUFLOW_WORKDIR=%s", r->workdir);
 
-	logfd = open(r->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-	if (logfd < 0) {
-		rc = -errno;
-		snprintf(r->err, sizeof(r->err), "cannot open log '%s': %s", r->log_path,
-			 strerror(errno));
-		r->failure = TF_FAIL_INFRA;
-		goto out;
-	}
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, logfd, 1);
-	posix_spawn_file_actions_adddup2(&fa, logfd, 2);
-	posix_spawn_file_actions_addchdir_np(&fa, r->workdir);
-	posix_spawnattr_init(&at);
-	/* Own process group (so a timeout kills everything it started) and default signal
-	 * handling: the engine blocks SIGINT/SIGTERM in its threads. */
-	sigset_t none, def;
-	sigemptyset(&none);
-	sigemptyset(&def);
-	sigaddset(&def, SIGINT);
-	sigaddset(&def, SIGTERM);
-	sigaddset(&def, SIGPIPE);
-	posix_spawnattr_setsigmask(&at, &none);
-	posix_spawnattr_setsigdefault(&at, &def);
-	posix_spawnattr_setpgroup(&at, 0);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-					      POSIX_SPAWN_SETSIGDEF);
-	rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, envp);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&at);
+	char *log_dir = tf_xasprintf("%s/attempt-%d", r->workdir, r->attempt);
+	struct tf_exec_spec spec = { .argv = argv, .envp = envp, .cwd = r->workdir,
+				     .timeout = r->timeout, .log_dir = log_dir };
+	struct tf_exec *x = NULL;
+	struct tf_exec_result res;
+	char xerr[256] = "";
+	rc = tf_exec_start(&tf_executor_local, &spec, &x, xerr, sizeof(xerr));
 	if (rc) {
-		snprintf(r->err, sizeof(r->err), "cannot start '%s': %s", argv[0], strerror(rc));
-		rc = -rc;
-		r->failure = TF_FAIL_ERROR;
+		snprintf(r->err, sizeof(r->err), "cannot start '%s': %s", argv[0], xerr);
+		r->failure = rc == -ENOENT || rc == -EACCES ? TF_FAIL_ERROR : TF_FAIL_INFRA;
+		free(log_dir);
 		goto out;
 	}
-	int status = wait_child(pid, r->cancel, &killed);
-	if (WIFEXITED(status)) {
-		r->exit_code = WEXITSTATUS(status);
-		if (r->exit_code != 0) {
-			snprintf(r->err, sizeof(r->err), "'%s' exited with status %d (see its log)",
-				 argv[0], r->exit_code);
-			rc = -EIO;
-			r->failure = killed ? TF_FAIL_CANCELLED : TF_FAIL_ERROR;
-			goto out;
+	int cancelled = 0;
+	for (;;) {
+		rc = tf_exec_wait(x, 0.05, &res);
+		if (rc == 0)
+			break;
+		if (*r->cancel && !cancelled) {
+			tf_exec_cancel(x, TF_FAIL_CANCELLED);
+			cancelled = 1;
 		}
-	} else if (WIFSIGNALED(status)) {
-		r->exit_code = 128 + WTERMSIG(status);
-		snprintf(r->err, sizeof(r->err), "'%s' was killed by signal %d%s", argv[0],
-			 WTERMSIG(status), killed ? " (stopped by tpuflow)" : "");
-		rc = -EINTR;
-		r->failure = killed ? TF_FAIL_CANCELLED : TF_FAIL_ERROR;
+	}
+	FILE *log = fopen(r->log_path, "a");
+	if (log) {
+		append_log(log, "stdout", tf_executor_local.log_path(x, 1));
+		append_log(log, "stderr", tf_executor_local.log_path(x, 2));
+		fprintf(log, "==> %s <==\n", res.message);
+		fclose(log);
+	}
+	tf_exec_free(x);
+	free(log_dir);
+	r->exit_code = res.exit_code;
+	if (res.fclass != TF_FAIL_NONE) {
+		snprintf(r->err, sizeof(r->err), "'%s': %s (see its log)", argv[0], res.message);
+		r->failure = res.fclass;
+		rc = res.exit_code > 0 ? -EIO : -EINTR;
 		goto out;
 	}
 	rc = read_result(f_res, r->outputs, r->metrics, r->err, sizeof(r->err));
@@ -301,8 +255,6 @@ static int kind_shell(struct tf_step_run *r)
 		rc = check_declared(json_object_get(r->with, "metrics"), r->metrics, "metric", r->err,
 				    sizeof(r->err));
 out:
-	if (logfd >= 0)
-		close(logfd);
 	for (i = 0; argv && i < argc; i++)
 		free(argv[i]);
 	free(argv);

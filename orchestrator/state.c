@@ -70,7 +70,7 @@ const char *tf_attempt_state_name(enum tf_attempt_state s)
 	return (unsigned)s < TF_ATTEMPT_STATE_LAST ? attempt_names[s] : "?";
 }
 
-const char *tf_failure_name(enum tf_failure f)
+const char *tf_failure_name(enum tf_fail_class f)
 {
 	return (unsigned)f < TF_FAIL_LAST ? failure_names[f] : "?";
 }
@@ -101,11 +101,11 @@ int tf_step_state_parse(const char *name, enum tf_step_state *out)
 	return rc;
 }
 
-int tf_failure_parse(const char *name, enum tf_failure *out)
+int tf_failure_parse(const char *name, enum tf_fail_class *out)
 {
 	int v, rc = parse_name(failure_names, TF_FAIL_LAST, name, &v);
 	if (rc == 0)
-		*out = (enum tf_failure)v;
+		*out = (enum tf_fail_class)v;
 	return rc;
 }
 

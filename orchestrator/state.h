@@ -9,6 +9,7 @@
 #ifndef TF_STATE_H
 #define TF_STATE_H
 
+#include "executors/executor.h"
 #include "orchestrator/store.h"
 
 #include <jansson.h>
@@ -43,25 +44,17 @@ enum tf_attempt_state {
 	TF_ATTEMPT_STATE_LAST
 };
 
-/* Why an attempt failed; a step's retry policy names the classes it retries. */
-enum tf_failure {
-	TF_FAIL_NONE,
-	TF_FAIL_ERROR,     /* the step's own failure (exit code, exception, bad data) */
-	TF_FAIL_TIMEOUT,   /* exceeded the step's timeout and was killed */
-	TF_FAIL_PREEMPTED, /* its slice was taken by a higher-priority job */
-	TF_FAIL_INFRA,     /* infrastructure: chip failure, object store, spawn failure */
-	TF_FAIL_CANCELLED, /* stopped by the user */
-	TF_FAIL_LAST
-};
+/* Why an attempt failed (enum tf_fail_class of executors/executor.h: none, error, timeout,
+ * preempted, infra, cancelled); a step's retry policy names the classes it retries. */
 
 const char *tf_run_state_name(enum tf_run_state s);
 const char *tf_step_state_name(enum tf_step_state s);
 const char *tf_attempt_state_name(enum tf_attempt_state s);
-const char *tf_failure_name(enum tf_failure f);
+const char *tf_failure_name(enum tf_fail_class f);
 /* Name -> value; -EINVAL when unknown. */
 int tf_run_state_parse(const char *name, enum tf_run_state *out);
 int tf_step_state_parse(const char *name, enum tf_step_state *out);
-int tf_failure_parse(const char *name, enum tf_failure *out);
+int tf_failure_parse(const char *name, enum tf_fail_class *out);
 
 /* 1 when a step in this state has its results (succeeded or cached). */
 int tf_step_state_done(enum tf_step_state s);
@@ -118,7 +111,7 @@ int tf_step_add_slice(struct tf_store *st, const char *run, const char *step, co
 /* A new attempt `n` (the step's attempt counter after entering running) in state running. */
 int tf_attempt_create(struct tf_store *st, const char *run, const char *step, int n);
 struct tf_attempt_result {
-	enum tf_failure failure; /* for failed/cancelled/lost */
+	enum tf_fail_class failure; /* for failed/cancelled/lost */
 	int exit_code;           /* process exit code, or -1 */
 	const char *error;       /* message for people */
 	double backoff;          /* seconds until the next attempt, when one follows */
