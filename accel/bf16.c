@@ -1,0 +1,98 @@
+/* bf16.c — scalar bfloat16 conversion and the run-time choice of the vectorised array path.
+ *
+ * All arithmetic is on the integer bits (memcpy, no floating-point operations), so the result
+ * does not depend on the thread's MXCSR FTZ/DAZ state. */
+#include "accel/bf16.h"
+
+#include <string.h>
+
+/* Implemented in bf16_avx2.c (compiled with -mavx2); only called when the CPU has AVX2. */
+void tf_bf16_from_f32_array_avx2(const float *in, uint16_t *out, size_t n, int ftz);
+void tf_bf16_round_array_avx2(const float *in, float *out, size_t n, int ftz);
+
+static uint32_t f32_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+static uint16_t from_bits(uint32_t u, int ftz)
+{
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return 0x7fc0; /* any NaN -> canonical quiet NaN */
+	if (ftz && (u & 0x7f800000u) == 0)
+		u &= 0x80000000u; /* subnormal (or zero) -> signed zero, before rounding */
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+uint16_t tf_bf16_from_f32(float f, int ftz)
+{
+	return from_bits(f32_bits(f), ftz);
+}
+
+float tf_bf16_to_f32(uint16_t h)
+{
+	return bits_f32((uint32_t)h << 16);
+}
+
+float tf_bf16_round(float f, int ftz)
+{
+	return bits_f32((uint32_t)from_bits(f32_bits(f), ftz) << 16);
+}
+
+void tf_bf16_from_f32_array_scalar(const float *in, uint16_t *out, size_t n, int ftz)
+{
+	for (size_t i = 0; i < n; i++)
+		out[i] = tf_bf16_from_f32(in[i], ftz);
+}
+
+void tf_bf16_round_array_scalar(const float *in, float *out, size_t n, int ftz)
+{
+	for (size_t i = 0; i < n; i++)
+		out[i] = tf_bf16_round(in[i], ftz);
+}
+
+int tf_bf16_have_avx2(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	static int cached = -1;
+	if (cached < 0) {
+		__builtin_cpu_init();
+		cached = __builtin_cpu_supports("avx2") ? 1 : 0;
+	}
+	return cached;
+#else
+	return 0;
+#endif
+}
+
+void tf_bf16_from_f32_array(const float *in, uint16_t *out, size_t n, int ftz)
+{
+	if (tf_bf16_have_avx2())
+		tf_bf16_from_f32_array_avx2(in, out, n, ftz);
+	else
+		tf_bf16_from_f32_array_scalar(in, out, n, ftz);
+}
+
+void tf_bf16_round_array(const float *in, float *out, size_t n, int ftz)
+{
+	if (tf_bf16_have_avx2())
+		tf_bf16_round_array_avx2(in, out, n, ftz);
+	else
+		tf_bf16_round_array_scalar(in, out, n, ftz);
+}
+
+void tf_bf16_to_f32_array(const uint16_t *in, float *out, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		out[i] = tf_bf16_to_f32(in[i]);
+}

@@ -1,0 +1,90 @@
+/* mxu.h — the emulated matrix unit: one GEMM contract, a fast kernel and a cycle-level
+ * reference model that give the same bits, plus SCALE-Sim's analytical cycle model.
+ *
+ * The systolic contract (weight-stationary, facts.md): C[MxN] = op(X)[MxK] . op(W)[KxN].
+ *   1. Every input is rounded fp32 -> bf16 -> fp32 (tf_bf16_round with cfg->ftz).
+ *   2. K is cut into tiles of R = cfg->rows: [0,R), [R,2R), ... (a "fold" loads one K-tile x
+ *      N-tile of W into the R x C array).
+ *   3. Per output (m, n): acc = +0; for each K-tile in ascending order: s = +0, then
+ *      s = fmaf(x[m,k], w[k,n], s) for k ascending within the tile; acc = acc + s.
+ *   4. Every thread computing part of C runs with the same MXCSR: round to nearest, and
+ *      FTZ+DAZ exactly when cfg->ftz (so products that underflow flush to zero in TPU mode and
+ *      are gradual otherwise). The caller's MXCSR is restored on return.
+ *   5. A NaN output is written as the canonical quiet NaN 0x7FC00000, so the result does not
+ *      depend on which NaN operand the hardware happened to propagate.
+ * The fast kernel parallelises over M and N only; it never splits or reorders K within a tile,
+ * so its result is bit-identical to the reference for any thread count.
+ *
+ * op(X) is X (M x K, row-major, leading dimension ldx >= K) or, with trans_x, the transpose of
+ * a K x M array (ldx >= M). op(W) is W (K x N, ldw >= N) or, with trans_w, the transpose of an
+ * N x K array (ldw >= K). C is M x N with ldc >= N; it is overwritten. For the backward pass
+ * of Y = X.W: dW = X^T.dY is (trans_x = 1), dX = dY.W^T is (trans_w = 1). */
+#ifndef TF_MXU_H
+#define TF_MXU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct tf_mxu_cfg {
+	int rows, cols; /* systolic array R x C; 0 means 128 */
+	int ftz;        /* 1: flush subnormals (TPU mode, the default from tf_mxu_cfg_init) */
+	int threads;    /* host threads for the fast kernel; 0 or 1 means the calling thread */
+	int mxus;       /* MXUs in the core the folds are spread over (cycle count only); 0 = 1 */
+};
+
+struct tf_mxu_stats {
+	uint64_t cycles;           /* device cycles of this GEMM on one core (folds spread over
+				      cfg->mxus arrays), from the analytical WS model or, for
+				      the reference, counted by the simulation */
+	uint64_t folds;            /* weight tiles loaded: ceil(K/R) * ceil(N/C) */
+	uint64_t macs;             /* M * N * K */
+	double utilization;        /* macs / (cycles * R * C * mxus) */
+	double mapping_efficiency; /* mean over folds of rows_used * cols_used / (R * C) */
+};
+
+/* Defaults: 128 x 128, ftz on, 1 thread, 1 MXU. */
+void tf_mxu_cfg_init(struct tf_mxu_cfg *cfg);
+
+/* The fast kernel (AVX2/FMA when the CPU has it, portable C otherwise). stats may be NULL. */
+void tf_mxu_gemm(const struct tf_mxu_cfg *cfg, int trans_x, int trans_w, size_t M, size_t K,
+		 size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
+		 size_t ldc, struct tf_mxu_stats *stats);
+
+/* The cycle-level reference: an R x C grid of processing elements whose registers shift one
+ * step per cycle (weights shifted in per fold, inputs skewed in from the left, partial sums
+ * flowing down the columns). Slow (M*N*K*... per-PE steps) and single-threaded by design;
+ * cfg->threads is ignored. stats->cycles is the count the simulation reached. */
+void tf_mxu_gemm_reference(const struct tf_mxu_cfg *cfg, int trans_x, int trans_w, size_t M,
+			   size_t K, size_t N, const float *X, size_t ldx, const float *W,
+			   size_t ldw, float *C, size_t ldc, struct tf_mxu_stats *stats);
+
+/* Which fast path tf_mxu_gemm runs on this CPU: "avx2" or "portable". */
+const char *tf_mxu_kernel_name(void);
+/* Forces the portable kernel (1) or the best one (0); for tests and benchmarks. */
+void tf_mxu_force_portable(int on);
+
+/* SCALE-Sim's analytical model (scalesim/compute/systolic_compute_{ws,os}.py). */
+enum tf_mxu_dataflow {
+	TF_MXU_WS, /* weight-stationary: rows <- K, cols <- N, streamed T = M */
+	TF_MXU_OS, /* output-stationary: rows <- M, cols <- N, streamed T = K */
+	TF_MXU_DATAFLOW_LAST
+};
+
+struct tf_mxu_model {
+	uint64_t folds;            /* array loads */
+	uint64_t cycles_per_fold;  /* WS: 2R + C + T - 2; OS: R + C + T - 2 */
+	uint64_t cycles;           /* folds * cycles_per_fold: one array doing every fold */
+	uint64_t scalesim_total;   /* what SCALE-Sim reports: cycles - 1 (last 0-based cycle) */
+	uint64_t core_cycles;      /* ceil(folds / mxus) * cycles_per_fold */
+	double mapping_efficiency; /* mean over folds of used rows * used cols / (R * C) */
+	double utilization;        /* M*N*K / (cycles * R * C) (one array) */
+	double core_utilization;   /* M*N*K / (core_cycles * R * C * mxus) */
+};
+
+/* Fills *out for an M x K . K x N GEMM on R x C arrays (mxus of them, 0 = 1). Returns 0, or
+ * -EINVAL when R or C is not positive or the dataflow is unknown. Zero-sized GEMMs give 0
+ * folds and 0 cycles. */
+int tf_mxu_model(enum tf_mxu_dataflow df, uint64_t M, uint64_t K, uint64_t N, int R, int C,
+		 int mxus, struct tf_mxu_model *out);
+
+#endif

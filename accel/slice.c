@@ -1,0 +1,315 @@
+/* slice.c — the slice runtime: replica thread pool, deterministic ring all-reduce, device time
+ * and HBM accounting (slice.h).
+ *
+ * Pool: threads-1 workers plus the caller. tf_slice_run publishes (fn, arg) under a new
+ * generation number; every participant takes replica indices from a shared counter until none
+ * are left; the caller waits until all have finished. Replicas are independent, so the
+ * assignment of indices to threads does not affect any result.
+ *
+ * All-reduce: the emulation computes, for each ring, exactly what a ring reduce-scatter
+ * followed by an all-gather produces: chunk j of the buffer is summed starting at member j+1
+ * and going round to member j, (((x[j+1] + x[j+2]) + ...) + x[j]), and the total is copied to
+ * every member. Rings run per dimension in a fixed order (cores of a chip, then x, y, z), so
+ * the bits depend only on the slice shape and the inputs. */
+#include "accel/slice.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/mxu_int.h"
+#include "common/common.h"
+
+struct tf_slice_rt {
+	struct tf_tpu_slice slice;    /* copy of the slice description */
+	int replicas;                 /* slice.cores */
+	int threads;                  /* pool size including the caller */
+	int host_threads;             /* threads allowed (<= host cores), before the replica cap */
+	int ftz;                      /* MXU flush-to-zero mode */
+	struct tf_slice_replica *rep; /* replicas, index order */
+	pthread_t *tids;              /* threads-1 workers */
+	pthread_mutex_t mu;           /* guards the fields below */
+	pthread_cond_t work_cv;       /* a new generation or stop */
+	pthread_cond_t done_cv;       /* a participant finished its share */
+	uint64_t gen;                 /* bumped by each tf_slice_run */
+	int stop;                     /* workers exit */
+	tf_slice_fn fn;               /* current program */
+	void *arg;                    /* its argument */
+	int next;                     /* next replica index to hand out */
+	int active;                   /* participants still working on this generation */
+	struct tf_slice_stats st;     /* accumulated accounting */
+};
+
+/* Takes replica indices until none are left. Called with mu unlocked. */
+static void drain(struct tf_slice_rt *rt)
+{
+	for (;;) {
+		pthread_mutex_lock(&rt->mu);
+		int i = rt->next < rt->replicas ? rt->next++ : -1;
+		pthread_mutex_unlock(&rt->mu);
+		if (i < 0)
+			return;
+		rt->fn(&rt->rep[i], rt->arg);
+	}
+}
+
+static void *worker(void *arg)
+{
+	struct tf_slice_rt *rt = arg;
+	uint64_t seen = 0;
+	for (;;) {
+		pthread_mutex_lock(&rt->mu);
+		while (!rt->stop && rt->gen == seen)
+			pthread_cond_wait(&rt->work_cv, &rt->mu);
+		if (rt->stop) {
+			pthread_mutex_unlock(&rt->mu);
+			return NULL;
+		}
+		seen = rt->gen;
+		pthread_mutex_unlock(&rt->mu);
+		drain(rt);
+		pthread_mutex_lock(&rt->mu);
+		if (--rt->active == 0)
+			pthread_cond_signal(&rt->done_cv);
+		pthread_mutex_unlock(&rt->mu);
+	}
+}
+
+int tf_slice_rt_new(const struct tf_tpu_slice *slice, int host_threads, int ftz,
+		    struct tf_slice_rt **out)
+{
+	if (!slice || !slice->gen || slice->cores < 1 || host_threads < 0)
+		return -EINVAL;
+	struct tf_slice_rt *rt = tf_xcalloc(1, sizeof *rt);
+	rt->slice = *slice;
+	rt->replicas = slice->cores;
+	rt->ftz = ftz ? 1 : 0;
+	int ncpu = tf_ncpus();
+	int t = host_threads ? host_threads : ncpu;
+	if (t > ncpu)
+		t = ncpu;
+	rt->host_threads = t < 1 ? 1 : t;
+	if (t > rt->replicas)
+		t = rt->replicas;
+	rt->threads = t < 1 ? 1 : t;
+	rt->rep = tf_xcalloc((size_t)rt->replicas, sizeof *rt->rep);
+	int cpc = slice->gen->cores_per_chip;
+	for (int i = 0; i < rt->replicas; i++) {
+		struct tf_slice_replica *r = &rt->rep[i];
+		r->index = i;
+		r->replicas = rt->replicas;
+		r->chip = i / cpc;
+		r->core = i % cpc;
+		r->coords[0] = r->chip % slice->dims[0];
+		r->coords[1] = (r->chip / slice->dims[0]) % slice->dims[1];
+		r->coords[2] = r->chip / (slice->dims[0] * slice->dims[1]);
+		r->rt = rt;
+	}
+	pthread_mutex_init(&rt->mu, NULL);
+	pthread_cond_init(&rt->work_cv, NULL);
+	pthread_cond_init(&rt->done_cv, NULL);
+	rt->tids = tf_xcalloc((size_t)rt->threads, sizeof *rt->tids);
+	for (int i = 1; i < rt->threads; i++) {
+		if (pthread_create(&rt->tids[i - 1], NULL, worker, rt) != 0) {
+			rt->threads = i; /* fewer threads: same results, slower */
+			break;
+		}
+	}
+	*out = rt;
+	return 0;
+}
+
+void tf_slice_rt_free(struct tf_slice_rt *rt)
+{
+	if (!rt)
+		return;
+	pthread_mutex_lock(&rt->mu);
+	rt->stop = 1;
+	pthread_cond_broadcast(&rt->work_cv);
+	pthread_mutex_unlock(&rt->mu);
+	for (int i = 1; i < rt->threads; i++)
+		pthread_join(rt->tids[i - 1], NULL);
+	pthread_mutex_destroy(&rt->mu);
+	pthread_cond_destroy(&rt->work_cv);
+	pthread_cond_destroy(&rt->done_cv);
+	free(rt->tids);
+	free(rt->rep);
+	free(rt);
+}
+
+const struct tf_tpu_slice *tf_slice_rt_slice(const struct tf_slice_rt *rt)
+{
+	return &rt->slice;
+}
+
+int tf_slice_rt_replicas(const struct tf_slice_rt *rt)
+{
+	return rt->replicas;
+}
+
+int tf_slice_rt_threads(const struct tf_slice_rt *rt)
+{
+	return rt->threads;
+}
+
+void tf_slice_run(struct tf_slice_rt *rt, tf_slice_fn fn, void *arg)
+{
+	for (int i = 0; i < rt->replicas; i++)
+		rt->rep[i].cycles = rt->rep[i].macs = 0;
+	pthread_mutex_lock(&rt->mu);
+	rt->fn = fn;
+	rt->arg = arg;
+	rt->next = 0;
+	rt->active = rt->threads - 1;
+	rt->gen++;
+	pthread_cond_broadcast(&rt->work_cv);
+	pthread_mutex_unlock(&rt->mu);
+	drain(rt);
+	pthread_mutex_lock(&rt->mu);
+	while (rt->active > 0)
+		pthread_cond_wait(&rt->done_cv, &rt->mu);
+	pthread_mutex_unlock(&rt->mu);
+
+	uint64_t most = 0;
+	for (int i = 0; i < rt->replicas; i++) {
+		if (rt->rep[i].cycles > most)
+			most = rt->rep[i].cycles;
+		rt->st.macs += rt->rep[i].macs;
+	}
+	rt->st.runs++;
+	rt->st.cycles += most;
+	double secs = (double)most / rt->slice.gen->clock_hz;
+	rt->st.compute_seconds += secs;
+	rt->st.device_seconds += secs;
+}
+
+void tf_slice_gemm(struct tf_slice_replica *r, int trans_x, int trans_w, size_t M, size_t K,
+		   size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
+		   size_t ldc)
+{
+	const struct tf_slice_rt *rt = r->rt;
+	const struct tf_tpu_gen *g = rt->slice.gen;
+	struct tf_mxu_cfg cfg = {
+		.rows = g->mxu_rows, .cols = g->mxu_cols, .ftz = rt->ftz,
+		.threads = 1, .mxus = g->mxus_per_core,
+	};
+	/* Spare host threads (fewer replicas than threads) help inside the GEMM. */
+	if (rt->replicas < rt->host_threads)
+		cfg.threads = rt->host_threads / rt->replicas;
+	struct tf_mxu_stats st;
+	tf_mxu_gemm(&cfg, trans_x, trans_w, M, K, N, X, ldx, W, ldw, C, ldc, &st);
+	r->cycles += st.cycles;
+	r->macs += st.macs;
+}
+
+/* Ring dimensions in reduction order: size and replica-index stride, and whether the ring is
+ * on one chip. */
+struct ring_dim {
+	int size, stride, on_chip;
+};
+
+static int ring_dims(const struct tf_tpu_slice *s, struct ring_dim d[4])
+{
+	int cpc = s->gen->cores_per_chip;
+	d[0] = (struct ring_dim){ cpc, 1, 1 };
+	d[1] = (struct ring_dim){ s->dims[0], cpc, 0 };
+	d[2] = (struct ring_dim){ s->dims[1], cpc * s->dims[0], 0 };
+	d[3] = (struct ring_dim){ s->dims[2], cpc * s->dims[0] * s->dims[1], 0 };
+	return 4;
+}
+
+double tf_slice_allreduce_seconds(const struct tf_tpu_slice *slice, double bytes)
+{
+	struct ring_dim d[4];
+	int nd = ring_dims(slice, d);
+	double t = 0;
+	for (int i = 0; i < nd; i++) {
+		int p = d[i].size;
+		if (p <= 1)
+			continue;
+		double alpha = d[i].on_chip ? 0.0 : slice->gen->ici_alpha;
+		double bw = d[i].on_chip ? slice->gen->hbm_bw : slice->gen->ici_bw;
+		t += 2.0 * (p - 1) * alpha + 2.0 * (p - 1) / p * bytes / bw;
+	}
+	return t;
+}
+
+void tf_slice_allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n)
+{
+	struct ring_dim d[4];
+	int nd = ring_dims(&rt->slice, d);
+	float *acc = tf_xmalloc((n ? n : 1) * sizeof *acc);
+	/* The adds run in the MXU's FTZ/DAZ mode, whatever the caller's MXCSR. */
+	unsigned saved = tf_mxu_csr_enter(rt->ftz);
+	for (int di = 0; di < nd; di++) {
+		int p = d[di].size, stride = d[di].stride;
+		if (p <= 1)
+			continue;
+		for (int base = 0; base < rt->replicas; base++) {
+			if ((base / stride) % p != 0)
+				continue; /* not the first member of its ring */
+			for (int j = 0; j < p; j++) {
+				size_t lo = n * (size_t)j / (size_t)p;
+				size_t hi = n * (size_t)(j + 1) / (size_t)p;
+				size_t len = hi - lo;
+				if (!len)
+					continue;
+				int first = base + ((j + 1) % p) * stride;
+				memcpy(acc, bufs[first] + lo, len * sizeof *acc);
+				for (int s = 2; s <= p; s++) {
+					const float *src = bufs[base + ((j + s) % p) * stride] + lo;
+					for (size_t e = 0; e < len; e++)
+						acc[e] = acc[e] + src[e];
+				}
+				for (int m = 0; m < p; m++)
+					memcpy(bufs[base + m * stride] + lo, acc, len * sizeof *acc);
+			}
+		}
+	}
+	tf_mxu_csr_leave(saved);
+	free(acc);
+	double bytes = (double)n * sizeof(float);
+	double t = tf_slice_allreduce_seconds(&rt->slice, bytes);
+	rt->st.allreduces++;
+	rt->st.bytes_reduced += bytes;
+	rt->st.collective_seconds += t;
+	rt->st.device_seconds += t;
+}
+
+int tf_slice_check_hbm(const struct tf_tpu_slice *slice, double bytes_per_replica, char *err,
+		       size_t errlen)
+{
+	double cap = slice->gen->hbm_bytes / slice->gen->cores_per_chip;
+	if (bytes_per_replica <= cap)
+		return 0;
+	if (err && errlen)
+		snprintf(err, errlen,
+			 "a replica needs %.3g GB but a %s TensorCore has %.3g GB of HBM: use a "
+			 "smaller batch or model, or a generation with more HBM",
+			 bytes_per_replica / 1e9, slice->gen->name, cap / 1e9);
+	return -ENOMEM;
+}
+
+void tf_slice_shard(size_t total, int replicas, int index, size_t *start, size_t *count)
+{
+	size_t r = replicas > 0 ? (size_t)replicas : 1, i = (size_t)index;
+	size_t base = total / r, extra = total % r;
+	*start = i * base + (i < extra ? i : extra);
+	*count = base + (i < extra);
+}
+
+void tf_slice_stats(const struct tf_slice_rt *rt, struct tf_slice_stats *out)
+{
+	*out = rt->st;
+	const struct tf_tpu_gen *g = rt->slice.gen;
+	double denom = (double)rt->st.cycles * g->mxu_rows * g->mxu_cols * g->mxus_per_core *
+		       rt->replicas;
+	out->mxu_utilization = denom > 0 ? (double)rt->st.macs / denom : 0.0;
+}
+
+void tf_slice_stats_reset(struct tf_slice_rt *rt)
+{
+	memset(&rt->st, 0, sizeof rt->st);
+}

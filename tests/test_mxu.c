@@ -1,0 +1,373 @@
+/* test_mxu.c — the MXU contract: the fast kernel (AVX2 and portable) and the cycle-level
+ * reference give the same bits as the contract written out naively, over shapes, value
+ * classes, transposes and thread counts; the order canary; the cycle model. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "accel/bf16.h"
+#include "accel/mxu.h"
+#include "accel/mxu_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The contract of mxu.h, written out directly from its text. */
+static void naive(int R, int ftz, size_t M, size_t K, size_t N, const float *X, size_t ldx,
+		  const float *W, size_t ldw, float *C, size_t ldc)
+{
+	unsigned saved = tf_mxu_csr_enter(ftz);
+	for (size_t m = 0; m < M; m++) {
+		for (size_t n = 0; n < N; n++) {
+			float acc = 0.0f;
+			for (size_t t0 = 0; t0 < K; t0 += (size_t)R) {
+				float s = 0.0f;
+				for (size_t k = t0; k < K && k < t0 + (size_t)R; k++)
+					s = fmaf(tf_bf16_round(X[m * ldx + k], ftz),
+						 tf_bf16_round(W[k * ldw + n], ftz), s);
+				acc = acc + s;
+			}
+			C[m * ldc + n] = acc;
+		}
+	}
+	tf_mxu_csr_leave(saved);
+	tf_mxu_canon_nan(M, N, C, ldc);
+}
+
+enum vclass { V_NORMAL, V_WIDE, V_UNDERFLOW, V_OVERFLOW, V_ZEROS, V_NAN, V_LAST };
+static const char *const vclass_name[] = { "normal", "wide", "underflow", "overflow",
+					   "signed-zeros", "nan-inf" };
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd64(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+static double unif(void)
+{
+	return (double)(rnd64() >> 11) / 9007199254740992.0;
+}
+
+static float gen(enum vclass c)
+{
+	double sign = (rnd64() & 1) ? -1.0 : 1.0;
+	switch (c) {
+	case V_NORMAL:
+		return (float)(2.0 * unif() - 1.0);
+	case V_WIDE:
+		return (float)(sign * (1.0 + unif()) * ldexp(1.0, (int)(rnd64() % 121) - 60));
+	case V_UNDERFLOW: /* products near or below 2^-126: subnormal or zero */
+		return (float)(sign * (1.0 + unif()) * ldexp(1.0, -(int)(rnd64() % 20) - 58));
+	case V_OVERFLOW: /* products beyond FLT_MAX: Inf, and Inf - Inf = NaN in the sums */
+		return (float)(sign * (1.0 + unif()) * ldexp(1.0, 55 + (int)(rnd64() % 20)));
+	case V_ZEROS: {
+		uint64_t r = rnd64() % 4;
+		return r == 0 ? 0.0f : r == 1 ? -0.0f : (float)(sign * ldexp(unif(), -130));
+	}
+	case V_NAN: {
+		uint64_t r = rnd64() % 16;
+		if (r == 0)
+			return NAN;
+		if (r == 1)
+			return -NAN;
+		if (r == 2)
+			return (float)(sign * INFINITY);
+		return (float)(2.0 * unif() - 1.0);
+	}
+	default:
+		return 0.0f;
+	}
+}
+
+static float *fill(size_t rows, size_t ld, enum vclass c)
+{
+	float *a = malloc((rows * ld + 1) * sizeof *a);
+	assert_non_null(a);
+	for (size_t i = 0; i < rows * ld + 1; i++)
+		a[i] = gen(c);
+	return a;
+}
+
+static float *transpose(const float *a, size_t rows, size_t cols, size_t ld, size_t ldt)
+{
+	float *t = malloc((cols * ldt + 1) * sizeof *t);
+	assert_non_null(t);
+	for (size_t i = 0; i < cols * ldt + 1; i++)
+		t[i] = 12345.0f; /* padding that must never be read into a result */
+	for (size_t i = 0; i < rows; i++)
+		for (size_t j = 0; j < cols; j++)
+			t[j * ldt + i] = a[i * ld + j];
+	return t;
+}
+
+static void same_bits(const float *a, const float *b, size_t M, size_t N, size_t ldc,
+		      const char *what)
+{
+	for (size_t m = 0; m < M; m++) {
+		if (memcmp(a + m * ldc, b + m * ldc, N * sizeof *a) == 0)
+			continue;
+		for (size_t n = 0; n < N; n++) {
+			uint32_t x, y;
+			memcpy(&x, &a[m * ldc + n], 4);
+			memcpy(&y, &b[m * ldc + n], 4);
+			if (x != y)
+				fail_msg("%s: C[%zu,%zu] %08x (%g) != %08x (%g)", what, m, n, x,
+					 (double)a[m * ldc + n], y, (double)b[m * ldc + n]);
+		}
+	}
+}
+
+/* Runs one case through every implementation and variant. */
+static void one_case(int R, int Cc, int ftz, size_t M, size_t K, size_t N, enum vclass vc,
+		     int with_reference)
+{
+	char what[160];
+	size_t ldx = K + 3, ldw = N + 1, ldc = N + 2;
+	float *X = fill(M, ldx, vc), *W = fill(K, ldw, vc);
+	float *want = calloc(M * ldc + 1, sizeof(float)), *got = calloc(M * ldc + 1, sizeof(float));
+	assert_non_null(want);
+	assert_non_null(got);
+	naive(R, ftz, M, K, N, X, ldx, W, ldw, want, ldc);
+
+	struct tf_mxu_cfg cfg;
+	tf_mxu_cfg_init(&cfg);
+	cfg.rows = R;
+	cfg.cols = Cc;
+	cfg.ftz = ftz;
+	snprintf(what, sizeof what, "%dx%d ftz=%d M=%zu K=%zu N=%zu %s", R, Cc, ftz, M, K, N,
+		 vclass_name[vc]);
+
+	float *xt = transpose(X, M, K, ldx, M + 2), *wt = transpose(W, K, N, ldw, K + 1);
+	for (int portable = 0; portable <= 1; portable++) {
+		tf_mxu_force_portable(portable);
+		for (int threads = 1; threads <= 3; threads++) {
+			cfg.threads = threads;
+			char w2[200];
+			for (int tx = 0; tx <= 1; tx++) {
+				for (int tw = 0; tw <= 1; tw++) {
+					memset(got, 0x7f, (M * ldc + 1) * sizeof(float));
+					tf_mxu_gemm(&cfg, tx, tw, M, K, N, tx ? xt : X,
+						    tx ? M + 2 : ldx, tw ? wt : W, tw ? K + 1 : ldw,
+						    got, ldc, NULL);
+					snprintf(w2, sizeof w2, "%s %s threads=%d tx=%d tw=%d", what,
+						 tf_mxu_kernel_name(), threads, tx, tw);
+					same_bits(want, got, M, N, ldc, w2);
+				}
+			}
+		}
+	}
+	tf_mxu_force_portable(0);
+	if (with_reference) {
+		struct tf_mxu_stats st;
+		struct tf_mxu_model mod;
+		memset(got, 0, (M * ldc + 1) * sizeof(float));
+		tf_mxu_gemm_reference(&cfg, 0, 0, M, K, N, X, ldx, W, ldw, got, ldc, &st);
+		same_bits(want, got, M, N, ldc, what);
+		tf_mxu_model(TF_MXU_WS, M, K, N, R, Cc, 1, &mod);
+		assert_int_equal(st.cycles, mod.cycles);
+		/* a transposed case through the reference too */
+		tf_mxu_gemm_reference(&cfg, 1, 1, M, K, N, xt, M + 2, wt, K + 1, got, ldc, NULL);
+		same_bits(want, got, M, N, ldc, what);
+	}
+	free(xt);
+	free(wt);
+	free(X);
+	free(W);
+	free(want);
+	free(got);
+}
+
+static void test_mxu_order_canary(void **state)
+{
+	(void)state;
+	const float x[4] = { 16777216.0f, 1.0f, 1.0f, -16777216.0f };
+	const float w[4] = { 1.0f, 1.0f, 1.0f, 1.0f };
+	struct tf_mxu_cfg cfg;
+	tf_mxu_cfg_init(&cfg);
+	/* R=2: tiles (2^24 + 1 -> 2^24) and (1 - 2^24), sum 1. R>=4: one tile, the ones are
+	 * lost against 2^24, sum 0. R=1 and R=3 lose them too. */
+	static const struct { int R; float want; } cases[] = { { 2, 1.0f }, { 4, 0.0f },
+							       { 128, 0.0f }, { 1, 0.0f },
+							       { 3, 0.0f } };
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		float c = -1.0f, r = -1.0f;
+		cfg.rows = cases[i].R;
+		cfg.cols = 4;
+		for (int threads = 1; threads <= 2; threads++) {
+			cfg.threads = threads;
+			tf_mxu_gemm(&cfg, 0, 0, 1, 4, 1, x, 4, w, 1, &c, 1, NULL);
+			assert_true(c == cases[i].want);
+		}
+		tf_mxu_gemm_reference(&cfg, 0, 0, 1, 4, 1, x, 4, w, 1, &r, 1, NULL);
+		assert_true(r == cases[i].want);
+		/* the transposed forms see the same order */
+		tf_mxu_gemm(&cfg, 1, 1, 1, 4, 1, x, 1, w, 4, &c, 1, NULL);
+		assert_true(c == cases[i].want);
+	}
+}
+
+static void test_mxu_shapes_match_reference(void **state)
+{
+	(void)state;
+	/* (R, C, M, K, N) */
+	static const int shapes[][5] = {
+		{ 4, 4, 1, 1, 1 },     { 4, 4, 5, 4, 4 },    { 4, 4, 7, 5, 9 },
+		{ 4, 4, 1, 13, 3 },    { 8, 16, 9, 8, 16 },  { 8, 16, 13, 9, 33 },
+		{ 8, 16, 6, 17, 31 },  { 8, 16, 1, 1, 17 },  { 128, 128, 3, 128, 20 },
+		{ 128, 128, 7, 129, 130 }, { 128, 128, 13, 300, 150 }, { 2, 4, 11, 7, 5 },
+	};
+	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+		const int *s = shapes[i];
+		for (int vc = 0; vc < V_LAST; vc++)
+			one_case(s[0], s[1], vc & 1, (size_t)s[2], (size_t)s[3], (size_t)s[4],
+				 (enum vclass)vc, 1);
+	}
+}
+
+static void test_mxu_value_classes_ftz_both(void **state)
+{
+	(void)state;
+	for (int vc = 0; vc < V_LAST; vc++)
+		for (int ftz = 0; ftz <= 1; ftz++)
+			one_case(8, 8, ftz, 10, 19, 21, (enum vclass)vc, 1);
+}
+
+static void test_mxu_fast_blocking_boundaries(void **state)
+{
+	(void)state;
+	/* Past the packing blocks (MC=144, KC=256, NC=4080) and odd edges; fast vs naive. */
+	one_case(128, 128, 1, 150, 513, 70, V_NORMAL, 0);
+	one_case(128, 128, 1, 300, 257, 49, V_WIDE, 0);
+	one_case(100, 128, 0, 37, 700, 35, V_NORMAL, 0);
+	one_case(512, 512, 1, 13, 1100, 17, V_NORMAL, 0);
+	one_case(128, 128, 1, 5, 3, 4100, V_NORMAL, 0);
+	one_case(128, 128, 1, 1, 784, 256, V_NORMAL, 0);
+	one_case(3, 128, 1, 8, 50, 40, V_NORMAL, 0);
+}
+
+static void test_mxu_underflow_depends_on_ftz(void **state)
+{
+	(void)state;
+	/* x = w = 2^-64: the product 2^-128 is subnormal. */
+	float x = ldexpf(1.0f, -64), w = ldexpf(1.0f, -64), c;
+	struct tf_mxu_cfg cfg;
+	tf_mxu_cfg_init(&cfg);
+	tf_mxu_gemm(&cfg, 0, 0, 1, 1, 1, &x, 1, &w, 1, &c, 1, NULL);
+	assert_true(c == 0.0f);
+	cfg.ftz = 0;
+	tf_mxu_gemm(&cfg, 0, 0, 1, 1, 1, &x, 1, &w, 1, &c, 1, NULL);
+	assert_true(c == ldexpf(1.0f, -128));
+	tf_mxu_gemm_reference(&cfg, 0, 0, 1, 1, 1, &x, 1, &w, 1, &c, 1, NULL);
+	assert_true(c == ldexpf(1.0f, -128));
+}
+
+static void test_mxu_zero_sizes_and_k0(void **state)
+{
+	(void)state;
+	float C[6], X[1] = { 1.0f }, W[1] = { 1.0f };
+	struct tf_mxu_cfg cfg;
+	struct tf_mxu_stats st;
+	tf_mxu_cfg_init(&cfg);
+	for (int i = 0; i < 6; i++)
+		C[i] = 7.0f;
+	tf_mxu_gemm(&cfg, 0, 0, 2, 0, 3, X, 1, W, 3, C, 3, &st);
+	for (int i = 0; i < 6; i++)
+		assert_true(C[i] == 0.0f && !signbit(C[i]));
+	assert_int_equal(st.cycles, 0);
+	assert_int_equal(st.folds, 0);
+	tf_mxu_gemm(&cfg, 0, 0, 0, 5, 3, X, 5, W, 3, C, 3, &st);
+	assert_int_equal(st.macs, 0);
+}
+
+static void test_mxu_model_ws_formula(void **state)
+{
+	(void)state;
+	struct tf_mxu_model m;
+	assert_int_equal(tf_mxu_model(TF_MXU_WS, 128, 128, 128, 128, 128, 1, &m), 0);
+	assert_int_equal(m.folds, 1);
+	assert_int_equal(m.cycles_per_fold, 510);
+	assert_int_equal(m.scalesim_total, 509);
+	assert_true(fabs(m.mapping_efficiency - 1.0) < 1e-12);
+	assert_true(fabs(m.utilization - 128.0 / 510.0) < 1e-12);
+	/* 256 x 784 . 784 x 256 on 128x128: 7 K-tiles x 2 N-tiles */
+	assert_int_equal(tf_mxu_model(TF_MXU_WS, 256, 784, 256, 128, 128, 4, &m), 0);
+	assert_int_equal(m.folds, 14);
+	assert_int_equal(m.cycles_per_fold, 2 * 128 + 128 + 256 - 2);
+	assert_int_equal(m.cycles, 14 * 638);
+	assert_int_equal(m.core_cycles, 4 * 638);
+	assert_true(fabs(m.mapping_efficiency - 784.0 * 256 / (14.0 * 16384)) < 1e-12);
+	/* brute-force the mean mapping efficiency over folds */
+	uint64_t M = 10, K = 300, N = 200;
+	int R = 64, C = 48;
+	assert_int_equal(tf_mxu_model(TF_MXU_WS, M, K, N, R, C, 1, &m), 0);
+	double sum = 0;
+	int folds = 0;
+	for (uint64_t k0 = 0; k0 < K; k0 += R)
+		for (uint64_t n0 = 0; n0 < N; n0 += C, folds++)
+			sum += (double)((K - k0 < (uint64_t)R ? K - k0 : (uint64_t)R) *
+					(N - n0 < (uint64_t)C ? N - n0 : (uint64_t)C)) / (R * C);
+	assert_int_equal(m.folds, folds);
+	assert_true(fabs(m.mapping_efficiency - sum / folds) < 1e-12);
+	assert_int_equal(m.scalesim_total, (uint64_t)folds * (2 * R + C + M - 2) - 1);
+	/* output stationary */
+	assert_int_equal(tf_mxu_model(TF_MXU_OS, 256, 784, 256, 128, 128, 1, &m), 0);
+	assert_int_equal(m.folds, 4);
+	assert_int_equal(m.cycles_per_fold, 128 + 128 + 784 - 2);
+	assert_int_equal(tf_mxu_model(TF_MXU_WS, 1, 1, 1, 0, 128, 1, &m), -22);
+	assert_int_equal(tf_mxu_model(TF_MXU_DATAFLOW_LAST, 1, 1, 1, 4, 4, 1, &m), -22);
+}
+
+static void test_mxu_reference_cycles_equal_model(void **state)
+{
+	(void)state;
+	static const int cases[][6] = {
+		/* R, C, M, K, N, mxus */
+		{ 4, 4, 1, 1, 1, 1 }, { 4, 4, 9, 13, 6, 1 }, { 8, 16, 3, 20, 40, 2 },
+		{ 16, 8, 30, 16, 8, 4 }, { 128, 128, 5, 200, 130, 4 }, { 2, 3, 7, 9, 10, 3 },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const int *c = cases[i];
+		size_t M = (size_t)c[2], K = (size_t)c[3], N = (size_t)c[4];
+		float *X = fill(M, K, V_NORMAL), *W = fill(K, N, V_NORMAL);
+		float *out = calloc(M * N, sizeof(float));
+		struct tf_mxu_cfg cfg;
+		struct tf_mxu_stats rs, fs;
+		struct tf_mxu_model m;
+		tf_mxu_cfg_init(&cfg);
+		cfg.rows = c[0];
+		cfg.cols = c[1];
+		cfg.mxus = c[5];
+		tf_mxu_gemm_reference(&cfg, 0, 0, M, K, N, X, K, W, N, out, N, &rs);
+		tf_mxu_gemm(&cfg, 0, 0, M, K, N, X, K, W, N, out, N, &fs);
+		tf_mxu_model(TF_MXU_WS, M, K, N, c[0], c[1], c[5], &m);
+		assert_int_equal(rs.cycles, m.core_cycles);
+		assert_int_equal(fs.cycles, m.core_cycles);
+		assert_int_equal(rs.folds, m.folds);
+		assert_true(rs.utilization > 0 && rs.utilization <= 1.0);
+		assert_true(fabs(rs.utilization - m.core_utilization) < 1e-12);
+		free(X);
+		free(W);
+		free(out);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_mxu_order_canary),
+		cmocka_unit_test(test_mxu_underflow_depends_on_ftz),
+		cmocka_unit_test(test_mxu_zero_sizes_and_k0),
+		cmocka_unit_test(test_mxu_model_ws_formula),
+		cmocka_unit_test(test_mxu_reference_cycles_equal_model),
+		cmocka_unit_test(test_mxu_value_classes_ftz_both),
+		cmocka_unit_test(test_mxu_shapes_match_reference),
+		cmocka_unit_test(test_mxu_fast_blocking_boundaries),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
