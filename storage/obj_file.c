@@ -474,6 +474,12 @@ static int file_gc_uploads(struct tf_objstore *s, const char *prefix, double old
 	return 0;
 }
 
+static int file_mkbucket(struct tf_objstore *s)
+{
+	(void)s; /* the root was created by open */
+	return 0;
+}
+
 const struct tf_objstore_ops tf_objstore_file_ops = {
 	.scheme = "file",
 	.put = file_put,
@@ -484,5 +490,6 @@ const struct tf_objstore_ops tf_objstore_file_ops = {
 	.del = file_del,
 	.list = file_list,
 	.gc_uploads = file_gc_uploads,
+	.mkbucket = file_mkbucket,
 	.free = file_free,
 };

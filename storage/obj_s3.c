@@ -1,15 +1,1538 @@
-/* obj_s3.c — the s3:// backend (being written: until it lands, opening s3:// says so). */
+/* obj_s3.c — the s3:// object-store backend: S3's REST API over libcurl, SigV4 signed here.
+ *
+ * Every request goes through s3_do(), which signs, sends, classifies the answer and retries.
+ * Invariants:
+ *   1. What is signed is what is sent: the URL's path and query are built by the same
+ *      encoder as the canonical request (sigv4.c), and the Host header is set explicitly.
+ *   2. Uploads are checked by the server: the payload's SHA-256 is signed and Content-MD5 is
+ *      sent, so a body damaged on the way is refused (BadDigest) and sent again. Each object
+ *      also carries the CRC-32C of its whole content in x-amz-meta-tf-crc32c.
+ *   3. Downloads are checked here before anyone sees them: against that CRC-32C, else against
+ *      the ETag when it is a plain MD5; a mismatch is retried like a 5xx, then is -EBADMSG.
+ *   4. Retries: 5xx, 429, SlowDown, RequestTimeout, bad digests and connection errors are
+ *      retried up to max_attempts with full-jitter exponential backoff (uniform in
+ *      [0, min(cap, base * 2^attempt)]), drawing on a retry budget shared by the handle's
+ *      threads (a success without retry refunds one), so a dead server fails fast.
+ *   5. A multipart upload is completed only when every part was stored and its ETag equals
+ *      the part's MD5; otherwise it is aborted (tf_objstore_gc_uploads cleans up after a
+ *      crash).
+ *   6. Write-once (TF_OBJ_IF_NONE_MATCH) sends If-None-Match: *; a server that answers 501
+ *      (Swift) is remembered and the handle falls back to HEAD-then-PUT, which is racy
+ *      between two writers of the same key (the checkpoint manager's random save ids keep
+ *      its own writers apart).
+ */
+#define TF_LOG_TAG "s3"
 #include "storage/objstore_int.h"
 
+#include "common/common.h"
+#include "common/crc32c.h"
+#include "common/log.h"
+#include "storage/sigv4.h"
+
+#include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+#define META_CRC "x-amz-meta-tf-crc32c"
+#define MIN_PART (5u << 20)
+#define MAX_PARTS 10000
+#define ERR_BODY_MAX (1u << 20)
+
+struct s3 {
+	char *endpoint;       /* "http://127.0.0.1:18080", no trailing '/' */
+	char *scheme;         /* "http" or "https" */
+	char *hostport;       /* "127.0.0.1:18080" */
+	char *bucket;         /* bucket name */
+	char *prefix;         /* key prefix inside the bucket: "" or "dir/" */
+	char *region;         /* signing region */
+	char *access_key;     /* may contain ':' */
+	char *secret_key;
+	char *token;          /* session token or NULL */
+	int virtual_host;     /* 1: bucket.host/key, 0: host/bucket/key */
+	size_t threshold;     /* multipart at or above this many bytes */
+	size_t part_size;     /* bytes per part */
+	int parallel;         /* parts in flight */
+	int max_attempts;     /* attempts per request */
+	int list_page;        /* max-keys per listing request */
+	double base, cap;     /* backoff base and cap, seconds */
+	atomic_int budget;    /* retries left to spend */
+	int budget_max;       /* the budget's ceiling */
+	long connect_ms;      /* connect timeout */
+	long low_speed_s;     /* seconds without progress before a transfer is dropped */
+	int no_conditional;   /* the server refused If-None-Match: * (501) */
+	atomic_uint_fast64_t n_requests, n_retries, n_corrupt, n_up, n_down; /* tf_obj_stats */
+	CURL *curl;           /* the handle's own connection (one thread at a time) */
+};
+
+/* One request. Strings are borrowed. */
+struct s3_req {
+	const char *method;         /* GET PUT POST DELETE HEAD */
+	const char *key;            /* full key in the bucket, or NULL for the bucket itself */
+	struct tf_sigv4_kv q[4];    /* query parameters (decoded) */
+	size_t nq;
+	struct tf_sigv4_kv h[4];    /* extra headers, sent and signed */
+	size_t nh;
+	const void *body;           /* bytes to upload */
+	size_t body_len;
+	const char *content_type;   /* for POST bodies */
+	int sink_fd;                /* >= 0: a 2xx body is written to this file */
+	int verify;                 /* check a 2xx body (invariant 3) */
+};
+
+/* One response (reset before every attempt). */
+struct s3_resp {
+	long status;             /* HTTP status, 0 when none */
+	char *body;              /* error bodies, and 2xx bodies when there is no sink */
+	size_t len, cap;
+	char etag[80];           /* without quotes */
+	char crc[16];            /* x-amz-meta-tf-crc32c */
+	char last_modified[64];
+	uint64_t content_length;
+	int has_length;
+	char code[64];           /* S3 error code */
+	char message[256];       /* S3 error message */
+	int attempts;            /* attempts made */
+	char sent_md5[33];       /* MD5 (hex) of the uploaded body */
+	/* download bookkeeping */
+	CURL *h;
+	int sink_fd;
+	uint32_t crc_run;        /* CRC-32C of the 2xx body so far */
+	EVP_MD_CTX *md5;         /* MD5 of the 2xx body so far */
+	uint64_t got;            /* 2xx body bytes */
+	int write_errno;         /* local write failure */
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+
+static void curl_init_once(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static struct s3 *S3(struct tf_objstore *s)
+{
+	return s->impl;
+}
+
+/* ---- small helpers ---- */
+
+static void md5_b64(const void *data, size_t n, char out[25], char hexout[33])
+{
+	unsigned char md[16];
+	unsigned int len = 0;
+	EVP_Digest(data, n, md, &len, EVP_md5(), NULL);
+	EVP_EncodeBlock((unsigned char *)out, md, 16);
+	for (int i = 0; i < 16; i++)
+		snprintf(hexout + 2 * i, 3, "%02x", md[i]);
+}
+
+static double jitter_unit(void)
+{
+	static _Thread_local unsigned seed;
+	if (!seed) {
+		if (getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
+			seed = (unsigned)(tf_now_wall() * 1e6);
+		seed |= 1;
+	}
+	return (double)rand_r(&seed) / ((double)RAND_MAX + 1.0);
+}
+
+static void sleep_s(double sec)
+{
+	if (sec <= 0)
+		return;
+	struct timespec ts = { (time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9) };
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+static int is_hex32(const char *s)
+{
+	if (strlen(s) != 32)
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
+			return 0;
+	return 1;
+}
+
+/* Copies the text of the first <tag>...</tag> at or after p into out (entities decoded);
+ * returns the pointer after the closing tag, or NULL. */
+static const char *xml_get(const char *p, const char *end, const char *tag, char *out,
+			   size_t outlen)
+{
+	char open[64], close[64];
+	snprintf(open, sizeof open, "<%s>", tag);
+	snprintf(close, sizeof close, "</%s>", tag);
+	const char *a = memmem(p, (size_t)(end - p), open, strlen(open));
+	if (!a)
+		return NULL;
+	a += strlen(open);
+	const char *b = memmem(a, (size_t)(end - a), close, strlen(close));
+	if (!b)
+		return NULL;
+	size_t o = 0;
+	for (const char *c = a; c < b && o + 1 < outlen; c++) {
+		if (*c == '&') {
+			static const struct { const char *ent; char ch; } ents[] = {
+				{ "&amp;", '&' }, { "&lt;", '<' }, { "&gt;", '>' },
+				{ "&quot;", '"' }, { "&apos;", '\'' },
+			};
+			size_t k;
+			for (k = 0; k < TF_ARRAY_LEN(ents); k++) {
+				size_t l = strlen(ents[k].ent);
+				if ((size_t)(b - c) >= l && !memcmp(c, ents[k].ent, l)) {
+					out[o++] = ents[k].ch;
+					c += l - 1;
+					break;
+				}
+			}
+			if (k < TF_ARRAY_LEN(ents))
+				continue;
+			if (c[1] == '#') { /* numeric reference, ASCII range only */
+				char *e;
+				long v = c[2] == 'x' ? strtol(c + 3, &e, 16) : strtol(c + 2, &e, 10);
+				if (*e == ';' && v > 0 && v < 128) {
+					out[o++] = (char)v;
+					c = e;
+					continue;
+				}
+			}
+		}
+		out[o++] = *c;
+	}
+	out[o] = '\0';
+	return b + strlen(close);
+}
+
+/* "2026-11-29T23:40:09.000Z" -> seconds since the epoch (0 if unparsable). */
+static double parse_iso8601(const char *s)
+{
+	struct tm tm;
+	memset(&tm, 0, sizeof tm);
+	const char *e = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (!e)
+		return 0;
+	double frac = *e == '.' ? strtod(e, NULL) : 0;
+	return (double)timegm(&tm) + frac;
+}
+
+/* "Sun, 29 Nov 2026 23:40:09 GMT" -> seconds since the epoch (0 if unparsable). */
+static double parse_http_date(const char *s)
+{
+	struct tm tm;
+	memset(&tm, 0, sizeof tm);
+	if (!strptime(s, "%a, %d %b %Y %H:%M:%S", &tm))
+		return 0;
+	return (double)timegm(&tm);
+}
+
+/* ---- curl callbacks ---- */
+
+static void body_append(struct s3_resp *r, const char *p, size_t n)
+{
+	if (r->len + n + 1 > r->cap) {
+		r->cap = (r->len + n + 1) * 2;
+		r->body = tf_xrealloc(r->body, r->cap);
+	}
+	memcpy(r->body + r->len, p, n);
+	r->len += n;
+	r->body[r->len] = '\0';
+}
+
+static size_t on_body(char *p, size_t sz, size_t n, void *data)
+{
+	struct s3_resp *r = data;
+	size_t len = sz * n;
+	long st = 0;
+	curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &st);
+	if (st >= 200 && st < 300) {
+		if (r->md5 && r->crc[0]) { /* headers are in: the CRC-32C will do, skip MD5 */
+			EVP_MD_CTX_free(r->md5);
+			r->md5 = NULL;
+		}
+		r->crc_run = tf_crc32c_extend(r->crc_run, p, len);
+		if (r->md5)
+			EVP_DigestUpdate(r->md5, p, len);
+		r->got += len;
+		if (r->sink_fd >= 0) {
+			const char *q = p;
+			size_t left = len;
+			while (left) {
+				ssize_t w = write(r->sink_fd, q, left);
+				if (w < 0 && errno == EINTR)
+					continue;
+				if (w < 0) {
+					r->write_errno = errno;
+					return 0;
+				}
+				q += w;
+				left -= (size_t)w;
+			}
+			return len;
+		}
+	} else if (r->len + len > ERR_BODY_MAX) {
+		return len; /* keep the start of an oversized error body */
+	}
+	body_append(r, p, len);
+	return len;
+}
+
+static size_t on_header(char *p, size_t sz, size_t n, void *data)
+{
+	struct s3_resp *r = data;
+	size_t len = sz * n;
+	if (len >= 5 && !memcmp(p, "HTTP/", 5)) { /* a new response (e.g. after 100) */
+		r->etag[0] = r->crc[0] = r->last_modified[0] = '\0';
+		r->has_length = 0;
+		return len;
+	}
+	const char *colon = memchr(p, ':', len);
+	if (!colon)
+		return len;
+	size_t nlen = (size_t)(colon - p);
+	const char *v = colon + 1, *end = p + len;
+	while (v < end && (*v == ' ' || *v == '\t'))
+		v++;
+	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
+		end--;
+	size_t vlen = (size_t)(end - v);
+	char *dst = NULL;
+	size_t dlen = 0;
+	if (nlen == 4 && !strncasecmp(p, "etag", 4)) {
+		if (vlen >= 2 && v[0] == '"' && end[-1] == '"') {
+			v++;
+			vlen -= 2;
+		}
+		dst = r->etag;
+		dlen = sizeof r->etag;
+	} else if (nlen == strlen(META_CRC) && !strncasecmp(p, META_CRC, nlen)) {
+		dst = r->crc;
+		dlen = sizeof r->crc;
+	} else if (nlen == 13 && !strncasecmp(p, "last-modified", 13)) {
+		dst = r->last_modified;
+		dlen = sizeof r->last_modified;
+	} else if (nlen == 14 && !strncasecmp(p, "content-length", 14)) {
+		r->content_length = strtoull(v, NULL, 10);
+		r->has_length = 1;
+	}
+	if (dst) {
+		if (vlen >= dlen)
+			vlen = dlen - 1;
+		memcpy(dst, v, vlen);
+		dst[vlen] = '\0';
+	}
+	return len;
+}
+
+/* Upload source for one attempt. */
+struct upload {
+	const char *p;
+	size_t left;
+};
+
+static size_t on_read(char *buf, size_t sz, size_t n, void *data)
+{
+	struct upload *u = data;
+	size_t len = sz * n;
+	if (len > u->left)
+		len = u->left;
+	memcpy(buf, u->p, len);
+	u->p += len;
+	u->left -= len;
+	return len;
+}
+
+/* ---- one request, with retries ---- */
+
+static void resp_reset(struct s3_resp *r, CURL *h, int sink_fd, int verify)
+{
+	free(r->body);
+	if (r->md5)
+		EVP_MD_CTX_free(r->md5);
+	int attempts = r->attempts;
+	char sent[33];
+	memcpy(sent, r->sent_md5, sizeof sent);
+	memset(r, 0, sizeof *r);
+	r->attempts = attempts;
+	memcpy(r->sent_md5, sent, sizeof sent);
+	r->h = h;
+	r->sink_fd = sink_fd;
+	if (verify) {
+		r->md5 = EVP_MD_CTX_new();
+		EVP_DigestInit_ex(r->md5, EVP_md5(), NULL);
+	}
+}
+
+static void resp_release(struct s3_resp *r)
+{
+	free(r->body);
+	if (r->md5)
+		EVP_MD_CTX_free(r->md5);
+	memset(r, 0, sizeof *r);
+}
+
+/* The request's host and decoded path (invariant 1). */
+static void target(const struct s3 *s3, const char *key, char **host, char **path)
+{
+	if (s3->virtual_host) {
+		*host = tf_xasprintf("%s.%s", s3->bucket, s3->hostport);
+		*path = tf_xasprintf("/%s", key ? key : "");
+	} else {
+		*host = tf_xstrdup(s3->hostport);
+		*path = key ? tf_xasprintf("/%s/%s", s3->bucket, key)
+			    : tf_xasprintf("/%s", s3->bucket);
+	}
+}
+
+static CURLcode perform(struct s3 *s3, CURL *h, const struct s3_req *r, const char *sha256,
+			const char *md5, struct s3_resp *resp)
+{
+	char *host, *path;
+	target(s3, r->key, &host, &path);
+	char amz_date[17];
+	tf_sigv4_amz_date(tf_now_wall(), amz_date);
+
+	struct tf_sigv4_kv sh[12];
+	size_t nsh = 0;
+	sh[nsh++] = (struct tf_sigv4_kv){ "host", host };
+	sh[nsh++] = (struct tf_sigv4_kv){ "x-amz-date", amz_date };
+	sh[nsh++] = (struct tf_sigv4_kv){ "x-amz-content-sha256", sha256 };
+	if (md5)
+		sh[nsh++] = (struct tf_sigv4_kv){ "content-md5", md5 };
+	if (s3->token)
+		sh[nsh++] = (struct tf_sigv4_kv){ "x-amz-security-token", s3->token };
+	for (size_t i = 0; i < r->nh; i++)
+		sh[nsh++] = r->h[i];
+	struct tf_sigv4_req sr = {
+		.method = r->method, .path = path, .query = r->q, .nquery = r->nq,
+		.headers = sh, .nheaders = nsh, .payload_sha256 = sha256, .amz_date = amz_date,
+		.region = s3->region, .service = "s3", .access_key = s3->access_key,
+		.secret_key = s3->secret_key,
+	};
+	struct tf_sigv4 sig;
+	tf_sigv4_sign(&sr, &sig);
+
+	char *epath = tf_sigv4_uri_encode(path, 1);
+	char *qs = tf_sigv4_query_string(r->q, r->nq);
+	char *url = tf_xasprintf("%s://%s%s%s%s", s3->scheme, host, epath, *qs ? "?" : "", qs);
+	struct curl_slist *hl = NULL;
+	for (size_t i = 0; i < nsh; i++) {
+		char *line = tf_xasprintf("%s: %s", sh[i].name, sh[i].value);
+		hl = curl_slist_append(hl, line);
+		free(line);
+	}
+	char *auth = tf_xasprintf("Authorization: %s", sig.authorization);
+	hl = curl_slist_append(hl, auth);
+	hl = curl_slist_append(hl, "Expect:");
+	char *ctype = NULL;
+	if (r->content_type) {
+		ctype = tf_xasprintf("Content-Type: %s", r->content_type);
+		hl = curl_slist_append(hl, ctype);
+	}
+
+	curl_easy_reset(h);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, s3->connect_ms);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, s3->low_speed_s);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(h, CURLOPT_HEADERDATA, resp);
+	curl_easy_setopt(h, CURLOPT_USERAGENT, "tpuflow/" TF_VERSION);
+	struct upload up = { r->body, r->body_len };
+	if (!strcmp(r->method, "PUT")) {
+		curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+		curl_easy_setopt(h, CURLOPT_READDATA, &up);
+		curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
+	} else if (!strcmp(r->method, "POST")) {
+		curl_easy_setopt(h, CURLOPT_POST, 1L);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, r->body ? (const char *)r->body : "");
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
+	} else if (!strcmp(r->method, "HEAD")) {
+		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+	} else if (strcmp(r->method, "GET")) {
+		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);
+	}
+	CURLcode cc = curl_easy_perform(h);
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
+	if (resp->status >= 300 && resp->body) {
+		const char *end = resp->body + resp->len;
+		xml_get(resp->body, end, "Code", resp->code, sizeof resp->code);
+		xml_get(resp->body, end, "Message", resp->message, sizeof resp->message);
+	}
+	curl_slist_free_all(hl);
+	free(ctype);
+	free(auth);
+	free(url);
+	free(qs);
+	free(epath);
+	tf_sigv4_release(&sig);
+	free(host);
+	free(path);
+	return cc;
+}
+
+static int curl_retryable(CURLcode cc)
+{
+	switch (cc) {
+	case CURLE_URL_MALFORMAT:
+	case CURLE_UNSUPPORTED_PROTOCOL:
+	case CURLE_WRITE_ERROR:
+	case CURLE_READ_ERROR:
+	case CURLE_OUT_OF_MEMORY:
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_ABORTED_BY_CALLBACK:
+		return 0;
+	default:
+		return 1;
+	}
+}
+
+static int curl_errno(CURLcode cc)
+{
+	switch (cc) {
+	case CURLE_COULDNT_CONNECT:
+		return -ECONNREFUSED;
+	case CURLE_OPERATION_TIMEDOUT:
+		return -ETIMEDOUT;
+	case CURLE_COULDNT_RESOLVE_HOST:
+		return -EHOSTUNREACH;
+	default:
+		return -EIO;
+	}
+}
+
+static int status_retryable(const struct s3_resp *r)
+{
+	if (r->status == 500 || r->status == 502 || r->status == 503 || r->status == 504 ||
+	    r->status == 429 || r->status == 408)
+		return 1;
+	if (r->status == 400)
+		return !strcmp(r->code, "RequestTimeout") || !strcmp(r->code, "BadDigest") ||
+		       !strcmp(r->code, "XAmzContentSHA256Mismatch") ||
+		       !strcmp(r->code, "IncompleteBody");
+	return !strcmp(r->code, "SlowDown");
+}
+
+/* Checks a 2xx download (invariant 3); 0 ok, 1 mismatch. */
+static int download_bad(const struct s3_resp *r, char *why, size_t whylen)
+{
+	if (r->has_length && r->got != r->content_length) {
+		snprintf(why, whylen, "short body (%" PRIu64 " of %" PRIu64 " bytes)", r->got,
+			 r->content_length);
+		return 1;
+	}
+	if (r->crc[0]) {
+		char got[9];
+		snprintf(got, sizeof got, "%08x", r->crc_run);
+		if (strcasecmp(got, r->crc)) {
+			snprintf(why, whylen, "corrupt body (crc32c %s, object says %s)", got, r->crc);
+			return 1;
+		}
+		return 0;
+	}
+	if (r->md5 && is_hex32(r->etag)) {
+		unsigned char md[16];
+		unsigned int n = 0;
+		char hexs[33];
+		EVP_MD_CTX *c = EVP_MD_CTX_new();
+		EVP_MD_CTX_copy_ex(c, r->md5);
+		EVP_DigestFinal_ex(c, md, &n);
+		EVP_MD_CTX_free(c);
+		for (int i = 0; i < 16; i++)
+			snprintf(hexs + 2 * i, 3, "%02x", md[i]);
+		if (strcmp(hexs, r->etag)) {
+			snprintf(why, whylen, "corrupt body (md5 %s, ETag %s)", hexs, r->etag);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static int budget_take(struct s3 *s3)
+{
+	int b = atomic_load(&s3->budget);
+	while (b > 0)
+		if (atomic_compare_exchange_weak(&s3->budget, &b, b - 1))
+			return 1;
+	return 0;
+}
+
+static void budget_refund(struct s3 *s3)
+{
+	int b = atomic_load(&s3->budget);
+	while (b < s3->budget_max)
+		if (atomic_compare_exchange_weak(&s3->budget, &b, b + 1))
+			return;
+}
+
+static const char *shown_key(const struct s3_req *r)
+{
+	return r->key ? r->key : "";
+}
+
+/* Sends r until it gets a final answer (invariant 4). Returns 0 with resp holding the final
+ * HTTP response (any status: the caller interprets it), or a negative code with err set when
+ * the transfer itself kept failing. */
+static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp *resp, char *err,
+		 size_t errlen)
+{
+	char sha[65], md5[25], md5hex[33];
+	const char *sha256 = EMPTY_SHA256, *cmd5 = NULL;
+	md5_b64(r->body_len ? r->body : "", r->body_len, md5, md5hex);
+	if (r->body_len) {
+		tf_sha256_hex(r->body, r->body_len, sha);
+		sha256 = sha;
+		cmd5 = md5;
+	}
+	memset(resp, 0, sizeof *resp);
+	memcpy(resp->sent_md5, md5hex, sizeof md5hex);
+	for (int attempt = 1;; attempt++) {
+		if (r->sink_fd >= 0 && attempt > 1 &&
+		    (ftruncate(r->sink_fd, 0) || lseek(r->sink_fd, 0, SEEK_SET))) {
+			snprintf(err, errlen, "cannot rewind the download file: %s", strerror(errno));
+			return -errno;
+		}
+		resp_reset(resp, h, r->sink_fd, r->verify);
+		resp->attempts = attempt;
+		CURLcode cc = perform(s3, h, r, sha256, cmd5, resp);
+		atomic_fetch_add(&s3->n_requests, 1);
+		if (attempt > 1)
+			atomic_fetch_add(&s3->n_retries, 1);
+		char why[256];
+		int rc;
+		if (resp->write_errno) {
+			snprintf(err, errlen, "cannot write the download of '%s': %s", shown_key(r),
+				 strerror(resp->write_errno));
+			return -resp->write_errno;
+		}
+		if (cc != CURLE_OK) {
+			rc = curl_errno(cc);
+			snprintf(why, sizeof why, "%s", curl_easy_strerror(cc));
+			if (!curl_retryable(cc)) {
+				snprintf(err, errlen, "%s %s/%s failed: %s", r->method, s3->endpoint,
+					 s3->bucket, why);
+				return rc;
+			}
+		} else if (status_retryable(resp)) {
+			rc = -EAGAIN;
+			snprintf(why, sizeof why, "HTTP %ld%s%s", resp->status, resp->code[0] ? " " : "",
+				 resp->code);
+		} else if (resp->status >= 200 && resp->status < 300 && r->verify &&
+			   download_bad(resp, why, sizeof why)) {
+			rc = -EBADMSG;
+			atomic_fetch_add(&s3->n_corrupt, 1);
+			tf_warn("GET '%s': %s; reading it again", shown_key(r), why);
+		} else {
+			if (attempt == 1)
+				budget_refund(s3);
+			if (resp->status >= 200 && resp->status < 300) {
+				atomic_fetch_add(&s3->n_up, r->body_len);
+				atomic_fetch_add(&s3->n_down, resp->got);
+			}
+			return 0;
+		}
+		if (attempt >= s3->max_attempts) {
+			snprintf(err, errlen, "%s '%s' at %s failed %d times, last: %s", r->method,
+				 shown_key(r), s3->endpoint, attempt, why);
+			return rc;
+		}
+		if (!budget_take(s3)) {
+			snprintf(err, errlen,
+				 "%s '%s' at %s failed (%s) and the retry budget is spent: the server "
+				 "keeps failing, try again later",
+				 r->method, shown_key(r), s3->endpoint, why);
+			return rc;
+		}
+		double ceil = s3->base * (double)(1u << (attempt < 20 ? attempt : 20));
+		if (ceil > s3->cap)
+			ceil = s3->cap;
+		double delay = jitter_unit() * ceil;
+		tf_debug("%s '%s': %s; retry %d in %.3f s", r->method, shown_key(r), why, attempt,
+			 delay);
+		sleep_s(delay);
+	}
+}
+
+/* Turns a final non-2xx answer into a code and a message for people (into err). url is the
+ * store's URL, key the caller's key. */
+static int http_error_msg(const struct s3 *s3, const char *url, const struct s3_resp *r,
+			  const char *what, const char *key, char *err, size_t errlen)
+{
+	const char *code = r->code[0] ? r->code : "";
+	if (!key)
+		key = "";
+	if (r->status == 403 && !strcmp(code, "AccessDenied")) {
+		snprintf(err, errlen,
+			 "access to '%s' in bucket '%s' was denied by %s (AccessDenied): check the "
+			 "bucket's policy",
+			 key, s3->bucket, s3->endpoint);
+		return -EACCES;
+	}
+	if (r->status == 403) {
+		snprintf(err, errlen,
+			 "the credentials were rejected by %s (%s): check AWS_ACCESS_KEY_ID and "
+			 "AWS_SECRET_ACCESS_KEY",
+			 s3->endpoint, code[0] ? code : "HTTP 403");
+		return -EACCES;
+	}
+	if (r->status == 404 && !strcmp(code, "NoSuchBucket")) {
+		snprintf(err, errlen,
+			 "bucket '%s' does not exist at %s: create it (tpuflow store mb s3://%s) or "
+			 "fix the URL",
+			 s3->bucket, s3->endpoint, s3->bucket);
+		return -ENOENT;
+	}
+	if (r->status == 404) {
+		snprintf(err, errlen, "no object '%s' in %s", key, url);
+		return -ENOENT;
+	}
+	if (r->status == 412) {
+		snprintf(err, errlen, "object '%s' already exists in %s (write-once)", key, url);
+		return -EEXIST;
+	}
+	if (r->status == 501) {
+		snprintf(err, errlen, "%s '%s': %s does not implement this (%s: %s)", what, key,
+			 s3->endpoint, code, r->message);
+		return -ENOTSUP;
+	}
+	snprintf(err, errlen, "%s '%s' failed at %s: HTTP %ld %s%s%s", what, key, s3->endpoint,
+		 r->status, code, r->message[0] ? ": " : "", r->message);
+	return r->status == 400 ? -EINVAL : -EIO;
+}
+
+static int http_error(struct tf_objstore *s, const struct s3_resp *r, const char *what,
+		      const char *key)
+{
+	return http_error_msg(S3(s), s->url, r, what, key, s->err, sizeof s->err);
+}
+
+/* Runs a request on the handle's own connection; transfer failures set s->err. */
+static int run(struct tf_objstore *s, const struct s3_req *r, struct s3_resp *resp)
+{
+	struct s3 *s3 = S3(s);
+	char err[512];
+	int rc = s3_do(s3, s3->curl, r, resp, err, sizeof err);
+	if (rc)
+		tf_objstore_seterr(s, rc, "%s", err);
+	return rc;
+}
+
+static char *full_key(const struct s3 *s3, const char *key)
+{
+	return tf_xasprintf("%s%s", s3->prefix, key);
+}
+
+/* ---- open ---- */
+
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : NULL;
+}
+
+/* A byte count from the environment ("8388608", "8M", "64MiB"); 0 when unset or invalid. */
+static size_t env_size(const char *name)
+{
+	const char *v = env(name);
+	if (!v)
+		return 0;
+	char *end;
+	unsigned long long n = strtoull(v, &end, 10);
+	if (*end == 'K' || *end == 'k')
+		n <<= 10;
+	else if (*end == 'M' || *end == 'm')
+		n <<= 20;
+	else if (*end == 'G' || *end == 'g')
+		n <<= 30;
+	return end == v ? 0 : (size_t)n;
+}
+
+static void s3_free(struct tf_objstore *s)
+{
+	struct s3 *s3 = s->impl;
+	if (s3->curl)
+		curl_easy_cleanup(s3->curl);
+	free(s3->endpoint);
+	free(s3->scheme);
+	free(s3->hostport);
+	free(s3->bucket);
+	free(s3->prefix);
+	free(s3->region);
+	free(s3->access_key);
+	if (s3->secret_key) {
+		memset(s3->secret_key, 0, strlen(s3->secret_key));
+		free(s3->secret_key);
+	}
+	free(s3->token);
+	free(s3);
+	s->impl = NULL;
+}
 
 int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
-			const struct tf_objstore_opts *opts, char *err, size_t errlen)
+			const struct tf_objstore_opts *o, char *err, size_t errlen)
 {
-	(void)s;
-	(void)opts;
-	snprintf(err, errlen, "cannot open 's3://%s': the s3 backend is not in this build yet",
-		 bucket_and_prefix);
-	return -ENOTSUP;
+	pthread_once(&curl_once, curl_init_once);
+	const char *slash = strchr(bucket_and_prefix, '/');
+	size_t blen = slash ? (size_t)(slash - bucket_and_prefix) : strlen(bucket_and_prefix);
+	if (blen == 0 || blen > 255) {
+		snprintf(err, errlen, "no bucket in 's3://%s': use s3://BUCKET[/PREFIX]",
+			 bucket_and_prefix);
+		return -EINVAL;
+	}
+	char *prefix = tf_xstrdup(slash ? slash + 1 : "");
+	size_t plen = strlen(prefix);
+	while (plen && prefix[plen - 1] == '/')
+		prefix[--plen] = '\0';
+	if (plen && tf_objstore_key_check(prefix)) {
+		snprintf(err, errlen, "invalid prefix '%s' in 's3://%s'", prefix, bucket_and_prefix);
+		free(prefix);
+		return -EINVAL;
+	}
+	const char *region = o->region ? o->region : env("AWS_REGION");
+	if (!region)
+		region = env("AWS_DEFAULT_REGION");
+	if (!region)
+		region = "us-east-1";
+	const char *ak = o->access_key ? o->access_key : env("AWS_ACCESS_KEY_ID");
+	const char *sk = o->secret_key ? o->secret_key : env("AWS_SECRET_ACCESS_KEY");
+	const char *tok = o->session_token ? o->session_token : env("AWS_SESSION_TOKEN");
+	if (!ak || !sk) {
+		snprintf(err, errlen, "no S3 credentials for 's3://%s': set AWS_ACCESS_KEY_ID and "
+			 "AWS_SECRET_ACCESS_KEY", bucket_and_prefix);
+		free(prefix);
+		return -EACCES;
+	}
+	const char *ep = o->endpoint ? o->endpoint : env("AWS_ENDPOINT_URL_S3");
+	if (!ep)
+		ep = env("AWS_ENDPOINT_URL");
+	char *endpoint = ep ? tf_xstrdup(ep) : tf_xasprintf("https://s3.%s.amazonaws.com", region);
+	size_t elen = strlen(endpoint);
+	while (elen && endpoint[elen - 1] == '/')
+		endpoint[--elen] = '\0';
+	const char *sep = strstr(endpoint, "://");
+	if (!sep || (strncmp(endpoint, "http://", 7) && strncmp(endpoint, "https://", 8)) ||
+	    !sep[3] || strchr(sep + 3, '/')) {
+		snprintf(err, errlen, "invalid S3 endpoint '%s': use http(s)://HOST[:PORT]",
+			 endpoint);
+		free(endpoint);
+		free(prefix);
+		return -EINVAL;
+	}
+	struct s3 *s3 = tf_xcalloc(1, sizeof *s3);
+	s3->endpoint = endpoint;
+	s3->scheme = tf_xasprintf("%.*s", (int)(sep - endpoint), endpoint);
+	s3->hostport = tf_xstrdup(sep + 3);
+	s3->bucket = tf_xasprintf("%.*s", (int)blen, bucket_and_prefix);
+	s3->prefix = plen ? tf_xasprintf("%s/", prefix) : tf_xstrdup("");
+	s3->region = tf_xstrdup(region);
+	s3->access_key = tf_xstrdup(ak);
+	s3->secret_key = tf_xstrdup(sk);
+	s3->token = tok ? tf_xstrdup(tok) : NULL;
+	int addressing = o->addressing;
+	const char *as = env("TPUFLOW_S3_ADDRESSING");
+	if (!addressing && as)
+		addressing = !strcmp(as, "virtual") ? 2 : !strcmp(as, "path") ? 1 : 0;
+	if (!addressing)
+		addressing = ep || strchr(s3->bucket, '.') ? 1 : 2;
+	s3->virtual_host = addressing == 2;
+	size_t env_part = env_size("TPUFLOW_S3_PART_SIZE");
+	size_t env_threshold = env_size("TPUFLOW_S3_MULTIPART_THRESHOLD");
+	size_t env_parallel = env_size("TPUFLOW_S3_PARALLEL");
+	s3->part_size = o->part_size ? o->part_size : env_part ? env_part : 8u << 20;
+	if (s3->part_size < MIN_PART)
+		s3->part_size = MIN_PART;
+	s3->threshold = o->multipart_threshold ? o->multipart_threshold
+			: env_threshold ? env_threshold : 8u << 20;
+	if (s3->threshold < MIN_PART)
+		s3->threshold = MIN_PART;
+	s3->parallel = o->parallel > 0 ? o->parallel : env_parallel ? (int)env_parallel : 4;
+	if (s3->parallel > 64)
+		s3->parallel = 64;
+	s3->max_attempts = o->max_attempts > 0 ? o->max_attempts : 5;
+	s3->base = o->retry_base > 0 ? o->retry_base : 0.1;
+	s3->cap = o->retry_cap > 0 ? o->retry_cap : 20.0;
+	s3->budget_max = o->retry_budget > 0 ? o->retry_budget : 500;
+	atomic_init(&s3->budget, s3->budget_max);
+	s3->connect_ms = (long)((o->connect_timeout > 0 ? o->connect_timeout : 10.0) * 1000);
+	s3->low_speed_s = (long)(o->timeout > 0 ? o->timeout : 60.0);
+	if (s3->low_speed_s < 1)
+		s3->low_speed_s = 1;
+	s3->list_page = o->list_page > 0 && o->list_page <= 1000 ? o->list_page : 1000;
+	s3->curl = curl_easy_init();
+	s->impl = s3;
+	s->ops = &tf_objstore_s3_ops;
+	s->url = plen ? tf_xasprintf("s3://%s/%s", s3->bucket, prefix)
+		      : tf_xasprintf("s3://%s", s3->bucket);
+	free(prefix);
+	if (!s3->curl) {
+		snprintf(err, errlen, "cannot initialise libcurl");
+		return -ENOMEM;
+	}
+	return 0;
 }
+
+/* ---- HEAD ---- */
+
+static int head_key(struct tf_objstore *s, const char *fkey, const char *key,
+		    struct tf_obj_info *info)
+{
+	struct s3_req r = { .method = "HEAD", .key = fkey, .sink_fd = -1 };
+	struct s3_resp resp;
+	int rc = run(s, &r, &resp);
+	if (!rc && resp.status != 200)
+		rc = http_error(s, &resp, "HEAD", key);
+	if (!rc) {
+		info->size = resp.content_length;
+		info->mtime = parse_http_date(resp.last_modified);
+		snprintf(info->etag, sizeof info->etag, "%s", resp.etag);
+		if (resp.crc[0]) {
+			info->crc32c = (uint32_t)strtoul(resp.crc, NULL, 16);
+			info->has_crc32c = 1;
+		}
+	}
+	resp_release(&resp);
+	return rc;
+}
+
+static int s3_head(struct tf_objstore *s, const char *key, struct tf_obj_info *info)
+{
+	char *fkey = full_key(S3(s), key);
+	int rc = head_key(s, fkey, key, info);
+	free(fkey);
+	return rc;
+}
+
+/* After an ambiguous answer (a retried write reported "exists" or "no such upload"): is the
+ * object there with exactly our content? */
+static int landed(struct tf_objstore *s, const char *fkey, const char *key, uint64_t size,
+		  uint32_t crc)
+{
+	struct tf_obj_info info;
+	memset(&info, 0, sizeof info);
+	char saved[sizeof s->err];
+	memcpy(saved, s->err, sizeof saved);
+	int ok = !head_key(s, fkey, key, &info) && info.size == size && info.has_crc32c &&
+		 info.crc32c == crc;
+	memcpy(s->err, saved, sizeof saved);
+	return ok;
+}
+
+/* ---- PUT (single request) ---- */
+
+/* Write-once without server support: 0 when key is absent, -EEXIST when present. */
+static int absent(struct tf_objstore *s, const char *fkey, const char *key)
+{
+	struct tf_obj_info info;
+	int rc = head_key(s, fkey, key, &info);
+	if (rc == -ENOENT) {
+		s->err[0] = '\0';
+		return 0;
+	}
+	if (!rc)
+		rc = tf_objstore_seterr(s, -EEXIST, "object '%s' already exists in %s (write-once)",
+					key, s->url);
+	return rc;
+}
+
+static int put_single(struct tf_objstore *s, const char *key, const void *data, size_t len,
+		      unsigned flags)
+{
+	struct s3 *s3 = S3(s);
+	char *fkey = full_key(s3, key);
+	uint32_t crc = tf_crc32c(data, len);
+	char crchex[9];
+	snprintf(crchex, sizeof crchex, "%08x", crc);
+	struct s3_req r = { .method = "PUT", .key = fkey, .body = data, .body_len = len,
+			    .sink_fd = -1 };
+	r.h[r.nh++] = (struct tf_sigv4_kv){ META_CRC, crchex };
+	struct s3_resp resp;
+	memset(&resp, 0, sizeof resp);
+	int once = (flags & TF_OBJ_IF_NONE_MATCH) != 0, rc = 0;
+	if (once && s3->no_conditional && (rc = absent(s, fkey, key)))
+		goto out;
+	int conditional = once && !s3->no_conditional;
+	if (conditional)
+		r.h[r.nh++] = (struct tf_sigv4_kv){ "if-none-match", "*" };
+	rc = run(s, &r, &resp);
+	if (!rc && conditional && resp.status == 501) {
+		/* invariant 6: remember, and fall back to HEAD-then-PUT */
+		tf_info("%s refuses If-None-Match on PUT (%s); write-once falls back to a HEAD "
+			"check", s3->endpoint, resp.code);
+		s3->no_conditional = 1;
+		r.nh--;
+		resp_release(&resp);
+		if ((rc = absent(s, fkey, key)))
+			goto out;
+		rc = run(s, &r, &resp);
+	}
+	if (rc)
+		goto out;
+	if (resp.status == 412 && resp.attempts > 1 && landed(s, fkey, key, len, crc))
+		goto out; /* our own earlier attempt landed; its answer was lost */
+	if (resp.status != 200) {
+		rc = http_error(s, &resp, "PUT", key);
+		goto out;
+	}
+	if (is_hex32(resp.etag) && strcmp(resp.etag, resp.sent_md5))
+		rc = tf_objstore_seterr(s, -EBADMSG,
+					"PUT '%s': %s stored different bytes (ETag %s, sent MD5 %s)",
+					key, s3->endpoint, resp.etag, resp.sent_md5);
+out:
+	resp_release(&resp);
+	free(fkey);
+	return rc;
+}
+
+/* ---- multipart upload (invariant 5) ---- */
+
+/* Shared by the part workers. */
+struct mp {
+	struct s3 *s3;
+	const char *url;        /* the store's URL, for messages */
+	const char *key;        /* the caller's key, for messages */
+	const char *fkey;       /* full key */
+	const char *upload_id;
+	const char *data;       /* memory source, or NULL */
+	int fd;                 /* file source when data is NULL */
+	uint64_t total;         /* object size */
+	size_t part_size;
+	int nparts;
+	atomic_int next;        /* next part index to take */
+	atomic_int failed;      /* set once any part failed */
+	char (*etags)[80];      /* per part */
+	pthread_mutex_t lock;   /* guards rc and err */
+	int rc;                 /* first failure */
+	char err[512];
+};
+
+static void mp_fail(struct mp *m, int rc, const char *err)
+{
+	pthread_mutex_lock(&m->lock);
+	if (!m->rc) {
+		m->rc = rc;
+		snprintf(m->err, sizeof m->err, "%s", err);
+	}
+	pthread_mutex_unlock(&m->lock);
+	atomic_store(&m->failed, 1);
+}
+
+static void *mp_worker(void *arg)
+{
+	struct mp *m = arg;
+	CURL *h = curl_easy_init();
+	char *buf = m->data ? NULL : tf_xmalloc(m->part_size);
+	char err[512];
+	while (h) {
+		int i = atomic_fetch_add(&m->next, 1);
+		if (i >= m->nparts || atomic_load(&m->failed))
+			break;
+		uint64_t off = (uint64_t)i * m->part_size;
+		size_t len = m->total - off < m->part_size ? (size_t)(m->total - off) : m->part_size;
+		const char *p = m->data ? m->data + off : buf;
+		for (size_t got = 0; !m->data && got < len;) {
+			ssize_t n = pread(m->fd, buf + got, len - got, (off_t)(off + got));
+			if (n <= 0) {
+				snprintf(err, sizeof err, "cannot read part %d of the upload of '%s': %s",
+					 i + 1, m->key, n ? strerror(errno) : "file shrank");
+				mp_fail(m, n ? -errno : -EIO, err);
+				goto out;
+			}
+			got += (size_t)n;
+		}
+		char num[16];
+		snprintf(num, sizeof num, "%d", i + 1);
+		struct s3_req r = { .method = "PUT", .key = m->fkey, .body = p, .body_len = len,
+				    .sink_fd = -1 };
+		r.q[r.nq++] = (struct tf_sigv4_kv){ "partNumber", num };
+		r.q[r.nq++] = (struct tf_sigv4_kv){ "uploadId", m->upload_id };
+		struct s3_resp resp;
+		int rc = s3_do(m->s3, h, &r, &resp, err, sizeof err);
+		if (!rc && resp.status != 200)
+			rc = http_error_msg(m->s3, m->url, &resp, "PUT part", m->key, err, sizeof err);
+		if (!rc && (!is_hex32(resp.etag) || strcmp(resp.etag, resp.sent_md5))) {
+			snprintf(err, sizeof err,
+				 "part %d of '%s': %s answered ETag '%s' for a part whose MD5 is %s",
+				 i + 1, m->key, m->s3->endpoint, resp.etag, resp.sent_md5);
+			rc = -EBADMSG;
+		}
+		if (rc)
+			mp_fail(m, rc, err);
+		else
+			snprintf(m->etags[i], sizeof m->etags[i], "%s", resp.etag);
+		resp_release(&resp);
+	}
+out:
+	free(buf);
+	if (h)
+		curl_easy_cleanup(h);
+	else
+		mp_fail(m, -ENOMEM, "cannot initialise libcurl");
+	return NULL;
+}
+
+static void mp_abort(struct tf_objstore *s, const char *fkey, const char *upload_id)
+{
+	struct s3_req r = { .method = "DELETE", .key = fkey, .sink_fd = -1 };
+	r.q[r.nq++] = (struct tf_sigv4_kv){ "uploadId", upload_id };
+	struct s3_resp resp;
+	char saved[sizeof s->err];
+	memcpy(saved, s->err, sizeof saved);
+	if (run(s, &r, &resp) || (resp.status != 204 && resp.status != 200 && resp.status != 404))
+		tf_warn("could not abort multipart upload %s of '%s' (status %ld): gc will",
+			upload_id, fkey, resp.status);
+	resp_release(&resp);
+	memcpy(s->err, saved, sizeof saved);
+}
+
+static int put_multipart(struct tf_objstore *s, const char *key, const char *data, int fd,
+			 uint64_t total, uint32_t crc, unsigned flags)
+{
+	struct s3 *s3 = S3(s);
+	char *fkey = full_key(s3, key);
+	char *xml = NULL;
+	struct mp m;
+	memset(&m, 0, sizeof m);
+	char upload_id[512] = "";
+	struct s3_resp resp;
+	memset(&resp, 0, sizeof resp);
+	int rc = 0;
+	if ((flags & TF_OBJ_IF_NONE_MATCH) && (rc = absent(s, fkey, key)))
+		goto out;
+
+	char crchex[9];
+	snprintf(crchex, sizeof crchex, "%08x", crc);
+	struct s3_req cr = { .method = "POST", .key = fkey, .sink_fd = -1 };
+	cr.q[cr.nq++] = (struct tf_sigv4_kv){ "uploads", "" };
+	cr.h[cr.nh++] = (struct tf_sigv4_kv){ META_CRC, crchex };
+	if ((rc = run(s, &cr, &resp)))
+		goto out;
+	if (resp.status != 200) {
+		rc = http_error(s, &resp, "start multipart upload of", key);
+		goto out;
+	}
+	if (!resp.body || !xml_get(resp.body, resp.body + resp.len, "UploadId", upload_id,
+				   sizeof upload_id) || !upload_id[0]) {
+		rc = tf_objstore_seterr(s, -EIO, "%s started a multipart upload of '%s' without an "
+					"UploadId", s3->endpoint, key);
+		goto out;
+	}
+	resp_release(&resp);
+
+	m.s3 = s3;
+	m.url = s->url;
+	m.key = key;
+	m.fkey = fkey;
+	m.upload_id = upload_id;
+	m.data = data;
+	m.fd = fd;
+	m.total = total;
+	m.part_size = s3->part_size;
+	while ((total + m.part_size - 1) / m.part_size > MAX_PARTS)
+		m.part_size *= 2;
+	m.nparts = (int)((total + m.part_size - 1) / m.part_size);
+	m.etags = tf_xcalloc((size_t)m.nparts, sizeof *m.etags);
+	atomic_init(&m.next, 0);
+	atomic_init(&m.failed, 0);
+	pthread_mutex_init(&m.lock, NULL);
+	int nt = s3->parallel < m.nparts ? s3->parallel : m.nparts;
+	pthread_t *th = tf_xcalloc((size_t)nt, sizeof *th);
+	int started = 0;
+	for (; started < nt; started++)
+		if (pthread_create(&th[started], NULL, mp_worker, &m))
+			break;
+	if (started == 0)
+		mp_worker(&m); /* no threads available: do it here */
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	free(th);
+	pthread_mutex_destroy(&m.lock);
+	if (m.rc) {
+		rc = tf_objstore_seterr(s, m.rc, "%s", m.err);
+		mp_abort(s, fkey, upload_id);
+		goto out;
+	}
+
+	size_t cap = 64 + (size_t)m.nparts * 128, n = 0;
+	xml = tf_xmalloc(cap);
+	n += (size_t)snprintf(xml + n, cap - n, "<CompleteMultipartUpload>");
+	for (int i = 0; i < m.nparts; i++)
+		n += (size_t)snprintf(xml + n, cap - n,
+				      "<Part><PartNumber>%d</PartNumber><ETag>\"%s\"</ETag></Part>",
+				      i + 1, m.etags[i]);
+	n += (size_t)snprintf(xml + n, cap - n, "</CompleteMultipartUpload>");
+	struct s3_req cm = { .method = "POST", .key = fkey, .body = xml, .body_len = n,
+			     .content_type = "application/xml", .sink_fd = -1 };
+	cm.q[cm.nq++] = (struct tf_sigv4_kv){ "uploadId", upload_id };
+	for (int tries = 1;; tries++) {
+		rc = run(s, &cm, &resp);
+		if (rc) {
+			if (landed(s, fkey, key, total, crc))
+				rc = 0;
+			break;
+		}
+		if (resp.status == 200 && resp.body && strstr(resp.body, "<Error>")) {
+			/* S3 may report a failed completion inside a 200 */
+			xml_get(resp.body, resp.body + resp.len, "Code", resp.code, sizeof resp.code);
+			xml_get(resp.body, resp.body + resp.len, "Message", resp.message,
+				sizeof resp.message);
+			if (tries < s3->max_attempts && (!strcmp(resp.code, "InternalError") ||
+							 !strcmp(resp.code, "SlowDown"))) {
+				resp_release(&resp);
+				sleep_s(jitter_unit() * s3->base * (double)(1u << tries));
+				continue;
+			}
+			resp.status = 500;
+		}
+		if (resp.status == 200)
+			break;
+		if (resp.status == 404 && (resp.attempts > 1 || tries > 1) &&
+		    landed(s, fkey, key, total, crc))
+			break; /* an earlier attempt completed it; its answer was lost */
+		rc = http_error(s, &resp, "complete multipart upload of", key);
+		break;
+	}
+	if (rc)
+		mp_abort(s, fkey, upload_id);
+	else
+		tf_debug("multipart upload of '%s': %d parts of %zu bytes", fkey, m.nparts,
+			 m.part_size);
+out:
+	resp_release(&resp);
+	free(m.etags);
+	free(xml);
+	free(fkey);
+	return rc;
+}
+
+/* ---- the ops ---- */
+
+static int s3_put(struct tf_objstore *s, const char *key, const void *data, size_t len,
+		  unsigned flags)
+{
+	struct s3 *s3 = S3(s);
+	if (len >= s3->threshold)
+		return put_multipart(s, key, data, -1, len, tf_crc32c(data, len), flags);
+	return put_single(s, key, data ? data : "", len, flags);
+}
+
+static int s3_put_file(struct tf_objstore *s, const char *key, const char *path, unsigned flags)
+{
+	struct s3 *s3 = S3(s);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return tf_objstore_seterr(s, -errno, "cannot read '%s': %s", path, strerror(errno));
+	struct stat st;
+	int rc = 0;
+	if (fstat(fd, &st)) {
+		rc = tf_objstore_seterr(s, -errno, "cannot read '%s': %s", path, strerror(errno));
+		goto out;
+	}
+	if ((uint64_t)st.st_size < s3->threshold) {
+		char *data;
+		size_t len;
+		close(fd);
+		fd = -1;
+		rc = tf_read_file(path, s3->threshold, &data, &len);
+		if (rc)
+			return tf_objstore_seterr(s, rc, "cannot read '%s': %s", path, strerror(-rc));
+		rc = put_single(s, key, data, len, flags);
+		free(data);
+		return rc;
+	}
+	/* the whole object's CRC-32C goes into its metadata before the first part is sent */
+	uint32_t crc = 0;
+	char *buf = tf_xmalloc(1u << 20);
+	uint64_t total = 0;
+	for (;;) {
+		ssize_t n = read(fd, buf, 1u << 20);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = tf_objstore_seterr(s, -errno, "cannot read '%s': %s", path, strerror(errno));
+			break;
+		}
+		if (n == 0)
+			break;
+		crc = tf_crc32c_extend(crc, buf, (size_t)n);
+		total += (uint64_t)n;
+	}
+	free(buf);
+	if (!rc)
+		rc = put_multipart(s, key, NULL, fd, total, crc, flags);
+out:
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+static int s3_get(struct tf_objstore *s, const char *key, void **data, size_t *len)
+{
+	char *fkey = full_key(S3(s), key);
+	struct s3_req r = { .method = "GET", .key = fkey, .sink_fd = -1, .verify = 1 };
+	struct s3_resp resp;
+	int rc = run(s, &r, &resp);
+	if (!rc && resp.status != 200)
+		rc = http_error(s, &resp, "GET", key);
+	if (!rc) {
+		*len = resp.len;
+		*data = resp.body ? resp.body : tf_xcalloc(1, 1);
+		resp.body = NULL;
+	}
+	resp_release(&resp);
+	free(fkey);
+	return rc;
+}
+
+static int s3_get_file(struct tf_objstore *s, const char *key, const char *path)
+{
+	char *fkey = full_key(S3(s), key);
+	char *tmp = tf_xasprintf("%s.tf-tmp.XXXXXX", path);
+	int fd = mkostemp(tmp, O_CLOEXEC);
+	int rc = 0;
+	struct s3_resp resp;
+	memset(&resp, 0, sizeof resp);
+	if (fd < 0) {
+		rc = tf_objstore_seterr(s, -errno, "cannot create a file next to '%s': %s", path,
+					strerror(errno));
+		goto out;
+	}
+	struct s3_req r = { .method = "GET", .key = fkey, .sink_fd = fd, .verify = 1 };
+	rc = run(s, &r, &resp);
+	if (!rc && resp.status != 200)
+		rc = http_error(s, &resp, "GET", key);
+	if (!rc && (fchmod(fd, 0644) || fsync(fd)))
+		rc = tf_objstore_seterr(s, -errno, "cannot write '%s': %s", path, strerror(errno));
+	if (close(fd) && !rc)
+		rc = tf_objstore_seterr(s, -errno, "cannot write '%s': %s", path, strerror(errno));
+	if (!rc && rename(tmp, path))
+		rc = tf_objstore_seterr(s, -errno, "cannot write '%s': %s", path, strerror(errno));
+	if (rc)
+		unlink(tmp);
+out:
+	resp_release(&resp);
+	free(tmp);
+	free(fkey);
+	return rc;
+}
+
+static int s3_del(struct tf_objstore *s, const char *key)
+{
+	char *fkey = full_key(S3(s), key);
+	struct s3_req r = { .method = "DELETE", .key = fkey, .sink_fd = -1 };
+	struct s3_resp resp;
+	int rc = run(s, &r, &resp);
+	if (!rc && resp.status != 204 && resp.status != 200 &&
+	    !(resp.status == 404 && strcmp(resp.code, "NoSuchBucket")))
+		rc = http_error(s, &resp, "DELETE", key);
+	resp_release(&resp);
+	free(fkey);
+	return rc;
+}
+
+static int s3_list(struct tf_objstore *s, const char *prefix, struct tf_obj_list *out)
+{
+	struct s3 *s3 = S3(s);
+	char *fprefix = full_key(s3, prefix);
+	size_t plen = strlen(s3->prefix);
+	char token[2048] = "", maxkeys[16];
+	char key[2 * TF_OBJ_KEY_MAX + 64], size[32], mtime[64], truncated[16];
+	snprintf(maxkeys, sizeof maxkeys, "%d", s3->list_page);
+	int rc = 0;
+	for (;;) {
+		struct s3_req r = { .method = "GET", .sink_fd = -1 };
+		r.q[r.nq++] = (struct tf_sigv4_kv){ "list-type", "2" };
+		r.q[r.nq++] = (struct tf_sigv4_kv){ "prefix", fprefix };
+		r.q[r.nq++] = (struct tf_sigv4_kv){ "max-keys", maxkeys };
+		if (token[0])
+			r.q[r.nq++] = (struct tf_sigv4_kv){ "continuation-token", token };
+		struct s3_resp resp;
+		rc = run(s, &r, &resp);
+		if (!rc && resp.status != 200)
+			rc = http_error(s, &resp, "LIST", prefix);
+		if (rc) {
+			resp_release(&resp);
+			break;
+		}
+		const char *p = resp.body ? resp.body : "", *end = p + resp.len;
+		const char *c;
+		while ((c = memmem(p, (size_t)(end - p), "<Contents>", 10))) {
+			const char *ce = memmem(c, (size_t)(end - c), "</Contents>", 11);
+			if (!ce)
+				break;
+			key[0] = size[0] = mtime[0] = '\0';
+			xml_get(c, ce, "Key", key, sizeof key);
+			xml_get(c, ce, "Size", size, sizeof size);
+			xml_get(c, ce, "LastModified", mtime, sizeof mtime);
+			if (!strncmp(key, s3->prefix, plen) && key[plen])
+				tf_obj_list_push(out, key + plen, strtoull(size, NULL, 10),
+						 parse_iso8601(mtime));
+			p = ce + 11;
+		}
+		truncated[0] = '\0';
+		const char *body = resp.body ? resp.body : "";
+		xml_get(body, body + resp.len, "IsTruncated", truncated, sizeof truncated);
+		int more = !strcmp(truncated, "true");
+		token[0] = '\0';
+		if (more)
+			xml_get(body, body + resp.len, "NextContinuationToken", token, sizeof token);
+		resp_release(&resp);
+		if (!more)
+			break;
+		if (!token[0]) {
+			rc = tf_objstore_seterr(s, -EIO, "%s sent a truncated listing of '%s' without a "
+						"continuation token", s3->endpoint, prefix);
+			break;
+		}
+	}
+	free(fprefix);
+	return rc;
+}
+
+static int s3_gc_uploads(struct tf_objstore *s, const char *prefix, double older_than,
+			 int *aborted)
+{
+	struct s3 *s3 = S3(s);
+	char *fprefix = full_key(s3, prefix);
+	char kmark[2 * TF_OBJ_KEY_MAX + 64] = "", umark[512] = "";
+	char key[2 * TF_OBJ_KEY_MAX + 64], id[512], init[64], truncated[16];
+	double now = tf_now_wall();
+	int rc = 0, n = 0;
+	for (;;) {
+		struct s3_req r = { .method = "GET", .sink_fd = -1 };
+		r.q[r.nq++] = (struct tf_sigv4_kv){ "uploads", "" };
+		r.q[r.nq++] = (struct tf_sigv4_kv){ "prefix", fprefix };
+		if (kmark[0]) {
+			r.q[r.nq++] = (struct tf_sigv4_kv){ "key-marker", kmark };
+			r.q[r.nq++] = (struct tf_sigv4_kv){ "upload-id-marker", umark };
+		}
+		struct s3_resp resp;
+		rc = run(s, &r, &resp);
+		if (!rc && resp.status != 200)
+			rc = http_error(s, &resp, "list multipart uploads under", prefix);
+		if (rc) {
+			resp_release(&resp);
+			break;
+		}
+		const char *p = resp.body ? resp.body : "", *end = p + resp.len, *u;
+		while ((u = memmem(p, (size_t)(end - p), "<Upload>", 8))) {
+			const char *ue = memmem(u, (size_t)(end - u), "</Upload>", 9);
+			if (!ue)
+				break;
+			key[0] = id[0] = init[0] = '\0';
+			xml_get(u, ue, "Key", key, sizeof key);
+			xml_get(u, ue, "UploadId", id, sizeof id);
+			xml_get(u, ue, "Initiated", init, sizeof init);
+			if (key[0] && id[0] && (older_than <= 0 || now - parse_iso8601(init) >= older_than)) {
+				mp_abort(s, key, id);
+				tf_info("aborted multipart upload %s of '%s' started %s", id, key, init);
+				n++;
+			}
+			p = ue + 9;
+		}
+		truncated[0] = '\0';
+		const char *body = resp.body ? resp.body : "";
+		xml_get(body, body + resp.len, "IsTruncated", truncated, sizeof truncated);
+		int more = !strcmp(truncated, "true");
+		if (more) {
+			xml_get(body, body + resp.len, "NextKeyMarker", kmark, sizeof kmark);
+			xml_get(body, body + resp.len, "NextUploadIdMarker", umark, sizeof umark);
+		}
+		resp_release(&resp);
+		if (!more || !kmark[0])
+			break;
+	}
+	free(fprefix);
+	if (!rc)
+		*aborted = n;
+	return rc;
+}
+
+static int s3_mkbucket(struct tf_objstore *s)
+{
+	struct s3 *s3 = S3(s);
+	char *body = NULL;
+	if (strcmp(s3->region, "us-east-1"))
+		body = tf_xasprintf("<CreateBucketConfiguration><LocationConstraint>%s"
+				    "</LocationConstraint></CreateBucketConfiguration>",
+				    s3->region);
+	struct s3_req r = { .method = "PUT", .body = body, .body_len = body ? strlen(body) : 0,
+			    .sink_fd = -1 };
+	struct s3_resp resp;
+	int rc = run(s, &r, &resp);
+	if (!rc && resp.status != 200 &&
+	    !(resp.status == 409 && !strcmp(resp.code, "BucketAlreadyOwnedByYou"))) {
+		if (resp.status == 409)
+			rc = tf_objstore_seterr(s, -EEXIST, "bucket '%s' already exists at %s and "
+						"belongs to someone else (%s)", s3->bucket,
+						s3->endpoint, resp.code);
+		else
+			rc = http_error(s, &resp, "create bucket", s3->bucket);
+	}
+	resp_release(&resp);
+	free(body);
+	return rc;
+}
+
+static void s3_stats(const struct tf_objstore *s, struct tf_obj_stats *out)
+{
+	struct s3 *s3 = s->impl;
+	out->requests = atomic_load(&s3->n_requests);
+	out->retries = atomic_load(&s3->n_retries);
+	out->corrupt = atomic_load(&s3->n_corrupt);
+	out->bytes_up = atomic_load(&s3->n_up);
+	out->bytes_down = atomic_load(&s3->n_down);
+}
+
+int tf_objstore_s3_begin_upload(struct tf_objstore *s, const char *key, char *id, size_t idlen)
+{
+	if (s->ops != &tf_objstore_s3_ops)
+		return -ENOTSUP;
+	char *fkey = full_key(S3(s), key);
+	struct s3_req cr = { .method = "POST", .key = fkey, .sink_fd = -1 };
+	cr.q[cr.nq++] = (struct tf_sigv4_kv){ "uploads", "" };
+	struct s3_resp resp;
+	int rc = run(s, &cr, &resp);
+	if (!rc && resp.status != 200)
+		rc = http_error(s, &resp, "start multipart upload of", key);
+	if (!rc && (!resp.body || !xml_get(resp.body, resp.body + resp.len, "UploadId", id, idlen)))
+		rc = tf_objstore_seterr(s, -EIO, "no UploadId in the answer");
+	resp_release(&resp);
+	free(fkey);
+	return rc;
+}
+
+const struct tf_objstore_ops tf_objstore_s3_ops = {
+	.scheme = "s3",
+	.put = s3_put,
+	.get = s3_get,
+	.put_file = s3_put_file,
+	.get_file = s3_get_file,
+	.head = s3_head,
+	.del = s3_del,
+	.list = s3_list,
+	.gc_uploads = s3_gc_uploads,
+	.mkbucket = s3_mkbucket,
+	.stats = s3_stats,
+	.free = s3_free,
+};

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int tf_objstore_key_check(const char *key)
 {
@@ -122,6 +123,19 @@ void tf_objstore_free(struct tf_objstore *s)
 	free(s);
 }
 
+char *tf_objstore_home_url(const char *home)
+{
+	const char *env = getenv("TPUFLOW_STORE");
+	if (env && *env)
+		return tf_xstrdup(env);
+	if (home[0] == '/')
+		return tf_xasprintf("file://%s/objects", home);
+	char cwd[4096];
+	if (!getcwd(cwd, sizeof cwd))
+		return tf_xasprintf("file://%s/objects", home);
+	return tf_xasprintf("file://%s/%s/objects", cwd, home);
+}
+
 const char *tf_objstore_url(const struct tf_objstore *s)
 {
 	return s->url ? s->url : "";
@@ -231,7 +245,8 @@ int tf_objstore_list(struct tf_objstore *s, const char *prefix, struct tf_obj_li
 		out->n = start;
 		return rc;
 	}
-	qsort(out->v + start, out->n - start, sizeof *out->v, entry_cmp);
+	if (out->n > start)
+		qsort(out->v + start, out->n - start, sizeof *out->v, entry_cmp);
 	return 0;
 }
 
@@ -248,6 +263,19 @@ int tf_objstore_gc_uploads(struct tf_objstore *s, const char *prefix, double old
 	if (!rc && aborted)
 		*aborted = n;
 	return rc;
+}
+
+int tf_objstore_create_bucket(struct tf_objstore *s)
+{
+	s->err[0] = '\0';
+	return s->ops->mkbucket(s);
+}
+
+void tf_objstore_stats(const struct tf_objstore *s, struct tf_obj_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	if (s->ops->stats)
+		s->ops->stats(s, out);
 }
 
 void tf_obj_list_push(struct tf_obj_list *l, const char *key, uint64_t size, double mtime)

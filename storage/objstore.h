@@ -73,7 +73,8 @@ struct tf_objstore_opts {
 	const char *access_key;    /* may contain ':' (e.g. Swift's "account:user") */
 	const char *secret_key;
 	const char *session_token; /* optional, sent as x-amz-security-token */
-	int addressing;            /* 0 auto (path-style for custom endpoints), 1 path, 2 virtual */
+	int addressing;            /* 0 auto: path-style for custom endpoints, else virtual-hosted
+				      (env TPUFLOW_S3_ADDRESSING=path|virtual); 1 path, 2 virtual */
 	size_t multipart_threshold; /* objects at least this large go multipart; default 8 MiB */
 	size_t part_size;          /* multipart part size (>= 5 MiB); default 8 MiB */
 	int parallel;              /* parts in flight at once; default 4 */
@@ -83,6 +84,7 @@ struct tf_objstore_opts {
 	int retry_budget;          /* retries the handle may spend in total; default 500 */
 	double connect_timeout;    /* seconds; default 10 */
 	double timeout;            /* seconds without progress before a transfer fails; default 60 */
+	int list_page;             /* keys per listing request (1..1000); default 1000 */
 };
 
 /* Opens a store. url: "file:///abs/dir", "file://rel/dir", a plain path, or
@@ -93,6 +95,10 @@ int tf_objstore_open(const char *url, struct tf_objstore **out, char *err, size_
 int tf_objstore_open_opts(const char *url, const struct tf_objstore_opts *opts,
 			  struct tf_objstore **out, char *err, size_t errlen);
 void tf_objstore_free(struct tf_objstore *s);
+
+/* The store of a state home: $TPUFLOW_STORE when set (e.g. "s3://bucket/tpuflow"), else
+ * "file://HOME/objects" (HOME made absolute). Returns a new string the caller frees. */
+char *tf_objstore_home_url(const char *home);
 
 /* The URL the store was opened with, normalised ("file:///abs/dir", "s3://bucket/prefix"). */
 const char *tf_objstore_url(const struct tf_objstore *s);
@@ -114,7 +120,8 @@ int tf_objstore_put_file(struct tf_objstore *s, const char *key, const char *pat
 int tf_objstore_get_file(struct tf_objstore *s, const char *key, const char *path);
 /* Object metadata; -ENOENT when absent. */
 int tf_objstore_head(struct tf_objstore *s, const char *key, struct tf_obj_info *info);
-/* Removes an object; -ENOENT when it did not exist. */
+/* Removes an object. -ENOENT when it did not exist on file://; S3 does not say whether a key
+ * existed, so on s3:// deleting an absent key succeeds. */
 int tf_objstore_delete(struct tf_objstore *s, const char *key);
 /* Appends every object whose key starts with prefix ("" for all) to *out, sorted by key;
  * the s3 backend follows pagination. On failure *out is left as it was. */
@@ -124,6 +131,20 @@ int tf_objstore_list(struct tf_objstore *s, const char *prefix, struct tf_obj_li
  * returning 0 on file://. */
 int tf_objstore_gc_uploads(struct tf_objstore *s, const char *prefix, double older_than,
 			   int *aborted);
+
+/* Creates the bucket of an s3:// store (succeeds when it exists and is ours); on file://
+ * the root directory already exists and this returns 0. */
+int tf_objstore_create_bucket(struct tf_objstore *s);
+
+/* Counters of a handle's traffic since it was opened (all zero on file://). */
+struct tf_obj_stats {
+	uint64_t requests;      /* HTTP requests sent, retries included */
+	uint64_t retries;       /* requests sent again after a transient failure */
+	uint64_t corrupt;       /* downloads whose checksum did not match (then retried) */
+	uint64_t bytes_up;      /* payload bytes sent */
+	uint64_t bytes_down;    /* payload bytes received */
+};
+void tf_objstore_stats(const struct tf_objstore *s, struct tf_obj_stats *out);
 
 /* Frees the entries and the array; the list is zeroed and may be reused. */
 void tf_obj_list_release(struct tf_obj_list *l);

@@ -27,6 +27,8 @@ struct tf_objstore_ops {
 	int (*list)(struct tf_objstore *s, const char *prefix, struct tf_obj_list *out);
 	int (*gc_uploads)(struct tf_objstore *s, const char *prefix, double older_than,
 			  int *aborted);
+	int (*mkbucket)(struct tf_objstore *s);
+	void (*stats)(const struct tf_objstore *s, struct tf_obj_stats *out); /* NULL: zeros */
 	void (*free)(struct tf_objstore *s); /* frees s->impl only */
 };
 
@@ -44,6 +46,10 @@ extern const struct tf_objstore_ops tf_objstore_s3_ops;
 int tf_objstore_file_open(struct tf_objstore *s, const char *path, char *err, size_t errlen);
 int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 			const struct tf_objstore_opts *opts, char *err, size_t errlen);
+
+/* For tests and tools: starts a multipart upload of key on an s3:// store and leaves it
+ * open, as a writer that crashed would; its id goes to id. */
+int tf_objstore_s3_begin_upload(struct tf_objstore *s, const char *key, char *id, size_t idlen);
 
 /* Sets s->err (printf style) and returns rc, so a backend can `return seterr(...)`-style set
  * and propagate in one line at its single exit. */

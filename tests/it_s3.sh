@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Integration: the s3:// backend, the checkpoint manager and `tpuflow store|ckpt` against a
+# real S3 server (Swift + s3api on 127.0.0.1, scripts/s3-server-start.sh), directly and
+# through tests/s3_fault_proxy.py failing 30% of requests. Stops exactly what it started.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+BUILD=${BUILD:-build}
+bin=$root/$BUILD/tpuflow
+live=$root/$BUILD/tests/test_s3_live
+[[ -x $live && -x $bin ]] || { echo "it_s3: build first (make tests)"; exit 1; }
+if ! command -v swift-proxy-server >/dev/null || ! command -v memcached >/dev/null; then
+  scripts/deps.sh test || { echo "it_s3: cannot install the S3 server packages"; exit 1; }
+fi
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=python3
+
+dir=$(mktemp -d /tmp/tpuflow-it-s3.XXXXXX)
+proxy_pid=
+cleanup() {
+  [[ -n $proxy_pid ]] && kill "$proxy_pid" 2>/dev/null && wait "$proxy_pid" 2>/dev/null
+  "$root/scripts/s3-server-stop.sh" "$dir/s3"
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "it_s3: FAILED: $*"; exit 1; }
+
+t0=$(date +%s.%N)
+scripts/s3-server-start.sh "$dir/s3" || fail "the S3 server did not start"
+set -a
+. "$dir/s3/s3.env"
+set +a
+
+$PY tests/s3_fault_proxy.py --upstream "$TF_S3_TEST_ENDPOINT" --rate 0.3 --seed 7 \
+  --port-file "$dir/proxy.port" --stats "$dir/proxy.json" &
+proxy_pid=$!
+for _ in $(seq 1 100); do [[ -s $dir/proxy.port ]] && break; sleep 0.05; done
+[[ -s $dir/proxy.port ]] || fail "the fault proxy did not start"
+export TF_S3_FAULT_ENDPOINT=http://127.0.0.1:$(cat "$dir/proxy.port")
+
+mkdir -p "$dir/work"
+export TF_S3_TEST_BUCKET=it-$$
+(cd "$dir/work" && "$live") || fail "test_s3_live"
+echo "it_s3: fault proxy: $(cat "$dir/proxy.json")"
+
+# the CLI against the same server
+cd "$dir/work"
+b=cli-$$
+"$bin" store mb "s3://$b" || fail "store mb"
+printf 'hello s3\n' > hello.txt
+"$bin" store put "s3://$b/docs/hello.txt" hello.txt || fail "store put"
+[[ $("$bin" store cat "s3://$b/docs/hello.txt") == "hello s3" ]] || fail "store cat"
+"$bin" store ls --json "s3://$b/docs/" | grep -q '"key": *"docs/hello.txt"' || fail "store ls --json"
+"$bin" store ls "s3://$b/" | grep -q 'docs/hello.txt' || fail "store ls"
+"$bin" store rm "s3://$b/docs/hello.txt" || fail "store rm"
+"$bin" store cat "s3://$b/docs/hello.txt" 2>err.txt && fail "cat of a removed object succeeded"
+grep -q "no object 'docs/hello.txt'" err.txt || fail "unclear missing-object error: $(cat err.txt)"
+AWS_SECRET_ACCESS_KEY=wrong "$bin" store ls "s3://$b/" 2>err.txt; rc=$?
+[[ $rc -eq 78 ]] || fail "wrong secret: exit code $rc, want 78"
+grep -q "the credentials were rejected by $TF_S3_TEST_ENDPOINT" err.txt || fail "unclear wrong-secret error: $(cat err.txt)"
+"$bin" ckpt list --json "s3://$b/none" | grep -q '"checkpoints": *\[\]' || fail "ckpt list of an empty prefix"
+
+# checkpoints the live test left: steps 100 (pinned there), 400, 500
+ck=s3://$TF_S3_TEST_BUCKET/run1/ckpt
+"$bin" ckpt list --json "$ck" > list.json || fail "ckpt list"
+grep -q '"latest": *500' list.json || fail "ckpt list: latest is not 500: $(cat list.json)"
+"$bin" ckpt show "$ck" | grep -q 'checkpoint step 500' || fail "ckpt show"
+"$bin" ckpt show --json "$ck" 400 | grep -q '"format": *"tpuflow-ckpt/1"' || fail "ckpt show --json 400"
+"$bin" ckpt gc --json --keep 1 --pin 100 --grace 0 "$ck" > gc.json || fail "ckpt gc"
+grep -q '"checkpoints_deleted": *1' gc.json || fail "ckpt gc deleted the wrong count: $(cat gc.json)"
+"$bin" ckpt list --json "$ck" | tr -d ' \n' | grep -q '"step":100.*"step":500' || fail "ckpt gc kept the wrong steps"
+"$bin" ckpt gc "$ck" 2>/dev/null; [[ $? -eq 64 ]] || fail "ckpt gc without --keep is not a usage error"
+
+echo "it_s3: passed in ${SECONDS} s"
