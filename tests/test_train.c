@@ -15,6 +15,7 @@
 #include "ml/input.h"
 #include "ml/npy.h"
 #include "ml/optim.h"
+#include "ml/steps.h"
 #include "ml/train.h"
 #include "storage/ckpt.h"
 #include "storage/objstore.h"
@@ -356,6 +357,61 @@ static void test_train_csv_binary_bce(void **state)
 	assert_non_null(strstr(err, "bad.csv:3"));
 }
 
+static void test_train_step_adapters(void **state)
+{
+	(void)state;
+	char err[1024];
+	struct tf_ml_ctx ctx = { .store = store, .prefix = "runs/1/", .accelerator = "v4-8" };
+	json_t *with = json_pack("{s:s, s:s, s:s, s:i}", "source", "fashion-mnist", "shards", "2",
+				 "limit_train", "1024", "limit_test", 256);
+	json_t *out = json_object(), *met = json_object();
+	assert_int_equal(tf_ml_data_prep_step(with, &ctx, out, met, err, sizeof err), 0);
+	assert_string_equal(json_string_value(json_object_get(out, "dataset")),
+			    "runs/1/data/manifest.json");
+	assert_int_equal(json_integer_value(json_object_get(met, "examples")), 1280);
+	json_decref(with);
+
+	ctx.prefix = "runs/1/train/";
+	with = json_pack("{s:O, s:s, s:s, s:s, s:s, s:s, s:s}", "dataset",
+			 json_object_get(out, "dataset"), "hidden", "32", "epochs", "2", "batch",
+			 "64", "lr", "0.05", "optimizer", "sgd", "checkpoint_every", "8");
+	json_t *out2 = json_object(), *met2 = json_object();
+	int rc = tf_ml_train_step(with, &ctx, out2, met2, err, sizeof err);
+	if (rc)
+		fprintf(stderr, "%s\n", err);
+	assert_int_equal(rc, 0);
+	assert_string_equal(json_string_value(json_object_get(out2, "bundle")),
+			    "runs/1/train/bundle/");
+	assert_non_null(strstr(json_string_value(json_object_get(out2, "checkpoint")),
+			       "step-000000000032"));
+	double acc = json_number_value(json_object_get(met2, "accuracy"));
+	assert_true(acc > 0.5);
+	/* a retried attempt resumes from the final checkpoint: same metrics */
+	json_t *out3 = json_object(), *met3 = json_object();
+	assert_int_equal(tf_ml_train_step(with, &ctx, out3, met3, err, sizeof err), 0);
+	assert_true(json_number_value(json_object_get(met3, "accuracy")) == acc);
+	json_decref(with);
+
+	with = json_pack("{s:O, s:O}", "model", json_object_get(out2, "bundle"), "dataset",
+			 json_object_get(out, "dataset"));
+	json_t *met4 = json_object();
+	assert_int_equal(tf_ml_evaluate_step(with, &ctx, NULL, met4, err, sizeof err), 0);
+	assert_true(json_number_value(json_object_get(met4, "accuracy")) == acc);
+	json_decref(with);
+
+	with = json_pack("{s:s, s:s}", "dataset", "x", "hidden", "[0]");
+	assert_int_equal(tf_ml_train_step(with, &ctx, out3, met3, err, sizeof err), -EINVAL);
+	assert_non_null(strstr(err, "hidden"));
+	json_decref(with);
+	json_decref(out);
+	json_decref(met);
+	json_decref(out2);
+	json_decref(met2);
+	json_decref(out3);
+	json_decref(met3);
+	json_decref(met4);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -365,6 +421,7 @@ int main(void)
 		cmocka_unit_test(test_train_divergence_stops_with_clear_error),
 		cmocka_unit_test(test_train_schedules_and_optimizers),
 		cmocka_unit_test(test_train_csv_binary_bce),
+		cmocka_unit_test(test_train_step_adapters),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
