@@ -32,6 +32,10 @@ static const struct tf_cmd commands[] = {
 	{ "ckpt", cmd_ckpt, "checkpoints: list, show, gc" },
 	{ "slices", cmd_slices, "the TPU slice pool: occupancy map, queue, utilization" },
 	{ "sched", cmd_sched, "the scheduler: simulate a workload against a pool" },
+	{ "data", cmd_data, "datasets: prep (raw data -> sharded TFRecord + manifest)" },
+	{ "train", cmd_train, "train an MLP on an emulated TPU slice (checkpoints, export)" },
+	{ "eval", cmd_eval, "evaluate a model bundle on a dataset's test split" },
+	{ "predict", cmd_predict, "CPU inference from a model bundle (.npy in, .npy out)" },
 };
 
 int tf_cli_common_option(struct tf_cli *cli, int opt, const char *arg)

@@ -591,7 +591,8 @@ int tf_ckpt_gc(struct tf_objstore *s, const char *prefix, const struct tf_ckpt_g
 		}
 		manifest_clear(&c);
 	}
-	qsort(refs, nrefs, sizeof *refs, cmp_str);
+	if (nrefs)
+		qsort(refs, nrefs, sizeof *refs, cmp_str);
 
 	/* 2. every other object under step-*: shards of retired checkpoints (any age) and
 	 * orphans of abandoned saves (older than the grace period) */
@@ -603,7 +604,7 @@ int tf_ckpt_gc(struct tf_objstore *s, const char *prefix, const struct tf_ckpt_g
 			continue;
 		if (!strcmp(rest, MANIFEST_NAME))
 			continue; /* kept manifests stay; retired ones were deleted above */
-		if (bsearch(&key, refs, nrefs, sizeof *refs, cmp_str))
+		if (nrefs && bsearch(&key, refs, nrefs, sizeof *refs, cmp_str))
 			continue;
 		int protected_dir = 0;
 		for (size_t j = 0; j < nrefs && !protected_dir; j++) {

@@ -260,6 +260,10 @@ static size_t on_body(char *p, size_t sz, size_t n, void *data)
 	long st = 0;
 	curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &st);
 	if (st >= 200 && st < 300) {
+		if (r->md5 && r->crc[0]) { /* headers are in: the CRC-32C will do, skip MD5 */
+			EVP_MD_CTX_free(r->md5);
+			r->md5 = NULL;
+		}
 		r->crc_run = tf_crc32c_extend(r->crc_run, p, len);
 		if (r->md5)
 			EVP_DigestUpdate(r->md5, p, len);
@@ -747,6 +751,23 @@ static const char *env(const char *name)
 	return v && *v ? v : NULL;
 }
 
+/* A byte count from the environment ("8388608", "8M", "64MiB"); 0 when unset or invalid. */
+static size_t env_size(const char *name)
+{
+	const char *v = env(name);
+	if (!v)
+		return 0;
+	char *end;
+	unsigned long long n = strtoull(v, &end, 10);
+	if (*end == 'K' || *end == 'k')
+		n <<= 10;
+	else if (*end == 'M' || *end == 'm')
+		n <<= 20;
+	else if (*end == 'G' || *end == 'g')
+		n <<= 30;
+	return end == v ? 0 : (size_t)n;
+}
+
 static void s3_free(struct tf_objstore *s)
 {
 	struct s3 *s3 = s->impl;
@@ -835,13 +856,19 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	if (!addressing)
 		addressing = ep || strchr(s3->bucket, '.') ? 1 : 2;
 	s3->virtual_host = addressing == 2;
-	s3->part_size = o->part_size ? o->part_size : 8u << 20;
+	size_t env_part = env_size("TPUFLOW_S3_PART_SIZE");
+	size_t env_threshold = env_size("TPUFLOW_S3_MULTIPART_THRESHOLD");
+	size_t env_parallel = env_size("TPUFLOW_S3_PARALLEL");
+	s3->part_size = o->part_size ? o->part_size : env_part ? env_part : 8u << 20;
 	if (s3->part_size < MIN_PART)
 		s3->part_size = MIN_PART;
-	s3->threshold = o->multipart_threshold ? o->multipart_threshold : 8u << 20;
+	s3->threshold = o->multipart_threshold ? o->multipart_threshold
+			: env_threshold ? env_threshold : 8u << 20;
 	if (s3->threshold < MIN_PART)
 		s3->threshold = MIN_PART;
-	s3->parallel = o->parallel > 0 ? o->parallel : 4;
+	s3->parallel = o->parallel > 0 ? o->parallel : env_parallel ? (int)env_parallel : 4;
+	if (s3->parallel > 64)
+		s3->parallel = 64;
 	s3->max_attempts = o->max_attempts > 0 ? o->max_attempts : 5;
 	s3->base = o->retry_base > 0 ? o->retry_base : 0.1;
 	s3->cap = o->retry_cap > 0 ? o->retry_cap : 20.0;

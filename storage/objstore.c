@@ -245,7 +245,8 @@ int tf_objstore_list(struct tf_objstore *s, const char *prefix, struct tf_obj_li
 		out->n = start;
 		return rc;
 	}
-	qsort(out->v + start, out->n - start, sizeof *out->v, entry_cmp);
+	if (out->n > start)
+		qsort(out->v + start, out->n - start, sizeof *out->v, entry_cmp);
 	return 0;
 }
 
