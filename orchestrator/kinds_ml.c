@@ -14,27 +14,16 @@
 typedef int (*ml_step_fn)(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
 			  json_t *metrics, char *err, size_t errlen);
 
-/* Transient codes (storage hiccups, resource exhaustion) are infrastructure failures the
- * default retry policy retries; a cancelled step is reported as such (the engine turns it
+/* Retryable codes (tf_ml_retryable: storage hiccups, timeouts) are infrastructure failures
+ * the default retry policy retries; a cancelled step is reported as such (the engine turns it
  * into a timeout when its deadline caused it); anything else is the step's own error. */
 static enum tf_fail_class classify(int rc)
 {
-	switch (rc) {
-	case -EAGAIN:
-	case -ETIMEDOUT:
-	case -ECONNREFUSED:
-	case -ECONNRESET:
-	case -EHOSTUNREACH:
-	case -ENOSPC:
-	case -ENOMEM:
-	case -EIO:
+	if (tf_ml_retryable(rc))
 		return TF_FAIL_INFRA;
-	case -ECANCELED:
-	case -EINTR:
+	if (rc == -ECANCELED || rc == -EINTR)
 		return TF_FAIL_CANCELLED;
-	default:
-		return TF_FAIL_ERROR;
-	}
+	return TF_FAIL_ERROR;
 }
 
 static int ml_call(struct tf_step_run *r, ml_step_fn fn)

@@ -149,7 +149,7 @@ static int newest_manifest(const char *run, char *key, size_t len)
 {
 	struct tf_objstore *os = NULL;
 	char err[256], prefix[128];
-	if (tf_objstore_open("home/objects", &os, err, sizeof(err)))
+	if (tf_objstore_open("home2/objects", &os, err, sizeof(err)))
 		return 0;
 	struct tf_obj_list l = { 0 };
 	snprintf(prefix, sizeof(prefix), "runs/%s/train/", run);
@@ -172,7 +172,7 @@ static void test_e2e_kill9_during_training_then_resume(void **state)
 		skip();
 	write_yaml();
 	const char *bin = getenv("TPUFLOW_BIN");
-	char *argv[] = { (char *)bin, "--home", "home", "run", "e2e.yaml", "--json", "--param",
+	char *argv[] = { (char *)bin, "--home", "home2", "run", "e2e.yaml", "--json", "--param",
 			 "max_steps=400", NULL };
 	pid_t pid = spawn(argv, "run.json");
 	char run[32] = "", key[512] = "";
@@ -181,7 +181,7 @@ static void test_e2e_kill9_during_training_then_resume(void **state)
 		struct tf_store *st = NULL;
 		char err[256];
 		if (!run[0] &&
-		    tf_store_open("home/tpuflow.db", TF_STORE_READONLY, &st, err, sizeof(err)) == 0) {
+		    tf_store_open("home2/tpuflow.db", TF_STORE_READONLY, &st, err, sizeof(err)) == 0) {
 			if (tf_run_find(st, "latest", run))
 				run[0] = '\0';
 			tf_store_close(st);
@@ -194,7 +194,7 @@ static void test_e2e_kill9_during_training_then_resume(void **state)
 	kill(pid, SIGKILL);
 	assert_int_equal(wait_exit(pid), 128 + SIGKILL);
 
-	char *rargv[] = { (char *)bin, "--home", "home", "runs", "resume", run, "--json", NULL };
+	char *rargv[] = { (char *)bin, "--home", "home2", "runs", "resume", run, "--json", NULL };
 	assert_int_equal(wait_exit(spawn(rargv, "resume.json")), 0);
 	json_t *sum = load_json("resume.json");
 	assert_non_null(sum);
@@ -205,7 +205,7 @@ static void test_e2e_kill9_during_training_then_resume(void **state)
 
 	struct tf_store *st = NULL;
 	char err[256];
-	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_store_open("home2/tpuflow.db", 0, &st, err, sizeof(err)), 0);
 	assert_int_equal(tf_store_integrity_check(st), 0);
 	int64_t n = 0;
 	assert_int_equal(tf_store_query_int(st, &n, "SELECT count(*) FROM model_versions", ""), 0);
@@ -223,7 +223,7 @@ static void test_e2e_kill9_during_training_then_resume(void **state)
 	tf_store_close(st);
 	char path[600], *log = NULL;
 	size_t len;
-	snprintf(path, sizeof(path), "home/objects/runs/%s/train/logs/attempt-2.log", run);
+	snprintf(path, sizeof(path), "home2/objects/runs/%s/train/logs/attempt-2.log", run);
 	assert_int_equal(tf_read_file(path, 1 << 24, &log, &len), 0);
 	assert_non_null(strstr(log, "resum"));
 	free(log);
