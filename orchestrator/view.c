@@ -102,7 +102,10 @@ void tf_view_progress_text(const char *line, int bar_width, char *out, size_t le
 	{
 		if (off >= len)
 			break;
-		if (!strcmp(k, "fraction"))
+		/* Shown by the bar already, or noise. */
+		if (!strcmp(k, "fraction") || !strcmp(k, "total_steps") || !strcmp(k, "steps") ||
+		    !strcmp(k, "epochs") || (!strcmp(k, "event") && json_is_string(v) &&
+					     !strcmp(json_string_value(v), "step")))
 			continue;
 		if (json_is_integer(v))
 			off += (size_t)snprintf(out + off, len - off, " %s=%lld", k,
