@@ -9,7 +9,7 @@
 
 /* Collects `--param k=v` arguments; returns 0 or a usage exit code. */
 static int add_override(const char *cmd, const char *arg, struct tf_param_override **ov,
-			size_t *nov)
+                        size_t *nov)
 {
 	struct tf_param_override o;
 	if (tf_param_override_parse(arg, &o))
@@ -22,24 +22,23 @@ static int add_override(const char *cmd, const char *arg, struct tf_param_overri
 static void validate_usage(FILE *f)
 {
 	fprintf(f, "usage: tpuflow validate [--param NAME=VALUE]... [--json] FILE...\n"
-		   "\n"
-		   "Checks pipeline files without running anything: YAML syntax, keys, types,\n"
-		   "durations, step types and their 'with' keys, accelerators, needs and cycles,\n"
-		   "references and 'when' expressions. Every problem is printed to stderr as\n"
-		   "FILE:LINE:COL: error: MESSAGE (with a hint line where one helps).\n"
-		   "\n"
-		   "  --param NAME=VALUE  check an override against the param's type (repeatable)\n"
-		   "  --json              one JSON document on stdout: {ok, files: [{file, ok,\n"
-		   "                      steps, diagnostics: [...]}]}\n"
-		   "\n"
-		   "exit: 0 every file is valid, 65 at least one is not, 64 usage\n");
+	           "\n"
+	           "Checks pipeline files without running anything: YAML syntax, keys, types,\n"
+	           "durations, step types and their 'with' keys, accelerators, needs and cycles,\n"
+	           "references and 'when' expressions. Every problem is printed to stderr as\n"
+	           "FILE:LINE:COL: error: MESSAGE (with a hint line where one helps).\n"
+	           "\n"
+	           "  --param NAME=VALUE  check an override against the param's type (repeatable)\n"
+	           "  --json              one JSON document on stdout: {ok, files: [{file, ok,\n"
+	           "                      steps, diagnostics: [...]}]}\n"
+	           "\n"
+	           "exit: 0 every file is valid, 65 at least one is not, 64 usage\n");
 }
 
 int cmd_validate(int argc, char **argv, struct tf_cli *cli)
 {
-	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS,
-					       { "param", required_argument, NULL, 'p' },
-					       { NULL, 0, NULL, 0 } };
+	static const struct option opts[] = {
+	    TF_CLI_COMMON_OPTIONS, {"param", required_argument, NULL, 'p'}, {NULL, 0, NULL, 0}};
 	struct tf_param_override *ov = NULL;
 	size_t nov = 0;
 	int c, rc = TF_EXIT_OK;
@@ -74,9 +73,10 @@ int cmd_validate(int argc, char **argv, struct tf_cli *cli)
 			all_ok = 0;
 		if (cli->json) {
 			json_t *o = json_pack("{s:s, s:b, s:o}", "file", argv[i], "ok", lrc == 0,
-					      "diagnostics", tf_diag_to_json(&d));
+			                      "diagnostics", tf_diag_to_json(&d));
 			if (p)
-				json_object_set_new(o, "steps", json_integer((json_int_t)p->nsteps));
+				json_object_set_new(o, "steps",
+				                    json_integer((json_int_t)p->nsteps));
 			json_array_append_new(files, o);
 		} else if (!lrc) {
 			printf("%s: ok (%zu steps, %d levels)\n", argv[i], p->nsteps, p->nlevels);
@@ -101,15 +101,15 @@ int cmd_validate(int argc, char **argv, struct tf_cli *cli)
 static void plan_usage(FILE *f)
 {
 	fprintf(f, "usage: tpuflow plan [--param NAME=VALUE]... [--json | --dot] FILE\n"
-		   "\n"
-		   "Shows the pipeline's DAG as levels: every step of a level can run at once,\n"
-		   "once the levels before it are done. Params show their effective values.\n"
-		   "\n"
-		   "  --param NAME=VALUE  override a param (type-checked; repeatable)\n"
-		   "  --json              one JSON document: {file, name, params, levels, steps}\n"
-		   "  --dot               a Graphviz digraph (tpuflow plan --dot F | dot -Tsvg)\n"
-		   "\n"
-		   "exit: 0 ok, 65 the pipeline has errors (printed to stderr), 64 usage\n");
+	           "\n"
+	           "Shows the pipeline's DAG as levels: every step of a level can run at once,\n"
+	           "once the levels before it are done. Params show their effective values.\n"
+	           "\n"
+	           "  --param NAME=VALUE  override a param (type-checked; repeatable)\n"
+	           "  --json              one JSON document: {file, name, params, levels, steps}\n"
+	           "  --dot               a Graphviz digraph (tpuflow plan --dot F | dot -Tsvg)\n"
+	           "\n"
+	           "exit: 0 ok, 65 the pipeline has errors (printed to stderr), 64 usage\n");
 }
 
 static void print_duration(double s)
@@ -128,7 +128,8 @@ static void print_plan(const struct tf_pipeline *p)
 	       p->nsteps == 1 ? "" : "s", p->nlevels, p->nlevels == 1 ? "" : "s");
 	for (size_t i = 0; i < p->nparams; i++) {
 		const struct tf_param *par = &p->params[i];
-		char *v = par->value ? json_dumps(par->value, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+		char *v =
+		    par->value ? json_dumps(par->value, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
 		printf("  param %s (%s) = %s%s\n", par->name, tf_param_type_name(par->type),
 		       v ? v : "(unset)", par->overridden ? "  [--param]" : "");
 		free(v);
@@ -167,10 +168,10 @@ static void print_plan(const struct tf_pipeline *p)
 int cmd_plan(int argc, char **argv, struct tf_cli *cli)
 {
 	enum { OPT_DOT = 0x2000 };
-	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS,
-					       { "param", required_argument, NULL, 'p' },
-					       { "dot", no_argument, NULL, OPT_DOT },
-					       { NULL, 0, NULL, 0 } };
+	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
+	                                     {"param", required_argument, NULL, 'p'},
+	                                     {"dot", no_argument, NULL, OPT_DOT},
+	                                     {NULL, 0, NULL, 0}};
 	struct tf_param_override *ov = NULL;
 	size_t nov = 0;
 	int c, rc = TF_EXIT_OK, dot = 0;

@@ -27,7 +27,7 @@ void tf_diag_list_release(struct tf_diag_list *l)
 }
 
 static void vadd(struct tf_diag_list *l, enum tf_diag_severity sev, const char *file, int line,
-		 int col, const char *hint, const char *fmt, va_list ap)
+                 int col, const char *hint, const char *fmt, va_list ap)
 {
 	if (sev == TF_DIAG_ERROR)
 		l->nerrors++;
@@ -54,7 +54,7 @@ static void vadd(struct tf_diag_list *l, enum tf_diag_severity sev, const char *
 }
 
 void tf_diag_add(struct tf_diag_list *l, enum tf_diag_severity sev, const char *file, int line,
-		 int col, const char *hint, const char *fmt, ...)
+                 int col, const char *hint, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -63,7 +63,7 @@ void tf_diag_add(struct tf_diag_list *l, enum tf_diag_severity sev, const char *
 }
 
 void tf_diag_error(struct tf_diag_list *l, const char *file, int line, int col, const char *fmt,
-		   ...)
+                   ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -80,8 +80,8 @@ void tf_diag_sort(struct tf_diag_list *l)
 		while (j > 0) {
 			const struct tf_diag *p = &l->items[j - 1];
 			int c = strcmp(p->file, d.file);
-			if (c < 0 || (c == 0 && (p->line < d.line ||
-						 (p->line == d.line && p->col <= d.col))))
+			if (c < 0 || (c == 0 &&
+			              (p->line < d.line || (p->line == d.line && p->col <= d.col))))
 				break;
 			l->items[j] = l->items[j - 1];
 			j--;
@@ -101,10 +101,10 @@ void tf_diag_print(const struct tf_diag_list *l, FILE *f)
 		const struct tf_diag *d = &l->items[i];
 		if (d->line > 0 && d->col > 0)
 			fprintf(f, "%s:%d:%d: %s: %s\n", d->file, d->line, d->col,
-				sev_name(d->severity), d->message);
+			        sev_name(d->severity), d->message);
 		else if (d->line > 0)
 			fprintf(f, "%s:%d: %s: %s\n", d->file, d->line, sev_name(d->severity),
-				d->message);
+			        d->message);
 		else
 			fprintf(f, "%s: %s: %s\n", d->file, sev_name(d->severity), d->message);
 		if (d->hint)
@@ -119,9 +119,9 @@ json_t *tf_diag_to_json(const struct tf_diag_list *l)
 	json_t *arr = json_array();
 	for (size_t i = 0; i < l->n; i++) {
 		const struct tf_diag *d = &l->items[i];
-		json_t *o = json_pack("{s:s, s:i, s:i, s:s, s:s}", "file", d->file, "line", d->line,
-				      "col", d->col, "severity", sev_name(d->severity), "message",
-				      d->message);
+		json_t *o =
+		    json_pack("{s:s, s:i, s:i, s:s, s:s}", "file", d->file, "line", d->line, "col",
+		              d->col, "severity", sev_name(d->severity), "message", d->message);
 		if (d->hint)
 			json_object_set_new(o, "hint", json_string(d->hint));
 		json_array_append_new(arr, o);

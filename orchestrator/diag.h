@@ -47,12 +47,12 @@ void tf_diag_list_release(struct tf_diag_list *l);
 
 /* Appends a diagnostic; `hint` may be NULL. Strings are copied. */
 void tf_diag_add(struct tf_diag_list *l, enum tf_diag_severity sev, const char *file, int line,
-		 int col, const char *hint, const char *fmt, ...)
-	__attribute__((format(printf, 7, 8)));
+                 int col, const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
 
 /* Shorthand for an error without a hint / with one. */
 void tf_diag_error(struct tf_diag_list *l, const char *file, int line, int col, const char *fmt,
-		   ...) __attribute__((format(printf, 5, 6)));
+                   ...) __attribute__((format(printf, 5, 6)));
 
 /* Sorts entries by file, line and column (stable), as a compiler would print them. */
 void tf_diag_sort(struct tf_diag_list *l);
@@ -64,8 +64,8 @@ void tf_diag_print(const struct tf_diag_list *l, FILE *f);
 /* The list as a JSON array of {file, line, col, severity, message, hint}; a new reference. */
 json_t *tf_diag_to_json(const struct tf_diag_list *l);
 
-/* Edit distance (Levenshtein, plus a swap of neighbours costs 1) between two strings, capped: returns cap+1 as soon as the distance
- * is known to exceed `cap`. Used for "did you mean" hints. */
+/* Edit distance (Levenshtein, plus a swap of neighbours costs 1) between two strings, capped:
+ * returns cap+1 as soon as the distance is known to exceed `cap`. Used for "did you mean" hints. */
 size_t tf_diag_edit_distance(const char *a, const char *b, size_t cap);
 
 /* The candidate nearest to `word` (NULL-terminated array), or NULL when none is close enough

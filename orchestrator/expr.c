@@ -17,6 +17,9 @@
 #include <string.h>
 
 #define MAX_NEST 64 /* parentheses / `not` nesting in one expression */
+#define MAX_NODES                                                                                  \
+	2000 /* nodes in one expression: bounds the recursion of check/eval/free,                  \
+	        since `a and b and ...` chains build a left-deep tree */
 
 /* ---- positions ---------------------------------------------------------------------- */
 
@@ -26,25 +29,34 @@ struct srcpos {
 	const char *file;
 	int line, col;   /* of src[0] */
 	int exact;       /* offsets map to columns on the same line */
+	size_t memo_off; /* the last offset converted, and its column: positions are asked */
+	int memo_col;    /* for in increasing order, so counting resumes there (linear) */
 };
 
-static void pos_at(const struct srcpos *p, size_t off, int *line, int *col)
+static void pos_at(struct srcpos *p, size_t off, int *line, int *col)
 {
 	*line = p->line;
 	*col = p->col;
 	if (!p->exact)
 		return;
+	size_t i = 0;
 	int c = p->col;
-	for (size_t i = 0; i < off && p->src[i]; i++)
+	if (p->memo_col && p->memo_off <= off) {
+		i = p->memo_off;
+		c = p->memo_col;
+	}
+	for (; i < off && p->src[i]; i++)
 		if (((unsigned char)p->src[i] & 0xC0) != 0x80) /* count characters, not bytes */
 			c++;
+	p->memo_off = i;
+	p->memo_col = c;
 	*col = c;
 }
 
-static void pos_error(const struct srcpos *p, struct tf_diag_list *d, size_t off, const char *hint,
-		      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void pos_error(const struct srcpos *p, struct tf_diag_list *d, size_t off, const char *hint,
-		      const char *fmt, ...)
+static void pos_error(struct srcpos *p, struct tf_diag_list *d, size_t off, const char *hint,
+                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void pos_error(struct srcpos *p, struct tf_diag_list *d, size_t off, const char *hint,
+                      const char *fmt, ...)
 {
 	int line, col;
 	pos_at(p, off, &line, &col);
@@ -106,22 +118,23 @@ int tf_ref_parse(const char *path, struct tf_ref *out, char *err, size_t errlen)
 			break;
 		s = dot + 1;
 	}
-	struct tf_ref r = { .step_index = -1 };
+	struct tf_ref r = {.step_index = -1};
 	if (np >= 1 && plen[0] == 6 && !strncmp(part[0], "params", 6)) {
 		if (np != 2 || !valid_name(part[1], plen[1])) {
-			snprintf(err, errlen, "bad reference '${%s}': write '${params.NAME}'", path);
+			snprintf(err, errlen, "bad reference '${%s}': write '${params.NAME}'",
+			         path);
 			return -EINVAL;
 		}
 		r.kind = TF_REF_PARAM;
 		r.name = xstrndup(part[1], plen[1]);
 	} else if (np >= 1 && plen[0] == 5 && !strncmp(part[0], "steps", 5)) {
 		int kind_ok = np == 4 && ((plen[2] == 7 && !strncmp(part[2], "outputs", 7)) ||
-					  (plen[2] == 7 && !strncmp(part[2], "metrics", 7)));
+		                          (plen[2] == 7 && !strncmp(part[2], "metrics", 7)));
 		if (!kind_ok || !valid_name(part[1], plen[1]) || !valid_name(part[3], plen[3])) {
 			snprintf(err, errlen,
-				 "bad reference '${%s}': write '${steps.STEP.outputs.NAME}' or "
-				 "'${steps.STEP.metrics.NAME}'",
-				 path);
+			         "bad reference '${%s}': write '${steps.STEP.outputs.NAME}' or "
+			         "'${steps.STEP.metrics.NAME}'",
+			         path);
 			return -EINVAL;
 		}
 		r.kind = part[2][0] == 'o' ? TF_REF_OUTPUT : TF_REF_METRIC;
@@ -129,7 +142,8 @@ int tf_ref_parse(const char *path, struct tf_ref *out, char *err, size_t errlen)
 		r.name = xstrndup(part[3], plen[3]);
 	} else {
 		snprintf(err, errlen,
-			 "bad reference '${%s}': references start with 'params.' or 'steps.'", path);
+		         "bad reference '${%s}': references start with 'params.' or 'steps.'",
+		         path);
 		return -EINVAL;
 	}
 	r.path = tf_xstrdup(path);
@@ -149,14 +163,14 @@ void tf_ref_release(struct tf_ref *r)
 
 /* Parses the reference whose `${` is at src[off]; *end is set past the `}`. Returns a new
  * reference or NULL with a diagnostic. */
-static struct tf_ref *parse_ref_at(const struct srcpos *p, size_t off, size_t *end,
-				   struct tf_diag_list *d)
+static struct tf_ref *parse_ref_at(struct srcpos *p, size_t off, size_t *end,
+                                   struct tf_diag_list *d)
 {
 	const char *s = p->src + off + 2;
 	const char *close = strchr(s, '}');
 	if (!close) {
 		pos_error(p, d, off, "close it with '}'", "unterminated reference '%.40s'",
-			  p->src + off);
+		          p->src + off);
 		*end = strlen(p->src);
 		return NULL;
 	}
@@ -168,7 +182,7 @@ static struct tf_ref *parse_ref_at(const struct srcpos *p, size_t off, size_t *e
 		b--;
 	if (a == b) {
 		pos_error(p, d, off, "write '${params.NAME}' or '${steps.STEP.metrics.NAME}'",
-			  "empty reference '${}'");
+		          "empty reference '${}'");
 		return NULL;
 	}
 	char *path = xstrndup(a, (size_t)(b - a));
@@ -204,10 +218,10 @@ static void add_part(struct tf_template *t, char *text, struct tf_ref *ref)
 }
 
 int tf_template_parse(const char *src, const char *file, int line, int col, int col_exact,
-		      struct tf_template *out, struct tf_diag_list *diags)
+                      struct tf_template *out, struct tf_diag_list *diags)
 {
-	struct srcpos p = { src, file, line, col, col_exact };
-	struct tf_template t = { .source = tf_xstrdup(src) };
+	struct srcpos p = {src, file, line, col, col_exact, 0, 0};
+	struct tf_template t = {.source = tf_xstrdup(src)};
 	int rc = 0;
 	size_t n = strlen(src);
 	char *lit = tf_xmalloc(n + 1);
@@ -295,7 +309,7 @@ static char *json_text(const json_t *v)
 }
 
 char *tf_template_render(const struct tf_template *t, tf_lookup_fn fn, void *ctx, char *err,
-			 size_t errlen)
+                         size_t errlen)
 {
 	char *buf = NULL;
 	size_t len = 0, cap = 0;
@@ -320,8 +334,8 @@ char *tf_template_render(const struct tf_template *t, tf_lookup_fn fn, void *ctx
 	return buf;
 }
 
-json_t *tf_template_render_json(const struct tf_template *t, tf_lookup_fn fn, void *ctx,
-				char *err, size_t errlen)
+json_t *tf_template_render_json(const struct tf_template *t, tf_lookup_fn fn, void *ctx, char *err,
+                                size_t errlen)
 {
 	if (t->whole_ref) {
 		json_t *v = fn ? fn(ctx, t->parts[0].ref) : NULL;
@@ -363,16 +377,17 @@ enum tok {
 };
 
 struct lexer {
-	struct srcpos pos;   /* the source and its place in the file */
-	size_t off;          /* next character */
-	enum tok tok;        /* current token */
-	size_t tok_off;      /* its offset */
-	double num;          /* T_NUM value */
-	char *str;           /* T_STR value (owned until taken) */
-	struct tf_ref *ref;  /* T_REF value (owned until taken) */
+	struct srcpos pos;  /* the source and its place in the file */
+	size_t off;         /* next character */
+	enum tok tok;       /* current token */
+	size_t tok_off;     /* its offset */
+	double num;         /* T_NUM value */
+	char *str;          /* T_STR value (owned until taken) */
+	struct tf_ref *ref; /* T_REF value (owned until taken) */
 	struct tf_diag_list *diags;
-	int failed;          /* a diagnostic was added: stop parsing */
-	int depth;           /* current nesting */
+	int failed; /* a diagnostic was added: stop parsing */
+	int depth;  /* current nesting */
+	int nodes;  /* nodes built so far */
 };
 
 static void lex_error(struct lexer *lx, size_t off, const char *hint, const char *msg)
@@ -439,8 +454,9 @@ static void lex_next(struct lexer *lx)
 		if (c[i] != q) {
 			free(out);
 			lx->tok = T_BAD;
-			lex_error(lx, lx->off, "close the string with the same quote it opened with",
-				  "unterminated string");
+			lex_error(lx, lx->off,
+			          "close the string with the same quote it opened with",
+			          "unterminated string");
 			return;
 		}
 		lx->str = out;
@@ -456,8 +472,11 @@ static void lex_next(struct lexer *lx)
 		static const struct {
 			const char *w;
 			enum tok t;
-		} words[] = { { "true", T_TRUE }, { "false", T_FALSE }, { "and", T_AND },
-			      { "or", T_OR },     { "not", T_NOT } };
+		} words[] = {{"true", T_TRUE},
+		             {"false", T_FALSE},
+		             {"and", T_AND},
+		             {"or", T_OR},
+		             {"not", T_NOT}};
 		for (size_t i = 0; i < TF_ARRAY_LEN(words); i++)
 			if (strlen(words[i].w) == n && !strncmp(c, words[i].w, n)) {
 				lx->tok = words[i].t;
@@ -465,19 +484,20 @@ static void lex_next(struct lexer *lx)
 			}
 		lx->tok = T_BAD;
 		char msg[160];
-		snprintf(msg, sizeof(msg), "unknown word '%.*s' in expression", (int)(n > 40 ? 40 : n),
-			 c);
-		lex_error(lx, lx->tok_off, "quote strings ('...'), and write values as ${params.NAME} "
-					   "or ${steps.STEP.metrics.NAME}",
-			  msg);
+		snprintf(msg, sizeof(msg), "unknown word '%.*s' in expression",
+		         (int)(n > 40 ? 40 : n), c);
+		lex_error(lx, lx->tok_off,
+		          "quote strings ('...'), and write values as ${params.NAME} "
+		          "or ${steps.STEP.metrics.NAME}",
+		          msg);
 		return;
 	}
 	static const struct {
 		const char *s;
 		enum tok t;
-	} ops[] = { { "==", T_EQ }, { "!=", T_NE }, { "<=", T_LE }, { ">=", T_GE },
-		    { "&&", T_AND }, { "||", T_OR }, { "<", T_LT },  { ">", T_GT },
-		    { "!", T_NOT },  { "(", T_LP },  { ")", T_RP } };
+	} ops[] = {{"==", T_EQ},  {"!=", T_NE}, {"<=", T_LE}, {">=", T_GE},
+	           {"&&", T_AND}, {"||", T_OR}, {"<", T_LT},  {">", T_GT},
+	           {"!", T_NOT},  {"(", T_LP},  {")", T_RP}};
 	for (size_t i = 0; i < TF_ARRAY_LEN(ops); i++) {
 		size_t n = strlen(ops[i].s);
 		if (!strncmp(c, ops[i].s, n)) {
@@ -492,7 +512,7 @@ static void lex_next(struct lexer *lx)
 		lex_error(lx, lx->off, "compare with '=='", "'=' is not an operator");
 	else {
 		snprintf(msg, sizeof(msg), "unexpected character '%c' in expression",
-			 isprint((unsigned char)c[0]) ? c[0] : '?');
+		         isprint((unsigned char)c[0]) ? c[0] : '?');
 		lex_error(lx, lx->off, NULL, msg);
 	}
 }
@@ -501,10 +521,24 @@ static void lex_next(struct lexer *lx)
 
 static struct tf_expr *node(struct lexer *lx, enum tf_expr_op op, size_t off)
 {
+	if (++lx->nodes == MAX_NODES + 1)
+		lex_error(lx, off, "split the condition",
+		          "expression too long: more than 2000 values and operators");
 	struct tf_expr *e = tf_xcalloc(1, sizeof(*e));
 	e->op = op;
 	e->type = TF_VT_LAST;
 	pos_at(&lx->pos, off, &e->line, &e->col);
+	return e;
+}
+
+/* A binary node starts where its left operand does: copy that position rather than count
+ * columns again from an earlier offset (which made long chains quadratic). */
+static struct tf_expr *binary(struct lexer *lx, enum tf_expr_op op, struct tf_expr *a)
+{
+	struct tf_expr *e = node(lx, op, lx->tok_off);
+	e->line = a->line;
+	e->col = a->col;
+	e->a = a;
 	return e;
 }
 
@@ -562,7 +596,8 @@ static struct tf_expr *parse_primary(struct lexer *lx)
 		lx->failed = 1;
 		return NULL;
 	default:
-		lex_error(lx, off, NULL, "expected a value (number, string, true/false, ${...} or '(')");
+		lex_error(lx, off, NULL,
+		          "expected a value (number, string, true/false, ${...} or '(')");
 		return NULL;
 	}
 }
@@ -574,21 +609,19 @@ static int is_cmp(enum tok t)
 
 static enum tf_expr_op cmp_op(enum tok t)
 {
-	static const enum tf_expr_op m[] = { TF_EXPR_EQ, TF_EXPR_NE, TF_EXPR_LT,
-					     TF_EXPR_LE, TF_EXPR_GT, TF_EXPR_GE };
+	static const enum tf_expr_op m[] = {TF_EXPR_EQ, TF_EXPR_NE, TF_EXPR_LT,
+	                                    TF_EXPR_LE, TF_EXPR_GT, TF_EXPR_GE};
 	return m[t - T_EQ];
 }
 
 static struct tf_expr *parse_cmp(struct lexer *lx)
 {
-	size_t off = lx->tok_off;
 	struct tf_expr *a = parse_primary(lx);
 	if (!a)
 		return NULL;
 	if (!is_cmp(lx->tok))
 		return a;
-	struct tf_expr *e = node(lx, cmp_op(lx->tok), off);
-	e->a = a;
+	struct tf_expr *e = binary(lx, cmp_op(lx->tok), a);
 	lex_next(lx);
 	e->b = parse_primary(lx);
 	if (!e->b) {
@@ -597,7 +630,7 @@ static struct tf_expr *parse_cmp(struct lexer *lx)
 	}
 	if (is_cmp(lx->tok)) {
 		lex_error(lx, lx->tok_off, "combine comparisons with 'and'",
-			  "comparisons do not chain");
+		          "comparisons do not chain");
 		tf_expr_free(e);
 		return NULL;
 	}
@@ -625,17 +658,17 @@ static struct tf_expr *parse_not(struct lexer *lx)
 
 static struct tf_expr *parse_and(struct lexer *lx)
 {
-	size_t off = lx->tok_off;
 	struct tf_expr *a = parse_not(lx);
-	while (a && lx->tok == T_AND) {
+	if (!a)
+		return NULL;
+	while (lx->tok == T_AND && !lx->failed) {
 		lex_next(lx);
 		struct tf_expr *b = parse_not(lx);
 		if (!b) {
 			tf_expr_free(a);
 			return NULL;
 		}
-		struct tf_expr *e = node(lx, TF_EXPR_AND, off);
-		e->a = a;
+		struct tf_expr *e = binary(lx, TF_EXPR_AND, a);
 		e->b = b;
 		a = e;
 	}
@@ -644,17 +677,17 @@ static struct tf_expr *parse_and(struct lexer *lx)
 
 static struct tf_expr *parse_or(struct lexer *lx)
 {
-	size_t off = lx->tok_off;
 	struct tf_expr *a = parse_and(lx);
-	while (a && lx->tok == T_OR) {
+	if (!a)
+		return NULL;
+	while (lx->tok == T_OR && !lx->failed) {
 		lex_next(lx);
 		struct tf_expr *b = parse_and(lx);
 		if (!b) {
 			tf_expr_free(a);
 			return NULL;
 		}
-		struct tf_expr *e = node(lx, TF_EXPR_OR, off);
-		e->a = a;
+		struct tf_expr *e = binary(lx, TF_EXPR_OR, a);
 		e->b = b;
 		a = e;
 	}
@@ -662,20 +695,20 @@ static struct tf_expr *parse_or(struct lexer *lx)
 }
 
 struct tf_expr *tf_expr_parse(const char *src, const char *file, int line, int col, int col_exact,
-			      struct tf_diag_list *diags)
+                              struct tf_diag_list *diags)
 {
-	struct lexer lx = { .pos = { src, file, line, col, col_exact }, .diags = diags };
+	struct lexer lx = {.pos = {src, file, line, col, col_exact, 0, 0}, .diags = diags};
 	lex_next(&lx);
 	struct tf_expr *e = NULL;
 	if (lx.tok == T_EOF) {
 		lex_error(&lx, 0, "write a condition such as ${params.deploy} == true",
-			  "empty expression");
+		          "empty expression");
 		goto out;
 	}
 	e = parse_or(&lx);
 	if (e && lx.tok != T_EOF) {
 		lex_error(&lx, lx.tok_off, "join conditions with 'and' / 'or'",
-			  "unexpected text after the end of the expression");
+		          "unexpected text after the end of the expression");
 		tf_expr_free(e);
 		e = NULL;
 	}
@@ -700,8 +733,7 @@ void tf_expr_free(struct tf_expr *e)
 	free(e);
 }
 
-void tf_expr_visit_refs(const struct tf_expr *e, void (*fn)(void *ctx, struct tf_ref *r),
-			void *ctx)
+void tf_expr_visit_refs(const struct tf_expr *e, void (*fn)(void *ctx, struct tf_ref *r), void *ctx)
 {
 	if (!e)
 		return;
@@ -715,14 +747,14 @@ void tf_expr_visit_refs(const struct tf_expr *e, void (*fn)(void *ctx, struct tf
 
 const char *tf_vtype_name(enum tf_vtype t)
 {
-	static const char *const names[] = { "boolean", "number", "string", "list", "any" };
+	static const char *const names[] = {"boolean", "number", "string", "list", "any"};
 	return t < TF_VT_LAST ? names[t] : "unknown";
 }
 
 static const char *op_text(enum tf_expr_op op)
 {
-	static const char *const t[] = { "", "", "", "", "not", "and", "or",
-					 "==", "!=", "<", "<=", ">", ">=" };
+	static const char *const t[] = {"",   "",   "",  "",   "not", "and", "or",
+	                                "==", "!=", "<", "<=", ">",   ">="};
 	return op < TF_EXPR_LAST ? t[op] : "?";
 }
 
@@ -757,7 +789,7 @@ static enum tf_vtype check(struct checker *c, struct tf_expr *e)
 		ta = check(c, e->a);
 		if (ta != TF_VT_BOOL && ta != TF_VT_ANY && ta != TF_VT_LAST) {
 			tf_diag_add(c->diags, TF_DIAG_ERROR, c->file, e->line, e->col, NULL,
-				    "'not' needs a boolean, got a %s", tf_vtype_name(ta));
+			            "'not' needs a boolean, got a %s", tf_vtype_name(ta));
 			c->failed = 1;
 		} else if (ta != TF_VT_LAST) {
 			t = TF_VT_BOOL;
@@ -772,9 +804,9 @@ static enum tf_vtype check(struct checker *c, struct tf_expr *e)
 			const struct tf_expr *side = i ? e->b : e->a;
 			if (x != TF_VT_BOOL && x != TF_VT_ANY && x != TF_VT_LAST) {
 				tf_diag_add(c->diags, TF_DIAG_ERROR, c->file, side->line, side->col,
-					    "compare it first, e.g. '... >= 0.9'",
-					    "'%s' needs boolean operands, got a %s", op_text(e->op),
-					    tf_vtype_name(x));
+				            "compare it first, e.g. '... >= 0.9'",
+				            "'%s' needs boolean operands, got a %s", op_text(e->op),
+				            tf_vtype_name(x));
 				c->failed = 1;
 			}
 		}
@@ -788,23 +820,23 @@ static enum tf_vtype check(struct checker *c, struct tf_expr *e)
 			break;
 		if (ta == TF_VT_LIST || tb == TF_VT_LIST) {
 			tf_diag_add(c->diags, TF_DIAG_ERROR, c->file, e->line, e->col, NULL,
-				    "lists cannot be compared with '%s'", op_text(e->op));
+			            "lists cannot be compared with '%s'", op_text(e->op));
 			c->failed = 1;
 			break;
 		}
 		if (ta != TF_VT_ANY && tb != TF_VT_ANY && ta != tb) {
 			tf_diag_add(c->diags, TF_DIAG_ERROR, c->file, e->line, e->col,
-				    "compare values of the same type",
-				    "cannot compare a %s with a %s", tf_vtype_name(ta),
-				    tf_vtype_name(tb));
+			            "compare values of the same type",
+			            "cannot compare a %s with a %s", tf_vtype_name(ta),
+			            tf_vtype_name(tb));
 			c->failed = 1;
 			break;
 		}
 		if (e->op != TF_EXPR_EQ && e->op != TF_EXPR_NE &&
 		    (ta == TF_VT_BOOL || tb == TF_VT_BOOL)) {
 			tf_diag_add(c->diags, TF_DIAG_ERROR, c->file, e->line, e->col,
-				    "use '==' or '!=' for booleans", "booleans cannot be ordered with '%s'",
-				    op_text(e->op));
+			            "use '==' or '!=' for booleans",
+			            "booleans cannot be ordered with '%s'", op_text(e->op));
 			c->failed = 1;
 			break;
 		}
@@ -816,14 +848,14 @@ static enum tf_vtype check(struct checker *c, struct tf_expr *e)
 }
 
 int tf_expr_check(struct tf_expr *e, enum tf_vtype (*ref_type)(void *ctx, const struct tf_ref *r),
-		  void *ctx, const char *file, struct tf_diag_list *diags)
+                  void *ctx, const char *file, struct tf_diag_list *diags)
 {
-	struct checker c = { ref_type, ctx, file, diags, 0 };
+	struct checker c = {ref_type, ctx, file, diags, 0};
 	enum tf_vtype t = check(&c, e);
 	if (t != TF_VT_LAST && t != TF_VT_BOOL && t != TF_VT_ANY) {
 		tf_diag_add(diags, TF_DIAG_ERROR, file, e->line, e->col,
-			    "compare it, e.g. '${steps.evaluate.metrics.accuracy} >= 0.9'",
-			    "a condition must be true or false, this is a %s", tf_vtype_name(t));
+		            "compare it, e.g. '${steps.evaluate.metrics.accuracy} >= 0.9'",
+		            "a condition must be true or false, this is a %s", tf_vtype_name(t));
 		c.failed = 1;
 	}
 	return c.failed ? -EINVAL : 0;
@@ -840,7 +872,7 @@ void tf_value_release(struct tf_value *v)
 }
 
 static int from_json(const json_t *j, const struct tf_ref *r, struct tf_value *out, char *err,
-		     size_t errlen)
+                     size_t errlen)
 {
 	memset(out, 0, sizeof(*out));
 	if (json_is_boolean(j)) {
@@ -881,9 +913,9 @@ static int as_number(const struct tf_value *v, double *x)
 }
 
 static int eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_value *out,
-		char *err, size_t errlen)
+                char *err, size_t errlen)
 {
-	struct tf_value a = { 0 }, b = { 0 };
+	struct tf_value a = {0}, b = {0};
 	int rc = 0;
 	memset(out, 0, sizeof(*out));
 	switch (e->op) {
@@ -917,8 +949,8 @@ static int eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_v
 		if (rc)
 			break;
 		if (a.type != TF_VT_BOOL) {
-			snprintf(err, errlen, "'%s' at %d:%d needs a boolean, got a %s", op_text(e->op),
-				 e->line, e->col, tf_vtype_name(a.type));
+			snprintf(err, errlen, "'%s' at %d:%d needs a boolean, got a %s",
+			         op_text(e->op), e->line, e->col, tf_vtype_name(a.type));
 			rc = -EINVAL;
 			break;
 		}
@@ -935,8 +967,8 @@ static int eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_v
 		if (rc)
 			break;
 		if (b.type != TF_VT_BOOL) {
-			snprintf(err, errlen, "'%s' at %d:%d needs a boolean, got a %s", op_text(e->op),
-				 e->line, e->col, tf_vtype_name(b.type));
+			snprintf(err, errlen, "'%s' at %d:%d needs a boolean, got a %s",
+			         op_text(e->op), e->line, e->col, tf_vtype_name(b.type));
 			rc = -EINVAL;
 			break;
 		}
@@ -956,7 +988,7 @@ static int eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_v
 		} else if (a.type == TF_VT_BOOL && b.type == TF_VT_BOOL) {
 			if (e->op != TF_EXPR_EQ && e->op != TF_EXPR_NE) {
 				snprintf(err, errlen, "booleans cannot be ordered with '%s'",
-					 op_text(e->op));
+				         op_text(e->op));
 				rc = -EINVAL;
 				break;
 			}
@@ -969,7 +1001,7 @@ static int eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_v
 			}
 		} else {
 			snprintf(err, errlen, "cannot compare a %s with a %s at %d:%d",
-				 tf_vtype_name(a.type), tf_vtype_name(b.type), e->line, e->col);
+			         tf_vtype_name(a.type), tf_vtype_name(b.type), e->line, e->col);
 			rc = -EINVAL;
 			break;
 		}
@@ -1005,7 +1037,7 @@ static int eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_v
 }
 
 int tf_expr_eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_value *out,
-		 char *err, size_t errlen)
+                 char *err, size_t errlen)
 {
 	struct tf_value v;
 	int rc = eval(e, fn, ctx, &v, err, errlen);
@@ -1015,7 +1047,7 @@ int tf_expr_eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_
 }
 
 int tf_expr_eval_bool(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, int *out, char *err,
-		      size_t errlen)
+                      size_t errlen)
 {
 	struct tf_value v;
 	int rc = eval(e, fn, ctx, &v, err, errlen);
@@ -1023,7 +1055,7 @@ int tf_expr_eval_bool(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, int *
 		return rc;
 	if (v.type != TF_VT_BOOL) {
 		snprintf(err, errlen, "the condition gave a %s, not true or false",
-			 tf_vtype_name(v.type));
+		         tf_vtype_name(v.type));
 		tf_value_release(&v);
 		return -EINVAL;
 	}

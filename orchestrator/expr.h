@@ -42,14 +42,7 @@ struct tf_ref {
 
 /* Types the checker knows. NUMBER covers ints and floats; ANY is a value whose type is only
  * known at run time (a shell step's declared outputs are strings, its metrics numbers). */
-enum tf_vtype {
-	TF_VT_BOOL,
-	TF_VT_NUMBER,
-	TF_VT_STRING,
-	TF_VT_LIST,
-	TF_VT_ANY,
-	TF_VT_LAST
-};
+enum tf_vtype { TF_VT_BOOL, TF_VT_NUMBER, TF_VT_STRING, TF_VT_LIST, TF_VT_ANY, TF_VT_LAST };
 
 /* Resolves a reference path ("params.x", "steps.s.outputs.y", "steps.s.metrics.z") to its
  * value. Returns a NEW json reference the caller releases, or NULL when the value does not
@@ -68,7 +61,7 @@ struct tf_template {
 	struct tf_template_part *parts; /* literal and reference parts in order (owned) */
 	size_t nparts;                  /* number of parts */
 	int whole_ref;                  /* 1 when the template is exactly one `${...}` and nothing
-					   else: rendering to JSON then keeps the value's type */
+	                                   else: rendering to JSON then keeps the value's type */
 };
 
 /* Parses `src` into `out`. line/col are where the string's first character is in the file
@@ -77,19 +70,19 @@ struct tf_template {
  * every position is reported at (line, col). Problems go to `diags` under `file`. Returns 0 or
  * -EINVAL (diagnostics added); `out` is usable (and must be released) either way. */
 int tf_template_parse(const char *src, const char *file, int line, int col, int col_exact,
-		      struct tf_template *out, struct tf_diag_list *diags);
+                      struct tf_template *out, struct tf_diag_list *diags);
 void tf_template_release(struct tf_template *t);
 
 /* Renders to a new string (caller frees): references become their value's text (numbers in
  * shortest round-trip form, booleans true/false, lists as JSON). NULL when a reference cannot
  * be resolved, with the reason in err. */
 char *tf_template_render(const struct tf_template *t, tf_lookup_fn fn, void *ctx, char *err,
-			 size_t errlen);
+                         size_t errlen);
 
 /* Renders to a new JSON value: a whole-reference template keeps the referenced value's type
  * (a list param stays a list); anything else becomes a string. NULL with err on failure. */
-json_t *tf_template_render_json(const struct tf_template *t, tf_lookup_fn fn, void *ctx,
-				char *err, size_t errlen);
+json_t *tf_template_render_json(const struct tf_template *t, tf_lookup_fn fn, void *ctx, char *err,
+                                size_t errlen);
 
 /* Parses one reference path ("params.x", ...) without the ${}; 0 or -EINVAL with a message. */
 int tf_ref_parse(const char *path, struct tf_ref *out, char *err, size_t errlen);
@@ -115,31 +108,31 @@ enum tf_expr_op {
 };
 
 struct tf_expr {
-	enum tf_expr_op op;  /* node kind */
-	double num;          /* TF_EXPR_NUMBER, TF_EXPR_BOOL */
-	char *str;           /* TF_EXPR_STRING (owned) */
-	struct tf_ref *ref;  /* TF_EXPR_REF (owned) */
-	struct tf_expr *a;   /* first operand (owned) */
-	struct tf_expr *b;   /* second operand (owned) */
-	enum tf_vtype type;  /* static type filled by tf_expr_check */
-	int line, col;       /* position of the node's first character in the file */
+	enum tf_expr_op op; /* node kind */
+	double num;         /* TF_EXPR_NUMBER, TF_EXPR_BOOL */
+	char *str;          /* TF_EXPR_STRING (owned) */
+	struct tf_ref *ref; /* TF_EXPR_REF (owned) */
+	struct tf_expr *a;  /* first operand (owned) */
+	struct tf_expr *b;  /* second operand (owned) */
+	enum tf_vtype type; /* static type filled by tf_expr_check */
+	int line, col;      /* position of the node's first character in the file */
 };
 
 /* Parses `src` (positions as for tf_template_parse). Returns the tree (caller frees with
  * tf_expr_free) or NULL with diagnostics added. */
 struct tf_expr *tf_expr_parse(const char *src, const char *file, int line, int col, int col_exact,
-			      struct tf_diag_list *diags);
+                              struct tf_diag_list *diags);
 
 /* Type-checks a parsed expression. `ref_type` gives each reference's static type (the
  * pipeline loader answers from params and the step-type schema; return TF_VT_LAST for an
  * unknown reference, which the loader has already reported). The whole expression must be
  * boolean. Returns 0 or -EINVAL with diagnostics added. */
 int tf_expr_check(struct tf_expr *e, enum tf_vtype (*ref_type)(void *ctx, const struct tf_ref *r),
-		  void *ctx, const char *file, struct tf_diag_list *diags);
+                  void *ctx, const char *file, struct tf_diag_list *diags);
 
 /* Calls fn(ctx, ref) for every reference in the tree (for dependency checks). */
 void tf_expr_visit_refs(const struct tf_expr *e, void (*fn)(void *ctx, struct tf_ref *r),
-			void *ctx);
+                        void *ctx);
 
 /* A run-time value. */
 struct tf_value {
@@ -153,10 +146,10 @@ void tf_value_release(struct tf_value *v);
 /* Evaluates `e` with values from fn. 0 and *out set, or -ENOENT when a referenced value is
  * missing, -EINVAL when a value has the wrong type at run time; err says which and where. */
 int tf_expr_eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_value *out,
-		 char *err, size_t errlen);
+                 char *err, size_t errlen);
 /* The same for a boolean expression (what `when` is): *out is 0 or 1. */
 int tf_expr_eval_bool(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, int *out, char *err,
-		      size_t errlen);
+                      size_t errlen);
 
 void tf_expr_free(struct tf_expr *e);
 

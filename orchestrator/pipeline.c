@@ -31,15 +31,15 @@
 enum ykind { Y_SCALAR, Y_SEQ, Y_MAP };
 
 struct ynode {
-	enum ykind kind;            /* scalar, sequence or mapping */
-	int line, col;              /* start (1-based) */
-	int end_line, end_col;      /* end (1-based, exclusive column) */
-	yaml_scalar_style_t style;  /* scalar style: plain, quoted, literal, folded */
-	char *str;                  /* scalar text, NUL-terminated (arena) */
-	size_t len;                 /* scalar length in bytes */
-	struct ynode **kids;        /* seq: items; map: key, value, key, value... (arena) */
-	size_t n, cap;              /* kids used / allocated */
-	size_t size;                /* nodes in this subtree with aliases expanded (saturating) */
+	enum ykind kind;           /* scalar, sequence or mapping */
+	int line, col;             /* start (1-based) */
+	int end_line, end_col;     /* end (1-based, exclusive column) */
+	yaml_scalar_style_t style; /* scalar style: plain, quoted, literal, folded */
+	char *str;                 /* scalar text, NUL-terminated (arena) */
+	size_t len;                /* scalar length in bytes */
+	struct ynode **kids;       /* seq: items; map: key, value, key, value... (arena) */
+	size_t n, cap;             /* kids used / allocated */
+	size_t size;               /* nodes in this subtree with aliases expanded (saturating) */
 };
 
 /* Every allocation of the tree goes through the arena, so failure paths free one list. */
@@ -67,21 +67,21 @@ static void arena_free(struct arena *a)
 }
 
 struct anchor {
-	char *name;          /* anchor name (arena) */
-	struct ynode *node;  /* the completed node it names */
+	char *name;         /* anchor name (arena) */
+	struct ynode *node; /* the completed node it names */
 };
 
 struct ybuild {
 	const char *file;
 	struct tf_diag_list *d;
 	struct arena arena;
-	struct ynode *stack[TF_PIPELINE_MAX_DEPTH + 1]; /* open collections */
+	struct ynode *stack[TF_PIPELINE_MAX_DEPTH + 1];      /* open collections */
 	const char *stack_anchor[TF_PIPELINE_MAX_DEPTH + 1]; /* their anchors, or NULL */
 	int depth;
 	struct anchor *anchors;
 	size_t nanchors, capanchors;
-	size_t total;    /* materialised nodes so far (aliases expanded) */
-	size_t aliases;  /* alias uses so far */
+	size_t total;   /* materialised nodes so far (aliases expanded) */
+	size_t aliases; /* alias uses so far */
 	struct ynode *root;
 };
 
@@ -143,8 +143,9 @@ static int attach(struct ybuild *b, struct ynode *n, const yaml_event_t *ev)
 	b->total = sat_add(b->total, 1);
 	if (b->total > TF_PIPELINE_MAX_NODES) {
 		tf_diag_add(b->d, TF_DIAG_ERROR, b->file, (int)ev->start_mark.line + 1,
-			    (int)ev->start_mark.column + 1, "split the pipeline or remove repetition",
-			    "document too large: more than %d YAML nodes", TF_PIPELINE_MAX_NODES);
+		            (int)ev->start_mark.column + 1,
+		            "split the pipeline or remove repetition",
+		            "document too large: more than %d YAML nodes", TF_PIPELINE_MAX_NODES);
 		return -E2BIG;
 	}
 	if (b->depth == 0)
@@ -154,22 +155,43 @@ static int attach(struct ybuild *b, struct ynode *n, const yaml_event_t *ev)
 	return 0;
 }
 
-static int yaml_error(struct ybuild *b, const yaml_parser_t *p)
+/* Does the line holding byte `off` (or the one before it) contain "${"? Used to explain the
+ * commonest YAML surprise: `{` and `}` end a plain value inside [...] and {...}. */
+static int ref_near(const char *buf, size_t len, size_t off)
+{
+	if (off > len)
+		off = len;
+	size_t start = off, end = off;
+	for (int lines = 0; start > 0 && lines < 2; start--)
+		if (buf[start - 1] == '\n' && ++lines == 2)
+			break;
+	while (end < len && buf[end] != '\n')
+		end++;
+	for (size_t i = start; i + 1 < end; i++)
+		if (buf[i] == '$' && buf[i + 1] == '{')
+			return 1;
+	return 0;
+}
+
+static int yaml_error(struct ybuild *b, const yaml_parser_t *p, const char *buf, size_t len)
 {
 	const yaml_mark_t *m = &p->problem_mark;
 	int line = (int)m->line + 1, col = (int)m->column + 1;
 	const char *problem = p->problem ? p->problem : "malformed YAML";
+	const char *hint = NULL;
+	if (p->context && strstr(p->context, "flow") && ref_near(buf, len, m->index))
+		hint = "inside [...] and {...}, quote values that contain ${...}: \"${params.x}\"";
 	if (p->error == YAML_READER_ERROR) {
 		/* the reader reports a byte offset, not a line */
 		tf_diag_add(b->d, TF_DIAG_ERROR, b->file, 0, 0, "save the file as UTF-8",
-			    "YAML syntax error: %s at byte %zu", problem, p->problem_offset);
+		            "YAML syntax error: %s at byte %zu", problem, p->problem_offset);
 	} else if (p->context) {
-		tf_diag_add(b->d, TF_DIAG_ERROR, b->file, line, col, NULL,
-			    "YAML syntax error: %s %s (line %d, column %d)", problem, p->context,
-			    (int)p->context_mark.line + 1, (int)p->context_mark.column + 1);
+		tf_diag_add(b->d, TF_DIAG_ERROR, b->file, line, col, hint,
+		            "YAML syntax error: %s %s (line %d, column %d)", problem, p->context,
+		            (int)p->context_mark.line + 1, (int)p->context_mark.column + 1);
 	} else {
 		tf_diag_add(b->d, TF_DIAG_ERROR, b->file, line, col, NULL, "YAML syntax error: %s",
-			    problem);
+		            problem);
 	}
 	return -EINVAL;
 }
@@ -188,7 +210,7 @@ static int build_tree(struct ybuild *b, const char *buf, size_t len)
 	yaml_parser_set_input_string(&parser, (const unsigned char *)buf, len);
 	while (!done) {
 		if (!yaml_parser_parse(&parser, &ev)) {
-			rc = yaml_error(b, &parser);
+			rc = yaml_error(b, &parser, buf, len);
 			break;
 		}
 		struct ynode *n = NULL;
@@ -198,10 +220,11 @@ static int build_tree(struct ybuild *b, const char *buf, size_t len)
 			break;
 		case YAML_DOCUMENT_START_EVENT:
 			if (++docs > 1) {
-				tf_diag_add(b->d, TF_DIAG_ERROR, b->file, (int)ev.start_mark.line + 1,
-					    (int)ev.start_mark.column + 1,
-					    "put each pipeline in its own file",
-					    "more than one YAML document in the file");
+				tf_diag_add(b->d, TF_DIAG_ERROR, b->file,
+				            (int)ev.start_mark.line + 1,
+				            (int)ev.start_mark.column + 1,
+				            "put each pipeline in its own file",
+				            "more than one YAML document in the file");
 				rc = -EINVAL;
 			}
 			break;
@@ -219,10 +242,11 @@ static int build_tree(struct ybuild *b, const char *buf, size_t len)
 		case YAML_SEQUENCE_START_EVENT:
 		case YAML_MAPPING_START_EVENT:
 			if (b->depth >= TF_PIPELINE_MAX_DEPTH) {
-				tf_diag_add(b->d, TF_DIAG_ERROR, b->file, (int)ev.start_mark.line + 1,
-					    (int)ev.start_mark.column + 1, NULL,
-					    "nesting too deep: more than %d levels of lists and maps",
-					    TF_PIPELINE_MAX_DEPTH);
+				tf_diag_add(
+				    b->d, TF_DIAG_ERROR, b->file, (int)ev.start_mark.line + 1,
+				    (int)ev.start_mark.column + 1, NULL,
+				    "nesting too deep: more than %d levels of lists and maps",
+				    TF_PIPELINE_MAX_DEPTH);
 				rc = -E2BIG;
 				break;
 			}
@@ -230,29 +254,32 @@ static int build_tree(struct ybuild *b, const char *buf, size_t len)
 			b->total = sat_add(b->total, 1);
 			if (b->total > TF_PIPELINE_MAX_NODES) {
 				tf_diag_add(b->d, TF_DIAG_ERROR, b->file, n->line, n->col,
-					    "split the pipeline or remove repetition",
-					    "document too large: more than %d YAML nodes",
-					    TF_PIPELINE_MAX_NODES);
+				            "split the pipeline or remove repetition",
+				            "document too large: more than %d YAML nodes",
+				            TF_PIPELINE_MAX_NODES);
 				rc = -E2BIG;
 				break;
 			}
 			b->stack[b->depth] = n;
-			b->stack_anchor[b->depth] =
-				ev.type == YAML_MAPPING_START_EVENT
-					? (ev.data.mapping_start.anchor
-						   ? arena_keep(&b->arena,
-								tf_xstrdup((const char *)ev.data
-										   .mapping_start.anchor))
-						   : NULL)
-					: (ev.data.sequence_start.anchor
-						   ? arena_keep(&b->arena,
-								tf_xstrdup((const char *)ev.data
-										   .sequence_start.anchor))
-						   : NULL);
+			{
+				const yaml_char_t *anchor = ev.type == YAML_MAPPING_START_EVENT
+				                                ? ev.data.mapping_start.anchor
+				                                : ev.data.sequence_start.anchor;
+				b->stack_anchor[b->depth] =
+				    anchor ? arena_keep(&b->arena, tf_xstrdup((const char *)anchor))
+				           : NULL;
+			}
 			b->depth++;
 			break;
 		case YAML_SEQUENCE_END_EVENT:
 		case YAML_MAPPING_END_EVENT: {
+			if (b->depth == 0) { /* libyaml balances events; never trust it blindly */
+				tf_diag_error(b->d, b->file, (int)ev.start_mark.line + 1,
+				              (int)ev.start_mark.column + 1,
+				              "unbalanced YAML structure");
+				rc = -EINVAL;
+				break;
+			}
 			struct ynode *c = b->stack[--b->depth];
 			c->end_line = (int)ev.end_mark.line + 1;
 			c->end_col = (int)ev.end_mark.column + 1;
@@ -267,29 +294,32 @@ static int build_tree(struct ybuild *b, const char *buf, size_t len)
 			const char *name = (const char *)ev.data.alias.anchor;
 			struct ynode *target = find_anchor(b, name);
 			if (!target) {
-				tf_diag_add(b->d, TF_DIAG_ERROR, b->file, (int)ev.start_mark.line + 1,
-					    (int)ev.start_mark.column + 1,
-					    "define '&NAME' on a complete value before using '*NAME'",
-					    "unknown alias '*%s'", name);
+				tf_diag_add(
+				    b->d, TF_DIAG_ERROR, b->file, (int)ev.start_mark.line + 1,
+				    (int)ev.start_mark.column + 1,
+				    "define '&NAME' on a complete value before using '*NAME'",
+				    "unknown alias '*%s'", name);
 				rc = -EINVAL;
 				break;
 			}
 			if (++b->aliases > TF_PIPELINE_MAX_ALIASES) {
-				tf_diag_add(b->d, TF_DIAG_ERROR, b->file, (int)ev.start_mark.line + 1,
-					    (int)ev.start_mark.column + 1, NULL,
-					    "too many aliases: more than %d uses of '*'",
-					    TF_PIPELINE_MAX_ALIASES);
+				tf_diag_add(b->d, TF_DIAG_ERROR, b->file,
+				            (int)ev.start_mark.line + 1,
+				            (int)ev.start_mark.column + 1, NULL,
+				            "too many aliases: more than %d uses of '*'",
+				            TF_PIPELINE_MAX_ALIASES);
 				rc = -E2BIG;
 				break;
 			}
 			/* shared, not copied: count what a walk of the tree would visit */
 			b->total = sat_add(b->total, target->size);
 			if (b->total > TF_PIPELINE_MAX_NODES) {
-				tf_diag_add(b->d, TF_DIAG_ERROR, b->file, (int)ev.start_mark.line + 1,
-					    (int)ev.start_mark.column + 1,
-					    "a YAML alias bomb looks like this; remove the nested aliases",
-					    "alias '*%s' expands the document past %d nodes", name,
-					    TF_PIPELINE_MAX_NODES);
+				tf_diag_add(
+				    b->d, TF_DIAG_ERROR, b->file, (int)ev.start_mark.line + 1,
+				    (int)ev.start_mark.column + 1,
+				    "a YAML alias bomb looks like this; remove the nested aliases",
+				    "alias '*%s' expands the document past %d nodes", name,
+				    TF_PIPELINE_MAX_NODES);
 				rc = -E2BIG;
 				break;
 			}
@@ -326,13 +356,13 @@ struct loader {
 	const char *file;
 	struct tf_diag_list *d;
 	struct tf_pipeline *p;
-	struct stepx *sx;        /* one per step */
-	uint64_t *upstream;      /* nsteps x words bitsets of transitive needs, when dag_ok */
-	size_t words;            /* uint64 words per bitset */
-	int dag_ok;              /* needs resolved and acyclic */
-	size_t cur_step;         /* step whose refs are being checked */
+	struct stepx *sx;   /* one per step */
+	uint64_t *upstream; /* nsteps x words bitsets of transitive needs, when dag_ok */
+	size_t words;       /* uint64 words per bitset */
+	int dag_ok;         /* needs resolved and acyclic */
+	size_t cur_step;    /* step whose refs are being checked */
 	unsigned flags;
-	struct nameidx *sidx;    /* step names sorted, for O(log n) lookups */
+	struct nameidx *sidx; /* step names sorted, for O(log n) lookups */
 	size_t nsidx;
 };
 
@@ -372,7 +402,7 @@ static int diag_room(const struct loader *L)
 }
 
 static void err_at(struct loader *L, const struct ynode *n, const char *hint, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 static void err_at(struct loader *L, const struct ynode *n, const char *hint, const char *fmt, ...)
 {
 	char *msg = NULL;
@@ -382,7 +412,7 @@ static void err_at(struct loader *L, const struct ynode *n, const char *hint, co
 		msg = NULL;
 	va_end(ap);
 	tf_diag_add(L->d, TF_DIAG_ERROR, L->file, n ? n->line : 0, n ? n->col : 0, hint, "%s",
-		    msg ? msg : "error");
+	            msg ? msg : "error");
 	free(msg);
 }
 
@@ -406,7 +436,7 @@ static int is_plain(const struct ynode *n)
 static int scalar_null(const struct ynode *n)
 {
 	return is_plain(n) && (!n->str[0] || !strcmp(n->str, "~") || !strcmp(n->str, "null") ||
-			       !strcmp(n->str, "Null") || !strcmp(n->str, "NULL"));
+	                       !strcmp(n->str, "Null") || !strcmp(n->str, "NULL"));
 }
 
 static int parse_bool_text(const char *s, int *out)
@@ -484,7 +514,7 @@ static const struct ynode *map_get(const struct ynode *m, const char *key)
 }
 
 static void report_dup_key(struct loader *L, const struct ynode *first, const struct ynode *k,
-			   const char *what)
+                           const char *what)
 {
 	char hint[96];
 	snprintf(hint, sizeof(hint), "the first is at line %d, column %d", first->line, first->col);
@@ -493,11 +523,13 @@ static void report_dup_key(struct loader *L, const struct ynode *first, const st
 
 static int cmp_key_node(const void *a, const void *b)
 {
-	const struct ynode *x = *(const struct ynode *const *)a, *y = *(const struct ynode *const *)b;
+	const struct ynode *x = *(const struct ynode *const *)a,
+	                   *y = *(const struct ynode *const *)b;
 	int c = strcmp(x->str, y->str);
 	if (c)
 		return c;
-	return x->line != y->line ? (x->line < y->line ? -1 : 1) : (x->col < y->col ? -1 : x->col > y->col);
+	return x->line != y->line ? (x->line < y->line ? -1 : 1)
+	                          : (x->col < y->col ? -1 : x->col > y->col);
 }
 
 /* Duplicate keys of a large mapping in O(n log n): sort the scalar keys, compare neighbours.
@@ -522,7 +554,7 @@ static void dup_keys_sorted(struct loader *L, const struct ynode *m, const char 
 /* Reports unknown, non-scalar and duplicate keys of a mapping against `allowed`.
  * `what` names the mapping in messages ("step 'train'"). */
 static void check_keys(struct loader *L, const struct ynode *m, const char *const *allowed,
-		       const char *what)
+                       const char *what)
 {
 	if (m->n > 64)
 		dup_keys_sorted(L, m, what);
@@ -535,7 +567,8 @@ static void check_keys(struct loader *L, const struct ynode *m, const char *cons
 		}
 		if (m->n <= 64) { /* small maps: direct search; large ones are sorted below */
 			for (size_t j = 0; j < i; j += 2)
-				if (m->kids[j]->kind == Y_SCALAR && !strcmp(m->kids[j]->str, k->str)) {
+				if (m->kids[j]->kind == Y_SCALAR &&
+				    !strcmp(m->kids[j]->str, k->str)) {
 					report_dup_key(L, m->kids[j], k, what);
 					break;
 				}
@@ -556,7 +589,7 @@ static void check_keys(struct loader *L, const struct ynode *m, const char *cons
 			size_t off = (size_t)snprintf(hint, sizeof(hint), "valid keys:");
 			for (size_t a = 0; allowed[a] && off < sizeof(hint); a++)
 				off += (size_t)snprintf(hint + off, sizeof(hint) - off, "%s %s",
-							a ? "," : "", allowed[a]);
+				                        a ? "," : "", allowed[a]);
 		}
 		err_at(L, k, hint, "unknown key '%.60s' in %s", k->str, what);
 	}
@@ -583,15 +616,15 @@ static int get_bool(struct loader *L, const struct ynode *n, const char *what, i
 	if (want_kind(L, n, Y_SCALAR, what))
 		return -EINVAL;
 	if (!is_plain(n) || parse_bool_text(n->str, out)) {
-		err_at(L, n, "write true or false (without quotes)", "%s must be true or false, not '%.40s'",
-		       what, n->str);
+		err_at(L, n, "write true or false (without quotes)",
+		       "%s must be true or false, not '%.40s'", what, n->str);
 		return -EINVAL;
 	}
 	return 0;
 }
 
 static int get_int(struct loader *L, const struct ynode *n, const char *what, long long lo,
-		   long long hi, long long *out)
+                   long long hi, long long *out)
 {
 	if (want_kind(L, n, Y_SCALAR, what))
 		return -EINVAL;
@@ -609,7 +642,7 @@ static int get_int(struct loader *L, const struct ynode *n, const char *what, lo
 }
 
 static int get_number(struct loader *L, const struct ynode *n, const char *what, double lo,
-		      double *out)
+                      double *out)
 {
 	if (want_kind(L, n, Y_SCALAR, what))
 		return -EINVAL;
@@ -678,7 +711,8 @@ static int get_duration(struct loader *L, const struct ynode *n, const char *wha
 	if (want_kind(L, n, Y_SCALAR, what))
 		return -EINVAL;
 	if (tf_duration_parse(n->str, out)) {
-		err_at(L, n, "write a number of seconds or a duration such as 30s, 5m, 1h30m, 250ms",
+		err_at(L, n,
+		       "write a number of seconds or a duration such as 30s, 5m, 1h30m, 250ms",
 		       "%s: bad duration '%.40s'", what, n->str);
 		return -EINVAL;
 	}
@@ -687,7 +721,7 @@ static int get_duration(struct loader *L, const struct ynode *n, const char *wha
 
 /* A scalar that must be one of `names` (indexed by enum value). */
 static int get_enum(struct loader *L, const struct ynode *n, const char *what,
-		    const char *const *names, int *out)
+                    const char *const *names, int *out)
 {
 	if (want_kind(L, n, Y_SCALAR, what))
 		return -EINVAL;
@@ -703,8 +737,8 @@ static int get_enum(struct loader *L, const struct ynode *n, const char *what,
 	} else {
 		size_t off = (size_t)snprintf(hint, sizeof(hint), "choose one of:");
 		for (int i = 0; names[i] && off < sizeof(hint); i++)
-			off += (size_t)snprintf(hint + off, sizeof(hint) - off, "%s %s", i ? "," : "",
-						names[i]);
+			off += (size_t)snprintf(hint + off, sizeof(hint) - off, "%s %s",
+			                        i ? "," : "", names[i]);
 	}
 	err_at(L, n, hint, "unknown %s '%.60s'", what, n->str);
 	return -EINVAL;
@@ -722,11 +756,11 @@ static int valid_name(const char *s)
 
 /* ---- names of enums and the step-type schema ---------------------------------------- */
 
-static const char *const step_type_names[] = { "data_prep", "train",  "evaluate", "register",
-					       "deploy",    "shell",  NULL };
-static const char *const failure_names[] = { "error", "timeout", "preempted", "infra", NULL };
-static const char *const executor_names[] = { "inprocess", "local", "slurm", NULL };
-static const char *const param_type_names[] = { "int", "float", "string", "bool", "list", NULL };
+static const char *const step_type_names[] = {"data_prep", "train", "evaluate", "register",
+                                              "deploy",    "shell", NULL};
+static const char *const failure_names[] = {"error", "timeout", "preempted", "infra", NULL};
+static const char *const executor_names[] = {"inprocess", "local", "slurm", NULL};
+static const char *const param_type_names[] = {"int", "float", "string", "bool", "list", NULL};
 
 const char *tf_step_type_name(enum tf_step_type t)
 {
@@ -748,82 +782,76 @@ const char *tf_param_type_name(enum tf_param_type t)
 	return (unsigned)t < TF_PARAM_LAST ? param_type_names[t] : NULL;
 }
 
-static const char *const sources[] = { "fashion-mnist", "csv", NULL };
-static const char *const optimizers[] = { "sgd", "adam", "lars", NULL };
-static const char *const schedules[] = { "cosine", "step", "constant", NULL };
+static const char *const sources[] = {"fashion-mnist", "csv", NULL};
+static const char *const optimizers[] = {"sgd", "adam", "lars", NULL};
+static const char *const schedules[] = {"cosine", "step", "constant", NULL};
 
 static const struct tf_with_key data_prep_with[] = {
-	{ "source", TF_WCHECK_ENUM, sources, "raw data: fashion-mnist (the Debian package) or csv" },
-	{ "path", TF_WCHECK_STRING, NULL, "input file or directory (csv; fashion-mnist override)" },
-	{ "shards", TF_WCHECK_INT, NULL, "number of TFRecord shards to write" },
-	{ "csv_label", TF_WCHECK_STRING, NULL, "name of the label column (csv)" },
-	{ "test_fraction", TF_WCHECK_NUMBER, NULL, "fraction held out for testing (csv)" },
-	{ "seed", TF_WCHECK_INT, NULL, "shuffle seed" },
-	{ NULL, 0, NULL, NULL }
-};
+    {"source", TF_WCHECK_ENUM, sources, "raw data: fashion-mnist (the Debian package) or csv"},
+    {"path", TF_WCHECK_STRING, NULL, "input file or directory (csv; fashion-mnist override)"},
+    {"shards", TF_WCHECK_INT, NULL, "number of TFRecord shards to write"},
+    {"csv_label", TF_WCHECK_STRING, NULL, "name of the label column (csv)"},
+    {"test_fraction", TF_WCHECK_NUMBER, NULL, "fraction held out for testing (csv)"},
+    {"seed", TF_WCHECK_INT, NULL, "shuffle seed"},
+    {NULL, 0, NULL, NULL}};
 static const struct tf_with_key train_with[] = {
-	{ "dataset", TF_WCHECK_STRING, NULL, "dataset manifest key (from data_prep)" },
-	{ "hidden", TF_WCHECK_INT_LIST, NULL, "hidden layer widths, e.g. [256, 128]" },
-	{ "epochs", TF_WCHECK_INT, NULL, "passes over the training set" },
-	{ "batch", TF_WCHECK_INT, NULL, "global batch size" },
-	{ "optimizer", TF_WCHECK_ENUM, optimizers, "sgd, adam or lars" },
-	{ "lr", TF_WCHECK_NUMBER, NULL, "base learning rate" },
-	{ "momentum", TF_WCHECK_NUMBER, NULL, "momentum (sgd, lars)" },
-	{ "weight_decay", TF_WCHECK_NUMBER, NULL, "L2 weight decay" },
-	{ "warmup_epochs", TF_WCHECK_NUMBER, NULL, "linear warmup length in epochs" },
-	{ "schedule", TF_WCHECK_ENUM, schedules, "cosine, step or constant" },
-	{ "seed", TF_WCHECK_INT, NULL, "initialisation and shuffle seed" },
-	{ "checkpoint_every", TF_WCHECK_INT, NULL, "steps between checkpoints" },
-	{ "max_steps", TF_WCHECK_INT, NULL, "stop after this many steps" },
-	{ "prefetch", TF_WCHECK_INT, NULL, "batches prefetched by the input pipeline" },
-	{ "clip_norm", TF_WCHECK_NUMBER, NULL, "clip the gradient's global norm" },
-	{ NULL, 0, NULL, NULL }
-};
+    {"dataset", TF_WCHECK_STRING, NULL, "dataset manifest key (from data_prep)"},
+    {"hidden", TF_WCHECK_INT_LIST, NULL, "hidden layer widths, e.g. [256, 128]"},
+    {"epochs", TF_WCHECK_INT, NULL, "passes over the training set"},
+    {"batch", TF_WCHECK_INT, NULL, "global batch size"},
+    {"optimizer", TF_WCHECK_ENUM, optimizers, "sgd, adam or lars"},
+    {"lr", TF_WCHECK_NUMBER, NULL, "base learning rate"},
+    {"momentum", TF_WCHECK_NUMBER, NULL, "momentum (sgd, lars)"},
+    {"weight_decay", TF_WCHECK_NUMBER, NULL, "L2 weight decay"},
+    {"warmup_epochs", TF_WCHECK_NUMBER, NULL, "linear warmup length in epochs"},
+    {"schedule", TF_WCHECK_ENUM, schedules, "cosine, step or constant"},
+    {"seed", TF_WCHECK_INT, NULL, "initialisation and shuffle seed"},
+    {"checkpoint_every", TF_WCHECK_INT, NULL, "steps between checkpoints"},
+    {"max_steps", TF_WCHECK_INT, NULL, "stop after this many steps"},
+    {"prefetch", TF_WCHECK_INT, NULL, "batches prefetched by the input pipeline"},
+    {"clip_norm", TF_WCHECK_NUMBER, NULL, "clip the gradient's global norm"},
+    {NULL, 0, NULL, NULL}};
 static const struct tf_with_key evaluate_with[] = {
-	{ "model", TF_WCHECK_STRING, NULL, "model bundle or checkpoint key (from train)" },
-	{ "dataset", TF_WCHECK_STRING, NULL, "dataset manifest key (from data_prep)" },
-	{ NULL, 0, NULL, NULL }
-};
+    {"model", TF_WCHECK_STRING, NULL, "model bundle or checkpoint key (from train)"},
+    {"dataset", TF_WCHECK_STRING, NULL, "dataset manifest key (from data_prep)"},
+    {NULL, 0, NULL, NULL}};
 static const struct tf_with_key register_with[] = {
-	{ "model_name", TF_WCHECK_STRING, NULL, "registry model name" },
-	{ "bundle", TF_WCHECK_STRING, NULL, "model bundle key (from train)" },
-	{ "metrics_from", TF_WCHECK_STEP, NULL, "upstream step whose metrics are recorded" },
-	{ "tags", TF_WCHECK_STR_MAP, NULL, "tags stored with the version" },
-	{ NULL, 0, NULL, NULL }
-};
+    {"model_name", TF_WCHECK_STRING, NULL, "registry model name"},
+    {"bundle", TF_WCHECK_STRING, NULL, "model bundle key (from train)"},
+    {"metrics_from", TF_WCHECK_STEP, NULL, "upstream step whose metrics are recorded"},
+    {"tags", TF_WCHECK_STR_MAP, NULL, "tags stored with the version"},
+    {NULL, 0, NULL, NULL}};
 static const struct tf_with_key deploy_with[] = {
-	{ "model_name", TF_WCHECK_STRING, NULL, "registry model name" },
-	{ "version", TF_WCHECK_STRING, NULL, "model version (from register)" },
-	{ "alias", TF_WCHECK_STRING, NULL, "alias to point at the version, e.g. production" },
-	{ "canary_percent", TF_WCHECK_NUMBER, NULL, "share of traffic for the new version" },
-	{ NULL, 0, NULL, NULL }
-};
+    {"model_name", TF_WCHECK_STRING, NULL, "registry model name"},
+    {"version", TF_WCHECK_STRING, NULL, "model version (from register)"},
+    {"alias", TF_WCHECK_STRING, NULL, "alias to point at the version, e.g. production"},
+    {"canary_percent", TF_WCHECK_NUMBER, NULL, "share of traffic for the new version"},
+    {NULL, 0, NULL, NULL}};
 static const struct tf_with_key shell_with[] = {
-	{ "argv", TF_WCHECK_STR_LIST, NULL, "program and arguments (never a shell string)" },
-	{ "env", TF_WCHECK_STR_MAP, NULL, "extra environment variables" },
-	{ "outputs", TF_WCHECK_STR_LIST, NULL, "names of outputs the program writes" },
-	{ "metrics", TF_WCHECK_STR_LIST, NULL, "names of metrics the program writes" },
-	{ NULL, 0, NULL, NULL }
-};
+    {"argv", TF_WCHECK_STR_LIST, NULL, "program and arguments (never a shell string)"},
+    {"env", TF_WCHECK_STR_MAP, NULL, "extra environment variables"},
+    {"outputs", TF_WCHECK_STR_LIST, NULL, "names of outputs the program writes"},
+    {"metrics", TF_WCHECK_STR_LIST, NULL, "names of metrics the program writes"},
+    {NULL, 0, NULL, NULL}};
 
-static const char *const no_names[] = { NULL };
-static const char *const data_prep_out[] = { "dataset", NULL };
-static const char *const data_prep_met[] = { "examples", NULL };
-static const char *const train_out[] = { "checkpoint", "bundle", NULL };
-static const char *const train_met[] = { "loss",           "accuracy",    "auc",
-					 "examples_per_second", "device_seconds", "utilization",
-					 "input_wait",     NULL };
-static const char *const evaluate_met[] = { "loss", "accuracy", "auc", NULL };
-static const char *const register_out[] = { "model", "version", NULL };
-static const char *const deploy_out[] = { "alias", "version", NULL };
+static const char *const no_names[] = {NULL};
+static const char *const data_prep_out[] = {"dataset", NULL};
+static const char *const data_prep_met[] = {"examples", NULL};
+static const char *const train_out[] = {"checkpoint", "bundle", NULL};
+static const char *const train_met[] = {
+    "loss",           "accuracy",    "auc",        "examples_per_second",
+    "device_seconds", "utilization", "input_wait", NULL};
+static const char *const evaluate_met[] = {"loss", "accuracy", "auc", NULL};
+static const char *const register_out[] = {"model", "version", NULL};
+static const char *const deploy_out[] = {"alias", "version", NULL};
 
 static const struct tf_step_schema schemas[TF_STEP_LAST] = {
-	{ TF_STEP_DATA_PREP, "data_prep", data_prep_with, data_prep_out, data_prep_met, 0 },
-	{ TF_STEP_TRAIN, "train", train_with, train_out, train_met, 0 },
-	{ TF_STEP_EVALUATE, "evaluate", evaluate_with, no_names, evaluate_met, 0 },
-	{ TF_STEP_REGISTER, "register", register_with, register_out, no_names, 0 },
-	{ TF_STEP_DEPLOY, "deploy", deploy_with, deploy_out, no_names, 0 },
-	{ TF_STEP_SHELL, "shell", shell_with, no_names, no_names, 1 },
+    {TF_STEP_DATA_PREP, "data_prep", data_prep_with, data_prep_out, data_prep_met, 0},
+    {TF_STEP_TRAIN, "train", train_with, train_out, train_met, 0},
+    {TF_STEP_EVALUATE, "evaluate", evaluate_with, no_names, evaluate_met, 0},
+    {TF_STEP_REGISTER, "register", register_with, register_out, no_names, 0},
+    {TF_STEP_DEPLOY, "deploy", deploy_with, deploy_out, no_names, 0},
+    {TF_STEP_SHELL, "shell", shell_with, no_names, no_names, 1},
 };
 
 const struct tf_step_schema *tf_step_schema(enum tf_step_type t)
@@ -836,7 +864,7 @@ const struct tf_step_schema *tf_step_schema(enum tf_step_type t)
 /* Checks an accelerator name and writes its canonical slice name ("v4:2x2x1" -> "v4-8").
  * The naming rules live with the slice model in accel/tpu.c. */
 static int check_accelerator(const char *spec, char *canon, size_t canonlen, char *err,
-			     size_t errlen)
+                             size_t errlen)
 {
 	struct tf_tpu_slice sl;
 	int rc = tf_tpu_slice_parse(spec, &sl, err, errlen);
@@ -871,7 +899,7 @@ static int infer_param_type(const struct ynode *n, enum tf_param_type *t)
 /* Converts a YAML node to a param value of type t; NULL with a diagnostic when it does not
  * fit. */
 static json_t *param_from_node(struct loader *L, const struct ynode *n, enum tf_param_type t,
-			       const char *pname)
+                               const char *pname)
 {
 	long long i;
 	double f;
@@ -956,7 +984,7 @@ static json_t *param_from_text(const char *v, enum tf_param_type t, char *err, s
 			if (!json_is_array(arr)) {
 				json_decref(arr);
 				snprintf(err, errlen, "expected a JSON list such as [256,128]: %s",
-					 je.text);
+				         je.text);
 				return NULL;
 			}
 			size_t k;
@@ -1053,7 +1081,7 @@ static void load_params(struct loader *L, const struct ynode *m)
 		par->type = TF_PARAM_STRING;
 		const struct ynode *def = NULL;
 		if (v->kind == Y_MAP) {
-			static const char *const keys[] = { "type", "default", "description", NULL };
+			static const char *const keys[] = {"type", "default", "description", NULL};
 			char what[100];
 			snprintf(what, sizeof(what), "param '%s'", k->str);
 			check_keys(L, v, keys, what);
@@ -1098,7 +1126,7 @@ static void apply_overrides(struct loader *L, const struct tf_param_override *ov
 			else
 				snprintf(hint, sizeof(hint), "declare it under 'params'");
 			tf_diag_add(L->d, TF_DIAG_ERROR, L->file, 0, 0, hint,
-				    "--param %s: the pipeline has no param '%s'", name, name);
+			            "--param %s: the pipeline has no param '%s'", name, name);
 			free(names);
 			free(name);
 			continue;
@@ -1107,9 +1135,9 @@ static void apply_overrides(struct loader *L, const struct tf_param_override *ov
 		json_t *v = param_from_text(ov[i].value, par->type, err, sizeof(err));
 		if (!v) {
 			tf_diag_add(L->d, TF_DIAG_ERROR, L->file, 0, 0, NULL,
-				    "--param %s: param '%s' is %s %s: %s", name, name,
-				    par->type == TF_PARAM_INT ? "an" : "a",
-				    param_type_names[par->type], err);
+			            "--param %s: param '%s' is %s %s: %s", name, name,
+			            par->type == TF_PARAM_INT ? "an" : "a",
+			            param_type_names[par->type], err);
 		} else {
 			json_decref(par->value);
 			par->value = v;
@@ -1121,9 +1149,10 @@ static void apply_overrides(struct loader *L, const struct tf_param_override *ov
 		return;
 	for (size_t i = 0; i < p->nparams; i++)
 		if (!p->params[i].value)
-			tf_diag_add(L->d, TF_DIAG_ERROR, L->file, p->params[i].line, p->params[i].col,
-				    "give it a 'default' or pass --param NAME=VALUE",
-				    "param '%s' has no value", p->params[i].name);
+			tf_diag_add(L->d, TF_DIAG_ERROR, L->file, p->params[i].line,
+			            p->params[i].col,
+			            "give it a 'default' or pass --param NAME=VALUE",
+			            "param '%s' has no value", p->params[i].name);
 }
 
 /* ---- retries, defaults -------------------------------------------------------------- */
@@ -1147,7 +1176,7 @@ static void load_retries(struct loader *L, const struct ynode *n, struct tf_retr
 	}
 	if (want_kind(L, n, Y_MAP, "'retries'"))
 		return;
-	static const char *const keys[] = { "limit", "backoff", "factor", "max_backoff", "on", NULL };
+	static const char *const keys[] = {"limit", "backoff", "factor", "max_backoff", "on", NULL};
 	check_keys(L, n, keys, "'retries'");
 	const struct ynode *x;
 	if ((x = map_get(n, "limit")) && !get_int(L, x, "'retries.limit'", 0, 1000, &v))
@@ -1178,7 +1207,7 @@ static void load_defaults(struct loader *L, const struct ynode *m)
 	struct tf_step_defaults *d = &L->p->defaults;
 	if (want_kind(L, m, Y_MAP, "'defaults'"))
 		return;
-	static const char *const keys[] = { "retries", "timeout", "executor", "cache", NULL };
+	static const char *const keys[] = {"retries", "timeout", "executor", "cache", NULL};
 	check_keys(L, m, keys, "'defaults'");
 	const struct ynode *x;
 	int e;
@@ -1196,9 +1225,9 @@ static void load_defaults(struct loader *L, const struct ynode *m)
 
 /* ---- steps -------------------------------------------------------------------------- */
 
-static const char *const step_keys[] = { "name",        "type",    "needs",    "with",
-					 "when",        "retries", "timeout",  "accelerator",
-					 "executor",    "cache",   "description", NULL };
+static const char *const step_keys[] = {"name",     "type",    "needs",       "with",
+                                        "when",     "retries", "timeout",     "accelerator",
+                                        "executor", "cache",   "description", NULL};
 
 static void load_step(struct loader *L, size_t idx, const struct ynode *m)
 {
@@ -1287,9 +1316,9 @@ static void declare_outputs(struct loader *L, size_t idx)
 {
 	struct tf_step *s = &L->p->steps[idx];
 	const struct tf_step_schema *sc = tf_step_schema(s->type);
-	const char *const *lists[2] = { sc->outputs, sc->metrics };
-	char ***dst[2] = { &s->outputs, &s->metrics };
-	size_t *ndst[2] = { &s->noutputs, &s->nmetrics };
+	const char *const *lists[2] = {sc->outputs, sc->metrics};
+	char ***dst[2] = {&s->outputs, &s->metrics};
+	size_t *ndst[2] = {&s->noutputs, &s->nmetrics};
 	for (int k = 0; k < 2; k++) {
 		if (!sc->dynamic) {
 			size_t n = 0;
@@ -1310,8 +1339,8 @@ static void declare_outputs(struct loader *L, size_t idx)
 			if (it->kind != Y_SCALAR)
 				continue; /* reported by the with checks */
 			if (!valid_name(it->str)) {
-				err_at(L, it, "use letters, digits, '_' and '-'", "bad %s name '%.60s'",
-				       k ? "metric" : "output", it->str);
+				err_at(L, it, "use letters, digits, '_' and '-'",
+				       "bad %s name '%.60s'", k ? "metric" : "output", it->str);
 				continue;
 			}
 			(*dst[k])[(*ndst[k])++] = tf_xstrdup(it->str);
@@ -1363,7 +1392,8 @@ static void resolve_needs(struct loader *L, size_t idx, const struct ynode *need
 				snprintf(hint, sizeof(hint), "did you mean '%s'?", near);
 			else
 				snprintf(hint, sizeof(hint), "'needs' lists names of other steps");
-			err_at(L, it, hint, "step '%s' needs unknown step '%.60s'", s->name, it->str);
+			err_at(L, it, hint, "step '%s' needs unknown step '%.60s'", s->name,
+			       it->str);
 			L->dag_ok = 0;
 			continue;
 		}
@@ -1415,8 +1445,8 @@ static void find_cycles(struct loader *L)
 			} else if (color[v] == 1 && !diag_room(L)) {
 				L->dag_ok = 0;
 			} else if (color[v] == 1) {
-				/* stack holds v ... u; u needs v: the cycle runs v -> ... -> u -> v in
-				 * "needs" direction; print it in run order starting at v */
+				/* stack holds v ... u; u needs v: the cycle runs v -> ... -> u -> v
+				 * in "needs" direction; print it in run order starting at v */
 				size_t first = sp;
 				while (first > 0 && stack[first - 1] != v)
 					first--;
@@ -1427,10 +1457,13 @@ static void find_cycles(struct loader *L)
 				buf[0] = '\0';
 				for (size_t k = sp; k-- > first;) {
 					if (sp - first > 12 && k < sp - 6 && k > first + 4) {
-						if (k == sp - 7) { /* long cycles: the ends and a count */
+						if (k ==
+						    sp -
+						        7) { /* long cycles: the ends and a count */
 							char mid[48];
-							int w = snprintf(mid, sizeof(mid), "... (%zu more) -> ",
-									 sp - first - 11);
+							int w = snprintf(mid, sizeof(mid),
+							                 "... (%zu more) -> ",
+							                 sp - first - 11);
 							if (len + (size_t)w + 1 > cap) {
 								cap = (len + (size_t)w + 1) * 2;
 								buf = tf_xrealloc(buf, cap);
@@ -1452,10 +1485,11 @@ static void find_cycles(struct loader *L)
 				if (len + strlen(nm) + 1 > cap)
 					buf = tf_xrealloc(buf, len + strlen(nm) + 1);
 				strcpy(buf + len, nm);
-				err_at(L, L->sx[u].need_nodes[ei],
-				       "a step cannot depend on itself, directly or through others; "
-				       "remove one of these needs",
-				       "dependency cycle: %s", buf);
+				err_at(
+				    L, L->sx[u].need_nodes[ei],
+				    "a step cannot depend on itself, directly or through others; "
+				    "remove one of these needs",
+				    "dependency cycle: %s", buf);
 				free(buf);
 				L->dag_ok = 0;
 			}
@@ -1571,13 +1605,13 @@ static enum tf_vtype check_ref(struct loader *L, struct tf_ref *r)
 		const struct tf_param *par = tf_pipeline_param(p, r->name);
 		if (!par) {
 			const char **names = names_of_params(p);
-			const char *near = tf_diag_suggest(r->name, names);
+			const char *near = diag_room(L) ? tf_diag_suggest(r->name, names) : NULL;
 			if (near)
 				snprintf(hint, sizeof(hint), "did you mean '%s'?", near);
 			else
 				snprintf(hint, sizeof(hint), "declare it under 'params'");
 			tf_diag_add(L->d, TF_DIAG_ERROR, L->file, r->line, r->col, hint,
-				    "unknown param '%s' in '${%s}'", r->name, r->path);
+			            "unknown param '%s' in '${%s}'", r->name, r->path);
 			free(names);
 			return TF_VT_LAST;
 		}
@@ -1601,7 +1635,7 @@ static enum tf_vtype check_ref(struct loader *L, struct tf_ref *r)
 		else
 			snprintf(hint, sizeof(hint), "refer to a step declared in this pipeline");
 		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, r->line, r->col, hint,
-			    "unknown step '%s' in '${%s}'", r->step, r->path);
+		            "unknown step '%s' in '${%s}'", r->step, r->path);
 		return TF_VT_LAST;
 	}
 	r->step_index = j;
@@ -1610,9 +1644,9 @@ static enum tf_vtype check_ref(struct loader *L, struct tf_ref *r)
 		return TF_VT_LAST; /* the step itself is broken and reported */
 	if ((size_t)j == L->cur_step) {
 		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, r->line, r->col,
-			    "a step's outputs exist only after it ran; use them in a later step",
-			    "step '%s' refers to its own %s in '${%s}'", self->name,
-			    r->kind == TF_REF_OUTPUT ? "outputs" : "metrics", r->path);
+		            "a step's outputs exist only after it ran; use them in a later step",
+		            "step '%s' refers to its own %s in '${%s}'", self->name,
+		            r->kind == TF_REF_OUTPUT ? "outputs" : "metrics", r->path);
 		return TF_VT_LAST;
 	}
 	char **decl = r->kind == TF_REF_OUTPUT ? src->outputs : src->metrics;
@@ -1628,24 +1662,25 @@ static enum tf_vtype check_ref(struct loader *L, struct tf_ref *r)
 			snprintf(hint, sizeof(hint), "did you mean '%s'?", near);
 		} else if (!ndecl) {
 			snprintf(hint, sizeof(hint), "a '%s' step has no %ss%s",
-				 tf_step_type_name(src->type), kind,
-				 src->type == TF_STEP_SHELL ? "; declare them under its with" : "");
+			         tf_step_type_name(src->type), kind,
+			         src->type == TF_STEP_SHELL ? "; declare them under its with" : "");
 		} else {
 			size_t off = (size_t)snprintf(hint, sizeof(hint), "its %ss:", kind);
 			for (size_t i = 0; i < ndecl && off < sizeof(hint); i++)
 				off += (size_t)snprintf(hint + off, sizeof(hint) - off, "%s %s",
-							i ? "," : "", decl[i]);
+				                        i ? "," : "", decl[i]);
 		}
 		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, r->line, r->col, hint,
-			    "step '%s' (%s) has no %s '%s'", src->name, tf_step_type_name(src->type),
-			    kind, r->name);
+		            "step '%s' (%s) has no %s '%s'", src->name,
+		            tf_step_type_name(src->type), kind, r->name);
 		return TF_VT_LAST;
 	}
 	if (L->dag_ok && !is_upstream(L, L->cur_step, (size_t)j)) {
-		snprintf(hint, sizeof(hint), "add '%s' to the needs of '%s'", src->name, self->name);
+		snprintf(hint, sizeof(hint), "add '%s' to the needs of '%s'", src->name,
+		         self->name);
 		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, r->line, r->col, hint,
-			    "step '%s' uses '${%s}' but does not depend on step '%s'", self->name,
-			    r->path, src->name);
+		            "step '%s' uses '${%s}' but does not depend on step '%s'", self->name,
+		            r->path, src->name);
 		return TF_VT_LAST;
 	}
 	return r->kind == TF_REF_METRIC ? TF_VT_NUMBER : TF_VT_ANY;
@@ -1668,7 +1703,7 @@ static int scalar_exact(const struct ynode *n, int *col)
 		if (((unsigned char)n->str[i] & 0xC0) != 0x80)
 			chars++;
 	int quoted = n->style == YAML_SINGLE_QUOTED_SCALAR_STYLE ||
-		     n->style == YAML_DOUBLE_QUOTED_SCALAR_STYLE;
+	             n->style == YAML_DOUBLE_QUOTED_SCALAR_STYLE;
 	if (n->style != YAML_PLAIN_SCALAR_STYLE && !quoted)
 		return 0;
 	if ((size_t)(n->end_col - n->col) != chars + (quoted ? 2 : 0))
@@ -1730,8 +1765,8 @@ static enum tf_vtype ref_static_type(struct loader *L, const struct tf_ref *r)
 
 /* Checks a scalar against a check kind; `what` names the key. 0 or -EINVAL (reported). */
 static int check_scalar(struct loader *L, const struct tf_with_key *wk,
-			const struct tf_with_value *w, const struct ynode *n, enum tf_with_check c,
-			const char *what)
+                        const struct tf_with_value *w, const struct ynode *n, enum tf_with_check c,
+                        const char *what)
 {
 	const struct tf_template *t = &w->tmpl;
 	long long i;
@@ -1759,13 +1794,16 @@ static int check_scalar(struct loader *L, const struct tf_with_key *wk,
 			break;
 		}
 		if (!ok) {
-			const char *desc = r->kind == TF_REF_PARAM
-						   ? param_type_names[tf_pipeline_param(L->p, r->name)->type]
-						   : tf_vtype_name(rt);
+			const char *desc =
+			    r->kind == TF_REF_PARAM
+			        ? param_type_names[tf_pipeline_param(L->p, r->name)->type]
+			        : tf_vtype_name(rt);
 			err_at(L, n, "change the param's type or use another value",
 			       "%s expects %s, but '${%s}' is %s %s", what,
-			       c == TF_WCHECK_INT ? "an integer" : c == TF_WCHECK_NUMBER ? "a number"
-				: c == TF_WCHECK_BOOL ? "true or false" : "a scalar",
+			       c == TF_WCHECK_INT      ? "an integer"
+			       : c == TF_WCHECK_NUMBER ? "a number"
+			       : c == TF_WCHECK_BOOL   ? "true or false"
+			                               : "a scalar",
 			       r->path, desc[0] == 'i' ? "an" : "a", desc);
 			return -EINVAL;
 		}
@@ -1780,8 +1818,9 @@ static int check_scalar(struct loader *L, const struct tf_with_key *wk,
 	if (has_ref) {
 		err_at(L, n, "use a single ${...} on its own for a non-text value",
 		       "%s expects %s, but text mixed with references is a string", what,
-		       c == TF_WCHECK_BOOL ? "true or false" : c == TF_WCHECK_ENUM ? "a fixed choice"
-											   : "a number");
+		       c == TF_WCHECK_BOOL   ? "true or false"
+		       : c == TF_WCHECK_ENUM ? "a fixed choice"
+		                             : "a number");
 		return -EINVAL;
 	}
 	switch (c) {
@@ -1814,7 +1853,7 @@ static int check_scalar(struct loader *L, const struct tf_with_key *wk,
 			size_t off = (size_t)snprintf(hint, sizeof(hint), "choose one of:");
 			for (size_t k = 0; wk->choices[k] && off < sizeof(hint); k++)
 				off += (size_t)snprintf(hint + off, sizeof(hint) - off, "%s %s",
-							k ? "," : "", wk->choices[k]);
+				                        k ? "," : "", wk->choices[k]);
 		}
 		err_at(L, n, hint, "%s: unknown value '%.40s'", what, n->str);
 		return -EINVAL;
@@ -1825,7 +1864,7 @@ static int check_scalar(struct loader *L, const struct tf_with_key *wk,
 }
 
 static int check_value_kind(struct loader *L, const struct tf_with_key *wk,
-			    const struct tf_with_value *w, const struct ynode *n, const char *sname)
+                            const struct tf_with_value *w, const struct ynode *n, const char *sname)
 {
 	char what[160];
 	snprintf(what, sizeof(what), "'with.%s' of step '%s'", wk->key, sname);
@@ -1848,25 +1887,27 @@ static int check_value_kind(struct loader *L, const struct tf_with_key *wk,
 		}
 		for (size_t i = 0; i < n->n; i++) {
 			if (n->kids[i]->kind != Y_SCALAR) {
-				err_at(L, n->kids[i], NULL, "items of %s must be scalars, not %s", what,
-				       kind_name(n->kids[i]));
+				err_at(L, n->kids[i], NULL, "items of %s must be scalars, not %s",
+				       what, kind_name(n->kids[i]));
 				continue;
 			}
 			check_scalar(L, wk, &w->items[i], n->kids[i],
-				     wk->check == TF_WCHECK_INT_LIST ? TF_WCHECK_INT : TF_WCHECK_STRING,
-				     what);
+			             wk->check == TF_WCHECK_INT_LIST ? TF_WCHECK_INT
+			                                             : TF_WCHECK_STRING,
+			             what);
 		}
 		return 0;
 	case TF_WCHECK_STR_MAP:
 		if (n->kind != Y_MAP) {
-			err_at(L, n, "write a mapping of names to values", "%s must be a mapping, not %s",
-			       what, kind_name(n));
+			err_at(L, n, "write a mapping of names to values",
+			       "%s must be a mapping, not %s", what, kind_name(n));
 			return -EINVAL;
 		}
 		for (size_t i = 0; i + 1 < n->n; i += 2)
 			if (n->kids[i + 1]->kind != Y_SCALAR)
-				err_at(L, n->kids[i + 1], NULL, "values of %s must be scalars, not %s",
-				       what, kind_name(n->kids[i + 1]));
+				err_at(L, n->kids[i + 1], NULL,
+				       "values of %s must be scalars, not %s", what,
+				       kind_name(n->kids[i + 1]));
 		return 0;
 	default:
 		if (n->kind != Y_SCALAR) {
@@ -1882,16 +1923,17 @@ static int check_value_kind(struct loader *L, const struct tf_with_key *wk,
 			int j = step_lookup(L, n->str);
 			const struct tf_step *self = &L->p->steps[L->cur_step];
 			if (j < 0) {
-				err_at(L, n, "name a step this one needs", "%s: unknown step '%.60s'",
-				       what, n->str);
+				err_at(L, n, "name a step this one needs",
+				       "%s: unknown step '%.60s'", what, n->str);
 				return -EINVAL;
 			}
-			if (L->dag_ok && ((size_t)j == L->cur_step || !is_upstream(L, L->cur_step, (size_t)j))) {
+			if (L->dag_ok &&
+			    ((size_t)j == L->cur_step || !is_upstream(L, L->cur_step, (size_t)j))) {
 				char hint[160];
-				snprintf(hint, sizeof(hint), "add '%s' to the needs of '%s'", n->str,
-					 self->name);
-				err_at(L, n, hint, "%s: step '%s' is not upstream of '%s'", what, n->str,
-				       self->name);
+				snprintf(hint, sizeof(hint), "add '%s' to the needs of '%s'",
+				         n->str, self->name);
+				err_at(L, n, hint, "%s: step '%s' is not upstream of '%s'", what,
+				       n->str, self->name);
 				return -EINVAL;
 			}
 		}
@@ -1957,17 +1999,18 @@ static void load_when(struct loader *L, size_t idx)
 
 /* ---- the whole file ----------------------------------------------------------------- */
 
-static const char *const top_keys[] = { "name",    "description", "params", "defaults",
-					"storage", "steps",       NULL };
+static const char *const top_keys[] = {"name",    "description", "params", "defaults",
+                                       "storage", "steps",       NULL};
 
 static void load_pipeline(struct loader *L, const struct ynode *root,
-			  const struct tf_param_override *ov, size_t nov)
+                          const struct tf_param_override *ov, size_t nov)
 {
 	struct tf_pipeline *p = L->p;
 	builtin_retries(&p->defaults.retries);
 	if (!root || scalar_null(root)) {
-		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, root ? root->line : 1, root ? root->col : 1,
-			    "start with 'name:' and 'steps:'", "the pipeline file is empty");
+		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, root ? root->line : 1,
+		            root ? root->col : 1, "start with 'name:' and 'steps:'",
+		            "the pipeline file is empty");
 		return;
 	}
 	if (root->kind != Y_MAP) {
@@ -2023,7 +2066,7 @@ static void load_pipeline(struct loader *L, const struct ynode *root,
 	L->sidx = tf_xcalloc(p->nsteps + 1, sizeof(*L->sidx));
 	for (size_t i = 0; i < p->nsteps; i++)
 		if (p->steps[i].name)
-			L->sidx[L->nsidx++] = (struct nameidx){ p->steps[i].name, i };
+			L->sidx[L->nsidx++] = (struct nameidx){p->steps[i].name, i};
 	qsort(L->sidx, L->nsidx, sizeof(*L->sidx), cmp_nameidx);
 	size_t kept = 0;
 	for (size_t a = 0, first = 0; a < L->nsidx; a++) {
@@ -2035,7 +2078,7 @@ static void load_pipeline(struct loader *L, const struct ynode *root,
 		size_t i = L->sidx[a].idx, j = L->sidx[first].idx;
 		char hint[96];
 		snprintf(hint, sizeof(hint), "the first is at line %d, column %d; rename one",
-			 p->steps[j].line, p->steps[j].col);
+		         p->steps[j].line, p->steps[j].col);
 		err_at(L, L->sx[i].name_node, hint, "duplicate step name '%s'", p->steps[i].name);
 		free(p->steps[i].name);
 		p->steps[i].name = NULL;
@@ -2125,18 +2168,19 @@ void tf_pipeline_free(struct tf_pipeline *p)
 }
 
 int tf_pipeline_load_buffer(const char *name, const char *buf, size_t len,
-			    const struct tf_param_override *ov, size_t nov, unsigned flags,
-			    struct tf_pipeline **out, struct tf_diag_list *diags)
+                            const struct tf_param_override *ov, size_t nov, unsigned flags,
+                            struct tf_pipeline **out, struct tf_diag_list *diags)
 {
 	int rc = 0;
 	size_t errors_before = diags->nerrors;
 	if (len > TF_PIPELINE_MAX_BYTES) {
-		tf_diag_add(diags, TF_DIAG_ERROR, name, 0, 0, "split it or remove generated content",
-			    "file too large: %zu bytes (pipelines are limited to %u bytes)", len,
-			    TF_PIPELINE_MAX_BYTES);
+		tf_diag_add(diags, TF_DIAG_ERROR, name, 0, 0,
+		            "split it or remove generated content",
+		            "file too large: %zu bytes (pipelines are limited to %u bytes)", len,
+		            TF_PIPELINE_MAX_BYTES);
 		return -EFBIG;
 	}
-	struct ybuild b = { .file = name, .d = diags };
+	struct ybuild b = {.file = name, .d = diags};
 	rc = build_tree(&b, buf, len);
 	if (rc) {
 		arena_free(&b.arena);
@@ -2149,7 +2193,7 @@ int tf_pipeline_load_buffer(const char *name, const char *buf, size_t len,
 	memcpy(p->source, buf, len);
 	p->source[len] = '\0';
 	p->source_len = len;
-	struct loader L = { .file = name, .d = diags, .p = p, .flags = flags };
+	struct loader L = {.file = name, .d = diags, .p = p, .flags = flags};
 	load_pipeline(&L, b.root, ov, nov);
 	for (size_t i = 0; i < p->nsteps && L.sx; i++)
 		free(L.sx[i].need_nodes);
@@ -2167,37 +2211,40 @@ int tf_pipeline_load_buffer(const char *name, const char *buf, size_t len,
 }
 
 int tf_pipeline_load(const char *path, const struct tf_param_override *ov, size_t nov,
-		     unsigned flags, struct tf_pipeline **out, struct tf_diag_list *diags)
+                     unsigned flags, struct tf_pipeline **out, struct tf_diag_list *diags)
 {
 	struct stat st;
 	if (stat(path, &st)) {
 		int e = errno;
 		tf_diag_add(diags, TF_DIAG_ERROR, path, 0, 0, NULL, "cannot read the file: %s",
-			    strerror(e));
+		            strerror(e));
 		return -e;
 	}
 	if (S_ISDIR(st.st_mode)) {
-		tf_diag_add(diags, TF_DIAG_ERROR, path, 0, 0, "name a .yaml file", "is a directory");
+		tf_diag_add(diags, TF_DIAG_ERROR, path, 0, 0, "name a .yaml file",
+		            "is a directory");
 		return -EISDIR;
 	}
 	/* refuse by size before reading a byte, so a 100 MB file costs nothing */
 	if (S_ISREG(st.st_mode) && (uintmax_t)st.st_size > TF_PIPELINE_MAX_BYTES) {
-		tf_diag_add(diags, TF_DIAG_ERROR, path, 0, 0, "split it or remove generated content",
-			    "file too large: %jd bytes (pipelines are limited to %u bytes)",
-			    (intmax_t)st.st_size, TF_PIPELINE_MAX_BYTES);
+		tf_diag_add(diags, TF_DIAG_ERROR, path, 0, 0,
+		            "split it or remove generated content",
+		            "file too large: %jd bytes (pipelines are limited to %u bytes)",
+		            (intmax_t)st.st_size, TF_PIPELINE_MAX_BYTES);
 		return -EFBIG;
 	}
 	char *buf = NULL;
 	size_t len = 0;
 	int rc = tf_read_file(path, TF_PIPELINE_MAX_BYTES, &buf, &len);
 	if (rc == -EFBIG) {
-		tf_diag_add(diags, TF_DIAG_ERROR, path, 0, 0, "split it or remove generated content",
-			    "file too large: more than %u bytes", TF_PIPELINE_MAX_BYTES);
+		tf_diag_add(diags, TF_DIAG_ERROR, path, 0, 0,
+		            "split it or remove generated content",
+		            "file too large: more than %u bytes", TF_PIPELINE_MAX_BYTES);
 		return rc;
 	}
 	if (rc) {
 		tf_diag_add(diags, TF_DIAG_ERROR, path, 0, 0, NULL, "cannot read the file: %s",
-			    strerror(-rc));
+		            strerror(-rc));
 		return rc;
 	}
 	rc = tf_pipeline_load_buffer(path, buf, len, ov, nov, flags, out, diags);
@@ -2241,7 +2288,7 @@ json_t *tf_pipeline_lookup_param(void *ctx, const struct tf_ref *ref)
 }
 
 static json_t *render_value(const struct tf_with_value *w, tf_lookup_fn fn, void *ctx, char *err,
-			    size_t errlen)
+                            size_t errlen)
 {
 	if (w->kind == TF_WITH_SCALAR) {
 		int has_ref = 0;
@@ -2249,7 +2296,7 @@ static json_t *render_value(const struct tf_with_value *w, tf_lookup_fn fn, void
 			if (w->tmpl.parts[i].ref)
 				has_ref = 1;
 		if (!has_ref && w->plain) {
-			struct ynode n = { .kind = Y_SCALAR, .style = YAML_PLAIN_SCALAR_STYLE };
+			struct ynode n = {.kind = Y_SCALAR, .style = YAML_PLAIN_SCALAR_STYLE};
 			char *s = tf_template_render(&w->tmpl, NULL, NULL, err, errlen);
 			n.str = s;
 			n.len = strlen(s);
@@ -2275,7 +2322,7 @@ static json_t *render_value(const struct tf_with_value *w, tf_lookup_fn fn, void
 }
 
 json_t *tf_step_render_with(const struct tf_step *s, tf_lookup_fn fn, void *ctx, char *err,
-			    size_t errlen)
+                            size_t errlen)
 {
 	json_t *o = json_object();
 	for (size_t i = 0; i < s->nwith; i++) {
@@ -2300,26 +2347,27 @@ json_t *tf_pipeline_plan_json(const struct tf_pipeline *p)
 		json_t *needs = json_array();
 		for (size_t k = 0; k < s->nneeds; k++)
 			json_array_append_new(needs, json_string(p->steps[s->needs[k]].name));
-		json_t *o = json_pack("{s:s, s:s, s:i, s:o, s:s, s:b, s:i, s:f}", "name", s->name,
-				      "type", tf_step_type_name(s->type), "level", s->level, "needs",
-				      needs, "executor", tf_executor_name(s->executor), "cache",
-				      s->cache, "retries", s->retries.limit, "timeout", s->timeout);
+		json_t *o =
+		    json_pack("{s:s, s:s, s:i, s:o, s:s, s:b, s:i, s:f}", "name", s->name, "type",
+		              tf_step_type_name(s->type), "level", s->level, "needs", needs,
+		              "executor", tf_executor_name(s->executor), "cache", s->cache,
+		              "retries", s->retries.limit, "timeout", s->timeout);
 		if (s->accelerator)
 			json_object_set_new(o, "accelerator", json_string(s->accelerator));
 		if (s->when_source)
 			json_object_set_new(o, "when", json_string(s->when_source));
 		json_array_append_new(steps, o);
 		json_array_append_new(json_array_get(levels, (size_t)s->level),
-				      json_string(s->name));
+		                      json_string(s->name));
 	}
 	json_t *params = json_object();
 	for (size_t i = 0; i < p->nparams; i++)
 		json_object_set_new(params, p->params[i].name,
-				    p->params[i].value ? json_incref(p->params[i].value)
-						       : json_null());
-	json_t *o = json_pack("{s:s, s:s, s:o, s:o, s:o}", "file", p->path, "name",
-			      p->name ? p->name : "", "params", params, "levels", levels, "steps",
-			      steps);
+		                    p->params[i].value ? json_incref(p->params[i].value)
+		                                       : json_null());
+	json_t *o =
+	    json_pack("{s:s, s:s, s:o, s:o, s:o}", "file", p->path, "name", p->name ? p->name : "",
+	              "params", params, "levels", levels, "steps", steps);
 	if (p->storage)
 		json_object_set_new(o, "storage", json_string(p->storage));
 	return o;
@@ -2356,10 +2404,10 @@ void tf_pipeline_plan_dot(const struct tf_pipeline *p, FILE *f)
 	}
 	for (size_t i = 0; i < p->nsteps; i++) {
 		const struct tf_step *s = &p->steps[i];
-		char *label = tf_xasprintf("%s\n%s%s%s%s", s->name, tf_step_type_name(s->type),
-					   s->accelerator ? " on " : "",
-					   s->accelerator ? s->accelerator : "",
-					   s->when ? "\n(conditional)" : "");
+		char *label =
+		    tf_xasprintf("%s\n%s%s%s%s", s->name, tf_step_type_name(s->type),
+		                 s->accelerator ? " on " : "", s->accelerator ? s->accelerator : "",
+		                 s->when ? "\n(conditional)" : "");
 		fputs("  ", f);
 		dot_string(f, s->name);
 		fputs(" [label=", f);

@@ -20,12 +20,12 @@
 #include "orchestrator/expr.h"
 
 /* Hard limits on the input (docs/pipeline.md "Limits"). */
-#define TF_PIPELINE_MAX_BYTES (1u << 20)  /* 1 MiB file */
-#define TF_PIPELINE_MAX_DEPTH 32          /* nested collections */
-#define TF_PIPELINE_MAX_NODES 100000      /* nodes materialised, aliases expanded */
-#define TF_PIPELINE_MAX_ALIASES 1000      /* alias uses */
-#define TF_PIPELINE_MAX_STEPS 10000       /* steps in one pipeline */
-#define TF_PIPELINE_MAX_PARAMS 1000       /* params in one pipeline */
+#define TF_PIPELINE_MAX_BYTES (1u << 20) /* 1 MiB file */
+#define TF_PIPELINE_MAX_DEPTH 32         /* nested collections */
+#define TF_PIPELINE_MAX_NODES 250000     /* nodes materialised, aliases expanded */
+#define TF_PIPELINE_MAX_ALIASES 1000     /* alias uses */
+#define TF_PIPELINE_MAX_STEPS 10000      /* steps in one pipeline */
+#define TF_PIPELINE_MAX_PARAMS 1000      /* params in one pipeline */
 
 /* ---- params ------------------------------------------------------------------------- */
 
@@ -43,7 +43,7 @@ struct tf_param {
 	enum tf_param_type type; /* declared `type` (default: string) */
 	json_t *default_value;   /* `default` converted to the type, NULL when absent (owned ref) */
 	json_t *value;           /* effective value: the override, else the default; NULL when
-				    neither exists (only with TF_PIPELINE_ALLOW_UNSET) (owned ref) */
+	                            neither exists (only with TF_PIPELINE_ALLOW_UNSET) (owned ref) */
 	char *description;       /* `description` or NULL (owned) */
 	int overridden;          /* 1 when value came from a --param override */
 	int line, col;           /* position of the param's name */
@@ -103,36 +103,36 @@ enum tf_with_kind {
 };
 
 struct tf_with_value {
-	char *key;                   /* map key (entries of a step's `with` and of maps), else NULL */
-	enum tf_with_kind kind;      /* scalar, list or map */
-	struct tf_template tmpl;     /* TF_WITH_SCALAR: the value as a template */
-	int plain;                   /* TF_WITH_SCALAR: written unquoted, so `10` renders as a
-					number and `true` as a boolean; quoted stays a string */
+	char *key;               /* map key (entries of a step's `with` and of maps), else NULL */
+	enum tf_with_kind kind;  /* scalar, list or map */
+	struct tf_template tmpl; /* TF_WITH_SCALAR: the value as a template */
+	int plain;               /* TF_WITH_SCALAR: written unquoted, so `10` renders as a
+	                            number and `true` as a boolean; quoted stays a string */
 	struct tf_with_value *items; /* TF_WITH_LIST / TF_WITH_MAP children (owned) */
 	size_t nitems;               /* number of children */
 	int line, col;               /* position of the value */
 };
 
 struct tf_step {
-	char *name;                    /* unique within the pipeline (owned) */
-	enum tf_step_type type;        /* `type` */
-	size_t *needs;                 /* indices into tf_pipeline.steps of `needs` (owned) */
-	size_t nneeds;                 /* number of needs */
-	struct tf_with_value *with;    /* entries of `with` in file order, key set (owned) */
-	size_t nwith;                  /* number of with entries */
-	char *when_source;             /* `when` as written, or NULL (owned) */
-	struct tf_expr *when;          /* parsed and type-checked `when`, or NULL (owned) */
+	char *name;                     /* unique within the pipeline (owned) */
+	enum tf_step_type type;         /* `type` */
+	size_t *needs;                  /* indices into tf_pipeline.steps of `needs` (owned) */
+	size_t nneeds;                  /* number of needs */
+	struct tf_with_value *with;     /* entries of `with` in file order, key set (owned) */
+	size_t nwith;                   /* number of with entries */
+	char *when_source;              /* `when` as written, or NULL (owned) */
+	struct tf_expr *when;           /* parsed and type-checked `when`, or NULL (owned) */
 	struct tf_retry_policy retries; /* `retries`, else `defaults.retries`, else built-in */
-	double timeout;                /* seconds; 0 = no timeout (step, else defaults) */
-	char *accelerator;             /* canonical slice name such as "v4-8", or NULL (owned) */
+	double timeout;                 /* seconds; 0 = no timeout (step, else defaults) */
+	char *accelerator;              /* canonical slice name such as "v4-8", or NULL (owned) */
 	enum tf_executor_kind executor; /* step, else defaults, else inprocess (shell: local) */
-	int cache;                     /* reuse results when the inputs hash the same */
-	char **outputs;                /* outputs this step declares (schema or shell's with.outputs) */
+	int cache;                      /* reuse results when the inputs hash the same */
+	char **outputs; /* outputs this step declares (schema or shell's with.outputs) */
 	size_t noutputs;
-	char **metrics;                /* metrics this step declares */
+	char **metrics; /* metrics this step declares */
 	size_t nmetrics;
-	int level;                     /* plan level: 0 without needs, else 1 + max level of needs */
-	int line, col;                 /* position of the step's `name` (or of the step) */
+	int level;     /* plan level: 0 without needs, else 1 + max level of needs */
+	int line, col; /* position of the step's `name` (or of the step) */
 };
 
 /* `defaults:` — applied to every step that does not set the key itself. */
@@ -145,20 +145,20 @@ struct tf_step_defaults {
 };
 
 struct tf_pipeline {
-	char *path;                      /* file name as given (owned) */
-	char *source;                    /* the file's bytes, NUL-terminated (owned) */
-	size_t source_len;               /* length of source */
-	char *name;                      /* `name` (required) (owned) */
-	char *description;               /* `description` or NULL (owned) */
-	struct tf_param *params;         /* in file order (owned) */
+	char *path;              /* file name as given (owned) */
+	char *source;            /* the file's bytes, NUL-terminated (owned) */
+	size_t source_len;       /* length of source */
+	char *name;              /* `name` (required) (owned) */
+	char *description;       /* `description` or NULL (owned) */
+	struct tf_param *params; /* in file order (owned) */
 	size_t nparams;
 	struct tf_step_defaults defaults; /* `defaults` with built-ins filled in */
-	char *storage;                   /* `storage` object-store URL, or NULL (owned) */
-	struct tf_step *steps;           /* in file order (owned) */
+	char *storage;                    /* `storage` object-store URL, or NULL (owned) */
+	struct tf_step *steps;            /* in file order (owned) */
 	size_t nsteps;
-	size_t *topo;                    /* step indices in a topological order: by level, then file
-					    order (owned) */
-	int nlevels;                     /* 1 + highest step level (0 when there are no steps) */
+	size_t *topo; /* step indices in a topological order: by level, then file
+	                 order (owned) */
+	int nlevels;  /* 1 + highest step level (0 when there are no steps) */
 };
 
 /* Flags for tf_pipeline_load. */
@@ -173,12 +173,12 @@ enum {
  * it is too large, or another negative errno when it cannot be read (a diagnostic is added
  * for those too). `ov` may be NULL when nov is 0. */
 int tf_pipeline_load(const char *path, const struct tf_param_override *ov, size_t nov,
-		     unsigned flags, struct tf_pipeline **out, struct tf_diag_list *diags);
+                     unsigned flags, struct tf_pipeline **out, struct tf_diag_list *diags);
 
 /* The same from memory (`name` is used in diagnostics). `buf` need not be NUL-terminated. */
 int tf_pipeline_load_buffer(const char *name, const char *buf, size_t len,
-			    const struct tf_param_override *ov, size_t nov, unsigned flags,
-			    struct tf_pipeline **out, struct tf_diag_list *diags);
+                            const struct tf_param_override *ov, size_t nov, unsigned flags,
+                            struct tf_pipeline **out, struct tf_diag_list *diags);
 
 void tf_pipeline_free(struct tf_pipeline *p);
 
@@ -191,7 +191,7 @@ const struct tf_with_value *tf_step_with(const struct tf_step *s, const char *ke
  * templates (plain `10` / `true` become numbers / booleans, a whole `${...}` keeps the
  * value's type), lists become arrays, maps objects. NULL with err on a missing value. */
 json_t *tf_step_render_with(const struct tf_step *s, tf_lookup_fn fn, void *ctx, char *err,
-			    size_t errlen);
+                            size_t errlen);
 
 /* A lookup for params only (ctx = the pipeline): handy for the engine's own lookup to fall
  * back to, and for `plan`. */
@@ -229,19 +229,19 @@ enum tf_with_check {
 };
 
 struct tf_with_key {
-	const char *key;             /* the `with` key */
-	enum tf_with_check check;    /* how its value is checked */
-	const char *const *choices;  /* TF_WCHECK_ENUM: NULL-terminated allowed values */
-	const char *help;            /* one line for docs and hints */
+	const char *key;            /* the `with` key */
+	enum tf_with_check check;   /* how its value is checked */
+	const char *const *choices; /* TF_WCHECK_ENUM: NULL-terminated allowed values */
+	const char *help;           /* one line for docs and hints */
 };
 
 struct tf_step_schema {
-	enum tf_step_type type;            /* the step type */
-	const char *name;                  /* "train" */
-	const struct tf_with_key *with;    /* allowed `with` keys, terminated by a NULL key */
-	const char *const *outputs;        /* declared outputs, NULL-terminated */
-	const char *const *metrics;        /* declared metrics, NULL-terminated */
-	int dynamic;                       /* 1 for shell: outputs/metrics come from `with` */
+	enum tf_step_type type;         /* the step type */
+	const char *name;               /* "train" */
+	const struct tf_with_key *with; /* allowed `with` keys, terminated by a NULL key */
+	const char *const *outputs;     /* declared outputs, NULL-terminated */
+	const char *const *metrics;     /* declared metrics, NULL-terminated */
+	int dynamic;                    /* 1 for shell: outputs/metrics come from `with` */
 };
 
 /* The schema of a step type (never NULL for a valid type). */

@@ -55,7 +55,7 @@ static struct tf_expr *compile(const char *src, struct tf_diag_list *d)
 
 static int eval_src(const char *src, json_t *vals, int *out)
 {
-	struct tf_diag_list d = { 0 };
+	struct tf_diag_list d = {0};
 	struct tf_expr *e = compile(src, &d);
 	if (!e) {
 		tf_diag_print(&d, stderr);
@@ -72,7 +72,7 @@ static int eval_src(const char *src, json_t *vals, int *out)
 /* Expects compiling `src` to fail with one diagnostic at 3:col containing `needle`. */
 static void expect_error(const char *src, int col, const char *needle)
 {
-	struct tf_diag_list d = { 0 };
+	struct tf_diag_list d = {0};
 	struct tf_expr *e = compile(src, &d);
 	if (e || d.n == 0 || d.items[0].line != 3 || d.items[0].col != col ||
 	    !strstr(d.items[0].message, needle)) {
@@ -91,7 +91,7 @@ static void test_expr_precedence_and_values(void **state)
 {
 	(void)state;
 	json_t *v = json_pack("{s:f, s:s, s:b, s:i}", "params.n", 0.9, "params.s", "prod",
-			      "params.b", 1, "steps.e.metrics.accuracy", 1);
+	                      "params.b", 1, "steps.e.metrics.accuracy", 1);
 	int r = -1;
 	assert_int_equal(eval_src("1 < 2 and not (3 == 4) or false", v, &r), 0);
 	assert_int_equal(r, 1);
@@ -132,8 +132,8 @@ static void test_expr_runtime_types(void **state)
 {
 	(void)state;
 	/* outputs are typed at run time: numeric strings compare as numbers */
-	json_t *v = json_pack("{s:s, s:s}", "steps.r.outputs.version", "12",
-			      "steps.r.outputs.name", "abc");
+	json_t *v =
+	    json_pack("{s:s, s:s}", "steps.r.outputs.version", "12", "steps.r.outputs.name", "abc");
 	int r = -1;
 	assert_int_equal(eval_src("${steps.r.outputs.version} > 9", v, &r), 0);
 	assert_int_equal(r, 1);
@@ -177,12 +177,12 @@ static void test_expr_nesting_is_capped(void **state)
 {
 	(void)state;
 	size_t n = 100000;
-	char *src = malloc(2 * n + 8);
+	char *src = malloc(2 * n + 30000 * 9);
 	memset(src, '(', n);
 	strcpy(src + n, "true");
 	memset(src + n + 4, ')', n);
 	src[2 * n + 4] = '\0';
-	struct tf_diag_list d = { 0 };
+	struct tf_diag_list d = {0};
 	struct tf_expr *e = tf_expr_parse(src, "t", 1, 1, 1, &d);
 	assert_null(e);
 	assert_non_null(strstr(d.items[0].message, "nested too deeply"));
@@ -193,6 +193,14 @@ static void test_expr_nesting_is_capped(void **state)
 	strcpy(src + 800, "true");
 	e = tf_expr_parse(src, "t", 1, 1, 1, &d);
 	assert_null(e);
+	tf_diag_list_release(&d);
+	/* a long flat chain builds a deep tree: the term count is capped */
+	size_t off = 0;
+	for (int i = 0; i < 30000; i++)
+		off += (size_t)sprintf(src + off, "%strue", i ? " and " : "");
+	e = tf_expr_parse(src, "t", 1, 1, 1, &d);
+	assert_null(e);
+	assert_non_null(strstr(d.items[0].message, "expression too long"));
 	tf_diag_list_release(&d);
 	free(src);
 }
@@ -207,8 +215,9 @@ static void count_ref(void *ctx, struct tf_ref *r)
 static void test_expr_visit_counts_refs(void **state)
 {
 	(void)state;
-	struct tf_diag_list d = { 0 };
-	struct tf_expr *e = compile("${params.n} > 1 and (${steps.a.metrics.m} < 2 or ${params.b})", &d);
+	struct tf_diag_list d = {0};
+	struct tf_expr *e =
+	    compile("${params.n} > 1 and (${steps.a.metrics.m} < 2 or ${params.b})", &d);
 	assert_non_null(e);
 	int n = 0;
 	tf_expr_visit_refs(e, count_ref, &n);
@@ -237,9 +246,15 @@ static void test_expr_ref_parse(void **state)
 	assert_string_equal(r.step, "train");
 	assert_string_equal(r.name, "bundle");
 	tf_ref_release(&r);
-	static const char *const bad[] = { "params", "params.", "params.a.b", "steps.a.metrics",
-					   "steps.a.outputs.b.c", "steps..outputs.b", "env.HOME",
-					   "params.1x", "" };
+	static const char *const bad[] = {"params",
+	                                  "params.",
+	                                  "params.a.b",
+	                                  "steps.a.metrics",
+	                                  "steps.a.outputs.b.c",
+	                                  "steps..outputs.b",
+	                                  "env.HOME",
+	                                  "params.1x",
+	                                  ""};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		assert_int_equal(tf_ref_parse(bad[i], &r, err, sizeof(err)), -EINVAL);
 }
@@ -247,11 +262,11 @@ static void test_expr_ref_parse(void **state)
 static void test_expr_template_parse_and_render(void **state)
 {
 	(void)state;
-	struct tf_diag_list d = { 0 };
+	struct tf_diag_list d = {0};
 	struct tf_template t;
 	assert_int_equal(tf_template_parse("runs/${params.tag}/$${literal}/${steps.t.metrics.acc}",
-					   "t", 7, 5, 1, &t, &d),
-			 0);
+	                                   "t", 7, 5, 1, &t, &d),
+	                 0);
 	assert_int_equal(t.nparts, 4);
 	assert_string_equal(t.parts[0].text, "runs/");
 	assert_int_equal(t.parts[1].ref->col, 5 + 5);
@@ -283,8 +298,8 @@ static void test_expr_template_parse_and_render(void **state)
 	json_decref(v);
 
 	/* errors keep going and carry columns */
-	assert_int_equal(tf_template_parse("a ${} b ${nope.x} c ${params.ok", "t", 2, 10, 1, &t, &d),
-			 -EINVAL);
+	assert_int_equal(
+	    tf_template_parse("a ${} b ${nope.x} c ${params.ok", "t", 2, 10, 1, &t, &d), -EINVAL);
 	assert_int_equal(d.n, 3);
 	assert_int_equal(d.items[0].col, 12);
 	assert_int_equal(d.items[1].col, 18);
@@ -306,7 +321,7 @@ static void test_expr_diag_suggest_and_print(void **state)
 	assert_int_equal(tf_diag_edit_distance("ca", "abc", 5), 3);
 	assert_int_equal(tf_diag_edit_distance("kitten", "sitting", 5), 3);
 	assert_int_equal(tf_diag_edit_distance("abc", "abcdefgh", 2), 3); /* capped */
-	static const char *const keys[] = { "retries", "timeout", "needs", "type", NULL };
+	static const char *const keys[] = {"retries", "timeout", "needs", "type", NULL};
 	assert_string_equal(tf_diag_suggest("retires", keys), "retries");
 	assert_string_equal(tf_diag_suggest("neds", keys), "needs");
 	assert_string_equal(tf_diag_suggest("tpye", keys), "type");
@@ -325,15 +340,15 @@ static void test_expr_diag_suggest_and_print(void **state)
 	tf_diag_print(&d, f);
 	fclose(f);
 	assert_string_equal(buf, "a.yaml:9:3: error: first 1\n  hint: do this\n"
-				 "b.yaml:1:5: warning: w\n"
-				 "b.yaml:2:1: error: second\n");
+	                         "b.yaml:1:5: warning: w\n"
+	                         "b.yaml:2:1: error: second\n");
 	free(buf);
 	assert_int_equal(d.nerrors, 2);
 	assert_int_equal(d.nwarnings, 1);
 	json_t *j = tf_diag_to_json(&d);
 	assert_int_equal(json_array_size(j), 3);
 	assert_string_equal(json_string_value(json_object_get(json_array_get(j, 0), "hint")),
-			    "do this");
+	                    "do this");
 	json_decref(j);
 	for (int i = 0; i < TF_DIAG_MAX + 10; i++)
 		tf_diag_error(&d, "x", 1, 1, "e");
@@ -345,16 +360,16 @@ static void test_expr_diag_suggest_and_print(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_expr_precedence_and_values),
-		cmocka_unit_test(test_expr_short_circuit_skips_missing_values),
-		cmocka_unit_test(test_expr_runtime_types),
-		cmocka_unit_test(test_expr_syntax_errors_have_columns),
-		cmocka_unit_test(test_expr_type_errors_have_columns),
-		cmocka_unit_test(test_expr_nesting_is_capped),
-		cmocka_unit_test(test_expr_visit_counts_refs),
-		cmocka_unit_test(test_expr_ref_parse),
-		cmocka_unit_test(test_expr_template_parse_and_render),
-		cmocka_unit_test(test_expr_diag_suggest_and_print),
+	    cmocka_unit_test(test_expr_precedence_and_values),
+	    cmocka_unit_test(test_expr_short_circuit_skips_missing_values),
+	    cmocka_unit_test(test_expr_runtime_types),
+	    cmocka_unit_test(test_expr_syntax_errors_have_columns),
+	    cmocka_unit_test(test_expr_type_errors_have_columns),
+	    cmocka_unit_test(test_expr_nesting_is_capped),
+	    cmocka_unit_test(test_expr_visit_counts_refs),
+	    cmocka_unit_test(test_expr_ref_parse),
+	    cmocka_unit_test(test_expr_template_parse_and_render),
+	    cmocka_unit_test(test_expr_diag_suggest_and_print),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
