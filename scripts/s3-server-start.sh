@@ -66,6 +66,8 @@ allow_account_management = true
 [filter:s3api]
 use = egg:swift#s3api
 location = us-east-1
+# virtual-hosted addressing for BUCKET.localhost (curl resolves *.localhost to loopback)
+storage_domain = localhost
 [filter:tempauth]
 use = egg:swift#tempauth
 user_test_tester = testing .admin

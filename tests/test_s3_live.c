@@ -230,6 +230,33 @@ static void test_s3_live_wrong_secret_is_clear(void **state)
 	tf_objstore_free(s);
 }
 
+static void test_s3_live_virtual_hosted(void **state)
+{
+	(void)state;
+	/* BUCKET.localhost:PORT: the server is configured with storage_domain = localhost */
+	const char *port = strrchr(endpoint(), ':');
+	char *ep = tf_xasprintf("http://localhost%s", port);
+	struct tf_objstore_opts o = { .addressing = 2 };
+	struct tf_objstore *s = open_s3(ep, "vh", &o);
+	assert_int_equal(tf_objstore_put(s, "a/b", "virtual", 7, 0), 0);
+	struct tf_obj_list l = { 0 };
+	assert_int_equal(tf_objstore_list(s, "a/", &l), 0);
+	assert_int_equal(l.n, 1);
+	assert_string_equal(l.v[0].key, "a/b");
+	tf_obj_list_release(&l);
+	tf_objstore_free(s);
+	/* the same object through path-style addressing */
+	s = open_s3(endpoint(), "vh", NULL);
+	void *d;
+	size_t len;
+	assert_int_equal(tf_objstore_get(s, "a/b", &d, &len), 0);
+	assert_int_equal(len, 7);
+	assert_memory_equal(d, "virtual", 7);
+	free(d);
+	tf_objstore_free(s);
+	free(ep);
+}
+
 static float w[3000];
 
 static void test_s3_live_checkpoints(void **state)
@@ -397,6 +424,7 @@ int main(void)
 		cmocka_unit_test(test_s3_live_multipart_12mib),
 		cmocka_unit_test(test_s3_live_list_prefixes_and_pages),
 		cmocka_unit_test(test_s3_live_wrong_secret_is_clear),
+		cmocka_unit_test(test_s3_live_virtual_hosted),
 		cmocka_unit_test(test_s3_live_checkpoints),
 		cmocka_unit_test(test_s3_live_faults_every_checkpoint_commits),
 	};
