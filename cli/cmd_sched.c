@@ -41,7 +41,7 @@ static void slices_usage(FILE *f)
 		"the reason every job waits, and utilization.\n"
 		"\n"
 		"  --pool SPEC     a pool GEN:AxBxC, e.g. v4:4x4x8 or v5e:16x16 (repeatable;\n"
-		"                  default %s)\n"
+		"                  default $TPUFLOW_POOLS, comma-separated, else %s)\n"
 		"  --submit SLICE  place a job of this slice (v4-8, v4:2x2x4, ...) before showing,\n"
 		"                  optionally for a project and priority 0-9: v4-32@research@5\n"
 		"  --json          one JSON document: pools with per-chip occupancy, running jobs,\n"
@@ -83,6 +83,16 @@ int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (optind < argc)
 		return tf_cli_usage_error(argv[0], "unexpected argument '%s'", argv[optind]);
+	/* no --pool: $TPUFLOW_POOLS (comma-separated specs), else the embedded default */
+	char *envpools = NULL;
+	const char *env = getenv("TPUFLOW_POOLS");
+	if (!npools && env && *env) {
+		envpools = tf_xstrdup(env);
+		char *save = NULL;
+		for (char *tok = strtok_r(envpools, ",", &save);
+		     tok && npools < (int)TF_ARRAY_LEN(pools); tok = strtok_r(NULL, ",", &save))
+			pools[npools++] = tok;
+	}
 	if (!npools)
 		pools[npools++] = DEFAULT_POOL;
 	struct tf_sched *s;
@@ -124,6 +134,7 @@ int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 	rc = tf_cli_slices_print(s, 0, cli->json, stdout);
 out:
 	tf_sched_free(s);
+	free(envpools);
 	return rc;
 }
 

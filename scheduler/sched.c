@@ -126,6 +126,7 @@ void tf_sched_free(struct tf_sched *s)
 	for (int i = 0; i < s->nprojects; i++)
 		free(s->projects[i].name);
 	free(s->projects);
+	free(s->cursor);
 	for (int i = 0; i < s->nruns; i++)
 		free(s->runs[i].name);
 	free(s->runs);
@@ -342,6 +343,7 @@ static int project_get(struct tf_sched *s, const char *name)
 	s->projects = tf_xrealloc(s->projects, (size_t)(s->nprojects + 1) * sizeof(*s->projects));
 	s->projects[s->nprojects] = (struct project){ .name = tf_xstrdup(name), .weight = 1 };
 	i = s->nprojects++;
+	s->cursor = tf_xrealloc(s->cursor, (size_t)s->nprojects * sizeof(int));
 	ensure_queues(s);
 	return i;
 }
@@ -1072,8 +1074,7 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 	for (int pass = 0; pass < 2; pass++) {
 		if (pass == 1 && !st.borrowers)
 			break;
-		int cursor[64 + 1];
-		int np = s->nprojects < 64 ? s->nprojects : 64;
+		int *cursor = s->cursor, np = s->nprojects;
 		for (int prio = TF_SCHED_PRIO_MAX; prio >= 0; prio--) {
 			int any = 0;
 			for (int k = 0; k < np; k++) {
@@ -1200,11 +1201,37 @@ int tf_sched_cancel(struct tf_sched *s, int id, double now)
 	return set_state(j, TF_JOB_CANCELLED);
 }
 
+static int chip_fail(struct tf_sched *s, int pool, int chip, double now,
+		     struct tf_sched_decisions *out);
+
 int tf_sched_chip_fail(struct tf_sched *s, int pool, int chip, double now,
 		       struct tf_sched_decisions *out)
 {
 	if (out)
 		out->n = 0;
+	return chip_fail(s, pool, chip, now, out);
+}
+
+int tf_sched_host_fail(struct tf_sched *s, int pool, int host, double now,
+		       struct tf_sched_decisions *out)
+{
+	if (out)
+		out->n = 0;
+	if (pool < 0 || pool >= s->npools)
+		return -ENOENT;
+	int n = 0;
+	for (int c = 0; c < s->pools[pool].t.nchips; c++)
+		if (tf_sched_chip_host(s, pool, c) == host) {
+			chip_fail(s, pool, c, now, out);
+			n++;
+		}
+	return n ? 0 : -EINVAL;
+}
+
+/* Marks one chip failed, appending to out. */
+static int chip_fail(struct tf_sched *s, int pool, int chip, double now,
+		     struct tf_sched_decisions *out)
+{
 	if (pool < 0 || pool >= s->npools)
 		return -ENOENT;
 	struct pool *p = &s->pools[pool];

@@ -164,6 +164,9 @@ int tf_sched_cancel(struct tf_sched *s, int id, double now);
 int tf_sched_chip_fail(struct tf_sched *s, int pool, int chip, double now,
 		       struct tf_sched_decisions *out);
 int tf_sched_chip_repair(struct tf_sched *s, int pool, int chip);
+/* Fails every chip of a host (tf_sched_chip_host numbering); -EINVAL for no such host. */
+int tf_sched_host_fail(struct tf_sched *s, int pool, int host, double now,
+		       struct tf_sched_decisions *out);
 /* The host a chip belongs to (chips are grouped into hosts as the generation does). */
 int tf_sched_chip_host(const struct tf_sched *s, int pool, int chip);
 

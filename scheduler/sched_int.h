@@ -119,6 +119,7 @@ struct tf_sched {
 	int npools;
 	struct project *projects;
 	int nprojects;
+	int *cursor;         /* per project: next queued job in the walk (tick scratch) */
 	struct run_acct *runs;
 	int nruns;
 	struct job *jobs; /* jobs[0] unused: ids start at 1 */

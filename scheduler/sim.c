@@ -289,15 +289,6 @@ int tf_sched_simulate(const struct tf_sched_sim_opts *o, struct tf_sched_sim_res
 		}
 	}
 #undef TIMED
-	if (getenv("TF_SIM_DEBUG"))
-		for (int i = 1; i < s->njobs; i++)
-			if (s->jobs[i].state != TF_JOB_DONE) {
-				char why[160];
-				tf_sched_job_reason(s, i, why, sizeof(why));
-				fprintf(stderr, "job %d state %s target %d %dx%dx%d: %s\n", i,
-					tf_sched_state_name(s->jobs[i].state), s->jobs[i].has_target,
-					s->jobs[i].shape[0], s->jobs[i].shape[1], s->jobs[i].shape[2], why);
-			}
 	r->decisions = s->decisions;
 	r->sched_seconds = sched_t;
 	r->decisions_per_second = sched_t > 0 ? (double)s->decisions / sched_t : 0;

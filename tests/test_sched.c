@@ -601,6 +601,24 @@ static void test_sched_chip_failure_requeues_elsewhere(void **state)
 	char *txt = tf_sched_describe_text(s, 80);
 	assert_non_null(strstr(txt, "x"));
 	free(txt);
+	/* a whole host (4 chips on v4) goes down: nothing is placed on it afterwards */
+	int small1 = submit(s, "v4-8", "x", 1, 0, 100, 90);
+	int small2 = submit(s, "v4-8", "x", 1, 0, 100, 90);
+	assert_int_equal(tf_sched_cancel(s, all, 90), 0); /* requeued by the failure: withdraw */
+	tf_sched_chip_repair(s, 0, 0);
+	tf_sched_tick(s, 90, &d);
+	assert_int_equal(count_action(&d, TF_SCHED_START), 2);
+	int host = tf_sched_chip_host(s, 0, 0);
+	assert_int_equal(tf_sched_host_fail(s, 0, host, 95, &d), 0);
+	assert_int_equal(s->pools[0].failed_chips, 4);
+	tf_sched_tick(s, 95, &d);
+	for (size_t i = 0; i < d.n; i++)
+		for (int c = 0; c < 4; c++)
+			assert_false(tf_sched_chip_host(s, 0, c) == host &&
+				     tf_torus_box_contains(t, &d.v[i].box, c));
+	(void)small1;
+	(void)small2;
+	assert_int_equal(tf_sched_host_fail(s, 0, 999, 95, &d), -EINVAL);
 	check_invariants(s);
 	tf_sched_decisions_release(&d);
 	tf_sched_free(s);
