@@ -106,12 +106,18 @@ double tf_optim_lr(const struct tf_optim_cfg *c, uint64_t step)
 	}
 }
 
+/* Sum of squares in double with four interleaved partial sums (a fixed order, so the result
+ * is reproducible, and four independent chains, so it is not latency-bound). */
 static double sumsq(const float *p, size_t n)
 {
-	double s = 0;
-	for (size_t i = 0; i < n; i++)
-		s += (double)p[i] * p[i];
-	return s;
+	double s[4] = { 0, 0, 0, 0 };
+	size_t i = 0;
+	for (; i + 4 <= n; i += 4)
+		for (int k = 0; k < 4; k++)
+			s[k] += (double)p[i + k] * p[i + k];
+	for (; i < n; i++)
+		s[0] += (double)p[i] * p[i];
+	return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
 double tf_optim_step(struct tf_optim *o, struct tf_mlp *m, float *g)
@@ -138,9 +144,11 @@ double tf_optim_step(struct tf_optim *o, struct tf_mlp *m, float *g)
 			float *pw = w + off, *pg = g + off, *pm = o->m + off;
 			switch (c->kind) {
 			case TF_OPT_SGD:
+				if (kernel && wd != 0.0f)
+					for (size_t i = 0; i < len; i++)
+						pg[i] += wd * pw[i];
 				for (size_t i = 0; i < len; i++) {
-					float gi = kernel && wd != 0.0f ? pg[i] + wd * pw[i] : pg[i];
-					pm[i] = mom * pm[i] + gi;
+					pm[i] = mom * pm[i] + pg[i];
 					pw[i] -= lr * pm[i];
 				}
 				break;
