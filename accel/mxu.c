@@ -1,13 +1,13 @@
 /* mxu.c — the fast MXU kernel: packing, blocking, threads over M/N, run-time kernel choice.
  *
  * Loop nest (BLIS-style, one per thread on its own block of C):
- *     C = +0
  *     for jc over N by NC:            pack op(W)[pc.., jc..] into NR-wide panels (bf16-rounded)
  *       for pc over K by KC:          KC is a multiple of R, so K-tiles never straddle blocks
  *         for ic over M by MC:        pack op(X)[ic.., pc..] into MR-tall panels (bf16-rounded)
  *           for jr, ir:               microkernel: per K-tile, s = fma chain in k order, C += s
  * K is walked in ascending order and each tile's sum is added to C as soon as it is complete,
- * so every output sees exactly the contract's sequence of roundings (mxu.h). Vector lanes and
+ * so every output sees exactly the contract's sequence of roundings (mxu.h). The first tile
+ * writes C = +0 + s without reading C, the last one canonicalises NaNs. Vector lanes and
  * threads cover different outputs (N, M), never different k.
  *
  * Invariants: (1) pc blocks start at multiples of R; (2) packing never pads K (a padded k would
@@ -164,12 +164,14 @@ static void pack_b_c(int trans, const float *W, size_t ldw, size_t j0, size_t nr
 							   : W[(p0 + k) * ldw + j0 + j], ftz);
 }
 
-/* Portable microkernel: the contract written out with fmaf. */
+/* Portable microkernel: the contract written out with fmaf; flags as for the AVX2 one. */
 static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
-		      const float *b, float *c, size_t ldc, size_t mr, size_t nr)
+		      const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
 {
 	for (size_t t0 = 0; t0 < kc; t0 += R) {
 		size_t len = kc - t0 < R ? kc - t0 : R;
+		int first = t0 == 0 && (flags & TF_MXU_FIRST);
+		int last = t0 + len == kc && (flags & TF_MXU_LAST);
 		float s[MR][NR];
 		for (size_t i = 0; i < MR; i++)
 			for (size_t j = 0; j < NR; j++)
@@ -178,9 +180,14 @@ static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t ak
 			for (size_t i = 0; i < MR; i++)
 				for (size_t j = 0; j < NR; j++)
 					s[i][j] = fmaf(a[i * ais + k * aks], b[k * NR + j], s[i][j]);
-		for (size_t i = 0; i < mr; i++)
-			for (size_t j = 0; j < nr; j++)
-				c[i * ldc + j] = c[i * ldc + j] + s[i][j];
+		for (size_t i = 0; i < mr; i++) {
+			for (size_t j = 0; j < nr; j++) {
+				float acc = first ? 0.0f : c[i * ldc + j];
+				c[i * ldc + j] = acc + s[i][j];
+			}
+		}
+		if (last)
+			tf_mxu_canon_nan(mr, nr, c, ldc);
 	}
 }
 
@@ -235,14 +242,15 @@ static void run_part(const struct part *p)
 	const size_t M = p->M, K = p->K, N = p->N;
 	const int ftz = p->cfg->ftz;
 	void (*uk)(size_t, size_t, const float *, size_t, size_t, const float *, float *, size_t,
-		   size_t, size_t) = p->portable ? ukernel_c : tf_mxu_ukernel_avx2;
+		   size_t, size_t, int) = p->portable ? ukernel_c : tf_mxu_ukernel_avx2;
 	void (*pa)(int, const float *, size_t, size_t, size_t, size_t, size_t, int, float *) =
 		p->portable ? pack_a_c : tf_mxu_pack_a_avx2;
 	void (*pb)(int, const float *, size_t, size_t, size_t, size_t, size_t, int, float *) =
 		p->portable ? pack_b_c : tf_mxu_pack_b_avx2;
 
-	for (size_t i = 0; i < M; i++)
-		memset(p->C + i * p->ldc, 0, N * sizeof(float));
+	if (!K) /* no tiles: acc stays +0 */
+		for (size_t i = 0; i < M; i++)
+			memset(p->C + i * p->ldc, 0, N * sizeof(float));
 	if (!M || !N || !K)
 		return;
 
@@ -268,6 +276,8 @@ static void run_part(const struct part *p)
 					   bf->a + ir * kc);
 				}
 				size_t ais = p->trans_x ? 1 : kc, aks = p->trans_x ? MR : 1;
+				int flags = (pc == 0 ? TF_MXU_FIRST : 0) |
+					    (pc + kc == K ? TF_MXU_LAST : 0);
 				for (size_t jr = 0; jr < nc; jr += NR) {
 					size_t nr = nc - jr < NR ? nc - jr : NR;
 					const float *b = bf->b + jr * kc;
@@ -275,13 +285,12 @@ static void run_part(const struct part *p)
 						size_t mr = mc - ir < MR ? mc - ir : MR;
 						uk(kc, R, bf->a + ir * kc, ais, aks, b,
 						   p->C + (ic + ir) * p->ldc + jc + jr, p->ldc, mr,
-						   nr);
+						   nr, flags);
 					}
 				}
 			}
 		}
 	}
-	tf_mxu_canon_nan(M, N, p->C, p->ldc);
 }
 
 /* The worker pool for multi-threaded GEMMs: started on first use, grown on demand, threads

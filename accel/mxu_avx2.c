@@ -6,7 +6,8 @@
  * lanes are different outputs and k advances one step at a time, so each lane performs exactly
  * the contract's fmaf chain. At the end of the tile C += s, one add per output, in tile order.
  * Edge blocks (mr < 6 or nr < 16) compute the full block from zero-padded panels and store
- * only the valid rows and lanes. */
+ * only the valid rows and lanes. The first tile of a GEMM writes C = 0 + s without reading C;
+ * the last one writes NaNs canonically (mxu.h rule 5), so C needs no other pass. */
 #include <immintrin.h>
 
 #include "accel/bf16_avx2.h"
@@ -48,27 +49,65 @@ static inline __m256i lead_mask(size_t n)
 		s51 = _mm256_fmadd_ps(x, b1, s51);                        \
 	} while (0)
 
-/* C row i += (lo, hi); all 16 lanes or, on an edge, the first nr under masks. */
-static inline void addc(float *row, __m256 lo, __m256 hi, int full, __m256i m0, __m256i m1)
+/* n (< 8) floats between memory and a vector, through a temporary: cheaper on AMD than
+ * vmaskmovps stores, and never touches memory past n. */
+static inline __m256 load_part(const float *p, size_t n)
 {
-	if (full) {
-		_mm256_storeu_ps(row, _mm256_add_ps(_mm256_loadu_ps(row), lo));
-		_mm256_storeu_ps(row + 8, _mm256_add_ps(_mm256_loadu_ps(row + 8), hi));
+	float t[8] = { 0 };
+	for (size_t i = 0; i < n; i++)
+		t[i] = p[i];
+	return _mm256_loadu_ps(t);
+}
+
+static inline void store_part(float *p, __m256 v, size_t n)
+{
+	float t[8];
+	_mm256_storeu_ps(t, v);
+	for (size_t i = 0; i < n; i++)
+		p[i] = t[i];
+}
+
+/* Row of C += (lo, hi) for the first nr columns. first: C is taken as +0 (acc starts at +0,
+ * so C = 0 + s, not s: -0 becomes +0 as the contract says) and not read. last: NaN lanes
+ * are written as the canonical quiet NaN. */
+static inline void update_row(float *row, __m256 lo, __m256 hi, size_t nr, int first, int last)
+{
+	if (first) {
+		lo = _mm256_add_ps(_mm256_setzero_ps(), lo);
+		hi = _mm256_add_ps(_mm256_setzero_ps(), hi);
+	} else if (nr == NR) {
+		lo = _mm256_add_ps(_mm256_loadu_ps(row), lo);
+		hi = _mm256_add_ps(_mm256_loadu_ps(row + 8), hi);
+	} else if (nr >= 8) {
+		lo = _mm256_add_ps(_mm256_loadu_ps(row), lo);
+		hi = _mm256_add_ps(load_part(row + 8, nr - 8), hi);
 	} else {
-		_mm256_maskstore_ps(row, m0, _mm256_add_ps(_mm256_maskload_ps(row, m0), lo));
-		_mm256_maskstore_ps(row + 8, m1,
-				    _mm256_add_ps(_mm256_maskload_ps(row + 8, m1), hi));
+		lo = _mm256_add_ps(load_part(row, nr), lo);
+	}
+	if (last) {
+		const __m256 qnan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
+		lo = _mm256_blendv_ps(lo, qnan, _mm256_cmp_ps(lo, lo, _CMP_UNORD_Q));
+		hi = _mm256_blendv_ps(hi, qnan, _mm256_cmp_ps(hi, hi, _CMP_UNORD_Q));
+	}
+	if (nr == NR) {
+		_mm256_storeu_ps(row, lo);
+		_mm256_storeu_ps(row + 8, hi);
+	} else if (nr >= 8) {
+		_mm256_storeu_ps(row, lo);
+		store_part(row + 8, hi, nr - 8);
+	} else {
+		store_part(row, lo, nr);
 	}
 }
 
 static inline __attribute__((always_inline)) void
 kernel(size_t kc, size_t R, const float *a, const size_t ais, const size_t aks, const float *b,
-       float *c, size_t ldc, size_t mr, size_t nr)
+       float *c, size_t ldc, size_t mr, size_t nr, int flags)
 {
-	int full = nr == NR;
-	__m256i m0 = lead_mask(nr), m1 = lead_mask(nr > 8 ? nr - 8 : 0);
 	for (size_t t0 = 0; t0 < kc; t0 += R) {
 		size_t len = kc - t0 < R ? kc - t0 : R;
+		int first = t0 == 0 && (flags & TF_MXU_FIRST);
+		int last = t0 + len == kc && (flags & TF_MXU_LAST);
 		__m256 s00 = _mm256_setzero_ps(), s01 = _mm256_setzero_ps();
 		__m256 s10 = _mm256_setzero_ps(), s11 = _mm256_setzero_ps();
 		__m256 s20 = _mm256_setzero_ps(), s21 = _mm256_setzero_ps();
@@ -77,41 +116,32 @@ kernel(size_t kc, size_t R, const float *a, const size_t ais, const size_t aks, 
 		__m256 s50 = _mm256_setzero_ps(), s51 = _mm256_setzero_ps();
 		const float *pa = a + t0 * aks;
 		const float *pb = b + t0 * NR;
-		size_t k = 0;
-		for (; k + 4 <= len; k += 4) {
-			STEP(pa, pb);
-			STEP(pa + aks, pb + NR);
-			STEP(pa + 2 * aks, pb + 2 * NR);
-			STEP(pa + 3 * aks, pb + 3 * NR);
-			pa += 4 * aks;
-			pb += 4 * NR;
-		}
-		for (; k < len; k++) {
+		for (size_t k = 0; k < len; k++) {
 			STEP(pa, pb);
 			pa += aks;
 			pb += NR;
 		}
-		addc(c, s00, s01, full, m0, m1);
+		update_row(c, s00, s01, nr, first, last);
 		if (mr > 1)
-			addc(c + ldc, s10, s11, full, m0, m1);
+			update_row(c + ldc, s10, s11, nr, first, last);
 		if (mr > 2)
-			addc(c + 2 * ldc, s20, s21, full, m0, m1);
+			update_row(c + 2 * ldc, s20, s21, nr, first, last);
 		if (mr > 3)
-			addc(c + 3 * ldc, s30, s31, full, m0, m1);
+			update_row(c + 3 * ldc, s30, s31, nr, first, last);
 		if (mr > 4)
-			addc(c + 4 * ldc, s40, s41, full, m0, m1);
+			update_row(c + 4 * ldc, s40, s41, nr, first, last);
 		if (mr > 5)
-			addc(c + 5 * ldc, s50, s51, full, m0, m1);
+			update_row(c + 5 * ldc, s50, s51, nr, first, last);
 	}
 }
 
 void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
-			 const float *b, float *c, size_t ldc, size_t mr, size_t nr)
+			 const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
 {
 	if (aks == 1)
-		kernel(kc, R, a, ais, 1, b, c, ldc, mr, nr); /* row panels */
+		kernel(kc, R, a, ais, 1, b, c, ldc, mr, nr, flags); /* row panels */
 	else
-		kernel(kc, R, a, 1, MR, b, c, ldc, mr, nr); /* k-major panels */
+		kernel(kc, R, a, 1, MR, b, c, ldc, mr, nr, flags); /* k-major panels */
 }
 
 /* dst[0..n) = round(src[0..n)). */

@@ -20,10 +20,14 @@
 #define TF_MXU_MR 6
 #define TF_MXU_NR 16
 
+/* Microkernel flags: the kc block starts at k = 0 (C is +0 before its first tile and is not
+ * read), or ends at k = K (NaN results are written as 0x7FC00000). */
+enum { TF_MXU_FIRST = 1, TF_MXU_LAST = 2 };
+
 /* Microkernel: for the mr x nr block of C (leading dimension ldc), C += each K-tile's sum, over
  * kc values of k starting on a tile boundary, tiles R long. */
 void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
-			 const float *b, float *c, size_t ldc, size_t mr, size_t nr);
+			 const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags);
 /* Packing with bf16 rounding (AVX2). X/W point at op(X)[0,0] / op(W)[0,0] of the part. */
 void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t i0, size_t mr, size_t p0,
 			size_t kc, int ftz, float *a);
