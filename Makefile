@@ -28,6 +28,9 @@ VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 
 LIB_SRCS  := $(filter-out cli/main.c,$(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c)))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+# migrations/*.sql are embedded in the binary as a generated C array (orchestrator/store.c).
+MIGRATIONS := $(sort $(wildcard migrations/*.sql))
+LIB_OBJS  += $(BUILD)/obj/gen/migrations.o
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_HELPERS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
@@ -57,6 +60,14 @@ $(BUILD)/obj/%.o: %.c
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -mavx2 -mfma -mf16c -c $< -o $@
+
+$(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed-sql.sh
+	@mkdir -p $(dir $@)
+	scripts/embed-sql.sh $(MIGRATIONS) > $@
+
+$(BUILD)/obj/gen/migrations.o: $(BUILD)/gen/migrations.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Wno-overlength-strings -c $< -o $@
 
 $(BUILD)/libtpuflow.a: $(LIB_OBJS)
 	@rm -f $@

@@ -38,11 +38,18 @@ int tf_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((for
 int cmd_validate(int argc, char **argv, struct tf_cli *cli);
 int cmd_plan(int argc, char **argv, struct tf_cli *cli);
 int cmd_db(int argc, char **argv, struct tf_cli *cli);
+int cmd_run(int argc, char **argv, struct tf_cli *cli);
+int cmd_runs(int argc, char **argv, struct tf_cli *cli);
+int cmd_models(int argc, char **argv, struct tf_cli *cli);
 int cmd_accel(int argc, char **argv, struct tf_cli *cli);
 int cmd_store(int argc, char **argv, struct tf_cli *cli);
 int cmd_ckpt(int argc, char **argv, struct tf_cli *cli);
 int cmd_slices(int argc, char **argv, struct tf_cli *cli);
 int cmd_sched(int argc, char **argv, struct tf_cli *cli);
+int cmd_data(int argc, char **argv, struct tf_cli *cli);
+int cmd_train(int argc, char **argv, struct tf_cli *cli);
+int cmd_eval(int argc, char **argv, struct tf_cli *cli);
+int cmd_predict(int argc, char **argv, struct tf_cli *cli);
 
 /* Prints a scheduler's pools, queue and utilization (text, or one JSON document) to out:
  * what `tpuflow slices` shows, for any scheduler state (the engine's or the daemon's). */

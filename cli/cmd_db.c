@@ -1,12 +1,100 @@
-/* cmd_db.c — placeholder until the module that owns these subcommands lands. */
+/* cmd_db.c — `tpuflow db status|migrate`: the state database's schema version and its
+ * pending migrations. */
 #include "cli/cli.h"
 #include "common/common.h"
+#include "orchestrator/store.h"
 
-int cmd_db(int argc, char **argv, struct tf_cli *cli)
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
 {
-	(void)argc;
-	(void)cli;
-	fprintf(stderr, "tpuflow %s: not built yet\n", argv[0]);
+	fprintf(f, "usage: tpuflow db status|migrate [--home DIR] [--json]\n\n"
+		   "  status    the database file, its schema version and pending migrations\n"
+		   "  migrate   apply pending migrations (each in its own transaction)\n\n"
+		   "The database is HOME/" TF_STORE_FILE ". Exit 78 when it is newer than this "
+		   "program.\n");
+}
+
+static int exit_for(int rc)
+{
+	if (rc == -EPROTO)
+		return TF_EXIT_CONFIG;
+	if (rc == -EBUSY)
+		return TF_EXIT_UNAVAILABLE;
 	return TF_EXIT_SOFTWARE;
 }
 
+int cmd_db(int argc, char **argv, struct tf_cli *cli)
+{
+	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS, { 0, 0, 0, 0 } };
+	int c, rc, ret = TF_EXIT_OK, version = 0, applied = 0;
+	struct tf_store *st = NULL;
+	char err[512] = "", *home = NULL, *path = NULL;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (c == 'h') {
+			usage(stdout);
+			return TF_EXIT_OK;
+		}
+		if (!tf_cli_common_option(cli, c, optarg))
+			return tf_cli_usage_error("db", "unknown option");
+	}
+	if (optind + 1 != argc)
+		return tf_cli_usage_error("db", "expected one of: status, migrate");
+	const char *sub = argv[optind];
+	int migrate = !strcmp(sub, "migrate");
+	if (!migrate && strcmp(sub, "status"))
+		return tf_cli_usage_error("db", "unknown subcommand '%s' (status, migrate)", sub);
+
+	home = tf_cli_home(cli, migrate);
+	if (!home)
+		return TF_EXIT_CONFIG;
+	path = tf_xasprintf("%s/%s", home, TF_STORE_FILE);
+	if (!migrate && access(path, F_OK) != 0) {
+		version = 0;
+	} else {
+		rc = tf_store_open(path, migrate ? 0 : TF_STORE_READONLY, &st, err, sizeof(err));
+		if (rc == 0 && migrate)
+			rc = tf_store_migrate(st, &applied);
+		if (rc == 0)
+			rc = tf_store_version(st, &version);
+		if (rc) {
+			fprintf(stderr, "tpuflow db: %s\n", st ? tf_store_errmsg(st) : err);
+			ret = exit_for(rc);
+			goto out;
+		}
+	}
+	int latest = tf_store_latest_version();
+	if (cli->json) {
+		json_t *pending = json_array();
+		for (int v = version + 1; v <= latest; v++)
+			json_array_append_new(pending, json_string(tf_store_migration_name(v)));
+		json_t *doc = json_pack("{s:s, s:i, s:i, s:o}", "database", path, "version", version,
+					"latest", latest, "pending", pending);
+		if (migrate)
+			json_object_set_new(doc, "applied", json_integer(applied));
+		char *s = json_dumps(doc, JSON_INDENT(2));
+		printf("%s\n", s);
+		free(s);
+		json_decref(doc);
+	} else {
+		if (migrate)
+			printf("applied %d migration(s)\n", applied);
+		printf("database: %s\nschema version: %d (this program knows up to %d)\n", path,
+		       version, latest);
+		for (int v = version + 1; v <= latest; v++)
+			printf("pending: %s\n", tf_store_migration_name(v));
+		if (version == latest)
+			printf("up to date\n");
+	}
+out:
+	tf_store_close(st);
+	free(path);
+	free(home);
+	return ret;
+}

@@ -24,11 +24,18 @@ static const struct tf_cmd commands[] = {
 	{ "validate", cmd_validate, "check pipeline files, reporting every error as FILE:LINE:COL" },
 	{ "plan", cmd_plan, "show a pipeline's DAG as levels (--json, --dot)" },
 	{ "db", cmd_db, "state database: status, migrate" },
+	{ "run", cmd_run, "run a pipeline durably: parallel steps, retries, cache, live view" },
+	{ "runs", cmd_runs, "runs: list, show, logs, resume, retry" },
+	{ "models", cmd_models, "model registry: list, show, alias, compare" },
 	{ "accel", cmd_accel, "the emulated TPU: matmul, cycles, slices, info" },
 	{ "store", cmd_store, "object storage: ls, cat, put, rm URL" },
 	{ "ckpt", cmd_ckpt, "checkpoints: list, show, gc" },
 	{ "slices", cmd_slices, "the TPU slice pool: occupancy map, queue, utilization" },
 	{ "sched", cmd_sched, "the scheduler: simulate a workload against a pool" },
+	{ "data", cmd_data, "datasets: prep (raw data -> sharded TFRecord + manifest)" },
+	{ "train", cmd_train, "train an MLP on an emulated TPU slice (checkpoints, export)" },
+	{ "eval", cmd_eval, "evaluate a model bundle on a dataset's test split" },
+	{ "predict", cmd_predict, "CPU inference from a model bundle (.npy in, .npy out)" },
 };
 
 int tf_cli_common_option(struct tf_cli *cli, int opt, const char *arg)

@@ -359,6 +359,7 @@ static void test_mxu_reference_cycles_equal_model(void **state)
 
 int main(void)
 {
+	tf_mxu_min_macs_per_thread = 0; /* use every requested thread even on tiny shapes */
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_mxu_order_canary),
 		cmocka_unit_test(test_mxu_underflow_depends_on_ftz),

@@ -1,0 +1,279 @@
+/* cmd_models.c — `tpuflow models list|show|alias|compare`: the model registry for people
+ * and scripts. */
+#include "cli/cli.h"
+#include "common/common.h"
+#include "orchestrator/registry.h"
+#include "orchestrator/store.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: tpuflow models list\n"
+		   "       tpuflow models show NAME [VERSION]\n"
+		   "       tpuflow models alias NAME ALIAS VERSION   point ALIAS at VERSION\n"
+		   "       tpuflow models compare NAME V1 V2         metrics side by side\n"
+		   "  (common: --home DIR, --json; VERSION is a number, 'latest' or an alias)\n");
+}
+
+static void print_json(json_t *doc)
+{
+	char *s = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+	printf("%s\n", s ? s : "null");
+	free(s);
+}
+
+static int resolve(struct tf_store *st, const char *model, const char *ref, int64_t *v)
+{
+	int rc = tf_registry_resolve(st, model, ref, v);
+	if (rc == -ENOENT)
+		fprintf(stderr, "tpuflow models: model '%s' has no version or alias '%s' (see "
+				"'tpuflow models show %s')\n",
+			model, ref, model);
+	else if (rc)
+		fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
+	return rc;
+}
+
+static void print_metrics_line(json_t *metrics)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(metrics, k, v)
+	{
+		if (json_is_number(v))
+			printf(" %s=%.4g", k, json_number_value(v));
+	}
+}
+
+static int show(struct tf_store *st, struct tf_cli *cli, const char *model, const char *ref)
+{
+	json_t *doc = NULL;
+	int rc;
+	if (ref) {
+		int64_t v;
+		if (resolve(st, model, ref, &v))
+			return TF_EXIT_FAILED;
+		rc = tf_registry_version(st, model, v, &doc);
+	} else {
+		rc = tf_registry_show(st, model, &doc);
+	}
+	if (rc == -ENOENT) {
+		fprintf(stderr, "tpuflow models: no model '%s' (see 'tpuflow models list')\n", model);
+		return TF_EXIT_FAILED;
+	}
+	if (rc) {
+		fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
+		return TF_EXIT_SOFTWARE;
+	}
+	if (cli->json) {
+		print_json(doc);
+		json_decref(doc);
+		return TF_EXIT_OK;
+	}
+	if (ref) {
+		printf("%s version %lld\n", model,
+		       (long long)json_integer_value(json_object_get(doc, "version")));
+		const char *keys[] = { "run_id", "step", "bundle", "checkpoint", "dataset" };
+		for (size_t i = 0; i < TF_ARRAY_LEN(keys); i++)
+			if (json_string_value(json_object_get(doc, keys[i])))
+				printf("  %-10s %s\n", keys[i],
+				       json_string_value(json_object_get(doc, keys[i])));
+		printf("  metrics   ");
+		print_metrics_line(json_object_get(doc, "metrics"));
+		char *t = json_dumps(json_object_get(doc, "tags"), JSON_COMPACT);
+		char *p = json_dumps(json_object_get(doc, "params"), JSON_COMPACT);
+		char *a = json_dumps(json_object_get(doc, "aliases"), JSON_COMPACT);
+		printf("\n  tags       %s\n  params     %s\n  aliases    %s\n", t, p, a);
+		free(t);
+		free(p);
+		free(a);
+	} else {
+		printf("model %s\n", model);
+		size_t i;
+		json_t *v;
+		json_array_foreach(json_object_get(doc, "versions"), i, v)
+		{
+			printf("  v%-4lld run %-24s", (long long)json_integer_value(json_object_get(v, "version")),
+			       json_string_value(json_object_get(v, "run_id")));
+			print_metrics_line(json_object_get(v, "metrics"));
+			json_t *al = json_object_get(v, "aliases");
+			if (json_array_size(al)) {
+				printf("  [");
+				size_t j;
+				json_t *a;
+				json_array_foreach(al, j, a)
+					printf("%s%s", j ? ", " : "", json_string_value(a));
+				printf("]");
+			}
+			printf("\n");
+		}
+		json_array_foreach(json_object_get(doc, "deployments"), i, v)
+		{
+			if (!json_is_true(json_object_get(v, "active")))
+				continue;
+			printf("  deployed: '%s' -> v%lld",
+			       json_string_value(json_object_get(v, "alias")),
+			       (long long)json_integer_value(json_object_get(v, "version")));
+			if (json_is_integer(json_object_get(v, "canary_version")))
+				printf(", canary v%lld at %.3g%%",
+				       (long long)json_integer_value(json_object_get(v, "canary_version")),
+				       json_number_value(json_object_get(v, "canary_percent")));
+			printf("\n");
+		}
+	}
+	json_decref(doc);
+	return TF_EXIT_OK;
+}
+
+static int compare(struct tf_store *st, struct tf_cli *cli, const char *model, const char *r1,
+		   const char *r2)
+{
+	int64_t v1, v2;
+	json_t *a = NULL, *b = NULL;
+	if (resolve(st, model, r1, &v1) || resolve(st, model, r2, &v2))
+		return TF_EXIT_FAILED;
+	if (tf_registry_version(st, model, v1, &a) || tf_registry_version(st, model, v2, &b)) {
+		fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
+		json_decref(a);
+		return TF_EXIT_SOFTWARE;
+	}
+	json_t *ma = json_object_get(a, "metrics"), *mb = json_object_get(b, "metrics");
+	json_t *rows = json_array();
+	json_t *names = json_object();
+	const char *k;
+	json_t *v;
+	json_object_foreach(ma, k, v) json_object_set_new(names, k, json_true());
+	json_object_foreach(mb, k, v) json_object_set_new(names, k, json_true());
+	json_object_foreach(names, k, v)
+	{
+		json_t *x = json_object_get(ma, k), *y = json_object_get(mb, k);
+		json_t *row = json_pack("{s:s, s:O, s:O}", "metric", k, "a", x ? x : json_null(), "b",
+					y ? y : json_null());
+		if (json_is_number(x) && json_is_number(y))
+			json_object_set_new(row, "delta",
+					    json_real(json_number_value(y) - json_number_value(x)));
+		json_array_append_new(rows, row);
+	}
+	if (cli->json) {
+		json_t *doc = json_pack("{s:s, s:I, s:I, s:O}", "model", model, "a", (json_int_t)v1,
+					"b", (json_int_t)v2, "metrics", rows);
+		print_json(doc);
+		json_decref(doc);
+	} else {
+		printf("%-20s %14s %14s %12s\n", "metric", r1, r2, "delta");
+		size_t i;
+		json_t *row;
+		json_array_foreach(rows, i, row)
+		{
+			json_t *x = json_object_get(row, "a"), *y = json_object_get(row, "b");
+			char sa[32] = "-", sb[32] = "-", sd[32] = "";
+			if (json_is_number(x))
+				snprintf(sa, sizeof(sa), "%.6g", json_number_value(x));
+			if (json_is_number(y))
+				snprintf(sb, sizeof(sb), "%.6g", json_number_value(y));
+			if (json_object_get(row, "delta"))
+				snprintf(sd, sizeof(sd), "%+.4g",
+					 json_number_value(json_object_get(row, "delta")));
+			printf("%-20s %14s %14s %12s\n", json_string_value(json_object_get(row, "metric")),
+			       sa, sb, sd);
+		}
+	}
+	json_decref(rows);
+	json_decref(names);
+	json_decref(a);
+	json_decref(b);
+	return TF_EXIT_OK;
+}
+
+int cmd_models(int argc, char **argv, struct tf_cli *cli)
+{
+	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS, { 0, 0, 0, 0 } };
+	int c, ret = TF_EXIT_OK, rc;
+	char *home = NULL, err[512];
+	struct tf_store *st = NULL;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (c == 'h') {
+			usage(stdout);
+			return TF_EXIT_OK;
+		}
+		if (!tf_cli_common_option(cli, c, optarg))
+			return tf_cli_usage_error("models", "unknown option");
+	}
+	int n = argc - optind;
+	char **a = argv + optind;
+	if (n < 1)
+		return tf_cli_usage_error("models", "expected list, show, alias or compare");
+	if ((!strcmp(a[0], "show") && (n < 2 || n > 3)) || (!strcmp(a[0], "alias") && n != 4) ||
+	    (!strcmp(a[0], "compare") && n != 4) || (!strcmp(a[0], "list") && n != 1))
+		return tf_cli_usage_error("models", "wrong arguments for '%s'", a[0]);
+	home = tf_cli_home(cli, 1);
+	if (!home)
+		return TF_EXIT_CONFIG;
+	rc = tf_store_open_home(home, &st, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "tpuflow models: %s\n", err);
+		ret = rc == -EPROTO ? TF_EXIT_CONFIG : TF_EXIT_SOFTWARE;
+		goto out;
+	}
+	if (!strcmp(a[0], "list")) {
+		json_t *arr = NULL;
+		if (tf_registry_list(st, &arr)) {
+			fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
+			ret = TF_EXIT_SOFTWARE;
+			goto out;
+		}
+		if (cli->json) {
+			print_json(arr);
+		} else {
+			printf("%-24s %8s %7s  %s\n", "MODEL", "VERSIONS", "LATEST", "ALIASES");
+			size_t i;
+			json_t *m;
+			json_array_foreach(arr, i, m)
+			{
+				char *al = json_dumps(json_object_get(m, "aliases"), JSON_COMPACT);
+				printf("%-24s %8lld %7lld  %s\n", json_string_value(json_object_get(m, "name")),
+				       (long long)json_integer_value(json_object_get(m, "versions")),
+				       (long long)json_integer_value(json_object_get(m, "latest")), al);
+				free(al);
+			}
+		}
+		json_decref(arr);
+	} else if (!strcmp(a[0], "show")) {
+		ret = show(st, cli, a[1], n == 3 ? a[2] : NULL);
+	} else if (!strcmp(a[0], "alias")) {
+		int64_t v;
+		if (resolve(st, a[1], a[3], &v)) {
+			ret = TF_EXIT_FAILED;
+			goto out;
+		}
+		rc = tf_registry_set_alias(st, a[1], a[2], v);
+		if (rc) {
+			fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
+			ret = TF_EXIT_SOFTWARE;
+			goto out;
+		}
+		if (cli->json) {
+			json_t *doc = json_pack("{s:s, s:s, s:I}", "model", a[1], "alias", a[2],
+						"version", (json_int_t)v);
+			print_json(doc);
+			json_decref(doc);
+		} else {
+			printf("%s '%s' -> version %lld\n", a[1], a[2], (long long)v);
+		}
+	} else if (!strcmp(a[0], "compare")) {
+		ret = compare(st, cli, a[1], a[2], a[3]);
+	} else {
+		ret = tf_cli_usage_error("models", "unknown subcommand '%s'", a[0]);
+	}
+out:
+	tf_store_close(st);
+	free(home);
+	return ret;
+}

@@ -1,0 +1,462 @@
+/* cmd_run.c — `tpuflow run FILE` and `tpuflow runs list|show|logs|retry|resume`: driving
+ * pipeline runs and looking at them afterwards. */
+#include "cli/cli.h"
+#include "common/common.h"
+#include "orchestrator/engine.h"
+#include "orchestrator/state.h"
+#include "orchestrator/store.h"
+#include "storage/objstore.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_INTERRUPTED 130 /* like a shell after Ctrl-C */
+
+static void print_json(json_t *doc)
+{
+	char *s = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+	printf("%s\n", s ? s : "null");
+	free(s);
+}
+
+static int exit_for_state(enum tf_run_state s)
+{
+	switch (s) {
+	case TF_RUN_SUCCEEDED:
+		return TF_EXIT_OK;
+	case TF_RUN_INTERRUPTED:
+		return EXIT_INTERRUPTED;
+	default:
+		return TF_EXIT_FAILED;
+	}
+}
+
+static int exit_for_rc(int rc)
+{
+	switch (rc) {
+	case -EPROTO:
+		return TF_EXIT_CONFIG;
+	case -EINVAL:
+		return TF_EXIT_DATAERR;
+	case -EBUSY:
+	case -EALREADY:
+	case -ENOENT:
+		return TF_EXIT_FAILED;
+	default:
+		return TF_EXIT_SOFTWARE;
+	}
+}
+
+static void run_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: tpuflow run FILE [--param NAME=VALUE]... [--workers N] [--storage URL]\n"
+		"                    [--plain] [--home DIR] [--json]\n\n"
+		"Runs a pipeline to the end in this process, recording every state change in\n"
+		"HOME/" TF_STORE_FILE " before acting on it. Independent steps run in parallel.\n\n"
+		"  --param NAME=VALUE  override a pipeline param (type-checked); repeatable\n"
+		"  --workers N         steps running at once (default 8)\n"
+		"  --storage URL       object store (default: the pipeline's `storage`, else\n"
+		"                      file://HOME/objects)\n"
+		"  --plain             one line per change even on a terminal\n"
+		"  --json              progress on stderr, then the run summary as JSON on stdout\n\n"
+		"Ctrl-C stops cleanly (running steps are cancelled, the run is left 'interrupted');\n"
+		"continue it with 'tpuflow runs resume RUN'. A second Ctrl-C leaves at once.\n\n"
+		"exit: 0 succeeded, 1 a step failed, 65 the pipeline has errors, 130 interrupted\n");
+}
+
+static int finish(struct tf_cli *cli, struct tf_engine_result *res)
+{
+	if (cli->json)
+		print_json(res->summary);
+	else
+		tf_engine_print_summary(stdout, res->summary);
+	json_decref(res->summary);
+	return exit_for_state(res->state);
+}
+
+int cmd_run(int argc, char **argv, struct tf_cli *cli)
+{
+	enum { OPT_PARAM = 1, OPT_WORKERS, OPT_STORAGE, OPT_PLAIN };
+	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS,
+					      { "param", required_argument, NULL, OPT_PARAM },
+					      { "workers", required_argument, NULL, OPT_WORKERS },
+					      { "storage", required_argument, NULL, OPT_STORAGE },
+					      { "plain", no_argument, NULL, OPT_PLAIN },
+					      { 0, 0, 0, 0 } };
+	struct tf_param_override *ov = tf_xcalloc((size_t)argc + 1, sizeof(*ov));
+	size_t nov = 0;
+	struct tf_engine_opts o = { .handle_signals = 1 };
+	int c, plain = 0, ret;
+	char err[1024] = "", *home = NULL;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "hp:", opts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			run_usage(stdout);
+			ret = TF_EXIT_OK;
+			goto out;
+		case 'p':
+		case OPT_PARAM:
+			if (tf_param_override_parse(optarg, &ov[nov])) {
+				ret = tf_cli_usage_error("run", "--param wants NAME=VALUE, not '%s'",
+							 optarg);
+				goto out;
+			}
+			nov++;
+			break;
+		case OPT_WORKERS:
+			o.workers = atoi(optarg);
+			if (o.workers < 1 || o.workers > 1024) {
+				ret = tf_cli_usage_error("run", "--workers wants 1 to 1024");
+				goto out;
+			}
+			break;
+		case OPT_STORAGE:
+			o.storage = optarg;
+			break;
+		case OPT_PLAIN:
+			plain = 1;
+			break;
+		default:
+			if (!tf_cli_common_option(cli, c, optarg)) {
+				ret = tf_cli_usage_error("run", "unknown option");
+				goto out;
+			}
+		}
+	}
+	if (optind + 1 != argc) {
+		ret = tf_cli_usage_error("run", "expected one pipeline file");
+		goto out;
+	}
+	home = tf_cli_home(cli, 1);
+	if (!home) {
+		ret = TF_EXIT_CONFIG;
+		goto out;
+	}
+	o.home = home;
+	o.out = cli->json ? stderr : stdout;
+	o.tty = !plain && isatty(fileno(o.out)) && getenv("TERM") && strcmp(getenv("TERM"), "dumb");
+	struct tf_diag_list diags = { 0 };
+	struct tf_engine_result res = { 0 };
+	int rc = tf_engine_run_file(&o, argv[optind], ov, nov, &diags, &res, err, sizeof(err));
+	if (rc) {
+		if (diags.n) {
+			tf_diag_print(&diags, stderr);
+		}
+		fprintf(stderr, "tpuflow run: %s\n", err);
+		tf_diag_list_release(&diags);
+		ret = exit_for_rc(rc);
+		goto out;
+	}
+	tf_diag_list_release(&diags);
+	ret = finish(cli, &res);
+out:
+	free(ov);
+	free(home);
+	return ret;
+}
+
+/* ---- runs ------------------------------------------------------------------------------ */
+
+static void runs_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: tpuflow runs list [--limit N]\n"
+		"       tpuflow runs show RUN\n"
+		"       tpuflow runs logs RUN [STEP]\n"
+		"       tpuflow runs resume RUN     continue an interrupted or crashed run\n"
+		"       tpuflow runs retry RUN      run again what failed, reusing what succeeded\n"
+		"  (common: --home DIR, --json; RUN is an id, a unique prefix of one, or 'latest')\n");
+}
+
+static void fmt_time(double t, char *buf, size_t len)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+	localtime_r(&tt, &tm);
+	strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+static int runs_list(struct tf_store *st, struct tf_cli *cli, int limit)
+{
+	json_t *arr = NULL;
+	int rc = tf_runs_list(st, limit, &arr);
+	if (rc) {
+		fprintf(stderr, "tpuflow runs: %s\n", tf_store_errmsg(st));
+		return TF_EXIT_SOFTWARE;
+	}
+	if (cli->json) {
+		print_json(arr);
+	} else {
+		printf("%-24s %-20s %-11s %-19s %s\n", "RUN", "PIPELINE", "STATE", "CREATED",
+		       "STEPS");
+		size_t i;
+		json_t *r;
+		json_array_foreach(arr, i, r)
+		{
+			char when[32];
+			fmt_time(json_number_value(json_object_get(r, "created_at")), when,
+				 sizeof(when));
+			printf("%-24s %-20s %-11s %-19s %lld/%lld\n",
+			       json_string_value(json_object_get(r, "id")),
+			       json_string_value(json_object_get(r, "pipeline")),
+			       json_string_value(json_object_get(r, "state")), when,
+			       (long long)json_integer_value(json_object_get(r, "done")),
+			       (long long)json_integer_value(json_object_get(r, "steps")));
+		}
+	}
+	json_decref(arr);
+	return TF_EXIT_OK;
+}
+
+static int runs_show(struct tf_store *st, struct tf_cli *cli, const char *run)
+{
+	json_t *d = NULL;
+	int rc = tf_run_describe(st, run, &d);
+	if (rc) {
+		fprintf(stderr, "tpuflow runs: %s\n", tf_store_errmsg(st));
+		return TF_EXIT_SOFTWARE;
+	}
+	if (cli->json) {
+		print_json(d);
+		json_decref(d);
+		return TF_EXIT_OK;
+	}
+	char when[32];
+	fmt_time(json_number_value(json_object_get(d, "created_at")), when, sizeof(when));
+	printf("run %s  pipeline %s  %s  created %s\n", run,
+	       json_string_value(json_object_get(d, "pipeline")),
+	       json_string_value(json_object_get(d, "state")), when);
+	if (json_string_value(json_object_get(d, "error")))
+		printf("  %s\n", json_string_value(json_object_get(d, "error")));
+	printf("\n  %-18s %-10s %-10s %3s %9s  %s\n", "STEP", "TYPE", "STATE", "ATT", "DURATION",
+	       "DETAIL");
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(d, "steps"), i, s)
+	{
+		char dur[32] = "-", detail[512] = "";
+		json_t *du = json_object_get(s, "duration");
+		if (json_is_number(du))
+			snprintf(dur, sizeof(dur), "%.2fs", json_number_value(du));
+		size_t off = 0;
+		const char *k;
+		json_t *v;
+		json_object_foreach(json_object_get(s, "metrics"), k, v)
+		{
+			if (json_is_number(v) && off < sizeof(detail))
+				off += (size_t)snprintf(detail + off, sizeof(detail) - off, "%s=%.4g ",
+							k, json_number_value(v));
+		}
+		const char *reason = json_string_value(json_object_get(s, "reason"));
+		if (reason && off < sizeof(detail))
+			snprintf(detail + off, sizeof(detail) - off, "%s", reason);
+		printf("  %-18s %-10s %-10s %3lld %9s  %s\n",
+		       json_string_value(json_object_get(s, "name")),
+		       json_string_value(json_object_get(s, "type")),
+		       json_string_value(json_object_get(s, "state")),
+		       (long long)json_integer_value(json_object_get(s, "attempts")), dur, detail);
+		size_t j;
+		json_t *a;
+		json_array_foreach(json_object_get(s, "attempts_detail"), j, a)
+		{
+			if (!strcmp(json_string_value(json_object_get(a, "state")), "succeeded"))
+				continue;
+			printf("  %18s attempt %lld %s", "",
+			       (long long)json_integer_value(json_object_get(a, "n")),
+			       json_string_value(json_object_get(a, "state")));
+			if (json_string_value(json_object_get(a, "failure_class")))
+				printf(" (%s)", json_string_value(json_object_get(a, "failure_class")));
+			if (json_string_value(json_object_get(a, "error")))
+				printf(": %s", json_string_value(json_object_get(a, "error")));
+			if (json_is_number(json_object_get(a, "backoff")) &&
+			    json_number_value(json_object_get(a, "backoff")) > 0)
+				printf("; waited %.2fs", json_number_value(json_object_get(a, "backoff")));
+			printf("\n");
+		}
+	}
+	json_t *m = json_object_get(d, "model");
+	if (m)
+		printf("\n  model: %s version %lld\n", json_string_value(json_object_get(m, "name")),
+		       (long long)json_integer_value(json_object_get(m, "version")));
+	json_decref(d);
+	return TF_EXIT_OK;
+}
+
+static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, const char *step)
+{
+	json_t *ev = NULL, *d = NULL;
+	int rc = tf_run_events(st, run, step, &ev);
+	if (rc == 0)
+		rc = tf_run_describe(st, run, &d);
+	if (rc) {
+		fprintf(stderr, "tpuflow runs: %s\n", tf_store_errmsg(st));
+		json_decref(ev);
+		return TF_EXIT_SOFTWARE;
+	}
+	struct tf_objstore *os = NULL;
+	char err[512];
+	const char *url = json_string_value(json_object_get(d, "storage"));
+	if (url && tf_objstore_open(url, &os, err, sizeof(err)))
+		os = NULL;
+	json_t *logs = json_array();
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(d, "steps"), i, s)
+	{
+		const char *name = json_string_value(json_object_get(s, "name"));
+		if (step && strcmp(step, name))
+			continue;
+		size_t j;
+		json_t *a;
+		json_array_foreach(json_object_get(s, "attempts_detail"), j, a)
+		{
+			const char *key = json_string_value(json_object_get(a, "log"));
+			void *data = NULL;
+			size_t len = 0;
+			if (!key || !os || tf_objstore_get(os, key, &data, &len))
+				continue;
+			json_array_append_new(
+				logs, json_pack("{s:s, s:I, s:s, s:s%}", "step", name, "attempt",
+						json_integer_value(json_object_get(a, "n")), "key", key,
+						"text", (const char *)data, len));
+			free(data);
+		}
+	}
+	if (cli->json) {
+		json_t *doc = json_pack("{s:s, s:o, s:o}", "run_id", run, "events", ev, "logs", logs);
+		print_json(doc);
+		json_decref(doc);
+	} else {
+		json_t *e;
+		json_array_foreach(ev, i, e)
+		{
+			char when[32];
+			fmt_time(json_number_value(json_object_get(e, "at")), when, sizeof(when));
+			printf("%s  %-8s %-14s", when, json_string_value(json_object_get(e, "kind")),
+			       json_string_value(json_object_get(e, "step"))
+				       ? json_string_value(json_object_get(e, "step"))
+				       : "-");
+			if (json_is_integer(json_object_get(e, "attempt")))
+				printf(" #%lld", (long long)json_integer_value(json_object_get(e, "attempt")));
+			if (json_string_value(json_object_get(e, "to")))
+				printf(" %s -> %s",
+				       json_string_value(json_object_get(e, "from"))
+					       ? json_string_value(json_object_get(e, "from"))
+					       : "(new)",
+				       json_string_value(json_object_get(e, "to")));
+			if (json_string_value(json_object_get(e, "message")))
+				printf("  %s", json_string_value(json_object_get(e, "message")));
+			printf("\n");
+		}
+		json_array_foreach(logs, i, e)
+		{
+			printf("\n==> %s attempt %lld (%s) <==\n",
+			       json_string_value(json_object_get(e, "step")),
+			       (long long)json_integer_value(json_object_get(e, "attempt")),
+			       json_string_value(json_object_get(e, "key")));
+			fputs(json_string_value(json_object_get(e, "text")), stdout);
+		}
+		json_decref(ev);
+		json_decref(logs);
+	}
+	tf_objstore_free(os);
+	json_decref(d);
+	return TF_EXIT_OK;
+}
+
+int cmd_runs(int argc, char **argv, struct tf_cli *cli)
+{
+	enum { OPT_LIMIT = 1, OPT_PLAIN };
+	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS,
+					      { "limit", required_argument, NULL, OPT_LIMIT },
+					      { "plain", no_argument, NULL, OPT_PLAIN },
+					      { 0, 0, 0, 0 } };
+	int c, limit = 50, plain = 0, ret = TF_EXIT_OK, rc;
+	char *home = NULL, err[1024] = "", run[32];
+	struct tf_store *st = NULL;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (c == 'h') {
+			runs_usage(stdout);
+			return TF_EXIT_OK;
+		} else if (c == OPT_LIMIT) {
+			limit = atoi(optarg);
+		} else if (c == OPT_PLAIN) {
+			plain = 1;
+		} else if (!tf_cli_common_option(cli, c, optarg)) {
+			return tf_cli_usage_error("runs", "unknown option");
+		}
+	}
+	if (optind >= argc)
+		return tf_cli_usage_error("runs", "expected list, show, logs, resume or retry");
+	const char *sub = argv[optind];
+	const char *arg = optind + 1 < argc ? argv[optind + 1] : NULL;
+	if (strcmp(sub, "list") && !arg)
+		return tf_cli_usage_error("runs", "'%s' needs a run id", sub);
+	home = tf_cli_home(cli, 1);
+	if (!home)
+		return TF_EXIT_CONFIG;
+	rc = tf_store_open_home(home, &st, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "tpuflow runs: %s\n", err);
+		ret = exit_for_rc(rc);
+		goto out;
+	}
+	if (!strcmp(sub, "list")) {
+		ret = runs_list(st, cli, limit);
+		goto out;
+	}
+	rc = tf_run_find(st, arg, run);
+	if (rc) {
+		fprintf(stderr,
+			rc == -EEXIST ? "tpuflow runs: run id prefix '%s' is ambiguous: give more "
+					"characters\n"
+				      : "tpuflow runs: no run '%s' (see 'tpuflow runs list')\n",
+			arg);
+		ret = TF_EXIT_FAILED;
+		goto out;
+	}
+	if (!strcmp(sub, "show")) {
+		ret = runs_show(st, cli, run);
+	} else if (!strcmp(sub, "logs")) {
+		ret = runs_logs(st, cli, run, optind + 2 < argc ? argv[optind + 2] : NULL);
+	} else if (!strcmp(sub, "resume") || !strcmp(sub, "retry")) {
+		enum tf_run_state state;
+		rc = tf_run_get_state(st, run, &state);
+		if (rc == 0 && !strcmp(sub, "retry") && state != TF_RUN_FAILED &&
+		    state != TF_RUN_INTERRUPTED) {
+			fprintf(stderr, "tpuflow runs: run '%s' is %s; retry is for failed runs\n", run,
+				tf_run_state_name(state));
+			ret = TF_EXIT_FAILED;
+			goto out;
+		}
+		tf_store_close(st);
+		st = NULL;
+		struct tf_engine_opts o = { .home = home, .handle_signals = 1 };
+		o.out = cli->json ? stderr : stdout;
+		o.tty = !plain && isatty(fileno(o.out)) && getenv("TERM") &&
+			strcmp(getenv("TERM"), "dumb");
+		struct tf_engine_result res = { 0 };
+		rc = tf_engine_resume(&o, run, &res, err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, "tpuflow runs %s: %s\n", sub, err);
+			ret = exit_for_rc(rc);
+			goto out;
+		}
+		ret = finish(cli, &res);
+	} else {
+		ret = tf_cli_usage_error("runs", "unknown subcommand '%s'", sub);
+	}
+out:
+	tf_store_close(st);
+	free(home);
+	return ret;
+}

@@ -1,0 +1,231 @@
+/* mlp.c — MLP forward/backward through the MXU contract (see mlp.h). */
+#include "ml/mlp.h"
+
+#include "common/common.h"
+#include "ml/rng.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tf_mlp_init(struct tf_mlp *m, size_t inputs, const size_t *hidden, int nhidden, int classes,
+		int binary)
+{
+	if (nhidden < 0 || nhidden + 1 > TF_MLP_MAX_LAYERS || inputs == 0 || classes < 2 ||
+	    (binary && classes != 2))
+		return -EINVAL;
+	for (int i = 0; i < nhidden; i++)
+		if (hidden[i] == 0)
+			return -EINVAL;
+	memset(m, 0, sizeof *m);
+	m->nlayers = nhidden + 1;
+	m->classes = classes;
+	m->binary = binary;
+	m->size[0] = inputs;
+	for (int i = 0; i < nhidden; i++)
+		m->size[i + 1] = hidden[i];
+	m->size[m->nlayers] = binary ? 1 : (size_t)classes;
+	size_t off = 0;
+	for (int l = 0; l < m->nlayers; l++) {
+		m->w_off[l] = off;
+		off += m->size[l] * m->size[l + 1];
+		m->b_off[l] = off;
+		off += m->size[l + 1];
+	}
+	m->nparams = off;
+	m->params = tf_xcalloc(off, sizeof(float));
+	return 0;
+}
+
+void tf_mlp_release(struct tf_mlp *m)
+{
+	if (!m)
+		return;
+	free(m->params);
+	m->params = NULL;
+}
+
+void tf_mlp_init_params(struct tf_mlp *m, uint64_t seed)
+{
+	uint64_t s = tf_rng_seed(seed, 0x1417, 0);
+	memset(m->params, 0, m->nparams * sizeof(float));
+	for (int l = 0; l < m->nlayers; l++) {
+		double sd = sqrt(2.0 / (double)m->size[l]);
+		float *w = m->params + m->w_off[l];
+		for (size_t i = 0; i < m->size[l] * m->size[l + 1]; i++)
+			w[i] = (float)(tf_rng_normal(&s) * sd);
+	}
+}
+
+size_t tf_mlp_outputs(const struct tf_mlp *m)
+{
+	return m->size[m->nlayers];
+}
+
+void tf_mlp_work_init(struct tf_mlp_work *w, const struct tf_mlp *m, size_t max_rows)
+{
+	memset(w, 0, sizeof *w);
+	w->max_rows = max_rows;
+	size_t widest = 0;
+	for (int l = 0; l <= m->nlayers; l++) {
+		if (l > 0)
+			w->act[l] = tf_xmalloc(max_rows * m->size[l] * sizeof(float) + 64);
+		if (m->size[l] > widest)
+			widest = m->size[l];
+	}
+	w->dz = tf_xmalloc(max_rows * widest * sizeof(float) + 64);
+	w->dz2 = tf_xmalloc(max_rows * widest * sizeof(float) + 64);
+	w->grad = tf_xcalloc(m->nparams, sizeof(float));
+}
+
+void tf_mlp_work_release(struct tf_mlp_work *w)
+{
+	if (!w)
+		return;
+	for (int l = 0; l <= TF_MLP_MAX_LAYERS; l++)
+		free(w->act[l]);
+	free(w->dz);
+	free(w->dz2);
+	free(w->grad);
+	memset(w, 0, sizeof *w);
+}
+
+static void gemm(const struct tf_mlp_gemm *g, int tx, int tw, size_t M, size_t K, size_t N,
+		 const float *X, size_t ldx, const float *W, size_t ldw, float *C, size_t ldc)
+{
+	if (g->replica)
+		tf_slice_gemm(g->replica, tx, tw, M, K, N, X, ldx, W, ldw, C, ldc);
+	else
+		tf_mxu_gemm(g->cfg, tx, tw, M, K, N, X, ldx, W, ldw, C, ldc, NULL);
+}
+
+void tf_mlp_forward(const struct tf_mlp *m, const struct tf_mlp_gemm *g, struct tf_mlp_work *w,
+		    const float *x, size_t n)
+{
+	const float *in = x;
+	for (int l = 0; l < m->nlayers; l++) {
+		size_t K = m->size[l], N = m->size[l + 1];
+		float *out = w->act[l + 1];
+		const float *b = m->params + m->b_off[l];
+		gemm(g, 0, 0, n, K, N, in, K, m->params + m->w_off[l], N, out, N);
+		int relu = l + 1 < m->nlayers;
+		for (size_t i = 0; i < n; i++) {
+			float *r = out + i * N;
+			for (size_t j = 0; j < N; j++) {
+				float v = r[j] + b[j];
+				r[j] = relu && !(v > 0.0f) ? 0.0f : v;
+			}
+		}
+		in = out;
+	}
+}
+
+double tf_mlp_loss(const struct tf_mlp *m, const float *z, int32_t y, int *correct)
+{
+	if (m->binary) {
+		/* BCE with logits: max(z,0) - z*y + log(1 + exp(-|z|)) */
+		float t = (float)y;
+		*correct = (z[0] > 0.0f) == (y == 1);
+		return (double)(fmaxf(z[0], 0.0f) - z[0] * t + log1pf(expf(-fabsf(z[0]))));
+	}
+	size_t C = (size_t)m->classes, arg = 0;
+	float mx = z[0];
+	for (size_t j = 1; j < C; j++)
+		if (z[j] > mx) {
+			mx = z[j];
+			arg = j;
+		}
+	float s = 0.0f;
+	for (size_t j = 0; j < C; j++)
+		s += expf(z[j] - mx);
+	*correct = arg == (size_t)y;
+	return (double)(logf(s) - (z[y] - mx));
+}
+
+void tf_mlp_probs(const struct tf_mlp *m, const float *logits, size_t n, float *out)
+{
+	size_t C = tf_mlp_outputs(m);
+	for (size_t i = 0; i < n; i++) {
+		const float *z = logits + i * C;
+		float *p = out + i * C;
+		if (m->binary) {
+			p[0] = 1.0f / (1.0f + expf(-z[0]));
+			continue;
+		}
+		float mx = z[0], s = 0.0f;
+		for (size_t j = 1; j < C; j++)
+			mx = z[j] > mx ? z[j] : mx;
+		for (size_t j = 0; j < C; j++) {
+			p[j] = expf(z[j] - mx);
+			s += p[j];
+		}
+		float inv = 1.0f / s;
+		for (size_t j = 0; j < C; j++)
+			p[j] *= inv;
+	}
+}
+
+void tf_mlp_train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g,
+		       struct tf_mlp_work *w, const float *x, const int32_t *y, size_t n,
+		       size_t scale_rows)
+{
+	int L = m->nlayers;
+	size_t C = m->size[L];
+	const float inv = 1.0f / (float)scale_rows;
+	w->loss_sum = 0;
+	w->correct = 0;
+	if (n == 0) {
+		memset(w->grad, 0, m->nparams * sizeof(float));
+		return;
+	}
+	tf_mlp_forward(m, g, w, x, n);
+
+	/* loss and dL/dlogits, scaled so replica sums give the global batch mean */
+	float *dz = w->dz, *dz2 = w->dz2;
+	for (size_t i = 0; i < n; i++) {
+		const float *z = w->act[L] + i * C;
+		int ok;
+		w->loss_sum += tf_mlp_loss(m, z, y[i], &ok);
+		w->correct += (size_t)ok;
+		float *d = dz + i * C;
+		if (m->binary) {
+			d[0] = (1.0f / (1.0f + expf(-z[0])) - (float)y[i]) * inv;
+			continue;
+		}
+		float mx = z[0], s = 0.0f;
+		for (size_t j = 1; j < C; j++)
+			mx = z[j] > mx ? z[j] : mx;
+		for (size_t j = 0; j < C; j++) {
+			d[j] = expf(z[j] - mx);
+			s += d[j];
+		}
+		float is = 1.0f / s;
+		for (size_t j = 0; j < C; j++)
+			d[j] = (d[j] * is - (j == (size_t)y[i] ? 1.0f : 0.0f)) * inv;
+	}
+
+	for (int l = L - 1; l >= 0; l--) {
+		size_t K = m->size[l], N = m->size[l + 1];
+		const float *a = l == 0 ? x : w->act[l];
+		/* dW = A^T . dZ  (K x N), through the MXU with K' = rows of the shard */
+		gemm(g, 1, 0, K, n, N, a, K, dz, N, w->grad + m->w_off[l], N);
+		/* db = column sums of dZ, rows in order */
+		float *db = w->grad + m->b_off[l];
+		memset(db, 0, N * sizeof(float));
+		for (size_t i = 0; i < n; i++)
+			for (size_t j = 0; j < N; j++)
+				db[j] += dz[i * N + j];
+		if (l == 0)
+			break;
+		/* dA = dZ . W^T (n x K), then through the ReLU of layer l */
+		gemm(g, 0, 1, n, N, K, dz, N, m->params + m->w_off[l], N, dz2, K);
+		const float *act = w->act[l];
+		for (size_t i = 0; i < n * K; i++)
+			if (!(act[i] > 0.0f))
+				dz2[i] = 0.0f;
+		float *t = dz;
+		dz = dz2;
+		dz2 = t;
+	}
+}

@@ -1,0 +1,308 @@
+/* steps.c — pipeline step adapters for data prep, training and evaluation (see steps.h). */
+#include "ml/steps.h"
+
+#include "accel/slice.h"
+#include "accel/tpu.h"
+#include "common/common.h"
+#include "ml/bundle.h"
+#include "ml/dataset.h"
+#include "ml/input.h"
+#include "ml/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tf_ml_retryable(int rc)
+{
+	return rc == -EAGAIN || tf_objstore_retryable(rc);
+}
+
+/* Number from `with`: JSON number or numeric string. 1 absent, 0 found, -EINVAL bad. */
+static int get_num(const json_t *with, const char *key, double *out, char *err, size_t errlen)
+{
+	json_t *v = json_object_get(with, key);
+	if (!v || json_is_null(v))
+		return 1;
+	if (json_is_number(v)) {
+		*out = json_number_value(v);
+		return 0;
+	}
+	if (json_is_string(v)) {
+		const char *s = json_string_value(v);
+		char *end;
+		double d = strtod(s, &end);
+		if (*s && !*end && isfinite(d)) {
+			*out = d;
+			return 0;
+		}
+	}
+	if (json_is_true(v) || json_is_false(v)) {
+		*out = json_is_true(v);
+		return 0;
+	}
+	snprintf(err, errlen, "with.%s must be a number", key);
+	return -EINVAL;
+}
+
+static int get_u64(const json_t *with, const char *key, uint64_t *out, char *err, size_t errlen)
+{
+	double d;
+	int rc = get_num(with, key, &d, err, errlen);
+	if (rc)
+		return rc;
+	if (d < 0 || d != floor(d) || d > 1e15) {
+		snprintf(err, errlen, "with.%s must be a non-negative integer", key);
+		return -EINVAL;
+	}
+	*out = (uint64_t)d;
+	return 0;
+}
+
+static const char *get_str(const json_t *with, const char *key)
+{
+	return json_string_value(json_object_get(with, key));
+}
+
+static char *join(const char *prefix, const char *rest)
+{
+	size_t l = prefix ? strlen(prefix) : 0;
+	return tf_xasprintf("%s%s%s", prefix ? prefix : "", l && prefix[l - 1] != '/' ? "/" : "",
+			    rest);
+}
+
+int tf_ml_data_prep_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
+			 json_t *metrics, char *err, size_t errlen)
+{
+	struct tf_prep_opts o = { .source = get_str(with, "source"), .path = get_str(with, "path"),
+				  .csv_label = get_str(with, "csv_label") };
+	uint64_t v;
+	double f;
+	int rc;
+	if ((rc = get_u64(with, "shards", &v, err, errlen)) < 0)
+		return rc;
+	o.shards = rc ? 0 : (int)v;
+	if ((rc = get_num(with, "test_fraction", &f, err, errlen)) < 0)
+		return rc;
+	o.test_fraction = rc ? 0 : f;
+	if ((rc = get_u64(with, "seed", &o.seed, err, errlen)) < 0 ||
+	    (rc = get_u64(with, "limit_train", &v, err, errlen)) < 0)
+		return rc;
+	o.limit_train = rc ? 0 : (size_t)v;
+	if ((rc = get_u64(with, "limit_test", &v, err, errlen)) < 0)
+		return rc;
+	o.limit_test = rc ? 0 : (size_t)v;
+	char *prefix = join(ctx->prefix, "data/"), *key = NULL;
+	json_t *m = NULL;
+	rc = tf_dataset_prep(ctx->store, prefix, &o, &key, &m, err, errlen);
+	if (!rc) {
+		json_t *sp = json_object_get(m, "splits");
+		json_int_t n = json_integer_value(json_object_get(json_object_get(sp, "train"),
+								  "examples")) +
+			       json_integer_value(json_object_get(json_object_get(sp, "test"),
+								  "examples"));
+		json_object_set_new(outputs, "dataset", json_string(key));
+		json_object_set_new(metrics, "examples", json_integer(n));
+	}
+	json_decref(m);
+	free(key);
+	free(prefix);
+	return rc;
+}
+
+/* hidden: [256, 128], "256,128" or "[256,128]". */
+static int get_hidden(const json_t *with, struct tf_train_opts *o, char *err, size_t errlen)
+{
+	json_t *h = json_object_get(with, "hidden");
+	json_t *parsed = NULL;
+	if (!h)
+		return 0;
+	if (json_is_string(h)) {
+		const char *s = json_string_value(h);
+		parsed = json_loads(s, JSON_DECODE_ANY, NULL);
+		if (!parsed || json_is_number(parsed)) {
+			json_decref(parsed);
+			char *t = tf_xasprintf("[%s]", s);
+			parsed = json_loads(t, 0, NULL);
+			free(t);
+		}
+		h = parsed;
+	}
+	o->nhidden = 0;
+	if (!json_is_array(h) || json_array_size(h) > TF_MLP_MAX_LAYERS - 1)
+		goto bad;
+	for (size_t i = 0; i < json_array_size(h); i++) {
+		json_t *e = json_array_get(h, i);
+		double d = json_is_number(e) ? json_number_value(e)
+			   : json_is_string(e) ? strtod(json_string_value(e), NULL) : 0;
+		if (d < 1 || d != floor(d) || d > 1e6)
+			goto bad;
+		o->hidden[o->nhidden++] = (size_t)d;
+	}
+	json_decref(parsed);
+	return 0;
+bad:
+	json_decref(parsed);
+	snprintf(err, errlen, "with.hidden must be a list of up to %d positive layer widths, "
+		 "e.g. [256, 128]", TF_MLP_MAX_LAYERS - 1);
+	return -EINVAL;
+}
+
+int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
+		     json_t *metrics, char *err, size_t errlen)
+{
+	struct tf_train_opts o = { .store = ctx->store, .accelerator = ctx->accelerator,
+				   .cancel = ctx->cancel, .progress = ctx->progress,
+				   .progress_data = ctx->progress_data, .prefetch = 4 };
+	o.optim.schedule = TF_LR_COSINE;
+	uint64_t v;
+	double f;
+	int rc;
+	o.dataset = get_str(with, "dataset");
+	if (!o.dataset || !*o.dataset) {
+		snprintf(err, errlen, "with.dataset is required (the data_prep step's "
+			 "outputs.dataset)");
+		return -EINVAL;
+	}
+	if ((rc = get_hidden(with, &o, err, errlen)))
+		return rc;
+	const char *s;
+	if ((s = get_str(with, "optimizer")) && tf_optim_kind_parse(s, &o.optim.kind)) {
+		snprintf(err, errlen, "with.optimizer '%s' is not sgd, adam, adamw or lars", s);
+		return -EINVAL;
+	}
+	if ((s = get_str(with, "schedule")) && tf_lr_schedule_parse(s, &o.optim.schedule)) {
+		snprintf(err, errlen, "with.schedule '%s' is not cosine, step or constant", s);
+		return -EINVAL;
+	}
+	if ((s = get_str(with, "monitor")))
+		o.monitor = s;
+	struct {
+		const char *key;
+		double *dst;
+	} nums[] = {
+		{ "lr", &o.optim.lr },
+		{ "momentum", &o.optim.momentum },
+		{ "weight_decay", &o.optim.weight_decay },
+		{ "warmup_epochs", &o.warmup_epochs },
+		{ "decay_epochs", &o.decay_epochs },
+		{ "clip_norm", &o.optim.clip_norm },
+		{ "lars_eta", &o.optim.lars_eta },
+	};
+	for (size_t i = 0; i < TF_ARRAY_LEN(nums); i++) {
+		if ((rc = get_num(with, nums[i].key, &f, err, errlen)) < 0)
+			return rc;
+		if (!rc) {
+			if (f < 0) {
+				snprintf(err, errlen, "with.%s must not be negative", nums[i].key);
+				return -EINVAL;
+			}
+			*nums[i].dst = f;
+		}
+	}
+	struct {
+		const char *key;
+		uint64_t *dst;
+	} ints[] = {
+		{ "epochs", &o.epochs },
+		{ "seed", &o.seed },
+		{ "checkpoint_every", &o.checkpoint_every },
+		{ "max_steps", &o.max_steps },
+	};
+	for (size_t i = 0; i < TF_ARRAY_LEN(ints); i++)
+		if ((rc = get_u64(with, ints[i].key, ints[i].dst, err, errlen)) < 0)
+			return rc;
+	const char *small[] = { "batch", "prefetch", "cache", "linear_scaling", "patience",
+				"binary" };
+	for (size_t i = 0; i < TF_ARRAY_LEN(small); i++) {
+		if ((rc = get_u64(with, small[i], &v, err, errlen)) < 0)
+			return rc;
+		if (rc)
+			continue;
+		if (v > 1u << 30) {
+			snprintf(err, errlen, "with.%s is too large", small[i]);
+			return -EINVAL;
+		}
+		switch (i) {
+		case 0: o.batch = (size_t)v; break;
+		case 1: o.prefetch = (int)v; break;
+		case 2: o.cache = (int)v; break;
+		case 3: o.optim.linear_scaling = (int)v; break;
+		case 4: o.patience = (int)v; break;
+		default: o.binary = (int)v; break;
+		}
+	}
+	char *ck = join(ctx->prefix, "ckpt/"), *bundle = join(ctx->prefix, "bundle/");
+	o.ckpt_prefix = ck;
+	o.export_prefix = bundle;
+	struct tf_train_result r;
+	rc = tf_train_run(&o, &r, err, errlen);
+	if (!rc) {
+		json_object_set_new(outputs, "checkpoint", json_string(r.checkpoint));
+		json_object_set_new(outputs, "bundle", json_string(r.bundle));
+		json_object_set_new(metrics, "loss", json_real(r.loss));
+		json_object_set_new(metrics, "accuracy", json_real(r.accuracy));
+		json_object_set_new(metrics, "auc", json_real(isnan(r.auc) ? 0 : r.auc));
+		json_object_set_new(metrics, "examples_per_second", json_real(r.examples_per_second));
+		json_object_set_new(metrics, "device_seconds", json_real(r.device_seconds));
+		json_object_set_new(metrics, "utilization", json_real(r.utilization));
+		json_object_set_new(metrics, "input_wait", json_real(r.input_wait));
+	}
+	free(ck);
+	free(bundle);
+	return rc;
+}
+
+int tf_ml_evaluate_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
+			json_t *metrics, char *err, size_t errlen)
+{
+	(void)outputs;
+	const char *model = get_str(with, "model"), *dataset = get_str(with, "dataset");
+	struct tf_bundle *b = NULL;
+	struct tf_dataset *d = NULL;
+	struct tf_slice_rt *rt = NULL;
+	struct tf_tpu_slice slice;
+	float *x = NULL;
+	int32_t *y = NULL;
+	size_t n;
+	int rc;
+	if (!model || !dataset) {
+		snprintf(err, errlen, "evaluate needs with.model (a train step's outputs.bundle) "
+			 "and with.dataset");
+		return -EINVAL;
+	}
+	if ((rc = tf_bundle_load(ctx->store, model, &b, err, errlen)) ||
+	    (rc = tf_dataset_open(ctx->store, dataset, &d, err, errlen)))
+		goto out;
+	if (d->dim != b->mlp.size[0] || d->num_classes != b->mlp.classes) {
+		snprintf(err, errlen, "model '%s' (%zu inputs, %d classes) does not fit dataset "
+			 "'%s' (%zu, %d)", model, b->mlp.size[0], b->mlp.classes, dataset, d->dim,
+			 d->num_classes);
+		rc = -EINVAL;
+		goto out;
+	}
+	if ((rc = tf_tpu_slice_parse(ctx->accelerator ? ctx->accelerator : "v4-8", &slice, err,
+				     errlen)))
+		goto out;
+	if ((rc = tf_slice_rt_new(&slice, 0, b->mxu.ftz, &rt))) {
+		snprintf(err, errlen, "cannot start the slice runtime");
+		goto out;
+	}
+	if ((rc = tf_input_load_split(ctx->store, d, TF_SPLIT_TEST, &x, &y, NULL, &n, err,
+				      errlen)))
+		goto out;
+	struct tf_eval_result ev;
+	tf_train_evaluate(rt, &b->mlp, x, y, n, 1024, NULL, &ev);
+	json_object_set_new(metrics, "loss", json_real(ev.loss));
+	json_object_set_new(metrics, "accuracy", json_real(ev.accuracy));
+	json_object_set_new(metrics, "auc", json_real(isnan(ev.auc) ? 0 : ev.auc));
+out:
+	free(x);
+	free(y);
+	tf_slice_rt_free(rt);
+	tf_dataset_free(d);
+	tf_bundle_free(b);
+	return rc;
+}

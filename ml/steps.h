@@ -1,0 +1,54 @@
+/* steps.h — the training workload as pipeline step kinds, for the run engine.
+ *
+ * Each adapter reads its `with` object (references already resolved; numbers may be JSON
+ * numbers or numeric strings), does the work under ctx->prefix in ctx->store, and fills
+ * `outputs` and `metrics` (jansson objects owned by the caller).
+ *
+ *   data_prep  with {source: fashion-mnist|csv, path, shards, csv_label, test_fraction, seed,
+ *                    limit_train, limit_test}
+ *              outputs {dataset: the manifest's object key}  metrics {examples}
+ *   train      with {dataset, hidden: [ints] or "256,128", epochs, batch, optimizer
+ *                    sgd|adam|adamw|lars, lr, momentum, weight_decay, warmup_epochs,
+ *                    schedule cosine|step|constant, seed, checkpoint_every, max_steps,
+ *                    prefetch, clip_norm, cache, linear_scaling, patience, monitor, binary}
+ *              outputs {checkpoint: key prefix of the final checkpoint, bundle: key prefix of
+ *                       the exported bundle}
+ *              metrics {loss, accuracy, auc, examples_per_second, device_seconds,
+ *                       utilization, input_wait}
+ *              Checkpoints go under PREFIX/ckpt/; a retried attempt resumes from the newest.
+ *   evaluate   with {model: bundle key prefix, dataset}  metrics {loss, accuracy, auc}
+ *
+ * Return codes: 0, or negative with err filled. Retryable (infrastructure) failures are the
+ * object-store codes for which tf_ml_retryable() is 1 (-EAGAIN, timeouts, connection errors);
+ * everything else is permanent: -EINVAL bad `with`, -ENOENT/-EBADMSG missing or bad data,
+ * -ERANGE diverging loss, -ECANCELED cancelled through ctx->cancel. */
+#ifndef TF_ML_STEPS_H
+#define TF_ML_STEPS_H
+
+#include "storage/objstore.h"
+
+#include <jansson.h>
+#include <stddef.h>
+
+struct tf_ml_ctx {
+	struct tf_objstore *store; /* the run's object store */
+	const char *prefix;        /* this step's key prefix, stable across attempts
+				      ("runs/<run>/<step>/") */
+	const char *workdir;       /* local scratch directory (may be NULL) */
+	const char *accelerator;   /* slice, e.g. "v4-8" (NULL: v4-8) */
+	volatile int *cancel;      /* nonzero: stop soon (may be NULL) */
+	void (*progress)(void *data, const char *json_line); /* progress events (may be NULL) */
+	void *progress_data;       /* passed to progress */
+};
+
+int tf_ml_data_prep_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
+			 json_t *metrics, char *err, size_t errlen);
+int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
+		     json_t *metrics, char *err, size_t errlen);
+int tf_ml_evaluate_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
+			json_t *metrics, char *err, size_t errlen);
+
+/* 1 when a step's return code is worth retrying later (infrastructure), else 0. */
+int tf_ml_retryable(int rc);
+
+#endif

@@ -1,0 +1,48 @@
+/* digest.c — SHA-256 (OpenSSL EVP) as hex strings for the orchestrator. */
+#include "orchestrator/digest.h"
+#include "common/common.h"
+
+#include <openssl/evp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tf_sha256 {
+	EVP_MD_CTX *ctx; /* running digest */
+};
+
+struct tf_sha256 *tf_sha256_new(void)
+{
+	struct tf_sha256 *h = tf_xcalloc(1, sizeof(*h));
+	h->ctx = EVP_MD_CTX_new();
+	if (!h->ctx || EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL) != 1) {
+		fprintf(stderr, "tpuflow: OpenSSL cannot initialise SHA-256\n");
+		abort();
+	}
+	return h;
+}
+
+void tf_sha256_update(struct tf_sha256 *h, const void *data, size_t len)
+{
+	EVP_DigestUpdate(h->ctx, data, len);
+}
+
+void tf_sha256_update_str(struct tf_sha256 *h, const char *s)
+{
+	uint64_t n = s ? strlen(s) : UINT64_MAX;
+	tf_sha256_update(h, &n, sizeof(n));
+	if (s)
+		tf_sha256_update(h, s, strlen(s));
+}
+
+void tf_sha256_final(struct tf_sha256 *h, char hex[65])
+{
+	unsigned char md[32];
+	unsigned int len = 0;
+	EVP_DigestFinal_ex(h->ctx, md, &len);
+	for (int i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	EVP_MD_CTX_free(h->ctx);
+	free(h);
+}

@@ -1,0 +1,16 @@
+/* digest.h — SHA-256 as lowercase hex, for pipeline digests and step cache keys. */
+#ifndef TF_ORCH_DIGEST_H
+#define TF_ORCH_DIGEST_H
+
+#include <stddef.h>
+
+struct tf_sha256;
+
+/* Incremental hashing: new, update any number of times, then final (which frees it). */
+struct tf_sha256 *tf_sha256_new(void);
+void tf_sha256_update(struct tf_sha256 *h, const void *data, size_t len);
+/* Adds a string with its length in front, so ("ab","c") and ("a","bc") differ; NULL too. */
+void tf_sha256_update_str(struct tf_sha256 *h, const char *s);
+void tf_sha256_final(struct tf_sha256 *h, char hex[65]);
+
+#endif

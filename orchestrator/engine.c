@@ -1,0 +1,1594 @@
+/* engine.c — owns the execution of one run: the coordinator loop, the worker pool, retries,
+ * timeouts, gates, the step cache and clean interruption.
+ *
+ * Threads and ownership:
+ *  - The coordinator (the calling thread) owns every `struct estep` field marked [C] and the
+ *    database handle `e->db`; it alone changes state, always in this order: open a
+ *    transaction, apply a batch of transitions (finished attempts, the steps they unblock,
+ *    new attempts), commit, and only then hand new attempts to the workers. One commit per
+ *    batch keeps the per-step cost at about one fsync even for a 1000-step chain.
+ *  - Workers pop steps from the work queue, run the kind with their own database and
+ *    object-store handles, and push the step on the `done` list. Fields marked [W] are
+ *    written by the worker while the step runs and read by the coordinator after it pops the
+ *    step from `done` (the mutex orders the two).
+ *  - A signal thread (when opts.handle_signals) turns SIGINT/SIGTERM into `e->interrupted`.
+ *  Nobody polls: the coordinator sleeps on `coord_cv` until a worker finishes, a signal
+ *  arrives, or the nearest retry/timeout deadline (pthread_cond_timedwait).
+ *
+ * Cache key of a step (hex SHA-256): program version, step type, step name, accelerator, the
+ * resolved `with` as canonical JSON (sorted keys), and for every need its outputs and
+ * metrics as canonical JSON plus the size/checksum of each output that names an object in
+ * the store. register and deploy are never cached (they act on the registry).
+ */
+#include "orchestrator/engine.h"
+#include "orchestrator/digest.h"
+#include "orchestrator/view.h"
+#include "accel/tpu.h"
+#include "scheduler/sched.h"
+
+#define TF_LOG_TAG "engine"
+#include "common/common.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef TF_VERSION
+#define TF_VERSION "0"
+#endif
+
+#define PROGRESS_FLUSH_S 1.0 /* how often a step's progress line goes to the database */
+
+struct estep {
+	size_t idx;                  /* index in the pipeline */
+	const struct tf_step *def;   /* the step as loaded */
+	enum tf_step_state state;    /* [C] current state (as committed) */
+	int attempts;                /* [C] attempts made so far (the attempt counter) */
+	int budget_base;             /* [C] attempts before this engine started (retry budget) */
+	int unresolved;              /* [C] needs not yet final */
+	int queued;                  /* [C] handed to a worker, not yet back */
+	json_t *outputs, *metrics;   /* [C] results once done */
+	json_t *with;                /* [C] resolved inputs of the current attempt */
+	char cache_key[65];          /* [C] inputs hash ("" when not cacheable) */
+	double next_at;              /* [C] monotonic time of the next attempt (retrying) */
+	double deadline;             /* [C] monotonic timeout of the running attempt, 0 none */
+	double started;              /* [C] monotonic start of the running attempt */
+	double started_wall;         /* [C] wall start of the first attempt (view) */
+	double finished_wall;        /* [C] wall end (view) */
+	int timed_out;               /* [C] the coordinator raised cancel for the timeout */
+	volatile int cancel;         /* raised by the coordinator, read by the kind */
+	/* [W] results of the attempt that just finished */
+	int rc;
+	enum tf_fail_class failure;
+	int exit_code;
+	char err[512];
+	json_t *res_outputs, *res_metrics;
+	double ended;                /* monotonic end of the attempt */
+	char log_key[256];           /* object key of the uploaded log, "" if none */
+	/* progress, under e->mu */
+	char progress[512];
+	int progress_dirty;
+	double progress_flushed;     /* [C] */
+	char reason[512];            /* [C] skip/fail reason for the view */
+	char accel[48];              /* [C] slice type of the running attempt (train) */
+	char placement[128];         /* [C] where the scheduler put it, "" when unknown */
+	int chips;                   /* [C] chips held, 0 when unknown */
+	int job;                     /* [C] scheduler job of the current attempt, 0 none */
+	int awaiting_slice;          /* [C] attempt recorded, waiting for the scheduler */
+};
+
+struct engine {
+	const struct tf_engine_opts *o;
+	struct tf_pipeline *p;
+	char run_id[32];
+	char *home;
+	char *storage_url;
+	struct tf_store *db;         /* coordinator's handle */
+	struct estep *steps;
+	size_t n;
+	size_t **dependents;         /* dependents[i]: steps that need step i */
+	size_t *ndependents;
+	tf_step_kind_fn kinds[TF_STEP_LAST];
+
+	pthread_mutex_t mu;
+	pthread_cond_t coord_cv;     /* coordinator: a step finished, a signal, a stop */
+	pthread_cond_t work_cv;      /* workers: work queued or quit */
+	struct estep **queue;        /* ring of steps to run (capacity n) */
+	size_t qhead, qlen;
+	struct estep **done;         /* finished attempts awaiting the coordinator */
+	size_t ndone;
+	int quit;                    /* workers exit */
+	volatile int interrupted;    /* Ctrl-C / SIGTERM seen (under mu) */
+	int nrunning;                /* [C] steps queued or running */
+	pthread_t *workers;
+	int nworkers;
+	pthread_t sigthread;
+	int have_sigthread;
+	sigset_t oldmask;
+	struct tf_view *view;
+	unsigned rng;                /* jitter */
+	struct tf_sched *sched;      /* slice pool for train steps (created on first use) */
+	double sched_t0;             /* monotonic origin of scheduler time */
+	struct tf_sched_decisions decisions; /* scratch */
+};
+
+/* ---- helpers ------------------------------------------------------------------------- */
+
+static double u01(struct engine *e)
+{
+	e->rng = e->rng * 1103515245u + 12345u;
+	return (double)((e->rng >> 8) & 0xffffff) / 16777216.0;
+}
+
+double tf_engine_backoff(const struct tf_retry_policy *p, int retry, double u)
+{
+	double d = p->backoff > 0 ? p->backoff : 0;
+	double f = p->factor >= 1 ? p->factor : 1;
+	for (int i = 1; i < retry && d < 1e12; i++)
+		d *= f;
+	if (p->max_backoff > 0 && d > p->max_backoff)
+		d = p->max_backoff;
+	return d * u;
+}
+
+static char *canon(const json_t *v)
+{
+	if (!v)
+		return tf_xstrdup("null");
+	char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+	return s ? s : tf_xstrdup("null");
+}
+
+static int failure_retryable(const struct tf_retry_policy *p, enum tf_fail_class f)
+{
+	enum tf_failure_class c;
+	switch (f) {
+	case TF_FAIL_ERROR:
+		c = TF_FAILURE_ERROR;
+		break;
+	case TF_FAIL_TIMEOUT:
+		c = TF_FAILURE_TIMEOUT;
+		break;
+	case TF_FAIL_PREEMPTED:
+		c = TF_FAILURE_PREEMPTED;
+		break;
+	case TF_FAIL_INFRA:
+		c = TF_FAILURE_INFRA;
+		break;
+	default:
+		return 0;
+	}
+	return (p->on & (1u << c)) != 0;
+}
+
+/* ---- references ---------------------------------------------------------------------- */
+
+static json_t *lookup(void *ctx, const struct tf_ref *ref)
+{
+	struct engine *e = ctx;
+	if (ref->kind == TF_REF_PARAM)
+		return tf_pipeline_lookup_param(e->p, ref);
+	int si = ref->step_index;
+	if (si < 0 && ref->step)
+		si = tf_pipeline_step_index(e->p, ref->step);
+	if (si < 0 || (size_t)si >= e->n)
+		return NULL;
+	json_t *src = ref->kind == TF_REF_OUTPUT ? e->steps[si].outputs : e->steps[si].metrics;
+	json_t *v = src ? json_object_get(src, ref->name) : NULL;
+	return v ? json_incref(v) : NULL;
+}
+
+/* ---- the step cache ------------------------------------------------------------------ */
+
+static void cache_key(struct engine *e, struct estep *s, struct tf_objstore *os, char out[65])
+{
+	struct tf_sha256 *h = tf_sha256_new();
+	char *w = canon(s->with);
+	tf_sha256_update_str(h, "tpuflow-step-cache-1");
+	tf_sha256_update_str(h, TF_VERSION);
+	tf_sha256_update_str(h, tf_step_type_name(s->def->type));
+	tf_sha256_update_str(h, s->def->name);
+	tf_sha256_update_str(h, s->def->accelerator);
+	tf_sha256_update_str(h, w);
+	free(w);
+	for (size_t i = 0; i < s->def->nneeds; i++) {
+		struct estep *u = &e->steps[s->def->needs[i]];
+		char *a = canon(u->outputs), *b = canon(u->metrics);
+		tf_sha256_update_str(h, u->def->name);
+		tf_sha256_update_str(h, a);
+		tf_sha256_update_str(h, b);
+		free(a);
+		free(b);
+		/* Digest of upstream artifacts that are objects in the store. */
+		const char *k;
+		json_t *v;
+		json_object_foreach(u->outputs, k, v)
+		{
+			struct tf_obj_info info;
+			const char *key = json_string_value(v);
+			if (!os || !key || tf_objstore_key_check(key) || tf_objstore_head(os, key, &info))
+				continue;
+			char buf[160];
+			snprintf(buf, sizeof(buf), "%llu/%s/%08x", (unsigned long long)info.size,
+				 info.etag, info.has_crc32c ? info.crc32c : 0u);
+			tf_sha256_update_str(h, buf);
+		}
+	}
+	tf_sha256_final(h, out);
+}
+
+static int cache_lookup(struct engine *e, const char *key, json_t **outputs, json_t **metrics)
+{
+	struct tf_stmt *q = tf_store_query(e->db, "SELECT outputs, metrics FROM step_cache WHERE key=?",
+					   "t", key);
+	if (!q)
+		return -EIO;
+	int rc = tf_stmt_step(q);
+	if (rc == 1) {
+		*outputs = json_loads(tf_stmt_text(q, 0), 0, NULL);
+		*metrics = json_loads(tf_stmt_text(q, 1), 0, NULL);
+		rc = (*outputs && *metrics) ? 0 : -ENOENT;
+		if (rc) {
+			json_decref(*outputs);
+			json_decref(*metrics);
+		}
+	} else if (rc == 0) {
+		rc = -ENOENT;
+	}
+	tf_stmt_done(q);
+	return rc;
+}
+
+/* ---- workers ------------------------------------------------------------------------- */
+
+struct wctx {
+	struct engine *e;
+	struct tf_store *db;
+	struct tf_objstore *os;
+};
+
+struct progress_ctx {
+	struct engine *e;
+	struct estep *s;
+	const char *log_path; /* the attempt's log file */
+	const char *s_workdir; /* its directory, created on first use */
+	FILE *log;            /* open once something was logged */
+};
+
+static void progress_cb(void *data, const char *line)
+{
+	struct progress_ctx *pc = data;
+	pthread_mutex_lock(&pc->e->mu);
+	snprintf(pc->s->progress, sizeof(pc->s->progress), "%s", line);
+	pc->s->progress_dirty = 1;
+	pthread_mutex_unlock(&pc->e->mu);
+	if (!pc->log && pc->log_path && tf_mkdir_p(pc->s_workdir) == 0)
+		pc->log = fopen(pc->log_path, "a"); /* opened on first use: most steps never log */
+	if (pc->log) {
+		fprintf(pc->log, "%s\n", line);
+		fflush(pc->log);
+	}
+}
+
+int tf_step_run_workdir(struct tf_step_run *r)
+{
+	int rc = tf_mkdir_p(r->workdir);
+	if (rc)
+		snprintf(r->err, sizeof(r->err), "cannot create work directory '%s': %s", r->workdir,
+			 strerror(-rc));
+	return rc;
+}
+
+/* Outputs that name objects in the store are recorded as the step's artifacts (size and
+ * checksum as the store reports them). Best effort: a failure here fails nothing. */
+static void record_artifacts(struct wctx *w, const char *run, const char *step, json_t *outputs)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(outputs, k, v)
+	{
+		struct tf_obj_info info;
+		const char *key = json_string_value(v);
+		if (!key || tf_objstore_key_check(key) || tf_objstore_head(w->os, key, &info))
+			continue;
+		char digest[100];
+		if (info.has_crc32c)
+			snprintf(digest, sizeof(digest), "crc32c:%08x", info.crc32c);
+		else
+			snprintf(digest, sizeof(digest), "etag:%s", info.etag);
+		if (tf_store_run(w->db,
+				 "INSERT OR REPLACE INTO artifacts(run_id, step, name, uri, digest, size, "
+				 "created_at) VALUES(?,?,?,?,?,?,?)",
+				 "tttttid", run, step, k, key, digest, (int64_t)info.size,
+				 tf_now_wall()))
+			tf_warn("run '%s' step '%s': artifact '%s' not recorded: %s", run, step, k,
+				tf_store_errmsg(w->db));
+	}
+}
+
+static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
+{
+	struct engine *e = w->e;
+	char *workdir = tf_xasprintf("%s/work/%s/%s", e->home, e->run_id, s->def->name);
+	char *prefix = tf_xasprintf("runs/%s/%s/", e->run_id, s->def->name);
+	char *log_path = tf_xasprintf("%s/attempt-%d.log", workdir, attempt);
+	const char *acc = s->accel[0] ? s->accel : s->def->accelerator;
+	struct tf_step_run r = {
+		.run_id = e->run_id,
+		.step = s->def->name,
+		.def = s->def,
+		.with = with,
+		.attempt = attempt,
+		.home = e->home,
+		.workdir = workdir,
+		.prefix = prefix,
+		.accelerator = acc,
+		.log_path = log_path,
+		.db = w->db,
+		.timeout = s->def->timeout,
+		.cancel = &s->cancel,
+		.outputs = json_object(),
+		.metrics = json_object(),
+		.failure = TF_FAIL_ERROR,
+		.exit_code = -1,
+	};
+	struct progress_ctx pc = { .e = e, .s = s, .log_path = log_path, .s_workdir = workdir };
+	r.progress = progress_cb;
+	r.progress_data = &pc;
+	int rc = 0;
+	char err[512] = "";
+	if (!w->os) {
+		rc = tf_objstore_open(e->storage_url, &w->os, err, sizeof(err));
+		if (rc) {
+			snprintf(r.err, sizeof(r.err), "object store: %.480s", err);
+			r.failure = TF_FAIL_INFRA;
+			goto out;
+		}
+	}
+	if (!w->db) {
+		rc = tf_store_open_home(e->home, &w->db, err, sizeof(err));
+		if (rc) {
+			snprintf(r.err, sizeof(r.err), "%.500s", err);
+			r.failure = TF_FAIL_INFRA;
+			goto out;
+		}
+	}
+	r.db = w->db;
+	r.objstore = w->os;
+	tf_step_kind_fn fn = e->kinds[s->def->type];
+	if (!fn) {
+		snprintf(r.err, sizeof(r.err),
+			 "step type '%s' is not available in this build of tpuflow",
+			 tf_step_type_name(s->def->type));
+		r.failure = TF_FAIL_ERROR;
+		rc = -ENOSYS;
+		goto out;
+	}
+	rc = fn(&r);
+	if (pc.log) {
+		fclose(pc.log);
+		pc.log = NULL;
+	}
+	if (rc && !r.err[0])
+		snprintf(r.err, sizeof(r.err), "step failed: %s", strerror(rc < 0 ? -rc : rc));
+	if (rc == 0)
+		record_artifacts(w, e->run_id, s->def->name, r.outputs);
+out:
+	s->ended = tf_now_monotonic();
+	s->log_key[0] = '\0';
+	struct stat sb;
+	if (w->os && stat(log_path, &sb) == 0 && sb.st_size > 0) {
+		char *key = tf_xasprintf("%slogs/attempt-%d.log", prefix, attempt);
+		if (tf_objstore_put_file(w->os, key, log_path, 0) == 0)
+			snprintf(s->log_key, sizeof(s->log_key), "%s", key);
+		free(key);
+	}
+	s->rc = rc;
+	s->failure = rc ? r.failure : TF_FAIL_NONE;
+	s->exit_code = r.exit_code;
+	snprintf(s->err, sizeof(s->err), "%s", rc ? r.err : "");
+	s->res_outputs = r.outputs;
+	s->res_metrics = r.metrics;
+	free(workdir);
+	free(prefix);
+	free(log_path);
+}
+
+static void *worker_main(void *arg)
+{
+	struct wctx *w = arg;
+	struct engine *e = w->e;
+	pthread_mutex_lock(&e->mu);
+	for (;;) {
+		while (!e->quit && e->qlen == 0)
+			pthread_cond_wait(&e->work_cv, &e->mu);
+		if (e->quit && e->qlen == 0)
+			break;
+		struct estep *s = e->queue[e->qhead];
+		e->qhead = (e->qhead + 1) % e->n;
+		e->qlen--;
+		int attempt = s->attempts;
+		json_t *with = s->with;
+		pthread_mutex_unlock(&e->mu);
+		run_one(w, s, attempt, with);
+		pthread_mutex_lock(&e->mu);
+		e->done[e->ndone++] = s;
+		pthread_cond_signal(&e->coord_cv);
+	}
+	pthread_mutex_unlock(&e->mu);
+	tf_store_close(w->db);
+	tf_objstore_free(w->os);
+	free(w);
+	return NULL;
+}
+
+/* ---- signals ------------------------------------------------------------------------- */
+
+static void *signal_main(void *arg)
+{
+	struct engine *e = arg;
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGUSR2);
+	for (;;) {
+		int sig = 0;
+		if (sigwait(&set, &sig))
+			continue;
+		if (sig == SIGUSR2)
+			break; /* the engine is finishing */
+		pthread_mutex_lock(&e->mu);
+		int again = e->interrupted;
+		e->interrupted = 1;
+		pthread_cond_signal(&e->coord_cv);
+		pthread_mutex_unlock(&e->mu);
+		if (again) {
+			/* A second Ctrl-C: leave now; the run stays resumable. */
+			static const char msg[] = "\ntpuflow: stopped; resume with 'tpuflow runs resume'\n";
+			if (write(2, msg, sizeof(msg) - 1) < 0) {
+			}
+			_exit(130);
+		}
+	}
+	return NULL;
+}
+
+/* ---- the coordinator ----------------------------------------------------------------- */
+
+static void view_update(struct engine *e, int final)
+{
+	if (!e->view)
+		return;
+	struct tf_view_row *rows = tf_xcalloc(e->n, sizeof(*rows));
+	double now = tf_now_wall();
+	pthread_mutex_lock(&e->mu);
+	for (size_t i = 0; i < e->n; i++) {
+		struct estep *s = &e->steps[i];
+		rows[i].name = s->def->name;
+		rows[i].type = tf_step_type_name(s->def->type);
+		rows[i].state = tf_step_state_name(s->state);
+		rows[i].attempt = s->attempts;
+		rows[i].duration = s->started_wall > 0
+					   ? (s->finished_wall > 0 ? s->finished_wall : now) -
+						     s->started_wall
+					   : -1;
+		rows[i].progress = s->state == TF_STEP_RUNNING ? tf_xstrdup(s->progress) : NULL;
+		rows[i].reason = s->reason[0] ? s->reason : NULL;
+	}
+	pthread_mutex_unlock(&e->mu);
+	tf_view_update(e->view, rows, e->n, final);
+	for (size_t i = 0; i < e->n; i++)
+		free(rows[i].progress);
+	free(rows);
+}
+
+static void set_reason(struct estep *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_reason(struct estep *s, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(s->reason, sizeof(s->reason), fmt, ap);
+	va_end(ap);
+}
+
+/* Marks a step final in memory and counts down its dependents. `ready` collects dependents
+ * whose needs are now all final. */
+static void resolved(struct engine *e, struct estep *s, size_t *ready, size_t *nready)
+{
+	for (size_t k = 0; k < e->ndependents[s->idx]; k++) {
+		struct estep *d = &e->steps[e->dependents[s->idx][k]];
+		if (--d->unresolved == 0 && d->state == TF_STEP_PENDING)
+			ready[(*nready)++] = d->idx;
+	}
+}
+
+static int step_final(struct engine *e, struct estep *s, enum tf_step_state to,
+		      const struct tf_step_update *u, size_t *ready, size_t *nready)
+{
+	int rc = tf_step_set_state(e->db, e->run_id, s->def->name, to, u);
+	if (rc)
+		return rc;
+	s->state = to;
+	s->finished_wall = tf_now_wall();
+	if (u && u->reason)
+		snprintf(s->reason, sizeof(s->reason), "%s", u->reason);
+	resolved(e, s, ready, nready);
+	return 0;
+}
+
+/* ---- slices for train steps -------------------------------------------------------- */
+
+/* The embedded default pool of a generation: a v4 pool is 4x4x8 (as in the docs' example),
+ * other 3D generations 4x4x4, 2D generations 16x16. */
+static int ensure_pool(struct engine *e, const struct tf_tpu_gen *g, char *err, size_t errlen)
+{
+	if (!e->sched) {
+		if (tf_sched_new(NULL, &e->sched))
+			return -ENOMEM;
+		e->sched_t0 = tf_now_monotonic();
+	}
+	for (int i = 0; i < tf_sched_pool_count(e->sched); i++)
+		if (!strcmp(tf_sched_pool_name(e->sched, i), g->name))
+			return 0;
+	char spec[64];
+	if (g->torus_dims == 3)
+		snprintf(spec, sizeof(spec), "%s:%s", g->name, !strcmp(g->name, "v4") ? "4x4x8" : "4x4x4");
+	else
+		snprintf(spec, sizeof(spec), "%s:16x16", g->name);
+	int rc = tf_sched_add_pool(e->sched, g->name, spec, err, errlen);
+	return rc < 0 ? rc : 0;
+}
+
+/* Hands started train steps to `start` after a scheduler tick. */
+static void sched_dispatch(struct engine *e, struct estep **start, size_t *nstart)
+{
+	if (!e->sched)
+		return;
+	double now = tf_now_monotonic() - e->sched_t0;
+	tf_sched_tick(e->sched, now, &e->decisions);
+	for (size_t i = 0; i < e->decisions.n; i++) {
+		struct tf_sched_decision *d = &e->decisions.v[i];
+		if (d->action != TF_SCHED_START) {
+			tf_warn("scheduler: %s for job %d ignored by the in-process engine",
+				tf_sched_action_name(d->action), d->job);
+			continue;
+		}
+		for (size_t k = 0; k < e->n; k++) {
+			struct estep *s = &e->steps[k];
+			if (s->job != d->job || !s->awaiting_slice)
+				continue;
+			s->awaiting_slice = 0;
+			s->chips = d->chips;
+			snprintf(s->placement, sizeof(s->placement), "%s %d,%d,%d+%dx%dx%d",
+				 tf_sched_pool_name(e->sched, d->pool), d->box.origin[0],
+				 d->box.origin[1], d->box.origin[2], d->box.shape[0], d->box.shape[1],
+				 d->box.shape[2]);
+			start[(*nstart)++] = s;
+		}
+	}
+}
+
+/* Queues a train attempt with the scheduler; it starts when sched_dispatch places it. */
+static int slice_request(struct engine *e, struct estep *s, char *err, size_t errlen)
+{
+	struct tf_tpu_slice sl;
+	int rc = tf_tpu_slice_parse(s->accel, &sl, err, errlen);
+	if (rc == 0)
+		rc = ensure_pool(e, sl.gen, err, errlen);
+	if (rc)
+		return rc;
+	char name[160];
+	snprintf(name, sizeof(name), "%s/%s", e->run_id, s->def->name);
+	struct tf_sched_job_spec spec = { .name = name, .run = e->run_id, .slice = s->accel,
+					  .pool = sl.gen->name, .priority = 5, .preemptible = 1 };
+	rc = tf_sched_submit(e->sched, &spec, tf_now_monotonic() - e->sched_t0, &s->job, err,
+			     errlen);
+	if (rc)
+		return rc;
+	s->awaiting_slice = 1;
+	return 0;
+}
+
+/* The attempt's slice is released; *seconds receives the slice-seconds it held. */
+static void slice_release(struct engine *e, struct estep *s, int ok, double *seconds)
+{
+	struct tf_sched_job_info info;
+	double now = tf_now_monotonic() - e->sched_t0;
+	*seconds = 0;
+	if (!e->sched || !s->job)
+		return;
+	if (s->awaiting_slice)
+		tf_sched_cancel(e->sched, s->job, now);
+	else
+		tf_sched_finish(e->sched, s->job, now, ok);
+	if (tf_sched_job_info(e->sched, s->job, now, &info) == 0)
+		*seconds = info.slice_seconds;
+	s->job = 0;
+	s->awaiting_slice = 0;
+}
+
+/* Starts an attempt (state already pending or retrying): running + attempt row. */
+static int start_attempt(struct engine *e, struct estep *s, struct estep **start, size_t *nstart)
+{
+	char *w = canon(s->with);
+	struct tf_step_update u = { .with_json = w, .cache_key = s->cache_key[0] ? s->cache_key : NULL };
+	int rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_RUNNING, &u);
+	free(w);
+	if (rc)
+		return rc;
+	s->state = TF_STEP_RUNNING;
+	s->attempts++;
+	if (s->def->type == TF_STEP_TRAIN)
+		snprintf(s->accel, sizeof(s->accel), "%s",
+			 s->def->accelerator ? s->def->accelerator
+			 : e->o->default_accelerator ? e->o->default_accelerator
+						     : "v4-8");
+	rc = tf_attempt_create(e->db, e->run_id, s->def->name, s->attempts);
+	if (rc)
+		return rc;
+	if (s->started_wall <= 0)
+		s->started_wall = tf_now_wall();
+	s->reason[0] = '\0';
+	if (s->def->type == TF_STEP_TRAIN) {
+		char err[400] = "";
+		s->placement[0] = '\0';
+		s->chips = 0;
+		if (slice_request(e, s, err, sizeof(err))) {
+			/* No slice can ever fit: the attempt fails at once. */
+			s->rc = -EINVAL;
+			s->failure = TF_FAIL_ERROR;
+			s->exit_code = -1;
+			snprintf(s->err, sizeof(s->err), "slice '%s': %s", s->accel, err);
+			s->res_outputs = s->res_metrics = NULL;
+			s->ended = s->started = tf_now_monotonic();
+			s->queued = 1;
+			e->nrunning++;
+			pthread_mutex_lock(&e->mu);
+			e->done[e->ndone++] = s;
+			pthread_mutex_unlock(&e->mu);
+			return 0;
+		}
+		sched_dispatch(e, start, nstart);
+		if (s->awaiting_slice)
+			set_reason(s, "waiting for a %s slice", s->accel);
+		return 0;
+	}
+	start[(*nstart)++] = s;
+	return 0;
+}
+
+/* A step whose needs are all final: skip it, fail it, take it from the cache, or start it. */
+static int decide(struct engine *e, struct estep *s, struct tf_objstore *os, struct estep **start,
+		  size_t *nstart, size_t *ready, size_t *nready, int *cache_hits)
+{
+	char err[512] = "";
+	for (size_t i = 0; i < s->def->nneeds; i++) {
+		struct estep *u = &e->steps[s->def->needs[i]];
+		if (!tf_step_state_done(u->state)) {
+			char why[600];
+			snprintf(why, sizeof(why), "need '%s' %s", u->def->name,
+				 tf_step_state_name(u->state));
+			struct tf_step_update up = { .reason = why };
+			return step_final(e, s, TF_STEP_SKIPPED, &up, ready, nready);
+		}
+	}
+	if (s->def->when) {
+		int yes = 0;
+		int rc = tf_expr_eval_bool(s->def->when, lookup, e, &yes, err, sizeof(err));
+		if (rc) {
+			char why[700];
+			snprintf(why, sizeof(why), "when: %s", err);
+			struct tf_step_update up = { .reason = why };
+			return step_final(e, s, TF_STEP_FAILED, &up, ready, nready);
+		}
+		if (!yes) {
+			char why[700];
+			snprintf(why, sizeof(why), "when: %s is false", s->def->when_source);
+			struct tf_step_update up = { .reason = why };
+			return step_final(e, s, TF_STEP_SKIPPED, &up, ready, nready);
+		}
+	}
+	json_decref(s->with);
+	s->with = tf_step_render_with(s->def, lookup, e, err, sizeof(err));
+	if (!s->with) {
+		char why[700];
+		snprintf(why, sizeof(why), "cannot resolve inputs: %s", err);
+		struct tf_step_update up = { .reason = why };
+		return step_final(e, s, TF_STEP_FAILED, &up, ready, nready);
+	}
+	s->cache_key[0] = '\0';
+	if (s->def->cache && tf_engine_kind_cacheable(s->def->type)) {
+		json_t *o = NULL, *m = NULL;
+		cache_key(e, s, os, s->cache_key);
+		if (cache_lookup(e, s->cache_key, &o, &m) == 0) {
+			char *os_ = canon(o), *ms = canon(m), *w = canon(s->with);
+			struct tf_step_update up = { .outputs = os_, .metrics = ms, .with_json = w,
+						     .cache_key = s->cache_key, .cache_hit = 1,
+						     .reason = "cache hit" };
+			s->outputs = o;
+			s->metrics = m;
+			s->started_wall = tf_now_wall();
+			int rc = step_final(e, s, TF_STEP_CACHED, &up, ready, nready);
+			free(os_);
+			free(ms);
+			free(w);
+			(*cache_hits)++;
+			return rc;
+		}
+	}
+	return start_attempt(e, s, start, nstart);
+}
+
+/* Handles one finished attempt. */
+static int finished(struct engine *e, struct estep *s, struct estep **start, size_t *nstart,
+		    size_t *ready, size_t *nready, int interrupted)
+{
+	struct tf_attempt_result ar = { .failure = s->failure, .exit_code = s->exit_code,
+					.error = s->rc ? s->err : NULL,
+					.log_key = s->log_key[0] ? s->log_key : NULL };
+	int rc;
+	e->nrunning--;
+	s->queued = 0;
+	if (s->def->type == TF_STEP_TRAIN && s->job) {
+		/* The slice was held for the whole attempt, successful or not. */
+		double secs = 0;
+		slice_release(e, s, s->rc == 0, &secs);
+		sched_dispatch(e, start, nstart);
+		rc = tf_step_add_slice(e->db, e->run_id, s->def->name, s->accel, secs);
+		if (rc == 0)
+			rc = tf_store_run(e->db,
+					  "INSERT INTO slice_jobs(run_id, step, attempt, slice, "
+					  "placement, chips, started_at, finished_at, slice_seconds) "
+					  "VALUES(?,?,?,?,?,?,?,?,?)",
+					  "ttittiddd", e->run_id, s->def->name, (int64_t)s->attempts,
+					  s->accel, s->placement[0] ? s->placement : NULL,
+					  (int64_t)s->chips, tf_now_wall() - secs, tf_now_wall(), secs);
+		if (rc)
+			return rc;
+	}
+	if (s->rc == 0) {
+		rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
+					  TF_ATTEMPT_SUCCEEDED, &ar);
+		if (rc)
+			return rc;
+		char *o = canon(s->res_outputs), *m = canon(s->res_metrics);
+		struct tf_step_update up = { .outputs = o, .metrics = m };
+		s->outputs = s->res_outputs;
+		s->metrics = s->res_metrics;
+		s->res_outputs = s->res_metrics = NULL;
+		if (s->cache_key[0])
+			rc = tf_store_run(e->db,
+					  "INSERT OR REPLACE INTO step_cache(key, run_id, step, outputs, "
+					  "metrics, created_at) VALUES(?,?,?,?,?,?)",
+					  "tttttd", s->cache_key, e->run_id, s->def->name, o, m,
+					  tf_now_wall());
+		if (rc == 0)
+			rc = step_final(e, s, TF_STEP_SUCCEEDED, &up, ready, nready);
+		free(o);
+		free(m);
+		return rc;
+	}
+	json_decref(s->res_outputs);
+	json_decref(s->res_metrics);
+	s->res_outputs = s->res_metrics = NULL;
+	if (s->timed_out && s->failure != TF_FAIL_TIMEOUT) {
+		ar.failure = TF_FAIL_TIMEOUT;
+		char msg[600];
+		snprintf(msg, sizeof(msg), "timed out after %gs%s%s", s->def->timeout,
+			 s->err[0] ? ": " : "", s->err);
+		snprintf(s->err, sizeof(s->err), "%.500s", msg);
+		ar.error = s->err;
+	}
+	if (interrupted && !s->timed_out) {
+		ar.failure = TF_FAIL_CANCELLED;
+		if (!ar.error)
+			ar.error = "interrupted";
+		rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
+					  TF_ATTEMPT_CANCELLED, &ar);
+		if (rc == 0)
+			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING, NULL);
+		if (rc == 0)
+			s->state = TF_STEP_PENDING;
+		return rc;
+	}
+	int retries_used = s->attempts - s->budget_base - 1;
+	const struct tf_retry_policy *pol = &s->def->retries;
+	/* A kind missing from this build (-ENOSYS) fails the same way every time. */
+	int retry = !interrupted && s->rc != -ENOSYS && failure_retryable(pol, ar.failure) &&
+		    retries_used < pol->limit;
+	if (retry)
+		ar.backoff = tf_engine_backoff(pol, retries_used + 1, u01(e));
+	rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts, TF_ATTEMPT_FAILED,
+				  &ar);
+	if (rc)
+		return rc;
+	if (retry) {
+		struct tf_step_update up = { .reason = s->err,
+					     .next_attempt_at = tf_now_wall() + ar.backoff };
+		rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_RETRYING, &up);
+		if (rc)
+			return rc;
+		s->state = TF_STEP_RETRYING;
+		set_reason(s, "attempt %d %s: %s; retry in %.2fs", s->attempts,
+			   tf_failure_name(ar.failure), s->err, ar.backoff);
+		s->next_at = tf_now_monotonic() + ar.backoff;
+		if (ar.backoff <= 0)
+			return start_attempt(e, s, start, nstart);
+		return 0;
+	}
+	char why[700];
+	snprintf(why, sizeof(why), "%s (%s, attempt %d)", s->err, tf_failure_name(ar.failure),
+		 s->attempts);
+	struct tf_step_update up = { .reason = why };
+	return step_final(e, s, TF_STEP_FAILED, &up, ready, nready);
+}
+
+static void ts_after(struct timespec *ts, double seconds)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	double ns = (double)ts->tv_nsec + seconds * 1e9;
+	ts->tv_sec += (time_t)(ns / 1e9);
+	ts->tv_nsec = (long)fmod(ns, 1e9);
+}
+
+/* Drives the run until every step is final or the run is interrupted. */
+static int drive(struct engine *e, int *cache_hits)
+{
+	size_t *ready = tf_xcalloc(e->n + 1, sizeof(*ready));
+	struct estep **start = tf_xcalloc(e->n + 1, sizeof(*start));
+	struct estep **batch = tf_xcalloc(e->n + 1, sizeof(*batch));
+	size_t nready = 0;
+	struct tf_objstore *os = NULL;
+	char err[512];
+	int rc = 0, stopping = 0;
+
+	if (tf_objstore_open(e->storage_url, &os, err, sizeof(err)))
+		os = NULL; /* cache keys then hash the outputs only */
+
+	/* Initial frontier: pending steps with all needs final. */
+	for (size_t i = 0; i < e->n; i++)
+		if (e->steps[i].state == TF_STEP_PENDING && e->steps[i].unresolved == 0)
+			ready[nready++] = i;
+
+	for (;;) {
+		size_t nbatch = 0, nstart = 0;
+		int interrupted;
+		double now = tf_now_monotonic();
+
+		pthread_mutex_lock(&e->mu);
+		for (;;) {
+			interrupted = e->interrupted;
+			if (e->ndone || nready || (interrupted && !stopping))
+				break;
+			/* Nothing to do now: sleep until a worker finishes, a signal, or the nearest
+			 * deadline (retry backoff, step timeout, view refresh). */
+			double wake = 0;
+			int has_wake = 0;
+			now = tf_now_monotonic();
+			int due = 0;
+			for (size_t i = 0; i < e->n; i++) {
+				struct estep *s = &e->steps[i];
+				double t = 0;
+				if (s->state == TF_STEP_RETRYING && !stopping)
+					t = s->next_at;
+				else if (s->state == TF_STEP_RUNNING && s->deadline > 0 && !s->timed_out)
+					t = s->deadline;
+				else
+					continue;
+				if (t <= now) {
+					due = 1;
+					break;
+				}
+				if (!has_wake || t < wake)
+					wake = t, has_wake = 1;
+			}
+			if (due)
+				break;
+			if (e->nrunning == 0 && !has_wake)
+				break; /* nothing left that can change */
+			if (e->view && e->nrunning > 0) {
+				double tick = now + tf_view_interval(e->view);
+				if (!has_wake || tick < wake)
+					wake = tick, has_wake = 1;
+			}
+			if (has_wake) {
+				struct timespec ts;
+				ts_after(&ts, wake - now);
+				pthread_cond_timedwait(&e->coord_cv, &e->mu, &ts);
+				if (e->ndone == 0 && !e->interrupted)
+					break; /* timer: re-check deadlines below */
+			} else {
+				pthread_cond_wait(&e->coord_cv, &e->mu);
+			}
+		}
+		for (size_t i = 0; i < e->ndone; i++)
+			batch[nbatch++] = e->done[i];
+		e->ndone = 0;
+		interrupted = e->interrupted;
+		pthread_mutex_unlock(&e->mu);
+
+		now = tf_now_monotonic();
+		if (interrupted && !stopping) {
+			stopping = 1;
+			for (size_t i = 0; i < e->n; i++)
+				if (e->steps[i].queued)
+					e->steps[i].cancel = 1;
+		}
+		/* Timeouts: raise cancel; the attempt is recorded when the kind returns. */
+		for (size_t i = 0; i < e->n; i++) {
+			struct estep *s = &e->steps[i];
+			if (s->state == TF_STEP_RUNNING && s->deadline > 0 && !s->timed_out &&
+			    now >= s->deadline) {
+				s->timed_out = 1;
+				s->cancel = 1;
+			}
+		}
+
+		rc = tf_store_begin(e->db);
+		if (rc)
+			break;
+		for (size_t i = 0; i < nbatch && rc == 0; i++)
+			rc = finished(e, batch[i], start, &nstart, ready, &nready, stopping);
+		/* Stopping: attempts still waiting for a slice never ran. */
+		for (size_t i = 0; i < e->n && rc == 0 && stopping; i++) {
+			struct estep *s = &e->steps[i];
+			if (!s->awaiting_slice)
+				continue;
+			double secs;
+			slice_release(e, s, 0, &secs);
+			struct tf_attempt_result ar = { .failure = TF_FAIL_CANCELLED, .exit_code = -1,
+							.error = "interrupted while waiting for a slice" };
+			rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
+						  TF_ATTEMPT_CANCELLED, &ar);
+			if (rc == 0)
+				rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING,
+						       NULL);
+			s->state = TF_STEP_PENDING;
+		}
+		/* Retries whose backoff has passed. */
+		for (size_t i = 0; i < e->n && rc == 0; i++) {
+			struct estep *s = &e->steps[i];
+			if (s->state != TF_STEP_RETRYING)
+				continue;
+			if (stopping) {
+				rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING,
+						       NULL);
+				s->state = TF_STEP_PENDING;
+			} else if (s->next_at <= now) {
+				rc = start_attempt(e, s, start, &nstart);
+			}
+		}
+		/* Steps whose needs are final (the list grows while we decide). */
+		for (size_t i = 0; i < nready && rc == 0; i++) {
+			struct estep *s = &e->steps[ready[i]];
+			if (s->state != TF_STEP_PENDING || stopping)
+				continue;
+			rc = decide(e, s, os, start, &nstart, ready, &nready, cache_hits);
+		}
+		if (rc == 0)
+			nready = 0;
+		/* Progress lines to the database, at most once a second per step. */
+		for (size_t i = 0; i < e->n && rc == 0; i++) {
+			struct estep *s = &e->steps[i];
+			if (s->state != TF_STEP_RUNNING || now - s->progress_flushed < PROGRESS_FLUSH_S)
+				continue;
+			char line[sizeof(s->progress)];
+			int dirty;
+			pthread_mutex_lock(&e->mu);
+			dirty = s->progress_dirty;
+			s->progress_dirty = 0;
+			memcpy(line, s->progress, sizeof(line));
+			pthread_mutex_unlock(&e->mu);
+			if (dirty) {
+				rc = tf_step_set_progress(e->db, e->run_id, s->def->name, line);
+				s->progress_flushed = now;
+			}
+		}
+		if (rc) {
+			tf_error("run '%s': %s", e->run_id, tf_store_errmsg(e->db));
+			tf_store_rollback(e->db);
+			break;
+		}
+		rc = tf_store_commit(e->db);
+		if (rc) {
+			tf_error("run '%s': %s", e->run_id, tf_store_errmsg(e->db));
+			break;
+		}
+		/* Durable: now hand the new attempts to the workers. */
+		if (nstart) {
+			pthread_mutex_lock(&e->mu);
+			for (size_t i = 0; i < nstart; i++) {
+				struct estep *s = start[i];
+				if (s->queued)
+					continue; /* already handed over */
+				s->cancel = 0;
+				s->timed_out = 0;
+				s->started = tf_now_monotonic();
+				s->deadline = s->def->timeout > 0 ? s->started + s->def->timeout : 0;
+				s->queued = 1;
+				e->nrunning++;
+				e->queue[(e->qhead + e->qlen) % e->n] = s;
+				e->qlen++;
+			}
+			if (nstart == 1)
+				pthread_cond_signal(&e->work_cv);
+			else
+				pthread_cond_broadcast(&e->work_cv);
+			pthread_mutex_unlock(&e->mu);
+		}
+		view_update(e, 0);
+		if (e->nrunning == 0) {
+			int waiting = 0;
+			for (size_t i = 0; i < e->n; i++)
+				if (e->steps[i].state == TF_STEP_RETRYING || e->steps[i].awaiting_slice)
+					waiting = 1;
+			if (stopping || (!waiting && nready == 0))
+				break;
+		}
+	}
+	tf_objstore_free(os);
+	free(ready);
+	free(start);
+	free(batch);
+	return rc;
+}
+
+/* ---- setup and teardown -------------------------------------------------------------- */
+
+static void engine_release(struct engine *e)
+{
+	for (size_t i = 0; i < e->n; i++) {
+		json_decref(e->steps[i].outputs);
+		json_decref(e->steps[i].metrics);
+		json_decref(e->steps[i].with);
+		json_decref(e->steps[i].res_outputs);
+		json_decref(e->steps[i].res_metrics);
+		free(e->dependents ? e->dependents[i] : NULL);
+	}
+	free(e->steps);
+	free(e->dependents);
+	free(e->ndependents);
+	free(e->queue);
+	free(e->done);
+	free(e->workers);
+	tf_view_free(e->view);
+	tf_sched_decisions_release(&e->decisions);
+	tf_sched_free(e->sched);
+	tf_store_close(e->db);
+	tf_pipeline_free(e->p);
+	free(e->home);
+	free(e->storage_url);
+	pthread_mutex_destroy(&e->mu);
+	pthread_cond_destroy(&e->coord_cv);
+	pthread_cond_destroy(&e->work_cv);
+}
+
+static int engine_init(struct engine *e, const struct tf_engine_opts *o)
+{
+	memset(e, 0, sizeof(*e));
+	e->o = o;
+	/* Absolute, so paths handed to child processes (which run in their own directory)
+	 * stay valid. */
+	const char *h = o->home ? o->home : ".tpuflow";
+	tf_mkdir_p(h);
+	e->home = realpath(h, NULL);
+	if (!e->home)
+		e->home = tf_xstrdup(h);
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&e->coord_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_cond_init(&e->work_cv, NULL);
+	for (int t = 0; t < TF_STEP_LAST; t++)
+		e->kinds[t] = o->kinds[t] ? o->kinds[t] : tf_engine_builtin_kind((enum tf_step_type)t);
+	e->rng = (unsigned)getpid() ^ (unsigned)(tf_now_monotonic() * 1e6);
+	return 0;
+}
+
+/* Builds the in-memory steps from the pipeline and the database rows of the run. */
+static int load_steps(struct engine *e, int resuming)
+{
+	struct tf_pipeline *p = e->p;
+	e->n = p->nsteps;
+	e->steps = tf_xcalloc(e->n + 1, sizeof(*e->steps));
+	e->dependents = tf_xcalloc(e->n + 1, sizeof(*e->dependents));
+	e->ndependents = tf_xcalloc(e->n + 1, sizeof(*e->ndependents));
+	e->queue = tf_xcalloc(e->n + 1, sizeof(*e->queue));
+	e->done = tf_xcalloc(e->n + 1, sizeof(*e->done));
+	for (size_t i = 0; i < e->n; i++) {
+		struct estep *s = &e->steps[i];
+		s->idx = i;
+		s->def = &p->steps[i];
+		s->state = TF_STEP_PENDING;
+		for (size_t k = 0; k < s->def->nneeds; k++) {
+			size_t u = s->def->needs[k];
+			e->dependents[u] = tf_xrealloc(e->dependents[u],
+						       (e->ndependents[u] + 1) * sizeof(size_t));
+			e->dependents[u][e->ndependents[u]++] = i;
+		}
+	}
+	int rc = tf_store_begin(e->db);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < e->n && rc == 0; i++) {
+		struct estep *s = &e->steps[i];
+		struct tf_stmt *q = tf_store_query(e->db,
+						   "SELECT state, attempts, outputs, metrics, "
+						   "started_at, finished_at, reason FROM steps "
+						   "WHERE run_id=? AND name=?",
+						   "tt", e->run_id, s->def->name);
+		if (!q) {
+			rc = -EIO;
+			break;
+		}
+		rc = tf_stmt_step(q);
+		if (rc != 1) {
+			tf_stmt_done(q);
+			rc = rc == 0 ? -ENOENT : rc;
+			break;
+		}
+		rc = tf_step_state_parse(tf_stmt_text(q, 0), &s->state);
+		s->attempts = (int)tf_stmt_int(q, 1);
+		s->budget_base = s->attempts;
+		if (tf_step_state_done(s->state)) {
+			s->outputs = json_loads(tf_stmt_text(q, 2) ? tf_stmt_text(q, 2) : "{}", 0, NULL);
+			s->metrics = json_loads(tf_stmt_text(q, 3) ? tf_stmt_text(q, 3) : "{}", 0, NULL);
+			if (!s->outputs)
+				s->outputs = json_object();
+			if (!s->metrics)
+				s->metrics = json_object();
+			s->started_wall = tf_stmt_double(q, 4);
+			s->finished_wall = tf_stmt_double(q, 5);
+		}
+		tf_stmt_done(q);
+		if (rc)
+			break;
+		if (!resuming || tf_step_state_done(s->state))
+			continue;
+		/* Resume: anything not done starts again. An attempt left running died with the
+		 * process that ran it. */
+		if (s->state == TF_STEP_RUNNING && s->attempts > 0) {
+			struct tf_attempt_result ar = { .failure = TF_FAIL_INFRA, .exit_code = -1,
+							.error = "the engine stopped while it ran" };
+			enum tf_step_state st;
+			int n = 0;
+			(void)st;
+			int64_t open = 0;
+			if (tf_store_query_int(e->db, &open,
+					       "SELECT count(*) FROM attempts WHERE run_id=? AND "
+					       "step=? AND n=? AND state='running'",
+					       "tti", e->run_id, s->def->name, (int64_t)s->attempts) == 0 &&
+			    open)
+				rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
+							  TF_ATTEMPT_LOST, &ar);
+			(void)n;
+		}
+		if (rc == 0 && s->state != TF_STEP_PENDING) {
+			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING, NULL);
+			s->state = TF_STEP_PENDING;
+		}
+	}
+	if (rc) {
+		tf_store_rollback(e->db);
+		return rc;
+	}
+	rc = tf_store_commit(e->db);
+	for (size_t i = 0; i < e->n; i++) {
+		struct estep *s = &e->steps[i];
+		for (size_t k = 0; k < s->def->nneeds; k++)
+			if (!tf_step_state_final(e->steps[s->def->needs[k]].state))
+				s->unresolved++;
+	}
+	return rc;
+}
+
+static int start_threads(struct engine *e)
+{
+	if (e->o->handle_signals) {
+		sigset_t set;
+		sigemptyset(&set);
+		sigaddset(&set, SIGINT);
+		sigaddset(&set, SIGTERM);
+		sigaddset(&set, SIGUSR2);
+		pthread_sigmask(SIG_BLOCK, &set, &e->oldmask);
+		if (pthread_create(&e->sigthread, NULL, signal_main, e) == 0)
+			e->have_sigthread = 1;
+	}
+	e->nworkers = e->o->workers > 0 ? e->o->workers : 8;
+	if ((size_t)e->nworkers > e->n)
+		e->nworkers = (int)(e->n ? e->n : 1);
+	e->workers = tf_xcalloc((size_t)e->nworkers, sizeof(*e->workers));
+	for (int i = 0; i < e->nworkers; i++) {
+		struct wctx *w = tf_xcalloc(1, sizeof(*w));
+		w->e = e;
+		if (pthread_create(&e->workers[i], NULL, worker_main, w)) {
+			free(w);
+			e->nworkers = i;
+			return -EAGAIN;
+		}
+	}
+	return 0;
+}
+
+static void stop_threads(struct engine *e)
+{
+	pthread_mutex_lock(&e->mu);
+	e->quit = 1;
+	pthread_cond_broadcast(&e->work_cv);
+	pthread_mutex_unlock(&e->mu);
+	for (int i = 0; i < e->nworkers; i++)
+		pthread_join(e->workers[i], NULL);
+	e->nworkers = 0;
+	if (e->have_sigthread) {
+		pthread_kill(e->sigthread, SIGUSR2);
+		pthread_join(e->sigthread, NULL);
+		e->have_sigthread = 0;
+		/* Signals that arrived after the thread left stay pending; drop them. */
+		sigset_t pend;
+		sigpending(&pend);
+		pthread_sigmask(SIG_SETMASK, &e->oldmask, NULL);
+	}
+}
+
+static int execute(struct engine *e, struct tf_engine_result *res, char *err, size_t errlen)
+{
+	int cache_hits = 0, rc;
+	enum tf_run_state final;
+
+	if (e->o->out)
+		e->view = tf_view_new(e->o->out, e->o->tty, e->run_id, e->p->name);
+	rc = start_threads(e);
+	if (rc) {
+		snprintf(err, errlen, "cannot start worker threads");
+		stop_threads(e);
+		return rc;
+	}
+	view_update(e, 0);
+	rc = drive(e, &cache_hits);
+	stop_threads(e);
+	if (rc) {
+		snprintf(err, errlen, "run '%s': %s", e->run_id, tf_store_errmsg(e->db));
+		return rc;
+	}
+	int failed = 0, pending = 0;
+	const char *first_failed = NULL;
+	for (size_t i = 0; i < e->n; i++) {
+		if (e->steps[i].state == TF_STEP_FAILED) {
+			failed++;
+			if (!first_failed)
+				first_failed = e->steps[i].def->name;
+		} else if (!tf_step_state_final(e->steps[i].state)) {
+			pending++;
+		}
+	}
+	char msg[300] = "";
+	if (e->interrupted || pending) {
+		final = TF_RUN_INTERRUPTED;
+		snprintf(msg, sizeof(msg), "interrupted; resume with 'tpuflow runs resume %s'",
+			 e->run_id);
+	} else if (failed) {
+		final = TF_RUN_FAILED;
+		snprintf(msg, sizeof(msg), "step '%s' failed%s", first_failed,
+			 failed > 1 ? " (and others)" : "");
+	} else {
+		final = TF_RUN_SUCCEEDED;
+	}
+	rc = tf_run_set_state(e->db, e->run_id, final, msg[0] ? msg : NULL);
+	if (rc) {
+		snprintf(err, errlen, "run '%s': %s", e->run_id, tf_store_errmsg(e->db));
+		return rc;
+	}
+	view_update(e, 1);
+	memcpy(res->run_id, e->run_id, sizeof(res->run_id));
+	res->state = final;
+	res->summary = NULL;
+	rc = tf_engine_summary(e->db, e->run_id, &res->summary);
+	if (rc == 0)
+		json_object_set_new(res->summary, "cache_hits_this_time", json_integer(cache_hits));
+	return rc;
+}
+
+static char *default_storage(const struct tf_engine_opts *o, const struct tf_pipeline *p,
+			     const char *home)
+{
+	if (o->storage && *o->storage)
+		return tf_xstrdup(o->storage);
+	if (p->storage && *p->storage)
+		return tf_xstrdup(p->storage);
+	char *abs = realpath(home, NULL);
+	char *url = tf_xasprintf("file://%s/objects", abs ? abs : home);
+	free(abs);
+	return url;
+}
+
+int tf_engine_run_file(const struct tf_engine_opts *o, const char *path,
+		       const struct tf_param_override *ov, size_t nov, struct tf_diag_list *diags,
+		       struct tf_engine_result *res, char *err, size_t errlen)
+{
+	struct engine e;
+	int rc;
+	engine_init(&e, o);
+	rc = tf_pipeline_load(path, ov, nov, 0, &e.p, diags);
+	if (rc) {
+		snprintf(err, errlen, "pipeline '%s' has errors", path);
+		rc = -EINVAL;
+		goto out;
+	}
+	rc = tf_store_open_home(e.home, &e.db, err, errlen);
+	if (rc)
+		goto out;
+	e.storage_url = default_storage(o, e.p, e.home);
+	json_t *params = json_object();
+	for (size_t i = 0; i < nov; i++)
+		json_object_set_new(params, ov[i].name, json_string(ov[i].value));
+	char *pj = canon(params);
+	json_decref(params);
+	struct tf_run_step_def *defs = tf_xcalloc(e.p->nsteps + 1, sizeof(*defs));
+	for (size_t i = 0; i < e.p->nsteps; i++) {
+		defs[i].name = e.p->steps[i].name;
+		defs[i].type = tf_step_type_name(e.p->steps[i].type);
+	}
+	rc = tf_run_create(e.db, e.p->name, e.p->source, path, pj, e.storage_url, defs,
+			   e.p->nsteps, NULL, e.run_id);
+	free(defs);
+	free(pj);
+	if (rc == 0)
+		rc = tf_run_set_state(e.db, e.run_id, TF_RUN_RUNNING, NULL);
+	if (rc) {
+		snprintf(err, errlen, "%s", tf_store_errmsg(e.db));
+		goto out;
+	}
+	memcpy(res->run_id, e.run_id, sizeof(res->run_id));
+	rc = load_steps(&e, 0);
+	if (rc) {
+		snprintf(err, errlen, "%s", tf_store_errmsg(e.db));
+		goto out;
+	}
+	rc = execute(&e, res, err, errlen);
+out:
+	engine_release(&e);
+	return rc;
+}
+
+int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id,
+		     struct tf_engine_result *res, char *err, size_t errlen)
+{
+	struct engine e;
+	char *source = NULL, *path = NULL, *params = NULL, *storage = NULL;
+	struct tf_param_override *ov = NULL;
+	size_t nov = 0;
+	json_t *pj = NULL;
+	struct tf_diag_list diags = { 0 };
+	int64_t pid = 0;
+	enum tf_run_state state;
+	int rc;
+
+	engine_init(&e, o);
+	rc = tf_store_open_home(e.home, &e.db, err, errlen);
+	if (rc)
+		goto out;
+	rc = tf_run_find(e.db, run_id, e.run_id);
+	if (rc) {
+		snprintf(err, errlen,
+			 rc == -EEXIST ? "run id prefix '%s' is ambiguous: give more characters"
+				       : "no run '%s' in this state home (see 'tpuflow runs list')",
+			 run_id);
+		goto out;
+	}
+	rc = tf_run_get_state(e.db, e.run_id, &state);
+	if (rc)
+		goto out;
+	if (state == TF_RUN_SUCCEEDED) {
+		snprintf(err, errlen, "run '%s' already succeeded: nothing to resume", e.run_id);
+		rc = -EALREADY;
+		goto out;
+	}
+	if (state == TF_RUN_RUNNING &&
+	    tf_store_query_int(e.db, &pid, "SELECT pid FROM runs WHERE id=?", "t", e.run_id) == 0 &&
+	    pid > 0 && pid != getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) {
+		snprintf(err, errlen, "run '%s' is still being driven by process %lld", e.run_id,
+			 (long long)pid);
+		rc = -EBUSY;
+		goto out;
+	}
+	rc = tf_run_pipeline_source(e.db, e.run_id, &source, &path);
+	if (rc == 0)
+		rc = tf_store_query_text(e.db, &params, "SELECT params FROM runs WHERE id=?", "t",
+					 e.run_id);
+	if (rc == 0)
+		rc = tf_store_query_text(e.db, &storage, "SELECT storage FROM runs WHERE id=?", "t",
+					 e.run_id);
+	if (rc) {
+		snprintf(err, errlen, "%s", tf_store_errmsg(e.db));
+		goto out;
+	}
+	pj = json_loads(params ? params : "{}", 0, NULL);
+	if (pj && json_is_object(pj)) {
+		ov = tf_xcalloc(json_object_size(pj) + 1, sizeof(*ov));
+		const char *k;
+		json_t *v;
+		json_object_foreach(pj, k, v)
+		{
+			ov[nov].name = k;
+			ov[nov].value = json_string_value(v) ? json_string_value(v) : "";
+			nov++;
+		}
+	}
+	rc = tf_pipeline_load_buffer(path ? path : "pipeline", source, strlen(source), ov, nov, 0,
+				     &e.p, &diags);
+	if (rc) {
+		tf_diag_print(&diags, stderr);
+		snprintf(err, errlen, "the pipeline stored with run '%s' no longer loads", e.run_id);
+		goto out;
+	}
+	e.storage_url = storage ? tf_xstrdup(storage) : default_storage(o, e.p, e.home);
+	rc = tf_run_set_state(e.db, e.run_id, TF_RUN_RUNNING, NULL);
+	if (rc == 0)
+		rc = load_steps(&e, 1);
+	if (rc) {
+		snprintf(err, errlen, "%s", tf_store_errmsg(e.db));
+		goto out;
+	}
+	memcpy(res->run_id, e.run_id, sizeof(res->run_id));
+	rc = execute(&e, res, err, errlen);
+out:
+	tf_diag_list_release(&diags);
+	json_decref(pj);
+	free(ov);
+	free(source);
+	free(path);
+	free(params);
+	free(storage);
+	engine_release(&e);
+	return rc;
+}
+
+/* ---- summaries ----------------------------------------------------------------------- */
+
+int tf_engine_summary(struct tf_store *st, const char *run_id, json_t **out)
+{
+	json_t *d = NULL;
+	int rc = tf_run_describe(st, run_id, &d);
+	if (rc)
+		return rc;
+	json_t *doc = json_object();
+	json_object_set(doc, "run_id", json_object_get(d, "id"));
+	json_object_set(doc, "pipeline", json_object_get(d, "pipeline"));
+	json_object_set(doc, "status", json_object_get(d, "state"));
+	json_object_set(doc, "error", json_object_get(d, "error"));
+	json_t *started = json_object_get(d, "started_at"), *fin = json_object_get(d, "finished_at");
+	if (json_is_number(started) && json_is_number(fin))
+		json_object_set_new(doc, "duration",
+				    json_real(json_number_value(fin) - json_number_value(started)));
+	json_t *steps = json_array();
+	double slice_seconds = 0;
+	int hits = 0;
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(d, "steps"), i, s)
+	{
+		json_t *o = json_object();
+		static const char *const keys[] = { "name",    "type",    "state",    "attempts",
+						    "outputs", "metrics", "cache_hit", "reason",
+						    "duration", "slice",  "slice_seconds" };
+		for (size_t k = 0; k < TF_ARRAY_LEN(keys); k++) {
+			json_t *v = json_object_get(s, keys[k]);
+			if (v)
+				json_object_set(o, keys[k], v);
+		}
+		slice_seconds += json_number_value(json_object_get(s, "slice_seconds"));
+		if (json_is_true(json_object_get(s, "cache_hit")))
+			hits++;
+		json_array_append_new(steps, o);
+	}
+	json_object_set_new(doc, "steps", steps);
+	json_object_set_new(doc, "cache_hits", json_integer(hits));
+	json_object_set_new(doc, "slice_seconds", json_real(slice_seconds));
+	json_t *model = json_object_get(d, "model");
+	if (model) {
+		json_t *m = json_deep_copy(model);
+		int64_t mid = 0;
+		char *metrics = NULL;
+		if (tf_store_query_text(st, &metrics,
+					"SELECT v.metrics FROM model_versions v JOIN models m ON "
+					"m.id=v.model_id WHERE m.name=? AND v.version=?",
+					"ti", json_string_value(json_object_get(m, "name")),
+					(int64_t)json_integer_value(json_object_get(m, "version"))) == 0) {
+			json_t *mj = json_loads(metrics ? metrics : "{}", 0, NULL);
+			json_object_set_new(m, "metrics", mj ? mj : json_object());
+		}
+		free(metrics);
+		(void)mid;
+		json_object_set_new(doc, "model", m);
+	} else {
+		json_object_set_new(doc, "model", json_null());
+	}
+	json_t *deps = json_array();
+	struct tf_stmt *q = tf_store_query(st,
+					   "SELECT m.name, d.alias, d.version, d.canary_version, "
+					   "d.canary_percent FROM deployments d JOIN models m ON "
+					   "m.id=d.model_id WHERE d.run_id=? ORDER BY d.id",
+					   "t", run_id);
+	while (q && tf_stmt_step(q) == 1) {
+		json_t *o = json_pack("{s:s, s:s, s:I}", "model", tf_stmt_text(q, 0), "alias",
+				      tf_stmt_text(q, 1), "version", (json_int_t)tf_stmt_int(q, 2));
+		if (!tf_stmt_is_null(q, 3)) {
+			json_object_set_new(o, "canary_version", json_integer(tf_stmt_int(q, 3)));
+			json_object_set_new(o, "canary_percent", json_real(tf_stmt_double(q, 4)));
+		}
+		json_array_append_new(deps, o);
+	}
+	tf_stmt_done(q);
+	json_object_set_new(doc, "deployments", deps);
+	json_decref(d);
+	*out = doc;
+	return 0;
+}
+
+void tf_engine_print_summary(FILE *f, const json_t *sum)
+{
+	const char *status = json_string_value(json_object_get(sum, "status"));
+	fprintf(f, "\nrun %s %s", json_string_value(json_object_get(sum, "run_id")),
+		status ? status : "?");
+	json_t *dur = json_object_get(sum, "duration");
+	if (json_is_number(dur))
+		fprintf(f, " in %.1f s", json_number_value(dur));
+	fprintf(f, "\n");
+	const char *error = json_string_value(json_object_get(sum, "error"));
+	if (error)
+		fprintf(f, "  %s\n", error);
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(sum, "steps"), i, s)
+	{
+		const char *st = json_string_value(json_object_get(s, "state"));
+		if (st && (!strcmp(st, "failed") || !strcmp(st, "skipped")))
+			fprintf(f, "  %s %s: %s\n", json_string_value(json_object_get(s, "name")), st,
+				json_string_value(json_object_get(s, "reason"))
+					? json_string_value(json_object_get(s, "reason"))
+					: "");
+	}
+	json_t *m = json_object_get(sum, "model");
+	if (json_is_object(m)) {
+		fprintf(f, "  model: %s version %lld", json_string_value(json_object_get(m, "name")),
+			(long long)json_integer_value(json_object_get(m, "version")));
+		const char *k;
+		json_t *v;
+		int first = 1;
+		json_object_foreach(json_object_get(m, "metrics"), k, v)
+		{
+			if (!json_is_number(v))
+				continue;
+			fprintf(f, "%s%s %.4g", first ? " (" : ", ", k, json_number_value(v));
+			first = 0;
+		}
+		fprintf(f, "%s\n", first ? "" : ")");
+	}
+	json_array_foreach(json_object_get(sum, "deployments"), i, s)
+	{
+		fprintf(f, "  deployed: %s '%s' -> version %lld",
+			json_string_value(json_object_get(s, "model")),
+			json_string_value(json_object_get(s, "alias")),
+			(long long)json_integer_value(json_object_get(s, "version")));
+		if (json_object_get(s, "canary_version"))
+			fprintf(f, ", canary version %lld at %.3g%%",
+				(long long)json_integer_value(json_object_get(s, "canary_version")),
+				json_number_value(json_object_get(s, "canary_percent")));
+		fprintf(f, "\n");
+	}
+	fprintf(f, "  slice-seconds: %.1f   cache hits: %lld\n",
+		json_number_value(json_object_get(sum, "slice_seconds")),
+		(long long)json_integer_value(json_object_get(sum, "cache_hits")));
+}

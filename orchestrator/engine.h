@@ -1,0 +1,108 @@
+/* engine.h — runs a pipeline durably: `tpuflow run`, `runs resume` and `runs retry`.
+ *
+ * The engine drives one run in this process: a coordinator thread owns the run's state and
+ * commits every transition to the store before acting on it; a pool of worker threads runs
+ * the steps. Independent steps run in parallel; a finished step wakes the coordinator through
+ * a condition variable, so a dependent step starts within microseconds plus one commit.
+ *
+ * Step kinds are functions (struct tf_step_run below). Built in: data_prep, train, evaluate
+ * (ml/steps.h), register and deploy (the registry), shell (an argv run as a child process);
+ * tests and benchmarks may replace any of them through tf_engine_opts.kinds.
+ */
+#ifndef TF_ENGINE_H
+#define TF_ENGINE_H
+
+#include "orchestrator/pipeline.h"
+#include "orchestrator/state.h"
+#include "orchestrator/store.h"
+#include "storage/objstore.h"
+
+#include <jansson.h>
+#include <stdio.h>
+
+/* What a step kind gets and gives back. Inputs are borrowed for the call; the kind fills
+ * outputs/metrics (objects created by the engine) and, on failure, failure/err. */
+struct tf_step_run {
+	const char *run_id;          /* the run */
+	const char *step;            /* the step's name */
+	const struct tf_step *def;   /* the step as loaded (type, retries, timeout, ...) */
+	const json_t *with;          /* `with`, references resolved */
+	int attempt;                 /* 1, 2, ... */
+	const char *home;            /* state home */
+	const char *workdir;         /* scratch directory of this step, kept across attempts;
+					created by tf_step_run_workdir (not up front: most
+					steps never need one) */
+	const char *prefix;          /* object-key prefix of the step, stable across attempts and
+					resumes: "runs/RUN/STEP/" */
+	const char *accelerator;     /* slice the step runs on, e.g. "v4-8" (train) or NULL */
+	const char *log_path;        /* file in workdir the kind may append its log to
+					(uploaded to PREFIX/logs/attempt-N.log after) */
+	struct tf_objstore *objstore; /* the run's object store (this worker's handle) */
+	struct tf_store *db;         /* this worker's database handle */
+	double timeout;              /* seconds, 0 = none (the engine also raises *cancel) */
+	volatile int *cancel;        /* becomes non-zero on timeout or Ctrl-C: return soon */
+	void (*progress)(void *data, const char *json_line); /* progress lines (JSON) */
+	void *progress_data;
+	json_t *outputs;             /* out: output name -> value */
+	json_t *metrics;             /* out: metric name -> number */
+	enum tf_fail_class failure;     /* out on failure: class (default error) */
+	int exit_code;               /* out: process exit code, -1 when not a process */
+	char err[512];               /* out on failure: message for people */
+};
+
+/* Returns 0 on success, a negative code on failure (r->failure, r->err say more). */
+typedef int (*tf_step_kind_fn)(struct tf_step_run *r);
+
+/* Creates r->workdir (and parents); 0, or a negative errno with r->err filled. */
+int tf_step_run_workdir(struct tf_step_run *r);
+
+/* The built-in kind of a step type (NULL when this build has none). */
+tf_step_kind_fn tf_engine_builtin_kind(enum tf_step_type t);
+/* Whether results of this type may come from the cache (not register/deploy). */
+int tf_engine_kind_cacheable(enum tf_step_type t);
+
+struct tf_engine_opts {
+	const char *home;           /* state home (database, objects/, work/) */
+	const char *storage;        /* object store URL; else the pipeline's; else
+				       file://HOME/objects */
+	int workers;                /* steps running at once (0: 8) */
+	FILE *out;                  /* progress view (NULL: quiet) */
+	int tty;                    /* redraw a live view on `out` instead of plain lines */
+	int handle_signals;         /* SIGINT/SIGTERM stop the run cleanly (resumable) */
+	tf_step_kind_fn kinds[TF_STEP_LAST]; /* overrides per step type (NULL: built-in) */
+	const char *default_accelerator; /* for train steps without one (NULL: "v4-8") */
+};
+
+/* Outcome of driving a run. */
+struct tf_engine_result {
+	char run_id[32];         /* the run */
+	enum tf_run_state state; /* succeeded, failed or interrupted */
+	json_t *summary;         /* the --json summary document (caller releases) */
+};
+
+/* Loads `path` with the overrides, creates a run and drives it to the end. Returns 0 when
+ * the run was driven (its outcome in res->state), -EINVAL when the pipeline has errors (in
+ * diags), or another negative code when the engine itself could not work (message in err). */
+int tf_engine_run_file(const struct tf_engine_opts *o, const char *path,
+		       const struct tf_param_override *ov, size_t nov, struct tf_diag_list *diags,
+		       struct tf_engine_result *res, char *err, size_t errlen);
+
+/* Continues an existing run: steps that succeeded or were cached are kept; failed, skipped,
+ * running (after a crash) and retrying steps start again (a running train step resumes from
+ * its newest checkpoint). -EBUSY when a live process is still driving the run, -EALREADY
+ * when it already succeeded. */
+int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id,
+		     struct tf_engine_result *res, char *err, size_t errlen);
+
+/* The summary document of a run from the store (what --json prints at the end). */
+int tf_engine_summary(struct tf_store *st, const char *run_id, json_t **out);
+
+/* Prints the end-of-run summary for people. */
+void tf_engine_print_summary(FILE *f, const json_t *summary);
+
+/* Computes the retry delay before retry number `retry` (1 = first retry) with full jitter:
+ * uniform in [0, min(max_backoff, backoff * factor^(retry-1))]. `u` is the uniform draw in
+ * [0,1) (tests pass fixed values). */
+double tf_engine_backoff(const struct tf_retry_policy *p, int retry, double u);
+
+#endif

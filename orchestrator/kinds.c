@@ -1,0 +1,197 @@
+/* kinds.c — owns the built-in step kinds that act on the registry (register, deploy) and
+ * the table that maps step types to kinds. The ml kinds live in kinds_ml.c, shell in
+ * kinds_shell.c. */
+#include "orchestrator/engine.h"
+#include "orchestrator/kinds.h"
+#include "orchestrator/registry.h"
+
+#define TF_LOG_TAG "kinds"
+#include "common/common.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *with_str(const json_t *with, const char *key, char *buf, size_t len)
+{
+	json_t *v = json_object_get(with, key);
+	if (json_is_string(v))
+		return json_string_value(v);
+	if (json_is_integer(v)) {
+		snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+		return buf;
+	}
+	if (json_is_real(v)) {
+		snprintf(buf, len, "%.17g", json_real_value(v));
+		return buf;
+	}
+	return NULL;
+}
+
+int tf_kind_with_number(const json_t *with, const char *key, double *out)
+{
+	json_t *v = json_object_get(with, key);
+	if (!v || json_is_null(v))
+		return -ENOENT;
+	if (json_is_number(v)) {
+		*out = json_number_value(v);
+		return 0;
+	}
+	if (json_is_string(v)) {
+		char *end = NULL;
+		double d = strtod(json_string_value(v), &end);
+		if (end && end != json_string_value(v) && !*end) {
+			*out = d;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+/* Finds the step of this run whose outputs hold `bundle` (the train step) for lineage. */
+static void lineage(struct tf_step_run *r, const char *bundle, char **checkpoint, char **dataset,
+		    char **params)
+{
+	struct tf_stmt *q = tf_store_query(r->db,
+					   "SELECT outputs, with_json FROM steps WHERE run_id=? AND "
+					   "json_valid(outputs) AND json_extract(outputs, '$.bundle')=?",
+					   "tt", r->run_id, bundle);
+	if (!q)
+		return;
+	if (tf_stmt_step(q) == 1) {
+		json_t *o = json_loads(tf_stmt_text(q, 0), 0, NULL);
+		json_t *w = tf_stmt_text(q, 1) ? json_loads(tf_stmt_text(q, 1), 0, NULL) : NULL;
+		const char *ck = json_string_value(json_object_get(o, "checkpoint"));
+		const char *ds = json_string_value(json_object_get(w, "dataset"));
+		*checkpoint = ck ? tf_xstrdup(ck) : NULL;
+		*dataset = ds ? tf_xstrdup(ds) : NULL;
+		*params = w ? json_dumps(w, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+		json_decref(o);
+		json_decref(w);
+	}
+	tf_stmt_done(q);
+}
+
+static int kind_register(struct tf_step_run *r)
+{
+	char b1[64], b2[64];
+	const char *model = with_str(r->with, "model_name", b1, sizeof(b1));
+	const char *bundle = with_str(r->with, "bundle", b2, sizeof(b2));
+	const char *from = json_string_value(json_object_get(r->with, "metrics_from"));
+	char *metrics = NULL, *tags = NULL, *checkpoint = NULL, *dataset = NULL, *params = NULL;
+	int64_t version = 0;
+	int existed = 0, rc;
+
+	if (!model || !*model || !bundle || !*bundle) {
+		snprintf(r->err, sizeof(r->err), "register needs with.model_name and with.bundle");
+		return -EINVAL;
+	}
+	if (from) {
+		rc = tf_store_query_text(r->db, &metrics,
+					 "SELECT metrics FROM steps WHERE run_id=? AND name=?", "tt",
+					 r->run_id, from);
+		if (rc) {
+			snprintf(r->err, sizeof(r->err), "metrics_from: no step '%s' in this run", from);
+			return -EINVAL;
+		}
+	}
+	json_t *t = json_object_get(r->with, "tags");
+	if (json_is_object(t))
+		tags = json_dumps(t, JSON_COMPACT | JSON_SORT_KEYS);
+	lineage(r, bundle, &checkpoint, &dataset, &params);
+	struct tf_model_version_spec spec = {
+		.model = model, .run_id = r->run_id, .step = r->step, .bundle = bundle,
+		.checkpoint = checkpoint, .dataset = dataset, .metrics = metrics, .params = params,
+		.tags = tags,
+	};
+	rc = tf_registry_register(r->db, &spec, &version, &existed);
+	if (rc) {
+		snprintf(r->err, sizeof(r->err), "register '%s': %s", model, tf_store_errmsg(r->db));
+		r->failure = rc == -EBUSY ? TF_FAIL_INFRA : TF_FAIL_ERROR;
+		goto out;
+	}
+	json_object_set_new(r->outputs, "model", json_string(model));
+	json_object_set_new(r->outputs, "version", json_integer(version));
+	json_object_set_new(r->metrics, "version", json_integer(version));
+	if (existed)
+		tf_info("register: %s version %lld already recorded", model, (long long)version);
+out:
+	free(metrics);
+	free(tags);
+	free(checkpoint);
+	free(dataset);
+	free(params);
+	return rc;
+}
+
+static int kind_deploy(struct tf_step_run *r)
+{
+	char b1[64], b2[64], b3[64];
+	const char *model = with_str(r->with, "model_name", b1, sizeof(b1));
+	const char *ver = with_str(r->with, "version", b2, sizeof(b2));
+	const char *alias = with_str(r->with, "alias", b3, sizeof(b3));
+	double canary = 0;
+	int64_t version = 0;
+	json_t *dep = NULL;
+	int rc;
+
+	if (!model || !ver) {
+		snprintf(r->err, sizeof(r->err), "deploy needs with.model_name and with.version");
+		return -EINVAL;
+	}
+	if (!alias || !*alias)
+		alias = "production";
+	rc = tf_kind_with_number(r->with, "canary_percent", &canary);
+	if (rc == -EINVAL || canary < 0 || canary >= 100) {
+		snprintf(r->err, sizeof(r->err),
+			 "deploy: canary_percent must be a number from 0 to below 100");
+		return -EINVAL;
+	}
+	rc = tf_registry_resolve(r->db, model, ver, &version);
+	if (rc) {
+		snprintf(r->err, sizeof(r->err), "deploy: model '%s' has no version '%s'", model, ver);
+		return rc;
+	}
+	struct tf_deploy_spec d = { .model = model, .alias = alias, .version = version,
+				    .canary_percent = canary, .run_id = r->run_id, .step = r->step };
+	rc = tf_registry_deploy(r->db, &d, &dep);
+	if (rc) {
+		snprintf(r->err, sizeof(r->err), "deploy '%s': %s", model, tf_store_errmsg(r->db));
+		r->failure = rc == -EBUSY ? TF_FAIL_INFRA : TF_FAIL_ERROR;
+		return rc;
+	}
+	json_object_set_new(r->outputs, "alias", json_string(alias));
+	json_object_set_new(r->outputs, "version", json_integer(version));
+	json_t *cv = json_object_get(dep, "canary_version");
+	if (json_is_integer(cv))
+		json_object_set(r->outputs, "canary_version", cv);
+	json_decref(dep);
+	return 0;
+}
+
+tf_step_kind_fn tf_engine_builtin_kind(enum tf_step_type t)
+{
+	switch (t) {
+	case TF_STEP_REGISTER:
+		return kind_register;
+	case TF_STEP_DEPLOY:
+		return kind_deploy;
+	case TF_STEP_SHELL:
+		return tf_kind_shell;
+	case TF_STEP_DATA_PREP:
+		return tf_kind_data_prep;
+	case TF_STEP_TRAIN:
+		return tf_kind_train;
+	case TF_STEP_EVALUATE:
+		return tf_kind_evaluate;
+	default:
+		return NULL;
+	}
+}
+
+int tf_engine_kind_cacheable(enum tf_step_type t)
+{
+	return t != TF_STEP_REGISTER && t != TF_STEP_DEPLOY;
+}

@@ -1,0 +1,270 @@
+/* kinds_shell.c — owns the shell step: an argv list (never a shell string) run through the
+ * executors' `local` backend (executors/executor.h: posix_spawn into its own process group, a
+ * timeout or Ctrl-C kills the whole group with SIGTERM then SIGKILL after a grace period),
+ * stdout/stderr appended to the attempt's log, and outputs/metrics read back from files the
+ * program writes (docs/runs.md):
+ *
+ *   TPUFLOW_OUTPUTS  JSON object or key=value lines     -> outputs
+ *   TPUFLOW_METRICS  JSON object or key=value lines     -> metrics (numbers)
+ *   TPUFLOW_RESULT   {"outputs": {...}, "metrics": {...}}
+ *
+ * The executor watches the child through a pidfd, so its exit is seen at once; this thread
+ * wakes every 50 ms only to pass on a raised cancel flag. */
+#include "orchestrator/kinds.h"
+#include "executors/executor.h"
+
+#define TF_LOG_TAG "shell"
+#include "common/common.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define RESULT_MAX (1u << 20)
+
+/* Appends a captured stream to the attempt's log under a header line. */
+static void append_log(FILE *log, const char *title, const char *path)
+{
+	FILE *in = path ? fopen(path, "r") : NULL;
+	if (!in)
+		return;
+	char buf[8192];
+	size_t n, total = 0;
+	fprintf(log, "==> %s <==\n", title);
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0) {
+		fwrite(buf, 1, n, log);
+		total += n;
+		if (n && buf[n - 1] != '\n' && feof(in))
+			fputc('\n', log);
+	}
+	(void)total;
+	fclose(in);
+}
+
+/* Parses a results file: a JSON object, or key=value lines. Numbers stay numbers when
+ * `numbers` (metrics). Missing file: nothing added. */
+static int read_kv(const char *path, json_t *into, int numbers, char *err, size_t errlen)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	int rc = tf_read_file(path, RESULT_MAX, &buf, &len);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc) {
+		snprintf(err, errlen, "cannot read '%s': %s", path, strerror(-rc));
+		return rc;
+	}
+	const char *p = buf;
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+		p++;
+	if (*p == '{') {
+		json_error_t je;
+		json_t *o = json_loads(p, 0, &je);
+		if (!json_is_object(o)) {
+			snprintf(err, errlen, "'%s' line %d: %s", path, je.line, je.text);
+			json_decref(o);
+			free(buf);
+			return -EINVAL;
+		}
+		json_object_update(into, o);
+		json_decref(o);
+		free(buf);
+		return 0;
+	}
+	char *save = NULL;
+	for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *eq = strchr(line, '=');
+		size_t n = strlen(line);
+		if (n && line[n - 1] == '\r')
+			line[n - 1] = '\0';
+		if (!eq || eq == line)
+			continue;
+		*eq = '\0';
+		const char *v = eq + 1;
+		char *end = NULL;
+		double d = strtod(v, &end);
+		if (numbers && end != v && end && !*end)
+			json_object_set_new(into, line, json_real(d));
+		else
+			json_object_set_new(into, line, json_string(v));
+	}
+	free(buf);
+	return 0;
+}
+
+static int read_result(const char *path, json_t *outputs, json_t *metrics, char *err,
+		       size_t errlen)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	int rc = tf_read_file(path, RESULT_MAX, &buf, &len);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc) {
+		snprintf(err, errlen, "cannot read '%s': %s", path, strerror(-rc));
+		return rc;
+	}
+	json_error_t je;
+	json_t *o = json_loads(buf, 0, &je);
+	free(buf);
+	if (!json_is_object(o)) {
+		snprintf(err, errlen, "'%s' must hold {\"outputs\": {...}, \"metrics\": {...}}", path);
+		json_decref(o);
+		return -EINVAL;
+	}
+	if (json_is_object(json_object_get(o, "outputs")))
+		json_object_update(outputs, json_object_get(o, "outputs"));
+	if (json_is_object(json_object_get(o, "metrics")))
+		json_object_update(metrics, json_object_get(o, "metrics"));
+	json_decref(o);
+	return 0;
+}
+
+static char *scalar_text(json_t *v)
+{
+	if (json_is_string(v))
+		return tf_xstrdup(json_string_value(v));
+	return json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+}
+
+static int check_declared(json_t *names, json_t *have, const char *what, char *err,
+			  size_t errlen)
+{
+	size_t i;
+	json_t *n;
+	json_array_foreach(names, i, n)
+	{
+		const char *name = json_string_value(n);
+		if (name && !json_object_get(have, name)) {
+			snprintf(err, errlen,
+				 "the program did not write %s '%s' (write it to $TPUFLOW_%s or "
+				 "$TPUFLOW_RESULT)",
+				 what, name, !strcmp(what, "output") ? "OUTPUTS" : "METRICS");
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static int kind_shell(struct tf_step_run *r)
+{
+	json_t *argv_j = json_object_get(r->with, "argv");
+	json_t *env_j = json_object_get(r->with, "env");
+	size_t argc = json_array_size(argv_j), nenv = 0, i;
+	char **argv = NULL, **envp = NULL;
+	char *f_out = NULL, *f_met = NULL, *f_res = NULL;
+	int rc;
+
+	if (!argc) {
+		snprintf(r->err, sizeof(r->err), "shell step needs a non-empty with.argv list");
+		return -EINVAL;
+	}
+	rc = tf_step_run_workdir(r);
+	if (rc) {
+		r->failure = TF_FAIL_INFRA;
+		return rc;
+	}
+	f_out = tf_xasprintf("%s/outputs-%d", r->workdir, r->attempt);
+	f_met = tf_xasprintf("%s/metrics-%d", r->workdir, r->attempt);
+	f_res = tf_xasprintf("%s/result-%d.json", r->workdir, r->attempt);
+	unlink(f_out);
+	unlink(f_met);
+	unlink(f_res);
+
+	argv = tf_xcalloc(argc + 1, sizeof(*argv));
+	for (i = 0; i < argc; i++)
+		argv[i] = scalar_text(json_array_get(argv_j, i));
+	for (char **e = environ; *e; e++)
+		nenv++;
+	envp = tf_xcalloc(nenv + json_object_size(env_j) + 16, sizeof(*envp));
+	size_t k = 0;
+	for (char **e = environ; *e; e++)
+		if (strncmp(*e, "TPUFLOW_OUTPUTS=", 16) && strncmp(*e, "TPUFLOW_METRICS=", 16) &&
+		    strncmp(*e, "TPUFLOW_RESULT=", 15))
+			envp[k++] = tf_xstrdup(*e);
+	const char *key;
+	json_t *val;
+	json_object_foreach(env_j, key, val)
+	{
+		char *t = scalar_text(val);
+		envp[k++] = tf_xasprintf("%s=%s", key, t);
+		free(t);
+	}
+	envp[k++] = tf_xasprintf("TPUFLOW_OUTPUTS=%s", f_out);
+	envp[k++] = tf_xasprintf("TPUFLOW_METRICS=%s", f_met);
+	envp[k++] = tf_xasprintf("TPUFLOW_RESULT=%s", f_res);
+	envp[k++] = tf_xasprintf("TPUFLOW_RUN=%s", r->run_id);
+	envp[k++] = tf_xasprintf("TPUFLOW_STEP=%s", r->step);
+	envp[k++] = tf_xasprintf("TPUFLOW_ATTEMPT=%d", r->attempt);
+	envp[k++] = tf_xasprintf("TPUFLOW_PREFIX=%s", r->prefix);
+	envp[k++] = tf_xasprintf("TPUFLOW_WORKDIR=%s", r->workdir);
+
+	char *log_dir = tf_xasprintf("%s/attempt-%d", r->workdir, r->attempt);
+	struct tf_exec_spec spec = { .argv = argv, .envp = envp, .cwd = r->workdir,
+				     .timeout = r->timeout, .log_dir = log_dir };
+	struct tf_exec *x = NULL;
+	struct tf_exec_result res;
+	char xerr[256] = "";
+	rc = tf_exec_start(&tf_executor_local, &spec, &x, xerr, sizeof(xerr));
+	if (rc) {
+		snprintf(r->err, sizeof(r->err), "cannot start '%s': %s", argv[0], xerr);
+		r->failure = rc == -ENOENT || rc == -EACCES ? TF_FAIL_ERROR : TF_FAIL_INFRA;
+		free(log_dir);
+		goto out;
+	}
+	int cancelled = 0;
+	for (;;) {
+		rc = tf_exec_wait(x, 0.05, &res);
+		if (rc == 0)
+			break;
+		if (*r->cancel && !cancelled) {
+			tf_exec_cancel(x, TF_FAIL_CANCELLED);
+			cancelled = 1;
+		}
+	}
+	FILE *log = fopen(r->log_path, "a");
+	if (log) {
+		append_log(log, "stdout", tf_executor_local.log_path(x, 1));
+		append_log(log, "stderr", tf_executor_local.log_path(x, 2));
+		fprintf(log, "==> %s <==\n", res.message);
+		fclose(log);
+	}
+	tf_exec_free(x);
+	free(log_dir);
+	r->exit_code = res.exit_code;
+	if (res.fclass != TF_FAIL_NONE) {
+		snprintf(r->err, sizeof(r->err), "'%s': %s (see its log)", argv[0], res.message);
+		r->failure = res.fclass;
+		rc = res.exit_code > 0 ? -EIO : -EINTR;
+		goto out;
+	}
+	rc = read_result(f_res, r->outputs, r->metrics, r->err, sizeof(r->err));
+	if (rc == 0)
+		rc = read_kv(f_out, r->outputs, 0, r->err, sizeof(r->err));
+	if (rc == 0)
+		rc = read_kv(f_met, r->metrics, 1, r->err, sizeof(r->err));
+	if (rc == 0)
+		rc = check_declared(json_object_get(r->with, "outputs"), r->outputs, "output", r->err,
+				    sizeof(r->err));
+	if (rc == 0)
+		rc = check_declared(json_object_get(r->with, "metrics"), r->metrics, "metric", r->err,
+				    sizeof(r->err));
+out:
+	for (i = 0; argv && i < argc; i++)
+		free(argv[i]);
+	free(argv);
+	for (i = 0; envp && envp[i]; i++)
+		free(envp[i]);
+	free(envp);
+	free(f_out);
+	free(f_met);
+	free(f_res);
+	return rc;
+}
+
+const tf_step_kind_fn tf_kind_shell = kind_shell;

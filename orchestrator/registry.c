@@ -1,0 +1,501 @@
+/* registry.c — owns the model registry tables (models, model_versions, aliases, deployments).
+ *
+ * Versions are numbered per model as 1 + the highest so far, inside the same BEGIN IMMEDIATE
+ * transaction that inserts the row, so two registrations never get the same number. The
+ * UNIQUE (run_id, step) key backs the idempotence rule: looking it up first makes a resumed
+ * register step return the version it made before the crash.
+ */
+#include "orchestrator/registry.h"
+
+#define TF_LOG_TAG "registry"
+#include "common/common.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int tx_begin(struct tf_store *st, int *own)
+{
+	*own = !tf_store_in_transaction(st);
+	return *own ? tf_store_begin(st) : 0;
+}
+
+static int tx_end(struct tf_store *st, int own, int rc)
+{
+	if (!own)
+		return rc;
+	if (rc) {
+		tf_store_rollback(st);
+		return rc;
+	}
+	return tf_store_commit(st);
+}
+
+static int model_id(struct tf_store *st, const char *model, int create, int64_t *id)
+{
+	int rc = tf_store_query_int(st, id, "SELECT id FROM models WHERE name=?", "t", model);
+	if (rc == -ENOENT && create) {
+		rc = tf_store_run(st, "INSERT INTO models(name, created_at) VALUES(?,?)", "td", model,
+				  tf_now_wall());
+		if (rc == 0)
+			*id = tf_store_last_rowid(st);
+	}
+	return rc;
+}
+
+static int add_event(struct tf_store *st, const char *run, const char *step, const char *kind,
+		     const char *message)
+{
+	if (!run)
+		return 0;
+	return tf_store_run(st,
+			    "INSERT INTO events(at, run_id, step, kind, message) VALUES(?,?,?,?,?)",
+			    "dtttt", tf_now_wall(), run, step, kind, message);
+}
+
+int tf_registry_register(struct tf_store *st, const struct tf_model_version_spec *spec,
+			 int64_t *version, int *existed)
+{
+	int64_t mid = 0, v = 0;
+	int own, rc, found = 0;
+
+	if (!spec->model || !*spec->model || !spec->bundle || !*spec->bundle)
+		return -EINVAL;
+	rc = tx_begin(st, &own);
+	if (rc)
+		return rc;
+	rc = model_id(st, spec->model, 1, &mid);
+	if (rc)
+		goto out;
+	if (spec->run_id && spec->step) {
+		rc = tf_store_query_int(st, &v,
+					"SELECT version FROM model_versions WHERE run_id=? AND step=? "
+					"AND model_id=?",
+					"tti", spec->run_id, spec->step, mid);
+		if (rc == 0)
+			found = 1;
+		else if (rc != -ENOENT)
+			goto out;
+	}
+	if (!found) {
+		rc = tf_store_query_int(st, &v,
+					"SELECT version FROM model_versions WHERE model_id=? AND "
+					"bundle=? ORDER BY version LIMIT 1",
+					"it", mid, spec->bundle);
+		if (rc == 0)
+			found = 1;
+		else if (rc != -ENOENT)
+			goto out;
+	}
+	if (!found) {
+		rc = tf_store_query_int(st, &v,
+					"SELECT coalesce(max(version), 0) + 1 FROM model_versions "
+					"WHERE model_id=?",
+					"i", mid);
+		if (rc)
+			goto out;
+		rc = tf_store_run(st,
+				  "INSERT INTO model_versions(model_id, version, run_id, step, bundle, "
+				  "checkpoint, dataset, metrics, params, tags, created_at) "
+				  "VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+				  "iittttttttd", mid, v, spec->run_id ? spec->run_id : "",
+				  spec->step ? spec->step : "", spec->bundle, spec->checkpoint,
+				  spec->dataset, spec->metrics ? spec->metrics : "{}",
+				  spec->params ? spec->params : "{}", spec->tags ? spec->tags : "{}",
+				  tf_now_wall());
+		if (rc)
+			goto out;
+		char msg[300];
+		snprintf(msg, sizeof(msg), "registered %s version %lld", spec->model, (long long)v);
+		rc = add_event(st, spec->run_id, spec->step, "model", msg);
+	}
+out:
+	rc = tx_end(st, own, rc);
+	if (rc == 0) {
+		*version = v;
+		if (existed)
+			*existed = found;
+	}
+	return rc;
+}
+
+int tf_registry_resolve(struct tf_store *st, const char *model, const char *ref,
+			int64_t *version)
+{
+	int64_t mid, v = 0;
+	int rc = model_id(st, model, 0, &mid);
+	if (rc)
+		return rc;
+	const char *num = ref;
+	if ((ref[0] == 'v' || ref[0] == 'V') && ref[1] >= '0' && ref[1] <= '9')
+		num = ref + 1;
+	char *end = NULL;
+	long long n = strtoll(num, &end, 10);
+	if (*num && end && !*end) {
+		rc = tf_store_query_int(st, &v,
+					"SELECT version FROM model_versions WHERE model_id=? AND "
+					"version=?",
+					"ii", mid, (int64_t)n);
+	} else if (!strcmp(ref, "latest")) {
+		rc = tf_store_query_int(st, &v,
+					"SELECT max(version) FROM model_versions WHERE model_id=? "
+					"HAVING count(*) > 0",
+					"i", mid);
+	} else {
+		rc = tf_store_query_int(st, &v,
+					"SELECT version FROM aliases WHERE model_id=? AND alias=?", "it",
+					mid, ref);
+	}
+	if (rc == 0)
+		*version = v;
+	return rc;
+}
+
+static int set_alias(struct tf_store *st, int64_t mid, const char *alias, int64_t version)
+{
+	return tf_store_run(st,
+			    "INSERT INTO aliases(model_id, alias, version, updated_at) VALUES(?,?,?,?) "
+			    "ON CONFLICT(model_id, alias) DO UPDATE SET version=excluded.version, "
+			    "updated_at=excluded.updated_at",
+			    "itid", mid, alias, version, tf_now_wall());
+}
+
+int tf_registry_set_alias(struct tf_store *st, const char *model, const char *alias,
+			  int64_t version)
+{
+	int64_t mid, v;
+	int own, rc = tx_begin(st, &own);
+	if (rc)
+		return rc;
+	rc = model_id(st, model, 0, &mid);
+	if (rc == 0)
+		rc = tf_store_query_int(st, &v,
+					"SELECT version FROM model_versions WHERE model_id=? AND "
+					"version=?",
+					"ii", mid, version);
+	if (rc == 0)
+		rc = set_alias(st, mid, alias, version);
+	return tx_end(st, own, rc);
+}
+
+static json_t *deployment_row(struct tf_stmt *s, int base, const char *model)
+{
+	/* columns from base: alias, version, canary_version, canary_percent, previous_version,
+	 * created_at, run_id, step, id */
+	json_t *o = json_object();
+	json_object_set_new(o, "model", json_string(model));
+	json_object_set_new(o, "alias", json_string(tf_stmt_text(s, base)));
+	json_object_set_new(o, "version", json_integer(tf_stmt_int(s, base + 1)));
+	json_object_set_new(o, "canary_version", tf_stmt_is_null(s, base + 2)
+							 ? json_null()
+							 : json_integer(tf_stmt_int(s, base + 2)));
+	json_object_set_new(o, "canary_percent", json_real(tf_stmt_double(s, base + 3)));
+	json_object_set_new(o, "previous_version", tf_stmt_is_null(s, base + 4)
+							   ? json_null()
+							   : json_integer(tf_stmt_int(s, base + 4)));
+	json_object_set_new(o, "created_at", json_real(tf_stmt_double(s, base + 5)));
+	const char *run = tf_stmt_text(s, base + 6), *step = tf_stmt_text(s, base + 7);
+	json_object_set_new(o, "run_id", run ? json_string(run) : json_null());
+	json_object_set_new(o, "step", step ? json_string(step) : json_null());
+	json_object_set_new(o, "id", json_integer(tf_stmt_int(s, base + 8)));
+	return o;
+}
+
+#define DEPLOY_COLS                                                                           \
+	"alias, version, canary_version, canary_percent, previous_version, created_at, run_id, " \
+	"step, id"
+
+static int deployment_by(struct tf_store *st, const char *model, int64_t mid, const char *alias,
+			 json_t **out)
+{
+	struct tf_stmt *s = tf_store_query(st,
+					   "SELECT " DEPLOY_COLS " FROM deployments WHERE "
+					   "model_id=? AND alias=? AND active=1 ORDER BY id DESC LIMIT 1",
+					   "it", mid, alias);
+	if (!s)
+		return -EIO;
+	int rc = tf_stmt_step(s);
+	if (rc == 1) {
+		*out = deployment_row(s, 0, model);
+		rc = 0;
+	} else if (rc == 0) {
+		rc = -ENOENT;
+	}
+	tf_stmt_done(s);
+	return rc;
+}
+
+int tf_registry_deployment(struct tf_store *st, const char *model, const char *alias,
+			   json_t **out)
+{
+	int64_t mid;
+	int rc = model_id(st, model, 0, &mid);
+	if (rc)
+		return rc;
+	return deployment_by(st, model, mid, alias, out);
+}
+
+int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json_t **out)
+{
+	int64_t mid, v, cur = 0, id = 0;
+	int own, rc, has_cur = 0;
+	json_t *doc = NULL;
+
+	if (!d->alias || !*d->alias || d->canary_percent < 0 || d->canary_percent >= 100)
+		return -EINVAL;
+	rc = tx_begin(st, &own);
+	if (rc)
+		return rc;
+	rc = model_id(st, d->model, 0, &mid);
+	if (rc)
+		goto out;
+	rc = tf_store_query_int(st, &v,
+				"SELECT version FROM model_versions WHERE model_id=? AND version=?",
+				"ii", mid, d->version);
+	if (rc)
+		goto out;
+	if (d->run_id && d->step) {
+		rc = tf_store_query_int(st, &id, "SELECT id FROM deployments WHERE run_id=? AND step=?",
+					"tt", d->run_id, d->step);
+		if (rc == 0) { /* already done by an earlier attempt of this step */
+			struct tf_stmt *s = tf_store_query(st,
+							   "SELECT " DEPLOY_COLS
+							   " FROM deployments WHERE id=?",
+							   "i", id);
+			if (!s) {
+				rc = -EIO;
+				goto out;
+			}
+			if (tf_stmt_step(s) == 1)
+				doc = deployment_row(s, 0, d->model);
+			tf_stmt_done(s);
+			goto out;
+		}
+		if (rc != -ENOENT)
+			goto out;
+	}
+	rc = tf_store_query_int(st, &cur, "SELECT version FROM aliases WHERE model_id=? AND alias=?",
+				"it", mid, d->alias);
+	if (rc == 0)
+		has_cur = 1;
+	else if (rc != -ENOENT)
+		goto out;
+	int canary = d->canary_percent > 0 && has_cur && cur != d->version;
+	rc = tf_store_run(st, "UPDATE deployments SET active=0 WHERE model_id=? AND alias=?", "it",
+			  mid, d->alias);
+	if (rc)
+		goto out;
+	rc = tf_store_run(st,
+			  "INSERT INTO deployments(model_id, alias, version, canary_version, "
+			  "canary_percent, previous_version, run_id, step, active, created_at) "
+			  "VALUES(?1, ?2, ?3, CASE WHEN ?4 THEN ?5 ELSE NULL END, ?6, "
+			  "CASE WHEN ?7 THEN ?8 ELSE NULL END, ?9, ?10, 1, ?11)",
+			  "itiiidiittd", mid, d->alias, canary ? cur : d->version, (int64_t)canary,
+			  d->version, canary ? d->canary_percent : 0.0, (int64_t)has_cur, cur,
+			  d->run_id, d->step, tf_now_wall());
+	if (rc)
+		goto out;
+	id = tf_store_last_rowid(st);
+	rc = set_alias(st, mid, canary ? "canary" : d->alias, d->version);
+	if (rc)
+		goto out;
+	char msg[300];
+	if (canary)
+		snprintf(msg, sizeof(msg), "%s version %lld is the canary of '%s' at %.3g%%",
+			 d->model, (long long)d->version, d->alias, d->canary_percent);
+	else
+		snprintf(msg, sizeof(msg), "%s '%s' -> version %lld", d->model, d->alias,
+			 (long long)d->version);
+	rc = add_event(st, d->run_id, d->step, "deploy", msg);
+	if (rc)
+		goto out;
+	rc = deployment_by(st, d->model, mid, d->alias, &doc);
+out:
+	rc = tx_end(st, own, rc);
+	if (rc == 0 && out)
+		*out = doc;
+	else
+		json_decref(doc);
+	return rc;
+}
+
+static json_t *json_text(const char *t)
+{
+	if (!t)
+		return json_object();
+	json_t *v = json_loads(t, JSON_DECODE_ANY, NULL);
+	return v ? v : json_string(t);
+}
+
+static json_t *aliases_of(struct tf_store *st, int64_t mid)
+{
+	json_t *o = json_object();
+	struct tf_stmt *s = tf_store_query(
+		st, "SELECT alias, version FROM aliases WHERE model_id=? ORDER BY alias", "i", mid);
+	if (!s)
+		return o;
+	while (tf_stmt_step(s) == 1)
+		json_object_set_new(o, tf_stmt_text(s, 0), json_integer(tf_stmt_int(s, 1)));
+	tf_stmt_done(s);
+	return o;
+}
+
+int tf_registry_list(struct tf_store *st, json_t **out)
+{
+	struct tf_stmt *s = tf_store_query(
+		st,
+		"SELECT m.id, m.name, m.created_at, count(v.version), max(v.version) FROM models m "
+		"LEFT JOIN model_versions v ON v.model_id = m.id GROUP BY m.id ORDER BY m.name",
+		"");
+	if (!s)
+		return -EIO;
+	json_t *arr = json_array();
+	int rc;
+	while ((rc = tf_stmt_step(s)) == 1) {
+		json_t *o = json_object();
+		json_object_set_new(o, "name", json_string(tf_stmt_text(s, 1)));
+		json_object_set_new(o, "created_at", json_real(tf_stmt_double(s, 2)));
+		json_object_set_new(o, "versions", json_integer(tf_stmt_int(s, 3)));
+		json_object_set_new(o, "latest", tf_stmt_is_null(s, 4)
+							 ? json_null()
+							 : json_integer(tf_stmt_int(s, 4)));
+		json_object_set_new(o, "id", json_integer(tf_stmt_int(s, 0)));
+		json_array_append_new(arr, o);
+	}
+	tf_stmt_done(s);
+	if (rc < 0) {
+		json_decref(arr);
+		return rc;
+	}
+	size_t i;
+	json_t *o;
+	json_array_foreach(arr, i, o)
+	{
+		int64_t mid = json_integer_value(json_object_get(o, "id"));
+		json_object_set_new(o, "aliases", aliases_of(st, mid));
+		json_object_del(o, "id");
+	}
+	*out = arr;
+	return 0;
+}
+
+static json_t *version_row(struct tf_stmt *s)
+{
+	/* version, run_id, step, bundle, checkpoint, dataset, metrics, params, tags, created_at */
+	json_t *o = json_object();
+	json_object_set_new(o, "version", json_integer(tf_stmt_int(s, 0)));
+	json_object_set_new(o, "run_id", json_string(tf_stmt_text(s, 1)));
+	json_object_set_new(o, "step", json_string(tf_stmt_text(s, 2)));
+	json_object_set_new(o, "bundle", json_string(tf_stmt_text(s, 3)));
+	const char *ck = tf_stmt_text(s, 4), *ds = tf_stmt_text(s, 5);
+	json_object_set_new(o, "checkpoint", ck ? json_string(ck) : json_null());
+	json_object_set_new(o, "dataset", ds ? json_string(ds) : json_null());
+	json_object_set_new(o, "metrics", json_text(tf_stmt_text(s, 6)));
+	json_object_set_new(o, "params", json_text(tf_stmt_text(s, 7)));
+	json_object_set_new(o, "tags", json_text(tf_stmt_text(s, 8)));
+	json_object_set_new(o, "created_at", json_real(tf_stmt_double(s, 9)));
+	return o;
+}
+
+#define VERSION_COLS                                                                          \
+	"version, run_id, step, bundle, checkpoint, dataset, metrics, params, tags, created_at"
+
+static void attach_aliases(json_t *version, json_t *aliases)
+{
+	json_t *names = json_array();
+	const char *k;
+	json_t *v;
+	json_object_foreach(aliases, k, v)
+	{
+		if (json_integer_value(v) == json_integer_value(json_object_get(version, "version")))
+			json_array_append_new(names, json_string(k));
+	}
+	json_object_set_new(version, "aliases", names);
+}
+
+int tf_registry_version(struct tf_store *st, const char *model, int64_t version, json_t **out)
+{
+	int64_t mid;
+	int rc = model_id(st, model, 0, &mid);
+	if (rc)
+		return rc;
+	struct tf_stmt *s = tf_store_query(st,
+					   "SELECT " VERSION_COLS " FROM model_versions WHERE "
+					   "model_id=? AND version=?",
+					   "ii", mid, version);
+	if (!s)
+		return -EIO;
+	rc = tf_stmt_step(s);
+	json_t *o = NULL;
+	if (rc == 1) {
+		o = version_row(s);
+		rc = 0;
+	} else if (rc == 0) {
+		rc = -ENOENT;
+	}
+	tf_stmt_done(s);
+	if (rc == 0) {
+		json_t *aliases = aliases_of(st, mid);
+		attach_aliases(o, aliases);
+		json_decref(aliases);
+		json_object_set_new(o, "model", json_string(model));
+		*out = o;
+	}
+	return rc;
+}
+
+int tf_registry_show(struct tf_store *st, const char *model, json_t **out)
+{
+	int64_t mid;
+	int rc = model_id(st, model, 0, &mid);
+	if (rc)
+		return rc;
+	json_t *doc = json_object(), *versions = json_array(), *deps = json_array();
+	json_t *aliases = aliases_of(st, mid);
+	struct tf_stmt *s = tf_store_query(
+		st, "SELECT " VERSION_COLS " FROM model_versions WHERE model_id=? ORDER BY version",
+		"i", mid);
+	if (!s) {
+		rc = -EIO;
+		goto out;
+	}
+	while ((rc = tf_stmt_step(s)) == 1) {
+		json_t *v = version_row(s);
+		attach_aliases(v, aliases);
+		json_array_append_new(versions, v);
+	}
+	tf_stmt_done(s);
+	if (rc < 0)
+		goto out;
+	s = tf_store_query(st,
+			   "SELECT " DEPLOY_COLS ", active FROM deployments WHERE model_id=? "
+			   "ORDER BY id DESC LIMIT 20",
+			   "i", mid);
+	if (!s) {
+		rc = -EIO;
+		goto out;
+	}
+	while ((rc = tf_stmt_step(s)) == 1) {
+		json_t *d = deployment_row(s, 0, model);
+		json_object_set_new(d, "active", json_boolean(tf_stmt_int(s, 9)));
+		json_array_append_new(deps, d);
+	}
+	tf_stmt_done(s);
+	if (rc < 0)
+		goto out;
+	rc = 0;
+	json_object_set_new(doc, "name", json_string(model));
+	json_object_set(doc, "aliases", aliases);
+	json_object_set(doc, "versions", versions);
+	json_object_set(doc, "deployments", deps);
+	*out = doc;
+	doc = NULL;
+out:
+	json_decref(doc);
+	json_decref(versions);
+	json_decref(deps);
+	json_decref(aliases);
+	return rc;
+}

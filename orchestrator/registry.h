@@ -1,0 +1,71 @@
+/* registry.h — the model registry: models, auto-numbered versions with metrics, params, tags
+ * and lineage, aliases (production, canary, ...) and the deployment records serving reads.
+ *
+ * Every write is one transaction (or joins the caller's). Registering is idempotent per
+ * (run, step): a resumed or retried run gets back the version it already made instead of a
+ * second one; and a bundle already registered under the model (a cache hit upstream) maps
+ * to its existing version too.
+ */
+#ifndef TF_REGISTRY_H
+#define TF_REGISTRY_H
+
+#include "orchestrator/store.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+struct tf_model_version_spec {
+	const char *model;      /* model name (created on first use) */
+	const char *run_id;     /* lineage: the run and step that registered it */
+	const char *step;
+	const char *bundle;     /* object-store key of the exported bundle (required) */
+	const char *checkpoint; /* checkpoint key, or NULL */
+	const char *dataset;    /* dataset manifest key, or NULL */
+	const char *metrics;    /* JSON object text, or NULL */
+	const char *params;     /* JSON object text (training params), or NULL */
+	const char *tags;       /* JSON object text of string tags, or NULL */
+};
+
+/* Registers a version; *version receives its number, *existed (may be NULL) 1 when it was
+ * already registered by this run+step or with this bundle (nothing written then). */
+int tf_registry_register(struct tf_store *st, const struct tf_model_version_spec *spec,
+			 int64_t *version, int *existed);
+
+/* Resolves "3", "v3", "latest" or an alias name to a version number; -ENOENT. */
+int tf_registry_resolve(struct tf_store *st, const char *model, const char *ref,
+			int64_t *version);
+
+/* Points `alias` of `model` at an existing version (-ENOENT when either is missing). */
+int tf_registry_set_alias(struct tf_store *st, const char *model, const char *alias,
+			  int64_t version);
+
+struct tf_deploy_spec {
+	const char *model;     /* model name */
+	const char *alias;     /* serving label, e.g. "production" */
+	int64_t version;       /* the version being deployed */
+	double canary_percent; /* 0: the alias moves to `version` at once; 0 < p < 100: `version`
+				  takes p% of the traffic as the canary while the alias keeps its
+				  current version (if it has none, the alias moves) */
+	const char *run_id;    /* lineage (may be NULL for manual deployments) */
+	const char *step;
+};
+/* Records a deployment and moves the alias (and the "canary" alias for a canary rollout).
+ * Idempotent per (run, step). The previous active deployment of (model, alias) is retired.
+ * *out (may be NULL) receives the deployment as JSON (caller owns). */
+int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json_t **out);
+
+/* The active deployment of (model, alias) as {model, alias, version, canary_version,
+ * canary_percent, previous_version, created_at, run_id}; -ENOENT when none. */
+int tf_registry_deployment(struct tf_store *st, const char *model, const char *alias,
+			   json_t **out);
+
+/* Read models (caller owns *out):
+ * list: [{name, versions, latest, aliases: {alias: version}, created_at}]
+ * show: {name, created_at, aliases, versions: [{version, run_id, step, bundle, checkpoint,
+ *        dataset, metrics, params, tags, created_at, aliases: [...]}], deployments: [...]}
+ * version: one element of show's versions. */
+int tf_registry_list(struct tf_store *st, json_t **out);
+int tf_registry_show(struct tf_store *st, const char *model, json_t **out);
+int tf_registry_version(struct tf_store *st, const char *model, int64_t version, json_t **out);
+
+#endif

@@ -1,0 +1,780 @@
+/* state.c — owns the run, step and attempt state machines: every state change of the three
+ * passes through one set_state function here, which checks it against the diagrams below,
+ * writes it together with an event row, and commits (or joins the caller's transaction).
+ *
+ * Run:
+ *
+ *     pending ──> running ──┬──> succeeded
+ *                   ^  │    ├──> failed ───────┐
+ *                   │  │    └──> interrupted ──┤   (Ctrl-C / SIGTERM)
+ *                   │  └─ running (resume after a crash: the new process takes over)
+ *                   └──────────────────────────┘   (runs resume / runs retry)
+ *
+ * Step:
+ *
+ *     pending ──┬──> running ──┬──> succeeded
+ *        ^      │      │  ^    ├──> retrying ──> running   (backoff waited out)
+ *        │      │      │  │    └──> failed
+ *        │      ├──> cached │
+ *        │      ├──> skipped (gate false, or a need failed/skipped)
+ *        │      └──> failed (inputs could not be resolved)
+ *        ├── running, retrying (interrupted, or found running after a crash)
+ *        └── failed, skipped (runs retry / resume: try again)
+ *
+ * Attempt (created running):
+ *
+ *     running ──┬──> succeeded
+ *               ├──> failed (failure class: error, timeout, preempted, infra)
+ *               ├──> cancelled (Ctrl-C)
+ *               └──> lost (the engine died while it ran; found on resume)
+ */
+#include "orchestrator/state.h"
+#include "orchestrator/digest.h"
+
+#define TF_LOG_TAG "state"
+#include "common/common.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const run_names[TF_RUN_STATE_LAST] = {
+	"pending", "running", "succeeded", "failed", "interrupted",
+};
+static const char *const step_names[TF_STEP_STATE_LAST] = {
+	"pending", "running", "retrying", "succeeded", "cached", "skipped", "failed",
+};
+static const char *const attempt_names[TF_ATTEMPT_STATE_LAST] = {
+	"running", "succeeded", "failed", "cancelled", "lost",
+};
+static const char *const failure_names[TF_FAIL_LAST] = {
+	"none", "error", "timeout", "preempted", "infra", "cancelled",
+};
+
+const char *tf_run_state_name(enum tf_run_state s)
+{
+	return (unsigned)s < TF_RUN_STATE_LAST ? run_names[s] : "?";
+}
+
+const char *tf_step_state_name(enum tf_step_state s)
+{
+	return (unsigned)s < TF_STEP_STATE_LAST ? step_names[s] : "?";
+}
+
+const char *tf_attempt_state_name(enum tf_attempt_state s)
+{
+	return (unsigned)s < TF_ATTEMPT_STATE_LAST ? attempt_names[s] : "?";
+}
+
+const char *tf_failure_name(enum tf_fail_class f)
+{
+	return (unsigned)f < TF_FAIL_LAST ? failure_names[f] : "?";
+}
+
+static int parse_name(const char *const *names, int n, const char *name, int *out)
+{
+	for (int i = 0; name && i < n; i++)
+		if (!strcmp(names[i], name)) {
+			*out = i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+int tf_run_state_parse(const char *name, enum tf_run_state *out)
+{
+	int v, rc = parse_name(run_names, TF_RUN_STATE_LAST, name, &v);
+	if (rc == 0)
+		*out = (enum tf_run_state)v;
+	return rc;
+}
+
+int tf_step_state_parse(const char *name, enum tf_step_state *out)
+{
+	int v, rc = parse_name(step_names, TF_STEP_STATE_LAST, name, &v);
+	if (rc == 0)
+		*out = (enum tf_step_state)v;
+	return rc;
+}
+
+int tf_failure_parse(const char *name, enum tf_fail_class *out)
+{
+	int v, rc = parse_name(failure_names, TF_FAIL_LAST, name, &v);
+	if (rc == 0)
+		*out = (enum tf_fail_class)v;
+	return rc;
+}
+
+static int attempt_state_parse(const char *name, enum tf_attempt_state *out)
+{
+	int v, rc = parse_name(attempt_names, TF_ATTEMPT_STATE_LAST, name, &v);
+	if (rc == 0)
+		*out = (enum tf_attempt_state)v;
+	return rc;
+}
+
+int tf_step_state_done(enum tf_step_state s)
+{
+	return s == TF_STEP_SUCCEEDED || s == TF_STEP_CACHED;
+}
+
+int tf_step_state_final(enum tf_step_state s)
+{
+	return s == TF_STEP_SUCCEEDED || s == TF_STEP_CACHED || s == TF_STEP_SKIPPED ||
+	       s == TF_STEP_FAILED;
+}
+
+#define BIT(x) (1u << (x))
+
+int tf_run_transition_ok(enum tf_run_state from, enum tf_run_state to)
+{
+	static const unsigned allowed[TF_RUN_STATE_LAST] = {
+		[TF_RUN_PENDING] = BIT(TF_RUN_RUNNING),
+		[TF_RUN_RUNNING] = BIT(TF_RUN_SUCCEEDED) | BIT(TF_RUN_FAILED) |
+				   BIT(TF_RUN_INTERRUPTED) | BIT(TF_RUN_RUNNING),
+		[TF_RUN_SUCCEEDED] = 0,
+		[TF_RUN_FAILED] = BIT(TF_RUN_RUNNING),
+		[TF_RUN_INTERRUPTED] = BIT(TF_RUN_RUNNING),
+	};
+	if ((unsigned)from >= TF_RUN_STATE_LAST || (unsigned)to >= TF_RUN_STATE_LAST)
+		return 0;
+	return (allowed[from] & BIT(to)) != 0;
+}
+
+int tf_step_transition_ok(enum tf_step_state from, enum tf_step_state to)
+{
+	static const unsigned allowed[TF_STEP_STATE_LAST] = {
+		[TF_STEP_PENDING] = BIT(TF_STEP_RUNNING) | BIT(TF_STEP_CACHED) |
+				    BIT(TF_STEP_SKIPPED) | BIT(TF_STEP_FAILED),
+		[TF_STEP_RUNNING] = BIT(TF_STEP_SUCCEEDED) | BIT(TF_STEP_RETRYING) |
+				    BIT(TF_STEP_FAILED) | BIT(TF_STEP_PENDING),
+		[TF_STEP_RETRYING] = BIT(TF_STEP_RUNNING) | BIT(TF_STEP_PENDING) |
+				     BIT(TF_STEP_FAILED),
+		[TF_STEP_SUCCEEDED] = 0,
+		[TF_STEP_CACHED] = 0,
+		[TF_STEP_SKIPPED] = BIT(TF_STEP_PENDING),
+		[TF_STEP_FAILED] = BIT(TF_STEP_PENDING),
+	};
+	if ((unsigned)from >= TF_STEP_STATE_LAST || (unsigned)to >= TF_STEP_STATE_LAST)
+		return 0;
+	return (allowed[from] & BIT(to)) != 0;
+}
+
+int tf_attempt_transition_ok(enum tf_attempt_state from, enum tf_attempt_state to)
+{
+	return from == TF_ATTEMPT_RUNNING && to != TF_ATTEMPT_RUNNING &&
+	       (unsigned)to < TF_ATTEMPT_STATE_LAST;
+}
+
+/* Joins the caller's transaction, or opens one that `tx_end` commits. */
+static int tx_begin(struct tf_store *st, int *own)
+{
+	*own = !tf_store_in_transaction(st);
+	return *own ? tf_store_begin(st) : 0;
+}
+
+static int tx_end(struct tf_store *st, int own, int rc)
+{
+	if (!own)
+		return rc;
+	if (rc) {
+		tf_store_rollback(st);
+		return rc;
+	}
+	return tf_store_commit(st);
+}
+
+static int add_event(struct tf_store *st, const char *run, const char *step, int attempt,
+		     const char *kind, const char *from, const char *to, const char *message)
+{
+	return tf_store_run(st,
+			    "INSERT INTO events(at, run_id, step, attempt, kind, from_state, "
+			    "to_state, message) VALUES(?,?,?,nullif(?, 0),?,?,?,?)",
+			    "dttitttt", tf_now_wall(), run, step, (int64_t)(attempt > 0 ? attempt : 0),
+			    kind, from, to, message);
+}
+
+static int add_event_noattempt(struct tf_store *st, const char *run, const char *step,
+			       const char *kind, const char *from, const char *to,
+			       const char *message)
+{
+	return add_event(st, run, step, 0, kind, from, to, message);
+}
+
+int tf_event_add(struct tf_store *st, const char *run, const char *step, int attempt,
+		 const char *kind, const char *message)
+{
+	int own, rc = tx_begin(st, &own);
+	if (rc)
+		return rc;
+	rc = add_event(st, run, step, attempt, kind, NULL, NULL, message);
+	return tx_end(st, own, rc);
+}
+
+static void make_run_id(char out[32])
+{
+	time_t t = time(NULL);
+	struct tm tm;
+	unsigned char rnd[3] = { 0 };
+	FILE *f = fopen("/dev/urandom", "rb");
+	if (!f || fread(rnd, 1, sizeof(rnd), f) != sizeof(rnd)) {
+		unsigned v = (unsigned)getpid() ^ (unsigned)(tf_now_monotonic() * 1e6);
+		rnd[0] = (unsigned char)v;
+		rnd[1] = (unsigned char)(v >> 8);
+		rnd[2] = (unsigned char)(v >> 16);
+	}
+	if (f)
+		fclose(f);
+	gmtime_r(&t, &tm);
+	size_t n = strftime(out, 32, "%Y%m%d-%H%M%S-", &tm);
+	snprintf(out + n, 32 - n, "%02x%02x%02x", rnd[0], rnd[1], rnd[2]);
+}
+
+int tf_run_create(struct tf_store *st, const char *pipeline_name, const char *source,
+		  const char *path, const char *params_json, const char *storage,
+		  const struct tf_run_step_def *steps, size_t nsteps, const char *retry_of,
+		  char run_id[32])
+{
+	char digest[65], id[32];
+	int64_t pid = 0;
+	int own, rc;
+
+	struct tf_sha256 *h = tf_sha256_new();
+	tf_sha256_update(h, source, strlen(source));
+	tf_sha256_final(h, digest);
+	make_run_id(id);
+	rc = tx_begin(st, &own);
+	if (rc)
+		return rc;
+	rc = tf_store_run(st,
+			  "INSERT INTO pipelines(name, digest, path, source, created_at) "
+			  "VALUES(?,?,?,?,?) ON CONFLICT(name, digest) DO UPDATE SET path=excluded.path",
+			  "ttttd", pipeline_name, digest, path, source, tf_now_wall());
+	if (rc == 0)
+		rc = tf_store_query_int(st, &pid,
+					"SELECT id FROM pipelines WHERE name=? AND digest=?", "tt",
+					pipeline_name, digest);
+	if (rc == 0)
+		rc = tf_store_run(st,
+				  "INSERT INTO runs(id, pipeline_id, pipeline, state, params, storage, "
+				  "retry_of, created_at) VALUES(?,?,?,'pending',?,?,?,?)",
+				  "tittttd", id, pid, pipeline_name, params_json ? params_json : "{}",
+				  storage, retry_of, tf_now_wall());
+	for (size_t i = 0; rc == 0 && i < nsteps; i++)
+		rc = tf_store_run(st,
+				  "INSERT INTO steps(run_id, name, idx, type, state) "
+				  "VALUES(?,?,?,?,'pending')",
+				  "ttit", id, steps[i].name, (int64_t)i, steps[i].type);
+	if (rc == 0)
+		rc = add_event_noattempt(st, id, NULL, "run", NULL, "pending", pipeline_name);
+	rc = tx_end(st, own, rc);
+	if (rc == 0)
+		memcpy(run_id, id, sizeof(id));
+	return rc;
+}
+
+int tf_run_get_state(struct tf_store *st, const char *run, enum tf_run_state *out)
+{
+	char *s = NULL;
+	int rc = tf_store_query_text(st, &s, "SELECT state FROM runs WHERE id=?", "t", run);
+	if (rc == 0) {
+		rc = tf_run_state_parse(s, out);
+		free(s);
+	}
+	return rc;
+}
+
+int tf_run_set_state(struct tf_store *st, const char *run, enum tf_run_state to,
+		     const char *error)
+{
+	enum tf_run_state from;
+	int own, rc = tx_begin(st, &own);
+	if (rc)
+		return rc;
+	rc = tf_run_get_state(st, run, &from);
+	if (rc)
+		goto out;
+	if (!tf_run_transition_ok(from, to)) {
+		tf_error("run '%s': transition %s -> %s refused", run, tf_run_state_name(from),
+			 tf_run_state_name(to));
+		rc = -EINVAL;
+		goto out;
+	}
+	double now = tf_now_wall();
+	int final = to == TF_RUN_SUCCEEDED || to == TF_RUN_FAILED || to == TF_RUN_INTERRUPTED;
+	if (to == TF_RUN_RUNNING)
+		rc = tf_store_run(st,
+				  "UPDATE runs SET state=?, error=NULL, pid=?, finished_at=NULL, "
+				  "started_at=coalesce(started_at, ?) WHERE id=?",
+				  "tidt", tf_run_state_name(to), (int64_t)getpid(), now, run);
+	else
+		rc = tf_store_run(st,
+				  "UPDATE runs SET state=?, error=?, pid=NULL, "
+				  "finished_at=CASE WHEN ? THEN ? ELSE finished_at END WHERE id=?",
+				  "ttidt", tf_run_state_name(to), final ? error : NULL, (int64_t)final,
+				  now, run);
+	if (rc == 0)
+		rc = add_event_noattempt(st, run, NULL, "run", tf_run_state_name(from),
+					 tf_run_state_name(to), error);
+out:
+	return tx_end(st, own, rc);
+}
+
+int tf_step_get_state(struct tf_store *st, const char *run, const char *step,
+		      enum tf_step_state *state, int *attempts)
+{
+	struct tf_stmt *s =
+		tf_store_query(st, "SELECT state, attempts FROM steps WHERE run_id=? AND name=?",
+			       "tt", run, step);
+	if (!s)
+		return -EIO;
+	int rc = tf_stmt_step(s);
+	if (rc == 1) {
+		enum tf_step_state v;
+		rc = tf_step_state_parse(tf_stmt_text(s, 0), &v);
+		if (rc == 0) {
+			*state = v;
+			if (attempts)
+				*attempts = (int)tf_stmt_int(s, 1);
+		}
+	} else if (rc == 0) {
+		rc = -ENOENT;
+	}
+	tf_stmt_done(s);
+	return rc;
+}
+
+int tf_step_set_state(struct tf_store *st, const char *run, const char *step,
+		      enum tf_step_state to, const struct tf_step_update *u)
+{
+	static const struct tf_step_update none;
+	enum tf_step_state from;
+	int own, rc = tx_begin(st, &own);
+	if (rc)
+		return rc;
+	if (!u)
+		u = &none;
+	rc = tf_step_get_state(st, run, step, &from, NULL);
+	if (rc)
+		goto out;
+	if (!tf_step_transition_ok(from, to)) {
+		tf_error("run '%s' step '%s': transition %s -> %s refused", run, step,
+			 tf_step_state_name(from), tf_step_state_name(to));
+		rc = -EINVAL;
+		goto out;
+	}
+	double now = tf_now_wall();
+	int final = tf_step_state_final(to);
+	rc = tf_store_run(
+		st,
+		"UPDATE steps SET state=?1, reason=?2, outputs=coalesce(?3, outputs), "
+		"metrics=coalesce(?4, metrics), with_json=coalesce(?5, with_json), "
+		"cache_key=coalesce(?6, cache_key), cache_hit=?7, "
+		"attempts=attempts + (?1 = 'running'), "
+		"next_attempt_at=CASE WHEN ?1 = 'retrying' THEN ?8 ELSE NULL END, "
+		"started_at=CASE WHEN ?1 IN ('running','cached') AND started_at IS NULL THEN ?9 "
+		"WHEN ?1 = 'pending' THEN NULL ELSE started_at END, "
+		"finished_at=CASE WHEN ?10 THEN ?9 ELSE NULL END "
+		"WHERE run_id=?11 AND name=?12",
+		"ttttttidditt", tf_step_state_name(to), u->reason, u->outputs, u->metrics,
+		u->with_json, u->cache_key, (int64_t)(to == TF_STEP_CACHED || u->cache_hit),
+		u->next_attempt_at, now, (int64_t)final, run, step);
+	if (rc == 0)
+		rc = add_event_noattempt(st, run, step, "step", tf_step_state_name(from),
+					 tf_step_state_name(to), u->reason);
+out:
+	return tx_end(st, own, rc);
+}
+
+int tf_step_set_progress(struct tf_store *st, const char *run, const char *step,
+			 const char *json_line)
+{
+	return tf_store_run(st, "UPDATE steps SET progress=? WHERE run_id=? AND name=?", "ttt",
+			    json_line, run, step);
+}
+
+int tf_step_add_slice(struct tf_store *st, const char *run, const char *step, const char *slice,
+		      double seconds)
+{
+	return tf_store_run(st,
+			    "UPDATE steps SET slice=coalesce(?, slice), "
+			    "slice_seconds=slice_seconds + ? WHERE run_id=? AND name=?",
+			    "tdtt", slice, seconds, run, step);
+}
+
+int tf_attempt_create(struct tf_store *st, const char *run, const char *step, int n)
+{
+	int own, rc = tx_begin(st, &own);
+	if (rc)
+		return rc;
+	rc = tf_store_run(st,
+			  "INSERT INTO attempts(run_id, step, n, state, started_at) "
+			  "VALUES(?,?,?,'running',?)",
+			  "ttid", run, step, (int64_t)n, tf_now_wall());
+	if (rc == 0)
+		rc = add_event(st, run, step, n, "attempt", NULL, "running", NULL);
+	return tx_end(st, own, rc);
+}
+
+int tf_attempt_set_state(struct tf_store *st, const char *run, const char *step, int n,
+			 enum tf_attempt_state to, const struct tf_attempt_result *r)
+{
+	static const struct tf_attempt_result none = { .exit_code = -1 };
+	enum tf_attempt_state from;
+	char *cur = NULL;
+	int own, rc = tx_begin(st, &own);
+	if (rc)
+		return rc;
+	if (!r)
+		r = &none;
+	rc = tf_store_query_text(st, &cur,
+				 "SELECT state FROM attempts WHERE run_id=? AND step=? AND n=?",
+				 "tti", run, step, (int64_t)n);
+	if (rc)
+		goto out;
+	rc = attempt_state_parse(cur, &from);
+	if (rc)
+		goto out;
+	if (!tf_attempt_transition_ok(from, to)) {
+		tf_error("run '%s' step '%s' attempt %d: transition %s -> %s refused", run, step, n,
+			 tf_attempt_state_name(from), tf_attempt_state_name(to));
+		rc = -EINVAL;
+		goto out;
+	}
+	const char *fc = to == TF_ATTEMPT_SUCCEEDED ? NULL
+			 : r->failure != TF_FAIL_NONE ? tf_failure_name(r->failure)
+			 : to == TF_ATTEMPT_CANCELLED ? "cancelled"
+			 : to == TF_ATTEMPT_LOST	      ? "infra"
+							      : "error";
+	rc = tf_store_run(st,
+			  "UPDATE attempts SET state=?1, failure_class=?2, "
+			  "exit_code=CASE WHEN ?3 < 0 THEN NULL ELSE ?3 END, error=?4, "
+			  "backoff=?5, log_key=coalesce(?6, log_key), finished_at=?7 "
+			  "WHERE run_id=?8 AND step=?9 AND n=?10",
+			  "ttitdtdtti", tf_attempt_state_name(to), fc, (int64_t)r->exit_code, r->error, r->backoff, r->log_key, tf_now_wall(), run, step,
+			  (int64_t)n);
+	if (rc == 0)
+		rc = add_event(st, run, step, n, "attempt", tf_attempt_state_name(from),
+			       tf_attempt_state_name(to), r->error);
+out:
+	free(cur);
+	return tx_end(st, own, rc);
+}
+
+static json_t *json_or_null(const char *text)
+{
+	if (!text)
+		return json_null();
+	json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+	return v ? v : json_string(text);
+}
+
+static json_t *real_or_null(struct tf_stmt *s, int col)
+{
+	return tf_stmt_is_null(s, col) ? json_null() : json_real(tf_stmt_double(s, col));
+}
+
+static json_t *text_or_null(struct tf_stmt *s, int col)
+{
+	const char *t = tf_stmt_text(s, col);
+	return t ? json_string(t) : json_null();
+}
+
+int tf_runs_list(struct tf_store *st, int limit, json_t **out)
+{
+	struct tf_stmt *s = tf_store_query(
+		st,
+		"SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
+		"(SELECT count(*) FROM steps WHERE run_id=r.id), "
+		"(SELECT count(*) FROM steps WHERE run_id=r.id AND state IN "
+		"('succeeded','cached','skipped')), r.error "
+		"FROM runs r ORDER BY r.created_at DESC, r.id DESC LIMIT ?",
+		"i", (int64_t)(limit > 0 ? limit : -1));
+	if (!s)
+		return -EIO;
+	json_t *arr = json_array();
+	int rc;
+	while ((rc = tf_stmt_step(s)) == 1) {
+		json_t *o = json_object();
+		json_object_set_new(o, "id", text_or_null(s, 0));
+		json_object_set_new(o, "pipeline", text_or_null(s, 1));
+		json_object_set_new(o, "state", text_or_null(s, 2));
+		json_object_set_new(o, "created_at", real_or_null(s, 3));
+		json_object_set_new(o, "started_at", real_or_null(s, 4));
+		json_object_set_new(o, "finished_at", real_or_null(s, 5));
+		json_object_set_new(o, "steps", json_integer(tf_stmt_int(s, 6)));
+		json_object_set_new(o, "done", json_integer(tf_stmt_int(s, 7)));
+		json_object_set_new(o, "error", text_or_null(s, 8));
+		json_array_append_new(arr, o);
+	}
+	tf_stmt_done(s);
+	if (rc < 0) {
+		json_decref(arr);
+		return rc;
+	}
+	*out = arr;
+	return 0;
+}
+
+static int attempts_json(struct tf_store *st, const char *run, const char *step, json_t **out)
+{
+	struct tf_stmt *s = tf_store_query(
+		st,
+		"SELECT n, state, failure_class, exit_code, error, backoff, log_key, started_at, "
+		"finished_at FROM attempts WHERE run_id=? AND step=? ORDER BY n",
+		"tt", run, step);
+	if (!s)
+		return -EIO;
+	json_t *arr = json_array();
+	int rc;
+	while ((rc = tf_stmt_step(s)) == 1) {
+		json_t *o = json_object();
+		json_object_set_new(o, "n", json_integer(tf_stmt_int(s, 0)));
+		json_object_set_new(o, "state", text_or_null(s, 1));
+		json_object_set_new(o, "failure_class", text_or_null(s, 2));
+		json_object_set_new(o, "exit_code", tf_stmt_is_null(s, 3)
+							    ? json_null()
+							    : json_integer(tf_stmt_int(s, 3)));
+		json_object_set_new(o, "error", text_or_null(s, 4));
+		json_object_set_new(o, "backoff", real_or_null(s, 5));
+		json_object_set_new(o, "log", text_or_null(s, 6));
+		json_object_set_new(o, "started_at", real_or_null(s, 7));
+		json_object_set_new(o, "finished_at", real_or_null(s, 8));
+		json_array_append_new(arr, o);
+	}
+	tf_stmt_done(s);
+	if (rc < 0) {
+		json_decref(arr);
+		return rc;
+	}
+	*out = arr;
+	return 0;
+}
+
+int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
+{
+	json_t *doc = NULL, *steps = NULL;
+	struct tf_stmt *s = tf_store_query(
+		st,
+		"SELECT id, pipeline, state, params, storage, error, retry_of, created_at, "
+		"started_at, finished_at, pid FROM runs WHERE id=?",
+		"t", run);
+	if (!s)
+		return -EIO;
+	int rc = tf_stmt_step(s);
+	if (rc == 1) {
+		doc = json_object();
+		json_object_set_new(doc, "id", text_or_null(s, 0));
+		json_object_set_new(doc, "pipeline", text_or_null(s, 1));
+		json_object_set_new(doc, "state", text_or_null(s, 2));
+		json_object_set_new(doc, "params", json_or_null(tf_stmt_text(s, 3)));
+		json_object_set_new(doc, "storage", text_or_null(s, 4));
+		json_object_set_new(doc, "error", text_or_null(s, 5));
+		json_object_set_new(doc, "retry_of", text_or_null(s, 6));
+		json_object_set_new(doc, "created_at", real_or_null(s, 7));
+		json_object_set_new(doc, "started_at", real_or_null(s, 8));
+		json_object_set_new(doc, "finished_at", real_or_null(s, 9));
+		json_object_set_new(doc, "pid", tf_stmt_is_null(s, 10)
+							? json_null()
+							: json_integer(tf_stmt_int(s, 10)));
+		rc = 0;
+	} else if (rc == 0) {
+		rc = -ENOENT;
+	}
+	tf_stmt_done(s);
+	if (rc)
+		goto out;
+
+	s = tf_store_query(st,
+			   "SELECT name, type, state, attempts, reason, cache_hit, outputs, metrics, "
+			   "slice, slice_seconds, started_at, finished_at, progress, cache_key "
+			   "FROM steps WHERE run_id=? ORDER BY idx",
+			   "t", run);
+	if (!s) {
+		rc = -EIO;
+		goto out;
+	}
+	steps = json_array();
+	while ((rc = tf_stmt_step(s)) == 1) {
+		json_t *o = json_object();
+		json_object_set_new(o, "name", text_or_null(s, 0));
+		json_object_set_new(o, "type", text_or_null(s, 1));
+		json_object_set_new(o, "state", text_or_null(s, 2));
+		json_object_set_new(o, "attempts", json_integer(tf_stmt_int(s, 3)));
+		json_object_set_new(o, "reason", text_or_null(s, 4));
+		json_object_set_new(o, "cache_hit", json_boolean(tf_stmt_int(s, 5)));
+		json_t *outputs = json_or_null(tf_stmt_text(s, 6));
+		json_object_set_new(o, "outputs", json_is_null(outputs) ? json_object() : outputs);
+		if (json_is_null(outputs))
+			json_decref(outputs);
+		json_t *metrics = json_or_null(tf_stmt_text(s, 7));
+		json_object_set_new(o, "metrics", json_is_null(metrics) ? json_object() : metrics);
+		if (json_is_null(metrics))
+			json_decref(metrics);
+		json_object_set_new(o, "slice", text_or_null(s, 8));
+		json_object_set_new(o, "slice_seconds", json_real(tf_stmt_double(s, 9)));
+		json_object_set_new(o, "started_at", real_or_null(s, 10));
+		json_object_set_new(o, "finished_at", real_or_null(s, 11));
+		if (!tf_stmt_is_null(s, 10) && !tf_stmt_is_null(s, 11))
+			json_object_set_new(o, "duration",
+					    json_real(tf_stmt_double(s, 11) - tf_stmt_double(s, 10)));
+		json_object_set_new(o, "progress", json_or_null(tf_stmt_text(s, 12)));
+		json_object_set_new(o, "cache_key", text_or_null(s, 13));
+		json_array_append_new(steps, o);
+	}
+	tf_stmt_done(s);
+	if (rc < 0)
+		goto out;
+	rc = 0;
+	size_t i;
+	json_t *o;
+	json_array_foreach(steps, i, o)
+	{
+		json_t *att = NULL;
+		rc = attempts_json(st, run, json_string_value(json_object_get(o, "name")), &att);
+		if (rc)
+			goto out;
+		json_object_set_new(o, "attempts_detail", att);
+	}
+	json_object_set(doc, "steps", steps);
+
+	/* Objects the steps produced. */
+	s = tf_store_query(st,
+			   "SELECT step, name, uri, digest, size FROM artifacts WHERE run_id=? "
+			   "ORDER BY id",
+			   "t", run);
+	if (!s) {
+		rc = -EIO;
+		goto out;
+	}
+	json_t *arts = json_array();
+	while ((rc = tf_stmt_step(s)) == 1)
+		json_array_append_new(arts, json_pack("{s:s, s:s, s:s, s:o, s:I}", "step",
+						      tf_stmt_text(s, 0), "name", tf_stmt_text(s, 1),
+						      "uri", tf_stmt_text(s, 2), "digest",
+						      text_or_null(s, 3), "size",
+						      (json_int_t)tf_stmt_int(s, 4)));
+	tf_stmt_done(s);
+	json_object_set_new(doc, "artifacts", arts);
+	if (rc < 0)
+		goto out;
+
+	/* The model version a register step of this run made, if any. */
+	s = tf_store_query(st,
+			   "SELECT m.name, v.version, v.step FROM model_versions v "
+			   "JOIN models m ON m.id = v.model_id WHERE v.run_id=? ORDER BY v.created_at",
+			   "t", run);
+	if (!s) {
+		rc = -EIO;
+		goto out;
+	}
+	while ((rc = tf_stmt_step(s)) == 1)
+		json_object_set_new(doc, "model",
+				    json_pack("{s:s, s:I, s:s}", "name", tf_stmt_text(s, 0),
+					      "version", (json_int_t)tf_stmt_int(s, 1), "step",
+					      tf_stmt_text(s, 2)));
+	tf_stmt_done(s);
+	if (rc < 0)
+		goto out;
+	rc = 0;
+	*out = doc;
+	doc = NULL;
+out:
+	json_decref(steps);
+	json_decref(doc);
+	return rc;
+}
+
+int tf_run_events(struct tf_store *st, const char *run, const char *step, json_t **out)
+{
+	struct tf_stmt *s = tf_store_query(
+		st,
+		"SELECT at, step, attempt, kind, from_state, to_state, message FROM events "
+		"WHERE run_id=?1 AND (?2 IS NULL OR step=?2) ORDER BY id",
+		"tt", run, step);
+	if (!s)
+		return -EIO;
+	json_t *arr = json_array();
+	int rc;
+	while ((rc = tf_stmt_step(s)) == 1) {
+		json_t *o = json_object();
+		json_object_set_new(o, "at", real_or_null(s, 0));
+		json_object_set_new(o, "step", text_or_null(s, 1));
+		json_object_set_new(o, "attempt", tf_stmt_is_null(s, 2)
+							  ? json_null()
+							  : json_integer(tf_stmt_int(s, 2)));
+		json_object_set_new(o, "kind", text_or_null(s, 3));
+		json_object_set_new(o, "from", text_or_null(s, 4));
+		json_object_set_new(o, "to", text_or_null(s, 5));
+		json_object_set_new(o, "message", text_or_null(s, 6));
+		json_array_append_new(arr, o);
+	}
+	tf_stmt_done(s);
+	if (rc < 0) {
+		json_decref(arr);
+		return rc;
+	}
+	*out = arr;
+	return 0;
+}
+
+int tf_run_pipeline_source(struct tf_store *st, const char *run, char **source, char **path)
+{
+	struct tf_stmt *s = tf_store_query(st,
+					   "SELECT p.source, p.path FROM runs r JOIN pipelines p "
+					   "ON p.id = r.pipeline_id WHERE r.id=?",
+					   "t", run);
+	if (!s)
+		return -EIO;
+	int rc = tf_stmt_step(s);
+	if (rc == 1) {
+		*source = tf_stmt_strdup(s, 0);
+		if (path)
+			*path = tf_stmt_strdup(s, 1);
+		rc = 0;
+	} else if (rc == 0) {
+		rc = -ENOENT;
+	}
+	tf_stmt_done(s);
+	return rc;
+}
+
+int tf_run_find(struct tf_store *st, const char *prefix, char run_id[32])
+{
+	struct tf_stmt *s;
+	if (!strcmp(prefix, "latest"))
+		s = tf_store_query(st, "SELECT id FROM runs ORDER BY created_at DESC, id DESC LIMIT 1",
+				   "");
+	else
+		s = tf_store_query(st,
+				   "SELECT id FROM runs WHERE substr(id, 1, length(?1)) = ?1 "
+				   "ORDER BY id LIMIT 2",
+				   "t", prefix);
+	if (!s)
+		return -EIO;
+	int rc = tf_stmt_step(s), n = 0;
+	char found[32] = "";
+	while (rc == 1) {
+		if (!n++)
+			snprintf(found, sizeof(found), "%s", tf_stmt_text(s, 0));
+		if (!strcmp(tf_stmt_text(s, 0), prefix)) {
+			n = 1;
+			snprintf(found, sizeof(found), "%s", prefix);
+			break;
+		}
+		rc = tf_stmt_step(s);
+	}
+	tf_stmt_done(s);
+	if (rc < 0)
+		return rc;
+	if (n == 0)
+		return -ENOENT;
+	if (n > 1)
+		return -EEXIST;
+	memcpy(run_id, found, 32);
+	return 0;
+}

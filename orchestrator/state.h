@@ -1,0 +1,145 @@
+/* state.h — the durable state machines of runs, steps and attempts, and read access to them.
+ *
+ * One set_state function per object validates the transition against the diagram in
+ * orchestrator/state.c, writes it and an event row, and commits before returning, so a caller
+ * acts only on state that is already durable. Called inside an open transaction
+ * (tf_store_begin) it joins it instead, and the caller's commit makes the whole group durable
+ * at once (the engine batches a finished step and the steps it unblocks into one commit).
+ */
+#ifndef TF_STATE_H
+#define TF_STATE_H
+
+#include "executors/executor.h"
+#include "orchestrator/store.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+enum tf_run_state {
+	TF_RUN_PENDING,     /* created, not started */
+	TF_RUN_RUNNING,     /* a process is driving it (runs.pid) */
+	TF_RUN_SUCCEEDED,   /* every step succeeded, was cached or skipped by a gate */
+	TF_RUN_FAILED,      /* a step failed for good; `runs retry|resume` can continue it */
+	TF_RUN_INTERRUPTED, /* stopped by Ctrl-C / SIGTERM; `runs resume` continues it */
+	TF_RUN_STATE_LAST
+};
+
+enum tf_step_state {
+	TF_STEP_PENDING,   /* waiting for its needs */
+	TF_STEP_RUNNING,   /* an attempt is running */
+	TF_STEP_RETRYING,  /* an attempt failed; waiting out the backoff (next_attempt_at) */
+	TF_STEP_SUCCEEDED, /* outputs and metrics recorded */
+	TF_STEP_CACHED,    /* results reused from an earlier run with the same inputs */
+	TF_STEP_SKIPPED,   /* its `when` gate was false, or a need did not succeed (reason) */
+	TF_STEP_FAILED,    /* out of attempts, or a permanent failure */
+	TF_STEP_STATE_LAST
+};
+
+enum tf_attempt_state {
+	TF_ATTEMPT_RUNNING,
+	TF_ATTEMPT_SUCCEEDED,
+	TF_ATTEMPT_FAILED,    /* failure_class says why */
+	TF_ATTEMPT_CANCELLED, /* stopped by the user (Ctrl-C) */
+	TF_ATTEMPT_LOST,      /* its process died with the engine (found on resume) */
+	TF_ATTEMPT_STATE_LAST
+};
+
+/* Why an attempt failed (enum tf_fail_class of executors/executor.h: none, error, timeout,
+ * preempted, infra, cancelled); a step's retry policy names the classes it retries. */
+
+const char *tf_run_state_name(enum tf_run_state s);
+const char *tf_step_state_name(enum tf_step_state s);
+const char *tf_attempt_state_name(enum tf_attempt_state s);
+const char *tf_failure_name(enum tf_fail_class f);
+/* Name -> value; -EINVAL when unknown. */
+int tf_run_state_parse(const char *name, enum tf_run_state *out);
+int tf_step_state_parse(const char *name, enum tf_step_state *out);
+int tf_failure_parse(const char *name, enum tf_fail_class *out);
+
+/* 1 when a step in this state has its results (succeeded or cached). */
+int tf_step_state_done(enum tf_step_state s);
+/* 1 when the step will not change without a retry (succeeded, cached, skipped, failed). */
+int tf_step_state_final(enum tf_step_state s);
+
+/* Whether the diagram allows from -> to. */
+int tf_run_transition_ok(enum tf_run_state from, enum tf_run_state to);
+int tf_step_transition_ok(enum tf_step_state from, enum tf_step_state to);
+int tf_attempt_transition_ok(enum tf_attempt_state from, enum tf_attempt_state to);
+
+/* A new run: records the pipeline (deduplicated by digest), the run in state pending and its
+ * steps in state pending, in one transaction. `params_json` is a JSON object of the --param
+ * overrides as given. `run_id` receives the new id (buffer of at least 32 bytes). */
+struct tf_run_step_def {
+	const char *name; /* step name */
+	const char *type; /* step type */
+};
+int tf_run_create(struct tf_store *st, const char *pipeline_name, const char *source,
+		  const char *path, const char *params_json, const char *storage,
+		  const struct tf_run_step_def *steps, size_t nsteps, const char *retry_of,
+		  char run_id[32]);
+
+/* Run transitions. `error` (may be NULL) is kept on failed/interrupted and cleared otherwise;
+ * entering running records this process's pid. -EINVAL for a transition the diagram forbids,
+ * -ENOENT for an unknown run. */
+int tf_run_set_state(struct tf_store *st, const char *run, enum tf_run_state to,
+		     const char *error);
+int tf_run_get_state(struct tf_store *st, const char *run, enum tf_run_state *out);
+
+/* What changes with a step transition besides its state; NULL pointers leave a column as it
+ * is, except `reason`, which is replaced (NULL clears it). */
+struct tf_step_update {
+	const char *reason;     /* skipped/failed reason, for people */
+	const char *outputs;    /* JSON object text */
+	const char *metrics;    /* JSON object text */
+	const char *with_json;  /* resolved inputs */
+	const char *cache_key;  /* inputs hash */
+	int cache_hit;          /* entering cached */
+	double next_attempt_at; /* entering retrying: wall-clock time of the next attempt */
+};
+/* Step transitions. Entering running increments the step's attempt counter. */
+int tf_step_set_state(struct tf_store *st, const char *run, const char *step,
+		      enum tf_step_state to, const struct tf_step_update *u);
+int tf_step_get_state(struct tf_store *st, const char *run, const char *step,
+		      enum tf_step_state *state, int *attempts);
+/* Latest progress line of a running step (not a transition: no event, throttled by callers). */
+int tf_step_set_progress(struct tf_store *st, const char *run, const char *step,
+			 const char *json_line);
+/* Adds slice usage to a step (slice description, seconds). */
+int tf_step_add_slice(struct tf_store *st, const char *run, const char *step, const char *slice,
+		      double seconds);
+
+/* A new attempt `n` (the step's attempt counter after entering running) in state running. */
+int tf_attempt_create(struct tf_store *st, const char *run, const char *step, int n);
+struct tf_attempt_result {
+	enum tf_fail_class failure; /* for failed/cancelled/lost */
+	int exit_code;           /* process exit code, or -1 */
+	const char *error;       /* message for people */
+	double backoff;          /* seconds until the next attempt, when one follows */
+	const char *log_key;     /* object-store key of its log */
+};
+int tf_attempt_set_state(struct tf_store *st, const char *run, const char *step, int n,
+			 enum tf_attempt_state to, const struct tf_attempt_result *r);
+
+/* Appends an event that is not a state change (kind e.g. "model", "deploy", "cache"). */
+int tf_event_add(struct tf_store *st, const char *run, const char *step, int attempt,
+		 const char *kind, const char *message);
+
+/* Read models as JSON documents (caller owns *out):
+ * tf_runs_list: array of {id, pipeline, state, created_at, started_at, finished_at, steps,
+ *   done} newest first, at most `limit` (0: all).
+ * tf_run_describe: {id, pipeline, state, params, storage, error, retry_of, created_at, ...,
+ *   steps: [{name, type, state, attempts, reason, cache_hit, outputs, metrics, slice,
+ *   slice_seconds, started_at, finished_at, duration, attempts_detail: [...]}],
+ *   model: {name, version} when a register step made one}.
+ * tf_run_events: array of events in order, for one run (step may be NULL). */
+int tf_runs_list(struct tf_store *st, int limit, json_t **out);
+int tf_run_describe(struct tf_store *st, const char *run, json_t **out);
+int tf_run_events(struct tf_store *st, const char *run, const char *step, json_t **out);
+
+/* The pipeline source a run was created from (caller owns both strings; path may be NULL). */
+int tf_run_pipeline_source(struct tf_store *st, const char *run, char **source, char **path);
+
+/* Finds a run id from a unique prefix or "latest"; -ENOENT / -EEXIST (ambiguous). */
+int tf_run_find(struct tf_store *st, const char *prefix, char run_id[32]);
+
+#endif

@@ -1,0 +1,501 @@
+/* store.c — owns the SQLite connection: pragmas, migrations, transactions and the statement
+ * cache. The only file in tpuflow that includes sqlite3.h.
+ *
+ * Invariants:
+ *  1. Every connection runs journal_mode=WAL, synchronous=FULL (a committed transaction
+ *     survives power loss), foreign_keys=ON and a busy_timeout, so several handles (threads or
+ *     processes) can share the file; write transactions start with BEGIN IMMEDIATE so a
+ *     writer never has to upgrade a read lock (the classic SQLITE_BUSY deadlock).
+ *  2. The schema is changed only by migrations/NNNN_name.sql, embedded at build time. Each
+ *     one runs in its own transaction together with `PRAGMA user_version = NNNN`, so a crash
+ *     leaves the database at a whole version. A database whose user_version is newer than
+ *     the program's newest migration is refused: an older binary must not write to it.
+ *  3. Prepared statements are cached per handle by SQL text and reset after use.
+ */
+#include "orchestrator/store.h"
+#include "orchestrator/migrations.h"
+
+#define TF_LOG_TAG "store"
+#include "common/common.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BUSY_TIMEOUT_MS 10000
+
+struct tf_stmt {
+	sqlite3_stmt *stmt;     /* the prepared statement */
+	const char *sql_ptr;    /* SQL text pointer as given (fast lookup) */
+	struct tf_store *owner; /* for error messages */
+	int in_use;             /* handed out and not yet done */
+};
+
+struct tf_store {
+	sqlite3 *db;            /* the connection */
+	char *path;             /* database file */
+	char errmsg[512];       /* last error, for people */
+	struct tf_stmt *cache;  /* prepared statements */
+	size_t ncache, capcache;
+};
+
+static int map_rc(int rc)
+{
+	switch (rc & 0xff) {
+	case SQLITE_OK:
+	case SQLITE_DONE:
+	case SQLITE_ROW:
+		return 0;
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED:
+		return -EBUSY;
+	case SQLITE_CONSTRAINT:
+		return -EEXIST;
+	case SQLITE_FULL:
+		return -ENOSPC;
+	case SQLITE_NOMEM:
+		return -ENOMEM;
+	case SQLITE_READONLY:
+	case SQLITE_PERM:
+	case SQLITE_AUTH:
+		return -EACCES;
+	case SQLITE_CANTOPEN:
+		return -ENOENT;
+	default:
+		return -EIO;
+	}
+}
+
+static int fail(struct tf_store *st, int rc, const char *what)
+{
+	snprintf(st->errmsg, sizeof(st->errmsg), "database '%s': %s: %s", st->path, what,
+		 st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+	tf_debug("%s", st->errmsg);
+	return map_rc(rc);
+}
+
+int tf_store_latest_version(void)
+{
+	return tf_migrations_count;
+}
+
+const char *tf_store_migration_name(int version)
+{
+	if (version < 1 || version > tf_migrations_count)
+		return NULL;
+	return tf_migrations[version - 1].name;
+}
+
+const char *tf_store_path(const struct tf_store *st)
+{
+	return st->path;
+}
+
+const char *tf_store_errmsg(const struct tf_store *st)
+{
+	return st->errmsg;
+}
+
+int tf_store_exec(struct tf_store *st, const char *sql)
+{
+	char *msg = NULL;
+	int rc = sqlite3_exec(st->db, sql, NULL, NULL, &msg);
+	if (rc != SQLITE_OK) {
+		snprintf(st->errmsg, sizeof(st->errmsg), "database '%s': %s", st->path,
+			 msg ? msg : sqlite3_errstr(rc));
+		sqlite3_free(msg);
+		return map_rc(rc);
+	}
+	return 0;
+}
+
+int tf_store_version(struct tf_store *st, int *version)
+{
+	int64_t v = 0;
+	int rc = tf_store_query_int(st, &v, "PRAGMA user_version", "");
+	if (rc == 0)
+		*version = (int)v;
+	return rc;
+}
+
+int tf_store_begin(struct tf_store *st)
+{
+	return tf_store_exec(st, "BEGIN IMMEDIATE");
+}
+
+int tf_store_commit(struct tf_store *st)
+{
+	int rc = tf_store_exec(st, "COMMIT");
+	if (rc)
+		tf_store_rollback(st);
+	return rc;
+}
+
+void tf_store_rollback(struct tf_store *st)
+{
+	if (st && !sqlite3_get_autocommit(st->db))
+		sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+int tf_store_in_transaction(const struct tf_store *st)
+{
+	return !sqlite3_get_autocommit(st->db);
+}
+
+int tf_store_migrate(struct tf_store *st, int *applied)
+{
+	int version = 0, n = 0, rc;
+
+	rc = tf_store_version(st, &version);
+	if (rc)
+		goto out;
+	if (version > tf_migrations_count) {
+		snprintf(st->errmsg, sizeof(st->errmsg),
+			 "database '%s' has schema version %d but this tpuflow knows up to %d: use a "
+			 "newer tpuflow or another --home",
+			 st->path, version, tf_migrations_count);
+		rc = -EPROTO;
+		goto out;
+	}
+	for (int v = version + 1; v <= tf_migrations_count; v++) {
+		const struct tf_migration *m = &tf_migrations[v - 1];
+		rc = tf_store_begin(st);
+		if (rc)
+			goto out;
+		/* Another process may have migrated while we waited for the lock. */
+		int now = 0;
+		rc = tf_store_version(st, &now);
+		if (rc == 0 && now >= v) {
+			rc = tf_store_commit(st);
+			if (rc)
+				goto out;
+			continue;
+		}
+		if (rc == 0)
+			rc = tf_store_exec(st, m->sql);
+		if (rc == 0) {
+			char pragma[64];
+			snprintf(pragma, sizeof(pragma), "PRAGMA user_version = %d", v);
+			rc = tf_store_exec(st, pragma);
+		}
+		if (rc) {
+			char inner[sizeof(st->errmsg)];
+			snprintf(inner, sizeof(inner), "%s", st->errmsg);
+			tf_store_rollback(st);
+			snprintf(st->errmsg, sizeof(st->errmsg), "migration %s failed: %.400s", m->name,
+				 inner);
+			goto out;
+		}
+		rc = tf_store_commit(st);
+		if (rc)
+			goto out;
+		tf_info("applied migration %s to '%s'", m->name, st->path);
+		n++;
+	}
+	if (applied)
+		*applied = n;
+out:
+	return rc;
+}
+
+int tf_store_open(const char *path, unsigned flags, struct tf_store **out, char *err,
+		  size_t errlen)
+{
+	struct tf_store *st = tf_xcalloc(1, sizeof(*st));
+	int rc, version = 0;
+	int oflags = (flags & TF_STORE_READONLY) ? SQLITE_OPEN_READONLY
+						 : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+
+	st->path = tf_xstrdup(path);
+	rc = sqlite3_open_v2(path, &st->db, oflags | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc != SQLITE_OK) {
+		rc = fail(st, rc, "cannot open");
+		goto out;
+	}
+	sqlite3_busy_timeout(st->db, BUSY_TIMEOUT_MS);
+	sqlite3_extended_result_codes(st->db, 0);
+	if (!(flags & TF_STORE_READONLY)) {
+		rc = tf_store_exec(st, "PRAGMA journal_mode=WAL");
+		if (rc)
+			goto out;
+	}
+	rc = tf_store_exec(st, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON");
+	if (rc)
+		goto out;
+	rc = tf_store_version(st, &version);
+	if (rc)
+		goto out;
+	if (version > tf_migrations_count) {
+		snprintf(st->errmsg, sizeof(st->errmsg),
+			 "database '%s' has schema version %d but this tpuflow knows up to %d: use a "
+			 "newer tpuflow or another --home",
+			 path, version, tf_migrations_count);
+		rc = -EPROTO;
+		goto out;
+	}
+	if ((flags & TF_STORE_MIGRATE) && !(flags & TF_STORE_READONLY)) {
+		rc = tf_store_migrate(st, NULL);
+		if (rc)
+			goto out;
+	}
+	*out = st;
+	st = NULL;
+out:
+	if (st) {
+		if (err && errlen)
+			snprintf(err, errlen, "%s", st->errmsg[0] ? st->errmsg : "cannot open database");
+		tf_store_close(st);
+	}
+	return rc;
+}
+
+int tf_store_open_home(const char *home, struct tf_store **out, char *err, size_t errlen)
+{
+	char *path = tf_xasprintf("%s/%s", home, TF_STORE_FILE);
+	int rc = tf_mkdir_p(home);
+	if (rc) {
+		snprintf(err, errlen, "cannot create state home '%s': %s", home, strerror(-rc));
+		goto out;
+	}
+	rc = tf_store_open(path, TF_STORE_MIGRATE, out, err, errlen);
+out:
+	free(path);
+	return rc;
+}
+
+void tf_store_close(struct tf_store *st)
+{
+	if (!st)
+		return;
+	for (size_t i = 0; i < st->ncache; i++)
+		sqlite3_finalize(st->cache[i].stmt);
+	free(st->cache);
+	if (st->db)
+		sqlite3_close_v2(st->db);
+	free(st->path);
+	free(st);
+}
+
+static int bind_va(struct tf_store *st, sqlite3_stmt *stmt, const char *types, va_list ap)
+{
+	int rc = SQLITE_OK;
+	/* A mismatch is a programming error; catch it here rather than as a confusing
+	 * constraint failure later. */
+	if ((int)strlen(types ? types : "") != sqlite3_bind_parameter_count(stmt)) {
+		snprintf(st->errmsg, sizeof(st->errmsg), "%d parameter types given for %d in: %.300s",
+			 (int)strlen(types ? types : ""), sqlite3_bind_parameter_count(stmt),
+			 sqlite3_sql(stmt));
+		tf_error("%s", st->errmsg);
+		return -EINVAL;
+	}
+	for (int i = 0; types && types[i] && rc == SQLITE_OK; i++) {
+		int idx = i + 1;
+		switch (types[i]) {
+		case 't': {
+			const char *s = va_arg(ap, const char *);
+			rc = s ? sqlite3_bind_text(stmt, idx, s, -1, SQLITE_TRANSIENT)
+			       : sqlite3_bind_null(stmt, idx);
+			break;
+		}
+		case 'i':
+			rc = sqlite3_bind_int64(stmt, idx, va_arg(ap, int64_t));
+			break;
+		case 'd':
+			rc = sqlite3_bind_double(stmt, idx, va_arg(ap, double));
+			break;
+		case 'n':
+			rc = sqlite3_bind_null(stmt, idx);
+			break;
+		default:
+			snprintf(st->errmsg, sizeof(st->errmsg), "bad bind type '%c'", types[i]);
+			return -EINVAL;
+		}
+	}
+	if (rc != SQLITE_OK)
+		return fail(st, rc, "bind");
+	return 0;
+}
+
+static struct tf_stmt *cached(struct tf_store *st, const char *sql)
+{
+	for (size_t i = 0; i < st->ncache; i++)
+		if (st->cache[i].sql_ptr == sql && !st->cache[i].in_use)
+			return &st->cache[i];
+	for (size_t i = 0; i < st->ncache; i++)
+		if (!st->cache[i].in_use && !strcmp(sqlite3_sql(st->cache[i].stmt), sql))
+			return &st->cache[i];
+	sqlite3_stmt *stmt = NULL;
+	int rc = sqlite3_prepare_v2(st->db, sql, -1, &stmt, NULL);
+	if (rc != SQLITE_OK) {
+		fail(st, rc, "prepare");
+		return NULL;
+	}
+	if (st->ncache == st->capcache) {
+		/* Handed-out pointers must stay valid: grow only when none is in use. */
+		for (size_t i = 0; i < st->ncache; i++)
+			if (st->cache[i].in_use) {
+				snprintf(st->errmsg, sizeof(st->errmsg),
+					 "statement cache full while statements are in use");
+				sqlite3_finalize(stmt);
+				return NULL;
+			}
+		st->capcache = st->capcache ? st->capcache * 2 : 64;
+		st->cache = tf_xrealloc(st->cache, st->capcache * sizeof(*st->cache));
+	}
+	struct tf_stmt *s = &st->cache[st->ncache++];
+	*s = (struct tf_stmt){ .stmt = stmt, .sql_ptr = sql, .owner = st };
+	return s;
+}
+
+static struct tf_stmt *query_va(struct tf_store *st, const char *sql, const char *types,
+				va_list ap)
+{
+	struct tf_stmt *s = cached(st, sql);
+	if (!s)
+		return NULL;
+	sqlite3_reset(s->stmt);
+	sqlite3_clear_bindings(s->stmt);
+	if (bind_va(st, s->stmt, types, ap))
+		return NULL;
+	s->in_use = 1;
+	return s;
+}
+
+struct tf_stmt *tf_store_query(struct tf_store *st, const char *sql, const char *types, ...)
+{
+	va_list ap;
+	va_start(ap, types);
+	struct tf_stmt *s = query_va(st, sql, types, ap);
+	va_end(ap);
+	return s;
+}
+
+int tf_stmt_step(struct tf_stmt *s)
+{
+	int rc = sqlite3_step(s->stmt);
+	if (rc == SQLITE_ROW)
+		return 1;
+	if (rc == SQLITE_DONE)
+		return 0;
+	return fail(s->owner, rc, "query");
+}
+
+const char *tf_stmt_text(struct tf_stmt *s, int col)
+{
+	return (const char *)sqlite3_column_text(s->stmt, col);
+}
+
+int64_t tf_stmt_int(struct tf_stmt *s, int col)
+{
+	return sqlite3_column_int64(s->stmt, col);
+}
+
+double tf_stmt_double(struct tf_stmt *s, int col)
+{
+	return sqlite3_column_double(s->stmt, col);
+}
+
+int tf_stmt_is_null(struct tf_stmt *s, int col)
+{
+	return sqlite3_column_type(s->stmt, col) == SQLITE_NULL;
+}
+
+char *tf_stmt_strdup(struct tf_stmt *s, int col)
+{
+	const char *t = tf_stmt_text(s, col);
+	return t ? tf_xstrdup(t) : NULL;
+}
+
+void tf_stmt_done(struct tf_stmt *s)
+{
+	if (!s)
+		return;
+	sqlite3_reset(s->stmt);
+	sqlite3_clear_bindings(s->stmt);
+	s->in_use = 0;
+}
+
+int tf_store_run(struct tf_store *st, const char *sql, const char *types, ...)
+{
+	va_list ap;
+	va_start(ap, types);
+	struct tf_stmt *s = query_va(st, sql, types, ap);
+	va_end(ap);
+	if (!s)
+		return -EIO;
+	int rc;
+	do
+		rc = tf_stmt_step(s);
+	while (rc == 1);
+	tf_stmt_done(s);
+	return rc;
+}
+
+int64_t tf_store_changes(struct tf_store *st)
+{
+	return sqlite3_changes64(st->db);
+}
+
+int64_t tf_store_last_rowid(struct tf_store *st)
+{
+	return sqlite3_last_insert_rowid(st->db);
+}
+
+int tf_store_query_int(struct tf_store *st, int64_t *out, const char *sql, const char *types,
+		       ...)
+{
+	va_list ap;
+	va_start(ap, types);
+	struct tf_stmt *s = query_va(st, sql, types, ap);
+	va_end(ap);
+	if (!s)
+		return -EIO;
+	int rc = tf_stmt_step(s);
+	if (rc == 1) {
+		*out = tf_stmt_int(s, 0);
+		rc = 0;
+	} else if (rc == 0) {
+		rc = -ENOENT;
+	}
+	tf_stmt_done(s);
+	return rc;
+}
+
+int tf_store_query_text(struct tf_store *st, char **out, const char *sql, const char *types,
+			...)
+{
+	va_list ap;
+	va_start(ap, types);
+	struct tf_stmt *s = query_va(st, sql, types, ap);
+	va_end(ap);
+	if (!s)
+		return -EIO;
+	int rc = tf_stmt_step(s);
+	if (rc == 1) {
+		*out = tf_stmt_strdup(s, 0);
+		rc = 0;
+	} else if (rc == 0) {
+		rc = -ENOENT;
+	}
+	tf_stmt_done(s);
+	return rc;
+}
+
+int tf_store_integrity_check(struct tf_store *st)
+{
+	char *res = NULL;
+	int rc = tf_store_query_text(st, &res, "PRAGMA integrity_check", "");
+	if (rc)
+		return rc;
+	if (!res || strcmp(res, "ok")) {
+		snprintf(st->errmsg, sizeof(st->errmsg), "database '%s' integrity check: %s",
+			 st->path, res ? res : "(no answer)");
+		rc = -EIO;
+	}
+	free(res);
+	return rc;
+}

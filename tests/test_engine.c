@@ -1,0 +1,612 @@
+/* test_engine.c — the run engine with in-process test kinds: parallel DAGs, retries with
+ * backoff, timeouts, gates, references, the cache, interruption and resume; plus register and
+ * deploy through the registry. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "common/common.h"
+#include "orchestrator/engine.h"
+#include "orchestrator/registry.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- test kinds ------------------------------------------------------------------------ */
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int calls[64];         /* calls per step index (by name hash below) */
+static char names[64][32];
+static double t_start[64][8]; /* monotonic start of each attempt */
+static double t_end[64][8];
+static int concurrent, max_concurrent;
+
+static int slot(const char *name)
+{
+	for (int i = 0; i < 64; i++) {
+		if (!names[i][0]) {
+			snprintf(names[i], sizeof(names[i]), "%s", name);
+			return i;
+		}
+		if (!strcmp(names[i], name))
+			return i;
+	}
+	return 63;
+}
+
+static void reset(void)
+{
+	memset(calls, 0, sizeof(calls));
+	memset(names, 0, sizeof(names));
+	memset(t_start, 0, sizeof(t_start));
+	memset(t_end, 0, sizeof(t_end));
+	concurrent = max_concurrent = 0;
+}
+
+static int ncalls(const char *name)
+{
+	pthread_mutex_lock(&mu);
+	int n = calls[slot(name)];
+	pthread_mutex_unlock(&mu);
+	return n;
+}
+
+/* Behaviour from `with`: argv[0] is a verb: ok | fail N (fail the first N calls) | sleep S |
+ * hang (until cancelled). Outputs: out=<value>; metrics: metric=<number>. */
+static int test_kind(struct tf_step_run *r)
+{
+	json_t *argv = json_object_get(r->with, "argv");
+	const char *verb = json_string_value(json_array_get(argv, 0));
+	const char *arg = json_string_value(json_array_get(argv, 1));
+	pthread_mutex_lock(&mu);
+	int s = slot(r->step), n = calls[s]++;
+	if (n < 8)
+		t_start[s][n] = tf_now_monotonic();
+	if (++concurrent > max_concurrent)
+		max_concurrent = concurrent;
+	pthread_mutex_unlock(&mu);
+	int rc = 0;
+	if (verb && !strcmp(verb, "fail") && n < atoi(arg)) {
+		snprintf(r->err, sizeof(r->err), "planned failure %d", n + 1);
+		r->exit_code = 3;
+		rc = -EIO;
+	} else if (!verb) {
+		usleep(50000); /* a step without argv (train) takes a little while */
+	} else if (verb && !strcmp(verb, "sleep")) {
+		double until = tf_now_monotonic() + atof(arg);
+		while (tf_now_monotonic() < until && !*r->cancel)
+			usleep(1000);
+	} else if (verb && !strcmp(verb, "hang") && (!arg || n < atoi(arg))) {
+		while (!*r->cancel)
+			usleep(1000);
+		snprintf(r->err, sizeof(r->err), "stopped");
+		rc = -EINTR;
+	}
+	for (size_t i = 1; argv && i < json_array_size(argv); i++) {
+		const char *a = json_string_value(json_array_get(argv, i));
+		if (a && !strncmp(a, "out=", 4))
+			json_object_set_new(r->outputs, "out", json_string(a + 4));
+		if (a && !strncmp(a, "metric=", 7))
+			json_object_set_new(r->metrics, "metric", json_real(atof(a + 7)));
+	}
+	pthread_mutex_lock(&mu);
+	concurrent--;
+	if (n < 8)
+		t_end[s][n] = tf_now_monotonic();
+	pthread_mutex_unlock(&mu);
+	return rc;
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static struct tf_engine_opts opts(void)
+{
+	struct tf_engine_opts o = { .home = "home", .workers = 4 };
+	o.kinds[TF_STEP_SHELL] = test_kind;
+	return o;
+}
+
+static json_t *step_of(json_t *summary, const char *name)
+{
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(summary, "steps"), i, s)
+	{
+		if (!strcmp(json_string_value(json_object_get(s, "name")), name))
+			return s;
+	}
+	fail_msg("no step %s in summary", name);
+	return NULL;
+}
+
+static const char *sstate(json_t *summary, const char *name)
+{
+	return json_string_value(json_object_get(step_of(summary, name), "state"));
+}
+
+static int run_yaml(const char *yaml, const struct tf_engine_opts *o,
+		    const struct tf_param_override *ov, size_t nov, struct tf_engine_result *res)
+{
+	write_file("p.yaml", yaml);
+	struct tf_diag_list diags = { 0 };
+	char err[512] = "";
+	memset(res, 0, sizeof(*res));
+	int rc = tf_engine_run_file(o, "p.yaml", ov, nov, &diags, res, err, sizeof(err));
+	if (rc) {
+		tf_diag_print(&diags, stderr);
+		fprintf(stderr, "engine: %s\n", err);
+	}
+	tf_diag_list_release(&diags);
+	return rc;
+}
+
+/* ---- tests ------------------------------------------------------------------------------ */
+
+static void test_engine_parallel_dag_with_references(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	struct tf_engine_result res;
+	assert_int_equal(run_yaml("name: dag\n"
+				  "params:\n  tag: {type: string, default: v1}\n"
+				  "steps:\n"
+				  "  - {name: a, type: shell, with: {argv: [sleep, '0.2', 'out=${params.tag}'], outputs: [out]}}\n"
+				  "  - {name: b, type: shell, with: {argv: [sleep, '0.2', 'metric=0.5'], metrics: [metric]}}\n"
+				  "  - name: c\n    type: shell\n    needs: [a, b]\n"
+				  "    with: {argv: [ok, 'out=${steps.a.outputs.out}-${steps.b.metrics.metric}'], outputs: [out]}\n",
+				  &o, NULL, 0, &res),
+			 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	assert_int_equal(max_concurrent, 2); /* a and b ran at the same time */
+	json_t *c = step_of(res.summary, "c");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(c, "outputs"), "out")),
+			    "v1-0.5");
+	assert_string_equal(json_string_value(json_object_get(res.summary, "status")), "succeeded");
+	json_decref(res.summary);
+}
+
+static void test_engine_retries_with_backoff_then_succeeds(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	struct tf_engine_result res;
+	assert_int_equal(run_yaml("name: flaky\n"
+				  "steps:\n"
+				  "  - name: f\n    type: shell\n"
+				  "    retries: {limit: 3, backoff: 100ms, factor: 2, max_backoff: 150ms, on: [error]}\n"
+				  "    with: {argv: [fail, '2']}\n",
+				  &o, NULL, 0, &res),
+			 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	assert_int_equal(ncalls("f"), 3);
+	json_t *f = step_of(res.summary, "f");
+	assert_int_equal(json_integer_value(json_object_get(f, "attempts")), 3);
+
+	/* Each recorded backoff is within [0, cap] and was waited out before the next start. */
+	struct tf_store *st = NULL;
+	char err[256];
+	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
+	json_t *d = NULL;
+	assert_int_equal(tf_run_describe(st, res.run_id, &d), 0);
+	json_t *att = json_object_get(json_array_get(json_object_get(d, "steps"), 0), "attempts_detail");
+	assert_int_equal(json_array_size(att), 3);
+	int s = slot("f");
+	for (int i = 0; i < 2; i++) {
+		json_t *a = json_array_get(att, (size_t)i);
+		assert_string_equal(json_string_value(json_object_get(a, "state")), "failed");
+		assert_string_equal(json_string_value(json_object_get(a, "failure_class")), "error");
+		assert_int_equal(json_integer_value(json_object_get(a, "exit_code")), 3);
+		double b = json_real_value(json_object_get(a, "backoff"));
+		double cap = i == 0 ? 0.1 : 0.15;
+		assert_true(b >= 0 && b <= cap + 1e-9);
+		assert_true(t_start[s][i + 1] - t_end[s][i] >= b - 0.002);
+	}
+	assert_string_equal(json_string_value(json_object_get(json_array_get(att, 2), "state")),
+			    "succeeded");
+	json_decref(d);
+	tf_store_close(st);
+	json_decref(res.summary);
+}
+
+static void test_engine_failure_class_not_retried_fails_run(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	struct tf_engine_result res;
+	assert_int_equal(run_yaml("name: noretry\n"
+				  "steps:\n"
+				  "  - {name: f, type: shell, retries: {limit: 3, backoff: 10ms, on: [infra]}, with: {argv: [fail, '9']}}\n"
+				  "  - {name: g, type: shell, needs: [f], with: {argv: [ok]}}\n",
+				  &o, NULL, 0, &res),
+			 0);
+	assert_int_equal(res.state, TF_RUN_FAILED);
+	assert_int_equal(ncalls("f"), 1);
+	assert_string_equal(sstate(res.summary, "f"), "failed");
+	assert_string_equal(sstate(res.summary, "g"), "skipped");
+	assert_int_equal(ncalls("g"), 0);
+	json_decref(res.summary);
+}
+
+static void test_engine_timeout_cancels_step(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	struct tf_engine_result res;
+	double t0 = tf_now_monotonic();
+	assert_int_equal(run_yaml("name: slow\n"
+				  "steps:\n"
+				  "  - {name: h, type: shell, timeout: 150ms, with: {argv: [hang]}}\n",
+				  &o, NULL, 0, &res),
+			 0);
+	double took = tf_now_monotonic() - t0;
+	assert_true(took < 2.0);
+	assert_int_equal(res.state, TF_RUN_FAILED);
+	json_t *h = step_of(res.summary, "h");
+	assert_string_equal(json_string_value(json_object_get(h, "state")), "failed");
+	assert_non_null(strstr(json_string_value(json_object_get(h, "reason")), "timeout"));
+	json_decref(res.summary);
+}
+
+static void test_engine_gate_skips_below_threshold(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	struct tf_engine_result res;
+	const char *yaml = "name: gate\n"
+			   "params:\n  min: {type: float, default: 0.9}\n"
+			   "steps:\n"
+			   "  - {name: eval, type: shell, with: {argv: [ok, 'metric=0.8'], metrics: [metric]}}\n"
+			   "  - name: ship\n    type: shell\n    needs: [eval]\n"
+			   "    when: ${steps.eval.metrics.metric} >= ${params.min}\n"
+			   "    with: {argv: [ok]}\n"
+			   "  - {name: after, type: shell, needs: [ship], with: {argv: [ok]}}\n";
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	assert_string_equal(sstate(res.summary, "ship"), "skipped");
+	assert_non_null(strstr(json_string_value(json_object_get(step_of(res.summary, "ship"), "reason")),
+			       "is false"));
+	assert_string_equal(sstate(res.summary, "after"), "skipped");
+	assert_int_equal(ncalls("ship"), 0);
+	json_decref(res.summary);
+	/* with a lower threshold it runs */
+	struct tf_param_override ov = { "min", "0.5" };
+	assert_int_equal(run_yaml(yaml, &o, &ov, 1, &res), 0);
+	assert_string_equal(sstate(res.summary, "ship"), "succeeded");
+	assert_string_equal(sstate(res.summary, "after"), "succeeded");
+	json_decref(res.summary);
+}
+
+static void test_engine_second_run_hits_cache(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	struct tf_engine_result res;
+	const char *yaml = "name: cached\n"
+			   "defaults: {cache: true}\n"
+			   "steps:\n"
+			   "  - {name: a, type: shell, with: {argv: [ok, 'out=x'], outputs: [out]}}\n"
+			   "  - {name: b, type: shell, needs: [a], with: {argv: [ok, 'out=${steps.a.outputs.out}y'], outputs: [out]}}\n"
+			   "  - {name: c, type: shell, cache: false, needs: [b], with: {argv: [ok]}}\n";
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	assert_int_equal(json_integer_value(json_object_get(res.summary, "cache_hits")), 0);
+	json_decref(res.summary);
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	assert_string_equal(sstate(res.summary, "a"), "cached");
+	assert_string_equal(sstate(res.summary, "b"), "cached");
+	assert_string_equal(sstate(res.summary, "c"), "succeeded");
+	assert_int_equal(json_integer_value(json_object_get(res.summary, "cache_hits")), 2);
+	assert_string_equal(json_string_value(json_object_get(
+				    json_object_get(step_of(res.summary, "b"), "outputs"), "out")),
+			    "xy");
+	assert_int_equal(ncalls("a"), 1);
+	assert_int_equal(ncalls("b"), 1);
+	assert_int_equal(ncalls("c"), 2);
+	json_decref(res.summary);
+}
+
+static void test_engine_register_and_deploy_idempotent(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	struct tf_engine_result res;
+	const char *yaml = "name: reg\n"
+			   "steps:\n"
+			   "  - {name: train, type: shell, with: {argv: [ok, 'out=bundles/b1'], outputs: [out]}}\n"
+			   "  - {name: ev, type: shell, needs: [train], with: {argv: [ok, 'metric=0.91'], metrics: [metric]}}\n"
+			   "  - name: register\n    type: register\n    needs: [ev]\n"
+			   "    with: {model_name: m, bundle: '${steps.train.outputs.out}', metrics_from: ev, tags: {k: v}}\n"
+			   "  - name: deploy\n    type: deploy\n    needs: [register]\n"
+			   "    with: {model_name: m, version: '${steps.register.outputs.version}', alias: production}\n";
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	json_t *m = json_object_get(res.summary, "model");
+	assert_int_equal(json_integer_value(json_object_get(m, "version")), 1);
+	assert_true(json_real_value(json_object_get(json_object_get(m, "metrics"), "metric")) == 0.91);
+	assert_int_equal(json_array_size(json_object_get(res.summary, "deployments")), 1);
+	json_decref(res.summary);
+
+	struct tf_store *st = NULL;
+	char err[256];
+	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
+	int64_t v = 0;
+	assert_int_equal(tf_registry_resolve(st, "m", "production", &v), 0);
+	assert_int_equal(v, 1);
+	/* the same run+step again gives the same version */
+	struct tf_model_version_spec spec = { .model = "m", .run_id = res.run_id, .step = "register",
+					      .bundle = "bundles/other" };
+	int existed = 0;
+	assert_int_equal(tf_registry_register(st, &spec, &v, &existed), 0);
+	assert_int_equal(v, 1);
+	assert_int_equal(existed, 1);
+	/* a new bundle from elsewhere makes version 2; a canary deployment keeps production */
+	struct tf_model_version_spec spec2 = { .model = "m", .run_id = "manual", .step = "x",
+					       .bundle = "bundles/b2" };
+	assert_int_equal(tf_registry_register(st, &spec2, &v, &existed), 0);
+	assert_int_equal(v, 2);
+	struct tf_deploy_spec d = { .model = "m", .alias = "production", .version = 2,
+				    .canary_percent = 10 };
+	json_t *dep = NULL;
+	assert_int_equal(tf_registry_deploy(st, &d, &dep), 0);
+	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
+	assert_int_equal(json_integer_value(json_object_get(dep, "canary_version")), 2);
+	json_decref(dep);
+	assert_int_equal(tf_registry_resolve(st, "m", "canary", &v), 0);
+	assert_int_equal(v, 2);
+	assert_int_equal(tf_registry_resolve(st, "m", "production", &v), 0);
+	assert_int_equal(v, 1);
+	assert_int_equal(tf_registry_resolve(st, "m", "latest", &v), 0);
+	assert_int_equal(v, 2);
+	tf_store_close(st);
+}
+
+static int run_cli(const char *args)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), "'%s' --home home %s >cli.out 2>cli.err", getenv("TPUFLOW_BIN"),
+		 args);
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_engine_cli_models_and_runs(void **state)
+{
+	(void)state;
+	if (!getenv("TPUFLOW_BIN"))
+		skip();
+	/* after the registry test: model m has versions 1 and 2 */
+	assert_int_equal(run_cli("models compare m 1 2 --json"), 0);
+	json_t *j = json_load_file("cli.out", 0, NULL);
+	assert_non_null(j);
+	assert_int_equal(json_integer_value(json_object_get(j, "a")), 1);
+	json_decref(j);
+	assert_int_equal(run_cli("models alias m staging latest"), 0);
+	assert_int_equal(run_cli("models show m staging --json"), 0);
+	j = json_load_file("cli.out", 0, NULL);
+	assert_int_equal(json_integer_value(json_object_get(j, "version")), 2);
+	json_decref(j);
+	assert_int_equal(run_cli("models show m nosuch"), 1);
+	assert_int_equal(run_cli("runs list --json"), 0);
+	j = json_load_file("cli.out", 0, NULL);
+	assert_true(json_array_size(j) >= 1);
+	json_decref(j);
+	assert_int_equal(run_cli("runs show latest --json"), 0);
+	assert_int_equal(run_cli("runs logs latest"), 0);
+	assert_int_equal(run_cli("runs show nosuchrun"), 1);
+	assert_int_equal(run_cli("run missing.yaml"), 65);
+}
+
+static void test_engine_backoff_full_jitter_and_cap(void **state)
+{
+	(void)state;
+	struct tf_retry_policy p = { .limit = 5, .backoff = 1, .factor = 2, .max_backoff = 5 };
+	assert_true(tf_engine_backoff(&p, 1, 0.999999) <= 1.0);
+	assert_true(tf_engine_backoff(&p, 3, 0.5) == 2.0);
+	assert_true(tf_engine_backoff(&p, 10, 0.999999) <= 5.0);
+	assert_true(tf_engine_backoff(&p, 10, 0.0) == 0.0);
+}
+
+static void test_engine_train_steps_get_slices(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	o.kinds[TF_STEP_TRAIN] = test_kind;
+	struct tf_engine_result res;
+	assert_int_equal(run_yaml("name: slices\n"
+				  "steps:\n"
+				  "  - {name: t1, type: train, accelerator: v4-32, with: {dataset: d}}\n"
+				  "  - {name: t2, type: train, accelerator: v4-8, with: {dataset: d}}\n",
+				  &o, NULL, 0, &res),
+			 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	assert_int_equal(max_concurrent, 2);
+	json_t *t1 = step_of(res.summary, "t1");
+	assert_string_equal(json_string_value(json_object_get(t1, "slice")), "v4-32");
+	assert_true(json_real_value(json_object_get(t1, "slice_seconds")) >= 0.04);
+	assert_true(json_real_value(json_object_get(res.summary, "slice_seconds")) >= 0.08);
+	json_decref(res.summary);
+	struct tf_store *st = NULL;
+	char err[256];
+	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
+	int64_t chips = 0;
+	assert_int_equal(tf_store_query_int(st, &chips,
+					    "SELECT chips FROM slice_jobs WHERE run_id=? AND step='t1'",
+					    "t", res.run_id),
+			 0);
+	assert_int_equal(chips, 16); /* v4-32: 32 TensorCores = 16 chips (2x2x4) */
+	tf_store_close(st);
+}
+
+static void test_engine_shell_fails_twice_then_succeeds(void **state)
+{
+	(void)state;
+	struct tf_engine_opts o = { .home = "home", .workers = 2 };
+	struct tf_engine_result res;
+	/* The program counts its runs in a file and fails the first two. */
+	const char *yaml =
+		"name: shellflaky\n"
+		"steps:\n"
+		"  - name: s\n    type: shell\n"
+		"    retries: {limit: 2, backoff: 50ms, factor: 2, on: [error]}\n"
+		"    with:\n"
+		"      argv: [/bin/sh, -c, 'n=$(cat ../../../../count 2>/dev/null || echo 0); n=$((n+1)); echo $n > ../../../../count; echo \"try $n\"; [ $n -ge 3 ] || exit 7; echo \"n=$n\" > \"$TPUFLOW_METRICS\"; echo \"{\\\"path\\\": \\\"x;y\\\"}\" > \"$TPUFLOW_OUTPUTS\"']\n"
+		"      outputs: [path]\n"
+		"      metrics: [n]\n";
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	json_t *st = step_of(res.summary, "s");
+	assert_int_equal(json_integer_value(json_object_get(st, "attempts")), 3);
+	assert_true(json_real_value(json_object_get(json_object_get(st, "metrics"), "n")) == 3.0);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(st, "outputs"), "path")),
+			    "x;y");
+	json_decref(res.summary);
+	struct tf_store *db = NULL;
+	char err[256];
+	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &db, err, sizeof(err)), 0);
+	json_t *d = NULL;
+	assert_int_equal(tf_run_describe(db, res.run_id, &d), 0);
+	json_t *att = json_object_get(json_array_get(json_object_get(d, "steps"), 0), "attempts_detail");
+	assert_int_equal(json_array_size(att), 3);
+	for (size_t i = 0; i < 2; i++) {
+		json_t *a = json_array_get(att, i);
+		assert_int_equal(json_integer_value(json_object_get(a, "exit_code")), 7);
+		assert_string_equal(json_string_value(json_object_get(a, "failure_class")), "error");
+		/* the next attempt started no earlier than the recorded backoff */
+		double next = json_real_value(json_object_get(json_array_get(att, i + 1), "started_at"));
+		double end = json_real_value(json_object_get(a, "finished_at"));
+		assert_true(next - end >= json_real_value(json_object_get(a, "backoff")) - 0.002);
+		assert_non_null(json_object_get(a, "log"));
+	}
+	json_decref(d);
+	tf_store_close(db);
+}
+
+static void test_engine_shell_timeout_kills_process_group(void **state)
+{
+	(void)state;
+	struct tf_engine_opts o = { .home = "home", .workers = 2 };
+	struct tf_engine_result res;
+	double t0 = tf_now_monotonic();
+	/* The child starts a grandchild; both must die at the timeout. */
+	assert_int_equal(run_yaml("name: shellslow\n"
+				  "steps:\n"
+				  "  - name: s\n    type: shell\n    timeout: 200ms\n"
+				  "    with: {argv: [/bin/sh, -c, 'sleep 30 & echo $! > ../../../../grandchild; wait']}\n",
+				  &o, NULL, 0, &res),
+			 0);
+	assert_true(tf_now_monotonic() - t0 < 5.0);
+	assert_int_equal(res.state, TF_RUN_FAILED);
+	json_t *s = step_of(res.summary, "s");
+	assert_non_null(strstr(json_string_value(json_object_get(s, "reason")), "timeout"));
+	json_decref(res.summary);
+	char *pidtext = NULL;
+	size_t len;
+	assert_int_equal(tf_read_file("grandchild", 100, &pidtext, &len), 0);
+	pid_t gc = (pid_t)atoi(pidtext);
+	free(pidtext);
+	usleep(100000);
+	assert_true(gc > 0);
+	/* gone, or a zombie waiting for an init that does not reap (containers) */
+	char path[64], *stat = NULL;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)gc);
+	if (tf_read_file(path, 4096, &stat, &len) == 0) {
+		const char *close_paren = strrchr(stat, ')');
+		assert_non_null(close_paren);
+		assert_int_equal(close_paren[2], 'Z');
+		free(stat);
+	}
+}
+
+static void *interrupter(void *arg)
+{
+	(void)arg;
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL); /* the engine's signal thread takes it */
+	while (ncalls("h") == 0)
+		usleep(1000);
+	usleep(50000);
+	kill(getpid(), SIGINT);
+	return NULL;
+}
+
+static void test_engine_interrupt_then_resume(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	o.handle_signals = 1;
+	struct tf_engine_result res;
+	const char *yaml = "name: stop\n"
+			   "steps:\n"
+			   "  - {name: a, type: shell, with: {argv: [ok]}}\n"
+			   "  - {name: h, type: shell, needs: [a], with: {argv: [hang, '1']}}\n"
+			   "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n";
+	pthread_t t;
+	pthread_create(&t, NULL, interrupter, NULL);
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(res.state, TF_RUN_INTERRUPTED);
+	assert_string_equal(sstate(res.summary, "a"), "succeeded");
+	assert_string_equal(sstate(res.summary, "h"), "pending");
+	json_decref(res.summary);
+
+	/* Resume: h's second call finishes; a is not run again. */
+	o.handle_signals = 0;
+	char err[256] = "";
+	struct tf_engine_result r2 = { 0 };
+	assert_int_equal(tf_engine_resume(&o, res.run_id, &r2, err, sizeof(err)), 0);
+	assert_int_equal(r2.state, TF_RUN_SUCCEEDED);
+	assert_string_equal(r2.run_id, res.run_id);
+	assert_int_equal(ncalls("a"), 1);
+	assert_int_equal(ncalls("h"), 2);
+	assert_int_equal(ncalls("z"), 1);
+	json_t *h = step_of(r2.summary, "h");
+	assert_int_equal(json_integer_value(json_object_get(h, "attempts")), 2);
+	json_decref(r2.summary);
+	/* a succeeded run cannot be resumed */
+	assert_int_equal(tf_engine_resume(&o, res.run_id, &r2, err, sizeof(err)), -EALREADY);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_engine_backoff_full_jitter_and_cap),
+		cmocka_unit_test(test_engine_parallel_dag_with_references),
+		cmocka_unit_test(test_engine_retries_with_backoff_then_succeeds),
+		cmocka_unit_test(test_engine_failure_class_not_retried_fails_run),
+		cmocka_unit_test(test_engine_timeout_cancels_step),
+		cmocka_unit_test(test_engine_gate_skips_below_threshold),
+		cmocka_unit_test(test_engine_second_run_hits_cache),
+		cmocka_unit_test(test_engine_register_and_deploy_idempotent),
+		cmocka_unit_test(test_engine_cli_models_and_runs),
+		cmocka_unit_test(test_engine_train_steps_get_slices),
+		cmocka_unit_test(test_engine_shell_fails_twice_then_succeeds),
+		cmocka_unit_test(test_engine_shell_timeout_kills_process_group),
+		cmocka_unit_test(test_engine_interrupt_then_resume),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,250 @@
+/* test_store.c — the state database: migrations, version guard, pragmas, the statement API and
+ * the run/step/attempt state machines with their events. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "orchestrator/state.h"
+#include "orchestrator/store.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static struct tf_store *open_db(const char *path)
+{
+	struct tf_store *st = NULL;
+	char err[256];
+	assert_int_equal(tf_store_open(path, TF_STORE_MIGRATE, &st, err, sizeof(err)), 0);
+	return st;
+}
+
+static void test_store_migrates_to_latest_and_is_idempotent(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_db("m.db");
+	int v = -1;
+	assert_int_equal(tf_store_version(st, &v), 0);
+	assert_int_equal(v, tf_store_latest_version());
+	assert_true(v >= 1);
+	int applied = -1;
+	assert_int_equal(tf_store_migrate(st, &applied), 0);
+	assert_int_equal(applied, 0);
+	char *mode = NULL;
+	assert_int_equal(tf_store_query_text(st, &mode, "PRAGMA journal_mode", ""), 0);
+	assert_string_equal(mode, "wal");
+	free(mode);
+	int64_t sync = 0;
+	assert_int_equal(tf_store_query_int(st, &sync, "PRAGMA synchronous", ""), 0);
+	assert_int_equal(sync, 2); /* FULL */
+	const char *tables[] = { "pipelines", "runs",	     "steps",	    "attempts",
+				 "events",    "artifacts",   "models",	    "model_versions",
+				 "aliases",   "step_cache",  "deployments", "slice_jobs" };
+	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
+		int64_t n = 0;
+		assert_int_equal(tf_store_query_int(st, &n,
+						    "SELECT count(*) FROM sqlite_master WHERE "
+						    "type='table' AND name=?",
+						    "t", tables[i]),
+				 0);
+		assert_int_equal(n, 1);
+	}
+	assert_int_equal(tf_store_integrity_check(st), 0);
+	tf_store_close(st);
+	st = open_db("m.db");
+	tf_store_close(st);
+}
+
+static void test_store_refuses_newer_database(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_db("new.db");
+	char pragma[64];
+	snprintf(pragma, sizeof(pragma), "PRAGMA user_version = %d", tf_store_latest_version() + 1);
+	assert_int_equal(tf_store_exec(st, pragma), 0);
+	tf_store_close(st);
+	char err[256] = "";
+	st = NULL;
+	assert_int_equal(tf_store_open("new.db", TF_STORE_MIGRATE, &st, err, sizeof(err)),
+			 -EPROTO);
+	assert_null(st);
+	assert_non_null(strstr(err, "newer tpuflow"));
+}
+
+static void test_store_statements_and_constraints(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_db("s.db");
+	assert_int_equal(tf_store_exec(st, "CREATE TABLE t(a TEXT PRIMARY KEY, b INTEGER, c REAL)"),
+			 0);
+	assert_int_equal(tf_store_begin(st), 0);
+	assert_true(tf_store_in_transaction(st));
+	assert_int_equal(tf_store_run(st, "INSERT INTO t VALUES(?,?,?)", "tid", "x", (int64_t)7, 1.5),
+			 0);
+	assert_int_equal(tf_store_run(st, "INSERT INTO t VALUES(?,?,?)", "tnd", "y", 2.5), 0);
+	assert_int_equal(tf_store_commit(st), 0);
+	assert_false(tf_store_in_transaction(st));
+	assert_int_equal(tf_store_run(st, "INSERT INTO t VALUES(?,?,?)", "tid", "x", (int64_t)1, 0.0),
+			 -EEXIST);
+	struct tf_stmt *s = tf_store_query(st, "SELECT a, b, c FROM t ORDER BY a", "");
+	assert_non_null(s);
+	assert_int_equal(tf_stmt_step(s), 1);
+	assert_string_equal(tf_stmt_text(s, 0), "x");
+	assert_int_equal(tf_stmt_int(s, 1), 7);
+	assert_true(tf_stmt_double(s, 2) == 1.5);
+	assert_int_equal(tf_stmt_step(s), 1);
+	assert_true(tf_stmt_is_null(s, 1));
+	assert_int_equal(tf_stmt_step(s), 0);
+	tf_stmt_done(s);
+	/* rollback discards */
+	assert_int_equal(tf_store_begin(st), 0);
+	assert_int_equal(tf_store_run(st, "DELETE FROM t", ""), 0);
+	tf_store_rollback(st);
+	int64_t n = 0;
+	assert_int_equal(tf_store_query_int(st, &n, "SELECT count(*) FROM t", ""), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(tf_store_query_int(st, &n, "SELECT b FROM t WHERE a='zz'", ""), -ENOENT);
+	tf_store_close(st);
+}
+
+static void make_run(struct tf_store *st, char id[32])
+{
+	const struct tf_run_step_def steps[] = { { "a", "shell" }, { "b", "shell" } };
+	assert_int_equal(tf_run_create(st, "p", "name: p\n", "p.yaml", "{}", "file://x", steps, 2,
+				       NULL, id),
+			 0);
+}
+
+static void test_store_run_state_machine(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_db("r.db");
+	char id[32];
+	make_run(st, id);
+	enum tf_run_state rs;
+	assert_int_equal(tf_run_get_state(st, id, &rs), 0);
+	assert_int_equal(rs, TF_RUN_PENDING);
+	assert_int_equal(tf_run_set_state(st, id, TF_RUN_SUCCEEDED, NULL), -EINVAL);
+	assert_int_equal(tf_run_set_state(st, id, TF_RUN_RUNNING, NULL), 0);
+	assert_int_equal(tf_run_set_state(st, id, TF_RUN_INTERRUPTED, "stopped"), 0);
+	assert_int_equal(tf_run_set_state(st, id, TF_RUN_RUNNING, NULL), 0);
+	assert_int_equal(tf_run_set_state(st, id, TF_RUN_SUCCEEDED, NULL), 0);
+	assert_int_equal(tf_run_set_state(st, id, TF_RUN_RUNNING, NULL), -EINVAL);
+	assert_int_equal(tf_run_set_state(st, "nope", TF_RUN_RUNNING, NULL), -ENOENT);
+	tf_store_close(st);
+}
+
+static void test_store_step_and_attempt_transitions_log_events(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_db("e.db");
+	char id[32];
+	make_run(st, id);
+	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_SUCCEEDED, NULL), -EINVAL);
+	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_RUNNING, NULL), 0);
+	assert_int_equal(tf_attempt_create(st, id, "a", 1), 0);
+	struct tf_attempt_result r = { .failure = TF_FAIL_TIMEOUT, .exit_code = -1,
+				       .error = "timed out after 1s", .backoff = 0.5 };
+	assert_int_equal(tf_attempt_set_state(st, id, "a", 1, TF_ATTEMPT_FAILED, &r), 0);
+	assert_int_equal(tf_attempt_set_state(st, id, "a", 1, TF_ATTEMPT_SUCCEEDED, NULL),
+			 -EINVAL);
+	struct tf_step_update u = { .next_attempt_at = 1.0 };
+	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_RETRYING, &u), 0);
+	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_RUNNING, NULL), 0);
+	assert_int_equal(tf_attempt_create(st, id, "a", 2), 0);
+	struct tf_attempt_result ok = { .exit_code = 0 };
+	assert_int_equal(tf_attempt_set_state(st, id, "a", 2, TF_ATTEMPT_SUCCEEDED, &ok), 0);
+	struct tf_step_update done = { .outputs = "{\"x\":\"1\"}", .metrics = "{\"acc\":0.9}" };
+	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_SUCCEEDED, &done), 0);
+	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_PENDING, NULL), -EINVAL);
+	struct tf_step_update skip = { .reason = "when: false" };
+	assert_int_equal(tf_step_set_state(st, id, "b", TF_STEP_SKIPPED, &skip), 0);
+
+	json_t *doc = NULL;
+	assert_int_equal(tf_run_describe(st, id, &doc), 0);
+	json_t *steps = json_object_get(doc, "steps");
+	assert_int_equal(json_array_size(steps), 2);
+	json_t *a = json_array_get(steps, 0);
+	assert_string_equal(json_string_value(json_object_get(a, "state")), "succeeded");
+	assert_int_equal(json_integer_value(json_object_get(a, "attempts")), 2);
+	json_t *att = json_object_get(a, "attempts_detail");
+	assert_int_equal(json_array_size(att), 2);
+	assert_string_equal(
+		json_string_value(json_object_get(json_array_get(att, 0), "failure_class")),
+		"timeout");
+	assert_true(json_is_null(json_object_get(json_array_get(att, 0), "exit_code")));
+	assert_int_equal(json_integer_value(json_object_get(json_array_get(att, 1), "exit_code")),
+			 0);
+	assert_true(json_real_value(json_object_get(json_object_get(a, "metrics"), "acc")) == 0.9);
+	json_t *b = json_array_get(steps, 1);
+	assert_string_equal(json_string_value(json_object_get(b, "reason")), "when: false");
+	json_decref(doc);
+
+	json_t *ev = NULL;
+	assert_int_equal(tf_run_events(st, id, "a", &ev), 0);
+	/* step: running, retrying, running, succeeded; attempts: 2 created + 2 finished */
+	assert_int_equal(json_array_size(ev), 8);
+	json_decref(ev);
+
+	/* group commit: transitions inside a caller's transaction vanish on rollback */
+	assert_int_equal(tf_store_begin(st), 0);
+	assert_int_equal(tf_step_set_state(st, id, "b", TF_STEP_PENDING, NULL), 0);
+	tf_store_rollback(st);
+	enum tf_step_state ss;
+	assert_int_equal(tf_step_get_state(st, id, "b", &ss, NULL), 0);
+	assert_int_equal(ss, TF_STEP_SKIPPED);
+
+	char found[32];
+	assert_int_equal(tf_run_find(st, "latest", found), 0);
+	assert_string_equal(found, id);
+	assert_int_equal(tf_run_find(st, id, found), 0);
+	assert_int_equal(tf_run_find(st, "zzz", found), -ENOENT);
+	tf_store_close(st);
+}
+
+static int run_cli(const char *args)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), "'%s' %s >cli.out 2>cli.err", getenv("TPUFLOW_BIN"), args);
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_store_db_command_status_migrate_and_refusal(void **state)
+{
+	(void)state;
+	if (!getenv("TPUFLOW_BIN"))
+		skip();
+	assert_int_equal(run_cli("--home h db status --json"), 0);
+	json_t *j = json_load_file("cli.out", 0, NULL);
+	assert_int_equal(json_integer_value(json_object_get(j, "version")), 0);
+	assert_int_equal(json_array_size(json_object_get(j, "pending")),
+			 (size_t)tf_store_latest_version());
+	json_decref(j);
+	assert_int_equal(run_cli("--home h db migrate --json"), 0);
+	j = json_load_file("cli.out", 0, NULL);
+	assert_int_equal(json_integer_value(json_object_get(j, "version")), tf_store_latest_version());
+	json_decref(j);
+	struct tf_store *st = open_db("h/tpuflow.db");
+	assert_int_equal(tf_store_exec(st, "PRAGMA user_version = 999"), 0);
+	tf_store_close(st);
+	assert_int_equal(run_cli("--home h db status"), 78);
+	assert_int_equal(run_cli("--home h runs list"), 78);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_store_migrates_to_latest_and_is_idempotent),
+		cmocka_unit_test(test_store_refuses_newer_database),
+		cmocka_unit_test(test_store_statements_and_constraints),
+		cmocka_unit_test(test_store_run_state_machine),
+		cmocka_unit_test(test_store_step_and_attempt_transitions_log_events),
+		cmocka_unit_test(test_store_db_command_status_migrate_and_refusal),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
