@@ -532,8 +532,9 @@ int tf_input_next(struct tf_input *in, struct tf_batch *b, char *err, size_t err
 			pthread_cond_wait(&in->cv, &in->mu);
 		pthread_mutex_unlock(&in->mu);
 	} else {
+		int failed = in->failed;
 		pthread_mutex_unlock(&in->mu);
-		if (!in->failed)
+		if (!failed)
 			rc = build_batch(in, k, sl);
 	}
 	pthread_mutex_lock(&in->mu);
