@@ -1,13 +1,13 @@
 /* mxu.c — the fast MXU kernel: packing, blocking, threads over M/N, run-time kernel choice.
  *
  * Loop nest (BLIS-style, one per thread on its own block of C):
- *     C = +0
  *     for jc over N by NC:            pack op(W)[pc.., jc..] into NR-wide panels (bf16-rounded)
  *       for pc over K by KC:          KC is a multiple of R, so K-tiles never straddle blocks
  *         for ic over M by MC:        pack op(X)[ic.., pc..] into MR-tall panels (bf16-rounded)
  *           for jr, ir:               microkernel: per K-tile, s = fma chain in k order, C += s
  * K is walked in ascending order and each tile's sum is added to C as soon as it is complete,
- * so every output sees exactly the contract's sequence of roundings (mxu.h). Vector lanes and
+ * so every output sees exactly the contract's sequence of roundings (mxu.h). The first tile
+ * writes C = +0 + s without reading C, the last one canonicalises NaNs. Vector lanes and
  * threads cover different outputs (N, M), never different k.
  *
  * Invariants: (1) pc blocks start at multiples of R; (2) packing never pads K (a padded k would
@@ -15,6 +15,7 @@
  * scratch tile and discarded. */
 #include "accel/mxu.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -33,6 +34,10 @@
 #define NR TF_MXU_NR
 #define MC 144  /* rows of op(X) packed at once: 24 microkernel panels, ~150 KB at KC=256 */
 #define NC 4080 /* columns of op(W) packed at once (multiple of NR) */
+#define MAX_THREADS 64
+/* Below this many multiply-adds per thread a GEMM uses fewer threads: waking workers costs
+ * more than it saves (results are the same either way). Tests set it to 0. */
+size_t tf_mxu_min_macs_per_thread = 1u << 18;
 
 static int force_portable;
 
@@ -120,22 +125,6 @@ void tf_mxu_force_portable(int on)
 	force_portable = on;
 }
 
-/* Same rounding as tf_bf16_round, inlined for the packing loops. */
-static inline float rnd(float f, int ftz)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof u);
-	if ((u & 0x7fffffffu) > 0x7f800000u) {
-		u = 0x7fc00000u;
-	} else {
-		if (ftz && (u & 0x7f800000u) == 0)
-			u &= 0x80000000u;
-		u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-	}
-	memcpy(&f, &u, sizeof f);
-	return f;
-}
-
 /* The problem one thread works on: a block of C with op(X) rows and op(W) columns. */
 struct part {
 	const struct tf_mxu_cfg *cfg; /* normalised */
@@ -144,64 +133,45 @@ struct part {
 	const float *X, *W;           /* already offset to the block's first row / column */
 	size_t ldx, ldw, ldc;
 	float *C;                     /* block's top-left output */
-	int portable;                 /* run the C microkernel */
+	int portable;                 /* run the C microkernel and packing */
 };
 
-/* op(X)[i0 + i, p0 + k] for the packed A panel [kc][MR]; rows past mr are zero. */
-static void pack_a(const struct part *p, size_t i0, size_t mr, size_t p0, size_t kc, float *a)
+/* Portable packing: same layouts as the AVX2 code (mxu_int.h). */
+static void pack_a_c(int trans, const float *X, size_t ldx, size_t i0, size_t mr, size_t p0,
+		     size_t kc, int ftz, float *a)
 {
-	int ftz = p->cfg->ftz;
 	for (size_t i = 0; i < MR; i++) {
-		if (i >= mr) {
-			for (size_t k = 0; k < kc; k++)
-				a[k * MR + i] = 0.0f;
-			continue;
-		}
-		if (!p->trans_x) {
-			const float *src = p->X + (i0 + i) * p->ldx + p0;
-			for (size_t k = 0; k < kc; k++)
-				a[k * MR + i] = rnd(src[k], ftz);
-		} else {
-			const float *src = p->X + p0 * p->ldx + i0 + i;
-			for (size_t k = 0; k < kc; k++)
-				a[k * MR + i] = rnd(src[k * p->ldx], ftz);
-		}
-	}
-}
-
-/* op(W)[p0 + k, j0 + j] for the packed B panel [kc][NR]; columns past nr are zero. */
-static void pack_b(const struct part *p, size_t j0, size_t nr, size_t p0, size_t kc, float *b)
-{
-	int ftz = p->cfg->ftz;
-	if (!p->trans_w) {
 		for (size_t k = 0; k < kc; k++) {
-			const float *src = p->W + (p0 + k) * p->ldw + j0;
-			float *dst = b + k * NR;
-			size_t j = 0;
-			for (; j < nr; j++)
-				dst[j] = rnd(src[j], ftz);
-			for (; j < NR; j++)
-				dst[j] = 0.0f;
-		}
-	} else {
-		for (size_t j = 0; j < NR; j++) {
-			if (j >= nr) {
-				for (size_t k = 0; k < kc; k++)
-					b[k * NR + j] = 0.0f;
-				continue;
-			}
-			const float *src = p->W + (j0 + j) * p->ldw + p0;
-			for (size_t k = 0; k < kc; k++)
-				b[k * NR + j] = rnd(src[k], ftz);
+			float v = 0.0f;
+			if (i < mr)
+				v = tf_mxu_rnd(trans ? X[(p0 + k) * ldx + i0 + i]
+						     : X[(i0 + i) * ldx + p0 + k], ftz);
+			if (trans)
+				a[k * MR + i] = v;
+			else
+				a[i * kc + k] = v;
 		}
 	}
 }
 
-/* Portable microkernel: the contract written out with fmaf. */
-static void ukernel_c(size_t kc, size_t R, const float *a, const float *b, float *c, size_t ldc)
+static void pack_b_c(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t p0,
+		     size_t kc, int ftz, float *b)
+{
+	for (size_t k = 0; k < kc; k++)
+		for (size_t j = 0; j < NR; j++)
+			b[k * NR + j] = j >= nr ? 0.0f
+					: tf_mxu_rnd(trans ? W[(j0 + j) * ldw + p0 + k]
+							   : W[(p0 + k) * ldw + j0 + j], ftz);
+}
+
+/* Portable microkernel: the contract written out with fmaf; flags as for the AVX2 one. */
+static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
+		      const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
 {
 	for (size_t t0 = 0; t0 < kc; t0 += R) {
 		size_t len = kc - t0 < R ? kc - t0 : R;
+		int first = t0 == 0 && (flags & TF_MXU_FIRST);
+		int last = t0 + len == kc && (flags & TF_MXU_LAST);
 		float s[MR][NR];
 		for (size_t i = 0; i < MR; i++)
 			for (size_t j = 0; j < NR; j++)
@@ -209,31 +179,85 @@ static void ukernel_c(size_t kc, size_t R, const float *a, const float *b, float
 		for (size_t k = t0; k < t0 + len; k++)
 			for (size_t i = 0; i < MR; i++)
 				for (size_t j = 0; j < NR; j++)
-					s[i][j] = fmaf(a[k * MR + i], b[k * NR + j], s[i][j]);
-		for (size_t i = 0; i < MR; i++)
-			for (size_t j = 0; j < NR; j++)
-				c[i * ldc + j] = c[i * ldc + j] + s[i][j];
+					s[i][j] = fmaf(a[i * ais + k * aks], b[k * NR + j], s[i][j]);
+		for (size_t i = 0; i < mr; i++) {
+			for (size_t j = 0; j < nr; j++) {
+				float acc = first ? 0.0f : c[i * ldc + j];
+				c[i * ldc + j] = acc + s[i][j];
+			}
+		}
+		if (last)
+			tf_mxu_canon_nan(mr, nr, c, ldc);
 	}
+}
+
+/* Per-thread packing buffers, kept between calls (freed when the thread exits). */
+struct bufs {
+	float *a, *b;      /* A and B panels */
+	size_t acap, bcap; /* their capacities in floats */
+};
+
+static pthread_key_t bufs_key;
+static pthread_once_t bufs_once = PTHREAD_ONCE_INIT;
+
+static void bufs_free(void *p)
+{
+	struct bufs *bf = p;
+	free(bf->a);
+	free(bf->b);
+	free(bf);
+}
+
+static void bufs_key_init(void)
+{
+	if (pthread_key_create(&bufs_key, bufs_free) != 0)
+		abort();
+}
+
+static struct bufs *thread_bufs(size_t acap, size_t bcap)
+{
+	pthread_once(&bufs_once, bufs_key_init);
+	struct bufs *bf = pthread_getspecific(bufs_key);
+	if (!bf) {
+		bf = tf_xcalloc(1, sizeof *bf);
+		pthread_setspecific(bufs_key, bf);
+	}
+	if (bf->acap < acap) {
+		free(bf->a);
+		bf->a = tf_xmalloc(acap * sizeof(float));
+		bf->acap = acap;
+	}
+	if (bf->bcap < bcap) {
+		free(bf->b);
+		bf->b = tf_xmalloc(bcap * sizeof(float));
+		bf->bcap = bcap;
+	}
+	return bf;
 }
 
 static void run_part(const struct part *p)
 {
-	size_t R = (size_t)p->cfg->rows;
-	size_t KC = R >= 256 ? R : R * (256 / R);
-	size_t M = p->M, K = p->K, N = p->N;
-	void (*uk)(size_t, size_t, const float *, const float *, float *, size_t) =
-		p->portable ? ukernel_c : tf_mxu_ukernel_avx2;
+	const size_t R = (size_t)p->cfg->rows;
+	const size_t KC = R >= 256 ? R : R * (256 / R);
+	const size_t M = p->M, K = p->K, N = p->N;
+	const int ftz = p->cfg->ftz;
+	void (*uk)(size_t, size_t, const float *, size_t, size_t, const float *, float *, size_t,
+		   size_t, size_t, int) = p->portable ? ukernel_c : tf_mxu_ukernel_avx2;
+	void (*pa)(int, const float *, size_t, size_t, size_t, size_t, size_t, int, float *) =
+		p->portable ? pack_a_c : tf_mxu_pack_a_avx2;
+	void (*pb)(int, const float *, size_t, size_t, size_t, size_t, size_t, int, float *) =
+		p->portable ? pack_b_c : tf_mxu_pack_b_avx2;
 
-	for (size_t i = 0; i < M; i++)
-		memset(p->C + i * p->ldc, 0, N * sizeof(float));
+	if (!K) /* no tiles: acc stays +0 */
+		for (size_t i = 0; i < M; i++)
+			memset(p->C + i * p->ldc, 0, N * sizeof(float));
 	if (!M || !N || !K)
 		return;
 
-	size_t nc_max = N < NC ? N : NC;
-	size_t kc_max = K < KC ? K : KC;
-	float *bpack = tf_xmalloc(((nc_max + NR - 1) / NR) * NR * kc_max * sizeof(float));
-	float *apack = tf_xmalloc(((MC + MR - 1) / MR) * MR * kc_max * sizeof(float));
-	float edge[MR * NR];
+	size_t nc_max = N < NC ? N : NC, kc_max = K < KC ? K : KC;
+	size_t mc_max = M < MC ? M : MC;
+	struct bufs *bf = thread_bufs((mc_max + MR - 1) / MR * MR * kc_max,
+				      (nc_max + NR - 1) / NR * NR * kc_max);
 
 	for (size_t jc = 0; jc < N; jc += NC) {
 		size_t nc = N - jc < NC ? N - jc : NC;
@@ -241,57 +265,115 @@ static void run_part(const struct part *p)
 			size_t kc = K - pc < KC ? K - pc : KC;
 			for (size_t jr = 0; jr < nc; jr += NR) {
 				size_t nr = nc - jr < NR ? nc - jr : NR;
-				pack_b(p, jc + jr, nr, pc, kc, bpack + (jr / NR) * NR * kc);
+				pb(p->trans_w, p->W, p->ldw, jc + jr, nr, pc, kc, ftz,
+				   bf->b + jr * kc);
 			}
 			for (size_t ic = 0; ic < M; ic += MC) {
 				size_t mc = M - ic < MC ? M - ic : MC;
 				for (size_t ir = 0; ir < mc; ir += MR) {
 					size_t mr = mc - ir < MR ? mc - ir : MR;
-					pack_a(p, ic + ir, mr, pc, kc, apack + (ir / MR) * MR * kc);
+					pa(p->trans_x, p->X, p->ldx, ic + ir, mr, pc, kc, ftz,
+					   bf->a + ir * kc);
 				}
+				size_t ais = p->trans_x ? 1 : kc, aks = p->trans_x ? MR : 1;
+				int flags = (pc == 0 ? TF_MXU_FIRST : 0) |
+					    (pc + kc == K ? TF_MXU_LAST : 0);
 				for (size_t jr = 0; jr < nc; jr += NR) {
 					size_t nr = nc - jr < NR ? nc - jr : NR;
-					const float *b = bpack + (jr / NR) * NR * kc;
+					const float *b = bf->b + jr * kc;
 					for (size_t ir = 0; ir < mc; ir += MR) {
 						size_t mr = mc - ir < MR ? mc - ir : MR;
-						const float *a = apack + (ir / MR) * MR * kc;
-						float *c = p->C + (ic + ir) * p->ldc + jc + jr;
-						if (mr == MR && nr == NR) {
-							uk(kc, R, a, b, c, p->ldc);
-							continue;
-						}
-						memset(edge, 0, sizeof edge);
-						for (size_t i = 0; i < mr; i++)
-							memcpy(edge + i * NR, c + i * p->ldc,
-							       nr * sizeof(float));
-						uk(kc, R, a, b, edge, NR);
-						for (size_t i = 0; i < mr; i++)
-							memcpy(c + i * p->ldc, edge + i * NR,
-							       nr * sizeof(float));
+						uk(kc, R, bf->a + ir * kc, ais, aks, b,
+						   p->C + (ic + ir) * p->ldc + jc + jr, p->ldc, mr,
+						   nr, flags);
 					}
 				}
 			}
 		}
 	}
-	tf_mxu_canon_nan(M, N, p->C, p->ldc);
-	free(bpack);
-	free(apack);
 }
 
-struct worker {
-	struct part part; /* the block this thread computes */
-	int ftz;          /* MXCSR mode to enter */
-	pthread_t tid;    /* valid when started */
-	int started;      /* 1 when tid is a running thread */
-};
+/* The worker pool for multi-threaded GEMMs: started on first use, grown on demand, threads
+ * sleep on a condition variable between calls. One multi-threaded GEMM at a time uses it
+ * (call_mu); single-threaded GEMMs never touch it, so slice replicas calling from their own
+ * threads do not contend. */
+static struct {
+	pthread_mutex_t call_mu;    /* one multi-threaded GEMM at a time */
+	pthread_mutex_t mu;         /* guards the fields below */
+	pthread_cond_t work_cv;     /* new generation */
+	pthread_cond_t done_cv;     /* remaining reached 0 */
+	int nworkers;               /* started workers (ids 1..nworkers) */
+	uint64_t gen;               /* bumped per call */
+	const struct part *parts;   /* this call's parts; part 0 runs on the caller */
+	int nparts;                 /* parts in this call */
+	int remaining;              /* worker parts not finished */
+	int ftz;                    /* MXCSR mode for this call */
+} pool = { .call_mu = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER,
+	   .work_cv = PTHREAD_COND_INITIALIZER, .done_cv = PTHREAD_COND_INITIALIZER };
 
-static void *worker_main(void *arg)
+static void *pool_worker(void *arg)
 {
-	struct worker *w = arg;
-	unsigned saved = tf_mxu_csr_enter(w->ftz);
-	run_part(&w->part);
-	tf_mxu_csr_leave(saved);
+	int id = (int)(intptr_t)arg;
+	/* A worker is created under pool.mu by the call that needs it, before that call bumps
+	 * gen, so starting from 0 makes it take part in that call. */
+	uint64_t seen = 0;
+	pthread_mutex_lock(&pool.mu);
+	for (;;) {
+		while (pool.gen == seen)
+			pthread_cond_wait(&pool.work_cv, &pool.mu);
+		seen = pool.gen;
+		if (id >= pool.nparts)
+			continue;
+		const struct part *pt = &pool.parts[id];
+		int ftz = pool.ftz;
+		pthread_mutex_unlock(&pool.mu);
+		unsigned saved = tf_mxu_csr_enter(ftz);
+		run_part(pt);
+		tf_mxu_csr_leave(saved);
+		pthread_mutex_lock(&pool.mu);
+		if (--pool.remaining == 0)
+			pthread_cond_signal(&pool.done_cv);
+	}
 	return NULL;
+}
+
+/* Runs parts[1..n) on workers and parts[0] here; returns when all are done. */
+static void pool_run(const struct part *parts, int n, int ftz)
+{
+	pthread_mutex_lock(&pool.call_mu);
+	pthread_mutex_lock(&pool.mu);
+	while (pool.nworkers < n - 1) {
+		pthread_t tid;
+		pthread_attr_t attr;
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		int rc = pthread_create(&tid, &attr, pool_worker,
+					(void *)(intptr_t)(pool.nworkers + 1));
+		pthread_attr_destroy(&attr);
+		if (rc != 0)
+			break;
+		pool.nworkers++;
+	}
+	int nw = n - 1 < pool.nworkers ? n - 1 : pool.nworkers;
+	pool.parts = parts;
+	pool.nparts = nw + 1;
+	pool.remaining = nw;
+	pool.ftz = ftz;
+	pool.gen++;
+	pthread_cond_broadcast(&pool.work_cv);
+	pthread_mutex_unlock(&pool.mu);
+
+	unsigned saved = tf_mxu_csr_enter(ftz);
+	run_part(&parts[0]);
+	for (int i = nw + 1; i < n; i++)
+		run_part(&parts[i]); /* no worker for it: same result, on this thread */
+	tf_mxu_csr_leave(saved);
+
+	pthread_mutex_lock(&pool.mu);
+	while (pool.remaining > 0)
+		pthread_cond_wait(&pool.done_cv, &pool.mu);
+	pthread_mutex_unlock(&pool.mu);
+	pthread_mutex_unlock(&pool.call_mu);
 }
 
 void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size_t M, size_t K,
@@ -306,51 +388,46 @@ void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size
 		.portable = !(tf_bf16_have_avx2() && !force_portable),
 	};
 
-	/* Split C into `threads` blocks along the longer of M and N (in whole microkernel
-	 * panels), never along K. */
-	int nt = cfg.threads;
+	/* Split C into blocks along the longer of M and N (in whole microkernel panels), never
+	 * along K. */
+	int nt = cfg.threads > MAX_THREADS ? MAX_THREADS : cfg.threads;
+	double macs = (double)M * (double)K * (double)N;
+	if (tf_mxu_min_macs_per_thread && macs < (double)tf_mxu_min_macs_per_thread * nt)
+		nt = (int)(macs / (double)tf_mxu_min_macs_per_thread);
 	int split_n = N >= M;
 	size_t unit = split_n ? NR : MR, len = split_n ? N : M;
 	size_t units = (len + unit - 1) / unit;
 	if ((size_t)nt > units)
-		nt = units ? (int)units : 1;
+		nt = (int)units;
 	if (nt < 1)
 		nt = 1;
 
-	struct worker stackw[4];
-	struct worker *w = nt <= 4 ? stackw : tf_xcalloc((size_t)nt, sizeof *w);
-	size_t start = 0;
-	for (int t = 0; t < nt; t++) {
-		size_t cnt = units / (size_t)nt + ((size_t)t < units % (size_t)nt);
-		size_t b0 = start * unit, b1 = (start + cnt) * unit;
-		if (b1 > len)
-			b1 = len;
-		start += cnt;
-		struct part pt = whole;
-		if (split_n) {
-			pt.N = b1 - b0;
-			pt.W = trans_w ? W + b0 * ldw : W + b0;
-			pt.C = C + b0;
-		} else {
-			pt.M = b1 - b0;
-			pt.X = trans_x ? X + b0 : X + b0 * ldx;
-			pt.C = C + b0 * ldc;
+	if (nt == 1) {
+		unsigned saved = tf_mxu_csr_enter(cfg.ftz);
+		run_part(&whole);
+		tf_mxu_csr_leave(saved);
+	} else {
+		struct part parts[MAX_THREADS];
+		size_t start = 0;
+		for (int t = 0; t < nt; t++) {
+			size_t cnt = units / (size_t)nt + ((size_t)t < units % (size_t)nt);
+			size_t b0 = start * unit, b1 = (start + cnt) * unit;
+			if (b1 > len)
+				b1 = len;
+			start += cnt;
+			parts[t] = whole;
+			if (split_n) {
+				parts[t].N = b1 - b0;
+				parts[t].W = trans_w ? W + b0 * ldw : W + b0;
+				parts[t].C = C + b0;
+			} else {
+				parts[t].M = b1 - b0;
+				parts[t].X = trans_x ? X + b0 : X + b0 * ldx;
+				parts[t].C = C + b0 * ldc;
+			}
 		}
-		w[t].part = pt;
-		w[t].ftz = cfg.ftz;
-		w[t].started = 0;
+		pool_run(parts, nt, cfg.ftz);
 	}
-	for (int t = 1; t < nt; t++)
-		w[t].started = pthread_create(&w[t].tid, NULL, worker_main, &w[t]) == 0;
-	worker_main(&w[0]);
-	for (int t = 1; t < nt; t++) {
-		if (w[t].started)
-			pthread_join(w[t].tid, NULL);
-		else
-			worker_main(&w[t]); /* no thread available: same result, serially */
-	}
-	if (w != stackw)
-		free(w);
 
 	if (stats) {
 		struct tf_mxu_model m;

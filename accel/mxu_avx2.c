@@ -1,78 +1,239 @@
-/* mxu_avx2.c — the 6x16 AVX2/FMA microkernel of the fast MXU path.
+/* mxu_avx2.c — the AVX2/FMA parts of the fast MXU path: the 6x16 microkernel and the packing
+ * routines that round to bf16 eight values at a time.
  *
- * Twelve ymm registers hold the running tile sums s for 6 rows x 16 columns. For each k of a
- * K-tile it broadcasts x[m,k] for the 6 rows and does s = fma(x, w[k, n..n+15], s): lanes are
- * different outputs, k advances one step at a time, so each lane performs exactly the
- * contract's fmaf chain. At the end of the tile, C += s (one add per output, tile order). */
+ * Microkernel: twelve ymm registers hold the running tile sums s for 6 rows x 16 columns. For
+ * each k of a K-tile it broadcasts x[m,k] for the 6 rows and does s = fma(x, w[k, n..n+15], s):
+ * lanes are different outputs and k advances one step at a time, so each lane performs exactly
+ * the contract's fmaf chain. At the end of the tile C += s, one add per output, in tile order.
+ * Edge blocks (mr < 6 or nr < 16) compute the full block from zero-padded panels and store
+ * only the valid rows and lanes. The first tile of a GEMM writes C = 0 + s without reading C;
+ * the last one writes NaNs canonically (mxu.h rule 5), so C needs no other pass. */
 #include <immintrin.h>
 
+#include "accel/bf16_avx2.h"
 #include "accel/mxu_int.h"
 
-/* One k step: two W vectors, six broadcasts, twelve fmas. */
-#define STEP(a, b)                                                        \
+#define MR TF_MXU_MR
+#define NR TF_MXU_NR
+
+/* Lane masks: mask_tab + 8 - n gives n leading all-ones lanes (n = 0..8). */
+static const int mask_tab[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
+
+static inline __m256i lead_mask(size_t n)
+{
+	return _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - (n > 8 ? 8 : n)));
+}
+
+#define STEP(pa, pb)                                                      \
 	do {                                                              \
-		__m256 b0 = _mm256_loadu_ps(b);                           \
-		__m256 b1 = _mm256_loadu_ps((b) + 8);                     \
+		__m256 b0 = _mm256_loadu_ps(pb);                          \
+		__m256 b1 = _mm256_loadu_ps((pb) + 8);                    \
 		__m256 x;                                                 \
-		x = _mm256_broadcast_ss((a) + 0);                         \
+		x = _mm256_broadcast_ss((pa));                            \
 		s00 = _mm256_fmadd_ps(x, b0, s00);                        \
 		s01 = _mm256_fmadd_ps(x, b1, s01);                        \
-		x = _mm256_broadcast_ss((a) + 1);                         \
+		x = _mm256_broadcast_ss((pa) + ais);                      \
 		s10 = _mm256_fmadd_ps(x, b0, s10);                        \
 		s11 = _mm256_fmadd_ps(x, b1, s11);                        \
-		x = _mm256_broadcast_ss((a) + 2);                         \
+		x = _mm256_broadcast_ss((pa) + 2 * ais);                  \
 		s20 = _mm256_fmadd_ps(x, b0, s20);                        \
 		s21 = _mm256_fmadd_ps(x, b1, s21);                        \
-		x = _mm256_broadcast_ss((a) + 3);                         \
+		x = _mm256_broadcast_ss((pa) + 3 * ais);                  \
 		s30 = _mm256_fmadd_ps(x, b0, s30);                        \
 		s31 = _mm256_fmadd_ps(x, b1, s31);                        \
-		x = _mm256_broadcast_ss((a) + 4);                         \
+		x = _mm256_broadcast_ss((pa) + 4 * ais);                  \
 		s40 = _mm256_fmadd_ps(x, b0, s40);                        \
 		s41 = _mm256_fmadd_ps(x, b1, s41);                        \
-		x = _mm256_broadcast_ss((a) + 5);                         \
+		x = _mm256_broadcast_ss((pa) + 5 * ais);                  \
 		s50 = _mm256_fmadd_ps(x, b0, s50);                        \
 		s51 = _mm256_fmadd_ps(x, b1, s51);                        \
 	} while (0)
 
-#define ADDC(i, lo, hi)                                                          \
-	do {                                                                     \
-		float *row = c + (i) * ldc;                                      \
-		_mm256_storeu_ps(row, _mm256_add_ps(_mm256_loadu_ps(row), lo));  \
-		_mm256_storeu_ps(row + 8, _mm256_add_ps(_mm256_loadu_ps(row + 8), hi)); \
-	} while (0)
+/* n (< 8) floats between memory and a vector, through a temporary: cheaper on AMD than
+ * vmaskmovps stores, and never touches memory past n. */
+static inline __m256 load_part(const float *p, size_t n)
+{
+	float t[8] = { 0 };
+	for (size_t i = 0; i < n; i++)
+		t[i] = p[i];
+	return _mm256_loadu_ps(t);
+}
 
-void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, const float *b, float *c,
-			 size_t ldc)
+static inline void store_part(float *p, __m256 v, size_t n)
+{
+	float t[8];
+	_mm256_storeu_ps(t, v);
+	for (size_t i = 0; i < n; i++)
+		p[i] = t[i];
+}
+
+/* Row of C += (lo, hi) for the first nr columns. first: C is taken as +0 (acc starts at +0,
+ * so C = 0 + s, not s: -0 becomes +0 as the contract says) and not read. last: NaN lanes
+ * are written as the canonical quiet NaN. */
+static inline void update_row(float *row, __m256 lo, __m256 hi, size_t nr, int first, int last)
+{
+	if (first) {
+		lo = _mm256_add_ps(_mm256_setzero_ps(), lo);
+		hi = _mm256_add_ps(_mm256_setzero_ps(), hi);
+	} else if (nr == NR) {
+		lo = _mm256_add_ps(_mm256_loadu_ps(row), lo);
+		hi = _mm256_add_ps(_mm256_loadu_ps(row + 8), hi);
+	} else if (nr >= 8) {
+		lo = _mm256_add_ps(_mm256_loadu_ps(row), lo);
+		hi = _mm256_add_ps(load_part(row + 8, nr - 8), hi);
+	} else {
+		lo = _mm256_add_ps(load_part(row, nr), lo);
+	}
+	if (last) {
+		const __m256 qnan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
+		lo = _mm256_blendv_ps(lo, qnan, _mm256_cmp_ps(lo, lo, _CMP_UNORD_Q));
+		hi = _mm256_blendv_ps(hi, qnan, _mm256_cmp_ps(hi, hi, _CMP_UNORD_Q));
+	}
+	if (nr == NR) {
+		_mm256_storeu_ps(row, lo);
+		_mm256_storeu_ps(row + 8, hi);
+	} else if (nr >= 8) {
+		_mm256_storeu_ps(row, lo);
+		store_part(row + 8, hi, nr - 8);
+	} else {
+		store_part(row, lo, nr);
+	}
+}
+
+static inline __attribute__((always_inline)) void
+kernel(size_t kc, size_t R, const float *a, const size_t ais, const size_t aks, const float *b,
+       float *c, size_t ldc, size_t mr, size_t nr, int flags)
 {
 	for (size_t t0 = 0; t0 < kc; t0 += R) {
 		size_t len = kc - t0 < R ? kc - t0 : R;
+		int first = t0 == 0 && (flags & TF_MXU_FIRST);
+		int last = t0 + len == kc && (flags & TF_MXU_LAST);
 		__m256 s00 = _mm256_setzero_ps(), s01 = _mm256_setzero_ps();
 		__m256 s10 = _mm256_setzero_ps(), s11 = _mm256_setzero_ps();
 		__m256 s20 = _mm256_setzero_ps(), s21 = _mm256_setzero_ps();
 		__m256 s30 = _mm256_setzero_ps(), s31 = _mm256_setzero_ps();
 		__m256 s40 = _mm256_setzero_ps(), s41 = _mm256_setzero_ps();
 		__m256 s50 = _mm256_setzero_ps(), s51 = _mm256_setzero_ps();
-		const float *pa = a + t0 * TF_MXU_MR;
-		const float *pb = b + t0 * TF_MXU_NR;
-		size_t k = 0;
-		for (; k + 4 <= len; k += 4) {
+		const float *pa = a + t0 * aks;
+		const float *pb = b + t0 * NR;
+		for (size_t k = 0; k < len; k++) {
 			STEP(pa, pb);
-			STEP(pa + TF_MXU_MR, pb + TF_MXU_NR);
-			STEP(pa + 2 * TF_MXU_MR, pb + 2 * TF_MXU_NR);
-			STEP(pa + 3 * TF_MXU_MR, pb + 3 * TF_MXU_NR);
-			pa += 4 * TF_MXU_MR;
-			pb += 4 * TF_MXU_NR;
+			pa += aks;
+			pb += NR;
 		}
-		for (; k < len; k++) {
-			STEP(pa, pb);
-			pa += TF_MXU_MR;
-			pb += TF_MXU_NR;
-		}
-		ADDC(0, s00, s01);
-		ADDC(1, s10, s11);
-		ADDC(2, s20, s21);
-		ADDC(3, s30, s31);
-		ADDC(4, s40, s41);
-		ADDC(5, s50, s51);
+		update_row(c, s00, s01, nr, first, last);
+		if (mr > 1)
+			update_row(c + ldc, s10, s11, nr, first, last);
+		if (mr > 2)
+			update_row(c + 2 * ldc, s20, s21, nr, first, last);
+		if (mr > 3)
+			update_row(c + 3 * ldc, s30, s31, nr, first, last);
+		if (mr > 4)
+			update_row(c + 4 * ldc, s40, s41, nr, first, last);
+		if (mr > 5)
+			update_row(c + 5 * ldc, s50, s51, nr, first, last);
 	}
+}
+
+void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
+			 const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
+{
+	if (aks == 1)
+		kernel(kc, R, a, ais, 1, b, c, ldc, mr, nr, flags); /* row panels */
+	else
+		kernel(kc, R, a, 1, MR, b, c, ldc, mr, nr, flags); /* k-major panels */
+}
+
+/* dst[0..n) = round(src[0..n)). */
+static void round_copy(const float *src, float *dst, size_t n, int ftz)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, tf_bf16_round8(_mm256_loadu_ps(src + i), ftz));
+	for (; i < n; i++)
+		dst[i] = tf_mxu_rnd(src[i], ftz);
+}
+
+void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t i0, size_t mr, size_t p0,
+			size_t kc, int ftz, float *a)
+{
+	if (!trans) {
+		/* row panels [MR][kc] */
+		for (size_t i = 0; i < MR; i++) {
+			if (i < mr)
+				round_copy(X + (i0 + i) * ldx + p0, a + i * kc, kc, ftz);
+			else
+				memset(a + i * kc, 0, kc * sizeof(float));
+		}
+		return;
+	}
+	/* k-major [kc][MR]: op(X)[i0 + i, p0 + k] = X[(p0 + k) * ldx + i0 + i], contiguous in i */
+	__m256i lm = lead_mask(mr), sm = lead_mask(MR);
+	for (size_t k = 0; k < kc; k++) {
+		const float *src = X + (p0 + k) * ldx + i0;
+		__m256 v = _mm256_maskload_ps(src, lm); /* lanes past mr read as 0 */
+		_mm256_maskstore_ps(a + k * MR, sm, tf_bf16_round8(v, ftz));
+	}
+}
+
+/* 8x8 transpose of rows r[0..7] in place. */
+static inline void transpose8(__m256 r[8])
+{
+	__m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+	__m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+	__m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+	__m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+	__m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+	__m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+	__m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+	__m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+	r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+	r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+	r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+	r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+	r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+	r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+	r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+	r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t p0,
+			size_t kc, int ftz, float *b)
+{
+	if (!trans) {
+		__m256i m0 = lead_mask(nr), m1 = lead_mask(nr > 8 ? nr - 8 : 0);
+		for (size_t k = 0; k < kc; k++) {
+			const float *src = W + (p0 + k) * ldw + j0;
+			__m256 lo, hi;
+			if (nr == NR) {
+				lo = _mm256_loadu_ps(src);
+				hi = _mm256_loadu_ps(src + 8);
+			} else {
+				lo = _mm256_maskload_ps(src, m0);
+				hi = _mm256_maskload_ps(src + 8, m1);
+			}
+			_mm256_storeu_ps(b + k * NR, tf_bf16_round8(lo, ftz));
+			_mm256_storeu_ps(b + k * NR + 8, tf_bf16_round8(hi, ftz));
+		}
+		return;
+	}
+	/* op(W)[p0 + k, j0 + j] = W[(j0 + j) * ldw + p0 + k]: 8x8 transposes of full blocks,
+	 * scalar for the rest. */
+	size_t k = 0;
+	if (nr == NR) {
+		for (; k + 8 <= kc; k += 8) {
+			for (size_t h = 0; h < 2; h++) {
+				__m256 r[8];
+				for (size_t j = 0; j < 8; j++)
+					r[j] = _mm256_loadu_ps(W + (j0 + 8 * h + j) * ldw + p0 + k);
+				transpose8(r);
+				for (size_t kk = 0; kk < 8; kk++)
+					_mm256_storeu_ps(b + (k + kk) * NR + 8 * h,
+							 tf_bf16_round8(r[kk], ftz));
+			}
+		}
+	}
+	for (; k < kc; k++)
+		for (size_t j = 0; j < NR; j++)
+			b[k * NR + j] = j < nr ? tf_mxu_rnd(W[(j0 + j) * ldw + p0 + k], ftz) : 0.0f;
 }

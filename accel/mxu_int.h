@@ -1,10 +1,18 @@
-/* mxu_int.h — internals shared by mxu.c, mxu_ref.c and the AVX2 microkernel (not for callers
- * outside accel/). */
+/* mxu_int.h — internals shared by mxu.c, mxu_ref.c and the AVX2 code (not for callers outside
+ * accel/).
+ *
+ * Packed layouts used by the fast kernel:
+ *   A panel (MR rows of op(X) x kc): element (i, k) at a[i * ais + k * aks]; "row panels"
+ *     [MR][kc] (ais = kc, aks = 1) when op(X) rows are contiguous (no transpose), "k-major"
+ *     [kc][MR] (ais = 1, aks = MR) when X is transposed. Rows past mr are zero.
+ *   B panel (kc x NR columns of op(W)): [kc][NR], columns past nr zero.
+ * K is never padded (see mxu.c). */
 #ifndef TF_MXU_INT_H
 #define TF_MXU_INT_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "accel/mxu.h"
 
@@ -12,13 +20,25 @@
 #define TF_MXU_MR 6
 #define TF_MXU_NR 16
 
-/* Microkernel: c[MR x NR] (leading dimension ldc) += per K-tile sums, for kc values of k that
- * start on a tile boundary; a is packed [kc][MR], b is packed [kc][NR], tiles are R long. */
-void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, const float *b, float *c,
-			 size_t ldc);
+/* Microkernel flags: the kc block starts at k = 0 (C is +0 before its first tile and is not
+ * read), or ends at k = K (NaN results are written as 0x7FC00000). */
+enum { TF_MXU_FIRST = 1, TF_MXU_LAST = 2 };
+
+/* Microkernel: for the mr x nr block of C (leading dimension ldc), C += each K-tile's sum, over
+ * kc values of k starting on a tile boundary, tiles R long. */
+void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
+			 const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags);
+/* Packing with bf16 rounding (AVX2). X/W point at op(X)[0,0] / op(W)[0,0] of the part. */
+void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t i0, size_t mr, size_t p0,
+			size_t kc, int ftz, float *a);
+void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t p0,
+			size_t kc, int ftz, float *b);
+
+/* Fewest multiply-adds per thread before tf_mxu_gemm uses another thread (tests set 0). */
+extern size_t tf_mxu_min_macs_per_thread;
 
 /* The MXCSR word the contract asks for (round to nearest, exceptions masked, FTZ+DAZ iff ftz),
- * and helpers to enter and leave it. Return the previous word. */
+ * entered and left around a computation. enter returns the previous word. */
 unsigned tf_mxu_csr_enter(int ftz);
 void tf_mxu_csr_leave(unsigned saved);
 
@@ -28,9 +48,24 @@ void tf_mxu_canon_nan(size_t M, size_t N, float *C, size_t ldc);
 /* The normalised configuration (defaults filled in). */
 void tf_mxu_cfg_norm(const struct tf_mxu_cfg *in, struct tf_mxu_cfg *out);
 
-/* Fills the model-derived parts of stats (folds, macs, mapping efficiency) and, from `cycles`,
- * utilization. */
+/* Fills stats from the model (folds, macs, mapping efficiency) and `cycles`. */
 void tf_mxu_stats_fill(const struct tf_mxu_cfg *cfg, size_t M, size_t K, size_t N,
 		       uint64_t cycles, struct tf_mxu_stats *stats);
+
+/* tf_bf16_round inlined for packing loops. */
+static inline float tf_mxu_rnd(float f, int ftz)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	if ((u & 0x7fffffffu) > 0x7f800000u) {
+		u = 0x7fc00000u;
+	} else {
+		if (ftz && (u & 0x7f800000u) == 0)
+			u &= 0x80000000u;
+		u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+	}
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
 
 #endif

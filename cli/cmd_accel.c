@@ -1,12 +1,649 @@
-/* cmd_accel.c — placeholder until the module that owns these subcommands lands. */
+/* cmd_accel.c — `tpuflow accel`: the emulated TPU from the command line.
+ *
+ *   accel matmul --a A.npy --b B.npy [--out C.npy] [--array RxC] [--reference] [--threads N]
+ *   accel cycles --m M --k K --n N [--array RxC] [--dataflow ws|os] [--mxus N]
+ *   accel slices
+ *   accel info SLICE
+ * Owns the .npy reading and writing (float32, little-endian, C order, 2-D). */
 #include "cli/cli.h"
 #include "common/common.h"
 
-int cmd_accel(int argc, char **argv, struct tf_cli *cli)
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/mxu.h"
+#include "accel/slice.h"
+#include "accel/tpu.h"
+
+/* Largest .npy accepted: 4 GiB of data. */
+#define NPY_MAX_BYTES (4ull << 30)
+
+struct npy {
+	size_t rows, cols; /* shape (a 1-D array of n is read as 1 x n) */
+	float *data;       /* rows * cols floats, owned */
+};
+
+/* Parses the header dict of a .npy file; 0 or -EINVAL with err filled. */
+static int npy_header(const char *path, const char *h, struct npy *out, char *err, size_t errlen)
 {
-	(void)argc;
-	(void)cli;
-	fprintf(stderr, "tpuflow %s: not built yet\n", argv[0]);
-	return TF_EXIT_SOFTWARE;
+	const char *d = strstr(h, "'descr'");
+	const char *f = strstr(h, "'fortran_order'");
+	const char *s = strstr(h, "'shape'");
+	if (!d || !f || !s) {
+		snprintf(err, errlen, "'%s': the .npy header lacks descr, fortran_order or shape",
+			 path);
+		return -EINVAL;
+	}
+	d = strchr(d + 7, '\'');
+	if (!d || strncmp(d, "'<f4'", 5) != 0) {
+		char got[16] = "?";
+		if (d)
+			sscanf(d, "'%15[^']", got);
+		snprintf(err, errlen,
+			 "'%s': dtype '%s' is not little-endian float32 ('<f4'); convert it with "
+			 "numpy: np.save(path, a.astype('<f4'))", path, got);
+		return -EINVAL;
+	}
+	f = strchr(f + 15, ':');
+	while (f && (*f == ':' || *f == ' '))
+		f++;
+	if (!f || strncmp(f, "False", 5) != 0) {
+		snprintf(err, errlen,
+			 "'%s': the array is in Fortran order; save a C-order copy "
+			 "(np.save(path, np.ascontiguousarray(a)))", path);
+		return -EINVAL;
+	}
+	s = strchr(s + 7, '(');
+	if (!s) {
+		snprintf(err, errlen, "'%s': malformed shape in the .npy header", path);
+		return -EINVAL;
+	}
+	s++;
+	unsigned long long dims[3];
+	int nd = 0;
+	for (;;) {
+		while (*s == ' ' || *s == ',')
+			s++;
+		if (*s == ')')
+			break;
+		char *end;
+		unsigned long long v = strtoull(s, &end, 10);
+		if (end == s || nd == 3) {
+			snprintf(err, errlen, "'%s': malformed or more than 2-D shape in the .npy "
+					      "header", path);
+			return -EINVAL;
+		}
+		dims[nd++] = v;
+		s = end;
+		while (*s == 'L')
+			s++;
+	}
+	if (nd == 0 || nd > 2) {
+		snprintf(err, errlen, "'%s': expected a 2-D matrix, got a %d-D array", path, nd);
+		return -EINVAL;
+	}
+	out->rows = nd == 2 ? (size_t)dims[0] : 1;
+	out->cols = nd == 2 ? (size_t)dims[1] : (size_t)dims[0];
+	if (out->cols && out->rows > NPY_MAX_BYTES / 4 / out->cols) {
+		snprintf(err, errlen, "'%s': %llu x %llu floats is more than this command accepts "
+				      "(4 GiB)", path, (unsigned long long)out->rows,
+			 (unsigned long long)out->cols);
+		return -EINVAL;
+	}
+	return 0;
 }
 
+/* Reads a float32 C-order .npy matrix. 0, or a negative errno with a message in err. */
+static int npy_read(const char *path, struct npy *out, char *err, size_t errlen)
+{
+	int rc = 0;
+	char *hdr = NULL;
+	struct npy m = { 0 };
+	FILE *fp = fopen(path, "rb");
+	if (!fp) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+		goto out;
+	}
+	unsigned char pre[12];
+	if (fread(pre, 1, 10, fp) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+		rc = -EINVAL;
+		snprintf(err, errlen, "'%s' is not a NumPy .npy file (bad magic); write it with "
+				      "np.save", path);
+		goto out;
+	}
+	size_t hlen;
+	if (pre[6] == 1) {
+		hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
+	} else if (pre[6] == 2 || pre[6] == 3) {
+		if (fread(pre + 10, 1, 2, fp) != 2) {
+			rc = -EINVAL;
+			snprintf(err, errlen, "'%s': truncated .npy header", path);
+			goto out;
+		}
+		hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 |
+		       (size_t)pre[11] << 24;
+	} else {
+		rc = -EINVAL;
+		snprintf(err, errlen, "'%s': unsupported .npy format version %d.%d", path, pre[6],
+			 pre[7]);
+		goto out;
+	}
+	if (hlen > 1 << 20) {
+		rc = -EINVAL;
+		snprintf(err, errlen, "'%s': .npy header of %zu bytes is implausibly large", path,
+			 hlen);
+		goto out;
+	}
+	hdr = tf_xmalloc(hlen + 1);
+	if (fread(hdr, 1, hlen, fp) != hlen) {
+		rc = -EINVAL;
+		snprintf(err, errlen, "'%s': truncated .npy header", path);
+		goto out;
+	}
+	hdr[hlen] = '\0';
+	rc = npy_header(path, hdr, &m, err, errlen);
+	if (rc)
+		goto out;
+	size_t n = m.rows * m.cols;
+	m.data = tf_xmalloc((n ? n : 1) * sizeof(float));
+	if (fread(m.data, sizeof(float), n, fp) != n) {
+		rc = -EINVAL;
+		snprintf(err, errlen, "'%s': the data is shorter than the shape %zu x %zu says",
+			 path, m.rows, m.cols);
+		goto out;
+	}
+	*out = m;
+	m.data = NULL;
+out:
+	free(m.data);
+	free(hdr);
+	if (fp)
+		fclose(fp);
+	return rc;
+}
+
+/* Writes a float32 C-order .npy (format 1.0). 0 or a negative errno with err filled. */
+static int npy_write(const char *path, const float *data, size_t rows, size_t cols, char *err,
+		     size_t errlen)
+{
+	char dict[128];
+	int dl = snprintf(dict, sizeof dict,
+			  "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", rows,
+			  cols);
+	size_t total = 10 + (size_t)dl + 1;
+	size_t pad = (64 - total % 64) % 64;
+	size_t hlen = (size_t)dl + pad + 1;
+	FILE *fp = fopen(path, "wb");
+	if (!fp) {
+		snprintf(err, errlen, "cannot create '%s': %s", path, strerror(errno));
+		return -errno;
+	}
+	unsigned char pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
+				  (unsigned char)(hlen >> 8) };
+	int ok = fwrite(pre, 1, 10, fp) == 10 && fwrite(dict, 1, (size_t)dl, fp) == (size_t)dl;
+	for (size_t i = 0; ok && i < pad; i++)
+		ok = fputc(' ', fp) != EOF;
+	ok = ok && fputc('\n', fp) != EOF;
+	ok = ok && fwrite(data, sizeof(float), rows * cols, fp) == rows * cols;
+	if (fclose(fp) != 0)
+		ok = 0;
+	if (!ok) {
+		snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+		return -EIO;
+	}
+	return 0;
+}
+
+/* "RxC" -> rows, cols (1..65536). */
+static int parse_array(const char *s, int *r, int *c)
+{
+	char *end;
+	long a = strtol(s, &end, 10);
+	if (end == s || *end != 'x')
+		return -EINVAL;
+	const char *p = end + 1;
+	long b = strtol(p, &end, 10);
+	if (end == p || *end || a < 1 || b < 1 || a > 65536 || b > 65536)
+		return -EINVAL;
+	*r = (int)a;
+	*c = (int)b;
+	return 0;
+}
+
+static int parse_count(const char *s, unsigned long long max, unsigned long long *out)
+{
+	char *end;
+	if (!s || *s == '-' || *s == '\0')
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (*end || errno || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static void print_json(json_t *j)
+{
+	char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	if (s)
+		printf("%s\n", s);
+	free(s);
+	json_decref(j);
+}
+
+static int matmul(int argc, char **argv, struct tf_cli *cli)
+{
+	static const struct option opts[] = {
+		TF_CLI_COMMON_OPTIONS,
+		{ "a", required_argument, NULL, 'a' },
+		{ "b", required_argument, NULL, 'b' },
+		{ "out", required_argument, NULL, 'o' },
+		{ "array", required_argument, NULL, 'r' },
+		{ "reference", no_argument, NULL, 'R' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "gen", required_argument, NULL, 'g' },
+		{ "no-ftz", no_argument, NULL, 'F' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *cmd = "accel matmul", *apath = NULL, *bpath = NULL, *out = NULL;
+	const char *array = NULL, *genname = "v4";
+	int reference = 0, ftz = 1, opt;
+	unsigned long long threads = 1;
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'a': apath = optarg; break;
+		case 'b': bpath = optarg; break;
+		case 'o': out = optarg; break;
+		case 'r': array = optarg; break;
+		case 'R': reference = 1; break;
+		case 'F': ftz = 0; break;
+		case 'g': genname = optarg; break;
+		case 't':
+			if (parse_count(optarg, 64, &threads) || threads < 1)
+				return tf_cli_usage_error(cmd, "--threads '%s' must be 1..64",
+							  optarg);
+			break;
+		case 'h':
+			printf("usage: tpuflow accel matmul --a A.npy --b B.npy [--out C.npy]\n"
+			       "         [--array RxC] [--reference] [--threads N] [--gen GEN]\n"
+			       "         [--no-ftz] [--json]\n\n"
+			       "C = A . B on the emulated MXU: A (M x K) and B (K x N) are float32 .npy\n"
+			       "matrices, rounded to bfloat16 inside; products are accumulated in fp32\n"
+			       "in the systolic order (per K-tile of R rows). C is written as a float32\n"
+			       ".npy.\n\n"
+			       "  --a, --b FILE   the operands (little-endian float32, C order, 2-D)\n"
+			       "  --out FILE      write C here\n"
+			       "  --array RxC     systolic array size (default: the generation's, 128x128)\n"
+			       "  --reference     use the cycle-level reference model (slow; same bits)\n"
+			       "  --threads N     host threads for the fast kernel (default 1)\n"
+			       "  --gen GEN       TPU generation for clock and MXUs per core (default v4)\n"
+			       "  --no-ftz        keep subnormals (default: flush them, as TPUs do)\n"
+			       "  --json          print the summary as JSON: cycles, device_seconds,\n"
+			       "                  utilization, mapping_efficiency\n");
+			return TF_EXIT_OK;
+		default:
+			if (tf_cli_common_option(cli, opt, optarg))
+				break;
+			return tf_cli_usage_error(cmd, "unknown option");
+		}
+	}
+	if (optind < argc)
+		return tf_cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if (!apath || !bpath)
+		return tf_cli_usage_error(cmd, "both --a and --b are required");
+	const struct tf_tpu_gen *gen = tf_tpu_gen_find(genname);
+	if (!gen)
+		return tf_cli_usage_error(cmd, "unknown generation '%s' (v2, v3, v4, v5e, v5p, "
+					       "v6e)", genname);
+	struct tf_mxu_cfg cfg;
+	tf_mxu_cfg_init(&cfg);
+	cfg.rows = gen->mxu_rows;
+	cfg.cols = gen->mxu_cols;
+	cfg.mxus = gen->mxus_per_core;
+	cfg.ftz = ftz;
+	cfg.threads = (int)threads;
+	if (array && parse_array(array, &cfg.rows, &cfg.cols))
+		return tf_cli_usage_error(cmd, "--array '%s' must be RxC, e.g. 128x128", array);
+
+	char err[512];
+	struct npy a = { 0 }, b = { 0 };
+	int rc = TF_EXIT_OK;
+	float *c = NULL;
+	if (npy_read(apath, &a, err, sizeof err) || npy_read(bpath, &b, err, sizeof err)) {
+		fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
+		rc = TF_EXIT_DATAERR;
+		goto out;
+	}
+	if (a.cols != b.rows) {
+		fprintf(stderr,
+			"tpuflow %s: shapes do not chain: A is %zu x %zu and B is %zu x %zu; A's "
+			"columns must equal B's rows\n", cmd, a.rows, a.cols, b.rows, b.cols);
+		rc = TF_EXIT_DATAERR;
+		goto out;
+	}
+	size_t M = a.rows, K = a.cols, N = b.cols;
+	c = tf_xmalloc((M * N > 0 ? M * N : 1) * sizeof(float));
+	struct tf_mxu_stats st;
+	double t0 = tf_now_monotonic();
+	if (reference)
+		tf_mxu_gemm_reference(&cfg, 0, 0, M, K, N, a.data, K, b.data, N, c, N, &st);
+	else
+		tf_mxu_gemm(&cfg, 0, 0, M, K, N, a.data, K, b.data, N, c, N, &st);
+	double wall = tf_now_monotonic() - t0;
+	if (out && npy_write(out, c, M, N, err, sizeof err)) {
+		fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
+		rc = TF_EXIT_FAILED;
+		goto out;
+	}
+	double dev = (double)st.cycles / gen->clock_hz;
+	const char *kernel = reference ? "reference" : tf_mxu_kernel_name();
+	if (cli->json) {
+		json_t *j = json_object();
+		json_object_set_new(j, "m", json_integer((json_int_t)M));
+		json_object_set_new(j, "k", json_integer((json_int_t)K));
+		json_object_set_new(j, "n", json_integer((json_int_t)N));
+		json_object_set_new(j, "array", json_sprintf("%dx%d", cfg.rows, cfg.cols));
+		json_object_set_new(j, "generation", json_string(gen->name));
+		json_object_set_new(j, "mxus", json_integer(cfg.mxus));
+		json_object_set_new(j, "kernel", json_string(kernel));
+		json_object_set_new(j, "threads", json_integer(reference ? 1 : cfg.threads));
+		json_object_set_new(j, "ftz", json_boolean(cfg.ftz));
+		json_object_set_new(j, "folds", json_integer((json_int_t)st.folds));
+		json_object_set_new(j, "cycles", json_integer((json_int_t)st.cycles));
+		json_object_set_new(j, "device_seconds", json_real(dev));
+		json_object_set_new(j, "utilization", json_real(st.utilization));
+		json_object_set_new(j, "mapping_efficiency", json_real(st.mapping_efficiency));
+		json_object_set_new(j, "host_seconds", json_real(wall));
+		json_object_set_new(j, "out", out ? json_string(out) : json_null());
+		print_json(j);
+	} else {
+		printf("C = A . B: %zu x %zu . %zu x %zu on a %dx%d array (%s, %s kernel)\n", M, K,
+		       K, N, cfg.rows, cfg.cols, gen->name, kernel);
+		printf("folds %llu, cycles %llu (%d MXUs), device time %.3g s at %.0f MHz\n",
+		       (unsigned long long)st.folds, (unsigned long long)st.cycles, cfg.mxus, dev,
+		       gen->clock_hz / 1e6);
+		printf("utilization %.4f, mapping efficiency %.4f, host time %.3g s\n",
+		       st.utilization, st.mapping_efficiency, wall);
+		if (out)
+			printf("wrote %s\n", out);
+	}
+out:
+	free(a.data);
+	free(b.data);
+	free(c);
+	return rc;
+}
+
+static int cycles(int argc, char **argv, struct tf_cli *cli)
+{
+	static const struct option opts[] = {
+		TF_CLI_COMMON_OPTIONS,
+		{ "m", required_argument, NULL, 'm' },
+		{ "k", required_argument, NULL, 'k' },
+		{ "n", required_argument, NULL, 'n' },
+		{ "array", required_argument, NULL, 'r' },
+		{ "dataflow", required_argument, NULL, 'd' },
+		{ "mxus", required_argument, NULL, 'x' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *cmd = "accel cycles";
+	unsigned long long dim[3] = { 0, 0, 0 }, mxus = 1;
+	int have[3] = { 0, 0, 0 }, R = 128, C = 128, opt;
+	enum tf_mxu_dataflow df = TF_MXU_WS;
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		int idx = opt == 'm' ? 0 : opt == 'k' ? 1 : opt == 'n' ? 2 : -1;
+		if (idx >= 0) {
+			if (parse_count(optarg, 1ull << 40, &dim[idx]))
+				return tf_cli_usage_error(cmd, "--%c '%s' must be a non-negative "
+							       "integer", opt, optarg);
+			have[idx] = 1;
+			continue;
+		}
+		switch (opt) {
+		case 'r':
+			if (parse_array(optarg, &R, &C))
+				return tf_cli_usage_error(cmd, "--array '%s' must be RxC, e.g. "
+							       "128x128", optarg);
+			break;
+		case 'd':
+			if (!strcmp(optarg, "ws"))
+				df = TF_MXU_WS;
+			else if (!strcmp(optarg, "os"))
+				df = TF_MXU_OS;
+			else
+				return tf_cli_usage_error(cmd, "--dataflow '%s' must be ws or os",
+							  optarg);
+			break;
+		case 'x':
+			if (parse_count(optarg, 1024, &mxus) || mxus < 1)
+				return tf_cli_usage_error(cmd, "--mxus '%s' must be 1..1024", optarg);
+			break;
+		case 'h':
+			printf("usage: tpuflow accel cycles --m M --k K --n N [--array RxC]\n"
+			       "         [--dataflow ws|os] [--mxus N] [--json]\n\n"
+			       "SCALE-Sim's analytical cycle model for C[MxN] = A[MxK] . B[KxN].\n"
+			       "ws (default): rows <- K, cols <- N, T = M, 2R + C + T - 2 cycles a fold;\n"
+			       "os: rows <- M, cols <- N, T = K, R + C + T - 2 cycles a fold.\n"
+			       "scalesim_total is folds x cycles per fold - 1, the figure SCALE-Sim\n"
+			       "prints; core_cycles spreads the folds over --mxus arrays.\n");
+			return TF_EXIT_OK;
+		default:
+			if (tf_cli_common_option(cli, opt, optarg))
+				break;
+			return tf_cli_usage_error(cmd, "unknown option");
+		}
+	}
+	if (optind < argc)
+		return tf_cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if (!have[0] || !have[1] || !have[2])
+		return tf_cli_usage_error(cmd, "--m, --k and --n are all required");
+	struct tf_mxu_model m;
+	if (tf_mxu_model(df, dim[0], dim[1], dim[2], R, C, (int)mxus, &m))
+		return tf_cli_usage_error(cmd, "invalid model parameters");
+	const char *dfname = df == TF_MXU_WS ? "ws" : "os";
+	if (cli->json) {
+		json_t *j = json_object();
+		json_object_set_new(j, "dataflow", json_string(dfname));
+		json_object_set_new(j, "m", json_integer((json_int_t)dim[0]));
+		json_object_set_new(j, "k", json_integer((json_int_t)dim[1]));
+		json_object_set_new(j, "n", json_integer((json_int_t)dim[2]));
+		json_object_set_new(j, "rows", json_integer(R));
+		json_object_set_new(j, "cols", json_integer(C));
+		json_object_set_new(j, "mxus", json_integer((json_int_t)mxus));
+		json_object_set_new(j, "folds", json_integer((json_int_t)m.folds));
+		json_object_set_new(j, "cycles_per_fold", json_integer((json_int_t)m.cycles_per_fold));
+		json_object_set_new(j, "cycles", json_integer((json_int_t)m.cycles));
+		json_object_set_new(j, "scalesim_total", json_integer((json_int_t)m.scalesim_total));
+		json_object_set_new(j, "core_cycles", json_integer((json_int_t)m.core_cycles));
+		json_object_set_new(j, "mapping_efficiency", json_real(m.mapping_efficiency));
+		json_object_set_new(j, "utilization", json_real(m.utilization));
+		json_object_set_new(j, "core_utilization", json_real(m.core_utilization));
+		print_json(j);
+	} else {
+		printf("%s dataflow, %llu x %llu . %llu x %llu on %dx%d\n", dfname, dim[0], dim[1],
+		       dim[1], dim[2], R, C);
+		printf("folds %llu x %llu cycles = %llu cycles (SCALE-Sim total %llu)\n",
+		       (unsigned long long)m.folds, (unsigned long long)m.cycles_per_fold,
+		       (unsigned long long)m.cycles, (unsigned long long)m.scalesim_total);
+		printf("on %llu MXUs: %llu cycles, utilization %.4f\n", mxus,
+		       (unsigned long long)m.core_cycles, m.core_utilization);
+		printf("mapping efficiency %.4f, utilization %.4f\n", m.mapping_efficiency,
+		       m.utilization);
+	}
+	return TF_EXIT_OK;
+}
+
+static json_t *gen_json(const struct tf_tpu_gen *g)
+{
+	json_t *j = json_object();
+	json_object_set_new(j, "name", json_string(g->name));
+	json_object_set_new(j, "type_prefix", json_string(g->type_prefix));
+	json_object_set_new(j, "mxu", json_sprintf("%dx%d", g->mxu_rows, g->mxu_cols));
+	json_object_set_new(j, "mxus_per_core", json_integer(g->mxus_per_core));
+	json_object_set_new(j, "cores_per_chip", json_integer(g->cores_per_chip));
+	json_object_set_new(j, "torus_dims", json_integer(g->torus_dims));
+	json_object_set_new(j, "clock_hz", json_real(g->clock_hz));
+	json_object_set_new(j, "peak_flops_per_chip", json_real(tf_tpu_chip_peak(g)));
+	json_object_set_new(j, "hbm_bytes_per_chip", json_real(g->hbm_bytes));
+	json_object_set_new(j, "hbm_bytes_per_second", json_real(g->hbm_bw));
+	json_object_set_new(j, "ici_link_bytes_per_second", json_real(g->ici_bw));
+	json_object_set_new(j, "max_chips", json_integer(g->max_chips));
+	json_object_set_new(j, "type_counts", json_string(g->type_counts_cores ? "cores" : "chips"));
+	return j;
+}
+
+static int slices(int argc, char **argv, struct tf_cli *cli)
+{
+	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS, { NULL, 0, NULL, 0 } };
+	const char *cmd = "accel slices";
+	int opt;
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (opt == 'h') {
+			printf("usage: tpuflow accel slices [--json]\n\n"
+			       "Lists the TPU generations and the slice types each offers, with their\n"
+			       "topologies. Any slice also takes an explicit topology: GEN:AxB[xC].\n");
+			return TF_EXIT_OK;
+		}
+		if (!tf_cli_common_option(cli, opt, optarg))
+			return tf_cli_usage_error(cmd, "unknown option");
+	}
+	if (optind < argc)
+		return tf_cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	size_t n;
+	const struct tf_tpu_gen *g = tf_tpu_gens(&n);
+	json_t *arr = cli->json ? json_array() : NULL;
+	for (size_t i = 0; i < n; i++) {
+		json_t *types = cli->json ? json_array() : NULL;
+		if (!cli->json)
+			printf("%-4s %dx%d MXU x%d per core, %d core%s/chip, %dD torus, %.0f TFLOPS/chip, "
+			       "%.0f GB HBM/chip, up to %d chips\n     ", g[i].name, g[i].mxu_rows,
+			       g[i].mxu_cols, g[i].mxus_per_core, g[i].cores_per_chip,
+			       g[i].cores_per_chip > 1 ? "s" : "", g[i].torus_dims,
+			       tf_tpu_chip_peak(&g[i]) / 1e12, g[i].hbm_bytes / 1e9, g[i].max_chips);
+		for (size_t t = 0; g[i].types[t]; t++) {
+			struct tf_tpu_slice s;
+			char err[256];
+			if (tf_tpu_slice_parse(g[i].types[t], &s, err, sizeof err)) {
+				fprintf(stderr, "tpuflow %s: internal: %s\n", cmd, err);
+				json_decref(types);
+				json_decref(arr);
+				return TF_EXIT_SOFTWARE;
+			}
+			if (cli->json) {
+				json_t *o = json_object();
+				json_object_set_new(o, "name", json_string(s.name));
+				json_object_set_new(o, "topology", json_string(s.topology));
+				json_object_set_new(o, "chips", json_integer(s.chips));
+				json_object_set_new(o, "cores", json_integer(s.cores));
+				json_array_append_new(types, o);
+			} else {
+				printf("%s%s (%s)", t ? ", " : "", s.name, s.topology);
+			}
+		}
+		if (cli->json) {
+			json_t *j = gen_json(&g[i]);
+			json_object_set_new(j, "types", types);
+			json_array_append_new(arr, j);
+		} else {
+			printf("\n");
+		}
+	}
+	if (cli->json) {
+		json_t *j = json_object();
+		json_object_set_new(j, "generations", arr);
+		print_json(j);
+	}
+	return TF_EXIT_OK;
+}
+
+static int info(int argc, char **argv, struct tf_cli *cli)
+{
+	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS, { NULL, 0, NULL, 0 } };
+	const char *cmd = "accel info";
+	int opt;
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (opt == 'h') {
+			printf("usage: tpuflow accel info SLICE [--json]\n\n"
+			       "Describes a slice: an accelerator type (v4-8, v4-32, v5p-8,\n"
+			       "v5litepod-16, v6e-4) or a topology (v4:2x2x4): chips, TensorCores,\n"
+			       "MXUs, peak FLOP/s, HBM, torus, and the modelled all-reduce time.\n");
+			return TF_EXIT_OK;
+		}
+		if (!tf_cli_common_option(cli, opt, optarg))
+			return tf_cli_usage_error(cmd, "unknown option");
+	}
+	if (optind != argc - 1)
+		return tf_cli_usage_error(cmd, "give exactly one SLICE, e.g. v4-8 or v4:2x2x4");
+	struct tf_tpu_slice s;
+	char err[512];
+	if (tf_tpu_slice_parse(argv[optind], &s, err, sizeof err)) {
+		fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
+		return TF_EXIT_USAGE;
+	}
+	const struct tf_tpu_gen *g = s.gen;
+	int mxus = s.cores * g->mxus_per_core;
+	double peak = tf_tpu_chip_peak(g) * s.chips;
+	double ar = tf_slice_allreduce_seconds(&s, 1 << 20);
+	if (cli->json) {
+		json_t *j = json_object();
+		json_object_set_new(j, "name", json_string(s.name));
+		json_object_set_new(j, "generation", json_string(g->name));
+		json_object_set_new(j, "topology", json_string(s.topology));
+		json_object_set_new(j, "torus_dims", json_integer(s.ndims));
+		json_object_set_new(j, "chips", json_integer(s.chips));
+		json_object_set_new(j, "cores", json_integer(s.cores));
+		json_object_set_new(j, "replicas", json_integer(s.cores));
+		json_object_set_new(j, "mxus", json_integer(mxus));
+		json_object_set_new(j, "mxu", json_sprintf("%dx%d", g->mxu_rows, g->mxu_cols));
+		json_object_set_new(j, "clock_hz", json_real(g->clock_hz));
+		json_object_set_new(j, "peak_flops", json_real(peak));
+		json_object_set_new(j, "hbm_bytes", json_real(g->hbm_bytes * s.chips));
+		json_object_set_new(j, "hbm_bytes_per_core", json_real(g->hbm_bytes / g->cores_per_chip));
+		json_object_set_new(j, "ici_link_bytes_per_second", json_real(g->ici_bw));
+		json_object_set_new(j, "allreduce_1mib_seconds", json_real(ar));
+		print_json(j);
+	} else {
+		printf("%s: %s, topology %s (%dD torus)\n", s.name, g->name, s.topology, s.ndims);
+		printf("chips %d, TensorCores %d (replicas), MXUs %d of %dx%d at %.0f MHz\n", s.chips,
+		       s.cores, mxus, g->mxu_rows, g->mxu_cols, g->clock_hz / 1e6);
+		printf("peak %.1f TFLOPS bf16, HBM %.0f GB (%.1f GB per core)\n", peak / 1e12,
+		       g->hbm_bytes * s.chips / 1e9, g->hbm_bytes / g->cores_per_chip / 1e9);
+		printf("ICI %.0f GB/s per link; all-reduce of 1 MiB: %.1f us (model)\n",
+		       g->ici_bw / 1e9, ar * 1e6);
+	}
+	return TF_EXIT_OK;
+}
+
+int cmd_accel(int argc, char **argv, struct tf_cli *cli)
+{
+	static const struct {
+		const char *name;
+		int (*fn)(int, char **, struct tf_cli *);
+	} subs[] = { { "matmul", matmul }, { "cycles", cycles }, { "slices", slices },
+		     { "info", info } };
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		FILE *f = argc < 2 ? stderr : stdout;
+		fprintf(f, "usage: tpuflow accel matmul|cycles|slices|info [ARGS]\n\n"
+			   "  matmul   C = A . B from .npy files on the emulated MXU\n"
+			   "  cycles   SCALE-Sim's analytical cycle model for one GEMM\n"
+			   "  slices   TPU generations and their slice types\n"
+			   "  info     describe one slice (v4-8, v5litepod-16, v4:2x2x4)\n\n"
+			   "'tpuflow accel SUBCOMMAND --help' describes one.\n");
+		return argc < 2 ? TF_EXIT_USAGE : TF_EXIT_OK;
+	}
+	for (size_t i = 0; i < TF_ARRAY_LEN(subs); i++)
+		if (!strcmp(argv[1], subs[i].name))
+			return subs[i].fn(argc - 1, argv + 1, cli);
+	return tf_cli_usage_error("accel", "unknown subcommand '%s' (matmul, cycles, slices, info)",
+				  argv[1]);
+}

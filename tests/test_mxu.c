@@ -148,7 +148,7 @@ static void one_case(int R, int Cc, int ftz, size_t M, size_t K, size_t N, enum 
 		tf_mxu_force_portable(portable);
 		for (int threads = 1; threads <= 3; threads++) {
 			cfg.threads = threads;
-			char w2[200];
+			char w2[400];
 			for (int tx = 0; tx <= 1; tx++) {
 				for (int tw = 0; tw <= 1; tw++) {
 					memset(got, 0x7f, (M * ldc + 1) * sizeof(float));
@@ -359,6 +359,7 @@ static void test_mxu_reference_cycles_equal_model(void **state)
 
 int main(void)
 {
+	tf_mxu_min_macs_per_thread = 0; /* use every requested thread even on tiny shapes */
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_mxu_order_canary),
 		cmocka_unit_test(test_mxu_underflow_depends_on_ftz),
