@@ -527,7 +527,14 @@ int tf_input_next(struct tf_input *in, struct tf_batch *b, char *err, size_t err
 	}
 	uint64_t k = in->next_deliver;
 	struct slot *sl = &in->slots[k % (uint64_t)in->nslots];
-	if (in->o.prefetch > 0) {
+	if (in->o.prefetch > 0 && in->next_claim == k) {
+		/* no worker has started this batch (they are starved of CPU): build it here
+		 * rather than wait; its slot is free since batch k - nslots was released */
+		in->next_claim++;
+		sl->ready = 0;
+		pthread_mutex_unlock(&in->mu);
+		rc = build_batch(in, k, sl);
+	} else if (in->o.prefetch > 0) {
 		while (!in->failed && !(sl->ready && sl->k == k))
 			pthread_cond_wait(&in->cv, &in->mu);
 		pthread_mutex_unlock(&in->mu);
