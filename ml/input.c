@@ -9,6 +9,8 @@
 #define TF_LOG_TAG "input"
 #include "ml/input.h"
 
+#include "accel/slice.h"
+
 #include "common/common.h"
 #include "common/log.h"
 #include "ml/rng.h"
@@ -92,8 +94,10 @@ struct tf_input {
 
 void tf_input_replica_rows(size_t n, int replicas, int r, size_t *lo, size_t *hi)
 {
-	*lo = n * (size_t)r / (size_t)replicas;
-	*hi = n * (size_t)(r + 1) / (size_t)replicas;
+	size_t start, count;
+	tf_slice_shard(n, replicas, r, &start, &count); /* the slice's own sharding rule */
+	*lo = start;
+	*hi = start + count;
 }
 
 uint64_t tf_input_steps_per_epoch(const struct tf_input *in)

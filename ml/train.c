@@ -60,11 +60,11 @@ struct step_ctx {
 static void replica_train(struct tf_slice_replica *r, void *arg)
 {
 	struct step_ctx *c = arg;
-	size_t start, count;
-	tf_slice_shard(c->n, r->replicas, r->index, &start, &count);
+	size_t lo, hi;
+	tf_input_replica_rows(c->n, r->replicas, r->index, &lo, &hi);
 	struct tf_mlp_gemm g = { .replica = r };
-	tf_mlp_train_pass(c->m, &g, &c->work[r->index], c->x + start * c->m->size[0],
-			  c->y + start, count, c->n);
+	tf_mlp_train_pass(c->m, &g, &c->work[r->index], c->x + lo * c->m->size[0], c->y + lo,
+			  hi - lo, c->n);
 }
 
 static void replica_eval(struct tf_slice_replica *r, void *arg)
