@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/train.sh — the demo training configuration on an emulated v4-8 slice (784-256-128-10,
 # batch 256, SGD momentum 0.9, lr 0.1, 1 warmup epoch + cosine, 15 epochs, cache on) with the
-# input pipeline's prefetch on (4 batches) and off, next to the peer measured in the same run:
+# input pipeline's prefetch on (4 batches) and off (and off without the cache), next to the
+# peer measured in the same run:
 # the same MLP in plain fp32 C + OpenBLAS (build/bench/train_peer). Prints accuracy, training
 # wall time, device busy fraction (1 - input wait) and the time ratio to the peer.
 # TF_BENCH_TRAIN_EPOCHS overrides the epochs (default 15).
@@ -14,29 +15,31 @@ work=$(mktemp -d /tmp/tpuflow-bench-train.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 "$BIN" --home "$work/home" data prep >/dev/null
-run() { # $1 = prefetch
+run() { # $1 = prefetch, $2 = --cache or nothing
   "$BIN" --home "$work/home" --json train --accelerator v4-8 --epochs "$EPOCHS" --batch 256 \
-    --optimizer sgd --lr 0.1 --momentum 0.9 --warmup-epochs 1 --schedule cosine --cache \
+    --optimizer sgd --lr 0.1 --momentum 0.9 --warmup-epochs 1 --schedule cosine $2 \
     --prefetch "$1" --no-ckpt --export "$work/bundle-$1" 2>/dev/null
 }
 field() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d[sys.argv[2]])' "$1" "$2"; }
 
-on=$(run 4)
-off=$(run 0)
+on=$(run 4 --cache)
+off=$(run 0 --cache)
+bare=$(run 0 "")
 peer=""
 if [[ -x $BUILD/bench/train_peer ]]; then
   peer=$(TF_BENCH_PEER_EPOCHS=$EPOCHS OPENBLAS_NUM_THREADS=2 "$BUILD/bench/train_peer")
 fi
-python3 - "$on" "$off" "$peer" "$EPOCHS" <<'PY'
+python3 - "$on" "$off" "$bare" "$peer" "$EPOCHS" <<'PY'
 import json, sys
-on, off = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-peer = json.loads(sys.argv[3]) if sys.argv[3] else None
-print(f"training, demo config on v4-8, {sys.argv[4]} epochs:")
-for name, d in (("prefetch on (4)", on), ("prefetch off", off)):
-    print(f"  {name:16s} test accuracy {d['accuracy']*100:.2f}%  train wall {d['wall_seconds']:.2f} s"
+on, off, bare = (json.loads(a) for a in sys.argv[1:4])
+peer = json.loads(sys.argv[4]) if sys.argv[4] else None
+print(f"training, demo config on v4-8, {sys.argv[5]} epochs:")
+for name, d in (("prefetch on (4), cache", on), ("prefetch off, cache", off),
+                ("prefetch off, no cache", bare)):
+    print(f"  {name:24s} test accuracy {d['accuracy']*100:.2f}%  train wall {d['wall_seconds']:.2f} s"
           f"  {d['examples_per_second']:.0f} ex/s  device busy {100*(1-d['input_wait']):.1f}%"
           f"  simulated device {d['device_seconds']:.3f} s  MXU util {100*d['utilization']:.1f}%")
 if peer:
-    print(f"  peer fp32 OpenBLAS  test accuracy {peer['accuracy']*100:.2f}%  train wall {peer['seconds']:.2f} s")
+    print(f"  {'peer fp32 OpenBLAS':24s} test accuracy {peer['accuracy']*100:.2f}%  train wall {peer['seconds']:.2f} s")
     print(f"  ratio (emulated slice, prefetch on) / peer wall time: {on['wall_seconds']/peer['seconds']:.2f}x")
 PY

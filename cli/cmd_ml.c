@@ -374,7 +374,6 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 	o.optim.schedule = TF_LR_COSINE;
 	const char *store_url = NULL, *export_dir = NULL;
 	uint64_t v;
-	double f;
 	int c, rc;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -470,7 +469,6 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (optind < argc)
 		return tf_cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
-	(void)f;
 	struct tf_objstore *s = NULL, *es = NULL;
 	char err[1024];
 	if ((rc = open_store("train", store_url, cli, &s)))

@@ -9,6 +9,8 @@
 #define TF_LOG_TAG "input"
 #include "ml/input.h"
 
+#include "accel/slice.h"
+
 #include "common/common.h"
 #include "common/log.h"
 #include "ml/rng.h"
@@ -92,8 +94,10 @@ struct tf_input {
 
 void tf_input_replica_rows(size_t n, int replicas, int r, size_t *lo, size_t *hi)
 {
-	*lo = n * (size_t)r / (size_t)replicas;
-	*hi = n * (size_t)(r + 1) / (size_t)replicas;
+	size_t start, count;
+	tf_slice_shard(n, replicas, r, &start, &count); /* the slice's own sharding rule */
+	*lo = start;
+	*hi = start + count;
 }
 
 uint64_t tf_input_steps_per_epoch(const struct tf_input *in)
@@ -527,13 +531,21 @@ int tf_input_next(struct tf_input *in, struct tf_batch *b, char *err, size_t err
 	}
 	uint64_t k = in->next_deliver;
 	struct slot *sl = &in->slots[k % (uint64_t)in->nslots];
-	if (in->o.prefetch > 0) {
+	if (in->o.prefetch > 0 && in->next_claim == k) {
+		/* no worker has started this batch (they are starved of CPU): build it here
+		 * rather than wait; its slot is free since batch k - nslots was released */
+		in->next_claim++;
+		sl->ready = 0;
+		pthread_mutex_unlock(&in->mu);
+		rc = build_batch(in, k, sl);
+	} else if (in->o.prefetch > 0) {
 		while (!in->failed && !(sl->ready && sl->k == k))
 			pthread_cond_wait(&in->cv, &in->mu);
 		pthread_mutex_unlock(&in->mu);
 	} else {
+		int failed = in->failed;
 		pthread_mutex_unlock(&in->mu);
-		if (!in->failed)
+		if (!failed)
 			rc = build_batch(in, k, sl);
 	}
 	pthread_mutex_lock(&in->mu);

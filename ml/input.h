@@ -68,7 +68,8 @@ double tf_input_wait_seconds(const struct tf_input *in);
 void tf_input_free(struct tf_input *in);
 
 /* Rows [lo, hi) of a batch of n that replica r of R gets: contiguous, sizes differing by at
- * most one, in replica order. */
+ * most one (earlier replicas take the extra rows), in replica order — tf_slice_shard's rule,
+ * which the training loop uses. */
 void tf_input_replica_rows(size_t n, int replicas, int r, size_t *lo, size_t *hi);
 
 /* Decodes a whole split in file order into x (n*dim, preprocessed) and y (caller frees):

@@ -6,6 +6,9 @@
 
 #include <errno.h>
 #include <math.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,6 +94,58 @@ void tf_mlp_work_release(struct tf_mlp_work *w)
 	memset(w, 0, sizeof *w);
 }
 
+/* Elementwise helpers. SSE2 (the x86-64 baseline) does four lanes at a time with exactly the
+ * scalar operations, so results are the same on every path and machine:
+ *   relu(v) = v when v > 0 or v is NaN (a NaN reaches the loss and stops training), else +0. */
+static inline float relu1(float v)
+{
+	return v > 0.0f || v != v ? v : 0.0f;
+}
+
+/* r[j] = relu(r[j] + b[j]) */
+static void bias_relu(float *r, const float *b, size_t N)
+{
+	size_t j = 0;
+#ifdef __SSE2__
+	const __m128 z = _mm_setzero_ps();
+	for (; j + 4 <= N; j += 4) {
+		__m128 v = _mm_add_ps(_mm_loadu_ps(r + j), _mm_loadu_ps(b + j));
+		__m128 keep = _mm_or_ps(_mm_cmpgt_ps(v, z), _mm_cmpunord_ps(v, v));
+		_mm_storeu_ps(r + j, _mm_and_ps(keep, v));
+	}
+#endif
+	for (; j < N; j++)
+		r[j] = relu1(r[j] + b[j]);
+}
+
+/* r[j] += a[j] */
+static void add_rows(float *r, const float *a, size_t N)
+{
+	size_t j = 0;
+#ifdef __SSE2__
+	for (; j + 4 <= N; j += 4)
+		_mm_storeu_ps(r + j, _mm_add_ps(_mm_loadu_ps(r + j), _mm_loadu_ps(a + j)));
+#endif
+	for (; j < N; j++)
+		r[j] += a[j];
+}
+
+/* d[i] = 0 where the ReLU output act[i] was not positive (act > 0, or NaN, keeps d) */
+static void relu_mask(float *d, const float *act, size_t n)
+{
+	size_t i = 0;
+#ifdef __SSE2__
+	const __m128 z = _mm_setzero_ps();
+	for (; i + 4 <= n; i += 4) {
+		__m128 a = _mm_loadu_ps(act + i);
+		__m128 keep = _mm_or_ps(_mm_cmpgt_ps(a, z), _mm_cmpunord_ps(a, a));
+		_mm_storeu_ps(d + i, _mm_and_ps(keep, _mm_loadu_ps(d + i)));
+	}
+#endif
+	for (; i < n; i++)
+		d[i] = act[i] > 0.0f || act[i] != act[i] ? d[i] : 0.0f;
+}
+
 static void gemm(const struct tf_mlp_gemm *g, int tx, int tw, size_t M, size_t K, size_t N,
 		 const float *X, size_t ldx, const float *W, size_t ldw, float *C, size_t ldc)
 {
@@ -109,14 +164,12 @@ void tf_mlp_forward(const struct tf_mlp *m, const struct tf_mlp_gemm *g, struct 
 		float *out = w->act[l + 1];
 		const float *b = m->params + m->b_off[l];
 		gemm(g, 0, 0, n, K, N, in, K, m->params + m->w_off[l], N, out, N);
-		int relu = l + 1 < m->nlayers;
-		for (size_t i = 0; i < n; i++) {
-			float *r = out + i * N;
-			for (size_t j = 0; j < N; j++) {
-				float v = r[j] + b[j];
-				r[j] = relu && !(v > 0.0f) ? 0.0f : v;
-			}
-		}
+		if (l + 1 < m->nlayers)
+			for (size_t i = 0; i < n; i++)
+				bias_relu(out + i * N, b, N);
+		else
+			for (size_t i = 0; i < n; i++)
+				add_rows(out + i * N, b, N);
 		in = out;
 	}
 }
@@ -214,16 +267,12 @@ void tf_mlp_train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g,
 		float *db = w->grad + m->b_off[l];
 		memset(db, 0, N * sizeof(float));
 		for (size_t i = 0; i < n; i++)
-			for (size_t j = 0; j < N; j++)
-				db[j] += dz[i * N + j];
+			add_rows(db, dz + i * N, N);
 		if (l == 0)
 			break;
 		/* dA = dZ . W^T (n x K), then through the ReLU of layer l */
 		gemm(g, 0, 1, n, N, K, dz, N, m->params + m->w_off[l], N, dz2, K);
-		const float *act = w->act[l];
-		for (size_t i = 0; i < n * K; i++)
-			if (!(act[i] > 0.0f))
-				dz2[i] = 0.0f;
+		relu_mask(dz2, w->act[l], n * K);
 		float *t = dz;
 		dz = dz2;
 		dz2 = t;

@@ -60,11 +60,11 @@ struct step_ctx {
 static void replica_train(struct tf_slice_replica *r, void *arg)
 {
 	struct step_ctx *c = arg;
-	size_t start, count;
-	tf_slice_shard(c->n, r->replicas, r->index, &start, &count);
+	size_t lo, hi;
+	tf_input_replica_rows(c->n, r->replicas, r->index, &lo, &hi);
 	struct tf_mlp_gemm g = { .replica = r };
-	tf_mlp_train_pass(c->m, &g, &c->work[r->index], c->x + start * c->m->size[0],
-			  c->y + start, count, c->n);
+	tf_mlp_train_pass(c->m, &g, &c->work[r->index], c->x + lo * c->m->size[0], c->y + lo,
+			  hi - lo, c->n);
 }
 
 static void replica_eval(struct tf_slice_replica *r, void *arg)
@@ -369,7 +369,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 			   (json_int_t)st.step, "params", (json_int_t)m.nparams, "optimizer",
 			   tf_optim_kind_name(opt.cfg.kind)));
 
-	double t0 = tf_now_monotonic(), first_loss = NAN, last_log = t0;
+	double t0 = tf_now_monotonic(), first_loss = NAN;
 	uint64_t steps_here = 0, ex_here = 0;
 	tf_slice_stats_reset(rt);
 	while (st.step < total) {
@@ -428,9 +428,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 					   "loss", st.ep_loss / st.ep_examples, "accuracy",
 					   st.ep_correct / st.ep_examples, "examples_per_second", eps,
 					   "eta_seconds", eta, "lr", tf_optim_lr(&opt.cfg, st.step)));
-			last_log = now;
 		}
-		(void)last_log;
 		int stop_early = 0;
 		if (epoch_end) {
 			tf_train_evaluate(rt, &m, tx, ty, tn, EVAL_BATCH, NULL, &ev);

@@ -148,7 +148,7 @@ static void one_case(int R, int Cc, int ftz, size_t M, size_t K, size_t N, enum 
 		tf_mxu_force_portable(portable);
 		for (int threads = 1; threads <= 3; threads++) {
 			cfg.threads = threads;
-			char w2[200];
+			char w2[400];
 			for (int tx = 0; tx <= 1; tx++) {
 				for (int tw = 0; tw <= 1; tw++) {
 					memset(got, 0x7f, (M * ldc + 1) * sizeof(float));

@@ -263,6 +263,22 @@ static void test_train_divergence_stops_with_clear_error(void **state)
 	assert_non_null(strstr(err, "learning rate"));
 }
 
+static void test_train_early_stopping(void **state)
+{
+	(void)state;
+	struct tf_train_opts o;
+	struct tf_train_result r;
+	char err[1024];
+	base_opts(&o);
+	o.epochs = 6;
+	o.patience = 2;
+	o.monitor = "accuracy";
+	o.min_delta = 0.5; /* no epoch can improve accuracy by 50 points after the first */
+	assert_int_equal(tf_train_run(&o, &r, err, sizeof err), 0);
+	assert_int_equal(r.early_stopped, 1);
+	assert_int_equal(r.steps, 3 * 32); /* best at epoch 1, two bad epochs, stop */
+}
+
 static void test_train_schedules_and_optimizers(void **state)
 {
 	(void)state;
@@ -419,6 +435,7 @@ int main(void)
 		cmocka_unit_test(test_train_resume_is_bit_identical),
 		cmocka_unit_test(test_train_export_predict_bit_identical),
 		cmocka_unit_test(test_train_divergence_stops_with_clear_error),
+		cmocka_unit_test(test_train_early_stopping),
 		cmocka_unit_test(test_train_schedules_and_optimizers),
 		cmocka_unit_test(test_train_csv_binary_bce),
 		cmocka_unit_test(test_train_step_adapters),
