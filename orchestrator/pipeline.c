@@ -2007,6 +2007,7 @@ static void load_pipeline(struct loader *L, const struct ynode *root,
 {
 	struct tf_pipeline *p = L->p;
 	builtin_retries(&p->defaults.retries);
+	p->defaults.cache = 1; /* results are reused unless `cache: false` */
 	if (!root || scalar_null(root)) {
 		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, root ? root->line : 1,
 		            root ? root->col : 1, "start with 'name:' and 'steps:'",

@@ -141,7 +141,7 @@ struct tf_step_defaults {
 	double timeout;                 /* seconds, 0 = none */
 	int has_executor;               /* 1 when `defaults.executor` was given */
 	enum tf_executor_kind executor; /* valid when has_executor */
-	int cache;                      /* default for `cache` (built-in: 0) */
+	int cache;                      /* default for `cache` (built-in: 1) */
 };
 
 struct tf_pipeline {
