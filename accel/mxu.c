@@ -132,14 +132,16 @@ struct part {
 	size_t M, K, N;               /* this block's sizes (K is whole) */
 	const float *X, *W;           /* already offset to the block's first row / column */
 	size_t ldx, ldw, ldc;
+	size_t x_avail;               /* floats of a stored X row readable from X (ldx - offset) */
 	float *C;                     /* block's top-left output */
 	int portable;                 /* run the C microkernel and packing */
 };
 
 /* Portable packing: same layouts as the AVX2 code (mxu_int.h). */
-static void pack_a_c(int trans, const float *X, size_t ldx, size_t i0, size_t mr, size_t p0,
-		     size_t kc, int ftz, float *a)
+static void pack_a_c(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
+		     size_t mr, size_t p0, size_t kc, int ftz, float *a)
 {
+	(void)avail;
 	for (size_t i = 0; i < MR; i++) {
 		for (size_t k = 0; k < kc; k++) {
 			float v = 0.0f;
@@ -243,8 +245,8 @@ static void run_part(const struct part *p)
 	const int ftz = p->cfg->ftz;
 	void (*uk)(size_t, size_t, const float *, size_t, size_t, const float *, float *, size_t,
 		   size_t, size_t, int) = p->portable ? ukernel_c : tf_mxu_ukernel_avx2;
-	void (*pa)(int, const float *, size_t, size_t, size_t, size_t, size_t, int, float *) =
-		p->portable ? pack_a_c : tf_mxu_pack_a_avx2;
+	void (*pa)(int, const float *, size_t, size_t, size_t, size_t, size_t, size_t, int,
+		   float *) = p->portable ? pack_a_c : tf_mxu_pack_a_avx2;
 	void (*pb)(int, const float *, size_t, size_t, size_t, size_t, size_t, int, float *) =
 		p->portable ? pack_b_c : tf_mxu_pack_b_avx2;
 
@@ -256,7 +258,8 @@ static void run_part(const struct part *p)
 
 	size_t nc_max = N < NC ? N : NC, kc_max = K < KC ? K : KC;
 	size_t mc_max = M < MC ? M : MC;
-	struct bufs *bf = thread_bufs((mc_max + MR - 1) / MR * MR * kc_max,
+	/* A: 8 floats of slack for the k-major packing's spill (mxu_avx2.c) */
+	struct bufs *bf = thread_bufs((mc_max + MR - 1) / MR * MR * kc_max + 8,
 				      (nc_max + NR - 1) / NR * NR * kc_max);
 
 	for (size_t jc = 0; jc < N; jc += NC) {
@@ -272,8 +275,8 @@ static void run_part(const struct part *p)
 				size_t mc = M - ic < MC ? M - ic : MC;
 				for (size_t ir = 0; ir < mc; ir += MR) {
 					size_t mr = mc - ir < MR ? mc - ir : MR;
-					pa(p->trans_x, p->X, p->ldx, ic + ir, mr, pc, kc, ftz,
-					   bf->a + ir * kc);
+					pa(p->trans_x, p->X, p->ldx, p->x_avail, ic + ir, mr, pc,
+					   kc, ftz, bf->a + ir * kc);
 				}
 				size_t ais = p->trans_x ? 1 : kc, aks = p->trans_x ? MR : 1;
 				int flags = (pc == 0 ? TF_MXU_FIRST : 0) |
@@ -384,7 +387,7 @@ void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size
 	tf_mxu_cfg_norm(cfg_in, &cfg);
 	struct part whole = {
 		.cfg = &cfg, .trans_x = trans_x, .trans_w = trans_w, .M = M, .K = K, .N = N,
-		.X = X, .W = W, .ldx = ldx, .ldw = ldw, .ldc = ldc, .C = C,
+		.X = X, .W = W, .ldx = ldx, .ldw = ldw, .ldc = ldc, .C = C, .x_avail = ldx,
 		.portable = !(tf_bf16_have_avx2() && !force_portable),
 	};
 
@@ -423,6 +426,7 @@ void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size
 			} else {
 				parts[t].M = b1 - b0;
 				parts[t].X = trans_x ? X + b0 : X + b0 * ldx;
+				parts[t].x_avail = trans_x ? ldx - b0 : ldx;
 				parts[t].C = C + b0 * ldc;
 			}
 		}

@@ -49,22 +49,46 @@ static inline __m256i lead_mask(size_t n)
 		s51 = _mm256_fmadd_ps(x, b1, s51);                        \
 	} while (0)
 
-/* n (< 8) floats between memory and a vector, through a temporary: cheaper on AMD than
- * vmaskmovps stores, and never touches memory past n. */
+/* n (< 8) floats between memory and a vector, in 4-, 2- and 1-float pieces: never touches
+ * memory past n, and avoids vmaskmovps (slow on AMD cores) and memcpy calls. */
 static inline __m256 load_part(const float *p, size_t n)
 {
-	float t[8] = { 0 };
-	for (size_t i = 0; i < n; i++)
-		t[i] = p[i];
-	return _mm256_loadu_ps(t);
+	__m128 lo = _mm_setzero_ps(), hi = _mm_setzero_ps(), t = _mm_setzero_ps();
+	size_t i = 0;
+	if (n >= 4) {
+		lo = _mm_loadu_ps(p);
+		i = 4;
+	}
+	if ((n - i) & 2) {
+		t = _mm_castpd_ps(_mm_load_sd((const double *)(p + i)));
+		if (n & 1)
+			t = _mm_movelh_ps(t, _mm_load_ss(p + i + 2));
+	} else if ((n - i) & 1) {
+		t = _mm_load_ss(p + i);
+	}
+	if (i)
+		hi = t;
+	else
+		lo = t;
+	return _mm256_set_m128(hi, lo);
 }
 
 static inline void store_part(float *p, __m256 v, size_t n)
 {
-	float t[8];
-	_mm256_storeu_ps(t, v);
-	for (size_t i = 0; i < n; i++)
-		p[i] = t[i];
+	__m128 x = _mm256_castps256_ps128(v);
+	if (n >= 4) {
+		_mm_storeu_ps(p, x);
+		x = _mm256_extractf128_ps(v, 1);
+		p += 4;
+		n -= 4;
+	}
+	if (n & 2) {
+		_mm_store_sd((double *)p, _mm_castps_pd(x));
+		x = _mm_movehl_ps(x, x);
+		p += 2;
+	}
+	if (n & 1)
+		_mm_store_ss(p, x);
 }
 
 /* Row of C += (lo, hi) for the first nr columns. first: C is taken as +0 (acc starts at +0,
@@ -154,8 +178,8 @@ static void round_copy(const float *src, float *dst, size_t n, int ftz)
 		dst[i] = tf_mxu_rnd(src[i], ftz);
 }
 
-void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t i0, size_t mr, size_t p0,
-			size_t kc, int ftz, float *a)
+void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
+			size_t mr, size_t p0, size_t kc, int ftz, float *a)
 {
 	if (!trans) {
 		/* row panels [MR][kc] */
@@ -167,12 +191,17 @@ void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t i0, size_t
 		}
 		return;
 	}
-	/* k-major [kc][MR]: op(X)[i0 + i, p0 + k] = X[(p0 + k) * ldx + i0 + i], contiguous in i */
-	__m256i lm = lead_mask(mr), sm = lead_mask(MR);
+	/* k-major [kc][MR]: op(X)[i0 + i, p0 + k] = X[(p0 + k) * ldx + i0 + i], contiguous in i.
+	 * Each k stores 8 lanes; lanes 6 and 7 spill into the next k's slot, which that k then
+	 * overwrites (the buffer has 8 floats of slack after the last panel): a plain store is
+	 * much cheaper than vmaskmovps on AMD cores. */
+	__m256i lm = lead_mask(mr);
+	int whole = mr == MR && i0 + 8 <= avail; /* 8 lanes readable without leaving the row */
 	for (size_t k = 0; k < kc; k++) {
 		const float *src = X + (p0 + k) * ldx + i0;
-		__m256 v = _mm256_maskload_ps(src, lm); /* lanes past mr read as 0 */
-		_mm256_maskstore_ps(a + k * MR, sm, tf_bf16_round8(v, ftz));
+		__m256 v = whole ? _mm256_loadu_ps(src)
+				 : _mm256_maskload_ps(src, lm); /* lanes past mr read as 0 */
+		_mm256_storeu_ps(a + k * MR, tf_bf16_round8(v, ftz));
 	}
 }
 

@@ -28,9 +28,11 @@ enum { TF_MXU_FIRST = 1, TF_MXU_LAST = 2 };
  * kc values of k starting on a tile boundary, tiles R long. */
 void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
 			 const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags);
-/* Packing with bf16 rounding (AVX2). X/W point at op(X)[0,0] / op(W)[0,0] of the part. */
-void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t i0, size_t mr, size_t p0,
-			size_t kc, int ftz, float *a);
+/* Packing with bf16 rounding (AVX2). X/W point at op(X)[0,0] / op(W)[0,0] of the part; avail
+ * is how many floats of each stored row of X can be read from X's column (ldx minus the part's
+ * offset), which lets the transposed packing read whole vectors safely. */
+void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
+			size_t mr, size_t p0, size_t kc, int ftz, float *a);
 void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t p0,
 			size_t kc, int ftz, float *b);
 

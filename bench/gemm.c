@@ -33,6 +33,15 @@ static const struct shape shapes[] = {
 	{ "mlp dW3 H2^T.dY3", 1, 0, 128, 256, 10 },
 	{ "mlp dX2 dY2.W2^T", 0, 1, 256, 128, 256 },
 	{ "mlp dX3 dY3.W3^T", 0, 1, 256, 10, 128 },
+	/* one replica of a v4-8 slice: 8 TensorCores share the batch of 256 */
+	{ "rep32 fwd1", 0, 0, 32, 784, 256 },
+	{ "rep32 fwd2", 0, 0, 32, 256, 128 },
+	{ "rep32 fwd3", 0, 0, 32, 128, 10 },
+	{ "rep32 dW1", 1, 0, 784, 32, 256 },
+	{ "rep32 dW2", 1, 0, 256, 32, 128 },
+	{ "rep32 dW3", 1, 0, 128, 32, 10 },
+	{ "rep32 dX2", 0, 1, 32, 128, 256 },
+	{ "rep32 dX3", 0, 1, 32, 10, 128 },
 };
 
 struct ops {
@@ -70,7 +79,7 @@ int main(int argc, char **argv)
 	int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
 	printf("MXU kernel: %s; OpenBLAS %s\n", tf_mxu_kernel_name(), openblas_get_config());
 	printf("%-20s %3s %9s %9s %7s\n", "shape", "thr", "mxu GF/s", "blas GF/s", "ratio");
-	double mlp_mxu[3] = { 0 }, mlp_blas[3] = { 0 };
+	double mlp_mxu[3] = { 0 }, mlp_blas[3] = { 0 }, rep_mxu[3] = { 0 }, rep_blas[3] = { 0 };
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
 		const struct shape *s = &shapes[si];
 		if (quick && s->M * s->K * s->N > 600 * 600 * 600)
@@ -89,7 +98,8 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < wr * wc; i++)
 			o.W[i] = (float)rand() / RAND_MAX - 0.5f;
 		double flop = 2.0 * s->M * s->N * s->K;
-		for (int thr = 1; thr <= 2; thr++) {
+		int maxthr = strncmp(s->name, "rep32", 5) == 0 ? 1 : 2;
+		for (int thr = 1; thr <= maxthr; thr++) {
 			tf_mxu_cfg_init(&o.cfg);
 			o.cfg.threads = thr;
 			openblas_set_num_threads(thr);
@@ -111,6 +121,10 @@ int main(int argc, char **argv)
 				mlp_mxu[thr] += bm;
 				mlp_blas[thr] += bb;
 			}
+			if (strncmp(s->name, "rep32", 5) == 0) {
+				rep_mxu[thr] += bm;
+				rep_blas[thr] += bb;
+			}
 		}
 		free(o.X);
 		free(o.W);
@@ -119,6 +133,8 @@ int main(int argc, char **argv)
 	for (int thr = 1; thr <= 2; thr++)
 		printf("%-20s %3d %8.1fus %8.1fus %7.2f\n", "mlp step (sum)", thr, mlp_mxu[thr] * 1e6,
 		       mlp_blas[thr] * 1e6, mlp_blas[thr] / mlp_mxu[thr]);
+	printf("%-20s %3d %8.1fus %8.1fus %7.2f\n", "rep32 step (sum)", 1, rep_mxu[1] * 1e6,
+	       rep_blas[1] * 1e6, rep_blas[1] / rep_mxu[1]);
 
 	/* The cycle-level reference on the MLP's first layer (one 128x128 array). */
 	size_t M = quick ? 64 : 256, K = 784, N = 256;
