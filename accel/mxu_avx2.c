@@ -60,7 +60,7 @@ static inline __m256 load_part(const float *p, size_t n)
 		i = 4;
 	}
 	if ((n - i) & 2) {
-		t = _mm_castpd_ps(_mm_load_sd((const double *)(p + i)));
+		t = _mm_castsi128_ps(_mm_loadu_si64(p + i));
 		if (n & 1)
 			t = _mm_movelh_ps(t, _mm_load_ss(p + i + 2));
 	} else if ((n - i) & 1) {
@@ -83,7 +83,7 @@ static inline void store_part(float *p, __m256 v, size_t n)
 		n -= 4;
 	}
 	if (n & 2) {
-		_mm_store_sd((double *)p, _mm_castps_pd(x));
+		_mm_storeu_si64(p, _mm_castps_si128(x));
 		x = _mm_movehl_ps(x, x);
 		p += 2;
 	}
