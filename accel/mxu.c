@@ -340,9 +340,28 @@ static void *pool_worker(void *arg)
 	return NULL;
 }
 
+/* A forked child has none of the parent's workers: start from an empty pool. */
+static void pool_atfork_child(void)
+{
+	pthread_mutex_init(&pool.call_mu, NULL);
+	pthread_mutex_init(&pool.mu, NULL);
+	pthread_cond_init(&pool.work_cv, NULL);
+	pthread_cond_init(&pool.done_cv, NULL);
+	pool.nworkers = 0;
+	pool.remaining = 0;
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_init(void)
+{
+	pthread_atfork(NULL, NULL, pool_atfork_child);
+}
+
 /* Runs parts[1..n) on workers and parts[0] here; returns when all are done. */
 static void pool_run(const struct part *parts, int n, int ftz)
 {
+	pthread_once(&atfork_once, atfork_init);
 	pthread_mutex_lock(&pool.call_mu);
 	pthread_mutex_lock(&pool.mu);
 	while (pool.nworkers < n - 1) {
