@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -193,6 +194,17 @@ static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t ak
 	}
 }
 
+/* Rows in the next A panel when `left` rows remain: 6, except that 8 becomes 4 + 4 and 4 or
+ * fewer are one panel, so a 2-row remainder (a 6-row block doing a third of its work) only
+ * happens when it cannot be avoided. The AVX2 kernel runs panels of <= 4 rows with its
+ * 4-row variant at full speed. */
+static size_t panel_rows(size_t left)
+{
+	if (left == 8)
+		return 4;
+	return left < MR ? left : MR;
+}
+
 /* Per-thread packing buffers, kept between calls (freed when the thread exits). */
 struct bufs {
 	float *a, *b;      /* A and B panels */
@@ -258,8 +270,9 @@ static void run_part(const struct part *p)
 
 	size_t nc_max = N < NC ? N : NC, kc_max = K < KC ? K : KC;
 	size_t mc_max = M < MC ? M : MC;
-	/* A: 8 floats of slack for the k-major packing's spill (mxu_avx2.c) */
-	struct bufs *bf = thread_bufs((mc_max + MR - 1) / MR * MR * kc_max + 8,
+	/* A: up to mc/4 + 1 panels of MR x kc slots, plus 8 floats of slack for the k-major
+	 * packing's spill (mxu_avx2.c) */
+	struct bufs *bf = thread_bufs((mc_max / 4 + 1) * MR * kc_max + 8,
 				      (nc_max + NR - 1) / NR * NR * kc_max);
 
 	for (size_t jc = 0; jc < N; jc += NC) {
@@ -273,20 +286,18 @@ static void run_part(const struct part *p)
 			}
 			for (size_t ic = 0; ic < M; ic += MC) {
 				size_t mc = M - ic < MC ? M - ic : MC;
-				for (size_t ir = 0; ir < mc; ir += MR) {
-					size_t mr = mc - ir < MR ? mc - ir : MR;
-					pa(p->trans_x, p->X, p->ldx, p->x_avail, ic + ir, mr, pc,
-					   kc, ftz, bf->a + ir * kc);
-				}
+				for (size_t ir = 0, q = 0; ir < mc; ir += panel_rows(mc - ir), q++)
+					pa(p->trans_x, p->X, p->ldx, p->x_avail, ic + ir,
+					   panel_rows(mc - ir), pc, kc, ftz, bf->a + q * MR * kc);
 				size_t ais = p->trans_x ? 1 : kc, aks = p->trans_x ? MR : 1;
 				int flags = (pc == 0 ? TF_MXU_FIRST : 0) |
 					    (pc + kc == K ? TF_MXU_LAST : 0);
 				for (size_t jr = 0; jr < nc; jr += NR) {
 					size_t nr = nc - jr < NR ? nc - jr : NR;
 					const float *b = bf->b + jr * kc;
-					for (size_t ir = 0; ir < mc; ir += MR) {
-						size_t mr = mc - ir < MR ? mc - ir : MR;
-						uk(kc, R, bf->a + ir * kc, ais, aks, b,
+					for (size_t ir = 0, q = 0; ir < mc; ir += panel_rows(mc - ir), q++) {
+						size_t mr = panel_rows(mc - ir);
+						uk(kc, R, bf->a + q * MR * kc, ais, aks, b,
 						   p->C + (ic + ir) * p->ldc + jc + jr, p->ldc, mr,
 						   nr, flags);
 					}
@@ -296,46 +307,75 @@ static void run_part(const struct part *p)
 	}
 }
 
-/* The worker pool for multi-threaded GEMMs: started on first use, grown on demand, threads
- * sleep on a condition variable between calls. One multi-threaded GEMM at a time uses it
- * (call_mu); single-threaded GEMMs never touch it, so slice replicas calling from their own
- * threads do not contend. */
+/* The worker pool for multi-threaded GEMMs: started on first use, grown on demand. Between
+ * calls a worker spins for up to SPIN_SECONDS watching `gen` (back-to-back GEMMs of a training
+ * step then start without a wake-up, which on a VM costs tens of microseconds), then sleeps
+ * on work_cv. One multi-threaded GEMM at a time uses the pool (call_mu); single-threaded
+ * GEMMs never touch it, so slice replicas calling from their own threads do not contend.
+ * `gen` and `remaining` are atomics so spinning needs no lock; they are also changed under
+ * `mu` when a sleeper must be woken. */
+#define SPIN_SECONDS 100e-6
+
 static struct {
 	pthread_mutex_t call_mu;    /* one multi-threaded GEMM at a time */
-	pthread_mutex_t mu;         /* guards the fields below */
+	pthread_mutex_t mu;         /* pairs with the condition variables */
 	pthread_cond_t work_cv;     /* new generation */
 	pthread_cond_t done_cv;     /* remaining reached 0 */
-	int nworkers;               /* started workers (ids 1..nworkers) */
-	uint64_t gen;               /* bumped per call */
+	int nworkers;               /* started workers (ids 1..nworkers), under mu */
+	_Atomic uint64_t gen;       /* bumped per call, after parts/nparts/ftz are set */
 	const struct part *parts;   /* this call's parts; part 0 runs on the caller */
 	int nparts;                 /* parts in this call */
-	int remaining;              /* worker parts not finished */
 	int ftz;                    /* MXCSR mode for this call */
+	_Atomic int remaining;      /* worker parts not finished */
 } pool = { .call_mu = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER,
 	   .work_cv = PTHREAD_COND_INITIALIZER, .done_cv = PTHREAD_COND_INITIALIZER };
+
+static inline void cpu_relax(void)
+{
+#ifdef HAVE_MXCSR
+	_mm_pause();
+#endif
+}
+
+/* Spins until *v != old (returns 1) or SPIN_SECONDS pass (returns 0). */
+static int spin_until_changed(_Atomic uint64_t *v, uint64_t old)
+{
+	double t0 = tf_now_monotonic();
+	for (;;) {
+		for (int i = 0; i < 64; i++) {
+			if (atomic_load_explicit(v, memory_order_acquire) != old)
+				return 1;
+			cpu_relax();
+		}
+		if (tf_now_monotonic() - t0 > SPIN_SECONDS)
+			return 0;
+	}
+}
 
 static void *pool_worker(void *arg)
 {
 	int id = (int)(intptr_t)arg;
-	/* A worker is created under pool.mu by the call that needs it, before that call bumps
-	 * gen, so starting from 0 makes it take part in that call. */
+	/* A worker is created by the call that needs it, before that call bumps gen, so
+	 * starting from 0 makes it take part in that call. */
 	uint64_t seen = 0;
-	pthread_mutex_lock(&pool.mu);
 	for (;;) {
-		while (pool.gen == seen)
-			pthread_cond_wait(&pool.work_cv, &pool.mu);
-		seen = pool.gen;
+		if (!spin_until_changed(&pool.gen, seen)) {
+			pthread_mutex_lock(&pool.mu);
+			while (atomic_load(&pool.gen) == seen)
+				pthread_cond_wait(&pool.work_cv, &pool.mu);
+			pthread_mutex_unlock(&pool.mu);
+		}
+		seen = atomic_load_explicit(&pool.gen, memory_order_acquire);
 		if (id >= pool.nparts)
 			continue;
-		const struct part *pt = &pool.parts[id];
-		int ftz = pool.ftz;
-		pthread_mutex_unlock(&pool.mu);
-		unsigned saved = tf_mxu_csr_enter(ftz);
-		run_part(pt);
+		unsigned saved = tf_mxu_csr_enter(pool.ftz);
+		run_part(&pool.parts[id]);
 		tf_mxu_csr_leave(saved);
-		pthread_mutex_lock(&pool.mu);
-		if (--pool.remaining == 0)
+		if (atomic_fetch_sub(&pool.remaining, 1) == 1) {
+			pthread_mutex_lock(&pool.mu);
 			pthread_cond_signal(&pool.done_cv);
+			pthread_mutex_unlock(&pool.mu);
+		}
 	}
 	return NULL;
 }
@@ -348,7 +388,7 @@ static void pool_atfork_child(void)
 	pthread_cond_init(&pool.work_cv, NULL);
 	pthread_cond_init(&pool.done_cv, NULL);
 	pool.nworkers = 0;
-	pool.remaining = 0;
+	atomic_store(&pool.remaining, 0);
 }
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
@@ -379,9 +419,9 @@ static void pool_run(const struct part *parts, int n, int ftz)
 	int nw = n - 1 < pool.nworkers ? n - 1 : pool.nworkers;
 	pool.parts = parts;
 	pool.nparts = nw + 1;
-	pool.remaining = nw;
 	pool.ftz = ftz;
-	pool.gen++;
+	atomic_store(&pool.remaining, nw);
+	atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
 	pthread_cond_broadcast(&pool.work_cv);
 	pthread_mutex_unlock(&pool.mu);
 
@@ -391,10 +431,15 @@ static void pool_run(const struct part *parts, int n, int ftz)
 		run_part(&parts[i]); /* no worker for it: same result, on this thread */
 	tf_mxu_csr_leave(saved);
 
-	pthread_mutex_lock(&pool.mu);
-	while (pool.remaining > 0)
-		pthread_cond_wait(&pool.done_cv, &pool.mu);
-	pthread_mutex_unlock(&pool.mu);
+	double t0 = tf_now_monotonic();
+	while (atomic_load(&pool.remaining) > 0 && tf_now_monotonic() - t0 < SPIN_SECONDS)
+		cpu_relax();
+	if (atomic_load(&pool.remaining) > 0) {
+		pthread_mutex_lock(&pool.mu);
+		while (atomic_load(&pool.remaining) > 0)
+			pthread_cond_wait(&pool.done_cv, &pool.mu);
+		pthread_mutex_unlock(&pool.mu);
+	}
 	pthread_mutex_unlock(&pool.call_mu);
 }
 

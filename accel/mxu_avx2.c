@@ -1,7 +1,8 @@
 /* mxu_avx2.c — the AVX2/FMA parts of the fast MXU path: the 6x16 microkernel and the packing
  * routines that round to bf16 eight values at a time.
  *
- * Microkernel: twelve ymm registers hold the running tile sums s for 6 rows x 16 columns. For
+ * Microkernel: twelve ymm registers hold the running tile sums s for 6 rows x 16 columns (8
+ * for the 4-row variant). For
  * each k of a K-tile it broadcasts x[m,k] for the 6 rows and does s = fma(x, w[k, n..n+15], s):
  * lanes are different outputs and k advances one step at a time, so each lane performs exactly
  * the contract's fmaf chain. At the end of the tile C += s, one add per output, in tile order.
@@ -24,6 +25,8 @@ static inline __m256i lead_mask(size_t n)
 	return _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - (n > 8 ? 8 : n)));
 }
 
+/* One k step for ROWS (4 or 6) rows: two W vectors, ROWS broadcasts, 2*ROWS fmas. With
+ * ROWS a compile-time constant the unused rows vanish. */
 #define STEP(pa, pb)                                                      \
 	do {                                                              \
 		__m256 b0 = _mm256_loadu_ps(pb);                          \
@@ -41,12 +44,14 @@ static inline __m256i lead_mask(size_t n)
 		x = _mm256_broadcast_ss((pa) + 3 * ais);                  \
 		s30 = _mm256_fmadd_ps(x, b0, s30);                        \
 		s31 = _mm256_fmadd_ps(x, b1, s31);                        \
-		x = _mm256_broadcast_ss((pa) + 4 * ais);                  \
-		s40 = _mm256_fmadd_ps(x, b0, s40);                        \
-		s41 = _mm256_fmadd_ps(x, b1, s41);                        \
-		x = _mm256_broadcast_ss((pa) + 5 * ais);                  \
-		s50 = _mm256_fmadd_ps(x, b0, s50);                        \
-		s51 = _mm256_fmadd_ps(x, b1, s51);                        \
+		if (ROWS > 4) {                                           \
+			x = _mm256_broadcast_ss((pa) + 4 * ais);          \
+			s40 = _mm256_fmadd_ps(x, b0, s40);                \
+			s41 = _mm256_fmadd_ps(x, b1, s41);                \
+			x = _mm256_broadcast_ss((pa) + 5 * ais);          \
+			s50 = _mm256_fmadd_ps(x, b0, s50);                \
+			s51 = _mm256_fmadd_ps(x, b1, s51);                \
+		}                                                         \
 	} while (0)
 
 /* n (< 8) floats between memory and a vector, in 4-, 2- and 1-float pieces: never touches
@@ -125,8 +130,8 @@ static inline void update_row(float *row, __m256 lo, __m256 hi, size_t nr, int f
 }
 
 static inline __attribute__((always_inline)) void
-kernel(size_t kc, size_t R, const float *a, const size_t ais, const size_t aks, const float *b,
-       float *c, size_t ldc, size_t mr, size_t nr, int flags)
+kernel(const int ROWS, size_t kc, size_t R, const float *a, const size_t ais, const size_t aks,
+       const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
 {
 	for (size_t t0 = 0; t0 < kc; t0 += R) {
 		size_t len = kc - t0 < R ? kc - t0 : R;
@@ -152,9 +157,9 @@ kernel(size_t kc, size_t R, const float *a, const size_t ais, const size_t aks, 
 			update_row(c + 2 * ldc, s20, s21, nr, first, last);
 		if (mr > 3)
 			update_row(c + 3 * ldc, s30, s31, nr, first, last);
-		if (mr > 4)
+		if (ROWS > 4 && mr > 4)
 			update_row(c + 4 * ldc, s40, s41, nr, first, last);
-		if (mr > 5)
+		if (ROWS > 4 && mr > 5)
 			update_row(c + 5 * ldc, s50, s51, nr, first, last);
 	}
 }
@@ -162,10 +167,19 @@ kernel(size_t kc, size_t R, const float *a, const size_t ais, const size_t aks, 
 void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
 			 const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
 {
-	if (aks == 1)
-		kernel(kc, R, a, ais, 1, b, c, ldc, mr, nr, flags); /* row panels */
-	else
-		kernel(kc, R, a, 1, MR, b, c, ldc, mr, nr, flags); /* k-major panels */
+	/* A 4-row block does 8 fmas per k, enough to keep both FMA pipes busy, so panels of 4
+	 * rows (chosen by mxu.c to avoid 2-row remainders) run at full speed. */
+	if (aks == 1) { /* row panels */
+		if (mr <= 4)
+			kernel(4, kc, R, a, ais, 1, b, c, ldc, mr, nr, flags);
+		else
+			kernel(6, kc, R, a, ais, 1, b, c, ldc, mr, nr, flags);
+	} else { /* k-major panels */
+		if (mr <= 4)
+			kernel(4, kc, R, a, 1, MR, b, c, ldc, mr, nr, flags);
+		else
+			kernel(6, kc, R, a, 1, MR, b, c, ldc, mr, nr, flags);
+	}
 }
 
 /* dst[0..n) = round(src[0..n)). */
