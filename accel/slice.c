@@ -3,7 +3,8 @@
  *
  * Pool: threads-1 workers plus the caller. tf_slice_run publishes (fn, arg) under a new
  * generation number; every participant takes replica indices from a shared counter until none
- * are left; the caller waits until all have finished. Replicas are independent, so the
+ * are left; the caller waits until all have finished. Idle workers spin ~100 us before
+ * sleeping, so back-to-back runs of a training loop do not pay a wake-up each. Replicas are independent, so the
  * assignment of indices to threads does not affect any result.
  *
  * All-reduce: the emulation computes, for each ring, exactly what a ring reduce-scatter
@@ -15,6 +16,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,12 +35,12 @@ struct tf_slice_rt {
 	pthread_mutex_t mu;           /* guards the fields below */
 	pthread_cond_t work_cv;       /* a new generation or stop */
 	pthread_cond_t done_cv;       /* a participant finished its share */
-	uint64_t gen;                 /* bumped by each tf_slice_run */
-	int stop;                     /* workers exit */
+	_Atomic uint64_t gen;         /* bumped by each tf_slice_run (and by stop) */
+	_Atomic int stop;             /* workers exit */
 	tf_slice_fn fn;               /* current program */
 	void *arg;                    /* its argument */
 	int next;                     /* next replica index to hand out */
-	int active;                   /* participants still working on this generation */
+	_Atomic int active;           /* participants still working on this generation */
 	struct tf_slice_stats st;     /* accumulated accounting */
 };
 
@@ -55,25 +57,46 @@ static void drain(struct tf_slice_rt *rt)
 	}
 }
 
+/* Spins until *v != old (1) or SPIN_SECONDS pass (0): consecutive tf_slice_run calls of a
+ * training loop then start without a sleep/wake-up round trip. */
+#define SPIN_SECONDS 100e-6
+
+static int spin_until_changed(_Atomic uint64_t *v, uint64_t old)
+{
+	double t0 = tf_now_monotonic();
+	for (;;) {
+		for (int i = 0; i < 64; i++) {
+			if (atomic_load(v) != old)
+				return 1;
+#if defined(__x86_64__) || defined(__i386__)
+			__builtin_ia32_pause();
+#endif
+		}
+		if (tf_now_monotonic() - t0 > SPIN_SECONDS)
+			return 0;
+	}
+}
+
 static void *worker(void *arg)
 {
 	struct tf_slice_rt *rt = arg;
 	uint64_t seen = 0;
 	for (;;) {
-		pthread_mutex_lock(&rt->mu);
-		while (!rt->stop && rt->gen == seen)
-			pthread_cond_wait(&rt->work_cv, &rt->mu);
-		if (rt->stop) {
+		if (!spin_until_changed(&rt->gen, seen)) {
+			pthread_mutex_lock(&rt->mu);
+			while (atomic_load(&rt->gen) == seen)
+				pthread_cond_wait(&rt->work_cv, &rt->mu);
 			pthread_mutex_unlock(&rt->mu);
-			return NULL;
 		}
-		seen = rt->gen;
-		pthread_mutex_unlock(&rt->mu);
+		if (atomic_load(&rt->stop))
+			return NULL;
+		seen = atomic_load(&rt->gen);
 		drain(rt);
-		pthread_mutex_lock(&rt->mu);
-		if (--rt->active == 0)
+		if (atomic_fetch_sub(&rt->active, 1) == 1) {
+			pthread_mutex_lock(&rt->mu);
 			pthread_cond_signal(&rt->done_cv);
-		pthread_mutex_unlock(&rt->mu);
+			pthread_mutex_unlock(&rt->mu);
+		}
 	}
 }
 
@@ -126,7 +149,8 @@ void tf_slice_rt_free(struct tf_slice_rt *rt)
 	if (!rt)
 		return;
 	pthread_mutex_lock(&rt->mu);
-	rt->stop = 1;
+	atomic_store(&rt->stop, 1);
+	atomic_fetch_add(&rt->gen, 1);
 	pthread_cond_broadcast(&rt->work_cv);
 	pthread_mutex_unlock(&rt->mu);
 	for (int i = 1; i < rt->threads; i++)
@@ -162,15 +186,20 @@ void tf_slice_run(struct tf_slice_rt *rt, tf_slice_fn fn, void *arg)
 	rt->fn = fn;
 	rt->arg = arg;
 	rt->next = 0;
-	rt->active = rt->threads - 1;
-	rt->gen++;
+	atomic_store(&rt->active, rt->threads - 1);
+	atomic_fetch_add(&rt->gen, 1);
 	pthread_cond_broadcast(&rt->work_cv);
 	pthread_mutex_unlock(&rt->mu);
 	drain(rt);
-	pthread_mutex_lock(&rt->mu);
-	while (rt->active > 0)
-		pthread_cond_wait(&rt->done_cv, &rt->mu);
-	pthread_mutex_unlock(&rt->mu);
+	double t0 = tf_now_monotonic();
+	while (atomic_load(&rt->active) > 0 && tf_now_monotonic() - t0 < SPIN_SECONDS)
+		;
+	if (atomic_load(&rt->active) > 0) {
+		pthread_mutex_lock(&rt->mu);
+		while (atomic_load(&rt->active) > 0)
+			pthread_cond_wait(&rt->done_cv, &rt->mu);
+		pthread_mutex_unlock(&rt->mu);
+	}
 
 	uint64_t most = 0;
 	for (int i = 0; i < rt->replicas; i++) {
