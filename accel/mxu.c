@@ -326,7 +326,7 @@ static struct {
 	const struct part *parts;   /* this call's parts; part 0 runs on the caller */
 	int nparts;                 /* parts in this call */
 	int ftz;                    /* MXCSR mode for this call */
-	_Atomic int remaining;      /* worker parts not finished */
+	_Atomic int remaining;      /* workers that have not finished this call */
 } pool = { .call_mu = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER,
 	   .work_cv = PTHREAD_COND_INITIALIZER, .done_cv = PTHREAD_COND_INITIALIZER };
 
@@ -352,12 +352,20 @@ static int spin_until_changed(_Atomic uint64_t *v, uint64_t old)
 	}
 }
 
+/* What a new worker is told: its number and the generation current when it was created. */
+struct worker_start {
+	int id;        /* 1 .. nworkers */
+	uint64_t seen; /* pool.gen at creation; the creating call bumps it next */
+};
+
 static void *pool_worker(void *arg)
 {
-	int id = (int)(intptr_t)arg;
-	/* A worker is created by the call that needs it, before that call bumps gen, so
-	 * starting from 0 makes it take part in that call. */
-	uint64_t seen = 0;
+	struct worker_start ws = *(struct worker_start *)arg;
+	free(arg);
+	int id = ws.id;
+	/* Created by the call that needs it, under pool.mu and before that call bumps gen: it
+	 * takes part from that call on. */
+	uint64_t seen = ws.seen;
 	for (;;) {
 		if (!spin_until_changed(&pool.gen, seen)) {
 			pthread_mutex_lock(&pool.mu);
@@ -366,11 +374,13 @@ static void *pool_worker(void *arg)
 			pthread_mutex_unlock(&pool.mu);
 		}
 		seen = atomic_load_explicit(&pool.gen, memory_order_acquire);
-		if (id >= pool.nparts)
-			continue;
-		unsigned saved = tf_mxu_csr_enter(pool.ftz);
-		run_part(&pool.parts[id]);
-		tf_mxu_csr_leave(saved);
+		if (id < pool.nparts) {
+			unsigned saved = tf_mxu_csr_enter(pool.ftz);
+			run_part(&pool.parts[id]);
+			tf_mxu_csr_leave(saved);
+		}
+		/* Every worker acknowledges every call, with or without a part, so none can
+		 * still be reading this call's fields when the next call rewrites them. */
 		if (atomic_fetch_sub(&pool.remaining, 1) == 1) {
 			pthread_mutex_lock(&pool.mu);
 			pthread_cond_signal(&pool.done_cv);
@@ -409,18 +419,22 @@ static void pool_run(const struct part *parts, int n, int ftz)
 		pthread_attr_t attr;
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		int rc = pthread_create(&tid, &attr, pool_worker,
-					(void *)(intptr_t)(pool.nworkers + 1));
+		struct worker_start *ws = tf_xmalloc(sizeof *ws);
+		ws->id = pool.nworkers + 1;
+		ws->seen = atomic_load(&pool.gen);
+		int rc = pthread_create(&tid, &attr, pool_worker, ws);
 		pthread_attr_destroy(&attr);
-		if (rc != 0)
+		if (rc != 0) {
+			free(ws);
 			break;
+		}
 		pool.nworkers++;
 	}
 	int nw = n - 1 < pool.nworkers ? n - 1 : pool.nworkers;
 	pool.parts = parts;
 	pool.nparts = nw + 1;
 	pool.ftz = ftz;
-	atomic_store(&pool.remaining, nw);
+	atomic_store(&pool.remaining, pool.nworkers);
 	atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
 	pthread_cond_broadcast(&pool.work_cv);
 	pthread_mutex_unlock(&pool.mu);
