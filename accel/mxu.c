@@ -40,6 +40,8 @@
  * more than it saves (results are the same either way). Tests set it to 0. */
 size_t tf_mxu_min_macs_per_thread = 1u << 18;
 
+_Atomic uint64_t tf_mxu_worker_parts;
+
 static int force_portable;
 
 void tf_mxu_cfg_init(struct tf_mxu_cfg *cfg)
@@ -378,6 +380,7 @@ static void *pool_worker(void *arg)
 			unsigned saved = tf_mxu_csr_enter(pool.ftz);
 			run_part(&pool.parts[id]);
 			tf_mxu_csr_leave(saved);
+			atomic_fetch_add(&tf_mxu_worker_parts, 1);
 		}
 		/* Every worker acknowledges every call, with or without a part, so none can
 		 * still be reading this call's fields when the next call rewrites them. */

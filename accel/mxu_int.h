@@ -39,6 +39,10 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 /* Fewest multiply-adds per thread before tf_mxu_gemm uses another thread (tests set 0). */
 extern size_t tf_mxu_min_macs_per_thread;
 
+/* Parts of multi-threaded GEMMs run by pool workers since start (tests check that each part
+ * runs exactly once). */
+extern _Atomic uint64_t tf_mxu_worker_parts;
+
 /* The MXCSR word the contract asks for (round to nearest, exceptions masked, FTZ+DAZ iff ftz),
  * entered and left around a computation. enter returns the previous word. */
 unsigned tf_mxu_csr_enter(int ftz);

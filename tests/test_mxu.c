@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -420,6 +421,29 @@ static void test_mxu_concurrent_callers(void **state)
 	}
 }
 
+/* Each part of a multi-threaded GEMM runs exactly once, also while the pool grows (a worker
+ * created during a call once could run that call's part twice). */
+static void test_mxu_pool_runs_each_part_once(void **state)
+{
+	(void)state;
+	float *X = fill(60, 40, V_NORMAL), *W = fill(40, 50, V_NORMAL);
+	float *C = calloc(60 * 50, sizeof(float));
+	struct tf_mxu_cfg cfg;
+	tf_mxu_cfg_init(&cfg);
+	uint64_t before = atomic_load(&tf_mxu_worker_parts), want = 0;
+	for (int round = 0; round < 50; round++) {
+		for (int t = 1; t <= 6; t++) {
+			cfg.threads = t;
+			tf_mxu_gemm(&cfg, 0, 0, 60, 40, 50, X, 40, W, 50, C, 50, NULL);
+			want += (uint64_t)t - 1; /* 60 rows or 50 columns: >= 6 panels */
+		}
+	}
+	assert_int_equal(atomic_load(&tf_mxu_worker_parts) - before, want);
+	free(X);
+	free(W);
+	free(C);
+}
+
 int main(void)
 {
 	tf_mxu_min_macs_per_thread = 0; /* use every requested thread even on tiny shapes */
@@ -434,6 +458,7 @@ int main(void)
 		cmocka_unit_test(test_mxu_fast_blocking_boundaries),
 		cmocka_unit_test(test_mxu_random_shapes_match_reference),
 		cmocka_unit_test(test_mxu_concurrent_callers),
+		cmocka_unit_test(test_mxu_pool_runs_each_part_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
