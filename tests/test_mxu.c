@@ -223,6 +223,9 @@ static void test_mxu_shapes_match_reference(void **state)
 		{ 4, 4, 1, 13, 3 },    { 8, 16, 9, 8, 16 },  { 8, 16, 13, 9, 33 },
 		{ 8, 16, 6, 17, 31 },  { 8, 16, 1, 1, 17 },  { 128, 128, 3, 128, 20 },
 		{ 128, 128, 7, 129, 130 }, { 128, 128, 13, 300, 150 }, { 2, 4, 11, 7, 5 },
+		/* narrow N: with trans_x computed as C^T = op(W)^T . op(X)^T */
+		{ 8, 16, 40, 20, 3 },  { 16, 8, 64, 37, 10 }, { 128, 128, 100, 300, 10 },
+		{ 4, 4, 33, 9, 15 },   { 8, 8, 32, 5, 1 },
 	};
 	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
 		const int *s = shapes[i];
