@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,8 @@
 /* Below this many multiply-adds per thread a GEMM uses fewer threads: waking workers costs
  * more than it saves (results are the same either way). Tests set it to 0. */
 size_t tf_mxu_min_macs_per_thread = 1u << 18;
+
+_Atomic uint64_t tf_mxu_worker_parts;
 
 static int force_portable;
 
@@ -132,14 +135,16 @@ struct part {
 	size_t M, K, N;               /* this block's sizes (K is whole) */
 	const float *X, *W;           /* already offset to the block's first row / column */
 	size_t ldx, ldw, ldc;
+	size_t x_avail;               /* floats of a stored X row readable from X (ldx - offset) */
 	float *C;                     /* block's top-left output */
 	int portable;                 /* run the C microkernel and packing */
 };
 
 /* Portable packing: same layouts as the AVX2 code (mxu_int.h). */
-static void pack_a_c(int trans, const float *X, size_t ldx, size_t i0, size_t mr, size_t p0,
-		     size_t kc, int ftz, float *a)
+static void pack_a_c(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
+		     size_t mr, size_t p0, size_t kc, int ftz, float *a)
 {
+	(void)avail;
 	for (size_t i = 0; i < MR; i++) {
 		for (size_t k = 0; k < kc; k++) {
 			float v = 0.0f;
@@ -189,6 +194,17 @@ static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t ak
 		if (last)
 			tf_mxu_canon_nan(mr, nr, c, ldc);
 	}
+}
+
+/* Rows in the next A panel when `left` rows remain: 6, except that 8 becomes 4 + 4 and 4 or
+ * fewer are one panel, so a 2-row remainder (a 6-row block doing a third of its work) only
+ * happens when it cannot be avoided. The AVX2 kernel runs panels of <= 4 rows with its
+ * 4-row variant at full speed. */
+static size_t panel_rows(size_t left)
+{
+	if (left == 8)
+		return 4;
+	return left < MR ? left : MR;
 }
 
 /* Per-thread packing buffers, kept between calls (freed when the thread exits). */
@@ -243,8 +259,8 @@ static void run_part(const struct part *p)
 	const int ftz = p->cfg->ftz;
 	void (*uk)(size_t, size_t, const float *, size_t, size_t, const float *, float *, size_t,
 		   size_t, size_t, int) = p->portable ? ukernel_c : tf_mxu_ukernel_avx2;
-	void (*pa)(int, const float *, size_t, size_t, size_t, size_t, size_t, int, float *) =
-		p->portable ? pack_a_c : tf_mxu_pack_a_avx2;
+	void (*pa)(int, const float *, size_t, size_t, size_t, size_t, size_t, size_t, int,
+		   float *) = p->portable ? pack_a_c : tf_mxu_pack_a_avx2;
 	void (*pb)(int, const float *, size_t, size_t, size_t, size_t, size_t, int, float *) =
 		p->portable ? pack_b_c : tf_mxu_pack_b_avx2;
 
@@ -256,7 +272,9 @@ static void run_part(const struct part *p)
 
 	size_t nc_max = N < NC ? N : NC, kc_max = K < KC ? K : KC;
 	size_t mc_max = M < MC ? M : MC;
-	struct bufs *bf = thread_bufs((mc_max + MR - 1) / MR * MR * kc_max,
+	/* A: up to mc/4 + 1 panels of MR x kc slots, plus 8 floats of slack for the k-major
+	 * packing's spill (mxu_avx2.c) */
+	struct bufs *bf = thread_bufs((mc_max / 4 + 1) * MR * kc_max + 8,
 				      (nc_max + NR - 1) / NR * NR * kc_max);
 
 	for (size_t jc = 0; jc < N; jc += NC) {
@@ -270,20 +288,18 @@ static void run_part(const struct part *p)
 			}
 			for (size_t ic = 0; ic < M; ic += MC) {
 				size_t mc = M - ic < MC ? M - ic : MC;
-				for (size_t ir = 0; ir < mc; ir += MR) {
-					size_t mr = mc - ir < MR ? mc - ir : MR;
-					pa(p->trans_x, p->X, p->ldx, ic + ir, mr, pc, kc, ftz,
-					   bf->a + ir * kc);
-				}
+				for (size_t ir = 0, q = 0; ir < mc; ir += panel_rows(mc - ir), q++)
+					pa(p->trans_x, p->X, p->ldx, p->x_avail, ic + ir,
+					   panel_rows(mc - ir), pc, kc, ftz, bf->a + q * MR * kc);
 				size_t ais = p->trans_x ? 1 : kc, aks = p->trans_x ? MR : 1;
 				int flags = (pc == 0 ? TF_MXU_FIRST : 0) |
 					    (pc + kc == K ? TF_MXU_LAST : 0);
 				for (size_t jr = 0; jr < nc; jr += NR) {
 					size_t nr = nc - jr < NR ? nc - jr : NR;
 					const float *b = bf->b + jr * kc;
-					for (size_t ir = 0; ir < mc; ir += MR) {
-						size_t mr = mc - ir < MR ? mc - ir : MR;
-						uk(kc, R, bf->a + ir * kc, ais, aks, b,
+					for (size_t ir = 0, q = 0; ir < mc; ir += panel_rows(mc - ir), q++) {
+						size_t mr = panel_rows(mc - ir);
+						uk(kc, R, bf->a + q * MR * kc, ais, aks, b,
 						   p->C + (ic + ir) * p->ldc + jc + jr, p->ldc, mr,
 						   nr, flags);
 					}
@@ -293,53 +309,112 @@ static void run_part(const struct part *p)
 	}
 }
 
-/* The worker pool for multi-threaded GEMMs: started on first use, grown on demand, threads
- * sleep on a condition variable between calls. One multi-threaded GEMM at a time uses it
- * (call_mu); single-threaded GEMMs never touch it, so slice replicas calling from their own
- * threads do not contend. */
+/* The worker pool for multi-threaded GEMMs: started on first use, grown on demand. Between
+ * calls a worker spins for up to SPIN_SECONDS watching `gen` (back-to-back GEMMs of a training
+ * step then start without a wake-up, which on a VM costs tens of microseconds), then sleeps
+ * on work_cv. One multi-threaded GEMM at a time uses the pool (call_mu); single-threaded
+ * GEMMs never touch it, so slice replicas calling from their own threads do not contend.
+ * `gen` and `remaining` are atomics so spinning needs no lock; they are also changed under
+ * `mu` when a sleeper must be woken. */
+#define SPIN_SECONDS 100e-6
+
 static struct {
 	pthread_mutex_t call_mu;    /* one multi-threaded GEMM at a time */
-	pthread_mutex_t mu;         /* guards the fields below */
+	pthread_mutex_t mu;         /* pairs with the condition variables */
 	pthread_cond_t work_cv;     /* new generation */
 	pthread_cond_t done_cv;     /* remaining reached 0 */
-	int nworkers;               /* started workers (ids 1..nworkers) */
-	uint64_t gen;               /* bumped per call */
+	int nworkers;               /* started workers (ids 1..nworkers), under mu */
+	_Atomic uint64_t gen;       /* bumped per call, after parts/nparts/ftz are set */
 	const struct part *parts;   /* this call's parts; part 0 runs on the caller */
 	int nparts;                 /* parts in this call */
-	int remaining;              /* worker parts not finished */
 	int ftz;                    /* MXCSR mode for this call */
+	_Atomic int remaining;      /* workers that have not finished this call */
 } pool = { .call_mu = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER,
 	   .work_cv = PTHREAD_COND_INITIALIZER, .done_cv = PTHREAD_COND_INITIALIZER };
 
+static inline void cpu_relax(void)
+{
+#ifdef HAVE_MXCSR
+	_mm_pause();
+#endif
+}
+
+/* Spins until *v != old (returns 1) or SPIN_SECONDS pass (returns 0). */
+static int spin_until_changed(_Atomic uint64_t *v, uint64_t old)
+{
+	double t0 = tf_now_monotonic();
+	for (;;) {
+		for (int i = 0; i < 64; i++) {
+			if (atomic_load_explicit(v, memory_order_acquire) != old)
+				return 1;
+			cpu_relax();
+		}
+		if (tf_now_monotonic() - t0 > SPIN_SECONDS)
+			return 0;
+	}
+}
+
+/* What a new worker is told: its number and the generation current when it was created. */
+struct worker_start {
+	int id;        /* 1 .. nworkers */
+	uint64_t seen; /* pool.gen at creation; the creating call bumps it next */
+};
+
 static void *pool_worker(void *arg)
 {
-	int id = (int)(intptr_t)arg;
-	/* A worker is created under pool.mu by the call that needs it, before that call bumps
-	 * gen, so starting from 0 makes it take part in that call. */
-	uint64_t seen = 0;
-	pthread_mutex_lock(&pool.mu);
+	struct worker_start ws = *(struct worker_start *)arg;
+	free(arg);
+	int id = ws.id;
+	/* Created by the call that needs it, under pool.mu and before that call bumps gen: it
+	 * takes part from that call on. */
+	uint64_t seen = ws.seen;
 	for (;;) {
-		while (pool.gen == seen)
-			pthread_cond_wait(&pool.work_cv, &pool.mu);
-		seen = pool.gen;
-		if (id >= pool.nparts)
-			continue;
-		const struct part *pt = &pool.parts[id];
-		int ftz = pool.ftz;
-		pthread_mutex_unlock(&pool.mu);
-		unsigned saved = tf_mxu_csr_enter(ftz);
-		run_part(pt);
-		tf_mxu_csr_leave(saved);
-		pthread_mutex_lock(&pool.mu);
-		if (--pool.remaining == 0)
+		if (!spin_until_changed(&pool.gen, seen)) {
+			pthread_mutex_lock(&pool.mu);
+			while (atomic_load(&pool.gen) == seen)
+				pthread_cond_wait(&pool.work_cv, &pool.mu);
+			pthread_mutex_unlock(&pool.mu);
+		}
+		seen = atomic_load_explicit(&pool.gen, memory_order_acquire);
+		if (id < pool.nparts) {
+			unsigned saved = tf_mxu_csr_enter(pool.ftz);
+			run_part(&pool.parts[id]);
+			tf_mxu_csr_leave(saved);
+			atomic_fetch_add(&tf_mxu_worker_parts, 1);
+		}
+		/* Every worker acknowledges every call, with or without a part, so none can
+		 * still be reading this call's fields when the next call rewrites them. */
+		if (atomic_fetch_sub(&pool.remaining, 1) == 1) {
+			pthread_mutex_lock(&pool.mu);
 			pthread_cond_signal(&pool.done_cv);
+			pthread_mutex_unlock(&pool.mu);
+		}
 	}
 	return NULL;
+}
+
+/* A forked child has none of the parent's workers: start from an empty pool. */
+static void pool_atfork_child(void)
+{
+	pthread_mutex_init(&pool.call_mu, NULL);
+	pthread_mutex_init(&pool.mu, NULL);
+	pthread_cond_init(&pool.work_cv, NULL);
+	pthread_cond_init(&pool.done_cv, NULL);
+	pool.nworkers = 0;
+	atomic_store(&pool.remaining, 0);
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_init(void)
+{
+	pthread_atfork(NULL, NULL, pool_atfork_child);
 }
 
 /* Runs parts[1..n) on workers and parts[0] here; returns when all are done. */
 static void pool_run(const struct part *parts, int n, int ftz)
 {
+	pthread_once(&atfork_once, atfork_init);
 	pthread_mutex_lock(&pool.call_mu);
 	pthread_mutex_lock(&pool.mu);
 	while (pool.nworkers < n - 1) {
@@ -347,19 +422,23 @@ static void pool_run(const struct part *parts, int n, int ftz)
 		pthread_attr_t attr;
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		int rc = pthread_create(&tid, &attr, pool_worker,
-					(void *)(intptr_t)(pool.nworkers + 1));
+		struct worker_start *ws = tf_xmalloc(sizeof *ws);
+		ws->id = pool.nworkers + 1;
+		ws->seen = atomic_load(&pool.gen);
+		int rc = pthread_create(&tid, &attr, pool_worker, ws);
 		pthread_attr_destroy(&attr);
-		if (rc != 0)
+		if (rc != 0) {
+			free(ws);
 			break;
+		}
 		pool.nworkers++;
 	}
 	int nw = n - 1 < pool.nworkers ? n - 1 : pool.nworkers;
 	pool.parts = parts;
 	pool.nparts = nw + 1;
-	pool.remaining = nw;
 	pool.ftz = ftz;
-	pool.gen++;
+	atomic_store(&pool.remaining, pool.nworkers);
+	atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
 	pthread_cond_broadcast(&pool.work_cv);
 	pthread_mutex_unlock(&pool.mu);
 
@@ -369,10 +448,15 @@ static void pool_run(const struct part *parts, int n, int ftz)
 		run_part(&parts[i]); /* no worker for it: same result, on this thread */
 	tf_mxu_csr_leave(saved);
 
-	pthread_mutex_lock(&pool.mu);
-	while (pool.remaining > 0)
-		pthread_cond_wait(&pool.done_cv, &pool.mu);
-	pthread_mutex_unlock(&pool.mu);
+	double t0 = tf_now_monotonic();
+	while (atomic_load(&pool.remaining) > 0 && tf_now_monotonic() - t0 < SPIN_SECONDS)
+		cpu_relax();
+	if (atomic_load(&pool.remaining) > 0) {
+		pthread_mutex_lock(&pool.mu);
+		while (atomic_load(&pool.remaining) > 0)
+			pthread_cond_wait(&pool.done_cv, &pool.mu);
+		pthread_mutex_unlock(&pool.mu);
+	}
 	pthread_mutex_unlock(&pool.call_mu);
 }
 
@@ -382,9 +466,26 @@ void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size
 {
 	struct tf_mxu_cfg cfg;
 	tf_mxu_cfg_norm(cfg_in, &cfg);
+
+	/* Narrow outputs (N < 16, e.g. the weight gradient of a 10-class layer) would fill few
+	 * vector lanes: compute C^T = op(W)^T . op(X)^T instead, whose rows are the narrow side.
+	 * Each output still gets the same fma chain, since fmaf(w, x, s) == fmaf(x, w, s)
+	 * exactly, so the bits are the contract's (tests compare both against the reference).
+	 * Only with trans_x: then op(X)^T is X as stored and packs without a transpose, which is
+	 * what makes the swap pay (measured: X^T.dY 0.69 -> 0.99 of OpenBLAS; X.W got slower). */
+	if (trans_x && N < NR && M >= 2 * NR && K > 0) {
+		float *T = tf_xmalloc(N * M * sizeof *T);
+		tf_mxu_gemm(&cfg, !trans_w, !trans_x, N, K, M, W, ldw, X, ldx, T, M, NULL);
+		for (size_t m = 0; m < M; m++)
+			for (size_t n = 0; n < N; n++)
+				C[m * ldc + n] = T[n * M + m];
+		free(T);
+		goto stats;
+	}
+
 	struct part whole = {
 		.cfg = &cfg, .trans_x = trans_x, .trans_w = trans_w, .M = M, .K = K, .N = N,
-		.X = X, .W = W, .ldx = ldx, .ldw = ldw, .ldc = ldc, .C = C,
+		.X = X, .W = W, .ldx = ldx, .ldw = ldw, .ldc = ldc, .C = C, .x_avail = ldx,
 		.portable = !(tf_bf16_have_avx2() && !force_portable),
 	};
 
@@ -423,12 +524,14 @@ void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size
 			} else {
 				parts[t].M = b1 - b0;
 				parts[t].X = trans_x ? X + b0 : X + b0 * ldx;
+				parts[t].x_avail = trans_x ? ldx - b0 : ldx;
 				parts[t].C = C + b0 * ldc;
 			}
 		}
 		pool_run(parts, nt, cfg.ftz);
 	}
 
+stats:
 	if (stats) {
 		struct tf_mxu_model m;
 		tf_mxu_model(TF_MXU_WS, M, K, N, cfg.rows, cfg.cols, cfg.mxus, &m);

@@ -1,7 +1,8 @@
 /* mxu_avx2.c — the AVX2/FMA parts of the fast MXU path: the 6x16 microkernel and the packing
  * routines that round to bf16 eight values at a time.
  *
- * Microkernel: twelve ymm registers hold the running tile sums s for 6 rows x 16 columns. For
+ * Microkernel: twelve ymm registers hold the running tile sums s for 6 rows x 16 columns (8
+ * for the 4-row variant). For
  * each k of a K-tile it broadcasts x[m,k] for the 6 rows and does s = fma(x, w[k, n..n+15], s):
  * lanes are different outputs and k advances one step at a time, so each lane performs exactly
  * the contract's fmaf chain. At the end of the tile C += s, one add per output, in tile order.
@@ -24,6 +25,8 @@ static inline __m256i lead_mask(size_t n)
 	return _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - (n > 8 ? 8 : n)));
 }
 
+/* One k step for ROWS (4 or 6) rows: two W vectors, ROWS broadcasts, 2*ROWS fmas. With
+ * ROWS a compile-time constant the unused rows vanish. */
 #define STEP(pa, pb)                                                      \
 	do {                                                              \
 		__m256 b0 = _mm256_loadu_ps(pb);                          \
@@ -41,30 +44,56 @@ static inline __m256i lead_mask(size_t n)
 		x = _mm256_broadcast_ss((pa) + 3 * ais);                  \
 		s30 = _mm256_fmadd_ps(x, b0, s30);                        \
 		s31 = _mm256_fmadd_ps(x, b1, s31);                        \
-		x = _mm256_broadcast_ss((pa) + 4 * ais);                  \
-		s40 = _mm256_fmadd_ps(x, b0, s40);                        \
-		s41 = _mm256_fmadd_ps(x, b1, s41);                        \
-		x = _mm256_broadcast_ss((pa) + 5 * ais);                  \
-		s50 = _mm256_fmadd_ps(x, b0, s50);                        \
-		s51 = _mm256_fmadd_ps(x, b1, s51);                        \
+		if (ROWS > 4) {                                           \
+			x = _mm256_broadcast_ss((pa) + 4 * ais);          \
+			s40 = _mm256_fmadd_ps(x, b0, s40);                \
+			s41 = _mm256_fmadd_ps(x, b1, s41);                \
+			x = _mm256_broadcast_ss((pa) + 5 * ais);          \
+			s50 = _mm256_fmadd_ps(x, b0, s50);                \
+			s51 = _mm256_fmadd_ps(x, b1, s51);                \
+		}                                                         \
 	} while (0)
 
-/* n (< 8) floats between memory and a vector, through a temporary: cheaper on AMD than
- * vmaskmovps stores, and never touches memory past n. */
+/* n (< 8) floats between memory and a vector, in 4-, 2- and 1-float pieces: never touches
+ * memory past n, and avoids vmaskmovps (slow on AMD cores) and memcpy calls. */
 static inline __m256 load_part(const float *p, size_t n)
 {
-	float t[8] = { 0 };
-	for (size_t i = 0; i < n; i++)
-		t[i] = p[i];
-	return _mm256_loadu_ps(t);
+	__m128 lo = _mm_setzero_ps(), hi = _mm_setzero_ps(), t = _mm_setzero_ps();
+	size_t i = 0;
+	if (n >= 4) {
+		lo = _mm_loadu_ps(p);
+		i = 4;
+	}
+	if ((n - i) & 2) {
+		t = _mm_castsi128_ps(_mm_loadu_si64(p + i));
+		if (n & 1)
+			t = _mm_movelh_ps(t, _mm_load_ss(p + i + 2));
+	} else if ((n - i) & 1) {
+		t = _mm_load_ss(p + i);
+	}
+	if (i)
+		hi = t;
+	else
+		lo = t;
+	return _mm256_set_m128(hi, lo);
 }
 
 static inline void store_part(float *p, __m256 v, size_t n)
 {
-	float t[8];
-	_mm256_storeu_ps(t, v);
-	for (size_t i = 0; i < n; i++)
-		p[i] = t[i];
+	__m128 x = _mm256_castps256_ps128(v);
+	if (n >= 4) {
+		_mm_storeu_ps(p, x);
+		x = _mm256_extractf128_ps(v, 1);
+		p += 4;
+		n -= 4;
+	}
+	if (n & 2) {
+		_mm_storeu_si64(p, _mm_castps_si128(x));
+		x = _mm_movehl_ps(x, x);
+		p += 2;
+	}
+	if (n & 1)
+		_mm_store_ss(p, x);
 }
 
 /* Row of C += (lo, hi) for the first nr columns. first: C is taken as +0 (acc starts at +0,
@@ -101,8 +130,8 @@ static inline void update_row(float *row, __m256 lo, __m256 hi, size_t nr, int f
 }
 
 static inline __attribute__((always_inline)) void
-kernel(size_t kc, size_t R, const float *a, const size_t ais, const size_t aks, const float *b,
-       float *c, size_t ldc, size_t mr, size_t nr, int flags)
+kernel(const int ROWS, size_t kc, size_t R, const float *a, const size_t ais, const size_t aks,
+       const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
 {
 	for (size_t t0 = 0; t0 < kc; t0 += R) {
 		size_t len = kc - t0 < R ? kc - t0 : R;
@@ -128,9 +157,9 @@ kernel(size_t kc, size_t R, const float *a, const size_t ais, const size_t aks, 
 			update_row(c + 2 * ldc, s20, s21, nr, first, last);
 		if (mr > 3)
 			update_row(c + 3 * ldc, s30, s31, nr, first, last);
-		if (mr > 4)
+		if (ROWS > 4 && mr > 4)
 			update_row(c + 4 * ldc, s40, s41, nr, first, last);
-		if (mr > 5)
+		if (ROWS > 4 && mr > 5)
 			update_row(c + 5 * ldc, s50, s51, nr, first, last);
 	}
 }
@@ -138,10 +167,19 @@ kernel(size_t kc, size_t R, const float *a, const size_t ais, const size_t aks, 
 void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
 			 const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
 {
-	if (aks == 1)
-		kernel(kc, R, a, ais, 1, b, c, ldc, mr, nr, flags); /* row panels */
-	else
-		kernel(kc, R, a, 1, MR, b, c, ldc, mr, nr, flags); /* k-major panels */
+	/* A 4-row block does 8 fmas per k, enough to keep both FMA pipes busy, so panels of 4
+	 * rows (chosen by mxu.c to avoid 2-row remainders) run at full speed. */
+	if (aks == 1) { /* row panels */
+		if (mr <= 4)
+			kernel(4, kc, R, a, ais, 1, b, c, ldc, mr, nr, flags);
+		else
+			kernel(6, kc, R, a, ais, 1, b, c, ldc, mr, nr, flags);
+	} else { /* k-major panels */
+		if (mr <= 4)
+			kernel(4, kc, R, a, 1, MR, b, c, ldc, mr, nr, flags);
+		else
+			kernel(6, kc, R, a, 1, MR, b, c, ldc, mr, nr, flags);
+	}
 }
 
 /* dst[0..n) = round(src[0..n)). */
@@ -154,8 +192,8 @@ static void round_copy(const float *src, float *dst, size_t n, int ftz)
 		dst[i] = tf_mxu_rnd(src[i], ftz);
 }
 
-void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t i0, size_t mr, size_t p0,
-			size_t kc, int ftz, float *a)
+void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
+			size_t mr, size_t p0, size_t kc, int ftz, float *a)
 {
 	if (!trans) {
 		/* row panels [MR][kc] */
@@ -167,12 +205,17 @@ void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t i0, size_t
 		}
 		return;
 	}
-	/* k-major [kc][MR]: op(X)[i0 + i, p0 + k] = X[(p0 + k) * ldx + i0 + i], contiguous in i */
-	__m256i lm = lead_mask(mr), sm = lead_mask(MR);
+	/* k-major [kc][MR]: op(X)[i0 + i, p0 + k] = X[(p0 + k) * ldx + i0 + i], contiguous in i.
+	 * Each k stores 8 lanes; lanes 6 and 7 spill into the next k's slot, which that k then
+	 * overwrites (the buffer has 8 floats of slack after the last panel): a plain store is
+	 * much cheaper than vmaskmovps on AMD cores. */
+	__m256i lm = lead_mask(mr);
+	int whole = mr == MR && i0 + 8 <= avail; /* 8 lanes readable without leaving the row */
 	for (size_t k = 0; k < kc; k++) {
 		const float *src = X + (p0 + k) * ldx + i0;
-		__m256 v = _mm256_maskload_ps(src, lm); /* lanes past mr read as 0 */
-		_mm256_maskstore_ps(a + k * MR, sm, tf_bf16_round8(v, ftz));
+		__m256 v = whole ? _mm256_loadu_ps(src)
+				 : _mm256_maskload_ps(src, lm); /* lanes past mr read as 0 */
+		_mm256_storeu_ps(a + k * MR, tf_bf16_round8(v, ftz));
 	}
 }
 

@@ -28,14 +28,20 @@ enum { TF_MXU_FIRST = 1, TF_MXU_LAST = 2 };
  * kc values of k starting on a tile boundary, tiles R long. */
 void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
 			 const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags);
-/* Packing with bf16 rounding (AVX2). X/W point at op(X)[0,0] / op(W)[0,0] of the part. */
-void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t i0, size_t mr, size_t p0,
-			size_t kc, int ftz, float *a);
+/* Packing with bf16 rounding (AVX2). X/W point at op(X)[0,0] / op(W)[0,0] of the part; avail
+ * is how many floats of each stored row of X can be read from X's column (ldx minus the part's
+ * offset), which lets the transposed packing read whole vectors safely. */
+void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
+			size_t mr, size_t p0, size_t kc, int ftz, float *a);
 void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t p0,
 			size_t kc, int ftz, float *b);
 
 /* Fewest multiply-adds per thread before tf_mxu_gemm uses another thread (tests set 0). */
 extern size_t tf_mxu_min_macs_per_thread;
+
+/* Parts of multi-threaded GEMMs run by pool workers since start (tests check that each part
+ * runs exactly once). */
+extern _Atomic uint64_t tf_mxu_worker_parts;
 
 /* The MXCSR word the contract asks for (round to nearest, exceptions masked, FTZ+DAZ iff ftz),
  * entered and left around a computation. enter returns the previous word. */

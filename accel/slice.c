@@ -3,7 +3,8 @@
  *
  * Pool: threads-1 workers plus the caller. tf_slice_run publishes (fn, arg) under a new
  * generation number; every participant takes replica indices from a shared counter until none
- * are left; the caller waits until all have finished. Replicas are independent, so the
+ * are left; the caller waits until all have finished. Idle workers spin ~100 us before
+ * sleeping, so back-to-back runs of a training loop do not pay a wake-up each. Replicas are independent, so the
  * assignment of indices to threads does not affect any result.
  *
  * All-reduce: the emulation computes, for each ring, exactly what a ring reduce-scatter
@@ -15,9 +16,13 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "accel/mxu_int.h"
 #include "common/common.h"
@@ -33,47 +38,86 @@ struct tf_slice_rt {
 	pthread_mutex_t mu;           /* guards the fields below */
 	pthread_cond_t work_cv;       /* a new generation or stop */
 	pthread_cond_t done_cv;       /* a participant finished its share */
-	uint64_t gen;                 /* bumped by each tf_slice_run */
-	int stop;                     /* workers exit */
-	tf_slice_fn fn;               /* current program */
+	_Atomic uint64_t gen;         /* bumped by each tf_slice_run (and by stop) */
+	_Atomic int stop;             /* workers exit */
+	void (*task)(struct tf_slice_rt *rt, int task, int participant); /* current job */
+	int ntasks;                   /* tasks in the current job */
+	tf_slice_fn fn;               /* tf_slice_run's program */
 	void *arg;                    /* its argument */
-	int next;                     /* next replica index to hand out */
-	int active;                   /* participants still working on this generation */
+	int next;                     /* next task index to hand out */
+	_Atomic int active;           /* participants still working on this generation */
 	struct tf_slice_stats st;     /* accumulated accounting */
+	/* The current all-reduce (see tf_slice_allreduce). */
+	float *const *ar_bufs;        /* replica buffers */
+	size_t *ar_lo, *ar_hi;        /* element range of each block task */
+	size_t ar_cap;                /* capacity of ar_lo / ar_hi */
+	float **ar_tmp;               /* per participant: 2 banks x replicas x block floats */
+	float ***ar_val;              /* per participant: replicas pointers (layer values) */
+	size_t ar_n;                  /* floats per replica buffer */
+	size_t ar_block;              /* block length in floats */
 };
 
-/* Takes replica indices until none are left. Called with mu unlocked. */
-static void drain(struct tf_slice_rt *rt)
+/* Takes task indices until none are left. Called with mu unlocked. */
+static void drain(struct tf_slice_rt *rt, int participant)
 {
 	for (;;) {
 		pthread_mutex_lock(&rt->mu);
-		int i = rt->next < rt->replicas ? rt->next++ : -1;
+		int i = rt->next < rt->ntasks ? rt->next++ : -1;
 		pthread_mutex_unlock(&rt->mu);
 		if (i < 0)
 			return;
-		rt->fn(&rt->rep[i], rt->arg);
+		rt->task(rt, i, participant);
 	}
 }
 
+/* Spins until *v != old (1) or SPIN_SECONDS pass (0): consecutive tf_slice_run calls of a
+ * training loop then start without a sleep/wake-up round trip. */
+#define SPIN_SECONDS 100e-6
+
+static int spin_until_changed(_Atomic uint64_t *v, uint64_t old)
+{
+	double t0 = tf_now_monotonic();
+	for (;;) {
+		for (int i = 0; i < 64; i++) {
+			if (atomic_load(v) != old)
+				return 1;
+#if defined(__x86_64__) || defined(__i386__)
+			__builtin_ia32_pause();
+#endif
+		}
+		if (tf_now_monotonic() - t0 > SPIN_SECONDS)
+			return 0;
+	}
+}
+
+/* Worker threads get their participant number through this. */
+struct worker_arg {
+	struct tf_slice_rt *rt; /* the runtime */
+	int id;                 /* 1 .. threads-1 */
+};
+
 static void *worker(void *arg)
 {
-	struct tf_slice_rt *rt = arg;
+	struct worker_arg wa = *(struct worker_arg *)arg;
+	struct tf_slice_rt *rt = wa.rt;
+	free(arg);
 	uint64_t seen = 0;
 	for (;;) {
-		pthread_mutex_lock(&rt->mu);
-		while (!rt->stop && rt->gen == seen)
-			pthread_cond_wait(&rt->work_cv, &rt->mu);
-		if (rt->stop) {
+		if (!spin_until_changed(&rt->gen, seen)) {
+			pthread_mutex_lock(&rt->mu);
+			while (atomic_load(&rt->gen) == seen)
+				pthread_cond_wait(&rt->work_cv, &rt->mu);
 			pthread_mutex_unlock(&rt->mu);
-			return NULL;
 		}
-		seen = rt->gen;
-		pthread_mutex_unlock(&rt->mu);
-		drain(rt);
-		pthread_mutex_lock(&rt->mu);
-		if (--rt->active == 0)
+		if (atomic_load(&rt->stop))
+			return NULL;
+		seen = atomic_load(&rt->gen);
+		drain(rt, wa.id);
+		if (atomic_fetch_sub(&rt->active, 1) == 1) {
+			pthread_mutex_lock(&rt->mu);
 			pthread_cond_signal(&rt->done_cv);
-		pthread_mutex_unlock(&rt->mu);
+			pthread_mutex_unlock(&rt->mu);
+		}
 	}
 }
 
@@ -111,8 +155,14 @@ int tf_slice_rt_new(const struct tf_tpu_slice *slice, int host_threads, int ftz,
 	pthread_cond_init(&rt->work_cv, NULL);
 	pthread_cond_init(&rt->done_cv, NULL);
 	rt->tids = tf_xcalloc((size_t)rt->threads, sizeof *rt->tids);
+	rt->ar_tmp = tf_xcalloc((size_t)rt->threads, sizeof *rt->ar_tmp);
+	rt->ar_val = tf_xcalloc((size_t)rt->threads, sizeof *rt->ar_val);
 	for (int i = 1; i < rt->threads; i++) {
-		if (pthread_create(&rt->tids[i - 1], NULL, worker, rt) != 0) {
+		struct worker_arg *wa = tf_xmalloc(sizeof *wa);
+		wa->rt = rt;
+		wa->id = i;
+		if (pthread_create(&rt->tids[i - 1], NULL, worker, wa) != 0) {
+			free(wa);
 			rt->threads = i; /* fewer threads: same results, slower */
 			break;
 		}
@@ -126,7 +176,8 @@ void tf_slice_rt_free(struct tf_slice_rt *rt)
 	if (!rt)
 		return;
 	pthread_mutex_lock(&rt->mu);
-	rt->stop = 1;
+	atomic_store(&rt->stop, 1);
+	atomic_fetch_add(&rt->gen, 1);
 	pthread_cond_broadcast(&rt->work_cv);
 	pthread_mutex_unlock(&rt->mu);
 	for (int i = 1; i < rt->threads; i++)
@@ -134,6 +185,14 @@ void tf_slice_rt_free(struct tf_slice_rt *rt)
 	pthread_mutex_destroy(&rt->mu);
 	pthread_cond_destroy(&rt->work_cv);
 	pthread_cond_destroy(&rt->done_cv);
+	for (int i = 0; i < rt->threads; i++) {
+		free(rt->ar_tmp[i]);
+		free(rt->ar_val[i]);
+	}
+	free(rt->ar_tmp);
+	free(rt->ar_val);
+	free(rt->ar_lo);
+	free(rt->ar_hi);
 	free(rt->tids);
 	free(rt->rep);
 	free(rt);
@@ -154,23 +213,43 @@ int tf_slice_rt_threads(const struct tf_slice_rt *rt)
 	return rt->threads;
 }
 
+/* Runs task(rt, 0..ntasks-1, participant) on the pool and waits for all of them. */
+static void pool_exec(struct tf_slice_rt *rt, int ntasks,
+		      void (*task)(struct tf_slice_rt *, int, int))
+{
+	pthread_mutex_lock(&rt->mu);
+	rt->task = task;
+	rt->ntasks = ntasks;
+	rt->next = 0;
+	atomic_store(&rt->active, rt->threads - 1);
+	atomic_fetch_add(&rt->gen, 1);
+	pthread_cond_broadcast(&rt->work_cv);
+	pthread_mutex_unlock(&rt->mu);
+	drain(rt, 0);
+	double t0 = tf_now_monotonic();
+	while (atomic_load(&rt->active) > 0 && tf_now_monotonic() - t0 < SPIN_SECONDS)
+		;
+	if (atomic_load(&rt->active) > 0) {
+		pthread_mutex_lock(&rt->mu);
+		while (atomic_load(&rt->active) > 0)
+			pthread_cond_wait(&rt->done_cv, &rt->mu);
+		pthread_mutex_unlock(&rt->mu);
+	}
+}
+
+static void replica_task(struct tf_slice_rt *rt, int task, int participant)
+{
+	(void)participant;
+	rt->fn(&rt->rep[task], rt->arg);
+}
+
 void tf_slice_run(struct tf_slice_rt *rt, tf_slice_fn fn, void *arg)
 {
 	for (int i = 0; i < rt->replicas; i++)
 		rt->rep[i].cycles = rt->rep[i].macs = 0;
-	pthread_mutex_lock(&rt->mu);
 	rt->fn = fn;
 	rt->arg = arg;
-	rt->next = 0;
-	rt->active = rt->threads - 1;
-	rt->gen++;
-	pthread_cond_broadcast(&rt->work_cv);
-	pthread_mutex_unlock(&rt->mu);
-	drain(rt);
-	pthread_mutex_lock(&rt->mu);
-	while (rt->active > 0)
-		pthread_cond_wait(&rt->done_cv, &rt->mu);
-	pthread_mutex_unlock(&rt->mu);
+	pool_exec(rt, rt->replicas, replica_task);
 
 	uint64_t most = 0;
 	for (int i = 0; i < rt->replicas; i++) {
@@ -236,40 +315,133 @@ double tf_slice_allreduce_seconds(const struct tf_tpu_slice *slice, double bytes
 	return t;
 }
 
+/* out[i] = a[i] + b[i] and out[i] += a[i]: plain loops the compiler vectorises (restrict:
+ * the buffers never overlap); each element is still one IEEE add in the documented order. */
+static void add2(float *restrict out, const float *restrict a, const float *restrict b, size_t n)
+{
+	size_t i = 0;
+#ifdef __SSE2__
+	for (; i + 8 <= n; i += 8) {
+		_mm_storeu_ps(out + i, _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)));
+		_mm_storeu_ps(out + i + 4, _mm_add_ps(_mm_loadu_ps(a + i + 4), _mm_loadu_ps(b + i + 4)));
+	}
+#endif
+	for (; i < n; i++)
+		out[i] = a[i] + b[i];
+}
+
+static void add_to(float *restrict out, const float *restrict a, size_t n)
+{
+	size_t i = 0;
+#ifdef __SSE2__
+	for (; i + 8 <= n; i += 8) {
+		_mm_storeu_ps(out + i, _mm_add_ps(_mm_loadu_ps(out + i), _mm_loadu_ps(a + i)));
+		_mm_storeu_ps(out + i + 4,
+			      _mm_add_ps(_mm_loadu_ps(out + i + 4), _mm_loadu_ps(a + i + 4)));
+	}
+#endif
+	for (; i < n; i++)
+		out[i] = out[i] + a[i];
+}
+
+/* One block of the all-reduce: elements [lo, hi), which lie within one chunk of every ring
+ * dimension. Layer by layer (one per dimension), each ring's members are summed in ring order
+ * into a temporary owned by the ring's first member; the last layer leaves the total with
+ * replica 0, which is copied to every replica. */
+static void reduce_task(struct tf_slice_rt *rt, int task, int participant)
+{
+	struct ring_dim d[4];
+	int nd = ring_dims(&rt->slice, d);
+	size_t lo = rt->ar_lo[task], len = rt->ar_hi[task] - lo, n = rt->ar_n;
+	int R = rt->replicas;
+	float *tmp = rt->ar_tmp[participant];
+	const float **val = (const float **)rt->ar_val[participant];
+	for (int i = 0; i < R; i++)
+		val[i] = rt->ar_bufs[i] + lo;
+	unsigned saved = tf_mxu_csr_enter(rt->ftz); /* the adds run in the MXU's FTZ/DAZ mode */
+	int bank = 0;
+	for (int di = 0; di < nd; di++) {
+		int p = d[di].size, st = d[di].stride;
+		if (p <= 1)
+			continue;
+		/* this block's chunk of the ring's split of [0, n) */
+		int j = (int)((uint64_t)lo * (uint64_t)p / (n ? n : 1));
+		while (j + 1 < p && (size_t)((uint64_t)n * (uint64_t)(j + 1) / (uint64_t)p) <= lo)
+			j++;
+		while (j > 0 && (size_t)((uint64_t)n * (uint64_t)j / (uint64_t)p) > lo)
+			j--;
+		for (int base = 0; base < R; base++) {
+			if ((base / st) % p != 0 || val[base] == NULL)
+				continue; /* not the first member of a ring of this layer */
+			float *out = tmp + ((size_t)bank * R + (size_t)base) * rt->ar_block;
+			add2(out, val[base + ((j + 1) % p) * st], val[base + ((j + 2) % p) * st], len);
+			for (int k = 3; k <= p; k++)
+				add_to(out, val[base + ((j + k) % p) * st], len);
+			for (int m = 1; m < p; m++)
+				val[base + m * st] = NULL; /* folded into base */
+			val[base] = out;
+		}
+		bank ^= 1;
+	}
+	tf_mxu_csr_leave(saved);
+	const float *total = val[0];
+	for (int i = 0; i < R; i++)
+		if (rt->ar_bufs[i] + lo != total)
+			memcpy(rt->ar_bufs[i] + lo, total, len * sizeof(float));
+}
+
 void tf_slice_allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n)
 {
 	struct ring_dim d[4];
 	int nd = ring_dims(&rt->slice, d);
-	float *acc = tf_xmalloc((n ? n : 1) * sizeof *acc);
-	/* The adds run in the MXU's FTZ/DAZ mode, whatever the caller's MXCSR. */
-	unsigned saved = tf_mxu_csr_enter(rt->ftz);
-	for (int di = 0; di < nd; di++) {
-		int p = d[di].size, stride = d[di].stride;
-		if (p <= 1)
-			continue;
-		for (int base = 0; base < rt->replicas; base++) {
-			if ((base / stride) % p != 0)
-				continue; /* not the first member of its ring */
-			for (int j = 0; j < p; j++) {
-				size_t lo = n * (size_t)j / (size_t)p;
-				size_t hi = n * (size_t)(j + 1) / (size_t)p;
-				size_t len = hi - lo;
-				if (!len)
-					continue;
-				int first = base + ((j + 1) % p) * stride;
-				memcpy(acc, bufs[first] + lo, len * sizeof *acc);
-				for (int s = 2; s <= p; s++) {
-					const float *src = bufs[base + ((j + s) % p) * stride] + lo;
-					for (size_t e = 0; e < len; e++)
-						acc[e] = acc[e] + src[e];
-				}
-				for (int m = 0; m < p; m++)
-					memcpy(bufs[base + m * stride] + lo, acc, len * sizeof *acc);
+	int R = rt->replicas;
+	/* Temporaries: 2 banks x replicas blocks per participant, at most ~16 MB each. */
+	size_t block = (size_t)1 << 11;
+	while (block > 64 && 2 * (size_t)R * block > ((size_t)1 << 22))
+		block >>= 1;
+	if (rt->ar_block != block) {
+		for (int i = 0; i < rt->threads; i++) {
+			free(rt->ar_tmp[i]);
+			rt->ar_tmp[i] = NULL;
+		}
+		rt->ar_block = block;
+	}
+	for (int i = 0; i < rt->threads; i++) {
+		if (!rt->ar_tmp[i])
+			rt->ar_tmp[i] = tf_xmalloc(2 * (size_t)R * block * sizeof(float));
+		if (!rt->ar_val[i])
+			rt->ar_val[i] = tf_xcalloc((size_t)R, sizeof(float *));
+	}
+	/* Blocks: [0, n) cut at every ring's chunk boundary, then into pieces of `block`. */
+	size_t nb = 0;
+	for (size_t lo = 0; lo < n;) {
+		size_t hi = lo + block < n ? lo + block : n;
+		for (int di = 0; di < nd; di++) {
+			uint64_t p = (uint64_t)d[di].size;
+			if (p <= 1)
+				continue;
+			for (uint64_t j = 1; j < p; j++) {
+				size_t b = (size_t)((uint64_t)n * j / p);
+				if (b > lo && b < hi)
+					hi = b;
 			}
 		}
+		if (nb == rt->ar_cap) {
+			rt->ar_cap = rt->ar_cap ? 2 * rt->ar_cap : 256;
+			rt->ar_lo = tf_xrealloc(rt->ar_lo, rt->ar_cap * sizeof *rt->ar_lo);
+			rt->ar_hi = tf_xrealloc(rt->ar_hi, rt->ar_cap * sizeof *rt->ar_hi);
+		}
+		rt->ar_lo[nb] = lo;
+		rt->ar_hi[nb] = hi;
+		nb++;
+		lo = hi;
 	}
-	tf_mxu_csr_leave(saved);
-	free(acc);
+	int single = R == 1;
+	rt->ar_bufs = bufs;
+	rt->ar_n = n;
+	if (!single && nb)
+		pool_exec(rt, (int)nb, reduce_task);
+
 	double bytes = (double)n * sizeof(float);
 	double t = tf_slice_allreduce_seconds(&rt->slice, bytes);
 	rt->st.allreduces++;

@@ -231,7 +231,7 @@ int tf_tpu_slice_parse(const char *spec, struct tf_tpu_slice *out, char *err, si
 {
 	char gbuf[32], list[512];
 	const struct tf_tpu_gen *g;
-	int d[3];
+	int d[3] = { 1, 1, 1 };
 
 	if (!spec || !*spec) {
 		list_gens(list, sizeof list);

@@ -11,6 +11,8 @@
 #include "accel/mxu_int.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +223,9 @@ static void test_mxu_shapes_match_reference(void **state)
 		{ 4, 4, 1, 13, 3 },    { 8, 16, 9, 8, 16 },  { 8, 16, 13, 9, 33 },
 		{ 8, 16, 6, 17, 31 },  { 8, 16, 1, 1, 17 },  { 128, 128, 3, 128, 20 },
 		{ 128, 128, 7, 129, 130 }, { 128, 128, 13, 300, 150 }, { 2, 4, 11, 7, 5 },
+		/* narrow N: with trans_x computed as C^T = op(W)^T . op(X)^T */
+		{ 8, 16, 40, 20, 3 },  { 16, 8, 64, 37, 10 }, { 128, 128, 100, 300, 10 },
+		{ 4, 4, 33, 9, 15 },   { 8, 8, 32, 5, 1 },
 	};
 	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
 		const int *s = shapes[i];
@@ -357,6 +362,91 @@ static void test_mxu_reference_cycles_equal_model(void **state)
 	}
 }
 
+static void test_mxu_random_shapes_match_reference(void **state)
+{
+	(void)state;
+	rng_state = 0x9e3779b97f4a7c15ull;
+	for (int i = 0; i < 40; i++) {
+		int R = 1 + (int)(rnd64() % 20), Cc = 1 + (int)(rnd64() % 20);
+		size_t M = 1 + rnd64() % 30, K = 1 + rnd64() % 60, N = 1 + rnd64() % 40;
+		one_case(R, Cc, (int)(rnd64() & 1), M, K, N, (enum vclass)(rnd64() % V_LAST), 1);
+	}
+}
+
+/* Several callers asking for 2 threads at once share the worker pool without deadlock and
+ * still get the contract's bits. */
+struct conc {
+	float *X, *W, *C, *want;
+	size_t M, K, N;
+};
+
+static void *conc_main(void *arg)
+{
+	struct conc *c = arg;
+	struct tf_mxu_cfg cfg;
+	tf_mxu_cfg_init(&cfg);
+	cfg.threads = 2;
+	for (int r = 0; r < 20; r++) {
+		tf_mxu_gemm(&cfg, 0, 0, c->M, c->K, c->N, c->X, c->K, c->W, c->N, c->C, c->N, NULL);
+		if (memcmp(c->C, c->want, c->M * c->N * sizeof(float)) != 0)
+			return (void *)1;
+	}
+	return NULL;
+}
+
+static void test_mxu_concurrent_callers(void **state)
+{
+	(void)state;
+	enum { T = 3 };
+	struct conc c[T];
+	pthread_t tid[T];
+	for (int t = 0; t < T; t++) {
+		c[t].M = 40 + 7 * (size_t)t;
+		c[t].K = 150;
+		c[t].N = 33;
+		c[t].X = fill(c[t].M, c[t].K, V_NORMAL);
+		c[t].W = fill(c[t].K, c[t].N, V_WIDE);
+		c[t].C = calloc(c[t].M * c[t].N, sizeof(float));
+		c[t].want = calloc(c[t].M * c[t].N, sizeof(float));
+		naive(128, 1, c[t].M, c[t].K, c[t].N, c[t].X, c[t].K, c[t].W, c[t].N, c[t].want,
+		      c[t].N);
+	}
+	for (int t = 0; t < T; t++)
+		assert_int_equal(pthread_create(&tid[t], NULL, conc_main, &c[t]), 0);
+	for (int t = 0; t < T; t++) {
+		void *ret;
+		pthread_join(tid[t], &ret);
+		assert_null(ret);
+		free(c[t].X);
+		free(c[t].W);
+		free(c[t].C);
+		free(c[t].want);
+	}
+}
+
+/* Each part of a multi-threaded GEMM runs exactly once, also while the pool grows (a worker
+ * created during a call once could run that call's part twice). */
+static void test_mxu_pool_runs_each_part_once(void **state)
+{
+	(void)state;
+	float *X = fill(60, 40, V_NORMAL), *W = fill(40, 50, V_NORMAL);
+	float *C = calloc(60 * 50, sizeof(float));
+	struct tf_mxu_cfg cfg;
+	tf_mxu_cfg_init(&cfg);
+	uint64_t before = atomic_load(&tf_mxu_worker_parts), want = 0;
+	for (int round = 0; round < 50; round++) {
+		for (int t = 1; t <= 6; t++) {
+			cfg.threads = t;
+			tf_mxu_gemm(&cfg, 0, 0, 60, 40, 50, X, 40, W, 50, C, 50, NULL);
+			want += (uint64_t)t - 1; /* 60 rows or 50 columns: >= 6 panels */
+		}
+	}
+	assert_int_equal(atomic_load(&tf_mxu_worker_parts) - before, want);
+	free(X);
+	free(W);
+	free(C);
+}
+
 int main(void)
 {
 	tf_mxu_min_macs_per_thread = 0; /* use every requested thread even on tiny shapes */
@@ -369,6 +459,9 @@ int main(void)
 		cmocka_unit_test(test_mxu_value_classes_ftz_both),
 		cmocka_unit_test(test_mxu_shapes_match_reference),
 		cmocka_unit_test(test_mxu_fast_blocking_boundaries),
+		cmocka_unit_test(test_mxu_random_shapes_match_reference),
+		cmocka_unit_test(test_mxu_concurrent_callers),
+		cmocka_unit_test(test_mxu_pool_runs_each_part_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

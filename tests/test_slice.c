@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "accel/mxu_int.h"
 #include "accel/slice.h"
 
 #include <errno.h>
@@ -173,6 +174,89 @@ static void test_slice_allreduce_ring_order(void **state)
 	tf_slice_rt_free(rt);
 }
 
+/* The ring semantics written out plainly: per dimension (cores, x, y, z), per ring, chunk j
+ * summed from member j+1 round to member j, copied to all members. */
+static void ring_reference(const struct tf_tpu_slice *s, float **bufs, size_t n)
+{
+	int cpc = s->gen->cores_per_chip;
+	int size[4] = { cpc, s->dims[0], s->dims[1], s->dims[2] };
+	int stride[4] = { 1, cpc, cpc * s->dims[0], cpc * s->dims[0] * s->dims[1] };
+	int R = s->cores;
+	float *acc = malloc(n * sizeof *acc);
+	for (int d = 0; d < 4; d++) {
+		int p = size[d], st = stride[d];
+		if (p <= 1)
+			continue;
+		for (int base = 0; base < R; base++) {
+			if ((base / st) % p)
+				continue;
+			for (int j = 0; j < p; j++) {
+				size_t lo = n * (size_t)j / (size_t)p, hi = n * (size_t)(j + 1) / (size_t)p;
+				for (size_t e = lo; e < hi; e++) {
+					float a = bufs[base + ((j + 1) % p) * st][e];
+					for (int k = 2; k <= p; k++)
+						a = a + bufs[base + ((j + k) % p) * st][e];
+					acc[e] = a;
+				}
+				for (int m = 0; m < p; m++)
+					memcpy(bufs[base + m * st] + lo, acc + lo, (hi - lo) * sizeof *acc);
+			}
+		}
+	}
+	free(acc);
+}
+
+static void test_slice_allreduce_blocks_match_ring_reference(void **state)
+{
+	(void)state;
+	const char *specs[] = { "v4-32", "v3-32", "v5e:2x4", "v4:1x1x1", "v5p-16" };
+	const size_t sizes[] = { 1, 7, 2048, 2049, 10007, 70001 };
+	for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
+		struct tf_tpu_slice s = parse(specs[si]);
+		int R = s.cores;
+		for (size_t zi = 0; zi < sizeof sizes / sizeof sizes[0]; zi++) {
+			size_t n = sizes[zi];
+			float **want = calloc((size_t)R, sizeof *want);
+			float **got[2];
+			srand((unsigned)(n + si));
+			for (int t = 0; t < 2; t++)
+				got[t] = calloc((size_t)R, sizeof *got[t]);
+			for (int r = 0; r < R; r++) {
+				want[r] = malloc(n * sizeof(float));
+				for (size_t e = 0; e < n; e++)
+					want[r][e] = (float)ldexp((double)rand() / RAND_MAX - 0.5,
+								  rand() % 50 - 25);
+				for (int t = 0; t < 2; t++) {
+					got[t][r] = malloc(n * sizeof(float));
+					memcpy(got[t][r], want[r], n * sizeof(float));
+				}
+			}
+			unsigned saved = tf_mxu_csr_enter(1);
+			ring_reference(&s, want, n);
+			tf_mxu_csr_leave(saved);
+			for (int t = 0; t < 2; t++) {
+				struct tf_slice_rt *rt;
+				assert_int_equal(tf_slice_rt_new(&s, t + 1, 1, &rt), 0);
+				tf_slice_allreduce(rt, got[t], n);
+				tf_slice_allreduce(rt, got[t], 0); /* empty is fine */
+				tf_slice_rt_free(rt);
+				for (int r = 0; r < R; r++)
+					if (memcmp(got[t][r], want[r], n * sizeof(float)))
+						fail_msg("%s n=%zu threads=%d replica %d differs",
+							 specs[si], n, t + 1, r);
+			}
+			for (int r = 0; r < R; r++) {
+				free(want[r]);
+				free(got[0][r]);
+				free(got[1][r]);
+			}
+			free(want);
+			free(got[0]);
+			free(got[1]);
+		}
+	}
+}
+
 static void test_slice_device_time(void **state)
 {
 	(void)state;
@@ -216,6 +300,7 @@ int main(void)
 		cmocka_unit_test(test_slice_every_replica_runs_once),
 		cmocka_unit_test(test_slice_allreduce_same_bits_any_thread_count),
 		cmocka_unit_test(test_slice_allreduce_ring_order),
+		cmocka_unit_test(test_slice_allreduce_blocks_match_ring_reference),
 		cmocka_unit_test(test_slice_device_time),
 		cmocka_unit_test(test_slice_hbm_and_shard),
 	};
