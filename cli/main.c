@@ -93,7 +93,7 @@ static void print_usage(FILE *f)
 static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 {
 	(void)cli;
-	if (argc > 1) {
+	if (argc > 1 && strcmp(argv[1], "--help") && strcmp(argv[1], "-h")) {
 		char *sub[] = { argv[1], "--help", NULL };
 		for (size_t i = 0; i < TF_ARRAY_LEN(commands); i++)
 			if (!strcmp(commands[i].name, argv[1]))
