@@ -109,6 +109,21 @@ bench: deps
 	@$(MAKE) --no-print-directory BENCH_LIBS=-lopenblas $(BENCH_BINS)
 	@BUILD=$(BUILD) scripts/bench.sh
 
+# libFuzzer targets (fuzz/fuzz_*.c) against an ASan+UBSan build of the library, built with
+# clang; FUZZ_RUNS executions each (default 10^6).
+FUZZ_SRCS := $(wildcard fuzz/fuzz_*.c)
+FUZZ_SAN  := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+fuzz: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang WARN=-Wall \
+	  CFLAGS="-O1 -g -fsanitize=fuzzer-no-link $(FUZZ_SAN)" build-fuzz/libtpuflow.a
+	@for f in $(FUZZ_SRCS); do \
+	  echo "  FUZZ $$f"; \
+	  clang -O1 -g -std=c11 -D_GNU_SOURCE -I. $(PKG_CFLAGS) -fsanitize=fuzzer $(FUZZ_SAN) \
+	    $$f build-fuzz/libtpuflow.a $(LDLIBS) -o build-fuzz/$$(basename $$f .c) || exit 1; \
+	done
+	@BUILD=build-fuzz scripts/fuzz.sh
+
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
 	  --suppress=missingIncludeSystem --suppress=unknownMacro -I. $(SRC_DIRS) tests
@@ -126,6 +141,6 @@ install: $(BUILD)/tpuflow
 	install -m 0644 pipelines/*.yaml $(DESTDIR)$(PREFIX)/share/tpuflow/pipelines/
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -44,7 +44,7 @@ char *tf_xstrdup(const char *s)
 {
 	char *p = strdup(s ? s : "");
 	if (!p)
-		oom(strlen(s));
+		oom(s ? strlen(s) : 0);
 	return p;
 }
 

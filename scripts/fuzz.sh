@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# make fuzz: runs every libFuzzer target (build-fuzz/fuzz_*) under ASan+UBSan for FUZZ_RUNS
+# executions each (default 10^6, targets.md), seeded with real inputs made by tpuflow itself.
+# FUZZ_FILTER=glob picks targets. Exit status 1 when a target found a crash.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-fuzz}
+RUNS=${FUZZ_RUNS:-1000000}
+filter=${FUZZ_FILTER:-*}
+work=$(mktemp -d /tmp/tpuflow-fuzz.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# Seeds: the example pipelines; TFRecord shards written by `tpuflow data prep` from a small
+# CSV; a small .npy file.
+mkdir -p "$work/pipeline" "$work/tfrecord" "$work/npy"
+cp pipelines/*.yaml "$work/pipeline/"
+{ echo "a,b,label"; for i in 0 1 2 3 4 5 6 7; do echo "$i.5,-$i,$((i % 2))"; done; } > "$work/t.csv"
+build/tpuflow --home "$work/home" data prep --source csv --path "$work/t.csv" --shards 2 \
+  --out seed/ >/dev/null 2>&1 && find "$work/home" -name '*.tfrecord*' -exec cp {} "$work/tfrecord/" \;
+python3 - "$work/npy/seed.npy" <<'PY'
+import struct, sys
+hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }"
+hdr += " " * ((64 - (10 + len(hdr) + 1) % 64) % 64) + "\n"
+with open(sys.argv[1], "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
+    f.write(struct.pack("<6f", 1, 2, 3, 4, 5, 6))
+PY
+
+rc=0
+for t in "$BUILD"/fuzz_*; do
+  [[ -x $t && $t != *.d ]] || continue
+  name=$(basename "$t"); short=${name#fuzz_}
+  [[ $name == $filter ]] || continue
+  mkdir -p "$work/corpus-$short"
+  echo "=== $name: $RUNS runs"
+  if ! "$t" -runs="$RUNS" -max_len=65536 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      -artifact_prefix="$work/" "$work/corpus-$short" "$work/$short" 2>"$work/$name.log"; then
+    rc=1
+    tail -40 "$work/$name.log"
+    mkdir -p build-fuzz/crashes && cp "$work"/crash-* "$work"/leak-* "$work"/timeout-* build-fuzz/crashes/ 2>/dev/null
+    echo "$name: FAILED (inputs kept in build-fuzz/crashes/)"
+  else
+    grep -E '^stat::number_of_executed_units|^Done' "$work/$name.log" | tail -2
+  fi
+done
+exit $rc
