@@ -124,6 +124,11 @@ fuzz: deps
 	done
 	@BUILD=build-fuzz scripts/fuzz.sh
 
+soak: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/deps.sh test
+	@BUILD=$(BUILD) scripts/soak.sh
+
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
 	  --suppress=missingIncludeSystem --suppress=unknownMacro -I. $(SRC_DIRS) tests

@@ -783,7 +783,8 @@ const char *tf_param_type_name(enum tf_param_type t)
 }
 
 static const char *const sources[] = {"fashion-mnist", "csv", NULL};
-static const char *const optimizers[] = {"sgd", "adam", "lars", NULL};
+static const char *const optimizers[] = {"sgd", "adam", "adamw", "lars", NULL};
+static const char *const monitors[] = {"accuracy", "loss", "auc", NULL};
 static const char *const schedules[] = {"cosine", "step", "constant", NULL};
 
 static const struct tf_with_key data_prep_with[] = {
@@ -793,6 +794,8 @@ static const struct tf_with_key data_prep_with[] = {
     {"csv_label", TF_WCHECK_STRING, NULL, "name of the label column (csv)"},
     {"test_fraction", TF_WCHECK_NUMBER, NULL, "fraction held out for testing (csv)"},
     {"seed", TF_WCHECK_INT, NULL, "shuffle seed"},
+    {"limit_train", TF_WCHECK_INT, NULL, "keep the first N training examples"},
+    {"limit_test", TF_WCHECK_INT, NULL, "keep the first N test examples"},
     {NULL, 0, NULL, NULL}};
 static const struct tf_with_key train_with[] = {
     {"dataset", TF_WCHECK_STRING, NULL, "dataset manifest key (from data_prep)"},
@@ -810,6 +813,13 @@ static const struct tf_with_key train_with[] = {
     {"max_steps", TF_WCHECK_INT, NULL, "stop after this many steps"},
     {"prefetch", TF_WCHECK_INT, NULL, "batches prefetched by the input pipeline"},
     {"clip_norm", TF_WCHECK_NUMBER, NULL, "clip the gradient's global norm"},
+    {"decay_epochs", TF_WCHECK_NUMBER, NULL, "step schedule: epochs between decays"},
+    {"lars_eta", TF_WCHECK_NUMBER, NULL, "LARS trust coefficient"},
+    {"linear_scaling", TF_WCHECK_BOOL, NULL, "scale lr by batch / 256"},
+    {"cache", TF_WCHECK_BOOL, NULL, "keep decoded examples in memory after epoch 1"},
+    {"patience", TF_WCHECK_INT, NULL, "early stopping: epochs without improvement"},
+    {"monitor", TF_WCHECK_ENUM, monitors, "early stopping metric: accuracy, loss or auc"},
+    {"binary", TF_WCHECK_BOOL, NULL, "sigmoid cross-entropy for 0/1 labels"},
     {NULL, 0, NULL, NULL}};
 static const struct tf_with_key evaluate_with[] = {
     {"model", TF_WCHECK_STRING, NULL, "model bundle or checkpoint key (from train)"},

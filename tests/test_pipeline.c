@@ -244,8 +244,8 @@ static void test_pipeline_wrong_types(void **state)
 	       "'with.hidden' of step 'a' must be a list", NULL);
 	expect("name: x\nsteps:\n  - name: a\n    type: train\n    with: {hidden: [256, x]}\n", 5,
 	       26, "expects an integer, not 'x'", NULL);
-	expect("name: x\nsteps:\n  - name: a\n    type: train\n    with: {optimizer: adamw}\n", 5,
-	       23, "'with.optimizer' of step 'a': unknown value 'adamw'", "did you mean 'adam'?");
+	expect("name: x\nsteps:\n  - name: a\n    type: train\n    with: {optimizer: adma}\n", 5,
+	       23, "'with.optimizer' of step 'a': unknown value 'adma'", "did you mean 'adam'?");
 	expect("name: x\nsteps:\n  - name: a\n    type: train\n    with: {lr: \"0.1\"}\n", 5, 16,
 	       "expects a number, not '0.1'", "write it without quotes");
 	expect("name: x\nparams:\n  n: {type: int, default: 1.5}\nsteps: []\n", 3, 27,
