@@ -795,6 +795,8 @@ static const struct tf_with_key data_prep_with[] = {
     {"csv_label", TF_WCHECK_STRING, NULL, "name of the label column (csv)"},
     {"test_fraction", TF_WCHECK_NUMBER, NULL, "fraction held out for testing (csv)"},
     {"seed", TF_WCHECK_INT, NULL, "shuffle seed"},
+    {"limit_train", TF_WCHECK_INT, NULL, "keep only the first N training examples"},
+    {"limit_test", TF_WCHECK_INT, NULL, "keep only the first N test examples"},
     {NULL, 0, NULL, NULL}};
 static const struct tf_with_key train_with[] = {
     {"dataset", TF_WCHECK_STRING, NULL, "dataset manifest key (from data_prep)"},
