@@ -259,7 +259,9 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 		fclose(log);
 	}
 	r->exit_code = res.exit_code;
-	if (res.fclass != TF_FAIL_NONE) {
+	/* Exit 0 means the step finished and its result is whole, even when a stop was asked
+	 * for meanwhile: like an in-process step that returned 0, it succeeded. */
+	if (res.fclass != TF_FAIL_NONE && !(res.exit_code == 0 && res.signal == 0)) {
 		read_child_result(r, res_path, 0, msg, sizeof(msg));
 		if (msg[0])
 			snprintf(r->err, sizeof(r->err), "%s (step process: %s)", msg, res.message);
