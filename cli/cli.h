@@ -50,6 +50,7 @@ int cmd_data(int argc, char **argv, struct tf_cli *cli);
 int cmd_train(int argc, char **argv, struct tf_cli *cli);
 int cmd_eval(int argc, char **argv, struct tf_cli *cli);
 int cmd_predict(int argc, char **argv, struct tf_cli *cli);
+int cmd_step(int argc, char **argv, struct tf_cli *cli);
 
 /* Prints a scheduler's pools, queue and utilization (text, or one JSON document) to out:
  * what `tpuflow slices` shows, for any scheduler state (the engine's or the daemon's). */

@@ -36,6 +36,7 @@ static const struct tf_cmd commands[] = {
 	{ "train", cmd_train, "train an MLP on an emulated TPU slice (checkpoints, export)" },
 	{ "eval", cmd_eval, "evaluate a model bundle on a dataset's test split" },
 	{ "predict", cmd_predict, "CPU inference from a model bundle (.npy in, .npy out)" },
+	{ "step", cmd_step, "run one ml step in this process (what executor: local starts)" },
 };
 
 int tf_cli_common_option(struct tf_cli *cli, int opt, const char *arg)

@@ -334,6 +334,8 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 		.accelerator = acc,
 		.log_path = log_path,
 		.db = w->db,
+		.storage_url = e->storage_url,
+		.self_exe = e->o->self_exe,
 		.timeout = s->def->timeout,
 		.cancel = &s->cancel,
 		.outputs = json_object(),

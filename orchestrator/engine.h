@@ -38,6 +38,9 @@ struct tf_step_run {
 	const char *log_path;        /* file in workdir the kind may append its log to
 					(uploaded to PREFIX/logs/attempt-N.log after) */
 	struct tf_objstore *objstore; /* the run's object store (this worker's handle) */
+	const char *storage_url;     /* its URL, for a child process that opens its own */
+	const char *self_exe;        /* the program a `local` ml step re-executes (NULL: this
+					one, tf_exec_self_path) */
 	struct tf_store *db;         /* this worker's database handle */
 	double timeout;              /* seconds, 0 = none (the engine also raises *cancel) */
 	volatile int *cancel;        /* becomes non-zero on timeout or Ctrl-C: return soon */
@@ -71,6 +74,9 @@ struct tf_engine_opts {
 	int handle_signals;         /* SIGINT/SIGTERM stop the run cleanly (resumable) */
 	tf_step_kind_fn kinds[TF_STEP_LAST]; /* overrides per step type (NULL: built-in) */
 	const char *default_accelerator; /* for train steps without one (NULL: "v4-8") */
+	const char *self_exe;       /* the tpuflow binary data_prep/train/evaluate steps with
+				       `executor: local` run as `step exec` (NULL: this program;
+				       tests that are not tpuflow name it) */
 };
 
 /* Outcome of driving a run. */

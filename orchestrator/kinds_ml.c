@@ -1,15 +1,34 @@
 /* kinds_ml.c — owns the glue between the engine and the training workload: data_prep, train
  * and evaluate steps call ml/steps.h with the step's object-store prefix (stable across
  * attempts and resumes, so train continues from its newest checkpoint), scratch directory,
- * slice, cancel flag and progress callback. Built only when ml/steps.h is present. */
+ * slice, cancel flag and progress callback. Built only when ml/steps.h is present.
+ *
+ * Where the step runs follows its `executor`:
+ *   inprocess  the adapter is called on this worker thread; cancel is the engine's flag
+ *   local      tpuflow re-executes itself as `tpuflow step exec ...` (cli/cmd_step.c) through
+ *              executors/local.c: its own process group, the step's timeout enforced by the
+ *              executor, a raised cancel flag turned into SIGTERM (then SIGKILL after the
+ *              grace period). The child prints progress as JSON lines on stdout, which are
+ *              passed to the view as they arrive; stderr goes to the attempt's log; the result
+ *              comes back in a file (outputs and metrics, or an error and its class). The same
+ *              prefix means a killed train attempt resumes from its checkpoint next time. */
 #include "orchestrator/kinds.h"
 
 #if __has_include("ml/steps.h")
 #include "ml/steps.h"
 
+#include "executors/executor.h"
+
+#define TF_LOG_TAG "kinds_ml"
+#include "common/common.h"
+#include "common/log.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int (*ml_step_fn)(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
 			  json_t *metrics, char *err, size_t errlen);
@@ -51,19 +70,257 @@ static int ml_call(struct tf_step_run *r, ml_step_fn fn)
 	return rc;
 }
 
+/* ---- executor: local ------------------------------------------------------------------ */
+
+#define LINE_MAX_BYTES (64 * 1024) /* a longer stdout line is passed on in pieces */
+#define RESULT_MAX (1u << 24)
+
+/* Follows the child's stdout file as it grows: complete lines that are JSON objects are
+ * progress events (to the view and the log), anything else goes to the log as is. */
+struct tail {
+	int fd;          /* the stdout log, read from where the last read stopped */
+	char *buf;       /* an incomplete last line */
+	size_t len;
+	FILE *log;       /* the attempt's log for non-progress lines, opened on first use */
+	const char *log_path;
+};
+
+static void tail_line(struct tail *t, struct tf_step_run *r, char *line)
+{
+	if (line[0] == '{' && r->progress) {
+		r->progress(r->progress_data, line);
+		return;
+	}
+	if (!t->log)
+		t->log = fopen(t->log_path, "a");
+	if (t->log) {
+		fprintf(t->log, "%s\n", line);
+		fflush(t->log);
+	}
+}
+
+static void tail_pump(struct tail *t, struct tf_step_run *r, int final)
+{
+	if (t->fd < 0)
+		return;
+	for (;;) {
+		ssize_t n = read(t->fd, t->buf + t->len, LINE_MAX_BYTES - t->len);
+		if (n <= 0)
+			break;
+		t->len += (size_t)n;
+		size_t start = 0;
+		for (size_t i = 0; i < t->len; i++)
+			if (t->buf[i] == '\n') {
+				t->buf[i] = '\0';
+				tail_line(t, r, t->buf + start);
+				start = i + 1;
+			}
+		memmove(t->buf, t->buf + start, t->len - start);
+		t->len -= start;
+		if (t->len == LINE_MAX_BYTES) {
+			t->buf[t->len] = '\0';
+			tail_line(t, r, t->buf);
+			t->len = 0;
+		}
+	}
+	if (final && t->len) {
+		t->buf[t->len] = '\0';
+		tail_line(t, r, t->buf);
+		t->len = 0;
+	}
+}
+
+/* Reads the child's result file into r: outputs/metrics on success, else its error text. */
+static int read_child_result(struct tf_step_run *r, const char *path, int ok, char *msg,
+			     size_t msglen)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	int rc = tf_read_file(path, RESULT_MAX, &buf, &len);
+	if (rc) {
+		snprintf(msg, msglen, "no result from the step's process ('%s': %s)", path,
+			 strerror(-rc));
+		return rc;
+	}
+	json_t *o = json_loads(buf, 0, NULL);
+	free(buf);
+	if (!json_is_object(o)) {
+		snprintf(msg, msglen, "the step's process wrote an unreadable result '%s'", path);
+		json_decref(o);
+		return -EBADMSG;
+	}
+	if (ok) {
+		json_t *out = json_object_get(o, "outputs"), *met = json_object_get(o, "metrics");
+		if (!json_is_object(out) || !json_is_object(met)) {
+			snprintf(msg, msglen, "the step's process wrote no outputs/metrics to '%s'",
+				 path);
+			rc = -EBADMSG;
+		} else {
+			json_object_update(r->outputs, out);
+			json_object_update(r->metrics, met);
+		}
+	} else {
+		const char *e = json_string_value(json_object_get(o, "error"));
+		snprintf(msg, msglen, "%s", e ? e : "");
+	}
+	json_decref(o);
+	return rc;
+}
+
+static int ml_child(struct tf_step_run *r, const char *kind)
+{
+	char *self = NULL, *with_path = NULL, *res_path = NULL, *log_dir = NULL;
+	char pid[24], xerr[256] = "", msg[400] = "";
+	struct tail t = { .fd = -1, .log_path = r->log_path };
+	struct tf_exec *x = NULL;
+	struct tf_exec_result res;
+	int rc = tf_step_run_workdir(r);
+	if (rc) {
+		r->failure = TF_FAIL_INFRA;
+		return rc;
+	}
+	if (!r->storage_url) {
+		snprintf(r->err, sizeof(r->err), "executor 'local': the run has no object store URL "
+			 "to give the step's process");
+		return -EINVAL;
+	}
+	self = r->self_exe ? tf_xstrdup(r->self_exe) : tf_exec_self_path();
+	if (!self) {
+		snprintf(r->err, sizeof(r->err), "executor 'local': cannot find this program's own "
+			 "path (/proc/self/exe) to run the step; use 'executor: inprocess'");
+		r->failure = TF_FAIL_INFRA;
+		return -ENOENT;
+	}
+	with_path = tf_xasprintf("%s/with-%d.json", r->workdir, r->attempt);
+	res_path = tf_xasprintf("%s/result-%d.json", r->workdir, r->attempt);
+	log_dir = tf_xasprintf("%s/attempt-%d", r->workdir, r->attempt);
+	unlink(res_path);
+	if (json_dump_file(r->with, with_path, JSON_COMPACT)) {
+		snprintf(r->err, sizeof(r->err), "cannot write '%s'", with_path);
+		r->failure = TF_FAIL_INFRA;
+		rc = -EIO;
+		goto out;
+	}
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	const char *argv[24];
+	size_t n = 0;
+	argv[n++] = self;
+	argv[n++] = "step";
+	argv[n++] = "exec";
+	argv[n++] = "--kind";
+	argv[n++] = kind;
+	argv[n++] = "--with-json";
+	argv[n++] = with_path;
+	argv[n++] = "--store";
+	argv[n++] = r->storage_url;
+	argv[n++] = "--prefix";
+	argv[n++] = r->prefix;
+	argv[n++] = "--result";
+	argv[n++] = res_path;
+	argv[n++] = "--workdir";
+	argv[n++] = r->workdir;
+	argv[n++] = "--parent-pid";
+	argv[n++] = pid;
+	if (r->accelerator) {
+		argv[n++] = "--accelerator";
+		argv[n++] = r->accelerator;
+	}
+	argv[n] = NULL;
+	/* cwd is inherited: a relative file:// store URL means the same directory */
+	struct tf_exec_spec spec = { .argv = (char *const *)argv, .timeout = r->timeout,
+				     .log_dir = log_dir };
+	rc = tf_exec_start(&tf_executor_local, &spec, &x, xerr, sizeof(xerr));
+	if (rc) {
+		snprintf(r->err, sizeof(r->err), "executor 'local': %s", xerr);
+		r->failure = TF_FAIL_INFRA;
+		goto out;
+	}
+	t.fd = open(tf_executor_local.log_path(x, 1), O_RDONLY | O_CLOEXEC);
+	t.buf = tf_xmalloc(LINE_MAX_BYTES + 1);
+	int cancelled = 0;
+	for (;;) {
+		rc = tf_exec_wait(x, 0.05, &res);
+		tail_pump(&t, r, rc == 0);
+		if (rc == 0)
+			break;
+		if (*r->cancel && !cancelled) {
+			tf_exec_cancel(x, TF_FAIL_CANCELLED);
+			cancelled = 1;
+		}
+	}
+	if (t.log) {
+		fclose(t.log);
+		t.log = NULL;
+	}
+	FILE *log = fopen(r->log_path, "a");
+	if (log) {
+		tf_kind_append_log(log, "stderr", tf_executor_local.log_path(x, 2));
+		fprintf(log, "==> tpuflow step exec --kind %s: %s <==\n", kind, res.message);
+		fclose(log);
+	}
+	r->exit_code = res.exit_code;
+	/* Exit 0 means the step finished and its result is whole, even when a stop was asked
+	 * for meanwhile: like an in-process step that returned 0, it succeeded. */
+	if (res.fclass != TF_FAIL_NONE && !(res.exit_code == 0 && res.signal == 0)) {
+		read_child_result(r, res_path, 0, msg, sizeof(msg));
+		if (msg[0])
+			snprintf(r->err, sizeof(r->err), "%s (step process: %s)", msg, res.message);
+		else
+			snprintf(r->err, sizeof(r->err), "step process: %s (see its log)",
+				 res.message);
+		r->failure = res.fclass;
+		rc = res.fclass == TF_FAIL_CANCELLED || res.fclass == TF_FAIL_TIMEOUT ? -ECANCELED
+										     : -EIO;
+		goto out;
+	}
+	rc = read_child_result(r, res_path, 1, msg, sizeof(msg));
+	if (rc) {
+		snprintf(r->err, sizeof(r->err), "%s", msg);
+		r->failure = TF_FAIL_ERROR;
+	}
+out:
+	if (t.fd >= 0)
+		close(t.fd);
+	free(t.buf);
+	tf_exec_free(x);
+	free(self);
+	free(with_path);
+	free(res_path);
+	free(log_dir);
+	return rc;
+}
+
+/* Runs the step where its executor says. */
+static int ml_run(struct tf_step_run *r, ml_step_fn fn, const char *kind)
+{
+	switch (r->def ? r->def->executor : TF_EXECUTOR_INPROCESS) {
+	case TF_EXECUTOR_INPROCESS:
+		return ml_call(r, fn);
+	case TF_EXECUTOR_LOCAL:
+		return ml_child(r, kind);
+	default:
+		snprintf(r->err, sizeof(r->err),
+			 "step '%s': executor '%s' is not available in this build of tpuflow; use "
+			 "'executor: local' or 'executor: inprocess'",
+			 r->step, tf_executor_name(r->def->executor));
+		r->failure = TF_FAIL_ERROR;
+		return -ENOSYS;
+	}
+}
+
 static int kind_data_prep(struct tf_step_run *r)
 {
-	return ml_call(r, tf_ml_data_prep_step);
+	return ml_run(r, tf_ml_data_prep_step, "data_prep");
 }
 
 static int kind_train(struct tf_step_run *r)
 {
-	return ml_call(r, tf_ml_train_step);
+	return ml_run(r, tf_ml_train_step, "train");
 }
 
 static int kind_evaluate(struct tf_step_run *r)
 {
-	return ml_call(r, tf_ml_evaluate_step);
+	return ml_run(r, tf_ml_evaluate_step, "evaluate");
 }
 
 const tf_step_kind_fn tf_kind_data_prep = kind_data_prep;

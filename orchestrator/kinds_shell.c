@@ -27,8 +27,7 @@ extern char **environ;
 
 #define RESULT_MAX (1u << 20)
 
-/* Appends a captured stream to the attempt's log under a header line. */
-static void append_log(FILE *log, const char *title, const char *path)
+void tf_kind_append_log(FILE *log, const char *title, const char *path)
 {
 	FILE *in = path ? fopen(path, "r") : NULL;
 	if (!in)
@@ -229,8 +228,8 @@ static int kind_shell(struct tf_step_run *r)
 	}
 	FILE *log = fopen(r->log_path, "a");
 	if (log) {
-		append_log(log, "stdout", tf_executor_local.log_path(x, 1));
-		append_log(log, "stderr", tf_executor_local.log_path(x, 2));
+		tf_kind_append_log(log, "stdout", tf_executor_local.log_path(x, 1));
+		tf_kind_append_log(log, "stderr", tf_executor_local.log_path(x, 2));
 		fprintf(log, "==> %s <==\n", res.message);
 		fclose(log);
 	}

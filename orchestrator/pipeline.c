@@ -760,6 +760,8 @@ static const char *const step_type_names[] = {"data_prep", "train", "evaluate", 
                                               "deploy",    "shell", NULL};
 static const char *const failure_names[] = {"error", "timeout", "preempted", "infra", NULL};
 static const char *const executor_names[] = {"inprocess", "local", "slurm", NULL};
+/* `slurm` is a known name (so pipelines written for it read well) but not built yet. */
+#define SLURM_HINT "use 'executor: local' (a child process) or 'executor: inprocess'"
 static const char *const param_type_names[] = {"int", "float", "string", "bool", "list", NULL};
 
 const char *tf_step_type_name(enum tf_step_type t)
@@ -1228,6 +1230,10 @@ static void load_defaults(struct loader *L, const struct ynode *m)
 	if ((x = map_get(m, "executor")) && !get_enum(L, x, "executor", executor_names, &e)) {
 		d->executor = (enum tf_executor_kind)e;
 		d->has_executor = 1;
+		if (e == TF_EXECUTOR_SLURM)
+			err_at(L, x, SLURM_HINT,
+			       "'defaults.executor': Slurm support is not available in this build of "
+			       "tpuflow");
 	}
 	if ((x = map_get(m, "cache")))
 		get_bool(L, x, "'cache'", &d->cache);
@@ -1291,18 +1297,24 @@ static void load_step(struct loader *L, size_t idx, const struct ynode *m)
 		get_duration(L, v, "'timeout'", &s->timeout);
 	if ((v = map_get(m, "cache")))
 		get_bool(L, v, "'cache'", &s->cache);
+	/* A shell step runs a program: `defaults.executor: inprocess` does not apply to it (it
+	 * stays `local`); saying `executor: inprocess` on the step itself is an error. */
 	int e = TF_EXECUTOR_INPROCESS;
 	if (p->defaults.has_executor)
 		e = p->defaults.executor;
-	else if (type_ok && s->type == TF_STEP_SHELL)
+	if (type_ok && s->type == TF_STEP_SHELL && e == TF_EXECUTOR_INPROCESS)
 		e = TF_EXECUTOR_LOCAL;
-	if ((v = map_get(m, "executor")))
-		get_enum(L, v, "executor", executor_names, &e);
+	if ((v = map_get(m, "executor")) && !get_enum(L, v, "executor", executor_names, &e)) {
+		if (e == TF_EXECUTOR_SLURM)
+			err_at(L, v, SLURM_HINT,
+			       "%s: Slurm support is not available in this build of tpuflow", what);
+		else if (type_ok && s->type == TF_STEP_SHELL && e == TF_EXECUTOR_INPROCESS)
+			err_at(L, v, "set 'executor: local' on this step (or leave 'executor' out)",
+			       "%s: a shell step runs a program and cannot use the inprocess "
+			       "executor",
+			       what);
+	}
 	s->executor = (enum tf_executor_kind)e;
-	if (type_ok && s->type == TF_STEP_SHELL && s->executor == TF_EXECUTOR_INPROCESS)
-		err_at(L, v ? v : ty, "set 'executor: local' (or slurm) on this step",
-		       "%s: a shell step runs a program and cannot use the inprocess executor",
-		       what);
 	if ((v = map_get(m, "accelerator")) && !want_kind(L, v, Y_SCALAR, "'accelerator'")) {
 		char canon[64], err[256];
 		if (check_accelerator(v->str, canon, sizeof(canon), err, sizeof(err)))

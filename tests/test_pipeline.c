@@ -267,6 +267,41 @@ static void test_pipeline_wrong_types(void **state)
 	expect("", 1, 1, "the pipeline file is empty", NULL);
 }
 
+/* `executor`: a shell step cannot be inprocess (but `defaults.executor: inprocess` leaves it
+ * local); `slurm` is refused with its position until this build has it. */
+static void test_pipeline_executor_rules(void **state)
+{
+	(void)state;
+	expect("name: x\nsteps:\n  - name: a\n    type: train\n    executor: slurm\n",
+	       5, 15, "step 'a': Slurm support is not available in this build", "executor: local");
+	expect("name: x\ndefaults: {executor: slurm}\nsteps:\n  - name: a\n    type: train\n",
+	       2, 22, "'defaults.executor': Slurm support is not available", "executor: local");
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    executor: inprocess\n"
+	       "    with: {argv: [x]}\n",
+	       5, 15, "step 'a': a shell step runs a program and cannot use the inprocess executor",
+	       "executor: local");
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	assert_int_equal(load("name: x\ndefaults: {executor: inprocess}\nsteps:\n"
+			      "  - name: a\n    type: shell\n    with: {argv: [x]}\n"
+			      "  - name: b\n    type: train\n"
+			      "  - name: c\n    type: evaluate\n    executor: local\n",
+			      NULL, 0, TF_PIPELINE_ALLOW_UNSET, &p, &d),
+			 0);
+	assert_int_equal(p->steps[0].executor, TF_EXECUTOR_LOCAL);
+	assert_int_equal(p->steps[1].executor, TF_EXECUTOR_INPROCESS);
+	assert_int_equal(p->steps[2].executor, TF_EXECUTOR_LOCAL);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+	assert_int_equal(load("name: x\ndefaults: {executor: local}\nsteps:\n"
+			      "  - name: a\n    type: data_prep\n",
+			      NULL, 0, TF_PIPELINE_ALLOW_UNSET, &p, &d),
+			 0);
+	assert_int_equal(p->steps[0].executor, TF_EXECUTOR_LOCAL);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+}
+
 static void test_pipeline_bad_durations(void **state)
 {
 	(void)state;
@@ -749,6 +784,7 @@ int main(void)
 	    cmocka_unit_test(test_pipeline_unknown_keys_suggest),
 	    cmocka_unit_test(test_pipeline_wrong_types),
 	    cmocka_unit_test(test_pipeline_bad_durations),
+	    cmocka_unit_test(test_pipeline_executor_rules),
 	    cmocka_unit_test(test_pipeline_duplicate_step_names),
 	    cmocka_unit_test(test_pipeline_unknown_needs),
 	    cmocka_unit_test(test_pipeline_cycles),
