@@ -19,12 +19,12 @@ name: soak
 steps:
   - name: prep
     type: data_prep
-    with: {source: fashion-mnist, shards: 4, seed: 1, limit_train: 30000, limit_test: 2000}
+    with: {source: fashion-mnist, shards: 4, seed: 1, limit_train: 60000, limit_test: 2000}
   - name: train
     type: train
     needs: [prep]
     accelerator: v4-8
-    with: {dataset: '\${steps.prep.outputs.dataset}', hidden: [128], epochs: 6, batch: 256,
+    with: {dataset: '\${steps.prep.outputs.dataset}', hidden: [256, 128], epochs: 6, batch: 256,
            optimizer: sgd, lr: 0.1, momentum: 0.9, seed: 1, checkpoint_every: $CKPT_EVERY}
   - name: evaluate
     type: evaluate
@@ -40,10 +40,10 @@ steps:
     with: {model_name: soak, version: '\${steps.register.outputs.version}', alias: production}
 YAML
 
-# Runs "$@" and SIGKILLs it after a random 0.1-4 s; returns 0 if it was killed.
+# Runs "$@" and SIGKILLs it after a random 0.1-8 s; returns 0 if it was killed.
 run_and_kill() {
   "$@" >/dev/null 2>&1 &
-  local pid=$! ms=$((100 + RANDOM % 3900))
+  local pid=$! ms=$((100 + RANDOM % 7900))
   sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
   if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; return 0; fi
   wait "$pid" 2>/dev/null; return 1
@@ -57,7 +57,11 @@ for ((i = 1; i <= ROUNDS; i++)); do
         'import json,sys; r=json.load(sys.stdin); print(r[0]["id"] if r else "")')
   if [[ -z $run ]]; then echo "round $i: killed before the run was recorded (nothing to resume)"; continue; fi
   if ((RANDOM % 2)); then run_and_kill "$BIN" --home "$home" runs resume "$run" && kills=$((kills + 1)); fi
-  "$BIN" --home "$home" runs resume "$run" >/dev/null 2>"$work/resume.err"
+  # The killed process may linger a moment as a zombie; resume refuses while it exists.
+  for _ in 1 2 3 4 5; do
+    "$BIN" --home "$home" runs resume "$run" >/dev/null 2>"$work/resume.err" && break
+    sleep 0.5
+  done
   "$BIN" --home "$home" runs show "$run" --json >"$work/show.json" 2>/dev/null
   if ! /usr/bin/python3 - "$work/show.json" "$home" "$run" "$CKPT_EVERY" "$i" <<'PY'
 import json, sqlite3, sys, re, os
@@ -77,20 +81,29 @@ n = db.execute("SELECT count(*) FROM model_versions").fetchone()[0]
 if n != 1:
     bad.append(f"{n} model versions")
 # A train attempt after a lost one must resume from the newest checkpoint the lost one wrote.
-logs = os.path.join(home, "objects", "runs", run, "train", "logs")
+# A killed attempt's log stays in the local work directory (it is uploaded when an attempt
+# ends); a finished one is in the object store.
+def log_of(n):
+    for p in (os.path.join(home, "objects", "runs", run, "train", "logs", f"attempt-{n}.log"),
+              os.path.join(home, "work", run, "train", f"attempt-{n}.log")):
+        if os.path.exists(p):
+            return p
+    return None
 train = next(s for s in r["steps"] if s["name"] == "train")
+checked = 0
 for a in train["attempts_detail"][1:]:
-    path = os.path.join(logs, f"attempt-{a['n']}.log")
-    prev = os.path.join(logs, f"attempt-{a['n'] - 1}.log")
-    if not os.path.exists(path) or not os.path.exists(prev):
+    path, prev = log_of(a["n"]), log_of(a["n"] - 1)
+    if not path or not prev:
+        bad.append(f"train attempt {a['n']}: log missing")
         continue
+    checked += 1
     last = [int(x) for x in re.findall(r'"step":\s*(\d+)', open(prev).read())]
     res = re.search(r'"event":\s*"resume",\s*"step":\s*(\d+)', open(path).read())
     start = int(res.group(1)) if res else 0
     if last and max(last) - start > every:
         bad.append(f"attempt {a['n']} restarted at step {start}, the killed one reached {max(last)}")
 attempts = {s["name"]: s["attempts"] for s in r["steps"]}
-print(f"round {rnd}: {'ok' if not bad else 'FAILED'} attempts {attempts}")
+print(f"round {rnd}: {'ok' if not bad else 'FAILED'} attempts {attempts}, resumes checked {checked}")
 for b in bad:
     print("  " + b)
 sys.exit(1 if bad else 0)
