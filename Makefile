@@ -37,6 +37,9 @@ TEST_HELPERS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
+# Quiet by default: `make V=1` shows the full commands.
+Q := $(if $(V),,@)
+
 .PHONY: all deps demo test tests asan lint format check-deps install bench fuzz soak clean help
 
 all: $(BUILD)/tpuflow
@@ -55,34 +58,41 @@ deps:
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -mavx2 -mfma -mf16c -c $< -o $@
+	@$(if $(Q),echo "  CC      $< (avx2)")
+	$(Q)$(CC) $(ALL_CFLAGS) -mavx2 -mfma -mf16c -c $< -o $@
 
 $(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed-sql.sh
 	@mkdir -p $(dir $@)
-	scripts/embed-sql.sh $(MIGRATIONS) > $@
+	@$(if $(Q),echo "  GEN     $@")
+	$(Q)scripts/embed-sql.sh $(MIGRATIONS) > $@
 
 $(BUILD)/obj/gen/migrations.o: $(BUILD)/gen/migrations.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Wno-overlength-strings -c $< -o $@
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-overlength-strings -c $< -o $@
 
 $(BUILD)/libtpuflow.a: $(LIB_OBJS)
 	@rm -f $@
-	ar rcs $@ $^
+	$(Q)ar rcs $@ $^
 
 $(BUILD)/tpuflow: $(BUILD)/obj/cli/main.o $(BUILD)/libtpuflow.a
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(BUILD)/libtpuflow.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes $(LDFLAGS) -o $@ $< $(TEST_HELPERS) $(BUILD)/libtpuflow.a $(LDLIBS) -lcmocka
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes $(LDFLAGS) -o $@ $< $(TEST_HELPERS) $(BUILD)/libtpuflow.a $(LDLIBS) -lcmocka
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libtpuflow.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes $(LDFLAGS) -o $@ $< $(BUILD)/libtpuflow.a $(LDLIBS) $(BENCH_LIBS)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes $(LDFLAGS) -o $@ $< $(BUILD)/libtpuflow.a $(LDLIBS) $(BENCH_LIBS)
 
 tests: $(BUILD)/tpuflow $(TEST_BINS)
 

@@ -7,6 +7,7 @@
  * step) is a model assumption, not a published figure. v6e's clock is not published: it is
  * derived from the published 918 TFLOPS peak and the documented 2 MXUs of 256x256 per core. */
 #include "accel/tpu.h"
+#include "common/common.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -96,16 +97,6 @@ double tf_tpu_chip_peak(const struct tf_tpu_gen *g)
 	       g->clock_hz;
 }
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	if (!err || !errlen)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 /* "v4-8, v4-16, ..." into buf. */
 static void list_types(const struct tf_tpu_gen *g, char *buf, size_t len)
@@ -156,7 +147,7 @@ static int check_shape(const struct tf_tpu_gen *g, const int *d, int n, char *er
 	for (int i = 0; i < n; i++)
 		chips *= d[i];
 	if (chips > g->max_chips) {
-		seterr(err, errlen, "topology has %ld chips but a %s pod has at most %d", chips,
+		tf_errf(err, errlen, "topology has %ld chips but a %s pod has at most %d", chips,
 		       g->name, g->max_chips);
 		return -EINVAL;
 	}
@@ -164,7 +155,7 @@ static int check_shape(const struct tf_tpu_gen *g, const int *d, int n, char *er
 		/* Non-decreasing order, except the documented 2x2x1 form (AxBx1 with A <= B). */
 		int ordered = d[0] <= d[1] && (d[1] <= d[2] || d[2] == 1);
 		if (!ordered) {
-			seterr(err, errlen,
+			tf_errf(err, errlen,
 			       "%s topology %dx%dx%d must be written AxBxC with A <= B <= C "
 			       "(for example 2x2x4, 4x4x8)", g->name, d[0], d[1], d[2]);
 			return -EINVAL;
@@ -172,13 +163,13 @@ static int check_shape(const struct tf_tpu_gen *g, const int *d, int n, char *er
 		int big = chips >= 64;
 		for (int i = 0; i < 3; i++) {
 			if (d[i] > 4 && d[i] % 4) {
-				seterr(err, errlen,
+				tf_errf(err, errlen,
 				       "%s topology dimension %d must be at most 4 or a multiple "
 				       "of 4", g->name, d[i]);
 				return -EINVAL;
 			}
 			if (big && d[i] % 4) {
-				seterr(err, errlen,
+				tf_errf(err, errlen,
 				       "%s slices of 64 chips or more are built from 4x4x4 cubes: "
 				       "every dimension must be a multiple of 4, not %d",
 				       g->name, d[i]);
@@ -187,20 +178,20 @@ static int check_shape(const struct tf_tpu_gen *g, const int *d, int n, char *er
 		}
 	} else {
 		if (d[0] > d[1]) {
-			seterr(err, errlen, "%s topology %dx%d must be written AxB with A <= B",
+			tf_errf(err, errlen, "%s topology %dx%d must be written AxB with A <= B",
 			       g->name, d[0], d[1]);
 			return -EINVAL;
 		}
 		for (int i = 0; i < 2; i++) {
 			if (d[i] & (d[i] - 1)) {
-				seterr(err, errlen,
+				tf_errf(err, errlen,
 				       "%s topology dimension %d must be a power of two", g->name,
 				       d[i]);
 				return -EINVAL;
 			}
 		}
 		if (d[1] > 2 * d[0]) {
-			seterr(err, errlen,
+			tf_errf(err, errlen,
 			       "%s topology %dx%d is too elongated: the longer side may be at "
 			       "most twice the shorter", g->name, d[0], d[1]);
 			return -EINVAL;
@@ -235,7 +226,7 @@ int tf_tpu_slice_parse(const char *spec, struct tf_tpu_slice *out, char *err, si
 
 	if (!spec || !*spec) {
 		list_gens(list, sizeof list);
-		seterr(err, errlen, "empty slice: give an accelerator type such as \"v4-8\" or a "
+		tf_errf(err, errlen, "empty slice: give an accelerator type such as \"v4-8\" or a "
 				    "topology such as \"v4:2x2x4\" (generations: %s)", list);
 		return -EINVAL;
 	}
@@ -244,7 +235,7 @@ int tf_tpu_slice_parse(const char *spec, struct tf_tpu_slice *out, char *err, si
 	const char *sep = colon ? colon : dash;
 	if (!sep || (size_t)(sep - spec) >= sizeof gbuf) {
 		list_gens(list, sizeof list);
-		seterr(err, errlen,
+		tf_errf(err, errlen,
 		       "slice \"%s\" is neither an accelerator type (\"v4-8\", \"v5litepod-16\") "
 		       "nor a topology (\"v4:2x2x4\"); generations: %s", spec, list);
 		return -EINVAL;
@@ -254,14 +245,14 @@ int tf_tpu_slice_parse(const char *spec, struct tf_tpu_slice *out, char *err, si
 	g = tf_tpu_gen_find(gbuf);
 	if (!g) {
 		list_gens(list, sizeof list);
-		seterr(err, errlen, "unknown TPU generation \"%s\" in \"%s\": use one of %s "
+		tf_errf(err, errlen, "unknown TPU generation \"%s\" in \"%s\": use one of %s "
 				    "(v5e accelerator types are named v5litepod-N)", gbuf, spec, list);
 		return -EINVAL;
 	}
 	if (colon) {
 		int n = parse_dims(colon + 1, d);
 		if (n != g->torus_dims) {
-			seterr(err, errlen,
+			tf_errf(err, errlen,
 			       "topology \"%s\" must be %s for %s (a %dD torus), e.g. \"%s:%s\"",
 			       colon + 1, g->torus_dims == 3 ? "AxBxC" : "AxB", g->name,
 			       g->torus_dims, g->name, g->shapes[1] ? g->shapes[1] : g->shapes[0]);
@@ -285,10 +276,10 @@ int tf_tpu_slice_parse(const char *spec, struct tf_tpu_slice *out, char *err, si
 	char *end;
 	long count = strtol(dash + 1, &end, 10);
 	if (*end || count <= 0)
-		seterr(err, errlen, "slice \"%s\": \"%s\" is not a number; %s types are %s", spec,
+		tf_errf(err, errlen, "slice \"%s\": \"%s\" is not a number; %s types are %s", spec,
 		       dash + 1, g->name, list);
 	else
-		seterr(err, errlen,
+		tf_errf(err, errlen,
 		       "slice \"%s\" is not offered: %s types count %s; use one of %s or an "
 		       "explicit topology like \"%s:%s\"", spec, g->name,
 		       g->type_counts_cores ? "TensorCores (2 per chip)" : "chips", list, g->name,

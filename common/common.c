@@ -60,6 +60,16 @@ char *tf_xasprintf(const char *fmt, ...)
 	return s;
 }
 
+void tf_errf(char *err, size_t errlen, const char *fmt, ...)
+{
+	if (!err || !errlen)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
 static double clock_seconds(clockid_t id)
 {
 	struct timespec ts;

@@ -29,6 +29,10 @@ char *tf_xstrdup(const char *s);
 /* printf into a new string; the caller owns it. */
 char *tf_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Formats a message for people into err[0..errlen) (nothing when err is NULL or errlen 0):
+ * the usual way functions here hand back what went wrong with their negative code. */
+void tf_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Monotonic and wall clocks in seconds. */
 double tf_now_monotonic(void);
 double tf_now_wall(void);

@@ -66,17 +66,6 @@ int tf_objstore_seterr(struct tf_objstore *s, int rc, const char *fmt, ...)
 	return rc;
 }
 
-static void put_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void put_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	if (!err || !errlen)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 int tf_objstore_open(const char *url, struct tf_objstore **out, char *err, size_t errlen)
 {
@@ -90,7 +79,7 @@ int tf_objstore_open_opts(const char *url, const struct tf_objstore_opts *opts,
 	if (!opts)
 		opts = &none;
 	if (!url || !*url) {
-		put_err(err, errlen, "empty object store URL: give file:///DIR, a path or s3://BUCKET/PREFIX");
+		tf_errf(err, errlen, "empty object store URL: give file:///DIR, a path or s3://BUCKET/PREFIX");
 		return -EINVAL;
 	}
 	struct tf_objstore *s = tf_xcalloc(1, sizeof *s);
@@ -100,7 +89,7 @@ int tf_objstore_open_opts(const char *url, const struct tf_objstore_opts *opts,
 	} else if (!strncmp(url, "file://", 7)) {
 		rc = tf_objstore_file_open(s, url + 7, err, errlen);
 	} else if (strstr(url, "://")) {
-		put_err(err, errlen, "unsupported object store URL '%s': use file:///DIR, a path or s3://BUCKET/PREFIX", url);
+		tf_errf(err, errlen, "unsupported object store URL '%s': use file:///DIR, a path or s3://BUCKET/PREFIX", url);
 		rc = -EINVAL;
 	} else {
 		rc = tf_objstore_file_open(s, url, err, errlen);
