@@ -17,10 +17,7 @@
 #include "cli/cli.h"
 #include "common/common.h"
 
-#if __has_include("ml/steps.h")
 #include "ml/steps.h"
-#define HAVE_ML 1
-#endif
 
 #include <errno.h>
 #include <jansson.h>
@@ -51,8 +48,6 @@ static const char step_usage[] =
 	"Progress events are printed to stdout as JSON lines. SIGTERM or SIGINT stops the step at\n"
 	"its next check. Exit status: 0 done, 1 the step failed, 69 retryable failure or stopped,\n"
 	"64 bad arguments, 70 the result file could not be written.\n";
-
-#ifdef HAVE_ML
 
 /* Raised by SIGTERM/SIGINT (an int store is atomic on every target this builds for). */
 static volatile int stop_flag;
@@ -225,17 +220,3 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 	return code;
 }
 
-#else /* this build has no training workload */
-
-int cmd_step(int argc, char **argv, struct tf_cli *cli)
-{
-	(void)cli;
-	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-		fputs(step_usage, stdout);
-		return TF_EXIT_OK;
-	}
-	fprintf(stderr, "tpuflow step: this build has no training workload (ml/)\n");
-	return TF_EXIT_UNAVAILABLE;
-}
-
-#endif

@@ -14,7 +14,6 @@
  *              prefix means a killed train attempt resumes from its checkpoint next time. */
 #include "orchestrator/kinds.h"
 
-#if __has_include("ml/steps.h")
 #include "ml/steps.h"
 
 #include "executors/executor.h"
@@ -327,10 +326,3 @@ const tf_step_kind_fn tf_kind_data_prep = kind_data_prep;
 const tf_step_kind_fn tf_kind_train = kind_train;
 const tf_step_kind_fn tf_kind_evaluate = kind_evaluate;
 
-#else /* this build has no training workload */
-
-const tf_step_kind_fn tf_kind_data_prep = NULL;
-const tf_step_kind_fn tf_kind_train = NULL;
-const tf_step_kind_fn tf_kind_evaluate = NULL;
-
-#endif

@@ -49,11 +49,7 @@ static const char *yaml =
 
 static int have_ml(void)
 {
-#if __has_include("ml/steps.h")
 	return access(DATASET, R_OK) == 0;
-#else
-	return 0;
-#endif
 }
 
 static pid_t spawn(char *const argv[], const char *out)
