@@ -1099,6 +1099,27 @@ static int engine_init(struct engine *e, const struct tf_engine_opts *o)
 	return 0;
 }
 
+/* A killed process never uploaded the log of the attempt it was running: the log is still
+ * in the local work directory, so it goes to the object store now, where `runs logs` and the
+ * next attempt's readers find attempt logs. Returns its key (caller frees) or NULL. */
+static char *upload_lost_log(struct engine *e, const char *step, int attempt)
+{
+	char *path = tf_xasprintf("%s/work/%s/%s/attempt-%d.log", e->home, e->run_id, step, attempt);
+	char *key = tf_xasprintf("runs/%s/%s/logs/attempt-%d.log", e->run_id, step, attempt);
+	struct tf_objstore *os = NULL;
+	char err[256];
+	struct stat sb;
+	if (stat(path, &sb) || sb.st_size == 0 ||
+	    tf_objstore_open(e->storage_url, &os, err, sizeof(err)) ||
+	    tf_objstore_put_file(os, key, path, 0)) {
+		free(key);
+		key = NULL;
+	}
+	tf_objstore_free(os);
+	free(path);
+	return key;
+}
+
 /* Builds the in-memory steps from the pipeline and the database rows of the run. */
 static int load_steps(struct engine *e, int resuming)
 {
@@ -1162,20 +1183,21 @@ static int load_steps(struct engine *e, int resuming)
 		/* Resume: anything not done starts again. An attempt left running died with the
 		 * process that ran it. */
 		if (s->state == TF_STEP_RUNNING && s->attempts > 0) {
-			struct tf_attempt_result ar = { .failure = TF_FAIL_INFRA, .exit_code = -1,
-							.error = "the engine stopped while it ran" };
-			enum tf_step_state st;
-			int n = 0;
-			(void)st;
 			int64_t open = 0;
 			if (tf_store_query_int(e->db, &open,
 					       "SELECT count(*) FROM attempts WHERE run_id=? AND "
 					       "step=? AND n=? AND state='running'",
 					       "tti", e->run_id, s->def->name, (int64_t)s->attempts) == 0 &&
-			    open)
+			    open) {
+				char *key = upload_lost_log(e, s->def->name, s->attempts);
+				struct tf_attempt_result ar = {
+					.failure = TF_FAIL_INFRA, .exit_code = -1,
+					.error = "the engine stopped while it ran", .log_key = key
+				};
 				rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
 							  TF_ATTEMPT_LOST, &ar);
-			(void)n;
+				free(key);
+			}
 		}
 		if (rc == 0 && s->state != TF_STEP_PENDING) {
 			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING, NULL);

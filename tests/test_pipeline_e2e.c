@@ -223,6 +223,11 @@ static void test_e2e_kill9_during_training_then_resume(void **state)
 	assert_int_equal(tf_read_file(path, 1 << 24, &log, &len), 0);
 	assert_non_null(strstr(log, "resum"));
 	free(log);
+	/* the killed attempt's log was uploaded on resume, and shows its training progress */
+	snprintf(path, sizeof(path), "home2/objects/runs/%s/train/logs/attempt-1.log", run);
+	assert_int_equal(tf_read_file(path, 1 << 24, &log, &len), 0);
+	assert_non_null(strstr(log, "\"event\":\"start\""));
+	free(log);
 }
 
 int main(void)
