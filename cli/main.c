@@ -91,15 +91,35 @@ static void print_usage(FILE *f)
 	fprintf(f, "\n'tpuflow COMMAND --help' describes one command.\n");
 }
 
+/* True when argv[1..] holds `flag`: the two built-in commands take only --json/--help. */
+static int has_flag(int argc, char **argv, const char *flag)
+{
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], flag))
+			return 1;
+	return 0;
+}
+
 static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 {
-	(void)cli;
-	if (argc > 1 && strcmp(argv[1], "--help") && strcmp(argv[1], "-h")) {
+	if (has_flag(argc, argv, "--json"))
+		cli->json = 1;
+	if (argc > 1 && argv[1][0] != '-') {
 		char *sub[] = { argv[1], "--help", NULL };
 		for (size_t i = 0; i < TF_ARRAY_LEN(commands); i++)
 			if (!strcmp(commands[i].name, argv[1]))
 				return commands[i].fn(2, sub, cli);
 		return tf_cli_usage_error("help", "unknown command '%s'", argv[1]);
+	}
+	if (cli->json) {
+		printf("{\"commands\":[");
+		for (size_t i = 0; i < TF_ARRAY_LEN(commands); i++)
+			printf("%s{\"name\":\"%s\",\"summary\":\"%s\"}", i ? "," : "",
+			       commands[i].name, commands[i].summary);
+		printf("],\"exit_codes\":{\"0\":\"ok\",\"1\":\"run or step failed\","
+		       "\"64\":\"usage\",\"65\":\"bad input data\",\"69\":\"service "
+		       "unavailable\",\"70\":\"internal error\",\"78\":\"bad configuration\"}}\n");
+		return TF_EXIT_OK;
 	}
 	print_usage(stdout);
 	printf("\nglobal options:\n"
@@ -122,8 +142,12 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 
 static int cmd_version(int argc, char **argv, struct tf_cli *cli)
 {
-	(void)argc;
-	(void)argv;
+	if (has_flag(argc, argv, "--help")) {
+		printf("usage: tpuflow version [--json]\n");
+		return TF_EXIT_OK;
+	}
+	if (has_flag(argc, argv, "--json"))
+		cli->json = 1;
 	if (cli->json)
 		printf("{\"version\":\"%s\"}\n", TF_VERSION);
 	else
