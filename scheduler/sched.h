@@ -147,6 +147,20 @@ int tf_sched_set_project(struct tf_sched *s, const char *name, double weight, in
 int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, double now,
 		    int *id, char *err, size_t errlen);
 
+/* Occupies `box` of `pool` for a new job at once, without searching or queueing: for showing
+ * placements decided elsewhere (a `tpuflow run` process's own pool) on one map. The box must
+ * be a rotation of the slice's shape, inside the pool (crossing the seam only where the
+ * dimension wraps), and every chip of it free and healthy. The job is RUNNING from `now`
+ * (its start); *id receives its id. -EINVAL with err for a bad slice, pool or box, -EBUSY
+ * with err naming the job that holds a chip of it. Decides nothing else: no tick is needed. */
+int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
+		      const struct tf_sched_job_spec *spec, double now, int *id, char *err,
+		      size_t errlen);
+
+/* The embedded default pool of a TPU generation, as "GEN:AxBxC": v4 4x4x8 (a 128-chip rack),
+ * the other 3D generations 4x4x4, the 2D ones 16x16. -EINVAL for an unknown generation. */
+int tf_sched_default_pool(const char *gen, char *spec, size_t len);
+
 /* Takes every decision due at `now`: kills of drained-out jobs, starts (priority, fair share,
  * FIFO, quotas, backfill) and preemptions. `out` is cleared first. Returns 0. */
 int tf_sched_tick(struct tf_sched *s, double now, struct tf_sched_decisions *out);
