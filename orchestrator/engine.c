@@ -24,6 +24,7 @@
 #include "orchestrator/digest.h"
 #include "orchestrator/view.h"
 #include "accel/tpu.h"
+#include "orchestrator/slices.h"
 #include "scheduler/sched.h"
 
 #define TF_LOG_TAG "engine"
@@ -84,6 +85,7 @@ struct estep {
 	int chips;                   /* [C] chips held, 0 when unknown */
 	int job;                     /* [C] scheduler job of the current attempt, 0 none */
 	int awaiting_slice;          /* [C] attempt recorded, waiting for the scheduler */
+	int64_t slice_row;           /* [C] its slice_jobs row while placed, 0 none */
 };
 
 struct engine {
@@ -528,8 +530,8 @@ static int step_final(struct engine *e, struct estep *s, enum tf_step_state to,
 
 /* ---- slices for train steps -------------------------------------------------------- */
 
-/* The embedded default pool of a generation: a v4 pool is 4x4x8 (as in the docs' example),
- * other 3D generations 4x4x4, 2D generations 16x16. */
+/* The pool of a generation: from $TPUFLOW_POOLS, else the embedded default (one definition,
+ * shared with `tpuflow slices`: orchestrator/slices.h). */
 static int ensure_pool(struct engine *e, const struct tf_tpu_gen *g, char *err, size_t errlen)
 {
 	if (!e->sched) {
@@ -541,12 +543,26 @@ static int ensure_pool(struct engine *e, const struct tf_tpu_gen *g, char *err, 
 		if (!strcmp(tf_sched_pool_name(e->sched, i), g->name))
 			return 0;
 	char spec[64];
-	if (g->torus_dims == 3)
-		snprintf(spec, sizeof(spec), "%s:%s", g->name, !strcmp(g->name, "v4") ? "4x4x8" : "4x4x4");
-	else
-		snprintf(spec, sizeof(spec), "%s:16x16", g->name);
-	int rc = tf_sched_add_pool(e->sched, g->name, spec, err, errlen);
+	int rc = tf_slices_pool_for(g->name, spec, sizeof(spec));
+	if (rc == 0)
+		rc = tf_sched_add_pool(e->sched, g->name, spec, err, errlen);
 	return rc < 0 ? rc : 0;
+}
+
+/* Records where an attempt was placed (slice_jobs, for `tpuflow slices`); the view is
+ * informational, so a failure to record it is logged, not fatal. */
+static void record_placement(struct engine *e, struct estep *s, const struct tf_sched_decision *d)
+{
+	struct tf_slice_placement pl = { .run = e->run_id, .step = s->def->name,
+					 .attempt = s->attempts, .slice = s->accel,
+					 .pool = tf_sched_pool_name(e->sched, d->pool),
+					 .pool_spec = tf_sched_pool_spec(e->sched, d->pool),
+					 .box = d->box, .chips = d->chips, .priority = 5,
+					 .started_at = tf_now_wall() };
+	s->slice_row = 0;
+	if (tf_slice_job_started(e->db, &pl, &s->slice_row))
+		tf_warn("cannot record the slice of step '%s': %s", s->def->name,
+			tf_store_errmsg(e->db));
 }
 
 /* Hands started train steps to `start` after a scheduler tick. */
@@ -573,6 +589,7 @@ static void sched_dispatch(struct engine *e, struct estep **start, size_t *nstar
 				 tf_sched_pool_name(e->sched, d->pool), d->box.origin[0],
 				 d->box.origin[1], d->box.origin[2], d->box.shape[0], d->box.shape[1],
 				 d->box.shape[2]);
+			record_placement(e, s, d);
 			start[(*nstart)++] = s;
 		}
 	}
@@ -745,7 +762,9 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		slice_release(e, s, s->rc == 0, &secs);
 		sched_dispatch(e, start, nstart);
 		rc = tf_step_add_slice(e->db, e->run_id, s->def->name, s->accel, secs);
-		if (rc == 0)
+		if (rc == 0 && s->slice_row)
+			rc = tf_slice_job_finished(e->db, s->slice_row, tf_now_wall(), secs);
+		else if (rc == 0)
 			rc = tf_store_run(e->db,
 					  "INSERT INTO slice_jobs(run_id, step, attempt, slice, "
 					  "placement, chips, started_at, finished_at, slice_seconds) "
@@ -753,6 +772,7 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 					  "ttittiddd", e->run_id, s->def->name, (int64_t)s->attempts,
 					  s->accel, s->placement[0] ? s->placement : NULL,
 					  (int64_t)s->chips, tf_now_wall() - secs, tf_now_wall(), secs);
+		s->slice_row = 0;
 		if (rc)
 			return rc;
 	}

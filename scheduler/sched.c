@@ -217,6 +217,8 @@ static int parse_slice(const char *spec, char gen[16], int shape[3], char *err, 
 	return 0;
 }
 
+static void ensure_queues(struct tf_sched *s);
+
 int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, char *err,
 		      size_t errlen)
 {
@@ -280,7 +282,9 @@ int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, ch
 	p->gen = 1;
 	p->epoch = 1;
 	p->grow = 1;
-	return s->npools++;
+	s->npools++;
+	ensure_queues(s); /* projects may exist already: give the new pool their queues */
+	return s->npools - 1;
 }
 
 int tf_sched_pool_count(const struct tf_sched *s)
@@ -296,6 +300,11 @@ const struct tf_torus *tf_sched_pool_torus(const struct tf_sched *s, int pool)
 const char *tf_sched_pool_name(const struct tf_sched *s, int pool)
 {
 	return pool >= 0 && pool < s->npools ? s->pools[pool].name : NULL;
+}
+
+const char *tf_sched_pool_spec(const struct tf_sched *s, int pool)
+{
+	return pool >= 0 && pool < s->npools ? s->pools[pool].spec : NULL;
 }
 
 int tf_sched_chip_host(const struct tf_sched *s, int pool, int chip)

@@ -136,6 +136,8 @@ int tf_sched_pool_count(const struct tf_sched *s);
 /* The pool's torus (dims, wrap) and name; NULL when out of range. */
 const struct tf_torus *tf_sched_pool_torus(const struct tf_sched *s, int pool);
 const char *tf_sched_pool_name(const struct tf_sched *s, int pool);
+/* The pool's spec as added ("v4:4x4x8"); NULL when out of range. */
+const char *tf_sched_pool_spec(const struct tf_sched *s, int pool);
 
 /* Declares or updates a project: weight for fair share (> 0), quota in chips across pools
  * (0: none) and whether its preemptible jobs may borrow idle capacity beyond the quota. */

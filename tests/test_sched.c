@@ -698,6 +698,28 @@ static void test_sched_place_at_table(void **state)
 		}
 		tf_sched_free(s);
 	}
+	/* a pool added after jobs exist takes jobs too (its queues are made for every project) */
+	{
+		struct tf_sched *s2 = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+		struct tf_box b0 = { { 0, 0, 0 }, { 2, 2, 1 } };
+		struct tf_sched_job_spec sp0 = { .slice = "v4-8", .project = "research" };
+		char e2[256];
+		int id2;
+		assert_int_equal(tf_sched_place_at(s2, 0, &b0, &sp0, 0, &id2, e2, sizeof(e2)), 0);
+		assert_int_equal(tf_sched_add_pool(s2, "e", "v5e:16x16", e2, sizeof(e2)), 1);
+		struct tf_sched_job_spec sp1 = { .slice = "v5litepod-16", .project = "research" };
+		assert_int_equal(tf_sched_place_at(s2, 1, &b0, &sp1, 0, &id2, e2, sizeof(e2)),
+				 -EINVAL); /* 2x2x1 is not 4x4 */
+		struct tf_box b1 = { { 12, 12, 0 }, { 4, 4, 1 } };
+		assert_int_equal(tf_sched_place_at(s2, 1, &b1, &sp1, 0, &id2, e2, sizeof(e2)), 0);
+		submit(s2, "v5litepod-16", "research", 0, 1, 0, 0);
+		struct tf_sched_decisions d2 = { 0 };
+		tf_sched_tick(s2, 1, &d2);
+		assert_int_equal((int)d2.n, 1);
+		check_invariants(s2);
+		tf_sched_decisions_release(&d2);
+		tf_sched_free(s2);
+	}
 	/* a failed chip refuses the box; out-of-range pool */
 	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
 	struct tf_sched_decisions d = { 0 };
