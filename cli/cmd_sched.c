@@ -68,6 +68,17 @@ static void recorded_text(json_t *rec, FILE *out)
 			json_number_value(json_object_get(v, "running_seconds")),
 			json_number_value(json_object_get(v, "slice_seconds")));
 	}
+	size_t nw = json_array_size(json_object_get(rec, "waiting"));
+	if (nw)
+		fprintf(out, "train attempts waiting for a slice (in their run's pool): %zu\n", nw);
+	json_array_foreach(json_object_get(rec, "waiting"), i, v)
+		fprintf(out, "  %s/%s attempt %lld %s waiting %.0fs: %s\n",
+			json_string_value(json_object_get(v, "run")),
+			json_string_value(json_object_get(v, "step")),
+			json_integer_value(json_object_get(v, "attempt")),
+			json_string_value(json_object_get(v, "slice")),
+			json_number_value(json_object_get(v, "waiting_seconds")),
+			json_string_value(json_object_get(v, "reason")));
 	json_array_foreach(skipped, i, v)
 		fprintf(out, "  note: run %s step %s attempt %lld not shown: %s\n",
 			json_string_value(json_object_get(v, "run")),

@@ -85,7 +85,8 @@ struct estep {
 	int chips;                   /* [C] chips held, 0 when unknown */
 	int job;                     /* [C] scheduler job of the current attempt, 0 none */
 	int awaiting_slice;          /* [C] attempt recorded, waiting for the scheduler */
-	int64_t slice_row;           /* [C] its slice_jobs row while placed, 0 none */
+	int64_t slice_row;           /* [C] its slice_jobs row (queued or placed), 0 none */
+	char slice_wait[160];        /* [C] waiting reason last recorded in that row */
 };
 
 struct engine {
@@ -559,8 +560,10 @@ static void record_placement(struct engine *e, struct estep *s, const struct tf_
 					 .pool_spec = tf_sched_pool_spec(e->sched, d->pool),
 					 .box = d->box, .chips = d->chips, .priority = 5,
 					 .started_at = tf_now_wall() };
-	s->slice_row = 0;
-	if (tf_slice_job_started(e->db, &pl, &s->slice_row))
+	int rc = s->slice_row ? tf_slice_job_placed(e->db, s->slice_row, &pl) : -ENOENT;
+	if (rc)
+		rc = tf_slice_job_started(e->db, &pl, &s->slice_row);
+	if (rc)
 		tf_warn("cannot record the slice of step '%s': %s", s->def->name,
 			tf_store_errmsg(e->db));
 }
@@ -593,6 +596,17 @@ static void sched_dispatch(struct engine *e, struct estep **start, size_t *nstar
 			start[(*nstart)++] = s;
 		}
 	}
+	/* attempts still waiting: record why, in the scheduler's words, when it changed */
+	for (size_t k = 0; k < e->n; k++) {
+		struct estep *s = &e->steps[k];
+		char why[160];
+		if (!s->awaiting_slice || !s->slice_row ||
+		    tf_sched_job_reason(e->sched, s->job, why, sizeof(why)) ||
+		    !strcmp(why, s->slice_wait))
+			continue;
+		snprintf(s->slice_wait, sizeof(s->slice_wait), "%s", why);
+		tf_slice_job_waiting(e->db, s->slice_row, why);
+	}
 }
 
 /* Queues a train attempt with the scheduler; it starts when sched_dispatch places it. */
@@ -613,6 +627,17 @@ static int slice_request(struct engine *e, struct estep *s, char *err, size_t er
 	if (rc)
 		return rc;
 	s->awaiting_slice = 1;
+	/* the request is visible to `tpuflow slices` while it waits (informational) */
+	struct tf_sched_job_info ji;
+	struct tf_slice_placement pl = { .run = e->run_id, .step = s->def->name,
+					 .attempt = s->attempts, .slice = s->accel, .priority = 5 };
+	s->slice_row = 0;
+	s->slice_wait[0] = '\0';
+	if (tf_sched_job_info(e->sched, s->job, 0, &ji) == 0)
+		pl.chips = ji.chips;
+	if (tf_slice_job_queued(e->db, &pl, tf_now_wall(), &s->slice_row))
+		tf_warn("cannot record the slice request of step '%s': %s", s->def->name,
+			tf_store_errmsg(e->db));
 	return 0;
 }
 
@@ -624,9 +649,12 @@ static void slice_release(struct engine *e, struct estep *s, int ok, double *sec
 	*seconds = 0;
 	if (!e->sched || !s->job)
 		return;
-	if (s->awaiting_slice)
+	if (s->awaiting_slice) {
 		tf_sched_cancel(e->sched, s->job, now);
-	else
+		if (s->slice_row)
+			tf_slice_job_forget(e->db, s->slice_row); /* never held a slice */
+		s->slice_row = 0;
+	} else
 		tf_sched_finish(e->sched, s->job, now, ok);
 	if (tf_sched_job_info(e->sched, s->job, now, &info) == 0)
 		*seconds = info.slice_seconds;

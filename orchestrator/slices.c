@@ -80,14 +80,60 @@ int tf_slice_job_started(struct tf_store *st, const struct tf_slice_placement *p
 	return rc;
 }
 
+int tf_slice_job_queued(struct tf_store *st, const struct tf_slice_placement *p,
+			double queued_at, int64_t *id)
+{
+	int rc = tf_store_run(st,
+			      "INSERT INTO slice_jobs(run_id, step, attempt, slice, chips, started_at, "
+			      "queued_at, project, priority) VALUES(?,?,?,?,?,?,?,?,?)",
+			      "ttitiddti", p->run, p->step, (int64_t)p->attempt, p->slice,
+			      (int64_t)p->chips, queued_at, queued_at,
+			      p->project ? p->project : "default", (int64_t)p->priority);
+	if (rc == 0)
+		*id = tf_store_last_rowid(st);
+	return rc;
+}
+
+/* 0, or -ENOENT when the statement changed no row. */
+static int changed(struct tf_store *st, int rc)
+{
+	return rc == 0 && tf_store_changes(st) == 0 ? -ENOENT : rc;
+}
+
+int tf_slice_job_waiting(struct tf_store *st, int64_t id, const char *reason)
+{
+	return changed(st, tf_store_run(st, "UPDATE slice_jobs SET wait_reason=? WHERE id=?", "ti",
+					reason, id));
+}
+
+int tf_slice_job_placed(struct tf_store *st, int64_t id, const struct tf_slice_placement *p)
+{
+	char placement[160];
+	snprintf(placement, sizeof(placement), "%s %d,%d,%d+%dx%dx%d", p->pool ? p->pool : "?",
+		 p->box.origin[0], p->box.origin[1], p->box.origin[2], p->box.shape[0],
+		 p->box.shape[1], p->box.shape[2]);
+	return changed(st, tf_store_run(st,
+					"UPDATE slice_jobs SET placement=?, chips=?, started_at=?, "
+					"pool=?, pool_spec=?, box_x=?, box_y=?, box_z=?, box_a=?, "
+					"box_b=?, box_c=?, wait_reason=NULL WHERE id=?",
+					"tidttiiiiiii", placement, (int64_t)p->chips,
+					p->started_at, p->pool, p->pool_spec,
+					(int64_t)p->box.origin[0], (int64_t)p->box.origin[1],
+					(int64_t)p->box.origin[2], (int64_t)p->box.shape[0],
+					(int64_t)p->box.shape[1], (int64_t)p->box.shape[2], id));
+}
+
+int tf_slice_job_forget(struct tf_store *st, int64_t id)
+{
+	return changed(st, tf_store_run(st, "DELETE FROM slice_jobs WHERE id=?", "i", id));
+}
+
 int tf_slice_job_finished(struct tf_store *st, int64_t id, double finished_at,
 			  double slice_seconds)
 {
-	int rc = tf_store_run(st, "UPDATE slice_jobs SET finished_at=?, slice_seconds=? WHERE id=?",
-			      "ddi", finished_at, slice_seconds, id);
-	if (rc == 0 && tf_store_changes(st) == 0)
-		rc = -ENOENT;
-	return rc;
+	return changed(st, tf_store_run(st,
+					"UPDATE slice_jobs SET finished_at=?, slice_seconds=? WHERE id=?",
+					"ddi", finished_at, slice_seconds, id));
 }
 
 /* ---- the view ---- */
@@ -98,6 +144,8 @@ struct open_row {
 	int attempt, chips, priority, has_box;
 	struct tf_box box;
 	double started_at;
+	double queued_at;                /* when it asked for its slice (0: not recorded) */
+	char *wait_reason;               /* the run's scheduler's reason while not placed */
 	char *run_state, *attempt_state; /* NULL when the run / attempt row is missing */
 	int64_t pid;                     /* runs.pid, 0 when NULL */
 };
@@ -112,6 +160,7 @@ static void open_row_release(struct open_row *r)
 	free(r->project);
 	free(r->run_state);
 	free(r->attempt_state);
+	free(r->wait_reason);
 }
 
 /* Why an open row is not shown, or NULL when its attempt holds its slice now. */
@@ -133,8 +182,8 @@ static const char *stale_reason(const struct open_row *r, char *buf, size_t len)
 									   : "not recorded");
 		return buf;
 	}
-	if (!r->has_box || !r->pool_spec)
-		return "its placement was not recorded";
+	if (r->has_box && !r->pool_spec)
+		return "its pool was not recorded";
 	return NULL;
 }
 
@@ -146,7 +195,8 @@ static int read_open(struct tf_store *st, struct open_row **out, size_t *n)
 		st,
 		"SELECT j.run_id, j.step, j.attempt, j.slice, j.pool, j.pool_spec, j.box_x, j.box_y, "
 		"j.box_z, j.box_a, j.box_b, j.box_c, j.chips, j.started_at, "
-		"COALESCE(j.project, 'default'), COALESCE(j.priority, 0), r.state, r.pid, a.state "
+		"COALESCE(j.project, 'default'), COALESCE(j.priority, 0), r.state, r.pid, a.state, "
+		"j.queued_at, j.wait_reason "
 		"FROM slice_jobs j LEFT JOIN runs r ON r.id = j.run_id "
 		"LEFT JOIN attempts a ON a.run_id = j.run_id AND a.step = j.step AND a.n = j.attempt "
 		"WHERE j.finished_at IS NULL ORDER BY j.started_at, j.id",
@@ -182,6 +232,8 @@ static int read_open(struct tf_store *st, struct open_row **out, size_t *n)
 		r->run_state = tf_stmt_strdup(q, 16);
 		r->pid = tf_stmt_is_null(q, 17) ? 0 : tf_stmt_int(q, 17);
 		r->attempt_state = tf_stmt_strdup(q, 18);
+		r->queued_at = tf_stmt_is_null(q, 19) ? 0 : tf_stmt_double(q, 19);
+		r->wait_reason = tf_stmt_strdup(q, 20);
 	}
 	tf_stmt_done(q);
 	if (rc < 0) {
@@ -332,7 +384,8 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 	struct tf_store *st = NULL;
 	struct open_row *rows = NULL;
 	size_t nrows = 0;
-	json_t *running = json_array(), *skipped = json_array(), *acct = NULL;
+	json_t *running = json_array(), *waiting = json_array(), *skipped = json_array(),
+	       *acct = NULL;
 	char *path = tf_xasprintf("%s/%s", home, TF_STORE_FILE);
 	struct tf_sched_config cfg;
 	tf_sched_config_default(&cfg);
@@ -373,6 +426,17 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 			skip(skipped, r, stale);
 			continue;
 		}
+		if (!r->has_box) {
+			double w = now > r->queued_at ? now - r->queued_at : 0;
+			json_array_append_new(
+				waiting, json_pack("{s:s, s:s, s:i, s:s, s:i, s:f, s:f, s:s}", "run",
+						   r->run, "step", r->step, "attempt", r->attempt,
+						   "slice", r->slice, "chips", r->chips, "queued_at",
+						   r->queued_at, "waiting_seconds", w, "reason",
+						   r->wait_reason ? r->wait_reason
+								  : "waiting for its run's scheduler"));
+			continue;
+		}
 		int pool = pool_for_row(s, r, perr, sizeof(perr));
 		if (pool < 0) {
 			snprintf(why, sizeof(why), "pool '%s': %s", r->pool_spec, perr);
@@ -409,10 +473,10 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 	}
 done:
 	out->sched = s;
-	out->recorded = json_pack("{s:s?, s:o, s:o, s:o}", "database", path, "running", running,
-				  "skipped", skipped, "accounting", acct);
+	out->recorded = json_pack("{s:s?, s:o, s:o, s:o, s:o}", "database", path, "running",
+				  running, "waiting", waiting, "skipped", skipped, "accounting", acct);
 	s = NULL;
-	running = skipped = acct = NULL;
+	running = waiting = skipped = acct = NULL;
 	rc = 0;
 out:
 	for (size_t i = 0; i < nrows; i++)
@@ -421,6 +485,7 @@ out:
 	tf_store_close(st);
 	tf_sched_free(s);
 	json_decref(running);
+	json_decref(waiting);
 	json_decref(skipped);
 	json_decref(acct);
 	free(path);

@@ -42,6 +42,16 @@ struct tf_slice_placement {
 
 /* Records a placement as a slice_jobs row with finished_at NULL; *id receives the row id. */
 int tf_slice_job_started(struct tf_store *st, const struct tf_slice_placement *p, int64_t *id);
+/* Records a request not placed yet (p's pool, box and started_at are ignored; chips is what
+ * it needs): a row without a box, queued_at = `queued_at`; *id receives the row id. */
+int tf_slice_job_queued(struct tf_store *st, const struct tf_slice_placement *p,
+			double queued_at, int64_t *id);
+/* Why a queued request still waits (the run's scheduler's words), for people. */
+int tf_slice_job_waiting(struct tf_store *st, int64_t id, const char *reason);
+/* The queued request was placed: fills in pool, box, chips and started_at. */
+int tf_slice_job_placed(struct tf_store *st, int64_t id, const struct tf_slice_placement *p);
+/* The request was withdrawn before it was placed (it never held a slice): deletes the row. */
+int tf_slice_job_forget(struct tf_store *st, int64_t id);
 /* Completes the row: when the slice was released and the seconds it was held. -ENOENT for no
  * such row. */
 int tf_slice_job_finished(struct tf_store *st, int64_t id, double finished_at,
@@ -52,7 +62,8 @@ struct tf_slices_view {
 	struct tf_sched *sched; /* pools with the running attempts placed (owned) */
 	/* {database: path or null, running: [{run, step, attempt, job, slice, pool, pool_spec,
 	 *  box: {origin, shape}, chips, started_at, running_seconds, slice_seconds,
-	 *  chip_seconds}], skipped: [{run, step, attempt, reason}], accounting: {runs: [{run,
+	 *  chip_seconds}], waiting: [{run, step, attempt, slice, chips, queued_at,
+	 *  waiting_seconds, reason}], skipped: [{run, step, attempt, reason}], accounting: {runs: [{run,
 	 *  pipeline, attempts, slice_seconds, chip_seconds}], projects: [{project, attempts,
 	 *  slice_seconds, chip_seconds}], slice_seconds, chip_seconds}} (owned) */
 	json_t *recorded;
@@ -61,7 +72,8 @@ struct tf_slices_view {
 /* Builds the view at wall-clock time `now`: the pools given (specs; none: $TPUFLOW_POOLS,
  * else the default v4 pool), plus the pool of any running attempt recorded on a pool not
  * among them; then every attempt of HOME/tpuflow.db that holds a slice now, placed at its
- * recorded box. An attempt whose run is no longer driven by a live process, whose attempt has
+ * recorded box; attempts still waiting for their run's scheduler are listed with its reason.
+ * An attempt whose run is no longer driven by a live process, whose attempt has
  * ended, or whose chips collide with one already shown is skipped with a reason. A home
  * without a database shows the pools only (nothing is created). Returns 0, -EINVAL with err
  * for a bad pool spec, or a store error with err. */

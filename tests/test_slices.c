@@ -120,7 +120,7 @@ static int probed;
 /* t2 (the short one) looks at the slices while t1 still holds its slice; t1 waits for it. */
 static int probe_kind(struct tf_step_run *r)
 {
-	if (!strcmp(r->step, "t2")) {
+	if (!strcmp(r->step, "t2") || !strcmp(r->step, "big")) {
 		json_t *doc = tpuflow_json("slices --json --home home");
 		struct tf_slices_view v = { 0 };
 		char err[256];
@@ -225,6 +225,54 @@ static void test_slices_running_train_steps_on_the_map(void **state)
 	assert_int_equal(n, 2);
 	tf_store_close(st);
 	json_decref(doc);
+}
+
+/* A train attempt that cannot be placed yet is listed as waiting, with its run's reason. */
+static void test_slices_waiting_attempt_has_its_reason(void **state)
+{
+	(void)state;
+	FILE *f = fopen("w.yaml", "w");
+	assert_non_null(f);
+	fputs("name: waits\n"
+	      "steps:\n"
+	      "  - {name: big, type: train, accelerator: 'v4:4x4x8', with: {dataset: d}}\n"
+	      "  - {name: small, type: train, accelerator: v4-8, with: {dataset: d}}\n",
+	      f);
+	fclose(f);
+	struct tf_engine_opts o = { .home = "whome", .workers = 4 };
+	o.kinds[TF_STEP_TRAIN] = probe_kind;
+	struct tf_engine_result res;
+	struct tf_diag_list diags = { 0 };
+	char err[512] = "";
+	memset(&res, 0, sizeof(res));
+	probed = 1; /* small returns at once when it runs */
+	assert_int_equal(tf_engine_run_file(&o, "w.yaml", NULL, 0, &diags, &res, err, sizeof(err)),
+			 0);
+	tf_diag_list_release(&diags);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	json_decref(res.summary);
+	json_decref(seen_cli);
+	/* while big held the whole pool, small waited in its run's scheduler */
+	assert_non_null(seen_view);
+	assert_int_equal(json_array_size(json_object_get(seen_view, "running")), 1);
+	json_t *w = json_array_get(json_object_get(seen_view, "waiting"), 0);
+	assert_non_null(w);
+	assert_string_equal(json_string_value(json_object_get(w, "step")), "small");
+	assert_int_equal(json_integer_value(json_object_get(w, "chips")), 4);
+	assert_non_null(strstr(json_string_value(json_object_get(w, "reason")), "needs 2x2x1"));
+	json_decref(seen_view);
+	seen_view = seen_cli = NULL;
+	/* both held a slice in the end: two finished rows, none open */
+	struct tf_store *st;
+	int64_t n = -1;
+	assert_int_equal(tf_store_open("whome/tpuflow.db", 0, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_store_query_int(st, &n,
+					    "SELECT count(*) FROM slice_jobs WHERE finished_at IS NOT "
+					    "NULL AND box_a IS NOT NULL AND wait_reason IS NULL",
+					    ""),
+			 0);
+	assert_int_equal(n, 2);
+	tf_store_close(st);
 }
 
 /* ---- rows that must not break the view ---- */
@@ -425,6 +473,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_slices_running_train_steps_on_the_map),
+		cmocka_unit_test(test_slices_waiting_attempt_has_its_reason),
 		cmocka_unit_test(test_slices_stale_and_conflicting_rows_are_skipped),
 		cmocka_unit_test(test_slices_pools_from_env_and_default),
 	};
