@@ -197,7 +197,7 @@ int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 						.priority = prio ? atoi(prio) : 0,
 						.preemptible = 1 };
 		int id;
-		if (tf_sched_submit(s, &js, now, &id, err, sizeof(err)) < 0) {
+		if (tf_sched_submit(s, &js, 0, &id, err, sizeof(err)) < 0) {
 			fprintf(stderr, "tpuflow slices: %s\n", err);
 			rc = TF_EXIT_USAGE;
 			goto out;
@@ -205,11 +205,11 @@ int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (nsubs) {
 		struct tf_sched_decisions d = { 0 };
-		tf_sched_tick(s, now, &d);
+		tf_sched_tick(s, 0, &d);
 		tf_sched_decisions_release(&d);
 	}
 	if (cli->json) {
-		json_t *doc = tf_sched_describe_json(s, now);
+		json_t *doc = tf_sched_describe_json(s, 0);
 		json_object_set(doc, "recorded", view.recorded);
 		char *txt = json_dumps(doc, JSON_COMPACT);
 		json_decref(doc);
@@ -220,7 +220,7 @@ int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 		printf("%s\n", txt);
 		free(txt);
 	} else {
-		rc = tf_cli_slices_print(s, now, 0, stdout);
+		rc = tf_cli_slices_print(s, 0, 0, stdout);
 		recorded_text(view.recorded, stdout);
 	}
 out:

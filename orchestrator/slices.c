@@ -449,7 +449,9 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 						.slice = r->slice, .priority = r->priority,
 						.preemptible = 1 };
 		int id = 0;
-		int prc = tf_sched_place_at(s, pool, &r->box, &js, r->started_at, &id, perr,
+		/* the view's scheduler clock: seconds relative to now (0), so that times it
+		 * prints (reservations) read as "from now" */
+		int prc = tf_sched_place_at(s, pool, &r->box, &js, r->started_at - now, &id, perr,
 					    sizeof(perr));
 		if (prc < 0) {
 			snprintf(why, sizeof(why), "%s%s", perr,

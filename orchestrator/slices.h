@@ -59,7 +59,9 @@ int tf_slice_job_finished(struct tf_store *st, int64_t id, double finished_at,
 
 /* What `tpuflow slices` shows. */
 struct tf_slices_view {
-	struct tf_sched *sched; /* pools with the running attempts placed (owned) */
+	/* pools with the running attempts placed (owned); its clock is seconds relative to the
+	 * `now` of tf_slices_view_load: describe it and add jobs to it at time 0 */
+	struct tf_sched *sched;
 	/* {database: path or null, running: [{run, step, attempt, job, slice, pool, pool_spec,
 	 *  box: {origin, shape}, chips, started_at, running_seconds, slice_seconds,
 	 *  chip_seconds}], waiting: [{run, step, attempt, slice, chips, queued_at,
