@@ -79,12 +79,19 @@ static void recorded_text(json_t *rec, FILE *out)
 			json_string_value(json_object_get(v, "slice")),
 			json_number_value(json_object_get(v, "waiting_seconds")),
 			json_string_value(json_object_get(v, "reason")));
+	size_t nskip = json_array_size(skipped);
 	json_array_foreach(skipped, i, v)
+	{
+		if (i == 10) {
+			fprintf(out, "  note: %zu more attempts not shown (see --json)\n", nskip - 10);
+			break;
+		}
 		fprintf(out, "  note: run %s step %s attempt %lld not shown: %s\n",
 			json_string_value(json_object_get(v, "run")),
 			json_string_value(json_object_get(v, "step")),
 			json_integer_value(json_object_get(v, "attempt")),
 			json_string_value(json_object_get(v, "reason")));
+	}
 	fprintf(out, "\nslice-seconds of finished attempts: %.1f (%.1f chip-seconds)\n",
 		json_number_value(json_object_get(acct, "slice_seconds")),
 		json_number_value(json_object_get(acct, "chip_seconds")));

@@ -1228,6 +1228,9 @@ static int load_steps(struct engine *e, int resuming)
 			s->state = TF_STEP_PENDING;
 		}
 	}
+	/* slices the dead process held are no longer held (time unknown: not accounted) */
+	if (rc == 0 && resuming)
+		rc = tf_slice_jobs_close_run(e->db, e->run_id, tf_now_wall());
 	if (rc) {
 		tf_store_rollback(e->db);
 		return rc;

@@ -136,6 +136,20 @@ int tf_slice_job_finished(struct tf_store *st, int64_t id, double finished_at,
 					"ddi", finished_at, slice_seconds, id));
 }
 
+int tf_slice_jobs_close_run(struct tf_store *st, const char *run, double at)
+{
+	int rc = tf_store_run(st,
+			      "DELETE FROM slice_jobs WHERE run_id=? AND finished_at IS NULL AND "
+			      "box_a IS NULL AND queued_at IS NOT NULL",
+			      "t", run);
+	if (rc == 0)
+		rc = tf_store_run(st,
+				  "UPDATE slice_jobs SET finished_at=?, slice_seconds=NULL WHERE "
+				  "run_id=? AND finished_at IS NULL",
+				  "dt", at, run);
+	return rc;
+}
+
 /* ---- the view ---- */
 
 /* An open row (an attempt holding a slice, as far as the database knows). */

@@ -57,6 +57,11 @@ int tf_slice_job_forget(struct tf_store *st, int64_t id);
 int tf_slice_job_finished(struct tf_store *st, int64_t id, double finished_at,
 			  double slice_seconds);
 
+/* Closes the rows a run's earlier process left open (it died; the run is being resumed):
+ * requests never placed are deleted, placed ones get finished_at = `at` and slice_seconds
+ * NULL, since when the slice was really freed is unknown (accounting counts them as 0). */
+int tf_slice_jobs_close_run(struct tf_store *st, const char *run, double at);
+
 /* What `tpuflow slices` shows. */
 struct tf_slices_view {
 	/* pools with the running attempts placed (owned); its clock is seconds relative to the

@@ -410,6 +410,31 @@ static void test_slices_stale_and_conflicting_rows_are_skipped(void **state)
 	assert_non_null(strstr(out, "not shown"));
 	assert_non_null(strstr(out, "v4 2,2,6+2x2x4"));
 	assert_non_null(strstr(out, "slice-seconds of finished attempts: 100.0"));
+
+	/* resuming the dead run closes what its process left open: the placed row is finished
+	 * with unknown seconds, a request never placed disappears */
+	assert_int_equal(tf_store_open_home("h", &st, err, sizeof(err)), 0);
+	struct tf_slice_placement q = { .run = dead, .step = "a", .attempt = 1, .slice = "v4-8",
+					.chips = 4 };
+	int64_t qid = 0, cnt = -1;
+	assert_int_equal(tf_slice_job_queued(st, &q, now, &qid), 0);
+	assert_int_equal(tf_slice_job_waiting(st, qid, "needs 2x2x1"), 0);
+	assert_int_equal(tf_slice_jobs_close_run(st, dead, now + 1), 0);
+	assert_int_equal(tf_store_query_int(st, &cnt, "SELECT count(*) FROM slice_jobs WHERE run_id=?",
+					    "t", dead),
+			 0);
+	assert_int_equal(cnt, 1);
+	assert_int_equal(tf_store_query_int(st, &cnt,
+					    "SELECT count(*) FROM slice_jobs WHERE run_id=? AND "
+					    "finished_at IS NOT NULL AND slice_seconds IS NULL",
+					    "t", dead),
+			 0);
+	assert_int_equal(cnt, 1);
+	assert_int_equal(tf_slice_job_forget(st, qid), -ENOENT);
+	tf_store_close(st);
+	assert_int_equal(tf_slices_view_load("h", NULL, 0, now, &v, err, sizeof(err)), 0);
+	assert_null(skip_reason(v.recorded, dead, "a"));
+	tf_slices_view_release(&v);
 }
 
 /* ---- pools ---- */
