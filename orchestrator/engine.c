@@ -561,7 +561,7 @@ static void record_placement(struct engine *e, struct estep *s, const struct tf_
 					 .box = d->box, .chips = d->chips, .priority = 5,
 					 .started_at = tf_now_wall() };
 	int rc = s->slice_row ? tf_slice_job_placed(e->db, s->slice_row, &pl) : -ENOENT;
-	if (rc)
+	if (rc == -ENOENT)
 		rc = tf_slice_job_started(e->db, &pl, &s->slice_row);
 	if (rc)
 		tf_warn("cannot record the slice of step '%s': %s", s->def->name,
@@ -790,9 +790,12 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		slice_release(e, s, s->rc == 0, &secs);
 		sched_dispatch(e, start, nstart);
 		rc = tf_step_add_slice(e->db, e->run_id, s->def->name, s->accel, secs);
-		if (rc == 0 && s->slice_row)
-			rc = tf_slice_job_finished(e->db, s->slice_row, tf_now_wall(), secs);
-		else if (rc == 0)
+		int fin = rc == 0 && s->slice_row
+				  ? tf_slice_job_finished(e->db, s->slice_row, tf_now_wall(), secs)
+				  : -ENOENT;
+		if (fin != -ENOENT)
+			rc = fin;
+		else if (rc == 0) /* no row to complete: record the attempt whole */
 			rc = tf_store_run(e->db,
 					  "INSERT INTO slice_jobs(run_id, step, attempt, slice, "
 					  "placement, chips, started_at, finished_at, slice_seconds) "
