@@ -2,6 +2,7 @@
  * simulate` (the scheduler replaying a seeded workload against a pool, FIFO as the baseline). */
 #include "cli/cli.h"
 #include "common/common.h"
+#include "orchestrator/slices.h"
 #include "scheduler/sched.h"
 #include "scheduler/sim.h"
 
@@ -9,9 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The pool `tpuflow slices` shows when none is configured: one v4 rack of 128 chips. */
-#define DEFAULT_POOL "v4:4x4x8"
 
 int tf_cli_slices_print(struct tf_sched *s, double now, int json, FILE *out)
 {
@@ -31,22 +29,119 @@ int tf_cli_slices_print(struct tf_sched *s, double now, int json, FILE *out)
 	return TF_EXIT_OK;
 }
 
+/* The attempts `tpuflow run` processes recorded, for people: running ones with their box and
+ * time so far, the ones left off the map and why, and slice-seconds of finished ones. */
+static void recorded_text(json_t *rec, FILE *out)
+{
+	json_t *running = json_object_get(rec, "running"), *skipped = json_object_get(rec, "skipped");
+	json_t *acct = json_object_get(rec, "accounting"), *v;
+	const char *db = json_string_value(json_object_get(rec, "database"));
+	size_t i;
+	if (!db) {
+		fprintf(out, "\nno state database in this home yet: no train attempts recorded\n");
+		return;
+	}
+	fprintf(out, "\ntrain attempts holding a slice now (%s): %zu\n", db,
+		json_array_size(running));
+	if (json_array_size(running))
+		fprintf(out, "  %-24s %-14s %-3s %-8s %-22s %5s %10s %12s\n", "RUN", "STEP", "ATT",
+			"SLICE", "PLACEMENT", "CHIPS", "RUNNING", "SLICE-S");
+	json_array_foreach(running, i, v)
+	{
+		json_t *box = json_object_get(v, "box"), *o = json_object_get(box, "origin"),
+		       *sh = json_object_get(box, "shape");
+		char place[64];
+		snprintf(place, sizeof(place), "%s %lld,%lld,%lld+%lldx%lldx%lld",
+			 json_string_value(json_object_get(v, "pool")),
+			 json_integer_value(json_array_get(o, 0)),
+			 json_integer_value(json_array_get(o, 1)),
+			 json_integer_value(json_array_get(o, 2)),
+			 json_integer_value(json_array_get(sh, 0)),
+			 json_integer_value(json_array_get(sh, 1)),
+			 json_integer_value(json_array_get(sh, 2)));
+		fprintf(out, "  %-24s %-14s %-3lld %-8s %-22s %5lld %9.0fs %12.1f\n",
+			json_string_value(json_object_get(v, "run")),
+			json_string_value(json_object_get(v, "step")),
+			json_integer_value(json_object_get(v, "attempt")),
+			json_string_value(json_object_get(v, "slice")), place,
+			json_integer_value(json_object_get(v, "chips")),
+			json_number_value(json_object_get(v, "running_seconds")),
+			json_number_value(json_object_get(v, "slice_seconds")));
+	}
+	size_t nw = json_array_size(json_object_get(rec, "waiting"));
+	if (nw)
+		fprintf(out, "train attempts waiting for a slice (in their run's pool): %zu\n", nw);
+	json_array_foreach(json_object_get(rec, "waiting"), i, v)
+		fprintf(out, "  %s/%s attempt %lld %s waiting %.0fs: %s\n",
+			json_string_value(json_object_get(v, "run")),
+			json_string_value(json_object_get(v, "step")),
+			json_integer_value(json_object_get(v, "attempt")),
+			json_string_value(json_object_get(v, "slice")),
+			json_number_value(json_object_get(v, "waiting_seconds")),
+			json_string_value(json_object_get(v, "reason")));
+	size_t nskip = json_array_size(skipped);
+	json_array_foreach(skipped, i, v)
+	{
+		if (i == 10) {
+			fprintf(out, "  note: %zu more attempts not shown (see --json)\n", nskip - 10);
+			break;
+		}
+		fprintf(out, "  note: run %s step %s attempt %lld not shown: %s\n",
+			json_string_value(json_object_get(v, "run")),
+			json_string_value(json_object_get(v, "step")),
+			json_integer_value(json_object_get(v, "attempt")),
+			json_string_value(json_object_get(v, "reason")));
+	}
+	fprintf(out, "\nslice-seconds of finished attempts: %.1f (%.1f chip-seconds)\n",
+		json_number_value(json_object_get(acct, "slice_seconds")),
+		json_number_value(json_object_get(acct, "chip_seconds")));
+	json_array_foreach(json_object_get(acct, "projects"), i, v)
+		fprintf(out, "  project %-18s %4lld attempts %12.1f slice-s %12.1f chip-s\n",
+			json_string_value(json_object_get(v, "project")),
+			json_integer_value(json_object_get(v, "attempts")),
+			json_number_value(json_object_get(v, "slice_seconds")),
+			json_number_value(json_object_get(v, "chip_seconds")));
+	size_t nruns = json_array_size(json_object_get(acct, "runs"));
+	json_array_foreach(json_object_get(acct, "runs"), i, v)
+	{
+		/* the newest 20 runs */
+		if (nruns > 20 && i < nruns - 20)
+			continue;
+		const char *pl = json_string_value(json_object_get(v, "pipeline"));
+		fprintf(out, "  run %-24s %-16s %4lld attempts %12.1f slice-s %12.1f chip-s\n",
+			json_string_value(json_object_get(v, "run")), pl ? pl : "?",
+			json_integer_value(json_object_get(v, "attempts")),
+			json_number_value(json_object_get(v, "slice_seconds")),
+			json_number_value(json_object_get(v, "chip_seconds")));
+	}
+	if (nruns > 20)
+		fprintf(out, "  (%zu older runs in --json)\n", nruns - 20);
+}
+
 static void slices_usage(FILE *f)
 {
+	char def[64];
+	tf_sched_default_pool("v4", def, sizeof(def));
 	fprintf(f,
 		"usage: tpuflow slices [--pool SPEC]... [--submit SLICE[@PROJECT[@PRIO]]]... "
 		"[--json]\n"
 		"\n"
 		"Shows each TPU pool as a map of its chips (which job holds each), the queue with\n"
-		"the reason every job waits, and utilization.\n"
+		"the reason every job waits, and utilization. The train attempts of 'tpuflow run'\n"
+		"processes that hold a slice now are read from the state database (--home) and\n"
+		"drawn at the chips their run's scheduler gave them, named RUN/STEP; finished\n"
+		"attempts are summed into slice-seconds per run and per project.\n"
 		"\n"
 		"  --pool SPEC     a pool GEN:AxBxC, e.g. v4:4x4x8 or v5e:16x16 (repeatable;\n"
-		"                  default $TPUFLOW_POOLS, comma-separated, else %s)\n"
+		"                  default $TPUFLOW_POOLS, comma-separated, else %s; the pool\n"
+		"                  of a recorded attempt is added when none matches)\n"
 		"  --submit SLICE  place a job of this slice (v4-8, v4:2x2x4, ...) before showing,\n"
 		"                  optionally for a project and priority 0-9: v4-32@research@5\n"
+		"  --home DIR      state home to read (default $TPUFLOW_HOME, else ./.tpuflow)\n"
 		"  --json          one JSON document: pools with per-chip occupancy, running jobs,\n"
-		"                  queue with reasons, projects' chip-seconds and slice-seconds\n",
-		DEFAULT_POOL);
+		"                  queue with reasons, projects' chip-seconds and slice-seconds,\n"
+		"                  and under \"recorded\" the attempts read from the database\n",
+		def);
 }
 
 int cmd_slices(int argc, char **argv, struct tf_cli *cli)
@@ -83,30 +178,17 @@ int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (optind < argc)
 		return tf_cli_usage_error(argv[0], "unexpected argument '%s'", argv[optind]);
-	/* no --pool: $TPUFLOW_POOLS (comma-separated specs), else the embedded default */
-	char *envpools = NULL;
-	const char *env = getenv("TPUFLOW_POOLS");
-	if (!npools && env && *env) {
-		envpools = tf_xstrdup(env);
-		char *save = NULL;
-		for (char *tok = strtok_r(envpools, ",", &save);
-		     tok && npools < (int)TF_ARRAY_LEN(pools); tok = strtok_r(NULL, ",", &save))
-			pools[npools++] = tok;
+	char *home = tf_cli_home(cli, 0), err[512];
+	struct tf_slices_view view = { 0 };
+	double now = tf_now_wall();
+	int lrc = tf_slices_view_load(home, pools, npools, now, &view, err, sizeof(err));
+	free(home);
+	if (lrc < 0) {
+		fprintf(stderr, "tpuflow slices: %s\n", err);
+		return lrc == -EINVAL ? TF_EXIT_USAGE : lrc == -EPROTO ? TF_EXIT_CONFIG
+										: TF_EXIT_UNAVAILABLE;
 	}
-	if (!npools)
-		pools[npools++] = DEFAULT_POOL;
-	struct tf_sched *s;
-	char err[256];
-	tf_sched_new(NULL, &s);
-	for (int i = 0; i < npools; i++) {
-		char name[32];
-		snprintf(name, sizeof(name), "pool%d", i);
-		if (tf_sched_add_pool(s, name, pools[i], err, sizeof(err)) < 0) {
-			fprintf(stderr, "tpuflow slices: %s\n", err);
-			rc = TF_EXIT_USAGE;
-			goto out;
-		}
-	}
+	struct tf_sched *s = view.sched;
 	for (int i = 0; i < nsubs; i++) {
 		char spec[128], *project = NULL, *prio = NULL;
 		snprintf(spec, sizeof(spec), "%s", subs[i]);
@@ -128,13 +210,28 @@ int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 			goto out;
 		}
 	}
-	struct tf_sched_decisions d = { 0 };
-	tf_sched_tick(s, 0, &d);
-	tf_sched_decisions_release(&d);
-	rc = tf_cli_slices_print(s, 0, cli->json, stdout);
+	if (nsubs) {
+		struct tf_sched_decisions d = { 0 };
+		tf_sched_tick(s, 0, &d);
+		tf_sched_decisions_release(&d);
+	}
+	if (cli->json) {
+		json_t *doc = tf_sched_describe_json(s, 0);
+		json_object_set(doc, "recorded", view.recorded);
+		char *txt = json_dumps(doc, JSON_COMPACT);
+		json_decref(doc);
+		if (!txt) {
+			rc = TF_EXIT_SOFTWARE;
+			goto out;
+		}
+		printf("%s\n", txt);
+		free(txt);
+	} else {
+		rc = tf_cli_slices_print(s, 0, 0, stdout);
+		recorded_text(view.recorded, stdout);
+	}
 out:
-	tf_sched_free(s);
-	free(envpools);
+	tf_slices_view_release(&view);
 	return rc;
 }
 

@@ -24,6 +24,7 @@
 #include "orchestrator/digest.h"
 #include "orchestrator/view.h"
 #include "accel/tpu.h"
+#include "orchestrator/slices.h"
 #include "scheduler/sched.h"
 
 #define TF_LOG_TAG "engine"
@@ -84,6 +85,8 @@ struct estep {
 	int chips;                   /* [C] chips held, 0 when unknown */
 	int job;                     /* [C] scheduler job of the current attempt, 0 none */
 	int awaiting_slice;          /* [C] attempt recorded, waiting for the scheduler */
+	int64_t slice_row;           /* [C] its slice_jobs row (queued or placed), 0 none */
+	char slice_wait[160];        /* [C] waiting reason last recorded in that row */
 };
 
 struct engine {
@@ -530,8 +533,8 @@ static int step_final(struct engine *e, struct estep *s, enum tf_step_state to,
 
 /* ---- slices for train steps -------------------------------------------------------- */
 
-/* The embedded default pool of a generation: a v4 pool is 4x4x8 (as in the docs' example),
- * other 3D generations 4x4x4, 2D generations 16x16. */
+/* The pool of a generation: from $TPUFLOW_POOLS, else the embedded default (one definition,
+ * shared with `tpuflow slices`: orchestrator/slices.h). */
 static int ensure_pool(struct engine *e, const struct tf_tpu_gen *g, char *err, size_t errlen)
 {
 	if (!e->sched) {
@@ -543,12 +546,28 @@ static int ensure_pool(struct engine *e, const struct tf_tpu_gen *g, char *err, 
 		if (!strcmp(tf_sched_pool_name(e->sched, i), g->name))
 			return 0;
 	char spec[64];
-	if (g->torus_dims == 3)
-		snprintf(spec, sizeof(spec), "%s:%s", g->name, !strcmp(g->name, "v4") ? "4x4x8" : "4x4x4");
-	else
-		snprintf(spec, sizeof(spec), "%s:16x16", g->name);
-	int rc = tf_sched_add_pool(e->sched, g->name, spec, err, errlen);
+	int rc = tf_slices_pool_for(g->name, spec, sizeof(spec));
+	if (rc == 0)
+		rc = tf_sched_add_pool(e->sched, g->name, spec, err, errlen);
 	return rc < 0 ? rc : 0;
+}
+
+/* Records where an attempt was placed (slice_jobs, for `tpuflow slices`); the view is
+ * informational, so a failure to record it is logged, not fatal. */
+static void record_placement(struct engine *e, struct estep *s, const struct tf_sched_decision *d)
+{
+	struct tf_slice_placement pl = { .run = e->run_id, .step = s->def->name,
+					 .attempt = s->attempts, .slice = s->accel,
+					 .pool = tf_sched_pool_name(e->sched, d->pool),
+					 .pool_spec = tf_sched_pool_spec(e->sched, d->pool),
+					 .box = d->box, .chips = d->chips, .priority = 5,
+					 .started_at = tf_now_wall() };
+	int rc = s->slice_row ? tf_slice_job_placed(e->db, s->slice_row, &pl) : -ENOENT;
+	if (rc == -ENOENT)
+		rc = tf_slice_job_started(e->db, &pl, &s->slice_row);
+	if (rc)
+		tf_warn("cannot record the slice of step '%s': %s", s->def->name,
+			tf_store_errmsg(e->db));
 }
 
 /* Hands started train steps to `start` after a scheduler tick. */
@@ -575,8 +594,20 @@ static void sched_dispatch(struct engine *e, struct estep **start, size_t *nstar
 				 tf_sched_pool_name(e->sched, d->pool), d->box.origin[0],
 				 d->box.origin[1], d->box.origin[2], d->box.shape[0], d->box.shape[1],
 				 d->box.shape[2]);
+			record_placement(e, s, d);
 			start[(*nstart)++] = s;
 		}
+	}
+	/* attempts still waiting: record why, in the scheduler's words, when it changed */
+	for (size_t k = 0; k < e->n; k++) {
+		struct estep *s = &e->steps[k];
+		char why[160];
+		if (!s->awaiting_slice || !s->slice_row ||
+		    tf_sched_job_reason(e->sched, s->job, why, sizeof(why)) ||
+		    !strcmp(why, s->slice_wait))
+			continue;
+		snprintf(s->slice_wait, sizeof(s->slice_wait), "%s", why);
+		tf_slice_job_waiting(e->db, s->slice_row, why);
 	}
 }
 
@@ -598,6 +629,17 @@ static int slice_request(struct engine *e, struct estep *s, char *err, size_t er
 	if (rc)
 		return rc;
 	s->awaiting_slice = 1;
+	/* the request is visible to `tpuflow slices` while it waits (informational) */
+	struct tf_sched_job_info ji;
+	struct tf_slice_placement pl = { .run = e->run_id, .step = s->def->name,
+					 .attempt = s->attempts, .slice = s->accel, .priority = 5 };
+	s->slice_row = 0;
+	s->slice_wait[0] = '\0';
+	if (tf_sched_job_info(e->sched, s->job, 0, &ji) == 0)
+		pl.chips = ji.chips;
+	if (tf_slice_job_queued(e->db, &pl, tf_now_wall(), &s->slice_row))
+		tf_warn("cannot record the slice request of step '%s': %s", s->def->name,
+			tf_store_errmsg(e->db));
 	return 0;
 }
 
@@ -609,9 +651,12 @@ static void slice_release(struct engine *e, struct estep *s, int ok, double *sec
 	*seconds = 0;
 	if (!e->sched || !s->job)
 		return;
-	if (s->awaiting_slice)
+	if (s->awaiting_slice) {
 		tf_sched_cancel(e->sched, s->job, now);
-	else
+		if (s->slice_row)
+			tf_slice_job_forget(e->db, s->slice_row); /* never held a slice */
+		s->slice_row = 0;
+	} else
 		tf_sched_finish(e->sched, s->job, now, ok);
 	if (tf_sched_job_info(e->sched, s->job, now, &info) == 0)
 		*seconds = info.slice_seconds;
@@ -747,7 +792,12 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		slice_release(e, s, s->rc == 0, &secs);
 		sched_dispatch(e, start, nstart);
 		rc = tf_step_add_slice(e->db, e->run_id, s->def->name, s->accel, secs);
-		if (rc == 0)
+		int fin = rc == 0 && s->slice_row
+				  ? tf_slice_job_finished(e->db, s->slice_row, tf_now_wall(), secs)
+				  : -ENOENT;
+		if (fin != -ENOENT)
+			rc = fin;
+		else if (rc == 0) /* no row to complete: record the attempt whole */
 			rc = tf_store_run(e->db,
 					  "INSERT INTO slice_jobs(run_id, step, attempt, slice, "
 					  "placement, chips, started_at, finished_at, slice_seconds) "
@@ -755,6 +805,7 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 					  "ttittiddd", e->run_id, s->def->name, (int64_t)s->attempts,
 					  s->accel, s->placement[0] ? s->placement : NULL,
 					  (int64_t)s->chips, tf_now_wall() - secs, tf_now_wall(), secs);
+		s->slice_row = 0;
 		if (rc)
 			return rc;
 	}
@@ -1204,6 +1255,9 @@ static int load_steps(struct engine *e, int resuming)
 			s->state = TF_STEP_PENDING;
 		}
 	}
+	/* slices the dead process held are no longer held (time unknown: not accounted) */
+	if (rc == 0 && resuming)
+		rc = tf_slice_jobs_close_run(e->db, e->run_id, tf_now_wall());
 	if (rc) {
 		tf_store_rollback(e->db);
 		return rc;

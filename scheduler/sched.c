@@ -217,6 +217,8 @@ static int parse_slice(const char *spec, char gen[16], int shape[3], char *err, 
 	return 0;
 }
 
+static void ensure_queues(struct tf_sched *s);
+
 int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, char *err,
 		      size_t errlen)
 {
@@ -280,7 +282,9 @@ int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, ch
 	p->gen = 1;
 	p->epoch = 1;
 	p->grow = 1;
-	return s->npools++;
+	s->npools++;
+	ensure_queues(s); /* projects may exist already: give the new pool their queues */
+	return s->npools - 1;
 }
 
 int tf_sched_pool_count(const struct tf_sched *s)
@@ -296,6 +300,11 @@ const struct tf_torus *tf_sched_pool_torus(const struct tf_sched *s, int pool)
 const char *tf_sched_pool_name(const struct tf_sched *s, int pool)
 {
 	return pool >= 0 && pool < s->npools ? s->pools[pool].name : NULL;
+}
+
+const char *tf_sched_pool_spec(const struct tf_sched *s, int pool)
+{
+	return pool >= 0 && pool < s->npools ? s->pools[pool].spec : NULL;
 }
 
 int tf_sched_chip_host(const struct tf_sched *s, int pool, int chip)
@@ -698,6 +707,106 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 		s->runs[j->run_idx].jobs++;
 	queue_insert(s, j);
 	*id = j->id;
+	return 0;
+}
+
+/* 1 when shape b is a rotation (permutation) of shape a. */
+static int same_shape(const int a[3], const int b[3])
+{
+	static const int perm[6][3] = { { 0, 1, 2 }, { 0, 2, 1 }, { 1, 0, 2 },
+					{ 1, 2, 0 }, { 2, 0, 1 }, { 2, 1, 0 } };
+	for (int k = 0; k < 6; k++)
+		if (a[perm[k][0]] == b[0] && a[perm[k][1]] == b[1] && a[perm[k][2]] == b[2])
+			return 1;
+	return 0;
+}
+
+int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
+		      const struct tf_sched_job_spec *spec, double now, int *id, char *err,
+		      size_t errlen)
+{
+	char gen[16];
+	int shape[3];
+	if (pool < 0 || pool >= s->npools) {
+		snprintf(err, errlen, "no pool %d: there are %d pools", pool, s->npools);
+		return -EINVAL;
+	}
+	struct pool *p = &s->pools[pool];
+	if (!spec || !spec->slice) {
+		snprintf(err, errlen, "job has no slice: give one like 'v4-8' or 'v4:2x2x4'");
+		return -EINVAL;
+	}
+	if (parse_slice(spec->slice, gen, shape, err, errlen) < 0)
+		return -EINVAL;
+	if (gen[0] && strcmp(gen, p->tpu_gen)) {
+		snprintf(err, errlen, "slice '%s' is %s but pool '%s' is %s: pick a %s pool",
+			 spec->slice, gen, p->name, p->tpu_gen, gen);
+		return -EINVAL;
+	}
+	char want[32], got[32];
+	tf_sched_shape_str(shape, p->t.ndims, want, sizeof(want));
+	tf_sched_shape_str(box->shape, p->t.ndims, got, sizeof(got));
+	if (!same_shape(shape, box->shape)) {
+		snprintf(err, errlen, "box %s is not slice '%s' (%s) in any rotation", got,
+			 spec->slice, want);
+		return -EINVAL;
+	}
+	for (int d = 0; d < 3; d++) {
+		int o = box->origin[d], e = box->shape[d], D = p->t.dims[d];
+		if (o < 0 || o >= D || e < 1 || e > D || (o + e > D && !p->t.wrap[d])) {
+			snprintf(err, errlen, "box %s at (%d,%d,%d) does not fit pool '%s' (%s)%s",
+				 got, box->origin[0], box->origin[1], box->origin[2], p->name,
+				 p->spec, o + e > D && o < D && e <= D ? ": that dimension does not "
+									 "wrap" : "");
+			return -EINVAL;
+		}
+	}
+	if (!tf_torus_box_all(&p->t, p->free, box)) {
+		/* name the first holder (or say failed / held) */
+		const int *D = p->t.dims;
+		for (int dz = 0; dz < box->shape[2]; dz++)
+			for (int dy = 0; dy < box->shape[1]; dy++)
+				for (int dx = 0; dx < box->shape[0]; dx++) {
+					int x = (box->origin[0] + dx) % D[0],
+					    r = (box->origin[1] + dy) % D[1] +
+						D[1] * ((box->origin[2] + dz) % D[2]);
+					if ((p->free[r] >> x) & 1)
+						continue;
+					int o = p->owner[x + D[0] * r];
+					const struct job *h = o ? &s->jobs[o] : NULL;
+					if (h)
+						snprintf(err, errlen, "chip (%d,%d,%d) of pool '%s' is held "
+								      "by job %d%s%s%s", x, r % D[1],
+							 r / D[1], p->name, o, h->name ? " '" : "",
+							 h->name ? h->name : "", h->name ? "'" : "");
+					else
+						snprintf(err, errlen, "chip (%d,%d,%d) of pool '%s' is %s",
+							 x, r % D[1], r / D[1], p->name,
+							 (p->failed[r] >> x) & 1 ? "failed"
+										 : "held for a waiting job");
+					return -EBUSY;
+				}
+	}
+	struct tf_sched_job_spec js = *spec;
+	js.pool = p->name;
+	int jid;
+	int rc = tf_sched_submit(s, &js, now, &jid, err, errlen);
+	if (rc < 0)
+		return rc;
+	start_job(s, &s->jobs[jid], box, now, 0, 1, NULL);
+	*id = jid;
+	return 0;
+}
+
+int tf_sched_default_pool(const char *gen, char *spec, size_t len)
+{
+	const struct tf_tpu_gen *g = tf_tpu_gen_find(gen);
+	if (!g)
+		return -EINVAL;
+	if (g->torus_dims == 3)
+		snprintf(spec, len, "%s:%s", g->name, !strcmp(g->name, "v4") ? "4x4x8" : "4x4x4");
+	else
+		snprintf(spec, len, "%s:16x16", g->name);
 	return 0;
 }
 

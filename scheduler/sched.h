@@ -136,6 +136,8 @@ int tf_sched_pool_count(const struct tf_sched *s);
 /* The pool's torus (dims, wrap) and name; NULL when out of range. */
 const struct tf_torus *tf_sched_pool_torus(const struct tf_sched *s, int pool);
 const char *tf_sched_pool_name(const struct tf_sched *s, int pool);
+/* The pool's spec as added ("v4:4x4x8"); NULL when out of range. */
+const char *tf_sched_pool_spec(const struct tf_sched *s, int pool);
 
 /* Declares or updates a project: weight for fair share (> 0), quota in chips across pools
  * (0: none) and whether its preemptible jobs may borrow idle capacity beyond the quota. */
@@ -146,6 +148,20 @@ int tf_sched_set_project(struct tf_sched *s, const char *name, double weight, in
  * or a slice larger than every pool that could take it. */
 int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, double now,
 		    int *id, char *err, size_t errlen);
+
+/* Occupies `box` of `pool` for a new job at once, without searching or queueing: for showing
+ * placements decided elsewhere (a `tpuflow run` process's own pool) on one map. The box must
+ * be a rotation of the slice's shape, inside the pool (crossing the seam only where the
+ * dimension wraps), and every chip of it free and healthy. The job is RUNNING from `now`
+ * (its start); *id receives its id. -EINVAL with err for a bad slice, pool or box, -EBUSY
+ * with err naming the job that holds a chip of it. Decides nothing else: no tick is needed. */
+int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
+		      const struct tf_sched_job_spec *spec, double now, int *id, char *err,
+		      size_t errlen);
+
+/* The embedded default pool of a TPU generation, as "GEN:AxBxC": v4 4x4x8 (a 128-chip rack),
+ * the other 3D generations 4x4x4, the 2D ones 16x16. -EINVAL for an unknown generation. */
+int tf_sched_default_pool(const char *gen, char *spec, size_t len);
 
 /* Takes every decision due at `now`: kills of drained-out jobs, starts (priority, fair share,
  * FIFO, quotas, backfill) and preemptions. `out` is cleared first. Returns 0. */

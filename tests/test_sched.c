@@ -624,6 +624,138 @@ static void test_sched_chip_failure_requeues_elsewhere(void **state)
 	tf_sched_free(s);
 }
 
+/* ---- placing at a given box (placements decided elsewhere) ---- */
+
+static void test_sched_place_at_table(void **state)
+{
+	(void)state;
+	/* each case on a fresh pool already holding a v4-8 job at (0,0,0)+2x2x1 */
+	const struct {
+		const char *pool, *slice;
+		int origin[3], shape[3];
+		int rc;               /* 0, -EINVAL or -EBUSY */
+		const char *err_has;  /* substring of err on failure */
+	} cases[] = {
+		{ "v4:4x4x8", "v4-8", { 2, 0, 0 }, { 2, 2, 1 }, 0, NULL },
+		{ "v4:4x4x8", "v4-8", { 0, 2, 5 }, { 1, 2, 2 }, 0, NULL },       /* rotated */
+		{ "v4:4x4x8", "v4-32", { 2, 2, 6 }, { 2, 2, 4 }, 0, NULL },      /* wraps z: 6,7,0,1 */
+		{ "v4:4x4x8", "v4:2x2x4", { 3, 0, 1 }, { 2, 2, 4 }, 0, NULL },   /* wraps x */
+		{ "v4:4x4x6", "v4-8", { 0, 0, 5 }, { 2, 1, 2 }, -EINVAL, "does not wrap" },
+		{ "v4:4x4x8", "v4-8", { 1, 1, 0 }, { 2, 2, 1 }, -EBUSY, "held by job 1 'first'" },
+		{ "v4:4x4x8", "v4-8", { 0, 0, 0 }, { 2, 2, 2 }, -EINVAL, "any rotation" },
+		{ "v4:4x4x8", "v4-8", { 4, 0, 0 }, { 2, 2, 1 }, -EINVAL, "does not fit" },
+		{ "v4:4x4x8", "v4-8", { -1, 0, 0 }, { 2, 2, 1 }, -EINVAL, "does not fit" },
+		{ "v4:4x4x8", "v5litepod-4", { 2, 2, 0 }, { 2, 2, 1 }, -EINVAL, "v5e" },
+		{ "v5e:8x8", "v5litepod-16", { 4, 4, 0 }, { 4, 4, 1 }, 0, NULL },
+		{ "v5e:8x8", "v5litepod-16", { 6, 0, 0 }, { 4, 4, 1 }, -EINVAL, "does not wrap" },
+		{ "v4:4x4x8", "2x2x2", { 2, 2, 2 }, { 2, 2, 2 }, 0, NULL },      /* bare shape */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tf_sched *s = mk(cases[i].pool, TF_SCHED_BACKFILL);
+		const int first_box_is_2d = !strncmp(cases[i].pool, "v5e", 3);
+		struct tf_box b0 = { { 0, 0, 0 }, { 2, 2, 1 } };
+		struct tf_sched_job_spec f = { .name = "first", .run = "r0",
+					       .slice = first_box_is_2d ? "v5litepod-4" : "v4-8" };
+		char err[256] = "";
+		int id0 = 0, id = 0;
+		assert_int_equal(tf_sched_place_at(s, 0, &b0, &f, 100, &id0, err, sizeof(err)), 0);
+		assert_int_equal(id0, 1);
+		struct tf_box b = { { cases[i].origin[0], cases[i].origin[1], cases[i].origin[2] },
+				    { cases[i].shape[0], cases[i].shape[1], cases[i].shape[2] } };
+		struct tf_sched_job_spec sp = { .name = "second", .run = "r1", .slice = cases[i].slice };
+		err[0] = '\0';
+		int rc = tf_sched_place_at(s, 0, &b, &sp, 150, &id, err, sizeof(err));
+		if (rc != cases[i].rc)
+			fail_msg("case %zu (%s at %d,%d,%d): rc %d, want %d (%s)", i, cases[i].slice,
+				 b.origin[0], b.origin[1], b.origin[2], rc, cases[i].rc, err);
+		check_invariants(s);
+		if (rc == 0) {
+			struct tf_sched_job_info ji;
+			assert_int_equal(tf_sched_job_info(s, id, 200, &ji), 0);
+			assert_int_equal(ji.state, TF_JOB_RUNNING);
+			assert_memory_equal(&ji.box, &b, sizeof(b));
+			assert_true(fabs(ji.slice_seconds - 50) < 1e-9);
+			int chips[64];
+			int n = tf_sched_job_chips(s, id, chips, 64);
+			assert_int_equal(n, ji.chips);
+			for (int k = 0; k < n; k++)
+				assert_int_equal(s->pools[0].owner[chips[k]], id);
+			assert_int_equal(s->pools[0].busy_chips, 4 + ji.chips);
+			/* nothing was queued and a tick decides nothing */
+			struct tf_sched_decisions d = { 0 };
+			tf_sched_tick(s, 200, &d);
+			assert_int_equal((int)d.n, 0);
+			tf_sched_decisions_release(&d);
+			/* finishing books its time to its run */
+			struct tf_sched_usage u;
+			assert_int_equal(tf_sched_finish(s, id, 250, 1), 0);
+			assert_int_equal(tf_sched_run_usage(s, "r1", 250, &u), 0);
+			assert_true(fabs(u.slice_seconds - 100) < 1e-9);
+		} else {
+			assert_non_null(strstr(err, cases[i].err_has));
+			assert_int_equal(s->pools[0].busy_chips, 4);
+			assert_int_equal(s->njobs, 2); /* no job left behind */
+		}
+		tf_sched_free(s);
+	}
+	/* a pool added after jobs exist takes jobs too (its queues are made for every project) */
+	{
+		struct tf_sched *s2 = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+		struct tf_box b0 = { { 0, 0, 0 }, { 2, 2, 1 } };
+		struct tf_sched_job_spec sp0 = { .slice = "v4-8", .project = "research" };
+		char e2[256];
+		int id2;
+		assert_int_equal(tf_sched_place_at(s2, 0, &b0, &sp0, 0, &id2, e2, sizeof(e2)), 0);
+		assert_int_equal(tf_sched_add_pool(s2, "e", "v5e:16x16", e2, sizeof(e2)), 1);
+		struct tf_sched_job_spec sp1 = { .slice = "v5litepod-16", .project = "research" };
+		assert_int_equal(tf_sched_place_at(s2, 1, &b0, &sp1, 0, &id2, e2, sizeof(e2)),
+				 -EINVAL); /* 2x2x1 is not 4x4 */
+		struct tf_box b1 = { { 12, 12, 0 }, { 4, 4, 1 } };
+		assert_int_equal(tf_sched_place_at(s2, 1, &b1, &sp1, 0, &id2, e2, sizeof(e2)), 0);
+		submit(s2, "v5litepod-16", "research", 0, 1, 0, 0);
+		struct tf_sched_decisions d2 = { 0 };
+		tf_sched_tick(s2, 1, &d2);
+		assert_int_equal((int)d2.n, 1);
+		check_invariants(s2);
+		tf_sched_decisions_release(&d2);
+		tf_sched_free(s2);
+	}
+	/* a failed chip refuses the box; out-of-range pool */
+	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+	struct tf_sched_decisions d = { 0 };
+	tf_sched_chip_fail(s, 0, 5, 0, &d); /* chip (1,1,0) */
+	struct tf_box b = { { 0, 0, 0 }, { 2, 2, 1 } };
+	struct tf_sched_job_spec sp = { .slice = "v4-8" };
+	char err[256];
+	int id;
+	assert_int_equal(tf_sched_place_at(s, 0, &b, &sp, 0, &id, err, sizeof(err)), -EBUSY);
+	assert_non_null(strstr(err, "failed"));
+	assert_int_equal(tf_sched_place_at(s, 3, &b, &sp, 0, &id, err, sizeof(err)), -EINVAL);
+	tf_sched_decisions_release(&d);
+	tf_sched_free(s);
+}
+
+static void test_sched_default_pools(void **state)
+{
+	(void)state;
+	const struct {
+		const char *gen, *spec;
+	} cases[] = { { "v4", "v4:4x4x8" },   { "v5p", "v5p:4x4x4" }, { "v5e", "v5e:16x16" },
+		      { "v2", "v2:16x16" },   { "v6e", "v6e:16x16" }, { "v9", NULL } };
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char spec[64] = "";
+		int rc = tf_sched_default_pool(cases[i].gen, spec, sizeof(spec));
+		if (!cases[i].spec) {
+			assert_int_equal(rc, -EINVAL);
+			continue;
+		}
+		assert_int_equal(rc, 0);
+		assert_string_equal(spec, cases[i].spec);
+		struct tf_sched *s = mk(spec, TF_SCHED_BACKFILL); /* every default is a valid pool */
+		tf_sched_free(s);
+	}
+}
+
 /* ---- slices, accounting, descriptions ---- */
 
 static void test_sched_slice_names(void **state)
@@ -796,6 +928,8 @@ int main(void)
 		cmocka_unit_test(test_sched_describe_json_and_text),
 		cmocka_unit_test(test_sched_cancel_and_bad_calls),
 		cmocka_unit_test(test_sched_simulate_small),
+		cmocka_unit_test(test_sched_place_at_table),
+		cmocka_unit_test(test_sched_default_pools),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

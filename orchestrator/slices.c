@@ -1,0 +1,519 @@
+/* slices.c — owns the slice_jobs rows (a train attempt's placement, written when the
+ * scheduler places it and completed when it ends), the choice of pool per TPU generation
+ * ($TPUFLOW_POOLS, else the scheduler's embedded default), and the view `tpuflow slices`
+ * builds from the rows: running attempts drawn on one map at their recorded boxes, finished
+ * ones summed into slice-seconds per run and per project. */
+#include "orchestrator/slices.h"
+
+#define TF_LOG_TAG "slices"
+#include "common/common.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* ---- pools ---- */
+
+int tf_slices_env_pools(char *buf, size_t buflen, const char **out, int cap)
+{
+	const char *env = getenv("TPUFLOW_POOLS");
+	int n = 0;
+	if (!env || !*env || buflen == 0)
+		return 0;
+	snprintf(buf, buflen, "%s", env);
+	char *save = NULL;
+	for (char *tok = strtok_r(buf, ", \t", &save); tok && n < cap;
+	     tok = strtok_r(NULL, ", \t", &save))
+		out[n++] = tok;
+	return n;
+}
+
+/* The generation part of "GEN:AxBxC" into gen; 0, or -EINVAL without a colon. */
+static int spec_gen(const char *spec, char *gen, size_t len)
+{
+	const char *colon = strchr(spec, ':');
+	if (!colon || (size_t)(colon - spec) >= len)
+		return -EINVAL;
+	memcpy(gen, spec, (size_t)(colon - spec));
+	gen[colon - spec] = '\0';
+	return 0;
+}
+
+int tf_slices_pool_for(const char *gen, char *spec, size_t len)
+{
+	char buf[1024], g[16];
+	const char *specs[32];
+	int n = tf_slices_env_pools(buf, sizeof(buf), specs, (int)TF_ARRAY_LEN(specs));
+	for (int i = 0; i < n; i++)
+		if (spec_gen(specs[i], g, sizeof(g)) == 0 && !strcmp(g, gen)) {
+			snprintf(spec, len, "%s", specs[i]);
+			return 0;
+		}
+	return tf_sched_default_pool(gen, spec, len);
+}
+
+/* ---- rows ---- */
+
+int tf_slice_job_started(struct tf_store *st, const struct tf_slice_placement *p, int64_t *id)
+{
+	char placement[160];
+	snprintf(placement, sizeof(placement), "%s %d,%d,%d+%dx%dx%d", p->pool ? p->pool : "?",
+		 p->box.origin[0], p->box.origin[1], p->box.origin[2], p->box.shape[0],
+		 p->box.shape[1], p->box.shape[2]);
+	int rc = tf_store_run(st,
+			      "INSERT INTO slice_jobs(run_id, step, attempt, slice, placement, chips, "
+			      "started_at, pool, pool_spec, box_x, box_y, box_z, box_a, box_b, box_c, "
+			      "project, priority) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+			      "ttittidttiiiiiiti", p->run, p->step, (int64_t)p->attempt, p->slice,
+			      placement, (int64_t)p->chips, p->started_at, p->pool, p->pool_spec,
+			      (int64_t)p->box.origin[0], (int64_t)p->box.origin[1],
+			      (int64_t)p->box.origin[2], (int64_t)p->box.shape[0],
+			      (int64_t)p->box.shape[1], (int64_t)p->box.shape[2],
+			      p->project ? p->project : "default", (int64_t)p->priority);
+	if (rc == 0)
+		*id = tf_store_last_rowid(st);
+	return rc;
+}
+
+int tf_slice_job_queued(struct tf_store *st, const struct tf_slice_placement *p,
+			double queued_at, int64_t *id)
+{
+	int rc = tf_store_run(st,
+			      "INSERT INTO slice_jobs(run_id, step, attempt, slice, chips, started_at, "
+			      "queued_at, project, priority) VALUES(?,?,?,?,?,?,?,?,?)",
+			      "ttitiddti", p->run, p->step, (int64_t)p->attempt, p->slice,
+			      (int64_t)p->chips, queued_at, queued_at,
+			      p->project ? p->project : "default", (int64_t)p->priority);
+	if (rc == 0)
+		*id = tf_store_last_rowid(st);
+	return rc;
+}
+
+/* 0, or -ENOENT when the statement changed no row. */
+static int changed(struct tf_store *st, int rc)
+{
+	return rc == 0 && tf_store_changes(st) == 0 ? -ENOENT : rc;
+}
+
+int tf_slice_job_waiting(struct tf_store *st, int64_t id, const char *reason)
+{
+	return changed(st, tf_store_run(st, "UPDATE slice_jobs SET wait_reason=? WHERE id=?", "ti",
+					reason, id));
+}
+
+int tf_slice_job_placed(struct tf_store *st, int64_t id, const struct tf_slice_placement *p)
+{
+	char placement[160];
+	snprintf(placement, sizeof(placement), "%s %d,%d,%d+%dx%dx%d", p->pool ? p->pool : "?",
+		 p->box.origin[0], p->box.origin[1], p->box.origin[2], p->box.shape[0],
+		 p->box.shape[1], p->box.shape[2]);
+	return changed(st, tf_store_run(st,
+					"UPDATE slice_jobs SET placement=?, chips=?, started_at=?, "
+					"pool=?, pool_spec=?, box_x=?, box_y=?, box_z=?, box_a=?, "
+					"box_b=?, box_c=?, wait_reason=NULL WHERE id=?",
+					"tidttiiiiiii", placement, (int64_t)p->chips,
+					p->started_at, p->pool, p->pool_spec,
+					(int64_t)p->box.origin[0], (int64_t)p->box.origin[1],
+					(int64_t)p->box.origin[2], (int64_t)p->box.shape[0],
+					(int64_t)p->box.shape[1], (int64_t)p->box.shape[2], id));
+}
+
+int tf_slice_job_forget(struct tf_store *st, int64_t id)
+{
+	return changed(st, tf_store_run(st, "DELETE FROM slice_jobs WHERE id=?", "i", id));
+}
+
+int tf_slice_job_finished(struct tf_store *st, int64_t id, double finished_at,
+			  double slice_seconds)
+{
+	return changed(st, tf_store_run(st,
+					"UPDATE slice_jobs SET finished_at=?, slice_seconds=? WHERE id=?",
+					"ddi", finished_at, slice_seconds, id));
+}
+
+int tf_slice_jobs_close_run(struct tf_store *st, const char *run, double at)
+{
+	int rc = tf_store_run(st,
+			      "DELETE FROM slice_jobs WHERE run_id=? AND finished_at IS NULL AND "
+			      "box_a IS NULL AND queued_at IS NOT NULL",
+			      "t", run);
+	if (rc == 0)
+		rc = tf_store_run(st,
+				  "UPDATE slice_jobs SET finished_at=?, slice_seconds=NULL WHERE "
+				  "run_id=? AND finished_at IS NULL",
+				  "dt", at, run);
+	return rc;
+}
+
+/* ---- the view ---- */
+
+/* An open row (an attempt holding a slice, as far as the database knows). */
+struct open_row {
+	char *run, *step, *slice, *pool, *pool_spec, *project;
+	int attempt, chips, priority, has_box;
+	struct tf_box box;
+	double started_at;
+	double queued_at;                /* when it asked for its slice (0: not recorded) */
+	char *wait_reason;               /* the run's scheduler's reason while not placed */
+	char *run_state, *attempt_state; /* NULL when the run / attempt row is missing */
+	int64_t pid;                     /* runs.pid, 0 when NULL */
+};
+
+static void open_row_release(struct open_row *r)
+{
+	free(r->run);
+	free(r->step);
+	free(r->slice);
+	free(r->pool);
+	free(r->pool_spec);
+	free(r->project);
+	free(r->run_state);
+	free(r->attempt_state);
+	free(r->wait_reason);
+}
+
+/* Why an open row is not shown, or NULL when its attempt holds its slice now. */
+static const char *stale_reason(const struct open_row *r, char *buf, size_t len)
+{
+	if (!r->run_state)
+		return "its run is not in the database";
+	if (strcmp(r->run_state, "running")) {
+		snprintf(buf, len, "its run is %s: the attempt did not record its end", r->run_state);
+		return buf;
+	}
+	if (r->pid <= 0 || (kill((pid_t)r->pid, 0) < 0 && errno == ESRCH)) {
+		snprintf(buf, len, "the process driving its run (pid %lld) is gone; 'tpuflow runs "
+				   "resume' continues the run", (long long)r->pid);
+		return buf;
+	}
+	if (!r->attempt_state || strcmp(r->attempt_state, "running")) {
+		snprintf(buf, len, "the attempt is %s", r->attempt_state ? r->attempt_state
+									   : "not recorded");
+		return buf;
+	}
+	if (r->has_box && !r->pool_spec)
+		return "its pool was not recorded";
+	return NULL;
+}
+
+/* Reads the rows with finished_at NULL (schema 2 and later: older engines wrote a row only
+ * when an attempt ended). */
+static int read_open(struct tf_store *st, struct open_row **out, size_t *n)
+{
+	struct tf_stmt *q = tf_store_query(
+		st,
+		"SELECT j.run_id, j.step, j.attempt, j.slice, j.pool, j.pool_spec, j.box_x, j.box_y, "
+		"j.box_z, j.box_a, j.box_b, j.box_c, j.chips, j.started_at, "
+		"COALESCE(j.project, 'default'), COALESCE(j.priority, 0), r.state, r.pid, a.state, "
+		"j.queued_at, j.wait_reason "
+		"FROM slice_jobs j LEFT JOIN runs r ON r.id = j.run_id "
+		"LEFT JOIN attempts a ON a.run_id = j.run_id AND a.step = j.step AND a.n = j.attempt "
+		"WHERE j.finished_at IS NULL ORDER BY j.started_at, j.id",
+		"");
+	if (!q)
+		return -EIO;
+	struct open_row *v = NULL;
+	size_t k = 0, cap = 0;
+	int rc;
+	while ((rc = tf_stmt_step(q)) == 1) {
+		if (k == cap) {
+			cap = cap ? cap * 2 : 16;
+			v = tf_xrealloc(v, cap * sizeof(*v));
+		}
+		struct open_row *r = &v[k++];
+		memset(r, 0, sizeof(*r));
+		r->run = tf_stmt_strdup(q, 0);
+		r->step = tf_stmt_strdup(q, 1);
+		r->attempt = (int)tf_stmt_int(q, 2);
+		r->slice = tf_stmt_strdup(q, 3);
+		r->pool = tf_stmt_strdup(q, 4);
+		r->pool_spec = tf_stmt_strdup(q, 5);
+		r->has_box = 1;
+		for (int d = 0; d < 3; d++) {
+			r->has_box &= !tf_stmt_is_null(q, 6 + d) && !tf_stmt_is_null(q, 9 + d);
+			r->box.origin[d] = (int)tf_stmt_int(q, 6 + d);
+			r->box.shape[d] = (int)tf_stmt_int(q, 9 + d);
+		}
+		r->chips = (int)tf_stmt_int(q, 12);
+		r->started_at = tf_stmt_double(q, 13);
+		r->project = tf_stmt_strdup(q, 14);
+		r->priority = (int)tf_stmt_int(q, 15);
+		r->run_state = tf_stmt_strdup(q, 16);
+		r->pid = tf_stmt_is_null(q, 17) ? 0 : tf_stmt_int(q, 17);
+		r->attempt_state = tf_stmt_strdup(q, 18);
+		r->queued_at = tf_stmt_is_null(q, 19) ? 0 : tf_stmt_double(q, 19);
+		r->wait_reason = tf_stmt_strdup(q, 20);
+	}
+	tf_stmt_done(q);
+	if (rc < 0) {
+		for (size_t i = 0; i < k; i++)
+			open_row_release(&v[i]);
+		free(v);
+		return rc;
+	}
+	*out = v;
+	*n = k;
+	return 0;
+}
+
+/* Slice-seconds of finished rows per run and per project. */
+static int accounting(struct tf_store *st, int version, json_t **out)
+{
+	json_t *runs = json_array(), *projects = json_array();
+	double total_s = 0, total_c = 0;
+	int rc = 0;
+	struct tf_stmt *q = tf_store_query(
+		st,
+		"SELECT j.run_id, r.pipeline, count(*), sum(COALESCE(j.slice_seconds, 0)), "
+		"sum(COALESCE(j.slice_seconds, 0) * j.chips) FROM slice_jobs j "
+		"LEFT JOIN runs r ON r.id = j.run_id WHERE j.finished_at IS NOT NULL "
+		"GROUP BY j.run_id ORDER BY min(j.started_at), j.run_id",
+		"");
+	if (!q) {
+		rc = -EIO;
+		goto out;
+	}
+	while ((rc = tf_stmt_step(q)) == 1) {
+		double ss = tf_stmt_double(q, 3), cs = tf_stmt_double(q, 4);
+		json_array_append_new(runs, json_pack("{s:s?, s:s?, s:I, s:f, s:f}", "run",
+						      tf_stmt_text(q, 0), "pipeline",
+						      tf_stmt_text(q, 1), "attempts",
+						      (json_int_t)tf_stmt_int(q, 2), "slice_seconds",
+						      ss, "chip_seconds", cs));
+		total_s += ss;
+		total_c += cs;
+	}
+	tf_stmt_done(q);
+	if (rc < 0)
+		goto out;
+	/* the project column arrived with schema 2; older rows are all "default" */
+	q = version >= 2 ? tf_store_query(st,
+					  "SELECT COALESCE(project, 'default') AS p, count(*), "
+					  "sum(COALESCE(slice_seconds, 0)), "
+					  "sum(COALESCE(slice_seconds, 0) * chips) FROM slice_jobs "
+					  "WHERE finished_at IS NOT NULL GROUP BY p ORDER BY p",
+					  "")
+			 : tf_store_query(st,
+					  "SELECT 'default', count(*), "
+					  "sum(COALESCE(slice_seconds, 0)), "
+					  "sum(COALESCE(slice_seconds, 0) * chips) FROM slice_jobs "
+					  "WHERE finished_at IS NOT NULL HAVING count(*) > 0",
+					  "");
+	if (!q) {
+		rc = -EIO;
+		goto out;
+	}
+	while ((rc = tf_stmt_step(q)) == 1)
+		json_array_append_new(projects,
+				      json_pack("{s:s?, s:I, s:f, s:f}", "project", tf_stmt_text(q, 0),
+						"attempts", (json_int_t)tf_stmt_int(q, 1),
+						"slice_seconds", tf_stmt_double(q, 2), "chip_seconds",
+						tf_stmt_double(q, 3)));
+	tf_stmt_done(q);
+	if (rc < 0)
+		goto out;
+	rc = 0;
+	*out = json_pack("{s:o, s:o, s:f, s:f}", "runs", runs, "projects", projects,
+			 "slice_seconds", total_s, "chip_seconds", total_c);
+	runs = projects = NULL;
+out:
+	json_decref(runs);
+	json_decref(projects);
+	return rc;
+}
+
+/* Index of the pool a recorded placement belongs on: the pool of the same name and spec, else
+ * the first of the same spec, else a new pool (named as recorded when the name is free). */
+static int pool_for_row(struct tf_sched *s, const struct open_row *r, char *err, size_t errlen)
+{
+	int n = tf_sched_pool_count(s), same_spec = -1;
+	for (int i = 0; i < n; i++) {
+		if (strcmp(tf_sched_pool_spec(s, i), r->pool_spec))
+			continue;
+		if (r->pool && !strcmp(tf_sched_pool_name(s, i), r->pool))
+			return i;
+		if (same_spec < 0)
+			same_spec = i;
+	}
+	if (same_spec >= 0)
+		return same_spec;
+	const char *name = r->pool;
+	for (int i = 0; name && i < n; i++)
+		if (!strcmp(tf_sched_pool_name(s, i), name))
+			name = NULL;
+	return tf_sched_add_pool(s, name ? name : r->pool_spec, r->pool_spec, err, errlen);
+}
+
+/* Adds the configured pools, each named after its generation ("v4"; a second v4 pool
+ * "v4-2"), as the engine names the pool it schedules a generation on. */
+static int add_pools(struct tf_sched *s, const char *const *pools, int npools, char *err,
+		     size_t errlen)
+{
+	char envbuf[1024], def[64];
+	const char *specs[32];
+	if (npools <= 0) {
+		npools = tf_slices_env_pools(envbuf, sizeof(envbuf), specs, (int)TF_ARRAY_LEN(specs));
+		if (npools == 0) {
+			tf_sched_default_pool("v4", def, sizeof(def));
+			specs[npools++] = def;
+		}
+		pools = specs;
+	}
+	for (int i = 0; i < npools; i++) {
+		char gen[16], name[40];
+		int same = 0;
+		if (spec_gen(pools[i], gen, sizeof(gen)) == 0)
+			for (int k = 0; k < i; k++) {
+				char g2[16];
+				same += spec_gen(pools[k], g2, sizeof(g2)) == 0 && !strcmp(g2, gen);
+			}
+		else
+			snprintf(gen, sizeof(gen), "pool");
+		if (same)
+			snprintf(name, sizeof(name), "%s-%d", gen, same + 1);
+		else
+			snprintf(name, sizeof(name), "%s", gen);
+		int rc = tf_sched_add_pool(s, name, pools[i], err, errlen);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static void skip(json_t *skipped, const struct open_row *r, const char *why)
+{
+	json_array_append_new(skipped, json_pack("{s:s?, s:s?, s:i, s:s}", "run", r->run, "step",
+						 r->step, "attempt", r->attempt, "reason", why));
+}
+
+int tf_slices_view_load(const char *home, const char *const *pools, int npools, double now,
+			struct tf_slices_view *out, char *err, size_t errlen)
+{
+	struct tf_sched *s = NULL;
+	struct tf_store *st = NULL;
+	struct open_row *rows = NULL;
+	size_t nrows = 0;
+	json_t *running = json_array(), *waiting = json_array(), *skipped = json_array(),
+	       *acct = NULL;
+	char *path = tf_xasprintf("%s/%s", home, TF_STORE_FILE);
+	struct tf_sched_config cfg;
+	tf_sched_config_default(&cfg);
+	cfg.preemption = 0; /* jobs added to the view (what-if) never displace recorded ones */
+	int rc = tf_sched_new(&cfg, &s);
+	if (rc)
+		goto out;
+	rc = add_pools(s, pools, npools, err, errlen);
+	if (rc < 0)
+		goto out;
+	rc = 0;
+	if (access(path, F_OK) != 0) {
+		acct = json_pack("{s:[], s:[], s:f, s:f}", "runs", "projects", "slice_seconds", 0.0,
+				 "chip_seconds", 0.0);
+		free(path);
+		path = NULL;
+		goto done;
+	}
+	rc = tf_store_open(path, TF_STORE_READONLY, &st, err, errlen);
+	if (rc)
+		goto out;
+	int version = 0;
+	rc = tf_store_version(st, &version);
+	if (rc == 0 && version >= 2)
+		rc = read_open(st, &rows, &nrows);
+	if (rc == 0)
+		rc = accounting(st, version, &acct);
+	if (rc) {
+		snprintf(err, errlen, "cannot read slice jobs from '%s': %s", path,
+			 tf_store_errmsg(st));
+		goto out;
+	}
+	for (size_t i = 0; i < nrows; i++) {
+		struct open_row *r = &rows[i];
+		char why[400], perr[300];
+		const char *stale = stale_reason(r, why, sizeof(why));
+		if (stale) {
+			skip(skipped, r, stale);
+			continue;
+		}
+		if (!r->has_box) {
+			double w = now > r->queued_at ? now - r->queued_at : 0;
+			json_array_append_new(
+				waiting, json_pack("{s:s, s:s, s:i, s:s, s:i, s:f, s:f, s:s}", "run",
+						   r->run, "step", r->step, "attempt", r->attempt,
+						   "slice", r->slice, "chips", r->chips, "queued_at",
+						   r->queued_at, "waiting_seconds", w, "reason",
+						   r->wait_reason ? r->wait_reason
+								  : "waiting for its run's scheduler"));
+			continue;
+		}
+		int pool = pool_for_row(s, r, perr, sizeof(perr));
+		if (pool < 0) {
+			snprintf(why, sizeof(why), "pool '%s': %s", r->pool_spec, perr);
+			skip(skipped, r, why);
+			continue;
+		}
+		char name[256];
+		snprintf(name, sizeof(name), "%s/%s", r->run, r->step);
+		struct tf_sched_job_spec js = { .name = name, .run = r->run, .project = r->project,
+						.slice = r->slice, .priority = r->priority,
+						.preemptible = 1 };
+		int id = 0;
+		/* the view's scheduler clock: seconds relative to now (0), so that times it
+		 * prints (reservations) read as "from now" */
+		int prc = tf_sched_place_at(s, pool, &r->box, &js, r->started_at - now, &id, perr,
+					    sizeof(perr));
+		if (prc < 0) {
+			snprintf(why, sizeof(why), "%s%s", perr,
+				 prc == -EBUSY ? " (each 'tpuflow run' process schedules on its own "
+						 "pool, so two runs can pick the same chips)"
+					       : "");
+			skip(skipped, r, why);
+			continue;
+		}
+		double secs = now > r->started_at ? now - r->started_at : 0;
+		json_t *j = json_pack(
+			"{s:s, s:s, s:i, s:i, s:s, s:s, s:s, s:{s:[i,i,i], s:[i,i,i]}, s:i, s:s, "
+			"s:f, s:f, s:f, s:f}",
+			"run", r->run, "step", r->step, "attempt", r->attempt, "job", id, "slice",
+			r->slice, "pool", tf_sched_pool_name(s, pool), "pool_spec", r->pool_spec,
+			"box", "origin", r->box.origin[0], r->box.origin[1], r->box.origin[2],
+			"shape", r->box.shape[0], r->box.shape[1], r->box.shape[2], "chips", r->chips,
+			"project", r->project, "started_at", r->started_at, "running_seconds", secs,
+			"slice_seconds", secs, "chip_seconds", secs * r->chips);
+		json_array_append_new(running, j);
+	}
+done:
+	out->sched = s;
+	out->recorded = json_pack("{s:s?, s:o, s:o, s:o, s:o}", "database", path, "running",
+				  running, "waiting", waiting, "skipped", skipped, "accounting", acct);
+	s = NULL;
+	running = waiting = skipped = acct = NULL;
+	rc = 0;
+out:
+	for (size_t i = 0; i < nrows; i++)
+		open_row_release(&rows[i]);
+	free(rows);
+	tf_store_close(st);
+	tf_sched_free(s);
+	json_decref(running);
+	json_decref(waiting);
+	json_decref(skipped);
+	json_decref(acct);
+	free(path);
+	return rc;
+}
+
+void tf_slices_view_release(struct tf_slices_view *v)
+{
+	if (!v)
+		return;
+	tf_sched_free(v->sched);
+	json_decref(v->recorded);
+	v->sched = NULL;
+	v->recorded = NULL;
+}
