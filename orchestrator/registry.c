@@ -16,23 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int tx_begin(struct tf_store *st, int *own)
-{
-	*own = !tf_store_in_transaction(st);
-	return *own ? tf_store_begin(st) : 0;
-}
-
-static int tx_end(struct tf_store *st, int own, int rc)
-{
-	if (!own)
-		return rc;
-	if (rc) {
-		tf_store_rollback(st);
-		return rc;
-	}
-	return tf_store_commit(st);
-}
-
 static int model_id(struct tf_store *st, const char *model, int create, int64_t *id)
 {
 	int rc = tf_store_query_int(st, id, "SELECT id FROM models WHERE name=?", "t", model);
@@ -63,7 +46,7 @@ int tf_registry_register(struct tf_store *st, const struct tf_model_version_spec
 
 	if (!spec->model || !*spec->model || !spec->bundle || !*spec->bundle)
 		return -EINVAL;
-	rc = tx_begin(st, &own);
+	rc = tf_store_join(st, &own);
 	if (rc)
 		return rc;
 	rc = model_id(st, spec->model, 1, &mid);
@@ -112,7 +95,7 @@ int tf_registry_register(struct tf_store *st, const struct tf_model_version_spec
 		rc = add_event(st, spec->run_id, spec->step, "model", msg);
 	}
 out:
-	rc = tx_end(st, own, rc);
+	rc = tf_store_leave(st, own, rc);
 	if (rc == 0) {
 		*version = v;
 		if (existed)
@@ -166,7 +149,7 @@ int tf_registry_set_alias(struct tf_store *st, const char *model, const char *al
 			  int64_t version)
 {
 	int64_t mid, v;
-	int own, rc = tx_begin(st, &own);
+	int own, rc = tf_store_join(st, &own);
 	if (rc)
 		return rc;
 	rc = model_id(st, model, 0, &mid);
@@ -177,7 +160,7 @@ int tf_registry_set_alias(struct tf_store *st, const char *model, const char *al
 					"ii", mid, version);
 	if (rc == 0)
 		rc = set_alias(st, mid, alias, version);
-	return tx_end(st, own, rc);
+	return tf_store_leave(st, own, rc);
 }
 
 static json_t *deployment_row(struct tf_stmt *s, int base, const char *model)
@@ -245,7 +228,7 @@ int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json
 
 	if (!d->alias || !*d->alias || d->canary_percent < 0 || d->canary_percent >= 100)
 		return -EINVAL;
-	rc = tx_begin(st, &own);
+	rc = tf_store_join(st, &own);
 	if (rc)
 		return rc;
 	rc = model_id(st, d->model, 0, &mid);
@@ -313,7 +296,7 @@ int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json
 		goto out;
 	rc = deployment_by(st, d->model, mid, d->alias, &doc);
 out:
-	rc = tx_end(st, own, rc);
+	rc = tf_store_leave(st, own, rc);
 	if (rc == 0 && out)
 		*out = doc;
 	else

@@ -170,24 +170,6 @@ int tf_attempt_transition_ok(enum tf_attempt_state from, enum tf_attempt_state t
 	       (unsigned)to < TF_ATTEMPT_STATE_LAST;
 }
 
-/* Joins the caller's transaction, or opens one that `tx_end` commits. */
-static int tx_begin(struct tf_store *st, int *own)
-{
-	*own = !tf_store_in_transaction(st);
-	return *own ? tf_store_begin(st) : 0;
-}
-
-static int tx_end(struct tf_store *st, int own, int rc)
-{
-	if (!own)
-		return rc;
-	if (rc) {
-		tf_store_rollback(st);
-		return rc;
-	}
-	return tf_store_commit(st);
-}
-
 static int add_event(struct tf_store *st, const char *run, const char *step, int attempt,
 		     const char *kind, const char *from, const char *to, const char *message)
 {
@@ -208,11 +190,11 @@ static int add_event_noattempt(struct tf_store *st, const char *run, const char 
 int tf_event_add(struct tf_store *st, const char *run, const char *step, int attempt,
 		 const char *kind, const char *message)
 {
-	int own, rc = tx_begin(st, &own);
+	int own, rc = tf_store_join(st, &own);
 	if (rc)
 		return rc;
 	rc = add_event(st, run, step, attempt, kind, NULL, NULL, message);
-	return tx_end(st, own, rc);
+	return tf_store_leave(st, own, rc);
 }
 
 static void make_run_id(char out[32])
@@ -247,7 +229,7 @@ int tf_run_create(struct tf_store *st, const char *pipeline_name, const char *so
 	tf_sha256_update(h, source, strlen(source));
 	tf_sha256_final(h, digest);
 	make_run_id(id);
-	rc = tx_begin(st, &own);
+	rc = tf_store_join(st, &own);
 	if (rc)
 		return rc;
 	rc = tf_store_run(st,
@@ -271,7 +253,7 @@ int tf_run_create(struct tf_store *st, const char *pipeline_name, const char *so
 				  "ttit", id, steps[i].name, (int64_t)i, steps[i].type);
 	if (rc == 0)
 		rc = add_event_noattempt(st, id, NULL, "run", NULL, "pending", pipeline_name);
-	rc = tx_end(st, own, rc);
+	rc = tf_store_leave(st, own, rc);
 	if (rc == 0)
 		memcpy(run_id, id, sizeof(id));
 	return rc;
@@ -292,7 +274,7 @@ int tf_run_set_state(struct tf_store *st, const char *run, enum tf_run_state to,
 		     const char *error)
 {
 	enum tf_run_state from;
-	int own, rc = tx_begin(st, &own);
+	int own, rc = tf_store_join(st, &own);
 	if (rc)
 		return rc;
 	rc = tf_run_get_state(st, run, &from);
@@ -321,7 +303,7 @@ int tf_run_set_state(struct tf_store *st, const char *run, enum tf_run_state to,
 		rc = add_event_noattempt(st, run, NULL, "run", tf_run_state_name(from),
 					 tf_run_state_name(to), error);
 out:
-	return tx_end(st, own, rc);
+	return tf_store_leave(st, own, rc);
 }
 
 int tf_step_get_state(struct tf_store *st, const char *run, const char *step,
@@ -353,7 +335,7 @@ int tf_step_set_state(struct tf_store *st, const char *run, const char *step,
 {
 	static const struct tf_step_update none;
 	enum tf_step_state from;
-	int own, rc = tx_begin(st, &own);
+	int own, rc = tf_store_join(st, &own);
 	if (rc)
 		return rc;
 	if (!u)
@@ -387,7 +369,7 @@ int tf_step_set_state(struct tf_store *st, const char *run, const char *step,
 		rc = add_event_noattempt(st, run, step, "step", tf_step_state_name(from),
 					 tf_step_state_name(to), u->reason);
 out:
-	return tx_end(st, own, rc);
+	return tf_store_leave(st, own, rc);
 }
 
 int tf_step_set_progress(struct tf_store *st, const char *run, const char *step,
@@ -408,7 +390,7 @@ int tf_step_add_slice(struct tf_store *st, const char *run, const char *step, co
 
 int tf_attempt_create(struct tf_store *st, const char *run, const char *step, int n)
 {
-	int own, rc = tx_begin(st, &own);
+	int own, rc = tf_store_join(st, &own);
 	if (rc)
 		return rc;
 	rc = tf_store_run(st,
@@ -417,7 +399,7 @@ int tf_attempt_create(struct tf_store *st, const char *run, const char *step, in
 			  "ttid", run, step, (int64_t)n, tf_now_wall());
 	if (rc == 0)
 		rc = add_event(st, run, step, n, "attempt", NULL, "running", NULL);
-	return tx_end(st, own, rc);
+	return tf_store_leave(st, own, rc);
 }
 
 int tf_attempt_set_state(struct tf_store *st, const char *run, const char *step, int n,
@@ -426,7 +408,7 @@ int tf_attempt_set_state(struct tf_store *st, const char *run, const char *step,
 	static const struct tf_attempt_result none = { .exit_code = -1 };
 	enum tf_attempt_state from;
 	char *cur = NULL;
-	int own, rc = tx_begin(st, &own);
+	int own, rc = tf_store_join(st, &own);
 	if (rc)
 		return rc;
 	if (!r)
@@ -462,7 +444,7 @@ int tf_attempt_set_state(struct tf_store *st, const char *run, const char *step,
 			       tf_attempt_state_name(to), r->error);
 out:
 	free(cur);
-	return tx_end(st, own, rc);
+	return tf_store_leave(st, own, rc);
 }
 
 static json_t *json_or_null(const char *text)

@@ -146,6 +146,23 @@ int tf_store_in_transaction(const struct tf_store *st)
 	return !sqlite3_get_autocommit(st->db);
 }
 
+int tf_store_join(struct tf_store *st, int *own)
+{
+	*own = !tf_store_in_transaction(st);
+	return *own ? tf_store_begin(st) : 0;
+}
+
+int tf_store_leave(struct tf_store *st, int own, int rc)
+{
+	if (!own)
+		return rc;
+	if (rc) {
+		tf_store_rollback(st);
+		return rc;
+	}
+	return tf_store_commit(st);
+}
+
 int tf_store_migrate(struct tf_store *st, int *applied)
 {
 	int version = 0, n = 0, rc;

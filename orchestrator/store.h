@@ -60,6 +60,12 @@ int tf_store_begin(struct tf_store *st);
 int tf_store_commit(struct tf_store *st);
 void tf_store_rollback(struct tf_store *st); /* no-op when no transaction is open */
 int tf_store_in_transaction(const struct tf_store *st);
+/* For functions that may run inside a caller's transaction or on their own: tf_store_join
+ * opens a transaction only when none is open (*own says whether it did); tf_store_leave ends
+ * the one it opened (commit when rc is 0, else rollback) and returns rc or the commit's error,
+ * and leaves a caller's transaction alone. */
+int tf_store_join(struct tf_store *st, int *own);
+int tf_store_leave(struct tf_store *st, int own, int rc);
 
 /* Runs one or more SQL statements without parameters or results. */
 int tf_store_exec(struct tf_store *st, const char *sql);
