@@ -968,24 +968,39 @@ static void each_box(struct victim_search *v, const uint64_t *avail)
 		if (dup || sh[0] > t->dims[0] || sh[1] > t->dims[1] || sh[2] > t->dims[2])
 			continue;
 		memcpy(tried[nt++], sh, sizeof(sh));
-		/* reuse the search's origin sets by asking for each origin in turn would be
-		 * slow; instead scan origins, checking the box word by word */
 		int oz = t->wrap[2] && sh[2] < t->dims[2] ? t->dims[2] : t->dims[2] - sh[2] + 1;
 		int oy = t->wrap[1] && sh[1] < t->dims[1] ? t->dims[1] : t->dims[1] - sh[1] + 1;
-		int ox = t->wrap[0] && sh[0] < t->dims[0] ? t->dims[0] : t->dims[0] - sh[0] + 1;
 		if (t->wrap[2] && sh[2] == t->dims[2])
 			oz = 1;
 		if (t->wrap[1] && sh[1] == t->dims[1])
 			oy = 1;
-		if (t->wrap[0] && sh[0] == t->dims[0])
-			ox = 1;
+		const int X = t->dims[0], Y = t->dims[1], Z = t->dims[2];
 		for (int z = 0; z < oz; z++)
-			for (int y = 0; y < oy; y++)
-				for (int x = 0; x < ox; x++) {
-					struct tf_box b = { { x, y, z }, { sh[0], sh[1], sh[2] } };
-					if (tf_torus_box_all(t, avail, &b))
-						score_box(v, &b);
+			for (int y = 0; y < oy; y++) {
+				/* the chips usable in every row the box covers, then the origins
+				 * where a run of sh[0] of them starts (shifted ANDs, rotated where x
+				 * wraps); only those boxes are scored */
+				uint64_t acc = t->xmask, m;
+				for (int dz = 0; dz < sh[2] && acc; dz++)
+					for (int dy = 0; dy < sh[1] && acc; dy++)
+						acc &= avail[(y + dy) % Y + Y * ((z + dz) % Z)];
+				if (!acc)
+					continue;
+				if (sh[0] == X) {
+					m = acc == t->xmask;
+				} else {
+					m = acc;
+					for (int k = 1; k < sh[0] && m; k++)
+						m &= t->wrap[0] ? ((acc >> k) | (acc << (X - k))) & t->xmask
+								: acc >> k;
 				}
+				while (m) {
+					int x = __builtin_ctzll(m);
+					m &= m - 1;
+					struct tf_box b = { { x, y, z }, { sh[0], sh[1], sh[2] } };
+					score_box(v, &b);
+				}
+			}
 	}
 }
 
@@ -1194,11 +1209,12 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 	struct scan st = { 0 };
 	int examined = 0;
 	s->walk_serial++;
-	for (int pass = 0; pass < 2; pass++) {
-		if (pass == 1 && !st.borrowers)
-			break;
-		int *cursor = s->cursor, np = s->nprojects;
-		for (int prio = TF_SCHED_PRIO_MAX; prio >= 0; prio--) {
+	int *cursor = s->cursor, np = s->nprojects;
+	for (int prio = TF_SCHED_PRIO_MAX; prio >= 0; prio--) {
+		st.borrowers = 0;
+		for (int pass = 0; pass < 2; pass++) {
+			if (pass == 1 && !st.borrowers)
+				break;
 			int any = 0;
 			for (int k = 0; k < np; k++) {
 				cursor[k] = p->q[k * NPRIO + prio].head;
