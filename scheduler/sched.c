@@ -4,16 +4,20 @@
  * One tick, per pool:
  *  1. drained-out victims whose grace ended are killed (KILL) and requeued;
  *  2. jobs waiting on preempted victims start once their target box is clear;
- *  3. the queue is walked in order — priority high to low; within a priority the project with
- *     the lowest fair-share key next, (held chips + decayed usage / half-life) / weight; within
- *     a project FIFO — first the jobs within their project's quota, then the preemptible jobs
- *     of projects allowed to borrow, on whatever is left;
+ *  3. the queue is walked in order — priority high to low; within a priority first the jobs
+ *     within their project's quota, then the preemptible jobs of projects allowed to borrow, on
+ *     whatever is left; each of those by fair-share key, (held chips + decayed usage /
+ *     half-life) / weight, then FIFO within a project; a job that cannot get its quota holds it
+ *     against its project's jobs behind it for the rest of the walk;
  *  4. a job that fits starts at the placement touching the most busy chips and edges;
- *  5. the first job that does not fit may preempt lower-priority preemptible jobs (or, when in
- *     quota, borrowed ones), choosing the box that disturbs the fewest chips; if it cannot, it
- *     becomes the head: FIFO stops there, backfill computes its reservation (the earliest time
- *     and box it fits if running jobs end at their estimates) and lets later jobs start only if
- *     they end before that time or stay off the reserved box (EASY backfill).
+ *  5. a job that does not fit, or is over its quota and may not borrow, may preempt: jobs on
+ *     borrowed capacity first (reclaim), then its own project's lower-priority jobs (which
+ *     also give quota back), then other projects' lower-priority jobs, on the box that
+ *     disturbs the fewest chips of each class in turn; a job that can neither start nor
+ *     preempt for want of chips becomes the head: FIFO stops there, backfill computes its
+ *     reservation (the earliest time and box it fits if running jobs end at their estimates)
+ *     and lets later jobs start only if they end before that time or stay off the reserved box
+ *     (EASY backfill).
  *
  * Speed: placement results are memoised per requested shape while the pool's occupancy
  * generation is unchanged (ten thousand queued jobs share a few dozen shapes), the head's
