@@ -1099,7 +1099,7 @@ static void test_sched_urgent_never_starved_past_reservation(void **state)
 		tf_sched_decisions_release(&d);
 		tf_sched_free(s);
 	}
-	assert_true(checked >= 5); /* the property was exercised */
+	assert_true(checked >= 15); /* the property was exercised (22 urgent heads) */
 }
 
 /* Fair share with quotas: weights 3:1 decide the split within quotas and of borrowed
