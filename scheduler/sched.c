@@ -4,16 +4,20 @@
  * One tick, per pool:
  *  1. drained-out victims whose grace ended are killed (KILL) and requeued;
  *  2. jobs waiting on preempted victims start once their target box is clear;
- *  3. the queue is walked in order — priority high to low; within a priority the project with
- *     the lowest fair-share key next, (held chips + decayed usage / half-life) / weight; within
- *     a project FIFO — first the jobs within their project's quota, then the preemptible jobs
- *     of projects allowed to borrow, on whatever is left;
+ *  3. the queue is walked in order — priority high to low; within a priority first the jobs
+ *     within their project's quota, then the preemptible jobs of projects allowed to borrow, on
+ *     whatever is left; each of those by fair-share key, (held chips + decayed usage /
+ *     half-life) / weight, then FIFO within a project; a job that cannot get its quota holds it
+ *     against its project's jobs behind it for the rest of the walk;
  *  4. a job that fits starts at the placement touching the most busy chips and edges;
- *  5. the first job that does not fit may preempt lower-priority preemptible jobs (or, when in
- *     quota, borrowed ones), choosing the box that disturbs the fewest chips; if it cannot, it
- *     becomes the head: FIFO stops there, backfill computes its reservation (the earliest time
- *     and box it fits if running jobs end at their estimates) and lets later jobs start only if
- *     they end before that time or stay off the reserved box (EASY backfill).
+ *  5. a job that does not fit, or is over its quota and may not borrow, may preempt: jobs on
+ *     borrowed capacity first (reclaim), then its own project's lower-priority jobs (which
+ *     also give quota back), then other projects' lower-priority jobs, on the box that
+ *     disturbs the fewest chips of each class in turn; a job that can neither start nor
+ *     preempt for want of chips becomes the head: FIFO stops there, backfill computes its
+ *     reservation (the earliest time and box it fits if running jobs end at their estimates)
+ *     and lets later jobs start only if they end before that time or stay off the reserved box
+ *     (EASY backfill).
  *
  * Speed: placement results are memoised per requested shape while the pool's occupancy
  * generation is unchanged (ten thousand queued jobs share a few dozen shapes), the head's
@@ -127,6 +131,7 @@ void tf_sched_free(struct tf_sched *s)
 		free(s->projects[i].name);
 	free(s->projects);
 	free(s->cursor);
+	free(s->qhold);
 	for (int i = 0; i < s->nruns; i++)
 		free(s->runs[i].name);
 	free(s->runs);
@@ -353,6 +358,8 @@ static int project_get(struct tf_sched *s, const char *name)
 	s->projects[s->nprojects] = (struct project){ .name = tf_xstrdup(name), .weight = 1 };
 	i = s->nprojects++;
 	s->cursor = tf_xrealloc(s->cursor, (size_t)s->nprojects * sizeof(int));
+	s->qhold = tf_xrealloc(s->qhold, (size_t)s->nprojects * sizeof(int));
+	s->qhold[i] = 0;
 	ensure_queues(s);
 	return i;
 }
@@ -489,6 +496,7 @@ static void drop_target(struct tf_sched *s, struct job *j)
 	if (!j->has_target)
 		return;
 	j->has_target = 0;
+	s->projects[j->project].quota_used -= j->chips;
 	tf_torus_box_set(&p->t, p->reserved, &j->target, 0);
 	/* other targets never overlap this one, so clearing the box is exact */
 	refresh_box(p, &j->target);
@@ -527,6 +535,8 @@ static void start_job(struct tf_sched *s, struct job *j, const struct tf_box *bo
 	j->run_pos = p->nrunning;
 	p->running[p->nrunning++] = j->id;
 	pr->running_chips += j->chips;
+	if (!borrowed)
+		pr->quota_used += j->chips;
 	project_key(s, pr);
 	if (j->run_idx >= 0)
 		s->runs[j->run_idx].running_chips += j->chips;
@@ -558,6 +568,8 @@ static void release_chips(struct tf_sched *s, struct job *j, double now)
 	pr->chip_seconds += sec * j->chips;
 	pr->slice_seconds += sec;
 	pr->running_chips -= j->chips;
+	if (!j->borrowed)
+		pr->quota_used -= j->chips;
 	project_key(s, pr);
 	if (j->run_idx >= 0) {
 		s->runs[j->run_idx].chip_seconds += sec * j->chips;
@@ -966,55 +978,90 @@ static void reserve(struct tf_sched *s, struct pool *p, const struct job *j, dou
 
 /* ---- preemption ---- */
 
+/* What a running job is to a job looking for room (lower value: taken first). */
+enum victim_class {
+	VC_NONE,     /* not to be touched */
+	VC_BORROWED, /* runs on borrowed capacity: reclaimed first, at any priority from other
+			projects, at lower priority from its own */
+	VC_OWN,      /* the preemptor's project, lower priority, within the quota */
+	VC_OTHER,    /* another project, lower priority, within its quota: the last resort */
+};
+
 struct victim_search {
 	struct tf_sched *s;
 	struct pool *p;
 	const struct job *j;
-	int in_quota;      /* j runs within its quota: borrowed jobs are fair game */
-	int best_cost;     /* chips disturbed by the best box so far */
-	int best_victims;  /* victims of the best box */
-	struct tf_box best;
+	int need;     /* chips of its project's own in-quota jobs that must go for j to fit */
+	long best[4]; /* cost of the best box: see box_cost */
+	struct tf_box best_box;
 	int found;
 };
 
-static int victim_ok(const struct victim_search *v, const struct job *r)
+static enum victim_class victim_class(const struct job *j, const struct job *r)
 {
 	if (r->state != TF_JOB_RUNNING || !r->preemptible)
-		return 0;
-	if (r->prio < v->j->prio)
-		return 1;
-	return v->in_quota && r->borrowed && r->project != v->j->project;
+		return VC_NONE;
+	int lower = r->prio < j->prio;
+	if (r->borrowed)
+		return r->project != j->project || lower ? VC_BORROWED : VC_NONE;
+	if (!lower)
+		return VC_NONE;
+	return r->project == j->project ? VC_OWN : VC_OTHER;
 }
 
-/* Chips disturbed by taking box b: the whole of every job it touches (gang jobs stop as one). */
+/* The cost of a victim set, compared lexicographically: chips of other projects' in-quota
+ * jobs, then chips of the project's own in-quota jobs (at least `need`, which must go
+ * somewhere to make quota room), then all chips disturbed, then the number of victims. Every
+ * component only grows as victims are added, so a partial cost above the best prunes. */
+static void box_cost(const struct victim_search *v, const int chips[4], int victims, long c[4])
+{
+	int own = chips[VC_OWN] > v->need ? chips[VC_OWN] : v->need;
+	c[0] = chips[VC_OTHER];
+	c[1] = own;
+	c[2] = (long)chips[VC_OTHER] + own + chips[VC_BORROWED];
+	c[3] = victims;
+}
+
+static int cost_less(const long a[4], const long b[4])
+{
+	for (int i = 0; i < 4; i++)
+		if (a[i] != b[i])
+			return a[i] < b[i];
+	return 0;
+}
+
+/* Scores taking box b: the whole of every job it touches is disturbed (gang jobs stop as
+ * one). */
 static void score_box(struct victim_search *v, const struct tf_box *b)
 {
 	struct tf_sched *s = v->s;
 	struct pool *p = v->p;
 	const int *D = p->t.dims;
-	int cost = 0, victims = 0;
+	int chips[4] = { 0 }, victims = 0;
+	long c[4];
 	s->stamp_now++;
 	for (int dz = 0; dz < b->shape[2]; dz++)
 		for (int dy = 0; dy < b->shape[1]; dy++) {
 			int r = (b->origin[1] + dy) % D[1] + D[1] * ((b->origin[2] + dz) % D[2]);
 			for (int dx = 0; dx < b->shape[0]; dx++) {
-				int c = D[0] * r + (b->origin[0] + dx) % D[0];
-				int o = p->owner[c];
+				int o = p->owner[D[0] * r + (b->origin[0] + dx) % D[0]];
 				if (!o || s->stamp[o] == s->stamp_now)
 					continue;
 				s->stamp[o] = s->stamp_now;
-				cost += s->jobs[o].chips;
+				chips[victim_class(v->j, &s->jobs[o])] += s->jobs[o].chips;
 				victims++;
-				if (v->found && cost > v->best_cost)
-					return;
+				if (v->found) {
+					box_cost(v, chips, victims, c);
+					if (cost_less(v->best, c))
+						return;
+				}
 			}
 		}
-	if (!v->found || cost < v->best_cost ||
-	    (cost == v->best_cost && victims < v->best_victims)) {
+	box_cost(v, chips, victims, c);
+	if (!v->found || cost_less(c, v->best)) {
 		v->found = 1;
-		v->best_cost = cost;
-		v->best_victims = victims;
-		v->best = *b;
+		memcpy(v->best, c, sizeof(c));
+		v->best_box = *b;
 	}
 }
 
@@ -1034,39 +1081,118 @@ static void each_box(struct victim_search *v, const uint64_t *avail)
 		if (dup || sh[0] > t->dims[0] || sh[1] > t->dims[1] || sh[2] > t->dims[2])
 			continue;
 		memcpy(tried[nt++], sh, sizeof(sh));
-		/* reuse the search's origin sets by asking for each origin in turn would be
-		 * slow; instead scan origins, checking the box word by word */
 		int oz = t->wrap[2] && sh[2] < t->dims[2] ? t->dims[2] : t->dims[2] - sh[2] + 1;
 		int oy = t->wrap[1] && sh[1] < t->dims[1] ? t->dims[1] : t->dims[1] - sh[1] + 1;
-		int ox = t->wrap[0] && sh[0] < t->dims[0] ? t->dims[0] : t->dims[0] - sh[0] + 1;
 		if (t->wrap[2] && sh[2] == t->dims[2])
 			oz = 1;
 		if (t->wrap[1] && sh[1] == t->dims[1])
 			oy = 1;
-		if (t->wrap[0] && sh[0] == t->dims[0])
-			ox = 1;
+		const int X = t->dims[0], Y = t->dims[1], Z = t->dims[2];
 		for (int z = 0; z < oz; z++)
-			for (int y = 0; y < oy; y++)
-				for (int x = 0; x < ox; x++) {
-					struct tf_box b = { { x, y, z }, { sh[0], sh[1], sh[2] } };
-					if (tf_torus_box_all(t, avail, &b))
-						score_box(v, &b);
+			for (int y = 0; y < oy; y++) {
+				/* the chips usable in every row the box covers, then the origins
+				 * where a run of sh[0] of them starts (shifted ANDs, rotated where x
+				 * wraps); only those boxes are scored */
+				uint64_t acc = t->xmask, m;
+				for (int dz = 0; dz < sh[2] && acc; dz++)
+					for (int dy = 0; dy < sh[1] && acc; dy++)
+						acc &= avail[(y + dy) % Y + Y * ((z + dz) % Z)];
+				if (!acc)
+					continue;
+				if (sh[0] == X) {
+					m = acc == t->xmask;
+				} else {
+					m = acc;
+					for (int k = 1; k < sh[0] && m; k++)
+						m &= t->wrap[0] ? ((acc >> k) | (acc << (X - k))) & t->xmask
+								: acc >> k;
 				}
+				while (m) {
+					int x = __builtin_ctzll(m);
+					m &= m - 1;
+					struct tf_box b = { { x, y, z }, { sh[0], sh[1], sh[2] } };
+					score_box(v, &b);
+				}
+			}
 	}
 }
 
-/* Tries to make room for j by preempting; on success emits PREEMPT decisions and gives j a
- * drain target. Returns 1 when it did. */
-static int try_preempt(struct tf_sched *s, struct pool *p, struct job *j, int in_quota,
-		       double now, struct tf_sched_decisions *out)
+static void preempt_one(struct tf_sched *s, struct job *r, const struct job *cause, double now,
+			struct tf_sched_decisions *out)
 {
-	struct victim_search v = { .s = s, .p = p, .j = j, .in_quota = in_quota };
+	set_state(r, TF_JOB_DRAINING);
+	r->deadline = now + s->cfg.grace_seconds;
+	r->preemptions++;
+	push(s, out, (struct tf_sched_decision){ .action = TF_SCHED_PREEMPT,
+						 .job = r->id,
+						 .attempt = r->attempts,
+						 .pool = r->pool,
+						 .box = r->box,
+						 .chips = r->chips,
+						 .deadline = r->deadline,
+						 .cause = cause->id });
+}
+
+/* Chips of the project's own lower-priority preemptible in-quota jobs, in every pool: what
+ * preempting could give back to its quota. */
+static int own_reclaimable(const struct tf_sched *s, const struct job *j)
+{
+	int n = 0;
+	for (int pi = 0; pi < s->npools; pi++) {
+		const struct pool *p = &s->pools[pi];
+		for (int i = 0; i < p->nrunning; i++) {
+			const struct job *r = &s->jobs[p->running[i]];
+			if (r->project == j->project && victim_class(j, r) == VC_OWN)
+				n += r->chips;
+		}
+	}
+	return n;
+}
+
+/* Preempts more of the project's own lower-priority in-quota jobs (anywhere) until `need`
+ * chips of quota come back: each time the smallest job that covers what is left, else the
+ * largest, so the fewest chips go. */
+static void preempt_for_quota(struct tf_sched *s, const struct job *j, int need, double now,
+			      struct tf_sched_decisions *out)
+{
+	while (need > 0) {
+		struct job *cover = NULL, *largest = NULL;
+		for (int pi = 0; pi < s->npools; pi++) {
+			const struct pool *p = &s->pools[pi];
+			for (int i = 0; i < p->nrunning; i++) {
+				struct job *r = &s->jobs[p->running[i]];
+				if (r->project != j->project || victim_class(j, r) != VC_OWN)
+					continue;
+				if (r->chips >= need && (!cover || r->chips < cover->chips))
+					cover = r;
+				if (!largest || r->chips > largest->chips)
+					largest = r;
+			}
+		}
+		struct job *r = cover ? cover : largest;
+		if (!r)
+			return; /* cannot happen: own_reclaimable checked there is enough */
+		preempt_one(s, r, j, now, out);
+		need -= r->chips;
+	}
+}
+
+/* Tries to make room for j by preempting: a box of free chips and victims (victim_class)
+ * with the lowest box_cost, plus, when its project is short of `need` quota chips, enough of
+ * the project's own lower-priority jobs. On success emits PREEMPT decisions, gives j a drain
+ * target and holds its chips in the quota. Returns 1 when it did. */
+static int try_preempt(struct tf_sched *s, struct pool *p, struct job *j, int need, double now,
+		       struct tf_sched_decisions *out)
+{
+	struct victim_search v = { .s = s, .p = p, .j = j, .need = need > 0 ? need : 0 };
+	if (v.need && own_reclaimable(s, j) < v.need)
+		return 0;
 	int any = 0;
 	/* usable if we may take it: free, or held by an eligible victim */
 	memcpy(p->scratch, p->free, (size_t)p->t.nrows * sizeof(uint64_t));
 	for (int i = 0; i < p->nrunning; i++) {
 		const struct job *r = &s->jobs[p->running[i]];
-		if (victim_ok(&v, r)) {
+		if (victim_class(j, r) != VC_NONE) {
 			tf_torus_box_set(&p->t, p->scratch, &r->box, 1);
 			any = 1;
 		}
@@ -1082,7 +1208,8 @@ static int try_preempt(struct tf_sched *s, struct pool *p, struct job *j, int in
 		return 0;
 	/* preempt every job the box touches */
 	const int *D = p->t.dims;
-	const struct tf_box *b = &v.best;
+	const struct tf_box *b = &v.best_box;
+	int own = 0;
 	for (int dz = 0; dz < b->shape[2]; dz++)
 		for (int dy = 0; dy < b->shape[1]; dy++)
 			for (int dx = 0; dx < b->shape[0]; dx++) {
@@ -1092,20 +1219,13 @@ static int try_preempt(struct tf_sched *s, struct pool *p, struct job *j, int in
 				struct job *r = &s->jobs[p->owner[c]];
 				if (!p->owner[c] || r->state != TF_JOB_RUNNING)
 					continue;
-				set_state(r, TF_JOB_DRAINING);
-				r->deadline = now + s->cfg.grace_seconds;
-				r->preemptions++;
-				push(s, out, (struct tf_sched_decision){ .action = TF_SCHED_PREEMPT,
-									 .job = r->id,
-									 .attempt = r->attempts,
-									 .pool = r->pool,
-									 .box = r->box,
-									 .chips = r->chips,
-									 .deadline = r->deadline,
-									 .cause = j->id });
+				own += victim_class(j, r) == VC_OWN ? r->chips : 0;
+				preempt_one(s, r, j, now, out);
 			}
+	preempt_for_quota(s, j, v.need - own, now, out);
 	j->has_target = 1;
-	j->target = v.best;
+	j->target = v.best_box;
+	s->projects[j->project].quota_used += j->chips;
 	tf_torus_box_set(&p->t, p->reserved, &j->target, 1);
 	refresh_box(p, &j->target);
 	if (p->ntargets == p->captargets) {
@@ -1127,27 +1247,46 @@ struct scan {
 	int borrowers;    /* over-quota jobs that may borrow were skipped in the first pass */
 };
 
-static int try_job(struct tf_sched *s, struct pool *p, struct job *j, int pass, double now,
-		   struct scan *st, struct tf_sched_decisions *out)
+/* Quota chips j would overrun its project's quota by if it started within it now (<= 0: it
+ * fits), counting the chips held this tick for the project's jobs ahead of it. */
+static int quota_over(const struct tf_sched *s, const struct job *j)
+{
+	const struct project *pr = &s->projects[j->project];
+	if (!pr->quota)
+		return 0;
+	return pr->quota_used + s->qhold[j->project] + j->chips - pr->quota;
+}
+
+/* One queued job. pass 0: within its quota (over <= 0), or over it and unable to borrow
+ * (over > 0: it may only make quota room by preempting its own project's lower-priority
+ * jobs); pass 1: a borrower over its quota (it starts borrowed, or makes quota room the
+ * same way). */
+static int try_job(struct tf_sched *s, struct pool *p, struct job *j, int pass, int over,
+		   double now, struct scan *st, struct tf_sched_decisions *out)
 {
 	struct tf_box box;
-	if (find_fit(p, j, &box)) {
-		if (st->resv && now + j->est > p->resv_time) {
-			/* would still run at the reserved time: only off the reserved box */
-			if (!find_fit_avoiding(p, j, &p->resv_box, &box))
-				return GO_ON;
-		}
-		start_job(s, j, &box, now, pass == 1, !st->resv, out);
+	if ((over <= 0 || pass == 1) && find_fit(p, j, &box)) {
+		/* one that would still run at the reserved time goes only off the reserved box */
+		if (!st->resv || now + j->est <= p->resv_time ||
+		    find_fit_avoiding(p, j, &p->resv_box, &box))
+			start_job(s, j, &box, now, pass == 1, !st->resv, out);
+		return GO_ON;
+	}
+	if (!st->head_blocked && s->cfg.preemption && try_preempt(s, p, j, over, now, out))
+		return GO_ON;
+	if (pass == 0 && over > 0) {
+		/* waits for quota, not chips: not a head; the jobs of its project behind it may
+		 * not take the quota it waits for (they may still borrow) */
+		s->qhold[j->project] += j->chips;
 		return GO_ON;
 	}
 	if (st->head_blocked)
-		return GO_ON;
-	if (pass == 0 && s->cfg.preemption && try_preempt(s, p, j, 1, now, out))
 		return GO_ON;
 	reserve(s, p, j, now);
 	if (!p->resv_ok)
 		return GO_ON; /* cannot run even on an empty pool now (failed chips): not a head */
 	st->head_blocked = 1;
+	s->qhold[j->project] += j->chips; /* its quota is kept for it like its box */
 	if (s->cfg.policy == TF_SCHED_FIFO)
 		return STOP;
 	st->resv = 1;
@@ -1157,11 +1296,13 @@ static int try_job(struct tf_sched *s, struct pool *p, struct job *j, int pass, 
 static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 			  struct tf_sched_decisions *out)
 {
-	/* 2. jobs whose drained box is now clear */
+	/* 2. jobs whose drained box is now clear (and whose project is back within its quota,
+	 * its own preempted jobs having exited) */
 	for (int i = 0; i < p->ntargets;) {
 		struct job *j = &s->jobs[p->targets[i]];
 		struct tf_box tb = j->target;
-		int clear = 1;
+		const struct project *pr = &s->projects[j->project];
+		int clear = !pr->quota || pr->quota_used <= pr->quota;
 		for (int dz = 0; dz < tb.shape[2] && clear; dz++)
 			for (int dy = 0; dy < tb.shape[1] && clear; dy++) {
 				int r = (tb.origin[1] + dy) % p->t.dims[1] +
@@ -1180,11 +1321,13 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 		return;
 	struct scan st = { 0 };
 	int examined = 0;
-	for (int pass = 0; pass < 2; pass++) {
-		if (pass == 1 && !st.borrowers)
-			break;
-		int *cursor = s->cursor, np = s->nprojects;
-		for (int prio = TF_SCHED_PRIO_MAX; prio >= 0; prio--) {
+	s->walk_serial++;
+	int *cursor = s->cursor, np = s->nprojects;
+	for (int prio = TF_SCHED_PRIO_MAX; prio >= 0; prio--) {
+		st.borrowers = 0;
+		for (int pass = 0; pass < 2; pass++) {
+			if (pass == 1 && !st.borrowers)
+				break;
 			int any = 0;
 			for (int k = 0; k < np; k++) {
 				cursor[k] = p->q[k * NPRIO + prio].head;
@@ -1208,18 +1351,20 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 				if (j->has_target)
 					continue;
 				struct project *pr = &s->projects[j->project];
-				int in_quota = !pr->quota || pr->running_chips + j->chips <= pr->quota;
-				if (pass == 0 && !in_quota) {
-					st.borrowers += j->preemptible && pr->may_borrow;
+				int may_borrow = j->preemptible && pr->may_borrow;
+				int over = quota_over(s, j);
+				if (pass == 0 && over > 0 && may_borrow) {
+					st.borrowers++;
+					j->borrow_walk = s->walk_serial; /* for pass 1 */
 					continue;
 				}
-				if (pass == 1 && (in_quota || !j->preemptible || !pr->may_borrow))
+				if (pass == 1 && j->borrow_walk != s->walk_serial)
 					continue;
 				if (++examined > s->cfg.backfill_depth)
 					return;
 				if (p->busy_chips + p->failed_chips >= p->t.nchips && st.head_blocked)
 					return; /* nothing free, and preemption already tried */
-				if (try_job(s, p, j, pass, now, &st, out) == STOP)
+				if (try_job(s, p, j, pass, over, now, &st, out) == STOP)
 					return;
 			}
 		}
@@ -1250,8 +1395,10 @@ int tf_sched_tick(struct tf_sched *s, double now, struct tf_sched_decisions *out
 			requeue(s, j);
 		}
 	}
-	for (int i = 0; i < s->nprojects; i++)
+	for (int i = 0; i < s->nprojects; i++) {
 		project_key(s, &s->projects[i]);
+		s->qhold[i] = 0;
+	}
 	for (int pi = 0; pi < s->npools; pi++)
 		schedule_pool(s, &s->pools[pi], now, out);
 	return 0;
@@ -1542,10 +1689,10 @@ int tf_sched_job_reason(struct tf_sched *s, int id, char *buf, size_t len)
 		return 0;
 	}
 	const struct project *pr = &s->projects[j->project];
-	if (pr->quota && pr->running_chips + j->chips > pr->quota &&
+	if (pr->quota && pr->quota_used + j->chips > pr->quota &&
 	    !(j->preemptible && pr->may_borrow)) {
 		snprintf(buf, len, "project '%s' at quota: uses %d of %d chips, needs %d more%s",
-			 pr->name, pr->running_chips, pr->quota, j->chips,
+			 pr->name, pr->quota_used, pr->quota, j->chips,
 			 j->preemptible ? "" : " (only preemptible jobs may borrow)");
 		return 0;
 	}

@@ -43,7 +43,8 @@ struct tf_sched_config {
 	double default_estimate;     /* duration assumed for jobs that give none (default 3600) */
 	double fair_half_life;       /* half-life of the usage history behind fair share (3600) */
 	int backfill_depth;          /* queued jobs examined per pool per tick (default 1000) */
-	int preemption;              /* 1: higher priority / in-quota jobs may preempt (default 1) */
+	int preemption;              /* 1: jobs may preempt to reclaim borrowed capacity, by
+					priority, and within a project (default 1) */
 };
 
 enum tf_sched_job_state {

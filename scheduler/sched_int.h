@@ -7,6 +7,8 @@
  *     their busy bit set; a running job's box holds no failed chip.
  *  3. A QUEUED job is in exactly one queue list: q[pool][project][priority], ordered by seq.
  *  4. reserved = the union of the target boxes of queued jobs waiting for preempted jobs.
+ *  5. project quota_used = chips of its running and draining jobs with borrowed == 0, plus
+ *     chips of its queued jobs with a drain target.
  */
 #ifndef TF_SCHED_INT_H
 #define TF_SCHED_INT_H
@@ -24,6 +26,9 @@ struct project {
 	int quota;           /* chips across all pools, 0: unlimited */
 	int may_borrow;      /* preemptible jobs may exceed the quota on idle capacity */
 	int running_chips;   /* chips held now (running and draining jobs) */
+	int quota_used;      /* chips counted against the quota: running and draining jobs that
+				started within it, plus chips held for its jobs waiting on
+				preempted jobs (invariant 5); borrowed jobs do not count */
 	double decayed;      /* chip-seconds used, decayed with the configured half-life */
 	double chip_seconds; /* accounted chip-seconds of finished attempts */
 	double slice_seconds; /* accounted slice-seconds of finished attempts */
@@ -64,6 +69,7 @@ struct job {
 	struct tf_box target;        /* the box being drained for it */
 	double chip_seconds, slice_seconds; /* accounted (finished attempts) */
 	int prev, next;              /* queue list links (job ids, 0: none) */
+	uint64_t borrow_walk;        /* walk_serial of the walk that left it to the borrow pass */
 	int run_pos;                 /* index in its pool's running array, -1 when not running */
 };
 
@@ -120,6 +126,8 @@ struct tf_sched {
 	struct project *projects;
 	int nprojects;
 	int *cursor;         /* per project: next queued job in the walk (tick scratch) */
+	int *qhold;          /* per project: quota chips held this tick for its blocked jobs, so
+				jobs behind them cannot take the quota they wait for (tick scratch) */
 	struct run_acct *runs;
 	int nruns;
 	struct job *jobs; /* jobs[0] unused: ids start at 1 */
@@ -130,6 +138,7 @@ struct tf_sched {
 	double last_accrue;  /* time fair-share usage was last decayed */
 	int *stamp;          /* per job id, for distinct-victim counting */
 	int stamp_now;
+	uint64_t walk_serial; /* bumps on every queue walk (one per pool per tick) */
 	uint64_t decisions;  /* decisions taken so far */
 };
 

@@ -908,6 +908,379 @@ static void test_sched_simulate_small(void **state)
 	assert_int_equal(tf_sched_simulate(&o, &f, err, sizeof(err)), -EINVAL);
 }
 
+/* ---- quotas and preemption: reclaim, in-project priority, the urgent head ---- */
+
+/* Invariant 5 of sched_int.h: quota_used = in-quota running/draining jobs + drain targets. */
+static void check_quota(const struct tf_sched *s)
+{
+	for (int k = 0; k < s->nprojects; k++) {
+		int used = 0;
+		for (int id = 1; id < s->njobs; id++) {
+			const struct job *j = &s->jobs[id];
+			if (j->project != k)
+				continue;
+			if ((j->state == TF_JOB_RUNNING || j->state == TF_JOB_DRAINING) && !j->borrowed)
+				used += j->chips;
+			if (j->state == TF_JOB_QUEUED && j->has_target)
+				used += j->chips;
+		}
+		assert_int_equal(used, s->projects[k].quota_used);
+	}
+}
+
+struct qjob {
+	const char *slice, *project;
+	int prio, preemptible;
+	int phase; /* submitted and ticked in phase 0 or 1, so later jobs find quotas in use */
+};
+
+struct reclaim_case {
+	const char *what;
+	int quota_a, quota_b;  /* both projects may borrow */
+	struct qjob run[4];    /* jobs filling the 64-chip pool (slice NULL: unused) */
+	struct qjob urgent;    /* the job looking for room (project b) */
+	int victims[4];        /* 1: this running job must be preempted, 2: any one of these */
+	int want_preemptions;  /* PREEMPT decisions expected */
+	int check_borrowed;    /* every victim ran on borrowed capacity */
+};
+
+#define QJ(sl, pr, prio, pre, ph) { sl, pr, prio, pre, ph }
+static const struct reclaim_case reclaim_cases[] = {
+	{ "borrowed capacity before lower-priority jobs within a quota", 32, 32,
+	  { QJ("v4:1x4x4", "a", 1, 1, 0), QJ("v4:1x4x4", "a", 1, 1, 0), QJ("v4:1x4x4", "a", 5, 1, 1),
+	    QJ("v4:1x4x4", "a", 5, 1, 1) },
+	  QJ("v4:1x4x4", "b", 3, 0, 0), { 0, 0, 2, 2 }, 1, 1 },
+	{ "the smallest borrower: fewest chips disturbed", 16, 48,
+	  { QJ("v4:1x4x4", "a", 1, 1, 0), QJ("v4:2x4x4", "a", 1, 1, 1), QJ("v4:1x4x4", "a", 1, 1, 1) },
+	  QJ("v4:1x4x4", "b", 1, 0, 0), { 0, 0, 1, 0 }, 1, 1 },
+	{ "borrowers at any priority, never in-quota jobs of equal priority", 16, 48,
+	  { QJ("v4:1x4x4", "a", 9, 1, 0), QJ("v4:1x4x4", "a", 9, 1, 1), QJ("v4:2x4x4", "c", 9, 0, 1) },
+	  QJ("v4:1x4x4", "b", 1, 0, 0), { 0, 1, 0, 0 }, 1, 1 },
+	{ "a job that must borrow does not reclaim", 16, 16,
+	  { QJ("v4:1x4x4", "a", 1, 1, 0), QJ("v4:1x4x4", "b", 9, 0, 0), QJ("v4:2x4x4", "a", 1, 1, 1) },
+	  QJ("v4:1x4x4", "b", 1, 1, 0), { 0, 0, 0, 0 }, 0, 0 },
+};
+
+/* Reclaim: a job within its quota takes back lent capacity, borrowers first, fewest chips. */
+static void test_sched_reclaim_borrowers_first(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(reclaim_cases) / sizeof(reclaim_cases[0]); i++) {
+		const struct reclaim_case *c = &reclaim_cases[i];
+		struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+		struct tf_sched_decisions d = { 0 };
+		tf_sched_set_project(s, "a", 1, c->quota_a, 1);
+		tf_sched_set_project(s, "b", 1, c->quota_b, 1);
+		int ids[4] = { 0 }, nstart = 0;
+		for (int ph = 0; ph < 2; ph++) {
+			for (int k = 0; k < 4; k++)
+				if (c->run[k].slice && c->run[k].phase == ph)
+					ids[k] = submit(s, c->run[k].slice, c->run[k].project,
+							c->run[k].prio, c->run[k].preemptible, 1000, ph);
+			tf_sched_tick(s, ph, &d);
+			nstart += count_action(&d, TF_SCHED_START);
+		}
+		int want_run = 0;
+		for (int k = 0; k < 4; k++)
+			want_run += c->run[k].slice != NULL;
+		assert_int_equal(nstart, want_run);
+		assert_int_equal(s->pools[0].busy_chips, 64);
+		int u = submit(s, c->urgent.slice, c->urgent.project, c->urgent.prio,
+			       c->urgent.preemptible, 100, 10);
+		tf_sched_tick(s, 10, &d);
+		int npre = count_action(&d, TF_SCHED_PREEMPT), any_of = 0;
+		if (npre != c->want_preemptions)
+			fail_msg("case '%s': %d preemptions, want %d", c->what, npre,
+				 c->want_preemptions);
+		for (size_t k = 0; k < d.n; k++) {
+			if (d.v[k].action != TF_SCHED_PREEMPT)
+				continue;
+			int idx = -1;
+			for (int m = 0; m < 4; m++)
+				if (ids[m] == d.v[k].job)
+					idx = m;
+			if (idx < 0 || !c->victims[idx])
+				fail_msg("case '%s': preempted job %d, not an expected victim", c->what,
+					 d.v[k].job);
+			any_of += c->victims[idx] == 2;
+			assert_int_equal(d.v[k].cause, u);
+			struct tf_sched_job_info ji;
+			tf_sched_job_info(s, d.v[k].job, 10, &ji);
+			if (c->check_borrowed)
+				assert_true(ji.borrowed);
+		}
+		for (int m = 0; m < 4; m++)
+			if (c->victims[m] == 1) {
+				struct tf_sched_job_info ji;
+				tf_sched_job_info(s, ids[m], 10, &ji);
+				assert_int_equal(ji.state, TF_JOB_DRAINING);
+			}
+		assert_true(any_of <= 1);
+		check_quota(s);
+		check_invariants(s);
+		if (npre) {
+			for (size_t k = 0; k < d.n; k++)
+				if (d.v[k].action == TF_SCHED_PREEMPT)
+					tf_sched_release(s, d.v[k].job, 15);
+			tf_sched_tick(s, 15, &d);
+			assert_true(started(&d, u));
+			check_quota(s);
+			check_invariants(s);
+		}
+		tf_sched_decisions_release(&d);
+		tf_sched_free(s);
+	}
+}
+
+struct inproject_case {
+	const char *what;
+	int quota_b;
+	struct qjob run[4];   /* a holds 32 chips within its quota; b's jobs as listed */
+	struct qjob urgent;   /* project b */
+	int victims[4];       /* 1: must be preempted, 2: any one of these */
+	int want_preemptions;
+	const char *reason;   /* when nothing is preempted: a fragment of the urgent job's reason */
+};
+
+static const struct inproject_case inproject_cases[] = {
+	{ "over its quota: preempts its own lower-priority job", 32,
+	  { QJ("v4:1x4x4", "b", 1, 1, 0), QJ("v4:1x4x4", "b", 1, 1, 0) },
+	  QJ("v4:1x4x4", "b", 8, 0, 1), { 2, 2, 0, 0 }, 1, NULL },
+	{ "its own lower priority before another project's", 48,
+	  { QJ("v4:1x4x4", "b", 1, 1, 0), QJ("v4:1x4x4", "b", 1, 1, 0) },
+	  QJ("v4:1x4x4", "b", 8, 0, 1), { 2, 2, 0, 0 }, 1, NULL },
+	{ "a gang job of its own goes whole", 32,
+	  { QJ("v4:2x4x4", "b", 1, 1, 0) },
+	  QJ("v4:1x4x4", "b", 8, 0, 1), { 1, 0, 0, 0 }, 1, NULL },
+	{ "never its own equal-priority or non-preemptible jobs", 32,
+	  { QJ("v4:1x4x4", "b", 8, 1, 0), QJ("v4:1x4x4", "b", 1, 0, 0) },
+	  QJ("v4:1x4x4", "b", 8, 0, 1), { 0, 0, 0, 0 }, 0, "at quota" },
+	{ "room in the pool, none in the quota: an own job elsewhere goes", 16,
+	  { QJ("v4:2x2x4", "b", 1, 1, 0) },
+	  QJ("v4:2x2x4", "b", 8, 0, 1), { 1, 0, 0, 0 }, 1, NULL },
+};
+
+/* Within a project, a higher-priority job makes quota room by preempting the project's own
+ * lower-priority preemptible jobs, and the quota it waits for is not taken by jobs behind
+ * it. Project a always holds 32 chips within its quota at priority 1, preemptible. */
+static void test_sched_inproject_preemption_by_priority(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(inproject_cases) / sizeof(inproject_cases[0]); i++) {
+		const struct inproject_case *c = &inproject_cases[i];
+		struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+		struct tf_sched_decisions d = { 0 };
+		tf_sched_set_project(s, "a", 1, 32, 0);
+		tf_sched_set_project(s, "b", 1, c->quota_b, 0);
+		int ids[4] = { 0 };
+		submit(s, "v4:2x4x4", "a", 1, 1, 1000, 0);
+		for (int k = 0; k < 4; k++)
+			if (c->run[k].slice)
+				ids[k] = submit(s, c->run[k].slice, c->run[k].project, c->run[k].prio,
+						c->run[k].preemptible, 1000, 0);
+		tf_sched_tick(s, 0, &d);
+		for (int k = 0; k < 4; k++)
+			if (ids[k])
+				assert_true(started(&d, ids[k]));
+		int u = submit(s, c->urgent.slice, c->urgent.project, c->urgent.prio,
+			       c->urgent.preemptible, 100, 10);
+		/* a lower-priority job of b behind it may not take the quota it waits for */
+		int behind = submit(s, "v4-8", "b", 1, 0, 100, 10);
+		tf_sched_tick(s, 10, &d);
+		assert_false(started(&d, behind));
+		int npre = count_action(&d, TF_SCHED_PREEMPT);
+		if (npre != c->want_preemptions)
+			fail_msg("case '%s': %d preemptions, want %d", c->what, npre,
+				 c->want_preemptions);
+		int any_of = 0;
+		for (size_t k = 0; k < d.n; k++) {
+			if (d.v[k].action != TF_SCHED_PREEMPT)
+				continue;
+			int idx = -1;
+			for (int m = 0; m < 4; m++)
+				if (ids[m] == d.v[k].job)
+					idx = m;
+			if (idx < 0 || !c->victims[idx])
+				fail_msg("case '%s': preempted job %d, not an expected victim", c->what,
+					 d.v[k].job);
+			any_of += c->victims[idx] == 2;
+			assert_int_equal(d.v[k].cause, u);
+		}
+		assert_true(any_of <= 1);
+		check_quota(s);
+		check_invariants(s);
+		if (c->reason) {
+			char why[200];
+			tf_sched_job_reason(s, u, why, sizeof(why));
+			if (!strstr(why, c->reason))
+				fail_msg("case '%s': reason '%s'", c->what, why);
+		} else {
+			/* the victims checkpoint and exit; the urgent job starts within its quota */
+			for (size_t k = 0; k < d.n; k++)
+				if (d.v[k].action == TF_SCHED_PREEMPT)
+					tf_sched_release(s, d.v[k].job, 15);
+			tf_sched_tick(s, 15, &d);
+			assert_true(started(&d, u));
+			struct tf_sched_job_info ji;
+			tf_sched_job_info(s, u, 15, &ji);
+			assert_false(ji.borrowed);
+			if (s->projects[1].quota_used > c->quota_b)
+				fail_msg("case '%s': b uses %d of its quota %d", c->what,
+					 s->projects[1].quota_used, c->quota_b);
+			check_quota(s);
+			check_invariants(s);
+		}
+		tf_sched_decisions_release(&d);
+		tf_sched_free(s);
+	}
+}
+
+/* Property over random workloads with exact estimates: priority-8 non-preemptible jobs (the
+ * only ones of that priority) never start later than the first reservation they were given
+ * as the head, while lower-priority jobs of two projects with quotas borrow, backfill and
+ * preempt each other around them. */
+static void test_sched_urgent_never_starved_past_reservation(void **state)
+{
+	(void)state;
+	static const char *slices[] = { "v4-8", "v4:2x2x2", "v4:2x2x4", "v4:2x4x4", "v4:4x4x4" };
+	static const char *projects[] = { "a", "b" };
+	int checked = 0;
+	for (uint64_t seed = 1; seed <= 30; seed++) {
+		struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+		struct tf_sched_decisions d = { 0 };
+		tf_sched_set_project(s, "a", 2, 32, 1);
+		tf_sched_set_project(s, "b", 1, 32, 1);
+		tf_sched_set_project(s, "u", 1, 64, 0);
+		tf_sched_set_project(s, "c", 1, 64, 0); /* large jobs of a and b */
+		enum { N = 60 };
+		struct {
+			double arrive, dur, start, resv, release;
+			const char *slice, *project;
+			int prio, preemptible, id, done;
+		} jobs[N];
+		uint64_t st = seed * 104729;
+		double t = 0;
+		for (int i = 0; i < N; i++) {
+			st = st * 6364136223846793005ull + 1442695040888963407ull;
+			t += (double)((st >> 33) % 30);
+			int urgent = (st >> 50) % 8 == 0;
+			jobs[i].arrive = t;
+			jobs[i].dur = 10 + (double)((st >> 20) % 300);
+			jobs[i].slice = slices[(st >> 40) % 5];
+			jobs[i].project = urgent ? "u" : projects[(st >> 45) % 2];
+			if (!urgent && !strcmp(jobs[i].slice, "v4:4x4x4"))
+				jobs[i].project = "c"; /* beyond a's and b's quotas */
+			jobs[i].prio = urgent ? 8 : 1 + (int)((st >> 47) % 5);
+			jobs[i].preemptible = !urgent && (st >> 53) % 4 != 0;
+			jobs[i].start = jobs[i].resv = jobs[i].release = -1;
+			jobs[i].id = jobs[i].done = 0;
+		}
+		int next = 0, done = 0;
+		for (double now = 0; done < N && now < 1e6; now += 1) {
+			for (int i = 0; i < N; i++) {
+				if (jobs[i].done || !jobs[i].id)
+					continue;
+				if (jobs[i].release >= 0 && jobs[i].release <= now) {
+					tf_sched_release(s, jobs[i].id, now);
+					jobs[i].release = -1;
+					jobs[i].start = -1;
+				} else if (jobs[i].start >= 0 && jobs[i].release < 0 &&
+					   jobs[i].start + jobs[i].dur <= now) {
+					tf_sched_finish(s, jobs[i].id, now, 1);
+					jobs[i].done = 1;
+					done++;
+				}
+			}
+			while (next < N && jobs[next].arrive <= now) {
+				jobs[next].id = submit(s, jobs[next].slice, jobs[next].project,
+						       jobs[next].prio, jobs[next].preemptible,
+						       jobs[next].dur, now);
+				next++;
+			}
+			tf_sched_tick(s, now, &d);
+			for (size_t k = 0; k < d.n; k++)
+				for (int i = 0; i < N; i++) {
+					if (jobs[i].id != d.v[k].job)
+						continue;
+					if (d.v[k].action == TF_SCHED_START)
+						jobs[i].start = now;
+					else if (d.v[k].action == TF_SCHED_PREEMPT)
+						jobs[i].release = now + 5;
+					else if (d.v[k].action == TF_SCHED_KILL)
+						jobs[i].start = jobs[i].release = -1;
+				}
+			const struct pool *p = &s->pools[0];
+			if (p->resv_job && p->resv_ok)
+				for (int i = 0; i < N; i++)
+					if (jobs[i].id == p->resv_job && jobs[i].prio == 8 &&
+					    jobs[i].resv < 0 && jobs[i].start < 0)
+						jobs[i].resv = p->resv_time;
+			check_invariants(s);
+			check_quota(s);
+		}
+		assert_int_equal(done, N);
+		for (int i = 0; i < N; i++)
+			if (jobs[i].resv >= 0) {
+				checked++;
+				if (jobs[i].start > jobs[i].resv + 1e-9)
+					fail_msg("seed %llu urgent job %d started at %.0f after its "
+						 "reservation %.0f",
+						 (unsigned long long)seed, jobs[i].id, jobs[i].start,
+						 jobs[i].resv);
+			}
+		tf_sched_decisions_release(&d);
+		tf_sched_free(s);
+	}
+	assert_true(checked >= 15); /* the property was exercised (22 urgent heads) */
+}
+
+/* Fair share with quotas: weights 3:1 decide the split within quotas and of borrowed
+ * capacity; a quota without borrowing caps a project whatever its weight. */
+static void test_sched_fair_share_with_quotas(void **state)
+{
+	(void)state;
+	const struct {
+		int quota, borrow, preemptible;
+		double want_ratio; /* chip-seconds a / b */
+		int want_running;  /* jobs running per step (16 v4-8 fill the pool) */
+	} cases[] = {
+		{ 48, 0, 0, 3, 16 }, /* overcommitted quotas: weights decide */
+		{ 16, 1, 1, 3, 16 }, /* 16 each within quota, the rest borrowed by weight */
+		{ 16, 0, 0, 1, 8 },  /* no borrowing: quotas cap both, half the pool idle */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
+		struct tf_sched_decisions d = { 0 };
+		tf_sched_set_project(s, "a", 3, cases[i].quota, cases[i].borrow);
+		tf_sched_set_project(s, "b", 1, cases[i].quota, cases[i].borrow);
+		for (int k = 0; k < 800; k++) {
+			submit(s, "v4-8", "a", 1, cases[i].preemptible, 100, 0);
+			submit(s, "v4-8", "b", 1, cases[i].preemptible, 100, 0);
+		}
+		int running[64], nrun = 0;
+		for (double now = 0; now <= 4000; now += 100) {
+			for (int k = 0; k < nrun; k++)
+				tf_sched_finish(s, running[k], now, 1);
+			nrun = 0;
+			tf_sched_tick(s, now, &d);
+			assert_int_equal(count_action(&d, TF_SCHED_PREEMPT), 0);
+			for (size_t k = 0; k < d.n; k++)
+				running[nrun++] = d.v[k].job;
+			assert_int_equal(nrun, cases[i].want_running);
+			check_quota(s);
+		}
+		struct tf_sched_usage ua, ub;
+		tf_sched_project_usage(s, "a", 4000, &ua);
+		tf_sched_project_usage(s, "b", 4000, &ub);
+		double ratio = ua.chip_seconds / ub.chip_seconds;
+		if (fabs(ratio - cases[i].want_ratio) > 0.1 * cases[i].want_ratio)
+			fail_msg("case %zu: chip-seconds a/b = %.2f, want %.2f", i, ratio,
+				 cases[i].want_ratio);
+		tf_sched_decisions_release(&d);
+		tf_sched_free(s);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -930,6 +1303,10 @@ int main(void)
 		cmocka_unit_test(test_sched_simulate_small),
 		cmocka_unit_test(test_sched_place_at_table),
 		cmocka_unit_test(test_sched_default_pools),
+		cmocka_unit_test(test_sched_reclaim_borrowers_first),
+		cmocka_unit_test(test_sched_inproject_preemption_by_priority),
+		cmocka_unit_test(test_sched_urgent_never_starved_past_reservation),
+		cmocka_unit_test(test_sched_fair_share_with_quotas),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
