@@ -185,7 +185,7 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 	int rc = tf_objstore_open(store_url, &os, err, sizeof(err));
 	if (rc) {
 		json_decref(with);
-		snprintf(msg, sizeof(msg), "object store: %s", err);
+		snprintf(msg, sizeof(msg), "object store: %.1000s", err);
 		return fail(result, tf_ml_retryable(rc) ? "infra" : "error", msg,
 			    tf_ml_retryable(rc) ? TF_EXIT_UNAVAILABLE : TF_EXIT_FAILED);
 	}

@@ -263,7 +263,7 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 	if (res.fclass != TF_FAIL_NONE && !(res.exit_code == 0 && res.signal == 0)) {
 		read_child_result(r, res_path, 0, msg, sizeof(msg));
 		if (msg[0])
-			snprintf(r->err, sizeof(r->err), "%s (step process: %s)", msg, res.message);
+			snprintf(r->err, sizeof(r->err), "%.300s (step process: %.180s)", msg, res.message);
 		else
 			snprintf(r->err, sizeof(r->err), "step process: %s (see its log)",
 				 res.message);
