@@ -11,7 +11,7 @@
  * the last one writes NaNs canonically (mxu.h rule 5), so C needs no other pass. */
 #include <immintrin.h>
 
-#include "accel/bf16_avx2.h"
+#include <string.h>
 #include "accel/mxu_int.h"
 
 #define MR TF_MXU_MR
@@ -99,7 +99,7 @@ static inline void store_part(float *p, __m256 v, size_t n)
 /* Row of C += (lo, hi) for the first nr columns. first: C is taken as +0 (acc starts at +0,
  * so C = 0 + s, not s: -0 becomes +0 as the contract says) and not read. last: NaN lanes
  * are written as the canonical quiet NaN. */
-static inline void update_row(float *row, __m256 lo, __m256 hi, size_t nr, int first, int last)
+static inline __attribute__((always_inline)) void update_row(float *row, __m256 lo, __m256 hi, size_t nr, int first, int last)
 {
 	if (first) {
 		lo = _mm256_add_ps(_mm256_setzero_ps(), lo);
@@ -182,14 +182,39 @@ void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, size_t ais, size_t
 	}
 }
 
+/* fp32 -> bf16 -> fp32 for 8 floats, as tf_bf16_round8, in 8 vector operations instead of
+ * 13, relying on the MXCSR the packing runs under (tf_mxu_csr_enter(ftz), mxu_int.h):
+ *   - ftz: with DAZ set, an add treats a subnormal input as a zero of the same sign, and
+ *     x + (-0) is x for every other x (+0 + -0 = +0, -0 + -0 = -0): the flush costs one add;
+ *   - round to nearest even on the bits, keeping the top 16 (one and instead of two shifts);
+ *   - a NaN input is written as the quiet NaN 0x7FC00000 (the integer add could carry a NaN
+ *     into Inf or -0).
+ * The -0 is passed through an empty asm so the compiler cannot fold x + -0 into x (it does not
+ * model DAZ). */
+static inline __attribute__((always_inline)) __m256 pack_round8(__m256 v, int ftz)
+{
+	if (ftz) {
+		__m256 nz = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+		__asm__("" : "+x"(nz));
+		v = _mm256_add_ps(v, nz);
+	}
+	__m256i u = _mm256_castps_si256(v);
+	__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+	__m256i r = _mm256_add_epi32(_mm256_add_epi32(u, lsb), _mm256_set1_epi32(0x7fff));
+	r = _mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u));
+	return _mm256_blendv_ps(_mm256_castsi256_ps(r),
+				_mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)),
+				_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+
 /* dst[0..n) = round(src[0..n)). */
 static void round_copy(const float *src, float *dst, size_t n, int ftz)
 {
 	size_t i = 0;
 	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(dst + i, tf_bf16_round8(_mm256_loadu_ps(src + i), ftz));
-	for (; i < n; i++)
-		dst[i] = tf_mxu_rnd(src[i], ftz);
+		_mm256_storeu_ps(dst + i, pack_round8(_mm256_loadu_ps(src + i), ftz));
+	if (i < n)
+		store_part(dst + i, pack_round8(load_part(src + i, n - i), ftz), n - i);
 }
 
 void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
@@ -215,7 +240,7 @@ void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, siz
 		const float *src = X + (p0 + k) * ldx + i0;
 		__m256 v = whole ? _mm256_loadu_ps(src)
 				 : _mm256_maskload_ps(src, lm); /* lanes past mr read as 0 */
-		_mm256_storeu_ps(a + k * MR, tf_bf16_round8(v, ftz));
+		_mm256_storeu_ps(a + k * MR, pack_round8(v, ftz));
 	}
 }
 
@@ -255,8 +280,8 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 				lo = _mm256_maskload_ps(src, m0);
 				hi = _mm256_maskload_ps(src + 8, m1);
 			}
-			_mm256_storeu_ps(b + k * NR, tf_bf16_round8(lo, ftz));
-			_mm256_storeu_ps(b + k * NR + 8, tf_bf16_round8(hi, ftz));
+			_mm256_storeu_ps(b + k * NR, pack_round8(lo, ftz));
+			_mm256_storeu_ps(b + k * NR + 8, pack_round8(hi, ftz));
 		}
 		return;
 	}
@@ -272,7 +297,7 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 				transpose8(r);
 				for (size_t kk = 0; kk < 8; kk++)
 					_mm256_storeu_ps(b + (k + kk) * NR + 8 * h,
-							 tf_bf16_round8(r[kk], ftz));
+							 pack_round8(r[kk], ftz));
 			}
 		}
 	}
