@@ -270,6 +270,14 @@ static void run_part(const struct part *p)
 	if (!M || !N || !K)
 		return;
 
+	/* Narrow outputs: vectorised over M instead (mxu_avx2.c) */
+	if (!p->portable && N < NR && K * N <= TF_MXU_NARROW_MAX_KN) {
+		struct bufs *nb = thread_bufs(16 * K, K * N);
+		tf_mxu_narrow_avx2(p->trans_x, p->trans_w, M, K, N, p->X, p->ldx, p->W, p->ldw,
+				   p->C, p->ldc, R, ftz, nb->a, nb->b);
+		return;
+	}
+
 	size_t nc_max = N < NC ? N : NC, kc_max = K < KC ? K : KC;
 	size_t mc_max = M < MC ? M : MC;
 	/* A: up to mc/4 + 1 panels of MR x kc slots, plus 8 floats of slack for the k-major
@@ -468,12 +476,15 @@ void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size
 	tf_mxu_cfg_norm(cfg_in, &cfg);
 
 	/* Narrow outputs (N < 16, e.g. the weight gradient of a 10-class layer) would fill few
-	 * vector lanes: compute C^T = op(W)^T . op(X)^T instead, whose rows are the narrow side.
-	 * Each output still gets the same fma chain, since fmaf(w, x, s) == fmaf(x, w, s)
-	 * exactly, so the bits are the contract's (tests compare both against the reference).
-	 * Only with trans_x: then op(X)^T is X as stored and packs without a transpose, which is
-	 * what makes the swap pay (measured: X^T.dY 0.69 -> 0.99 of OpenBLAS; X.W got slower). */
-	if (trans_x && N < NR && M >= 2 * NR && K > 0) {
+	 * vector lanes. With AVX2, run_part vectorises them over M (mxu_avx2.c). Otherwise (the
+	 * portable kernel, or K * N too large for that path's packed W), with trans_x compute
+	 * C^T = op(W)^T . op(X)^T instead, whose rows are the narrow side. Each output still gets
+	 * the same fma chain, since fmaf(w, x, s) == fmaf(x, w, s) exactly, so the bits are the
+	 * contract's (tests compare both against the reference). Only with trans_x: then
+	 * op(X)^T is X as stored and packs without a transpose. */
+	int portable = !(tf_bf16_have_avx2() && !force_portable);
+	if (trans_x && N < NR && M >= 2 * NR && K > 0 &&
+	    (portable || K * N > TF_MXU_NARROW_MAX_KN)) {
 		float *T = tf_xmalloc(N * M * sizeof *T);
 		tf_mxu_gemm(&cfg, !trans_w, !trans_x, N, K, M, W, ldw, X, ldx, T, M, NULL);
 		for (size_t m = 0; m < M; m++)
@@ -486,7 +497,7 @@ void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size
 	struct part whole = {
 		.cfg = &cfg, .trans_x = trans_x, .trans_w = trans_w, .M = M, .K = K, .N = N,
 		.X = X, .W = W, .ldx = ldx, .ldw = ldw, .ldc = ldc, .C = C, .x_avail = ldx,
-		.portable = !(tf_bf16_have_avx2() && !force_portable),
+		.portable = portable,
 	};
 
 	/* Split C into blocks along the longer of M and N (in whole microkernel panels), never

@@ -305,3 +305,171 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 		for (size_t j = 0; j < NR; j++)
 			b[k * NR + j] = j < nr ? tf_mxu_rnd(W[(j0 + j) * ldw + p0 + k], ftz) : 0.0f;
 }
+
+/* ---- Narrow outputs (N < 16): vectorised over M ----
+ *
+ * With few columns a 16-lane block over N leaves lanes idle (N = 10 uses 10 of 16). Here the
+ * lanes are rows instead: op(X) is packed k-major in panels of 16 rows ([K][16],
+ * bf16-rounded), op(W) is packed [K][N], and for each k the kernel loads the two row vectors,
+ * broadcasts w[k, n] and does s_n = fma(x[m..m+15, k], w[k, n], s_n) for a group of up to 6
+ * columns (12 accumulators). Each lane is still one output performing the contract's chain:
+ * s = +0, fma for k ascending within the K-tile, then acc = acc + s (acc starts at +0, so the
+ * first tile gives 0 + s and a tile sum of -0 becomes +0). Tile sums of earlier tiles wait in
+ * a small array; the final values are transposed back to rows of C 8 x 8 at a time and NaNs
+ * written canonically. */
+#define NP 16 /* rows per narrow panel */
+
+/* A panel: rows i0 .. i0+mr-1 (mr <= NP) of op(X), all K, as [K][NP] rounded; rows past mr
+ * are zero. trans: op(X)[m, k] = X[k * ldx + m], so a row of the panel is contiguous in X. */
+static void narrow_pack_a(int trans, const float *X, size_t ldx, size_t i0, size_t mr, size_t K,
+			  int ftz, float *a)
+{
+	if (trans) {
+		size_t m0 = mr < 8 ? mr : 8, m1 = mr > 8 ? mr - 8 : 0;
+		for (size_t k = 0; k < K; k++) {
+			const float *src = X + k * ldx + i0;
+			__m256 v0 = m0 == 8 ? _mm256_loadu_ps(src) : load_part(src, m0);
+			__m256 v1 = m1 == 8 ? _mm256_loadu_ps(src + 8)
+				  : m1 ? load_part(src + 8, m1) : _mm256_setzero_ps();
+			_mm256_storeu_ps(a + k * NP, pack_round8(v0, ftz));
+			_mm256_storeu_ps(a + k * NP + 8, pack_round8(v1, ftz));
+		}
+		return;
+	}
+	for (size_t h = 0; h < NP; h += 8) {
+		const float *src = X + (i0 + h) * ldx;
+		size_t k0 = 0;
+		if (h + 8 <= mr) { /* whole 8 x 8 blocks: everything in registers */
+			for (; k0 + 8 <= K; k0 += 8) {
+				__m256 r[8];
+#pragma GCC unroll 8
+				for (size_t i = 0; i < 8; i++)
+					r[i] = _mm256_loadu_ps(src + i * ldx + k0);
+				transpose8(r);
+#pragma GCC unroll 8
+				for (size_t kk = 0; kk < 8; kk++)
+					_mm256_storeu_ps(a + (k0 + kk) * NP + h, pack_round8(r[kk], ftz));
+			}
+		}
+		for (; k0 < K; k0 += 8) {
+			size_t kn = K - k0 < 8 ? K - k0 : 8;
+			__m256 r[8];
+			for (size_t i = 0; i < 8; i++)
+				r[i] = h + i >= mr ? _mm256_setzero_ps()
+				       : kn == 8   ? _mm256_loadu_ps(src + i * ldx + k0)
+						   : load_part(src + i * ldx + k0, kn);
+			transpose8(r);
+			for (size_t kk = 0; kk < kn; kk++)
+				_mm256_storeu_ps(a + (k0 + kk) * NP + h, pack_round8(r[kk], ftz));
+		}
+	}
+}
+
+/* B: op(W) as [K][N] rounded. tmp holds K floats (one stored row of a transposed W). */
+static void narrow_pack_b(int trans, const float *W, size_t ldw, size_t K, size_t N, int ftz,
+			  float *b, float *tmp)
+{
+	if (!trans) {
+		for (size_t k = 0; k < K; k++)
+			round_copy(W + k * ldw, b + k * N, N, ftz);
+		return;
+	}
+	for (size_t n = 0; n < N; n++) {
+		round_copy(W + n * ldw, tmp, K, ftz);
+		for (size_t k = 0; k < K; k++)
+			b[k * N + n] = tmp[k];
+	}
+}
+
+/* Writes 8 rows (v[j] = column j for those rows, NCOL of them) to c, mr of them valid. */
+static inline __attribute__((always_inline)) void narrow_store(const int NCOL, const __m256 *v,
+							       float *c, size_t ldc, size_t mr)
+{
+	const __m256 qnan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
+	__m256 r[8];
+#pragma GCC unroll 8
+	for (int j = 0; j < 8; j++)
+		r[j] = j < NCOL ? v[j] : _mm256_setzero_ps();
+	transpose8(r);
+	for (size_t i = 0; i < mr && i < 8; i++) {
+		__m256 x = _mm256_blendv_ps(r[i], qnan, _mm256_cmp_ps(r[i], r[i], _CMP_UNORD_Q));
+		store_part(c + i * ldc, x, (size_t)NCOL);
+	}
+}
+
+/* One NP-row panel times NCOL (<= 6) columns of B (leading dimension ldb), all K, written to
+ * c (mr valid rows). */
+static inline __attribute__((always_inline)) void
+narrow_block(const int NCOL, size_t K, size_t R, const float *a, const float *b, size_t ldb,
+	     float *c, size_t ldc, size_t mr)
+{
+	float accm[2 * 6 * 8] __attribute__((aligned(32)));
+	__m256 s0[6], s1[6];
+#pragma GCC unroll 6
+	for (int n = 0; n < 6; n++) /* columns past NCOL stay zero (transposed, not stored) */
+		s0[n] = s1[n] = _mm256_setzero_ps();
+	for (size_t t0 = 0; t0 < K; t0 += R) {
+		size_t len = K - t0 < R ? K - t0 : R;
+#pragma GCC unroll 6
+		for (int n = 0; n < NCOL; n++)
+			s0[n] = s1[n] = _mm256_setzero_ps();
+		const float *pa = a + t0 * NP, *pb = b + t0 * ldb;
+		for (size_t k = 0; k < len; k++) {
+			__m256 x0 = _mm256_loadu_ps(pa), x1 = _mm256_loadu_ps(pa + 8);
+#pragma GCC unroll 6
+			for (int n = 0; n < NCOL; n++) {
+				__m256 w = _mm256_broadcast_ss(pb + n);
+				s0[n] = _mm256_fmadd_ps(x0, w, s0[n]);
+				s1[n] = _mm256_fmadd_ps(x1, w, s1[n]);
+			}
+			pa += NP;
+			pb += ldb;
+		}
+		/* acc = acc + s; acc is +0 before the first tile */
+#pragma GCC unroll 6
+		for (int n = 0; n < NCOL; n++) {
+			__m256 z = _mm256_setzero_ps();
+			s0[n] = _mm256_add_ps(t0 == 0 ? z : _mm256_load_ps(accm + 8 * n), s0[n]);
+			s1[n] = _mm256_add_ps(t0 == 0 ? z : _mm256_load_ps(accm + 48 + 8 * n), s1[n]);
+		}
+		if (t0 + len < K) {
+#pragma GCC unroll 6
+			for (int n = 0; n < NCOL; n++) {
+				_mm256_store_ps(accm + 8 * n, s0[n]);
+				_mm256_store_ps(accm + 48 + 8 * n, s1[n]);
+			}
+		}
+	}
+	narrow_store(NCOL, s0, c, ldc, mr);
+	if (mr > 8)
+		narrow_store(NCOL, s1, c + 8 * ldc, ldc, mr - 8);
+}
+
+static void narrow_cols(size_t ncol, size_t K, size_t R, const float *a, const float *b,
+			size_t ldb, float *c, size_t ldc, size_t mr)
+{
+	switch (ncol) {
+	case 1: narrow_block(1, K, R, a, b, ldb, c, ldc, mr); break;
+	case 2: narrow_block(2, K, R, a, b, ldb, c, ldc, mr); break;
+	case 3: narrow_block(3, K, R, a, b, ldb, c, ldc, mr); break;
+	case 4: narrow_block(4, K, R, a, b, ldb, c, ldc, mr); break;
+	case 5: narrow_block(5, K, R, a, b, ldb, c, ldc, mr); break;
+	default: narrow_block(6, K, R, a, b, ldb, c, ldc, mr); break;
+	}
+}
+
+void tf_mxu_narrow_avx2(int trans_x, int trans_w, size_t M, size_t K, size_t N, const float *X,
+			size_t ldx, const float *W, size_t ldw, float *C, size_t ldc, size_t R,
+			int ftz, float *abuf, float *bbuf)
+{
+	narrow_pack_b(trans_w, W, ldw, K, N, ftz, bbuf, abuf);
+	/* the fewest groups of at most 6 columns, as even as possible (10 = 5 + 5) */
+	size_t groups = (N + 5) / 6, g = (N + groups - 1) / groups;
+	for (size_t i0 = 0; i0 < M; i0 += NP) {
+		size_t mr = M - i0 < NP ? M - i0 : NP;
+		narrow_pack_a(trans_x, X, ldx, i0, mr, K, ftz, abuf);
+		for (size_t j0 = 0; j0 < N; j0 += g)
+			narrow_cols(N - j0 < g ? N - j0 : g, K, R, abuf, bbuf + j0, N,
+				    C + i0 * ldc + j0, ldc, mr);
+	}
+}

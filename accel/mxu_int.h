@@ -35,6 +35,15 @@ void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, siz
 			size_t mr, size_t p0, size_t kc, int ftz, float *a);
 void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t p0,
 			size_t kc, int ftz, float *b);
+/* The packing relies on the MXCSR of tf_mxu_csr_enter(ftz) (DAZ flushes subnormal inputs). */
+
+/* Narrow outputs (0 < N < TF_MXU_NR, K * N <= TF_MXU_NARROW_MAX_KN) on AVX2: the whole M x N
+ * result vectorised over 16 rows at a time (mxu_avx2.c). abuf holds 16 * K floats, bbuf
+ * K * N. Runs under tf_mxu_csr_enter. */
+#define TF_MXU_NARROW_MAX_KN 65536
+void tf_mxu_narrow_avx2(int trans_x, int trans_w, size_t M, size_t K, size_t N, const float *X,
+			size_t ldx, const float *W, size_t ldw, float *C, size_t ldc, size_t R,
+			int ftz, float *abuf, float *bbuf);
 
 /* Fewest multiply-adds per thread before tf_mxu_gemm uses another thread (tests set 0). */
 extern size_t tf_mxu_min_macs_per_thread;
