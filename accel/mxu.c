@@ -272,7 +272,7 @@ static void run_part(const struct part *p)
 
 	/* Narrow outputs: vectorised over M instead (mxu_avx2.c) */
 	if (!p->portable && N < NR && K * N <= TF_MXU_NARROW_MAX_KN) {
-		struct bufs *nb = thread_bufs(16 * K, K * N);
+		struct bufs *nb = thread_bufs(16 * K + 8, K * N + 8);
 		tf_mxu_narrow_avx2(p->trans_x, p->trans_w, M, K, N, p->X, p->ldx, p->W, p->ldw,
 				   p->C, p->ldc, R, ftz, nb->a, nb->b);
 		return;
@@ -281,9 +281,10 @@ static void run_part(const struct part *p)
 	size_t nc_max = N < NC ? N : NC, kc_max = K < KC ? K : KC;
 	size_t mc_max = M < MC ? M : MC;
 	/* A: up to mc/4 + 1 panels of MR x kc slots, plus 8 floats of slack for the k-major
-	 * packing's spill (mxu_avx2.c) */
+	 * packing's spill; B: the panels plus 8 k rows of slack for the transposed packing's
+	 * spill (mxu_avx2.c) */
 	struct bufs *bf = thread_bufs((mc_max / 4 + 1) * MR * kc_max + 8,
-				      (nc_max + NR - 1) / NR * NR * kc_max);
+				      (nc_max + NR - 1) / NR * NR * kc_max + 8 * NR);
 
 	for (size_t jc = 0; jc < N; jc += NC) {
 		size_t nc = N - jc < NC ? N - jc : NC;

@@ -207,14 +207,18 @@ static inline __attribute__((always_inline)) __m256 pack_round8(__m256 v, int ft
 				_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
 }
 
-/* dst[0..n) = round(src[0..n)). */
-static void round_copy(const float *src, float *dst, size_t n, int ftz)
+/* dst[0..n) = round(src[0..n)). A last partial vector is read with a masked load and stored
+ * whole: up to 7 floats after dst[n) are overwritten with zeros (callers fill their buffers in
+ * ascending order, so that is the next row's slot, written after, or slack at the end). */
+static inline __attribute__((always_inline)) void round_copy(const float *src, float *dst,
+							     size_t n, int ftz)
 {
 	size_t i = 0;
 	for (; i + 8 <= n; i += 8)
 		_mm256_storeu_ps(dst + i, pack_round8(_mm256_loadu_ps(src + i), ftz));
 	if (i < n)
-		store_part(dst + i, pack_round8(load_part(src + i, n - i), ftz), n - i);
+		_mm256_storeu_ps(dst + i,
+				 pack_round8(_mm256_maskload_ps(src + i, lead_mask(n - i)), ftz));
 }
 
 void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
@@ -285,25 +289,40 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 		}
 		return;
 	}
-	/* op(W)[p0 + k, j0 + j] = W[(j0 + j) * ldw + p0 + k]: 8x8 transposes of full blocks,
-	 * scalar for the rest. */
-	size_t k = 0;
-	if (nr == NR) {
-		for (; k + 8 <= kc; k += 8) {
-			for (size_t h = 0; h < 2; h++) {
+	/* op(W)[p0 + k, j0 + j] = W[(j0 + j) * ldw + p0 + k]: 8x8 transposes; a short last
+	 * block of k (kc not a multiple of 8, e.g. K = 10) and columns past nr are read in
+	 * pieces and zero-filled, so every store is a whole vector. */
+	for (size_t h = 0; h < NR; h += 8) {
+		const float *src = W + (j0 + h) * ldw + p0;
+		size_t k = 0;
+		if (h + 8 <= nr) {
+			for (; k + 8 <= kc; k += 8) {
 				__m256 r[8];
+#pragma GCC unroll 8
 				for (size_t j = 0; j < 8; j++)
-					r[j] = _mm256_loadu_ps(W + (j0 + 8 * h + j) * ldw + p0 + k);
+					r[j] = _mm256_loadu_ps(src + j * ldw + k);
 				transpose8(r);
+#pragma GCC unroll 8
 				for (size_t kk = 0; kk < 8; kk++)
-					_mm256_storeu_ps(b + (k + kk) * NR + 8 * h,
-							 pack_round8(r[kk], ftz));
+					_mm256_storeu_ps(b + (k + kk) * NR + h, pack_round8(r[kk], ftz));
 			}
 		}
+		/* the rest: masked loads (lanes past kc and rows past nr read as 0), and all 8
+		 * k rows stored: rows past kc land in the next panel, which is packed after this
+		 * one, or in the buffer's slack (mxu.c) */
+		for (; k < kc; k += 8) {
+			__m256i lm = lead_mask(kc - k);
+			__m256 r[8];
+#pragma GCC unroll 8
+			for (size_t j = 0; j < 8; j++)
+				r[j] = h + j < nr ? _mm256_maskload_ps(src + j * ldw + k, lm)
+						  : _mm256_setzero_ps();
+			transpose8(r);
+#pragma GCC unroll 8
+			for (size_t kk = 0; kk < 8; kk++)
+				_mm256_storeu_ps(b + (k + kk) * NR + h, pack_round8(r[kk], ftz));
+		}
 	}
-	for (; k < kc; k++)
-		for (size_t j = 0; j < NR; j++)
-			b[k * NR + j] = j < nr ? tf_mxu_rnd(W[(j0 + j) * ldw + p0 + k], ftz) : 0.0f;
 }
 
 /* ---- Narrow outputs (N < 16): vectorised over M ----

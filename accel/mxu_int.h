@@ -38,8 +38,8 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 /* The packing relies on the MXCSR of tf_mxu_csr_enter(ftz) (DAZ flushes subnormal inputs). */
 
 /* Narrow outputs (0 < N < TF_MXU_NR, K * N <= TF_MXU_NARROW_MAX_KN) on AVX2: the whole M x N
- * result vectorised over 16 rows at a time (mxu_avx2.c). abuf holds 16 * K floats, bbuf
- * K * N. Runs under tf_mxu_csr_enter. */
+ * result vectorised over 16 rows at a time (mxu_avx2.c). abuf holds 16 * K + 8 floats,
+ * bbuf K * N + 8. Runs under tf_mxu_csr_enter. */
 #define TF_MXU_NARROW_MAX_KN 65536
 void tf_mxu_narrow_avx2(int trans_x, int trans_w, size_t M, size_t K, size_t N, const float *X,
 			size_t ldx, const float *W, size_t ldw, float *C, size_t ldc, size_t R,
