@@ -142,9 +142,10 @@ struct part {
 
 /* Portable packing: same layouts as the AVX2 code (mxu_int.h). */
 static void pack_a_c(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
-		     size_t mr, size_t p0, size_t kc, int ftz, float *a)
+		     size_t mr, size_t p0, size_t kc, int ftz, float *a, uint32_t *maxbits)
 {
 	(void)avail;
+	(void)maxbits; /* run_part asks only the AVX2 packing for bounds */
 	for (size_t i = 0; i < MR; i++) {
 		for (size_t k = 0; k < kc; k++) {
 			float v = 0.0f;
@@ -160,8 +161,9 @@ static void pack_a_c(int trans, const float *X, size_t ldx, size_t avail, size_t
 }
 
 static void pack_b_c(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t p0,
-		     size_t kc, int ftz, float *b)
+		     size_t kc, int ftz, float *b, uint32_t *maxbits)
 {
+	(void)maxbits;
 	for (size_t k = 0; k < kc; k++)
 		for (size_t j = 0; j < NR; j++)
 			b[k * NR + j] = j >= nr ? 0.0f
@@ -194,6 +196,18 @@ static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t ak
 		if (last)
 			tf_mxu_canon_nan(mr, nr, c, ldc);
 	}
+}
+
+/* Whether K products of magnitudes up to the floats with bits amax and bmax, summed, could
+ * reach Inf (or are Inf or NaN already). */
+static int may_overflow(uint32_t amax, uint32_t bmax, size_t K)
+{
+	if (amax >= 0x7f800000u || bmax >= 0x7f800000u)
+		return 1;
+	float a, b;
+	memcpy(&a, &amax, sizeof a);
+	memcpy(&b, &bmax, sizeof b);
+	return (double)a * (double)b * (double)K > 0x1p120;
 }
 
 /* Rows in the next A panel when `left` rows remain: 6, except that 8 becomes 4 + 4 and 4 or
@@ -260,9 +274,9 @@ static void run_part(const struct part *p)
 	void (*uk)(size_t, size_t, const float *, size_t, size_t, const float *, float *, size_t,
 		   size_t, size_t, int) = p->portable ? ukernel_c : tf_mxu_ukernel_avx2;
 	void (*pa)(int, const float *, size_t, size_t, size_t, size_t, size_t, size_t, int,
-		   float *) = p->portable ? pack_a_c : tf_mxu_pack_a_avx2;
-	void (*pb)(int, const float *, size_t, size_t, size_t, size_t, size_t, int, float *) =
-		p->portable ? pack_b_c : tf_mxu_pack_b_avx2;
+		   float *, uint32_t *) = p->portable ? pack_a_c : tf_mxu_pack_a_avx2;
+	void (*pb)(int, const float *, size_t, size_t, size_t, size_t, size_t, int, float *,
+		   uint32_t *) = p->portable ? pack_b_c : tf_mxu_pack_b_avx2;
 
 	if (!K) /* no tiles: acc stays +0 */
 		for (size_t i = 0; i < M; i++)
@@ -290,19 +304,35 @@ static void run_part(const struct part *p)
 		size_t nc = N - jc < NC ? N - jc : NC;
 		for (size_t pc = 0; pc < K; pc += KC) {
 			size_t kc = K - pc < KC ? K - pc : KC;
+			/* With all of K in one block, the packing bounds |x| and |w|: when
+			 * K * max|x| * max|w| <= 2^120, no partial sum can reach Inf (rounding
+			 * grows a sum by at most (1 + 2^-24)^K), so no output is NaN and the
+			 * kernel skips canonicalising them (TF_MXU_LAST), which for short K is a
+			 * good part of its work. */
+			int bound = kc == K && !p->portable;
+			uint32_t bmax = 0;
 			for (size_t jr = 0; jr < nc; jr += NR) {
 				size_t nr = nc - jr < NR ? nc - jr : NR;
+				uint32_t m = 0;
 				pb(p->trans_w, p->W, p->ldw, jc + jr, nr, pc, kc, ftz,
-				   bf->b + jr * kc);
+				   bf->b + jr * kc, bound ? &m : NULL);
+				bmax = m > bmax ? m : bmax;
 			}
 			for (size_t ic = 0; ic < M; ic += MC) {
 				size_t mc = M - ic < MC ? M - ic : MC;
-				for (size_t ir = 0, q = 0; ir < mc; ir += panel_rows(mc - ir), q++)
+				uint32_t amax = 0;
+				for (size_t ir = 0, q = 0; ir < mc; ir += panel_rows(mc - ir), q++) {
+					uint32_t m = 0;
 					pa(p->trans_x, p->X, p->ldx, p->x_avail, ic + ir,
-					   panel_rows(mc - ir), pc, kc, ftz, bf->a + q * MR * kc);
+					   panel_rows(mc - ir), pc, kc, ftz, bf->a + q * MR * kc,
+					   bound ? &m : NULL);
+					amax = m > amax ? m : amax;
+				}
 				size_t ais = p->trans_x ? 1 : kc, aks = p->trans_x ? MR : 1;
 				int flags = (pc == 0 ? TF_MXU_FIRST : 0) |
 					    (pc + kc == K ? TF_MXU_LAST : 0);
+				if (bound && !may_overflow(amax, bmax, K))
+					flags &= ~TF_MXU_LAST;
 				for (size_t jr = 0; jr < nc; jr += NR) {
 					size_t nr = nc - jr < NR ? nc - jr : NR;
 					const float *b = bf->b + jr * kc;

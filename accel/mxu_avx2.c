@@ -207,31 +207,54 @@ static inline __attribute__((always_inline)) __m256 pack_round8(__m256 v, int ft
 				_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
 }
 
+/* pack_round8, also keeping in *mx the largest magnitude packed (as bits: for finite values
+ * the integer order of |x|'s bits is the order of |x|; NaN and Inf compare above them all). */
+static inline __attribute__((always_inline)) __m256 rnd_max(__m256 v, int ftz, __m256i *mx)
+{
+	__m256 r = pack_round8(v, ftz);
+	*mx = _mm256_max_epu32(*mx, _mm256_and_si256(_mm256_castps_si256(r),
+						     _mm256_set1_epi32(0x7fffffff)));
+	return r;
+}
+
+/* The largest of the 8 lanes. */
+static inline uint32_t hmax_epu32(__m256i v)
+{
+	__m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+	m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+	return (uint32_t)_mm_cvtsi128_si32(m);
+}
+
 /* dst[0..n) = round(src[0..n)). A last partial vector is read with a masked load and stored
  * whole: up to 7 floats after dst[n) are overwritten with zeros (callers fill their buffers in
  * ascending order, so that is the next row's slot, written after, or slack at the end). */
 static inline __attribute__((always_inline)) void round_copy(const float *src, float *dst,
-							     size_t n, int ftz)
+							     size_t n, int ftz, __m256i *mx)
 {
 	size_t i = 0;
 	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(dst + i, pack_round8(_mm256_loadu_ps(src + i), ftz));
+		_mm256_storeu_ps(dst + i, rnd_max(_mm256_loadu_ps(src + i), ftz, mx));
 	if (i < n)
 		_mm256_storeu_ps(dst + i,
-				 pack_round8(_mm256_maskload_ps(src + i, lead_mask(n - i)), ftz));
+				 rnd_max(_mm256_maskload_ps(src + i, lead_mask(n - i)), ftz, mx));
 }
 
 void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
-			size_t mr, size_t p0, size_t kc, int ftz, float *a)
+			size_t mr, size_t p0, size_t kc, int ftz, float *a,
+			uint32_t *maxbits)
 {
+	__m256i mx = _mm256_setzero_si256();
 	if (!trans) {
 		/* row panels [MR][kc] */
 		for (size_t i = 0; i < MR; i++) {
 			if (i < mr)
-				round_copy(X + (i0 + i) * ldx + p0, a + i * kc, kc, ftz);
+				round_copy(X + (i0 + i) * ldx + p0, a + i * kc, kc, ftz, &mx);
 			else
 				memset(a + i * kc, 0, kc * sizeof(float));
 		}
+		if (maxbits)
+			*maxbits = hmax_epu32(mx);
 		return;
 	}
 	/* k-major [kc][MR]: op(X)[i0 + i, p0 + k] = X[(p0 + k) * ldx + i0 + i], contiguous in i.
@@ -244,8 +267,10 @@ void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, siz
 		const float *src = X + (p0 + k) * ldx + i0;
 		__m256 v = whole ? _mm256_loadu_ps(src)
 				 : _mm256_maskload_ps(src, lm); /* lanes past mr read as 0 */
-		_mm256_storeu_ps(a + k * MR, pack_round8(v, ftz));
+		_mm256_storeu_ps(a + k * MR, rnd_max(v, ftz, &mx));
 	}
+	if (maxbits)
+		*maxbits = hmax_epu32(mx);
 }
 
 /* 8x8 transpose of rows r[0..7] in place. */
@@ -270,8 +295,9 @@ static inline void transpose8(__m256 r[8])
 }
 
 void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t p0,
-			size_t kc, int ftz, float *b)
+			size_t kc, int ftz, float *b, uint32_t *maxbits)
 {
+	__m256i mx = _mm256_setzero_si256();
 	if (!trans) {
 		__m256i m0 = lead_mask(nr), m1 = lead_mask(nr > 8 ? nr - 8 : 0);
 		for (size_t k = 0; k < kc; k++) {
@@ -284,9 +310,11 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 				lo = _mm256_maskload_ps(src, m0);
 				hi = _mm256_maskload_ps(src + 8, m1);
 			}
-			_mm256_storeu_ps(b + k * NR, pack_round8(lo, ftz));
-			_mm256_storeu_ps(b + k * NR + 8, pack_round8(hi, ftz));
+			_mm256_storeu_ps(b + k * NR, rnd_max(lo, ftz, &mx));
+			_mm256_storeu_ps(b + k * NR + 8, rnd_max(hi, ftz, &mx));
 		}
+		if (maxbits)
+			*maxbits = hmax_epu32(mx);
 		return;
 	}
 	/* op(W)[p0 + k, j0 + j] = W[(j0 + j) * ldw + p0 + k]: 8x8 transposes; a short last
@@ -304,7 +332,7 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 				transpose8(r);
 #pragma GCC unroll 8
 				for (size_t kk = 0; kk < 8; kk++)
-					_mm256_storeu_ps(b + (k + kk) * NR + h, pack_round8(r[kk], ftz));
+					_mm256_storeu_ps(b + (k + kk) * NR + h, rnd_max(r[kk], ftz, &mx));
 			}
 		}
 		/* the rest: masked loads (lanes past kc and rows past nr read as 0), and all 8
@@ -320,9 +348,11 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 			transpose8(r);
 #pragma GCC unroll 8
 			for (size_t kk = 0; kk < 8; kk++)
-				_mm256_storeu_ps(b + (k + kk) * NR + h, pack_round8(r[kk], ftz));
+				_mm256_storeu_ps(b + (k + kk) * NR + h, rnd_max(r[kk], ftz, &mx));
 		}
 	}
+	if (maxbits)
+		*maxbits = hmax_epu32(mx);
 }
 
 /* ---- Narrow outputs (N < 16): vectorised over M ----
@@ -388,13 +418,14 @@ static void narrow_pack_a(int trans, const float *X, size_t ldx, size_t i0, size
 static void narrow_pack_b(int trans, const float *W, size_t ldw, size_t K, size_t N, int ftz,
 			  float *b, float *tmp)
 {
+	__m256i mx = _mm256_setzero_si256(); /* not needed here */
 	if (!trans) {
 		for (size_t k = 0; k < K; k++)
-			round_copy(W + k * ldw, b + k * N, N, ftz);
+			round_copy(W + k * ldw, b + k * N, N, ftz, &mx);
 		return;
 	}
 	for (size_t n = 0; n < N; n++) {
-		round_copy(W + n * ldw, tmp, K, ftz);
+		round_copy(W + n * ldw, tmp, K, ftz, &mx);
 		for (size_t k = 0; k < K; k++)
 			b[k * N + n] = tmp[k];
 	}

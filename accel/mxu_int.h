@@ -30,11 +30,13 @@ void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, size_t ais, size_t
 			 const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags);
 /* Packing with bf16 rounding (AVX2). X/W point at op(X)[0,0] / op(W)[0,0] of the part; avail
  * is how many floats of each stored row of X can be read from X's column (ldx minus the part's
- * offset), which lets the transposed packing read whole vectors safely. */
+ * offset), which lets the transposed packing read whole vectors safely. When maxbits is not
+ * NULL it receives an upper bound of the packed magnitudes as float bits (|x| <= that float;
+ * 0x7f800000 or more when an Inf or NaN was packed). */
 void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
-			size_t mr, size_t p0, size_t kc, int ftz, float *a);
+			size_t mr, size_t p0, size_t kc, int ftz, float *a, uint32_t *maxbits);
 void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t p0,
-			size_t kc, int ftz, float *b);
+			size_t kc, int ftz, float *b, uint32_t *maxbits);
 /* The packing relies on the MXCSR of tf_mxu_csr_enter(ftz) (DAZ flushes subnormal inputs). */
 
 /* Narrow outputs (0 < N < TF_MXU_NR, K * N <= TF_MXU_NARROW_MAX_KN) on AVX2: the whole M x N
