@@ -36,6 +36,7 @@
 #define MC 144  /* rows of op(X) packed at once: 24 microkernel panels, ~150 KB at KC=256 */
 #define NC 4080 /* columns of op(W) packed at once (multiple of NR) */
 #define MAX_THREADS 64
+#define SMALL_B 4096 /* floats of packed B (16 KB) run against each A panel in one call */
 /* Below this many multiply-adds per thread a GEMM uses fewer threads: waking workers costs
  * more than it saves (results are the same either way). Tests set it to 0. */
 size_t tf_mxu_min_macs_per_thread = 1u << 18;
@@ -172,8 +173,8 @@ static void pack_b_c(int trans, const float *W, size_t ldw, size_t j0, size_t nr
 }
 
 /* Portable microkernel: the contract written out with fmaf; flags as for the AVX2 one. */
-static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
-		      const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
+static void ukernel_block(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
+			  const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
 {
 	for (size_t t0 = 0; t0 < kc; t0 += R) {
 		size_t len = kc - t0 < R ? kc - t0 : R;
@@ -196,6 +197,15 @@ static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t ak
 		if (last)
 			tf_mxu_canon_nan(mr, nr, c, ldc);
 	}
+}
+
+/* Column panels side by side, as tf_mxu_ukernel_avx2. */
+static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
+		      const float *b, float *c, size_t ldc, size_t mr, size_t nc, int flags)
+{
+	for (size_t jr = 0; jr < nc; jr += NR)
+		ukernel_block(kc, R, a, ais, aks, b + jr * kc, c + jr, ldc, mr,
+			      nc - jr < NR ? nc - jr : NR, flags);
 }
 
 /* Whether K products of magnitudes up to the floats with bits amax and bmax, summed, could
@@ -333,8 +343,13 @@ static void run_part(const struct part *p)
 					    (pc + kc == K ? TF_MXU_LAST : 0);
 				if (bound && !may_overflow(amax, bmax, K))
 					flags &= ~TF_MXU_LAST;
-				for (size_t jr = 0; jr < nc; jr += NR) {
-					size_t nr = nc - jr < NR ? nc - jr : NR;
+				/* A small packed B (short K, e.g. dY.W^T of a 10-class layer) stays
+				 * in L1 while each A panel runs against all of it in one call; a
+				 * large one is walked one column panel at a time against the A
+				 * block instead. */
+				size_t jstep = nc * kc <= SMALL_B ? nc : NR;
+				for (size_t jr = 0; jr < nc; jr += jstep) {
+					size_t nr = nc - jr < jstep ? nc - jr : jstep;
 					const float *b = bf->b + jr * kc;
 					for (size_t ir = 0, q = 0; ir < mc; ir += panel_rows(mc - ir), q++) {
 						size_t mr = panel_rows(mc - ir);

@@ -164,21 +164,31 @@ kernel(const int ROWS, size_t kc, size_t R, const float *a, const size_t ais, co
 	}
 }
 
+/* The column panels of B side by side (panel j at b + j * NR * kc) against one A panel. */
+static inline __attribute__((always_inline)) void
+kernel_row(const int ROWS, size_t kc, size_t R, const float *a, const size_t ais, const size_t aks,
+	   const float *b, float *c, size_t ldc, size_t mr, size_t nc, int flags)
+{
+	for (size_t jr = 0; jr < nc; jr += NR)
+		kernel(ROWS, kc, R, a, ais, aks, b + jr * kc, c + jr, ldc, mr,
+		       nc - jr < NR ? nc - jr : NR, flags);
+}
+
 void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
-			 const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
+			 const float *b, float *c, size_t ldc, size_t mr, size_t nc, int flags)
 {
 	/* A 4-row block does 8 fmas per k, enough to keep both FMA pipes busy, so panels of 4
 	 * rows (chosen by mxu.c to avoid 2-row remainders) run at full speed. */
 	if (aks == 1) { /* row panels */
 		if (mr <= 4)
-			kernel(4, kc, R, a, ais, 1, b, c, ldc, mr, nr, flags);
+			kernel_row(4, kc, R, a, ais, 1, b, c, ldc, mr, nc, flags);
 		else
-			kernel(6, kc, R, a, ais, 1, b, c, ldc, mr, nr, flags);
+			kernel_row(6, kc, R, a, ais, 1, b, c, ldc, mr, nc, flags);
 	} else { /* k-major panels */
 		if (mr <= 4)
-			kernel(4, kc, R, a, 1, MR, b, c, ldc, mr, nr, flags);
+			kernel_row(4, kc, R, a, 1, MR, b, c, ldc, mr, nc, flags);
 		else
-			kernel(6, kc, R, a, 1, MR, b, c, ldc, mr, nr, flags);
+			kernel_row(6, kc, R, a, 1, MR, b, c, ldc, mr, nc, flags);
 	}
 }
 

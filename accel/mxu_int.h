@@ -24,10 +24,11 @@
  * read), or ends at k = K (NaN results are written as 0x7FC00000). */
 enum { TF_MXU_FIRST = 1, TF_MXU_LAST = 2 };
 
-/* Microkernel: for the mr x nr block of C (leading dimension ldc), C += each K-tile's sum, over
- * kc values of k starting on a tile boundary, tiles R long. */
+/* Microkernel: for the mr x nc block of C (leading dimension ldc), C += each K-tile's sum, over
+ * kc values of k starting on a tile boundary, tiles R long. One A panel against the B panels
+ * b, b + NR * kc, ... (ceil(nc / NR) of them), one register block at a time. */
 void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
-			 const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags);
+			 const float *b, float *c, size_t ldc, size_t mr, size_t nc, int flags);
 /* Packing with bf16 rounding (AVX2). X/W point at op(X)[0,0] / op(W)[0,0] of the part; avail
  * is how many floats of each stored row of X can be read from X's column (ldx minus the part's
  * offset), which lets the transposed packing read whole vectors safely. When maxbits is not
