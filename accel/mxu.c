@@ -304,11 +304,10 @@ static void run_part(const struct part *p)
 
 	size_t nc_max = N < NC ? N : NC, kc_max = K < KC ? K : KC;
 	size_t mc_max = M < MC ? M : MC;
-	/* A: up to mc/4 + 1 panels of MR x kc slots, plus 8 floats of slack for the k-major
-	 * packing's spill; B: the panels plus 8 k rows of slack for the transposed packing's
-	 * spill (mxu_avx2.c) */
+	/* A: up to mc/4 + 1 panels of MR x kc slots, plus 8 floats of slack for the packing's
+	 * whole-vector stores past a row's end (mxu_avx2.c) */
 	struct bufs *bf = thread_bufs((mc_max / 4 + 1) * MR * kc_max + 8,
-				      (nc_max + NR - 1) / NR * NR * kc_max + 8 * NR);
+				      (nc_max + NR - 1) / NR * NR * kc_max);
 
 	for (size_t jc = 0; jc < N; jc += NC) {
 		size_t nc = N - jc < NC ? N - jc : NC;

@@ -345,20 +345,28 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 					_mm256_storeu_ps(b + (k + kk) * NR + h, rnd_max(r[kk], ftz, &mx));
 			}
 		}
-		/* the rest: masked loads (lanes past kc and rows past nr read as 0), and all 8
-		 * k rows stored: rows past kc land in the next panel, which is packed after this
-		 * one, or in the buffer's slack (mxu.c) */
+		/* the rest: masked loads (lanes past kc and rows past nr read as 0); only the kn
+		 * rows of k that exist are rounded and stored */
 		for (; k < kc; k += 8) {
-			__m256i lm = lead_mask(kc - k);
+			size_t kn = kc - k < 8 ? kc - k : 8;
+			__m256i lm = lead_mask(kn);
 			__m256 r[8];
 #pragma GCC unroll 8
 			for (size_t j = 0; j < 8; j++)
 				r[j] = h + j < nr ? _mm256_maskload_ps(src + j * ldw + k, lm)
 						  : _mm256_setzero_ps();
 			transpose8(r);
-#pragma GCC unroll 8
-			for (size_t kk = 0; kk < 8; kk++)
-				_mm256_storeu_ps(b + (k + kk) * NR + h, rnd_max(r[kk], ftz, &mx));
+			float *d = b + k * NR + h;
+			switch (kn) { /* constant indices keep r in registers */
+			case 8: _mm256_storeu_ps(d + 7 * NR, rnd_max(r[7], ftz, &mx)); /* fall through */
+			case 7: _mm256_storeu_ps(d + 6 * NR, rnd_max(r[6], ftz, &mx)); /* fall through */
+			case 6: _mm256_storeu_ps(d + 5 * NR, rnd_max(r[5], ftz, &mx)); /* fall through */
+			case 5: _mm256_storeu_ps(d + 4 * NR, rnd_max(r[4], ftz, &mx)); /* fall through */
+			case 4: _mm256_storeu_ps(d + 3 * NR, rnd_max(r[3], ftz, &mx)); /* fall through */
+			case 3: _mm256_storeu_ps(d + 2 * NR, rnd_max(r[2], ftz, &mx)); /* fall through */
+			case 2: _mm256_storeu_ps(d + 1 * NR, rnd_max(r[1], ftz, &mx)); /* fall through */
+			default: _mm256_storeu_ps(d, rnd_max(r[0], ftz, &mx));
+			}
 		}
 	}
 	if (maxbits)
