@@ -5,6 +5,8 @@
  *       for pc over K by KC:          KC is a multiple of R, so K-tiles never straddle blocks
  *         for ic over M by MC:        pack op(X)[ic.., pc..] into MR-tall panels (bf16-rounded)
  *           for jr, ir:               microkernel: per K-tile, s = fma chain in k order, C += s
+ *                                     (a small B block: one call per A panel covers every jr)
+ * Narrow outputs (N < 16) take another path on AVX2, vectorised over M (mxu_avx2.c).
  * K is walked in ascending order and each tile's sum is added to C as soon as it is complete,
  * so every output sees exactly the contract's sequence of roundings (mxu.h). The first tile
  * writes C = +0 + s without reading C, the last one canonicalises NaNs. Vector lanes and

@@ -1,5 +1,6 @@
-/* mxu_avx2.c — the AVX2/FMA parts of the fast MXU path: the 6x16 microkernel and the packing
- * routines that round to bf16 eight values at a time.
+/* mxu_avx2.c — the AVX2/FMA parts of the fast MXU path: the 6x16 microkernel, the packing
+ * routines that round to bf16 eight values at a time, and the narrow-output path (N < 16,
+ * vectorised over M; see its section below).
  *
  * Microkernel: twelve ymm registers hold the running tile sums s for 6 rows x 16 columns (8
  * for the 4-row variant). For
@@ -8,7 +9,8 @@
  * the contract's fmaf chain. At the end of the tile C += s, one add per output, in tile order.
  * Edge blocks (mr < 6 or nr < 16) compute the full block from zero-padded panels and store
  * only the valid rows and lanes. The first tile of a GEMM writes C = 0 + s without reading C;
- * the last one writes NaNs canonically (mxu.h rule 5), so C needs no other pass. */
+ * the last one writes NaNs canonically (mxu.h rule 5), so C needs no other pass; mxu.c drops
+ * that flag when the packing's magnitude bounds show no output can be NaN. */
 #include <immintrin.h>
 
 #include <string.h>
