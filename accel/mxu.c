@@ -332,7 +332,8 @@ static void run_part(const struct part *p)
 			for (size_t ic = 0; ic < M; ic += MC) {
 				size_t mc = M - ic < MC ? M - ic : MC;
 				uint32_t amax = 0;
-				for (size_t ir = 0, q = 0; ir < mc; ir += panel_rows(mc - ir), q++) {
+				for (size_t ir = 0, q = 0; ir < mc;
+				     ir += panel_rows(mc - ir), q++) {
 					uint32_t m = 0;
 					pa(p->trans_x, p->X, p->ldx, p->x_avail, ic + ir,
 					   panel_rows(mc - ir), pc, kc, ftz, bf->a + q * MR * kc,

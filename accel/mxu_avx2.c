@@ -101,7 +101,8 @@ static inline void store_part(float *p, __m256 v, size_t n)
 /* Row of C += (lo, hi) for the first nr columns. first: C is taken as +0 (acc starts at +0,
  * so C = 0 + s, not s: -0 becomes +0 as the contract says) and not read. last: NaN lanes
  * are written as the canonical quiet NaN. */
-static inline __attribute__((always_inline)) void update_row(float *row, __m256 lo, __m256 hi, size_t nr, int first, int last)
+static inline __attribute__((always_inline)) void update_row(float *row, __m256 lo, __m256 hi,
+							     size_t nr, int first, int last)
 {
 	if (first) {
 		lo = _mm256_add_ps(_mm256_setzero_ps(), lo);
@@ -344,7 +345,8 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 				transpose8(r);
 #pragma GCC unroll 8
 				for (size_t kk = 0; kk < 8; kk++)
-					_mm256_storeu_ps(b + (k + kk) * NR + h, rnd_max(r[kk], ftz, &mx));
+					_mm256_storeu_ps(b + (k + kk) * NR + h,
+							 rnd_max(r[kk], ftz, &mx));
 			}
 		}
 		/* the rest: masked loads (lanes past kc and rows past nr read as 0); only the kn
@@ -359,16 +361,10 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 						  : _mm256_setzero_ps();
 			transpose8(r);
 			float *d = b + k * NR + h;
-			switch (kn) { /* constant indices keep r in registers */
-			case 8: _mm256_storeu_ps(d + 7 * NR, rnd_max(r[7], ftz, &mx)); /* fall through */
-			case 7: _mm256_storeu_ps(d + 6 * NR, rnd_max(r[6], ftz, &mx)); /* fall through */
-			case 6: _mm256_storeu_ps(d + 5 * NR, rnd_max(r[5], ftz, &mx)); /* fall through */
-			case 5: _mm256_storeu_ps(d + 4 * NR, rnd_max(r[4], ftz, &mx)); /* fall through */
-			case 4: _mm256_storeu_ps(d + 3 * NR, rnd_max(r[3], ftz, &mx)); /* fall through */
-			case 3: _mm256_storeu_ps(d + 2 * NR, rnd_max(r[2], ftz, &mx)); /* fall through */
-			case 2: _mm256_storeu_ps(d + 1 * NR, rnd_max(r[1], ftz, &mx)); /* fall through */
-			default: _mm256_storeu_ps(d, rnd_max(r[0], ftz, &mx));
-			}
+#pragma GCC unroll 8
+			for (size_t kk = 0; kk < 8; kk++) /* unrolled: r stays in registers */
+				if (kk < kn)
+					_mm256_storeu_ps(d + kk * NR, rnd_max(r[kk], ftz, &mx));
 		}
 	}
 	if (maxbits)
@@ -417,7 +413,8 @@ static void narrow_pack_a(int trans, const float *X, size_t ldx, size_t i0, size
 				transpose8(r);
 #pragma GCC unroll 8
 				for (size_t kk = 0; kk < 8; kk++)
-					_mm256_storeu_ps(a + (k0 + kk) * NP + h, pack_round8(r[kk], ftz));
+					_mm256_storeu_ps(a + (k0 + kk) * NP + h,
+							 pack_round8(r[kk], ftz));
 			}
 		}
 		for (; k0 < K; k0 += 8) {
@@ -499,8 +496,10 @@ narrow_block(const int NCOL, size_t K, size_t R, const float *a, const float *b,
 #pragma GCC unroll 6
 		for (int n = 0; n < NCOL; n++) {
 			__m256 z = _mm256_setzero_ps();
-			s0[n] = _mm256_add_ps(t0 == 0 ? z : _mm256_load_ps(accm + 8 * n), s0[n]);
-			s1[n] = _mm256_add_ps(t0 == 0 ? z : _mm256_load_ps(accm + 48 + 8 * n), s1[n]);
+			__m256 a0 = t0 == 0 ? z : _mm256_load_ps(accm + 8 * n);
+			__m256 a1 = t0 == 0 ? z : _mm256_load_ps(accm + 48 + 8 * n);
+			s0[n] = _mm256_add_ps(a0, s0[n]);
+			s1[n] = _mm256_add_ps(a1, s1[n]);
 		}
 		if (t0 + len < K) {
 #pragma GCC unroll 6
