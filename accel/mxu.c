@@ -5,6 +5,8 @@
  *       for pc over K by KC:          KC is a multiple of R, so K-tiles never straddle blocks
  *         for ic over M by MC:        pack op(X)[ic.., pc..] into MR-tall panels (bf16-rounded)
  *           for jr, ir:               microkernel: per K-tile, s = fma chain in k order, C += s
+ *                                     (a small B block: one call per A panel covers every jr)
+ * Narrow outputs (N < 16) take another path on AVX2, vectorised over M (mxu_avx2.c).
  * K is walked in ascending order and each tile's sum is added to C as soon as it is complete,
  * so every output sees exactly the contract's sequence of roundings (mxu.h). The first tile
  * writes C = +0 + s without reading C, the last one canonicalises NaNs. Vector lanes and
@@ -36,6 +38,7 @@
 #define MC 144  /* rows of op(X) packed at once: 24 microkernel panels, ~150 KB at KC=256 */
 #define NC 4080 /* columns of op(W) packed at once (multiple of NR) */
 #define MAX_THREADS 64
+#define SMALL_B 4096 /* floats of packed B (16 KB) run against each A panel in one call */
 /* Below this many multiply-adds per thread a GEMM uses fewer threads: waking workers costs
  * more than it saves (results are the same either way). Tests set it to 0. */
 size_t tf_mxu_min_macs_per_thread = 1u << 18;
@@ -142,9 +145,10 @@ struct part {
 
 /* Portable packing: same layouts as the AVX2 code (mxu_int.h). */
 static void pack_a_c(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
-		     size_t mr, size_t p0, size_t kc, int ftz, float *a)
+		     size_t mr, size_t p0, size_t kc, int ftz, float *a, uint32_t *maxbits)
 {
 	(void)avail;
+	(void)maxbits; /* run_part asks only the AVX2 packing for bounds */
 	for (size_t i = 0; i < MR; i++) {
 		for (size_t k = 0; k < kc; k++) {
 			float v = 0.0f;
@@ -160,8 +164,9 @@ static void pack_a_c(int trans, const float *X, size_t ldx, size_t avail, size_t
 }
 
 static void pack_b_c(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t p0,
-		     size_t kc, int ftz, float *b)
+		     size_t kc, int ftz, float *b, uint32_t *maxbits)
 {
+	(void)maxbits;
 	for (size_t k = 0; k < kc; k++)
 		for (size_t j = 0; j < NR; j++)
 			b[k * NR + j] = j >= nr ? 0.0f
@@ -170,8 +175,8 @@ static void pack_b_c(int trans, const float *W, size_t ldw, size_t j0, size_t nr
 }
 
 /* Portable microkernel: the contract written out with fmaf; flags as for the AVX2 one. */
-static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
-		      const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
+static void ukernel_block(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
+			  const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
 {
 	for (size_t t0 = 0; t0 < kc; t0 += R) {
 		size_t len = kc - t0 < R ? kc - t0 : R;
@@ -194,6 +199,27 @@ static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t ak
 		if (last)
 			tf_mxu_canon_nan(mr, nr, c, ldc);
 	}
+}
+
+/* Column panels side by side, as tf_mxu_ukernel_avx2. */
+static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
+		      const float *b, float *c, size_t ldc, size_t mr, size_t nc, int flags)
+{
+	for (size_t jr = 0; jr < nc; jr += NR)
+		ukernel_block(kc, R, a, ais, aks, b + jr * kc, c + jr, ldc, mr,
+			      nc - jr < NR ? nc - jr : NR, flags);
+}
+
+/* Whether K products of magnitudes up to the floats with bits amax and bmax, summed, could
+ * reach Inf (or are Inf or NaN already). */
+static int may_overflow(uint32_t amax, uint32_t bmax, size_t K)
+{
+	if (amax >= 0x7f800000u || bmax >= 0x7f800000u)
+		return 1;
+	float a, b;
+	memcpy(&a, &amax, sizeof a);
+	memcpy(&b, &bmax, sizeof b);
+	return (double)a * (double)b * (double)K > 0x1p120;
 }
 
 /* Rows in the next A panel when `left` rows remain: 6, except that 8 becomes 4 + 4 and 4 or
@@ -260,9 +286,9 @@ static void run_part(const struct part *p)
 	void (*uk)(size_t, size_t, const float *, size_t, size_t, const float *, float *, size_t,
 		   size_t, size_t, int) = p->portable ? ukernel_c : tf_mxu_ukernel_avx2;
 	void (*pa)(int, const float *, size_t, size_t, size_t, size_t, size_t, size_t, int,
-		   float *) = p->portable ? pack_a_c : tf_mxu_pack_a_avx2;
-	void (*pb)(int, const float *, size_t, size_t, size_t, size_t, size_t, int, float *) =
-		p->portable ? pack_b_c : tf_mxu_pack_b_avx2;
+		   float *, uint32_t *) = p->portable ? pack_a_c : tf_mxu_pack_a_avx2;
+	void (*pb)(int, const float *, size_t, size_t, size_t, size_t, size_t, int, float *,
+		   uint32_t *) = p->portable ? pack_b_c : tf_mxu_pack_b_avx2;
 
 	if (!K) /* no tiles: acc stays +0 */
 		for (size_t i = 0; i < M; i++)
@@ -270,10 +296,18 @@ static void run_part(const struct part *p)
 	if (!M || !N || !K)
 		return;
 
+	/* Narrow outputs: vectorised over M instead (mxu_avx2.c) */
+	if (!p->portable && N < NR && K * N <= TF_MXU_NARROW_MAX_KN) {
+		struct bufs *nb = thread_bufs(16 * K + 8, K * N + 8);
+		tf_mxu_narrow_avx2(p->trans_x, p->trans_w, M, K, N, p->X, p->ldx, p->W, p->ldw,
+				   p->C, p->ldc, R, ftz, nb->a, nb->b);
+		return;
+	}
+
 	size_t nc_max = N < NC ? N : NC, kc_max = K < KC ? K : KC;
 	size_t mc_max = M < MC ? M : MC;
-	/* A: up to mc/4 + 1 panels of MR x kc slots, plus 8 floats of slack for the k-major
-	 * packing's spill (mxu_avx2.c) */
+	/* A: up to mc/4 + 1 panels of MR x kc slots, plus 8 floats of slack for the packing's
+	 * whole-vector stores past a row's end (mxu_avx2.c) */
 	struct bufs *bf = thread_bufs((mc_max / 4 + 1) * MR * kc_max + 8,
 				      (nc_max + NR - 1) / NR * NR * kc_max);
 
@@ -281,21 +315,43 @@ static void run_part(const struct part *p)
 		size_t nc = N - jc < NC ? N - jc : NC;
 		for (size_t pc = 0; pc < K; pc += KC) {
 			size_t kc = K - pc < KC ? K - pc : KC;
+			/* With all of K in one block, the packing bounds |x| and |w|: when
+			 * K * max|x| * max|w| <= 2^120, no partial sum can reach Inf (rounding
+			 * grows a sum by at most (1 + 2^-24)^K), so no output is NaN and the
+			 * kernel skips canonicalising them (TF_MXU_LAST), which for short K is a
+			 * good part of its work. */
+			int bound = kc == K && !p->portable;
+			uint32_t bmax = 0;
 			for (size_t jr = 0; jr < nc; jr += NR) {
 				size_t nr = nc - jr < NR ? nc - jr : NR;
+				uint32_t m = 0;
 				pb(p->trans_w, p->W, p->ldw, jc + jr, nr, pc, kc, ftz,
-				   bf->b + jr * kc);
+				   bf->b + jr * kc, bound ? &m : NULL);
+				bmax = m > bmax ? m : bmax;
 			}
 			for (size_t ic = 0; ic < M; ic += MC) {
 				size_t mc = M - ic < MC ? M - ic : MC;
-				for (size_t ir = 0, q = 0; ir < mc; ir += panel_rows(mc - ir), q++)
+				uint32_t amax = 0;
+				for (size_t ir = 0, q = 0; ir < mc;
+				     ir += panel_rows(mc - ir), q++) {
+					uint32_t m = 0;
 					pa(p->trans_x, p->X, p->ldx, p->x_avail, ic + ir,
-					   panel_rows(mc - ir), pc, kc, ftz, bf->a + q * MR * kc);
+					   panel_rows(mc - ir), pc, kc, ftz, bf->a + q * MR * kc,
+					   bound ? &m : NULL);
+					amax = m > amax ? m : amax;
+				}
 				size_t ais = p->trans_x ? 1 : kc, aks = p->trans_x ? MR : 1;
 				int flags = (pc == 0 ? TF_MXU_FIRST : 0) |
 					    (pc + kc == K ? TF_MXU_LAST : 0);
-				for (size_t jr = 0; jr < nc; jr += NR) {
-					size_t nr = nc - jr < NR ? nc - jr : NR;
+				if (bound && !may_overflow(amax, bmax, K))
+					flags &= ~TF_MXU_LAST;
+				/* A small packed B (short K, e.g. dY.W^T of a 10-class layer) stays
+				 * in L1 while each A panel runs against all of it in one call; a
+				 * large one is walked one column panel at a time against the A
+				 * block instead. */
+				size_t jstep = nc * kc <= SMALL_B ? nc : NR;
+				for (size_t jr = 0; jr < nc; jr += jstep) {
+					size_t nr = nc - jr < jstep ? nc - jr : jstep;
 					const float *b = bf->b + jr * kc;
 					for (size_t ir = 0, q = 0; ir < mc; ir += panel_rows(mc - ir), q++) {
 						size_t mr = panel_rows(mc - ir);
@@ -468,12 +524,15 @@ void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size
 	tf_mxu_cfg_norm(cfg_in, &cfg);
 
 	/* Narrow outputs (N < 16, e.g. the weight gradient of a 10-class layer) would fill few
-	 * vector lanes: compute C^T = op(W)^T . op(X)^T instead, whose rows are the narrow side.
-	 * Each output still gets the same fma chain, since fmaf(w, x, s) == fmaf(x, w, s)
-	 * exactly, so the bits are the contract's (tests compare both against the reference).
-	 * Only with trans_x: then op(X)^T is X as stored and packs without a transpose, which is
-	 * what makes the swap pay (measured: X^T.dY 0.69 -> 0.99 of OpenBLAS; X.W got slower). */
-	if (trans_x && N < NR && M >= 2 * NR && K > 0) {
+	 * vector lanes. With AVX2, run_part vectorises them over M (mxu_avx2.c). Otherwise (the
+	 * portable kernel, or K * N too large for that path's packed W), with trans_x compute
+	 * C^T = op(W)^T . op(X)^T instead, whose rows are the narrow side. Each output still gets
+	 * the same fma chain, since fmaf(w, x, s) == fmaf(x, w, s) exactly, so the bits are the
+	 * contract's (tests compare both against the reference). Only with trans_x: then
+	 * op(X)^T is X as stored and packs without a transpose. */
+	int portable = !(tf_bf16_have_avx2() && !force_portable);
+	if (trans_x && N < NR && M >= 2 * NR && K > 0 &&
+	    (portable || K * N > TF_MXU_NARROW_MAX_KN)) {
 		float *T = tf_xmalloc(N * M * sizeof *T);
 		tf_mxu_gemm(&cfg, !trans_w, !trans_x, N, K, M, W, ldw, X, ldx, T, M, NULL);
 		for (size_t m = 0; m < M; m++)
@@ -486,7 +545,7 @@ void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size
 	struct part whole = {
 		.cfg = &cfg, .trans_x = trans_x, .trans_w = trans_w, .M = M, .K = K, .N = N,
 		.X = X, .W = W, .ldx = ldx, .ldw = ldw, .ldc = ldc, .C = C, .x_avail = ldx,
-		.portable = !(tf_bf16_have_avx2() && !force_portable),
+		.portable = portable,
 	};
 
 	/* Split C into blocks along the longer of M and N (in whole microkernel panels), never

@@ -6,7 +6,9 @@
  * keeps the systolic accumulation order); the ratio is what it costs to emulate the TPU's
  * numerics at CPU speed. Each figure is the best of 5 interleaved trials; before each 2-thread
  * trial the program sleeps 0.2 s so that OpenBLAS's spinning workers release the second core.
- * Usage: build/bench/gemm [--quick]  (--quick: fewer shapes, for a smoke run) */
+ * Usage: build/bench/gemm [--quick] [--only WORD,...]
+ *   --quick: fewer shapes, for a smoke run; --only: just the shapes whose name contains one
+ *   of the comma-separated words (no sums, slice step or reference model). */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -205,15 +207,39 @@ static void slice_step(int quick)
 		mlp_free(&rep[i]);
 }
 
+/* Whether name contains one of the comma-separated words of list. */
+static int selected(const char *name, const char *list)
+{
+	char buf[256];
+	snprintf(buf, sizeof buf, "%s", list);
+	for (char *save = NULL, *w = strtok_r(buf, ",", &save); w; w = strtok_r(NULL, ",", &save))
+		if (strstr(name, w))
+			return 1;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+	int quick = 0;
+	const char *only = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--quick") == 0) {
+			quick = 1;
+		} else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+			only = argv[++i];
+		} else {
+			fprintf(stderr, "usage: %s [--quick] [--only WORD,...]\n", argv[0]);
+			return 64;
+		}
+	}
 	printf("MXU kernel: %s; OpenBLAS %s\n", tf_mxu_kernel_name(), openblas_get_config());
 	printf("%-20s %3s %9s %9s %7s\n", "shape", "thr", "mxu GF/s", "blas GF/s", "ratio");
 	double mlp_mxu[3] = { 0 }, mlp_blas[3] = { 0 }, rep_mxu[3] = { 0 }, rep_blas[3] = { 0 };
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
 		const struct shape *s = &shapes[si];
 		if (quick && s->M * s->K * s->N > 600 * 600 * 600)
+			continue;
+		if (only && !selected(s->name, only))
 			continue;
 		struct ops o = { .s = s };
 		size_t xr = s->tx ? s->K : s->M, xc = s->tx ? s->M : s->K;
@@ -265,6 +291,8 @@ int main(int argc, char **argv)
 		free(o.W);
 		free(o.C);
 	}
+	if (only)
+		return 0;
 	for (int thr = 1; thr <= 2; thr++)
 		printf("%-20s %3d %8.1fus %8.1fus %7.2f\n", "mlp step (sum)", thr, mlp_mxu[thr] * 1e6,
 		       mlp_blas[thr] * 1e6, mlp_blas[thr] / mlp_mxu[thr]);

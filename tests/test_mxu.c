@@ -235,6 +235,83 @@ static void test_mxu_shapes_match_reference(void **state)
 	}
 }
 
+/* The narrow-output path (N < 16, vectorised over M on AVX2) and short K (one K-tile, where
+ * acc = 0 + s and the kernel may skip NaN canonicalisation when packing bounds the values):
+ * the MLP's 10-class shapes and their 32-row replica forms, edges of the 16-row panels and the
+ * 6-column groups, K tails, several K-tiles, every value class with ftz on and off (so signed
+ * zeros, NaN/Inf inputs, overflow and subnormal products), all transposes, 1-3 threads, the
+ * portable kernel, and the cycle-level reference on the smaller ones. */
+static void test_mxu_narrow_and_short_k_match_reference(void **state)
+{
+	(void)state;
+	/* (R, C, M, K, N, reference) */
+	static const int shapes[][6] = {
+		{ 128, 128, 256, 128, 10, 0 }, /* fwd3 H2.W3 */
+		{ 128, 128, 256, 10, 128, 0 }, /* dX3 dY3.W3^T */
+		{ 128, 128, 128, 256, 10, 0 }, /* dW3 H2^T.dY3 (2 K-tiles) */
+		{ 128, 128, 32, 128, 10, 1 },  /* rep32 fwd3 */
+		{ 128, 128, 32, 10, 128, 1 },  /* rep32 dX3 */
+		{ 128, 128, 128, 32, 10, 1 },  /* rep32 dW3 */
+		{ 16, 8, 45, 33, 14, 1 },      /* 3 K-tiles, 16-row panel edge, 2 column groups */
+		{ 8, 8, 17, 3, 7, 1 },         /* K < 8: transposed packing of a short block */
+		{ 128, 128, 37, 10, 13, 1 },   /* 13 columns: groups of 7 and 6 */
+		{ 32, 32, 64, 40, 15, 0 },     /* 15 columns, K tail of 8 */
+		{ 4, 4, 50, 9, 6, 1 },         /* one full 6-column group, 3 K-tiles */
+		{ 128, 128, 33, 1, 2, 1 },     /* K = 1 */
+		{ 64, 64, 31, 64, 16, 0 },     /* N = 16: the 16-wide kernel, K = R */
+	};
+	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+		const int *s = shapes[i];
+		for (int vc = 0; vc < V_LAST; vc++)
+			for (int ftz = 0; ftz <= 1; ftz++)
+				one_case(s[0], s[1], ftz, (size_t)s[2], (size_t)s[3], (size_t)s[4],
+					 (enum vclass)vc, s[5]);
+	}
+}
+
+/* Finite inputs whose tile sums overflow to +Inf and -Inf: acc = Inf + -Inf is NaN and must be
+ * written as 0x7FC00000 (the hardware gives 0xFFC00000), although every input is finite and
+ * the bound the packing computes is what decides whether to canonicalise. */
+static void test_mxu_finite_inputs_nan_is_canonical(void **state)
+{
+	(void)state;
+	enum { M = 20, K = 4, N = 20 };
+	float X[M * K], W[K * N], C[M * N];
+	for (int m = 0; m < M; m++)
+		for (int k = 0; k < K; k++)
+			X[m * K + k] = ldexpf(1.0f, 100);
+	for (int k = 0; k < K; k++)
+		for (int n = 0; n < N; n++)
+			W[k * N + n] = k < 2 ? ldexpf(1.0f, 100) : -ldexpf(1.0f, 100);
+	struct tf_mxu_cfg cfg;
+	tf_mxu_cfg_init(&cfg);
+	cfg.rows = 2; /* tiles {0,1} -> +Inf and {2,3} -> -Inf */
+	for (int portable = 0; portable <= 1; portable++) {
+		tf_mxu_force_portable(portable);
+		for (int threads = 1; threads <= 2; threads++) {
+			cfg.threads = threads;
+			for (int n = 1; n <= N; n += N - 1) { /* narrow (1) and wide (20) */
+				memset(C, 0, sizeof C);
+				tf_mxu_gemm(&cfg, 0, 0, M, K, (size_t)n, X, K, W, N, C, (size_t)n,
+					    NULL);
+				for (int i = 0; i < M * n; i++) {
+					uint32_t u;
+					memcpy(&u, &C[i], 4);
+					assert_int_equal(u, 0x7fc00000u);
+				}
+			}
+		}
+	}
+	tf_mxu_force_portable(0);
+	float r[M * N];
+	tf_mxu_gemm_reference(&cfg, 0, 0, M, K, N, X, K, W, N, r, N, NULL);
+	for (int i = 0; i < M * N; i++) {
+		uint32_t u;
+		memcpy(&u, &r[i], 4);
+		assert_int_equal(u, 0x7fc00000u);
+	}
+}
+
 static void test_mxu_value_classes_ftz_both(void **state)
 {
 	(void)state;
@@ -459,6 +536,8 @@ int main(void)
 		cmocka_unit_test(test_mxu_value_classes_ftz_both),
 		cmocka_unit_test(test_mxu_shapes_match_reference),
 		cmocka_unit_test(test_mxu_fast_blocking_boundaries),
+		cmocka_unit_test(test_mxu_narrow_and_short_k_match_reference),
+		cmocka_unit_test(test_mxu_finite_inputs_nan_is_canonical),
 		cmocka_unit_test(test_mxu_random_shapes_match_reference),
 		cmocka_unit_test(test_mxu_concurrent_callers),
 		cmocka_unit_test(test_mxu_pool_runs_each_part_once),
