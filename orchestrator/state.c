@@ -174,9 +174,11 @@ static int add_event(struct tf_store *st, const char *run, const char *step, int
 		     const char *kind, const char *from, const char *to, const char *message)
 {
 	return tf_store_run(st,
-			    "INSERT INTO events(at, run_id, step, attempt, kind, from_state, "
-			    "to_state, message) VALUES(?,?,?,nullif(?, 0),?,?,?,?)",
-			    "dttitttt", tf_now_wall(), run, step, (int64_t)(attempt > 0 ? attempt : 0),
+			    "INSERT INTO events(run_id, id, at, step, attempt, kind, from_state, "
+			    "to_state, message) VALUES(?1, "
+			    "(SELECT coalesce(max(id), 0) + 1 FROM events WHERE run_id=?1), "
+			    "?2, ?3, nullif(?4, 0), ?5, ?6, ?7, ?8)",
+			    "tdtitttt", run, tf_now_wall(), step, (int64_t)(attempt > 0 ? attempt : 0),
 			    kind, from, to, message);
 }
 
