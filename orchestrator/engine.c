@@ -2,18 +2,28 @@
  * timeouts, gates, the step cache and clean interruption.
  *
  * Threads and ownership:
- *  - The coordinator (the calling thread) owns every `struct estep` field marked [C] and the
- *    database handle `e->db`; it alone changes state, always in this order: open a
- *    transaction, apply a batch of transitions (finished attempts, the steps they unblock,
- *    new attempts), commit, and only then hand new attempts to the workers. One commit per
- *    batch keeps the per-step cost at about one fsync even for a 1000-step chain.
+ *  - Coordinating is a role, not a thread: whoever holds the baton (`e->coord_busy`, taken
+ *    and released under `e->mu`) owns every `struct estep` field marked [C], the fields of
+ *    `struct engine` marked [C] and the database handle `e->db`. The holder runs rounds
+ *    (coord_round), each in this order: open a transaction, apply a batch of transitions
+ *    (finished attempts, the steps they unblock, new attempts), commit, and only then hand
+ *    the new attempts to the workers. One commit per batch keeps the per-step cost at about
+ *    one fsync even for a 1000-step chain.
  *  - Workers pop steps from the work queue, run the kind with their own database and
- *    object-store handles, and push the step on the `done` list. Fields marked [W] are
- *    written by the worker while the step runs and read by the coordinator after it pops the
- *    step from `done` (the mutex orders the two).
+ *    object-store handles, and push the step on the `done` list. A worker that finds the
+ *    baton free takes it and runs the round for the step it just finished itself; when that
+ *    round starts exactly one step, the worker runs it next without waking anyone (a chain
+ *    step then costs no thread handoff at all). Otherwise the baton holder processes the
+ *    pushed step before it lets the baton go. Fields marked [W] are written by the worker
+ *    while the step runs and read by the baton holder after it pops the step from `done`
+ *    (the mutex orders the two).
+ *  - The calling thread (drive) takes the baton for everything else: the first round,
+ *    retries whose backoff passed, timeouts, Ctrl-C, the view's refresh, and it decides that
+ *    the run is over. It sleeps on `coord_cv`; a worker wakes it only when a round left
+ *    something for it (a deadline, a retry, the end of the run, an error).
  *  - A signal thread (when opts.handle_signals) turns SIGINT/SIGTERM into `e->interrupted`.
- *  Nobody polls: the coordinator sleeps on `coord_cv` until a worker finishes, a signal
- *  arrives, or the nearest retry/timeout deadline (pthread_cond_timedwait).
+ *  Nobody polls: the calling thread sleeps until it is woken, a signal arrives, or the
+ *  nearest retry/timeout deadline (pthread_cond_timedwait).
  *
  * Cache key of a step (hex SHA-256): program version, step type, step name, accelerator, the
  * resolved `with` as canonical JSON (sorted keys), and for every need its outputs and
@@ -111,7 +121,21 @@ struct engine {
 	size_t ndone;
 	int quit;                    /* workers exit */
 	volatile int interrupted;    /* Ctrl-C / SIGTERM seen (under mu) */
+	int coord_busy;              /* the baton: a thread is running a round (under mu) */
+	int main_blocked;            /* drive waits for the baton (under mu) */
+	int main_look;               /* [C] the last round left work for drive (deadlines etc.) */
+	int complete;                /* [C] nothing is left to do: drive ends the run */
+	int fatal;                   /* a round failed (database error): its code (under mu) */
+	int progress_any;            /* some step has an unflushed progress line (under mu) */
 	int nrunning;                /* [C] steps queued or running */
+	int stopping;                /* [C] interrupted: cancelling, no new attempts */
+	int retry_hint;              /* [C] a step may be retrying (cleared by the scan) */
+	int timeout_hint;            /* [C] a running attempt may have a deadline */
+	int cache_hits;              /* [C] steps taken from the cache in this process */
+	size_t *ready, nready;       /* [C] steps whose needs became final */
+	struct estep **start;        /* [C] scratch: attempts started in a round */
+	struct estep **batch;        /* [C] scratch: finished attempts taken in a round */
+	struct tf_objstore *coord_os; /* [C] object store for cache keys (NULL: outputs only) */
 	pthread_t *workers;
 	int nworkers;
 	pthread_t sigthread;
@@ -273,6 +297,7 @@ static void progress_cb(void *data, const char *line)
 	pthread_mutex_lock(&pc->e->mu);
 	snprintf(pc->s->progress, sizeof(pc->s->progress), "%s", line);
 	pc->s->progress_dirty = 1;
+	pc->e->progress_any = 1;
 	pthread_mutex_unlock(&pc->e->mu);
 	if (!pc->log && pc->log_path && tf_mkdir_p(pc->s_workdir) == 0)
 		pc->log = fopen(pc->log_path, "a"); /* opened on first use: most steps never log */
@@ -408,6 +433,8 @@ out:
 	free(log_path);
 }
 
+static int coord_round(struct engine *e, int by_worker);
+
 static void *worker_main(void *arg)
 {
 	struct wctx *w = arg;
@@ -427,7 +454,26 @@ static void *worker_main(void *arg)
 		run_one(w, s, attempt, with);
 		pthread_mutex_lock(&e->mu);
 		e->done[e->ndone++] = s;
-		pthread_cond_signal(&e->coord_cv);
+		if (e->coord_busy || e->fatal || e->complete)
+			continue; /* the holder takes it before it lets go of the baton */
+		/* Coordinate the finish ourselves: no wakeup of another thread on the way. */
+		e->coord_busy = 1;
+		int look = 0, rc = 0;
+		while (e->ndone && !e->fatal && !e->complete) {
+			if (e->qlen)
+				pthread_cond_signal(&e->work_cv); /* left for us, but we are busy */
+			pthread_mutex_unlock(&e->mu);
+			rc = coord_round(e, 1);
+			look |= e->main_look;
+			pthread_mutex_lock(&e->mu);
+			if (rc) {
+				e->fatal = rc;
+				break;
+			}
+		}
+		e->coord_busy = 0;
+		if (look || rc || e->main_blocked || e->interrupted)
+			pthread_cond_signal(&e->coord_cv);
 	}
 	pthread_mutex_unlock(&e->mu);
 	tf_store_close(w->db);
@@ -872,6 +918,7 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		if (rc)
 			return rc;
 		s->state = TF_STEP_RETRYING;
+		e->retry_hint = 1;
 		set_reason(s, "attempt %d %s: %s; retry in %.2fs", s->attempts,
 			   tf_failure_name(ar.failure), s->err, ar.backoff);
 		s->next_at = tf_now_monotonic() + ar.backoff;
@@ -894,205 +941,300 @@ static void ts_after(struct timespec *ts, double seconds)
 	ts->tv_nsec = (long)fmod(ns, 1e9);
 }
 
-/* Drives the run until every step is final or the run is interrupted. */
-static int drive(struct engine *e, int *cache_hits)
+/* Hands attempts whose start is committed to the workers. A worker coordinating (by_worker)
+ * keeps one of them for itself: it pops the queue right after the round, so waking another
+ * thread for that one would only add a handoff. */
+static void hand_over(struct engine *e, struct estep **start, size_t nstart, int by_worker)
 {
-	size_t *ready = tf_xcalloc(e->n + 1, sizeof(*ready));
-	struct estep **start = tf_xcalloc(e->n + 1, sizeof(*start));
-	struct estep **batch = tf_xcalloc(e->n + 1, sizeof(*batch));
-	size_t nready = 0;
-	struct tf_objstore *os = NULL;
-	char err[512];
-	int rc = 0, stopping = 0;
+	size_t queued = 0;
+	pthread_mutex_lock(&e->mu);
+	for (size_t i = 0; i < nstart; i++) {
+		struct estep *s = start[i];
+		if (s->queued)
+			continue; /* already handed over */
+		s->cancel = 0;
+		s->timed_out = 0;
+		s->started = tf_now_monotonic();
+		s->deadline = s->def->timeout > 0 ? s->started + s->def->timeout : 0;
+		if (s->deadline > 0)
+			e->timeout_hint = 1;
+		s->queued = 1;
+		e->nrunning++;
+		e->queue[(e->qhead + e->qlen) % e->n] = s;
+		e->qlen++;
+		queued++;
+	}
+	if (by_worker && queued)
+		queued--;
+	if (queued == 1)
+		pthread_cond_signal(&e->work_cv);
+	else if (queued > 1)
+		pthread_cond_broadcast(&e->work_cv);
+	pthread_mutex_unlock(&e->mu);
+}
 
-	if (tf_objstore_open(e->storage_url, &os, err, sizeof(err)))
-		os = NULL; /* cache keys then hash the outputs only */
+/* One round of the coordinator, run by the baton holder: takes the finished attempts,
+ * applies them and everything they unblock in one transaction, commits, then hands the new
+ * attempts to the workers. When many steps become ready at once (a fan-out), their starts
+ * are committed in growing chunks (as many as there are workers first, then twice as many
+ * each time) so the first ones run while the rest are still being recorded; each chunk is
+ * committed before any of its steps is handed over. Sets e->complete when nothing is left,
+ * and e->main_look when drive must look (a deadline or a retry to wait for, the view). */
+static int coord_round(struct engine *e, int by_worker)
+{
+	size_t nbatch = 0, nstart = 0, handed = 0, chunk = (size_t)(e->nworkers > 0 ? e->nworkers : 1);
+	struct estep **batch = e->batch, **start = e->start;
+	int rc, interrupted, progress;
 
-	/* Initial frontier: pending steps with all needs final. */
-	for (size_t i = 0; i < e->n; i++)
-		if (e->steps[i].state == TF_STEP_PENDING && e->steps[i].unresolved == 0)
-			ready[nready++] = i;
+	pthread_mutex_lock(&e->mu);
+	for (size_t i = 0; i < e->ndone; i++)
+		batch[nbatch++] = e->done[i];
+	e->ndone = 0;
+	interrupted = e->interrupted;
+	progress = e->progress_any;
+	e->progress_any = 0;
+	pthread_mutex_unlock(&e->mu);
 
-	for (;;) {
-		size_t nbatch = 0, nstart = 0;
-		int interrupted;
-		double now = tf_now_monotonic();
-
-		pthread_mutex_lock(&e->mu);
-		for (;;) {
-			interrupted = e->interrupted;
-			if (e->ndone || nready || (interrupted && !stopping))
-				break;
-			/* Nothing to do now: sleep until a worker finishes, a signal, or the nearest
-			 * deadline (retry backoff, step timeout, view refresh). */
-			double wake = 0;
-			int has_wake = 0;
-			now = tf_now_monotonic();
-			int due = 0;
-			for (size_t i = 0; i < e->n; i++) {
-				struct estep *s = &e->steps[i];
-				double t = 0;
-				if (s->state == TF_STEP_RETRYING && !stopping)
-					t = s->next_at;
-				else if (s->state == TF_STEP_RUNNING && s->deadline > 0 && !s->timed_out)
-					t = s->deadline;
-				else
-					continue;
-				if (t <= now) {
-					due = 1;
-					break;
-				}
-				if (!has_wake || t < wake)
-					wake = t, has_wake = 1;
-			}
-			if (due)
-				break;
-			if (e->nrunning == 0 && !has_wake)
-				break; /* nothing left that can change */
-			if (e->view && e->nrunning > 0) {
-				double tick = now + tf_view_interval(e->view);
-				if (!has_wake || tick < wake)
-					wake = tick, has_wake = 1;
-			}
-			if (has_wake) {
-				struct timespec ts;
-				ts_after(&ts, wake - now);
-				pthread_cond_timedwait(&e->coord_cv, &e->mu, &ts);
-				if (e->ndone == 0 && !e->interrupted)
-					break; /* timer: re-check deadlines below */
-			} else {
-				pthread_cond_wait(&e->coord_cv, &e->mu);
-			}
-		}
-		for (size_t i = 0; i < e->ndone; i++)
-			batch[nbatch++] = e->done[i];
-		e->ndone = 0;
-		interrupted = e->interrupted;
-		pthread_mutex_unlock(&e->mu);
-
-		now = tf_now_monotonic();
-		if (interrupted && !stopping) {
-			stopping = 1;
-			for (size_t i = 0; i < e->n; i++)
-				if (e->steps[i].queued)
-					e->steps[i].cancel = 1;
-		}
-		/* Timeouts: raise cancel; the attempt is recorded when the kind returns. */
+	double now = tf_now_monotonic();
+	if (interrupted && !e->stopping) {
+		e->stopping = 1;
+		for (size_t i = 0; i < e->n; i++)
+			if (e->steps[i].queued)
+				e->steps[i].cancel = 1;
+	}
+	/* Timeouts: raise cancel; the attempt is recorded when the kind returns. */
+	if (e->timeout_hint) {
+		int any = 0;
 		for (size_t i = 0; i < e->n; i++) {
 			struct estep *s = &e->steps[i];
-			if (s->state == TF_STEP_RUNNING && s->deadline > 0 && !s->timed_out &&
-			    now >= s->deadline) {
+			if (s->state != TF_STEP_RUNNING || s->deadline <= 0 || s->timed_out)
+				continue;
+			if (now >= s->deadline) {
 				s->timed_out = 1;
 				s->cancel = 1;
+			} else {
+				any = 1;
 			}
 		}
+		e->timeout_hint = any;
+	}
 
-		rc = tf_store_begin(e->db);
-		if (rc)
-			break;
-		for (size_t i = 0; i < nbatch && rc == 0; i++)
-			rc = finished(e, batch[i], start, &nstart, ready, &nready, stopping);
-		/* Stopping: attempts still waiting for a slice never ran. */
-		for (size_t i = 0; i < e->n && rc == 0 && stopping; i++) {
-			struct estep *s = &e->steps[i];
-			if (!s->awaiting_slice)
-				continue;
-			double secs;
-			slice_release(e, s, 0, &secs);
-			struct tf_attempt_result ar = { .failure = TF_FAIL_CANCELLED, .exit_code = -1,
-							.error = "interrupted while waiting for a slice" };
-			rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
-						  TF_ATTEMPT_CANCELLED, &ar);
-			if (rc == 0)
-				rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING,
-						       NULL);
-			s->state = TF_STEP_PENDING;
-		}
-		/* Retries whose backoff has passed. */
+	rc = tf_store_begin(e->db);
+	if (rc)
+		goto fail;
+	for (size_t i = 0; i < nbatch && rc == 0; i++)
+		rc = finished(e, batch[i], start, &nstart, e->ready, &e->nready, e->stopping);
+	/* Stopping: attempts still waiting for a slice never ran. */
+	for (size_t i = 0; e->stopping && i < e->n && rc == 0; i++) {
+		struct estep *s = &e->steps[i];
+		if (!s->awaiting_slice)
+			continue;
+		double secs;
+		slice_release(e, s, 0, &secs);
+		struct tf_attempt_result ar = { .failure = TF_FAIL_CANCELLED, .exit_code = -1,
+						.error = "interrupted while waiting for a slice" };
+		rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
+					  TF_ATTEMPT_CANCELLED, &ar);
+		if (rc == 0)
+			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING, NULL);
+		s->state = TF_STEP_PENDING;
+	}
+	/* Retries whose backoff has passed. */
+	if (e->retry_hint) {
+		int any = 0;
 		for (size_t i = 0; i < e->n && rc == 0; i++) {
 			struct estep *s = &e->steps[i];
 			if (s->state != TF_STEP_RETRYING)
 				continue;
-			if (stopping) {
+			if (e->stopping) {
 				rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING,
 						       NULL);
 				s->state = TF_STEP_PENDING;
 			} else if (s->next_at <= now) {
 				rc = start_attempt(e, s, start, &nstart);
+			} else {
+				any = 1;
 			}
 		}
-		/* Steps whose needs are final (the list grows while we decide). */
-		for (size_t i = 0; i < nready && rc == 0; i++) {
-			struct estep *s = &e->steps[ready[i]];
-			if (s->state != TF_STEP_PENDING || stopping)
-				continue;
-			rc = decide(e, s, os, start, &nstart, ready, &nready, cache_hits);
+		e->retry_hint = any || rc;
+	}
+	/* Steps whose needs are final (the list grows while we decide). */
+	for (size_t i = 0; i < e->nready && rc == 0; i++) {
+		struct estep *s = &e->steps[e->ready[i]];
+		if (s->state != TF_STEP_PENDING || e->stopping)
+			continue;
+		rc = decide(e, s, e->coord_os, start, &nstart, e->ready, &e->nready, &e->cache_hits);
+		if (rc == 0 && nstart - handed >= chunk && i + 1 < e->nready) {
+			/* Durable before acting: commit this chunk, start it, go on deciding. */
+			rc = tf_store_commit(e->db);
+			if (rc)
+				goto fail;
+			hand_over(e, start + handed, nstart - handed, 0);
+			handed = nstart;
+			chunk *= 2;
+			rc = tf_store_begin(e->db);
+			if (rc)
+				goto fail;
 		}
-		if (rc == 0)
-			nready = 0;
-		/* Progress lines to the database, at most once a second per step. */
+	}
+	if (rc == 0)
+		e->nready = 0;
+	/* Progress lines to the database, at most once a second per step. */
+	if (progress) {
+		int still = 0;
 		for (size_t i = 0; i < e->n && rc == 0; i++) {
 			struct estep *s = &e->steps[i];
-			if (s->state != TF_STEP_RUNNING || now - s->progress_flushed < PROGRESS_FLUSH_S)
+			if (s->state != TF_STEP_RUNNING)
 				continue;
 			char line[sizeof(s->progress)];
 			int dirty;
 			pthread_mutex_lock(&e->mu);
 			dirty = s->progress_dirty;
-			s->progress_dirty = 0;
-			memcpy(line, s->progress, sizeof(line));
+			if (dirty && now - s->progress_flushed >= PROGRESS_FLUSH_S) {
+				s->progress_dirty = 0;
+				memcpy(line, s->progress, sizeof(line));
+			} else {
+				still |= dirty;
+				dirty = 0;
+			}
 			pthread_mutex_unlock(&e->mu);
 			if (dirty) {
 				rc = tf_step_set_progress(e->db, e->run_id, s->def->name, line);
 				s->progress_flushed = now;
 			}
 		}
-		if (rc) {
-			tf_error("run '%s': %s", e->run_id, tf_store_errmsg(e->db));
-			tf_store_rollback(e->db);
-			break;
-		}
-		rc = tf_store_commit(e->db);
-		if (rc) {
-			tf_error("run '%s': %s", e->run_id, tf_store_errmsg(e->db));
-			break;
-		}
-		/* Durable: now hand the new attempts to the workers. */
-		if (nstart) {
+		if (still) {
 			pthread_mutex_lock(&e->mu);
-			for (size_t i = 0; i < nstart; i++) {
-				struct estep *s = start[i];
-				if (s->queued)
-					continue; /* already handed over */
-				s->cancel = 0;
-				s->timed_out = 0;
-				s->started = tf_now_monotonic();
-				s->deadline = s->def->timeout > 0 ? s->started + s->def->timeout : 0;
-				s->queued = 1;
-				e->nrunning++;
-				e->queue[(e->qhead + e->qlen) % e->n] = s;
-				e->qlen++;
-			}
-			if (nstart == 1)
-				pthread_cond_signal(&e->work_cv);
-			else
-				pthread_cond_broadcast(&e->work_cv);
+			e->progress_any = 1;
 			pthread_mutex_unlock(&e->mu);
 		}
-		view_update(e, 0);
-		if (e->nrunning == 0) {
-			int waiting = 0;
-			for (size_t i = 0; i < e->n; i++)
-				if (e->steps[i].state == TF_STEP_RETRYING || e->steps[i].awaiting_slice)
-					waiting = 1;
-			if (stopping || (!waiting && nready == 0))
-				break;
+	}
+	if (rc) {
+		tf_store_rollback(e->db);
+		goto fail;
+	}
+	rc = tf_store_commit(e->db);
+	if (rc)
+		goto fail;
+	/* Durable: now hand the new attempts to the workers. */
+	hand_over(e, start + handed, nstart - handed, by_worker);
+	view_update(e, 0);
+	int waiting = 0;
+	if (e->nrunning == 0) {
+		for (size_t i = 0; i < e->n; i++)
+			if (e->steps[i].state == TF_STEP_RETRYING || e->steps[i].awaiting_slice)
+				waiting = 1;
+		if (e->stopping || (!waiting && e->nready == 0))
+			e->complete = 1;
+	}
+	e->main_look = e->complete || e->stopping || e->retry_hint || e->timeout_hint ||
+		       e->view || e->sched || waiting;
+	return 0;
+fail:
+	tf_error("run '%s': %s", e->run_id, tf_store_errmsg(e->db));
+	e->main_look = 1;
+	return rc;
+}
+
+/* Drives the run until every step is final or the run is interrupted: runs the rounds
+ * workers leave to it (see the top of this file) and sleeps otherwise. */
+static int drive(struct engine *e, int *cache_hits)
+{
+	char err[512];
+	int rc = 0, timer = 0;
+
+	e->ready = tf_xcalloc(e->n + 1, sizeof(*e->ready));
+	e->start = tf_xcalloc(e->n + 1, sizeof(*e->start));
+	e->batch = tf_xcalloc(e->n + 1, sizeof(*e->batch));
+	e->nready = 0;
+	if (tf_objstore_open(e->storage_url, &e->coord_os, err, sizeof(err)))
+		e->coord_os = NULL; /* cache keys then hash the outputs only */
+	/* Resumed runs may have retrying steps; every run may have timeouts. */
+	e->retry_hint = e->timeout_hint = 1;
+
+	/* Initial frontier: pending steps with all needs final. */
+	for (size_t i = 0; i < e->n; i++)
+		if (e->steps[i].state == TF_STEP_PENDING && e->steps[i].unresolved == 0)
+			e->ready[e->nready++] = i;
+
+	int first = 1; /* the first round is ours, even with nothing ready (a finished resume) */
+	pthread_mutex_lock(&e->mu);
+	for (;;) {
+		if (e->fatal) {
+			rc = e->fatal;
+			break;
+		}
+		if (e->coord_busy) {
+			e->main_blocked = 1;
+			pthread_cond_wait(&e->coord_cv, &e->mu);
+			e->main_blocked = 0;
+			continue;
+		}
+		/* The baton is free and we hold the mutex: the [C] fields are ours to read. */
+		if (e->complete)
+			break;
+		/* A worker's wakeup (main_look) only makes us look at the deadlines again. */
+		int go = timer || first || e->ndone || e->nready || (e->interrupted && !e->stopping);
+		timer = first = 0;
+		if (!go) {
+			/* Nothing to do now: sleep until a worker finishes, a signal, or the nearest
+			 * deadline (retry backoff, step timeout, view refresh). */
+			double wake = 0, now = tf_now_monotonic();
+			int has_wake = 0;
+			for (size_t i = 0; !go && (e->retry_hint || e->timeout_hint) && i < e->n; i++) {
+				struct estep *s = &e->steps[i];
+				double t = 0;
+				if (s->state == TF_STEP_RETRYING && !e->stopping)
+					t = s->next_at;
+				else if (s->state == TF_STEP_RUNNING && s->deadline > 0 && !s->timed_out)
+					t = s->deadline;
+				else
+					continue;
+				if (t <= now)
+					go = 1;
+				else if (!has_wake || t < wake)
+					wake = t, has_wake = 1;
+			}
+			if (!go && e->nrunning == 0 && !has_wake)
+				go = 1; /* nothing left that can change: one more round ends the run */
+			if (!go) {
+				if (e->view && e->nrunning > 0) {
+					double tick = now + tf_view_interval(e->view);
+					if (!has_wake || tick < wake)
+						wake = tick, has_wake = 1;
+				}
+				if (has_wake) {
+					struct timespec ts;
+					ts_after(&ts, wake - now);
+					timer = pthread_cond_timedwait(&e->coord_cv, &e->mu, &ts) ==
+						ETIMEDOUT;
+				} else {
+					pthread_cond_wait(&e->coord_cv, &e->mu);
+				}
+				continue;
+			}
+		}
+		e->coord_busy = 1;
+		pthread_mutex_unlock(&e->mu);
+		rc = coord_round(e, 0);
+		pthread_mutex_lock(&e->mu);
+		e->coord_busy = 0;
+		if (rc) {
+			e->fatal = rc;
+			break;
 		}
 	}
-	tf_objstore_free(os);
-	free(ready);
-	free(start);
-	free(batch);
+	/* Workers coordinate no more: the run is over (or failed). */
+	e->complete = 1;
+	pthread_mutex_unlock(&e->mu);
+	*cache_hits = e->cache_hits;
+	tf_objstore_free(e->coord_os);
+	e->coord_os = NULL;
+	free(e->ready);
+	free(e->start);
+	free(e->batch);
+	e->ready = NULL;
+	e->start = e->batch = NULL;
 	return rc;
 }
 

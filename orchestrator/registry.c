@@ -34,8 +34,9 @@ static int add_event(struct tf_store *st, const char *run, const char *step, con
 	if (!run)
 		return 0;
 	return tf_store_run(st,
-			    "INSERT INTO events(at, run_id, step, kind, message) VALUES(?,?,?,?,?)",
-			    "dtttt", tf_now_wall(), run, step, kind, message);
+			    "INSERT INTO events(run_id, id, at, step, kind, message) VALUES(?1, "
+			    "(SELECT coalesce(max(id), 0) + 1 FROM events WHERE run_id=?1), ?2, ?3, ?4, ?5)",
+			    "tdttt", run, tf_now_wall(), step, kind, message);
 }
 
 int tf_registry_register(struct tf_store *st, const struct tf_model_version_spec *spec,

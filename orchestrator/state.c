@@ -174,9 +174,11 @@ static int add_event(struct tf_store *st, const char *run, const char *step, int
 		     const char *kind, const char *from, const char *to, const char *message)
 {
 	return tf_store_run(st,
-			    "INSERT INTO events(at, run_id, step, attempt, kind, from_state, "
-			    "to_state, message) VALUES(?,?,?,nullif(?, 0),?,?,?,?)",
-			    "dttitttt", tf_now_wall(), run, step, (int64_t)(attempt > 0 ? attempt : 0),
+			    "INSERT INTO events(run_id, id, at, step, attempt, kind, from_state, "
+			    "to_state, message) VALUES(?1, "
+			    "(SELECT coalesce(max(id), 0) + 1 FROM events WHERE run_id=?1), "
+			    "?2, ?3, nullif(?4, 0), ?5, ?6, ?7, ?8)",
+			    "tdtitttt", run, tf_now_wall(), step, (int64_t)(attempt > 0 ? attempt : 0),
 			    kind, from, to, message);
 }
 
@@ -502,38 +504,49 @@ int tf_runs_list(struct tf_store *st, int limit, json_t **out)
 	return 0;
 }
 
-static int attempts_json(struct tf_store *st, const char *run, const char *step, json_t **out)
+/* Every attempt of a run, by step name: {step: [{n, state, ...}, ...]}, in one query (a
+ * 1000-step run is described in one pass rather than one query per step). */
+static int attempts_json(struct tf_store *st, const char *run, json_t **out)
 {
 	struct tf_stmt *s = tf_store_query(
 		st,
-		"SELECT n, state, failure_class, exit_code, error, backoff, log_key, started_at, "
-		"finished_at FROM attempts WHERE run_id=? AND step=? ORDER BY n",
-		"tt", run, step);
+		"SELECT step, n, state, failure_class, exit_code, error, backoff, log_key, "
+		"started_at, finished_at FROM attempts WHERE run_id=? ORDER BY step, n",
+		"t", run);
 	if (!s)
 		return -EIO;
-	json_t *arr = json_array();
+	json_t *by_step = json_object(), *arr = NULL;
+	const char *cur = NULL;
 	int rc;
 	while ((rc = tf_stmt_step(s)) == 1) {
+		const char *step = tf_stmt_text(s, 0);
+		if (!step)
+			continue;
+		if (!cur || strcmp(cur, step)) {
+			arr = json_array();
+			json_object_set_new(by_step, step, arr);
+			cur = json_object_iter_key(json_object_iter_at(by_step, step));
+		}
 		json_t *o = json_object();
-		json_object_set_new(o, "n", json_integer(tf_stmt_int(s, 0)));
-		json_object_set_new(o, "state", text_or_null(s, 1));
-		json_object_set_new(o, "failure_class", text_or_null(s, 2));
-		json_object_set_new(o, "exit_code", tf_stmt_is_null(s, 3)
+		json_object_set_new(o, "n", json_integer(tf_stmt_int(s, 1)));
+		json_object_set_new(o, "state", text_or_null(s, 2));
+		json_object_set_new(o, "failure_class", text_or_null(s, 3));
+		json_object_set_new(o, "exit_code", tf_stmt_is_null(s, 4)
 							    ? json_null()
-							    : json_integer(tf_stmt_int(s, 3)));
-		json_object_set_new(o, "error", text_or_null(s, 4));
-		json_object_set_new(o, "backoff", real_or_null(s, 5));
-		json_object_set_new(o, "log", text_or_null(s, 6));
-		json_object_set_new(o, "started_at", real_or_null(s, 7));
-		json_object_set_new(o, "finished_at", real_or_null(s, 8));
+							    : json_integer(tf_stmt_int(s, 4)));
+		json_object_set_new(o, "error", text_or_null(s, 5));
+		json_object_set_new(o, "backoff", real_or_null(s, 6));
+		json_object_set_new(o, "log", text_or_null(s, 7));
+		json_object_set_new(o, "started_at", real_or_null(s, 8));
+		json_object_set_new(o, "finished_at", real_or_null(s, 9));
 		json_array_append_new(arr, o);
 	}
 	tf_stmt_done(s);
 	if (rc < 0) {
-		json_decref(arr);
+		json_decref(by_step);
 		return rc;
 	}
-	*out = arr;
+	*out = by_step;
 	return 0;
 }
 
@@ -613,15 +626,16 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 		goto out;
 	rc = 0;
 	size_t i;
-	json_t *o;
+	json_t *o, *att = NULL;
+	rc = attempts_json(st, run, &att);
+	if (rc)
+		goto out;
 	json_array_foreach(steps, i, o)
 	{
-		json_t *att = NULL;
-		rc = attempts_json(st, run, json_string_value(json_object_get(o, "name")), &att);
-		if (rc)
-			goto out;
-		json_object_set_new(o, "attempts_detail", att);
+		json_t *a = json_object_get(att, json_string_value(json_object_get(o, "name")));
+		json_object_set_new(o, "attempts_detail", a ? json_incref(a) : json_array());
 	}
+	json_decref(att);
 	json_object_set(doc, "steps", steps);
 
 	/* Objects the steps produced. */

@@ -11,6 +11,14 @@
  *     leaves the database at a whole version. A database whose user_version is newer than
  *     the program's newest migration is refused: an older binary must not write to it.
  *  3. Prepared statements are cached per handle by SQL text and reset after use.
+ *  4. The WAL file keeps its size: it is preallocated (zeros written and synced once, under
+ *     the write lock) to hold WAL_AUTOCHECKPOINT pages and more, and kept when the last
+ *     connection closes (SQLITE_FCNTL_PERSIST_WAL). A commit then overwrites blocks the file
+ *     already has, and its fdatasync does not also have to write the inode: on the ext4
+ *     development VM an fdatasync after appending to the WAL took ~0.6 ms, after overwriting
+ *     ~0.11 ms (bench/dag, 1000-step chain). Durability is unchanged: synchronous=FULL syncs
+ *     the WAL at every commit either way, and a zero-filled tail is not a valid frame, so
+ *     recovery stops where the committed frames end, as it does after any WAL reset.
  */
 #include "orchestrator/store.h"
 #include "orchestrator/migrations.h"
@@ -20,13 +28,23 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define BUSY_TIMEOUT_MS 10000
+/* Pages in the WAL that trigger a checkpoint (SQLite's default, stated so the preallocation
+ * below matches it), and the WAL size kept preallocated: those pages plus room for the commit
+ * that crosses the threshold. */
+#define WAL_AUTOCHECKPOINT 1000 /* keep equal to the PRAGMA in tf_store_open */
+#define WAL_PREALLOC_FRAMES (WAL_AUTOCHECKPOINT + 128)
+#define WAL_HEADER_BYTES 32
+#define WAL_FRAME_HEADER_BYTES 24
 
 struct tf_stmt {
 	sqlite3_stmt *stmt;     /* the prepared statement */
@@ -122,14 +140,16 @@ int tf_store_version(struct tf_store *st, int *version)
 	return rc;
 }
 
+/* BEGIN and COMMIT go through the statement cache: sqlite3_exec would parse them again at
+ * every transaction, a measurable part of a chain step's coordinator time. */
 int tf_store_begin(struct tf_store *st)
 {
-	return tf_store_exec(st, "BEGIN IMMEDIATE");
+	return tf_store_run(st, "BEGIN IMMEDIATE", "");
 }
 
 int tf_store_commit(struct tf_store *st)
 {
-	int rc = tf_store_exec(st, "COMMIT");
+	int rc = tf_store_run(st, "COMMIT", "");
 	if (rc)
 		tf_store_rollback(st);
 	return rc;
@@ -219,6 +239,48 @@ out:
 	return rc;
 }
 
+/* Grows the WAL file (never shrinks it, never touches bytes it has) to WAL_PREALLOC_FRAMES
+ * frames of zeros and syncs it. Runs inside BEGIN IMMEDIATE: SQLite appends frames only while
+ * holding the WAL write lock, so nobody writes the file's tail meanwhile. Best effort: on any
+ * failure the WAL simply grows as SQLite appends (slower commits, same durability). */
+static void wal_preallocate(struct tf_store *st)
+{
+	int64_t page = 0;
+	if (tf_store_query_int(st, &page, "PRAGMA page_size", "") || page <= 0)
+		return;
+	off_t want = WAL_HEADER_BYTES +
+		     (off_t)WAL_PREALLOC_FRAMES * (off_t)(page + WAL_FRAME_HEADER_BYTES);
+	char *wal = tf_xasprintf("%s-wal", st->path);
+	struct stat sb;
+	if (stat(wal, &sb) == 0 && sb.st_size >= want) {
+		free(wal);
+		return; /* the common case: nothing to do, no lock taken */
+	}
+	if (tf_store_begin(st)) {
+		free(wal);
+		return;
+	}
+	int fd = open(wal, O_WRONLY | O_CLOEXEC);
+	if (fd >= 0 && fstat(fd, &sb) == 0 && sb.st_size < want) {
+		static const char zeros[65536];
+		off_t off = sb.st_size;
+		int ok = 1;
+		while (ok && off < want) {
+			size_t n = (size_t)(want - off) < sizeof(zeros) ? (size_t)(want - off)
+									: sizeof(zeros);
+			ssize_t w = pwrite(fd, zeros, n, off);
+			ok = w > 0;
+			off += ok ? w : 0;
+		}
+		if (!ok || fdatasync(fd))
+			tf_debug("database '%s': WAL not preallocated: %s", st->path, strerror(errno));
+	}
+	if (fd >= 0)
+		close(fd);
+	tf_store_rollback(st);
+	free(wal);
+}
+
 int tf_store_open(const char *path, unsigned flags, struct tf_store **out, char *err,
 		  size_t errlen)
 {
@@ -240,7 +302,8 @@ int tf_store_open(const char *path, unsigned flags, struct tf_store **out, char 
 		if (rc)
 			goto out;
 	}
-	rc = tf_store_exec(st, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON");
+	rc = tf_store_exec(st, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; "
+				  "PRAGMA wal_autocheckpoint=1000"); /* = WAL_AUTOCHECKPOINT */
 	if (rc)
 		goto out;
 	rc = tf_store_version(st, &version);
@@ -258,6 +321,11 @@ int tf_store_open(const char *path, unsigned flags, struct tf_store **out, char 
 		rc = tf_store_migrate(st, NULL);
 		if (rc)
 			goto out;
+	}
+	if (!(flags & TF_STORE_READONLY)) {
+		int persist = 1;
+		sqlite3_file_control(st->db, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+		wal_preallocate(st);
 	}
 	*out = st;
 	st = NULL;

@@ -180,6 +180,58 @@ static void test_engine_parallel_dag_with_references(void **state)
 	json_decref(res.summary);
 }
 
+/* What a step sees of itself in the database when its kind starts, through the worker's own
+ * connection: only committed state is visible there. */
+static int seen_uncommitted, seen_steps;
+
+static int durable_kind(struct tf_step_run *r)
+{
+	char *st = NULL, *at = NULL;
+	int ok = tf_store_query_text(r->db, &st, "SELECT state FROM steps WHERE run_id=? AND name=?",
+				     "tt", r->run_id, r->step) == 0 &&
+		 tf_store_query_text(r->db, &at,
+				     "SELECT state FROM attempts WHERE run_id=? AND step=? AND n=?",
+				     "tti", r->run_id, r->step, (int64_t)r->attempt) == 0 &&
+		 st && at && !strcmp(st, "running") && !strcmp(at, "running");
+	free(st);
+	free(at);
+	pthread_mutex_lock(&mu);
+	seen_steps++;
+	seen_uncommitted += !ok;
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
+
+/* Commit before acting, whoever coordinates: a worker that coordinates the finish of its own
+ * step (a chain) and a fan-out whose starts are committed in chunks while the first children
+ * already run. Every step must find its running state and attempt committed when it starts. */
+static void test_engine_steps_start_only_after_their_start_is_committed(void **state)
+{
+	(void)state;
+	reset();
+	seen_uncommitted = seen_steps = 0;
+	struct tf_engine_opts o = opts();
+	o.kinds[TF_STEP_SHELL] = durable_kind;
+	char yaml[8192];
+	int n = snprintf(yaml, sizeof(yaml), "name: durable\nsteps:\n  - {name: root, type: shell, with: {argv: [ok]}}\n");
+	for (int i = 0; i < 40; i++) /* fan-out: chunks of 4, 8, 16, 32 with 4 workers */
+		n += snprintf(yaml + n, sizeof(yaml) - (size_t)n,
+			      "  - {name: f%d, type: shell, needs: [root], with: {argv: [ok]}}\n", i);
+	for (int i = 0; i < 20; i++) { /* then a chain */
+		char need[16] = "f39";
+		if (i)
+			snprintf(need, sizeof(need), "c%d", i - 1);
+		n += snprintf(yaml + n, sizeof(yaml) - (size_t)n,
+			      "  - {name: c%d, type: shell, needs: [%s], with: {argv: [ok]}}\n", i, need);
+	}
+	struct tf_engine_result res;
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	assert_int_equal(seen_steps, 61);
+	assert_int_equal(seen_uncommitted, 0);
+	json_decref(res.summary);
+}
+
 static void test_engine_retries_with_backoff_then_succeeds(void **state)
 {
 	(void)state;
@@ -596,6 +648,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_engine_backoff_full_jitter_and_cap),
 		cmocka_unit_test(test_engine_parallel_dag_with_references),
+		cmocka_unit_test(test_engine_steps_start_only_after_their_start_is_committed),
 		cmocka_unit_test(test_engine_retries_with_backoff_then_succeeds),
 		cmocka_unit_test(test_engine_failure_class_not_retried_fails_run),
 		cmocka_unit_test(test_engine_timeout_cancels_step),
