@@ -11,6 +11,7 @@
 #include "orchestrator/registry.h"
 #include "orchestrator/state.h"
 #include "orchestrator/store.h"
+#include "tests/testutil.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -18,8 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 static const char *bin(void)
@@ -28,26 +27,10 @@ static const char *bin(void)
 	return b ? b : "tpuflow";
 }
 
+/* Every child's stdout and stderr go to child.log, for a look when a drill fails. */
 static pid_t spawn(char *const argv[])
 {
-	pid_t pid = fork();
-	if (pid == 0) {
-		int fd = open("child.log", O_WRONLY | O_CREAT | O_APPEND, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	return pid;
-}
-
-static int wait_exit(pid_t pid)
-{
-	int status = 0;
-	waitpid(pid, &status, 0);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	return tf_test_spawn(argv, "child.log", "child.log");
 }
 
 static int count_lines(const char *path, const char *word)
@@ -119,7 +102,7 @@ static void test_crash_kill9_mid_step_then_resume(void **state)
 	assert_int_equal(wait_running("long", 20), 0);
 	usleep(100000);
 	kill(pid, SIGKILL);
-	assert_int_equal(wait_exit(pid), 128 + SIGKILL);
+	assert_int_equal(tf_test_wait_exit(pid), 128 + SIGKILL);
 	/* The orphaned step process would sleep on: stop it the way a reboot would. */
 	char *pidtext = NULL;
 	size_t len;
@@ -132,7 +115,7 @@ static void test_crash_kill9_mid_step_then_resume(void **state)
 	char *resume_argv[] = { (char *)bin(), "--home", "home", "runs", "resume", "latest", "--plain",
 				NULL };
 	pid = spawn(resume_argv);
-	assert_int_equal(wait_exit(pid), 0);
+	assert_int_equal(tf_test_wait_exit(pid), 0);
 
 	assert_int_equal(count_lines("ran.log", "prep"), 1); /* not redone */
 	assert_int_equal(count_lines("ran.log", "long"), 2); /* killed once, run again */
@@ -160,7 +143,7 @@ static void test_crash_kill9_mid_step_then_resume(void **state)
 	/* resuming again refuses: nothing left to do */
 	tf_store_close(st);
 	pid = spawn(resume_argv);
-	assert_int_equal(wait_exit(pid), 1);
+	assert_int_equal(tf_test_wait_exit(pid), 1);
 }
 
 int main(void)

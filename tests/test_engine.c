@@ -9,6 +9,7 @@
 #include "common/common.h"
 #include "orchestrator/engine.h"
 #include "orchestrator/registry.h"
+#include "tests/testutil.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -120,22 +121,9 @@ static struct tf_engine_opts opts(void)
 	return o;
 }
 
-static json_t *step_of(json_t *summary, const char *name)
-{
-	size_t i;
-	json_t *s;
-	json_array_foreach(json_object_get(summary, "steps"), i, s)
-	{
-		if (!strcmp(json_string_value(json_object_get(s, "name")), name))
-			return s;
-	}
-	fail_msg("no step %s in summary", name);
-	return NULL;
-}
-
 static const char *sstate(json_t *summary, const char *name)
 {
-	return json_string_value(json_object_get(step_of(summary, name), "state"));
+	return json_string_value(json_object_get(tf_test_step_of(summary, name), "state"));
 }
 
 static int run_yaml(const char *yaml, const struct tf_engine_opts *o,
@@ -173,7 +161,7 @@ static void test_engine_parallel_dag_with_references(void **state)
 			 0);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	assert_int_equal(max_concurrent, 2); /* a and b ran at the same time */
-	json_t *c = step_of(res.summary, "c");
+	json_t *c = tf_test_step_of(res.summary, "c");
 	assert_string_equal(json_string_value(json_object_get(json_object_get(c, "outputs"), "out")),
 			    "v1-0.5");
 	assert_string_equal(json_string_value(json_object_get(res.summary, "status")), "succeeded");
@@ -247,7 +235,7 @@ static void test_engine_retries_with_backoff_then_succeeds(void **state)
 			 0);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	assert_int_equal(ncalls("f"), 3);
-	json_t *f = step_of(res.summary, "f");
+	json_t *f = tf_test_step_of(res.summary, "f");
 	assert_int_equal(json_integer_value(json_object_get(f, "attempts")), 3);
 
 	/* Each recorded backoff is within [0, cap] and was waited out before the next start. */
@@ -311,7 +299,7 @@ static void test_engine_timeout_cancels_step(void **state)
 	double took = tf_now_monotonic() - t0;
 	assert_true(took < 2.0);
 	assert_int_equal(res.state, TF_RUN_FAILED);
-	json_t *h = step_of(res.summary, "h");
+	json_t *h = tf_test_step_of(res.summary, "h");
 	assert_string_equal(json_string_value(json_object_get(h, "state")), "failed");
 	assert_non_null(strstr(json_string_value(json_object_get(h, "reason")), "timeout"));
 	json_decref(res.summary);
@@ -334,8 +322,8 @@ static void test_engine_gate_skips_below_threshold(void **state)
 	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	assert_string_equal(sstate(res.summary, "ship"), "skipped");
-	assert_non_null(strstr(json_string_value(json_object_get(step_of(res.summary, "ship"), "reason")),
-			       "is false"));
+	json_t *ship = tf_test_step_of(res.summary, "ship");
+	assert_non_null(strstr(json_string_value(json_object_get(ship, "reason")), "is false"));
 	assert_string_equal(sstate(res.summary, "after"), "skipped");
 	assert_int_equal(ncalls("ship"), 0);
 	json_decref(res.summary);
@@ -368,8 +356,8 @@ static void test_engine_second_run_hits_cache(void **state)
 	assert_string_equal(sstate(res.summary, "b"), "cached");
 	assert_string_equal(sstate(res.summary, "c"), "succeeded");
 	assert_int_equal(json_integer_value(json_object_get(res.summary, "cache_hits")), 2);
-	assert_string_equal(json_string_value(json_object_get(
-				    json_object_get(step_of(res.summary, "b"), "outputs"), "out")),
+	json_t *b = tf_test_step_of(res.summary, "b");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(b, "outputs"), "out")),
 			    "xy");
 	assert_int_equal(ncalls("a"), 1);
 	assert_int_equal(ncalls("b"), 1);
@@ -494,7 +482,7 @@ static void test_engine_train_steps_get_slices(void **state)
 			 0);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	assert_int_equal(max_concurrent, 2);
-	json_t *t1 = step_of(res.summary, "t1");
+	json_t *t1 = tf_test_step_of(res.summary, "t1");
 	assert_string_equal(json_string_value(json_object_get(t1, "slice")), "v4-32");
 	assert_true(json_real_value(json_object_get(t1, "slice_seconds")) >= 0.04);
 	assert_true(json_real_value(json_object_get(res.summary, "slice_seconds")) >= 0.08);
@@ -528,7 +516,7 @@ static void test_engine_shell_fails_twice_then_succeeds(void **state)
 		"      metrics: [n]\n";
 	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
-	json_t *st = step_of(res.summary, "s");
+	json_t *st = tf_test_step_of(res.summary, "s");
 	assert_int_equal(json_integer_value(json_object_get(st, "attempts")), 3);
 	assert_true(json_real_value(json_object_get(json_object_get(st, "metrics"), "n")) == 3.0);
 	assert_string_equal(json_string_value(json_object_get(json_object_get(st, "outputs"), "path")),
@@ -570,7 +558,7 @@ static void test_engine_shell_timeout_kills_process_group(void **state)
 			 0);
 	assert_true(tf_now_monotonic() - t0 < 5.0);
 	assert_int_equal(res.state, TF_RUN_FAILED);
-	json_t *s = step_of(res.summary, "s");
+	json_t *s = tf_test_step_of(res.summary, "s");
 	assert_non_null(strstr(json_string_value(json_object_get(s, "reason")), "timeout"));
 	json_decref(res.summary);
 	char *pidtext = NULL;
@@ -636,7 +624,7 @@ static void test_engine_interrupt_then_resume(void **state)
 	assert_int_equal(ncalls("a"), 1);
 	assert_int_equal(ncalls("h"), 2);
 	assert_int_equal(ncalls("z"), 1);
-	json_t *h = step_of(r2.summary, "h");
+	json_t *h = tf_test_step_of(r2.summary, "h");
 	assert_int_equal(json_integer_value(json_object_get(h, "attempts")), 2);
 	json_decref(r2.summary);
 	/* a succeeded run cannot be resumed */

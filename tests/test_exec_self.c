@@ -12,6 +12,7 @@
 #include "common/common.h"
 #include "orchestrator/engine.h"
 #include "orchestrator/store.h"
+#include "tests/testutil.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -23,24 +24,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define DATASET "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
-
 static int have_ml(void)
 {
-	return access(DATASET, R_OK) == 0 && getenv("TPUFLOW_BIN");
-}
-
-static json_t *step_of(json_t *summary, const char *name)
-{
-	size_t i;
-	json_t *s;
-	json_array_foreach(json_object_get(summary, "steps"), i, s)
-	{
-		if (!strcmp(json_string_value(json_object_get(s, "name")), name))
-			return s;
-	}
-	fail_msg("no step %s in summary", name);
-	return NULL;
+	return access(TF_TEST_FMNIST, R_OK) == 0 && getenv("TPUFLOW_BIN");
 }
 
 static int run_yaml(const char *home, const char *yaml, struct tf_engine_result *res)
@@ -119,21 +105,18 @@ static void test_exec_self_local_matches_inprocess(void **state)
 		{ "evaluate", "auc" },     { "train", "device_seconds" },
 	};
 	for (size_t i = 0; i < TF_ARRAY_LEN(same); i++) {
-		json_t *va = json_object_get(json_object_get(step_of(a.summary, same[i].step),
-							     "metrics"),
-					     same[i].metric);
-		json_t *vb = json_object_get(json_object_get(step_of(b.summary, same[i].step),
-							     "metrics"),
-					     same[i].metric);
+		json_t *ma = json_object_get(tf_test_step_of(a.summary, same[i].step), "metrics");
+		json_t *mb = json_object_get(tf_test_step_of(b.summary, same[i].step), "metrics");
+		json_t *va = json_object_get(ma, same[i].metric);
+		json_t *vb = json_object_get(mb, same[i].metric);
 		assert_non_null(va);
 		assert_non_null(vb);
 		if (json_number_value(va) != json_number_value(vb))
 			fail_msg("%s.%s: inprocess %.17g, local %.17g", same[i].step, same[i].metric,
 				 json_number_value(va), json_number_value(vb));
 	}
-	assert_true(json_number_value(json_object_get(
-			    json_object_get(step_of(b.summary, "evaluate"), "metrics"), "accuracy")) >
-		    0.5);
+	json_t *ev = json_object_get(tf_test_step_of(b.summary, "evaluate"), "metrics");
+	assert_true(json_number_value(json_object_get(ev, "accuracy")) > 0.5);
 	/* the local train step's progress came through the view's channel into its log, and
 	 * the log says where it ran */
 	char *log = read_log("local", b.run_id, "train", 1);
@@ -269,7 +252,7 @@ static void test_exec_self_timeout_kills_child_then_resumes(void **state)
 	pthread_join(th, NULL);
 	assert_int_equal(rc, 0);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
-	json_t *tr = step_of(res.summary, "train");
+	json_t *tr = tf_test_step_of(res.summary, "train");
 	int attempts = (int)json_integer_value(json_object_get(tr, "attempts"));
 	assert_true(attempts >= 2);
 
@@ -324,7 +307,7 @@ static void test_exec_self_child_error_is_permanent(void **state)
 	struct tf_engine_result res;
 	assert_int_equal(run_yaml("bad", yaml, &res), 0);
 	assert_int_equal(res.state, TF_RUN_FAILED);
-	json_t *tr = step_of(res.summary, "train");
+	json_t *tr = tf_test_step_of(res.summary, "train");
 	assert_int_equal(json_integer_value(json_object_get(tr, "attempts")), 1);
 	const char *reason = json_string_value(json_object_get(tr, "reason"));
 	assert_non_null(reason);

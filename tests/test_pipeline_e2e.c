@@ -14,18 +14,15 @@
 #include "orchestrator/state.h"
 #include "orchestrator/store.h"
 #include "storage/objstore.h"
+#include "tests/testutil.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#define DATASET "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
 
 static const char *yaml =
 	"name: e2e\n"
@@ -49,48 +46,7 @@ static const char *yaml =
 
 static int have_ml(void)
 {
-	return access(DATASET, R_OK) == 0;
-}
-
-static pid_t spawn(char *const argv[], const char *out)
-{
-	pid_t pid = fork();
-	if (pid == 0) {
-		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		if (fd >= 0)
-			dup2(fd, 1);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	return pid;
-}
-
-static int wait_exit(pid_t pid)
-{
-	int status = 0;
-	waitpid(pid, &status, 0);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-static json_t *load_json(const char *path)
-{
-	json_error_t je;
-	json_t *j = json_load_file(path, 0, &je);
-	if (!j)
-		fprintf(stderr, "%s: %s\n", path, je.text);
-	return j;
-}
-
-static json_t *step_of(json_t *summary, const char *name)
-{
-	size_t i;
-	json_t *s;
-	json_array_foreach(json_object_get(summary, "steps"), i, s)
-	{
-		if (!strcmp(json_string_value(json_object_get(s, "name")), name))
-			return s;
-	}
-	return NULL;
+	return access(TF_TEST_FMNIST, R_OK) == 0;
 }
 
 static void write_yaml(void)
@@ -109,15 +65,17 @@ static void test_e2e_five_stages_registered_and_deployed(void **state)
 	write_yaml();
 	const char *bin = getenv("TPUFLOW_BIN");
 	char *argv[] = { (char *)bin, "--home", "home", "run", "e2e.yaml", "--json", NULL };
-	assert_int_equal(wait_exit(spawn(argv, "run1.json")), 0);
-	json_t *sum = load_json("run1.json");
+	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, "run1.json", NULL)), 0);
+	json_t *sum = tf_test_load_json("run1.json");
 	assert_non_null(sum);
 	assert_string_equal(json_string_value(json_object_get(sum, "status")), "succeeded");
 	const char *stages[] = { "prep", "train", "evaluate", "register", "deploy" };
-	for (size_t i = 0; i < 5; i++)
-		assert_string_equal(json_string_value(json_object_get(step_of(sum, stages[i]), "state")),
-				    "succeeded");
-	json_t *acc = json_object_get(json_object_get(step_of(sum, "evaluate"), "metrics"), "accuracy");
+	for (size_t i = 0; i < 5; i++) {
+		json_t *s = json_object_get(tf_test_step_of(sum, stages[i]), "state");
+		assert_string_equal(json_string_value(s), "succeeded");
+	}
+	json_t *ev = json_object_get(tf_test_step_of(sum, "evaluate"), "metrics");
+	json_t *acc = json_object_get(ev, "accuracy");
 	assert_true(json_is_number(acc) && json_number_value(acc) > 0.5);
 	json_t *m = json_object_get(sum, "model");
 	assert_int_equal(json_integer_value(json_object_get(m, "version")), 1);
@@ -170,7 +128,7 @@ static void test_e2e_kill9_during_training_then_resume(void **state)
 	const char *bin = getenv("TPUFLOW_BIN");
 	char *argv[] = { (char *)bin, "--home", "home2", "run", "e2e.yaml", "--json", "--param",
 			 "max_steps=400", NULL };
-	pid_t pid = spawn(argv, "run.json");
+	pid_t pid = tf_test_spawn(argv, "run.json", NULL);
 	char run[32] = "", key[512] = "";
 	/* Wait for the first checkpoint of the training step, then kill -9. */
 	for (int i = 0; i < 3000; i++) {
@@ -188,15 +146,16 @@ static void test_e2e_kill9_during_training_then_resume(void **state)
 	}
 	assert_true(key[0]);
 	kill(pid, SIGKILL);
-	assert_int_equal(wait_exit(pid), 128 + SIGKILL);
+	assert_int_equal(tf_test_wait_exit(pid), 128 + SIGKILL);
 
 	char *rargv[] = { (char *)bin, "--home", "home2", "runs", "resume", run, "--json", NULL };
-	assert_int_equal(wait_exit(spawn(rargv, "resume.json")), 0);
-	json_t *sum = load_json("resume.json");
+	assert_int_equal(tf_test_wait_exit(tf_test_spawn(rargv, "resume.json", NULL)), 0);
+	json_t *sum = tf_test_load_json("resume.json");
 	assert_non_null(sum);
 	assert_string_equal(json_string_value(json_object_get(sum, "status")), "succeeded");
-	assert_int_equal(json_integer_value(json_object_get(step_of(sum, "prep"), "attempts")), 1);
-	assert_int_equal(json_integer_value(json_object_get(step_of(sum, "train"), "attempts")), 2);
+	json_t *prep = tf_test_step_of(sum, "prep"), *train = tf_test_step_of(sum, "train");
+	assert_int_equal(json_integer_value(json_object_get(prep, "attempts")), 1);
+	assert_int_equal(json_integer_value(json_object_get(train, "attempts")), 2);
 	json_decref(sum);
 
 	struct tf_store *st = NULL;

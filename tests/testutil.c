@@ -1,0 +1,66 @@
+/* testutil.c — the helpers of testutil.h: spawning and waiting for child processes, loading
+ * JSON files and finding a step in a run summary. Linked into every test binary, so it has no
+ * main and no tests of its own. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "tests/testutil.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void redirect(const char *path, int to)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+	if (fd >= 0) {
+		dup2(fd, to);
+		close(fd);
+	}
+}
+
+pid_t tf_test_spawn(char *const argv[], const char *out, const char *err)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		redirect(out, 1);
+		if (err)
+			redirect(err, 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+int tf_test_wait_exit(pid_t pid)
+{
+	int status = 0;
+	waitpid(pid, &status, 0);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+json_t *tf_test_load_json(const char *path)
+{
+	json_error_t je;
+	json_t *j = json_load_file(path, 0, &je);
+	if (!j)
+		fprintf(stderr, "%s: %s\n", path, je.text);
+	return j;
+}
+
+json_t *tf_test_step_of(json_t *summary, const char *name)
+{
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(summary, "steps"), i, s)
+	{
+		if (!strcmp(json_string_value(json_object_get(s, "name")), name))
+			return s;
+	}
+	fail_msg("no step %s in summary", name);
+	return NULL;
+}

@@ -1,0 +1,28 @@
+/* testutil.h — small helpers shared by the test binaries that drive the real `tpuflow`
+ * binary or read its JSON summaries. tests/testutil.c is linked into every test binary. */
+#ifndef TF_TESTS_TESTUTIL_H
+#define TF_TESTS_TESTUTIL_H
+
+#include <jansson.h>
+#include <sys/types.h>
+
+/* The Fashion-MNIST training images the ml tests need; they skip when it is absent. */
+#define TF_TEST_FMNIST "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
+
+/* Starts ARGV (argv[0] a path) as a child process that appends its stdout to the file OUT and,
+ * if ERR is not NULL, its stderr to ERR (OUT and ERR may name the same file); stderr stays the
+ * test's own otherwise. Returns the child's pid, or -1 if fork failed. */
+pid_t tf_test_spawn(char *const argv[], const char *out, const char *err);
+
+/* Waits for PID and returns its exit code, or 128 + the signal that ended it. */
+int tf_test_wait_exit(pid_t pid);
+
+/* Parses the JSON file at PATH; on failure prints why to stderr and returns NULL. The caller
+ * owns the result. */
+json_t *tf_test_load_json(const char *path);
+
+/* The object of step NAME in a run summary's "steps" array (borrowed); fails the running test
+ * if there is none. */
+json_t *tf_test_step_of(json_t *summary, const char *name);
+
+#endif
