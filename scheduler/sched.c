@@ -377,11 +377,19 @@ int tf_sched_set_project(struct tf_sched *s, const char *name, double weight, in
 	return 0;
 }
 
-static int run_get(struct tf_sched *s, const char *run)
+static int run_find(const struct tf_sched *s, const char *run)
 {
 	for (int i = 0; i < s->nruns; i++)
 		if (!strcmp(s->runs[i].name, run))
 			return i;
+	return -1;
+}
+
+static int run_get(struct tf_sched *s, const char *run)
+{
+	int i = run_find(s, run);
+	if (i >= 0)
+		return i;
 	s->runs = tf_xrealloc(s->runs, (size_t)(s->nruns + 1) * sizeof(*s->runs));
 	s->runs[s->nruns] = (struct run_acct){ .name = tf_xstrdup(run) };
 	return s->nruns++;
@@ -1588,6 +1596,24 @@ int tf_sched_job_chips(const struct tf_sched *s, int id, int *chips, size_t cap)
 	return (int)tf_torus_box_chips(&s->pools[j->pool].t, &j->box, chips, cap);
 }
 
+/* Adds to U what the running jobs of run IDX (BY_RUN) or else project IDX have used until NOW:
+ * the accounts hold only finished time. */
+static void add_running(const struct tf_sched *s, int by_run, int idx, double now,
+			struct tf_sched_usage *u)
+{
+	for (int i = 0; i < s->npools; i++) {
+		const struct pool *p = &s->pools[i];
+		for (int k = 0; k < p->nrunning; k++) {
+			const struct job *j = &s->jobs[p->running[k]];
+			if ((by_run ? j->run_idx : j->project) != idx)
+				continue;
+			double sec = tf_sched_job_running_seconds(j, now);
+			u->chip_seconds += sec * j->chips;
+			u->slice_seconds += sec;
+		}
+	}
+}
+
 int tf_sched_project_usage(const struct tf_sched *s, const char *project, double now,
 			   struct tf_sched_usage *out)
 {
@@ -1597,17 +1623,7 @@ int tf_sched_project_usage(const struct tf_sched *s, const char *project, double
 	const struct project *pr = &s->projects[pi];
 	struct tf_sched_usage u = { pr->chip_seconds, pr->slice_seconds, pr->running_chips,
 				    pr->jobs };
-	for (int i = 0; i < s->npools; i++) {
-		const struct pool *p = &s->pools[i];
-		for (int k = 0; k < p->nrunning; k++) {
-			const struct job *j = &s->jobs[p->running[k]];
-			if (j->project != pi)
-				continue;
-			double sec = tf_sched_job_running_seconds(j, now);
-			u.chip_seconds += sec * j->chips;
-			u.slice_seconds += sec;
-		}
-	}
+	add_running(s, 0, pi, now, &u);
 	*out = u;
 	return 0;
 }
@@ -1615,26 +1631,13 @@ int tf_sched_project_usage(const struct tf_sched *s, const char *project, double
 int tf_sched_run_usage(const struct tf_sched *s, const char *run, double now,
 		       struct tf_sched_usage *out)
 {
-	int ri = -1;
-	for (int i = 0; i < s->nruns; i++)
-		if (!strcmp(s->runs[i].name, run))
-			ri = i;
+	int ri = run_find(s, run);
 	if (ri < 0)
 		return -ENOENT;
 	const struct run_acct *ra = &s->runs[ri];
 	struct tf_sched_usage u = { ra->chip_seconds, ra->slice_seconds, ra->running_chips,
 				    ra->jobs };
-	for (int i = 0; i < s->npools; i++) {
-		const struct pool *p = &s->pools[i];
-		for (int k = 0; k < p->nrunning; k++) {
-			const struct job *j = &s->jobs[p->running[k]];
-			if (j->run_idx != ri)
-				continue;
-			double sec = tf_sched_job_running_seconds(j, now);
-			u.chip_seconds += sec * j->chips;
-			u.slice_seconds += sec;
-		}
-	}
+	add_running(s, 1, ri, now, &u);
 	*out = u;
 	return 0;
 }
