@@ -1719,7 +1719,6 @@ int tf_engine_summary(struct tf_store *st, const char *run_id, json_t **out)
 	json_t *model = json_object_get(d, "model");
 	if (model) {
 		json_t *m = json_deep_copy(model);
-		int64_t mid = 0;
 		char *metrics = NULL;
 		if (tf_store_query_text(st, &metrics,
 					"SELECT v.metrics FROM model_versions v JOIN models m ON "
@@ -1730,7 +1729,6 @@ int tf_engine_summary(struct tf_store *st, const char *run_id, json_t **out)
 			json_object_set_new(m, "metrics", mj ? mj : json_object());
 		}
 		free(metrics);
-		(void)mid;
 		json_object_set_new(doc, "model", m);
 	} else {
 		json_object_set_new(doc, "model", json_null());

@@ -33,15 +33,13 @@ void tf_kind_append_log(FILE *log, const char *title, const char *path)
 	if (!in)
 		return;
 	char buf[8192];
-	size_t n, total = 0;
+	size_t n;
 	fprintf(log, "==> %s <==\n", title);
 	while ((n = fread(buf, 1, sizeof(buf), in)) > 0) {
 		fwrite(buf, 1, n, log);
-		total += n;
 		if (n && buf[n - 1] != '\n' && feof(in))
 			fputc('\n', log);
 	}
-	(void)total;
 	fclose(in);
 }
 
