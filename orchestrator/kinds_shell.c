@@ -34,12 +34,14 @@ void tf_kind_append_log(FILE *log, const char *title, const char *path)
 		return;
 	char buf[8192];
 	size_t n;
+	int last = '\n'; /* the stream's last byte: the next title must start a line */
 	fprintf(log, "==> %s <==\n", title);
 	while ((n = fread(buf, 1, sizeof(buf), in)) > 0) {
 		fwrite(buf, 1, n, log);
-		if (n && buf[n - 1] != '\n' && feof(in))
-			fputc('\n', log);
+		last = buf[n - 1];
 	}
+	if (last != '\n')
+		fputc('\n', log);
 	fclose(in);
 }
 

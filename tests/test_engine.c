@@ -8,6 +8,7 @@
 
 #include "common/common.h"
 #include "orchestrator/engine.h"
+#include "orchestrator/kinds.h"
 #include "orchestrator/registry.h"
 #include "tests/testutil.h"
 
@@ -631,6 +632,36 @@ static void test_engine_interrupt_then_resume(void **state)
 	assert_int_equal(tf_engine_resume(&o, res.run_id, &r2, err, sizeof(err)), -EALREADY);
 }
 
+/* A captured stream that does not end in a newline gets one, so the next "==>" title starts
+ * its own line, also when the stream is a whole number of read buffers long. */
+static void test_engine_append_log_keeps_titles_on_their_own_lines(void **state)
+{
+	(void)state;
+	static const size_t sizes[] = { 5, 8192, 16384 };
+	for (size_t i = 0; i < TF_ARRAY_LEN(sizes); i++) {
+		FILE *f = fopen("out.txt", "w");
+		assert_non_null(f);
+		for (size_t k = 0; k < sizes[i]; k++)
+			fputc(k % 64 == 62 ? '\n' : 'x', f);
+		fclose(f);
+		write_file("err.txt", "oops\n");
+		FILE *log = fopen("attempt.log", "w");
+		assert_non_null(log);
+		tf_kind_append_log(log, "stdout", "out.txt");
+		tf_kind_append_log(log, "stderr", "err.txt");
+		tf_kind_append_log(log, "missing", "no-such-file");
+		fclose(log);
+		char *text = NULL;
+		size_t len = 0;
+		assert_int_equal(tf_read_file("attempt.log", 1 << 20, &text, &len), 0);
+		assert_int_equal(len, strlen("==> stdout <==\n") + sizes[i] + 1 +
+					      strlen("==> stderr <==\noops\n"));
+		assert_non_null(strstr(text, "x\n==> stderr <==\noops\n"));
+		assert_null(strstr(text, "missing"));
+		free(text);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -648,6 +679,7 @@ int main(void)
 		cmocka_unit_test(test_engine_shell_fails_twice_then_succeeds),
 		cmocka_unit_test(test_engine_shell_timeout_kills_process_group),
 		cmocka_unit_test(test_engine_interrupt_then_resume),
+		cmocka_unit_test(test_engine_append_log_keeps_titles_on_their_own_lines),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
