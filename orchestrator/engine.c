@@ -516,7 +516,7 @@ static void *signal_main(void *arg)
 
 /* ---- the coordinator ----------------------------------------------------------------- */
 
-static void view_update(struct engine *e, int final)
+static void view_update(struct engine *e)
 {
 	if (!e->view)
 		return;
@@ -537,7 +537,7 @@ static void view_update(struct engine *e, int final)
 		rows[i].reason = s->reason[0] ? s->reason : NULL;
 	}
 	pthread_mutex_unlock(&e->mu);
-	tf_view_update(e->view, rows, e->n, final);
+	tf_view_update(e->view, rows, e->n);
 	for (size_t i = 0; i < e->n; i++)
 		free(rows[i].progress);
 	free(rows);
@@ -1118,7 +1118,7 @@ static int coord_round(struct engine *e, int by_worker)
 		goto fail;
 	/* Durable: now hand the new attempts to the workers. */
 	hand_over(e, start + handed, nstart - handed, by_worker);
-	view_update(e, 0);
+	view_update(e);
 	int waiting = 0;
 	if (e->nrunning == 0) {
 		for (size_t i = 0; i < e->n; i++)
@@ -1475,7 +1475,7 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 		stop_threads(e);
 		return rc;
 	}
-	view_update(e, 0);
+	view_update(e);
 	rc = drive(e, &cache_hits);
 	stop_threads(e);
 	if (rc) {
@@ -1510,7 +1510,7 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 		snprintf(err, errlen, "run '%s': %s", e->run_id, tf_store_errmsg(e->db));
 		return rc;
 	}
-	view_update(e, 1);
+	view_update(e);
 	memcpy(res->run_id, e->run_id, sizeof(res->run_id));
 	res->state = final;
 	res->summary = NULL;

@@ -221,11 +221,10 @@ static void plain(struct tf_view *v, const struct tf_view_row *rows, size_t n)
 	fflush(v->f);
 }
 
-void tf_view_update(struct tf_view *v, const struct tf_view_row *rows, size_t n, int final)
+void tf_view_update(struct tf_view *v, const struct tf_view_row *rows, size_t n)
 {
 	if (v->tty)
 		redraw(v, rows, n);
 	else
 		plain(v, rows, n);
-	(void)final;
 }

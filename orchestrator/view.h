@@ -21,8 +21,9 @@ struct tf_view_row {
 
 /* A view writing to f (borrowed). tty: redraw in place with ANSI escapes. */
 struct tf_view *tf_view_new(FILE *f, int tty, const char *run_id, const char *pipeline);
-/* Shows the rows; `final` once at the end. */
-void tf_view_update(struct tf_view *v, const struct tf_view_row *rows, size_t n, int final);
+/* Shows the rows: on a TTY redraws the table; elsewhere prints a line per state change and,
+ * at most every few seconds, a running step's progress. */
+void tf_view_update(struct tf_view *v, const struct tf_view_row *rows, size_t n);
 /* How often the engine should refresh the view while steps run (seconds). */
 double tf_view_interval(const struct tf_view *v);
 void tf_view_free(struct tf_view *v); /* NULL is a no-op */
