@@ -34,6 +34,11 @@ char *tf_cli_home(const struct tf_cli *cli, int create);
 /* Prints "tpuflow CMD: MESSAGE" and the usage hint to stderr; returns TF_EXIT_USAGE. */
 int tf_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Parses S, the value of option FLAG of CMD, as a whole decimal integer from MIN to MAX into
+ * *OUT. Returns 0, or the usage error's exit code after printing it (*OUT untouched). */
+int tf_cli_parse_int(const char *cmd, const char *flag, const char *s, long long min,
+		     long long max, long long *out);
+
 /* The subcommand table's entry points (one file per group: cli/cmd_GROUP.c). */
 int cmd_validate(int argc, char **argv, struct tf_cli *cli);
 int cmd_plan(int argc, char **argv, struct tf_cli *cli);

@@ -8,6 +8,7 @@
 #include "storage/objstore.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,13 +111,14 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 			}
 			nov++;
 			break;
-		case OPT_WORKERS:
-			o.workers = atoi(optarg);
-			if (o.workers < 1 || o.workers > 1024) {
-				ret = tf_cli_usage_error("run", "--workers wants 1 to 1024");
+		case OPT_WORKERS: {
+			long long w;
+			ret = tf_cli_parse_int("run", "--workers", optarg, 1, 1024, &w);
+			if (ret)
 				goto out;
-			}
+			o.workers = (int)w;
 			break;
+		}
 		case OPT_STORAGE:
 			o.storage = optarg;
 			break;
@@ -388,7 +390,11 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 			runs_usage(stdout);
 			return TF_EXIT_OK;
 		} else if (c == OPT_LIMIT) {
-			limit = atoi(optarg);
+			long long n;
+			int e = tf_cli_parse_int("runs", "--limit", optarg, 0, INT_MAX, &n);
+			if (e)
+				return e;
+			limit = (int)n;
 		} else if (c == OPT_PLAIN) {
 			plain = 1;
 		} else if (!tf_cli_common_option(cli, c, optarg)) {

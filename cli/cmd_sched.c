@@ -318,6 +318,7 @@ static int sched_simulate(int argc, char **argv, struct tf_cli *cli)
 				       .clock = tf_now_monotonic };
 	int c;
 	char *end;
+	long long n;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		if (tf_cli_common_option(cli, c, optarg))
@@ -327,10 +328,9 @@ static int sched_simulate(int argc, char **argv, struct tf_cli *cli)
 			o.pool = optarg;
 			break;
 		case 'n':
-			o.jobs = (int)strtol(optarg, &end, 10);
-			if (*end || o.jobs < 1 || o.jobs > 10000000)
-				return tf_cli_usage_error("sched simulate",
-							  "--jobs '%s' must be 1..10000000", optarg);
+			if (tf_cli_parse_int("sched simulate", "--jobs", optarg, 1, 10000000, &n))
+				return TF_EXIT_USAGE;
+			o.jobs = (int)n;
 			break;
 		case 's':
 			o.seed = strtoull(optarg, &end, 10);
@@ -351,10 +351,9 @@ static int sched_simulate(int argc, char **argv, struct tf_cli *cli)
 							  "--load '%s' must be in 0.01..100", optarg);
 			break;
 		case 'f':
-			o.failures = (int)strtol(optarg, &end, 10);
-			if (*end || o.failures < 0 || o.failures > 1000000)
-				return tf_cli_usage_error("sched simulate",
-							  "--failures '%s' must be >= 0", optarg);
+			if (tf_cli_parse_int("sched simulate", "--failures", optarg, 0, 1000000, &n))
+				return TF_EXIT_USAGE;
+			o.failures = (int)n;
 			break;
 		case 'h':
 			simulate_usage(stdout);

@@ -12,6 +12,7 @@
 #include "storage/objstore.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -369,6 +370,7 @@ int cmd_ckpt(int argc, char **argv, struct tf_cli *cli)
 	int64_t *pins = NULL;
 	size_t npins = 0;
 	int c, ret = TF_EXIT_OK;
+	long long keep;
 	char *end;
 	optind = 0;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -380,12 +382,11 @@ int cmd_ckpt(int argc, char **argv, struct tf_cli *cli)
 			free(pins);
 			return TF_EXIT_OK;
 		case 'k':
-			go.keep_last = (int)strtol(optarg, &end, 10);
-			if (*end || go.keep_last < 1) {
+			if (tf_cli_parse_int("ckpt", "--keep", optarg, 1, INT_MAX, &keep)) {
 				free(pins);
-				return tf_cli_usage_error("ckpt", "--keep wants a count of at least 1, "
-							  "not '%s'", optarg);
+				return TF_EXIT_USAGE;
 			}
+			go.keep_last = (int)keep;
 			break;
 		case 'p':
 			pins = tf_xrealloc(pins, (npins + 1) * sizeof *pins);

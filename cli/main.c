@@ -83,6 +83,19 @@ int tf_cli_usage_error(const char *cmd, const char *fmt, ...)
 	return TF_EXIT_USAGE;
 }
 
+int tf_cli_parse_int(const char *cmd, const char *flag, const char *s, long long min,
+		     long long max, long long *out)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (end == s || *end || errno || v < min || v > max)
+		return tf_cli_usage_error(cmd, "%s wants a whole number from %lld to %lld, not '%s'",
+					  flag, min, max, s);
+	*out = v;
+	return 0;
+}
+
 static void print_usage(FILE *f)
 {
 	fprintf(f, "usage: tpuflow [--home DIR] [--json] COMMAND [ARGS...]\n\ncommands:\n");
