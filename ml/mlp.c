@@ -198,26 +198,31 @@ double tf_mlp_loss(const struct tf_mlp *m, const float *z, int32_t y, int *corre
 	return (double)(logf(s) - (z[y] - mx));
 }
 
+/* p = softmax(z) over C classes, shifted by the largest logit so expf cannot overflow. */
+static void softmax(const float *z, size_t C, float *p)
+{
+	float mx = z[0], s = 0.0f;
+	for (size_t j = 1; j < C; j++)
+		mx = z[j] > mx ? z[j] : mx;
+	for (size_t j = 0; j < C; j++) {
+		p[j] = expf(z[j] - mx);
+		s += p[j];
+	}
+	float inv = 1.0f / s;
+	for (size_t j = 0; j < C; j++)
+		p[j] *= inv;
+}
+
 void tf_mlp_probs(const struct tf_mlp *m, const float *logits, size_t n, float *out)
 {
 	size_t C = tf_mlp_outputs(m);
 	for (size_t i = 0; i < n; i++) {
 		const float *z = logits + i * C;
 		float *p = out + i * C;
-		if (m->binary) {
+		if (m->binary)
 			p[0] = 1.0f / (1.0f + expf(-z[0]));
-			continue;
-		}
-		float mx = z[0], s = 0.0f;
-		for (size_t j = 1; j < C; j++)
-			mx = z[j] > mx ? z[j] : mx;
-		for (size_t j = 0; j < C; j++) {
-			p[j] = expf(z[j] - mx);
-			s += p[j];
-		}
-		float inv = 1.0f / s;
-		for (size_t j = 0; j < C; j++)
-			p[j] *= inv;
+		else
+			softmax(z, C, p);
 	}
 }
 
@@ -248,16 +253,9 @@ void tf_mlp_train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g,
 			d[0] = (1.0f / (1.0f + expf(-z[0])) - (float)y[i]) * inv;
 			continue;
 		}
-		float mx = z[0], s = 0.0f;
-		for (size_t j = 1; j < C; j++)
-			mx = z[j] > mx ? z[j] : mx;
-		for (size_t j = 0; j < C; j++) {
-			d[j] = expf(z[j] - mx);
-			s += d[j];
-		}
-		float is = 1.0f / s;
+		softmax(z, C, d);
 		for (size_t j = 0; j < C; j++)
-			d[j] = (d[j] * is - (j == (size_t)y[i] ? 1.0f : 0.0f)) * inv;
+			d[j] = (d[j] - (j == (size_t)y[i] ? 1.0f : 0.0f)) * inv;
 	}
 
 	for (int l = L - 1; l >= 0; l--) {
