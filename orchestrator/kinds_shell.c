@@ -45,19 +45,27 @@ void tf_kind_append_log(FILE *log, const char *title, const char *path)
 	fclose(in);
 }
 
+/* Reads a file the step may have written into *BUF (the caller frees it). Returns 0, 1 when
+ * there is no such file, or a negative code with ERR set. */
+static int read_step_file(const char *path, char **buf, char *err, size_t errlen)
+{
+	size_t len = 0;
+	int rc = tf_read_file(path, RESULT_MAX, buf, &len);
+	if (rc == -ENOENT)
+		return 1;
+	if (rc)
+		snprintf(err, errlen, "cannot read '%s': %s", path, strerror(-rc));
+	return rc;
+}
+
 /* Parses a results file: a JSON object, or key=value lines. Numbers stay numbers when
  * `numbers` (metrics). Missing file: nothing added. */
 static int read_kv(const char *path, json_t *into, int numbers, char *err, size_t errlen)
 {
 	char *buf = NULL;
-	size_t len = 0;
-	int rc = tf_read_file(path, RESULT_MAX, &buf, &len);
-	if (rc == -ENOENT)
-		return 0;
-	if (rc) {
-		snprintf(err, errlen, "cannot read '%s': %s", path, strerror(-rc));
-		return rc;
-	}
+	int rc = read_step_file(path, &buf, err, errlen);
+	if (rc)
+		return rc > 0 ? 0 : rc;
 	const char *p = buf;
 	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
 		p++;
@@ -100,14 +108,9 @@ static int read_result(const char *path, json_t *outputs, json_t *metrics, char 
 		       size_t errlen)
 {
 	char *buf = NULL;
-	size_t len = 0;
-	int rc = tf_read_file(path, RESULT_MAX, &buf, &len);
-	if (rc == -ENOENT)
-		return 0;
-	if (rc) {
-		snprintf(err, errlen, "cannot read '%s': %s", path, strerror(-rc));
-		return rc;
-	}
+	int rc = read_step_file(path, &buf, err, errlen);
+	if (rc)
+		return rc > 0 ? 0 : rc;
 	json_error_t je;
 	json_t *o = json_loads(buf, 0, &je);
 	free(buf);
