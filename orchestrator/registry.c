@@ -10,6 +10,7 @@
 #define TF_LOG_TAG "registry"
 #include "common/common.h"
 #include "common/log.h"
+#include "orchestrator/state.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -28,15 +29,11 @@ static int model_id(struct tf_store *st, const char *model, int create, int64_t 
 	return rc;
 }
 
+/* Records a registry change in the event log of the run that made it, if one did. */
 static int add_event(struct tf_store *st, const char *run, const char *step, const char *kind,
 		     const char *message)
 {
-	if (!run)
-		return 0;
-	return tf_store_run(st,
-			    "INSERT INTO events(run_id, id, at, step, kind, message) VALUES(?1, "
-			    "(SELECT coalesce(max(id), 0) + 1 FROM events WHERE run_id=?1), ?2, ?3, ?4, ?5)",
-			    "tdttt", run, tf_now_wall(), step, kind, message);
+	return run ? tf_event_add(st, run, step, 0, kind, message) : 0;
 }
 
 int tf_registry_register(struct tf_store *st, const struct tf_model_version_spec *spec,

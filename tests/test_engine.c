@@ -394,6 +394,16 @@ static void test_engine_register_and_deploy_idempotent(void **state)
 	int64_t v = 0;
 	assert_int_equal(tf_registry_resolve(st, "m", "production", &v), 0);
 	assert_int_equal(v, 1);
+	/* registering and deploying left an event each in the run's log, under their steps */
+	int64_t nev = 0;
+	assert_int_equal(tf_store_query_int(st, &nev,
+					    "SELECT count(*) FROM events WHERE run_id=? AND "
+					    "attempt IS NULL AND ((step='register' AND kind='model' AND "
+					    "message='registered m version 1') OR (step='deploy' AND "
+					    "kind='deploy' AND message='m ''production'' -> version 1'))",
+					    "t", res.run_id),
+			 0);
+	assert_int_equal(nev, 2);
 	/* the same run+step again gives the same version */
 	struct tf_model_version_spec spec = { .model = "m", .run_id = res.run_id, .step = "register",
 					      .bundle = "bundles/other" };
