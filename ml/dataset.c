@@ -34,6 +34,8 @@ void tf_preproc_apply(const struct tf_preproc *p, const unsigned char *u8, const
 
 void tf_preproc_release(struct tf_preproc *p)
 {
+	if (!p)
+		return;
 	free(p->mean);
 	free(p->inv_std);
 	p->mean = p->inv_std = NULL;

@@ -31,7 +31,7 @@ struct tf_preproc {
 /* Preprocesses one example: u8 (images) or f32 (tabular) raw values into out[dim]. */
 void tf_preproc_apply(const struct tf_preproc *p, const unsigned char *u8, const float *f32,
 		      float *out);
-void tf_preproc_release(struct tf_preproc *p);
+void tf_preproc_release(struct tf_preproc *p); /* NULL is a no-op */
 /* {"kind": "standardize", "input": "uint8"|"float32", "mean": [...], "std": [...]} */
 json_t *tf_preproc_to_json(const struct tf_preproc *p);
 int tf_preproc_from_json(const json_t *j, size_t dim, struct tf_preproc *out);

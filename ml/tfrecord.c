@@ -25,6 +25,8 @@ void tf_buf_append(struct tf_buf *b, const void *p, size_t n)
 
 void tf_buf_release(struct tf_buf *b)
 {
+	if (!b)
+		return;
 	free(b->data);
 	b->data = NULL;
 	b->len = b->cap = 0;

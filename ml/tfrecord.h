@@ -17,7 +17,7 @@ struct tf_buf {
 };
 
 void tf_buf_append(struct tf_buf *b, const void *p, size_t n);
-void tf_buf_release(struct tf_buf *b);
+void tf_buf_release(struct tf_buf *b); /* NULL is a no-op */
 
 /* Appends one framed record holding payload[0..n) to out. */
 void tf_tfrecord_append(struct tf_buf *out, const void *payload, size_t n);
