@@ -1191,7 +1191,9 @@ struct mp {
 	atomic_int next;        /* next part index to take */
 	atomic_int failed;      /* set once any part failed */
 	char (*etags)[80];      /* per part */
-	pthread_mutex_t lock;   /* guards rc and err */
+	pthread_mutex_t lock;   /* guards rc, err and ready */
+	pthread_cond_t cond;    /* signalled when ready is set */
+	int ready;              /* the upload was created (or failed to be): parts may go */
 	int rc;                 /* first failure */
 	char err[512];
 };
@@ -1230,6 +1232,13 @@ static void *mp_worker(void *arg)
 			mp_fail(m, hrc, err);
 			goto out;
 		}
+		/* parts are read and hashed while the upload is being created */
+		pthread_mutex_lock(&m->lock);
+		while (!m->ready)
+			pthread_cond_wait(&m->cond, &m->lock);
+		pthread_mutex_unlock(&m->lock);
+		if (atomic_load(&m->failed))
+			break;
 		char num[16];
 		snprintf(num, sizeof num, "%d", i + 1);
 		struct s3_req r = { .method = "PUT", .key = m->fkey, .body = p, .body_len = len,
@@ -1281,8 +1290,64 @@ static void mp_abort(struct tf_objstore *s, const char *fkey, const char *upload
 	memcpy(s->err, saved, sizeof saved);
 }
 
+/* The CRC-32C of the whole object, for its metadata; a file must still hold total bytes. */
+static int whole_crc(struct tf_objstore *s, const char *key, const char *data, int fd,
+		     uint64_t total, uint32_t *out)
+{
+	if (data) {
+		*out = tf_crc32c(data, total);
+		return 0;
+	}
+	uint32_t crc = 0;
+	char *buf = tf_xmalloc(HASH_BLOCK);
+	uint64_t done = 0;
+	int rc = 0;
+	while (done < total) {
+		size_t want = total - done < HASH_BLOCK ? (size_t)(total - done) : HASH_BLOCK;
+		ssize_t n = pread(fd, buf, want, (off_t)done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			rc = tf_objstore_seterr(s, n ? -errno : -EIO, "cannot read the file to upload as "
+						"'%s': %s", key, n ? strerror(errno) : "the file shrank");
+			break;
+		}
+		crc = tf_crc32c_extend(crc, buf, (size_t)n);
+		done += (uint64_t)n;
+	}
+	free(buf);
+	if (!rc)
+		*out = crc;
+	return rc;
+}
+
+/* Creates the multipart upload (its metadata carries crc); the id goes to upload_id. */
+static int mp_create(struct tf_objstore *s, const char *fkey, const char *key, uint32_t crc,
+		     char *upload_id, size_t idlen)
+{
+	struct s3 *s3 = S3(s);
+	char crchex[9];
+	snprintf(crchex, sizeof crchex, "%08x", crc);
+	struct s3_req cr = { .method = "POST", .key = fkey, .sink_fd = -1 };
+	cr.q[cr.nq++] = (struct tf_sigv4_kv){ "uploads", "" };
+	cr.h[cr.nh++] = (struct tf_sigv4_kv){ META_CRC, crchex };
+	struct s3_resp resp;
+	int rc = run(s, &cr, &resp);
+	if (!rc && resp.status != 200)
+		rc = http_error(s, &resp, "start multipart upload of", key);
+	if (!rc && (!resp.body || !xml_get(resp.body, resp.body + resp.len, "UploadId", upload_id,
+					   idlen) || !upload_id[0]))
+		rc = tf_objstore_seterr(s, -EIO, "%s started a multipart upload of '%s' without an "
+					"UploadId", s3->endpoint, key);
+	resp_release(&resp);
+	return rc;
+}
+
+/* Uploads total bytes of data, or of fd when data is NULL, as a multipart upload. The part
+ * threads start reading and hashing their first parts at once; meanwhile this thread
+ * computes the whole object's CRC-32C and creates the upload, then lets them send. */
 static int put_multipart(struct tf_objstore *s, const char *key, const char *data, int fd,
-			 uint64_t total, uint32_t crc, unsigned flags)
+			 uint64_t total, unsigned flags)
 {
 	struct s3 *s3 = S3(s);
 	char *fkey = full_key(s3, key);
@@ -1293,27 +1358,7 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 	struct s3_resp resp;
 	memset(&resp, 0, sizeof resp);
 	int rc = 0;
-	if ((flags & TF_OBJ_IF_NONE_MATCH) && (rc = absent(s, fkey, key)))
-		goto out;
-
-	char crchex[9];
-	snprintf(crchex, sizeof crchex, "%08x", crc);
-	struct s3_req cr = { .method = "POST", .key = fkey, .sink_fd = -1 };
-	cr.q[cr.nq++] = (struct tf_sigv4_kv){ "uploads", "" };
-	cr.h[cr.nh++] = (struct tf_sigv4_kv){ META_CRC, crchex };
-	if ((rc = run(s, &cr, &resp)))
-		goto out;
-	if (resp.status != 200) {
-		rc = http_error(s, &resp, "start multipart upload of", key);
-		goto out;
-	}
-	if (!resp.body || !xml_get(resp.body, resp.body + resp.len, "UploadId", upload_id,
-				   sizeof upload_id) || !upload_id[0]) {
-		rc = tf_objstore_seterr(s, -EIO, "%s started a multipart upload of '%s' without an "
-					"UploadId", s3->endpoint, key);
-		goto out;
-	}
-	resp_release(&resp);
+	uint32_t crc = 0;
 
 	m.s3 = s3;
 	m.url = s->url;
@@ -1332,21 +1377,38 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 	atomic_init(&m.next, 0);
 	atomic_init(&m.failed, 0);
 	pthread_mutex_init(&m.lock, NULL);
+	pthread_cond_init(&m.cond, NULL);
 	int nt = s3->parallel < m.nparts ? s3->parallel : m.nparts;
 	pthread_t *th = tf_xcalloc((size_t)nt, sizeof *th);
 	int started = 0;
 	for (; started < nt; started++)
 		if (pthread_create(&th[started], NULL, mp_worker, &m))
 			break;
-	if (started == 0)
+
+	rc = whole_crc(s, key, data, fd, total, &crc);
+	if (!rc && (flags & TF_OBJ_IF_NONE_MATCH))
+		rc = absent(s, fkey, key);
+	if (!rc && !atomic_load(&m.failed)) /* a part could not be read: nothing to create */
+		rc = mp_create(s, fkey, key, crc, upload_id, sizeof upload_id);
+	pthread_mutex_lock(&m.lock);
+	m.ready = 1;
+	if (rc)
+		atomic_store(&m.failed, 1);
+	pthread_cond_broadcast(&m.cond);
+	pthread_mutex_unlock(&m.lock);
+	if (started == 0 && !rc)
 		mp_worker(&m); /* no threads available: do it here */
 	for (int i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
 	free(th);
+	pthread_cond_destroy(&m.cond);
 	pthread_mutex_destroy(&m.lock);
+	if (rc)
+		goto out;
 	if (m.rc) {
 		rc = tf_objstore_seterr(s, m.rc, "%s", m.err);
-		mp_abort(s, fkey, upload_id);
+		if (upload_id[0])
+			mp_abort(s, fkey, upload_id);
 		goto out;
 	}
 
@@ -1409,7 +1471,7 @@ static int s3_put(struct tf_objstore *s, const char *key, const void *data, size
 {
 	struct s3 *s3 = S3(s);
 	if (len >= s3->threshold)
-		return put_multipart(s, key, data, -1, len, tf_crc32c(data, len), flags);
+		return put_multipart(s, key, data, -1, len, flags);
 	struct sums sums;
 	int rc = sums_compute(data ? data : "", -1, 0, len, s3->content_md5, NULL, &sums);
 	if (rc)
@@ -1456,26 +1518,7 @@ static int s3_put_file(struct tf_objstore *s, const char *key, const char *path,
 		rc = put_single(s, key, NULL, fd, len, &sums, flags);
 		goto out;
 	}
-	/* the whole object's CRC-32C goes into its metadata before the first part is sent */
-	uint32_t crc = 0;
-	char *buf = tf_xmalloc(HASH_BLOCK);
-	uint64_t total = 0;
-	for (;;) {
-		ssize_t n = read(fd, buf, HASH_BLOCK);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = tf_objstore_seterr(s, -errno, "cannot read '%s': %s", path, strerror(errno));
-			break;
-		}
-		if (n == 0)
-			break;
-		crc = tf_crc32c_extend(crc, buf, (size_t)n);
-		total += (uint64_t)n;
-	}
-	free(buf);
-	if (!rc)
-		rc = put_multipart(s, key, NULL, fd, total, crc, flags);
+	rc = put_multipart(s, key, NULL, fd, (uint64_t)st.st_size, flags);
 out:
 	if (fd >= 0)
 		close(fd);
