@@ -4,12 +4,13 @@
  * Invariants:
  *   1. What is signed is what is sent: the URL's path and query are built by the same
  *      encoder as the canonical request (sigv4.c), and the Host header is set explicitly.
- *   2. Uploads are checked by the server: the payload's SHA-256 is signed (x-amz-content-sha256)
- *      and the server hashes what it receives, so a body damaged on the way is refused
- *      (XAmzContentSHA256Mismatch / BadDigest) and sent again. Content-MD5 is sent too only
- *      when asked for (TPUFLOW_S3_CONTENT_MD5=1, for servers that do not check the signed
- *      hash). Each object also carries the CRC-32C of its whole content in
- *      x-amz-meta-tf-crc32c. A body's hashes are computed in one pass over cache-sized blocks.
+ *   2. Uploads are checked by the server: the payload's SHA-256 is signed
+ *      (x-amz-content-sha256) and the server hashes what it receives, so a body damaged on
+ *      the way is refused (XAmzContentSHA256Mismatch / BadDigest) and sent again.
+ *      Content-MD5 is sent too only when asked for (TPUFLOW_S3_CONTENT_MD5=1, for servers
+ *      that do not check the signed hash). Each object also carries the CRC-32C of its whole
+ *      content in x-amz-meta-tf-crc32c. A body's hashes are computed in one pass over
+ *      cache-sized blocks.
  *   3. Downloads are checked here before anyone sees them: against that CRC-32C, else against
  *      the ETag when it is a plain MD5; a mismatch is retried like a 5xx, then is -EBADMSG.
  *   4. Retries: 5xx, 429, SlowDown, RequestTimeout, bad digests and connection errors are
@@ -17,8 +18,8 @@
  *      [0, min(cap, base * 2^attempt)]), drawing on a retry budget shared by the handle's
  *      threads (a success without retry refunds one), so a dead server fails fast.
  *   5. A multipart upload is completed only when every part was stored (and, with
- *      Content-MD5 on, its ETag equals the part's MD5); otherwise it is aborted (tf_objstore_gc_uploads cleans up after a
- *      crash).
+ *      Content-MD5 on, its ETag equals the part's MD5); otherwise it is aborted
+ *      (tf_objstore_gc_uploads cleans up after a crash).
  *   6. Write-once (TF_OBJ_IF_NONE_MATCH) sends If-None-Match: *; a server that answers 501
  *      (Swift) is remembered and the handle falls back to HEAD-then-PUT, which is racy
  *      between two writers of the same key (the checkpoint manager's random save ids keep
@@ -395,8 +396,9 @@ static size_t on_body(char *p, size_t sz, size_t n, void *data)
 			r->wlen += len;
 			return len;
 		}
-		if (!r->body && r->has_length && r->content_length < ((uint64_t)1 << 40)) {
-			/* the size is known: one allocation, no regrowth */
+		if (!r->body && r->has_length && r->content_length <= ((uint64_t)1 << 30)) {
+			/* the size is known: one allocation, no regrowth (bounded: a size the
+			 * server claims is not trusted beyond what untouched pages cost) */
 			r->cap = (size_t)r->content_length + 1;
 			r->body = tf_xmalloc(r->cap);
 		}
