@@ -84,6 +84,7 @@ struct s3 {
 	int content_md5;      /* also send Content-MD5 and check ETags against it */
 	atomic_uint_fast64_t n_requests, n_retries, n_corrupt, n_up, n_down; /* tf_obj_stats */
 	CURL *curl;           /* the handle's own connection (one thread at a time) */
+	CURL *part_curl[64];  /* the part threads' connections, kept from one upload to the next */
 };
 
 /* One request. Strings are borrowed. */
@@ -939,6 +940,9 @@ static void s3_free(struct tf_objstore *s)
 	struct s3 *s3 = s->impl;
 	if (s3->curl)
 		curl_easy_cleanup(s3->curl);
+	for (size_t i = 0; i < TF_ARRAY_LEN(s3->part_curl); i++)
+		if (s3->part_curl[i])
+			curl_easy_cleanup(s3->part_curl[i]);
 	free(s3->endpoint);
 	free(s3->scheme);
 	free(s3->hostport);
@@ -1191,6 +1195,7 @@ struct mp {
 	int nparts;
 	int content_md5;        /* send Content-MD5 and check each part's ETag against it */
 	atomic_int next;        /* next part index to take */
+	atomic_int slot;        /* next entry of s3->part_curl for a starting worker */
 	atomic_int failed;      /* set once any part failed */
 	char (*etags)[80];      /* per part */
 	pthread_mutex_t lock;   /* guards rc, err and ready */
@@ -1214,7 +1219,10 @@ static void mp_fail(struct mp *m, int rc, const char *err)
 static void *mp_worker(void *arg)
 {
 	struct mp *m = arg;
-	CURL *h = curl_easy_init();
+	CURL **slot = &m->s3->part_curl[atomic_fetch_add(&m->slot, 1)];
+	if (!*slot)
+		*slot = curl_easy_init();
+	CURL *h = *slot;
 	char *buf = m->data ? NULL : tf_xmalloc(m->part_size);
 	char err[512];
 	while (h) {
@@ -1271,9 +1279,7 @@ static void *mp_worker(void *arg)
 	}
 out:
 	free(buf);
-	if (h)
-		curl_easy_cleanup(h);
-	else
+	if (!h)
 		mp_fail(m, -ENOMEM, "cannot initialise libcurl");
 	return NULL;
 }
@@ -1377,6 +1383,7 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 	m.nparts = (int)((total + m.part_size - 1) / m.part_size);
 	m.etags = tf_xcalloc((size_t)m.nparts, sizeof *m.etags);
 	atomic_init(&m.next, 0);
+	atomic_init(&m.slot, 0);
 	atomic_init(&m.failed, 0);
 	pthread_mutex_init(&m.lock, NULL);
 	pthread_cond_init(&m.cond, NULL);
