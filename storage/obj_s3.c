@@ -1198,6 +1198,8 @@ struct mp {
 	atomic_int slot;        /* next entry of s3->part_curl for a starting worker */
 	atomic_int failed;      /* set once any part failed */
 	char (*etags)[80];      /* per part */
+	uint32_t *sent_crc;     /* per part: CRC-32C of the bytes the part thread sent */
+	uint32_t *pass_crc;     /* per part: CRC-32C seen by the whole-object pass */
 	pthread_mutex_t lock;   /* guards rc, err and ready */
 	pthread_cond_t cond;    /* signalled when ready is set */
 	int ready;              /* the upload was created (or failed to be): parts may go */
@@ -1275,6 +1277,7 @@ static void *mp_worker(void *arg)
 			mp_fail(m, rc, err);
 		else
 			snprintf(m->etags[i], sizeof m->etags[i], "%s", resp.etag);
+		m->sent_crc[i] = sums.crc;
 		resp_release(&resp);
 	}
 out:
@@ -1298,30 +1301,44 @@ static void mp_abort(struct tf_objstore *s, const char *fkey, const char *upload
 	memcpy(s->err, saved, sizeof saved);
 }
 
-/* The CRC-32C of the whole object, for its metadata; a file must still hold total bytes. */
+/* The CRC-32C of the whole object, for its metadata, and of each part (part_crc, nparts
+ * entries of part_size bytes), so that what the part threads sent can be checked against it;
+ * a file must still hold total bytes. */
 static int whole_crc(struct tf_objstore *s, const char *key, const char *data, int fd,
-		     uint64_t total, uint32_t *out)
+		     uint64_t total, size_t part_size, uint32_t *part_crc, uint32_t *out)
 {
-	if (data) {
-		*out = tf_crc32c(data, total);
-		return 0;
-	}
-	uint32_t crc = 0;
-	char *buf = tf_xmalloc(HASH_BLOCK);
+	uint32_t crc = 0, pcrc = 0;
+	char *buf = data ? NULL : tf_xmalloc(HASH_BLOCK);
 	uint64_t done = 0;
 	int rc = 0;
 	while (done < total) {
-		size_t want = total - done < HASH_BLOCK ? (size_t)(total - done) : HASH_BLOCK;
-		ssize_t n = pread(fd, buf, want, (off_t)done);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			rc = tf_objstore_seterr(s, n ? -errno : -EIO, "cannot read the file to upload as "
-						"'%s': %s", key, n ? strerror(errno) : "the file shrank");
-			break;
+		/* blocks never straddle a part boundary */
+		uint64_t to_boundary = part_size - done % part_size;
+		size_t want = HASH_BLOCK;
+		if (want > to_boundary)
+			want = (size_t)to_boundary;
+		if (want > total - done)
+			want = (size_t)(total - done);
+		const char *p = data ? data + done : buf;
+		if (!data) {
+			ssize_t n = pread(fd, buf, want, (off_t)done);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				rc = tf_objstore_seterr(s, n ? -errno : -EIO, "cannot read the file to "
+							"upload as '%s': %s", key,
+							n ? strerror(errno) : "the file shrank");
+				break;
+			}
+			want = (size_t)n;
 		}
-		crc = tf_crc32c_extend(crc, buf, (size_t)n);
-		done += (uint64_t)n;
+		crc = tf_crc32c_extend(crc, p, want);
+		pcrc = tf_crc32c_extend(pcrc, p, want);
+		done += want;
+		if (done % part_size == 0 || done == total) {
+			part_crc[(done - 1) / part_size] = pcrc;
+			pcrc = 0;
+		}
 	}
 	free(buf);
 	if (!rc)
@@ -1382,6 +1399,8 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 		m.part_size *= 2;
 	m.nparts = (int)((total + m.part_size - 1) / m.part_size);
 	m.etags = tf_xcalloc((size_t)m.nparts, sizeof *m.etags);
+	m.sent_crc = tf_xcalloc((size_t)m.nparts, sizeof *m.sent_crc);
+	m.pass_crc = tf_xcalloc((size_t)m.nparts, sizeof *m.pass_crc);
 	atomic_init(&m.next, 0);
 	atomic_init(&m.slot, 0);
 	atomic_init(&m.failed, 0);
@@ -1394,7 +1413,7 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 		if (pthread_create(&th[started], NULL, mp_worker, &m))
 			break;
 
-	rc = whole_crc(s, key, data, fd, total, &crc);
+	rc = whole_crc(s, key, data, fd, total, m.part_size, m.pass_crc, &crc);
 	if (!rc && (flags & TF_OBJ_IF_NONE_MATCH))
 		rc = absent(s, fkey, key);
 	if (!rc && !atomic_load(&m.failed)) /* a part could not be read: nothing to create */
@@ -1420,6 +1439,16 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 			mp_abort(s, fkey, upload_id);
 		goto out;
 	}
+	/* the parts and the object's CRC-32C come from separate reads: the source must not have
+	 * changed in between, or the object would not match its own checksum */
+	for (int i = 0; i < m.nparts; i++)
+		if (m.sent_crc[i] != m.pass_crc[i]) {
+			rc = tf_objstore_seterr(s, -EIO, "the data for '%s' changed while it was being "
+						"uploaded (part %d): upload it again once it is "
+						"complete", key, i + 1);
+			mp_abort(s, fkey, upload_id);
+			goto out;
+		}
 
 	size_t cap = 64 + (size_t)m.nparts * 128, n = 0;
 	xml = tf_xmalloc(cap);
@@ -1468,6 +1497,8 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 out:
 	resp_release(&resp);
 	free(m.etags);
+	free(m.sent_crc);
+	free(m.pass_crc);
 	free(xml);
 	free(fkey);
 	return rc;
