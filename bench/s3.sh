@@ -3,6 +3,10 @@
 # S3 server (Swift + s3api on 127.0.0.1), by tpuflow and by the curl command line doing the
 # same PUT/GET (curl --aws-sigv4) in the same run; then the checkpoint manager saving and
 # loading a 64 MiB checkpoint (build/bench/s3_ckpt). Medians of TF_BENCH_REPS runs (3).
+# Peers: curl with UNSIGNED-PAYLOAD (what the curl CLI does by default), curl with the
+# payload's SHA-256 signed (hashed by `openssl dgst` first, as tpuflow does), and for GET curl
+# writing the file and then `sync FILE` (tpuflow's downloads are fsynced before the rename).
+# Both clients GET the same object (tpuflow's multipart upload).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -27,6 +31,16 @@ curl_s3() {
   curl -sSf --aws-sigv4 "aws:amz:$AWS_REGION:s3" --netrc-file "$dir/netrc" \
     -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"
 }
+# the curl CLI uploading with the payload's SHA-256 signed, like tpuflow (hashing included)
+curl_signed() { # FILE URL
+  local h
+  h=$(openssl dgst -sha256 -r "$1" | cut -d' ' -f1) || return 1
+  curl -sSf --aws-sigv4 "aws:amz:$AWS_REGION:s3" --netrc-file "$dir/netrc" \
+    -H "x-amz-content-sha256: $h" -T "$1" "$2" -o /dev/null
+}
+curl_get_sync() { # URL FILE: download, then fsync the file
+  curl_s3 -o "$2" "$1" && sync "$2"
+}
 "$bin" store mb s3://bench || exit 1
 head -c $((64 << 20)) /dev/urandom > "$dir/ckpt.bin"
 
@@ -43,20 +57,32 @@ for ((r = 0; r < reps; r++)); do
   run tf_put "$bin" store put s3://bench/tf/ckpt.bin "$dir/ckpt.bin"
   run tf_put1 env TPUFLOW_S3_MULTIPART_THRESHOLD=1G "$bin" store put s3://bench/tf/one.bin "$dir/ckpt.bin"
   run curl_put curl_s3 -T "$dir/ckpt.bin" "$E/bench/curl/ckpt.bin" -o /dev/null
+  run curl_puts curl_signed "$dir/ckpt.bin" "$E/bench/curl/signed.bin"
   run tf_get "$bin" store get s3://bench/tf/ckpt.bin "$dir/tf.out"
-  run curl_get curl_s3 -o "$dir/curl.out" "$E/bench/curl/ckpt.bin"
+  run curl_get curl_s3 -o "$dir/curl.out" "$E/bench/tf/ckpt.bin"
+  run curl_gets curl_get_sync "$E/bench/tf/ckpt.bin" "$dir/curl.out"
   cmp -s "$dir/ckpt.bin" "$dir/tf.out" || { echo "s3 bench: tpuflow download differs"; exit 1; }
   cmp -s "$dir/ckpt.bin" "$dir/curl.out" || { echo "s3 bench: curl download differs"; exit 1; }
 done
 median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}'; }
 echo "64 MiB object, $reps runs each, medians (Swift s3api on 127.0.0.1; $(nproc) cores)"
-printf '%-6s %10s %14s %10s %12s %8s\n' op "tpuflow s" "tpuflow MiB/s" "curl s" "curl MiB/s" ratio
-for op in put put1 get; do
-  a=$(median "${t[tf_$op]}") b=$(median "${t[curl_${op%1}]}")
-  awk -v op="$op" -v a="$a" -v b="$b" 'BEGIN{printf "%-6s %10.3f %14.1f %10.3f %12.1f %8.2f\n", op, a, 64/a, b, 64/b, b/a}'
+printf '%-6s %10s %14s %-22s %10s %12s %8s\n' op "tpuflow s" "tpuflow MiB/s" "curl peer" "curl s" "curl MiB/s" ratio
+row() { # op tf-key curl-key peer-name
+  local a b
+  a=$(median "${t[$2]}") b=$(median "${t[$3]}")
+  awk -v op="$1" -v a="$a" -v b="$b" -v p="$4" 'BEGIN{printf "%-6s %10.3f %14.1f %-22s %10.3f %12.1f %8.2f\n", op, a, 64/a, p, b, 64/b, b/a}'
+}
+row put tf_put curl_put "unsigned payload"
+row put tf_put curl_puts "signed SHA-256"
+row put1 tf_put1 curl_put "unsigned payload"
+row put1 tf_put1 curl_puts "signed SHA-256"
+row get tf_get curl_get "-o FILE"
+row get tf_get curl_gets "-o FILE + sync FILE"
+for k in tf_put tf_put1 curl_put curl_puts tf_get curl_get curl_gets; do
+  printf '%s range: %s\n' "$k" "$(tr ' ' '\n' <<<"${t[$k]}" | grep . | sort -g | awk 'NR==1{a=$1} {b=$1} END{printf "%.3f-%.3f s", a, b}')"
 done
 echo "(ratio = curl time / tpuflow time. put: tpuflow's default multipart, 8 MiB parts, 4 in"
 echo " parallel; put1: one request (TPUFLOW_S3_MULTIPART_THRESHOLD=1G). tpuflow signs the"
-echo " SHA-256 payload and sends Content-MD5 and a CRC-32C, checked on get; curl sends"
-echo " UNSIGNED-PAYLOAD in one request and checks nothing)"
+echo " payload's SHA-256 (the server checks it) and stores a CRC-32C that every get checks;"
+echo " tpuflow's get writes a temp file, fsyncs and renames it)"
 TF_S3_BENCH_URL=s3://bench/ckpt TF_BENCH_REPS=$reps "$BUILD/bench/s3_ckpt"

@@ -4,18 +4,22 @@
  * Invariants:
  *   1. What is signed is what is sent: the URL's path and query are built by the same
  *      encoder as the canonical request (sigv4.c), and the Host header is set explicitly.
- *   2. Uploads are checked by the server: the payload's SHA-256 is signed and Content-MD5 is
- *      sent, so a body damaged on the way is refused (BadDigest) and sent again. Each object
- *      also carries the CRC-32C of its whole content in x-amz-meta-tf-crc32c.
+ *   2. Uploads are checked by the server: the payload's SHA-256 is signed
+ *      (x-amz-content-sha256) and the server hashes what it receives, so a body damaged on
+ *      the way is refused (XAmzContentSHA256Mismatch / BadDigest) and sent again.
+ *      Content-MD5 is sent too only when asked for (TPUFLOW_S3_CONTENT_MD5=1, for servers
+ *      that do not check the signed hash). Each object also carries the CRC-32C of its whole
+ *      content in x-amz-meta-tf-crc32c. A body's hashes are computed in one pass over
+ *      cache-sized blocks.
  *   3. Downloads are checked here before anyone sees them: against that CRC-32C, else against
  *      the ETag when it is a plain MD5; a mismatch is retried like a 5xx, then is -EBADMSG.
  *   4. Retries: 5xx, 429, SlowDown, RequestTimeout, bad digests and connection errors are
  *      retried up to max_attempts with full-jitter exponential backoff (uniform in
  *      [0, min(cap, base * 2^attempt)]), drawing on a retry budget shared by the handle's
  *      threads (a success without retry refunds one), so a dead server fails fast.
- *   5. A multipart upload is completed only when every part was stored and its ETag equals
- *      the part's MD5; otherwise it is aborted (tf_objstore_gc_uploads cleans up after a
- *      crash).
+ *   5. A multipart upload is completed only when every part was stored (and, with
+ *      Content-MD5 on, its ETag equals the part's MD5); otherwise it is aborted
+ *      (tf_objstore_gc_uploads cleans up after a crash).
  *   6. Write-once (TF_OBJ_IF_NONE_MATCH) sends If-None-Match: *; a server that answers 501
  *      (Swift) is remembered and the handle falls back to HEAD-then-PUT, which is racy
  *      between two writers of the same key (the checkpoint manager's random save ids keep
@@ -50,6 +54,10 @@
 #define MIN_PART (5u << 20)
 #define MAX_PARTS 10000
 #define ERR_BODY_MAX (1u << 20)
+#define HASH_BLOCK (256u << 10) /* hashing block: stays in L2 while all hashes read it */
+#define XFER_BUF (512L << 10)   /* libcurl's send and receive buffers (its maximum) */
+#define SINK_BUF (1u << 20)     /* downloads to a file are written in writes of this size */
+#define WRITEBACK (8u << 20)    /* ... and their writeback started every this many bytes */
 
 struct s3 {
 	char *endpoint;       /* "http://127.0.0.1:18080", no trailing '/' */
@@ -73,8 +81,10 @@ struct s3 {
 	long connect_ms;      /* connect timeout */
 	long low_speed_s;     /* seconds without progress before a transfer is dropped */
 	int no_conditional;   /* the server refused If-None-Match: * (501) */
+	int content_md5;      /* also send Content-MD5 and check ETags against it */
 	atomic_uint_fast64_t n_requests, n_retries, n_corrupt, n_up, n_down; /* tf_obj_stats */
 	CURL *curl;           /* the handle's own connection (one thread at a time) */
+	CURL *part_curl[64];  /* the part threads' connections, kept from one upload to the next */
 };
 
 /* One request. Strings are borrowed. */
@@ -85,8 +95,13 @@ struct s3_req {
 	size_t nq;
 	struct tf_sigv4_kv h[4];    /* extra headers, sent and signed */
 	size_t nh;
-	const void *body;           /* bytes to upload */
+	const void *body;           /* bytes to upload, or NULL with body_fd set */
 	size_t body_len;
+	int from_fd;                /* 1: the body is body_len bytes of body_fd at body_off */
+	int body_fd;
+	uint64_t body_off;
+	const char *sha256;         /* the body's SHA-256 (hex) if the caller has it, else NULL */
+	const char *content_md5;    /* Content-MD5 (base64) to send, or NULL */
 	const char *content_type;   /* for POST bodies */
 	int sink_fd;                /* >= 0: a 2xx body is written to this file */
 	int verify;                 /* check a 2xx body (invariant 3) */
@@ -105,10 +120,14 @@ struct s3_resp {
 	char code[64];           /* S3 error code */
 	char message[256];       /* S3 error message */
 	int attempts;            /* attempts made */
-	char sent_md5[33];       /* MD5 (hex) of the uploaded body */
+	int read_errno;          /* the upload source could not be read */
 	/* download bookkeeping */
 	CURL *h;
 	int sink_fd;
+	char *wbuf;              /* SINK_BUF bytes gathering writes to sink_fd (kept on reset) */
+	size_t wlen;             /* bytes in wbuf */
+	uint64_t wpos;           /* bytes written to sink_fd */
+	uint64_t synced;         /* bytes whose writeback was started */
 	uint32_t crc_run;        /* CRC-32C of the 2xx body so far */
 	EVP_MD_CTX *md5;         /* MD5 of the 2xx body so far */
 	uint64_t got;            /* 2xx body bytes */
@@ -129,14 +148,82 @@ static struct s3 *S3(struct tf_objstore *s)
 
 /* ---- small helpers ---- */
 
-static void md5_b64(const void *data, size_t n, char out[25], char hexout[33])
+static void hexify(const unsigned char *b, size_t n, char *out)
 {
-	unsigned char md[16];
-	unsigned int len = 0;
-	EVP_Digest(data, n, md, &len, EVP_md5(), NULL);
-	EVP_EncodeBlock((unsigned char *)out, md, 16);
-	for (int i = 0; i < 16; i++)
-		snprintf(hexout + 2 * i, 3, "%02x", md[i]);
+	static const char digits[] = "0123456789abcdef";
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = digits[b[i] >> 4];
+		out[2 * i + 1] = digits[b[i] & 15];
+	}
+	out[2 * n] = '\0';
+}
+
+/* The checksums of an upload body (invariant 2). */
+struct sums {
+	uint32_t crc;     /* CRC-32C */
+	char sha[65];     /* SHA-256, hex: signed as x-amz-content-sha256 */
+	int has_md5;      /* md5 and md5hex are set */
+	char md5[25];     /* MD5, base64: Content-MD5 */
+	char md5hex[33];  /* MD5, hex: compared with ETags */
+};
+
+/* Hashes len bytes of data, or of fd from offset off when data is NULL, in one pass over
+ * HASH_BLOCK-sized blocks: every hash reads a block while it is still in cache. With copy set
+ * (fd only), the bytes read are kept there (copy holds len bytes). Returns 0, or a negative
+ * errno (-EIO when the file is shorter than len). */
+static int sums_compute(const char *data, int fd, uint64_t off, size_t len, int want_md5,
+			char *copy, struct sums *out)
+{
+	EVP_MD_CTX *sha = EVP_MD_CTX_new(), *md5 = want_md5 ? EVP_MD_CTX_new() : NULL;
+	char *buf = !data && !copy ? tf_xmalloc(HASH_BLOCK) : NULL;
+	int rc = 0;
+	if (!sha || (want_md5 && !md5)) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	EVP_DigestInit_ex(sha, EVP_sha256(), NULL);
+	if (md5)
+		EVP_DigestInit_ex(md5, EVP_md5(), NULL);
+	uint32_t crc = 0;
+	for (size_t done = 0; done < len;) {
+		size_t n = len - done < HASH_BLOCK ? len - done : HASH_BLOCK;
+		const char *p;
+		if (data) {
+			p = data + done;
+		} else {
+			char *dst = copy ? copy + done : buf;
+			ssize_t got = pread(fd, dst, n, (off_t)(off + done));
+			if (got < 0 && errno == EINTR)
+				continue;
+			if (got <= 0) {
+				rc = got ? -errno : -EIO;
+				goto out;
+			}
+			n = (size_t)got;
+			p = dst;
+		}
+		crc = tf_crc32c_extend(crc, p, n);
+		EVP_DigestUpdate(sha, p, n);
+		if (md5)
+			EVP_DigestUpdate(md5, p, n);
+		done += n;
+	}
+	unsigned char md[32];
+	unsigned int mdlen = 0;
+	EVP_DigestFinal_ex(sha, md, &mdlen);
+	hexify(md, 32, out->sha);
+	out->has_md5 = md5 != NULL;
+	if (md5) {
+		EVP_DigestFinal_ex(md5, md, &mdlen);
+		EVP_EncodeBlock((unsigned char *)out->md5, md, 16);
+		hexify(md, 16, out->md5hex);
+	}
+	out->crc = crc;
+out:
+	EVP_MD_CTX_free(sha);
+	EVP_MD_CTX_free(md5);
+	free(buf);
+	return rc;
 }
 
 static double jitter_unit(void)
@@ -253,6 +340,38 @@ static void body_append(struct s3_resp *r, const char *p, size_t n)
 	r->body[r->len] = '\0';
 }
 
+/* Writes to the download file; 0, or -1 with write_errno set. */
+static int sink_write(struct s3_resp *r, const char *p, size_t len)
+{
+	while (len) {
+		ssize_t w = write(r->sink_fd, p, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			r->write_errno = errno;
+			return -1;
+		}
+		p += w;
+		len -= (size_t)w;
+		r->wpos += (uint64_t)w;
+	}
+	/* start writing back what is written (no wait), so the final fsync has little left;
+	 * a failure here only means fsync does all the work */
+	if (r->wpos - r->synced >= WRITEBACK) {
+		sync_file_range(r->sink_fd, (off_t)r->synced, (off_t)(r->wpos - r->synced),
+				SYNC_FILE_RANGE_WRITE);
+		r->synced = r->wpos;
+	}
+	return 0;
+}
+
+static int sink_flush(struct s3_resp *r)
+{
+	int rc = r->wlen ? sink_write(r, r->wbuf, r->wlen) : 0;
+	r->wlen = 0;
+	return rc;
+}
+
 static size_t on_body(char *p, size_t sz, size_t n, void *data)
 {
 	struct s3_resp *r = data;
@@ -269,20 +388,20 @@ static size_t on_body(char *p, size_t sz, size_t n, void *data)
 			EVP_DigestUpdate(r->md5, p, len);
 		r->got += len;
 		if (r->sink_fd >= 0) {
-			const char *q = p;
-			size_t left = len;
-			while (left) {
-				ssize_t w = write(r->sink_fd, q, left);
-				if (w < 0 && errno == EINTR)
-					continue;
-				if (w < 0) {
-					r->write_errno = errno;
-					return 0;
-				}
-				q += w;
-				left -= (size_t)w;
-			}
+			/* libcurl hands over at most 16 KiB at a time: gather them */
+			if (r->wlen + len > SINK_BUF && sink_flush(r))
+				return 0;
+			if (len >= SINK_BUF)
+				return sink_write(r, p, len) ? 0 : len;
+			memcpy(r->wbuf + r->wlen, p, len);
+			r->wlen += len;
 			return len;
+		}
+		if (!r->body && r->has_length && r->content_length <= ((uint64_t)1 << 30)) {
+			/* the size is known: one allocation, no regrowth (bounded: a size the
+			 * server claims is not trusted beyond what untouched pages cost) */
+			r->cap = (size_t)r->content_length + 1;
+			r->body = tf_xmalloc(r->cap);
 		}
 	} else if (r->len + len > ERR_BODY_MAX) {
 		return len; /* keep the start of an oversized error body */
@@ -338,11 +457,32 @@ static size_t on_header(char *p, size_t sz, size_t n, void *data)
 	return len;
 }
 
-/* Upload source for one attempt. */
+/* Upload source for one attempt: memory, or a file read straight into libcurl's buffer. */
 struct upload {
-	const char *p;
-	size_t left;
+	const char *p;      /* memory source: the next byte, or NULL */
+	int fd;             /* file source when p is NULL */
+	uint64_t off;       /* next file offset */
+	size_t left;        /* bytes still to send */
+	int *read_errno;    /* where a file read failure is reported */
+	const char *p0;     /* where the memory source starts (for rewinding) */
+	uint64_t off0;      /* where the file source starts */
+	size_t len;         /* the body's length */
 };
+
+/* libcurl rewinds the body when it must send it again within one request (a reused
+ * connection that turned out closed, an early answer). */
+static int on_seek(void *data, curl_off_t offset, int origin)
+{
+	struct upload *u = data;
+	if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > u->len)
+		return CURL_SEEKFUNC_CANTSEEK;
+	if (u->p0)
+		u->p = u->p0 + offset;
+	else
+		u->off = u->off0 + (uint64_t)offset;
+	u->left = u->len - (size_t)offset;
+	return CURL_SEEKFUNC_OK;
+}
 
 static size_t on_read(char *buf, size_t sz, size_t n, void *data)
 {
@@ -350,8 +490,22 @@ static size_t on_read(char *buf, size_t sz, size_t n, void *data)
 	size_t len = sz * n;
 	if (len > u->left)
 		len = u->left;
-	memcpy(buf, u->p, len);
-	u->p += len;
+	if (!len)
+		return 0;
+	if (u->p) {
+		memcpy(buf, u->p, len);
+		u->p += len;
+	} else {
+		ssize_t got;
+		while ((got = pread(u->fd, buf, len, (off_t)u->off)) < 0 && errno == EINTR)
+			;
+		if (got <= 0) {
+			*u->read_errno = got ? errno : EIO; /* EIO: the file shrank */
+			return CURL_READFUNC_ABORT;
+		}
+		len = (size_t)got;
+		u->off += len;
+	}
 	u->left -= len;
 	return len;
 }
@@ -364,13 +518,15 @@ static void resp_reset(struct s3_resp *r, CURL *h, int sink_fd, int verify)
 	if (r->md5)
 		EVP_MD_CTX_free(r->md5);
 	int attempts = r->attempts;
-	char sent[33];
-	memcpy(sent, r->sent_md5, sizeof sent);
+	char *wbuf = r->wbuf;
 	memset(r, 0, sizeof *r);
 	r->attempts = attempts;
-	memcpy(r->sent_md5, sent, sizeof sent);
 	r->h = h;
 	r->sink_fd = sink_fd;
+	if (sink_fd >= 0)
+		r->wbuf = wbuf ? wbuf : tf_xmalloc(SINK_BUF);
+	else
+		free(wbuf);
 	if (verify) {
 		r->md5 = EVP_MD_CTX_new();
 		EVP_DigestInit_ex(r->md5, EVP_md5(), NULL);
@@ -380,6 +536,7 @@ static void resp_reset(struct s3_resp *r, CURL *h, int sink_fd, int verify)
 static void resp_release(struct s3_resp *r)
 {
 	free(r->body);
+	free(r->wbuf);
 	if (r->md5)
 		EVP_MD_CTX_free(r->md5);
 	memset(r, 0, sizeof *r);
@@ -456,11 +613,17 @@ static CURLcode perform(struct s3 *s3, CURL *h, const struct s3_req *r, const ch
 	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(h, CURLOPT_HEADERDATA, resp);
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "tpuflow/" TF_VERSION);
-	struct upload up = { r->body, r->body_len };
+	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, XFER_BUF);
+	const char *mem = r->from_fd ? NULL : r->body ? r->body : "";
+	struct upload up = { mem, r->body_fd, r->body_off, r->body_len, &resp->read_errno, mem,
+			     r->body_off, r->body_len };
 	if (!strcmp(r->method, "PUT")) {
+		curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, XFER_BUF);
 		curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
 		curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
 		curl_easy_setopt(h, CURLOPT_READDATA, &up);
+		curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_seek);
+		curl_easy_setopt(h, CURLOPT_SEEKDATA, &up);
 		curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
 	} else if (!strcmp(r->method, "POST")) {
 		curl_easy_setopt(h, CURLOPT_POST, 1L);
@@ -473,6 +636,8 @@ static CURLcode perform(struct s3 *s3, CURL *h, const struct s3_req *r, const ch
 	}
 	CURLcode cc = curl_easy_perform(h);
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
+	if (resp->sink_fd >= 0 && !resp->write_errno)
+		sink_flush(resp);
 	if (resp->status >= 300 && resp->body) {
 		const char *end = resp->body + resp->len;
 		xml_get(resp->body, end, "Code", resp->code, sizeof resp->code);
@@ -597,16 +762,13 @@ static const char *shown_key(const struct s3_req *r)
 static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp *resp, char *err,
 		 size_t errlen)
 {
-	char sha[65], md5[25], md5hex[33];
-	const char *sha256 = EMPTY_SHA256, *cmd5 = NULL;
-	md5_b64(r->body_len ? r->body : "", r->body_len, md5, md5hex);
-	if (r->body_len) {
+	char sha[65];
+	const char *sha256 = r->sha256 ? r->sha256 : EMPTY_SHA256;
+	if (!r->sha256 && r->body_len) { /* small bodies (XML); large ones come hashed */
 		tf_sha256_hex(r->body, r->body_len, sha);
 		sha256 = sha;
-		cmd5 = md5;
 	}
 	memset(resp, 0, sizeof *resp);
-	memcpy(resp->sent_md5, md5hex, sizeof md5hex);
 	for (int attempt = 1;; attempt++) {
 		if (r->sink_fd >= 0 && attempt > 1 &&
 		    (ftruncate(r->sink_fd, 0) || lseek(r->sink_fd, 0, SEEK_SET))) {
@@ -615,7 +777,7 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 		}
 		resp_reset(resp, h, r->sink_fd, r->verify);
 		resp->attempts = attempt;
-		CURLcode cc = perform(s3, h, r, sha256, cmd5, resp);
+		CURLcode cc = perform(s3, h, r, sha256, r->content_md5, resp);
 		atomic_fetch_add(&s3->n_requests, 1);
 		if (attempt > 1)
 			atomic_fetch_add(&s3->n_retries, 1);
@@ -625,6 +787,11 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 			snprintf(err, errlen, "cannot write the download of '%s': %s", shown_key(r),
 				 strerror(resp->write_errno));
 			return -resp->write_errno;
+		}
+		if (resp->read_errno) {
+			snprintf(err, errlen, "cannot read the upload of '%s': %s", shown_key(r),
+				 resp->read_errno == EIO ? "the file shrank" : strerror(resp->read_errno));
+			return -resp->read_errno;
 		}
 		if (cc != CURLE_OK) {
 			rc = curl_errno(cc);
@@ -773,6 +940,9 @@ static void s3_free(struct tf_objstore *s)
 	struct s3 *s3 = s->impl;
 	if (s3->curl)
 		curl_easy_cleanup(s3->curl);
+	for (size_t i = 0; i < TF_ARRAY_LEN(s3->part_curl); i++)
+		if (s3->part_curl[i])
+			curl_easy_cleanup(s3->part_curl[i]);
 	free(s3->endpoint);
 	free(s3->scheme);
 	free(s3->hostport);
@@ -878,6 +1048,8 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	s3->low_speed_s = (long)(o->timeout > 0 ? o->timeout : 60.0);
 	if (s3->low_speed_s < 1)
 		s3->low_speed_s = 1;
+	const char *cm = env("TPUFLOW_S3_CONTENT_MD5");
+	s3->content_md5 = cm && strcmp(cm, "0");
 	s3->list_page = o->list_page > 0 && o->list_page <= 1000 ? o->list_page : 1000;
 	s3->curl = curl_easy_init();
 	s->impl = s3;
@@ -955,16 +1127,19 @@ static int absent(struct tf_objstore *s, const char *fkey, const char *key)
 	return rc;
 }
 
-static int put_single(struct tf_objstore *s, const char *key, const void *data, size_t len,
-		      unsigned flags)
+/* One PUT of len bytes of data, or of fd from offset 0 when data is NULL (streamed into the
+ * request); sums are the body's checksums. */
+static int put_single(struct tf_objstore *s, const char *key, const void *data, int fd,
+		      size_t len, const struct sums *sums, unsigned flags)
 {
 	struct s3 *s3 = S3(s);
 	char *fkey = full_key(s3, key);
-	uint32_t crc = tf_crc32c(data, len);
+	uint32_t crc = sums->crc;
 	char crchex[9];
 	snprintf(crchex, sizeof crchex, "%08x", crc);
 	struct s3_req r = { .method = "PUT", .key = fkey, .body = data, .body_len = len,
-			    .sink_fd = -1 };
+			    .from_fd = !data, .body_fd = fd, .sha256 = sums->sha,
+			    .content_md5 = sums->has_md5 ? sums->md5 : NULL, .sink_fd = -1 };
 	r.h[r.nh++] = (struct tf_sigv4_kv){ META_CRC, crchex };
 	struct s3_resp resp;
 	memset(&resp, 0, sizeof resp);
@@ -994,10 +1169,10 @@ static int put_single(struct tf_objstore *s, const char *key, const void *data, 
 		rc = http_error(s, &resp, "PUT", key);
 		goto out;
 	}
-	if (is_hex32(resp.etag) && strcmp(resp.etag, resp.sent_md5))
+	if (sums->has_md5 && is_hex32(resp.etag) && strcmp(resp.etag, sums->md5hex))
 		rc = tf_objstore_seterr(s, -EBADMSG,
 					"PUT '%s': %s stored different bytes (ETag %s, sent MD5 %s)",
-					key, s3->endpoint, resp.etag, resp.sent_md5);
+					key, s3->endpoint, resp.etag, sums->md5hex);
 out:
 	resp_release(&resp);
 	free(fkey);
@@ -1018,10 +1193,16 @@ struct mp {
 	uint64_t total;         /* object size */
 	size_t part_size;
 	int nparts;
+	int content_md5;        /* send Content-MD5 and check each part's ETag against it */
 	atomic_int next;        /* next part index to take */
+	atomic_int slot;        /* next entry of s3->part_curl for a starting worker */
 	atomic_int failed;      /* set once any part failed */
 	char (*etags)[80];      /* per part */
-	pthread_mutex_t lock;   /* guards rc and err */
+	uint32_t *sent_crc;     /* per part: CRC-32C of the bytes the part thread sent */
+	uint32_t *pass_crc;     /* per part: CRC-32C seen by the whole-object pass */
+	pthread_mutex_t lock;   /* guards rc, err and ready */
+	pthread_cond_t cond;    /* signalled when ready is set */
+	int ready;              /* the upload was created (or failed to be): parts may go */
 	int rc;                 /* first failure */
 	char err[512];
 };
@@ -1040,7 +1221,10 @@ static void mp_fail(struct mp *m, int rc, const char *err)
 static void *mp_worker(void *arg)
 {
 	struct mp *m = arg;
-	CURL *h = curl_easy_init();
+	CURL **slot = &m->s3->part_curl[atomic_fetch_add(&m->slot, 1)];
+	if (!*slot)
+		*slot = curl_easy_init();
+	CURL *h = *slot;
 	char *buf = m->data ? NULL : tf_xmalloc(m->part_size);
 	char err[512];
 	while (h) {
@@ -1050,43 +1234,55 @@ static void *mp_worker(void *arg)
 		uint64_t off = (uint64_t)i * m->part_size;
 		size_t len = m->total - off < m->part_size ? (size_t)(m->total - off) : m->part_size;
 		const char *p = m->data ? m->data + off : buf;
-		for (size_t got = 0; !m->data && got < len;) {
-			ssize_t n = pread(m->fd, buf + got, len - got, (off_t)(off + got));
-			if (n <= 0) {
-				snprintf(err, sizeof err, "cannot read part %d of the upload of '%s': %s",
-					 i + 1, m->key, n ? strerror(errno) : "file shrank");
-				mp_fail(m, n ? -errno : -EIO, err);
-				goto out;
-			}
-			got += (size_t)n;
+		/* read (from a file) and hash the part in one pass, in this part's own thread */
+		struct sums sums;
+		int hrc = sums_compute(m->data ? p : NULL, m->fd, off, len, m->content_md5,
+				       m->data ? NULL : buf, &sums);
+		if (hrc) {
+			snprintf(err, sizeof err, "cannot read part %d of the upload of '%s': %s",
+				 i + 1, m->key, hrc == -EIO ? "the file shrank" : strerror(-hrc));
+			mp_fail(m, hrc, err);
+			goto out;
 		}
+		/* parts are read and hashed while the upload is being created */
+		pthread_mutex_lock(&m->lock);
+		while (!m->ready)
+			pthread_cond_wait(&m->cond, &m->lock);
+		pthread_mutex_unlock(&m->lock);
+		if (atomic_load(&m->failed))
+			break;
 		char num[16];
 		snprintf(num, sizeof num, "%d", i + 1);
 		struct s3_req r = { .method = "PUT", .key = m->fkey, .body = p, .body_len = len,
-				    .sink_fd = -1 };
+				    .sha256 = sums.sha,
+				    .content_md5 = sums.has_md5 ? sums.md5 : NULL, .sink_fd = -1 };
 		r.q[r.nq++] = (struct tf_sigv4_kv){ "partNumber", num };
 		r.q[r.nq++] = (struct tf_sigv4_kv){ "uploadId", m->upload_id };
 		struct s3_resp resp;
 		int rc = s3_do(m->s3, h, &r, &resp, err, sizeof err);
 		if (!rc && resp.status != 200)
 			rc = http_error_msg(m->s3, m->url, &resp, "PUT part", m->key, err, sizeof err);
-		if (!rc && (!is_hex32(resp.etag) || strcmp(resp.etag, resp.sent_md5))) {
+		if (!rc && sums.has_md5 && (!is_hex32(resp.etag) || strcmp(resp.etag, sums.md5hex))) {
 			snprintf(err, sizeof err,
 				 "part %d of '%s': %s answered ETag '%s' for a part whose MD5 is %s",
-				 i + 1, m->key, m->s3->endpoint, resp.etag, resp.sent_md5);
+				 i + 1, m->key, m->s3->endpoint, resp.etag, sums.md5hex);
 			rc = -EBADMSG;
+		}
+		if (!rc && !resp.etag[0]) {
+			snprintf(err, sizeof err, "part %d of '%s': %s answered without an ETag",
+				 i + 1, m->key, m->s3->endpoint);
+			rc = -EIO;
 		}
 		if (rc)
 			mp_fail(m, rc, err);
 		else
 			snprintf(m->etags[i], sizeof m->etags[i], "%s", resp.etag);
+		m->sent_crc[i] = sums.crc;
 		resp_release(&resp);
 	}
 out:
 	free(buf);
-	if (h)
-		curl_easy_cleanup(h);
-	else
+	if (!h)
 		mp_fail(m, -ENOMEM, "cannot initialise libcurl");
 	return NULL;
 }
@@ -1105,8 +1301,78 @@ static void mp_abort(struct tf_objstore *s, const char *fkey, const char *upload
 	memcpy(s->err, saved, sizeof saved);
 }
 
+/* The CRC-32C of the whole object, for its metadata, and of each part (part_crc, nparts
+ * entries of part_size bytes), so that what the part threads sent can be checked against it;
+ * a file must still hold total bytes. */
+static int whole_crc(struct tf_objstore *s, const char *key, const char *data, int fd,
+		     uint64_t total, size_t part_size, uint32_t *part_crc, uint32_t *out)
+{
+	uint32_t crc = 0, pcrc = 0;
+	char *buf = data ? NULL : tf_xmalloc(HASH_BLOCK);
+	uint64_t done = 0;
+	int rc = 0;
+	while (done < total) {
+		/* blocks never straddle a part boundary */
+		uint64_t to_boundary = part_size - done % part_size;
+		size_t want = HASH_BLOCK;
+		if (want > to_boundary)
+			want = (size_t)to_boundary;
+		if (want > total - done)
+			want = (size_t)(total - done);
+		const char *p = data ? data + done : buf;
+		if (!data) {
+			ssize_t n = pread(fd, buf, want, (off_t)done);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				rc = tf_objstore_seterr(s, n ? -errno : -EIO, "cannot read the file to "
+							"upload as '%s': %s", key,
+							n ? strerror(errno) : "the file shrank");
+				break;
+			}
+			want = (size_t)n;
+		}
+		crc = tf_crc32c_extend(crc, p, want);
+		pcrc = tf_crc32c_extend(pcrc, p, want);
+		done += want;
+		if (done % part_size == 0 || done == total) {
+			part_crc[(done - 1) / part_size] = pcrc;
+			pcrc = 0;
+		}
+	}
+	free(buf);
+	if (!rc)
+		*out = crc;
+	return rc;
+}
+
+/* Creates the multipart upload (its metadata carries crc); the id goes to upload_id. */
+static int mp_create(struct tf_objstore *s, const char *fkey, const char *key, uint32_t crc,
+		     char *upload_id, size_t idlen)
+{
+	struct s3 *s3 = S3(s);
+	char crchex[9];
+	snprintf(crchex, sizeof crchex, "%08x", crc);
+	struct s3_req cr = { .method = "POST", .key = fkey, .sink_fd = -1 };
+	cr.q[cr.nq++] = (struct tf_sigv4_kv){ "uploads", "" };
+	cr.h[cr.nh++] = (struct tf_sigv4_kv){ META_CRC, crchex };
+	struct s3_resp resp;
+	int rc = run(s, &cr, &resp);
+	if (!rc && resp.status != 200)
+		rc = http_error(s, &resp, "start multipart upload of", key);
+	if (!rc && (!resp.body || !xml_get(resp.body, resp.body + resp.len, "UploadId", upload_id,
+					   idlen) || !upload_id[0]))
+		rc = tf_objstore_seterr(s, -EIO, "%s started a multipart upload of '%s' without an "
+					"UploadId", s3->endpoint, key);
+	resp_release(&resp);
+	return rc;
+}
+
+/* Uploads total bytes of data, or of fd when data is NULL, as a multipart upload. The part
+ * threads start reading and hashing their first parts at once; meanwhile this thread
+ * computes the whole object's CRC-32C and creates the upload, then lets them send. */
 static int put_multipart(struct tf_objstore *s, const char *key, const char *data, int fd,
-			 uint64_t total, uint32_t crc, unsigned flags)
+			 uint64_t total, unsigned flags)
 {
 	struct s3 *s3 = S3(s);
 	char *fkey = full_key(s3, key);
@@ -1117,27 +1383,7 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 	struct s3_resp resp;
 	memset(&resp, 0, sizeof resp);
 	int rc = 0;
-	if ((flags & TF_OBJ_IF_NONE_MATCH) && (rc = absent(s, fkey, key)))
-		goto out;
-
-	char crchex[9];
-	snprintf(crchex, sizeof crchex, "%08x", crc);
-	struct s3_req cr = { .method = "POST", .key = fkey, .sink_fd = -1 };
-	cr.q[cr.nq++] = (struct tf_sigv4_kv){ "uploads", "" };
-	cr.h[cr.nh++] = (struct tf_sigv4_kv){ META_CRC, crchex };
-	if ((rc = run(s, &cr, &resp)))
-		goto out;
-	if (resp.status != 200) {
-		rc = http_error(s, &resp, "start multipart upload of", key);
-		goto out;
-	}
-	if (!resp.body || !xml_get(resp.body, resp.body + resp.len, "UploadId", upload_id,
-				   sizeof upload_id) || !upload_id[0]) {
-		rc = tf_objstore_seterr(s, -EIO, "%s started a multipart upload of '%s' without an "
-					"UploadId", s3->endpoint, key);
-		goto out;
-	}
-	resp_release(&resp);
+	uint32_t crc = 0;
 
 	m.s3 = s3;
 	m.url = s->url;
@@ -1147,31 +1393,62 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 	m.data = data;
 	m.fd = fd;
 	m.total = total;
+	m.content_md5 = s3->content_md5;
 	m.part_size = s3->part_size;
 	while ((total + m.part_size - 1) / m.part_size > MAX_PARTS)
 		m.part_size *= 2;
 	m.nparts = (int)((total + m.part_size - 1) / m.part_size);
 	m.etags = tf_xcalloc((size_t)m.nparts, sizeof *m.etags);
+	m.sent_crc = tf_xcalloc((size_t)m.nparts, sizeof *m.sent_crc);
+	m.pass_crc = tf_xcalloc((size_t)m.nparts, sizeof *m.pass_crc);
 	atomic_init(&m.next, 0);
+	atomic_init(&m.slot, 0);
 	atomic_init(&m.failed, 0);
 	pthread_mutex_init(&m.lock, NULL);
+	pthread_cond_init(&m.cond, NULL);
 	int nt = s3->parallel < m.nparts ? s3->parallel : m.nparts;
 	pthread_t *th = tf_xcalloc((size_t)nt, sizeof *th);
 	int started = 0;
 	for (; started < nt; started++)
 		if (pthread_create(&th[started], NULL, mp_worker, &m))
 			break;
-	if (started == 0)
+
+	rc = whole_crc(s, key, data, fd, total, m.part_size, m.pass_crc, &crc);
+	if (!rc && (flags & TF_OBJ_IF_NONE_MATCH))
+		rc = absent(s, fkey, key);
+	if (!rc && !atomic_load(&m.failed)) /* a part could not be read: nothing to create */
+		rc = mp_create(s, fkey, key, crc, upload_id, sizeof upload_id);
+	pthread_mutex_lock(&m.lock);
+	m.ready = 1;
+	if (rc)
+		atomic_store(&m.failed, 1);
+	pthread_cond_broadcast(&m.cond);
+	pthread_mutex_unlock(&m.lock);
+	if (started == 0 && !rc)
 		mp_worker(&m); /* no threads available: do it here */
 	for (int i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
 	free(th);
+	pthread_cond_destroy(&m.cond);
 	pthread_mutex_destroy(&m.lock);
+	if (rc)
+		goto out;
 	if (m.rc) {
 		rc = tf_objstore_seterr(s, m.rc, "%s", m.err);
-		mp_abort(s, fkey, upload_id);
+		if (upload_id[0])
+			mp_abort(s, fkey, upload_id);
 		goto out;
 	}
+	/* the parts and the object's CRC-32C come from separate reads: the source must not have
+	 * changed in between, or the object would not match its own checksum */
+	for (int i = 0; i < m.nparts; i++)
+		if (m.sent_crc[i] != m.pass_crc[i]) {
+			rc = tf_objstore_seterr(s, -EIO, "the data for '%s' changed while it was being "
+						"uploaded (part %d): upload it again once it is "
+						"complete", key, i + 1);
+			mp_abort(s, fkey, upload_id);
+			goto out;
+		}
 
 	size_t cap = 64 + (size_t)m.nparts * 128, n = 0;
 	xml = tf_xmalloc(cap);
@@ -1220,6 +1497,8 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 out:
 	resp_release(&resp);
 	free(m.etags);
+	free(m.sent_crc);
+	free(m.pass_crc);
 	free(xml);
 	free(fkey);
 	return rc;
@@ -1232,10 +1511,17 @@ static int s3_put(struct tf_objstore *s, const char *key, const void *data, size
 {
 	struct s3 *s3 = S3(s);
 	if (len >= s3->threshold)
-		return put_multipart(s, key, data, -1, len, tf_crc32c(data, len), flags);
-	return put_single(s, key, data ? data : "", len, flags);
+		return put_multipart(s, key, data, -1, len, flags);
+	struct sums sums;
+	int rc = sums_compute(data ? data : "", -1, 0, len, s3->content_md5, NULL, &sums);
+	if (rc)
+		return tf_objstore_seterr(s, rc, "cannot hash the upload of '%s': %s", key,
+					  strerror(-rc));
+	return put_single(s, key, data ? data : "", -1, len, &sums, flags);
 }
 
+/* A file goes up without being read into memory: one pass to hash it, then libcurl reads it
+ * straight from the file (single PUT) or each part thread reads and hashes its part. */
 static int s3_put_file(struct tf_objstore *s, const char *key, const char *path, unsigned flags)
 {
 	struct s3 *s3 = S3(s);
@@ -1248,7 +1534,7 @@ static int s3_put_file(struct tf_objstore *s, const char *key, const char *path,
 		rc = tf_objstore_seterr(s, -errno, "cannot read '%s': %s", path, strerror(errno));
 		goto out;
 	}
-	if ((uint64_t)st.st_size < s3->threshold) {
+	if (!S_ISREG(st.st_mode)) { /* a pipe or device: no second pass, read it into memory */
 		char *data;
 		size_t len;
 		close(fd);
@@ -1256,30 +1542,23 @@ static int s3_put_file(struct tf_objstore *s, const char *key, const char *path,
 		rc = tf_read_file(path, s3->threshold, &data, &len);
 		if (rc)
 			return tf_objstore_seterr(s, rc, "cannot read '%s': %s", path, strerror(-rc));
-		rc = put_single(s, key, data, len, flags);
+		rc = s3_put(s, key, data, len, flags);
 		free(data);
 		return rc;
 	}
-	/* the whole object's CRC-32C goes into its metadata before the first part is sent */
-	uint32_t crc = 0;
-	char *buf = tf_xmalloc(1u << 20);
-	uint64_t total = 0;
-	for (;;) {
-		ssize_t n = read(fd, buf, 1u << 20);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = tf_objstore_seterr(s, -errno, "cannot read '%s': %s", path, strerror(errno));
-			break;
+	if ((uint64_t)st.st_size < s3->threshold) {
+		struct sums sums;
+		size_t len = (size_t)st.st_size;
+		rc = sums_compute(NULL, fd, 0, len, s3->content_md5, NULL, &sums);
+		if (rc) {
+			rc = tf_objstore_seterr(s, rc, "cannot read '%s': %s", path,
+						rc == -EIO ? "the file shrank" : strerror(-rc));
+			goto out;
 		}
-		if (n == 0)
-			break;
-		crc = tf_crc32c_extend(crc, buf, (size_t)n);
-		total += (uint64_t)n;
+		rc = put_single(s, key, NULL, fd, len, &sums, flags);
+		goto out;
 	}
-	free(buf);
-	if (!rc)
-		rc = put_multipart(s, key, NULL, fd, total, crc, flags);
+	rc = put_multipart(s, key, NULL, fd, (uint64_t)st.st_size, flags);
 out:
 	if (fd >= 0)
 		close(fd);

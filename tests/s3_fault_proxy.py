@@ -9,7 +9,7 @@ probability --rate, injects one fault chosen uniformly:
             forwarding, half-way through the answer's body (the request took effect but its
             answer is lost: the hard case for idempotency)
   corrupt   flip one byte: of an object GET's answer body (the client must detect it), or of a
-            PUT's request body (the server must refuse it: signed SHA-256 and Content-MD5)
+            PUT's request body (the server must refuse it: the signed SHA-256)
 
 Requests without a body to corrupt (HEAD, DELETE, POST, listings) get a 503 instead of
 "corrupt", since S3 offers no checksum for listings. The Host header is passed through

@@ -159,6 +159,51 @@ static void test_s3_live_multipart_12mib(void **state)
 	tf_objstore_free(s);
 }
 
+/* Files go up streamed (no copy in memory), as one PUT below the threshold and as parts above
+ * it, with the signed SHA-256 alone and with Content-MD5 too (TPUFLOW_S3_CONTENT_MD5=1, which
+ * also checks every ETag against the MD5 sent); they come back identical. */
+static void test_s3_live_streams_files_with_and_without_content_md5(void **state)
+{
+	(void)state;
+	size_t small = (1u << 20) + 17, big = (11u << 20) + 5;
+	unsigned char *b = pattern(big, 31);
+	FILE *f = fopen("small.bin", "wb");
+	assert_int_equal(fwrite(b, 1, small, f), small);
+	fclose(f);
+	f = fopen("big.bin", "wb");
+	assert_int_equal(fwrite(b, 1, big, f), big);
+	fclose(f);
+	for (int md5 = 0; md5 < 2; md5++) {
+		if (md5)
+			setenv("TPUFLOW_S3_CONTENT_MD5", "1", 1);
+		struct tf_objstore_opts o = { .part_size = 5u << 20, .multipart_threshold = 5u << 20 };
+		struct tf_objstore *s = open_s3(endpoint(), md5 ? "stream-md5" : "stream", &o);
+		const char *files[] = { "small.bin", "big.bin" };
+		size_t sizes[] = { small, big };
+		for (int i = 0; i < 2; i++) {
+			assert_int_equal(tf_objstore_put_file(s, files[i], files[i], 0), 0);
+			struct tf_obj_info info;
+			assert_int_equal(tf_objstore_head(s, files[i], &info), 0);
+			assert_int_equal(info.size, sizes[i]);
+			assert_true(info.has_crc32c);
+			assert_int_equal(info.crc32c, tf_crc32c(b, sizes[i]));
+			assert_int_equal(tf_objstore_get_file(s, files[i], "back.bin"), 0);
+			char *back;
+			size_t len;
+			assert_int_equal(tf_read_file("back.bin", big + 1, &back, &len), 0);
+			assert_int_equal(len, sizes[i]);
+			assert_memory_equal(back, b, sizes[i]);
+			free(back);
+		}
+		/* a missing file is an error that names it, not an empty object */
+		assert_int_equal(tf_objstore_put_file(s, "none", "no-such-file", 0), -ENOENT);
+		assert_non_null(strstr(tf_objstore_errmsg(s), "no-such-file"));
+		tf_objstore_free(s);
+		unsetenv("TPUFLOW_S3_CONTENT_MD5");
+	}
+	free(b);
+}
+
 static void test_s3_live_list_prefixes_and_pages(void **state)
 {
 	(void)state;
@@ -422,6 +467,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_s3_live_round_trip),
 		cmocka_unit_test(test_s3_live_multipart_12mib),
+		cmocka_unit_test(test_s3_live_streams_files_with_and_without_content_md5),
 		cmocka_unit_test(test_s3_live_list_prefixes_and_pages),
 		cmocka_unit_test(test_s3_live_wrong_secret_is_clear),
 		cmocka_unit_test(test_s3_live_virtual_hosted),
