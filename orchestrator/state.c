@@ -462,6 +462,11 @@ static json_t *real_or_null(struct tf_stmt *s, int col)
 	return tf_stmt_is_null(s, col) ? json_null() : json_real(tf_stmt_double(s, col));
 }
 
+static json_t *int_or_null(struct tf_stmt *s, int col)
+{
+	return tf_stmt_is_null(s, col) ? json_null() : json_integer(tf_stmt_int(s, col));
+}
+
 static json_t *text_or_null(struct tf_stmt *s, int col)
 {
 	const char *t = tf_stmt_text(s, col);
@@ -531,9 +536,7 @@ static int attempts_json(struct tf_store *st, const char *run, json_t **out)
 		json_object_set_new(o, "n", json_integer(tf_stmt_int(s, 1)));
 		json_object_set_new(o, "state", text_or_null(s, 2));
 		json_object_set_new(o, "failure_class", text_or_null(s, 3));
-		json_object_set_new(o, "exit_code", tf_stmt_is_null(s, 4)
-							    ? json_null()
-							    : json_integer(tf_stmt_int(s, 4)));
+		json_object_set_new(o, "exit_code", int_or_null(s, 4));
 		json_object_set_new(o, "error", text_or_null(s, 5));
 		json_object_set_new(o, "backoff", real_or_null(s, 6));
 		json_object_set_new(o, "log", text_or_null(s, 7));
@@ -573,9 +576,7 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 		json_object_set_new(doc, "created_at", real_or_null(s, 7));
 		json_object_set_new(doc, "started_at", real_or_null(s, 8));
 		json_object_set_new(doc, "finished_at", real_or_null(s, 9));
-		json_object_set_new(doc, "pid", tf_stmt_is_null(s, 10)
-							? json_null()
-							: json_integer(tf_stmt_int(s, 10)));
+		json_object_set_new(doc, "pid", int_or_null(s, 10));
 		rc = 0;
 	} else if (rc == 0) {
 		rc = -ENOENT;
@@ -700,9 +701,7 @@ int tf_run_events(struct tf_store *st, const char *run, const char *step, json_t
 		json_t *o = json_object();
 		json_object_set_new(o, "at", real_or_null(s, 0));
 		json_object_set_new(o, "step", text_or_null(s, 1));
-		json_object_set_new(o, "attempt", tf_stmt_is_null(s, 2)
-							  ? json_null()
-							  : json_integer(tf_stmt_int(s, 2)));
+		json_object_set_new(o, "attempt", int_or_null(s, 2));
 		json_object_set_new(o, "kind", text_or_null(s, 3));
 		json_object_set_new(o, "from", text_or_null(s, 4));
 		json_object_set_new(o, "to", text_or_null(s, 5));
