@@ -2,7 +2,7 @@
 # Installs the Debian packages a purpose needs, and only those that are missing.
 #   scripts/deps.sh build   compiler and -dev libraries (make, make demo)
 #   scripts/deps.sh test    what the test suite needs beyond the build (real servers, tools)
-#   scripts/deps.sh bench   peers for benchmarks (OpenBLAS, curl, hyperfine)
+#   scripts/deps.sh bench   peers for benchmarks (OpenBLAS, curl, hyperfine, Snakemake)
 # Idempotent; says what it installs; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -10,7 +10,7 @@ build=(gcc make pkg-config libsqlite3-dev libcurl4-openssl-dev libyaml-dev libmi
        libcmocka-dev libjansson-dev libssl-dev zlib1g-dev dataset-fashion-mnist)
 test=(protobuf-compiler curl python3 swift swift-proxy swift-object swift-container
       swift-account python3-swift memcached)
-bench=(libopenblas-dev curl hyperfine)
+bench=(libopenblas-dev curl hyperfine snakemake)
 
 case "${1:-build}" in
   build) want=("${build[@]}") ;;
