@@ -2,7 +2,8 @@
  * run by the engine with durable state (SQLite WAL, synchronous=FULL, one commit per batch),
  * steps running in-process. Prints wall time, per-step overhead and the step-to-step latency
  * (a dependent step's start minus its upstream's end) p50/p99; Snakemake's 200-job chain of
- * `touch` rules side by side when `snakemake` is installed (`make bench` installs it; the tests never use it).
+ * `touch` rules side by side when `snakemake` is installed (`make bench` installs it; the
+ * tests never use it).
  *
  *   build/bench/dag [STEPS]      (default 1000)
  */
