@@ -6,6 +6,8 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #define MAX_TTY_ROWS 30       /* larger DAGs show the busiest rows and a count line */
 #define PLAIN_PROGRESS_S 5.0  /* plain mode: a progress line per step at most this often */
@@ -130,8 +132,26 @@ static void fmt_duration(double d, char *buf, size_t len)
 		snprintf(buf, len, "%dm%02ds", (int)(d / 60), (int)d % 60);
 }
 
+/* Columns of the terminal behind f (80 when it cannot tell). Every line the live view draws
+ * is cut to fit: a line the terminal wraps takes two rows, and moving the cursor up by the
+ * number of lines drawn would then leave a stale copy of the top rows on the screen. */
+static int term_cols(FILE *f)
+{
+	struct winsize ws;
+	if (ioctl(fileno(f), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+		return ws.ws_col;
+	return 80;
+}
+
+/* Visible width of a step row before its detail text: "  %-18s %-9s %-9s %2d %8s  ". */
+#define ROW_PREFIX_COLS 54
+
 static void redraw(struct tf_view *v, const struct tf_view_row *rows, size_t n)
 {
+	int cols = term_cols(v->f) - 1; /* never write the last column (pending-wrap quirks) */
+	int detail = cols - ROW_PREFIX_COLS;
+	if (detail < 0)
+		detail = 0;
 	if (v->drawn)
 		fprintf(v->f, "\033[%dA", v->drawn);
 	int lines = 0;
@@ -161,15 +181,18 @@ static void redraw(struct tf_view *v, const struct tf_view_row *rows, size_t n)
 				    : !strcmp(r->state, "running")  ? "\033[36m"
 				    : !strcmp(r->state, "retrying") ? "\033[33m"
 								    : "\033[2m";
-		fprintf(v->f, "\033[K  %-18.18s %-9.9s %s%-9s\033[0m %2d %8s  %.90s\n", r->name,
-			r->type, color, r->state, r->attempt, dur, extra);
+		fprintf(v->f, "\033[K  %-18.18s %-9.9s %s%-9s\033[0m %2d %8s  %.*s\n", r->name,
+			r->type, color, r->state, r->attempt, dur, detail, extra);
 		lines++;
 		shown++;
 	}
-	fprintf(v->f, "\033[K  %zu steps: %zu succeeded, %zu cached, %zu running, %zu retrying, "
-		      "%zu pending, %zu skipped, %zu failed  [%.1fs]\n",
-		n, counts[3], counts[4], counts[1], counts[2], counts[0], counts[5], counts[6],
-		tf_now_monotonic() - v->t0);
+	char summary[256];
+	snprintf(summary, sizeof(summary),
+		 "  %zu steps: %zu succeeded, %zu cached, %zu running, %zu retrying, %zu pending, "
+		 "%zu skipped, %zu failed  [%.1fs]",
+		 n, counts[3], counts[4], counts[1], counts[2], counts[0], counts[5], counts[6],
+		 tf_now_monotonic() - v->t0);
+	fprintf(v->f, "\033[K%.*s\n", cols > 0 ? cols : 0, summary);
 	lines++;
 	/* Clear what a taller previous frame left below. */
 	for (int i = lines; i < v->drawn; i++)
