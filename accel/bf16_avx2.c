@@ -14,7 +14,8 @@ void tf_bf16_from_f32_array_avx2(const float *in, uint16_t *out, size_t n, int f
 	size_t i = 0;
 	for (; i + 16 <= n; i += 16) {
 		__m256i a = tf_bf16_round8_bits(_mm256_loadu_si256((const __m256i *)(in + i)), ftz);
-		__m256i b = tf_bf16_round8_bits(_mm256_loadu_si256((const __m256i *)(in + i + 8)), ftz);
+		__m256i b =
+		    tf_bf16_round8_bits(_mm256_loadu_si256((const __m256i *)(in + i + 8)), ftz);
 		/* packus works per 128-bit lane: a0 b0 a1 b1 -> reorder to a0 a1 b0 b1. */
 		__m256i p = _mm256_packus_epi32(a, b);
 		p = _mm256_permute4x64_epi64(p, 0xd8);

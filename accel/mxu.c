@@ -106,8 +106,8 @@ void tf_mxu_canon_nan(size_t M, size_t N, float *C, size_t ldc)
 	}
 }
 
-void tf_mxu_stats_fill(const struct tf_mxu_cfg *cfg, size_t M, size_t K, size_t N,
-		       uint64_t cycles, struct tf_mxu_stats *stats)
+void tf_mxu_stats_fill(const struct tf_mxu_cfg *cfg, size_t M, size_t K, size_t N, uint64_t cycles,
+                       struct tf_mxu_stats *stats)
 {
 	struct tf_mxu_model m;
 	tf_mxu_model(TF_MXU_WS, M, K, N, cfg->rows, cfg->cols, cfg->mxus, &m);
@@ -117,8 +117,8 @@ void tf_mxu_stats_fill(const struct tf_mxu_cfg *cfg, size_t M, size_t K, size_t 
 	stats->macs = (uint64_t)M * K * N;
 	stats->mapping_efficiency = m.mapping_efficiency;
 	if (cycles)
-		stats->utilization = (double)stats->macs /
-				     ((double)cycles * cfg->rows * cfg->cols * cfg->mxus);
+		stats->utilization =
+		    (double)stats->macs / ((double)cycles * cfg->rows * cfg->cols * cfg->mxus);
 }
 
 const char *tf_mxu_kernel_name(void)
@@ -138,14 +138,14 @@ struct part {
 	size_t M, K, N;               /* this block's sizes (K is whole) */
 	const float *X, *W;           /* already offset to the block's first row / column */
 	size_t ldx, ldw, ldc;
-	size_t x_avail;               /* floats of a stored X row readable from X (ldx - offset) */
-	float *C;                     /* block's top-left output */
-	int portable;                 /* run the C microkernel and packing */
+	size_t x_avail; /* floats of a stored X row readable from X (ldx - offset) */
+	float *C;       /* block's top-left output */
+	int portable;   /* run the C microkernel and packing */
 };
 
 /* Portable packing: same layouts as the AVX2 code (mxu_int.h). */
-static void pack_a_c(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
-		     size_t mr, size_t p0, size_t kc, int ftz, float *a, uint32_t *maxbits)
+static void pack_a_c(int trans, const float *X, size_t ldx, size_t avail, size_t i0, size_t mr,
+                     size_t p0, size_t kc, int ftz, float *a, uint32_t *maxbits)
 {
 	(void)avail;
 	(void)maxbits; /* run_part asks only the AVX2 packing for bounds */
@@ -154,7 +154,8 @@ static void pack_a_c(int trans, const float *X, size_t ldx, size_t avail, size_t
 			float v = 0.0f;
 			if (i < mr)
 				v = tf_mxu_rnd(trans ? X[(p0 + k) * ldx + i0 + i]
-						     : X[(i0 + i) * ldx + p0 + k], ftz);
+				                     : X[(i0 + i) * ldx + p0 + k],
+				               ftz);
 			if (trans)
 				a[k * MR + i] = v;
 			else
@@ -164,19 +165,20 @@ static void pack_a_c(int trans, const float *X, size_t ldx, size_t avail, size_t
 }
 
 static void pack_b_c(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t p0,
-		     size_t kc, int ftz, float *b, uint32_t *maxbits)
+                     size_t kc, int ftz, float *b, uint32_t *maxbits)
 {
 	(void)maxbits;
 	for (size_t k = 0; k < kc; k++)
 		for (size_t j = 0; j < NR; j++)
 			b[k * NR + j] = j >= nr ? 0.0f
-					: tf_mxu_rnd(trans ? W[(j0 + j) * ldw + p0 + k]
-							   : W[(p0 + k) * ldw + j0 + j], ftz);
+			                        : tf_mxu_rnd(trans ? W[(j0 + j) * ldw + p0 + k]
+			                                           : W[(p0 + k) * ldw + j0 + j],
+			                                     ftz);
 }
 
 /* Portable microkernel: the contract written out with fmaf; flags as for the AVX2 one. */
 static void ukernel_block(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
-			  const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
+                          const float *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
 {
 	for (size_t t0 = 0; t0 < kc; t0 += R) {
 		size_t len = kc - t0 < R ? kc - t0 : R;
@@ -189,7 +191,8 @@ static void ukernel_block(size_t kc, size_t R, const float *a, size_t ais, size_
 		for (size_t k = t0; k < t0 + len; k++)
 			for (size_t i = 0; i < MR; i++)
 				for (size_t j = 0; j < NR; j++)
-					s[i][j] = fmaf(a[i * ais + k * aks], b[k * NR + j], s[i][j]);
+					s[i][j] =
+					    fmaf(a[i * ais + k * aks], b[k * NR + j], s[i][j]);
 		for (size_t i = 0; i < mr; i++) {
 			for (size_t j = 0; j < nr; j++) {
 				float acc = first ? 0.0f : c[i * ldc + j];
@@ -202,12 +205,12 @@ static void ukernel_block(size_t kc, size_t R, const float *a, size_t ais, size_
 }
 
 /* Column panels side by side, as tf_mxu_ukernel_avx2. */
-static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
-		      const float *b, float *c, size_t ldc, size_t mr, size_t nc, int flags)
+static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t aks, const float *b,
+                      float *c, size_t ldc, size_t mr, size_t nc, int flags)
 {
 	for (size_t jr = 0; jr < nc; jr += NR)
 		ukernel_block(kc, R, a, ais, aks, b + jr * kc, c + jr, ldc, mr,
-			      nc - jr < NR ? nc - jr : NR, flags);
+		              nc - jr < NR ? nc - jr : NR, flags);
 }
 
 /* Whether K products of magnitudes up to the floats with bits amax and bmax, summed, could
@@ -284,11 +287,11 @@ static void run_part(const struct part *p)
 	const size_t M = p->M, K = p->K, N = p->N;
 	const int ftz = p->cfg->ftz;
 	void (*uk)(size_t, size_t, const float *, size_t, size_t, const float *, float *, size_t,
-		   size_t, size_t, int) = p->portable ? ukernel_c : tf_mxu_ukernel_avx2;
-	void (*pa)(int, const float *, size_t, size_t, size_t, size_t, size_t, size_t, int,
-		   float *, uint32_t *) = p->portable ? pack_a_c : tf_mxu_pack_a_avx2;
+	           size_t, size_t, int) = p->portable ? ukernel_c : tf_mxu_ukernel_avx2;
+	void (*pa)(int, const float *, size_t, size_t, size_t, size_t, size_t, size_t, int, float *,
+	           uint32_t *) = p->portable ? pack_a_c : tf_mxu_pack_a_avx2;
 	void (*pb)(int, const float *, size_t, size_t, size_t, size_t, size_t, int, float *,
-		   uint32_t *) = p->portable ? pack_b_c : tf_mxu_pack_b_avx2;
+	           uint32_t *) = p->portable ? pack_b_c : tf_mxu_pack_b_avx2;
 
 	if (!K) /* no tiles: acc stays +0 */
 		for (size_t i = 0; i < M; i++)
@@ -300,7 +303,7 @@ static void run_part(const struct part *p)
 	if (!p->portable && N < NR && K * N <= TF_MXU_NARROW_MAX_KN) {
 		struct bufs *nb = thread_bufs(16 * K + 8, K * N + 8);
 		tf_mxu_narrow_avx2(p->trans_x, p->trans_w, M, K, N, p->X, p->ldx, p->W, p->ldw,
-				   p->C, p->ldc, R, ftz, nb->a, nb->b);
+		                   p->C, p->ldc, R, ftz, nb->a, nb->b);
 		return;
 	}
 
@@ -308,8 +311,8 @@ static void run_part(const struct part *p)
 	size_t mc_max = M < MC ? M : MC;
 	/* A: up to mc/4 + 1 panels of MR x kc slots, plus 8 floats of slack for the packing's
 	 * whole-vector stores past a row's end (mxu_avx2.c) */
-	struct bufs *bf = thread_bufs((mc_max / 4 + 1) * MR * kc_max + 8,
-				      (nc_max + NR - 1) / NR * NR * kc_max);
+	struct bufs *bf =
+	    thread_bufs((mc_max / 4 + 1) * MR * kc_max + 8, (nc_max + NR - 1) / NR * NR * kc_max);
 
 	for (size_t jc = 0; jc < N; jc += NC) {
 		size_t nc = N - jc < NC ? N - jc : NC;
@@ -341,8 +344,8 @@ static void run_part(const struct part *p)
 					amax = m > amax ? m : amax;
 				}
 				size_t ais = p->trans_x ? 1 : kc, aks = p->trans_x ? MR : 1;
-				int flags = (pc == 0 ? TF_MXU_FIRST : 0) |
-					    (pc + kc == K ? TF_MXU_LAST : 0);
+				int flags =
+				    (pc == 0 ? TF_MXU_FIRST : 0) | (pc + kc == K ? TF_MXU_LAST : 0);
 				if (bound && !may_overflow(amax, bmax, K))
 					flags &= ~TF_MXU_LAST;
 				/* A small packed B (short K, e.g. dY.W^T of a 10-class layer) stays
@@ -353,7 +356,8 @@ static void run_part(const struct part *p)
 				for (size_t jr = 0; jr < nc; jr += jstep) {
 					size_t nr = nc - jr < jstep ? nc - jr : jstep;
 					const float *b = bf->b + jr * kc;
-					for (size_t ir = 0, q = 0; ir < mc; ir += panel_rows(mc - ir), q++) {
+					for (size_t ir = 0, q = 0; ir < mc;
+					     ir += panel_rows(mc - ir), q++) {
 						size_t mr = panel_rows(mc - ir);
 						uk(kc, R, bf->a + q * MR * kc, ais, aks, b,
 						   p->C + (ic + ir) * p->ldc + jc + jr, p->ldc, mr,
@@ -375,18 +379,20 @@ static void run_part(const struct part *p)
 #define SPIN_SECONDS 100e-6
 
 static struct {
-	pthread_mutex_t call_mu;    /* one multi-threaded GEMM at a time */
-	pthread_mutex_t mu;         /* pairs with the condition variables */
-	pthread_cond_t work_cv;     /* new generation */
-	pthread_cond_t done_cv;     /* remaining reached 0 */
-	int nworkers;               /* started workers (ids 1..nworkers), under mu */
-	_Atomic uint64_t gen;       /* bumped per call, after parts/nparts/ftz are set */
-	const struct part *parts;   /* this call's parts; part 0 runs on the caller */
-	int nparts;                 /* parts in this call */
-	int ftz;                    /* MXCSR mode for this call */
-	_Atomic int remaining;      /* workers that have not finished this call */
-} pool = { .call_mu = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER,
-	   .work_cv = PTHREAD_COND_INITIALIZER, .done_cv = PTHREAD_COND_INITIALIZER };
+	pthread_mutex_t call_mu;  /* one multi-threaded GEMM at a time */
+	pthread_mutex_t mu;       /* pairs with the condition variables */
+	pthread_cond_t work_cv;   /* new generation */
+	pthread_cond_t done_cv;   /* remaining reached 0 */
+	int nworkers;             /* started workers (ids 1..nworkers), under mu */
+	_Atomic uint64_t gen;     /* bumped per call, after parts/nparts/ftz are set */
+	const struct part *parts; /* this call's parts; part 0 runs on the caller */
+	int nparts;               /* parts in this call */
+	int ftz;                  /* MXCSR mode for this call */
+	_Atomic int remaining;    /* workers that have not finished this call */
+} pool = {.call_mu = PTHREAD_MUTEX_INITIALIZER,
+          .mu = PTHREAD_MUTEX_INITIALIZER,
+          .work_cv = PTHREAD_COND_INITIALIZER,
+          .done_cv = PTHREAD_COND_INITIALIZER};
 
 static inline void cpu_relax(void)
 {
@@ -517,8 +523,8 @@ static void pool_run(const struct part *parts, int n, int ftz)
 }
 
 void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size_t M, size_t K,
-		 size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
-		 size_t ldc, struct tf_mxu_stats *stats)
+                 size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
+                 size_t ldc, struct tf_mxu_stats *stats)
 {
 	struct tf_mxu_cfg cfg;
 	tf_mxu_cfg_norm(cfg_in, &cfg);
@@ -543,9 +549,20 @@ void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size
 	}
 
 	struct part whole = {
-		.cfg = &cfg, .trans_x = trans_x, .trans_w = trans_w, .M = M, .K = K, .N = N,
-		.X = X, .W = W, .ldx = ldx, .ldw = ldw, .ldc = ldc, .C = C, .x_avail = ldx,
-		.portable = portable,
+	    .cfg = &cfg,
+	    .trans_x = trans_x,
+	    .trans_w = trans_w,
+	    .M = M,
+	    .K = K,
+	    .N = N,
+	    .X = X,
+	    .W = W,
+	    .ldx = ldx,
+	    .ldw = ldw,
+	    .ldc = ldc,
+	    .C = C,
+	    .x_avail = ldx,
+	    .portable = portable,
 	};
 
 	/* Split C into blocks along the longer of M and N (in whole microkernel panels), never

@@ -34,8 +34,8 @@ struct tf_mxu_cfg {
 
 struct tf_mxu_stats {
 	uint64_t cycles;           /* device cycles of this GEMM on one core (folds spread over
-				      cfg->mxus arrays), from the analytical WS model or, for
-				      the reference, counted by the simulation */
+	                              cfg->mxus arrays), from the analytical WS model or, for
+	                              the reference, counted by the simulation */
 	uint64_t folds;            /* weight tiles loaded: ceil(K/R) * ceil(N/C) */
 	uint64_t macs;             /* M * N * K */
 	double utilization;        /* macs / (cycles * R * C * mxus) */
@@ -47,16 +47,16 @@ void tf_mxu_cfg_init(struct tf_mxu_cfg *cfg);
 
 /* The fast kernel (AVX2/FMA when the CPU has it, portable C otherwise). stats may be NULL. */
 void tf_mxu_gemm(const struct tf_mxu_cfg *cfg, int trans_x, int trans_w, size_t M, size_t K,
-		 size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
-		 size_t ldc, struct tf_mxu_stats *stats);
+                 size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
+                 size_t ldc, struct tf_mxu_stats *stats);
 
 /* The cycle-level reference: an R x C grid of processing elements whose registers shift one
  * step per cycle (weights shifted in per fold, inputs skewed in from the left, partial sums
  * flowing down the columns). Slow (M*N*K*... per-PE steps) and single-threaded by design;
  * cfg->threads is ignored. stats->cycles is the count the simulation reached. */
 void tf_mxu_gemm_reference(const struct tf_mxu_cfg *cfg, int trans_x, int trans_w, size_t M,
-			   size_t K, size_t N, const float *X, size_t ldx, const float *W,
-			   size_t ldw, float *C, size_t ldc, struct tf_mxu_stats *stats);
+                           size_t K, size_t N, const float *X, size_t ldx, const float *W,
+                           size_t ldw, float *C, size_t ldc, struct tf_mxu_stats *stats);
 
 /* Which fast path tf_mxu_gemm runs on this CPU: "avx2" or "portable". */
 const char *tf_mxu_kernel_name(void);
@@ -85,6 +85,6 @@ struct tf_mxu_model {
  * -EINVAL when R or C is not positive or the dataflow is unknown. Zero-sized GEMMs give 0
  * folds and 0 cycles. */
 int tf_mxu_model(enum tf_mxu_dataflow df, uint64_t M, uint64_t K, uint64_t N, int R, int C,
-		 int mxus, struct tf_mxu_model *out);
+                 int mxus, struct tf_mxu_model *out);
 
 #endif

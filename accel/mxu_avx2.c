@@ -20,7 +20,7 @@
 #define NR TF_MXU_NR
 
 /* Lane masks: mask_tab + 8 - n gives n leading all-ones lanes (n = 0..8). */
-static const int mask_tab[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
+static const int mask_tab[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
 
 static inline __m256i lead_mask(size_t n)
 {
@@ -29,31 +29,31 @@ static inline __m256i lead_mask(size_t n)
 
 /* One k step for ROWS (4 or 6) rows: two W vectors, ROWS broadcasts, 2*ROWS fmas. With
  * ROWS a compile-time constant the unused rows vanish. */
-#define STEP(pa, pb)                                                      \
-	do {                                                              \
-		__m256 b0 = _mm256_loadu_ps(pb);                          \
-		__m256 b1 = _mm256_loadu_ps((pb) + 8);                    \
-		__m256 x;                                                 \
-		x = _mm256_broadcast_ss((pa));                            \
-		s00 = _mm256_fmadd_ps(x, b0, s00);                        \
-		s01 = _mm256_fmadd_ps(x, b1, s01);                        \
-		x = _mm256_broadcast_ss((pa) + ais);                      \
-		s10 = _mm256_fmadd_ps(x, b0, s10);                        \
-		s11 = _mm256_fmadd_ps(x, b1, s11);                        \
-		x = _mm256_broadcast_ss((pa) + 2 * ais);                  \
-		s20 = _mm256_fmadd_ps(x, b0, s20);                        \
-		s21 = _mm256_fmadd_ps(x, b1, s21);                        \
-		x = _mm256_broadcast_ss((pa) + 3 * ais);                  \
-		s30 = _mm256_fmadd_ps(x, b0, s30);                        \
-		s31 = _mm256_fmadd_ps(x, b1, s31);                        \
-		if (ROWS > 4) {                                           \
-			x = _mm256_broadcast_ss((pa) + 4 * ais);          \
-			s40 = _mm256_fmadd_ps(x, b0, s40);                \
-			s41 = _mm256_fmadd_ps(x, b1, s41);                \
-			x = _mm256_broadcast_ss((pa) + 5 * ais);          \
-			s50 = _mm256_fmadd_ps(x, b0, s50);                \
-			s51 = _mm256_fmadd_ps(x, b1, s51);                \
-		}                                                         \
+#define STEP(pa, pb)                                                                               \
+	do {                                                                                       \
+		__m256 b0 = _mm256_loadu_ps(pb);                                                   \
+		__m256 b1 = _mm256_loadu_ps((pb) + 8);                                             \
+		__m256 x;                                                                          \
+		x = _mm256_broadcast_ss((pa));                                                     \
+		s00 = _mm256_fmadd_ps(x, b0, s00);                                                 \
+		s01 = _mm256_fmadd_ps(x, b1, s01);                                                 \
+		x = _mm256_broadcast_ss((pa) + ais);                                               \
+		s10 = _mm256_fmadd_ps(x, b0, s10);                                                 \
+		s11 = _mm256_fmadd_ps(x, b1, s11);                                                 \
+		x = _mm256_broadcast_ss((pa) + 2 * ais);                                           \
+		s20 = _mm256_fmadd_ps(x, b0, s20);                                                 \
+		s21 = _mm256_fmadd_ps(x, b1, s21);                                                 \
+		x = _mm256_broadcast_ss((pa) + 3 * ais);                                           \
+		s30 = _mm256_fmadd_ps(x, b0, s30);                                                 \
+		s31 = _mm256_fmadd_ps(x, b1, s31);                                                 \
+		if (ROWS > 4) {                                                                    \
+			x = _mm256_broadcast_ss((pa) + 4 * ais);                                   \
+			s40 = _mm256_fmadd_ps(x, b0, s40);                                         \
+			s41 = _mm256_fmadd_ps(x, b1, s41);                                         \
+			x = _mm256_broadcast_ss((pa) + 5 * ais);                                   \
+			s50 = _mm256_fmadd_ps(x, b0, s50);                                         \
+			s51 = _mm256_fmadd_ps(x, b1, s51);                                         \
+		}                                                                                  \
 	} while (0)
 
 /* n (< 8) floats between memory and a vector, in 4-, 2- and 1-float pieces: never touches
@@ -102,7 +102,7 @@ static inline void store_part(float *p, __m256 v, size_t n)
  * so C = 0 + s, not s: -0 becomes +0 as the contract says) and not read. last: NaN lanes
  * are written as the canonical quiet NaN. */
 static inline __attribute__((always_inline)) void update_row(float *row, __m256 lo, __m256 hi,
-							     size_t nr, int first, int last)
+                                                             size_t nr, int first, int last)
 {
 	if (first) {
 		lo = _mm256_add_ps(_mm256_setzero_ps(), lo);
@@ -170,7 +170,7 @@ kernel(const int ROWS, size_t kc, size_t R, const float *a, const size_t ais, co
 /* The column panels of B side by side (panel j at b + j * NR * kc) against one A panel. */
 static inline __attribute__((always_inline)) void
 kernel_row(const int ROWS, size_t kc, size_t R, const float *a, const size_t ais, const size_t aks,
-	   const float *b, float *c, size_t ldc, size_t mr, size_t nc, int flags)
+           const float *b, float *c, size_t ldc, size_t mr, size_t nc, int flags)
 {
 	for (size_t jr = 0; jr < nc; jr += NR)
 		kernel(ROWS, kc, R, a, ais, aks, b + jr * kc, c + jr, ldc, mr,
@@ -178,7 +178,7 @@ kernel_row(const int ROWS, size_t kc, size_t R, const float *a, const size_t ais
 }
 
 void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
-			 const float *b, float *c, size_t ldc, size_t mr, size_t nc, int flags)
+                         const float *b, float *c, size_t ldc, size_t mr, size_t nc, int flags)
 {
 	/* A 4-row block does 8 fmas per k, enough to keep both FMA pipes busy, so panels of 4
 	 * rows (chosen by mxu.c to avoid 2-row remainders) run at full speed. */
@@ -216,8 +216,8 @@ static inline __attribute__((always_inline)) __m256 pack_round8(__m256 v, int ft
 	__m256i r = _mm256_add_epi32(_mm256_add_epi32(u, lsb), _mm256_set1_epi32(0x7fff));
 	r = _mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u));
 	return _mm256_blendv_ps(_mm256_castsi256_ps(r),
-				_mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)),
-				_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+	                        _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)),
+	                        _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
 }
 
 /* pack_round8, also keeping in *mx the largest magnitude packed (as bits: for finite values
@@ -225,8 +225,8 @@ static inline __attribute__((always_inline)) __m256 pack_round8(__m256 v, int ft
 static inline __attribute__((always_inline)) __m256 rnd_max(__m256 v, int ftz, __m256i *mx)
 {
 	__m256 r = pack_round8(v, ftz);
-	*mx = _mm256_max_epu32(*mx, _mm256_and_si256(_mm256_castps_si256(r),
-						     _mm256_set1_epi32(0x7fffffff)));
+	*mx = _mm256_max_epu32(
+	    *mx, _mm256_and_si256(_mm256_castps_si256(r), _mm256_set1_epi32(0x7fffffff)));
 	return r;
 }
 
@@ -242,20 +242,19 @@ static inline uint32_t hmax_epu32(__m256i v)
 /* dst[0..n) = round(src[0..n)). A last partial vector is read with a masked load and stored
  * whole: up to 7 floats after dst[n) are overwritten with zeros (callers fill their buffers in
  * ascending order, so that is the next row's slot, written after, or slack at the end). */
-static inline __attribute__((always_inline)) void round_copy(const float *src, float *dst,
-							     size_t n, int ftz, __m256i *mx)
+static inline __attribute__((always_inline)) void round_copy(const float *src, float *dst, size_t n,
+                                                             int ftz, __m256i *mx)
 {
 	size_t i = 0;
 	for (; i + 8 <= n; i += 8)
 		_mm256_storeu_ps(dst + i, rnd_max(_mm256_loadu_ps(src + i), ftz, mx));
 	if (i < n)
 		_mm256_storeu_ps(dst + i,
-				 rnd_max(_mm256_maskload_ps(src + i, lead_mask(n - i)), ftz, mx));
+		                 rnd_max(_mm256_maskload_ps(src + i, lead_mask(n - i)), ftz, mx));
 }
 
-void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
-			size_t mr, size_t p0, size_t kc, int ftz, float *a,
-			uint32_t *maxbits)
+void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, size_t i0, size_t mr,
+                        size_t p0, size_t kc, int ftz, float *a, uint32_t *maxbits)
 {
 	__m256i mx = _mm256_setzero_si256();
 	if (!trans) {
@@ -279,7 +278,7 @@ void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, siz
 	for (size_t k = 0; k < kc; k++) {
 		const float *src = X + (p0 + k) * ldx + i0;
 		__m256 v = whole ? _mm256_loadu_ps(src)
-				 : _mm256_maskload_ps(src, lm); /* lanes past mr read as 0 */
+		                 : _mm256_maskload_ps(src, lm); /* lanes past mr read as 0 */
 		_mm256_storeu_ps(a + k * MR, rnd_max(v, ftz, &mx));
 	}
 	if (maxbits)
@@ -308,7 +307,7 @@ static inline void transpose8(__m256 r[8])
 }
 
 void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t p0,
-			size_t kc, int ftz, float *b, uint32_t *maxbits)
+                        size_t kc, int ftz, float *b, uint32_t *maxbits)
 {
 	__m256i mx = _mm256_setzero_si256();
 	if (!trans) {
@@ -346,7 +345,7 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 #pragma GCC unroll 8
 				for (size_t kk = 0; kk < 8; kk++)
 					_mm256_storeu_ps(b + (k + kk) * NR + h,
-							 rnd_max(r[kk], ftz, &mx));
+					                 rnd_max(r[kk], ftz, &mx));
 			}
 		}
 		/* the rest: masked loads (lanes past kc and rows past nr read as 0); only the kn
@@ -358,7 +357,7 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 #pragma GCC unroll 8
 			for (size_t j = 0; j < 8; j++)
 				r[j] = h + j < nr ? _mm256_maskload_ps(src + j * ldw + k, lm)
-						  : _mm256_setzero_ps();
+				                  : _mm256_setzero_ps();
 			transpose8(r);
 			float *d = b + k * NR + h;
 #pragma GCC unroll 8
@@ -387,7 +386,7 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 /* A panel: rows i0 .. i0+mr-1 (mr <= NP) of op(X), all K, as [K][NP] rounded; rows past mr
  * are zero. trans: op(X)[m, k] = X[k * ldx + m], so a row of the panel is contiguous in X. */
 static void narrow_pack_a(int trans, const float *X, size_t ldx, size_t i0, size_t mr, size_t K,
-			  int ftz, float *a)
+                          int ftz, float *a)
 {
 	if (trans) {
 		size_t m0 = mr < 8 ? mr : 8, m1 = mr > 8 ? mr - 8 : 0;
@@ -395,7 +394,8 @@ static void narrow_pack_a(int trans, const float *X, size_t ldx, size_t i0, size
 			const float *src = X + k * ldx + i0;
 			__m256 v0 = m0 == 8 ? _mm256_loadu_ps(src) : load_part(src, m0);
 			__m256 v1 = m1 == 8 ? _mm256_loadu_ps(src + 8)
-				  : m1 ? load_part(src + 8, m1) : _mm256_setzero_ps();
+			            : m1    ? load_part(src + 8, m1)
+			                    : _mm256_setzero_ps();
 			_mm256_storeu_ps(a + k * NP, pack_round8(v0, ftz));
 			_mm256_storeu_ps(a + k * NP + 8, pack_round8(v1, ftz));
 		}
@@ -414,7 +414,7 @@ static void narrow_pack_a(int trans, const float *X, size_t ldx, size_t i0, size
 #pragma GCC unroll 8
 				for (size_t kk = 0; kk < 8; kk++)
 					_mm256_storeu_ps(a + (k0 + kk) * NP + h,
-							 pack_round8(r[kk], ftz));
+					                 pack_round8(r[kk], ftz));
 			}
 		}
 		for (; k0 < K; k0 += 8) {
@@ -423,7 +423,7 @@ static void narrow_pack_a(int trans, const float *X, size_t ldx, size_t i0, size
 			for (size_t i = 0; i < 8; i++)
 				r[i] = h + i >= mr ? _mm256_setzero_ps()
 				       : kn == 8   ? _mm256_loadu_ps(src + i * ldx + k0)
-						   : load_part(src + i * ldx + k0, kn);
+				                   : load_part(src + i * ldx + k0, kn);
 			transpose8(r);
 			for (size_t kk = 0; kk < kn; kk++)
 				_mm256_storeu_ps(a + (k0 + kk) * NP + h, pack_round8(r[kk], ftz));
@@ -433,7 +433,7 @@ static void narrow_pack_a(int trans, const float *X, size_t ldx, size_t i0, size
 
 /* B: op(W) as [K][N] rounded. tmp holds K floats (one stored row of a transposed W). */
 static void narrow_pack_b(int trans, const float *W, size_t ldw, size_t K, size_t N, int ftz,
-			  float *b, float *tmp)
+                          float *b, float *tmp)
 {
 	__m256i mx = _mm256_setzero_si256(); /* not needed here */
 	if (!trans) {
@@ -450,7 +450,7 @@ static void narrow_pack_b(int trans, const float *W, size_t ldw, size_t K, size_
 
 /* Writes 8 rows (v[j] = column j for those rows, NCOL of them) to c, mr of them valid. */
 static inline __attribute__((always_inline)) void narrow_store(const int NCOL, const __m256 *v,
-							       float *c, size_t ldc, size_t mr)
+                                                               float *c, size_t ldc, size_t mr)
 {
 	const __m256 qnan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
 	__m256 r[8];
@@ -466,9 +466,10 @@ static inline __attribute__((always_inline)) void narrow_store(const int NCOL, c
 
 /* One NP-row panel times NCOL (<= 6) columns of B (leading dimension ldb), all K, written to
  * c (mr valid rows). */
-static inline __attribute__((always_inline)) void
-narrow_block(const int NCOL, size_t K, size_t R, const float *a, const float *b, size_t ldb,
-	     float *c, size_t ldc, size_t mr)
+static inline __attribute__((always_inline)) void narrow_block(const int NCOL, size_t K, size_t R,
+                                                               const float *a, const float *b,
+                                                               size_t ldb, float *c, size_t ldc,
+                                                               size_t mr)
 {
 	float accm[2 * 6 * 8] __attribute__((aligned(32)));
 	__m256 s0[6], s1[6];
@@ -514,22 +515,34 @@ narrow_block(const int NCOL, size_t K, size_t R, const float *a, const float *b,
 		narrow_store(NCOL, s1, c + 8 * ldc, ldc, mr - 8);
 }
 
-static void narrow_cols(size_t ncol, size_t K, size_t R, const float *a, const float *b,
-			size_t ldb, float *c, size_t ldc, size_t mr)
+static void narrow_cols(size_t ncol, size_t K, size_t R, const float *a, const float *b, size_t ldb,
+                        float *c, size_t ldc, size_t mr)
 {
 	switch (ncol) {
-	case 1: narrow_block(1, K, R, a, b, ldb, c, ldc, mr); break;
-	case 2: narrow_block(2, K, R, a, b, ldb, c, ldc, mr); break;
-	case 3: narrow_block(3, K, R, a, b, ldb, c, ldc, mr); break;
-	case 4: narrow_block(4, K, R, a, b, ldb, c, ldc, mr); break;
-	case 5: narrow_block(5, K, R, a, b, ldb, c, ldc, mr); break;
-	default: narrow_block(6, K, R, a, b, ldb, c, ldc, mr); break;
+	case 1:
+		narrow_block(1, K, R, a, b, ldb, c, ldc, mr);
+		break;
+	case 2:
+		narrow_block(2, K, R, a, b, ldb, c, ldc, mr);
+		break;
+	case 3:
+		narrow_block(3, K, R, a, b, ldb, c, ldc, mr);
+		break;
+	case 4:
+		narrow_block(4, K, R, a, b, ldb, c, ldc, mr);
+		break;
+	case 5:
+		narrow_block(5, K, R, a, b, ldb, c, ldc, mr);
+		break;
+	default:
+		narrow_block(6, K, R, a, b, ldb, c, ldc, mr);
+		break;
 	}
 }
 
 void tf_mxu_narrow_avx2(int trans_x, int trans_w, size_t M, size_t K, size_t N, const float *X,
-			size_t ldx, const float *W, size_t ldw, float *C, size_t ldc, size_t R,
-			int ftz, float *abuf, float *bbuf)
+                        size_t ldx, const float *W, size_t ldw, float *C, size_t ldc, size_t R,
+                        int ftz, float *abuf, float *bbuf)
 {
 	narrow_pack_b(trans_w, W, ldw, K, N, ftz, bbuf, abuf);
 	/* the fewest groups of at most 6 columns, as even as possible (10 = 5 + 5) */
@@ -539,6 +552,6 @@ void tf_mxu_narrow_avx2(int trans_x, int trans_w, size_t M, size_t K, size_t N, 
 		narrow_pack_a(trans_x, X, ldx, i0, mr, K, ftz, abuf);
 		for (size_t j0 = 0; j0 < N; j0 += g)
 			narrow_cols(N - j0 < g ? N - j0 : g, K, R, abuf, bbuf + j0, N,
-				    C + i0 * ldc + j0, ldc, mr);
+			            C + i0 * ldc + j0, ldc, mr);
 	}
 }

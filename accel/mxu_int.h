@@ -28,16 +28,16 @@ enum { TF_MXU_FIRST = 1, TF_MXU_LAST = 2 };
  * kc values of k starting on a tile boundary, tiles R long. One A panel against the B panels
  * b, b + NR * kc, ... (ceil(nc / NR) of them), one register block at a time. */
 void tf_mxu_ukernel_avx2(size_t kc, size_t R, const float *a, size_t ais, size_t aks,
-			 const float *b, float *c, size_t ldc, size_t mr, size_t nc, int flags);
+                         const float *b, float *c, size_t ldc, size_t mr, size_t nc, int flags);
 /* Packing with bf16 rounding (AVX2). X/W point at op(X)[0,0] / op(W)[0,0] of the part; avail
  * is how many floats of each stored row of X can be read from X's column (ldx minus the part's
  * offset), which lets the transposed packing read whole vectors safely. When maxbits is not
  * NULL it receives an upper bound of the packed magnitudes as float bits (|x| <= that float;
  * 0x7f800000 or more when an Inf or NaN was packed). */
-void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, size_t i0,
-			size_t mr, size_t p0, size_t kc, int ftz, float *a, uint32_t *maxbits);
+void tf_mxu_pack_a_avx2(int trans, const float *X, size_t ldx, size_t avail, size_t i0, size_t mr,
+                        size_t p0, size_t kc, int ftz, float *a, uint32_t *maxbits);
 void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t p0,
-			size_t kc, int ftz, float *b, uint32_t *maxbits);
+                        size_t kc, int ftz, float *b, uint32_t *maxbits);
 /* The packing relies on the MXCSR of tf_mxu_csr_enter(ftz) (DAZ flushes subnormal inputs). */
 
 /* Narrow outputs (0 < N < TF_MXU_NR, K * N <= TF_MXU_NARROW_MAX_KN) on AVX2: the whole M x N
@@ -45,8 +45,8 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
  * bbuf K * N + 8. Runs under tf_mxu_csr_enter. */
 #define TF_MXU_NARROW_MAX_KN 65536
 void tf_mxu_narrow_avx2(int trans_x, int trans_w, size_t M, size_t K, size_t N, const float *X,
-			size_t ldx, const float *W, size_t ldw, float *C, size_t ldc, size_t R,
-			int ftz, float *abuf, float *bbuf);
+                        size_t ldx, const float *W, size_t ldw, float *C, size_t ldc, size_t R,
+                        int ftz, float *abuf, float *bbuf);
 
 /* Fewest multiply-adds per thread before tf_mxu_gemm uses another thread (tests set 0). */
 extern size_t tf_mxu_min_macs_per_thread;
@@ -67,8 +67,8 @@ void tf_mxu_canon_nan(size_t M, size_t N, float *C, size_t ldc);
 void tf_mxu_cfg_norm(const struct tf_mxu_cfg *in, struct tf_mxu_cfg *out);
 
 /* Fills stats from the model (folds, macs, mapping efficiency) and `cycles`. */
-void tf_mxu_stats_fill(const struct tf_mxu_cfg *cfg, size_t M, size_t K, size_t N,
-		       uint64_t cycles, struct tf_mxu_stats *stats);
+void tf_mxu_stats_fill(const struct tf_mxu_cfg *cfg, size_t M, size_t K, size_t N, uint64_t cycles,
+                       struct tf_mxu_stats *stats);
 
 /* tf_bf16_round inlined for packing loops. */
 static inline float tf_mxu_rnd(float f, int ftz)

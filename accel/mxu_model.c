@@ -17,7 +17,7 @@ static uint64_t cdiv(uint64_t a, uint64_t b)
 }
 
 int tf_mxu_model(enum tf_mxu_dataflow df, uint64_t M, uint64_t K, uint64_t N, int R, int C,
-		 int mxus, struct tf_mxu_model *out)
+                 int mxus, struct tf_mxu_model *out)
 {
 	uint64_t rows_dim, cols_dim, T;
 
@@ -39,8 +39,8 @@ int tf_mxu_model(enum tf_mxu_dataflow df, uint64_t M, uint64_t K, uint64_t N, in
 	memset(&m, 0, sizeof m);
 	if (M && K && N) {
 		m.folds = cdiv(rows_dim, (uint64_t)R) * cdiv(cols_dim, (uint64_t)C);
-		m.cycles_per_fold = (df == TF_MXU_WS ? 2 * (uint64_t)R : (uint64_t)R) +
-				    (uint64_t)C + T - 2;
+		m.cycles_per_fold =
+		    (df == TF_MXU_WS ? 2 * (uint64_t)R : (uint64_t)R) + (uint64_t)C + T - 2;
 		m.cycles = m.folds * m.cycles_per_fold;
 		m.scalesim_total = m.cycles - 1;
 		m.core_cycles = cdiv(m.folds, (uint64_t)mxus) * m.cycles_per_fold;

@@ -29,12 +29,12 @@
 
 /* One bank of the array's registers, each R*C, indexed r*C + c. */
 struct bank {
-	float *w;    /* weight */
-	char *wok;   /* 1 when the weight belongs to the current fold's K-tile and N-tile */
-	float *x;    /* input moving right */
-	long *xm;    /* row m of the input in x, -1 when empty */
-	float *s;    /* partial sum moving down */
-	long *sm;    /* row m the partial sum belongs to, -1 when empty */
+	float *w;  /* weight */
+	char *wok; /* 1 when the weight belongs to the current fold's K-tile and N-tile */
+	float *x;  /* input moving right */
+	long *xm;  /* row m of the input in x, -1 when empty */
+	float *s;  /* partial sum moving down */
+	long *sm;  /* row m the partial sum belongs to, -1 when empty */
 };
 
 static void bank_alloc(struct bank *b, size_t n)
@@ -68,8 +68,8 @@ static float opw(int trans, const float *W, size_t ld, size_t k, size_t n, int f
 }
 
 void tf_mxu_gemm_reference(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size_t M,
-			   size_t K, size_t N, const float *X, size_t ldx, const float *W,
-			   size_t ldw, float *Cout, size_t ldc, struct tf_mxu_stats *stats)
+                           size_t K, size_t N, const float *X, size_t ldx, const float *W,
+                           size_t ldw, float *Cout, size_t ldc, struct tf_mxu_stats *stats)
 {
 	struct tf_mxu_cfg cfg;
 	tf_mxu_cfg_norm(cfg_in, &cfg);
@@ -101,9 +101,9 @@ void tf_mxu_gemm_reference(const struct tf_mxu_cfg *cfg_in, int trans_x, int tra
 						if (r == 0) {
 							int ok = row < ku && c < nu;
 							nxt.wok[i] = (char)ok;
-							nxt.w[i] = ok ? opw(trans_w, W, ldw, k0 + row,
-									    n0 + c, ftz)
-								      : 0.0f;
+							nxt.w[i] = ok ? opw(trans_w, W, ldw,
+							                    k0 + row, n0 + c, ftz)
+							              : 0.0f;
 						} else {
 							nxt.wok[i] = cur.wok[i - C];
 							nxt.w[i] = cur.w[i - C];
@@ -129,20 +129,22 @@ void tf_mxu_gemm_reference(const struct tf_mxu_cfg *cfg_in, int trans_x, int tra
 						float xin = 0.0f, sin = 0.0f;
 						long xm = -1, sm;
 						if (c == 0) {
-							/* skewed feed: row r gets x[t - r, k0 + r] */
+							/* skewed feed: row r gets x[t - r, k0 + r]
+							 */
 							if (t >= r && t - r < M) {
 								xm = (long)(t - r);
 								if (r < ku)
-									xin = opx(trans_x, X, ldx,
-										  t - r, k0 + r,
-										  ftz);
+									xin =
+									    opx(trans_x, X, ldx,
+									        t - r, k0 + r, ftz);
 							}
 						} else {
 							xm = cur.xm[i - 1];
 							xin = cur.x[i - 1];
 						}
 						if (r == 0) {
-							sm = xm; /* a new partial sum starts at +0 */
+							sm =
+							    xm; /* a new partial sum starts at +0 */
 							sin = 0.0f;
 						} else {
 							sm = cur.sm[i - C];
@@ -152,8 +154,8 @@ void tf_mxu_gemm_reference(const struct tf_mxu_cfg *cfg_in, int trans_x, int tra
 						nxt.xm[i] = xm;
 						nxt.sm[i] = sm;
 						nxt.s[i] = (sm >= 0 && cur.wok[i])
-								   ? fmaf(xin, cur.w[i], sin)
-								   : sin;
+						               ? fmaf(xin, cur.w[i], sin)
+						               : sin;
 					}
 				}
 				struct bank tb = cur;
@@ -168,7 +170,8 @@ void tf_mxu_gemm_reference(const struct tf_mxu_cfg *cfg_in, int trans_x, int tra
 						continue;
 					outputs++;
 					if (c < nu) {
-						float *acc = Cout + (size_t)cur.sm[i] * ldc + n0 + c;
+						float *acc =
+						    Cout + (size_t)cur.sm[i] * ldc + n0 + c;
 						*acc = *acc + cur.s[i];
 					}
 				}

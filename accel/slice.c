@@ -4,8 +4,8 @@
  * Pool: threads-1 workers plus the caller. tf_slice_run publishes (fn, arg) under a new
  * generation number; every participant takes replica indices from a shared counter until none
  * are left; the caller waits until all have finished. Idle workers spin ~100 us before
- * sleeping, so back-to-back runs of a training loop do not pay a wake-up each. Replicas are independent, so the
- * assignment of indices to threads does not affect any result.
+ * sleeping, so back-to-back runs of a training loop do not pay a wake-up each. Replicas are
+ * independent, so the assignment of indices to threads does not affect any result.
  *
  * All-reduce: the emulation computes, for each ring, exactly what a ring reduce-scatter
  * followed by an all-gather produces: chunk j of the buffer is summed starting at member j+1
@@ -41,20 +41,20 @@ struct tf_slice_rt {
 	_Atomic uint64_t gen;         /* bumped by each tf_slice_run (and by stop) */
 	_Atomic int stop;             /* workers exit */
 	void (*task)(struct tf_slice_rt *rt, int task, int participant); /* current job */
-	int ntasks;                   /* tasks in the current job */
-	tf_slice_fn fn;               /* tf_slice_run's program */
-	void *arg;                    /* its argument */
-	int next;                     /* next task index to hand out */
-	_Atomic int active;           /* participants still working on this generation */
-	struct tf_slice_stats st;     /* accumulated accounting */
+	int ntasks;               /* tasks in the current job */
+	tf_slice_fn fn;           /* tf_slice_run's program */
+	void *arg;                /* its argument */
+	int next;                 /* next task index to hand out */
+	_Atomic int active;       /* participants still working on this generation */
+	struct tf_slice_stats st; /* accumulated accounting */
 	/* The current all-reduce (see tf_slice_allreduce). */
-	float *const *ar_bufs;        /* replica buffers */
-	size_t *ar_lo, *ar_hi;        /* element range of each block task */
-	size_t ar_cap;                /* capacity of ar_lo / ar_hi */
-	float **ar_tmp;               /* per participant: 2 banks x replicas x block floats */
-	float ***ar_val;              /* per participant: replicas pointers (layer values) */
-	size_t ar_n;                  /* floats per replica buffer */
-	size_t ar_block;              /* block length in floats */
+	float *const *ar_bufs; /* replica buffers */
+	size_t *ar_lo, *ar_hi; /* element range of each block task */
+	size_t ar_cap;         /* capacity of ar_lo / ar_hi */
+	float **ar_tmp;        /* per participant: 2 banks x replicas x block floats */
+	float ***ar_val;       /* per participant: replicas pointers (layer values) */
+	size_t ar_n;           /* floats per replica buffer */
+	size_t ar_block;       /* block length in floats */
 };
 
 /* Takes task indices until none are left. Called with mu unlocked. */
@@ -122,7 +122,7 @@ static void *worker(void *arg)
 }
 
 int tf_slice_rt_new(const struct tf_tpu_slice *slice, int host_threads, int ftz,
-		    struct tf_slice_rt **out)
+                    struct tf_slice_rt **out)
 {
 	if (!slice || !slice->gen || slice->cores < 1 || host_threads < 0)
 		return -EINVAL;
@@ -215,7 +215,7 @@ int tf_slice_rt_threads(const struct tf_slice_rt *rt)
 
 /* Runs task(rt, 0..ntasks-1, participant) on the pool and waits for all of them. */
 static void pool_exec(struct tf_slice_rt *rt, int ntasks,
-		      void (*task)(struct tf_slice_rt *, int, int))
+                      void (*task)(struct tf_slice_rt *, int, int))
 {
 	pthread_mutex_lock(&rt->mu);
 	rt->task = task;
@@ -265,14 +265,17 @@ void tf_slice_run(struct tf_slice_rt *rt, tf_slice_fn fn, void *arg)
 }
 
 void tf_slice_gemm(struct tf_slice_replica *r, int trans_x, int trans_w, size_t M, size_t K,
-		   size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
-		   size_t ldc)
+                   size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
+                   size_t ldc)
 {
 	const struct tf_slice_rt *rt = r->rt;
 	const struct tf_tpu_gen *g = rt->slice.gen;
 	struct tf_mxu_cfg cfg = {
-		.rows = g->mxu_rows, .cols = g->mxu_cols, .ftz = rt->ftz,
-		.threads = 1, .mxus = g->mxus_per_core,
+	    .rows = g->mxu_rows,
+	    .cols = g->mxu_cols,
+	    .ftz = rt->ftz,
+	    .threads = 1,
+	    .mxus = g->mxus_per_core,
 	};
 	/* Spare host threads (fewer replicas than threads) help inside the GEMM. */
 	if (rt->replicas < rt->host_threads)
@@ -292,10 +295,10 @@ struct ring_dim {
 static int ring_dims(const struct tf_tpu_slice *s, struct ring_dim d[4])
 {
 	int cpc = s->gen->cores_per_chip;
-	d[0] = (struct ring_dim){ cpc, 1, 1 };
-	d[1] = (struct ring_dim){ s->dims[0], cpc, 0 };
-	d[2] = (struct ring_dim){ s->dims[1], cpc * s->dims[0], 0 };
-	d[3] = (struct ring_dim){ s->dims[2], cpc * s->dims[0] * s->dims[1], 0 };
+	d[0] = (struct ring_dim){cpc, 1, 1};
+	d[1] = (struct ring_dim){s->dims[0], cpc, 0};
+	d[2] = (struct ring_dim){s->dims[1], cpc * s->dims[0], 0};
+	d[3] = (struct ring_dim){s->dims[2], cpc * s->dims[0] * s->dims[1], 0};
 	return 4;
 }
 
@@ -323,7 +326,8 @@ static void add2(float *restrict out, const float *restrict a, const float *rest
 #ifdef __SSE2__
 	for (; i + 8 <= n; i += 8) {
 		_mm_storeu_ps(out + i, _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)));
-		_mm_storeu_ps(out + i + 4, _mm_add_ps(_mm_loadu_ps(a + i + 4), _mm_loadu_ps(b + i + 4)));
+		_mm_storeu_ps(out + i + 4,
+		              _mm_add_ps(_mm_loadu_ps(a + i + 4), _mm_loadu_ps(b + i + 4)));
 	}
 #endif
 	for (; i < n; i++)
@@ -337,7 +341,7 @@ static void add_to(float *restrict out, const float *restrict a, size_t n)
 	for (; i + 8 <= n; i += 8) {
 		_mm_storeu_ps(out + i, _mm_add_ps(_mm_loadu_ps(out + i), _mm_loadu_ps(a + i)));
 		_mm_storeu_ps(out + i + 4,
-			      _mm_add_ps(_mm_loadu_ps(out + i + 4), _mm_loadu_ps(a + i + 4)));
+		              _mm_add_ps(_mm_loadu_ps(out + i + 4), _mm_loadu_ps(a + i + 4)));
 	}
 #endif
 	for (; i < n; i++)
@@ -374,7 +378,8 @@ static void reduce_task(struct tf_slice_rt *rt, int task, int participant)
 			if ((base / st) % p != 0 || val[base] == NULL)
 				continue; /* not the first member of a ring of this layer */
 			float *out = tmp + ((size_t)bank * R + (size_t)base) * rt->ar_block;
-			add2(out, val[base + ((j + 1) % p) * st], val[base + ((j + 2) % p) * st], len);
+			add2(out, val[base + ((j + 1) % p) * st], val[base + ((j + 2) % p) * st],
+			     len);
 			for (int k = 3; k <= p; k++)
 				add_to(out, val[base + ((j + k) % p) * st], len);
 			for (int m = 1; m < p; m++)
@@ -451,16 +456,16 @@ void tf_slice_allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n)
 }
 
 int tf_slice_check_hbm(const struct tf_tpu_slice *slice, double bytes_per_replica, char *err,
-		       size_t errlen)
+                       size_t errlen)
 {
 	double cap = slice->gen->hbm_bytes / slice->gen->cores_per_chip;
 	if (bytes_per_replica <= cap)
 		return 0;
 	if (err && errlen)
 		snprintf(err, errlen,
-			 "a replica needs %.3g GB but a %s TensorCore has %.3g GB of HBM: use a "
-			 "smaller batch or model, or a generation with more HBM",
-			 bytes_per_replica / 1e9, slice->gen->name, cap / 1e9);
+		         "a replica needs %.3g GB but a %s TensorCore has %.3g GB of HBM: use a "
+		         "smaller batch or model, or a generation with more HBM",
+		         bytes_per_replica / 1e9, slice->gen->name, cap / 1e9);
 	return -ENOMEM;
 }
 
@@ -476,8 +481,8 @@ void tf_slice_stats(const struct tf_slice_rt *rt, struct tf_slice_stats *out)
 {
 	*out = rt->st;
 	const struct tf_tpu_gen *g = rt->slice.gen;
-	double denom = (double)rt->st.cycles * g->mxu_rows * g->mxu_cols * g->mxus_per_core *
-		       rt->replicas;
+	double denom =
+	    (double)rt->st.cycles * g->mxu_rows * g->mxu_cols * g->mxus_per_core * rt->replicas;
 	out->mxu_utilization = denom > 0 ? (double)rt->st.macs / denom : 0.0;
 }
 

@@ -29,35 +29,35 @@ struct tf_slice_rt; /* opaque */
 
 /* What a replica knows about itself; passed to the function tf_slice_run calls. */
 struct tf_slice_replica {
-	int index;          /* 0 .. replicas-1: chip-major (chip index * cores_per_chip + core) */
-	int replicas;       /* total, = slice cores */
-	int chip;           /* chip index, x fastest */
-	int core;           /* TensorCore within the chip */
-	int coords[3];      /* the chip's torus coordinates */
+	int index;     /* 0 .. replicas-1: chip-major (chip index * cores_per_chip + core) */
+	int replicas;  /* total, = slice cores */
+	int chip;      /* chip index, x fastest */
+	int core;      /* TensorCore within the chip */
+	int coords[3]; /* the chip's torus coordinates */
 	struct tf_slice_rt *rt; /* the runtime (for tf_slice_gemm) */
-	uint64_t cycles;    /* MXU cycles this replica used in the current tf_slice_run */
-	uint64_t macs;      /* multiply-adds issued in the current tf_slice_run */
+	uint64_t cycles;        /* MXU cycles this replica used in the current tf_slice_run */
+	uint64_t macs;          /* multiply-adds issued in the current tf_slice_run */
 };
 
 typedef void (*tf_slice_fn)(struct tf_slice_replica *replica, void *arg);
 
 struct tf_slice_stats {
-	uint64_t runs;              /* tf_slice_run calls */
-	uint64_t allreduces;        /* tf_slice_allreduce calls */
-	uint64_t cycles;            /* sum over runs of the slowest replica's MXU cycles */
-	uint64_t macs;              /* multiply-adds over all replicas */
-	double compute_seconds;     /* cycles / clock */
-	double collective_seconds;  /* alpha-beta time of the all-reduces */
-	double device_seconds;      /* compute + collective */
-	double bytes_reduced;       /* payload bytes per replica over all all-reduces */
-	double mxu_utilization;     /* macs / (cycles * R * C * MXUs per core * replicas) */
+	uint64_t runs;             /* tf_slice_run calls */
+	uint64_t allreduces;       /* tf_slice_allreduce calls */
+	uint64_t cycles;           /* sum over runs of the slowest replica's MXU cycles */
+	uint64_t macs;             /* multiply-adds over all replicas */
+	double compute_seconds;    /* cycles / clock */
+	double collective_seconds; /* alpha-beta time of the all-reduces */
+	double device_seconds;     /* compute + collective */
+	double bytes_reduced;      /* payload bytes per replica over all all-reduces */
+	double mxu_utilization;    /* macs / (cycles * R * C * MXUs per core * replicas) */
 };
 
 /* Creates a runtime for `slice` (copied). host_threads 0 means all host cores; it is capped at
  * the host's cores and at the replica count. ftz as in tf_mxu_cfg (1 = TPU mode). Returns 0
  * or -EINVAL (a bad argument); the caller owns *out and frees it with tf_slice_rt_free. */
 int tf_slice_rt_new(const struct tf_tpu_slice *slice, int host_threads, int ftz,
-		    struct tf_slice_rt **out);
+                    struct tf_slice_rt **out);
 void tf_slice_rt_free(struct tf_slice_rt *rt);
 
 const struct tf_tpu_slice *tf_slice_rt_slice(const struct tf_slice_rt *rt);
@@ -72,8 +72,8 @@ void tf_slice_run(struct tf_slice_rt *rt, tf_slice_fn fn, void *arg);
  * count, the runtime's ftz; counts the cycles against the replica. Uses several host threads
  * only when there are more host threads than replicas. */
 void tf_slice_gemm(struct tf_slice_replica *r, int trans_x, int trans_w, size_t M, size_t K,
-		   size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
-		   size_t ldc);
+                   size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
+                   size_t ldc);
 
 /* Sum-all-reduce of n floats: bufs[i] is replica i's buffer (replicas entries); on return every
  * buffer holds the same sum, computed in the fixed ring order. Adds its alpha-beta time. */
@@ -85,7 +85,7 @@ double tf_slice_allreduce_seconds(const struct tf_tpu_slice *slice, double bytes
 /* Checks that bytes_per_replica fit in one TensorCore's share of its chip's HBM. 0, or
  * -ENOMEM with a message in err. */
 int tf_slice_check_hbm(const struct tf_tpu_slice *slice, double bytes_per_replica, char *err,
-		       size_t errlen);
+                       size_t errlen);
 
 /* The shard of a global batch of `total` items replica `index` of `replicas` takes: counts
  * differ by at most one, earlier replicas take the extra items. */

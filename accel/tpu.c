@@ -18,61 +18,137 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 /* Accelerator types and default topologies (Cloud TPU docs, "supported configurations"). */
-static const char *const v2_types[] = { "v2-8", "v2-32", "v2-128", "v2-256", "v2-512", NULL };
-static const char *const v2_shapes[] = { "2x2", "4x4", "8x8", "8x16", "16x16", NULL };
-static const char *const v3_types[] = { "v3-8", "v3-32", "v3-64", "v3-128", "v3-256",
-					"v3-512", "v3-1024", "v3-2048", NULL };
-static const char *const v3_shapes[] = { "2x2", "4x4", "4x8", "8x8", "8x16",
-					 "16x16", "16x32", "32x32", NULL };
-static const char *const v4_types[] = { "v4-8", "v4-16", "v4-32", "v4-64", "v4-128", "v4-256",
-					"v4-512", "v4-1024", "v4-1536", "v4-2048", "v4-4096",
-					"v4-8192", NULL };
-static const char *const v4_shapes[] = { "2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8",
-					 "4x8x8", "8x8x8", "8x8x12", "8x8x16", "8x16x16",
-					 "16x16x16", NULL };
-static const char *const v5e_types[] = { "v5litepod-1", "v5litepod-4", "v5litepod-8",
-					 "v5litepod-16", "v5litepod-32", "v5litepod-64",
-					 "v5litepod-128", "v5litepod-256", NULL };
-static const char *const v5e_shapes[] = { "1x1", "2x2", "2x4", "4x4", "4x8",
-					  "8x8", "8x16", "16x16", NULL };
-static const char *const v5p_types[] = { "v5p-8", "v5p-16", "v5p-32", "v5p-64", "v5p-128",
-					 "v5p-256", "v5p-512", "v5p-1024", "v5p-2048", "v5p-4096",
-					 "v5p-8192", "v5p-12288", "v5p-17920", NULL };
-static const char *const v5p_shapes[] = { "2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4",
-					  "4x4x8", "4x8x8", "8x8x8", "8x8x16", "8x16x16",
-					  "16x16x16", "16x16x24", "16x20x28", NULL };
-static const char *const v6e_types[] = { "v6e-1", "v6e-4", "v6e-8", "v6e-16", "v6e-32",
-					 "v6e-64", "v6e-128", "v6e-256", NULL };
-static const char *const v6e_shapes[] = { "1x1", "2x2", "2x4", "4x4", "4x8",
-					  "8x8", "8x16", "16x16", NULL };
+static const char *const v2_types[] = {"v2-8", "v2-32", "v2-128", "v2-256", "v2-512", NULL};
+static const char *const v2_shapes[] = {"2x2", "4x4", "8x8", "8x16", "16x16", NULL};
+static const char *const v3_types[] = {"v3-8",   "v3-32",   "v3-64",   "v3-128", "v3-256",
+                                       "v3-512", "v3-1024", "v3-2048", NULL};
+static const char *const v3_shapes[] = {"2x2",   "4x4",   "4x8",   "8x8", "8x16",
+                                        "16x16", "16x32", "32x32", NULL};
+static const char *const v4_types[] = {"v4-8",    "v4-16",   "v4-32",   "v4-64",   "v4-128",
+                                       "v4-256",  "v4-512",  "v4-1024", "v4-1536", "v4-2048",
+                                       "v4-4096", "v4-8192", NULL};
+static const char *const v4_shapes[] = {"2x2x1",   "2x2x2",    "2x2x4", "2x4x4",  "4x4x4",
+                                        "4x4x8",   "4x8x8",    "8x8x8", "8x8x12", "8x8x16",
+                                        "8x16x16", "16x16x16", NULL};
+static const char *const v5e_types[] = {"v5litepod-1",   "v5litepod-4",   "v5litepod-8",
+                                        "v5litepod-16",  "v5litepod-32",  "v5litepod-64",
+                                        "v5litepod-128", "v5litepod-256", NULL};
+static const char *const v5e_shapes[] = {"1x1", "2x2",  "2x4",   "4x4", "4x8",
+                                         "8x8", "8x16", "16x16", NULL};
+static const char *const v5p_types[] = {
+    "v5p-8",    "v5p-16",   "v5p-32",   "v5p-64",   "v5p-128",   "v5p-256",   "v5p-512",
+    "v5p-1024", "v5p-2048", "v5p-4096", "v5p-8192", "v5p-12288", "v5p-17920", NULL};
+static const char *const v5p_shapes[] = {"2x2x1",    "2x2x2",    "2x2x4",    "2x4x4",  "4x4x4",
+                                         "4x4x8",    "4x8x8",    "8x8x8",    "8x8x16", "8x16x16",
+                                         "16x16x16", "16x16x24", "16x20x28", NULL};
+static const char *const v6e_types[] = {"v6e-1",  "v6e-4",   "v6e-8",   "v6e-16", "v6e-32",
+                                        "v6e-64", "v6e-128", "v6e-256", NULL};
+static const char *const v6e_shapes[] = {"1x1", "2x2",  "2x4",   "4x4", "4x8",
+                                         "8x8", "8x16", "16x16", NULL};
 
 static const struct tf_tpu_gen gens[] = {
-	{ .name = "v2", .type_prefix = "v2", .mxu_rows = 128, .mxu_cols = 128, .mxus_per_core = 1,
-	  .cores_per_chip = 2, .torus_dims = 2, .type_counts_cores = 1, .max_chips = 256,
-	  .clock_hz = 700e6, .hbm_bytes = 16 * GIB, .hbm_bw = 700e9, .ici_bw = 496e9 / 8,
-	  .ici_alpha = 1e-6, .peak_flops = 45e12, .types = v2_types, .shapes = v2_shapes },
-	{ .name = "v3", .type_prefix = "v3", .mxu_rows = 128, .mxu_cols = 128, .mxus_per_core = 2,
-	  .cores_per_chip = 2, .torus_dims = 2, .type_counts_cores = 1, .max_chips = 1024,
-	  .clock_hz = 940e6, .hbm_bytes = 32 * GIB, .hbm_bw = 900e9, .ici_bw = 656e9 / 8,
-	  .ici_alpha = 1e-6, .peak_flops = 123e12, .types = v3_types, .shapes = v3_shapes },
-	{ .name = "v4", .type_prefix = "v4", .mxu_rows = 128, .mxu_cols = 128, .mxus_per_core = 4,
-	  .cores_per_chip = 2, .torus_dims = 3, .type_counts_cores = 1, .max_chips = 4096,
-	  .clock_hz = 1050e6, .hbm_bytes = 32 * GIB, .hbm_bw = 1200e9, .ici_bw = 300e9 / 6,
-	  .ici_alpha = 1e-6, .peak_flops = 275e12, .types = v4_types, .shapes = v4_shapes },
-	{ .name = "v5e", .type_prefix = "v5litepod", .mxu_rows = 128, .mxu_cols = 128,
-	  .mxus_per_core = 4, .cores_per_chip = 1, .torus_dims = 2, .type_counts_cores = 0,
-	  .max_chips = 256, .clock_hz = 1.5e9, .hbm_bytes = 16e9, .hbm_bw = 819e9,
-	  .ici_bw = 200e9 / 4, .ici_alpha = 1e-6, .peak_flops = 197e12, .types = v5e_types,
-	  .shapes = v5e_shapes },
-	{ .name = "v5p", .type_prefix = "v5p", .mxu_rows = 128, .mxu_cols = 128, .mxus_per_core = 4,
-	  .cores_per_chip = 2, .torus_dims = 3, .type_counts_cores = 1, .max_chips = 8960,
-	  .clock_hz = 1.75e9, .hbm_bytes = 95e9, .hbm_bw = 2765e9, .ici_bw = 600e9 / 6,
-	  .ici_alpha = 1e-6, .peak_flops = 459e12, .types = v5p_types, .shapes = v5p_shapes },
-	{ .name = "v6e", .type_prefix = "v6e", .mxu_rows = 256, .mxu_cols = 256, .mxus_per_core = 2,
-	  .cores_per_chip = 1, .torus_dims = 2, .type_counts_cores = 0, .max_chips = 256,
-	  .clock_hz = 918e12 / (2.0 * 65536 * 2), .hbm_bytes = 32e9, .hbm_bw = 1638e9,
-	  .ici_bw = 448e9 / 4, .ici_alpha = 1e-6, .peak_flops = 918e12, .types = v6e_types,
-	  .shapes = v6e_shapes },
+    {.name = "v2",
+     .type_prefix = "v2",
+     .mxu_rows = 128,
+     .mxu_cols = 128,
+     .mxus_per_core = 1,
+     .cores_per_chip = 2,
+     .torus_dims = 2,
+     .type_counts_cores = 1,
+     .max_chips = 256,
+     .clock_hz = 700e6,
+     .hbm_bytes = 16 * GIB,
+     .hbm_bw = 700e9,
+     .ici_bw = 496e9 / 8,
+     .ici_alpha = 1e-6,
+     .peak_flops = 45e12,
+     .types = v2_types,
+     .shapes = v2_shapes},
+    {.name = "v3",
+     .type_prefix = "v3",
+     .mxu_rows = 128,
+     .mxu_cols = 128,
+     .mxus_per_core = 2,
+     .cores_per_chip = 2,
+     .torus_dims = 2,
+     .type_counts_cores = 1,
+     .max_chips = 1024,
+     .clock_hz = 940e6,
+     .hbm_bytes = 32 * GIB,
+     .hbm_bw = 900e9,
+     .ici_bw = 656e9 / 8,
+     .ici_alpha = 1e-6,
+     .peak_flops = 123e12,
+     .types = v3_types,
+     .shapes = v3_shapes},
+    {.name = "v4",
+     .type_prefix = "v4",
+     .mxu_rows = 128,
+     .mxu_cols = 128,
+     .mxus_per_core = 4,
+     .cores_per_chip = 2,
+     .torus_dims = 3,
+     .type_counts_cores = 1,
+     .max_chips = 4096,
+     .clock_hz = 1050e6,
+     .hbm_bytes = 32 * GIB,
+     .hbm_bw = 1200e9,
+     .ici_bw = 300e9 / 6,
+     .ici_alpha = 1e-6,
+     .peak_flops = 275e12,
+     .types = v4_types,
+     .shapes = v4_shapes},
+    {.name = "v5e",
+     .type_prefix = "v5litepod",
+     .mxu_rows = 128,
+     .mxu_cols = 128,
+     .mxus_per_core = 4,
+     .cores_per_chip = 1,
+     .torus_dims = 2,
+     .type_counts_cores = 0,
+     .max_chips = 256,
+     .clock_hz = 1.5e9,
+     .hbm_bytes = 16e9,
+     .hbm_bw = 819e9,
+     .ici_bw = 200e9 / 4,
+     .ici_alpha = 1e-6,
+     .peak_flops = 197e12,
+     .types = v5e_types,
+     .shapes = v5e_shapes},
+    {.name = "v5p",
+     .type_prefix = "v5p",
+     .mxu_rows = 128,
+     .mxu_cols = 128,
+     .mxus_per_core = 4,
+     .cores_per_chip = 2,
+     .torus_dims = 3,
+     .type_counts_cores = 1,
+     .max_chips = 8960,
+     .clock_hz = 1.75e9,
+     .hbm_bytes = 95e9,
+     .hbm_bw = 2765e9,
+     .ici_bw = 600e9 / 6,
+     .ici_alpha = 1e-6,
+     .peak_flops = 459e12,
+     .types = v5p_types,
+     .shapes = v5p_shapes},
+    {.name = "v6e",
+     .type_prefix = "v6e",
+     .mxu_rows = 256,
+     .mxu_cols = 256,
+     .mxus_per_core = 2,
+     .cores_per_chip = 1,
+     .torus_dims = 2,
+     .type_counts_cores = 0,
+     .max_chips = 256,
+     .clock_hz = 918e12 / (2.0 * 65536 * 2),
+     .hbm_bytes = 32e9,
+     .hbm_bw = 1638e9,
+     .ici_bw = 448e9 / 4,
+     .ici_alpha = 1e-6,
+     .peak_flops = 918e12,
+     .types = v6e_types,
+     .shapes = v6e_shapes},
 };
 
 const struct tf_tpu_gen *tf_tpu_gens(size_t *n)
@@ -96,7 +172,6 @@ double tf_tpu_chip_peak(const struct tf_tpu_gen *g)
 	return (double)g->cores_per_chip * g->mxus_per_core * g->mxu_rows * g->mxu_cols * 2.0 *
 	       g->clock_hz;
 }
-
 
 /* "v4-8, v4-16, ..." into buf. */
 static void list_types(const struct tf_tpu_gen *g, char *buf, size_t len)
@@ -148,7 +223,7 @@ static int check_shape(const struct tf_tpu_gen *g, const int *d, int n, char *er
 		chips *= d[i];
 	if (chips > g->max_chips) {
 		tf_errf(err, errlen, "topology has %ld chips but a %s pod has at most %d", chips,
-		       g->name, g->max_chips);
+		        g->name, g->max_chips);
 		return -EINVAL;
 	}
 	if (g->torus_dims == 3) {
@@ -156,44 +231,47 @@ static int check_shape(const struct tf_tpu_gen *g, const int *d, int n, char *er
 		int ordered = d[0] <= d[1] && (d[1] <= d[2] || d[2] == 1);
 		if (!ordered) {
 			tf_errf(err, errlen,
-			       "%s topology %dx%dx%d must be written AxBxC with A <= B <= C "
-			       "(for example 2x2x4, 4x4x8)", g->name, d[0], d[1], d[2]);
+			        "%s topology %dx%dx%d must be written AxBxC with A <= B <= C "
+			        "(for example 2x2x4, 4x4x8)",
+			        g->name, d[0], d[1], d[2]);
 			return -EINVAL;
 		}
 		int big = chips >= 64;
 		for (int i = 0; i < 3; i++) {
 			if (d[i] > 4 && d[i] % 4) {
 				tf_errf(err, errlen,
-				       "%s topology dimension %d must be at most 4 or a multiple "
-				       "of 4", g->name, d[i]);
+				        "%s topology dimension %d must be at most 4 or a multiple "
+				        "of 4",
+				        g->name, d[i]);
 				return -EINVAL;
 			}
 			if (big && d[i] % 4) {
 				tf_errf(err, errlen,
-				       "%s slices of 64 chips or more are built from 4x4x4 cubes: "
-				       "every dimension must be a multiple of 4, not %d",
-				       g->name, d[i]);
+				        "%s slices of 64 chips or more are built from 4x4x4 cubes: "
+				        "every dimension must be a multiple of 4, not %d",
+				        g->name, d[i]);
 				return -EINVAL;
 			}
 		}
 	} else {
 		if (d[0] > d[1]) {
 			tf_errf(err, errlen, "%s topology %dx%d must be written AxB with A <= B",
-			       g->name, d[0], d[1]);
+			        g->name, d[0], d[1]);
 			return -EINVAL;
 		}
 		for (int i = 0; i < 2; i++) {
 			if (d[i] & (d[i] - 1)) {
 				tf_errf(err, errlen,
-				       "%s topology dimension %d must be a power of two", g->name,
-				       d[i]);
+				        "%s topology dimension %d must be a power of two", g->name,
+				        d[i]);
 				return -EINVAL;
 			}
 		}
 		if (d[1] > 2 * d[0]) {
 			tf_errf(err, errlen,
-			       "%s topology %dx%d is too elongated: the longer side may be at "
-			       "most twice the shorter", g->name, d[0], d[1]);
+			        "%s topology %dx%d is too elongated: the longer side may be at "
+			        "most twice the shorter",
+			        g->name, d[0], d[1]);
 			return -EINVAL;
 		}
 	}
@@ -222,12 +300,14 @@ int tf_tpu_slice_parse(const char *spec, struct tf_tpu_slice *out, char *err, si
 {
 	char gbuf[32], list[512];
 	const struct tf_tpu_gen *g;
-	int d[3] = { 1, 1, 1 };
+	int d[3] = {1, 1, 1};
 
 	if (!spec || !*spec) {
 		list_gens(list, sizeof list);
-		tf_errf(err, errlen, "empty slice: give an accelerator type such as \"v4-8\" or a "
-				    "topology such as \"v4:2x2x4\" (generations: %s)", list);
+		tf_errf(err, errlen,
+		        "empty slice: give an accelerator type such as \"v4-8\" or a "
+		        "topology such as \"v4:2x2x4\" (generations: %s)",
+		        list);
 		return -EINVAL;
 	}
 	const char *colon = strchr(spec, ':');
@@ -236,8 +316,9 @@ int tf_tpu_slice_parse(const char *spec, struct tf_tpu_slice *out, char *err, si
 	if (!sep || (size_t)(sep - spec) >= sizeof gbuf) {
 		list_gens(list, sizeof list);
 		tf_errf(err, errlen,
-		       "slice \"%s\" is neither an accelerator type (\"v4-8\", \"v5litepod-16\") "
-		       "nor a topology (\"v4:2x2x4\"); generations: %s", spec, list);
+		        "slice \"%s\" is neither an accelerator type (\"v4-8\", \"v5litepod-16\") "
+		        "nor a topology (\"v4:2x2x4\"); generations: %s",
+		        spec, list);
 		return -EINVAL;
 	}
 	memcpy(gbuf, spec, (size_t)(sep - spec));
@@ -245,17 +326,19 @@ int tf_tpu_slice_parse(const char *spec, struct tf_tpu_slice *out, char *err, si
 	g = tf_tpu_gen_find(gbuf);
 	if (!g) {
 		list_gens(list, sizeof list);
-		tf_errf(err, errlen, "unknown TPU generation \"%s\" in \"%s\": use one of %s "
-				    "(v5e accelerator types are named v5litepod-N)", gbuf, spec, list);
+		tf_errf(err, errlen,
+		        "unknown TPU generation \"%s\" in \"%s\": use one of %s "
+		        "(v5e accelerator types are named v5litepod-N)",
+		        gbuf, spec, list);
 		return -EINVAL;
 	}
 	if (colon) {
 		int n = parse_dims(colon + 1, d);
 		if (n != g->torus_dims) {
 			tf_errf(err, errlen,
-			       "topology \"%s\" must be %s for %s (a %dD torus), e.g. \"%s:%s\"",
-			       colon + 1, g->torus_dims == 3 ? "AxBxC" : "AxB", g->name,
-			       g->torus_dims, g->name, g->shapes[1] ? g->shapes[1] : g->shapes[0]);
+			        "topology \"%s\" must be %s for %s (a %dD torus), e.g. \"%s:%s\"",
+			        colon + 1, g->torus_dims == 3 ? "AxBxC" : "AxB", g->name,
+			        g->torus_dims, g->name, g->shapes[1] ? g->shapes[1] : g->shapes[0]);
 			return -EINVAL;
 		}
 		int rc = check_shape(g, d, n, err, errlen);
@@ -277,12 +360,12 @@ int tf_tpu_slice_parse(const char *spec, struct tf_tpu_slice *out, char *err, si
 	long count = strtol(dash + 1, &end, 10);
 	if (*end || count <= 0)
 		tf_errf(err, errlen, "slice \"%s\": \"%s\" is not a number; %s types are %s", spec,
-		       dash + 1, g->name, list);
+		        dash + 1, g->name, list);
 	else
 		tf_errf(err, errlen,
-		       "slice \"%s\" is not offered: %s types count %s; use one of %s or an "
-		       "explicit topology like \"%s:%s\"", spec, g->name,
-		       g->type_counts_cores ? "TensorCores (2 per chip)" : "chips", list, g->name,
-		       g->shapes[1] ? g->shapes[1] : g->shapes[0]);
+		        "slice \"%s\" is not offered: %s types count %s; use one of %s or an "
+		        "explicit topology like \"%s:%s\"",
+		        spec, g->name, g->type_counts_cores ? "TensorCores (2 per chip)" : "chips",
+		        list, g->name, g->shapes[1] ? g->shapes[1] : g->shapes[0]);
 	return -EINVAL;
 }

@@ -11,20 +11,20 @@
 #include <stddef.h>
 
 struct tf_tpu_gen {
-	const char *name;        /* "v4": the name used in explicit topologies ("v4:2x2x4") */
-	const char *type_prefix; /* accelerator-type prefix: "v4", "v5litepod", "v6e" */
-	int mxu_rows, mxu_cols;  /* systolic array R x C */
-	int mxus_per_core;       /* matrix units per TensorCore */
-	int cores_per_chip;      /* TensorCores per chip */
-	int torus_dims;          /* 2 or 3 */
-	int type_counts_cores;   /* 1: "v4-8" counts TensorCores; 0: "v5litepod-16" counts chips */
-	int max_chips;           /* largest pod */
-	double clock_hz;         /* MXU clock */
-	double hbm_bytes;        /* HBM per chip */
-	double hbm_bw;           /* HBM bytes/s per chip */
-	double ici_bw;           /* bytes/s per ICI link and direction */
-	double ici_alpha;        /* seconds of fixed latency per collective step (one hop) */
-	double peak_flops;       /* published bf16 peak per chip, FLOP/s */
+	const char *name;         /* "v4": the name used in explicit topologies ("v4:2x2x4") */
+	const char *type_prefix;  /* accelerator-type prefix: "v4", "v5litepod", "v6e" */
+	int mxu_rows, mxu_cols;   /* systolic array R x C */
+	int mxus_per_core;        /* matrix units per TensorCore */
+	int cores_per_chip;       /* TensorCores per chip */
+	int torus_dims;           /* 2 or 3 */
+	int type_counts_cores;    /* 1: "v4-8" counts TensorCores; 0: "v5litepod-16" counts chips */
+	int max_chips;            /* largest pod */
+	double clock_hz;          /* MXU clock */
+	double hbm_bytes;         /* HBM per chip */
+	double hbm_bw;            /* HBM bytes/s per chip */
+	double ici_bw;            /* bytes/s per ICI link and direction */
+	double ici_alpha;         /* seconds of fixed latency per collective step (one hop) */
+	double peak_flops;        /* published bf16 peak per chip, FLOP/s */
 	const char *const *types; /* the accelerator types offered, NULL-terminated */
 	const char *const *shapes; /* their default topologies, same order */
 };

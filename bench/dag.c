@@ -63,10 +63,10 @@ static void write_pipeline(const char *path, int n, int fanout)
 
 static double run(const char *home, int n, int fanout, int workers)
 {
-	struct tf_engine_opts o = { .home = home, .workers = workers };
+	struct tf_engine_opts o = {.home = home, .workers = workers};
 	o.kinds[TF_STEP_SHELL] = noop_kind;
-	struct tf_diag_list diags = { 0 };
-	struct tf_engine_result res = { 0 };
+	struct tf_diag_list diags = {0};
+	struct tf_engine_result res = {0};
 	char err[512], path[256];
 	snprintf(path, sizeof(path), "%s.yaml", home);
 	write_pipeline(path, n, fanout);
@@ -96,8 +96,10 @@ static double snakemake_chain(const char *dir, int n)
 	fprintf(f, "rule all:\n    input: \"f%d\"\n", n - 1);
 	fprintf(f, "rule r0:\n    output: \"f0\"\n    shell: \"touch {output}\"\n");
 	for (int i = 1; i < n; i++)
-		fprintf(f, "rule r%d:\n    input: \"f%d\"\n    output: \"f%d\"\n    shell: \"touch {output}\"\n",
-			i, i - 1, i);
+		fprintf(f,
+		        "rule r%d:\n    input: \"f%d\"\n    output: \"f%d\"\n    shell: \"touch "
+		        "{output}\"\n",
+		        i, i - 1, i);
 	fclose(f);
 	snprintf(cmd, sizeof(cmd), "cd %s && snakemake -j1 --quiet >/dev/null 2>&1", dir);
 	double t0 = tf_now_monotonic();
@@ -131,9 +133,10 @@ int main(int argc, char **argv)
 		lat[i - 1] = t_start[i] - t_end[i - 1];
 	double p50 = pct(lat, nsteps - 1, 0.50), p99 = pct(lat, nsteps - 1, 0.99);
 	double maxl = lat[nsteps - 2];
-	printf("  chain:   wall %.3f s, %.3f ms/step; step-to-step latency p50 %.3f ms, p99 %.3f ms, "
-	       "max %.3f ms\n",
-	       wall_chain, wall_chain * 1e3 / nsteps, p50 * 1e3, p99 * 1e3, maxl * 1e3);
+	printf(
+	    "  chain:   wall %.3f s, %.3f ms/step; step-to-step latency p50 %.3f ms, p99 %.3f ms, "
+	    "max %.3f ms\n",
+	    wall_chain, wall_chain * 1e3 / nsteps, p50 * 1e3, p99 * 1e3, maxl * 1e3);
 	/* fan-out */
 	snprintf(home, sizeof(home), "%s/fanout", dir);
 	memset(t_start, 0, (size_t)nsteps * sizeof(double));
@@ -147,19 +150,22 @@ int main(int argc, char **argv)
 	}
 	printf("  fan-out: wall %.3f s, %.3f ms/step; root end to first child start %.3f ms, "
 	       "to last child end %.1f ms\n",
-	       wall_fan, wall_fan * 1e3 / nsteps, (first - t_end[0]) * 1e3, (last - t_end[0]) * 1e3);
+	       wall_fan, wall_fan * 1e3 / nsteps, (first - t_end[0]) * 1e3,
+	       (last - t_end[0]) * 1e3);
 	printf("  targets: wall <= 1 s per 1000 steps; step-to-step p99 <= 5 ms\n");
 
 	snprintf(home, sizeof(home), "%s/snake", dir);
 	if (tf_mkdir_p(home) == 0) {
 		double sm = snakemake_chain(home, 200);
 		if (sm > 0)
-			printf("  snakemake 200-job chain: %.3f s, %.3f ms/job; tpuflow is %.0fx faster "
+			printf("  snakemake 200-job chain: %.3f s, %.3f ms/job; tpuflow is %.0fx "
+			       "faster "
 			       "per step\n",
 			       sm, sm * 1e3 / 200, (sm / 200) / (wall_chain / nsteps));
 		else
-			printf("  snakemake: not installed, no side-by-side figure (published here: "
-			       "1.9-2.1 s for 200 jobs)\n");
+			printf(
+			    "  snakemake: not installed, no side-by-side figure (published here: "
+			    "1.9-2.1 s for 200 jobs)\n");
 	}
 	char cmd[600];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);

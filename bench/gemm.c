@@ -27,26 +27,26 @@ struct shape {
 };
 
 static const struct shape shapes[] = {
-	{ "square 512", 0, 0, 512, 512, 512 },
-	{ "square 1024", 0, 0, 1024, 1024, 1024 },
-	{ "square 2048", 0, 0, 2048, 2048, 2048 },
-	{ "mlp fwd1 X.W1", 0, 0, 256, 784, 256 },
-	{ "mlp fwd2 H1.W2", 0, 0, 256, 256, 128 },
-	{ "mlp fwd3 H2.W3", 0, 0, 256, 128, 10 },
-	{ "mlp dW1 X^T.dY1", 1, 0, 784, 256, 256 },
-	{ "mlp dW2 H1^T.dY2", 1, 0, 256, 256, 128 },
-	{ "mlp dW3 H2^T.dY3", 1, 0, 128, 256, 10 },
-	{ "mlp dX2 dY2.W2^T", 0, 1, 256, 128, 256 },
-	{ "mlp dX3 dY3.W3^T", 0, 1, 256, 10, 128 },
-	/* one replica of a v4-8 slice: 8 TensorCores share the batch of 256 */
-	{ "rep32 fwd1", 0, 0, 32, 784, 256 },
-	{ "rep32 fwd2", 0, 0, 32, 256, 128 },
-	{ "rep32 fwd3", 0, 0, 32, 128, 10 },
-	{ "rep32 dW1", 1, 0, 784, 32, 256 },
-	{ "rep32 dW2", 1, 0, 256, 32, 128 },
-	{ "rep32 dW3", 1, 0, 128, 32, 10 },
-	{ "rep32 dX2", 0, 1, 32, 128, 256 },
-	{ "rep32 dX3", 0, 1, 32, 10, 128 },
+    {"square 512", 0, 0, 512, 512, 512},
+    {"square 1024", 0, 0, 1024, 1024, 1024},
+    {"square 2048", 0, 0, 2048, 2048, 2048},
+    {"mlp fwd1 X.W1", 0, 0, 256, 784, 256},
+    {"mlp fwd2 H1.W2", 0, 0, 256, 256, 128},
+    {"mlp fwd3 H2.W3", 0, 0, 256, 128, 10},
+    {"mlp dW1 X^T.dY1", 1, 0, 784, 256, 256},
+    {"mlp dW2 H1^T.dY2", 1, 0, 256, 256, 128},
+    {"mlp dW3 H2^T.dY3", 1, 0, 128, 256, 10},
+    {"mlp dX2 dY2.W2^T", 0, 1, 256, 128, 256},
+    {"mlp dX3 dY3.W3^T", 0, 1, 256, 10, 128},
+    /* one replica of a v4-8 slice: 8 TensorCores share the batch of 256 */
+    {"rep32 fwd1", 0, 0, 32, 784, 256},
+    {"rep32 fwd2", 0, 0, 32, 256, 128},
+    {"rep32 fwd3", 0, 0, 32, 128, 10},
+    {"rep32 dW1", 1, 0, 784, 32, 256},
+    {"rep32 dW2", 1, 0, 256, 32, 128},
+    {"rep32 dW3", 1, 0, 128, 32, 10},
+    {"rep32 dX2", 0, 1, 32, 128, 256},
+    {"rep32 dX3", 0, 1, 32, 10, 128},
 };
 
 struct ops {
@@ -59,16 +59,16 @@ struct ops {
 static void run_mxu(struct ops *o)
 {
 	const struct shape *s = o->s;
-	tf_mxu_gemm(&o->cfg, s->tx, s->tw, s->M, s->K, s->N, o->X, o->ldx, o->W, o->ldw, o->C,
-		    s->N, NULL);
+	tf_mxu_gemm(&o->cfg, s->tx, s->tw, s->M, s->K, s->N, o->X, o->ldx, o->W, o->ldw, o->C, s->N,
+	            NULL);
 }
 
 static void run_blas(struct ops *o)
 {
 	const struct shape *s = o->s;
 	cblas_sgemm(CblasRowMajor, s->tx ? CblasTrans : CblasNoTrans,
-		    s->tw ? CblasTrans : CblasNoTrans, (int)s->M, (int)s->N, (int)s->K, 1.0f,
-		    o->X, (int)o->ldx, o->W, (int)o->ldw, 0.0f, o->C, (int)s->N);
+	            s->tw ? CblasTrans : CblasNoTrans, (int)s->M, (int)s->N, (int)s->K, 1.0f, o->X,
+	            (int)o->ldx, o->W, (int)o->ldw, 0.0f, o->C, (int)s->N);
 }
 
 static double timed(void (*fn)(struct ops *), struct ops *o, int reps)
@@ -168,7 +168,7 @@ static void slice_step(int quick)
 			rep[i].W1 = rep[0].W1, rep[i].W2 = rep[0].W2, rep[i].W3 = rep[0].W3;
 		}
 	}
-	struct slice_ctx ctx = { rep, grads };
+	struct slice_ctx ctx = {rep, grads};
 	size_t ngrad = 784 * 256 + 256 * 128 + 128 * 10;
 	for (int thr = 1; thr <= 2; thr++) {
 		struct tf_slice_rt *rt;
@@ -178,7 +178,7 @@ static void slice_step(int quick)
 		double best_s = 1e30, best_b = 1e30;
 		for (int trial = 0; trial < 3; trial++) {
 			if (thr > 1)
-				nanosleep(&(struct timespec){ 0, 200 * 1000 * 1000 }, NULL);
+				nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
 			double t0 = tf_now_monotonic();
 			for (int i = 0; i < steps; i++) {
 				tf_slice_run(rt, replica_step, &ctx);
@@ -234,14 +234,14 @@ int main(int argc, char **argv)
 	}
 	printf("MXU kernel: %s; OpenBLAS %s\n", tf_mxu_kernel_name(), openblas_get_config());
 	printf("%-20s %3s %9s %9s %7s\n", "shape", "thr", "mxu GF/s", "blas GF/s", "ratio");
-	double mlp_mxu[3] = { 0 }, mlp_blas[3] = { 0 }, rep_mxu[3] = { 0 }, rep_blas[3] = { 0 };
+	double mlp_mxu[3] = {0}, mlp_blas[3] = {0}, rep_mxu[3] = {0}, rep_blas[3] = {0};
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
 		const struct shape *s = &shapes[si];
 		if (quick && s->M * s->K * s->N > 600 * 600 * 600)
 			continue;
 		if (only && !selected(s->name, only))
 			continue;
-		struct ops o = { .s = s };
+		struct ops o = {.s = s};
 		size_t xr = s->tx ? s->K : s->M, xc = s->tx ? s->M : s->K;
 		size_t wr = s->tw ? s->N : s->K, wc = s->tw ? s->K : s->N;
 		o.ldx = xc;
@@ -271,8 +271,9 @@ int main(int argc, char **argv)
 				/* OpenBLAS workers spin for a while after a call and would hold the
 				 * second core during the MXU trial: let them go idle first. */
 				if (thr > 1)
-					nanosleep(&(struct timespec){ 0, 200 * 1000 * 1000 }, NULL);
-				double tm = timed(run_mxu, &o, reps), tb = timed(run_blas, &o, reps);
+					nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
+				double tm = timed(run_mxu, &o, reps),
+				       tb = timed(run_blas, &o, reps);
 				bm = tm < bm ? tm : bm;
 				bb = tb < bb ? tb : bb;
 			}
@@ -294,8 +295,8 @@ int main(int argc, char **argv)
 	if (only)
 		return 0;
 	for (int thr = 1; thr <= 2; thr++)
-		printf("%-20s %3d %8.1fus %8.1fus %7.2f\n", "mlp step (sum)", thr, mlp_mxu[thr] * 1e6,
-		       mlp_blas[thr] * 1e6, mlp_blas[thr] / mlp_mxu[thr]);
+		printf("%-20s %3d %8.1fus %8.1fus %7.2f\n", "mlp step (sum)", thr,
+		       mlp_mxu[thr] * 1e6, mlp_blas[thr] * 1e6, mlp_blas[thr] / mlp_mxu[thr]);
 	printf("%-20s %3d %8.1fus %8.1fus %7.2f\n", "rep32 step (sum)", 1, rep_mxu[1] * 1e6,
 	       rep_blas[1] * 1e6, rep_blas[1] / rep_mxu[1]);
 

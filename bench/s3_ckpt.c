@@ -21,8 +21,9 @@ int main(void)
 {
 	const char *url = getenv("TF_S3_BENCH_URL");
 	if (!url || !*url) {
-		printf("s3_ckpt: skipped: TF_S3_BENCH_URL is unset (bench/s3.sh runs this against a "
-		       "local S3 server)\n");
+		printf(
+		    "s3_ckpt: skipped: TF_S3_BENCH_URL is unset (bench/s3.sh runs this against a "
+		    "local S3 server)\n");
 		return 0;
 	}
 	int reps = getenv("TF_BENCH_REPS") ? atoi(getenv("TF_BENCH_REPS")) : 3;
@@ -48,7 +49,7 @@ int main(void)
 			b[j] = (unsigned char)x;
 		}
 		snprintf(names[i], sizeof names[i], "layer%d", i);
-		t[i] = (struct tf_ckpt_tensor){ names[i], b, per };
+		t[i] = (struct tf_ckpt_tensor){names[i], b, per};
 	}
 	double *save = tf_xcalloc((size_t)reps, sizeof *save);
 	double *load = tf_xcalloc((size_t)reps, sizeof *load);
@@ -69,7 +70,8 @@ int main(void)
 			size_t n;
 			const void *p = tf_ckpt_tensor(c, names[i], &n);
 			if (!p || n != per || memcmp(p, t[i].data, per)) {
-				fprintf(stderr, "s3_ckpt: tensor %s came back different\n", names[i]);
+				fprintf(stderr, "s3_ckpt: tensor %s came back different\n",
+				        names[i]);
 				rc = 1;
 			}
 		}
@@ -85,7 +87,7 @@ int main(void)
 		       save[reps / 2], mib / save[reps / 2], reps);
 		printf("tpuflow ckpt load  %4.0f MiB: median %.3f s  %7.1f MiB/s  (%d runs)\n", mib,
 		       load[reps / 2], mib / load[reps / 2], reps);
-		struct tf_ckpt_gc_opts go = { .keep_last = 1 };
+		struct tf_ckpt_gc_opts go = {.keep_last = 1};
 		tf_ckpt_gc(s, "bench", &go, NULL);
 	}
 	for (int i = 0; i < NT; i++)

@@ -27,7 +27,7 @@ int main(void)
 		return 0;
 	}
 	int epochs = atoi(ep), B = 256, L = 3;
-	int sz[4] = { 784, 256, 128, 10 };
+	int sz[4] = {784, 256, 128, 10};
 	struct tf_rawset tr, te;
 	char err[512];
 	if (tf_fashion_load(NULL, 1, &tr, err, sizeof err) ||
@@ -87,8 +87,8 @@ int main(void)
 			memcpy(A[0], xb, (size_t)B * D * 4);
 			for (int l = 0; l < L; l++) {
 				int k = sz[l], m = sz[l + 1];
-				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, m, k, 1.0f,
-					    A[l], k, W[l], m, 0.0f, A[l + 1], m);
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, m, k,
+				            1.0f, A[l], k, W[l], m, 0.0f, A[l + 1], m);
 				for (int r = 0; r < B; r++)
 					for (int j = 0; j < m; j++) {
 						float v = A[l + 1][r * m + j] + b[l][j];
@@ -102,28 +102,29 @@ int main(void)
 				for (int j = 0; j < 10; j++)
 					sum += expf(z[j] - mx);
 				for (int j = 0; j < 10; j++)
-					dA[L][r * 10 + j] = (expf(z[j] - mx) / sum - (j == yb[r])) / (float)B;
+					dA[L][r * 10 + j] =
+					    (expf(z[j] - mx) / sum - (j == yb[r])) / (float)B;
 			}
 			for (int l = L - 1; l >= 0; l--) {
 				int k = sz[l], m = sz[l + 1];
-				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, m, B, 1.0f, A[l],
-					    k, dA[l + 1], m, 0.0f, gW[l], m);
+				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, m, B, 1.0f,
+				            A[l], k, dA[l + 1], m, 0.0f, gW[l], m);
 				for (int j = 0; j < m; j++) {
 					gb[l][j] = 0;
 					for (int r = 0; r < B; r++)
 						gb[l][j] += dA[l + 1][r * m + j];
 				}
 				if (l > 0) {
-					cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, k, m, 1.0f,
-						    dA[l + 1], m, W[l], m, 0.0f, dA[l], k);
+					cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, k,
+					            m, 1.0f, dA[l + 1], m, W[l], m, 0.0f, dA[l], k);
 					for (int i = 0; i < B * k; i++)
 						if (A[l][i] <= 0)
 							dA[l][i] = 0;
 				}
 			}
 			double lr = step < spe ? 0.1 * (double)(step + 1) / (double)spe
-					       : 0.05 * (1 + cos(M_PI * (double)(step - spe) /
-								 (double)(total - spe)));
+			                       : 0.05 * (1 + cos(M_PI * (double)(step - spe) /
+			                                         (double)(total - spe)));
 			for (int l = 0; l < L; l++) {
 				size_t k = (size_t)sz[l], m = (size_t)sz[l + 1];
 				for (size_t i = 0; i < k * m; i++) {
@@ -143,7 +144,7 @@ int main(void)
 	for (int l = 0; l < L; l++) {
 		int k = sz[l], m = sz[l + 1];
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nt, m, k, 1.0f, A[l], k,
-			    W[l], m, 0.0f, A[l + 1], m);
+		            W[l], m, 0.0f, A[l + 1], m);
 		for (size_t r = 0; r < nt; r++)
 			for (int j = 0; j < m; j++) {
 				float v = A[l + 1][r * (size_t)m + (size_t)j] + b[l][j];
@@ -158,7 +159,7 @@ int main(void)
 				best = j;
 		ok += best == te.labels[r];
 	}
-	printf("{\"accuracy\":%.4f,\"seconds\":%.2f,\"epochs\":%d}\n", (double)ok / (double)nt, secs,
-	       epochs);
+	printf("{\"accuracy\":%.4f,\"seconds\":%.2f,\"epochs\":%d}\n", (double)ok / (double)nt,
+	       secs, epochs);
 	return 0;
 }

@@ -19,10 +19,11 @@ struct tf_cli {
 /* Long options every subcommand accepts; put TF_CLI_COMMON_OPTIONS at the start of a
  * getopt_long table and pass unknown option codes to tf_cli_common_option. */
 enum { TF_OPT_HOME = 0x1000, TF_OPT_JSON, TF_OPT_HELP_LONG };
-#define TF_CLI_COMMON_OPTIONS                                    \
-	{ "home", required_argument, NULL, TF_OPT_HOME },        \
-	{ "json", no_argument, NULL, TF_OPT_JSON },              \
-	{ "help", no_argument, NULL, 'h' }
+#define TF_CLI_COMMON_OPTIONS                                                                      \
+	{"home", required_argument, NULL, TF_OPT_HOME}, {"json", no_argument, NULL, TF_OPT_JSON},  \
+	{                                                                                          \
+		"help", no_argument, NULL, 'h'                                                     \
+	}
 
 /* Handles --home and --json; returns 1 if the option was one of them, 0 if not. */
 int tf_cli_common_option(struct tf_cli *cli, int opt, const char *arg);
@@ -36,8 +37,8 @@ int tf_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((for
 
 /* Parses S, the value of option FLAG of CMD, as a whole decimal integer from MIN to MAX into
  * *OUT. Returns 0, or the usage error's exit code after printing it (*OUT untouched). */
-int tf_cli_parse_int(const char *cmd, const char *flag, const char *s, long long min,
-		     long long max, long long *out);
+int tf_cli_parse_int(const char *cmd, const char *flag, const char *s, long long min, long long max,
+                     long long *out);
 
 /* The subcommand table's entry points (one file per group: cli/cmd_GROUP.c). */
 int cmd_validate(int argc, char **argv, struct tf_cli *cli);

@@ -35,7 +35,7 @@ static int npy_header(const char *path, const char *h, struct npy *out, char *er
 	const char *s = strstr(h, "'shape'");
 	if (!d || !f || !s) {
 		snprintf(err, errlen, "'%s': the .npy header lacks descr, fortran_order or shape",
-			 path);
+		         path);
 		return -EINVAL;
 	}
 	d = strchr(d + 7, '\'');
@@ -44,8 +44,9 @@ static int npy_header(const char *path, const char *h, struct npy *out, char *er
 		if (d)
 			sscanf(d, "'%15[^']", got);
 		snprintf(err, errlen,
-			 "'%s': dtype '%s' is not little-endian float32 ('<f4'); convert it with "
-			 "numpy: np.save(path, a.astype('<f4'))", path, got);
+		         "'%s': dtype '%s' is not little-endian float32 ('<f4'); convert it with "
+		         "numpy: np.save(path, a.astype('<f4'))",
+		         path, got);
 		return -EINVAL;
 	}
 	f = strchr(f + 15, ':');
@@ -53,8 +54,9 @@ static int npy_header(const char *path, const char *h, struct npy *out, char *er
 		f++;
 	if (!f || strncmp(f, "False", 5) != 0) {
 		snprintf(err, errlen,
-			 "'%s': the array is in Fortran order; save a C-order copy "
-			 "(np.save(path, np.ascontiguousarray(a)))", path);
+		         "'%s': the array is in Fortran order; save a C-order copy "
+		         "(np.save(path, np.ascontiguousarray(a)))",
+		         path);
 		return -EINVAL;
 	}
 	s = strchr(s + 7, '(');
@@ -73,8 +75,10 @@ static int npy_header(const char *path, const char *h, struct npy *out, char *er
 		char *end;
 		unsigned long long v = strtoull(s, &end, 10);
 		if (end == s || nd == 3) {
-			snprintf(err, errlen, "'%s': malformed or more than 2-D shape in the .npy "
-					      "header", path);
+			snprintf(err, errlen,
+			         "'%s': malformed or more than 2-D shape in the .npy "
+			         "header",
+			         path);
 			return -EINVAL;
 		}
 		dims[nd++] = v;
@@ -89,9 +93,10 @@ static int npy_header(const char *path, const char *h, struct npy *out, char *er
 	out->rows = nd == 2 ? (size_t)dims[0] : 1;
 	out->cols = nd == 2 ? (size_t)dims[1] : (size_t)dims[0];
 	if (out->cols && out->rows > NPY_MAX_BYTES / 4 / out->cols) {
-		snprintf(err, errlen, "'%s': %llu x %llu floats is more than this command accepts "
-				      "(4 GiB)", path, (unsigned long long)out->rows,
-			 (unsigned long long)out->cols);
+		snprintf(err, errlen,
+		         "'%s': %llu x %llu floats is more than this command accepts "
+		         "(4 GiB)",
+		         path, (unsigned long long)out->rows, (unsigned long long)out->cols);
 		return -EINVAL;
 	}
 	return 0;
@@ -102,7 +107,7 @@ static int npy_read(const char *path, struct npy *out, char *err, size_t errlen)
 {
 	int rc = 0;
 	char *hdr = NULL;
-	struct npy m = { 0 };
+	struct npy m = {0};
 	FILE *fp = fopen(path, "rb");
 	if (!fp) {
 		rc = -errno;
@@ -112,8 +117,10 @@ static int npy_read(const char *path, struct npy *out, char *err, size_t errlen)
 	unsigned char pre[12];
 	if (fread(pre, 1, 10, fp) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
 		rc = -EINVAL;
-		snprintf(err, errlen, "'%s' is not a NumPy .npy file (bad magic); write it with "
-				      "np.save", path);
+		snprintf(err, errlen,
+		         "'%s' is not a NumPy .npy file (bad magic); write it with "
+		         "np.save",
+		         path);
 		goto out;
 	}
 	size_t hlen;
@@ -130,13 +137,13 @@ static int npy_read(const char *path, struct npy *out, char *err, size_t errlen)
 	} else {
 		rc = -EINVAL;
 		snprintf(err, errlen, "'%s': unsupported .npy format version %d.%d", path, pre[6],
-			 pre[7]);
+		         pre[7]);
 		goto out;
 	}
 	if (hlen > 1 << 20) {
 		rc = -EINVAL;
 		snprintf(err, errlen, "'%s': .npy header of %zu bytes is implausibly large", path,
-			 hlen);
+		         hlen);
 		goto out;
 	}
 	hdr = tf_xmalloc(hlen + 1);
@@ -154,7 +161,7 @@ static int npy_read(const char *path, struct npy *out, char *err, size_t errlen)
 	if (fread(m.data, sizeof(float), n, fp) != n) {
 		rc = -EINVAL;
 		snprintf(err, errlen, "'%s': the data is shorter than the shape %zu x %zu says",
-			 path, m.rows, m.cols);
+		         path, m.rows, m.cols);
 		goto out;
 	}
 	*out = m;
@@ -169,12 +176,12 @@ out:
 
 /* Writes a float32 C-order .npy (format 1.0). 0 or a negative errno with err filled. */
 static int npy_write(const char *path, const float *data, size_t rows, size_t cols, char *err,
-		     size_t errlen)
+                     size_t errlen)
 {
 	char dict[128];
-	int dl = snprintf(dict, sizeof dict,
-			  "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", rows,
-			  cols);
+	int dl =
+	    snprintf(dict, sizeof dict,
+	             "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", rows, cols);
 	size_t total = 10 + (size_t)dl + 1;
 	size_t pad = (64 - total % 64) % 64;
 	size_t hlen = (size_t)dl + pad + 1;
@@ -183,8 +190,16 @@ static int npy_write(const char *path, const float *data, size_t rows, size_t co
 		snprintf(err, errlen, "cannot create '%s': %s", path, strerror(errno));
 		return -errno;
 	}
-	unsigned char pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
-				  (unsigned char)(hlen >> 8) };
+	unsigned char pre[10] = {0x93,
+	                         'N',
+	                         'U',
+	                         'M',
+	                         'P',
+	                         'Y',
+	                         1,
+	                         0,
+	                         (unsigned char)(hlen & 0xff),
+	                         (unsigned char)(hlen >> 8)};
 	int ok = fwrite(pre, 1, 10, fp) == 10 && fwrite(dict, 1, (size_t)dl, fp) == (size_t)dl;
 	for (size_t i = 0; ok && i < pad; i++)
 		ok = fputc(' ', fp) != EOF;
@@ -240,16 +255,16 @@ static void print_json(json_t *j)
 static int matmul(int argc, char **argv, struct tf_cli *cli)
 {
 	static const struct option opts[] = {
-		TF_CLI_COMMON_OPTIONS,
-		{ "a", required_argument, NULL, 'a' },
-		{ "b", required_argument, NULL, 'b' },
-		{ "out", required_argument, NULL, 'o' },
-		{ "array", required_argument, NULL, 'r' },
-		{ "reference", no_argument, NULL, 'R' },
-		{ "threads", required_argument, NULL, 't' },
-		{ "gen", required_argument, NULL, 'g' },
-		{ "no-ftz", no_argument, NULL, 'F' },
-		{ NULL, 0, NULL, 0 },
+	    TF_CLI_COMMON_OPTIONS,
+	    {"a", required_argument, NULL, 'a'},
+	    {"b", required_argument, NULL, 'b'},
+	    {"out", required_argument, NULL, 'o'},
+	    {"array", required_argument, NULL, 'r'},
+	    {"reference", no_argument, NULL, 'R'},
+	    {"threads", required_argument, NULL, 't'},
+	    {"gen", required_argument, NULL, 'g'},
+	    {"no-ftz", no_argument, NULL, 'F'},
+	    {NULL, 0, NULL, 0},
 	};
 	const char *cmd = "accel matmul", *apath = NULL, *bpath = NULL, *out = NULL;
 	const char *array = NULL, *genname = "v4";
@@ -258,35 +273,56 @@ static int matmul(int argc, char **argv, struct tf_cli *cli)
 	optind = 0;
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (opt) {
-		case 'a': apath = optarg; break;
-		case 'b': bpath = optarg; break;
-		case 'o': out = optarg; break;
-		case 'r': array = optarg; break;
-		case 'R': reference = 1; break;
-		case 'F': ftz = 0; break;
-		case 'g': genname = optarg; break;
+		case 'a':
+			apath = optarg;
+			break;
+		case 'b':
+			bpath = optarg;
+			break;
+		case 'o':
+			out = optarg;
+			break;
+		case 'r':
+			array = optarg;
+			break;
+		case 'R':
+			reference = 1;
+			break;
+		case 'F':
+			ftz = 0;
+			break;
+		case 'g':
+			genname = optarg;
+			break;
 		case 't':
 			if (parse_count(optarg, 64, &threads) || threads < 1)
 				return tf_cli_usage_error(cmd, "--threads '%s' must be 1..64",
-							  optarg);
+				                          optarg);
 			break;
 		case 'h':
-			printf("usage: tpuflow accel matmul --a A.npy --b B.npy [--out C.npy]\n"
-			       "         [--array RxC] [--reference] [--threads N] [--gen GEN]\n"
-			       "         [--no-ftz] [--json]\n\n"
-			       "C = A . B on the emulated MXU: A (M x K) and B (K x N) are float32 .npy\n"
-			       "matrices, rounded to bfloat16 inside; products are accumulated in fp32\n"
-			       "in the systolic order (per K-tile of R rows). C is written as a float32\n"
-			       ".npy.\n\n"
-			       "  --a, --b FILE   the operands (little-endian float32, C order, 2-D)\n"
-			       "  --out FILE      write C here\n"
-			       "  --array RxC     systolic array size (default: the generation's, 128x128)\n"
-			       "  --reference     use the cycle-level reference model (slow; same bits)\n"
-			       "  --threads N     host threads for the fast kernel (default 1)\n"
-			       "  --gen GEN       TPU generation for clock and MXUs per core (default v4)\n"
-			       "  --no-ftz        keep subnormals (default: flush them, as TPUs do)\n"
-			       "  --json          print the summary as JSON: cycles, device_seconds,\n"
-			       "                  utilization, mapping_efficiency\n");
+			printf(
+			    "usage: tpuflow accel matmul --a A.npy --b B.npy [--out C.npy]\n"
+			    "         [--array RxC] [--reference] [--threads N] [--gen GEN]\n"
+			    "         [--no-ftz] [--json]\n\n"
+			    "C = A . B on the emulated MXU: A (M x K) and B (K x N) are float32 "
+			    ".npy\n"
+			    "matrices, rounded to bfloat16 inside; products are accumulated in "
+			    "fp32\n"
+			    "in the systolic order (per K-tile of R rows). C is written as a "
+			    "float32\n"
+			    ".npy.\n\n"
+			    "  --a, --b FILE   the operands (little-endian float32, C order, 2-D)\n"
+			    "  --out FILE      write C here\n"
+			    "  --array RxC     systolic array size (default: the generation's, "
+			    "128x128)\n"
+			    "  --reference     use the cycle-level reference model (slow; same "
+			    "bits)\n"
+			    "  --threads N     host threads for the fast kernel (default 1)\n"
+			    "  --gen GEN       TPU generation for clock and MXUs per core (default "
+			    "v4)\n"
+			    "  --no-ftz        keep subnormals (default: flush them, as TPUs do)\n"
+			    "  --json          print the summary as JSON: cycles, device_seconds,\n"
+			    "                  utilization, mapping_efficiency\n");
 			return TF_EXIT_OK;
 		default:
 			if (tf_cli_common_option(cli, opt, optarg))
@@ -300,8 +336,10 @@ static int matmul(int argc, char **argv, struct tf_cli *cli)
 		return tf_cli_usage_error(cmd, "both --a and --b are required");
 	const struct tf_tpu_gen *gen = tf_tpu_gen_find(genname);
 	if (!gen)
-		return tf_cli_usage_error(cmd, "unknown generation '%s' (v2, v3, v4, v5e, v5p, "
-					       "v6e)", genname);
+		return tf_cli_usage_error(cmd,
+		                          "unknown generation '%s' (v2, v3, v4, v5e, v5p, "
+		                          "v6e)",
+		                          genname);
 	struct tf_mxu_cfg cfg;
 	tf_mxu_cfg_init(&cfg);
 	cfg.rows = gen->mxu_rows;
@@ -313,7 +351,7 @@ static int matmul(int argc, char **argv, struct tf_cli *cli)
 		return tf_cli_usage_error(cmd, "--array '%s' must be RxC, e.g. 128x128", array);
 
 	char err[512];
-	struct npy a = { 0 }, b = { 0 };
+	struct npy a = {0}, b = {0};
 	int rc = TF_EXIT_OK;
 	float *c = NULL;
 	if (npy_read(apath, &a, err, sizeof err) || npy_read(bpath, &b, err, sizeof err)) {
@@ -323,8 +361,9 @@ static int matmul(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (a.cols != b.rows) {
 		fprintf(stderr,
-			"tpuflow %s: shapes do not chain: A is %zu x %zu and B is %zu x %zu; A's "
-			"columns must equal B's rows\n", cmd, a.rows, a.cols, b.rows, b.cols);
+		        "tpuflow %s: shapes do not chain: A is %zu x %zu and B is %zu x %zu; A's "
+		        "columns must equal B's rows\n",
+		        cmd, a.rows, a.cols, b.rows, b.cols);
 		rc = TF_EXIT_DATAERR;
 		goto out;
 	}
@@ -384,34 +423,38 @@ out:
 static int cycles(int argc, char **argv, struct tf_cli *cli)
 {
 	static const struct option opts[] = {
-		TF_CLI_COMMON_OPTIONS,
-		{ "m", required_argument, NULL, 'm' },
-		{ "k", required_argument, NULL, 'k' },
-		{ "n", required_argument, NULL, 'n' },
-		{ "array", required_argument, NULL, 'r' },
-		{ "dataflow", required_argument, NULL, 'd' },
-		{ "mxus", required_argument, NULL, 'x' },
-		{ NULL, 0, NULL, 0 },
+	    TF_CLI_COMMON_OPTIONS,
+	    {"m", required_argument, NULL, 'm'},
+	    {"k", required_argument, NULL, 'k'},
+	    {"n", required_argument, NULL, 'n'},
+	    {"array", required_argument, NULL, 'r'},
+	    {"dataflow", required_argument, NULL, 'd'},
+	    {"mxus", required_argument, NULL, 'x'},
+	    {NULL, 0, NULL, 0},
 	};
 	const char *cmd = "accel cycles";
-	unsigned long long dim[3] = { 0, 0, 0 }, mxus = 1;
-	int have[3] = { 0, 0, 0 }, R = 128, C = 128, opt;
+	unsigned long long dim[3] = {0, 0, 0}, mxus = 1;
+	int have[3] = {0, 0, 0}, R = 128, C = 128, opt;
 	enum tf_mxu_dataflow df = TF_MXU_WS;
 	optind = 0;
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		int idx = opt == 'm' ? 0 : opt == 'k' ? 1 : opt == 'n' ? 2 : -1;
 		if (idx >= 0) {
 			if (parse_count(optarg, 1ull << 40, &dim[idx]))
-				return tf_cli_usage_error(cmd, "--%c '%s' must be a non-negative "
-							       "integer", opt, optarg);
+				return tf_cli_usage_error(cmd,
+				                          "--%c '%s' must be a non-negative "
+				                          "integer",
+				                          opt, optarg);
 			have[idx] = 1;
 			continue;
 		}
 		switch (opt) {
 		case 'r':
 			if (parse_array(optarg, &R, &C))
-				return tf_cli_usage_error(cmd, "--array '%s' must be RxC, e.g. "
-							       "128x128", optarg);
+				return tf_cli_usage_error(cmd,
+				                          "--array '%s' must be RxC, e.g. "
+				                          "128x128",
+				                          optarg);
 			break;
 		case 'd':
 			if (!strcmp(optarg, "ws"))
@@ -420,20 +463,23 @@ static int cycles(int argc, char **argv, struct tf_cli *cli)
 				df = TF_MXU_OS;
 			else
 				return tf_cli_usage_error(cmd, "--dataflow '%s' must be ws or os",
-							  optarg);
+				                          optarg);
 			break;
 		case 'x':
 			if (parse_count(optarg, 1024, &mxus) || mxus < 1)
-				return tf_cli_usage_error(cmd, "--mxus '%s' must be 1..1024", optarg);
+				return tf_cli_usage_error(cmd, "--mxus '%s' must be 1..1024",
+				                          optarg);
 			break;
 		case 'h':
-			printf("usage: tpuflow accel cycles --m M --k K --n N [--array RxC]\n"
-			       "         [--dataflow ws|os] [--mxus N] [--json]\n\n"
-			       "SCALE-Sim's analytical cycle model for C[MxN] = A[MxK] . B[KxN].\n"
-			       "ws (default): rows <- K, cols <- N, T = M, 2R + C + T - 2 cycles a fold;\n"
-			       "os: rows <- M, cols <- N, T = K, R + C + T - 2 cycles a fold.\n"
-			       "scalesim_total is folds x cycles per fold - 1, the figure SCALE-Sim\n"
-			       "prints; core_cycles spreads the folds over --mxus arrays.\n");
+			printf(
+			    "usage: tpuflow accel cycles --m M --k K --n N [--array RxC]\n"
+			    "         [--dataflow ws|os] [--mxus N] [--json]\n\n"
+			    "SCALE-Sim's analytical cycle model for C[MxN] = A[MxK] . B[KxN].\n"
+			    "ws (default): rows <- K, cols <- N, T = M, 2R + C + T - 2 cycles a "
+			    "fold;\n"
+			    "os: rows <- M, cols <- N, T = K, R + C + T - 2 cycles a fold.\n"
+			    "scalesim_total is folds x cycles per fold - 1, the figure SCALE-Sim\n"
+			    "prints; core_cycles spreads the folds over --mxus arrays.\n");
 			return TF_EXIT_OK;
 		default:
 			if (tf_cli_common_option(cli, opt, optarg))
@@ -459,9 +505,11 @@ static int cycles(int argc, char **argv, struct tf_cli *cli)
 		json_object_set_new(j, "cols", json_integer(C));
 		json_object_set_new(j, "mxus", json_integer((json_int_t)mxus));
 		json_object_set_new(j, "folds", json_integer((json_int_t)m.folds));
-		json_object_set_new(j, "cycles_per_fold", json_integer((json_int_t)m.cycles_per_fold));
+		json_object_set_new(j, "cycles_per_fold",
+		                    json_integer((json_int_t)m.cycles_per_fold));
 		json_object_set_new(j, "cycles", json_integer((json_int_t)m.cycles));
-		json_object_set_new(j, "scalesim_total", json_integer((json_int_t)m.scalesim_total));
+		json_object_set_new(j, "scalesim_total",
+		                    json_integer((json_int_t)m.scalesim_total));
 		json_object_set_new(j, "core_cycles", json_integer((json_int_t)m.core_cycles));
 		json_object_set_new(j, "mapping_efficiency", json_real(m.mapping_efficiency));
 		json_object_set_new(j, "utilization", json_real(m.utilization));
@@ -496,21 +544,24 @@ static json_t *gen_json(const struct tf_tpu_gen *g)
 	json_object_set_new(j, "hbm_bytes_per_second", json_real(g->hbm_bw));
 	json_object_set_new(j, "ici_link_bytes_per_second", json_real(g->ici_bw));
 	json_object_set_new(j, "max_chips", json_integer(g->max_chips));
-	json_object_set_new(j, "type_counts", json_string(g->type_counts_cores ? "cores" : "chips"));
+	json_object_set_new(j, "type_counts",
+	                    json_string(g->type_counts_cores ? "cores" : "chips"));
 	return j;
 }
 
 static int slices(int argc, char **argv, struct tf_cli *cli)
 {
-	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS, { NULL, 0, NULL, 0 } };
+	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS, {NULL, 0, NULL, 0}};
 	const char *cmd = "accel slices";
 	int opt;
 	optind = 0;
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		if (opt == 'h') {
 			printf("usage: tpuflow accel slices [--json]\n\n"
-			       "Lists the TPU generations and the slice types each offers, with their\n"
-			       "topologies. Any slice also takes an explicit topology: GEN:AxB[xC].\n");
+			       "Lists the TPU generations and the slice types each offers, with "
+			       "their\n"
+			       "topologies. Any slice also takes an explicit topology: "
+			       "GEN:AxB[xC].\n");
 			return TF_EXIT_OK;
 		}
 		if (!tf_cli_common_option(cli, opt, optarg))
@@ -524,11 +575,13 @@ static int slices(int argc, char **argv, struct tf_cli *cli)
 	for (size_t i = 0; i < n; i++) {
 		json_t *types = cli->json ? json_array() : NULL;
 		if (!cli->json)
-			printf("%-4s %dx%d MXU x%d per core, %d core%s/chip, %dD torus, %.0f TFLOPS/chip, "
-			       "%.0f GB HBM/chip, up to %d chips\n     ", g[i].name, g[i].mxu_rows,
-			       g[i].mxu_cols, g[i].mxus_per_core, g[i].cores_per_chip,
-			       g[i].cores_per_chip > 1 ? "s" : "", g[i].torus_dims,
-			       tf_tpu_chip_peak(&g[i]) / 1e12, g[i].hbm_bytes / 1e9, g[i].max_chips);
+			printf("%-4s %dx%d MXU x%d per core, %d core%s/chip, %dD torus, %.0f "
+			       "TFLOPS/chip, "
+			       "%.0f GB HBM/chip, up to %d chips\n     ",
+			       g[i].name, g[i].mxu_rows, g[i].mxu_cols, g[i].mxus_per_core,
+			       g[i].cores_per_chip, g[i].cores_per_chip > 1 ? "s" : "",
+			       g[i].torus_dims, tf_tpu_chip_peak(&g[i]) / 1e12,
+			       g[i].hbm_bytes / 1e9, g[i].max_chips);
 		for (size_t t = 0; g[i].types[t]; t++) {
 			struct tf_tpu_slice s;
 			char err[256];
@@ -567,16 +620,17 @@ static int slices(int argc, char **argv, struct tf_cli *cli)
 
 static int info(int argc, char **argv, struct tf_cli *cli)
 {
-	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS, { NULL, 0, NULL, 0 } };
+	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS, {NULL, 0, NULL, 0}};
 	const char *cmd = "accel info";
 	int opt;
 	optind = 0;
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		if (opt == 'h') {
-			printf("usage: tpuflow accel info SLICE [--json]\n\n"
-			       "Describes a slice: an accelerator type (v4-8, v4-32, v5p-8,\n"
-			       "v5litepod-16, v6e-4) or a topology (v4:2x2x4): chips, TensorCores,\n"
-			       "MXUs, peak FLOP/s, HBM, torus, and the modelled all-reduce time.\n");
+			printf(
+			    "usage: tpuflow accel info SLICE [--json]\n\n"
+			    "Describes a slice: an accelerator type (v4-8, v4-32, v5p-8,\n"
+			    "v5litepod-16, v6e-4) or a topology (v4:2x2x4): chips, TensorCores,\n"
+			    "MXUs, peak FLOP/s, HBM, torus, and the modelled all-reduce time.\n");
 			return TF_EXIT_OK;
 		}
 		if (!tf_cli_common_option(cli, opt, optarg))
@@ -608,14 +662,15 @@ static int info(int argc, char **argv, struct tf_cli *cli)
 		json_object_set_new(j, "clock_hz", json_real(g->clock_hz));
 		json_object_set_new(j, "peak_flops", json_real(peak));
 		json_object_set_new(j, "hbm_bytes", json_real(g->hbm_bytes * s.chips));
-		json_object_set_new(j, "hbm_bytes_per_core", json_real(g->hbm_bytes / g->cores_per_chip));
+		json_object_set_new(j, "hbm_bytes_per_core",
+		                    json_real(g->hbm_bytes / g->cores_per_chip));
 		json_object_set_new(j, "ici_link_bytes_per_second", json_real(g->ici_bw));
 		json_object_set_new(j, "allreduce_1mib_seconds", json_real(ar));
 		print_json(j);
 	} else {
 		printf("%s: %s, topology %s (%dD torus)\n", s.name, g->name, s.topology, s.ndims);
-		printf("chips %d, TensorCores %d (replicas), MXUs %d of %dx%d at %.0f MHz\n", s.chips,
-		       s.cores, mxus, g->mxu_rows, g->mxu_cols, g->clock_hz / 1e6);
+		printf("chips %d, TensorCores %d (replicas), MXUs %d of %dx%d at %.0f MHz\n",
+		       s.chips, s.cores, mxus, g->mxu_rows, g->mxu_cols, g->clock_hz / 1e6);
 		printf("peak %.1f TFLOPS bf16, HBM %.0f GB (%.1f GB per core)\n", peak / 1e12,
 		       g->hbm_bytes * s.chips / 1e9, g->hbm_bytes / g->cores_per_chip / 1e9);
 		printf("ICI %.0f GB/s per link; all-reduce of 1 MiB: %.1f us (model)\n",
@@ -629,21 +684,20 @@ int cmd_accel(int argc, char **argv, struct tf_cli *cli)
 	static const struct {
 		const char *name;
 		int (*fn)(int, char **, struct tf_cli *);
-	} subs[] = { { "matmul", matmul }, { "cycles", cycles }, { "slices", slices },
-		     { "info", info } };
+	} subs[] = {{"matmul", matmul}, {"cycles", cycles}, {"slices", slices}, {"info", info}};
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		FILE *f = argc < 2 ? stderr : stdout;
 		fprintf(f, "usage: tpuflow accel matmul|cycles|slices|info [ARGS]\n\n"
-			   "  matmul   C = A . B from .npy files on the emulated MXU\n"
-			   "  cycles   SCALE-Sim's analytical cycle model for one GEMM\n"
-			   "  slices   TPU generations and their slice types\n"
-			   "  info     describe one slice (v4-8, v5litepod-16, v4:2x2x4)\n\n"
-			   "'tpuflow accel SUBCOMMAND --help' describes one.\n");
+		           "  matmul   C = A . B from .npy files on the emulated MXU\n"
+		           "  cycles   SCALE-Sim's analytical cycle model for one GEMM\n"
+		           "  slices   TPU generations and their slice types\n"
+		           "  info     describe one slice (v4-8, v5litepod-16, v4:2x2x4)\n\n"
+		           "'tpuflow accel SUBCOMMAND --help' describes one.\n");
 		return argc < 2 ? TF_EXIT_USAGE : TF_EXIT_OK;
 	}
 	for (size_t i = 0; i < TF_ARRAY_LEN(subs); i++)
 		if (!strcmp(argv[1], subs[i].name))
 			return subs[i].fn(argc - 1, argv + 1, cli);
 	return tf_cli_usage_error("accel", "unknown subcommand '%s' (matmul, cycles, slices, info)",
-				  argv[1]);
+	                          argv[1]);
 }

@@ -13,10 +13,10 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: tpuflow db status|migrate [--home DIR] [--json]\n\n"
-		   "  status    the database file, its schema version and pending migrations\n"
-		   "  migrate   apply pending migrations (each in its own transaction)\n\n"
-		   "The database is HOME/" TF_STORE_FILE ". Exit 78 when it is newer than this "
-		   "program.\n");
+	           "  status    the database file, its schema version and pending migrations\n"
+	           "  migrate   apply pending migrations (each in its own transaction)\n\n"
+	           "The database is HOME/" TF_STORE_FILE ". Exit 78 when it is newer than this "
+	           "program.\n");
 }
 
 static int exit_for(int rc)
@@ -30,7 +30,7 @@ static int exit_for(int rc)
 
 int cmd_db(int argc, char **argv, struct tf_cli *cli)
 {
-	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS, { 0, 0, 0, 0 } };
+	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS, {0, 0, 0, 0}};
 	int c, rc, ret = TF_EXIT_OK, version = 0, applied = 0;
 	struct tf_store *st = NULL;
 	char err[512] = "", *home = NULL, *path = NULL;
@@ -74,8 +74,8 @@ int cmd_db(int argc, char **argv, struct tf_cli *cli)
 		json_t *pending = json_array();
 		for (int v = version + 1; v <= latest; v++)
 			json_array_append_new(pending, json_string(tf_store_migration_name(v)));
-		json_t *doc = json_pack("{s:s, s:i, s:i, s:o}", "database", path, "version", version,
-					"latest", latest, "pending", pending);
+		json_t *doc = json_pack("{s:s, s:i, s:i, s:o}", "database", path, "version",
+		                        version, "latest", latest, "pending", pending);
 		if (migrate)
 			json_object_set_new(doc, "applied", json_integer(applied));
 		char *s = json_dumps(doc, JSON_INDENT(2));

@@ -43,7 +43,7 @@ static int exit_for(int rc)
 
 /* Opens --store URL or the state home's store. */
 static int open_store(const char *cmd, const char *url, struct tf_cli *cli,
-		      struct tf_objstore **out)
+                      struct tf_objstore **out)
 {
 	char err[1024];
 	char *u = NULL;
@@ -70,7 +70,8 @@ static int parse_u64(const char *cmd, const char *flag, const char *s, uint64_t 
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
 	if (!*s || *end || errno || *s == '-')
-		return tf_cli_usage_error(cmd, "%s wants a non-negative integer, not '%s'", flag, s);
+		return tf_cli_usage_error(cmd, "%s wants a non-negative integer, not '%s'", flag,
+		                          s);
 	*out = v;
 	return 0;
 }
@@ -88,41 +89,51 @@ static int parse_f(const char *cmd, const char *flag, const char *s, double *out
 /* ---- data prep ---- */
 
 static const char data_usage[] =
-	"usage: tpuflow data prep [options]\n"
-	"Converts a raw dataset into sharded TFRecord files of tf.train.Example records plus a\n"
-	"manifest (counts, schema, preprocessing, per-shard CRC-32C), written last.\n"
-	"  --source S         fashion-mnist (default) or csv\n"
-	"  --path P           fashion-mnist directory (default " TF_FASHION_MNIST_DIR ")\n"
-	"                     or the CSV file (header line, numeric columns)\n"
-	"  --csv-label COL    CSV label column (default label); labels are integers 0..K-1\n"
-	"  --test-fraction F  CSV: fraction held out as the test split (default 0.2)\n"
-	"  --shards N         train shards (default 8); test gets max(1, N/4)\n"
-	"  --seed N           CSV split seed (default 0)\n"
-	"  --limit-train N    keep the first N train examples (default all)\n"
-	"  --limit-test N     keep the first N test examples (default all)\n"
-	"  --out PREFIX       object key prefix (default " DEFAULT_DATASET_PREFIX ")\n"
-	"  --store URL        object store (default: the state home's store)\n"
-	"  --home DIR, --json, --help\n";
+    "usage: tpuflow data prep [options]\n"
+    "Converts a raw dataset into sharded TFRecord files of tf.train.Example records plus a\n"
+    "manifest (counts, schema, preprocessing, per-shard CRC-32C), written last.\n"
+    "  --source S         fashion-mnist (default) or csv\n"
+    "  --path P           fashion-mnist directory (default " TF_FASHION_MNIST_DIR ")\n"
+    "                     or the CSV file (header line, numeric columns)\n"
+    "  --csv-label COL    CSV label column (default label); labels are integers 0..K-1\n"
+    "  --test-fraction F  CSV: fraction held out as the test split (default 0.2)\n"
+    "  --shards N         train shards (default 8); test gets max(1, N/4)\n"
+    "  --seed N           CSV split seed (default 0)\n"
+    "  --limit-train N    keep the first N train examples (default all)\n"
+    "  --limit-test N     keep the first N test examples (default all)\n"
+    "  --out PREFIX       object key prefix (default " DEFAULT_DATASET_PREFIX ")\n"
+    "  --store URL        object store (default: the state home's store)\n"
+    "  --home DIR, --json, --help\n";
 
 int cmd_data(int argc, char **argv, struct tf_cli *cli)
 {
-	enum { O_SOURCE = 1, O_PATH, O_LABEL, O_TFRAC, O_SHARDS, O_SEED, O_LTR, O_LTE, O_OUT,
-	       O_STORE };
-	static const struct option opts[] = {
-		TF_CLI_COMMON_OPTIONS,
-		{ "source", required_argument, NULL, O_SOURCE },
-		{ "path", required_argument, NULL, O_PATH },
-		{ "csv-label", required_argument, NULL, O_LABEL },
-		{ "test-fraction", required_argument, NULL, O_TFRAC },
-		{ "shards", required_argument, NULL, O_SHARDS },
-		{ "seed", required_argument, NULL, O_SEED },
-		{ "limit-train", required_argument, NULL, O_LTR },
-		{ "limit-test", required_argument, NULL, O_LTE },
-		{ "out", required_argument, NULL, O_OUT },
-		{ "store", required_argument, NULL, O_STORE },
-		{ 0 },
+	enum {
+		O_SOURCE = 1,
+		O_PATH,
+		O_LABEL,
+		O_TFRAC,
+		O_SHARDS,
+		O_SEED,
+		O_LTR,
+		O_LTE,
+		O_OUT,
+		O_STORE
 	};
-	struct tf_prep_opts po = { 0 };
+	static const struct option opts[] = {
+	    TF_CLI_COMMON_OPTIONS,
+	    {"source", required_argument, NULL, O_SOURCE},
+	    {"path", required_argument, NULL, O_PATH},
+	    {"csv-label", required_argument, NULL, O_LABEL},
+	    {"test-fraction", required_argument, NULL, O_TFRAC},
+	    {"shards", required_argument, NULL, O_SHARDS},
+	    {"seed", required_argument, NULL, O_SEED},
+	    {"limit-train", required_argument, NULL, O_LTR},
+	    {"limit-test", required_argument, NULL, O_LTE},
+	    {"out", required_argument, NULL, O_OUT},
+	    {"store", required_argument, NULL, O_STORE},
+	    {0},
+	};
+	struct tf_prep_opts po = {0};
 	const char *out = DEFAULT_DATASET_PREFIX, *store_url = NULL;
 	uint64_t v;
 	int c, rc;
@@ -151,7 +162,8 @@ int cmd_data(int argc, char **argv, struct tf_cli *cli)
 			po.csv_label = optarg;
 			break;
 		case O_TFRAC:
-			if ((rc = parse_f("data prep", "--test-fraction", optarg, &po.test_fraction)))
+			if ((rc = parse_f("data prep", "--test-fraction", optarg,
+			                  &po.test_fraction)))
 				return rc;
 			break;
 		case O_SHARDS:
@@ -197,12 +209,15 @@ int cmd_data(int argc, char **argv, struct tf_cli *cli)
 		goto out;
 	}
 	json_t *sp = json_object_get(manifest, "splits");
-	json_int_t ntr = json_integer_value(json_object_get(json_object_get(sp, "train"), "examples"));
-	json_int_t nte = json_integer_value(json_object_get(json_object_get(sp, "test"), "examples"));
+	json_int_t ntr =
+	    json_integer_value(json_object_get(json_object_get(sp, "train"), "examples"));
+	json_int_t nte =
+	    json_integer_value(json_object_get(json_object_get(sp, "test"), "examples"));
 	if (cli->json) {
-		json_t *doc = json_pack("{s:s, s:s, s:I, s:I, s:f, s:O}", "store", tf_objstore_url(s),
-					"dataset", key, "train_examples", ntr, "test_examples", nte,
-					"seconds", tf_now_monotonic() - t0, "manifest", manifest);
+		json_t *doc =
+		    json_pack("{s:s, s:s, s:I, s:I, s:f, s:O}", "store", tf_objstore_url(s),
+		              "dataset", key, "train_examples", ntr, "test_examples", nte,
+		              "seconds", tf_now_monotonic() - t0, "manifest", manifest);
 		json_dumpf(doc, stdout, JSON_COMPACT);
 		putchar('\n');
 		json_decref(doc);
@@ -243,47 +258,52 @@ static void on_progress(void *data, const char *line)
 	double eps = json_number_value(json_object_get(ev, "examples_per_second"));
 	if (!kind) {
 	} else if (!strcmp(kind, "start")) {
-		fprintf(stderr, "training on %s (%lld replicas), %lld steps of %lld per epoch, "
-			"%lld parameters, %s\n",
-			json_string_value(json_object_get(ev, "accelerator")),
-			(long long)json_integer_value(json_object_get(ev, "replicas")),
-			(long long)json_integer_value(json_object_get(ev, "total_steps")),
-			(long long)json_integer_value(json_object_get(ev, "steps_per_epoch")),
-			(long long)json_integer_value(json_object_get(ev, "params")),
-			json_string_value(json_object_get(ev, "optimizer")));
+		fprintf(stderr,
+		        "training on %s (%lld replicas), %lld steps of %lld per epoch, "
+		        "%lld parameters, %s\n",
+		        json_string_value(json_object_get(ev, "accelerator")),
+		        (long long)json_integer_value(json_object_get(ev, "replicas")),
+		        (long long)json_integer_value(json_object_get(ev, "total_steps")),
+		        (long long)json_integer_value(json_object_get(ev, "steps_per_epoch")),
+		        (long long)json_integer_value(json_object_get(ev, "params")),
+		        json_string_value(json_object_get(ev, "optimizer")));
 	} else if (!strcmp(kind, "step") && p->mode == 1) {
 		int width = 24, fill = epochs ? (int)(width * epoch / (double)epochs) : 0;
 		char bar[32];
 		for (int i = 0; i < width; i++)
 			bar[i] = i < fill ? '#' : '.';
 		bar[width] = 0;
-		p->barlen = fprintf(stderr, "\r[%s] epoch %.2f/%lld step %lld loss %.4f acc %.4f "
-				    "%.0f ex/s ETA %.0fs ", bar, epoch, (long long)epochs,
-				    (long long)step, json_number_value(json_object_get(ev, "loss")),
-				    json_number_value(json_object_get(ev, "accuracy")), eps, eta);
+		p->barlen = fprintf(stderr,
+		                    "\r[%s] epoch %.2f/%lld step %lld loss %.4f acc %.4f "
+		                    "%.0f ex/s ETA %.0fs ",
+		                    bar, epoch, (long long)epochs, (long long)step,
+		                    json_number_value(json_object_get(ev, "loss")),
+		                    json_number_value(json_object_get(ev, "accuracy")), eps, eta);
 	} else if (!strcmp(kind, "step")) {
 		fprintf(stderr, "step %lld epoch %.2f loss %.4f acc %.4f %.0f ex/s ETA %.0fs\n",
-			(long long)step, epoch, json_number_value(json_object_get(ev, "loss")),
-			json_number_value(json_object_get(ev, "accuracy")), eps, eta);
+		        (long long)step, epoch, json_number_value(json_object_get(ev, "loss")),
+		        json_number_value(json_object_get(ev, "accuracy")), eps, eta);
 	} else if (!strcmp(kind, "epoch")) {
 		if (p->mode == 1 && p->barlen)
 			fprintf(stderr, "\r%*s\r", p->barlen, "");
-		fprintf(stderr, "epoch %.0f/%lld step %lld: train loss %.4f acc %.4f | test loss "
-			"%.4f acc %.4f auc %.4f | %.0f ex/s, device %.2fs, MXU util %.1f%%, input "
-			"wait %.1f%%\n", epoch, (long long)epochs, (long long)step,
-			json_number_value(json_object_get(ev, "train_loss")),
-			json_number_value(json_object_get(ev, "train_accuracy")),
-			json_number_value(json_object_get(ev, "loss")),
-			json_number_value(json_object_get(ev, "accuracy")),
-			json_number_value(json_object_get(ev, "auc")), eps,
-			json_number_value(json_object_get(ev, "device_seconds")),
-			100 * json_number_value(json_object_get(ev, "utilization")),
-			100 * json_number_value(json_object_get(ev, "input_wait")));
+		fprintf(stderr,
+		        "epoch %.0f/%lld step %lld: train loss %.4f acc %.4f | test loss "
+		        "%.4f acc %.4f auc %.4f | %.0f ex/s, device %.2fs, MXU util %.1f%%, input "
+		        "wait %.1f%%\n",
+		        epoch, (long long)epochs, (long long)step,
+		        json_number_value(json_object_get(ev, "train_loss")),
+		        json_number_value(json_object_get(ev, "train_accuracy")),
+		        json_number_value(json_object_get(ev, "loss")),
+		        json_number_value(json_object_get(ev, "accuracy")),
+		        json_number_value(json_object_get(ev, "auc")), eps,
+		        json_number_value(json_object_get(ev, "device_seconds")),
+		        100 * json_number_value(json_object_get(ev, "utilization")),
+		        100 * json_number_value(json_object_get(ev, "input_wait")));
 	} else if (!strcmp(kind, "resume")) {
 		fprintf(stderr, "resuming from the checkpoint at step %lld\n", (long long)step);
 	} else if (!strcmp(kind, "early_stop")) {
 		fprintf(stderr, "early stop at step %lld: %s stopped improving\n", (long long)step,
-			json_string_value(json_object_get(ev, "monitor")));
+		        json_string_value(json_object_get(ev, "monitor")));
 	}
 	json_decref(ev);
 }
@@ -291,86 +311,116 @@ static void on_progress(void *data, const char *line)
 /* ---- train ---- */
 
 static const char train_usage[] =
-	"usage: tpuflow train [options]\n"
-	"Trains an MLP on an emulated TPU slice from a prepared dataset; checkpoints go under\n"
-	"--ckpt (a rerun resumes from the newest one), the model bundle to --export.\n"
-	"  --dataset KEY        manifest key (default " DEFAULT_DATASET ")\n"
-	"  --store URL          object store (default: the state home's store)\n"
-	"  --accelerator S      slice, e.g. v4-8 (default), v4-32, v5p-8, v5litepod-16\n"
-	"  --threads N          host threads running the replicas (default: all cores)\n"
-	"  --hidden LIST        hidden layer widths (default 256,128)\n"
-	"  --binary             sigmoid binary cross-entropy (two-class data)\n"
-	"  --epochs N           epochs (default 10)        --batch N  global batch (default 256)\n"
-	"  --max-steps N        stop after N steps in total\n"
-	"  --optimizer O        sgd (default), adam (AdamW with --weight-decay), lars\n"
-	"  --lr F               base learning rate (default 0.1; adam 0.001)\n"
-	"  --momentum F         sgd/lars momentum (default 0.9)\n"
-	"  --weight-decay F     L2 (sgd), decoupled (adam), in the trust ratio (lars)\n"
-	"  --lars-eta F         LARS trust coefficient (default 0.001)\n"
-	"  --warmup-epochs F    linear warmup (default 0)\n"
-	"  --schedule S         cosine, step or constant (default cosine)\n"
-	"  --decay-epochs F     step schedule period (default a third of the run); x0.1 each\n"
-	"  --clip-norm F        clip the gradient's global L2 norm\n"
-	"  --linear-scaling     lr x batch / 256 (Goyal et al.)\n"
-	"  --seed N             initialisation and data order (default 0)\n"
-	"  --prefetch N         input batches prepared ahead (default 4; 0 turns it off)\n"
-	"  --cache              keep decoded examples in memory after the first epoch\n"
-	"  --ckpt PREFIX        checkpoint key prefix (default runs/local/train/ckpt/)\n"
-	"  --no-ckpt            no checkpoints\n"
-	"  --checkpoint-every N steps between checkpoints (default: only at the end)\n"
-	"  --keep N             checkpoints kept (default 3)\n"
-	"  --export DIR         write the model bundle to the local directory DIR\n"
-	"  --export-key PREFIX  or under this key prefix of the store\n"
-	"  --patience N         early stopping after N epochs without improvement\n"
-	"  --monitor M          accuracy (default), loss or auc, on the test split\n"
-	"  --log-every N        steps between progress lines (default 50)\n"
-	"  --halt-after N       stop after step N as if killed (resume drills)\n"
-	"  --home DIR, --json (JSON lines on stderr, the summary on stdout), --help\n";
+    "usage: tpuflow train [options]\n"
+    "Trains an MLP on an emulated TPU slice from a prepared dataset; checkpoints go under\n"
+    "--ckpt (a rerun resumes from the newest one), the model bundle to --export.\n"
+    "  --dataset KEY        manifest key (default " DEFAULT_DATASET ")\n"
+    "  --store URL          object store (default: the state home's store)\n"
+    "  --accelerator S      slice, e.g. v4-8 (default), v4-32, v5p-8, v5litepod-16\n"
+    "  --threads N          host threads running the replicas (default: all cores)\n"
+    "  --hidden LIST        hidden layer widths (default 256,128)\n"
+    "  --binary             sigmoid binary cross-entropy (two-class data)\n"
+    "  --epochs N           epochs (default 10)        --batch N  global batch (default 256)\n"
+    "  --max-steps N        stop after N steps in total\n"
+    "  --optimizer O        sgd (default), adam (AdamW with --weight-decay), lars\n"
+    "  --lr F               base learning rate (default 0.1; adam 0.001)\n"
+    "  --momentum F         sgd/lars momentum (default 0.9)\n"
+    "  --weight-decay F     L2 (sgd), decoupled (adam), in the trust ratio (lars)\n"
+    "  --lars-eta F         LARS trust coefficient (default 0.001)\n"
+    "  --warmup-epochs F    linear warmup (default 0)\n"
+    "  --schedule S         cosine, step or constant (default cosine)\n"
+    "  --decay-epochs F     step schedule period (default a third of the run); x0.1 each\n"
+    "  --clip-norm F        clip the gradient's global L2 norm\n"
+    "  --linear-scaling     lr x batch / 256 (Goyal et al.)\n"
+    "  --seed N             initialisation and data order (default 0)\n"
+    "  --prefetch N         input batches prepared ahead (default 4; 0 turns it off)\n"
+    "  --cache              keep decoded examples in memory after the first epoch\n"
+    "  --ckpt PREFIX        checkpoint key prefix (default runs/local/train/ckpt/)\n"
+    "  --no-ckpt            no checkpoints\n"
+    "  --checkpoint-every N steps between checkpoints (default: only at the end)\n"
+    "  --keep N             checkpoints kept (default 3)\n"
+    "  --export DIR         write the model bundle to the local directory DIR\n"
+    "  --export-key PREFIX  or under this key prefix of the store\n"
+    "  --patience N         early stopping after N epochs without improvement\n"
+    "  --monitor M          accuracy (default), loss or auc, on the test split\n"
+    "  --log-every N        steps between progress lines (default 50)\n"
+    "  --halt-after N       stop after step N as if killed (resume drills)\n"
+    "  --home DIR, --json (JSON lines on stderr, the summary on stdout), --help\n";
 
 int cmd_train(int argc, char **argv, struct tf_cli *cli)
 {
-	enum { O_DATASET = 1, O_STORE, O_ACCEL, O_THREADS, O_HIDDEN, O_BINARY, O_EPOCHS, O_BATCH,
-	       O_MAXSTEPS, O_OPT, O_LR, O_MOM, O_WD, O_ETA, O_WARM, O_SCHED, O_DECAY, O_CLIP,
-	       O_LSCALE, O_SEED, O_PREFETCH, O_CACHE, O_CKPT, O_NOCKPT, O_CKEVERY, O_KEEP,
-	       O_EXPORT, O_EXPORTKEY, O_PATIENCE, O_MONITOR, O_LOGEVERY, O_HALT };
-	static const struct option opts[] = {
-		TF_CLI_COMMON_OPTIONS,
-		{ "dataset", required_argument, NULL, O_DATASET },
-		{ "store", required_argument, NULL, O_STORE },
-		{ "accelerator", required_argument, NULL, O_ACCEL },
-		{ "threads", required_argument, NULL, O_THREADS },
-		{ "hidden", required_argument, NULL, O_HIDDEN },
-		{ "binary", no_argument, NULL, O_BINARY },
-		{ "epochs", required_argument, NULL, O_EPOCHS },
-		{ "batch", required_argument, NULL, O_BATCH },
-		{ "max-steps", required_argument, NULL, O_MAXSTEPS },
-		{ "optimizer", required_argument, NULL, O_OPT },
-		{ "lr", required_argument, NULL, O_LR },
-		{ "momentum", required_argument, NULL, O_MOM },
-		{ "weight-decay", required_argument, NULL, O_WD },
-		{ "lars-eta", required_argument, NULL, O_ETA },
-		{ "warmup-epochs", required_argument, NULL, O_WARM },
-		{ "schedule", required_argument, NULL, O_SCHED },
-		{ "decay-epochs", required_argument, NULL, O_DECAY },
-		{ "clip-norm", required_argument, NULL, O_CLIP },
-		{ "linear-scaling", no_argument, NULL, O_LSCALE },
-		{ "seed", required_argument, NULL, O_SEED },
-		{ "prefetch", required_argument, NULL, O_PREFETCH },
-		{ "cache", no_argument, NULL, O_CACHE },
-		{ "ckpt", required_argument, NULL, O_CKPT },
-		{ "no-ckpt", no_argument, NULL, O_NOCKPT },
-		{ "checkpoint-every", required_argument, NULL, O_CKEVERY },
-		{ "keep", required_argument, NULL, O_KEEP },
-		{ "export", required_argument, NULL, O_EXPORT },
-		{ "export-key", required_argument, NULL, O_EXPORTKEY },
-		{ "patience", required_argument, NULL, O_PATIENCE },
-		{ "monitor", required_argument, NULL, O_MONITOR },
-		{ "log-every", required_argument, NULL, O_LOGEVERY },
-		{ "halt-after", required_argument, NULL, O_HALT },
-		{ 0 },
+	enum {
+		O_DATASET = 1,
+		O_STORE,
+		O_ACCEL,
+		O_THREADS,
+		O_HIDDEN,
+		O_BINARY,
+		O_EPOCHS,
+		O_BATCH,
+		O_MAXSTEPS,
+		O_OPT,
+		O_LR,
+		O_MOM,
+		O_WD,
+		O_ETA,
+		O_WARM,
+		O_SCHED,
+		O_DECAY,
+		O_CLIP,
+		O_LSCALE,
+		O_SEED,
+		O_PREFETCH,
+		O_CACHE,
+		O_CKPT,
+		O_NOCKPT,
+		O_CKEVERY,
+		O_KEEP,
+		O_EXPORT,
+		O_EXPORTKEY,
+		O_PATIENCE,
+		O_MONITOR,
+		O_LOGEVERY,
+		O_HALT
 	};
-	struct tf_train_opts o = { .dataset = DEFAULT_DATASET, .ckpt_prefix = "runs/local/train/ckpt/",
-				   .prefetch = 4 };
+	static const struct option opts[] = {
+	    TF_CLI_COMMON_OPTIONS,
+	    {"dataset", required_argument, NULL, O_DATASET},
+	    {"store", required_argument, NULL, O_STORE},
+	    {"accelerator", required_argument, NULL, O_ACCEL},
+	    {"threads", required_argument, NULL, O_THREADS},
+	    {"hidden", required_argument, NULL, O_HIDDEN},
+	    {"binary", no_argument, NULL, O_BINARY},
+	    {"epochs", required_argument, NULL, O_EPOCHS},
+	    {"batch", required_argument, NULL, O_BATCH},
+	    {"max-steps", required_argument, NULL, O_MAXSTEPS},
+	    {"optimizer", required_argument, NULL, O_OPT},
+	    {"lr", required_argument, NULL, O_LR},
+	    {"momentum", required_argument, NULL, O_MOM},
+	    {"weight-decay", required_argument, NULL, O_WD},
+	    {"lars-eta", required_argument, NULL, O_ETA},
+	    {"warmup-epochs", required_argument, NULL, O_WARM},
+	    {"schedule", required_argument, NULL, O_SCHED},
+	    {"decay-epochs", required_argument, NULL, O_DECAY},
+	    {"clip-norm", required_argument, NULL, O_CLIP},
+	    {"linear-scaling", no_argument, NULL, O_LSCALE},
+	    {"seed", required_argument, NULL, O_SEED},
+	    {"prefetch", required_argument, NULL, O_PREFETCH},
+	    {"cache", no_argument, NULL, O_CACHE},
+	    {"ckpt", required_argument, NULL, O_CKPT},
+	    {"no-ckpt", no_argument, NULL, O_NOCKPT},
+	    {"checkpoint-every", required_argument, NULL, O_CKEVERY},
+	    {"keep", required_argument, NULL, O_KEEP},
+	    {"export", required_argument, NULL, O_EXPORT},
+	    {"export-key", required_argument, NULL, O_EXPORTKEY},
+	    {"patience", required_argument, NULL, O_PATIENCE},
+	    {"monitor", required_argument, NULL, O_MONITOR},
+	    {"log-every", required_argument, NULL, O_LOGEVERY},
+	    {"halt-after", required_argument, NULL, O_HALT},
+	    {0},
+	};
+	struct tf_train_opts o = {
+	    .dataset = DEFAULT_DATASET, .ckpt_prefix = "runs/local/train/ckpt/", .prefetch = 4};
 	o.optim.schedule = TF_LR_COSINE;
 	const char *store_url = NULL, *export_dir = NULL;
 	uint64_t v;
@@ -382,9 +432,15 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 		case 'h':
 			fputs(train_usage, stdout);
 			return TF_EXIT_OK;
-		case O_DATASET: o.dataset = optarg; break;
-		case O_STORE: store_url = optarg; break;
-		case O_ACCEL: o.accelerator = optarg; break;
+		case O_DATASET:
+			o.dataset = optarg;
+			break;
+		case O_STORE:
+			store_url = optarg;
+			break;
+		case O_ACCEL:
+			o.accelerator = optarg;
+			break;
 		case O_THREADS:
 			rc = parse_u64("train", "--threads", optarg, &v);
 			o.host_threads = (int)v;
@@ -392,52 +448,88 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 		case O_HIDDEN: {
 			char *dup = tf_xstrdup(optarg), *save = NULL;
 			o.nhidden = 0;
-			for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+			for (char *t = strtok_r(dup, ",", &save); t;
+			     t = strtok_r(NULL, ",", &save)) {
 				if (o.nhidden == TF_MLP_MAX_LAYERS - 1 ||
 				    parse_u64("train", "--hidden", t, &v) || v == 0) {
 					free(dup);
-					return tf_cli_usage_error("train", "--hidden wants up to %d "
-								  "positive widths like 256,128",
-								  TF_MLP_MAX_LAYERS - 1);
+					return tf_cli_usage_error("train",
+					                          "--hidden wants up to %d "
+					                          "positive widths like 256,128",
+					                          TF_MLP_MAX_LAYERS - 1);
 				}
 				o.hidden[o.nhidden++] = (size_t)v;
 			}
 			free(dup);
 			break;
 		}
-		case O_BINARY: o.binary = 1; break;
-		case O_EPOCHS: rc = parse_u64("train", "--epochs", optarg, &o.epochs); break;
+		case O_BINARY:
+			o.binary = 1;
+			break;
+		case O_EPOCHS:
+			rc = parse_u64("train", "--epochs", optarg, &o.epochs);
+			break;
 		case O_BATCH:
 			rc = parse_u64("train", "--batch", optarg, &v);
 			o.batch = (size_t)v;
 			break;
-		case O_MAXSTEPS: rc = parse_u64("train", "--max-steps", optarg, &o.max_steps); break;
+		case O_MAXSTEPS:
+			rc = parse_u64("train", "--max-steps", optarg, &o.max_steps);
+			break;
 		case O_OPT:
 			if (tf_optim_kind_parse(optarg, &o.optim.kind))
-				return tf_cli_usage_error("train", "unknown optimizer '%s'; use sgd, "
-							  "adam or lars", optarg);
+				return tf_cli_usage_error("train",
+				                          "unknown optimizer '%s'; use sgd, "
+				                          "adam or lars",
+				                          optarg);
 			break;
-		case O_LR: rc = parse_f("train", "--lr", optarg, &o.optim.lr); break;
-		case O_MOM: rc = parse_f("train", "--momentum", optarg, &o.optim.momentum); break;
-		case O_WD: rc = parse_f("train", "--weight-decay", optarg, &o.optim.weight_decay); break;
-		case O_ETA: rc = parse_f("train", "--lars-eta", optarg, &o.optim.lars_eta); break;
-		case O_WARM: rc = parse_f("train", "--warmup-epochs", optarg, &o.warmup_epochs); break;
+		case O_LR:
+			rc = parse_f("train", "--lr", optarg, &o.optim.lr);
+			break;
+		case O_MOM:
+			rc = parse_f("train", "--momentum", optarg, &o.optim.momentum);
+			break;
+		case O_WD:
+			rc = parse_f("train", "--weight-decay", optarg, &o.optim.weight_decay);
+			break;
+		case O_ETA:
+			rc = parse_f("train", "--lars-eta", optarg, &o.optim.lars_eta);
+			break;
+		case O_WARM:
+			rc = parse_f("train", "--warmup-epochs", optarg, &o.warmup_epochs);
+			break;
 		case O_SCHED:
 			if (tf_lr_schedule_parse(optarg, &o.optim.schedule))
-				return tf_cli_usage_error("train", "unknown schedule '%s'; use "
-							  "cosine, step or constant", optarg);
+				return tf_cli_usage_error("train",
+				                          "unknown schedule '%s'; use "
+				                          "cosine, step or constant",
+				                          optarg);
 			break;
-		case O_DECAY: rc = parse_f("train", "--decay-epochs", optarg, &o.decay_epochs); break;
-		case O_CLIP: rc = parse_f("train", "--clip-norm", optarg, &o.optim.clip_norm); break;
-		case O_LSCALE: o.optim.linear_scaling = 1; break;
-		case O_SEED: rc = parse_u64("train", "--seed", optarg, &o.seed); break;
+		case O_DECAY:
+			rc = parse_f("train", "--decay-epochs", optarg, &o.decay_epochs);
+			break;
+		case O_CLIP:
+			rc = parse_f("train", "--clip-norm", optarg, &o.optim.clip_norm);
+			break;
+		case O_LSCALE:
+			o.optim.linear_scaling = 1;
+			break;
+		case O_SEED:
+			rc = parse_u64("train", "--seed", optarg, &o.seed);
+			break;
 		case O_PREFETCH:
 			rc = parse_u64("train", "--prefetch", optarg, &v);
 			o.prefetch = (int)v;
 			break;
-		case O_CACHE: o.cache = 1; break;
-		case O_CKPT: o.ckpt_prefix = optarg; break;
-		case O_NOCKPT: o.ckpt_prefix = NULL; break;
+		case O_CACHE:
+			o.cache = 1;
+			break;
+		case O_CKPT:
+			o.ckpt_prefix = optarg;
+			break;
+		case O_NOCKPT:
+			o.ckpt_prefix = NULL;
+			break;
 		case O_CKEVERY:
 			rc = parse_u64("train", "--checkpoint-every", optarg, &o.checkpoint_every);
 			break;
@@ -445,8 +537,12 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 			rc = parse_u64("train", "--keep", optarg, &v);
 			o.keep_checkpoints = (int)v;
 			break;
-		case O_EXPORT: export_dir = optarg; break;
-		case O_EXPORTKEY: o.export_prefix = optarg; break;
+		case O_EXPORT:
+			export_dir = optarg;
+			break;
+		case O_EXPORTKEY:
+			o.export_prefix = optarg;
+			break;
 		case O_PATIENCE:
 			rc = parse_u64("train", "--patience", optarg, &v);
 			o.patience = (int)v;
@@ -455,11 +551,15 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 			if (strcmp(optarg, "accuracy") && strcmp(optarg, "loss") &&
 			    strcmp(optarg, "auc"))
 				return tf_cli_usage_error("train", "--monitor is accuracy, loss or "
-							  "auc");
+				                                   "auc");
 			o.monitor = optarg;
 			break;
-		case O_LOGEVERY: rc = parse_u64("train", "--log-every", optarg, &o.log_every); break;
-		case O_HALT: rc = parse_u64("train", "--halt-after", optarg, &o.halt_after); break;
+		case O_LOGEVERY:
+			rc = parse_u64("train", "--log-every", optarg, &o.log_every);
+			break;
+		case O_HALT:
+			rc = parse_u64("train", "--halt-after", optarg, &o.halt_after);
+			break;
 		default:
 			if (!tf_cli_common_option(cli, c, optarg))
 				return tf_cli_usage_error("train", "unknown option");
@@ -482,7 +582,7 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 		o.export_store = es;
 		o.export_prefix = "";
 	}
-	struct progress pr = { .mode = cli->json ? 2 : isatty(2) ? 1 : 0 };
+	struct progress pr = {.mode = cli->json ? 2 : isatty(2) ? 1 : 0};
 	o.store = s;
 	o.progress = on_progress;
 	o.progress_data = &pr;
@@ -495,16 +595,16 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (cli->json) {
 		json_t *doc = json_pack(
-			"{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:b, "
-			"s:s, s:s}",
-			"steps", (json_int_t)r.steps, "resumed_from", (json_int_t)r.resumed_from,
-			"epochs", r.epochs_done, "loss", r.loss, "accuracy", r.accuracy, "auc",
-			isnan(r.auc) ? 0.0 : r.auc, "train_loss", r.train_loss, "train_accuracy",
-			r.train_accuracy, "examples_per_second", r.examples_per_second,
-			"wall_seconds", r.wall_seconds, "device_seconds", r.device_seconds,
-			"utilization", r.utilization, "input_wait", r.input_wait, "early_stopped",
-			r.early_stopped, "halted", r.halted, "checkpoint", r.checkpoint, "bundle",
-			export_dir ? export_dir : r.bundle);
+		    "{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:b, "
+		    "s:s, s:s}",
+		    "steps", (json_int_t)r.steps, "resumed_from", (json_int_t)r.resumed_from,
+		    "epochs", r.epochs_done, "loss", r.loss, "accuracy", r.accuracy, "auc",
+		    isnan(r.auc) ? 0.0 : r.auc, "train_loss", r.train_loss, "train_accuracy",
+		    r.train_accuracy, "examples_per_second", r.examples_per_second, "wall_seconds",
+		    r.wall_seconds, "device_seconds", r.device_seconds, "utilization",
+		    r.utilization, "input_wait", r.input_wait, "early_stopped", r.early_stopped,
+		    "halted", r.halted, "checkpoint", r.checkpoint, "bundle",
+		    export_dir ? export_dir : r.bundle);
 		json_dumpf(doc, stdout, JSON_COMPACT);
 		putchar('\n');
 		json_decref(doc);
@@ -514,9 +614,10 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 	} else {
 		printf("trained %llu steps (%.2f epochs) in %.2f s: test accuracy %.4f, loss %.4f, "
 		       "AUC %.4f; %.0f examples/s, device %.2f s, MXU utilization %.1f%%, input "
-		       "wait %.1f%%\n", (unsigned long long)r.steps, r.epochs_done, r.wall_seconds,
-		       r.accuracy, r.loss, r.auc, r.examples_per_second, r.device_seconds,
-		       100 * r.utilization, 100 * r.input_wait);
+		       "wait %.1f%%\n",
+		       (unsigned long long)r.steps, r.epochs_done, r.wall_seconds, r.accuracy,
+		       r.loss, r.auc, r.examples_per_second, r.device_seconds, 100 * r.utilization,
+		       100 * r.input_wait);
 		if (r.checkpoint[0])
 			printf("checkpoint %s\n", r.checkpoint);
 		if (export_dir || r.bundle[0])
@@ -532,25 +633,25 @@ out:
 /* ---- eval ---- */
 
 static const char eval_usage[] =
-	"usage: tpuflow eval --model DIR [options]\n"
-	"Evaluates an exported model bundle on the test split of a dataset, on an emulated slice.\n"
-	"  --model DIR          bundle directory (or --model-key PREFIX in the store)\n"
-	"  --dataset KEY        manifest key (default " DEFAULT_DATASET ")\n"
-	"  --store URL          object store (default: the state home's store)\n"
-	"  --accelerator S      slice (default v4-8)\n"
-	"  --home DIR, --json, --help\n";
+    "usage: tpuflow eval --model DIR [options]\n"
+    "Evaluates an exported model bundle on the test split of a dataset, on an emulated slice.\n"
+    "  --model DIR          bundle directory (or --model-key PREFIX in the store)\n"
+    "  --dataset KEY        manifest key (default " DEFAULT_DATASET ")\n"
+    "  --store URL          object store (default: the state home's store)\n"
+    "  --accelerator S      slice (default v4-8)\n"
+    "  --home DIR, --json, --help\n";
 
 int cmd_eval(int argc, char **argv, struct tf_cli *cli)
 {
 	enum { O_MODEL = 1, O_MODELKEY, O_DATASET, O_STORE, O_ACCEL };
 	static const struct option opts[] = {
-		TF_CLI_COMMON_OPTIONS,
-		{ "model", required_argument, NULL, O_MODEL },
-		{ "model-key", required_argument, NULL, O_MODELKEY },
-		{ "dataset", required_argument, NULL, O_DATASET },
-		{ "store", required_argument, NULL, O_STORE },
-		{ "accelerator", required_argument, NULL, O_ACCEL },
-		{ 0 },
+	    TF_CLI_COMMON_OPTIONS,
+	    {"model", required_argument, NULL, O_MODEL},
+	    {"model-key", required_argument, NULL, O_MODELKEY},
+	    {"dataset", required_argument, NULL, O_DATASET},
+	    {"store", required_argument, NULL, O_STORE},
+	    {"accelerator", required_argument, NULL, O_ACCEL},
+	    {0},
 	};
 	const char *model = NULL, *model_key = NULL, *dataset = DEFAULT_DATASET, *store_url = NULL;
 	const char *accel = "v4-8";
@@ -561,11 +662,21 @@ int cmd_eval(int argc, char **argv, struct tf_cli *cli)
 		case 'h':
 			fputs(eval_usage, stdout);
 			return TF_EXIT_OK;
-		case O_MODEL: model = optarg; break;
-		case O_MODELKEY: model_key = optarg; break;
-		case O_DATASET: dataset = optarg; break;
-		case O_STORE: store_url = optarg; break;
-		case O_ACCEL: accel = optarg; break;
+		case O_MODEL:
+			model = optarg;
+			break;
+		case O_MODELKEY:
+			model_key = optarg;
+			break;
+		case O_DATASET:
+			dataset = optarg;
+			break;
+		case O_STORE:
+			store_url = optarg;
+			break;
+		case O_ACCEL:
+			accel = optarg;
+			break;
 		default:
 			if (!tf_cli_common_option(cli, c, optarg))
 				return tf_cli_usage_error("eval", "unknown option");
@@ -590,7 +701,7 @@ int cmd_eval(int argc, char **argv, struct tf_cli *cli)
 		goto fail;
 	if (d->dim != b->mlp.size[0]) {
 		snprintf(err, sizeof err, "the model takes %zu inputs, dataset '%s' has %zu",
-			 b->mlp.size[0], dataset, d->dim);
+		         b->mlp.size[0], dataset, d->dim);
 		rc = -EINVAL;
 		goto fail;
 	}
@@ -628,29 +739,29 @@ out:
 /* ---- predict ---- */
 
 static const char predict_usage[] =
-	"usage: tpuflow predict --model DIR --input X.npy [--out Y.npy] [--threads N]\n"
-	"CPU inference from a model bundle with the MXU numerics it was trained with (bf16\n"
-	"inputs, fp32 systolic accumulation): bit-identical to evaluation on the slice.\n"
-	"  --model DIR    bundle directory (file:// or s3:// URLs work too)\n"
-	"  --input X.npy  raw inputs: uint8 or float pixels (N x 784 or N x 28 x 28) for image\n"
-	"                 models, float features for tabular ones; the bundle's preprocessing is\n"
-	"                 applied unless --preprocessed\n"
-	"  --out Y.npy    write probabilities (float32, N x classes) here\n"
-	"  --preprocessed the input is already preprocessed (float32)\n"
-	"  --threads N    host threads (default 1; results do not depend on it)\n"
-	"  --json, --help\n";
+    "usage: tpuflow predict --model DIR --input X.npy [--out Y.npy] [--threads N]\n"
+    "CPU inference from a model bundle with the MXU numerics it was trained with (bf16\n"
+    "inputs, fp32 systolic accumulation): bit-identical to evaluation on the slice.\n"
+    "  --model DIR    bundle directory (file:// or s3:// URLs work too)\n"
+    "  --input X.npy  raw inputs: uint8 or float pixels (N x 784 or N x 28 x 28) for image\n"
+    "                 models, float features for tabular ones; the bundle's preprocessing is\n"
+    "                 applied unless --preprocessed\n"
+    "  --out Y.npy    write probabilities (float32, N x classes) here\n"
+    "  --preprocessed the input is already preprocessed (float32)\n"
+    "  --threads N    host threads (default 1; results do not depend on it)\n"
+    "  --json, --help\n";
 
 int cmd_predict(int argc, char **argv, struct tf_cli *cli)
 {
 	enum { O_MODEL = 1, O_INPUT, O_OUT, O_PRE, O_THREADS };
 	static const struct option opts[] = {
-		TF_CLI_COMMON_OPTIONS,
-		{ "model", required_argument, NULL, O_MODEL },
-		{ "input", required_argument, NULL, O_INPUT },
-		{ "out", required_argument, NULL, O_OUT },
-		{ "preprocessed", no_argument, NULL, O_PRE },
-		{ "threads", required_argument, NULL, O_THREADS },
-		{ 0 },
+	    TF_CLI_COMMON_OPTIONS,
+	    {"model", required_argument, NULL, O_MODEL},
+	    {"input", required_argument, NULL, O_INPUT},
+	    {"out", required_argument, NULL, O_OUT},
+	    {"preprocessed", no_argument, NULL, O_PRE},
+	    {"threads", required_argument, NULL, O_THREADS},
+	    {0},
 	};
 	const char *model = NULL, *input = NULL, *outp = NULL;
 	int pre = 0, c, rc;
@@ -661,10 +772,18 @@ int cmd_predict(int argc, char **argv, struct tf_cli *cli)
 		case 'h':
 			fputs(predict_usage, stdout);
 			return TF_EXIT_OK;
-		case O_MODEL: model = optarg; break;
-		case O_INPUT: input = optarg; break;
-		case O_OUT: outp = optarg; break;
-		case O_PRE: pre = 1; break;
+		case O_MODEL:
+			model = optarg;
+			break;
+		case O_INPUT:
+			input = optarg;
+			break;
+		case O_OUT:
+			outp = optarg;
+			break;
+		case O_PRE:
+			pre = 1;
+			break;
 		case O_THREADS:
 			if ((rc = parse_u64("predict", "--threads", optarg, &threads)))
 				return rc;
@@ -678,7 +797,7 @@ int cmd_predict(int argc, char **argv, struct tf_cli *cli)
 		return tf_cli_usage_error("predict", "--model DIR and --input X.npy are required");
 	struct tf_objstore *ms = NULL;
 	struct tf_bundle *b = NULL;
-	struct tf_npy a = { 0 };
+	struct tf_npy a = {0};
 	float *x = NULL, *probs = NULL;
 	char err[1024];
 	if ((rc = tf_objstore_open(model, &ms, err, sizeof err)) ||
@@ -687,8 +806,10 @@ int cmd_predict(int argc, char **argv, struct tf_cli *cli)
 		goto fail;
 	size_t dim = b->mlp.size[0], n = a.ndim ? a.shape[0] : 0;
 	if (a.ndim < 1 || a.count != n * dim) {
-		snprintf(err, sizeof err, "'%s': expected N x %zu values (N rows of the model's "
-			 "inputs), got %zu values", input, dim, a.count);
+		snprintf(err, sizeof err,
+		         "'%s': expected N x %zu values (N rows of the model's "
+		         "inputs), got %zu values",
+		         input, dim, a.count);
 		rc = -EBADMSG;
 		goto fail;
 	}
@@ -698,16 +819,18 @@ int cmd_predict(int argc, char **argv, struct tf_cli *cli)
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = 0; j < dim; j++) {
 			size_t k = i * dim + j;
-			row[j] = a.dtype == TF_NPY_U8	 ? ((unsigned char *)a.data)[k]
-				 : a.dtype == TF_NPY_F32 ? ((float *)a.data)[k]
-							 : (float)((double *)a.data)[k];
+			row[j] = a.dtype == TF_NPY_U8    ? ((unsigned char *)a.data)[k]
+			         : a.dtype == TF_NPY_F32 ? ((float *)a.data)[k]
+			                                 : (float)((double *)a.data)[k];
 		}
 		if (pre) {
 			memcpy(x + i * dim, row, dim * sizeof(float));
 		} else if (b->pre.image) {
 			/* image preprocessing reads bytes: the same path training used */
 			for (size_t j = 0; j < dim; j++)
-				u8[j] = (unsigned char)(row[j] < 0 ? 0 : row[j] > 255 ? 255 : row[j]);
+				u8[j] = (unsigned char)(row[j] < 0     ? 0
+				                        : row[j] > 255 ? 255
+				                                       : row[j]);
 			tf_preproc_apply(&b->pre, u8, NULL, x + i * dim);
 		} else {
 			tf_preproc_apply(&b->pre, NULL, row, x + i * dim);
@@ -732,14 +855,14 @@ int cmd_predict(int argc, char **argv, struct tf_cli *cli)
 				if (probs[i * C + j] > probs[i * C + best])
 					best = j;
 			int cls = C == 1 ? probs[i] > 0.5f : (int)best;
-			json_array_append_new(preds, json_pack("{s:i, s:s, s:f}", "class", cls,
-							       "label", b->class_names[cls],
-							       "probability",
-							       C == 1 ? (double)probs[i]
-								      : (double)probs[i * C + best]));
+			json_array_append_new(
+			    preds,
+			    json_pack("{s:i, s:s, s:f}", "class", cls, "label", b->class_names[cls],
+			              "probability",
+			              C == 1 ? (double)probs[i] : (double)probs[i * C + best]));
 		}
 		json_t *doc = json_pack("{s:I, s:f, s:o}", "rows", (json_int_t)n, "seconds", secs,
-					"predictions", preds);
+		                        "predictions", preds);
 		json_dumpf(doc, stdout, JSON_COMPACT);
 		putchar('\n');
 		json_decref(doc);

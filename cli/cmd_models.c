@@ -14,10 +14,10 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: tpuflow models list\n"
-		   "       tpuflow models show NAME [VERSION]\n"
-		   "       tpuflow models alias NAME ALIAS VERSION   point ALIAS at VERSION\n"
-		   "       tpuflow models compare NAME V1 V2         metrics side by side\n"
-		   "  (common: --home DIR, --json; VERSION is a number, 'latest' or an alias)\n");
+	           "       tpuflow models show NAME [VERSION]\n"
+	           "       tpuflow models alias NAME ALIAS VERSION   point ALIAS at VERSION\n"
+	           "       tpuflow models compare NAME V1 V2         metrics side by side\n"
+	           "  (common: --home DIR, --json; VERSION is a number, 'latest' or an alias)\n");
 }
 
 static void print_json(json_t *doc)
@@ -31,9 +31,10 @@ static int resolve(struct tf_store *st, const char *model, const char *ref, int6
 {
 	int rc = tf_registry_resolve(st, model, ref, v);
 	if (rc == -ENOENT)
-		fprintf(stderr, "tpuflow models: model '%s' has no version or alias '%s' (see "
-				"'tpuflow models show %s')\n",
-			model, ref, model);
+		fprintf(stderr,
+		        "tpuflow models: model '%s' has no version or alias '%s' (see "
+		        "'tpuflow models show %s')\n",
+		        model, ref, model);
 	else if (rc)
 		fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
 	return rc;
@@ -63,7 +64,8 @@ static int show(struct tf_store *st, struct tf_cli *cli, const char *model, cons
 		rc = tf_registry_show(st, model, &doc);
 	}
 	if (rc == -ENOENT) {
-		fprintf(stderr, "tpuflow models: no model '%s' (see 'tpuflow models list')\n", model);
+		fprintf(stderr, "tpuflow models: no model '%s' (see 'tpuflow models list')\n",
+		        model);
 		return TF_EXIT_FAILED;
 	}
 	if (rc) {
@@ -78,7 +80,7 @@ static int show(struct tf_store *st, struct tf_cli *cli, const char *model, cons
 	if (ref) {
 		printf("%s version %lld\n", model,
 		       (long long)json_integer_value(json_object_get(doc, "version")));
-		const char *keys[] = { "run_id", "step", "bundle", "checkpoint", "dataset" };
+		const char *keys[] = {"run_id", "step", "bundle", "checkpoint", "dataset"};
 		for (size_t i = 0; i < TF_ARRAY_LEN(keys); i++)
 			if (json_string_value(json_object_get(doc, keys[i])))
 				printf("  %-10s %s\n", keys[i],
@@ -98,7 +100,8 @@ static int show(struct tf_store *st, struct tf_cli *cli, const char *model, cons
 		json_t *v;
 		json_array_foreach(json_object_get(doc, "versions"), i, v)
 		{
-			printf("  v%-4lld run %-24s", (long long)json_integer_value(json_object_get(v, "version")),
+			printf("  v%-4lld run %-24s",
+			       (long long)json_integer_value(json_object_get(v, "version")),
 			       json_string_value(json_object_get(v, "run_id")));
 			print_metrics_line(json_object_get(v, "metrics"));
 			json_t *al = json_object_get(v, "aliases");
@@ -107,7 +110,7 @@ static int show(struct tf_store *st, struct tf_cli *cli, const char *model, cons
 				size_t j;
 				json_t *a;
 				json_array_foreach(al, j, a)
-					printf("%s%s", j ? ", " : "", json_string_value(a));
+				    printf("%s%s", j ? ", " : "", json_string_value(a));
 				printf("]");
 			}
 			printf("\n");
@@ -121,7 +124,8 @@ static int show(struct tf_store *st, struct tf_cli *cli, const char *model, cons
 			       (long long)json_integer_value(json_object_get(v, "version")));
 			if (json_is_integer(json_object_get(v, "canary_version")))
 				printf(", canary v%lld at %.3g%%",
-				       (long long)json_integer_value(json_object_get(v, "canary_version")),
+				       (long long)json_integer_value(
+				           json_object_get(v, "canary_version")),
 				       json_number_value(json_object_get(v, "canary_percent")));
 			printf("\n");
 		}
@@ -131,7 +135,7 @@ static int show(struct tf_store *st, struct tf_cli *cli, const char *model, cons
 }
 
 static int compare(struct tf_store *st, struct tf_cli *cli, const char *model, const char *r1,
-		   const char *r2)
+                   const char *r2)
 {
 	int64_t v1, v2;
 	json_t *a = NULL, *b = NULL;
@@ -152,16 +156,16 @@ static int compare(struct tf_store *st, struct tf_cli *cli, const char *model, c
 	json_object_foreach(names, k, v)
 	{
 		json_t *x = json_object_get(ma, k), *y = json_object_get(mb, k);
-		json_t *row = json_pack("{s:s, s:O, s:O}", "metric", k, "a", x ? x : json_null(), "b",
-					y ? y : json_null());
+		json_t *row = json_pack("{s:s, s:O, s:O}", "metric", k, "a", x ? x : json_null(),
+		                        "b", y ? y : json_null());
 		if (json_is_number(x) && json_is_number(y))
 			json_object_set_new(row, "delta",
-					    json_real(json_number_value(y) - json_number_value(x)));
+			                    json_real(json_number_value(y) - json_number_value(x)));
 		json_array_append_new(rows, row);
 	}
 	if (cli->json) {
 		json_t *doc = json_pack("{s:s, s:I, s:I, s:O}", "model", model, "a", (json_int_t)v1,
-					"b", (json_int_t)v2, "metrics", rows);
+		                        "b", (json_int_t)v2, "metrics", rows);
 		print_json(doc);
 		json_decref(doc);
 	} else {
@@ -178,9 +182,9 @@ static int compare(struct tf_store *st, struct tf_cli *cli, const char *model, c
 				snprintf(sb, sizeof(sb), "%.6g", json_number_value(y));
 			if (json_object_get(row, "delta"))
 				snprintf(sd, sizeof(sd), "%+.4g",
-					 json_number_value(json_object_get(row, "delta")));
-			printf("%-20s %14s %14s %12s\n", json_string_value(json_object_get(row, "metric")),
-			       sa, sb, sd);
+				         json_number_value(json_object_get(row, "delta")));
+			printf("%-20s %14s %14s %12s\n",
+			       json_string_value(json_object_get(row, "metric")), sa, sb, sd);
 		}
 	}
 	json_decref(rows);
@@ -192,7 +196,7 @@ static int compare(struct tf_store *st, struct tf_cli *cli, const char *model, c
 
 int cmd_models(int argc, char **argv, struct tf_cli *cli)
 {
-	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS, { 0, 0, 0, 0 } };
+	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS, {0, 0, 0, 0}};
 	int c, ret = TF_EXIT_OK, rc;
 	char *home = NULL, err[512];
 	struct tf_store *st = NULL;
@@ -238,9 +242,12 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 			json_array_foreach(arr, i, m)
 			{
 				char *al = json_dumps(json_object_get(m, "aliases"), JSON_COMPACT);
-				printf("%-24s %8lld %7lld  %s\n", json_string_value(json_object_get(m, "name")),
-				       (long long)json_integer_value(json_object_get(m, "versions")),
-				       (long long)json_integer_value(json_object_get(m, "latest")), al);
+				printf(
+				    "%-24s %8lld %7lld  %s\n",
+				    json_string_value(json_object_get(m, "name")),
+				    (long long)json_integer_value(json_object_get(m, "versions")),
+				    (long long)json_integer_value(json_object_get(m, "latest")),
+				    al);
 				free(al);
 			}
 		}
@@ -261,7 +268,7 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 		}
 		if (cli->json) {
 			json_t *doc = json_pack("{s:s, s:s, s:I}", "model", a[1], "alias", a[2],
-						"version", (json_int_t)v);
+			                        "version", (json_int_t)v);
 			print_json(doc);
 			json_decref(doc);
 		} else {

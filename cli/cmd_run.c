@@ -54,20 +54,21 @@ static int exit_for_rc(int rc)
 
 static void run_usage(FILE *f)
 {
-	fprintf(f,
-		"usage: tpuflow run FILE [--param NAME=VALUE]... [--workers N] [--storage URL]\n"
-		"                    [--plain] [--home DIR] [--json]\n\n"
-		"Runs a pipeline to the end in this process, recording every state change in\n"
-		"HOME/" TF_STORE_FILE " before acting on it. Independent steps run in parallel.\n\n"
-		"  --param NAME=VALUE  override a pipeline param (type-checked); repeatable\n"
-		"  --workers N         steps running at once (default 8)\n"
-		"  --storage URL       object store (default: the pipeline's `storage`, else\n"
-		"                      file://HOME/objects)\n"
-		"  --plain             one line per change even on a terminal\n"
-		"  --json              progress on stderr, then the run summary as JSON on stdout\n\n"
-		"Ctrl-C stops cleanly (running steps are cancelled, the run is left 'interrupted');\n"
-		"continue it with 'tpuflow runs resume RUN'. A second Ctrl-C leaves at once.\n\n"
-		"exit: 0 succeeded, 1 a step failed, 65 the pipeline has errors, 130 interrupted\n");
+	fprintf(
+	    f,
+	    "usage: tpuflow run FILE [--param NAME=VALUE]... [--workers N] [--storage URL]\n"
+	    "                    [--plain] [--home DIR] [--json]\n\n"
+	    "Runs a pipeline to the end in this process, recording every state change in\n"
+	    "HOME/" TF_STORE_FILE " before acting on it. Independent steps run in parallel.\n\n"
+	    "  --param NAME=VALUE  override a pipeline param (type-checked); repeatable\n"
+	    "  --workers N         steps running at once (default 8)\n"
+	    "  --storage URL       object store (default: the pipeline's `storage`, else\n"
+	    "                      file://HOME/objects)\n"
+	    "  --plain             one line per change even on a terminal\n"
+	    "  --json              progress on stderr, then the run summary as JSON on stdout\n\n"
+	    "Ctrl-C stops cleanly (running steps are cancelled, the run is left 'interrupted');\n"
+	    "continue it with 'tpuflow runs resume RUN'. A second Ctrl-C leaves at once.\n\n"
+	    "exit: 0 succeeded, 1 a step failed, 65 the pipeline has errors, 130 interrupted\n");
 }
 
 static int finish(struct tf_cli *cli, struct tf_engine_result *res)
@@ -83,15 +84,15 @@ static int finish(struct tf_cli *cli, struct tf_engine_result *res)
 int cmd_run(int argc, char **argv, struct tf_cli *cli)
 {
 	enum { OPT_PARAM = 1, OPT_WORKERS, OPT_STORAGE, OPT_PLAIN };
-	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS,
-					      { "param", required_argument, NULL, OPT_PARAM },
-					      { "workers", required_argument, NULL, OPT_WORKERS },
-					      { "storage", required_argument, NULL, OPT_STORAGE },
-					      { "plain", no_argument, NULL, OPT_PLAIN },
-					      { 0, 0, 0, 0 } };
+	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
+	                                     {"param", required_argument, NULL, OPT_PARAM},
+	                                     {"workers", required_argument, NULL, OPT_WORKERS},
+	                                     {"storage", required_argument, NULL, OPT_STORAGE},
+	                                     {"plain", no_argument, NULL, OPT_PLAIN},
+	                                     {0, 0, 0, 0}};
 	struct tf_param_override *ov = tf_xcalloc((size_t)argc + 1, sizeof(*ov));
 	size_t nov = 0;
-	struct tf_engine_opts o = { .handle_signals = 1 };
+	struct tf_engine_opts o = {.handle_signals = 1};
 	int c, plain = 0, ret;
 	char err[1024] = "", *home = NULL;
 
@@ -105,8 +106,8 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 		case 'p':
 		case OPT_PARAM:
 			if (tf_param_override_parse(optarg, &ov[nov])) {
-				ret = tf_cli_usage_error("run", "--param wants NAME=VALUE, not '%s'",
-							 optarg);
+				ret = tf_cli_usage_error(
+				    "run", "--param wants NAME=VALUE, not '%s'", optarg);
 				goto out;
 			}
 			nov++;
@@ -144,8 +145,8 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 	o.home = home;
 	o.out = cli->json ? stderr : stdout;
 	o.tty = !plain && isatty(fileno(o.out)) && getenv("TERM") && strcmp(getenv("TERM"), "dumb");
-	struct tf_diag_list diags = { 0 };
-	struct tf_engine_result res = { 0 };
+	struct tf_diag_list diags = {0};
+	struct tf_engine_result res = {0};
 	int rc = tf_engine_run_file(&o, argv[optind], ov, nov, &diags, &res, err, sizeof(err));
 	if (rc) {
 		if (diags.n) {
@@ -168,13 +169,14 @@ out:
 
 static void runs_usage(FILE *f)
 {
-	fprintf(f,
-		"usage: tpuflow runs list [--limit N]\n"
-		"       tpuflow runs show RUN\n"
-		"       tpuflow runs logs RUN [STEP]\n"
-		"       tpuflow runs resume RUN     continue an interrupted or crashed run\n"
-		"       tpuflow runs retry RUN      run again what failed, reusing what succeeded\n"
-		"  (common: --home DIR, --json; RUN is an id, a unique prefix of one, or 'latest')\n");
+	fprintf(
+	    f,
+	    "usage: tpuflow runs list [--limit N]\n"
+	    "       tpuflow runs show RUN\n"
+	    "       tpuflow runs logs RUN [STEP]\n"
+	    "       tpuflow runs resume RUN     continue an interrupted or crashed run\n"
+	    "       tpuflow runs retry RUN      run again what failed, reusing what succeeded\n"
+	    "  (common: --home DIR, --json; RUN is an id, a unique prefix of one, or 'latest')\n");
 }
 
 static void fmt_time(double t, char *buf, size_t len)
@@ -204,7 +206,7 @@ static int runs_list(struct tf_store *st, struct tf_cli *cli, int limit)
 		{
 			char when[32];
 			fmt_time(json_number_value(json_object_get(r, "created_at")), when,
-				 sizeof(when));
+			         sizeof(when));
 			printf("%-24s %-20s %-11s %-19s %lld/%lld\n",
 			       json_string_value(json_object_get(r, "id")),
 			       json_string_value(json_object_get(r, "pipeline")),
@@ -253,8 +255,8 @@ static int runs_show(struct tf_store *st, struct tf_cli *cli, const char *run)
 		json_object_foreach(json_object_get(s, "metrics"), k, v)
 		{
 			if (json_is_number(v) && off < sizeof(detail))
-				off += (size_t)snprintf(detail + off, sizeof(detail) - off, "%s=%.4g ",
-							k, json_number_value(v));
+				off += (size_t)snprintf(detail + off, sizeof(detail) - off,
+				                        "%s=%.4g ", k, json_number_value(v));
 		}
 		const char *reason = json_string_value(json_object_get(s, "reason"));
 		if (reason && off < sizeof(detail))
@@ -274,18 +276,21 @@ static int runs_show(struct tf_store *st, struct tf_cli *cli, const char *run)
 			       (long long)json_integer_value(json_object_get(a, "n")),
 			       json_string_value(json_object_get(a, "state")));
 			if (json_string_value(json_object_get(a, "failure_class")))
-				printf(" (%s)", json_string_value(json_object_get(a, "failure_class")));
+				printf(" (%s)",
+				       json_string_value(json_object_get(a, "failure_class")));
 			if (json_string_value(json_object_get(a, "error")))
 				printf(": %s", json_string_value(json_object_get(a, "error")));
 			if (json_is_number(json_object_get(a, "backoff")) &&
 			    json_number_value(json_object_get(a, "backoff")) > 0)
-				printf("; waited %.2fs", json_number_value(json_object_get(a, "backoff")));
+				printf("; waited %.2fs",
+				       json_number_value(json_object_get(a, "backoff")));
 			printf("\n");
 		}
 	}
 	json_t *m = json_object_get(d, "model");
 	if (m)
-		printf("\n  model: %s version %lld\n", json_string_value(json_object_get(m, "name")),
+		printf("\n  model: %s version %lld\n",
+		       json_string_value(json_object_get(m, "name")),
 		       (long long)json_integer_value(json_object_get(m, "version")));
 	json_decref(d);
 	return TF_EXIT_OK;
@@ -325,14 +330,15 @@ static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, c
 			if (!key || !os || tf_objstore_get(os, key, &data, &len))
 				continue;
 			json_array_append_new(
-				logs, json_pack("{s:s, s:I, s:s, s:s%}", "step", name, "attempt",
-						json_integer_value(json_object_get(a, "n")), "key", key,
-						"text", (const char *)data, len));
+			    logs, json_pack("{s:s, s:I, s:s, s:s%}", "step", name, "attempt",
+			                    json_integer_value(json_object_get(a, "n")), "key", key,
+			                    "text", (const char *)data, len));
 			free(data);
 		}
 	}
 	if (cli->json) {
-		json_t *doc = json_pack("{s:s, s:o, s:o}", "run_id", run, "events", ev, "logs", logs);
+		json_t *doc =
+		    json_pack("{s:s, s:o, s:o}", "run_id", run, "events", ev, "logs", logs);
 		print_json(doc);
 		json_decref(doc);
 	} else {
@@ -341,17 +347,19 @@ static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, c
 		{
 			char when[32];
 			fmt_time(json_number_value(json_object_get(e, "at")), when, sizeof(when));
-			printf("%s  %-8s %-14s", when, json_string_value(json_object_get(e, "kind")),
+			printf("%s  %-8s %-14s", when,
+			       json_string_value(json_object_get(e, "kind")),
 			       json_string_value(json_object_get(e, "step"))
-				       ? json_string_value(json_object_get(e, "step"))
-				       : "-");
+			           ? json_string_value(json_object_get(e, "step"))
+			           : "-");
 			if (json_is_integer(json_object_get(e, "attempt")))
-				printf(" #%lld", (long long)json_integer_value(json_object_get(e, "attempt")));
+				printf(" #%lld", (long long)json_integer_value(
+				                     json_object_get(e, "attempt")));
 			if (json_string_value(json_object_get(e, "to")))
 				printf(" %s -> %s",
 				       json_string_value(json_object_get(e, "from"))
-					       ? json_string_value(json_object_get(e, "from"))
-					       : "(new)",
+				           ? json_string_value(json_object_get(e, "from"))
+				           : "(new)",
 				       json_string_value(json_object_get(e, "to")));
 			if (json_string_value(json_object_get(e, "message")))
 				printf("  %s", json_string_value(json_object_get(e, "message")));
@@ -376,10 +384,10 @@ static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, c
 int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 {
 	enum { OPT_LIMIT = 1, OPT_PLAIN };
-	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS,
-					      { "limit", required_argument, NULL, OPT_LIMIT },
-					      { "plain", no_argument, NULL, OPT_PLAIN },
-					      { 0, 0, 0, 0 } };
+	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
+	                                     {"limit", required_argument, NULL, OPT_LIMIT},
+	                                     {"plain", no_argument, NULL, OPT_PLAIN},
+	                                     {0, 0, 0, 0}};
 	int c, limit = 50, plain = 0, ret = TF_EXIT_OK, rc;
 	char *home = NULL, err[1024] = "", run[32];
 	struct tf_store *st = NULL;
@@ -423,10 +431,10 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 	rc = tf_run_find(st, arg, run);
 	if (rc) {
 		fprintf(stderr,
-			rc == -EEXIST ? "tpuflow runs: run id prefix '%s' is ambiguous: give more "
-					"characters\n"
-				      : "tpuflow runs: no run '%s' (see 'tpuflow runs list')\n",
-			arg);
+		        rc == -EEXIST ? "tpuflow runs: run id prefix '%s' is ambiguous: give more "
+		                        "characters\n"
+		                      : "tpuflow runs: no run '%s' (see 'tpuflow runs list')\n",
+		        arg);
 		ret = TF_EXIT_FAILED;
 		goto out;
 	}
@@ -439,18 +447,18 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 		rc = tf_run_get_state(st, run, &state);
 		if (rc == 0 && !strcmp(sub, "retry") && state != TF_RUN_FAILED &&
 		    state != TF_RUN_INTERRUPTED) {
-			fprintf(stderr, "tpuflow runs: run '%s' is %s; retry is for failed runs\n", run,
-				tf_run_state_name(state));
+			fprintf(stderr, "tpuflow runs: run '%s' is %s; retry is for failed runs\n",
+			        run, tf_run_state_name(state));
 			ret = TF_EXIT_FAILED;
 			goto out;
 		}
 		tf_store_close(st);
 		st = NULL;
-		struct tf_engine_opts o = { .home = home, .handle_signals = 1 };
+		struct tf_engine_opts o = {.home = home, .handle_signals = 1};
 		o.out = cli->json ? stderr : stdout;
 		o.tty = !plain && isatty(fileno(o.out)) && getenv("TERM") &&
-			strcmp(getenv("TERM"), "dumb");
-		struct tf_engine_result res = { 0 };
+		        strcmp(getenv("TERM"), "dumb");
+		struct tf_engine_result res = {0};
 		rc = tf_engine_resume(&o, run, &res, err, sizeof(err));
 		if (rc) {
 			fprintf(stderr, "tpuflow runs %s: %s\n", sub, err);

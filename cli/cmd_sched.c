@@ -33,7 +33,8 @@ int tf_cli_slices_print(struct tf_sched *s, double now, int json, FILE *out)
  * time so far, the ones left off the map and why, and slice-seconds of finished ones. */
 static void recorded_text(json_t *rec, FILE *out)
 {
-	json_t *running = json_object_get(rec, "running"), *skipped = json_object_get(rec, "skipped");
+	json_t *running = json_object_get(rec, "running"),
+	       *skipped = json_object_get(rec, "skipped");
 	json_t *acct = json_object_get(rec, "accounting"), *v;
 	const char *db = json_string_value(json_object_get(rec, "database"));
 	size_t i;
@@ -42,65 +43,66 @@ static void recorded_text(json_t *rec, FILE *out)
 		return;
 	}
 	fprintf(out, "\ntrain attempts holding a slice now (%s): %zu\n", db,
-		json_array_size(running));
+	        json_array_size(running));
 	if (json_array_size(running))
 		fprintf(out, "  %-24s %-14s %-3s %-8s %-22s %5s %10s %12s\n", "RUN", "STEP", "ATT",
-			"SLICE", "PLACEMENT", "CHIPS", "RUNNING", "SLICE-S");
+		        "SLICE", "PLACEMENT", "CHIPS", "RUNNING", "SLICE-S");
 	json_array_foreach(running, i, v)
 	{
 		json_t *box = json_object_get(v, "box"), *o = json_object_get(box, "origin"),
 		       *sh = json_object_get(box, "shape");
 		char place[64];
 		snprintf(place, sizeof(place), "%s %lld,%lld,%lld+%lldx%lldx%lld",
-			 json_string_value(json_object_get(v, "pool")),
-			 json_integer_value(json_array_get(o, 0)),
-			 json_integer_value(json_array_get(o, 1)),
-			 json_integer_value(json_array_get(o, 2)),
-			 json_integer_value(json_array_get(sh, 0)),
-			 json_integer_value(json_array_get(sh, 1)),
-			 json_integer_value(json_array_get(sh, 2)));
+		         json_string_value(json_object_get(v, "pool")),
+		         json_integer_value(json_array_get(o, 0)),
+		         json_integer_value(json_array_get(o, 1)),
+		         json_integer_value(json_array_get(o, 2)),
+		         json_integer_value(json_array_get(sh, 0)),
+		         json_integer_value(json_array_get(sh, 1)),
+		         json_integer_value(json_array_get(sh, 2)));
 		fprintf(out, "  %-24s %-14s %-3lld %-8s %-22s %5lld %9.0fs %12.1f\n",
-			json_string_value(json_object_get(v, "run")),
-			json_string_value(json_object_get(v, "step")),
-			json_integer_value(json_object_get(v, "attempt")),
-			json_string_value(json_object_get(v, "slice")), place,
-			json_integer_value(json_object_get(v, "chips")),
-			json_number_value(json_object_get(v, "running_seconds")),
-			json_number_value(json_object_get(v, "slice_seconds")));
+		        json_string_value(json_object_get(v, "run")),
+		        json_string_value(json_object_get(v, "step")),
+		        json_integer_value(json_object_get(v, "attempt")),
+		        json_string_value(json_object_get(v, "slice")), place,
+		        json_integer_value(json_object_get(v, "chips")),
+		        json_number_value(json_object_get(v, "running_seconds")),
+		        json_number_value(json_object_get(v, "slice_seconds")));
 	}
 	size_t nw = json_array_size(json_object_get(rec, "waiting"));
 	if (nw)
 		fprintf(out, "train attempts waiting for a slice (in their run's pool): %zu\n", nw);
 	json_array_foreach(json_object_get(rec, "waiting"), i, v)
-		fprintf(out, "  %s/%s attempt %lld %s waiting %.0fs: %s\n",
-			json_string_value(json_object_get(v, "run")),
-			json_string_value(json_object_get(v, "step")),
-			json_integer_value(json_object_get(v, "attempt")),
-			json_string_value(json_object_get(v, "slice")),
-			json_number_value(json_object_get(v, "waiting_seconds")),
-			json_string_value(json_object_get(v, "reason")));
+	    fprintf(out, "  %s/%s attempt %lld %s waiting %.0fs: %s\n",
+	            json_string_value(json_object_get(v, "run")),
+	            json_string_value(json_object_get(v, "step")),
+	            json_integer_value(json_object_get(v, "attempt")),
+	            json_string_value(json_object_get(v, "slice")),
+	            json_number_value(json_object_get(v, "waiting_seconds")),
+	            json_string_value(json_object_get(v, "reason")));
 	size_t nskip = json_array_size(skipped);
 	json_array_foreach(skipped, i, v)
 	{
 		if (i == 10) {
-			fprintf(out, "  note: %zu more attempts not shown (see --json)\n", nskip - 10);
+			fprintf(out, "  note: %zu more attempts not shown (see --json)\n",
+			        nskip - 10);
 			break;
 		}
 		fprintf(out, "  note: run %s step %s attempt %lld not shown: %s\n",
-			json_string_value(json_object_get(v, "run")),
-			json_string_value(json_object_get(v, "step")),
-			json_integer_value(json_object_get(v, "attempt")),
-			json_string_value(json_object_get(v, "reason")));
+		        json_string_value(json_object_get(v, "run")),
+		        json_string_value(json_object_get(v, "step")),
+		        json_integer_value(json_object_get(v, "attempt")),
+		        json_string_value(json_object_get(v, "reason")));
 	}
 	fprintf(out, "\nslice-seconds of finished attempts: %.1f (%.1f chip-seconds)\n",
-		json_number_value(json_object_get(acct, "slice_seconds")),
-		json_number_value(json_object_get(acct, "chip_seconds")));
+	        json_number_value(json_object_get(acct, "slice_seconds")),
+	        json_number_value(json_object_get(acct, "chip_seconds")));
 	json_array_foreach(json_object_get(acct, "projects"), i, v)
-		fprintf(out, "  project %-18s %4lld attempts %12.1f slice-s %12.1f chip-s\n",
-			json_string_value(json_object_get(v, "project")),
-			json_integer_value(json_object_get(v, "attempts")),
-			json_number_value(json_object_get(v, "slice_seconds")),
-			json_number_value(json_object_get(v, "chip_seconds")));
+	    fprintf(out, "  project %-18s %4lld attempts %12.1f slice-s %12.1f chip-s\n",
+	            json_string_value(json_object_get(v, "project")),
+	            json_integer_value(json_object_get(v, "attempts")),
+	            json_number_value(json_object_get(v, "slice_seconds")),
+	            json_number_value(json_object_get(v, "chip_seconds")));
 	size_t nruns = json_array_size(json_object_get(acct, "runs"));
 	json_array_foreach(json_object_get(acct, "runs"), i, v)
 	{
@@ -109,10 +111,10 @@ static void recorded_text(json_t *rec, FILE *out)
 			continue;
 		const char *pl = json_string_value(json_object_get(v, "pipeline"));
 		fprintf(out, "  run %-24s %-16s %4lld attempts %12.1f slice-s %12.1f chip-s\n",
-			json_string_value(json_object_get(v, "run")), pl ? pl : "?",
-			json_integer_value(json_object_get(v, "attempts")),
-			json_number_value(json_object_get(v, "slice_seconds")),
-			json_number_value(json_object_get(v, "chip_seconds")));
+		        json_string_value(json_object_get(v, "run")), pl ? pl : "?",
+		        json_integer_value(json_object_get(v, "attempts")),
+		        json_number_value(json_object_get(v, "slice_seconds")),
+		        json_number_value(json_object_get(v, "chip_seconds")));
 	}
 	if (nruns > 20)
 		fprintf(out, "  (%zu older runs in --json)\n", nruns - 20);
@@ -122,34 +124,35 @@ static void slices_usage(FILE *f)
 {
 	char def[64];
 	tf_sched_default_pool("v4", def, sizeof(def));
-	fprintf(f,
-		"usage: tpuflow slices [--pool SPEC]... [--submit SLICE[@PROJECT[@PRIO]]]... "
-		"[--json]\n"
-		"\n"
-		"Shows each TPU pool as a map of its chips (which job holds each), the queue with\n"
-		"the reason every job waits, and utilization. The train attempts of 'tpuflow run'\n"
-		"processes that hold a slice now are read from the state database (--home) and\n"
-		"drawn at the chips their run's scheduler gave them, named RUN/STEP; finished\n"
-		"attempts are summed into slice-seconds per run and per project.\n"
-		"\n"
-		"  --pool SPEC     a pool GEN:AxBxC, e.g. v4:4x4x8 or v5e:16x16 (repeatable;\n"
-		"                  default $TPUFLOW_POOLS, comma-separated, else %s; the pool\n"
-		"                  of a recorded attempt is added when none matches)\n"
-		"  --submit SLICE  place a job of this slice (v4-8, v4:2x2x4, ...) before showing,\n"
-		"                  optionally for a project and priority 0-9: v4-32@research@5\n"
-		"  --home DIR      state home to read (default $TPUFLOW_HOME, else ./.tpuflow)\n"
-		"  --json          one JSON document: pools with per-chip occupancy, running jobs,\n"
-		"                  queue with reasons, projects' chip-seconds and slice-seconds,\n"
-		"                  and under \"recorded\" the attempts read from the database\n",
-		def);
+	fprintf(
+	    f,
+	    "usage: tpuflow slices [--pool SPEC]... [--submit SLICE[@PROJECT[@PRIO]]]... "
+	    "[--json]\n"
+	    "\n"
+	    "Shows each TPU pool as a map of its chips (which job holds each), the queue with\n"
+	    "the reason every job waits, and utilization. The train attempts of 'tpuflow run'\n"
+	    "processes that hold a slice now are read from the state database (--home) and\n"
+	    "drawn at the chips their run's scheduler gave them, named RUN/STEP; finished\n"
+	    "attempts are summed into slice-seconds per run and per project.\n"
+	    "\n"
+	    "  --pool SPEC     a pool GEN:AxBxC, e.g. v4:4x4x8 or v5e:16x16 (repeatable;\n"
+	    "                  default $TPUFLOW_POOLS, comma-separated, else %s; the pool\n"
+	    "                  of a recorded attempt is added when none matches)\n"
+	    "  --submit SLICE  place a job of this slice (v4-8, v4:2x2x4, ...) before showing,\n"
+	    "                  optionally for a project and priority 0-9: v4-32@research@5\n"
+	    "  --home DIR      state home to read (default $TPUFLOW_HOME, else ./.tpuflow)\n"
+	    "  --json          one JSON document: pools with per-chip occupancy, running jobs,\n"
+	    "                  queue with reasons, projects' chip-seconds and slice-seconds,\n"
+	    "                  and under \"recorded\" the attempts read from the database\n",
+	    def);
 }
 
 int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 {
-	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS,
-					      { "pool", required_argument, NULL, 'p' },
-					      { "submit", required_argument, NULL, 's' },
-					      { NULL, 0, NULL, 0 } };
+	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
+	                                     {"pool", required_argument, NULL, 'p'},
+	                                     {"submit", required_argument, NULL, 's'},
+	                                     {NULL, 0, NULL, 0}};
 	const char *pools[16], *subs[256];
 	int npools = 0, nsubs = 0, c, rc = TF_EXIT_OK;
 	optind = 1;
@@ -160,13 +163,13 @@ int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 		case 'p':
 			if (npools == (int)TF_ARRAY_LEN(pools))
 				return tf_cli_usage_error(argv[0], "at most %zu pools",
-							  TF_ARRAY_LEN(pools));
+				                          TF_ARRAY_LEN(pools));
 			pools[npools++] = optarg;
 			break;
 		case 's':
 			if (nsubs == (int)TF_ARRAY_LEN(subs))
 				return tf_cli_usage_error(argv[0], "at most %zu jobs",
-							  TF_ARRAY_LEN(subs));
+				                          TF_ARRAY_LEN(subs));
 			subs[nsubs++] = optarg;
 			break;
 		case 'h':
@@ -179,14 +182,15 @@ int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 	if (optind < argc)
 		return tf_cli_usage_error(argv[0], "unexpected argument '%s'", argv[optind]);
 	char *home = tf_cli_home(cli, 0), err[512];
-	struct tf_slices_view view = { 0 };
+	struct tf_slices_view view = {0};
 	double now = tf_now_wall();
 	int lrc = tf_slices_view_load(home, pools, npools, now, &view, err, sizeof(err));
 	free(home);
 	if (lrc < 0) {
 		fprintf(stderr, "tpuflow slices: %s\n", err);
-		return lrc == -EINVAL ? TF_EXIT_USAGE : lrc == -EPROTO ? TF_EXIT_CONFIG
-										: TF_EXIT_UNAVAILABLE;
+		return lrc == -EINVAL   ? TF_EXIT_USAGE
+		       : lrc == -EPROTO ? TF_EXIT_CONFIG
+		                        : TF_EXIT_UNAVAILABLE;
 	}
 	struct tf_sched *s = view.sched;
 	for (int i = 0; i < nsubs; i++) {
@@ -199,10 +203,10 @@ int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 			if (prio)
 				*prio++ = '\0';
 		}
-		struct tf_sched_job_spec js = { .slice = spec,
-						.project = project,
-						.priority = prio ? atoi(prio) : 0,
-						.preemptible = 1 };
+		struct tf_sched_job_spec js = {.slice = spec,
+		                               .project = project,
+		                               .priority = prio ? atoi(prio) : 0,
+		                               .preemptible = 1};
 		int id;
 		if (tf_sched_submit(s, &js, 0, &id, err, sizeof(err)) < 0) {
 			fprintf(stderr, "tpuflow slices: %s\n", err);
@@ -211,7 +215,7 @@ int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 		}
 	}
 	if (nsubs) {
-		struct tf_sched_decisions d = { 0 };
+		struct tf_sched_decisions d = {0};
 		tf_sched_tick(s, 0, &d);
 		tf_sched_decisions_release(&d);
 	}
@@ -237,24 +241,25 @@ out:
 
 static void simulate_usage(FILE *f)
 {
-	fprintf(f,
-		"usage: tpuflow sched simulate [--pool SPEC] [--jobs N] [--seed S]\n"
-		"                              [--policy fifo|backfill] [--load L] [--failures N]\n"
-		"                              [--json]\n"
-		"\n"
-		"Replays a seeded mix of gang jobs (slice sizes, priorities, projects with quotas\n"
-		"and fair-share weights, durations) through the scheduler on a simulated clock and\n"
-		"reports decisions per second of scheduler time, utilization, wait per priority,\n"
-		"preemptions and fragmentation. FIFO without backfill runs on the same workload as\n"
-		"the baseline.\n"
-		"\n"
-		"  --pool SPEC       pool to schedule on (default v4:16x16x16, a 4096-chip pod)\n"
-		"  --jobs N          jobs in the workload (default 10000)\n"
-		"  --seed S          workload seed (default 1)\n"
-		"  --policy P        backfill (default) or fifo\n"
-		"  --load L          offered load: work / (chips x arrival span) (default 1.2)\n"
-		"  --failures N      chip failures injected, each repaired an hour later (default 0)\n"
-		"  --json            one JSON document\n");
+	fprintf(
+	    f,
+	    "usage: tpuflow sched simulate [--pool SPEC] [--jobs N] [--seed S]\n"
+	    "                              [--policy fifo|backfill] [--load L] [--failures N]\n"
+	    "                              [--json]\n"
+	    "\n"
+	    "Replays a seeded mix of gang jobs (slice sizes, priorities, projects with quotas\n"
+	    "and fair-share weights, durations) through the scheduler on a simulated clock and\n"
+	    "reports decisions per second of scheduler time, utilization, wait per priority,\n"
+	    "preemptions and fragmentation. FIFO without backfill runs on the same workload as\n"
+	    "the baseline.\n"
+	    "\n"
+	    "  --pool SPEC       pool to schedule on (default v4:16x16x16, a 4096-chip pod)\n"
+	    "  --jobs N          jobs in the workload (default 10000)\n"
+	    "  --seed S          workload seed (default 1)\n"
+	    "  --policy P        backfill (default) or fifo\n"
+	    "  --load L          offered load: work / (chips x arrival span) (default 1.2)\n"
+	    "  --failures N      chip failures injected, each repaired an hour later (default 0)\n"
+	    "  --json            one JSON document\n");
 }
 
 static json_t *result_json(const struct tf_sched_sim_result *r)
@@ -266,19 +271,19 @@ static json_t *result_json(const struct tf_sched_sim_result *r)
 		char k[16];
 		snprintf(k, sizeof(k), "%d", p);
 		json_object_set_new(w, k,
-				    json_pack("{s:i, s:f, s:f}", "jobs", r->wait_jobs[p],
-					      "mean_seconds", r->wait_mean[p], "p95_seconds",
-					      r->wait_p95[p]));
+		                    json_pack("{s:i, s:f, s:f}", "jobs", r->wait_jobs[p],
+		                              "mean_seconds", r->wait_mean[p], "p95_seconds",
+		                              r->wait_p95[p]));
 	}
-	json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:i, s:i, s:i, "
-			      "s:f}",
-			      "policy", tf_sched_policy_name(r->policy), "jobs", r->jobs,
-			      "completed", r->completed, "decisions", (json_int_t)r->decisions,
-			      "ticks", (json_int_t)r->ticks, "scheduler_seconds", r->sched_seconds,
-			      "decisions_per_second", r->decisions_per_second, "makespan_seconds",
-			      r->makespan, "utilization", r->utilization, "busy_fraction",
-			      r->busy_fraction, "preemptions", r->preemptions, "kills", r->kills,
-			      "infra_failures", r->infra_failures, "fragmentation", r->fragmentation);
+	json_t *o = json_pack(
+	    "{s:s, s:i, s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:i, s:i, s:i, "
+	    "s:f}",
+	    "policy", tf_sched_policy_name(r->policy), "jobs", r->jobs, "completed", r->completed,
+	    "decisions", (json_int_t)r->decisions, "ticks", (json_int_t)r->ticks,
+	    "scheduler_seconds", r->sched_seconds, "decisions_per_second", r->decisions_per_second,
+	    "makespan_seconds", r->makespan, "utilization", r->utilization, "busy_fraction",
+	    r->busy_fraction, "preemptions", r->preemptions, "kills", r->kills, "infra_failures",
+	    r->infra_failures, "fragmentation", r->fragmentation);
 	json_object_set_new(o, "wait_by_priority", w);
 	return o;
 }
@@ -302,20 +307,20 @@ static void result_text(const struct tf_sched_sim_result *r)
 
 static int sched_simulate(int argc, char **argv, struct tf_cli *cli)
 {
-	static const struct option opts[] = { TF_CLI_COMMON_OPTIONS,
-					      { "pool", required_argument, NULL, 'p' },
-					      { "jobs", required_argument, NULL, 'n' },
-					      { "seed", required_argument, NULL, 's' },
-					      { "policy", required_argument, NULL, 'P' },
-					      { "load", required_argument, NULL, 'l' },
-					      { "failures", required_argument, NULL, 'f' },
-					      { NULL, 0, NULL, 0 } };
-	struct tf_sched_sim_opts o = { .pool = "v4:16x16x16",
-				       .jobs = 10000,
-				       .seed = 1,
-				       .policy = TF_SCHED_BACKFILL,
-				       .load = 1.2,
-				       .clock = tf_now_monotonic };
+	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
+	                                     {"pool", required_argument, NULL, 'p'},
+	                                     {"jobs", required_argument, NULL, 'n'},
+	                                     {"seed", required_argument, NULL, 's'},
+	                                     {"policy", required_argument, NULL, 'P'},
+	                                     {"load", required_argument, NULL, 'l'},
+	                                     {"failures", required_argument, NULL, 'f'},
+	                                     {NULL, 0, NULL, 0}};
+	struct tf_sched_sim_opts o = {.pool = "v4:16x16x16",
+	                              .jobs = 10000,
+	                              .seed = 1,
+	                              .policy = TF_SCHED_BACKFILL,
+	                              .load = 1.2,
+	                              .clock = tf_now_monotonic};
 	int c;
 	char *end;
 	long long n;
@@ -336,22 +341,23 @@ static int sched_simulate(int argc, char **argv, struct tf_cli *cli)
 			o.seed = strtoull(optarg, &end, 10);
 			if (*end || !*optarg)
 				return tf_cli_usage_error("sched simulate",
-							  "--seed '%s' must be a number", optarg);
+				                          "--seed '%s' must be a number", optarg);
 			break;
 		case 'P':
 			if (tf_sched_policy_parse(optarg, &o.policy) < 0)
-				return tf_cli_usage_error("sched simulate",
-							  "unknown --policy '%s': use fifo or backfill",
-							  optarg);
+				return tf_cli_usage_error(
+				    "sched simulate", "unknown --policy '%s': use fifo or backfill",
+				    optarg);
 			break;
 		case 'l':
 			o.load = strtod(optarg, &end);
 			if (*end || !(o.load > 0.01 && o.load < 100))
-				return tf_cli_usage_error("sched simulate",
-							  "--load '%s' must be in 0.01..100", optarg);
+				return tf_cli_usage_error(
+				    "sched simulate", "--load '%s' must be in 0.01..100", optarg);
 			break;
 		case 'f':
-			if (tf_cli_parse_int("sched simulate", "--failures", optarg, 0, 1000000, &n))
+			if (tf_cli_parse_int("sched simulate", "--failures", optarg, 0, 1000000,
+			                     &n))
 				return TF_EXIT_USAGE;
 			o.failures = (int)n;
 			break;
@@ -364,7 +370,7 @@ static int sched_simulate(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (optind < argc)
 		return tf_cli_usage_error("sched simulate", "unexpected argument '%s'",
-					  argv[optind]);
+		                          argv[optind]);
 	struct tf_sched_sim_result main_r, base_r;
 	char err[256];
 	if (tf_sched_simulate(&o, &main_r, err, sizeof(err)) < 0) {
@@ -378,19 +384,18 @@ static int sched_simulate(int argc, char **argv, struct tf_cli *cli)
 		tf_sched_simulate(&b, &base_r, err, sizeof(err));
 	}
 	if (cli->json) {
-		json_t *doc = json_pack("{s:s, s:i, s:I, s:s, s:f, s:i, s:f, s:f}", "pool", o.pool,
-					"jobs", o.jobs, "seed", (json_int_t)o.seed, "policy",
-					tf_sched_policy_name(o.policy), "load", o.load, "failures",
-					o.failures, "decisions_per_second",
-					main_r.decisions_per_second, "utilization",
-					main_r.utilization);
+		json_t *doc = json_pack(
+		    "{s:s, s:i, s:I, s:s, s:f, s:i, s:f, s:f}", "pool", o.pool, "jobs", o.jobs,
+		    "seed", (json_int_t)o.seed, "policy", tf_sched_policy_name(o.policy), "load",
+		    o.load, "failures", o.failures, "decisions_per_second",
+		    main_r.decisions_per_second, "utilization", main_r.utilization);
 		json_object_set_new(doc, "result", result_json(&main_r));
 		if (have_base) {
 			json_object_set_new(doc, "baseline", result_json(&base_r));
 			json_object_set_new(doc, "utilization_vs_fifo",
-					    json_real(base_r.utilization > 0
-							      ? main_r.utilization / base_r.utilization
-							      : 0));
+			                    json_real(base_r.utilization > 0
+			                                  ? main_r.utilization / base_r.utilization
+			                                  : 0));
 		}
 		char *txt = json_dumps(doc, JSON_COMPACT);
 		printf("%s\n", txt);
@@ -415,7 +420,7 @@ int cmd_sched(int argc, char **argv, struct tf_cli *cli)
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		FILE *f = argc < 2 ? stderr : stdout;
 		fprintf(f, "usage: tpuflow sched simulate [OPTIONS]   (see 'tpuflow sched simulate "
-			   "--help')\n");
+		           "--help')\n");
 		return argc < 2 ? TF_EXIT_USAGE : TF_EXIT_OK;
 	}
 	if (!strcmp(argv[1], "simulate"))

@@ -29,25 +29,26 @@
 #include <unistd.h>
 
 static const char step_usage[] =
-	"usage: tpuflow step exec --kind KIND --with-json FILE --store URL --prefix PREFIX\n"
-	"                         --result FILE [--accelerator SLICE] [--workdir DIR]\n"
-	"                         [--parent-pid PID]\n"
-	"Runs one data_prep, train or evaluate step in this process: what the run engine starts\n"
-	"for a step with 'executor: local' (docs/runs.md). Internal plumbing, usable by hand.\n"
-	"  --kind KIND         data_prep, train or evaluate\n"
-	"  --with-json FILE    the step's 'with' as a JSON object (references resolved)\n"
-	"  --store URL         the run's object store (file:///dir, s3://bucket/prefix)\n"
-	"  --prefix PREFIX     the step's object-key prefix, e.g. runs/RUN/STEP/ (a train step\n"
-	"                      resumes from the newest checkpoint under PREFIX/ckpt/)\n"
-	"  --result FILE       where {\"outputs\":...,\"metrics\":...} or {\"error\":...,\"class\":...}\n"
-	"                      is written\n"
-	"  --accelerator SLICE the slice of a train step (default v4-8)\n"
-	"  --workdir DIR       scratch directory\n"
-	"  --parent-pid PID    stop (as if sent SIGTERM) when this process is no longer the parent\n"
-	"  --help\n"
-	"Progress events are printed to stdout as JSON lines. SIGTERM or SIGINT stops the step at\n"
-	"its next check. Exit status: 0 done, 1 the step failed, 69 retryable failure or stopped,\n"
-	"64 bad arguments, 70 the result file could not be written.\n";
+    "usage: tpuflow step exec --kind KIND --with-json FILE --store URL --prefix PREFIX\n"
+    "                         --result FILE [--accelerator SLICE] [--workdir DIR]\n"
+    "                         [--parent-pid PID]\n"
+    "Runs one data_prep, train or evaluate step in this process: what the run engine starts\n"
+    "for a step with 'executor: local' (docs/runs.md). Internal plumbing, usable by hand.\n"
+    "  --kind KIND         data_prep, train or evaluate\n"
+    "  --with-json FILE    the step's 'with' as a JSON object (references resolved)\n"
+    "  --store URL         the run's object store (file:///dir, s3://bucket/prefix)\n"
+    "  --prefix PREFIX     the step's object-key prefix, e.g. runs/RUN/STEP/ (a train step\n"
+    "                      resumes from the newest checkpoint under PREFIX/ckpt/)\n"
+    "  --result FILE       where {\"outputs\":...,\"metrics\":...} or "
+    "{\"error\":...,\"class\":...}\n"
+    "                      is written\n"
+    "  --accelerator SLICE the slice of a train step (default v4-8)\n"
+    "  --workdir DIR       scratch directory\n"
+    "  --parent-pid PID    stop (as if sent SIGTERM) when this process is no longer the parent\n"
+    "  --help\n"
+    "Progress events are printed to stdout as JSON lines. SIGTERM or SIGINT stops the step at\n"
+    "its next check. Exit status: 0 done, 1 the step failed, 69 retryable failure or stopped,\n"
+    "64 bad arguments, 70 the result file could not be written.\n";
 
 /* Raised by SIGTERM/SIGINT (an int store is atomic on every target this builds for). */
 static volatile int stop_flag;
@@ -75,7 +76,7 @@ static int write_result(const char *path, json_t *doc)
 		rc = -errno;
 	if (rc) {
 		fprintf(stderr, "tpuflow step exec: cannot write result '%s': %s\n", path,
-			strerror(-rc));
+		        strerror(-rc));
 		unlink(tmp);
 	}
 	free(tmp);
@@ -95,19 +96,19 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 {
 	enum { O_KIND = 1, O_WITH, O_STORE, O_PREFIX, O_RESULT, O_ACC, O_WORKDIR, O_PARENT };
 	static const struct option opts[] = {
-		TF_CLI_COMMON_OPTIONS,
-		{ "kind", required_argument, NULL, O_KIND },
-		{ "with-json", required_argument, NULL, O_WITH },
-		{ "store", required_argument, NULL, O_STORE },
-		{ "prefix", required_argument, NULL, O_PREFIX },
-		{ "result", required_argument, NULL, O_RESULT },
-		{ "accelerator", required_argument, NULL, O_ACC },
-		{ "workdir", required_argument, NULL, O_WORKDIR },
-		{ "parent-pid", required_argument, NULL, O_PARENT },
-		{ 0 },
+	    TF_CLI_COMMON_OPTIONS,
+	    {"kind", required_argument, NULL, O_KIND},
+	    {"with-json", required_argument, NULL, O_WITH},
+	    {"store", required_argument, NULL, O_STORE},
+	    {"prefix", required_argument, NULL, O_PREFIX},
+	    {"result", required_argument, NULL, O_RESULT},
+	    {"accelerator", required_argument, NULL, O_ACC},
+	    {"workdir", required_argument, NULL, O_WORKDIR},
+	    {"parent-pid", required_argument, NULL, O_PARENT},
+	    {0},
 	};
 	const char *kind = NULL, *with_path = NULL, *store_url = NULL, *prefix = NULL,
-		   *result = NULL, *acc = NULL, *workdir = NULL;
+	           *result = NULL, *acc = NULL, *workdir = NULL;
 	long parent = 0;
 	int c;
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -124,19 +125,35 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 		case 'h':
 			fputs(step_usage, stdout);
 			return TF_EXIT_OK;
-		case O_KIND: kind = optarg; break;
-		case O_WITH: with_path = optarg; break;
-		case O_STORE: store_url = optarg; break;
-		case O_PREFIX: prefix = optarg; break;
-		case O_RESULT: result = optarg; break;
-		case O_ACC: acc = optarg; break;
-		case O_WORKDIR: workdir = optarg; break;
+		case O_KIND:
+			kind = optarg;
+			break;
+		case O_WITH:
+			with_path = optarg;
+			break;
+		case O_STORE:
+			store_url = optarg;
+			break;
+		case O_PREFIX:
+			prefix = optarg;
+			break;
+		case O_RESULT:
+			result = optarg;
+			break;
+		case O_ACC:
+			acc = optarg;
+			break;
+		case O_WORKDIR:
+			workdir = optarg;
+			break;
 		case O_PARENT: {
 			char *end;
 			parent = strtol(optarg, &end, 10);
 			if (!*optarg || *end || parent <= 0)
-				return tf_cli_usage_error("step", "--parent-pid wants a process id, "
-							  "not '%s'", optarg);
+				return tf_cli_usage_error("step",
+				                          "--parent-pid wants a process id, "
+				                          "not '%s'",
+				                          optarg);
 			break;
 		}
 		default:
@@ -147,8 +164,9 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 	if (optind < argc)
 		return tf_cli_usage_error("step", "unexpected argument '%s'", argv[optind]);
 	if (!kind || !with_path || !store_url || !prefix || !result)
-		return tf_cli_usage_error("step", "exec needs --kind, --with-json, --store, --prefix "
-					  "and --result");
+		return tf_cli_usage_error("step",
+		                          "exec needs --kind, --with-json, --store, --prefix "
+		                          "and --result");
 	int (*fn)(const json_t *, const struct tf_ml_ctx *, json_t *, json_t *, char *, size_t);
 	if (!strcmp(kind, "data_prep"))
 		fn = tf_ml_data_prep_step;
@@ -158,9 +176,9 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 		fn = tf_ml_evaluate_step;
 	else
 		return tf_cli_usage_error("step", "--kind '%s' is not data_prep, train or evaluate",
-					  kind);
+		                          kind);
 
-	struct sigaction sa = { .sa_handler = on_stop };
+	struct sigaction sa = {.sa_handler = on_stop};
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
@@ -175,8 +193,10 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 	json_error_t je;
 	json_t *with = json_load_file(with_path, 0, &je);
 	if (!json_is_object(with)) {
-		snprintf(msg, sizeof(msg), "'%s' line %d: %s (it must hold the step's 'with' as a "
-			 "JSON object)", with_path, je.line, with ? "not an object" : je.text);
+		snprintf(msg, sizeof(msg),
+		         "'%s' line %d: %s (it must hold the step's 'with' as a "
+		         "JSON object)",
+		         with_path, je.line, with ? "not an object" : je.text);
 		json_decref(with);
 		return fail(result, "error", msg, TF_EXIT_USAGE);
 	}
@@ -187,15 +207,15 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 		json_decref(with);
 		snprintf(msg, sizeof(msg), "object store: %.1000s", err);
 		return fail(result, tf_ml_retryable(rc) ? "infra" : "error", msg,
-			    tf_ml_retryable(rc) ? TF_EXIT_UNAVAILABLE : TF_EXIT_FAILED);
+		            tf_ml_retryable(rc) ? TF_EXIT_UNAVAILABLE : TF_EXIT_FAILED);
 	}
 	struct tf_ml_ctx ctx = {
-		.store = os,
-		.prefix = prefix,
-		.workdir = workdir,
-		.accelerator = acc,
-		.cancel = &stop_flag,
-		.progress = print_progress,
+	    .store = os,
+	    .prefix = prefix,
+	    .workdir = workdir,
+	    .accelerator = acc,
+	    .cancel = &stop_flag,
+	    .progress = print_progress,
 	};
 	json_t *outputs = json_object(), *metrics = json_object();
 	rc = fn(with, &ctx, outputs, metrics, err, sizeof(err));
@@ -219,4 +239,3 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 	tf_objstore_free(os);
 	return code;
 }
-

@@ -39,7 +39,7 @@ static int exit_for(int rc)
 
 /* Opens the store LOCATION lives in; *key receives the key/prefix part (a new string). */
 static int open_location(const char *cmd, const char *loc, struct tf_cli *cli,
-			 struct tf_objstore **out, char **key)
+                         struct tf_objstore **out, char **key)
 {
 	char err[1024];
 	char *url = NULL, *rest = NULL;
@@ -99,17 +99,17 @@ static void print_json(json_t *doc)
 }
 
 static const char store_usage[] =
-	"usage: tpuflow store [--json] VERB LOCATION...\n"
-	"  ls LOCATION           list objects whose keys start with LOCATION's key\n"
-	"  cat LOCATION          write an object to stdout\n"
-	"  get LOCATION FILE     download an object into FILE (atomically)\n"
-	"  put LOCATION [FILE]   upload FILE (default: stdin); --once refuses to overwrite\n"
-	"  rm LOCATION...        delete objects\n"
-	"  mb s3://BUCKET        create a bucket\n"
-	"LOCATION: s3://BUCKET/KEY, file:///DIR/KEY, or KEY in the state home's store\n"
-	"($TPUFLOW_STORE, else HOME/objects). s3:// uses AWS_ENDPOINT_URL, AWS_REGION,\n"
-	"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN.\n"
-	"options: --once (put: write-once), --home DIR, --json, --help\n";
+    "usage: tpuflow store [--json] VERB LOCATION...\n"
+    "  ls LOCATION           list objects whose keys start with LOCATION's key\n"
+    "  cat LOCATION          write an object to stdout\n"
+    "  get LOCATION FILE     download an object into FILE (atomically)\n"
+    "  put LOCATION [FILE]   upload FILE (default: stdin); --once refuses to overwrite\n"
+    "  rm LOCATION...        delete objects\n"
+    "  mb s3://BUCKET        create a bucket\n"
+    "LOCATION: s3://BUCKET/KEY, file:///DIR/KEY, or KEY in the state home's store\n"
+    "($TPUFLOW_STORE, else HOME/objects). s3:// uses AWS_ENDPOINT_URL, AWS_REGION,\n"
+    "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN.\n"
+    "options: --once (put: write-once), --home DIR, --json, --help\n";
 
 /* Reads all of stdin into a new buffer. */
 static int read_stdin(char **out, size_t *len)
@@ -135,7 +135,7 @@ static int read_stdin(char **out, size_t *len)
 
 static int store_ls(struct tf_objstore *s, const char *prefix, struct tf_cli *cli)
 {
-	struct tf_obj_list l = { 0 };
+	struct tf_obj_list l = {0};
 	int rc = tf_objstore_list(s, prefix, &l);
 	if (rc)
 		return store_fail("store ls", s, rc);
@@ -166,9 +166,9 @@ static int store_ls(struct tf_objstore *s, const char *prefix, struct tf_cli *cl
 int cmd_store(int argc, char **argv, struct tf_cli *cli)
 {
 	static const struct option opts[] = {
-		TF_CLI_COMMON_OPTIONS,
-		{ "once", no_argument, NULL, 'o' },
-		{ 0, 0, 0, 0 },
+	    TF_CLI_COMMON_OPTIONS,
+	    {"once", no_argument, NULL, 'o'},
+	    {0, 0, 0, 0},
 	};
 	int once = 0, c;
 	optind = 0;
@@ -192,7 +192,9 @@ int cmd_store(int argc, char **argv, struct tf_cli *cli)
 	char *key = NULL;
 	const char *verb = nargs ? args[0] : NULL;
 	if (!verb || nargs < 2) {
-		ret = tf_cli_usage_error("store", "%s", verb ? "give a LOCATION" : "give a verb: ls, cat, get, put, rm or mb");
+		ret = tf_cli_usage_error("store", "%s",
+		                         verb ? "give a LOCATION"
+		                              : "give a verb: ls, cat, get, put, rm or mb");
 		goto out;
 	}
 	if (!strcmp(verb, "rm")) {
@@ -211,8 +213,8 @@ int cmd_store(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (strcmp(verb, "ls") && strcmp(verb, "cat") && strcmp(verb, "get") &&
 	    strcmp(verb, "put") && strcmp(verb, "mb")) {
-		ret = tf_cli_usage_error("store", "unknown verb '%s': use ls, cat, get, put, rm or mb",
-					 verb);
+		ret = tf_cli_usage_error(
+		    "store", "unknown verb '%s': use ls, cat, get, put, rm or mb", verb);
 		goto out;
 	}
 	if ((ret = open_location("store", args[1], cli, &s, &key)))
@@ -266,15 +268,15 @@ out:
 }
 
 static const char ckpt_usage[] =
-	"usage: tpuflow ckpt [--json] VERB LOCATION ...\n"
-	"  list LOCATION         complete checkpoints under the prefix, oldest first\n"
-	"  show LOCATION [STEP]  one checkpoint's manifest (default: the latest)\n"
-	"  gc LOCATION --keep N [--pin STEP]... [--grace SECONDS] [--dry-run]\n"
-	"                        keep the newest N (and pinned steps), delete the rest, orphaned\n"
-	"                        shards older than the grace period (default 3600 s) and\n"
-	"                        abandoned multipart uploads\n"
-	"LOCATION is a checkpoint prefix: s3://BUCKET/PREFIX, file:///DIR/PREFIX or a prefix in\n"
-	"the state home's store (e.g. runs/RUN/STEP/ckpt).\n";
+    "usage: tpuflow ckpt [--json] VERB LOCATION ...\n"
+    "  list LOCATION         complete checkpoints under the prefix, oldest first\n"
+    "  show LOCATION [STEP]  one checkpoint's manifest (default: the latest)\n"
+    "  gc LOCATION --keep N [--pin STEP]... [--grace SECONDS] [--dry-run]\n"
+    "                        keep the newest N (and pinned steps), delete the rest, orphaned\n"
+    "                        shards older than the grace period (default 3600 s) and\n"
+    "                        abandoned multipart uploads\n"
+    "LOCATION is a checkpoint prefix: s3://BUCKET/PREFIX, file:///DIR/PREFIX or a prefix in\n"
+    "the state home's store (e.g. runs/RUN/STEP/ckpt).\n";
 
 static int ckpt_list(struct tf_objstore *s, const char *prefix, struct tf_cli *cli)
 {
@@ -314,7 +316,7 @@ static int ckpt_list(struct tf_objstore *s, const char *prefix, struct tf_cli *c
 }
 
 static int ckpt_show(struct tf_objstore *s, const char *prefix, const char *step_arg,
-		     struct tf_cli *cli)
+                     struct tf_cli *cli)
 {
 	int64_t step;
 	int rc;
@@ -322,7 +324,8 @@ static int ckpt_show(struct tf_objstore *s, const char *prefix, const char *step
 		char *end;
 		step = strtoll(step_arg, &end, 10);
 		if (*end || step < 0)
-			return tf_cli_usage_error("ckpt", "STEP '%s' is not a step number", step_arg);
+			return tf_cli_usage_error("ckpt", "STEP '%s' is not a step number",
+			                          step_arg);
 	} else if ((rc = tf_ckpt_latest(s, prefix, &step))) {
 		return store_fail("ckpt show", s, rc);
 	}
@@ -359,14 +362,14 @@ static int ckpt_show(struct tf_objstore *s, const char *prefix, const char *step
 int cmd_ckpt(int argc, char **argv, struct tf_cli *cli)
 {
 	static const struct option opts[] = {
-		TF_CLI_COMMON_OPTIONS,
-		{ "keep", required_argument, NULL, 'k' },
-		{ "pin", required_argument, NULL, 'p' },
-		{ "grace", required_argument, NULL, 'g' },
-		{ "dry-run", no_argument, NULL, 'n' },
-		{ 0, 0, 0, 0 },
+	    TF_CLI_COMMON_OPTIONS,
+	    {"keep", required_argument, NULL, 'k'},
+	    {"pin", required_argument, NULL, 'p'},
+	    {"grace", required_argument, NULL, 'g'},
+	    {"dry-run", no_argument, NULL, 'n'},
+	    {0, 0, 0, 0},
 	};
-	struct tf_ckpt_gc_opts go = { .keep_last = -1, .grace = 3600 };
+	struct tf_ckpt_gc_opts go = {.keep_last = -1, .grace = 3600};
 	int64_t *pins = NULL;
 	size_t npins = 0;
 	int c, ret = TF_EXIT_OK;
@@ -393,8 +396,8 @@ int cmd_ckpt(int argc, char **argv, struct tf_cli *cli)
 			pins[npins] = strtoll(optarg, &end, 10);
 			if (*end || pins[npins] < 0) {
 				free(pins);
-				return tf_cli_usage_error("ckpt", "--pin wants a step number, not '%s'",
-							  optarg);
+				return tf_cli_usage_error(
+				    "ckpt", "--pin wants a step number, not '%s'", optarg);
 			}
 			npins++;
 			break;
@@ -403,7 +406,7 @@ int cmd_ckpt(int argc, char **argv, struct tf_cli *cli)
 			if (*end || go.grace < 0) {
 				free(pins);
 				return tf_cli_usage_error("ckpt", "--grace wants seconds, not '%s'",
-							  optarg);
+				                          optarg);
 			}
 			break;
 		case 'n':
@@ -420,7 +423,8 @@ int cmd_ckpt(int argc, char **argv, struct tf_cli *cli)
 	char *prefix = NULL;
 	if (nargs < 2) {
 		ret = tf_cli_usage_error("ckpt", "%s",
-					 nargs ? "give a checkpoint LOCATION" : "give a verb: list, show or gc");
+		                         nargs ? "give a checkpoint LOCATION"
+		                               : "give a verb: list, show or gc");
 		goto out;
 	}
 	const char *verb = args[0];
@@ -429,7 +433,8 @@ int cmd_ckpt(int argc, char **argv, struct tf_cli *cli)
 		goto out;
 	}
 	if (!strcmp(verb, "gc") && go.keep_last < 1) {
-		ret = tf_cli_usage_error("ckpt", "gc needs --keep N (the newest N checkpoints stay)");
+		ret =
+		    tf_cli_usage_error("ckpt", "gc needs --keep N (the newest N checkpoints stay)");
 		goto out;
 	}
 	if ((ret = open_location("ckpt", args[1], cli, &s, &prefix)))
@@ -450,16 +455,21 @@ int cmd_ckpt(int argc, char **argv, struct tf_cli *cli)
 		if (cli->json) {
 			json_t *doc = json_object();
 			json_object_set_new(doc, "dry_run", json_boolean(go.dry_run));
-			json_object_set_new(doc, "checkpoints_deleted", json_integer((json_int_t)r.ckpts_deleted));
-			json_object_set_new(doc, "orphans_deleted", json_integer((json_int_t)r.orphans_deleted));
-			json_object_set_new(doc, "uploads_aborted", json_integer((json_int_t)r.uploads_aborted));
-			json_object_set_new(doc, "bytes_freed", json_integer((json_int_t)r.bytes_freed));
+			json_object_set_new(doc, "checkpoints_deleted",
+			                    json_integer((json_int_t)r.ckpts_deleted));
+			json_object_set_new(doc, "orphans_deleted",
+			                    json_integer((json_int_t)r.orphans_deleted));
+			json_object_set_new(doc, "uploads_aborted",
+			                    json_integer((json_int_t)r.uploads_aborted));
+			json_object_set_new(doc, "bytes_freed",
+			                    json_integer((json_int_t)r.bytes_freed));
 			print_json(doc);
 		} else {
-			printf("%s%zu checkpoint(s), %zu orphaned shard(s), %zu abandoned upload(s); "
-			       "%" PRIu64 " bytes freed\n",
-			       go.dry_run ? "would delete " : "deleted ", r.ckpts_deleted,
-			       r.orphans_deleted, r.uploads_aborted, r.bytes_freed);
+			printf(
+			    "%s%zu checkpoint(s), %zu orphaned shard(s), %zu abandoned upload(s); "
+			    "%" PRIu64 " bytes freed\n",
+			    go.dry_run ? "would delete " : "deleted ", r.ckpts_deleted,
+			    r.orphans_deleted, r.uploads_aborted, r.bytes_freed);
 		}
 	}
 out:

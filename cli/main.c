@@ -13,30 +13,30 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli);
 static int cmd_version(int argc, char **argv, struct tf_cli *cli);
 
 struct tf_cmd {
-	const char *name;                                   /* subcommand word */
+	const char *name;                                     /* subcommand word */
 	int (*fn)(int argc, char **argv, struct tf_cli *cli); /* entry point */
-	const char *summary;                                /* one line for `tpuflow help` */
+	const char *summary;                                  /* one line for `tpuflow help` */
 };
 
 static const struct tf_cmd commands[] = {
-	{ "help", cmd_help, "show commands, exit codes and environment" },
-	{ "version", cmd_version, "print the version" },
-	{ "validate", cmd_validate, "check pipeline files, reporting every error as FILE:LINE:COL" },
-	{ "plan", cmd_plan, "show a pipeline's DAG as levels (--json, --dot)" },
-	{ "db", cmd_db, "state database: status, migrate" },
-	{ "run", cmd_run, "run a pipeline durably: parallel steps, retries, cache, live view" },
-	{ "runs", cmd_runs, "runs: list, show, logs, resume, retry" },
-	{ "models", cmd_models, "model registry: list, show, alias, compare" },
-	{ "accel", cmd_accel, "the emulated TPU: matmul, cycles, slices, info" },
-	{ "store", cmd_store, "object storage: ls, cat, put, rm URL" },
-	{ "ckpt", cmd_ckpt, "checkpoints: list, show, gc" },
-	{ "slices", cmd_slices, "the TPU slice pool: occupancy map, queue, utilization" },
-	{ "sched", cmd_sched, "the scheduler: simulate a workload against a pool" },
-	{ "data", cmd_data, "datasets: prep (raw data -> sharded TFRecord + manifest)" },
-	{ "train", cmd_train, "train an MLP on an emulated TPU slice (checkpoints, export)" },
-	{ "eval", cmd_eval, "evaluate a model bundle on a dataset's test split" },
-	{ "predict", cmd_predict, "CPU inference from a model bundle (.npy in, .npy out)" },
-	{ "step", cmd_step, "run one ml step in this process (what executor: local starts)" },
+    {"help", cmd_help, "show commands, exit codes and environment"},
+    {"version", cmd_version, "print the version"},
+    {"validate", cmd_validate, "check pipeline files, reporting every error as FILE:LINE:COL"},
+    {"plan", cmd_plan, "show a pipeline's DAG as levels (--json, --dot)"},
+    {"db", cmd_db, "state database: status, migrate"},
+    {"run", cmd_run, "run a pipeline durably: parallel steps, retries, cache, live view"},
+    {"runs", cmd_runs, "runs: list, show, logs, resume, retry"},
+    {"models", cmd_models, "model registry: list, show, alias, compare"},
+    {"accel", cmd_accel, "the emulated TPU: matmul, cycles, slices, info"},
+    {"store", cmd_store, "object storage: ls, cat, put, rm URL"},
+    {"ckpt", cmd_ckpt, "checkpoints: list, show, gc"},
+    {"slices", cmd_slices, "the TPU slice pool: occupancy map, queue, utilization"},
+    {"sched", cmd_sched, "the scheduler: simulate a workload against a pool"},
+    {"data", cmd_data, "datasets: prep (raw data -> sharded TFRecord + manifest)"},
+    {"train", cmd_train, "train an MLP on an emulated TPU slice (checkpoints, export)"},
+    {"eval", cmd_eval, "evaluate a model bundle on a dataset's test split"},
+    {"predict", cmd_predict, "CPU inference from a model bundle (.npy in, .npy out)"},
+    {"step", cmd_step, "run one ml step in this process (what executor: local starts)"},
 };
 
 int tf_cli_common_option(struct tf_cli *cli, int opt, const char *arg)
@@ -64,7 +64,8 @@ char *tf_cli_home(const struct tf_cli *cli, int create)
 	if (create) {
 		int rc = tf_mkdir_p(home);
 		if (rc) {
-			fprintf(stderr, "tpuflow: cannot create state home '%s': %s\n", home, strerror(-rc));
+			fprintf(stderr, "tpuflow: cannot create state home '%s': %s\n", home,
+			        strerror(-rc));
 			free(home);
 			return NULL;
 		}
@@ -83,15 +84,15 @@ int tf_cli_usage_error(const char *cmd, const char *fmt, ...)
 	return TF_EXIT_USAGE;
 }
 
-int tf_cli_parse_int(const char *cmd, const char *flag, const char *s, long long min,
-		     long long max, long long *out)
+int tf_cli_parse_int(const char *cmd, const char *flag, const char *s, long long min, long long max,
+                     long long *out)
 {
 	char *end;
 	errno = 0;
 	long long v = strtoll(s, &end, 10);
 	if (end == s || *end || errno || v < min || v > max)
-		return tf_cli_usage_error(cmd, "%s wants a whole number from %lld to %lld, not '%s'",
-					  flag, min, max, s);
+		return tf_cli_usage_error(
+		    cmd, "%s wants a whole number from %lld to %lld, not '%s'", flag, min, max, s);
 	*out = v;
 	return 0;
 }
@@ -118,7 +119,7 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 	if (has_flag(argc, argv, "--json"))
 		cli->json = 1;
 	if (argc > 1 && argv[1][0] != '-') {
-		char *sub[] = { argv[1], "--help", NULL };
+		char *sub[] = {argv[1], "--help", NULL};
 		for (size_t i = 0; i < TF_ARRAY_LEN(commands); i++)
 			if (!strcmp(commands[i].name, argv[1]))
 				return commands[i].fn(2, sub, cli);
@@ -135,21 +136,22 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 		return TF_EXIT_OK;
 	}
 	print_usage(stdout);
-	printf("\nglobal options:\n"
-	       "  --home DIR   state home (SQLite database, local object store); else $TPUFLOW_HOME,\n"
-	       "               else ./.tpuflow\n"
-	       "  --json       print one JSON document on stdout (every command that prints data)\n"
-	       "\nexit codes:\n"
-	       "  0  ok                      64  usage error\n"
-	       "  1  the run or a step failed 65  bad input data (pipeline, dataset, request)\n"
-	       "  69 a service unavailable   70  internal error\n"
-	       "  78 bad configuration (e.g. a database newer than this program)\n"
-	       "\nenvironment:\n"
-	       "  TPUFLOW_HOME        state home\n"
-	       "  TPUFLOW_LOG         debug|info|warn|error (default warn)\n"
-	       "  TPUFLOW_LOG_FORMAT  text|json\n"
-	       "  AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
-	       "  AWS_SESSION_TOKEN   settings for s3:// object storage\n");
+	printf(
+	    "\nglobal options:\n"
+	    "  --home DIR   state home (SQLite database, local object store); else $TPUFLOW_HOME,\n"
+	    "               else ./.tpuflow\n"
+	    "  --json       print one JSON document on stdout (every command that prints data)\n"
+	    "\nexit codes:\n"
+	    "  0  ok                      64  usage error\n"
+	    "  1  the run or a step failed 65  bad input data (pipeline, dataset, request)\n"
+	    "  69 a service unavailable   70  internal error\n"
+	    "  78 bad configuration (e.g. a database newer than this program)\n"
+	    "\nenvironment:\n"
+	    "  TPUFLOW_HOME        state home\n"
+	    "  TPUFLOW_LOG         debug|info|warn|error (default warn)\n"
+	    "  TPUFLOW_LOG_FORMAT  text|json\n"
+	    "  AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
+	    "  AWS_SESSION_TOKEN   settings for s3:// object storage\n");
 	return TF_EXIT_OK;
 }
 
@@ -170,7 +172,7 @@ static int cmd_version(int argc, char **argv, struct tf_cli *cli)
 
 int main(int argc, char **argv)
 {
-	struct tf_cli cli = { .argv0 = argv[0] };
+	struct tf_cli cli = {.argv0 = argv[0]};
 	int i = 1;
 
 	tf_log_init();

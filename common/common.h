@@ -9,13 +9,13 @@
 
 /* Process exit codes (sysexits.h values), documented in `tpuflow help` and the README. */
 enum tf_exit {
-	TF_EXIT_OK = 0,          /* success */
-	TF_EXIT_FAILED = 1,      /* the run or a step failed */
-	TF_EXIT_USAGE = 64,      /* bad command line */
-	TF_EXIT_DATAERR = 65,    /* bad input data (pipeline file, dataset, request) */
+	TF_EXIT_OK = 0,           /* success */
+	TF_EXIT_FAILED = 1,       /* the run or a step failed */
+	TF_EXIT_USAGE = 64,       /* bad command line */
+	TF_EXIT_DATAERR = 65,     /* bad input data (pipeline file, dataset, request) */
 	TF_EXIT_UNAVAILABLE = 69, /* a service (S3, Slurm, daemon) is unavailable */
-	TF_EXIT_SOFTWARE = 70,   /* internal error */
-	TF_EXIT_CONFIG = 78,     /* bad configuration (e.g. database newer than the program) */
+	TF_EXIT_SOFTWARE = 70,    /* internal error */
+	TF_EXIT_CONFIG = 78,      /* bad configuration (e.g. database newer than the program) */
 };
 
 #define TF_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

@@ -38,9 +38,9 @@ uint32_t tf_crc32c_extend_sw(uint32_t crc, const void *data, size_t n)
 		memcpy(&lo, p, 4);
 		memcpy(&hi, p + 4, 4);
 		lo ^= crc;
-		crc = table[7][lo & 0xff] ^ table[6][(lo >> 8) & 0xff] ^ table[5][(lo >> 16) & 0xff] ^
-		      table[4][lo >> 24] ^ table[3][hi & 0xff] ^ table[2][(hi >> 8) & 0xff] ^
-		      table[1][(hi >> 16) & 0xff] ^ table[0][hi >> 24];
+		crc = table[7][lo & 0xff] ^ table[6][(lo >> 8) & 0xff] ^
+		      table[5][(lo >> 16) & 0xff] ^ table[4][lo >> 24] ^ table[3][hi & 0xff] ^
+		      table[2][(hi >> 8) & 0xff] ^ table[1][(hi >> 16) & 0xff] ^ table[0][hi >> 24];
 		p += 8;
 		n -= 8;
 	}
@@ -50,7 +50,8 @@ uint32_t tf_crc32c_extend_sw(uint32_t crc, const void *data, size_t n)
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t extend_hw(uint32_t crc, const void *data, size_t n)
+__attribute__((target("sse4.2"))) static uint32_t extend_hw(uint32_t crc, const void *data,
+                                                            size_t n)
 {
 	const unsigned char *p = data;
 	uint64_t c = ~crc;

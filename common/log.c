@@ -11,7 +11,7 @@
 enum tf_log_level tf_log_threshold = TF_LOG_WARN;
 static int log_json;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static const char *const level_names[TF_LOG_LAST] = { "debug", "info", "warn", "error" };
+static const char *const level_names[TF_LOG_LAST] = {"debug", "info", "warn", "error"};
 
 void tf_log_init(void)
 {
@@ -53,13 +53,14 @@ void tf_log_write(enum tf_log_level level, const char *tag, const char *fmt, ...
 
 	pthread_mutex_lock(&log_lock);
 	if (log_json) {
-		fprintf(stderr, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"module\":\"%s\",\"msg\":\"",
-			when, ts.tv_nsec / 1000000, level_names[level], tag);
+		fprintf(stderr,
+		        "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"module\":\"%s\",\"msg\":\"", when,
+		        ts.tv_nsec / 1000000, level_names[level], tag);
 		json_escape(stderr, msg);
 		fputs("\"}\n", stderr);
 	} else {
 		fprintf(stderr, "%s.%03ldZ %-5s %s: %s\n", when, ts.tv_nsec / 1000000,
-			level_names[level], tag, msg);
+		        level_names[level], tag, msg);
 	}
 	pthread_mutex_unlock(&log_lock);
 }

@@ -17,16 +17,16 @@ extern enum tf_log_level tf_log_threshold;
 void tf_log_init(void);
 
 void tf_log_write(enum tf_log_level level, const char *tag, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 #ifndef TF_LOG_TAG
 #define TF_LOG_TAG "tpuflow"
 #endif
 
-#define tf_log(level, ...)                                   \
-	do {                                                 \
-		if ((level) >= tf_log_threshold)             \
-			tf_log_write((level), TF_LOG_TAG, __VA_ARGS__); \
+#define tf_log(level, ...)                                                                         \
+	do {                                                                                       \
+		if ((level) >= tf_log_threshold)                                                   \
+			tf_log_write((level), TF_LOG_TAG, __VA_ARGS__);                            \
 	} while (0)
 #define tf_debug(...) tf_log(TF_LOG_DEBUG, __VA_ARGS__)
 #define tf_info(...) tf_log(TF_LOG_INFO, __VA_ARGS__)

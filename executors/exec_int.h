@@ -21,7 +21,7 @@ struct tf_exec {
 
 /* Fills the head: log directory (created, or a private mkdtemp) and paths. */
 int tf_exec_head_init(struct tf_exec *x, const struct tf_executor_ops *ops,
-		      const struct tf_exec_spec *spec, char *err, size_t errlen);
+                      const struct tf_exec_spec *spec, char *err, size_t errlen);
 /* Uploads both logs once (when a store was given); notes the outcome in res. */
 void tf_exec_head_finish(struct tf_exec *x, struct tf_exec_result *res);
 /* Removes a private log directory; frees what the head owns. */

@@ -28,7 +28,7 @@ const struct tf_executor_ops *tf_executor_find(const char *name)
 }
 
 int tf_exec_start(const struct tf_executor_ops *ops, const struct tf_exec_spec *spec,
-		  struct tf_exec **out, char *err, size_t errlen)
+                  struct tf_exec **out, char *err, size_t errlen)
 {
 	return ops->start(spec, out, err, errlen);
 }
@@ -66,8 +66,8 @@ void tf_exec_free(struct tf_exec *x)
 
 const char *tf_fail_class_name(enum tf_fail_class c)
 {
-	static const char *const names[] = { "none",	  "error", "timeout",
-					     "preempted", "infra", "cancelled" };
+	static const char *const names[] = {"none",      "error", "timeout",
+	                                    "preempted", "infra", "cancelled"};
 	return c < TF_FAIL_LAST ? names[c] : "?";
 }
 
@@ -77,9 +77,9 @@ int tf_fail_class_retryable(enum tf_fail_class c)
 }
 
 enum tf_fail_class tf_exec_classify_status(int wstatus, enum tf_fail_class requested, char *msg,
-					   size_t msglen)
+                                           size_t msglen)
 {
-	static const char *const why[] = { "", "", "timeout", "preemption", "", "cancel" };
+	static const char *const why[] = {"", "", "timeout", "preemption", "", "cancel"};
 	if (WIFEXITED(wstatus)) {
 		int code = WEXITSTATUS(wstatus);
 		if (code == 0 && requested == TF_FAIL_NONE) {
@@ -93,7 +93,7 @@ enum tf_fail_class tf_exec_classify_status(int wstatus, enum tf_fail_class reque
 		/* sysexits: the environment failed, not the work */
 		if (code == 75 || code == 69) {
 			snprintf(msg, msglen, "exit %d (%s): infrastructure, retryable", code,
-				 code == 75 ? "temporary failure" : "service unavailable");
+			         code == 75 ? "temporary failure" : "service unavailable");
 			return TF_FAIL_INFRA;
 		}
 		snprintf(msg, msglen, "exit %d", code);
@@ -104,12 +104,13 @@ enum tf_fail_class tf_exec_classify_status(int wstatus, enum tf_fail_class reque
 		const char *name = sigabbrev_np(sig);
 		if (requested != TF_FAIL_NONE) {
 			snprintf(msg, msglen, "killed by SIG%s after %s", name ? name : "?",
-				 why[requested]);
+			         why[requested]);
 			return requested;
 		}
 		if (sig == SIGKILL) {
 			/* nobody here sent it: the OOM killer or an operator */
-			snprintf(msg, msglen, "killed by SIGKILL (not sent by tpuflow: out of memory?)");
+			snprintf(msg, msglen,
+			         "killed by SIGKILL (not sent by tpuflow: out of memory?)");
 			return TF_FAIL_INFRA;
 		}
 		snprintf(msg, msglen, "killed by SIG%s (%s)", name ? name : "?", strsignal(sig));
@@ -152,7 +153,7 @@ char *tf_exec_self_path(void)
 }
 
 int tf_exec_head_init(struct tf_exec *x, const struct tf_executor_ops *ops,
-		      const struct tf_exec_spec *spec, char *err, size_t errlen)
+                      const struct tf_exec_spec *spec, char *err, size_t errlen)
 {
 	x->ops = ops;
 	x->started = tf_now_monotonic();
@@ -160,25 +161,26 @@ int tf_exec_head_init(struct tf_exec *x, const struct tf_executor_ops *ops,
 		int rc = tf_mkdir_p(spec->log_dir);
 		if (rc) {
 			snprintf(err, errlen, "cannot create log directory '%s': %s", spec->log_dir,
-				 strerror(-rc));
+			         strerror(-rc));
 			return rc;
 		}
 		snprintf(x->dir, sizeof(x->dir), "%s", spec->log_dir);
 	} else {
 		const char *tmp = getenv("TMPDIR");
-		snprintf(x->dir, sizeof(x->dir), "%s/tpuflow-exec.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+		snprintf(x->dir, sizeof(x->dir), "%s/tpuflow-exec.XXXXXX",
+		         tmp && *tmp ? tmp : "/tmp");
 		if (!mkdtemp(x->dir)) {
 			int e = errno;
 			snprintf(err, errlen, "cannot create a log directory under '%s': %s",
-				 tmp && *tmp ? tmp : "/tmp", strerror(e));
+			         tmp && *tmp ? tmp : "/tmp", strerror(e));
 			return -e;
 		}
 		x->own_dir = 1;
 	}
 	if ((size_t)snprintf(x->out_path, sizeof(x->out_path), "%s/stdout.log", x->dir) >=
-		    sizeof(x->out_path) ||
+	        sizeof(x->out_path) ||
 	    (size_t)snprintf(x->err_path, sizeof(x->err_path), "%s/stderr.log", x->dir) >=
-		    sizeof(x->err_path)) {
+	        sizeof(x->err_path)) {
 		snprintf(err, errlen, "log directory path '%s' is too long", x->dir);
 		return -ENAMETOOLONG;
 	}
@@ -191,15 +193,16 @@ int tf_exec_head_init(struct tf_exec *x, const struct tf_executor_ops *ops,
 void tf_exec_head_finish(struct tf_exec *x, struct tf_exec_result *res)
 {
 	if (x->store && !x->uploaded) {
-		const char *paths[2] = { x->out_path, x->err_path };
-		const char *names[2] = { "stdout.log", "stderr.log" };
+		const char *paths[2] = {x->out_path, x->err_path};
+		const char *names[2] = {"stdout.log", "stderr.log"};
 		x->uploaded = 1;
 		for (int i = 0; i < 2; i++) {
-			char *key = tf_xasprintf("%s%s", x->log_prefix ? x->log_prefix : "", names[i]);
+			char *key =
+			    tf_xasprintf("%s%s", x->log_prefix ? x->log_prefix : "", names[i]);
 			int rc = tf_objstore_put_file(x->store, key, paths[i], 0);
 			if (rc) {
 				tf_warn("log upload to '%s' failed: %s", key,
-					tf_objstore_errmsg(x->store));
+				        tf_objstore_errmsg(x->store));
 				x->uploaded = -1;
 			}
 			free(key);

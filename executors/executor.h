@@ -49,27 +49,27 @@ enum tf_fail_class {
 
 /* What an in-process function receives. */
 struct tf_exec_ctx {
-	void *arg;             /* spec->arg */
-	volatile int *cancel;  /* becomes non-zero on cancel, preemption or timeout: stop soon */
-	FILE *out, *err;       /* its captured stdout and stderr logs */
-	char *errbuf;          /* a message for people when it fails (NUL-terminated) */
-	size_t errlen;         /* size of errbuf */
+	void *arg;            /* spec->arg */
+	volatile int *cancel; /* becomes non-zero on cancel, preemption or timeout: stop soon */
+	FILE *out, *err;      /* its captured stdout and stderr logs */
+	char *errbuf;         /* a message for people when it fails (NUL-terminated) */
+	size_t errlen;        /* size of errbuf */
 };
 
 struct tf_exec_spec {
 	/* local: the program and its arguments, passed verbatim (no shell); argv[0] is looked up
 	 * in PATH when it has no '/'. NULL-terminated. */
 	char *const *argv;
-	char *const *envp;     /* environment, NULL: inherit */
-	const char *cwd;       /* working directory, NULL: inherit */
+	char *const *envp; /* environment, NULL: inherit */
+	const char *cwd;   /* working directory, NULL: inherit */
 	/* inprocess: the function and its argument. Returns 0, or a negative errno-style code
 	 * (-EAGAIN, -ETIMEDOUT, -ECONNRESET, -ECONNREFUSED, -EHOSTUNREACH, -ENOSPC: infra). */
 	int (*fn)(const struct tf_exec_ctx *ctx);
 	void *arg;
-	double timeout;        /* seconds, <= 0: none */
-	double grace;          /* seconds between SIGTERM and SIGKILL, <= 0: 10 */
-	const char *log_dir;   /* stdout.log and stderr.log go here (created); NULL: a private
-				  temporary directory removed by tf_exec_free */
+	double timeout;            /* seconds, <= 0: none */
+	double grace;              /* seconds between SIGTERM and SIGKILL, <= 0: 10 */
+	const char *log_dir;       /* stdout.log and stderr.log go here (created); NULL: a private
+	                              temporary directory removed by tf_exec_free */
 	struct tf_objstore *store; /* when set, logs are uploaded on completion ... */
 	const char *log_prefix;    /* ... as PREFIX + "stdout.log" / "stderr.log" */
 };
@@ -81,7 +81,7 @@ struct tf_exec_result {
 	double seconds;    /* wall time from start to end */
 	int logs_uploaded; /* 1 when the logs reached the object store */
 	char message[256]; /* what happened, for people: "exit 3", "killed by SIGKILL after
-			      timeout 5s", ... */
+	                      timeout 5s", ... */
 };
 
 struct tf_exec; /* one running attempt; the backend's state follows its first field */
@@ -90,10 +90,11 @@ struct tf_executor_ops {
 	const char *name; /* "inprocess", "local" */
 	/* Starts the work; on failure nothing runs and err says why. */
 	int (*start)(const struct tf_exec_spec *spec, struct tf_exec **out, char *err,
-		     size_t errlen);
+	             size_t errlen);
 	/* 0 and *res when finished; -EAGAIN while running (also enforces the timeout). */
 	int (*poll)(struct tf_exec *x, struct tf_exec_result *res);
-	/* Blocks until finished (0 and *res) or `timeout` seconds pass (-ETIMEDOUT); < 0: forever. */
+	/* Blocks until finished (0 and *res) or `timeout` seconds pass (-ETIMEDOUT); < 0: forever.
+	 */
 	int (*wait)(struct tf_exec *x, double timeout, struct tf_exec_result *res);
 	/* Asks it to stop; `why` is TF_FAIL_CANCELLED or TF_FAIL_PREEMPTED. Returns at once. */
 	int (*cancel)(struct tf_exec *x, enum tf_fail_class why);
@@ -111,7 +112,7 @@ const struct tf_executor_ops *tf_executor_find(const char *name);
 /* Dispatchers through the handle's backend. The handle belongs to the caller until
  * tf_exec_free (which stops nothing: cancel and wait first). */
 int tf_exec_start(const struct tf_executor_ops *ops, const struct tf_exec_spec *spec,
-		  struct tf_exec **out, char *err, size_t errlen);
+                  struct tf_exec **out, char *err, size_t errlen);
 int tf_exec_poll(struct tf_exec *x, struct tf_exec_result *res);
 int tf_exec_wait(struct tf_exec *x, double timeout, struct tf_exec_result *res);
 int tf_exec_cancel(struct tf_exec *x, enum tf_fail_class why);
@@ -126,7 +127,7 @@ int tf_fail_class_retryable(enum tf_fail_class c);
 /* How a child process ended, as a class: wstatus from waitpid; `requested` is what we asked
  * for (TF_FAIL_NONE if nothing, else TIMEOUT, CANCELLED or PREEMPTED). Writes a message. */
 enum tf_fail_class tf_exec_classify_status(int wstatus, enum tf_fail_class requested, char *msg,
-					   size_t msglen);
+                                           size_t msglen);
 /* The same for an in-process function's return code. */
 enum tf_fail_class tf_exec_classify_return(int rc, enum tf_fail_class requested);
 

@@ -14,20 +14,20 @@
 #include <time.h>
 
 struct inproc {
-	struct tf_exec head;        /* common part: first */
+	struct tf_exec head;                      /* common part: first */
 	int (*fn)(const struct tf_exec_ctx *ctx); /* the work */
-	struct tf_exec_ctx ctx;     /* what fn receives */
-	volatile int cancel;        /* ctx.cancel points here */
-	char errbuf[200];           /* ctx.errbuf */
-	double timeout;             /* seconds, <= 0: none */
+	struct tf_exec_ctx ctx;                   /* what fn receives */
+	volatile int cancel;                      /* ctx.cancel points here */
+	char errbuf[200];                         /* ctx.errbuf */
+	double timeout;                           /* seconds, <= 0: none */
 	pthread_t thread;
-	pthread_mutex_t mu;         /* guards finished, rc, requested */
-	pthread_cond_t cv;          /* signalled when finished */
-	int finished;               /* fn returned */
-	int rc;                     /* its return code */
-	int requested;              /* enum tf_fail_class asked for */
-	int joined;                 /* thread joined and res filled */
-	struct tf_exec_result res;  /* the outcome once joined */
+	pthread_mutex_t mu;        /* guards finished, rc, requested */
+	pthread_cond_t cv;         /* signalled when finished */
+	int finished;              /* fn returned */
+	int rc;                    /* its return code */
+	int requested;             /* enum tf_fail_class asked for */
+	int joined;                /* thread joined and res filled */
+	struct tf_exec_result res; /* the outcome once joined */
 };
 
 static void *run(void *arg)
@@ -50,7 +50,7 @@ static const char *inproc_log_path(const struct tf_exec *x, int stream)
 }
 
 static int inproc_start(const struct tf_exec_spec *spec, struct tf_exec **out, char *err,
-			size_t errlen)
+                        size_t errlen)
 {
 	if (!spec->fn) {
 		snprintf(err, errlen, "in-process executor needs a function to run");
@@ -121,7 +121,7 @@ static void collect(struct inproc *p)
 		snprintf(r->message, sizeof(r->message), "%s", p->errbuf);
 	else
 		snprintf(r->message, sizeof(r->message), "returned %d (%s)", p->rc,
-			 p->rc < 0 ? strerror(-p->rc) : "error");
+		         p->rc < 0 ? strerror(-p->rc) : "error");
 	if (p->requested == TF_FAIL_TIMEOUT) {
 		size_t n = strlen(r->message);
 		snprintf(r->message + n, sizeof(r->message) - n, " after timeout %gs", p->timeout);
@@ -132,8 +132,7 @@ static void collect(struct inproc *p)
 /* With mu held: raises cancel at the timeout. */
 static void enforce(struct inproc *p)
 {
-	if (!p->requested && p->timeout > 0 &&
-	    tf_now_monotonic() - p->head.started >= p->timeout) {
+	if (!p->requested && p->timeout > 0 && tf_now_monotonic() - p->head.started >= p->timeout) {
 		p->requested = TF_FAIL_TIMEOUT;
 		p->cancel = 1;
 	}
@@ -229,11 +228,11 @@ static void inproc_free(struct tf_exec *x)
 }
 
 const struct tf_executor_ops tf_executor_inprocess = {
-	.name = "inprocess",
-	.start = inproc_start,
-	.poll = inproc_poll,
-	.wait = inproc_wait,
-	.cancel = inproc_cancel,
-	.log_path = inproc_log_path,
-	.free = inproc_free,
+    .name = "inprocess",
+    .start = inproc_start,
+    .poll = inproc_poll,
+    .wait = inproc_wait,
+    .cancel = inproc_cancel,
+    .log_path = inproc_log_path,
+    .free = inproc_free,
 };

@@ -28,15 +28,15 @@
 extern char **environ;
 
 struct local {
-	struct tf_exec head;          /* common part: first */
-	pid_t pid;                    /* the child, leader of its process group */
-	int pidfd;                    /* pidfd_open(pid), -1 when the kernel has none */
-	double timeout, grace;        /* seconds */
-	double term_at;               /* when SIGTERM went to the group, 0: not yet */
-	int killed;                   /* SIGKILL sent */
-	volatile int requested;       /* enum tf_fail_class asked for (cancel, preempt, timeout) */
-	int done;                     /* reaped; res holds the outcome */
-	struct tf_exec_result res;    /* the outcome once done */
+	struct tf_exec head;       /* common part: first */
+	pid_t pid;                 /* the child, leader of its process group */
+	int pidfd;                 /* pidfd_open(pid), -1 when the kernel has none */
+	double timeout, grace;     /* seconds */
+	double term_at;            /* when SIGTERM went to the group, 0: not yet */
+	int killed;                /* SIGKILL sent */
+	volatile int requested;    /* enum tf_fail_class asked for (cancel, preempt, timeout) */
+	int done;                  /* reaped; res holds the outcome */
+	struct tf_exec_result res; /* the outcome once done */
 };
 
 static const char *local_log_path(const struct tf_exec *x, int stream)
@@ -45,7 +45,7 @@ static const char *local_log_path(const struct tf_exec *x, int stream)
 }
 
 static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, char *err,
-		       size_t errlen)
+                       size_t errlen)
 {
 	if (!spec->argv || !spec->argv[0] || !spec->argv[0][0]) {
 		snprintf(err, errlen, "local executor needs an argv with a program");
@@ -85,12 +85,12 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 	posix_spawnattr_setsigdefault(&attr, &all);
 	posix_spawnattr_setpgroup(&attr, 0);
 	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-						POSIX_SPAWN_SETSIGDEF);
+	                                    POSIX_SPAWN_SETSIGDEF);
 	rc = -posix_spawnp(&l->pid, spec->argv[0], &fa, &attr, spec->argv,
-			   spec->envp ? spec->envp : environ);
+	                   spec->envp ? spec->envp : environ);
 	if (rc) {
 		snprintf(err, errlen, "cannot start '%s': %s%s", spec->argv[0], strerror(-rc),
-			 rc == -ENOENT ? " (not found: check the path or PATH)" : "");
+		         rc == -ENOENT ? " (not found: check the path or PATH)" : "");
 		goto out;
 	}
 #ifdef SYS_pidfd_open
@@ -168,7 +168,7 @@ static int reap(struct local *l)
 	memset(r, 0, sizeof(*r));
 	r->seconds = tf_now_monotonic() - l->head.started;
 	r->fclass = tf_exec_classify_status(status, (enum tf_fail_class)l->requested, r->message,
-					    sizeof(r->message));
+	                                    sizeof(r->message));
 	r->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 	r->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
 	if (l->requested == TF_FAIL_TIMEOUT) {
@@ -211,12 +211,12 @@ static int local_wait(struct tf_exec *x, double timeout, struct tf_exec_result *
 		if (timeout >= 0 && (nap < 0 || timeout - (now - start) < nap))
 			nap = timeout - (now - start);
 		if (l->pidfd >= 0) {
-			struct pollfd pf = { .fd = l->pidfd, .events = POLLIN };
+			struct pollfd pf = {.fd = l->pidfd, .events = POLLIN};
 			int ms = nap < 0 ? -1 : (int)(nap * 1000) + 1;
 			poll(&pf, 1, ms);
 		} else {
 			/* no pidfd: poll the child every millisecond */
-			struct timespec ts = { 0, 1000000 };
+			struct timespec ts = {0, 1000000};
 			nanosleep(&ts, NULL);
 		}
 	}
@@ -252,11 +252,11 @@ static void local_free(struct tf_exec *x)
 }
 
 const struct tf_executor_ops tf_executor_local = {
-	.name = "local",
-	.start = local_start,
-	.poll = local_poll,
-	.wait = local_wait,
-	.cancel = local_cancel,
-	.log_path = local_log_path,
-	.free = local_free,
+    .name = "local",
+    .start = local_start,
+    .poll = local_poll,
+    .wait = local_wait,
+    .cancel = local_cancel,
+    .log_path = local_log_path,
+    .free = local_free,
 };

@@ -34,16 +34,17 @@ static void safetensors_encode(const struct tf_mlp *m, struct tf_buf *b)
 		size_t kb = m->size[l] * m->size[l + 1] * sizeof(float);
 		size_t bb = m->size[l + 1] * sizeof(float);
 		snprintf(name, sizeof name, "dense_%d/kernel", l);
-		json_object_set_new(h, name, json_pack("{s:s, s:[I,I], s:[I,I]}", "dtype", "F32",
-						       "shape", (json_int_t)m->size[l],
-						       (json_int_t)m->size[l + 1], "data_offsets",
-						       (json_int_t)off, (json_int_t)(off + kb)));
+		json_object_set_new(h, name,
+		                    json_pack("{s:s, s:[I,I], s:[I,I]}", "dtype", "F32", "shape",
+		                              (json_int_t)m->size[l], (json_int_t)m->size[l + 1],
+		                              "data_offsets", (json_int_t)off,
+		                              (json_int_t)(off + kb)));
 		off += kb;
 		snprintf(name, sizeof name, "dense_%d/bias", l);
-		json_object_set_new(h, name, json_pack("{s:s, s:[I], s:[I,I]}", "dtype", "F32",
-						       "shape", (json_int_t)m->size[l + 1],
-						       "data_offsets", (json_int_t)off,
-						       (json_int_t)(off + bb)));
+		json_object_set_new(h, name,
+		                    json_pack("{s:s, s:[I], s:[I,I]}", "dtype", "F32", "shape",
+		                              (json_int_t)m->size[l + 1], "data_offsets",
+		                              (json_int_t)off, (json_int_t)(off + bb)));
 		off += bb;
 	}
 	json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "tpuflow-mlp"));
@@ -63,10 +64,10 @@ static void safetensors_encode(const struct tf_mlp *m, struct tf_buf *b)
 }
 
 int tf_bundle_export(struct tf_objstore *s, const char *prefix, const struct tf_mlp *m,
-		     const struct tf_dataset *d, const struct tf_mxu_cfg *mxu, json_t *extra,
-		     char *err, size_t errlen)
+                     const struct tf_dataset *d, const struct tf_mxu_cfg *mxu, json_t *extra,
+                     char *err, size_t errlen)
 {
-	struct tf_buf b = { 0 };
+	struct tf_buf b = {0};
 	char sha[65], crc[16], *key = NULL, *text = NULL;
 	int rc;
 	safetensors_encode(m, &b);
@@ -82,22 +83,21 @@ int tf_bundle_export(struct tf_objstore *s, const char *prefix, const struct tf_
 		json_array_append_new(layers, json_integer((json_int_t)m->size[l]));
 	for (int c = 0; c < m->classes; c++)
 		json_array_append_new(names, json_string(d->class_names[c]));
-	json_t *input = json_pack("{s:s, s:[i,I], s:s}", "name", d->pre.image ? "image" : "features",
-				  "shape", -1, (json_int_t)m->size[0], "dtype",
-				  d->pre.image ? "uint8" : "float32");
+	json_t *input =
+	    json_pack("{s:s, s:[i,I], s:s}", "name", d->pre.image ? "image" : "features", "shape",
+	              -1, (json_int_t)m->size[0], "dtype", d->pre.image ? "uint8" : "float32");
 	if (d->rows)
 		json_object_set_new(input, "image_shape", json_pack("[i,i]", d->rows, d->cols));
 	json_t *sig = json_pack(
-		"{s:s, s:s, s:o, s:s, s:s, s:o, s:o, s:o, s:{s:s, s:i, s:i, s:b, s:s, s:s}, "
-		"s:{s:{s:s, s:s, s:I}}}",
-		"format", BUNDLE_FORMAT, "model", "mlp", "layers", layers, "activation", "relu",
-		"output", m->binary ? "sigmoid" : "softmax", "input", input, "preprocessing",
-		tf_preproc_to_json(&d->pre), "class_names", names, "numerics", "mode", "mxu-bf16",
-		"mxu_rows", mxu->rows ? mxu->rows : 128, "mxu_cols", mxu->cols ? mxu->cols : 128,
-		"ftz", mxu->ftz, "inputs", "fp32 rounded to bf16 (round to nearest even)",
-		"accumulation", "fp32, fmaf down each K-tile of mxu_rows, tile sums in order",
-		"checksums", "model.safetensors", "sha256", sha, "crc32c", crc, "bytes",
-		(json_int_t)b.len);
+	    "{s:s, s:s, s:o, s:s, s:s, s:o, s:o, s:o, s:{s:s, s:i, s:i, s:b, s:s, s:s}, "
+	    "s:{s:{s:s, s:s, s:I}}}",
+	    "format", BUNDLE_FORMAT, "model", "mlp", "layers", layers, "activation", "relu",
+	    "output", m->binary ? "sigmoid" : "softmax", "input", input, "preprocessing",
+	    tf_preproc_to_json(&d->pre), "class_names", names, "numerics", "mode", "mxu-bf16",
+	    "mxu_rows", mxu->rows ? mxu->rows : 128, "mxu_cols", mxu->cols ? mxu->cols : 128, "ftz",
+	    mxu->ftz, "inputs", "fp32 rounded to bf16 (round to nearest even)", "accumulation",
+	    "fp32, fmaf down each K-tile of mxu_rows, tile sums in order", "checksums",
+	    "model.safetensors", "sha256", sha, "crc32c", crc, "bytes", (json_int_t)b.len);
 	if (extra)
 		json_object_set(sig, "training", extra);
 	text = json_dumps(sig, JSON_INDENT(2) | JSON_SORT_KEYS);
@@ -127,7 +127,7 @@ void tf_bundle_free(struct tf_bundle *b)
 }
 
 int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle **out, char *err,
-		   size_t errlen)
+                   size_t errlen)
 {
 	char *skey = tf_xasprintf("%ssignature.json", prefix);
 	char *mkey = tf_xasprintf("%smodel.safetensors", prefix);
@@ -138,18 +138,22 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	json_t *hdr = NULL;
 	int rc;
 	if ((rc = tf_objstore_get(s, skey, &sdata, &slen))) {
-		snprintf(err, errlen, "no model bundle at '%s' (%s): export one with 'tpuflow "
-			 "train --export'", skey, tf_objstore_errmsg(s));
+		snprintf(err, errlen,
+		         "no model bundle at '%s' (%s): export one with 'tpuflow "
+		         "train --export'",
+		         skey, tf_objstore_errmsg(s));
 		goto out;
 	}
 	if ((rc = tf_objstore_get(s, mkey, &mdata, &mlen))) {
-		snprintf(err, errlen, "bundle tensors '%s' missing: %s", mkey, tf_objstore_errmsg(s));
+		snprintf(err, errlen, "bundle tensors '%s' missing: %s", mkey,
+		         tf_objstore_errmsg(s));
 		goto out;
 	}
 	rc = -EBADMSG;
 	b->signature = json_loadb(sdata, slen, 0, &jerr);
 	json_t *sig = b->signature;
-	if (!sig || strcmp(json_string_value(json_object_get(sig, "format")) ?: "", BUNDLE_FORMAT)) {
+	if (!sig ||
+	    strcmp(json_string_value(json_object_get(sig, "format")) ?: "", BUNDLE_FORMAT)) {
 		snprintf(err, errlen, "'%s': not a %s signature", skey, BUNDLE_FORMAT);
 		goto out;
 	}
@@ -157,11 +161,14 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	char sha[65];
 	sha256_hex(mdata, mlen, sha);
 	if (strcmp(json_string_value(json_object_get(ck, "sha256")) ?: "", sha)) {
-		snprintf(err, errlen, "'%s': SHA-256 differs from the signature; the bundle is "
-			 "damaged, export it again", mkey);
+		snprintf(err, errlen,
+		         "'%s': SHA-256 differs from the signature; the bundle is "
+		         "damaged, export it again",
+		         mkey);
 		goto out;
 	}
-	json_t *layers = json_object_get(sig, "layers"), *names = json_object_get(sig, "class_names");
+	json_t *layers = json_object_get(sig, "layers"),
+	       *names = json_object_get(sig, "class_names");
 	json_t *num = json_object_get(sig, "numerics");
 	size_t nl = json_array_size(layers);
 	int classes = (int)json_array_size(names);
@@ -174,7 +181,7 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	for (size_t i = 1; i + 1 < nl; i++)
 		hidden[i - 1] = (size_t)json_integer_value(json_array_get(layers, i));
 	if (tf_mlp_init(&b->mlp, (size_t)json_integer_value(json_array_get(layers, 0)), hidden,
-			(int)nl - 2, classes, binary) ||
+	                (int)nl - 2, classes, binary) ||
 	    b->mlp.size[nl - 1] != (size_t)json_integer_value(json_array_get(layers, nl - 1))) {
 		snprintf(err, errlen, "'%s': inconsistent layer sizes", skey);
 		goto out;
@@ -196,9 +203,9 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 		json_t *offs = json_object_get(e, "data_offsets");
 		if (!e || strcmp(json_string_value(json_object_get(e, "dtype")) ?: "", "F32") ||
 		    (size_t)json_integer_value(json_array_get(offs, 0)) !=
-			    b->mlp.w_off[l] * sizeof(float)) {
+		        b->mlp.w_off[l] * sizeof(float)) {
 			snprintf(err, errlen, "'%s': tensor '%s' missing or not where expected",
-				 mkey, name);
+			         mkey, name);
 			goto out;
 		}
 	}
@@ -235,12 +242,12 @@ out:
 }
 
 void tf_bundle_predict(const struct tf_bundle *b, const float *x, size_t n, float *probs,
-		       int threads)
+                       int threads)
 {
 	const size_t chunk = 1024;
 	struct tf_mxu_cfg cfg = b->mxu;
 	cfg.threads = threads > 0 ? threads : 1;
-	struct tf_mlp_gemm g = { .cfg = &cfg };
+	struct tf_mlp_gemm g = {.cfg = &cfg};
 	struct tf_mlp_work w;
 	size_t C = tf_mlp_outputs(&b->mlp);
 	tf_mlp_work_init(&w, &b->mlp, chunk);

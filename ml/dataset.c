@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *split_names[TF_SPLIT_LAST] = { "train", "test" };
+static const char *split_names[TF_SPLIT_LAST] = {"train", "test"};
 
 void tf_preproc_apply(const struct tf_preproc *p, const unsigned char *u8, const float *f32,
-		      float *out)
+                      float *out)
 {
 	if (p->image) {
 		/* one mean/std for all pixels: the same two operations in the same order on
@@ -51,8 +51,8 @@ json_t *tf_preproc_to_json(const struct tf_preproc *p)
 		json_array_append_new(s, json_real(p->inv_std[j]));
 	}
 	return json_pack("{s:s, s:s, s:o, s:o, s:s}", "kind", "standardize", "input",
-			 p->image ? "uint8" : "float32", "mean", m, "inv_std", s, "formula",
-			 "x = (raw - mean) * inv_std (fp32)");
+	                 p->image ? "uint8" : "float32", "mean", m, "inv_std", s, "formula",
+	                 "x = (raw - mean) * inv_std (fp32)");
 }
 
 int tf_preproc_from_json(const json_t *j, size_t dim, struct tf_preproc *out)
@@ -61,7 +61,7 @@ int tf_preproc_from_json(const json_t *j, size_t dim, struct tf_preproc *out)
 	json_t *m = json_object_get(j, "mean"), *s = json_object_get(j, "inv_std");
 	if (!input || !json_is_array(m) || !json_is_array(s))
 		return -EBADMSG;
-	struct tf_preproc p = { .image = !strcmp(input, "uint8"), .dim = dim };
+	struct tf_preproc p = {.image = !strcmp(input, "uint8"), .dim = dim};
 	size_t n = p.image ? 1 : dim;
 	if (json_array_size(m) != n || json_array_size(s) != n)
 		return -EBADMSG;
@@ -111,33 +111,36 @@ static void compute_preproc(const struct tf_rawset *r, struct tf_preproc *p)
 
 /* Subset view of a raw set: examples idx[0..n) (or the first n when idx is NULL). */
 static void write_split(struct tf_objstore *s, const char *prefix, enum tf_split sp,
-			const struct tf_rawset *r, const size_t *idx, size_t n, int shards,
-			json_t *jsplit, int *rc, char *err, size_t errlen)
+                        const struct tf_rawset *r, const size_t *idx, size_t n, int shards,
+                        json_t *jsplit, int *rc, char *err, size_t errlen)
 {
 	json_t *jshards = json_array();
-	struct tf_buf ex = { 0 }, file = { 0 };
+	struct tf_buf ex = {0}, file = {0};
 	if (shards < 1)
 		shards = 1;
 	if ((size_t)shards > n && n > 0)
 		shards = (int)n;
 	for (int k = 0; k < shards && !*rc; k++) {
-		size_t lo = n * (size_t)k / (size_t)shards, hi = n * (size_t)(k + 1) / (size_t)shards;
+		size_t lo = n * (size_t)k / (size_t)shards,
+		       hi = n * (size_t)(k + 1) / (size_t)shards;
 		file.len = 0;
 		for (size_t e = lo; e < hi; e++) {
 			size_t i = idx ? idx[e] : e;
 			int64_t label = r->labels[i];
 			struct tf_feature_in f[2];
 			if (r->u8)
-				f[0] = (struct tf_feature_in){ .name = "image", .kind = TF_FEATURE_BYTES,
-							       .data = r->u8 + i * r->dim, .count = 1,
-							       .bytes = r->dim };
+				f[0] = (struct tf_feature_in){.name = "image",
+				                              .kind = TF_FEATURE_BYTES,
+				                              .data = r->u8 + i * r->dim,
+				                              .count = 1,
+				                              .bytes = r->dim};
 			else
-				f[0] = (struct tf_feature_in){ .name = "features",
-							       .kind = TF_FEATURE_FLOAT,
-							       .data = r->f32 + i * r->dim,
-							       .count = r->dim };
-			f[1] = (struct tf_feature_in){ .name = "label", .kind = TF_FEATURE_INT64,
-						       .data = &label, .count = 1 };
+				f[0] = (struct tf_feature_in){.name = "features",
+				                              .kind = TF_FEATURE_FLOAT,
+				                              .data = r->f32 + i * r->dim,
+				                              .count = r->dim};
+			f[1] = (struct tf_feature_in){
+			    .name = "label", .kind = TF_FEATURE_INT64, .data = &label, .count = 1};
 			ex.len = 0;
 			tf_example_encode(f, 2, &ex);
 			tf_tfrecord_append(&file, ex.data, ex.len);
@@ -148,15 +151,15 @@ static void write_split(struct tf_objstore *s, const char *prefix, enum tf_split
 		int prc = tf_objstore_put(s, key, file.data, file.len, 0);
 		if (prc) {
 			snprintf(err, errlen, "cannot write shard '%s': %s", key,
-				 tf_objstore_errmsg(s));
+			         tf_objstore_errmsg(s));
 			*rc = prc;
 		}
 		free(key);
 		char crc[16];
 		snprintf(crc, sizeof crc, "%08x", tf_crc32c(file.data, file.len));
 		json_array_append_new(jshards, json_pack("{s:s, s:I, s:I, s:s}", "name", name,
-							 "examples", (json_int_t)(hi - lo), "bytes",
-							 (json_int_t)file.len, "crc32c", crc));
+		                                         "examples", (json_int_t)(hi - lo), "bytes",
+		                                         (json_int_t)file.len, "crc32c", crc));
 	}
 	json_object_set_new(jsplit, "examples", json_integer((json_int_t)n));
 	json_object_set_new(jsplit, "shards", jshards);
@@ -165,10 +168,10 @@ static void write_split(struct tf_objstore *s, const char *prefix, enum tf_split
 }
 
 int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_prep_opts *o,
-		    char **manifest_key, json_t **manifest, char *err, size_t errlen)
+                    char **manifest_key, json_t **manifest, char *err, size_t errlen)
 {
-	struct tf_rawset train = { 0 }, test = { 0 };
-	struct tf_preproc pre = { 0 };
+	struct tf_rawset train = {0}, test = {0};
+	struct tf_preproc pre = {0};
 	size_t *tr_idx = NULL, *te_idx = NULL, ntr, nte;
 	const char *source = o->source && *o->source ? o->source : "fashion-mnist";
 	json_t *m = NULL;
@@ -192,7 +195,8 @@ int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_p
 		if ((rc = tf_csv_load(o->path, o->csv_label, &train, err, errlen)))
 			goto out;
 		/* seeded permutation, then the last test_fraction is the test split */
-		double tfrac = o->test_fraction > 0 && o->test_fraction < 1 ? o->test_fraction : 0.2;
+		double tfrac =
+		    o->test_fraction > 0 && o->test_fraction < 1 ? o->test_fraction : 0.2;
 		size_t n = train.n, *perm = tf_xmalloc(n * sizeof *perm);
 		uint64_t rs = tf_rng_seed(o->seed, 0x5eed, 0);
 		for (size_t i = 0; i < n; i++)
@@ -206,7 +210,7 @@ int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_p
 		nte = (size_t)((double)n * tfrac + 0.5);
 		if (nte < 1 || nte >= n) {
 			snprintf(err, errlen, "'%s': %zu rows are too few to hold out a test split",
-				 o->path, n);
+			         o->path, n);
 			free(perm);
 			rc = -EBADMSG;
 			goto out;
@@ -226,7 +230,7 @@ int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_p
 
 	/* preprocessing statistics from the train examples actually kept */
 	if (tr_idx) {
-		struct tf_rawset sub = { .n = ntr, .dim = train.dim };
+		struct tf_rawset sub = {.n = ntr, .dim = train.dim};
 		sub.f32 = tf_xmalloc(ntr * train.dim * sizeof(float));
 		for (size_t i = 0; i < ntr; i++)
 			memcpy(sub.f32 + i * train.dim, train.f32 + tr_idx[i] * train.dim,
@@ -255,13 +259,13 @@ int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_p
 	json_object_set_new(m, "class_names", names);
 	json_t *schema = json_object();
 	if (train.u8) {
-		json_object_set_new(schema, "image", json_pack("{s:s, s:s, s:[i,i]}", "kind", "bytes",
-							      "dtype", "uint8", "shape", train.rows,
-							      train.cols));
+		json_object_set_new(schema, "image",
+		                    json_pack("{s:s, s:s, s:[i,i]}", "kind", "bytes", "dtype",
+		                              "uint8", "shape", train.rows, train.cols));
 	} else {
-		json_object_set_new(schema, "features", json_pack("{s:s, s:s, s:[I]}", "kind",
-								 "float_list", "dtype", "float32",
-								 "shape", (json_int_t)train.dim));
+		json_object_set_new(schema, "features",
+		                    json_pack("{s:s, s:s, s:[I]}", "kind", "float_list", "dtype",
+		                              "float32", "shape", (json_int_t)train.dim));
 	}
 	json_object_set_new(schema, "label", json_pack("{s:s}", "kind", "int64"));
 	json_object_set_new(m, "schema", schema);
@@ -276,10 +280,10 @@ int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_p
 		goto out;
 	if (te_idx)
 		write_split(s, prefix, TF_SPLIT_TEST, &train, te_idx, nte,
-			    shards / 4 > 0 ? shards / 4 : 1, jte, &rc, err, errlen);
+		            shards / 4 > 0 ? shards / 4 : 1, jte, &rc, err, errlen);
 	else
 		write_split(s, prefix, TF_SPLIT_TEST, &test, NULL, nte,
-			    shards / 4 > 0 ? shards / 4 : 1, jte, &rc, err, errlen);
+		            shards / 4 > 0 ? shards / 4 : 1, jte, &rc, err, errlen);
 	if (rc)
 		goto out;
 
@@ -287,7 +291,8 @@ int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_p
 	text = json_dumps(m, JSON_INDENT(2) | JSON_SORT_KEYS);
 	mkey = tf_xasprintf("%smanifest.json", prefix);
 	if ((rc = tf_objstore_put(s, mkey, text, strlen(text), 0))) {
-		snprintf(err, errlen, "cannot write manifest '%s': %s", mkey, tf_objstore_errmsg(s));
+		snprintf(err, errlen, "cannot write manifest '%s': %s", mkey,
+		         tf_objstore_errmsg(s));
 		goto out;
 	}
 	tf_info("dataset '%s': %zu train, %zu test examples", mkey, ntr, nte);
@@ -335,7 +340,7 @@ void tf_dataset_free(struct tf_dataset *d)
 }
 
 int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_dataset **out,
-		    char *err, size_t errlen)
+                    char *err, size_t errlen)
 {
 	void *data = NULL;
 	size_t len;
@@ -344,7 +349,7 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 	int rc = tf_objstore_get(s, manifest_key, &data, &len);
 	if (rc) {
 		snprintf(err, errlen, "cannot read dataset manifest '%s': %s; run data prep first",
-			 manifest_key, tf_objstore_errmsg(s));
+		         manifest_key, tf_objstore_errmsg(s));
 		goto out;
 	}
 	d = tf_xcalloc(1, sizeof *d);
@@ -353,7 +358,7 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 	rc = -EBADMSG;
 	if (!d->manifest) {
 		snprintf(err, errlen, "dataset manifest '%s': line %d: %s", manifest_key, jerr.line,
-			 jerr.text);
+		         jerr.text);
 		goto out;
 	}
 	json_t *m = d->manifest, *names = json_object_get(m, "class_names");
@@ -368,8 +373,10 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 	}
 	if (d->dim == 0 || d->num_classes < 2 || json_array_size(names) != (size_t)d->num_classes ||
 	    tf_preproc_from_json(json_object_get(m, "preprocessing"), d->dim, &d->pre)) {
-		snprintf(err, errlen, "dataset manifest '%s': missing or bad input_dim, "
-			 "num_classes, class_names or preprocessing", manifest_key);
+		snprintf(err, errlen,
+		         "dataset manifest '%s': missing or bad input_dim, "
+		         "num_classes, class_names or preprocessing",
+		         manifest_key);
 		goto out;
 	}
 	d->class_names = tf_xcalloc((size_t)d->num_classes, sizeof(char *));
@@ -384,7 +391,7 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 		struct tf_dataset_split *sp = &d->split[i];
 		if (!json_is_array(sh)) {
 			snprintf(err, errlen, "dataset manifest '%s': split '%s' has no shards",
-				 manifest_key, split_names[i]);
+			         manifest_key, split_names[i]);
 			goto out;
 		}
 		sp->nshards = json_array_size(sh);
@@ -397,8 +404,10 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 			const char *name = json_string_value(json_object_get(e, "name"));
 			const char *crc = json_string_value(json_object_get(e, "crc32c"));
 			if (!name || !crc || strchr(name, '/')) {
-				snprintf(err, errlen, "dataset manifest '%s': shard %zu of '%s' has "
-					 "no valid name or crc32c", manifest_key, k, split_names[i]);
+				snprintf(err, errlen,
+				         "dataset manifest '%s': shard %zu of '%s' has "
+				         "no valid name or crc32c",
+				         manifest_key, k, split_names[i]);
 				goto out;
 			}
 			sp->keys[k] = tf_xasprintf("%.*s%s", (int)plen, manifest_key, name);
@@ -418,8 +427,8 @@ out:
 }
 
 int tf_dataset_load_shard(struct tf_objstore *s, const struct tf_dataset *d, enum tf_split sp,
-			  size_t shard, void **data, struct tf_tfrecord_span **spans, char *err,
-			  size_t errlen)
+                          size_t shard, void **data, struct tf_tfrecord_span **spans, char *err,
+                          size_t errlen)
 {
 	const struct tf_dataset_split *p = &d->split[sp];
 	void *buf = NULL;
@@ -427,13 +436,14 @@ int tf_dataset_load_shard(struct tf_objstore *s, const struct tf_dataset *d, enu
 	int rc = tf_objstore_get(s, p->keys[shard], &buf, &len);
 	if (rc) {
 		snprintf(err, errlen, "cannot read shard '%s': %s", p->keys[shard],
-			 tf_objstore_errmsg(s));
+		         tf_objstore_errmsg(s));
 		return rc;
 	}
 	if (len != p->bytes[shard] || tf_crc32c(buf, len) != p->crc32c[shard]) {
-		snprintf(err, errlen, "shard '%s': size or CRC-32C differs from the manifest "
-			 "(%zu bytes, expected %llu); the shard is corrupt, run data prep again",
-			 p->keys[shard], len, (unsigned long long)p->bytes[shard]);
+		snprintf(err, errlen,
+		         "shard '%s': size or CRC-32C differs from the manifest "
+		         "(%zu bytes, expected %llu); the shard is corrupt, run data prep again",
+		         p->keys[shard], len, (unsigned long long)p->bytes[shard]);
 		free(buf);
 		return -EBADMSG;
 	}
@@ -443,7 +453,7 @@ int tf_dataset_load_shard(struct tf_objstore *s, const struct tf_dataset *d, enu
 	}
 	if (n != p->counts[shard]) {
 		snprintf(err, errlen, "shard '%s': %zu records, the manifest says %zu",
-			 p->keys[shard], n, p->counts[shard]);
+		         p->keys[shard], n, p->counts[shard]);
 		free(*spans);
 		free(buf);
 		return -EBADMSG;
@@ -452,8 +462,8 @@ int tf_dataset_load_shard(struct tf_objstore *s, const struct tf_dataset *d, enu
 	return 0;
 }
 
-int tf_dataset_decode(const struct tf_dataset *d, const void *rec, size_t len,
-		      unsigned char *u8, float *f32, int32_t *label, char *err, size_t errlen)
+int tf_dataset_decode(const struct tf_dataset *d, const void *rec, size_t len, unsigned char *u8,
+                      float *f32, int32_t *label, char *err, size_t errlen)
 {
 	struct tf_feature_view v[8];
 	int n = tf_example_decode(rec, len, v, 8);
@@ -463,8 +473,7 @@ int tf_dataset_decode(const struct tf_dataset *d, const void *rec, size_t len,
 		goto bad;
 	fl = tf_example_find(v, (size_t)(n < 8 ? n : 8), "label");
 	fx = tf_example_find(v, (size_t)(n < 8 ? n : 8), d->pre.image ? "image" : "features");
-	if (!fl || !fx || tf_feature_int64s(fl, &lab, 1) != 1 || lab < 0 ||
-	    lab >= d->num_classes)
+	if (!fl || !fx || tf_feature_int64s(fl, &lab, 1) != 1 || lab < 0 || lab >= d->num_classes)
 		goto bad;
 	if (d->pre.image) {
 		const unsigned char *p;
@@ -478,8 +487,10 @@ int tf_dataset_decode(const struct tf_dataset *d, const void *rec, size_t len,
 	*label = (int32_t)lab;
 	return 0;
 bad:
-	snprintf(err, errlen, "dataset '%s': a record is not a valid Example of this schema "
-		 "(label in 0..%d and %zu %s)", d->manifest_key, d->num_classes - 1, d->dim,
-		 d->pre.image ? "image bytes" : "floats");
+	snprintf(err, errlen,
+	         "dataset '%s': a record is not a valid Example of this schema "
+	         "(label in 0..%d and %zu %s)",
+	         d->manifest_key, d->num_classes - 1, d->dim,
+	         d->pre.image ? "image bytes" : "floats");
 	return -EBADMSG;
 }

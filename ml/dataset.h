@@ -22,15 +22,15 @@ enum tf_split { TF_SPLIT_TRAIN, TF_SPLIT_TEST, TF_SPLIT_LAST };
 /* How raw features become model inputs: x = (raw - mean[j]) / std[j] in fp32, raw being the
  * pixel value (0..255) or the CSV float. Images use one mean/std for every pixel. */
 struct tf_preproc {
-	int image;    /* 1: uint8 image bytes; 0: float features */
-	size_t dim;   /* features per example */
-	float *mean;  /* dim values (owned) */
+	int image;      /* 1: uint8 image bytes; 0: float features */
+	size_t dim;     /* features per example */
+	float *mean;    /* dim values (owned) */
 	float *inv_std; /* dim values of 1/std (owned) */
 };
 
 /* Preprocesses one example: u8 (images) or f32 (tabular) raw values into out[dim]. */
 void tf_preproc_apply(const struct tf_preproc *p, const unsigned char *u8, const float *f32,
-		      float *out);
+                      float *out);
 void tf_preproc_release(struct tf_preproc *p); /* NULL is a no-op */
 /* {"kind": "standardize", "input": "uint8"|"float32", "mean": [...], "std": [...]} */
 json_t *tf_preproc_to_json(const struct tf_preproc *p);
@@ -48,49 +48,49 @@ struct tf_dataset_split {
 
 /* An opened dataset (manifest parsed). */
 struct tf_dataset {
-	char *manifest_key;         /* object key of the manifest (owned) */
-	char *source;               /* "fashion-mnist" or "csv" */
-	size_t dim;                 /* input features */
-	int rows, cols;             /* image shape, 0 for tabular */
-	int num_classes;            /* label classes */
-	char **class_names;         /* num_classes names (owned) */
-	struct tf_preproc pre;      /* the model's input preprocessing */
+	char *manifest_key;    /* object key of the manifest (owned) */
+	char *source;          /* "fashion-mnist" or "csv" */
+	size_t dim;            /* input features */
+	int rows, cols;        /* image shape, 0 for tabular */
+	int num_classes;       /* label classes */
+	char **class_names;    /* num_classes names (owned) */
+	struct tf_preproc pre; /* the model's input preprocessing */
 	struct tf_dataset_split split[TF_SPLIT_LAST];
-	json_t *manifest;           /* the parsed manifest (owned reference) */
+	json_t *manifest; /* the parsed manifest (owned reference) */
 };
 
 /* Options for data prep. */
 struct tf_prep_opts {
-	const char *source;     /* "fashion-mnist" (default) or "csv" */
-	const char *path;       /* dataset directory (fashion) or CSV file */
-	const char *csv_label;  /* label column of the CSV (default "label") */
-	int shards;             /* train shards (default 8); test gets max(1, shards/4) */
-	double test_fraction;   /* CSV: fraction held out for test (default 0.2) */
-	uint64_t seed;          /* CSV: split shuffle seed */
-	size_t limit_train;     /* keep only the first N train examples (0: all) */
-	size_t limit_test;      /* keep only the first N test examples (0: all) */
+	const char *source;    /* "fashion-mnist" (default) or "csv" */
+	const char *path;      /* dataset directory (fashion) or CSV file */
+	const char *csv_label; /* label column of the CSV (default "label") */
+	int shards;            /* train shards (default 8); test gets max(1, shards/4) */
+	double test_fraction;  /* CSV: fraction held out for test (default 0.2) */
+	uint64_t seed;         /* CSV: split shuffle seed */
+	size_t limit_train;    /* keep only the first N train examples (0: all) */
+	size_t limit_test;     /* keep only the first N test examples (0: all) */
 };
 
 /* Reads the source, writes shards then the manifest under prefix (a key prefix, "" or ending
  * in '/'). *manifest_key (caller frees) names the manifest. Errors: -ENOENT missing source,
  * -EBADMSG bad data, or an object-store code (see objstore.h); err says what to do. */
 int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_prep_opts *o,
-		    char **manifest_key, json_t **manifest, char *err, size_t errlen);
+                    char **manifest_key, json_t **manifest, char *err, size_t errlen);
 
 /* Opens a dataset by its manifest key. Caller frees with tf_dataset_free. */
 int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_dataset **out,
-		    char *err, size_t errlen);
+                    char *err, size_t errlen);
 void tf_dataset_free(struct tf_dataset *d);
 
 /* Loads one shard: fetches it, checks its CRC-32C against the manifest and indexes its
  * records (each CRC-checked). On success *data and *spans are the caller's to free. */
 int tf_dataset_load_shard(struct tf_objstore *s, const struct tf_dataset *d, enum tf_split sp,
-			  size_t shard, void **data, struct tf_tfrecord_span **spans, char *err,
-			  size_t errlen);
+                          size_t shard, void **data, struct tf_tfrecord_span **spans, char *err,
+                          size_t errlen);
 
 /* Decodes one Example record into raw features (u8 for images, f32 for tabular; exactly one
  * non-NULL, dim values) and its label. -EBADMSG with err naming the record when malformed. */
-int tf_dataset_decode(const struct tf_dataset *d, const void *rec, size_t len,
-		      unsigned char *u8, float *f32, int32_t *label, char *err, size_t errlen);
+int tf_dataset_decode(const struct tf_dataset *d, const void *rec, size_t len, unsigned char *u8,
+                      float *f32, int32_t *label, char *err, size_t errlen);
 
 #endif

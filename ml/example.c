@@ -151,8 +151,7 @@ void tf_example_encode(const struct tf_feature_in *f, size_t n, struct tf_buf *o
 }
 
 /* Decodes one map entry (key, Feature) into a view. */
-static int decode_entry(const unsigned char *p, const unsigned char *end,
-			struct tf_feature_view *v)
+static int decode_entry(const unsigned char *p, const unsigned char *end, struct tf_feature_view *v)
 {
 	memset(v, 0, sizeof *v);
 	while (p < end) {
@@ -235,7 +234,7 @@ int tf_example_decode(const void *data, size_t len, struct tf_feature_view *view
 }
 
 const struct tf_feature_view *tf_example_find(const struct tf_feature_view *v, size_t n,
-					      const char *name)
+                                              const char *name)
 {
 	size_t nl = strlen(name);
 	for (size_t i = 0; i < n; i++)
@@ -303,8 +302,8 @@ int tf_feature_int64s(const struct tf_feature_view *v, int64_t *out, size_t max)
 
 static float le_float(const unsigned char *q)
 {
-	uint32_t u = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
-		     (uint32_t)q[3] << 24;
+	uint32_t u =
+	    (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
 	float f;
 	memcpy(&f, &u, 4);
 	return f;

@@ -52,7 +52,7 @@ int tf_example_decode(const void *data, size_t len, struct tf_feature_view *view
 
 /* Finds a feature by name among n views; NULL when absent. */
 const struct tf_feature_view *tf_example_find(const struct tf_feature_view *v, size_t n,
-					      const char *name);
+                                              const char *name);
 
 /* The first value of a BytesList: 0 and its span, or -EBADMSG / -ENOENT. */
 int tf_feature_bytes(const struct tf_feature_view *v, const unsigned char **p, size_t *len);

@@ -37,17 +37,17 @@ struct shard_slot {
 };
 
 struct epoch_order {
-	int64_t epoch;   /* -1: free */
-	uint32_t *ids;   /* element ids of the whole epoch, in delivery order */
-	size_t *shards;  /* shard load order (the epoch's shard permutation) */
+	int64_t epoch;  /* -1: free */
+	uint32_t *ids;  /* element ids of the whole epoch, in delivery order */
+	size_t *shards; /* shard load order (the epoch's shard permutation) */
 };
 
 struct slot {
-	float *x;         /* batch inputs */
-	int32_t *y;       /* batch labels */
-	size_t n;         /* examples in it */
-	uint64_t k;       /* batch number it holds */
-	int ready;        /* 1 when built */
+	float *x;   /* batch inputs */
+	int32_t *y; /* batch labels */
+	size_t n;   /* examples in it */
+	uint64_t k; /* batch number it holds */
+	int ready;  /* 1 when built */
 };
 
 struct load_job {
@@ -56,40 +56,40 @@ struct load_job {
 };
 
 struct tf_input {
-	struct tf_input_opts o;        /* options with defaults filled in */
-	const struct tf_dataset *d;    /* dataset (borrowed) */
+	struct tf_input_opts o;            /* options with defaults filled in */
+	const struct tf_dataset *d;        /* dataset (borrowed) */
 	const struct tf_dataset_split *sp; /* its split */
-	char *url;                     /* store URL for reader handles */
-	size_t n;                      /* elements in the split */
-	size_t *base;                  /* first element id of each shard (nshards + 1) */
-	uint64_t spe;                  /* batches per epoch */
-	uint64_t total;                /* batches to deliver in all (UINT64_MAX: endless) */
+	char *url;                         /* store URL for reader handles */
+	size_t n;                          /* elements in the split */
+	size_t *base;                      /* first element id of each shard (nshards + 1) */
+	uint64_t spe;                      /* batches per epoch */
+	uint64_t total;                    /* batches to deliver in all (UINT64_MAX: endless) */
 
-	pthread_mutex_t mu;            /* guards everything below */
-	pthread_cond_t cv;             /* any state change */
-	struct shard_slot *shards;     /* per shard */
+	pthread_mutex_t mu;                    /* guards everything below */
+	pthread_cond_t cv;                     /* any state change */
+	struct shard_slot *shards;             /* per shard */
 	struct epoch_order orders[MAX_ORDERS]; /* computed epoch orders */
-	struct load_job *jobs;         /* reader queue (ring) */
-	size_t jcap, jhead, jlen;      /* ring capacity, head, length */
-	struct slot *slots;            /* prefetch ring (1 slot when prefetch is 0) */
-	int nslots;                    /* ring size */
-	uint64_t next_claim;           /* next batch a worker may build */
-	uint64_t next_deliver;         /* next batch the consumer takes */
-	uint64_t released;             /* batches the consumer is done with (slots reusable) */
-	int stop;                      /* threads exit */
-	int failed;                    /* an error happened: err holds it */
-	int fail_rc;                   /* its code */
-	char err[1024];                /* first error text */
+	struct load_job *jobs;                 /* reader queue (ring) */
+	size_t jcap, jhead, jlen;              /* ring capacity, head, length */
+	struct slot *slots;                    /* prefetch ring (1 slot when prefetch is 0) */
+	int nslots;                            /* ring size */
+	uint64_t next_claim;                   /* next batch a worker may build */
+	uint64_t next_deliver;                 /* next batch the consumer takes */
+	uint64_t released; /* batches the consumer is done with (slots reusable) */
+	int stop;          /* threads exit */
+	int failed;        /* an error happened: err holds it */
+	int fail_rc;       /* its code */
+	char err[1024];    /* first error text */
 
-	unsigned char *cache_u8;       /* cached raw image bytes (n*dim) */
-	float *cache_f32;              /* cached raw float features (n*dim) */
-	int32_t *cache_y;              /* cached labels */
-	unsigned char *cached;         /* per element: 1 once cached (atomic) */
-	size_t ncached;                /* elements cached (atomic) */
+	unsigned char *cache_u8; /* cached raw image bytes (n*dim) */
+	float *cache_f32;        /* cached raw float features (n*dim) */
+	int32_t *cache_y;        /* cached labels */
+	unsigned char *cached;   /* per element: 1 once cached (atomic) */
+	size_t ncached;          /* elements cached (atomic) */
 
-	pthread_t *readers, *workers;  /* threads */
-	int nreaders, nworkers;        /* counts started */
-	double wait;                   /* consumer wait seconds */
+	pthread_t *readers, *workers; /* threads */
+	int nreaders, nworkers;       /* counts started */
+	double wait;                  /* consumer wait seconds */
 };
 
 void tf_input_replica_rows(size_t n, int replicas, int r, size_t *lo, size_t *hi)
@@ -259,7 +259,7 @@ static struct epoch_order *get_order(struct tf_input *in, int64_t e)
 				in->jhead = 0;
 			}
 			in->jobs[(in->jhead + in->jlen++) % in->jcap] =
-				(struct load_job){ .epoch = e, .shard = s };
+			    (struct load_job){.epoch = e, .shard = s};
 		}
 		pthread_cond_broadcast(&in->cv);
 	}
@@ -289,7 +289,7 @@ static void *reader_main(void *arg)
 		pthread_mutex_unlock(&in->mu);
 		struct shard_buf *b = tf_xcalloc(1, sizeof *b);
 		int rc = tf_dataset_load_shard(s, in->d, in->o.split, j.shard, &b->data, &b->spans,
-					       err, sizeof err);
+		                               err, sizeof err);
 		pthread_mutex_lock(&in->mu);
 		if (rc) {
 			free(b);
@@ -369,12 +369,12 @@ static int build_batch(struct tf_input *in, uint64_t k, struct slot *sl)
 				pthread_mutex_unlock(&in->mu);
 			}
 			const struct tf_tfrecord_span *sp = &held[s]->spans[id - in->base[s]];
-			rc = tf_dataset_decode(in->d, (const char *)held[s]->data + sp->off, sp->len,
-					       u8, f32, &label, err, sizeof err);
+			rc = tf_dataset_decode(in->d, (const char *)held[s]->data + sp->off,
+			                       sp->len, u8, f32, &label, err, sizeof err);
 			if (rc) {
 				char msg[1000];
 				snprintf(msg, sizeof msg, "%s (record %zu of '%s')", err,
-					 (size_t)(id - in->base[s]), in->sp->keys[s]);
+				         (size_t)(id - in->base[s]), in->sp->keys[s]);
 				pthread_mutex_lock(&in->mu);
 				set_failed(in, rc, msg);
 				pthread_mutex_unlock(&in->mu);
@@ -416,7 +416,7 @@ static void *worker_main(void *arg)
 	for (;;) {
 		while (!in->stop && !in->failed &&
 		       (in->next_claim >= in->total ||
-			in->next_claim >= in->released + (uint64_t)in->nslots))
+		        in->next_claim >= in->released + (uint64_t)in->nslots))
 			pthread_cond_wait(&in->cv, &in->mu);
 		if (in->stop || in->failed)
 			break;
@@ -435,8 +435,8 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-int tf_input_open(struct tf_objstore *s, const struct tf_dataset *d,
-		  const struct tf_input_opts *o, struct tf_input **out, char *err, size_t errlen)
+int tf_input_open(struct tf_objstore *s, const struct tf_dataset *d, const struct tf_input_opts *o,
+                  struct tf_input **out, char *err, size_t errlen)
 {
 	struct tf_input *in = tf_xcalloc(1, sizeof *in);
 	in->o = *o;
@@ -454,12 +454,12 @@ int tf_input_open(struct tf_objstore *s, const struct tf_dataset *d,
 	if (in->o.batch == 0 || in->n == 0 || in->n > UINT32_MAX ||
 	    (in->o.drop_remainder && in->o.batch > in->n)) {
 		snprintf(err, errlen, "batch %zu does not fit the %zu examples of the split",
-			 in->o.batch, in->n);
+		         in->o.batch, in->n);
 		free(in);
 		return -EINVAL;
 	}
-	in->spe = in->o.drop_remainder ? in->n / in->o.batch
-				       : (in->n + in->o.batch - 1) / in->o.batch;
+	in->spe =
+	    in->o.drop_remainder ? in->n / in->o.batch : (in->n + in->o.batch - 1) / in->o.batch;
 	in->total = in->o.epochs ? in->o.epochs * in->spe : UINT64_MAX;
 	in->url = tf_xstrdup(tf_objstore_url(s));
 	in->base = tf_xmalloc((in->sp->nshards + 1) * sizeof *in->base);
@@ -558,9 +558,13 @@ int tf_input_next(struct tf_input *in, struct tf_batch *b, char *err, size_t err
 	}
 	pthread_mutex_unlock(&in->mu);
 	if (rc == 0) {
-		*b = (struct tf_batch){ .n = sl->n, .dim = in->d->dim, .x = sl->x, .y = sl->y,
-					.index = k, .epoch = k / in->spe,
-					.step = (size_t)(k % in->spe) };
+		*b = (struct tf_batch){.n = sl->n,
+		                       .dim = in->d->dim,
+		                       .x = sl->x,
+		                       .y = sl->y,
+		                       .index = k,
+		                       .epoch = k / in->spe,
+		                       .step = (size_t)(k % in->spe)};
 	}
 	in->wait += tf_now_monotonic() - t0;
 	return rc;
@@ -605,8 +609,8 @@ void tf_input_free(struct tf_input *in)
 }
 
 int tf_input_load_split(struct tf_objstore *s, const struct tf_dataset *d, enum tf_split sp,
-			float **x, int32_t **y, unsigned char **raw, size_t *n, char *err,
-			size_t errlen)
+                        float **x, int32_t **y, unsigned char **raw, size_t *n, char *err,
+                        size_t errlen)
 {
 	const struct tf_dataset_split *p = &d->split[sp];
 	size_t total = p->examples, dim = d->dim, at = 0;
@@ -623,10 +627,10 @@ int tf_input_load_split(struct tf_objstore *s, const struct tf_dataset *d, enum 
 			break;
 		for (size_t i = 0; i < p->counts[k] && !rc; i++, at++) {
 			rc = tf_dataset_decode(d, (char *)data + spans[i].off, spans[i].len,
-					       rs ? rs + at * dim : u8, f32, &ys[at], err, errlen);
+			                       rs ? rs + at * dim : u8, f32, &ys[at], err, errlen);
 			if (!rc)
 				tf_preproc_apply(&d->pre, rs ? rs + at * dim : u8, f32,
-						 xs + at * dim);
+				                 xs + at * dim);
 		}
 		free(data);
 		free(spans);

@@ -21,38 +21,38 @@
 #include <stdint.h>
 
 struct tf_input_opts {
-	enum tf_split split;     /* which split to read */
-	size_t batch;            /* global batch size */
-	uint64_t seed;           /* order seed */
-	int shuffle;             /* 1: shuffle shards and elements; 0: file order */
-	size_t shuffle_buffer;   /* shuffle buffer (0: 10,000); elements draw from it */
-	int cycle;               /* shards read in an interleave cycle (0: 4) */
-	int readers;             /* reader threads (0: 2) */
-	int workers;             /* decode threads building batches (0: 2) */
-	int prefetch;            /* batches prepared ahead (0: built on demand) */
-	int cache;               /* keep decoded examples in memory after their first read */
-	int drop_remainder;      /* 1: only full batches (training) */
-	uint64_t epochs;         /* stop after this many epochs (0: endless) */
-	uint64_t start_batch;    /* first batch to deliver (resume position) */
+	enum tf_split split;   /* which split to read */
+	size_t batch;          /* global batch size */
+	uint64_t seed;         /* order seed */
+	int shuffle;           /* 1: shuffle shards and elements; 0: file order */
+	size_t shuffle_buffer; /* shuffle buffer (0: 10,000); elements draw from it */
+	int cycle;             /* shards read in an interleave cycle (0: 4) */
+	int readers;           /* reader threads (0: 2) */
+	int workers;           /* decode threads building batches (0: 2) */
+	int prefetch;          /* batches prepared ahead (0: built on demand) */
+	int cache;             /* keep decoded examples in memory after their first read */
+	int drop_remainder;    /* 1: only full batches (training) */
+	uint64_t epochs;       /* stop after this many epochs (0: endless) */
+	uint64_t start_batch;  /* first batch to deliver (resume position) */
 };
 
 /* One batch, valid until the next tf_input_next or tf_input_free. */
 struct tf_batch {
-	size_t n;          /* examples (== batch except a final partial one) */
-	size_t dim;        /* features per example */
-	const float *x;    /* n x dim preprocessed inputs, row-major */
-	const int32_t *y;  /* n labels */
-	uint64_t index;    /* global batch number since epoch 0 */
-	uint64_t epoch;    /* epoch it belongs to */
-	size_t step;       /* batch number within the epoch */
+	size_t n;         /* examples (== batch except a final partial one) */
+	size_t dim;       /* features per example */
+	const float *x;   /* n x dim preprocessed inputs, row-major */
+	const int32_t *y; /* n labels */
+	uint64_t index;   /* global batch number since epoch 0 */
+	uint64_t epoch;   /* epoch it belongs to */
+	size_t step;      /* batch number within the epoch */
 };
 
 struct tf_input;
 
 /* Opens a pipeline on dataset d (borrowed; must outlive the pipeline). Store handles for the
  * readers are opened from s's URL. Threads start at once. */
-int tf_input_open(struct tf_objstore *s, const struct tf_dataset *d,
-		  const struct tf_input_opts *o, struct tf_input **out, char *err, size_t errlen);
+int tf_input_open(struct tf_objstore *s, const struct tf_dataset *d, const struct tf_input_opts *o,
+                  struct tf_input **out, char *err, size_t errlen);
 
 /* Batches per epoch under the options. */
 uint64_t tf_input_steps_per_epoch(const struct tf_input *in);
@@ -76,7 +76,7 @@ void tf_input_replica_rows(size_t n, int replicas, int r, size_t *lo, size_t *hi
  * what evaluation uses. raw (may be NULL) also receives the raw image bytes (n*dim) for
  * image datasets, NULL for tabular ones. */
 int tf_input_load_split(struct tf_objstore *s, const struct tf_dataset *d, enum tf_split sp,
-			float **x, int32_t **y, unsigned char **raw, size_t *n, char *err,
-			size_t errlen);
+                        float **x, int32_t **y, unsigned char **raw, size_t *n, char *err,
+                        size_t errlen);
 
 #endif

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 
 struct scored {
-	float s;  /* score */
-	int pos;  /* 1 when the example is in the positive class */
+	float s; /* score */
+	int pos; /* 1 when the example is in the positive class */
 };
 
 static int cmp_scored(const void *a, const void *b)

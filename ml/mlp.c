@@ -13,7 +13,7 @@
 #include <string.h>
 
 int tf_mlp_init(struct tf_mlp *m, size_t inputs, const size_t *hidden, int nhidden, int classes,
-		int binary)
+                int binary)
 {
 	if (nhidden < 0 || nhidden + 1 > TF_MLP_MAX_LAYERS || inputs == 0 || classes < 2 ||
 	    (binary && classes != 2))
@@ -147,7 +147,7 @@ static void relu_mask(float *d, const float *act, size_t n)
 }
 
 static void gemm(const struct tf_mlp_gemm *g, int tx, int tw, size_t M, size_t K, size_t N,
-		 const float *X, size_t ldx, const float *W, size_t ldw, float *C, size_t ldc)
+                 const float *X, size_t ldx, const float *W, size_t ldw, float *C, size_t ldc)
 {
 	if (g->replica)
 		tf_slice_gemm(g->replica, tx, tw, M, K, N, X, ldx, W, ldw, C, ldc);
@@ -156,7 +156,7 @@ static void gemm(const struct tf_mlp_gemm *g, int tx, int tw, size_t M, size_t K
 }
 
 void tf_mlp_forward(const struct tf_mlp *m, const struct tf_mlp_gemm *g, struct tf_mlp_work *w,
-		    const float *x, size_t n)
+                    const float *x, size_t n)
 {
 	const float *in = x;
 	for (int l = 0; l < m->nlayers; l++) {
@@ -226,9 +226,8 @@ void tf_mlp_probs(const struct tf_mlp *m, const float *logits, size_t n, float *
 	}
 }
 
-void tf_mlp_train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g,
-		       struct tf_mlp_work *w, const float *x, const int32_t *y, size_t n,
-		       size_t scale_rows)
+void tf_mlp_train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g, struct tf_mlp_work *w,
+                       const float *x, const int32_t *y, size_t n, size_t scale_rows)
 {
 	int L = m->nlayers;
 	size_t C = m->size[L];

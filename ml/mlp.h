@@ -23,33 +23,33 @@
 #define TF_MLP_MAX_LAYERS 16
 
 struct tf_mlp {
-	int nlayers;                          /* dense layers */
-	size_t size[TF_MLP_MAX_LAYERS + 1];   /* size[0] = inputs, size[nlayers] = outputs */
-	int classes;                          /* label classes */
-	int binary;                           /* 1: one sigmoid output, BCE loss */
-	size_t nparams;                       /* floats in params */
-	size_t w_off[TF_MLP_MAX_LAYERS];      /* kernel offsets in params */
-	size_t b_off[TF_MLP_MAX_LAYERS];      /* bias offsets in params */
-	float *params;                        /* owned */
+	int nlayers;                        /* dense layers */
+	size_t size[TF_MLP_MAX_LAYERS + 1]; /* size[0] = inputs, size[nlayers] = outputs */
+	int classes;                        /* label classes */
+	int binary;                         /* 1: one sigmoid output, BCE loss */
+	size_t nparams;                     /* floats in params */
+	size_t w_off[TF_MLP_MAX_LAYERS];    /* kernel offsets in params */
+	size_t b_off[TF_MLP_MAX_LAYERS];    /* bias offsets in params */
+	float *params;                      /* owned */
 };
 
 /* Builds the layout for inputs -> hidden[0..nhidden) -> outputs and allocates zeroed
  * parameters. -EINVAL when a size is 0 or there are too many layers. */
 int tf_mlp_init(struct tf_mlp *m, size_t inputs, const size_t *hidden, int nhidden, int classes,
-		int binary);
+                int binary);
 void tf_mlp_release(struct tf_mlp *m);
 /* He-normal kernels (std sqrt(2 / fan_in)), zero biases, from a seed (deterministic). */
 void tf_mlp_init_params(struct tf_mlp *m, uint64_t seed);
 
 /* Per-replica scratch for a forward/backward pass of up to max_rows rows. */
 struct tf_mlp_work {
-	size_t max_rows;                     /* capacity */
-	float *act[TF_MLP_MAX_LAYERS + 1];   /* act[l]: layer l output (act[0] unused) */
-	float *dz;                           /* gradient wrt the current layer's output */
-	float *dz2;                          /* and the next one down */
-	float *grad;                         /* nparams gradient (this replica's part) */
-	double loss_sum;                     /* sum of per-example losses of the last pass */
-	size_t correct;                      /* correct predictions of the last pass */
+	size_t max_rows;                   /* capacity */
+	float *act[TF_MLP_MAX_LAYERS + 1]; /* act[l]: layer l output (act[0] unused) */
+	float *dz;                         /* gradient wrt the current layer's output */
+	float *dz2;                        /* and the next one down */
+	float *grad;                       /* nparams gradient (this replica's part) */
+	double loss_sum;                   /* sum of per-example losses of the last pass */
+	size_t correct;                    /* correct predictions of the last pass */
 };
 
 void tf_mlp_work_init(struct tf_mlp_work *w, const struct tf_mlp *m, size_t max_rows);
@@ -63,14 +63,13 @@ struct tf_mlp_gemm {
 
 /* Forward pass of rows x[0..n) (n x size[0]); logits land in w->act[nlayers]. */
 void tf_mlp_forward(const struct tf_mlp *m, const struct tf_mlp_gemm *g, struct tf_mlp_work *w,
-		    const float *x, size_t n);
+                    const float *x, size_t n);
 
 /* Forward + loss + backward of n rows with labels y; the loss gradient is scaled by
  * 1/scale_rows (the global batch), so summing replica gradients gives the batch mean.
  * w->grad receives this replica's gradient; w->loss_sum / w->correct its loss and hits. */
-void tf_mlp_train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g,
-		       struct tf_mlp_work *w, const float *x, const int32_t *y, size_t n,
-		       size_t scale_rows);
+void tf_mlp_train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g, struct tf_mlp_work *w,
+                       const float *x, const int32_t *y, size_t n, size_t scale_rows);
 
 /* Probabilities from logits, row by row (softmax, or sigmoid for binary models, giving the
  * positive class probability). out may alias logits. The one function every path uses. */

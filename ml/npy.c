@@ -46,7 +46,7 @@ int tf_npy_read(const char *path, struct tf_npy *out, char *err, size_t errlen)
 	char *h = tf_xmalloc(hlen + 1);
 	memcpy(h, buf + hstart, hlen);
 	h[hlen] = 0;
-	struct tf_npy a = { 0 };
+	struct tf_npy a = {0};
 	size_t esz;
 	if (strstr(h, "'|u1'") || strstr(h, "'<u1'")) {
 		a.dtype = TF_NPY_U8;
@@ -58,14 +58,18 @@ int tf_npy_read(const char *path, struct tf_npy *out, char *err, size_t errlen)
 		a.dtype = TF_NPY_F64;
 		esz = 8;
 	} else {
-		snprintf(err, errlen, "'%s': unsupported dtype (use uint8, little-endian float32 "
-			 "or float64): %s", path, h);
+		snprintf(err, errlen,
+		         "'%s': unsupported dtype (use uint8, little-endian float32 "
+		         "or float64): %s",
+		         path, h);
 		free(h);
 		goto out;
 	}
 	if (strstr(h, "'fortran_order': True")) {
-		snprintf(err, errlen, "'%s': Fortran-ordered arrays are not supported; save with "
-			 "numpy.ascontiguousarray", path);
+		snprintf(err, errlen,
+		         "'%s': Fortran-ordered arrays are not supported; save with "
+		         "numpy.ascontiguousarray",
+		         path);
 		free(h);
 		goto out;
 	}
@@ -109,14 +113,16 @@ out:
 int tf_npy_write_f32(const char *path, const float *data, size_t rows, size_t cols)
 {
 	char hdr[128];
-	int n = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': "
-			 "(%zu, %zu), }", rows, cols);
+	int n = snprintf(hdr, sizeof hdr,
+	                 "{'descr': '<f4', 'fortran_order': False, 'shape': "
+	                 "(%zu, %zu), }",
+	                 rows, cols);
 	size_t total = 10 + (size_t)n + 1;
 	size_t pad = (64 - total % 64) % 64;
 	FILE *f = fopen(path, "wb");
 	if (!f)
 		return -errno;
-	unsigned char pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0 };
+	unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0};
 	size_t hl = (size_t)n + pad + 1;
 	pre[8] = (unsigned char)(hl & 0xff);
 	pre[9] = (unsigned char)(hl >> 8);

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *kind_names[TF_OPT_LAST] = { "sgd", "adam", "lars" };
-static const char *sched_names[TF_LR_LAST] = { "constant", "cosine", "step" };
+static const char *kind_names[TF_OPT_LAST] = {"sgd", "adam", "lars"};
+static const char *sched_names[TF_LR_LAST] = {"constant", "cosine", "step"};
 
 const char *tf_optim_kind_name(enum tf_optim_kind k)
 {
@@ -92,8 +92,8 @@ double tf_optim_lr(const struct tf_optim_cfg *c, uint64_t step)
 	uint64_t t = step - c->warmup_steps;
 	switch (c->schedule) {
 	case TF_LR_COSINE: {
-		uint64_t span = c->total_steps > c->warmup_steps ? c->total_steps - c->warmup_steps
-								 : 1;
+		uint64_t span =
+		    c->total_steps > c->warmup_steps ? c->total_steps - c->warmup_steps : 1;
 		double p = (double)t / (double)span;
 		if (p > 1)
 			p = 1;
@@ -110,7 +110,7 @@ double tf_optim_lr(const struct tf_optim_cfg *c, uint64_t step)
  * is reproducible, and four independent chains, so it is not latency-bound). */
 static double sumsq(const float *p, size_t n)
 {
-	double s[4] = { 0, 0, 0, 0 };
+	double s[4] = {0, 0, 0, 0};
 	size_t i = 0;
 	for (; i + 4 <= n; i += 4)
 		for (int k = 0; k < 4; k++)

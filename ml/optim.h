@@ -22,20 +22,20 @@ enum tf_optim_kind { TF_OPT_SGD, TF_OPT_ADAM, TF_OPT_LARS, TF_OPT_LAST };
 enum tf_lr_schedule { TF_LR_CONSTANT, TF_LR_COSINE, TF_LR_STEP, TF_LR_LAST };
 
 struct tf_optim_cfg {
-	enum tf_optim_kind kind;     /* algorithm */
-	double lr;                   /* base learning rate (before linear scaling) */
-	double momentum;             /* sgd/lars momentum (default 0.9) */
-	double beta1, beta2, eps;    /* adam (0.9, 0.999, 1e-8) */
-	double weight_decay;         /* see above */
-	double lars_eta;             /* lars trust coefficient (0.001) */
-	double clip_norm;            /* 0: no clipping */
+	enum tf_optim_kind kind;      /* algorithm */
+	double lr;                    /* base learning rate (before linear scaling) */
+	double momentum;              /* sgd/lars momentum (default 0.9) */
+	double beta1, beta2, eps;     /* adam (0.9, 0.999, 1e-8) */
+	double weight_decay;          /* see above */
+	double lars_eta;              /* lars trust coefficient (0.001) */
+	double clip_norm;             /* 0: no clipping */
 	enum tf_lr_schedule schedule; /* after warmup */
-	uint64_t warmup_steps;       /* linear warmup length */
-	uint64_t total_steps;        /* cosine horizon */
-	uint64_t decay_steps;        /* step decay period */
-	double gamma;                /* step decay factor (0.1) */
-	int linear_scaling;          /* multiply lr by global_batch / 256 */
-	size_t global_batch;         /* for linear scaling */
+	uint64_t warmup_steps;        /* linear warmup length */
+	uint64_t total_steps;         /* cosine horizon */
+	uint64_t decay_steps;         /* step decay period */
+	double gamma;                 /* step decay factor (0.1) */
+	int linear_scaling;           /* multiply lr by global_batch / 256 */
+	size_t global_batch;          /* for linear scaling */
 };
 
 /* Optimizer state: moment buffers the size of the parameters. */
@@ -50,9 +50,9 @@ struct tf_optim {
 /* Fills defaults for fields left 0 (momentum 0.9, betas, eps, eta, gamma). */
 void tf_optim_cfg_defaults(struct tf_optim_cfg *c);
 const char *tf_optim_kind_name(enum tf_optim_kind k);
-int tf_optim_kind_parse(const char *s, enum tf_optim_kind *out);     /* sgd|adam|adamw|lars */
+int tf_optim_kind_parse(const char *s, enum tf_optim_kind *out); /* sgd|adam|adamw|lars */
 const char *tf_lr_schedule_name(enum tf_lr_schedule s);
-int tf_lr_schedule_parse(const char *s, enum tf_lr_schedule *out);  /* constant|cosine|step */
+int tf_lr_schedule_parse(const char *s, enum tf_lr_schedule *out); /* constant|cosine|step */
 
 void tf_optim_init(struct tf_optim *o, const struct tf_optim_cfg *cfg, size_t nparams);
 void tf_optim_release(struct tf_optim *o);

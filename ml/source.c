@@ -12,8 +12,8 @@
 #include <zlib.h>
 
 const char *const tf_fashion_classes[10] = {
-	"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-	"Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot",
 };
 
 void tf_rawset_release(struct tf_rawset *r)
@@ -28,13 +28,15 @@ void tf_rawset_release(struct tf_rawset *r)
 
 /* Reads a whole gzip file into memory. */
 static int gz_read_all(const char *path, unsigned char **out, size_t *olen, char *err,
-		       size_t errlen)
+                       size_t errlen)
 {
 	gzFile gz = gzopen(path, "rb");
 	if (!gz) {
-		snprintf(err, errlen, "cannot open '%s': %s; install the data set with "
-			 "'apt-get install dataset-fashion-mnist' (package dataset-fashion-mnist) "
-			 "or pass its directory", path, strerror(errno ? errno : ENOENT));
+		snprintf(err, errlen,
+		         "cannot open '%s': %s; install the data set with "
+		         "'apt-get install dataset-fashion-mnist' (package dataset-fashion-mnist) "
+		         "or pass its directory",
+		         path, strerror(errno ? errno : ENOENT));
 		return -ENOENT;
 	}
 	gzbuffer(gz, 1 << 17);
@@ -48,8 +50,10 @@ static int gz_read_all(const char *path, unsigned char **out, size_t *olen, char
 		int n = gzread(gz, buf + len, (unsigned)(cap - len));
 		if (n < 0) {
 			int zerr;
-			snprintf(err, errlen, "'%s': gzip error: %s; the file is damaged, reinstall "
-				 "dataset-fashion-mnist", path, gzerror(gz, &zerr));
+			snprintf(err, errlen,
+			         "'%s': gzip error: %s; the file is damaged, reinstall "
+			         "dataset-fashion-mnist",
+			         path, gzerror(gz, &zerr));
 			gzclose(gz);
 			free(buf);
 			return -EBADMSG;
@@ -71,12 +75,12 @@ static uint32_t be32(const unsigned char *p)
 
 /* Parses an IDX file of unsigned bytes with ndims dimensions (magic 0x0000080N). */
 static int idx_parse(const char *path, const unsigned char *b, size_t len, int ndims,
-		     uint32_t *dims, const unsigned char **data, char *err, size_t errlen)
+                     uint32_t *dims, const unsigned char **data, char *err, size_t errlen)
 {
 	size_t hdr = 4 + 4 * (size_t)ndims;
 	if (len < hdr || be32(b) != (0x00000800u | (uint32_t)ndims)) {
 		snprintf(err, errlen, "'%s': not an IDX file of %d-dimensional unsigned bytes",
-			 path, ndims);
+		         path, ndims);
 		return -EBADMSG;
 	}
 	size_t total = 1;
@@ -86,7 +90,7 @@ static int idx_parse(const char *path, const unsigned char *b, size_t len, int n
 	}
 	if (len - hdr != total) {
 		snprintf(err, errlen, "'%s': IDX header promises %zu bytes of data, file has %zu",
-			 path, total, len - hdr);
+		         path, total, len - hdr);
 		return -EBADMSG;
 	}
 	*data = b + hdr;
@@ -115,12 +119,15 @@ int tf_fashion_load(const char *dir, int train, struct tf_rawset *out, char *err
 		goto out;
 	if (idims[0] != ldims[0]) {
 		snprintf(err, errlen, "'%s' has %u images but '%s' has %u labels", ipath, idims[0],
-			 lpath, ldims[0]);
+		         lpath, ldims[0]);
 		rc = -EBADMSG;
 		goto out;
 	}
-	struct tf_rawset r = { .n = idims[0], .dim = (size_t)idims[1] * idims[2],
-			       .rows = (int)idims[1], .cols = (int)idims[2], .num_classes = 0 };
+	struct tf_rawset r = {.n = idims[0],
+	                      .dim = (size_t)idims[1] * idims[2],
+	                      .rows = (int)idims[1],
+	                      .cols = (int)idims[2],
+	                      .num_classes = 0};
 	r.u8 = tf_xmalloc(r.n * r.dim);
 	memcpy(r.u8, idata, r.n * r.dim);
 	r.labels = tf_xmalloc(r.n * sizeof *r.labels);
@@ -160,17 +167,17 @@ static char *trim(char *s)
 		s++;
 	size_t l = strlen(s);
 	while (l && (s[l - 1] == ' ' || s[l - 1] == '\t' || s[l - 1] == '\r' || s[l - 1] == '\n' ||
-		     s[l - 1] == '"'))
+	             s[l - 1] == '"'))
 		s[--l] = 0;
 	return s;
 }
 
 int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, char *err,
-		size_t errlen)
+                size_t errlen)
 {
 	char *text = NULL, **fields = NULL;
 	size_t tlen, nf, label = SIZE_MAX, cap = 0;
-	struct tf_rawset r = { 0 };
+	struct tf_rawset r = {0};
 	int rc;
 
 	if (!label_col || !*label_col)
@@ -194,8 +201,10 @@ int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, 
 		if (!strcmp(trim(fields[i]), label_col))
 			label = i;
 	if (label == SIZE_MAX || nf < 2) {
-		snprintf(err, errlen, "'%s': no label column '%s' in the header (or no feature "
-			 "columns); name it with csv_label", path, label_col);
+		snprintf(err, errlen,
+		         "'%s': no label column '%s' in the header (or no feature "
+		         "columns); name it with csv_label",
+		         path, label_col);
 		rc = -EBADMSG;
 		goto out;
 	}
@@ -207,8 +216,8 @@ int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, 
 			continue;
 		size_t got = split_fields(line, fields, nf);
 		if (got != nf) {
-			snprintf(err, errlen, "%s:%zu: %zu columns, the header has %zu", path, lineno,
-				 got, nf);
+			snprintf(err, errlen, "%s:%zu: %zu columns, the header has %zu", path,
+			         lineno, got, nf);
 			rc = -EBADMSG;
 			goto out;
 		}
@@ -223,8 +232,10 @@ int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, 
 			if (i == label) {
 				long long v = strtoll(s, &end, 10);
 				if (!*s || *end || errno || v < 0 || v > 65535) {
-					snprintf(err, errlen, "%s:%zu: label '%s' is not an integer in "
-						 "0..65535", path, lineno, s);
+					snprintf(err, errlen,
+					         "%s:%zu: label '%s' is not an integer in "
+					         "0..65535",
+					         path, lineno, s);
 					rc = -EBADMSG;
 					goto out;
 				}
@@ -234,8 +245,10 @@ int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, 
 			} else {
 				double v = strtod(s, &end);
 				if (!*s || *end || !isfinite(v)) {
-					snprintf(err, errlen, "%s:%zu: column %zu: '%s' is not a finite "
-						 "number", path, lineno, i + 1, s);
+					snprintf(err, errlen,
+					         "%s:%zu: column %zu: '%s' is not a finite "
+					         "number",
+					         path, lineno, i + 1, s);
 					rc = -EBADMSG;
 					goto out;
 				}

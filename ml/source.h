@@ -14,13 +14,13 @@ extern const char *const tf_fashion_classes[10];
 
 /* A loaded table: n examples of dim features, either uint8 pixels or floats. */
 struct tf_rawset {
-	size_t n;           /* examples */
-	size_t dim;         /* features per example */
-	int rows, cols;     /* image shape (0 for tabular) */
-	unsigned char *u8;  /* n*dim pixels (images), owned, or NULL */
-	float *f32;         /* n*dim features (tabular), owned, or NULL */
-	int64_t *labels;    /* n labels in [0, num_classes), owned */
-	int num_classes;    /* max label + 1 */
+	size_t n;          /* examples */
+	size_t dim;        /* features per example */
+	int rows, cols;    /* image shape (0 for tabular) */
+	unsigned char *u8; /* n*dim pixels (images), owned, or NULL */
+	float *f32;        /* n*dim features (tabular), owned, or NULL */
+	int64_t *labels;   /* n labels in [0, num_classes), owned */
+	int num_classes;   /* max label + 1 */
 };
 
 void tf_rawset_release(struct tf_rawset *r);
@@ -32,6 +32,6 @@ int tf_fashion_load(const char *dir, int train, struct tf_rawset *out, char *err
 /* Loads a CSV file with a header line; label_col names the label column (NULL: "label");
  * every other column is a float feature. Labels must be integers >= 0. */
 int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, char *err,
-		size_t errlen);
+                size_t errlen);
 
 #endif

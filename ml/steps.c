@@ -70,14 +70,15 @@ static char *join(const char *prefix, const char *rest)
 {
 	size_t l = prefix ? strlen(prefix) : 0;
 	return tf_xasprintf("%s%s%s", prefix ? prefix : "", l && prefix[l - 1] != '/' ? "/" : "",
-			    rest);
+	                    rest);
 }
 
 int tf_ml_data_prep_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
-			 json_t *metrics, char *err, size_t errlen)
+                         json_t *metrics, char *err, size_t errlen)
 {
-	struct tf_prep_opts o = { .source = get_str(with, "source"), .path = get_str(with, "path"),
-				  .csv_label = get_str(with, "csv_label") };
+	struct tf_prep_opts o = {.source = get_str(with, "source"),
+	                         .path = get_str(with, "path"),
+	                         .csv_label = get_str(with, "csv_label")};
 	uint64_t v;
 	double f;
 	int rc;
@@ -99,10 +100,9 @@ int tf_ml_data_prep_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t
 	rc = tf_dataset_prep(ctx->store, prefix, &o, &key, &m, err, errlen);
 	if (!rc) {
 		json_t *sp = json_object_get(m, "splits");
-		json_int_t n = json_integer_value(json_object_get(json_object_get(sp, "train"),
-								  "examples")) +
-			       json_integer_value(json_object_get(json_object_get(sp, "test"),
-								  "examples"));
+		json_int_t n =
+		    json_integer_value(json_object_get(json_object_get(sp, "train"), "examples")) +
+		    json_integer_value(json_object_get(json_object_get(sp, "test"), "examples"));
 		json_object_set_new(outputs, "dataset", json_string(key));
 		json_object_set_new(metrics, "examples", json_integer(n));
 	}
@@ -135,8 +135,9 @@ static int get_hidden(const json_t *with, struct tf_train_opts *o, char *err, si
 		goto bad;
 	for (size_t i = 0; i < json_array_size(h); i++) {
 		json_t *e = json_array_get(h, i);
-		double d = json_is_number(e) ? json_number_value(e)
-			   : json_is_string(e) ? strtod(json_string_value(e), NULL) : 0;
+		double d = json_is_number(e)   ? json_number_value(e)
+		           : json_is_string(e) ? strtod(json_string_value(e), NULL)
+		                               : 0;
 		if (d < 1 || d != floor(d) || d > 1e6)
 			goto bad;
 		o->hidden[o->nhidden++] = (size_t)d;
@@ -145,25 +146,31 @@ static int get_hidden(const json_t *with, struct tf_train_opts *o, char *err, si
 	return 0;
 bad:
 	json_decref(parsed);
-	snprintf(err, errlen, "with.hidden must be a list of up to %d positive layer widths, "
-		 "e.g. [256, 128]", TF_MLP_MAX_LAYERS - 1);
+	snprintf(err, errlen,
+	         "with.hidden must be a list of up to %d positive layer widths, "
+	         "e.g. [256, 128]",
+	         TF_MLP_MAX_LAYERS - 1);
 	return -EINVAL;
 }
 
 int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
-		     json_t *metrics, char *err, size_t errlen)
+                     json_t *metrics, char *err, size_t errlen)
 {
-	struct tf_train_opts o = { .store = ctx->store, .accelerator = ctx->accelerator,
-				   .cancel = ctx->cancel, .progress = ctx->progress,
-				   .progress_data = ctx->progress_data, .prefetch = 4 };
+	struct tf_train_opts o = {.store = ctx->store,
+	                          .accelerator = ctx->accelerator,
+	                          .cancel = ctx->cancel,
+	                          .progress = ctx->progress,
+	                          .progress_data = ctx->progress_data,
+	                          .prefetch = 4};
 	o.optim.schedule = TF_LR_COSINE;
 	uint64_t v;
 	double f;
 	int rc;
 	o.dataset = get_str(with, "dataset");
 	if (!o.dataset || !*o.dataset) {
-		snprintf(err, errlen, "with.dataset is required (the data_prep step's "
-			 "outputs.dataset)");
+		snprintf(err, errlen,
+		         "with.dataset is required (the data_prep step's "
+		         "outputs.dataset)");
 		return -EINVAL;
 	}
 	if ((rc = get_hidden(with, &o, err, errlen)))
@@ -183,13 +190,13 @@ int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *ou
 		const char *key;
 		double *dst;
 	} nums[] = {
-		{ "lr", &o.optim.lr },
-		{ "momentum", &o.optim.momentum },
-		{ "weight_decay", &o.optim.weight_decay },
-		{ "warmup_epochs", &o.warmup_epochs },
-		{ "decay_epochs", &o.decay_epochs },
-		{ "clip_norm", &o.optim.clip_norm },
-		{ "lars_eta", &o.optim.lars_eta },
+	    {"lr", &o.optim.lr},
+	    {"momentum", &o.optim.momentum},
+	    {"weight_decay", &o.optim.weight_decay},
+	    {"warmup_epochs", &o.warmup_epochs},
+	    {"decay_epochs", &o.decay_epochs},
+	    {"clip_norm", &o.optim.clip_norm},
+	    {"lars_eta", &o.optim.lars_eta},
 	};
 	for (size_t i = 0; i < TF_ARRAY_LEN(nums); i++) {
 		if ((rc = get_num(with, nums[i].key, &f, err, errlen)) < 0)
@@ -206,16 +213,16 @@ int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *ou
 		const char *key;
 		uint64_t *dst;
 	} ints[] = {
-		{ "epochs", &o.epochs },
-		{ "seed", &o.seed },
-		{ "checkpoint_every", &o.checkpoint_every },
-		{ "max_steps", &o.max_steps },
+	    {"epochs", &o.epochs},
+	    {"seed", &o.seed},
+	    {"checkpoint_every", &o.checkpoint_every},
+	    {"max_steps", &o.max_steps},
 	};
 	for (size_t i = 0; i < TF_ARRAY_LEN(ints); i++)
 		if ((rc = get_u64(with, ints[i].key, ints[i].dst, err, errlen)) < 0)
 			return rc;
-	const char *small[] = { "batch", "prefetch", "cache", "linear_scaling", "patience",
-				"binary" };
+	const char *small[] = {"batch",          "prefetch", "cache",
+	                       "linear_scaling", "patience", "binary"};
 	for (size_t i = 0; i < TF_ARRAY_LEN(small); i++) {
 		if ((rc = get_u64(with, small[i], &v, err, errlen)) < 0)
 			return rc;
@@ -226,12 +233,24 @@ int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *ou
 			return -EINVAL;
 		}
 		switch (i) {
-		case 0: o.batch = (size_t)v; break;
-		case 1: o.prefetch = (int)v; break;
-		case 2: o.cache = (int)v; break;
-		case 3: o.optim.linear_scaling = (int)v; break;
-		case 4: o.patience = (int)v; break;
-		default: o.binary = (int)v; break;
+		case 0:
+			o.batch = (size_t)v;
+			break;
+		case 1:
+			o.prefetch = (int)v;
+			break;
+		case 2:
+			o.cache = (int)v;
+			break;
+		case 3:
+			o.optim.linear_scaling = (int)v;
+			break;
+		case 4:
+			o.patience = (int)v;
+			break;
+		default:
+			o.binary = (int)v;
+			break;
 		}
 	}
 	char *ck = join(ctx->prefix, "ckpt/"), *bundle = join(ctx->prefix, "bundle/");
@@ -245,7 +264,8 @@ int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *ou
 		json_object_set_new(metrics, "loss", json_real(r.loss));
 		json_object_set_new(metrics, "accuracy", json_real(r.accuracy));
 		json_object_set_new(metrics, "auc", json_real(isnan(r.auc) ? 0 : r.auc));
-		json_object_set_new(metrics, "examples_per_second", json_real(r.examples_per_second));
+		json_object_set_new(metrics, "examples_per_second",
+		                    json_real(r.examples_per_second));
 		json_object_set_new(metrics, "device_seconds", json_real(r.device_seconds));
 		json_object_set_new(metrics, "utilization", json_real(r.utilization));
 		json_object_set_new(metrics, "input_wait", json_real(r.input_wait));
@@ -256,7 +276,7 @@ int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *ou
 }
 
 int tf_ml_evaluate_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
-			json_t *metrics, char *err, size_t errlen)
+                        json_t *metrics, char *err, size_t errlen)
 {
 	(void)outputs;
 	const char *model = get_str(with, "model"), *dataset = get_str(with, "dataset");
@@ -269,29 +289,30 @@ int tf_ml_evaluate_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t 
 	size_t n;
 	int rc;
 	if (!model || !dataset) {
-		snprintf(err, errlen, "evaluate needs with.model (a train step's outputs.bundle) "
-			 "and with.dataset");
+		snprintf(err, errlen,
+		         "evaluate needs with.model (a train step's outputs.bundle) "
+		         "and with.dataset");
 		return -EINVAL;
 	}
 	if ((rc = tf_bundle_load(ctx->store, model, &b, err, errlen)) ||
 	    (rc = tf_dataset_open(ctx->store, dataset, &d, err, errlen)))
 		goto out;
 	if (d->dim != b->mlp.size[0] || d->num_classes != b->mlp.classes) {
-		snprintf(err, errlen, "model '%s' (%zu inputs, %d classes) does not fit dataset "
-			 "'%s' (%zu, %d)", model, b->mlp.size[0], b->mlp.classes, dataset, d->dim,
-			 d->num_classes);
+		snprintf(err, errlen,
+		         "model '%s' (%zu inputs, %d classes) does not fit dataset "
+		         "'%s' (%zu, %d)",
+		         model, b->mlp.size[0], b->mlp.classes, dataset, d->dim, d->num_classes);
 		rc = -EINVAL;
 		goto out;
 	}
 	if ((rc = tf_tpu_slice_parse(ctx->accelerator ? ctx->accelerator : "v4-8", &slice, err,
-				     errlen)))
+	                             errlen)))
 		goto out;
 	if ((rc = tf_slice_rt_new(&slice, 0, b->mxu.ftz, &rt))) {
 		snprintf(err, errlen, "cannot start the slice runtime");
 		goto out;
 	}
-	if ((rc = tf_input_load_split(ctx->store, d, TF_SPLIT_TEST, &x, &y, NULL, &n, err,
-				      errlen)))
+	if ((rc = tf_input_load_split(ctx->store, d, TF_SPLIT_TEST, &x, &y, NULL, &n, err, errlen)))
 		goto out;
 	struct tf_eval_result ev;
 	tf_train_evaluate(rt, &b->mlp, x, y, n, 1024, NULL, &ev);

@@ -33,20 +33,20 @@
 struct tf_ml_ctx {
 	struct tf_objstore *store; /* the run's object store */
 	const char *prefix;        /* this step's key prefix, stable across attempts
-				      ("runs/<run>/<step>/") */
+	                              ("runs/<run>/<step>/") */
 	const char *workdir;       /* local scratch directory (may be NULL) */
 	const char *accelerator;   /* slice, e.g. "v4-8" (NULL: v4-8) */
 	volatile int *cancel;      /* nonzero: stop soon (may be NULL) */
 	void (*progress)(void *data, const char *json_line); /* progress events (may be NULL) */
-	void *progress_data;       /* passed to progress */
+	void *progress_data;                                 /* passed to progress */
 };
 
 int tf_ml_data_prep_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
-			 json_t *metrics, char *err, size_t errlen);
+                         json_t *metrics, char *err, size_t errlen);
 int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
-		     json_t *metrics, char *err, size_t errlen);
+                     json_t *metrics, char *err, size_t errlen);
 int tf_ml_evaluate_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
-			json_t *metrics, char *err, size_t errlen);
+                        json_t *metrics, char *err, size_t errlen);
 
 /* 1 when a step's return code is worth retrying later (infrastructure), else 0. */
 int tf_ml_retryable(int rc);

@@ -32,6 +32,6 @@ struct tf_tfrecord_span {
  * On success *spans (caller frees) holds *count entries pointing into data. On a truncated or
  * corrupt record returns -EBADMSG with err naming `name` and the 0-based record index. */
 int tf_tfrecord_index(const char *name, const void *data, size_t len,
-		      struct tf_tfrecord_span **spans, size_t *count, char *err, size_t errlen);
+                      struct tf_tfrecord_span **spans, size_t *count, char *err, size_t errlen);
 
 #endif

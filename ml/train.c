@@ -49,12 +49,12 @@ void tf_train_opts_defaults(struct tf_train_opts *o)
 /* ---- the replica programs ---- */
 
 struct step_ctx {
-	const struct tf_mlp *m;     /* model (weights read-only during a run) */
-	struct tf_mlp_work *work;   /* per replica */
-	const float *x;             /* global batch inputs */
-	const int32_t *y;           /* labels (train) */
-	size_t n;                   /* rows in the global batch */
-	float *probs;               /* eval: output probabilities (n x outputs) or NULL */
+	const struct tf_mlp *m;   /* model (weights read-only during a run) */
+	struct tf_mlp_work *work; /* per replica */
+	const float *x;           /* global batch inputs */
+	const int32_t *y;         /* labels (train) */
+	size_t n;                 /* rows in the global batch */
+	float *probs;             /* eval: output probabilities (n x outputs) or NULL */
 };
 
 static void replica_train(struct tf_slice_replica *r, void *arg)
@@ -62,9 +62,9 @@ static void replica_train(struct tf_slice_replica *r, void *arg)
 	struct step_ctx *c = arg;
 	size_t lo, hi;
 	tf_input_replica_rows(c->n, r->replicas, r->index, &lo, &hi);
-	struct tf_mlp_gemm g = { .replica = r };
+	struct tf_mlp_gemm g = {.replica = r};
 	tf_mlp_train_pass(c->m, &g, &c->work[r->index], c->x + lo * c->m->size[0], c->y + lo,
-			  hi - lo, c->n);
+	                  hi - lo, c->n);
 }
 
 static void replica_eval(struct tf_slice_replica *r, void *arg)
@@ -73,7 +73,7 @@ static void replica_eval(struct tf_slice_replica *r, void *arg)
 	size_t start, count, C = tf_mlp_outputs(c->m);
 	tf_slice_shard(c->n, r->replicas, r->index, &start, &count);
 	struct tf_mlp_work *w = &c->work[r->index];
-	struct tf_mlp_gemm g = { .replica = r };
+	struct tf_mlp_gemm g = {.replica = r};
 	w->loss_sum = 0;
 	w->correct = 0;
 	if (!count)
@@ -89,8 +89,8 @@ static void replica_eval(struct tf_slice_replica *r, void *arg)
 }
 
 void tf_train_evaluate(struct tf_slice_rt *rt, const struct tf_mlp *m, const float *x,
-		       const int32_t *y, size_t n, size_t batch, float *probs,
-		       struct tf_eval_result *out)
+                       const int32_t *y, size_t n, size_t batch, float *probs,
+                       struct tf_eval_result *out)
 {
 	int R = tf_slice_rt_replicas(rt);
 	size_t C = tf_mlp_outputs(m), per = (batch + (size_t)R - 1) / (size_t)R;
@@ -101,8 +101,12 @@ void tf_train_evaluate(struct tf_slice_rt *rt, const struct tf_mlp *m, const flo
 	for (int r = 0; r < R; r++)
 		tf_mlp_work_init(&work[r], m, per);
 	for (size_t i = 0; i < n; i += batch) {
-		struct step_ctx c = { .m = m, .work = work, .x = x + i * m->size[0], .y = y + i,
-				      .n = n - i < batch ? n - i : batch, .probs = p + i * C };
+		struct step_ctx c = {.m = m,
+		                     .work = work,
+		                     .x = x + i * m->size[0],
+		                     .y = y + i,
+		                     .n = n - i < batch ? n - i : batch,
+		                     .probs = p + i * C};
 		tf_slice_run(rt, replica_eval, &c);
 		for (int r = 0; r < R; r++) {
 			loss += work[r].loss_sum;
@@ -135,44 +139,44 @@ static void emit(const struct tf_train_opts *o, json_t *ev)
 /* ---- checkpoints ---- */
 
 struct run_state {
-	uint64_t step;          /* steps done == next input batch */
-	double ep_loss;         /* loss sum of the current epoch so far */
-	double ep_correct;      /* correct predictions so far */
-	double ep_examples;     /* examples so far */
-	double best;            /* early stopping: best monitored value */
-	int bad_epochs;         /* epochs without improvement */
-	int have_best;          /* best is set */
+	uint64_t step;      /* steps done == next input batch */
+	double ep_loss;     /* loss sum of the current epoch so far */
+	double ep_correct;  /* correct predictions so far */
+	double ep_examples; /* examples so far */
+	double best;        /* early stopping: best monitored value */
+	int bad_epochs;     /* epochs without improvement */
+	int have_best;      /* best is set */
 };
 
 static char *meta_json(const struct tf_train_opts *o, const struct tf_mlp *m,
-		       const struct tf_optim *opt, const struct run_state *st, uint64_t spe)
+                       const struct tf_optim *opt, const struct run_state *st, uint64_t spe)
 {
 	json_t *layers = json_array();
 	for (int l = 0; l <= m->nlayers; l++)
 		json_array_append_new(layers, json_integer((json_int_t)m->size[l]));
 	json_t *j = json_pack(
-		"{s:I, s:f, s:o, s:I, s:{s:s, s:I}, s:{s:I, s:I, s:I}, s:{s:f, s:f, s:f}, "
-		"s:{s:b, s:f, s:i}, s:s}",
-		"step", (json_int_t)st->step, "epoch", (double)st->step / (double)spe, "layers",
-		layers, "nparams", (json_int_t)m->nparams, "optimizer", "kind",
-		tf_optim_kind_name(opt->cfg.kind), "t", (json_int_t)opt->t, "input", "next_batch",
-		(json_int_t)st->step, "seed", (json_int_t)o->seed, "batch", (json_int_t)o->batch,
-		"epoch_acc", "loss_sum", st->ep_loss, "correct", st->ep_correct, "examples",
-		st->ep_examples, "early", "have_best", st->have_best, "best", st->best,
-		"bad_epochs", st->bad_epochs, "dataset", o->dataset);
+	    "{s:I, s:f, s:o, s:I, s:{s:s, s:I}, s:{s:I, s:I, s:I}, s:{s:f, s:f, s:f}, "
+	    "s:{s:b, s:f, s:i}, s:s}",
+	    "step", (json_int_t)st->step, "epoch", (double)st->step / (double)spe, "layers", layers,
+	    "nparams", (json_int_t)m->nparams, "optimizer", "kind",
+	    tf_optim_kind_name(opt->cfg.kind), "t", (json_int_t)opt->t, "input", "next_batch",
+	    (json_int_t)st->step, "seed", (json_int_t)o->seed, "batch", (json_int_t)o->batch,
+	    "epoch_acc", "loss_sum", st->ep_loss, "correct", st->ep_correct, "examples",
+	    st->ep_examples, "early", "have_best", st->have_best, "best", st->best, "bad_epochs",
+	    st->bad_epochs, "dataset", o->dataset);
 	char *s = json_dumps(j, JSON_COMPACT);
 	json_decref(j);
 	return s;
 }
 
 static int save_ckpt(const struct tf_train_opts *o, const struct tf_mlp *m,
-		     const struct tf_optim *opt, const struct run_state *st, uint64_t spe,
-		     struct tf_train_result *r, char *err, size_t errlen)
+                     const struct tf_optim *opt, const struct run_state *st, uint64_t spe,
+                     struct tf_train_result *r, char *err, size_t errlen)
 {
 	struct tf_ckpt_tensor t[3] = {
-		{ "params", m->params, m->nparams * sizeof(float) },
-		{ "opt/m", opt->m, opt->n * sizeof(float) },
-		{ "opt/v", opt->v, opt->n * sizeof(float) },
+	    {"params", m->params, m->nparams * sizeof(float)},
+	    {"opt/m", opt->m, opt->n * sizeof(float)},
+	    {"opt/v", opt->v, opt->n * sizeof(float)},
 	};
 	char *meta = meta_json(o, m, opt, st, spe);
 	int rc = tf_ckpt_save(o->store, o->ckpt_prefix, (int64_t)st->step, t, opt->v ? 3 : 2, meta);
@@ -181,14 +185,15 @@ static int save_ckpt(const struct tf_train_opts *o, const struct tf_mlp *m,
 		rc = 0; /* an earlier attempt saved this very step: same bits */
 	if (rc) {
 		snprintf(err, errlen, "checkpoint at step %llu under '%s' failed: %s",
-			 (unsigned long long)st->step, o->ckpt_prefix, tf_objstore_errmsg(o->store));
+		         (unsigned long long)st->step, o->ckpt_prefix,
+		         tf_objstore_errmsg(o->store));
 		return rc;
 	}
 	r->checkpoint_step = (int64_t)st->step;
 	snprintf(r->checkpoint, sizeof r->checkpoint, "%s%sstep-%012lld/", o->ckpt_prefix,
-		 o->ckpt_prefix[0] && o->ckpt_prefix[strlen(o->ckpt_prefix) - 1] != '/' ? "/" : "",
-		 (long long)st->step);
-	struct tf_ckpt_gc_opts gc = { .keep_last = o->keep_checkpoints };
+	         o->ckpt_prefix[0] && o->ckpt_prefix[strlen(o->ckpt_prefix) - 1] != '/' ? "/" : "",
+	         (long long)st->step);
+	struct tf_ckpt_gc_opts gc = {.keep_last = o->keep_checkpoints};
 	tf_ckpt_gc(o->store, o->ckpt_prefix, &gc, NULL);
 	return 0;
 }
@@ -199,7 +204,7 @@ static json_t *get2(json_t *o, const char *a, const char *b)
 }
 
 static int restore_ckpt(const struct tf_train_opts *o, struct tf_mlp *m, struct tf_optim *opt,
-			struct run_state *st, char *err, size_t errlen)
+                        struct run_state *st, char *err, size_t errlen)
 {
 	int64_t step;
 	struct tf_ckpt *c = NULL;
@@ -209,7 +214,7 @@ static int restore_ckpt(const struct tf_train_opts *o, struct tf_mlp *m, struct 
 		return 1; /* nothing to resume */
 	if (rc || (rc = tf_ckpt_load(o->store, o->ckpt_prefix, step, &c))) {
 		snprintf(err, errlen, "cannot load the checkpoint under '%s': %s", o->ckpt_prefix,
-			 tf_objstore_errmsg(o->store));
+		         tf_objstore_errmsg(o->store));
 		return rc;
 	}
 	size_t pb, mb, vb;
@@ -220,10 +225,11 @@ static int restore_ckpt(const struct tf_train_opts *o, struct tf_mlp *m, struct 
 	if (!p || !mm || pb != m->nparams * sizeof(float) || mb != pb || !meta ||
 	    (opt->v && (!vv || vb != pb)) ||
 	    strcmp(json_string_value(get2(meta, "optimizer", "kind")) ?: "",
-		   tf_optim_kind_name(opt->cfg.kind))) {
-		snprintf(err, errlen, "checkpoint step %lld under '%s' does not match this model "
-			 "and optimizer (layers, optimizer kind); use another checkpoint prefix",
-			 (long long)step, o->ckpt_prefix);
+	           tf_optim_kind_name(opt->cfg.kind))) {
+		snprintf(err, errlen,
+		         "checkpoint step %lld under '%s' does not match this model "
+		         "and optimizer (layers, optimizer kind); use another checkpoint prefix",
+		         (long long)step, o->ckpt_prefix);
 		goto out;
 	}
 	memcpy(m->params, p, pb);
@@ -258,22 +264,22 @@ static double monitored(const char *what, const struct tf_eval_result *e)
 }
 
 int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, char *err,
-		 size_t errlen)
+                 size_t errlen)
 {
 	struct tf_train_opts o = *oin;
 	struct tf_dataset *d = NULL;
 	struct tf_tpu_slice slice;
 	struct tf_slice_rt *rt = NULL;
-	struct tf_mlp m = { 0 };
-	struct tf_optim opt = { 0 };
+	struct tf_mlp m = {0};
+	struct tf_optim opt = {0};
 	struct tf_input *in = NULL;
 	struct tf_mlp_work *work = NULL;
 	float **grads = NULL, *tx = NULL;
 	int32_t *ty = NULL;
 	size_t tn = 0;
 	int R = 0, rc;
-	struct run_state st = { 0 };
-	struct tf_eval_result ev = { .loss = NAN, .accuracy = NAN, .auc = NAN };
+	struct run_state st = {0};
+	struct tf_eval_result ev = {.loss = NAN, .accuracy = NAN, .auc = NAN};
 
 	tf_train_opts_defaults(&o);
 	memset(r, 0, sizeof *r);
@@ -288,27 +294,33 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	if ((rc = tf_dataset_open(o.store, o.dataset, &d, err, errlen)))
 		goto out;
 	if (o.binary && d->num_classes != 2) {
-		snprintf(err, errlen, "binary (sigmoid) loss needs two classes; dataset '%s' has "
-			 "%d", o.dataset, d->num_classes);
+		snprintf(err, errlen,
+		         "binary (sigmoid) loss needs two classes; dataset '%s' has "
+		         "%d",
+		         o.dataset, d->num_classes);
 		rc = -EINVAL;
 		goto out;
 	}
 	if ((rc = tf_mlp_init(&m, d->dim, o.hidden, o.nhidden, d->num_classes, o.binary))) {
-		snprintf(err, errlen, "bad model shape: hidden layers must be positive and at most "
-			 "%d", TF_MLP_MAX_LAYERS - 1);
+		snprintf(err, errlen,
+		         "bad model shape: hidden layers must be positive and at most "
+		         "%d",
+		         TF_MLP_MAX_LAYERS - 1);
 		goto out;
 	}
 	tf_mlp_init_params(&m, o.seed);
 	R = slice.cores;
 	if (o.batch < (size_t)R) {
-		snprintf(err, errlen, "global batch %zu is smaller than the %d replicas of '%s'; use "
-			 "a batch of at least %d", o.batch, R, slice.name, R);
+		snprintf(err, errlen,
+		         "global batch %zu is smaller than the %d replicas of '%s'; use "
+		         "a batch of at least %d",
+		         o.batch, R, slice.name, R);
 		rc = -EINVAL;
 		goto out;
 	}
 	size_t per = (o.batch + (size_t)R - 1) / (size_t)R;
 	double hbm = (double)m.nparams * 4 * 4 /* weights, grads, two moments */ +
-		     (double)per * 4 * (double)(m.size[0] + 4 * 512);
+	             (double)per * 4 * (double)(m.size[0] + 4 * 512);
 	if ((rc = tf_slice_check_hbm(&slice, hbm, err, errlen)))
 		goto out;
 	if ((rc = tf_slice_rt_new(&slice, o.host_threads, 1, &rt))) {
@@ -316,14 +328,19 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 		goto out;
 	}
 
-	struct tf_input_opts io = { .split = TF_SPLIT_TRAIN, .batch = o.batch, .seed = o.seed,
-				    .shuffle = 1, .drop_remainder = 1, .prefetch = o.prefetch,
-				    .cache = o.cache, .epochs = o.epochs };
+	struct tf_input_opts io = {.split = TF_SPLIT_TRAIN,
+	                           .batch = o.batch,
+	                           .seed = o.seed,
+	                           .shuffle = 1,
+	                           .drop_remainder = 1,
+	                           .prefetch = o.prefetch,
+	                           .cache = o.cache,
+	                           .epochs = o.epochs};
 	/* steps per epoch, known before the pipeline starts (it starts at the resume point) */
 	uint64_t spe = d->split[TF_SPLIT_TRAIN].examples / o.batch;
 	if (spe == 0) {
 		snprintf(err, errlen, "global batch %zu is larger than the %zu train examples",
-			 o.batch, d->split[TF_SPLIT_TRAIN].examples);
+		         o.batch, d->split[TF_SPLIT_TRAIN].examples);
 		rc = -EINVAL;
 		goto out;
 	}
@@ -334,8 +351,8 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	o.optim.total_steps = total;
 	o.optim.warmup_steps = (uint64_t)(o.warmup_epochs * (double)spe + 0.5);
 	if (o.optim.schedule == TF_LR_STEP && !o.optim.decay_steps)
-		o.optim.decay_steps = o.decay_epochs > 0 ? (uint64_t)(o.decay_epochs * (double)spe)
-							 : (total + 2) / 3;
+		o.optim.decay_steps =
+		    o.decay_epochs > 0 ? (uint64_t)(o.decay_epochs * (double)spe) : (total + 2) / 3;
 	tf_optim_init(&opt, &o.optim, m.nparams);
 
 	if (o.ckpt_prefix) {
@@ -346,15 +363,14 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 			r->resumed_from = st.step;
 			tf_info("resuming from step %llu", (unsigned long long)st.step);
 			emit(&o, json_pack("{s:s, s:I}", "event", "resume", "step",
-					   (json_int_t)st.step));
+			                   (json_int_t)st.step));
 		}
 		rc = 0;
 	}
 	io.start_batch = st.step;
 	if ((rc = tf_input_open(o.store, d, &io, &in, err, errlen)))
 		goto out;
-	if ((rc = tf_input_load_split(o.store, d, TF_SPLIT_TEST, &tx, &ty, NULL, &tn, err,
-				      errlen)))
+	if ((rc = tf_input_load_split(o.store, d, TF_SPLIT_TEST, &tx, &ty, NULL, &tn, err, errlen)))
 		goto out;
 
 	work = tf_xcalloc((size_t)R, sizeof *work);
@@ -363,11 +379,11 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 		tf_mlp_work_init(&work[i], &m, per);
 		grads[i] = work[i].grad;
 	}
-	emit(&o, json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:s}", "event", "start",
-			   "accelerator", slice.name, "replicas", R, "steps_per_epoch",
-			   (json_int_t)spe, "total_steps", (json_int_t)total, "start_step",
-			   (json_int_t)st.step, "params", (json_int_t)m.nparams, "optimizer",
-			   tf_optim_kind_name(opt.cfg.kind)));
+	emit(&o,
+	     json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:s}", "event", "start", "accelerator",
+	               slice.name, "replicas", R, "steps_per_epoch", (json_int_t)spe, "total_steps",
+	               (json_int_t)total, "start_step", (json_int_t)st.step, "params",
+	               (json_int_t)m.nparams, "optimizer", tf_optim_kind_name(opt.cfg.kind)));
 
 	double t0 = tf_now_monotonic(), first_loss = NAN;
 	uint64_t steps_here = 0, ex_here = 0;
@@ -375,7 +391,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	while (st.step < total) {
 		if (o.cancel && *o.cancel) {
 			snprintf(err, errlen, "training cancelled at step %llu",
-				 (unsigned long long)st.step);
+			         (unsigned long long)st.step);
 			rc = -ECANCELED;
 			goto out;
 		}
@@ -387,7 +403,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 		}
 		if (rc)
 			goto out;
-		struct step_ctx c = { .m = &m, .work = work, .x = b.x, .y = b.y, .n = b.n };
+		struct step_ctx c = {.m = &m, .work = work, .x = b.x, .y = b.y, .n = b.n};
 		tf_slice_run(rt, replica_train, &c);
 		tf_slice_allreduce(rt, grads, m.nparams);
 		double loss = 0, correct = 0;
@@ -400,13 +416,16 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 			first_loss = mean;
 		double gnorm = tf_optim_step(&opt, &m, grads[0]);
 		if (!isfinite(mean) || isnan(gnorm) || mean > o.diverge_factor * first_loss + 1.0) {
-			snprintf(err, errlen, "loss %s at step %llu (epoch %llu; first loss %.4f): "
-				 "training diverged; lower the learning rate (now %g) or enable "
-				 "gradient clipping (clip_norm)", isfinite(mean) ? "exploded" : "is NaN",
-				 (unsigned long long)st.step, (unsigned long long)b.epoch, first_loss,
-				 o.optim.lr);
-			emit(&o, json_pack("{s:s, s:I, s:f}", "event", "diverged", "step",
-					   (json_int_t)st.step, "loss", isfinite(mean) ? mean : -1.0));
+			snprintf(err, errlen,
+			         "loss %s at step %llu (epoch %llu; first loss %.4f): "
+			         "training diverged; lower the learning rate (now %g) or enable "
+			         "gradient clipping (clip_norm)",
+			         isfinite(mean) ? "exploded" : "is NaN",
+			         (unsigned long long)st.step, (unsigned long long)b.epoch,
+			         first_loss, o.optim.lr);
+			emit(&o,
+			     json_pack("{s:s, s:I, s:f}", "event", "diverged", "step",
+			               (json_int_t)st.step, "loss", isfinite(mean) ? mean : -1.0));
 			rc = -ERANGE;
 			goto out;
 		}
@@ -421,13 +440,14 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 		if (st.step % o.log_every == 0 && !epoch_end) {
 			double eps = (double)ex_here / (now - t0);
 			double eta = (double)(total - st.step) * (now - t0) / (double)steps_here;
-			emit(&o, json_pack("{s:s, s:I, s:f, s:I, s:I, s:f, s:f, s:f, s:f, s:f}",
-					   "event", "step", "step", (json_int_t)st.step, "epoch",
-					   (double)st.step / (double)spe, "epochs",
-					   (json_int_t)o.epochs, "total_steps", (json_int_t)total,
-					   "loss", st.ep_loss / st.ep_examples, "accuracy",
-					   st.ep_correct / st.ep_examples, "examples_per_second", eps,
-					   "eta_seconds", eta, "lr", tf_optim_lr(&opt.cfg, st.step)));
+			emit(&o,
+			     json_pack("{s:s, s:I, s:f, s:I, s:I, s:f, s:f, s:f, s:f, s:f}",
+			               "event", "step", "step", (json_int_t)st.step, "epoch",
+			               (double)st.step / (double)spe, "epochs",
+			               (json_int_t)o.epochs, "total_steps", (json_int_t)total,
+			               "loss", st.ep_loss / st.ep_examples, "accuracy",
+			               st.ep_correct / st.ep_examples, "examples_per_second", eps,
+			               "eta_seconds", eta, "lr", tf_optim_lr(&opt.cfg, st.step)));
 		}
 		int stop_early = 0;
 		if (epoch_end) {
@@ -437,18 +457,18 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 			struct tf_slice_stats ss;
 			tf_slice_stats(rt, &ss);
 			double wall = now - t0;
-			emit(&o, json_pack("{s:s, s:I, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
-					   "s:f, s:f, s:f}",
-					   "event", "epoch", "step", (json_int_t)st.step, "epoch",
-					   (double)st.step / (double)spe, "epochs",
-					   (json_int_t)o.epochs, "train_loss", r->train_loss,
-					   "train_accuracy", r->train_accuracy, "loss", ev.loss,
-					   "accuracy", ev.accuracy, "auc", ev.auc,
-					   "examples_per_second", (double)ex_here / wall,
-					   "device_seconds", ss.device_seconds, "utilization",
-					   ss.mxu_utilization, "input_wait",
-					   tf_input_wait_seconds(in) / wall, "eta_seconds",
-					   (double)(total - st.step) * wall / (double)steps_here));
+			emit(&o,
+			     json_pack(
+			         "{s:s, s:I, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+			         "s:f, s:f, s:f}",
+			         "event", "epoch", "step", (json_int_t)st.step, "epoch",
+			         (double)st.step / (double)spe, "epochs", (json_int_t)o.epochs,
+			         "train_loss", r->train_loss, "train_accuracy", r->train_accuracy,
+			         "loss", ev.loss, "accuracy", ev.accuracy, "auc", ev.auc,
+			         "examples_per_second", (double)ex_here / wall, "device_seconds",
+			         ss.device_seconds, "utilization", ss.mxu_utilization, "input_wait",
+			         tf_input_wait_seconds(in) / wall, "eta_seconds",
+			         (double)(total - st.step) * wall / (double)steps_here));
 			st.ep_loss = st.ep_correct = st.ep_examples = 0;
 			if (o.patience > 0) {
 				double v = monitored(o.monitor, &ev);
@@ -468,15 +488,15 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 		if (o.halt_after && st.step >= o.halt_after && st.step < total) {
 			r->halted = 1;
 			snprintf(err, errlen, "halted after step %llu as asked (halt_after)",
-				 (unsigned long long)st.step);
+			         (unsigned long long)st.step);
 			rc = -EINTR;
 			break;
 		}
 		if (stop_early) {
 			r->early_stopped = 1;
-			emit(&o, json_pack("{s:s, s:I, s:s, s:f}", "event", "early_stop", "step",
-					   (json_int_t)st.step, "monitor", o.monitor, "best",
-					   st.best));
+			emit(&o,
+			     json_pack("{s:s, s:I, s:s, s:f}", "event", "early_stop", "step",
+			               (json_int_t)st.step, "monitor", o.monitor, "best", st.best));
 			break;
 		}
 	}
@@ -504,24 +524,23 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 		mxu.rows = slice.gen->mxu_rows;
 		mxu.cols = slice.gen->mxu_cols;
 		mxu.ftz = 1;
-		json_t *extra = json_pack("{s:s, s:s, s:I, s:f, s:{s:f, s:f, s:f}}", "dataset",
-					  o.dataset, "accelerator", slice.name, "step",
-					  (json_int_t)st.step, "epochs", r->epochs_done, "metrics",
-					  "loss", r->loss, "accuracy", r->accuracy, "auc",
-					  isnan(r->auc) ? 0.0 : r->auc);
+		json_t *extra = json_pack(
+		    "{s:s, s:s, s:I, s:f, s:{s:f, s:f, s:f}}", "dataset", o.dataset, "accelerator",
+		    slice.name, "step", (json_int_t)st.step, "epochs", r->epochs_done, "metrics",
+		    "loss", r->loss, "accuracy", r->accuracy, "auc", isnan(r->auc) ? 0.0 : r->auc);
 		rc = tf_bundle_export(o.export_store ? o.export_store : o.store, o.export_prefix,
-				      &m, d, &mxu, extra, err, errlen);
+		                      &m, d, &mxu, extra, err, errlen);
 		json_decref(extra);
 		if (rc)
 			goto out;
 		snprintf(r->bundle, sizeof r->bundle, "%s", o.export_prefix);
 	}
 	emit(&o, json_pack("{s:s, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "event", "done",
-			   "step", (json_int_t)st.step, "loss", r->loss, "accuracy", r->accuracy,
-			   "auc", isnan(r->auc) ? 0.0 : r->auc, "wall_seconds", r->wall_seconds,
-			   "examples_per_second", r->examples_per_second, "device_seconds",
-			   r->device_seconds, "utilization", r->utilization, "input_wait",
-			   r->input_wait));
+	                   "step", (json_int_t)st.step, "loss", r->loss, "accuracy", r->accuracy,
+	                   "auc", isnan(r->auc) ? 0.0 : r->auc, "wall_seconds", r->wall_seconds,
+	                   "examples_per_second", r->examples_per_second, "device_seconds",
+	                   r->device_seconds, "utilization", r->utilization, "input_wait",
+	                   r->input_wait));
 out:
 	tf_input_free(in);
 	for (int i = 0; work && i < R; i++)

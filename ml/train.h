@@ -20,39 +20,40 @@
 #include <stdint.h>
 
 struct tf_train_opts {
-	struct tf_objstore *store;      /* where the dataset, checkpoints and bundle live */
-	const char *dataset;            /* manifest key of the dataset */
-	const char *ckpt_prefix;        /* checkpoint key prefix (NULL: no checkpoints) */
-	const char *export_prefix;      /* bundle key prefix (NULL: no export) */
+	struct tf_objstore *store;        /* where the dataset, checkpoints and bundle live */
+	const char *dataset;              /* manifest key of the dataset */
+	const char *ckpt_prefix;          /* checkpoint key prefix (NULL: no checkpoints) */
+	const char *export_prefix;        /* bundle key prefix (NULL: no export) */
 	struct tf_objstore *export_store; /* where the bundle goes (NULL: store) */
-	const char *accelerator;        /* slice, e.g. "v4-8" (default) */
-	int host_threads;               /* slice host threads (0: all cores) */
+	const char *accelerator;          /* slice, e.g. "v4-8" (default) */
+	int host_threads;                 /* slice host threads (0: all cores) */
 	size_t hidden[TF_MLP_MAX_LAYERS]; /* hidden layer widths */
-	int nhidden;                    /* how many */
-	int binary;                     /* sigmoid BCE for two-class data */
-	uint64_t epochs;                /* passes over the train split (default 10) */
-	size_t batch;                   /* global batch (default 256) */
-	struct tf_optim_cfg optim;      /* optimizer (warmup/total/decay steps filled in here) */
-	double warmup_epochs;           /* linear warmup length in epochs */
-	double decay_epochs;            /* step schedule: decay period in epochs (default 1/3
-					   of the run) */
-	uint64_t seed;                  /* init and data order */
-	uint64_t checkpoint_every;      /* steps between checkpoints (0: only at the end) */
-	int keep_checkpoints;           /* keep the newest N (0: 3) */
-	uint64_t max_steps;             /* stop after this many steps in total (0: epochs) */
-	int prefetch;                   /* input batches prepared ahead (0: none) */
-	int cache;                      /* cache decoded examples in memory */
-	uint64_t log_every;             /* steps between progress lines (0: 50) */
-	int patience;                   /* early stopping: epochs without improvement (0: off) */
-	const char *monitor;            /* "accuracy" (default), "loss" or "auc" on the test split */
-	double min_delta;               /* improvement needed to count */
-	double diverge_factor;          /* loss above factor x the first loss: stop (0: 10) */
-	uint64_t halt_after;            /* stop this process after this step (0: never), as if it
-					   were killed: the checkpoint cadence is kept, no final
-					   checkpoint; for resume tests and drills */
-	volatile int *cancel;           /* set to nonzero to stop at the next step (may be NULL) */
-	void (*progress)(void *data, const char *json_line); /* JSON progress events (may be NULL) */
-	void *progress_data;            /* passed to progress */
+	int nhidden;                      /* how many */
+	int binary;                       /* sigmoid BCE for two-class data */
+	uint64_t epochs;                  /* passes over the train split (default 10) */
+	size_t batch;                     /* global batch (default 256) */
+	struct tf_optim_cfg optim;        /* optimizer (warmup/total/decay steps filled in here) */
+	double warmup_epochs;             /* linear warmup length in epochs */
+	double decay_epochs;              /* step schedule: decay period in epochs (default 1/3
+	                                     of the run) */
+	uint64_t seed;                    /* init and data order */
+	uint64_t checkpoint_every;        /* steps between checkpoints (0: only at the end) */
+	int keep_checkpoints;             /* keep the newest N (0: 3) */
+	uint64_t max_steps;               /* stop after this many steps in total (0: epochs) */
+	int prefetch;                     /* input batches prepared ahead (0: none) */
+	int cache;                        /* cache decoded examples in memory */
+	uint64_t log_every;               /* steps between progress lines (0: 50) */
+	int patience;                     /* early stopping: epochs without improvement (0: off) */
+	const char *monitor;   /* "accuracy" (default), "loss" or "auc" on the test split */
+	double min_delta;      /* improvement needed to count */
+	double diverge_factor; /* loss above factor x the first loss: stop (0: 10) */
+	uint64_t halt_after;   /* stop this process after this step (0: never), as if it
+	                          were killed: the checkpoint cadence is kept, no final
+	                          checkpoint; for resume tests and drills */
+	volatile int *cancel;  /* set to nonzero to stop at the next step (may be NULL) */
+	void (*progress)(void *data,
+	                 const char *json_line); /* JSON progress events (may be NULL) */
+	void *progress_data;                     /* passed to progress */
 };
 
 struct tf_train_result {
@@ -81,7 +82,7 @@ void tf_train_opts_defaults(struct tf_train_opts *o);
  * -ERANGE the loss became NaN or diverged, -ECANCELED cancelled, -EINTR halted by halt_after,
  * or an object-store code (tf_objstore_retryable tells retryable ones). */
 int tf_train_run(const struct tf_train_opts *o, struct tf_train_result *r, char *err,
-		 size_t errlen);
+                 size_t errlen);
 
 /* Evaluation of a model on a slice: loss, accuracy and AUC over n rows; probs (n x
  * tf_mlp_outputs, may be NULL) receives the predictions. Rows are split over the replicas in
@@ -91,7 +92,7 @@ struct tf_eval_result {
 	size_t n;                   /* rows */
 };
 void tf_train_evaluate(struct tf_slice_rt *rt, const struct tf_mlp *m, const float *x,
-		       const int32_t *y, size_t n, size_t batch, float *probs,
-		       struct tf_eval_result *out);
+                       const int32_t *y, size_t n, size_t batch, float *probs,
+                       struct tf_eval_result *out);
 
 #endif

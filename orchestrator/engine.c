@@ -60,43 +60,43 @@
 #define PROGRESS_FLUSH_S 1.0 /* how often a step's progress line goes to the database */
 
 struct estep {
-	size_t idx;                  /* index in the pipeline */
-	const struct tf_step *def;   /* the step as loaded */
-	enum tf_step_state state;    /* [C] current state (as committed) */
-	int attempts;                /* [C] attempts made so far (the attempt counter) */
-	int budget_base;             /* [C] attempts before this engine started (retry budget) */
-	int unresolved;              /* [C] needs not yet final */
-	int queued;                  /* [C] handed to a worker, not yet back */
-	json_t *outputs, *metrics;   /* [C] results once done */
-	json_t *with;                /* [C] resolved inputs of the current attempt */
-	char cache_key[65];          /* [C] inputs hash ("" when not cacheable) */
-	double next_at;              /* [C] monotonic time of the next attempt (retrying) */
-	double deadline;             /* [C] monotonic timeout of the running attempt, 0 none */
-	double started;              /* [C] monotonic start of the running attempt */
-	double started_wall;         /* [C] wall start of the first attempt (view) */
-	double finished_wall;        /* [C] wall end (view) */
-	int timed_out;               /* [C] the coordinator raised cancel for the timeout */
-	volatile int cancel;         /* raised by the coordinator, read by the kind */
+	size_t idx;                /* index in the pipeline */
+	const struct tf_step *def; /* the step as loaded */
+	enum tf_step_state state;  /* [C] current state (as committed) */
+	int attempts;              /* [C] attempts made so far (the attempt counter) */
+	int budget_base;           /* [C] attempts before this engine started (retry budget) */
+	int unresolved;            /* [C] needs not yet final */
+	int queued;                /* [C] handed to a worker, not yet back */
+	json_t *outputs, *metrics; /* [C] results once done */
+	json_t *with;              /* [C] resolved inputs of the current attempt */
+	char cache_key[65];        /* [C] inputs hash ("" when not cacheable) */
+	double next_at;            /* [C] monotonic time of the next attempt (retrying) */
+	double deadline;           /* [C] monotonic timeout of the running attempt, 0 none */
+	double started;            /* [C] monotonic start of the running attempt */
+	double started_wall;       /* [C] wall start of the first attempt (view) */
+	double finished_wall;      /* [C] wall end (view) */
+	int timed_out;             /* [C] the coordinator raised cancel for the timeout */
+	volatile int cancel;       /* raised by the coordinator, read by the kind */
 	/* [W] results of the attempt that just finished */
 	int rc;
 	enum tf_fail_class failure;
 	int exit_code;
 	char err[512];
 	json_t *res_outputs, *res_metrics;
-	double ended;                /* monotonic end of the attempt */
-	char log_key[256];           /* object key of the uploaded log, "" if none */
+	double ended;      /* monotonic end of the attempt */
+	char log_key[256]; /* object key of the uploaded log, "" if none */
 	/* progress, under e->mu */
 	char progress[512];
 	int progress_dirty;
-	double progress_flushed;     /* [C] */
-	char reason[512];            /* [C] skip/fail reason for the view */
-	char accel[48];              /* [C] slice type of the running attempt (train) */
-	char placement[128];         /* [C] where the scheduler put it, "" when unknown */
-	int chips;                   /* [C] chips held, 0 when unknown */
-	int job;                     /* [C] scheduler job of the current attempt, 0 none */
-	int awaiting_slice;          /* [C] attempt recorded, waiting for the scheduler */
-	int64_t slice_row;           /* [C] its slice_jobs row (queued or placed), 0 none */
-	char slice_wait[160];        /* [C] waiting reason last recorded in that row */
+	double progress_flushed; /* [C] */
+	char reason[512];        /* [C] skip/fail reason for the view */
+	char accel[48];          /* [C] slice type of the running attempt (train) */
+	char placement[128];     /* [C] where the scheduler put it, "" when unknown */
+	int chips;               /* [C] chips held, 0 when unknown */
+	int job;                 /* [C] scheduler job of the current attempt, 0 none */
+	int awaiting_slice;      /* [C] attempt recorded, waiting for the scheduler */
+	int64_t slice_row;       /* [C] its slice_jobs row (queued or placed), 0 none */
+	char slice_wait[160];    /* [C] waiting reason last recorded in that row */
 };
 
 struct engine {
@@ -105,36 +105,36 @@ struct engine {
 	char run_id[32];
 	char *home;
 	char *storage_url;
-	struct tf_store *db;         /* coordinator's handle */
+	struct tf_store *db; /* coordinator's handle */
 	struct estep *steps;
 	size_t n;
-	size_t **dependents;         /* dependents[i]: steps that need step i */
+	size_t **dependents; /* dependents[i]: steps that need step i */
 	size_t *ndependents;
 	tf_step_kind_fn kinds[TF_STEP_LAST];
 
 	pthread_mutex_t mu;
-	pthread_cond_t coord_cv;     /* coordinator: a step finished, a signal, a stop */
-	pthread_cond_t work_cv;      /* workers: work queued or quit */
-	struct estep **queue;        /* ring of steps to run (capacity n) */
+	pthread_cond_t coord_cv; /* coordinator: a step finished, a signal, a stop */
+	pthread_cond_t work_cv;  /* workers: work queued or quit */
+	struct estep **queue;    /* ring of steps to run (capacity n) */
 	size_t qhead, qlen;
-	struct estep **done;         /* finished attempts awaiting the coordinator */
+	struct estep **done; /* finished attempts awaiting the coordinator */
 	size_t ndone;
-	int quit;                    /* workers exit */
-	volatile int interrupted;    /* Ctrl-C / SIGTERM seen (under mu) */
-	int coord_busy;              /* the baton: a thread is running a round (under mu) */
-	int main_blocked;            /* drive waits for the baton (under mu) */
-	int main_look;               /* [C] the last round left work for drive (deadlines etc.) */
-	int complete;                /* [C] nothing is left to do: drive ends the run */
-	int fatal;                   /* a round failed (database error): its code (under mu) */
-	int progress_any;            /* some step has an unflushed progress line (under mu) */
-	int nrunning;                /* [C] steps queued or running */
-	int stopping;                /* [C] interrupted: cancelling, no new attempts */
-	int retry_hint;              /* [C] a step may be retrying (cleared by the scan) */
-	int timeout_hint;            /* [C] a running attempt may have a deadline */
-	int cache_hits;              /* [C] steps taken from the cache in this process */
-	size_t *ready, nready;       /* [C] steps whose needs became final */
-	struct estep **start;        /* [C] scratch: attempts started in a round */
-	struct estep **batch;        /* [C] scratch: finished attempts taken in a round */
+	int quit;                     /* workers exit */
+	volatile int interrupted;     /* Ctrl-C / SIGTERM seen (under mu) */
+	int coord_busy;               /* the baton: a thread is running a round (under mu) */
+	int main_blocked;             /* drive waits for the baton (under mu) */
+	int main_look;                /* [C] the last round left work for drive (deadlines etc.) */
+	int complete;                 /* [C] nothing is left to do: drive ends the run */
+	int fatal;                    /* a round failed (database error): its code (under mu) */
+	int progress_any;             /* some step has an unflushed progress line (under mu) */
+	int nrunning;                 /* [C] steps queued or running */
+	int stopping;                 /* [C] interrupted: cancelling, no new attempts */
+	int retry_hint;               /* [C] a step may be retrying (cleared by the scan) */
+	int timeout_hint;             /* [C] a running attempt may have a deadline */
+	int cache_hits;               /* [C] steps taken from the cache in this process */
+	size_t *ready, nready;        /* [C] steps whose needs became final */
+	struct estep **start;         /* [C] scratch: attempts started in a round */
+	struct estep **batch;         /* [C] scratch: finished attempts taken in a round */
 	struct tf_objstore *coord_os; /* [C] object store for cache keys (NULL: outputs only) */
 	pthread_t *workers;
 	int nworkers;
@@ -142,9 +142,9 @@ struct engine {
 	int have_sigthread;
 	sigset_t oldmask;
 	struct tf_view *view;
-	unsigned rng;                /* jitter */
-	struct tf_sched *sched;      /* slice pool for train steps (created on first use) */
-	double sched_t0;             /* monotonic origin of scheduler time */
+	unsigned rng;                        /* jitter */
+	struct tf_sched *sched;              /* slice pool for train steps (created on first use) */
+	double sched_t0;                     /* monotonic origin of scheduler time */
 	struct tf_sched_decisions decisions; /* scratch */
 };
 
@@ -242,11 +242,12 @@ static void cache_key(struct engine *e, struct estep *s, struct tf_objstore *os,
 		{
 			struct tf_obj_info info;
 			const char *key = json_string_value(v);
-			if (!os || !key || tf_objstore_key_check(key) || tf_objstore_head(os, key, &info))
+			if (!os || !key || tf_objstore_key_check(key) ||
+			    tf_objstore_head(os, key, &info))
 				continue;
 			char buf[160];
 			snprintf(buf, sizeof(buf), "%llu/%s/%08x", (unsigned long long)info.size,
-				 info.etag, info.has_crc32c ? info.crc32c : 0u);
+			         info.etag, info.has_crc32c ? info.crc32c : 0u);
 			tf_sha256_update_str(h, buf);
 		}
 	}
@@ -255,8 +256,8 @@ static void cache_key(struct engine *e, struct estep *s, struct tf_objstore *os,
 
 static int cache_lookup(struct engine *e, const char *key, json_t **outputs, json_t **metrics)
 {
-	struct tf_stmt *q = tf_store_query(e->db, "SELECT outputs, metrics FROM step_cache WHERE key=?",
-					   "t", key);
+	struct tf_stmt *q =
+	    tf_store_query(e->db, "SELECT outputs, metrics FROM step_cache WHERE key=?", "t", key);
 	if (!q)
 		return -EIO;
 	int rc = tf_stmt_step(q);
@@ -286,9 +287,9 @@ struct wctx {
 struct progress_ctx {
 	struct engine *e;
 	struct estep *s;
-	const char *log_path; /* the attempt's log file */
+	const char *log_path;  /* the attempt's log file */
 	const char *s_workdir; /* its directory, created on first use */
-	FILE *log;            /* open once something was logged */
+	FILE *log;             /* open once something was logged */
 };
 
 static void progress_cb(void *data, const char *line)
@@ -311,8 +312,8 @@ int tf_step_run_workdir(struct tf_step_run *r)
 {
 	int rc = tf_mkdir_p(r->workdir);
 	if (rc)
-		snprintf(r->err, sizeof(r->err), "cannot create work directory '%s': %s", r->workdir,
-			 strerror(-rc));
+		snprintf(r->err, sizeof(r->err), "cannot create work directory '%s': %s",
+		         r->workdir, strerror(-rc));
 	return rc;
 }
 
@@ -333,13 +334,13 @@ static void record_artifacts(struct wctx *w, const char *run, const char *step, 
 			snprintf(digest, sizeof(digest), "crc32c:%08x", info.crc32c);
 		else
 			snprintf(digest, sizeof(digest), "etag:%s", info.etag);
-		if (tf_store_run(w->db,
-				 "INSERT OR REPLACE INTO artifacts(run_id, step, name, uri, digest, size, "
-				 "created_at) VALUES(?,?,?,?,?,?,?)",
-				 "tttttid", run, step, k, key, digest, (int64_t)info.size,
-				 tf_now_wall()))
+		if (tf_store_run(
+		        w->db,
+		        "INSERT OR REPLACE INTO artifacts(run_id, step, name, uri, digest, size, "
+		        "created_at) VALUES(?,?,?,?,?,?,?)",
+		        "tttttid", run, step, k, key, digest, (int64_t)info.size, tf_now_wall()))
 			tf_warn("run '%s' step '%s': artifact '%s' not recorded: %s", run, step, k,
-				tf_store_errmsg(w->db));
+			        tf_store_errmsg(w->db));
 	}
 }
 
@@ -351,27 +352,27 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 	char *log_path = tf_xasprintf("%s/attempt-%d.log", workdir, attempt);
 	const char *acc = s->accel[0] ? s->accel : s->def->accelerator;
 	struct tf_step_run r = {
-		.run_id = e->run_id,
-		.step = s->def->name,
-		.def = s->def,
-		.with = with,
-		.attempt = attempt,
-		.home = e->home,
-		.workdir = workdir,
-		.prefix = prefix,
-		.accelerator = acc,
-		.log_path = log_path,
-		.db = w->db,
-		.storage_url = e->storage_url,
-		.self_exe = e->o->self_exe,
-		.timeout = s->def->timeout,
-		.cancel = &s->cancel,
-		.outputs = json_object(),
-		.metrics = json_object(),
-		.failure = TF_FAIL_ERROR,
-		.exit_code = -1,
+	    .run_id = e->run_id,
+	    .step = s->def->name,
+	    .def = s->def,
+	    .with = with,
+	    .attempt = attempt,
+	    .home = e->home,
+	    .workdir = workdir,
+	    .prefix = prefix,
+	    .accelerator = acc,
+	    .log_path = log_path,
+	    .db = w->db,
+	    .storage_url = e->storage_url,
+	    .self_exe = e->o->self_exe,
+	    .timeout = s->def->timeout,
+	    .cancel = &s->cancel,
+	    .outputs = json_object(),
+	    .metrics = json_object(),
+	    .failure = TF_FAIL_ERROR,
+	    .exit_code = -1,
 	};
-	struct progress_ctx pc = { .e = e, .s = s, .log_path = log_path, .s_workdir = workdir };
+	struct progress_ctx pc = {.e = e, .s = s, .log_path = log_path, .s_workdir = workdir};
 	r.progress = progress_cb;
 	r.progress_data = &pc;
 	int rc = 0;
@@ -397,8 +398,8 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 	tf_step_kind_fn fn = e->kinds[s->def->type];
 	if (!fn) {
 		snprintf(r.err, sizeof(r.err),
-			 "step type '%s' is not available in this build of tpuflow",
-			 tf_step_type_name(s->def->type));
+		         "step type '%s' is not available in this build of tpuflow",
+		         tf_step_type_name(s->def->type));
 		r.failure = TF_FAIL_ERROR;
 		rc = -ENOSYS;
 		goto out;
@@ -505,7 +506,8 @@ static void *signal_main(void *arg)
 		pthread_mutex_unlock(&e->mu);
 		if (again) {
 			/* A second Ctrl-C: leave now; the run stays resumable. */
-			static const char msg[] = "\ntpuflow: stopped; resume with 'tpuflow runs resume'\n";
+			static const char msg[] =
+			    "\ntpuflow: stopped; resume with 'tpuflow runs resume'\n";
 			if (write(2, msg, sizeof(msg) - 1) < 0) {
 			}
 			_exit(130);
@@ -529,10 +531,10 @@ static void view_update(struct engine *e)
 		rows[i].type = tf_step_type_name(s->def->type);
 		rows[i].state = tf_step_state_name(s->state);
 		rows[i].attempt = s->attempts;
-		rows[i].duration = s->started_wall > 0
-					   ? (s->finished_wall > 0 ? s->finished_wall : now) -
-						     s->started_wall
-					   : -1;
+		rows[i].duration =
+		    s->started_wall > 0
+		        ? (s->finished_wall > 0 ? s->finished_wall : now) - s->started_wall
+		        : -1;
 		rows[i].progress = s->state == TF_STEP_RUNNING ? tf_xstrdup(s->progress) : NULL;
 		rows[i].reason = s->reason[0] ? s->reason : NULL;
 	}
@@ -564,7 +566,7 @@ static void resolved(struct engine *e, struct estep *s, size_t *ready, size_t *n
 }
 
 static int step_final(struct engine *e, struct estep *s, enum tf_step_state to,
-		      const struct tf_step_update *u, size_t *ready, size_t *nready)
+                      const struct tf_step_update *u, size_t *ready, size_t *nready)
 {
 	int rc = tf_step_set_state(e->db, e->run_id, s->def->name, to, u);
 	if (rc)
@@ -602,18 +604,22 @@ static int ensure_pool(struct engine *e, const struct tf_tpu_gen *g, char *err, 
  * informational, so a failure to record it is logged, not fatal. */
 static void record_placement(struct engine *e, struct estep *s, const struct tf_sched_decision *d)
 {
-	struct tf_slice_placement pl = { .run = e->run_id, .step = s->def->name,
-					 .attempt = s->attempts, .slice = s->accel,
-					 .pool = tf_sched_pool_name(e->sched, d->pool),
-					 .pool_spec = tf_sched_pool_spec(e->sched, d->pool),
-					 .box = d->box, .chips = d->chips, .priority = 5,
-					 .started_at = tf_now_wall() };
+	struct tf_slice_placement pl = {.run = e->run_id,
+	                                .step = s->def->name,
+	                                .attempt = s->attempts,
+	                                .slice = s->accel,
+	                                .pool = tf_sched_pool_name(e->sched, d->pool),
+	                                .pool_spec = tf_sched_pool_spec(e->sched, d->pool),
+	                                .box = d->box,
+	                                .chips = d->chips,
+	                                .priority = 5,
+	                                .started_at = tf_now_wall()};
 	int rc = s->slice_row ? tf_slice_job_placed(e->db, s->slice_row, &pl) : -ENOENT;
 	if (rc == -ENOENT)
 		rc = tf_slice_job_started(e->db, &pl, &s->slice_row);
 	if (rc)
 		tf_warn("cannot record the slice of step '%s': %s", s->def->name,
-			tf_store_errmsg(e->db));
+		        tf_store_errmsg(e->db));
 }
 
 /* Hands started train steps to `start` after a scheduler tick. */
@@ -627,7 +633,7 @@ static void sched_dispatch(struct engine *e, struct estep **start, size_t *nstar
 		struct tf_sched_decision *d = &e->decisions.v[i];
 		if (d->action != TF_SCHED_START) {
 			tf_warn("scheduler: %s for job %d ignored by the in-process engine",
-				tf_sched_action_name(d->action), d->job);
+			        tf_sched_action_name(d->action), d->job);
 			continue;
 		}
 		for (size_t k = 0; k < e->n; k++) {
@@ -637,9 +643,9 @@ static void sched_dispatch(struct engine *e, struct estep **start, size_t *nstar
 			s->awaiting_slice = 0;
 			s->chips = d->chips;
 			snprintf(s->placement, sizeof(s->placement), "%s %d,%d,%d+%dx%dx%d",
-				 tf_sched_pool_name(e->sched, d->pool), d->box.origin[0],
-				 d->box.origin[1], d->box.origin[2], d->box.shape[0], d->box.shape[1],
-				 d->box.shape[2]);
+			         tf_sched_pool_name(e->sched, d->pool), d->box.origin[0],
+			         d->box.origin[1], d->box.origin[2], d->box.shape[0],
+			         d->box.shape[1], d->box.shape[2]);
 			record_placement(e, s, d);
 			start[(*nstart)++] = s;
 		}
@@ -668,24 +674,31 @@ static int slice_request(struct engine *e, struct estep *s, char *err, size_t er
 		return rc;
 	char name[160];
 	snprintf(name, sizeof(name), "%s/%s", e->run_id, s->def->name);
-	struct tf_sched_job_spec spec = { .name = name, .run = e->run_id, .slice = s->accel,
-					  .pool = sl.gen->name, .priority = 5, .preemptible = 1 };
+	struct tf_sched_job_spec spec = {.name = name,
+	                                 .run = e->run_id,
+	                                 .slice = s->accel,
+	                                 .pool = sl.gen->name,
+	                                 .priority = 5,
+	                                 .preemptible = 1};
 	rc = tf_sched_submit(e->sched, &spec, tf_now_monotonic() - e->sched_t0, &s->job, err,
-			     errlen);
+	                     errlen);
 	if (rc)
 		return rc;
 	s->awaiting_slice = 1;
 	/* the request is visible to `tpuflow slices` while it waits (informational) */
 	struct tf_sched_job_info ji;
-	struct tf_slice_placement pl = { .run = e->run_id, .step = s->def->name,
-					 .attempt = s->attempts, .slice = s->accel, .priority = 5 };
+	struct tf_slice_placement pl = {.run = e->run_id,
+	                                .step = s->def->name,
+	                                .attempt = s->attempts,
+	                                .slice = s->accel,
+	                                .priority = 5};
 	s->slice_row = 0;
 	s->slice_wait[0] = '\0';
 	if (tf_sched_job_info(e->sched, s->job, 0, &ji) == 0)
 		pl.chips = ji.chips;
 	if (tf_slice_job_queued(e->db, &pl, tf_now_wall(), &s->slice_row))
 		tf_warn("cannot record the slice request of step '%s': %s", s->def->name,
-			tf_store_errmsg(e->db));
+		        tf_store_errmsg(e->db));
 	return 0;
 }
 
@@ -714,7 +727,8 @@ static void slice_release(struct engine *e, struct estep *s, int ok, double *sec
 static int start_attempt(struct engine *e, struct estep *s, struct estep **start, size_t *nstart)
 {
 	char *w = canon(s->with);
-	struct tf_step_update u = { .with_json = w, .cache_key = s->cache_key[0] ? s->cache_key : NULL };
+	struct tf_step_update u = {.with_json = w,
+	                           .cache_key = s->cache_key[0] ? s->cache_key : NULL};
 	int rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_RUNNING, &u);
 	free(w);
 	if (rc)
@@ -723,9 +737,9 @@ static int start_attempt(struct engine *e, struct estep *s, struct estep **start
 	s->attempts++;
 	if (s->def->type == TF_STEP_TRAIN)
 		snprintf(s->accel, sizeof(s->accel), "%s",
-			 s->def->accelerator ? s->def->accelerator
-			 : e->o->default_accelerator ? e->o->default_accelerator
-						     : "v4-8");
+		         s->def->accelerator         ? s->def->accelerator
+		         : e->o->default_accelerator ? e->o->default_accelerator
+		                                     : "v4-8");
 	rc = tf_attempt_create(e->db, e->run_id, s->def->name, s->attempts);
 	if (rc)
 		return rc;
@@ -762,7 +776,7 @@ static int start_attempt(struct engine *e, struct estep *s, struct estep **start
 
 /* A step whose needs are all final: skip it, fail it, take it from the cache, or start it. */
 static int decide(struct engine *e, struct estep *s, struct tf_objstore *os, struct estep **start,
-		  size_t *nstart, size_t *ready, size_t *nready, int *cache_hits)
+                  size_t *nstart, size_t *ready, size_t *nready, int *cache_hits)
 {
 	char err[512] = "";
 	for (size_t i = 0; i < s->def->nneeds; i++) {
@@ -770,8 +784,8 @@ static int decide(struct engine *e, struct estep *s, struct tf_objstore *os, str
 		if (!tf_step_state_done(u->state)) {
 			char why[600];
 			snprintf(why, sizeof(why), "need '%s' %s", u->def->name,
-				 tf_step_state_name(u->state));
-			struct tf_step_update up = { .reason = why };
+			         tf_step_state_name(u->state));
+			struct tf_step_update up = {.reason = why};
 			return step_final(e, s, TF_STEP_SKIPPED, &up, ready, nready);
 		}
 	}
@@ -781,13 +795,13 @@ static int decide(struct engine *e, struct estep *s, struct tf_objstore *os, str
 		if (rc) {
 			char why[700];
 			snprintf(why, sizeof(why), "when: %s", err);
-			struct tf_step_update up = { .reason = why };
+			struct tf_step_update up = {.reason = why};
 			return step_final(e, s, TF_STEP_FAILED, &up, ready, nready);
 		}
 		if (!yes) {
 			char why[700];
 			snprintf(why, sizeof(why), "when: %s is false", s->def->when_source);
-			struct tf_step_update up = { .reason = why };
+			struct tf_step_update up = {.reason = why};
 			return step_final(e, s, TF_STEP_SKIPPED, &up, ready, nready);
 		}
 	}
@@ -796,7 +810,7 @@ static int decide(struct engine *e, struct estep *s, struct tf_objstore *os, str
 	if (!s->with) {
 		char why[700];
 		snprintf(why, sizeof(why), "cannot resolve inputs: %s", err);
-		struct tf_step_update up = { .reason = why };
+		struct tf_step_update up = {.reason = why};
 		return step_final(e, s, TF_STEP_FAILED, &up, ready, nready);
 	}
 	s->cache_key[0] = '\0';
@@ -805,9 +819,12 @@ static int decide(struct engine *e, struct estep *s, struct tf_objstore *os, str
 		cache_key(e, s, os, s->cache_key);
 		if (cache_lookup(e, s->cache_key, &o, &m) == 0) {
 			char *os_ = canon(o), *ms = canon(m), *w = canon(s->with);
-			struct tf_step_update up = { .outputs = os_, .metrics = ms, .with_json = w,
-						     .cache_key = s->cache_key, .cache_hit = 1,
-						     .reason = "cache hit" };
+			struct tf_step_update up = {.outputs = os_,
+			                            .metrics = ms,
+			                            .with_json = w,
+			                            .cache_key = s->cache_key,
+			                            .cache_hit = 1,
+			                            .reason = "cache hit"};
 			s->outputs = o;
 			s->metrics = m;
 			s->started_wall = tf_now_wall();
@@ -824,11 +841,12 @@ static int decide(struct engine *e, struct estep *s, struct tf_objstore *os, str
 
 /* Handles one finished attempt. */
 static int finished(struct engine *e, struct estep *s, struct estep **start, size_t *nstart,
-		    size_t *ready, size_t *nready, int interrupted)
+                    size_t *ready, size_t *nready, int interrupted)
 {
-	struct tf_attempt_result ar = { .failure = s->failure, .exit_code = s->exit_code,
-					.error = s->rc ? s->err : NULL,
-					.log_key = s->log_key[0] ? s->log_key : NULL };
+	struct tf_attempt_result ar = {.failure = s->failure,
+	                               .exit_code = s->exit_code,
+	                               .error = s->rc ? s->err : NULL,
+	                               .log_key = s->log_key[0] ? s->log_key : NULL};
 	int rc;
 	e->nrunning--;
 	s->queued = 0;
@@ -839,38 +857,39 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		sched_dispatch(e, start, nstart);
 		rc = tf_step_add_slice(e->db, e->run_id, s->def->name, s->accel, secs);
 		int fin = rc == 0 && s->slice_row
-				  ? tf_slice_job_finished(e->db, s->slice_row, tf_now_wall(), secs)
-				  : -ENOENT;
+		              ? tf_slice_job_finished(e->db, s->slice_row, tf_now_wall(), secs)
+		              : -ENOENT;
 		if (fin != -ENOENT)
 			rc = fin;
 		else if (rc == 0) /* no row to complete: record the attempt whole */
-			rc = tf_store_run(e->db,
-					  "INSERT INTO slice_jobs(run_id, step, attempt, slice, "
-					  "placement, chips, started_at, finished_at, slice_seconds) "
-					  "VALUES(?,?,?,?,?,?,?,?,?)",
-					  "ttittiddd", e->run_id, s->def->name, (int64_t)s->attempts,
-					  s->accel, s->placement[0] ? s->placement : NULL,
-					  (int64_t)s->chips, tf_now_wall() - secs, tf_now_wall(), secs);
+			rc = tf_store_run(
+			    e->db,
+			    "INSERT INTO slice_jobs(run_id, step, attempt, slice, "
+			    "placement, chips, started_at, finished_at, slice_seconds) "
+			    "VALUES(?,?,?,?,?,?,?,?,?)",
+			    "ttittiddd", e->run_id, s->def->name, (int64_t)s->attempts, s->accel,
+			    s->placement[0] ? s->placement : NULL, (int64_t)s->chips,
+			    tf_now_wall() - secs, tf_now_wall(), secs);
 		s->slice_row = 0;
 		if (rc)
 			return rc;
 	}
 	if (s->rc == 0) {
 		rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
-					  TF_ATTEMPT_SUCCEEDED, &ar);
+		                          TF_ATTEMPT_SUCCEEDED, &ar);
 		if (rc)
 			return rc;
 		char *o = canon(s->res_outputs), *m = canon(s->res_metrics);
-		struct tf_step_update up = { .outputs = o, .metrics = m };
+		struct tf_step_update up = {.outputs = o, .metrics = m};
 		s->outputs = s->res_outputs;
 		s->metrics = s->res_metrics;
 		s->res_outputs = s->res_metrics = NULL;
 		if (s->cache_key[0])
-			rc = tf_store_run(e->db,
-					  "INSERT OR REPLACE INTO step_cache(key, run_id, step, outputs, "
-					  "metrics, created_at) VALUES(?,?,?,?,?,?)",
-					  "tttttd", s->cache_key, e->run_id, s->def->name, o, m,
-					  tf_now_wall());
+			rc = tf_store_run(
+			    e->db,
+			    "INSERT OR REPLACE INTO step_cache(key, run_id, step, outputs, "
+			    "metrics, created_at) VALUES(?,?,?,?,?,?)",
+			    "tttttd", s->cache_key, e->run_id, s->def->name, o, m, tf_now_wall());
 		if (rc == 0)
 			rc = step_final(e, s, TF_STEP_SUCCEEDED, &up, ready, nready);
 		free(o);
@@ -884,7 +903,7 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		ar.failure = TF_FAIL_TIMEOUT;
 		char msg[600];
 		snprintf(msg, sizeof(msg), "timed out after %gs%s%s", s->def->timeout,
-			 s->err[0] ? ": " : "", s->err);
+		         s->err[0] ? ": " : "", s->err);
 		snprintf(s->err, sizeof(s->err), "%.500s", msg);
 		ar.error = s->err;
 	}
@@ -893,9 +912,10 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		if (!ar.error)
 			ar.error = "interrupted";
 		rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
-					  TF_ATTEMPT_CANCELLED, &ar);
+		                          TF_ATTEMPT_CANCELLED, &ar);
 		if (rc == 0)
-			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING, NULL);
+			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING,
+			                       NULL);
 		if (rc == 0)
 			s->state = TF_STEP_PENDING;
 		return rc;
@@ -904,23 +924,23 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 	const struct tf_retry_policy *pol = &s->def->retries;
 	/* A kind missing from this build (-ENOSYS) fails the same way every time. */
 	int retry = !interrupted && s->rc != -ENOSYS && failure_retryable(pol, ar.failure) &&
-		    retries_used < pol->limit;
+	            retries_used < pol->limit;
 	if (retry)
 		ar.backoff = tf_engine_backoff(pol, retries_used + 1, u01(e));
 	rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts, TF_ATTEMPT_FAILED,
-				  &ar);
+	                          &ar);
 	if (rc)
 		return rc;
 	if (retry) {
-		struct tf_step_update up = { .reason = s->err,
-					     .next_attempt_at = tf_now_wall() + ar.backoff };
+		struct tf_step_update up = {.reason = s->err,
+		                            .next_attempt_at = tf_now_wall() + ar.backoff};
 		rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_RETRYING, &up);
 		if (rc)
 			return rc;
 		s->state = TF_STEP_RETRYING;
 		e->retry_hint = 1;
 		set_reason(s, "attempt %d %s: %s; retry in %.2fs", s->attempts,
-			   tf_failure_name(ar.failure), s->err, ar.backoff);
+		           tf_failure_name(ar.failure), s->err, ar.backoff);
 		s->next_at = tf_now_monotonic() + ar.backoff;
 		if (ar.backoff <= 0)
 			return start_attempt(e, s, start, nstart);
@@ -928,8 +948,8 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 	}
 	char why[700];
 	snprintf(why, sizeof(why), "%s (%s, attempt %d)", s->err, tf_failure_name(ar.failure),
-		 s->attempts);
-	struct tf_step_update up = { .reason = why };
+	         s->attempts);
+	struct tf_step_update up = {.reason = why};
 	return step_final(e, s, TF_STEP_FAILED, &up, ready, nready);
 }
 
@@ -982,7 +1002,8 @@ static void hand_over(struct engine *e, struct estep **start, size_t nstart, int
  * and e->main_look when drive must look (a deadline or a retry to wait for, the view). */
 static int coord_round(struct engine *e, int by_worker)
 {
-	size_t nbatch = 0, nstart = 0, handed = 0, chunk = (size_t)(e->nworkers > 0 ? e->nworkers : 1);
+	size_t nbatch = 0, nstart = 0, handed = 0,
+	       chunk = (size_t)(e->nworkers > 0 ? e->nworkers : 1);
 	struct estep **batch = e->batch, **start = e->start;
 	int rc, interrupted, progress;
 
@@ -1031,12 +1052,14 @@ static int coord_round(struct engine *e, int by_worker)
 			continue;
 		double secs;
 		slice_release(e, s, 0, &secs);
-		struct tf_attempt_result ar = { .failure = TF_FAIL_CANCELLED, .exit_code = -1,
-						.error = "interrupted while waiting for a slice" };
+		struct tf_attempt_result ar = {.failure = TF_FAIL_CANCELLED,
+		                               .exit_code = -1,
+		                               .error = "interrupted while waiting for a slice"};
 		rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
-					  TF_ATTEMPT_CANCELLED, &ar);
+		                          TF_ATTEMPT_CANCELLED, &ar);
 		if (rc == 0)
-			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING, NULL);
+			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING,
+			                       NULL);
 		s->state = TF_STEP_PENDING;
 	}
 	/* Retries whose backoff has passed. */
@@ -1047,8 +1070,8 @@ static int coord_round(struct engine *e, int by_worker)
 			if (s->state != TF_STEP_RETRYING)
 				continue;
 			if (e->stopping) {
-				rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING,
-						       NULL);
+				rc = tf_step_set_state(e->db, e->run_id, s->def->name,
+				                       TF_STEP_PENDING, NULL);
 				s->state = TF_STEP_PENDING;
 			} else if (s->next_at <= now) {
 				rc = start_attempt(e, s, start, &nstart);
@@ -1063,7 +1086,8 @@ static int coord_round(struct engine *e, int by_worker)
 		struct estep *s = &e->steps[e->ready[i]];
 		if (s->state != TF_STEP_PENDING || e->stopping)
 			continue;
-		rc = decide(e, s, e->coord_os, start, &nstart, e->ready, &e->nready, &e->cache_hits);
+		rc =
+		    decide(e, s, e->coord_os, start, &nstart, e->ready, &e->nready, &e->cache_hits);
 		if (rc == 0 && nstart - handed >= chunk && i + 1 < e->nready) {
 			/* Durable before acting: commit this chunk, start it, go on deciding. */
 			rc = tf_store_commit(e->db);
@@ -1127,8 +1151,8 @@ static int coord_round(struct engine *e, int by_worker)
 		if (e->stopping || (!waiting && e->nready == 0))
 			e->complete = 1;
 	}
-	e->main_look = e->complete || e->stopping || e->retry_hint || e->timeout_hint ||
-		       e->view || e->sched || waiting;
+	e->main_look = e->complete || e->stopping || e->retry_hint || e->timeout_hint || e->view ||
+	               e->sched || waiting;
 	return 0;
 fail:
 	tf_error("run '%s': %s", e->run_id, tf_store_errmsg(e->db));
@@ -1174,19 +1198,22 @@ static int drive(struct engine *e, int *cache_hits)
 		if (e->complete)
 			break;
 		/* A worker's wakeup (main_look) only makes us look at the deadlines again. */
-		int go = timer || first || e->ndone || e->nready || (e->interrupted && !e->stopping);
+		int go =
+		    timer || first || e->ndone || e->nready || (e->interrupted && !e->stopping);
 		timer = first = 0;
 		if (!go) {
-			/* Nothing to do now: sleep until a worker finishes, a signal, or the nearest
-			 * deadline (retry backoff, step timeout, view refresh). */
+			/* Nothing to do now: sleep until a worker finishes, a signal, or the
+			 * nearest deadline (retry backoff, step timeout, view refresh). */
 			double wake = 0, now = tf_now_monotonic();
 			int has_wake = 0;
-			for (size_t i = 0; !go && (e->retry_hint || e->timeout_hint) && i < e->n; i++) {
+			for (size_t i = 0; !go && (e->retry_hint || e->timeout_hint) && i < e->n;
+			     i++) {
 				struct estep *s = &e->steps[i];
 				double t = 0;
 				if (s->state == TF_STEP_RETRYING && !e->stopping)
 					t = s->next_at;
-				else if (s->state == TF_STEP_RUNNING && s->deadline > 0 && !s->timed_out)
+				else if (s->state == TF_STEP_RUNNING && s->deadline > 0 &&
+				         !s->timed_out)
 					t = s->deadline;
 				else
 					continue;
@@ -1196,7 +1223,8 @@ static int drive(struct engine *e, int *cache_hits)
 					wake = t, has_wake = 1;
 			}
 			if (!go && e->nrunning == 0 && !has_wake)
-				go = 1; /* nothing left that can change: one more round ends the run */
+				go = 1; /* nothing left that can change: one more round ends the run
+				         */
 			if (!go) {
 				if (e->view && e->nrunning > 0) {
 					double tick = now + tf_view_interval(e->view);
@@ -1207,7 +1235,7 @@ static int drive(struct engine *e, int *cache_hits)
 					struct timespec ts;
 					ts_after(&ts, wake - now);
 					timer = pthread_cond_timedwait(&e->coord_cv, &e->mu, &ts) ==
-						ETIMEDOUT;
+					        ETIMEDOUT;
 				} else {
 					pthread_cond_wait(&e->coord_cv, &e->mu);
 				}
@@ -1287,7 +1315,8 @@ static int engine_init(struct engine *e, const struct tf_engine_opts *o)
 	pthread_condattr_destroy(&ca);
 	pthread_cond_init(&e->work_cv, NULL);
 	for (int t = 0; t < TF_STEP_LAST; t++)
-		e->kinds[t] = o->kinds[t] ? o->kinds[t] : tf_engine_builtin_kind((enum tf_step_type)t);
+		e->kinds[t] =
+		    o->kinds[t] ? o->kinds[t] : tf_engine_builtin_kind((enum tf_step_type)t);
 	e->rng = (unsigned)getpid() ^ (unsigned)(tf_now_monotonic() * 1e6);
 	return 0;
 }
@@ -1297,7 +1326,8 @@ static int engine_init(struct engine *e, const struct tf_engine_opts *o)
  * next attempt's readers find attempt logs. Returns its key (caller frees) or NULL. */
 static char *upload_lost_log(struct engine *e, const char *step, int attempt)
 {
-	char *path = tf_xasprintf("%s/work/%s/%s/attempt-%d.log", e->home, e->run_id, step, attempt);
+	char *path =
+	    tf_xasprintf("%s/work/%s/%s/attempt-%d.log", e->home, e->run_id, step, attempt);
 	char *key = tf_xasprintf("runs/%s/%s/logs/attempt-%d.log", e->run_id, step, attempt);
 	struct tf_objstore *os = NULL;
 	char err[256];
@@ -1330,8 +1360,8 @@ static int load_steps(struct engine *e, int resuming)
 		s->state = TF_STEP_PENDING;
 		for (size_t k = 0; k < s->def->nneeds; k++) {
 			size_t u = s->def->needs[k];
-			e->dependents[u] = tf_xrealloc(e->dependents[u],
-						       (e->ndependents[u] + 1) * sizeof(size_t));
+			e->dependents[u] =
+			    tf_xrealloc(e->dependents[u], (e->ndependents[u] + 1) * sizeof(size_t));
 			e->dependents[u][e->ndependents[u]++] = i;
 		}
 	}
@@ -1341,10 +1371,10 @@ static int load_steps(struct engine *e, int resuming)
 	for (size_t i = 0; i < e->n && rc == 0; i++) {
 		struct estep *s = &e->steps[i];
 		struct tf_stmt *q = tf_store_query(e->db,
-						   "SELECT state, attempts, outputs, metrics, "
-						   "started_at, finished_at, reason FROM steps "
-						   "WHERE run_id=? AND name=?",
-						   "tt", e->run_id, s->def->name);
+		                                   "SELECT state, attempts, outputs, metrics, "
+		                                   "started_at, finished_at, reason FROM steps "
+		                                   "WHERE run_id=? AND name=?",
+		                                   "tt", e->run_id, s->def->name);
 		if (!q) {
 			rc = -EIO;
 			break;
@@ -1359,8 +1389,10 @@ static int load_steps(struct engine *e, int resuming)
 		s->attempts = (int)tf_stmt_int(q, 1);
 		s->budget_base = s->attempts;
 		if (tf_step_state_done(s->state)) {
-			s->outputs = json_loads(tf_stmt_text(q, 2) ? tf_stmt_text(q, 2) : "{}", 0, NULL);
-			s->metrics = json_loads(tf_stmt_text(q, 3) ? tf_stmt_text(q, 3) : "{}", 0, NULL);
+			s->outputs =
+			    json_loads(tf_stmt_text(q, 2) ? tf_stmt_text(q, 2) : "{}", 0, NULL);
+			s->metrics =
+			    json_loads(tf_stmt_text(q, 3) ? tf_stmt_text(q, 3) : "{}", 0, NULL);
 			if (!s->outputs)
 				s->outputs = json_object();
 			if (!s->metrics)
@@ -1378,22 +1410,25 @@ static int load_steps(struct engine *e, int resuming)
 		if (s->state == TF_STEP_RUNNING && s->attempts > 0) {
 			int64_t open = 0;
 			if (tf_store_query_int(e->db, &open,
-					       "SELECT count(*) FROM attempts WHERE run_id=? AND "
-					       "step=? AND n=? AND state='running'",
-					       "tti", e->run_id, s->def->name, (int64_t)s->attempts) == 0 &&
+			                       "SELECT count(*) FROM attempts WHERE run_id=? AND "
+			                       "step=? AND n=? AND state='running'",
+			                       "tti", e->run_id, s->def->name,
+			                       (int64_t)s->attempts) == 0 &&
 			    open) {
 				char *key = upload_lost_log(e, s->def->name, s->attempts);
 				struct tf_attempt_result ar = {
-					.failure = TF_FAIL_INFRA, .exit_code = -1,
-					.error = "the engine stopped while it ran", .log_key = key
-				};
-				rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
-							  TF_ATTEMPT_LOST, &ar);
+				    .failure = TF_FAIL_INFRA,
+				    .exit_code = -1,
+				    .error = "the engine stopped while it ran",
+				    .log_key = key};
+				rc = tf_attempt_set_state(e->db, e->run_id, s->def->name,
+				                          s->attempts, TF_ATTEMPT_LOST, &ar);
 				free(key);
 			}
 		}
 		if (rc == 0 && s->state != TF_STEP_PENDING) {
-			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING, NULL);
+			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING,
+			                       NULL);
 			s->state = TF_STEP_PENDING;
 		}
 	}
@@ -1497,11 +1532,11 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 	if (e->interrupted || pending) {
 		final = TF_RUN_INTERRUPTED;
 		snprintf(msg, sizeof(msg), "interrupted; resume with 'tpuflow runs resume %s'",
-			 e->run_id);
+		         e->run_id);
 	} else if (failed) {
 		final = TF_RUN_FAILED;
 		snprintf(msg, sizeof(msg), "step '%s' failed%s", first_failed,
-			 failed > 1 ? " (and others)" : "");
+		         failed > 1 ? " (and others)" : "");
 	} else {
 		final = TF_RUN_SUCCEEDED;
 	}
@@ -1521,7 +1556,7 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 }
 
 static char *default_storage(const struct tf_engine_opts *o, const struct tf_pipeline *p,
-			     const char *home)
+                             const char *home)
 {
 	if (o->storage && *o->storage)
 		return tf_xstrdup(o->storage);
@@ -1534,8 +1569,8 @@ static char *default_storage(const struct tf_engine_opts *o, const struct tf_pip
 }
 
 int tf_engine_run_file(const struct tf_engine_opts *o, const char *path,
-		       const struct tf_param_override *ov, size_t nov, struct tf_diag_list *diags,
-		       struct tf_engine_result *res, char *err, size_t errlen)
+                       const struct tf_param_override *ov, size_t nov, struct tf_diag_list *diags,
+                       struct tf_engine_result *res, char *err, size_t errlen)
 {
 	struct engine e;
 	int rc;
@@ -1560,8 +1595,8 @@ int tf_engine_run_file(const struct tf_engine_opts *o, const char *path,
 		defs[i].name = e.p->steps[i].name;
 		defs[i].type = tf_step_type_name(e.p->steps[i].type);
 	}
-	rc = tf_run_create(e.db, e.p->name, e.p->source, path, pj, e.storage_url, defs,
-			   e.p->nsteps, NULL, e.run_id);
+	rc = tf_run_create(e.db, e.p->name, e.p->source, path, pj, e.storage_url, defs, e.p->nsteps,
+	                   NULL, e.run_id);
 	free(defs);
 	free(pj);
 	if (rc == 0)
@@ -1583,14 +1618,14 @@ out:
 }
 
 int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id,
-		     struct tf_engine_result *res, char *err, size_t errlen)
+                     struct tf_engine_result *res, char *err, size_t errlen)
 {
 	struct engine e;
 	char *source = NULL, *path = NULL, *params = NULL, *storage = NULL;
 	struct tf_param_override *ov = NULL;
 	size_t nov = 0;
 	json_t *pj = NULL;
-	struct tf_diag_list diags = { 0 };
+	struct tf_diag_list diags = {0};
 	int64_t pid = 0;
 	enum tf_run_state state;
 	int rc;
@@ -1602,9 +1637,9 @@ int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id,
 	rc = tf_run_find(e.db, run_id, e.run_id);
 	if (rc) {
 		snprintf(err, errlen,
-			 rc == -EEXIST ? "run id prefix '%s' is ambiguous: give more characters"
-				       : "no run '%s' in this state home (see 'tpuflow runs list')",
-			 run_id);
+		         rc == -EEXIST ? "run id prefix '%s' is ambiguous: give more characters"
+		                       : "no run '%s' in this state home (see 'tpuflow runs list')",
+		         run_id);
 		goto out;
 	}
 	rc = tf_run_get_state(e.db, e.run_id, &state);
@@ -1619,17 +1654,17 @@ int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id,
 	    tf_store_query_int(e.db, &pid, "SELECT pid FROM runs WHERE id=?", "t", e.run_id) == 0 &&
 	    pid > 0 && pid != getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) {
 		snprintf(err, errlen, "run '%s' is still being driven by process %lld", e.run_id,
-			 (long long)pid);
+		         (long long)pid);
 		rc = -EBUSY;
 		goto out;
 	}
 	rc = tf_run_pipeline_source(e.db, e.run_id, &source, &path);
 	if (rc == 0)
 		rc = tf_store_query_text(e.db, &params, "SELECT params FROM runs WHERE id=?", "t",
-					 e.run_id);
+		                         e.run_id);
 	if (rc == 0)
 		rc = tf_store_query_text(e.db, &storage, "SELECT storage FROM runs WHERE id=?", "t",
-					 e.run_id);
+		                         e.run_id);
 	if (rc) {
 		snprintf(err, errlen, "%s", tf_store_errmsg(e.db));
 		goto out;
@@ -1647,10 +1682,11 @@ int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id,
 		}
 	}
 	rc = tf_pipeline_load_buffer(path ? path : "pipeline", source, strlen(source), ov, nov, 0,
-				     &e.p, &diags);
+	                             &e.p, &diags);
 	if (rc) {
 		tf_diag_print(&diags, stderr);
-		snprintf(err, errlen, "the pipeline stored with run '%s' no longer loads", e.run_id);
+		snprintf(err, errlen, "the pipeline stored with run '%s' no longer loads",
+		         e.run_id);
 		goto out;
 	}
 	e.storage_url = storage ? tf_xstrdup(storage) : default_storage(o, e.p, e.home);
@@ -1688,10 +1724,11 @@ int tf_engine_summary(struct tf_store *st, const char *run_id, json_t **out)
 	json_object_set(doc, "pipeline", json_object_get(d, "pipeline"));
 	json_object_set(doc, "status", json_object_get(d, "state"));
 	json_object_set(doc, "error", json_object_get(d, "error"));
-	json_t *started = json_object_get(d, "started_at"), *fin = json_object_get(d, "finished_at");
+	json_t *started = json_object_get(d, "started_at"),
+	       *fin = json_object_get(d, "finished_at");
 	if (json_is_number(started) && json_is_number(fin))
 		json_object_set_new(doc, "duration",
-				    json_real(json_number_value(fin) - json_number_value(started)));
+		                    json_real(json_number_value(fin) - json_number_value(started)));
 	json_t *steps = json_array();
 	double slice_seconds = 0;
 	int hits = 0;
@@ -1700,9 +1737,9 @@ int tf_engine_summary(struct tf_store *st, const char *run_id, json_t **out)
 	json_array_foreach(json_object_get(d, "steps"), i, s)
 	{
 		json_t *o = json_object();
-		static const char *const keys[] = { "name",    "type",    "state",    "attempts",
-						    "outputs", "metrics", "cache_hit", "reason",
-						    "duration", "slice",  "slice_seconds" };
+		static const char *const keys[] = {
+		    "name",      "type",   "state",    "attempts", "outputs",      "metrics",
+		    "cache_hit", "reason", "duration", "slice",    "slice_seconds"};
 		for (size_t k = 0; k < TF_ARRAY_LEN(keys); k++) {
 			json_t *v = json_object_get(s, keys[k]);
 			if (v)
@@ -1720,11 +1757,12 @@ int tf_engine_summary(struct tf_store *st, const char *run_id, json_t **out)
 	if (model) {
 		json_t *m = json_deep_copy(model);
 		char *metrics = NULL;
-		if (tf_store_query_text(st, &metrics,
-					"SELECT v.metrics FROM model_versions v JOIN models m ON "
-					"m.id=v.model_id WHERE m.name=? AND v.version=?",
-					"ti", json_string_value(json_object_get(m, "name")),
-					(int64_t)json_integer_value(json_object_get(m, "version"))) == 0) {
+		if (tf_store_query_text(
+		        st, &metrics,
+		        "SELECT v.metrics FROM model_versions v JOIN models m ON "
+		        "m.id=v.model_id WHERE m.name=? AND v.version=?",
+		        "ti", json_string_value(json_object_get(m, "name")),
+		        (int64_t)json_integer_value(json_object_get(m, "version"))) == 0) {
 			json_t *mj = json_loads(metrics ? metrics : "{}", 0, NULL);
 			json_object_set_new(m, "metrics", mj ? mj : json_object());
 		}
@@ -1735,13 +1773,13 @@ int tf_engine_summary(struct tf_store *st, const char *run_id, json_t **out)
 	}
 	json_t *deps = json_array();
 	struct tf_stmt *q = tf_store_query(st,
-					   "SELECT m.name, d.alias, d.version, d.canary_version, "
-					   "d.canary_percent FROM deployments d JOIN models m ON "
-					   "m.id=d.model_id WHERE d.run_id=? ORDER BY d.id",
-					   "t", run_id);
+	                                   "SELECT m.name, d.alias, d.version, d.canary_version, "
+	                                   "d.canary_percent FROM deployments d JOIN models m ON "
+	                                   "m.id=d.model_id WHERE d.run_id=? ORDER BY d.id",
+	                                   "t", run_id);
 	while (q && tf_stmt_step(q) == 1) {
 		json_t *o = json_pack("{s:s, s:s, s:I}", "model", tf_stmt_text(q, 0), "alias",
-				      tf_stmt_text(q, 1), "version", (json_int_t)tf_stmt_int(q, 2));
+		                      tf_stmt_text(q, 1), "version", (json_int_t)tf_stmt_int(q, 2));
 		if (!tf_stmt_is_null(q, 3)) {
 			json_object_set_new(o, "canary_version", json_integer(tf_stmt_int(q, 3)));
 			json_object_set_new(o, "canary_percent", json_real(tf_stmt_double(q, 4)));
@@ -1759,7 +1797,7 @@ void tf_engine_print_summary(FILE *f, const json_t *sum)
 {
 	const char *status = json_string_value(json_object_get(sum, "status"));
 	fprintf(f, "\nrun %s %s", json_string_value(json_object_get(sum, "run_id")),
-		status ? status : "?");
+	        status ? status : "?");
 	json_t *dur = json_object_get(sum, "duration");
 	if (json_is_number(dur))
 		fprintf(f, " in %.1f s", json_number_value(dur));
@@ -1773,15 +1811,17 @@ void tf_engine_print_summary(FILE *f, const json_t *sum)
 	{
 		const char *st = json_string_value(json_object_get(s, "state"));
 		if (st && (!strcmp(st, "failed") || !strcmp(st, "skipped")))
-			fprintf(f, "  %s %s: %s\n", json_string_value(json_object_get(s, "name")), st,
-				json_string_value(json_object_get(s, "reason"))
-					? json_string_value(json_object_get(s, "reason"))
-					: "");
+			fprintf(f, "  %s %s: %s\n", json_string_value(json_object_get(s, "name")),
+			        st,
+			        json_string_value(json_object_get(s, "reason"))
+			            ? json_string_value(json_object_get(s, "reason"))
+			            : "");
 	}
 	json_t *m = json_object_get(sum, "model");
 	if (json_is_object(m)) {
-		fprintf(f, "  model: %s version %lld", json_string_value(json_object_get(m, "name")),
-			(long long)json_integer_value(json_object_get(m, "version")));
+		fprintf(f, "  model: %s version %lld",
+		        json_string_value(json_object_get(m, "name")),
+		        (long long)json_integer_value(json_object_get(m, "version")));
 		const char *k;
 		json_t *v;
 		int first = 1;
@@ -1797,16 +1837,16 @@ void tf_engine_print_summary(FILE *f, const json_t *sum)
 	json_array_foreach(json_object_get(sum, "deployments"), i, s)
 	{
 		fprintf(f, "  deployed: %s '%s' -> version %lld",
-			json_string_value(json_object_get(s, "model")),
-			json_string_value(json_object_get(s, "alias")),
-			(long long)json_integer_value(json_object_get(s, "version")));
+		        json_string_value(json_object_get(s, "model")),
+		        json_string_value(json_object_get(s, "alias")),
+		        (long long)json_integer_value(json_object_get(s, "version")));
 		if (json_object_get(s, "canary_version"))
 			fprintf(f, ", canary version %lld at %.3g%%",
-				(long long)json_integer_value(json_object_get(s, "canary_version")),
-				json_number_value(json_object_get(s, "canary_percent")));
+			        (long long)json_integer_value(json_object_get(s, "canary_version")),
+			        json_number_value(json_object_get(s, "canary_percent")));
 		fprintf(f, "\n");
 	}
 	fprintf(f, "  slice-seconds: %.1f   cache hits: %lld\n",
-		json_number_value(json_object_get(sum, "slice_seconds")),
-		(long long)json_integer_value(json_object_get(sum, "cache_hits")));
+	        json_number_value(json_object_get(sum, "slice_seconds")),
+	        (long long)json_integer_value(json_object_get(sum, "cache_hits")));
 }

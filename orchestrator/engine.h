@@ -23,34 +23,34 @@
 /* What a step kind gets and gives back. Inputs are borrowed for the call; the kind fills
  * outputs/metrics (objects created by the engine) and, on failure, failure/err. */
 struct tf_step_run {
-	const char *run_id;          /* the run */
-	const char *step;            /* the step's name */
-	const struct tf_step *def;   /* the step as loaded (type, retries, timeout, ...) */
-	const json_t *with;          /* `with`, references resolved */
-	int attempt;                 /* 1, 2, ... */
-	const char *home;            /* state home */
-	const char *workdir;         /* scratch directory of this step, kept across attempts;
-					created by tf_step_run_workdir (not up front: most
-					steps never need one) */
-	const char *prefix;          /* object-key prefix of the step, stable across attempts and
-					resumes: "runs/RUN/STEP/" */
-	const char *accelerator;     /* slice the step runs on, e.g. "v4-8" (train) or NULL */
-	const char *log_path;        /* file in workdir the kind may append its log to
-					(uploaded to PREFIX/logs/attempt-N.log after) */
+	const char *run_id;           /* the run */
+	const char *step;             /* the step's name */
+	const struct tf_step *def;    /* the step as loaded (type, retries, timeout, ...) */
+	const json_t *with;           /* `with`, references resolved */
+	int attempt;                  /* 1, 2, ... */
+	const char *home;             /* state home */
+	const char *workdir;          /* scratch directory of this step, kept across attempts;
+	                                 created by tf_step_run_workdir (not up front: most
+	                                 steps never need one) */
+	const char *prefix;           /* object-key prefix of the step, stable across attempts and
+	                                 resumes: "runs/RUN/STEP/" */
+	const char *accelerator;      /* slice the step runs on, e.g. "v4-8" (train) or NULL */
+	const char *log_path;         /* file in workdir the kind may append its log to
+	                                 (uploaded to PREFIX/logs/attempt-N.log after) */
 	struct tf_objstore *objstore; /* the run's object store (this worker's handle) */
-	const char *storage_url;     /* its URL, for a child process that opens its own */
-	const char *self_exe;        /* the program a `local` ml step re-executes (NULL: this
-					one, tf_exec_self_path) */
-	struct tf_store *db;         /* this worker's database handle */
-	double timeout;              /* seconds, 0 = none (the engine also raises *cancel) */
-	volatile int *cancel;        /* becomes non-zero on timeout or Ctrl-C: return soon */
+	const char *storage_url;      /* its URL, for a child process that opens its own */
+	const char *self_exe;         /* the program a `local` ml step re-executes (NULL: this
+	                                 one, tf_exec_self_path) */
+	struct tf_store *db;          /* this worker's database handle */
+	double timeout;               /* seconds, 0 = none (the engine also raises *cancel) */
+	volatile int *cancel;         /* becomes non-zero on timeout or Ctrl-C: return soon */
 	void (*progress)(void *data, const char *json_line); /* progress lines (JSON) */
 	void *progress_data;
-	json_t *outputs;             /* out: output name -> value */
-	json_t *metrics;             /* out: metric name -> number */
-	enum tf_fail_class failure;     /* out on failure: class (default error) */
-	int exit_code;               /* out: process exit code, -1 when not a process */
-	char err[512];               /* out on failure: message for people */
+	json_t *outputs;            /* out: output name -> value */
+	json_t *metrics;            /* out: metric name -> number */
+	enum tf_fail_class failure; /* out on failure: class (default error) */
+	int exit_code;              /* out: process exit code, -1 when not a process */
+	char err[512];              /* out on failure: message for people */
 };
 
 /* Returns 0 on success, a negative code on failure (r->failure, r->err say more). */
@@ -65,18 +65,18 @@ tf_step_kind_fn tf_engine_builtin_kind(enum tf_step_type t);
 int tf_engine_kind_cacheable(enum tf_step_type t);
 
 struct tf_engine_opts {
-	const char *home;           /* state home (database, objects/, work/) */
-	const char *storage;        /* object store URL; else the pipeline's; else
-				       file://HOME/objects */
-	int workers;                /* steps running at once (0: 8) */
-	FILE *out;                  /* progress view (NULL: quiet) */
-	int tty;                    /* redraw a live view on `out` instead of plain lines */
-	int handle_signals;         /* SIGINT/SIGTERM stop the run cleanly (resumable) */
+	const char *home;    /* state home (database, objects/, work/) */
+	const char *storage; /* object store URL; else the pipeline's; else
+	                        file://HOME/objects */
+	int workers;         /* steps running at once (0: 8) */
+	FILE *out;           /* progress view (NULL: quiet) */
+	int tty;             /* redraw a live view on `out` instead of plain lines */
+	int handle_signals;  /* SIGINT/SIGTERM stop the run cleanly (resumable) */
 	tf_step_kind_fn kinds[TF_STEP_LAST]; /* overrides per step type (NULL: built-in) */
-	const char *default_accelerator; /* for train steps without one (NULL: "v4-8") */
-	const char *self_exe;       /* the tpuflow binary data_prep/train/evaluate steps with
-				       `executor: local` run as `step exec` (NULL: this program;
-				       tests that are not tpuflow name it) */
+	const char *default_accelerator;     /* for train steps without one (NULL: "v4-8") */
+	const char *self_exe; /* the tpuflow binary data_prep/train/evaluate steps with
+	                         `executor: local` run as `step exec` (NULL: this program;
+	                         tests that are not tpuflow name it) */
 };
 
 /* Outcome of driving a run. */
@@ -90,15 +90,15 @@ struct tf_engine_result {
  * the run was driven (its outcome in res->state), -EINVAL when the pipeline has errors (in
  * diags), or another negative code when the engine itself could not work (message in err). */
 int tf_engine_run_file(const struct tf_engine_opts *o, const char *path,
-		       const struct tf_param_override *ov, size_t nov, struct tf_diag_list *diags,
-		       struct tf_engine_result *res, char *err, size_t errlen);
+                       const struct tf_param_override *ov, size_t nov, struct tf_diag_list *diags,
+                       struct tf_engine_result *res, char *err, size_t errlen);
 
 /* Continues an existing run: steps that succeeded or were cached are kept; failed, skipped,
  * running (after a crash) and retrying steps start again (a running train step resumes from
  * its newest checkpoint). -EBUSY when a live process is still driving the run, -EALREADY
  * when it already succeeded. */
 int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id,
-		     struct tf_engine_result *res, char *err, size_t errlen);
+                     struct tf_engine_result *res, char *err, size_t errlen);
 
 /* The summary document of a run from the store (what --json prints at the end). */
 int tf_engine_summary(struct tf_store *st, const char *run_id, json_t **out);

@@ -52,12 +52,13 @@ int tf_kind_with_number(const json_t *with, const char *key, double *out)
 
 /* Finds the step of this run whose outputs hold `bundle` (the train step) for lineage. */
 static void lineage(struct tf_step_run *r, const char *bundle, char **checkpoint, char **dataset,
-		    char **params)
+                    char **params)
 {
-	struct tf_stmt *q = tf_store_query(r->db,
-					   "SELECT outputs, with_json FROM steps WHERE run_id=? AND "
-					   "json_valid(outputs) AND json_extract(outputs, '$.bundle')=?",
-					   "tt", r->run_id, bundle);
+	struct tf_stmt *q =
+	    tf_store_query(r->db,
+	                   "SELECT outputs, with_json FROM steps WHERE run_id=? AND "
+	                   "json_valid(outputs) AND json_extract(outputs, '$.bundle')=?",
+	                   "tt", r->run_id, bundle);
 	if (!q)
 		return;
 	if (tf_stmt_step(q) == 1) {
@@ -90,10 +91,11 @@ static int kind_register(struct tf_step_run *r)
 	}
 	if (from) {
 		rc = tf_store_query_text(r->db, &metrics,
-					 "SELECT metrics FROM steps WHERE run_id=? AND name=?", "tt",
-					 r->run_id, from);
+		                         "SELECT metrics FROM steps WHERE run_id=? AND name=?",
+		                         "tt", r->run_id, from);
 		if (rc) {
-			snprintf(r->err, sizeof(r->err), "metrics_from: no step '%s' in this run", from);
+			snprintf(r->err, sizeof(r->err), "metrics_from: no step '%s' in this run",
+			         from);
 			return -EINVAL;
 		}
 	}
@@ -102,13 +104,20 @@ static int kind_register(struct tf_step_run *r)
 		tags = json_dumps(t, JSON_COMPACT | JSON_SORT_KEYS);
 	lineage(r, bundle, &checkpoint, &dataset, &params);
 	struct tf_model_version_spec spec = {
-		.model = model, .run_id = r->run_id, .step = r->step, .bundle = bundle,
-		.checkpoint = checkpoint, .dataset = dataset, .metrics = metrics, .params = params,
-		.tags = tags,
+	    .model = model,
+	    .run_id = r->run_id,
+	    .step = r->step,
+	    .bundle = bundle,
+	    .checkpoint = checkpoint,
+	    .dataset = dataset,
+	    .metrics = metrics,
+	    .params = params,
+	    .tags = tags,
 	};
 	rc = tf_registry_register(r->db, &spec, &version, &existed);
 	if (rc) {
-		snprintf(r->err, sizeof(r->err), "register '%s': %s", model, tf_store_errmsg(r->db));
+		snprintf(r->err, sizeof(r->err), "register '%s': %s", model,
+		         tf_store_errmsg(r->db));
 		r->failure = rc == -EBUSY ? TF_FAIL_INFRA : TF_FAIL_ERROR;
 		goto out;
 	}
@@ -146,16 +155,21 @@ static int kind_deploy(struct tf_step_run *r)
 	rc = tf_kind_with_number(r->with, "canary_percent", &canary);
 	if (rc == -EINVAL || canary < 0 || canary >= 100) {
 		snprintf(r->err, sizeof(r->err),
-			 "deploy: canary_percent must be a number from 0 to below 100");
+		         "deploy: canary_percent must be a number from 0 to below 100");
 		return -EINVAL;
 	}
 	rc = tf_registry_resolve(r->db, model, ver, &version);
 	if (rc) {
-		snprintf(r->err, sizeof(r->err), "deploy: model '%s' has no version '%s'", model, ver);
+		snprintf(r->err, sizeof(r->err), "deploy: model '%s' has no version '%s'", model,
+		         ver);
 		return rc;
 	}
-	struct tf_deploy_spec d = { .model = model, .alias = alias, .version = version,
-				    .canary_percent = canary, .run_id = r->run_id, .step = r->step };
+	struct tf_deploy_spec d = {.model = model,
+	                           .alias = alias,
+	                           .version = version,
+	                           .canary_percent = canary,
+	                           .run_id = r->run_id,
+	                           .step = r->step};
 	rc = tf_registry_deploy(r->db, &d, &dep);
 	if (rc) {
 		snprintf(r->err, sizeof(r->err), "deploy '%s': %s", model, tf_store_errmsg(r->db));

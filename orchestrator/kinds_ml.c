@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 typedef int (*ml_step_fn)(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
-			  json_t *metrics, char *err, size_t errlen);
+                          json_t *metrics, char *err, size_t errlen);
 
 /* Retryable codes (tf_ml_retryable: storage hiccups, timeouts) are infrastructure failures
  * the default retry policy retries; a cancelled step is reported as such (the engine turns it
@@ -52,13 +52,13 @@ static int ml_call(struct tf_step_run *r, ml_step_fn fn)
 		return rc;
 	}
 	struct tf_ml_ctx ctx = {
-		.store = r->objstore,
-		.prefix = r->prefix,
-		.workdir = r->workdir,
-		.accelerator = r->accelerator,
-		.cancel = r->cancel,
-		.progress = r->progress,
-		.progress_data = r->progress_data,
+	    .store = r->objstore,
+	    .prefix = r->prefix,
+	    .workdir = r->workdir,
+	    .accelerator = r->accelerator,
+	    .cancel = r->cancel,
+	    .progress = r->progress,
+	    .progress_data = r->progress_data,
 	};
 	rc = fn(r->with, &ctx, r->outputs, r->metrics, r->err, sizeof(r->err));
 	if (rc) {
@@ -77,10 +77,10 @@ static int ml_call(struct tf_step_run *r, ml_step_fn fn)
 /* Follows the child's stdout file as it grows: complete lines that are JSON objects are
  * progress events (to the view and the log), anything else goes to the log as is. */
 struct tail {
-	int fd;          /* the stdout log, read from where the last read stopped */
-	char *buf;       /* an incomplete last line */
+	int fd;    /* the stdout log, read from where the last read stopped */
+	char *buf; /* an incomplete last line */
 	size_t len;
-	FILE *log;       /* the attempt's log for non-progress lines, opened on first use */
+	FILE *log; /* the attempt's log for non-progress lines, opened on first use */
 	const char *log_path;
 };
 
@@ -131,14 +131,14 @@ static void tail_pump(struct tail *t, struct tf_step_run *r, int final)
 
 /* Reads the child's result file into r: outputs/metrics on success, else its error text. */
 static int read_child_result(struct tf_step_run *r, const char *path, int ok, char *msg,
-			     size_t msglen)
+                             size_t msglen)
 {
 	char *buf = NULL;
 	size_t len = 0;
 	int rc = tf_read_file(path, RESULT_MAX, &buf, &len);
 	if (rc) {
 		snprintf(msg, msglen, "no result from the step's process ('%s': %s)", path,
-			 strerror(-rc));
+		         strerror(-rc));
 		return rc;
 	}
 	json_t *o = json_loads(buf, 0, NULL);
@@ -152,7 +152,7 @@ static int read_child_result(struct tf_step_run *r, const char *path, int ok, ch
 		json_t *out = json_object_get(o, "outputs"), *met = json_object_get(o, "metrics");
 		if (!json_is_object(out) || !json_is_object(met)) {
 			snprintf(msg, msglen, "the step's process wrote no outputs/metrics to '%s'",
-				 path);
+			         path);
 			rc = -EBADMSG;
 		} else {
 			json_object_update(r->outputs, out);
@@ -170,7 +170,7 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 {
 	char *self = NULL, *with_path = NULL, *res_path = NULL, *log_dir = NULL;
 	char pid[24], xerr[256] = "", msg[400] = "";
-	struct tail t = { .fd = -1, .log_path = r->log_path };
+	struct tail t = {.fd = -1, .log_path = r->log_path};
 	struct tf_exec *x = NULL;
 	struct tf_exec_result res;
 	int rc = tf_step_run_workdir(r);
@@ -179,14 +179,16 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 		return rc;
 	}
 	if (!r->storage_url) {
-		snprintf(r->err, sizeof(r->err), "executor 'local': the run has no object store URL "
-			 "to give the step's process");
+		snprintf(r->err, sizeof(r->err),
+		         "executor 'local': the run has no object store URL "
+		         "to give the step's process");
 		return -EINVAL;
 	}
 	self = r->self_exe ? tf_xstrdup(r->self_exe) : tf_exec_self_path();
 	if (!self) {
-		snprintf(r->err, sizeof(r->err), "executor 'local': cannot find this program's own "
-			 "path (/proc/self/exe) to run the step; use 'executor: inprocess'");
+		snprintf(r->err, sizeof(r->err),
+		         "executor 'local': cannot find this program's own "
+		         "path (/proc/self/exe) to run the step; use 'executor: inprocess'");
 		r->failure = TF_FAIL_INFRA;
 		return -ENOENT;
 	}
@@ -226,8 +228,8 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 	}
 	argv[n] = NULL;
 	/* cwd is inherited: a relative file:// store URL means the same directory */
-	struct tf_exec_spec spec = { .argv = (char *const *)argv, .timeout = r->timeout,
-				     .log_dir = log_dir };
+	struct tf_exec_spec spec = {
+	    .argv = (char *const *)argv, .timeout = r->timeout, .log_dir = log_dir};
 	rc = tf_exec_start(&tf_executor_local, &spec, &x, xerr, sizeof(xerr));
 	if (rc) {
 		snprintf(r->err, sizeof(r->err), "executor 'local': %s", xerr);
@@ -263,13 +265,14 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 	if (res.fclass != TF_FAIL_NONE && !(res.exit_code == 0 && res.signal == 0)) {
 		read_child_result(r, res_path, 0, msg, sizeof(msg));
 		if (msg[0])
-			snprintf(r->err, sizeof(r->err), "%.300s (step process: %.180s)", msg, res.message);
+			snprintf(r->err, sizeof(r->err), "%.300s (step process: %.180s)", msg,
+			         res.message);
 		else
 			snprintf(r->err, sizeof(r->err), "step process: %s (see its log)",
-				 res.message);
+			         res.message);
 		r->failure = res.fclass;
 		rc = res.fclass == TF_FAIL_CANCELLED || res.fclass == TF_FAIL_TIMEOUT ? -ECANCELED
-										     : -EIO;
+		                                                                      : -EIO;
 		goto out;
 	}
 	rc = read_child_result(r, res_path, 1, msg, sizeof(msg));
@@ -299,9 +302,9 @@ static int ml_run(struct tf_step_run *r, ml_step_fn fn, const char *kind)
 		return ml_child(r, kind);
 	default:
 		snprintf(r->err, sizeof(r->err),
-			 "step '%s': executor '%s' is not available in this build of tpuflow; use "
-			 "'executor: local' or 'executor: inprocess'",
-			 r->step, tf_executor_name(r->def->executor));
+		         "step '%s': executor '%s' is not available in this build of tpuflow; use "
+		         "'executor: local' or 'executor: inprocess'",
+		         r->step, tf_executor_name(r->def->executor));
 		r->failure = TF_FAIL_ERROR;
 		return -ENOSYS;
 	}
@@ -325,4 +328,3 @@ static int kind_evaluate(struct tf_step_run *r)
 const tf_step_kind_fn tf_kind_data_prep = kind_data_prep;
 const tf_step_kind_fn tf_kind_train = kind_train;
 const tf_step_kind_fn tf_kind_evaluate = kind_evaluate;
-

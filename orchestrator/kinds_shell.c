@@ -104,8 +104,7 @@ static int read_kv(const char *path, json_t *into, int numbers, char *err, size_
 	return 0;
 }
 
-static int read_result(const char *path, json_t *outputs, json_t *metrics, char *err,
-		       size_t errlen)
+static int read_result(const char *path, json_t *outputs, json_t *metrics, char *err, size_t errlen)
 {
 	char *buf = NULL;
 	int rc = read_step_file(path, &buf, err, errlen);
@@ -115,7 +114,8 @@ static int read_result(const char *path, json_t *outputs, json_t *metrics, char 
 	json_t *o = json_loads(buf, 0, &je);
 	free(buf);
 	if (!json_is_object(o)) {
-		snprintf(err, errlen, "'%s' must hold {\"outputs\": {...}, \"metrics\": {...}}", path);
+		snprintf(err, errlen, "'%s' must hold {\"outputs\": {...}, \"metrics\": {...}}",
+		         path);
 		json_decref(o);
 		return -EINVAL;
 	}
@@ -134,8 +134,7 @@ static char *scalar_text(json_t *v)
 	return json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
 }
 
-static int check_declared(json_t *names, json_t *have, const char *what, char *err,
-			  size_t errlen)
+static int check_declared(json_t *names, json_t *have, const char *what, char *err, size_t errlen)
 {
 	size_t i;
 	json_t *n;
@@ -144,9 +143,9 @@ static int check_declared(json_t *names, json_t *have, const char *what, char *e
 		const char *name = json_string_value(n);
 		if (name && !json_object_get(have, name)) {
 			snprintf(err, errlen,
-				 "the program did not write %s '%s' (write it to $TPUFLOW_%s or "
-				 "$TPUFLOW_RESULT)",
-				 what, name, !strcmp(what, "output") ? "OUTPUTS" : "METRICS");
+			         "the program did not write %s '%s' (write it to $TPUFLOW_%s or "
+			         "$TPUFLOW_RESULT)",
+			         what, name, !strcmp(what, "output") ? "OUTPUTS" : "METRICS");
 			return -EINVAL;
 		}
 	}
@@ -207,8 +206,11 @@ static int kind_shell(struct tf_step_run *r)
 	envp[k++] = tf_xasprintf("TPUFLOW_WORKDIR=%s", r->workdir);
 
 	char *log_dir = tf_xasprintf("%s/attempt-%d", r->workdir, r->attempt);
-	struct tf_exec_spec spec = { .argv = argv, .envp = envp, .cwd = r->workdir,
-				     .timeout = r->timeout, .log_dir = log_dir };
+	struct tf_exec_spec spec = {.argv = argv,
+	                            .envp = envp,
+	                            .cwd = r->workdir,
+	                            .timeout = r->timeout,
+	                            .log_dir = log_dir};
 	struct tf_exec *x = NULL;
 	struct tf_exec_result res;
 	char xerr[256] = "";
@@ -251,11 +253,11 @@ static int kind_shell(struct tf_step_run *r)
 	if (rc == 0)
 		rc = read_kv(f_met, r->metrics, 1, r->err, sizeof(r->err));
 	if (rc == 0)
-		rc = check_declared(json_object_get(r->with, "outputs"), r->outputs, "output", r->err,
-				    sizeof(r->err));
+		rc = check_declared(json_object_get(r->with, "outputs"), r->outputs, "output",
+		                    r->err, sizeof(r->err));
 	if (rc == 0)
-		rc = check_declared(json_object_get(r->with, "metrics"), r->metrics, "metric", r->err,
-				    sizeof(r->err));
+		rc = check_declared(json_object_get(r->with, "metrics"), r->metrics, "metric",
+		                    r->err, sizeof(r->err));
 out:
 	for (i = 0; argv && i < argc; i++)
 		free(argv[i]);

@@ -1231,9 +1231,10 @@ static void load_defaults(struct loader *L, const struct ynode *m)
 		d->executor = (enum tf_executor_kind)e;
 		d->has_executor = 1;
 		if (e == TF_EXECUTOR_SLURM)
-			err_at(L, x, SLURM_HINT,
-			       "'defaults.executor': Slurm support is not available in this build of "
-			       "tpuflow");
+			err_at(
+			    L, x, SLURM_HINT,
+			    "'defaults.executor': Slurm support is not available in this build of "
+			    "tpuflow");
 	}
 	if ((x = map_get(m, "cache")))
 		get_bool(L, x, "'cache'", &d->cache);

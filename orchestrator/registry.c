@@ -21,8 +21,8 @@ static int model_id(struct tf_store *st, const char *model, int create, int64_t 
 {
 	int rc = tf_store_query_int(st, id, "SELECT id FROM models WHERE name=?", "t", model);
 	if (rc == -ENOENT && create) {
-		rc = tf_store_run(st, "INSERT INTO models(name, created_at) VALUES(?,?)", "td", model,
-				  tf_now_wall());
+		rc = tf_store_run(st, "INSERT INTO models(name, created_at) VALUES(?,?)", "td",
+		                  model, tf_now_wall());
 		if (rc == 0)
 			*id = tf_store_last_rowid(st);
 	}
@@ -31,13 +31,13 @@ static int model_id(struct tf_store *st, const char *model, int create, int64_t 
 
 /* Records a registry change in the event log of the run that made it, if one did. */
 static int add_event(struct tf_store *st, const char *run, const char *step, const char *kind,
-		     const char *message)
+                     const char *message)
 {
 	return run ? tf_event_add(st, run, step, 0, kind, message) : 0;
 }
 
 int tf_registry_register(struct tf_store *st, const struct tf_model_version_spec *spec,
-			 int64_t *version, int *existed)
+                         int64_t *version, int *existed)
 {
 	int64_t mid = 0, v = 0;
 	int own, rc, found = 0;
@@ -51,10 +51,11 @@ int tf_registry_register(struct tf_store *st, const struct tf_model_version_spec
 	if (rc)
 		goto out;
 	if (spec->run_id && spec->step) {
-		rc = tf_store_query_int(st, &v,
-					"SELECT version FROM model_versions WHERE run_id=? AND step=? "
-					"AND model_id=?",
-					"tti", spec->run_id, spec->step, mid);
+		rc = tf_store_query_int(
+		    st, &v,
+		    "SELECT version FROM model_versions WHERE run_id=? AND step=? "
+		    "AND model_id=?",
+		    "tti", spec->run_id, spec->step, mid);
 		if (rc == 0)
 			found = 1;
 		else if (rc != -ENOENT)
@@ -62,9 +63,9 @@ int tf_registry_register(struct tf_store *st, const struct tf_model_version_spec
 	}
 	if (!found) {
 		rc = tf_store_query_int(st, &v,
-					"SELECT version FROM model_versions WHERE model_id=? AND "
-					"bundle=? ORDER BY version LIMIT 1",
-					"it", mid, spec->bundle);
+		                        "SELECT version FROM model_versions WHERE model_id=? AND "
+		                        "bundle=? ORDER BY version LIMIT 1",
+		                        "it", mid, spec->bundle);
 		if (rc == 0)
 			found = 1;
 		else if (rc != -ENOENT)
@@ -72,20 +73,20 @@ int tf_registry_register(struct tf_store *st, const struct tf_model_version_spec
 	}
 	if (!found) {
 		rc = tf_store_query_int(st, &v,
-					"SELECT coalesce(max(version), 0) + 1 FROM model_versions "
-					"WHERE model_id=?",
-					"i", mid);
+		                        "SELECT coalesce(max(version), 0) + 1 FROM model_versions "
+		                        "WHERE model_id=?",
+		                        "i", mid);
 		if (rc)
 			goto out;
-		rc = tf_store_run(st,
-				  "INSERT INTO model_versions(model_id, version, run_id, step, bundle, "
-				  "checkpoint, dataset, metrics, params, tags, created_at) "
-				  "VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-				  "iittttttttd", mid, v, spec->run_id ? spec->run_id : "",
-				  spec->step ? spec->step : "", spec->bundle, spec->checkpoint,
-				  spec->dataset, spec->metrics ? spec->metrics : "{}",
-				  spec->params ? spec->params : "{}", spec->tags ? spec->tags : "{}",
-				  tf_now_wall());
+		rc = tf_store_run(
+		    st,
+		    "INSERT INTO model_versions(model_id, version, run_id, step, bundle, "
+		    "checkpoint, dataset, metrics, params, tags, created_at) "
+		    "VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+		    "iittttttttd", mid, v, spec->run_id ? spec->run_id : "",
+		    spec->step ? spec->step : "", spec->bundle, spec->checkpoint, spec->dataset,
+		    spec->metrics ? spec->metrics : "{}", spec->params ? spec->params : "{}",
+		    spec->tags ? spec->tags : "{}", tf_now_wall());
 		if (rc)
 			goto out;
 		char msg[300];
@@ -102,8 +103,7 @@ out:
 	return rc;
 }
 
-int tf_registry_resolve(struct tf_store *st, const char *model, const char *ref,
-			int64_t *version)
+int tf_registry_resolve(struct tf_store *st, const char *model, const char *ref, int64_t *version)
 {
 	int64_t mid, v = 0;
 	int rc = model_id(st, model, 0, &mid);
@@ -116,18 +116,18 @@ int tf_registry_resolve(struct tf_store *st, const char *model, const char *ref,
 	long long n = strtoll(num, &end, 10);
 	if (*num && end && !*end) {
 		rc = tf_store_query_int(st, &v,
-					"SELECT version FROM model_versions WHERE model_id=? AND "
-					"version=?",
-					"ii", mid, (int64_t)n);
+		                        "SELECT version FROM model_versions WHERE model_id=? AND "
+		                        "version=?",
+		                        "ii", mid, (int64_t)n);
 	} else if (!strcmp(ref, "latest")) {
 		rc = tf_store_query_int(st, &v,
-					"SELECT max(version) FROM model_versions WHERE model_id=? "
-					"HAVING count(*) > 0",
-					"i", mid);
+		                        "SELECT max(version) FROM model_versions WHERE model_id=? "
+		                        "HAVING count(*) > 0",
+		                        "i", mid);
 	} else {
 		rc = tf_store_query_int(st, &v,
-					"SELECT version FROM aliases WHERE model_id=? AND alias=?", "it",
-					mid, ref);
+		                        "SELECT version FROM aliases WHERE model_id=? AND alias=?",
+		                        "it", mid, ref);
 	}
 	if (rc == 0)
 		*version = v;
@@ -136,15 +136,16 @@ int tf_registry_resolve(struct tf_store *st, const char *model, const char *ref,
 
 static int set_alias(struct tf_store *st, int64_t mid, const char *alias, int64_t version)
 {
-	return tf_store_run(st,
-			    "INSERT INTO aliases(model_id, alias, version, updated_at) VALUES(?,?,?,?) "
-			    "ON CONFLICT(model_id, alias) DO UPDATE SET version=excluded.version, "
-			    "updated_at=excluded.updated_at",
-			    "itid", mid, alias, version, tf_now_wall());
+	return tf_store_run(
+	    st,
+	    "INSERT INTO aliases(model_id, alias, version, updated_at) VALUES(?,?,?,?) "
+	    "ON CONFLICT(model_id, alias) DO UPDATE SET version=excluded.version, "
+	    "updated_at=excluded.updated_at",
+	    "itid", mid, alias, version, tf_now_wall());
 }
 
 int tf_registry_set_alias(struct tf_store *st, const char *model, const char *alias,
-			  int64_t version)
+                          int64_t version)
 {
 	int64_t mid, v;
 	int own, rc = tf_store_join(st, &own);
@@ -153,9 +154,9 @@ int tf_registry_set_alias(struct tf_store *st, const char *model, const char *al
 	rc = model_id(st, model, 0, &mid);
 	if (rc == 0)
 		rc = tf_store_query_int(st, &v,
-					"SELECT version FROM model_versions WHERE model_id=? AND "
-					"version=?",
-					"ii", mid, version);
+		                        "SELECT version FROM model_versions WHERE model_id=? AND "
+		                        "version=?",
+		                        "ii", mid, version);
 	if (rc == 0)
 		rc = set_alias(st, mid, alias, version);
 	return tf_store_leave(st, own, rc);
@@ -169,13 +170,13 @@ static json_t *deployment_row(struct tf_stmt *s, int base, const char *model)
 	json_object_set_new(o, "model", json_string(model));
 	json_object_set_new(o, "alias", json_string(tf_stmt_text(s, base)));
 	json_object_set_new(o, "version", json_integer(tf_stmt_int(s, base + 1)));
-	json_object_set_new(o, "canary_version", tf_stmt_is_null(s, base + 2)
-							 ? json_null()
-							 : json_integer(tf_stmt_int(s, base + 2)));
+	json_object_set_new(o, "canary_version",
+	                    tf_stmt_is_null(s, base + 2) ? json_null()
+	                                                 : json_integer(tf_stmt_int(s, base + 2)));
 	json_object_set_new(o, "canary_percent", json_real(tf_stmt_double(s, base + 3)));
-	json_object_set_new(o, "previous_version", tf_stmt_is_null(s, base + 4)
-							   ? json_null()
-							   : json_integer(tf_stmt_int(s, base + 4)));
+	json_object_set_new(o, "previous_version",
+	                    tf_stmt_is_null(s, base + 4) ? json_null()
+	                                                 : json_integer(tf_stmt_int(s, base + 4)));
 	json_object_set_new(o, "created_at", json_real(tf_stmt_double(s, base + 5)));
 	const char *run = tf_stmt_text(s, base + 6), *step = tf_stmt_text(s, base + 7);
 	json_object_set_new(o, "run_id", run ? json_string(run) : json_null());
@@ -184,17 +185,18 @@ static json_t *deployment_row(struct tf_stmt *s, int base, const char *model)
 	return o;
 }
 
-#define DEPLOY_COLS                                                                           \
-	"alias, version, canary_version, canary_percent, previous_version, created_at, run_id, " \
+#define DEPLOY_COLS                                                                                \
+	"alias, version, canary_version, canary_percent, previous_version, created_at, run_id, "   \
 	"step, id"
 
 static int deployment_by(struct tf_store *st, const char *model, int64_t mid, const char *alias,
-			 json_t **out)
+                         json_t **out)
 {
-	struct tf_stmt *s = tf_store_query(st,
-					   "SELECT " DEPLOY_COLS " FROM deployments WHERE "
-					   "model_id=? AND alias=? AND active=1 ORDER BY id DESC LIMIT 1",
-					   "it", mid, alias);
+	struct tf_stmt *s =
+	    tf_store_query(st,
+	                   "SELECT " DEPLOY_COLS " FROM deployments WHERE "
+	                   "model_id=? AND alias=? AND active=1 ORDER BY id DESC LIMIT 1",
+	                   "it", mid, alias);
 	if (!s)
 		return -EIO;
 	int rc = tf_stmt_step(s);
@@ -208,8 +210,7 @@ static int deployment_by(struct tf_store *st, const char *model, int64_t mid, co
 	return rc;
 }
 
-int tf_registry_deployment(struct tf_store *st, const char *model, const char *alias,
-			   json_t **out)
+int tf_registry_deployment(struct tf_store *st, const char *model, const char *alias, json_t **out)
 {
 	int64_t mid;
 	int rc = model_id(st, model, 0, &mid);
@@ -233,18 +234,17 @@ int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json
 	if (rc)
 		goto out;
 	rc = tf_store_query_int(st, &v,
-				"SELECT version FROM model_versions WHERE model_id=? AND version=?",
-				"ii", mid, d->version);
+	                        "SELECT version FROM model_versions WHERE model_id=? AND version=?",
+	                        "ii", mid, d->version);
 	if (rc)
 		goto out;
 	if (d->run_id && d->step) {
-		rc = tf_store_query_int(st, &id, "SELECT id FROM deployments WHERE run_id=? AND step=?",
-					"tt", d->run_id, d->step);
+		rc = tf_store_query_int(st, &id,
+		                        "SELECT id FROM deployments WHERE run_id=? AND step=?",
+		                        "tt", d->run_id, d->step);
 		if (rc == 0) { /* already done by an earlier attempt of this step */
-			struct tf_stmt *s = tf_store_query(st,
-							   "SELECT " DEPLOY_COLS
-							   " FROM deployments WHERE id=?",
-							   "i", id);
+			struct tf_stmt *s = tf_store_query(
+			    st, "SELECT " DEPLOY_COLS " FROM deployments WHERE id=?", "i", id);
 			if (!s) {
 				rc = -EIO;
 				goto out;
@@ -257,25 +257,26 @@ int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json
 		if (rc != -ENOENT)
 			goto out;
 	}
-	rc = tf_store_query_int(st, &cur, "SELECT version FROM aliases WHERE model_id=? AND alias=?",
-				"it", mid, d->alias);
+	rc =
+	    tf_store_query_int(st, &cur, "SELECT version FROM aliases WHERE model_id=? AND alias=?",
+	                       "it", mid, d->alias);
 	if (rc == 0)
 		has_cur = 1;
 	else if (rc != -ENOENT)
 		goto out;
 	int canary = d->canary_percent > 0 && has_cur && cur != d->version;
 	rc = tf_store_run(st, "UPDATE deployments SET active=0 WHERE model_id=? AND alias=?", "it",
-			  mid, d->alias);
+	                  mid, d->alias);
 	if (rc)
 		goto out;
 	rc = tf_store_run(st,
-			  "INSERT INTO deployments(model_id, alias, version, canary_version, "
-			  "canary_percent, previous_version, run_id, step, active, created_at) "
-			  "VALUES(?1, ?2, ?3, CASE WHEN ?4 THEN ?5 ELSE NULL END, ?6, "
-			  "CASE WHEN ?7 THEN ?8 ELSE NULL END, ?9, ?10, 1, ?11)",
-			  "itiiidiittd", mid, d->alias, canary ? cur : d->version, (int64_t)canary,
-			  d->version, canary ? d->canary_percent : 0.0, (int64_t)has_cur, cur,
-			  d->run_id, d->step, tf_now_wall());
+	                  "INSERT INTO deployments(model_id, alias, version, canary_version, "
+	                  "canary_percent, previous_version, run_id, step, active, created_at) "
+	                  "VALUES(?1, ?2, ?3, CASE WHEN ?4 THEN ?5 ELSE NULL END, ?6, "
+	                  "CASE WHEN ?7 THEN ?8 ELSE NULL END, ?9, ?10, 1, ?11)",
+	                  "itiiidiittd", mid, d->alias, canary ? cur : d->version, (int64_t)canary,
+	                  d->version, canary ? d->canary_percent : 0.0, (int64_t)has_cur, cur,
+	                  d->run_id, d->step, tf_now_wall());
 	if (rc)
 		goto out;
 	id = tf_store_last_rowid(st);
@@ -285,10 +286,10 @@ int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json
 	char msg[300];
 	if (canary)
 		snprintf(msg, sizeof(msg), "%s version %lld is the canary of '%s' at %.3g%%",
-			 d->model, (long long)d->version, d->alias, d->canary_percent);
+		         d->model, (long long)d->version, d->alias, d->canary_percent);
 	else
 		snprintf(msg, sizeof(msg), "%s '%s' -> version %lld", d->model, d->alias,
-			 (long long)d->version);
+		         (long long)d->version);
 	rc = add_event(st, d->run_id, d->step, "deploy", msg);
 	if (rc)
 		goto out;
@@ -314,7 +315,7 @@ static json_t *aliases_of(struct tf_store *st, int64_t mid)
 {
 	json_t *o = json_object();
 	struct tf_stmt *s = tf_store_query(
-		st, "SELECT alias, version FROM aliases WHERE model_id=? ORDER BY alias", "i", mid);
+	    st, "SELECT alias, version FROM aliases WHERE model_id=? ORDER BY alias", "i", mid);
 	if (!s)
 		return o;
 	while (tf_stmt_step(s) == 1)
@@ -326,10 +327,10 @@ static json_t *aliases_of(struct tf_store *st, int64_t mid)
 int tf_registry_list(struct tf_store *st, json_t **out)
 {
 	struct tf_stmt *s = tf_store_query(
-		st,
-		"SELECT m.id, m.name, m.created_at, count(v.version), max(v.version) FROM models m "
-		"LEFT JOIN model_versions v ON v.model_id = m.id GROUP BY m.id ORDER BY m.name",
-		"");
+	    st,
+	    "SELECT m.id, m.name, m.created_at, count(v.version), max(v.version) FROM models m "
+	    "LEFT JOIN model_versions v ON v.model_id = m.id GROUP BY m.id ORDER BY m.name",
+	    "");
 	if (!s)
 		return -EIO;
 	json_t *arr = json_array();
@@ -339,9 +340,9 @@ int tf_registry_list(struct tf_store *st, json_t **out)
 		json_object_set_new(o, "name", json_string(tf_stmt_text(s, 1)));
 		json_object_set_new(o, "created_at", json_real(tf_stmt_double(s, 2)));
 		json_object_set_new(o, "versions", json_integer(tf_stmt_int(s, 3)));
-		json_object_set_new(o, "latest", tf_stmt_is_null(s, 4)
-							 ? json_null()
-							 : json_integer(tf_stmt_int(s, 4)));
+		json_object_set_new(o, "latest",
+		                    tf_stmt_is_null(s, 4) ? json_null()
+		                                          : json_integer(tf_stmt_int(s, 4)));
 		json_object_set_new(o, "id", json_integer(tf_stmt_int(s, 0)));
 		json_array_append_new(arr, o);
 	}
@@ -380,7 +381,7 @@ static json_t *version_row(struct tf_stmt *s)
 	return o;
 }
 
-#define VERSION_COLS                                                                          \
+#define VERSION_COLS                                                                               \
 	"version, run_id, step, bundle, checkpoint, dataset, metrics, params, tags, created_at"
 
 static void attach_aliases(json_t *version, json_t *aliases)
@@ -390,7 +391,8 @@ static void attach_aliases(json_t *version, json_t *aliases)
 	json_t *v;
 	json_object_foreach(aliases, k, v)
 	{
-		if (json_integer_value(v) == json_integer_value(json_object_get(version, "version")))
+		if (json_integer_value(v) ==
+		    json_integer_value(json_object_get(version, "version")))
 			json_array_append_new(names, json_string(k));
 	}
 	json_object_set_new(version, "aliases", names);
@@ -403,9 +405,9 @@ int tf_registry_version(struct tf_store *st, const char *model, int64_t version,
 	if (rc)
 		return rc;
 	struct tf_stmt *s = tf_store_query(st,
-					   "SELECT " VERSION_COLS " FROM model_versions WHERE "
-					   "model_id=? AND version=?",
-					   "ii", mid, version);
+	                                   "SELECT " VERSION_COLS " FROM model_versions WHERE "
+	                                   "model_id=? AND version=?",
+	                                   "ii", mid, version);
 	if (!s)
 		return -EIO;
 	rc = tf_stmt_step(s);
@@ -436,8 +438,8 @@ int tf_registry_show(struct tf_store *st, const char *model, json_t **out)
 	json_t *doc = json_object(), *versions = json_array(), *deps = json_array();
 	json_t *aliases = aliases_of(st, mid);
 	struct tf_stmt *s = tf_store_query(
-		st, "SELECT " VERSION_COLS " FROM model_versions WHERE model_id=? ORDER BY version",
-		"i", mid);
+	    st, "SELECT " VERSION_COLS " FROM model_versions WHERE model_id=? ORDER BY version",
+	    "i", mid);
 	if (!s) {
 		rc = -EIO;
 		goto out;
@@ -451,9 +453,9 @@ int tf_registry_show(struct tf_store *st, const char *model, json_t **out)
 	if (rc < 0)
 		goto out;
 	s = tf_store_query(st,
-			   "SELECT " DEPLOY_COLS ", active FROM deployments WHERE model_id=? "
-			   "ORDER BY id DESC LIMIT 20",
-			   "i", mid);
+	                   "SELECT " DEPLOY_COLS ", active FROM deployments WHERE model_id=? "
+	                   "ORDER BY id DESC LIMIT 20",
+	                   "i", mid);
 	if (!s) {
 		rc = -EIO;
 		goto out;

@@ -15,8 +15,8 @@
 #include <stdint.h>
 
 struct tf_model_version_spec {
-	const char *model;      /* model name (created on first use) */
-	const char *run_id;     /* lineage: the run and step that registered it */
+	const char *model;  /* model name (created on first use) */
+	const char *run_id; /* lineage: the run and step that registered it */
 	const char *step;
 	const char *bundle;     /* object-store key of the exported bundle (required) */
 	const char *checkpoint; /* checkpoint key, or NULL */
@@ -29,23 +29,22 @@ struct tf_model_version_spec {
 /* Registers a version; *version receives its number, *existed (may be NULL) 1 when it was
  * already registered by this run+step or with this bundle (nothing written then). */
 int tf_registry_register(struct tf_store *st, const struct tf_model_version_spec *spec,
-			 int64_t *version, int *existed);
+                         int64_t *version, int *existed);
 
 /* Resolves "3", "v3", "latest" or an alias name to a version number; -ENOENT. */
-int tf_registry_resolve(struct tf_store *st, const char *model, const char *ref,
-			int64_t *version);
+int tf_registry_resolve(struct tf_store *st, const char *model, const char *ref, int64_t *version);
 
 /* Points `alias` of `model` at an existing version (-ENOENT when either is missing). */
 int tf_registry_set_alias(struct tf_store *st, const char *model, const char *alias,
-			  int64_t version);
+                          int64_t version);
 
 struct tf_deploy_spec {
 	const char *model;     /* model name */
 	const char *alias;     /* serving label, e.g. "production" */
 	int64_t version;       /* the version being deployed */
 	double canary_percent; /* 0: the alias moves to `version` at once; 0 < p < 100: `version`
-				  takes p% of the traffic as the canary while the alias keeps its
-				  current version (if it has none, the alias moves) */
+	                          takes p% of the traffic as the canary while the alias keeps its
+	                          current version (if it has none, the alias moves) */
 	const char *run_id;    /* lineage (may be NULL for manual deployments) */
 	const char *step;
 };
@@ -56,8 +55,7 @@ int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json
 
 /* The active deployment of (model, alias) as {model, alias, version, canary_version,
  * canary_percent, previous_version, created_at, run_id}; -ENOENT when none. */
-int tf_registry_deployment(struct tf_store *st, const char *model, const char *alias,
-			   json_t **out);
+int tf_registry_deployment(struct tf_store *st, const char *model, const char *alias, json_t **out);
 
 /* Read models (caller owns *out):
  * list: [{name, versions, latest, aliases: {alias: version}, created_at}]

@@ -63,32 +63,32 @@ int tf_slice_job_started(struct tf_store *st, const struct tf_slice_placement *p
 {
 	char placement[160];
 	snprintf(placement, sizeof(placement), "%s %d,%d,%d+%dx%dx%d", p->pool ? p->pool : "?",
-		 p->box.origin[0], p->box.origin[1], p->box.origin[2], p->box.shape[0],
-		 p->box.shape[1], p->box.shape[2]);
-	int rc = tf_store_run(st,
-			      "INSERT INTO slice_jobs(run_id, step, attempt, slice, placement, chips, "
-			      "started_at, pool, pool_spec, box_x, box_y, box_z, box_a, box_b, box_c, "
-			      "project, priority) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-			      "ttittidttiiiiiiti", p->run, p->step, (int64_t)p->attempt, p->slice,
-			      placement, (int64_t)p->chips, p->started_at, p->pool, p->pool_spec,
-			      (int64_t)p->box.origin[0], (int64_t)p->box.origin[1],
-			      (int64_t)p->box.origin[2], (int64_t)p->box.shape[0],
-			      (int64_t)p->box.shape[1], (int64_t)p->box.shape[2],
-			      p->project ? p->project : "default", (int64_t)p->priority);
+	         p->box.origin[0], p->box.origin[1], p->box.origin[2], p->box.shape[0],
+	         p->box.shape[1], p->box.shape[2]);
+	int rc = tf_store_run(
+	    st,
+	    "INSERT INTO slice_jobs(run_id, step, attempt, slice, placement, chips, "
+	    "started_at, pool, pool_spec, box_x, box_y, box_z, box_a, box_b, box_c, "
+	    "project, priority) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+	    "ttittidttiiiiiiti", p->run, p->step, (int64_t)p->attempt, p->slice, placement,
+	    (int64_t)p->chips, p->started_at, p->pool, p->pool_spec, (int64_t)p->box.origin[0],
+	    (int64_t)p->box.origin[1], (int64_t)p->box.origin[2], (int64_t)p->box.shape[0],
+	    (int64_t)p->box.shape[1], (int64_t)p->box.shape[2], p->project ? p->project : "default",
+	    (int64_t)p->priority);
 	if (rc == 0)
 		*id = tf_store_last_rowid(st);
 	return rc;
 }
 
-int tf_slice_job_queued(struct tf_store *st, const struct tf_slice_placement *p,
-			double queued_at, int64_t *id)
+int tf_slice_job_queued(struct tf_store *st, const struct tf_slice_placement *p, double queued_at,
+                        int64_t *id)
 {
-	int rc = tf_store_run(st,
-			      "INSERT INTO slice_jobs(run_id, step, attempt, slice, chips, started_at, "
-			      "queued_at, project, priority) VALUES(?,?,?,?,?,?,?,?,?)",
-			      "ttitiddti", p->run, p->step, (int64_t)p->attempt, p->slice,
-			      (int64_t)p->chips, queued_at, queued_at,
-			      p->project ? p->project : "default", (int64_t)p->priority);
+	int rc = tf_store_run(
+	    st,
+	    "INSERT INTO slice_jobs(run_id, step, attempt, slice, chips, started_at, "
+	    "queued_at, project, priority) VALUES(?,?,?,?,?,?,?,?,?)",
+	    "ttitiddti", p->run, p->step, (int64_t)p->attempt, p->slice, (int64_t)p->chips,
+	    queued_at, queued_at, p->project ? p->project : "default", (int64_t)p->priority);
 	if (rc == 0)
 		*id = tf_store_last_rowid(st);
 	return rc;
@@ -103,24 +103,24 @@ static int changed(struct tf_store *st, int rc)
 int tf_slice_job_waiting(struct tf_store *st, int64_t id, const char *reason)
 {
 	return changed(st, tf_store_run(st, "UPDATE slice_jobs SET wait_reason=? WHERE id=?", "ti",
-					reason, id));
+	                                reason, id));
 }
 
 int tf_slice_job_placed(struct tf_store *st, int64_t id, const struct tf_slice_placement *p)
 {
 	char placement[160];
 	snprintf(placement, sizeof(placement), "%s %d,%d,%d+%dx%dx%d", p->pool ? p->pool : "?",
-		 p->box.origin[0], p->box.origin[1], p->box.origin[2], p->box.shape[0],
-		 p->box.shape[1], p->box.shape[2]);
+	         p->box.origin[0], p->box.origin[1], p->box.origin[2], p->box.shape[0],
+	         p->box.shape[1], p->box.shape[2]);
 	return changed(st, tf_store_run(st,
-					"UPDATE slice_jobs SET placement=?, chips=?, started_at=?, "
-					"pool=?, pool_spec=?, box_x=?, box_y=?, box_z=?, box_a=?, "
-					"box_b=?, box_c=?, wait_reason=NULL WHERE id=?",
-					"tidttiiiiiii", placement, (int64_t)p->chips,
-					p->started_at, p->pool, p->pool_spec,
-					(int64_t)p->box.origin[0], (int64_t)p->box.origin[1],
-					(int64_t)p->box.origin[2], (int64_t)p->box.shape[0],
-					(int64_t)p->box.shape[1], (int64_t)p->box.shape[2], id));
+	                                "UPDATE slice_jobs SET placement=?, chips=?, started_at=?, "
+	                                "pool=?, pool_spec=?, box_x=?, box_y=?, box_z=?, box_a=?, "
+	                                "box_b=?, box_c=?, wait_reason=NULL WHERE id=?",
+	                                "tidttiiiiiii", placement, (int64_t)p->chips, p->started_at,
+	                                p->pool, p->pool_spec, (int64_t)p->box.origin[0],
+	                                (int64_t)p->box.origin[1], (int64_t)p->box.origin[2],
+	                                (int64_t)p->box.shape[0], (int64_t)p->box.shape[1],
+	                                (int64_t)p->box.shape[2], id));
 }
 
 int tf_slice_job_forget(struct tf_store *st, int64_t id)
@@ -128,25 +128,24 @@ int tf_slice_job_forget(struct tf_store *st, int64_t id)
 	return changed(st, tf_store_run(st, "DELETE FROM slice_jobs WHERE id=?", "i", id));
 }
 
-int tf_slice_job_finished(struct tf_store *st, int64_t id, double finished_at,
-			  double slice_seconds)
+int tf_slice_job_finished(struct tf_store *st, int64_t id, double finished_at, double slice_seconds)
 {
-	return changed(st, tf_store_run(st,
-					"UPDATE slice_jobs SET finished_at=?, slice_seconds=? WHERE id=?",
-					"ddi", finished_at, slice_seconds, id));
+	return changed(
+	    st, tf_store_run(st, "UPDATE slice_jobs SET finished_at=?, slice_seconds=? WHERE id=?",
+	                     "ddi", finished_at, slice_seconds, id));
 }
 
 int tf_slice_jobs_close_run(struct tf_store *st, const char *run, double at)
 {
 	int rc = tf_store_run(st,
-			      "DELETE FROM slice_jobs WHERE run_id=? AND finished_at IS NULL AND "
-			      "box_a IS NULL AND queued_at IS NOT NULL",
-			      "t", run);
+	                      "DELETE FROM slice_jobs WHERE run_id=? AND finished_at IS NULL AND "
+	                      "box_a IS NULL AND queued_at IS NOT NULL",
+	                      "t", run);
 	if (rc == 0)
 		rc = tf_store_run(st,
-				  "UPDATE slice_jobs SET finished_at=?, slice_seconds=NULL WHERE "
-				  "run_id=? AND finished_at IS NULL",
-				  "dt", at, run);
+		                  "UPDATE slice_jobs SET finished_at=?, slice_seconds=NULL WHERE "
+		                  "run_id=? AND finished_at IS NULL",
+		                  "dt", at, run);
 	return rc;
 }
 
@@ -183,17 +182,20 @@ static const char *stale_reason(const struct open_row *r, char *buf, size_t len)
 	if (!r->run_state)
 		return "its run is not in the database";
 	if (strcmp(r->run_state, "running")) {
-		snprintf(buf, len, "its run is %s: the attempt did not record its end", r->run_state);
+		snprintf(buf, len, "its run is %s: the attempt did not record its end",
+		         r->run_state);
 		return buf;
 	}
 	if (r->pid <= 0 || (kill((pid_t)r->pid, 0) < 0 && errno == ESRCH)) {
-		snprintf(buf, len, "the process driving its run (pid %lld) is gone; 'tpuflow runs "
-				   "resume' continues the run", (long long)r->pid);
+		snprintf(buf, len,
+		         "the process driving its run (pid %lld) is gone; 'tpuflow runs "
+		         "resume' continues the run",
+		         (long long)r->pid);
 		return buf;
 	}
 	if (!r->attempt_state || strcmp(r->attempt_state, "running")) {
-		snprintf(buf, len, "the attempt is %s", r->attempt_state ? r->attempt_state
-									   : "not recorded");
+		snprintf(buf, len, "the attempt is %s",
+		         r->attempt_state ? r->attempt_state : "not recorded");
 		return buf;
 	}
 	if (r->has_box && !r->pool_spec)
@@ -206,15 +208,15 @@ static const char *stale_reason(const struct open_row *r, char *buf, size_t len)
 static int read_open(struct tf_store *st, struct open_row **out, size_t *n)
 {
 	struct tf_stmt *q = tf_store_query(
-		st,
-		"SELECT j.run_id, j.step, j.attempt, j.slice, j.pool, j.pool_spec, j.box_x, j.box_y, "
-		"j.box_z, j.box_a, j.box_b, j.box_c, j.chips, j.started_at, "
-		"COALESCE(j.project, 'default'), COALESCE(j.priority, 0), r.state, r.pid, a.state, "
-		"j.queued_at, j.wait_reason "
-		"FROM slice_jobs j LEFT JOIN runs r ON r.id = j.run_id "
-		"LEFT JOIN attempts a ON a.run_id = j.run_id AND a.step = j.step AND a.n = j.attempt "
-		"WHERE j.finished_at IS NULL ORDER BY j.started_at, j.id",
-		"");
+	    st,
+	    "SELECT j.run_id, j.step, j.attempt, j.slice, j.pool, j.pool_spec, j.box_x, j.box_y, "
+	    "j.box_z, j.box_a, j.box_b, j.box_c, j.chips, j.started_at, "
+	    "COALESCE(j.project, 'default'), COALESCE(j.priority, 0), r.state, r.pid, a.state, "
+	    "j.queued_at, j.wait_reason "
+	    "FROM slice_jobs j LEFT JOIN runs r ON r.id = j.run_id "
+	    "LEFT JOIN attempts a ON a.run_id = j.run_id AND a.step = j.step AND a.n = j.attempt "
+	    "WHERE j.finished_at IS NULL ORDER BY j.started_at, j.id",
+	    "");
 	if (!q)
 		return -EIO;
 	struct open_row *v = NULL;
@@ -268,23 +270,23 @@ static int accounting(struct tf_store *st, int version, json_t **out)
 	double total_s = 0, total_c = 0;
 	int rc = 0;
 	struct tf_stmt *q = tf_store_query(
-		st,
-		"SELECT j.run_id, r.pipeline, count(*), sum(COALESCE(j.slice_seconds, 0)), "
-		"sum(COALESCE(j.slice_seconds, 0) * j.chips) FROM slice_jobs j "
-		"LEFT JOIN runs r ON r.id = j.run_id WHERE j.finished_at IS NOT NULL "
-		"GROUP BY j.run_id ORDER BY min(j.started_at), j.run_id",
-		"");
+	    st,
+	    "SELECT j.run_id, r.pipeline, count(*), sum(COALESCE(j.slice_seconds, 0)), "
+	    "sum(COALESCE(j.slice_seconds, 0) * j.chips) FROM slice_jobs j "
+	    "LEFT JOIN runs r ON r.id = j.run_id WHERE j.finished_at IS NOT NULL "
+	    "GROUP BY j.run_id ORDER BY min(j.started_at), j.run_id",
+	    "");
 	if (!q) {
 		rc = -EIO;
 		goto out;
 	}
 	while ((rc = tf_stmt_step(q)) == 1) {
 		double ss = tf_stmt_double(q, 3), cs = tf_stmt_double(q, 4);
-		json_array_append_new(runs, json_pack("{s:s?, s:s?, s:I, s:f, s:f}", "run",
-						      tf_stmt_text(q, 0), "pipeline",
-						      tf_stmt_text(q, 1), "attempts",
-						      (json_int_t)tf_stmt_int(q, 2), "slice_seconds",
-						      ss, "chip_seconds", cs));
+		json_array_append_new(runs,
+		                      json_pack("{s:s?, s:s?, s:I, s:f, s:f}", "run",
+		                                tf_stmt_text(q, 0), "pipeline", tf_stmt_text(q, 1),
+		                                "attempts", (json_int_t)tf_stmt_int(q, 2),
+		                                "slice_seconds", ss, "chip_seconds", cs));
 		total_s += ss;
 		total_c += cs;
 	}
@@ -293,33 +295,33 @@ static int accounting(struct tf_store *st, int version, json_t **out)
 		goto out;
 	/* the project column arrived with schema 2; older rows are all "default" */
 	q = version >= 2 ? tf_store_query(st,
-					  "SELECT COALESCE(project, 'default') AS p, count(*), "
-					  "sum(COALESCE(slice_seconds, 0)), "
-					  "sum(COALESCE(slice_seconds, 0) * chips) FROM slice_jobs "
-					  "WHERE finished_at IS NOT NULL GROUP BY p ORDER BY p",
-					  "")
-			 : tf_store_query(st,
-					  "SELECT 'default', count(*), "
-					  "sum(COALESCE(slice_seconds, 0)), "
-					  "sum(COALESCE(slice_seconds, 0) * chips) FROM slice_jobs "
-					  "WHERE finished_at IS NOT NULL HAVING count(*) > 0",
-					  "");
+	                                  "SELECT COALESCE(project, 'default') AS p, count(*), "
+	                                  "sum(COALESCE(slice_seconds, 0)), "
+	                                  "sum(COALESCE(slice_seconds, 0) * chips) FROM slice_jobs "
+	                                  "WHERE finished_at IS NOT NULL GROUP BY p ORDER BY p",
+	                                  "")
+	                 : tf_store_query(st,
+	                                  "SELECT 'default', count(*), "
+	                                  "sum(COALESCE(slice_seconds, 0)), "
+	                                  "sum(COALESCE(slice_seconds, 0) * chips) FROM slice_jobs "
+	                                  "WHERE finished_at IS NOT NULL HAVING count(*) > 0",
+	                                  "");
 	if (!q) {
 		rc = -EIO;
 		goto out;
 	}
 	while ((rc = tf_stmt_step(q)) == 1)
-		json_array_append_new(projects,
-				      json_pack("{s:s?, s:I, s:f, s:f}", "project", tf_stmt_text(q, 0),
-						"attempts", (json_int_t)tf_stmt_int(q, 1),
-						"slice_seconds", tf_stmt_double(q, 2), "chip_seconds",
-						tf_stmt_double(q, 3)));
+		json_array_append_new(projects, json_pack("{s:s?, s:I, s:f, s:f}", "project",
+		                                          tf_stmt_text(q, 0), "attempts",
+		                                          (json_int_t)tf_stmt_int(q, 1),
+		                                          "slice_seconds", tf_stmt_double(q, 2),
+		                                          "chip_seconds", tf_stmt_double(q, 3)));
 	tf_stmt_done(q);
 	if (rc < 0)
 		goto out;
 	rc = 0;
 	*out = json_pack("{s:o, s:o, s:f, s:f}", "runs", runs, "projects", projects,
-			 "slice_seconds", total_s, "chip_seconds", total_c);
+	                 "slice_seconds", total_s, "chip_seconds", total_c);
 	runs = projects = NULL;
 out:
 	json_decref(runs);
@@ -352,12 +354,13 @@ static int pool_for_row(struct tf_sched *s, const struct open_row *r, char *err,
 /* Adds the configured pools, each named after its generation ("v4"; a second v4 pool
  * "v4-2"), as the engine names the pool it schedules a generation on. */
 static int add_pools(struct tf_sched *s, const char *const *pools, int npools, char *err,
-		     size_t errlen)
+                     size_t errlen)
 {
 	char envbuf[1024], def[64];
 	const char *specs[32];
 	if (npools <= 0) {
-		npools = tf_slices_env_pools(envbuf, sizeof(envbuf), specs, (int)TF_ARRAY_LEN(specs));
+		npools =
+		    tf_slices_env_pools(envbuf, sizeof(envbuf), specs, (int)TF_ARRAY_LEN(specs));
 		if (npools == 0) {
 			tf_sched_default_pool("v4", def, sizeof(def));
 			specs[npools++] = def;
@@ -388,11 +391,11 @@ static int add_pools(struct tf_sched *s, const char *const *pools, int npools, c
 static void skip(json_t *skipped, const struct open_row *r, const char *why)
 {
 	json_array_append_new(skipped, json_pack("{s:s?, s:s?, s:i, s:s}", "run", r->run, "step",
-						 r->step, "attempt", r->attempt, "reason", why));
+	                                         r->step, "attempt", r->attempt, "reason", why));
 }
 
 int tf_slices_view_load(const char *home, const char *const *pools, int npools, double now,
-			struct tf_slices_view *out, char *err, size_t errlen)
+                        struct tf_slices_view *out, char *err, size_t errlen)
 {
 	struct tf_sched *s = NULL;
 	struct tf_store *st = NULL;
@@ -413,7 +416,7 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 	rc = 0;
 	if (access(path, F_OK) != 0) {
 		acct = json_pack("{s:[], s:[], s:f, s:f}", "runs", "projects", "slice_seconds", 0.0,
-				 "chip_seconds", 0.0);
+		                 "chip_seconds", 0.0);
 		free(path);
 		path = NULL;
 		goto done;
@@ -429,7 +432,7 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 		rc = accounting(st, version, &acct);
 	if (rc) {
 		snprintf(err, errlen, "cannot read slice jobs from '%s': %s", path,
-			 tf_store_errmsg(st));
+		         tf_store_errmsg(st));
 		goto out;
 	}
 	for (size_t i = 0; i < nrows; i++) {
@@ -443,12 +446,12 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 		if (!r->has_box) {
 			double w = now > r->queued_at ? now - r->queued_at : 0;
 			json_array_append_new(
-				waiting, json_pack("{s:s, s:s, s:i, s:s, s:i, s:f, s:f, s:s}", "run",
-						   r->run, "step", r->step, "attempt", r->attempt,
-						   "slice", r->slice, "chips", r->chips, "queued_at",
-						   r->queued_at, "waiting_seconds", w, "reason",
-						   r->wait_reason ? r->wait_reason
-								  : "waiting for its run's scheduler"));
+			    waiting, json_pack("{s:s, s:s, s:i, s:s, s:i, s:f, s:f, s:s}", "run",
+			                       r->run, "step", r->step, "attempt", r->attempt,
+			                       "slice", r->slice, "chips", r->chips, "queued_at",
+			                       r->queued_at, "waiting_seconds", w, "reason",
+			                       r->wait_reason ? r->wait_reason
+			                                      : "waiting for its run's scheduler"));
 			continue;
 		}
 		int pool = pool_for_row(s, r, perr, sizeof(perr));
@@ -459,38 +462,43 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 		}
 		char name[256];
 		snprintf(name, sizeof(name), "%s/%s", r->run, r->step);
-		struct tf_sched_job_spec js = { .name = name, .run = r->run, .project = r->project,
-						.slice = r->slice, .priority = r->priority,
-						.preemptible = 1 };
+		struct tf_sched_job_spec js = {.name = name,
+		                               .run = r->run,
+		                               .project = r->project,
+		                               .slice = r->slice,
+		                               .priority = r->priority,
+		                               .preemptible = 1};
 		int id = 0;
 		/* the view's scheduler clock: seconds relative to now (0), so that times it
 		 * prints (reservations) read as "from now" */
 		int prc = tf_sched_place_at(s, pool, &r->box, &js, r->started_at - now, &id, perr,
-					    sizeof(perr));
+		                            sizeof(perr));
 		if (prc < 0) {
 			snprintf(why, sizeof(why), "%s%s", perr,
-				 prc == -EBUSY ? " (each 'tpuflow run' process schedules on its own "
-						 "pool, so two runs can pick the same chips)"
-					       : "");
+			         prc == -EBUSY
+			             ? " (each 'tpuflow run' process schedules on its own "
+			               "pool, so two runs can pick the same chips)"
+			             : "");
 			skip(skipped, r, why);
 			continue;
 		}
 		double secs = now > r->started_at ? now - r->started_at : 0;
 		json_t *j = json_pack(
-			"{s:s, s:s, s:i, s:i, s:s, s:s, s:s, s:{s:[i,i,i], s:[i,i,i]}, s:i, s:s, "
-			"s:f, s:f, s:f, s:f}",
-			"run", r->run, "step", r->step, "attempt", r->attempt, "job", id, "slice",
-			r->slice, "pool", tf_sched_pool_name(s, pool), "pool_spec", r->pool_spec,
-			"box", "origin", r->box.origin[0], r->box.origin[1], r->box.origin[2],
-			"shape", r->box.shape[0], r->box.shape[1], r->box.shape[2], "chips", r->chips,
-			"project", r->project, "started_at", r->started_at, "running_seconds", secs,
-			"slice_seconds", secs, "chip_seconds", secs * r->chips);
+		    "{s:s, s:s, s:i, s:i, s:s, s:s, s:s, s:{s:[i,i,i], s:[i,i,i]}, s:i, s:s, "
+		    "s:f, s:f, s:f, s:f}",
+		    "run", r->run, "step", r->step, "attempt", r->attempt, "job", id, "slice",
+		    r->slice, "pool", tf_sched_pool_name(s, pool), "pool_spec", r->pool_spec, "box",
+		    "origin", r->box.origin[0], r->box.origin[1], r->box.origin[2], "shape",
+		    r->box.shape[0], r->box.shape[1], r->box.shape[2], "chips", r->chips, "project",
+		    r->project, "started_at", r->started_at, "running_seconds", secs,
+		    "slice_seconds", secs, "chip_seconds", secs * r->chips);
 		json_array_append_new(running, j);
 	}
 done:
 	out->sched = s;
-	out->recorded = json_pack("{s:s?, s:o, s:o, s:o, s:o}", "database", path, "running",
-				  running, "waiting", waiting, "skipped", skipped, "accounting", acct);
+	out->recorded =
+	    json_pack("{s:s?, s:o, s:o, s:o, s:o}", "database", path, "running", running, "waiting",
+	              waiting, "skipped", skipped, "accounting", acct);
 	s = NULL;
 	running = waiting = skipped = acct = NULL;
 	rc = 0;

@@ -28,24 +28,24 @@ int tf_slices_pool_for(const char *gen, char *spec, size_t len);
 
 /* Where one train attempt was placed (all strings borrowed for the call). */
 struct tf_slice_placement {
-	const char *run, *step;  /* run id and step name */
-	int attempt;             /* attempt number (1, 2, ...) */
-	const char *slice;       /* slice type asked for, e.g. "v4-8" */
-	const char *pool;        /* pool name in the run's scheduler, e.g. "v4" */
-	const char *pool_spec;   /* that pool, e.g. "v4:4x4x8" */
-	struct tf_box box;       /* the chips: origin and extents as placed */
-	int chips;               /* chips in the box */
-	const char *project;     /* scheduler project, NULL: "default" */
-	int priority;            /* scheduler priority */
-	double started_at;       /* wall-clock time the slice was taken */
+	const char *run, *step; /* run id and step name */
+	int attempt;            /* attempt number (1, 2, ...) */
+	const char *slice;      /* slice type asked for, e.g. "v4-8" */
+	const char *pool;       /* pool name in the run's scheduler, e.g. "v4" */
+	const char *pool_spec;  /* that pool, e.g. "v4:4x4x8" */
+	struct tf_box box;      /* the chips: origin and extents as placed */
+	int chips;              /* chips in the box */
+	const char *project;    /* scheduler project, NULL: "default" */
+	int priority;           /* scheduler priority */
+	double started_at;      /* wall-clock time the slice was taken */
 };
 
 /* Records a placement as a slice_jobs row with finished_at NULL; *id receives the row id. */
 int tf_slice_job_started(struct tf_store *st, const struct tf_slice_placement *p, int64_t *id);
 /* Records a request not placed yet (p's pool, box and started_at are ignored; chips is what
  * it needs): a row without a box, queued_at = `queued_at`; *id receives the row id. */
-int tf_slice_job_queued(struct tf_store *st, const struct tf_slice_placement *p,
-			double queued_at, int64_t *id);
+int tf_slice_job_queued(struct tf_store *st, const struct tf_slice_placement *p, double queued_at,
+                        int64_t *id);
 /* Why a queued request still waits (the run's scheduler's words), for people. */
 int tf_slice_job_waiting(struct tf_store *st, int64_t id, const char *reason);
 /* The queued request was placed: fills in pool, box, chips and started_at. */
@@ -55,7 +55,7 @@ int tf_slice_job_forget(struct tf_store *st, int64_t id);
 /* Completes the row: when the slice was released and the seconds it was held. -ENOENT for no
  * such row. */
 int tf_slice_job_finished(struct tf_store *st, int64_t id, double finished_at,
-			  double slice_seconds);
+                          double slice_seconds);
 
 /* Closes the rows a run's earlier process left open (it died; the run is being resumed):
  * requests never placed are deleted, placed ones get finished_at = `at` and slice_seconds
@@ -70,8 +70,8 @@ struct tf_slices_view {
 	/* {database: path or null, running: [{run, step, attempt, job, slice, pool, pool_spec,
 	 *  box: {origin, shape}, chips, started_at, running_seconds, slice_seconds,
 	 *  chip_seconds}], waiting: [{run, step, attempt, slice, chips, queued_at,
-	 *  waiting_seconds, reason}], skipped: [{run, step, attempt, reason}], accounting: {runs: [{run,
-	 *  pipeline, attempts, slice_seconds, chip_seconds}], projects: [{project, attempts,
+	 *  waiting_seconds, reason}], skipped: [{run, step, attempt, reason}], accounting: {runs:
+	 * [{run, pipeline, attempts, slice_seconds, chip_seconds}], projects: [{project, attempts,
 	 *  slice_seconds, chip_seconds}], slice_seconds, chip_seconds}} (owned) */
 	json_t *recorded;
 };
@@ -85,7 +85,7 @@ struct tf_slices_view {
  * without a database shows the pools only (nothing is created). Returns 0, -EINVAL with err
  * for a bad pool spec, or a store error with err. */
 int tf_slices_view_load(const char *home, const char *const *pools, int npools, double now,
-			struct tf_slices_view *out, char *err, size_t errlen);
+                        struct tf_slices_view *out, char *err, size_t errlen);
 void tf_slices_view_release(struct tf_slices_view *v);
 
 #endif

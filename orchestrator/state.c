@@ -43,16 +43,16 @@
 #include <unistd.h>
 
 static const char *const run_names[TF_RUN_STATE_LAST] = {
-	"pending", "running", "succeeded", "failed", "interrupted",
+    "pending", "running", "succeeded", "failed", "interrupted",
 };
 static const char *const step_names[TF_STEP_STATE_LAST] = {
-	"pending", "running", "retrying", "succeeded", "cached", "skipped", "failed",
+    "pending", "running", "retrying", "succeeded", "cached", "skipped", "failed",
 };
 static const char *const attempt_names[TF_ATTEMPT_STATE_LAST] = {
-	"running", "succeeded", "failed", "cancelled", "lost",
+    "running", "succeeded", "failed", "cancelled", "lost",
 };
 static const char *const failure_names[TF_FAIL_LAST] = {
-	"none", "error", "timeout", "preempted", "infra", "cancelled",
+    "none", "error", "timeout", "preempted", "infra", "cancelled",
 };
 
 const char *tf_run_state_name(enum tf_run_state s)
@@ -133,12 +133,12 @@ int tf_step_state_final(enum tf_step_state s)
 int tf_run_transition_ok(enum tf_run_state from, enum tf_run_state to)
 {
 	static const unsigned allowed[TF_RUN_STATE_LAST] = {
-		[TF_RUN_PENDING] = BIT(TF_RUN_RUNNING),
-		[TF_RUN_RUNNING] = BIT(TF_RUN_SUCCEEDED) | BIT(TF_RUN_FAILED) |
-				   BIT(TF_RUN_INTERRUPTED) | BIT(TF_RUN_RUNNING),
-		[TF_RUN_SUCCEEDED] = 0,
-		[TF_RUN_FAILED] = BIT(TF_RUN_RUNNING),
-		[TF_RUN_INTERRUPTED] = BIT(TF_RUN_RUNNING),
+	    [TF_RUN_PENDING] = BIT(TF_RUN_RUNNING),
+	    [TF_RUN_RUNNING] = BIT(TF_RUN_SUCCEEDED) | BIT(TF_RUN_FAILED) |
+	                       BIT(TF_RUN_INTERRUPTED) | BIT(TF_RUN_RUNNING),
+	    [TF_RUN_SUCCEEDED] = 0,
+	    [TF_RUN_FAILED] = BIT(TF_RUN_RUNNING),
+	    [TF_RUN_INTERRUPTED] = BIT(TF_RUN_RUNNING),
 	};
 	if ((unsigned)from >= TF_RUN_STATE_LAST || (unsigned)to >= TF_RUN_STATE_LAST)
 		return 0;
@@ -148,16 +148,15 @@ int tf_run_transition_ok(enum tf_run_state from, enum tf_run_state to)
 int tf_step_transition_ok(enum tf_step_state from, enum tf_step_state to)
 {
 	static const unsigned allowed[TF_STEP_STATE_LAST] = {
-		[TF_STEP_PENDING] = BIT(TF_STEP_RUNNING) | BIT(TF_STEP_CACHED) |
-				    BIT(TF_STEP_SKIPPED) | BIT(TF_STEP_FAILED),
-		[TF_STEP_RUNNING] = BIT(TF_STEP_SUCCEEDED) | BIT(TF_STEP_RETRYING) |
-				    BIT(TF_STEP_FAILED) | BIT(TF_STEP_PENDING),
-		[TF_STEP_RETRYING] = BIT(TF_STEP_RUNNING) | BIT(TF_STEP_PENDING) |
-				     BIT(TF_STEP_FAILED),
-		[TF_STEP_SUCCEEDED] = 0,
-		[TF_STEP_CACHED] = 0,
-		[TF_STEP_SKIPPED] = BIT(TF_STEP_PENDING),
-		[TF_STEP_FAILED] = BIT(TF_STEP_PENDING),
+	    [TF_STEP_PENDING] = BIT(TF_STEP_RUNNING) | BIT(TF_STEP_CACHED) | BIT(TF_STEP_SKIPPED) |
+	                        BIT(TF_STEP_FAILED),
+	    [TF_STEP_RUNNING] = BIT(TF_STEP_SUCCEEDED) | BIT(TF_STEP_RETRYING) |
+	                        BIT(TF_STEP_FAILED) | BIT(TF_STEP_PENDING),
+	    [TF_STEP_RETRYING] = BIT(TF_STEP_RUNNING) | BIT(TF_STEP_PENDING) | BIT(TF_STEP_FAILED),
+	    [TF_STEP_SUCCEEDED] = 0,
+	    [TF_STEP_CACHED] = 0,
+	    [TF_STEP_SKIPPED] = BIT(TF_STEP_PENDING),
+	    [TF_STEP_FAILED] = BIT(TF_STEP_PENDING),
 	};
 	if ((unsigned)from >= TF_STEP_STATE_LAST || (unsigned)to >= TF_STEP_STATE_LAST)
 		return 0;
@@ -171,26 +170,26 @@ int tf_attempt_transition_ok(enum tf_attempt_state from, enum tf_attempt_state t
 }
 
 static int add_event(struct tf_store *st, const char *run, const char *step, int attempt,
-		     const char *kind, const char *from, const char *to, const char *message)
+                     const char *kind, const char *from, const char *to, const char *message)
 {
 	return tf_store_run(st,
-			    "INSERT INTO events(run_id, id, at, step, attempt, kind, from_state, "
-			    "to_state, message) VALUES(?1, "
-			    "(SELECT coalesce(max(id), 0) + 1 FROM events WHERE run_id=?1), "
-			    "?2, ?3, nullif(?4, 0), ?5, ?6, ?7, ?8)",
-			    "tdtitttt", run, tf_now_wall(), step, (int64_t)(attempt > 0 ? attempt : 0),
-			    kind, from, to, message);
+	                    "INSERT INTO events(run_id, id, at, step, attempt, kind, from_state, "
+	                    "to_state, message) VALUES(?1, "
+	                    "(SELECT coalesce(max(id), 0) + 1 FROM events WHERE run_id=?1), "
+	                    "?2, ?3, nullif(?4, 0), ?5, ?6, ?7, ?8)",
+	                    "tdtitttt", run, tf_now_wall(), step,
+	                    (int64_t)(attempt > 0 ? attempt : 0), kind, from, to, message);
 }
 
 static int add_event_noattempt(struct tf_store *st, const char *run, const char *step,
-			       const char *kind, const char *from, const char *to,
-			       const char *message)
+                               const char *kind, const char *from, const char *to,
+                               const char *message)
 {
 	return add_event(st, run, step, 0, kind, from, to, message);
 }
 
 int tf_event_add(struct tf_store *st, const char *run, const char *step, int attempt,
-		 const char *kind, const char *message)
+                 const char *kind, const char *message)
 {
 	int own, rc = tf_store_join(st, &own);
 	if (rc)
@@ -203,7 +202,7 @@ static void make_run_id(char out[32])
 {
 	time_t t = time(NULL);
 	struct tm tm;
-	unsigned char rnd[3] = { 0 };
+	unsigned char rnd[3] = {0};
 	FILE *f = fopen("/dev/urandom", "rb");
 	if (!f || fread(rnd, 1, sizeof(rnd), f) != sizeof(rnd)) {
 		unsigned v = (unsigned)getpid() ^ (unsigned)(tf_now_monotonic() * 1e6);
@@ -219,9 +218,9 @@ static void make_run_id(char out[32])
 }
 
 int tf_run_create(struct tf_store *st, const char *pipeline_name, const char *source,
-		  const char *path, const char *params_json, const char *storage,
-		  const struct tf_run_step_def *steps, size_t nsteps, const char *retry_of,
-		  char run_id[32])
+                  const char *path, const char *params_json, const char *storage,
+                  const struct tf_run_step_def *steps, size_t nsteps, const char *retry_of,
+                  char run_id[32])
 {
 	char digest[65], id[32];
 	int64_t pid = 0;
@@ -234,25 +233,27 @@ int tf_run_create(struct tf_store *st, const char *pipeline_name, const char *so
 	rc = tf_store_join(st, &own);
 	if (rc)
 		return rc;
-	rc = tf_store_run(st,
-			  "INSERT INTO pipelines(name, digest, path, source, created_at) "
-			  "VALUES(?,?,?,?,?) ON CONFLICT(name, digest) DO UPDATE SET path=excluded.path",
-			  "ttttd", pipeline_name, digest, path, source, tf_now_wall());
+	rc = tf_store_run(
+	    st,
+	    "INSERT INTO pipelines(name, digest, path, source, created_at) "
+	    "VALUES(?,?,?,?,?) ON CONFLICT(name, digest) DO UPDATE SET path=excluded.path",
+	    "ttttd", pipeline_name, digest, path, source, tf_now_wall());
 	if (rc == 0)
 		rc = tf_store_query_int(st, &pid,
-					"SELECT id FROM pipelines WHERE name=? AND digest=?", "tt",
-					pipeline_name, digest);
+		                        "SELECT id FROM pipelines WHERE name=? AND digest=?", "tt",
+		                        pipeline_name, digest);
 	if (rc == 0)
-		rc = tf_store_run(st,
-				  "INSERT INTO runs(id, pipeline_id, pipeline, state, params, storage, "
-				  "retry_of, created_at) VALUES(?,?,?,'pending',?,?,?,?)",
-				  "tittttd", id, pid, pipeline_name, params_json ? params_json : "{}",
-				  storage, retry_of, tf_now_wall());
+		rc = tf_store_run(
+		    st,
+		    "INSERT INTO runs(id, pipeline_id, pipeline, state, params, storage, "
+		    "retry_of, created_at) VALUES(?,?,?,'pending',?,?,?,?)",
+		    "tittttd", id, pid, pipeline_name, params_json ? params_json : "{}", storage,
+		    retry_of, tf_now_wall());
 	for (size_t i = 0; rc == 0 && i < nsteps; i++)
 		rc = tf_store_run(st,
-				  "INSERT INTO steps(run_id, name, idx, type, state) "
-				  "VALUES(?,?,?,?,'pending')",
-				  "ttit", id, steps[i].name, (int64_t)i, steps[i].type);
+		                  "INSERT INTO steps(run_id, name, idx, type, state) "
+		                  "VALUES(?,?,?,?,'pending')",
+		                  "ttit", id, steps[i].name, (int64_t)i, steps[i].type);
 	if (rc == 0)
 		rc = add_event_noattempt(st, id, NULL, "run", NULL, "pending", pipeline_name);
 	rc = tf_store_leave(st, own, rc);
@@ -272,8 +273,7 @@ int tf_run_get_state(struct tf_store *st, const char *run, enum tf_run_state *ou
 	return rc;
 }
 
-int tf_run_set_state(struct tf_store *st, const char *run, enum tf_run_state to,
-		     const char *error)
+int tf_run_set_state(struct tf_store *st, const char *run, enum tf_run_state to, const char *error)
 {
 	enum tf_run_state from;
 	int own, rc = tf_store_join(st, &own);
@@ -284,7 +284,7 @@ int tf_run_set_state(struct tf_store *st, const char *run, enum tf_run_state to,
 		goto out;
 	if (!tf_run_transition_ok(from, to)) {
 		tf_error("run '%s': transition %s -> %s refused", run, tf_run_state_name(from),
-			 tf_run_state_name(to));
+		         tf_run_state_name(to));
 		rc = -EINVAL;
 		goto out;
 	}
@@ -292,28 +292,27 @@ int tf_run_set_state(struct tf_store *st, const char *run, enum tf_run_state to,
 	int final = to == TF_RUN_SUCCEEDED || to == TF_RUN_FAILED || to == TF_RUN_INTERRUPTED;
 	if (to == TF_RUN_RUNNING)
 		rc = tf_store_run(st,
-				  "UPDATE runs SET state=?, error=NULL, pid=?, finished_at=NULL, "
-				  "started_at=coalesce(started_at, ?) WHERE id=?",
-				  "tidt", tf_run_state_name(to), (int64_t)getpid(), now, run);
+		                  "UPDATE runs SET state=?, error=NULL, pid=?, finished_at=NULL, "
+		                  "started_at=coalesce(started_at, ?) WHERE id=?",
+		                  "tidt", tf_run_state_name(to), (int64_t)getpid(), now, run);
 	else
 		rc = tf_store_run(st,
-				  "UPDATE runs SET state=?, error=?, pid=NULL, "
-				  "finished_at=CASE WHEN ? THEN ? ELSE finished_at END WHERE id=?",
-				  "ttidt", tf_run_state_name(to), final ? error : NULL, (int64_t)final,
-				  now, run);
+		                  "UPDATE runs SET state=?, error=?, pid=NULL, "
+		                  "finished_at=CASE WHEN ? THEN ? ELSE finished_at END WHERE id=?",
+		                  "ttidt", tf_run_state_name(to), final ? error : NULL,
+		                  (int64_t) final, now, run);
 	if (rc == 0)
 		rc = add_event_noattempt(st, run, NULL, "run", tf_run_state_name(from),
-					 tf_run_state_name(to), error);
+		                         tf_run_state_name(to), error);
 out:
 	return tf_store_leave(st, own, rc);
 }
 
 int tf_step_get_state(struct tf_store *st, const char *run, const char *step,
-		      enum tf_step_state *state, int *attempts)
+                      enum tf_step_state *state, int *attempts)
 {
-	struct tf_stmt *s =
-		tf_store_query(st, "SELECT state, attempts FROM steps WHERE run_id=? AND name=?",
-			       "tt", run, step);
+	struct tf_stmt *s = tf_store_query(
+	    st, "SELECT state, attempts FROM steps WHERE run_id=? AND name=?", "tt", run, step);
 	if (!s)
 		return -EIO;
 	int rc = tf_stmt_step(s);
@@ -332,8 +331,8 @@ int tf_step_get_state(struct tf_store *st, const char *run, const char *step,
 	return rc;
 }
 
-int tf_step_set_state(struct tf_store *st, const char *run, const char *step,
-		      enum tf_step_state to, const struct tf_step_update *u)
+int tf_step_set_state(struct tf_store *st, const char *run, const char *step, enum tf_step_state to,
+                      const struct tf_step_update *u)
 {
 	static const struct tf_step_update none;
 	enum tf_step_state from;
@@ -347,47 +346,47 @@ int tf_step_set_state(struct tf_store *st, const char *run, const char *step,
 		goto out;
 	if (!tf_step_transition_ok(from, to)) {
 		tf_error("run '%s' step '%s': transition %s -> %s refused", run, step,
-			 tf_step_state_name(from), tf_step_state_name(to));
+		         tf_step_state_name(from), tf_step_state_name(to));
 		rc = -EINVAL;
 		goto out;
 	}
 	double now = tf_now_wall();
 	int final = tf_step_state_final(to);
 	rc = tf_store_run(
-		st,
-		"UPDATE steps SET state=?1, reason=?2, outputs=coalesce(?3, outputs), "
-		"metrics=coalesce(?4, metrics), with_json=coalesce(?5, with_json), "
-		"cache_key=coalesce(?6, cache_key), cache_hit=?7, "
-		"attempts=attempts + (?1 = 'running'), "
-		"next_attempt_at=CASE WHEN ?1 = 'retrying' THEN ?8 ELSE NULL END, "
-		"started_at=CASE WHEN ?1 IN ('running','cached') AND started_at IS NULL THEN ?9 "
-		"WHEN ?1 = 'pending' THEN NULL ELSE started_at END, "
-		"finished_at=CASE WHEN ?10 THEN ?9 ELSE NULL END "
-		"WHERE run_id=?11 AND name=?12",
-		"ttttttidditt", tf_step_state_name(to), u->reason, u->outputs, u->metrics,
-		u->with_json, u->cache_key, (int64_t)(to == TF_STEP_CACHED || u->cache_hit),
-		u->next_attempt_at, now, (int64_t)final, run, step);
+	    st,
+	    "UPDATE steps SET state=?1, reason=?2, outputs=coalesce(?3, outputs), "
+	    "metrics=coalesce(?4, metrics), with_json=coalesce(?5, with_json), "
+	    "cache_key=coalesce(?6, cache_key), cache_hit=?7, "
+	    "attempts=attempts + (?1 = 'running'), "
+	    "next_attempt_at=CASE WHEN ?1 = 'retrying' THEN ?8 ELSE NULL END, "
+	    "started_at=CASE WHEN ?1 IN ('running','cached') AND started_at IS NULL THEN ?9 "
+	    "WHEN ?1 = 'pending' THEN NULL ELSE started_at END, "
+	    "finished_at=CASE WHEN ?10 THEN ?9 ELSE NULL END "
+	    "WHERE run_id=?11 AND name=?12",
+	    "ttttttidditt", tf_step_state_name(to), u->reason, u->outputs, u->metrics, u->with_json,
+	    u->cache_key, (int64_t)(to == TF_STEP_CACHED || u->cache_hit), u->next_attempt_at, now,
+	    (int64_t) final, run, step);
 	if (rc == 0)
 		rc = add_event_noattempt(st, run, step, "step", tf_step_state_name(from),
-					 tf_step_state_name(to), u->reason);
+		                         tf_step_state_name(to), u->reason);
 out:
 	return tf_store_leave(st, own, rc);
 }
 
 int tf_step_set_progress(struct tf_store *st, const char *run, const char *step,
-			 const char *json_line)
+                         const char *json_line)
 {
 	return tf_store_run(st, "UPDATE steps SET progress=? WHERE run_id=? AND name=?", "ttt",
-			    json_line, run, step);
+	                    json_line, run, step);
 }
 
 int tf_step_add_slice(struct tf_store *st, const char *run, const char *step, const char *slice,
-		      double seconds)
+                      double seconds)
 {
 	return tf_store_run(st,
-			    "UPDATE steps SET slice=coalesce(?, slice), "
-			    "slice_seconds=slice_seconds + ? WHERE run_id=? AND name=?",
-			    "tdtt", slice, seconds, run, step);
+	                    "UPDATE steps SET slice=coalesce(?, slice), "
+	                    "slice_seconds=slice_seconds + ? WHERE run_id=? AND name=?",
+	                    "tdtt", slice, seconds, run, step);
 }
 
 int tf_attempt_create(struct tf_store *st, const char *run, const char *step, int n)
@@ -396,18 +395,18 @@ int tf_attempt_create(struct tf_store *st, const char *run, const char *step, in
 	if (rc)
 		return rc;
 	rc = tf_store_run(st,
-			  "INSERT INTO attempts(run_id, step, n, state, started_at) "
-			  "VALUES(?,?,?,'running',?)",
-			  "ttid", run, step, (int64_t)n, tf_now_wall());
+	                  "INSERT INTO attempts(run_id, step, n, state, started_at) "
+	                  "VALUES(?,?,?,'running',?)",
+	                  "ttid", run, step, (int64_t)n, tf_now_wall());
 	if (rc == 0)
 		rc = add_event(st, run, step, n, "attempt", NULL, "running", NULL);
 	return tf_store_leave(st, own, rc);
 }
 
 int tf_attempt_set_state(struct tf_store *st, const char *run, const char *step, int n,
-			 enum tf_attempt_state to, const struct tf_attempt_result *r)
+                         enum tf_attempt_state to, const struct tf_attempt_result *r)
 {
-	static const struct tf_attempt_result none = { .exit_code = -1 };
+	static const struct tf_attempt_result none = {.exit_code = -1};
 	enum tf_attempt_state from;
 	char *cur = NULL;
 	int own, rc = tf_store_join(st, &own);
@@ -416,8 +415,8 @@ int tf_attempt_set_state(struct tf_store *st, const char *run, const char *step,
 	if (!r)
 		r = &none;
 	rc = tf_store_query_text(st, &cur,
-				 "SELECT state FROM attempts WHERE run_id=? AND step=? AND n=?",
-				 "tti", run, step, (int64_t)n);
+	                         "SELECT state FROM attempts WHERE run_id=? AND step=? AND n=?",
+	                         "tti", run, step, (int64_t)n);
 	if (rc)
 		goto out;
 	rc = attempt_state_parse(cur, &from);
@@ -425,25 +424,25 @@ int tf_attempt_set_state(struct tf_store *st, const char *run, const char *step,
 		goto out;
 	if (!tf_attempt_transition_ok(from, to)) {
 		tf_error("run '%s' step '%s' attempt %d: transition %s -> %s refused", run, step, n,
-			 tf_attempt_state_name(from), tf_attempt_state_name(to));
+		         tf_attempt_state_name(from), tf_attempt_state_name(to));
 		rc = -EINVAL;
 		goto out;
 	}
-	const char *fc = to == TF_ATTEMPT_SUCCEEDED ? NULL
-			 : r->failure != TF_FAIL_NONE ? tf_failure_name(r->failure)
-			 : to == TF_ATTEMPT_CANCELLED ? "cancelled"
-			 : to == TF_ATTEMPT_LOST	      ? "infra"
-							      : "error";
+	const char *fc = to == TF_ATTEMPT_SUCCEEDED   ? NULL
+	                 : r->failure != TF_FAIL_NONE ? tf_failure_name(r->failure)
+	                 : to == TF_ATTEMPT_CANCELLED ? "cancelled"
+	                 : to == TF_ATTEMPT_LOST      ? "infra"
+	                                              : "error";
 	rc = tf_store_run(st,
-			  "UPDATE attempts SET state=?1, failure_class=?2, "
-			  "exit_code=CASE WHEN ?3 < 0 THEN NULL ELSE ?3 END, error=?4, "
-			  "backoff=?5, log_key=coalesce(?6, log_key), finished_at=?7 "
-			  "WHERE run_id=?8 AND step=?9 AND n=?10",
-			  "ttitdtdtti", tf_attempt_state_name(to), fc, (int64_t)r->exit_code, r->error, r->backoff, r->log_key, tf_now_wall(), run, step,
-			  (int64_t)n);
+	                  "UPDATE attempts SET state=?1, failure_class=?2, "
+	                  "exit_code=CASE WHEN ?3 < 0 THEN NULL ELSE ?3 END, error=?4, "
+	                  "backoff=?5, log_key=coalesce(?6, log_key), finished_at=?7 "
+	                  "WHERE run_id=?8 AND step=?9 AND n=?10",
+	                  "ttitdtdtti", tf_attempt_state_name(to), fc, (int64_t)r->exit_code,
+	                  r->error, r->backoff, r->log_key, tf_now_wall(), run, step, (int64_t)n);
 	if (rc == 0)
 		rc = add_event(st, run, step, n, "attempt", tf_attempt_state_name(from),
-			       tf_attempt_state_name(to), r->error);
+		               tf_attempt_state_name(to), r->error);
 out:
 	free(cur);
 	return tf_store_leave(st, own, rc);
@@ -476,13 +475,13 @@ static json_t *text_or_null(struct tf_stmt *s, int col)
 int tf_runs_list(struct tf_store *st, int limit, json_t **out)
 {
 	struct tf_stmt *s = tf_store_query(
-		st,
-		"SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
-		"(SELECT count(*) FROM steps WHERE run_id=r.id), "
-		"(SELECT count(*) FROM steps WHERE run_id=r.id AND state IN "
-		"('succeeded','cached','skipped')), r.error "
-		"FROM runs r ORDER BY r.created_at DESC, r.id DESC LIMIT ?",
-		"i", (int64_t)(limit > 0 ? limit : -1));
+	    st,
+	    "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
+	    "(SELECT count(*) FROM steps WHERE run_id=r.id), "
+	    "(SELECT count(*) FROM steps WHERE run_id=r.id AND state IN "
+	    "('succeeded','cached','skipped')), r.error "
+	    "FROM runs r ORDER BY r.created_at DESC, r.id DESC LIMIT ?",
+	    "i", (int64_t)(limit > 0 ? limit : -1));
 	if (!s)
 		return -EIO;
 	json_t *arr = json_array();
@@ -514,10 +513,10 @@ int tf_runs_list(struct tf_store *st, int limit, json_t **out)
 static int attempts_json(struct tf_store *st, const char *run, json_t **out)
 {
 	struct tf_stmt *s = tf_store_query(
-		st,
-		"SELECT step, n, state, failure_class, exit_code, error, backoff, log_key, "
-		"started_at, finished_at FROM attempts WHERE run_id=? ORDER BY step, n",
-		"t", run);
+	    st,
+	    "SELECT step, n, state, failure_class, exit_code, error, backoff, log_key, "
+	    "started_at, finished_at FROM attempts WHERE run_id=? ORDER BY step, n",
+	    "t", run);
 	if (!s)
 		return -EIO;
 	json_t *by_step = json_object(), *arr = NULL;
@@ -557,10 +556,10 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 {
 	json_t *doc = NULL, *steps = NULL;
 	struct tf_stmt *s = tf_store_query(
-		st,
-		"SELECT id, pipeline, state, params, storage, error, retry_of, created_at, "
-		"started_at, finished_at, pid FROM runs WHERE id=?",
-		"t", run);
+	    st,
+	    "SELECT id, pipeline, state, params, storage, error, retry_of, created_at, "
+	    "started_at, finished_at, pid FROM runs WHERE id=?",
+	    "t", run);
 	if (!s)
 		return -EIO;
 	int rc = tf_stmt_step(s);
@@ -585,11 +584,12 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 	if (rc)
 		goto out;
 
-	s = tf_store_query(st,
-			   "SELECT name, type, state, attempts, reason, cache_hit, outputs, metrics, "
-			   "slice, slice_seconds, started_at, finished_at, progress, cache_key "
-			   "FROM steps WHERE run_id=? ORDER BY idx",
-			   "t", run);
+	s = tf_store_query(
+	    st,
+	    "SELECT name, type, state, attempts, reason, cache_hit, outputs, metrics, "
+	    "slice, slice_seconds, started_at, finished_at, progress, cache_key "
+	    "FROM steps WHERE run_id=? ORDER BY idx",
+	    "t", run);
 	if (!s) {
 		rc = -EIO;
 		goto out;
@@ -616,8 +616,9 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 		json_object_set_new(o, "started_at", real_or_null(s, 10));
 		json_object_set_new(o, "finished_at", real_or_null(s, 11));
 		if (!tf_stmt_is_null(s, 10) && !tf_stmt_is_null(s, 11))
-			json_object_set_new(o, "duration",
-					    json_real(tf_stmt_double(s, 11) - tf_stmt_double(s, 10)));
+			json_object_set_new(
+			    o, "duration",
+			    json_real(tf_stmt_double(s, 11) - tf_stmt_double(s, 10)));
 		json_object_set_new(o, "progress", json_or_null(tf_stmt_text(s, 12)));
 		json_object_set_new(o, "cache_key", text_or_null(s, 13));
 		json_array_append_new(steps, o);
@@ -641,39 +642,39 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 
 	/* Objects the steps produced. */
 	s = tf_store_query(st,
-			   "SELECT step, name, uri, digest, size FROM artifacts WHERE run_id=? "
-			   "ORDER BY id",
-			   "t", run);
+	                   "SELECT step, name, uri, digest, size FROM artifacts WHERE run_id=? "
+	                   "ORDER BY id",
+	                   "t", run);
 	if (!s) {
 		rc = -EIO;
 		goto out;
 	}
 	json_t *arts = json_array();
 	while ((rc = tf_stmt_step(s)) == 1)
-		json_array_append_new(arts, json_pack("{s:s, s:s, s:s, s:o, s:I}", "step",
-						      tf_stmt_text(s, 0), "name", tf_stmt_text(s, 1),
-						      "uri", tf_stmt_text(s, 2), "digest",
-						      text_or_null(s, 3), "size",
-						      (json_int_t)tf_stmt_int(s, 4)));
+		json_array_append_new(
+		    arts, json_pack("{s:s, s:s, s:s, s:o, s:I}", "step", tf_stmt_text(s, 0), "name",
+		                    tf_stmt_text(s, 1), "uri", tf_stmt_text(s, 2), "digest",
+		                    text_or_null(s, 3), "size", (json_int_t)tf_stmt_int(s, 4)));
 	tf_stmt_done(s);
 	json_object_set_new(doc, "artifacts", arts);
 	if (rc < 0)
 		goto out;
 
 	/* The model version a register step of this run made, if any. */
-	s = tf_store_query(st,
-			   "SELECT m.name, v.version, v.step FROM model_versions v "
-			   "JOIN models m ON m.id = v.model_id WHERE v.run_id=? ORDER BY v.created_at",
-			   "t", run);
+	s = tf_store_query(
+	    st,
+	    "SELECT m.name, v.version, v.step FROM model_versions v "
+	    "JOIN models m ON m.id = v.model_id WHERE v.run_id=? ORDER BY v.created_at",
+	    "t", run);
 	if (!s) {
 		rc = -EIO;
 		goto out;
 	}
 	while ((rc = tf_stmt_step(s)) == 1)
 		json_object_set_new(doc, "model",
-				    json_pack("{s:s, s:I, s:s}", "name", tf_stmt_text(s, 0),
-					      "version", (json_int_t)tf_stmt_int(s, 1), "step",
-					      tf_stmt_text(s, 2)));
+		                    json_pack("{s:s, s:I, s:s}", "name", tf_stmt_text(s, 0),
+		                              "version", (json_int_t)tf_stmt_int(s, 1), "step",
+		                              tf_stmt_text(s, 2)));
 	tf_stmt_done(s);
 	if (rc < 0)
 		goto out;
@@ -689,10 +690,10 @@ out:
 int tf_run_events(struct tf_store *st, const char *run, const char *step, json_t **out)
 {
 	struct tf_stmt *s = tf_store_query(
-		st,
-		"SELECT at, step, attempt, kind, from_state, to_state, message FROM events "
-		"WHERE run_id=?1 AND (?2 IS NULL OR step=?2) ORDER BY id",
-		"tt", run, step);
+	    st,
+	    "SELECT at, step, attempt, kind, from_state, to_state, message FROM events "
+	    "WHERE run_id=?1 AND (?2 IS NULL OR step=?2) ORDER BY id",
+	    "tt", run, step);
 	if (!s)
 		return -EIO;
 	json_t *arr = json_array();
@@ -720,9 +721,9 @@ int tf_run_events(struct tf_store *st, const char *run, const char *step, json_t
 int tf_run_pipeline_source(struct tf_store *st, const char *run, char **source, char **path)
 {
 	struct tf_stmt *s = tf_store_query(st,
-					   "SELECT p.source, p.path FROM runs r JOIN pipelines p "
-					   "ON p.id = r.pipeline_id WHERE r.id=?",
-					   "t", run);
+	                                   "SELECT p.source, p.path FROM runs r JOIN pipelines p "
+	                                   "ON p.id = r.pipeline_id WHERE r.id=?",
+	                                   "t", run);
 	if (!s)
 		return -EIO;
 	int rc = tf_stmt_step(s);
@@ -742,13 +743,13 @@ int tf_run_find(struct tf_store *st, const char *prefix, char run_id[32])
 {
 	struct tf_stmt *s;
 	if (!strcmp(prefix, "latest"))
-		s = tf_store_query(st, "SELECT id FROM runs ORDER BY created_at DESC, id DESC LIMIT 1",
-				   "");
+		s = tf_store_query(
+		    st, "SELECT id FROM runs ORDER BY created_at DESC, id DESC LIMIT 1", "");
 	else
 		s = tf_store_query(st,
-				   "SELECT id FROM runs WHERE substr(id, 1, length(?1)) = ?1 "
-				   "ORDER BY id LIMIT 2",
-				   "t", prefix);
+		                   "SELECT id FROM runs WHERE substr(id, 1, length(?1)) = ?1 "
+		                   "ORDER BY id LIMIT 2",
+		                   "t", prefix);
 	if (!s)
 		return -EIO;
 	int rc = tf_stmt_step(s), n = 0;

@@ -74,15 +74,14 @@ struct tf_run_step_def {
 	const char *type; /* step type */
 };
 int tf_run_create(struct tf_store *st, const char *pipeline_name, const char *source,
-		  const char *path, const char *params_json, const char *storage,
-		  const struct tf_run_step_def *steps, size_t nsteps, const char *retry_of,
-		  char run_id[32]);
+                  const char *path, const char *params_json, const char *storage,
+                  const struct tf_run_step_def *steps, size_t nsteps, const char *retry_of,
+                  char run_id[32]);
 
 /* Run transitions. `error` (may be NULL) is kept on failed/interrupted and cleared otherwise;
  * entering running records this process's pid. -EINVAL for a transition the diagram forbids,
  * -ENOENT for an unknown run. */
-int tf_run_set_state(struct tf_store *st, const char *run, enum tf_run_state to,
-		     const char *error);
+int tf_run_set_state(struct tf_store *st, const char *run, enum tf_run_state to, const char *error);
 int tf_run_get_state(struct tf_store *st, const char *run, enum tf_run_state *out);
 
 /* What changes with a step transition besides its state; NULL pointers leave a column as it
@@ -97,32 +96,32 @@ struct tf_step_update {
 	double next_attempt_at; /* entering retrying: wall-clock time of the next attempt */
 };
 /* Step transitions. Entering running increments the step's attempt counter. */
-int tf_step_set_state(struct tf_store *st, const char *run, const char *step,
-		      enum tf_step_state to, const struct tf_step_update *u);
+int tf_step_set_state(struct tf_store *st, const char *run, const char *step, enum tf_step_state to,
+                      const struct tf_step_update *u);
 int tf_step_get_state(struct tf_store *st, const char *run, const char *step,
-		      enum tf_step_state *state, int *attempts);
+                      enum tf_step_state *state, int *attempts);
 /* Latest progress line of a running step (not a transition: no event, throttled by callers). */
 int tf_step_set_progress(struct tf_store *st, const char *run, const char *step,
-			 const char *json_line);
+                         const char *json_line);
 /* Adds slice usage to a step (slice description, seconds). */
 int tf_step_add_slice(struct tf_store *st, const char *run, const char *step, const char *slice,
-		      double seconds);
+                      double seconds);
 
 /* A new attempt `n` (the step's attempt counter after entering running) in state running. */
 int tf_attempt_create(struct tf_store *st, const char *run, const char *step, int n);
 struct tf_attempt_result {
 	enum tf_fail_class failure; /* for failed/cancelled/lost */
-	int exit_code;           /* process exit code, or -1 */
-	const char *error;       /* message for people */
-	double backoff;          /* seconds until the next attempt, when one follows */
-	const char *log_key;     /* object-store key of its log */
+	int exit_code;              /* process exit code, or -1 */
+	const char *error;          /* message for people */
+	double backoff;             /* seconds until the next attempt, when one follows */
+	const char *log_key;        /* object-store key of its log */
 };
 int tf_attempt_set_state(struct tf_store *st, const char *run, const char *step, int n,
-			 enum tf_attempt_state to, const struct tf_attempt_result *r);
+                         enum tf_attempt_state to, const struct tf_attempt_result *r);
 
 /* Appends an event that is not a state change (kind e.g. "model", "deploy", "cache"). */
 int tf_event_add(struct tf_store *st, const char *run, const char *step, int attempt,
-		 const char *kind, const char *message);
+                 const char *kind, const char *message);
 
 /* Read models as JSON documents (caller owns *out):
  * tf_runs_list: array of {id, pipeline, state, created_at, started_at, finished_at, steps,

@@ -54,10 +54,10 @@ struct tf_stmt {
 };
 
 struct tf_store {
-	sqlite3 *db;            /* the connection */
-	char *path;             /* database file */
-	char errmsg[512];       /* last error, for people */
-	struct tf_stmt *cache;  /* prepared statements */
+	sqlite3 *db;           /* the connection */
+	char *path;            /* database file */
+	char errmsg[512];      /* last error, for people */
+	struct tf_stmt *cache; /* prepared statements */
 	size_t ncache, capcache;
 };
 
@@ -91,7 +91,7 @@ static int map_rc(int rc)
 static int fail(struct tf_store *st, int rc, const char *what)
 {
 	snprintf(st->errmsg, sizeof(st->errmsg), "database '%s': %s: %s", st->path, what,
-		 st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+	         st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
 	tf_debug("%s", st->errmsg);
 	return map_rc(rc);
 }
@@ -124,7 +124,7 @@ int tf_store_exec(struct tf_store *st, const char *sql)
 	int rc = sqlite3_exec(st->db, sql, NULL, NULL, &msg);
 	if (rc != SQLITE_OK) {
 		snprintf(st->errmsg, sizeof(st->errmsg), "database '%s': %s", st->path,
-			 msg ? msg : sqlite3_errstr(rc));
+		         msg ? msg : sqlite3_errstr(rc));
 		sqlite3_free(msg);
 		return map_rc(rc);
 	}
@@ -191,10 +191,11 @@ int tf_store_migrate(struct tf_store *st, int *applied)
 	if (rc)
 		goto out;
 	if (version > tf_migrations_count) {
-		snprintf(st->errmsg, sizeof(st->errmsg),
-			 "database '%s' has schema version %d but this tpuflow knows up to %d: use a "
-			 "newer tpuflow or another --home",
-			 st->path, version, tf_migrations_count);
+		snprintf(
+		    st->errmsg, sizeof(st->errmsg),
+		    "database '%s' has schema version %d but this tpuflow knows up to %d: use a "
+		    "newer tpuflow or another --home",
+		    st->path, version, tf_migrations_count);
 		rc = -EPROTO;
 		goto out;
 	}
@@ -223,8 +224,8 @@ int tf_store_migrate(struct tf_store *st, int *applied)
 			char inner[sizeof(st->errmsg)];
 			snprintf(inner, sizeof(inner), "%s", st->errmsg);
 			tf_store_rollback(st);
-			snprintf(st->errmsg, sizeof(st->errmsg), "migration %s failed: %.400s", m->name,
-				 inner);
+			snprintf(st->errmsg, sizeof(st->errmsg), "migration %s failed: %.400s",
+			         m->name, inner);
 			goto out;
 		}
 		rc = tf_store_commit(st);
@@ -248,8 +249,8 @@ static void wal_preallocate(struct tf_store *st)
 	int64_t page = 0;
 	if (tf_store_query_int(st, &page, "PRAGMA page_size", "") || page <= 0)
 		return;
-	off_t want = WAL_HEADER_BYTES +
-		     (off_t)WAL_PREALLOC_FRAMES * (off_t)(page + WAL_FRAME_HEADER_BYTES);
+	off_t want =
+	    WAL_HEADER_BYTES + (off_t)WAL_PREALLOC_FRAMES * (off_t)(page + WAL_FRAME_HEADER_BYTES);
 	char *wal = tf_xasprintf("%s-wal", st->path);
 	struct stat sb;
 	if (stat(wal, &sb) == 0 && sb.st_size >= want) {
@@ -267,13 +268,14 @@ static void wal_preallocate(struct tf_store *st)
 		int ok = 1;
 		while (ok && off < want) {
 			size_t n = (size_t)(want - off) < sizeof(zeros) ? (size_t)(want - off)
-									: sizeof(zeros);
+			                                                : sizeof(zeros);
 			ssize_t w = pwrite(fd, zeros, n, off);
 			ok = w > 0;
 			off += ok ? w : 0;
 		}
 		if (!ok || fdatasync(fd))
-			tf_debug("database '%s': WAL not preallocated: %s", st->path, strerror(errno));
+			tf_debug("database '%s': WAL not preallocated: %s", st->path,
+			         strerror(errno));
 	}
 	if (fd >= 0)
 		close(fd);
@@ -281,13 +283,12 @@ static void wal_preallocate(struct tf_store *st)
 	free(wal);
 }
 
-int tf_store_open(const char *path, unsigned flags, struct tf_store **out, char *err,
-		  size_t errlen)
+int tf_store_open(const char *path, unsigned flags, struct tf_store **out, char *err, size_t errlen)
 {
 	struct tf_store *st = tf_xcalloc(1, sizeof(*st));
 	int rc, version = 0;
 	int oflags = (flags & TF_STORE_READONLY) ? SQLITE_OPEN_READONLY
-						 : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+	                                         : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
 
 	st->path = tf_xstrdup(path);
 	rc = sqlite3_open_v2(path, &st->db, oflags | SQLITE_OPEN_NOMUTEX, NULL);
@@ -303,17 +304,18 @@ int tf_store_open(const char *path, unsigned flags, struct tf_store **out, char 
 			goto out;
 	}
 	rc = tf_store_exec(st, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; "
-				  "PRAGMA wal_autocheckpoint=1000"); /* = WAL_AUTOCHECKPOINT */
+	                       "PRAGMA wal_autocheckpoint=1000"); /* = WAL_AUTOCHECKPOINT */
 	if (rc)
 		goto out;
 	rc = tf_store_version(st, &version);
 	if (rc)
 		goto out;
 	if (version > tf_migrations_count) {
-		snprintf(st->errmsg, sizeof(st->errmsg),
-			 "database '%s' has schema version %d but this tpuflow knows up to %d: use a "
-			 "newer tpuflow or another --home",
-			 path, version, tf_migrations_count);
+		snprintf(
+		    st->errmsg, sizeof(st->errmsg),
+		    "database '%s' has schema version %d but this tpuflow knows up to %d: use a "
+		    "newer tpuflow or another --home",
+		    path, version, tf_migrations_count);
 		rc = -EPROTO;
 		goto out;
 	}
@@ -332,7 +334,8 @@ int tf_store_open(const char *path, unsigned flags, struct tf_store **out, char 
 out:
 	if (st) {
 		if (err && errlen)
-			snprintf(err, errlen, "%s", st->errmsg[0] ? st->errmsg : "cannot open database");
+			snprintf(err, errlen, "%s",
+			         st->errmsg[0] ? st->errmsg : "cannot open database");
 		tf_store_close(st);
 	}
 	return rc;
@@ -371,9 +374,10 @@ static int bind_va(struct tf_store *st, sqlite3_stmt *stmt, const char *types, v
 	/* A mismatch is a programming error; catch it here rather than as a confusing
 	 * constraint failure later. */
 	if ((int)strlen(types ? types : "") != sqlite3_bind_parameter_count(stmt)) {
-		snprintf(st->errmsg, sizeof(st->errmsg), "%d parameter types given for %d in: %.300s",
-			 (int)strlen(types ? types : ""), sqlite3_bind_parameter_count(stmt),
-			 sqlite3_sql(stmt));
+		snprintf(st->errmsg, sizeof(st->errmsg),
+		         "%d parameter types given for %d in: %.300s",
+		         (int)strlen(types ? types : ""), sqlite3_bind_parameter_count(stmt),
+		         sqlite3_sql(stmt));
 		tf_error("%s", st->errmsg);
 		return -EINVAL;
 	}
@@ -424,7 +428,7 @@ static struct tf_stmt *cached(struct tf_store *st, const char *sql)
 		for (size_t i = 0; i < st->ncache; i++)
 			if (st->cache[i].in_use) {
 				snprintf(st->errmsg, sizeof(st->errmsg),
-					 "statement cache full while statements are in use");
+				         "statement cache full while statements are in use");
 				sqlite3_finalize(stmt);
 				return NULL;
 			}
@@ -432,12 +436,11 @@ static struct tf_stmt *cached(struct tf_store *st, const char *sql)
 		st->cache = tf_xrealloc(st->cache, st->capcache * sizeof(*st->cache));
 	}
 	struct tf_stmt *s = &st->cache[st->ncache++];
-	*s = (struct tf_stmt){ .stmt = stmt, .sql_ptr = sql, .owner = st };
+	*s = (struct tf_stmt){.stmt = stmt, .sql_ptr = sql, .owner = st};
 	return s;
 }
 
-static struct tf_stmt *query_va(struct tf_store *st, const char *sql, const char *types,
-				va_list ap)
+static struct tf_stmt *query_va(struct tf_store *st, const char *sql, const char *types, va_list ap)
 {
 	struct tf_stmt *s = cached(st, sql);
 	if (!s)
@@ -530,8 +533,7 @@ int64_t tf_store_last_rowid(struct tf_store *st)
 	return sqlite3_last_insert_rowid(st->db);
 }
 
-int tf_store_query_int(struct tf_store *st, int64_t *out, const char *sql, const char *types,
-		       ...)
+int tf_store_query_int(struct tf_store *st, int64_t *out, const char *sql, const char *types, ...)
 {
 	va_list ap;
 	va_start(ap, types);
@@ -550,8 +552,7 @@ int tf_store_query_int(struct tf_store *st, int64_t *out, const char *sql, const
 	return rc;
 }
 
-int tf_store_query_text(struct tf_store *st, char **out, const char *sql, const char *types,
-			...)
+int tf_store_query_text(struct tf_store *st, char **out, const char *sql, const char *types, ...)
 {
 	va_list ap;
 	va_start(ap, types);
@@ -578,7 +579,7 @@ int tf_store_integrity_check(struct tf_store *st)
 		return rc;
 	if (!res || strcmp(res, "ok")) {
 		snprintf(st->errmsg, sizeof(st->errmsg), "database '%s' integrity check: %s",
-			 st->path, res ? res : "(no answer)");
+		         st->path, res ? res : "(no answer)");
 		rc = -EIO;
 	}
 	free(res);

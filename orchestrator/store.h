@@ -34,7 +34,7 @@ enum tf_store_flags {
  * (tf_store_version tells). On success *out is a new handle the caller frees with
  * tf_store_close. */
 int tf_store_open(const char *path, unsigned flags, struct tf_store **out, char *err,
-		  size_t errlen);
+                  size_t errlen);
 
 /* Opens HOME/tpuflow.db with TF_STORE_MIGRATE; err as above. The caller owns *out. */
 int tf_store_open_home(const char *home, struct tf_store **out, char *err, size_t errlen);
@@ -95,11 +95,9 @@ char *tf_stmt_strdup(struct tf_stmt *s, int col);
 void tf_stmt_done(struct tf_stmt *s); /* resets it for reuse; NULL is a no-op */
 
 /* One-value queries: the first column of the first row. -ENOENT when there is no row. */
-int tf_store_query_int(struct tf_store *st, int64_t *out, const char *sql, const char *types,
-		       ...);
+int tf_store_query_int(struct tf_store *st, int64_t *out, const char *sql, const char *types, ...);
 /* *out is a new string owned by the caller (NULL for SQL NULL). */
-int tf_store_query_text(struct tf_store *st, char **out, const char *sql, const char *types,
-			...);
+int tf_store_query_text(struct tf_store *st, char **out, const char *sql, const char *types, ...);
 
 /* PRAGMA integrity_check: 0 when it reports "ok", -EIO otherwise (message in errmsg). */
 int tf_store_integrity_check(struct tf_store *st);

@@ -9,21 +9,21 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#define MAX_TTY_ROWS 30       /* larger DAGs show the busiest rows and a count line */
-#define PLAIN_PROGRESS_S 5.0  /* plain mode: a progress line per step at most this often */
+#define MAX_TTY_ROWS 30      /* larger DAGs show the busiest rows and a count line */
+#define PLAIN_PROGRESS_S 5.0 /* plain mode: a progress line per step at most this often */
 
 struct row_memo {
-	char *name;           /* step name */
-	char state[16];       /* last state printed */
-	int attempt;          /* last attempt printed */
-	double progress_at;   /* when a progress line was last printed */
+	char *name;         /* step name */
+	char state[16];     /* last state printed */
+	int attempt;        /* last attempt printed */
+	double progress_at; /* when a progress line was last printed */
 };
 
 struct tf_view {
-	FILE *f;              /* output (borrowed) */
-	int tty;              /* redraw in place */
-	int drawn;            /* lines drawn by the last redraw (tty) */
-	double t0;            /* monotonic start */
+	FILE *f;               /* output (borrowed) */
+	int tty;               /* redraw in place */
+	int drawn;             /* lines drawn by the last redraw (tty) */
+	double t0;             /* monotonic start */
 	struct row_memo *memo; /* plain mode: what was printed per row */
 	size_t nmemo;
 };
@@ -95,8 +95,8 @@ void tf_view_progress_text(const char *line, int bar_width, char *out, size_t le
 		off += (size_t)snprintf(out + off, len - off, "[");
 		for (int i = 0; i < bar_width && off + 2 < len; i++)
 			out[off++] = i < fill ? '#' : '.';
-		off += (size_t)snprintf(out + off, len > off ? len - off : 0, "] %3.0f%%",
-					frac * 100);
+		off +=
+		    (size_t)snprintf(out + off, len > off ? len - off : 0, "] %3.0f%%", frac * 100);
 	}
 	const char *k;
 	json_t *v;
@@ -106,18 +106,19 @@ void tf_view_progress_text(const char *line, int bar_width, char *out, size_t le
 			break;
 		/* Shown by the bar already, or noise. */
 		if (!strcmp(k, "fraction") || !strcmp(k, "total_steps") || !strcmp(k, "steps") ||
-		    !strcmp(k, "epochs") || (!strcmp(k, "event") && json_is_string(v) &&
-					     !strcmp(json_string_value(v), "step")))
+		    !strcmp(k, "epochs") ||
+		    (!strcmp(k, "event") && json_is_string(v) &&
+		     !strcmp(json_string_value(v), "step")))
 			continue;
 		if (json_is_integer(v))
 			off += (size_t)snprintf(out + off, len - off, " %s=%lld", k,
-						(long long)json_integer_value(v));
+			                        (long long)json_integer_value(v));
 		else if (json_is_real(v))
 			off += (size_t)snprintf(out + off, len - off, " %s=%.4g", k,
-						json_real_value(v));
+			                        json_real_value(v));
 		else if (json_is_string(v))
 			off += (size_t)snprintf(out + off, len - off, " %s=%s", k,
-						json_string_value(v));
+			                        json_string_value(v));
 	}
 	json_decref(o);
 }
@@ -155,9 +156,9 @@ static void redraw(struct tf_view *v, const struct tf_view_row *rows, size_t n)
 	if (v->drawn)
 		fprintf(v->f, "\033[%dA", v->drawn);
 	int lines = 0;
-	size_t counts[8] = { 0 };
-	const char *names[8] = { "pending", "running", "retrying", "succeeded", "cached",
-				 "skipped", "failed", NULL };
+	size_t counts[8] = {0};
+	const char *names[8] = {"pending", "running", "retrying", "succeeded",
+	                        "cached",  "skipped", "failed",   NULL};
 	for (size_t i = 0; i < n; i++)
 		for (int k = 0; names[k]; k++)
 			if (!strcmp(rows[i].state, names[k]))
@@ -166,8 +167,9 @@ static void redraw(struct tf_view *v, const struct tf_view_row *rows, size_t n)
 	for (size_t i = 0; i < n && shown < MAX_TTY_ROWS; i++) {
 		const struct tf_view_row *r = &rows[i];
 		/* In big DAGs show only what is active or needs attention. */
-		if (n > MAX_TTY_ROWS && (!strcmp(r->state, "succeeded") ||
-					 !strcmp(r->state, "pending") || !strcmp(r->state, "cached")))
+		if (n > MAX_TTY_ROWS &&
+		    (!strcmp(r->state, "succeeded") || !strcmp(r->state, "pending") ||
+		     !strcmp(r->state, "cached")))
 			continue;
 		char dur[32], extra[256] = "";
 		fmt_duration(r->duration, dur, sizeof(dur));
@@ -176,22 +178,22 @@ static void redraw(struct tf_view *v, const struct tf_view_row *rows, size_t n)
 		else if (r->reason)
 			snprintf(extra, sizeof(extra), "%s", r->reason);
 		const char *color = !strcmp(r->state, "succeeded") || !strcmp(r->state, "cached")
-					    ? "\033[32m"
-				    : !strcmp(r->state, "failed")   ? "\033[31m"
-				    : !strcmp(r->state, "running")  ? "\033[36m"
-				    : !strcmp(r->state, "retrying") ? "\033[33m"
-								    : "\033[2m";
+		                        ? "\033[32m"
+		                    : !strcmp(r->state, "failed")   ? "\033[31m"
+		                    : !strcmp(r->state, "running")  ? "\033[36m"
+		                    : !strcmp(r->state, "retrying") ? "\033[33m"
+		                                                    : "\033[2m";
 		fprintf(v->f, "\033[K  %-18.18s %-9.9s %s%-9s\033[0m %2d %8s  %.*s\n", r->name,
-			r->type, color, r->state, r->attempt, dur, detail, extra);
+		        r->type, color, r->state, r->attempt, dur, detail, extra);
 		lines++;
 		shown++;
 	}
 	char summary[256];
 	snprintf(summary, sizeof(summary),
-		 "  %zu steps: %zu succeeded, %zu cached, %zu running, %zu retrying, %zu pending, "
-		 "%zu skipped, %zu failed  [%.1fs]",
-		 n, counts[3], counts[4], counts[1], counts[2], counts[0], counts[5], counts[6],
-		 tf_now_monotonic() - v->t0);
+	         "  %zu steps: %zu succeeded, %zu cached, %zu running, %zu retrying, %zu pending, "
+	         "%zu skipped, %zu failed  [%.1fs]",
+	         n, counts[3], counts[4], counts[1], counts[2], counts[0], counts[5], counts[6],
+	         tf_now_monotonic() - v->t0);
 	fprintf(v->f, "\033[K%.*s\n", cols > 0 ? cols : 0, summary);
 	lines++;
 	/* Clear what a taller previous frame left below. */
@@ -234,7 +236,8 @@ static void plain(struct tf_view *v, const struct tf_view_row *rows, size_t n)
 			snprintf(m->state, sizeof(m->state), "%s", r->state);
 			m->attempt = r->attempt;
 			m->progress_at = now;
-		} else if (r->progress && r->progress[0] && now - m->progress_at >= PLAIN_PROGRESS_S) {
+		} else if (r->progress && r->progress[0] &&
+		           now - m->progress_at >= PLAIN_PROGRESS_S) {
 			char text[256];
 			tf_view_progress_text(r->progress, 20, text, sizeof(text));
 			fprintf(v->f, "[%7.1fs] %-18s %s\n", now - v->t0, r->name, text);

@@ -10,13 +10,13 @@ struct tf_view;
 
 /* One step as the view shows it (strings borrowed for the call). */
 struct tf_view_row {
-	const char *name;     /* step name */
-	const char *type;     /* step type */
-	const char *state;    /* step state name */
-	int attempt;          /* attempts so far */
-	double duration;      /* seconds since it started, -1 when not started */
-	char *progress;       /* latest progress line (JSON) while running, or NULL */
-	const char *reason;   /* why skipped/failed/retrying, or NULL */
+	const char *name;   /* step name */
+	const char *type;   /* step type */
+	const char *state;  /* step state name */
+	int attempt;        /* attempts so far */
+	double duration;    /* seconds since it started, -1 when not started */
+	char *progress;     /* latest progress line (JSON) while running, or NULL */
+	const char *reason; /* why skipped/failed/retrying, or NULL */
 };
 
 /* A view writing to f (borrowed). tty: redraw in place with ANSI escapes. */

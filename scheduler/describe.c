@@ -36,13 +36,13 @@ static int *queue_order(const struct tf_sched *s, int pool, int *n)
 static json_t *box_json(const struct tf_box *b)
 {
 	return json_pack("{s:[i,i,i], s:[i,i,i]}", "origin", b->origin[0], b->origin[1],
-			 b->origin[2], "shape", b->shape[0], b->shape[1], b->shape[2]);
+	                 b->origin[2], "shape", b->shape[0], b->shape[1], b->shape[2]);
 }
 
 static json_t *usage_json(const char *name, double chip_s, double slice_s, int running, int jobs)
 {
 	return json_pack("{s:s, s:f, s:f, s:i, s:i}", "name", name, "chip_seconds", chip_s,
-			 "slice_seconds", slice_s, "running_chips", running, "jobs", jobs);
+	                 "slice_seconds", slice_s, "running_chips", running, "jobs", jobs);
 }
 
 json_t *tf_sched_describe_json(struct tf_sched *s, double now)
@@ -72,14 +72,14 @@ json_t *tf_sched_describe_json(struct tf_sched *s, double now)
 		if (has_lb)
 			tf_sched_shape_str(lb.shape, t->ndims, buf, sizeof(buf));
 		json_t *pj = json_pack(
-			"{s:s, s:s, s:s, s:[i,i,i], s:[b,b,b], s:i, s:i, s:i, s:i, s:f, s:f, s:s?, "
-			"s:i}",
-			"name", p->name, "spec", p->spec, "generation", p->tpu_gen, "dims",
-			t->dims[0], t->dims[1], t->dims[2], "wrap", t->wrap[0], t->wrap[1],
-			t->wrap[2], "chips", t->nchips, "busy", p->busy_chips, "failed",
-			p->failed_chips, "free", tf_torus_count(t, p->free), "utilization",
-			tf_sched_utilization(s, pi), "fragmentation", tf_sched_fragmentation(s, pi),
-			"largest_free", has_lb ? buf : NULL, "queued", p->queued);
+		    "{s:s, s:s, s:s, s:[i,i,i], s:[b,b,b], s:i, s:i, s:i, s:i, s:f, s:f, s:s?, "
+		    "s:i}",
+		    "name", p->name, "spec", p->spec, "generation", p->tpu_gen, "dims", t->dims[0],
+		    t->dims[1], t->dims[2], "wrap", t->wrap[0], t->wrap[1], t->wrap[2], "chips",
+		    t->nchips, "busy", p->busy_chips, "failed", p->failed_chips, "free",
+		    tf_torus_count(t, p->free), "utilization", tf_sched_utilization(s, pi),
+		    "fragmentation", tf_sched_fragmentation(s, pi), "largest_free",
+		    has_lb ? buf : NULL, "queued", p->queued);
 		/* occupancy per chip (index x + X*(y + Y*z)): job id, 0 free, -1 failed,
 		 * -2 reserved for a job waiting on preempted ones */
 		json_object_set_new(pj, "occupancy", occ);
@@ -91,15 +91,15 @@ json_t *tf_sched_describe_json(struct tf_sched *s, double now)
 			double sec = tf_sched_job_running_seconds(j, now);
 			tf_sched_shape_str(j->shape, t->ndims, buf, sizeof(buf));
 			json_t *jj = json_pack(
-				"{s:i, s:s?, s:s?, s:s, s:s, s:s, s:s, s:i, s:i, s:b, s:b, s:f, s:i, "
-				"s:f, s:f}",
-				"id", j->id, "name", j->name, "run", j->run, "project",
-				s->projects[j->project].name, "pool", p->name, "slice", buf, "state",
-				tf_sched_state_name(j->state), "chips", j->chips, "priority", j->prio,
-				"preemptible", j->preemptible, "borrowed", j->borrowed, "started",
-				j->started, "attempt", j->attempts, "chip_seconds",
-				j->chip_seconds + sec * j->chips, "slice_seconds",
-				j->slice_seconds + sec);
+			    "{s:i, s:s?, s:s?, s:s, s:s, s:s, s:s, s:i, s:i, s:b, s:b, s:f, s:i, "
+			    "s:f, s:f}",
+			    "id", j->id, "name", j->name, "run", j->run, "project",
+			    s->projects[j->project].name, "pool", p->name, "slice", buf, "state",
+			    tf_sched_state_name(j->state), "chips", j->chips, "priority", j->prio,
+			    "preemptible", j->preemptible, "borrowed", j->borrowed, "started",
+			    j->started, "attempt", j->attempts, "chip_seconds",
+			    j->chip_seconds + sec * j->chips, "slice_seconds",
+			    j->slice_seconds + sec);
 			json_object_set_new(jj, "box", box_json(&j->box));
 			if (j->state == TF_JOB_DRAINING)
 				json_object_set_new(jj, "deadline", json_real(j->deadline));
@@ -113,14 +113,14 @@ json_t *tf_sched_describe_json(struct tf_sched *s, double now)
 			tf_sched_job_reason(s, j->id, reason, sizeof(reason));
 			tf_sched_shape_str(j->shape, t->ndims, buf, sizeof(buf));
 			json_array_append_new(
-				queue,
-				json_pack("{s:i, s:s?, s:s?, s:s, s:s, s:s, s:i, s:i, s:b, s:f, s:i, "
-					  "s:s}",
-					  "id", j->id, "name", j->name, "run", j->run, "project",
-					  s->projects[j->project].name, "pool", p->name, "slice", buf,
-					  "chips", j->chips, "priority", j->prio, "preemptible",
-					  j->preemptible, "waiting_seconds", now - j->submitted,
-					  "attempts", j->attempts, "reason", reason));
+			    queue,
+			    json_pack("{s:i, s:s?, s:s?, s:s, s:s, s:s, s:i, s:i, s:b, s:f, s:i, "
+			              "s:s}",
+			              "id", j->id, "name", j->name, "run", j->run, "project",
+			              s->projects[j->project].name, "pool", p->name, "slice", buf,
+			              "chips", j->chips, "priority", j->prio, "preemptible",
+			              j->preemptible, "waiting_seconds", now - j->submitted,
+			              "attempts", j->attempts, "reason", reason));
 		}
 		free(ids);
 	}
@@ -128,8 +128,8 @@ json_t *tf_sched_describe_json(struct tf_sched *s, double now)
 		struct tf_sched_usage u;
 		const struct project *pr = &s->projects[i];
 		tf_sched_project_usage(s, pr->name, now, &u);
-		json_t *pj = usage_json(pr->name, u.chip_seconds, u.slice_seconds, u.running_chips,
-					u.jobs);
+		json_t *pj =
+		    usage_json(pr->name, u.chip_seconds, u.slice_seconds, u.running_chips, u.jobs);
 		json_object_set_new(pj, "weight", json_real(pr->weight));
 		json_object_set_new(pj, "quota_chips", json_integer(pr->quota));
 		json_object_set_new(pj, "may_borrow", json_boolean(pr->may_borrow));
@@ -139,7 +139,7 @@ json_t *tf_sched_describe_json(struct tf_sched *s, double now)
 		struct tf_sched_usage u;
 		tf_sched_run_usage(s, s->runs[i].name, now, &u);
 		json_array_append_new(runs, usage_json(s->runs[i].name, u.chip_seconds,
-						       u.slice_seconds, u.running_chips, u.jobs));
+		                                       u.slice_seconds, u.running_chips, u.jobs));
 	}
 	json_object_set_new(root, "pools", pools);
 	json_object_set_new(root, "running", running);
@@ -178,10 +178,10 @@ static const char letters[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvw
 
 char *tf_sched_describe_text(struct tf_sched *s, double now)
 {
-	struct sbuf b = { 0 };
+	struct sbuf b = {0};
 	char buf[64];
 	sb_printf(&b, "policy %s, utilization %.1f%%\n", tf_sched_policy_name(s->cfg.policy),
-		  100 * tf_sched_utilization(s, -1));
+	          100 * tf_sched_utilization(s, -1));
 	int *letter_of = tf_xcalloc((size_t)s->njobs, sizeof(int));
 	for (int pi = 0; pi < s->npools; pi++) {
 		struct pool *p = &s->pools[pi];
@@ -191,15 +191,16 @@ char *tf_sched_describe_text(struct tf_sched *s, double now)
 		if (has_lb)
 			tf_sched_shape_str(lb.shape, t->ndims, buf, sizeof(buf));
 		sb_printf(&b,
-			  "\npool %s (%s, %s%s%s): %d chips, %d busy, %d failed, utilization "
-			  "%.1f%%, largest free %s, fragmentation %.2f\n",
-			  p->name, p->spec, t->ndims == 3 ? "3D " : "2D ",
-			  t->wrap[0] || t->wrap[1] || t->wrap[2] ? "torus" : "mesh",
-			  t->wrap[0] && t->wrap[1] && (t->ndims < 3 || t->wrap[2]) ? ""
-			  : t->wrap[0] || t->wrap[1] || t->wrap[2]		    ? " (partial wrap)"
-										    : "",
-			  t->nchips, p->busy_chips, p->failed_chips, 100 * tf_sched_utilization(s, pi),
-			  has_lb ? buf : "none", tf_sched_fragmentation(s, pi));
+		          "\npool %s (%s, %s%s%s): %d chips, %d busy, %d failed, utilization "
+		          "%.1f%%, largest free %s, fragmentation %.2f\n",
+		          p->name, p->spec, t->ndims == 3 ? "3D " : "2D ",
+		          t->wrap[0] || t->wrap[1] || t->wrap[2] ? "torus" : "mesh",
+		          t->wrap[0] && t->wrap[1] && (t->ndims < 3 || t->wrap[2]) ? ""
+		          : t->wrap[0] || t->wrap[1] || t->wrap[2] ? " (partial wrap)"
+		                                                   : "",
+		          t->nchips, p->busy_chips, p->failed_chips,
+		          100 * tf_sched_utilization(s, pi), has_lb ? buf : "none",
+		          tf_sched_fragmentation(s, pi));
 		for (int k = 0; k < p->nrunning; k++)
 			letter_of[p->running[k]] = k % (int)(sizeof(letters) - 1);
 		/* z planes side by side, as many as fit in 100 columns */
@@ -234,17 +235,19 @@ char *tf_sched_describe_text(struct tf_sched *s, double now)
 				sb_printf(&b, "\n");
 			}
 		}
-		sb_printf(&b, "  legend: . free  x failed  + held for a job waiting on preemption%s\n",
-			  p->nrunning > (int)sizeof(letters) - 1 ? "  (letters repeat)" : "");
+		sb_printf(&b,
+		          "  legend: . free  x failed  + held for a job waiting on preemption%s\n",
+		          p->nrunning > (int)sizeof(letters) - 1 ? "  (letters repeat)" : "");
 		for (int k = 0; k < p->nrunning; k++) {
 			const struct job *j = &s->jobs[p->running[k]];
 			tf_sched_shape_str(j->shape, t->ndims, buf, sizeof(buf));
-			sb_printf(&b, "  %c job %d %s%s%s project %s prio %d %s %s at (%d,%d,%d)%s\n",
-				  letters[letter_of[j->id]], j->id, j->name ? "'" : "",
-				  j->name ? j->name : "", j->name ? "'" : "",
-				  s->projects[j->project].name, j->prio, buf,
-				  tf_sched_state_name(j->state), j->box.origin[0], j->box.origin[1],
-				  j->box.origin[2], j->borrowed ? " borrowed" : "");
+			sb_printf(&b,
+			          "  %c job %d %s%s%s project %s prio %d %s %s at (%d,%d,%d)%s\n",
+			          letters[letter_of[j->id]], j->id, j->name ? "'" : "",
+			          j->name ? j->name : "", j->name ? "'" : "",
+			          s->projects[j->project].name, j->prio, buf,
+			          tf_sched_state_name(j->state), j->box.origin[0], j->box.origin[1],
+			          j->box.origin[2], j->borrowed ? " borrowed" : "");
 		}
 		int nq;
 		int *ids = queue_order(s, pi, &nq);
@@ -255,8 +258,8 @@ char *tf_sched_describe_text(struct tf_sched *s, double now)
 			tf_sched_job_reason(s, j->id, reason, sizeof(reason));
 			tf_sched_shape_str(j->shape, t->ndims, buf, sizeof(buf));
 			sb_printf(&b, "    job %d %s prio %d project %s waiting %.0fs: %s\n", j->id,
-				  buf, j->prio, s->projects[j->project].name, now - j->submitted,
-				  reason);
+			          buf, j->prio, s->projects[j->project].name, now - j->submitted,
+			          reason);
 		}
 		if (nq > 50)
 			sb_printf(&b, "    ... %d more\n", nq - 50);
@@ -272,10 +275,10 @@ char *tf_sched_describe_text(struct tf_sched *s, double now)
 		else
 			snprintf(buf, sizeof(buf), "none");
 		sb_printf(&b,
-			  "  %-16s weight %-5g quota %-6s running %d chips, %.0f chip-s, %.0f "
-			  "slice-s, %d jobs\n",
-			  pr->name, pr->weight, buf, u.running_chips, u.chip_seconds,
-			  u.slice_seconds, u.jobs);
+		          "  %-16s weight %-5g quota %-6s running %d chips, %.0f chip-s, %.0f "
+		          "slice-s, %d jobs\n",
+		          pr->name, pr->weight, buf, u.running_chips, u.chip_seconds,
+		          u.slice_seconds, u.jobs);
 	}
 	free(letter_of);
 	if (!b.p)

@@ -38,14 +38,14 @@
 
 const char *tf_sched_state_name(enum tf_sched_job_state st)
 {
-	static const char *const names[] = { "queued", "running", "draining",
-					     "done",   "failed",  "cancelled" };
+	static const char *const names[] = {"queued", "running", "draining",
+	                                    "done",   "failed",  "cancelled"};
 	return st < TF_JOB_STATE_LAST ? names[st] : "?";
 }
 
 const char *tf_sched_action_name(enum tf_sched_action a)
 {
-	static const char *const names[] = { "start", "preempt", "kill", "fail_infra" };
+	static const char *const names[] = {"start", "preempt", "kill", "fail_infra"};
 	return a < TF_SCHED_ACTION_LAST ? names[a] : "?";
 }
 
@@ -77,12 +77,12 @@ void tf_sched_shape_str(const int s[3], int ndims, char *buf, size_t len)
 
 void tf_sched_config_default(struct tf_sched_config *cfg)
 {
-	*cfg = (struct tf_sched_config){ .policy = TF_SCHED_BACKFILL,
-					 .grace_seconds = 30,
-					 .default_estimate = 3600,
-					 .fair_half_life = 3600,
-					 .backfill_depth = 1000,
-					 .preemption = 1 };
+	*cfg = (struct tf_sched_config){.policy = TF_SCHED_BACKFILL,
+	                                .grace_seconds = 30,
+	                                .default_estimate = 3600,
+	                                .fair_half_life = 3600,
+	                                .backfill_depth = 1000,
+	                                .preemption = 1};
 }
 
 int tf_sched_new(const struct tf_sched_config *cfg, struct tf_sched **out)
@@ -225,35 +225,38 @@ static int parse_slice(const char *spec, char gen[16], int shape[3], char *err, 
 static void ensure_queues(struct tf_sched *s);
 
 int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, char *err,
-		      size_t errlen)
+                      size_t errlen)
 {
 	const char *colon = strchr(spec, ':');
 	char gen[16];
 	int dims[3];
 	size_t gl = colon ? (size_t)(colon - spec) : 0;
 	if (!colon || gl == 0 || gl >= sizeof(gen)) {
-		snprintf(err, errlen, "bad pool '%s': write GEN:AxBxC, e.g. 'v4:4x4x8' or 'v5e:16x16'",
-			 spec);
+		snprintf(err, errlen,
+		         "bad pool '%s': write GEN:AxBxC, e.g. 'v4:4x4x8' or 'v5e:16x16'", spec);
 		return -EINVAL;
 	}
 	memcpy(gen, spec, gl);
 	gen[gl] = '\0';
 	const struct tf_tpu_gen *w = tf_tpu_gen_find(gen);
 	if (!w) {
-		snprintf(err, errlen, "unknown TPU generation '%s' in pool '%s': use v2, v3, v4, v5p, "
-				      "v5e or v6e", gen, spec);
+		snprintf(err, errlen,
+		         "unknown TPU generation '%s' in pool '%s': use v2, v3, v4, v5p, "
+		         "v5e or v6e",
+		         gen, spec);
 		return -EINVAL;
 	}
 	int nd = parse_dims(colon + 1, dims);
 	if (nd != w->torus_dims) {
 		snprintf(err, errlen, "bad pool '%s': %s is a %dD torus, write %s", spec, w->name,
-			 w->torus_dims, w->torus_dims == 3 ? "AxBxC" : "AxB");
+		         w->torus_dims, w->torus_dims == 3 ? "AxBxC" : "AxB");
 		return -EINVAL;
 	}
 	if (name) {
 		for (int i = 0; i < s->npools; i++)
 			if (!strcmp(s->pools[i].name, name)) {
-				snprintf(err, errlen, "pool '%s' already exists: pick another name", name);
+				snprintf(err, errlen, "pool '%s' already exists: pick another name",
+				         name);
 				return -EINVAL;
 			}
 	}
@@ -262,8 +265,10 @@ int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, ch
 		wrap[d] = wraps(w, dims[d]);
 	struct tf_torus t;
 	if (tf_torus_init(&t, nd, dims, wrap) < 0) {
-		snprintf(err, errlen, "pool '%s' is too large: at most 64 chips along x and 65536 "
-				      "chips in all", spec);
+		snprintf(err, errlen,
+		         "pool '%s' is too large: at most 64 chips along x and 65536 "
+		         "chips in all",
+		         spec);
 		return -EINVAL;
 	}
 	s->pools = tf_xrealloc(s->pools, (size_t)(s->npools + 1) * sizeof(*s->pools));
@@ -355,7 +360,7 @@ static int project_get(struct tf_sched *s, const char *name)
 	if (i >= 0)
 		return i;
 	s->projects = tf_xrealloc(s->projects, (size_t)(s->nprojects + 1) * sizeof(*s->projects));
-	s->projects[s->nprojects] = (struct project){ .name = tf_xstrdup(name), .weight = 1 };
+	s->projects[s->nprojects] = (struct project){.name = tf_xstrdup(name), .weight = 1};
 	i = s->nprojects++;
 	s->cursor = tf_xrealloc(s->cursor, (size_t)s->nprojects * sizeof(int));
 	s->qhold = tf_xrealloc(s->qhold, (size_t)s->nprojects * sizeof(int));
@@ -365,7 +370,7 @@ static int project_get(struct tf_sched *s, const char *name)
 }
 
 int tf_sched_set_project(struct tf_sched *s, const char *name, double weight, int quota_chips,
-			 int may_borrow)
+                         int may_borrow)
 {
 	if (!name || !*name || !(weight > 0) || quota_chips < 0)
 		return -EINVAL;
@@ -391,7 +396,7 @@ static int run_get(struct tf_sched *s, const char *run)
 	if (i >= 0)
 		return i;
 	s->runs = tf_xrealloc(s->runs, (size_t)(s->nruns + 1) * sizeof(*s->runs));
-	s->runs[s->nruns] = (struct run_acct){ .name = tf_xstrdup(run) };
+	s->runs[s->nruns] = (struct run_acct){.name = tf_xstrdup(run)};
 	return s->nruns++;
 }
 
@@ -422,11 +427,11 @@ static void project_key(struct tf_sched *s, struct project *pr)
 static int set_state(struct job *j, enum tf_sched_job_state to)
 {
 	static const unsigned allowed[TF_JOB_STATE_LAST] = {
-		[TF_JOB_QUEUED] = 1u << TF_JOB_RUNNING | 1u << TF_JOB_CANCELLED,
-		[TF_JOB_RUNNING] = 1u << TF_JOB_DONE | 1u << TF_JOB_FAILED | 1u << TF_JOB_DRAINING |
-				   1u << TF_JOB_QUEUED | 1u << TF_JOB_CANCELLED,
-		[TF_JOB_DRAINING] = 1u << TF_JOB_QUEUED | 1u << TF_JOB_CANCELLED | 1u << TF_JOB_DONE |
-				    1u << TF_JOB_FAILED,
+	    [TF_JOB_QUEUED] = 1u << TF_JOB_RUNNING | 1u << TF_JOB_CANCELLED,
+	    [TF_JOB_RUNNING] = 1u << TF_JOB_DONE | 1u << TF_JOB_FAILED | 1u << TF_JOB_DRAINING |
+	                       1u << TF_JOB_QUEUED | 1u << TF_JOB_CANCELLED,
+	    [TF_JOB_DRAINING] = 1u << TF_JOB_QUEUED | 1u << TF_JOB_CANCELLED | 1u << TF_JOB_DONE |
+	                        1u << TF_JOB_FAILED,
 	};
 	if (!(allowed[j->state] & (1u << to)))
 		return -EINVAL;
@@ -480,7 +485,7 @@ static void refresh_box(struct pool *p, const struct tf_box *b)
 	for (int dz = 0; dz < b->shape[2]; dz++)
 		for (int dy = 0; dy < b->shape[1]; dy++) {
 			int r = (b->origin[1] + dy) % p->t.dims[1] +
-				p->t.dims[1] * ((b->origin[2] + dz) % p->t.dims[2]);
+			        p->t.dims[1] * ((b->origin[2] + dz) % p->t.dims[2]);
 			p->free[r] = ~(p->busy[r] | p->failed[r] | p->reserved[r]) & p->t.xmask;
 		}
 	p->gen++;
@@ -492,7 +497,7 @@ static void set_owner(struct pool *p, const struct tf_box *b, int id)
 	for (int dz = 0; dz < b->shape[2]; dz++)
 		for (int dy = 0; dy < b->shape[1]; dy++) {
 			int base = D[0] * ((b->origin[1] + dy) % D[1] +
-					   D[1] * ((b->origin[2] + dz) % D[2]));
+			                   D[1] * ((b->origin[2] + dz) % D[2]));
 			for (int dx = 0; dx < b->shape[0]; dx++)
 				p->owner[base + (b->origin[0] + dx) % D[0]] = id;
 		}
@@ -518,7 +523,7 @@ static void drop_target(struct tf_sched *s, struct job *j)
 }
 
 static void start_job(struct tf_sched *s, struct job *j, const struct tf_box *box, double now,
-		      int borrowed, int ordered, struct tf_sched_decisions *out)
+                      int borrowed, int ordered, struct tf_sched_decisions *out)
 {
 	struct pool *p = &s->pools[j->pool];
 	struct project *pr = &s->projects[j->project];
@@ -550,12 +555,13 @@ static void start_job(struct tf_sched *s, struct job *j, const struct tf_box *bo
 		s->runs[j->run_idx].running_chips += j->chips;
 	if (ordered)
 		p->epoch++;
-	push(s, out, (struct tf_sched_decision){ .action = TF_SCHED_START,
-						 .job = j->id,
-						 .attempt = j->attempts,
-						 .pool = j->pool,
-						 .box = *box,
-						 .chips = j->chips });
+	push(s, out,
+	     (struct tf_sched_decision){.action = TF_SCHED_START,
+	                                .job = j->id,
+	                                .attempt = j->attempts,
+	                                .pool = j->pool,
+	                                .box = *box,
+	                                .chips = j->chips});
 }
 
 double tf_sched_job_running_seconds(const struct job *j, double now)
@@ -639,8 +645,8 @@ static int shape_fits_dims(const struct pool *p, const int sh[3])
 	return a[0] <= b[0] && a[1] <= b[1] && a[2] <= b[2];
 }
 
-int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, double now,
-		    int *id, char *err, size_t errlen)
+int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, double now, int *id,
+                    char *err, size_t errlen)
 {
 	char gen[16];
 	int shape[3];
@@ -650,7 +656,7 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 	}
 	if (spec->priority < 0 || spec->priority > TF_SCHED_PRIO_MAX) {
 		snprintf(err, errlen, "priority %d of job '%s' is out of range: use 0..%d",
-			 spec->priority, spec->name ? spec->name : spec->slice, TF_SCHED_PRIO_MAX);
+		         spec->priority, spec->name ? spec->name : spec->slice, TF_SCHED_PRIO_MAX);
 		return -EINVAL;
 	}
 	if (parse_slice(spec->slice, gen, shape, err, errlen) < 0)
@@ -661,18 +667,21 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 			if (!strcmp(s->pools[i].name, spec->pool))
 				pool = i;
 		if (pool < 0) {
-			snprintf(err, errlen, "unknown pool '%s': see 'tpuflow slices' for the pools",
-				 spec->pool);
+			snprintf(err, errlen,
+			         "unknown pool '%s': see 'tpuflow slices' for the pools",
+			         spec->pool);
 			return -EINVAL;
 		}
 		if (gen[0] && strcmp(gen, s->pools[pool].tpu_gen)) {
-			snprintf(err, errlen, "slice '%s' is %s but pool '%s' is %s: pick a %s pool",
-				 spec->slice, gen, spec->pool, s->pools[pool].tpu_gen, gen);
+			snprintf(err, errlen,
+			         "slice '%s' is %s but pool '%s' is %s: pick a %s pool",
+			         spec->slice, gen, spec->pool, s->pools[pool].tpu_gen, gen);
 			return -EINVAL;
 		}
 		if (!shape_fits_dims(&s->pools[pool], shape)) {
-			snprintf(err, errlen, "slice '%s' does not fit pool '%s' (%s) in any rotation",
-				 spec->slice, spec->pool, s->pools[pool].spec);
+			snprintf(err, errlen,
+			         "slice '%s' does not fit pool '%s' (%s) in any rotation",
+			         spec->slice, spec->pool, s->pools[pool].spec);
 			return -EINVAL;
 		}
 	} else {
@@ -681,9 +690,10 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 			    shape_fits_dims(&s->pools[i], shape))
 				pool = i;
 		if (pool < 0) {
-			snprintf(err, errlen, "no %s pool can hold slice '%s': configure one (e.g. "
-					      "'%s:4x4x8')",
-				 gen[0] ? gen : "", spec->slice, gen[0] ? gen : "v4");
+			snprintf(err, errlen,
+			         "no %s pool can hold slice '%s': configure one (e.g. "
+			         "'%s:4x4x8')",
+			         gen[0] ? gen : "", spec->slice, gen[0] ? gen : "v4");
 			return -EINVAL;
 		}
 	}
@@ -691,9 +701,10 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 	int known = project_find(s, spec->project && *spec->project ? spec->project : "default");
 	if (known >= 0 && s->projects[known].quota && chips > s->projects[known].quota &&
 	    !(spec->preemptible && s->projects[known].may_borrow)) {
-		snprintf(err, errlen, "slice '%s' needs %d chips but project '%s' has a quota of %d: "
-				      "raise the quota or submit it preemptible so it may borrow",
-			 spec->slice, chips, s->projects[known].name, s->projects[known].quota);
+		snprintf(err, errlen,
+		         "slice '%s' needs %d chips but project '%s' has a quota of %d: "
+		         "raise the quota or submit it preemptible so it may borrow",
+		         spec->slice, chips, s->projects[known].name, s->projects[known].quota);
 		return -EINVAL;
 	}
 	if (s->njobs == s->capjobs) {
@@ -704,22 +715,23 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 	int pj = project_get(s, spec->project && *spec->project ? spec->project : "default");
 	struct job *j = &s->jobs[s->njobs];
 	s->stamp[s->njobs] = 0;
-	*j = (struct job){ .id = s->njobs,
-			   .state = TF_JOB_QUEUED,
-			   .name = spec->name ? tf_xstrdup(spec->name) : NULL,
-			   .run = spec->run ? tf_xstrdup(spec->run) : NULL,
-			   .project = pj,
-			   .run_idx = spec->run ? run_get(s, spec->run) : -1,
-			   .pool = pool,
-			   .sid = shape_id(s, shape),
-			   .chips = shape[0] * shape[1] * shape[2],
-			   .prio = spec->priority,
-			   .preemptible = spec->preemptible != 0,
-			   .est = spec->est_seconds > 0 ? spec->est_seconds : s->cfg.default_estimate,
-			   .submitted = now,
-			   .seq = s->seq++,
-			   .first_start = -1,
-			   .run_pos = -1 };
+	*j =
+	    (struct job){.id = s->njobs,
+	                 .state = TF_JOB_QUEUED,
+	                 .name = spec->name ? tf_xstrdup(spec->name) : NULL,
+	                 .run = spec->run ? tf_xstrdup(spec->run) : NULL,
+	                 .project = pj,
+	                 .run_idx = spec->run ? run_get(s, spec->run) : -1,
+	                 .pool = pool,
+	                 .sid = shape_id(s, shape),
+	                 .chips = shape[0] * shape[1] * shape[2],
+	                 .prio = spec->priority,
+	                 .preemptible = spec->preemptible != 0,
+	                 .est = spec->est_seconds > 0 ? spec->est_seconds : s->cfg.default_estimate,
+	                 .submitted = now,
+	                 .seq = s->seq++,
+	                 .first_start = -1,
+	                 .run_pos = -1};
 	memcpy(j->shape, shape, sizeof(j->shape));
 	s->njobs++;
 	s->projects[pj].jobs++;
@@ -733,8 +745,8 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 /* 1 when shape b is a rotation (permutation) of shape a. */
 static int same_shape(const int a[3], const int b[3])
 {
-	static const int perm[6][3] = { { 0, 1, 2 }, { 0, 2, 1 }, { 1, 0, 2 },
-					{ 1, 2, 0 }, { 2, 0, 1 }, { 2, 1, 0 } };
+	static const int perm[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
+	                               {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
 	for (int k = 0; k < 6; k++)
 		if (a[perm[k][0]] == b[0] && a[perm[k][1]] == b[1] && a[perm[k][2]] == b[2])
 			return 1;
@@ -742,8 +754,8 @@ static int same_shape(const int a[3], const int b[3])
 }
 
 int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
-		      const struct tf_sched_job_spec *spec, double now, int *id, char *err,
-		      size_t errlen)
+                      const struct tf_sched_job_spec *spec, double now, int *id, char *err,
+                      size_t errlen)
 {
 	char gen[16];
 	int shape[3];
@@ -760,7 +772,7 @@ int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
 		return -EINVAL;
 	if (gen[0] && strcmp(gen, p->tpu_gen)) {
 		snprintf(err, errlen, "slice '%s' is %s but pool '%s' is %s: pick a %s pool",
-			 spec->slice, gen, p->name, p->tpu_gen, gen);
+		         spec->slice, gen, p->name, p->tpu_gen, gen);
 		return -EINVAL;
 	}
 	char want[32], got[32];
@@ -768,16 +780,18 @@ int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
 	tf_sched_shape_str(box->shape, p->t.ndims, got, sizeof(got));
 	if (!same_shape(shape, box->shape)) {
 		snprintf(err, errlen, "box %s is not slice '%s' (%s) in any rotation", got,
-			 spec->slice, want);
+		         spec->slice, want);
 		return -EINVAL;
 	}
 	for (int d = 0; d < 3; d++) {
 		int o = box->origin[d], e = box->shape[d], D = p->t.dims[d];
 		if (o < 0 || o >= D || e < 1 || e > D || (o + e > D && !p->t.wrap[d])) {
 			snprintf(err, errlen, "box %s at (%d,%d,%d) does not fit pool '%s' (%s)%s",
-				 got, box->origin[0], box->origin[1], box->origin[2], p->name,
-				 p->spec, o + e > D && o < D && e <= D ? ": that dimension does not "
-									 "wrap" : "");
+			         got, box->origin[0], box->origin[1], box->origin[2], p->name,
+			         p->spec,
+			         o + e > D && o < D && e <= D ? ": that dimension does not "
+			                                        "wrap"
+			                                      : "");
 			return -EINVAL;
 		}
 	}
@@ -789,21 +803,26 @@ int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
 				for (int dx = 0; dx < box->shape[0]; dx++) {
 					int x = (box->origin[0] + dx) % D[0],
 					    r = (box->origin[1] + dy) % D[1] +
-						D[1] * ((box->origin[2] + dz) % D[2]);
+					        D[1] * ((box->origin[2] + dz) % D[2]);
 					if ((p->free[r] >> x) & 1)
 						continue;
 					int o = p->owner[x + D[0] * r];
 					const struct job *h = o ? &s->jobs[o] : NULL;
 					if (h)
-						snprintf(err, errlen, "chip (%d,%d,%d) of pool '%s' is held "
-								      "by job %d%s%s%s", x, r % D[1],
-							 r / D[1], p->name, o, h->name ? " '" : "",
-							 h->name ? h->name : "", h->name ? "'" : "");
+						snprintf(err, errlen,
+						         "chip (%d,%d,%d) of pool '%s' is held "
+						         "by job %d%s%s%s",
+						         x, r % D[1], r / D[1], p->name, o,
+						         h->name ? " '" : "",
+						         h->name ? h->name : "",
+						         h->name ? "'" : "");
 					else
-						snprintf(err, errlen, "chip (%d,%d,%d) of pool '%s' is %s",
-							 x, r % D[1], r / D[1], p->name,
-							 (p->failed[r] >> x) & 1 ? "failed"
-										 : "held for a waiting job");
+						snprintf(err, errlen,
+						         "chip (%d,%d,%d) of pool '%s' is %s", x,
+						         r % D[1], r / D[1], p->name,
+						         (p->failed[r] >> x) & 1
+						             ? "failed"
+						             : "held for a waiting job");
 					return -EBUSY;
 				}
 	}
@@ -856,7 +875,7 @@ static int find_fit(struct pool *p, const struct job *j, struct tf_box *box)
 
 /* A fit that leaves the head's reserved box alone. */
 static int find_fit_avoiding(struct pool *p, const struct job *j, const struct tf_box *resv,
-			     struct tf_box *box)
+                             struct tf_box *box)
 {
 	if (j->sid >= 0 && p->memor_grow[j->sid] == p->grow &&
 	    p->memor_resv[j->sid] == p->resv_serial) {
@@ -954,7 +973,7 @@ static void reserve(struct tf_sched *s, struct pool *p, const struct job *j, dou
 	struct ending *e = tf_xmalloc((size_t)n * sizeof(*e));
 	for (int i = 0; i < n; i++) {
 		const struct job *r = &s->jobs[p->running[i]];
-		e[i] = (struct ending){ est_end(r, now), r->id };
+		e[i] = (struct ending){est_end(r, now), r->id};
 	}
 	qsort(e, (size_t)n, sizeof(*e), by_end);
 	struct tf_box box;
@@ -990,7 +1009,7 @@ static void reserve(struct tf_sched *s, struct pool *p, const struct job *j, dou
 enum victim_class {
 	VC_NONE,     /* not to be touched */
 	VC_BORROWED, /* runs on borrowed capacity: reclaimed first, at any priority from other
-			projects, at lower priority from its own */
+	                projects, at lower priority from its own */
 	VC_OWN,      /* the preemptor's project, lower priority, within the quota */
 	VC_OTHER,    /* another project, lower priority, within its quota: the last resort */
 };
@@ -1045,7 +1064,7 @@ static void score_box(struct victim_search *v, const struct tf_box *b)
 	struct tf_sched *s = v->s;
 	struct pool *p = v->p;
 	const int *D = p->t.dims;
-	int chips[4] = { 0 }, victims = 0;
+	int chips[4] = {0}, victims = 0;
 	long c[4];
 	s->stamp_now++;
 	for (int dz = 0; dz < b->shape[2]; dz++)
@@ -1076,13 +1095,13 @@ static void score_box(struct victim_search *v, const struct tf_box *b)
 /* Every feasible box of the job's shape in avail (all rotations), scored. */
 static void each_box(struct victim_search *v, const uint64_t *avail)
 {
-	static const int perms[6][3] = { { 0, 1, 2 }, { 1, 0, 2 }, { 0, 2, 1 },
-					 { 2, 0, 1 }, { 1, 2, 0 }, { 2, 1, 0 } };
+	static const int perms[6][3] = {{0, 1, 2}, {1, 0, 2}, {0, 2, 1},
+	                                {2, 0, 1}, {1, 2, 0}, {2, 1, 0}};
 	struct tf_torus *t = &v->p->t;
 	int tried[6][3], nt = 0;
 	for (int pi = 0; pi < 6; pi++) {
-		int sh[3] = { v->j->shape[perms[pi][0]], v->j->shape[perms[pi][1]],
-			      v->j->shape[perms[pi][2]] };
+		int sh[3] = {v->j->shape[perms[pi][0]], v->j->shape[perms[pi][1]],
+		             v->j->shape[perms[pi][2]]};
 		int dup = 0;
 		for (int i = 0; i < nt; i++)
 			dup |= !memcmp(tried[i], sh, sizeof(sh));
@@ -1099,8 +1118,8 @@ static void each_box(struct victim_search *v, const uint64_t *avail)
 		for (int z = 0; z < oz; z++)
 			for (int y = 0; y < oy; y++) {
 				/* the chips usable in every row the box covers, then the origins
-				 * where a run of sh[0] of them starts (shifted ANDs, rotated where x
-				 * wraps); only those boxes are scored */
+				 * where a run of sh[0] of them starts (shifted ANDs, rotated where
+				 * x wraps); only those boxes are scored */
 				uint64_t acc = t->xmask, m;
 				for (int dz = 0; dz < sh[2] && acc; dz++)
 					for (int dy = 0; dy < sh[1] && acc; dy++)
@@ -1112,13 +1131,14 @@ static void each_box(struct victim_search *v, const uint64_t *avail)
 				} else {
 					m = acc;
 					for (int k = 1; k < sh[0] && m; k++)
-						m &= t->wrap[0] ? ((acc >> k) | (acc << (X - k))) & t->xmask
-								: acc >> k;
+						m &= t->wrap[0] ? ((acc >> k) | (acc << (X - k))) &
+						                      t->xmask
+						                : acc >> k;
 				}
 				while (m) {
 					int x = __builtin_ctzll(m);
 					m &= m - 1;
-					struct tf_box b = { { x, y, z }, { sh[0], sh[1], sh[2] } };
+					struct tf_box b = {{x, y, z}, {sh[0], sh[1], sh[2]}};
 					score_box(v, &b);
 				}
 			}
@@ -1126,19 +1146,20 @@ static void each_box(struct victim_search *v, const uint64_t *avail)
 }
 
 static void preempt_one(struct tf_sched *s, struct job *r, const struct job *cause, double now,
-			struct tf_sched_decisions *out)
+                        struct tf_sched_decisions *out)
 {
 	set_state(r, TF_JOB_DRAINING);
 	r->deadline = now + s->cfg.grace_seconds;
 	r->preemptions++;
-	push(s, out, (struct tf_sched_decision){ .action = TF_SCHED_PREEMPT,
-						 .job = r->id,
-						 .attempt = r->attempts,
-						 .pool = r->pool,
-						 .box = r->box,
-						 .chips = r->chips,
-						 .deadline = r->deadline,
-						 .cause = cause->id });
+	push(s, out,
+	     (struct tf_sched_decision){.action = TF_SCHED_PREEMPT,
+	                                .job = r->id,
+	                                .attempt = r->attempts,
+	                                .pool = r->pool,
+	                                .box = r->box,
+	                                .chips = r->chips,
+	                                .deadline = r->deadline,
+	                                .cause = cause->id});
 }
 
 /* Chips of the project's own lower-priority preemptible in-quota jobs, in every pool: what
@@ -1161,7 +1182,7 @@ static int own_reclaimable(const struct tf_sched *s, const struct job *j)
  * chips of quota come back: each time the smallest job that covers what is left, else the
  * largest, so the fewest chips go. */
 static void preempt_for_quota(struct tf_sched *s, const struct job *j, int need, double now,
-			      struct tf_sched_decisions *out)
+                              struct tf_sched_decisions *out)
 {
 	while (need > 0) {
 		struct job *cover = NULL, *largest = NULL;
@@ -1190,9 +1211,9 @@ static void preempt_for_quota(struct tf_sched *s, const struct job *j, int need,
  * the project's own lower-priority jobs. On success emits PREEMPT decisions, gives j a drain
  * target and holds its chips in the quota. Returns 1 when it did. */
 static int try_preempt(struct tf_sched *s, struct pool *p, struct job *j, int need, double now,
-		       struct tf_sched_decisions *out)
+                       struct tf_sched_decisions *out)
 {
-	struct victim_search v = { .s = s, .p = p, .j = j, .need = need > 0 ? need : 0 };
+	struct victim_search v = {.s = s, .p = p, .j = j, .need = need > 0 ? need : 0};
 	if (v.need && own_reclaimable(s, j) < v.need)
 		return 0;
 	int any = 0;
@@ -1222,8 +1243,8 @@ static int try_preempt(struct tf_sched *s, struct pool *p, struct job *j, int ne
 		for (int dy = 0; dy < b->shape[1]; dy++)
 			for (int dx = 0; dx < b->shape[0]; dx++) {
 				int c = (b->origin[0] + dx) % D[0] +
-					D[0] * ((b->origin[1] + dy) % D[1] +
-						D[1] * ((b->origin[2] + dz) % D[2]));
+				        D[0] * ((b->origin[1] + dy) % D[1] +
+				                D[1] * ((b->origin[2] + dz) % D[2]));
 				struct job *r = &s->jobs[p->owner[c]];
 				if (!p->owner[c] || r->state != TF_JOB_RUNNING)
 					continue;
@@ -1270,7 +1291,7 @@ static int quota_over(const struct tf_sched *s, const struct job *j)
  * jobs); pass 1: a borrower over its quota (it starts borrowed, or makes quota room the
  * same way). */
 static int try_job(struct tf_sched *s, struct pool *p, struct job *j, int pass, int over,
-		   double now, struct scan *st, struct tf_sched_decisions *out)
+                   double now, struct scan *st, struct tf_sched_decisions *out)
 {
 	struct tf_box box;
 	if ((over <= 0 || pass == 1) && find_fit(p, j, &box)) {
@@ -1302,7 +1323,7 @@ static int try_job(struct tf_sched *s, struct pool *p, struct job *j, int pass, 
 }
 
 static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
-			  struct tf_sched_decisions *out)
+                          struct tf_sched_decisions *out)
 {
 	/* 2. jobs whose drained box is now clear (and whose project is back within its quota,
 	 * its own preempted jobs having exited) */
@@ -1314,9 +1335,9 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 		for (int dz = 0; dz < tb.shape[2] && clear; dz++)
 			for (int dy = 0; dy < tb.shape[1] && clear; dy++) {
 				int r = (tb.origin[1] + dy) % p->t.dims[1] +
-					p->t.dims[1] * ((tb.origin[2] + dz) % p->t.dims[2]);
+				        p->t.dims[1] * ((tb.origin[2] + dz) % p->t.dims[2]);
 				uint64_t m = 0;
-				struct tf_box row = { { tb.origin[0], 0, 0 }, { tb.shape[0], 1, 1 } };
+				struct tf_box row = {{tb.origin[0], 0, 0}, {tb.shape[0], 1, 1}};
 				tf_torus_box_set(&p->t, &m, &row, 1);
 				clear = !((p->busy[r] | p->failed[r]) & m);
 			}
@@ -1327,7 +1348,7 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 	}
 	if (p->queued == 0)
 		return;
-	struct scan st = { 0 };
+	struct scan st = {0};
 	int examined = 0;
 	s->walk_serial++;
 	int *cursor = s->cursor, np = s->nprojects;
@@ -1347,7 +1368,8 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 				for (int k = 0; k < np; k++) {
 					if (!cursor[k])
 						continue;
-					if (best < 0 || s->projects[k].key < s->projects[best].key ||
+					if (best < 0 ||
+					    s->projects[k].key < s->projects[best].key ||
 					    (s->projects[k].key == s->projects[best].key &&
 					     s->jobs[cursor[k]].seq < s->jobs[cursor[best]].seq))
 						best = k;
@@ -1370,7 +1392,8 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 					continue;
 				if (++examined > s->cfg.backfill_depth)
 					return;
-				if (p->busy_chips + p->failed_chips >= p->t.nchips && st.head_blocked)
+				if (p->busy_chips + p->failed_chips >= p->t.nchips &&
+				    st.head_blocked)
 					return; /* nothing free, and preemption already tried */
 				if (try_job(s, p, j, pass, over, now, &st, out) == STOP)
 					return;
@@ -1393,12 +1416,13 @@ int tf_sched_tick(struct tf_sched *s, double now, struct tf_sched_decisions *out
 			struct job *j = &s->jobs[p->running[i]];
 			if (j->state != TF_JOB_DRAINING || j->deadline > now)
 				continue;
-			push(s, out, (struct tf_sched_decision){ .action = TF_SCHED_KILL,
-								 .job = j->id,
-								 .attempt = j->attempts,
-								 .pool = j->pool,
-								 .box = j->box,
-								 .chips = j->chips });
+			push(s, out,
+			     (struct tf_sched_decision){.action = TF_SCHED_KILL,
+			                                .job = j->id,
+			                                .attempt = j->attempts,
+			                                .pool = j->pool,
+			                                .box = j->box,
+			                                .chips = j->chips});
 			release_chips(s, j, now);
 			requeue(s, j);
 		}
@@ -1466,10 +1490,10 @@ int tf_sched_cancel(struct tf_sched *s, int id, double now)
 }
 
 static int chip_fail(struct tf_sched *s, int pool, int chip, double now,
-		     struct tf_sched_decisions *out);
+                     struct tf_sched_decisions *out);
 
 int tf_sched_chip_fail(struct tf_sched *s, int pool, int chip, double now,
-		       struct tf_sched_decisions *out)
+                       struct tf_sched_decisions *out)
 {
 	if (out)
 		out->n = 0;
@@ -1477,7 +1501,7 @@ int tf_sched_chip_fail(struct tf_sched *s, int pool, int chip, double now,
 }
 
 int tf_sched_host_fail(struct tf_sched *s, int pool, int host, double now,
-		       struct tf_sched_decisions *out)
+                       struct tf_sched_decisions *out)
 {
 	if (out)
 		out->n = 0;
@@ -1494,7 +1518,7 @@ int tf_sched_host_fail(struct tf_sched *s, int pool, int host, double now,
 
 /* Marks one chip failed, appending to out. */
 static int chip_fail(struct tf_sched *s, int pool, int chip, double now,
-		     struct tf_sched_decisions *out)
+                     struct tf_sched_decisions *out)
 {
 	if (pool < 0 || pool >= s->npools)
 		return -ENOENT;
@@ -1502,8 +1526,7 @@ static int chip_fail(struct tf_sched *s, int pool, int chip, double now,
 	if (chip < 0 || chip >= p->t.nchips)
 		return -EINVAL;
 	const int *D = p->t.dims;
-	struct tf_box one = { { chip % D[0], (chip / D[0]) % D[1], chip / (D[0] * D[1]) },
-			      { 1, 1, 1 } };
+	struct tf_box one = {{chip % D[0], (chip / D[0]) % D[1], chip / (D[0] * D[1])}, {1, 1, 1}};
 	if (tf_torus_box_all(&p->t, p->failed, &one))
 		return 0;
 	accrue(s, now);
@@ -1511,13 +1534,14 @@ static int chip_fail(struct tf_sched *s, int pool, int chip, double now,
 	if (o) {
 		struct job *j = &s->jobs[o];
 		j->infra_failures++;
-		push(s, out, (struct tf_sched_decision){ .action = TF_SCHED_FAIL_INFRA,
-							 .job = j->id,
-							 .attempt = j->attempts,
-							 .pool = pool,
-							 .box = j->box,
-							 .chips = j->chips,
-							 .cause = chip });
+		push(s, out,
+		     (struct tf_sched_decision){.action = TF_SCHED_FAIL_INFRA,
+		                                .job = j->id,
+		                                .attempt = j->attempts,
+		                                .pool = pool,
+		                                .box = j->box,
+		                                .chips = j->chips,
+		                                .cause = chip});
 		release_chips(s, j, now);
 		requeue(s, j);
 	}
@@ -1544,8 +1568,7 @@ int tf_sched_chip_repair(struct tf_sched *s, int pool, int chip)
 	if (chip < 0 || chip >= p->t.nchips)
 		return -EINVAL;
 	const int *D = p->t.dims;
-	struct tf_box one = { { chip % D[0], (chip / D[0]) % D[1], chip / (D[0] * D[1]) },
-			      { 1, 1, 1 } };
+	struct tf_box one = {{chip % D[0], (chip / D[0]) % D[1], chip / (D[0] * D[1])}, {1, 1, 1}};
 	if (!tf_torus_box_all(&p->t, p->failed, &one))
 		return 0;
 	tf_torus_box_set(&p->t, p->failed, &one, 0);
@@ -1564,24 +1587,24 @@ int tf_sched_job_info(const struct tf_sched *s, int id, double now, struct tf_sc
 	if (!j)
 		return -ENOENT;
 	double sec = tf_sched_job_running_seconds(j, now);
-	*out = (struct tf_sched_job_info){ .state = j->state,
-					   .name = j->name,
-					   .run = j->run,
-					   .project = s->projects[j->project].name,
-					   .pool = j->pool,
-					   .chips = j->chips,
-					   .priority = j->prio,
-					   .preemptible = j->preemptible,
-					   .borrowed = j->borrowed,
-					   .box = j->box,
-					   .attempts = j->attempts,
-					   .preemptions = j->preemptions,
-					   .infra_failures = j->infra_failures,
-					   .submitted = j->submitted,
-					   .first_start = j->first_start,
-					   .started = j->started,
-					   .chip_seconds = j->chip_seconds + sec * j->chips,
-					   .slice_seconds = j->slice_seconds + sec };
+	*out = (struct tf_sched_job_info){.state = j->state,
+	                                  .name = j->name,
+	                                  .run = j->run,
+	                                  .project = s->projects[j->project].name,
+	                                  .pool = j->pool,
+	                                  .chips = j->chips,
+	                                  .priority = j->prio,
+	                                  .preemptible = j->preemptible,
+	                                  .borrowed = j->borrowed,
+	                                  .box = j->box,
+	                                  .attempts = j->attempts,
+	                                  .preemptions = j->preemptions,
+	                                  .infra_failures = j->infra_failures,
+	                                  .submitted = j->submitted,
+	                                  .first_start = j->first_start,
+	                                  .started = j->started,
+	                                  .chip_seconds = j->chip_seconds + sec * j->chips,
+	                                  .slice_seconds = j->slice_seconds + sec};
 	memcpy(out->shape, j->shape, sizeof(out->shape));
 	return 0;
 }
@@ -1599,7 +1622,7 @@ int tf_sched_job_chips(const struct tf_sched *s, int id, int *chips, size_t cap)
 /* Adds to U what the running jobs of run IDX (BY_RUN) or else project IDX have used until NOW:
  * the accounts hold only finished time. */
 static void add_running(const struct tf_sched *s, int by_run, int idx, double now,
-			struct tf_sched_usage *u)
+                        struct tf_sched_usage *u)
 {
 	for (int i = 0; i < s->npools; i++) {
 		const struct pool *p = &s->pools[i];
@@ -1615,28 +1638,28 @@ static void add_running(const struct tf_sched *s, int by_run, int idx, double no
 }
 
 int tf_sched_project_usage(const struct tf_sched *s, const char *project, double now,
-			   struct tf_sched_usage *out)
+                           struct tf_sched_usage *out)
 {
 	int pi = project_find(s, project);
 	if (pi < 0)
 		return -ENOENT;
 	const struct project *pr = &s->projects[pi];
-	struct tf_sched_usage u = { pr->chip_seconds, pr->slice_seconds, pr->running_chips,
-				    pr->jobs };
+	struct tf_sched_usage u = {pr->chip_seconds, pr->slice_seconds, pr->running_chips,
+	                           pr->jobs};
 	add_running(s, 0, pi, now, &u);
 	*out = u;
 	return 0;
 }
 
 int tf_sched_run_usage(const struct tf_sched *s, const char *run, double now,
-		       struct tf_sched_usage *out)
+                       struct tf_sched_usage *out)
 {
 	int ri = run_find(s, run);
 	if (ri < 0)
 		return -ENOENT;
 	const struct run_acct *ra = &s->runs[ri];
-	struct tf_sched_usage u = { ra->chip_seconds, ra->slice_seconds, ra->running_chips,
-				    ra->jobs };
+	struct tf_sched_usage u = {ra->chip_seconds, ra->slice_seconds, ra->running_chips,
+	                           ra->jobs};
 	add_running(s, 1, ri, now, &u);
 	*out = u;
 	return 0;
@@ -1695,8 +1718,8 @@ int tf_sched_job_reason(struct tf_sched *s, int id, char *buf, size_t len)
 	if (pr->quota && pr->quota_used + j->chips > pr->quota &&
 	    !(j->preemptible && pr->may_borrow)) {
 		snprintf(buf, len, "project '%s' at quota: uses %d of %d chips, needs %d more%s",
-			 pr->name, pr->quota_used, pr->quota, j->chips,
-			 j->preemptible ? "" : " (only preemptible jobs may borrow)");
+		         pr->name, pr->quota_used, pr->quota, j->chips,
+		         j->preemptible ? "" : " (only preemptible jobs may borrow)");
 		return 0;
 	}
 	struct tf_box lb;
@@ -1709,7 +1732,7 @@ int tf_sched_job_reason(struct tf_sched *s, int id, char *buf, size_t len)
 	int fits = tf_torus_find(&p->t, p->free, j->shape, TF_TORUS_ANY, &fit);
 	if (!fits) {
 		int n = snprintf(buf, len, "needs %s, largest free %s (%d chips free)", need, lf,
-				 freec);
+		                 freec);
 		if (p->resv_job == j->id && p->resv_ok && n > 0 && (size_t)n < len)
 			snprintf(buf + n, len - (size_t)n, "; reserved from t=%.0f", p->resv_time);
 		return 0;
@@ -1719,7 +1742,7 @@ int tf_sched_job_reason(struct tf_sched *s, int id, char *buf, size_t len)
 			snprintf(buf, len, "behind blocked job %d (fifo policy)", p->resv_job);
 		else
 			snprintf(buf, len, "would delay the reservation of job %d at t=%.0f",
-				 p->resv_job, p->resv_time);
+			         p->resv_job, p->resv_time);
 		return 0;
 	}
 	snprintf(buf, len, "fits now: starts at the next tick");

@@ -44,7 +44,7 @@ struct tf_sched_config {
 	double fair_half_life;       /* half-life of the usage history behind fair share (3600) */
 	int backfill_depth;          /* queued jobs examined per pool per tick (default 1000) */
 	int preemption;              /* 1: jobs may preempt to reclaim borrowed capacity, by
-					priority, and within a project (default 1) */
+	                                priority, and within a project (default 1) */
 };
 
 enum tf_sched_job_state {
@@ -60,11 +60,11 @@ enum tf_sched_job_state {
 enum tf_sched_action {
 	TF_SCHED_START,      /* start the job on `box` of `pool` (its chips: tf_sched_job_chips) */
 	TF_SCHED_PREEMPT,    /* ask the job to checkpoint and exit before `deadline`, then call
-				tf_sched_release; it is requeued and later resumes */
+	                        tf_sched_release; it is requeued and later resumes */
 	TF_SCHED_KILL,       /* grace ran out: stop the job now; its chips are already released
-				and it is requeued */
+	                        and it is requeued */
 	TF_SCHED_FAIL_INFRA, /* a chip under the job failed: stop it and record a retryable
-				infrastructure failure; it is requeued to run elsewhere */
+	                        infrastructure failure; it is requeued to run elsewhere */
 	TF_SCHED_ACTION_LAST
 };
 
@@ -105,13 +105,13 @@ struct tf_sched_job_info {
 	int shape[3];                     /* requested extents */
 	int chips;                        /* chips the job needs */
 	int priority, preemptible, borrowed;
-	struct tf_box box;   /* RUNNING / DRAINING: where */
-	int attempts;        /* starts so far */
-	int preemptions;     /* times preempted */
-	int infra_failures;  /* times a chip failed under it */
-	double submitted;    /* submit time */
-	double first_start;  /* first START, < 0 if never started */
-	double started;      /* start of the current attempt */
+	struct tf_box box;                  /* RUNNING / DRAINING: where */
+	int attempts;                       /* starts so far */
+	int preemptions;                    /* times preempted */
+	int infra_failures;                 /* times a chip failed under it */
+	double submitted;                   /* submit time */
+	double first_start;                 /* first START, < 0 if never started */
+	double started;                     /* start of the current attempt */
 	double chip_seconds, slice_seconds; /* accounted so far (running attempt up to now) */
 };
 
@@ -132,7 +132,7 @@ void tf_sched_free(struct tf_sched *s);
 /* Adds a pool from a spec "GEN:AxBxC" ("v4:4x4x8", "v5e:16x16"). Returns the pool index, or
  * -EINVAL with a message in err. Dimensions wrap (torus) as the generation wires them. */
 int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, char *err,
-		      size_t errlen);
+                      size_t errlen);
 int tf_sched_pool_count(const struct tf_sched *s);
 /* The pool's torus (dims, wrap) and name; NULL when out of range. */
 const struct tf_torus *tf_sched_pool_torus(const struct tf_sched *s, int pool);
@@ -143,12 +143,12 @@ const char *tf_sched_pool_spec(const struct tf_sched *s, int pool);
 /* Declares or updates a project: weight for fair share (> 0), quota in chips across pools
  * (0: none) and whether its preemptible jobs may borrow idle capacity beyond the quota. */
 int tf_sched_set_project(struct tf_sched *s, const char *name, double weight, int quota_chips,
-			 int may_borrow);
+                         int may_borrow);
 
 /* Queues a job; *id receives its id (>= 1). -EINVAL with err for a bad slice, an unknown pool
  * or a slice larger than every pool that could take it. */
-int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, double now,
-		    int *id, char *err, size_t errlen);
+int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, double now, int *id,
+                    char *err, size_t errlen);
 
 /* Occupies `box` of `pool` for a new job at once, without searching or queueing: for showing
  * placements decided elsewhere (a `tpuflow run` process's own pool) on one map. The box must
@@ -157,8 +157,8 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
  * (its start); *id receives its id. -EINVAL with err for a bad slice, pool or box, -EBUSY
  * with err naming the job that holds a chip of it. Decides nothing else: no tick is needed. */
 int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
-		      const struct tf_sched_job_spec *spec, double now, int *id, char *err,
-		      size_t errlen);
+                      const struct tf_sched_job_spec *spec, double now, int *id, char *err,
+                      size_t errlen);
 
 /* The embedded default pool of a TPU generation, as "GEN:AxBxC": v4 4x4x8 (a 128-chip rack),
  * the other 3D generations 4x4x4, the 2D ones 16x16. -EINVAL for an unknown generation. */
@@ -179,16 +179,15 @@ int tf_sched_cancel(struct tf_sched *s, int id, double now);
 /* Marks a chip failed (chip index x + X*(y + Y*z)); a job on it gets FAIL_INFRA in out and is
  * requeued. Repair makes the chip usable again. */
 int tf_sched_chip_fail(struct tf_sched *s, int pool, int chip, double now,
-		       struct tf_sched_decisions *out);
+                       struct tf_sched_decisions *out);
 int tf_sched_chip_repair(struct tf_sched *s, int pool, int chip);
 /* Fails every chip of a host (tf_sched_chip_host numbering); -EINVAL for no such host. */
 int tf_sched_host_fail(struct tf_sched *s, int pool, int host, double now,
-		       struct tf_sched_decisions *out);
+                       struct tf_sched_decisions *out);
 /* The host a chip belongs to (chips are grouped into hosts as the generation does). */
 int tf_sched_chip_host(const struct tf_sched *s, int pool, int chip);
 
-int tf_sched_job_info(const struct tf_sched *s, int id, double now,
-		      struct tf_sched_job_info *out);
+int tf_sched_job_info(const struct tf_sched *s, int id, double now, struct tf_sched_job_info *out);
 /* The chip indices of a running job, up to cap; returns the number of chips or -ENOENT. */
 int tf_sched_job_chips(const struct tf_sched *s, int id, int *chips, size_t cap);
 /* Why a queued job is waiting, for people: "needs 2x2x4, largest free 2x2x2". */
@@ -196,9 +195,9 @@ int tf_sched_job_reason(struct tf_sched *s, int id, char *buf, size_t len);
 
 /* Accounting per project and per run (running jobs counted up to now); -ENOENT if unknown. */
 int tf_sched_project_usage(const struct tf_sched *s, const char *project, double now,
-			   struct tf_sched_usage *out);
+                           struct tf_sched_usage *out);
 int tf_sched_run_usage(const struct tf_sched *s, const char *run, double now,
-		       struct tf_sched_usage *out);
+                       struct tf_sched_usage *out);
 
 /* Chips busy / healthy chips of one pool (or all pools with pool = -1), right now. */
 double tf_sched_utilization(const struct tf_sched *s, int pool);

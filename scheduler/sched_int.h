@@ -21,19 +21,19 @@
 #define MAX_SHAPES 256 /* distinct requested shapes with a placement memo */
 
 struct project {
-	char *name;          /* project name */
-	double weight;       /* fair-share weight (> 0) */
-	int quota;           /* chips across all pools, 0: unlimited */
-	int may_borrow;      /* preemptible jobs may exceed the quota on idle capacity */
-	int running_chips;   /* chips held now (running and draining jobs) */
-	int quota_used;      /* chips counted against the quota: running and draining jobs that
-				started within it, plus chips held for its jobs waiting on
-				preempted jobs (invariant 5); borrowed jobs do not count */
-	double decayed;      /* chip-seconds used, decayed with the configured half-life */
-	double chip_seconds; /* accounted chip-seconds of finished attempts */
+	char *name;           /* project name */
+	double weight;        /* fair-share weight (> 0) */
+	int quota;            /* chips across all pools, 0: unlimited */
+	int may_borrow;       /* preemptible jobs may exceed the quota on idle capacity */
+	int running_chips;    /* chips held now (running and draining jobs) */
+	int quota_used;       /* chips counted against the quota: running and draining jobs that
+	                         started within it, plus chips held for its jobs waiting on
+	                         preempted jobs (invariant 5); borrowed jobs do not count */
+	double decayed;       /* chip-seconds used, decayed with the configured half-life */
+	double chip_seconds;  /* accounted chip-seconds of finished attempts */
 	double slice_seconds; /* accounted slice-seconds of finished attempts */
-	int jobs;            /* jobs submitted */
-	double key;          /* fair-share key this tick: lower goes first */
+	int jobs;             /* jobs submitted */
+	double key;           /* fair-share key this tick: lower goes first */
 };
 
 struct run_acct {
@@ -45,32 +45,32 @@ struct run_acct {
 };
 
 struct job {
-	int id;                      /* index in s->jobs */
-	enum tf_sched_job_state state; /* see the diagram in sched.h */
-	char *name, *run;            /* owned copies, may be NULL */
-	int project;                 /* index in s->projects */
-	int run_idx;                 /* index in s->runs, -1: none */
-	int pool;                    /* pool index, fixed at submit */
-	int sid;                     /* shape id for the placement memo, -1: none */
-	int shape[3];                /* requested extents */
-	int chips;                   /* product of the extents */
-	int prio;                    /* 0..TF_SCHED_PRIO_MAX */
-	int preemptible;             /* may be preempted */
-	int borrowed;                /* started beyond its project's quota */
-	double est;                  /* estimated seconds per attempt */
-	double submitted;            /* submit time */
-	uint64_t seq;                /* FIFO order (kept across requeues) */
-	double started;              /* start of the current attempt */
-	double first_start;          /* first start, -1 before */
-	struct tf_box box;           /* where it runs (RUNNING, DRAINING) */
+	int id;                                    /* index in s->jobs */
+	enum tf_sched_job_state state;             /* see the diagram in sched.h */
+	char *name, *run;                          /* owned copies, may be NULL */
+	int project;                               /* index in s->projects */
+	int run_idx;                               /* index in s->runs, -1: none */
+	int pool;                                  /* pool index, fixed at submit */
+	int sid;                                   /* shape id for the placement memo, -1: none */
+	int shape[3];                              /* requested extents */
+	int chips;                                 /* product of the extents */
+	int prio;                                  /* 0..TF_SCHED_PRIO_MAX */
+	int preemptible;                           /* may be preempted */
+	int borrowed;                              /* started beyond its project's quota */
+	double est;                                /* estimated seconds per attempt */
+	double submitted;                          /* submit time */
+	uint64_t seq;                              /* FIFO order (kept across requeues) */
+	double started;                            /* start of the current attempt */
+	double first_start;                        /* first start, -1 before */
+	struct tf_box box;                         /* where it runs (RUNNING, DRAINING) */
 	int attempts, preemptions, infra_failures; /* counters */
-	double deadline;             /* DRAINING: end of the grace period */
-	int has_target;              /* QUEUED: waiting on preempted jobs for `target` */
-	struct tf_box target;        /* the box being drained for it */
+	double deadline;                           /* DRAINING: end of the grace period */
+	int has_target;                     /* QUEUED: waiting on preempted jobs for `target` */
+	struct tf_box target;               /* the box being drained for it */
 	double chip_seconds, slice_seconds; /* accounted (finished attempts) */
-	int prev, next;              /* queue list links (job ids, 0: none) */
-	uint64_t borrow_walk;        /* walk_serial of the walk that left it to the borrow pass */
-	int run_pos;                 /* index in its pool's running array, -1 when not running */
+	int prev, next;                     /* queue list links (job ids, 0: none) */
+	uint64_t borrow_walk; /* walk_serial of the walk that left it to the borrow pass */
+	int run_pos;          /* index in its pool's running array, -1 when not running */
 };
 
 struct qlist {
@@ -78,29 +78,29 @@ struct qlist {
 };
 
 struct pool {
-	char *name;          /* pool name */
-	char tpu_gen[16];    /* generation, "v4" */
-	char spec[64];       /* as configured, "v4:4x4x8" */
-	struct tf_torus t;   /* geometry and search scratch */
-	int host[3];         /* chips per host along x, y, z */
-	uint64_t *busy;      /* held by a running or draining job */
-	uint64_t *failed;    /* failed chips */
-	uint64_t *reserved;  /* being drained for a waiting job */
-	uint64_t *free;      /* usable now: invariant 1 */
-	uint64_t *scratch;   /* search inputs built on the fly */
-	uint64_t *scratch2;  /* second scratch (reservation box removed) */
-	int *owner;          /* per chip: job id or 0 */
+	char *name;                   /* pool name */
+	char tpu_gen[16];             /* generation, "v4" */
+	char spec[64];                /* as configured, "v4:4x4x8" */
+	struct tf_torus t;            /* geometry and search scratch */
+	int host[3];                  /* chips per host along x, y, z */
+	uint64_t *busy;               /* held by a running or draining job */
+	uint64_t *failed;             /* failed chips */
+	uint64_t *reserved;           /* being drained for a waiting job */
+	uint64_t *free;               /* usable now: invariant 1 */
+	uint64_t *scratch;            /* search inputs built on the fly */
+	uint64_t *scratch2;           /* second scratch (reservation box removed) */
+	int *owner;                   /* per chip: job id or 0 */
 	int busy_chips, failed_chips; /* counts */
-	uint64_t gen;        /* bumps on every occupancy change: invalidates the memo */
-	uint64_t epoch;      /* bumps on changes that can move the head's reservation */
-	struct qlist *q;     /* [project * NPRIO + prio] */
-	int nq_projects;     /* projects q has room for */
-	int queued;          /* jobs in q */
-	int *running;        /* ids of jobs holding chips */
+	uint64_t gen;                 /* bumps on every occupancy change: invalidates the memo */
+	uint64_t epoch;               /* bumps on changes that can move the head's reservation */
+	struct qlist *q;              /* [project * NPRIO + prio] */
+	int nq_projects;              /* projects q has room for */
+	int queued;                   /* jobs in q */
+	int *running;                 /* ids of jobs holding chips */
 	int nrunning, caprunning;
-	int *targets;        /* ids of queued jobs with a drain target */
+	int *targets; /* ids of queued jobs with a drain target */
 	int ntargets, captargets;
-	uint64_t grow;       /* bumps when chips become usable (release, repair, undrain) */
+	uint64_t grow;        /* bumps when chips become usable (release, repair, undrain) */
 	uint64_t resv_serial; /* bumps when the reservation is recomputed */
 	/* placement memo per shape id: while `grow` is unchanged a "no fit" stays true (usable
 	 * chips only shrank) and a found box stays a fit as long as it is still free */
@@ -108,13 +108,13 @@ struct pool {
 	signed char memo_ok[MAX_SHAPES], memor_ok[MAX_SHAPES];
 	struct tf_box memo_box[MAX_SHAPES], memor_box[MAX_SHAPES];
 	/* the reservation of the first blocked job (EASY), valid while resv_epoch == epoch */
-	int resv_job;        /* job id, 0: none */
-	uint64_t resv_epoch; /* epoch it was computed at */
-	int resv_ok;         /* 1: a time and box exist */
-	double resv_time;    /* when the head can start at the latest */
-	double resv_at;      /* when it was computed */
+	int resv_job;           /* job id, 0: none */
+	uint64_t resv_epoch;    /* epoch it was computed at */
+	int resv_ok;            /* 1: a time and box exist */
+	double resv_time;       /* when the head can start at the latest */
+	double resv_at;         /* when it was computed */
 	struct tf_box resv_box; /* where */
-	uint64_t largest_gen; /* cache of the largest free box */
+	uint64_t largest_gen;   /* cache of the largest free box */
 	int largest_ok;
 	struct tf_box largest;
 };
@@ -125,21 +125,21 @@ struct tf_sched {
 	int npools;
 	struct project *projects;
 	int nprojects;
-	int *cursor;         /* per project: next queued job in the walk (tick scratch) */
-	int *qhold;          /* per project: quota chips held this tick for its blocked jobs, so
-				jobs behind them cannot take the quota they wait for (tick scratch) */
+	int *cursor; /* per project: next queued job in the walk (tick scratch) */
+	int *qhold;  /* per project: quota chips held this tick for its blocked jobs, so
+	                jobs behind them cannot take the quota they wait for (tick scratch) */
 	struct run_acct *runs;
 	int nruns;
 	struct job *jobs; /* jobs[0] unused: ids start at 1 */
 	int njobs, capjobs;
 	int shapes[MAX_SHAPES][3]; /* interned shapes */
 	int nshapes;
-	uint64_t seq;        /* next FIFO sequence number */
-	double last_accrue;  /* time fair-share usage was last decayed */
-	int *stamp;          /* per job id, for distinct-victim counting */
+	uint64_t seq;       /* next FIFO sequence number */
+	double last_accrue; /* time fair-share usage was last decayed */
+	int *stamp;         /* per job id, for distinct-victim counting */
 	int stamp_now;
 	uint64_t walk_serial; /* bumps on every queue walk (one per pool per tick) */
-	uint64_t decisions;  /* decisions taken so far */
+	uint64_t decisions;   /* decisions taken so far */
 };
 
 /* Shared with describe.c. */

@@ -31,7 +31,7 @@ struct event {
 	double t;          /* simulated time */
 	enum ev_kind kind; /* what happens */
 	int job;           /* FINISH / RELEASE: job id; FAIL / REPAIR: chip */
-	int attempt;       /* FINISH / RELEASE: the attempt it belongs to (stale ones are dropped) */
+	int attempt; /* FINISH / RELEASE: the attempt it belongs to (stale ones are dropped) */
 };
 
 struct heap {
@@ -74,8 +74,8 @@ static struct event heap_pop(struct heap *h)
 }
 
 struct simjob {
-	double arrive;    /* submit time */
-	char slice[32];   /* "v4:2x2x4" */
+	double arrive;  /* submit time */
+	char slice[32]; /* "v4:2x2x4" */
 	int prio, preemptible, project;
 	double est;       /* estimate given to the scheduler */
 	double remaining; /* work left (seconds) */
@@ -87,18 +87,17 @@ struct simjob {
 static const struct {
 	int s[3];
 	int weight;
-} mix3[] = { { { 2, 2, 1 }, 30 }, { { 2, 2, 2 }, 20 }, { { 2, 2, 4 }, 15 }, { { 2, 4, 4 }, 12 },
-	     { { 4, 4, 4 }, 10 }, { { 4, 4, 8 }, 6 },  { { 4, 8, 8 }, 4 },  { { 8, 8, 8 }, 2 },
-	     { { 8, 8, 16 }, 1 } },
-  mix2[] = { { { 1, 1, 1 }, 20 }, { { 2, 2, 1 }, 25 }, { { 2, 4, 1 }, 20 }, { { 4, 4, 1 }, 15 },
-	     { { 4, 8, 1 }, 10 }, { { 8, 8, 1 }, 6 },  { { 8, 16, 1 }, 3 }, { { 16, 16, 1 }, 1 } };
+} mix3[] = {{{2, 2, 1}, 30}, {{2, 2, 2}, 20}, {{2, 2, 4}, 15}, {{2, 4, 4}, 12}, {{4, 4, 4}, 10},
+            {{4, 4, 8}, 6},  {{4, 8, 8}, 4},  {{8, 8, 8}, 2},  {{8, 8, 16}, 1}},
+  mix2[] = {{{1, 1, 1}, 20}, {{2, 2, 1}, 25}, {{2, 4, 1}, 20}, {{4, 4, 1}, 15},
+            {{4, 8, 1}, 10}, {{8, 8, 1}, 6},  {{8, 16, 1}, 3}, {{16, 16, 1}, 1}};
 
 static const struct {
 	const char *name;
 	double weight;
 	double quota; /* fraction of the pool */
-} sim_projects[] = { { "research", 4, 0.45 }, { "prod", 2, 0.30 }, { "team-a", 1, 0.15 },
-		     { "team-b", 1, 0.15 } };
+} sim_projects[] = {
+    {"research", 4, 0.45}, {"prod", 2, 0.30}, {"team-a", 1, 0.15}, {"team-b", 1, 0.15}};
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -112,7 +111,7 @@ static int cmp_double(const void *a, const void *b)
 #define SIM_CKPT_TIME 10.0
 
 int tf_sched_simulate(const struct tf_sched_sim_opts *o, struct tf_sched_sim_result *r, char *err,
-		      size_t errlen)
+                      size_t errlen)
 {
 	struct tf_sched_config cfg;
 	tf_sched_config_default(&cfg);
@@ -128,7 +127,7 @@ int tf_sched_simulate(const struct tf_sched_sim_opts *o, struct tf_sched_sim_res
 	const char *gen = s->pools[0].tpu_gen;
 	for (size_t i = 0; i < TF_ARRAY_LEN(sim_projects); i++)
 		tf_sched_set_project(s, sim_projects[i].name, sim_projects[i].weight,
-				     (int)(sim_projects[i].quota * t->nchips), 1);
+		                     (int)(sim_projects[i].quota * t->nchips), 1);
 
 	/* the workload */
 	uint64_t st = o->seed * 0x2545F4914F6CDD1Dull + 1;
@@ -157,7 +156,8 @@ int tf_sched_simulate(const struct tf_sched_sim_opts *o, struct tf_sched_sim_res
 				break;
 		}
 		if (is3)
-			snprintf(j->slice, sizeof(j->slice), "%s:%dx%dx%d", gen, sh[0], sh[1], sh[2]);
+			snprintf(j->slice, sizeof(j->slice), "%s:%dx%dx%d", gen, sh[0], sh[1],
+			         sh[2]);
 		else
 			snprintf(j->slice, sizeof(j->slice), "%s:%dx%d", gen, sh[0], sh[1]);
 		double u = rnd_unit(&st);
@@ -177,12 +177,12 @@ int tf_sched_simulate(const struct tf_sched_sim_opts *o, struct tf_sched_sim_res
 		now += -log(1 - rnd_unit(&st)) * span / n;
 		jobs[i].arrive = now;
 	}
-	struct heap h = { 0 };
+	struct heap h = {0};
 	for (int i = 0; i < o->failures; i++) {
 		double ft = rnd_unit(&st) * span;
 		int chip = (int)(rnd_unit(&st) * t->nchips);
-		heap_push(&h, (struct event){ ft, EV_FAIL, chip, 0 });
-		heap_push(&h, (struct event){ ft + 3600, EV_REPAIR, chip, 0 });
+		heap_push(&h, (struct event){ft, EV_FAIL, chip, 0});
+		heap_push(&h, (struct event){ft + 3600, EV_REPAIR, chip, 0});
 	}
 	int *by_id = tf_xcalloc((size_t)n + 2, sizeof(int));
 
@@ -190,16 +190,16 @@ int tf_sched_simulate(const struct tf_sched_sim_opts *o, struct tf_sched_sim_res
 	memset(r, 0, sizeof(*r));
 	r->policy = o->policy;
 	r->jobs = n;
-	struct tf_sched_decisions d = { 0 };
+	struct tf_sched_decisions d = {0};
 	double sched_t = 0, busy_area = 0, last = jobs[0].arrive, frag_sum = 0, end_time = 0;
 	double healthy_area = 0;
 	int next = 0, frag_samples = 0;
 	char e2[160];
-#define TIMED(call)                                                       \
-	do {                                                              \
-		double t0_ = o->clock ? o->clock() : 0;                   \
-		call;                                                     \
-		sched_t += o->clock ? o->clock() - t0_ : 0;              \
+#define TIMED(call)                                                                                \
+	do {                                                                                       \
+		double t0_ = o->clock ? o->clock() : 0;                                            \
+		call;                                                                              \
+		sched_t += o->clock ? o->clock() - t0_ : 0;                                        \
 	} while (0)
 	while (next < n || h.n) {
 		if (next >= n && r->completed == n)
@@ -211,11 +211,12 @@ int tf_sched_simulate(const struct tf_sched_sim_opts *o, struct tf_sched_sim_res
 		healthy_area += (double)(t->nchips - s->pools[0].failed_chips) * (now - last);
 		last = now;
 		while (next < n && jobs[next].arrive <= now) {
-			struct tf_sched_job_spec sp = { .slice = jobs[next].slice,
-							.project = sim_projects[jobs[next].project].name,
-							.priority = jobs[next].prio,
-							.preemptible = jobs[next].preemptible,
-							.est_seconds = jobs[next].est };
+			struct tf_sched_job_spec sp = {.slice = jobs[next].slice,
+			                               .project =
+			                                   sim_projects[jobs[next].project].name,
+			                               .priority = jobs[next].prio,
+			                               .preemptible = jobs[next].preemptible,
+			                               .est_seconds = jobs[next].est};
 			int id = 0;
 			TIMED(rc = tf_sched_submit(s, &sp, now, &id, e2, sizeof(e2)));
 			if (rc == 0) {
@@ -249,7 +250,7 @@ int tf_sched_simulate(const struct tf_sched_sim_opts *o, struct tf_sched_sim_res
 				for (size_t k = 0; k < d.n; k++) {
 					struct simjob *v = &jobs[by_id[d.v[k].job]];
 					v->remaining -= floor((now - v->started) / SIM_CKPT_EVERY) *
-							SIM_CKPT_EVERY;
+					                SIM_CKPT_EVERY;
 					r->infra_failures++;
 				}
 				break;
@@ -266,18 +267,18 @@ int tf_sched_simulate(const struct tf_sched_sim_opts *o, struct tf_sched_sim_res
 			switch (x->action) {
 			case TF_SCHED_START:
 				j->started = now;
-				heap_push(&h, (struct event){ now + j->remaining, EV_FINISH, x->job,
-							      x->attempt });
+				heap_push(&h, (struct event){now + j->remaining, EV_FINISH, x->job,
+				                             x->attempt});
 				break;
 			case TF_SCHED_PREEMPT:
 				r->preemptions++;
-				heap_push(&h, (struct event){ now + SIM_CKPT_TIME, EV_RELEASE, x->job,
-							      x->attempt });
+				heap_push(&h, (struct event){now + SIM_CKPT_TIME, EV_RELEASE,
+				                             x->job, x->attempt});
 				break;
 			case TF_SCHED_KILL:
 				r->kills++;
-				j->remaining -= floor((now - j->started) / SIM_CKPT_EVERY) *
-						SIM_CKPT_EVERY;
+				j->remaining -=
+				    floor((now - j->started) / SIM_CKPT_EVERY) * SIM_CKPT_EVERY;
 				break;
 			default:
 				break;

@@ -29,7 +29,7 @@ struct tf_sched_sim_result {
 	double decisions_per_second; /* decisions / sched_seconds */
 	double makespan;             /* simulated seconds from first arrival to last finish */
 	double utilization;          /* chip-seconds of work done / (healthy chips x makespan) */
-	double busy_fraction;        /* time-average of busy / healthy chips until the last finish */
+	double busy_fraction; /* time-average of busy / healthy chips until the last finish */
 	double wait_mean[TF_SCHED_PRIO_MAX + 1]; /* mean wait to first start, per priority */
 	double wait_p95[TF_SCHED_PRIO_MAX + 1];  /* 95th percentile of the same */
 	int wait_jobs[TF_SCHED_PRIO_MAX + 1];    /* jobs per priority */
@@ -39,6 +39,6 @@ struct tf_sched_sim_result {
 
 /* Runs the workload; 0, or -EINVAL with a message in err (bad pool). */
 int tf_sched_simulate(const struct tf_sched_sim_opts *o, struct tf_sched_sim_result *r, char *err,
-		      size_t errlen);
+                      size_t errlen);
 
 #endif

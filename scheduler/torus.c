@@ -77,7 +77,7 @@ void tf_torus_box_set(const struct tf_torus *t, uint64_t *bm, const struct tf_bo
 	for (int dz = 0; dz < b->shape[2]; dz++)
 		for (int dy = 0; dy < b->shape[1]; dy++) {
 			int r = row_of(t, (b->origin[1] + dy) % t->dims[1],
-				       (b->origin[2] + dz) % t->dims[2]);
+			               (b->origin[2] + dz) % t->dims[2]);
 			if (value)
 				bm[r] |= m;
 			else
@@ -91,7 +91,7 @@ int tf_torus_box_all(const struct tf_torus *t, const uint64_t *bm, const struct 
 	for (int dz = 0; dz < b->shape[2]; dz++)
 		for (int dy = 0; dy < b->shape[1]; dy++) {
 			int r = row_of(t, (b->origin[1] + dy) % t->dims[1],
-				       (b->origin[2] + dz) % t->dims[2]);
+			               (b->origin[2] + dz) % t->dims[2]);
 			if ((bm[r] & m) != m)
 				return 0;
 		}
@@ -116,8 +116,7 @@ size_t tf_torus_box_chips(const struct tf_torus *t, const struct tf_box *b, int 
 
 int tf_torus_box_contains(const struct tf_torus *t, const struct tf_box *b, int c)
 {
-	int p[3] = { c % t->dims[0], (c / t->dims[0]) % t->dims[1],
-		     c / (t->dims[0] * t->dims[1]) };
+	int p[3] = {c % t->dims[0], (c / t->dims[0]) % t->dims[1], c / (t->dims[0] * t->dims[1])};
 	for (int d = 0; d < 3; d++) {
 		int off = ((p[d] - b->origin[d]) % t->dims[d] + t->dims[d]) % t->dims[d];
 		if (off >= b->shape[d])
@@ -146,7 +145,7 @@ static inline int origins(const struct tf_torus *t, int d, int s)
 /* Unusable neighbours of the box: chips outside it adjacent to a face that are not set in
  * avail, with a mesh edge counting as unusable (a box against the edge fragments nothing). */
 static int contact(const struct tf_torus *t, const uint64_t *avail, int x0, int y0, int z0,
-		   const int s[3])
+                   const int s[3])
 {
 	const int X = t->dims[0], Y = t->dims[1], Z = t->dims[2];
 	int score = 0;
@@ -205,7 +204,7 @@ static int contact(const struct tf_torus *t, const uint64_t *avail, int x0, int 
 /* One orientation s (extents along x, y, z). Returns the best score found (-1: none) and
  * writes the box when it beats *best. */
 static int search_oriented(struct tf_torus *t, const uint64_t *avail, const int s[3],
-			   enum tf_torus_mode mode, int best, struct tf_box *out)
+                           enum tf_torus_mode mode, int best, struct tf_box *out)
 {
 	const int X = t->dims[0], Y = t->dims[1], Z = t->dims[2];
 	if (s[0] > X || s[1] > Y || s[2] > Z)
@@ -260,9 +259,10 @@ static int search_oriented(struct tf_torus *t, const uint64_t *avail, const int 
 				int sc = mode == TF_TORUS_BEST ? contact(t, avail, x, y, z, s) : 0;
 				if (sc > best) {
 					best = sc;
-					*out = (struct tf_box){ { x, y, z }, { s[0], s[1], s[2] } };
+					*out = (struct tf_box){{x, y, z}, {s[0], s[1], s[2]}};
 				}
-				if (mode != TF_TORUS_BEST || best >= maxscore || ++scored >= MAX_SCORED)
+				if (mode != TF_TORUS_BEST || best >= maxscore ||
+				    ++scored >= MAX_SCORED)
 					return best;
 			}
 		}
@@ -270,14 +270,14 @@ static int search_oriented(struct tf_torus *t, const uint64_t *avail, const int 
 }
 
 int tf_torus_find(struct tf_torus *t, const uint64_t *avail, const int want[3],
-		  enum tf_torus_mode mode, struct tf_box *out)
+                  enum tf_torus_mode mode, struct tf_box *out)
 {
-	static const int perms[6][3] = { { 0, 1, 2 }, { 1, 0, 2 }, { 0, 2, 1 },
-					 { 2, 0, 1 }, { 1, 2, 0 }, { 2, 1, 0 } };
+	static const int perms[6][3] = {{0, 1, 2}, {1, 0, 2}, {0, 2, 1},
+	                                {2, 0, 1}, {1, 2, 0}, {2, 1, 0}};
 	int tried[6][3], ntried = 0, best = -1;
 	struct tf_box box;
 	for (int p = 0; p < 6; p++) {
-		int s[3] = { want[perms[p][0]], want[perms[p][1]], want[perms[p][2]] };
+		int s[3] = {want[perms[p][0]], want[perms[p][1]], want[perms[p][2]]};
 		int dup = 0;
 		for (int i = 0; i < ntried; i++)
 			dup |= !memcmp(tried[i], s, sizeof(s));
@@ -324,7 +324,7 @@ int tf_torus_largest(struct tf_torus *t, const uint64_t *avail, struct tf_box *o
 		for (int b = 1; b <= t->dims[1]; b++)
 			for (int c = 1; c <= t->dims[2]; c++)
 				if (a * b * c <= free_chips)
-					v[k++] = (struct shape_vol){ { a, b, c }, a * b * c };
+					v[k++] = (struct shape_vol){{a, b, c}, a * b * c};
 	qsort(v, k, sizeof(*v), by_volume_desc);
 	int found = 0;
 	for (size_t i = 0; i < k && !found; i++)

@@ -26,12 +26,12 @@ struct tf_box {
 };
 
 struct tf_torus {
-	int ndims;      /* 2 or 3 (1 is treated as 2 with Y = 1) */
-	int dims[3];    /* X, Y, Z; Z = 1 for a 2D pool */
-	int wrap[3];    /* 1: the dimension is a ring (torus links), 0: a line (mesh edge) */
-	int nrows;      /* Y * Z words per bitmap */
-	int nchips;     /* X * Y * Z */
-	uint64_t xmask; /* the low X bits */
+	int ndims;           /* 2 or 3 (1 is treated as 2 with Y = 1) */
+	int dims[3];         /* X, Y, Z; Z = 1 for a 2D pool */
+	int wrap[3];         /* 1: the dimension is a ring (torus links), 0: a line (mesh edge) */
+	int nrows;           /* Y * Z words per bitmap */
+	int nchips;          /* X * Y * Z */
+	uint64_t xmask;      /* the low X bits */
 	uint64_t *f, *g, *h; /* scratch rows for the search (nrows words each) */
 };
 
@@ -52,7 +52,7 @@ int tf_torus_box_contains(const struct tf_torus *t, const struct tf_box *b, int 
 enum tf_torus_mode {
 	TF_TORUS_ANY,  /* the first feasible origin (existence checks, reservations) */
 	TF_TORUS_BEST, /* the feasible box touching the most unavailable chips and mesh edges,
-			  which keeps the large free regions whole */
+	                  which keeps the large free regions whole */
 	TF_TORUS_MODE_LAST
 };
 
@@ -60,7 +60,7 @@ enum tf_torus_mode {
  * the extents) that fits the pool, whose chips are all set in `avail` (bit = usable).
  * Returns 1 and writes *out when found, 0 when no such box exists. */
 int tf_torus_find(struct tf_torus *t, const uint64_t *avail, const int want[3],
-		  enum tf_torus_mode mode, struct tf_box *out);
+                  enum tf_torus_mode mode, struct tf_box *out);
 
 /* The largest-volume box (any extents) whose chips are all set in avail; 0 if none is. */
 int tf_torus_largest(struct tf_torus *t, const uint64_t *avail, struct tf_box *out);

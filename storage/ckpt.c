@@ -100,14 +100,15 @@ void tf_ckpt_free(struct tf_ckpt *c)
 
 /* Parses manifest text into c (zeroed by the caller). */
 static int manifest_parse(struct tf_objstore *s, const char *where, const char *text, size_t len,
-			  struct tf_ckpt *c)
+                          struct tf_ckpt *c)
 {
 	json_error_t jerr;
 	json_t *root = json_loadb(text, len, 0, &jerr);
 	int rc = -EBADMSG;
 	if (!root) {
-		tf_objstore_seterr(s, rc, "checkpoint manifest '%s' is not valid JSON (line %d: %s)",
-				   where, jerr.line, jerr.text);
+		tf_objstore_seterr(s, rc,
+		                   "checkpoint manifest '%s' is not valid JSON (line %d: %s)",
+		                   where, jerr.line, jerr.text);
 		return rc;
 	}
 	const char *format = json_string_value(json_object_get(root, "format"));
@@ -116,9 +117,9 @@ static int manifest_parse(struct tf_objstore *s, const char *where, const char *
 	if (!format || strcmp(format, TF_CKPT_FORMAT) || !json_is_integer(step) ||
 	    !json_is_array(tensors)) {
 		tf_objstore_seterr(s, rc,
-				   "checkpoint manifest '%s' is not a " TF_CKPT_FORMAT
-				   " manifest (format, step or tensors missing)",
-				   where);
+		                   "checkpoint manifest '%s' is not a " TF_CKPT_FORMAT
+		                   " manifest (format, step or tensors missing)",
+		                   where);
 		goto out;
 	}
 	c->step = json_integer_value(step);
@@ -137,8 +138,8 @@ static int manifest_parse(struct tf_objstore *s, const char *where, const char *
 		unsigned long crcv = crc ? strtoul(crc, &end, 16) : 0;
 		if (!name || !key || !json_is_integer(bytes) || json_integer_value(bytes) < 0 ||
 		    !crc || strlen(crc) != 8 || *end) {
-			tf_objstore_seterr(s, rc, "checkpoint manifest '%s': tensor %zu is malformed",
-					   where, i);
+			tf_objstore_seterr(
+			    s, rc, "checkpoint manifest '%s': tensor %zu is malformed", where, i);
 			goto out;
 		}
 		c->t[i].name = tf_xstrdup(name);
@@ -160,13 +161,13 @@ static int manifest_read(struct tf_objstore *s, const char *p, int64_t step, str
 	size_t len = 0;
 	int rc = tf_objstore_get(s, key, &text, &len);
 	if (rc == -ENOENT)
-		tf_objstore_seterr(s, rc, "no checkpoint at step %" PRId64 " under '%s' in %s", step,
-				   p, tf_objstore_url(s));
+		tf_objstore_seterr(s, rc, "no checkpoint at step %" PRId64 " under '%s' in %s",
+		                   step, p, tf_objstore_url(s));
 	if (!rc)
 		rc = manifest_parse(s, key, text, len, c);
 	if (!rc && c->step != step)
 		rc = tf_objstore_seterr(s, -EBADMSG, "checkpoint manifest '%s' says step %" PRId64,
-					key, c->step);
+		                        key, c->step);
 	if (rc)
 		manifest_clear(c);
 	free(text);
@@ -184,14 +185,14 @@ int tf_ckpt_manifest(struct tf_objstore *s, const char *prefix, int64_t step, ch
 	size_t len = 0;
 	int rc = tf_objstore_get(s, mkey, &text, &len);
 	if (rc == -ENOENT)
-		tf_objstore_seterr(s, rc, "no checkpoint at step %" PRId64 " under '%s' in %s", step,
-				   p, tf_objstore_url(s));
+		tf_objstore_seterr(s, rc, "no checkpoint at step %" PRId64 " under '%s' in %s",
+		                   step, p, tf_objstore_url(s));
 	if (!rc) {
 		json_error_t jerr;
 		json_t *root = json_loadb(text, len, 0, &jerr);
 		if (!root) {
-			rc = tf_objstore_seterr(s, -EBADMSG, "checkpoint manifest '%s' is not valid JSON",
-						mkey);
+			rc = tf_objstore_seterr(s, -EBADMSG,
+			                        "checkpoint manifest '%s' is not valid JSON", mkey);
 		} else {
 			*json = json_dumps(root, JSON_COMPACT);
 			json_decref(root);
@@ -216,7 +217,7 @@ static void random_id(char out[9])
 }
 
 int tf_ckpt_save(struct tf_objstore *s, const char *prefix, int64_t step,
-		 const struct tf_ckpt_tensor *t, size_t n, const char *meta_json)
+                 const struct tf_ckpt_tensor *t, size_t n, const char *meta_json)
 {
 	char *p = norm_prefix(prefix);
 	char *dir = step_dir(p, step);
@@ -227,40 +228,42 @@ int tf_ckpt_save(struct tf_objstore *s, const char *prefix, int64_t step,
 
 	if (step < 0 || step > 999999999999LL) {
 		rc = tf_objstore_seterr(s, -EINVAL, "checkpoint step %" PRId64 " is out of range",
-					step);
+		                        step);
 		goto out;
 	}
 	if (meta_json) {
 		json_error_t jerr;
 		meta = json_loads(meta_json, JSON_DECODE_ANY, &jerr);
 		if (!meta) {
-			rc = tf_objstore_seterr(s, -EINVAL,
-						"checkpoint metadata is not valid JSON: %s at column %d",
-						jerr.text, jerr.column);
+			rc = tf_objstore_seterr(
+			    s, -EINVAL, "checkpoint metadata is not valid JSON: %s at column %d",
+			    jerr.text, jerr.column);
 			goto out;
 		}
 	}
 	for (size_t i = 0; i < n; i++) {
 		size_t len = t[i].name ? strlen(t[i].name) : 0;
 		if (len == 0 || len > 255 || (t[i].bytes && !t[i].data)) {
-			rc = tf_objstore_seterr(s, -EINVAL, "checkpoint tensor %zu has no name, a name "
-						"over 255 bytes, or no data", i);
+			rc = tf_objstore_seterr(s, -EINVAL,
+			                        "checkpoint tensor %zu has no name, a name "
+			                        "over 255 bytes, or no data",
+			                        i);
 			goto out;
 		}
 		for (size_t j = 0; j < i; j++)
 			if (!strcmp(t[i].name, t[j].name)) {
 				rc = tf_objstore_seterr(s, -EINVAL,
-							"checkpoint tensor name '%s' is used twice",
-							t[i].name);
+				                        "checkpoint tensor name '%s' is used twice",
+				                        t[i].name);
 				goto out;
 			}
 	}
 	struct tf_obj_info info;
 	rc = tf_objstore_head(s, mkey, &info);
 	if (!rc) {
-		rc = tf_objstore_seterr(s, -EEXIST,
-					"checkpoint step %" PRId64 " already exists under '%s' in %s",
-					step, p, tf_objstore_url(s));
+		rc = tf_objstore_seterr(
+		    s, -EEXIST, "checkpoint step %" PRId64 " already exists under '%s' in %s", step,
+		    p, tf_objstore_url(s));
 		goto out;
 	}
 	if (rc != -ENOENT)
@@ -311,15 +314,15 @@ int tf_ckpt_save(struct tf_objstore *s, const char *prefix, int64_t step,
 			rc = 0;
 		else
 			tf_objstore_seterr(s, -EEXIST,
-					   "checkpoint step %" PRId64
-					   " was saved concurrently by another writer under '%s'",
-					   step, p);
+			                   "checkpoint step %" PRId64
+			                   " was saved concurrently by another writer under '%s'",
+			                   step, p);
 		free(back);
 	}
 	if (!rc)
 		tf_info("saved checkpoint step %" PRId64 " (%zu tensors, %" PRIu64
-			" bytes) in %.3f s under %s%s",
-			step, n, total, tf_now_monotonic() - t0, tf_objstore_url(s), p);
+		        " bytes) in %.3f s under %s%s",
+		        step, n, total, tf_now_monotonic() - t0, tf_objstore_url(s), p);
 out:
 	json_decref(meta);
 	json_decref(root);
@@ -333,9 +336,9 @@ out:
 /* Steps that have a manifest, ascending; from one listing of the prefix. If `all` is not
  * NULL the listing itself is handed back. */
 static int complete_steps(struct tf_objstore *s, const char *p, int64_t **steps, size_t *n,
-			  struct tf_obj_list *all)
+                          struct tf_obj_list *all)
 {
-	struct tf_obj_list l = { 0 };
+	struct tf_obj_list l = {0};
 	char *lp = tf_xasprintf("%sstep-", p);
 	int rc = tf_objstore_list(s, lp, &l);
 	free(lp);
@@ -369,7 +372,7 @@ int tf_ckpt_latest(struct tf_objstore *s, const char *prefix, int64_t *step)
 	int rc = complete_steps(s, p, &v, &n, NULL);
 	if (!rc && n == 0)
 		rc = tf_objstore_seterr(s, -ENOENT, "no complete checkpoint under '%s' in %s", p,
-					tf_objstore_url(s));
+		                        tf_objstore_url(s));
 	if (!rc)
 		*step = v[n - 1];
 	free(v);
@@ -389,11 +392,12 @@ int tf_ckpt_load(struct tf_objstore *s, const char *prefix, int64_t step, struct
 			size_t len = 0;
 			rc = tf_objstore_get(s, key, &data, &len);
 			if (rc == -ENOENT) {
-				tf_objstore_seterr(s, -EBADMSG,
-						   "checkpoint step %" PRId64
-						   " is damaged: its manifest names shard '%s', which is "
-						   "missing",
-						   step, key);
+				tf_objstore_seterr(
+				    s, -EBADMSG,
+				    "checkpoint step %" PRId64
+				    " is damaged: its manifest names shard '%s', which is "
+				    "missing",
+				    step, key);
 				rc = -EBADMSG;
 				break;
 			}
@@ -406,14 +410,15 @@ int tf_ckpt_load(struct tf_objstore *s, const char *prefix, int64_t step, struct
 			}
 			free(data);
 			tf_warn("shard '%s' read %zu bytes crc32c %08x, expected %" PRIu64
-				" bytes crc32c %08x (attempt %d of %d)",
-				key, len, crc, c->t[i].bytes, c->t[i].crc, attempt, LOAD_ATTEMPTS);
+			        " bytes crc32c %08x (attempt %d of %d)",
+			        key, len, crc, c->t[i].bytes, c->t[i].crc, attempt, LOAD_ATTEMPTS);
 			if (attempt == LOAD_ATTEMPTS) {
-				rc = tf_objstore_seterr(s, -EBADMSG,
-							"checkpoint shard '%s' fails its check (size %zu, "
-							"crc32c %08x; the manifest says %" PRIu64
-							" bytes, crc32c %08x)",
-							key, len, crc, c->t[i].bytes, c->t[i].crc);
+				rc = tf_objstore_seterr(
+				    s, -EBADMSG,
+				    "checkpoint shard '%s' fails its check (size %zu, "
+				    "crc32c %08x; the manifest says %" PRIu64
+				    " bytes, crc32c %08x)",
+				    key, len, crc, c->t[i].bytes, c->t[i].crc);
 				break;
 			}
 		}
@@ -454,8 +459,7 @@ const void *tf_ckpt_tensor(const struct tf_ckpt *c, const char *name, size_t *by
 	return NULL;
 }
 
-const char *tf_ckpt_tensor_at(const struct tf_ckpt *c, size_t i, const void **data,
-			      size_t *bytes)
+const char *tf_ckpt_tensor_at(const struct tf_ckpt *c, size_t i, const void **data, size_t *bytes)
 {
 	if (i >= c->n)
 		return NULL;
@@ -466,8 +470,7 @@ const char *tf_ckpt_tensor_at(const struct tf_ckpt *c, size_t i, const void **da
 	return c->t[i].name;
 }
 
-int tf_ckpt_list(struct tf_objstore *s, const char *prefix, struct tf_ckpt_info **out,
-		 size_t *n)
+int tf_ckpt_list(struct tf_objstore *s, const char *prefix, struct tf_ckpt_info **out, size_t *n)
 {
 	char *p = norm_prefix(prefix);
 	int64_t *steps = NULL;
@@ -526,7 +529,7 @@ static int cmp_str(const void *a, const void *b)
 }
 
 int tf_ckpt_gc(struct tf_objstore *s, const char *prefix, const struct tf_ckpt_gc_opts *o,
-	       struct tf_ckpt_gc_result *r)
+               struct tf_ckpt_gc_result *r)
 {
 	static const struct tf_ckpt_gc_opts defaults;
 	if (!o)
@@ -537,7 +540,7 @@ int tf_ckpt_gc(struct tf_objstore *s, const char *prefix, const struct tf_ckpt_g
 	int64_t *steps = NULL;
 	size_t ns = 0, nrefs = 0;
 	char **refs = NULL;
-	struct tf_obj_list all = { 0 };
+	struct tf_obj_list all = {0};
 	double now = tf_now_wall();
 	char *retired = NULL; /* retired[i]: steps[i] was retired by retention */
 	int rc = complete_steps(s, p, &steps, &ns, &all);
@@ -558,7 +561,7 @@ int tf_ckpt_gc(struct tf_objstore *s, const char *prefix, const struct tf_ckpt_g
 			/* an unreadable manifest names nothing we can trust; keep its directory
 			 * untouched rather than guess, and say so */
 			tf_warn("gc: leaving step %" PRId64 " alone: %s", steps[i],
-				tf_objstore_errmsg(s));
+			        tf_objstore_errmsg(s));
 			char *d = step_dir(p, steps[i]);
 			refs = tf_xrealloc(refs, (nrefs + 1) * sizeof *refs);
 			refs[nrefs++] = d; /* a directory prefix: matched below */
@@ -587,7 +590,7 @@ int tf_ckpt_gc(struct tf_objstore *s, const char *prefix, const struct tf_ckpt_g
 			res.ckpts_deleted++;
 			retired[i] = 1;
 			tf_info("gc: retired checkpoint step %" PRId64 " under %s%s", steps[i],
-				tf_objstore_url(s), p);
+			        tf_objstore_url(s), p);
 		}
 		manifest_clear(&c);
 	}

@@ -36,7 +36,7 @@ struct tf_ckpt; /* a loaded checkpoint (opaque) */
  * JSON document (object recommended: RNG state, input position, optimizer layout) or NULL.
  * -EEXIST when that step already has a manifest. */
 int tf_ckpt_save(struct tf_objstore *s, const char *prefix, int64_t step,
-		 const struct tf_ckpt_tensor *t, size_t n, const char *meta_json);
+                 const struct tf_ckpt_tensor *t, size_t n, const char *meta_json);
 
 /* The newest step under prefix that has a manifest; -ENOENT when there is none. */
 int tf_ckpt_latest(struct tf_objstore *s, const char *prefix, int64_t *step);
@@ -53,23 +53,21 @@ size_t tf_ckpt_count(const struct tf_ckpt *c);
 /* The tensor called name (NULL when absent); *bytes (may be NULL) receives its size. */
 const void *tf_ckpt_tensor(const struct tf_ckpt *c, const char *name, size_t *bytes);
 /* The i-th tensor in save order: its name, data and size. */
-const char *tf_ckpt_tensor_at(const struct tf_ckpt *c, size_t i, const void **data,
-			      size_t *bytes);
+const char *tf_ckpt_tensor_at(const struct tf_ckpt *c, size_t i, const void **data, size_t *bytes);
 void tf_ckpt_free(struct tf_ckpt *c);
 
 /* A summary of one complete checkpoint. */
 struct tf_ckpt_info {
-	int64_t step;    /* training step */
-	double created;  /* seconds since the epoch, from the manifest */
-	size_t tensors;  /* number of shards */
-	uint64_t bytes;  /* total shard bytes */
+	int64_t step;   /* training step */
+	double created; /* seconds since the epoch, from the manifest */
+	size_t tensors; /* number of shards */
+	uint64_t bytes; /* total shard bytes */
 };
 
 /* Complete checkpoints under prefix, oldest step first. *out is a new array the caller frees
  * (NULL when *n is 0). Checkpoints whose manifest cannot be parsed are skipped with a
  * warning in the log. */
-int tf_ckpt_list(struct tf_objstore *s, const char *prefix, struct tf_ckpt_info **out,
-		 size_t *n);
+int tf_ckpt_list(struct tf_objstore *s, const char *prefix, struct tf_ckpt_info **out, size_t *n);
 
 /* The manifest of `step` as a new compact JSON string the caller frees. */
 int tf_ckpt_manifest(struct tf_objstore *s, const char *prefix, int64_t step, char **json);
@@ -79,9 +77,9 @@ struct tf_ckpt_gc_opts {
 	int keep_last;         /* keep the newest N complete checkpoints; <= 0 keeps all */
 	const int64_t *pinned; /* steps that are kept whatever keep_last says (model versions) */
 	size_t npinned;
-	double grace;          /* orphans and uploads younger than this many seconds are left
-				  alone, since a save may still be writing them; default 0 */
-	int dry_run;           /* report what would go, delete nothing */
+	double grace; /* orphans and uploads younger than this many seconds are left
+	                 alone, since a save may still be writing them; default 0 */
+	int dry_run;  /* report what would go, delete nothing */
 };
 
 struct tf_ckpt_gc_result {
@@ -95,6 +93,6 @@ struct tf_ckpt_gc_result {
  * prefix. A retired checkpoint's manifest is deleted before its shards, so no manifest ever
  * points to a missing shard. r may be NULL. */
 int tf_ckpt_gc(struct tf_objstore *s, const char *prefix, const struct tf_ckpt_gc_opts *o,
-	       struct tf_ckpt_gc_result *r);
+               struct tf_ckpt_gc_result *r);
 
 #endif

@@ -46,7 +46,8 @@ static char *key_path(const struct tf_objstore *s, const char *key)
 int tf_objstore_file_open(struct tf_objstore *s, const char *path, char *err, size_t errlen)
 {
 	if (!*path) {
-		snprintf(err, errlen, "empty directory in file:// URL: give file:///ABS/DIR or a path");
+		snprintf(err, errlen,
+		         "empty directory in file:// URL: give file:///ABS/DIR or a path");
 		return -EINVAL;
 	}
 	char *abs;
@@ -57,7 +58,7 @@ int tf_objstore_file_open(struct tf_objstore *s, const char *path, char *err, si
 		if (!getcwd(cwd, sizeof cwd)) {
 			int rc = -errno;
 			snprintf(err, errlen, "cannot resolve object store path '%s': %s", path,
-				 strerror(errno));
+			         strerror(errno));
 			return rc;
 		}
 		abs = tf_xasprintf("%s/%s", cwd, path);
@@ -73,7 +74,7 @@ int tf_objstore_file_open(struct tf_objstore *s, const char *path, char *err, si
 		rc = -ENOTDIR;
 	if (rc) {
 		snprintf(err, errlen, "cannot use '%s' as an object store directory: %s", abs,
-			 strerror(-rc));
+		         strerror(-rc));
 		free(abs);
 		return rc;
 	}
@@ -152,7 +153,7 @@ struct source {
 /* Writes src to `path` atomically (invariant 1). exclusive: fail with -EEXIST when path
  * exists. *what receives the failing step for the error message. */
 static int atomic_write(const char *path, const struct source *src, int exclusive,
-			const char **what)
+                        const char **what)
 {
 	char *dir = tf_xstrdup(path);
 	char *slash = strrchr(dir, '/');
@@ -220,14 +221,14 @@ static int file_key_ok(struct tf_objstore *s, const char *key)
 {
 	if (strstr(key, TMP_MARK))
 		return tf_objstore_seterr(s, -EINVAL,
-					  "invalid object key '%s': names containing '" TMP_MARK
-					  "' are reserved for temporary files",
-					  key);
+		                          "invalid object key '%s': names containing '" TMP_MARK
+		                          "' are reserved for temporary files",
+		                          key);
 	return 0;
 }
 
 static int put_source(struct tf_objstore *s, const char *key, const struct source *src,
-		      unsigned flags)
+                      unsigned flags)
 {
 	int rc = file_key_ok(s, key);
 	if (rc)
@@ -237,34 +238,34 @@ static int put_source(struct tf_objstore *s, const char *key, const struct sourc
 	rc = atomic_write(path, src, (flags & TF_OBJ_IF_NONE_MATCH) != 0, &what);
 	if (rc == -EEXIST && (flags & TF_OBJ_IF_NONE_MATCH))
 		tf_objstore_seterr(s, rc, "object '%s' already exists in %s (write-once)", key,
-				   s->url);
+		                   s->url);
 	else if (rc == -EISDIR || rc == -ENOTDIR)
-		tf_objstore_seterr(s, rc,
-				   "cannot write object '%s' in %s: a key and a key prefix with the "
-				   "same name cannot both exist on a file:// store",
-				   key, s->url);
+		tf_objstore_seterr(
+		    s, rc,
+		    "cannot write object '%s' in %s: a key and a key prefix with the "
+		    "same name cannot both exist on a file:// store",
+		    key, s->url);
 	else if (rc)
 		tf_objstore_seterr(s, rc, "cannot %s object '%s' in %s: %s", what, key, s->url,
-				   strerror(-rc));
+		                   strerror(-rc));
 	free(path);
 	return rc;
 }
 
 static int file_put(struct tf_objstore *s, const char *key, const void *data, size_t len,
-		    unsigned flags)
+                    unsigned flags)
 {
 	static const char empty = 0;
-	struct source src = { data ? data : &empty, len, -1 };
+	struct source src = {data ? data : &empty, len, -1};
 	return put_source(s, key, &src, flags);
 }
 
-static int file_put_file(struct tf_objstore *s, const char *key, const char *path,
-			 unsigned flags)
+static int file_put_file(struct tf_objstore *s, const char *key, const char *path, unsigned flags)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return tf_objstore_seterr(s, -errno, "cannot read '%s': %s", path, strerror(errno));
-	struct source src = { NULL, 0, fd };
+	struct source src = {NULL, 0, fd};
 	int rc = put_source(s, key, &src, flags);
 	close(fd);
 	return rc;
@@ -288,7 +289,7 @@ static int open_object(struct tf_objstore *s, const char *key, int *fd_out, stru
 		rc = tf_objstore_seterr(s, -ENOENT, "no object '%s' in %s", key, s->url);
 	else if (rc)
 		tf_objstore_seterr(s, rc, "cannot read object '%s' in %s: %s", key, s->url,
-				   strerror(-rc));
+		                   strerror(-rc));
 	free(path);
 	if (rc) {
 		if (fd >= 0)
@@ -318,7 +319,7 @@ static int file_get(struct tf_objstore *s, const char *key, void **data, size_t 
 			if (errno == EINTR)
 				continue;
 			rc = tf_objstore_seterr(s, -errno, "cannot read object '%s' in %s: %s", key,
-						s->url, strerror(errno));
+			                        s->url, strerror(errno));
 			break;
 		}
 		if (r == 0)
@@ -344,12 +345,12 @@ static int file_get_file(struct tf_objstore *s, const char *key, const char *pat
 	if (rc)
 		return rc;
 	char *dest = strchr(path, '/') ? tf_xstrdup(path) : tf_xasprintf("./%s", path);
-	struct source src = { NULL, 0, fd };
+	struct source src = {NULL, 0, fd};
 	const char *what = "";
 	rc = atomic_write(dest, &src, 0, &what);
 	if (rc)
 		tf_objstore_seterr(s, rc, "cannot %s '%s' while copying object '%s': %s", what,
-				   path, key, strerror(-rc));
+		                   path, key, strerror(-rc));
 	free(dest);
 	close(fd);
 	return rc;
@@ -382,7 +383,7 @@ static int file_del(struct tf_objstore *s, const char *key)
 	if (unlink(path)) {
 		rc = errno == ENOENT ? -ENOENT : -errno;
 		tf_objstore_seterr(s, rc, "cannot delete object '%s' in %s: %s", key, s->url,
-				   strerror(-rc));
+		                   strerror(-rc));
 		goto out;
 	}
 	/* invariant 4: prune empty directories up to (not including) the root */
@@ -404,8 +405,7 @@ out:
 }
 
 /* Recursively lists directory `rel` (a key prefix ending in '/', or "" for the root). */
-static int walk(struct tf_objstore *s, const char *rel, const char *prefix,
-		struct tf_obj_list *out)
+static int walk(struct tf_objstore *s, const char *rel, const char *prefix, struct tf_obj_list *out)
 {
 	char *dirpath = *rel ? tf_xasprintf("%s/%s", root_of(s), rel) : tf_xstrdup(root_of(s));
 	DIR *d = opendir(dirpath);
@@ -413,7 +413,7 @@ static int walk(struct tf_objstore *s, const char *rel, const char *prefix,
 	if (!d) {
 		if (errno != ENOENT && errno != ENOTDIR)
 			rc = tf_objstore_seterr(s, -errno, "cannot list '%s': %s", dirpath,
-						strerror(errno));
+			                        strerror(errno));
 		free(dirpath);
 		return rc;
 	}
@@ -439,7 +439,8 @@ static int walk(struct tf_objstore *s, const char *rel, const char *prefix,
 			free(sub);
 		} else if (S_ISREG(st.st_mode) && !strncmp(key, prefix, plen)) {
 			tf_obj_list_push(out, key, (uint64_t)st.st_size,
-					 (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec * 1e-9);
+			                 (double)st.st_mtim.tv_sec +
+			                     (double)st.st_mtim.tv_nsec * 1e-9);
 		}
 		free(key);
 		if (rc)
@@ -465,7 +466,7 @@ static int file_list(struct tf_objstore *s, const char *prefix, struct tf_obj_li
 }
 
 static int file_gc_uploads(struct tf_objstore *s, const char *prefix, double older_than,
-			   int *aborted)
+                           int *aborted)
 {
 	(void)s;
 	(void)prefix;
@@ -481,15 +482,15 @@ static int file_mkbucket(struct tf_objstore *s)
 }
 
 const struct tf_objstore_ops tf_objstore_file_ops = {
-	.scheme = "file",
-	.put = file_put,
-	.get = file_get,
-	.put_file = file_put_file,
-	.get_file = file_get_file,
-	.head = file_head,
-	.del = file_del,
-	.list = file_list,
-	.gc_uploads = file_gc_uploads,
-	.mkbucket = file_mkbucket,
-	.free = file_free,
+    .scheme = "file",
+    .put = file_put,
+    .get = file_get,
+    .put_file = file_put_file,
+    .get_file = file_get_file,
+    .head = file_head,
+    .del = file_del,
+    .list = file_list,
+    .gc_uploads = file_gc_uploads,
+    .mkbucket = file_mkbucket,
+    .free = file_free,
 };

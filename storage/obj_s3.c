@@ -60,78 +60,78 @@
 #define WRITEBACK (8u << 20)    /* ... and their writeback started every this many bytes */
 
 struct s3 {
-	char *endpoint;       /* "http://127.0.0.1:18080", no trailing '/' */
-	char *scheme;         /* "http" or "https" */
-	char *hostport;       /* "127.0.0.1:18080" */
-	char *bucket;         /* bucket name */
-	char *prefix;         /* key prefix inside the bucket: "" or "dir/" */
-	char *region;         /* signing region */
-	char *access_key;     /* may contain ':' */
+	char *endpoint;   /* "http://127.0.0.1:18080", no trailing '/' */
+	char *scheme;     /* "http" or "https" */
+	char *hostport;   /* "127.0.0.1:18080" */
+	char *bucket;     /* bucket name */
+	char *prefix;     /* key prefix inside the bucket: "" or "dir/" */
+	char *region;     /* signing region */
+	char *access_key; /* may contain ':' */
 	char *secret_key;
-	char *token;          /* session token or NULL */
-	int virtual_host;     /* 1: bucket.host/key, 0: host/bucket/key */
-	size_t threshold;     /* multipart at or above this many bytes */
-	size_t part_size;     /* bytes per part */
-	int parallel;         /* parts in flight */
-	int max_attempts;     /* attempts per request */
-	int list_page;        /* max-keys per listing request */
-	double base, cap;     /* backoff base and cap, seconds */
-	atomic_int budget;    /* retries left to spend */
-	int budget_max;       /* the budget's ceiling */
-	long connect_ms;      /* connect timeout */
-	long low_speed_s;     /* seconds without progress before a transfer is dropped */
-	int no_conditional;   /* the server refused If-None-Match: * (501) */
-	int content_md5;      /* also send Content-MD5 and check ETags against it */
+	char *token;        /* session token or NULL */
+	int virtual_host;   /* 1: bucket.host/key, 0: host/bucket/key */
+	size_t threshold;   /* multipart at or above this many bytes */
+	size_t part_size;   /* bytes per part */
+	int parallel;       /* parts in flight */
+	int max_attempts;   /* attempts per request */
+	int list_page;      /* max-keys per listing request */
+	double base, cap;   /* backoff base and cap, seconds */
+	atomic_int budget;  /* retries left to spend */
+	int budget_max;     /* the budget's ceiling */
+	long connect_ms;    /* connect timeout */
+	long low_speed_s;   /* seconds without progress before a transfer is dropped */
+	int no_conditional; /* the server refused If-None-Match: * (501) */
+	int content_md5;    /* also send Content-MD5 and check ETags against it */
 	atomic_uint_fast64_t n_requests, n_retries, n_corrupt, n_up, n_down; /* tf_obj_stats */
-	CURL *curl;           /* the handle's own connection (one thread at a time) */
-	CURL *part_curl[64];  /* the part threads' connections, kept from one upload to the next */
+	CURL *curl;          /* the handle's own connection (one thread at a time) */
+	CURL *part_curl[64]; /* the part threads' connections, kept from one upload to the next */
 };
 
 /* One request. Strings are borrowed. */
 struct s3_req {
-	const char *method;         /* GET PUT POST DELETE HEAD */
-	const char *key;            /* full key in the bucket, or NULL for the bucket itself */
-	struct tf_sigv4_kv q[4];    /* query parameters (decoded) */
+	const char *method;      /* GET PUT POST DELETE HEAD */
+	const char *key;         /* full key in the bucket, or NULL for the bucket itself */
+	struct tf_sigv4_kv q[4]; /* query parameters (decoded) */
 	size_t nq;
-	struct tf_sigv4_kv h[4];    /* extra headers, sent and signed */
+	struct tf_sigv4_kv h[4]; /* extra headers, sent and signed */
 	size_t nh;
-	const void *body;           /* bytes to upload, or NULL with body_fd set */
+	const void *body; /* bytes to upload, or NULL with body_fd set */
 	size_t body_len;
-	int from_fd;                /* 1: the body is body_len bytes of body_fd at body_off */
+	int from_fd; /* 1: the body is body_len bytes of body_fd at body_off */
 	int body_fd;
 	uint64_t body_off;
-	const char *sha256;         /* the body's SHA-256 (hex) if the caller has it, else NULL */
-	const char *content_md5;    /* Content-MD5 (base64) to send, or NULL */
-	const char *content_type;   /* for POST bodies */
-	int sink_fd;                /* >= 0: a 2xx body is written to this file */
-	int verify;                 /* check a 2xx body (invariant 3) */
+	const char *sha256;       /* the body's SHA-256 (hex) if the caller has it, else NULL */
+	const char *content_md5;  /* Content-MD5 (base64) to send, or NULL */
+	const char *content_type; /* for POST bodies */
+	int sink_fd;              /* >= 0: a 2xx body is written to this file */
+	int verify;               /* check a 2xx body (invariant 3) */
 };
 
 /* One response (reset before every attempt). */
 struct s3_resp {
-	long status;             /* HTTP status, 0 when none */
-	char *body;              /* error bodies, and 2xx bodies when there is no sink */
+	long status; /* HTTP status, 0 when none */
+	char *body;  /* error bodies, and 2xx bodies when there is no sink */
 	size_t len, cap;
-	char etag[80];           /* without quotes */
-	char crc[16];            /* x-amz-meta-tf-crc32c */
+	char etag[80]; /* without quotes */
+	char crc[16];  /* x-amz-meta-tf-crc32c */
 	char last_modified[64];
 	uint64_t content_length;
 	int has_length;
-	char code[64];           /* S3 error code */
-	char message[256];       /* S3 error message */
-	int attempts;            /* attempts made */
-	int read_errno;          /* the upload source could not be read */
+	char code[64];     /* S3 error code */
+	char message[256]; /* S3 error message */
+	int attempts;      /* attempts made */
+	int read_errno;    /* the upload source could not be read */
 	/* download bookkeeping */
 	CURL *h;
 	int sink_fd;
-	char *wbuf;              /* SINK_BUF bytes gathering writes to sink_fd (kept on reset) */
-	size_t wlen;             /* bytes in wbuf */
-	uint64_t wpos;           /* bytes written to sink_fd */
-	uint64_t synced;         /* bytes whose writeback was started */
-	uint32_t crc_run;        /* CRC-32C of the 2xx body so far */
-	EVP_MD_CTX *md5;         /* MD5 of the 2xx body so far */
-	uint64_t got;            /* 2xx body bytes */
-	int write_errno;         /* local write failure */
+	char *wbuf;       /* SINK_BUF bytes gathering writes to sink_fd (kept on reset) */
+	size_t wlen;      /* bytes in wbuf */
+	uint64_t wpos;    /* bytes written to sink_fd */
+	uint64_t synced;  /* bytes whose writeback was started */
+	uint32_t crc_run; /* CRC-32C of the 2xx body so far */
+	EVP_MD_CTX *md5;  /* MD5 of the 2xx body so far */
+	uint64_t got;     /* 2xx body bytes */
+	int write_errno;  /* local write failure */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -160,11 +160,11 @@ static void hexify(const unsigned char *b, size_t n, char *out)
 
 /* The checksums of an upload body (invariant 2). */
 struct sums {
-	uint32_t crc;     /* CRC-32C */
-	char sha[65];     /* SHA-256, hex: signed as x-amz-content-sha256 */
-	int has_md5;      /* md5 and md5hex are set */
-	char md5[25];     /* MD5, base64: Content-MD5 */
-	char md5hex[33];  /* MD5, hex: compared with ETags */
+	uint32_t crc;    /* CRC-32C */
+	char sha[65];    /* SHA-256, hex: signed as x-amz-content-sha256 */
+	int has_md5;     /* md5 and md5hex are set */
+	char md5[25];    /* MD5, base64: Content-MD5 */
+	char md5hex[33]; /* MD5, hex: compared with ETags */
 };
 
 /* Hashes len bytes of data, or of fd from offset off when data is NULL, in one pass over
@@ -172,7 +172,7 @@ struct sums {
  * (fd only), the bytes read are kept there (copy holds len bytes). Returns 0, or a negative
  * errno (-EIO when the file is shorter than len). */
 static int sums_compute(const char *data, int fd, uint64_t off, size_t len, int want_md5,
-			char *copy, struct sums *out)
+                        char *copy, struct sums *out)
 {
 	EVP_MD_CTX *sha = EVP_MD_CTX_new(), *md5 = want_md5 ? EVP_MD_CTX_new() : NULL;
 	char *buf = !data && !copy ? tf_xmalloc(HASH_BLOCK) : NULL;
@@ -241,7 +241,7 @@ static void sleep_s(double sec)
 {
 	if (sec <= 0)
 		return;
-	struct timespec ts = { (time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9) };
+	struct timespec ts = {(time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9)};
 	while (nanosleep(&ts, &ts) && errno == EINTR)
 		;
 }
@@ -259,7 +259,7 @@ static int is_hex32(const char *s)
 /* Copies the text of the first <tag>...</tag> at or after p into out (entities decoded);
  * returns the pointer after the closing tag, or NULL. */
 static const char *xml_get(const char *p, const char *end, const char *tag, char *out,
-			   size_t outlen)
+                           size_t outlen)
 {
 	char open[64], close[64];
 	snprintf(open, sizeof open, "<%s>", tag);
@@ -274,9 +274,12 @@ static const char *xml_get(const char *p, const char *end, const char *tag, char
 	size_t o = 0;
 	for (const char *c = a; c < b && o + 1 < outlen; c++) {
 		if (*c == '&') {
-			static const struct { const char *ent; char ch; } ents[] = {
-				{ "&amp;", '&' }, { "&lt;", '<' }, { "&gt;", '>' },
-				{ "&quot;", '"' }, { "&apos;", '\'' },
+			static const struct {
+				const char *ent;
+				char ch;
+			} ents[] = {
+			    {"&amp;", '&'},  {"&lt;", '<'},    {"&gt;", '>'},
+			    {"&quot;", '"'}, {"&apos;", '\''},
 			};
 			size_t k;
 			for (k = 0; k < TF_ARRAY_LEN(ents); k++) {
@@ -291,7 +294,8 @@ static const char *xml_get(const char *p, const char *end, const char *tag, char
 				continue;
 			if (c[1] == '#') { /* numeric reference, ASCII range only */
 				char *e;
-				long v = c[2] == 'x' ? strtol(c + 3, &e, 16) : strtol(c + 2, &e, 10);
+				long v =
+				    c[2] == 'x' ? strtol(c + 3, &e, 16) : strtol(c + 2, &e, 10);
 				if (*e == ';' && v > 0 && v < 128) {
 					out[o++] = (char)v;
 					c = e;
@@ -359,7 +363,7 @@ static int sink_write(struct s3_resp *r, const char *p, size_t len)
 	 * a failure here only means fsync does all the work */
 	if (r->wpos - r->synced >= WRITEBACK) {
 		sync_file_range(r->sink_fd, (off_t)r->synced, (off_t)(r->wpos - r->synced),
-				SYNC_FILE_RANGE_WRITE);
+		                SYNC_FILE_RANGE_WRITE);
 		r->synced = r->wpos;
 	}
 	return 0;
@@ -459,14 +463,14 @@ static size_t on_header(char *p, size_t sz, size_t n, void *data)
 
 /* Upload source for one attempt: memory, or a file read straight into libcurl's buffer. */
 struct upload {
-	const char *p;      /* memory source: the next byte, or NULL */
-	int fd;             /* file source when p is NULL */
-	uint64_t off;       /* next file offset */
-	size_t left;        /* bytes still to send */
-	int *read_errno;    /* where a file read failure is reported */
-	const char *p0;     /* where the memory source starts (for rewinding) */
-	uint64_t off0;      /* where the file source starts */
-	size_t len;         /* the body's length */
+	const char *p;   /* memory source: the next byte, or NULL */
+	int fd;          /* file source when p is NULL */
+	uint64_t off;    /* next file offset */
+	size_t left;     /* bytes still to send */
+	int *read_errno; /* where a file read failure is reported */
+	const char *p0;  /* where the memory source starts (for rewinding) */
+	uint64_t off0;   /* where the file source starts */
+	size_t len;      /* the body's length */
 };
 
 /* libcurl rewinds the body when it must send it again within one request (a reused
@@ -550,13 +554,13 @@ static void target(const struct s3 *s3, const char *key, char **host, char **pat
 		*path = tf_xasprintf("/%s", key ? key : "");
 	} else {
 		*host = tf_xstrdup(s3->hostport);
-		*path = key ? tf_xasprintf("/%s/%s", s3->bucket, key)
-			    : tf_xasprintf("/%s", s3->bucket);
+		*path =
+		    key ? tf_xasprintf("/%s/%s", s3->bucket, key) : tf_xasprintf("/%s", s3->bucket);
 	}
 }
 
 static CURLcode perform(struct s3 *s3, CURL *h, const struct s3_req *r, const char *sha256,
-			const char *md5, struct s3_resp *resp)
+                        const char *md5, struct s3_resp *resp)
 {
 	char *host, *path;
 	target(s3, r->key, &host, &path);
@@ -565,20 +569,28 @@ static CURLcode perform(struct s3 *s3, CURL *h, const struct s3_req *r, const ch
 
 	struct tf_sigv4_kv sh[12];
 	size_t nsh = 0;
-	sh[nsh++] = (struct tf_sigv4_kv){ "host", host };
-	sh[nsh++] = (struct tf_sigv4_kv){ "x-amz-date", amz_date };
-	sh[nsh++] = (struct tf_sigv4_kv){ "x-amz-content-sha256", sha256 };
+	sh[nsh++] = (struct tf_sigv4_kv){"host", host};
+	sh[nsh++] = (struct tf_sigv4_kv){"x-amz-date", amz_date};
+	sh[nsh++] = (struct tf_sigv4_kv){"x-amz-content-sha256", sha256};
 	if (md5)
-		sh[nsh++] = (struct tf_sigv4_kv){ "content-md5", md5 };
+		sh[nsh++] = (struct tf_sigv4_kv){"content-md5", md5};
 	if (s3->token)
-		sh[nsh++] = (struct tf_sigv4_kv){ "x-amz-security-token", s3->token };
+		sh[nsh++] = (struct tf_sigv4_kv){"x-amz-security-token", s3->token};
 	for (size_t i = 0; i < r->nh; i++)
 		sh[nsh++] = r->h[i];
 	struct tf_sigv4_req sr = {
-		.method = r->method, .path = path, .query = r->q, .nquery = r->nq,
-		.headers = sh, .nheaders = nsh, .payload_sha256 = sha256, .amz_date = amz_date,
-		.region = s3->region, .service = "s3", .access_key = s3->access_key,
-		.secret_key = s3->secret_key,
+	    .method = r->method,
+	    .path = path,
+	    .query = r->q,
+	    .nquery = r->nq,
+	    .headers = sh,
+	    .nheaders = nsh,
+	    .payload_sha256 = sha256,
+	    .amz_date = amz_date,
+	    .region = s3->region,
+	    .service = "s3",
+	    .access_key = s3->access_key,
+	    .secret_key = s3->secret_key,
 	};
 	struct tf_sigv4 sig;
 	tf_sigv4_sign(&sr, &sig);
@@ -615,8 +627,8 @@ static CURLcode perform(struct s3 *s3, CURL *h, const struct s3_req *r, const ch
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "tpuflow/" TF_VERSION);
 	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, XFER_BUF);
 	const char *mem = r->from_fd ? NULL : r->body ? r->body : "";
-	struct upload up = { mem, r->body_fd, r->body_off, r->body_len, &resp->read_errno, mem,
-			     r->body_off, r->body_len };
+	struct upload up = {mem, r->body_fd,  r->body_off, r->body_len, &resp->read_errno,
+	                    mem, r->body_off, r->body_len};
 	if (!strcmp(r->method, "PUT")) {
 		curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, XFER_BUF);
 		curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
@@ -704,14 +716,15 @@ static int download_bad(const struct s3_resp *r, char *why, size_t whylen)
 {
 	if (r->has_length && r->got != r->content_length) {
 		snprintf(why, whylen, "short body (%" PRIu64 " of %" PRIu64 " bytes)", r->got,
-			 r->content_length);
+		         r->content_length);
 		return 1;
 	}
 	if (r->crc[0]) {
 		char got[9];
 		snprintf(got, sizeof got, "%08x", r->crc_run);
 		if (strcasecmp(got, r->crc)) {
-			snprintf(why, whylen, "corrupt body (crc32c %s, object says %s)", got, r->crc);
+			snprintf(why, whylen, "corrupt body (crc32c %s, object says %s)", got,
+			         r->crc);
 			return 1;
 		}
 		return 0;
@@ -760,7 +773,7 @@ static const char *shown_key(const struct s3_req *r)
  * HTTP response (any status: the caller interprets it), or a negative code with err set when
  * the transfer itself kept failing. */
 static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp *resp, char *err,
-		 size_t errlen)
+                 size_t errlen)
 {
 	char sha[65];
 	const char *sha256 = r->sha256 ? r->sha256 : EMPTY_SHA256;
@@ -772,7 +785,8 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 	for (int attempt = 1;; attempt++) {
 		if (r->sink_fd >= 0 && attempt > 1 &&
 		    (ftruncate(r->sink_fd, 0) || lseek(r->sink_fd, 0, SEEK_SET))) {
-			snprintf(err, errlen, "cannot rewind the download file: %s", strerror(errno));
+			snprintf(err, errlen, "cannot rewind the download file: %s",
+			         strerror(errno));
 			return -errno;
 		}
 		resp_reset(resp, h, r->sink_fd, r->verify);
@@ -785,28 +799,29 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 		int rc;
 		if (resp->write_errno) {
 			snprintf(err, errlen, "cannot write the download of '%s': %s", shown_key(r),
-				 strerror(resp->write_errno));
+			         strerror(resp->write_errno));
 			return -resp->write_errno;
 		}
 		if (resp->read_errno) {
 			snprintf(err, errlen, "cannot read the upload of '%s': %s", shown_key(r),
-				 resp->read_errno == EIO ? "the file shrank" : strerror(resp->read_errno));
+			         resp->read_errno == EIO ? "the file shrank"
+			                                 : strerror(resp->read_errno));
 			return -resp->read_errno;
 		}
 		if (cc != CURLE_OK) {
 			rc = curl_errno(cc);
 			snprintf(why, sizeof why, "%s", curl_easy_strerror(cc));
 			if (!curl_retryable(cc)) {
-				snprintf(err, errlen, "%s %s/%s failed: %s", r->method, s3->endpoint,
-					 s3->bucket, why);
+				snprintf(err, errlen, "%s %s/%s failed: %s", r->method,
+				         s3->endpoint, s3->bucket, why);
 				return rc;
 			}
 		} else if (status_retryable(resp)) {
 			rc = -EAGAIN;
-			snprintf(why, sizeof why, "HTTP %ld%s%s", resp->status, resp->code[0] ? " " : "",
-				 resp->code);
+			snprintf(why, sizeof why, "HTTP %ld%s%s", resp->status,
+			         resp->code[0] ? " " : "", resp->code);
 		} else if (resp->status >= 200 && resp->status < 300 && r->verify &&
-			   download_bad(resp, why, sizeof why)) {
+		           download_bad(resp, why, sizeof why)) {
 			rc = -EBADMSG;
 			atomic_fetch_add(&s3->n_corrupt, 1);
 			tf_warn("GET '%s': %s; reading it again", shown_key(r), why);
@@ -821,14 +836,15 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 		}
 		if (attempt >= s3->max_attempts) {
 			snprintf(err, errlen, "%s '%s' at %s failed %d times, last: %s", r->method,
-				 shown_key(r), s3->endpoint, attempt, why);
+			         shown_key(r), s3->endpoint, attempt, why);
 			return rc;
 		}
 		if (!budget_take(s3)) {
-			snprintf(err, errlen,
-				 "%s '%s' at %s failed (%s) and the retry budget is spent: the server "
-				 "keeps failing, try again later",
-				 r->method, shown_key(r), s3->endpoint, why);
+			snprintf(
+			    err, errlen,
+			    "%s '%s' at %s failed (%s) and the retry budget is spent: the server "
+			    "keeps failing, try again later",
+			    r->method, shown_key(r), s3->endpoint, why);
 			return rc;
 		}
 		double ceil = s3->base * (double)(1u << (attempt < 20 ? attempt : 20));
@@ -836,7 +852,7 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 			ceil = s3->cap;
 		double delay = jitter_unit() * ceil;
 		tf_debug("%s '%s': %s; retry %d in %.3f s", r->method, shown_key(r), why, attempt,
-			 delay);
+		         delay);
 		sleep_s(delay);
 	}
 }
@@ -844,30 +860,31 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 /* Turns a final non-2xx answer into a code and a message for people (into err). url is the
  * store's URL, key the caller's key. */
 static int http_error_msg(const struct s3 *s3, const char *url, const struct s3_resp *r,
-			  const char *what, const char *key, char *err, size_t errlen)
+                          const char *what, const char *key, char *err, size_t errlen)
 {
 	const char *code = r->code[0] ? r->code : "";
 	if (!key)
 		key = "";
 	if (r->status == 403 && !strcmp(code, "AccessDenied")) {
 		snprintf(err, errlen,
-			 "access to '%s' in bucket '%s' was denied by %s (AccessDenied): check the "
-			 "bucket's policy",
-			 key, s3->bucket, s3->endpoint);
+		         "access to '%s' in bucket '%s' was denied by %s (AccessDenied): check the "
+		         "bucket's policy",
+		         key, s3->bucket, s3->endpoint);
 		return -EACCES;
 	}
 	if (r->status == 403) {
 		snprintf(err, errlen,
-			 "the credentials were rejected by %s (%s): check AWS_ACCESS_KEY_ID and "
-			 "AWS_SECRET_ACCESS_KEY",
-			 s3->endpoint, code[0] ? code : "HTTP 403");
+		         "the credentials were rejected by %s (%s): check AWS_ACCESS_KEY_ID and "
+		         "AWS_SECRET_ACCESS_KEY",
+		         s3->endpoint, code[0] ? code : "HTTP 403");
 		return -EACCES;
 	}
 	if (r->status == 404 && !strcmp(code, "NoSuchBucket")) {
-		snprintf(err, errlen,
-			 "bucket '%s' does not exist at %s: create it (tpuflow store mb s3://%s) or "
-			 "fix the URL",
-			 s3->bucket, s3->endpoint, s3->bucket);
+		snprintf(
+		    err, errlen,
+		    "bucket '%s' does not exist at %s: create it (tpuflow store mb s3://%s) or "
+		    "fix the URL",
+		    s3->bucket, s3->endpoint, s3->bucket);
 		return -ENOENT;
 	}
 	if (r->status == 404) {
@@ -880,16 +897,16 @@ static int http_error_msg(const struct s3 *s3, const char *url, const struct s3_
 	}
 	if (r->status == 501) {
 		snprintf(err, errlen, "%s '%s': %s does not implement this (%s: %s)", what, key,
-			 s3->endpoint, code, r->message);
+		         s3->endpoint, code, r->message);
 		return -ENOTSUP;
 	}
 	snprintf(err, errlen, "%s '%s' failed at %s: HTTP %ld %s%s%s", what, key, s3->endpoint,
-		 r->status, code, r->message[0] ? ": " : "", r->message);
+	         r->status, code, r->message[0] ? ": " : "", r->message);
 	return r->status == 400 ? -EINVAL : -EIO;
 }
 
 static int http_error(struct tf_objstore *s, const struct s3_resp *r, const char *what,
-		      const char *key)
+                      const char *key)
 {
 	return http_error_msg(S3(s), s->url, r, what, key, s->err, sizeof s->err);
 }
@@ -960,14 +977,14 @@ static void s3_free(struct tf_objstore *s)
 }
 
 int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
-			const struct tf_objstore_opts *o, char *err, size_t errlen)
+                        const struct tf_objstore_opts *o, char *err, size_t errlen)
 {
 	pthread_once(&curl_once, curl_init_once);
 	const char *slash = strchr(bucket_and_prefix, '/');
 	size_t blen = slash ? (size_t)(slash - bucket_and_prefix) : strlen(bucket_and_prefix);
 	if (blen == 0 || blen > 255) {
 		snprintf(err, errlen, "no bucket in 's3://%s': use s3://BUCKET[/PREFIX]",
-			 bucket_and_prefix);
+		         bucket_and_prefix);
 		return -EINVAL;
 	}
 	char *prefix = tf_xstrdup(slash ? slash + 1 : "");
@@ -975,7 +992,8 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	while (plen && prefix[plen - 1] == '/')
 		prefix[--plen] = '\0';
 	if (plen && tf_objstore_key_check(prefix)) {
-		snprintf(err, errlen, "invalid prefix '%s' in 's3://%s'", prefix, bucket_and_prefix);
+		snprintf(err, errlen, "invalid prefix '%s' in 's3://%s'", prefix,
+		         bucket_and_prefix);
 		free(prefix);
 		return -EINVAL;
 	}
@@ -988,8 +1006,10 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	const char *sk = o->secret_key ? o->secret_key : env("AWS_SECRET_ACCESS_KEY");
 	const char *tok = o->session_token ? o->session_token : env("AWS_SESSION_TOKEN");
 	if (!ak || !sk) {
-		snprintf(err, errlen, "no S3 credentials for 's3://%s': set AWS_ACCESS_KEY_ID and "
-			 "AWS_SECRET_ACCESS_KEY", bucket_and_prefix);
+		snprintf(err, errlen,
+		         "no S3 credentials for 's3://%s': set AWS_ACCESS_KEY_ID and "
+		         "AWS_SECRET_ACCESS_KEY",
+		         bucket_and_prefix);
 		free(prefix);
 		return -EACCES;
 	}
@@ -1004,7 +1024,7 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	if (!sep || (strncmp(endpoint, "http://", 7) && strncmp(endpoint, "https://", 8)) ||
 	    !sep[3] || strchr(sep + 3, '/')) {
 		snprintf(err, errlen, "invalid S3 endpoint '%s': use http(s)://HOST[:PORT]",
-			 endpoint);
+		         endpoint);
 		free(endpoint);
 		free(prefix);
 		return -EINVAL;
@@ -1033,7 +1053,8 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	if (s3->part_size < MIN_PART)
 		s3->part_size = MIN_PART;
 	s3->threshold = o->multipart_threshold ? o->multipart_threshold
-			: env_threshold ? env_threshold : 8u << 20;
+	                : env_threshold        ? env_threshold
+	                                       : 8u << 20;
 	if (s3->threshold < MIN_PART)
 		s3->threshold = MIN_PART;
 	s3->parallel = o->parallel > 0 ? o->parallel : env_parallel ? (int)env_parallel : 4;
@@ -1055,7 +1076,7 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	s->impl = s3;
 	s->ops = &tf_objstore_s3_ops;
 	s->url = plen ? tf_xasprintf("s3://%s/%s", s3->bucket, prefix)
-		      : tf_xasprintf("s3://%s", s3->bucket);
+	              : tf_xasprintf("s3://%s", s3->bucket);
 	free(prefix);
 	if (!s3->curl) {
 		snprintf(err, errlen, "cannot initialise libcurl");
@@ -1067,9 +1088,9 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 /* ---- HEAD ---- */
 
 static int head_key(struct tf_objstore *s, const char *fkey, const char *key,
-		    struct tf_obj_info *info)
+                    struct tf_obj_info *info)
 {
-	struct s3_req r = { .method = "HEAD", .key = fkey, .sink_fd = -1 };
+	struct s3_req r = {.method = "HEAD", .key = fkey, .sink_fd = -1};
 	struct s3_resp resp;
 	int rc = run(s, &r, &resp);
 	if (!rc && resp.status != 200)
@@ -1098,14 +1119,14 @@ static int s3_head(struct tf_objstore *s, const char *key, struct tf_obj_info *i
 /* After an ambiguous answer (a retried write reported "exists" or "no such upload"): is the
  * object there with exactly our content? */
 static int landed(struct tf_objstore *s, const char *fkey, const char *key, uint64_t size,
-		  uint32_t crc)
+                  uint32_t crc)
 {
 	struct tf_obj_info info;
 	memset(&info, 0, sizeof info);
 	char saved[sizeof s->err];
 	memcpy(saved, s->err, sizeof saved);
 	int ok = !head_key(s, fkey, key, &info) && info.size == size && info.has_crc32c &&
-		 info.crc32c == crc;
+	         info.crc32c == crc;
 	memcpy(s->err, saved, sizeof saved);
 	return ok;
 }
@@ -1123,24 +1144,30 @@ static int absent(struct tf_objstore *s, const char *fkey, const char *key)
 	}
 	if (!rc)
 		rc = tf_objstore_seterr(s, -EEXIST, "object '%s' already exists in %s (write-once)",
-					key, s->url);
+		                        key, s->url);
 	return rc;
 }
 
 /* One PUT of len bytes of data, or of fd from offset 0 when data is NULL (streamed into the
  * request); sums are the body's checksums. */
-static int put_single(struct tf_objstore *s, const char *key, const void *data, int fd,
-		      size_t len, const struct sums *sums, unsigned flags)
+static int put_single(struct tf_objstore *s, const char *key, const void *data, int fd, size_t len,
+                      const struct sums *sums, unsigned flags)
 {
 	struct s3 *s3 = S3(s);
 	char *fkey = full_key(s3, key);
 	uint32_t crc = sums->crc;
 	char crchex[9];
 	snprintf(crchex, sizeof crchex, "%08x", crc);
-	struct s3_req r = { .method = "PUT", .key = fkey, .body = data, .body_len = len,
-			    .from_fd = !data, .body_fd = fd, .sha256 = sums->sha,
-			    .content_md5 = sums->has_md5 ? sums->md5 : NULL, .sink_fd = -1 };
-	r.h[r.nh++] = (struct tf_sigv4_kv){ META_CRC, crchex };
+	struct s3_req r = {.method = "PUT",
+	                   .key = fkey,
+	                   .body = data,
+	                   .body_len = len,
+	                   .from_fd = !data,
+	                   .body_fd = fd,
+	                   .sha256 = sums->sha,
+	                   .content_md5 = sums->has_md5 ? sums->md5 : NULL,
+	                   .sink_fd = -1};
+	r.h[r.nh++] = (struct tf_sigv4_kv){META_CRC, crchex};
 	struct s3_resp resp;
 	memset(&resp, 0, sizeof resp);
 	int once = (flags & TF_OBJ_IF_NONE_MATCH) != 0, rc = 0;
@@ -1148,12 +1175,13 @@ static int put_single(struct tf_objstore *s, const char *key, const void *data, 
 		goto out;
 	int conditional = once && !s3->no_conditional;
 	if (conditional)
-		r.h[r.nh++] = (struct tf_sigv4_kv){ "if-none-match", "*" };
+		r.h[r.nh++] = (struct tf_sigv4_kv){"if-none-match", "*"};
 	rc = run(s, &r, &resp);
 	if (!rc && conditional && resp.status == 501) {
 		/* invariant 6: remember, and fall back to HEAD-then-PUT */
 		tf_info("%s refuses If-None-Match on PUT (%s); write-once falls back to a HEAD "
-			"check", s3->endpoint, resp.code);
+		        "check",
+		        s3->endpoint, resp.code);
 		s3->no_conditional = 1;
 		r.nh--;
 		resp_release(&resp);
@@ -1170,9 +1198,9 @@ static int put_single(struct tf_objstore *s, const char *key, const void *data, 
 		goto out;
 	}
 	if (sums->has_md5 && is_hex32(resp.etag) && strcmp(resp.etag, sums->md5hex))
-		rc = tf_objstore_seterr(s, -EBADMSG,
-					"PUT '%s': %s stored different bytes (ETag %s, sent MD5 %s)",
-					key, s3->endpoint, resp.etag, sums->md5hex);
+		rc = tf_objstore_seterr(
+		    s, -EBADMSG, "PUT '%s': %s stored different bytes (ETag %s, sent MD5 %s)", key,
+		    s3->endpoint, resp.etag, sums->md5hex);
 out:
 	resp_release(&resp);
 	free(fkey);
@@ -1184,26 +1212,26 @@ out:
 /* Shared by the part workers. */
 struct mp {
 	struct s3 *s3;
-	const char *url;        /* the store's URL, for messages */
-	const char *key;        /* the caller's key, for messages */
-	const char *fkey;       /* full key */
+	const char *url;  /* the store's URL, for messages */
+	const char *key;  /* the caller's key, for messages */
+	const char *fkey; /* full key */
 	const char *upload_id;
-	const char *data;       /* memory source, or NULL */
-	int fd;                 /* file source when data is NULL */
-	uint64_t total;         /* object size */
+	const char *data; /* memory source, or NULL */
+	int fd;           /* file source when data is NULL */
+	uint64_t total;   /* object size */
 	size_t part_size;
 	int nparts;
-	int content_md5;        /* send Content-MD5 and check each part's ETag against it */
-	atomic_int next;        /* next part index to take */
-	atomic_int slot;        /* next entry of s3->part_curl for a starting worker */
-	atomic_int failed;      /* set once any part failed */
-	char (*etags)[80];      /* per part */
-	uint32_t *sent_crc;     /* per part: CRC-32C of the bytes the part thread sent */
-	uint32_t *pass_crc;     /* per part: CRC-32C seen by the whole-object pass */
-	pthread_mutex_t lock;   /* guards rc, err and ready */
-	pthread_cond_t cond;    /* signalled when ready is set */
-	int ready;              /* the upload was created (or failed to be): parts may go */
-	int rc;                 /* first failure */
+	int content_md5;      /* send Content-MD5 and check each part's ETag against it */
+	atomic_int next;      /* next part index to take */
+	atomic_int slot;      /* next entry of s3->part_curl for a starting worker */
+	atomic_int failed;    /* set once any part failed */
+	char (*etags)[80];    /* per part */
+	uint32_t *sent_crc;   /* per part: CRC-32C of the bytes the part thread sent */
+	uint32_t *pass_crc;   /* per part: CRC-32C seen by the whole-object pass */
+	pthread_mutex_t lock; /* guards rc, err and ready */
+	pthread_cond_t cond;  /* signalled when ready is set */
+	int ready;            /* the upload was created (or failed to be): parts may go */
+	int rc;               /* first failure */
 	char err[512];
 };
 
@@ -1232,15 +1260,16 @@ static void *mp_worker(void *arg)
 		if (i >= m->nparts || atomic_load(&m->failed))
 			break;
 		uint64_t off = (uint64_t)i * m->part_size;
-		size_t len = m->total - off < m->part_size ? (size_t)(m->total - off) : m->part_size;
+		size_t len =
+		    m->total - off < m->part_size ? (size_t)(m->total - off) : m->part_size;
 		const char *p = m->data ? m->data + off : buf;
 		/* read (from a file) and hash the part in one pass, in this part's own thread */
 		struct sums sums;
 		int hrc = sums_compute(m->data ? p : NULL, m->fd, off, len, m->content_md5,
-				       m->data ? NULL : buf, &sums);
+		                       m->data ? NULL : buf, &sums);
 		if (hrc) {
 			snprintf(err, sizeof err, "cannot read part %d of the upload of '%s': %s",
-				 i + 1, m->key, hrc == -EIO ? "the file shrank" : strerror(-hrc));
+			         i + 1, m->key, hrc == -EIO ? "the file shrank" : strerror(-hrc));
 			mp_fail(m, hrc, err);
 			goto out;
 		}
@@ -1253,24 +1282,31 @@ static void *mp_worker(void *arg)
 			break;
 		char num[16];
 		snprintf(num, sizeof num, "%d", i + 1);
-		struct s3_req r = { .method = "PUT", .key = m->fkey, .body = p, .body_len = len,
-				    .sha256 = sums.sha,
-				    .content_md5 = sums.has_md5 ? sums.md5 : NULL, .sink_fd = -1 };
-		r.q[r.nq++] = (struct tf_sigv4_kv){ "partNumber", num };
-		r.q[r.nq++] = (struct tf_sigv4_kv){ "uploadId", m->upload_id };
+		struct s3_req r = {.method = "PUT",
+		                   .key = m->fkey,
+		                   .body = p,
+		                   .body_len = len,
+		                   .sha256 = sums.sha,
+		                   .content_md5 = sums.has_md5 ? sums.md5 : NULL,
+		                   .sink_fd = -1};
+		r.q[r.nq++] = (struct tf_sigv4_kv){"partNumber", num};
+		r.q[r.nq++] = (struct tf_sigv4_kv){"uploadId", m->upload_id};
 		struct s3_resp resp;
 		int rc = s3_do(m->s3, h, &r, &resp, err, sizeof err);
 		if (!rc && resp.status != 200)
-			rc = http_error_msg(m->s3, m->url, &resp, "PUT part", m->key, err, sizeof err);
-		if (!rc && sums.has_md5 && (!is_hex32(resp.etag) || strcmp(resp.etag, sums.md5hex))) {
-			snprintf(err, sizeof err,
-				 "part %d of '%s': %s answered ETag '%s' for a part whose MD5 is %s",
-				 i + 1, m->key, m->s3->endpoint, resp.etag, sums.md5hex);
+			rc = http_error_msg(m->s3, m->url, &resp, "PUT part", m->key, err,
+			                    sizeof err);
+		if (!rc && sums.has_md5 &&
+		    (!is_hex32(resp.etag) || strcmp(resp.etag, sums.md5hex))) {
+			snprintf(
+			    err, sizeof err,
+			    "part %d of '%s': %s answered ETag '%s' for a part whose MD5 is %s",
+			    i + 1, m->key, m->s3->endpoint, resp.etag, sums.md5hex);
 			rc = -EBADMSG;
 		}
 		if (!rc && !resp.etag[0]) {
 			snprintf(err, sizeof err, "part %d of '%s': %s answered without an ETag",
-				 i + 1, m->key, m->s3->endpoint);
+			         i + 1, m->key, m->s3->endpoint);
 			rc = -EIO;
 		}
 		if (rc)
@@ -1289,14 +1325,14 @@ out:
 
 static void mp_abort(struct tf_objstore *s, const char *fkey, const char *upload_id)
 {
-	struct s3_req r = { .method = "DELETE", .key = fkey, .sink_fd = -1 };
-	r.q[r.nq++] = (struct tf_sigv4_kv){ "uploadId", upload_id };
+	struct s3_req r = {.method = "DELETE", .key = fkey, .sink_fd = -1};
+	r.q[r.nq++] = (struct tf_sigv4_kv){"uploadId", upload_id};
 	struct s3_resp resp;
 	char saved[sizeof s->err];
 	memcpy(saved, s->err, sizeof saved);
 	if (run(s, &r, &resp) || (resp.status != 204 && resp.status != 200 && resp.status != 404))
 		tf_warn("could not abort multipart upload %s of '%s' (status %ld): gc will",
-			upload_id, fkey, resp.status);
+		        upload_id, fkey, resp.status);
 	resp_release(&resp);
 	memcpy(s->err, saved, sizeof saved);
 }
@@ -1305,7 +1341,7 @@ static void mp_abort(struct tf_objstore *s, const char *fkey, const char *upload
  * entries of part_size bytes), so that what the part threads sent can be checked against it;
  * a file must still hold total bytes. */
 static int whole_crc(struct tf_objstore *s, const char *key, const char *data, int fd,
-		     uint64_t total, size_t part_size, uint32_t *part_crc, uint32_t *out)
+                     uint64_t total, size_t part_size, uint32_t *part_crc, uint32_t *out)
 {
 	uint32_t crc = 0, pcrc = 0;
 	char *buf = data ? NULL : tf_xmalloc(HASH_BLOCK);
@@ -1325,9 +1361,11 @@ static int whole_crc(struct tf_objstore *s, const char *key, const char *data, i
 			if (n < 0 && errno == EINTR)
 				continue;
 			if (n <= 0) {
-				rc = tf_objstore_seterr(s, n ? -errno : -EIO, "cannot read the file to "
-							"upload as '%s': %s", key,
-							n ? strerror(errno) : "the file shrank");
+				rc = tf_objstore_seterr(s, n ? -errno : -EIO,
+				                        "cannot read the file to "
+				                        "upload as '%s': %s",
+				                        key,
+				                        n ? strerror(errno) : "the file shrank");
 				break;
 			}
 			want = (size_t)n;
@@ -1348,22 +1386,25 @@ static int whole_crc(struct tf_objstore *s, const char *key, const char *data, i
 
 /* Creates the multipart upload (its metadata carries crc); the id goes to upload_id. */
 static int mp_create(struct tf_objstore *s, const char *fkey, const char *key, uint32_t crc,
-		     char *upload_id, size_t idlen)
+                     char *upload_id, size_t idlen)
 {
 	struct s3 *s3 = S3(s);
 	char crchex[9];
 	snprintf(crchex, sizeof crchex, "%08x", crc);
-	struct s3_req cr = { .method = "POST", .key = fkey, .sink_fd = -1 };
-	cr.q[cr.nq++] = (struct tf_sigv4_kv){ "uploads", "" };
-	cr.h[cr.nh++] = (struct tf_sigv4_kv){ META_CRC, crchex };
+	struct s3_req cr = {.method = "POST", .key = fkey, .sink_fd = -1};
+	cr.q[cr.nq++] = (struct tf_sigv4_kv){"uploads", ""};
+	cr.h[cr.nh++] = (struct tf_sigv4_kv){META_CRC, crchex};
 	struct s3_resp resp;
 	int rc = run(s, &cr, &resp);
 	if (!rc && resp.status != 200)
 		rc = http_error(s, &resp, "start multipart upload of", key);
-	if (!rc && (!resp.body || !xml_get(resp.body, resp.body + resp.len, "UploadId", upload_id,
-					   idlen) || !upload_id[0]))
-		rc = tf_objstore_seterr(s, -EIO, "%s started a multipart upload of '%s' without an "
-					"UploadId", s3->endpoint, key);
+	if (!rc && (!resp.body ||
+	            !xml_get(resp.body, resp.body + resp.len, "UploadId", upload_id, idlen) ||
+	            !upload_id[0]))
+		rc = tf_objstore_seterr(s, -EIO,
+		                        "%s started a multipart upload of '%s' without an "
+		                        "UploadId",
+		                        s3->endpoint, key);
 	resp_release(&resp);
 	return rc;
 }
@@ -1372,7 +1413,7 @@ static int mp_create(struct tf_objstore *s, const char *fkey, const char *key, u
  * threads start reading and hashing their first parts at once; meanwhile this thread
  * computes the whole object's CRC-32C and creates the upload, then lets them send. */
 static int put_multipart(struct tf_objstore *s, const char *key, const char *data, int fd,
-			 uint64_t total, unsigned flags)
+                         uint64_t total, unsigned flags)
 {
 	struct s3 *s3 = S3(s);
 	char *fkey = full_key(s3, key);
@@ -1443,9 +1484,11 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 	 * changed in between, or the object would not match its own checksum */
 	for (int i = 0; i < m.nparts; i++)
 		if (m.sent_crc[i] != m.pass_crc[i]) {
-			rc = tf_objstore_seterr(s, -EIO, "the data for '%s' changed while it was being "
-						"uploaded (part %d): upload it again once it is "
-						"complete", key, i + 1);
+			rc = tf_objstore_seterr(s, -EIO,
+			                        "the data for '%s' changed while it was being "
+			                        "uploaded (part %d): upload it again once it is "
+			                        "complete",
+			                        key, i + 1);
 			mp_abort(s, fkey, upload_id);
 			goto out;
 		}
@@ -1455,12 +1498,16 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 	n += (size_t)snprintf(xml + n, cap - n, "<CompleteMultipartUpload>");
 	for (int i = 0; i < m.nparts; i++)
 		n += (size_t)snprintf(xml + n, cap - n,
-				      "<Part><PartNumber>%d</PartNumber><ETag>\"%s\"</ETag></Part>",
-				      i + 1, m.etags[i]);
+		                      "<Part><PartNumber>%d</PartNumber><ETag>\"%s\"</ETag></Part>",
+		                      i + 1, m.etags[i]);
 	n += (size_t)snprintf(xml + n, cap - n, "</CompleteMultipartUpload>");
-	struct s3_req cm = { .method = "POST", .key = fkey, .body = xml, .body_len = n,
-			     .content_type = "application/xml", .sink_fd = -1 };
-	cm.q[cm.nq++] = (struct tf_sigv4_kv){ "uploadId", upload_id };
+	struct s3_req cm = {.method = "POST",
+	                    .key = fkey,
+	                    .body = xml,
+	                    .body_len = n,
+	                    .content_type = "application/xml",
+	                    .sink_fd = -1};
+	cm.q[cm.nq++] = (struct tf_sigv4_kv){"uploadId", upload_id};
 	for (int tries = 1;; tries++) {
 		rc = run(s, &cm, &resp);
 		if (rc) {
@@ -1470,11 +1517,12 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 		}
 		if (resp.status == 200 && resp.body && strstr(resp.body, "<Error>")) {
 			/* S3 may report a failed completion inside a 200 */
-			xml_get(resp.body, resp.body + resp.len, "Code", resp.code, sizeof resp.code);
+			xml_get(resp.body, resp.body + resp.len, "Code", resp.code,
+			        sizeof resp.code);
 			xml_get(resp.body, resp.body + resp.len, "Message", resp.message,
-				sizeof resp.message);
+			        sizeof resp.message);
 			if (tries < s3->max_attempts && (!strcmp(resp.code, "InternalError") ||
-							 !strcmp(resp.code, "SlowDown"))) {
+			                                 !strcmp(resp.code, "SlowDown"))) {
 				resp_release(&resp);
 				sleep_s(jitter_unit() * s3->base * (double)(1u << tries));
 				continue;
@@ -1493,7 +1541,7 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 		mp_abort(s, fkey, upload_id);
 	else
 		tf_debug("multipart upload of '%s': %d parts of %zu bytes", fkey, m.nparts,
-			 m.part_size);
+		         m.part_size);
 out:
 	resp_release(&resp);
 	free(m.etags);
@@ -1507,7 +1555,7 @@ out:
 /* ---- the ops ---- */
 
 static int s3_put(struct tf_objstore *s, const char *key, const void *data, size_t len,
-		  unsigned flags)
+                  unsigned flags)
 {
 	struct s3 *s3 = S3(s);
 	if (len >= s3->threshold)
@@ -1516,7 +1564,7 @@ static int s3_put(struct tf_objstore *s, const char *key, const void *data, size
 	int rc = sums_compute(data ? data : "", -1, 0, len, s3->content_md5, NULL, &sums);
 	if (rc)
 		return tf_objstore_seterr(s, rc, "cannot hash the upload of '%s': %s", key,
-					  strerror(-rc));
+		                          strerror(-rc));
 	return put_single(s, key, data ? data : "", -1, len, &sums, flags);
 }
 
@@ -1541,7 +1589,8 @@ static int s3_put_file(struct tf_objstore *s, const char *key, const char *path,
 		fd = -1;
 		rc = tf_read_file(path, s3->threshold, &data, &len);
 		if (rc)
-			return tf_objstore_seterr(s, rc, "cannot read '%s': %s", path, strerror(-rc));
+			return tf_objstore_seterr(s, rc, "cannot read '%s': %s", path,
+			                          strerror(-rc));
 		rc = s3_put(s, key, data, len, flags);
 		free(data);
 		return rc;
@@ -1552,7 +1601,7 @@ static int s3_put_file(struct tf_objstore *s, const char *key, const char *path,
 		rc = sums_compute(NULL, fd, 0, len, s3->content_md5, NULL, &sums);
 		if (rc) {
 			rc = tf_objstore_seterr(s, rc, "cannot read '%s': %s", path,
-						rc == -EIO ? "the file shrank" : strerror(-rc));
+			                        rc == -EIO ? "the file shrank" : strerror(-rc));
 			goto out;
 		}
 		rc = put_single(s, key, NULL, fd, len, &sums, flags);
@@ -1568,7 +1617,7 @@ out:
 static int s3_get(struct tf_objstore *s, const char *key, void **data, size_t *len)
 {
 	char *fkey = full_key(S3(s), key);
-	struct s3_req r = { .method = "GET", .key = fkey, .sink_fd = -1, .verify = 1 };
+	struct s3_req r = {.method = "GET", .key = fkey, .sink_fd = -1, .verify = 1};
 	struct s3_resp resp;
 	int rc = run(s, &r, &resp);
 	if (!rc && resp.status != 200)
@@ -1593,10 +1642,10 @@ static int s3_get_file(struct tf_objstore *s, const char *key, const char *path)
 	memset(&resp, 0, sizeof resp);
 	if (fd < 0) {
 		rc = tf_objstore_seterr(s, -errno, "cannot create a file next to '%s': %s", path,
-					strerror(errno));
+		                        strerror(errno));
 		goto out;
 	}
-	struct s3_req r = { .method = "GET", .key = fkey, .sink_fd = fd, .verify = 1 };
+	struct s3_req r = {.method = "GET", .key = fkey, .sink_fd = fd, .verify = 1};
 	rc = run(s, &r, &resp);
 	if (!rc && resp.status != 200)
 		rc = http_error(s, &resp, "GET", key);
@@ -1618,7 +1667,7 @@ out:
 static int s3_del(struct tf_objstore *s, const char *key)
 {
 	char *fkey = full_key(S3(s), key);
-	struct s3_req r = { .method = "DELETE", .key = fkey, .sink_fd = -1 };
+	struct s3_req r = {.method = "DELETE", .key = fkey, .sink_fd = -1};
 	struct s3_resp resp;
 	int rc = run(s, &r, &resp);
 	if (!rc && resp.status != 204 && resp.status != 200 &&
@@ -1639,12 +1688,12 @@ static int s3_list(struct tf_objstore *s, const char *prefix, struct tf_obj_list
 	snprintf(maxkeys, sizeof maxkeys, "%d", s3->list_page);
 	int rc = 0;
 	for (;;) {
-		struct s3_req r = { .method = "GET", .sink_fd = -1 };
-		r.q[r.nq++] = (struct tf_sigv4_kv){ "list-type", "2" };
-		r.q[r.nq++] = (struct tf_sigv4_kv){ "prefix", fprefix };
-		r.q[r.nq++] = (struct tf_sigv4_kv){ "max-keys", maxkeys };
+		struct s3_req r = {.method = "GET", .sink_fd = -1};
+		r.q[r.nq++] = (struct tf_sigv4_kv){"list-type", "2"};
+		r.q[r.nq++] = (struct tf_sigv4_kv){"prefix", fprefix};
+		r.q[r.nq++] = (struct tf_sigv4_kv){"max-keys", maxkeys};
 		if (token[0])
-			r.q[r.nq++] = (struct tf_sigv4_kv){ "continuation-token", token };
+			r.q[r.nq++] = (struct tf_sigv4_kv){"continuation-token", token};
 		struct s3_resp resp;
 		rc = run(s, &r, &resp);
 		if (!rc && resp.status != 200)
@@ -1665,7 +1714,7 @@ static int s3_list(struct tf_objstore *s, const char *prefix, struct tf_obj_list
 			xml_get(c, ce, "LastModified", mtime, sizeof mtime);
 			if (!strncmp(key, s3->prefix, plen) && key[plen])
 				tf_obj_list_push(out, key + plen, strtoull(size, NULL, 10),
-						 parse_iso8601(mtime));
+				                 parse_iso8601(mtime));
 			p = ce + 11;
 		}
 		truncated[0] = '\0';
@@ -1674,13 +1723,16 @@ static int s3_list(struct tf_objstore *s, const char *prefix, struct tf_obj_list
 		int more = !strcmp(truncated, "true");
 		token[0] = '\0';
 		if (more)
-			xml_get(body, body + resp.len, "NextContinuationToken", token, sizeof token);
+			xml_get(body, body + resp.len, "NextContinuationToken", token,
+			        sizeof token);
 		resp_release(&resp);
 		if (!more)
 			break;
 		if (!token[0]) {
-			rc = tf_objstore_seterr(s, -EIO, "%s sent a truncated listing of '%s' without a "
-						"continuation token", s3->endpoint, prefix);
+			rc = tf_objstore_seterr(s, -EIO,
+			                        "%s sent a truncated listing of '%s' without a "
+			                        "continuation token",
+			                        s3->endpoint, prefix);
 			break;
 		}
 	}
@@ -1688,8 +1740,7 @@ static int s3_list(struct tf_objstore *s, const char *prefix, struct tf_obj_list
 	return rc;
 }
 
-static int s3_gc_uploads(struct tf_objstore *s, const char *prefix, double older_than,
-			 int *aborted)
+static int s3_gc_uploads(struct tf_objstore *s, const char *prefix, double older_than, int *aborted)
 {
 	struct s3 *s3 = S3(s);
 	char *fprefix = full_key(s3, prefix);
@@ -1698,12 +1749,12 @@ static int s3_gc_uploads(struct tf_objstore *s, const char *prefix, double older
 	double now = tf_now_wall();
 	int rc = 0, n = 0;
 	for (;;) {
-		struct s3_req r = { .method = "GET", .sink_fd = -1 };
-		r.q[r.nq++] = (struct tf_sigv4_kv){ "uploads", "" };
-		r.q[r.nq++] = (struct tf_sigv4_kv){ "prefix", fprefix };
+		struct s3_req r = {.method = "GET", .sink_fd = -1};
+		r.q[r.nq++] = (struct tf_sigv4_kv){"uploads", ""};
+		r.q[r.nq++] = (struct tf_sigv4_kv){"prefix", fprefix};
 		if (kmark[0]) {
-			r.q[r.nq++] = (struct tf_sigv4_kv){ "key-marker", kmark };
-			r.q[r.nq++] = (struct tf_sigv4_kv){ "upload-id-marker", umark };
+			r.q[r.nq++] = (struct tf_sigv4_kv){"key-marker", kmark};
+			r.q[r.nq++] = (struct tf_sigv4_kv){"upload-id-marker", umark};
 		}
 		struct s3_resp resp;
 		rc = run(s, &r, &resp);
@@ -1722,9 +1773,11 @@ static int s3_gc_uploads(struct tf_objstore *s, const char *prefix, double older
 			xml_get(u, ue, "Key", key, sizeof key);
 			xml_get(u, ue, "UploadId", id, sizeof id);
 			xml_get(u, ue, "Initiated", init, sizeof init);
-			if (key[0] && id[0] && (older_than <= 0 || now - parse_iso8601(init) >= older_than)) {
+			if (key[0] && id[0] &&
+			    (older_than <= 0 || now - parse_iso8601(init) >= older_than)) {
 				mp_abort(s, key, id);
-				tf_info("aborted multipart upload %s of '%s' started %s", id, key, init);
+				tf_info("aborted multipart upload %s of '%s' started %s", id, key,
+				        init);
 				n++;
 			}
 			p = ue + 9;
@@ -1753,18 +1806,19 @@ static int s3_mkbucket(struct tf_objstore *s)
 	char *body = NULL;
 	if (strcmp(s3->region, "us-east-1"))
 		body = tf_xasprintf("<CreateBucketConfiguration><LocationConstraint>%s"
-				    "</LocationConstraint></CreateBucketConfiguration>",
-				    s3->region);
-	struct s3_req r = { .method = "PUT", .body = body, .body_len = body ? strlen(body) : 0,
-			    .sink_fd = -1 };
+		                    "</LocationConstraint></CreateBucketConfiguration>",
+		                    s3->region);
+	struct s3_req r = {
+	    .method = "PUT", .body = body, .body_len = body ? strlen(body) : 0, .sink_fd = -1};
 	struct s3_resp resp;
 	int rc = run(s, &r, &resp);
 	if (!rc && resp.status != 200 &&
 	    !(resp.status == 409 && !strcmp(resp.code, "BucketAlreadyOwnedByYou"))) {
 		if (resp.status == 409)
-			rc = tf_objstore_seterr(s, -EEXIST, "bucket '%s' already exists at %s and "
-						"belongs to someone else (%s)", s3->bucket,
-						s3->endpoint, resp.code);
+			rc = tf_objstore_seterr(s, -EEXIST,
+			                        "bucket '%s' already exists at %s and "
+			                        "belongs to someone else (%s)",
+			                        s3->bucket, s3->endpoint, resp.code);
 		else
 			rc = http_error(s, &resp, "create bucket", s3->bucket);
 	}
@@ -1788,8 +1842,8 @@ int tf_objstore_s3_begin_upload(struct tf_objstore *s, const char *key, char *id
 	if (s->ops != &tf_objstore_s3_ops)
 		return -ENOTSUP;
 	char *fkey = full_key(S3(s), key);
-	struct s3_req cr = { .method = "POST", .key = fkey, .sink_fd = -1 };
-	cr.q[cr.nq++] = (struct tf_sigv4_kv){ "uploads", "" };
+	struct s3_req cr = {.method = "POST", .key = fkey, .sink_fd = -1};
+	cr.q[cr.nq++] = (struct tf_sigv4_kv){"uploads", ""};
 	struct s3_resp resp;
 	int rc = run(s, &cr, &resp);
 	if (!rc && resp.status != 200)
@@ -1802,16 +1856,16 @@ int tf_objstore_s3_begin_upload(struct tf_objstore *s, const char *key, char *id
 }
 
 const struct tf_objstore_ops tf_objstore_s3_ops = {
-	.scheme = "s3",
-	.put = s3_put,
-	.get = s3_get,
-	.put_file = s3_put_file,
-	.get_file = s3_get_file,
-	.head = s3_head,
-	.del = s3_del,
-	.list = s3_list,
-	.gc_uploads = s3_gc_uploads,
-	.mkbucket = s3_mkbucket,
-	.stats = s3_stats,
-	.free = s3_free,
+    .scheme = "s3",
+    .put = s3_put,
+    .get = s3_get,
+    .put_file = s3_put_file,
+    .get_file = s3_get_file,
+    .head = s3_head,
+    .del = s3_del,
+    .list = s3_list,
+    .gc_uploads = s3_gc_uploads,
+    .mkbucket = s3_mkbucket,
+    .stats = s3_stats,
+    .free = s3_free,
 };

@@ -66,20 +66,20 @@ int tf_objstore_seterr(struct tf_objstore *s, int rc, const char *fmt, ...)
 	return rc;
 }
 
-
 int tf_objstore_open(const char *url, struct tf_objstore **out, char *err, size_t errlen)
 {
 	return tf_objstore_open_opts(url, NULL, out, err, errlen);
 }
 
 int tf_objstore_open_opts(const char *url, const struct tf_objstore_opts *opts,
-			  struct tf_objstore **out, char *err, size_t errlen)
+                          struct tf_objstore **out, char *err, size_t errlen)
 {
 	static const struct tf_objstore_opts none;
 	if (!opts)
 		opts = &none;
 	if (!url || !*url) {
-		tf_errf(err, errlen, "empty object store URL: give file:///DIR, a path or s3://BUCKET/PREFIX");
+		tf_errf(err, errlen,
+		        "empty object store URL: give file:///DIR, a path or s3://BUCKET/PREFIX");
 		return -EINVAL;
 	}
 	struct tf_objstore *s = tf_xcalloc(1, sizeof *s);
@@ -89,7 +89,10 @@ int tf_objstore_open_opts(const char *url, const struct tf_objstore_opts *opts,
 	} else if (!strncmp(url, "file://", 7)) {
 		rc = tf_objstore_file_open(s, url + 7, err, errlen);
 	} else if (strstr(url, "://")) {
-		tf_errf(err, errlen, "unsupported object store URL '%s': use file:///DIR, a path or s3://BUCKET/PREFIX", url);
+		tf_errf(err, errlen,
+		        "unsupported object store URL '%s': use file:///DIR, a path or "
+		        "s3://BUCKET/PREFIX",
+		        url);
 		rc = -EINVAL;
 	} else {
 		rc = tf_objstore_file_open(s, url, err, errlen);
@@ -153,14 +156,15 @@ int tf_objstore_retryable(int rc)
 
 static int bad_key(struct tf_objstore *s, const char *key)
 {
-	return tf_objstore_seterr(s, -EINVAL,
-				  "invalid object key '%s': keys are relative names without empty, '.' "
-				  "or '..' segments, control characters or backslashes",
-				  key ? key : "(null)");
+	return tf_objstore_seterr(
+	    s, -EINVAL,
+	    "invalid object key '%s': keys are relative names without empty, '.' "
+	    "or '..' segments, control characters or backslashes",
+	    key ? key : "(null)");
 }
 
 int tf_objstore_put(struct tf_objstore *s, const char *key, const void *data, size_t len,
-		    unsigned flags)
+                    unsigned flags)
 {
 	s->err[0] = '\0';
 	if (tf_objstore_key_check(key))
@@ -240,7 +244,7 @@ int tf_objstore_list(struct tf_objstore *s, const char *prefix, struct tf_obj_li
 }
 
 int tf_objstore_gc_uploads(struct tf_objstore *s, const char *prefix, double older_than,
-			   int *aborted)
+                           int *aborted)
 {
 	s->err[0] = '\0';
 	if (!prefix)

@@ -42,11 +42,11 @@ struct tf_objstore; /* opaque; a backend behind a struct of function pointers */
 
 /* Metadata of one object. */
 struct tf_obj_info {
-	uint64_t size;     /* bytes */
-	double mtime;      /* last modified, seconds since the epoch (0 if unknown) */
-	char etag[80];     /* the server's ETag without quotes ("" for file://) */
-	uint32_t crc32c;   /* CRC-32C of the whole object when has_crc32c */
-	int has_crc32c;    /* 1 when the backend knows the object's CRC-32C */
+	uint64_t size;   /* bytes */
+	double mtime;    /* last modified, seconds since the epoch (0 if unknown) */
+	char etag[80];   /* the server's ETag without quotes ("" for file://) */
+	uint32_t crc32c; /* CRC-32C of the whole object when has_crc32c */
+	int has_crc32c;  /* 1 when the backend knows the object's CRC-32C */
 };
 
 /* One listed object. */
@@ -68,23 +68,24 @@ struct tf_obj_list {
  * AWS environment variables (AWS_ENDPOINT_URL, AWS_REGION / AWS_DEFAULT_REGION,
  * AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), then the built-in defaults. */
 struct tf_objstore_opts {
-	const char *endpoint;      /* "http://127.0.0.1:18080"; default https://s3.REGION.amazonaws.com */
-	const char *region;        /* default "us-east-1" */
-	const char *access_key;    /* may contain ':' (e.g. Swift's "account:user") */
+	const char
+	    *endpoint;      /* "http://127.0.0.1:18080"; default https://s3.REGION.amazonaws.com */
+	const char *region; /* default "us-east-1" */
+	const char *access_key; /* may contain ':' (e.g. Swift's "account:user") */
 	const char *secret_key;
-	const char *session_token; /* optional, sent as x-amz-security-token */
-	int addressing;            /* 0 auto: path-style for custom endpoints, else virtual-hosted
-				      (env TPUFLOW_S3_ADDRESSING=path|virtual); 1 path, 2 virtual */
+	const char *session_token;  /* optional, sent as x-amz-security-token */
+	int addressing;             /* 0 auto: path-style for custom endpoints, else virtual-hosted
+	                               (env TPUFLOW_S3_ADDRESSING=path|virtual); 1 path, 2 virtual */
 	size_t multipart_threshold; /* objects at least this large go multipart; default 8 MiB */
-	size_t part_size;          /* multipart part size (>= 5 MiB); default 8 MiB */
-	int parallel;              /* parts in flight at once; default 4 */
-	int max_attempts;          /* attempts per request, first included; default 5 */
-	double retry_base;         /* backoff base in seconds; default 0.1 */
-	double retry_cap;          /* backoff cap in seconds; default 20 */
-	int retry_budget;          /* retries the handle may spend in total; default 500 */
-	double connect_timeout;    /* seconds; default 10 */
-	double timeout;            /* seconds without progress before a transfer fails; default 60 */
-	int list_page;             /* keys per listing request (1..1000); default 1000 */
+	size_t part_size;           /* multipart part size (>= 5 MiB); default 8 MiB */
+	int parallel;               /* parts in flight at once; default 4 */
+	int max_attempts;           /* attempts per request, first included; default 5 */
+	double retry_base;          /* backoff base in seconds; default 0.1 */
+	double retry_cap;           /* backoff cap in seconds; default 20 */
+	int retry_budget;           /* retries the handle may spend in total; default 500 */
+	double connect_timeout;     /* seconds; default 10 */
+	double timeout; /* seconds without progress before a transfer fails; default 60 */
+	int list_page;  /* keys per listing request (1..1000); default 1000 */
 };
 
 /* Opens a store. url: "file:///abs/dir", "file://rel/dir", a plain path, or
@@ -93,7 +94,7 @@ struct tf_objstore_opts {
  * backend creates DIR if missing. */
 int tf_objstore_open(const char *url, struct tf_objstore **out, char *err, size_t errlen);
 int tf_objstore_open_opts(const char *url, const struct tf_objstore_opts *opts,
-			  struct tf_objstore **out, char *err, size_t errlen);
+                          struct tf_objstore **out, char *err, size_t errlen);
 void tf_objstore_free(struct tf_objstore *s);
 
 /* The store of a state home: $TPUFLOW_STORE when set (e.g. "s3://bucket/tpuflow"), else
@@ -109,13 +110,12 @@ int tf_objstore_retryable(int rc);
 
 /* Writes an object from memory (data is copied/sent; the caller keeps it). */
 int tf_objstore_put(struct tf_objstore *s, const char *key, const void *data, size_t len,
-		    unsigned flags);
+                    unsigned flags);
 /* Reads a whole object into a new buffer the caller frees (NUL-terminated for convenience;
  * *len excludes the NUL). -ENOENT when absent. */
 int tf_objstore_get(struct tf_objstore *s, const char *key, void **data, size_t *len);
 /* Streams a local file into an object (large files go multipart on s3). */
-int tf_objstore_put_file(struct tf_objstore *s, const char *key, const char *path,
-			 unsigned flags);
+int tf_objstore_put_file(struct tf_objstore *s, const char *key, const char *path, unsigned flags);
 /* Streams an object into a local file, replacing it atomically (temp file + rename). */
 int tf_objstore_get_file(struct tf_objstore *s, const char *key, const char *path);
 /* Object metadata; -ENOENT when absent. */
@@ -130,7 +130,7 @@ int tf_objstore_list(struct tf_objstore *s, const char *prefix, struct tf_obj_li
  * (abandoned by a crashed writer); *aborted (may be NULL) receives how many. A no-op
  * returning 0 on file://. */
 int tf_objstore_gc_uploads(struct tf_objstore *s, const char *prefix, double older_than,
-			   int *aborted);
+                           int *aborted);
 
 /* Creates the bucket of an s3:// store (succeeds when it exists and is ours); on file://
  * the root directory already exists and this returns 0. */
@@ -138,11 +138,11 @@ int tf_objstore_create_bucket(struct tf_objstore *s);
 
 /* Counters of a handle's traffic since it was opened (all zero on file://). */
 struct tf_obj_stats {
-	uint64_t requests;      /* HTTP requests sent, retries included */
-	uint64_t retries;       /* requests sent again after a transient failure */
-	uint64_t corrupt;       /* downloads whose checksum did not match (then retried) */
-	uint64_t bytes_up;      /* payload bytes sent */
-	uint64_t bytes_down;    /* payload bytes received */
+	uint64_t requests;   /* HTTP requests sent, retries included */
+	uint64_t retries;    /* requests sent again after a transient failure */
+	uint64_t corrupt;    /* downloads whose checksum did not match (then retried) */
+	uint64_t bytes_up;   /* payload bytes sent */
+	uint64_t bytes_down; /* payload bytes received */
 };
 void tf_objstore_stats(const struct tf_objstore *s, struct tf_obj_stats *out);
 

@@ -17,7 +17,7 @@
 struct tf_objstore_ops {
 	const char *scheme; /* "file", "s3" */
 	int (*put)(struct tf_objstore *s, const char *key, const void *data, size_t len,
-		   unsigned flags);
+	           unsigned flags);
 	int (*get)(struct tf_objstore *s, const char *key, void **data, size_t *len);
 	int (*put_file)(struct tf_objstore *s, const char *key, const char *path, unsigned flags);
 	int (*get_file)(struct tf_objstore *s, const char *key, const char *path);
@@ -26,7 +26,7 @@ struct tf_objstore_ops {
 	/* appends to out (the dispatcher sorts and rolls back on failure) */
 	int (*list)(struct tf_objstore *s, const char *prefix, struct tf_obj_list *out);
 	int (*gc_uploads)(struct tf_objstore *s, const char *prefix, double older_than,
-			  int *aborted);
+	                  int *aborted);
 	int (*mkbucket)(struct tf_objstore *s);
 	void (*stats)(const struct tf_objstore *s, struct tf_obj_stats *out); /* NULL: zeros */
 	void (*free)(struct tf_objstore *s); /* frees s->impl only */
@@ -45,7 +45,7 @@ extern const struct tf_objstore_ops tf_objstore_s3_ops;
 /* Backend constructors: fill s->impl (and may normalise s->url); on failure write err. */
 int tf_objstore_file_open(struct tf_objstore *s, const char *path, char *err, size_t errlen);
 int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
-			const struct tf_objstore_opts *opts, char *err, size_t errlen);
+                        const struct tf_objstore_opts *opts, char *err, size_t errlen);
 
 /* For tests and tools: starts a multipart upload of key on an s3:// store and leaves it
  * open, as a writer that crashed would; its id goes to id. */
@@ -54,7 +54,7 @@ int tf_objstore_s3_begin_upload(struct tf_objstore *s, const char *key, char *id
 /* Sets s->err (printf style) and returns rc, so a backend can `return seterr(...)`-style set
  * and propagate in one line at its single exit. */
 int tf_objstore_seterr(struct tf_objstore *s, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /* Appends one entry (key copied). */
 void tf_obj_list_push(struct tf_obj_list *l, const char *key, uint64_t size, double mtime);

@@ -172,7 +172,7 @@ void tf_sigv4_sign(const struct tf_sigv4_req *r, struct tf_sigv4 *out)
 	char *path = tf_sigv4_uri_encode(r->path && *r->path ? r->path : "/", 1);
 	char *query = tf_sigv4_query_string(r->query, r->nquery);
 	out->canonical_request = tf_xasprintf("%s\n%s\n%s\n%s\n%s\n%s", r->method, path, query,
-					      canon_hdrs, signed_hdrs, r->payload_sha256);
+	                                      canon_hdrs, signed_hdrs, r->payload_sha256);
 	free(path);
 	free(query);
 	free(canon_hdrs);
@@ -184,7 +184,7 @@ void tf_sigv4_sign(const struct tf_sigv4_req *r, struct tf_sigv4 *out)
 	tf_sha256_hex(out->canonical_request, strlen(out->canonical_request), creq_hash);
 	char *scope = tf_xasprintf("%s/%s/%s/aws4_request", date, r->region, r->service);
 	out->string_to_sign =
-		tf_xasprintf("AWS4-HMAC-SHA256\n%s\n%s\n%s", r->amz_date, scope, creq_hash);
+	    tf_xasprintf("AWS4-HMAC-SHA256\n%s\n%s\n%s", r->amz_date, scope, creq_hash);
 
 	/* task 3: the signing key and the signature */
 	char *k = tf_xasprintf("AWS4%s", r->secret_key);
@@ -200,8 +200,8 @@ void tf_sigv4_sign(const struct tf_sigv4_req *r, struct tf_sigv4 *out)
 	hex(sig, 32, out->signature);
 	out->signed_headers = signed_hdrs;
 	out->authorization = tf_xasprintf("AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, "
-					  "Signature=%s",
-					  r->access_key, scope, signed_hdrs, out->signature);
+	                                  "Signature=%s",
+	                                  r->access_key, scope, signed_hdrs, out->signature);
 	free(scope);
 }
 

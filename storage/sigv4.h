@@ -14,17 +14,17 @@ struct tf_sigv4_kv {
 
 /* One request to sign. Every string is borrowed. */
 struct tf_sigv4_req {
-	const char *method;                  /* "GET", "PUT", ... */
-	const char *path;                    /* decoded absolute path: "/bucket/a b.txt" */
-	const struct tf_sigv4_kv *query;     /* decoded names and values (value may be "") */
+	const char *method;              /* "GET", "PUT", ... */
+	const char *path;                /* decoded absolute path: "/bucket/a b.txt" */
+	const struct tf_sigv4_kv *query; /* decoded names and values (value may be "") */
 	size_t nquery;
-	const struct tf_sigv4_kv *headers;   /* headers to sign; must include host, x-amz-date */
+	const struct tf_sigv4_kv *headers; /* headers to sign; must include host, x-amz-date */
 	size_t nheaders;
-	const char *payload_sha256;          /* lowercase hex, or "UNSIGNED-PAYLOAD" */
-	const char *amz_date;                /* "20150830T123600Z" */
-	const char *region;                  /* "us-east-1" */
-	const char *service;                 /* "s3" */
-	const char *access_key;              /* may contain ':' */
+	const char *payload_sha256; /* lowercase hex, or "UNSIGNED-PAYLOAD" */
+	const char *amz_date;       /* "20150830T123600Z" */
+	const char *region;         /* "us-east-1" */
+	const char *service;        /* "s3" */
+	const char *access_key;     /* may contain ':' */
 	const char *secret_key;
 };
 

@@ -30,12 +30,14 @@ static uint32_t u_of(float f)
 static void test_bf16_vectors(void **state)
 {
 	(void)state;
-	static const struct { uint32_t in; uint16_t out; } v[] = {
-		{ 0x3F800000, 0x3F80 }, { 0x3F808000, 0x3F80 }, { 0x3F818000, 0x3F82 },
-		{ 0x3F808001, 0x3F81 }, { 0x7F7FFFFF, 0x7F80 }, { 0x7F800001, 0x7FC0 },
-		{ 0x7F800000, 0x7F80 }, { 0xFF800000, 0xFF80 }, { 0x00000000, 0x0000 },
-		{ 0x80000000, 0x8000 }, { 0xFFC00001, 0x7FC0 }, { 0xBF808000, 0xBF80 },
-		{ 0xBF818000, 0xBF82 }, { 0x3F80FFFF, 0x3F81 }, { 0x3F7FFFFF, 0x3F80 },
+	static const struct {
+		uint32_t in;
+		uint16_t out;
+	} v[] = {
+	    {0x3F800000, 0x3F80}, {0x3F808000, 0x3F80}, {0x3F818000, 0x3F82}, {0x3F808001, 0x3F81},
+	    {0x7F7FFFFF, 0x7F80}, {0x7F800001, 0x7FC0}, {0x7F800000, 0x7F80}, {0xFF800000, 0xFF80},
+	    {0x00000000, 0x0000}, {0x80000000, 0x8000}, {0xFFC00001, 0x7FC0}, {0xBF808000, 0xBF80},
+	    {0xBF818000, 0xBF82}, {0x3F80FFFF, 0x3F81}, {0x3F7FFFFF, 0x3F80},
 	};
 	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
 		assert_int_equal(tf_bf16_from_f32(f_of(v[i].in), 1), v[i].out);
@@ -76,13 +78,13 @@ static void test_bf16_round_trip_and_round(void **state)
 
 /* One half of the sweep, run on its own thread. */
 struct sweep {
-	uint64_t lo, hi;      /* input range [lo, hi) */
-	uint64_t stride;      /* blocks skipped (1 = every input) */
-	uint64_t checked;     /* inputs compared */
-	int bad;              /* 1 when a difference was found */
-	uint32_t bad_input;   /* the first one */
-	int bad_ftz;          /* its mode */
-	char what[16];        /* which function differed */
+	uint64_t lo, hi;    /* input range [lo, hi) */
+	uint64_t stride;    /* blocks skipped (1 = every input) */
+	uint64_t checked;   /* inputs compared */
+	int bad;            /* 1 when a difference was found */
+	uint32_t bad_input; /* the first one */
+	int bad_ftz;        /* its mode */
+	char what[16];      /* which function differed */
 };
 
 static void *sweep_main(void *arg)
@@ -110,7 +112,7 @@ static void *sweep_main(void *arg)
 					sw->bad_input = (uint32_t)(base + i);
 					sw->bad_ftz = ftz;
 					snprintf(sw->what, sizeof sw->what, "%s",
-						 hv[i] != hs[i] ? "from_f32" : "round");
+					         hv[i] != hs[i] ? "from_f32" : "round");
 					break;
 				}
 			}
@@ -137,8 +139,8 @@ static void test_bf16_vector_equals_scalar_all_inputs(void **state)
 		stride = 64;
 	if (stride < 1)
 		stride = 1;
-	struct sweep sw[2] = { { .lo = 0, .hi = 1ull << 31, .stride = stride },
-			       { .lo = 1ull << 31, .hi = 1ull << 32, .stride = stride } };
+	struct sweep sw[2] = {{.lo = 0, .hi = 1ull << 31, .stride = stride},
+	                      {.lo = 1ull << 31, .hi = 1ull << 32, .stride = stride}};
 	pthread_t tid;
 	int threaded = pthread_create(&tid, NULL, sweep_main, &sw[1]) == 0;
 	sweep_main(&sw[0]);
@@ -149,7 +151,7 @@ static void test_bf16_vector_equals_scalar_all_inputs(void **state)
 	for (int i = 0; i < 2; i++)
 		if (sw[i].bad)
 			fail_msg("%s differs for input 0x%08x with ftz=%d", sw[i].what,
-				 sw[i].bad_input, sw[i].bad_ftz);
+			         sw[i].bad_input, sw[i].bad_ftz);
 	uint64_t checked = sw[0].checked + sw[1].checked;
 	printf("bf16 sweep: %s path, %llu inputs x 2 modes checked\n",
 	       tf_bf16_have_avx2() ? "avx2" : "scalar", (unsigned long long)(checked / 2));
@@ -181,11 +183,11 @@ static void test_bf16_array_tails_and_in_place(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_bf16_vectors),
-		cmocka_unit_test(test_bf16_ftz_flushes_subnormals_before_rounding),
-		cmocka_unit_test(test_bf16_round_trip_and_round),
-		cmocka_unit_test(test_bf16_array_tails_and_in_place),
-		cmocka_unit_test(test_bf16_vector_equals_scalar_all_inputs),
+	    cmocka_unit_test(test_bf16_vectors),
+	    cmocka_unit_test(test_bf16_ftz_flushes_subnormals_before_rounding),
+	    cmocka_unit_test(test_bf16_round_trip_and_round),
+	    cmocka_unit_test(test_bf16_array_tails_and_in_place),
+	    cmocka_unit_test(test_bf16_vector_equals_scalar_all_inputs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

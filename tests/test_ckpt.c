@@ -43,13 +43,13 @@ static int save_step(struct tf_objstore *s, const char *prefix, int64_t step)
 	for (size_t i = 0; i < TF_ARRAY_LEN(w2); i++)
 		w2[i] = (double)i - (double)step;
 	struct tf_ckpt_tensor t[] = {
-		{ "layer0/w", w1, sizeof w1 },
-		{ "layer0/b", w2, sizeof w2 },
-		{ "empty", NULL, 0 },
+	    {"layer0/w", w1, sizeof w1},
+	    {"layer0/b", w2, sizeof w2},
+	    {"empty", NULL, 0},
 	};
 	char meta[128];
 	snprintf(meta, sizeof meta, "{\"step\": %lld, \"rng\": [1, 2], \"input_pos\": 42}",
-		 (long long)step);
+	         (long long)step);
 	return tf_ckpt_save(s, prefix, step, t, TF_ARRAY_LEN(t), meta);
 }
 
@@ -129,7 +129,7 @@ static void test_ckpt_step_is_write_once(void **state)
 	assert_int_equal(tf_ckpt_save(s, "p", -1, NULL, 0, NULL), -EINVAL);
 	assert_int_equal(tf_ckpt_save(s, "p", 6, NULL, 0, "{bad json"), -EINVAL);
 	assert_non_null(strstr(tf_objstore_errmsg(s), "not valid JSON"));
-	struct tf_ckpt_tensor dup[] = { { "a", w1, 4 }, { "a", w1, 4 } };
+	struct tf_ckpt_tensor dup[] = {{"a", w1, 4}, {"a", w1, 4}};
 	assert_int_equal(tf_ckpt_save(s, "p", 6, dup, 2, NULL), -EINVAL);
 	assert_non_null(strstr(tf_objstore_errmsg(s), "'a'"));
 	int64_t step;
@@ -146,7 +146,7 @@ static void test_ckpt_step_is_write_once(void **state)
 /* Finds the shard file of tensor i of step under store dir root. */
 static char *shard_path(struct tf_objstore *s, const char *prefix, int64_t step, size_t i)
 {
-	struct tf_obj_list l = { 0 };
+	struct tf_obj_list l = {0};
 	char *lp = tf_xasprintf("%s/step-%012lld/", prefix, (long long)step);
 	assert_int_equal(tf_objstore_list(s, lp, &l), 0);
 	char suffix[16];
@@ -185,9 +185,8 @@ static void test_ckpt_load_detects_corruption(void **state)
 	free(path);
 
 	/* a damaged manifest */
-	assert_int_equal(tf_objstore_put(s, "q/step-000000000003/manifest.json", "{\"format\":1}",
-					 12, 0),
-			 0);
+	assert_int_equal(
+	    tf_objstore_put(s, "q/step-000000000003/manifest.json", "{\"format\":1}", 12, 0), 0);
 	assert_int_equal(tf_ckpt_load(s, "q", 3, &c), -EBADMSG);
 	assert_non_null(strstr(tf_objstore_errmsg(s), "manifest"));
 }
@@ -197,8 +196,8 @@ static void test_ckpt_gc_keeps_last_and_pinned(void **state)
 	struct tf_objstore *s = *state;
 	for (int64_t st = 1; st <= 6; st++)
 		assert_int_equal(save_step(s, "p", st * 10), 0);
-	int64_t pinned[] = { 20 };
-	struct tf_ckpt_gc_opts o = { .keep_last = 2, .pinned = pinned, .npinned = 1 };
+	int64_t pinned[] = {20};
+	struct tf_ckpt_gc_opts o = {.keep_last = 2, .pinned = pinned, .npinned = 1};
 	struct tf_ckpt_gc_result r;
 	o.dry_run = 1;
 	assert_int_equal(tf_ckpt_gc(s, "p", &o, &r), 0);
@@ -221,7 +220,7 @@ static void test_ckpt_gc_keeps_last_and_pinned(void **state)
 	assert_int_equal(v[2].step, 60);
 	free(v);
 	/* nothing of the retired steps is left (the file store prunes their directories) */
-	struct tf_obj_list l = { 0 };
+	struct tf_obj_list l = {0};
 	assert_int_equal(tf_objstore_list(s, "p/step-000000000010", &l), 0);
 	assert_int_equal(l.n, 0);
 	assert_int_equal(tf_objstore_list(s, "p/", &l), 0);
@@ -244,7 +243,7 @@ static void test_ckpt_gc_removes_orphans_after_grace(void **state)
 	assert_int_equal(tf_objstore_put(s, "p/step-000000000002/0badc0de.t0000", "xy", 2, 0), 0);
 	assert_int_equal(tf_objstore_put(s, "p/step-000000000001/0badc0de.t0000", "xyz", 3, 0), 0);
 	assert_int_equal(tf_objstore_put(s, "p/notes.txt", "keep", 4, 0), 0);
-	struct tf_ckpt_gc_opts o = { .grace = 3600 };
+	struct tf_ckpt_gc_opts o = {.grace = 3600};
 	struct tf_ckpt_gc_result r;
 	assert_int_equal(tf_ckpt_gc(s, "p", &o, &r), 0);
 	assert_int_equal(r.orphans_deleted, 0); /* too young: a save may be writing them */
@@ -258,19 +257,22 @@ static void test_ckpt_gc_removes_orphans_after_grace(void **state)
 	tf_ckpt_free(c);
 	struct tf_obj_info info;
 	assert_int_equal(tf_objstore_head(s, "p/notes.txt", &info), 0);
-	assert_int_equal(tf_objstore_head(s, "p/step-000000000002/0badc0de.t0000", &info),
-			 -ENOENT);
+	assert_int_equal(tf_objstore_head(s, "p/step-000000000002/0badc0de.t0000", &info), -ENOENT);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_ckpt_save_load_round_trip, fresh_store, close_store),
-		cmocka_unit_test_setup_teardown(test_ckpt_latest_and_list, fresh_store, close_store),
-		cmocka_unit_test_setup_teardown(test_ckpt_step_is_write_once, fresh_store, close_store),
-		cmocka_unit_test_setup_teardown(test_ckpt_load_detects_corruption, fresh_store, close_store),
-		cmocka_unit_test_setup_teardown(test_ckpt_gc_keeps_last_and_pinned, fresh_store, close_store),
-		cmocka_unit_test_setup_teardown(test_ckpt_gc_removes_orphans_after_grace, fresh_store, close_store),
+	    cmocka_unit_test_setup_teardown(test_ckpt_save_load_round_trip, fresh_store,
+	                                    close_store),
+	    cmocka_unit_test_setup_teardown(test_ckpt_latest_and_list, fresh_store, close_store),
+	    cmocka_unit_test_setup_teardown(test_ckpt_step_is_write_once, fresh_store, close_store),
+	    cmocka_unit_test_setup_teardown(test_ckpt_load_detects_corruption, fresh_store,
+	                                    close_store),
+	    cmocka_unit_test_setup_teardown(test_ckpt_gc_keeps_last_and_pinned, fresh_store,
+	                                    close_store),
+	    cmocka_unit_test_setup_teardown(test_ckpt_gc_removes_orphans_after_grace, fresh_store,
+	                                    close_store),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

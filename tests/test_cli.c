@@ -18,7 +18,7 @@
  * in *ERR (owned by the caller). */
 static int run(const char *const args[], char **err)
 {
-	char *argv[16] = { (char *)getenv("TPUFLOW_BIN"), "--home", "home" };
+	char *argv[16] = {(char *)getenv("TPUFLOW_BIN"), "--home", "home"};
 	size_t n = 3;
 	for (; args[n - 3]; n++)
 		argv[n] = (char *)args[n - 3];
@@ -40,14 +40,14 @@ static void test_cli_numeric_options_refuse_junk_and_overflow(void **state)
 		const char *args[8];
 		const char *says;
 	} bad[] = {
-		{ { "run", "--workers", "4abc", "p.yaml" }, "--workers wants" },
-		{ { "run", "--workers", "0", "p.yaml" }, "not '0'" },
-		{ { "runs", "list", "--limit", "abc" }, "--limit wants" },
-		{ { "runs", "list", "--limit", "-3" }, "not '-3'" },
-		/* 2^32 + 1 once wrapped to 1 job */
-		{ { "sched", "simulate", "--jobs", "4294967297" }, "--jobs wants" },
-		{ { "sched", "simulate", "--jobs", "10", "--failures", "" }, "--failures wants" },
-		{ { "ckpt", "--keep", "0" }, "--keep wants" },
+	    {{"run", "--workers", "4abc", "p.yaml"}, "--workers wants"},
+	    {{"run", "--workers", "0", "p.yaml"}, "not '0'"},
+	    {{"runs", "list", "--limit", "abc"}, "--limit wants"},
+	    {{"runs", "list", "--limit", "-3"}, "not '-3'"},
+	    /* 2^32 + 1 once wrapped to 1 job */
+	    {{"sched", "simulate", "--jobs", "4294967297"}, "--jobs wants"},
+	    {{"sched", "simulate", "--jobs", "10", "--failures", ""}, "--failures wants"},
+	    {{"ckpt", "--keep", "0"}, "--keep wants"},
 	};
 	for (size_t i = 0; i < TF_ARRAY_LEN(bad); i++) {
 		char *err = NULL;
@@ -57,7 +57,7 @@ static void test_cli_numeric_options_refuse_junk_and_overflow(void **state)
 		free(err);
 	}
 	/* in range still works */
-	static const char *const ok[] = { "runs", "list", "--limit", "0", NULL };
+	static const char *const ok[] = {"runs", "list", "--limit", "0", NULL};
 	char *err = NULL;
 	assert_int_equal(run(ok, &err), 0);
 	free(err);
@@ -66,7 +66,7 @@ static void test_cli_numeric_options_refuse_junk_and_overflow(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cli_numeric_options_refuse_junk_and_overflow),
+	    cmocka_unit_test(test_cli_numeric_options_refuse_junk_and_overflow),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

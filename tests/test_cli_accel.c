@@ -36,17 +36,17 @@ static int run(const char *args, char *out, size_t outlen, char *err, size_t err
 }
 
 static void write_npy(const char *path, const char *descr, const char *shape, const void *data,
-		      size_t bytes)
+                      size_t bytes)
 {
 	char dict[200];
-	int dl = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-			  descr, shape);
+	int dl = snprintf(dict, sizeof dict,
+	                  "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
 	size_t pad = (64 - (10 + (size_t)dl + 1) % 64) % 64;
 	size_t hlen = (size_t)dl + pad + 1;
 	FILE *f = fopen(path, "wb");
 	assert_non_null(f);
-	unsigned char pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)hlen,
-				  (unsigned char)(hlen >> 8) };
+	unsigned char pre[10] = {
+	    0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)hlen, (unsigned char)(hlen >> 8)};
 	fwrite(pre, 1, 10, f);
 	fwrite(dict, 1, (size_t)dl, f);
 	for (size_t i = 0; i < pad; i++)
@@ -77,7 +77,7 @@ static void test_cli_accel_matmul_npy(void **state)
 	for (int ref = 0; ref <= 1; ref++) {
 		char args[256];
 		snprintf(args, sizeof args, "--json accel matmul --a A.npy --b B.npy --out C.npy%s",
-			 ref ? " --reference" : " --threads 2");
+		         ref ? " --reference" : " --threads 2");
 		assert_int_equal(run(args, out, sizeof out, err, sizeof err), 0);
 		json_error_t je;
 		json_t *j = json_loads(out, 0, &je);
@@ -111,8 +111,8 @@ static void expect_bad(const char *args, const char *needle)
 static void test_cli_accel_bad_npy(void **state)
 {
 	(void)state;
-	double d[4] = { 1, 2, 3, 4 };
-	float f[6] = { 1, 2, 3, 4, 5, 6 };
+	double d[4] = {1, 2, 3, 4};
+	float f[6] = {1, 2, 3, 4, 5, 6};
 	write_npy("f8.npy", "<f8", "(2, 2)", d, sizeof d);
 	write_npy("ok.npy", "<f4", "(2, 3)", f, sizeof f);
 	write_npy("short.npy", "<f4", "(3, 3)", f, sizeof f);
@@ -130,8 +130,9 @@ static void test_cli_accel_bad_npy(void **state)
 	expect_bad("accel matmul --a ok.npy --b ok.npy", "shapes do not chain: A is 2 x 3");
 	char out[4096], err[4096];
 	assert_int_equal(run("accel matmul --a ok.npy", out, sizeof out, err, sizeof err), 64);
-	assert_int_equal(run("accel matmul --a ok.npy --b ok.npy --array 12", out, sizeof out, err,
-			     sizeof err), 64);
+	assert_int_equal(
+	    run("accel matmul --a ok.npy --b ok.npy --array 12", out, sizeof out, err, sizeof err),
+	    64);
 	assert_int_equal(run("accel frobnicate", out, sizeof out, err, sizeof err), 64);
 }
 
@@ -140,15 +141,17 @@ static void test_cli_accel_cycles_slices_info(void **state)
 	(void)state;
 	char out[65536], err[4096];
 	assert_int_equal(run("--json accel cycles --m 256 --k 784 --n 256 --array 128x128", out,
-			     sizeof out, err, sizeof err), 0);
+	                     sizeof out, err, sizeof err),
+	                 0);
 	json_t *j = json_loads(out, 0, NULL);
 	assert_non_null(j);
 	assert_int_equal(json_integer_value(json_object_get(j, "folds")), 14);
 	assert_int_equal(json_integer_value(json_object_get(j, "scalesim_total")), 14 * 638 - 1);
 	json_decref(j);
 	assert_int_equal(run("accel cycles --m 1 --k 1", out, sizeof out, err, sizeof err), 64);
-	assert_int_equal(run("accel cycles --m 1 --k 1 --n 1 --dataflow xx", out, sizeof out, err,
-			     sizeof err), 64);
+	assert_int_equal(
+	    run("accel cycles --m 1 --k 1 --n 1 --dataflow xx", out, sizeof out, err, sizeof err),
+	    64);
 	assert_int_equal(run("accel slices --json", out, sizeof out, err, sizeof err), 0);
 	j = json_loads(out, 0, NULL);
 	assert_non_null(j);
@@ -168,9 +171,9 @@ static void test_cli_accel_cycles_slices_info(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cli_accel_matmul_npy),
-		cmocka_unit_test(test_cli_accel_bad_npy),
-		cmocka_unit_test(test_cli_accel_cycles_slices_info),
+	    cmocka_unit_test(test_cli_accel_matmul_npy),
+	    cmocka_unit_test(test_cli_accel_bad_npy),
+	    cmocka_unit_test(test_cli_accel_cycles_slices_info),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,9 +52,9 @@ static void test_common_asprintf(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_common_read_file_caps_size),
-		cmocka_unit_test(test_common_mkdir_p_creates_parents),
-		cmocka_unit_test(test_common_asprintf),
+	    cmocka_unit_test(test_common_read_file_caps_size),
+	    cmocka_unit_test(test_common_mkdir_p_creates_parents),
+	    cmocka_unit_test(test_common_asprintf),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

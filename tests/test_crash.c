@@ -53,12 +53,13 @@ static int wait_running(const char *step, double timeout)
 	while (tf_now_monotonic() < until) {
 		struct tf_store *st = NULL;
 		char err[256];
-		if (tf_store_open("home/tpuflow.db", TF_STORE_READONLY, &st, err, sizeof(err)) == 0) {
+		if (tf_store_open("home/tpuflow.db", TF_STORE_READONLY, &st, err, sizeof(err)) ==
+		    0) {
 			int64_t n = 0;
 			int rc = tf_store_query_int(st, &n,
-						    "SELECT count(*) FROM steps WHERE name=? AND "
-						    "state='running'",
-						    "t", step);
+			                            "SELECT count(*) FROM steps WHERE name=? AND "
+			                            "state='running'",
+			                            "t", step);
 			tf_store_close(st);
 			if (rc == 0 && n > 0)
 				return 0;
@@ -79,24 +80,28 @@ static void test_crash_kill9_mid_step_then_resume(void **state)
 	 * the one killed); register makes a model version from prep's output. Every run of a
 	 * step appends its name to ran.log. */
 	fprintf(f,
-		"name: crash\n"
-		"params:\n  dir: {type: string, default: '%s'}\n"
-		"steps:\n"
-		"  - name: prep\n    type: shell\n"
-		"    with:\n"
-		"      argv: [/bin/sh, -c, 'echo prep >> ${params.dir}/ran.log; echo bundle=b/1 > \"$TPUFLOW_OUTPUTS\"']\n"
-		"      outputs: [bundle]\n"
-		"  - name: long\n    type: shell\n    needs: [prep]\n"
-		"    with:\n"
-		"      argv: [/bin/sh, -c, 'echo long >> ${params.dir}/ran.log; echo $$ > ${params.dir}/long.pid; "
-		"if [ $(grep -c long ${params.dir}/ran.log) -lt 2 ]; then sleep 60; fi; echo acc=0.9 > \"$TPUFLOW_METRICS\"']\n"
-		"      metrics: [acc]\n"
-		"  - name: register\n    type: register\n    needs: [long]\n"
-		"    with: {model_name: crashy, bundle: '${steps.prep.outputs.bundle}', metrics_from: long}\n",
-		cwd);
+	        "name: crash\n"
+	        "params:\n  dir: {type: string, default: '%s'}\n"
+	        "steps:\n"
+	        "  - name: prep\n    type: shell\n"
+	        "    with:\n"
+	        "      argv: [/bin/sh, -c, 'echo prep >> ${params.dir}/ran.log; echo bundle=b/1 > "
+	        "\"$TPUFLOW_OUTPUTS\"']\n"
+	        "      outputs: [bundle]\n"
+	        "  - name: long\n    type: shell\n    needs: [prep]\n"
+	        "    with:\n"
+	        "      argv: [/bin/sh, -c, 'echo long >> ${params.dir}/ran.log; echo $$ > "
+	        "${params.dir}/long.pid; "
+	        "if [ $(grep -c long ${params.dir}/ran.log) -lt 2 ]; then sleep 60; fi; echo "
+	        "acc=0.9 > \"$TPUFLOW_METRICS\"']\n"
+	        "      metrics: [acc]\n"
+	        "  - name: register\n    type: register\n    needs: [long]\n"
+	        "    with: {model_name: crashy, bundle: '${steps.prep.outputs.bundle}', "
+	        "metrics_from: long}\n",
+	        cwd);
 	fclose(f);
 
-	char *run_argv[] = { (char *)bin(), "--home", "home", "run", "p.yaml", "--plain", NULL };
+	char *run_argv[] = {(char *)bin(), "--home", "home", "run", "p.yaml", "--plain", NULL};
 	pid_t pid = spawn(run_argv);
 	assert_true(pid > 0);
 	assert_int_equal(wait_running("long", 20), 0);
@@ -112,8 +117,8 @@ static void test_crash_kill9_mid_step_then_resume(void **state)
 	kill(-(pid_t)atoi(pidtext), SIGKILL);
 	free(pidtext);
 
-	char *resume_argv[] = { (char *)bin(), "--home", "home", "runs", "resume", "latest", "--plain",
-				NULL };
+	char *resume_argv[] = {(char *)bin(), "--home", "home",    "runs",
+	                       "resume",      "latest", "--plain", NULL};
 	pid = spawn(resume_argv);
 	assert_int_equal(tf_test_wait_exit(pid), 0);
 
@@ -133,11 +138,12 @@ static void test_crash_kill9_mid_step_then_resume(void **state)
 	assert_int_equal(tf_run_get_state(st, run, &rs), 0);
 	assert_int_equal(rs, TF_RUN_SUCCEEDED);
 	char *s1 = NULL;
-	assert_int_equal(tf_store_query_text(st, &s1,
-					     "SELECT state FROM attempts WHERE run_id=? AND step='long' "
-					     "AND n=1",
-					     "t", run),
-			 0);
+	assert_int_equal(
+	    tf_store_query_text(st, &s1,
+	                        "SELECT state FROM attempts WHERE run_id=? AND step='long' "
+	                        "AND n=1",
+	                        "t", run),
+	    0);
 	assert_string_equal(s1, "lost");
 	free(s1);
 	/* resuming again refuses: nothing left to do */
@@ -149,7 +155,7 @@ static void test_crash_kill9_mid_step_then_resume(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_crash_kill9_mid_step_then_resume),
+	    cmocka_unit_test(test_crash_kill9_mid_step_then_resume),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

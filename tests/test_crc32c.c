@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static void test_crc32c_rfc3720_vectors(void **state)
 {
 	(void)state;
@@ -34,15 +33,16 @@ static void test_crc32c_paths_agree_and_extend(void **state)
 	for (size_t n = 0; n < sizeof buf; n += 37) {
 		uint32_t whole = tf_crc32c(buf, n);
 		assert_int_equal(whole, tf_crc32c_extend_sw(0, buf, n));
-		assert_int_equal(whole, tf_crc32c_extend(tf_crc32c(buf, n / 3), buf + n / 3, n - n / 3));
+		assert_int_equal(whole,
+		                 tf_crc32c_extend(tf_crc32c(buf, n / 3), buf + n / 3, n - n / 3));
 	}
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_crc32c_rfc3720_vectors),
-		cmocka_unit_test(test_crc32c_paths_agree_and_extend),
+	    cmocka_unit_test(test_crc32c_rfc3720_vectors),
+	    cmocka_unit_test(test_crc32c_paths_agree_and_extend),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,7 +25,7 @@
 /* ---- test kinds ------------------------------------------------------------------------ */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static int calls[64];         /* calls per step index (by name hash below) */
+static int calls[64]; /* calls per step index (by name hash below) */
 static char names[64][32];
 static double t_start[64][8]; /* monotonic start of each attempt */
 static double t_end[64][8];
@@ -117,7 +117,7 @@ static void write_file(const char *path, const char *text)
 
 static struct tf_engine_opts opts(void)
 {
-	struct tf_engine_opts o = { .home = "home", .workers = 4 };
+	struct tf_engine_opts o = {.home = "home", .workers = 4};
 	o.kinds[TF_STEP_SHELL] = test_kind;
 	return o;
 }
@@ -128,10 +128,10 @@ static const char *sstate(json_t *summary, const char *name)
 }
 
 static int run_yaml(const char *yaml, const struct tf_engine_opts *o,
-		    const struct tf_param_override *ov, size_t nov, struct tf_engine_result *res)
+                    const struct tf_param_override *ov, size_t nov, struct tf_engine_result *res)
 {
 	write_file("p.yaml", yaml);
-	struct tf_diag_list diags = { 0 };
+	struct tf_diag_list diags = {0};
 	char err[512] = "";
 	memset(res, 0, sizeof(*res));
 	int rc = tf_engine_run_file(o, "p.yaml", ov, nov, &diags, res, err, sizeof(err));
@@ -151,20 +151,24 @@ static void test_engine_parallel_dag_with_references(void **state)
 	reset();
 	struct tf_engine_opts o = opts();
 	struct tf_engine_result res;
-	assert_int_equal(run_yaml("name: dag\n"
-				  "params:\n  tag: {type: string, default: v1}\n"
-				  "steps:\n"
-				  "  - {name: a, type: shell, with: {argv: [sleep, '0.2', 'out=${params.tag}'], outputs: [out]}}\n"
-				  "  - {name: b, type: shell, with: {argv: [sleep, '0.2', 'metric=0.5'], metrics: [metric]}}\n"
-				  "  - name: c\n    type: shell\n    needs: [a, b]\n"
-				  "    with: {argv: [ok, 'out=${steps.a.outputs.out}-${steps.b.metrics.metric}'], outputs: [out]}\n",
-				  &o, NULL, 0, &res),
-			 0);
+	assert_int_equal(
+	    run_yaml("name: dag\n"
+	             "params:\n  tag: {type: string, default: v1}\n"
+	             "steps:\n"
+	             "  - {name: a, type: shell, with: {argv: [sleep, '0.2', 'out=${params.tag}'], "
+	             "outputs: [out]}}\n"
+	             "  - {name: b, type: shell, with: {argv: [sleep, '0.2', 'metric=0.5'], "
+	             "metrics: [metric]}}\n"
+	             "  - name: c\n    type: shell\n    needs: [a, b]\n"
+	             "    with: {argv: [ok, "
+	             "'out=${steps.a.outputs.out}-${steps.b.metrics.metric}'], outputs: [out]}\n",
+	             &o, NULL, 0, &res),
+	    0);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	assert_int_equal(max_concurrent, 2); /* a and b ran at the same time */
 	json_t *c = tf_test_step_of(res.summary, "c");
-	assert_string_equal(json_string_value(json_object_get(json_object_get(c, "outputs"), "out")),
-			    "v1-0.5");
+	assert_string_equal(
+	    json_string_value(json_object_get(json_object_get(c, "outputs"), "out")), "v1-0.5");
 	assert_string_equal(json_string_value(json_object_get(res.summary, "status")), "succeeded");
 	json_decref(res.summary);
 }
@@ -176,12 +180,13 @@ static int seen_uncommitted, seen_steps;
 static int durable_kind(struct tf_step_run *r)
 {
 	char *st = NULL, *at = NULL;
-	int ok = tf_store_query_text(r->db, &st, "SELECT state FROM steps WHERE run_id=? AND name=?",
-				     "tt", r->run_id, r->step) == 0 &&
-		 tf_store_query_text(r->db, &at,
-				     "SELECT state FROM attempts WHERE run_id=? AND step=? AND n=?",
-				     "tti", r->run_id, r->step, (int64_t)r->attempt) == 0 &&
-		 st && at && !strcmp(st, "running") && !strcmp(at, "running");
+	int ok =
+	    tf_store_query_text(r->db, &st, "SELECT state FROM steps WHERE run_id=? AND name=?",
+	                        "tt", r->run_id, r->step) == 0 &&
+	    tf_store_query_text(r->db, &at,
+	                        "SELECT state FROM attempts WHERE run_id=? AND step=? AND n=?",
+	                        "tti", r->run_id, r->step, (int64_t)r->attempt) == 0 &&
+	    st && at && !strcmp(st, "running") && !strcmp(at, "running");
 	free(st);
 	free(at);
 	pthread_mutex_lock(&mu);
@@ -202,16 +207,20 @@ static void test_engine_steps_start_only_after_their_start_is_committed(void **s
 	struct tf_engine_opts o = opts();
 	o.kinds[TF_STEP_SHELL] = durable_kind;
 	char yaml[8192];
-	int n = snprintf(yaml, sizeof(yaml), "name: durable\nsteps:\n  - {name: root, type: shell, with: {argv: [ok]}}\n");
+	int n =
+	    snprintf(yaml, sizeof(yaml),
+	             "name: durable\nsteps:\n  - {name: root, type: shell, with: {argv: [ok]}}\n");
 	for (int i = 0; i < 40; i++) /* fan-out: chunks of 4, 8, 16, 32 with 4 workers */
 		n += snprintf(yaml + n, sizeof(yaml) - (size_t)n,
-			      "  - {name: f%d, type: shell, needs: [root], with: {argv: [ok]}}\n", i);
+		              "  - {name: f%d, type: shell, needs: [root], with: {argv: [ok]}}\n",
+		              i);
 	for (int i = 0; i < 20; i++) { /* then a chain */
 		char need[16] = "f39";
 		if (i)
 			snprintf(need, sizeof(need), "c%d", i - 1);
 		n += snprintf(yaml + n, sizeof(yaml) - (size_t)n,
-			      "  - {name: c%d, type: shell, needs: [%s], with: {argv: [ok]}}\n", i, need);
+		              "  - {name: c%d, type: shell, needs: [%s], with: {argv: [ok]}}\n", i,
+		              need);
 	}
 	struct tf_engine_result res;
 	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
@@ -228,12 +237,13 @@ static void test_engine_retries_with_backoff_then_succeeds(void **state)
 	struct tf_engine_opts o = opts();
 	struct tf_engine_result res;
 	assert_int_equal(run_yaml("name: flaky\n"
-				  "steps:\n"
-				  "  - name: f\n    type: shell\n"
-				  "    retries: {limit: 3, backoff: 100ms, factor: 2, max_backoff: 150ms, on: [error]}\n"
-				  "    with: {argv: [fail, '2']}\n",
-				  &o, NULL, 0, &res),
-			 0);
+	                          "steps:\n"
+	                          "  - name: f\n    type: shell\n"
+	                          "    retries: {limit: 3, backoff: 100ms, factor: 2, max_backoff: "
+	                          "150ms, on: [error]}\n"
+	                          "    with: {argv: [fail, '2']}\n",
+	                          &o, NULL, 0, &res),
+	                 0);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	assert_int_equal(ncalls("f"), 3);
 	json_t *f = tf_test_step_of(res.summary, "f");
@@ -245,13 +255,15 @@ static void test_engine_retries_with_backoff_then_succeeds(void **state)
 	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
 	json_t *d = NULL;
 	assert_int_equal(tf_run_describe(st, res.run_id, &d), 0);
-	json_t *att = json_object_get(json_array_get(json_object_get(d, "steps"), 0), "attempts_detail");
+	json_t *att =
+	    json_object_get(json_array_get(json_object_get(d, "steps"), 0), "attempts_detail");
 	assert_int_equal(json_array_size(att), 3);
 	int s = slot("f");
 	for (int i = 0; i < 2; i++) {
 		json_t *a = json_array_get(att, (size_t)i);
 		assert_string_equal(json_string_value(json_object_get(a, "state")), "failed");
-		assert_string_equal(json_string_value(json_object_get(a, "failure_class")), "error");
+		assert_string_equal(json_string_value(json_object_get(a, "failure_class")),
+		                    "error");
 		assert_int_equal(json_integer_value(json_object_get(a, "exit_code")), 3);
 		double b = json_real_value(json_object_get(a, "backoff"));
 		double cap = i == 0 ? 0.1 : 0.15;
@@ -259,7 +271,7 @@ static void test_engine_retries_with_backoff_then_succeeds(void **state)
 		assert_true(t_start[s][i + 1] - t_end[s][i] >= b - 0.002);
 	}
 	assert_string_equal(json_string_value(json_object_get(json_array_get(att, 2), "state")),
-			    "succeeded");
+	                    "succeeded");
 	json_decref(d);
 	tf_store_close(st);
 	json_decref(res.summary);
@@ -272,11 +284,12 @@ static void test_engine_failure_class_not_retried_fails_run(void **state)
 	struct tf_engine_opts o = opts();
 	struct tf_engine_result res;
 	assert_int_equal(run_yaml("name: noretry\n"
-				  "steps:\n"
-				  "  - {name: f, type: shell, retries: {limit: 3, backoff: 10ms, on: [infra]}, with: {argv: [fail, '9']}}\n"
-				  "  - {name: g, type: shell, needs: [f], with: {argv: [ok]}}\n",
-				  &o, NULL, 0, &res),
-			 0);
+	                          "steps:\n"
+	                          "  - {name: f, type: shell, retries: {limit: 3, backoff: 10ms, "
+	                          "on: [infra]}, with: {argv: [fail, '9']}}\n"
+	                          "  - {name: g, type: shell, needs: [f], with: {argv: [ok]}}\n",
+	                          &o, NULL, 0, &res),
+	                 0);
 	assert_int_equal(res.state, TF_RUN_FAILED);
 	assert_int_equal(ncalls("f"), 1);
 	assert_string_equal(sstate(res.summary, "f"), "failed");
@@ -292,11 +305,12 @@ static void test_engine_timeout_cancels_step(void **state)
 	struct tf_engine_opts o = opts();
 	struct tf_engine_result res;
 	double t0 = tf_now_monotonic();
-	assert_int_equal(run_yaml("name: slow\n"
-				  "steps:\n"
-				  "  - {name: h, type: shell, timeout: 150ms, with: {argv: [hang]}}\n",
-				  &o, NULL, 0, &res),
-			 0);
+	assert_int_equal(
+	    run_yaml("name: slow\n"
+	             "steps:\n"
+	             "  - {name: h, type: shell, timeout: 150ms, with: {argv: [hang]}}\n",
+	             &o, NULL, 0, &res),
+	    0);
 	double took = tf_now_monotonic() - t0;
 	assert_true(took < 2.0);
 	assert_int_equal(res.state, TF_RUN_FAILED);
@@ -312,14 +326,15 @@ static void test_engine_gate_skips_below_threshold(void **state)
 	reset();
 	struct tf_engine_opts o = opts();
 	struct tf_engine_result res;
-	const char *yaml = "name: gate\n"
-			   "params:\n  min: {type: float, default: 0.9}\n"
-			   "steps:\n"
-			   "  - {name: eval, type: shell, with: {argv: [ok, 'metric=0.8'], metrics: [metric]}}\n"
-			   "  - name: ship\n    type: shell\n    needs: [eval]\n"
-			   "    when: ${steps.eval.metrics.metric} >= ${params.min}\n"
-			   "    with: {argv: [ok]}\n"
-			   "  - {name: after, type: shell, needs: [ship], with: {argv: [ok]}}\n";
+	const char *yaml =
+	    "name: gate\n"
+	    "params:\n  min: {type: float, default: 0.9}\n"
+	    "steps:\n"
+	    "  - {name: eval, type: shell, with: {argv: [ok, 'metric=0.8'], metrics: [metric]}}\n"
+	    "  - name: ship\n    type: shell\n    needs: [eval]\n"
+	    "    when: ${steps.eval.metrics.metric} >= ${params.min}\n"
+	    "    with: {argv: [ok]}\n"
+	    "  - {name: after, type: shell, needs: [ship], with: {argv: [ok]}}\n";
 	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	assert_string_equal(sstate(res.summary, "ship"), "skipped");
@@ -329,7 +344,7 @@ static void test_engine_gate_skips_below_threshold(void **state)
 	assert_int_equal(ncalls("ship"), 0);
 	json_decref(res.summary);
 	/* with a lower threshold it runs */
-	struct tf_param_override ov = { "min", "0.5" };
+	struct tf_param_override ov = {"min", "0.5"};
 	assert_int_equal(run_yaml(yaml, &o, &ov, 1, &res), 0);
 	assert_string_equal(sstate(res.summary, "ship"), "succeeded");
 	assert_string_equal(sstate(res.summary, "after"), "succeeded");
@@ -342,12 +357,14 @@ static void test_engine_second_run_hits_cache(void **state)
 	reset();
 	struct tf_engine_opts o = opts();
 	struct tf_engine_result res;
-	const char *yaml = "name: cached\n"
-			   "defaults: {cache: true}\n"
-			   "steps:\n"
-			   "  - {name: a, type: shell, with: {argv: [ok, 'out=x'], outputs: [out]}}\n"
-			   "  - {name: b, type: shell, needs: [a], with: {argv: [ok, 'out=${steps.a.outputs.out}y'], outputs: [out]}}\n"
-			   "  - {name: c, type: shell, cache: false, needs: [b], with: {argv: [ok]}}\n";
+	const char *yaml =
+	    "name: cached\n"
+	    "defaults: {cache: true}\n"
+	    "steps:\n"
+	    "  - {name: a, type: shell, with: {argv: [ok, 'out=x'], outputs: [out]}}\n"
+	    "  - {name: b, type: shell, needs: [a], with: {argv: [ok, "
+	    "'out=${steps.a.outputs.out}y'], outputs: [out]}}\n"
+	    "  - {name: c, type: shell, cache: false, needs: [b], with: {argv: [ok]}}\n";
 	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
 	assert_int_equal(json_integer_value(json_object_get(res.summary, "cache_hits")), 0);
 	json_decref(res.summary);
@@ -358,8 +375,8 @@ static void test_engine_second_run_hits_cache(void **state)
 	assert_string_equal(sstate(res.summary, "c"), "succeeded");
 	assert_int_equal(json_integer_value(json_object_get(res.summary, "cache_hits")), 2);
 	json_t *b = tf_test_step_of(res.summary, "b");
-	assert_string_equal(json_string_value(json_object_get(json_object_get(b, "outputs"), "out")),
-			    "xy");
+	assert_string_equal(
+	    json_string_value(json_object_get(json_object_get(b, "outputs"), "out")), "xy");
 	assert_int_equal(ncalls("a"), 1);
 	assert_int_equal(ncalls("b"), 1);
 	assert_int_equal(ncalls("c"), 2);
@@ -372,19 +389,24 @@ static void test_engine_register_and_deploy_idempotent(void **state)
 	reset();
 	struct tf_engine_opts o = opts();
 	struct tf_engine_result res;
-	const char *yaml = "name: reg\n"
-			   "steps:\n"
-			   "  - {name: train, type: shell, with: {argv: [ok, 'out=bundles/b1'], outputs: [out]}}\n"
-			   "  - {name: ev, type: shell, needs: [train], with: {argv: [ok, 'metric=0.91'], metrics: [metric]}}\n"
-			   "  - name: register\n    type: register\n    needs: [ev]\n"
-			   "    with: {model_name: m, bundle: '${steps.train.outputs.out}', metrics_from: ev, tags: {k: v}}\n"
-			   "  - name: deploy\n    type: deploy\n    needs: [register]\n"
-			   "    with: {model_name: m, version: '${steps.register.outputs.version}', alias: production}\n";
+	const char *yaml =
+	    "name: reg\n"
+	    "steps:\n"
+	    "  - {name: train, type: shell, with: {argv: [ok, 'out=bundles/b1'], outputs: [out]}}\n"
+	    "  - {name: ev, type: shell, needs: [train], with: {argv: [ok, 'metric=0.91'], "
+	    "metrics: [metric]}}\n"
+	    "  - name: register\n    type: register\n    needs: [ev]\n"
+	    "    with: {model_name: m, bundle: '${steps.train.outputs.out}', metrics_from: ev, "
+	    "tags: {k: v}}\n"
+	    "  - name: deploy\n    type: deploy\n    needs: [register]\n"
+	    "    with: {model_name: m, version: '${steps.register.outputs.version}', alias: "
+	    "production}\n";
 	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	json_t *m = json_object_get(res.summary, "model");
 	assert_int_equal(json_integer_value(json_object_get(m, "version")), 1);
-	assert_true(json_real_value(json_object_get(json_object_get(m, "metrics"), "metric")) == 0.91);
+	assert_true(json_real_value(json_object_get(json_object_get(m, "metrics"), "metric")) ==
+	            0.91);
 	assert_int_equal(json_array_size(json_object_get(res.summary, "deployments")), 1);
 	json_decref(res.summary);
 
@@ -396,28 +418,29 @@ static void test_engine_register_and_deploy_idempotent(void **state)
 	assert_int_equal(v, 1);
 	/* registering and deploying left an event each in the run's log, under their steps */
 	int64_t nev = 0;
-	assert_int_equal(tf_store_query_int(st, &nev,
-					    "SELECT count(*) FROM events WHERE run_id=? AND "
-					    "attempt IS NULL AND ((step='register' AND kind='model' AND "
-					    "message='registered m version 1') OR (step='deploy' AND "
-					    "kind='deploy' AND message='m ''production'' -> version 1'))",
-					    "t", res.run_id),
-			 0);
+	assert_int_equal(
+	    tf_store_query_int(st, &nev,
+	                       "SELECT count(*) FROM events WHERE run_id=? AND "
+	                       "attempt IS NULL AND ((step='register' AND kind='model' AND "
+	                       "message='registered m version 1') OR (step='deploy' AND "
+	                       "kind='deploy' AND message='m ''production'' -> version 1'))",
+	                       "t", res.run_id),
+	    0);
 	assert_int_equal(nev, 2);
 	/* the same run+step again gives the same version */
-	struct tf_model_version_spec spec = { .model = "m", .run_id = res.run_id, .step = "register",
-					      .bundle = "bundles/other" };
+	struct tf_model_version_spec spec = {
+	    .model = "m", .run_id = res.run_id, .step = "register", .bundle = "bundles/other"};
 	int existed = 0;
 	assert_int_equal(tf_registry_register(st, &spec, &v, &existed), 0);
 	assert_int_equal(v, 1);
 	assert_int_equal(existed, 1);
 	/* a new bundle from elsewhere makes version 2; a canary deployment keeps production */
-	struct tf_model_version_spec spec2 = { .model = "m", .run_id = "manual", .step = "x",
-					       .bundle = "bundles/b2" };
+	struct tf_model_version_spec spec2 = {
+	    .model = "m", .run_id = "manual", .step = "x", .bundle = "bundles/b2"};
 	assert_int_equal(tf_registry_register(st, &spec2, &v, &existed), 0);
 	assert_int_equal(v, 2);
-	struct tf_deploy_spec d = { .model = "m", .alias = "production", .version = 2,
-				    .canary_percent = 10 };
+	struct tf_deploy_spec d = {
+	    .model = "m", .alias = "production", .version = 2, .canary_percent = 10};
 	json_t *dep = NULL;
 	assert_int_equal(tf_registry_deploy(st, &d, &dep), 0);
 	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
@@ -436,7 +459,7 @@ static int run_cli(const char *args)
 {
 	char cmd[1024];
 	snprintf(cmd, sizeof(cmd), "'%s' --home home %s >cli.out 2>cli.err", getenv("TPUFLOW_BIN"),
-		 args);
+	         args);
 	int st = system(cmd);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
@@ -471,7 +494,7 @@ static void test_engine_cli_models_and_runs(void **state)
 static void test_engine_backoff_full_jitter_and_cap(void **state)
 {
 	(void)state;
-	struct tf_retry_policy p = { .limit = 5, .backoff = 1, .factor = 2, .max_backoff = 5 };
+	struct tf_retry_policy p = {.limit = 5, .backoff = 1, .factor = 2, .max_backoff = 5};
 	assert_true(tf_engine_backoff(&p, 1, 0.999999) <= 1.0);
 	assert_true(tf_engine_backoff(&p, 3, 0.5) == 2.0);
 	assert_true(tf_engine_backoff(&p, 10, 0.999999) <= 5.0);
@@ -485,12 +508,13 @@ static void test_engine_train_steps_get_slices(void **state)
 	struct tf_engine_opts o = opts();
 	o.kinds[TF_STEP_TRAIN] = test_kind;
 	struct tf_engine_result res;
-	assert_int_equal(run_yaml("name: slices\n"
-				  "steps:\n"
-				  "  - {name: t1, type: train, accelerator: v4-32, with: {dataset: d}}\n"
-				  "  - {name: t2, type: train, accelerator: v4-8, with: {dataset: d}}\n",
-				  &o, NULL, 0, &res),
-			 0);
+	assert_int_equal(
+	    run_yaml("name: slices\n"
+	             "steps:\n"
+	             "  - {name: t1, type: train, accelerator: v4-32, with: {dataset: d}}\n"
+	             "  - {name: t2, type: train, accelerator: v4-8, with: {dataset: d}}\n",
+	             &o, NULL, 0, &res),
+	    0);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	assert_int_equal(max_concurrent, 2);
 	json_t *t1 = tf_test_step_of(res.summary, "t1");
@@ -502,10 +526,11 @@ static void test_engine_train_steps_get_slices(void **state)
 	char err[256];
 	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
 	int64_t chips = 0;
-	assert_int_equal(tf_store_query_int(st, &chips,
-					    "SELECT chips FROM slice_jobs WHERE run_id=? AND step='t1'",
-					    "t", res.run_id),
-			 0);
+	assert_int_equal(
+	    tf_store_query_int(st, &chips,
+	                       "SELECT chips FROM slice_jobs WHERE run_id=? AND step='t1'", "t",
+	                       res.run_id),
+	    0);
 	assert_int_equal(chips, 16); /* v4-32: 32 TensorCores = 16 chips (2x2x4) */
 	tf_store_close(st);
 }
@@ -513,39 +538,44 @@ static void test_engine_train_steps_get_slices(void **state)
 static void test_engine_shell_fails_twice_then_succeeds(void **state)
 {
 	(void)state;
-	struct tf_engine_opts o = { .home = "home", .workers = 2 };
+	struct tf_engine_opts o = {.home = "home", .workers = 2};
 	struct tf_engine_result res;
 	/* The program counts its runs in a file and fails the first two. */
-	const char *yaml =
-		"name: shellflaky\n"
-		"steps:\n"
-		"  - name: s\n    type: shell\n"
-		"    retries: {limit: 2, backoff: 50ms, factor: 2, on: [error]}\n"
-		"    with:\n"
-		"      argv: [/bin/sh, -c, 'n=$(cat ../../../../count 2>/dev/null || echo 0); n=$((n+1)); echo $n > ../../../../count; echo \"try $n\"; [ $n -ge 3 ] || exit 7; echo \"n=$n\" > \"$TPUFLOW_METRICS\"; echo \"{\\\"path\\\": \\\"x;y\\\"}\" > \"$TPUFLOW_OUTPUTS\"']\n"
-		"      outputs: [path]\n"
-		"      metrics: [n]\n";
+	const char *yaml = "name: shellflaky\n"
+	                   "steps:\n"
+	                   "  - name: s\n    type: shell\n"
+	                   "    retries: {limit: 2, backoff: 50ms, factor: 2, on: [error]}\n"
+	                   "    with:\n"
+	                   "      argv: [/bin/sh, -c, 'n=$(cat ../../../../count 2>/dev/null || "
+	                   "echo 0); n=$((n+1)); echo $n > ../../../../count; echo \"try $n\"; [ "
+	                   "$n -ge 3 ] || exit 7; echo \"n=$n\" > \"$TPUFLOW_METRICS\"; echo "
+	                   "\"{\\\"path\\\": \\\"x;y\\\"}\" > \"$TPUFLOW_OUTPUTS\"']\n"
+	                   "      outputs: [path]\n"
+	                   "      metrics: [n]\n";
 	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	json_t *st = tf_test_step_of(res.summary, "s");
 	assert_int_equal(json_integer_value(json_object_get(st, "attempts")), 3);
 	assert_true(json_real_value(json_object_get(json_object_get(st, "metrics"), "n")) == 3.0);
-	assert_string_equal(json_string_value(json_object_get(json_object_get(st, "outputs"), "path")),
-			    "x;y");
+	assert_string_equal(
+	    json_string_value(json_object_get(json_object_get(st, "outputs"), "path")), "x;y");
 	json_decref(res.summary);
 	struct tf_store *db = NULL;
 	char err[256];
 	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &db, err, sizeof(err)), 0);
 	json_t *d = NULL;
 	assert_int_equal(tf_run_describe(db, res.run_id, &d), 0);
-	json_t *att = json_object_get(json_array_get(json_object_get(d, "steps"), 0), "attempts_detail");
+	json_t *att =
+	    json_object_get(json_array_get(json_object_get(d, "steps"), 0), "attempts_detail");
 	assert_int_equal(json_array_size(att), 3);
 	for (size_t i = 0; i < 2; i++) {
 		json_t *a = json_array_get(att, i);
 		assert_int_equal(json_integer_value(json_object_get(a, "exit_code")), 7);
-		assert_string_equal(json_string_value(json_object_get(a, "failure_class")), "error");
+		assert_string_equal(json_string_value(json_object_get(a, "failure_class")),
+		                    "error");
 		/* the next attempt started no earlier than the recorded backoff */
-		double next = json_real_value(json_object_get(json_array_get(att, i + 1), "started_at"));
+		double next =
+		    json_real_value(json_object_get(json_array_get(att, i + 1), "started_at"));
 		double end = json_real_value(json_object_get(a, "finished_at"));
 		assert_true(next - end >= json_real_value(json_object_get(a, "backoff")) - 0.002);
 		assert_non_null(json_object_get(a, "log"));
@@ -557,16 +587,17 @@ static void test_engine_shell_fails_twice_then_succeeds(void **state)
 static void test_engine_shell_timeout_kills_process_group(void **state)
 {
 	(void)state;
-	struct tf_engine_opts o = { .home = "home", .workers = 2 };
+	struct tf_engine_opts o = {.home = "home", .workers = 2};
 	struct tf_engine_result res;
 	double t0 = tf_now_monotonic();
 	/* The child starts a grandchild; both must die at the timeout. */
 	assert_int_equal(run_yaml("name: shellslow\n"
-				  "steps:\n"
-				  "  - name: s\n    type: shell\n    timeout: 200ms\n"
-				  "    with: {argv: [/bin/sh, -c, 'sleep 30 & echo $! > ../../../../grandchild; wait']}\n",
-				  &o, NULL, 0, &res),
-			 0);
+	                          "steps:\n"
+	                          "  - name: s\n    type: shell\n    timeout: 200ms\n"
+	                          "    with: {argv: [/bin/sh, -c, 'sleep 30 & echo $! > "
+	                          "../../../../grandchild; wait']}\n",
+	                          &o, NULL, 0, &res),
+	                 0);
 	assert_true(tf_now_monotonic() - t0 < 5.0);
 	assert_int_equal(res.state, TF_RUN_FAILED);
 	json_t *s = tf_test_step_of(res.summary, "s");
@@ -612,10 +643,10 @@ static void test_engine_interrupt_then_resume(void **state)
 	o.handle_signals = 1;
 	struct tf_engine_result res;
 	const char *yaml = "name: stop\n"
-			   "steps:\n"
-			   "  - {name: a, type: shell, with: {argv: [ok]}}\n"
-			   "  - {name: h, type: shell, needs: [a], with: {argv: [hang, '1']}}\n"
-			   "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n";
+	                   "steps:\n"
+	                   "  - {name: a, type: shell, with: {argv: [ok]}}\n"
+	                   "  - {name: h, type: shell, needs: [a], with: {argv: [hang, '1']}}\n"
+	                   "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n";
 	pthread_t t;
 	pthread_create(&t, NULL, interrupter, NULL);
 	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
@@ -628,7 +659,7 @@ static void test_engine_interrupt_then_resume(void **state)
 	/* Resume: h's second call finishes; a is not run again. */
 	o.handle_signals = 0;
 	char err[256] = "";
-	struct tf_engine_result r2 = { 0 };
+	struct tf_engine_result r2 = {0};
 	assert_int_equal(tf_engine_resume(&o, res.run_id, &r2, err, sizeof(err)), 0);
 	assert_int_equal(r2.state, TF_RUN_SUCCEEDED);
 	assert_string_equal(r2.run_id, res.run_id);
@@ -647,7 +678,7 @@ static void test_engine_interrupt_then_resume(void **state)
 static void test_engine_append_log_keeps_titles_on_their_own_lines(void **state)
 {
 	(void)state;
-	static const size_t sizes[] = { 5, 8192, 16384 };
+	static const size_t sizes[] = {5, 8192, 16384};
 	for (size_t i = 0; i < TF_ARRAY_LEN(sizes); i++) {
 		FILE *f = fopen("out.txt", "w");
 		assert_non_null(f);
@@ -665,7 +696,7 @@ static void test_engine_append_log_keeps_titles_on_their_own_lines(void **state)
 		size_t len = 0;
 		assert_int_equal(tf_read_file("attempt.log", 1 << 20, &text, &len), 0);
 		assert_int_equal(len, strlen("==> stdout <==\n") + sizes[i] + 1 +
-					      strlen("==> stderr <==\noops\n"));
+		                          strlen("==> stderr <==\noops\n"));
 		assert_non_null(strstr(text, "x\n==> stderr <==\noops\n"));
 		assert_null(strstr(text, "missing"));
 		free(text);
@@ -675,21 +706,21 @@ static void test_engine_append_log_keeps_titles_on_their_own_lines(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_engine_backoff_full_jitter_and_cap),
-		cmocka_unit_test(test_engine_parallel_dag_with_references),
-		cmocka_unit_test(test_engine_steps_start_only_after_their_start_is_committed),
-		cmocka_unit_test(test_engine_retries_with_backoff_then_succeeds),
-		cmocka_unit_test(test_engine_failure_class_not_retried_fails_run),
-		cmocka_unit_test(test_engine_timeout_cancels_step),
-		cmocka_unit_test(test_engine_gate_skips_below_threshold),
-		cmocka_unit_test(test_engine_second_run_hits_cache),
-		cmocka_unit_test(test_engine_register_and_deploy_idempotent),
-		cmocka_unit_test(test_engine_cli_models_and_runs),
-		cmocka_unit_test(test_engine_train_steps_get_slices),
-		cmocka_unit_test(test_engine_shell_fails_twice_then_succeeds),
-		cmocka_unit_test(test_engine_shell_timeout_kills_process_group),
-		cmocka_unit_test(test_engine_interrupt_then_resume),
-		cmocka_unit_test(test_engine_append_log_keeps_titles_on_their_own_lines),
+	    cmocka_unit_test(test_engine_backoff_full_jitter_and_cap),
+	    cmocka_unit_test(test_engine_parallel_dag_with_references),
+	    cmocka_unit_test(test_engine_steps_start_only_after_their_start_is_committed),
+	    cmocka_unit_test(test_engine_retries_with_backoff_then_succeeds),
+	    cmocka_unit_test(test_engine_failure_class_not_retried_fails_run),
+	    cmocka_unit_test(test_engine_timeout_cancels_step),
+	    cmocka_unit_test(test_engine_gate_skips_below_threshold),
+	    cmocka_unit_test(test_engine_second_run_hits_cache),
+	    cmocka_unit_test(test_engine_register_and_deploy_idempotent),
+	    cmocka_unit_test(test_engine_cli_models_and_runs),
+	    cmocka_unit_test(test_engine_train_steps_get_slices),
+	    cmocka_unit_test(test_engine_shell_fails_twice_then_succeeds),
+	    cmocka_unit_test(test_engine_shell_timeout_kills_process_group),
+	    cmocka_unit_test(test_engine_interrupt_then_resume),
+	    cmocka_unit_test(test_engine_append_log_keeps_titles_on_their_own_lines),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,9 +37,8 @@ static int run_yaml(const char *home, const char *yaml, struct tf_engine_result 
 	assert_non_null(f);
 	fputs(yaml, f);
 	fclose(f);
-	struct tf_engine_opts o = { .home = home, .workers = 2,
-				    .self_exe = getenv("TPUFLOW_BIN") };
-	struct tf_diag_list diags = { 0 };
+	struct tf_engine_opts o = {.home = home, .workers = 2, .self_exe = getenv("TPUFLOW_BIN")};
+	struct tf_diag_list diags = {0};
 	char err[512] = "";
 	memset(res, 0, sizeof(*res));
 	int rc = tf_engine_run_file(&o, path, NULL, 0, &diags, res, err, sizeof(err));
@@ -55,20 +54,20 @@ static int run_yaml(const char *home, const char *yaml, struct tf_engine_result 
 static char *small_pipeline(const char *defaults)
 {
 	return tf_xasprintf(
-		"name: small\n"
-		"defaults: %s\n"
-		"steps:\n"
-		"  - name: prep\n    type: data_prep\n"
-		"    with: {source: fashion-mnist, shards: 2, seed: 1, limit_train: 2000,\n"
-		"           limit_test: 500}\n"
-		"  - name: train\n    type: train\n    needs: [prep]\n    accelerator: v4-8\n"
-		"    with: {dataset: '${steps.prep.outputs.dataset}', hidden: [32], epochs: 4,\n"
-		"           batch: 64, optimizer: sgd, lr: 0.1, momentum: 0.9, seed: 3,\n"
-		"           max_steps: 100, checkpoint_every: 25}\n"
-		"  - name: evaluate\n    type: evaluate\n    needs: [train]\n"
-		"    with: {model: '${steps.train.outputs.bundle}',\n"
-		"           dataset: '${steps.prep.outputs.dataset}'}\n",
-		defaults);
+	    "name: small\n"
+	    "defaults: %s\n"
+	    "steps:\n"
+	    "  - name: prep\n    type: data_prep\n"
+	    "    with: {source: fashion-mnist, shards: 2, seed: 1, limit_train: 2000,\n"
+	    "           limit_test: 500}\n"
+	    "  - name: train\n    type: train\n    needs: [prep]\n    accelerator: v4-8\n"
+	    "    with: {dataset: '${steps.prep.outputs.dataset}', hidden: [32], epochs: 4,\n"
+	    "           batch: 64, optimizer: sgd, lr: 0.1, momentum: 0.9, seed: 3,\n"
+	    "           max_steps: 100, checkpoint_every: 25}\n"
+	    "  - name: evaluate\n    type: evaluate\n    needs: [train]\n"
+	    "    with: {model: '${steps.train.outputs.bundle}',\n"
+	    "           dataset: '${steps.prep.outputs.dataset}'}\n",
+	    defaults);
 }
 
 static char *read_log(const char *home, const char *run, const char *step, int attempt)
@@ -76,7 +75,7 @@ static char *read_log(const char *home, const char *run, const char *step, int a
 	char path[PATH_MAX], *text = NULL;
 	size_t len;
 	snprintf(path, sizeof(path), "%s/objects/runs/%s/%s/logs/attempt-%d.log", home, run, step,
-		 attempt);
+	         attempt);
 	if (tf_read_file(path, 1 << 24, &text, &len))
 		return NULL;
 	return text;
@@ -100,9 +99,9 @@ static void test_exec_self_local_matches_inprocess(void **state)
 	const struct {
 		const char *step, *metric;
 	} same[] = {
-		{ "prep", "examples" },    { "train", "loss" },    { "train", "accuracy" },
-		{ "train", "auc" },        { "evaluate", "loss" }, { "evaluate", "accuracy" },
-		{ "evaluate", "auc" },     { "train", "device_seconds" },
+	    {"prep", "examples"}, {"train", "loss"},           {"train", "accuracy"},
+	    {"train", "auc"},     {"evaluate", "loss"},        {"evaluate", "accuracy"},
+	    {"evaluate", "auc"},  {"train", "device_seconds"},
 	};
 	for (size_t i = 0; i < TF_ARRAY_LEN(same); i++) {
 		json_t *ma = json_object_get(tf_test_step_of(a.summary, same[i].step), "metrics");
@@ -112,8 +111,8 @@ static void test_exec_self_local_matches_inprocess(void **state)
 		assert_non_null(va);
 		assert_non_null(vb);
 		if (json_number_value(va) != json_number_value(vb))
-			fail_msg("%s.%s: inprocess %.17g, local %.17g", same[i].step, same[i].metric,
-				 json_number_value(va), json_number_value(vb));
+			fail_msg("%s.%s: inprocess %.17g, local %.17g", same[i].step,
+			         same[i].metric, json_number_value(va), json_number_value(vb));
 	}
 	json_t *ev = json_object_get(tf_test_step_of(b.summary, "evaluate"), "metrics");
 	assert_true(json_number_value(json_object_get(ev, "accuracy")) > 0.5);
@@ -156,7 +155,7 @@ static int is_step_exec(const char *pid)
 		return 0;
 	const char *a1 = len ? cmd + strlen(cmd) + 1 : NULL;
 	int yes = a1 && a1 < cmd + len && !strcmp(a1, "step") && a1 + 5 < cmd + len &&
-		  !strcmp(a1 + 5, "exec");
+	          !strcmp(a1 + 5, "exec");
 	free(cmd);
 	return yes;
 }
@@ -216,7 +215,7 @@ static void assert_group_gone(pid_t leader)
 		long g = pgrp_of(de->d_name, &st);
 		if (g == (long)leader && st != 'Z')
 			fail_msg("process %s of the step's group %d is still alive (state %c)",
-				 de->d_name, (int)leader, st);
+			         de->d_name, (int)leader, st);
 	}
 	closedir(d);
 }
@@ -230,18 +229,18 @@ static void test_exec_self_timeout_kills_child_then_resumes(void **state)
 	/* ~3 s of training with a 1 s timeout: every attempt is killed after some checkpoints
 	 * and the next resumes from the newest (retries without backoff until it is done) */
 	const char *yaml =
-		"name: slow\n"
-		"defaults: {cache: false}\n"
-		"steps:\n"
-		"  - name: prep\n    type: data_prep\n"
-		"    with: {source: fashion-mnist, shards: 2, seed: 1, limit_train: 2000,\n"
-		"           limit_test: 500}\n"
-		"  - name: train\n    type: train\n    needs: [prep]\n    executor: local\n"
-		"    timeout: 1s\n"
-		"    retries: {limit: 12, backoff: 0, on: [timeout]}\n"
-		"    with: {dataset: '${steps.prep.outputs.dataset}', hidden: [128], epochs: 100,\n"
-		"           batch: 64, optimizer: sgd, lr: 0.05, seed: 1, max_steps: 1500,\n"
-		"           checkpoint_every: 10}\n";
+	    "name: slow\n"
+	    "defaults: {cache: false}\n"
+	    "steps:\n"
+	    "  - name: prep\n    type: data_prep\n"
+	    "    with: {source: fashion-mnist, shards: 2, seed: 1, limit_train: 2000,\n"
+	    "           limit_test: 500}\n"
+	    "  - name: train\n    type: train\n    needs: [prep]\n    executor: local\n"
+	    "    timeout: 1s\n"
+	    "    retries: {limit: 12, backoff: 0, on: [timeout]}\n"
+	    "    with: {dataset: '${steps.prep.outputs.dataset}', hidden: [128], epochs: 100,\n"
+	    "           batch: 64, optimizer: sgd, lr: 0.05, seed: 1, max_steps: 1500,\n"
+	    "           checkpoint_every: 10}\n";
 	pthread_t th;
 	watching = 1;
 	nseen = 0;
@@ -259,11 +258,12 @@ static void test_exec_self_timeout_kills_child_then_resumes(void **state)
 	struct tf_store *st = NULL;
 	char err[256], *cls = NULL;
 	assert_int_equal(tf_store_open("slow/tpuflow.db", 0, &st, err, sizeof(err)), 0);
-	assert_int_equal(tf_store_query_text(st, &cls,
-					     "SELECT failure_class FROM attempts WHERE run_id=? AND "
-					     "step='train' AND n=1",
-					     "t", res.run_id),
-			 0);
+	assert_int_equal(
+	    tf_store_query_text(st, &cls,
+	                        "SELECT failure_class FROM attempts WHERE run_id=? AND "
+	                        "step='train' AND n=1",
+	                        "t", res.run_id),
+	    0);
 	assert_string_equal(cls, "timeout");
 	free(cls);
 	tf_store_close(st);
@@ -299,11 +299,12 @@ static void test_exec_self_child_error_is_permanent(void **state)
 	(void)state;
 	if (!have_ml())
 		skip();
-	const char *yaml = "name: bad\n"
-			   "steps:\n"
-			   "  - name: train\n    type: train\n    executor: local\n"
-			   "    retries: {limit: 3, backoff: 0, on: [infra, timeout]}\n"
-			   "    with: {dataset: no/such/manifest.json, hidden: [8], max_steps: 5}\n";
+	const char *yaml =
+	    "name: bad\n"
+	    "steps:\n"
+	    "  - name: train\n    type: train\n    executor: local\n"
+	    "    retries: {limit: 3, backoff: 0, on: [infra, timeout]}\n"
+	    "    with: {dataset: no/such/manifest.json, hidden: [8], max_steps: 5}\n";
 	struct tf_engine_result res;
 	assert_int_equal(run_yaml("bad", yaml, &res), 0);
 	assert_int_equal(res.state, TF_RUN_FAILED);
@@ -320,9 +321,9 @@ static void test_exec_self_child_error_is_permanent(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_exec_self_local_matches_inprocess),
-		cmocka_unit_test(test_exec_self_timeout_kills_child_then_resumes),
-		cmocka_unit_test(test_exec_self_child_error_is_permanent),
+	    cmocka_unit_test(test_exec_self_local_matches_inprocess),
+	    cmocka_unit_test(test_exec_self_timeout_kills_child_then_resumes),
+	    cmocka_unit_test(test_exec_self_child_error_is_permanent),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,12 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static struct tf_exec *start_local(char *const *argv, double timeout, double grace,
-				   const char *dir)
+static struct tf_exec *start_local(char *const *argv, double timeout, double grace, const char *dir)
 {
 	struct tf_exec_spec spec = {
-		.argv = argv, .timeout = timeout, .grace = grace, .log_dir = dir
-	};
+	    .argv = argv, .timeout = timeout, .grace = grace, .log_dir = dir};
 	struct tf_exec *x = NULL;
 	char err[256];
 	int rc = tf_exec_start(&tf_executor_local, &spec, &x, err, sizeof(err));
@@ -61,7 +59,7 @@ static int gone(pid_t pid)
 			if (rp && rp[1] == ' ' && rp[2] == 'Z')
 				return 1;
 		}
-		struct timespec ts = { 0, 10000000 };
+		struct timespec ts = {0, 10000000};
 		nanosleep(&ts, NULL);
 	}
 	return 0;
@@ -79,7 +77,7 @@ static pid_t read_pid(const char *path)
 		}
 		if (pid > 0)
 			return pid;
-		struct timespec ts = { 0, 10000000 };
+		struct timespec ts = {0, 10000000};
 		nanosleep(&ts, NULL);
 	}
 	return 0;
@@ -88,15 +86,16 @@ static pid_t read_pid(const char *path)
 static void test_executor_argv_verbatim(void **state)
 {
 	(void)state;
-	char *argv[] = { "printf", "[%s]\\n", "a b", "$(touch pwned)", ";|&", "*", "'q'\"",
-			 "back\\slash", "", NULL };
+	char *argv[] = {"printf",      "[%s]\\n", "a b", "$(touch pwned)", ";|&", "*", "'q'\"",
+	                "back\\slash", "",        NULL};
 	struct tf_exec *x = start_local(argv, 10, 1, "argv");
 	struct tf_exec_result r;
 	assert_int_equal(tf_exec_wait(x, -1, &r), 0);
 	assert_int_equal(r.fclass, TF_FAIL_NONE);
 	assert_int_equal(r.exit_code, 0);
 	char *out = logs(x, 1);
-	assert_string_equal(out, "[a b]\n[$(touch pwned)]\n[;|&]\n[*]\n['q'\"]\n[back\\slash]\n[]\n");
+	assert_string_equal(out,
+	                    "[a b]\n[$(touch pwned)]\n[;|&]\n[*]\n['q'\"]\n[back\\slash]\n[]\n");
 	free(out);
 	struct stat st;
 	assert_int_equal(stat("pwned", &st), -1);
@@ -106,7 +105,7 @@ static void test_executor_argv_verbatim(void **state)
 static void test_executor_logs_and_exit_code(void **state)
 {
 	(void)state;
-	char *argv[] = { "/bin/sh", "-c", "echo to-out; echo to-err >&2; exit 3", NULL };
+	char *argv[] = {"/bin/sh", "-c", "echo to-out; echo to-err >&2; exit 3", NULL};
 	struct tf_exec *x = start_local(argv, 10, 1, "logs");
 	struct tf_exec_result r;
 	assert_int_equal(tf_exec_wait(x, -1, &r), 0);
@@ -129,13 +128,13 @@ static void test_executor_timeout_kills_group(void **state)
 {
 	(void)state;
 	const char *scripts[] = {
-		"sleep 30 & echo $! > gc1.pid; wait",
-		"trap '' TERM; sleep 30 & echo $! > gc2.pid; wait; wait",
+	    "sleep 30 & echo $! > gc1.pid; wait",
+	    "trap '' TERM; sleep 30 & echo $! > gc2.pid; wait; wait",
 	};
-	const int want_sig[] = { SIGTERM, SIGKILL };
-	const char *pidfile[] = { "gc1.pid", "gc2.pid" };
+	const int want_sig[] = {SIGTERM, SIGKILL};
+	const char *pidfile[] = {"gc1.pid", "gc2.pid"};
 	for (int i = 0; i < 2; i++) {
-		char *argv[] = { "/bin/sh", "-c", (char *)scripts[i], NULL };
+		char *argv[] = {"/bin/sh", "-c", (char *)scripts[i], NULL};
 		double t0 = tf_now_monotonic();
 		struct tf_exec *x = start_local(argv, 0.3, 0.3, "timeout");
 		pid_t gc = read_pid(pidfile[i]);
@@ -161,12 +160,12 @@ static void test_executor_killed_child_reported(void **state)
 		int sig;
 		const char *msg;
 	} cases[] = {
-		{ "kill -SEGV $$", TF_FAIL_ERROR, SIGSEGV, "killed by SIGSEGV" },
-		{ "kill -KILL $$", TF_FAIL_INFRA, SIGKILL, "killed by SIGKILL" },
-		{ "kill -TERM $$", TF_FAIL_ERROR, SIGTERM, "killed by SIGTERM" },
+	    {"kill -SEGV $$", TF_FAIL_ERROR, SIGSEGV, "killed by SIGSEGV"},
+	    {"kill -KILL $$", TF_FAIL_INFRA, SIGKILL, "killed by SIGKILL"},
+	    {"kill -TERM $$", TF_FAIL_ERROR, SIGTERM, "killed by SIGTERM"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char *argv[] = { "/bin/sh", "-c", (char *)cases[i].script, NULL };
+		char *argv[] = {"/bin/sh", "-c", (char *)cases[i].script, NULL};
 		struct tf_exec *x = start_local(argv, 10, 1, NULL);
 		struct tf_exec_result r;
 		assert_int_equal(tf_exec_wait(x, -1, &r), 0);
@@ -185,36 +184,37 @@ static void test_executor_exit_codes_mapped(void **state)
 		int wstatus;
 		enum tf_fail_class requested, want;
 	} cases[] = {
-		{ 0 << 8, TF_FAIL_NONE, TF_FAIL_NONE },
-		{ 1 << 8, TF_FAIL_NONE, TF_FAIL_ERROR },
-		{ 2 << 8, TF_FAIL_NONE, TF_FAIL_ERROR },
-		{ 75 << 8, TF_FAIL_NONE, TF_FAIL_INFRA },
-		{ 69 << 8, TF_FAIL_NONE, TF_FAIL_INFRA },
-		{ 127 << 8, TF_FAIL_NONE, TF_FAIL_ERROR },
-		{ SIGKILL, TF_FAIL_NONE, TF_FAIL_INFRA },
-		{ SIGABRT, TF_FAIL_NONE, TF_FAIL_ERROR },
-		{ SIGTERM, TF_FAIL_TIMEOUT, TF_FAIL_TIMEOUT },
-		{ SIGKILL, TF_FAIL_PREEMPTED, TF_FAIL_PREEMPTED },
-		{ 0 << 8, TF_FAIL_CANCELLED, TF_FAIL_CANCELLED },
-		{ 1 << 8, TF_FAIL_PREEMPTED, TF_FAIL_PREEMPTED },
+	    {0 << 8, TF_FAIL_NONE, TF_FAIL_NONE},
+	    {1 << 8, TF_FAIL_NONE, TF_FAIL_ERROR},
+	    {2 << 8, TF_FAIL_NONE, TF_FAIL_ERROR},
+	    {75 << 8, TF_FAIL_NONE, TF_FAIL_INFRA},
+	    {69 << 8, TF_FAIL_NONE, TF_FAIL_INFRA},
+	    {127 << 8, TF_FAIL_NONE, TF_FAIL_ERROR},
+	    {SIGKILL, TF_FAIL_NONE, TF_FAIL_INFRA},
+	    {SIGABRT, TF_FAIL_NONE, TF_FAIL_ERROR},
+	    {SIGTERM, TF_FAIL_TIMEOUT, TF_FAIL_TIMEOUT},
+	    {SIGKILL, TF_FAIL_PREEMPTED, TF_FAIL_PREEMPTED},
+	    {0 << 8, TF_FAIL_CANCELLED, TF_FAIL_CANCELLED},
+	    {1 << 8, TF_FAIL_PREEMPTED, TF_FAIL_PREEMPTED},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char msg[128];
 		enum tf_fail_class c =
-			tf_exec_classify_status(cases[i].wstatus, cases[i].requested, msg, sizeof(msg));
+		    tf_exec_classify_status(cases[i].wstatus, cases[i].requested, msg, sizeof(msg));
 		if (c != cases[i].want)
 			fail_msg("case %zu: status 0x%x gives %s (%s), want %s", i,
-				 (unsigned)cases[i].wstatus, tf_fail_class_name(c), msg,
-				 tf_fail_class_name(cases[i].want));
+			         (unsigned)cases[i].wstatus, tf_fail_class_name(c), msg,
+			         tf_fail_class_name(cases[i].want));
 		assert_true(strlen(msg) > 0);
 	}
 	/* real processes for the sysexits cases */
 	const struct {
 		const char *script;
 		enum tf_fail_class want;
-	} real[] = { { "exit 0", TF_FAIL_NONE }, { "exit 75", TF_FAIL_INFRA }, { "exit 9", TF_FAIL_ERROR } };
+	} real[] = {
+	    {"exit 0", TF_FAIL_NONE}, {"exit 75", TF_FAIL_INFRA}, {"exit 9", TF_FAIL_ERROR}};
 	for (size_t i = 0; i < sizeof(real) / sizeof(real[0]); i++) {
-		char *argv[] = { "/bin/sh", "-c", (char *)real[i].script, NULL };
+		char *argv[] = {"/bin/sh", "-c", (char *)real[i].script, NULL};
 		struct tf_exec *x = start_local(argv, 10, 1, NULL);
 		struct tf_exec_result r;
 		assert_int_equal(tf_exec_wait(x, -1, &r), 0);
@@ -230,9 +230,9 @@ static void test_executor_exit_codes_mapped(void **state)
 static void test_executor_cancel_and_preempt(void **state)
 {
 	(void)state;
-	const enum tf_fail_class why[] = { TF_FAIL_CANCELLED, TF_FAIL_PREEMPTED };
+	const enum tf_fail_class why[] = {TF_FAIL_CANCELLED, TF_FAIL_PREEMPTED};
 	for (int i = 0; i < 2; i++) {
-		char *argv[] = { "sleep", "30", NULL };
+		char *argv[] = {"sleep", "30", NULL};
 		struct tf_exec *x = start_local(argv, 0, 1, NULL);
 		struct tf_exec_result r;
 		assert_int_equal(tf_exec_poll(x, &r), -EAGAIN);
@@ -244,7 +244,7 @@ static void test_executor_cancel_and_preempt(void **state)
 		tf_exec_free(x);
 	}
 	/* freeing a running attempt stops it */
-	char *argv[] = { "/bin/sh", "-c", "sleep 30 & echo $! > gcf.pid; wait", NULL };
+	char *argv[] = {"/bin/sh", "-c", "sleep 30 & echo $! > gcf.pid; wait", NULL};
 	struct tf_exec *x = start_local(argv, 0, 1, NULL);
 	pid_t gc = read_pid("gcf.pid");
 	tf_exec_free(x);
@@ -254,17 +254,17 @@ static void test_executor_cancel_and_preempt(void **state)
 static void test_executor_spawn_failure(void **state)
 {
 	(void)state;
-	char *argv[] = { "/nonexistent/program", NULL };
-	struct tf_exec_spec spec = { .argv = argv };
+	char *argv[] = {"/nonexistent/program", NULL};
+	struct tf_exec_spec spec = {.argv = argv};
 	struct tf_exec *x = NULL;
 	char err[256];
 	assert_int_equal(tf_exec_start(&tf_executor_local, &spec, &x, err, sizeof(err)), -ENOENT);
 	assert_null(x);
 	assert_non_null(strstr(err, "/nonexistent/program"));
-	struct tf_exec_spec empty = { 0 };
+	struct tf_exec_spec empty = {0};
 	assert_int_equal(tf_exec_start(&tf_executor_local, &empty, &x, err, sizeof(err)), -EINVAL);
 	assert_int_equal(tf_exec_start(&tf_executor_inprocess, &empty, &x, err, sizeof(err)),
-			 -EINVAL);
+	                 -EINVAL);
 	assert_ptr_equal(tf_executor_find("local"), &tf_executor_local);
 	assert_ptr_equal(tf_executor_find("inprocess"), &tf_executor_inprocess);
 	assert_null(tf_executor_find("slurm"));
@@ -277,7 +277,7 @@ static void test_executor_reexec_self(void **state)
 	const char *bin = getenv("TPUFLOW_BIN");
 	if (!bin || access(bin, X_OK) != 0)
 		skip();
-	char *argv[] = { (char *)bin, "version", NULL };
+	char *argv[] = {(char *)bin, "version", NULL};
 	struct tf_exec *x = start_local(argv, 10, 1, NULL);
 	struct tf_exec_result r;
 	assert_int_equal(tf_exec_wait(x, -1, &r), 0);
@@ -297,12 +297,12 @@ static void test_executor_logs_uploaded(void **state)
 	(void)state;
 	struct tf_objstore *st;
 	char err[256];
-	char *url = tf_xasprintf("file://%s/objects", getenv("TF_TEST_TMP") ? getenv("TF_TEST_TMP")
-									    : ".");
+	char *url =
+	    tf_xasprintf("file://%s/objects", getenv("TF_TEST_TMP") ? getenv("TF_TEST_TMP") : ".");
 	assert_int_equal(tf_objstore_open(url, &st, err, sizeof(err)), 0);
 	free(url);
-	char *argv[] = { "/bin/sh", "-c", "echo hello; echo oops >&2", NULL };
-	struct tf_exec_spec spec = { .argv = argv, .store = st, .log_prefix = "runs/1/train/" };
+	char *argv[] = {"/bin/sh", "-c", "echo hello; echo oops >&2", NULL};
+	struct tf_exec_spec spec = {.argv = argv, .store = st, .log_prefix = "runs/1/train/"};
 	struct tf_exec *x;
 	assert_int_equal(tf_exec_start(&tf_executor_local, &spec, &x, err, sizeof(err)), 0);
 	struct tf_exec_result r;
@@ -345,7 +345,7 @@ static int fn_bad(const struct tf_exec_ctx *ctx)
 static int fn_until_cancel(const struct tf_exec_ctx *ctx)
 {
 	while (!*ctx->cancel) {
-		struct timespec ts = { 0, 1000000 };
+		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
 	}
 	fprintf(ctx->out, "stopping\n");
@@ -362,20 +362,20 @@ static void test_executor_inprocess(void **state)
 		enum tf_fail_class want;
 		const char *msg;
 	} cases[] = {
-		{ fn_ok, 0, 0, TF_FAIL_NONE, "returned 0" },
-		{ fn_again, 0, 0, TF_FAIL_INFRA, "object store busy" },
-		{ fn_bad, 0, 0, TF_FAIL_ERROR, "Invalid argument" },
-		{ fn_until_cancel, 0.05, 0, TF_FAIL_TIMEOUT, "timeout" },
-		{ fn_until_cancel, 0, TF_FAIL_CANCELLED, TF_FAIL_CANCELLED, "" },
-		{ fn_until_cancel, 0, TF_FAIL_PREEMPTED, TF_FAIL_PREEMPTED, "" },
+	    {fn_ok, 0, 0, TF_FAIL_NONE, "returned 0"},
+	    {fn_again, 0, 0, TF_FAIL_INFRA, "object store busy"},
+	    {fn_bad, 0, 0, TF_FAIL_ERROR, "Invalid argument"},
+	    {fn_until_cancel, 0.05, 0, TF_FAIL_TIMEOUT, "timeout"},
+	    {fn_until_cancel, 0, TF_FAIL_CANCELLED, TF_FAIL_CANCELLED, ""},
+	    {fn_until_cancel, 0, TF_FAIL_PREEMPTED, TF_FAIL_PREEMPTED, ""},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct tf_exec_spec spec = { .fn = cases[i].fn, .arg = "train",
-					     .timeout = cases[i].timeout };
+		struct tf_exec_spec spec = {
+		    .fn = cases[i].fn, .arg = "train", .timeout = cases[i].timeout};
 		struct tf_exec *x;
 		char err[128];
 		assert_int_equal(tf_exec_start(&tf_executor_inprocess, &spec, &x, err, sizeof(err)),
-				 0);
+		                 0);
 		struct tf_exec_result r;
 		if (cases[i].cancel) {
 			assert_int_equal(tf_exec_wait(x, 0.02, &r), -ETIMEDOUT);
@@ -395,7 +395,7 @@ static void test_executor_inprocess(void **state)
 		tf_exec_free(x);
 	}
 	/* free of a running in-process attempt cancels it and waits */
-	struct tf_exec_spec spec = { .fn = fn_until_cancel };
+	struct tf_exec_spec spec = {.fn = fn_until_cancel};
 	struct tf_exec *x;
 	char err[128];
 	assert_int_equal(tf_exec_start(&tf_executor_inprocess, &spec, &x, err, sizeof(err)), 0);
@@ -405,16 +405,16 @@ static void test_executor_inprocess(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_executor_argv_verbatim),
-		cmocka_unit_test(test_executor_logs_and_exit_code),
-		cmocka_unit_test(test_executor_timeout_kills_group),
-		cmocka_unit_test(test_executor_killed_child_reported),
-		cmocka_unit_test(test_executor_exit_codes_mapped),
-		cmocka_unit_test(test_executor_cancel_and_preempt),
-		cmocka_unit_test(test_executor_spawn_failure),
-		cmocka_unit_test(test_executor_reexec_self),
-		cmocka_unit_test(test_executor_logs_uploaded),
-		cmocka_unit_test(test_executor_inprocess),
+	    cmocka_unit_test(test_executor_argv_verbatim),
+	    cmocka_unit_test(test_executor_logs_and_exit_code),
+	    cmocka_unit_test(test_executor_timeout_kills_group),
+	    cmocka_unit_test(test_executor_killed_child_reported),
+	    cmocka_unit_test(test_executor_exit_codes_mapped),
+	    cmocka_unit_test(test_executor_cancel_and_preempt),
+	    cmocka_unit_test(test_executor_spawn_failure),
+	    cmocka_unit_test(test_executor_reexec_self),
+	    cmocka_unit_test(test_executor_logs_uploaded),
+	    cmocka_unit_test(test_executor_inprocess),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

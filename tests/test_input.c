@@ -27,8 +27,8 @@ static int setup(void **state)
 	char *key = NULL;
 	if (tf_objstore_open("file://store", &f->s, err, sizeof err))
 		return -1;
-	struct tf_prep_opts o = { .source = "fashion-mnist", .shards = 5, .limit_train = 1000,
-				  .limit_test = 300 };
+	struct tf_prep_opts o = {
+	    .source = "fashion-mnist", .shards = 5, .limit_train = 1000, .limit_test = 300};
 	int rc = tf_dataset_prep(f->s, "ds/", &o, &key, NULL, err, sizeof err);
 	if (rc) {
 		fprintf(stderr, "prep: %s\n", err);
@@ -90,8 +90,12 @@ static void test_input_manifest_counts(void **state)
 static void test_input_deterministic_across_threads_prefetch_cache(void **state)
 {
 	struct fixture *f = *state;
-	struct tf_input_opts o = { .split = TF_SPLIT_TRAIN, .batch = 64, .seed = 42, .shuffle = 1,
-				   .shuffle_buffer = 300, .drop_remainder = 1 };
+	struct tf_input_opts o = {.split = TF_SPLIT_TRAIN,
+	                          .batch = 64,
+	                          .seed = 42,
+	                          .shuffle = 1,
+	                          .shuffle_buffer = 300,
+	                          .drop_remainder = 1};
 	/* 15 batches per epoch: 40 batches cross two epoch boundaries */
 	uint64_t h0 = run(f, o, 40, NULL);
 	o.prefetch = 4;
@@ -109,8 +113,12 @@ static void test_input_deterministic_across_threads_prefetch_cache(void **state)
 static void test_input_shuffle_changes_order_per_epoch(void **state)
 {
 	struct fixture *f = *state;
-	struct tf_input_opts o = { .split = TF_SPLIT_TRAIN, .batch = 1000, .seed = 1,
-				   .shuffle = 1, .drop_remainder = 1, .prefetch = 2 };
+	struct tf_input_opts o = {.split = TF_SPLIT_TRAIN,
+	                          .batch = 1000,
+	                          .seed = 1,
+	                          .shuffle = 1,
+	                          .drop_remainder = 1,
+	                          .prefetch = 2};
 	struct tf_input *in;
 	char err[512];
 	assert_int_equal(tf_input_open(f->s, f->d, &o, &in, err, sizeof err), 0);
@@ -123,7 +131,7 @@ static void test_input_shuffle_changes_order_per_epoch(void **state)
 	assert_int_equal(b.epoch, 1);
 	tf_input_free(in);
 	/* every epoch is a permutation: same label histogram, different order */
-	int h0[10] = { 0 }, h1[10] = { 0 }, same = 0;
+	int h0[10] = {0}, h1[10] = {0}, same = 0;
 	for (int i = 0; i < 1000; i++) {
 		h0[e0[i]]++;
 		h1[e1[i]]++;
@@ -139,8 +147,8 @@ static void test_input_shuffle_changes_order_per_epoch(void **state)
 	float *x;
 	int32_t *y;
 	size_t n;
-	assert_int_equal(tf_input_load_split(f->s, f->d, TF_SPLIT_TRAIN, &x, &y, NULL, &n, err,
-					     sizeof err), 0);
+	assert_int_equal(
+	    tf_input_load_split(f->s, f->d, TF_SPLIT_TRAIN, &x, &y, NULL, &n, err, sizeof err), 0);
 	assert_int_equal(n, 1000);
 	/* cycle 4 interleave of 5 shards of 200: first element from shard 0, then shard 1 */
 	assert_int_equal(plain[0], y[0]);
@@ -152,8 +160,13 @@ static void test_input_shuffle_changes_order_per_epoch(void **state)
 static void test_input_resume_at_batch(void **state)
 {
 	struct fixture *f = *state;
-	struct tf_input_opts o = { .split = TF_SPLIT_TRAIN, .batch = 100, .seed = 9, .shuffle = 1,
-				   .shuffle_buffer = 500, .drop_remainder = 1, .prefetch = 3 };
+	struct tf_input_opts o = {.split = TF_SPLIT_TRAIN,
+	                          .batch = 100,
+	                          .seed = 9,
+	                          .shuffle = 1,
+	                          .shuffle_buffer = 500,
+	                          .drop_remainder = 1,
+	                          .prefetch = 3};
 	struct tf_input *in;
 	char err[512];
 	assert_int_equal(tf_input_open(f->s, f->d, &o, &in, err, sizeof err), 0);
@@ -172,8 +185,7 @@ static void test_input_resume_at_batch(void **state)
 static void test_input_epochs_end_and_replica_split(void **state)
 {
 	struct fixture *f = *state;
-	struct tf_input_opts o = { .split = TF_SPLIT_TEST, .batch = 128, .epochs = 1,
-				   .prefetch = 2 };
+	struct tf_input_opts o = {.split = TF_SPLIT_TEST, .batch = 128, .epochs = 1, .prefetch = 2};
 	struct tf_input *in;
 	char err[512];
 	assert_int_equal(tf_input_open(f->s, f->d, &o, &in, err, sizeof err), 0);
@@ -208,8 +220,12 @@ static void test_input_corrupt_shard_is_named(void **state)
 	assert_int_equal(tf_objstore_get(f->s, key, &data, &len), 0);
 	((unsigned char *)data)[len / 2] ^= 0x10;
 	assert_int_equal(tf_objstore_put(f->s, key, data, len, 0), 0);
-	struct tf_input_opts o = { .split = TF_SPLIT_TRAIN, .batch = 100, .seed = 3,
-				   .shuffle = 1, .drop_remainder = 1, .prefetch = 2 };
+	struct tf_input_opts o = {.split = TF_SPLIT_TRAIN,
+	                          .batch = 100,
+	                          .seed = 3,
+	                          .shuffle = 1,
+	                          .drop_remainder = 1,
+	                          .prefetch = 2};
 	struct tf_input *in;
 	char err[1024];
 	assert_int_equal(tf_input_open(f->s, f->d, &o, &in, err, sizeof err), 0);
@@ -228,12 +244,12 @@ static void test_input_corrupt_shard_is_named(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_input_manifest_counts),
-		cmocka_unit_test(test_input_deterministic_across_threads_prefetch_cache),
-		cmocka_unit_test(test_input_shuffle_changes_order_per_epoch),
-		cmocka_unit_test(test_input_resume_at_batch),
-		cmocka_unit_test(test_input_epochs_end_and_replica_split),
-		cmocka_unit_test(test_input_corrupt_shard_is_named),
+	    cmocka_unit_test(test_input_manifest_counts),
+	    cmocka_unit_test(test_input_deterministic_across_threads_prefetch_cache),
+	    cmocka_unit_test(test_input_shuffle_changes_order_per_epoch),
+	    cmocka_unit_test(test_input_resume_at_batch),
+	    cmocka_unit_test(test_input_epochs_end_and_replica_split),
+	    cmocka_unit_test(test_input_corrupt_shard_is_named),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

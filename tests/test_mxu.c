@@ -19,7 +19,7 @@
 
 /* The contract of mxu.h, written out directly from its text. */
 static void naive(int R, int ftz, size_t M, size_t K, size_t N, const float *X, size_t ldx,
-		  const float *W, size_t ldw, float *C, size_t ldc)
+                  const float *W, size_t ldw, float *C, size_t ldc)
 {
 	unsigned saved = tf_mxu_csr_enter(ftz);
 	for (size_t m = 0; m < M; m++) {
@@ -29,7 +29,7 @@ static void naive(int R, int ftz, size_t M, size_t K, size_t N, const float *X, 
 				float s = 0.0f;
 				for (size_t k = t0; k < K && k < t0 + (size_t)R; k++)
 					s = fmaf(tf_bf16_round(X[m * ldx + k], ftz),
-						 tf_bf16_round(W[k * ldw + n], ftz), s);
+					         tf_bf16_round(W[k * ldw + n], ftz), s);
 				acc = acc + s;
 			}
 			C[m * ldc + n] = acc;
@@ -40,8 +40,8 @@ static void naive(int R, int ftz, size_t M, size_t K, size_t N, const float *X, 
 }
 
 enum vclass { V_NORMAL, V_WIDE, V_UNDERFLOW, V_OVERFLOW, V_ZEROS, V_NAN, V_LAST };
-static const char *const vclass_name[] = { "normal", "wide", "underflow", "overflow",
-					   "signed-zeros", "nan-inf" };
+static const char *const vclass_name[] = {"normal",   "wide",         "underflow",
+                                          "overflow", "signed-zeros", "nan-inf"};
 
 static uint64_t rng_state = 88172645463325252ull;
 static uint64_t rnd64(void)
@@ -109,7 +109,7 @@ static float *transpose(const float *a, size_t rows, size_t cols, size_t ld, siz
 }
 
 static void same_bits(const float *a, const float *b, size_t M, size_t N, size_t ldc,
-		      const char *what)
+                      const char *what)
 {
 	for (size_t m = 0; m < M; m++) {
 		if (memcmp(a + m * ldc, b + m * ldc, N * sizeof *a) == 0)
@@ -120,14 +120,14 @@ static void same_bits(const float *a, const float *b, size_t M, size_t N, size_t
 			memcpy(&y, &b[m * ldc + n], 4);
 			if (x != y)
 				fail_msg("%s: C[%zu,%zu] %08x (%g) != %08x (%g)", what, m, n, x,
-					 (double)a[m * ldc + n], y, (double)b[m * ldc + n]);
+				         (double)a[m * ldc + n], y, (double)b[m * ldc + n]);
 		}
 	}
 }
 
 /* Runs one case through every implementation and variant. */
 static void one_case(int R, int Cc, int ftz, size_t M, size_t K, size_t N, enum vclass vc,
-		     int with_reference)
+                     int with_reference)
 {
 	char what[160];
 	size_t ldx = K + 3, ldw = N + 1, ldc = N + 2;
@@ -143,7 +143,7 @@ static void one_case(int R, int Cc, int ftz, size_t M, size_t K, size_t N, enum 
 	cfg.cols = Cc;
 	cfg.ftz = ftz;
 	snprintf(what, sizeof what, "%dx%d ftz=%d M=%zu K=%zu N=%zu %s", R, Cc, ftz, M, K, N,
-		 vclass_name[vc]);
+	         vclass_name[vc]);
 
 	float *xt = transpose(X, M, K, ldx, M + 2), *wt = transpose(W, K, N, ldw, K + 1);
 	for (int portable = 0; portable <= 1; portable++) {
@@ -155,10 +155,10 @@ static void one_case(int R, int Cc, int ftz, size_t M, size_t K, size_t N, enum 
 				for (int tw = 0; tw <= 1; tw++) {
 					memset(got, 0x7f, (M * ldc + 1) * sizeof(float));
 					tf_mxu_gemm(&cfg, tx, tw, M, K, N, tx ? xt : X,
-						    tx ? M + 2 : ldx, tw ? wt : W, tw ? K + 1 : ldw,
-						    got, ldc, NULL);
-					snprintf(w2, sizeof w2, "%s %s threads=%d tx=%d tw=%d", what,
-						 tf_mxu_kernel_name(), threads, tx, tw);
+					            tx ? M + 2 : ldx, tw ? wt : W, tw ? K + 1 : ldw,
+					            got, ldc, NULL);
+					snprintf(w2, sizeof w2, "%s %s threads=%d tx=%d tw=%d",
+					         what, tf_mxu_kernel_name(), threads, tx, tw);
 					same_bits(want, got, M, N, ldc, w2);
 				}
 			}
@@ -188,15 +188,16 @@ static void one_case(int R, int Cc, int ftz, size_t M, size_t K, size_t N, enum 
 static void test_mxu_order_canary(void **state)
 {
 	(void)state;
-	const float x[4] = { 16777216.0f, 1.0f, 1.0f, -16777216.0f };
-	const float w[4] = { 1.0f, 1.0f, 1.0f, 1.0f };
+	const float x[4] = {16777216.0f, 1.0f, 1.0f, -16777216.0f};
+	const float w[4] = {1.0f, 1.0f, 1.0f, 1.0f};
 	struct tf_mxu_cfg cfg;
 	tf_mxu_cfg_init(&cfg);
 	/* R=2: tiles (2^24 + 1 -> 2^24) and (1 - 2^24), sum 1. R>=4: one tile, the ones are
 	 * lost against 2^24, sum 0. R=1 and R=3 lose them too. */
-	static const struct { int R; float want; } cases[] = { { 2, 1.0f }, { 4, 0.0f },
-							       { 128, 0.0f }, { 1, 0.0f },
-							       { 3, 0.0f } };
+	static const struct {
+		int R;
+		float want;
+	} cases[] = {{2, 1.0f}, {4, 0.0f}, {128, 0.0f}, {1, 0.0f}, {3, 0.0f}};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		float c = -1.0f, r = -1.0f;
 		cfg.rows = cases[i].R;
@@ -219,19 +220,30 @@ static void test_mxu_shapes_match_reference(void **state)
 	(void)state;
 	/* (R, C, M, K, N) */
 	static const int shapes[][5] = {
-		{ 4, 4, 1, 1, 1 },     { 4, 4, 5, 4, 4 },    { 4, 4, 7, 5, 9 },
-		{ 4, 4, 1, 13, 3 },    { 8, 16, 9, 8, 16 },  { 8, 16, 13, 9, 33 },
-		{ 8, 16, 6, 17, 31 },  { 8, 16, 1, 1, 17 },  { 128, 128, 3, 128, 20 },
-		{ 128, 128, 7, 129, 130 }, { 128, 128, 13, 300, 150 }, { 2, 4, 11, 7, 5 },
-		/* narrow N: with trans_x computed as C^T = op(W)^T . op(X)^T */
-		{ 8, 16, 40, 20, 3 },  { 16, 8, 64, 37, 10 }, { 128, 128, 100, 300, 10 },
-		{ 4, 4, 33, 9, 15 },   { 8, 8, 32, 5, 1 },
+	    {4, 4, 1, 1, 1},
+	    {4, 4, 5, 4, 4},
+	    {4, 4, 7, 5, 9},
+	    {4, 4, 1, 13, 3},
+	    {8, 16, 9, 8, 16},
+	    {8, 16, 13, 9, 33},
+	    {8, 16, 6, 17, 31},
+	    {8, 16, 1, 1, 17},
+	    {128, 128, 3, 128, 20},
+	    {128, 128, 7, 129, 130},
+	    {128, 128, 13, 300, 150},
+	    {2, 4, 11, 7, 5},
+	    /* narrow N: with trans_x computed as C^T = op(W)^T . op(X)^T */
+	    {8, 16, 40, 20, 3},
+	    {16, 8, 64, 37, 10},
+	    {128, 128, 100, 300, 10},
+	    {4, 4, 33, 9, 15},
+	    {8, 8, 32, 5, 1},
 	};
 	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
 		const int *s = shapes[i];
 		for (int vc = 0; vc < V_LAST; vc++)
 			one_case(s[0], s[1], vc & 1, (size_t)s[2], (size_t)s[3], (size_t)s[4],
-				 (enum vclass)vc, 1);
+			         (enum vclass)vc, 1);
 	}
 }
 
@@ -246,26 +258,26 @@ static void test_mxu_narrow_and_short_k_match_reference(void **state)
 	(void)state;
 	/* (R, C, M, K, N, reference) */
 	static const int shapes[][6] = {
-		{ 128, 128, 256, 128, 10, 0 }, /* fwd3 H2.W3 */
-		{ 128, 128, 256, 10, 128, 0 }, /* dX3 dY3.W3^T */
-		{ 128, 128, 128, 256, 10, 0 }, /* dW3 H2^T.dY3 (2 K-tiles) */
-		{ 128, 128, 32, 128, 10, 1 },  /* rep32 fwd3 */
-		{ 128, 128, 32, 10, 128, 1 },  /* rep32 dX3 */
-		{ 128, 128, 128, 32, 10, 1 },  /* rep32 dW3 */
-		{ 16, 8, 45, 33, 14, 1 },      /* 3 K-tiles, 16-row panel edge, 2 column groups */
-		{ 8, 8, 17, 3, 7, 1 },         /* K < 8: transposed packing of a short block */
-		{ 128, 128, 37, 10, 13, 1 },   /* 13 columns: groups of 7 and 6 */
-		{ 32, 32, 64, 40, 15, 0 },     /* 15 columns, K tail of 8 */
-		{ 4, 4, 50, 9, 6, 1 },         /* one full 6-column group, 3 K-tiles */
-		{ 128, 128, 33, 1, 2, 1 },     /* K = 1 */
-		{ 64, 64, 31, 64, 16, 0 },     /* N = 16: the 16-wide kernel, K = R */
+	    {128, 128, 256, 128, 10, 0}, /* fwd3 H2.W3 */
+	    {128, 128, 256, 10, 128, 0}, /* dX3 dY3.W3^T */
+	    {128, 128, 128, 256, 10, 0}, /* dW3 H2^T.dY3 (2 K-tiles) */
+	    {128, 128, 32, 128, 10, 1},  /* rep32 fwd3 */
+	    {128, 128, 32, 10, 128, 1},  /* rep32 dX3 */
+	    {128, 128, 128, 32, 10, 1},  /* rep32 dW3 */
+	    {16, 8, 45, 33, 14, 1},      /* 3 K-tiles, 16-row panel edge, 2 column groups */
+	    {8, 8, 17, 3, 7, 1},         /* K < 8: transposed packing of a short block */
+	    {128, 128, 37, 10, 13, 1},   /* 13 columns: groups of 7 and 6 */
+	    {32, 32, 64, 40, 15, 0},     /* 15 columns, K tail of 8 */
+	    {4, 4, 50, 9, 6, 1},         /* one full 6-column group, 3 K-tiles */
+	    {128, 128, 33, 1, 2, 1},     /* K = 1 */
+	    {64, 64, 31, 64, 16, 0},     /* N = 16: the 16-wide kernel, K = R */
 	};
 	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
 		const int *s = shapes[i];
 		for (int vc = 0; vc < V_LAST; vc++)
 			for (int ftz = 0; ftz <= 1; ftz++)
 				one_case(s[0], s[1], ftz, (size_t)s[2], (size_t)s[3], (size_t)s[4],
-					 (enum vclass)vc, s[5]);
+				         (enum vclass)vc, s[5]);
 	}
 }
 
@@ -293,7 +305,7 @@ static void test_mxu_finite_inputs_nan_is_canonical(void **state)
 			for (int n = 1; n <= N; n += N - 1) { /* narrow (1) and wide (20) */
 				memset(C, 0, sizeof C);
 				tf_mxu_gemm(&cfg, 0, 0, M, K, (size_t)n, X, K, W, N, C, (size_t)n,
-					    NULL);
+				            NULL);
 				for (int i = 0; i < M * n; i++) {
 					uint32_t u;
 					memcpy(&u, &C[i], 4);
@@ -352,7 +364,7 @@ static void test_mxu_underflow_depends_on_ftz(void **state)
 static void test_mxu_zero_sizes_and_k0(void **state)
 {
 	(void)state;
-	float C[6], X[1] = { 1.0f }, W[1] = { 1.0f };
+	float C[6], X[1] = {1.0f}, W[1] = {1.0f};
 	struct tf_mxu_cfg cfg;
 	struct tf_mxu_stats st;
 	tf_mxu_cfg_init(&cfg);
@@ -393,7 +405,8 @@ static void test_mxu_model_ws_formula(void **state)
 	for (uint64_t k0 = 0; k0 < K; k0 += R)
 		for (uint64_t n0 = 0; n0 < N; n0 += C, folds++)
 			sum += (double)((K - k0 < (uint64_t)R ? K - k0 : (uint64_t)R) *
-					(N - n0 < (uint64_t)C ? N - n0 : (uint64_t)C)) / (R * C);
+			                (N - n0 < (uint64_t)C ? N - n0 : (uint64_t)C)) /
+			       (R * C);
 	assert_int_equal(m.folds, folds);
 	assert_true(fabs(m.mapping_efficiency - sum / folds) < 1e-12);
 	assert_int_equal(m.scalesim_total, (uint64_t)folds * (2 * R + C + M - 2) - 1);
@@ -409,9 +422,9 @@ static void test_mxu_reference_cycles_equal_model(void **state)
 {
 	(void)state;
 	static const int cases[][6] = {
-		/* R, C, M, K, N, mxus */
-		{ 4, 4, 1, 1, 1, 1 }, { 4, 4, 9, 13, 6, 1 }, { 8, 16, 3, 20, 40, 2 },
-		{ 16, 8, 30, 16, 8, 4 }, { 128, 128, 5, 200, 130, 4 }, { 2, 3, 7, 9, 10, 3 },
+	    /* R, C, M, K, N, mxus */
+	    {4, 4, 1, 1, 1, 1},    {4, 4, 9, 13, 6, 1},        {8, 16, 3, 20, 40, 2},
+	    {16, 8, 30, 16, 8, 4}, {128, 128, 5, 200, 130, 4}, {2, 3, 7, 9, 10, 3},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		const int *c = cases[i];
@@ -528,19 +541,19 @@ int main(void)
 {
 	tf_mxu_min_macs_per_thread = 0; /* use every requested thread even on tiny shapes */
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_mxu_order_canary),
-		cmocka_unit_test(test_mxu_underflow_depends_on_ftz),
-		cmocka_unit_test(test_mxu_zero_sizes_and_k0),
-		cmocka_unit_test(test_mxu_model_ws_formula),
-		cmocka_unit_test(test_mxu_reference_cycles_equal_model),
-		cmocka_unit_test(test_mxu_value_classes_ftz_both),
-		cmocka_unit_test(test_mxu_shapes_match_reference),
-		cmocka_unit_test(test_mxu_fast_blocking_boundaries),
-		cmocka_unit_test(test_mxu_narrow_and_short_k_match_reference),
-		cmocka_unit_test(test_mxu_finite_inputs_nan_is_canonical),
-		cmocka_unit_test(test_mxu_random_shapes_match_reference),
-		cmocka_unit_test(test_mxu_concurrent_callers),
-		cmocka_unit_test(test_mxu_pool_runs_each_part_once),
+	    cmocka_unit_test(test_mxu_order_canary),
+	    cmocka_unit_test(test_mxu_underflow_depends_on_ftz),
+	    cmocka_unit_test(test_mxu_zero_sizes_and_k0),
+	    cmocka_unit_test(test_mxu_model_ws_formula),
+	    cmocka_unit_test(test_mxu_reference_cycles_equal_model),
+	    cmocka_unit_test(test_mxu_value_classes_ftz_both),
+	    cmocka_unit_test(test_mxu_shapes_match_reference),
+	    cmocka_unit_test(test_mxu_fast_blocking_boundaries),
+	    cmocka_unit_test(test_mxu_narrow_and_short_k_match_reference),
+	    cmocka_unit_test(test_mxu_finite_inputs_nan_is_canonical),
+	    cmocka_unit_test(test_mxu_random_shapes_match_reference),
+	    cmocka_unit_test(test_mxu_concurrent_callers),
+	    cmocka_unit_test(test_mxu_pool_runs_each_part_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

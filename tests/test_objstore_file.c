@@ -121,7 +121,7 @@ static void test_objstore_file_write_once(void **state)
 	assert_memory_equal(data, "v1", 2);
 	free(data);
 	/* no temp files left behind by the refused write */
-	struct tf_obj_list l = { 0 };
+	struct tf_obj_list l = {0};
 	assert_int_equal(tf_objstore_list(s, "", &l), 0);
 	assert_int_equal(l.n, 1);
 	tf_obj_list_release(&l);
@@ -132,8 +132,9 @@ static void test_objstore_file_refuses_escaping_keys(void **state)
 {
 	(void)state;
 	struct tf_objstore *s = open_store("store");
-	const char *bad[] = { "", "/etc/passwd", "../x", "a/../../x", "a/..", "..", "./a",
-			      "a//b", "a/", "a\nb", "a\\..\\b", ".x.tf-tmp.abc", "a/./b" };
+	const char *bad[] = {"",         "/etc/passwd",   "../x", "a/../../x", "a/..",
+	                     "..",       "./a",           "a//b", "a/",        "a\nb",
+	                     "a\\..\\b", ".x.tf-tmp.abc", "a/./b"};
 	for (size_t i = 0; i < TF_ARRAY_LEN(bad); i++) {
 		assert_int_equal(tf_objstore_put(s, bad[i], "x", 1, 0), -EINVAL);
 		assert_non_null(strstr(tf_objstore_errmsg(s), "invalid object key"));
@@ -148,7 +149,7 @@ static void test_objstore_file_refuses_escaping_keys(void **state)
 	assert_int_equal(tf_objstore_key_check(longkey), -EINVAL);
 	free(longkey);
 	assert_int_equal(tf_objstore_key_check("a..b/.c/d."), 0);
-	struct tf_obj_list l = { 0 };
+	struct tf_obj_list l = {0};
 	assert_int_equal(tf_objstore_list(s, "../", &l), -EINVAL);
 	assert_int_equal(tf_objstore_list(s, "/", &l), -EINVAL);
 	/* nothing was written outside (or inside) the root */
@@ -163,16 +164,22 @@ static void test_objstore_file_list_prefixes(void **state)
 {
 	(void)state;
 	struct tf_objstore *s = open_store("store");
-	const char *keys[] = { "ckpt/step-00000010/manifest.json", "ckpt/step-00000010/w0",
-			       "ckpt/step-00000002/w0", "ckpt/steps.txt", "data/x", "ck" };
+	const char *keys[] = {"ckpt/step-00000010/manifest.json",
+	                      "ckpt/step-00000010/w0",
+	                      "ckpt/step-00000002/w0",
+	                      "ckpt/steps.txt",
+	                      "data/x",
+	                      "ck"};
 	for (size_t i = 0; i < TF_ARRAY_LEN(keys); i++)
 		assert_int_equal(tf_objstore_put(s, keys[i], keys[i], strlen(keys[i]), 0), 0);
 	/* a crashed writer's temp file stays invisible */
-	FILE *f = fopen("store/ckpt/.w1" ".tf-tmp.ABCDEF", "w");
+	FILE *f = fopen("store/ckpt/.w1"
+	                ".tf-tmp.ABCDEF",
+	                "w");
 	assert_non_null(f);
 	fclose(f);
 
-	struct tf_obj_list l = { 0 };
+	struct tf_obj_list l = {0};
 	assert_int_equal(tf_objstore_list(s, "ckpt/step-", &l), 0);
 	assert_int_equal(l.n, 3);
 	assert_string_equal(l.v[0].key, "ckpt/step-00000002/w0");
@@ -266,14 +273,14 @@ static void test_objstore_file_key_vs_prefix_conflict(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup(test_objstore_file_round_trip, fresh_dir),
-		cmocka_unit_test_setup(test_objstore_file_plain_path_and_abs_url, fresh_dir),
-		cmocka_unit_test_setup(test_objstore_file_write_once, fresh_dir),
-		cmocka_unit_test_setup(test_objstore_file_refuses_escaping_keys, fresh_dir),
-		cmocka_unit_test_setup(test_objstore_file_list_prefixes, fresh_dir),
-		cmocka_unit_test_setup(test_objstore_file_delete_prunes_dirs, fresh_dir),
-		cmocka_unit_test_setup(test_objstore_file_streaming, fresh_dir),
-		cmocka_unit_test_setup(test_objstore_file_key_vs_prefix_conflict, fresh_dir),
+	    cmocka_unit_test_setup(test_objstore_file_round_trip, fresh_dir),
+	    cmocka_unit_test_setup(test_objstore_file_plain_path_and_abs_url, fresh_dir),
+	    cmocka_unit_test_setup(test_objstore_file_write_once, fresh_dir),
+	    cmocka_unit_test_setup(test_objstore_file_refuses_escaping_keys, fresh_dir),
+	    cmocka_unit_test_setup(test_objstore_file_list_prefixes, fresh_dir),
+	    cmocka_unit_test_setup(test_objstore_file_delete_prunes_dirs, fresh_dir),
+	    cmocka_unit_test_setup(test_objstore_file_streaming, fresh_dir),
+	    cmocka_unit_test_setup(test_objstore_file_key_vs_prefix_conflict, fresh_dir),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

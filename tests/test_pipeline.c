@@ -272,10 +272,10 @@ static void test_pipeline_wrong_types(void **state)
 static void test_pipeline_executor_rules(void **state)
 {
 	(void)state;
-	expect("name: x\nsteps:\n  - name: a\n    type: train\n    executor: slurm\n",
-	       5, 15, "step 'a': Slurm support is not available in this build", "executor: local");
-	expect("name: x\ndefaults: {executor: slurm}\nsteps:\n  - name: a\n    type: train\n",
-	       2, 22, "'defaults.executor': Slurm support is not available", "executor: local");
+	expect("name: x\nsteps:\n  - name: a\n    type: train\n    executor: slurm\n", 5, 15,
+	       "step 'a': Slurm support is not available in this build", "executor: local");
+	expect("name: x\ndefaults: {executor: slurm}\nsteps:\n  - name: a\n    type: train\n", 2,
+	       22, "'defaults.executor': Slurm support is not available", "executor: local");
 	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    executor: inprocess\n"
 	       "    with: {argv: [x]}\n",
 	       5, 15, "step 'a': a shell step runs a program and cannot use the inprocess executor",
@@ -283,20 +283,20 @@ static void test_pipeline_executor_rules(void **state)
 	struct tf_pipeline *p;
 	struct tf_diag_list d;
 	assert_int_equal(load("name: x\ndefaults: {executor: inprocess}\nsteps:\n"
-			      "  - name: a\n    type: shell\n    with: {argv: [x]}\n"
-			      "  - name: b\n    type: train\n"
-			      "  - name: c\n    type: evaluate\n    executor: local\n",
-			      NULL, 0, TF_PIPELINE_ALLOW_UNSET, &p, &d),
-			 0);
+	                      "  - name: a\n    type: shell\n    with: {argv: [x]}\n"
+	                      "  - name: b\n    type: train\n"
+	                      "  - name: c\n    type: evaluate\n    executor: local\n",
+	                      NULL, 0, TF_PIPELINE_ALLOW_UNSET, &p, &d),
+	                 0);
 	assert_int_equal(p->steps[0].executor, TF_EXECUTOR_LOCAL);
 	assert_int_equal(p->steps[1].executor, TF_EXECUTOR_INPROCESS);
 	assert_int_equal(p->steps[2].executor, TF_EXECUTOR_LOCAL);
 	tf_pipeline_free(p);
 	tf_diag_list_release(&d);
 	assert_int_equal(load("name: x\ndefaults: {executor: local}\nsteps:\n"
-			      "  - name: a\n    type: data_prep\n",
-			      NULL, 0, TF_PIPELINE_ALLOW_UNSET, &p, &d),
-			 0);
+	                      "  - name: a\n    type: data_prep\n",
+	                      NULL, 0, TF_PIPELINE_ALLOW_UNSET, &p, &d),
+	                 0);
 	assert_int_equal(p->steps[0].executor, TF_EXECUTOR_LOCAL);
 	tf_pipeline_free(p);
 	tf_diag_list_release(&d);

@@ -25,24 +25,27 @@
 #include <unistd.h>
 
 static const char *yaml =
-	"name: e2e\n"
-	"params:\n"
-	"  min_accuracy: {type: float, default: 0.5}\n"
-	"  max_steps: {type: int, default: 120}\n"
-	"steps:\n"
-	"  - name: prep\n    type: data_prep\n"
-	"    with: {source: fashion-mnist, shards: 2, seed: 1}\n"
-	"  - name: train\n    type: train\n    needs: [prep]\n    accelerator: v4-8\n"
-	"    with: {dataset: '${steps.prep.outputs.dataset}', hidden: [64], epochs: 1, batch: 256,\n"
-	"           optimizer: sgd, lr: 0.1, momentum: 0.9, seed: 1, max_steps: '${params.max_steps}',\n"
-	"           checkpoint_every: 20}\n"
-	"  - name: evaluate\n    type: evaluate\n    needs: [train]\n"
-	"    with: {model: '${steps.train.outputs.bundle}', dataset: '${steps.prep.outputs.dataset}'}\n"
-	"  - name: register\n    type: register\n    needs: [evaluate]\n"
-	"    with: {model_name: fmnist, bundle: '${steps.train.outputs.bundle}', metrics_from: evaluate}\n"
-	"  - name: deploy\n    type: deploy\n    needs: [register]\n"
-	"    when: ${steps.evaluate.metrics.accuracy} >= ${params.min_accuracy}\n"
-	"    with: {model_name: fmnist, version: '${steps.register.outputs.version}', alias: production}\n";
+    "name: e2e\n"
+    "params:\n"
+    "  min_accuracy: {type: float, default: 0.5}\n"
+    "  max_steps: {type: int, default: 120}\n"
+    "steps:\n"
+    "  - name: prep\n    type: data_prep\n"
+    "    with: {source: fashion-mnist, shards: 2, seed: 1}\n"
+    "  - name: train\n    type: train\n    needs: [prep]\n    accelerator: v4-8\n"
+    "    with: {dataset: '${steps.prep.outputs.dataset}', hidden: [64], epochs: 1, batch: 256,\n"
+    "           optimizer: sgd, lr: 0.1, momentum: 0.9, seed: 1, max_steps: "
+    "'${params.max_steps}',\n"
+    "           checkpoint_every: 20}\n"
+    "  - name: evaluate\n    type: evaluate\n    needs: [train]\n"
+    "    with: {model: '${steps.train.outputs.bundle}', dataset: '${steps.prep.outputs.dataset}'}\n"
+    "  - name: register\n    type: register\n    needs: [evaluate]\n"
+    "    with: {model_name: fmnist, bundle: '${steps.train.outputs.bundle}', metrics_from: "
+    "evaluate}\n"
+    "  - name: deploy\n    type: deploy\n    needs: [register]\n"
+    "    when: ${steps.evaluate.metrics.accuracy} >= ${params.min_accuracy}\n"
+    "    with: {model_name: fmnist, version: '${steps.register.outputs.version}', alias: "
+    "production}\n";
 
 static int have_ml(void)
 {
@@ -64,12 +67,12 @@ static void test_e2e_five_stages_registered_and_deployed(void **state)
 		skip();
 	write_yaml();
 	const char *bin = getenv("TPUFLOW_BIN");
-	char *argv[] = { (char *)bin, "--home", "home", "run", "e2e.yaml", "--json", NULL };
+	char *argv[] = {(char *)bin, "--home", "home", "run", "e2e.yaml", "--json", NULL};
 	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, "run1.json", NULL)), 0);
 	json_t *sum = tf_test_load_json("run1.json");
 	assert_non_null(sum);
 	assert_string_equal(json_string_value(json_object_get(sum, "status")), "succeeded");
-	const char *stages[] = { "prep", "train", "evaluate", "register", "deploy" };
+	const char *stages[] = {"prep", "train", "evaluate", "register", "deploy"};
 	for (size_t i = 0; i < 5; i++) {
 		json_t *s = json_object_get(tf_test_step_of(sum, stages[i]), "state");
 		assert_string_equal(json_string_value(s), "succeeded");
@@ -105,7 +108,7 @@ static int newest_manifest(const char *run, char *key, size_t len)
 	char err[256], prefix[128];
 	if (tf_objstore_open("home2/objects", &os, err, sizeof(err)))
 		return 0;
-	struct tf_obj_list l = { 0 };
+	struct tf_obj_list l = {0};
 	snprintf(prefix, sizeof(prefix), "runs/%s/train/", run);
 	int found = 0;
 	if (tf_objstore_list(os, prefix, &l) == 0)
@@ -126,16 +129,16 @@ static void test_e2e_kill9_during_training_then_resume(void **state)
 		skip();
 	write_yaml();
 	const char *bin = getenv("TPUFLOW_BIN");
-	char *argv[] = { (char *)bin, "--home", "home2", "run", "e2e.yaml", "--json", "--param",
-			 "max_steps=400", NULL };
+	char *argv[] = {(char *)bin, "--home",  "home2",         "run", "e2e.yaml",
+	                "--json",    "--param", "max_steps=400", NULL};
 	pid_t pid = tf_test_spawn(argv, "run.json", NULL);
 	char run[32] = "", key[512] = "";
 	/* Wait for the first checkpoint of the training step, then kill -9. */
 	for (int i = 0; i < 3000; i++) {
 		struct tf_store *st = NULL;
 		char err[256];
-		if (!run[0] &&
-		    tf_store_open("home2/tpuflow.db", TF_STORE_READONLY, &st, err, sizeof(err)) == 0) {
+		if (!run[0] && tf_store_open("home2/tpuflow.db", TF_STORE_READONLY, &st, err,
+		                             sizeof(err)) == 0) {
 			if (tf_run_find(st, "latest", run))
 				run[0] = '\0';
 			tf_store_close(st);
@@ -148,7 +151,7 @@ static void test_e2e_kill9_during_training_then_resume(void **state)
 	kill(pid, SIGKILL);
 	assert_int_equal(tf_test_wait_exit(pid), 128 + SIGKILL);
 
-	char *rargv[] = { (char *)bin, "--home", "home2", "runs", "resume", run, "--json", NULL };
+	char *rargv[] = {(char *)bin, "--home", "home2", "runs", "resume", run, "--json", NULL};
 	assert_int_equal(tf_test_wait_exit(tf_test_spawn(rargv, "resume.json", NULL)), 0);
 	json_t *sum = tf_test_load_json("resume.json");
 	assert_non_null(sum);
@@ -169,10 +172,10 @@ static void test_e2e_kill9_during_training_then_resume(void **state)
 	 * its progress log names the step it resumed from */
 	char *s1 = NULL;
 	assert_int_equal(tf_store_query_text(st, &s1,
-					     "SELECT state FROM attempts WHERE run_id=? AND "
-					     "step='train' AND n=1",
-					     "t", run),
-			 0);
+	                                     "SELECT state FROM attempts WHERE run_id=? AND "
+	                                     "step='train' AND n=1",
+	                                     "t", run),
+	                 0);
 	assert_string_equal(s1, "lost");
 	free(s1);
 	tf_store_close(st);
@@ -192,8 +195,8 @@ static void test_e2e_kill9_during_training_then_resume(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_e2e_five_stages_registered_and_deployed),
-		cmocka_unit_test(test_e2e_kill9_during_training_then_resume),
+	    cmocka_unit_test(test_e2e_five_stages_registered_and_deployed),
+	    cmocka_unit_test(test_e2e_kill9_during_training_then_resume),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,7 +26,7 @@
 static char bucket[64];
 
 static struct tf_objstore *open_s3(const char *endpoint, const char *prefix,
-				   const struct tf_objstore_opts *extra)
+                                   const struct tf_objstore_opts *extra)
 {
 	struct tf_objstore_opts o;
 	memset(&o, 0, sizeof o);
@@ -77,7 +77,7 @@ static void test_s3_live_round_trip(void **state)
 	char *want = tf_xasprintf("s3://%s/rt", bucket);
 	assert_string_equal(tf_objstore_url(s), want);
 	free(want);
-	const char *keys[] = { "a.txt", "dir/with space/ünï.bin", "x+y=z&q?.dat" };
+	const char *keys[] = {"a.txt", "dir/with space/ünï.bin", "x+y=z&q?.dat"};
 	for (size_t i = 0; i < TF_ARRAY_LEN(keys); i++) {
 		size_t n = 1000 + i * 777;
 		unsigned char *b = pattern(n, (unsigned)i);
@@ -122,7 +122,7 @@ static void test_s3_live_round_trip(void **state)
 static void test_s3_live_multipart_12mib(void **state)
 {
 	(void)state;
-	struct tf_objstore_opts o = { .part_size = 5u << 20, .multipart_threshold = 5u << 20 };
+	struct tf_objstore_opts o = {.part_size = 5u << 20, .multipart_threshold = 5u << 20};
 	struct tf_objstore *s = open_s3(endpoint(), "mp", &o);
 	size_t n = 12u << 20;
 	unsigned char *b = pattern(n, 12);
@@ -176,10 +176,11 @@ static void test_s3_live_streams_files_with_and_without_content_md5(void **state
 	for (int md5 = 0; md5 < 2; md5++) {
 		if (md5)
 			setenv("TPUFLOW_S3_CONTENT_MD5", "1", 1);
-		struct tf_objstore_opts o = { .part_size = 5u << 20, .multipart_threshold = 5u << 20 };
+		struct tf_objstore_opts o = {.part_size = 5u << 20,
+		                             .multipart_threshold = 5u << 20};
 		struct tf_objstore *s = open_s3(endpoint(), md5 ? "stream-md5" : "stream", &o);
-		const char *files[] = { "small.bin", "big.bin" };
-		size_t sizes[] = { small, big };
+		const char *files[] = {"small.bin", "big.bin"};
+		size_t sizes[] = {small, big};
 		for (int i = 0; i < 2; i++) {
 			assert_int_equal(tf_objstore_put_file(s, files[i], files[i], 0), 0);
 			struct tf_obj_info info;
@@ -207,12 +208,12 @@ static void test_s3_live_streams_files_with_and_without_content_md5(void **state
 static void test_s3_live_list_prefixes_and_pages(void **state)
 {
 	(void)state;
-	struct tf_objstore_opts o = { .list_page = 2 };
+	struct tf_objstore_opts o = {.list_page = 2};
 	struct tf_objstore *s = open_s3(endpoint(), "ls", &o);
-	const char *keys[] = { "a/1", "a/2", "a/3", "a/sub/4", "ab", "b/5", "a/&<odd>" };
+	const char *keys[] = {"a/1", "a/2", "a/3", "a/sub/4", "ab", "b/5", "a/&<odd>"};
 	for (size_t i = 0; i < TF_ARRAY_LEN(keys); i++)
 		assert_int_equal(tf_objstore_put(s, keys[i], keys[i], strlen(keys[i]), 0), 0);
-	struct tf_obj_list l = { 0 };
+	struct tf_obj_list l = {0};
 	assert_int_equal(tf_objstore_list(s, "a/", &l), 0); /* 5 keys over 3 pages */
 	assert_int_equal(l.n, 5);
 	assert_string_equal(l.v[0].key, "a/&<odd>");
@@ -235,7 +236,7 @@ static void test_s3_live_list_prefixes_and_pages(void **state)
 static void test_s3_live_wrong_secret_is_clear(void **state)
 {
 	(void)state;
-	struct tf_objstore_opts o = { .secret_key = "not-the-secret", .max_attempts = 2 };
+	struct tf_objstore_opts o = {.secret_key = "not-the-secret", .max_attempts = 2};
 	struct tf_objstore *s = open_s3(endpoint(), "x", &o);
 	void *d;
 	size_t len;
@@ -245,7 +246,7 @@ static void test_s3_live_wrong_secret_is_clear(void **state)
 	assert_non_null(strstr(tf_objstore_errmsg(s), "SignatureDoesNotMatch"));
 	free(want);
 	assert_int_equal(tf_objstore_put(s, "k", "v", 1, 0), -EACCES);
-	struct tf_obj_list l = { 0 };
+	struct tf_obj_list l = {0};
 	assert_int_equal(tf_objstore_list(s, "", &l), -EACCES);
 	assert_int_equal(l.n, 0);
 	struct tf_obj_stats st;
@@ -265,7 +266,7 @@ static void test_s3_live_wrong_secret_is_clear(void **state)
 	memcpy(bucket, saved, sizeof saved);
 
 	/* nothing listening: a connection error after the retries, quickly */
-	struct tf_objstore_opts o2 = { .max_attempts = 2, .connect_timeout = 1 };
+	struct tf_objstore_opts o2 = {.max_attempts = 2, .connect_timeout = 1};
 	s = open_s3("http://127.0.0.1:1", "", &o2);
 	double t0 = tf_now_monotonic();
 	assert_int_equal(tf_objstore_get(s, "k", &d, &len), -ECONNREFUSED);
@@ -281,10 +282,10 @@ static void test_s3_live_virtual_hosted(void **state)
 	/* BUCKET.localhost:PORT: the server is configured with storage_domain = localhost */
 	const char *port = strrchr(endpoint(), ':');
 	char *ep = tf_xasprintf("http://localhost%s", port);
-	struct tf_objstore_opts o = { .addressing = 2 };
+	struct tf_objstore_opts o = {.addressing = 2};
 	struct tf_objstore *s = open_s3(ep, "vh", &o);
 	assert_int_equal(tf_objstore_put(s, "a/b", "virtual", 7, 0), 0);
-	struct tf_obj_list l = { 0 };
+	struct tf_obj_list l = {0};
 	assert_int_equal(tf_objstore_list(s, "a/", &l), 0);
 	assert_int_equal(l.n, 1);
 	assert_string_equal(l.v[0].key, "a/b");
@@ -311,7 +312,7 @@ static void test_s3_live_checkpoints(void **state)
 	for (int64_t step = 100; step <= 500; step += 100) {
 		for (size_t i = 0; i < TF_ARRAY_LEN(w); i++)
 			w[i] = (float)step + (float)i;
-		struct tf_ckpt_tensor t[] = { { "w", w, sizeof w }, { "step", &step, sizeof step } };
+		struct tf_ckpt_tensor t[] = {{"w", w, sizeof w}, {"step", &step, sizeof step}};
 		assert_int_equal(tf_ckpt_save(s, "ckpt", step, t, 2, "{\"rng\":7}"), 0);
 	}
 	int64_t latest;
@@ -334,10 +335,11 @@ static void test_s3_live_checkpoints(void **state)
 	/* an abandoned save and an abandoned multipart upload, then gc keeps 2 + pinned 100 */
 	assert_int_equal(tf_objstore_put(s, "ckpt/step-000000000600/dead0000.t0000", "x", 1, 0), 0);
 	char id[512];
-	assert_int_equal(tf_objstore_s3_begin_upload(s, "ckpt/step-000000000600/dead0000.t0001",
-						     id, sizeof id), 0);
-	int64_t pinned[] = { 100 };
-	struct tf_ckpt_gc_opts o = { .keep_last = 2, .pinned = pinned, .npinned = 1 };
+	assert_int_equal(
+	    tf_objstore_s3_begin_upload(s, "ckpt/step-000000000600/dead0000.t0001", id, sizeof id),
+	    0);
+	int64_t pinned[] = {100};
+	struct tf_ckpt_gc_opts o = {.keep_last = 2, .pinned = pinned, .npinned = 1};
 	struct tf_ckpt_gc_result r;
 	assert_int_equal(tf_ckpt_gc(s, "ckpt", &o, &r), 0);
 	assert_int_equal(r.ckpts_deleted, 2);
@@ -349,7 +351,7 @@ static void test_s3_live_checkpoints(void **state)
 	assert_int_equal(v[1].step, 400);
 	assert_int_equal(v[2].step, 500);
 	free(v);
-	struct tf_obj_list l = { 0 };
+	struct tf_obj_list l = {0};
 	assert_int_equal(tf_objstore_list(s, "ckpt/", &l), 0);
 	assert_int_equal(l.n, 3 * 3); /* manifest + 2 shards each, nothing else */
 	tf_obj_list_release(&l);
@@ -384,12 +386,15 @@ static void test_s3_live_faults_every_checkpoint_commits(void **state)
 	(void)state;
 	const char *proxy = getenv("TF_S3_FAULT_ENDPOINT");
 	if (!proxy || !*proxy) {
-		fprintf(stderr, "skipped: TF_S3_FAULT_ENDPOINT is unset (tests/it_s3.sh sets it)\n");
+		fprintf(stderr,
+		        "skipped: TF_S3_FAULT_ENDPOINT is unset (tests/it_s3.sh sets it)\n");
 		skip();
 	}
 	/* 30% of requests fail at the proxy: retries must absorb it, within a generous budget */
-	struct tf_objstore_opts o = { .max_attempts = 10, .part_size = 5u << 20,
-				      .multipart_threshold = 5u << 20, .timeout = 5 };
+	struct tf_objstore_opts o = {.max_attempts = 10,
+	                             .part_size = 5u << 20,
+	                             .multipart_threshold = 5u << 20,
+	                             .timeout = 5};
 	struct tf_objstore *s = open_s3(proxy, "faulty", &o);
 	size_t big = (5u << 20) + 12345;
 	unsigned char *wbig = pattern(big, 99);
@@ -397,9 +402,9 @@ static void test_s3_live_faults_every_checkpoint_commits(void **state)
 	for (int64_t step = 1; step <= 12; step++) {
 		unsigned char *small = pattern(20000 + (size_t)step * 100, (unsigned)step);
 		struct tf_ckpt_tensor t[3] = {
-			{ "small", small, 20000 + (size_t)step * 100 },
-			{ "meta", &step, sizeof step },
-			{ "big", wbig, big },
+		    {"small", small, 20000 + (size_t)step * 100},
+		    {"meta", &step, sizeof step},
+		    {"big", wbig, big},
 		};
 		size_t nt = step % 4 == 0 ? 3 : 2; /* every fourth save has a multipart shard */
 		int rc = tf_ckpt_save(s, "ckpt", step, t, nt, "{}");
@@ -419,7 +424,7 @@ static void test_s3_live_faults_every_checkpoint_commits(void **state)
 	int64_t latest;
 	assert_int_equal(tf_ckpt_latest(s, "ckpt", &latest), 0);
 	assert_int_equal(latest, 12);
-	struct tf_ckpt_gc_opts go = { .keep_last = 5 };
+	struct tf_ckpt_gc_opts go = {.keep_last = 5};
 	struct tf_ckpt_gc_result r;
 	int rc = tf_ckpt_gc(s, "faulty-none", &go, &r); /* gc under faults, on an empty prefix */
 	assert_int_equal(rc, 0);
@@ -428,9 +433,10 @@ static void test_s3_live_faults_every_checkpoint_commits(void **state)
 		fail_msg("gc: %s", tf_objstore_errmsg(s));
 	struct tf_obj_stats st;
 	tf_objstore_stats(s, &st);
-	fprintf(stderr, "fault run: %d checkpoints committed; %" PRIu64 " requests, %" PRIu64
-		" retries, %" PRIu64 " corrupt downloads detected and re-read\n",
-		saves, st.requests, st.retries, st.corrupt);
+	fprintf(stderr,
+	        "fault run: %d checkpoints committed; %" PRIu64 " requests, %" PRIu64
+	        " retries, %" PRIu64 " corrupt downloads detected and re-read\n",
+	        saves, st.requests, st.retries, st.corrupt);
 	assert_true(st.retries > 0);
 	assert_true(st.corrupt > 0);
 	tf_objstore_free(s);
@@ -447,7 +453,8 @@ static int group_setup(void **state)
 	if (b && *b)
 		snprintf(bucket, sizeof bucket, "%s", b);
 	else
-		snprintf(bucket, sizeof bucket, "tf-test-%d-%ld", (int)getpid(), (long)tf_now_wall());
+		snprintf(bucket, sizeof bucket, "tf-test-%d-%ld", (int)getpid(),
+		         (long)tf_now_wall());
 	struct tf_objstore *s = open_s3(endpoint(), "", NULL);
 	int rc = tf_objstore_create_bucket(s);
 	if (rc)
@@ -465,14 +472,14 @@ int main(void)
 		return 0;
 	}
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_s3_live_round_trip),
-		cmocka_unit_test(test_s3_live_multipart_12mib),
-		cmocka_unit_test(test_s3_live_streams_files_with_and_without_content_md5),
-		cmocka_unit_test(test_s3_live_list_prefixes_and_pages),
-		cmocka_unit_test(test_s3_live_wrong_secret_is_clear),
-		cmocka_unit_test(test_s3_live_virtual_hosted),
-		cmocka_unit_test(test_s3_live_checkpoints),
-		cmocka_unit_test(test_s3_live_faults_every_checkpoint_commits),
+	    cmocka_unit_test(test_s3_live_round_trip),
+	    cmocka_unit_test(test_s3_live_multipart_12mib),
+	    cmocka_unit_test(test_s3_live_streams_files_with_and_without_content_md5),
+	    cmocka_unit_test(test_s3_live_list_prefixes_and_pages),
+	    cmocka_unit_test(test_s3_live_wrong_secret_is_clear),
+	    cmocka_unit_test(test_s3_live_virtual_hosted),
+	    cmocka_unit_test(test_s3_live_checkpoints),
+	    cmocka_unit_test(test_s3_live_faults_every_checkpoint_commits),
 	};
 	return cmocka_run_group_tests(tests, group_setup, NULL);
 }

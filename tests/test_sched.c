@@ -35,13 +35,13 @@ static struct tf_sched *mk(const char *pool, enum tf_sched_policy pol)
 }
 
 static int submit(struct tf_sched *s, const char *slice, const char *project, int prio,
-		  int preemptible, double est, double now)
+                  int preemptible, double est, double now)
 {
-	struct tf_sched_job_spec sp = { .slice = slice,
-					.project = project,
-					.priority = prio,
-					.preemptible = preemptible,
-					.est_seconds = est };
+	struct tf_sched_job_spec sp = {.slice = slice,
+	                               .project = project,
+	                               .priority = prio,
+	                               .preemptible = preemptible,
+	                               .est_seconds = est};
 	char err[256];
 	int id = 0;
 	int rc = tf_sched_submit(s, &sp, now, &id, err, sizeof(err));
@@ -67,7 +67,8 @@ static void check_invariants(const struct tf_sched *s)
 			assert_int_equal(o != 0, (int)((p->busy[r] >> x) & 1));
 			if (o) {
 				const struct job *j = &s->jobs[o];
-				assert_true(j->state == TF_JOB_RUNNING || j->state == TF_JOB_DRAINING);
+				assert_true(j->state == TF_JOB_RUNNING ||
+				            j->state == TF_JOB_DRAINING);
 				assert_true(tf_torus_box_contains(&p->t, &j->box, c));
 				assert_false((p->failed[r] >> x) & 1);
 			}
@@ -105,38 +106,104 @@ struct fit_case {
 	int check_shape;
 };
 
-#define BOX(x, y, z, a, b, c) { { x, y, z }, { a, b, c } }
+#define BOX(x, y, z, a, b, c)                                                                      \
+	{                                                                                          \
+		{x, y, z},                                                                         \
+		{                                                                                  \
+			a, b, c                                                                    \
+		}                                                                                  \
+	}
 static const struct fit_case fit_cases[] = {
-	{ .what = "empty pool fits", .ndims = 3, .dims = { 4, 4, 8 }, .wrap = { 1, 1, 1 },
-	  .want = { 2, 2, 4 }, .fits = 1 },
-	{ .what = "bigger than the pool", .ndims = 3, .dims = { 4, 4, 8 }, .wrap = { 1, 1, 1 },
-	  .want = { 4, 4, 16 }, .fits = 0 },
-	{ .what = "rotation: 8 along x only fits along z", .ndims = 3, .dims = { 4, 4, 8 },
-	  .want = { 8, 2, 2 }, .fits = 1, .shape = { 2, 2, 8 }, .check_shape = 1 },
-	{ .what = "rotation in 2D: 2x8 in an 8x4 hole", .ndims = 2, .dims = { 8, 8, 1 },
-	  .busy = { BOX(0, 4, 0, 8, 4, 1) }, .want = { 2, 8, 1 }, .fits = 1,
-	  .shape = { 8, 2, 1 }, .check_shape = 1 },
-	{ .what = "no fit: enough free chips but split", .ndims = 3, .dims = { 4, 4, 4 },
-	  .busy = { BOX(0, 0, 1, 4, 4, 2) }, .want = { 4, 4, 2 }, .fits = 0 },
-	{ .what = "wrap-around in x on a 16-ring", .ndims = 2, .dims = { 16, 16, 1 },
-	  .wrap = { 1, 1, 0 }, .busy = { BOX(4, 0, 0, 8, 16, 1) }, .want = { 8, 16, 1 },
-	  .fits = 1, .origin = { 12, 0, 0 }, .check_origin = 1 },
-	{ .what = "no wrap on a mesh edge", .ndims = 2, .dims = { 16, 16, 1 },
-	  .busy = { BOX(4, 0, 0, 8, 16, 1) }, .want = { 8, 16, 1 }, .fits = 0 },
-	{ .what = "wrap-around in z of a v4 torus", .ndims = 3, .dims = { 4, 4, 8 },
-	  .wrap = { 1, 1, 1 }, .busy = { BOX(0, 0, 2, 4, 4, 4) }, .want = { 4, 4, 4 }, .fits = 1,
-	  .origin = { 0, 0, 6 }, .check_origin = 1 },
-	{ .what = "same hole without wrap (z of 6 is no ring)", .ndims = 3, .dims = { 4, 4, 6 },
-	  .wrap = { 1, 1, 0 }, .busy = { BOX(0, 0, 2, 4, 4, 2) }, .want = { 4, 4, 4 }, .fits = 0 },
-	{ .what = "wrap in y only where y wraps", .ndims = 3, .dims = { 4, 8, 4 },
-	  .wrap = { 0, 1, 0 }, .busy = { BOX(0, 2, 0, 4, 4, 4) }, .want = { 4, 4, 4 }, .fits = 1,
-	  .origin = { 0, 6, 0 }, .check_origin = 1 },
-	{ .what = "exact fill of the last hole", .ndims = 3, .dims = { 4, 4, 4 },
-	  .wrap = { 1, 1, 1 }, .busy = { BOX(0, 0, 0, 4, 4, 3) }, .want = { 4, 4, 1 }, .fits = 1,
-	  .origin = { 0, 0, 3 }, .check_origin = 1 },
-	{ .what = "two holes: the snug one is chosen", .ndims = 3, .dims = { 4, 4, 4 },
-	  .busy = { BOX(0, 0, 0, 4, 4, 1), BOX(0, 0, 2, 4, 4, 2), BOX(2, 0, 1, 2, 4, 1) },
-	  .want = { 2, 4, 1 }, .fits = 1, .origin = { 0, 0, 1 }, .check_origin = 1 },
+    {.what = "empty pool fits",
+     .ndims = 3,
+     .dims = {4, 4, 8},
+     .wrap = {1, 1, 1},
+     .want = {2, 2, 4},
+     .fits = 1},
+    {.what = "bigger than the pool",
+     .ndims = 3,
+     .dims = {4, 4, 8},
+     .wrap = {1, 1, 1},
+     .want = {4, 4, 16},
+     .fits = 0},
+    {.what = "rotation: 8 along x only fits along z",
+     .ndims = 3,
+     .dims = {4, 4, 8},
+     .want = {8, 2, 2},
+     .fits = 1,
+     .shape = {2, 2, 8},
+     .check_shape = 1},
+    {.what = "rotation in 2D: 2x8 in an 8x4 hole",
+     .ndims = 2,
+     .dims = {8, 8, 1},
+     .busy = {BOX(0, 4, 0, 8, 4, 1)},
+     .want = {2, 8, 1},
+     .fits = 1,
+     .shape = {8, 2, 1},
+     .check_shape = 1},
+    {.what = "no fit: enough free chips but split",
+     .ndims = 3,
+     .dims = {4, 4, 4},
+     .busy = {BOX(0, 0, 1, 4, 4, 2)},
+     .want = {4, 4, 2},
+     .fits = 0},
+    {.what = "wrap-around in x on a 16-ring",
+     .ndims = 2,
+     .dims = {16, 16, 1},
+     .wrap = {1, 1, 0},
+     .busy = {BOX(4, 0, 0, 8, 16, 1)},
+     .want = {8, 16, 1},
+     .fits = 1,
+     .origin = {12, 0, 0},
+     .check_origin = 1},
+    {.what = "no wrap on a mesh edge",
+     .ndims = 2,
+     .dims = {16, 16, 1},
+     .busy = {BOX(4, 0, 0, 8, 16, 1)},
+     .want = {8, 16, 1},
+     .fits = 0},
+    {.what = "wrap-around in z of a v4 torus",
+     .ndims = 3,
+     .dims = {4, 4, 8},
+     .wrap = {1, 1, 1},
+     .busy = {BOX(0, 0, 2, 4, 4, 4)},
+     .want = {4, 4, 4},
+     .fits = 1,
+     .origin = {0, 0, 6},
+     .check_origin = 1},
+    {.what = "same hole without wrap (z of 6 is no ring)",
+     .ndims = 3,
+     .dims = {4, 4, 6},
+     .wrap = {1, 1, 0},
+     .busy = {BOX(0, 0, 2, 4, 4, 2)},
+     .want = {4, 4, 4},
+     .fits = 0},
+    {.what = "wrap in y only where y wraps",
+     .ndims = 3,
+     .dims = {4, 8, 4},
+     .wrap = {0, 1, 0},
+     .busy = {BOX(0, 2, 0, 4, 4, 4)},
+     .want = {4, 4, 4},
+     .fits = 1,
+     .origin = {0, 6, 0},
+     .check_origin = 1},
+    {.what = "exact fill of the last hole",
+     .ndims = 3,
+     .dims = {4, 4, 4},
+     .wrap = {1, 1, 1},
+     .busy = {BOX(0, 0, 0, 4, 4, 3)},
+     .want = {4, 4, 1},
+     .fits = 1,
+     .origin = {0, 0, 3},
+     .check_origin = 1},
+    {.what = "two holes: the snug one is chosen",
+     .ndims = 3,
+     .dims = {4, 4, 4},
+     .busy = {BOX(0, 0, 0, 4, 4, 1), BOX(0, 0, 2, 4, 4, 2), BOX(2, 0, 1, 2, 4, 1)},
+     .want = {2, 4, 1},
+     .fits = 1,
+     .origin = {0, 0, 1},
+     .check_origin = 1},
 };
 
 static void test_sched_fit_table(void **state)
@@ -158,20 +225,21 @@ static void test_sched_fit_table(void **state)
 			int got = tf_torus_find(&t, avail, c->want, (enum tf_torus_mode)mode, &b);
 			if (got != c->fits)
 				fail_msg("case '%s' mode %d: fits=%d, want %d", c->what, mode, got,
-					 c->fits);
+				         c->fits);
 			if (!got)
 				continue;
 			/* the box is free and has the requested extents in some order */
 			assert_true(tf_torus_box_all(&t, avail, &b));
-			int a[3] = { b.shape[0], b.shape[1], b.shape[2] };
+			int a[3] = {b.shape[0], b.shape[1], b.shape[2]};
 			assert_int_equal(a[0] * a[1] * a[2], c->want[0] * c->want[1] * c->want[2]);
-			if (check && c->check_origin && memcmp(b.origin, c->origin, sizeof(b.origin)))
+			if (check && c->check_origin &&
+			    memcmp(b.origin, c->origin, sizeof(b.origin)))
 				fail_msg("case '%s': origin %d,%d,%d want %d,%d,%d", c->what,
-					 b.origin[0], b.origin[1], b.origin[2], c->origin[0],
-					 c->origin[1], c->origin[2]);
+				         b.origin[0], b.origin[1], b.origin[2], c->origin[0],
+				         c->origin[1], c->origin[2]);
 			if (c->check_shape && memcmp(b.shape, c->shape, sizeof(b.shape)))
 				fail_msg("case '%s': shape %dx%dx%d", c->what, b.shape[0],
-					 b.shape[1], b.shape[2]);
+				         b.shape[1], b.shape[2]);
 		}
 		free(busy);
 		free(avail);
@@ -183,12 +251,12 @@ static void test_sched_largest_free_box(void **state)
 {
 	(void)state;
 	struct tf_torus t;
-	int dims[3] = { 4, 4, 8 }, wrap[3] = { 1, 1, 1 };
+	int dims[3] = {4, 4, 8}, wrap[3] = {1, 1, 1};
 	assert_int_equal(tf_torus_init(&t, 3, dims, wrap), 0);
 	uint64_t avail[32];
 	for (int r = 0; r < 32; r++)
 		avail[r] = t.xmask;
-	struct tf_box b, used = { { 0, 0, 0 }, { 4, 4, 6 } };
+	struct tf_box b, used = {{0, 0, 0}, {4, 4, 6}};
 	tf_torus_box_set(&t, avail, &used, 0);
 	assert_true(tf_torus_largest(&t, avail, &b));
 	assert_int_equal(b.shape[0] * b.shape[1] * b.shape[2], 32);
@@ -200,10 +268,10 @@ static void test_sched_largest_free_box(void **state)
 static void test_sched_fragmentation_keeps_holes(void **state)
 {
 	(void)state;
-	const char *pools[] = { "v4:4x4x4", "v4:4x4x6" };
+	const char *pools[] = {"v4:4x4x4", "v4:4x4x6"};
 	for (size_t k = 0; k < 2; k++) {
 		struct tf_sched *s = mk(pools[k], TF_SCHED_BACKFILL);
-		struct tf_sched_decisions d = { 0 };
+		struct tf_sched_decisions d = {0};
 		for (int i = 0; i < 8; i++) {
 			submit(s, "v4-8", "a", 0, 0, 100, i);
 			tf_sched_tick(s, i, &d);
@@ -222,7 +290,7 @@ static void test_sched_priority_then_fifo(void **state)
 {
 	(void)state;
 	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_FIFO);
-	struct tf_sched_decisions d = { 0 };
+	struct tf_sched_decisions d = {0};
 	int big = submit(s, "v4:4x4x4", "a", 0, 0, 100, 0);
 	tf_sched_tick(s, 0, &d);
 	assert_true(started(&d, big));
@@ -254,10 +322,10 @@ struct quota_case {
 };
 
 static const struct quota_case quota_cases[] = {
-	{ "no quota", 0, 0, 1, 4, 0 },
-	{ "quota 16, no borrowing", 16, 0, 1, 2, 0 },
-	{ "quota 16, borrowing preemptible", 16, 1, 1, 4, 2 },
-	{ "quota 16, borrowing but not preemptible", 16, 1, 0, 2, 0 },
+    {"no quota", 0, 0, 1, 4, 0},
+    {"quota 16, no borrowing", 16, 0, 1, 2, 0},
+    {"quota 16, borrowing preemptible", 16, 1, 1, 4, 2},
+    {"quota 16, borrowing but not preemptible", 16, 1, 0, 2, 0},
 };
 
 static void test_sched_quota_table(void **state)
@@ -266,7 +334,7 @@ static void test_sched_quota_table(void **state)
 	for (size_t i = 0; i < sizeof(quota_cases) / sizeof(quota_cases[0]); i++) {
 		const struct quota_case *c = &quota_cases[i];
 		struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-		struct tf_sched_decisions d = { 0 };
+		struct tf_sched_decisions d = {0};
 		assert_int_equal(tf_sched_set_project(s, "a", 1, c->quota_a, c->borrow_a), 0);
 		int ids[4];
 		for (int k = 0; k < 4; k++)
@@ -278,9 +346,10 @@ static void test_sched_quota_table(void **state)
 			tf_sched_job_info(s, ids[k], 0, &ji);
 			borrowed += ji.borrowed;
 		}
-		if (count_action(&d, TF_SCHED_START) != c->want_started || borrowed != c->want_borrowed)
+		if (count_action(&d, TF_SCHED_START) != c->want_started ||
+		    borrowed != c->want_borrowed)
 			fail_msg("case '%s': started %d borrowed %d", c->what,
-				 count_action(&d, TF_SCHED_START), borrowed);
+			         count_action(&d, TF_SCHED_START), borrowed);
 		if (c->want_started < 4) {
 			char why[160];
 			tf_sched_job_reason(s, ids[3], why, sizeof(why));
@@ -296,7 +365,7 @@ static void test_sched_quota_reclaims_borrowed(void **state)
 {
 	(void)state;
 	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-	struct tf_sched_decisions d = { 0 };
+	struct tf_sched_decisions d = {0};
 	tf_sched_set_project(s, "a", 1, 32, 1);
 	tf_sched_set_project(s, "b", 1, 32, 0);
 	for (int k = 0; k < 8; k++)
@@ -327,7 +396,7 @@ static void test_sched_fair_share_over_time(void **state)
 {
 	(void)state;
 	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-	struct tf_sched_decisions d = { 0 };
+	struct tf_sched_decisions d = {0};
 	tf_sched_set_project(s, "a", 3, 0, 0);
 	tf_sched_set_project(s, "b", 1, 0, 0);
 	for (int k = 0; k < 800; k++) {
@@ -367,13 +436,13 @@ static void test_sched_backfill_table(void **state)
 		double est_small;
 		int want_small_started;
 	} cases[] = {
-		{ TF_SCHED_BACKFILL, 500, 1 },	/* ends at 600 < 1000: backfilled */
-		{ TF_SCHED_BACKFILL, 5000, 0 }, /* would delay the head */
-		{ TF_SCHED_FIFO, 500, 0 },	/* FIFO never jumps the head */
+	    {TF_SCHED_BACKFILL, 500, 1},  /* ends at 600 < 1000: backfilled */
+	    {TF_SCHED_BACKFILL, 5000, 0}, /* would delay the head */
+	    {TF_SCHED_FIFO, 500, 0},      /* FIFO never jumps the head */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct tf_sched *s = mk("v4:4x4x4", cases[i].pol);
-		struct tf_sched_decisions d = { 0 };
+		struct tf_sched_decisions d = {0};
 		int a = submit(s, "v4:2x4x4", "x", 1, 0, 100, 0);
 		submit(s, "v4:2x4x4", "x", 1, 0, 1000, 0);
 		tf_sched_tick(s, 0, &d);
@@ -391,8 +460,8 @@ static void test_sched_backfill_table(void **state)
 		assert_non_null(strstr(why, "needs 4x4x4, largest free"));
 		if (!cases[i].want_small_started) {
 			tf_sched_job_reason(s, small, why, sizeof(why));
-			assert_non_null(strstr(why, cases[i].pol == TF_SCHED_FIFO ? "behind"
-										 : "would delay"));
+			assert_non_null(
+			    strstr(why, cases[i].pol == TF_SCHED_FIFO ? "behind" : "would delay"));
 		}
 		tf_sched_decisions_release(&d);
 		tf_sched_free(s);
@@ -412,12 +481,12 @@ struct bf_job {
 static void test_sched_backfill_never_delays_head(void **state)
 {
 	(void)state;
-	static const char *slices[] = { "v4-8", "v4:2x2x2", "v4:2x2x4", "v4:2x4x4", "v4:4x4x4",
-					"v4:2x4x4" };
+	static const char *slices[] = {"v4-8",     "v4:2x2x2", "v4:2x2x4",
+	                               "v4:2x4x4", "v4:4x4x4", "v4:2x4x4"};
 	int checked = 0;
 	for (uint64_t seed = 1; seed <= 30; seed++) {
 		struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-		struct tf_sched_decisions d = { 0 };
+		struct tf_sched_decisions d = {0};
 		enum { N = 60 };
 		struct bf_job jobs[N];
 		uint64_t st = seed * 7919;
@@ -425,8 +494,8 @@ static void test_sched_backfill_never_delays_head(void **state)
 		for (int i = 0; i < N; i++) {
 			st = st * 6364136223846793005ull + 1442695040888963407ull;
 			t += (double)((st >> 33) % 40);
-			jobs[i] = (struct bf_job){ t, 10 + (double)((st >> 20) % 300),
-						   slices[(st >> 40) % 6], 0, -1, -1 };
+			jobs[i] = (struct bf_job){
+			    t, 10 + (double)((st >> 20) % 300), slices[(st >> 40) % 6], 0, -1, -1};
 		}
 		/* event loop on whole seconds */
 		int next = 0, done = 0;
@@ -439,7 +508,7 @@ static void test_sched_backfill_never_delays_head(void **state)
 				}
 			while (next < N && jobs[next].arrive <= now) {
 				jobs[next].id =
-					submit(s, jobs[next].slice, "x", 1, 0, jobs[next].dur, now);
+				    submit(s, jobs[next].slice, "x", 1, 0, jobs[next].dur, now);
 				next++;
 			}
 			tf_sched_tick(s, now, &d);
@@ -460,10 +529,11 @@ static void test_sched_backfill_never_delays_head(void **state)
 			if (jobs[i].resv >= 0) {
 				checked++;
 				if (jobs[i].start > jobs[i].resv + 1e-9)
-					fail_msg("seed %llu job %d started at %.0f after its reservation "
-						 "%.0f",
-						 (unsigned long long)seed, jobs[i].id, jobs[i].start,
-						 jobs[i].resv);
+					fail_msg("seed %llu job %d started at %.0f after its "
+					         "reservation "
+					         "%.0f",
+					         (unsigned long long)seed, jobs[i].id,
+					         jobs[i].start, jobs[i].resv);
 			}
 		tf_sched_decisions_release(&d);
 		tf_sched_free(s);
@@ -480,11 +550,11 @@ struct preempt_case {
 };
 
 static const struct preempt_case preempt_cases[] = {
-	{ "the smallest victim", { 1, 1, 1 }, { 1, 1, 1 }, 1 },
-	{ "skips a non-preemptible job", { 1, 1, 1 }, { 1, 0, 1 }, 2 },
-	{ "only lower priorities", { 1, 7, 7 }, { 1, 1, 1 }, 0 },
-	{ "nothing eligible", { 7, 7, 7 }, { 1, 1, 1 }, -1 },
-	{ "nothing preemptible", { 1, 1, 1 }, { 0, 0, 0 }, -1 },
+    {"the smallest victim", {1, 1, 1}, {1, 1, 1}, 1},
+    {"skips a non-preemptible job", {1, 1, 1}, {1, 0, 1}, 2},
+    {"only lower priorities", {1, 7, 7}, {1, 1, 1}, 0},
+    {"nothing eligible", {7, 7, 7}, {1, 1, 1}, -1},
+    {"nothing preemptible", {1, 1, 1}, {0, 0, 0}, -1},
 };
 
 static void test_sched_preemption_minimal_victims(void **state)
@@ -493,7 +563,7 @@ static void test_sched_preemption_minimal_victims(void **state)
 	for (size_t i = 0; i < sizeof(preempt_cases) / sizeof(preempt_cases[0]); i++) {
 		const struct preempt_case *c = &preempt_cases[i];
 		struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-		struct tf_sched_decisions d = { 0 };
+		struct tf_sched_decisions d = {0};
 		int v[3];
 		v[0] = submit(s, "v4:2x4x4", "x", c->prio[0], c->preemptible[0], 1000, 0);
 		v[1] = submit(s, "v4:1x4x4", "x", c->prio[1], c->preemptible[1], 1000, 0);
@@ -508,7 +578,7 @@ static void test_sched_preemption_minimal_victims(void **state)
 		} else {
 			if (npre != 1 || d.v[0].job != v[c->want_victim])
 				fail_msg("case '%s': %d preemptions, first job %d, want job %d",
-					 c->what, npre, d.n ? d.v[0].job : 0, v[c->want_victim]);
+				         c->what, npre, d.n ? d.v[0].job : 0, v[c->want_victim]);
 			assert_int_equal(d.v[0].cause, h);
 			assert_true(fabs(d.v[0].deadline - 40) < 1e-9); /* 30 s grace */
 			int victim = d.v[0].job;
@@ -541,7 +611,7 @@ static void test_sched_preemption_grace_kill(void **state)
 {
 	(void)state;
 	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-	struct tf_sched_decisions d = { 0 };
+	struct tf_sched_decisions d = {0};
 	int low = submit(s, "v4:4x4x4", "x", 0, 1, 1000, 0);
 	tf_sched_tick(s, 0, &d);
 	int high = submit(s, "v4-8", "x", 9, 0, 100, 1);
@@ -568,7 +638,7 @@ static void test_sched_chip_failure_requeues_elsewhere(void **state)
 {
 	(void)state;
 	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-	struct tf_sched_decisions d = { 0 };
+	struct tf_sched_decisions d = {0};
 	int id = submit(s, "v4:2x2x2", "x", 1, 0, 100, 0);
 	tf_sched_tick(s, 0, &d);
 	int chips[8];
@@ -615,7 +685,7 @@ static void test_sched_chip_failure_requeues_elsewhere(void **state)
 	for (size_t i = 0; i < d.n; i++)
 		for (int c = 0; c < 4; c++)
 			assert_false(tf_sched_chip_host(s, 0, c) == host &&
-				     tf_torus_box_contains(t, &d.v[i].box, c));
+			             tf_torus_box_contains(t, &d.v[i].box, c));
 	(void)small1;
 	(void)small2;
 	assert_int_equal(tf_sched_host_fail(s, 0, 999, 95, &d), -EINVAL);
@@ -633,41 +703,44 @@ static void test_sched_place_at_table(void **state)
 	const struct {
 		const char *pool, *slice;
 		int origin[3], shape[3];
-		int rc;               /* 0, -EINVAL or -EBUSY */
-		const char *err_has;  /* substring of err on failure */
+		int rc;              /* 0, -EINVAL or -EBUSY */
+		const char *err_has; /* substring of err on failure */
 	} cases[] = {
-		{ "v4:4x4x8", "v4-8", { 2, 0, 0 }, { 2, 2, 1 }, 0, NULL },
-		{ "v4:4x4x8", "v4-8", { 0, 2, 5 }, { 1, 2, 2 }, 0, NULL },       /* rotated */
-		{ "v4:4x4x8", "v4-32", { 2, 2, 6 }, { 2, 2, 4 }, 0, NULL },      /* wraps z: 6,7,0,1 */
-		{ "v4:4x4x8", "v4:2x2x4", { 3, 0, 1 }, { 2, 2, 4 }, 0, NULL },   /* wraps x */
-		{ "v4:4x4x6", "v4-8", { 0, 0, 5 }, { 2, 1, 2 }, -EINVAL, "does not wrap" },
-		{ "v4:4x4x8", "v4-8", { 1, 1, 0 }, { 2, 2, 1 }, -EBUSY, "held by job 1 'first'" },
-		{ "v4:4x4x8", "v4-8", { 0, 0, 0 }, { 2, 2, 2 }, -EINVAL, "any rotation" },
-		{ "v4:4x4x8", "v4-8", { 4, 0, 0 }, { 2, 2, 1 }, -EINVAL, "does not fit" },
-		{ "v4:4x4x8", "v4-8", { -1, 0, 0 }, { 2, 2, 1 }, -EINVAL, "does not fit" },
-		{ "v4:4x4x8", "v5litepod-4", { 2, 2, 0 }, { 2, 2, 1 }, -EINVAL, "v5e" },
-		{ "v5e:8x8", "v5litepod-16", { 4, 4, 0 }, { 4, 4, 1 }, 0, NULL },
-		{ "v5e:8x8", "v5litepod-16", { 6, 0, 0 }, { 4, 4, 1 }, -EINVAL, "does not wrap" },
-		{ "v4:4x4x8", "2x2x2", { 2, 2, 2 }, { 2, 2, 2 }, 0, NULL },      /* bare shape */
+	    {"v4:4x4x8", "v4-8", {2, 0, 0}, {2, 2, 1}, 0, NULL},
+	    {"v4:4x4x8", "v4-8", {0, 2, 5}, {1, 2, 2}, 0, NULL},     /* rotated */
+	    {"v4:4x4x8", "v4-32", {2, 2, 6}, {2, 2, 4}, 0, NULL},    /* wraps z: 6,7,0,1 */
+	    {"v4:4x4x8", "v4:2x2x4", {3, 0, 1}, {2, 2, 4}, 0, NULL}, /* wraps x */
+	    {"v4:4x4x6", "v4-8", {0, 0, 5}, {2, 1, 2}, -EINVAL, "does not wrap"},
+	    {"v4:4x4x8", "v4-8", {1, 1, 0}, {2, 2, 1}, -EBUSY, "held by job 1 'first'"},
+	    {"v4:4x4x8", "v4-8", {0, 0, 0}, {2, 2, 2}, -EINVAL, "any rotation"},
+	    {"v4:4x4x8", "v4-8", {4, 0, 0}, {2, 2, 1}, -EINVAL, "does not fit"},
+	    {"v4:4x4x8", "v4-8", {-1, 0, 0}, {2, 2, 1}, -EINVAL, "does not fit"},
+	    {"v4:4x4x8", "v5litepod-4", {2, 2, 0}, {2, 2, 1}, -EINVAL, "v5e"},
+	    {"v5e:8x8", "v5litepod-16", {4, 4, 0}, {4, 4, 1}, 0, NULL},
+	    {"v5e:8x8", "v5litepod-16", {6, 0, 0}, {4, 4, 1}, -EINVAL, "does not wrap"},
+	    {"v4:4x4x8", "2x2x2", {2, 2, 2}, {2, 2, 2}, 0, NULL}, /* bare shape */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct tf_sched *s = mk(cases[i].pool, TF_SCHED_BACKFILL);
 		const int first_box_is_2d = !strncmp(cases[i].pool, "v5e", 3);
-		struct tf_box b0 = { { 0, 0, 0 }, { 2, 2, 1 } };
-		struct tf_sched_job_spec f = { .name = "first", .run = "r0",
-					       .slice = first_box_is_2d ? "v5litepod-4" : "v4-8" };
+		struct tf_box b0 = {{0, 0, 0}, {2, 2, 1}};
+		struct tf_sched_job_spec f = {.name = "first",
+		                              .run = "r0",
+		                              .slice = first_box_is_2d ? "v5litepod-4" : "v4-8"};
 		char err[256] = "";
 		int id0 = 0, id = 0;
 		assert_int_equal(tf_sched_place_at(s, 0, &b0, &f, 100, &id0, err, sizeof(err)), 0);
 		assert_int_equal(id0, 1);
-		struct tf_box b = { { cases[i].origin[0], cases[i].origin[1], cases[i].origin[2] },
-				    { cases[i].shape[0], cases[i].shape[1], cases[i].shape[2] } };
-		struct tf_sched_job_spec sp = { .name = "second", .run = "r1", .slice = cases[i].slice };
+		struct tf_box b = {{cases[i].origin[0], cases[i].origin[1], cases[i].origin[2]},
+		                   {cases[i].shape[0], cases[i].shape[1], cases[i].shape[2]}};
+		struct tf_sched_job_spec sp = {
+		    .name = "second", .run = "r1", .slice = cases[i].slice};
 		err[0] = '\0';
 		int rc = tf_sched_place_at(s, 0, &b, &sp, 150, &id, err, sizeof(err));
 		if (rc != cases[i].rc)
-			fail_msg("case %zu (%s at %d,%d,%d): rc %d, want %d (%s)", i, cases[i].slice,
-				 b.origin[0], b.origin[1], b.origin[2], rc, cases[i].rc, err);
+			fail_msg("case %zu (%s at %d,%d,%d): rc %d, want %d (%s)", i,
+			         cases[i].slice, b.origin[0], b.origin[1], b.origin[2], rc,
+			         cases[i].rc, err);
 		check_invariants(s);
 		if (rc == 0) {
 			struct tf_sched_job_info ji;
@@ -682,7 +755,7 @@ static void test_sched_place_at_table(void **state)
 				assert_int_equal(s->pools[0].owner[chips[k]], id);
 			assert_int_equal(s->pools[0].busy_chips, 4 + ji.chips);
 			/* nothing was queued and a tick decides nothing */
-			struct tf_sched_decisions d = { 0 };
+			struct tf_sched_decisions d = {0};
 			tf_sched_tick(s, 200, &d);
 			assert_int_equal((int)d.n, 0);
 			tf_sched_decisions_release(&d);
@@ -701,19 +774,19 @@ static void test_sched_place_at_table(void **state)
 	/* a pool added after jobs exist takes jobs too (its queues are made for every project) */
 	{
 		struct tf_sched *s2 = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-		struct tf_box b0 = { { 0, 0, 0 }, { 2, 2, 1 } };
-		struct tf_sched_job_spec sp0 = { .slice = "v4-8", .project = "research" };
+		struct tf_box b0 = {{0, 0, 0}, {2, 2, 1}};
+		struct tf_sched_job_spec sp0 = {.slice = "v4-8", .project = "research"};
 		char e2[256];
 		int id2;
 		assert_int_equal(tf_sched_place_at(s2, 0, &b0, &sp0, 0, &id2, e2, sizeof(e2)), 0);
 		assert_int_equal(tf_sched_add_pool(s2, "e", "v5e:16x16", e2, sizeof(e2)), 1);
-		struct tf_sched_job_spec sp1 = { .slice = "v5litepod-16", .project = "research" };
+		struct tf_sched_job_spec sp1 = {.slice = "v5litepod-16", .project = "research"};
 		assert_int_equal(tf_sched_place_at(s2, 1, &b0, &sp1, 0, &id2, e2, sizeof(e2)),
-				 -EINVAL); /* 2x2x1 is not 4x4 */
-		struct tf_box b1 = { { 12, 12, 0 }, { 4, 4, 1 } };
+		                 -EINVAL); /* 2x2x1 is not 4x4 */
+		struct tf_box b1 = {{12, 12, 0}, {4, 4, 1}};
 		assert_int_equal(tf_sched_place_at(s2, 1, &b1, &sp1, 0, &id2, e2, sizeof(e2)), 0);
 		submit(s2, "v5litepod-16", "research", 0, 1, 0, 0);
-		struct tf_sched_decisions d2 = { 0 };
+		struct tf_sched_decisions d2 = {0};
 		tf_sched_tick(s2, 1, &d2);
 		assert_int_equal((int)d2.n, 1);
 		check_invariants(s2);
@@ -722,10 +795,10 @@ static void test_sched_place_at_table(void **state)
 	}
 	/* a failed chip refuses the box; out-of-range pool */
 	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-	struct tf_sched_decisions d = { 0 };
+	struct tf_sched_decisions d = {0};
 	tf_sched_chip_fail(s, 0, 5, 0, &d); /* chip (1,1,0) */
-	struct tf_box b = { { 0, 0, 0 }, { 2, 2, 1 } };
-	struct tf_sched_job_spec sp = { .slice = "v4-8" };
+	struct tf_box b = {{0, 0, 0}, {2, 2, 1}};
+	struct tf_sched_job_spec sp = {.slice = "v4-8"};
 	char err[256];
 	int id;
 	assert_int_equal(tf_sched_place_at(s, 0, &b, &sp, 0, &id, err, sizeof(err)), -EBUSY);
@@ -740,8 +813,8 @@ static void test_sched_default_pools(void **state)
 	(void)state;
 	const struct {
 		const char *gen, *spec;
-	} cases[] = { { "v4", "v4:4x4x8" },   { "v5p", "v5p:4x4x4" }, { "v5e", "v5e:16x16" },
-		      { "v2", "v2:16x16" },   { "v6e", "v6e:16x16" }, { "v9", NULL } };
+	} cases[] = {{"v4", "v4:4x4x8"}, {"v5p", "v5p:4x4x4"}, {"v5e", "v5e:16x16"},
+	             {"v2", "v2:16x16"}, {"v6e", "v6e:16x16"}, {"v9", NULL}};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char spec[64] = "";
 		int rc = tf_sched_default_pool(cases[i].gen, spec, sizeof(spec));
@@ -751,7 +824,8 @@ static void test_sched_default_pools(void **state)
 		}
 		assert_int_equal(rc, 0);
 		assert_string_equal(spec, cases[i].spec);
-		struct tf_sched *s = mk(spec, TF_SCHED_BACKFILL); /* every default is a valid pool */
+		struct tf_sched *s =
+		    mk(spec, TF_SCHED_BACKFILL); /* every default is a valid pool */
 		tf_sched_free(s);
 	}
 }
@@ -766,24 +840,24 @@ static void test_sched_slice_names(void **state)
 		int shape[3];
 		int ok;
 	} cases[] = {
-		{ "v4:4x4x8", "v4-8", { 2, 2, 1 }, 1 },
-		{ "v4:4x4x8", "v4-32", { 2, 2, 4 }, 1 },
-		{ "v4:4x4x8", "v4:2x2x4", { 2, 2, 4 }, 1 },
-		{ "v4:4x4x8", "2x2x2", { 2, 2, 2 }, 1 },
-		{ "v5e:16x16", "v5litepod-16", { 4, 4, 1 }, 1 },
-		{ "v5e:16x16", "v4-8", { 0 }, 0 },      /* wrong generation */
-		{ "v4:4x4x8", "v4-4096", { 0 }, 0 },    /* larger than the pool */
-		{ "v4:4x4x8", "v9-8", { 0 }, 0 },       /* unknown generation */
-		{ "v4:4x4x8", "banana", { 0 }, 0 },
+	    {"v4:4x4x8", "v4-8", {2, 2, 1}, 1},
+	    {"v4:4x4x8", "v4-32", {2, 2, 4}, 1},
+	    {"v4:4x4x8", "v4:2x2x4", {2, 2, 4}, 1},
+	    {"v4:4x4x8", "2x2x2", {2, 2, 2}, 1},
+	    {"v5e:16x16", "v5litepod-16", {4, 4, 1}, 1},
+	    {"v5e:16x16", "v4-8", {0}, 0},   /* wrong generation */
+	    {"v4:4x4x8", "v4-4096", {0}, 0}, /* larger than the pool */
+	    {"v4:4x4x8", "v9-8", {0}, 0},    /* unknown generation */
+	    {"v4:4x4x8", "banana", {0}, 0},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct tf_sched *s = mk(cases[i].pool, TF_SCHED_BACKFILL);
-		struct tf_sched_job_spec sp = { .slice = cases[i].slice };
+		struct tf_sched_job_spec sp = {.slice = cases[i].slice};
 		char err[256] = "";
 		int id = 0, rc = tf_sched_submit(s, &sp, 0, &id, err, sizeof(err));
 		if ((rc == 0) != cases[i].ok)
 			fail_msg("slice '%s' on %s: rc %d (%s)", cases[i].slice, cases[i].pool, rc,
-				 err);
+			         err);
 		if (rc == 0) {
 			struct tf_sched_job_info ji;
 			tf_sched_job_info(s, id, 0, &ji);
@@ -814,8 +888,8 @@ static void test_sched_accounting(void **state)
 {
 	(void)state;
 	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-	struct tf_sched_decisions d = { 0 };
-	struct tf_sched_job_spec sp = { .slice = "v4:2x2x2", .project = "p", .run = "run-1" };
+	struct tf_sched_decisions d = {0};
+	struct tf_sched_job_spec sp = {.slice = "v4:2x2x2", .project = "p", .run = "run-1"};
 	char err[128];
 	int a, b;
 	tf_sched_submit(s, &sp, 0, &a, err, sizeof(err));
@@ -841,7 +915,7 @@ static void test_sched_describe_json_and_text(void **state)
 {
 	(void)state;
 	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-	struct tf_sched_decisions d = { 0 };
+	struct tf_sched_decisions d = {0};
 	int a = submit(s, "v4:2x4x4", "research", 1, 0, 100, 0);
 	submit(s, "v4:4x4x4", "research", 1, 0, 100, 0);
 	tf_sched_tick(s, 0, &d);
@@ -855,8 +929,8 @@ static void test_sched_describe_json_and_text(void **state)
 		held += json_integer_value(json_array_get(occ, i)) == a;
 	assert_int_equal(held, 32);
 	json_t *q = json_array_get(json_object_get(j, "queue"), 0);
-	assert_non_null(strstr(json_string_value(json_object_get(q, "reason")),
-			       "needs 4x4x4, largest free "));
+	assert_non_null(
+	    strstr(json_string_value(json_object_get(q, "reason")), "needs 4x4x4, largest free "));
 	assert_true(json_real_value(json_object_get(j, "utilization")) == 0.5);
 	json_decref(j);
 	char *txt = tf_sched_describe_text(s, 5);
@@ -871,7 +945,7 @@ static void test_sched_cancel_and_bad_calls(void **state)
 {
 	(void)state;
 	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-	struct tf_sched_decisions d = { 0 };
+	struct tf_sched_decisions d = {0};
 	int a = submit(s, "v4:4x4x4", "x", 1, 0, 100, 0);
 	int b = submit(s, "v4:4x4x4", "x", 1, 0, 100, 0);
 	tf_sched_tick(s, 0, &d);
@@ -890,8 +964,12 @@ static void test_sched_cancel_and_bad_calls(void **state)
 static void test_sched_simulate_small(void **state)
 {
 	(void)state;
-	struct tf_sched_sim_opts o = { .pool = "v4:8x8x8", .jobs = 400, .seed = 3,
-				       .policy = TF_SCHED_BACKFILL, .load = 1.2, .failures = 3 };
+	struct tf_sched_sim_opts o = {.pool = "v4:8x8x8",
+	                              .jobs = 400,
+	                              .seed = 3,
+	                              .policy = TF_SCHED_BACKFILL,
+	                              .load = 1.2,
+	                              .failures = 3};
 	struct tf_sched_sim_result a, b, f;
 	char err[128];
 	assert_int_equal(tf_sched_simulate(&o, &a, err, sizeof(err)), 0);
@@ -919,7 +997,8 @@ static void check_quota(const struct tf_sched *s)
 			const struct job *j = &s->jobs[id];
 			if (j->project != k)
 				continue;
-			if ((j->state == TF_JOB_RUNNING || j->state == TF_JOB_DRAINING) && !j->borrowed)
+			if ((j->state == TF_JOB_RUNNING || j->state == TF_JOB_DRAINING) &&
+			    !j->borrowed)
 				used += j->chips;
 			if (j->state == TF_JOB_QUEUED && j->has_target)
 				used += j->chips;
@@ -936,29 +1015,52 @@ struct qjob {
 
 struct reclaim_case {
 	const char *what;
-	int quota_a, quota_b;  /* both projects may borrow */
-	struct qjob run[4];    /* jobs filling the 64-chip pool (slice NULL: unused) */
-	struct qjob urgent;    /* the job looking for room (project b) */
-	int victims[4];        /* 1: this running job must be preempted, 2: any one of these */
-	int want_preemptions;  /* PREEMPT decisions expected */
-	int check_borrowed;    /* every victim ran on borrowed capacity */
+	int quota_a, quota_b; /* both projects may borrow */
+	struct qjob run[4];   /* jobs filling the 64-chip pool (slice NULL: unused) */
+	struct qjob urgent;   /* the job looking for room (project b) */
+	int victims[4];       /* 1: this running job must be preempted, 2: any one of these */
+	int want_preemptions; /* PREEMPT decisions expected */
+	int check_borrowed;   /* every victim ran on borrowed capacity */
 };
 
-#define QJ(sl, pr, prio, pre, ph) { sl, pr, prio, pre, ph }
+#define QJ(sl, pr, prio, pre, ph)                                                                  \
+	{                                                                                          \
+		sl, pr, prio, pre, ph                                                              \
+	}
 static const struct reclaim_case reclaim_cases[] = {
-	{ "borrowed capacity before lower-priority jobs within a quota", 32, 32,
-	  { QJ("v4:1x4x4", "a", 1, 1, 0), QJ("v4:1x4x4", "a", 1, 1, 0), QJ("v4:1x4x4", "a", 5, 1, 1),
-	    QJ("v4:1x4x4", "a", 5, 1, 1) },
-	  QJ("v4:1x4x4", "b", 3, 0, 0), { 0, 0, 2, 2 }, 1, 1 },
-	{ "the smallest borrower: fewest chips disturbed", 16, 48,
-	  { QJ("v4:1x4x4", "a", 1, 1, 0), QJ("v4:2x4x4", "a", 1, 1, 1), QJ("v4:1x4x4", "a", 1, 1, 1) },
-	  QJ("v4:1x4x4", "b", 1, 0, 0), { 0, 0, 1, 0 }, 1, 1 },
-	{ "borrowers at any priority, never in-quota jobs of equal priority", 16, 48,
-	  { QJ("v4:1x4x4", "a", 9, 1, 0), QJ("v4:1x4x4", "a", 9, 1, 1), QJ("v4:2x4x4", "c", 9, 0, 1) },
-	  QJ("v4:1x4x4", "b", 1, 0, 0), { 0, 1, 0, 0 }, 1, 1 },
-	{ "a job that must borrow does not reclaim", 16, 16,
-	  { QJ("v4:1x4x4", "a", 1, 1, 0), QJ("v4:1x4x4", "b", 9, 0, 0), QJ("v4:2x4x4", "a", 1, 1, 1) },
-	  QJ("v4:1x4x4", "b", 1, 1, 0), { 0, 0, 0, 0 }, 0, 0 },
+    {"borrowed capacity before lower-priority jobs within a quota",
+     32,
+     32,
+     {QJ("v4:1x4x4", "a", 1, 1, 0), QJ("v4:1x4x4", "a", 1, 1, 0), QJ("v4:1x4x4", "a", 5, 1, 1),
+      QJ("v4:1x4x4", "a", 5, 1, 1)},
+     QJ("v4:1x4x4", "b", 3, 0, 0),
+     {0, 0, 2, 2},
+     1,
+     1},
+    {"the smallest borrower: fewest chips disturbed",
+     16,
+     48,
+     {QJ("v4:1x4x4", "a", 1, 1, 0), QJ("v4:2x4x4", "a", 1, 1, 1), QJ("v4:1x4x4", "a", 1, 1, 1)},
+     QJ("v4:1x4x4", "b", 1, 0, 0),
+     {0, 0, 1, 0},
+     1,
+     1},
+    {"borrowers at any priority, never in-quota jobs of equal priority",
+     16,
+     48,
+     {QJ("v4:1x4x4", "a", 9, 1, 0), QJ("v4:1x4x4", "a", 9, 1, 1), QJ("v4:2x4x4", "c", 9, 0, 1)},
+     QJ("v4:1x4x4", "b", 1, 0, 0),
+     {0, 1, 0, 0},
+     1,
+     1},
+    {"a job that must borrow does not reclaim",
+     16,
+     16,
+     {QJ("v4:1x4x4", "a", 1, 1, 0), QJ("v4:1x4x4", "b", 9, 0, 0), QJ("v4:2x4x4", "a", 1, 1, 1)},
+     QJ("v4:1x4x4", "b", 1, 1, 0),
+     {0, 0, 0, 0},
+     0,
+     0},
 };
 
 /* Reclaim: a job within its quota takes back lent capacity, borrowers first, fewest chips. */
@@ -968,15 +1070,16 @@ static void test_sched_reclaim_borrowers_first(void **state)
 	for (size_t i = 0; i < sizeof(reclaim_cases) / sizeof(reclaim_cases[0]); i++) {
 		const struct reclaim_case *c = &reclaim_cases[i];
 		struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-		struct tf_sched_decisions d = { 0 };
+		struct tf_sched_decisions d = {0};
 		tf_sched_set_project(s, "a", 1, c->quota_a, 1);
 		tf_sched_set_project(s, "b", 1, c->quota_b, 1);
-		int ids[4] = { 0 }, nstart = 0;
+		int ids[4] = {0}, nstart = 0;
 		for (int ph = 0; ph < 2; ph++) {
 			for (int k = 0; k < 4; k++)
 				if (c->run[k].slice && c->run[k].phase == ph)
-					ids[k] = submit(s, c->run[k].slice, c->run[k].project,
-							c->run[k].prio, c->run[k].preemptible, 1000, ph);
+					ids[k] =
+					    submit(s, c->run[k].slice, c->run[k].project,
+					           c->run[k].prio, c->run[k].preemptible, 1000, ph);
 			tf_sched_tick(s, ph, &d);
 			nstart += count_action(&d, TF_SCHED_START);
 		}
@@ -986,12 +1089,12 @@ static void test_sched_reclaim_borrowers_first(void **state)
 		assert_int_equal(nstart, want_run);
 		assert_int_equal(s->pools[0].busy_chips, 64);
 		int u = submit(s, c->urgent.slice, c->urgent.project, c->urgent.prio,
-			       c->urgent.preemptible, 100, 10);
+		               c->urgent.preemptible, 100, 10);
 		tf_sched_tick(s, 10, &d);
 		int npre = count_action(&d, TF_SCHED_PREEMPT), any_of = 0;
 		if (npre != c->want_preemptions)
 			fail_msg("case '%s': %d preemptions, want %d", c->what, npre,
-				 c->want_preemptions);
+			         c->want_preemptions);
 		for (size_t k = 0; k < d.n; k++) {
 			if (d.v[k].action != TF_SCHED_PREEMPT)
 				continue;
@@ -1000,8 +1103,8 @@ static void test_sched_reclaim_borrowers_first(void **state)
 				if (ids[m] == d.v[k].job)
 					idx = m;
 			if (idx < 0 || !c->victims[idx])
-				fail_msg("case '%s': preempted job %d, not an expected victim", c->what,
-					 d.v[k].job);
+				fail_msg("case '%s': preempted job %d, not an expected victim",
+				         c->what, d.v[k].job);
 			any_of += c->victims[idx] == 2;
 			assert_int_equal(d.v[k].cause, u);
 			struct tf_sched_job_info ji;
@@ -1035,29 +1138,49 @@ static void test_sched_reclaim_borrowers_first(void **state)
 struct inproject_case {
 	const char *what;
 	int quota_b;
-	struct qjob run[4];   /* a holds 32 chips within its quota; b's jobs as listed */
-	struct qjob urgent;   /* project b */
-	int victims[4];       /* 1: must be preempted, 2: any one of these */
+	struct qjob run[4]; /* a holds 32 chips within its quota; b's jobs as listed */
+	struct qjob urgent; /* project b */
+	int victims[4];     /* 1: must be preempted, 2: any one of these */
 	int want_preemptions;
-	const char *reason;   /* when nothing is preempted: a fragment of the urgent job's reason */
+	const char *reason; /* when nothing is preempted: a fragment of the urgent job's reason */
 };
 
 static const struct inproject_case inproject_cases[] = {
-	{ "over its quota: preempts its own lower-priority job", 32,
-	  { QJ("v4:1x4x4", "b", 1, 1, 0), QJ("v4:1x4x4", "b", 1, 1, 0) },
-	  QJ("v4:1x4x4", "b", 8, 0, 1), { 2, 2, 0, 0 }, 1, NULL },
-	{ "its own lower priority before another project's", 48,
-	  { QJ("v4:1x4x4", "b", 1, 1, 0), QJ("v4:1x4x4", "b", 1, 1, 0) },
-	  QJ("v4:1x4x4", "b", 8, 0, 1), { 2, 2, 0, 0 }, 1, NULL },
-	{ "a gang job of its own goes whole", 32,
-	  { QJ("v4:2x4x4", "b", 1, 1, 0) },
-	  QJ("v4:1x4x4", "b", 8, 0, 1), { 1, 0, 0, 0 }, 1, NULL },
-	{ "never its own equal-priority or non-preemptible jobs", 32,
-	  { QJ("v4:1x4x4", "b", 8, 1, 0), QJ("v4:1x4x4", "b", 1, 0, 0) },
-	  QJ("v4:1x4x4", "b", 8, 0, 1), { 0, 0, 0, 0 }, 0, "at quota" },
-	{ "room in the pool, none in the quota: an own job elsewhere goes", 16,
-	  { QJ("v4:2x2x4", "b", 1, 1, 0) },
-	  QJ("v4:2x2x4", "b", 8, 0, 1), { 1, 0, 0, 0 }, 1, NULL },
+    {"over its quota: preempts its own lower-priority job",
+     32,
+     {QJ("v4:1x4x4", "b", 1, 1, 0), QJ("v4:1x4x4", "b", 1, 1, 0)},
+     QJ("v4:1x4x4", "b", 8, 0, 1),
+     {2, 2, 0, 0},
+     1,
+     NULL},
+    {"its own lower priority before another project's",
+     48,
+     {QJ("v4:1x4x4", "b", 1, 1, 0), QJ("v4:1x4x4", "b", 1, 1, 0)},
+     QJ("v4:1x4x4", "b", 8, 0, 1),
+     {2, 2, 0, 0},
+     1,
+     NULL},
+    {"a gang job of its own goes whole",
+     32,
+     {QJ("v4:2x4x4", "b", 1, 1, 0)},
+     QJ("v4:1x4x4", "b", 8, 0, 1),
+     {1, 0, 0, 0},
+     1,
+     NULL},
+    {"never its own equal-priority or non-preemptible jobs",
+     32,
+     {QJ("v4:1x4x4", "b", 8, 1, 0), QJ("v4:1x4x4", "b", 1, 0, 0)},
+     QJ("v4:1x4x4", "b", 8, 0, 1),
+     {0, 0, 0, 0},
+     0,
+     "at quota"},
+    {"room in the pool, none in the quota: an own job elsewhere goes",
+     16,
+     {QJ("v4:2x2x4", "b", 1, 1, 0)},
+     QJ("v4:2x2x4", "b", 8, 0, 1),
+     {1, 0, 0, 0},
+     1,
+     NULL},
 };
 
 /* Within a project, a higher-priority job makes quota room by preempting the project's own
@@ -1069,21 +1192,21 @@ static void test_sched_inproject_preemption_by_priority(void **state)
 	for (size_t i = 0; i < sizeof(inproject_cases) / sizeof(inproject_cases[0]); i++) {
 		const struct inproject_case *c = &inproject_cases[i];
 		struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-		struct tf_sched_decisions d = { 0 };
+		struct tf_sched_decisions d = {0};
 		tf_sched_set_project(s, "a", 1, 32, 0);
 		tf_sched_set_project(s, "b", 1, c->quota_b, 0);
-		int ids[4] = { 0 };
+		int ids[4] = {0};
 		submit(s, "v4:2x4x4", "a", 1, 1, 1000, 0);
 		for (int k = 0; k < 4; k++)
 			if (c->run[k].slice)
-				ids[k] = submit(s, c->run[k].slice, c->run[k].project, c->run[k].prio,
-						c->run[k].preemptible, 1000, 0);
+				ids[k] = submit(s, c->run[k].slice, c->run[k].project,
+				                c->run[k].prio, c->run[k].preemptible, 1000, 0);
 		tf_sched_tick(s, 0, &d);
 		for (int k = 0; k < 4; k++)
 			if (ids[k])
 				assert_true(started(&d, ids[k]));
 		int u = submit(s, c->urgent.slice, c->urgent.project, c->urgent.prio,
-			       c->urgent.preemptible, 100, 10);
+		               c->urgent.preemptible, 100, 10);
 		/* a lower-priority job of b behind it may not take the quota it waits for */
 		int behind = submit(s, "v4-8", "b", 1, 0, 100, 10);
 		tf_sched_tick(s, 10, &d);
@@ -1091,7 +1214,7 @@ static void test_sched_inproject_preemption_by_priority(void **state)
 		int npre = count_action(&d, TF_SCHED_PREEMPT);
 		if (npre != c->want_preemptions)
 			fail_msg("case '%s': %d preemptions, want %d", c->what, npre,
-				 c->want_preemptions);
+			         c->want_preemptions);
 		int any_of = 0;
 		for (size_t k = 0; k < d.n; k++) {
 			if (d.v[k].action != TF_SCHED_PREEMPT)
@@ -1101,8 +1224,8 @@ static void test_sched_inproject_preemption_by_priority(void **state)
 				if (ids[m] == d.v[k].job)
 					idx = m;
 			if (idx < 0 || !c->victims[idx])
-				fail_msg("case '%s': preempted job %d, not an expected victim", c->what,
-					 d.v[k].job);
+				fail_msg("case '%s': preempted job %d, not an expected victim",
+				         c->what, d.v[k].job);
 			any_of += c->victims[idx] == 2;
 			assert_int_equal(d.v[k].cause, u);
 		}
@@ -1115,7 +1238,8 @@ static void test_sched_inproject_preemption_by_priority(void **state)
 			if (!strstr(why, c->reason))
 				fail_msg("case '%s': reason '%s'", c->what, why);
 		} else {
-			/* the victims checkpoint and exit; the urgent job starts within its quota */
+			/* the victims checkpoint and exit; the urgent job starts within its quota
+			 */
 			for (size_t k = 0; k < d.n; k++)
 				if (d.v[k].action == TF_SCHED_PREEMPT)
 					tf_sched_release(s, d.v[k].job, 15);
@@ -1126,7 +1250,7 @@ static void test_sched_inproject_preemption_by_priority(void **state)
 			assert_false(ji.borrowed);
 			if (s->projects[1].quota_used > c->quota_b)
 				fail_msg("case '%s': b uses %d of its quota %d", c->what,
-					 s->projects[1].quota_used, c->quota_b);
+				         s->projects[1].quota_used, c->quota_b);
 			check_quota(s);
 			check_invariants(s);
 		}
@@ -1142,12 +1266,12 @@ static void test_sched_inproject_preemption_by_priority(void **state)
 static void test_sched_urgent_never_starved_past_reservation(void **state)
 {
 	(void)state;
-	static const char *slices[] = { "v4-8", "v4:2x2x2", "v4:2x2x4", "v4:2x4x4", "v4:4x4x4" };
-	static const char *projects[] = { "a", "b" };
+	static const char *slices[] = {"v4-8", "v4:2x2x2", "v4:2x2x4", "v4:2x4x4", "v4:4x4x4"};
+	static const char *projects[] = {"a", "b"};
 	int checked = 0;
 	for (uint64_t seed = 1; seed <= 30; seed++) {
 		struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-		struct tf_sched_decisions d = { 0 };
+		struct tf_sched_decisions d = {0};
 		tf_sched_set_project(s, "a", 2, 32, 1);
 		tf_sched_set_project(s, "b", 1, 32, 1);
 		tf_sched_set_project(s, "u", 1, 64, 0);
@@ -1185,16 +1309,16 @@ static void test_sched_urgent_never_starved_past_reservation(void **state)
 					jobs[i].release = -1;
 					jobs[i].start = -1;
 				} else if (jobs[i].start >= 0 && jobs[i].release < 0 &&
-					   jobs[i].start + jobs[i].dur <= now) {
+				           jobs[i].start + jobs[i].dur <= now) {
 					tf_sched_finish(s, jobs[i].id, now, 1);
 					jobs[i].done = 1;
 					done++;
 				}
 			}
 			while (next < N && jobs[next].arrive <= now) {
-				jobs[next].id = submit(s, jobs[next].slice, jobs[next].project,
-						       jobs[next].prio, jobs[next].preemptible,
-						       jobs[next].dur, now);
+				jobs[next].id =
+				    submit(s, jobs[next].slice, jobs[next].project, jobs[next].prio,
+				           jobs[next].preemptible, jobs[next].dur, now);
 				next++;
 			}
 			tf_sched_tick(s, now, &d);
@@ -1223,10 +1347,11 @@ static void test_sched_urgent_never_starved_past_reservation(void **state)
 			if (jobs[i].resv >= 0) {
 				checked++;
 				if (jobs[i].start > jobs[i].resv + 1e-9)
-					fail_msg("seed %llu urgent job %d started at %.0f after its "
-						 "reservation %.0f",
-						 (unsigned long long)seed, jobs[i].id, jobs[i].start,
-						 jobs[i].resv);
+					fail_msg(
+					    "seed %llu urgent job %d started at %.0f after its "
+					    "reservation %.0f",
+					    (unsigned long long)seed, jobs[i].id, jobs[i].start,
+					    jobs[i].resv);
 			}
 		tf_sched_decisions_release(&d);
 		tf_sched_free(s);
@@ -1244,13 +1369,13 @@ static void test_sched_fair_share_with_quotas(void **state)
 		double want_ratio; /* chip-seconds a / b */
 		int want_running;  /* jobs running per step (16 v4-8 fill the pool) */
 	} cases[] = {
-		{ 48, 0, 0, 3, 16 }, /* overcommitted quotas: weights decide */
-		{ 16, 1, 1, 3, 16 }, /* 16 each within quota, the rest borrowed by weight */
-		{ 16, 0, 0, 1, 8 },  /* no borrowing: quotas cap both, half the pool idle */
+	    {48, 0, 0, 3, 16}, /* overcommitted quotas: weights decide */
+	    {16, 1, 1, 3, 16}, /* 16 each within quota, the rest borrowed by weight */
+	    {16, 0, 0, 1, 8},  /* no borrowing: quotas cap both, half the pool idle */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_BACKFILL);
-		struct tf_sched_decisions d = { 0 };
+		struct tf_sched_decisions d = {0};
 		tf_sched_set_project(s, "a", 3, cases[i].quota, cases[i].borrow);
 		tf_sched_set_project(s, "b", 1, cases[i].quota, cases[i].borrow);
 		for (int k = 0; k < 800; k++) {
@@ -1275,7 +1400,7 @@ static void test_sched_fair_share_with_quotas(void **state)
 		double ratio = ua.chip_seconds / ub.chip_seconds;
 		if (fabs(ratio - cases[i].want_ratio) > 0.1 * cases[i].want_ratio)
 			fail_msg("case %zu: chip-seconds a/b = %.2f, want %.2f", i, ratio,
-				 cases[i].want_ratio);
+			         cases[i].want_ratio);
 		tf_sched_decisions_release(&d);
 		tf_sched_free(s);
 	}
@@ -1284,29 +1409,29 @@ static void test_sched_fair_share_with_quotas(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_sched_fit_table),
-		cmocka_unit_test(test_sched_largest_free_box),
-		cmocka_unit_test(test_sched_fragmentation_keeps_holes),
-		cmocka_unit_test(test_sched_priority_then_fifo),
-		cmocka_unit_test(test_sched_quota_table),
-		cmocka_unit_test(test_sched_quota_reclaims_borrowed),
-		cmocka_unit_test(test_sched_fair_share_over_time),
-		cmocka_unit_test(test_sched_backfill_table),
-		cmocka_unit_test(test_sched_backfill_never_delays_head),
-		cmocka_unit_test(test_sched_preemption_minimal_victims),
-		cmocka_unit_test(test_sched_preemption_grace_kill),
-		cmocka_unit_test(test_sched_chip_failure_requeues_elsewhere),
-		cmocka_unit_test(test_sched_slice_names),
-		cmocka_unit_test(test_sched_accounting),
-		cmocka_unit_test(test_sched_describe_json_and_text),
-		cmocka_unit_test(test_sched_cancel_and_bad_calls),
-		cmocka_unit_test(test_sched_simulate_small),
-		cmocka_unit_test(test_sched_place_at_table),
-		cmocka_unit_test(test_sched_default_pools),
-		cmocka_unit_test(test_sched_reclaim_borrowers_first),
-		cmocka_unit_test(test_sched_inproject_preemption_by_priority),
-		cmocka_unit_test(test_sched_urgent_never_starved_past_reservation),
-		cmocka_unit_test(test_sched_fair_share_with_quotas),
+	    cmocka_unit_test(test_sched_fit_table),
+	    cmocka_unit_test(test_sched_largest_free_box),
+	    cmocka_unit_test(test_sched_fragmentation_keeps_holes),
+	    cmocka_unit_test(test_sched_priority_then_fifo),
+	    cmocka_unit_test(test_sched_quota_table),
+	    cmocka_unit_test(test_sched_quota_reclaims_borrowed),
+	    cmocka_unit_test(test_sched_fair_share_over_time),
+	    cmocka_unit_test(test_sched_backfill_table),
+	    cmocka_unit_test(test_sched_backfill_never_delays_head),
+	    cmocka_unit_test(test_sched_preemption_minimal_victims),
+	    cmocka_unit_test(test_sched_preemption_grace_kill),
+	    cmocka_unit_test(test_sched_chip_failure_requeues_elsewhere),
+	    cmocka_unit_test(test_sched_slice_names),
+	    cmocka_unit_test(test_sched_accounting),
+	    cmocka_unit_test(test_sched_describe_json_and_text),
+	    cmocka_unit_test(test_sched_cancel_and_bad_calls),
+	    cmocka_unit_test(test_sched_simulate_small),
+	    cmocka_unit_test(test_sched_place_at_table),
+	    cmocka_unit_test(test_sched_default_pools),
+	    cmocka_unit_test(test_sched_reclaim_borrowers_first),
+	    cmocka_unit_test(test_sched_inproject_preemption_by_priority),
+	    cmocka_unit_test(test_sched_urgent_never_starved_past_reservation),
+	    cmocka_unit_test(test_sched_fair_share_with_quotas),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

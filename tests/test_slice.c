@@ -57,7 +57,7 @@ static void test_slice_every_replica_runs_once(void **state)
 struct dp_ctx {
 	const float *X, *dY; /* global batch B x K and B x N */
 	size_t B, K, N;
-	float **grads;       /* per replica K x N */
+	float **grads; /* per replica K x N */
 };
 
 static void dp_fn(struct tf_slice_replica *r, void *arg)
@@ -65,8 +65,8 @@ static void dp_fn(struct tf_slice_replica *r, void *arg)
 	struct dp_ctx *c = arg;
 	size_t start, count;
 	tf_slice_shard(c->B, r->replicas, r->index, &start, &count);
-	tf_slice_gemm(r, 1, 0, c->K, count, c->N, c->X + start * c->K, c->K,
-		      c->dY + start * c->N, c->N, c->grads[r->index], c->N);
+	tf_slice_gemm(r, 1, 0, c->K, count, c->N, c->X + start * c->K, c->K, c->dY + start * c->N,
+	              c->N, c->grads[r->index], c->N);
 }
 
 static float *dp_step(const char *spec, int threads, struct tf_slice_stats *st)
@@ -85,7 +85,7 @@ static float *dp_step(const char *spec, int threads, struct tf_slice_stats *st)
 	float **grads = calloc((size_t)R, sizeof *grads);
 	for (int i = 0; i < R; i++)
 		grads[i] = calloc(K * N, sizeof(float));
-	struct dp_ctx c = { X, dY, B, K, N, grads };
+	struct dp_ctx c = {X, dY, B, K, N, grads};
 	tf_slice_run(rt, dp_fn, &c);
 	tf_slice_allreduce(rt, grads, K * N);
 	for (int i = 1; i < R; i++)
@@ -105,7 +105,7 @@ static float *dp_step(const char *spec, int threads, struct tf_slice_stats *st)
 static void test_slice_allreduce_same_bits_any_thread_count(void **state)
 {
 	(void)state;
-	const char *specs[] = { "v4-8", "v4-32", "v5litepod-16", "v2-8" };
+	const char *specs[] = {"v4-8", "v4-32", "v5litepod-16", "v2-8"};
 	for (size_t i = 0; i < 4; i++) {
 		struct tf_slice_stats s1, s2;
 		float *a = dp_step(specs[i], 1, &s1), *b = dp_step(specs[i], 2, &s2);
@@ -142,7 +142,8 @@ static void test_slice_allreduce_ring_order(void **state)
 		for (int e = 0; e < N; e++) {
 			int j = 0;
 			for (int jj = 0; jj < 2; jj++)
-				if ((size_t)e >= (size_t)N * jj / 2 && (size_t)e < (size_t)N * (jj + 1) / 2)
+				if ((size_t)e >= (size_t)N * jj / 2 &&
+				    (size_t)e < (size_t)N * (jj + 1) / 2)
 					j = jj;
 			float a = v[2 * y + (j + 1) % 2][e], b = v[2 * y + j][e];
 			xr[2 * y][e] = xr[2 * y + 1][e] = a + b;
@@ -152,7 +153,8 @@ static void test_slice_allreduce_ring_order(void **state)
 		for (int e = 0; e < N; e++) {
 			int j = 0;
 			for (int jj = 0; jj < 4; jj++)
-				if ((size_t)e >= (size_t)N * jj / 4 && (size_t)e < (size_t)N * (jj + 1) / 4)
+				if ((size_t)e >= (size_t)N * jj / 4 &&
+				    (size_t)e < (size_t)N * (jj + 1) / 4)
 					j = jj;
 			float acc = xr[x + 2 * ((j + 1) % 4)][e];
 			for (int st = 2; st <= 4; st++)
@@ -179,8 +181,8 @@ static void test_slice_allreduce_ring_order(void **state)
 static void ring_reference(const struct tf_tpu_slice *s, float **bufs, size_t n)
 {
 	int cpc = s->gen->cores_per_chip;
-	int size[4] = { cpc, s->dims[0], s->dims[1], s->dims[2] };
-	int stride[4] = { 1, cpc, cpc * s->dims[0], cpc * s->dims[0] * s->dims[1] };
+	int size[4] = {cpc, s->dims[0], s->dims[1], s->dims[2]};
+	int stride[4] = {1, cpc, cpc * s->dims[0], cpc * s->dims[0] * s->dims[1]};
 	int R = s->cores;
 	float *acc = malloc(n * sizeof *acc);
 	for (int d = 0; d < 4; d++) {
@@ -191,7 +193,8 @@ static void ring_reference(const struct tf_tpu_slice *s, float **bufs, size_t n)
 			if ((base / st) % p)
 				continue;
 			for (int j = 0; j < p; j++) {
-				size_t lo = n * (size_t)j / (size_t)p, hi = n * (size_t)(j + 1) / (size_t)p;
+				size_t lo = n * (size_t)j / (size_t)p,
+				       hi = n * (size_t)(j + 1) / (size_t)p;
 				for (size_t e = lo; e < hi; e++) {
 					float a = bufs[base + ((j + 1) % p) * st][e];
 					for (int k = 2; k <= p; k++)
@@ -199,7 +202,8 @@ static void ring_reference(const struct tf_tpu_slice *s, float **bufs, size_t n)
 					acc[e] = a;
 				}
 				for (int m = 0; m < p; m++)
-					memcpy(bufs[base + m * st] + lo, acc + lo, (hi - lo) * sizeof *acc);
+					memcpy(bufs[base + m * st] + lo, acc + lo,
+					       (hi - lo) * sizeof *acc);
 			}
 		}
 	}
@@ -209,8 +213,8 @@ static void ring_reference(const struct tf_tpu_slice *s, float **bufs, size_t n)
 static void test_slice_allreduce_blocks_match_ring_reference(void **state)
 {
 	(void)state;
-	const char *specs[] = { "v4-32", "v3-32", "v5e:2x4", "v4:1x1x1", "v5p-16" };
-	const size_t sizes[] = { 1, 7, 2048, 2049, 10007, 70001 };
+	const char *specs[] = {"v4-32", "v3-32", "v5e:2x4", "v4:1x1x1", "v5p-16"};
+	const size_t sizes[] = {1, 7, 2048, 2049, 10007, 70001};
 	for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
 		struct tf_tpu_slice s = parse(specs[si]);
 		int R = s.cores;
@@ -225,7 +229,7 @@ static void test_slice_allreduce_blocks_match_ring_reference(void **state)
 				want[r] = malloc(n * sizeof(float));
 				for (size_t e = 0; e < n; e++)
 					want[r][e] = (float)ldexp((double)rand() / RAND_MAX - 0.5,
-								  rand() % 50 - 25);
+					                          rand() % 50 - 25);
 				for (int t = 0; t < 2; t++) {
 					got[t][r] = malloc(n * sizeof(float));
 					memcpy(got[t][r], want[r], n * sizeof(float));
@@ -243,7 +247,7 @@ static void test_slice_allreduce_blocks_match_ring_reference(void **state)
 				for (int r = 0; r < R; r++)
 					if (memcmp(got[t][r], want[r], n * sizeof(float)))
 						fail_msg("%s n=%zu threads=%d replica %d differs",
-							 specs[si], n, t + 1, r);
+						         specs[si], n, t + 1, r);
 			}
 			for (int r = 0; r < R; r++) {
 				free(want[r]);
@@ -284,25 +288,25 @@ static void test_slice_hbm_and_shard(void **state)
 	assert_int_equal(tf_slice_check_hbm(&s, 20e9, err, sizeof err), -ENOMEM);
 	assert_non_null(strstr(err, "v4 TensorCore has 17.2 GB"));
 	size_t start, count, total = 0;
-	static const size_t want[4] = { 3, 3, 2, 2 };
+	static const size_t want[4] = {3, 3, 2, 2};
 	for (int i = 0; i < 4; i++) {
 		tf_slice_shard(10, 4, i, &start, &count);
 		assert_int_equal(start, total);
 		assert_int_equal(count, want[i]);
 		total += count;
 	}
-	assert_int_equal(tf_slice_rt_new(NULL, 1, 1, &(struct tf_slice_rt *){ NULL }), -EINVAL);
+	assert_int_equal(tf_slice_rt_new(NULL, 1, 1, &(struct tf_slice_rt *){NULL}), -EINVAL);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_slice_every_replica_runs_once),
-		cmocka_unit_test(test_slice_allreduce_same_bits_any_thread_count),
-		cmocka_unit_test(test_slice_allreduce_ring_order),
-		cmocka_unit_test(test_slice_allreduce_blocks_match_ring_reference),
-		cmocka_unit_test(test_slice_device_time),
-		cmocka_unit_test(test_slice_hbm_and_shard),
+	    cmocka_unit_test(test_slice_every_replica_runs_once),
+	    cmocka_unit_test(test_slice_allreduce_same_bits_any_thread_count),
+	    cmocka_unit_test(test_slice_allreduce_ring_order),
+	    cmocka_unit_test(test_slice_allreduce_blocks_match_ring_reference),
+	    cmocka_unit_test(test_slice_device_time),
+	    cmocka_unit_test(test_slice_hbm_and_shard),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,10 +81,11 @@ static void check_on_map(json_t *doc)
 	{
 		json_t *pool = pool_named(doc, json_string_value(json_object_get(r, "pool")));
 		assert_non_null(pool);
-		json_t *dims = json_object_get(pool, "dims"), *occ = json_object_get(pool, "occupancy");
-		int D[3] = { (int)json_integer_value(json_array_get(dims, 0)),
-			     (int)json_integer_value(json_array_get(dims, 1)),
-			     (int)json_integer_value(json_array_get(dims, 2)) };
+		json_t *dims = json_object_get(pool, "dims"),
+		       *occ = json_object_get(pool, "occupancy");
+		int D[3] = {(int)json_integer_value(json_array_get(dims, 0)),
+		            (int)json_integer_value(json_array_get(dims, 1)),
+		            (int)json_integer_value(json_array_get(dims, 2))};
 		int chips[4096], n = box_chips(json_object_get(r, "box"), D, chips);
 		json_int_t id = json_integer_value(json_object_get(r, "job"));
 		assert_int_equal(n, json_integer_value(json_object_get(r, "chips")));
@@ -93,16 +94,18 @@ static void check_on_map(json_t *doc)
 			held += json_integer_value(json_array_get(occ, c)) == id;
 		assert_int_equal(held, n);
 		for (int c = 0; c < n; c++)
-			assert_int_equal(json_integer_value(json_array_get(occ, (size_t)chips[c])), id);
+			assert_int_equal(json_integer_value(json_array_get(occ, (size_t)chips[c])),
+			                 id);
 		/* the scheduler's running list names the job RUN/STEP */
 		char name[256];
 		snprintf(name, sizeof(name), "%s/%s", json_string_value(json_object_get(r, "run")),
-			 json_string_value(json_object_get(r, "step")));
+		         json_string_value(json_object_get(r, "step")));
 		int found = 0;
 		json_array_foreach(json_object_get(doc, "running"), k, j)
 		{
 			if (json_integer_value(json_object_get(j, "id")) == id) {
-				assert_string_equal(json_string_value(json_object_get(j, "name")), name);
+				assert_string_equal(json_string_value(json_object_get(j, "name")),
+				                    name);
 				found = 1;
 			}
 		}
@@ -122,7 +125,7 @@ static int probe_kind(struct tf_step_run *r)
 {
 	if (!strcmp(r->step, "t2") || !strcmp(r->step, "big")) {
 		json_t *doc = tpuflow_json("slices --json --home home");
-		struct tf_slices_view v = { 0 };
+		struct tf_slices_view v = {0};
 		char err[256];
 		json_t *rec = NULL;
 		if (tf_slices_view_load(r->home, NULL, 0, tf_now_wall(), &v, err, sizeof(err)) == 0)
@@ -158,14 +161,14 @@ static void test_slices_running_train_steps_on_the_map(void **state)
 	      "  - {name: t2, type: train, accelerator: v4-8, with: {dataset: d}}\n",
 	      f);
 	fclose(f);
-	struct tf_engine_opts o = { .home = "home", .workers = 4 };
+	struct tf_engine_opts o = {.home = "home", .workers = 4};
 	o.kinds[TF_STEP_TRAIN] = probe_kind;
 	struct tf_engine_result res;
-	struct tf_diag_list diags = { 0 };
+	struct tf_diag_list diags = {0};
 	char err[512] = "";
 	memset(&res, 0, sizeof(res));
 	assert_int_equal(tf_engine_run_file(&o, "p.yaml", NULL, 0, &diags, &res, err, sizeof(err)),
-			 0);
+	                 0);
 	tf_diag_list_release(&diags);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	json_decref(res.summary);
@@ -188,7 +191,7 @@ static void test_slices_running_train_steps_on_the_map(void **state)
 		assert_true(json_real_value(json_object_get(r, "running_seconds")) >= 0);
 		const char *step = json_string_value(json_object_get(r, "step"));
 		assert_int_equal(json_integer_value(json_object_get(r, "chips")),
-				 !strcmp(step, "t1") ? 16 : 4);
+		                 !strcmp(step, "t1") ? 16 : 4);
 	}
 	/* the library call saw the same placements */
 	assert_non_null(seen_view);
@@ -217,11 +220,11 @@ static void test_slices_running_train_steps_on_the_map(void **state)
 	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
 	int64_t n = -1;
 	assert_int_equal(tf_store_query_int(st, &n,
-					    "SELECT count(*) FROM slice_jobs WHERE run_id=? AND "
-					    "finished_at IS NOT NULL AND pool_spec='v4:4x4x8' AND "
-					    "box_a*box_b*box_c = chips AND slice_seconds > 0",
-					    "t", res.run_id),
-			 0);
+	                                    "SELECT count(*) FROM slice_jobs WHERE run_id=? AND "
+	                                    "finished_at IS NOT NULL AND pool_spec='v4:4x4x8' AND "
+	                                    "box_a*box_b*box_c = chips AND slice_seconds > 0",
+	                                    "t", res.run_id),
+	                 0);
 	assert_int_equal(n, 2);
 	tf_store_close(st);
 	json_decref(doc);
@@ -239,15 +242,15 @@ static void test_slices_waiting_attempt_has_its_reason(void **state)
 	      "  - {name: small, type: train, accelerator: v4-8, with: {dataset: d}}\n",
 	      f);
 	fclose(f);
-	struct tf_engine_opts o = { .home = "whome", .workers = 4 };
+	struct tf_engine_opts o = {.home = "whome", .workers = 4};
 	o.kinds[TF_STEP_TRAIN] = probe_kind;
 	struct tf_engine_result res;
-	struct tf_diag_list diags = { 0 };
+	struct tf_diag_list diags = {0};
 	char err[512] = "";
 	memset(&res, 0, sizeof(res));
 	probed = 1; /* small returns at once when it runs */
 	assert_int_equal(tf_engine_run_file(&o, "w.yaml", NULL, 0, &diags, &res, err, sizeof(err)),
-			 0);
+	                 0);
 	tf_diag_list_release(&diags);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	json_decref(res.summary);
@@ -266,11 +269,12 @@ static void test_slices_waiting_attempt_has_its_reason(void **state)
 	struct tf_store *st;
 	int64_t n = -1;
 	assert_int_equal(tf_store_open("whome/tpuflow.db", 0, &st, err, sizeof(err)), 0);
-	assert_int_equal(tf_store_query_int(st, &n,
-					    "SELECT count(*) FROM slice_jobs WHERE finished_at IS NOT "
-					    "NULL AND box_a IS NOT NULL AND wait_reason IS NULL",
-					    ""),
-			 0);
+	assert_int_equal(
+	    tf_store_query_int(st, &n,
+	                       "SELECT count(*) FROM slice_jobs WHERE finished_at IS NOT "
+	                       "NULL AND box_a IS NOT NULL AND wait_reason IS NULL",
+	                       ""),
+	    0);
 	assert_int_equal(n, 2);
 	tf_store_close(st);
 }
@@ -280,28 +284,34 @@ static void test_slices_waiting_attempt_has_its_reason(void **state)
 /* A run with `nsteps` train steps each in a running attempt 1; returns its id in id. */
 static void make_run(struct tf_store *st, const char *pipeline, int nsteps, char id[32])
 {
-	struct tf_run_step_def defs[4] = { { "a", "train" }, { "b", "train" }, { "c", "train" },
-					   { "d", "train" } };
+	struct tf_run_step_def defs[4] = {
+	    {"a", "train"}, {"b", "train"}, {"c", "train"}, {"d", "train"}};
 	assert_int_equal(tf_run_create(st, pipeline, "name: x\n", NULL, "{}", NULL, defs,
-				       (size_t)nsteps, NULL, id),
-			 0);
+	                               (size_t)nsteps, NULL, id),
+	                 0);
 	assert_int_equal(tf_run_set_state(st, id, TF_RUN_RUNNING, NULL), 0);
 	for (int i = 0; i < nsteps; i++) {
-		struct tf_step_update u = { 0 };
+		struct tf_step_update u = {0};
 		assert_int_equal(tf_step_set_state(st, id, defs[i].name, TF_STEP_RUNNING, &u), 0);
 		assert_int_equal(tf_attempt_create(st, id, defs[i].name, 1), 0);
 	}
 }
 
 static int64_t place(struct tf_store *st, const char *run, const char *step, const char *slice,
-		     const char *pool_spec, int x, int y, int z, int a, int b, int c, double t)
+                     const char *pool_spec, int x, int y, int z, int a, int b, int c, double t)
 {
 	char pool[16];
 	snprintf(pool, sizeof(pool), "%.*s", (int)(strchr(pool_spec, ':') - pool_spec), pool_spec);
-	struct tf_slice_placement p = { .run = run, .step = step, .attempt = 1, .slice = slice,
-					.pool = pool, .pool_spec = pool_spec,
-					.box = { { x, y, z }, { a, b, c } }, .chips = a * b * c,
-					.priority = 5, .started_at = t };
+	struct tf_slice_placement p = {.run = run,
+	                               .step = step,
+	                               .attempt = 1,
+	                               .slice = slice,
+	                               .pool = pool,
+	                               .pool_spec = pool_spec,
+	                               .box = {{x, y, z}, {a, b, c}},
+	                               .chips = a * b * c,
+	                               .priority = 5,
+	                               .started_at = t};
 	int64_t id = 0;
 	assert_int_equal(tf_slice_job_started(st, &p, &id), 0);
 	assert_true(id > 0);
@@ -347,13 +357,11 @@ static void test_slices_stale_and_conflicting_rows_are_skipped(void **state)
 	if (child == 0)
 		_exit(0);
 	waitpid(child, NULL, 0);
-	assert_int_equal(tf_store_run(st, "UPDATE runs SET pid=? WHERE id=?", "it",
-				      (int64_t)child, dead),
-			 0);
+	assert_int_equal(
+	    tf_store_run(st, "UPDATE runs SET pid=? WHERE id=?", "it", (int64_t)child, dead), 0);
 	/* other: its attempt already ended (lost) */
 	place(st, other, "a", "v4-8", "v4:4x4x8", 0, 0, 4, 2, 2, 1, now - 60);
-	struct tf_attempt_result ar = { .failure = TF_FAIL_INFRA, .exit_code = -1,
-					.error = "lost" };
+	struct tf_attempt_result ar = {.failure = TF_FAIL_INFRA, .exit_code = -1, .error = "lost"};
 	assert_int_equal(tf_attempt_set_state(st, other, "a", 1, TF_ATTEMPT_LOST, &ar), 0);
 	/* a finished attempt for the accounting */
 	int64_t fin = place(st, live, "a", "v4-8", "v4:4x4x8", 0, 0, 2, 2, 2, 1, now - 400);
@@ -361,7 +369,7 @@ static void test_slices_stale_and_conflicting_rows_are_skipped(void **state)
 	assert_int_equal(tf_slice_job_finished(st, 99999, now, 1), -ENOENT);
 	tf_store_close(st);
 
-	struct tf_slices_view v = { 0 };
+	struct tf_slices_view v = {0};
 	assert_int_equal(tf_slices_view_load("h", NULL, 0, now, &v, err, sizeof(err)), 0);
 	json_t *rec = v.recorded;
 	assert_int_equal(json_array_size(json_object_get(rec, "running")), 3);
@@ -395,9 +403,8 @@ static void test_slices_stale_and_conflicting_rows_are_skipped(void **state)
 	/* the binary: the same three on the map, the notes in text */
 	json_t *doc = tpuflow_json("slices --json --home h");
 	assert_non_null(doc);
-	assert_int_equal(json_array_size(
-				 json_object_get(json_object_get(doc, "recorded"), "running")),
-			 3);
+	assert_int_equal(
+	    json_array_size(json_object_get(json_object_get(doc, "recorded"), "running")), 3);
 	check_on_map(doc);
 	json_decref(doc);
 	char cmd[512], out[16384];
@@ -414,21 +421,21 @@ static void test_slices_stale_and_conflicting_rows_are_skipped(void **state)
 	/* resuming the dead run closes what its process left open: the placed row is finished
 	 * with unknown seconds, a request never placed disappears */
 	assert_int_equal(tf_store_open_home("h", &st, err, sizeof(err)), 0);
-	struct tf_slice_placement q = { .run = dead, .step = "a", .attempt = 1, .slice = "v4-8",
-					.chips = 4 };
+	struct tf_slice_placement q = {
+	    .run = dead, .step = "a", .attempt = 1, .slice = "v4-8", .chips = 4};
 	int64_t qid = 0, cnt = -1;
 	assert_int_equal(tf_slice_job_queued(st, &q, now, &qid), 0);
 	assert_int_equal(tf_slice_job_waiting(st, qid, "needs 2x2x1"), 0);
 	assert_int_equal(tf_slice_jobs_close_run(st, dead, now + 1), 0);
-	assert_int_equal(tf_store_query_int(st, &cnt, "SELECT count(*) FROM slice_jobs WHERE run_id=?",
-					    "t", dead),
-			 0);
+	assert_int_equal(tf_store_query_int(
+	                     st, &cnt, "SELECT count(*) FROM slice_jobs WHERE run_id=?", "t", dead),
+	                 0);
 	assert_int_equal(cnt, 1);
 	assert_int_equal(tf_store_query_int(st, &cnt,
-					    "SELECT count(*) FROM slice_jobs WHERE run_id=? AND "
-					    "finished_at IS NOT NULL AND slice_seconds IS NULL",
-					    "t", dead),
-			 0);
+	                                    "SELECT count(*) FROM slice_jobs WHERE run_id=? AND "
+	                                    "finished_at IS NOT NULL AND slice_seconds IS NULL",
+	                                    "t", dead),
+	                 0);
 	assert_int_equal(cnt, 1);
 	assert_int_equal(tf_slice_job_forget(st, qid), -ENOENT);
 	tf_store_close(st);
@@ -455,7 +462,7 @@ static void test_slices_pools_from_env_and_default(void **state)
 	assert_string_equal(spec, "v5p:4x4x4");
 	assert_int_equal(tf_slices_pool_for("v9", spec, sizeof(spec)), -EINVAL);
 	/* the view uses the same pools, named after their generation; nothing is created */
-	struct tf_slices_view v = { 0 };
+	struct tf_slices_view v = {0};
 	assert_int_equal(tf_slices_view_load("nohome", NULL, 0, 0, &v, err, sizeof(err)), 0);
 	assert_int_equal(tf_sched_pool_count(v.sched), 3);
 	assert_string_equal(tf_sched_pool_name(v.sched, 0), "v5e");
@@ -464,24 +471,25 @@ static void test_slices_pools_from_env_and_default(void **state)
 	assert_true(json_is_null(json_object_get(v.recorded, "database")));
 	tf_slices_view_release(&v);
 	assert_int_equal(access("nohome", F_OK), -1);
-	const char *bad[] = { "v4:4x4" };
+	const char *bad[] = {"v4:4x4"};
 	assert_int_equal(tf_slices_view_load("nohome", bad, 1, 0, &v, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "3D"));
 	unsetenv("TPUFLOW_POOLS");
 	/* a train step under $TPUFLOW_POOLS runs on that pool */
 	setenv("TPUFLOW_POOLS", "v4:2x2x4", 1);
 	FILE *f = fopen("q.yaml", "w");
-	fputs("name: envpool\nsteps:\n  - {name: t, type: train, accelerator: v4-8, with: {dataset: d}}\n",
+	fputs("name: envpool\nsteps:\n  - {name: t, type: train, accelerator: v4-8, with: "
+	      "{dataset: d}}\n",
 	      f);
 	fclose(f);
-	struct tf_engine_opts o = { .home = "home2", .workers = 2 };
+	struct tf_engine_opts o = {.home = "home2", .workers = 2};
 	o.kinds[TF_STEP_TRAIN] = probe_kind;
 	struct tf_engine_result res;
-	struct tf_diag_list diags = { 0 };
+	struct tf_diag_list diags = {0};
 	memset(&res, 0, sizeof(res));
 	probed = 1; /* t is not t2: return at once */
 	assert_int_equal(tf_engine_run_file(&o, "q.yaml", NULL, 0, &diags, &res, err, sizeof(err)),
-			 0);
+	                 0);
 	tf_diag_list_release(&diags);
 	json_decref(res.summary);
 	unsetenv("TPUFLOW_POOLS");
@@ -497,10 +505,10 @@ static void test_slices_pools_from_env_and_default(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_slices_running_train_steps_on_the_map),
-		cmocka_unit_test(test_slices_waiting_attempt_has_its_reason),
-		cmocka_unit_test(test_slices_stale_and_conflicting_rows_are_skipped),
-		cmocka_unit_test(test_slices_pools_from_env_and_default),
+	    cmocka_unit_test(test_slices_running_train_steps_on_the_map),
+	    cmocka_unit_test(test_slices_waiting_attempt_has_its_reason),
+	    cmocka_unit_test(test_slices_stale_and_conflicting_rows_are_skipped),
+	    cmocka_unit_test(test_slices_pools_from_env_and_default),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,16 +41,16 @@ static void test_store_migrates_to_latest_and_is_idempotent(void **state)
 	int64_t sync = 0;
 	assert_int_equal(tf_store_query_int(st, &sync, "PRAGMA synchronous", ""), 0);
 	assert_int_equal(sync, 2); /* FULL */
-	const char *tables[] = { "pipelines", "runs",	     "steps",	    "attempts",
-				 "events",    "artifacts",   "models",	    "model_versions",
-				 "aliases",   "step_cache",  "deployments", "slice_jobs" };
+	const char *tables[] = {"pipelines", "runs",       "steps",       "attempts",
+	                        "events",    "artifacts",  "models",      "model_versions",
+	                        "aliases",   "step_cache", "deployments", "slice_jobs"};
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
 		int64_t n = 0;
 		assert_int_equal(tf_store_query_int(st, &n,
-						    "SELECT count(*) FROM sqlite_master WHERE "
-						    "type='table' AND name=?",
-						    "t", tables[i]),
-				 0);
+		                                    "SELECT count(*) FROM sqlite_master WHERE "
+		                                    "type='table' AND name=?",
+		                                    "t", tables[i]),
+		                 0);
 		assert_int_equal(n, 1);
 	}
 	assert_int_equal(tf_store_integrity_check(st), 0);
@@ -69,8 +69,7 @@ static void test_store_refuses_newer_database(void **state)
 	tf_store_close(st);
 	char err[256] = "";
 	st = NULL;
-	assert_int_equal(tf_store_open("new.db", TF_STORE_MIGRATE, &st, err, sizeof(err)),
-			 -EPROTO);
+	assert_int_equal(tf_store_open("new.db", TF_STORE_MIGRATE, &st, err, sizeof(err)), -EPROTO);
 	assert_null(st);
 	assert_non_null(strstr(err, "newer tpuflow"));
 }
@@ -80,16 +79,16 @@ static void test_store_statements_and_constraints(void **state)
 	(void)state;
 	struct tf_store *st = open_db("s.db");
 	assert_int_equal(tf_store_exec(st, "CREATE TABLE t(a TEXT PRIMARY KEY, b INTEGER, c REAL)"),
-			 0);
+	                 0);
 	assert_int_equal(tf_store_begin(st), 0);
 	assert_true(tf_store_in_transaction(st));
-	assert_int_equal(tf_store_run(st, "INSERT INTO t VALUES(?,?,?)", "tid", "x", (int64_t)7, 1.5),
-			 0);
+	assert_int_equal(
+	    tf_store_run(st, "INSERT INTO t VALUES(?,?,?)", "tid", "x", (int64_t)7, 1.5), 0);
 	assert_int_equal(tf_store_run(st, "INSERT INTO t VALUES(?,?,?)", "tnd", "y", 2.5), 0);
 	assert_int_equal(tf_store_commit(st), 0);
 	assert_false(tf_store_in_transaction(st));
-	assert_int_equal(tf_store_run(st, "INSERT INTO t VALUES(?,?,?)", "tid", "x", (int64_t)1, 0.0),
-			 -EEXIST);
+	assert_int_equal(
+	    tf_store_run(st, "INSERT INTO t VALUES(?,?,?)", "tid", "x", (int64_t)1, 0.0), -EEXIST);
 	struct tf_stmt *s = tf_store_query(st, "SELECT a, b, c FROM t ORDER BY a", "");
 	assert_non_null(s);
 	assert_int_equal(tf_stmt_step(s), 1);
@@ -113,10 +112,9 @@ static void test_store_statements_and_constraints(void **state)
 
 static void make_run(struct tf_store *st, char id[32])
 {
-	const struct tf_run_step_def steps[] = { { "a", "shell" }, { "b", "shell" } };
-	assert_int_equal(tf_run_create(st, "p", "name: p\n", "p.yaml", "{}", "file://x", steps, 2,
-				       NULL, id),
-			 0);
+	const struct tf_run_step_def steps[] = {{"a", "shell"}, {"b", "shell"}};
+	assert_int_equal(
+	    tf_run_create(st, "p", "name: p\n", "p.yaml", "{}", "file://x", steps, 2, NULL, id), 0);
 }
 
 static void test_store_run_state_machine(void **state)
@@ -147,21 +145,22 @@ static void test_store_step_and_attempt_transitions_log_events(void **state)
 	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_SUCCEEDED, NULL), -EINVAL);
 	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_RUNNING, NULL), 0);
 	assert_int_equal(tf_attempt_create(st, id, "a", 1), 0);
-	struct tf_attempt_result r = { .failure = TF_FAIL_TIMEOUT, .exit_code = -1,
-				       .error = "timed out after 1s", .backoff = 0.5 };
+	struct tf_attempt_result r = {.failure = TF_FAIL_TIMEOUT,
+	                              .exit_code = -1,
+	                              .error = "timed out after 1s",
+	                              .backoff = 0.5};
 	assert_int_equal(tf_attempt_set_state(st, id, "a", 1, TF_ATTEMPT_FAILED, &r), 0);
-	assert_int_equal(tf_attempt_set_state(st, id, "a", 1, TF_ATTEMPT_SUCCEEDED, NULL),
-			 -EINVAL);
-	struct tf_step_update u = { .next_attempt_at = 1.0 };
+	assert_int_equal(tf_attempt_set_state(st, id, "a", 1, TF_ATTEMPT_SUCCEEDED, NULL), -EINVAL);
+	struct tf_step_update u = {.next_attempt_at = 1.0};
 	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_RETRYING, &u), 0);
 	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_RUNNING, NULL), 0);
 	assert_int_equal(tf_attempt_create(st, id, "a", 2), 0);
-	struct tf_attempt_result ok = { .exit_code = 0 };
+	struct tf_attempt_result ok = {.exit_code = 0};
 	assert_int_equal(tf_attempt_set_state(st, id, "a", 2, TF_ATTEMPT_SUCCEEDED, &ok), 0);
-	struct tf_step_update done = { .outputs = "{\"x\":\"1\"}", .metrics = "{\"acc\":0.9}" };
+	struct tf_step_update done = {.outputs = "{\"x\":\"1\"}", .metrics = "{\"acc\":0.9}"};
 	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_SUCCEEDED, &done), 0);
 	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_PENDING, NULL), -EINVAL);
-	struct tf_step_update skip = { .reason = "when: false" };
+	struct tf_step_update skip = {.reason = "when: false"};
 	assert_int_equal(tf_step_set_state(st, id, "b", TF_STEP_SKIPPED, &skip), 0);
 
 	json_t *doc = NULL;
@@ -174,11 +173,10 @@ static void test_store_step_and_attempt_transitions_log_events(void **state)
 	json_t *att = json_object_get(a, "attempts_detail");
 	assert_int_equal(json_array_size(att), 2);
 	assert_string_equal(
-		json_string_value(json_object_get(json_array_get(att, 0), "failure_class")),
-		"timeout");
+	    json_string_value(json_object_get(json_array_get(att, 0), "failure_class")), "timeout");
 	assert_true(json_is_null(json_object_get(json_array_get(att, 0), "exit_code")));
 	assert_int_equal(json_integer_value(json_object_get(json_array_get(att, 1), "exit_code")),
-			 0);
+	                 0);
 	assert_true(json_real_value(json_object_get(json_object_get(a, "metrics"), "acc")) == 0.9);
 	json_t *b = json_array_get(steps, 1);
 	assert_string_equal(json_string_value(json_object_get(b, "reason")), "when: false");
@@ -223,11 +221,12 @@ static void test_store_db_command_status_migrate_and_refusal(void **state)
 	json_t *j = json_load_file("cli.out", 0, NULL);
 	assert_int_equal(json_integer_value(json_object_get(j, "version")), 0);
 	assert_int_equal(json_array_size(json_object_get(j, "pending")),
-			 (size_t)tf_store_latest_version());
+	                 (size_t)tf_store_latest_version());
 	json_decref(j);
 	assert_int_equal(run_cli("--home h db migrate --json"), 0);
 	j = json_load_file("cli.out", 0, NULL);
-	assert_int_equal(json_integer_value(json_object_get(j, "version")), tf_store_latest_version());
+	assert_int_equal(json_integer_value(json_object_get(j, "version")),
+	                 tf_store_latest_version());
 	json_decref(j);
 	struct tf_store *st = open_db("h/tpuflow.db");
 	assert_int_equal(tf_store_exec(st, "PRAGMA user_version = 999"), 0);
@@ -239,12 +238,12 @@ static void test_store_db_command_status_migrate_and_refusal(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_store_migrates_to_latest_and_is_idempotent),
-		cmocka_unit_test(test_store_refuses_newer_database),
-		cmocka_unit_test(test_store_statements_and_constraints),
-		cmocka_unit_test(test_store_run_state_machine),
-		cmocka_unit_test(test_store_step_and_attempt_transitions_log_events),
-		cmocka_unit_test(test_store_db_command_status_migrate_and_refusal),
+	    cmocka_unit_test(test_store_migrates_to_latest_and_is_idempotent),
+	    cmocka_unit_test(test_store_refuses_newer_database),
+	    cmocka_unit_test(test_store_statements_and_constraints),
+	    cmocka_unit_test(test_store_run_state_machine),
+	    cmocka_unit_test(test_store_step_and_attempt_transitions_log_events),
+	    cmocka_unit_test(test_store_db_command_status_migrate_and_refusal),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,8 +19,8 @@
 static void test_tfrecord_framing_and_index(void **state)
 {
 	(void)state;
-	struct tf_buf b = { 0 };
-	const char *recs[] = { "hello", "", "tpuflow record three" };
+	struct tf_buf b = {0};
+	const char *recs[] = {"hello", "", "tpuflow record three"};
 	for (int i = 0; i < 3; i++)
 		tf_tfrecord_append(&b, recs[i], strlen(recs[i]));
 	/* first record: 8-byte LE length 5, masked CRC of those 8 bytes */
@@ -37,7 +37,7 @@ static void test_tfrecord_framing_and_index(void **state)
 	size_t n = 0;
 	char err[256];
 	assert_int_equal(tf_tfrecord_index("a.tfrecord", b.data, b.len, &s, &n, err, sizeof err),
-			 0);
+	                 0);
 	assert_int_equal(n, 3);
 	for (int i = 0; i < 3; i++) {
 		assert_int_equal(s[i].len, strlen(recs[i]));
@@ -50,15 +50,16 @@ static void test_tfrecord_framing_and_index(void **state)
 static void test_tfrecord_corrupt_record_names_file_and_index(void **state)
 {
 	(void)state;
-	struct tf_buf b = { 0 };
+	struct tf_buf b = {0};
 	for (int i = 0; i < 4; i++)
 		tf_tfrecord_append(&b, "0123456789", 10);
 	struct tf_tfrecord_span *s = NULL;
 	size_t n = 0;
 	char err[256];
 	b.data[2 * 26 + 12 + 3] ^= 0x40; /* a payload byte of record 2 */
-	assert_int_equal(tf_tfrecord_index("train-00001.tfrecord", b.data, b.len, &s, &n, err,
-					   sizeof err), -EBADMSG);
+	assert_int_equal(
+	    tf_tfrecord_index("train-00001.tfrecord", b.data, b.len, &s, &n, err, sizeof err),
+	    -EBADMSG);
 	assert_non_null(strstr(err, "train-00001.tfrecord"));
 	assert_non_null(strstr(err, "record 2"));
 	b.data[2 * 26 + 12 + 3] ^= 0x40;
@@ -67,7 +68,7 @@ static void test_tfrecord_corrupt_record_names_file_and_index(void **state)
 	assert_non_null(strstr(err, "record 1"));
 	b.data[26 + 1] ^= 1;
 	assert_int_equal(tf_tfrecord_index("x", b.data, b.len - 3, &s, &n, err, sizeof err),
-			 -EBADMSG);
+	                 -EBADMSG);
 	assert_non_null(strstr(err, "record 3"));
 	tf_buf_release(&b);
 }
@@ -79,13 +80,13 @@ static void test_tfrecord_example_roundtrip(void **state)
 	for (int i = 0; i < 784; i++)
 		img[i] = (unsigned char)(i * 7);
 	int64_t label = 9;
-	float feats[3] = { 1.5f, -2.25f, 1e-30f };
+	float feats[3] = {1.5f, -2.25f, 1e-30f};
 	struct tf_feature_in f[] = {
-		{ .name = "image", .kind = TF_FEATURE_BYTES, .data = img, .count = 1, .bytes = 784 },
-		{ .name = "label", .kind = TF_FEATURE_INT64, .data = &label, .count = 1 },
-		{ .name = "x", .kind = TF_FEATURE_FLOAT, .data = feats, .count = 3 },
+	    {.name = "image", .kind = TF_FEATURE_BYTES, .data = img, .count = 1, .bytes = 784},
+	    {.name = "label", .kind = TF_FEATURE_INT64, .data = &label, .count = 1},
+	    {.name = "x", .kind = TF_FEATURE_FLOAT, .data = feats, .count = 3},
 	};
-	struct tf_buf b = { 0 };
+	struct tf_buf b = {0};
 	tf_example_encode(f, 3, &b);
 	struct tf_feature_view v[8];
 	assert_int_equal(tf_example_decode(b.data, b.len, v, 8), 3);
@@ -152,22 +153,24 @@ static void test_tfrecord_protoc_cross_check(void **state)
 		fprintf(stderr, "skipped: protoc (protobuf-compiler) or tests/proto not found\n");
 		skip();
 	}
-	unsigned char img[4] = { 0, 1, 200, 255 };
+	unsigned char img[4] = {0, 1, 200, 255};
 	int64_t label = 7;
-	float feats[2] = { 0.5f, -3.0f };
+	float feats[2] = {0.5f, -3.0f};
 	struct tf_feature_in f[] = {
-		{ .name = "image", .kind = TF_FEATURE_BYTES, .data = img, .count = 1, .bytes = 4 },
-		{ .name = "label", .kind = TF_FEATURE_INT64, .data = &label, .count = 1 },
-		{ .name = "x", .kind = TF_FEATURE_FLOAT, .data = feats, .count = 2 },
+	    {.name = "image", .kind = TF_FEATURE_BYTES, .data = img, .count = 1, .bytes = 4},
+	    {.name = "label", .kind = TF_FEATURE_INT64, .data = &label, .count = 1},
+	    {.name = "x", .kind = TF_FEATURE_FLOAT, .data = feats, .count = 2},
 	};
-	struct tf_buf b = { 0 };
+	struct tf_buf b = {0};
 	tf_example_encode(f, 3, &b);
 	FILE *o = fopen("ex.bin", "wb");
 	assert_non_null(o);
 	assert_int_equal(fwrite(b.data, 1, b.len, o), b.len);
 	fclose(o);
-	snprintf(cmd, sizeof cmd, "protoc -I'%s' --decode tensorflow.Example example.proto "
-		 "< ex.bin", dir);
+	snprintf(cmd, sizeof cmd,
+	         "protoc -I'%s' --decode tensorflow.Example example.proto "
+	         "< ex.bin",
+	         dir);
 	char *text = run_capture(cmd);
 	assert_non_null(text);
 	assert_non_null(strstr(text, "key: \"label\""));
@@ -181,12 +184,14 @@ static void test_tfrecord_protoc_cross_check(void **state)
 	o = fopen("ex.txt", "w");
 	fputs("features { feature { key: \"label\" value { int64_list { value: 300 } } } }\n", o);
 	fclose(o);
-	snprintf(cmd, sizeof cmd, "protoc -I'%s' --encode tensorflow.Example example.proto "
-		 "< ex.txt | od -An -tx1 -v", dir);
+	snprintf(cmd, sizeof cmd,
+	         "protoc -I'%s' --encode tensorflow.Example example.proto "
+	         "< ex.txt | od -An -tx1 -v",
+	         dir);
 	text = run_capture(cmd);
 	assert_non_null(text);
 	label = 300;
-	struct tf_buf b2 = { 0 };
+	struct tf_buf b2 = {0};
 	tf_example_encode(&f[1], 1, &b2);
 	char hex[512] = "", *h = hex;
 	for (size_t i = 0; i < b2.len; i++)
@@ -205,10 +210,10 @@ static void test_tfrecord_protoc_cross_check(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_tfrecord_framing_and_index),
-		cmocka_unit_test(test_tfrecord_corrupt_record_names_file_and_index),
-		cmocka_unit_test(test_tfrecord_example_roundtrip),
-		cmocka_unit_test(test_tfrecord_protoc_cross_check),
+	    cmocka_unit_test(test_tfrecord_framing_and_index),
+	    cmocka_unit_test(test_tfrecord_corrupt_record_names_file_and_index),
+	    cmocka_unit_test(test_tfrecord_example_roundtrip),
+	    cmocka_unit_test(test_tfrecord_protoc_cross_check),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,7 +36,7 @@ static void test_tpu_presets_match_published_peaks(void **state)
 }
 
 static void check(const char *spec, const char *gen, int chips, int cores, const char *topo,
-		  const char *name)
+                  const char *name)
 {
 	struct tf_tpu_slice s;
 	char err[256] = "";
@@ -112,9 +112,9 @@ static void test_tpu_slice_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_tpu_presets_match_published_peaks),
-		cmocka_unit_test(test_tpu_slice_names),
-		cmocka_unit_test(test_tpu_slice_errors),
+	    cmocka_unit_test(test_tpu_presets_match_published_peaks),
+	    cmocka_unit_test(test_tpu_slice_names),
+	    cmocka_unit_test(test_tpu_slice_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,7 +35,7 @@ static int setup(void **state)
 	char err[512];
 	if (tf_objstore_open("file://store", &store, err, sizeof err))
 		return -1;
-	struct tf_prep_opts o = { .shards = 4, .limit_train = 2048, .limit_test = 512 };
+	struct tf_prep_opts o = {.shards = 4, .limit_train = 2048, .limit_test = 512};
 	if (tf_dataset_prep(store, "fm/", &o, &manifest, NULL, err, sizeof err)) {
 		fprintf(stderr, "prep: %s\n", err);
 		return -1;
@@ -92,7 +92,7 @@ static void test_train_loss_falls_and_beats_chance(void **state)
 	(void)state;
 	struct tf_train_opts o;
 	base_opts(&o);
-	struct losses l = { 0 };
+	struct losses l = {0};
 	o.progress = collect;
 	o.progress_data = &l;
 	struct tf_train_result r;
@@ -113,7 +113,7 @@ static void test_train_loss_falls_and_beats_chance(void **state)
 
 /* The final params and momentum of the checkpoint at `step` under prefix. */
 static void final_state(const char *prefix, int64_t step, void **p, size_t *pb, void **m,
-			size_t *mb)
+                        size_t *mb)
 {
 	struct tf_ckpt *c;
 	assert_int_equal(tf_ckpt_load(store, prefix, step, &c), 0);
@@ -193,8 +193,8 @@ static void test_train_export_predict_bit_identical(void **state)
 	int32_t *y;
 	unsigned char *raw;
 	size_t n;
-	assert_int_equal(tf_input_load_split(store, d, TF_SPLIT_TEST, &x, &y, &raw, &n, err,
-					     sizeof err), 0);
+	assert_int_equal(
+	    tf_input_load_split(store, d, TF_SPLIT_TEST, &x, &y, &raw, &n, err, sizeof err), 0);
 	/* evaluation on the slice (8 replicas, rows split over them) */
 	struct tf_tpu_slice slice;
 	struct tf_slice_rt *rt;
@@ -215,19 +215,23 @@ static void test_train_export_predict_bit_identical(void **state)
 	if (bin) {
 		FILE *f = fopen("x.npy", "wb");
 		char hdr[128];
-		int hl = snprintf(hdr, sizeof hdr, "{'descr': '|u1', 'fortran_order': False, "
-				  "'shape': (%zu, 784), }", n);
+		int hl = snprintf(hdr, sizeof hdr,
+		                  "{'descr': '|u1', 'fortran_order': False, "
+		                  "'shape': (%zu, 784), }",
+		                  n);
 		while ((10 + hl + 1) % 64)
 			hdr[hl++] = ' ';
 		hdr[hl++] = '\n';
-		unsigned char pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)hl, 0 };
+		unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)hl, 0};
 		fwrite(pre, 1, 10, f);
 		fwrite(hdr, 1, (size_t)hl, f);
 		fwrite(raw, 1, n * 784, f);
 		fclose(f);
 		char cmd[4096];
-		snprintf(cmd, sizeof cmd, "'%s' predict --model bundle --input x.npy --out y.npy "
-			 "--threads 2 >/dev/null", bin);
+		snprintf(cmd, sizeof cmd,
+		         "'%s' predict --model bundle --input x.npy --out y.npy "
+		         "--threads 2 >/dev/null",
+		         bin);
 		assert_int_equal(system(cmd), 0);
 		struct tf_npy a;
 		assert_int_equal(tf_npy_read("y.npy", &a, err, sizeof err), 0);
@@ -282,8 +286,8 @@ static void test_train_early_stopping(void **state)
 static void test_train_schedules_and_optimizers(void **state)
 {
 	(void)state;
-	struct tf_optim_cfg c = { .lr = 0.1, .warmup_steps = 10, .total_steps = 110,
-				  .schedule = TF_LR_COSINE };
+	struct tf_optim_cfg c = {
+	    .lr = 0.1, .warmup_steps = 10, .total_steps = 110, .schedule = TF_LR_COSINE};
 	assert_true(fabs(tf_optim_lr(&c, 0) - 0.01) < 1e-12);
 	assert_true(fabs(tf_optim_lr(&c, 9) - 0.1) < 1e-12);
 	assert_true(fabs(tf_optim_lr(&c, 10) - 0.1) < 1e-12);
@@ -342,8 +346,8 @@ static void test_train_csv_binary_bce(void **state)
 	}
 	fclose(f);
 	char err[1024], *key = NULL;
-	struct tf_prep_opts po = { .source = "csv", .path = "blobs.csv", .shards = 2,
-				   .test_fraction = 0.25, .seed = 1 };
+	struct tf_prep_opts po = {
+	    .source = "csv", .path = "blobs.csv", .shards = 2, .test_fraction = 0.25, .seed = 1};
 	assert_int_equal(tf_dataset_prep(store, "blobs/", &po, &key, NULL, err, sizeof err), 0);
 	struct tf_train_opts o;
 	struct tf_train_result r;
@@ -369,7 +373,7 @@ static void test_train_csv_binary_bce(void **state)
 	fclose(f);
 	po.path = "bad.csv";
 	assert_int_equal(tf_dataset_prep(store, "bad/", &po, &key, NULL, err, sizeof err),
-			 -EBADMSG);
+	                 -EBADMSG);
 	assert_non_null(strstr(err, "bad.csv:3"));
 }
 
@@ -377,29 +381,29 @@ static void test_train_step_adapters(void **state)
 {
 	(void)state;
 	char err[1024];
-	struct tf_ml_ctx ctx = { .store = store, .prefix = "runs/1/", .accelerator = "v4-8" };
+	struct tf_ml_ctx ctx = {.store = store, .prefix = "runs/1/", .accelerator = "v4-8"};
 	json_t *with = json_pack("{s:s, s:s, s:s, s:i}", "source", "fashion-mnist", "shards", "2",
-				 "limit_train", "1024", "limit_test", 256);
+	                         "limit_train", "1024", "limit_test", 256);
 	json_t *out = json_object(), *met = json_object();
 	assert_int_equal(tf_ml_data_prep_step(with, &ctx, out, met, err, sizeof err), 0);
 	assert_string_equal(json_string_value(json_object_get(out, "dataset")),
-			    "runs/1/data/manifest.json");
+	                    "runs/1/data/manifest.json");
 	assert_int_equal(json_integer_value(json_object_get(met, "examples")), 1280);
 	json_decref(with);
 
 	ctx.prefix = "runs/1/train/";
 	with = json_pack("{s:O, s:s, s:s, s:s, s:s, s:s, s:s}", "dataset",
-			 json_object_get(out, "dataset"), "hidden", "32", "epochs", "2", "batch",
-			 "64", "lr", "0.05", "optimizer", "sgd", "checkpoint_every", "8");
+	                 json_object_get(out, "dataset"), "hidden", "32", "epochs", "2", "batch",
+	                 "64", "lr", "0.05", "optimizer", "sgd", "checkpoint_every", "8");
 	json_t *out2 = json_object(), *met2 = json_object();
 	int rc = tf_ml_train_step(with, &ctx, out2, met2, err, sizeof err);
 	if (rc)
 		fprintf(stderr, "%s\n", err);
 	assert_int_equal(rc, 0);
 	assert_string_equal(json_string_value(json_object_get(out2, "bundle")),
-			    "runs/1/train/bundle/");
-	assert_non_null(strstr(json_string_value(json_object_get(out2, "checkpoint")),
-			       "step-000000000032"));
+	                    "runs/1/train/bundle/");
+	assert_non_null(
+	    strstr(json_string_value(json_object_get(out2, "checkpoint")), "step-000000000032"));
 	double acc = json_number_value(json_object_get(met2, "accuracy"));
 	assert_true(acc > 0.5);
 	/* a retried attempt resumes from the final checkpoint: same metrics */
@@ -409,7 +413,7 @@ static void test_train_step_adapters(void **state)
 	json_decref(with);
 
 	with = json_pack("{s:O, s:O}", "model", json_object_get(out2, "bundle"), "dataset",
-			 json_object_get(out, "dataset"));
+	                 json_object_get(out, "dataset"));
 	json_t *met4 = json_object();
 	assert_int_equal(tf_ml_evaluate_step(with, &ctx, NULL, met4, err, sizeof err), 0);
 	assert_true(json_number_value(json_object_get(met4, "accuracy")) == acc);
@@ -431,14 +435,14 @@ static void test_train_step_adapters(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_train_loss_falls_and_beats_chance),
-		cmocka_unit_test(test_train_resume_is_bit_identical),
-		cmocka_unit_test(test_train_export_predict_bit_identical),
-		cmocka_unit_test(test_train_divergence_stops_with_clear_error),
-		cmocka_unit_test(test_train_early_stopping),
-		cmocka_unit_test(test_train_schedules_and_optimizers),
-		cmocka_unit_test(test_train_csv_binary_bce),
-		cmocka_unit_test(test_train_step_adapters),
+	    cmocka_unit_test(test_train_loss_falls_and_beats_chance),
+	    cmocka_unit_test(test_train_resume_is_bit_identical),
+	    cmocka_unit_test(test_train_export_predict_bit_identical),
+	    cmocka_unit_test(test_train_divergence_stops_with_clear_error),
+	    cmocka_unit_test(test_train_early_stopping),
+	    cmocka_unit_test(test_train_schedules_and_optimizers),
+	    cmocka_unit_test(test_train_csv_binary_bce),
+	    cmocka_unit_test(test_train_step_adapters),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

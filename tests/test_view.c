@@ -18,7 +18,8 @@ static size_t visible_len(const char *s, size_t n)
 	size_t cols = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (s[i] == '\033') {
-			while (i < n && !((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z')))
+			while (i < n &&
+			       !((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z')))
 				i++;
 			continue;
 		}
@@ -34,12 +35,12 @@ static void test_view_tty_lines_fit_the_terminal(void **state)
 	assert_non_null(f);
 	struct tf_view *v = tf_view_new(f, 1, "20261130-000000-abcdef", "p");
 	char progress[] = "{\"event\":\"step\",\"fraction\":0.5,\"step\":850,\"epoch\":3.25,"
-			  "\"loss\":0.3337,\"accuracy\":0.8762,\"examples_per_second\":34160.5,"
-			  "\"eta_seconds\":16.17,\"lr\":0.09369}";
+	                  "\"loss\":0.3337,\"accuracy\":0.8762,\"examples_per_second\":34160.5,"
+	                  "\"eta_seconds\":16.17,\"lr\":0.09369}";
 	struct tf_view_row rows[] = {
-		{ "prep", "data_prep", "succeeded", 1, 0.4, NULL, NULL },
-		{ "train-with-a-rather-long-name", "train", "running", 1, 2.0, progress, NULL },
-		{ "deploy", "deploy", "pending", 0, -1, NULL, NULL },
+	    {"prep", "data_prep", "succeeded", 1, 0.4, NULL, NULL},
+	    {"train-with-a-rather-long-name", "train", "running", 1, 2.0, progress, NULL},
+	    {"deploy", "deploy", "pending", 0, -1, NULL, NULL},
 	};
 	for (int i = 0; i < 3; i++)
 		tf_view_update(v, rows, 3);
@@ -62,7 +63,7 @@ static void test_view_tty_lines_fit_the_terminal(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_view_tty_lines_fit_the_terminal),
+	    cmocka_unit_test(test_view_tty_lines_fit_the_terminal),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
