@@ -2,6 +2,7 @@
 #include "common/common.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +151,24 @@ int tf_mkdir_p(const char *path)
 out:
 	free(p);
 	return rc;
+}
+
+int tf_pid_alive(long pid)
+{
+	if (pid <= 0 || (kill((pid_t)pid, 0) < 0 && errno == ESRCH))
+		return 0;
+	/* /proc/PID/stat: "PID (COMM) STATE ..."; COMM may hold spaces and parentheses, so the
+	 * state is the first field after the last ')'. */
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 1; /* no /proc: kill() said it exists */
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *rp = strrchr(buf, ')');
+	return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
 }
 
 int tf_ncpus(void)

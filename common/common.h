@@ -44,6 +44,10 @@ int tf_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len
 /* Creates a directory and its parents (mode 0755); 0 or negative errno. */
 int tf_mkdir_p(const char *path);
 
+/* Whether process pid exists and has not exited. A zombie (exited, not yet reaped by its
+ * parent, e.g. just after kill -9) counts as gone: it will never run again. */
+int tf_pid_alive(long pid);
+
 /* Number of online CPUs (at least 1). */
 int tf_ncpus(void);
 

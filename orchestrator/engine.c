@@ -1652,7 +1652,7 @@ int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id,
 	}
 	if (state == TF_RUN_RUNNING &&
 	    tf_store_query_int(e.db, &pid, "SELECT pid FROM runs WHERE id=?", "t", e.run_id) == 0 &&
-	    pid > 0 && pid != getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) {
+	    pid != getpid() && tf_pid_alive((long)pid)) {
 		snprintf(err, errlen, "run '%s' is still being driven by process %lld", e.run_id,
 		         (long long)pid);
 		rc = -EBUSY;

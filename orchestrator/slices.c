@@ -186,7 +186,7 @@ static const char *stale_reason(const struct open_row *r, char *buf, size_t len)
 		         r->run_state);
 		return buf;
 	}
-	if (r->pid <= 0 || (kill((pid_t)r->pid, 0) < 0 && errno == ESRCH)) {
+	if (!tf_pid_alive((long)r->pid)) {
 		snprintf(buf, len,
 		         "the process driving its run (pid %lld) is gone; 'tpuflow runs "
 		         "resume' continues the run",

@@ -57,11 +57,7 @@ for ((i = 1; i <= ROUNDS; i++)); do
         'import json,sys; r=json.load(sys.stdin); print(r[0]["id"] if r else "")')
   if [[ -z $run ]]; then echo "round $i: killed before the run was recorded (nothing to resume)"; continue; fi
   if ((RANDOM % 2)); then run_and_kill "$BIN" --home "$home" runs resume "$run" && kills=$((kills + 1)); fi
-  # The killed process may linger a moment as a zombie; resume refuses while it exists.
-  for _ in 1 2 3 4 5; do
-    "$BIN" --home "$home" runs resume "$run" >/dev/null 2>"$work/resume.err" && break
-    sleep 0.5
-  done
+  "$BIN" --home "$home" runs resume "$run" >/dev/null 2>"$work/resume.err"
   "$BIN" --home "$home" runs show "$run" --json >"$work/show.json" 2>/dev/null
   if ! /usr/bin/python3 - "$work/show.json" "$home" "$run" "$CKPT_EVERY" "$i" <<'PY'
 import json, sqlite3, sys, re, os

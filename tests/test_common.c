@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static void test_common_read_file_caps_size(void **state)
 {
@@ -49,12 +52,34 @@ static void test_common_asprintf(void **state)
 	free(s);
 }
 
+static void test_common_pid_alive_treats_zombies_as_gone(void **state)
+{
+	(void)state;
+	assert_true(tf_pid_alive((long)getpid()));
+	assert_false(tf_pid_alive(0));
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		pause();
+		_exit(0);
+	}
+	assert_true(tf_pid_alive((long)child));
+	kill(child, SIGKILL);
+	/* killed but not reaped yet: a zombie, which counts as gone */
+	for (int i = 0; i < 500 && tf_pid_alive((long)child); i++)
+		usleep(2000);
+	assert_false(tf_pid_alive((long)child));
+	assert_int_equal(waitpid(child, NULL, 0), child);
+	assert_false(tf_pid_alive((long)child));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_common_read_file_caps_size),
 	    cmocka_unit_test(test_common_mkdir_p_creates_parents),
 	    cmocka_unit_test(test_common_asprintf),
+	    cmocka_unit_test(test_common_pid_alive_treats_zombies_as_gone),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
