@@ -533,17 +533,20 @@ int64_t tf_store_last_rowid(struct tf_store *st)
 	return sqlite3_last_insert_rowid(st->db);
 }
 
-int tf_store_query_int(struct tf_store *st, int64_t *out, const char *sql, const char *types, ...)
+/* Runs a query for its first row's first column, into an int64_t (text == 0) or a new string
+ * (text == 1): 0, -ENOENT when there is no row, or a negative code. */
+static int query_first(struct tf_store *st, int text, void *out, const char *sql,
+                       const char *types, va_list ap)
 {
-	va_list ap;
-	va_start(ap, types);
 	struct tf_stmt *s = query_va(st, sql, types, ap);
-	va_end(ap);
 	if (!s)
 		return -EIO;
 	int rc = tf_stmt_step(s);
 	if (rc == 1) {
-		*out = tf_stmt_int(s, 0);
+		if (text)
+			*(char **)out = tf_stmt_strdup(s, 0);
+		else
+			*(int64_t *)out = tf_stmt_int(s, 0);
 		rc = 0;
 	} else if (rc == 0) {
 		rc = -ENOENT;
@@ -552,22 +555,21 @@ int tf_store_query_int(struct tf_store *st, int64_t *out, const char *sql, const
 	return rc;
 }
 
+int tf_store_query_int(struct tf_store *st, int64_t *out, const char *sql, const char *types, ...)
+{
+	va_list ap;
+	va_start(ap, types);
+	int rc = query_first(st, 0, out, sql, types, ap);
+	va_end(ap);
+	return rc;
+}
+
 int tf_store_query_text(struct tf_store *st, char **out, const char *sql, const char *types, ...)
 {
 	va_list ap;
 	va_start(ap, types);
-	struct tf_stmt *s = query_va(st, sql, types, ap);
+	int rc = query_first(st, 1, out, sql, types, ap);
 	va_end(ap);
-	if (!s)
-		return -EIO;
-	int rc = tf_stmt_step(s);
-	if (rc == 1) {
-		*out = tf_stmt_strdup(s, 0);
-		rc = 0;
-	} else if (rc == 0) {
-		rc = -ENOENT;
-	}
-	tf_stmt_done(s);
 	return rc;
 }
 
