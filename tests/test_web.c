@@ -1,0 +1,554 @@
+/* test_web.c — the REST API against a real server: web/http.c started in this process on a
+ * free loopback port, requests made with libcurl. Routing (404/405), problem bodies, body
+ * limits (400 with the byte offset, 413, 415), tokens and scopes, idempotency keys, cursor
+ * pages, Server-Sent Events with Last-Event-ID, pipeline validation and /metrics.
+ *
+ * The submission hook here creates the run pending in the server's transaction, as the
+ * daemon's does; nothing executes it (the daemon's tests do that). */
+#include "common/common.h"
+#include "orchestrator/pipeline.h"
+#include "orchestrator/state.h"
+#include "web/api.h"
+#include "web/server.h"
+#include "web/tokens.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static struct tf_web *srv;
+static char base[64];
+static char home[512];
+static char tok_read[TF_TOKEN_LEN + 1], tok_trigger[TF_TOKEN_LEN + 1], tok_admin[TF_TOKEN_LEN + 1];
+static char tok_revoked[TF_TOKEN_LEN + 1], tok_expired[TF_TOKEN_LEN + 1];
+
+static const char shell_yaml[] = "name: web-test\n"
+                                 "params:\n  n: {type: int, default: 1}\n"
+                                 "steps:\n"
+                                 "  - name: a\n    type: shell\n    with: {argv: [/bin/true]}\n"
+                                 "  - name: b\n    type: shell\n    needs: [a]\n"
+                                 "    with: {argv: [/bin/true]}\n";
+
+/* The submission a daemon performs: check the pipeline, record the run pending. */
+static int submit(void *ctx, struct tf_store *st, const struct tf_web_submit *s, char run_id[32],
+                  struct tf_diag_list *diags, char *err, size_t errlen)
+{
+	(void)ctx;
+	char *src = NULL;
+	if (s->pipeline && tf_store_query_text(st, &src,
+	                                       "SELECT source FROM pipelines WHERE name=? ORDER BY "
+	                                       "created_at DESC, id DESC LIMIT 1",
+	                                       "t", s->pipeline)) {
+		snprintf(err, errlen, "no pipeline '%s'", s->pipeline);
+		return -ENOENT;
+	}
+	struct tf_pipeline *p = NULL;
+	int rc = tf_pipeline_load_buffer("request.yaml", src ? src : s->yaml,
+	                                 src ? strlen(src) : s->yaml_len, NULL, 0, 0, &p, diags);
+	free(src);
+	if (rc) {
+		snprintf(err, errlen, "the pipeline has errors");
+		return -EINVAL;
+	}
+	struct tf_run_step_def defs[16];
+	for (size_t i = 0; i < p->nsteps && i < 16; i++)
+		defs[i] = (struct tf_run_step_def){p->steps[i].name, tf_step_type_name(p->steps[i].type)};
+	rc = tf_run_create(st, p->name, p->source, NULL, s->params_json, NULL, defs, p->nsteps, NULL,
+	                   run_id);
+	tf_pipeline_free(p);
+	return rc;
+}
+
+static int cancel(void *ctx, struct tf_store *st, const char *run, char *err, size_t errlen)
+{
+	(void)ctx;
+	enum tf_run_state s;
+	int rc = tf_run_get_state(st, run, &s);
+	if (!rc && s != TF_RUN_PENDING && s != TF_RUN_RUNNING) {
+		snprintf(err, errlen, "run %s is %s", run, tf_run_state_name(s));
+		return -EBUSY;
+	}
+	return rc ? rc : tf_event_add(st, run, NULL, 0, "cancel", "cancel requested");
+}
+
+struct buf {
+	char *p;
+	size_t n;
+};
+
+static size_t on_data(char *d, size_t sz, size_t nm, void *u)
+{
+	struct buf *b = u;
+	b->p = realloc(b->p, b->n + sz * nm + 1);
+	memcpy(b->p + b->n, d, sz * nm);
+	b->n += sz * nm;
+	b->p[b->n] = 0;
+	return sz * nm;
+}
+
+struct resp {
+	long status;
+	struct buf body, head;
+	json_t *json;
+};
+
+static void resp_free(struct resp *r)
+{
+	free(r->body.p);
+	free(r->head.p);
+	json_decref(r->json);
+	memset(r, 0, sizeof(*r));
+}
+
+/* One request; extra headers as "Name: value" strings, NULL-terminated. */
+static struct resp call(const char *method, const char *path, const char *token, const char *body,
+                        const char *const *hdrs)
+{
+	struct resp r = {0};
+	CURL *c = curl_easy_init();
+	char url[1024], auth[128];
+	snprintf(url, sizeof(url), "%s%s", base, path);
+	struct curl_slist *h = NULL;
+	if (token) {
+		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+		h = curl_slist_append(h, auth);
+	}
+	if (body && !(hdrs && hdrs[0] && !strncmp(hdrs[0], "Content-Type", 12)))
+		h = curl_slist_append(h, "Content-Type: application/json");
+	for (int i = 0; hdrs && hdrs[i]; i++)
+		h = curl_slist_append(h, hdrs[i]);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	if (body) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+	}
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_data);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, &r.head);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+	CURLcode cc = curl_easy_perform(c);
+	assert_int_equal(cc, CURLE_OK);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	if (r.body.p)
+		r.json = json_loads(r.body.p, 0, NULL);
+	return r;
+}
+
+/* A problem body per RFC 9457 with this status. */
+static void assert_problem(struct resp *r, long status)
+{
+	if (r->status != status)
+		fprintf(stderr, "want %ld, got %ld: %s\n", status, r->status, r->body.p);
+	assert_int_equal(r->status, status);
+	assert_non_null(strcasestr(r->head.p, "content-type: application/problem+json"));
+	assert_non_null(r->json);
+	assert_int_equal(json_integer_value(json_object_get(r->json, "status")), status);
+	assert_non_null(json_string_value(json_object_get(r->json, "title")));
+	assert_non_null(json_string_value(json_object_get(r->json, "type")));
+	assert_non_null(json_string_value(json_object_get(r->json, "detail")));
+	assert_non_null(json_string_value(json_object_get(r->json, "instance")));
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	const char *tmp = getenv("TF_TEST_TMP");
+	snprintf(home, sizeof(home), "%s/webhome", tmp ? tmp : "/tmp");
+	char cmd[1200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s'", home, home);
+	assert_int_equal(system(cmd), 0);
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	struct tf_web_opts o = {.home = home,
+	                        .listen = "127.0.0.1:0",
+	                        .max_body = 64 * 1024,
+	                        .hooks = {.submit = submit, .cancel = cancel}};
+	char err[256];
+	int rc = tf_web_start(&o, &srv, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "start: %s\n", err);
+	assert_int_equal(rc, 0);
+	snprintf(base, sizeof(base), "http://127.0.0.1:%d", tf_web_port(srv));
+	struct tf_store *st;
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_token_create(st, "r", TF_SCOPE_READ, 0, tok_read, NULL), 0);
+	assert_int_equal(tf_token_create(st, "t", TF_SCOPE_TRIGGER, 0, tok_trigger, NULL), 0);
+	assert_int_equal(tf_token_create(st, "a", TF_SCOPE_ADMIN, 0, tok_admin, NULL), 0);
+	assert_int_equal(tf_token_create(st, "gone", TF_SCOPE_ADMIN, 0, tok_revoked, NULL), 0);
+	assert_int_equal(tf_token_revoke(st, "gone", tf_now_wall()), 0);
+	assert_int_equal(tf_token_create(st, "old", TF_SCOPE_ADMIN, 0.001, tok_expired, NULL), 0);
+	tf_store_close(st);
+	usleep(5000);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	tf_web_stop(srv);
+	curl_global_cleanup();
+	return 0;
+}
+
+static void test_health_and_headers(void **state)
+{
+	(void)state;
+	struct resp r = call("GET", "/healthz", NULL, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strcasestr(r.head.p, "x-content-type-options: nosniff"));
+	assert_null(strcasestr(r.head.p, "access-control-allow-origin"));
+	resp_free(&r);
+	r = call("GET", "/readyz", NULL, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	assert_true(json_is_true(json_object_get(r.json, "daemon")));
+	resp_free(&r);
+	r = call("GET", "/api/v1/openapi.json", NULL, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(json_string_value(json_object_get(r.json, "openapi")), "3.1.0");
+	assert_non_null(json_object_get(json_object_get(r.json, "paths"), "/api/v1/runs"));
+	resp_free(&r);
+}
+
+static void test_routing_errors(void **state)
+{
+	(void)state;
+	struct resp r = call("GET", "/api/v1/nope", tok_read, NULL, NULL);
+	assert_problem(&r, 404);
+	resp_free(&r);
+	r = call("DELETE", "/api/v1/runs", tok_admin, NULL, NULL);
+	assert_problem(&r, 405);
+	assert_non_null(strcasestr(r.head.p, "allow: GET, POST"));
+	resp_free(&r);
+	/* bad JSON names the byte offset */
+	r = call("POST", "/api/v1/runs", tok_trigger, "{\"yaml\": tru}", NULL);
+	assert_problem(&r, 400);
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "detail")), "byte offset"));
+	resp_free(&r);
+	const char *text[] = {"Content-Type: text/plain", NULL};
+	r = call("POST", "/api/v1/runs", tok_trigger, "{}", text);
+	assert_problem(&r, 415);
+	resp_free(&r);
+	char *big = malloc(100 * 1024);
+	memset(big, ' ', 100 * 1024 - 1);
+	big[100 * 1024 - 1] = 0;
+	r = call("POST", "/api/v1/runs", tok_trigger, big, NULL);
+	assert_problem(&r, 413);
+	resp_free(&r);
+	free(big);
+	r = call("POST", "/api/v1/runs", tok_trigger, "{\"yaml\": \"x\", \"colour\": 1}", NULL);
+	assert_problem(&r, 422);
+	resp_free(&r);
+}
+
+/* Each token kind against a read route, a trigger route and an admin route. */
+static void test_auth_matrix(void **state)
+{
+	(void)state;
+	struct {
+		const char *tok;
+		long read, trigger, admin;
+	} rows[] = {
+	    {NULL, 401, 401, 401},           {tok_read, 200, 403, 403},
+	    {tok_trigger, 200, 422, 403},    {tok_admin, 200, 422, 200},
+	    {tok_revoked, 401, 401, 401},    {tok_expired, 401, 401, 401},
+	    {"tpf_0000000000000000000000000000000000000000000000000000000000000000", 401, 401, 401},
+	};
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		struct resp r = call("GET", "/api/v1/runs", rows[i].tok, NULL, NULL);
+		assert_int_equal(r.status, rows[i].read);
+		if (r.status == 401)
+			assert_non_null(strcasestr(r.head.p, "www-authenticate: bearer"));
+		resp_free(&r);
+		r = call("POST", "/api/v1/runs", rows[i].tok, "{}", NULL);
+		assert_int_equal(r.status, rows[i].trigger);
+		resp_free(&r);
+		r = call("GET", "/api/v1/tokens", rows[i].tok, NULL, NULL);
+		assert_int_equal(r.status, rows[i].admin);
+		resp_free(&r);
+	}
+	/* the public routes need nothing */
+	struct resp r = call("GET", "/healthz", "tpf_bad", NULL, NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	/* tokens list never shows a hash or a secret */
+	r = call("GET", "/api/v1/tokens", tok_admin, NULL, NULL);
+	assert_null(strstr(r.body.p, tok_admin + 12));
+	assert_null(strstr(r.body.p, "hash"));
+	resp_free(&r);
+}
+
+static char *run_body(const char *extra)
+{
+	json_t *b = json_pack("{s:s, s:{s:i}}", "yaml", shell_yaml, "params", "n", 2);
+	if (extra)
+		json_object_update(b, json_loads(extra, 0, NULL));
+	char *s = json_dumps(b, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(b);
+	return s;
+}
+
+static void test_idempotency(void **state)
+{
+	(void)state;
+	char *body = run_body(NULL);
+	const char *key[] = {"Idempotency-Key: \"k-1\"", NULL};
+	struct resp a = call("POST", "/api/v1/runs", tok_trigger, body, key);
+	assert_int_equal(a.status, 201);
+	assert_null(strcasestr(a.head.p, "idempotent-replayed"));
+	assert_non_null(strcasestr(a.head.p, "location: /api/v1/runs/"));
+	struct resp b = call("POST", "/api/v1/runs", tok_trigger, body, key);
+	assert_int_equal(b.status, 201);
+	assert_non_null(strcasestr(b.head.p, "idempotent-replayed: true"));
+	assert_string_equal(a.body.p, b.body.p);
+	resp_free(&b);
+	/* same key, another body */
+	char *other = run_body("{\"labels\": {\"ci\": \"yes\"}}");
+	b = call("POST", "/api/v1/runs", tok_trigger, other, key);
+	assert_problem(&b, 422);
+	resp_free(&b);
+	/* the same key from another caller is another key */
+	b = call("POST", "/api/v1/runs", tok_admin, body, key);
+	assert_int_equal(b.status, 201);
+	assert_string_not_equal(json_string_value(json_object_get(a.json, "id")),
+	                        json_string_value(json_object_get(b.json, "id")));
+	resp_free(&b);
+	/* a refused request stores nothing: the key stays free */
+	const char *key2[] = {"Idempotency-Key: k-2", NULL};
+	b = call("POST", "/api/v1/runs", tok_trigger, "{\"yaml\": \"name: [\"}", key2);
+	assert_problem(&b, 422);
+	assert_true(json_array_size(json_object_get(b.json, "errors")) > 0);
+	resp_free(&b);
+	b = call("POST", "/api/v1/runs", tok_trigger, other, key2);
+	assert_int_equal(b.status, 201);
+	assert_null(strcasestr(b.head.p, "idempotent-replayed"));
+	/* labels are stored and filter the list */
+	char path[256];
+	snprintf(path, sizeof(path), "/api/v1/runs/%s", json_string_value(json_object_get(b.json, "id")));
+	resp_free(&b);
+	b = call("GET", path, tok_read, NULL, NULL);
+	assert_int_equal(b.status, 200);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(b.json, "labels"), "ci")),
+	                    "yes");
+	assert_int_equal(json_array_size(json_object_get(b.json, "steps")), 2);
+	resp_free(&b);
+	b = call("GET", "/api/v1/runs?label=ci=yes", tok_read, NULL, NULL);
+	assert_int_equal(json_array_size(json_object_get(b.json, "items")), 1);
+	resp_free(&b);
+	free(other);
+	free(body);
+	resp_free(&a);
+}
+
+static void test_pages(void **state)
+{
+	(void)state;
+	char *body = run_body(NULL);
+	for (int i = 0; i < 7; i++) {
+		struct resp r = call("POST", "/api/v1/runs", tok_trigger, body, NULL);
+		assert_int_equal(r.status, 201);
+		resp_free(&r);
+	}
+	free(body);
+	struct resp all = call("GET", "/api/v1/runs?limit=500", tok_read, NULL, NULL);
+	size_t total = json_array_size(json_object_get(all.json, "items"));
+	assert_true(total >= 7);
+	assert_true(json_is_null(json_object_get(all.json, "next")));
+	/* walk pages of 3 and meet every run once, in the same order */
+	char next[512] = "/api/v1/runs?limit=3";
+	size_t seen = 0;
+	while (*next) {
+		struct resp p = call("GET", next, tok_read, NULL, NULL);
+		assert_int_equal(p.status, 200);
+		size_t i;
+		json_t *it;
+		json_array_foreach(json_object_get(p.json, "items"), i, it)
+		{
+			assert_string_equal(json_string_value(json_object_get(it, "id")),
+			                    json_string_value(json_object_get(
+			                        json_array_get(json_object_get(all.json, "items"), seen),
+			                        "id")));
+			seen++;
+		}
+		const char *n = json_string_value(json_object_get(p.json, "next"));
+		snprintf(next, sizeof(next), "%s", n ? n : "");
+		resp_free(&p);
+	}
+	assert_int_equal(seen, total);
+	resp_free(&all);
+	struct resp r = call("GET", "/api/v1/runs?state=bogus", tok_read, NULL, NULL);
+	assert_problem(&r, 400);
+	resp_free(&r);
+	r = call("GET", "/api/v1/runs?limit=0", tok_read, NULL, NULL);
+	assert_problem(&r, 400);
+	resp_free(&r);
+}
+
+static void test_events_and_cancel(void **state)
+{
+	(void)state;
+	char *body = run_body(NULL);
+	struct resp r = call("POST", "/api/v1/runs", tok_trigger, body, NULL);
+	free(body);
+	char id[32];
+	snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(r.json, "id")));
+	resp_free(&r);
+	char path[256];
+	snprintf(path, sizeof(path), "/api/v1/runs/%s:cancel", id);
+	r = call("POST", path, tok_trigger, NULL, NULL);
+	assert_int_equal(r.status, 202);
+	resp_free(&r);
+	r = call("POST", path, tok_read, NULL, NULL);
+	assert_problem(&r, 403);
+	resp_free(&r);
+	/* finish the run by hand so its stream ends */
+	struct tf_store *st;
+	char err[256];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_run_set_state(st, id, TF_RUN_RUNNING, NULL), 0);
+	assert_int_equal(tf_run_set_state(st, id, TF_RUN_FAILED, "cancelled"), 0);
+	tf_store_close(st);
+	snprintf(path, sizeof(path), "/api/v1/runs/%s/events", id);
+	r = call("GET", path, tok_read, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strcasestr(r.head.p, "content-type: text/event-stream"));
+	assert_non_null(strstr(r.body.p, "event: cancel\nid: "));
+	assert_non_null(strstr(r.body.p, "event: end\n"));
+	assert_non_null(strstr(r.body.p, "\"state\":\"failed\""));
+	/* reconnecting after the first event replays from the second */
+	const char *after1[] = {"Last-Event-ID: 1", NULL};
+	struct resp r2 = call("GET", path, tok_read, NULL, after1);
+	assert_null(strstr(r2.body.p, "\nid: 1\n"));
+	assert_non_null(strstr(r2.body.p, "\nid: 2\n"));
+	resp_free(&r2);
+	resp_free(&r);
+	/* cancel of a finished run: 409 */
+	snprintf(path, sizeof(path), "/api/v1/runs/%s:cancel", id);
+	r = call("POST", path, tok_trigger, NULL, NULL);
+	assert_problem(&r, 409);
+	resp_free(&r);
+	/* no retry hook: 503 */
+	snprintf(path, sizeof(path), "/api/v1/runs/%s:retry", id);
+	r = call("POST", path, tok_trigger, NULL, NULL);
+	assert_problem(&r, 503);
+	resp_free(&r);
+	r = call("GET", "/api/v1/runs/nosuchrun", tok_read, NULL, NULL);
+	assert_problem(&r, 404);
+	resp_free(&r);
+}
+
+static void test_validate(void **state)
+{
+	(void)state;
+	json_t *b = json_pack("{s:s, s:s}", "name", "bad.yaml", "yaml",
+	                      "name: x\nsteps:\n  - name: a\n    type: shel\n");
+	char *s = json_dumps(b, 0);
+	struct resp r = call("POST", "/api/v1/pipelines:validate", tok_read, s, NULL);
+	assert_problem(&r, 422);
+	json_t *e0 = json_array_get(json_object_get(r.json, "errors"), 0);
+	assert_string_equal(json_string_value(json_object_get(e0, "file")), "bad.yaml");
+	assert_int_equal(json_integer_value(json_object_get(e0, "line")), 4);
+	assert_true(json_integer_value(json_object_get(e0, "col")) > 0);
+	resp_free(&r);
+	free(s);
+	json_decref(b);
+	b = json_pack("{s:s}", "yaml", shell_yaml);
+	s = json_dumps(b, 0);
+	r = call("POST", "/api/v1/pipelines:validate", tok_read, s, NULL);
+	assert_int_equal(r.status, 200);
+	assert_true(json_is_true(json_object_get(r.json, "valid")));
+	resp_free(&r);
+	free(s);
+	json_decref(b);
+	r = call("GET", "/api/v1/pipelines/web-test", tok_read, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	/* a run of the pipeline by name */
+	r = call("POST", "/api/v1/runs", tok_trigger, "{\"pipeline\": \"web-test\"}", NULL);
+	assert_int_equal(r.status, 201);
+	resp_free(&r);
+	r = call("POST", "/api/v1/runs", tok_trigger, "{\"pipeline\": \"nope\"}", NULL);
+	assert_problem(&r, 404);
+	resp_free(&r);
+}
+
+static void test_metrics(void **state)
+{
+	(void)state;
+	struct resp r = call("GET", "/metrics", tok_read, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strcasestr(r.head.p, "content-type: text/plain; version=0.0.4"));
+	assert_non_null(strstr(r.body.p, "# TYPE tpuflow_runs gauge\n"));
+	assert_non_null(strstr(r.body.p, "tpuflow_runs{state=\"pending\"} "));
+	assert_non_null(strstr(r.body.p, "tpuflow_api_requests_total{method=\"POST\",route=\"/api/v1/runs\",code=\"201\"} "));
+	assert_non_null(strstr(r.body.p, "tpuflow_build_info{version=\""));
+	resp_free(&r);
+	r = call("GET", "/metrics", NULL, NULL, NULL);
+	assert_problem(&r, 401);
+	resp_free(&r);
+}
+
+static void test_start_refusals(void **state)
+{
+	(void)state;
+	char err[256];
+	struct tf_web *w = NULL;
+	struct tf_web_opts o = {.home = home, .listen = "0.0.0.0:0"};
+	assert_int_equal(tf_web_start(&o, &w, err, sizeof(err)), -EPERM);
+	assert_non_null(strstr(err, "--insecure-http"));
+	o.insecure_http = 1;
+	assert_int_equal(tf_web_start(&o, &w, err, sizeof(err)), 0);
+	tf_web_stop(w);
+	o = (struct tf_web_opts){.home = home, .listen = "127.0.0.1:99999"};
+	assert_int_equal(tf_web_start(&o, &w, err, sizeof(err)), -EINVAL);
+	o = (struct tf_web_opts){.home = home, .listen = "127.0.0.1:0", .tls_cert = "x"};
+	assert_int_equal(tf_web_start(&o, &w, err, sizeof(err)), -EINVAL);
+	assert_int_equal(tf_routes_check(err, sizeof(err)), 0);
+}
+
+static void test_route_match(void **state)
+{
+	(void)state;
+	struct tf_web_req rq = {0};
+	char *allow = NULL;
+	const struct tf_route *r = tf_route_find("POST", "/api/v1/runs/abc:cancel", &rq, &allow);
+	assert_non_null(r);
+	assert_string_equal(r->op, "cancelRun");
+	assert_string_equal(tf_web_param(&rq, "id"), "abc");
+	tf_route_release_params(&rq);
+	r = tf_route_find("GET", "/api/v1/models/m%20x:compare", &rq, &allow);
+	assert_non_null(r);
+	assert_string_equal(r->op, "compareModel");
+	assert_string_equal(tf_web_param(&rq, "name"), "m x");
+	tf_route_release_params(&rq);
+	assert_null(tf_route_find("GET", "/api/v1/runs/a%00b", &rq, &allow));
+	assert_null(allow);
+	assert_null(tf_route_find("GET", "/api/v1/runs//steps", &rq, &allow));
+	free(allow);
+	assert_true(tf_scope_allows(TF_SCOPE_ADMIN, TF_SCOPE_TRIGGER));
+	assert_false(tf_scope_allows(TF_SCOPE_PREDICT, TF_SCOPE_READ));
+	assert_false(tf_scope_allows(TF_SCOPE_READ, TF_SCOPE_PREDICT));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_route_match),     cmocka_unit_test(test_health_and_headers),
+	    cmocka_unit_test(test_routing_errors),  cmocka_unit_test(test_auth_matrix),
+	    cmocka_unit_test(test_idempotency),     cmocka_unit_test(test_pages),
+	    cmocka_unit_test(test_events_and_cancel), cmocka_unit_test(test_validate),
+	    cmocka_unit_test(test_metrics),         cmocka_unit_test(test_start_refusals),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

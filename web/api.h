@@ -1,0 +1,139 @@
+/* api.h — inside the web/ folder: the route table, and the request and response that a
+ * route's handler sees. web/http.c owns the server and calls handlers; web/routes.c holds the
+ * table and the handlers; web/openapi.c turns the table into the OpenAPI document.
+ *
+ * One table drives the router, the authorization check and the OpenAPI document, so a route
+ * cannot be served without being documented and without a scope.
+ */
+#ifndef TF_WEB_API_H
+#define TF_WEB_API_H
+
+#include "orchestrator/diag.h"
+#include "orchestrator/store.h"
+#include "web/server.h"
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Scopes, weakest first: a token of scope S may call routes needing S or less. `predict` is
+ * its own branch (model serving only). TF_SCOPE_UNSET in the table refuses the start. */
+enum tf_scope {
+	TF_SCOPE_UNSET,
+	TF_SCOPE_PUBLIC, /* no token (health, readiness, the OpenAPI document) */
+	TF_SCOPE_READ,
+	TF_SCOPE_TRIGGER,
+	TF_SCOPE_ADMIN,
+	TF_SCOPE_PREDICT,
+	TF_SCOPE_LAST
+};
+const char *tf_scope_name(enum tf_scope s);
+int tf_scope_parse(const char *name, enum tf_scope *out); /* 0 or -EINVAL */
+/* 1 when a token of scope `have` may call a route needing `need`. */
+int tf_scope_allows(enum tf_scope have, enum tf_scope need);
+
+#define TF_WEB_MAX_PARAMS 4
+
+struct tf_web_req {
+	const char *method;
+	const char *path;                     /* without the query */
+	char pnames[TF_WEB_MAX_PARAMS][24];    /* path parameter names from the pattern */
+	char *pvals[TF_WEB_MAX_PARAMS];        /* their decoded values (owned by the server) */
+	int nparams;
+	const char *body; /* request body (NUL-terminated), length body_len */
+	size_t body_len;
+	json_t *json;     /* parsed body when the route takes one */
+	struct tf_store *st;   /* this thread's store handle */
+	struct tf_web *srv;
+	int64_t token_id;      /* caller's token (0 when auth is off) */
+	enum tf_scope scope;   /* caller's scope */
+	void *conn;            /* the server's connection (for query and headers) */
+};
+
+/* A query argument or request header, NULL when absent (borrowed for the request). */
+const char *tf_web_query(const struct tf_web_req *rq, const char *name);
+const char *tf_web_header(const struct tf_web_req *rq, const char *name);
+const char *tf_web_param(const struct tf_web_req *rq, const char *name);
+const struct tf_web_hooks *tf_web_hooks(const struct tf_web *w);
+const char *tf_web_home(const struct tf_web *w);
+
+/* A streamed body (Server-Sent Events, followed logs): fill writes up to `max` bytes into
+ * buf and returns how many, 0 to say "nothing yet" (the server waits a little and asks
+ * again), or -1 at the end. Runs on the connection's own thread. */
+typedef long (*tf_web_stream_fn)(void *ctx, char *buf, size_t max);
+
+struct tf_web_resp {
+	int status;
+	char *body; /* owned; NULL for an empty body */
+	size_t len;
+	const char *type; /* content type (static string) */
+	char *location;   /* Location header (owned) or NULL */
+	char *allow;      /* Allow header (owned) or NULL */
+	int retry_after;  /* Retry-After seconds when > 0 */
+	int replayed;     /* Idempotent-Replayed: true */
+	int wake;         /* call hooks.wake after the commit */
+	tf_web_stream_fn stream;
+	void *stream_ctx;
+	void (*stream_free)(void *ctx);
+};
+
+/* Response helpers: the JSON is consumed (decref'd). */
+void tf_web_json(struct tf_web_resp *rs, int status, json_t *doc);
+/* An RFC 9457 problem: type is about:blank-like per status unless `type` is given. */
+void tf_web_problem(struct tf_web_resp *rs, int status, const char *instance, const char *fmt,
+                    ...) __attribute__((format(printf, 4, 5)));
+/* The same with an `errors` array of {file, line, col, message, hint} from diags. */
+void tf_web_problem_diags(struct tf_web_resp *rs, int status, const char *instance,
+                          const struct tf_diag_list *diags, const char *detail);
+/* Maps a negative errno of a store or hook call to a problem (404/409/422/503/500). */
+void tf_web_problem_errno(struct tf_web_resp *rs, int rc, const char *instance, const char *msg);
+void tf_web_resp_release(struct tf_web_resp *rs);
+
+typedef void (*tf_web_handler)(struct tf_web_req *rq, struct tf_web_resp *rs);
+
+enum tf_route_flags {
+	TF_ROUTE_JSON_BODY = 1 << 0,  /* body must be a JSON object (415 / 400 otherwise) */
+	TF_ROUTE_IDEMPOTENT = 1 << 1, /* creating POST: Idempotency-Key honoured, one transaction */
+	TF_ROUTE_STREAM = 1 << 2,     /* may answer a stream (documented as text/event-stream) */
+};
+
+struct tf_route {
+	const char *method;  /* GET, POST, DELETE */
+	const char *pattern; /* "/api/v1/runs/{id}:cancel" */
+	enum tf_scope scope;
+	tf_web_handler fn;
+	unsigned flags;
+	const char *op;      /* operationId */
+	const char *summary;
+	const char *query;   /* query parameters "name:type:description;..." or NULL */
+	const char *req;     /* request body JSON schema text, NULL when none */
+	const char *resp;    /* 2xx response body JSON schema text */
+	int ok;              /* the success status (200, 201, 202) */
+	const char *resp_type; /* content type of the success (NULL: application/json) */
+};
+
+extern const struct tf_route tf_routes[];
+extern const size_t tf_nroutes;
+
+/* Matches `path` against `pattern`; on success fills rq's params (decoded copies). */
+int tf_route_match(const char *pattern, const char *path, struct tf_web_req *rq);
+/* Finds the route for method+path. Returns the route, or NULL with *allow set to the methods
+ * the path has (a new string; NULL when the path matches nothing = 404). */
+const struct tf_route *tf_route_find(const char *method, const char *path,
+                                     struct tf_web_req *rq, char **allow);
+void tf_route_release_params(struct tf_web_req *rq);
+/* 0 when every route has a scope and a valid schema; else -EINVAL naming the route in err. */
+int tf_routes_check(char *err, size_t errlen);
+
+/* The OpenAPI 3.1 document of the table (a new reference). */
+json_t *tf_openapi_document(void);
+
+/* /metrics text (caller frees *out) from the database plus the server's request counters. */
+int tf_metrics_render(struct tf_web *w, struct tf_store *st, char **out, size_t *len);
+/* Request counters by route pattern and status, with latency. */
+void tf_web_metrics_observe(struct tf_web *w, const char *route, int status, double seconds);
+/* Writes the request counters and latency histogram as exposition text (web/metrics.c). */
+void tf_web_metrics_requests(struct tf_web *w, FILE *f);
+
+#endif

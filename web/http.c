@@ -1,0 +1,910 @@
+/* http.c — owns the HTTP server: libmicrohttpd set-up (limits, timeouts, TLS, the loopback
+ * rule), reading request bodies under a cap, routing through the table of web/routes.c,
+ * authorization by bearer token with a per-token rate limit, Idempotency-Key handling around
+ * creating POSTs, RFC 9457 problem bodies for every error, security headers, streamed
+ * responses, and the pool of store handles the handlers use.
+ *
+ * Threading: one thread per connection (MHD_USE_THREAD_PER_CONNECTION) under a connection
+ * cap. Handlers block on SQLite (a creating POST waits for an fsync'd commit) and streams wait
+ * for new events; with a thread per connection neither holds up other clients, which a small
+ * event-loop pool on a 2-core machine would (libmicrohttpd's flow-control notes: never block
+ * in a callback except in thread-per-connection mode).
+ */
+#include "web/api.h"
+#include "web/tokens.h"
+
+#define TF_LOG_TAG "web"
+#include "common/common.h"
+#include "common/log.h"
+#include "orchestrator/digest.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define IDEM_TTL 86400.0 /* seconds an Idempotency-Key is remembered */
+#define IDEM_MAX 255     /* longest accepted key */
+#define STORE_POOL 16    /* idle store handles kept open */
+#define TOUCH_EVERY 60.0 /* seconds between last_used_at writes per token */
+#define NBUCKETS 64      /* rate-limit buckets (tokens seen recently) */
+
+struct bucket {
+	int64_t id;       /* token id, 0 = free slot */
+	double level;     /* requests left */
+	double at;        /* last refill (monotonic) */
+	double touched;   /* last last_used_at write (wall) */
+};
+
+/* Request counters by route and status, and a latency histogram by route. */
+#define NLAT 12
+static const double lat_bounds[NLAT] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                        0.1,   0.25,   0.5,   1,    2.5,   10};
+struct req_count {
+	int route; /* index in tf_routes, or -1 for no route */
+	int status;
+	uint64_t n;
+};
+struct lat_hist {
+	uint64_t le[NLAT]; /* cumulative at render time; stored per bucket here */
+	uint64_t count;
+	double sum;
+};
+
+struct tf_web {
+	struct MHD_Daemon *d;
+	char *home, *dbpath, *cors;
+	enum tf_web_auth auth;
+	size_t max_body;
+	double rate, burst;
+	int port;
+	struct tf_web_hooks hooks;
+	volatile int stopping;
+	char *openapi; /* the document, serialised once */
+	size_t openapi_len;
+	char *tls_key, *tls_cert;
+
+	pthread_mutex_t lock; /* everything below */
+	struct tf_store *pool[STORE_POOL];
+	int npool;
+	struct bucket buckets[NBUCKETS];
+	struct req_count *counts;
+	size_t ncounts, capcounts;
+	struct lat_hist *lat; /* tf_nroutes + 1 entries, the last for "no route" */
+};
+
+/* Per-connection state between the calls of one request. */
+struct conn {
+	char *body;
+	size_t len, cap;
+	int too_big;
+	double t0;
+};
+
+/* ---- store handles ---------------------------------------------------------------- */
+
+static struct tf_store *store_get(struct tf_web *w, char *err, size_t errlen)
+{
+	pthread_mutex_lock(&w->lock);
+	struct tf_store *st = w->npool ? w->pool[--w->npool] : NULL;
+	pthread_mutex_unlock(&w->lock);
+	if (!st && tf_store_open(w->dbpath, 0, &st, err, errlen))
+		return NULL;
+	return st;
+}
+
+static void store_put(struct tf_web *w, struct tf_store *st)
+{
+	if (!st)
+		return;
+	tf_store_rollback(st);
+	pthread_mutex_lock(&w->lock);
+	if (w->npool < STORE_POOL) {
+		w->pool[w->npool++] = st;
+		st = NULL;
+	}
+	pthread_mutex_unlock(&w->lock);
+	tf_store_close(st);
+}
+
+/* ---- accessors for handlers ----------------------------------------------------------- */
+
+const char *tf_web_query(const struct tf_web_req *rq, const char *name)
+{
+	return rq->conn ? MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, name) : NULL;
+}
+
+const char *tf_web_header(const struct tf_web_req *rq, const char *name)
+{
+	return rq->conn ? MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, name) : NULL;
+}
+
+const char *tf_web_param(const struct tf_web_req *rq, const char *name)
+{
+	for (int i = 0; i < rq->nparams; i++)
+		if (!strcmp(rq->pnames[i], name))
+			return rq->pvals[i];
+	return NULL;
+}
+
+const struct tf_web_hooks *tf_web_hooks(const struct tf_web *w)
+{
+	return &w->hooks;
+}
+
+const char *tf_web_home(const struct tf_web *w)
+{
+	return w->home;
+}
+
+int tf_web_port(const struct tf_web *w)
+{
+	return w ? w->port : -1;
+}
+
+/* ---- responses -------------------------------------------------------------------------- */
+
+void tf_web_resp_release(struct tf_web_resp *rs)
+{
+	free(rs->body);
+	free(rs->location);
+	free(rs->allow);
+	if (rs->stream_free && rs->stream_ctx)
+		rs->stream_free(rs->stream_ctx);
+	memset(rs, 0, sizeof(*rs));
+}
+
+void tf_web_json(struct tf_web_resp *rs, int status, json_t *doc)
+{
+	free(rs->body);
+	rs->status = status;
+	rs->body = json_dumps(doc, JSON_COMPACT);
+	rs->len = rs->body ? strlen(rs->body) : 0;
+	rs->type = "application/json";
+	json_decref(doc);
+}
+
+static const char *status_title(int status)
+{
+	switch (status) {
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 409: return "Conflict";
+	case 413: return "Content Too Large";
+	case 415: return "Unsupported Media Type";
+	case 422: return "Unprocessable Content";
+	case 429: return "Too Many Requests";
+	case 503: return "Service Unavailable";
+	default: return status >= 500 ? "Internal Server Error" : "Error";
+	}
+}
+
+static json_t *problem_doc(int status, const char *instance, const char *detail)
+{
+	return json_pack("{s:s, s:s, s:i, s:s, s:s}", "type", "about:blank", "title",
+	                 status_title(status), "status", status, "detail", detail ? detail : "",
+	                 "instance", instance ? instance : "");
+}
+
+static void set_problem(struct tf_web_resp *rs, int status, json_t *doc)
+{
+	tf_web_json(rs, status, doc);
+	rs->type = "application/problem+json";
+}
+
+void tf_web_problem(struct tf_web_resp *rs, int status, const char *instance, const char *fmt, ...)
+{
+	char detail[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	set_problem(rs, status, problem_doc(status, instance, detail));
+}
+
+void tf_web_problem_diags(struct tf_web_resp *rs, int status, const char *instance,
+                          const struct tf_diag_list *diags, const char *detail)
+{
+	json_t *doc = problem_doc(status, instance, detail);
+	json_t *errs = json_array();
+	for (size_t i = 0; diags && i < diags->n; i++) {
+		const struct tf_diag *d = &diags->items[i];
+		json_array_append_new(
+		    errs, json_pack("{s:s, s:i, s:i, s:s, s:s?, s:s}", "file", d->file ? d->file : "",
+		                    "line", d->line, "col", d->col, "message", d->message, "hint",
+		                    d->hint, "severity",
+		                    d->severity == TF_DIAG_ERROR ? "error" : "warning"));
+	}
+	json_object_set_new(doc, "errors", errs);
+	set_problem(rs, status, doc);
+}
+
+void tf_web_problem_errno(struct tf_web_resp *rs, int rc, const char *instance, const char *msg)
+{
+	int status = rc == -ENOENT ? 404 : rc == -EBUSY ? 409 : rc == -EINVAL ? 422 : 500;
+	tf_web_problem(rs, status, instance, "%s", msg && *msg ? msg : strerror(-rc));
+	if (status == 500)
+		tf_error("%s: %s", instance ? instance : "?", msg && *msg ? msg : strerror(-rc));
+}
+
+/* ---- metrics -------------------------------------------------------------------------- */
+
+void tf_web_metrics_observe(struct tf_web *w, const char *route, int status, double seconds)
+{
+	int ri = -1;
+	for (size_t i = 0; route && i < tf_nroutes; i++)
+		if (tf_routes[i].pattern == route)
+			ri = (int)i;
+	pthread_mutex_lock(&w->lock);
+	size_t k;
+	for (k = 0; k < w->ncounts; k++)
+		if (w->counts[k].route == ri && w->counts[k].status == status)
+			break;
+	if (k == w->ncounts) {
+		if (w->ncounts == w->capcounts) {
+			w->capcounts = w->capcounts ? 2 * w->capcounts : 32;
+			w->counts = tf_xrealloc(w->counts, w->capcounts * sizeof(*w->counts));
+		}
+		w->counts[w->ncounts++] = (struct req_count){ri, status, 0};
+	}
+	w->counts[k].n++;
+	struct lat_hist *h = &w->lat[ri < 0 ? tf_nroutes : (size_t)ri];
+	for (int b = 0; b < NLAT; b++)
+		if (seconds <= lat_bounds[b]) {
+			h->le[b]++;
+			break;
+		}
+	h->count++;
+	h->sum += seconds;
+	pthread_mutex_unlock(&w->lock);
+}
+
+void tf_web_metrics_requests(struct tf_web *w, FILE *f)
+{
+	pthread_mutex_lock(&w->lock);
+	fprintf(f, "# HELP tpuflow_api_requests_total API requests answered, by route and status.\n"
+	           "# TYPE tpuflow_api_requests_total counter\n");
+	for (size_t k = 0; k < w->ncounts; k++) {
+		const struct req_count *c = &w->counts[k];
+		fprintf(f, "tpuflow_api_requests_total{method=\"%s\",route=\"%s\",code=\"%d\"} %llu\n",
+		        c->route < 0 ? "" : tf_routes[c->route].method,
+		        c->route < 0 ? "unmatched" : tf_routes[c->route].pattern, c->status,
+		        (unsigned long long)c->n);
+	}
+	fprintf(f, "# HELP tpuflow_api_request_duration_seconds Time to answer an API request (to "
+	           "the first byte of a stream), by route.\n"
+	           "# TYPE tpuflow_api_request_duration_seconds histogram\n");
+	for (size_t r = 0; r <= tf_nroutes; r++) {
+		const struct lat_hist *h = &w->lat[r];
+		if (!h->count)
+			continue;
+		char lbl[256];
+		snprintf(lbl, sizeof(lbl), "method=\"%s\",route=\"%s\"",
+		         r < tf_nroutes ? tf_routes[r].method : "",
+		         r < tf_nroutes ? tf_routes[r].pattern : "unmatched");
+		uint64_t cum = 0;
+		for (int b = 0; b < NLAT; b++) {
+			cum += h->le[b];
+			fprintf(f, "tpuflow_api_request_duration_seconds_bucket{%s,le=\"%g\"} %llu\n", lbl,
+			        lat_bounds[b], (unsigned long long)cum);
+		}
+		fprintf(f, "tpuflow_api_request_duration_seconds_bucket{%s,le=\"+Inf\"} %llu\n", lbl,
+		        (unsigned long long)h->count);
+		fprintf(f, "tpuflow_api_request_duration_seconds_sum{%s} %.6f\n", lbl, h->sum);
+		fprintf(f, "tpuflow_api_request_duration_seconds_count{%s} %llu\n", lbl,
+		        (unsigned long long)h->count);
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* ---- authorization and rate limit -------------------------------------------------------- */
+
+/* Takes one request from the token's bucket: 0, or seconds until one is available. */
+static int rate_take(struct tf_web *w, int64_t id, int *touch)
+{
+	double now = tf_now_monotonic(), wall = tf_now_wall();
+	int wait = 0, victim = 0;
+	pthread_mutex_lock(&w->lock);
+	struct bucket *b = NULL;
+	for (int i = 0; i < NBUCKETS; i++) {
+		if (w->buckets[i].id == id) {
+			b = &w->buckets[i];
+			break;
+		}
+		if (w->buckets[i].at < w->buckets[victim].at)
+			victim = i;
+	}
+	if (!b) { /* the least recently refilled bucket makes room */
+		b = &w->buckets[victim];
+		*b = (struct bucket){.id = id, .level = w->burst, .at = now, .touched = 0};
+	}
+	b->level += (now - b->at) * w->rate;
+	if (b->level > w->burst)
+		b->level = w->burst;
+	b->at = now;
+	if (b->level >= 1) {
+		b->level -= 1;
+	} else {
+		wait = (int)((1 - b->level) / w->rate) + 1;
+	}
+	*touch = wall - b->touched >= TOUCH_EVERY;
+	if (*touch)
+		b->touched = wall;
+	pthread_mutex_unlock(&w->lock);
+	return wait;
+}
+
+/* 0 when the request may proceed (rq->token_id/scope set); else a problem in rs. */
+static int authorize(struct tf_web *w, const struct tf_route *r, struct tf_web_req *rq,
+                     struct tf_web_resp *rs)
+{
+	if (r->scope == TF_SCOPE_PUBLIC || w->auth == TF_WEB_AUTH_NONE) {
+		rq->token_id = 0;
+		rq->scope = w->auth == TF_WEB_AUTH_NONE ? TF_SCOPE_ADMIN : TF_SCOPE_PUBLIC;
+		return 0;
+	}
+	const char *h = tf_web_header(rq, MHD_HTTP_HEADER_AUTHORIZATION);
+	if (!h || strncasecmp(h, "Bearer ", 7)) {
+		tf_web_problem(rs, 401, rq->path,
+		               "this route needs a bearer token of scope '%s' (Authorization: Bearer "
+		               "tpf_...; make one with `tpuflow tokens create`)",
+		               tf_scope_name(r->scope));
+		return -1;
+	}
+	const char *tok = h + 7;
+	while (*tok == ' ')
+		tok++;
+	int64_t id = 0;
+	enum tf_scope scope = TF_SCOPE_UNSET;
+	int rc = tf_token_verify(rq->st, tok, tf_now_wall(), &id, &scope);
+	if (rc == -EKEYREVOKED || rc == -EKEYEXPIRED || rc == -EACCES) {
+		tf_web_problem(rs, 401, rq->path, "%s",
+		               rc == -EKEYREVOKED   ? "the token was revoked"
+		               : rc == -EKEYEXPIRED ? "the token has expired"
+		                                    : "the token is not known");
+		return -1;
+	}
+	if (rc) {
+		tf_web_problem(rs, 503, rq->path, "cannot check the token: %s", tf_store_errmsg(rq->st));
+		return -1;
+	}
+	if (!tf_scope_allows(scope, r->scope)) {
+		tf_web_problem(rs, 403, rq->path, "this route needs scope '%s'; the token has '%s'",
+		               tf_scope_name(r->scope), tf_scope_name(scope));
+		return -1;
+	}
+	int touch = 0, wait = rate_take(w, id, &touch);
+	if (wait) {
+		tf_web_problem(rs, 429, rq->path,
+		               "more than %g requests per second for this token; retry in %d s",
+		               w->rate, wait);
+		rs->retry_after = wait;
+		return -1;
+	}
+	if (touch && tf_token_touch(rq->st, id, tf_now_wall()))
+		tf_warn("cannot record the use of token %lld: %s", (long long)id,
+		        tf_store_errmsg(rq->st));
+	rq->token_id = id;
+	rq->scope = scope;
+	return 0;
+}
+
+/* ---- idempotency -------------------------------------------------------------------------- */
+
+static void request_digest(const struct tf_web_req *rq, char hex[65])
+{
+	struct tf_sha256 *h = tf_sha256_new();
+	tf_sha256_update_str(h, rq->method);
+	tf_sha256_update_str(h, rq->path);
+	tf_sha256_update(h, rq->body ? rq->body : "", rq->body_len);
+	tf_sha256_final(h, hex);
+}
+
+/* Runs a creating handler inside one write transaction together with its idempotency
+ * record. Without a key the handler still runs in one transaction. */
+static void run_idempotent(const struct tf_route *r, struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	const char *raw = tf_web_header(rq, "Idempotency-Key");
+	char key[IDEM_MAX + 1] = "";
+	if (raw) { /* a Structured-Field string may come quoted */
+		size_t n = strlen(raw);
+		if (n >= 2 && raw[0] == '"' && raw[n - 1] == '"') {
+			raw++;
+			n -= 2;
+		}
+		if (n == 0 || n > IDEM_MAX) {
+			tf_web_problem(rs, 400, rq->path,
+			               "Idempotency-Key must be 1 to %d characters (a UUID is a good key)",
+			               IDEM_MAX);
+			return;
+		}
+		memcpy(key, raw, n);
+		key[n] = 0;
+	}
+	char digest[65];
+	request_digest(rq, digest);
+	int rc = tf_store_begin(rq->st);
+	if (rc) {
+		tf_web_problem(rs, 503, rq->path, "the state database is busy: %s",
+		               tf_store_errmsg(rq->st));
+		rs->retry_after = 1;
+		return;
+	}
+	double now = tf_now_wall();
+	if (*key) {
+		struct tf_stmt *s = tf_store_query(
+		    rq->st,
+		    "SELECT digest, status, response, location FROM idempotency_keys "
+		    "WHERE token_id=? AND key=? AND created_at>?",
+		    "itd", rq->token_id, key, now - IDEM_TTL);
+		int found = s ? tf_stmt_step(s) : -EIO;
+		if (found == 1) {
+			if (strcmp(tf_stmt_text(s, 0), digest)) {
+				tf_web_problem(rs, 422, rq->path,
+				               "Idempotency-Key '%s' was used with a different request in "
+				               "the last 24 h; use a new key for a new request",
+				               key);
+			} else {
+				rs->status = (int)tf_stmt_int(s, 1);
+				rs->body = tf_stmt_strdup(s, 2);
+				rs->len = rs->body ? strlen(rs->body) : 0;
+				rs->type = rs->status < 300 ? "application/json" : "application/problem+json";
+				rs->location = tf_stmt_strdup(s, 3);
+				rs->replayed = 1;
+			}
+		}
+		tf_stmt_done(s);
+		if (found) {
+			tf_store_rollback(rq->st);
+			if (found < 0)
+				tf_web_problem(rs, 500, rq->path, "%s", tf_store_errmsg(rq->st));
+			return;
+		}
+	}
+	r->fn(rq, rs);
+	if (rs->status < 200 || rs->status >= 300) { /* nothing stored: the client may retry */
+		tf_store_rollback(rq->st);
+		return;
+	}
+	if (*key) {
+		rc = tf_store_run(rq->st, "DELETE FROM idempotency_keys WHERE created_at<=?", "d",
+		                  now - IDEM_TTL);
+		if (!rc)
+			rc = tf_store_run(rq->st,
+			                  "INSERT OR REPLACE INTO idempotency_keys(token_id, key, digest, "
+			                  "status, response, location, created_at) "
+			                  "VALUES(?, ?, ?, ?, ?, ?, ?)",
+			                  "ittittd", rq->token_id, key, digest, (int64_t)rs->status,
+			                  rs->body ? rs->body : "", rs->location, now);
+	}
+	if (!rc)
+		rc = tf_store_commit(rq->st);
+	if (rc) {
+		tf_store_rollback(rq->st);
+		tf_web_resp_release(rs);
+		tf_web_problem(rs, 503, rq->path, "could not commit: %s", tf_store_errmsg(rq->st));
+		rs->retry_after = 1;
+	}
+}
+
+/* ---- dispatch ----------------------------------------------------------------------------- */
+
+static int is_json_type(const char *ct)
+{
+	if (!ct)
+		return 0;
+	size_t n = strcspn(ct, ";");
+	while (n && ct[n - 1] == ' ')
+		n--;
+	return (n == 16 && !strncasecmp(ct, "application/json", 16)) ||
+	       (n == 24 && !strncasecmp(ct, "application/problem+json", 24));
+}
+
+/* The whole request: route, authorize, parse, run. Fills rs; returns the route or NULL. */
+static const struct tf_route *dispatch(struct tf_web *w, struct tf_web_req *rq,
+                                       struct tf_web_resp *rs, int too_big)
+{
+	char *allow = NULL;
+	const struct tf_route *r = tf_route_find(rq->method, rq->path, rq, &allow);
+	if (!r) {
+		if (allow) {
+			tf_web_problem(rs, 405, rq->path, "%s is not allowed here; allowed: %s",
+			               rq->method, allow);
+			rs->allow = allow;
+		} else {
+			tf_web_problem(rs, 404, rq->path, "no such route; the routes are listed in "
+			                                  "/api/v1/openapi.json");
+		}
+		return NULL;
+	}
+	char err[256];
+	rq->st = store_get(w, err, sizeof(err));
+	if (!rq->st) {
+		tf_web_problem(rs, 503, rq->path, "cannot open the state database: %s", err);
+		rs->retry_after = 1;
+		return r;
+	}
+	if (authorize(w, r, rq, rs))
+		return r;
+	if (too_big) {
+		tf_web_problem(rs, 413, rq->path, "the request body is larger than %zu bytes",
+		               w->max_body);
+		return r;
+	}
+	if (r->flags & TF_ROUTE_JSON_BODY) {
+		if (!is_json_type(tf_web_header(rq, MHD_HTTP_HEADER_CONTENT_TYPE))) {
+			tf_web_problem(rs, 415, rq->path,
+			               "send the body as Content-Type: application/json");
+			return r;
+		}
+		json_error_t je;
+		rq->json = json_loadb(rq->body ? rq->body : "", rq->body_len,
+		                      JSON_REJECT_DUPLICATES, &je);
+		if (!rq->json) {
+			tf_web_problem(rs, 400, rq->path,
+			               "the body is not valid JSON: %s at byte offset %d (line %d, "
+			               "column %d)",
+			               je.text, je.position, je.line, je.column);
+			return r;
+		}
+		if (!json_is_object(rq->json)) {
+			tf_web_problem(rs, 400, rq->path, "the body must be a JSON object");
+			return r;
+		}
+	}
+	if (r->flags & TF_ROUTE_IDEMPOTENT)
+		run_idempotent(r, rq, rs);
+	else
+		r->fn(rq, rs);
+	if (!rs->status)
+		tf_web_problem(rs, 500, rq->path, "the handler gave no answer");
+	return r;
+}
+
+/* ---- libmicrohttpd glue ------------------------------------------------------------------- */
+
+struct stream {
+	struct tf_web *w;
+	tf_web_stream_fn fn;
+	void *ctx;
+	void (*free_fn)(void *);
+	double last; /* last time bytes went out (monotonic) */
+};
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	(void)pos;
+	struct stream *s = cls;
+	for (;;) {
+		if (s->w->stopping)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		long n = s->fn(s->ctx, buf, max);
+		if (n < 0)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		if (n > 0) {
+			s->last = tf_now_monotonic();
+			return n;
+		}
+		if (tf_now_monotonic() - s->last >= 10 && max >= 12) { /* keep the connection */
+			memcpy(buf, ": keepalive\n\n", 13);
+			s->last = tf_now_monotonic();
+			return 13;
+		}
+		struct timespec ts = {0, 200 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void stream_free(void *cls)
+{
+	struct stream *s = cls;
+	if (s->free_fn)
+		s->free_fn(s->ctx);
+	free(s);
+}
+
+static void add_common_headers(struct tf_web *w, struct MHD_Response *resp)
+{
+	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+	MHD_add_response_header(resp, "X-Frame-Options", "DENY");
+	MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+	MHD_add_response_header(resp, "Content-Security-Policy", "default-src 'none'");
+	MHD_add_response_header(resp, "Cache-Control", "no-store");
+	if (w->tls_cert)
+		MHD_add_response_header(resp, "Strict-Transport-Security", "max-age=31536000");
+	if (w->cors) {
+		MHD_add_response_header(resp, "Access-Control-Allow-Origin", w->cors);
+		MHD_add_response_header(resp, "Vary", "Origin");
+	}
+}
+
+static enum MHD_Result send_resp(struct tf_web *w, struct MHD_Connection *c,
+                                 struct tf_web_resp *rs)
+{
+	struct MHD_Response *resp;
+	if (rs->stream) {
+		struct stream *s = tf_xcalloc(1, sizeof(*s));
+		*s = (struct stream){w, rs->stream, rs->stream_ctx, rs->stream_free, tf_now_monotonic()};
+		rs->stream_ctx = NULL; /* the response owns it now */
+		resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s,
+		                                         stream_free);
+		if (!resp) {
+			stream_free(s);
+			return MHD_NO;
+		}
+	} else {
+		resp = rs->body ? MHD_create_response_from_buffer(rs->len, rs->body,
+		                                                  MHD_RESPMEM_MUST_FREE)
+		                : MHD_create_response_from_buffer(0, (void *)"",
+		                                                  MHD_RESPMEM_PERSISTENT);
+		if (!resp)
+			return MHD_NO;
+		rs->body = NULL; /* the response frees it */
+	}
+	add_common_headers(w, resp);
+	if (rs->type)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, rs->type);
+	if (rs->location)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, rs->location);
+	if (rs->allow)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rs->allow);
+	if (rs->replayed)
+		MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+	if (rs->status == 401)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	if (rs->retry_after > 0) {
+		char ra[16];
+		snprintf(ra, sizeof(ra), "%d", rs->retry_after);
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+	}
+	enum MHD_Result ret = MHD_queue_response(c, (unsigned)rs->status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload, size_t *upload_size, void **con_cls)
+{
+	(void)version;
+	struct tf_web *w = cls;
+	struct conn *cn = *con_cls;
+	if (!cn) {
+		cn = tf_xcalloc(1, sizeof(*cn));
+		cn->t0 = tf_now_monotonic();
+		*con_cls = cn;
+		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+		                                             MHD_HTTP_HEADER_CONTENT_LENGTH);
+		if (cl && strtoull(cl, NULL, 10) > w->max_body)
+			cn->too_big = 1; /* answered once the headers are checked; body discarded */
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		if (!cn->too_big && cn->len + *upload_size > w->max_body)
+			cn->too_big = 1;
+		if (!cn->too_big) {
+			if (cn->len + *upload_size + 1 > cn->cap) {
+				cn->cap = (cn->len + *upload_size + 1) * 2;
+				if (cn->cap > w->max_body + 1)
+					cn->cap = w->max_body + 1;
+				cn->body = tf_xrealloc(cn->body, cn->cap);
+			}
+			memcpy(cn->body + cn->len, upload, *upload_size);
+			cn->len += *upload_size;
+			cn->body[cn->len] = 0;
+		}
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	struct tf_web_req rq = {.method = method, .path = url, .body = cn->body,
+	                        .body_len = cn->len, .srv = w, .conn = c};
+	struct tf_web_resp rs = {0};
+	const struct tf_route *r = dispatch(w, &rq, &rs, cn->too_big);
+	store_put(w, rq.st);
+	json_decref(rq.json);
+	tf_route_release_params(&rq);
+	if (rs.wake && w->hooks.wake && rs.status >= 200 && rs.status < 300 && !rs.replayed)
+		w->hooks.wake(w->hooks.ctx);
+	int status = rs.status;
+	enum MHD_Result ret = send_resp(w, c, &rs);
+	tf_web_resp_release(&rs);
+	tf_web_metrics_observe(w, r ? r->pattern : NULL, status, tf_now_monotonic() - cn->t0);
+	return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+	(void)cls;
+	(void)c;
+	(void)toe;
+	struct conn *cn = *con_cls;
+	if (cn) {
+		free(cn->body);
+		free(cn);
+	}
+	*con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	(void)cls;
+	char msg[512];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	msg[strcspn(msg, "\n")] = 0;
+	tf_warn("libmicrohttpd: %s", msg);
+}
+
+/* ---- start and stop ----------------------------------------------------------------------- */
+
+/* Parses "HOST:PORT" / "[V6]:PORT" / "PORT" into a socket address. */
+static int parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *sl, int *loopback)
+{
+	char host[128] = "127.0.0.1";
+	const char *port = s;
+	if (s[0] == '[') {
+		const char *e = strchr(s, ']');
+		if (!e || (size_t)(e - s - 1) >= sizeof(host) || e[1] != ':')
+			return -EINVAL;
+		memcpy(host, s + 1, (size_t)(e - s - 1));
+		host[e - s - 1] = 0;
+		port = e + 2;
+	} else if (strchr(s, ':')) {
+		const char *e = strrchr(s, ':');
+		if ((size_t)(e - s) >= sizeof(host))
+			return -EINVAL;
+		memcpy(host, s, (size_t)(e - s));
+		host[e - s] = 0;
+		port = e + 1;
+	}
+	char *end;
+	long p = strtol(port, &end, 10);
+	if (!*port || *end || p < 0 || p > 65535)
+		return -EINVAL;
+	memset(ss, 0, sizeof(*ss));
+	struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+	if (!strcmp(host, "localhost"))
+		strcpy(host, "127.0.0.1");
+	if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+		a4->sin_family = AF_INET;
+		a4->sin_port = htons((uint16_t)p);
+		*sl = sizeof(*a4);
+		*loopback = (ntohl(a4->sin_addr.s_addr) >> 24) == 127;
+	} else if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
+		a6->sin6_family = AF_INET6;
+		a6->sin6_port = htons((uint16_t)p);
+		*sl = sizeof(*a6);
+		*loopback = IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr);
+	} else {
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static void web_free(struct tf_web *w)
+{
+	for (int i = 0; i < w->npool; i++)
+		tf_store_close(w->pool[i]);
+	free(w->home);
+	free(w->dbpath);
+	free(w->cors);
+	free(w->openapi);
+	free(w->tls_key);
+	free(w->tls_cert);
+	free(w->counts);
+	free(w->lat);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+}
+
+int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, size_t errlen)
+{
+	int rc = tf_routes_check(err, errlen);
+	if (rc)
+		return rc;
+	struct sockaddr_storage ss;
+	socklen_t sl = 0;
+	int loopback = 0;
+	const char *listen = o->listen && *o->listen ? o->listen : "127.0.0.1:8470";
+	if (parse_listen(listen, &ss, &sl, &loopback)) {
+		tf_errf(err, errlen, "cannot read the listen address '%s' (want HOST:PORT)", listen);
+		return -EINVAL;
+	}
+	int tls = o->tls_cert && o->tls_key;
+	if ((o->tls_cert != NULL) != (o->tls_key != NULL)) {
+		tf_errf(err, errlen, "TLS needs both a certificate and a key (--tls-cert, --tls-key)");
+		return -EINVAL;
+	}
+	if (!loopback && !tls && !o->insecure_http) {
+		tf_errf(err, errlen,
+		        "refusing to serve plain HTTP on the non-loopback address '%s': give "
+		        "--tls-cert/--tls-key, or --insecure-http if something in front terminates TLS",
+		        listen);
+		return -EPERM;
+	}
+	struct tf_web *w = tf_xcalloc(1, sizeof(*w));
+	pthread_mutex_init(&w->lock, NULL);
+	w->home = tf_xstrdup(o->home ? o->home : ".tpuflow");
+	w->dbpath = tf_xasprintf("%s/%s", w->home, TF_STORE_FILE);
+	w->cors = o->cors_origin ? tf_xstrdup(o->cors_origin) : NULL;
+	w->auth = o->auth;
+	w->max_body = o->max_body ? o->max_body : 1 << 20;
+	w->rate = o->rate > 0 ? o->rate : 100;
+	w->burst = o->burst > 0 ? o->burst : 10 * w->rate;
+	w->hooks = o->hooks;
+	w->lat = tf_xcalloc(tf_nroutes + 1, sizeof(*w->lat));
+	struct tf_store *st = NULL;
+	rc = tf_store_open_home(w->home, &st, err, errlen);
+	if (rc) {
+		web_free(w);
+		return rc;
+	}
+	w->pool[w->npool++] = st;
+	if (tls) {
+		size_t n;
+		if (tf_read_file(o->tls_cert, 1 << 20, &w->tls_cert, &n) ||
+		    tf_read_file(o->tls_key, 1 << 20, &w->tls_key, &n)) {
+			tf_errf(err, errlen, "cannot read the TLS certificate '%s' or key '%s'",
+			        o->tls_cert, o->tls_key);
+			web_free(w);
+			return -ENOENT;
+		}
+		if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+			tf_errf(err, errlen, "this libmicrohttpd was built without TLS");
+			web_free(w);
+			return -ENOTSUP;
+		}
+	}
+	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+	                 MHD_USE_POLL | MHD_USE_ERROR_LOG | (tls ? MHD_USE_TLS : 0) |
+	                 (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+	struct MHD_OptionItem opts[] = {
+	    {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, NULL}, /* first, to catch all */
+	    {MHD_OPTION_SOCK_ADDR, 0, &ss},
+	    {MHD_OPTION_CONNECTION_LIMIT, o->max_conns ? o->max_conns : 256, NULL},
+	    {MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s ? o->timeout_s : 30, NULL},
+	    {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, NULL},
+	    {MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL},
+	    {tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, w->tls_cert},
+	    {tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, w->tls_key},
+	    {MHD_OPTION_END, 0, NULL},
+	};
+	w->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, w, MHD_OPTION_ARRAY, opts,
+	                        MHD_OPTION_END);
+	if (!w->d) {
+		tf_errf(err, errlen, "cannot listen on %s (in use, or not an address of this host?)",
+		        listen);
+		web_free(w);
+		return -EADDRINUSE;
+	}
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(w->d, MHD_DAEMON_INFO_BIND_PORT);
+	w->port = info ? info->port : 0;
+	if (w->auth == TF_WEB_AUTH_NONE)
+		tf_warn("AUTH IS OFF (--auth none): anyone who can reach %s may start, cancel and read "
+		        "runs and manage tokens",
+		        listen);
+	tf_info("serving the API on %s://%s (port %d)", tls ? "https" : "http", listen, w->port);
+	*out = w;
+	return 0;
+}
+
+void tf_web_stop(struct tf_web *w)
+{
+	if (!w)
+		return;
+	w->stopping = 1;
+	MHD_stop_daemon(w->d);
+	web_free(w);
+}

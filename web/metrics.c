@@ -1,0 +1,194 @@
+/* metrics.c — owns GET /metrics: the Prometheus text exposition format 0.0.4 of what the
+ * state database holds (runs and steps by state, step durations, the slice queue, chips in
+ * use per pool, slice-seconds per project) plus the server's own request counters, and the
+ * build. Every family has its HELP and TYPE lines; names carry the tpuflow_ prefix, counters
+ * end in _total and durations are in _seconds. */
+#include "web/api.h"
+
+#include "common/common.h"
+#include "orchestrator/state.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const double dur_bounds[] = {1, 5, 15, 60, 300, 900, 3600, 14400};
+
+/* A label value with \, " and newline escaped. */
+static void label_value(FILE *f, const char *v)
+{
+	for (; v && *v; v++) {
+		if (*v == '\\' || *v == '"')
+			fputc('\\', f), fputc(*v, f);
+		else if (*v == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*v, f);
+	}
+}
+
+/* `family{label="value"} n` for each row of (text, number) from sql, every state named in
+ * `all` appearing (0 when absent). */
+static int by_state(FILE *f, struct tf_store *st, const char *family, const char *help,
+                    const char *sql, const char *const *all, int nall)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", family, help, family);
+	int64_t counts[16] = {0};
+	struct tf_stmt *s = tf_store_query(st, sql, "");
+	if (!s)
+		return -EIO;
+	int rc;
+	while ((rc = tf_stmt_step(s)) == 1)
+		for (int i = 0; i < nall && i < 16; i++)
+			if (tf_stmt_text(s, 0) && !strcmp(tf_stmt_text(s, 0), all[i]))
+				counts[i] = tf_stmt_int(s, 1);
+	tf_stmt_done(s);
+	for (int i = 0; i < nall; i++)
+		fprintf(f, "%s{state=\"%s\"} %lld\n", family, all[i], (long long)counts[i]);
+	return rc < 0 ? rc : 0;
+}
+
+static int step_durations(FILE *f, struct tf_store *st)
+{
+	enum { NB = TF_ARRAY_LEN(dur_bounds) };
+	fprintf(f, "# HELP tpuflow_step_duration_seconds Wall time of finished steps, by step "
+	           "type and final state.\n# TYPE tpuflow_step_duration_seconds histogram\n");
+	/* One row per (type, state, bucket) computed by SQLite, so a home with many runs costs
+	 * one scan and no per-row work here. */
+	struct tf_stmt *s = tf_store_query(
+	    st,
+	    "SELECT type, state, count(*), sum(d), "
+	    "sum(d<=1), sum(d<=5), sum(d<=15), sum(d<=60), sum(d<=300), sum(d<=900), "
+	    "sum(d<=3600), sum(d<=14400) FROM (SELECT type, state, finished_at-started_at AS d "
+	    "FROM steps WHERE finished_at IS NOT NULL AND started_at IS NOT NULL) "
+	    "GROUP BY type, state ORDER BY type, state",
+	    "");
+	if (!s)
+		return -EIO;
+	int rc;
+	while ((rc = tf_stmt_step(s)) == 1) {
+		char lbl[256];
+		snprintf(lbl, sizeof(lbl), "type=\"%s\",state=\"%s\"", tf_stmt_text(s, 0),
+		         tf_stmt_text(s, 1));
+		for (int b = 0; b < NB; b++)
+			fprintf(f, "tpuflow_step_duration_seconds_bucket{%s,le=\"%g\"} %lld\n", lbl,
+			        dur_bounds[b], (long long)tf_stmt_int(s, 4 + b));
+		fprintf(f, "tpuflow_step_duration_seconds_bucket{%s,le=\"+Inf\"} %lld\n", lbl,
+		        (long long)tf_stmt_int(s, 2));
+		fprintf(f, "tpuflow_step_duration_seconds_sum{%s} %.6f\n", lbl, tf_stmt_double(s, 3));
+		fprintf(f, "tpuflow_step_duration_seconds_count{%s} %lld\n", lbl,
+		        (long long)tf_stmt_int(s, 2));
+	}
+	tf_stmt_done(s);
+	return rc < 0 ? rc : 0;
+}
+
+static int slices(FILE *f, struct tf_store *st, double now)
+{
+	int64_t waiting = 0;
+	double oldest = 0;
+	struct tf_stmt *s = tf_store_query(
+	    st,
+	    "SELECT count(*), coalesce(min(queued_at), 0) FROM slice_jobs WHERE finished_at IS "
+	    "NULL AND box_x IS NULL AND queued_at IS NOT NULL",
+	    "");
+	if (!s)
+		return -EIO;
+	if (tf_stmt_step(s) == 1) {
+		waiting = tf_stmt_int(s, 0);
+		oldest = waiting ? now - tf_stmt_double(s, 1) : 0;
+	}
+	tf_stmt_done(s);
+	fprintf(f,
+	        "# HELP tpuflow_queue_length Train attempts waiting for a slice.\n"
+	        "# TYPE tpuflow_queue_length gauge\ntpuflow_queue_length %lld\n"
+	        "# HELP tpuflow_queue_oldest_wait_seconds How long the longest-waiting attempt has "
+	        "waited (0 when none waits).\n"
+	        "# TYPE tpuflow_queue_oldest_wait_seconds gauge\n"
+	        "tpuflow_queue_oldest_wait_seconds %.3f\n",
+	        (long long)waiting, oldest < 0 ? 0 : oldest);
+
+	fprintf(f, "# HELP tpuflow_chips Chips of each pool, by state (busy: held by a placed "
+	           "attempt; free: the rest of the pool's torus).\n# TYPE tpuflow_chips gauge\n");
+	s = tf_store_query(st,
+	                   "SELECT pool, pool_spec, sum(CASE WHEN finished_at IS NULL AND box_x IS "
+	                   "NOT NULL THEN chips ELSE 0 END) FROM slice_jobs WHERE pool IS NOT NULL "
+	                   "GROUP BY pool, pool_spec ORDER BY pool",
+	                   "");
+	if (!s)
+		return -EIO;
+	int rc;
+	while ((rc = tf_stmt_step(s)) == 1) {
+		const char *pool = tf_stmt_text(s, 0), *spec = tf_stmt_text(s, 1);
+		long long busy = tf_stmt_int(s, 2), total = 0;
+		int a = 0, b = 0, c = 0;
+		const char *colon = spec ? strchr(spec, ':') : NULL;
+		if (colon && sscanf(colon + 1, "%dx%dx%d", &a, &b, &c) == 3)
+			total = (long long)a * b * c;
+		fprintf(f, "tpuflow_chips{pool=\"");
+		label_value(f, pool);
+		fprintf(f, "\",state=\"busy\"} %lld\n", busy);
+		if (total) {
+			fprintf(f, "tpuflow_chips{pool=\"");
+			label_value(f, pool);
+			fprintf(f, "\",state=\"free\"} %lld\n", total > busy ? total - busy : 0);
+		}
+	}
+	tf_stmt_done(s);
+	if (rc < 0)
+		return rc;
+
+	fprintf(f, "# HELP tpuflow_slice_seconds_total Slice-seconds used by finished train "
+	           "attempts, by scheduler project.\n# TYPE tpuflow_slice_seconds_total counter\n");
+	s = tf_store_query(st,
+	                   "SELECT coalesce(project, 'default'), sum(coalesce(slice_seconds, 0)) "
+	                   "FROM slice_jobs GROUP BY 1 ORDER BY 1",
+	                   "");
+	if (!s)
+		return -EIO;
+	while ((rc = tf_stmt_step(s)) == 1) {
+		fprintf(f, "tpuflow_slice_seconds_total{project=\"");
+		label_value(f, tf_stmt_text(s, 0));
+		fprintf(f, "\"} %.3f\n", tf_stmt_double(s, 1));
+	}
+	tf_stmt_done(s);
+	return rc < 0 ? rc : 0;
+}
+
+int tf_metrics_render(struct tf_web *w, struct tf_store *st, char **out, size_t *len)
+{
+	static const char *const run_states[] = {"pending", "running", "succeeded", "failed",
+	                                         "interrupted"};
+	static const char *const step_states[] = {"pending", "running", "retrying", "succeeded",
+	                                          "cached",  "skipped", "failed"};
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
+	if (!f)
+		return -ENOMEM;
+	fprintf(f, "# HELP tpuflow_build_info The running build (always 1).\n"
+	           "# TYPE tpuflow_build_info gauge\ntpuflow_build_info{version=\"%s\"} 1\n",
+	        TF_VERSION);
+	int rc = by_state(f, st, "tpuflow_runs", "Runs in the state database, by state.",
+	                  "SELECT state, count(*) FROM runs GROUP BY state", run_states,
+	                  TF_ARRAY_LEN(run_states));
+	if (!rc)
+		rc = by_state(f, st, "tpuflow_steps", "Steps of every run, by state.",
+		              "SELECT state, count(*) FROM steps GROUP BY state", step_states,
+		              TF_ARRAY_LEN(step_states));
+	if (!rc)
+		rc = step_durations(f, st);
+	if (!rc)
+		rc = slices(f, st, tf_now_wall());
+	if (!rc && w)
+		tf_web_metrics_requests(w, f);
+	fclose(f);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	*out = buf;
+	*len = n;
+	return 0;
+}

@@ -1,0 +1,186 @@
+/* openapi.c — owns the OpenAPI 3.1 document of the API, built from the route table of
+ * web/routes.c (paths, parameters, scopes, request and response schemas) plus the shared
+ * component schemas below. */
+#include "web/api.h"
+
+#include "common/common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Shared schemas the table refers to with #/components/schemas/NAME. */
+static const char components[] =
+    "{"
+    "\"Problem\":{\"type\":\"object\",\"required\":[\"type\",\"title\",\"status\"],"
+    " \"description\":\"RFC 9457 problem details\",\"properties\":{"
+    "  \"type\":{\"type\":\"string\"},\"title\":{\"type\":\"string\"},"
+    "  \"status\":{\"type\":\"integer\"},\"detail\":{\"type\":\"string\"},"
+    "  \"instance\":{\"type\":\"string\"},"
+    "  \"errors\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
+    "   \"required\":[\"file\",\"line\",\"col\",\"message\"],\"properties\":{"
+    "   \"file\":{\"type\":\"string\"},\"line\":{\"type\":\"integer\"},"
+    "   \"col\":{\"type\":\"integer\"},\"message\":{\"type\":\"string\"},"
+    "   \"hint\":{\"type\":\"string\"},\"severity\":{\"enum\":[\"error\",\"warning\"]}}}}}},"
+    "\"RunState\":{\"enum\":[\"pending\",\"running\",\"succeeded\",\"failed\","
+    " \"interrupted\"]},"
+    "\"RunSummary\":{\"type\":\"object\",\"required\":[\"id\",\"pipeline\",\"state\","
+    " \"created_at\",\"steps\",\"done\"],\"properties\":{"
+    "  \"id\":{\"type\":\"string\"},\"pipeline\":{\"type\":\"string\"},"
+    "  \"state\":{\"$ref\":\"#/components/schemas/RunState\"},"
+    "  \"created_at\":{\"type\":\"number\"},\"started_at\":{\"type\":[\"number\",\"null\"]},"
+    "  \"finished_at\":{\"type\":[\"number\",\"null\"]},\"steps\":{\"type\":\"integer\"},"
+    "  \"done\":{\"type\":\"integer\"},\"error\":{\"type\":[\"string\",\"null\"]},"
+    "  \"retry_of\":{\"type\":[\"string\",\"null\"]}}},"
+    "\"RunPage\":{\"type\":\"object\",\"required\":[\"items\",\"next\"],\"properties\":{"
+    "  \"items\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/components/schemas/RunSummary\"}},"
+    "  \"next\":{\"type\":[\"string\",\"null\"],\"description\":\"the next page, null at the "
+    "end\"}}},"
+    "\"Step\":{\"type\":\"object\",\"required\":[\"name\",\"type\",\"state\",\"attempts\"],"
+    " \"properties\":{\"name\":{\"type\":\"string\"},\"type\":{\"type\":\"string\"},"
+    "  \"state\":{\"enum\":[\"pending\",\"running\",\"retrying\",\"succeeded\",\"cached\","
+    "   \"skipped\",\"failed\"]},\"attempts\":{\"type\":\"integer\"}}},"
+    "\"Run\":{\"type\":\"object\",\"required\":[\"id\",\"pipeline\",\"state\",\"steps\"],"
+    " \"properties\":{\"id\":{\"type\":\"string\"},\"pipeline\":{\"type\":\"string\"},"
+    "  \"state\":{\"$ref\":\"#/components/schemas/RunState\"},"
+    "  \"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}},"
+    "  \"steps\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/components/schemas/Step\"}}}},"
+    "\"RunRequest\":{\"type\":\"object\",\"additionalProperties\":false,"
+    " \"oneOf\":[{\"required\":[\"pipeline\"]},{\"required\":[\"yaml\"]}],\"properties\":{"
+    "  \"pipeline\":{\"type\":\"string\",\"description\":\"a registered pipeline's name\"},"
+    "  \"yaml\":{\"type\":\"string\",\"description\":\"the pipeline file's text\"},"
+    "  \"params\":{\"type\":\"object\",\"additionalProperties\":"
+    "   {\"type\":[\"string\",\"number\",\"boolean\"]}},"
+    "  \"priority\":{\"type\":\"integer\",\"minimum\":-1000,\"maximum\":1000},"
+    "  \"project\":{\"type\":\"string\"},"
+    "  \"labels\":{\"type\":\"object\",\"additionalProperties\":"
+    "   {\"type\":[\"string\",\"number\",\"boolean\"]}}}},"
+    "\"RunCreated\":{\"type\":\"object\",\"required\":[\"id\",\"state\",\"events\"],"
+    " \"properties\":{\"id\":{\"type\":\"string\"},\"state\":{\"const\":\"pending\"},"
+    "  \"labels\":{\"type\":\"object\"},\"events\":{\"type\":\"string\"}}},"
+    "\"RunAction\":{\"type\":\"object\",\"required\":[\"id\",\"action\"],\"properties\":{"
+    "  \"id\":{\"type\":\"string\"},\"action\":{\"enum\":[\"cancel\",\"retry\",\"resume\"]},"
+    "  \"of\":{\"type\":\"string\"}}},"
+    "\"Token\":{\"type\":\"object\",\"required\":[\"id\",\"name\",\"prefix\",\"scope\","
+    " \"created_at\"],\"properties\":{\"id\":{\"type\":\"integer\"},"
+    "  \"name\":{\"type\":\"string\"},\"prefix\":{\"type\":\"string\"},"
+    "  \"scope\":{\"enum\":[\"read\",\"trigger\",\"admin\",\"predict\"]},"
+    "  \"created_at\":{\"type\":\"number\"},\"expires_at\":{\"type\":[\"number\",\"null\"]},"
+    "  \"revoked_at\":{\"type\":[\"number\",\"null\"]},"
+    "  \"last_used_at\":{\"type\":[\"number\",\"null\"]},"
+    "  \"token\":{\"type\":\"string\",\"description\":\"the secret, only when created\"}}}"
+    "}";
+
+static json_t *problem_response(const char *why)
+{
+	return json_pack("{s:s, s:{s:{s:{s:s}}}}", "description", why, "content",
+	                 "application/problem+json", "schema", "$ref",
+	                 "#/components/schemas/Problem");
+}
+
+static json_t *operation(const struct tf_route *r)
+{
+	json_t *op = json_pack("{s:s, s:s, s:[s]}", "operationId", r->op, "summary", r->summary,
+	                       "tags", strncmp(r->pattern, "/api/v1/", 8) ? "service"
+	                                                                   : "api");
+	json_t *params = json_array();
+	for (const char *p = strchr(r->pattern, '{'); p; p = strchr(p + 1, '{')) {
+		const char *e = strchr(p, '}');
+		char name[32];
+		snprintf(name, sizeof(name), "%.*s", (int)(e - p - 1), p + 1);
+		json_array_append_new(params, json_pack("{s:s, s:s, s:b, s:{s:s}}", "name", name, "in",
+		                                        "path", "required", 1, "schema", "type",
+		                                        "string"));
+	}
+	for (const char *q = r->query; q && *q;) { /* "name:type:description;..." */
+		const char *c1 = strchr(q, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		const char *end = q + strcspn(q, ";");
+		if (!c1 || !c2 || c2 > end)
+			break;
+		char *name = tf_xasprintf("%.*s", (int)(c1 - q), q);
+		char *type = tf_xasprintf("%.*s", (int)(c2 - c1 - 1), c1 + 1);
+		char *desc = tf_xasprintf("%.*s", (int)(end - c2 - 1), c2 + 1);
+		json_array_append_new(params, json_pack("{s:s, s:s, s:s, s:{s:s}}", "name", name, "in",
+		                                        "query", "description", desc, "schema",
+		                                        "type", type));
+		free(name);
+		free(type);
+		free(desc);
+		q = *end ? end + 1 : end;
+	}
+	if (r->flags & TF_ROUTE_IDEMPOTENT)
+		json_array_append_new(
+		    params,
+		    json_pack("{s:s, s:s, s:s, s:{s:s, s:i}}", "name", "Idempotency-Key", "in",
+		              "header", "description",
+		              "the same key with the same body within 24 h replays the first "
+		              "response (Idempotent-Replayed: true); with another body: 422",
+		              "schema", "type", "string", "maxLength", 255));
+	if (r->flags & TF_ROUTE_STREAM && strstr(r->pattern, "events"))
+		json_array_append_new(params,
+		                      json_pack("{s:s, s:s, s:{s:s}}", "name", "Last-Event-ID", "in",
+		                                "header", "schema", "type", "string"));
+	if (json_array_size(params))
+		json_object_set_new(op, "parameters", params);
+	else
+		json_decref(params);
+	if (r->req)
+		json_object_set_new(op, "requestBody",
+		                    json_pack("{s:b, s:{s:{s:o}}}", "required", 1, "content",
+		                              "application/json", "schema",
+		                              json_loads(r->req, 0, NULL)));
+	char code[8];
+	snprintf(code, sizeof(code), "%d", r->ok);
+	json_t *responses = json_object();
+	json_object_set_new(responses, code,
+	                    json_pack("{s:s, s:{s:{s:o}}}", "description", r->summary, "content",
+	                              r->resp_type ? r->resp_type : "application/json", "schema",
+	                              json_loads(r->resp, 0, NULL)));
+	if (r->scope != TF_SCOPE_PUBLIC) {
+		json_object_set_new(responses, "401",
+		                    problem_response("no token, or an unknown, revoked or expired one"));
+		json_object_set_new(responses, "403", problem_response("the token's scope is too low"));
+		json_object_set_new(responses, "429",
+		                    problem_response("over the token's rate limit (Retry-After)"));
+	}
+	json_object_set_new(responses, "default", problem_response("any other error"));
+	json_object_set_new(op, "responses", responses);
+	json_object_set_new(op, "security",
+	                    r->scope == TF_SCOPE_PUBLIC
+	                        ? json_array()
+	                        : json_pack("[{s:[]}]", "bearer"));
+	json_object_set_new(op, "x-tpuflow-scope", json_string(tf_scope_name(r->scope)));
+	return op;
+}
+
+json_t *tf_openapi_document(void)
+{
+	json_t *paths = json_object();
+	for (size_t i = 0; i < tf_nroutes; i++) {
+		const struct tf_route *r = &tf_routes[i];
+		json_t *item = json_object_get(paths, r->pattern);
+		if (!item) {
+			item = json_object();
+			json_object_set_new(paths, r->pattern, item);
+		}
+		char m[8];
+		size_t k = 0;
+		for (; r->method[k] && k < sizeof(m) - 1; k++)
+			m[k] = (char)(r->method[k] | 0x20);
+		m[k] = 0;
+		json_object_set_new(item, m, operation(r));
+	}
+	json_t *doc = json_pack(
+	    "{s:s, s:{s:s, s:s, s:s}, s:[{s:s}], s:o, s:{s:o, s:{s:{s:s, s:s, s:s}}},"
+	    " s:[{s:[]}], s:[{s:s, s:s}, {s:s, s:s}]}",
+	    "openapi", "3.1.0", "info", "title", "tpuflow API", "version", TF_VERSION,
+	    "description",
+	    "Trigger, watch and manage tpuflow pipeline runs. Errors are RFC 9457 problem details; "
+	    "scopes are read < trigger < admin (predict for model serving).",
+	    "servers", "url", "/", "paths", paths,
+	    "components", "schemas", json_loads(components, 0, NULL), "securitySchemes", "bearer",
+	    "type", "http", "scheme", "bearer", "description",
+	    "a tpf_ token from `tpuflow tokens create`", "security", "bearer", "tags", "name", "api",
+	    "description", "the REST API", "name", "service", "description",
+	    "health, readiness and metrics");
+	return doc;
+}

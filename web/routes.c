@@ -1,0 +1,1267 @@
+/* routes.c — owns the route table of the API and the handlers behind it: runs (list with
+ * filters and cursor pages, show, steps, logs, submit, cancel, retry, resume), live events
+ * as Server-Sent Events from the database, pipeline validation, the model registry, the
+ * slice pool and its queue, tokens, health, readiness, the OpenAPI document and /metrics.
+ *
+ * Each entry names its scope and its schemas; web/http.c routes and authorizes from the same
+ * table, web/openapi.c documents it. Schemas refer to the components of web/openapi.c.
+ */
+#include "web/api.h"
+#include "web/tokens.h"
+
+#define TF_LOG_TAG "web"
+#include "common/common.h"
+#include "common/log.h"
+#include "orchestrator/pipeline.h"
+#include "orchestrator/registry.h"
+#include "orchestrator/slices.h"
+#include "orchestrator/state.h"
+#include "storage/objstore.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- scopes ----------------------------------------------------------------------------- */
+
+static const char *const scope_names[TF_SCOPE_LAST] = {"unset", "public", "read",
+                                                       "trigger", "admin", "predict"};
+
+const char *tf_scope_name(enum tf_scope s)
+{
+	return (unsigned)s < TF_SCOPE_LAST ? scope_names[s] : "?";
+}
+
+int tf_scope_parse(const char *name, enum tf_scope *out)
+{
+	for (int i = TF_SCOPE_READ; name && i < TF_SCOPE_LAST; i++)
+		if (!strcmp(name, scope_names[i])) {
+			*out = (enum tf_scope)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+int tf_scope_allows(enum tf_scope have, enum tf_scope need)
+{
+	if (need == TF_SCOPE_PUBLIC)
+		return 1;
+	if (need == TF_SCOPE_PREDICT)
+		return have == TF_SCOPE_PREDICT || have == TF_SCOPE_ADMIN;
+	return have != TF_SCOPE_PREDICT && have >= need && have < TF_SCOPE_LAST;
+}
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+
+static json_t *col_text(struct tf_stmt *s, int c)
+{
+	const char *t = tf_stmt_text(s, c);
+	return t ? json_string(t) : json_null();
+}
+
+static json_t *col_real(struct tf_stmt *s, int c)
+{
+	return tf_stmt_is_null(s, c) ? json_null() : json_real(tf_stmt_double(s, c));
+}
+
+static int is_final(const char *state)
+{
+	return state && (!strcmp(state, "succeeded") || !strcmp(state, "failed") ||
+	                 !strcmp(state, "interrupted"));
+}
+
+/* Resolves the {id} parameter (a full id, a unique prefix or "latest"); 404 otherwise. */
+static int run_param(struct tf_web_req *rq, struct tf_web_resp *rs, char id[32])
+{
+	const char *p = tf_web_param(rq, "id");
+	int rc = p && strlen(p) < 32 ? tf_run_find(rq->st, p, id) : -ENOENT;
+	if (rc == -EEXIST)
+		tf_web_problem(rs, 409, rq->path, "'%s' matches more than one run; give more of the id",
+		               p);
+	else if (rc)
+		tf_web_problem(rs, 404, rq->path, "no run '%s'", p ? p : "");
+	return rc;
+}
+
+/* Parses an integer query argument in [min, max], defaulting to def; 400 on junk. */
+static int query_int(struct tf_web_req *rq, struct tf_web_resp *rs, const char *name,
+                     long long min, long long max, long long def, long long *out)
+{
+	const char *v = tf_web_query(rq, name);
+	if (!v) {
+		*out = def;
+		return 0;
+	}
+	char *end;
+	long long x = strtoll(v, &end, 10);
+	if (!*v || *end || x < min || x > max) {
+		tf_web_problem(rs, 400, rq->path, "query '%s' wants a whole number from %lld to %lld",
+		               name, min, max);
+		return -1;
+	}
+	*out = x;
+	return 0;
+}
+
+static json_t *labels_of(struct tf_store *st, const char *run)
+{
+	json_t *o = json_object();
+	struct tf_stmt *s =
+	    tf_store_query(st, "SELECT key, value FROM run_labels WHERE run_id=?", "t", run);
+	while (s && tf_stmt_step(s) == 1)
+		json_object_set_new(o, tf_stmt_text(s, 0), json_string(tf_stmt_text(s, 1)));
+	tf_stmt_done(s);
+	return o;
+}
+
+/* ---- health ------------------------------------------------------------------------------- */
+
+static void h_healthz(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	(void)rq;
+	tf_web_json(rs, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static void h_readyz(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	const struct tf_web_hooks *h = tf_web_hooks(rq->srv);
+	int64_t one = 0;
+	int db = tf_store_query_int(rq->st, &one, "SELECT 1", "");
+	int ready = !db && (!h->ready || h->ready(h->ctx));
+	if (!ready) {
+		tf_web_problem(rs, 503, rq->path, "%s",
+		               db ? "the state database does not answer" : "the daemon is not ready");
+		rs->retry_after = 1;
+		return;
+	}
+	tf_web_json(rs, 200, json_pack("{s:s, s:b}", "status", "ready", "daemon", h->submit != NULL));
+}
+
+static void h_openapi(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	(void)rq;
+	tf_web_json(rs, 200, tf_openapi_document());
+}
+
+static void h_metrics(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	char *text = NULL;
+	size_t len = 0;
+	int rc = tf_metrics_render(rq->srv, rq->st, &text, &len);
+	if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	rs->status = 200;
+	rs->body = text;
+	rs->len = len;
+	rs->type = "text/plain; version=0.0.4; charset=utf-8";
+}
+
+/* ---- runs --------------------------------------------------------------------------------- */
+
+static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	long long limit, since_i;
+	if (query_int(rq, rs, "limit", 1, 500, 50, &limit) ||
+	    query_int(rq, rs, "since", 0, 1LL << 40, 0, &since_i))
+		return;
+	const char *state = tf_web_query(rq, "state"), *pipe = tf_web_query(rq, "pipeline");
+	const char *label = tf_web_query(rq, "label"), *cursor = tf_web_query(rq, "cursor");
+	enum tf_run_state sv;
+	if (state && tf_run_state_parse(state, &sv)) {
+		tf_web_problem(rs, 400, rq->path,
+		               "unknown state '%s' (pending, running, succeeded, failed, interrupted)",
+		               state);
+		return;
+	}
+	char lkey[128] = "", *lval = NULL;
+	if (label) {
+		const char *eq = strchr(label, '=');
+		size_t kn = eq ? (size_t)(eq - label) : strlen(label);
+		if (!kn || kn >= sizeof(lkey)) {
+			tf_web_problem(rs, 400, rq->path, "label wants KEY=VALUE or KEY");
+			return;
+		}
+		memcpy(lkey, label, kn);
+		lkey[kn] = 0;
+		lval = eq ? (char *)eq + 1 : NULL;
+	}
+	struct tf_stmt *s = tf_store_query(
+	    rq->st,
+	    "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
+	    "(SELECT count(*) FROM steps WHERE run_id=r.id), "
+	    "(SELECT count(*) FROM steps WHERE run_id=r.id AND state IN "
+	    "('succeeded','cached','skipped')), r.error, r.retry_of "
+	    "FROM runs r WHERE (?1 IS NULL OR r.state=?1) AND (?2 IS NULL OR r.pipeline=?2) "
+	    "AND r.created_at>=?3 "
+	    "AND (?4 IS NULL OR EXISTS (SELECT 1 FROM run_labels l WHERE l.run_id=r.id AND "
+	    "l.key=?4 AND (?5 IS NULL OR l.value=?5))) "
+	    "AND (?6 IS NULL OR (r.created_at, r.id) < "
+	    "(SELECT created_at, id FROM runs WHERE id=?6)) "
+	    "ORDER BY r.created_at DESC, r.id DESC LIMIT ?7",
+	    "ttdttti", state, pipe, (double)since_i, label ? lkey : NULL, lval, cursor,
+	    (int64_t)limit + 1);
+	if (!s) {
+		tf_web_problem_errno(rs, -EIO, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	json_t *items = json_array();
+	char last[32] = "";
+	int rc, more = 0;
+	while ((rc = tf_stmt_step(s)) == 1) {
+		if ((long long)json_array_size(items) == limit) {
+			more = 1;
+			break;
+		}
+		json_t *o = json_pack(
+		    "{s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:o, s:o}", "id", col_text(s, 0),
+		    "pipeline", col_text(s, 1), "state", col_text(s, 2), "created_at", col_real(s, 3),
+		    "started_at", col_real(s, 4), "finished_at", col_real(s, 5), "steps",
+		    (json_int_t)tf_stmt_int(s, 6), "done", (json_int_t)tf_stmt_int(s, 7), "error",
+		    col_text(s, 8), "retry_of", col_text(s, 9));
+		snprintf(last, sizeof(last), "%s", tf_stmt_text(s, 0));
+		json_array_append_new(items, o);
+	}
+	tf_stmt_done(s);
+	if (rc < 0) {
+		json_decref(items);
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	json_t *next = json_null();
+	if (more) {
+		char *u = tf_xasprintf("/api/v1/runs?limit=%lld&cursor=%s%s%s%s%s%s%s", limit, last,
+		                       state ? "&state=" : "", state ? state : "",
+		                       pipe ? "&pipeline=" : "", pipe ? pipe : "",
+		                       label ? "&label=" : "", label ? label : "");
+		next = json_string(u);
+		free(u);
+	}
+	tf_web_json(rs, 200, json_pack("{s:o, s:o}", "items", items, "next", next));
+}
+
+static void h_run_show(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	char id[32];
+	if (run_param(rq, rs, id))
+		return;
+	json_t *d = NULL;
+	int rc = tf_run_describe(rq->st, id, &d);
+	if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	json_object_set_new(d, "labels", labels_of(rq->st, id));
+	tf_web_json(rs, 200, d);
+}
+
+static void h_run_steps(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	char id[32];
+	if (run_param(rq, rs, id))
+		return;
+	json_t *d = NULL;
+	int rc = tf_run_describe(rq->st, id, &d);
+	if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	json_t *steps = json_incref(json_object_get(d, "steps"));
+	json_decref(d);
+	tf_web_json(rs, 200, json_pack("{s:s, s:o}", "run_id", id, "items", steps));
+}
+
+/* ---- logs --------------------------------------------------------------------------------- */
+
+/* Logs of a step's attempts, read from the run's object store. */
+struct logs_stream {
+	struct tf_web *w;
+	struct tf_store *st;
+	struct tf_objstore *os;
+	char run[32], step[128];
+	int sent;          /* attempts whose log went out */
+	char *pending;     /* bytes not yet handed to the server */
+	size_t plen, poff;
+	int done;
+};
+
+/* The log of attempt n, or NULL when not (yet) stored; *final set when the step is final. */
+static char *attempt_log(struct tf_store *st, struct tf_objstore *os, const char *run,
+                         const char *step, int n, size_t *len)
+{
+	char *key = NULL;
+	if (tf_store_query_text(st, &key,
+	                        "SELECT log_key FROM attempts WHERE run_id=? AND step=? AND n=?",
+	                        "tti", run, step, (int64_t)n) ||
+	    !key)
+		return NULL;
+	void *data = NULL;
+	if (!os || tf_objstore_get(os, key, &data, len))
+		data = NULL;
+	free(key);
+	return data;
+}
+
+static long logs_fill(void *ctx, char *buf, size_t max)
+{
+	struct logs_stream *l = ctx;
+	if (l->poff < l->plen) {
+		size_t n = l->plen - l->poff < max ? l->plen - l->poff : max;
+		memcpy(buf, l->pending + l->poff, n);
+		l->poff += n;
+		return (long)n;
+	}
+	if (l->done)
+		return -1;
+	enum tf_step_state state;
+	int attempts = 0;
+	if (tf_step_get_state(l->st, l->run, l->step, &state, &attempts))
+		return -1;
+	size_t len = 0;
+	char *text = l->sent < attempts ? attempt_log(l->st, l->os, l->run, l->step, l->sent + 1,
+	                                              &len)
+	                                : NULL;
+	if (text) {
+		free(l->pending);
+		l->pending = tf_xasprintf("==> attempt %d <==\n%.*s", l->sent + 1, (int)len, text);
+		free(text);
+		l->plen = strlen(l->pending);
+		l->poff = 0;
+		l->sent++;
+		return logs_fill(ctx, buf, max);
+	}
+	if (tf_step_state_final(state) && l->sent >= attempts)
+		l->done = 1;
+	else if (tf_step_state_final(state)) /* an attempt without a stored log */
+		l->sent++;
+	return l->done ? -1 : 0;
+}
+
+static void logs_free(void *ctx)
+{
+	struct logs_stream *l = ctx;
+	tf_store_close(l->st);
+	tf_objstore_free(l->os);
+	free(l->pending);
+	free(l);
+}
+
+static struct tf_objstore *run_objstore(struct tf_store *st, const char *run)
+{
+	char *url = NULL;
+	struct tf_objstore *os = NULL;
+	char err[256];
+	if (!tf_store_query_text(st, &url, "SELECT storage FROM runs WHERE id=?", "t", run) && url &&
+	    tf_objstore_open(url, &os, err, sizeof(err)))
+		os = NULL;
+	free(url);
+	return os;
+}
+
+static void h_step_logs(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	char id[32];
+	if (run_param(rq, rs, id))
+		return;
+	const char *step = tf_web_param(rq, "step");
+	enum tf_step_state state;
+	int attempts = 0;
+	if (!step || strlen(step) >= 128 ||
+	    tf_step_get_state(rq->st, id, step, &state, &attempts)) {
+		tf_web_problem(rs, 404, rq->path, "run %s has no step '%s'", id, step ? step : "");
+		return;
+	}
+	const char *follow = tf_web_query(rq, "follow");
+	struct logs_stream *l = tf_xcalloc(1, sizeof(*l));
+	l->w = rq->srv;
+	snprintf(l->run, sizeof(l->run), "%s", id);
+	snprintf(l->step, sizeof(l->step), "%s", step);
+	l->os = run_objstore(rq->st, id);
+	if (follow && !strcmp(follow, "true")) {
+		char err[256];
+		char *path = tf_xasprintf("%s/%s", tf_web_home(rq->srv), TF_STORE_FILE);
+		int rc = tf_store_open(path, 0, &l->st, err, sizeof(err));
+		free(path);
+		if (rc) {
+			logs_free(l);
+			tf_web_problem(rs, 503, rq->path, "cannot open the state database: %s", err);
+			return;
+		}
+		rs->status = 200;
+		rs->type = "text/plain; charset=utf-8";
+		rs->stream = logs_fill;
+		rs->stream_ctx = l;
+		rs->stream_free = logs_free;
+		return;
+	}
+	/* Not following: everything stored now, as one body. */
+	FILE *f = open_memstream(&rs->body, &rs->len);
+	for (int n = 1; f && n <= attempts; n++) {
+		size_t len = 0;
+		char *text = attempt_log(rq->st, l->os, id, step, n, &len);
+		if (!text)
+			continue;
+		fprintf(f, "==> attempt %d <==\n", n);
+		fwrite(text, 1, len, f);
+		free(text);
+	}
+	if (f)
+		fclose(f);
+	logs_free(l);
+	rs->status = 200;
+	rs->type = "text/plain; charset=utf-8";
+}
+
+/* ---- events (Server-Sent Events) ------------------------------------------------------- */
+
+struct events_stream {
+	struct tf_store *st;
+	char run[32];      /* one run, or "" for every run */
+	int64_t last;      /* last id sent (per-run id, or the global sequence) */
+	char *pending;
+	size_t plen, poff;
+	int ended;
+};
+
+static void sse_event(FILE *f, const char *event, const char *id, json_t *data)
+{
+	char *d = json_dumps(data, JSON_COMPACT);
+	fprintf(f, "event: %s\nid: %s\ndata: %s\n\n", event, id, d ? d : "{}");
+	free(d);
+}
+
+/* Fetches the next batch of events as SSE text; 0 with pending set, or nothing new. */
+static int events_batch(struct events_stream *e)
+{
+	struct tf_stmt *s =
+	    *e->run ? tf_store_query(e->st,
+	                             "SELECT id, run_id, at, step, attempt, kind, from_state, "
+	                             "to_state, message FROM events WHERE run_id=? AND id>? "
+	                             "ORDER BY id LIMIT 200",
+	                             "ti", e->run, e->last)
+	            : tf_store_query(e->st,
+	                             "SELECT q.seq, e.run_id, e.at, e.step, e.attempt, e.kind, "
+	                             "e.from_state, e.to_state, e.message FROM event_seq q "
+	                             "JOIN events e ON e.run_id=q.run_id AND e.id=q.id "
+	                             "WHERE q.seq>? ORDER BY q.seq LIMIT 200",
+	                             "i", e->last);
+	if (!s)
+		return -EIO;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	int rc;
+	while ((rc = tf_stmt_step(s)) == 1) {
+		e->last = tf_stmt_int(s, 0);
+		char id[32];
+		snprintf(id, sizeof(id), "%lld", (long long)e->last);
+		json_t *d = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "run_id",
+		                      col_text(s, 1), "at", col_real(s, 2), "step", col_text(s, 3),
+		                      "attempt",
+		                      tf_stmt_is_null(s, 4) ? json_null()
+		                                            : json_integer(tf_stmt_int(s, 4)),
+		                      "kind", col_text(s, 5), "from", col_text(s, 6), "to",
+		                      col_text(s, 7), "message", col_text(s, 8));
+		sse_event(f, tf_stmt_text(s, 5) ? tf_stmt_text(s, 5) : "event", id, d);
+		json_decref(d);
+	}
+	tf_stmt_done(s);
+	fclose(f);
+	if (rc < 0) {
+		free(buf);
+		return rc;
+	}
+	free(e->pending);
+	e->pending = buf;
+	e->plen = len;
+	e->poff = 0;
+	return 0;
+}
+
+static long events_fill(void *ctx, char *buf, size_t max)
+{
+	struct events_stream *e = ctx;
+	if (e->poff >= e->plen) {
+		if (e->ended)
+			return -1;
+		/* Read the run's state before the batch: a final state seen here means every
+		 * event of the run is already committed, so the batch below holds the last ones. */
+		char *state = NULL;
+		if (*e->run)
+			tf_store_query_text(e->st, &state, "SELECT state FROM runs WHERE id=?", "t",
+			                    e->run);
+		int final = is_final(state);
+		if (events_batch(e))
+			e->ended = 1;
+		if (final && e->plen == 0) {
+			free(e->pending);
+			json_t *d = json_pack("{s:s, s:s}", "run_id", e->run, "state", state);
+			FILE *f = open_memstream(&e->pending, &e->plen);
+			char id[32];
+			snprintf(id, sizeof(id), "%lld", (long long)e->last);
+			sse_event(f, "end", id, d);
+			fclose(f);
+			json_decref(d);
+			e->poff = 0;
+			e->ended = 1;
+		}
+		free(state);
+		if (e->plen == 0)
+			return e->ended ? -1 : 0;
+	}
+	size_t n = e->plen - e->poff < max ? e->plen - e->poff : max;
+	memcpy(buf, e->pending + e->poff, n);
+	e->poff += n;
+	return (long)n;
+}
+
+static void events_free(void *ctx)
+{
+	struct events_stream *e = ctx;
+	tf_store_close(e->st);
+	free(e->pending);
+	free(e);
+}
+
+static void events_start(struct tf_web_req *rq, struct tf_web_resp *rs, const char *run)
+{
+	const char *from = tf_web_header(rq, "Last-Event-ID");
+	if (!from)
+		from = tf_web_query(rq, "after");
+	int64_t last = 0;
+	if (from) {
+		char *end;
+		long long v = strtoll(from, &end, 10);
+		if (!*from || *end || v < 0) {
+			tf_web_problem(rs, 400, rq->path,
+			               "Last-Event-ID wants the id of an event this stream sent");
+			return;
+		}
+		last = v;
+	}
+	struct events_stream *e = tf_xcalloc(1, sizeof(*e));
+	snprintf(e->run, sizeof(e->run), "%s", run ? run : "");
+	e->last = last;
+	char err[256];
+	char *path = tf_xasprintf("%s/%s", tf_web_home(rq->srv), TF_STORE_FILE);
+	int rc = tf_store_open(path, 0, &e->st, err, sizeof(err));
+	free(path);
+	if (rc) {
+		events_free(e);
+		tf_web_problem(rs, 503, rq->path, "cannot open the state database: %s", err);
+		return;
+	}
+	/* Tell the client how soon to come back (SSE `retry:`) before the first event. */
+	e->pending = tf_xstrdup("retry: 2000\n\n");
+	e->plen = strlen(e->pending);
+	rs->status = 200;
+	rs->type = "text/event-stream";
+	rs->stream = events_fill;
+	rs->stream_ctx = e;
+	rs->stream_free = events_free;
+}
+
+static void h_run_events(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	char id[32];
+	if (run_param(rq, rs, id))
+		return;
+	events_start(rq, rs, id);
+}
+
+static void h_events(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	events_start(rq, rs, NULL);
+}
+
+/* ---- submitting and acting on runs ----------------------------------------------------- */
+
+static int hook_missing(struct tf_web_req *rq, struct tf_web_resp *rs, const void *hook)
+{
+	if (hook)
+		return 0;
+	tf_web_problem(rs, 503, rq->path,
+	               "this server has no daemon attached to run work; start `tpuflow daemon`");
+	return 1;
+}
+
+/* Checks a JSON object of strings/numbers/booleans; 0 or a 422 in rs. */
+static int string_map(struct tf_web_req *rq, struct tf_web_resp *rs, const char *field,
+                      json_t *obj, json_t **out)
+{
+	*out = json_object();
+	if (!obj)
+		return 0;
+	if (!json_is_object(obj)) {
+		tf_web_problem(rs, 422, rq->path, "'%s' must be an object of name: value", field);
+		return -1;
+	}
+	const char *k;
+	json_t *v;
+	json_object_foreach(obj, k, v)
+	{
+		char num[64];
+		const char *sv = json_string_value(v);
+		if (json_is_integer(v))
+			snprintf(num, sizeof(num), "%lld", (long long)json_integer_value(v)), sv = num;
+		else if (json_is_real(v))
+			snprintf(num, sizeof(num), "%.17g", json_real_value(v)), sv = num;
+		else if (json_is_boolean(v))
+			sv = json_is_true(v) ? "true" : "false";
+		if (!sv || !*k || strlen(k) > 128) {
+			tf_web_problem(rs, 422, rq->path,
+			               "'%s.%s' must be a string, number or boolean (names up to 128 "
+			               "characters)",
+			               field, k);
+			return -1;
+		}
+		json_object_set_new(*out, k, json_string(sv));
+	}
+	return 0;
+}
+
+static void h_runs_create(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	const struct tf_web_hooks *h = tf_web_hooks(rq->srv);
+	if (hook_missing(rq, rs, h->submit))
+		return;
+	json_t *b = rq->json, *params = NULL, *labels = NULL;
+	const char *k;
+	json_t *v;
+	json_object_foreach(b, k, v)
+	{
+		static const char *const known[] = {"pipeline", "yaml", "params", "priority",
+		                                    "project", "labels", NULL};
+		int ok = 0;
+		for (int i = 0; known[i]; i++)
+			ok |= !strcmp(k, known[i]);
+		if (!ok) {
+			const char *sug = tf_diag_suggest(k, known);
+			tf_web_problem(rs, 422, rq->path, "unknown field '%s'%s%s%s", k,
+			               sug ? " (did you mean '" : "", sug ? sug : "", sug ? "'?)" : "");
+			return;
+		}
+	}
+	json_t *jp = json_object_get(b, "pipeline"), *jy = json_object_get(b, "yaml");
+	json_t *jprio = json_object_get(b, "priority"), *jproj = json_object_get(b, "project");
+	if ((jp != NULL) == (jy != NULL) || (jp && !json_is_string(jp)) ||
+	    (jy && !json_is_string(jy))) {
+		tf_web_problem(rs, 422, rq->path,
+		               "give exactly one of 'pipeline' (a registered pipeline's name) or "
+		               "'yaml' (the pipeline file's text)");
+		return;
+	}
+	if ((jprio && (!json_is_integer(jprio) || json_integer_value(jprio) < -1000 ||
+	               json_integer_value(jprio) > 1000)) ||
+	    (jproj && (!json_is_string(jproj) || json_string_length(jproj) > 128))) {
+		tf_web_problem(rs, 422, rq->path,
+		               "'priority' must be an integer from -1000 to 1000 and 'project' a "
+		               "string of up to 128 characters");
+		return;
+	}
+	if (string_map(rq, rs, "params", json_object_get(b, "params"), &params) ||
+	    string_map(rq, rs, "labels", json_object_get(b, "labels"), &labels)) {
+		json_decref(params);
+		json_decref(labels);
+		return;
+	}
+	char *pj = json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS);
+	struct tf_web_submit sub = {
+	    .pipeline = json_string_value(jp),
+	    .yaml = json_string_value(jy),
+	    .yaml_len = jy ? json_string_length(jy) : 0,
+	    .params_json = pj,
+	    .priority = jprio ? (int)json_integer_value(jprio) : 0,
+	    .project = json_string_value(jproj),
+	};
+	char run[32] = "", err[512] = "";
+	struct tf_diag_list diags = {0};
+	int rc = h->submit(h->ctx, rq->st, &sub, run, &diags, err, sizeof(err));
+	free(pj);
+	if (rc == -EINVAL && diags.n) {
+		tf_web_problem_diags(rs, 422, rq->path, &diags,
+		                     *err ? err : "the pipeline has errors");
+	} else if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path, err);
+	} else {
+		json_object_foreach(labels, k, v)
+		{
+			rc = tf_store_run(rq->st,
+			                  "INSERT INTO run_labels(run_id, key, value) VALUES(?, ?, ?)",
+			                  "ttt", run, k, json_string_value(v));
+			if (rc)
+				break;
+		}
+		if (rc) {
+			tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		} else {
+			char *ev = tf_xasprintf("/api/v1/runs/%s/events", run);
+			tf_web_json(rs, 201,
+			            json_pack("{s:s, s:s, s:O, s:s}", "id", run, "state", "pending",
+			                      "labels", labels, "events", ev));
+			free(ev);
+			rs->location = tf_xasprintf("/api/v1/runs/%s", run);
+			rs->wake = 1;
+		}
+	}
+	tf_diag_list_release(&diags);
+	json_decref(params);
+	json_decref(labels);
+}
+
+static void run_action(struct tf_web_req *rq, struct tf_web_resp *rs, const char *what)
+{
+	const struct tf_web_hooks *h = tf_web_hooks(rq->srv);
+	int (*act)(void *, struct tf_store *, const char *, char[32], char *, size_t) =
+	    !strcmp(what, "retry") ? h->retry : h->resume;
+	int cancel = !strcmp(what, "cancel");
+	if (hook_missing(rq, rs, cancel ? (const void *)h->cancel : (const void *)act))
+		return;
+	char id[32], out[32] = "", err[512] = "";
+	if (run_param(rq, rs, id))
+		return;
+	int rc = cancel ? h->cancel(h->ctx, rq->st, id, err, sizeof(err))
+	                : act(h->ctx, rq->st, id, out, err, sizeof(err));
+	if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path, err);
+		return;
+	}
+	if (cancel) {
+		tf_web_json(rs, 202, json_pack("{s:s, s:s}", "id", id, "action", "cancel"));
+	} else {
+		tf_web_json(rs, !strcmp(what, "retry") ? 201 : 202,
+		            json_pack("{s:s, s:s, s:s}", "id", *out ? out : id, "action", what,
+		                      "of", id));
+		rs->location = tf_xasprintf("/api/v1/runs/%s", *out ? out : id);
+	}
+	rs->wake = 1;
+}
+
+static void h_run_cancel(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	run_action(rq, rs, "cancel");
+}
+
+static void h_run_retry(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	run_action(rq, rs, "retry");
+}
+
+static void h_run_resume(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	run_action(rq, rs, "resume");
+}
+
+/* ---- pipelines ---------------------------------------------------------------------------- */
+
+static void h_pipeline_validate(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_t *jy = json_object_get(rq->json, "yaml"), *jn = json_object_get(rq->json, "name");
+	if (!json_is_string(jy) || (jn && !json_is_string(jn))) {
+		tf_web_problem(rs, 422, rq->path,
+		               "give 'yaml' (the pipeline file's text) and optionally 'name' (the "
+		               "file name used in diagnostics)");
+		return;
+	}
+	const char *name = jn ? json_string_value(jn) : "pipeline.yaml";
+	struct tf_diag_list diags = {0};
+	struct tf_pipeline *p = NULL;
+	int rc = tf_pipeline_load_buffer(name, json_string_value(jy), json_string_length(jy), NULL,
+	                                 0, TF_PIPELINE_ALLOW_UNSET, &p, &diags);
+	if (rc) {
+		tf_web_problem_diags(rs, 422, rq->path, &diags, "the pipeline has errors");
+	} else {
+		json_t *steps = json_array();
+		for (size_t i = 0; i < p->nsteps; i++)
+			json_array_append_new(steps, json_string(p->steps[i].name));
+		tf_web_json(rs, 200,
+		            json_pack("{s:b, s:s, s:o, s:o}", "valid", 1, "name", p->name, "steps",
+		                      steps, "warnings", tf_diag_to_json(&diags)));
+	}
+	tf_pipeline_free(p);
+	tf_diag_list_release(&diags);
+}
+
+/* Pipelines the database knows from runs: name, newest digest, when first and last seen. */
+static void h_pipelines_list(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	struct tf_stmt *s = tf_store_query(
+	    rq->st,
+	    "SELECT name, count(*), max(created_at), (SELECT digest FROM pipelines q WHERE "
+	    "q.name=p.name ORDER BY created_at DESC, id DESC LIMIT 1) FROM pipelines p "
+	    "GROUP BY name ORDER BY name",
+	    "");
+	json_t *items = json_array();
+	int rc = s ? 0 : -EIO;
+	while (s && (rc = tf_stmt_step(s)) == 1)
+		json_array_append_new(items, json_pack("{s:o, s:I, s:o, s:o}", "name", col_text(s, 0),
+		                                       "versions", (json_int_t)tf_stmt_int(s, 1),
+		                                       "updated_at", col_real(s, 2), "digest",
+		                                       col_text(s, 3)));
+	tf_stmt_done(s);
+	if (rc < 0) {
+		json_decref(items);
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	tf_web_json(rs, 200, json_pack("{s:o}", "items", items));
+}
+
+static void h_pipeline_show(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	const char *name = tf_web_param(rq, "name");
+	struct tf_stmt *s = tf_store_query(
+	    rq->st,
+	    "SELECT name, digest, path, source, created_at FROM pipelines WHERE name=? "
+	    "ORDER BY created_at DESC, id DESC LIMIT 1",
+	    "t", name);
+	int rc = s ? tf_stmt_step(s) : -EIO;
+	if (rc == 1)
+		tf_web_json(rs, 200,
+		            json_pack("{s:o, s:o, s:o, s:o, s:o}", "name", col_text(s, 0), "digest",
+		                      col_text(s, 1), "path", col_text(s, 2), "yaml", col_text(s, 3),
+		                      "created_at", col_real(s, 4)));
+	tf_stmt_done(s);
+	if (rc == 0)
+		tf_web_problem(rs, 404, rq->path, "no pipeline '%s'", name);
+	else if (rc < 0)
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+}
+
+/* ---- models ------------------------------------------------------------------------------- */
+
+static void h_models_list(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_t *out = NULL;
+	int rc = tf_registry_list(rq->st, &out);
+	if (rc)
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+	else
+		tf_web_json(rs, 200, json_pack("{s:o}", "items", out));
+}
+
+static void h_model_show(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_t *out = NULL;
+	const char *name = tf_web_param(rq, "name");
+	int rc = tf_registry_show(rq->st, name, &out);
+	if (rc)
+		tf_web_problem_errno(rs, rc, rq->path, rc == -ENOENT ? "no such model" : tf_store_errmsg(rq->st));
+	else
+		tf_web_json(rs, 200, out);
+}
+
+/* Resolves a version reference ("3", "v3", "latest", an alias) of {name}; 404 in rs. */
+static int model_version(struct tf_web_req *rq, struct tf_web_resp *rs, const char *ref,
+                         json_t **out)
+{
+	const char *name = tf_web_param(rq, "name");
+	int64_t v = 0;
+	int rc = ref ? tf_registry_resolve(rq->st, name, ref, &v) : -ENOENT;
+	if (!rc)
+		rc = tf_registry_version(rq->st, name, v, out);
+	if (rc)
+		tf_web_problem(rs, rc == -ENOENT ? 404 : 500, rq->path,
+		               "model '%s' has no version '%s'", name, ref ? ref : "");
+	return rc;
+}
+
+static void h_model_version(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_t *out = NULL;
+	if (!model_version(rq, rs, tf_web_param(rq, "version"), &out))
+		tf_web_json(rs, 200, out);
+}
+
+static void h_model_compare(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_t *a = NULL, *b = NULL;
+	if (!tf_web_query(rq, "a") || !tf_web_query(rq, "b")) {
+		tf_web_problem(rs, 400, rq->path, "give the two versions as ?a=V1&b=V2");
+		return;
+	}
+	if (model_version(rq, rs, tf_web_query(rq, "a"), &a) ||
+	    model_version(rq, rs, tf_web_query(rq, "b"), &b)) {
+		json_decref(a);
+		return;
+	}
+	json_t *ma = json_object_get(a, "metrics"), *mb = json_object_get(b, "metrics");
+	json_t *metrics = json_object();
+	const char *k;
+	json_t *v;
+	json_object_foreach(ma, k, v)
+	{
+		json_t *w = json_object_get(mb, k);
+		json_t *row = json_pack("{s:O, s:O}", "a", v, "b", w ? w : json_null());
+		if (json_is_number(v) && json_is_number(w))
+			json_object_set_new(row, "delta",
+			                    json_real(json_number_value(w) - json_number_value(v)));
+		json_object_set_new(metrics, k, row);
+	}
+	json_object_foreach(mb, k, v) if (!json_object_get(ma, k)) json_object_set_new(
+	    metrics, k, json_pack("{s:n, s:O}", "a", "b", v));
+	tf_web_json(rs, 200,
+	            json_pack("{s:s, s:o, s:o, s:o}", "model", tf_web_param(rq, "name"), "a", a, "b",
+	                      b, "metrics", metrics));
+}
+
+static void h_model_alias(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_t *ja = json_object_get(rq->json, "alias"), *jv = json_object_get(rq->json, "version");
+	const char *alias = json_string_value(ja);
+	if (!alias || !*alias || json_string_length(ja) > 64 || !(json_is_string(jv) || json_is_integer(jv))) {
+		tf_web_problem(rs, 422, rq->path,
+		               "give 'alias' (e.g. production) and 'version' (a number, \"v3\", "
+		               "\"latest\" or another alias)");
+		return;
+	}
+	char ref[32];
+	if (json_is_integer(jv))
+		snprintf(ref, sizeof(ref), "%lld", (long long)json_integer_value(jv));
+	else
+		snprintf(ref, sizeof(ref), "%s", json_string_value(jv));
+	json_t *ver = NULL;
+	if (model_version(rq, rs, ref, &ver))
+		return;
+	int64_t v = json_integer_value(json_object_get(ver, "version"));
+	json_decref(ver);
+	int rc = tf_registry_set_alias(rq->st, tf_web_param(rq, "name"), alias, v);
+	if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	tf_web_json(rs, 200,
+	            json_pack("{s:s, s:s, s:I}", "model", tf_web_param(rq, "name"), "alias", alias,
+	                      "version", (json_int_t)v));
+}
+
+/* ---- slices and queue -------------------------------------------------------------------- */
+
+static int slices_view(struct tf_web_req *rq, struct tf_web_resp *rs, json_t **out)
+{
+	struct tf_slices_view v = {0};
+	char err[256];
+	int rc = tf_slices_view_load(tf_web_home(rq->srv), NULL, 0, tf_now_wall(), &v, err,
+	                             sizeof(err));
+	if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path, err);
+		return rc;
+	}
+	*out = json_incref(v.recorded);
+	tf_slices_view_release(&v);
+	return 0;
+}
+
+static void h_slices(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_t *doc = NULL;
+	if (!slices_view(rq, rs, &doc))
+		tf_web_json(rs, 200, doc);
+}
+
+static void h_queue(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_t *doc = NULL;
+	if (slices_view(rq, rs, &doc))
+		return;
+	tf_web_json(rs, 200, json_pack("{s:O}", "items", json_object_get(doc, "waiting")));
+	json_decref(doc);
+}
+
+/* ---- tokens ------------------------------------------------------------------------------- */
+
+static void h_tokens_list(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_t *out = NULL;
+	int rc = tf_token_list(rq->st, &out);
+	if (rc)
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+	else
+		tf_web_json(rs, 200, json_pack("{s:o}", "items", out));
+}
+
+static void h_tokens_create(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	const char *name = json_string_value(json_object_get(rq->json, "name"));
+	const char *sc = json_string_value(json_object_get(rq->json, "scope"));
+	json_t *je = json_object_get(rq->json, "expires_in");
+	enum tf_scope scope;
+	double ttl = 0;
+	if (!name || !*name || strlen(name) > 128 || tf_scope_parse(sc, &scope) ||
+	    (je && (!json_is_string(je) || tf_token_parse_ttl(json_string_value(je), &ttl)))) {
+		tf_web_problem(rs, 422, rq->path,
+		               "give 'name' (1-128 characters), 'scope' (read, trigger, admin or "
+		               "predict) and optionally 'expires_in' (e.g. 90d, 12h)");
+		return;
+	}
+	char tok[TF_TOKEN_LEN + 1];
+	int64_t id = 0;
+	int rc = tf_token_create(rq->st, name, scope, ttl, tok, &id);
+	json_t *doc = NULL;
+	if (!rc)
+		rc = tf_token_get(rq->st, id, &doc);
+	if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	json_object_set_new(doc, "token", json_string(tok));
+	tf_web_json(rs, 201, doc);
+	rs->location = tf_xasprintf("/api/v1/tokens/%lld", (long long)id);
+}
+
+static void h_token_revoke(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	const char *id = tf_web_param(rq, "id");
+	int rc = tf_token_revoke(rq->st, id, tf_now_wall());
+	json_t *doc = NULL;
+	if (!rc)
+		rc = tf_token_get(rq->st, strtoll(id, NULL, 10), &doc);
+	if (rc)
+		tf_web_problem(rs, rc == -ENOENT ? 404 : 500, rq->path, "no token with id '%s'", id);
+	else
+		tf_web_json(rs, 200, doc);
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+#define REF(x) "{\"$ref\":\"#/components/schemas/" x "\"}"
+#define LIST(x) "{\"type\":\"object\",\"required\":[\"items\"],\"properties\":{\"items\":" \
+	"{\"type\":\"array\",\"items\":" x "}}}"
+#define ANYOBJ "{\"type\":\"object\"}"
+
+const struct tf_route tf_routes[] = {
+    {"GET", "/healthz", TF_SCOPE_PUBLIC, h_healthz, 0, "healthz", "Liveness: the process answers",
+     NULL, NULL, "{\"type\":\"object\",\"required\":[\"status\"]}", 200, NULL},
+    {"GET", "/readyz", TF_SCOPE_PUBLIC, h_readyz, 0, "readyz",
+     "Readiness: the database answers and the daemon takes runs", NULL, NULL,
+     "{\"type\":\"object\",\"required\":[\"status\"]}", 200, NULL},
+    {"GET", "/api/v1/openapi.json", TF_SCOPE_PUBLIC, h_openapi, 0, "openapi",
+     "This document", NULL, NULL, ANYOBJ, 200, NULL},
+    {"GET", "/metrics", TF_SCOPE_READ, h_metrics, 0, "metrics",
+     "Prometheus metrics (text format 0.0.4)", NULL, NULL, "{\"type\":\"string\"}", 200,
+     "text/plain; version=0.0.4; charset=utf-8"},
+    {"GET", "/api/v1/runs", TF_SCOPE_READ, h_runs_list, 0, "listRuns",
+     "Runs, newest first, one page at a time",
+     "state:string:pending, running, succeeded, failed or interrupted;"
+     "pipeline:string:pipeline name;label:string:KEY=VALUE or KEY;"
+     "since:integer:created at or after (Unix seconds);limit:integer:page size 1-500 "
+     "(default 50);cursor:string:the id after which the page starts (from next)",
+     NULL, REF("RunPage"), 200, NULL},
+    {"POST", "/api/v1/runs", TF_SCOPE_TRIGGER, h_runs_create,
+     TF_ROUTE_JSON_BODY | TF_ROUTE_IDEMPOTENT, "createRun",
+     "Submit a run of a registered pipeline or of inline YAML", NULL, REF("RunRequest"),
+     REF("RunCreated"), 201, NULL},
+    {"GET", "/api/v1/runs/{id}", TF_SCOPE_READ, h_run_show, 0, "getRun",
+     "One run with its steps and attempts", NULL, NULL, REF("Run"), 200, NULL},
+    {"GET", "/api/v1/runs/{id}/steps", TF_SCOPE_READ, h_run_steps, 0, "listRunSteps",
+     "The steps of a run", NULL, NULL,
+     "{\"type\":\"object\",\"required\":[\"run_id\",\"items\"],\"properties\":{\"run_id\":{"
+     "\"type\":\"string\"},\"items\":{\"type\":\"array\",\"items\":" REF("Step") "}}}",
+     200, NULL},
+    {"GET", "/api/v1/runs/{id}/steps/{step}/logs", TF_SCOPE_READ, h_step_logs, TF_ROUTE_STREAM,
+     "getStepLogs", "The logs of a step's attempts (follow=true streams until the step ends)",
+     "follow:boolean:keep the response open and send each attempt's log as it is stored",
+     NULL, "{\"type\":\"string\"}", 200, "text/plain; charset=utf-8"},
+    {"GET", "/api/v1/runs/{id}/events", TF_SCOPE_READ, h_run_events, TF_ROUTE_STREAM,
+     "streamRunEvents",
+     "A run's events as Server-Sent Events, ending with an `end` event once the run is final; "
+     "resume with Last-Event-ID",
+     "after:integer:start after this event id (like Last-Event-ID)", NULL,
+     "{\"type\":\"string\"}", 200, "text/event-stream"},
+    {"POST", "/api/v1/runs/{id}:cancel", TF_SCOPE_TRIGGER, h_run_cancel, TF_ROUTE_IDEMPOTENT,
+     "cancelRun", "Ask the daemon to cancel a run", NULL, NULL, REF("RunAction"), 202, NULL},
+    {"POST", "/api/v1/runs/{id}:retry", TF_SCOPE_TRIGGER, h_run_retry, TF_ROUTE_IDEMPOTENT,
+     "retryRun", "A new run that re-runs the failed steps of a finished one", NULL, NULL,
+     REF("RunAction"), 201, NULL},
+    {"POST", "/api/v1/runs/{id}:resume", TF_SCOPE_TRIGGER, h_run_resume, TF_ROUTE_IDEMPOTENT,
+     "resumeRun", "Continue an interrupted or failed run", NULL, NULL, REF("RunAction"), 202,
+     NULL},
+    {"GET", "/api/v1/events", TF_SCOPE_READ, h_events, TF_ROUTE_STREAM, "streamEvents",
+     "Every run's events as Server-Sent Events, in commit order; resume with Last-Event-ID",
+     "after:integer:start after this event id (like Last-Event-ID)", NULL,
+     "{\"type\":\"string\"}", 200, "text/event-stream"},
+    {"GET", "/api/v1/pipelines", TF_SCOPE_READ, h_pipelines_list, 0, "listPipelines",
+     "Pipelines the database knows", NULL, NULL,
+     LIST("{\"type\":\"object\",\"required\":[\"name\"]}"), 200, NULL},
+    {"GET", "/api/v1/pipelines/{name}", TF_SCOPE_READ, h_pipeline_show, 0, "getPipeline",
+     "The newest source of a pipeline", NULL, NULL,
+     "{\"type\":\"object\",\"required\":[\"name\",\"yaml\",\"digest\"]}", 200, NULL},
+    {"POST", "/api/v1/pipelines:validate", TF_SCOPE_READ, h_pipeline_validate,
+     TF_ROUTE_JSON_BODY, "validatePipeline",
+     "Check a pipeline file: 200, or 422 with every problem as {file, line, col, message, "
+     "hint}",
+     NULL,
+     "{\"type\":\"object\",\"required\":[\"yaml\"],\"properties\":{\"yaml\":{\"type\":"
+     "\"string\"},\"name\":{\"type\":\"string\"}}}",
+     "{\"type\":\"object\",\"required\":[\"valid\",\"name\",\"steps\"]}", 200, NULL},
+    {"GET", "/api/v1/models", TF_SCOPE_READ, h_models_list, 0, "listModels",
+     "Registered models", NULL, NULL, LIST("{\"type\":\"object\",\"required\":[\"name\"]}"),
+     200, NULL},
+    {"GET", "/api/v1/models/{name}", TF_SCOPE_READ, h_model_show, 0, "getModel",
+     "A model's versions, aliases and deployments", NULL, NULL,
+     "{\"type\":\"object\",\"required\":[\"name\",\"versions\"]}", 200, NULL},
+    {"GET", "/api/v1/models/{name}/versions/{version}", TF_SCOPE_READ, h_model_version, 0,
+     "getModelVersion", "One version (a number, v3, latest or an alias)", NULL, NULL,
+     "{\"type\":\"object\",\"required\":[\"version\"]}", 200, NULL},
+    {"GET", "/api/v1/models/{name}:compare", TF_SCOPE_READ, h_model_compare, 0, "compareModel",
+     "Two versions' metrics side by side",
+     "a:string:first version (number, vN, latest or alias);b:string:second version", NULL,
+     "{\"type\":\"object\",\"required\":[\"a\",\"b\",\"metrics\"]}", 200, NULL},
+    {"POST", "/api/v1/models/{name}/aliases", TF_SCOPE_ADMIN, h_model_alias, TF_ROUTE_JSON_BODY,
+     "setModelAlias", "Point an alias (e.g. production) at a version", NULL,
+     "{\"type\":\"object\",\"required\":[\"alias\",\"version\"],\"properties\":{\"alias\":{"
+     "\"type\":\"string\"},\"version\":{\"type\":[\"string\",\"integer\"]}}}",
+     "{\"type\":\"object\",\"required\":[\"model\",\"alias\",\"version\"]}", 200, NULL},
+    {"GET", "/api/v1/slices", TF_SCOPE_READ, h_slices, 0, "getSlices",
+     "The slice pool: running attempts with their boxes, waiting ones, accounting", NULL, NULL,
+     "{\"type\":\"object\",\"required\":[\"running\",\"waiting\"]}", 200, NULL},
+    {"GET", "/api/v1/queue", TF_SCOPE_READ, h_queue, 0, "getQueue",
+     "Attempts waiting for a slice, with the reason", NULL, NULL,
+     LIST("{\"type\":\"object\"}"), 200, NULL},
+    {"GET", "/api/v1/tokens", TF_SCOPE_ADMIN, h_tokens_list, 0, "listTokens",
+     "API tokens (never their secret)", NULL, NULL, LIST(REF("Token")), 200, NULL},
+    {"POST", "/api/v1/tokens", TF_SCOPE_ADMIN, h_tokens_create, TF_ROUTE_JSON_BODY,
+     "createToken", "Make a token; the response is the only time its secret is shown", NULL,
+     "{\"type\":\"object\",\"required\":[\"name\",\"scope\"],\"properties\":{\"name\":{"
+     "\"type\":\"string\"},\"scope\":{\"enum\":[\"read\",\"trigger\",\"admin\",\"predict\"]},"
+     "\"expires_in\":{\"type\":\"string\"}}}",
+     REF("Token"), 201, NULL},
+    {"DELETE", "/api/v1/tokens/{id}", TF_SCOPE_ADMIN, h_token_revoke, 0, "revokeToken",
+     "Revoke a token (by id, name or prefix)", NULL, NULL, REF("Token"), 200, NULL},
+};
+const size_t tf_nroutes = TF_ARRAY_LEN(tf_routes);
+
+/* ---- matching ----------------------------------------------------------------------------- */
+
+static int hexval(int c)
+{
+	return c >= '0' && c <= '9' ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+	                              : -1;
+}
+
+/* Percent-decodes n bytes of s into a new string; NULL when malformed or decoding to NUL. */
+static char *decode(const char *s, size_t n)
+{
+	char *o = tf_xmalloc(n + 1);
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		int c = (unsigned char)s[i];
+		if (c == '%') {
+			int a = i + 2 < n ? hexval(s[i + 1]) : -1, b = i + 2 < n ? hexval(s[i + 2]) : -1;
+			if (a < 0 || b < 0 || (a == 0 && b == 0)) {
+				free(o);
+				return NULL;
+			}
+			c = a * 16 + b;
+			i += 2;
+		}
+		o[k++] = (char)c;
+	}
+	o[k] = 0;
+	return o;
+}
+
+void tf_route_release_params(struct tf_web_req *rq)
+{
+	for (int i = 0; i < rq->nparams; i++)
+		free(rq->pvals[i]);
+	rq->nparams = 0;
+}
+
+int tf_route_match(const char *pattern, const char *path, struct tf_web_req *rq)
+{
+	tf_route_release_params(rq);
+	const char *p = pattern, *u = path;
+	while (*p) {
+		if (*p == '{') {
+			const char *close = strchr(p, '}');
+			if (!close || rq->nparams == TF_WEB_MAX_PARAMS)
+				goto fail;
+			/* A value is one path segment up to a custom verb: no '/' and no ':'. */
+			const char *e = u;
+			while (*e && *e != '/' && *e != ':')
+				e++;
+			if (e == u)
+				goto fail;
+			char *val = decode(u, (size_t)(e - u));
+			if (!val)
+				goto fail;
+			size_t nl = (size_t)(close - p - 1);
+			if (nl >= sizeof(rq->pnames[0])) {
+				free(val);
+				goto fail;
+			}
+			memcpy(rq->pnames[rq->nparams], p + 1, nl);
+			rq->pnames[rq->nparams][nl] = 0;
+			rq->pvals[rq->nparams++] = val;
+			p = close + 1;
+			u = e;
+			continue;
+		}
+		if (*p != *u)
+			goto fail;
+		p++;
+		u++;
+	}
+	if (*u)
+		goto fail;
+	return 1;
+fail:
+	tf_route_release_params(rq);
+	return 0;
+}
+
+const struct tf_route *tf_route_find(const char *method, const char *path,
+                                     struct tf_web_req *rq, char **allow)
+{
+	*allow = NULL;
+	char methods[64] = "";
+	const struct tf_route *hit = NULL;
+	for (size_t i = 0; i < tf_nroutes; i++) {
+		if (!tf_route_match(tf_routes[i].pattern, path, rq))
+			continue;
+		if (!strcmp(tf_routes[i].method, method) ||
+		    (!strcmp(method, "HEAD") && !strcmp(tf_routes[i].method, "GET") &&
+		     !(tf_routes[i].flags & TF_ROUTE_STREAM))) {
+			hit = &tf_routes[i];
+			break;
+		}
+		if (!strstr(methods, tf_routes[i].method)) {
+			size_t n = strlen(methods);
+			snprintf(methods + n, sizeof(methods) - n, "%s%s", n ? ", " : "",
+			         tf_routes[i].method);
+		}
+		tf_route_release_params(rq);
+	}
+	if (!hit && *methods)
+		*allow = tf_xstrdup(methods);
+	return hit;
+}
+
+int tf_routes_check(char *err, size_t errlen)
+{
+	for (size_t i = 0; i < tf_nroutes; i++) {
+		const struct tf_route *r = &tf_routes[i];
+		if (r->scope <= TF_SCOPE_UNSET || r->scope >= TF_SCOPE_LAST) {
+			tf_errf(err, errlen, "route %s %s has no scope: refusing to start", r->method,
+			        r->pattern);
+			return -EINVAL;
+		}
+		const char *schemas[2] = {r->req, r->resp};
+		for (int k = 0; k < 2; k++) {
+			json_t *j = schemas[k] ? json_loads(schemas[k], 0, NULL) : NULL;
+			if (schemas[k] && !json_is_object(j)) {
+				json_decref(j);
+				tf_errf(err, errlen, "route %s %s has a schema that is not a JSON object",
+				        r->method, r->pattern);
+				return -EINVAL;
+			}
+			json_decref(j);
+		}
+	}
+	return 0;
+}

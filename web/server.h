@@ -1,0 +1,84 @@
+/* server.h — the HTTP server of `tpuflow daemon`: the REST API under /api/v1, its OpenAPI
+ * document, Prometheus /metrics, /healthz and /readyz (docs/api.md).
+ *
+ * The server reads the state database of one state home on its own store handles (one per
+ * connection thread). Whatever needs the daemon itself — starting a submitted run, cancelling
+ * one, retry and resume — goes through the hooks below, so web/ knows nothing of the daemon's
+ * internals; a hook left NULL answers 503 on its routes.
+ */
+#ifndef TF_WEB_SERVER_H
+#define TF_WEB_SERVER_H
+
+#include "orchestrator/diag.h"
+#include "orchestrator/store.h"
+
+#include <stddef.h>
+
+enum tf_web_auth {
+	TF_WEB_AUTH_TOKENS, /* every route but the public ones needs a bearer token */
+	TF_WEB_AUTH_NONE,   /* no token needed (logged loudly at start) */
+};
+
+/* A run asked for by POST /api/v1/runs. Strings are borrowed for the call. */
+struct tf_web_submit {
+	const char *pipeline;    /* registered pipeline name, or NULL */
+	const char *yaml;        /* inline pipeline YAML text, or NULL (exactly one is set) */
+	size_t yaml_len;         /* length of yaml */
+	const char *params_json; /* JSON object of param overrides, values as strings */
+	int priority;            /* scheduler priority (0 when not given) */
+	const char *project;     /* scheduler project, or NULL for the default */
+};
+
+/* What the daemon does for the API. Every hook runs inside a write transaction the server
+ * has opened on `st` (tf_store_begin), joins it (state.h functions do) and must not wait for
+ * other writers: the server commits the run together with its idempotency record, then calls
+ * `wake`. A hook returns 0, -EINVAL for a request it refuses (message in err, pipeline
+ * problems in diags: answered 422), -ENOENT for an unknown run or pipeline (404), -EBUSY
+ * for a run in a state that does not allow the action (409), another negative errno (500). */
+struct tf_web_hooks {
+	void *ctx; /* passed to every hook */
+	int (*submit)(void *ctx, struct tf_store *st, const struct tf_web_submit *s,
+	              char run_id[32], struct tf_diag_list *diags, char *err, size_t errlen);
+	int (*cancel)(void *ctx, struct tf_store *st, const char *run, char *err, size_t errlen);
+	/* retry makes a new run (its id in new_run); resume continues `run` (new_run = run). */
+	int (*retry)(void *ctx, struct tf_store *st, const char *run, char new_run[32], char *err,
+	             size_t errlen);
+	int (*resume)(void *ctx, struct tf_store *st, const char *run, char new_run[32], char *err,
+	              size_t errlen);
+	/* After the commit of any of the above: the daemon has work. May be NULL. */
+	void (*wake)(void *ctx);
+	/* For /readyz: 1 when the daemon is ready to take runs. NULL: ready once listening. */
+	int (*ready)(void *ctx);
+};
+
+struct tf_web_opts {
+	const char *home;       /* state home (HOME/tpuflow.db, migrated) */
+	const char *listen;     /* "HOST:PORT"; port 0 picks a free one (tf_web_port) */
+	enum tf_web_auth auth;  /* tokens (default) or none */
+	const char *tls_cert;   /* PEM files: both set = HTTPS */
+	const char *tls_key;
+	int insecure_http;      /* allow plain HTTP on a non-loopback address */
+	const char *cors_origin; /* Access-Control-Allow-Origin value, NULL: no CORS */
+	size_t max_body;        /* request body cap in bytes (0: 1 MiB) */
+	unsigned max_conns;     /* connection cap (0: 256) */
+	unsigned timeout_s;     /* idle seconds before a connection is closed (0: 30) */
+	double rate;            /* requests per second per token (0: 100) */
+	double burst;           /* bucket size per token (0: 10 x rate) */
+	struct tf_web_hooks hooks;
+};
+
+struct tf_web;
+
+/* Checks the options (a non-loopback address without TLS is refused unless insecure_http;
+ * a route without a scope is refused), opens the database and starts serving on background
+ * threads. On success *out is a server the caller stops with tf_web_stop; on failure a
+ * negative errno and a message in err. */
+int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, size_t errlen);
+
+/* The port the server listens on (useful after asking for port 0). */
+int tf_web_port(const struct tf_web *w);
+
+/* Stops accepting, ends open streams, waits for handlers and frees the server. NULL: no-op. */
+void tf_web_stop(struct tf_web *w);
+
+#endif
