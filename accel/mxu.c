@@ -184,19 +184,24 @@ static void ukernel_block(size_t kc, size_t R, const float *a, size_t ais, size_
 		size_t len = kc - t0 < R ? kc - t0 : R;
 		int first = t0 == 0 && (flags & TF_MXU_FIRST);
 		int last = t0 + len == kc && (flags & TF_MXU_LAST);
+		int ftz = flags & TF_MXU_SOFT_FTZ;
 		float s[MR][NR];
 		for (size_t i = 0; i < MR; i++)
 			for (size_t j = 0; j < NR; j++)
 				s[i][j] = 0.0f;
 		for (size_t k = t0; k < t0 + len; k++)
 			for (size_t i = 0; i < MR; i++)
-				for (size_t j = 0; j < NR; j++)
+				for (size_t j = 0; j < NR; j++) {
 					s[i][j] =
 					    fmaf(a[i * ais + k * aks], b[k * NR + j], s[i][j]);
+					if (ftz)
+						s[i][j] = tf_mxu_ftz(s[i][j]);
+				}
 		for (size_t i = 0; i < mr; i++) {
 			for (size_t j = 0; j < nr; j++) {
 				float acc = first ? 0.0f : c[i * ldc + j];
-				c[i * ldc + j] = acc + s[i][j];
+				acc = acc + s[i][j];
+				c[i * ldc + j] = ftz ? tf_mxu_ftz(acc) : acc;
 			}
 		}
 		if (last)
@@ -344,8 +349,9 @@ static void run_part(const struct part *p)
 					amax = m > amax ? m : amax;
 				}
 				size_t ais = p->trans_x ? 1 : kc, aks = p->trans_x ? MR : 1;
-				int flags =
-				    (pc == 0 ? TF_MXU_FIRST : 0) | (pc + kc == K ? TF_MXU_LAST : 0);
+				int flags = (pc == 0 ? TF_MXU_FIRST : 0) |
+				            (pc + kc == K ? TF_MXU_LAST : 0) |
+				            (p->portable && ftz ? TF_MXU_SOFT_FTZ : 0);
 				if (bound && !may_overflow(amax, bmax, K))
 					flags &= ~TF_MXU_LAST;
 				/* A small packed B (short K, e.g. dY.W^T of a 10-class layer) stays

@@ -7,9 +7,11 @@
  *      N-tile of W into the R x C array).
  *   3. Per output (m, n): acc = +0; for each K-tile in ascending order: s = +0, then
  *      s = fmaf(x[m,k], w[k,n], s) for k ascending within the tile; acc = acc + s.
- *   4. Every thread computing part of C runs with the same MXCSR: round to nearest, and
- *      FTZ+DAZ exactly when cfg->ftz (so products that underflow flush to zero in TPU mode and
- *      are gradual otherwise). The caller's MXCSR is restored on return.
+ *   4. Round to nearest; with cfg->ftz every fmaf / acc + s result that is subnormal is
+ *      flushed to a signed zero (MXCSR FTZ+DAZ; in software where there is no MXCSR). A
+ *      product is not flushed on its own, so a tiny product survives when added to a nonzero
+ *      sum: 2^-126 + 2^-127 gives 1.5 * 2^-126 in that order and 2^-126 in the other.
+ *      Gradual underflow without ftz. The caller's MXCSR is restored on return.
  *   5. A NaN output is written as the canonical quiet NaN 0x7FC00000, so the result does not
  *      depend on which NaN operand the hardware happened to propagate.
  * The fast kernel parallelises over M and N only; it never splits or reorders K within a tile,

@@ -22,7 +22,24 @@
 
 /* Microkernel flags: the kc block starts at k = 0 (C is +0 before its first tile and is not
  * read), or ends at k = K (NaN results are written as 0x7FC00000). */
-enum { TF_MXU_FIRST = 1, TF_MXU_LAST = 2 };
+enum { TF_MXU_FIRST = 1, TF_MXU_LAST = 2, TF_MXU_SOFT_FTZ = 4 /* portable kernel: flush */ };
+
+/* Flush-to-zero in software, as MXCSR.FTZ does to a result: a subnormal becomes a zero of its
+ * sign. The portable kernel, the reference and the all-reduce apply it to every fma and add
+ * result in TPU mode, so builds without an MXCSR (non-x86) flush the same way. (One edge
+ * differs in principle: x86 detects tininess after rounding, so an exact result within
+ * 2^-150 below 2^-126 that gradual rounding carries up to 2^-126 is kept by both, but one in
+ * (2^-126 - 2^-150, 2^-126 - 2^-151] is flushed by the hardware and not by this; bf16 inputs
+ * make such sums need long chains of tiny products.) */
+static inline float tf_mxu_ftz(float v)
+{
+	uint32_t u;
+	memcpy(&u, &v, sizeof u);
+	if ((u & 0x7f800000u) == 0)
+		u &= 0x80000000u;
+	memcpy(&v, &u, sizeof v);
+	return v;
+}
 
 /* Microkernel: for the mr x nc block of C (leading dimension ldc), C += each K-tile's sum, over
  * kc values of k starting on a tile boundary, tiles R long. One A panel against the B panels

@@ -153,9 +153,10 @@ void tf_mxu_gemm_reference(const struct tf_mxu_cfg *cfg_in, int trans_x, int tra
 						nxt.x[i] = xin;
 						nxt.xm[i] = xm;
 						nxt.sm[i] = sm;
-						nxt.s[i] = (sm >= 0 && cur.wok[i])
-						               ? fmaf(xin, cur.w[i], sin)
-						               : sin;
+						float f = (sm >= 0 && cur.wok[i])
+						              ? fmaf(xin, cur.w[i], sin)
+						              : sin;
+						nxt.s[i] = ftz ? tf_mxu_ftz(f) : f;
 					}
 				}
 				struct bank tb = cur;
@@ -172,7 +173,8 @@ void tf_mxu_gemm_reference(const struct tf_mxu_cfg *cfg_in, int trans_x, int tra
 					if (c < nu) {
 						float *acc =
 						    Cout + (size_t)cur.sm[i] * ldc + n0 + c;
-						*acc = *acc + cur.s[i];
+						float sum = *acc + cur.s[i];
+						*acc = ftz ? tf_mxu_ftz(sum) : sum;
 					}
 				}
 			}

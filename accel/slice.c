@@ -313,15 +313,22 @@ double tf_slice_allreduce_seconds(const struct tf_tpu_slice *slice, double bytes
 			continue;
 		double alpha = d[i].on_chip ? 0.0 : slice->gen->ici_alpha;
 		double bw = d[i].on_chip ? slice->gen->hbm_bw : slice->gen->ici_bw;
+		/* With wrap-around links the ring runs both ways at once, half the payload each
+		 * way; on a mesh dimension it folds back along the line (one direction each). */
+		if (!d[i].on_chip && slice->wrap[i - 1])
+			bw *= 2.0;
 		t += 2.0 * (p - 1) * alpha + 2.0 * (p - 1) / p * bytes / bw;
 	}
 	return t;
 }
 
 /* out[i] = a[i] + b[i] and out[i] += a[i]: plain loops the compiler vectorises (restrict:
- * the buffers never overlap); each element is still one IEEE add in the documented order. */
-static void add2(float *restrict out, const float *restrict a, const float *restrict b, size_t n)
+ * the buffers never overlap); each element is still one IEEE add in the documented order.
+ * With SSE2 the MXCSR's FTZ/DAZ apply; elsewhere ftz flushes each sum in software. */
+static void add2(float *restrict out, const float *restrict a, const float *restrict b, size_t n,
+                 int ftz)
 {
+	(void)ftz;
 	size_t i = 0;
 #ifdef __SSE2__
 	for (; i + 8 <= n; i += 8) {
@@ -329,19 +336,32 @@ static void add2(float *restrict out, const float *restrict a, const float *rest
 		_mm_storeu_ps(out + i + 4,
 		              _mm_add_ps(_mm_loadu_ps(a + i + 4), _mm_loadu_ps(b + i + 4)));
 	}
+#else
+	if (ftz) {
+		for (; i < n; i++)
+			out[i] = tf_mxu_ftz(a[i] + b[i]);
+		return;
+	}
 #endif
 	for (; i < n; i++)
 		out[i] = a[i] + b[i];
 }
 
-static void add_to(float *restrict out, const float *restrict a, size_t n)
+static void add_to(float *restrict out, const float *restrict a, size_t n, int ftz)
 {
+	(void)ftz;
 	size_t i = 0;
 #ifdef __SSE2__
 	for (; i + 8 <= n; i += 8) {
 		_mm_storeu_ps(out + i, _mm_add_ps(_mm_loadu_ps(out + i), _mm_loadu_ps(a + i)));
 		_mm_storeu_ps(out + i + 4,
 		              _mm_add_ps(_mm_loadu_ps(out + i + 4), _mm_loadu_ps(a + i + 4)));
+	}
+#else
+	if (ftz) {
+		for (; i < n; i++)
+			out[i] = tf_mxu_ftz(out[i] + a[i]);
+		return;
 	}
 #endif
 	for (; i < n; i++)
@@ -379,9 +399,9 @@ static void reduce_task(struct tf_slice_rt *rt, int task, int participant)
 				continue; /* not the first member of a ring of this layer */
 			float *out = tmp + ((size_t)bank * R + (size_t)base) * rt->ar_block;
 			add2(out, val[base + ((j + 1) % p) * st], val[base + ((j + 2) % p) * st],
-			     len);
+			     len, rt->ftz);
 			for (int k = 3; k <= p; k++)
-				add_to(out, val[base + ((j + k) % p) * st], len);
+				add_to(out, val[base + ((j + k) % p) * st], len, rt->ftz);
 			for (int m = 1; m < p; m++)
 				val[base + m * st] = NULL; /* folded into base */
 			val[base] = out;

@@ -10,7 +10,8 @@
  * bits whatever the host thread count. Device time is accounted as the slowest replica's MXU
  * cycles / clock per tf_slice_run, plus alpha-beta time for each collective:
  *     T = 2 (p - 1) alpha + 2 (p - 1) / p * bytes / B       per ring of p members
- * with B the ICI link bandwidth (HBM bandwidth and no alpha between the cores of one chip).
+ * with B the ICI link bandwidth per direction, doubled along a dimension with wrap-around
+ * links (the ring runs both ways); HBM bandwidth and no alpha between the cores of one chip.
  *
  * Typical step:
  *     tf_slice_run(rt, forward_backward, &ctx);   // each replica: tf_slice_gemm(...)

@@ -1,11 +1,15 @@
-/* tpu.c — the generation presets and the slice-name/topology parser with its validation rules.
+/* tpu.c — the generation presets, the slice-name/topology parser with the topologies Cloud TPU
+ * offers, hosts and wrap-around links.
  *
- * Sources (facts.md "TPU generations"): Cloud TPU system-architecture pages for MXUs, cores,
- * HBM, pod size, torus and ICI bandwidth per chip; Jouppi et al. (CACM 2020) for the v2/v3 ICI
- * link rates (496 and 656 Gbit/s). Per-link bandwidth for v4..v6e is the published per-chip
- * ICI figure divided by the chip's ports (6 on a 3D torus, 4 on a 2D one). ici_alpha (1 us per
- * step) is a model assumption, not a published figure. v6e's clock is not published: it is
- * derived from the published 918 TFLOPS peak and the documented 2 MXUs of 256x256 per core. */
+ * Sources (docs/accel.md lists the addresses): the Cloud TPU per-generation pages
+ * (cloud.google.com/tpu/docs/v2 ... v6e) for MXUs, cores, HBM and its unit, pod and largest
+ * slice, slice shapes, chips per host, torus links and ICI bandwidth per chip; Jouppi et al.
+ * (CACM 2020) for the v2/v3 ICI link rates (496 and 656 Gbit/s). Per-link bandwidth for
+ * v4..v6e is the published per-chip ICI figure divided by the chip's ports (6 on a 3D torus, 4
+ * on a 2D one). Assumptions, not published figures: ici_alpha (1 us per step); v6e's clock,
+ * derived from its 918 TFLOPS peak and 2 MXUs of 256x256 per core; the host blocks' layout
+ * (2x2x1 trays, 2x4 hosts on v5e/v6e); 2D slices wrapping only along a side that spans the
+ * pod. */
 #include "accel/tpu.h"
 #include "common/common.h"
 
@@ -35,12 +39,12 @@ static const char *const v5e_types[] = {"v5litepod-1",   "v5litepod-4",   "v5lit
                                         "v5litepod-128", "v5litepod-256", NULL};
 static const char *const v5e_shapes[] = {"1x1", "2x2",  "2x4",   "4x4", "4x8",
                                          "8x8", "8x16", "16x16", NULL};
-static const char *const v5p_types[] = {
-    "v5p-8",    "v5p-16",   "v5p-32",   "v5p-64",   "v5p-128",   "v5p-256",   "v5p-512",
-    "v5p-1024", "v5p-2048", "v5p-4096", "v5p-8192", "v5p-12288", "v5p-17920", NULL};
-static const char *const v5p_shapes[] = {"2x2x1",    "2x2x2",    "2x2x4",    "2x4x4",  "4x4x4",
-                                         "4x4x8",    "4x8x8",    "8x8x8",    "8x8x16", "8x16x16",
-                                         "16x16x16", "16x16x24", "16x20x28", NULL};
+static const char *const v5p_types[] = {"v5p-8",    "v5p-16",   "v5p-32",   "v5p-64",
+                                        "v5p-128",  "v5p-256",  "v5p-512",  "v5p-1024",
+                                        "v5p-2048", "v5p-4096", "v5p-8192", "v5p-12288", NULL};
+static const char *const v5p_shapes[] = {"2x2x1", "2x2x2",  "2x2x4",   "2x4x4",    "4x4x4",
+                                         "4x4x8", "4x8x8",  "8x8x8",   "8x8x16",   "8x16x16",
+                                         "16x16x16", "16x16x24", NULL};
 static const char *const v6e_types[] = {"v6e-1",  "v6e-4",   "v6e-8",   "v6e-16", "v6e-32",
                                         "v6e-64", "v6e-128", "v6e-256", NULL};
 static const char *const v6e_shapes[] = {"1x1", "2x2",  "2x4",   "4x4", "4x8",
@@ -63,7 +67,12 @@ static const struct tf_tpu_gen gens[] = {
      .ici_alpha = 1e-6,
      .peak_flops = 45e12,
      .types = v2_types,
-     .shapes = v2_shapes},
+     .shapes = v2_shapes,
+     .pod_chips = 256,
+     .hbm_gib = 1,
+     .host_dims = {2, 2, 1},
+     .wrap_rule = TF_WRAP_POD_EDGE,
+     .source = "https://cloud.google.com/tpu/docs/v2"},
     {.name = "v3",
      .type_prefix = "v3",
      .mxu_rows = 128,
@@ -80,7 +89,12 @@ static const struct tf_tpu_gen gens[] = {
      .ici_alpha = 1e-6,
      .peak_flops = 123e12,
      .types = v3_types,
-     .shapes = v3_shapes},
+     .shapes = v3_shapes,
+     .pod_chips = 1024,
+     .hbm_gib = 1,
+     .host_dims = {2, 2, 1},
+     .wrap_rule = TF_WRAP_POD_EDGE,
+     .source = "https://cloud.google.com/tpu/docs/v3"},
     {.name = "v4",
      .type_prefix = "v4",
      .mxu_rows = 128,
@@ -97,7 +111,12 @@ static const struct tf_tpu_gen gens[] = {
      .ici_alpha = 1e-6,
      .peak_flops = 275e12,
      .types = v4_types,
-     .shapes = v4_shapes},
+     .shapes = v4_shapes,
+     .pod_chips = 4096,
+     .hbm_gib = 1,
+     .host_dims = {2, 2, 1},
+     .wrap_rule = TF_WRAP_MULT4,
+     .source = "https://cloud.google.com/tpu/docs/v4"},
     {.name = "v5e",
      .type_prefix = "v5litepod",
      .mxu_rows = 128,
@@ -110,11 +129,16 @@ static const struct tf_tpu_gen gens[] = {
      .clock_hz = 1.5e9,
      .hbm_bytes = 16e9,
      .hbm_bw = 819e9,
-     .ici_bw = 200e9 / 4,
+     .ici_bw = 400e9 / 4 / 2,
      .ici_alpha = 1e-6,
      .peak_flops = 197e12,
      .types = v5e_types,
-     .shapes = v5e_shapes},
+     .shapes = v5e_shapes,
+     .pod_chips = 256,
+     .hbm_gib = 0,
+     .host_dims = {2, 4, 1},
+     .wrap_rule = TF_WRAP_POD_EDGE,
+     .source = "https://cloud.google.com/tpu/docs/v5e"},
     {.name = "v5p",
      .type_prefix = "v5p",
      .mxu_rows = 128,
@@ -123,7 +147,7 @@ static const struct tf_tpu_gen gens[] = {
      .cores_per_chip = 2,
      .torus_dims = 3,
      .type_counts_cores = 1,
-     .max_chips = 8960,
+     .max_chips = 6144,
      .clock_hz = 1.75e9,
      .hbm_bytes = 95e9,
      .hbm_bw = 2765e9,
@@ -131,7 +155,12 @@ static const struct tf_tpu_gen gens[] = {
      .ici_alpha = 1e-6,
      .peak_flops = 459e12,
      .types = v5p_types,
-     .shapes = v5p_shapes},
+     .shapes = v5p_shapes,
+     .pod_chips = 8960,
+     .hbm_gib = 0,
+     .host_dims = {2, 2, 1},
+     .wrap_rule = TF_WRAP_CUBE,
+     .source = "https://cloud.google.com/tpu/docs/v5p"},
     {.name = "v6e",
      .type_prefix = "v6e",
      .mxu_rows = 256,
@@ -143,12 +172,17 @@ static const struct tf_tpu_gen gens[] = {
      .max_chips = 256,
      .clock_hz = 918e12 / (2.0 * 65536 * 2),
      .hbm_bytes = 32e9,
-     .hbm_bw = 1638e9,
-     .ici_bw = 448e9 / 4,
+     .hbm_bw = 1640e9,
+     .ici_bw = 800e9 / 4 / 2,
      .ici_alpha = 1e-6,
      .peak_flops = 918e12,
      .types = v6e_types,
-     .shapes = v6e_shapes},
+     .shapes = v6e_shapes,
+     .pod_chips = 256,
+     .hbm_gib = 0,
+     .host_dims = {2, 4, 1},
+     .wrap_rule = TF_WRAP_POD_EDGE,
+     .source = "https://cloud.google.com/tpu/docs/v6e"},
 };
 
 const struct tf_tpu_gen *tf_tpu_gens(size_t *n)
@@ -215,15 +249,18 @@ static int parse_dims(const char *s, int dims[3])
 	return n;
 }
 
-/* The generation's topology rules; 0 or -EINVAL with err filled. */
+/* The generation's geometric topology rules; 0 or -EINVAL with err filled. */
 static int check_shape(const struct tf_tpu_gen *g, const int *d, int n, char *err, size_t errlen)
 {
 	long chips = 1;
 	for (int i = 0; i < n; i++)
 		chips *= d[i];
 	if (chips > g->max_chips) {
-		tf_errf(err, errlen, "topology has %ld chips but a %s pod has at most %d", chips,
-		        g->name, g->max_chips);
+		size_t last = 0;
+		while (g->shapes[last + 1])
+			last++;
+		tf_errf(err, errlen, "topology has %ld chips but the largest %s slice has %d (%s, %s)",
+		        chips, g->name, g->max_chips, g->types[last], g->shapes[last]);
 		return -EINVAL;
 	}
 	if (g->torus_dims == 3) {
@@ -278,6 +315,60 @@ static int check_shape(const struct tf_tpu_gen *g, const int *d, int n, char *er
 	return 0;
 }
 
+/* "2x2x1, 2x2x2, ..." (the offered types' topologies) into buf. */
+static void list_shapes(const struct tf_tpu_gen *g, char *buf, size_t len)
+{
+	size_t off = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; g->shapes[i] && off < len; i++)
+		off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? ", " : "", g->shapes[i]);
+}
+
+/* Whether Cloud TPU offers the (geometrically valid) shape: one of the accelerator types'
+ * topologies, or on a 3D generation any shape of whole 4x4x4 cubes (the pages list "most but
+ * not all" of those). 0 or -EINVAL with err filled. */
+static int check_offered(const struct tf_tpu_gen *g, const int *d, int n, char *err,
+                         size_t errlen)
+{
+	char shape[32], list[512];
+	if (n == 3)
+		snprintf(shape, sizeof shape, "%dx%dx%d", d[0], d[1], d[2]);
+	else
+		snprintf(shape, sizeof shape, "%dx%d", d[0], d[1]);
+	for (size_t i = 0; g->shapes[i]; i++)
+		if (!strcmp(g->shapes[i], shape))
+			return 0;
+	if (n == 3 && d[0] % 4 == 0 && d[1] % 4 == 0 && d[2] % 4 == 0)
+		return 0;
+	list_shapes(g, list, sizeof list);
+	tf_errf(err, errlen,
+	        "%s topology %s is not offered by Cloud TPU: use one of %s%s", g->name, shape,
+	        list,
+	        n == 3 ? " or AxBxC with every dimension a multiple of 4 (whole 4x4x4 cubes)"
+	               : "");
+	return -EINVAL;
+}
+
+/* Whether dimension i (extent e) of a slice of `chips` chips has wrap-around links. */
+static int dim_wraps(const struct tf_tpu_gen *g, int e, long chips)
+{
+	if (e <= 1)
+		return 0;
+	switch (g->wrap_rule) {
+	case TF_WRAP_MULT4:
+		return e % 4 == 0;
+	case TF_WRAP_CUBE:
+		return chips >= 64;
+	case TF_WRAP_POD_EDGE: {
+		int edge = 1;
+		while (edge * edge < g->pod_chips)
+			edge *= 2;
+		return e == edge;
+	}
+	}
+	return 0;
+}
+
 static void fill(struct tf_tpu_slice *s, const struct tf_tpu_gen *g, const int *d, int n)
 {
 	memset(s, 0, sizeof *s);
@@ -294,9 +385,34 @@ static void fill(struct tf_tpu_slice *s, const struct tf_tpu_gen *g, const int *
 		snprintf(s->topology, sizeof s->topology, "%dx%dx%d", d[0], d[1], d[2]);
 	else
 		snprintf(s->topology, sizeof s->topology, "%dx%d", d[0], d[1]);
+	int per = 1, nh = 1;
+	for (int i = 0; i < 3; i++) {
+		s->wrap[i] = dim_wraps(g, s->dims[i], s->chips);
+		int b = g->host_dims[i] < s->dims[i] ? g->host_dims[i] : s->dims[i];
+		per *= b;
+		nh *= (s->dims[i] + b - 1) / b;
+	}
+	s->chips_per_host = per;
+	s->hosts = nh;
 }
 
-int tf_tpu_slice_parse(const char *spec, struct tf_tpu_slice *out, char *err, size_t errlen)
+int tf_tpu_chip_host(const struct tf_tpu_slice *s, int chip)
+{
+	if (!s || chip < 0 || chip >= s->chips)
+		return -EINVAL;
+	int c[3] = {chip % s->dims[0], (chip / s->dims[0]) % s->dims[1],
+	            chip / (s->dims[0] * s->dims[1])};
+	int host = 0, stride = 1;
+	for (int i = 0; i < 3; i++) {
+		int b = s->gen->host_dims[i] < s->dims[i] ? s->gen->host_dims[i] : s->dims[i];
+		host += c[i] / b * stride;
+		stride *= (s->dims[i] + b - 1) / b;
+	}
+	return host;
+}
+
+static int parse(const char *spec, int strict, struct tf_tpu_slice *out, char *err,
+                 size_t errlen)
 {
 	char gbuf[32], list[512];
 	const struct tf_tpu_gen *g;
@@ -342,6 +458,8 @@ int tf_tpu_slice_parse(const char *spec, struct tf_tpu_slice *out, char *err, si
 			return -EINVAL;
 		}
 		int rc = check_shape(g, d, n, err, errlen);
+		if (!rc && strict)
+			rc = check_offered(g, d, n, err, errlen);
 		if (rc)
 			return rc;
 		fill(out, g, d, n);
@@ -368,4 +486,14 @@ int tf_tpu_slice_parse(const char *spec, struct tf_tpu_slice *out, char *err, si
 		        spec, g->name, g->type_counts_cores ? "TensorCores (2 per chip)" : "chips",
 		        list, g->name, g->shapes[1] ? g->shapes[1] : g->shapes[0]);
 	return -EINVAL;
+}
+
+int tf_tpu_slice_parse(const char *spec, struct tf_tpu_slice *out, char *err, size_t errlen)
+{
+	return parse(spec, 1, out, err, errlen);
+}
+
+int tf_tpu_shape_parse(const char *spec, struct tf_tpu_slice *out, char *err, size_t errlen)
+{
+	return parse(spec, 0, out, err, errlen);
 }

@@ -529,6 +529,29 @@ static int cycles(int argc, char **argv, struct tf_cli *cli)
 	return TF_EXIT_OK;
 }
 
+/* HBM in the unit Google states it in: "32 GiB" (v2-v4) or "95 GB" (v5e, v5p, v6e). */
+static void hbm_text(const struct tf_tpu_gen *g, double bytes, char *buf, size_t len)
+{
+	if (g->hbm_gib)
+		snprintf(buf, len, "%g GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+	else
+		snprintf(buf, len, "%g GB", bytes / 1e9);
+}
+
+/* "x, z" for the wrapped dimensions, "none" when the slice is a mesh. */
+static void wrap_text(const struct tf_tpu_slice *s, char *buf, size_t len)
+{
+	static const char axis[3] = {'x', 'y', 'z'};
+	size_t off = 0;
+	buf[0] = '\0';
+	for (int i = 0; i < s->ndims; i++)
+		if (s->wrap[i])
+			off += (size_t)snprintf(buf + off, len - off, "%s%c", off ? ", " : "",
+			                        axis[i]);
+	if (!off)
+		snprintf(buf, len, "none");
+}
+
 static json_t *gen_json(const struct tf_tpu_gen *g)
 {
 	json_t *j = json_object();
@@ -539,11 +562,17 @@ static json_t *gen_json(const struct tf_tpu_gen *g)
 	json_object_set_new(j, "cores_per_chip", json_integer(g->cores_per_chip));
 	json_object_set_new(j, "torus_dims", json_integer(g->torus_dims));
 	json_object_set_new(j, "clock_hz", json_real(g->clock_hz));
-	json_object_set_new(j, "peak_flops_per_chip", json_real(tf_tpu_chip_peak(g)));
+	json_object_set_new(j, "peak_flops_per_chip", json_real(g->peak_flops));
+	json_object_set_new(j, "mxu_peak_flops_per_chip", json_real(tf_tpu_chip_peak(g)));
 	json_object_set_new(j, "hbm_bytes_per_chip", json_real(g->hbm_bytes));
+	json_object_set_new(j, "hbm_unit", json_string(g->hbm_gib ? "GiB" : "GB"));
+	json_object_set_new(j, "chips_per_host",
+	                    json_integer(g->host_dims[0] * g->host_dims[1] * g->host_dims[2]));
+	json_object_set_new(j, "pod_chips", json_integer(g->pod_chips));
+	json_object_set_new(j, "source", json_string(g->source));
 	json_object_set_new(j, "hbm_bytes_per_second", json_real(g->hbm_bw));
 	json_object_set_new(j, "ici_link_bytes_per_second", json_real(g->ici_bw));
-	json_object_set_new(j, "max_chips", json_integer(g->max_chips));
+	json_object_set_new(j, "max_chips", json_integer(g->max_chips)); /* largest slice */
 	json_object_set_new(j, "type_counts",
 	                    json_string(g->type_counts_cores ? "cores" : "chips"));
 	return j;
@@ -574,14 +603,18 @@ static int slices(int argc, char **argv, struct tf_cli *cli)
 	json_t *arr = cli->json ? json_array() : NULL;
 	for (size_t i = 0; i < n; i++) {
 		json_t *types = cli->json ? json_array() : NULL;
-		if (!cli->json)
-			printf("%-4s %dx%d MXU x%d per core, %d core%s/chip, %dD torus, %.0f "
-			       "TFLOPS/chip, "
-			       "%.0f GB HBM/chip, up to %d chips\n     ",
+		if (!cli->json) {
+			char hbm[32];
+			hbm_text(&g[i], g[i].hbm_bytes, hbm, sizeof hbm);
+			printf("%-4s %dx%d MXU x%d per core, %d core%s/chip, %dD, %g "
+			       "TFLOPS/chip, %s HBM/chip, %d chips/host, largest slice %d "
+			       "chips\n     ",
 			       g[i].name, g[i].mxu_rows, g[i].mxu_cols, g[i].mxus_per_core,
 			       g[i].cores_per_chip, g[i].cores_per_chip > 1 ? "s" : "",
-			       g[i].torus_dims, tf_tpu_chip_peak(&g[i]) / 1e12,
-			       g[i].hbm_bytes / 1e9, g[i].max_chips);
+			       g[i].torus_dims, g[i].peak_flops / 1e12, hbm,
+			       g[i].host_dims[0] * g[i].host_dims[1] * g[i].host_dims[2],
+			       g[i].max_chips);
+		}
 		for (size_t t = 0; g[i].types[t]; t++) {
 			struct tf_tpu_slice s;
 			char err[256];
@@ -597,6 +630,7 @@ static int slices(int argc, char **argv, struct tf_cli *cli)
 				json_object_set_new(o, "topology", json_string(s.topology));
 				json_object_set_new(o, "chips", json_integer(s.chips));
 				json_object_set_new(o, "cores", json_integer(s.cores));
+				json_object_set_new(o, "hosts", json_integer(s.hosts));
 				json_array_append_new(types, o);
 			} else {
 				printf("%s%s (%s)", t ? ", " : "", s.name, s.topology);
@@ -646,7 +680,11 @@ static int info(int argc, char **argv, struct tf_cli *cli)
 	}
 	const struct tf_tpu_gen *g = s.gen;
 	int mxus = s.cores * g->mxus_per_core;
-	double peak = tf_tpu_chip_peak(g) * s.chips;
+	double peak = g->peak_flops * s.chips;
+	char hbm[32], hbm_core[32], wraps[16];
+	hbm_text(g, g->hbm_bytes * s.chips, hbm, sizeof hbm);
+	hbm_text(g, g->hbm_bytes / g->cores_per_chip, hbm_core, sizeof hbm_core);
+	wrap_text(&s, wraps, sizeof wraps);
 	double ar = tf_slice_allreduce_seconds(&s, 1 << 20);
 	if (cli->json) {
 		json_t *j = json_object();
@@ -664,15 +702,33 @@ static int info(int argc, char **argv, struct tf_cli *cli)
 		json_object_set_new(j, "hbm_bytes", json_real(g->hbm_bytes * s.chips));
 		json_object_set_new(j, "hbm_bytes_per_core",
 		                    json_real(g->hbm_bytes / g->cores_per_chip));
+		json_object_set_new(j, "hbm_unit", json_string(g->hbm_gib ? "GiB" : "GB"));
 		json_object_set_new(j, "ici_link_bytes_per_second", json_real(g->ici_bw));
+		json_t *wr = json_array(), *hosts = json_array();
+		for (int i = 0; i < s.ndims; i++)
+			json_array_append_new(wr, json_boolean(s.wrap[i]));
+		for (int c = 0; c < s.chips; c++)
+			json_array_append_new(hosts, json_integer(tf_tpu_chip_host(&s, c)));
+		json_object_set_new(j, "wrap", wr);
+		json_object_set_new(j, "hosts", json_integer(s.hosts));
+		json_object_set_new(j, "chips_per_host", json_integer(s.chips_per_host));
+		json_object_set_new(j, "chip_host", hosts);
 		json_object_set_new(j, "allreduce_1mib_seconds", json_real(ar));
 		print_json(j);
 	} else {
-		printf("%s: %s, topology %s (%dD torus)\n", s.name, g->name, s.topology, s.ndims);
+		printf("%s: %s, topology %s (%dD; wrap-around links: %s)\n", s.name, g->name,
+		       s.topology, s.ndims, wraps);
+		printf("hosts %d, %d chips each", s.hosts, s.chips_per_host);
+		if (s.chips <= 64) {
+			printf("; host of each chip (x fastest):");
+			for (int c = 0; c < s.chips; c++)
+				printf(" %d", tf_tpu_chip_host(&s, c));
+		}
+		printf("\n");
 		printf("chips %d, TensorCores %d (replicas), MXUs %d of %dx%d at %.0f MHz\n",
 		       s.chips, s.cores, mxus, g->mxu_rows, g->mxu_cols, g->clock_hz / 1e6);
-		printf("peak %.1f TFLOPS bf16, HBM %.0f GB (%.1f GB per core)\n", peak / 1e12,
-		       g->hbm_bytes * s.chips / 1e9, g->hbm_bytes / g->cores_per_chip / 1e9);
+		printf("peak %g TFLOPS bf16 (published), HBM %s (%s per core)\n", peak / 1e12, hbm,
+		       hbm_core);
 		printf("ICI %.0f GB/s per link; all-reduce of 1 MiB: %.1f us (model)\n",
 		       g->ici_bw / 1e9, ar * 1e6);
 	}

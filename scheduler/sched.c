@@ -182,9 +182,8 @@ static int wraps(const struct tf_tpu_gen *g, int extent)
 
 static void host_dims(const struct tf_tpu_gen *g, int host[3])
 {
-	host[0] = g->cores_per_chip == 1 ? 4 : 2;
-	host[1] = 2;
-	host[2] = 1;
+	for (int i = 0; i < 3; i++)
+		host[i] = g->host_dims[i];
 }
 
 /* "AxB" or "AxBxC" into dims (missing dims 1); returns the number of dims or -EINVAL. */
@@ -208,14 +207,14 @@ static int parse_dims(const char *p, int dims[3])
 }
 
 /* A job's slice: a Cloud TPU type ("v4-8", "v5litepod-16") or topology ("v4:2x2x4") as
- * accel/tpu.h parses them, or a bare shape "AxB[xC]" (any generation; gen set to ""). */
+ * accel/tpu.h parses them (tf_tpu_shape_parse: any sub-mesh shape), or a bare shape "AxB[xC]" (any generation; gen set to ""). */
 static int parse_slice(const char *spec, char gen[16], int shape[3], char *err, size_t errlen)
 {
 	gen[0] = '\0';
 	if (parse_dims(spec, shape) >= 0)
 		return 0;
 	struct tf_tpu_slice sl;
-	if (tf_tpu_slice_parse(spec, &sl, err, errlen) < 0)
+	if (tf_tpu_shape_parse(spec, &sl, err, errlen) < 0)
 		return -EINVAL;
 	snprintf(gen, 16, "%s", sl.gen->name);
 	memcpy(shape, sl.dims, sizeof(sl.dims));

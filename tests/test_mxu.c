@@ -361,6 +361,47 @@ static void test_mxu_underflow_depends_on_ftz(void **state)
 	assert_true(c == ldexpf(1.0f, -128));
 }
 
+/* Rule 4: FTZ flushes each fma *result* that is subnormal, not each product, so the sum of
+ * the products 2^-126 (normal) and 2^-127 (subnormal) depends on their order: 2^-126 first
+ * gives 1.5 * 2^-126 (the tiny product joins a normal sum); 2^-127 first flushes it (fma with
+ * s = 0 gives the subnormal 2^-127 -> 0) and gives 2^-126. Fast, portable and reference
+ * kernels agree, and without ftz both orders give 1.5 * 2^-126. */
+static void test_mxu_ftz_order_dependent(void **state)
+{
+	(void)state;
+	const float big = ldexpf(1.0f, -63), small = ldexpf(1.0f, -64); /* bf16-exact normals */
+	const float x[2] = {big, big};
+	const float w_first_normal[2] = {big, small};   /* products 2^-126, 2^-127 */
+	const float w_first_tiny[2] = {small, big};     /* products 2^-127, 2^-126 */
+	const float sum = 1.5f * ldexpf(1.0f, -126);
+	for (int portable = 0; portable < 2; portable++) {
+		tf_mxu_force_portable(portable);
+		for (int ftz = 0; ftz < 2; ftz++) {
+			struct tf_mxu_cfg cfg;
+			tf_mxu_cfg_init(&cfg);
+			cfg.ftz = ftz;
+			float c1, c2, r1, r2;
+			tf_mxu_gemm(&cfg, 0, 0, 1, 2, 1, x, 2, w_first_normal, 1, &c1, 1, NULL);
+			tf_mxu_gemm(&cfg, 0, 0, 1, 2, 1, x, 2, w_first_tiny, 1, &c2, 1, NULL);
+			tf_mxu_gemm_reference(&cfg, 0, 0, 1, 2, 1, x, 2, w_first_normal, 1, &r1, 1,
+			                      NULL);
+			tf_mxu_gemm_reference(&cfg, 0, 0, 1, 2, 1, x, 2, w_first_tiny, 1, &r2, 1,
+			                      NULL);
+			assert_true(c1 == sum);
+			assert_true(r1 == sum);
+			assert_true(c2 == (ftz ? ldexpf(1.0f, -126) : sum));
+			assert_true(r2 == c2);
+		}
+	}
+	tf_mxu_force_portable(0);
+	/* the software flush used where there is no MXCSR */
+	assert_true(tf_mxu_ftz(ldexpf(1.0f, -127)) == 0.0f);
+	assert_true(signbit(tf_mxu_ftz(-ldexpf(1.0f, -149))));
+	assert_true(tf_mxu_ftz(-ldexpf(1.0f, -149)) == 0.0f);
+	assert_true(tf_mxu_ftz(ldexpf(1.0f, -126)) == ldexpf(1.0f, -126));
+	assert_true(isnan(tf_mxu_ftz(NAN)));
+}
+
 static void test_mxu_zero_sizes_and_k0(void **state)
 {
 	(void)state;
@@ -543,6 +584,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_mxu_order_canary),
 	    cmocka_unit_test(test_mxu_underflow_depends_on_ftz),
+	    cmocka_unit_test(test_mxu_ftz_order_dependent),
 	    cmocka_unit_test(test_mxu_zero_sizes_and_k0),
 	    cmocka_unit_test(test_mxu_model_ws_formula),
 	    cmocka_unit_test(test_mxu_reference_cycles_equal_model),

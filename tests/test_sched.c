@@ -876,9 +876,10 @@ static void test_sched_slice_names(void **state)
 	assert_int_equal(tf_sched_add_pool(s, "x", "v5e:16x16", err, sizeof(err)), 0);
 	assert_int_equal(tf_sched_add_pool(s, "y", "v4:4x4x8", err, sizeof(err)), 1);
 	assert_int_equal(tf_sched_pool_count(s), 2);
-	/* v5e hosts hold 8 chips (4x2); v4 hosts 4 (2x2x1) */
-	assert_int_equal(tf_sched_chip_host(s, 0, 3), 0);
-	assert_int_equal(tf_sched_chip_host(s, 0, 4), 1);
+	/* v5e hosts hold 8 chips (2x4, as v5litepod-8); v4 hosts 4 (2x2x1) */
+	assert_int_equal(tf_sched_chip_host(s, 0, 1), 0);
+	assert_int_equal(tf_sched_chip_host(s, 0, 16 + 1), 0);
+	assert_int_equal(tf_sched_chip_host(s, 0, 2), 1);
 	assert_int_equal(tf_sched_chip_host(s, 1, 1), 0);
 	assert_int_equal(tf_sched_chip_host(s, 1, 2), 1);
 	tf_sched_free(s);

@@ -18,7 +18,7 @@ static struct tf_tpu_slice parse(const char *spec)
 {
 	struct tf_tpu_slice s;
 	char err[256];
-	if (tf_tpu_slice_parse(spec, &s, err, sizeof err))
+	if (tf_tpu_shape_parse(spec, &s, err, sizeof err)) /* also sub-mesh shapes */
 		fail_msg("%s: %s", spec, err);
 	return s;
 }
@@ -210,6 +210,28 @@ static void ring_reference(const struct tf_tpu_slice *s, float **bufs, size_t n)
 	free(acc);
 }
 
+/* Wrap-around links double a ring's bandwidth term: v4-128 (4x4x4) wraps in every dimension,
+ * v4-32 (2x2x4) only along z, v5p-32 (2x2x4, smaller than a cube) nowhere. */
+static void test_slice_allreduce_torus_vs_mesh(void **state)
+{
+	(void)state;
+	double bytes = 1 << 20;
+	struct tf_tpu_slice s = parse("v4-32");
+	assert_int_equal(s.wrap[0], 0);
+	assert_int_equal(s.wrap[1], 0);
+	assert_int_equal(s.wrap[2], 1);
+	const struct tf_tpu_gen *g = s.gen;
+	double a = g->ici_alpha, B = g->ici_bw, hbm = g->hbm_bw;
+	double want = 2.0 * 1 / 2 * bytes / hbm                    /* the chip's 2 cores */
+	              + 2 * (2 * 1 * a + 2.0 * 1 / 2 * bytes / B)    /* x, y: mesh, p = 2 */
+	              + 2 * 3 * a + 2.0 * 3 / 4 * bytes / (2 * B); /* z: ring both ways */
+	assert_true(fabs(tf_slice_allreduce_seconds(&s, bytes) - want) < 1e-15);
+	struct tf_tpu_slice p = parse("v5p-32");
+	assert_int_equal(p.wrap[0] + p.wrap[1] + p.wrap[2], 0);
+	struct tf_tpu_slice c = parse("v5p-128");
+	assert_int_equal(c.wrap[0] + c.wrap[1] + c.wrap[2], 3);
+}
+
 static void test_slice_allreduce_blocks_match_ring_reference(void **state)
 {
 	(void)state;
@@ -305,6 +327,7 @@ int main(void)
 	    cmocka_unit_test(test_slice_allreduce_same_bits_any_thread_count),
 	    cmocka_unit_test(test_slice_allreduce_ring_order),
 	    cmocka_unit_test(test_slice_allreduce_blocks_match_ring_reference),
+	    cmocka_unit_test(test_slice_allreduce_torus_vs_mesh),
 	    cmocka_unit_test(test_slice_device_time),
 	    cmocka_unit_test(test_slice_hbm_and_shard),
 	};

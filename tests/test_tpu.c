@@ -66,7 +66,6 @@ static void test_tpu_slice_names(void **state)
 	check("v3-2048", "v3", 1024, 2048, "32x32", "v3-2048");
 	check("v4:2x2x4", "v4", 16, 32, "2x2x4", "v4-32");
 	check("v4:4x4x8", "v4", 128, 256, "4x4x8", "v4-256");
-	check("v4:1x1x1", "v4", 1, 2, "1x1x1", "v4-2");
 	check("v4:2x2x1", "v4", 4, 8, "2x2x1", "v4-8");
 	check("v5e:2x4", "v5e", 8, 8, "2x4", "v5litepod-8");
 	check("v6e:16x16", "v6e", 256, 256, "16x16", "v6e-256");
@@ -101,12 +100,67 @@ static void test_tpu_slice_errors(void **state)
 	bad("v4:2x2x6", "at most 4 or a multiple of 4");
 	bad("v4:4x4x4x4", "must be AxBxC");
 	bad("v4:2x4x8", "4x4x4 cubes");
-	bad("v4:16x16x32", "at most 4096");
+	bad("v4:16x16x32", "largest v4 slice has 4096");
 	bad("v5e:4x2", "A <= B");
 	bad("v5e:3x3", "power of two");
 	bad("v5e:2x16", "too elongated");
 	bad("v5e:2x", "must be AxB");
-	bad("v6e:32x32", "at most 256");
+	bad("v6e:32x32", "largest v6e slice has 256 (v6e-256, 16x16)");
+	/* Geometrically valid, but not offered by Cloud TPU: refused with the valid list. */
+	bad("v4:1x1x1", "not offered by Cloud TPU: use one of 2x2x1, 2x2x2");
+	bad("v4:1x2x2", "v4 topology 1x2x2 is not offered");
+	bad("v4:1x4x4", "multiple of 4 (whole 4x4x4 cubes)");
+	bad("v5e:1x2", "use one of 1x1, 2x2, 2x4");
+	bad("v6e:1x2", "not offered");
+	bad("v2:2x4", "use one of 2x2, 4x4, 8x8, 8x16, 16x16");
+	bad("v5p-17920", "not offered");
+	bad("v5p:16x20x28", "largest v5p slice has 6144 (v5p-12288, 16x16x24)");
+}
+
+/* Largest slices, hosts and which host holds which chip, wrap-around links (Cloud TPU pages). */
+static void test_tpu_hosts_and_wrap(void **state)
+{
+	(void)state;
+	struct tf_tpu_slice s;
+	char err[256];
+	assert_int_equal(tf_tpu_slice_parse("v5p-12288", &s, err, sizeof err), 0);
+	assert_int_equal(s.chips, 6144);
+	assert_int_equal(s.hosts, 1536);
+	assert_int_equal(tf_tpu_slice_parse("v4:8x8x12", &s, err, sizeof err), 0); /* cubes */
+	/* v4-32 = 2x2x4: 4 hosts of a 2x2x1 tray each; chip (x, y, z) is on host z */
+	assert_int_equal(tf_tpu_slice_parse("v4-32", &s, err, sizeof err), 0);
+	assert_int_equal(s.hosts, 4);
+	assert_int_equal(s.chips_per_host, 4);
+	for (int c = 0; c < s.chips; c++)
+		assert_int_equal(tf_tpu_chip_host(&s, c), c / 4);
+	assert_int_equal(tf_tpu_chip_host(&s, 16), -EINVAL);
+	assert_int_equal(s.wrap[2], 1); /* v4 wraps along a multiple of 4 only */
+	assert_int_equal(s.wrap[0] + s.wrap[1], 0);
+	/* v5e: 8 chips (2x4) per host; 4x4 is 2 hosts, split along x; 2x2 is part of one */
+	assert_int_equal(tf_tpu_slice_parse("v5litepod-16", &s, err, sizeof err), 0);
+	assert_int_equal(s.hosts, 2);
+	assert_int_equal(s.chips_per_host, 8);
+	assert_int_equal(tf_tpu_chip_host(&s, 1), 0);
+	assert_int_equal(tf_tpu_chip_host(&s, 2), 1);
+	assert_int_equal(tf_tpu_chip_host(&s, 13), 0);
+	assert_int_equal(s.wrap[0] + s.wrap[1], 0);
+	assert_int_equal(tf_tpu_slice_parse("v5litepod-4", &s, err, sizeof err), 0);
+	assert_int_equal(s.hosts, 1);
+	assert_int_equal(s.chips_per_host, 4);
+	assert_int_equal(tf_tpu_slice_parse("v6e-256", &s, err, sizeof err), 0);
+	assert_int_equal(s.hosts, 32);
+	assert_int_equal(s.wrap[0] + s.wrap[1], 2); /* the full pod's sides */
+	/* the lenient shape parser takes sub-mesh placements the scheduler asks for */
+	assert_int_equal(tf_tpu_shape_parse("v4:1x4x4", &s, err, sizeof err), 0);
+	assert_int_equal(s.chips, 16);
+	/* published figures and units */
+	const struct tf_tpu_gen *v2 = tf_tpu_gen_find("v2"), *v6e = tf_tpu_gen_find("v6e");
+	assert_true(v2->peak_flops == 45e12);
+	assert_int_equal(v2->hbm_gib, 1);
+	assert_int_equal(v6e->hbm_gib, 0);
+	assert_true(v6e->ici_bw == 100e9);
+	assert_int_equal(tf_tpu_gen_find("v5p")->max_chips, 6144);
+	assert_int_equal(tf_tpu_gen_find("v5p")->pod_chips, 8960);
 }
 
 int main(void)
@@ -115,6 +169,7 @@ int main(void)
 	    cmocka_unit_test(test_tpu_presets_match_published_peaks),
 	    cmocka_unit_test(test_tpu_slice_names),
 	    cmocka_unit_test(test_tpu_slice_errors),
+	    cmocka_unit_test(test_tpu_hosts_and_wrap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
