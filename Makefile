@@ -55,6 +55,7 @@ help:
 
 deps:
 	@scripts/deps.sh build
+	@scripts/deps.sh npm && scripts/deps.sh npm-ci
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

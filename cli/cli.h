@@ -47,6 +47,7 @@ int cmd_db(int argc, char **argv, struct tf_cli *cli);
 int cmd_run(int argc, char **argv, struct tf_cli *cli);
 int cmd_runs(int argc, char **argv, struct tf_cli *cli);
 int cmd_models(int argc, char **argv, struct tf_cli *cli);
+int cmd_tokens(int argc, char **argv, struct tf_cli *cli);
 int cmd_accel(int argc, char **argv, struct tf_cli *cli);
 int cmd_store(int argc, char **argv, struct tf_cli *cli);
 int cmd_ckpt(int argc, char **argv, struct tf_cli *cli);

@@ -27,6 +27,7 @@ static const struct tf_cmd commands[] = {
     {"run", cmd_run, "run a pipeline durably: parallel steps, retries, cache, live view"},
     {"runs", cmd_runs, "runs: list, show, logs, resume, retry"},
     {"models", cmd_models, "model registry: list, show, alias, compare"},
+    {"tokens", cmd_tokens, "REST API bearer tokens: create, list, revoke"},
     {"accel", cmd_accel, "the emulated TPU: matmul, cycles, slices, info"},
     {"store", cmd_store, "object storage: ls, cat, put, rm URL"},
     {"ckpt", cmd_ckpt, "checkpoints: list, show, gc"},

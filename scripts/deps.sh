@@ -3,6 +3,8 @@
 #   scripts/deps.sh build   compiler and -dev libraries (make, make demo)
 #   scripts/deps.sh test    what the test suite needs beyond the build (real servers, tools)
 #   scripts/deps.sh bench   peers for benchmarks (OpenBLAS, curl, hyperfine, Snakemake)
+#   scripts/deps.sh npm     Node.js and npm; scripts/deps.sh npm-ci the pinned packages of
+#                           package-lock.json (npm ci, only when the lockfile changed)
 # Idempotent; says what it installs; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
@@ -16,6 +18,17 @@ case "${1:-build}" in
   build) want=("${build[@]}") ;;
   test)  want=("${test[@]}") ;;
   bench) want=("${bench[@]}") ;;
+  npm)
+    # The API contract tests' validators (package.json, pinned by package-lock.json).
+    command -v npm >/dev/null && exec "$0" npm-ci
+    want=(nodejs npm) ;;
+  npm-ci)
+    cd "$(dirname "$0")/.."
+    [[ node_modules/.package-lock.json -nt package-lock.json ]] && exit 0
+    echo "deps: npm ci (package-lock.json)"
+    npm ci --no-audit --no-fund --loglevel=error >/tmp/tpuflow-npm.log 2>&1 ||
+      { tail -20 /tmp/tpuflow-npm.log >&2; echo "deps: npm ci failed (log: /tmp/tpuflow-npm.log)" >&2; exit 69; }
+    exit 0 ;;
   *) echo "usage: $0 build|test|bench" >&2; exit 64 ;;
 esac
 

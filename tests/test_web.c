@@ -7,6 +7,7 @@
  * daemon's does; nothing executes it (the daemon's tests do that). */
 #include "common/common.h"
 #include "orchestrator/pipeline.h"
+#include "orchestrator/registry.h"
 #include "orchestrator/state.h"
 #include "web/api.h"
 #include "web/server.h"
@@ -77,6 +78,40 @@ static int cancel(void *ctx, struct tf_store *st, const char *run, char *err, si
 		return -EBUSY;
 	}
 	return rc ? rc : tf_event_add(st, run, NULL, 0, "cancel", "cancel requested");
+}
+
+/* retry: a new pending run of the same pipeline source; resume: only a finished run. */
+static int retry(void *ctx, struct tf_store *st, const char *run, char new_run[32], char *err,
+                 size_t errlen)
+{
+	char *src = NULL, *path = NULL;
+	int rc = tf_run_pipeline_source(st, run, &src, &path);
+	if (rc) {
+		snprintf(err, errlen, "no run %s", run);
+		return rc;
+	}
+	struct tf_diag_list d = {0};
+	struct tf_web_submit s = {.yaml = src, .yaml_len = strlen(src), .params_json = "{}"};
+	rc = submit(ctx, st, &s, new_run, &d, err, errlen);
+	tf_diag_list_release(&d);
+	free(src);
+	free(path);
+	return rc;
+}
+
+static int resume(void *ctx, struct tf_store *st, const char *run, char new_run[32], char *err,
+                  size_t errlen)
+{
+	(void)ctx;
+	enum tf_run_state s;
+	int rc = tf_run_get_state(st, run, &s);
+	if (!rc && s != TF_RUN_FAILED && s != TF_RUN_INTERRUPTED) {
+		snprintf(err, errlen, "run %s is %s: only failed or interrupted runs resume", run,
+		         tf_run_state_name(s));
+		return -EBUSY;
+	}
+	snprintf(new_run, 32, "%s", run);
+	return rc;
 }
 
 struct buf {
@@ -175,6 +210,8 @@ static int setup(void **state)
 	                        .listen = "127.0.0.1:0",
 	                        .max_body = 64 * 1024,
 	                        .hooks = {.submit = submit, .cancel = cancel}};
+	o.hooks.retry = retry;
+	o.hooks.resume = resume;
 	char err[256];
 	int rc = tf_web_start(&o, &srv, err, sizeof(err));
 	if (rc)
@@ -438,10 +475,16 @@ static void test_events_and_cancel(void **state)
 	r = call("POST", path, tok_trigger, NULL, NULL);
 	assert_problem(&r, 409);
 	resp_free(&r);
-	/* no retry hook: 503 */
+	/* retry makes a new run that names the old one */
 	snprintf(path, sizeof(path), "/api/v1/runs/%s:retry", id);
 	r = call("POST", path, tok_trigger, NULL, NULL);
-	assert_problem(&r, 503);
+	assert_int_equal(r.status, 201);
+	assert_string_equal(json_string_value(json_object_get(r.json, "of")), id);
+	assert_string_not_equal(json_string_value(json_object_get(r.json, "id")), id);
+	resp_free(&r);
+	snprintf(path, sizeof(path), "/api/v1/runs/%s:resume", id);
+	r = call("POST", path, tok_trigger, NULL, NULL);
+	assert_int_equal(r.status, 202);
 	resp_free(&r);
 	r = call("GET", "/api/v1/runs/nosuchrun", tok_read, NULL, NULL);
 	assert_problem(&r, 404);
@@ -499,6 +542,49 @@ static void test_metrics(void **state)
 	resp_free(&r);
 }
 
+/* tests/api_contract.mjs: the OpenAPI document through a real validator, every operation's
+ * responses against it, and the auth matrix over every operation. */
+static void test_contract(void **state)
+{
+	(void)state;
+	const char *bin = getenv("TPUFLOW_BIN");
+	char repo[1024];
+	snprintf(repo, sizeof(repo), "%s", bin ? bin : "");
+	for (int i = 0; i < 2; i++) { /* REPO/BUILD/tpuflow -> REPO */
+		char *slash = strrchr(repo, '/');
+		if (slash)
+			*slash = 0;
+	}
+	char probe[1100];
+	snprintf(probe, sizeof(probe), "%s/node_modules/ajv/package.json", repo);
+	if (!bin || access(probe, R_OK) || system("node --version >/dev/null 2>&1")) {
+		fprintf(stderr, "test_contract: node or %s missing (make deps)\n", probe);
+		skip();
+	}
+	/* what the cases need: a run with a step "a", a pipeline by name, a model */
+	struct tf_store *st;
+	char err[256], run[32];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	struct tf_diag_list d = {0};
+	const char *named = "name: contract\nsteps:\n  - name: a\n    type: shell\n"
+	                    "    with: {argv: [/bin/true]}\n";
+	struct tf_web_submit s = {.yaml = named, .yaml_len = strlen(named), .params_json = "{}"};
+	assert_int_equal(submit(NULL, st, &s, run, &d, err, sizeof(err)), 0);
+	struct tf_model_version_spec mv = {.model = "contract-model", .run_id = run, .step = "a",
+	                                   .bundle = "runs/x/a/bundle",
+	                                   .metrics = "{\"accuracy\": 0.5}"};
+	int64_t v;
+	assert_int_equal(tf_registry_register(st, &mv, &v, NULL), 0);
+	tf_store_close(st);
+	char cmd[4096];
+	snprintf(cmd, sizeof(cmd),
+	         "cd '%s' && TOKEN_READ=%s TOKEN_TRIGGER=%s TOKEN_ADMIN=%s TOKEN_REVOKED=%s "
+	         "TOKEN_EXPIRED=%s RUN_ID=%s MODEL=contract-model PIPELINE_YAML='%s' "
+	         "node tests/api_contract.mjs %s",
+	         repo, tok_read, tok_trigger, tok_admin, tok_revoked, tok_expired, run, named, base);
+	assert_int_equal(system(cmd), 0);
+}
+
 static void test_start_refusals(void **state)
 {
 	(void)state;
@@ -548,7 +634,8 @@ int main(void)
 	    cmocka_unit_test(test_routing_errors),  cmocka_unit_test(test_auth_matrix),
 	    cmocka_unit_test(test_idempotency),     cmocka_unit_test(test_pages),
 	    cmocka_unit_test(test_events_and_cancel), cmocka_unit_test(test_validate),
-	    cmocka_unit_test(test_metrics),         cmocka_unit_test(test_start_refusals),
+	    cmocka_unit_test(test_metrics),         cmocka_unit_test(test_contract),
+	    cmocka_unit_test(test_start_refusals),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

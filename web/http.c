@@ -221,7 +221,7 @@ void tf_web_problem_diags(struct tf_web_resp *rs, int status, const char *instan
 	for (size_t i = 0; diags && i < diags->n; i++) {
 		const struct tf_diag *d = &diags->items[i];
 		json_array_append_new(
-		    errs, json_pack("{s:s, s:i, s:i, s:s, s:s?, s:s}", "file", d->file ? d->file : "",
+		    errs, json_pack("{s:s, s:i, s:i, s:s, s:s*, s:s}", "file", d->file ? d->file : "",
 		                    "line", d->line, "col", d->col, "message", d->message, "hint",
 		                    d->hint, "severity",
 		                    d->severity == TF_DIAG_ERROR ? "error" : "warning"));
