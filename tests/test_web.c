@@ -13,7 +13,14 @@
 #include "web/server.h"
 #include "web/tokens.h"
 
+#include "tests/testutil.h"
+
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -585,6 +592,106 @@ static void test_contract(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* promtool's own check of the exposition (format and naming lint). */
+static void test_promtool(void **state)
+{
+	(void)state;
+	if (system("command -v promtool >/dev/null 2>&1")) {
+		fprintf(stderr, "test_promtool: promtool missing (Debian prometheus)\n");
+		skip();
+	}
+	struct resp r = call("GET", "/metrics", tok_read, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	char path[600], cmd[1400];
+	snprintf(path, sizeof(path), "%s/metrics.txt", home);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fwrite(r.body.p, 1, r.body.n, f);
+	fclose(f);
+	resp_free(&r);
+	snprintf(cmd, sizeof(cmd), "promtool check metrics < '%s'", path);
+	assert_int_equal(system(cmd), 0);
+}
+
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t l = sizeof(a);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/* A real Prometheus scrapes the server with a read token; one tpuflow series comes back
+ * through its query API. */
+static void test_prometheus_scrape(void **state)
+{
+	(void)state;
+	if (system("command -v prometheus >/dev/null 2>&1")) {
+		fprintf(stderr, "test_prometheus_scrape: prometheus missing (Debian prometheus)\n");
+		skip();
+	}
+	char dir[600], cfg[700], data[700], log[700], listen[64];
+	snprintf(dir, sizeof(dir), "%s/prom", home);
+	snprintf(cfg, sizeof(cfg), "%s/prometheus.yml", dir);
+	snprintf(data, sizeof(data), "%s/data", dir);
+	snprintf(log, sizeof(log), "%s/prometheus.log", dir);
+	char cmd[1400];
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", data);
+	assert_int_equal(system(cmd), 0);
+	FILE *f = fopen(cfg, "w");
+	assert_non_null(f);
+	fprintf(f,
+	        "global: {scrape_interval: 1s}\n"
+	        "scrape_configs:\n"
+	        "  - job_name: tpuflow\n"
+	        "    authorization: {type: Bearer, credentials: %s}\n"
+	        "    static_configs: [{targets: ['127.0.0.1:%d']}]\n",
+	        tok_read, tf_web_port(srv));
+	fclose(f);
+	int pport = free_port();
+	snprintf(listen, sizeof(listen), "--web.listen-address=127.0.0.1:%d", pport);
+	char a1[800], a2[800];
+	snprintf(a1, sizeof(a1), "--config.file=%s", cfg);
+	snprintf(a2, sizeof(a2), "--storage.tsdb.path=%s", data);
+	char *argv[] = {"prometheus", a1, a2, listen, NULL};
+	char bin[] = "/usr/bin/prometheus";
+	argv[0] = bin;
+	pid_t pid = tf_test_spawn(argv, log, log);
+	assert_true(pid > 0);
+	char url[256];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v1/query?query=tpuflow_build_info", pport);
+	int found = 0;
+	for (int i = 0; i < 120 && !found; i++) { /* up to a minute on a busy machine */
+		usleep(500 * 1000);
+		CURL *c = curl_easy_init();
+		struct buf b = {0};
+		curl_easy_setopt(c, CURLOPT_URL, url);
+		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+		curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+		curl_easy_setopt(c, CURLOPT_TIMEOUT, 5L);
+		if (curl_easy_perform(c) == CURLE_OK && b.p) {
+			json_t *j = json_loads(b.p, 0, NULL);
+			json_t *res = json_object_get(json_object_get(j, "data"), "result");
+			json_t *m = json_object_get(json_array_get(res, 0), "metric");
+			found = json_array_size(res) == 1 &&
+			        !strcmp(json_string_value(json_object_get(m, "job")) ?: "", "tpuflow");
+			json_decref(j);
+		}
+		free(b.p);
+		curl_easy_cleanup(c);
+	}
+	kill(pid, SIGTERM);
+	tf_test_wait_exit(pid);
+	if (!found) {
+		snprintf(cmd, sizeof(cmd), "tail -20 '%s' >&2", log);
+		(void)system(cmd);
+	}
+	assert_true(found);
+}
+
 static void test_start_refusals(void **state)
 {
 	(void)state;
@@ -635,6 +742,7 @@ int main(void)
 	    cmocka_unit_test(test_idempotency),     cmocka_unit_test(test_pages),
 	    cmocka_unit_test(test_events_and_cancel), cmocka_unit_test(test_validate),
 	    cmocka_unit_test(test_metrics),         cmocka_unit_test(test_contract),
+	    cmocka_unit_test(test_promtool),        cmocka_unit_test(test_prometheus_scrape),
 	    cmocka_unit_test(test_start_refusals),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -132,7 +132,9 @@ json_t *tf_openapi_document(void);
 /* /metrics text (caller frees *out) from the database plus the server's request counters. */
 int tf_metrics_render(struct tf_web *w, struct tf_store *st, char **out, size_t *len);
 /* Request counters by route pattern and status, with latency. */
-void tf_web_metrics_observe(struct tf_web *w, const char *route, int status, double seconds);
+struct tf_route;
+void tf_web_metrics_observe(struct tf_web *w, const struct tf_route *route, int status,
+                            double seconds);
 /* Writes the request counters and latency histogram as exposition text (web/metrics.c). */
 void tf_web_metrics_requests(struct tf_web *w, FILE *f);
 

@@ -240,12 +240,10 @@ void tf_web_problem_errno(struct tf_web_resp *rs, int rc, const char *instance, 
 
 /* ---- metrics -------------------------------------------------------------------------- */
 
-void tf_web_metrics_observe(struct tf_web *w, const char *route, int status, double seconds)
+void tf_web_metrics_observe(struct tf_web *w, const struct tf_route *route, int status,
+                            double seconds)
 {
-	int ri = -1;
-	for (size_t i = 0; route && i < tf_nroutes; i++)
-		if (tf_routes[i].pattern == route)
-			ri = (int)i;
+	int ri = route ? (int)(route - tf_routes) : -1;
 	pthread_mutex_lock(&w->lock);
 	size_t k;
 	for (k = 0; k < w->ncounts; k++)
@@ -719,7 +717,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	int status = rs.status;
 	enum MHD_Result ret = send_resp(w, c, &rs);
 	tf_web_resp_release(&rs);
-	tf_web_metrics_observe(w, r ? r->pattern : NULL, status, tf_now_monotonic() - cn->t0);
+	tf_web_metrics_observe(w, r, status, tf_now_monotonic() - cn->t0);
 	return ret;
 }
 
