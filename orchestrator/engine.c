@@ -67,6 +67,8 @@ struct estep {
 	int budget_base;           /* [C] attempts before this engine started (retry budget) */
 	int unresolved;            /* [C] needs not yet final */
 	int queued;                /* [C] handed to a worker, not yet back */
+	int admitted;              /* [C] holds a worker (counted in e->nadmitted) */
+	int waiting_worker;        /* [C] in e->waitq: ready, every worker busy */
 	json_t *outputs, *metrics; /* [C] results once done */
 	json_t *with;              /* [C] resolved inputs of the current attempt */
 	char cache_key[65];        /* [C] inputs hash ("" when not cacheable) */
@@ -128,6 +130,9 @@ struct engine {
 	int fatal;                    /* a round failed (database error): its code (under mu) */
 	int progress_any;             /* some step has an unflushed progress line (under mu) */
 	int nrunning;                 /* [C] steps queued or running */
+	int nadmitted;                /* [C] steps holding a worker (at most nworkers) */
+	struct estep **waitq;         /* [C] ring of steps waiting for a worker (capacity n) */
+	size_t wq_head, wq_len;
 	int stopping;                 /* [C] interrupted: cancelling, no new attempts */
 	int retry_hint;               /* [C] a step may be retrying (cleared by the scan) */
 	int timeout_hint;             /* [C] a running attempt may have a deadline */
@@ -529,7 +534,9 @@ static void view_update(struct engine *e)
 		struct estep *s = &e->steps[i];
 		rows[i].name = s->def->name;
 		rows[i].type = tf_step_type_name(s->def->type);
-		rows[i].state = tf_step_state_name(s->state);
+		/* a placed train step waiting for a worker is running in the database (its
+		 * attempt began with the slice request) but queued for people */
+		rows[i].state = tf_step_state_name(s->waiting_worker ? TF_STEP_QUEUED : s->state);
 		rows[i].attempt = s->attempts;
 		rows[i].duration =
 		    s->started_wall > 0
@@ -622,6 +629,8 @@ static void record_placement(struct engine *e, struct estep *s, const struct tf_
 		        tf_store_errmsg(e->db));
 }
 
+static int admit(struct engine *e, struct estep *s, struct estep **start, size_t *nstart);
+
 /* Hands started train steps to `start` after a scheduler tick. */
 static void sched_dispatch(struct engine *e, struct estep **start, size_t *nstart)
 {
@@ -647,7 +656,7 @@ static void sched_dispatch(struct engine *e, struct estep **start, size_t *nstar
 			         d->box.origin[1], d->box.origin[2], d->box.shape[0],
 			         d->box.shape[1], d->box.shape[2]);
 			record_placement(e, s, d);
-			start[(*nstart)++] = s;
+			(void)admit(e, s, start, nstart); /* running already: no database write */
 		}
 	}
 	/* attempts still waiting: record why, in the scheduler's words, when it changed */
@@ -723,8 +732,8 @@ static void slice_release(struct engine *e, struct estep *s, int ok, double *sec
 	s->awaiting_slice = 0;
 }
 
-/* Starts an attempt (state already pending or retrying): running + attempt row. */
-static int start_attempt(struct engine *e, struct estep *s, struct estep **start, size_t *nstart)
+/* An attempt begins (state pending, queued or retrying): running + attempt row. */
+static int begin_attempt(struct engine *e, struct estep *s)
 {
 	char *w = canon(s->with);
 	struct tf_step_update u = {.with_json = w,
@@ -735,42 +744,93 @@ static int start_attempt(struct engine *e, struct estep *s, struct estep **start
 		return rc;
 	s->state = TF_STEP_RUNNING;
 	s->attempts++;
-	if (s->def->type == TF_STEP_TRAIN)
-		snprintf(s->accel, sizeof(s->accel), "%s",
-		         s->def->accelerator         ? s->def->accelerator
-		         : e->o->default_accelerator ? e->o->default_accelerator
-		                                     : "v4-8");
 	rc = tf_attempt_create(e->db, e->run_id, s->def->name, s->attempts);
 	if (rc)
 		return rc;
 	if (s->started_wall <= 0)
 		s->started_wall = tf_now_wall();
 	s->reason[0] = '\0';
-	if (s->def->type == TF_STEP_TRAIN) {
-		char err[400] = "";
-		s->placement[0] = '\0';
-		s->chips = 0;
-		if (slice_request(e, s, err, sizeof(err))) {
-			/* No slice can ever fit: the attempt fails at once. */
-			s->rc = -EINVAL;
-			s->failure = TF_FAIL_ERROR;
-			s->exit_code = -1;
-			snprintf(s->err, sizeof(s->err), "slice '%s': %s", s->accel, err);
-			s->res_outputs = s->res_metrics = NULL;
-			s->ended = s->started = tf_now_monotonic();
-			s->queued = 1;
-			e->nrunning++;
-			pthread_mutex_lock(&e->mu);
-			e->done[e->ndone++] = s;
-			pthread_mutex_unlock(&e->mu);
-			return 0;
+	return 0;
+}
+
+/* A step ready to run takes a worker when one is free (handed over after the commit; its
+ * timeout starts then), else it waits in e->waitq, in state queued (a train step whose slice
+ * was placed stays running: its attempt began with the slice request). */
+static int admit(struct engine *e, struct estep *s, struct estep **start, size_t *nstart)
+{
+	int rc = 0;
+	if (e->nadmitted >= e->nworkers) {
+		e->waitq[(e->wq_head + e->wq_len) % e->n] = s;
+		e->wq_len++;
+		s->waiting_worker = 1;
+		if (s->state != TF_STEP_RUNNING) {
+			struct tf_step_update u = {.reason = "waiting for a worker"};
+			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_QUEUED, &u);
+			if (rc == 0)
+				s->state = TF_STEP_QUEUED;
 		}
-		sched_dispatch(e, start, nstart);
-		if (s->awaiting_slice)
-			set_reason(s, "waiting for a %s slice", s->accel);
+		set_reason(s, "waiting for a worker");
+		return rc;
+	}
+	if (s->state != TF_STEP_RUNNING)
+		rc = begin_attempt(e, s);
+	if (rc)
+		return rc;
+	s->reason[0] = '\0';
+	s->admitted = 1;
+	e->nadmitted++;
+	start[(*nstart)++] = s;
+	return 0;
+}
+
+/* Workers that finished attempts take the steps waiting for one, oldest first. */
+static int admit_waiting(struct engine *e, struct estep **start, size_t *nstart)
+{
+	int rc = 0;
+	while (rc == 0 && e->wq_len && e->nadmitted < e->nworkers) {
+		struct estep *s = e->waitq[e->wq_head];
+		e->wq_head = (e->wq_head + 1) % e->n;
+		e->wq_len--;
+		s->waiting_worker = 0;
+		rc = admit(e, s, start, nstart);
+	}
+	return rc;
+}
+
+/* Starts an attempt of a step that is pending or retrying: a train step asks the scheduler
+ * for a slice first; every step then waits for a worker if none is free (admit). */
+static int start_attempt(struct engine *e, struct estep *s, struct estep **start, size_t *nstart)
+{
+	if (s->def->type != TF_STEP_TRAIN)
+		return admit(e, s, start, nstart);
+	snprintf(s->accel, sizeof(s->accel), "%s",
+	         s->def->accelerator         ? s->def->accelerator
+	         : e->o->default_accelerator ? e->o->default_accelerator
+	                                     : "v4-8");
+	int rc = begin_attempt(e, s);
+	if (rc)
+		return rc;
+	char err[400] = "";
+	s->placement[0] = '\0';
+	s->chips = 0;
+	if (slice_request(e, s, err, sizeof(err))) {
+		/* No slice can ever fit: the attempt fails at once. */
+		s->rc = -EINVAL;
+		s->failure = TF_FAIL_ERROR;
+		s->exit_code = -1;
+		snprintf(s->err, sizeof(s->err), "slice '%s': %s", s->accel, err);
+		s->res_outputs = s->res_metrics = NULL;
+		s->ended = s->started = tf_now_monotonic();
+		s->queued = 1;
+		e->nrunning++;
+		pthread_mutex_lock(&e->mu);
+		e->done[e->ndone++] = s;
+		pthread_mutex_unlock(&e->mu);
 		return 0;
 	}
-	start[(*nstart)++] = s;
+	sched_dispatch(e, start, nstart);
+	if (s->awaiting_slice)
+		set_reason(s, "waiting for a %s slice", s->accel);
 	return 0;
 }
 
@@ -850,6 +910,10 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 	int rc;
 	e->nrunning--;
 	s->queued = 0;
+	if (s->admitted) {
+		s->admitted = 0;
+		e->nadmitted--;
+	}
 	if (s->def->type == TF_STEP_TRAIN && s->job) {
 		/* The slice was held for the whole attempt, successful or not. */
 		double secs = 0;
@@ -1045,23 +1109,32 @@ static int coord_round(struct engine *e, int by_worker)
 		goto fail;
 	for (size_t i = 0; i < nbatch && rc == 0; i++)
 		rc = finished(e, batch[i], start, &nstart, e->ready, &e->nready, e->stopping);
-	/* Stopping: attempts still waiting for a slice never ran. */
+	/* Stopping: attempts still waiting for a slice or a worker never ran. */
 	for (size_t i = 0; e->stopping && i < e->n && rc == 0; i++) {
 		struct estep *s = &e->steps[i];
-		if (!s->awaiting_slice)
+		if (!s->awaiting_slice && !s->waiting_worker)
 			continue;
 		double secs;
 		slice_release(e, s, 0, &secs);
 		struct tf_attempt_result ar = {.failure = TF_FAIL_CANCELLED,
 		                               .exit_code = -1,
-		                               .error = "interrupted while waiting for a slice"};
-		rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
-		                          TF_ATTEMPT_CANCELLED, &ar);
+		                               .error = s->waiting_worker
+		                                            ? "interrupted while waiting for a worker"
+		                                            : "interrupted while waiting for a slice"};
+		if (s->state == TF_STEP_RUNNING) /* queued steps have no attempt yet */
+			rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
+			                          TF_ATTEMPT_CANCELLED, &ar);
 		if (rc == 0)
 			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING,
 			                       NULL);
 		s->state = TF_STEP_PENDING;
+		s->waiting_worker = 0;
 	}
+	if (e->stopping)
+		e->wq_len = 0;
+	/* Workers freed by the finished attempts take waiting steps. */
+	if (rc == 0 && !e->stopping)
+		rc = admit_waiting(e, start, &nstart);
 	/* Retries whose backoff has passed. */
 	if (e->retry_hint) {
 		int any = 0;
@@ -1146,7 +1219,8 @@ static int coord_round(struct engine *e, int by_worker)
 	int waiting = 0;
 	if (e->nrunning == 0) {
 		for (size_t i = 0; i < e->n; i++)
-			if (e->steps[i].state == TF_STEP_RETRYING || e->steps[i].awaiting_slice)
+			if (e->steps[i].state == TF_STEP_RETRYING || e->steps[i].awaiting_slice ||
+			    e->steps[i].waiting_worker)
 				waiting = 1;
 		if (e->stopping || (!waiting && e->nready == 0))
 			e->complete = 1;
@@ -1283,6 +1357,7 @@ static void engine_release(struct engine *e)
 	free(e->ndependents);
 	free(e->queue);
 	free(e->done);
+	free(e->waitq);
 	free(e->workers);
 	tf_view_free(e->view);
 	tf_sched_decisions_release(&e->decisions);
@@ -1353,6 +1428,7 @@ static int load_steps(struct engine *e, int resuming)
 	e->ndependents = tf_xcalloc(e->n + 1, sizeof(*e->ndependents));
 	e->queue = tf_xcalloc(e->n + 1, sizeof(*e->queue));
 	e->done = tf_xcalloc(e->n + 1, sizeof(*e->done));
+	e->waitq = tf_xcalloc(e->n + 1, sizeof(*e->waitq));
 	for (size_t i = 0; i < e->n; i++) {
 		struct estep *s = &e->steps[i];
 		s->idx = i;

@@ -15,10 +15,12 @@
  *     pending ──┬──> running ──┬──> succeeded
  *        ^      │      │  ^    ├──> retrying ──> running   (backoff waited out)
  *        │      │      │  │    └──> failed
+ *        │      ├──> queued ──> running   (every worker was busy; the timeout starts
+ *        │      │               when it runs; retrying ──> queued likewise)
  *        │      ├──> cached │
  *        │      ├──> skipped (gate false, or a need failed/skipped)
  *        │      └──> failed (inputs could not be resolved)
- *        ├── running, retrying (interrupted, or found running after a crash)
+ *        ├── queued, running, retrying (interrupted, or found so after a crash)
  *        └── failed, skipped (runs retry / resume: try again)
  *
  * Attempt (created running):
@@ -46,7 +48,7 @@ static const char *const run_names[TF_RUN_STATE_LAST] = {
     "pending", "running", "succeeded", "failed", "interrupted",
 };
 static const char *const step_names[TF_STEP_STATE_LAST] = {
-    "pending", "running", "retrying", "succeeded", "cached", "skipped", "failed",
+    "pending", "queued", "running", "retrying", "succeeded", "cached", "skipped", "failed",
 };
 static const char *const attempt_names[TF_ATTEMPT_STATE_LAST] = {
     "running", "succeeded", "failed", "cancelled", "lost",
@@ -148,11 +150,13 @@ int tf_run_transition_ok(enum tf_run_state from, enum tf_run_state to)
 int tf_step_transition_ok(enum tf_step_state from, enum tf_step_state to)
 {
 	static const unsigned allowed[TF_STEP_STATE_LAST] = {
-	    [TF_STEP_PENDING] = BIT(TF_STEP_RUNNING) | BIT(TF_STEP_CACHED) | BIT(TF_STEP_SKIPPED) |
-	                        BIT(TF_STEP_FAILED),
+	    [TF_STEP_PENDING] = BIT(TF_STEP_QUEUED) | BIT(TF_STEP_RUNNING) | BIT(TF_STEP_CACHED) |
+	                        BIT(TF_STEP_SKIPPED) | BIT(TF_STEP_FAILED),
+	    [TF_STEP_QUEUED] = BIT(TF_STEP_RUNNING) | BIT(TF_STEP_PENDING),
 	    [TF_STEP_RUNNING] = BIT(TF_STEP_SUCCEEDED) | BIT(TF_STEP_RETRYING) |
 	                        BIT(TF_STEP_FAILED) | BIT(TF_STEP_PENDING),
-	    [TF_STEP_RETRYING] = BIT(TF_STEP_RUNNING) | BIT(TF_STEP_PENDING) | BIT(TF_STEP_FAILED),
+	    [TF_STEP_RETRYING] = BIT(TF_STEP_QUEUED) | BIT(TF_STEP_RUNNING) | BIT(TF_STEP_PENDING) |
+	                         BIT(TF_STEP_FAILED),
 	    [TF_STEP_SUCCEEDED] = 0,
 	    [TF_STEP_CACHED] = 0,
 	    [TF_STEP_SKIPPED] = BIT(TF_STEP_PENDING),

@@ -26,7 +26,8 @@ enum tf_run_state {
 
 enum tf_step_state {
 	TF_STEP_PENDING,   /* waiting for its needs */
-	TF_STEP_RUNNING,   /* an attempt is running */
+	TF_STEP_QUEUED,    /* ready to run, waiting for a free worker (no attempt yet) */
+	TF_STEP_RUNNING,   /* an attempt is running (train: placed or waiting for a slice) */
 	TF_STEP_RETRYING,  /* an attempt failed; waiting out the backoff (next_attempt_at) */
 	TF_STEP_SUCCEEDED, /* outputs and metrics recorded */
 	TF_STEP_CACHED,    /* results reused from an earlier run with the same inputs */
@@ -95,7 +96,8 @@ struct tf_step_update {
 	int cache_hit;          /* entering cached */
 	double next_attempt_at; /* entering retrying: wall-clock time of the next attempt */
 };
-/* Step transitions. Entering running increments the step's attempt counter. */
+/* Step transitions. Entering running increments the step's attempt counter (queued is not an
+ * attempt: a step interrupted while queued goes back to pending with no attempt recorded). */
 int tf_step_set_state(struct tf_store *st, const char *run, const char *step, enum tf_step_state to,
                       const struct tf_step_update *u);
 int tf_step_get_state(struct tf_store *st, const char *run, const char *step,

@@ -156,9 +156,9 @@ static void redraw(struct tf_view *v, const struct tf_view_row *rows, size_t n)
 	if (v->drawn)
 		fprintf(v->f, "\033[%dA", v->drawn);
 	int lines = 0;
-	size_t counts[8] = {0};
-	const char *names[8] = {"pending", "running", "retrying", "succeeded",
-	                        "cached",  "skipped", "failed",   NULL};
+	size_t counts[9] = {0};
+	const char *names[9] = {"pending", "queued",  "running", "retrying", "succeeded",
+	                        "cached",  "skipped", "failed",  NULL};
 	for (size_t i = 0; i < n; i++)
 		for (int k = 0; names[k]; k++)
 			if (!strcmp(rows[i].state, names[k]))
@@ -190,9 +190,10 @@ static void redraw(struct tf_view *v, const struct tf_view_row *rows, size_t n)
 	}
 	char summary[256];
 	snprintf(summary, sizeof(summary),
-	         "  %zu steps: %zu succeeded, %zu cached, %zu running, %zu retrying, %zu pending, "
-	         "%zu skipped, %zu failed  [%.1fs]",
-	         n, counts[3], counts[4], counts[1], counts[2], counts[0], counts[5], counts[6],
+	         "  %zu steps: %zu succeeded, %zu cached, %zu running, %zu queued, %zu retrying, "
+	         "%zu pending, %zu skipped, %zu failed  [%.1fs]",
+	         n, counts[4], counts[5], counts[2], counts[1], counts[3], counts[0], counts[6],
+	         counts[7],
 	         tf_now_monotonic() - v->t0);
 	fprintf(v->f, "\033[K%.*s\n", cols > 0 ? cols : 0, summary);
 	lines++;

@@ -320,6 +320,58 @@ static void test_engine_timeout_cancels_step(void **state)
 	json_decref(res.summary);
 }
 
+/* A step's timeout counts from when its attempt runs, not while it waits for a worker:
+ * twelve 1 s steps with a 5 s timeout on two workers take about 6 s, and the last ones
+ * would have timed out if the wait counted. Waiting steps are queued, not running, in the
+ * database and in the view. Margins are wide (a step may take up to 5x longer). */
+static void test_engine_timeout_starts_when_a_worker_runs_the_step(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	o.workers = 2;
+	char *view = NULL;
+	size_t viewlen = 0;
+	o.out = open_memstream(&view, &viewlen);
+	char yaml[2048] = "name: fan\nsteps:\n";
+	for (int i = 0; i < 12; i++)
+		snprintf(yaml + strlen(yaml), sizeof(yaml) - strlen(yaml),
+		         "  - {name: s%02d, type: shell, timeout: 5s, with: {argv: [sleep, '1']}}\n",
+		         i);
+	struct tf_engine_result res;
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	fclose(o.out);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	assert_int_equal(max_concurrent, 2);
+	for (int i = 0; i < 12; i++) {
+		char name[8];
+		snprintf(name, sizeof(name), "s%02d", i);
+		assert_string_equal(sstate(res.summary, name), "succeeded");
+		assert_int_equal(ncalls(name), 1);
+	}
+	json_decref(res.summary);
+	/* ten steps waited in state queued, with no attempt of their own while they waited */
+	struct tf_store *st = NULL;
+	char err[256];
+	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
+	int64_t nq = 0, na = 0;
+	assert_int_equal(tf_store_query_int(st, &nq,
+	                                    "SELECT count(*) FROM events WHERE run_id=? AND "
+	                                    "kind='step' AND to_state='queued'",
+	                                    "t", res.run_id),
+	                 0);
+	assert_int_equal(nq, 10);
+	assert_int_equal(
+	    tf_store_query_int(st, &na, "SELECT count(*) FROM attempts WHERE run_id=?", "t",
+	                       res.run_id),
+	    0);
+	assert_int_equal(na, 12);
+	tf_store_close(st);
+	assert_non_null(strstr(view, "queued"));
+	assert_non_null(strstr(view, "(waiting for a worker)"));
+	free(view);
+}
+
 static void test_engine_gate_skips_below_threshold(void **state)
 {
 	(void)state;
@@ -712,6 +764,7 @@ int main(void)
 	    cmocka_unit_test(test_engine_retries_with_backoff_then_succeeds),
 	    cmocka_unit_test(test_engine_failure_class_not_retried_fails_run),
 	    cmocka_unit_test(test_engine_timeout_cancels_step),
+	    cmocka_unit_test(test_engine_timeout_starts_when_a_worker_runs_the_step),
 	    cmocka_unit_test(test_engine_gate_skips_below_threshold),
 	    cmocka_unit_test(test_engine_second_run_hits_cache),
 	    cmocka_unit_test(test_engine_register_and_deploy_idempotent),
