@@ -57,13 +57,16 @@ static void run_usage(FILE *f)
 	fprintf(
 	    f,
 	    "usage: tpuflow run FILE [--param NAME=VALUE]... [--workers N] [--storage URL]\n"
-	    "                    [--plain] [--home DIR] [--json]\n\n"
+	    "                    [--no-cache] [--force STEP]... [--plain] [--home DIR] [--json]\n\n"
 	    "Runs a pipeline to the end in this process, recording every state change in\n"
 	    "HOME/" TF_STORE_FILE " before acting on it. Independent steps run in parallel.\n\n"
 	    "  --param NAME=VALUE  override a pipeline param (type-checked); repeatable\n"
 	    "  --workers N         steps running at once (default 8)\n"
 	    "  --storage URL       object store (default: the pipeline's `storage`, else\n"
 	    "                      file://HOME/objects)\n"
+	    "  --no-cache          take no step's results from the cache (they are still\n"
+	    "                      recorded for later runs)\n"
+	    "  --force STEP        run STEP even if its results are cached; repeatable\n"
 	    "  --plain             one line per change even on a terminal\n"
 	    "  --json              progress on stderr, then the run summary as JSON on stdout\n\n"
 	    "Ctrl-C stops cleanly (running steps are cancelled, the run is left 'interrupted');\n"
@@ -83,14 +86,17 @@ static int finish(struct tf_cli *cli, struct tf_engine_result *res)
 
 int cmd_run(int argc, char **argv, struct tf_cli *cli)
 {
-	enum { OPT_PARAM = 1, OPT_WORKERS, OPT_STORAGE, OPT_PLAIN };
+	enum { OPT_PARAM = 1, OPT_WORKERS, OPT_STORAGE, OPT_PLAIN, OPT_NO_CACHE, OPT_FORCE };
 	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
 	                                     {"param", required_argument, NULL, OPT_PARAM},
 	                                     {"workers", required_argument, NULL, OPT_WORKERS},
 	                                     {"storage", required_argument, NULL, OPT_STORAGE},
 	                                     {"plain", no_argument, NULL, OPT_PLAIN},
+	                                     {"no-cache", no_argument, NULL, OPT_NO_CACHE},
+	                                     {"force", required_argument, NULL, OPT_FORCE},
 	                                     {0, 0, 0, 0}};
 	struct tf_param_override *ov = tf_xcalloc((size_t)argc + 1, sizeof(*ov));
+	const char **force = tf_xcalloc((size_t)argc + 1, sizeof(*force));
 	size_t nov = 0;
 	struct tf_engine_opts o = {.handle_signals = 1};
 	int c, plain = 0, ret;
@@ -126,6 +132,12 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 		case OPT_PLAIN:
 			plain = 1;
 			break;
+		case OPT_NO_CACHE:
+			o.no_cache = 1;
+			break;
+		case OPT_FORCE:
+			force[o.nforce++] = optarg;
+			break;
 		default:
 			if (!tf_cli_common_option(cli, c, optarg)) {
 				ret = tf_cli_usage_error("run", "unknown option");
@@ -143,6 +155,7 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 		goto out;
 	}
 	o.home = home;
+	o.force = force;
 	o.out = cli->json ? stderr : stdout;
 	o.tty = !plain && isatty(fileno(o.out)) && getenv("TERM") && strcmp(getenv("TERM"), "dumb");
 	struct tf_diag_list diags = {0};
@@ -161,6 +174,7 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 	ret = finish(cli, &res);
 out:
 	free(ov);
+	free(force);
 	free(home);
 	return ret;
 }

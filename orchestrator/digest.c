@@ -2,6 +2,7 @@
 #include "orchestrator/digest.h"
 #include "common/common.h"
 
+#include <errno.h>
 #include <openssl/evp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +35,24 @@ void tf_sha256_update_str(struct tf_sha256 *h, const char *s)
 	tf_sha256_update(h, &n, sizeof(n));
 	if (s)
 		tf_sha256_update(h, s, strlen(s));
+}
+
+int tf_sha256_update_file(struct tf_sha256 *h, const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return -errno;
+	char buf[65536];
+	uint64_t total = 0;
+	size_t n;
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0) {
+		tf_sha256_update(h, buf, n);
+		total += n;
+	}
+	int rc = ferror(f) ? -EIO : 0;
+	fclose(f);
+	tf_sha256_update(h, &total, sizeof(total));
+	return rc;
 }
 
 void tf_sha256_final(struct tf_sha256 *h, char hex[65])

@@ -11,6 +11,9 @@ struct tf_sha256 *tf_sha256_new(void);
 void tf_sha256_update(struct tf_sha256 *h, const void *data, size_t len);
 /* Adds a string with its length in front, so ("ab","c") and ("a","bc") differ; NULL too. */
 void tf_sha256_update_str(struct tf_sha256 *h, const char *s);
+/* Adds a file's contents (then its length, so two files never run together). 0, or -errno
+ * when it cannot be read (the digest is then unusable: finish it and discard). */
+int tf_sha256_update_file(struct tf_sha256 *h, const char *path);
 void tf_sha256_final(struct tf_sha256 *h, char hex[65]);
 
 #endif

@@ -25,10 +25,12 @@
  *  Nobody polls: the calling thread sleeps until it is woken, a signal arrives, or the
  *  nearest retry/timeout deadline (pthread_cond_timedwait).
  *
- * Cache key of a step (hex SHA-256): program version, step type, step name, accelerator, the
- * resolved `with` as canonical JSON (sorted keys), and for every need its outputs and
- * metrics as canonical JSON plus the size/checksum of each output that names an object in
- * the store. register and deploy are never cached (they act on the registry).
+ * Cache key of a step (hex SHA-256): program version, the object store's normalised URL,
+ * step type, step name, accelerator, the resolved `with` as canonical JSON (sorted keys), the
+ * contents of its `cache_inputs` files, and for every need its outputs and metrics as
+ * canonical JSON plus the size/checksum of each output that names an object in the store.
+ * A hit counts only when what the cached step left in the store is still there
+ * (cache_in_store). register and deploy are never cached (they act on the registry).
  */
 #include "orchestrator/engine.h"
 #include "orchestrator/digest.h"
@@ -221,17 +223,29 @@ static json_t *lookup(void *ctx, const struct tf_ref *ref)
 
 /* ---- the step cache ------------------------------------------------------------------ */
 
-static void cache_key(struct engine *e, struct estep *s, struct tf_objstore *os, char out[65])
+/* The step's cache key into out; -errno with err set when a `cache_inputs` file cannot be
+ * read. */
+static int cache_key(struct engine *e, struct estep *s, struct tf_objstore *os, char out[65],
+                     char *err, size_t errlen)
 {
 	struct tf_sha256 *h = tf_sha256_new();
 	char *w = canon(s->with);
-	tf_sha256_update_str(h, "tpuflow-step-cache-1");
+	tf_sha256_update_str(h, "tpuflow-step-cache-2");
 	tf_sha256_update_str(h, TF_VERSION);
+	tf_sha256_update_str(h, os ? tf_objstore_url(os) : e->storage_url);
 	tf_sha256_update_str(h, tf_step_type_name(s->def->type));
 	tf_sha256_update_str(h, s->def->name);
 	tf_sha256_update_str(h, s->def->accelerator);
 	tf_sha256_update_str(h, w);
 	free(w);
+	int rc = 0;
+	for (size_t i = 0; i < s->def->ncache_inputs && rc == 0; i++) {
+		tf_sha256_update_str(h, s->def->cache_inputs[i]);
+		rc = tf_sha256_update_file(h, s->def->cache_inputs[i]);
+		if (rc)
+			snprintf(err, errlen, "cache_inputs: cannot read '%.300s': %s",
+			         s->def->cache_inputs[i], strerror(-rc));
+	}
 	for (size_t i = 0; i < s->def->nneeds; i++) {
 		struct estep *u = &e->steps[s->def->needs[i]];
 		char *a = canon(u->outputs), *b = canon(u->metrics);
@@ -257,28 +271,103 @@ static void cache_key(struct engine *e, struct estep *s, struct tf_objstore *os,
 		}
 	}
 	tf_sha256_final(h, out);
+	return rc;
 }
 
-static int cache_lookup(struct engine *e, const char *key, json_t **outputs, json_t **metrics)
+/* Whether the store still holds what a cached step left there: every object recorded as its
+ * artifact, and at least one object under each output that names a prefix ("…/": a
+ * checkpoint, a bundle). Else *missing says what is gone. */
+static int cache_in_store(struct engine *e, struct tf_objstore *os, const char *run,
+                          const char *step, json_t *outputs, char *missing, size_t len)
 {
-	struct tf_stmt *q =
-	    tf_store_query(e->db, "SELECT outputs, metrics FROM step_cache WHERE key=?", "t", key);
+	if (!os) {
+		snprintf(missing, len, "the store %.300s cannot be opened", e->storage_url);
+		return 0;
+	}
+	int ok = 1;
+	struct tf_stmt *q = tf_store_query(
+	    e->db, "SELECT uri FROM artifacts WHERE run_id=? AND step=? ORDER BY name", "tt", run,
+	    step);
+	if (!q)
+		return 0;
+	while (ok && tf_stmt_step(q) == 1) {
+		struct tf_obj_info info;
+		const char *uri = tf_stmt_text(q, 0);
+		if (uri && tf_objstore_head(os, uri, &info)) {
+			snprintf(missing, len, "object '%.300s' is not in the store", uri);
+			ok = 0;
+		}
+	}
+	tf_stmt_done(q);
+	const char *k;
+	json_t *v;
+	json_object_foreach(outputs, k, v)
+	{
+		const char *key = json_string_value(v);
+		size_t n = key ? strlen(key) : 0;
+		if (!ok || n < 2 || n > 1024 || key[n - 1] != '/')
+			continue;
+		char dir[1025];
+		memcpy(dir, key, n - 1);
+		dir[n - 1] = '\0';
+		if (tf_objstore_key_check(dir))
+			continue; /* not a place in the store */
+		struct tf_obj_list l = {0};
+		if (tf_objstore_list(os, key, &l) || l.n == 0) {
+			snprintf(missing, len, "nothing under '%.300s' in the store", key);
+			ok = 0;
+		}
+		tf_obj_list_release(&l);
+	}
+	return ok;
+}
+
+/* A valid cache entry for `key`: 0 with *outputs and *metrics (caller owns), -ENOENT when
+ * there is none or what it names is no longer in the store (an event says so). */
+static int cache_lookup(struct engine *e, struct tf_objstore *os, struct estep *s,
+                        const char *key, json_t **outputs, json_t **metrics)
+{
+	struct tf_stmt *q = tf_store_query(
+	    e->db, "SELECT outputs, metrics, run_id, step FROM step_cache WHERE key=?", "t", key);
 	if (!q)
 		return -EIO;
 	int rc = tf_stmt_step(q);
+	char missing[400] = "";
 	if (rc == 1) {
 		*outputs = json_loads(tf_stmt_text(q, 0), 0, NULL);
 		*metrics = json_loads(tf_stmt_text(q, 1), 0, NULL);
 		rc = (*outputs && *metrics) ? 0 : -ENOENT;
+		if (rc == 0 &&
+		    !cache_in_store(e, os, tf_stmt_text(q, 2), tf_stmt_text(q, 3), *outputs,
+		                    missing, sizeof(missing)))
+			rc = -ENOENT;
 		if (rc) {
 			json_decref(*outputs);
 			json_decref(*metrics);
+			*outputs = *metrics = NULL;
 		}
 	} else if (rc == 0) {
 		rc = -ENOENT;
 	}
 	tf_stmt_done(q);
+	if (missing[0]) {
+		char msg[500];
+		snprintf(msg, sizeof(msg), "cache entry not used: %s", missing);
+		tf_event_add(e->db, e->run_id, s->def->name, 0, "cache", msg);
+	}
 	return rc;
+}
+
+/* Whether the step's results may come from the cache in this run (not `--no-cache`, not
+ * `--force STEP`). */
+static int cache_allowed(const struct engine *e, const struct estep *s)
+{
+	if (e->o->no_cache)
+		return 0;
+	for (size_t i = 0; i < e->o->nforce; i++)
+		if (!strcmp(e->o->force[i], s->def->name))
+			return 0;
+	return 1;
 }
 
 /* ---- workers ------------------------------------------------------------------------- */
@@ -876,8 +965,12 @@ static int decide(struct engine *e, struct estep *s, struct tf_objstore *os, str
 	s->cache_key[0] = '\0';
 	if (s->def->cache && tf_engine_kind_cacheable(s->def->type)) {
 		json_t *o = NULL, *m = NULL;
-		cache_key(e, s, os, s->cache_key);
-		if (cache_lookup(e, s->cache_key, &o, &m) == 0) {
+		if (cache_key(e, s, os, s->cache_key, err, sizeof(err))) {
+			struct tf_step_update up = {.reason = err};
+			s->cache_key[0] = '\0';
+			return step_final(e, s, TF_STEP_FAILED, &up, ready, nready);
+		}
+		if (cache_allowed(e, s) && cache_lookup(e, os, s, s->cache_key, &o, &m) == 0) {
 			char *os_ = canon(o), *ms = canon(m), *w = canon(s->with);
 			struct tf_step_update up = {.outputs = os_,
 			                            .metrics = ms,
@@ -1096,7 +1189,7 @@ static int coord_round(struct engine *e, int by_worker)
 				continue;
 			if (now >= s->deadline) {
 				s->timed_out = 1;
-				s->cancel = 1;
+				s->cancel = TF_CANCEL_TIMEOUT;
 			} else {
 				any = 1;
 			}
@@ -1657,6 +1750,13 @@ int tf_engine_run_file(const struct tf_engine_opts *o, const char *path,
 		rc = -EINVAL;
 		goto out;
 	}
+	for (size_t i = 0; i < o->nforce; i++)
+		if (tf_pipeline_step_index(e.p, o->force[i]) < 0) {
+			snprintf(err, errlen, "--force %.100s: pipeline '%.300s' has no such step",
+			         o->force[i], path);
+			rc = -EINVAL;
+			goto out;
+		}
 	rc = tf_store_open_home(e.home, &e.db, err, errlen);
 	if (rc)
 		goto out;

@@ -20,6 +20,11 @@
 #include <jansson.h>
 #include <stdio.h>
 
+/* *tf_step_run.cancel when the engine stops an attempt at its timeout (any other non-zero
+ * value: Ctrl-C); a kind that runs a child passes the reason on, so the child's log and
+ * class say "timeout" whichever of the engine and the executor saw the deadline first. */
+#define TF_CANCEL_TIMEOUT 2
+
 /* What a step kind gets and gives back. Inputs are borrowed for the call; the kind fills
  * outputs/metrics (objects created by the engine) and, on failure, failure/err. */
 struct tf_step_run {
@@ -43,7 +48,8 @@ struct tf_step_run {
 	                                 one, tf_exec_self_path) */
 	struct tf_store *db;          /* this worker's database handle */
 	double timeout;               /* seconds, 0 = none (the engine also raises *cancel) */
-	volatile int *cancel;         /* becomes non-zero on timeout or Ctrl-C: return soon */
+	volatile int *cancel;         /* becomes non-zero on timeout or Ctrl-C: return soon;
+	                                 TF_CANCEL_TIMEOUT when the timeout passed */
 	void (*progress)(void *data, const char *json_line); /* progress lines (JSON) */
 	void *progress_data;
 	json_t *outputs;            /* out: output name -> value */
@@ -74,6 +80,9 @@ struct tf_engine_opts {
 	int handle_signals;  /* SIGINT/SIGTERM stop the run cleanly (resumable) */
 	tf_step_kind_fn kinds[TF_STEP_LAST]; /* overrides per step type (NULL: built-in) */
 	const char *default_accelerator;     /* for train steps without one (NULL: "v4-8") */
+	int no_cache;                     /* do not take results from the cache (still record) */
+	const char *const *force;         /* steps never taken from the cache (names) */
+	size_t nforce;
 	const char *self_exe; /* the tpuflow binary data_prep/train/evaluate steps with
 	                         `executor: local` run as `step exec` (NULL: this program;
 	                         tests that are not tpuflow name it) */

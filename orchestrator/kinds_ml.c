@@ -245,7 +245,8 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 		if (rc == 0)
 			break;
 		if (*r->cancel && !cancelled) {
-			tf_exec_cancel(x, TF_FAIL_CANCELLED);
+			tf_exec_cancel(x, *r->cancel == TF_CANCEL_TIMEOUT ? TF_FAIL_TIMEOUT
+			                                                  : TF_FAIL_CANCELLED);
 			cancelled = 1;
 		}
 	}

@@ -227,7 +227,8 @@ static int kind_shell(struct tf_step_run *r)
 		if (rc == 0)
 			break;
 		if (*r->cancel && !cancelled) {
-			tf_exec_cancel(x, TF_FAIL_CANCELLED);
+			tf_exec_cancel(x, *r->cancel == TF_CANCEL_TIMEOUT ? TF_FAIL_TIMEOUT
+			                                                  : TF_FAIL_CANCELLED);
 			cancelled = 1;
 		}
 	}

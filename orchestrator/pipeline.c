@@ -1236,15 +1236,52 @@ static void load_defaults(struct loader *L, const struct ynode *m)
 			    "'defaults.executor': Slurm support is not available in this build of "
 			    "tpuflow");
 	}
-	if ((x = map_get(m, "cache")))
-		get_bool(L, x, "'cache'", &d->cache);
+	if ((x = map_get(m, "cache")) && !get_bool(L, x, "'cache'", &d->cache))
+		d->has_cache = 1;
 }
 
 /* ---- steps -------------------------------------------------------------------------- */
 
-static const char *const step_keys[] = {"name",     "type",    "needs",       "with",
-                                        "when",     "retries", "timeout",     "accelerator",
-                                        "executor", "cache",   "description", NULL};
+static const char *const step_keys[] = {
+    "name",     "type",  "needs",        "with",        "when", "retries", "timeout",
+    "accelerator", "executor", "cache", "cache_inputs", "description", NULL};
+
+/* `cache_inputs: [files]`: paths relative to the pipeline file's directory, made absolute so
+ * a resume from another directory hashes the same files. */
+static void load_cache_inputs(struct loader *L, struct tf_step *s, const struct ynode *v,
+                              const char *what)
+{
+	if (want_kind(L, v, Y_SEQ, "'cache_inputs'"))
+		return;
+	if (!s->cache) {
+		err_at(L, v, "add 'cache: true' to the step",
+		       "%s: 'cache_inputs' has no effect on a step that is not cached", what);
+		return;
+	}
+	char *dir = tf_xstrdup(L->p->path ? L->p->path : ".");
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		slash[slash == dir ? 1 : 0] = '\0';
+	else
+		snprintf(dir, strlen(dir) + 1, ".");
+	char *absdir = realpath(dir, NULL);
+	s->cache_inputs = tf_xcalloc(v->n + 1, sizeof(char *));
+	for (size_t i = 0; i < v->n; i++) {
+		const struct ynode *it = v->kids[i];
+		if (want_kind(L, it, Y_SCALAR, "an item of 'cache_inputs'"))
+			continue;
+		if (!it->str[0] || memchr(it->str, '\0', it->len)) {
+			err_at(L, it, "name a file, relative to the pipeline file's directory",
+			       "%s: empty or binary path in 'cache_inputs'", what);
+			continue;
+		}
+		s->cache_inputs[s->ncache_inputs++] =
+		    it->str[0] == '/' ? tf_xstrdup(it->str)
+		                      : tf_xasprintf("%s/%s", absdir ? absdir : dir, it->str);
+	}
+	free(absdir);
+	free(dir);
+}
 
 static void load_step(struct loader *L, size_t idx, const struct ynode *m)
 {
@@ -1296,8 +1333,15 @@ static void load_step(struct loader *L, size_t idx, const struct ynode *m)
 		load_retries(L, v, &s->retries);
 	if ((v = map_get(m, "timeout")))
 		get_duration(L, v, "'timeout'", &s->timeout);
-	if ((v = map_get(m, "cache")))
-		get_bool(L, v, "'cache'", &s->cache);
+	int cache_set = 0;
+	if ((v = map_get(m, "cache")) && !get_bool(L, v, "'cache'", &s->cache))
+		cache_set = 1;
+	/* A shell step runs a program whose own files the cache key cannot see (edit the script
+	 * and the key stays the same): it is cached only when asked. */
+	if (type_ok && s->type == TF_STEP_SHELL && !cache_set && !p->defaults.has_cache)
+		s->cache = 0;
+	if ((v = map_get(m, "cache_inputs")))
+		load_cache_inputs(L, s, v, what);
 	/* A shell step runs a program: `defaults.executor: inprocess` does not apply to it (it
 	 * stays `local`); saying `executor: inprocess` on the step itself is an error. */
 	int e = TF_EXECUTOR_INPROCESS;
@@ -2179,6 +2223,9 @@ void tf_pipeline_free(struct tf_pipeline *p)
 		free(s->when_source);
 		tf_expr_free(s->when);
 		free(s->accelerator);
+		for (size_t k = 0; k < s->ncache_inputs; k++)
+			free(s->cache_inputs[k]);
+		free(s->cache_inputs);
 		for (size_t k = 0; k < s->noutputs; k++)
 			free(s->outputs[k]);
 		free(s->outputs);

@@ -126,7 +126,11 @@ struct tf_step {
 	double timeout;                 /* seconds; 0 = no timeout (step, else defaults) */
 	char *accelerator;              /* canonical slice name such as "v4-8", or NULL (owned) */
 	enum tf_executor_kind executor; /* step, else defaults, else inprocess (shell: local) */
-	int cache;                      /* reuse results when the inputs hash the same */
+	int cache;                      /* reuse results when the inputs hash the same (shell:
+	                                   only when asked, explicitly or by defaults.cache) */
+	char **cache_inputs;            /* `cache_inputs`: absolute paths of files whose
+	                                   contents join the cache key (owned), or NULL */
+	size_t ncache_inputs;
 	char **outputs; /* outputs this step declares (schema or shell's with.outputs) */
 	size_t noutputs;
 	char **metrics; /* metrics this step declares */
@@ -141,7 +145,8 @@ struct tf_step_defaults {
 	double timeout;                 /* seconds, 0 = none */
 	int has_executor;               /* 1 when `defaults.executor` was given */
 	enum tf_executor_kind executor; /* valid when has_executor */
-	int cache;                      /* default for `cache` (built-in: 1) */
+	int cache;                      /* default for `cache` (built-in: 1, shell steps 0) */
+	int has_cache;                  /* 1 when `defaults.cache` was given (applies to shell) */
 };
 
 struct tf_pipeline {

@@ -10,6 +10,7 @@
 #include "orchestrator/engine.h"
 #include "orchestrator/kinds.h"
 #include "orchestrator/registry.h"
+#include "storage/objstore.h"
 #include "tests/testutil.h"
 
 #include <errno.h>
@@ -62,7 +63,8 @@ static int ncalls(const char *name)
 }
 
 /* Behaviour from `with`: argv[0] is a verb: ok | fail N (fail the first N calls) | sleep S |
- * hang (until cancelled). Outputs: out=<value>; metrics: metric=<number>. */
+ * hang (until cancelled) | put KEY (writes the object KEY to the run's store). Outputs:
+ * out=<value>; metrics: metric=<number>. */
 static int test_kind(struct tf_step_run *r)
 {
 	json_t *argv = json_object_get(r->with, "argv");
@@ -86,6 +88,8 @@ static int test_kind(struct tf_step_run *r)
 		double until = tf_now_monotonic() + atof(arg);
 		while (tf_now_monotonic() < until && !*r->cancel)
 			usleep(1000);
+	} else if (verb && !strcmp(verb, "put")) {
+		rc = tf_objstore_put(r->objstore, arg, "x", 1, 0);
 	} else if (verb && !strcmp(verb, "hang") && (!arg || n < atoi(arg))) {
 		while (!*r->cancel)
 			usleep(1000);
@@ -435,6 +439,201 @@ static void test_engine_second_run_hits_cache(void **state)
 	json_decref(res.summary);
 }
 
+static char *step_cache_key(const char *run, const char *step)
+{
+	struct tf_store *st = NULL;
+	char err[256], *key = NULL;
+	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_store_query_text(st, &key,
+	                                     "SELECT cache_key FROM steps WHERE run_id=? AND name=?",
+	                                     "tt", run, step),
+	                 0);
+	tf_store_close(st);
+	return key;
+}
+
+static char *store_url(const char *dir)
+{
+	char cwd[4096];
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	return tf_xasprintf("file://%s/%s", cwd, dir);
+}
+
+/* The cache key names the object store: a run on another store (and `runs retry` of a run
+ * there) does not take results whose objects live in the first one. */
+static void test_engine_cache_key_includes_the_store(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	char *a_url = store_url("storeA"), *b_url = store_url("storeB");
+	const char *yaml =
+	    "name: stores\n"
+	    "steps:\n"
+	    "  - {name: g, type: shell, with: {argv: [ok]}}\n"
+	    "  - {name: a, type: shell, cache: true, needs: [g], with: {argv: [put, data/a.bin, "
+	    "'out=data/a.bin'], outputs: [out]}}\n";
+	struct tf_engine_result r1, r2, r3;
+	o.storage = a_url;
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &r1), 0);
+	assert_int_equal(r1.state, TF_RUN_SUCCEEDED);
+	json_decref(r1.summary);
+	/* same store: a hit */
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &r2), 0);
+	assert_string_equal(sstate(r2.summary, "a"), "cached");
+	assert_int_equal(ncalls("a"), 1);
+	json_decref(r2.summary);
+
+	/* another store, where g fails first: the run fails, then `runs retry` continues it */
+	reset();
+	const char *yaml_b =
+	    "name: stores\n"
+	    "steps:\n"
+	    "  - {name: g, type: shell, with: {argv: [fail, '1']}}\n"
+	    "  - {name: a, type: shell, cache: true, needs: [g], with: {argv: [put, data/a.bin, "
+	    "'out=data/a.bin'], outputs: [out]}}\n";
+	o.storage = b_url;
+	assert_int_equal(run_yaml(yaml_b, &o, NULL, 0, &r3), 0);
+	assert_int_equal(r3.state, TF_RUN_FAILED);
+	json_decref(r3.summary);
+	char err[256] = "";
+	struct tf_engine_result r4 = {0};
+	assert_int_equal(tf_engine_resume(&o, r3.run_id, &r4, err, sizeof(err)), 0);
+	assert_int_equal(r4.state, TF_RUN_SUCCEEDED);
+	assert_string_equal(sstate(r4.summary, "a"), "succeeded");
+	assert_int_equal(ncalls("a"), 1);
+	json_decref(r4.summary);
+	char *ka = step_cache_key(r1.run_id, "a"), *kb = step_cache_key(r3.run_id, "a");
+	assert_non_null(ka);
+	assert_non_null(kb);
+	assert_string_not_equal(ka, kb);
+	free(ka);
+	free(kb);
+	free(a_url);
+	free(b_url);
+}
+
+/* A cache hit must still be there in the store: an object the step recorded as its
+ * artifact, or objects under an output that names a prefix ("…/"); else it is a miss, and an
+ * event says why. */
+static void test_engine_cache_hit_verified_in_the_store(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	char *url = store_url("storeV");
+	o.storage = url;
+	const char *yaml =
+	    "name: verify\n"
+	    "defaults: {cache: true}\n"
+	    "steps:\n"
+	    "  - {name: a, type: shell, with: {argv: [put, data/a.bin, 'out=data/a.bin'], "
+	    "outputs: [out]}}\n"
+	    "  - {name: p, type: shell, with: {argv: [put, pre/x.bin, 'out=pre/'], "
+	    "outputs: [out]}}\n";
+	struct tf_engine_result r;
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &r), 0);
+	json_decref(r.summary);
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &r), 0);
+	assert_string_equal(sstate(r.summary, "a"), "cached");
+	assert_string_equal(sstate(r.summary, "p"), "cached");
+	json_decref(r.summary);
+	/* both objects go */
+	struct tf_objstore *os = NULL;
+	char err[256];
+	assert_int_equal(tf_objstore_open(url, &os, err, sizeof(err)), 0);
+	assert_int_equal(tf_objstore_delete(os, "data/a.bin"), 0);
+	assert_int_equal(tf_objstore_delete(os, "pre/x.bin"), 0);
+	tf_objstore_free(os);
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &r), 0);
+	assert_int_equal(r.state, TF_RUN_SUCCEEDED);
+	assert_string_equal(sstate(r.summary, "a"), "succeeded");
+	assert_string_equal(sstate(r.summary, "p"), "succeeded");
+	assert_int_equal(ncalls("a"), 2);
+	assert_int_equal(ncalls("p"), 2);
+	json_decref(r.summary);
+	struct tf_store *st = NULL;
+	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
+	int64_t nev = 0;
+	assert_int_equal(
+	    tf_store_query_int(st, &nev,
+	                       "SELECT count(*) FROM events WHERE run_id=? AND kind='cache' AND "
+	                       "((step='a' AND message LIKE '%object ''data/a.bin'' is not%') OR "
+	                       "(step='p' AND message LIKE '%nothing under ''pre/''%'))",
+	                       "t", r.run_id),
+	    0);
+	assert_int_equal(nev, 2);
+	tf_store_close(st);
+	free(url);
+}
+
+/* Shell steps are not cached unless asked; `cache_inputs` files join the key; `--no-cache`
+ * and `--force STEP` run cached steps again. */
+static void test_engine_shell_cache_is_opt_in(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	struct tf_engine_result r;
+	write_file("prog.sh", "echo one\n");
+	const char *yaml = "name: optin\n"
+	                   "steps:\n"
+	                   "  - {name: plain, type: shell, with: {argv: [ok]}}\n"
+	                   "  - {name: opted, type: shell, cache: true, cache_inputs: [prog.sh], "
+	                   "with: {argv: [ok]}}\n"
+	                   "  - {name: other, type: shell, cache: true, with: {argv: [ok]}}\n";
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &r), 0);
+	json_decref(r.summary);
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &r), 0);
+	assert_string_equal(sstate(r.summary, "plain"), "succeeded");
+	assert_string_equal(sstate(r.summary, "opted"), "cached");
+	assert_string_equal(sstate(r.summary, "other"), "cached");
+	json_decref(r.summary);
+	/* the program changed: its step runs again, the other stays cached */
+	write_file("prog.sh", "echo two\n");
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &r), 0);
+	assert_string_equal(sstate(r.summary, "opted"), "succeeded");
+	assert_string_equal(sstate(r.summary, "other"), "cached");
+	json_decref(r.summary);
+	assert_int_equal(ncalls("plain"), 3);
+	assert_int_equal(ncalls("opted"), 2);
+	assert_int_equal(ncalls("other"), 1);
+	/* --force STEP */
+	const char *force[] = {"other"};
+	o.force = force;
+	o.nforce = 1;
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &r), 0);
+	assert_string_equal(sstate(r.summary, "opted"), "cached");
+	assert_string_equal(sstate(r.summary, "other"), "succeeded");
+	json_decref(r.summary);
+	/* --no-cache */
+	o.nforce = 0;
+	o.no_cache = 1;
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &r), 0);
+	assert_string_equal(sstate(r.summary, "opted"), "succeeded");
+	assert_string_equal(sstate(r.summary, "other"), "succeeded");
+	json_decref(r.summary);
+	assert_int_equal(ncalls("opted"), 3);
+	assert_int_equal(ncalls("other"), 3);
+	/* a missing cache input fails the step with the file named */
+	o.no_cache = 0;
+	unlink("prog.sh");
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &r), 0);
+	assert_int_equal(r.state, TF_RUN_FAILED);
+	json_t *op = tf_test_step_of(r.summary, "opted");
+	assert_non_null(strstr(json_string_value(json_object_get(op, "reason")), "prog.sh"));
+	json_decref(r.summary);
+	/* --force names a step that is not there */
+	force[0] = "nosuch";
+	o.nforce = 1;
+	struct tf_diag_list diags = {0};
+	char err[512] = "";
+	assert_int_equal(tf_engine_run_file(&o, "p.yaml", NULL, 0, &diags, &r, err, sizeof(err)),
+	                 -EINVAL);
+	assert_non_null(strstr(err, "nosuch"));
+	tf_diag_list_release(&diags);
+}
+
 static void test_engine_register_and_deploy_idempotent(void **state)
 {
 	(void)state;
@@ -767,6 +966,9 @@ int main(void)
 	    cmocka_unit_test(test_engine_timeout_starts_when_a_worker_runs_the_step),
 	    cmocka_unit_test(test_engine_gate_skips_below_threshold),
 	    cmocka_unit_test(test_engine_second_run_hits_cache),
+	    cmocka_unit_test(test_engine_cache_key_includes_the_store),
+	    cmocka_unit_test(test_engine_cache_hit_verified_in_the_store),
+	    cmocka_unit_test(test_engine_shell_cache_is_opt_in),
 	    cmocka_unit_test(test_engine_register_and_deploy_idempotent),
 	    cmocka_unit_test(test_engine_cli_models_and_runs),
 	    cmocka_unit_test(test_engine_train_steps_get_slices),

@@ -302,6 +302,50 @@ static void test_pipeline_executor_rules(void **state)
 	tf_diag_list_release(&d);
 }
 
+/* `cache`: off by default for shell steps only, on for them when asked on the step or under
+ * `defaults`; `cache_inputs` needs a cached step and names files relative to the pipeline. */
+static void test_pipeline_shell_cache_defaults(void **state)
+{
+	(void)state;
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	assert_int_equal(load("name: c\nsteps:\n"
+	                      "  - {name: s, type: shell, with: {argv: [x]}}\n"
+	                      "  - {name: t, type: shell, cache: true, cache_inputs: [run.sh, "
+	                      "/etc/hostname], with: {argv: [x]}}\n"
+	                      "  - {name: d, type: data_prep, with: {source: fashion-mnist}}\n",
+	                      NULL, 0, 0, &p, &d),
+	                 0);
+	assert_int_equal(p->steps[0].cache, 0);
+	assert_int_equal(p->steps[1].cache, 1);
+	assert_int_equal(p->steps[2].cache, 1);
+	assert_int_equal(p->steps[1].ncache_inputs, 2);
+	char cwd[4096], *want;
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	want = tf_xasprintf("%s/run.sh", cwd);
+	assert_string_equal(p->steps[1].cache_inputs[0], want);
+	assert_string_equal(p->steps[1].cache_inputs[1], "/etc/hostname");
+	free(want);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+	assert_int_equal(load("name: c\ndefaults: {cache: true}\nsteps:\n"
+	                      "  - {name: s, type: shell, with: {argv: [x]}}\n",
+	                      NULL, 0, 0, &p, &d),
+	                 0);
+	assert_int_equal(p->steps[0].cache, 1);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    cache_inputs: [run.sh]\n"
+	       "    with: {argv: [x]}\n",
+	       5, 19, "'cache_inputs' has no effect on a step that is not cached", "cache: true");
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    cache: true\n"
+	       "    cache_inputs: run.sh\n    with: {argv: [x]}\n",
+	       6, 19, "'cache_inputs' must be a list", NULL);
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    cache: true\n"
+	       "    cache_inputs: ['']\n    with: {argv: [x]}\n",
+	       6, 20, "empty or binary path in 'cache_inputs'", NULL);
+}
+
 static void test_pipeline_bad_durations(void **state)
 {
 	(void)state;
@@ -783,6 +827,7 @@ int main(void)
 	    cmocka_unit_test(test_pipeline_yaml_syntax_error),
 	    cmocka_unit_test(test_pipeline_unknown_keys_suggest),
 	    cmocka_unit_test(test_pipeline_wrong_types),
+	    cmocka_unit_test(test_pipeline_shell_cache_defaults),
 	    cmocka_unit_test(test_pipeline_bad_durations),
 	    cmocka_unit_test(test_pipeline_executor_rules),
 	    cmocka_unit_test(test_pipeline_duplicate_step_names),
