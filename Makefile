@@ -3,6 +3,7 @@
 # Sources are found by folder, so adding a file needs no Makefile edit:
 #   <dir>/*.c          -> build/obj/<dir>/*.o, archived into build/libtpuflow.a
 #   <dir>/*_avx2.c     -> compiled with -mavx2 -mfma (chosen at run time by the caller)
+#   <dir>/*_avx512.c   -> compiled with AVX-512 F/BW/VL/BF16 (likewise)
 #   cli/main.c         -> build/tpuflow
 #   tests/test_*.c     -> build/tests/test_* (cmocka), run by tests/run.sh
 #   bench/*.c          -> build/bench/* (make bench)
@@ -66,6 +67,13 @@ $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $< (avx2)")
 	$(Q)$(CC) $(ALL_CFLAGS) -mavx2 -mfma -mf16c -c $< -o $@
+
+AVX512_FLAGS := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512bf16
+
+$(BUILD)/obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $< (avx512)")
+	$(Q)$(CC) $(ALL_CFLAGS) $(AVX512_FLAGS) -c $< -o $@
 
 $(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed-sql.sh
 	@mkdir -p $(dir $@)
@@ -143,8 +151,9 @@ soak: deps
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
 	  --suppress=missingIncludeSystem --suppress=unknownMacro -I. $(SRC_DIRS) tests
-	clang-tidy --quiet $(filter-out %_avx2.c,$(LIB_SRCS)) cli/main.c -- $(filter-out -MMD -MP -Werror,$(ALL_CFLAGS))
+	clang-tidy --quiet $(filter-out %_avx2.c %_avx512.c,$(LIB_SRCS)) cli/main.c -- $(filter-out -MMD -MP -Werror,$(ALL_CFLAGS))
 	clang-tidy --quiet $(filter %_avx2.c,$(LIB_SRCS)) -- $(filter-out -MMD -MP -Werror,$(ALL_CFLAGS)) -mavx2 -mfma -mf16c
+	clang-tidy --quiet $(filter %_avx512.c,$(LIB_SRCS)) -- $(filter-out -MMD -MP -Werror,$(ALL_CFLAGS)) $(AVX512_FLAGS)
 
 format:
 	clang-format -i $(foreach d,$(SRC_DIRS) tests bench,$(wildcard $(d)/*.[ch]))

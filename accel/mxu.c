@@ -7,6 +7,9 @@
  *           for jr, ir:               microkernel: per K-tile, s = fma chain in k order, C += s
  *                                     (a small B block: one call per A panel covers every jr)
  * Narrow outputs (N < 16) take another path on AVX2, vectorised over M (mxu_avx2.c).
+ * In TPU mode (ftz) with an even K-tile length, CPUs with AVX512-BF16 run the AVX-512 path
+ * instead (mxu_avx512.c: bf16 pairs and VDPBF16PS, its own blocking of the same nest), and
+ * a caller can pack op(W) once for many GEMMs (tf_mxu_wpack).
  * K is walked in ascending order and each tile's sum is added to C as soon as it is complete,
  * so every output sees exactly the contract's sequence of roundings (mxu.h). The first tile
  * writes C = +0 + s without reading C, the last one canonicalises NaNs. Vector lanes and
@@ -19,6 +22,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -45,7 +49,48 @@ size_t tf_mxu_min_macs_per_thread = 1u << 18;
 
 _Atomic uint64_t tf_mxu_worker_parts;
 
-static int force_portable;
+/* The fast paths, best last. */
+enum kernel { K_PORTABLE, K_AVX2, K_AVX512 };
+static const char *const kernel_names[] = {"portable", "avx2", "avx512"};
+static _Atomic int forced = -1; /* tf_mxu_force_kernel; -1: the best this CPU has */
+static int best = K_PORTABLE;
+static pthread_once_t best_once = PTHREAD_ONCE_INIT;
+
+static void best_init(void)
+{
+	if (!tf_bf16_have_avx2())
+		return;
+	best = K_AVX2;
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16")) {
+		unsigned saved = tf_mxu_csr_enter(1);
+		if (tf_mxu_avx512_probe())
+			best = K_AVX512;
+		tf_mxu_csr_leave(saved);
+	}
+#endif
+}
+
+static int kernel_best(void)
+{
+	pthread_once(&best_once, best_init);
+	return best;
+}
+
+static int kernel_now(void)
+{
+	int f = atomic_load(&forced);
+	return f >= 0 ? f : kernel_best();
+}
+
+/* The AVX-512 path covers TPU mode with an even K-tile length; the rest runs on AVX2. */
+static int kernel_for(const struct tf_mxu_cfg *cfg)
+{
+	int k = kernel_now();
+	return k == K_AVX512 && !(cfg->ftz && cfg->rows % 2 == 0) ? K_AVX2 : k;
+}
 
 void tf_mxu_cfg_init(struct tf_mxu_cfg *cfg)
 {
@@ -123,12 +168,24 @@ void tf_mxu_stats_fill(const struct tf_mxu_cfg *cfg, size_t M, size_t K, size_t 
 
 const char *tf_mxu_kernel_name(void)
 {
-	return (!force_portable && tf_bf16_have_avx2()) ? "avx2" : "portable";
+	return kernel_names[kernel_now()];
 }
 
-void tf_mxu_force_portable(int on)
+int tf_mxu_force_kernel(const char *name)
 {
-	force_portable = on;
+	if (!name || !*name) {
+		atomic_store(&forced, -1);
+		return 0;
+	}
+	for (int k = 0; k <= K_AVX512; k++) {
+		if (strcmp(name, kernel_names[k]) != 0)
+			continue;
+		if (k > kernel_best())
+			return -ENOTSUP;
+		atomic_store(&forced, k);
+		return 0;
+	}
+	return -EINVAL;
 }
 
 /* The problem one thread works on: a block of C with op(X) rows and op(W) columns. */
@@ -140,7 +197,9 @@ struct part {
 	size_t ldx, ldw, ldc;
 	size_t x_avail; /* floats of a stored X row readable from X (ldx - offset) */
 	float *C;       /* block's top-left output */
-	int portable;   /* run the C microkernel and packing */
+	int kernel;     /* enum kernel, already fitted to cfg (kernel_for) */
+	const uint32_t *packed; /* AVX-512 only: op(W) from tf_mxu_wpack, packed_n columns */
+	size_t packed_n;
 };
 
 /* Portable packing: same layouts as the AVX2 code (mxu_int.h). */
@@ -291,12 +350,13 @@ static void run_part(const struct part *p)
 	const size_t KC = R >= 256 ? R : R * (256 / R);
 	const size_t M = p->M, K = p->K, N = p->N;
 	const int ftz = p->cfg->ftz;
+	const int portable = p->kernel == K_PORTABLE;
 	void (*uk)(size_t, size_t, const float *, size_t, size_t, const float *, float *, size_t,
-	           size_t, size_t, int) = p->portable ? ukernel_c : tf_mxu_ukernel_avx2;
+	           size_t, size_t, int) = portable ? ukernel_c : tf_mxu_ukernel_avx2;
 	void (*pa)(int, const float *, size_t, size_t, size_t, size_t, size_t, size_t, int, float *,
-	           uint32_t *) = p->portable ? pack_a_c : tf_mxu_pack_a_avx2;
+	           uint32_t *) = portable ? pack_a_c : tf_mxu_pack_a_avx2;
 	void (*pb)(int, const float *, size_t, size_t, size_t, size_t, size_t, int, float *,
-	           uint32_t *) = p->portable ? pack_b_c : tf_mxu_pack_b_avx2;
+	           uint32_t *) = portable ? pack_b_c : tf_mxu_pack_b_avx2;
 
 	if (!K) /* no tiles: acc stays +0 */
 		for (size_t i = 0; i < M; i++)
@@ -304,8 +364,18 @@ static void run_part(const struct part *p)
 	if (!M || !N || !K)
 		return;
 
+	if (p->kernel == K_AVX512) {
+		size_t aw = tf_mxu_avx512_abuf_words(M, K, R);
+		size_t bw = p->packed ? 0 : tf_mxu_avx512_bbuf_words(K, N, R);
+		struct bufs *zb = thread_bufs(aw, bw);
+		tf_mxu_avx512_run(p->trans_x, p->trans_w, M, K, N, p->X, p->ldx, p->W, p->ldw, p->C,
+		                  p->ldc, R, p->packed, p->packed_n, (uint32_t *)zb->a,
+		                  (uint32_t *)zb->b);
+		return;
+	}
+
 	/* Narrow outputs: vectorised over M instead (mxu_avx2.c) */
-	if (!p->portable && N < NR && K * N <= TF_MXU_NARROW_MAX_KN) {
+	if (!portable && N < NR && K * N <= TF_MXU_NARROW_MAX_KN) {
 		struct bufs *nb = thread_bufs(16 * K + 8, K * N + 8);
 		tf_mxu_narrow_avx2(p->trans_x, p->trans_w, M, K, N, p->X, p->ldx, p->W, p->ldw,
 		                   p->C, p->ldc, R, ftz, nb->a, nb->b);
@@ -328,7 +398,7 @@ static void run_part(const struct part *p)
 			 * grows a sum by at most (1 + 2^-24)^K), so no output is NaN and the
 			 * kernel skips canonicalising them (TF_MXU_LAST), which for short K is a
 			 * good part of its work. */
-			int bound = kc == K && !p->portable;
+			int bound = kc == K && !portable;
 			uint32_t bmax = 0;
 			for (size_t jr = 0; jr < nc; jr += NR) {
 				size_t nr = nc - jr < NR ? nc - jr : NR;
@@ -528,30 +598,87 @@ static void pool_run(const struct part *parts, int n, int ftz)
 	pthread_mutex_unlock(&pool.call_mu);
 }
 
+/* Runs `whole` on cfg->threads threads (fewer for small GEMMs): C is split into blocks along
+ * the longer of M and N (in whole microkernel panels; along M only when split_n_ok is 0),
+ * never along K. */
+static void run_split(const struct tf_mxu_cfg *cfg, const struct part *whole, int split_n_ok)
+{
+	size_t M = whole->M, K = whole->K, N = whole->N;
+	int nt = cfg->threads > MAX_THREADS ? MAX_THREADS : cfg->threads;
+	double macs = (double)M * (double)K * (double)N;
+	if (tf_mxu_min_macs_per_thread && macs < (double)tf_mxu_min_macs_per_thread * nt)
+		nt = (int)(macs / (double)tf_mxu_min_macs_per_thread);
+	int split_n = split_n_ok && N >= M, z = whole->kernel == K_AVX512;
+	size_t unit = split_n ? (z ? 32 : NR) : (z ? TF_MXU_ZMR : MR), len = split_n ? N : M;
+	size_t units = (len + unit - 1) / unit;
+	if ((size_t)nt > units)
+		nt = (int)units;
+	if (nt <= 1) {
+		unsigned saved = tf_mxu_csr_enter(cfg->ftz);
+		run_part(whole);
+		tf_mxu_csr_leave(saved);
+		return;
+	}
+	struct part parts[MAX_THREADS];
+	size_t start = 0;
+	for (int t = 0; t < nt; t++) {
+		size_t cnt = units / (size_t)nt + ((size_t)t < units % (size_t)nt);
+		size_t b0 = start * unit, b1 = (start + cnt) * unit;
+		if (b1 > len)
+			b1 = len;
+		start += cnt;
+		struct part *p = &parts[t];
+		*p = *whole;
+		if (split_n) {
+			p->N = b1 - b0;
+			p->W = whole->trans_w ? whole->W + b0 * whole->ldw : whole->W + b0;
+			p->C = whole->C + b0;
+		} else {
+			p->M = b1 - b0;
+			p->X = whole->trans_x ? whole->X + b0 : whole->X + b0 * whole->ldx;
+			p->x_avail = whole->trans_x ? whole->ldx - b0 : whole->ldx;
+			p->C = whole->C + b0 * whole->ldc;
+		}
+	}
+	pool_run(parts, nt, cfg->ftz);
+}
+
+static void fill_stats(const struct tf_mxu_cfg *cfg, size_t M, size_t K, size_t N,
+                       struct tf_mxu_stats *stats)
+{
+	if (stats) {
+		struct tf_mxu_model m;
+		tf_mxu_model(TF_MXU_WS, M, K, N, cfg->rows, cfg->cols, cfg->mxus, &m);
+		tf_mxu_stats_fill(cfg, M, K, N, m.core_cycles, stats);
+	}
+}
+
 void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size_t M, size_t K,
                  size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
                  size_t ldc, struct tf_mxu_stats *stats)
 {
 	struct tf_mxu_cfg cfg;
 	tf_mxu_cfg_norm(cfg_in, &cfg);
+	int kernel = kernel_for(&cfg);
 
 	/* Narrow outputs (N < 16, e.g. the weight gradient of a 10-class layer) would fill few
-	 * vector lanes. With AVX2, run_part vectorises them over M (mxu_avx2.c). Otherwise (the
-	 * portable kernel, or K * N too large for that path's packed W), with trans_x compute
+	 * vector lanes. With AVX2, run_part vectorises them over M (mxu_avx2.c); the AVX-512
+	 * path uses 16-column panels with masked stores. Otherwise (the portable kernel, or
+	 * K * N too large for the AVX2 path's packed W), with trans_x compute
 	 * C^T = op(W)^T . op(X)^T instead, whose rows are the narrow side. Each output still gets
 	 * the same fma chain, since fmaf(w, x, s) == fmaf(x, w, s) exactly, so the bits are the
 	 * contract's (tests compare both against the reference). Only with trans_x: then
 	 * op(X)^T is X as stored and packs without a transpose. */
-	int portable = !(tf_bf16_have_avx2() && !force_portable);
-	if (trans_x && N < NR && M >= 2 * NR && K > 0 &&
-	    (portable || K * N > TF_MXU_NARROW_MAX_KN)) {
+	if (kernel != K_AVX512 && trans_x && N < NR && M >= 2 * NR && K > 0 &&
+	    (kernel == K_PORTABLE || K * N > TF_MXU_NARROW_MAX_KN)) {
 		float *T = tf_xmalloc(N * M * sizeof *T);
 		tf_mxu_gemm(&cfg, !trans_w, !trans_x, N, K, M, W, ldw, X, ldx, T, M, NULL);
 		for (size_t m = 0; m < M; m++)
 			for (size_t n = 0; n < N; n++)
 				C[m * ldc + n] = T[n * M + m];
 		free(T);
-		goto stats;
+		fill_stats(&cfg, M, K, N, stats);
+		return;
 	}
 
 	struct part whole = {
@@ -568,55 +695,92 @@ void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size
 	    .ldc = ldc,
 	    .C = C,
 	    .x_avail = ldx,
-	    .portable = portable,
+	    .kernel = kernel,
 	};
+	run_split(&cfg, &whole, 1);
+	fill_stats(&cfg, M, K, N, stats);
+}
 
-	/* Split C into blocks along the longer of M and N (in whole microkernel panels), never
-	 * along K. */
-	int nt = cfg.threads > MAX_THREADS ? MAX_THREADS : cfg.threads;
-	double macs = (double)M * (double)K * (double)N;
-	if (tf_mxu_min_macs_per_thread && macs < (double)tf_mxu_min_macs_per_thread * nt)
-		nt = (int)(macs / (double)tf_mxu_min_macs_per_thread);
-	int split_n = N >= M;
-	size_t unit = split_n ? NR : MR, len = split_n ? N : M;
-	size_t units = (len + unit - 1) / unit;
-	if ((size_t)nt > units)
-		nt = (int)units;
-	if (nt < 1)
-		nt = 1;
+/* ---- op(W) packed once for many GEMMs ---- */
 
-	if (nt == 1) {
-		unsigned saved = tf_mxu_csr_enter(cfg.ftz);
-		run_part(&whole);
-		tf_mxu_csr_leave(saved);
-	} else {
-		struct part parts[MAX_THREADS];
-		size_t start = 0;
-		for (int t = 0; t < nt; t++) {
-			size_t cnt = units / (size_t)nt + ((size_t)t < units % (size_t)nt);
-			size_t b0 = start * unit, b1 = (start + cnt) * unit;
-			if (b1 > len)
-				b1 = len;
-			start += cnt;
-			parts[t] = whole;
-			if (split_n) {
-				parts[t].N = b1 - b0;
-				parts[t].W = trans_w ? W + b0 * ldw : W + b0;
-				parts[t].C = C + b0;
-			} else {
-				parts[t].M = b1 - b0;
-				parts[t].X = trans_x ? X + b0 : X + b0 * ldx;
-				parts[t].x_avail = trans_x ? ldx - b0 : ldx;
-				parts[t].C = C + b0 * ldc;
-			}
-		}
-		pool_run(parts, nt, cfg.ftz);
+struct tf_mxu_wpack {
+	int trans_w;      /* as for tf_mxu_gemm */
+	size_t K, N;      /* op(W) is K x N */
+	const float *W;   /* the caller's W (read when the packed form cannot be used) */
+	size_t ldw;       /* its leading dimension */
+	int rows, ftz;    /* configuration the packing was made for */
+	bool packed;      /* words hold op(W) for the AVX-512 path */
+	uint32_t *words;  /* tf_mxu_avx512_pack_w's layout */
+	size_t cap;       /* words allocated */
+};
+
+struct tf_mxu_wpack *tf_mxu_wpack_new(void)
+{
+	return tf_xcalloc(1, sizeof(struct tf_mxu_wpack));
+}
+
+void tf_mxu_wpack_free(struct tf_mxu_wpack *p)
+{
+	if (!p)
+		return;
+	free(p->words);
+	free(p);
+}
+
+void tf_mxu_wpack_set(struct tf_mxu_wpack *p, const struct tf_mxu_cfg *cfg_in, int trans_w,
+                      size_t K, size_t N, const float *W, size_t ldw)
+{
+	struct tf_mxu_cfg cfg;
+	tf_mxu_cfg_norm(cfg_in, &cfg);
+	p->trans_w = trans_w;
+	p->K = K;
+	p->N = N;
+	p->W = W;
+	p->ldw = ldw;
+	p->rows = cfg.rows;
+	p->ftz = cfg.ftz;
+	p->packed = kernel_for(&cfg) == K_AVX512 && K && N;
+	if (!p->packed)
+		return;
+	size_t need = tf_mxu_avx512_packed_words(K, N, (size_t)cfg.rows);
+	if (need > p->cap) {
+		free(p->words);
+		p->words = tf_xmalloc(need * sizeof *p->words);
+		p->cap = need;
 	}
+	tf_mxu_avx512_pack_w(trans_w, K, N, W, ldw, (size_t)cfg.rows, p->words);
+}
 
-stats:
-	if (stats) {
-		struct tf_mxu_model m;
-		tf_mxu_model(TF_MXU_WS, M, K, N, cfg.rows, cfg.cols, cfg.mxus, &m);
-		tf_mxu_stats_fill(&cfg, M, K, N, m.core_cycles, stats);
+void tf_mxu_gemm_wpack(const struct tf_mxu_cfg *cfg_in, int trans_x, size_t M, const float *X,
+                       size_t ldx, const struct tf_mxu_wpack *p, float *C, size_t ldc,
+                       struct tf_mxu_stats *stats)
+{
+	struct tf_mxu_cfg cfg;
+	tf_mxu_cfg_norm(cfg_in, &cfg);
+	if (!p->packed || kernel_for(&cfg) != K_AVX512 || cfg.rows != p->rows ||
+	    cfg.ftz != p->ftz) {
+		tf_mxu_gemm(&cfg, trans_x, p->trans_w, M, p->K, p->N, X, ldx, p->W, p->ldw, C, ldc,
+		            stats);
+		return;
 	}
+	struct part whole = {
+	    .cfg = &cfg,
+	    .trans_x = trans_x,
+	    .trans_w = p->trans_w,
+	    .M = M,
+	    .K = p->K,
+	    .N = p->N,
+	    .X = X,
+	    .W = p->W,
+	    .ldx = ldx,
+	    .ldw = p->ldw,
+	    .ldc = ldc,
+	    .C = C,
+	    .x_avail = ldx,
+	    .kernel = K_AVX512,
+	    .packed = p->words,
+	    .packed_n = p->N,
+	};
+	run_split(&cfg, &whole, 0); /* the packed panels span all of N */
+	fill_stats(&cfg, M, p->K, p->N, stats);
 }

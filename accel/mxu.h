@@ -47,7 +47,8 @@ struct tf_mxu_stats {
 /* Defaults: 128 x 128, ftz on, 1 thread, 1 MXU. */
 void tf_mxu_cfg_init(struct tf_mxu_cfg *cfg);
 
-/* The fast kernel (AVX2/FMA when the CPU has it, portable C otherwise). stats may be NULL. */
+/* The fast kernel (AVX-512 BF16 or AVX2/FMA when the CPU has them, portable C otherwise).
+ * stats may be NULL. */
 void tf_mxu_gemm(const struct tf_mxu_cfg *cfg, int trans_x, int trans_w, size_t M, size_t K,
                  size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
                  size_t ldc, struct tf_mxu_stats *stats);
@@ -60,10 +61,31 @@ void tf_mxu_gemm_reference(const struct tf_mxu_cfg *cfg, int trans_x, int trans_
                            size_t K, size_t N, const float *X, size_t ldx, const float *W,
                            size_t ldw, float *C, size_t ldc, struct tf_mxu_stats *stats);
 
-/* Which fast path tf_mxu_gemm runs on this CPU: "avx2" or "portable". */
+/* Which fast path tf_mxu_gemm runs: "avx512" (CPUs with AVX512-BF16, chosen at run time
+ * after a known-answer check; it covers TPU mode (ftz) with an even cfg->rows, other
+ * configurations run the AVX2 code), "avx2" or "portable". */
 const char *tf_mxu_kernel_name(void);
-/* Forces the portable kernel (1) or the best one (0); for tests and benchmarks. */
-void tf_mxu_force_portable(int on);
+/* Runs the named path (one of the above) or, for NULL or "", the best one this CPU has; for
+ * tests and benchmarks. 0, -ENOTSUP (the CPU lacks it) or -EINVAL (unknown name). */
+int tf_mxu_force_kernel(const char *name);
+
+/* op(W) packed once for many GEMMs that share it (the replicas of a data-parallel step all
+ * multiply by the same weights): rounded to bf16 and laid out for the kernel when packed,
+ * instead of once per GEMM. Same bits as tf_mxu_gemm. A pack is not thread-safe to set, but
+ * any number of threads may run tf_mxu_gemm_wpack on it at once. */
+struct tf_mxu_wpack; /* opaque */
+struct tf_mxu_wpack *tf_mxu_wpack_new(void); /* empty; caller frees with tf_mxu_wpack_free */
+void tf_mxu_wpack_free(struct tf_mxu_wpack *p);
+/* (Re)packs op(W) (K x N, trans_w and ldw as for tf_mxu_gemm) for GEMMs under cfg (its rows
+ * and ftz). W is borrowed: it must stay unchanged until the next set or the free (paths that
+ * do not use the packed form read it, e.g. the AVX2 kernel). Reuses the pack's memory. */
+void tf_mxu_wpack_set(struct tf_mxu_wpack *p, const struct tf_mxu_cfg *cfg, int trans_w,
+                      size_t K, size_t N, const float *W, size_t ldw);
+/* tf_mxu_gemm(cfg, trans_x, p's trans_w, M, p's K, p's N, X, ldx, p's W, p's ldw, C, ldc,
+ * stats), with the packed op(W) when cfg matches the packing. */
+void tf_mxu_gemm_wpack(const struct tf_mxu_cfg *cfg, int trans_x, size_t M, const float *X,
+                       size_t ldx, const struct tf_mxu_wpack *p, float *C, size_t ldc,
+                       struct tf_mxu_stats *stats);
 
 /* SCALE-Sim's analytical model (scalesim/compute/systolic_compute_{ws,os}.py). */
 enum tf_mxu_dataflow {

@@ -1,5 +1,5 @@
-/* mxu_int.h — internals shared by mxu.c, mxu_ref.c and the AVX2 code (not for callers outside
- * accel/).
+/* mxu_int.h — internals shared by mxu.c, mxu_ref.c and the AVX2 and AVX-512 code (not for
+ * callers outside accel/).
  *
  * Packed layouts used by the fast kernel:
  *   A panel (MR rows of op(X) x kc): element (i, k) at a[i * ais + k * aks]; "row panels"
@@ -64,6 +64,28 @@ void tf_mxu_pack_b_avx2(int trans, const float *W, size_t ldw, size_t j0, size_t
 void tf_mxu_narrow_avx2(int trans_x, int trans_w, size_t M, size_t K, size_t N, const float *X,
                         size_t ldx, const float *W, size_t ldw, float *C, size_t ldc, size_t R,
                         int ftz, float *abuf, float *bbuf);
+
+/* The AVX-512 path (mxu_avx512.c): TPU mode (ftz) and an even K-tile length R only. Inputs are
+ * packed as bf16 pairs in 32-bit words and multiplied with VDPBF16PS; A panels have
+ * TF_MXU_ZMR rows, B panels tf_mxu_avx512_pw(N) columns. Runs under tf_mxu_csr_enter(1). */
+#define TF_MXU_ZMR 8
+/* 1 when VDPBF16PS and the bf16 conversion give the contract's bits on this CPU (a few
+ * known answers; call under tf_mxu_csr_enter(1) on a CPU with AVX512-BF16). */
+int tf_mxu_avx512_probe(void);
+size_t tf_mxu_avx512_kc(size_t R); /* K block: a multiple of R, about 256 */
+size_t tf_mxu_avx512_pw(size_t N); /* B panel width: 16 when N <= 16, else 32 */
+/* A whole op(W) packed once (for tf_mxu_wpack): words needed, and the packing. */
+size_t tf_mxu_avx512_packed_words(size_t K, size_t N, size_t R);
+void tf_mxu_avx512_pack_w(int trans_w, size_t K, size_t N, const float *W, size_t ldw, size_t R,
+                          uint32_t *out);
+/* Scratch sizes in words for tf_mxu_avx512_run on an M x K . K x N part. */
+size_t tf_mxu_avx512_abuf_words(size_t M, size_t K, size_t R);
+size_t tf_mxu_avx512_bbuf_words(size_t K, size_t N, size_t R);
+/* C = op(X) . op(W) for one part. With `packed` (from tf_mxu_avx512_pack_w for packed_n
+ * columns; the part uses its first N), W, ldw, trans_w and bbuf are not used. */
+void tf_mxu_avx512_run(int trans_x, int trans_w, size_t M, size_t K, size_t N, const float *X,
+                       size_t ldx, const float *W, size_t ldw, float *C, size_t ldc, size_t R,
+                       const uint32_t *packed, size_t packed_n, uint32_t *abuf, uint32_t *bbuf);
 
 /* Fewest multiply-adds per thread before tf_mxu_gemm uses another thread (tests set 0). */
 extern size_t tf_mxu_min_macs_per_thread;

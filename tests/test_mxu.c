@@ -1,4 +1,4 @@
-/* test_mxu.c — the MXU contract: the fast kernel (AVX2 and portable) and the cycle-level
+/* test_mxu.c — the MXU contract: the fast kernel (AVX-512, AVX2 and portable) and the cycle-level
  * reference give the same bits as the contract written out naively, over shapes, value
  * classes, transposes and thread counts; the order canary; the cycle model. */
 #include <setjmp.h>
@@ -108,6 +108,17 @@ static float *transpose(const float *a, size_t rows, size_t cols, size_t ld, siz
 	return t;
 }
 
+/* The fast paths; those this CPU lacks are left out (kernel_count says how many ran). */
+static const char *const kname[] = {"avx512", "avx2", "portable"};
+enum { NKERNELS = 3 };
+
+static int kernel_ok(int ki)
+{
+	int rc = tf_mxu_force_kernel(kname[ki]);
+	tf_mxu_force_kernel(NULL);
+	return rc == 0;
+}
+
 static void same_bits(const float *a, const float *b, size_t M, size_t N, size_t ldc,
                       const char *what)
 {
@@ -146,8 +157,10 @@ static void one_case(int R, int Cc, int ftz, size_t M, size_t K, size_t N, enum 
 	         vclass_name[vc]);
 
 	float *xt = transpose(X, M, K, ldx, M + 2), *wt = transpose(W, K, N, ldw, K + 1);
-	for (int portable = 0; portable <= 1; portable++) {
-		tf_mxu_force_portable(portable);
+	for (int ki = 0; ki < NKERNELS; ki++) {
+		if (!kernel_ok(ki))
+			continue;
+		assert_int_equal(tf_mxu_force_kernel(kname[ki]), 0);
 		for (int threads = 1; threads <= 3; threads++) {
 			cfg.threads = threads;
 			char w2[400];
@@ -160,11 +173,21 @@ static void one_case(int R, int Cc, int ftz, size_t M, size_t K, size_t N, enum 
 					snprintf(w2, sizeof w2, "%s %s threads=%d tx=%d tw=%d",
 					         what, tf_mxu_kernel_name(), threads, tx, tw);
 					same_bits(want, got, M, N, ldc, w2);
+					/* op(W) packed once, as the replicas of a step share it */
+					struct tf_mxu_wpack *wp = tf_mxu_wpack_new();
+					tf_mxu_wpack_set(wp, &cfg, tw, K, N, tw ? wt : W,
+					                 tw ? K + 1 : ldw);
+					memset(got, 0x7f, (M * ldc + 1) * sizeof(float));
+					tf_mxu_gemm_wpack(&cfg, tx, M, tx ? xt : X, tx ? M + 2 : ldx,
+					                  wp, got, ldc, NULL);
+					tf_mxu_wpack_free(wp);
+					strncat(w2, " packed W", sizeof w2 - strlen(w2) - 1);
+					same_bits(want, got, M, N, ldc, w2);
 				}
 			}
 		}
 	}
-	tf_mxu_force_portable(0);
+	tf_mxu_force_kernel(NULL);
 	if (with_reference) {
 		struct tf_mxu_stats st;
 		struct tf_mxu_model mod;
@@ -298,8 +321,10 @@ static void test_mxu_finite_inputs_nan_is_canonical(void **state)
 	struct tf_mxu_cfg cfg;
 	tf_mxu_cfg_init(&cfg);
 	cfg.rows = 2; /* tiles {0,1} -> +Inf and {2,3} -> -Inf */
-	for (int portable = 0; portable <= 1; portable++) {
-		tf_mxu_force_portable(portable);
+	for (int ki = 0; ki < NKERNELS; ki++) {
+		if (!kernel_ok(ki))
+			continue;
+		assert_int_equal(tf_mxu_force_kernel(kname[ki]), 0);
 		for (int threads = 1; threads <= 2; threads++) {
 			cfg.threads = threads;
 			for (int n = 1; n <= N; n += N - 1) { /* narrow (1) and wide (20) */
@@ -314,7 +339,7 @@ static void test_mxu_finite_inputs_nan_is_canonical(void **state)
 			}
 		}
 	}
-	tf_mxu_force_portable(0);
+	tf_mxu_force_kernel(NULL);
 	float r[M * N];
 	tf_mxu_gemm_reference(&cfg, 0, 0, M, K, N, X, K, W, N, r, N, NULL);
 	for (int i = 0; i < M * N; i++) {
@@ -581,6 +606,8 @@ static void test_mxu_pool_runs_each_part_once(void **state)
 int main(void)
 {
 	tf_mxu_min_macs_per_thread = 0; /* use every requested thread even on tiny shapes */
+	for (int ki = 0; ki < NKERNELS; ki++)
+		printf("# MXU kernel %s: %s\n", kname[ki], kernel_ok(ki) ? "tested" : "not on this CPU");
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_mxu_order_canary),
 	    cmocka_unit_test(test_mxu_underflow_depends_on_ftz),
