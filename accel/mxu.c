@@ -421,7 +421,7 @@ static void run_part(const struct part *p)
 				size_t ais = p->trans_x ? 1 : kc, aks = p->trans_x ? MR : 1;
 				int flags = (pc == 0 ? TF_MXU_FIRST : 0) |
 				            (pc + kc == K ? TF_MXU_LAST : 0) |
-				            (p->portable && ftz ? TF_MXU_SOFT_FTZ : 0);
+				            (portable && ftz ? TF_MXU_SOFT_FTZ : 0);
 				if (bound && !may_overflow(amax, bmax, K))
 					flags &= ~TF_MXU_LAST;
 				/* A small packed B (short K, e.g. dY.W^T of a 10-class layer) stays

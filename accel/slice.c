@@ -264,13 +264,10 @@ void tf_slice_run(struct tf_slice_rt *rt, tf_slice_fn fn, void *arg)
 	rt->st.device_seconds += secs;
 }
 
-void tf_slice_gemm(struct tf_slice_replica *r, int trans_x, int trans_w, size_t M, size_t K,
-                   size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
-                   size_t ldc)
+void tf_slice_mxu_cfg(const struct tf_slice_rt *rt, struct tf_mxu_cfg *cfg)
 {
-	const struct tf_slice_rt *rt = r->rt;
 	const struct tf_tpu_gen *g = rt->slice.gen;
-	struct tf_mxu_cfg cfg = {
+	*cfg = (struct tf_mxu_cfg){
 	    .rows = g->mxu_rows,
 	    .cols = g->mxu_cols,
 	    .ftz = rt->ftz,
@@ -279,9 +276,28 @@ void tf_slice_gemm(struct tf_slice_replica *r, int trans_x, int trans_w, size_t 
 	};
 	/* Spare host threads (fewer replicas than threads) help inside the GEMM. */
 	if (rt->replicas < rt->host_threads)
-		cfg.threads = rt->host_threads / rt->replicas;
+		cfg->threads = rt->host_threads / rt->replicas;
+}
+
+void tf_slice_gemm(struct tf_slice_replica *r, int trans_x, int trans_w, size_t M, size_t K,
+                   size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
+                   size_t ldc)
+{
+	struct tf_mxu_cfg cfg;
+	tf_slice_mxu_cfg(r->rt, &cfg);
 	struct tf_mxu_stats st;
 	tf_mxu_gemm(&cfg, trans_x, trans_w, M, K, N, X, ldx, W, ldw, C, ldc, &st);
+	r->cycles += st.cycles;
+	r->macs += st.macs;
+}
+
+void tf_slice_gemm_wpack(struct tf_slice_replica *r, int trans_x, size_t M, const float *X,
+                         size_t ldx, const struct tf_mxu_wpack *w, float *C, size_t ldc)
+{
+	struct tf_mxu_cfg cfg;
+	tf_slice_mxu_cfg(r->rt, &cfg);
+	struct tf_mxu_stats st;
+	tf_mxu_gemm_wpack(&cfg, trans_x, M, X, ldx, w, C, ldc, &st);
 	r->cycles += st.cycles;
 	r->macs += st.macs;
 }

@@ -76,6 +76,14 @@ void tf_slice_gemm(struct tf_slice_replica *r, int trans_x, int trans_w, size_t 
                    size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
                    size_t ldc);
 
+/* tf_slice_gemm with op(W) from a pack (tf_mxu_wpack_set with tf_slice_mxu_cfg's
+ * configuration): the replicas of a step share one packing of their common weights. */
+void tf_slice_gemm_wpack(struct tf_slice_replica *r, int trans_x, size_t M, const float *X,
+                         size_t ldx, const struct tf_mxu_wpack *w, float *C, size_t ldc);
+
+/* The MXU configuration replicas' GEMMs run with (array size, MXUs, ftz, host threads). */
+void tf_slice_mxu_cfg(const struct tf_slice_rt *rt, struct tf_mxu_cfg *cfg);
+
 /* Sum-all-reduce of n floats: bufs[i] is replica i's buffer (replicas entries); on return every
  * buffer holds the same sum, computed in the fixed ring order. Adds its alpha-beta time. */
 void tf_slice_allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n);

@@ -155,6 +155,47 @@ static void gemm(const struct tf_mlp_gemm *g, int tx, int tw, size_t M, size_t K
 		tf_mxu_gemm(g->cfg, tx, tw, M, K, N, X, ldx, W, ldw, C, ldc, NULL);
 }
 
+/* C = X . op(W) with W from a pack when there is one, else gemm(g, 0, trans_w, ...). */
+static void gemm_w(const struct tf_mlp_gemm *g, const struct tf_mxu_wpack *p, int trans_w,
+                   size_t M, size_t K, size_t N, const float *X, size_t ldx, const float *W,
+                   size_t ldw, float *C, size_t ldc)
+{
+	if (!p)
+		gemm(g, 0, trans_w, M, K, N, X, ldx, W, ldw, C, ldc);
+	else if (g->replica)
+		tf_slice_gemm_wpack(g->replica, 0, M, X, ldx, p, C, ldc);
+	else
+		tf_mxu_gemm_wpack(g->cfg, 0, M, X, ldx, p, C, ldc, NULL);
+}
+
+void tf_mlp_packs_update(struct tf_mlp_packs *p, const struct tf_mlp *m,
+                         const struct tf_mxu_cfg *cfg)
+{
+	for (int l = 0; l < m->nlayers; l++) {
+		size_t K = m->size[l], N = m->size[l + 1];
+		const float *W = m->params + m->w_off[l];
+		if (!p->fwd[l])
+			p->fwd[l] = tf_mxu_wpack_new();
+		tf_mxu_wpack_set(p->fwd[l], cfg, 0, K, N, W, N);
+		if (l == 0)
+			continue; /* no dA for the input layer */
+		if (!p->bwd[l])
+			p->bwd[l] = tf_mxu_wpack_new();
+		tf_mxu_wpack_set(p->bwd[l], cfg, 1, N, K, W, N);
+	}
+}
+
+void tf_mlp_packs_release(struct tf_mlp_packs *p)
+{
+	if (!p)
+		return;
+	for (int l = 0; l < TF_MLP_MAX_LAYERS; l++) {
+		tf_mxu_wpack_free(p->fwd[l]);
+		tf_mxu_wpack_free(p->bwd[l]);
+	}
+	memset(p, 0, sizeof *p);
+}
+
 void tf_mlp_forward(const struct tf_mlp *m, const struct tf_mlp_gemm *g, struct tf_mlp_work *w,
                     const float *x, size_t n)
 {
@@ -163,7 +204,8 @@ void tf_mlp_forward(const struct tf_mlp *m, const struct tf_mlp_gemm *g, struct 
 		size_t K = m->size[l], N = m->size[l + 1];
 		float *out = w->act[l + 1];
 		const float *b = m->params + m->b_off[l];
-		gemm(g, 0, 0, n, K, N, in, K, m->params + m->w_off[l], N, out, N);
+		gemm_w(g, g->packs ? g->packs->fwd[l] : NULL, 0, n, K, N, in, K,
+		       m->params + m->w_off[l], N, out, N);
 		if (l + 1 < m->nlayers)
 			for (size_t i = 0; i < n; i++)
 				bias_relu(out + i * N, b, N);
@@ -270,7 +312,8 @@ void tf_mlp_train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g, stru
 		if (l == 0)
 			break;
 		/* dA = dZ . W^T (n x K), then through the ReLU of layer l */
-		gemm(g, 0, 1, n, N, K, dz, N, m->params + m->w_off[l], N, dz2, K);
+		gemm_w(g, g->packs ? g->packs->bwd[l] : NULL, 1, n, N, K, dz, N,
+		       m->params + m->w_off[l], N, dz2, K);
 		relu_mask(dz2, w->act[l], n * K);
 		float *t = dz;
 		dz = dz2;

@@ -55,10 +55,25 @@ struct tf_mlp_work {
 void tf_mlp_work_init(struct tf_mlp_work *w, const struct tf_mlp *m, size_t max_rows);
 void tf_mlp_work_release(struct tf_mlp_work *w);
 
+/* The layer weights packed for the MXU (tf_mxu_wpack) once per weight update and shared by
+ * every replica: fwd[l] is W_l for the forward pass, bwd[l] is W_l^T for dA = dZ . W_l^T
+ * (layers 1 and up). Read-only while passes run. */
+struct tf_mlp_packs {
+	struct tf_mxu_wpack *fwd[TF_MLP_MAX_LAYERS];
+	struct tf_mxu_wpack *bwd[TF_MLP_MAX_LAYERS];
+};
+
+/* Packs m's current weights for GEMMs under cfg (allocating the packs on first use); call
+ * again after every change of m->params. The packs borrow m->params. */
+void tf_mlp_packs_update(struct tf_mlp_packs *p, const struct tf_mlp *m,
+                         const struct tf_mxu_cfg *cfg);
+void tf_mlp_packs_release(struct tf_mlp_packs *p);
+
 /* The GEMM a pass uses: the slice replica's (counts device cycles) or a plain MXU config. */
 struct tf_mlp_gemm {
-	struct tf_slice_replica *replica; /* non-NULL: tf_slice_gemm on this replica */
-	const struct tf_mxu_cfg *cfg;     /* else: tf_mxu_gemm with this configuration */
+	struct tf_slice_replica *replica;  /* non-NULL: tf_slice_gemm on this replica */
+	const struct tf_mxu_cfg *cfg;      /* else: tf_mxu_gemm with this configuration */
+	const struct tf_mlp_packs *packs;  /* NULL, or the model's weights packed (same bits) */
 };
 
 /* Forward pass of rows x[0..n) (n x size[0]); logits land in w->act[nlayers]. */

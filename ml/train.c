@@ -50,6 +50,7 @@ void tf_train_opts_defaults(struct tf_train_opts *o)
 
 struct step_ctx {
 	const struct tf_mlp *m;   /* model (weights read-only during a run) */
+	const struct tf_mlp_packs *packs; /* its weights packed for this run's GEMMs */
 	struct tf_mlp_work *work; /* per replica */
 	const float *x;           /* global batch inputs */
 	const int32_t *y;         /* labels (train) */
@@ -62,7 +63,7 @@ static void replica_train(struct tf_slice_replica *r, void *arg)
 	struct step_ctx *c = arg;
 	size_t lo, hi;
 	tf_input_replica_rows(c->n, r->replicas, r->index, &lo, &hi);
-	struct tf_mlp_gemm g = {.replica = r};
+	struct tf_mlp_gemm g = {.replica = r, .packs = c->packs};
 	tf_mlp_train_pass(c->m, &g, &c->work[r->index], c->x + lo * c->m->size[0], c->y + lo,
 	                  hi - lo, c->n);
 }
@@ -73,7 +74,7 @@ static void replica_eval(struct tf_slice_replica *r, void *arg)
 	size_t start, count, C = tf_mlp_outputs(c->m);
 	tf_slice_shard(c->n, r->replicas, r->index, &start, &count);
 	struct tf_mlp_work *w = &c->work[r->index];
-	struct tf_mlp_gemm g = {.replica = r};
+	struct tf_mlp_gemm g = {.replica = r, .packs = c->packs};
 	w->loss_sum = 0;
 	w->correct = 0;
 	if (!count)
@@ -98,10 +99,15 @@ void tf_train_evaluate(struct tf_slice_rt *rt, const struct tf_mlp *m, const flo
 	float *p = probs ? probs : tf_xmalloc(n * C * sizeof(float) + 4);
 	double loss = 0;
 	size_t correct = 0;
+	struct tf_mlp_packs packs = {0};
+	struct tf_mxu_cfg cfg;
+	tf_slice_mxu_cfg(rt, &cfg);
+	tf_mlp_packs_update(&packs, m, &cfg);
 	for (int r = 0; r < R; r++)
 		tf_mlp_work_init(&work[r], m, per);
 	for (size_t i = 0; i < n; i += batch) {
 		struct step_ctx c = {.m = m,
+		                     .packs = &packs,
 		                     .work = work,
 		                     .x = x + i * m->size[0],
 		                     .y = y + i,
@@ -120,6 +126,7 @@ void tf_train_evaluate(struct tf_slice_rt *rt, const struct tf_mlp *m, const flo
 	for (int r = 0; r < R; r++)
 		tf_mlp_work_release(&work[r]);
 	free(work);
+	tf_mlp_packs_release(&packs);
 	if (!probs)
 		free(p);
 }
@@ -274,6 +281,8 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	struct tf_optim opt = {0};
 	struct tf_input *in = NULL;
 	struct tf_mlp_work *work = NULL;
+	struct tf_mlp_packs packs = {0};
+	struct tf_mxu_cfg mxu_cfg;
 	float **grads = NULL, *tx = NULL;
 	int32_t *ty = NULL;
 	size_t tn = 0;
@@ -373,6 +382,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	if ((rc = tf_input_load_split(o.store, d, TF_SPLIT_TEST, &tx, &ty, NULL, &tn, err, errlen)))
 		goto out;
 
+	tf_slice_mxu_cfg(rt, &mxu_cfg);
 	work = tf_xcalloc((size_t)R, sizeof *work);
 	grads = tf_xcalloc((size_t)R, sizeof *grads);
 	for (int i = 0; i < R; i++) {
@@ -403,7 +413,10 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 		}
 		if (rc)
 			goto out;
-		struct step_ctx c = {.m = &m, .work = work, .x = b.x, .y = b.y, .n = b.n};
+		/* the weights changed with the last update: pack them once for all replicas */
+		tf_mlp_packs_update(&packs, &m, &mxu_cfg);
+		struct step_ctx c = {
+		    .m = &m, .packs = &packs, .work = work, .x = b.x, .y = b.y, .n = b.n};
 		tf_slice_run(rt, replica_train, &c);
 		tf_slice_allreduce(rt, grads, m.nparams);
 		double loss = 0, correct = 0;
@@ -546,6 +559,7 @@ out:
 	for (int i = 0; work && i < R; i++)
 		tf_mlp_work_release(&work[i]);
 	free(work);
+	tf_mlp_packs_release(&packs);
 	free(grads);
 	free(tx);
 	free(ty);
