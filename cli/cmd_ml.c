@@ -686,34 +686,14 @@ int cmd_eval(int argc, char **argv, struct tf_cli *cli)
 		return tf_cli_usage_error("eval", "give one of --model DIR or --model-key PREFIX");
 	struct tf_objstore *s = NULL, *ms = NULL;
 	struct tf_bundle *b = NULL;
-	struct tf_dataset *d = NULL;
-	struct tf_slice_rt *rt = NULL;
-	float *x = NULL;
-	int32_t *y = NULL;
-	size_t n;
+	struct tf_eval_result ev;
 	char err[1024];
 	if ((rc = open_store("eval", store_url, cli, &s)))
 		return rc;
-	if (model && (rc = tf_objstore_open(model, &ms, err, sizeof err)))
+	if ((model && (rc = tf_objstore_open(model, &ms, err, sizeof err))) ||
+	    (rc = tf_bundle_load(ms ? ms : s, ms ? "" : model_key, &b, err, sizeof err)) ||
+	    (rc = tf_bundle_evaluate(s, b, dataset, accel, &ev, err, sizeof err)))
 		goto fail;
-	if ((rc = tf_bundle_load(ms ? ms : s, ms ? "" : model_key, &b, err, sizeof err)) ||
-	    (rc = tf_dataset_open(s, dataset, &d, err, sizeof err)))
-		goto fail;
-	if (d->dim != b->mlp.size[0]) {
-		snprintf(err, sizeof err, "the model takes %zu inputs, dataset '%s' has %zu",
-		         b->mlp.size[0], dataset, d->dim);
-		rc = -EINVAL;
-		goto fail;
-	}
-	struct tf_tpu_slice slice;
-	if ((rc = tf_tpu_slice_parse(accel, &slice, err, sizeof err)))
-		goto fail;
-	if ((rc = tf_slice_rt_new(&slice, 0, b->mxu.ftz, &rt)))
-		goto fail;
-	if ((rc = tf_input_load_split(s, d, TF_SPLIT_TEST, &x, &y, NULL, &n, err, sizeof err)))
-		goto fail;
-	struct tf_eval_result ev;
-	tf_train_evaluate(rt, &b->mlp, x, y, n, 1024, NULL, &ev);
 	if (cli->json)
 		printf("{\"examples\":%zu,\"loss\":%.17g,\"accuracy\":%.17g,\"auc\":%.17g}\n", ev.n,
 		       ev.loss, ev.accuracy, isnan(ev.auc) ? 0.0 : ev.auc);
@@ -726,10 +706,6 @@ fail:
 	fprintf(stderr, "tpuflow eval: %s\n", err);
 	rc = exit_for(rc);
 out:
-	free(x);
-	free(y);
-	tf_slice_rt_free(rt);
-	tf_dataset_free(d);
 	tf_bundle_free(b);
 	tf_objstore_free(ms);
 	tf_objstore_free(s);
@@ -797,51 +773,15 @@ int cmd_predict(int argc, char **argv, struct tf_cli *cli)
 		return tf_cli_usage_error("predict", "--model DIR and --input X.npy are required");
 	struct tf_objstore *ms = NULL;
 	struct tf_bundle *b = NULL;
-	struct tf_npy a = {0};
-	float *x = NULL, *probs = NULL;
+	float *probs = NULL;
+	size_t n = 0;
 	char err[1024];
+	double t0 = tf_now_monotonic();
 	if ((rc = tf_objstore_open(model, &ms, err, sizeof err)) ||
 	    (rc = tf_bundle_load(ms, "", &b, err, sizeof err)) ||
-	    (rc = tf_npy_read(input, &a, err, sizeof err)))
+	    (rc = tf_bundle_predict_npy(b, input, pre, (int)threads, &probs, &n, err, sizeof err)))
 		goto fail;
-	size_t dim = b->mlp.size[0], n = a.ndim ? a.shape[0] : 0;
-	if (a.ndim < 1 || a.count != n * dim) {
-		snprintf(err, sizeof err,
-		         "'%s': expected N x %zu values (N rows of the model's "
-		         "inputs), got %zu values",
-		         input, dim, a.count);
-		rc = -EBADMSG;
-		goto fail;
-	}
-	x = tf_xmalloc(n * dim * sizeof(float) + 4);
-	float *row = tf_xmalloc(dim * sizeof(float));
-	unsigned char *u8 = tf_xmalloc(dim);
-	for (size_t i = 0; i < n; i++) {
-		for (size_t j = 0; j < dim; j++) {
-			size_t k = i * dim + j;
-			row[j] = a.dtype == TF_NPY_U8    ? ((unsigned char *)a.data)[k]
-			         : a.dtype == TF_NPY_F32 ? ((float *)a.data)[k]
-			                                 : (float)((double *)a.data)[k];
-		}
-		if (pre) {
-			memcpy(x + i * dim, row, dim * sizeof(float));
-		} else if (b->pre.image) {
-			/* image preprocessing reads bytes: the same path training used */
-			for (size_t j = 0; j < dim; j++)
-				u8[j] = (unsigned char)(row[j] < 0     ? 0
-				                        : row[j] > 255 ? 255
-				                                       : row[j]);
-			tf_preproc_apply(&b->pre, u8, NULL, x + i * dim);
-		} else {
-			tf_preproc_apply(&b->pre, NULL, row, x + i * dim);
-		}
-	}
-	free(row);
-	free(u8);
 	size_t C = tf_mlp_outputs(&b->mlp);
-	probs = tf_xmalloc(n * C * sizeof(float) + 4);
-	double t0 = tf_now_monotonic();
-	tf_bundle_predict(b, x, n, probs, (int)threads);
 	double secs = tf_now_monotonic() - t0;
 	if (outp && (rc = tf_npy_write_f32(outp, probs, n, C))) {
 		snprintf(err, sizeof err, "cannot write '%s': %s", outp, strerror(-rc));
@@ -887,9 +827,7 @@ fail:
 	fprintf(stderr, "tpuflow predict: %s\n", err);
 	rc = exit_for(rc);
 out:
-	free(x);
 	free(probs);
-	tf_npy_release(&a);
 	tf_bundle_free(b);
 	tf_objstore_free(ms);
 	return rc;

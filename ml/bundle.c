@@ -5,7 +5,12 @@
 #include "common/common.h"
 #include "common/crc32c.h"
 #include "common/log.h"
+#include "accel/slice.h"
+#include "accel/tpu.h"
+#include "ml/input.h"
+#include "ml/npy.h"
 #include "ml/tfrecord.h"
+#include "ml/train.h"
 
 #include <errno.h>
 #include <openssl/evp.h>
@@ -14,6 +19,7 @@
 #include <string.h>
 
 #define BUNDLE_FORMAT "tpuflow-bundle/1"
+#define MXU_MAX 65536 /* largest systolic array side a signature may name */
 
 static void sha256_hex(const void *data, size_t len, char out[65])
 {
@@ -126,6 +132,29 @@ void tf_bundle_free(struct tf_bundle *b)
 	free(b);
 }
 
+/* 0 when a safetensors header entry is F32 with shape dims[0..ndims) and data_offsets
+ * [off, off + count) in floats (converted to bytes), else -EBADMSG. */
+static int safetensors_entry_check(const json_t *e, size_t off, size_t count, const size_t *dims,
+                                   int ndims)
+{
+	json_t *shape = json_object_get(e, "shape"), *offs = json_object_get(e, "data_offsets");
+	if (!json_is_object(e) ||
+	    strcmp(json_string_value(json_object_get(e, "dtype")) ?: "", "F32") ||
+	    json_array_size(shape) != (size_t)ndims || json_array_size(offs) != 2)
+		return -EBADMSG;
+	for (int i = 0; i < ndims; i++) {
+		json_t *d = json_array_get(shape, (size_t)i);
+		if (!json_is_integer(d) || json_integer_value(d) != (json_int_t)dims[i])
+			return -EBADMSG;
+	}
+	json_t *o0 = json_array_get(offs, 0), *o1 = json_array_get(offs, 1);
+	if (!json_is_integer(o0) || !json_is_integer(o1) ||
+	    json_integer_value(o0) != (json_int_t)(off * sizeof(float)) ||
+	    json_integer_value(o1) != (json_int_t)((off + count) * sizeof(float)))
+		return -EBADMSG;
+	return 0;
+}
+
 int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle **out, char *err,
                    size_t errlen)
 {
@@ -173,20 +202,38 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	size_t nl = json_array_size(layers);
 	int classes = (int)json_array_size(names);
 	int binary = !strcmp(json_string_value(json_object_get(sig, "output")) ?: "", "sigmoid");
-	if (nl < 2 || nl > TF_MLP_MAX_LAYERS + 1 || classes < 2) {
+	if (nl < 2 || nl > TF_MLP_MAX_LAYERS + 1 || classes < 2 ||
+	    (size_t)classes > TF_MLP_MAX_WIDTH) {
 		snprintf(err, errlen, "'%s': bad layers or class_names", skey);
 		goto out;
 	}
-	size_t hidden[TF_MLP_MAX_LAYERS];
-	for (size_t i = 1; i + 1 < nl; i++)
-		hidden[i - 1] = (size_t)json_integer_value(json_array_get(layers, i));
-	if (tf_mlp_init(&b->mlp, (size_t)json_integer_value(json_array_get(layers, 0)), hidden,
-	                (int)nl - 2, classes, binary) ||
-	    b->mlp.size[nl - 1] != (size_t)json_integer_value(json_array_get(layers, nl - 1))) {
+	/* layer widths are untrusted: checked as JSON integers in range before any use */
+	size_t width[TF_MLP_MAX_LAYERS + 1];
+	for (size_t i = 0; i < nl; i++) {
+		json_t *w = json_array_get(layers, i);
+		json_int_t v = json_integer_value(w);
+		if (!json_is_integer(w) || v < 1 || (uint64_t)v > TF_MLP_MAX_WIDTH) {
+			snprintf(err, errlen,
+			         "'%s': layer %zu has width %s; widths are integers 1..%zu",
+			         skey, i, json_is_integer(w) ? "out of range" : "not an integer",
+			         TF_MLP_MAX_WIDTH);
+			goto out;
+		}
+		width[i] = (size_t)v;
+	}
+	int irc = tf_mlp_init(&b->mlp, width[0], width + 1, (int)nl - 2, classes, binary);
+	if (irc == -ENOMEM || irc == -E2BIG) {
+		snprintf(err, errlen, "'%s': the model is too large (at most %zu parameters)", skey,
+		         TF_MLP_MAX_PARAMS);
+		rc = irc == -ENOMEM ? -ENOMEM : -EBADMSG;
+		goto out;
+	}
+	if (irc || b->mlp.size[nl - 1] != width[nl - 1]) {
 		snprintf(err, errlen, "'%s': inconsistent layer sizes", skey);
 		goto out;
 	}
-	/* safetensors: check every tensor's entry against the layout, then copy the data */
+	/* safetensors: the header must describe exactly the signature's tensors (dtype, shape
+	 * and offsets), and the data must be exactly their bytes */
 	const unsigned char *u = mdata;
 	uint64_t hl = 0;
 	for (int i = 0; i < 8 && mlen >= 8; i++)
@@ -196,18 +243,41 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 		snprintf(err, errlen, "'%s': bad safetensors header or size", mkey);
 		goto out;
 	}
+	size_t ntensors = 0;
 	for (int l = 0; l < b->mlp.nlayers; l++) {
-		char name[64];
-		snprintf(name, sizeof name, "dense_%d/kernel", l);
-		json_t *e = json_object_get(hdr, name);
-		json_t *offs = json_object_get(e, "data_offsets");
-		if (!e || strcmp(json_string_value(json_object_get(e, "dtype")) ?: "", "F32") ||
-		    (size_t)json_integer_value(json_array_get(offs, 0)) !=
-		        b->mlp.w_off[l] * sizeof(float)) {
-			snprintf(err, errlen, "'%s': tensor '%s' missing or not where expected",
-			         mkey, name);
-			goto out;
+		const size_t in = b->mlp.size[l], outw = b->mlp.size[l + 1];
+		const struct {
+			const char *what;
+			size_t off, count, dims[2];
+			int ndims;
+		} t[2] = {{"kernel", b->mlp.w_off[l], in * outw, {in, outw}, 2},
+		          {"bias", b->mlp.b_off[l], outw, {outw, 0}, 1}};
+		for (int k = 0; k < 2; k++) {
+			char name[64];
+			snprintf(name, sizeof name, "dense_%d/%s", l, t[k].what);
+			if (safetensors_entry_check(json_object_get(hdr, name), t[k].off,
+			                            t[k].count, t[k].dims, t[k].ndims)) {
+				char shp[48];
+				if (t[k].ndims == 2)
+					snprintf(shp, sizeof shp, "%zu, %zu", t[k].dims[0],
+					         t[k].dims[1]);
+				else
+					snprintf(shp, sizeof shp, "%zu", t[k].dims[0]);
+				snprintf(err, errlen,
+				         "'%s': tensor '%s' is missing or its dtype, shape or "
+				         "offsets differ from the signature (F32 [%s] at bytes "
+				         "%zu..%zu)",
+				         mkey, name, shp, t[k].off * sizeof(float),
+				         (t[k].off + t[k].count) * sizeof(float));
+				goto out;
+			}
+			ntensors++;
 		}
+	}
+	if (json_object_size(hdr) - (json_object_get(hdr, "__metadata__") ? 1 : 0) != ntensors) {
+		snprintf(err, errlen, "'%s': the header lists tensors the signature does not know",
+		         mkey);
+		goto out;
 	}
 	memcpy(b->mlp.params, u + 8 + hl, b->mlp.nparams * sizeof(float));
 	if (tf_preproc_from_json(json_object_get(sig, "preprocessing"), b->mlp.size[0], &b->pre)) {
@@ -221,13 +291,16 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	for (int c = 0; c < classes; c++)
 		b->class_names[c] = tf_xstrdup(json_string_value(json_array_get(names, (size_t)c)));
 	tf_mxu_cfg_init(&b->mxu);
-	b->mxu.rows = (int)json_integer_value(json_object_get(num, "mxu_rows"));
-	b->mxu.cols = (int)json_integer_value(json_object_get(num, "mxu_cols"));
+	json_int_t mr = json_integer_value(json_object_get(num, "mxu_rows"));
+	json_int_t mc = json_integer_value(json_object_get(num, "mxu_cols"));
 	b->mxu.ftz = json_is_true(json_object_get(num, "ftz"));
-	if (b->mxu.rows <= 0 || b->mxu.cols <= 0) {
-		snprintf(err, errlen, "'%s': numerics lacks mxu_rows/mxu_cols", skey);
+	if (mr < 1 || mc < 1 || mr > MXU_MAX || mc > MXU_MAX) {
+		snprintf(err, errlen, "'%s': numerics lacks mxu_rows/mxu_cols in 1..%d", skey,
+		         MXU_MAX);
 		goto out;
 	}
+	b->mxu.rows = (int)mr;
+	b->mxu.cols = (int)mc;
 	rc = 0;
 	*out = b;
 	b = NULL;
@@ -257,4 +330,118 @@ void tf_bundle_predict(const struct tf_bundle *b, const float *x, size_t n, floa
 		tf_mlp_probs(&b->mlp, w.act[b->mlp.nlayers], m, probs + i * C);
 	}
 	tf_mlp_work_release(&w);
+}
+
+/* The model's inputs from an .npy array a: n rows of dim values, preprocessed as in
+ * training unless preprocessed. *x (n x dim floats) is new, caller frees. */
+static int npy_inputs(const struct tf_bundle *b, const char *path, const struct tf_npy *a,
+                      int preprocessed, float **x, size_t *n, char *err, size_t errlen)
+{
+	const size_t dim = b->mlp.size[0], rows = a->ndim ? a->shape[0] : 0;
+	size_t cells, bytes;
+	/* a.count is the checked product of the shape, so rows * dim cannot wrap when equal */
+	if (a->ndim < 1 || __builtin_mul_overflow(rows, dim, &cells) || a->count != cells) {
+		snprintf(err, errlen,
+		         "'%s': expected N x %zu values (N rows of the model's inputs), got %zu "
+		         "values",
+		         path, dim, a->count);
+		return -EBADMSG;
+	}
+	if (__builtin_mul_overflow(cells, sizeof(float), &bytes) ||
+	    !(*x = malloc(bytes ? bytes : 1))) {
+		snprintf(err, errlen, "'%s': no memory for %zu x %zu inputs", path, rows, dim);
+		return -ENOMEM;
+	}
+	float *row = tf_xmalloc(dim * sizeof(float)); /* dim <= TF_MLP_MAX_WIDTH */
+	unsigned char *u8 = tf_xmalloc(dim);
+	for (size_t i = 0; i < rows; i++) {
+		for (size_t j = 0; j < dim; j++) {
+			size_t k = i * dim + j;
+			row[j] = a->dtype == TF_NPY_U8    ? ((unsigned char *)a->data)[k]
+			         : a->dtype == TF_NPY_F32 ? ((float *)a->data)[k]
+			                                  : (float)((double *)a->data)[k];
+		}
+		float *xi = *x + i * dim;
+		if (preprocessed) {
+			memcpy(xi, row, dim * sizeof(float));
+		} else if (b->pre.image) {
+			/* image preprocessing reads bytes: the same path training used */
+			for (size_t j = 0; j < dim; j++)
+				u8[j] = (unsigned char)(row[j] < 0     ? 0
+				                        : row[j] > 255 ? 255
+				                                       : row[j]);
+			tf_preproc_apply(&b->pre, u8, NULL, xi);
+		} else {
+			tf_preproc_apply(&b->pre, NULL, row, xi);
+		}
+	}
+	free(row);
+	free(u8);
+	*n = rows;
+	return 0;
+}
+
+int tf_bundle_predict_npy(const struct tf_bundle *b, const char *path, int preprocessed,
+                          int threads, float **probs, size_t *n, char *err, size_t errlen)
+{
+	struct tf_npy a = {0};
+	float *x = NULL, *p = NULL;
+	size_t rows = 0, C = tf_mlp_outputs(&b->mlp), bytes;
+	int rc = tf_npy_read(path, &a, err, errlen);
+	if (!rc)
+		rc = npy_inputs(b, path, &a, preprocessed, &x, &rows, err, errlen);
+	tf_npy_release(&a);
+	if (rc)
+		return rc;
+	if (__builtin_mul_overflow(rows, C * sizeof(float), &bytes) ||
+	    !(p = malloc(bytes ? bytes : 1))) {
+		snprintf(err, errlen, "'%s': no memory for %zu x %zu probabilities", path, rows, C);
+		free(x);
+		return -ENOMEM;
+	}
+	tf_bundle_predict(b, x, rows, p, threads);
+	free(x);
+	*probs = p;
+	*n = rows;
+	return 0;
+}
+
+int tf_bundle_evaluate(struct tf_objstore *s, const struct tf_bundle *b, const char *dataset,
+                       const char *accelerator, struct tf_eval_result *ev, char *err,
+                       size_t errlen)
+{
+	struct tf_dataset *d = NULL;
+	struct tf_slice_rt *rt = NULL;
+	struct tf_tpu_slice slice;
+	float *x = NULL;
+	int32_t *y = NULL;
+	size_t n;
+	int rc;
+	if ((rc = tf_dataset_open(s, dataset, &d, err, errlen)))
+		return rc;
+	if (d->dim != b->mlp.size[0] || d->num_classes != b->mlp.classes ||
+	    d->pre.image != b->pre.image) {
+		snprintf(err, errlen,
+		         "the model (%zu %s inputs, %d classes) does not fit dataset '%s' (%zu %s "
+		         "inputs, %d classes); evaluate it on the dataset it was trained for",
+		         b->mlp.size[0], b->pre.image ? "image" : "feature", b->mlp.classes,
+		         dataset, d->dim, d->pre.image ? "image" : "feature", d->num_classes);
+		rc = -EINVAL;
+		goto out;
+	}
+	if ((rc = tf_tpu_slice_parse(accelerator ? accelerator : "v4-8", &slice, err, errlen)))
+		goto out;
+	if ((rc = tf_slice_rt_new(&slice, 0, b->mxu.ftz, &rt))) {
+		snprintf(err, errlen, "cannot start the slice runtime for '%s'", slice.name);
+		goto out;
+	}
+	if ((rc = tf_input_load_split(s, d, TF_SPLIT_TEST, &x, &y, NULL, &n, err, errlen)))
+		goto out;
+	tf_train_evaluate(rt, &b->mlp, x, y, n, 1024, NULL, ev);
+out:
+	free(x);
+	free(y);
+	tf_slice_rt_free(rt);
+	tf_dataset_free(d);
+	return rc;
 }

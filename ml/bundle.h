@@ -16,6 +16,7 @@
 #include "accel/mxu.h"
 #include "ml/dataset.h"
 #include "ml/mlp.h"
+#include "ml/train.h"
 #include "storage/objstore.h"
 
 #include <jansson.h>
@@ -45,5 +46,22 @@ void tf_bundle_free(struct tf_bundle *b);
  * threads host threads for the GEMMs (results do not depend on it). */
 void tf_bundle_predict(const struct tf_bundle *b, const float *x, size_t n, float *probs,
                        int threads);
+
+/* `tpuflow predict`'s whole input path after the bundle: reads the .npy file at path (N rows
+ * of the model's inputs: N x inputs, or N x rows x cols for images; uint8, float32 or
+ * float64), preprocesses it as training did unless preprocessed, and runs the model. *probs
+ * (n x tf_mlp_outputs floats) is new, the caller frees it. Every size taken from the file is
+ * overflow-checked and bounded by the file's length before anything is allocated. -EBADMSG
+ * for a damaged or mismatched file, -ENOMEM when memory runs out; err says which. */
+int tf_bundle_predict_npy(const struct tf_bundle *b, const char *path, int preprocessed,
+                          int threads, float **probs, size_t *n, char *err, size_t errlen);
+
+/* Evaluation of bundle b on the test split of the dataset whose manifest key is dataset in
+ * store s, on an emulated slice (accelerator, NULL: v4-8): what `tpuflow eval` and the
+ * pipeline's evaluate step run. -EINVAL when the model and the dataset do not fit each other
+ * (inputs, classes, image or features), -EBADMSG for a damaged dataset. */
+int tf_bundle_evaluate(struct tf_objstore *s, const struct tf_bundle *b, const char *dataset,
+                       const char *accelerator, struct tf_eval_result *ev, char *err,
+                       size_t errlen);
 
 #endif

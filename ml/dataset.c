@@ -7,6 +7,7 @@
 #include "common/crc32c.h"
 #include "common/log.h"
 #include "ml/example.h"
+#include "ml/mlp.h"
 #include "ml/rng.h"
 
 #include <errno.h>
@@ -364,14 +365,34 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 	json_t *m = d->manifest, *names = json_object_get(m, "class_names");
 	json_t *img = json_object_get(json_object_get(m, "schema"), "image");
 	d->source = tf_xstrdup(json_string_value(json_object_get(m, "source")));
-	d->dim = (size_t)json_integer_value(json_object_get(m, "input_dim"));
-	d->num_classes = (int)json_integer_value(json_object_get(m, "num_classes"));
+	/* every number below is untrusted: range-checked before it sizes anything */
+	json_int_t dim = json_integer_value(json_object_get(m, "input_dim"));
+	json_int_t ncls = json_integer_value(json_object_get(m, "num_classes"));
+	if (dim < 1 || (uint64_t)dim > TF_MLP_MAX_WIDTH || ncls < 2 ||
+	    (uint64_t)ncls > TF_MLP_MAX_WIDTH) {
+		snprintf(err, errlen,
+		         "dataset manifest '%s': input_dim must be 1..%zu and num_classes "
+		         "2..%zu; run data prep again",
+		         manifest_key, TF_MLP_MAX_WIDTH, TF_MLP_MAX_WIDTH);
+		goto out;
+	}
+	d->dim = (size_t)dim;
+	d->num_classes = (int)ncls;
 	if (img) {
 		json_t *shape = json_object_get(img, "shape");
-		d->rows = (int)json_integer_value(json_array_get(shape, 0));
-		d->cols = (int)json_integer_value(json_array_get(shape, 1));
+		json_int_t r = json_integer_value(json_array_get(shape, 0));
+		json_int_t c = json_integer_value(json_array_get(shape, 1));
+		if (r < 1 || c < 1 || r > dim || c > dim || r * c != dim) {
+			snprintf(err, errlen,
+			         "dataset manifest '%s': schema.image.shape is not rows x cols "
+			         "of input_dim %zu",
+			         manifest_key, d->dim);
+			goto out;
+		}
+		d->rows = (int)r;
+		d->cols = (int)c;
 	}
-	if (d->dim == 0 || d->num_classes < 2 || json_array_size(names) != (size_t)d->num_classes ||
+	if (json_array_size(names) != (size_t)d->num_classes ||
 	    tf_preproc_from_json(json_object_get(m, "preprocessing"), d->dim, &d->pre)) {
 		snprintf(err, errlen,
 		         "dataset manifest '%s': missing or bad input_dim, "
@@ -382,6 +403,7 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 	d->class_names = tf_xcalloc((size_t)d->num_classes, sizeof(char *));
 	for (int c = 0; c < d->num_classes; c++)
 		d->class_names[c] = tf_xstrdup(json_string_value(json_array_get(names, (size_t)c)));
+	const size_t min_rec = TF_TFRECORD_MIN_RECORD + d->dim;
 	/* shard names are relative to the manifest's folder */
 	const char *slash = strrchr(manifest_key, '/');
 	size_t plen = slash ? (size_t)(slash - manifest_key + 1) : 0;
@@ -411,10 +433,27 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 				goto out;
 			}
 			sp->keys[k] = tf_xasprintf("%.*s%s", (int)plen, manifest_key, name);
-			sp->counts[k] = (size_t)json_integer_value(json_object_get(e, "examples"));
-			sp->bytes[k] = (uint64_t)json_integer_value(json_object_get(e, "bytes"));
+			json_int_t ex = json_integer_value(json_object_get(e, "examples"));
+			json_int_t by = json_integer_value(json_object_get(e, "bytes"));
+			/* a record takes at least its framing plus dim bytes of features, so a
+			 * shard of B bytes holds at most B/min_rec of them; the split's total must
+			 * also fit the input pipeline's 32-bit element ids. Readers check B itself
+			 * against the object (tf_dataset_check_shards) before they allocate by
+			 * these counts, so allocations stay below the shards' real size. */
+			if (ex < 0 || by < 0 || (uint64_t)ex > (uint64_t)by / min_rec ||
+			    __builtin_add_overflow(sp->examples, (size_t)ex, &sp->examples) ||
+			    sp->examples > UINT32_MAX) {
+				snprintf(err, errlen,
+				         "dataset manifest '%s': shard '%s' claims %lld examples "
+				         "in %lld bytes, which cannot be (at most one per %zu "
+				         "bytes, %u per split); run data prep again",
+				         manifest_key, name, (long long)ex, (long long)by, min_rec,
+				         UINT32_MAX);
+				goto out;
+			}
+			sp->counts[k] = (size_t)ex;
+			sp->bytes[k] = (uint64_t)by;
 			sp->crc32c[k] = (uint32_t)strtoul(crc, NULL, 16);
-			sp->examples += sp->counts[k];
 		}
 	}
 	rc = 0;
@@ -424,6 +463,30 @@ out:
 	tf_dataset_free(d);
 	free(data);
 	return rc;
+}
+
+int tf_dataset_check_shards(struct tf_objstore *s, const struct tf_dataset *d, enum tf_split sp,
+                            char *err, size_t errlen)
+{
+	const struct tf_dataset_split *p = &d->split[sp];
+	for (size_t k = 0; k < p->nshards; k++) {
+		struct tf_obj_info info;
+		int rc = tf_objstore_head(s, p->keys[k], &info);
+		if (rc) {
+			snprintf(err, errlen, "cannot read shard '%s': %s", p->keys[k],
+			         tf_objstore_errmsg(s));
+			return rc;
+		}
+		if (info.size != p->bytes[k]) {
+			snprintf(err, errlen,
+			         "shard '%s' is %llu bytes, the manifest says %llu; the dataset is "
+			         "damaged, run data prep again",
+			         p->keys[k], (unsigned long long)info.size,
+			         (unsigned long long)p->bytes[k]);
+			return -EBADMSG;
+		}
+	}
+	return 0;
 }
 
 int tf_dataset_load_shard(struct tf_objstore *s, const struct tf_dataset *d, enum tf_split sp,

@@ -82,6 +82,12 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
                     char *err, size_t errlen);
 void tf_dataset_free(struct tf_dataset *d);
 
+/* Checks that every shard of split sp exists with the size the manifest gives, so counts
+ * derived from the manifest are bounded by real data before anything is sized by them.
+ * -EBADMSG with err naming the shard when a size differs, or an object-store code. */
+int tf_dataset_check_shards(struct tf_objstore *s, const struct tf_dataset *d, enum tf_split sp,
+                            char *err, size_t errlen);
+
 /* Loads one shard: fetches it, checks its CRC-32C against the manifest and indexes its
  * records (each CRC-checked). On success *data and *spans are the caller's to free. */
 int tf_dataset_load_shard(struct tf_objstore *s, const struct tf_dataset *d, enum tf_split sp,

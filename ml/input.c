@@ -438,6 +438,9 @@ static void *worker_main(void *arg)
 int tf_input_open(struct tf_objstore *s, const struct tf_dataset *d, const struct tf_input_opts *o,
                   struct tf_input **out, char *err, size_t errlen)
 {
+	int rc = tf_dataset_check_shards(s, d, o->split, err, errlen);
+	if (rc)
+		return rc;
 	struct tf_input *in = tf_xcalloc(1, sizeof *in);
 	in->o = *o;
 	in->d = d;
@@ -614,12 +617,23 @@ int tf_input_load_split(struct tf_objstore *s, const struct tf_dataset *d, enum 
 {
 	const struct tf_dataset_split *p = &d->split[sp];
 	size_t total = p->examples, dim = d->dim, at = 0;
-	float *xs = tf_xmalloc(total * dim * sizeof(float) + 1);
-	int32_t *ys = tf_xmalloc(total * sizeof(int32_t) + 1);
-	unsigned char *rs = d->pre.image ? tf_xmalloc(total * dim + 1) : NULL;
+	float *xs = NULL;
+	int32_t *ys = NULL;
+	unsigned char *rs = NULL;
+	/* sized by the manifest's counts only once the shards' real sizes bound them */
+	int rc = tf_dataset_check_shards(s, d, sp, err, errlen);
+	if (!rc) {
+		xs = malloc(total * dim * sizeof(float) + 1);
+		ys = malloc(total * sizeof(int32_t) + 1);
+		rs = d->pre.image ? malloc(total * dim + 1) : NULL;
+		if (!xs || !ys || (d->pre.image && !rs)) {
+			snprintf(err, errlen, "dataset '%s': no memory for %zu examples of %zu values",
+			         d->manifest_key, total, dim);
+			rc = -ENOMEM;
+		}
+	}
 	float *f32 = tf_xmalloc(dim * sizeof(float));
 	unsigned char *u8 = tf_xmalloc(dim);
-	int rc = 0;
 	for (size_t k = 0; k < p->nshards && !rc; k++) {
 		void *data;
 		struct tf_tfrecord_span *spans;

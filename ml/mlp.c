@@ -21,6 +21,12 @@ int tf_mlp_init(struct tf_mlp *m, size_t inputs, const size_t *hidden, int nhidd
 	for (int i = 0; i < nhidden; i++)
 		if (hidden[i] == 0)
 			return -EINVAL;
+	/* sizes may come from a file (a bundle's signature): bound them before any product */
+	if (inputs > TF_MLP_MAX_WIDTH || (size_t)classes > TF_MLP_MAX_WIDTH)
+		return -E2BIG;
+	for (int i = 0; i < nhidden; i++)
+		if (hidden[i] > TF_MLP_MAX_WIDTH)
+			return -E2BIG;
 	memset(m, 0, sizeof *m);
 	m->nlayers = nhidden + 1;
 	m->classes = classes;
@@ -32,13 +38,15 @@ int tf_mlp_init(struct tf_mlp *m, size_t inputs, const size_t *hidden, int nhidd
 	size_t off = 0;
 	for (int l = 0; l < m->nlayers; l++) {
 		m->w_off[l] = off;
-		off += m->size[l] * m->size[l + 1];
+		off += m->size[l] * m->size[l + 1]; /* each term <= 2^32: no wrap in 16 layers */
 		m->b_off[l] = off;
 		off += m->size[l + 1];
 	}
+	if (off > TF_MLP_MAX_PARAMS)
+		return -E2BIG;
 	m->nparams = off;
-	m->params = tf_xcalloc(off, sizeof(float));
-	return 0;
+	m->params = calloc(off, sizeof(float));
+	return m->params ? 0 : -ENOMEM;
 }
 
 void tf_mlp_release(struct tf_mlp *m)

@@ -21,6 +21,11 @@
 #include <stdint.h>
 
 #define TF_MLP_MAX_LAYERS 16
+/* Bounds on a model's shape, checked before anything is allocated (shapes may come from a
+ * file): a layer at most 2^16 wide (inputs and classes included), at most 2^30 parameters
+ * (4 GiB of fp32). */
+#define TF_MLP_MAX_WIDTH ((size_t)1 << 16)
+#define TF_MLP_MAX_PARAMS ((size_t)1 << 30)
 
 struct tf_mlp {
 	int nlayers;                        /* dense layers */
@@ -34,7 +39,9 @@ struct tf_mlp {
 };
 
 /* Builds the layout for inputs -> hidden[0..nhidden) -> outputs and allocates zeroed
- * parameters. -EINVAL when a size is 0 or there are too many layers. */
+ * parameters. -EINVAL when a size is 0 or there are too many layers, -E2BIG when a size or
+ * the parameter count exceeds the bounds above, -ENOMEM when the parameters cannot be
+ * allocated. */
 int tf_mlp_init(struct tf_mlp *m, size_t inputs, const size_t *hidden, int nhidden, int classes,
                 int binary);
 void tf_mlp_release(struct tf_mlp *m);

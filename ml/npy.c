@@ -4,6 +4,7 @@
 #include "common/common.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,8 @@ int tf_npy_read(const char *path, struct tf_npy *out, char *err, size_t errlen)
 		free(h);
 		goto bad;
 	}
+	/* Every dimension and the product are checked: a header is untrusted, and a wrapped
+	 * product would let a later n x dim check pass on a tiny buffer. */
 	a.count = 1;
 	for (char *p = lp + 1; *p && *p != ')';) {
 		while (*p == ' ' || *p == ',')
@@ -86,20 +89,38 @@ int tf_npy_read(const char *path, struct tf_npy *out, char *err, size_t errlen)
 		if (*p == ')')
 			break;
 		char *end;
-		unsigned long long v = strtoull(p, &end, 10);
-		if (end == p || a.ndim == 4) {
+		errno = 0;
+		unsigned long long v = *p >= '0' && *p <= '9' ? strtoull(p, &end, 10) : 0;
+		if (*p < '0' || *p > '9' || errno || a.ndim == 4 || v > SIZE_MAX ||
+		    __builtin_mul_overflow(a.count, (size_t)v, &a.count)) {
+			snprintf(err, errlen,
+			         "'%s': bad .npy shape (at most 4 non-negative dimensions whose "
+			         "product fits in memory): %s",
+			         path, h);
 			free(h);
-			goto bad;
+			goto out;
 		}
 		a.shape[a.ndim++] = (size_t)v;
-		a.count *= (size_t)v;
 		p = end;
 	}
 	free(h);
-	if (a.ndim == 0 || len - hstart - hlen < a.count * esz)
-		goto bad;
-	a.data = tf_xmalloc(a.count * esz + 1);
-	memcpy(a.data, buf + hstart + hlen, a.count * esz);
+	size_t bytes;
+	if (a.ndim == 0 || __builtin_mul_overflow(a.count, esz, &bytes) ||
+	    len - hstart - hlen < bytes) {
+		snprintf(err, errlen,
+		         "'%s': the header promises %zu values of %zu bytes, the file holds %zu bytes "
+		         "of data",
+		         path, a.count, esz, len - hstart - hlen);
+		goto out;
+	}
+	/* bounded by the file's own size, which tf_read_file capped */
+	a.data = malloc(bytes + 1);
+	if (!a.data) {
+		snprintf(err, errlen, "'%s': no memory for %zu bytes of data", path, bytes);
+		rc = -ENOMEM;
+		goto out;
+	}
+	memcpy(a.data, buf + hstart + hlen, bytes);
 	*out = a;
 	rc = 0;
 	goto out;

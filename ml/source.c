@@ -84,9 +84,15 @@ static int idx_parse(const char *path, const unsigned char *b, size_t len, int n
 		return -EBADMSG;
 	}
 	size_t total = 1;
+	int wrapped = 0;
 	for (int i = 0; i < ndims; i++) {
 		dims[i] = be32(b + 4 + 4 * i);
-		total *= dims[i];
+		wrapped |= __builtin_mul_overflow(total, (size_t)dims[i], &total);
+	}
+	if (wrapped) {
+		snprintf(err, errlen, "'%s': IDX dimensions %u x %u x %u overflow; the file is damaged",
+		         path, dims[0], ndims > 1 ? dims[1] : 1, ndims > 2 ? dims[2] : 1);
+		return -EBADMSG;
 	}
 	if (len - hdr != total) {
 		snprintf(err, errlen, "'%s': IDX header promises %zu bytes of data, file has %zu",
@@ -128,6 +134,7 @@ int tf_fashion_load(const char *dir, int train, struct tf_rawset *out, char *err
 	                      .rows = (int)idims[1],
 	                      .cols = (int)idims[2],
 	                      .num_classes = 0};
+	/* r.n * r.dim is the checked IDX product, bounded by the file's length */
 	r.u8 = tf_xmalloc(r.n * r.dim);
 	memcpy(r.u8, idata, r.n * r.dim);
 	r.labels = tf_xmalloc(r.n * sizeof *r.labels);
@@ -170,6 +177,29 @@ static char *trim(char *s)
 	             s[l - 1] == '"'))
 		s[--l] = 0;
 	return s;
+}
+
+/* Doubles the row capacity of r (starting small for wide tables: a header's column count
+ * is untrusted), with every product checked. 0 or -ENOMEM; r stays valid on failure. */
+static int csv_grow(struct tf_rawset *r, size_t *cap)
+{
+	/* a row takes at least dim bytes of text, so rows * dim stays below the file's size */
+	size_t first = ((size_t)1 << 22) / r->dim, fb, lb;
+	size_t ncap = *cap ? 2 * *cap : first < 1 ? 1 : first > 1024 ? 1024 : first;
+	if (__builtin_mul_overflow(ncap, r->dim, &fb) ||
+	    __builtin_mul_overflow(fb, sizeof(float), &fb) ||
+	    __builtin_mul_overflow(ncap, sizeof(int64_t), &lb))
+		return -ENOMEM;
+	float *f = realloc(r->f32, fb);
+	if (!f)
+		return -ENOMEM;
+	r->f32 = f;
+	int64_t *l = realloc(r->labels, lb);
+	if (!l)
+		return -ENOMEM;
+	r->labels = l;
+	*cap = ncap;
+	return 0;
 }
 
 int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, char *err,
@@ -221,10 +251,10 @@ int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, 
 			rc = -EBADMSG;
 			goto out;
 		}
-		if (r.n == cap) {
-			cap = cap ? 2 * cap : 1024;
-			r.f32 = tf_xrealloc(r.f32, cap * r.dim * sizeof(float));
-			r.labels = tf_xrealloc(r.labels, cap * sizeof(int64_t));
+		if (r.n == cap && (rc = csv_grow(&r, &cap))) {
+			snprintf(err, errlen, "%s:%zu: no memory for %zu rows of %zu columns", path,
+			         lineno, r.n + 1, nf);
+			goto out;
 		}
 		for (size_t i = 0, j = 0; i < nf; i++) {
 			char *s = trim(fields[i]), *end;

@@ -281,12 +281,7 @@ int tf_ml_evaluate_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t 
 	(void)outputs;
 	const char *model = get_str(with, "model"), *dataset = get_str(with, "dataset");
 	struct tf_bundle *b = NULL;
-	struct tf_dataset *d = NULL;
-	struct tf_slice_rt *rt = NULL;
-	struct tf_tpu_slice slice;
-	float *x = NULL;
-	int32_t *y = NULL;
-	size_t n;
+	struct tf_eval_result ev;
 	int rc;
 	if (!model || !dataset) {
 		snprintf(err, errlen,
@@ -295,35 +290,12 @@ int tf_ml_evaluate_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t 
 		return -EINVAL;
 	}
 	if ((rc = tf_bundle_load(ctx->store, model, &b, err, errlen)) ||
-	    (rc = tf_dataset_open(ctx->store, dataset, &d, err, errlen)))
+	    (rc = tf_bundle_evaluate(ctx->store, b, dataset, ctx->accelerator, &ev, err, errlen)))
 		goto out;
-	if (d->dim != b->mlp.size[0] || d->num_classes != b->mlp.classes) {
-		snprintf(err, errlen,
-		         "model '%s' (%zu inputs, %d classes) does not fit dataset "
-		         "'%s' (%zu, %d)",
-		         model, b->mlp.size[0], b->mlp.classes, dataset, d->dim, d->num_classes);
-		rc = -EINVAL;
-		goto out;
-	}
-	if ((rc = tf_tpu_slice_parse(ctx->accelerator ? ctx->accelerator : "v4-8", &slice, err,
-	                             errlen)))
-		goto out;
-	if ((rc = tf_slice_rt_new(&slice, 0, b->mxu.ftz, &rt))) {
-		snprintf(err, errlen, "cannot start the slice runtime");
-		goto out;
-	}
-	if ((rc = tf_input_load_split(ctx->store, d, TF_SPLIT_TEST, &x, &y, NULL, &n, err, errlen)))
-		goto out;
-	struct tf_eval_result ev;
-	tf_train_evaluate(rt, &b->mlp, x, y, n, 1024, NULL, &ev);
 	json_object_set_new(metrics, "loss", json_real(ev.loss));
 	json_object_set_new(metrics, "accuracy", json_real(ev.accuracy));
 	json_object_set_new(metrics, "auc", json_real(isnan(ev.auc) ? 0 : ev.auc));
 out:
-	free(x);
-	free(y);
-	tf_slice_rt_free(rt);
-	tf_dataset_free(d);
 	tf_bundle_free(b);
 	return rc;
 }

@@ -8,6 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The smallest framed record (an empty payload): length 8 + its CRC 4 + payload CRC 4. */
+#define TF_TFRECORD_MIN_RECORD 16
+
 /* A growable byte buffer (also used for protobuf encoding). Zero-initialise; tf_buf_release
  * frees the storage. */
 struct tf_buf {

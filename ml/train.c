@@ -312,9 +312,11 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	}
 	if ((rc = tf_mlp_init(&m, d->dim, o.hidden, o.nhidden, d->num_classes, o.binary))) {
 		snprintf(err, errlen,
-		         "bad model shape: hidden layers must be positive and at most "
-		         "%d",
-		         TF_MLP_MAX_LAYERS - 1);
+		         "bad model shape: at most %d hidden layers, each 1..%zu wide, at most %zu "
+		         "parameters in all",
+		         TF_MLP_MAX_LAYERS - 1, TF_MLP_MAX_WIDTH, TF_MLP_MAX_PARAMS);
+		if (rc != -ENOMEM)
+			rc = -EINVAL;
 		goto out;
 	}
 	tf_mlp_init_params(&m, o.seed);
