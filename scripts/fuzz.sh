@@ -11,7 +11,7 @@ work=$(mktemp -d /tmp/tpuflow-fuzz.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 # Seeds: the example pipelines; TFRecord shards written by `tpuflow data prep` from a small
-# CSV; a small .npy file.
+# CSV; a small .npy file; whole-path inputs for predict and eval (below).
 mkdir -p "$work/pipeline" "$work/tfrecord" "$work/npy"
 cp pipelines/*.yaml "$work/pipeline/"
 { echo "a,b,label"; for i in 0 1 2 3 4 5 6 7; do echo "$i.5,-$i,$((i % 2))"; done; } > "$work/t.csv"
@@ -25,6 +25,30 @@ with open(sys.argv[1], "wb") as f:
     f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
     f.write(struct.pack("<6f", 1, 2, 3, 4, 5, 6))
 PY
+
+# Whole-path seeds for predict and eval (fuzz/fuzz_parts.h): a bundle trained for one step
+# on that CSV, the dataset's manifest and test shard, a .npy of the model's inputs.
+mkdir -p "$work/predict" "$work/eval"
+sep='----8<----'
+if build/tpuflow --home "$work/home" train --dataset seed/manifest.json --accelerator v5litepod-1 \
+    --hidden 4 --batch 2 --max-steps 1 --no-ckpt --export "$work/bundle" >/dev/null 2>&1; then
+  python3 - "$work" "$sep" <<'PY'
+import glob, os, struct, sys
+work, sep = sys.argv[1], sys.argv[2].encode()
+rd = lambda p: open(p, "rb").read()
+b = os.path.join(work, "bundle")
+sig, st = rd(b + "/signature.json"), rd(b + "/model.safetensors")
+hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }"
+hdr += " " * ((64 - (10 + len(hdr) + 1) % 64) % 64) + "\n"
+npy = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + struct.pack("<4f", 1, 2, 3, 4)
+open(work + "/predict/seed", "wb").write(sig + sep + st + sep + npy)
+objs = glob.glob(work + "/home/**/seed/manifest.json", recursive=True)[0]
+shard = sorted(glob.glob(os.path.dirname(objs) + "/test-*"))[0]
+open(work + "/eval/seed", "wb").write(sig + sep + st + sep + rd(objs) + sep + rd(shard))
+PY
+else
+  echo "fuzz: could not train the seed bundle; fuzz_predict and fuzz_eval start from nothing" >&2
+fi
 
 rc=0
 for t in "$BUILD"/fuzz_*; do
