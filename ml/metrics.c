@@ -11,9 +11,13 @@ struct scored {
 	int pos; /* 1 when the example is in the positive class */
 };
 
+/* A total order: NaN scores (a diverged model) sort below every number and equal each other,
+ * so the sort is well defined and ties are found with the same test. */
 static int cmp_scored(const void *a, const void *b)
 {
 	float x = ((const struct scored *)a)->s, y = ((const struct scored *)b)->s;
+	if (isnan(x) || isnan(y))
+		return !isnan(x) - !isnan(y);
 	return (x > y) - (x < y);
 }
 
@@ -23,8 +27,8 @@ static double auc_one(struct scored *v, size_t n)
 	qsort(v, n, sizeof *v, cmp_scored);
 	double npos = 0, rank_sum = 0;
 	for (size_t i = 0; i < n;) {
-		size_t j = i;
-		while (j < n && v[j].s == v[i].s)
+		size_t j = i + 1; /* always progresses, even when v[i].s is NaN */
+		while (j < n && !cmp_scored(&v[j], &v[i]))
 			j++;
 		double avg_rank = ((double)i + 1 + (double)j) / 2.0; /* ranks i+1..j */
 		for (size_t k = i; k < j; k++)

@@ -13,6 +13,7 @@
 #include "ml/bundle.h"
 #include "ml/dataset.h"
 #include "ml/input.h"
+#include "ml/metrics.h"
 #include "ml/npy.h"
 #include "ml/source.h"
 #include "ml/steps.h"
@@ -20,6 +21,8 @@
 #include "tests/testutil.h"
 
 #include <errno.h>
+#include <math.h>
+#include <signal.h>
 #include <jansson.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -503,6 +506,24 @@ static void test_untrusted_csv_wide_header_is_not_preallocated(void **state)
 	assert_int_equal(tf_test_wait_exit(pid), 0);
 }
 
+/* A model with NaN weights (a crafted bundle, or a diverged run) scores NaN: the AUC must
+ * still terminate (it looped forever on NaN ties; found by fuzz_eval). */
+static void test_untrusted_auc_of_nan_scores_terminates(void **state)
+{
+	(void)state;
+	float probs[8] = {NAN, NAN, 0.5f, NAN, 0.25f, NAN, 0.75f, NAN};
+	int32_t y[4] = {0, 1, 1, 0};
+	alarm(30); /* a hang fails the test instead of blocking the suite */
+	double a = tf_metrics_auc(probs, 4, 2, y);
+	alarm(0);
+	assert_true(isnan(a) || (a >= 0 && a <= 1));
+	float all_nan[4] = {NAN, NAN, NAN, NAN};
+	alarm(30);
+	a = tf_metrics_auc(all_nan, 4, 1, y);
+	alarm(0);
+	assert_true(isnan(a) || (a >= 0 && a <= 1));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -512,6 +533,7 @@ int main(void)
 	    cmocka_unit_test(test_untrusted_eval_refuses_other_class_count),
 	    cmocka_unit_test(test_untrusted_idx_dimensions_that_wrap_are_refused),
 	    cmocka_unit_test(test_untrusted_csv_wide_header_is_not_preallocated),
+	    cmocka_unit_test(test_untrusted_auc_of_nan_scores_terminates),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }
