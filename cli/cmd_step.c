@@ -13,10 +13,17 @@
  *    failed (permanent), 69 retryable (storage trouble, or stopped by SIGTERM/SIGINT or the
  *    parent's death before finishing), 64 bad arguments, 70 the result could not be written.
  *  SIGTERM and SIGINT raise the step's cancel flag: training stops at its next step and the
- *  next attempt resumes from the newest checkpoint under the same prefix. */
+ *  next attempt resumes from the newest checkpoint under the same prefix.
+ *
+ * On a Slurm compute node (executor: slurm, no filesystem shared with the coordinator) `with`
+ * and the result travel through the object store instead (--with-key, --result-key), and
+ * --chips-from-slurm checks that the job holds the TPU chips its slice needs, as Slurm
+ * reports them (`scontrol show job -d $SLURM_JOB_ID`). */
 #include "cli/cli.h"
 #include "common/common.h"
 
+#include "accel/tpu.h"
+#include "executors/executor.h"
 #include "ml/steps.h"
 
 #include <errno.h>
@@ -32,6 +39,8 @@ static const char step_usage[] =
     "usage: tpuflow step exec --kind KIND --with-json FILE --store URL --prefix PREFIX\n"
     "                         --result FILE [--accelerator SLICE] [--workdir DIR]\n"
     "                         [--parent-pid PID]\n"
+    "       tpuflow step exec --kind KIND --with-key KEY --store URL --prefix PREFIX\n"
+    "                         --result-key KEY [--accelerator SLICE] [--chips-from-slurm]\n"
     "Runs one data_prep, train or evaluate step in this process: what the run engine starts\n"
     "for a step with 'executor: local' (docs/runs.md). Internal plumbing, usable by hand.\n"
     "  --kind KIND         data_prep, train or evaluate\n"
@@ -45,6 +54,10 @@ static const char step_usage[] =
     "  --accelerator SLICE the slice of a train step (default v4-8)\n"
     "  --workdir DIR       scratch directory\n"
     "  --parent-pid PID    stop (as if sent SIGTERM) when this process is no longer the parent\n"
+    "  --with-key KEY      read 'with' from this object of the store instead of a file\n"
+    "  --result-key KEY    write the result to this object of the store instead of a file\n"
+    "  --chips-from-slurm  inside a Slurm job: check that the job holds the slice's TPU chips\n"
+    "                      (the 'tpu' generic resource), as Slurm reports them\n"
     "  --help\n"
     "Progress events are printed to stdout as JSON lines. SIGTERM or SIGINT stops the step at\n"
     "its next check. Exit status: 0 done, 1 the step failed, 69 retryable failure or stopped,\n"
@@ -67,9 +80,24 @@ static void print_progress(void *data, const char *line)
 	fflush(stdout);
 }
 
-/* Writes `doc` to path via a temporary name, so readers see all of it or nothing. */
+/* Where the result goes: an object of the store (result_key) or a file. */
+static struct tf_objstore *result_store;
+static const char *result_key;
+
+/* Writes `doc` to path via a temporary name, so readers see all of it or nothing (or to the
+ * object result_key, which a store writes whole or not at all). */
 static int write_result(const char *path, json_t *doc)
 {
+	if (result_key) {
+		char *text = json_dumps(doc, JSON_COMPACT);
+		int rc = text ? tf_objstore_put(result_store, result_key, text, strlen(text), 0)
+		              : -ENOMEM;
+		if (rc)
+			fprintf(stderr, "tpuflow step exec: cannot write result '%s': %s\n",
+			        result_key, tf_objstore_errmsg(result_store));
+		free(text);
+		return rc;
+	}
 	char *tmp = tf_xasprintf("%s.tmp", path);
 	int rc = json_dump_file(doc, tmp, JSON_COMPACT) ? -EIO : 0;
 	if (rc == 0 && rename(tmp, path) < 0)
@@ -83,6 +111,42 @@ static int write_result(const char *path, json_t *doc)
 	return rc;
 }
 
+/* Inside a Slurm job: the TPU chips Slurm gave the job must cover the slice. 0, -EIO when
+ * Slurm cannot be asked, -ERANGE when there are too few chips (msg says so). */
+static int check_slurm_chips(const char *acc, char *msg, size_t msglen)
+{
+	const char *id = getenv("SLURM_JOB_ID");
+	long job = id ? strtol(id, NULL, 10) : 0;
+	if (job <= 0) {
+		snprintf(msg, msglen, "--chips-from-slurm outside a Slurm job (no SLURM_JOB_ID)");
+		return -EINVAL;
+	}
+	int per_node = 0, nodes = 1;
+	char err[300];
+	if (tf_slurm_job_tpus(job, &per_node, &nodes, err, sizeof(err))) {
+		snprintf(msg, msglen, "%s", err);
+		return -EIO;
+	}
+	const char *host = getenv("SLURMD_NODENAME");
+	fprintf(stderr, "tpuflow step exec: Slurm job %ld on %s: %d TPU chip(s) on each of %d node(s)\n",
+	        job, host ? host : "?", per_node, nodes);
+	if (!acc)
+		return 0;
+	struct tf_tpu_slice sl;
+	if (tf_tpu_slice_parse(acc, &sl, err, sizeof(err))) {
+		snprintf(msg, msglen, "%s", err);
+		return -EINVAL;
+	}
+	if (per_node * nodes < sl.chips) {
+		snprintf(msg, msglen,
+		         "Slurm job %ld holds %d TPU chip(s) (%d per node on %d node(s)) but slice %s "
+		         "needs %d: check the 'tpu' GRES of the partition's nodes",
+		         job, per_node * nodes, per_node, nodes, sl.name, sl.chips);
+		return -ERANGE;
+	}
+	return 0;
+}
+
 static int fail(const char *result, const char *cls, const char *msg, int code)
 {
 	fprintf(stderr, "tpuflow step exec: %s\n", msg);
@@ -94,7 +158,19 @@ static int fail(const char *result, const char *cls, const char *msg, int code)
 
 int cmd_step(int argc, char **argv, struct tf_cli *cli)
 {
-	enum { O_KIND = 1, O_WITH, O_STORE, O_PREFIX, O_RESULT, O_ACC, O_WORKDIR, O_PARENT };
+	enum {
+		O_KIND = 1,
+		O_WITH,
+		O_STORE,
+		O_PREFIX,
+		O_RESULT,
+		O_ACC,
+		O_WORKDIR,
+		O_PARENT,
+		O_WITH_KEY,
+		O_RESULT_KEY,
+		O_SLURM
+	};
 	static const struct option opts[] = {
 	    TF_CLI_COMMON_OPTIONS,
 	    {"kind", required_argument, NULL, O_KIND},
@@ -105,11 +181,15 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 	    {"accelerator", required_argument, NULL, O_ACC},
 	    {"workdir", required_argument, NULL, O_WORKDIR},
 	    {"parent-pid", required_argument, NULL, O_PARENT},
+	    {"with-key", required_argument, NULL, O_WITH_KEY},
+	    {"result-key", required_argument, NULL, O_RESULT_KEY},
+	    {"chips-from-slurm", no_argument, NULL, O_SLURM},
 	    {0},
 	};
 	const char *kind = NULL, *with_path = NULL, *store_url = NULL, *prefix = NULL,
-	           *result = NULL, *acc = NULL, *workdir = NULL;
+	           *result = NULL, *acc = NULL, *workdir = NULL, *with_key = NULL;
 	long parent = 0;
+	int slurm_chips = 0;
 	int c;
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
 		fputs(step_usage, stdout);
@@ -146,6 +226,15 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 		case O_WORKDIR:
 			workdir = optarg;
 			break;
+		case O_WITH_KEY:
+			with_key = optarg;
+			break;
+		case O_RESULT_KEY:
+			result_key = optarg;
+			break;
+		case O_SLURM:
+			slurm_chips = 1;
+			break;
 		case O_PARENT: {
 			char *end;
 			parent = strtol(optarg, &end, 10);
@@ -163,10 +252,10 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (optind < argc)
 		return tf_cli_usage_error("step", "unexpected argument '%s'", argv[optind]);
-	if (!kind || !with_path || !store_url || !prefix || !result)
+	if (!kind || !(with_path || with_key) || !store_url || !prefix || !(result || result_key))
 		return tf_cli_usage_error("step",
-		                          "exec needs --kind, --with-json, --store, --prefix "
-		                          "and --result");
+		                          "exec needs --kind, --with-json (or --with-key), --store, "
+		                          "--prefix and --result (or --result-key)");
 	int (*fn)(const json_t *, const struct tf_ml_ctx *, json_t *, json_t *, char *, size_t);
 	if (!strcmp(kind, "data_prep"))
 		fn = tf_ml_data_prep_step;
@@ -190,24 +279,54 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 	}
 
 	char msg[1024] = "";
-	json_error_t je;
-	json_t *with = json_load_file(with_path, 0, &je);
-	if (!json_is_object(with)) {
-		snprintf(msg, sizeof(msg),
-		         "'%s' line %d: %s (it must hold the step's 'with' as a "
-		         "JSON object)",
-		         with_path, je.line, with ? "not an object" : je.text);
-		json_decref(with);
-		return fail(result, "error", msg, TF_EXIT_USAGE);
-	}
 	struct tf_objstore *os = NULL;
 	char err[1024] = "";
 	int rc = tf_objstore_open(store_url, &os, err, sizeof(err));
 	if (rc) {
-		json_decref(with);
 		snprintf(msg, sizeof(msg), "object store: %.1000s", err);
+		if (result_key) {
+			/* nowhere to put the result: the exit status says it all */
+			fprintf(stderr, "tpuflow step exec: %s\n", msg);
+			return tf_ml_retryable(rc) ? TF_EXIT_UNAVAILABLE : TF_EXIT_FAILED;
+		}
 		return fail(result, tf_ml_retryable(rc) ? "infra" : "error", msg,
 		            tf_ml_retryable(rc) ? TF_EXIT_UNAVAILABLE : TF_EXIT_FAILED);
+	}
+	result_store = os;
+	json_error_t je;
+	json_t *with = NULL;
+	if (with_key) {
+		void *buf = NULL;
+		size_t blen = 0;
+		rc = tf_objstore_get(os, with_key, &buf, &blen);
+		if (rc) {
+			snprintf(msg, sizeof(msg), "cannot read '%s': %.900s", with_key,
+			         tf_objstore_errmsg(os));
+			tf_objstore_free(os);
+			return fail(result, tf_ml_retryable(rc) ? "infra" : "error", msg,
+			            tf_ml_retryable(rc) ? TF_EXIT_UNAVAILABLE : TF_EXIT_FAILED);
+		}
+		with = json_loadb(buf, blen, 0, &je);
+		free(buf);
+	} else {
+		with = json_load_file(with_path, 0, &je);
+	}
+	if (!json_is_object(with)) {
+		snprintf(msg, sizeof(msg),
+		         "'%s' line %d: %s (it must hold the step's 'with' as a "
+		         "JSON object)",
+		         with_key ? with_key : with_path, je.line, with ? "not an object" : je.text);
+		json_decref(with);
+		rc = fail(result, "error", msg, TF_EXIT_USAGE);
+		tf_objstore_free(os);
+		return rc;
+	}
+	if (slurm_chips && (rc = check_slurm_chips(acc, msg, sizeof(msg)))) {
+		json_decref(with);
+		rc = fail(result, rc == -EIO ? "infra" : "error", msg,
+		          rc == -EIO ? TF_EXIT_UNAVAILABLE : TF_EXIT_FAILED);
+		tf_objstore_free(os);
+		return rc;
 	}
 	struct tf_ml_ctx ctx = {
 	    .store = os,

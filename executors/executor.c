@@ -24,6 +24,8 @@ const struct tf_executor_ops *tf_executor_find(const char *name)
 		return &tf_executor_inprocess;
 	if (!strcmp(name, tf_executor_local.name))
 		return &tf_executor_local;
+	if (!strcmp(name, tf_executor_slurm.name))
+		return &tf_executor_slurm;
 	return NULL;
 }
 

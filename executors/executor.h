@@ -56,6 +56,22 @@ struct tf_exec_ctx {
 	size_t errlen;        /* size of errbuf */
 };
 
+/* What a Slurm job asks for (tf_executor_slurm only). Strings are borrowed for the start. */
+struct tf_slurm_spec {
+	const char *job_name;     /* --job-name, e.g. tpuflow-RUN-STEP-ATTEMPT */
+	int tpus_per_node;        /* --gres=tpu:N (0: no TPU chips) */
+	int nodes;                /* --nodes (0: one) */
+	const char *partition;    /* -p, or NULL */
+	const char *account;      /* -A, or NULL */
+	const char *qos;          /* -q, or NULL */
+	char *const *extra;       /* further sbatch arguments, NULL-terminated, or NULL */
+	char *const *export_names; /* names of environment variables the job gets (their values
+	                             come from spec->envp or this process's environment, never
+	                             written into the script), NULL-terminated, or NULL */
+	long attach_job;          /* > 0: follow this job, already submitted, instead of
+	                             submitting a new one (a restarted coordinator) */
+};
+
 struct tf_exec_spec {
 	/* local: the program and its arguments, passed verbatim (no shell); argv[0] is looked up
 	 * in PATH when it has no '/'. NULL-terminated. */
@@ -72,6 +88,7 @@ struct tf_exec_spec {
 	                              temporary directory removed by tf_exec_free */
 	struct tf_objstore *store; /* when set, logs are uploaded on completion ... */
 	const char *log_prefix;    /* ... as PREFIX + "stdout.log" / "stderr.log" */
+	const struct tf_slurm_spec *slurm; /* slurm: the job's resources and options */
 };
 
 struct tf_exec_result {
@@ -105,8 +122,9 @@ struct tf_executor_ops {
 
 extern const struct tf_executor_ops tf_executor_inprocess;
 extern const struct tf_executor_ops tf_executor_local;
+extern const struct tf_executor_ops tf_executor_slurm;
 
-/* The backend named "inprocess" or "local"; NULL when unknown. */
+/* The backend named "inprocess", "local" or "slurm"; NULL when unknown. */
 const struct tf_executor_ops *tf_executor_find(const char *name);
 
 /* Dispatchers through the handle's backend. The handle belongs to the caller until
@@ -119,6 +137,27 @@ int tf_exec_cancel(struct tf_exec *x, enum tf_fail_class why);
 /* Reads what a stream has captured so far (up to 64 MiB) into a new buffer the caller frees. */
 int tf_exec_logs(struct tf_exec *x, int stream, char **out, size_t *len);
 void tf_exec_free(struct tf_exec *x);
+
+/* A Slurm attempt's job id (0 before submission or for other backends) and the nodes it
+ * runs on as Slurm writes them ("" while pending), copied into nodes. */
+long tf_exec_slurm_job(struct tf_exec *x, char *nodes, size_t nodeslen);
+
+/* The state Slurm reports for a job ("PENDING", "RUNNING", "COMPLETED", ...) with one
+ * squeue call, into state; -ENOENT when Slurm no longer knows the job, another negative code
+ * when squeue cannot be run (message in state). */
+int tf_slurm_job_state(long job, char *state, size_t statelen);
+
+/* The TPU chips (`tpu` GRES) Slurm gave job `job` on each of its nodes, and how many nodes,
+ * from `scontrol show job -d` (what a step reads on its compute node). 0 or a negative code
+ * with err set. */
+int tf_slurm_job_tpus(long job, int *per_node, int *nodes, char *err, size_t errlen);
+
+/* A Slurm job state as a class: COMPLETED none; FAILED, OUT_OF_MEMORY error (exit 69/75:
+ * infra); TIMEOUT, DEADLINE timeout; PREEMPTED preempted; NODE_FAIL, BOOT_FAIL infra;
+ * CANCELLED the class we asked for (`requested`), else cancelled. TF_FAIL_LAST while the job
+ * has not ended. `wstatus` is the job's exit status as a wait status; msg says it for people. */
+enum tf_fail_class tf_slurm_classify(const char *state, int requested, int wstatus, char *msg,
+                                     size_t msglen);
 
 const char *tf_fail_class_name(enum tf_fail_class c);
 /* 1 for the classes a retry policy retries by default (timeout, preempted, infra). */

@@ -3,6 +3,7 @@
 #ifndef TF_KINDS_H
 #define TF_KINDS_H
 
+#include "executors/executor.h"
 #include "orchestrator/engine.h"
 
 /* Each NULL when this build lacks the part that implements it. */
@@ -17,5 +18,30 @@ int tf_kind_with_number(const json_t *with, const char *key, double *out);
 /* Appends a captured stream (the file at `path`, if any) to the attempt's log under a
  * "==> title <==" line. */
 void tf_kind_append_log(FILE *log, const char *title, const char *path);
+
+/* ---- executor: slurm (kinds_slurm.c) ---- */
+
+struct tf_exec;
+
+/* What a step's Slurm job is submitted with; filled by tf_kind_slurm_prepare. */
+struct tf_kind_slurm {
+	struct tf_slurm_spec spec; /* for tf_exec_spec.slurm (strings borrowed from here and
+	                              from the step) */
+	int attempt;               /* the attempt the job belongs to: this one, or a lost one
+	                              whose job is followed again (spec.attach_job) */
+	char *job_name;            /* tpuflow-RUN-STEP-ATTEMPT */
+	char **export_names;       /* NULL-terminated */
+	size_t nexport;
+};
+
+/* Fills ks for r: chips and nodes from r->accelerator, the step's `slurm:` options, the
+ * environment names the job gets (the usual ones that are set, plus `extra_names`, each NAME
+ * or NAME=VALUE), and a lost attempt's job to follow again. 0, or -EINVAL with r->err set. */
+int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks,
+                          char *const *extra_names);
+/* Writes the job id (and nodes, once known) on r's attempt; adds a "slurm" event unless
+ * `ended`. */
+void tf_kind_slurm_record(struct tf_step_run *r, struct tf_exec *x, int ended);
+void tf_kind_slurm_release(struct tf_kind_slurm *ks);
 
 #endif

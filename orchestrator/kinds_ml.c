@@ -11,7 +11,13 @@
  *              grace period). The child prints progress as JSON lines on stdout, which are
  *              passed to the view as they arrive; stderr goes to the attempt's log; the result
  *              comes back in a file (outputs and metrics, or an error and its class). The same
- *              prefix means a killed train attempt resumes from its checkpoint next time. */
+ *              prefix means a killed train attempt resumes from its checkpoint next time.
+ *   slurm      the same `tpuflow step exec` as a Slurm batch job (executors/slurm.c) with the
+ *              slice's chips as `--gres=tpu:N`; the compute node shares no filesystem with
+ *              this process, so `with` and the result travel through the object store
+ *              (PREFIX/slurm/attempt-N/); progress lines are read from the job's stdout file
+ *              when it is visible here. A lost attempt's job (the coordinator restarted) is
+ *              followed again rather than submitted twice (kinds_slurm.c). */
 #include "orchestrator/kinds.h"
 
 #include "ml/steps.h"
@@ -129,18 +135,25 @@ static void tail_pump(struct tail *t, struct tf_step_run *r, int final)
 	}
 }
 
-/* Reads the child's result file into r: outputs/metrics on success, else its error text. */
-static int read_child_result(struct tf_step_run *r, const char *path, int ok, char *msg,
-                             size_t msglen)
+/* Reads the child's result (the file at path, or the object key when set) into r:
+ * outputs/metrics on success, else its error text. */
+static int read_child_result(struct tf_step_run *r, const char *path, const char *key, int ok,
+                             char *msg, size_t msglen)
 {
 	char *buf = NULL;
 	size_t len = 0;
-	int rc = tf_read_file(path, RESULT_MAX, &buf, &len);
+	int rc = key ? tf_objstore_get(r->objstore, key, (void **)&buf, &len)
+	             : tf_read_file(path, RESULT_MAX, &buf, &len);
+	if (rc == 0 && len > RESULT_MAX)
+		rc = -EFBIG;
 	if (rc) {
-		snprintf(msg, msglen, "no result from the step's process ('%s': %s)", path,
-		         strerror(-rc));
+		free(buf);
+		snprintf(msg, msglen, "no result from the step's process ('%s': %s)",
+		         key ? key : path, strerror(-rc));
 		return rc;
 	}
+	if (key)
+		path = key;
 	json_t *o = json_loads(buf, 0, NULL);
 	free(buf);
 	if (!json_is_object(o)) {
@@ -166,13 +179,39 @@ static int read_child_result(struct tf_step_run *r, const char *path, int ok, ch
 	return rc;
 }
 
+/* executor: slurm — puts `with` where the job reads it (unless a lost attempt's job is
+ * followed again: it has its own) and clears an old result. */
+static int slurm_inputs(struct tf_step_run *r, const struct tf_kind_slurm *ks,
+                        const char *with_key, const char *res_key)
+{
+	if (ks->spec.attach_job)
+		return 0;
+	char *text = json_dumps(r->with, JSON_COMPACT);
+	int rc = text ? tf_objstore_put(r->objstore, with_key, text, strlen(text), 0) : -ENOMEM;
+	free(text);
+	if (rc == 0) {
+		rc = tf_objstore_delete(r->objstore, res_key);
+		rc = rc == -ENOENT ? 0 : rc;
+	}
+	if (rc) {
+		snprintf(r->err, sizeof(r->err), "executor 'slurm': cannot write '%s': %s",
+		         with_key, tf_objstore_errmsg(r->objstore));
+		r->failure = TF_FAIL_INFRA;
+	}
+	return rc;
+}
+
 static int ml_child(struct tf_step_run *r, const char *kind)
 {
 	char *self = NULL, *with_path = NULL, *res_path = NULL, *log_dir = NULL;
+	char *with_key = NULL, *res_key = NULL;
 	char pid[24], xerr[256] = "", msg[400] = "";
 	struct tail t = {.fd = -1, .log_path = r->log_path};
 	struct tf_exec *x = NULL;
 	struct tf_exec_result res;
+	struct tf_kind_slurm ks = {0};
+	int slurm = r->def && r->def->executor == TF_EXECUTOR_SLURM;
+	const struct tf_executor_ops *ops = slurm ? &tf_executor_slurm : &tf_executor_local;
 	int rc = tf_step_run_workdir(r);
 	if (rc) {
 		r->failure = TF_FAIL_INFRA;
@@ -180,9 +219,17 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 	}
 	if (!r->storage_url) {
 		snprintf(r->err, sizeof(r->err),
-		         "executor 'local': the run has no object store URL "
-		         "to give the step's process");
+		         "executor '%s': the run has no object store URL "
+		         "to give the step's process",
+		         ops->name);
 		return -EINVAL;
+	}
+	int att = r->attempt;
+	if (slurm) {
+		rc = tf_kind_slurm_prepare(r, &ks, NULL);
+		if (rc)
+			return rc;
+		att = ks.attempt;
 	}
 	self = r->self_exe ? tf_xstrdup(r->self_exe) : tf_exec_self_path();
 	if (!self) {
@@ -192,11 +239,17 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 		r->failure = TF_FAIL_INFRA;
 		return -ENOENT;
 	}
-	with_path = tf_xasprintf("%s/with-%d.json", r->workdir, r->attempt);
-	res_path = tf_xasprintf("%s/result-%d.json", r->workdir, r->attempt);
-	log_dir = tf_xasprintf("%s/attempt-%d", r->workdir, r->attempt);
+	with_path = tf_xasprintf("%s/with-%d.json", r->workdir, att);
+	res_path = tf_xasprintf("%s/result-%d.json", r->workdir, att);
+	log_dir = tf_xasprintf("%s/attempt-%d", r->workdir, att);
 	unlink(res_path);
-	if (json_dump_file(r->with, with_path, JSON_COMPACT)) {
+	if (slurm) {
+		with_key = tf_xasprintf("%sslurm/attempt-%d/with.json", r->prefix, att);
+		res_key = tf_xasprintf("%sslurm/attempt-%d/result.json", r->prefix, att);
+		rc = slurm_inputs(r, &ks, with_key, res_key);
+		if (rc)
+			goto out;
+	} else if (json_dump_file(r->with, with_path, JSON_COMPACT)) {
 		snprintf(r->err, sizeof(r->err), "cannot write '%s'", with_path);
 		r->failure = TF_FAIL_INFRA;
 		rc = -EIO;
@@ -210,37 +263,47 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 	argv[n++] = "exec";
 	argv[n++] = "--kind";
 	argv[n++] = kind;
-	argv[n++] = "--with-json";
-	argv[n++] = with_path;
+	argv[n++] = slurm ? "--with-key" : "--with-json";
+	argv[n++] = slurm ? with_key : with_path;
 	argv[n++] = "--store";
 	argv[n++] = r->storage_url;
 	argv[n++] = "--prefix";
 	argv[n++] = r->prefix;
-	argv[n++] = "--result";
-	argv[n++] = res_path;
-	argv[n++] = "--workdir";
-	argv[n++] = r->workdir;
-	argv[n++] = "--parent-pid";
-	argv[n++] = pid;
+	argv[n++] = slurm ? "--result-key" : "--result";
+	argv[n++] = slurm ? res_key : res_path;
+	if (slurm) {
+		/* no directory of ours exists there, and the job outlives us on purpose */
+		argv[n++] = "--chips-from-slurm";
+	} else {
+		argv[n++] = "--workdir";
+		argv[n++] = r->workdir;
+		argv[n++] = "--parent-pid";
+		argv[n++] = pid;
+	}
 	if (r->accelerator) {
 		argv[n++] = "--accelerator";
 		argv[n++] = r->accelerator;
 	}
 	argv[n] = NULL;
 	/* cwd is inherited: a relative file:// store URL means the same directory */
-	struct tf_exec_spec spec = {
-	    .argv = (char *const *)argv, .timeout = r->timeout, .log_dir = log_dir};
-	rc = tf_exec_start(&tf_executor_local, &spec, &x, xerr, sizeof(xerr));
+	struct tf_exec_spec spec = {.argv = (char *const *)argv,
+	                            .timeout = r->timeout,
+	                            .log_dir = log_dir,
+	                            .slurm = slurm ? &ks.spec : NULL};
+	rc = tf_exec_start(ops, &spec, &x, xerr, sizeof(xerr));
 	if (rc) {
-		snprintf(r->err, sizeof(r->err), "executor 'local': %s", xerr);
+		snprintf(r->err, sizeof(r->err), "executor '%s': %s", ops->name, xerr);
 		r->failure = TF_FAIL_INFRA;
 		goto out;
 	}
-	t.fd = open(tf_executor_local.log_path(x, 1), O_RDONLY | O_CLOEXEC);
+	if (slurm)
+		tf_kind_slurm_record(r, x, 0);
 	t.buf = tf_xmalloc(LINE_MAX_BYTES + 1);
 	int cancelled = 0;
 	for (;;) {
-		rc = tf_exec_wait(x, 0.05, &res);
+		rc = tf_exec_wait(x, slurm ? 0.25 : 0.05, &res);
+		if (t.fd < 0) /* a Slurm job's stdout appears when it starts */
+			t.fd = open(ops->log_path(x, 1), O_RDONLY | O_CLOEXEC);
 		tail_pump(&t, r, rc == 0);
 		if (rc == 0)
 			break;
@@ -254,9 +317,11 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 		fclose(t.log);
 		t.log = NULL;
 	}
+	if (slurm)
+		tf_kind_slurm_record(r, x, 1);
 	FILE *log = fopen(r->log_path, "a");
 	if (log) {
-		tf_kind_append_log(log, "stderr", tf_executor_local.log_path(x, 2));
+		tf_kind_append_log(log, "stderr", ops->log_path(x, 2));
 		fprintf(log, "==> tpuflow step exec --kind %s: %s <==\n", kind, res.message);
 		fclose(log);
 	}
@@ -264,7 +329,7 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 	/* Exit 0 means the step finished and its result is whole, even when a stop was asked
 	 * for meanwhile: like an in-process step that returned 0, it succeeded. */
 	if (res.fclass != TF_FAIL_NONE && !(res.exit_code == 0 && res.signal == 0)) {
-		read_child_result(r, res_path, 0, msg, sizeof(msg));
+		read_child_result(r, res_path, res_key, 0, msg, sizeof(msg));
 		if (msg[0])
 			snprintf(r->err, sizeof(r->err), "%.300s (step process: %.180s)", msg,
 			         res.message);
@@ -276,7 +341,7 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 		                                                                      : -EIO;
 		goto out;
 	}
-	rc = read_child_result(r, res_path, 1, msg, sizeof(msg));
+	rc = read_child_result(r, res_path, res_key, 1, msg, sizeof(msg));
 	if (rc) {
 		snprintf(r->err, sizeof(r->err), "%s", msg);
 		r->failure = TF_FAIL_ERROR;
@@ -290,6 +355,9 @@ out:
 	free(with_path);
 	free(res_path);
 	free(log_dir);
+	free(with_key);
+	free(res_key);
+	tf_kind_slurm_release(&ks);
 	return rc;
 }
 
@@ -300,6 +368,7 @@ static int ml_run(struct tf_step_run *r, ml_step_fn fn, const char *kind)
 	case TF_EXECUTOR_INPROCESS:
 		return ml_call(r, fn);
 	case TF_EXECUTOR_LOCAL:
+	case TF_EXECUTOR_SLURM:
 		return ml_child(r, kind);
 	default:
 		snprintf(r->err, sizeof(r->err),

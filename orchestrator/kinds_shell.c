@@ -205,22 +205,44 @@ static int kind_shell(struct tf_step_run *r)
 	envp[k++] = tf_xasprintf("TPUFLOW_PREFIX=%s", r->prefix);
 	envp[k++] = tf_xasprintf("TPUFLOW_WORKDIR=%s", r->workdir);
 
-	char *log_dir = tf_xasprintf("%s/attempt-%d", r->workdir, r->attempt);
+	envp[k] = NULL;
+
+	/* executor: slurm — the same argv as a batch job; the variables above (and the usual
+	 * ones) go to it by name, their values from the environment sbatch runs in */
+	const struct tf_executor_ops *ops = &tf_executor_local;
+	struct tf_kind_slurm ks = {0};
+	if (r->def && r->def->executor == TF_EXECUTOR_SLURM) {
+		char **names = tf_xcalloc(json_object_size(env_j) + 9, sizeof(char *));
+		size_t nn = 0;
+		json_object_foreach(env_j, key, val)
+			names[nn++] = (char *)key;
+		for (size_t j = k - 8; j < k; j++)
+			names[nn++] = envp[j];
+		rc = tf_kind_slurm_prepare(r, &ks, names);
+		free(names);
+		if (rc)
+			goto out;
+		ops = &tf_executor_slurm;
+	}
+	char *log_dir = tf_xasprintf("%s/attempt-%d", r->workdir, ks.attempt ? ks.attempt : r->attempt);
 	struct tf_exec_spec spec = {.argv = argv,
 	                            .envp = envp,
 	                            .cwd = r->workdir,
 	                            .timeout = r->timeout,
-	                            .log_dir = log_dir};
+	                            .log_dir = log_dir,
+	                            .slurm = ops == &tf_executor_slurm ? &ks.spec : NULL};
 	struct tf_exec *x = NULL;
 	struct tf_exec_result res;
 	char xerr[256] = "";
-	rc = tf_exec_start(&tf_executor_local, &spec, &x, xerr, sizeof(xerr));
+	rc = tf_exec_start(ops, &spec, &x, xerr, sizeof(xerr));
 	if (rc) {
 		snprintf(r->err, sizeof(r->err), "cannot start '%s': %s", argv[0], xerr);
 		r->failure = rc == -ENOENT || rc == -EACCES ? TF_FAIL_ERROR : TF_FAIL_INFRA;
 		free(log_dir);
 		goto out;
 	}
+	if (ops == &tf_executor_slurm)
+		tf_kind_slurm_record(r, x, 0);
 	int cancelled = 0;
 	for (;;) {
 		rc = tf_exec_wait(x, 0.05, &res);
@@ -232,10 +254,12 @@ static int kind_shell(struct tf_step_run *r)
 			cancelled = 1;
 		}
 	}
+	if (ops == &tf_executor_slurm)
+		tf_kind_slurm_record(r, x, 1);
 	FILE *log = fopen(r->log_path, "a");
 	if (log) {
-		tf_kind_append_log(log, "stdout", tf_executor_local.log_path(x, 1));
-		tf_kind_append_log(log, "stderr", tf_executor_local.log_path(x, 2));
+		tf_kind_append_log(log, "stdout", ops->log_path(x, 1));
+		tf_kind_append_log(log, "stderr", ops->log_path(x, 2));
 		fprintf(log, "==> %s <==\n", res.message);
 		fclose(log);
 	}
@@ -269,6 +293,7 @@ out:
 	free(f_out);
 	free(f_met);
 	free(f_res);
+	tf_kind_slurm_release(&ks);
 	return rc;
 }
 

@@ -360,6 +360,7 @@ struct loader {
 	uint64_t *upstream; /* nsteps x words bitsets of transitive needs, when dag_ok */
 	size_t words;       /* uint64 words per bitset */
 	int dag_ok;         /* needs resolved and acyclic */
+	const struct ynode *defaults_executor; /* `defaults.executor`, or NULL */
 	size_t cur_step;    /* step whose refs are being checked */
 	unsigned flags;
 	struct nameidx *sidx; /* step names sorted, for O(log n) lookups */
@@ -760,8 +761,6 @@ static const char *const step_type_names[] = {"data_prep", "train", "evaluate", 
                                               "deploy",    "shell", NULL};
 static const char *const failure_names[] = {"error", "timeout", "preempted", "infra", NULL};
 static const char *const executor_names[] = {"inprocess", "local", "slurm", NULL};
-/* `slurm` is a known name (so pipelines written for it read well) but not built yet. */
-#define SLURM_HINT "use 'executor: local' (a child process) or 'executor: inprocess'"
 static const char *const param_type_names[] = {"int", "float", "string", "bool", "list", NULL};
 
 const char *tf_step_type_name(enum tf_step_type t)
@@ -1214,12 +1213,135 @@ static void load_retries(struct loader *L, const struct ynode *n, struct tf_retr
 	}
 }
 
+/* ---- executor: slurm ----------------------------------------------------------------- */
+
+#define SLURM_MAX_ARGS 32
+
+/* A Slurm name (partition, account, qos): printable, no spaces, at most 128 bytes. */
+static char *get_slurm_name(struct loader *L, const struct ynode *n, const char *what)
+{
+	char *v = get_string(L, n, what);
+	if (!v)
+		return NULL;
+	int ok = v[0] && strlen(v) <= 128;
+	for (const char *c = v; ok && *c; c++)
+		ok = isgraph((unsigned char)*c) && *c != ',';
+	if (!ok) {
+		err_at(L, n, "a Slurm name has no spaces or commas", "bad %s '%.60s'", what, v);
+		free(v);
+		return NULL;
+	}
+	return v;
+}
+
+static void slurm_opts_free(struct tf_slurm_opts *o)
+{
+	free(o->partition);
+	free(o->account);
+	free(o->qos);
+	for (size_t i = 0; i < o->nargs; i++)
+		free(o->args[i]);
+	free(o->args);
+	memset(o, 0, sizeof(*o));
+}
+
+/* Reads a `slurm:` mapping over *o (keys it gives replace what o had). */
+static void load_slurm(struct loader *L, const struct ynode *m, struct tf_slurm_opts *o)
+{
+	static const char *const keys[] = {"partition", "account", "qos", "args", NULL};
+	if (want_kind(L, m, Y_MAP, "'slurm'"))
+		return;
+	check_keys(L, m, keys, "'slurm'");
+	const struct ynode *x;
+	char **fields[] = {&o->partition, &o->account, &o->qos};
+	for (size_t i = 0; i < 3; i++)
+		if ((x = map_get(m, keys[i]))) {
+			char what[32];
+			snprintf(what, sizeof(what), "'slurm.%s'", keys[i]);
+			char *v = get_slurm_name(L, x, what);
+			if (v) {
+				free(*fields[i]);
+				*fields[i] = v;
+			}
+		}
+	if ((x = map_get(m, "args")) && !want_kind(L, x, Y_SEQ, "'slurm.args'")) {
+		if (x->n > SLURM_MAX_ARGS) {
+			err_at(L, x, NULL, "'slurm.args' has %zu items (the limit is %d)", x->n,
+			       SLURM_MAX_ARGS);
+			return;
+		}
+		for (size_t i = 0; i < o->nargs; i++)
+			free(o->args[i]);
+		free(o->args);
+		o->args = tf_xcalloc(x->n + 1, sizeof(char *));
+		o->nargs = 0;
+		for (size_t i = 0; i < x->n; i++) {
+			const struct ynode *a = x->kids[i];
+			if (want_kind(L, a, Y_SCALAR, "an item of 'slurm.args'"))
+				continue;
+			if (a->str[0] != '-' || strchr(a->str, '\n') || strlen(a->str) > 256) {
+				err_at(L, a, "write sbatch options such as '--constraint=tpu' or "
+				             "'--mem=8G'",
+				       "'slurm.args' item '%.60s' is not an sbatch option", a->str);
+				continue;
+			}
+			o->args[o->nargs++] = tf_xstrdup(a->str);
+		}
+	}
+}
+
+static void slurm_opts_copy(struct tf_slurm_opts *to, const struct tf_slurm_opts *from)
+{
+	to->partition = from->partition ? tf_xstrdup(from->partition) : NULL;
+	to->account = from->account ? tf_xstrdup(from->account) : NULL;
+	to->qos = from->qos ? tf_xstrdup(from->qos) : NULL;
+	to->nargs = from->nargs;
+	to->args = from->nargs ? tf_xcalloc(from->nargs + 1, sizeof(char *)) : NULL;
+	for (size_t i = 0; i < from->nargs; i++)
+		to->args[i] = tf_xstrdup(from->args[i]);
+}
+
+int tf_storage_shared(const char *url)
+{
+	if (!url)
+		return 0;
+	if (!strncmp(url, "s3://", 5))
+		return 1;
+	const char *path = !strncmp(url, "file://", 7) ? url + 7 : url;
+	const char *shared = getenv("TPUFLOW_SHARED_STORAGE");
+	if (!shared || path[0] != '/')
+		return 0;
+	char *list = tf_xstrdup(shared), *save = NULL;
+	int ok = 0;
+	for (char *d = strtok_r(list, ":", &save); d && !ok; d = strtok_r(NULL, ":", &save)) {
+		size_t n = strlen(d);
+		while (n > 1 && d[n - 1] == '/')
+			d[--n] = '\0';
+		ok = n && !strncmp(path, d, n) && (path[n] == '/' || !path[n] || n == 1);
+	}
+	free(list);
+	return ok;
+}
+
+/* Steps on Slurm run on other machines: the run's storage must be one they all reach. */
+static void check_slurm_storage(struct loader *L, const struct ynode *at, const char *what)
+{
+	const char *u = L->p->storage;
+	if (tf_storage_shared(u))
+		return;
+	err_at(L, at,
+	       "add 'storage: s3://BUCKET/PREFIX' to the pipeline, or list the shared directory of "
+	       "a file:// storage in TPUFLOW_SHARED_STORAGE (docs/slurm.md)",
+	       "%s runs on Slurm, but the run's storage %s%.80s%s is not one every node can reach",
+	       what, u ? "'" : "", u ? u : "(the state home's objects/)", u ? "'" : "");
+}
+
 static void load_defaults(struct loader *L, const struct ynode *m)
 {
 	struct tf_step_defaults *d = &L->p->defaults;
 	if (want_kind(L, m, Y_MAP, "'defaults'"))
 		return;
-	static const char *const keys[] = {"retries", "timeout", "executor", "cache", NULL};
+	static const char *const keys[] = {"retries", "timeout", "executor", "cache", "slurm", NULL};
 	check_keys(L, m, keys, "'defaults'");
 	const struct ynode *x;
 	int e;
@@ -1230,12 +1352,10 @@ static void load_defaults(struct loader *L, const struct ynode *m)
 	if ((x = map_get(m, "executor")) && !get_enum(L, x, "executor", executor_names, &e)) {
 		d->executor = (enum tf_executor_kind)e;
 		d->has_executor = 1;
-		if (e == TF_EXECUTOR_SLURM)
-			err_at(
-			    L, x, SLURM_HINT,
-			    "'defaults.executor': Slurm support is not available in this build of "
-			    "tpuflow");
+		L->defaults_executor = x;
 	}
+	if ((x = map_get(m, "slurm")))
+		load_slurm(L, x, &d->slurm);
 	if ((x = map_get(m, "cache")) && !get_bool(L, x, "'cache'", &d->cache))
 		d->has_cache = 1;
 }
@@ -1244,7 +1364,7 @@ static void load_defaults(struct loader *L, const struct ynode *m)
 
 static const char *const step_keys[] = {
     "name",     "type",  "needs",        "with",        "when", "retries", "timeout",
-    "accelerator", "executor", "cache", "cache_inputs", "description", NULL};
+    "accelerator", "executor", "cache", "cache_inputs", "description", "slurm", NULL};
 
 /* `cache_inputs: [files]`: paths relative to the pipeline file's directory, made absolute so
  * a resume from another directory hashes the same files. */
@@ -1344,15 +1464,23 @@ static void load_step(struct loader *L, size_t idx, const struct ynode *m)
 		load_cache_inputs(L, s, v, what);
 	/* A shell step runs a program: `defaults.executor: inprocess` does not apply to it (it
 	 * stays `local`); saying `executor: inprocess` on the step itself is an error. */
+	/* register and deploy write the registry: they stay in the coordinator, whatever
+	 * `defaults.executor` says; naming `executor: slurm` on one is an error. */
 	int e = TF_EXECUTOR_INPROCESS;
+	int coord_only = type_ok && (s->type == TF_STEP_REGISTER || s->type == TF_STEP_DEPLOY);
+	const struct ynode *exec_at = L->defaults_executor;
 	if (p->defaults.has_executor)
 		e = p->defaults.executor;
+	if (coord_only && e == TF_EXECUTOR_SLURM)
+		e = TF_EXECUTOR_INPROCESS;
 	if (type_ok && s->type == TF_STEP_SHELL && e == TF_EXECUTOR_INPROCESS)
 		e = TF_EXECUTOR_LOCAL;
 	if ((v = map_get(m, "executor")) && !get_enum(L, v, "executor", executor_names, &e)) {
-		if (e == TF_EXECUTOR_SLURM)
-			err_at(L, v, SLURM_HINT,
-			       "%s: Slurm support is not available in this build of tpuflow", what);
+		exec_at = v;
+		if (coord_only && e == TF_EXECUTOR_SLURM)
+			err_at(L, v, "leave 'executor' out: register and deploy run in tpuflow itself",
+			       "%s: a %s step cannot run on Slurm", what,
+			       tf_step_type_name(s->type));
 		else if (type_ok && s->type == TF_STEP_SHELL && e == TF_EXECUTOR_INPROCESS)
 			err_at(L, v, "set 'executor: local' on this step (or leave 'executor' out)",
 			       "%s: a shell step runs a program and cannot use the inprocess "
@@ -1360,6 +1488,15 @@ static void load_step(struct loader *L, size_t idx, const struct ynode *m)
 			       what);
 	}
 	s->executor = (enum tf_executor_kind)e;
+	if (e == TF_EXECUTOR_SLURM) {
+		slurm_opts_copy(&s->slurm, &p->defaults.slurm);
+		if ((v = map_get(m, "slurm")))
+			load_slurm(L, v, &s->slurm);
+		check_slurm_storage(L, exec_at ? exec_at : m, what);
+	} else if ((v = map_get(m, "slurm"))) {
+		err_at(L, v, "add 'executor: slurm' to the step, or remove 'slurm:'",
+		       "%s: 'slurm' applies only to steps with 'executor: slurm'", what);
+	}
 	if ((v = map_get(m, "accelerator")) && !want_kind(L, v, Y_SCALAR, "'accelerator'")) {
 		char canon[64], err[256];
 		if (check_accelerator(v->str, canon, sizeof(canon), err, sizeof(err)))
@@ -2226,6 +2363,7 @@ void tf_pipeline_free(struct tf_pipeline *p)
 		for (size_t k = 0; k < s->ncache_inputs; k++)
 			free(s->cache_inputs[k]);
 		free(s->cache_inputs);
+		slurm_opts_free(&s->slurm);
 		for (size_t k = 0; k < s->noutputs; k++)
 			free(s->outputs[k]);
 		free(s->outputs);
@@ -2235,6 +2373,7 @@ void tf_pipeline_free(struct tf_pipeline *p)
 	}
 	free(p->steps);
 	free(p->topo);
+	slurm_opts_free(&p->defaults.slurm);
 	free(p);
 }
 

@@ -94,6 +94,16 @@ enum tf_executor_kind {
 	TF_EXECUTOR_LAST
 };
 
+/* `slurm:` — how a step's Slurm job is submitted (docs/slurm.md): on the step, key by key
+ * over the one in `defaults`. */
+struct tf_slurm_opts {
+	char *partition; /* --partition, or NULL (owned) */
+	char *account;   /* --account, or NULL (owned) */
+	char *qos;       /* --qos, or NULL (owned) */
+	char **args;     /* further sbatch arguments, each starting with '-' (owned) */
+	size_t nargs;
+};
+
 /* A `with` value: a scalar template, a list or a map of further values. */
 enum tf_with_kind {
 	TF_WITH_SCALAR, /* tmpl holds the template */
@@ -126,6 +136,7 @@ struct tf_step {
 	double timeout;                 /* seconds; 0 = no timeout (step, else defaults) */
 	char *accelerator;              /* canonical slice name such as "v4-8", or NULL (owned) */
 	enum tf_executor_kind executor; /* step, else defaults, else inprocess (shell: local) */
+	struct tf_slurm_opts slurm;     /* `slurm:` (step over defaults), for executor slurm */
 	int cache;                      /* reuse results when the inputs hash the same (shell:
 	                                   only when asked, explicitly or by defaults.cache) */
 	char **cache_inputs;            /* `cache_inputs`: absolute paths of files whose
@@ -147,6 +158,7 @@ struct tf_step_defaults {
 	enum tf_executor_kind executor; /* valid when has_executor */
 	int cache;                      /* default for `cache` (built-in: 1, shell steps 0) */
 	int has_cache;                  /* 1 when `defaults.cache` was given (applies to shell) */
+	struct tf_slurm_opts slurm;     /* `defaults.slurm` */
 };
 
 struct tf_pipeline {
@@ -212,6 +224,10 @@ const char *tf_step_type_name(enum tf_step_type t);
 const char *tf_failure_class_name(enum tf_failure_class c);
 const char *tf_executor_name(enum tf_executor_kind e);
 const char *tf_param_type_name(enum tf_param_type t);
+
+/* 1 when every Slurm node can reach the object store at `url`: s3://, or a file:// (or plain)
+ * absolute path under a directory listed in TPUFLOW_SHARED_STORAGE (colon-separated). */
+int tf_storage_shared(const char *url);
 
 /* Parses a duration: "30s", "5m", "1h30m", "250ms", "2d", or a plain number of seconds
  * ("90", "1.5"). 0 and *seconds set, or -EINVAL. */

@@ -519,7 +519,8 @@ static int attempts_json(struct tf_store *st, const char *run, json_t **out)
 	struct tf_stmt *s = tf_store_query(
 	    st,
 	    "SELECT step, n, state, failure_class, exit_code, error, backoff, log_key, "
-	    "started_at, finished_at FROM attempts WHERE run_id=? ORDER BY step, n",
+	    "started_at, finished_at, slurm_job, slurm_nodes FROM attempts WHERE run_id=? "
+	    "ORDER BY step, n",
 	    "t", run);
 	if (!s)
 		return -EIO;
@@ -545,6 +546,10 @@ static int attempts_json(struct tf_store *st, const char *run, json_t **out)
 		json_object_set_new(o, "log", text_or_null(s, 7));
 		json_object_set_new(o, "started_at", real_or_null(s, 8));
 		json_object_set_new(o, "finished_at", real_or_null(s, 9));
+		if (!tf_stmt_is_null(s, 10)) { /* executor: slurm */
+			json_object_set_new(o, "slurm_job", int_or_null(s, 10));
+			json_object_set_new(o, "slurm_nodes", text_or_null(s, 11));
+		}
 		json_array_append_new(arr, o);
 	}
 	tf_stmt_done(s);

@@ -12,6 +12,7 @@ build=(gcc make pkg-config libsqlite3-dev libcurl4-openssl-dev libyaml-dev libmi
        libcmocka-dev libjansson-dev libssl-dev zlib1g-dev dataset-fashion-mnist)
 test=(protobuf-compiler curl python3 swift swift-proxy swift-object swift-container
       swift-account python3-swift memcached)
+test+=(slurm-wlm munge)  # tests/it_slurm.sh, bench/slurm.sh: a one-node Slurm cluster
 bench=(libopenblas-dev curl hyperfine snakemake)
 
 case "${1:-build}" in

@@ -1,0 +1,720 @@
+/* slurm.c — the Slurm executor: an attempt is one batch job submitted with `sbatch
+ * --parsable`, followed with `squeue`, stopped with `scancel` (docs/slurm.md).
+ *
+ * Submission: the argv becomes a two-line /bin/sh script (`exec` of the quoted words) handed
+ * to sbatch as a file; resources, limits and the job name are command-line options; the
+ * environment goes by name only (--export=NAMES), its values taken by sbatch from the
+ * environment it is started with, so no secret is ever written into the script. Slurm writes
+ * the job's stdout and stderr to the attempt's log directory (--output/--error), from where
+ * they are uploaded to the object store when the job ends, as for local attempts.
+ *
+ * Polling: every live job of this process is on one list; whichever handle polls first after
+ * the interval (TPUFLOW_SLURM_POLL seconds, default 2) runs ONE `squeue -j ID,ID,...` for all
+ * of them and updates each; the others read what it found. Slurm's states map to classes:
+ *
+ *   COMPLETED                         none (success)
+ *   FAILED, OUT_OF_MEMORY             error
+ *   TIMEOUT, DEADLINE                 timeout
+ *   PREEMPTED                         preempted
+ *   NODE_FAIL, BOOT_FAIL              infra
+ *   CANCELLED                         what we asked for (cancel, timeout), else cancelled
+ *                                     (someone ran scancel)
+ *   requeued (its restart count grew) infra when the node it ran on is down, drained or
+ *                                     failing; else preempted. The requeued job is cancelled:
+ *                                     the retry policy starts the next attempt, which resumes
+ *                                     from the step's newest checkpoint.
+ *
+ * Timeouts: --time is the step's timeout rounded up to whole minutes (Slurm's unit); Slurm
+ * ends the job (TIMEOUT). As a backstop, a job still running two minutes past that is
+ * cancelled here and classed as a timeout. A job Slurm no longer lists is looked up once with
+ * `scontrol show job`; if Slurm has forgotten it, the attempt is an infra failure.
+ *
+ * Freeing a handle stops nothing: a job outlives the process that submitted it, and a
+ * restarted coordinator follows it again by its id (tf_slurm_spec.attach_job). */
+#define TF_LOG_TAG "slurm"
+#include "executors/exec_int.h"
+#include "common/common.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define TOOL_OUT_MAX (4u << 20) /* bytes kept of a Slurm command's stdout */
+#define TOOL_TIMEOUT 60.0       /* seconds a Slurm command may take */
+#define BACKSTOP 120.0          /* seconds past --time before we cancel ourselves */
+#define LOST_SWEEPS 3           /* sweeps a job may be missing before scontrol is asked */
+#define SQUEUE_DOWN 300.0       /* seconds of failing squeue before attempts give up */
+
+struct slurm {
+	struct tf_exec head; /* common part: first */
+	long job;            /* the job id */
+	double limit;        /* --time in seconds (0: none) */
+	int requested;       /* enum tf_fail_class asked for (cancel, timeout), 0: none */
+	int scancelled;      /* scancel was run */
+	/* what the last sweep saw (guarded by reg_lock) */
+	char state[32];       /* Slurm job state, "" before the first sighting */
+	char nodes[256];      /* nodes the job runs or ran on */
+	int restarts;         /* restart count as last seen */
+	int base_restarts;    /* restart count at the first sighting (-1: not seen yet) */
+	int wstatus;          /* exit status as a wait status */
+	int missing;          /* consecutive sweeps that did not list the job */
+	double running_since; /* monotonic time it was first seen running, 0: not yet */
+	int done;             /* res holds the outcome */
+	struct tf_exec_result res;
+	struct slurm *next; /* on the live list */
+};
+
+/* ---- running Slurm's commands ---------------------------------------------------------- */
+
+/* Runs argv (no shell) with envp (NULL: ours), stdin from /dev/null; collects stdout into
+ * *out (NUL-terminated, the caller frees) and the start of stderr into errtxt. Returns the
+ * exit code (>= 0) or a negative errno when it could not run or took too long. */
+static int run_tool(char *const argv[], char *const envp[], char **out, char *errtxt,
+                    size_t errlen)
+{
+	int po[2] = {-1, -1}, pe[2] = {-1, -1};
+	size_t olen = 0, elen = 0, ocap = 4096;
+	char *obuf = tf_xmalloc(ocap);
+	pid_t pid = -1;
+	int rc;
+	errtxt[0] = '\0';
+	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
+		rc = -errno;
+		snprintf(errtxt, errlen, "pipe: %s", strerror(-rc));
+		goto out;
+	}
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, po[1], 1);
+	posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
+	rc = -posix_spawnp(&pid, argv[0], &fa, NULL, argv, envp ? envp : environ);
+	posix_spawn_file_actions_destroy(&fa);
+	close(po[1]);
+	close(pe[1]);
+	po[1] = pe[1] = -1;
+	if (rc) {
+		snprintf(errtxt, errlen, "cannot run '%s': %s%s", argv[0], strerror(-rc),
+		         rc == -ENOENT ? " (is Slurm's client installed and on PATH?)" : "");
+		pid = -1;
+		goto out;
+	}
+	double start = tf_now_monotonic();
+	struct pollfd pf[2] = {{.fd = po[0], .events = POLLIN}, {.fd = pe[0], .events = POLLIN}};
+	int open_fds = 2;
+	while (open_fds) {
+		double left = TOOL_TIMEOUT - (tf_now_monotonic() - start);
+		if (left <= 0) {
+			kill(pid, SIGKILL);
+			snprintf(errtxt, errlen, "'%s' took longer than %gs", argv[0], TOOL_TIMEOUT);
+			rc = -ETIMEDOUT;
+			break;
+		}
+		if (poll(pf, 2, (int)(left * 1000) + 1) < 0 && errno != EINTR)
+			break;
+		for (int i = 0; i < 2; i++) {
+			if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			char buf[4096];
+			ssize_t n = read(pf[i].fd, buf, sizeof(buf));
+			if (n <= 0) {
+				pf[i].fd = -1;
+				open_fds--;
+				continue;
+			}
+			if (i == 0 && olen + (size_t)n < TOOL_OUT_MAX) {
+				while (olen + (size_t)n + 1 > ocap)
+					obuf = tf_xrealloc(obuf, ocap *= 2);
+				memcpy(obuf + olen, buf, (size_t)n);
+				olen += (size_t)n;
+			} else if (i == 1 && elen + 1 < errlen) {
+				size_t k = (size_t)n < errlen - 1 - elen ? (size_t)n : errlen - 1 - elen;
+				memcpy(errtxt + elen, buf, k);
+				elen += k;
+				errtxt[elen] = '\0';
+			}
+		}
+	}
+	int st = 0;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (rc == 0)
+		rc = WIFEXITED(st) ? WEXITSTATUS(st) : -EIO;
+	while (elen && (errtxt[elen - 1] == '\n' || errtxt[elen - 1] == ' '))
+		errtxt[--elen] = '\0';
+out:
+	for (int i = 0; i < 2; i++) {
+		if (po[i] >= 0)
+			close(po[i]);
+		if (pe[i] >= 0)
+			close(pe[i]);
+	}
+	obuf[olen] = '\0';
+	if (out)
+		*out = obuf;
+	else
+		free(obuf);
+	return rc;
+}
+
+/* scancel JOB; failures are logged (the sweep sees what happened anyway). */
+static void scancel_job(long job)
+{
+	char id[24], err[256];
+	snprintf(id, sizeof(id), "%ld", job);
+	char *argv[] = {"scancel", id, NULL};
+	int rc = run_tool(argv, NULL, NULL, err, sizeof(err));
+	if (rc)
+		tf_warn("scancel %ld: %s", job, err[0] ? err : "failed");
+}
+
+/* ---- the live list and the batched sweep ------------------------------------------------ */
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct slurm *reg_head;  /* live jobs of this process */
+static double reg_last;         /* when the last sweep ran (monotonic), 0: never */
+static double reg_fail_since;   /* when squeue started failing, 0: it works */
+
+static double poll_interval(void)
+{
+	const char *v = getenv("TPUFLOW_SLURM_POLL");
+	char *end;
+	double d = v && *v ? strtod(v, &end) : 2.0;
+	if (v && *v && (*end || d < 0.05 || d > 3600)) {
+		tf_warn("TPUFLOW_SLURM_POLL='%s' is not a number of seconds in [0.05, 3600]: "
+		        "using 2",
+		        v);
+		d = 2.0;
+	}
+	return d;
+}
+
+/* Copies field i (0-based) of a '|'-separated row, trimmed. */
+static void field(const char *row, int i, char *dst, size_t n)
+{
+	const char *p = row;
+	for (; i > 0 && p; i--) {
+		p = strchr(p, '|');
+		if (p)
+			p++;
+	}
+	dst[0] = '\0';
+	if (!p)
+		return;
+	size_t len = strcspn(p, "|\n");
+	while (len && p[len - 1] == ' ')
+		len--;
+	while (len && *p == ' ') {
+		p++;
+		len--;
+	}
+	if (len >= n)
+		len = n - 1;
+	memcpy(dst, p, len);
+	dst[len] = '\0';
+}
+
+#define SQUEUE_FORMAT "JobID:|,State:|,NodeList:255|,RestartCnt:|,exit_code:|"
+
+/* Applies one squeue row to the job it names. */
+static void apply_row(const char *row)
+{
+	char f[256];
+	field(row, 0, f, sizeof(f));
+	long id = strtol(f, NULL, 10);
+	for (struct slurm *s = reg_head; s; s = s->next) {
+		if (s->job != id)
+			continue;
+		field(row, 1, s->state, sizeof(s->state));
+		field(row, 2, f, sizeof(f));
+		if (f[0] && strcmp(f, "(null)"))
+			snprintf(s->nodes, sizeof(s->nodes), "%s", f);
+		field(row, 3, f, sizeof(f));
+		s->restarts = atoi(f);
+		if (s->base_restarts < 0)
+			s->base_restarts = s->restarts;
+		field(row, 4, f, sizeof(f));
+		s->wstatus = atoi(f);
+		s->missing = -1; /* seen: the caller turns it back into 0 */
+		if (!s->running_since && !strcmp(s->state, "RUNNING"))
+			s->running_since = tf_now_monotonic();
+	}
+}
+
+/* One squeue for every live job. Called with reg_lock held. */
+static void sweep(void)
+{
+	size_t n = 0, cap = 64;
+	char *ids = tf_xmalloc(cap);
+	ids[0] = '\0';
+	for (struct slurm *s = reg_head; s; s = s->next) {
+		if (s->done || s->job <= 0)
+			continue;
+		char one[24];
+		int k = snprintf(one, sizeof(one), "%s%ld", n ? "," : "", s->job);
+		while (n + (size_t)k + 1 > cap)
+			ids = tf_xrealloc(ids, cap *= 2);
+		memcpy(ids + n, one, (size_t)k + 1);
+		n += (size_t)k;
+	}
+	if (!n) {
+		free(ids);
+		return;
+	}
+	char *argv[] = {"squeue", "-h", "-t", "all", "-j", ids, "-O", SQUEUE_FORMAT, NULL};
+	char *out = NULL, err[512];
+	int rc = run_tool(argv, NULL, &out, err, sizeof(err));
+	reg_last = tf_now_monotonic();
+	if (rc) {
+		/* "Invalid job id specified" when every id is gone; otherwise squeue is down */
+		if (!strstr(err, "Invalid job id")) {
+			if (!reg_fail_since)
+				reg_fail_since = reg_last;
+			tf_warn("squeue: %s", err[0] ? err : "failed");
+			free(out);
+			free(ids);
+			return;
+		}
+	}
+	reg_fail_since = 0;
+	for (struct slurm *s = reg_head; s; s = s->next)
+		if (!s->done && s->job > 0)
+			s->missing = s->missing < 0 ? 0 : s->missing;
+	char *save = NULL;
+	for (char *row = strtok_r(out, "\n", &save); row; row = strtok_r(NULL, "\n", &save))
+		apply_row(row);
+	for (struct slurm *s = reg_head; s; s = s->next)
+		if (!s->done && s->job > 0)
+			s->missing = s->missing < 0 ? 0 : s->missing + 1;
+	free(out);
+	free(ids);
+}
+
+static void reg_add(struct slurm *s)
+{
+	pthread_mutex_lock(&reg_lock);
+	s->next = reg_head;
+	reg_head = s;
+	reg_last = 0; /* the new job is looked at by the next poll */
+	pthread_mutex_unlock(&reg_lock);
+}
+
+static void reg_remove(struct slurm *s)
+{
+	pthread_mutex_lock(&reg_lock);
+	for (struct slurm **p = &reg_head; *p; p = &(*p)->next)
+		if (*p == s) {
+			*p = s->next;
+			break;
+		}
+	pthread_mutex_unlock(&reg_lock);
+}
+
+/* ---- states to classes ----------------------------------------------------------------- */
+
+/* Whether a node state (sinfo %T) means the machine is unwell rather than taken away. */
+static int node_unwell(const char *nodes)
+{
+	if (!nodes[0])
+		return 0;
+	char *argv[] = {"sinfo", "-h", "-N", "-n", (char *)nodes, "-o", "%T", NULL};
+	char *out = NULL, err[256];
+	int bad = 0;
+	if (run_tool(argv, NULL, &out, err, sizeof(err)) == 0)
+		bad = strstr(out, "down") || strstr(out, "drain") || strstr(out, "fail") ||
+		      strstr(out, "not_responding") || strstr(out, "*");
+	free(out);
+	return bad;
+}
+
+enum tf_fail_class tf_slurm_classify(const char *state, int requested, int wstatus, char *msg,
+                                     size_t msglen)
+{
+	if (!strcmp(state, "COMPLETED")) {
+		snprintf(msg, msglen, "COMPLETED");
+		return TF_FAIL_NONE;
+	}
+	if (!strcmp(state, "FAILED") || !strcmp(state, "OUT_OF_MEMORY")) {
+		if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus))
+			snprintf(msg, msglen, "%s (exit %d)", state, WEXITSTATUS(wstatus));
+		else if (WIFSIGNALED(wstatus))
+			snprintf(msg, msglen, "%s (killed by SIG%s)", state,
+			         sigabbrev_np(WTERMSIG(wstatus)) ? sigabbrev_np(WTERMSIG(wstatus))
+			                                         : "?");
+		else
+			snprintf(msg, msglen, "%s", state);
+		/* our own sysexits for "the environment failed" keep their meaning */
+		if (WIFEXITED(wstatus) && (WEXITSTATUS(wstatus) == 69 || WEXITSTATUS(wstatus) == 75))
+			return TF_FAIL_INFRA;
+		return TF_FAIL_ERROR;
+	}
+	if (!strcmp(state, "TIMEOUT") || !strcmp(state, "DEADLINE")) {
+		snprintf(msg, msglen, "%s: ran past its Slurm time limit", state);
+		return TF_FAIL_TIMEOUT;
+	}
+	if (!strcmp(state, "PREEMPTED")) {
+		snprintf(msg, msglen, "PREEMPTED by Slurm");
+		return TF_FAIL_PREEMPTED;
+	}
+	if (!strcmp(state, "NODE_FAIL") || !strcmp(state, "BOOT_FAIL")) {
+		snprintf(msg, msglen, "%s: the node failed", state);
+		return TF_FAIL_INFRA;
+	}
+	if (!strcmp(state, "CANCELLED")) {
+		if (requested == TF_FAIL_TIMEOUT) {
+			snprintf(msg, msglen, "CANCELLED after its timeout");
+			return TF_FAIL_TIMEOUT;
+		}
+		if (requested == TF_FAIL_PREEMPTED || requested == TF_FAIL_INFRA) {
+			snprintf(msg, msglen, "CANCELLED after a requeue");
+			return (enum tf_fail_class)requested;
+		}
+		snprintf(msg, msglen, "CANCELLED %s",
+		         requested == TF_FAIL_CANCELLED ? "as asked" : "by someone else (scancel)");
+		return TF_FAIL_CANCELLED;
+	}
+	return TF_FAIL_LAST; /* not finished */
+}
+
+/* Decides the job's outcome from the last sweep. Called with reg_lock held; returns 1 when
+ * the job is over (s->res filled except logs). */
+static int judge(struct slurm *s)
+{
+	struct tf_exec_result *r = &s->res;
+	char msg[200];
+	double now = tf_now_monotonic();
+	if (s->base_restarts >= 0 && s->restarts > s->base_restarts && !s->requested) {
+		/* requeued (scontrol requeue, preemption in requeue mode, a node failure) */
+		int infra = node_unwell(s->nodes);
+		s->requested = infra ? TF_FAIL_INFRA : TF_FAIL_PREEMPTED;
+		tf_info("job %ld was requeued (%s): cancelling it; the retry policy decides what "
+		        "runs next",
+		        s->job, infra ? "its node is down or drained" : "preempted");
+	}
+	if (s->requested && !s->scancelled) {
+		s->scancelled = 1;
+		scancel_job(s->job);
+	}
+	if (!s->requested && s->limit > 0 && s->running_since &&
+	    now - s->running_since > s->limit + BACKSTOP) {
+		s->requested = TF_FAIL_TIMEOUT;
+		s->scancelled = 1;
+		scancel_job(s->job);
+	}
+	enum tf_fail_class c = s->state[0] ? tf_slurm_classify(s->state, s->requested, s->wstatus,
+	                                                       msg, sizeof(msg))
+	                                   : TF_FAIL_LAST;
+	if (c == TF_FAIL_LAST && s->missing >= LOST_SWEEPS) {
+		/* not listed any more: ask scontrol once, else it is lost */
+		char id[24], *out = NULL, err[256];
+		snprintf(id, sizeof(id), "%ld", s->job);
+		char *argv[] = {"scontrol", "-o", "show", "job", id, NULL};
+		if (run_tool(argv, NULL, &out, err, sizeof(err)) == 0) {
+			const char *p = strstr(out, "JobState=");
+			if (p) {
+				snprintf(s->state, sizeof(s->state), "%.*s", (int)strcspn(p + 9, " \n"),
+				         p + 9);
+				c = tf_slurm_classify(s->state, s->requested, s->wstatus, msg,
+				                      sizeof(msg));
+			}
+		}
+		free(out);
+		if (c == TF_FAIL_LAST) {
+			snprintf(msg, sizeof(msg), "Slurm no longer knows job %ld", s->job);
+			c = TF_FAIL_INFRA;
+		}
+	}
+	if (c == TF_FAIL_LAST && reg_fail_since && now - reg_fail_since > SQUEUE_DOWN) {
+		snprintf(msg, sizeof(msg), "squeue has failed for %.0fs: cannot follow job %ld",
+		         now - reg_fail_since, s->job);
+		c = TF_FAIL_INFRA;
+	}
+	if (c == TF_FAIL_LAST)
+		return 0;
+	memset(r, 0, sizeof(*r));
+	r->fclass = c;
+	r->exit_code = WIFEXITED(s->wstatus) ? WEXITSTATUS(s->wstatus) : -1;
+	r->signal = WIFSIGNALED(s->wstatus) ? WTERMSIG(s->wstatus) : 0;
+	r->seconds = now - s->head.started;
+	snprintf(r->message, sizeof(r->message), "Slurm job %ld%s%.60s: %.150s", s->job,
+	         s->nodes[0] ? " on " : "", s->nodes, msg);
+	s->done = 1;
+	return 1;
+}
+
+/* ---- the backend ----------------------------------------------------------------------- */
+
+static const char *slurm_log_path(const struct tf_exec *x, int stream)
+{
+	return stream == 1 ? x->out_path : stream == 2 ? x->err_path : NULL;
+}
+
+/* Appends s single-quoted for /bin/sh. */
+static void sh_quote(FILE *f, const char *s)
+{
+	fputc('\'', f);
+	for (; *s; s++) {
+		if (*s == '\'')
+			fputs("'\\''", f);
+		else
+			fputc(*s, f);
+	}
+	fputc('\'', f);
+}
+
+/* Writes the batch script: the argv, exec'd. Returns its path (the caller frees) or NULL. */
+static char *write_script(const struct tf_exec *x, char *const *argv, char *err, size_t errlen)
+{
+	char *path = tf_xasprintf("%s/job.sh", x->dir);
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+		free(path);
+		return NULL;
+	}
+	fputs("#!/bin/sh\n# a tpuflow step attempt (docs/slurm.md)\nexec", f);
+	for (size_t i = 0; argv[i]; i++) {
+		fputc(' ', f);
+		sh_quote(f, argv[i]);
+	}
+	fputc('\n', f);
+	if (fclose(f)) {
+		snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+		free(path);
+		return NULL;
+	}
+	return path;
+}
+
+static int submit(struct slurm *s, const struct tf_exec_spec *spec, char *err, size_t errlen)
+{
+	const struct tf_slurm_spec *o = spec->slurm;
+	char *script = write_script(&s->head, spec->argv, err, errlen);
+	if (!script)
+		return -EIO;
+	char *words[64];
+	char *owned[16];
+	size_t n = 0, no = 0;
+#define OWN(expr) (owned[no++] = (expr))
+	words[n++] = "sbatch";
+	words[n++] = "--parsable";
+	words[n++] = OWN(tf_xasprintf("--job-name=%s", o->job_name ? o->job_name : "tpuflow"));
+	words[n++] = OWN(tf_xasprintf("--output=%s", s->head.out_path));
+	words[n++] = OWN(tf_xasprintf("--error=%s", s->head.err_path));
+	if (o->tpus_per_node > 0)
+		words[n++] = OWN(tf_xasprintf("--gres=tpu:%d", o->tpus_per_node));
+	if (o->nodes > 1)
+		words[n++] = OWN(tf_xasprintf("--nodes=%d", o->nodes));
+	if (s->limit > 0)
+		words[n++] = OWN(tf_xasprintf("--time=%ld", (long)(s->limit / 60)));
+	if (o->partition)
+		words[n++] = OWN(tf_xasprintf("--partition=%s", o->partition));
+	if (o->account)
+		words[n++] = OWN(tf_xasprintf("--account=%s", o->account));
+	if (o->qos)
+		words[n++] = OWN(tf_xasprintf("--qos=%s", o->qos));
+	/* the names only: sbatch reads their values from the environment it runs in */
+	size_t len = 0;
+	for (size_t i = 0; o->export_names && o->export_names[i]; i++)
+		len += strlen(o->export_names[i]) + 1;
+	char *names = tf_xmalloc(len + 16);
+	names[0] = '\0';
+	for (size_t i = 0; o->export_names && o->export_names[i]; i++) {
+		if (i)
+			strcat(names, ",");
+		strcat(names, o->export_names[i]);
+	}
+	words[n++] = OWN(tf_xasprintf("--export=%s", names[0] ? names : "NONE"));
+	free(names);
+	for (size_t i = 0; o->extra && o->extra[i] && n < TF_ARRAY_LEN(words) - 2; i++)
+		words[n++] = o->extra[i];
+	words[n++] = script;
+	words[n] = NULL;
+#undef OWN
+	char *out = NULL, terr[512];
+	int rc = run_tool(words, spec->envp, &out, terr, sizeof(terr));
+	if (rc == 0) {
+		char *end;
+		s->job = strtol(out, &end, 10); /* "ID" or "ID;CLUSTER" */
+		if (s->job <= 0 || (*end && *end != ';' && *end != '\n')) {
+			snprintf(err, errlen, "sbatch printed no job id ('%.80s')", out);
+			rc = -EPROTO;
+		}
+	} else {
+		snprintf(err, errlen, "sbatch failed: %s", terr[0] ? terr : "no message");
+		rc = rc > 0 ? -EIO : rc;
+	}
+	free(out);
+	for (size_t i = 0; i < no; i++)
+		free(owned[i]);
+	free(script);
+	return rc;
+}
+
+static int slurm_start(const struct tf_exec_spec *spec, struct tf_exec **out, char *err,
+                       size_t errlen)
+{
+	if (!spec->slurm || ((!spec->argv || !spec->argv[0]) && spec->slurm->attach_job <= 0)) {
+		snprintf(err, errlen, "slurm executor needs an argv and its Slurm options");
+		return -EINVAL;
+	}
+	struct slurm *s = tf_xcalloc(1, sizeof(*s));
+	int rc = tf_exec_head_init(&s->head, &tf_executor_slurm, spec, err, errlen);
+	if (rc)
+		goto fail;
+	s->base_restarts = -1;
+	if (spec->timeout > 0)
+		s->limit = 60.0 * (double)(((long)spec->timeout + 59) / 60);
+	if (spec->slurm->attach_job > 0) {
+		s->job = spec->slurm->attach_job;
+		tf_info("following Slurm job %ld again", s->job);
+	} else {
+		rc = submit(s, spec, err, errlen);
+		if (rc)
+			goto fail;
+		tf_debug("submitted Slurm job %ld", s->job);
+	}
+	reg_add(s);
+	*out = &s->head;
+	return 0;
+fail:
+	tf_exec_head_release(&s->head);
+	free(s);
+	return rc;
+}
+
+static int slurm_poll(struct tf_exec *x, struct tf_exec_result *res)
+{
+	struct slurm *s = (struct slurm *)x;
+	pthread_mutex_lock(&reg_lock);
+	if (!s->done) {
+		double now = tf_now_monotonic();
+		if (!reg_last || now - reg_last >= poll_interval())
+			sweep();
+		judge(s);
+	}
+	int done = s->done;
+	pthread_mutex_unlock(&reg_lock);
+	if (!done)
+		return -EAGAIN;
+	tf_exec_head_finish(&s->head, &s->res);
+	*res = s->res;
+	return 0;
+}
+
+static int slurm_wait(struct tf_exec *x, double timeout, struct tf_exec_result *res)
+{
+	double start = tf_now_monotonic(), step = poll_interval();
+	for (;;) {
+		if (slurm_poll(x, res) == 0)
+			return 0;
+		double now = tf_now_monotonic();
+		if (timeout >= 0 && now - start >= timeout)
+			return -ETIMEDOUT;
+		double nap = step / 4 < 0.05 ? 0.05 : step / 4;
+		if (timeout >= 0 && timeout - (now - start) < nap)
+			nap = timeout - (now - start);
+		struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
+		nanosleep(&ts, NULL);
+	}
+}
+
+static int slurm_cancel(struct tf_exec *x, enum tf_fail_class why)
+{
+	struct slurm *s = (struct slurm *)x;
+	pthread_mutex_lock(&reg_lock);
+	int go = !s->done && !s->requested;
+	if (go) {
+		s->requested = why;
+		s->scancelled = 1;
+	}
+	pthread_mutex_unlock(&reg_lock);
+	if (go)
+		scancel_job(s->job);
+	return 0;
+}
+
+static void slurm_free(struct tf_exec *x)
+{
+	struct slurm *s = (struct slurm *)x;
+	reg_remove(s);
+	tf_exec_head_release(&s->head);
+	free(s);
+}
+
+long tf_exec_slurm_job(struct tf_exec *x, char *nodes, size_t nodeslen)
+{
+	if (nodes && nodeslen)
+		nodes[0] = '\0';
+	if (!x || x->ops != &tf_executor_slurm)
+		return 0;
+	struct slurm *s = (struct slurm *)x;
+	pthread_mutex_lock(&reg_lock);
+	if (nodes && nodeslen)
+		snprintf(nodes, nodeslen, "%s", s->nodes);
+	long job = s->job;
+	pthread_mutex_unlock(&reg_lock);
+	return job;
+}
+
+int tf_slurm_job_state(long job, char *state, size_t statelen)
+{
+	char id[24], *out = NULL, err[256];
+	snprintf(id, sizeof(id), "%ld", job);
+	char *argv[] = {"squeue", "-h", "-t", "all", "-j", id, "-O", "State:|", NULL};
+	int rc = run_tool(argv, NULL, &out, err, sizeof(err));
+	if (rc == 0 && out[0]) {
+		field(out, 0, state, statelen);
+	} else if (rc == 0 || strstr(err, "Invalid job id")) {
+		rc = -ENOENT;
+	} else {
+		snprintf(state, statelen, "%s", err[0] ? err : "squeue failed");
+		rc = rc > 0 ? -EIO : rc;
+	}
+	free(out);
+	return rc;
+}
+
+int tf_slurm_job_tpus(long job, int *per_node, int *nodes, char *err, size_t errlen)
+{
+	char id[24], *out = NULL, terr[256];
+	snprintf(id, sizeof(id), "%ld", job);
+	char *argv[] = {"scontrol", "show", "job", "-d", id, NULL};
+	int rc = run_tool(argv, NULL, &out, terr, sizeof(terr));
+	if (rc) {
+		snprintf(err, errlen, "scontrol show job %ld: %s", job, terr[0] ? terr : "failed");
+		free(out);
+		return rc > 0 ? -EIO : rc;
+	}
+	/* the detail line of each node: "Nodes=n1 CPU_IDs=0-3 Mem=0 GRES=tpu(CNT:4)" */
+	const char *g = strstr(out, "GRES=tpu(CNT:");
+	const char *nn = strstr(out, "NumNodes=");
+	*per_node = g ? atoi(g + 13) : 0;
+	*nodes = nn ? atoi(nn + 9) : 1;
+	if (*nodes < 1)
+		*nodes = 1;
+	free(out);
+	return 0;
+}
+
+const struct tf_executor_ops tf_executor_slurm = {
+    .name = "slurm",
+    .start = slurm_start,
+    .poll = slurm_poll,
+    .wait = slurm_wait,
+    .cancel = slurm_cancel,
+    .log_path = slurm_log_path,
+    .free = slurm_free,
+};

@@ -1,0 +1,158 @@
+/* kinds_slurm.c — owns what the step kinds share to run an attempt on Slurm (executor:
+ * slurm, executors/slurm.c): the job's name, its TPU chips and nodes from the step's slice,
+ * the `slurm:` options, the environment names it gets, the storage check, the job id written
+ * on the attempt, and the re-attachment of a restarted coordinator to a job still queued or
+ * running (docs/slurm.md). */
+#include "orchestrator/kinds.h"
+
+#include "accel/tpu.h"
+#include "executors/executor.h"
+#include "orchestrator/state.h"
+
+#define TF_LOG_TAG "slurm"
+#include "common/common.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern char **environ;
+
+/* Chips one TPU host (one Slurm node) carries: four for every generation emulated here. */
+#define CHIPS_PER_HOST 4
+
+/* Variables a job gets from the submitter's environment when they are set: the program's
+ * search path and locale, the state home and object store, S3 credentials and endpoint. */
+static const char *const pass_names[] = {
+    "PATH",          "HOME",           "LANG",           "LC_ALL",
+    "TMPDIR",        "TPUFLOW_HOME",   "TPUFLOW_STORE",  "TPUFLOW_LOG_LEVEL",
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
+    "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", NULL};
+
+static void add_name(struct tf_kind_slurm *ks, const char *name, size_t len)
+{
+	for (size_t i = 0; i < ks->nexport; i++)
+		if (strlen(ks->export_names[i]) == len && !strncmp(ks->export_names[i], name, len))
+			return;
+	ks->export_names = tf_xrealloc(ks->export_names, (ks->nexport + 2) * sizeof(char *));
+	ks->export_names[ks->nexport] = tf_xasprintf("%.*s", (int)len, name);
+	ks->export_names[++ks->nexport] = NULL;
+}
+
+/* The newest lost attempt of this step whose Slurm job is still queued, running or done:
+ * its job id and attempt number, or 0. */
+static long lost_job(struct tf_step_run *r, int *attempt)
+{
+	if (!r->db)
+		return 0;
+	struct tf_stmt *q = tf_store_query(
+	    r->db,
+	    "SELECT n, slurm_job FROM attempts WHERE run_id=? AND step=? AND n<? AND state=? "
+	    "AND slurm_job IS NOT NULL ORDER BY n DESC LIMIT 1",
+	    "ttit", r->run_id, r->step, (int64_t)r->attempt,
+	    tf_attempt_state_name(TF_ATTEMPT_LOST));
+	long job = 0;
+	if (q && tf_stmt_step(q) == 1) {
+		*attempt = (int)tf_stmt_int(q, 0);
+		job = (long)tf_stmt_int(q, 1);
+	}
+	tf_stmt_done(q);
+	if (!job)
+		return 0;
+	char state[128];
+	int rc = tf_slurm_job_state(job, state, sizeof(state));
+	static const char *const alive[] = {"PENDING",   "CONFIGURING", "RUNNING",  "COMPLETING",
+	                                    "SUSPENDED", "REQUEUED",    "COMPLETED", NULL};
+	for (size_t i = 0; rc == 0 && alive[i]; i++)
+		if (!strcmp(state, alive[i])) {
+			tf_info("%s/%s: attempt %d's Slurm job %ld is %s: following it", r->run_id,
+			        r->step, *attempt, job, state);
+			return job;
+		}
+	tf_info("%s/%s: attempt %d's Slurm job %ld is %s: submitting a new one", r->run_id,
+	        r->step, *attempt, job, rc == 0 ? state : rc == -ENOENT ? "gone" : state);
+	return 0;
+}
+
+int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks,
+                          char *const *extra_names)
+{
+	memset(ks, 0, sizeof(*ks));
+	ks->attempt = r->attempt;
+	if (!tf_storage_shared(r->storage_url)) {
+		snprintf(r->err, sizeof(r->err),
+		         "executor 'slurm': the run's storage '%s' is not one every node can reach: "
+		         "use an s3:// URL or a file:// path under TPUFLOW_SHARED_STORAGE",
+		         r->storage_url ? r->storage_url : "(none)");
+		r->failure = TF_FAIL_ERROR;
+		return -EINVAL;
+	}
+	if (r->accelerator) {
+		struct tf_tpu_slice sl;
+		char err[256];
+		if (tf_tpu_slice_parse(r->accelerator, &sl, err, sizeof(err))) {
+			snprintf(r->err, sizeof(r->err), "executor 'slurm': %s", err);
+			r->failure = TF_FAIL_ERROR;
+			return -EINVAL;
+		}
+		ks->spec.nodes = (sl.chips + CHIPS_PER_HOST - 1) / CHIPS_PER_HOST;
+		ks->spec.tpus_per_node = sl.chips < CHIPS_PER_HOST ? sl.chips : CHIPS_PER_HOST;
+	}
+	const struct tf_slurm_opts *o = r->def ? &r->def->slurm : NULL;
+	if (o) {
+		ks->spec.partition = o->partition;
+		ks->spec.account = o->account;
+		ks->spec.qos = o->qos;
+		ks->spec.extra = o->args;
+	}
+	for (size_t i = 0; pass_names[i]; i++)
+		if (getenv(pass_names[i]))
+			add_name(ks, pass_names[i], strlen(pass_names[i]));
+	for (char **e = environ; *e; e++)
+		if (!strncmp(*e, "TPUFLOW_S3_", 11))
+			add_name(ks, *e, strcspn(*e, "="));
+	for (size_t i = 0; extra_names && extra_names[i]; i++)
+		add_name(ks, extra_names[i], strcspn(extra_names[i], "="));
+	ks->spec.export_names = ks->export_names;
+	int lost = 0;
+	long job = lost_job(r, &lost);
+	if (job) {
+		ks->spec.attach_job = job;
+		ks->attempt = lost;
+	}
+	ks->job_name = tf_xasprintf("tpuflow-%s-%s-%d", r->run_id, r->step, ks->attempt);
+	ks->spec.job_name = ks->job_name;
+	return 0;
+}
+
+void tf_kind_slurm_record(struct tf_step_run *r, struct tf_exec *x, int ended)
+{
+	char nodes[256];
+	long job = tf_exec_slurm_job(x, nodes, sizeof(nodes));
+	if (!job || !r->db)
+		return;
+	int rc = tf_store_run(r->db,
+	                      "UPDATE attempts SET slurm_job=?, slurm_nodes=? WHERE run_id=? AND "
+	                      "step=? AND n=?",
+	                      "ittti", (int64_t)job, nodes[0] ? nodes : NULL, r->run_id, r->step,
+	                      (int64_t)r->attempt);
+	if (rc)
+		tf_warn("%s/%s: cannot record Slurm job %ld on attempt %d: %s", r->run_id, r->step,
+		        job, r->attempt, tf_store_errmsg(r->db));
+	else if (!ended) {
+		char msg[96];
+		snprintf(msg, sizeof(msg), "Slurm job %ld", job);
+		tf_event_add(r->db, r->run_id, r->step, r->attempt, "slurm", msg);
+	}
+}
+
+void tf_kind_slurm_release(struct tf_kind_slurm *ks)
+{
+	for (size_t i = 0; i < ks->nexport; i++)
+		free(ks->export_names[i]);
+	free(ks->export_names);
+	free(ks->job_name);
+	memset(ks, 0, sizeof(*ks));
+}
