@@ -445,8 +445,12 @@ static int judge(struct slurm *s)
 		return 0;
 	memset(r, 0, sizeof(*r));
 	r->fclass = c;
-	r->exit_code = WIFEXITED(s->wstatus) ? WEXITSTATUS(s->wstatus) : -1;
-	r->signal = WIFSIGNALED(s->wstatus) ? WTERMSIG(s->wstatus) : 0;
+	/* the exit status means something only for a job that ended by itself; a requeued or
+	 * cancelled one reports 0 */
+	int ended = c == TF_FAIL_NONE || c == TF_FAIL_ERROR ||
+	            (c == TF_FAIL_INFRA && !strcmp(s->state, "FAILED"));
+	r->exit_code = ended && WIFEXITED(s->wstatus) ? WEXITSTATUS(s->wstatus) : -1;
+	r->signal = ended && WIFSIGNALED(s->wstatus) ? WTERMSIG(s->wstatus) : 0;
 	r->seconds = now - s->head.started;
 	snprintf(r->message, sizeof(r->message), "Slurm job %ld%s%.60s: %.150s", s->job,
 	         s->nodes[0] ? " on " : "", s->nodes, msg);

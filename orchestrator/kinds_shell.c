@@ -170,12 +170,40 @@ static int kind_shell(struct tf_step_run *r)
 		r->failure = TF_FAIL_INFRA;
 		return rc;
 	}
-	f_out = tf_xasprintf("%s/outputs-%d", r->workdir, r->attempt);
-	f_met = tf_xasprintf("%s/metrics-%d", r->workdir, r->attempt);
-	f_res = tf_xasprintf("%s/result-%d.json", r->workdir, r->attempt);
-	unlink(f_out);
-	unlink(f_met);
-	unlink(f_res);
+	/* executor: slurm — the same argv as a batch job; the variables set below (and the usual
+	 * ones) go to it by name, their values from the environment sbatch runs in. A lost
+	 * attempt's job followed again writes the files named for its own attempt. */
+	const struct tf_executor_ops *ops = &tf_executor_local;
+	struct tf_kind_slurm ks = {0};
+	int att = r->attempt;
+	if (r->def && r->def->executor == TF_EXECUTOR_SLURM) {
+		static const char *const own[] = {
+		    "TPUFLOW_OUTPUTS", "TPUFLOW_METRICS", "TPUFLOW_RESULT", "TPUFLOW_RUN",
+		    "TPUFLOW_STEP",    "TPUFLOW_ATTEMPT", "TPUFLOW_PREFIX", "TPUFLOW_WORKDIR"};
+		size_t nn = 0;
+		char **names = tf_xcalloc(json_object_size(env_j) + TF_ARRAY_LEN(own) + 1,
+		                          sizeof(char *));
+		const char *ekey;
+		json_t *eval;
+		json_object_foreach(env_j, ekey, eval)
+			names[nn++] = (char *)ekey;
+		for (size_t j = 0; j < TF_ARRAY_LEN(own); j++)
+			names[nn++] = (char *)own[j];
+		rc = tf_kind_slurm_prepare(r, &ks, names);
+		free(names);
+		if (rc)
+			return rc;
+		ops = &tf_executor_slurm;
+		att = ks.attempt;
+	}
+	f_out = tf_xasprintf("%s/outputs-%d", r->workdir, att);
+	f_met = tf_xasprintf("%s/metrics-%d", r->workdir, att);
+	f_res = tf_xasprintf("%s/result-%d.json", r->workdir, att);
+	if (!ks.spec.attach_job) {
+		unlink(f_out);
+		unlink(f_met);
+		unlink(f_res);
+	}
 
 	argv = tf_xcalloc(argc + 1, sizeof(*argv));
 	for (i = 0; i < argc; i++)
@@ -205,26 +233,7 @@ static int kind_shell(struct tf_step_run *r)
 	envp[k++] = tf_xasprintf("TPUFLOW_PREFIX=%s", r->prefix);
 	envp[k++] = tf_xasprintf("TPUFLOW_WORKDIR=%s", r->workdir);
 
-	envp[k] = NULL;
-
-	/* executor: slurm — the same argv as a batch job; the variables above (and the usual
-	 * ones) go to it by name, their values from the environment sbatch runs in */
-	const struct tf_executor_ops *ops = &tf_executor_local;
-	struct tf_kind_slurm ks = {0};
-	if (r->def && r->def->executor == TF_EXECUTOR_SLURM) {
-		char **names = tf_xcalloc(json_object_size(env_j) + 9, sizeof(char *));
-		size_t nn = 0;
-		json_object_foreach(env_j, key, val)
-			names[nn++] = (char *)key;
-		for (size_t j = k - 8; j < k; j++)
-			names[nn++] = envp[j];
-		rc = tf_kind_slurm_prepare(r, &ks, names);
-		free(names);
-		if (rc)
-			goto out;
-		ops = &tf_executor_slurm;
-	}
-	char *log_dir = tf_xasprintf("%s/attempt-%d", r->workdir, ks.attempt ? ks.attempt : r->attempt);
+	char *log_dir = tf_xasprintf("%s/attempt-%d", r->workdir, att);
 	struct tf_exec_spec spec = {.argv = argv,
 	                            .envp = envp,
 	                            .cwd = r->workdir,

@@ -27,7 +27,7 @@ extern char **environ;
  * search path and locale, the state home and object store, S3 credentials and endpoint. */
 static const char *const pass_names[] = {
     "PATH",          "HOME",           "LANG",           "LC_ALL",
-    "TMPDIR",        "TPUFLOW_HOME",   "TPUFLOW_STORE",  "TPUFLOW_LOG_LEVEL",
+    "TMPDIR",        "TPUFLOW_HOME",   "TPUFLOW_STORE",  "TPUFLOW_LOG", "TPUFLOW_LOG_FORMAT",
     "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
     "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", NULL};
 

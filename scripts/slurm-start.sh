@@ -8,6 +8,7 @@
 # DIR/run. Several clusters can run side by side: each has its own ports, node name and munge
 # socket. Time limits are enforced quickly (OverTimeLimit=0, KillWait=2): a job over its
 # --time is ended at the controller's next periodic check (every 30 s in Slurm 22.05).
+# ReturnToService=1: a node an administrator set DOWN stays down until set RESUME.
 # Needs the `test` packages of scripts/deps.sh (slurm-wlm, munge); runs as root (SlurmUser).
 set -euo pipefail
 D=${1:?usage: $0 DIR}
@@ -67,7 +68,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1
-ReturnToService=2
+ReturnToService=1
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none

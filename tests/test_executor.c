@@ -267,7 +267,55 @@ static void test_executor_spawn_failure(void **state)
 	                 -EINVAL);
 	assert_ptr_equal(tf_executor_find("local"), &tf_executor_local);
 	assert_ptr_equal(tf_executor_find("inprocess"), &tf_executor_inprocess);
-	assert_null(tf_executor_find("slurm"));
+	assert_ptr_equal(tf_executor_find("slurm"), &tf_executor_slurm);
+	assert_null(tf_executor_find("kubernetes"));
+	/* slurm refuses a spec without its options */
+	struct tf_exec_spec no_opts = {.argv = (char *const[]){"true", NULL}};
+	assert_int_equal(tf_exec_start(&tf_executor_slurm, &no_opts, &x, err, sizeof(err)),
+	                 -EINVAL);
+}
+
+/* Slurm job states to failure classes (the table of docs/slurm.md). */
+static void test_executor_slurm_states(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *state;
+		int requested;
+		int wstatus;
+		enum tf_fail_class want;
+	} cases[] = {
+	    {"COMPLETED", 0, 0, TF_FAIL_NONE},
+	    {"FAILED", 0, 3 << 8, TF_FAIL_ERROR},
+	    {"FAILED", 0, 69 << 8, TF_FAIL_INFRA},
+	    {"OUT_OF_MEMORY", 0, 0, TF_FAIL_ERROR},
+	    {"TIMEOUT", 0, 0, TF_FAIL_TIMEOUT},
+	    {"DEADLINE", 0, 0, TF_FAIL_TIMEOUT},
+	    {"PREEMPTED", 0, 0, TF_FAIL_PREEMPTED},
+	    {"NODE_FAIL", 0, 0, TF_FAIL_INFRA},
+	    {"BOOT_FAIL", 0, 0, TF_FAIL_INFRA},
+	    {"CANCELLED", 0, 0, TF_FAIL_CANCELLED},
+	    {"CANCELLED", TF_FAIL_CANCELLED, 0, TF_FAIL_CANCELLED},
+	    {"CANCELLED", TF_FAIL_TIMEOUT, 0, TF_FAIL_TIMEOUT},
+	    {"CANCELLED", TF_FAIL_PREEMPTED, 0, TF_FAIL_PREEMPTED},
+	    {"CANCELLED", TF_FAIL_INFRA, 0, TF_FAIL_INFRA},
+	    {"PENDING", 0, 0, TF_FAIL_LAST},
+	    {"RUNNING", 0, 0, TF_FAIL_LAST},
+	    {"COMPLETING", 0, 0, TF_FAIL_LAST},
+	};
+	char msg[128];
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		enum tf_fail_class c = tf_slurm_classify(cases[i].state, cases[i].requested,
+		                                         cases[i].wstatus, msg, sizeof(msg));
+		if (c != cases[i].want)
+			fail_msg("%s (requested %d): got %s, want %s", cases[i].state,
+			         cases[i].requested, tf_fail_class_name(c),
+			         tf_fail_class_name(cases[i].want));
+	}
+	tf_slurm_classify("FAILED", 0, 3 << 8, msg, sizeof(msg));
+	assert_string_equal(msg, "FAILED (exit 3)");
+	tf_slurm_classify("CANCELLED", 0, 0, msg, sizeof(msg));
+	assert_non_null(strstr(msg, "by someone else"));
 }
 
 /* tpuflow re-executing itself as a step. */
@@ -415,6 +463,7 @@ int main(void)
 	    cmocka_unit_test(test_executor_reexec_self),
 	    cmocka_unit_test(test_executor_logs_uploaded),
 	    cmocka_unit_test(test_executor_inprocess),
+	    cmocka_unit_test(test_executor_slurm_states),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

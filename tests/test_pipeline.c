@@ -268,14 +268,33 @@ static void test_pipeline_wrong_types(void **state)
 }
 
 /* `executor`: a shell step cannot be inprocess (but `defaults.executor: inprocess` leaves it
- * local); `slurm` is refused with its position until this build has it. */
+ * local); `slurm` needs storage every node reaches, reported at the position of the
+ * `executor` that asked for it; register/deploy stay in tpuflow; `slurm:` is checked. */
 static void test_pipeline_executor_rules(void **state)
 {
 	(void)state;
+	unsetenv("TPUFLOW_SHARED_STORAGE");
 	expect("name: x\nsteps:\n  - name: a\n    type: train\n    executor: slurm\n", 5, 15,
-	       "step 'a': Slurm support is not available in this build", "executor: local");
-	expect("name: x\ndefaults: {executor: slurm}\nsteps:\n  - name: a\n    type: train\n", 2,
-	       22, "'defaults.executor': Slurm support is not available", "executor: local");
+	       "step 'a' runs on Slurm, but the run's storage (the state home's objects/) is not",
+	       "storage: s3://");
+	expect("name: x\nstorage: /tmp/o\ndefaults: {executor: slurm}\nsteps:\n  - name: a\n"
+	       "    type: train\n",
+	       3, 22, "storage '/tmp/o' is not one every node can reach", "TPUFLOW_SHARED_STORAGE");
+	expect("name: x\nstorage: s3://b/p\nsteps:\n  - name: a\n    type: register\n"
+	       "    executor: slurm\n",
+	       6, 15, "a register step cannot run on Slurm", NULL);
+	expect("name: x\nstorage: s3://b/p\nsteps:\n  - name: a\n    type: train\n"
+	       "    slurm: {partition: tpu}\n",
+	       6, 12, "'slurm' applies only to steps with 'executor: slurm'", NULL);
+	expect("name: x\nstorage: s3://b/p\nsteps:\n  - name: a\n    type: train\n"
+	       "    executor: slurm\n    slurm: {partition: 'a b'}\n",
+	       7, 24, "bad 'slurm.partition' 'a b'", NULL);
+	expect("name: x\nstorage: s3://b/p\nsteps:\n  - name: a\n    type: train\n"
+	       "    executor: slurm\n    slurm: {args: [--mem=1G, mem]}\n",
+	       7, 30, "'slurm.args' item 'mem' is not an sbatch option", NULL);
+	expect("name: x\nstorage: s3://b/p\nsteps:\n  - name: a\n    type: train\n"
+	       "    executor: slurm\n    slurm: {queue: q}\n",
+	       7, 13, "unknown", NULL);
 	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    executor: inprocess\n"
 	       "    with: {argv: [x]}\n",
 	       5, 15, "step 'a': a shell step runs a program and cannot use the inprocess executor",
@@ -293,6 +312,29 @@ static void test_pipeline_executor_rules(void **state)
 	assert_int_equal(p->steps[2].executor, TF_EXECUTOR_LOCAL);
 	tf_pipeline_free(p);
 	tf_diag_list_release(&d);
+	/* slurm: defaults' options under the step's, register stays in tpuflow, a file:// path
+	 * declared shared is accepted */
+	setenv("TPUFLOW_SHARED_STORAGE", "/nfs/a:/shared/", 1);
+	assert_int_equal(load("name: x\nstorage: file:///shared/objects\n"
+	                      "defaults:\n  executor: slurm\n"
+	                      "  slurm: {partition: tpu, account: ml, args: [--mem=1G]}\n"
+	                      "steps:\n  - name: a\n    type: train\n    slurm: {account: other}\n"
+	                      "  - name: b\n    type: register\n",
+	                      NULL, 0, TF_PIPELINE_ALLOW_UNSET, &p, &d),
+	                 0);
+	assert_int_equal(p->steps[0].executor, TF_EXECUTOR_SLURM);
+	assert_string_equal(p->steps[0].slurm.partition, "tpu");
+	assert_string_equal(p->steps[0].slurm.account, "other");
+	assert_int_equal(p->steps[0].slurm.nargs, 1);
+	assert_string_equal(p->steps[0].slurm.args[0], "--mem=1G");
+	assert_int_equal(p->steps[1].executor, TF_EXECUTOR_INPROCESS);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+	assert_true(tf_storage_shared("s3://b/p"));
+	assert_true(tf_storage_shared("/nfs/a/x"));
+	assert_false(tf_storage_shared("/nfs/ab/x"));
+	assert_false(tf_storage_shared("file://relative"));
+	unsetenv("TPUFLOW_SHARED_STORAGE");
 	assert_int_equal(load("name: x\ndefaults: {executor: local}\nsteps:\n"
 	                      "  - name: a\n    type: data_prep\n",
 	                      NULL, 0, TF_PIPELINE_ALLOW_UNSET, &p, &d),

@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# Integration: `executor: slurm` against a real one-node Slurm cluster (scripts/slurm-start.sh:
+# slurmctld + slurmd + munged, 4 `tpu` GRES) and the S3 test server (Swift + s3api). Checks:
+# the load-time storage rule; a shell step end to end; the demo pipeline with its train step
+# on Slurm giving the same metrics and model bytes as in-process; a job cancelled from outside
+# with scancel (cancelled, not retried); a job past its Slurm time limit (timeout, retried); a
+# requeued train job (preempted, resumed from its checkpoint); the node taken down mid-run
+# (infra, retried); the coordinator killed with -9 and resumed while its job runs (followed
+# again, no second job). Stops exactly what it started.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+BUILD=${BUILD:-build}
+B=$root/$BUILD/tpuflow
+[[ -x $B ]] || { echo "it_slurm: build first (make)"; exit 1; }
+if ! command -v slurmctld >/dev/null && [[ ! -x /usr/sbin/slurmctld ]] ||
+   ! command -v swift-proxy-server >/dev/null; then
+  scripts/deps.sh test || { echo "it_slurm: cannot install slurm-wlm/munge/swift"; exit 1; }
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  # slurmd must run as root to start jobs as their users
+  echo "it_slurm: SKIPPED (needs root to run slurmd)"
+  exit 0
+fi
+PY=/usr/bin/python3
+
+dir=$(mktemp -d /tmp/tpuflow-it-slurm.XXXXXX)
+bg=()
+cleanup() {
+  for p in "${bg[@]}"; do kill "$p" 2>/dev/null; done
+  "$root/scripts/slurm-stop.sh" "$dir/slurm"
+  "$root/scripts/s3-server-stop.sh" "$dir/s3"
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() {
+  echo "it_slurm: FAILED: $*"
+  [[ -f $dir/slurm/log/slurmctld.log ]] && tail -5 "$dir/slurm/log/slurmctld.log"
+  exit 1
+}
+
+scripts/slurm-start.sh "$dir/slurm" || fail "Slurm did not start"
+scripts/s3-server-start.sh "$dir/s3" >/dev/null || fail "the S3 server did not start"
+set -a
+. "$dir/slurm/slurm.env"
+. "$dir/s3/s3.env"
+set +a
+export TPUFLOW_SLURM_POLL=0.3
+node=$TF_SLURM_NODE
+bucket=it-slurm-$$
+"$B" store mb "s3://$bucket" || fail "store mb"
+cd "$dir"
+
+# ---- helpers ----------------------------------------------------------------------------
+run_id() { "$B" --home "$1" runs list --json | $PY -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])'; }
+# attempts HOME RUN STEP: one line per attempt, "N STATE CLASS JOB"
+attempts() {
+  "$B" --home "$1" runs show --json "$2" | $PY -c '
+import json, sys
+d = json.load(sys.stdin)
+for s in d["steps"]:
+    if s["name"] == sys.argv[1]:
+        for a in s["attempts_detail"]:
+            print(a["n"], a["state"], a["failure_class"] or "-", a.get("slurm_job") or "-")' "$3"
+}
+# running_job NAME_PREFIX: waits (60 s at most) for a running job whose name starts so
+running_job() {
+  for _ in $(seq 1 300); do
+    id=$(squeue -h -t running -o '%i %j' | awk -v p="$1" 'index($2, p) == 1 {print $1; exit}')
+    [[ -n $id ]] && { echo "$id"; return 0; }
+    sleep 0.2
+  done
+  return 1
+}
+# shell_pipeline NAME SCRIPT [EXTRA_STEP_YAML]: a one-step pipeline running SCRIPT on Slurm
+shell_pipeline() {
+  cat > "$1.yaml" <<EOF
+name: it-$1
+storage: s3://$bucket/$1
+defaults:
+  retries: {limit: 1, backoff: 1s, on: [timeout, preempted, infra]}
+steps:
+  - name: work
+    type: shell
+    executor: slurm
+${3:-}
+    with:
+      argv: [sh, -c, '$2']
+      metrics: [answer]
+EOF
+}
+WORK='if [ "$TPUFLOW_ATTEMPT" = 1 ]; then sleep 120; fi; echo answer=42 > "$TPUFLOW_METRICS"'
+
+# ---- 1. storage every node reaches, checked at load time --------------------------------
+cat > nostore.yaml <<'EOF'
+name: it-nostore
+steps:
+  - name: work
+    type: shell
+    executor: slurm
+    with:
+      argv: [true]
+EOF
+"$B" validate nostore.yaml 2> err.txt && fail "a Slurm step without shared storage validated"
+grep -q 'nostore.yaml:5:15: error: step .work. runs on Slurm' err.txt ||
+  fail "no positioned storage error: $(cat err.txt)"
+grep -q 'TPUFLOW_SHARED_STORAGE' err.txt || fail "the storage error has no hint: $(cat err.txt)"
+sed 's|^steps:|storage: file:///tmp/shared-objects\nsteps:|' nostore.yaml > shared.yaml
+TPUFLOW_SHARED_STORAGE=/tmp/shared-objects "$B" validate shared.yaml >/dev/null ||
+  fail "a file:// storage declared shared was refused"
+
+# ---- 2. a shell step end to end ---------------------------------------------------------
+shell_pipeline hello 'echo hello from $SLURMD_NODENAME; echo answer=42 > "$TPUFLOW_METRICS"'
+"$B" --home h-hello run hello.yaml > out.txt 2>&1 || fail "shell step on Slurm: $(cat out.txt)"
+run=$(run_id h-hello)
+read -r n st cls job < <(attempts h-hello "$run" work)
+[[ $st == succeeded && $job != - ]] || fail "shell attempt: $n $st $cls $job"
+[[ $(squeue -h -t all -j "$job" -o '%j') == "tpuflow-$run-work-1" ]] || fail "job name of $job"
+"$B" --home h-hello runs show --json "$run" > show.json
+grep -q '"answer": 42' show.json || fail "metric not read back"
+"$B" --home h-hello runs logs "$run" > logs.txt
+grep -q "hello from $node" logs.txt || fail "job's stdout not in the log"
+echo "it_slurm: shell step ran as job $job on $node"
+
+# ---- 3. the node goes down mid-run: infra, retried once it is back ----------------------
+shell_pipeline down "$WORK"
+"$B" --home h-down run down.yaml > down.out 2>&1 &
+bg+=($!) ; pid=$!
+job=$(running_job "tpuflow-") || fail "node-down: the job never ran"
+sleep 1 # let the coordinator see it running on the node: it asks that node's state after a requeue
+scontrol update NodeName="$node" State=DOWN Reason=it-slurm-drill || fail "scontrol down"
+for _ in $(seq 1 150); do
+  squeue -h -t all -j "$job" -o '%T' | grep -q CANCELLED && break
+  sleep 0.2
+done
+scontrol update NodeName="$node" State=RESUME || fail "scontrol resume"
+wait "$pid" || fail "node-down run failed: $(tail -5 down.out)"
+run=$(run_id h-down)
+attempts h-down "$run" work > a.txt
+grep -q '^1 failed infra' a.txt || fail "node-down: attempt 1 is not infra: $(cat a.txt)"
+grep -q '^2 succeeded' a.txt || fail "node-down: no successful retry: $(cat a.txt)"
+echo "it_slurm: node down -> $(head -1 a.txt | cut -d' ' -f3), retried"
+
+# ---- 4. past its Slurm time limit: timeout, retried (in the background: Slurm checks limits
+#         every 30 s and its smallest limit is a minute, so this takes 60-90 s) -------------
+shell_pipeline late "$WORK" '    slurm: {args: ["--time=1"]}'
+"$B" --home h-late run late.yaml > late.out 2>&1 &
+late_pid=$!
+bg+=($late_pid)
+
+# ---- 5. cancelled from outside with scancel: cancelled, not retried ----------------------
+shell_pipeline cancel 'sleep 120'
+"$B" --home h-cancel run cancel.yaml > cancel.out 2>&1 &
+pid=$!
+bg+=($pid)
+run=
+for _ in $(seq 1 100); do run=$(run_id h-cancel 2>/dev/null) && [[ -n $run ]] && break; sleep 0.1; done
+job=$(running_job "tpuflow-$run-work") || fail "cancel: the job never ran"
+scancel "$job"
+wait "$pid" && fail "a run whose job was scancelled succeeded"
+attempts h-cancel "$run" work > a.txt
+[[ $(wc -l < a.txt) -eq 1 ]] || fail "cancel: a cancelled attempt was retried: $(cat a.txt)"
+grep -q '^1 failed cancelled' a.txt || fail "cancel: attempt is not cancelled: $(cat a.txt)"
+echo "it_slurm: scancel from outside -> cancelled"
+
+# ---- 6. the coordinator killed with -9 while its job runs, then resumed --------------------
+shell_pipeline crash 'sleep 6; echo answer=42 > "$TPUFLOW_METRICS"'
+"$B" --home h-crash run crash.yaml > crash.out 2>&1 &
+pid=$!
+run=
+for _ in $(seq 1 100); do run=$(run_id h-crash 2>/dev/null) && [[ -n $run ]] && break; sleep 0.1; done
+job=$(running_job "tpuflow-$run-work") || fail "crash: the job never ran"
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+[[ $(squeue -h -j "$job" -o '%T') == RUNNING ]] || fail "crash: the job did not outlive its coordinator"
+"$B" --home h-crash runs resume "$run" > resume.out 2>&1 || fail "resume: $(tail -5 resume.out)"
+n_jobs=$(squeue -h -t all -o '%j' | grep -c "^tpuflow-$run-work-")
+[[ $n_jobs -eq 1 ]] || fail "crash: $n_jobs jobs for the step, want 1: $(squeue -h -t all -o '%i %j')"
+attempts h-crash "$run" work > a.txt
+grep -q "^1 lost infra $job" a.txt || fail "crash: attempt 1: $(cat a.txt)"
+grep -q "^2 succeeded - $job" a.txt || fail "crash: attempt 2 did not follow job $job: $(cat a.txt)"
+[[ $(scontrol show job "$job" | grep -o 'JobState=[A-Z]*') == JobState=COMPLETED ]] ||
+  fail "crash: job $job did not complete"
+echo "it_slurm: coordinator killed -9 and resumed: followed job $job again, 1 job in all"
+
+# ---- 7. the demo pipeline with its train step on Slurm: same bits as in-process -----------
+sed -e "s|^defaults:|storage: s3://$bucket/demo\n\ndefaults:|" \
+    -e 's/^      shards: 8/      shards: 8\n      limit_train: 6000\n      limit_test: 2000/' \
+    -e 's/^      checkpoint_every: 500/      checkpoint_every: 20/' \
+    "$root/pipelines/fashion-mnist.yaml" > demo-in.yaml
+awk '{print} /^    timeout: 20m/{print "    executor: slurm"}' demo-in.yaml > demo-slurm.yaml
+grep -q 'executor: slurm' demo-slurm.yaml || fail "could not make the Slurm demo pipeline"
+"$B" --home h-demo-in run demo-in.yaml --param epochs=2 > demo-in.out 2>&1 || fail "demo in-process: $(tail -3 demo-in.out)"
+"$B" --home h-demo-sl run demo-slurm.yaml --param epochs=2 > demo-sl.out 2>&1 || fail "demo on Slurm: $(tail -3 demo-sl.out)"
+r_in=$(run_id h-demo-in) r_sl=$(run_id h-demo-sl)
+metrics() { "$B" --home "$1" runs show --json "$2" | $PY -c '
+import json, sys
+d = json.load(sys.stdin)
+print(json.dumps({s["name"]: {k: v for k, v in s["metrics"].items() if k in ("loss", "accuracy", "auc")}
+                  for s in d["steps"] if s["name"] in ("train", "evaluate")}, sort_keys=True))'; }
+m_in=$(metrics h-demo-in "$r_in") m_sl=$(metrics h-demo-sl "$r_sl")
+[[ $m_in == "$m_sl" ]] || fail "metrics differ: in-process $m_in, Slurm $m_sl"
+attempts h-demo-sl "$r_sl" train | grep -q '^1 succeeded - [0-9]' || fail "the train step did not run on Slurm"
+for f in model.safetensors; do # signature.json names its run
+  a=$("$B" store cat "s3://$bucket/demo/runs/$r_in/train/bundle/$f" | sha256sum)
+  b=$("$B" store cat "s3://$bucket/demo/runs/$r_sl/train/bundle/$f" | sha256sum)
+  [[ $a == "$b" ]] || fail "bundle $f differs between in-process and Slurm"
+done
+echo "it_slurm: demo on Slurm = in-process: $m_sl"
+
+# ---- 8. a train job requeued (scontrol requeue): preempted, resumed from its checkpoint ----
+TPUFLOW_LOG=info "$B" --home h-requeue run demo-slurm.yaml --param epochs=12 > requeue.out 2>&1 &
+pid=$!
+bg+=($pid)
+run=
+for _ in $(seq 1 100); do run=$(run_id h-requeue 2>/dev/null) && [[ -n $run ]] && break; sleep 0.1; done
+job=$(running_job "tpuflow-$run-train") || fail "requeue: the train job never ran"
+for _ in $(seq 1 300); do
+  ck=$("$B" ckpt list --json "s3://$bucket/demo/runs/$run/train/ckpt" 2>/dev/null)
+  [[ $ck =~ \"latest\":\ *[1-9] ]] && break
+  sleep 0.1
+done
+scontrol requeue "$job" || fail "scontrol requeue $job"
+wait "$pid" || fail "requeue run failed: $(tail -5 requeue.out)"
+attempts h-requeue "$run" train > a.txt
+grep -q '^1 failed preempted' a.txt || fail "requeue: attempt 1 is not preempted: $(cat a.txt)"
+grep -q '^2 succeeded' a.txt || fail "requeue: no successful retry: $(cat a.txt)"
+"$B" --home h-requeue runs logs "$run" > logs.txt
+grep -q 'resuming from step' logs.txt ||
+  fail "requeue: attempt 2 did not resume from a checkpoint"
+echo "it_slurm: requeue -> preempted, resumed from checkpoint"
+
+# ---- 4 (end). the job past its time limit --------------------------------------------------
+wait "$late_pid" || fail "time-limit run failed: $(tail -5 late.out)"
+run=$(run_id h-late)
+attempts h-late "$run" work > a.txt
+grep -q '^1 failed timeout' a.txt || fail "time limit: attempt 1 is not a timeout: $(cat a.txt)"
+grep -q '^2 succeeded' a.txt || fail "time limit: no successful retry: $(cat a.txt)"
+echo "it_slurm: past --time -> timeout, retried"
+
+echo "it_slurm: passed in ${SECONDS} s"
