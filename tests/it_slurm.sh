@@ -20,7 +20,7 @@ fi
 if [[ $(id -u) -ne 0 ]]; then
   # slurmd must run as root to start jobs as their users
   echo "it_slurm: SKIPPED (needs root to run slurmd)"
-  exit 0
+  exit 77
 fi
 PY=/usr/bin/python3
 
