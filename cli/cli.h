@@ -14,6 +14,7 @@ struct tf_cli {
 	const char *home_opt; /* --home DIR as given, NULL when absent */
 	int json;             /* --json: print one JSON document on stdout */
 	const char *argv0;    /* how the program was invoked, for re-executing itself */
+	const char *remote;   /* --remote URL or $TPUFLOW_URL: a daemon's API, NULL: local */
 };
 
 /* Long options every subcommand accepts; put TF_CLI_COMMON_OPTIONS at the start of a
@@ -58,6 +59,10 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli);
 int cmd_eval(int argc, char **argv, struct tf_cli *cli);
 int cmd_predict(int argc, char **argv, struct tf_cli *cli);
 int cmd_step(int argc, char **argv, struct tf_cli *cli);
+
+/* `run`, `runs ...` and `models ...` against the REST API at `url` (cli/remote.c); argv[0] is
+ * the command. Returns an exit code. */
+int tf_cli_remote(struct tf_cli *cli, const char *url, int argc, char **argv);
 
 /* Prints a scheduler's pools, queue and utilization (text, or one JSON document) to out:
  * what `tpuflow slices` shows, for any scheduler state (the engine's or the daemon's). */

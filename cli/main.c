@@ -100,7 +100,8 @@ int tf_cli_parse_int(const char *cmd, const char *flag, const char *s, long long
 
 static void print_usage(FILE *f)
 {
-	fprintf(f, "usage: tpuflow [--home DIR] [--json] COMMAND [ARGS...]\n\ncommands:\n");
+	fprintf(f, "usage: tpuflow [--home DIR | --remote URL] [--json] COMMAND [ARGS...]\n\n"
+	           "commands:\n");
 	for (size_t i = 0; i < TF_ARRAY_LEN(commands); i++)
 		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
 	fprintf(f, "\n'tpuflow COMMAND --help' describes one command.\n");
@@ -142,6 +143,8 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 	    "  --home DIR   state home (SQLite database, local object store); else $TPUFLOW_HOME,\n"
 	    "               else ./.tpuflow\n"
 	    "  --json       print one JSON document on stdout (every command that prints data)\n"
+	    "  --remote URL run, runs and models talk to a daemon's REST API (else $TPUFLOW_URL);\n"
+	    "               the bearer token comes from $TPUFLOW_TOKEN\n"
 	    "\nexit codes:\n"
 	    "  0  ok                      64  usage error\n"
 	    "  1  the run or a step failed 65  bad input data (pipeline, dataset, request)\n"
@@ -149,6 +152,8 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 	    "  78 bad configuration (e.g. a database newer than this program)\n"
 	    "\nenvironment:\n"
 	    "  TPUFLOW_HOME        state home\n"
+	    "  TPUFLOW_URL         a daemon's URL for run, runs and models (like --remote)\n"
+	    "  TPUFLOW_TOKEN       bearer token for TPUFLOW_URL (tpuflow tokens create)\n"
 	    "  TPUFLOW_LOG         debug|info|warn|error (default warn)\n"
 	    "  TPUFLOW_LOG_FORMAT  text|json\n"
 	    "  AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
@@ -184,6 +189,10 @@ int main(int argc, char **argv)
 			cli.home_opt = argv[++i];
 		} else if (!strncmp(argv[i], "--home=", 7)) {
 			cli.home_opt = argv[i] + 7;
+		} else if (!strcmp(argv[i], "--remote") && i + 1 < argc) {
+			cli.remote = argv[++i];
+		} else if (!strncmp(argv[i], "--remote=", 9)) {
+			cli.remote = argv[i] + 9;
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			print_usage(stdout);
 			return TF_EXIT_OK;
@@ -199,6 +208,12 @@ int main(int argc, char **argv)
 		print_usage(stderr);
 		return TF_EXIT_USAGE;
 	}
+	if (!cli.remote && getenv("TPUFLOW_URL") && *getenv("TPUFLOW_URL"))
+		cli.remote = getenv("TPUFLOW_URL");
+	if (cli.remote && (!strcmp(argv[i], "run") || !strcmp(argv[i], "runs") ||
+	                   !strcmp(argv[i], "models")) &&
+	    !has_flag(argc - i, argv + i, "--help"))
+		return tf_cli_remote(&cli, cli.remote, argc - i, argv + i);
 	for (size_t c = 0; c < TF_ARRAY_LEN(commands); c++)
 		if (!strcmp(commands[c].name, argv[i]))
 			return commands[c].fn(argc - i, argv + i, &cli);

@@ -11,8 +11,8 @@ work=$(mktemp -d /tmp/tpuflow-fuzz.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 # Seeds: the example pipelines; TFRecord shards written by `tpuflow data prep` from a small
-# CSV; a small .npy file; whole-path inputs for predict and eval (below).
-mkdir -p "$work/pipeline" "$work/tfrecord" "$work/npy"
+# CSV; a small .npy file; whole-path inputs for predict and eval (below); API requests.
+mkdir -p "$work/pipeline" "$work/tfrecord" "$work/npy" "$work/api"
 cp pipelines/*.yaml "$work/pipeline/"
 { echo "a,b,label"; for i in 0 1 2 3 4 5 6 7; do echo "$i.5,-$i,$((i % 2))"; done; } > "$work/t.csv"
 build/tpuflow --home "$work/home" data prep --source csv --path "$work/t.csv" --shards 2 \
@@ -49,6 +49,12 @@ PY
 else
   echo "fuzz: could not train the seed bundle; fuzz_predict and fuzz_eval start from nothing" >&2
 fi
+
+# API requests: method byte, content-type byte, path, newline, body.
+printf '\x01\x00/api/v1/runs\n{"yaml": "name: x\\nsteps: []\\n", "params": {"a": 1}}' > "$work/api/run"
+printf '\x01\x00/api/v1/pipelines:validate\n{"yaml": "name: y"}' > "$work/api/validate"
+printf '\x00\x00/api/v1/runs/latest/steps/a/logs\n' > "$work/api/logs"
+printf '\x01\x00/api/v1/models/m%%20x/aliases\n{"alias": "p", "version": 1}' > "$work/api/alias"
 
 rc=0
 for t in "$BUILD"/fuzz_*; do

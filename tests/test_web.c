@@ -592,6 +592,105 @@ static void test_contract(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* Waits for a pending run of `pipeline` to appear and takes it to `state`; its id in out. */
+static void finish_run(const char *pipeline, enum tf_run_state state, char out[32])
+{
+	char path[256];
+	snprintf(path, sizeof(path), "/api/v1/runs?pipeline=%s&state=pending", pipeline);
+	for (int i = 0; i < 600; i++) {
+		struct resp r = call("GET", path, tok_read, NULL, NULL);
+		const char *id = json_string_value(
+		    json_object_get(json_array_get(json_object_get(r.json, "items"), 0), "id"));
+		if (id) {
+			snprintf(out, 32, "%s", id);
+			resp_free(&r);
+			struct tf_store *st;
+			char err[256];
+			assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+			assert_int_equal(tf_run_set_state(st, out, TF_RUN_RUNNING, NULL), 0);
+			usleep(300 * 1000); /* the follower sees the run running first */
+			assert_int_equal(tf_run_set_state(st, out, state, NULL), 0);
+			tf_store_close(st);
+			return;
+		}
+		resp_free(&r);
+		usleep(100 * 1000);
+	}
+	fail_msg("no pending run of %s appeared", pipeline);
+}
+
+static void write_pipeline(const char *path, const char *name)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, "name: %s\nparams:\n  who: {type: string, default: x}\nsteps:\n"
+	           "  - name: a\n    type: shell\n    with: {argv: [/bin/echo, \"${params.who}\"]}\n",
+	        name);
+	fclose(f);
+}
+
+/* `tpuflow --remote URL run FILE` follows the run to its end and exits with its result; the
+ * curl-only scripts/ci-run.sh does the same; list/show/cancel work remotely. */
+static void test_remote_cli(void **state)
+{
+	(void)state;
+	const char *bin = getenv("TPUFLOW_BIN");
+	if (!bin) {
+		fprintf(stderr, "test_remote_cli: TPUFLOW_BIN not set (tests/run.sh sets it)\n");
+		skip();
+	}
+	char repo[1024], yaml1[700], yaml2[700], out[700], tokenv[128], urlv[128];
+	snprintf(repo, sizeof(repo), "%s", bin);
+	for (int i = 0; i < 2; i++)
+		*strrchr(repo, '/') = 0;
+	snprintf(yaml1, sizeof(yaml1), "%s/cli-remote.yaml", home);
+	snprintf(yaml2, sizeof(yaml2), "%s/ci-script.yaml", home);
+	snprintf(out, sizeof(out), "%s/remote.out", home);
+	write_pipeline(yaml1, "cli-remote");
+	write_pipeline(yaml2, "ci-script");
+	snprintf(tokenv, sizeof(tokenv), "TPUFLOW_TOKEN=%s", tok_trigger);
+	snprintf(urlv, sizeof(urlv), "TPUFLOW_URL=%s", base);
+	putenv(tokenv);
+	char binc[1024], script[1100];
+	snprintf(binc, sizeof(binc), "%s", bin);
+	snprintf(script, sizeof(script), "%s/scripts/ci-run.sh", repo);
+	char *cli_argv[] = {binc, "--remote", base, "run", yaml1, "--param", "who=y", NULL};
+	pid_t cli = tf_test_spawn(cli_argv, out, out);
+	char run1[32], run2[32];
+	finish_run("cli-remote", TF_RUN_SUCCEEDED, run1);
+	assert_int_equal(tf_test_wait_exit(cli), 0);
+	putenv(urlv);
+	char *sh_argv[] = {script, yaml2, "who=z", NULL};
+	pid_t sh = tf_test_spawn(sh_argv, out, out);
+	finish_run("ci-script", TF_RUN_FAILED, run2);
+	assert_int_equal(tf_test_wait_exit(sh), 1);
+	/* the params arrived */
+	char path[256];
+	snprintf(path, sizeof(path), "/api/v1/runs/%s", run2);
+	struct resp r = call("GET", path, tok_read, NULL, NULL);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(r.json, "params"), "who")),
+	                    "z");
+	resp_free(&r);
+	/* listing, showing, cancelling through TPUFLOW_URL */
+	char cmd[2600];
+	snprintf(cmd, sizeof(cmd), "'%s' --json runs list --pipeline cli-remote >'%s' 2>&1", bin, out);
+	assert_int_equal(system(cmd), 0);
+	json_t *j = tf_test_load_json(out);
+	assert_string_equal(json_string_value(json_object_get(
+	                        json_array_get(json_object_get(j, "items"), 0), "id")),
+	                    run1);
+	json_decref(j);
+	snprintf(cmd, sizeof(cmd), "'%s' runs show %s >'%s' 2>&1 && grep -q 'state succeeded' '%s'",
+	         bin, run1, out, out);
+	assert_int_equal(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "'%s' runs cancel %s >'%s' 2>&1", bin, run1, out);
+	assert_int_equal(WEXITSTATUS(system(cmd)), 1); /* 409: the run is over */
+	snprintf(cmd, sizeof(cmd), "'%s' models list >'%s' 2>&1", bin, out);
+	assert_int_equal(system(cmd), 0);
+	unsetenv("TPUFLOW_URL");
+	unsetenv("TPUFLOW_TOKEN");
+}
+
 /* promtool's own check of the exposition (format and naming lint). */
 static void test_promtool(void **state)
 {
@@ -743,6 +842,7 @@ int main(void)
 	    cmocka_unit_test(test_events_and_cancel), cmocka_unit_test(test_validate),
 	    cmocka_unit_test(test_metrics),         cmocka_unit_test(test_contract),
 	    cmocka_unit_test(test_promtool),        cmocka_unit_test(test_prometheus_scrape),
+	    cmocka_unit_test(test_remote_cli),
 	    cmocka_unit_test(test_start_refusals),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -49,6 +49,9 @@ struct tf_web_req {
 	int64_t token_id;      /* caller's token (0 when auth is off) */
 	enum tf_scope scope;   /* caller's scope */
 	void *conn;            /* the server's connection (for query and headers) */
+	/* Without a connection (tf_web_serve from a test or fuzzer): name, value pairs,
+	 * NULL-terminated, for headers and query arguments. */
+	const char *const *headers, *const *query;
 };
 
 /* A query argument or request header, NULL when absent (borrowed for the request). */
@@ -115,6 +118,11 @@ struct tf_route {
 
 extern const struct tf_route tf_routes[];
 extern const size_t tf_nroutes;
+
+/* One request through routing, authorization, body checks and the handler, as the server
+ * does it; fills rs (release it with tf_web_resp_release). For requests that do not come
+ * through a connection (fuzzing, tests); rq->method, path, body, headers, query set. */
+void tf_web_serve(struct tf_web *w, struct tf_web_req *rq, struct tf_web_resp *rs);
 
 /* Matches `path` against `pattern`; on success fills rq's params (decoded copies). */
 int tf_route_match(const char *pattern, const char *path, struct tf_web_req *rq);

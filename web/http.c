@@ -117,14 +117,24 @@ static void store_put(struct tf_web *w, struct tf_store *st)
 
 /* ---- accessors for handlers ----------------------------------------------------------- */
 
+static const char *pairs_lookup(const char *const *kv, const char *name, int nocase)
+{
+	for (int i = 0; kv && kv[i] && kv[i + 1]; i += 2)
+		if (nocase ? !strcasecmp(kv[i], name) : !strcmp(kv[i], name))
+			return kv[i + 1];
+	return NULL;
+}
+
 const char *tf_web_query(const struct tf_web_req *rq, const char *name)
 {
-	return rq->conn ? MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, name) : NULL;
+	return rq->conn ? MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, name)
+	                : pairs_lookup(rq->query, name, 0);
 }
 
 const char *tf_web_header(const struct tf_web_req *rq, const char *name)
 {
-	return rq->conn ? MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, name) : NULL;
+	return rq->conn ? MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, name)
+	                : pairs_lookup(rq->headers, name, 1);
 }
 
 const char *tf_web_param(const struct tf_web_req *rq, const char *name)
@@ -568,6 +578,17 @@ static const struct tf_route *dispatch(struct tf_web *w, struct tf_web_req *rq,
 	if (!rs->status)
 		tf_web_problem(rs, 500, rq->path, "the handler gave no answer");
 	return r;
+}
+
+void tf_web_serve(struct tf_web *w, struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	rq->srv = w;
+	dispatch(w, rq, rs, rq->body_len > w->max_body);
+	store_put(w, rq->st);
+	rq->st = NULL;
+	json_decref(rq->json);
+	rq->json = NULL;
+	tf_route_release_params(rq);
 }
 
 /* ---- libmicrohttpd glue ------------------------------------------------------------------- */

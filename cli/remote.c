@@ -1,0 +1,577 @@
+/* remote.c — `tpuflow --remote URL ...` (or TPUFLOW_URL, with TPUFLOW_TOKEN): `run`, `runs
+ * list|show|logs|cancel|retry|resume` and `models list|show` against a daemon's REST API
+ * instead of the local state home (docs/api.md).
+ *
+ * `run FILE` submits the file's text with a fresh Idempotency-Key and retries a request that
+ * failed before an answer with the same key, so a flaky network never makes two runs; then
+ * it follows the run's events (Server-Sent Events, reconnecting with Last-Event-ID) and exits
+ * with the run's result: 0 succeeded, 1 failed or interrupted.
+ */
+#include "cli/cli.h"
+#include "common/common.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <openssl/rand.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct remote {
+	const char *url;   /* base URL, no trailing slash needed */
+	const char *token; /* bearer token or NULL */
+	int json;
+};
+
+struct body {
+	char *p;
+	size_t n;
+};
+
+static size_t on_body(char *d, size_t sz, size_t nm, void *u)
+{
+	struct body *b = u;
+	b->p = tf_xrealloc(b->p, b->n + sz * nm + 1);
+	memcpy(b->p + b->n, d, sz * nm);
+	b->n += sz * nm;
+	b->p[b->n] = 0;
+	return sz * nm;
+}
+
+/* One request. Returns the HTTP status (0 when no answer came: *err says why); *out gets the
+ * body (caller frees). */
+static long request(const struct remote *r, const char *method, const char *path,
+                    const char *body, const char *idem_key, char **out, char *err, size_t errlen)
+{
+	CURL *c = curl_easy_init();
+	char *url = tf_xasprintf("%s%s", r->url, path);
+	struct curl_slist *h = NULL;
+	char *auth = r->token ? tf_xasprintf("Authorization: Bearer %s", r->token) : NULL;
+	char *idem = idem_key ? tf_xasprintf("Idempotency-Key: %s", idem_key) : NULL;
+	if (auth)
+		h = curl_slist_append(h, auth);
+	if (idem)
+		h = curl_slist_append(h, idem);
+	if (body)
+		h = curl_slist_append(h, "Content-Type: application/json");
+	struct body b = {0};
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	if (body)
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	else if (!strcmp(method, "POST"))
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
+	long status = 0;
+	CURLcode cc = curl_easy_perform(c);
+	if (cc == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	else
+		tf_errf(err, errlen, "%s: %s", url, curl_easy_strerror(cc));
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	free(url);
+	free(auth);
+	free(idem);
+	*out = b.p;
+	return status;
+}
+
+/* Prints a problem body as "tpuflow: TITLE: DETAIL" plus its file:line:col errors. */
+static int print_problem(long status, const char *body)
+{
+	json_t *j = body ? json_loads(body, 0, NULL) : NULL;
+	fprintf(stderr, "tpuflow: %ld %s: %s\n", status,
+	        json_string_value(json_object_get(j, "title")) ?: "error",
+	        json_string_value(json_object_get(j, "detail")) ?: (body ? body : ""));
+	size_t i;
+	json_t *e;
+	json_array_foreach(json_object_get(j, "errors"), i, e)
+	{
+		fprintf(stderr, "%s:%lld:%lld: error: %s\n",
+		        json_string_value(json_object_get(e, "file")),
+		        (long long)json_integer_value(json_object_get(e, "line")),
+		        (long long)json_integer_value(json_object_get(e, "col")),
+		        json_string_value(json_object_get(e, "message")));
+		if (json_string_value(json_object_get(e, "hint")))
+			fprintf(stderr, "  hint: %s\n", json_string_value(json_object_get(e, "hint")));
+	}
+	json_decref(j);
+	return status == 401 || status == 403 ? TF_EXIT_CONFIG
+	       : status == 404 || status == 409 ? TF_EXIT_FAILED
+	       : status == 422 || status == 400 ? TF_EXIT_DATAERR
+	       : status >= 500                  ? TF_EXIT_UNAVAILABLE
+	                                        : TF_EXIT_FAILED;
+}
+
+/* GET/POST and print: JSON as is with --json, else through `show`. */
+static int simple(const struct remote *r, const char *method, const char *path,
+                  void (*show)(json_t *doc))
+{
+	char *body = NULL, err[512];
+	long st = request(r, method, path, NULL, NULL, &body, err, sizeof(err));
+	int ret;
+	if (!st) {
+		fprintf(stderr, "tpuflow: %s\n", err);
+		ret = TF_EXIT_UNAVAILABLE;
+	} else if (st >= 300) {
+		ret = print_problem(st, body);
+	} else {
+		json_t *doc = json_loads(body, 0, NULL);
+		if (r->json || !show || !doc) {
+			fputs(body, stdout);
+			if (!*body || body[strlen(body) - 1] != '\n')
+				putchar('\n');
+		} else {
+			show(doc);
+		}
+		json_decref(doc);
+		ret = TF_EXIT_OK;
+	}
+	free(body);
+	return ret;
+}
+
+static const char *str(json_t *o, const char *k)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+	return s ? s : "-";
+}
+
+static void fmt_time(json_t *v, char *out, size_t n)
+{
+	if (!json_is_number(v)) {
+		snprintf(out, n, "-");
+		return;
+	}
+	time_t t = (time_t)json_number_value(v);
+	struct tm tm;
+	localtime_r(&t, &tm);
+	strftime(out, n, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+static void show_runs(json_t *doc)
+{
+	printf("%-24s %-20s %-12s %-7s %s\n", "RUN", "PIPELINE", "STATE", "STEPS", "CREATED");
+	size_t i;
+	json_t *r;
+	json_array_foreach(json_object_get(doc, "items"), i, r)
+	{
+		char when[32], steps[16];
+		fmt_time(json_object_get(r, "created_at"), when, sizeof(when));
+		snprintf(steps, sizeof(steps), "%lld/%lld",
+		         (long long)json_integer_value(json_object_get(r, "done")),
+		         (long long)json_integer_value(json_object_get(r, "steps")));
+		printf("%-24s %-20s %-12s %-7s %s\n", str(r, "id"), str(r, "pipeline"),
+		       str(r, "state"), steps, when);
+	}
+	if (json_string_value(json_object_get(doc, "next")))
+		printf("(more: --cursor %s)\n", str(json_array_get(json_object_get(doc, "items"),
+		                                                   json_array_size(json_object_get(
+		                                                       doc, "items")) - 1),
+		                                    "id"));
+}
+
+static void show_run(json_t *d)
+{
+	printf("run %s  pipeline %s  state %s\n", str(d, "id"), str(d, "pipeline"), str(d, "state"));
+	if (json_string_value(json_object_get(d, "error")))
+		printf("error: %s\n", str(d, "error"));
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(d, "steps"), i, s)
+	    printf("  %-20s %-10s %-10s attempts %lld%s%s\n", str(s, "name"), str(s, "type"),
+	           str(s, "state"), (long long)json_integer_value(json_object_get(s, "attempts")),
+	           json_string_value(json_object_get(s, "reason")) ? "  " : "",
+	           json_string_value(json_object_get(s, "reason")) ?: "");
+}
+
+static void show_models(json_t *doc)
+{
+	printf("%-24s %-9s %s\n", "MODEL", "VERSIONS", "ALIASES");
+	size_t i;
+	json_t *m;
+	json_array_foreach(json_object_get(doc, "items"), i, m)
+	{
+		char *aliases = json_dumps(json_object_get(m, "aliases"), JSON_COMPACT);
+		printf("%-24s %-9lld %s\n", str(m, "name"),
+		       (long long)json_integer_value(json_object_get(m, "versions")),
+		       aliases ? aliases : "{}");
+		free(aliases);
+	}
+}
+
+static void show_action(json_t *doc)
+{
+	printf("%s: %s\n", str(doc, "action"), str(doc, "id"));
+}
+
+/* ---- events --------------------------------------------------------------------------- */
+
+struct sse {
+	char *line;          /* partial line */
+	size_t n;
+	char event[64];
+	char last_id[32];    /* for Last-Event-ID on reconnect */
+	char *data;          /* data of the event being read */
+	char final_state[32];
+	int json;
+};
+
+static void sse_dispatch(struct sse *s)
+{
+	if (!s->data)
+		return;
+	json_t *d = json_loads(s->data, 0, NULL);
+	if (s->json) {
+		printf("%s\n", s->data);
+	} else if (!strcmp(s->event, "end")) {
+		/* printed by the caller */
+	} else {
+		char when[32];
+		fmt_time(json_object_get(d, "at"), when, sizeof(when));
+		printf("%s  %-8s %-14s", when, s->event, str(d, "step"));
+		if (json_string_value(json_object_get(d, "to")))
+			printf(" %s -> %s", str(d, "from"), str(d, "to"));
+		if (json_string_value(json_object_get(d, "message")))
+			printf("  %s", str(d, "message"));
+		printf("\n");
+	}
+	if (!strcmp(s->event, "end"))
+		snprintf(s->final_state, sizeof(s->final_state), "%s", str(d, "state"));
+	fflush(stdout);
+	json_decref(d);
+	free(s->data);
+	s->data = NULL;
+	s->event[0] = 0;
+}
+
+static void sse_line(struct sse *s, const char *l)
+{
+	if (!*l) {
+		sse_dispatch(s);
+	} else if (!strncmp(l, "event: ", 7)) {
+		snprintf(s->event, sizeof(s->event), "%s", l + 7);
+	} else if (!strncmp(l, "id: ", 4)) {
+		snprintf(s->last_id, sizeof(s->last_id), "%s", l + 4);
+	} else if (!strncmp(l, "data: ", 6)) {
+		char *d = s->data ? tf_xasprintf("%s\n%s", s->data, l + 6) : tf_xstrdup(l + 6);
+		free(s->data);
+		s->data = d;
+	}
+}
+
+static size_t on_sse(char *d, size_t sz, size_t nm, void *u)
+{
+	struct sse *s = u;
+	for (size_t i = 0; i < sz * nm; i++) {
+		if (d[i] == '\n') {
+			s->line = tf_xrealloc(s->line, s->n + 1);
+			s->line[s->n] = 0;
+			sse_line(s, s->line);
+			s->n = 0;
+		} else if (d[i] != '\r') {
+			s->line = tf_xrealloc(s->line, s->n + 1);
+			s->line[s->n++] = d[i];
+		}
+	}
+	return sz * nm;
+}
+
+/* Follows a run's events to its end; returns the exit code for its final state. */
+static int follow(const struct remote *r, const char *run, int json)
+{
+	struct sse s = {.json = json};
+	for (int tries = 0; !*s.final_state && tries < 1000; tries++) {
+		CURL *c = curl_easy_init();
+		char *url = tf_xasprintf("%s/api/v1/runs/%s/events", r->url, run);
+		char *auth = r->token ? tf_xasprintf("Authorization: Bearer %s", r->token) : NULL;
+		char *last = *s.last_id ? tf_xasprintf("Last-Event-ID: %s", s.last_id) : NULL;
+		struct curl_slist *h = NULL;
+		if (auth)
+			h = curl_slist_append(h, auth);
+		if (last)
+			h = curl_slist_append(h, last);
+		curl_easy_setopt(c, CURLOPT_URL, url);
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_sse);
+		curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+		curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L); /* keep-alives come every 10 s */
+		curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
+		CURLcode cc = curl_easy_perform(c);
+		long status = 0;
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+		curl_slist_free_all(h);
+		curl_easy_cleanup(c);
+		free(url);
+		free(auth);
+		free(last);
+		if (status >= 400 && status != 429 && status != 503) {
+			fprintf(stderr, "tpuflow: events of run %s: HTTP %ld\n", run, status);
+			break;
+		}
+		if (!*s.final_state) {
+			if (cc != CURLE_OK)
+				fprintf(stderr, "tpuflow: event stream broke (%s); reconnecting\n",
+				        curl_easy_strerror(cc));
+			sleep(tries < 5 ? 1 : 3);
+		}
+	}
+	free(s.line);
+	free(s.data);
+	if (!*s.final_state)
+		return TF_EXIT_UNAVAILABLE;
+	if (!json)
+		printf("run %s %s\n", run, s.final_state);
+	return strcmp(s.final_state, "succeeded") ? TF_EXIT_FAILED : TF_EXIT_OK;
+}
+
+/* ---- commands ----------------------------------------------------------------------------- */
+
+static int remote_run(const struct remote *r, int argc, char **argv)
+{
+	const char *file = NULL;
+	int detach = 0;
+	json_t *params = json_object(), *labels = json_object();
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if ((!strcmp(a, "--param") || !strcmp(a, "--label")) && i + 1 < argc) {
+			const char *kv = argv[++i], *eq = strchr(kv, '=');
+			if (!eq || eq == kv) {
+				json_decref(params);
+				json_decref(labels);
+				return tf_cli_usage_error("run", "%s wants NAME=VALUE, not '%s'", a, kv);
+			}
+			char *k = tf_xasprintf("%.*s", (int)(eq - kv), kv);
+			json_object_set_new(!strcmp(a, "--param") ? params : labels, k,
+			                    json_string(eq + 1));
+			free(k);
+		} else if (!strcmp(a, "--detach")) {
+			detach = 1;
+		} else if (a[0] == '-') {
+			json_decref(params);
+			json_decref(labels);
+			return tf_cli_usage_error("run", "with --remote, run takes FILE [--param K=V] "
+			                                 "[--label K=V] [--detach], not '%s'",
+			                          a);
+		} else {
+			file = a;
+		}
+	}
+	char *yaml = NULL;
+	size_t len = 0;
+	if (!file || tf_read_file(file, 4 << 20, &yaml, &len)) {
+		json_decref(params);
+		json_decref(labels);
+		if (!file)
+			return tf_cli_usage_error("run", "expected a pipeline FILE");
+		fprintf(stderr, "tpuflow run: cannot read '%s'\n", file);
+		return TF_EXIT_DATAERR;
+	}
+	json_t *req = json_pack("{s:s%, s:o, s:o}", "yaml", yaml, len, "params", params, "labels",
+	                        labels);
+	free(yaml);
+	char *body = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	unsigned char rnd[16];
+	char key[40];
+	RAND_bytes(rnd, sizeof(rnd));
+	for (int i = 0; i < 16; i++)
+		snprintf(key + 2 * i, 3, "%02x", rnd[i]);
+	char *out = NULL, err[512];
+	long st = 0;
+	for (int tries = 0; tries < 5; tries++) { /* the same key: never two runs */
+		free(out);
+		out = NULL;
+		st = request(r, "POST", "/api/v1/runs", body, key, &out, err, sizeof(err));
+		if (st && st != 503 && st != 429)
+			break;
+		sleep(1u << tries);
+	}
+	free(body);
+	if (!st) {
+		fprintf(stderr, "tpuflow run: %s\n", err);
+		free(out);
+		return TF_EXIT_UNAVAILABLE;
+	}
+	if (st >= 300) {
+		int ret = print_problem(st, out);
+		free(out);
+		return ret;
+	}
+	json_t *doc = json_loads(out, 0, NULL);
+	free(out);
+	char run[64];
+	snprintf(run, sizeof(run), "%s", str(doc, "id"));
+	json_decref(doc);
+	if (!r->json || detach)
+		printf(r->json ? "{\"id\": \"%s\"}\n" : "run %s submitted\n", run);
+	return detach ? TF_EXIT_OK : follow(r, run, r->json);
+}
+
+static int step_logs(const struct remote *r, const char *run, const char *step, int follow_)
+{
+	CURL *c = curl_easy_init();
+	char *es = curl_easy_escape(c, step, 0);
+	char *url = tf_xasprintf("%s/api/v1/runs/%s/steps/%s/logs%s", r->url, run, es,
+	                         follow_ ? "?follow=true" : "");
+	char *auth = r->token ? tf_xasprintf("Authorization: Bearer %s", r->token) : NULL;
+	struct curl_slist *h = auth ? curl_slist_append(NULL, auth) : NULL;
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, stdout);
+	curl_easy_setopt(c, CURLOPT_FAILONERROR, 1L);
+	CURLcode cc = curl_easy_perform(c);
+	long status = 0;
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	curl_slist_free_all(h);
+	curl_free(es);
+	curl_easy_cleanup(c);
+	free(url);
+	free(auth);
+	if (cc != CURLE_OK) {
+		fprintf(stderr, "tpuflow runs logs: %s (HTTP %ld)\n", curl_easy_strerror(cc), status);
+		return status == 404 ? TF_EXIT_FAILED : TF_EXIT_UNAVAILABLE;
+	}
+	return TF_EXIT_OK;
+}
+
+/* The logs of one step, or of every step of the run in file order. */
+static int remote_logs(const struct remote *r, const char *run, const char *step, int follow_)
+{
+	if (step)
+		return step_logs(r, run, step, follow_);
+	char *p = tf_xasprintf("/api/v1/runs/%s/steps", run), *body = NULL, err[512];
+	long st = request(r, "GET", p, NULL, NULL, &body, err, sizeof(err));
+	free(p);
+	if (st != 200) {
+		int ret = st ? print_problem(st, body) : TF_EXIT_UNAVAILABLE;
+		if (!st)
+			fprintf(stderr, "tpuflow: %s\n", err);
+		free(body);
+		return ret;
+	}
+	json_t *doc = json_loads(body, 0, NULL);
+	free(body);
+	size_t i;
+	json_t *s;
+	int ret = TF_EXIT_OK;
+	json_array_foreach(json_object_get(doc, "items"), i, s)
+	{
+		if (!json_integer_value(json_object_get(s, "attempts")))
+			continue;
+		printf("\n### step %s (%s)\n", str(s, "name"), str(s, "state"));
+		fflush(stdout);
+		int rc = step_logs(r, run, str(s, "name"), follow_);
+		if (rc)
+			ret = rc;
+	}
+	json_decref(doc);
+	return ret;
+}
+
+static int remote_runs(const struct remote *r, int argc, char **argv)
+{
+	const char *sub = argc > 1 ? argv[1] : "list";
+	if (!strcmp(sub, "list")) {
+		char q[512] = "/api/v1/runs?limit=50";
+		for (int i = 2; i + 1 < argc; i += 2) {
+			const char *flag = argv[i] + (strncmp(argv[i], "--", 2) ? 0 : 2);
+			if (strcmp(flag, "state") && strcmp(flag, "pipeline") && strcmp(flag, "label") &&
+			    strcmp(flag, "limit") && strcmp(flag, "cursor") && strcmp(flag, "since"))
+				return tf_cli_usage_error("runs", "unknown option '%s'", argv[i]);
+			char *e = curl_easy_escape(NULL, argv[i + 1], 0);
+			size_t n = strlen(q);
+			snprintf(q + n, sizeof(q) - n, "&%s=%s", flag, e);
+			curl_free(e);
+		}
+		return simple(r, "GET", q, show_runs);
+	}
+	if (argc < 3)
+		return tf_cli_usage_error("runs", "%s wants a RUN id", sub);
+	char *e = curl_easy_escape(NULL, argv[2], 0);
+	int ret;
+	char *p = NULL;
+	if (!strcmp(sub, "show")) {
+		p = tf_xasprintf("/api/v1/runs/%s", e);
+		ret = simple(r, "GET", p, show_run);
+	} else if (!strcmp(sub, "cancel") || !strcmp(sub, "retry") || !strcmp(sub, "resume")) {
+		p = tf_xasprintf("/api/v1/runs/%s:%s", e, sub);
+		ret = simple(r, "POST", p, show_action);
+	} else if (!strcmp(sub, "logs")) {
+		int fl = 0;
+		const char *step = NULL;
+		for (int i = 3; i < argc; i++) {
+			if (!strcmp(argv[i], "--follow") || !strcmp(argv[i], "-f"))
+				fl = 1;
+			else
+				step = argv[i];
+		}
+		ret = remote_logs(r, e, step, fl);
+	} else if (!strcmp(sub, "events") || !strcmp(sub, "watch")) {
+		ret = follow(r, e, r->json);
+	} else {
+		ret = tf_cli_usage_error("runs", "with --remote: list, show, logs, events, cancel, "
+		                                 "retry or resume");
+	}
+	free(p);
+	curl_free(e);
+	return ret;
+}
+
+static int remote_models(const struct remote *r, int argc, char **argv)
+{
+	const char *sub = argc > 1 ? argv[1] : "list";
+	if (!strcmp(sub, "list"))
+		return simple(r, "GET", "/api/v1/models", show_models);
+	if (strcmp(sub, "show") || argc < 3)
+		return tf_cli_usage_error("models", "with --remote: list, or show NAME [VERSION]");
+	char *e = curl_easy_escape(NULL, argv[2], 0);
+	char *v = argc > 3 ? curl_easy_escape(NULL, argv[3], 0) : NULL;
+	char *p = v ? tf_xasprintf("/api/v1/models/%s/versions/%s", e, v)
+	            : tf_xasprintf("/api/v1/models/%s", e);
+	int ret = simple(r, "GET", p, NULL);
+	free(p);
+	curl_free(e);
+	curl_free(v);
+	return ret;
+}
+
+int tf_cli_remote(struct tf_cli *cli, const char *url, int argc, char **argv)
+{
+	char base[1024];
+	snprintf(base, sizeof(base), "%s", url);
+	size_t n = strlen(base);
+	while (n && base[n - 1] == '/')
+		base[--n] = 0;
+	if (strncmp(base, "http://", 7) && strncmp(base, "https://", 8))
+		return tf_cli_usage_error(argv[0], "--remote wants an http:// or https:// URL, not "
+		                                   "'%s'",
+		                          url);
+	struct remote r = {.url = base, .token = getenv("TPUFLOW_TOKEN"), .json = cli->json};
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--json"))
+			r.json = 1;
+	int k = 0;
+	for (int i = 0; i < argc; i++) /* --json was taken above */
+		if (strcmp(argv[i], "--json"))
+			argv[k++] = argv[i];
+	argc = k;
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	int ret;
+	if (!strcmp(argv[0], "run"))
+		ret = remote_run(&r, argc, argv);
+	else if (!strcmp(argv[0], "runs"))
+		ret = remote_runs(&r, argc, argv);
+	else
+		ret = remote_models(&r, argc, argv);
+	curl_global_cleanup();
+	return ret;
+}
