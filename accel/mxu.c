@@ -195,9 +195,9 @@ struct part {
 	size_t M, K, N;               /* this block's sizes (K is whole) */
 	const float *X, *W;           /* already offset to the block's first row / column */
 	size_t ldx, ldw, ldc;
-	size_t x_avail; /* floats of a stored X row readable from X (ldx - offset) */
-	float *C;       /* block's top-left output */
-	int kernel;     /* enum kernel, already fitted to cfg (kernel_for) */
+	size_t x_avail;         /* floats of a stored X row readable from X (ldx - offset) */
+	float *C;               /* block's top-left output */
+	int kernel;             /* enum kernel, already fitted to cfg (kernel_for) */
 	const uint32_t *packed; /* AVX-512 only: op(W) from tf_mxu_wpack, packed_n columns */
 	size_t packed_n;
 };
@@ -704,19 +704,25 @@ void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size
 /* ---- op(W) packed once for many GEMMs ---- */
 
 struct tf_mxu_wpack {
-	int trans_w;      /* as for tf_mxu_gemm */
-	size_t K, N;      /* op(W) is K x N */
-	const float *W;   /* the caller's W (read when the packed form cannot be used) */
-	size_t ldw;       /* its leading dimension */
-	int rows, ftz;    /* configuration the packing was made for */
-	bool packed;      /* words hold op(W) for the AVX-512 path */
-	uint32_t *words;  /* tf_mxu_avx512_pack_w's layout */
-	size_t cap;       /* words allocated */
+	int trans_w;     /* as for tf_mxu_gemm */
+	size_t K, N;     /* op(W) is K x N */
+	const float *W;  /* the caller's W (read when the packed form cannot be used) */
+	size_t ldw;      /* its leading dimension */
+	int rows, ftz;   /* configuration the packing was made for */
+	bool packed;     /* words hold op(W) for the AVX-512 path */
+	uint32_t *words; /* tf_mxu_avx512_pack_w's layout */
+	size_t cap;      /* words allocated */
 };
 
 struct tf_mxu_wpack *tf_mxu_wpack_new(void)
 {
 	return tf_xcalloc(1, sizeof(struct tf_mxu_wpack));
+}
+
+void tf_mxu_wpack_shape(const struct tf_mxu_wpack *p, size_t *K, size_t *N)
+{
+	*K = p->K;
+	*N = p->N;
 }
 
 void tf_mxu_wpack_free(struct tf_mxu_wpack *p)

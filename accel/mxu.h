@@ -73,14 +73,16 @@ int tf_mxu_force_kernel(const char *name);
  * multiply by the same weights): rounded to bf16 and laid out for the kernel when packed,
  * instead of once per GEMM. Same bits as tf_mxu_gemm. A pack is not thread-safe to set, but
  * any number of threads may run tf_mxu_gemm_wpack on it at once. */
-struct tf_mxu_wpack; /* opaque */
+struct tf_mxu_wpack;                         /* opaque */
 struct tf_mxu_wpack *tf_mxu_wpack_new(void); /* empty; caller frees with tf_mxu_wpack_free */
 void tf_mxu_wpack_free(struct tf_mxu_wpack *p);
+/* The shape of the packed op(W): K x N (0 x 0 before the first set). */
+void tf_mxu_wpack_shape(const struct tf_mxu_wpack *p, size_t *K, size_t *N);
 /* (Re)packs op(W) (K x N, trans_w and ldw as for tf_mxu_gemm) for GEMMs under cfg (its rows
  * and ftz). W is borrowed: it must stay unchanged until the next set or the free (paths that
  * do not use the packed form read it, e.g. the AVX2 kernel). Reuses the pack's memory. */
-void tf_mxu_wpack_set(struct tf_mxu_wpack *p, const struct tf_mxu_cfg *cfg, int trans_w,
-                      size_t K, size_t N, const float *W, size_t ldw);
+void tf_mxu_wpack_set(struct tf_mxu_wpack *p, const struct tf_mxu_cfg *cfg, int trans_w, size_t K,
+                      size_t N, const float *W, size_t ldw);
 /* tf_mxu_gemm(cfg, trans_x, p's trans_w, M, p's K, p's N, X, ldx, p's W, p's ldw, C, ldc,
  * stats), with the packed op(W) when cfg matches the packing. */
 void tf_mxu_gemm_wpack(const struct tf_mxu_cfg *cfg, int trans_x, size_t M, const float *X,
@@ -91,18 +93,24 @@ void tf_mxu_gemm_wpack(const struct tf_mxu_cfg *cfg, int trans_x, size_t M, cons
 enum tf_mxu_dataflow {
 	TF_MXU_WS, /* weight-stationary: rows <- K, cols <- N, streamed T = M */
 	TF_MXU_OS, /* output-stationary: rows <- M, cols <- N, streamed T = K */
+	TF_MXU_IS, /* input-stationary: rows <- K, cols <- M, streamed T = N */
 	TF_MXU_DATAFLOW_LAST
 };
 
 struct tf_mxu_model {
 	uint64_t folds;            /* array loads */
-	uint64_t cycles_per_fold;  /* WS: 2R + C + T - 2; OS: R + C + T - 2 */
+	uint64_t cycles_per_fold;  /* WS, IS: 2R + C + T - 2; OS: R + C + T - 2 */
 	uint64_t cycles;           /* folds * cycles_per_fold: one array doing every fold */
 	uint64_t scalesim_total;   /* what SCALE-Sim reports: cycles - 1 (last 0-based cycle) */
 	uint64_t core_cycles;      /* ceil(folds / mxus) * cycles_per_fold */
 	double mapping_efficiency; /* mean over folds of used rows * used cols / (R * C) */
 	double utilization;        /* M*N*K / (cycles * R * C) (one array) */
 	double core_utilization;   /* M*N*K / (core_cycles * R * C * mxus) */
+	/* SCALE-Sim's own definitions (its COMPUTE_REPORT, stall-free): */
+	double scalesim_utilization; /* "Overall Util": M*N*K / (scalesim_total * R * C) */
+	double compute_utilization;  /* "Compute Util": mean over folds of used PEs * T /
+	                                (R * C * fold cycles), fold cycles 2R + 2C + T - 3
+	                                (ws, is) or R + C + T - 2 (os) */
 };
 
 /* Fills *out for an M x K . K x N GEMM on R x C arrays (mxus of them, 0 = 1). Returns 0, or

@@ -4,7 +4,8 @@
  * WS: rows <- K, cols <- N, T = M; folds = ceil(K/R) * ceil(N/C); each fold costs R cycles to
  * shift the weights in, then T + R + C - 2 cycles for the skewed stream to fill, pass and
  * drain: 2R + C + T - 2. SCALE-Sim prints folds * that - 1 (its last 0-based cycle index).
- * OS: rows <- M, cols <- N, T = K; R + C + T - 2 per fold. Folds are independent, so a core
+ * OS: rows <- M, cols <- N, T = K; R + C + T - 2 per fold. IS: rows <- K, cols <- M, T = N;
+ * like WS (the stationary inputs are shifted in first). Folds are independent, so a core
  * with several MXUs runs ceil(folds / mxus) rounds. */
 #include "accel/mxu.h"
 
@@ -32,6 +33,9 @@ int tf_mxu_model(enum tf_mxu_dataflow df, uint64_t M, uint64_t K, uint64_t N, in
 	case TF_MXU_OS:
 		rows_dim = M, cols_dim = N, T = K;
 		break;
+	case TF_MXU_IS:
+		rows_dim = K, cols_dim = M, T = N;
+		break;
 	default:
 		return -EINVAL;
 	}
@@ -40,7 +44,7 @@ int tf_mxu_model(enum tf_mxu_dataflow df, uint64_t M, uint64_t K, uint64_t N, in
 	if (M && K && N) {
 		m.folds = cdiv(rows_dim, (uint64_t)R) * cdiv(cols_dim, (uint64_t)C);
 		m.cycles_per_fold =
-		    (df == TF_MXU_WS ? 2 * (uint64_t)R : (uint64_t)R) + (uint64_t)C + T - 2;
+		    (df == TF_MXU_OS ? (uint64_t)R : 2 * (uint64_t)R) + (uint64_t)C + T - 2;
 		m.cycles = m.folds * m.cycles_per_fold;
 		m.scalesim_total = m.cycles - 1;
 		m.core_cycles = cdiv(m.folds, (uint64_t)mxus) * m.cycles_per_fold;
@@ -50,6 +54,13 @@ int tf_mxu_model(enum tf_mxu_dataflow df, uint64_t M, uint64_t K, uint64_t N, in
 		double macs = (double)M * (double)N * (double)K;
 		m.utilization = macs / ((double)m.cycles * rc);
 		m.core_utilization = macs / ((double)m.core_cycles * rc * mxus);
+		m.scalesim_utilization =
+		    m.scalesim_total ? macs / ((double)m.scalesim_total * rc) : 1.0;
+		double fold_cycles = df == TF_MXU_OS
+		                         ? (double)(R + C + T - 2)
+		                         : (double)(2 * (uint64_t)R + 2 * (uint64_t)C + T - 3);
+		m.compute_utilization = (double)rows_dim * (double)cols_dim * (double)T /
+		                        ((double)m.folds * rc * fold_cycles);
 	}
 	*out = m;
 	return 0;

@@ -7,6 +7,9 @@
  * sleeping, so back-to-back runs of a training loop do not pay a wake-up each. Replicas are
  * independent, so the assignment of indices to threads does not affect any result.
  *
+ * Device time: per GEMM the roofline max(MXU cycles, HBM bytes / the core's HBM bandwidth);
+ * per run the slowest replica; per all-reduce the alpha-beta time (slice.h).
+ *
  * All-reduce: the emulation computes, for each ring, exactly what a ring reduce-scatter
  * followed by an all-gather produces: chunk j of the buffer is summed starting at member j+1
  * and going round to member j, (((x[j+1] + x[j+2]) + ...) + x[j]), and the total is copied to
@@ -15,6 +18,7 @@
 #include "accel/slice.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -246,17 +250,22 @@ static void replica_task(struct tf_slice_rt *rt, int task, int participant)
 void tf_slice_run(struct tf_slice_rt *rt, tf_slice_fn fn, void *arg)
 {
 	for (int i = 0; i < rt->replicas; i++)
-		rt->rep[i].cycles = rt->rep[i].macs = 0;
+		rt->rep[i].cycles = rt->rep[i].macs = rt->rep[i].hbm_bytes = rt->rep[i].hbm_extra =
+		    0;
 	rt->fn = fn;
 	rt->arg = arg;
 	pool_exec(rt, rt->replicas, replica_task);
 
-	uint64_t most = 0;
+	uint64_t most = 0, extra = 0;
 	for (int i = 0; i < rt->replicas; i++) {
-		if (rt->rep[i].cycles > most)
+		if (rt->rep[i].cycles > most) {
 			most = rt->rep[i].cycles;
+			extra = rt->rep[i].hbm_extra;
+		}
 		rt->st.macs += rt->rep[i].macs;
+		rt->st.hbm_bytes += (double)rt->rep[i].hbm_bytes;
 	}
+	rt->st.hbm_bound_cycles += extra;
 	rt->st.runs++;
 	rt->st.cycles += most;
 	double secs = (double)most / rt->slice.gen->clock_hz;
@@ -279,6 +288,18 @@ void tf_slice_mxu_cfg(const struct tf_slice_rt *rt, struct tf_mxu_cfg *cfg)
 		cfg->threads = rt->host_threads / rt->replicas;
 }
 
+/* Counts a GEMM against its replica: its roofline cycles, HBM traffic and multiply-adds. */
+static void count_gemm(struct tf_slice_replica *r, size_t M, size_t K, size_t N,
+                       const struct tf_mxu_stats *st)
+{
+	uint64_t bytes,
+	    cycles = tf_slice_gemm_cycles(r->rt->slice.gen, M, K, N, st->cycles, &bytes);
+	r->cycles += cycles;
+	r->hbm_extra += cycles - st->cycles;
+	r->hbm_bytes += bytes;
+	r->macs += st->macs;
+}
+
 void tf_slice_gemm(struct tf_slice_replica *r, int trans_x, int trans_w, size_t M, size_t K,
                    size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
                    size_t ldc)
@@ -287,8 +308,7 @@ void tf_slice_gemm(struct tf_slice_replica *r, int trans_x, int trans_w, size_t 
 	tf_slice_mxu_cfg(r->rt, &cfg);
 	struct tf_mxu_stats st;
 	tf_mxu_gemm(&cfg, trans_x, trans_w, M, K, N, X, ldx, W, ldw, C, ldc, &st);
-	r->cycles += st.cycles;
-	r->macs += st.macs;
+	count_gemm(r, M, K, N, &st);
 }
 
 void tf_slice_gemm_wpack(struct tf_slice_replica *r, int trans_x, size_t M, const float *X,
@@ -298,8 +318,20 @@ void tf_slice_gemm_wpack(struct tf_slice_replica *r, int trans_x, size_t M, cons
 	tf_slice_mxu_cfg(r->rt, &cfg);
 	struct tf_mxu_stats st;
 	tf_mxu_gemm_wpack(&cfg, trans_x, M, X, ldx, w, C, ldc, &st);
-	r->cycles += st.cycles;
-	r->macs += st.macs;
+	size_t K, N;
+	tf_mxu_wpack_shape(w, &K, &N);
+	count_gemm(r, M, K, N, &st);
+}
+
+uint64_t tf_slice_gemm_cycles(const struct tf_tpu_gen *g, size_t M, size_t K, size_t N,
+                              uint64_t compute, uint64_t *bytes)
+{
+	double b = ((double)M * K + (double)K * N) * 2.0 + (double)M * N * 4.0;
+	double per_cycle = g->hbm_bw / g->cores_per_chip / g->clock_hz;
+	uint64_t mem = (uint64_t)ceil(b / per_cycle);
+	if (bytes)
+		*bytes = (uint64_t)b;
+	return mem > compute ? mem : compute;
 }
 
 /* Ring dimensions in reduction order: size and replica-index stride, and whether the ring is

@@ -7,8 +7,9 @@
  *
  * Gradients are combined with tf_slice_allreduce: a sum in a fixed order, a ring per torus
  * dimension (the chip's own TensorCores first, then x, y, z), so every replica gets the same
- * bits whatever the host thread count. Device time is accounted as the slowest replica's MXU
- * cycles / clock per tf_slice_run, plus alpha-beta time for each collective:
+ * bits whatever the host thread count. Device time is accounted as the slowest replica's
+ * cycles / clock per tf_slice_run (each GEMM: max of its MXU cycles and its HBM traffic over
+ * the core's HBM bandwidth), plus alpha-beta time for each collective:
  *     T = 2 (p - 1) alpha + 2 (p - 1) / p * bytes / B       per ring of p members
  * with B the ICI link bandwidth per direction, doubled along a dimension with wrap-around
  * links (the ring runs both ways); HBM bandwidth and no alpha between the cores of one chip.
@@ -38,6 +39,8 @@ struct tf_slice_replica {
 	struct tf_slice_rt *rt; /* the runtime (for tf_slice_gemm) */
 	uint64_t cycles;        /* MXU cycles this replica used in the current tf_slice_run */
 	uint64_t macs;          /* multiply-adds issued in the current tf_slice_run */
+	uint64_t hbm_bytes;     /* HBM traffic of its GEMMs in the current tf_slice_run */
+	uint64_t hbm_extra;     /* cycles its GEMMs waited for HBM beyond their compute */
 };
 
 typedef void (*tf_slice_fn)(struct tf_slice_replica *replica, void *arg);
@@ -52,6 +55,8 @@ struct tf_slice_stats {
 	double device_seconds;     /* compute + collective */
 	double bytes_reduced;      /* payload bytes per replica over all all-reduces */
 	double mxu_utilization;    /* macs / (cycles * R * C * MXUs per core * replicas) */
+	double hbm_bytes;          /* HBM traffic of the GEMMs, all replicas */
+	uint64_t hbm_bound_cycles; /* of `cycles`, those the slowest replicas waited for HBM */
 };
 
 /* Creates a runtime for `slice` (copied). host_threads 0 means all host cores; it is capped at
@@ -70,8 +75,8 @@ int tf_slice_rt_threads(const struct tf_slice_rt *rt);
 void tf_slice_run(struct tf_slice_rt *rt, tf_slice_fn fn, void *arg);
 
 /* The MXU GEMM of mxu.h on this replica's TensorCore: the generation's array size and MXU
- * count, the runtime's ftz; counts the cycles against the replica. Uses several host threads
- * only when there are more host threads than replicas. */
+ * count, the runtime's ftz; counts its roofline cycles (tf_slice_gemm_cycles) against the
+ * replica. Uses several host threads only when there are more host threads than replicas. */
 void tf_slice_gemm(struct tf_slice_replica *r, int trans_x, int trans_w, size_t M, size_t K,
                    size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
                    size_t ldc);
@@ -83,6 +88,13 @@ void tf_slice_gemm_wpack(struct tf_slice_replica *r, int trans_x, size_t M, cons
 
 /* The MXU configuration replicas' GEMMs run with (array size, MXUs, ftz, host threads). */
 void tf_slice_mxu_cfg(const struct tf_slice_rt *rt, struct tf_mxu_cfg *cfg);
+
+/* The device cycles of an M x K . K x N GEMM on one TensorCore of generation g that needs
+ * `compute` MXU cycles: max(compute, HBM traffic / the core's share of HBM bandwidth), a
+ * roofline. Traffic: X and W read once as bf16, C written as fp32, (MK + KN) * 2 + MN * 4
+ * bytes. *bytes (may be NULL) receives the traffic. */
+uint64_t tf_slice_gemm_cycles(const struct tf_tpu_gen *g, size_t M, size_t K, size_t N,
+                              uint64_t compute, uint64_t *bytes);
 
 /* Sum-all-reduce of n floats: bufs[i] is replica i's buffer (replicas entries); on return every
  * buffer holds the same sum, computed in the fixed ring order. Adds its alpha-beta time. */

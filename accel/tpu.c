@@ -39,11 +39,11 @@ static const char *const v5e_types[] = {"v5litepod-1",   "v5litepod-4",   "v5lit
                                         "v5litepod-128", "v5litepod-256", NULL};
 static const char *const v5e_shapes[] = {"1x1", "2x2",  "2x4",   "4x4", "4x8",
                                          "8x8", "8x16", "16x16", NULL};
-static const char *const v5p_types[] = {"v5p-8",    "v5p-16",   "v5p-32",   "v5p-64",
-                                        "v5p-128",  "v5p-256",  "v5p-512",  "v5p-1024",
-                                        "v5p-2048", "v5p-4096", "v5p-8192", "v5p-12288", NULL};
-static const char *const v5p_shapes[] = {"2x2x1", "2x2x2",  "2x2x4",   "2x4x4",    "4x4x4",
-                                         "4x4x8", "4x8x8",  "8x8x8",   "8x8x16",   "8x16x16",
+static const char *const v5p_types[] = {"v5p-8",    "v5p-16",    "v5p-32",   "v5p-64",   "v5p-128",
+                                        "v5p-256",  "v5p-512",   "v5p-1024", "v5p-2048", "v5p-4096",
+                                        "v5p-8192", "v5p-12288", NULL};
+static const char *const v5p_shapes[] = {"2x2x1",    "2x2x2",    "2x2x4", "2x4x4",  "4x4x4",
+                                         "4x4x8",    "4x8x8",    "8x8x8", "8x8x16", "8x16x16",
                                          "16x16x16", "16x16x24", NULL};
 static const char *const v6e_types[] = {"v6e-1",  "v6e-4",   "v6e-8",   "v6e-16", "v6e-32",
                                         "v6e-64", "v6e-128", "v6e-256", NULL};
@@ -259,8 +259,9 @@ static int check_shape(const struct tf_tpu_gen *g, const int *d, int n, char *er
 		size_t last = 0;
 		while (g->shapes[last + 1])
 			last++;
-		tf_errf(err, errlen, "topology has %ld chips but the largest %s slice has %d (%s, %s)",
-		        chips, g->name, g->max_chips, g->types[last], g->shapes[last]);
+		tf_errf(err, errlen,
+		        "topology has %ld chips but the largest %s slice has %d (%s, %s)", chips,
+		        g->name, g->max_chips, g->types[last], g->shapes[last]);
 		return -EINVAL;
 	}
 	if (g->torus_dims == 3) {
@@ -327,8 +328,7 @@ static void list_shapes(const struct tf_tpu_gen *g, char *buf, size_t len)
 /* Whether Cloud TPU offers the (geometrically valid) shape: one of the accelerator types'
  * topologies, or on a 3D generation any shape of whole 4x4x4 cubes (the pages list "most but
  * not all" of those). 0 or -EINVAL with err filled. */
-static int check_offered(const struct tf_tpu_gen *g, const int *d, int n, char *err,
-                         size_t errlen)
+static int check_offered(const struct tf_tpu_gen *g, const int *d, int n, char *err, size_t errlen)
 {
 	char shape[32], list[512];
 	if (n == 3)
@@ -341,11 +341,9 @@ static int check_offered(const struct tf_tpu_gen *g, const int *d, int n, char *
 	if (n == 3 && d[0] % 4 == 0 && d[1] % 4 == 0 && d[2] % 4 == 0)
 		return 0;
 	list_shapes(g, list, sizeof list);
-	tf_errf(err, errlen,
-	        "%s topology %s is not offered by Cloud TPU: use one of %s%s", g->name, shape,
-	        list,
-	        n == 3 ? " or AxBxC with every dimension a multiple of 4 (whole 4x4x4 cubes)"
-	               : "");
+	tf_errf(err, errlen, "%s topology %s is not offered by Cloud TPU: use one of %s%s", g->name,
+	        shape, list,
+	        n == 3 ? " or AxBxC with every dimension a multiple of 4 (whole 4x4x4 cubes)" : "");
 	return -EINVAL;
 }
 
@@ -411,8 +409,7 @@ int tf_tpu_chip_host(const struct tf_tpu_slice *s, int chip)
 	return host;
 }
 
-static int parse(const char *spec, int strict, struct tf_tpu_slice *out, char *err,
-                 size_t errlen)
+static int parse(const char *spec, int strict, struct tf_tpu_slice *out, char *err, size_t errlen)
 {
 	char gbuf[32], list[512];
 	const struct tf_tpu_gen *g;

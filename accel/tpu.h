@@ -12,32 +12,32 @@
 #include <stddef.h>
 
 struct tf_tpu_gen {
-	const char *name;         /* "v4": the name used in explicit topologies ("v4:2x2x4") */
-	const char *type_prefix;  /* accelerator-type prefix: "v4", "v5litepod", "v6e" */
-	int mxu_rows, mxu_cols;   /* systolic array R x C */
-	int mxus_per_core;        /* matrix units per TensorCore */
-	int cores_per_chip;       /* TensorCores per chip */
-	int torus_dims;           /* 2 or 3 */
-	int type_counts_cores;    /* 1: "v4-8" counts TensorCores; 0: "v5litepod-16" counts chips */
-	int max_chips;            /* largest slice Cloud TPU offers (v5p: 6144 of an 8960-chip pod) */
-	double clock_hz;          /* MXU clock */
-	double hbm_bytes;         /* HBM per chip, bytes (see hbm_gib for the published unit) */
-	double hbm_bw;            /* HBM bytes/s per chip */
-	double ici_bw;            /* bytes/s per ICI link and direction */
-	double ici_alpha;         /* seconds of fixed latency per collective step (one hop) */
-	double peak_flops;        /* published bf16 peak per chip, FLOP/s */
-	const char *const *types; /* the accelerator types offered, NULL-terminated */
+	const char *name;        /* "v4": the name used in explicit topologies ("v4:2x2x4") */
+	const char *type_prefix; /* accelerator-type prefix: "v4", "v5litepod", "v6e" */
+	int mxu_rows, mxu_cols;  /* systolic array R x C */
+	int mxus_per_core;       /* matrix units per TensorCore */
+	int cores_per_chip;      /* TensorCores per chip */
+	int torus_dims;          /* 2 or 3 */
+	int type_counts_cores;   /* 1: "v4-8" counts TensorCores; 0: "v5litepod-16" counts chips */
+	int max_chips;     /* largest slice Cloud TPU offers (v5p: 6144 of an 8960-chip pod) */
+	double clock_hz;   /* MXU clock */
+	double hbm_bytes;  /* HBM per chip, bytes (see hbm_gib for the published unit) */
+	double hbm_bw;     /* HBM bytes/s per chip */
+	double ici_bw;     /* bytes/s per ICI link and direction */
+	double ici_alpha;  /* seconds of fixed latency per collective step (one hop) */
+	double peak_flops; /* published bf16 peak per chip, FLOP/s */
+	const char *const *types;  /* the accelerator types offered, NULL-terminated */
 	const char *const *shapes; /* their default topologies, same order */
 	/* Added with hosts and wrap-around (zero-initialised in older initialisers). */
-	int pod_chips;            /* chips in a pod */
-	int hbm_gib;              /* 1: Google states HBM in GiB (v2-v4); 0: in GB */
-	int host_dims[3];         /* the block of chips one host holds: 2x2(x1), or 2x4 on v5e/v6e */
+	int pod_chips;    /* chips in a pod */
+	int hbm_gib;      /* 1: Google states HBM in GiB (v2-v4); 0: in GB */
+	int host_dims[3]; /* the block of chips one host holds: 2x2(x1), or 2x4 on v5e/v6e */
 	enum tf_tpu_wrap {
 		TF_WRAP_MULT4 = 1, /* v4: a dimension that is a multiple of 4 wraps around */
 		TF_WRAP_CUBE,      /* v5p: slices of a full 4x4x4 cube or more wrap in every dim */
 		TF_WRAP_POD_EDGE,  /* 2D: a dimension spanning the pod's side wraps (assumption) */
 	} wrap_rule;
-	const char *source;       /* the public page the figures come from */
+	const char *source; /* the public page the figures come from */
 };
 
 /* The presets, in generation order; n receives the count. */

@@ -1,7 +1,8 @@
 /* cmd_accel.c — `tpuflow accel`: the emulated TPU from the command line.
  *
  *   accel matmul --a A.npy --b B.npy [--out C.npy] [--array RxC] [--reference] [--threads N]
- *   accel cycles --m M --k K --n N [--array RxC] [--dataflow ws|os] [--mxus N]
+ *   accel cycles --m M --k K --n N [--array RxC] [--dataflow ws|os|is] [--mxus N]
+ *   accel cycles --topology FILE.csv [--config FILE.cfg] [--report-dir DIR] [--csv]
  *   accel slices
  *   accel info SLICE
  * Owns the .npy reading and writing (float32, little-endian, C order, 2-D). */
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accel/layersim.h"
 #include "accel/mxu.h"
 #include "accel/slice.h"
 #include "accel/tpu.h"
@@ -187,7 +189,7 @@ static int npy_write(const char *path, const float *data, size_t rows, size_t co
 	size_t hlen = (size_t)dl + pad + 1;
 	FILE *fp = fopen(path, "wb");
 	if (!fp) {
-		snprintf(err, errlen, "cannot create '%s': %s", path, strerror(errno));
+		tf_errf(err, errlen, "cannot create '%s': %s", path, strerror(errno));
 		return -errno;
 	}
 	unsigned char pre[10] = {0x93,
@@ -208,7 +210,7 @@ static int npy_write(const char *path, const float *data, size_t rows, size_t co
 	if (fclose(fp) != 0)
 		ok = 0;
 	if (!ok) {
-		snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+		tf_errf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
 		return -EIO;
 	}
 	return 0;
@@ -420,6 +422,327 @@ out:
 	return rc;
 }
 
+/* Python's repr of a float (the shortest decimal that reads back the same), as SCALE-Sim's
+ * reports print them: 33.0, 0.501173861507284. */
+static void pyfloat(FILE *f, double v)
+{
+	char buf[40];
+	for (int prec = 1; prec <= 17; prec++) {
+		snprintf(buf, sizeof buf, "%.*g", prec, v);
+		if (strtod(buf, NULL) == v)
+			break;
+	}
+	char *e = strchr(buf, 'e');
+	if (e && atoi(e + 1) >= 0 && atoi(e + 1) < 16) /* Python writes 1e+02 as 100.0 */
+		snprintf(buf, sizeof buf, "%.0f", v);
+	if (!strpbrk(buf, ".eEn"))
+		strcat(buf, ".0");
+	fputs(buf, f);
+}
+
+static const char *df_name(int df)
+{
+	return df == TF_MXU_WS ? "ws" : df == TF_MXU_OS ? "os" : "is";
+}
+
+/* SCALE-Sim's three per-layer reports, with its headers and number formats. */
+static int write_reports(const char *dir, const struct tf_layersim_report *r, size_t n, char *err,
+                         size_t errlen)
+{
+	static const char *names[3] = {"COMPUTE_REPORT.csv", "BANDWIDTH_REPORT.csv",
+	                               "DETAILED_ACCESS_REPORT.csv"};
+	for (int k = 0; k < 3; k++) {
+		char path[4096];
+		snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+		FILE *f = fopen(path, "w");
+		if (!f) {
+			tf_errf(err, errlen, "cannot create '%s': %s", path, strerror(errno));
+			return -EIO;
+		}
+		if (k == 0)
+			fputs("LayerID, Total Cycles, Stall Cycles, Overall Util %, Mapping "
+			      "Efficiency %, Compute Util %,\n",
+			      f);
+		else if (k == 1)
+			fputs("LayerID, Avg IFMAP SRAM BW, Avg FILTER SRAM BW, Avg OFMAP SRAM BW, "
+			      "Avg IFMAP DRAM BW, Avg FILTER DRAM BW, Avg OFMAP DRAM BW,\n",
+			      f);
+		else
+			fputs("LayerID, SRAM IFMAP Start Cycle, SRAM IFMAP Stop Cycle, SRAM IFMAP "
+			      "Reads, SRAM Filter Start Cycle, SRAM Filter Stop Cycle, SRAM Filter "
+			      "Reads, SRAM OFMAP Start Cycle, SRAM OFMAP Stop Cycle, SRAM OFMAP "
+			      "Writes, DRAM IFMAP Start Cycle, DRAM IFMAP Stop Cycle, DRAM IFMAP "
+			      "Reads, DRAM Filter Start Cycle, DRAM Filter Stop Cycle, DRAM Filter "
+			      "Reads, DRAM OFMAP Start Cycle, DRAM OFMAP Stop Cycle, DRAM OFMAP "
+			      "Writes,\n",
+			      f);
+		for (size_t i = 0; i < n; i++) {
+			const struct tf_layersim_report *x = &r[i];
+			const struct tf_layersim_mem *m[3] = {&x->ifmap, &x->filter, &x->ofmap};
+			fprintf(f, "%zu, ", i);
+			if (k == 0) {
+				fprintf(f, "%llu, %llu, ", (unsigned long long)x->total_cycles,
+				        (unsigned long long)x->stall_cycles);
+				pyfloat(f, x->overall_util);
+				fputs(", ", f);
+				pyfloat(f, x->mapping_efficiency);
+				fputs(", ", f);
+				pyfloat(f, x->compute_util);
+			} else if (k == 1) {
+				for (int o = 0; o < 6; o++) {
+					if (o)
+						fputs(", ", f);
+					pyfloat(f, o < 3 ? m[o]->sram_bw : m[o - 3]->dram_bw);
+				}
+			} else {
+				for (int o = 0; o < 3; o++)
+					fprintf(f, "%s%lld.0, %lld.0, %llu", o ? ", " : "",
+					        (long long)m[o]->sram_start,
+					        (long long)m[o]->sram_stop,
+					        (unsigned long long)m[o]->sram_accesses);
+				for (int o = 0; o < 3; o++)
+					fprintf(f, ", %lld.0, %lld.0, %llu",
+					        (long long)m[o]->dram_start,
+					        (long long)m[o]->dram_stop,
+					        (unsigned long long)m[o]->dram_accesses);
+			}
+			fputs(",\n", f);
+		}
+		if (fclose(f) != 0) {
+			tf_errf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
+static json_t *mem_json(const struct tf_layersim_mem *m)
+{
+	json_t *j = json_object();
+	json_object_set_new(j, "sram_start_cycle", json_integer(m->sram_start));
+	json_object_set_new(j, "sram_stop_cycle", json_integer(m->sram_stop));
+	json_object_set_new(j, "sram_accesses", json_integer((json_int_t)m->sram_accesses));
+	json_object_set_new(j, "dram_start_cycle", json_integer(m->dram_start));
+	json_object_set_new(j, "dram_stop_cycle", json_integer(m->dram_stop));
+	json_object_set_new(j, "dram_accesses", json_integer((json_int_t)m->dram_accesses));
+	json_object_set_new(j, "avg_sram_bw", json_real(m->sram_bw));
+	json_object_set_new(j, "avg_dram_bw", json_real(m->dram_bw));
+	return j;
+}
+
+/* accel cycles --topology FILE.csv [--config FILE.cfg] ...: SCALE-Sim's inputs, per layer. */
+static int cycles_topology(int argc, char **argv, struct tf_cli *cli)
+{
+	static const struct option opts[] = {
+	    TF_CLI_COMMON_OPTIONS,
+	    {"topology", required_argument, NULL, 't'},
+	    {"config", required_argument, NULL, 'c'},
+	    {"gemm", no_argument, NULL, 'g'},
+	    {"csv", no_argument, NULL, 'v'},
+	    {"report-dir", required_argument, NULL, 'o'},
+	    {"weight-double-buffer", no_argument, NULL, 'w'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *cmd = "accel cycles", *topo = NULL, *cfgpath = NULL, *outdir = NULL;
+	int gemm = 0, csv = 0, wdb = 0, opt;
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 't':
+			topo = optarg;
+			break;
+		case 'c':
+			cfgpath = optarg;
+			break;
+		case 'g':
+			gemm = 1;
+			break;
+		case 'v':
+			csv = 1;
+			break;
+		case 'o':
+			outdir = optarg;
+			break;
+		case 'w':
+			wdb = 1;
+			break;
+		case 'h':
+			printf(
+			    "usage: tpuflow accel cycles --topology FILE.csv [--config FILE.cfg]\n"
+			    "         [--gemm] [--weight-double-buffer] [--report-dir DIR]\n"
+			    "         [--json|--csv]\n\n"
+			    "Runs SCALE-Sim's inputs through tpuflow's compute and memory model:\n"
+			    "a topology CSV (conv layers, or 'Layer, M, N, K' GEMMs: --gemm or a\n"
+			    "header naming M, N, K) and a SCALE-Sim .cfg (array, SRAM sizes,\n"
+			    "dataflow ws/os/is, InterfaceBandwidth USER with Bandwidth "
+			    "words/cycle,\n"
+			    "or CALC). Without --config: 128x128, ws, 1024/1024/512 kB, CALC.\n"
+			    "Prints a per-layer table: total and stall cycles, utilization as\n"
+			    "SCALE-Sim defines it, DRAM traffic.\n\n"
+			    "  --report-dir DIR        also write SCALE-Sim's COMPUTE_REPORT.csv,\n"
+			    "                          BANDWIDTH_REPORT.csv, "
+			    "DETAILED_ACCESS_REPORT.csv\n"
+			    "  --weight-double-buffer  add the ws cycles with each fold's weights\n"
+			    "                          loaded while the previous fold computes\n"
+			    "  --csv                   one CSV row per layer (all figures)\n"
+			    "  --json                  the same as JSON\n");
+			return TF_EXIT_OK;
+		default:
+			if (tf_cli_common_option(cli, opt, optarg))
+				break;
+			return tf_cli_usage_error(cmd, "unknown option");
+		}
+	}
+	if (optind < argc)
+		return tf_cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if (!topo)
+		return tf_cli_usage_error(cmd, "--topology FILE.csv is required");
+	char err[512];
+	struct tf_layersim_cfg cfg;
+	tf_layersim_cfg_init(&cfg);
+	if (cfgpath && tf_layersim_read_cfg(cfgpath, &cfg, err, sizeof err)) {
+		fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
+		return TF_EXIT_CONFIG;
+	}
+	cfg.weight_double_buffer = wdb;
+	struct tf_layer *layers = NULL;
+	size_t n = 0;
+	if (tf_layersim_read_topology(topo, gemm, &layers, &n, err, sizeof err)) {
+		fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
+		return TF_EXIT_DATAERR;
+	}
+	struct tf_layersim_report *rep = tf_xcalloc(n, sizeof *rep);
+	int rc = TF_EXIT_OK;
+	double t0 = tf_now_monotonic();
+	for (size_t i = 0; i < n; i++) {
+		if (tf_layersim_run(&cfg, &layers[i], &rep[i], err, sizeof err)) {
+			fprintf(stderr, "tpuflow %s: %s: layer %zu: %s\n", cmd, topo, i, err);
+			rc = TF_EXIT_DATAERR;
+			goto out;
+		}
+	}
+	double secs = tf_now_monotonic() - t0;
+	if (outdir && write_reports(outdir, rep, n, err, sizeof err)) {
+		fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
+		rc = TF_EXIT_FAILED;
+		goto out;
+	}
+	uint64_t tot = 0, stall = 0, comp = 0, wdbc = 0;
+	for (size_t i = 0; i < n; i++) {
+		tot += rep[i].total_cycles;
+		stall += rep[i].stall_cycles;
+		comp += rep[i].compute_cycles;
+		wdbc += rep[i].wdb_cycles;
+	}
+	if (cli->json) {
+		json_t *j = json_object(), *arr = json_array();
+		json_object_set_new(j, "topology", json_string(topo));
+		json_object_set_new(j, "run_name", json_string(cfg.run_name));
+		json_object_set_new(j, "array", json_sprintf("%dx%d", cfg.rows, cfg.cols));
+		json_object_set_new(j, "dataflow", json_string(df_name(cfg.dataflow)));
+		json_object_set_new(j, "bandwidth_mode",
+		                    json_string(cfg.user_bandwidth ? "USER" : "CALC"));
+		if (cfg.user_bandwidth)
+			json_object_set_new(j, "bandwidth", json_integer(cfg.bandwidth));
+		json_object_set_new(j, "sram_kb",
+		                    json_pack("{s:i,s:i,s:i}", "ifmap", cfg.ifmap_kb, "filter",
+		                              cfg.filter_kb, "ofmap", cfg.ofmap_kb));
+		for (size_t i = 0; i < n; i++) {
+			const struct tf_layersim_report *x = &rep[i];
+			uint64_t M, N, K;
+			tf_layer_mnk(&layers[i], &M, &N, &K);
+			json_t *o = json_object();
+			json_object_set_new(o, "layer", json_string(layers[i].name));
+			json_object_set_new(o, "m", json_integer((json_int_t)M));
+			json_object_set_new(o, "n", json_integer((json_int_t)N));
+			json_object_set_new(o, "k", json_integer((json_int_t)K));
+			json_object_set_new(o, "folds", json_integer((json_int_t)x->folds));
+			json_object_set_new(o, "total_cycles",
+			                    json_integer((json_int_t)x->total_cycles));
+			json_object_set_new(o, "stall_cycles",
+			                    json_integer((json_int_t)x->stall_cycles));
+			json_object_set_new(o, "compute_cycles",
+			                    json_integer((json_int_t)x->compute_cycles));
+			if (wdb)
+				json_object_set_new(o, "weight_double_buffer_cycles",
+				                    json_integer((json_int_t)x->wdb_cycles));
+			json_object_set_new(o, "overall_util_pct", json_real(x->overall_util));
+			json_object_set_new(o, "mapping_efficiency_pct",
+			                    json_real(x->mapping_efficiency));
+			json_object_set_new(o, "compute_util_pct", json_real(x->compute_util));
+			json_object_set_new(o, "ifmap", mem_json(&x->ifmap));
+			json_object_set_new(o, "filter", mem_json(&x->filter));
+			json_object_set_new(o, "ofmap", mem_json(&x->ofmap));
+			json_array_append_new(arr, o);
+		}
+		json_object_set_new(j, "layers", arr);
+		json_object_set_new(j, "total_cycles", json_integer((json_int_t)tot));
+		json_object_set_new(j, "stall_cycles", json_integer((json_int_t)stall));
+		json_object_set_new(j, "host_seconds", json_real(secs));
+		print_json(j);
+	} else if (csv) {
+		printf("layer,m,n,k,folds,total_cycles,stall_cycles,compute_cycles,%s"
+		       "overall_util_pct,mapping_efficiency_pct,compute_util_pct,"
+		       "ifmap_sram_reads,filter_sram_reads,ofmap_sram_writes,"
+		       "ifmap_dram_reads,filter_dram_reads,ofmap_dram_writes,"
+		       "ifmap_dram_bw,filter_dram_bw,ofmap_dram_bw\n",
+		       wdb ? "weight_double_buffer_cycles," : "");
+		for (size_t i = 0; i < n; i++) {
+			const struct tf_layersim_report *x = &rep[i];
+			uint64_t M, N, K;
+			tf_layer_mnk(&layers[i], &M, &N, &K);
+			printf("%s,%llu,%llu,%llu,%llu,%llu,%llu,%llu,", layers[i].name,
+			       (unsigned long long)M, (unsigned long long)N, (unsigned long long)K,
+			       (unsigned long long)x->folds, (unsigned long long)x->total_cycles,
+			       (unsigned long long)x->stall_cycles,
+			       (unsigned long long)x->compute_cycles);
+			if (wdb)
+				printf("%llu,", (unsigned long long)x->wdb_cycles);
+			printf("%.6g,%.6g,%.6g,%llu,%llu,%llu,%llu,%llu,%llu,%.6g,%.6g,%.6g\n",
+			       x->overall_util, x->mapping_efficiency, x->compute_util,
+			       (unsigned long long)x->ifmap.sram_accesses,
+			       (unsigned long long)x->filter.sram_accesses,
+			       (unsigned long long)x->ofmap.sram_accesses,
+			       (unsigned long long)x->ifmap.dram_accesses,
+			       (unsigned long long)x->filter.dram_accesses,
+			       (unsigned long long)x->ofmap.dram_accesses, x->ifmap.dram_bw,
+			       x->filter.dram_bw, x->ofmap.dram_bw);
+		}
+	} else {
+		printf("%s: %zu layers on %dx%d, %s, %s bandwidth", topo, n, cfg.rows, cfg.cols,
+		       df_name(cfg.dataflow), cfg.user_bandwidth ? "USER" : "CALC");
+		if (cfg.user_bandwidth)
+			printf(" %u words/cycle", cfg.bandwidth);
+		printf(", SRAM %u/%u/%u kB\n", cfg.ifmap_kb, cfg.filter_kb, cfg.ofmap_kb);
+		printf("%-16s %12s %12s %7s %7s %7s %12s %12s %12s%s\n", "layer", "cycles",
+		       "stalls", "util%", "map%", "comp%", "ifmap DRAM", "filter DRAM",
+		       "ofmap DRAM", wdb ? "   ws+wdb cycles" : "");
+		for (size_t i = 0; i < n; i++) {
+			const struct tf_layersim_report *x = &rep[i];
+			printf("%-16.16s %12llu %12llu %7.2f %7.2f %7.2f %12llu %12llu %12llu",
+			       layers[i].name, (unsigned long long)x->total_cycles,
+			       (unsigned long long)x->stall_cycles, x->overall_util,
+			       x->mapping_efficiency, x->compute_util,
+			       (unsigned long long)x->ifmap.dram_accesses,
+			       (unsigned long long)x->filter.dram_accesses,
+			       (unsigned long long)x->ofmap.dram_accesses);
+			if (wdb)
+				printf(" %16llu", (unsigned long long)x->wdb_cycles);
+			printf("\n");
+		}
+		printf("total %llu cycles, %llu of them stalls (stall-free %llu)",
+		       (unsigned long long)tot, (unsigned long long)stall,
+		       (unsigned long long)comp);
+		if (wdb)
+			printf("; with weight double-buffering %llu", (unsigned long long)wdbc);
+		printf("; simulated in %.3g s\n", secs);
+	}
+out:
+	free(rep);
+	free(layers);
+	return rc;
+}
+
 static int cycles(int argc, char **argv, struct tf_cli *cli)
 {
 	static const struct option opts[] = {
@@ -433,6 +756,9 @@ static int cycles(int argc, char **argv, struct tf_cli *cli)
 	    {NULL, 0, NULL, 0},
 	};
 	const char *cmd = "accel cycles";
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--topology") || !strncmp(argv[i], "--topology=", 11))
+			return cycles_topology(argc, argv, cli);
 	unsigned long long dim[3] = {0, 0, 0}, mxus = 1;
 	int have[3] = {0, 0, 0}, R = 128, C = 128, opt;
 	enum tf_mxu_dataflow df = TF_MXU_WS;
@@ -461,9 +787,11 @@ static int cycles(int argc, char **argv, struct tf_cli *cli)
 				df = TF_MXU_WS;
 			else if (!strcmp(optarg, "os"))
 				df = TF_MXU_OS;
+			else if (!strcmp(optarg, "is"))
+				df = TF_MXU_IS;
 			else
-				return tf_cli_usage_error(cmd, "--dataflow '%s' must be ws or os",
-				                          optarg);
+				return tf_cli_usage_error(
+				    cmd, "--dataflow '%s' must be ws, os or is", optarg);
 			break;
 		case 'x':
 			if (parse_count(optarg, 1024, &mxus) || mxus < 1)
@@ -473,11 +801,16 @@ static int cycles(int argc, char **argv, struct tf_cli *cli)
 		case 'h':
 			printf(
 			    "usage: tpuflow accel cycles --m M --k K --n N [--array RxC]\n"
-			    "         [--dataflow ws|os] [--mxus N] [--json]\n\n"
+			    "         [--dataflow ws|os|is] [--mxus N] [--json]\n"
+			    "       tpuflow accel cycles --topology FILE.csv [--config FILE.cfg] "
+			    "...\n"
+			    "         (SCALE-Sim's inputs with the memory model: --topology "
+			    "--help)\n\n"
 			    "SCALE-Sim's analytical cycle model for C[MxN] = A[MxK] . B[KxN].\n"
 			    "ws (default): rows <- K, cols <- N, T = M, 2R + C + T - 2 cycles a "
 			    "fold;\n"
-			    "os: rows <- M, cols <- N, T = K, R + C + T - 2 cycles a fold.\n"
+			    "os: rows <- M, cols <- N, T = K, R + C + T - 2 cycles a fold;\n"
+			    "is: rows <- K, cols <- M, T = N, 2R + C + T - 2 cycles a fold.\n"
 			    "scalesim_total is folds x cycles per fold - 1, the figure SCALE-Sim\n"
 			    "prints; core_cycles spreads the folds over --mxus arrays.\n");
 			return TF_EXIT_OK;
@@ -494,7 +827,7 @@ static int cycles(int argc, char **argv, struct tf_cli *cli)
 	struct tf_mxu_model m;
 	if (tf_mxu_model(df, dim[0], dim[1], dim[2], R, C, (int)mxus, &m))
 		return tf_cli_usage_error(cmd, "invalid model parameters");
-	const char *dfname = df == TF_MXU_WS ? "ws" : "os";
+	const char *dfname = df_name(df);
 	if (cli->json) {
 		json_t *j = json_object();
 		json_object_set_new(j, "dataflow", json_string(dfname));
@@ -514,6 +847,8 @@ static int cycles(int argc, char **argv, struct tf_cli *cli)
 		json_object_set_new(j, "mapping_efficiency", json_real(m.mapping_efficiency));
 		json_object_set_new(j, "utilization", json_real(m.utilization));
 		json_object_set_new(j, "core_utilization", json_real(m.core_utilization));
+		json_object_set_new(j, "scalesim_overall_util", json_real(m.scalesim_utilization));
+		json_object_set_new(j, "scalesim_compute_util", json_real(m.compute_utilization));
 		print_json(j);
 	} else {
 		printf("%s dataflow, %llu x %llu . %llu x %llu on %dx%d\n", dfname, dim[0], dim[1],
@@ -525,6 +860,9 @@ static int cycles(int argc, char **argv, struct tf_cli *cli)
 		       (unsigned long long)m.core_cycles, m.core_utilization);
 		printf("mapping efficiency %.4f, utilization %.4f\n", m.mapping_efficiency,
 		       m.utilization);
+		printf("SCALE-Sim's: overall util %.4f (over its total), compute util %.4f (per "
+		       "fold)\n",
+		       m.scalesim_utilization, m.compute_utilization);
 	}
 	return TF_EXIT_OK;
 }

@@ -207,7 +207,8 @@ static int parse_dims(const char *p, int dims[3])
 }
 
 /* A job's slice: a Cloud TPU type ("v4-8", "v5litepod-16") or topology ("v4:2x2x4") as
- * accel/tpu.h parses them (tf_tpu_shape_parse: any sub-mesh shape), or a bare shape "AxB[xC]" (any generation; gen set to ""). */
+ * accel/tpu.h parses them (tf_tpu_shape_parse: any sub-mesh shape), or a bare shape "AxB[xC]" (any
+ * generation; gen set to ""). */
 static int parse_slice(const char *spec, char gen[16], int shape[3], char *err, size_t errlen)
 {
 	gen[0] = '\0';

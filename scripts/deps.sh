@@ -14,6 +14,7 @@ test=(protobuf-compiler curl python3 swift swift-proxy swift-object swift-contai
       swift-account python3-swift memcached)
 test+=(slurm-wlm munge)  # tests/it_slurm.sh, bench/slurm.sh: a one-node Slurm cluster
 bench=(libopenblas-dev curl hyperfine snakemake)
+bench+=(bc python3-numpy python3-tqdm python3-absl python3-pandas)  # SCALE-Sim v2, layersim's peer
 
 case "${1:-build}" in
   build) want=("${build[@]}") ;;

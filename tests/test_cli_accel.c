@@ -168,12 +168,92 @@ static void test_cli_accel_cycles_slices_info(void **state)
 	assert_non_null(strstr(err, "not offered"));
 }
 
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		fail_msg("cannot open %s", path);
+	static char buf[2][65536];
+	static int which;
+	char *b = buf[which++ & 1];
+	size_t n = fread(b, 1, sizeof buf[0] - 1, f);
+	b[n] = '\0';
+	fclose(f);
+	return b;
+}
+
+/* SCALE-Sim's inputs in, SCALE-Sim's three reports out, byte for byte (the fixture's files
+ * were written by SCALE-Sim v2 itself). */
+static void test_cli_accel_cycles_topology(void **state)
+{
+	(void)state;
+	char root[1024], out[65536], err[4096], args[8192];
+	snprintf(root, sizeof root, "%s", getenv("TPUFLOW_BIN"));
+	for (int i = 0; i < 2; i++) /* ROOT/BUILD/tpuflow */
+		*strrchr(root, '/') = '\0';
+	const char *fx = "tests/fixtures/scalesim";
+	static const char *runs[] = {"os_user", "is_calc"};
+	for (int r = 0; r < 2; r++) {
+		snprintf(args, sizeof args,
+		         "accel cycles --topology %s/%s/topologies/conv.csv --config "
+		         "%s/%s/configs/%s.cfg --report-dir .",
+		         root, fx, root, fx, runs[r]);
+		if (run(args, out, sizeof out, err, sizeof err) != 0)
+			fail_msg("%s: %s", args, err);
+		assert_non_null(strstr(out, "Inc5b_3x3"));
+		static const char *rep[3] = {"COMPUTE_REPORT.csv", "BANDWIDTH_REPORT.csv",
+		                             "DETAILED_ACCESS_REPORT.csv"};
+		for (int k = 0; k < 3; k++) {
+			char want[2048];
+			snprintf(want, sizeof want, "%s/%s/out/%s/conv/%s", root, fx, runs[r],
+			         rep[k]);
+			assert_string_equal(slurp(rep[k]), slurp(want));
+		}
+	}
+	snprintf(args, sizeof args,
+	         "--json accel cycles --topology %s/%s/topologies/gemm.csv --weight-double-buffer",
+	         root, fx);
+	assert_int_equal(run(args, out, sizeof out, err, sizeof err), 0);
+	json_t *j = json_loads(out, 0, NULL);
+	assert_non_null(j);
+	json_t *l0 = json_array_get(json_object_get(j, "layers"), 0);
+	assert_int_equal(json_integer_value(json_object_get(l0, "m")), 128);
+	assert_true(json_integer_value(json_object_get(l0, "weight_double_buffer_cycles")) <
+	            json_integer_value(json_object_get(l0, "compute_cycles")));
+	json_decref(j);
+	FILE *f = fopen("bad.csv", "w");
+	fputs("Layer, M, N, K,\nx, 1, two, 3,\n", f);
+	fclose(f);
+	assert_int_equal(run("accel cycles --topology bad.csv", out, sizeof out, err, sizeof err),
+	                 65);
+	assert_non_null(strstr(err, "bad.csv:2"));
+	f = fopen("bad.cfg", "w");
+	fputs("[architecture_presets]\nArrayHeight: 0\n", f);
+	fclose(f);
+	snprintf(args, sizeof args,
+	         "accel cycles --topology %s/%s/topologies/gemm.csv --config bad.cfg", root, fx);
+	assert_int_equal(run(args, out, sizeof out, err, sizeof err), 78);
+	assert_non_null(strstr(err, "bad.cfg:2: ArrayHeight must be 1..65536"));
+	/* hosts and wrap-around in accel info */
+	assert_int_equal(run("accel info v5litepod-16 --json", out, sizeof out, err, sizeof err),
+	                 0);
+	j = json_loads(out, 0, NULL);
+	assert_non_null(j);
+	assert_int_equal(json_integer_value(json_object_get(j, "hosts")), 2);
+	assert_int_equal(json_integer_value(json_array_get(json_object_get(j, "chip_host"), 2)), 1);
+	assert_string_equal(json_string_value(json_object_get(j, "hbm_unit")), "GB");
+	json_decref(j);
+	assert_int_equal(run("accel info v4:1x2x2", out, sizeof out, err, sizeof err), 64);
+	assert_non_null(strstr(err, "use one of 2x2x1"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_cli_accel_matmul_npy),
 	    cmocka_unit_test(test_cli_accel_bad_npy),
 	    cmocka_unit_test(test_cli_accel_cycles_slices_info),
+	    cmocka_unit_test(test_cli_accel_cycles_topology),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -396,8 +396,8 @@ static void test_mxu_ftz_order_dependent(void **state)
 	(void)state;
 	const float big = ldexpf(1.0f, -63), small = ldexpf(1.0f, -64); /* bf16-exact normals */
 	const float x[2] = {big, big};
-	const float w_first_normal[2] = {big, small};   /* products 2^-126, 2^-127 */
-	const float w_first_tiny[2] = {small, big};     /* products 2^-127, 2^-126 */
+	const float w_first_normal[2] = {big, small}; /* products 2^-126, 2^-127 */
+	const float w_first_tiny[2] = {small, big};   /* products 2^-127, 2^-126 */
 	const float sum = 1.5f * ldexpf(1.0f, -126);
 	for (int ki = 0; ki < NKERNELS; ki++) {
 		if (!kernel_ok(ki))

@@ -223,7 +223,7 @@ static void test_slice_allreduce_torus_vs_mesh(void **state)
 	const struct tf_tpu_gen *g = s.gen;
 	double a = g->ici_alpha, B = g->ici_bw, hbm = g->hbm_bw;
 	double want = 2.0 * 1 / 2 * bytes / hbm                    /* the chip's 2 cores */
-	              + 2 * (2 * 1 * a + 2.0 * 1 / 2 * bytes / B)    /* x, y: mesh, p = 2 */
+	              + 2 * (2 * 1 * a + 2.0 * 1 / 2 * bytes / B)  /* x, y: mesh, p = 2 */
 	              + 2 * 3 * a + 2.0 * 3 / 4 * bytes / (2 * B); /* z: ring both ways */
 	assert_true(fabs(tf_slice_allreduce_seconds(&s, bytes) - want) < 1e-15);
 	struct tf_tpu_slice p = parse("v5p-32");
@@ -301,6 +301,25 @@ static void test_slice_device_time(void **state)
 	assert_true(fabs(st.device_seconds - st.compute_seconds - st.collective_seconds) < 1e-15);
 }
 
+/* Device time per GEMM is a roofline: a tall GEMM with K = N = 128 moves more bytes per
+ * MXU cycle than a v4 core's HBM share delivers (600 GB/s at 1.05 GHz: 571 bytes/cycle). */
+static void test_slice_gemm_roofline(void **state)
+{
+	(void)state;
+	const struct tf_tpu_gen *v4 = tf_tpu_gen_find("v4");
+	struct tf_mxu_model m;
+	tf_mxu_model(TF_MXU_WS, 10000, 128, 128, 128, 128, 4, &m);
+	uint64_t bytes, c = tf_slice_gemm_cycles(v4, 10000, 128, 128, m.core_cycles, &bytes);
+	assert_int_equal(bytes, (10000 * 128 + 128 * 128) * 2 + 10000 * 128 * 4);
+	double per_cycle = 1200e9 / 2 / 1050e6;
+	assert_int_equal(c, (uint64_t)ceil((double)bytes / per_cycle));
+	assert_true(c > m.core_cycles); /* memory-bound */
+	/* a square GEMM is compute-bound: the roofline is its MXU cycles */
+	tf_mxu_model(TF_MXU_WS, 1024, 1024, 1024, 128, 128, 4, &m);
+	assert_int_equal(tf_slice_gemm_cycles(v4, 1024, 1024, 1024, m.core_cycles, NULL),
+	                 m.core_cycles);
+}
+
 static void test_slice_hbm_and_shard(void **state)
 {
 	(void)state;
@@ -329,6 +348,7 @@ int main(void)
 	    cmocka_unit_test(test_slice_allreduce_blocks_match_ring_reference),
 	    cmocka_unit_test(test_slice_allreduce_torus_vs_mesh),
 	    cmocka_unit_test(test_slice_device_time),
+	    cmocka_unit_test(test_slice_gemm_roofline),
 	    cmocka_unit_test(test_slice_hbm_and_shard),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
