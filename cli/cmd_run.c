@@ -7,6 +7,7 @@
 #include "orchestrator/store.h"
 #include "storage/objstore.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <jansson.h>
@@ -57,7 +58,8 @@ static void run_usage(FILE *f)
 	fprintf(
 	    f,
 	    "usage: tpuflow run FILE [--param NAME=VALUE]... [--workers N] [--storage URL]\n"
-	    "                    [--no-cache] [--force STEP]... [--plain] [--home DIR] [--json]\n\n"
+	    "                    [--no-cache] [--force STEP]... [--priority 0-9] [--project NAME]\n"
+	    "                    [--plain] [--home DIR] [--json]\n\n"
 	    "Runs a pipeline to the end in this process, recording every state change in\n"
 	    "HOME/" TF_STORE_FILE " before acting on it. Independent steps run in parallel.\n\n"
 	    "  --param NAME=VALUE  override a pipeline param (type-checked); repeatable\n"
@@ -67,11 +69,27 @@ static void run_usage(FILE *f)
 	    "  --no-cache          take no step's results from the cache (they are still\n"
 	    "                      recorded for later runs)\n"
 	    "  --force STEP        run STEP even if its results are cached; repeatable\n"
+	    "  --priority N        priority of the run's train slices, 0-9 (default: the\n"
+	    "                      pipeline's `priority`, else 5); a more urgent run may\n"
+	    "                      preempt a less urgent one on the shared pool\n"
+	    "  --project NAME      project the run's slices are accounted to (default: the\n"
+	    "                      pipeline's `project`, else default)\n"
 	    "  --plain             one line per change even on a terminal\n"
 	    "  --json              progress on stderr, then the run summary as JSON on stdout\n\n"
 	    "Ctrl-C stops cleanly (running steps are cancelled, the run is left 'interrupted');\n"
 	    "continue it with 'tpuflow runs resume RUN'. A second Ctrl-C leaves at once.\n\n"
 	    "exit: 0 succeeded, 1 a step failed, 65 the pipeline has errors, 130 interrupted\n");
+}
+
+/* As the pipeline's `project` key: letters, digits, '_' and '-', starting with a letter. */
+static int project_name_ok(const char *s)
+{
+	if (!isalpha((unsigned char)s[0]) || strlen(s) > 63)
+		return 0;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-')
+			return 0;
+	return 1;
 }
 
 static int finish(struct tf_cli *cli, struct tf_engine_result *res)
@@ -86,7 +104,16 @@ static int finish(struct tf_cli *cli, struct tf_engine_result *res)
 
 int cmd_run(int argc, char **argv, struct tf_cli *cli)
 {
-	enum { OPT_PARAM = 1, OPT_WORKERS, OPT_STORAGE, OPT_PLAIN, OPT_NO_CACHE, OPT_FORCE };
+	enum {
+		OPT_PARAM = 1,
+		OPT_WORKERS,
+		OPT_STORAGE,
+		OPT_PLAIN,
+		OPT_NO_CACHE,
+		OPT_FORCE,
+		OPT_PRIORITY,
+		OPT_PROJECT
+	};
 	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
 	                                     {"param", required_argument, NULL, OPT_PARAM},
 	                                     {"workers", required_argument, NULL, OPT_WORKERS},
@@ -94,6 +121,8 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 	                                     {"plain", no_argument, NULL, OPT_PLAIN},
 	                                     {"no-cache", no_argument, NULL, OPT_NO_CACHE},
 	                                     {"force", required_argument, NULL, OPT_FORCE},
+	                                     {"priority", required_argument, NULL, OPT_PRIORITY},
+	                                     {"project", required_argument, NULL, OPT_PROJECT},
 	                                     {0, 0, 0, 0}};
 	struct tf_param_override *ov = tf_xcalloc((size_t)argc + 1, sizeof(*ov));
 	const char **force = tf_xcalloc((size_t)argc + 1, sizeof(*force));
@@ -137,6 +166,26 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 			break;
 		case OPT_FORCE:
 			force[o.nforce++] = optarg;
+			break;
+		case OPT_PRIORITY: {
+			long long p;
+			ret = tf_cli_parse_int("run", "--priority", optarg, 0, 9, &p);
+			if (ret)
+				goto out;
+			o.priority = (int)p;
+			o.has_priority = 1;
+			break;
+		}
+		case OPT_PROJECT:
+			if (!project_name_ok(optarg)) {
+				ret = tf_cli_usage_error(
+				    "run",
+				    "bad --project '%s': use letters, digits, '_' "
+				    "and '-', starting with a letter",
+				    optarg);
+				goto out;
+			}
+			o.project = optarg;
 			break;
 		default:
 			if (!tf_cli_common_option(cli, c, optarg)) {

@@ -2,6 +2,7 @@
  * simulate` (the scheduler replaying a seeded workload against a pool, FIFO as the baseline). */
 #include "cli/cli.h"
 #include "common/common.h"
+#include "orchestrator/broker.h"
 #include "orchestrator/slices.h"
 #include "scheduler/sched.h"
 #include "scheduler/sim.h"
@@ -128,11 +129,12 @@ static void slices_usage(FILE *f)
 	    f,
 	    "usage: tpuflow slices [--pool SPEC]... [--submit SLICE[@PROJECT[@PRIO]]]... "
 	    "[--json]\n"
+	    "       tpuflow slices fail|repair [POOL:]X,Y,Z [--reason TEXT]\n"
 	    "\n"
 	    "Shows each TPU pool as a map of its chips (which job holds each), the queue with\n"
 	    "the reason every job waits, and utilization. The train attempts of 'tpuflow run'\n"
 	    "processes that hold a slice now are read from the state database (--home) and\n"
-	    "drawn at the chips their run's scheduler gave them, named RUN/STEP; finished\n"
+	    "drawn at the chips the shared broker gave them, named RUN/STEP; finished\n"
 	    "attempts are summed into slice-seconds per run and per project.\n"
 	    "\n"
 	    "  --pool SPEC     a pool GEN:AxBxC, e.g. v4:4x4x8 or v5e:16x16 (repeatable;\n"
@@ -147,8 +149,79 @@ static void slices_usage(FILE *f)
 	    def);
 }
 
+/* `tpuflow slices fail|repair [POOL:]X,Y,Z [--reason TEXT]`: recorded in the database, so
+ * the broker of every process on the home acts on it at its next decision. */
+static int slices_chip(int argc, char **argv, struct tf_cli *cli)
+{
+	static const struct option opts[] = {
+	    TF_CLI_COMMON_OPTIONS, {"reason", required_argument, NULL, 'r'}, {NULL, 0, NULL, 0}};
+	const char *sub = argv[0], *reason = "marked failed with 'tpuflow slices fail'";
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (tf_cli_common_option(cli, c, optarg))
+			continue;
+		if (c == 'r') {
+			reason = optarg;
+		} else if (c == 'h') {
+			printf(
+			    "usage: tpuflow slices %s [POOL:]X,Y,Z [--reason TEXT] [--home DIR]\n\n"
+			    "fail: the chip is out of service: a train attempt holding it is "
+			    "asked\n"
+			    "to give its slice back (failure class infra) and is placed again on\n"
+			    "healthy chips; nothing is placed on it until 'tpuflow slices "
+			    "repair'.\n"
+			    "POOL is a pool name as 'tpuflow slices' shows it (default v4).\n",
+			    sub);
+			return TF_EXIT_OK;
+		} else {
+			return tf_cli_usage_error("slices", "unknown option");
+		}
+	}
+	if (optind + 1 != argc)
+		return tf_cli_usage_error("slices", "%s wants one chip, like v4:0,1,0", sub);
+	char pool[40] = "v4", rest[64];
+	const char *chip = argv[optind], *colon = strchr(chip, ':');
+	if (colon) {
+		snprintf(pool, sizeof(pool), "%.*s", (int)(colon - chip), chip);
+		chip = colon + 1;
+	}
+	int xyz[3], end = 0;
+	snprintf(rest, sizeof(rest), "%s", chip);
+	if (sscanf(rest, "%d,%d,%d%n", &xyz[0], &xyz[1], &xyz[2], &end) != 3 || rest[end] ||
+	    xyz[0] < 0 || xyz[1] < 0 || xyz[2] < 0 || !pool[0])
+		return tf_cli_usage_error(
+		    "slices", "bad chip '%s': use [POOL:]X,Y,Z, e.g. v4:0,1,0", argv[optind]);
+	char *home = tf_cli_home(cli, 1), err[512];
+	struct tf_store *st = NULL;
+	int rc = -ENOENT;
+	snprintf(err, sizeof(err), "no state home");
+	if (home)
+		rc = tf_store_open_home(home, &st, err, sizeof(err));
+	free(home);
+	if (rc) {
+		fprintf(stderr, "tpuflow slices: %s\n", err);
+		return rc == -EPROTO ? TF_EXIT_CONFIG : TF_EXIT_UNAVAILABLE;
+	}
+	int fail = !strcmp(sub, "fail");
+	rc = fail ? tf_broker_chip_fail(st, pool, xyz, tf_now_wall(), reason)
+	          : tf_broker_chip_repair(st, pool, xyz);
+	if (rc == -ENOENT)
+		fprintf(stderr, "tpuflow slices: chip %s:%d,%d,%d is not marked failed\n", pool,
+		        xyz[0], xyz[1], xyz[2]);
+	else if (rc)
+		fprintf(stderr, "tpuflow slices: %s\n", tf_store_errmsg(st));
+	else
+		printf("chip %s:%d,%d,%d %s\n", pool, xyz[0], xyz[1], xyz[2],
+		       fail ? "marked failed" : "repaired");
+	tf_store_close(st);
+	return rc == -ENOENT ? TF_EXIT_USAGE : rc ? TF_EXIT_UNAVAILABLE : TF_EXIT_OK;
+}
+
 int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 {
+	if (argc > 1 && (!strcmp(argv[1], "fail") || !strcmp(argv[1], "repair")))
+		return slices_chip(argc - 1, argv + 1, cli);
 	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
 	                                     {"pool", required_argument, NULL, 'p'},
 	                                     {"submit", required_argument, NULL, 's'},

@@ -402,8 +402,17 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	tf_slice_stats_reset(rt);
 	while (st.step < total) {
 		if (o.cancel && *o.cancel) {
-			snprintf(err, errlen, "training cancelled at step %llu",
-			         (unsigned long long)st.step);
+			/* between steps the state is whole: keep it, so a preempted or
+			 * interrupted attempt resumes here, bit-identical */
+			int keep = o.ckpt_prefix && st.step > r->resumed_from &&
+			           (int64_t)st.step != r->checkpoint_step;
+			if (keep && (rc = save_ckpt(&o, &m, &opt, &st, spe, r, err, errlen)))
+				goto out;
+			snprintf(err, errlen, "training cancelled at step %llu%s",
+			         (unsigned long long)st.step,
+			         keep || (int64_t)st.step == r->checkpoint_step
+			             ? " (checkpoint written there)"
+			             : "");
 			rc = -ECANCELED;
 			goto out;
 		}

@@ -36,8 +36,8 @@
 #include "orchestrator/digest.h"
 #include "orchestrator/view.h"
 #include "accel/tpu.h"
+#include "orchestrator/broker.h"
 #include "orchestrator/slices.h"
-#include "scheduler/sched.h"
 
 #define TF_LOG_TAG "engine"
 #include "common/common.h"
@@ -92,15 +92,15 @@ struct estep {
 	/* progress, under e->mu */
 	char progress[512];
 	int progress_dirty;
-	double progress_flushed; /* [C] */
-	char reason[512];        /* [C] skip/fail reason for the view */
-	char accel[48];          /* [C] slice type of the running attempt (train) */
-	char placement[128];     /* [C] where the scheduler put it, "" when unknown */
-	int chips;               /* [C] chips held, 0 when unknown */
-	int job;                 /* [C] scheduler job of the current attempt, 0 none */
-	int awaiting_slice;      /* [C] attempt recorded, waiting for the scheduler */
-	int64_t slice_row;       /* [C] its slice_jobs row (queued or placed), 0 none */
-	char slice_wait[160];    /* [C] waiting reason last recorded in that row */
+	double progress_flushed;    /* [C] */
+	char reason[512];           /* [C] skip/fail reason for the view */
+	char accel[48];             /* [C] slice type of the running attempt (train) */
+	char placement[128];        /* [C] where the scheduler put it, "" when unknown */
+	int chips;                  /* [C] chips held, 0 when unknown */
+	int awaiting_slice;         /* [C] attempt recorded, waiting for the broker */
+	int64_t slice_row;          /* [C] its broker ticket (slice_jobs row), 0 none */
+	enum tf_fail_class reclaim; /* [C] the broker took the slice back: why (else NONE) */
+	char reclaim_why[256];      /* [C] in words */
 };
 
 struct engine {
@@ -123,17 +123,17 @@ struct engine {
 	size_t qhead, qlen;
 	struct estep **done; /* finished attempts awaiting the coordinator */
 	size_t ndone;
-	int quit;                     /* workers exit */
-	volatile int interrupted;     /* Ctrl-C / SIGTERM seen (under mu) */
-	int coord_busy;               /* the baton: a thread is running a round (under mu) */
-	int main_blocked;             /* drive waits for the baton (under mu) */
-	int main_look;                /* [C] the last round left work for drive (deadlines etc.) */
-	int complete;                 /* [C] nothing is left to do: drive ends the run */
-	int fatal;                    /* a round failed (database error): its code (under mu) */
-	int progress_any;             /* some step has an unflushed progress line (under mu) */
-	int nrunning;                 /* [C] steps queued or running */
-	int nadmitted;                /* [C] steps holding a worker (at most nworkers) */
-	struct estep **waitq;         /* [C] ring of steps waiting for a worker (capacity n) */
+	int quit;                 /* workers exit */
+	volatile int interrupted; /* Ctrl-C / SIGTERM seen (under mu) */
+	int coord_busy;           /* the baton: a thread is running a round (under mu) */
+	int main_blocked;         /* drive waits for the baton (under mu) */
+	int main_look;            /* [C] the last round left work for drive (deadlines etc.) */
+	int complete;             /* [C] nothing is left to do: drive ends the run */
+	int fatal;                /* a round failed (database error): its code (under mu) */
+	int progress_any;         /* some step has an unflushed progress line (under mu) */
+	int nrunning;             /* [C] steps queued or running */
+	int nadmitted;            /* [C] steps holding a worker (at most nworkers) */
+	struct estep **waitq;     /* [C] ring of steps waiting for a worker (capacity n) */
 	size_t wq_head, wq_len;
 	int stopping;                 /* [C] interrupted: cancelling, no new attempts */
 	int retry_hint;               /* [C] a step may be retrying (cleared by the scan) */
@@ -149,10 +149,11 @@ struct engine {
 	int have_sigthread;
 	sigset_t oldmask;
 	struct tf_view *view;
-	unsigned rng;                        /* jitter */
-	struct tf_sched *sched;              /* slice pool for train steps (created on first use) */
-	double sched_t0;                     /* monotonic origin of scheduler time */
-	struct tf_sched_decisions decisions; /* scratch */
+	unsigned rng;             /* jitter */
+	struct tf_broker *broker; /* [C] slices for train steps (created on first use) */
+	int slice_poll;           /* [C] attempts wait for or hold a slice: drive polls */
+	int run_priority;         /* the run's scheduling class (runs.priority, project) */
+	char run_project[64];
 };
 
 /* ---- helpers ------------------------------------------------------------------------- */
@@ -324,8 +325,8 @@ static int cache_in_store(struct engine *e, struct tf_objstore *os, const char *
 
 /* A valid cache entry for `key`: 0 with *outputs and *metrics (caller owns), -ENOENT when
  * there is none or what it names is no longer in the store (an event says so). */
-static int cache_lookup(struct engine *e, struct tf_objstore *os, struct estep *s,
-                        const char *key, json_t **outputs, json_t **metrics)
+static int cache_lookup(struct engine *e, struct tf_objstore *os, struct estep *s, const char *key,
+                        json_t **outputs, json_t **metrics)
 {
 	struct tf_stmt *q = tf_store_query(
 	    e->db, "SELECT outputs, metrics, run_id, step FROM step_cache WHERE key=?", "t", key);
@@ -337,9 +338,8 @@ static int cache_lookup(struct engine *e, struct tf_objstore *os, struct estep *
 		*outputs = json_loads(tf_stmt_text(q, 0), 0, NULL);
 		*metrics = json_loads(tf_stmt_text(q, 1), 0, NULL);
 		rc = (*outputs && *metrics) ? 0 : -ENOENT;
-		if (rc == 0 &&
-		    !cache_in_store(e, os, tf_stmt_text(q, 2), tf_stmt_text(q, 3), *outputs,
-		                    missing, sizeof(missing)))
+		if (rc == 0 && !cache_in_store(e, os, tf_stmt_text(q, 2), tf_stmt_text(q, 3),
+		                               *outputs, missing, sizeof(missing)))
 			rc = -ENOENT;
 		if (rc) {
 			json_decref(*outputs);
@@ -677,148 +677,91 @@ static int step_final(struct engine *e, struct estep *s, enum tf_step_state to,
 
 /* ---- slices for train steps -------------------------------------------------------- */
 
-/* The pool of a generation: from $TPUFLOW_POOLS, else the embedded default (one definition,
- * shared with `tpuflow slices`: orchestrator/slices.h). */
-static int ensure_pool(struct engine *e, const struct tf_tpu_gen *g, char *err, size_t errlen)
-{
-	if (!e->sched) {
-		if (tf_sched_new(NULL, &e->sched))
-			return -ENOMEM;
-		e->sched_t0 = tf_now_monotonic();
-	}
-	for (int i = 0; i < tf_sched_pool_count(e->sched); i++)
-		if (!strcmp(tf_sched_pool_name(e->sched, i), g->name))
-			return 0;
-	char spec[64];
-	int rc = tf_slices_pool_for(g->name, spec, sizeof(spec));
-	if (rc == 0)
-		rc = tf_sched_add_pool(e->sched, g->name, spec, err, errlen);
-	return rc < 0 ? rc : 0;
-}
+/* Every process on a home asks the same broker (orchestrator/broker.h): the database decides
+ * who holds which chips. Waiting attempts poll it every SLICE_POLL_WAIT_S (a release in this
+ * process decides at once), running ones every SLICE_POLL_HOLD_S to learn of a reclaim. */
+#define SLICE_POLL_WAIT_S 0.2
+#define SLICE_POLL_HOLD_S 0.5
 
-/* Records where an attempt was placed (slice_jobs, for `tpuflow slices`); the view is
- * informational, so a failure to record it is logged, not fatal. */
-static void record_placement(struct engine *e, struct estep *s, const struct tf_sched_decision *d)
+/* A train attempt's scheduling class: the step's, else the run's. */
+static void slice_class(const struct engine *e, const struct estep *s, int *priority,
+                        const char **project)
 {
-	struct tf_slice_placement pl = {.run = e->run_id,
-	                                .step = s->def->name,
-	                                .attempt = s->attempts,
-	                                .slice = s->accel,
-	                                .pool = tf_sched_pool_name(e->sched, d->pool),
-	                                .pool_spec = tf_sched_pool_spec(e->sched, d->pool),
-	                                .box = d->box,
-	                                .chips = d->chips,
-	                                .priority = 5,
-	                                .started_at = tf_now_wall()};
-	int rc = s->slice_row ? tf_slice_job_placed(e->db, s->slice_row, &pl) : -ENOENT;
-	if (rc == -ENOENT)
-		rc = tf_slice_job_started(e->db, &pl, &s->slice_row);
-	if (rc)
-		tf_warn("cannot record the slice of step '%s': %s", s->def->name,
-		        tf_store_errmsg(e->db));
+	*priority = s->def->priority >= 0 ? s->def->priority : e->run_priority;
+	*project = s->def->project ? s->def->project : e->run_project;
 }
 
 static int admit(struct engine *e, struct estep *s, struct estep **start, size_t *nstart);
 
-/* Hands started train steps to `start` after a scheduler tick. */
-static void sched_dispatch(struct engine *e, struct estep **start, size_t *nstart)
+/* Asks the broker for the attempts waiting on a slice and admits those granted; raises the
+ * cancel flag of running attempts whose slice the broker takes back. `decide`: run a
+ * decision round first (this process waits for a slice, or just freed one). */
+static int sched_dispatch(struct engine *e, int decide, struct estep **start, size_t *nstart)
 {
-	if (!e->sched)
-		return;
-	double now = tf_now_monotonic() - e->sched_t0;
-	tf_sched_tick(e->sched, now, &e->decisions);
-	for (size_t i = 0; i < e->decisions.n; i++) {
-		struct tf_sched_decision *d = &e->decisions.v[i];
-		if (d->action != TF_SCHED_START) {
-			tf_warn("scheduler: %s for job %d ignored by the in-process engine",
-			        tf_sched_action_name(d->action), d->job);
-			continue;
-		}
-		for (size_t k = 0; k < e->n; k++) {
-			struct estep *s = &e->steps[k];
-			if (s->job != d->job || !s->awaiting_slice)
-				continue;
-			s->awaiting_slice = 0;
-			s->chips = d->chips;
-			snprintf(s->placement, sizeof(s->placement), "%s %d,%d,%d+%dx%dx%d",
-			         tf_sched_pool_name(e->sched, d->pool), d->box.origin[0],
-			         d->box.origin[1], d->box.origin[2], d->box.shape[0],
-			         d->box.shape[1], d->box.shape[2]);
-			record_placement(e, s, d);
-			(void)admit(e, s, start, nstart); /* running already: no database write */
-		}
-	}
-	/* attempts still waiting: record why, in the scheduler's words, when it changed */
-	for (size_t k = 0; k < e->n; k++) {
+	if (!e->broker)
+		return 0;
+	int waiting = 0, rc = 0;
+	for (size_t k = 0; k < e->n; k++)
+		waiting |= e->steps[k].awaiting_slice;
+	if ((decide || waiting) && tf_broker_schedule(e->broker, tf_now_wall()))
+		tf_warn("slice broker: %s", tf_store_errmsg(e->db));
+	e->slice_poll = 0;
+	for (size_t k = 0; k < e->n && rc == 0; k++) {
 		struct estep *s = &e->steps[k];
-		char why[160];
-		if (!s->awaiting_slice || !s->slice_row ||
-		    tf_sched_job_reason(e->sched, s->job, why, sizeof(why)) ||
-		    !strcmp(why, s->slice_wait))
+		struct tf_slice_status st;
+		if (!s->slice_row || tf_broker_status(e->broker, s->slice_row, &st))
 			continue;
-		snprintf(s->slice_wait, sizeof(s->slice_wait), "%s", why);
-		tf_slice_job_waiting(e->db, s->slice_row, why);
+		e->slice_poll = 1;
+		if (s->awaiting_slice && st.state != TF_SLICE_WAITING) {
+			s->awaiting_slice = 0;
+			s->chips = st.chips;
+			snprintf(s->placement, sizeof(s->placement), "%s %d,%d,%d+%dx%dx%d",
+			         st.pool, st.box.origin[0], st.box.origin[1], st.box.origin[2],
+			         st.box.shape[0], st.box.shape[1], st.box.shape[2]);
+			rc = admit(e, s, start, nstart); /* running already: no database write */
+		} else if (s->awaiting_slice) {
+			set_reason(s, "waiting for a %s slice: %s", s->accel,
+			           st.reason[0] ? st.reason : "not decided yet");
+		} else if (st.state == TF_SLICE_RECLAIMED && !s->reclaim && s->queued) {
+			s->reclaim = st.reclaim;
+			snprintf(s->reclaim_why, sizeof(s->reclaim_why), "%s", st.reason);
+			set_reason(s, "%s: checkpointing to give the slice back", st.reason);
+			s->cancel = 1;
+		}
 	}
+	return rc;
 }
 
-/* Queues a train attempt with the scheduler; it starts when sched_dispatch places it. */
+/* Asks the broker for a slice for a train attempt; it starts when sched_dispatch sees it
+ * granted. -EINVAL with err when no pool can ever hold it. */
 static int slice_request(struct engine *e, struct estep *s, char *err, size_t errlen)
 {
-	struct tf_tpu_slice sl;
-	int rc = tf_tpu_slice_parse(s->accel, &sl, err, errlen);
-	if (rc == 0)
-		rc = ensure_pool(e, sl.gen, err, errlen);
-	if (rc)
-		return rc;
-	char name[160];
-	snprintf(name, sizeof(name), "%s/%s", e->run_id, s->def->name);
-	struct tf_sched_job_spec spec = {.name = name,
-	                                 .run = e->run_id,
-	                                 .slice = s->accel,
-	                                 .pool = sl.gen->name,
-	                                 .priority = 5,
-	                                 .preemptible = 1};
-	rc = tf_sched_submit(e->sched, &spec, tf_now_monotonic() - e->sched_t0, &s->job, err,
-	                     errlen);
+	if (!e->broker && tf_broker_db_new(e->db, &e->broker))
+		return -ENOMEM;
+	struct tf_slice_request r = {.run = e->run_id,
+	                             .step = s->def->name,
+	                             .attempt = s->attempts,
+	                             .slice = s->accel,
+	                             .preemptible = 1};
+	slice_class(e, s, &r.priority, &r.project);
+	int rc = tf_broker_request(e->broker, &r, tf_now_wall(), &s->slice_row, err, errlen);
 	if (rc)
 		return rc;
 	s->awaiting_slice = 1;
-	/* the request is visible to `tpuflow slices` while it waits (informational) */
-	struct tf_sched_job_info ji;
-	struct tf_slice_placement pl = {.run = e->run_id,
-	                                .step = s->def->name,
-	                                .attempt = s->attempts,
-	                                .slice = s->accel,
-	                                .priority = 5};
-	s->slice_row = 0;
-	s->slice_wait[0] = '\0';
-	if (tf_sched_job_info(e->sched, s->job, 0, &ji) == 0)
-		pl.chips = ji.chips;
-	if (tf_slice_job_queued(e->db, &pl, tf_now_wall(), &s->slice_row))
-		tf_warn("cannot record the slice request of step '%s': %s", s->def->name,
-		        tf_store_errmsg(e->db));
+	s->reclaim = TF_FAIL_NONE;
 	return 0;
 }
 
-/* The attempt's slice is released; *seconds receives the slice-seconds it held. */
-static void slice_release(struct engine *e, struct estep *s, int ok, double *seconds)
+/* The attempt's slice goes back to the broker; *seconds receives the slice-seconds it held. */
+static int slice_release(struct engine *e, struct estep *s, double *seconds)
 {
-	struct tf_sched_job_info info;
-	double now = tf_now_monotonic() - e->sched_t0;
 	*seconds = 0;
-	if (!e->sched || !s->job)
-		return;
-	if (s->awaiting_slice) {
-		tf_sched_cancel(e->sched, s->job, now);
-		if (s->slice_row)
-			tf_slice_job_forget(e->db, s->slice_row); /* never held a slice */
-		s->slice_row = 0;
-	} else
-		tf_sched_finish(e->sched, s->job, now, ok);
-	if (tf_sched_job_info(e->sched, s->job, now, &info) == 0)
-		*seconds = info.slice_seconds;
-	s->job = 0;
+	if (!e->broker || !s->slice_row)
+		return 0;
+	int rc = tf_broker_release(e->broker, s->slice_row, tf_now_wall(), seconds);
+	s->slice_row = 0;
 	s->awaiting_slice = 0;
+	return rc == -ENOENT ? 0 : rc;
 }
 
 /* An attempt begins (state pending, queued or retrying): running + attempt row. */
@@ -917,10 +860,8 @@ static int start_attempt(struct engine *e, struct estep *s, struct estep **start
 		pthread_mutex_unlock(&e->mu);
 		return 0;
 	}
-	sched_dispatch(e, start, nstart);
-	if (s->awaiting_slice)
-		set_reason(s, "waiting for a %s slice", s->accel);
-	return 0;
+	set_reason(s, "waiting for a %s slice", s->accel);
+	return sched_dispatch(e, 1, start, nstart);
 }
 
 /* A step whose needs are all final: skip it, fail it, take it from the cache, or start it. */
@@ -1007,27 +948,14 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		s->admitted = 0;
 		e->nadmitted--;
 	}
-	if (s->def->type == TF_STEP_TRAIN && s->job) {
+	if (s->def->type == TF_STEP_TRAIN && s->slice_row) {
 		/* The slice was held for the whole attempt, successful or not. */
 		double secs = 0;
-		slice_release(e, s, s->rc == 0, &secs);
-		sched_dispatch(e, start, nstart);
-		rc = tf_step_add_slice(e->db, e->run_id, s->def->name, s->accel, secs);
-		int fin = rc == 0 && s->slice_row
-		              ? tf_slice_job_finished(e->db, s->slice_row, tf_now_wall(), secs)
-		              : -ENOENT;
-		if (fin != -ENOENT)
-			rc = fin;
-		else if (rc == 0) /* no row to complete: record the attempt whole */
-			rc = tf_store_run(
-			    e->db,
-			    "INSERT INTO slice_jobs(run_id, step, attempt, slice, "
-			    "placement, chips, started_at, finished_at, slice_seconds) "
-			    "VALUES(?,?,?,?,?,?,?,?,?)",
-			    "ttittiddd", e->run_id, s->def->name, (int64_t)s->attempts, s->accel,
-			    s->placement[0] ? s->placement : NULL, (int64_t)s->chips,
-			    tf_now_wall() - secs, tf_now_wall(), secs);
-		s->slice_row = 0;
+		rc = slice_release(e, s, &secs);
+		if (rc == 0)
+			rc = tf_step_add_slice(e->db, e->run_id, s->def->name, s->accel, secs);
+		if (rc == 0)
+			rc = sched_dispatch(e, 1, start, nstart);
 		if (rc)
 			return rc;
 	}
@@ -1076,6 +1004,28 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		if (rc == 0)
 			s->state = TF_STEP_PENDING;
 		return rc;
+	}
+	if (s->reclaim != TF_FAIL_NONE && !s->timed_out) {
+		/* The broker took the slice back (a more urgent job, a failed chip): the attempt
+		 * ends with that class, does not count against the retry limit, and the step
+		 * asks for a slice again; train resumes from the checkpoint it wrote. */
+		char msg[sizeof(s->err) + sizeof(s->reclaim_why) + 2];
+		snprintf(msg, sizeof(msg), "%s; %s", s->reclaim_why, s->err);
+		snprintf(s->err, sizeof(s->err), "%.*s", (int)sizeof(s->err) - 1, msg);
+		ar.failure = s->reclaim;
+		ar.error = s->err;
+		s->reclaim = TF_FAIL_NONE;
+		s->budget_base++;
+		rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
+		                          TF_ATTEMPT_FAILED, &ar);
+		struct tf_step_update up = {.reason = s->err, .next_attempt_at = tf_now_wall()};
+		if (rc == 0)
+			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_RETRYING,
+			                       &up);
+		if (rc)
+			return rc;
+		s->state = TF_STEP_RETRYING;
+		return start_attempt(e, s, start, nstart);
 	}
 	int retries_used = s->attempts - s->budget_base - 1;
 	const struct tf_retry_policy *pol = &s->def->retries;
@@ -1208,13 +1158,13 @@ static int coord_round(struct engine *e, int by_worker)
 		if (!s->awaiting_slice && !s->waiting_worker)
 			continue;
 		double secs;
-		slice_release(e, s, 0, &secs);
-		struct tf_attempt_result ar = {.failure = TF_FAIL_CANCELLED,
-		                               .exit_code = -1,
-		                               .error = s->waiting_worker
-		                                            ? "interrupted while waiting for a worker"
-		                                            : "interrupted while waiting for a slice"};
-		if (s->state == TF_STEP_RUNNING) /* queued steps have no attempt yet */
+		rc = slice_release(e, s, &secs);
+		struct tf_attempt_result ar = {
+		    .failure = TF_FAIL_CANCELLED,
+		    .exit_code = -1,
+		    .error = s->waiting_worker ? "interrupted while waiting for a worker"
+		                               : "interrupted while waiting for a slice"};
+		if (rc == 0 && s->state == TF_STEP_RUNNING) /* queued steps have no attempt yet */
 			rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
 			                          TF_ATTEMPT_CANCELLED, &ar);
 		if (rc == 0)
@@ -1225,6 +1175,9 @@ static int coord_round(struct engine *e, int by_worker)
 	}
 	if (e->stopping)
 		e->wq_len = 0;
+	/* Slices: grants for waiting attempts, reclaims of running ones. */
+	if (rc == 0 && e->broker && !e->stopping)
+		rc = sched_dispatch(e, 0, start, &nstart);
 	/* Workers freed by the finished attempts take waiting steps. */
 	if (rc == 0 && !e->stopping)
 		rc = admit_waiting(e, start, &nstart);
@@ -1319,7 +1272,7 @@ static int coord_round(struct engine *e, int by_worker)
 			e->complete = 1;
 	}
 	e->main_look = e->complete || e->stopping || e->retry_hint || e->timeout_hint || e->view ||
-	               e->sched || waiting;
+	               e->slice_poll || waiting;
 	return 0;
 fail:
 	tf_error("run '%s': %s", e->run_id, tf_store_errmsg(e->db));
@@ -1389,6 +1342,15 @@ static int drive(struct engine *e, int *cache_hits)
 				else if (!has_wake || t < wake)
 					wake = t, has_wake = 1;
 			}
+			if (e->slice_poll) {
+				/* slices are decided across processes: ask the broker again */
+				int waiting = 0;
+				for (size_t i = 0; i < e->n; i++)
+					waiting |= e->steps[i].awaiting_slice;
+				double t = now + (waiting ? SLICE_POLL_WAIT_S : SLICE_POLL_HOLD_S);
+				if (!has_wake || t < wake)
+					wake = t, has_wake = 1;
+			}
 			if (!go && e->nrunning == 0 && !has_wake)
 				go = 1; /* nothing left that can change: one more round ends the run
 				         */
@@ -1453,8 +1415,7 @@ static void engine_release(struct engine *e)
 	free(e->waitq);
 	free(e->workers);
 	tf_view_free(e->view);
-	tf_sched_decisions_release(&e->decisions);
-	tf_sched_free(e->sched);
+	tf_broker_free(e->broker);
 	tf_store_close(e->db);
 	tf_pipeline_free(e->p);
 	free(e->home);
@@ -1512,6 +1473,33 @@ static char *upload_lost_log(struct engine *e, const char *step, int attempt)
 }
 
 /* Builds the in-memory steps from the pipeline and the database rows of the run. */
+/* The run's scheduling class: --priority/--project, else the pipeline's keys, else 5 and
+ * "default"; recorded on the run, and read back when it is resumed (options still win). */
+static int run_class(struct engine *e, int resuming)
+{
+	int64_t prio = -1;
+	char *project = NULL;
+	if (resuming) {
+		tf_store_query_int(e->db, &prio,
+		                   "SELECT COALESCE(priority, -1) FROM runs WHERE id=?", "t",
+		                   e->run_id);
+		tf_store_query_text(e->db, &project, "SELECT project FROM runs WHERE id=?", "t",
+		                    e->run_id);
+	}
+	e->run_priority = e->o->has_priority    ? e->o->priority
+	                  : prio >= 0           ? (int)prio
+	                  : e->p->priority >= 0 ? e->p->priority
+	                                        : TF_BROKER_PRIORITY_DEFAULT;
+	snprintf(e->run_project, sizeof(e->run_project), "%s",
+	         e->o->project   ? e->o->project
+	         : project       ? project
+	         : e->p->project ? e->p->project
+	                         : "default");
+	free(project);
+	return tf_store_run(e->db, "UPDATE runs SET priority=?, project=? WHERE id=?", "itt",
+	                    (int64_t)e->run_priority, e->run_project, e->run_id);
+}
+
 static int load_steps(struct engine *e, int resuming)
 {
 	struct tf_pipeline *p = e->p;
@@ -1604,6 +1592,8 @@ static int load_steps(struct engine *e, int resuming)
 	/* slices the dead process held are no longer held (time unknown: not accounted) */
 	if (rc == 0 && resuming)
 		rc = tf_slice_jobs_close_run(e->db, e->run_id, tf_now_wall());
+	if (rc == 0)
+		rc = run_class(e, resuming);
 	if (rc) {
 		tf_store_rollback(e->db);
 		return rc;

@@ -80,9 +80,12 @@ struct tf_engine_opts {
 	int handle_signals;  /* SIGINT/SIGTERM stop the run cleanly (resumable) */
 	tf_step_kind_fn kinds[TF_STEP_LAST]; /* overrides per step type (NULL: built-in) */
 	const char *default_accelerator;     /* for train steps without one (NULL: "v4-8") */
-	int no_cache;                     /* do not take results from the cache (still record) */
-	const char *const *force;         /* steps never taken from the cache (names) */
+	int no_cache;                        /* do not take results from the cache (still record) */
+	const char *const *force;            /* steps never taken from the cache (names) */
 	size_t nforce;
+	int has_priority;     /* 1: `priority` below overrides the pipeline's `priority` */
+	int priority;         /* the run's train slices' priority, 0..9 (--priority) */
+	const char *project;  /* the run's project (--project), NULL: the pipeline's */
 	const char *self_exe; /* the tpuflow binary data_prep/train/evaluate steps with
 	                         `executor: local` run as `step exec` (NULL: this program;
 	                         tests that are not tpuflow name it) */

@@ -361,7 +361,7 @@ struct loader {
 	size_t words;       /* uint64 words per bitset */
 	int dag_ok;         /* needs resolved and acyclic */
 	const struct ynode *defaults_executor; /* `defaults.executor`, or NULL */
-	size_t cur_step;    /* step whose refs are being checked */
+	size_t cur_step;                       /* step whose refs are being checked */
 	unsigned flags;
 	struct nameidx *sidx; /* step names sorted, for O(log n) lookups */
 	size_t nsidx;
@@ -1280,8 +1280,9 @@ static void load_slurm(struct loader *L, const struct ynode *m, struct tf_slurm_
 			if (want_kind(L, a, Y_SCALAR, "an item of 'slurm.args'"))
 				continue;
 			if (a->str[0] != '-' || strchr(a->str, '\n') || strlen(a->str) > 256) {
-				err_at(L, a, "write sbatch options such as '--constraint=tpu' or "
-				             "'--mem=8G'",
+				err_at(L, a,
+				       "write sbatch options such as '--constraint=tpu' or "
+				       "'--mem=8G'",
 				       "'slurm.args' item '%.60s' is not an sbatch option", a->str);
 				continue;
 			}
@@ -1336,12 +1337,36 @@ static void check_slurm_storage(struct loader *L, const struct ynode *at, const 
 	       what, u ? "'" : "", u ? u : "(the state home's objects/)", u ? "'" : "");
 }
 
+/* `priority` (0..9) and `project` (a name) of map m, where given: the scheduling class of
+ * train slices. `what` prefixes the key in messages ("'defaults." or "'"). */
+static void load_class(struct loader *L, const struct ynode *m, const char *what, int *priority,
+                       char **project)
+{
+	const struct ynode *x;
+	char key[64];
+	long long v;
+	snprintf(key, sizeof(key), "%spriority'", what);
+	if ((x = map_get(m, "priority")) && !get_int(L, x, key, 0, 9, &v))
+		*priority = (int)v;
+	snprintf(key, sizeof(key), "%sproject'", what);
+	char *pr = (x = map_get(m, "project")) ? get_string(L, x, key) : NULL;
+	if (pr && !valid_name(pr)) {
+		err_at(L, x, "use letters, digits, '_' and '-', starting with a letter",
+		       "bad project name '%.60s'", pr);
+		free(pr);
+	} else if (pr) {
+		free(*project);
+		*project = pr;
+	}
+}
+
 static void load_defaults(struct loader *L, const struct ynode *m)
 {
 	struct tf_step_defaults *d = &L->p->defaults;
 	if (want_kind(L, m, Y_MAP, "'defaults'"))
 		return;
-	static const char *const keys[] = {"retries", "timeout", "executor", "cache", "slurm", NULL};
+	static const char *const keys[] = {"retries", "timeout",  "executor", "cache",
+	                                   "slurm",   "priority", "project",  NULL};
 	check_keys(L, m, keys, "'defaults'");
 	const struct ynode *x;
 	int e;
@@ -1358,13 +1383,15 @@ static void load_defaults(struct loader *L, const struct ynode *m)
 		load_slurm(L, x, &d->slurm);
 	if ((x = map_get(m, "cache")) && !get_bool(L, x, "'cache'", &d->cache))
 		d->has_cache = 1;
+	load_class(L, m, "'defaults.", &d->priority, &d->project);
 }
 
 /* ---- steps -------------------------------------------------------------------------- */
 
-static const char *const step_keys[] = {
-    "name",     "type",  "needs",        "with",        "when", "retries", "timeout",
-    "accelerator", "executor", "cache", "cache_inputs", "description", "slurm", NULL};
+static const char *const step_keys[] = {"name",     "type",     "needs",        "with",
+                                        "when",     "retries",  "timeout",      "accelerator",
+                                        "executor", "cache",    "cache_inputs", "description",
+                                        "slurm",    "priority", "project",      NULL};
 
 /* `cache_inputs: [files]`: paths relative to the pipeline file's directory, made absolute so
  * a resume from another directory hashes the same files. */
@@ -1414,6 +1441,8 @@ static void load_step(struct loader *L, size_t idx, const struct ynode *m)
 	s->retries = p->defaults.retries;
 	s->timeout = p->defaults.timeout;
 	s->cache = p->defaults.cache;
+	s->priority = p->defaults.priority;
+	s->project = p->defaults.project ? tf_xstrdup(p->defaults.project) : NULL;
 	if (want_kind(L, m, Y_MAP, "a step"))
 		return;
 	const struct ynode *n = map_get(m, "name");
@@ -1478,9 +1507,9 @@ static void load_step(struct loader *L, size_t idx, const struct ynode *m)
 	if ((v = map_get(m, "executor")) && !get_enum(L, v, "executor", executor_names, &e)) {
 		exec_at = v;
 		if (coord_only && e == TF_EXECUTOR_SLURM)
-			err_at(L, v, "leave 'executor' out: register and deploy run in tpuflow itself",
-			       "%s: a %s step cannot run on Slurm", what,
-			       tf_step_type_name(s->type));
+			err_at(
+			    L, v, "leave 'executor' out: register and deploy run in tpuflow itself",
+			    "%s: a %s step cannot run on Slurm", what, tf_step_type_name(s->type));
 		else if (type_ok && s->type == TF_STEP_SHELL && e == TF_EXECUTOR_INPROCESS)
 			err_at(L, v, "set 'executor: local' on this step (or leave 'executor' out)",
 			       "%s: a shell step runs a program and cannot use the inprocess "
@@ -1506,6 +1535,7 @@ static void load_step(struct loader *L, size_t idx, const struct ynode *m)
 	}
 	if ((v = map_get(m, "description")))
 		want_kind(L, v, Y_SCALAR, "a step's 'description'");
+	load_class(L, m, "'", &s->priority, &s->project);
 	if ((v = map_get(m, "with")) && !want_kind(L, v, Y_MAP, "'with'"))
 		x->with_node = v;
 	if ((v = map_get(m, "when")) && !want_kind(L, v, Y_SCALAR, "'when'")) {
@@ -2203,8 +2233,8 @@ static void load_when(struct loader *L, size_t idx)
 
 /* ---- the whole file ----------------------------------------------------------------- */
 
-static const char *const top_keys[] = {"name",    "description", "params", "defaults",
-                                       "storage", "steps",       NULL};
+static const char *const top_keys[] = {"name",  "description", "params",  "defaults", "storage",
+                                       "steps", "priority",    "project", NULL};
 
 static void load_pipeline(struct loader *L, const struct ynode *root,
                           const struct tf_param_override *ov, size_t nov)
@@ -2212,6 +2242,7 @@ static void load_pipeline(struct loader *L, const struct ynode *root,
 	struct tf_pipeline *p = L->p;
 	builtin_retries(&p->defaults.retries);
 	p->defaults.cache = 1; /* results are reused unless `cache: false` */
+	p->defaults.priority = p->priority = -1;
 	if (!root || scalar_null(root)) {
 		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, root ? root->line : 1,
 		            root ? root->col : 1, "start with 'name:' and 'steps:'",
@@ -2238,6 +2269,7 @@ static void load_pipeline(struct loader *L, const struct ynode *root,
 			err_at(L, x, "use file:///DIR, s3://BUCKET/PREFIX or a plain path",
 			       "unsupported storage URL '%.60s'", p->storage);
 	}
+	load_class(L, root, "'", &p->priority, &p->project);
 	if ((x = map_get(root, "params")))
 		load_params(L, x);
 	apply_overrides(L, ov, nov);
@@ -2343,6 +2375,8 @@ void tf_pipeline_free(struct tf_pipeline *p)
 	free(p->name);
 	free(p->description);
 	free(p->storage);
+	free(p->project);
+	free(p->defaults.project);
 	for (size_t i = 0; i < p->nparams; i++) {
 		free(p->params[i].name);
 		free(p->params[i].description);
@@ -2364,6 +2398,7 @@ void tf_pipeline_free(struct tf_pipeline *p)
 			free(s->cache_inputs[k]);
 		free(s->cache_inputs);
 		slurm_opts_free(&s->slurm);
+		free(s->project);
 		for (size_t k = 0; k < s->noutputs; k++)
 			free(s->outputs[k]);
 		free(s->outputs);

@@ -142,6 +142,10 @@ struct tf_step {
 	char **cache_inputs;            /* `cache_inputs`: absolute paths of files whose
 	                                   contents join the cache key (owned), or NULL */
 	size_t ncache_inputs;
+	int priority;   /* train slices: `priority` 0..9, else `defaults.priority`, else -1 (the
+	                   run's) */
+	char *project;  /* train slices: `project`, else `defaults.project`, else NULL (the
+	                   run's) (owned) */
 	char **outputs; /* outputs this step declares (schema or shell's with.outputs) */
 	size_t noutputs;
 	char **metrics; /* metrics this step declares */
@@ -159,6 +163,8 @@ struct tf_step_defaults {
 	int cache;                      /* default for `cache` (built-in: 1, shell steps 0) */
 	int has_cache;                  /* 1 when `defaults.cache` was given (applies to shell) */
 	struct tf_slurm_opts slurm;     /* `defaults.slurm` */
+	int priority;                   /* `defaults.priority`, -1 when not given */
+	char *project;                  /* `defaults.project` or NULL (owned) */
 };
 
 struct tf_pipeline {
@@ -171,7 +177,9 @@ struct tf_pipeline {
 	size_t nparams;
 	struct tf_step_defaults defaults; /* `defaults` with built-ins filled in */
 	char *storage;                    /* `storage` object-store URL, or NULL (owned) */
-	struct tf_step *steps;            /* in file order (owned) */
+	int priority;          /* `priority` of the run's train slices, 0..9; -1 when not given */
+	char *project;         /* `project` the run's slices are accounted to, or NULL (owned) */
+	struct tf_step *steps; /* in file order (owned) */
 	size_t nsteps;
 	size_t *topo; /* step indices in a topological order: by level, then file
 	                 order (owned) */

@@ -176,28 +176,36 @@ static void open_row_release(struct open_row *r)
 	free(r->wait_reason);
 }
 
-/* Why an open row is not shown, or NULL when its attempt holds its slice now. */
-static const char *stale_reason(const struct open_row *r, char *buf, size_t len)
+const char *tf_slices_holder_gone(const char *run_state, int64_t pid, const char *attempt_state,
+                                  char *buf, size_t len)
 {
-	if (!r->run_state)
+	if (!run_state)
 		return "its run is not in the database";
-	if (strcmp(r->run_state, "running")) {
-		snprintf(buf, len, "its run is %s: the attempt did not record its end",
-		         r->run_state);
+	if (strcmp(run_state, "running")) {
+		snprintf(buf, len, "its run is %s: the attempt did not record its end", run_state);
 		return buf;
 	}
-	if (!tf_pid_alive((long)r->pid)) {
+	if (!tf_pid_alive((long)pid)) {
 		snprintf(buf, len,
 		         "the process driving its run (pid %lld) is gone; 'tpuflow runs "
 		         "resume' continues the run",
-		         (long long)r->pid);
+		         (long long)pid);
 		return buf;
 	}
-	if (!r->attempt_state || strcmp(r->attempt_state, "running")) {
+	if (!attempt_state || strcmp(attempt_state, "running")) {
 		snprintf(buf, len, "the attempt is %s",
-		         r->attempt_state ? r->attempt_state : "not recorded");
+		         attempt_state ? attempt_state : "not recorded");
 		return buf;
 	}
+	return NULL;
+}
+
+/* Why an open row is not shown, or NULL when its attempt holds its slice now. */
+static const char *stale_reason(const struct open_row *r, char *buf, size_t len)
+{
+	const char *gone = tf_slices_holder_gone(r->run_state, r->pid, r->attempt_state, buf, len);
+	if (gone)
+		return gone;
 	if (r->has_box && !r->pool_spec)
 		return "its pool was not recorded";
 	return NULL;
@@ -329,32 +337,29 @@ out:
 	return rc;
 }
 
-/* Index of the pool a recorded placement belongs on: the pool of the same name and spec, else
- * the first of the same spec, else a new pool (named as recorded when the name is free). */
-static int pool_for_row(struct tf_sched *s, const struct open_row *r, char *err, size_t errlen)
+int tf_slices_pool_index(struct tf_sched *s, const char *pool, const char *spec, char *err,
+                         size_t errlen)
 {
 	int n = tf_sched_pool_count(s), same_spec = -1;
 	for (int i = 0; i < n; i++) {
-		if (strcmp(tf_sched_pool_spec(s, i), r->pool_spec))
+		if (strcmp(tf_sched_pool_spec(s, i), spec))
 			continue;
-		if (r->pool && !strcmp(tf_sched_pool_name(s, i), r->pool))
+		if (pool && !strcmp(tf_sched_pool_name(s, i), pool))
 			return i;
 		if (same_spec < 0)
 			same_spec = i;
 	}
 	if (same_spec >= 0)
 		return same_spec;
-	const char *name = r->pool;
+	const char *name = pool;
 	for (int i = 0; name && i < n; i++)
 		if (!strcmp(tf_sched_pool_name(s, i), name))
 			name = NULL;
-	return tf_sched_add_pool(s, name ? name : r->pool_spec, r->pool_spec, err, errlen);
+	return tf_sched_add_pool(s, name ? name : spec, spec, err, errlen);
 }
 
-/* Adds the configured pools, each named after its generation ("v4"; a second v4 pool
- * "v4-2"), as the engine names the pool it schedules a generation on. */
-static int add_pools(struct tf_sched *s, const char *const *pools, int npools, char *err,
-                     size_t errlen)
+int tf_slices_add_pools(struct tf_sched *s, const char *const *pools, int npools, char *err,
+                        size_t errlen)
 {
 	char envbuf[1024], def[64];
 	const char *specs[32];
@@ -410,7 +415,7 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 	int rc = tf_sched_new(&cfg, &s);
 	if (rc)
 		goto out;
-	rc = add_pools(s, pools, npools, err, errlen);
+	rc = tf_slices_add_pools(s, pools, npools, err, errlen);
 	if (rc < 0)
 		goto out;
 	rc = 0;
@@ -454,7 +459,7 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 			                                      : "waiting for its run's scheduler"));
 			continue;
 		}
-		int pool = pool_for_row(s, r, perr, sizeof(perr));
+		int pool = tf_slices_pool_index(s, r->pool, r->pool_spec, perr, sizeof(perr));
 		if (pool < 0) {
 			snprintf(why, sizeof(why), "pool '%s': %s", r->pool_spec, perr);
 			skip(skipped, r, why);

@@ -26,6 +26,22 @@ int tf_slices_env_pools(char *buf, size_t buflen, const char **out, int cap);
  * generation. */
 int tf_slices_pool_for(const char *gen, char *spec, size_t len);
 
+/* Adds the pools given (specs; none: $TPUFLOW_POOLS, else the default v4 pool) to s, each
+ * named after its generation ("v4"; a second v4 pool "v4-2"), as train attempts name the pool
+ * of their generation. 0, or -EINVAL with err for a bad spec. */
+int tf_slices_add_pools(struct tf_sched *s, const char *const *pools, int npools, char *err,
+                        size_t errlen);
+/* Index of the pool a recorded placement belongs on: the pool of the same name and spec, else
+ * the first of the same spec, else a new pool (named `pool` when that name is free). Negative
+ * with err for a bad spec. */
+int tf_slices_pool_index(struct tf_sched *s, const char *pool, const char *spec, char *err,
+                         size_t errlen);
+/* Whether a slice_jobs row is still held by a live attempt: NULL when it is, else why not (a
+ * static string or buf). run_state and attempt_state are NULL when the row is missing; pid is
+ * runs.pid (the process driving the run). */
+const char *tf_slices_holder_gone(const char *run_state, int64_t pid, const char *attempt_state,
+                                  char *buf, size_t len);
+
 /* Where one train attempt was placed (all strings borrowed for the call). */
 struct tf_slice_placement {
 	const char *run, *step; /* run id and step name */

@@ -837,6 +837,43 @@ int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
 	return 0;
 }
 
+static struct job *job_get(const struct tf_sched *s, int id);
+static void set_target(struct tf_sched *s, struct pool *p, struct job *j, const struct tf_box *b);
+
+int tf_sched_drain_at(struct tf_sched *s, int id, double deadline)
+{
+	struct job *j = job_get(s, id);
+	if (!j)
+		return -ENOENT;
+	if (j->state != TF_JOB_RUNNING || set_state(j, TF_JOB_DRAINING))
+		return -EINVAL;
+	j->deadline = deadline;
+	j->preemptions++;
+	return 0;
+}
+
+int tf_sched_hold_at(struct tf_sched *s, int id, const struct tf_box *box)
+{
+	struct job *j = job_get(s, id);
+	if (!j)
+		return -ENOENT;
+	struct pool *p = &s->pools[j->pool];
+	if (j->state != TF_JOB_QUEUED || j->has_target || !same_shape(j->shape, box->shape))
+		return -EINVAL;
+	for (int d = 0; d < 3; d++) {
+		int o = box->origin[d], e = box->shape[d], D = p->t.dims[d];
+		if (o < 0 || o >= D || e > D || (o + e > D && !p->t.wrap[d]))
+			return -EINVAL;
+	}
+	memcpy(p->scratch, p->reserved, (size_t)p->t.nrows * sizeof(uint64_t));
+	tf_torus_box_set(&p->t, p->scratch, box, 0);
+	for (int r = 0; r < p->t.nrows; r++)
+		if (p->scratch[r] != p->reserved[r])
+			return -EINVAL; /* overlaps another job's box */
+	set_target(s, p, j, box);
+	return 0;
+}
+
 int tf_sched_default_pool(const char *gen, char *spec, size_t len)
 {
 	const struct tf_tpu_gen *g = tf_tpu_gen_find(gen);
@@ -1206,6 +1243,22 @@ static void preempt_for_quota(struct tf_sched *s, const struct job *j, int need,
 	}
 }
 
+/* Holds box b of pool p for queued job j while the jobs on it drain (invariants 4 and 5). */
+static void set_target(struct tf_sched *s, struct pool *p, struct job *j, const struct tf_box *b)
+{
+	j->has_target = 1;
+	j->target = *b;
+	s->projects[j->project].quota_used += j->chips;
+	tf_torus_box_set(&p->t, p->reserved, &j->target, 1);
+	refresh_box(p, &j->target);
+	if (p->ntargets == p->captargets) {
+		p->captargets = p->captargets ? p->captargets * 2 : 8;
+		p->targets = tf_xrealloc(p->targets, (size_t)p->captargets * sizeof(int));
+	}
+	p->targets[p->ntargets++] = j->id;
+	p->epoch++;
+}
+
 /* Tries to make room for j by preempting: a box of free chips and victims (victim_class)
  * with the lowest box_cost, plus, when its project is short of `need` quota chips, enough of
  * the project's own lower-priority jobs. On success emits PREEMPT decisions, gives j a drain
@@ -1252,16 +1305,7 @@ static int try_preempt(struct tf_sched *s, struct pool *p, struct job *j, int ne
 				preempt_one(s, r, j, now, out);
 			}
 	preempt_for_quota(s, j, v.need - own, now, out);
-	j->has_target = 1;
-	j->target = v.best_box;
-	s->projects[j->project].quota_used += j->chips;
-	tf_torus_box_set(&p->t, p->reserved, &j->target, 1);
-	refresh_box(p, &j->target);
-	if (p->ntargets == p->captargets) {
-		p->captargets = p->captargets ? p->captargets * 2 : 8;
-		p->targets = tf_xrealloc(p->targets, (size_t)p->captargets * sizeof(int));
-	}
-	p->targets[p->ntargets++] = j->id;
+	set_target(s, p, j, &v.best_box);
 	p->epoch++;
 	return 1;
 }
@@ -1597,6 +1641,8 @@ int tf_sched_job_info(const struct tf_sched *s, int id, double now, struct tf_sc
 	                                  .preemptible = j->preemptible,
 	                                  .borrowed = j->borrowed,
 	                                  .box = j->box,
+	                                  .has_target = j->has_target,
+	                                  .target = j->target,
 	                                  .attempts = j->attempts,
 	                                  .preemptions = j->preemptions,
 	                                  .infra_failures = j->infra_failures,

@@ -106,6 +106,8 @@ struct tf_sched_job_info {
 	int chips;                        /* chips the job needs */
 	int priority, preemptible, borrowed;
 	struct tf_box box;                  /* RUNNING / DRAINING: where */
+	int has_target;                     /* QUEUED: a box is being drained for it */
+	struct tf_box target;               /* that box */
 	int attempts;                       /* starts so far */
 	int preemptions;                    /* times preempted */
 	int infra_failures;                 /* times a chip failed under it */
@@ -159,6 +161,16 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
                       const struct tf_sched_job_spec *spec, double now, int *id, char *err,
                       size_t errlen);
+
+/* Rebuilding a scheduler from records (a broker that keeps its state in a database): marks a
+ * RUNNING job as preempted earlier, DRAINING until `deadline`, without a decision. -ENOENT for
+ * an unknown id, -EINVAL when the job is not running. */
+int tf_sched_drain_at(struct tf_sched *s, int id, double deadline);
+/* The same for the job a preemption made room for: holds `box` of its pool for the QUEUED job
+ * (as the PREEMPT decisions it caused did); it starts there once the box is clear. -EINVAL when
+ * the job is not queued or already holds a box, the box is not a rotation of its shape inside
+ * its pool, or the box overlaps one held for another job. */
+int tf_sched_hold_at(struct tf_sched *s, int id, const struct tf_box *box);
 
 /* The embedded default pool of a TPU generation, as "GEN:AxBxC": v4 4x4x8 (a 128-chip rack),
  * the other 3D generations 4x4x4, the 2D ones 16x16. -EINVAL for an unknown generation. */

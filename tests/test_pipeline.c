@@ -267,6 +267,46 @@ static void test_pipeline_wrong_types(void **state)
 	expect("", 1, 1, "the pipeline file is empty", NULL);
 }
 
+/* `priority` and `project`: top level, defaults and per step; each checked where it stands. */
+static void test_pipeline_priority_and_project(void **state)
+{
+	(void)state;
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	assert_int_equal(load("name: x\npriority: 7\nproject: research\n"
+	                      "defaults: {priority: 3, project: batch}\n"
+	                      "steps:\n  - {name: a, type: shell, with: {argv: [x]}}\n"
+	                      "  - {name: b, type: shell, priority: 9, project: prod, "
+	                      "with: {argv: [x]}}\n",
+	                      NULL, 0, 0, &p, &d),
+	                 0);
+	assert_int_equal(p->priority, 7);
+	assert_string_equal(p->project, "research");
+	assert_int_equal(p->steps[0].priority, 3);
+	assert_string_equal(p->steps[0].project, "batch");
+	assert_int_equal(p->steps[1].priority, 9);
+	assert_string_equal(p->steps[1].project, "prod");
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+	assert_int_equal(load("name: x\nsteps:\n  - {name: a, type: shell, with: {argv: [x]}}\n",
+	                      NULL, 0, 0, &p, &d),
+	                 0);
+	assert_int_equal(p->priority, -1);
+	assert_null(p->project);
+	assert_int_equal(p->steps[0].priority, -1);
+	assert_null(p->steps[0].project);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+	expect("name: x\npriority: 12\nsteps: []\n", 2, 11, "'priority' must be between 0 and 9",
+	       NULL);
+	expect("name: x\ndefaults: {priority: high}\nsteps: []\n", 2, 22, "'defaults.priority'",
+	       NULL);
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    project: 'a b'\n", 5, 14,
+	       "bad project name 'a b'", "letters, digits");
+	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    priorty: 3\n", 5, 5, "priorty",
+	       "did you mean 'priority'?");
+}
+
 /* `executor`: a shell step cannot be inprocess (but `defaults.executor: inprocess` leaves it
  * local); `slurm` needs storage every node reaches, reported at the position of the
  * `executor` that asked for it; register/deploy stay in tpuflow; `slurm:` is checked. */
@@ -872,6 +912,7 @@ int main(void)
 	    cmocka_unit_test(test_pipeline_shell_cache_defaults),
 	    cmocka_unit_test(test_pipeline_bad_durations),
 	    cmocka_unit_test(test_pipeline_executor_rules),
+	    cmocka_unit_test(test_pipeline_priority_and_project),
 	    cmocka_unit_test(test_pipeline_duplicate_step_names),
 	    cmocka_unit_test(test_pipeline_unknown_needs),
 	    cmocka_unit_test(test_pipeline_cycles),
