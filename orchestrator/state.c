@@ -246,13 +246,20 @@ int tf_run_create(struct tf_store *st, const char *pipeline_name, const char *so
 		rc = tf_store_query_int(st, &pid,
 		                        "SELECT id FROM pipelines WHERE name=? AND digest=?", "tt",
 		                        pipeline_name, digest);
-	if (rc == 0)
+	/* Ids have one-second resolution and 24 random bits: thousands of runs in one second
+	 * (an API burst) can draw the same id, so a taken id is drawn again. */
+	for (int tries = 0; rc == 0 && tries < 16; tries++) {
 		rc = tf_store_run(
 		    st,
 		    "INSERT INTO runs(id, pipeline_id, pipeline, state, params, storage, "
 		    "retry_of, created_at) VALUES(?,?,?,'pending',?,?,?,?)",
 		    "tittttd", id, pid, pipeline_name, params_json ? params_json : "{}", storage,
 		    retry_of, tf_now_wall());
+		if (rc != -EEXIST)
+			break;
+		make_run_id(id);
+		rc = 0;
+	}
 	for (size_t i = 0; rc == 0 && i < nsteps; i++)
 		rc = tf_store_run(st,
 		                  "INSERT INTO steps(run_id, name, idx, type, state) "

@@ -15,6 +15,8 @@ test=(protobuf-compiler curl python3 swift swift-proxy swift-object swift-contai
 test+=(slurm-wlm munge)  # tests/it_slurm.sh, bench/slurm.sh: a one-node Slurm cluster
 bench=(libopenblas-dev curl hyperfine snakemake)
 bench+=(bc python3-numpy python3-tqdm python3-absl python3-pandas)  # SCALE-Sim v2, layersim's peer
+test+=(prometheus)  # tests/test_web.c: promtool check metrics, a real Prometheus scraping /metrics
+bench+=(wrk)  # bench/api.c: the REST API and the HTTP floor under wrk
 
 case "${1:-build}" in
   build) want=("${build[@]}") ;;

@@ -691,6 +691,97 @@ static void test_remote_cli(void **state)
 	unsetenv("TPUFLOW_TOKEN");
 }
 
+/* 1000 concurrent POST /runs, half of them repeats of the other half with the same
+ * Idempotency-Key and body: exactly 500 runs, every pair answered with the same run, no 5xx. */
+static void test_burst_idempotent(void **state)
+{
+	(void)state;
+	enum { PAIRS = 500, N = 2 * PAIRS };
+	char tok[TF_TOKEN_LEN + 1], err[256];
+	struct tf_store *st;
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_token_create(st, "burst", TF_SCOPE_TRIGGER, 0, tok, NULL), 0);
+	tf_store_close(st);
+	char auth[128], url[128];
+	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
+	snprintf(url, sizeof(url), "%s/api/v1/runs", base);
+	CURLM *m = curl_multi_init();
+	curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, 200L);
+	static struct buf bodies[N];
+	static char *reqs[PAIRS];
+	static struct curl_slist *hdrs[N];
+	CURL *easy[N];
+	for (int i = 0; i < PAIRS; i++) {
+		json_t *b = json_pack("{s:s, s:{s:s, s:i}}", "yaml", shell_yaml, "labels", "burst", "1",
+		                      "i", i);
+		reqs[i] = json_dumps(b, JSON_COMPACT);
+		json_decref(b);
+	}
+	for (int k = 0; k < N; k++) { /* request k and k+1 share a key: interleaved */
+		int i = k / 2;
+		char key[64];
+		snprintf(key, sizeof(key), "Idempotency-Key: burst-%d", i);
+		hdrs[k] = curl_slist_append(NULL, auth);
+		hdrs[k] = curl_slist_append(hdrs[k], key);
+		hdrs[k] = curl_slist_append(hdrs[k], "Content-Type: application/json");
+		CURL *c = easy[k] = curl_easy_init();
+		memset(&bodies[k], 0, sizeof(bodies[k]));
+		curl_easy_setopt(c, CURLOPT_URL, url);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, reqs[i]);
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs[k]);
+		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+		curl_easy_setopt(c, CURLOPT_WRITEDATA, &bodies[k]);
+		curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
+		curl_multi_add_handle(m, c);
+	}
+	int running = 1;
+	while (running) {
+		curl_multi_perform(m, &running);
+		if (running)
+			curl_multi_poll(m, NULL, 0, 1000, NULL);
+	}
+	int ok = 0, fivexx = 0;
+	for (int k = 0; k < N; k++) {
+		long code = 0;
+		curl_easy_getinfo(easy[k], CURLINFO_RESPONSE_CODE, &code);
+		ok += code == 201;
+		fivexx += code >= 500 || code == 0;
+		if (code != 201)
+			fprintf(stderr, "burst request %d: %ld %s\n", k, code, bodies[k].p ?: "");
+	}
+	assert_int_equal(fivexx, 0);
+	assert_int_equal(ok, N);
+	for (int i = 0; i < PAIRS; i++) { /* both answers of a key name the same run */
+		json_t *a = json_loads(bodies[2 * i].p, 0, NULL), *b = json_loads(bodies[2 * i + 1].p, 0, NULL);
+		assert_string_equal(json_string_value(json_object_get(a, "id")),
+		                    json_string_value(json_object_get(b, "id")));
+		json_decref(a);
+		json_decref(b);
+	}
+	for (int k = 0; k < N; k++) {
+		curl_multi_remove_handle(m, easy[k]);
+		curl_easy_cleanup(easy[k]);
+		curl_slist_free_all(hdrs[k]);
+		free(bodies[k].p);
+	}
+	for (int i = 0; i < PAIRS; i++)
+		free(reqs[i]);
+	curl_multi_cleanup(m);
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	int64_t runs = 0, keys = 0;
+	assert_int_equal(tf_store_query_int(st, &runs,
+	                                    "SELECT count(*) FROM run_labels WHERE key='burst'", ""),
+	                 0);
+	assert_int_equal(tf_store_query_int(st, &keys,
+	                                    "SELECT count(DISTINCT response) FROM idempotency_keys "
+	                                    "WHERE key LIKE 'burst-%'",
+	                                    ""),
+	                 0);
+	tf_store_close(st);
+	assert_int_equal(runs, PAIRS);
+	assert_int_equal(keys, PAIRS);
+}
+
 /* promtool's own check of the exposition (format and naming lint). */
 static void test_promtool(void **state)
 {
@@ -842,7 +933,7 @@ int main(void)
 	    cmocka_unit_test(test_events_and_cancel), cmocka_unit_test(test_validate),
 	    cmocka_unit_test(test_metrics),         cmocka_unit_test(test_contract),
 	    cmocka_unit_test(test_promtool),        cmocka_unit_test(test_prometheus_scrape),
-	    cmocka_unit_test(test_remote_cli),
+	    cmocka_unit_test(test_remote_cli),      cmocka_unit_test(test_burst_idempotent),
 	    cmocka_unit_test(test_start_refusals),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

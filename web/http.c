@@ -72,6 +72,9 @@ struct tf_web {
 	size_t openapi_len;
 	char *tls_key, *tls_cert;
 
+	/* Creating POSTs of this server take turns here before SQLite's write lock: waiting on a
+	 * mutex wakes the next writer at once, where SQLite's busy handler sleeps and retries. */
+	pthread_mutex_t write_lock;
 	pthread_mutex_t lock; /* everything below */
 	struct tf_store *pool[STORE_POOL];
 	int npool;
@@ -419,6 +422,9 @@ static void request_digest(const struct tf_web_req *rq, char hex[65])
 	tf_sha256_final(h, hex);
 }
 
+static void locked_idempotent(const struct tf_route *r, struct tf_web_req *rq,
+                              struct tf_web_resp *rs, const char *key, const char *digest);
+
 /* Runs a creating handler inside one write transaction together with its idempotency
  * record. Without a key the handler still runs in one transaction. */
 static void run_idempotent(const struct tf_route *r, struct tf_web_req *rq, struct tf_web_resp *rs)
@@ -442,6 +448,14 @@ static void run_idempotent(const struct tf_route *r, struct tf_web_req *rq, stru
 	}
 	char digest[65];
 	request_digest(rq, digest);
+	pthread_mutex_lock(&rq->srv->write_lock);
+	locked_idempotent(r, rq, rs, key, digest);
+	pthread_mutex_unlock(&rq->srv->write_lock);
+}
+
+static void locked_idempotent(const struct tf_route *r, struct tf_web_req *rq,
+                              struct tf_web_resp *rs, const char *key, const char *digest)
+{
 	int rc = tf_store_begin(rq->st);
 	if (rc) {
 		tf_web_problem(rs, 503, rq->path, "the state database is busy: %s",
@@ -825,6 +839,7 @@ static void web_free(struct tf_web *w)
 	free(w->counts);
 	free(w->lat);
 	pthread_mutex_destroy(&w->lock);
+	pthread_mutex_destroy(&w->write_lock);
 	free(w);
 }
 
@@ -855,6 +870,7 @@ int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, si
 	}
 	struct tf_web *w = tf_xcalloc(1, sizeof(*w));
 	pthread_mutex_init(&w->lock, NULL);
+	pthread_mutex_init(&w->write_lock, NULL);
 	w->home = tf_xstrdup(o->home ? o->home : ".tpuflow");
 	w->dbpath = tf_xasprintf("%s/%s", w->home, TF_STORE_FILE);
 	w->cors = o->cors_origin ? tf_xstrdup(o->cors_origin) : NULL;

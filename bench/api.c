@@ -1,0 +1,258 @@
+/* api.c — the REST API's throughput and latency against the HTTP floor, in the same run:
+ *
+ *   - GET /api/v1/runs?limit=50 on a home with 10,000 runs, wrk at 16 connections (2 threads,
+ *     10 s), through the real server (web/http.c: routing, token check, rate limit, SQLite);
+ *   - the HTTP floor: a minimal libmicrohttpd handler in the same threading mode answering a
+ *     fixed body of the same size, same wrk settings;
+ *   - POST /api/v1/runs latency, one client after another (p50/p99 of 300 requests with
+ *     libcurl, each an fsync'd commit of a new run), and under wrk at 16 connections.
+ *
+ * Goals (issue 13): GET >= 0.5x the floor's requests/s; POST p99 <= 10 ms. Needs wrk.
+ * TF_BENCH_API_RUNS overrides the 10,000 seeded runs; TF_BENCH_API_SECONDS the 10 s.
+ */
+#include "common/common.h"
+#include "orchestrator/pipeline.h"
+#include "orchestrator/state.h"
+#include "web/server.h"
+#include "web/tokens.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char yaml[] = "name: bench\nsteps:\n"
+                           "  - name: a\n    type: shell\n    with: {argv: [/bin/true]}\n"
+                           "  - name: b\n    type: shell\n    needs: [a]\n"
+                           "    with: {argv: [/bin/true]}\n"
+                           "  - name: c\n    type: shell\n    needs: [b]\n"
+                           "    with: {argv: [/bin/true]}\n";
+
+static const struct tf_run_step_def steps[] = {{"a", "shell"}, {"b", "shell"}, {"c", "shell"}};
+
+/* What the daemon's submission does before the daemon picks the run up: check the pipeline,
+ * record the run pending (in the server's transaction). */
+static int submit(void *ctx, struct tf_store *st, const struct tf_web_submit *s, char run_id[32],
+                  struct tf_diag_list *diags, char *err, size_t errlen)
+{
+	(void)ctx;
+	struct tf_pipeline *p = NULL;
+	if (!s->yaml || tf_pipeline_load_buffer("request.yaml", s->yaml, s->yaml_len, NULL, 0, 0,
+	                                        &p, diags)) {
+		snprintf(err, errlen, "the pipeline has errors");
+		return -EINVAL;
+	}
+	int rc = tf_run_create(st, p->name, p->source, NULL, s->params_json, NULL, steps, 3, NULL,
+	                       run_id);
+	tf_pipeline_free(p);
+	return rc;
+}
+
+/* ---- the HTTP floor ------------------------------------------------------------------- */
+
+static char *floor_body;
+static size_t floor_len;
+
+static enum MHD_Result floor_handler(void *cls, struct MHD_Connection *c, const char *url,
+                                     const char *method, const char *version, const char *up,
+                                     size_t *up_size, void **con_cls)
+{
+	(void)cls, (void)url, (void)method, (void)version, (void)up, (void)up_size, (void)con_cls;
+	struct MHD_Response *r =
+	    MHD_create_response_from_buffer(floor_len, floor_body, MHD_RESPMEM_PERSISTENT);
+	MHD_add_response_header(r, "Content-Type", "application/json");
+	enum MHD_Result ret = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+/* ---- measuring ------------------------------------------------------------------------ */
+
+/* Runs wrk and returns its requests/s; its latency line for 99% into p99 (ms). */
+static double wrk(const char *url, const char *token, const char *script, int conns, int secs,
+                  double *p99)
+{
+	char out[] = "/tmp/tpuflow-bench-wrk.XXXXXX";
+	int fd = mkstemp(out);
+	if (fd < 0)
+		return 0;
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd),
+	         "wrk -t2 -c%d -d%ds --latency %s%s%s %s%s%s '%s' > '%s' 2>&1", conns, secs,
+	         token ? "-H 'Authorization: Bearer " : "", token ? token : "", token ? "'" : "",
+	         script ? "-s '" : "", script ? script : "", script ? "'" : "", url, out);
+	int rc = system(cmd);
+	double rps = 0;
+	*p99 = 0;
+	FILE *f = fdopen(fd, "r");
+	char line[512];
+	while (f && fgets(line, sizeof(line), f)) {
+		double v;
+		char unit[8];
+		if (sscanf(line, "Requests/sec: %lf", &v) == 1)
+			rps = v;
+		if (sscanf(line, " 99%% %lf%7s", &v, unit) == 2)
+			*p99 = !strcmp(unit, "us") ? v / 1000 : !strcmp(unit, "s") ? v * 1000 : v;
+		if (strstr(line, "Non-2xx"))
+			fprintf(stderr, "api bench: wrk saw errors: %s", line);
+	}
+	if (f)
+		fclose(f);
+	unlink(out);
+	return rc == 0 ? rps : 0;
+}
+
+static size_t sink(char *d, size_t sz, size_t nm, void *u)
+{
+	(void)d;
+	*(size_t *)u += sz * nm;
+	return sz * nm;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+int main(void)
+{
+	if (system("command -v wrk >/dev/null 2>&1")) {
+		printf("api: wrk is missing (Debian wrk); skipped\n");
+		return 0;
+	}
+	const char *e = getenv("TF_BENCH_API_RUNS");
+	int nruns = e ? atoi(e) : 10000;
+	e = getenv("TF_BENCH_API_SECONDS");
+	int secs = e ? atoi(e) : 10;
+	char home[] = "/tmp/tpuflow-bench-api.XXXXXX", err[256];
+	if (!mkdtemp(home))
+		return 70;
+	struct tf_store *st;
+	if (tf_store_open_home(home, &st, err, sizeof(err))) {
+		fprintf(stderr, "api: %s\n", err);
+		return 70;
+	}
+	double t0 = tf_now_monotonic();
+	tf_store_begin(st);
+	for (int i = 0; i < nruns; i++) {
+		char id[32];
+		if (tf_run_create(st, "bench", yaml, NULL, "{}", NULL, steps, 3, NULL, id)) {
+			fprintf(stderr, "api: seeding: %s\n", tf_store_errmsg(st));
+			return 70;
+		}
+	}
+	tf_store_commit(st);
+	char token[TF_TOKEN_LEN + 1];
+	tf_token_create(st, "bench", TF_SCOPE_ADMIN, 0, token, NULL);
+	tf_store_close(st);
+	printf("home with %d runs (3 steps each) seeded in %.1f s\n", nruns,
+	       tf_now_monotonic() - t0);
+
+	struct tf_web *w;
+	struct tf_web_opts o = {.home = home, .listen = "127.0.0.1:0", .rate = 1e9,
+	                        .hooks = {.submit = submit}};
+	if (tf_web_start(&o, &w, err, sizeof(err))) {
+		fprintf(stderr, "api: %s\n", err);
+		return 70;
+	}
+	char get_url[128], post_url[128];
+	snprintf(get_url, sizeof(get_url), "http://127.0.0.1:%d/api/v1/runs?limit=50",
+	         tf_web_port(w));
+	snprintf(post_url, sizeof(post_url), "http://127.0.0.1:%d/api/v1/runs", tf_web_port(w));
+
+	/* The floor answers a body as large as the API's page. */
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	CURL *c = curl_easy_init();
+	struct curl_slist *h = NULL;
+	char auth[128];
+	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+	h = curl_slist_append(h, auth);
+	h = curl_slist_append(h, "Content-Type: application/json");
+	size_t got = 0;
+	curl_easy_setopt(c, CURLOPT_URL, get_url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &got);
+	curl_easy_perform(c);
+	floor_len = got;
+	floor_body = tf_xmalloc(floor_len);
+	memset(floor_body, ' ', floor_len);
+	struct MHD_Daemon *fl = MHD_start_daemon(
+	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
+	    NULL, floor_handler, NULL, MHD_OPTION_CONNECTION_LIMIT, 256u, MHD_OPTION_END);
+	const union MHD_DaemonInfo *fi = MHD_get_daemon_info(fl, MHD_DAEMON_INFO_BIND_PORT);
+	char floor_url[128];
+	snprintf(floor_url, sizeof(floor_url), "http://127.0.0.1:%d/", fi ? fi->port : 0);
+
+	double p99_get, p99_floor, p99_post16;
+	double floor_rps = wrk(floor_url, NULL, NULL, 16, secs, &p99_floor);
+	double get_rps = wrk(get_url, token, NULL, 16, secs, &p99_get);
+	printf("GET /api/v1/runs?limit=50 (%zu bytes), wrk 16 connections %d s: %.0f req/s, p99 "
+	       "%.2f ms\n",
+	       floor_len, secs, get_rps, p99_get);
+	printf("HTTP floor (libmicrohttpd, same mode, fixed %zu-byte body):      %.0f req/s, p99 "
+	       "%.2f ms\n",
+	       floor_len, floor_rps, p99_floor);
+	printf("GET/floor = %.2f (goal >= 0.5) -> %s\n", floor_rps ? get_rps / floor_rps : 0,
+	       floor_rps && get_rps / floor_rps >= 0.5 ? "ok" : "BELOW GOAL");
+
+	/* POST latency, one request at a time. */
+	enum { N = 300 };
+	double lat[N];
+	json_t *b = json_pack("{s:s, s:{s:s}}", "yaml", yaml, "labels", "bench", "post");
+	char *body = json_dumps(b, JSON_COMPACT);
+	json_decref(b);
+	curl_easy_setopt(c, CURLOPT_URL, post_url);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	int bad = 0;
+	for (int i = 0; i < N; i++) { /* each with its own Idempotency-Key, as CI sends them */
+		char key[64];
+		snprintf(key, sizeof(key), "Idempotency-Key: bench-%d-%d", (int)getpid(), i);
+		struct curl_slist *hk = curl_slist_append(NULL, auth);
+		hk = curl_slist_append(hk, "Content-Type: application/json");
+		hk = curl_slist_append(hk, key);
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hk);
+		double s = tf_now_monotonic();
+		long code = 0;
+		if (curl_easy_perform(c) != CURLE_OK)
+			bad++;
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+		bad += code != 201;
+		lat[i] = (tf_now_monotonic() - s) * 1000;
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+		curl_slist_free_all(hk);
+	}
+	qsort(lat, N, sizeof(lat[0]), cmp_double);
+	printf("POST /api/v1/runs, one client, %d requests (each a new run with its key, one "
+	       "fsync'd commit): p50 %.2f ms, "
+	       "p99 %.2f ms%s; goal p99 <= 10 ms -> %s\n",
+	       N, lat[N / 2], lat[N * 99 / 100], bad ? " (SOME FAILED)" : "",
+	       lat[N * 99 / 100] <= 10 && !bad ? "ok" : "ABOVE GOAL");
+
+	/* POST under 16 connections (wrk script with the same body). */
+	char lua[] = "/tmp/tpuflow-bench-post.XXXXXX";
+	int lfd = mkstemp(lua);
+	FILE *lf = fdopen(lfd, "w");
+	fprintf(lf, "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\n"
+	            "wrk.body = [==[%s]==]\n",
+	        body);
+	fclose(lf);
+	double post_rps = wrk(post_url, token, lua, 16, secs, &p99_post16);
+	printf("POST /api/v1/runs, wrk 16 connections %d s: %.0f runs/s, p99 %.2f ms\n", secs,
+	       post_rps, p99_post16);
+	unlink(lua);
+	free(body);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	curl_global_cleanup();
+	MHD_stop_daemon(fl);
+	tf_web_stop(w);
+	free(floor_body);
+	snprintf(err, sizeof(err), "rm -rf '%s'", home);
+	return system(err) ? 70 : 0;
+}
