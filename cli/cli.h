@@ -53,6 +53,8 @@ int cmd_accel(int argc, char **argv, struct tf_cli *cli);
 int cmd_store(int argc, char **argv, struct tf_cli *cli);
 int cmd_ckpt(int argc, char **argv, struct tf_cli *cli);
 int cmd_slices(int argc, char **argv, struct tf_cli *cli);
+int cmd_pipelines(int argc, char **argv, struct tf_cli *cli);
+int cmd_schedules(int argc, char **argv, struct tf_cli *cli);
 int cmd_sched(int argc, char **argv, struct tf_cli *cli);
 int cmd_data(int argc, char **argv, struct tf_cli *cli);
 int cmd_train(int argc, char **argv, struct tf_cli *cli);

@@ -32,6 +32,8 @@ static const struct tf_cmd commands[] = {
     {"store", cmd_store, "object storage: ls, cat, put, rm URL"},
     {"ckpt", cmd_ckpt, "checkpoints: list, show, gc"},
     {"slices", cmd_slices, "the TPU slice pool: occupancy map, queue, utilization"},
+    {"pipelines", cmd_pipelines, "registered pipelines (what schedules fire): add, list, rm"},
+    {"schedules", cmd_schedules, "cron schedules: list (next fire times), fire (the ticks due)"},
     {"sched", cmd_sched, "the scheduler: simulate a workload against a pool"},
     {"data", cmd_data, "datasets: prep (raw data -> sharded TFRecord + manifest)"},
     {"train", cmd_train, "train an MLP on an emulated TPU slice (checkpoints, export)"},
@@ -210,8 +212,8 @@ int main(int argc, char **argv)
 	}
 	if (!cli.remote && getenv("TPUFLOW_URL") && *getenv("TPUFLOW_URL"))
 		cli.remote = getenv("TPUFLOW_URL");
-	if (cli.remote && (!strcmp(argv[i], "run") || !strcmp(argv[i], "runs") ||
-	                   !strcmp(argv[i], "models")) &&
+	if (cli.remote &&
+	    (!strcmp(argv[i], "run") || !strcmp(argv[i], "runs") || !strcmp(argv[i], "models")) &&
 	    !has_flag(argc - i, argv + i, "--help"))
 		return tf_cli_remote(&cli, cli.remote, argc - i, argv + i);
 	for (size_t c = 0; c < TF_ARRAY_LEN(commands); c++)

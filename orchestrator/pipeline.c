@@ -2231,10 +2231,96 @@ static void load_when(struct loader *L, size_t idx)
 	s->when = e;
 }
 
+/* ---- schedule ------------------------------------------------------------------------ */
+
+static const char *const concurrency_names[] = {"allow", "forbid", "replace", NULL};
+static const char *const catchup_names[] = {"none", "latest", "all", NULL};
+
+const char *tf_concurrency_name(enum tf_sched_concurrency c)
+{
+	return c < TF_CONCURRENCY_LAST ? concurrency_names[c] : NULL;
+}
+
+const char *tf_catchup_name(enum tf_sched_catchup c)
+{
+	return c < TF_CATCHUP_LAST ? catchup_names[c] : NULL;
+}
+
+/* The cron text of node n: a bad part is reported at its own column (quoted scalars start
+ * one column after the quote). */
+static void load_cron(struct loader *L, const struct ynode *n, struct tf_pipeline_schedule *sc)
+{
+	if (want_kind(L, n, Y_SCALAR, "'schedule.cron'"))
+		return;
+	char err[256];
+	int col = 1;
+	if (tf_cron_parse(n->str, &sc->spec, &col, err, sizeof(err))) {
+		int quoted = n->style == YAML_SINGLE_QUOTED_SCALAR_STYLE ||
+		             n->style == YAML_DOUBLE_QUOTED_SCALAR_STYLE;
+		struct ynode at = *n;
+		if (n->line == n->end_line || !strchr(n->str, '\n'))
+			at.col = n->col + quoted + col - 1;
+		err_at(L, &at,
+		       "five fields: minute hour day-of-month month day-of-week, e.g. '0 3 * * *' "
+		       "or '*/15 9-17 * * mon-fri'; or @hourly, @daily, @weekly, @monthly, @yearly",
+		       "bad cron schedule: %s", err);
+		return;
+	}
+	sc->cron = tf_xstrdup(n->str);
+}
+
+static void load_schedule(struct loader *L, const struct ynode *n)
+{
+	struct tf_pipeline_schedule *sc = tf_xcalloc(1, sizeof(*sc));
+	L->p->schedule = sc;
+	sc->line = n->line;
+	sc->col = n->col;
+	sc->concurrency = TF_CONCURRENCY_FORBID;
+	sc->catchup = TF_CATCHUP_LATEST;
+	sc->catchup_max = 10;
+	sc->timezone = tf_xstrdup("UTC");
+	if (n->kind == Y_SCALAR) { /* shorthand: `schedule: "0 3 * * *"` */
+		load_cron(L, n, sc);
+		return;
+	}
+	if (want_kind(L, n, Y_MAP, "'schedule'"))
+		return;
+	static const char *const keys[] = {
+	    "cron", "timezone", "concurrency", "catchup", "catchup_max", "starting_deadline", NULL};
+	check_keys(L, n, keys, "'schedule'");
+	const struct ynode *x;
+	int e;
+	long long v;
+	if (!(x = map_get(n, "cron")))
+		err_at(L, n, "add 'cron: \"0 3 * * *\"' (or a macro such as @daily)",
+		       "'schedule' has no 'cron'");
+	else
+		load_cron(L, x, sc);
+	if ((x = map_get(n, "timezone")) && !want_kind(L, x, Y_SCALAR, "'schedule.timezone'")) {
+		char err[300];
+		if (tf_cron_tz_check(x->str, err, sizeof(err))) {
+			err_at(L, x, NULL, "%s", err);
+		} else {
+			free(sc->timezone);
+			sc->timezone = tf_xstrdup(x->str);
+		}
+	}
+	if ((x = map_get(n, "concurrency")) &&
+	    !get_enum(L, x, "concurrency policy", concurrency_names, &e))
+		sc->concurrency = (enum tf_sched_concurrency)e;
+	if ((x = map_get(n, "catchup")) && !get_enum(L, x, "catch-up policy", catchup_names, &e))
+		sc->catchup = (enum tf_sched_catchup)e;
+	if ((x = map_get(n, "catchup_max")) &&
+	    !get_int(L, x, "'schedule.catchup_max'", 1, 1000, &v))
+		sc->catchup_max = (int)v;
+	if ((x = map_get(n, "starting_deadline")))
+		get_duration(L, x, "'schedule.starting_deadline'", &sc->starting_deadline);
+}
+
 /* ---- the whole file ----------------------------------------------------------------- */
 
 static const char *const top_keys[] = {"name",  "description", "params",  "defaults", "storage",
-                                       "steps", "priority",    "project", NULL};
+                                       "steps", "priority",    "project", "schedule", NULL};
 
 static void load_pipeline(struct loader *L, const struct ynode *root,
                           const struct tf_param_override *ov, size_t nov)
@@ -2270,6 +2356,8 @@ static void load_pipeline(struct loader *L, const struct ynode *root,
 			       "unsupported storage URL '%.60s'", p->storage);
 	}
 	load_class(L, root, "'", &p->priority, &p->project);
+	if ((x = map_get(root, "schedule")))
+		load_schedule(L, x);
 	if ((x = map_get(root, "params")))
 		load_params(L, x);
 	apply_overrides(L, ov, nov);
@@ -2377,6 +2465,11 @@ void tf_pipeline_free(struct tf_pipeline *p)
 	free(p->storage);
 	free(p->project);
 	free(p->defaults.project);
+	if (p->schedule) {
+		free(p->schedule->cron);
+		free(p->schedule->timezone);
+		free(p->schedule);
+	}
 	for (size_t i = 0; i < p->nparams; i++) {
 		free(p->params[i].name);
 		free(p->params[i].description);

@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "orchestrator/cron.h"
 #include "orchestrator/diag.h"
 #include "orchestrator/expr.h"
 
@@ -167,6 +168,32 @@ struct tf_step_defaults {
 	char *project;                  /* `defaults.project` or NULL (owned) */
 };
 
+enum tf_sched_concurrency {
+	TF_CONCURRENCY_ALLOW,   /* a tick fires even while an earlier run is active */
+	TF_CONCURRENCY_FORBID,  /* a tick is skipped while a run of the pipeline is active */
+	TF_CONCURRENCY_REPLACE, /* the active run is asked to stop and the tick fires */
+	TF_CONCURRENCY_LAST
+};
+
+enum tf_sched_catchup {
+	TF_CATCHUP_NONE,   /* ticks missed (the daemon was down) are not run */
+	TF_CATCHUP_LATEST, /* the newest missed tick runs */
+	TF_CATCHUP_ALL,    /* every missed tick runs, oldest first, up to `catchup_max` */
+	TF_CATCHUP_LAST
+};
+
+/* `schedule:` — when the registered pipeline runs by itself (tpuflow pipelines add). */
+struct tf_pipeline_schedule {
+	char *cron;                            /* the cron text as written (owned) */
+	struct tf_cron spec;                   /* parsed */
+	char *timezone;                        /* IANA zone, default "UTC" (owned) */
+	enum tf_sched_concurrency concurrency; /* default forbid */
+	enum tf_sched_catchup catchup;         /* default latest */
+	int catchup_max;                       /* `all`: at most this many missed ticks (10) */
+	double starting_deadline;              /* a tick older than this is missed (0: none) */
+	int line, col;                         /* position of `schedule` */
+};
+
 struct tf_pipeline {
 	char *path;              /* file name as given (owned) */
 	char *source;            /* the file's bytes, NUL-terminated (owned) */
@@ -177,9 +204,10 @@ struct tf_pipeline {
 	size_t nparams;
 	struct tf_step_defaults defaults; /* `defaults` with built-ins filled in */
 	char *storage;                    /* `storage` object-store URL, or NULL (owned) */
-	int priority;          /* `priority` of the run's train slices, 0..9; -1 when not given */
-	char *project;         /* `project` the run's slices are accounted to, or NULL (owned) */
-	struct tf_step *steps; /* in file order (owned) */
+	int priority;  /* `priority` of the run's train slices, 0..9; -1 when not given */
+	char *project; /* `project` the run's slices are accounted to, or NULL (owned) */
+	struct tf_pipeline_schedule *schedule; /* `schedule`, or NULL (owned) */
+	struct tf_step *steps;                 /* in file order (owned) */
 	size_t nsteps;
 	size_t *topo; /* step indices in a topological order: by level, then file
 	                 order (owned) */
@@ -232,6 +260,8 @@ const char *tf_step_type_name(enum tf_step_type t);
 const char *tf_failure_class_name(enum tf_failure_class c);
 const char *tf_executor_name(enum tf_executor_kind e);
 const char *tf_param_type_name(enum tf_param_type t);
+const char *tf_concurrency_name(enum tf_sched_concurrency c);
+const char *tf_catchup_name(enum tf_sched_catchup c);
 
 /* 1 when every Slurm node can reach the object store at `url`: s3://, or a file:// (or plain)
  * absolute path under a directory listed in TPUFLOW_SHARED_STORAGE (colon-separated). */

@@ -307,6 +307,53 @@ static void test_pipeline_priority_and_project(void **state)
 	       "did you mean 'priority'?");
 }
 
+/* `schedule`: cron text (a bad part reported at its own column), zone, policies. */
+static void test_pipeline_schedule(void **state)
+{
+	(void)state;
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	assert_int_equal(load("name: x\nschedule:\n  cron: '*/15 9-17 * * mon-fri'\n"
+	                      "  timezone: Europe/Berlin\n  concurrency: replace\n  catchup: all\n"
+	                      "  catchup_max: 3\n  starting_deadline: 10m\n"
+	                      "steps:\n  - {name: a, type: shell, with: {argv: [x]}}\n",
+	                      NULL, 0, 0, &p, &d),
+	                 0);
+	assert_non_null(p->schedule);
+	assert_string_equal(p->schedule->cron, "*/15 9-17 * * mon-fri");
+	assert_string_equal(p->schedule->timezone, "Europe/Berlin");
+	assert_int_equal(p->schedule->concurrency, TF_CONCURRENCY_REPLACE);
+	assert_int_equal(p->schedule->catchup, TF_CATCHUP_ALL);
+	assert_int_equal(p->schedule->catchup_max, 3);
+	assert_true(p->schedule->starting_deadline == 600);
+	assert_int_equal(p->schedule->spec.dow, 0x3e);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+	assert_int_equal(load("name: x\nschedule: '@daily'\n"
+	                      "steps:\n  - {name: a, type: shell, with: {argv: [x]}}\n",
+	                      NULL, 0, 0, &p, &d),
+	                 0);
+	assert_string_equal(p->schedule->timezone, "UTC");
+	assert_int_equal(p->schedule->concurrency, TF_CONCURRENCY_FORBID);
+	assert_int_equal(p->schedule->catchup, TF_CATCHUP_LATEST);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+	/* the column of the bad field inside the cron text: quoted and plain */
+	expect("name: x\nschedule: {cron: '0 25 * * *'}\nsteps: []\n", 2, 21,
+	       "bad cron schedule: hour: '25' is out of range 0-23", "five fields");
+	expect("name: x\nschedule:\n  cron: 0 0 * foo *\nsteps: []\n", 3, 15,
+	       "month: 'foo' is not a number or a name", NULL);
+	expect("name: x\nschedule: '@fortnightly'\nsteps: []\n", 2, 12, "unknown macro", NULL);
+	expect("name: x\nschedule: {cron: '@daily', timezone: Mars/Olympus}\nsteps: []\n", 2, 38,
+	       "unknown time zone 'Mars/Olympus'", NULL);
+	expect("name: x\nschedule: {cron: '@daily', concurrency: forbidd}\nsteps: []\n", 2, 41,
+	       "unknown concurrency policy 'forbidd'", "did you mean 'forbid'?");
+	expect("name: x\nschedule: {cron: '@daily', catchup: some}\nsteps: []\n", 2, 37,
+	       "unknown catch-up policy 'some'", NULL);
+	expect("name: x\nschedule: {timezone: UTC}\nsteps: []\n", 2, 11, "'schedule' has no 'cron'",
+	       NULL);
+}
+
 /* `executor`: a shell step cannot be inprocess (but `defaults.executor: inprocess` leaves it
  * local); `slurm` needs storage every node reaches, reported at the position of the
  * `executor` that asked for it; register/deploy stay in tpuflow; `slurm:` is checked. */
@@ -913,6 +960,7 @@ int main(void)
 	    cmocka_unit_test(test_pipeline_bad_durations),
 	    cmocka_unit_test(test_pipeline_executor_rules),
 	    cmocka_unit_test(test_pipeline_priority_and_project),
+	    cmocka_unit_test(test_pipeline_schedule),
 	    cmocka_unit_test(test_pipeline_duplicate_step_names),
 	    cmocka_unit_test(test_pipeline_unknown_needs),
 	    cmocka_unit_test(test_pipeline_cycles),

@@ -1,0 +1,357 @@
+/* schedules.c — owns the registered pipelines (table registered_pipelines) and the firing of
+ * their cron schedules (table schedule_fires): which ticks are due, the catch-up and
+ * concurrency policies, and the one-fire-per-tick key (schedules.h). */
+#include "orchestrator/schedules.h"
+
+#define TF_LOG_TAG "schedules"
+#include "common/common.h"
+#include "common/log.h"
+#include "orchestrator/cron.h"
+#include "orchestrator/digest.h"
+#include "orchestrator/pipeline.h"
+#include "orchestrator/state.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_TICKS 1000     /* ticks listed per call and pipeline; older ones are skipped over */
+#define NONE_WINDOW_S 60.0 /* `catchup: none`: a tick this recent is not a missed one */
+
+int tf_pipelines_add(struct tf_store *st, const char *path, double now, char **name,
+                     struct tf_diag_list *diags)
+{
+	struct tf_pipeline *p = NULL;
+	int rc = tf_pipeline_load(path, NULL, 0, 0, &p, diags);
+	if (rc)
+		return rc;
+	char digest[65], *abs = realpath(path, NULL);
+	struct tf_sha256 *h = tf_sha256_new();
+	tf_sha256_update(h, p->source, p->source_len);
+	tf_sha256_final(h, digest);
+	int64_t next = 0;
+	int has_next = p->schedule && tf_cron_next(&p->schedule->spec, p->schedule->timezone,
+	                                           (int64_t)now, &next) == 0;
+	rc = tf_store_run(st,
+	                  "INSERT OR REPLACE INTO registered_pipelines(name, path, source, digest, "
+	                  "added_at, cron, timezone, next_tick) VALUES(?,?,?,?,?,?,?,?)",
+	                  has_next ? "ttttdtti" : "ttttdttn", p->name, abs ? abs : path, p->source,
+	                  digest, now, p->schedule ? p->schedule->cron : NULL,
+	                  p->schedule ? p->schedule->timezone : NULL, next);
+	if (rc == 0 && name)
+		*name = tf_xstrdup(p->name);
+	free(abs);
+	tf_pipeline_free(p);
+	return rc;
+}
+
+int tf_pipelines_remove(struct tf_store *st, const char *name)
+{
+	int rc = tf_store_run(st, "DELETE FROM registered_pipelines WHERE name=?", "t", name);
+	return rc == 0 && tf_store_changes(st) == 0 ? -ENOENT : rc;
+}
+
+/* The registered text of a pipeline, loaded (its schedule parsed); NULL when it no longer
+ * loads (a newer tpuflow stored it), with the reason logged. */
+static struct tf_pipeline *load_registered(const char *name, const char *source)
+{
+	struct tf_pipeline *p = NULL;
+	struct tf_diag_list d = {0};
+	char what[200];
+	snprintf(what, sizeof(what), "registered pipeline '%s'", name);
+	if (tf_pipeline_load_buffer(what, source, strlen(source), NULL, 0, 0, &p, &d)) {
+		tf_warn("%s no longer loads (%zu problems): add it again", what, d.n);
+		p = NULL;
+	}
+	tf_diag_list_release(&d);
+	return p;
+}
+
+int tf_pipelines_list(struct tf_store *st, double now, int nnext, json_t **out)
+{
+	struct tf_stmt *q =
+	    tf_store_query(st,
+	                   "SELECT name, path, digest, added_at, source FROM registered_pipelines "
+	                   "ORDER BY name",
+	                   "");
+	if (!q)
+		return -EIO;
+	json_t *list = json_array();
+	int rc;
+	while ((rc = tf_stmt_step(q)) == 1) {
+		const char *name = tf_stmt_text(q, 0);
+		json_t *sched = json_null();
+		struct tf_pipeline *p = load_registered(name, tf_stmt_text(q, 4));
+		if (p && p->schedule) {
+			const struct tf_pipeline_schedule *sc = p->schedule;
+			json_t *next = json_array();
+			int64_t t = (int64_t)now;
+			for (int i = 0;
+			     i < nnext && tf_cron_next(&sc->spec, sc->timezone, t, &t) == 0; i++)
+				json_array_append_new(next, json_integer(t));
+			sched = json_pack(
+			    "{s:s, s:s, s:s, s:s, s:i, s:f, s:o}", "cron", sc->cron, "timezone",
+			    sc->timezone, "concurrency", tf_concurrency_name(sc->concurrency),
+			    "catchup", tf_catchup_name(sc->catchup), "catchup_max", sc->catchup_max,
+			    "starting_deadline", sc->starting_deadline, "next", next);
+		}
+		tf_pipeline_free(p);
+		json_array_append_new(list, json_pack("{s:s, s:s?, s:s, s:f, s:o}", "name", name,
+		                                      "path", tf_stmt_text(q, 1), "digest",
+		                                      tf_stmt_text(q, 2), "added_at",
+		                                      tf_stmt_double(q, 3), "schedule", sched));
+	}
+	tf_stmt_done(q);
+	if (rc < 0) {
+		json_decref(list);
+		return rc;
+	}
+	*out = list;
+	return 0;
+}
+
+/* ---- firing ---- */
+
+/* Runs of the pipeline that are pending or running: their ids into a JSON array. */
+static int active_runs(struct tf_store *st, const char *name, json_t **out)
+{
+	struct tf_stmt *q = tf_store_query(st,
+	                                   "SELECT id, pid FROM runs WHERE pipeline=? AND state IN "
+	                                   "('pending', 'running') ORDER BY created_at",
+	                                   "t", name);
+	if (!q)
+		return -EIO;
+	json_t *v = json_array();
+	int rc;
+	while ((rc = tf_stmt_step(q)) == 1)
+		json_array_append_new(
+		    v, json_pack("{s:s, s:I}", "id", tf_stmt_text(q, 0), "pid",
+		                 (json_int_t)(tf_stmt_is_null(q, 1) ? 0 : tf_stmt_int(q, 1))));
+	tf_stmt_done(q);
+	if (rc < 0) {
+		json_decref(v);
+		return rc;
+	}
+	*out = v;
+	return 0;
+}
+
+/* `concurrency: replace`: asks each active run to stop. */
+static void stop_runs(json_t *active, const struct tf_schedule_hooks *h)
+{
+	size_t i;
+	json_t *r;
+	json_array_foreach(active, i, r)
+	{
+		const char *id = json_string_value(json_object_get(r, "id"));
+		long pid = (long)json_integer_value(json_object_get(r, "pid"));
+		if (h && h->cancel)
+			h->cancel(h->ctx, id);
+		else if (pid > 0 && pid != (long)getpid() && tf_pid_alive(pid))
+			kill((pid_t)pid, SIGTERM); /* the engine stops cleanly, resumable */
+	}
+}
+
+/* Creates the pending run of a fired tick from the registered text (default params). */
+static int create_run(struct tf_store *st, const struct tf_pipeline *p, const char *path,
+                      char run_id[32])
+{
+	char *home = tf_xstrdup(tf_store_path(st)), *slash = strrchr(home, '/');
+	if (slash)
+		*slash = '\0';
+	else
+		snprintf(home, strlen(home) + 1, ".");
+	char *abs = realpath(home, NULL);
+	char *storage = p->storage && *p->storage
+	                    ? tf_xstrdup(p->storage)
+	                    : tf_xasprintf("file://%s/objects", abs ? abs : home);
+	struct tf_run_step_def *defs = tf_xcalloc(p->nsteps + 1, sizeof(*defs));
+	for (size_t i = 0; i < p->nsteps; i++) {
+		defs[i].name = p->steps[i].name;
+		defs[i].type = tf_step_type_name(p->steps[i].type);
+	}
+	int rc = tf_run_create(st, p->name, p->source, path, "{}", storage, defs, p->nsteps, NULL,
+	                       run_id);
+	free(defs);
+	free(storage);
+	free(abs);
+	free(home);
+	return rc;
+}
+
+/* How tick i of n (oldest first) is handled by the catch-up policy and the deadline: 1 fire,
+ * 0 missed (why in `why`). */
+static int catchup_fires(const struct tf_pipeline_schedule *sc, size_t i, size_t n, double age,
+                         char *why, size_t len)
+{
+	if (sc->starting_deadline > 0 && age > sc->starting_deadline) {
+		snprintf(why, len, "%.0f s late, past starting_deadline %.0f s", age,
+		         sc->starting_deadline);
+		return 0;
+	}
+	switch (sc->catchup) {
+	case TF_CATCHUP_NONE:
+		if (i + 1 == n && age < NONE_WINDOW_S)
+			return 1;
+		snprintf(why, len, "missed (catchup: none)");
+		return 0;
+	case TF_CATCHUP_LATEST:
+		if (i + 1 == n)
+			return 1;
+		snprintf(why, len, "missed (catchup: latest, a newer tick runs)");
+		return 0;
+	default:
+		if (i + (size_t)sc->catchup_max >= n)
+			return 1;
+		snprintf(why, len, "missed (catchup: all, only the newest %d run)",
+		         sc->catchup_max);
+		return 0;
+	}
+}
+
+/* Handles the due ticks of one pipeline in the caller's transaction. -EEXIST when another
+ * process handled one of them first (the caller rolls back). */
+static int fire_pipeline(struct tf_store *st, const char *name, double now,
+                         const struct tf_schedule_hooks *h, json_t *report)
+{
+	char *path = NULL, *source = NULL;
+	int64_t next = 0;
+	int rc = tf_store_query_int(st, &next,
+	                            "SELECT next_tick FROM registered_pipelines WHERE name=? AND "
+	                            "next_tick IS NOT NULL",
+	                            "t", name);
+	if (rc == -ENOENT || (rc == 0 && (double)next > now))
+		return 0; /* removed, or handled meanwhile */
+	if (rc == 0)
+		rc = tf_store_query_text(
+		    st, &source, "SELECT source FROM registered_pipelines WHERE name=?", "t", name);
+	if (rc == 0)
+		rc = tf_store_query_text(
+		    st, &path, "SELECT path FROM registered_pipelines WHERE name=?", "t", name);
+	struct tf_pipeline *p = rc == 0 ? load_registered(name, source) : NULL;
+	if (rc || !p || !p->schedule) {
+		free(path);
+		free(source);
+		tf_pipeline_free(p);
+		return rc ? rc
+		          : tf_store_run(
+		                st, "UPDATE registered_pipelines SET next_tick=NULL WHERE name=?",
+		                "t", name);
+	}
+	const struct tf_pipeline_schedule *sc = p->schedule;
+	int64_t *ticks = tf_xcalloc(MAX_TICKS, sizeof(*ticks)), t = next;
+	size_t n = 0;
+	while ((double)t <= now) {
+		if (n == MAX_TICKS) { /* keep the newest MAX_TICKS */
+			memmove(ticks, ticks + 1, (MAX_TICKS - 1) * sizeof(*ticks));
+			n--;
+		}
+		ticks[n++] = t;
+		if (tf_cron_next(&sc->spec, sc->timezone, t, &t))
+			break;
+	}
+	int64_t after = 0;
+	int has_after = tf_cron_next(&sc->spec, sc->timezone, (int64_t)now, &after) == 0;
+	json_t *active = NULL;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		char key[300], why[200] = "", run[32] = "";
+		const char *outcome = "fired";
+		snprintf(key, sizeof(key), "%s@%lld", name, (long long)ticks[i]);
+		if (!catchup_fires(sc, i, n, now - (double)ticks[i], why, sizeof(why))) {
+			outcome = "missed";
+		} else if (sc->concurrency != TF_CONCURRENCY_ALLOW) {
+			json_decref(active);
+			active = NULL;
+			rc = active_runs(st, name, &active);
+			const char *first =
+			    json_string_value(json_object_get(json_array_get(active, 0), "id"));
+			if (rc == 0 && first && sc->concurrency == TF_CONCURRENCY_FORBID) {
+				outcome = "skipped";
+				snprintf(why, sizeof(why),
+				         "run %s is still active (concurrency: forbid)", first);
+			} else if (rc == 0 && first) {
+				stop_runs(active, h);
+				snprintf(why, sizeof(why), "replaces run %s (concurrency: replace)",
+				         first);
+			}
+		}
+		if (rc)
+			break;
+		/* the key first: a tick another process handled fails here, before any run */
+		rc = tf_store_run(st,
+		                  "INSERT INTO schedule_fires(fire_key, pipeline, tick, outcome, "
+		                  "reason, at) VALUES(?,?,?,?,?,?)",
+		                  "ttitid", key, name, ticks[i], outcome, why[0] ? why : NULL, now);
+		if (rc == 0 && !strcmp(outcome, "fired")) {
+			rc = create_run(st, p, path, run);
+			if (rc == 0)
+				rc = tf_store_run(
+				    st, "UPDATE schedule_fires SET run_id=? WHERE fire_key=?", "tt",
+				    run, key);
+		}
+		if (rc == 0 && report)
+			json_array_append_new(
+			    report,
+			    json_pack("{s:s, s:I, s:s, s:s, s:s?, s:s?}", "pipeline", name, "tick",
+			              (json_int_t)ticks[i], "fire_key", key, "outcome", outcome,
+			              "run", run[0] ? run : NULL, "reason", why[0] ? why : NULL));
+	}
+	if (rc == 0 && has_after)
+		rc = tf_store_run(st, "UPDATE registered_pipelines SET next_tick=? WHERE name=?",
+		                  "it", after, name);
+	else if (rc == 0)
+		rc = tf_store_run(st, "UPDATE registered_pipelines SET next_tick=NULL WHERE name=?",
+		                  "t", name);
+	json_decref(active);
+	free(ticks);
+	free(path);
+	free(source);
+	tf_pipeline_free(p);
+	return rc;
+}
+
+int tf_schedules_fire_due(struct tf_store *st, double now, const struct tf_schedule_hooks *hooks,
+                          json_t **report)
+{
+	json_t *names = json_array(), *rep = report ? json_array() : NULL;
+	struct tf_stmt *q = tf_store_query(st,
+	                                   "SELECT name FROM registered_pipelines WHERE next_tick "
+	                                   "IS NOT NULL AND next_tick <= ? ORDER BY name",
+	                                   "d", now);
+	int rc = q ? 0 : -EIO;
+	while (q && (rc = tf_stmt_step(q)) == 1)
+		json_array_append_new(names, json_string(tf_stmt_text(q, 0)));
+	tf_stmt_done(q);
+	size_t i;
+	json_t *nm;
+	json_array_foreach(names, i, nm)
+	{
+		if (rc < 0)
+			break;
+		int own;
+		rc = tf_store_join(st, &own);
+		if (rc)
+			break;
+		size_t before = rep ? json_array_size(rep) : 0;
+		rc = fire_pipeline(st, json_string_value(nm), now, hooks, rep);
+		if (rc == -EEXIST && own) { /* another process handled these ticks: theirs stand */
+			tf_store_rollback(st);
+			while (rep && json_array_size(rep) > before)
+				json_array_remove(rep, before);
+			rc = 0;
+			continue;
+		}
+		rc = tf_store_leave(st, own, rc);
+	}
+	json_decref(names);
+	if (rc < 0) {
+		json_decref(rep);
+		return rc;
+	}
+	if (report)
+		*report = rep;
+	return 0;
+}

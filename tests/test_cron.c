@@ -1,0 +1,191 @@
+/* test_cron.c — cron schedules as tables: what parses (fields, ranges, steps, lists, names,
+ * macros) and what is refused with the column of the offending part; next fire times in UTC
+ * and in zones with daylight-saving time (a spring-forward gap and a fall-back overlap, Vixie
+ * cron rules), across month and year ends, and day-of-month OR day-of-week. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "orchestrator/cron.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Unix seconds of a UTC wall time "YYYY-MM-DD HH:MM". */
+static int64_t utc(const char *s)
+{
+	struct tm t = {0};
+	assert_int_equal(
+	    sscanf(s, "%d-%d-%d %d:%d", &t.tm_year, &t.tm_mon, &t.tm_mday, &t.tm_hour, &t.tm_min),
+	    5);
+	t.tm_year -= 1900;
+	t.tm_mon -= 1;
+	return (int64_t)timegm(&t);
+}
+
+static void fmt_utc(int64_t v, char *buf, size_t len)
+{
+	time_t t = (time_t)v;
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(buf, len, "%Y-%m-%d %H:%M", &tm);
+}
+
+static void test_cron_parse_table(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *text;
+		uint64_t minute;
+		uint32_t hour, dom;
+		uint16_t month;
+		uint8_t dow;
+	} ok[] = {
+	    {"* * * * *", (1ull << 60) - 1, (1u << 24) - 1, 0xfffffffe, 0x1ffe, 0x7f},
+	    {"0 0 1 1 *", 1, 1, 1u << 1, 1u << 1, 0x7f},
+	    {"*/15 9-17 * * mon-fri", 1 | 1ull << 15 | 1ull << 30 | 1ull << 45, 0x3fe00, 0xfffffffe,
+	     0x1ffe, 0x3e},
+	    {"5,10-12 0 */10 jan,JUL sun", 1ull << 5 | 7ull << 10, 1,
+	     1u << 1 | 1u << 11 | 1u << 21 | 1u << 31, 1u << 1 | 1u << 7, 1},
+	    {"0 12 * * 7", 1, 1u << 12, 0xfffffffe, 0x1ffe, 1},
+	    {"30/10 1/6 * 2-12/5 *", 1ull << 30 | 1ull << 40 | 1ull << 50,
+	     1u << 1 | 1u << 7 | 1u << 13 | 1u << 19, 0xfffffffe, 1u << 2 | 1u << 7 | 1u << 12,
+	     0x7f},
+	    {"@hourly", 1, (1u << 24) - 1, 0xfffffffe, 0x1ffe, 0x7f},
+	    {"@daily", 1, 1, 0xfffffffe, 0x1ffe, 0x7f},
+	    {"@weekly", 1, 1, 0xfffffffe, 0x1ffe, 1},
+	    {"@monthly", 1, 1, 1u << 1, 0x1ffe, 0x7f},
+	    {"  @YEARLY ", 1, 1, 1u << 1, 1u << 1, 0x7f},
+	};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		struct tf_cron c;
+		char err[256] = "";
+		int col = 0;
+		int rc = tf_cron_parse(ok[i].text, &c, &col, err, sizeof(err));
+		if (rc)
+			fail_msg("'%s': %s (col %d)", ok[i].text, err, col);
+		assert_true(c.minute == ok[i].minute);
+		assert_int_equal(c.hour, ok[i].hour);
+		assert_int_equal(c.dom, ok[i].dom);
+		assert_int_equal(c.month, ok[i].month);
+		assert_int_equal(c.dow, ok[i].dow);
+	}
+	static const struct {
+		const char *text;
+		int col;
+		const char *msg;
+	} bad[] = {
+	    {"", 1, "no fields"},
+	    {"* * * *", 8, "too few fields"},
+	    {"* * * * * *", 11, "more than 5 fields"},
+	    {"60 * * * *", 1, "minute: '60' is out of range 0-59"},
+	    {"0 24 * * *", 3, "hour: '24' is out of range 0-23"},
+	    {"0 0 0 * *", 5, "day of month: '0' is out of range 1-31"},
+	    {"0 0 * 13 *", 7, "month: '13' is out of range 1-12"},
+	    {"0 0 * * 8", 9, "day of week: '8' is out of range 0-7"},
+	    {"0 0 * foo *", 7, "month: 'foo' is not a number or a name"},
+	    {"*/0 * * * *", 1, "minute: bad step"},
+	    {"0 5-2 * * *", 3, "range '5-2' runs backwards"},
+	    {"0 1,,2 * * *", 5, "hour: empty item"},
+	    {"1x * * * *", 2, "minute: unexpected 'x'"},
+	    {"0 0 * * mon-", 9, "day of week: bad range 'mon-'"},
+	    {"@fortnightly", 1, "unknown macro '@fortnightly'"},
+	    {"@daily 5", 8, "@daily takes nothing after it"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct tf_cron c;
+		char err[256] = "";
+		int col = -1;
+		assert_int_equal(tf_cron_parse(bad[i].text, &c, &col, err, sizeof(err)), -EINVAL);
+		if (!strstr(err, bad[i].msg) || col != bad[i].col)
+			fail_msg("'%s': got col %d '%s', wanted col %d '%s'", bad[i].text, col, err,
+			         bad[i].col, bad[i].msg);
+	}
+}
+
+static void test_cron_next_table(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *text, *tz, *after, *next;
+	} cases[] = {
+	    /* UTC basics, month and year ends, leap day */
+	    {"* * * * *", "UTC", "2026-03-01 10:00", "2026-03-01 10:01"},
+	    {"*/15 * * * *", "UTC", "2026-03-01 10:07", "2026-03-01 10:15"},
+	    {"0 0 1 * *", "UTC", "2026-12-15 00:00", "2027-01-01 00:00"},
+	    {"0 0 29 2 *", "UTC", "2026-03-01 00:00", "2028-02-29 00:00"},
+	    {"30 23 31 * *", "UTC", "2026-04-01 00:00", "2026-05-31 23:30"},
+	    {"@weekly", "UTC", "2026-12-01 12:00", "2026-12-06 00:00"},
+	    {"0 9 * * mon-fri", "UTC", "2026-12-04 09:00", "2026-12-07 09:00"},
+	    /* both days restricted: the 13th OR a Friday */
+	    {"0 0 13 * fri", "UTC", "2026-11-01 00:00", "2026-11-06 00:00"},
+	    {"0 0 13 * fri", "UTC", "2026-11-10 00:00", "2026-11-13 00:00"},
+	    /* a zone without DST: Asia/Tokyo is UTC+9 */
+	    {"0 9 * * *", "Asia/Tokyo", "2026-06-01 00:00", "2026-06-02 00:00"},
+	    /* New York, spring forward 2026-03-08 02:00 EST -> 03:00 EDT (07:00 UTC) */
+	    {"30 2 * * *", "America/New_York", "2026-03-07 12:00", "2026-03-08 07:00"},
+	    {"30 2 * * *", "America/New_York", "2026-03-08 07:00", "2026-03-09 06:30"},
+	    {"0 1 * * *", "America/New_York", "2026-03-07 12:00", "2026-03-08 06:00"},
+	    {"0 3 * * *", "America/New_York", "2026-03-07 12:00", "2026-03-08 07:00"},
+	    {"30 * * * *", "America/New_York", "2026-03-08 06:45", "2026-03-08 07:30"},
+	    /* New York, fall back 2026-11-01 02:00 EDT -> 01:00 EST (06:00 UTC): 01:30 twice */
+	    {"30 1 * * *", "America/New_York", "2026-10-31 12:00", "2026-11-01 05:30"},
+	    {"30 1 * * *", "America/New_York", "2026-11-01 05:30", "2026-11-02 06:30"},
+	    {"30 * * * *", "America/New_York", "2026-11-01 05:30", "2026-11-01 06:30"},
+	    /* Berlin, spring forward 2026-03-29 02:00 CET -> 03:00 CEST (01:00 UTC) */
+	    {"15 2 * * *", "Europe/Berlin", "2026-03-28 12:00", "2026-03-29 01:00"},
+	    {"0 0 * * *", "Europe/Berlin", "2026-03-28 12:00", "2026-03-28 23:00"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tf_cron c;
+		char err[256], got[32];
+		int64_t next = 0;
+		assert_int_equal(tf_cron_parse(cases[i].text, &c, NULL, err, sizeof(err)), 0);
+		assert_int_equal(tf_cron_next(&c, cases[i].tz, utc(cases[i].after), &next), 0);
+		fmt_utc(next, got, sizeof(got));
+		if (next != utc(cases[i].next))
+			fail_msg("'%s' in %s after %s UTC: got %s, wanted %s", cases[i].text,
+			         cases[i].tz, cases[i].after, got, cases[i].next);
+	}
+	/* never: the 30th of February */
+	struct tf_cron c;
+	char err[256];
+	int64_t next = 0;
+	assert_int_equal(tf_cron_parse("0 0 30 2 *", &c, NULL, err, sizeof(err)), 0);
+	assert_int_equal(tf_cron_next(&c, "UTC", utc("2026-01-01 00:00"), &next), -ERANGE);
+	/* the process's own TZ is left as it was */
+	setenv("TZ", "Asia/Tokyo", 1);
+	assert_int_equal(tf_cron_next(&c, "Europe/Berlin", 0, &next), -ERANGE);
+	assert_string_equal(getenv("TZ"), "Asia/Tokyo");
+	unsetenv("TZ");
+}
+
+static void test_cron_time_zones_checked(void **state)
+{
+	(void)state;
+	char err[256] = "";
+	assert_int_equal(tf_cron_tz_check("UTC", err, sizeof(err)), 0);
+	assert_int_equal(tf_cron_tz_check("Europe/Berlin", err, sizeof(err)), 0);
+	assert_int_equal(tf_cron_tz_check("Mars/Olympus", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "unknown time zone 'Mars/Olympus'"));
+	assert_int_equal(tf_cron_tz_check("../../etc/passwd", err, sizeof(err)), -EINVAL);
+	assert_int_equal(tf_cron_tz_check("/etc/localtime", err, sizeof(err)), -EINVAL);
+	struct tf_cron c;
+	int64_t next;
+	assert_int_equal(tf_cron_parse("@daily", &c, NULL, err, sizeof(err)), 0);
+	assert_int_equal(tf_cron_next(&c, "Nowhere/Else", 0, &next), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_cron_parse_table),
+	    cmocka_unit_test(test_cron_next_table),
+	    cmocka_unit_test(test_cron_time_zones_checked),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
