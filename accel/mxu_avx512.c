@@ -255,6 +255,91 @@ static void kernel_row(size_t kc, size_t R, const uint32_t *a, int kmajor, const
 	}
 }
 
+/* ---- Narrow outputs with X transposed (dW = A^T . dZ of a layer with few outputs) ----
+ * With N <= NARROW_TX columns the lanes are 16 rows of C instead: op(X)[m, k] = X[k * ldx + m]
+ * is contiguous in m, so the pair of rows k and k + 1 of X, converted on the fly, is the vector
+ * operand (no packing of X at all), and each column n of op(W) is a broadcast pair from the
+ * packed B panel. NCOL tile sums and NCOL running sums stay in registers; the result is
+ * transposed 16 x 16 and written as rows of C. Each lane still runs the contract's chain. */
+#define NARROW_TX 12
+
+static inline __attribute__((always_inline)) void narrow_tx_rows(const int NCOL, size_t K,
+                                                                 size_t R, const float *X,
+                                                                 size_t ldx, size_t mr,
+                                                                 const uint32_t *b, float *c,
+                                                                 size_t ldc)
+{
+	__m512 acc[16], s[NARROW_TX];
+	__mmask16 m = lanes(mr);
+#pragma GCC unroll 16
+	for (int n = 0; n < 16; n++)
+		acc[n] = _mm512_setzero_ps();
+	for (size_t t0 = 0; t0 < K; t0 += R) {
+		size_t end = K - t0 < R ? K : t0 + R;
+#pragma GCC unroll 12
+		for (int n = 0; n < NCOL; n++)
+			s[n] = _mm512_setzero_ps();
+		for (size_t k = t0; k < end; k += 2) {
+			const float *r0 = X + k * ldx;
+			__m512 f = _mm512_maskz_loadu_ps(m, r0);
+			__m512 g = k + 1 < end ? _mm512_maskz_loadu_ps(m, r0 + ldx)
+			                       : _mm512_setzero_ps(); /* the A pad: +0 */
+			__m512bh x = (__m512bh)pair_words(f, g);
+			const uint32_t *pb = b + (k / 2) * 16;
+#pragma GCC unroll 12
+			for (int n = 0; n < NCOL; n++)
+				s[n] = _mm512_dpbf16_ps(s[n], x,
+				                        (__m512bh)_mm512_set1_epi32((int)pb[n]));
+		}
+		/* acc = acc + s; acc is +0 before the first tile */
+#pragma GCC unroll 12
+		for (int n = 0; n < NCOL; n++)
+			acc[n] = _mm512_add_ps(acc[n], s[n]);
+	}
+	const __m512 qnan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000));
+	__m512i r[16];
+#pragma GCC unroll 16
+	for (int n = 0; n < 16; n++)
+		r[n] = _mm512_castps_si512(
+		    n < NCOL ? _mm512_mask_mov_ps(acc[n], _mm512_cmp_ps_mask(acc[n], acc[n], _CMP_UNORD_Q),
+		                                  qnan)
+		             : acc[n]);
+	transpose16(r);
+	for (size_t i = 0; i < mr; i++)
+		_mm512_mask_storeu_ps(c + i * ldc, lanes((size_t)NCOL), _mm512_castsi512_ps(r[i]));
+}
+
+static void narrow_tx(size_t M, size_t K, size_t N, const float *X, size_t ldx, size_t R,
+                      const uint32_t *b, float *C, size_t ldc)
+{
+	for (size_t m0 = 0; m0 < M; m0 += 16) {
+		size_t mr = M - m0 < 16 ? M - m0 : 16;
+		const float *x = X + m0;
+		float *c = C + m0 * ldc;
+		switch (N) {
+#define NARROW_CASE(n)                                                                             \
+	case n:                                                                                    \
+		narrow_tx_rows(n, K, R, x, ldx, mr, b, c, ldc);                                    \
+		break;
+			NARROW_CASE(1)
+			NARROW_CASE(2)
+			NARROW_CASE(3)
+			NARROW_CASE(4)
+			NARROW_CASE(5)
+			NARROW_CASE(6)
+			NARROW_CASE(7)
+			NARROW_CASE(8)
+			NARROW_CASE(9)
+			NARROW_CASE(10)
+			NARROW_CASE(11)
+			NARROW_CASE(12)
+#undef NARROW_CASE
+		default:
+			break;
+		}
+	}
+}
+
 size_t tf_mxu_avx512_kc(size_t R)
 {
 	return R >= 256 ? R : R * (256 / R);
@@ -299,6 +384,8 @@ size_t tf_mxu_avx512_bbuf_words(size_t K, size_t N, size_t R)
 {
 	size_t KC = tf_mxu_avx512_kc(R), kc = K < KC ? K : KC, pw = tf_mxu_avx512_pw(N);
 	size_t nc = N < NC ? N : NC;
+	if (N <= NARROW_TX) /* narrow_tx packs all of K at once */
+		kc = K;
 	return (nc + pw - 1) / pw * pw * ((kc + 1) / 2);
 }
 
@@ -311,6 +398,14 @@ void tf_mxu_avx512_run(int trans_x, int trans_w, size_t M, size_t K, size_t N, c
 	 * uses the first N); otherwise B is packed here for this part's N */
 	const size_t pw = tf_mxu_avx512_pw(packed ? packed_n : N);
 	const size_t bcols = packed ? (packed_n + pw - 1) / pw * pw : 0;
+	if (trans_x && N <= NARROW_TX && pw == 16) {
+		/* one 16-column panel: its kc blocks follow each other, and as KC is even the
+		 * pairs run on across them, so the packed form is one panel of all of K */
+		if (!packed)
+			pack_b(trans_w, W, ldw, 0, N, 16, 0, K, bbuf);
+		narrow_tx(M, K, N, X, ldx, R, packed ? packed : bbuf, C, ldc);
+		return;
+	}
 	for (size_t jc = 0; jc < N; jc += NC) {
 		size_t nc = N - jc < NC ? N - jc : NC;
 		const uint32_t *bk = packed;
