@@ -59,6 +59,7 @@ struct tf_slice_rt {
 	float ***ar_val;       /* per participant: replicas pointers (layer values) */
 	size_t ar_n;           /* floats per replica buffer */
 	size_t ar_block;       /* block length in floats */
+	int ar_first;          /* only replica 0's buffer receives the sum */
 };
 
 /* Takes task indices until none are left. Called with mu unlocked. */
@@ -419,7 +420,7 @@ static void add_to(float *restrict out, const float *restrict a, size_t n, int f
 /* One block of the all-reduce: elements [lo, hi), which lie within one chunk of every ring
  * dimension. Layer by layer (one per dimension), each ring's members are summed in ring order
  * into a temporary owned by the ring's first member; the last layer leaves the total with
- * replica 0, which is copied to every replica. */
+ * replica 0, which is copied to every replica (or only to replica 0's buffer). */
 static void reduce_task(struct tf_slice_rt *rt, int task, int participant)
 {
 	struct ring_dim d[4];
@@ -458,12 +459,12 @@ static void reduce_task(struct tf_slice_rt *rt, int task, int participant)
 	}
 	tf_mxu_csr_leave(saved);
 	const float *total = val[0];
-	for (int i = 0; i < R; i++)
+	for (int i = 0; i < (rt->ar_first ? 1 : R); i++)
 		if (rt->ar_bufs[i] + lo != total)
 			memcpy(rt->ar_bufs[i] + lo, total, len * sizeof(float));
 }
 
-void tf_slice_allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n)
+static void allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n, int first)
 {
 	struct ring_dim d[4];
 	int nd = ring_dims(&rt->slice, d);
@@ -512,6 +513,7 @@ void tf_slice_allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n)
 	int single = R == 1;
 	rt->ar_bufs = bufs;
 	rt->ar_n = n;
+	rt->ar_first = first;
 	if (!single && nb)
 		pool_exec(rt, (int)nb, reduce_task);
 
@@ -521,6 +523,16 @@ void tf_slice_allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n)
 	rt->st.bytes_reduced += bytes;
 	rt->st.collective_seconds += t;
 	rt->st.device_seconds += t;
+}
+
+void tf_slice_allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n)
+{
+	allreduce(rt, bufs, n, 0);
+}
+
+void tf_slice_allreduce_first(struct tf_slice_rt *rt, float *const *bufs, size_t n)
+{
+	allreduce(rt, bufs, n, 1);
 }
 
 int tf_slice_check_hbm(const struct tf_tpu_slice *slice, double bytes_per_replica, char *err,

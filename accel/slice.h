@@ -100,6 +100,11 @@ uint64_t tf_slice_gemm_cycles(const struct tf_tpu_gen *g, size_t M, size_t K, si
  * buffer holds the same sum, computed in the fixed ring order. Adds its alpha-beta time. */
 void tf_slice_allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n);
 
+/* tf_slice_allreduce with the sum written to bufs[0] only (the other buffers are left as they
+ * were): for a loop that applies one update to weights all replicas share, as the emulation
+ * keeps one copy of them. Same bits in bufs[0], same device time, no copies to the others. */
+void tf_slice_allreduce_first(struct tf_slice_rt *rt, float *const *bufs, size_t n);
+
 /* The alpha-beta time of one all-reduce of `bytes` per replica on this slice. */
 double tf_slice_allreduce_seconds(const struct tf_tpu_slice *slice, double bytes);
 

@@ -201,7 +201,7 @@ static void slice_step(int quick)
 				tf_mxu_wpack_set(ctx.w3t, &cfg, 1, 10, 128, rep[0].W3, 10);
 				tf_mxu_wpack_set(ctx.w2t, &cfg, 1, 128, 256, rep[0].W2, 128);
 				tf_slice_run(rt, replica_step, &ctx);
-				tf_slice_allreduce(rt, grads, ngrad);
+				tf_slice_allreduce_first(rt, grads, ngrad);
 			}
 			double ts = (tf_now_monotonic() - t0) / steps;
 			t0 = tf_now_monotonic();

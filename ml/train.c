@@ -429,7 +429,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 		struct step_ctx c = {
 		    .m = &m, .packs = &packs, .work = work, .x = b.x, .y = b.y, .n = b.n};
 		tf_slice_run(rt, replica_train, &c);
-		tf_slice_allreduce(rt, grads, m.nparams);
+		tf_slice_allreduce_first(rt, grads, m.nparams); /* the optimizer reads grads[0] */
 		double loss = 0, correct = 0;
 		for (int i = 0; i < R; i++) {
 			loss += work[i].loss_sum;

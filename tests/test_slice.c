@@ -263,6 +263,17 @@ static void test_slice_allreduce_blocks_match_ring_reference(void **state)
 			for (int t = 0; t < 2; t++) {
 				struct tf_slice_rt *rt;
 				assert_int_equal(tf_slice_rt_new(&s, t + 1, 1, &rt), 0);
+				/* first only replica 0's buffer, then every buffer */
+				float *orig = malloc(2 * n * sizeof(float) + 1);
+				memcpy(orig, got[t][0], n * sizeof(float));
+				memcpy(orig + n, got[t][R - 1], n * sizeof(float));
+				tf_slice_allreduce_first(rt, got[t], n);
+				if (memcmp(got[t][0], want[0], n * sizeof(float)) ||
+				    (R > 1 && memcmp(got[t][R - 1], orig + n, n * sizeof(float))))
+					fail_msg("%s n=%zu threads=%d: allreduce_first differs",
+					         specs[si], n, t + 1);
+				memcpy(got[t][0], orig, n * sizeof(float));
+				free(orig);
 				tf_slice_allreduce(rt, got[t], n);
 				tf_slice_allreduce(rt, got[t], 0); /* empty is fine */
 				tf_slice_rt_free(rt);
