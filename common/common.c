@@ -132,23 +132,31 @@ out:
 	return 0;
 }
 
+/* mkdir -p on a writable copy of the path: the directory itself first, its parents only when
+ * one is missing (ENOENT), so an existing parent costs no system call. */
+static int mkdir_parents(char *p)
+{
+	if (mkdir(p, 0755) == 0 || errno == EEXIST)
+		return 0;
+	if (errno != ENOENT)
+		return -errno;
+	char *slash = strrchr(p, '/');
+	while (slash && slash > p && slash[-1] == '/')
+		slash--; /* "a//b": the parent is "a" */
+	if (!slash || slash == p)
+		return -ENOENT;
+	*slash = '\0';
+	int rc = mkdir_parents(p);
+	*slash = '/';
+	if (rc)
+		return rc;
+	return mkdir(p, 0755) == 0 || errno == EEXIST ? 0 : -errno;
+}
+
 int tf_mkdir_p(const char *path)
 {
 	char *p = tf_xstrdup(path);
-	int rc = 0;
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		if (mkdir(p, 0755) && errno != EEXIST) {
-			rc = -errno;
-			goto out;
-		}
-		*s = '/';
-	}
-	if (mkdir(p, 0755) && errno != EEXIST)
-		rc = -errno;
-out:
+	int rc = mkdir_parents(p);
 	free(p);
 	return rc;
 }

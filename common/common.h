@@ -41,7 +41,8 @@ double tf_now_wall(void);
  * Returns 0, or a negative errno (-EFBIG when larger than max_bytes). */
 int tf_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len);
 
-/* Creates a directory and its parents (mode 0755); 0 or negative errno. */
+/* Creates a directory and its parents (mode 0755); 0 (also when it exists) or negative errno.
+ * When the parent exists this is one mkdir call. */
 int tf_mkdir_p(const char *path);
 
 /* Whether process pid exists and has not exited. A zombie (exited, not yet reaped by its

@@ -42,6 +42,20 @@ static void test_common_mkdir_p_creates_parents(void **state)
 	assert_int_equal(stat("a/b/c", &st), 0);
 	assert_true(S_ISDIR(st.st_mode));
 	assert_int_equal(tf_mkdir_p("a/b/c"), 0); /* idempotent */
+	assert_int_equal(tf_mkdir_p("a//b/d/e/"), 0); /* doubled and trailing slashes */
+	assert_int_equal(stat("a/b/d/e", &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	FILE *f = fopen("a/file", "w");
+	assert_non_null(f);
+	fclose(f);
+	assert_int_equal(tf_mkdir_p("a/file/x/y"), -ENOTDIR); /* a file in the way */
+	char *cwd = getcwd(NULL, 0);
+	assert_non_null(cwd);
+	char *abs = tf_xasprintf("%s/a/b/c/d", cwd);
+	assert_int_equal(tf_mkdir_p(abs), 0);
+	assert_int_equal(stat("a/b/c/d", &st), 0);
+	free(abs);
+	free(cwd);
 }
 
 static void test_common_asprintf(void **state)
