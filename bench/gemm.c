@@ -8,7 +8,8 @@
  * trial the program sleeps 0.2 s so that OpenBLAS's spinning workers release the second core.
  * Usage: build/bench/gemm [--quick] [--only WORD,...]
  *   --quick: fewer shapes, for a smoke run; --only: just the shapes whose name contains one
- *   of the comma-separated words (no sums, slice step or reference model). */
+ *   of the comma-separated words (no sums or reference model; the word "slice" runs the
+ *   v4-8 data-parallel step). */
 #include <cblas.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -358,8 +359,11 @@ int main(int argc, char **argv)
 		free(o.W);
 		free(o.C);
 	}
-	if (only)
+	if (only) {
+		if (selected("slice", only))
+			slice_step(quick);
 		return 0;
+	}
 	for (int thr = 1; thr <= 2; thr++)
 		printf("%-20s %3d %8.1fus %8.1fus %7.2f\n", "mlp step (sum)", thr,
 		       mlp_mxu[thr] * 1e6, mlp_blas[thr] * 1e6, mlp_blas[thr] / mlp_mxu[thr]);

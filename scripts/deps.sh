@@ -17,6 +17,7 @@ bench=(libopenblas-dev curl hyperfine snakemake)
 bench+=(bc python3-numpy python3-tqdm python3-absl python3-pandas)  # SCALE-Sim v2, layersim's peer
 test+=(prometheus)  # tests/test_web.c: promtool check metrics, a real Prometheus scraping /metrics
 bench+=(wrk)  # bench/api.c: the REST API and the HTTP floor under wrk
+bench+=(python3-torch python3-numpy)  # training peers of bench/train.sh (bench/train_py_peers.py)
 
 case "${1:-build}" in
   build) want=("${build[@]}") ;;
