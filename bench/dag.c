@@ -1,9 +1,11 @@
 /* dag.c — the orchestrator's own overhead: a 1000-step no-op DAG (a chain, then a fan-out)
  * run by the engine with durable state (SQLite WAL, synchronous=FULL, one commit per batch),
  * steps running in-process. Prints wall time, per-step overhead and the step-to-step latency
- * (a dependent step's start minus its upstream's end) p50/p99; Snakemake's 200-job chain of
- * `touch` rules side by side when `snakemake` is installed (`make bench` installs it; the
- * tests never use it).
+ * (a dependent step's start minus its upstream's end) p50/p99. Then what users run: real
+ * `shell` steps (/usr/bin/touch) through `tpuflow run --plain` (the binary named by
+ * TPUFLOW_BIN, else build/tpuflow), a 200- and a STEPS-step chain and a STEPS-step fan-out,
+ * each beside Snakemake (--cores 2) on the same DAG of `touch` jobs when `snakemake` is
+ * installed (`make bench` installs it; the tests never use it).
  *
  *   build/bench/dag [STEPS]      (default 1000)
  */
@@ -83,7 +85,10 @@ static double run(const char *home, int n, int fanout, int workers)
 	return wall;
 }
 
-static double snakemake_chain(const char *dir, int n)
+/* Snakemake on the same DAG of `touch` jobs (a chain, or one root and n - 1 children), with
+ * --cores 2 (both cores of the machine, as tpuflow uses them). Wall seconds, -1 when snakemake
+ * is missing or fails. */
+static double snakemake_dag(const char *dir, int n, int fanout)
 {
 	char cmd[1024];
 	snprintf(cmd, sizeof(cmd), "command -v snakemake >/dev/null 2>&1");
@@ -93,19 +98,70 @@ static double snakemake_chain(const char *dir, int n)
 	FILE *f = fopen(cmd, "w");
 	if (!f)
 		return -1;
-	fprintf(f, "rule all:\n    input: \"f%d\"\n", n - 1);
+	if (fanout)
+		fprintf(f, "rule all:\n    input: [\"f%%d\" %% i for i in range(1, %d)]\n", n);
+	else
+		fprintf(f, "rule all:\n    input: \"f%d\"\n", n - 1);
 	fprintf(f, "rule r0:\n    output: \"f0\"\n    shell: \"touch {output}\"\n");
 	for (int i = 1; i < n; i++)
 		fprintf(f,
 		        "rule r%d:\n    input: \"f%d\"\n    output: \"f%d\"\n    shell: \"touch "
 		        "{output}\"\n",
-		        i, i - 1, i);
+		        i, fanout ? 0 : i - 1, i);
 	fclose(f);
-	snprintf(cmd, sizeof(cmd), "cd %s && snakemake -j1 --quiet >/dev/null 2>&1", dir);
+	snprintf(cmd, sizeof(cmd), "cd %s && snakemake --cores 2 --quiet >/dev/null 2>&1", dir);
 	double t0 = tf_now_monotonic();
 	int rc = system(cmd);
 	double wall = tf_now_monotonic() - t0;
 	return rc == 0 ? wall : -1;
+}
+
+/* What users run: `tpuflow run FILE --plain` (the binary, a home on this disk) of n real
+ * `shell` steps, each running /usr/bin/touch on its own file. Wall seconds, -1 on failure. */
+static double tpuflow_shell_dag(const char *bin, const char *dir, int n, int fanout)
+{
+	char path[700], cmd[2048];
+	snprintf(path, sizeof(path), "%s/shell.yaml", dir);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return -1;
+	fprintf(f, "name: bench-shell-%s\nsteps:\n", fanout ? "fanout" : "chain");
+	for (int i = 0; i < n; i++) {
+		fprintf(f, "  - {name: s%d, type: shell, with: {argv: [/usr/bin/touch, %s/f%d]}", i,
+		        dir, i);
+		if (i > 0)
+			fprintf(f, ", needs: [s%d]", fanout ? 0 : i - 1);
+		fprintf(f, "}\n");
+	}
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "'%s' --home '%s/home' run '%s' --plain >/dev/null 2>&1", bin,
+	         dir, path);
+	double t0 = tf_now_monotonic();
+	int rc = system(cmd);
+	double wall = tf_now_monotonic() - t0;
+	return rc == 0 ? wall : -1;
+}
+
+/* Real shell steps beside Snakemake's jobs, same DAG, same run. */
+static void shell_vs_snakemake(const char *dir, int n, int fanout)
+{
+	const char *bin = getenv("TPUFLOW_BIN") ? getenv("TPUFLOW_BIN") : "build/tpuflow";
+	char sub[600];
+	snprintf(sub, sizeof(sub), "%s/shell-%s-%d", dir, fanout ? "fan" : "chain", n);
+	double tf = tf_mkdir_p(sub) == 0 ? tpuflow_shell_dag(bin, sub, n, fanout) : -1;
+	snprintf(sub, sizeof(sub), "%s/snake-%s-%d", dir, fanout ? "fan" : "chain", n);
+	double sm = tf_mkdir_p(sub) == 0 ? snakemake_dag(sub, n, fanout) : -1;
+	printf("  shell %-7s %4d: tpuflow %s", fanout ? "fan-out" : "chain", n,
+	       tf > 0 ? "" : "failed");
+	if (tf > 0)
+		printf("%.3f s, %.2f ms/step", tf, tf * 1e3 / n);
+	if (sm > 0)
+		printf("; snakemake --cores 2 %.3f s, %.2f ms/job", sm, sm * 1e3 / n);
+	else
+		printf("; snakemake: not installed or failed");
+	if (tf > 0 && sm > 0)
+		printf("; tpuflow %.1fx faster per step", sm / tf);
+	printf("\n");
 }
 
 int main(int argc, char **argv)
@@ -124,7 +180,8 @@ int main(int argc, char **argv)
 	double *lat = tf_xcalloc((size_t)nsteps, sizeof(double));
 	char home[512];
 
-	printf("dag: %d no-op steps, durable state (SQLite WAL, synchronous=FULL), in-process\n",
+	printf("dag: %d no-op steps run in-process (no program started), durable state (SQLite "
+	       "WAL, synchronous=FULL)\n",
 	       nsteps);
 	/* chain */
 	snprintf(home, sizeof(home), "%s/chain", dir);
@@ -154,19 +211,12 @@ int main(int argc, char **argv)
 	       (last - t_end[0]) * 1e3);
 	printf("  targets: wall <= 1 s per 1000 steps; step-to-step p99 <= 5 ms\n");
 
-	snprintf(home, sizeof(home), "%s/snake", dir);
-	if (tf_mkdir_p(home) == 0) {
-		double sm = snakemake_chain(home, 200);
-		if (sm > 0)
-			printf("  snakemake 200-job chain: %.3f s, %.3f ms/job; tpuflow is %.0fx "
-			       "faster "
-			       "per step\n",
-			       sm, sm * 1e3 / 200, (sm / 200) / (wall_chain / nsteps));
-		else
-			printf(
-			    "  snakemake: not installed, no side-by-side figure (published here: "
-			    "1.9-2.1 s for 200 jobs)\n");
-	}
+	printf("dag: real shell steps (/usr/bin/touch) through `%s run --plain`, home on this "
+	       "disk, beside Snakemake on the same DAG of touch jobs\n",
+	       getenv("TPUFLOW_BIN") ? getenv("TPUFLOW_BIN") : "build/tpuflow");
+	shell_vs_snakemake(dir, 200, 0);
+	shell_vs_snakemake(dir, nsteps, 0);
+	shell_vs_snakemake(dir, nsteps, 1);
 	char cmd[600];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd) != 0)

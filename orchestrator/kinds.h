@@ -16,7 +16,7 @@ extern const tf_step_kind_fn tf_kind_evaluate;
 int tf_kind_with_number(const json_t *with, const char *key, double *out);
 
 /* Appends a captured stream (the file at `path`, if any) to the attempt's log under a
- * "==> title <==" line. */
+ * "==> title <==" line; an empty or missing stream adds nothing. */
 void tf_kind_append_log(FILE *log, const char *title, const char *path);
 
 /* ---- executor: slurm (kinds_slurm.c) ---- */

@@ -18,6 +18,7 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,14 +36,22 @@ void tf_kind_append_log(FILE *log, const char *title, const char *path)
 	char buf[8192];
 	size_t n;
 	int last = '\n'; /* the stream's last byte: the next title must start a line */
-	fprintf(log, "==> %s <==\n", title);
-	while ((n = fread(buf, 1, sizeof(buf), in)) > 0) {
+	for (int first = 1; (n = fread(buf, 1, sizeof(buf), in)) > 0; first = 0) {
+		if (first)
+			fprintf(log, "==> %s <==\n", title);
 		fwrite(buf, 1, n, log);
 		last = buf[n - 1];
 	}
 	if (last != '\n')
 		fputc('\n', log);
 	fclose(in);
+}
+
+/* Whether the file at path has any bytes. */
+static int has_bytes(const char *path)
+{
+	struct stat sb;
+	return path && stat(path, &sb) == 0 && sb.st_size > 0;
 }
 
 /* Reads a file the step may have written into *BUF (the caller frees it). Returns 0, 1 when
@@ -265,10 +274,16 @@ static int kind_shell(struct tf_step_run *r)
 	}
 	if (ops == &tf_executor_slurm)
 		tf_kind_slurm_record(r, x, 1);
-	FILE *log = fopen(r->log_path, "a");
+	/* A program that succeeded without a byte of output leaves no log (nothing to store);
+	 * otherwise its non-empty streams and how it ended. */
+	const char *out_path = ops->log_path(x, 1);
+	const char *err_path = ops->log_path(x, 2);
+	FILE *log = res.fclass != TF_FAIL_NONE || has_bytes(out_path) || has_bytes(err_path)
+	                ? fopen(r->log_path, "a")
+	                : NULL;
 	if (log) {
-		tf_kind_append_log(log, "stdout", ops->log_path(x, 1));
-		tf_kind_append_log(log, "stderr", ops->log_path(x, 2));
+		tf_kind_append_log(log, "stdout", out_path);
+		tf_kind_append_log(log, "stderr", err_path);
 		fprintf(log, "==> %s <==\n", res.message);
 		fclose(log);
 	}
