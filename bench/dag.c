@@ -98,6 +98,9 @@ static double snakemake_dag(const char *dir, int n, int fanout)
 	FILE *f = fopen(cmd, "w");
 	if (!f)
 		return -1;
+	/* a chain of n rules is resolved recursively: Python's default limit (1000) stops
+	 * Snakemake at ~500 rules ("RecursionError ... maximum recursion depth exceeded") */
+	fprintf(f, "import sys\nsys.setrecursionlimit(100000)\n");
 	if (fanout)
 		fprintf(f, "rule all:\n    input: [\"f%%d\" %% i for i in range(1, %d)]\n", n);
 	else
