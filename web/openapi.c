@@ -50,7 +50,7 @@ static const char components[] =
     "  \"yaml\":{\"type\":\"string\",\"description\":\"the pipeline file's text\"},"
     "  \"params\":{\"type\":\"object\",\"additionalProperties\":"
     "   {\"type\":[\"string\",\"number\",\"boolean\"]}},"
-    "  \"priority\":{\"type\":\"integer\",\"minimum\":-1000,\"maximum\":1000},"
+    "  \"priority\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9},"
     "  \"project\":{\"type\":\"string\"},"
     "  \"labels\":{\"type\":\"object\",\"additionalProperties\":"
     "   {\"type\":[\"string\",\"number\",\"boolean\"]}}}},"

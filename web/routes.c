@@ -12,6 +12,7 @@
 #define TF_LOG_TAG "web"
 #include "common/common.h"
 #include "common/log.h"
+#include "orchestrator/broker.h"
 #include "orchestrator/pipeline.h"
 #include "orchestrator/registry.h"
 #include "orchestrator/slices.h"
@@ -720,11 +721,11 @@ static void h_runs_create(struct tf_web_req *rq, struct tf_web_resp *rs)
 		               "'yaml' (the pipeline file's text)");
 		return;
 	}
-	if ((jprio && (!json_is_integer(jprio) || json_integer_value(jprio) < -1000 ||
-	               json_integer_value(jprio) > 1000)) ||
+	if ((jprio && (!json_is_integer(jprio) || json_integer_value(jprio) < 0 ||
+	               json_integer_value(jprio) > 9)) ||
 	    (jproj && (!json_is_string(jproj) || json_string_length(jproj) > 128))) {
 		tf_web_problem(rs, 422, rq->path,
-		               "'priority' must be an integer from -1000 to 1000 and 'project' a "
+		               "'priority' must be an integer from 0 to 9 and 'project' a "
 		               "string of up to 128 characters");
 		return;
 	}
@@ -740,7 +741,7 @@ static void h_runs_create(struct tf_web_req *rq, struct tf_web_resp *rs)
 	    .yaml = json_string_value(jy),
 	    .yaml_len = jy ? json_string_length(jy) : 0,
 	    .params_json = pj,
-	    .priority = jprio ? (int)json_integer_value(jprio) : 0,
+	    .priority = jprio ? (int)json_integer_value(jprio) : -1,
 	    .project = json_string_value(jproj),
 	};
 	char run[32] = "", err[512] = "";
@@ -1037,6 +1038,43 @@ static void h_queue(struct tf_web_req *rq, struct tf_web_resp *rs)
 	json_decref(doc);
 }
 
+/* POST /api/v1/slices/{pool}/chips/{chip}:fail and :repair; chip is "x,y,z". */
+static void chip_action(struct tf_web_req *rq, struct tf_web_resp *rs, int fail)
+{
+	const char *pool = tf_web_param(rq, "pool"), *chip = tf_web_param(rq, "chip");
+	int xyz[3];
+	char end;
+	if (!chip || sscanf(chip, "%d,%d,%d%c", &xyz[0], &xyz[1], &xyz[2], &end) != 3 ||
+	    xyz[0] < 0 || xyz[1] < 0 || xyz[2] < 0) {
+		tf_web_problem(rs, 400, rq->path, "the chip is x,y,z (e.g. 0,1,2), not '%s'",
+		               chip ? chip : "");
+		return;
+	}
+	const char *reason = rq->json ? json_string_value(json_object_get(rq->json, "reason")) : NULL;
+	int rc = fail ? tf_broker_chip_fail(rq->st, pool, xyz, tf_now_wall(),
+	                                    reason ? reason : "marked failed through the API")
+	              : tf_broker_chip_repair(rq->st, pool, xyz);
+	if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path,
+		                     rc == -ENOENT ? "that chip is not marked failed"
+		                                   : tf_store_errmsg(rq->st));
+		return;
+	}
+	tf_web_json(rs, 200,
+	            json_pack("{s:s, s:[i,i,i], s:s}", "pool", pool, "chip", xyz[0], xyz[1], xyz[2],
+	                      "state", fail ? "failed" : "ok"));
+}
+
+static void h_chip_fail(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	chip_action(rq, rs, 1);
+}
+
+static void h_chip_repair(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	chip_action(rq, rs, 0);
+}
+
 /* ---- tokens ------------------------------------------------------------------------------- */
 
 static void h_tokens_list(struct tf_web_req *rq, struct tf_web_resp *rs)
@@ -1187,6 +1225,13 @@ const struct tf_route tf_routes[] = {
     {"GET", "/api/v1/queue", TF_SCOPE_READ, h_queue, 0, "getQueue",
      "Attempts waiting for a slice, with the reason", NULL, NULL,
      LIST("{\"type\":\"object\"}"), 200, NULL},
+    {"POST", "/api/v1/slices/{pool}/chips/{chip}:fail", TF_SCOPE_ADMIN, h_chip_fail, 0,
+     "failChip",
+     "Mark a chip (x,y,z) of a pool failed: slices on it are reclaimed, nothing is placed on it",
+     NULL, NULL, "{\"type\":\"object\",\"required\":[\"pool\",\"chip\",\"state\"]}", 200, NULL},
+    {"POST", "/api/v1/slices/{pool}/chips/{chip}:repair", TF_SCOPE_ADMIN, h_chip_repair, 0,
+     "repairChip", "Return a failed chip to service", NULL, NULL,
+     "{\"type\":\"object\",\"required\":[\"pool\",\"chip\",\"state\"]}", 200, NULL},
     {"GET", "/api/v1/tokens", TF_SCOPE_ADMIN, h_tokens_list, 0, "listTokens",
      "API tokens (never their secret)", NULL, NULL, LIST(REF("Token")), 200, NULL},
     {"POST", "/api/v1/tokens", TF_SCOPE_ADMIN, h_tokens_create, TF_ROUTE_JSON_BODY,

@@ -25,7 +25,7 @@ struct tf_web_submit {
 	const char *yaml;        /* inline pipeline YAML text, or NULL (exactly one is set) */
 	size_t yaml_len;         /* length of yaml */
 	const char *params_json; /* JSON object of param overrides, values as strings */
-	int priority;            /* scheduler priority (0 when not given) */
+	int priority;            /* the run's priority 0..9 (runs.priority), -1 when not given */
 	const char *project;     /* scheduler project, or NULL for the default */
 };
 
