@@ -41,6 +41,10 @@ int tf_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((for
 int tf_cli_parse_int(const char *cmd, const char *flag, const char *s, long long min, long long max,
                      long long *out);
 
+/* A JSON number of Unix seconds as local "YYYY-MM-DD HH:MM:SS", "-" for anything else. */
+#include <jansson.h>
+void tf_cli_fmt_time(json_t *v, char *out, size_t n);
+
 /* The subcommand table's entry points (one file per group: cli/cmd_GROUP.c). */
 int cmd_validate(int argc, char **argv, struct tf_cli *cli);
 int cmd_plan(int argc, char **argv, struct tf_cli *cli);

@@ -21,18 +21,6 @@ static void usage(FILE *f)
 	           "model serving only\n");
 }
 
-static void fmt_time(json_t *v, char *out, size_t n)
-{
-	if (!json_is_number(v)) {
-		snprintf(out, n, "-");
-		return;
-	}
-	time_t t = (time_t)json_number_value(v);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(out, n, "%Y-%m-%dT%H:%MZ", &tm);
-}
-
 static int create(struct tf_store *st, struct tf_cli *cli, const char *name, const char *scope_s,
                   const char *expires)
 {
@@ -83,18 +71,18 @@ static int list(struct tf_store *st, struct tf_cli *cli)
 		printf("%s\n", s);
 		free(s);
 	} else {
-		printf("%-4s %-16s %-14s %-8s %-17s %-17s %-17s %s\n", "ID", "NAME", "PREFIX", "SCOPE",
+		printf("%-4s %-16s %-14s %-8s %-19s %-19s %-19s %s\n", "ID", "NAME", "PREFIX", "SCOPE",
 		       "CREATED", "EXPIRES", "LAST USED", "REVOKED");
 		size_t i;
 		json_t *t;
 		json_array_foreach(arr, i, t)
 		{
 			char c[32], e[32], u[32], r[32];
-			fmt_time(json_object_get(t, "created_at"), c, sizeof(c));
-			fmt_time(json_object_get(t, "expires_at"), e, sizeof(e));
-			fmt_time(json_object_get(t, "last_used_at"), u, sizeof(u));
-			fmt_time(json_object_get(t, "revoked_at"), r, sizeof(r));
-			printf("%-4lld %-16s %-14s %-8s %-17s %-17s %-17s %s\n",
+			tf_cli_fmt_time(json_object_get(t, "created_at"), c, sizeof(c));
+			tf_cli_fmt_time(json_object_get(t, "expires_at"), e, sizeof(e));
+			tf_cli_fmt_time(json_object_get(t, "last_used_at"), u, sizeof(u));
+			tf_cli_fmt_time(json_object_get(t, "revoked_at"), r, sizeof(r));
+			printf("%-4lld %-16s %-14s %-8s %-19s %-19s %-19s %s\n",
 			       (long long)json_integer_value(json_object_get(t, "id")),
 			       json_string_value(json_object_get(t, "name")),
 			       json_string_value(json_object_get(t, "prefix")),

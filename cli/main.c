@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int cmd_help(int argc, char **argv, struct tf_cli *cli);
 static int cmd_version(int argc, char **argv, struct tf_cli *cli);
@@ -98,6 +99,18 @@ int tf_cli_parse_int(const char *cmd, const char *flag, const char *s, long long
 		    cmd, "%s wants a whole number from %lld to %lld, not '%s'", flag, min, max, s);
 	*out = v;
 	return 0;
+}
+
+void tf_cli_fmt_time(json_t *v, char *out, size_t n)
+{
+	if (!json_is_number(v)) {
+		snprintf(out, n, "-");
+		return;
+	}
+	time_t t = (time_t)json_number_value(v);
+	struct tm tm;
+	localtime_r(&t, &tm);
+	strftime(out, n, "%Y-%m-%d %H:%M:%S", &tm);
 }
 
 static void print_usage(FILE *f)

@@ -144,18 +144,6 @@ static const char *str(json_t *o, const char *k)
 	return s ? s : "-";
 }
 
-static void fmt_time(json_t *v, char *out, size_t n)
-{
-	if (!json_is_number(v)) {
-		snprintf(out, n, "-");
-		return;
-	}
-	time_t t = (time_t)json_number_value(v);
-	struct tm tm;
-	localtime_r(&t, &tm);
-	strftime(out, n, "%Y-%m-%d %H:%M:%S", &tm);
-}
-
 static void show_runs(json_t *doc)
 {
 	printf("%-24s %-20s %-12s %-7s %s\n", "RUN", "PIPELINE", "STATE", "STEPS", "CREATED");
@@ -164,7 +152,7 @@ static void show_runs(json_t *doc)
 	json_array_foreach(json_object_get(doc, "items"), i, r)
 	{
 		char when[32], steps[16];
-		fmt_time(json_object_get(r, "created_at"), when, sizeof(when));
+		tf_cli_fmt_time(json_object_get(r, "created_at"), when, sizeof(when));
 		snprintf(steps, sizeof(steps), "%lld/%lld",
 		         (long long)json_integer_value(json_object_get(r, "done")),
 		         (long long)json_integer_value(json_object_get(r, "steps")));
@@ -235,7 +223,7 @@ static void sse_dispatch(struct sse *s)
 		/* printed by the caller */
 	} else {
 		char when[32];
-		fmt_time(json_object_get(d, "at"), when, sizeof(when));
+		tf_cli_fmt_time(json_object_get(d, "at"), when, sizeof(when));
 		printf("%s  %-8s %-14s", when, s->event, str(d, "step"));
 		if (json_string_value(json_object_get(d, "to")))
 			printf(" %s -> %s", str(d, "from"), str(d, "to"));

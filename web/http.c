@@ -54,7 +54,7 @@ struct req_count {
 	uint64_t n;
 };
 struct lat_hist {
-	uint64_t le[NLAT]; /* cumulative at render time; stored per bucket here */
+	uint64_t le[NLAT]; /* per bucket; summed into cumulative counts when rendered */
 	uint64_t count;
 	double sum;
 };

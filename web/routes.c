@@ -345,7 +345,6 @@ static void h_run_steps(struct tf_web_req *rq, struct tf_web_resp *rs)
 
 /* Logs of a step's attempts, read from the run's object store. */
 struct logs_stream {
-	struct tf_web *w;
 	struct tf_store *st;
 	struct tf_objstore *os;
 	char run[32], step[128];
@@ -355,7 +354,7 @@ struct logs_stream {
 	int done;
 };
 
-/* The log of attempt n, or NULL when not (yet) stored; *final set when the step is final. */
+/* The log of attempt n (a new buffer, length in *len), or NULL when it is not stored (yet). */
 static char *attempt_log(struct tf_store *st, struct tf_objstore *os, const char *run,
                          const char *step, int n, size_t *len)
 {
@@ -443,7 +442,6 @@ static void h_step_logs(struct tf_web_req *rq, struct tf_web_resp *rs)
 	}
 	const char *follow = tf_web_query(rq, "follow");
 	struct logs_stream *l = tf_xcalloc(1, sizeof(*l));
-	l->w = rq->srv;
 	snprintf(l->run, sizeof(l->run), "%s", id);
 	snprintf(l->step, sizeof(l->step), "%s", step);
 	l->os = run_objstore(rq->st, id);
