@@ -210,20 +210,29 @@ static json_t *get2(json_t *o, const char *a, const char *b)
 	return json_object_get(json_object_get(o, a), b);
 }
 
+/* A checkpoint that failed verification on resume: a progress event (shown live and kept in
+ * the attempt's log) besides the warning in the log. */
+static void on_ckpt_skipped(void *data, int64_t step, const char *why)
+{
+	emit(data, json_pack("{s:s, s:I, s:s}", "event", "checkpoint_skipped", "step",
+	                     (json_int_t)step, "reason", why));
+}
+
 static int restore_ckpt(const struct tf_train_opts *o, struct tf_mlp *m, struct tf_optim *opt,
                         struct run_state *st, char *err, size_t errlen)
 {
-	int64_t step;
 	struct tf_ckpt *c = NULL;
 	json_t *meta = NULL;
-	int rc = tf_ckpt_latest(o->store, o->ckpt_prefix, &step);
+	/* a damaged newest checkpoint is passed over for the newest one that verifies */
+	int rc = tf_ckpt_load_latest(o->store, o->ckpt_prefix, &c, on_ckpt_skipped, (void *)o);
 	if (rc == -ENOENT)
 		return 1; /* nothing to resume */
-	if (rc || (rc = tf_ckpt_load(o->store, o->ckpt_prefix, step, &c))) {
-		snprintf(err, errlen, "cannot load the checkpoint under '%s': %s", o->ckpt_prefix,
+	if (rc) {
+		snprintf(err, errlen, "cannot load a checkpoint under '%s': %s", o->ckpt_prefix,
 		         tf_objstore_errmsg(o->store));
 		return rc;
 	}
+	int64_t step = tf_ckpt_step(c);
 	size_t pb, mb, vb;
 	const void *p = tf_ckpt_tensor(c, "params", &pb), *mm = tf_ckpt_tensor(c, "opt/m", &mb);
 	const void *vv = tf_ckpt_tensor(c, "opt/v", &vb);

@@ -98,6 +98,20 @@ void tf_ckpt_free(struct tf_ckpt *c)
 	free(c);
 }
 
+/* CRC-32C of a manifest without its manifest_crc32c member, over its compact dump with
+ * sorted keys: jansson prints numbers so that they parse back to the same value, so the
+ * writer and every reader compute it over the same bytes. */
+static uint32_t manifest_crc(json_t *root)
+{
+	json_t *copy = json_copy(root);
+	json_object_del(copy, "manifest_crc32c");
+	char *text = json_dumps(copy, JSON_COMPACT | JSON_SORT_KEYS);
+	uint32_t crc = text ? tf_crc32c(text, strlen(text)) : 0;
+	free(text);
+	json_decref(copy);
+	return crc;
+}
+
 /* Parses manifest text into c (zeroed by the caller). */
 static int manifest_parse(struct tf_objstore *s, const char *where, const char *text, size_t len,
                           struct tf_ckpt *c)
@@ -110,6 +124,20 @@ static int manifest_parse(struct tf_objstore *s, const char *where, const char *
 		                   "checkpoint manifest '%s' is not valid JSON (line %d: %s)",
 		                   where, jerr.line, jerr.text);
 		return rc;
+	}
+	/* the manifest's own checksum (absent in manifests of older versions): a flipped byte
+	 * in the metadata would otherwise restore a wrong training state silently */
+	json_t *mcrc = json_object_get(root, "manifest_crc32c");
+	if (mcrc) {
+		char want[16];
+		snprintf(want, sizeof want, "%08x", manifest_crc(root));
+		if (!json_is_string(mcrc) || strcmp(json_string_value(mcrc), want)) {
+			tf_objstore_seterr(s, rc,
+			                   "checkpoint manifest '%s' fails its own CRC-32C (%s, "
+			                   "expected %s): it is damaged",
+			                   where, json_string_value(mcrc) ?: "?", want);
+			goto out;
+		}
 	}
 	const char *format = json_string_value(json_object_get(root, "format"));
 	json_t *step = json_object_get(root, "step");
@@ -302,6 +330,9 @@ int tf_ckpt_save(struct tf_objstore *s, const char *prefix, int64_t step,
 		total += t[i].bytes;
 		free(rel);
 	}
+	char mcrc[16];
+	snprintf(mcrc, sizeof mcrc, "%08x", manifest_crc(root));
+	json_object_set_new(root, "manifest_crc32c", json_string(mcrc));
 	text = json_dumps(root, JSON_INDENT(1));
 	rc = tf_objstore_put(s, mkey, text, strlen(text), TF_OBJ_IF_NONE_MATCH);
 	if (rc == -EEXIST) {
@@ -431,6 +462,48 @@ int tf_ckpt_load(struct tf_objstore *s, const char *prefix, int64_t step, struct
 	}
 	*out = c;
 	return 0;
+}
+
+int tf_ckpt_load_latest(struct tf_objstore *s, const char *prefix, struct tf_ckpt **out,
+                        tf_ckpt_skip_fn on_skip, void *data)
+{
+	char *p = norm_prefix(prefix);
+	int64_t *v = NULL;
+	size_t n = 0, tried = 0;
+	char *first = NULL; /* why the newest checkpoint tried was refused */
+	struct tf_ckpt *c = NULL;
+	int rc = complete_steps(s, p, &v, &n, NULL);
+	for (size_t i = n; !rc && !c && i-- > 0;) {
+		rc = tf_ckpt_load(s, p, v[i], &c);
+		if (rc != -ENOENT && rc != -EBADMSG)
+			break; /* loaded, or the store failed: nothing to fall back on */
+		if (rc == -EBADMSG) {
+			const char *why = tf_objstore_errmsg(s);
+			tf_warn("checkpoint step %" PRId64 " under %s%s fails verification; trying "
+			        "an older one: %s",
+			        v[i], tf_objstore_url(s), p, why);
+			if (on_skip)
+				on_skip(data, v[i], why);
+			if (!first)
+				first = tf_xstrdup(why);
+			tried++;
+		}
+		rc = 0; /* -ENOENT: retired by a concurrent gc since the listing */
+	}
+	if (!rc && !c && first)
+		rc = tf_objstore_seterr(s, -EBADMSG,
+		                        "no checkpoint under '%s' in %s verifies (%zu tried); the "
+		                        "newest: %s",
+		                        p, tf_objstore_url(s), tried, first);
+	else if (!rc && !c)
+		rc = tf_objstore_seterr(s, -ENOENT, "no complete checkpoint under '%s' in %s", p,
+		                        tf_objstore_url(s));
+	if (!rc)
+		*out = c;
+	free(first);
+	free(v);
+	free(p);
+	return rc;
 }
 
 int64_t tf_ckpt_step(const struct tf_ckpt *c)

@@ -7,7 +7,8 @@
  * The save id is random per save, so an abandoned or concurrent attempt at the same step
  * never overwrites shards a manifest points to. The manifest (JSON) records the format, the
  * step, the creation time, the caller's metadata and, per tensor, its name, shard key
- * (relative to P), size and CRC-32C. Loading verifies every shard's size and CRC-32C.
+ * (relative to P), size and CRC-32C, and its own CRC-32C (manifest_crc32c, over the compact
+ * dump with sorted keys of everything else). Loading verifies the manifest and every shard.
  *
  * Errors are negative errno codes with the text in tf_objstore_errmsg(s) (the checkpoint
  * manager writes its own messages there too): -ENOENT no checkpoint, -EEXIST the step is
@@ -45,6 +46,18 @@ int tf_ckpt_latest(struct tf_objstore *s, const char *prefix, int64_t *step);
  * tf_ckpt_free. -ENOENT when the step has no manifest; -EBADMSG when a shard stays corrupt
  * after re-reads. */
 int tf_ckpt_load(struct tf_objstore *s, const char *prefix, int64_t step, struct tf_ckpt **out);
+
+/* Called for each checkpoint tf_ckpt_load_latest passes over: its step and why (the
+ * store's error text, valid during the call). */
+typedef void (*tf_ckpt_skip_fn)(void *data, int64_t step, const char *why);
+
+/* Loads the newest checkpoint under prefix that verifies: a checkpoint whose manifest or a
+ * shard fails its check (-EBADMSG) is passed over with a warning in the log and a call of
+ * on_skip (may be NULL), and the next older one is tried. *out (caller frees) is set only on
+ * success. -ENOENT when there is no checkpoint, -EBADMSG when none verifies (the message
+ * names the newest one's problem), or a store error, which stops the search. */
+int tf_ckpt_load_latest(struct tf_objstore *s, const char *prefix, struct tf_ckpt **out,
+                        tf_ckpt_skip_fn on_skip, void *data);
 
 /* Accessors of a loaded checkpoint; pointers live as long as c. */
 int64_t tf_ckpt_step(const struct tf_ckpt *c);

@@ -191,6 +191,83 @@ static void test_ckpt_load_detects_corruption(void **state)
 	assert_non_null(strstr(tf_objstore_errmsg(s), "manifest"));
 }
 
+/* Flips one byte at offset off of the file at path. */
+static void flip_byte(const char *path, long off)
+{
+	FILE *f = fopen(path, "r+b");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, off, SEEK_SET), 0);
+	int c = fgetc(f);
+	assert_true(c != EOF);
+	assert_int_equal(fseek(f, off, SEEK_SET), 0);
+	fputc(c ^ 0x01, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+struct skipped {
+	int64_t steps[8]; /* steps passed over, newest first */
+	int n;
+};
+
+static void on_skip(void *data, int64_t step, const char *why)
+{
+	struct skipped *k = data;
+	assert_non_null(why);
+	if (k->n < 8)
+		k->steps[k->n++] = step;
+}
+
+static void test_ckpt_load_latest_falls_back_past_damage(void **state)
+{
+	struct tf_objstore *s = *state;
+	struct tf_ckpt *c = NULL;
+	struct skipped k = {0};
+	assert_int_equal(tf_ckpt_load_latest(s, "p", &c, on_skip, &k), -ENOENT);
+	for (int64_t step = 1; step <= 4; step++)
+		assert_int_equal(save_step(s, "p", step), 0);
+	/* one flipped byte in the newest shard: step 3 is loaded, 4 reported */
+	char *path = shard_path(s, "p", 4, 1);
+	flip_byte(path, 17);
+	free(path);
+	assert_int_equal(tf_ckpt_load_latest(s, "p", &c, on_skip, &k), 0);
+	assert_int_equal(tf_ckpt_step(c), 3);
+	tf_ckpt_free(c);
+	assert_int_equal(k.n, 1);
+	assert_int_equal(k.steps[0], 4);
+	/* one flipped byte in step 3's manifest, inside the metadata (still valid JSON, the
+	 * shards intact): its own checksum catches it */
+	char *mpath = tf_xasprintf("%s/p/step-000000000003/manifest.json", tf_objstore_url(s) + 7);
+	char *text;
+	size_t len;
+	assert_int_equal(tf_read_file(mpath, 1 << 20, &text, &len), 0);
+	const char *at = strstr(text, "\"input_pos\": 42");
+	assert_non_null(at);
+	flip_byte(mpath, (long)(at - text) + 14); /* 42 -> 43 */
+	free(text);
+	k.n = 0;
+	assert_int_equal(tf_ckpt_load(s, "p", 3, &c), -EBADMSG);
+	assert_non_null(strstr(tf_objstore_errmsg(s), "own CRC-32C"));
+	assert_int_equal(tf_ckpt_load_latest(s, "p", &c, on_skip, &k), 0);
+	assert_int_equal(tf_ckpt_step(c), 2);
+	assert_non_null(strstr(tf_ckpt_meta(c), "\"input_pos\":42"));
+	tf_ckpt_free(c);
+	assert_int_equal(k.n, 2);
+	assert_int_equal(k.steps[1], 3);
+	/* when none verifies: -EBADMSG naming the newest one's problem */
+	flip_byte(mpath, 0);
+	for (int64_t step = 1; step <= 2; step++) {
+		path = shard_path(s, "p", step, 0);
+		flip_byte(path, 0);
+		free(path);
+	}
+	c = NULL;
+	assert_int_equal(tf_ckpt_load_latest(s, "p", &c, NULL, NULL), -EBADMSG);
+	assert_null(c);
+	assert_non_null(strstr(tf_objstore_errmsg(s), "no checkpoint"));
+	assert_non_null(strstr(tf_objstore_errmsg(s), "4 tried"));
+	free(mpath);
+}
+
 static void test_ckpt_gc_keeps_last_and_pinned(void **state)
 {
 	struct tf_objstore *s = *state;
@@ -269,6 +346,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_ckpt_step_is_write_once, fresh_store, close_store),
 	    cmocka_unit_test_setup_teardown(test_ckpt_load_detects_corruption, fresh_store,
 	                                    close_store),
+	    cmocka_unit_test_setup_teardown(test_ckpt_load_latest_falls_back_past_damage,
+	                                    fresh_store, close_store),
 	    cmocka_unit_test_setup_teardown(test_ckpt_gc_keeps_last_and_pinned, fresh_store,
 	                                    close_store),
 	    cmocka_unit_test_setup_teardown(test_ckpt_gc_removes_orphans_after_grace, fresh_store,

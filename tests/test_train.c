@@ -10,6 +10,7 @@
 
 #include "accel/slice.h"
 #include "accel/tpu.h"
+#include "common/common.h"
 #include "ml/bundle.h"
 #include "ml/dataset.h"
 #include "ml/input.h"
@@ -169,6 +170,56 @@ static void test_train_resume_is_bit_identical(void **state)
 	free(ma);
 	free(pb_);
 	free(mb_);
+}
+
+static void count_skips(void *data, const char *line)
+{
+	if (strstr(line, "\"event\":\"checkpoint_skipped\""))
+		++*(int *)data;
+}
+
+/* A flipped byte in the newest checkpoint: the run resumes from the newest one that
+ * verifies (with an event), and fails only when none does. */
+static void test_train_resume_falls_back_past_a_damaged_checkpoint(void **state)
+{
+	(void)state;
+	struct tf_train_opts o;
+	struct tf_train_result r;
+	char err[1024];
+	int skips = 0;
+	base_opts(&o);
+	o.epochs = 1;
+	o.checkpoint_every = 10;
+	o.ckpt_prefix = "runC/ckpt";
+	o.halt_after = 25;
+	assert_int_equal(tf_train_run(&o, &r, err, sizeof err), -EINTR);
+	struct tf_ckpt *c;
+	assert_int_equal(tf_ckpt_load(store, "runC/ckpt", 20, &c), 0);
+	const void *data;
+	tf_ckpt_tensor_at(c, 0, &data, NULL);
+	size_t n = 0;
+	struct tf_obj_list l = {0};
+	assert_int_equal(tf_objstore_list(store, "runC/ckpt/step-000000000020/", &l), 0);
+	for (size_t i = 0; i < l.n; i++)
+		if (strstr(l.v[i].key, ".t0000")) {
+			char *path = tf_xasprintf("%s/%s", tf_objstore_url(store) + 7, l.v[i].key);
+			FILE *f = fopen(path, "r+b");
+			assert_non_null(f);
+			fseek(f, 40, SEEK_SET);
+			fputc(((const unsigned char *)data)[40] ^ 0x10, f);
+			fclose(f);
+			free(path);
+			n++;
+		}
+	tf_obj_list_release(&l);
+	tf_ckpt_free(c);
+	assert_int_equal(n, 1);
+	o.halt_after = 0;
+	o.progress = count_skips;
+	o.progress_data = &skips;
+	assert_int_equal(tf_train_run(&o, &r, err, sizeof err), 0);
+	assert_int_equal(r.resumed_from, 10);
+	assert_int_equal(skips, 1);
 }
 
 static void test_train_export_predict_bit_identical(void **state)
@@ -437,6 +488,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_train_loss_falls_and_beats_chance),
 	    cmocka_unit_test(test_train_resume_is_bit_identical),
+	    cmocka_unit_test(test_train_resume_falls_back_past_a_damaged_checkpoint),
 	    cmocka_unit_test(test_train_export_predict_bit_identical),
 	    cmocka_unit_test(test_train_divergence_stops_with_clear_error),
 	    cmocka_unit_test(test_train_early_stopping),
