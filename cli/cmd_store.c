@@ -31,6 +31,7 @@ static int exit_for(int rc)
 	case -EINVAL:
 		return TF_EXIT_USAGE;
 	case -EBADMSG:
+	case -ELOOP: /* file:// refuses a key through a link planted in its root */
 		return TF_EXIT_DATAERR;
 	default:
 		return TF_EXIT_FAILED;
@@ -100,7 +101,8 @@ static void print_json(json_t *doc)
 
 static const char store_usage[] =
     "usage: tpuflow store [--json] VERB LOCATION...\n"
-    "  ls LOCATION           list objects whose keys start with LOCATION's key\n"
+    "  ls [LOCATION]         list objects whose keys start with LOCATION's key (default:\n"
+    "                        every object of the state home's store)\n"
     "  cat LOCATION          write an object to stdout\n"
     "  get LOCATION FILE     download an object into FILE (atomically)\n"
     "  put LOCATION [FILE]   upload FILE (default: stdin); --once refuses to overwrite\n"
@@ -191,6 +193,11 @@ int cmd_store(int argc, char **argv, struct tf_cli *cli)
 	struct tf_objstore *s = NULL;
 	char *key = NULL;
 	const char *verb = nargs ? args[0] : NULL;
+	static char *const home_root[] = {"ls", ""};
+	if (verb && nargs == 1 && !strcmp(verb, "ls")) {
+		args = (char **)home_root; /* like ls(1): no LOCATION lists everything here */
+		nargs = 2;
+	}
 	if (!verb || nargs < 2) {
 		ret = tf_cli_usage_error("store", "%s",
 		                         verb ? "give a LOCATION"

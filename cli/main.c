@@ -30,7 +30,7 @@ static const struct tf_cmd commands[] = {
     {"models", cmd_models, "model registry: list, show, alias, compare"},
     {"tokens", cmd_tokens, "REST API bearer tokens: create, list, revoke"},
     {"accel", cmd_accel, "the emulated TPU: matmul, cycles, slices, info"},
-    {"store", cmd_store, "object storage: ls, cat, put, rm URL"},
+    {"store", cmd_store, "object storage: ls, cat, get, put, rm, mb"},
     {"ckpt", cmd_ckpt, "checkpoints: list, show, gc"},
     {"slices", cmd_slices, "the TPU slice pool: occupancy map, queue, utilization"},
     {"pipelines", cmd_pipelines, "registered pipelines (what schedules fire): add, list, rm"},

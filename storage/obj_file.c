@@ -11,6 +11,11 @@
  *   3. Temp files (left behind by a crash) are invisible to list/get/head.
  *   4. Deleting the last object of a directory removes the empty directories up to the root,
  *      so garbage collection leaves no litter; a racing put re-creates them (it retries once).
+ *   5. No symbolic link below the root is ever followed: every call walks from the root one
+ *      name at a time with openat(O_NOFOLLOW) (open_parent), opens or replaces the last name
+ *      relative to that directory, and refuses a link anywhere on the way with -ELOOP. A link
+ *      planted inside the store therefore cannot make get, put, delete or list reach outside
+ *      it. (The root itself is resolved once per call like any path: the user named it.)
  */
 #include "storage/objstore_int.h"
 
@@ -23,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -38,9 +44,59 @@ static const char *root_of(const struct tf_objstore *s)
 	return ((const struct file_impl *)s->impl)->root;
 }
 
-static char *key_path(const struct tf_objstore *s, const char *key)
+/* Sets the error for a key that passes through (or names) a symbolic link (invariant 5). */
+static int link_refused(struct tf_objstore *s, const char *key)
 {
-	return tf_xasprintf("%s/%s", root_of(s), key);
+	return tf_objstore_seterr(s, -ELOOP,
+	                          "object key '%s' in %s passes through a symbolic link; a "
+	                          "file:// store does not follow links below its root (remove "
+	                          "the link, or open the store at the directory it points to)",
+	                          key, s->url);
+}
+
+/* Opens the directory that holds the last name of key (everything after the last '/', which
+ * may be empty), walking from the root one name at a time without following links
+ * (invariant 5). create: missing directories are made. *base points into key. Returns 0, or
+ * -ELOOP for a link on the way, -ENOENT/-ENOTDIR when a directory is missing or is a file,
+ * or another negative errno; the caller words the message. */
+static int open_parent(const struct tf_objstore *s, const char *key, int create, int *dirfd,
+                       const char **base)
+{
+	int fd = open(root_of(s), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	const char *p = key, *slash;
+	while ((slash = strchr(p, '/'))) {
+		char name[NAME_MAX + 1];
+		size_t len = (size_t)(slash - p);
+		if (len > NAME_MAX) {
+			close(fd);
+			return -ENAMETOOLONG;
+		}
+		memcpy(name, p, len);
+		name[len] = '\0';
+		int nfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (nfd < 0 && errno == ENOENT && create) {
+			if (mkdirat(fd, name, 0755) == 0 || errno == EEXIST)
+				nfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		}
+		if (nfd < 0) {
+			int rc = -errno;
+			struct stat st;
+			/* O_DIRECTORY may report a link to a directory as ENOTDIR */
+			if (rc == -ENOTDIR && !fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) &&
+			    S_ISLNK(st.st_mode))
+				rc = -ELOOP;
+			close(fd);
+			return rc;
+		}
+		close(fd);
+		fd = nfd;
+		p = slash + 1;
+	}
+	*dirfd = fd;
+	*base = p;
+	return 0;
 }
 
 int tf_objstore_file_open(struct tf_objstore *s, const char *path, char *err, size_t errlen)
@@ -94,16 +150,6 @@ static void file_free(struct tf_objstore *s)
 	s->impl = NULL;
 }
 
-static int fsync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int rc = fsync(fd) ? -errno : 0;
-	close(fd);
-	return rc;
-}
-
 static int write_all(int fd, const void *data, size_t len)
 {
 	const char *p = data;
@@ -150,30 +196,27 @@ struct source {
 	int fd;           /* file source when data is NULL */
 };
 
-/* Writes src to `path` atomically (invariant 1). exclusive: fail with -EEXIST when path
- * exists. *what receives the failing step for the error message. */
-static int atomic_write(const char *path, const struct source *src, int exclusive,
-                        const char **what)
+/* Writes src to the name base in directory dirfd atomically (invariant 1), never through a
+ * link: the temp file is created with O_EXCL|O_NOFOLLOW, and rename/link replace or add the
+ * name itself. exclusive: fail with -EEXIST when base exists. *what receives the failing step
+ * for the error message. */
+static int atomic_write_at(int dirfd, const char *base, const struct source *src, int exclusive,
+                           const char **what)
 {
-	char *dir = tf_xstrdup(path);
-	char *slash = strrchr(dir, '/');
-	const char *base = slash + 1;
-	*slash = '\0';
-	char *tmp = tf_xasprintf("%s/.%s" TMP_MARK "XXXXXX", dir, base);
+	char *tmp = NULL;
 	int fd = -1, rc = 0, linked = 0;
-
-	*what = "create its directory";
-	for (int attempt = 0; attempt < 2; attempt++) {
-		rc = tf_mkdir_p(dir);
-		if (rc)
-			goto out;
-		fd = mkostemp(tmp, O_CLOEXEC);
-		if (fd >= 0 || errno != ENOENT)
-			break;
-		/* a concurrent delete pruned the directory between mkdir and mkstemp */
-		memcpy(tmp + strlen(tmp) - 6, "XXXXXX", 6);
-	}
 	*what = "create a temporary file";
+	for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+		unsigned char r[4];
+		if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+			memcpy(r, &attempt, sizeof r);
+		free(tmp);
+		tmp = tf_xasprintf(".%.*s" TMP_MARK "%02x%02x%02x%02x", 200, base, r[0], r[1], r[2],
+		                   r[3]);
+		fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0 && errno != EEXIST)
+			break;
+	}
 	if (fd < 0) {
 		rc = -errno;
 		goto out;
@@ -195,24 +238,23 @@ static int atomic_write(const char *path, const struct source *src, int exclusiv
 	fd = -1;
 	*what = "commit";
 	if (exclusive) {
-		if (link(tmp, path)) {
+		if (linkat(dirfd, tmp, dirfd, base, 0)) {
 			rc = -errno;
 			goto out;
 		}
 		linked = 1;
-	} else if (rename(tmp, path)) {
+	} else if (renameat(dirfd, tmp, dirfd, base)) {
 		rc = -errno;
 		goto out;
 	}
 	*what = "flush the directory of";
-	rc = fsync_dir(dir);
+	rc = fsync(dirfd) ? -errno : 0;
 out:
 	if (fd >= 0)
 		close(fd);
-	if (rc || linked)
-		unlink(tmp);
+	if (tmp && (rc || linked))
+		unlinkat(dirfd, tmp, 0);
 	free(tmp);
-	free(dir);
 	return rc;
 }
 
@@ -233,22 +275,42 @@ static int put_source(struct tf_objstore *s, const char *key, const struct sourc
 	int rc = file_key_ok(s, key);
 	if (rc)
 		return rc;
-	char *path = key_path(s, key);
-	const char *what = "";
-	rc = atomic_write(path, src, (flags & TF_OBJ_IF_NONE_MATCH) != 0, &what);
-	if (rc == -EEXIST && (flags & TF_OBJ_IF_NONE_MATCH))
+	const char *what = "create its directory", *base;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		int dirfd;
+		rc = open_parent(s, key, 1, &dirfd, &base);
+		if (rc)
+			break;
+		struct stat st;
+		if (!fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) && S_ISLNK(st.st_mode))
+			rc = -ELOOP; /* replacing the link would be harmless, but say it is there */
+		else
+			rc = atomic_write_at(dirfd, base, src, (flags & TF_OBJ_IF_NONE_MATCH) != 0,
+			                     &what);
+		close(dirfd);
+		/* a concurrent delete pruned the directory between the walk and the create */
+		if (rc != -ENOENT || strcmp(what, "create a temporary file"))
+			break;
+	}
+	if (rc == -ELOOP)
+		link_refused(s, key);
+	else if (rc == -EEXIST && (flags & TF_OBJ_IF_NONE_MATCH))
 		tf_objstore_seterr(s, rc, "object '%s' already exists in %s (write-once)", key,
 		                   s->url);
-	else if (rc == -EISDIR || rc == -ENOTDIR)
+	else if (rc == -EISDIR || rc == -ENOTDIR || rc == -EEXIST)
 		tf_objstore_seterr(
 		    s, rc,
 		    "cannot write object '%s' in %s: a key and a key prefix with the "
 		    "same name cannot both exist on a file:// store",
 		    key, s->url);
+	else if (rc == -ENOSPC || rc == -EDQUOT)
+		tf_objstore_seterr(s, rc,
+		                   "cannot %s object '%s' in %s: the disk is full (%s); free space "
+		                   "or use another store",
+		                   what, key, s->url, strerror(-rc));
 	else if (rc)
 		tf_objstore_seterr(s, rc, "cannot %s object '%s' in %s: %s", what, key, s->url,
 		                   strerror(-rc));
-	free(path);
 	return rc;
 }
 
@@ -271,26 +333,33 @@ static int file_put_file(struct tf_objstore *s, const char *key, const char *pat
 	return rc;
 }
 
-/* Opens an object for reading; a directory (a key prefix) counts as absent. */
+/* Opens an object for reading; a directory (a key prefix) counts as absent, a link is
+ * refused (invariant 5). O_NONBLOCK: a FIFO planted in the root cannot block the open. */
 static int open_object(struct tf_objstore *s, const char *key, int *fd_out, struct stat *st)
 {
 	int rc = file_key_ok(s, key);
 	if (rc)
 		return rc;
-	char *path = key_path(s, key);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		rc = -errno;
-	else if (fstat(fd, st))
-		rc = -errno;
-	else if (!S_ISREG(st->st_mode))
-		rc = -ENOENT;
-	if (rc == -ENOENT || rc == -ENOTDIR)
+	int dirfd, fd = -1;
+	const char *base;
+	rc = open_parent(s, key, 0, &dirfd, &base);
+	if (!rc) {
+		fd = openat(dirfd, base, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			rc = -errno;
+		else if (fstat(fd, st))
+			rc = -errno;
+		else if (!S_ISREG(st->st_mode))
+			rc = -ENOENT;
+		close(dirfd);
+	}
+	if (rc == -ELOOP)
+		link_refused(s, key);
+	else if (rc == -ENOENT || rc == -ENOTDIR)
 		rc = tf_objstore_seterr(s, -ENOENT, "no object '%s' in %s", key, s->url);
 	else if (rc)
 		tf_objstore_seterr(s, rc, "cannot read object '%s' in %s: %s", key, s->url,
 		                   strerror(-rc));
-	free(path);
 	if (rc) {
 		if (fd >= 0)
 			close(fd);
@@ -344,14 +413,20 @@ static int file_get_file(struct tf_objstore *s, const char *key, const char *pat
 	int rc = open_object(s, key, &fd, &st);
 	if (rc)
 		return rc;
-	char *dest = strchr(path, '/') ? tf_xstrdup(path) : tf_xasprintf("./%s", path);
+	/* the destination is the caller's own path: its directory is opened as given */
+	char *dir = strchr(path, '/') ? tf_xstrdup(path) : tf_xasprintf("./%s", path);
+	char *slash = strrchr(dir, '/');
+	*slash = '\0';
 	struct source src = {NULL, 0, fd};
-	const char *what = "";
-	rc = atomic_write(dest, &src, 0, &what);
+	const char *what = "open the directory of";
+	int dfd = open(*dir ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	rc = dfd < 0 ? -errno : atomic_write_at(dfd, slash + 1, &src, 0, &what);
 	if (rc)
 		tf_objstore_seterr(s, rc, "cannot %s '%s' while copying object '%s': %s", what,
 		                   path, key, strerror(-rc));
-	free(dest);
+	if (dfd >= 0)
+		close(dfd);
+	free(dir);
 	close(fd);
 	return rc;
 }
@@ -369,54 +444,82 @@ static int file_head(struct tf_objstore *s, const char *key, struct tf_obj_info 
 	return 0;
 }
 
+/* Removes the directory named by the key prefix dir ("a/b") and then its parents while they
+ * are empty, up to (not including) the root (invariant 4); fsyncs the last parent. */
+static void prune_dirs(struct tf_objstore *s, char *dir)
+{
+	for (;;) {
+		int dirfd;
+		const char *base;
+		if (open_parent(s, dir, 0, &dirfd, &base))
+			return;
+		int gone = !unlinkat(dirfd, base, AT_REMOVEDIR);
+		char *slash = strrchr(dir, '/');
+		if (!gone || !slash) {
+			fsync(dirfd);
+			close(dirfd);
+			return;
+		}
+		close(dirfd);
+		*slash = '\0';
+	}
+}
+
 static int file_del(struct tf_objstore *s, const char *key)
 {
 	int rc = file_key_ok(s, key);
 	if (rc)
 		return rc;
-	char *path = key_path(s, key);
+	int dirfd = -1;
+	const char *base;
 	struct stat st;
-	if (lstat(path, &st) || S_ISDIR(st.st_mode)) {
-		rc = tf_objstore_seterr(s, -ENOENT, "no object '%s' in %s", key, s->url);
-		goto out;
-	}
-	if (unlink(path)) {
-		rc = errno == ENOENT ? -ENOENT : -errno;
-		tf_objstore_seterr(s, rc, "cannot delete object '%s' in %s: %s", key, s->url,
-		                   strerror(-rc));
-		goto out;
-	}
-	/* invariant 4: prune empty directories up to (not including) the root */
-	char *slash;
-	size_t rootlen = strlen(root_of(s));
-	while ((slash = strrchr(path, '/')) && (size_t)(slash - path) > rootlen) {
-		*slash = '\0';
-		if (rmdir(path))
-			break;
-	}
-	slash = strrchr(path, '/');
+	rc = open_parent(s, key, 0, &dirfd, &base);
+	if (!rc && fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW))
+		rc = -errno;
+	if (!rc && S_ISLNK(st.st_mode))
+		rc = -ELOOP;
+	else if (!rc && S_ISDIR(st.st_mode))
+		rc = -ENOENT;
+	if (!rc && unlinkat(dirfd, base, 0))
+		rc = -errno;
+	if (dirfd >= 0)
+		close(dirfd);
+	if (rc == -ELOOP)
+		return link_refused(s, key);
+	if (rc == -ENOENT || rc == -ENOTDIR)
+		return tf_objstore_seterr(s, -ENOENT, "no object '%s' in %s", key, s->url);
+	if (rc)
+		return tf_objstore_seterr(s, rc, "cannot delete object '%s' in %s: %s", key,
+		                          s->url, strerror(-rc));
+	const char *slash = strrchr(key, '/');
 	if (slash) {
-		*slash = '\0';
-		fsync_dir((size_t)(slash - path) >= rootlen ? path : root_of(s));
+		char *dir = tf_xasprintf("%.*s", (int)(slash - key), key);
+		prune_dirs(s, dir);
+		free(dir);
+	} else {
+		int fd = open(root_of(s), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd >= 0) {
+			fsync(fd);
+			close(fd);
+		}
 	}
-out:
-	free(path);
-	return rc;
+	return 0;
 }
 
-/* Recursively lists directory `rel` (a key prefix ending in '/', or "" for the root). */
-static int walk(struct tf_objstore *s, const char *rel, const char *prefix, struct tf_obj_list *out)
+/* Recursively lists the directory open as dfd (taken over and closed), whose keys start with
+ * rel (a key prefix ending in '/', or "" for the root). Links are neither listed nor
+ * descended into (invariant 5). */
+static int walk(struct tf_objstore *s, int dfd, const char *rel, const char *prefix,
+                struct tf_obj_list *out)
 {
-	char *dirpath = *rel ? tf_xasprintf("%s/%s", root_of(s), rel) : tf_xstrdup(root_of(s));
-	DIR *d = opendir(dirpath);
-	int rc = 0;
+	DIR *d = fdopendir(dfd);
 	if (!d) {
-		if (errno != ENOENT && errno != ENOTDIR)
-			rc = tf_objstore_seterr(s, -errno, "cannot list '%s': %s", dirpath,
-			                        strerror(errno));
-		free(dirpath);
-		return rc;
+		int rc = -errno;
+		close(dfd);
+		return tf_objstore_seterr(s, rc, "cannot list '%s' in %s: %s", rel, s->url,
+		                          strerror(-rc));
 	}
+	int rc = 0;
 	size_t plen = strlen(prefix);
 	struct dirent *e;
 	while ((e = readdir(d))) {
@@ -434,8 +537,12 @@ static int walk(struct tf_objstore *s, const char *rel, const char *prefix, stru
 			/* descend only where keys below can match the prefix */
 			char *sub = tf_xasprintf("%s/", key);
 			size_t slen = klen + 1;
-			if (!strncmp(sub, prefix, slen < plen ? slen : plen))
-				rc = walk(s, sub, prefix, out);
+			if (!strncmp(sub, prefix, slen < plen ? slen : plen)) {
+				int sfd = openat(dirfd(d), e->d_name,
+				                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+				if (sfd >= 0)
+					rc = walk(s, sfd, sub, prefix, out);
+			}
 			free(sub);
 		} else if (S_ISREG(st.st_mode) && !strncmp(key, prefix, plen)) {
 			tf_obj_list_push(out, key, (uint64_t)st.st_size,
@@ -447,7 +554,6 @@ static int walk(struct tf_objstore *s, const char *rel, const char *prefix, stru
 			break;
 	}
 	closedir(d);
-	free(dirpath);
 	return rc;
 }
 
@@ -460,7 +566,18 @@ static int file_list(struct tf_objstore *s, const char *prefix, struct tf_obj_li
 		slash[1] = '\0';
 	else
 		rel[0] = '\0';
-	int rc = walk(s, rel, prefix, out);
+	int dfd;
+	const char *base;
+	int rc = open_parent(s, rel, 0, &dfd, &base);
+	if (!rc)
+		rc = walk(s, dfd, rel, prefix, out);
+	else if (rc == -ELOOP)
+		link_refused(s, rel);
+	else if (rc == -ENOENT || rc == -ENOTDIR)
+		rc = 0; /* nothing under that prefix */
+	else
+		tf_objstore_seterr(s, rc, "cannot list '%s' in %s: %s", rel, s->url,
+		                   strerror(-rc));
 	free(rel);
 	return rc;
 }

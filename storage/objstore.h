@@ -19,6 +19,8 @@
  *   -EAGAIN    the server kept failing (5xx, throttling, resets) until the retry budget ran out
  *   -ETIMEDOUT, -ECONNREFUSED, -EHOSTUNREACH: the endpoint could not be reached
  *   -EINVAL    bad key or URL; -ENOTSUP: an operation the backend cannot do
+ *   -ELOOP     file://: the key passes through a symbolic link below the root (refused)
+ *   -ENOSPC    file://: the disk is full (-EDQUOT: over quota)
  * tf_objstore_retryable(rc) tells transient codes apart from permanent ones.
  *
  * Threads: one handle is used by one thread at a time (it keeps the last error and a

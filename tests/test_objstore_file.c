@@ -1,5 +1,6 @@
 /* test_objstore_file.c — the file:// backend: round trips, write-once, atomicity, key rules,
- * listing with prefixes, streaming, deletes that prune directories. */
+ * listing with prefixes, streaming, deletes that prune directories, symbolic links planted
+ * inside the root refused, a full disk named as such. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,12 +8,17 @@
 
 #include "common/common.h"
 #include "storage/objstore.h"
+#include "tests/testutil.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* Each test runs in its own fresh directory below the binary's temp dir. */
@@ -270,6 +276,111 @@ static void test_objstore_file_key_vs_prefix_conflict(void **state)
 	tf_objstore_free(s);
 }
 
+static void write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+static void assert_file_is(const char *path, const char *text)
+{
+	char *got;
+	size_t len;
+	assert_int_equal(tf_read_file(path, 1 << 20, &got, &len), 0);
+	assert_string_equal(got, text);
+	free(got);
+}
+
+/* Links planted inside the root, to a directory and to a file outside it: get, head, put,
+ * delete and list refuse them (-ELOOP, a message naming the link rule) and nothing outside is
+ * read, written or removed. */
+static void test_objstore_file_refuses_planted_symlinks(void **state)
+{
+	(void)state;
+	struct tf_objstore *s = open_store("store");
+	assert_int_equal(tf_objstore_put(s, "sub/ok", "fine", 4, 0), 0);
+	assert_int_equal(mkdir("outside", 0755), 0);
+	write_text("outside/secret", "s");
+	write_text("outside.txt", "o");
+	assert_int_equal(symlink("../outside", "store/lnkdir"), 0);
+	assert_int_equal(symlink("../../outside", "store/sub/lnkdir"), 0);
+	assert_int_equal(symlink("../outside.txt", "store/lnkfile"), 0);
+	static const char *const through[] = {"lnkdir/secret", "sub/lnkdir/secret", "lnkfile",
+	                                      "lnkdir/new"};
+	for (size_t i = 0; i < sizeof through / sizeof through[0]; i++) {
+		const char *key = through[i];
+		void *data = NULL;
+		size_t len;
+		struct tf_obj_info info;
+		assert_int_equal(tf_objstore_get(s, key, &data, &len), -ELOOP);
+		assert_null(data);
+		assert_non_null(strstr(tf_objstore_errmsg(s), "symbolic link"));
+		assert_int_equal(tf_objstore_head(s, key, &info), -ELOOP);
+		assert_int_equal(tf_objstore_get_file(s, key, "copy.bin"), -ELOOP);
+		assert_int_equal(tf_objstore_put(s, key, "evil", 4, 0), -ELOOP);
+		assert_int_equal(tf_objstore_put(s, key, "evil", 4, TF_OBJ_IF_NONE_MATCH), -ELOOP);
+		assert_int_equal(tf_objstore_delete(s, key), -ELOOP);
+	}
+	assert_file_is("outside/secret", "s");
+	assert_file_is("outside.txt", "o");
+	struct stat st;
+	assert_int_equal(stat("outside/new", &st), -1);
+	assert_int_equal(stat("copy.bin", &st), -1);
+	assert_int_equal(lstat("store/lnkfile", &st), 0); /* the link itself stays too */
+	/* listing: links are neither listed nor followed; a prefix through one is refused */
+	struct tf_obj_list l = {0};
+	assert_int_equal(tf_objstore_list(s, "", &l), 0);
+	assert_int_equal(l.n, 1);
+	assert_string_equal(l.v[0].key, "sub/ok");
+	tf_obj_list_release(&l);
+	assert_int_equal(tf_objstore_list(s, "lnkdir/", &l), -ELOOP);
+	assert_int_equal(tf_objstore_list(s, "sub/lnkdir/se", &l), -ELOOP);
+	assert_int_equal(l.n, 0);
+	/* the objects that are not links still work */
+	void *data;
+	size_t len;
+	assert_int_equal(tf_objstore_get(s, "sub/ok", &data, &len), 0);
+	free(data);
+	/* a FIFO planted in the root is not an object, and opening it does not block */
+	assert_int_equal(mkfifo("store/fifo", 0644), 0);
+	alarm(30);
+	assert_int_equal(tf_objstore_get(s, "fifo", &data, &len), -ENOENT);
+	alarm(0);
+	tf_objstore_free(s);
+}
+
+/* A put on a full file system says the disk is full. Runs in a child with its own mount
+ * namespace and a 64 KiB tmpfs; skipped where mounting is not allowed. */
+static void test_objstore_file_disk_full_is_named(void **state)
+{
+	(void)state;
+	assert_int_equal(mkdir("small", 0755), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+		    mount("tmpfs", "small", "tmpfs", 0, "size=64k"))
+			_exit(77);
+		struct tf_objstore *s = open_store("small");
+		static char big[1 << 20];
+		int rc = tf_objstore_put(s, "a/big", big, sizeof big, 0);
+		int ok = rc == -ENOSPC && strstr(tf_objstore_errmsg(s), "disk is full");
+		if (!ok)
+			fprintf(stderr, "put: %d %s\n", rc, tf_objstore_errmsg(s));
+		/* the failed put left no temp file behind */
+		struct tf_obj_list l = {0};
+		ok = ok && !tf_objstore_list(s, "", &l) && l.n == 0;
+		tf_objstore_free(s);
+		_exit(ok ? 0 : 1);
+	}
+	int rc = tf_test_wait_exit(pid);
+	if (rc == 77)
+		skip();
+	assert_int_equal(rc, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -281,6 +392,8 @@ int main(void)
 	    cmocka_unit_test_setup(test_objstore_file_delete_prunes_dirs, fresh_dir),
 	    cmocka_unit_test_setup(test_objstore_file_streaming, fresh_dir),
 	    cmocka_unit_test_setup(test_objstore_file_key_vs_prefix_conflict, fresh_dir),
+	    cmocka_unit_test_setup(test_objstore_file_refuses_planted_symlinks, fresh_dir),
+	    cmocka_unit_test_setup(test_objstore_file_disk_full_is_named, fresh_dir),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
