@@ -94,19 +94,54 @@ struct sim {
 	int64_t RF, CF;         /* row folds, column folds */
 	int64_t rows_per_fold;  /* demand rows (cycles) of one fold */
 	int wi, wf;             /* widths of the ifmap and filter demand lines */
+	/* ifmap addresses split into a pixel part and a window part (computed once) */
+	int32_t *p_row, *p_col; /* first input row / column of output pixel p's window */
+	int64_t *p_base;        /* its address */
+	int32_t *k_row, *k_col; /* row / column offset of window index k */
+	int64_t *k_off;         /* its address offset */
 };
+
+static void sim_tables(struct sim *s)
+{
+	const struct tf_layer *l = s->l;
+	s->p_row = tf_xmalloc((size_t)s->px * sizeof *s->p_row);
+	s->p_col = tf_xmalloc((size_t)s->px * sizeof *s->p_col);
+	s->p_base = tf_xmalloc((size_t)s->px * sizeof *s->p_base);
+	for (int64_t p = 0; p < s->px; p++) {
+		int64_t ir = p / s->Ew * l->stride_h, ic = p % s->Ew * l->stride_w;
+		s->p_row[p] = (int32_t)ir;
+		s->p_col[p] = (int32_t)ic;
+		s->p_base[p] = (ir * (int64_t)l->ifmap_w + ic) * l->channels;
+	}
+	s->k_row = tf_xmalloc((size_t)s->win * sizeof *s->k_row);
+	s->k_col = tf_xmalloc((size_t)s->win * sizeof *s->k_col);
+	s->k_off = tf_xmalloc((size_t)s->win * sizeof *s->k_off);
+	int64_t fwc = (int64_t)l->filt_w * l->channels;
+	for (int64_t k = 0; k < s->win; k++) {
+		int64_t cr = k / fwc, rem = k % fwc, cc = rem / l->channels, ch = rem % l->channels;
+		s->k_row[k] = (int32_t)cr;
+		s->k_col[k] = (int32_t)cc;
+		s->k_off[k] = (cr * (int64_t)l->ifmap_w + cc) * l->channels + ch;
+	}
+}
+
+static void sim_free(struct sim *s)
+{
+	free(s->p_row);
+	free(s->p_col);
+	free(s->p_base);
+	free(s->k_row);
+	free(s->k_col);
+	free(s->k_off);
+}
 
 /* ifmap address of output pixel p, window index k (relative to the ifmap offset), or -1. */
 static int64_t ifmap_addr(const struct sim *s, int64_t p, int64_t k)
 {
-	const struct tf_layer *l = s->l;
-	int64_t orow = p / s->Ew, ocol = p % s->Ew;
-	int64_t ir = orow * l->stride_h, ic = ocol * l->stride_w;
-	int64_t fwc = (int64_t)l->filt_w * l->channels;
-	int64_t cr = k / fwc, rem = k % fwc, cc = rem / l->channels, ch = rem % l->channels;
-	if (cr + ir >= l->ifmap_h || cc + ic >= l->ifmap_w)
+	if (s->p_row[p] + s->k_row[k] >= (int64_t)s->l->ifmap_h ||
+	    s->p_col[p] + s->k_col[k] >= (int64_t)s->l->ifmap_w)
 		return -1;
-	return ((ir + cr) * (int64_t)l->ifmap_w + (ic + cc)) * l->channels + ch;
+	return s->p_base[p] + s->k_off[k];
 }
 
 static int64_t filt_addr(const struct sim *s, int64_t k, int64_t n)
@@ -119,49 +154,66 @@ static int64_t ofmap_addr(const struct sim *s, int64_t p, int64_t n)
 	return p * s->N + n;
 }
 
-/* The demand of row r of fold (fr, fc): wi ifmap, wf filter and C ofmap addresses (-1: none). */
-static void demand(const struct sim *s, int64_t fr, int64_t fc, int64_t r, int64_t *in, int64_t *fi,
-                   int64_t *of)
+/* Columns c in [0, cap) of a skewed stream whose row r - c - off must lie in [0, T). */
+static void skew_cols(int64_t r, int64_t off, int64_t T, int64_t cap, int64_t *c0, int64_t *c1)
 {
-	const int64_t R = s->R, C = s->C, T = s->T, Sr = s->Sr, Sc = s->Sc;
+	int64_t lo = r - off - T + 1, hi = r - off;
+	*c0 = lo > 0 ? lo : 0;
+	*c1 = hi < cap - 1 ? hi : cap - 1; /* inclusive; empty when c1 < c0 */
+}
+
+/* The demand of row r of fold (fr, fc), column order, requests only: the ifmap, filter and
+ * ofmap addresses go to in, fi, of and their counts to n[0..2]. */
+static void demand(const struct sim *s, int64_t fr, int64_t fc, int64_t r, int64_t *in, int64_t *fi,
+                   int64_t *of, int n[3])
+{
+	const int64_t R = s->R, C = s->C, T = s->T;
+	const int64_t ru = s->Sr - fr * R < R ? s->Sr - fr * R : R; /* used rows of the fold */
+	const int64_t cu = s->Sc - fc * C < C ? s->Sc - fc * C : C; /* used columns */
+	int64_t c0, c1, a;
+	int ni = 0, nf = 0, no = 0;
 	switch (s->df) {
 	case TF_MXU_WS: /* rows <- window, cols <- filters, T = pixels */
-		for (int64_t c = 0; c < R; c++) {
-			int64_t t = r - c - R, k = fr * R + c;
-			in[c] = t >= 0 && t < T && k < Sr ? ifmap_addr(s, t, k) : -1;
-		}
-		for (int64_t c = 0; c < C; c++) {
-			int64_t k = fr * R + (R - 1 - r), n = fc * C + c;
-			fi[c] = r < R && k < Sr && n < Sc ? filt_addr(s, k, n) : -1;
-			int64_t t = r - c - (2 * R - 1);
-			of[c] = t >= 0 && t < T && n < Sc ? ofmap_addr(s, t, n) : -1;
-		}
+		skew_cols(r, R, T, ru, &c0, &c1);
+		for (int64_t c = c0; c <= c1; c++)
+			if ((a = ifmap_addr(s, r - c - R, fr * R + c)) >= 0)
+				in[ni++] = a;
+		if (r < R && R - 1 - r < ru)
+			for (int64_t c = 0; c < cu; c++)
+				fi[nf++] = filt_addr(s, fr * R + (R - 1 - r), fc * C + c);
+		skew_cols(r, 2 * R - 1, T, cu, &c0, &c1);
+		for (int64_t c = c0; c <= c1; c++)
+			of[no++] = ofmap_addr(s, r - c - (2 * R - 1), fc * C + c);
 		break;
 	case TF_MXU_OS: /* rows <- pixels, cols <- filters, T = window */
-		for (int64_t c = 0; c < R; c++) {
-			int64_t u = r - c, p = fr * R + c;
-			in[c] = u >= 0 && u < T && p < Sr ? ifmap_addr(s, p, u) : -1;
-		}
-		for (int64_t c = 0; c < C; c++) {
-			int64_t u = r - c, n = fc * C + c;
-			fi[c] = u >= 0 && u < T && n < Sc ? filt_addr(s, u, n) : -1;
-			int64_t f = u - (T - 1), p = fr * R + (R - 1 - f);
-			of[c] = f >= 0 && f < R && p < Sr && n < Sc ? ofmap_addr(s, p, n) : -1;
+		skew_cols(r, 0, T, ru, &c0, &c1);
+		for (int64_t c = c0; c <= c1; c++)
+			if ((a = ifmap_addr(s, fr * R + c, r - c)) >= 0)
+				in[ni++] = a;
+		skew_cols(r, 0, T, cu, &c0, &c1);
+		for (int64_t c = c0; c <= c1; c++)
+			fi[nf++] = filt_addr(s, r - c, fc * C + c);
+		skew_cols(r, T - 1, R, cu, &c0, &c1);
+		for (int64_t c = c0; c <= c1; c++) {
+			int64_t f = r - c - (T - 1);
+			if (R - 1 - f < ru)
+				of[no++] = ofmap_addr(s, fr * R + (R - 1 - f), fc * C + c);
 		}
 		break;
 	default: /* TF_MXU_IS: rows <- window, cols <- pixels, T = filters */
-		for (int64_t c = 0; c < C; c++) {
-			int64_t k = fr * R + (R - 1 - r), p = fc * C + c;
-			in[c] = r < R && k < Sr && p < Sc ? ifmap_addr(s, p, k) : -1;
-			int64_t t = r - c - (2 * R - 1);
-			of[c] = t >= 0 && t < T && p < Sc ? ofmap_addr(s, p, t) : -1;
-		}
-		for (int64_t c = 0; c < R; c++) {
-			int64_t t = r - c - R, k = fr * R + c;
-			fi[c] = t >= 0 && t < T && k < Sr ? filt_addr(s, k, t) : -1;
-		}
+		if (r < R && R - 1 - r < ru)
+			for (int64_t c = 0; c < cu; c++)
+				if ((a = ifmap_addr(s, fc * C + c, fr * R + (R - 1 - r))) >= 0)
+					in[ni++] = a;
+		skew_cols(r, R, T, ru, &c0, &c1);
+		for (int64_t c = c0; c <= c1; c++)
+			fi[nf++] = filt_addr(s, fr * R + c, r - c - R);
+		skew_cols(r, 2 * R - 1, T, cu, &c0, &c1);
+		for (int64_t c = c0; c <= c1; c++)
+			of[no++] = ofmap_addr(s, fc * C + c, r - c - (2 * R - 1));
 		break;
 	}
+	n[0] = ni, n[1] = nf, n[2] = no;
 }
 
 /* ---- fetch orders (USER mode): the prefetch matrices, walked as SCALE-Sim serialises them */
@@ -251,7 +303,7 @@ struct rdbuf {
 	/* CALC */
 	int64_t items, cur_set, cur_elems, rs, re, ps, pe, last_start, last_end, first_req;
 	int first_seen, active_done;
-	int64_t *latest; /* per address: the newest set it was put in, or -1 */
+	int32_t *latest; /* per address: the newest set it was put in, or -1 */
 	/* both */
 	uint64_t accesses;
 	int64_t dram_first, dram_last;
@@ -400,7 +452,7 @@ static void calc_access(struct rdbuf *b, int64_t cycle, int64_t a)
 		return; /* a hit in the active sets */
 	if (lt == b->cur_set)
 		return; /* already in the set being collected */
-	b->latest[a] = b->cur_set;
+	b->latest[a] = (int32_t)b->cur_set;
 	if (++b->cur_elems < b->items)
 		return;
 	b->cur_elems = 0;
@@ -448,29 +500,24 @@ static void calc_finish(struct rdbuf *b)
 
 /* ---- one read buffer, either mode ---- */
 
-/* Services one demand line at `cycle`; returns the cycle it is served (cycle + 1 + stalls). */
-static int64_t rd_service(struct rdbuf *b, const int64_t *line, int w, int64_t cycle)
+/* Services one cycle's requests (n addresses) at `cycle`; returns the cycle they are served
+ * (cycle + 1 + stalls). */
+static int64_t rd_service(struct rdbuf *b, const int64_t *req, int n, int64_t cycle)
 {
 	if (!b->user) {
-		int any = 0;
-		for (int i = 0; i < w; i++)
-			any |= line[i] >= 0;
-		if (any && !b->first_seen) {
+		if (n && !b->first_seen) {
 			b->first_req = cycle;
 			b->first_seen = 1;
 		}
-		for (int i = 0; i < w; i++)
-			if (line[i] >= 0)
-				calc_access(b, cycle, line[i]);
+		for (int i = 0; i < n; i++)
+			calc_access(b, cycle, req[i]);
 		return cycle + 1;
 	}
 	if (!b->started)
 		user_prefetch_active(b, cycle);
 	int64_t offset = 1;
-	for (int i = 0; i < w; i++) {
-		if (line[i] < 0)
-			continue;
-		while (!user_hit(b, line[i])) {
+	for (int i = 0; i < n; i++) {
+		while (!user_hit(b, req[i])) {
 			user_new_prefetch(b);
 			int64_t late = b->last_fetch - (cycle + offset);
 			if (late > 0)
@@ -550,12 +597,10 @@ static int64_t wr_drain(struct wrbuf *w, int64_t start)
 	return start + (int64_t)n - 1;
 }
 
-static int64_t wr_service(struct wrbuf *w, const int64_t *line, int width, int64_t cycle)
+static int64_t wr_service(struct wrbuf *w, int n, int64_t cycle)
 {
 	int64_t cur = cycle;
-	for (int i = 0; i < width; i++) {
-		if (line[i] < 0)
-			continue;
+	for (int i = 0; i < n; i++) {
 		wr_store(w);
 		if (cur < w->drain_end) {
 			if (w->free_space <= 0)
@@ -655,6 +700,7 @@ int tf_layersim_run(const struct tf_layersim_cfg *cfg, const struct tf_layer *l,
 	s.rows_per_fold = s.df == TF_MXU_OS ? s.R + s.C + s.T - 2 : 2 * s.R + s.C + s.T - 2;
 	s.wi = s.df == TF_MXU_IS ? (int)s.C : (int)s.R;
 	s.wf = s.df == TF_MXU_IS ? (int)s.R : (int)s.C;
+	sim_tables(&s);
 
 	struct tf_layersim_report r;
 	memset(&r, 0, sizeof r);
@@ -726,36 +772,31 @@ int tf_layersim_run(const struct tf_layersim_cfg *cfg, const struct tf_layer *l,
 	int64_t *lfi = lin + s.wi, *lof = lfi + s.wf;
 	int64_t stall = 0, row = 0, last_out = 0;
 	int seen[3] = {0, 0, 0};
+	struct tf_layersim_mem *mem[3] = {&r.ifmap, &r.filter, &r.ofmap};
 	for (int64_t fc = 0; fc < s.CF; fc++) {
 		for (int64_t fr = 0; fr < s.RF; fr++) {
 			for (int64_t rr = 0; rr < s.rows_per_fold; rr++, row++) {
-				demand(&s, fr, fc, rr, lin, lfi, lof);
+				int n[3];
+				demand(&s, fr, fc, rr, lin, lfi, lof, n);
 				int64_t cycle = row + stall;
-				int64_t oi = rd_service(&ib, lin, s.wi, cycle);
-				int64_t of = rd_service(&fb, lfi, s.wf, cycle);
-				int64_t oo = wr_service(&wb, lof, (int)s.C, cycle);
-				int64_t st = oi - cycle - 1;
-				if (of - cycle - 1 > st)
-					st = of - cycle - 1;
-				if (oo - cycle > st)
-					st = oo - cycle;
+				int64_t done[3] = {rd_service(&ib, lin, n[0], cycle),
+				                   rd_service(&fb, lfi, n[1], cycle),
+				                   wr_service(&wb, n[2], cycle)};
+				int64_t st = done[0] - cycle - 1;
+				if (done[1] - cycle - 1 > st)
+					st = done[1] - cycle - 1;
+				if (done[2] - cycle > st)
+					st = done[2] - cycle;
 				stall += st;
-				last_out = oo;
+				last_out = done[2];
 				/* first and last cycle each SRAM is accessed */
-				const int64_t *ls[3] = {lin, lfi, lof};
-				const int ws[3] = {s.wi, s.wf, (int)s.C};
-				const int64_t outs[3] = {oi, of, oo};
-				struct tf_layersim_mem *m[3] = {&r.ifmap, &r.filter, &r.ofmap};
 				for (int o = 0; o < 3; o++) {
-					int any = 0;
-					for (int i = 0; i < ws[o] && !any; i++)
-						any = ls[o][i] >= 0;
-					if (!any)
+					if (!n[o])
 						continue;
 					if (!seen[o])
-						m[o]->sram_start = outs[o];
+						mem[o]->sram_start = done[o];
 					seen[o] = 1;
-					m[o]->sram_stop = outs[o];
+					mem[o]->sram_stop = done[o];
 				}
 			}
 		}
@@ -782,6 +823,7 @@ int tf_layersim_run(const struct tf_layersim_cfg *cfg, const struct tf_layer *l,
 	mem_bw(&r.ofmap, r.total_cycles);
 	*out = r;
 out:
+	sim_free(&s);
 	rd_free(&ib);
 	rd_free(&fb);
 	free(wb.lines);
