@@ -24,9 +24,9 @@
  *   - Write buffer: results fill lines of `bandwidth` words; once the active half is full the
  *     drain half is written out one line per cycle; a result that finds no free space waits
  *     for the drain to end.
- * Quirks of SCALE-Sim v2 (commit 22f88b1) kept so that every figure matches: the ws/is ofmap
- * and os ofmap write counts (os adds R + C per fold), the drain counting only the last line's
- * padding, the USER prefetch window advancing whatever address was missed. */
+ * Quirks of SCALE-Sim v2 (commit 22f88b1) kept so that every figure matches: the os ofmap SRAM
+ * write count (R + C extra per fold), a drain counting the padding of its last line only, the
+ * USER prefetch window advancing whatever address was missed, the output size rounded up. */
 #include "accel/layersim.h"
 
 #include <ctype.h>
@@ -517,6 +517,8 @@ static int64_t rd_service(struct rdbuf *b, const int64_t *req, int n, int64_t cy
 		user_prefetch_active(b, cycle);
 	int64_t offset = 1;
 	for (int i = 0; i < n; i++) {
+		if (b->first[req[i]] == b->first[req[i] + 1])
+			continue; /* not in the fetch order (cannot happen: the same operand) */
 		while (!user_hit(b, req[i])) {
 			user_new_prefetch(b);
 			int64_t late = b->last_fetch - (cycle + offset);

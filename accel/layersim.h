@@ -39,11 +39,11 @@ struct tf_layersim_cfg {
 	uint32_t ifmap_kb, filter_kb, ofmap_kb; /* SRAM sizes in KiB of 1-byte words */
 	int user_bandwidth;                     /* 1: USER (bandwidth words/cycle), 0: CALC */
 	uint32_t bandwidth;                     /* words per cycle (USER mode) */
-	int weight_double_buffer; /* also report cycles with weights loaded in the shadow */
 };
 
-/* SCALE-Sim's defaults for a config file's missing keys are not used: every key is read. */
-void tf_layersim_cfg_init(struct tf_layersim_cfg *cfg); /* 128x128 ws, 1024/1024/512 KiB, CALC */
+/* Defaults, also for the keys a .cfg leaves out: 128x128, ws, 1024/1024/512 KiB SRAMs, CALC
+ * (bandwidth 10, which the reader never uses: USER needs an explicit Bandwidth). */
+void tf_layersim_cfg_init(struct tf_layersim_cfg *cfg);
 
 /* One operand's memory figures (ifmap, filter: reads; ofmap: writes). */
 struct tf_layersim_mem {

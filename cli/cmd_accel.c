@@ -604,7 +604,6 @@ static int cycles_topology(int argc, char **argv, struct tf_cli *cli)
 		fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
 		return TF_EXIT_CONFIG;
 	}
-	cfg.weight_double_buffer = wdb;
 	struct tf_layer *layers = NULL;
 	size_t n = 0;
 	if (tf_layersim_read_topology(topo, gemm, &layers, &n, err, sizeof err)) {
