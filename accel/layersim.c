@@ -136,7 +136,7 @@ static void sim_free(struct sim *s)
 }
 
 /* ifmap address of output pixel p, window index k (relative to the ifmap offset), or -1. */
-static int64_t ifmap_addr(const struct sim *s, int64_t p, int64_t k)
+static inline int64_t ifmap_addr(const struct sim *s, int64_t p, int64_t k)
 {
 	if (s->p_row[p] + s->k_row[k] >= (int64_t)s->l->ifmap_h ||
 	    s->p_col[p] + s->k_col[k] >= (int64_t)s->l->ifmap_w)
@@ -303,7 +303,8 @@ struct rdbuf {
 	/* CALC */
 	int64_t items, cur_set, cur_elems, rs, re, ps, pe, last_start, last_end, first_req;
 	int first_seen, active_done;
-	int32_t *latest; /* per address: the newest set it was put in, or -1 */
+	int32_t *latest; /* per address: 1 + the newest set it was put in, 0: none (calloc'd:
+	                    untouched pages cost nothing) */
 	/* both */
 	uint64_t accesses;
 	int64_t dram_first, dram_last;
@@ -429,9 +430,7 @@ static void calc_init(struct rdbuf *b, int64_t naddr)
 	b->re = 49; /* 50 active sets of 100 */
 	b->last_start = -2;
 	b->last_end = -1;
-	b->latest = tf_xmalloc((size_t)naddr * sizeof *b->latest);
-	for (int64_t i = 0; i < naddr; i++)
-		b->latest[i] = -1;
+	b->latest = tf_xcalloc((size_t)naddr, sizeof *b->latest);
 }
 
 /* The transfer of sets [from, to] over cycles [last_start, last_end], responses one later. */
@@ -447,12 +446,12 @@ static void calc_fetch(struct rdbuf *b, int64_t words)
 
 static void calc_access(struct rdbuf *b, int64_t cycle, int64_t a)
 {
-	int64_t lt = b->latest[a];
+	int64_t lt = (int64_t)b->latest[a] - 1;
 	if (lt >= b->rs && lt < b->cur_set)
 		return; /* a hit in the active sets */
 	if (lt == b->cur_set)
 		return; /* already in the set being collected */
-	b->latest[a] = (int32_t)b->cur_set;
+	b->latest[a] = (int32_t)(b->cur_set + 1);
 	if (++b->cur_elems < b->items)
 		return;
 	b->cur_elems = 0;

@@ -35,9 +35,9 @@ for net in resnet18 alexnet; do
     >"$tmp/tf_$net.txt"
   t1=$(date +%s.%N)
   tf=$(echo "$t1 - $t0" | bc -l)
-  layers=$(($(wc -l <"$topo") - 1))
+  layers=$(head -1 "$tmp/tf_$net.txt" | grep -o '[0-9]* layers')
   total=$(tail -1 "$tmp/tf_$net.txt")
-  printf '%s (%d layers): tpuflow %.3f s wall (process included); %s\n' "$net" "$layers" "$tf" \
+  printf '%s (%s): tpuflow %.3f s wall (process included); %s\n' "$net" "$layers" "$tf" \
     "$total"
   if [[ $peer == 0 ]]; then
     echo "  SCALE-Sim: not run; speed ratio not measured"
@@ -52,6 +52,7 @@ for net in resnet18 alexnet; do
   for r in COMPUTE_REPORT BANDWIDTH_REPORT DETAILED_ACCESS_REPORT; do
     cmp -s "$tmp/tf_$net/$r.csv" "$tmp/ss_$net/bench/$r.csv" || same="NO ($r differs)"
   done
-  printf '  SCALE-Sim %s: %.1f s; tpuflow is %.0fx faster; all reported figures equal: %s\n' \
-    "$commit" "$ss" "$(echo "$ss / $tf" | bc -l)" "$same"
+  printf '  SCALE-Sim %s: %.1f s wall; tpuflow is %.0fx faster (wall to wall); all reported' \
+    "$commit" "$ss" "$(echo "$ss / $tf" | bc -l)"
+  printf ' figures equal (its 3 report files byte for byte): %s\n' "$same"
 done
