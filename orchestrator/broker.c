@@ -177,12 +177,7 @@ static int load_rows(struct tf_store *st, struct brow **out, size_t *n)
 		r->slice = tf_stmt_strdup(q, 4);
 		r->pool = tf_stmt_strdup(q, 5);
 		r->spec = tf_stmt_strdup(q, 6);
-		r->placed = 1;
-		for (int d = 0; d < 3; d++) {
-			r->placed &= !tf_stmt_is_null(q, 7 + d) && !tf_stmt_is_null(q, 10 + d);
-			r->box.origin[d] = (int)tf_stmt_int(q, 7 + d);
-			r->box.shape[d] = (int)tf_stmt_int(q, 10 + d);
-		}
+		r->placed = tf_slices_stmt_box(q, 7, &r->box);
 		r->started = tf_stmt_double(q, 13);
 		r->queued = tf_stmt_double(q, 14);
 		r->project = tf_stmt_strdup(q, 15);
@@ -384,9 +379,9 @@ static int apply_decisions(struct tf_store *st, struct tf_sched *s, struct brow 
 	return rc;
 }
 
-static int db_schedule(struct tf_broker *b, double now)
+/* One decision over every open row of st (see broker.h). */
+static int decide(struct tf_store *st, double now)
 {
-	struct tf_store *st = db_of(b);
 	struct brow *rows = NULL;
 	size_t n = 0;
 	struct tf_sched *s = NULL;
@@ -415,6 +410,11 @@ static int db_schedule(struct tf_broker *b, double now)
 	return tf_store_leave(st, own, rc);
 }
 
+static int db_schedule(struct tf_broker *b, double now)
+{
+	return decide(db_of(b), now);
+}
+
 static int db_status(struct tf_broker *b, int64_t ticket, struct tf_slice_status *out)
 {
 	struct tf_store *st = db_of(b);
@@ -429,11 +429,7 @@ static int db_status(struct tf_broker *b, int64_t ticket, struct tf_slice_status
 	int rc = tf_stmt_step(q);
 	if (rc == 1) {
 		memset(out, 0, sizeof(*out));
-		int placed = !tf_stmt_is_null(q, 3);
-		for (int d = 0; d < 3; d++) {
-			out->box.origin[d] = (int)tf_stmt_int(q, d);
-			out->box.shape[d] = (int)tf_stmt_int(q, 3 + d);
-		}
+		int placed = tf_slices_stmt_box(q, 0, &out->box);
 		snprintf(out->pool, sizeof(out->pool), "%s",
 		         tf_stmt_text(q, 6) ? tf_stmt_text(q, 6) : "");
 		out->chips = (int)tf_stmt_int(q, 7);
@@ -501,16 +497,30 @@ int tf_broker_db_new(struct tf_store *st, struct tf_broker **out)
 int tf_broker_chip_fail(struct tf_store *st, const char *pool, const int xyz[3], double now,
                         const char *reason)
 {
-	return tf_store_run(st,
-	                    "INSERT OR REPLACE INTO failed_chips(pool, x, y, z, failed_at, reason) "
-	                    "VALUES(?,?,?,?,?,?)",
-	                    "tiiidt", pool, (int64_t)xyz[0], (int64_t)xyz[1], (int64_t)xyz[2], now,
-	                    reason);
+	int own, rc = tf_store_join(st, &own);
+	if (rc)
+		return rc;
+	rc = tf_store_run(st,
+	                  "INSERT OR REPLACE INTO failed_chips(pool, x, y, z, failed_at, reason) "
+	                  "VALUES(?,?,?,?,?,?)",
+	                  "tiiidt", pool, (int64_t)xyz[0], (int64_t)xyz[1], (int64_t)xyz[2], now,
+	                  reason);
+	if (rc == 0)
+		rc = decide(st,
+		            now); /* the grant on it is reclaimed now, not at someone's next ask */
+	return tf_store_leave(st, own, rc);
 }
 
 int tf_broker_chip_repair(struct tf_store *st, const char *pool, const int xyz[3])
 {
-	int rc = tf_store_run(st, "DELETE FROM failed_chips WHERE pool=? AND x=? AND y=? AND z=?",
-	                      "tiii", pool, (int64_t)xyz[0], (int64_t)xyz[1], (int64_t)xyz[2]);
-	return rc == 0 && tf_store_changes(st) == 0 ? -ENOENT : rc;
+	int own, rc = tf_store_join(st, &own);
+	if (rc)
+		return rc;
+	rc = tf_store_run(st, "DELETE FROM failed_chips WHERE pool=? AND x=? AND y=? AND z=?",
+	                  "tiii", pool, (int64_t)xyz[0], (int64_t)xyz[1], (int64_t)xyz[2]);
+	if (rc == 0 && tf_store_changes(st) == 0)
+		rc = -ENOENT;
+	if (rc == 0)
+		rc = decide(st, tf_now_wall()); /* a request waiting for it may be placed */
+	return tf_store_leave(st, own, rc);
 }

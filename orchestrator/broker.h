@@ -96,9 +96,11 @@ int tf_broker_release(struct tf_broker *b, int64_t ticket, double now, double *s
 void tf_broker_free(struct tf_broker *b); /* NULL is a no-op */
 
 /* Chip failure, recorded in the database so every process's broker sees it: `pool` is a pool
- * name ("v4"), x, y, z the chip. The next schedule reclaims (class infra) any grant on a
- * failed chip and places nothing on it until it is repaired. tf_broker_chip_repair returns
- * -ENOENT when the chip was not marked failed. */
+ * name ("v4"), x, y, z the chip. A decision is taken at once in the same transaction: a grant
+ * holding the chip is reclaimed (class infra; its holder sees it at its next poll), and
+ * nothing is placed on the chip until it is repaired (which decides again, so a request
+ * waiting for it may be placed). tf_broker_chip_repair returns -ENOENT when the chip was not
+ * marked failed. */
 int tf_broker_chip_fail(struct tf_store *st, const char *pool, const int xyz[3], double now,
                         const char *reason);
 int tf_broker_chip_repair(struct tf_store *st, const char *pool, const int xyz[3]);

@@ -149,6 +149,17 @@ int tf_slice_jobs_close_run(struct tf_store *st, const char *run, double at)
 	return rc;
 }
 
+int tf_slices_stmt_box(struct tf_stmt *q, int col, struct tf_box *box)
+{
+	int whole = 1;
+	for (int d = 0; d < 3; d++) {
+		whole &= !tf_stmt_is_null(q, col + d) && !tf_stmt_is_null(q, col + 3 + d);
+		box->origin[d] = (int)tf_stmt_int(q, col + d);
+		box->shape[d] = (int)tf_stmt_int(q, col + 3 + d);
+	}
+	return whole;
+}
+
 /* ---- the view ---- */
 
 /* An open row (an attempt holding a slice, as far as the database knows). */
@@ -243,12 +254,7 @@ static int read_open(struct tf_store *st, struct open_row **out, size_t *n)
 		r->slice = tf_stmt_strdup(q, 3);
 		r->pool = tf_stmt_strdup(q, 4);
 		r->pool_spec = tf_stmt_strdup(q, 5);
-		r->has_box = 1;
-		for (int d = 0; d < 3; d++) {
-			r->has_box &= !tf_stmt_is_null(q, 6 + d) && !tf_stmt_is_null(q, 9 + d);
-			r->box.origin[d] = (int)tf_stmt_int(q, 6 + d);
-			r->box.shape[d] = (int)tf_stmt_int(q, 9 + d);
-		}
+		r->has_box = tf_slices_stmt_box(q, 6, &r->box);
 		r->chips = (int)tf_stmt_int(q, 12);
 		r->started_at = tf_stmt_double(q, 13);
 		r->project = tf_stmt_strdup(q, 14);
@@ -399,6 +405,28 @@ static void skip(json_t *skipped, const struct open_row *r, const char *why)
 	                                         r->step, "attempt", r->attempt, "reason", why));
 }
 
+/* Chips marked failed (`tpuflow slices fail`) drawn as failed; an attempt still on one (it is
+ * giving its slice back) is then listed as skipped with that reason. Databases before the
+ * broker have none. */
+static void mark_failed(struct tf_store *st, struct tf_sched *s)
+{
+	struct tf_stmt *q = tf_store_query(st, "SELECT pool, x, y, z FROM failed_chips", "");
+	struct tf_sched_decisions none = {0};
+	while (q && tf_stmt_step(q) == 1)
+		for (int p = 0; p < tf_sched_pool_count(s); p++) {
+			const struct tf_torus *t = tf_sched_pool_torus(s, p);
+			int x = (int)tf_stmt_int(q, 1), y = (int)tf_stmt_int(q, 2),
+			    z = (int)tf_stmt_int(q, 3);
+			if (!tf_stmt_text(q, 0) ||
+			    strcmp(tf_sched_pool_name(s, p), tf_stmt_text(q, 0)) || x < 0 ||
+			    y < 0 || z < 0 || x >= t->dims[0] || y >= t->dims[1] || z >= t->dims[2])
+				continue;
+			tf_sched_chip_fail(s, p, x + t->dims[0] * (y + t->dims[1] * z), 0, &none);
+			tf_sched_decisions_release(&none);
+		}
+	tf_stmt_done(q);
+}
+
 int tf_slices_view_load(const char *home, const char *const *pools, int npools, double now,
                         struct tf_slices_view *out, char *err, size_t errlen)
 {
@@ -440,6 +468,7 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 		         tf_store_errmsg(st));
 		goto out;
 	}
+	mark_failed(st, s);
 	for (size_t i = 0; i < nrows; i++) {
 		struct open_row *r = &rows[i];
 		char why[400], perr[300];
@@ -479,11 +508,7 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 		int prc = tf_sched_place_at(s, pool, &r->box, &js, r->started_at - now, &id, perr,
 		                            sizeof(perr));
 		if (prc < 0) {
-			snprintf(why, sizeof(why), "%s%s", perr,
-			         prc == -EBUSY
-			             ? " (each 'tpuflow run' process schedules on its own "
-			               "pool, so two runs can pick the same chips)"
-			             : "");
+			snprintf(why, sizeof(why), "%s", perr);
 			skip(skipped, r, why);
 			continue;
 		}

@@ -42,6 +42,10 @@ int tf_slices_pool_index(struct tf_sched *s, const char *pool, const char *spec,
 const char *tf_slices_holder_gone(const char *run_state, int64_t pid, const char *attempt_state,
                                   char *buf, size_t len);
 
+/* A box from six columns of a slice_jobs row from `col` on (box_x, box_y, box_z, box_a,
+ * box_b, box_c): 1 when all are set, 0 when the row has no box. */
+int tf_slices_stmt_box(struct tf_stmt *q, int col, struct tf_box *box);
+
 /* Where one train attempt was placed (all strings borrowed for the call). */
 struct tf_slice_placement {
 	const char *run, *step; /* run id and step name */

@@ -9,6 +9,9 @@
 #     attempt is recorded as `preempted`, it waits, resumes from that checkpoint and finishes;
 #     both register one model version each, and the victim's weights are byte-identical to an
 #     uninterrupted run with the same seed (in another home, so the step cache cannot help).
+#  3. Chip failure: on a pool with room for two slices, `tpuflow slices fail` on a chip under
+#     a training ends its attempt as `infra`; it is placed again on the healthy half, resumes
+#     from its checkpoint and ends with the same bytes.
 # Small CSV data and short trainings keep it to seconds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -178,4 +181,50 @@ assert weights(home, victim) == weights(ref, refrun), "weights differ from the u
 print("it_pool: preempted at step %d, resumed there; final weights identical to the "
       "uninterrupted run" % stopped)
 EOF
+
+# -- a chip fails under a training: requeued onto healthy chips, same final weights
+export TPUFLOW_POOLS=v4:2x2x2 TPUFLOW_HOME=$dir/chips
+"$bin" run long.yaml --plain --param steps=6000 --param model=victim >chip.out 2>&1 &
+pids+=($!)
+box=
+for _ in $(seq 1 400); do
+  box=$($PY - "$TPUFLOW_HOME/tpuflow.db" <<'EOF'
+import sqlite3, sys, os
+if not os.path.exists(sys.argv[1]):
+    sys.exit(0)
+db = sqlite3.connect(sys.argv[1])
+r = db.execute("SELECT j.box_x, j.box_y, j.box_z FROM slice_jobs j JOIN steps s ON "
+               "s.run_id = j.run_id AND s.name = j.step WHERE j.box_a IS NOT NULL AND "
+               "j.finished_at IS NULL AND s.progress IS NOT NULL").fetchone()
+print("%d,%d,%d" % r if r else "")
+EOF
+)
+  [[ -n $box ]] && break
+  sleep 0.05
+done
+[[ -n $box ]] || fail "the training never held a slice"
+"$bin" slices fail "v4:$box" >/dev/null || fail "slices fail v4:$box"
+wait "${pids[0]}" || fail "the run with a failed chip did not finish"
+pids=()
+$PY - "$TPUFLOW_HOME" "$dir/ref" "$box" <<'EOF' || fail "the chip failure did not go as it should"
+import sqlite3, sys
+home, ref, box = sys.argv[1], sys.argv[2], tuple(int(v) for v in sys.argv[3].split(","))
+db = sqlite3.connect(home + "/tpuflow.db")
+run = db.execute("SELECT id FROM runs WHERE pipeline='longtrain'").fetchone()[0]
+att = db.execute("SELECT n, state, failure_class, error FROM attempts WHERE run_id=? AND "
+                 "step='train' ORDER BY n", (run,)).fetchall()
+assert [a[1:3] for a in att] == [("failed", "infra"), ("succeeded", None)], att
+assert "failed" in att[0][3] and "checkpoint written there" in att[0][3], att
+rows = db.execute("SELECT box_x, box_y, box_z, reclaim_class FROM slice_jobs WHERE run_id=? "
+                  "ORDER BY attempt", (run,)).fetchall()
+assert rows[0][:3] == box and rows[0][3] == "infra", rows
+assert rows[1][2] != box[2], ("placed again on the failed chip's half", rows)
+refdb = sqlite3.connect(ref + "/tpuflow.db")
+refrun = refdb.execute("SELECT id FROM runs WHERE pipeline='longtrain'").fetchone()[0]
+w = lambda h, r: open("%s/objects/runs/%s/train/bundle/model.safetensors" % (h, r), "rb").read()
+assert w(home, run) == w(ref, refrun), "weights differ from the uninterrupted run"
+print("it_pool: chip %s failed under the training: requeued to z=%d, same final weights"
+      % (sys.argv[3], rows[1][2]))
+EOF
+"$bin" slices repair "v4:$box" >/dev/null || fail "slices repair v4:$box"
 echo "it_pool: passed"

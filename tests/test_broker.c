@@ -2,7 +2,8 @@
  * never hold the same chip (asserted from the slice_jobs rows, also with two store handles
  * deciding from two threads at once), a more urgent request reclaims a running one (once) and
  * gets its box when it is released, a failed chip reclaims the grant on it as infra and the
- * request is placed again on healthy chips, and a slice no pool can hold is refused. */
+ * request is placed again on healthy chips (the view draws the chip as failed), and a slice no
+ * pool can hold is refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 
 #include "common/common.h"
 #include "orchestrator/broker.h"
+#include "orchestrator/slices.h"
 #include "orchestrator/state.h"
 #include "orchestrator/store.h"
 
@@ -267,6 +269,16 @@ static void test_broker_failed_chip_requeues_on_healthy_chips(void **state)
 	assert_int_equal(tf_broker_schedule(b, tf_now_wall()), 0);
 	assert_int_equal(state_of(b, t2, &s), TF_SLICE_GRANTED);
 	assert_int_equal(s.box.origin[2], 1 - z);
+	/* `tpuflow slices` draws the chip as failed */
+	struct tf_slices_view v = {0};
+	char verr[256];
+	assert_int_equal(
+	    tf_slices_view_load("fail", NULL, 0, tf_now_wall(), &v, verr, sizeof(verr)), 0);
+	json_t *doc = tf_sched_describe_json(v.sched, 0);
+	json_t *pool = json_array_get(json_object_get(doc, "pools"), 0);
+	assert_int_equal(json_integer_value(json_object_get(pool, "failed")), 1);
+	json_decref(doc);
+	tf_slices_view_release(&v);
 	/* repair: the chip is usable again (a second request fits beside) */
 	assert_int_equal(tf_broker_chip_repair(st, "v4", chip), 0);
 	assert_int_equal(tf_broker_chip_repair(st, "v4", chip), -ENOENT);

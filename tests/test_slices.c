@@ -376,7 +376,6 @@ static void test_slices_stale_and_conflicting_rows_are_skipped(void **state)
 	const char *why = skip_reason(rec, live, "d");
 	assert_non_null(why);
 	assert_non_null(strstr(why, "is held by job"));
-	assert_non_null(strstr(why, "own pool"));
 	why = skip_reason(rec, gone, "a");
 	assert_non_null(why);
 	assert_non_null(strstr(why, "interrupted"));
