@@ -18,19 +18,7 @@
  * in *ERR (owned by the caller). */
 static int run(const char *const args[], char **err)
 {
-	char *argv[16] = {(char *)getenv("TPUFLOW_BIN"), "--home", "home"};
-	size_t n = 3;
-	for (; args[n - 3]; n++)
-		argv[n] = (char *)args[n - 3];
-	argv[n] = NULL;
-	assert_non_null(argv[0]);
-	unlink("out.txt");
-	unlink("err.txt");
-	int rc = tf_test_wait_exit(tf_test_spawn(argv, "out.txt", "err.txt"));
-	size_t len;
-	*err = NULL;
-	assert_int_equal(tf_read_file("err.txt", 1 << 20, err, &len), 0);
-	return rc;
+	return tf_test_cli(args, NULL, err);
 }
 
 static void test_cli_numeric_options_refuse_junk_and_overflow(void **state)

@@ -15,31 +15,12 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Runs `tpuflow --home home ARGS...`; returns the exit code, stdout
- * in *out and stderr in *err (both owned by the caller). */
-static int run(const char *const args[], char **out, char **err)
-{
-	char *argv[16] = {(char *)getenv("TPUFLOW_BIN"), "--home", "home"};
-	size_t n = 3;
-	for (; args[n - 3]; n++)
-		argv[n] = (char *)args[n - 3];
-	argv[n] = NULL;
-	assert_non_null(argv[0]);
-	unlink("out.txt");
-	unlink("err.txt");
-	int rc = tf_test_wait_exit(tf_test_spawn(argv, "out.txt", "err.txt"));
-	size_t len;
-	assert_int_equal(tf_read_file("out.txt", 1 << 20, out, &len), 0);
-	assert_int_equal(tf_read_file("err.txt", 1 << 20, err, &len), 0);
-	return rc;
-}
-
 static void test_cli_store_help_and_ls_without_location(void **state)
 {
 	(void)state;
 	char *out, *err;
 	const char *help[] = {"help", NULL};
-	assert_int_equal(run(help, &out, &err), 0);
+	assert_int_equal(tf_test_cli(help, &out, &err), 0);
 	const char *line = strstr(out, "store ");
 	assert_non_null(line);
 	assert_non_null(strstr(line, "get"));
@@ -51,11 +32,11 @@ static void test_cli_store_help_and_ls_without_location(void **state)
 	fputs("hello\n", f);
 	fclose(f);
 	const char *put[] = {"store", "put", "docs/hello.txt", "hello.txt", NULL};
-	assert_int_equal(run(put, &out, &err), 0);
+	assert_int_equal(tf_test_cli(put, &out, &err), 0);
 	free(out);
 	free(err);
 	const char *ls[] = {"store", "ls", NULL};
-	assert_int_equal(run(ls, &out, &err), 0);
+	assert_int_equal(tf_test_cli(ls, &out, &err), 0);
 	assert_non_null(strstr(out, "docs/hello.txt"));
 	free(out);
 	free(err);
@@ -69,7 +50,7 @@ static void test_cli_store_refuses_planted_symlinks(void **state)
 	fputs("secret\n", f);
 	fclose(f);
 	const char *put[] = {"store", "put", "x/y", "secret.txt", NULL};
-	assert_int_equal(run(put, &out, &err), 0);
+	assert_int_equal(tf_test_cli(put, &out, &err), 0);
 	free(out);
 	free(err);
 	char *cwd = getcwd(NULL, 0);
@@ -90,7 +71,7 @@ static void test_cli_store_refuses_planted_symlinks(void **state)
 	    {"store", "ls", "up/", NULL},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		assert_int_equal(run(cases[i], &out, &err), 65);
+		assert_int_equal(tf_test_cli(cases[i], &out, &err), 65);
 		assert_non_null(strstr(err, "symbolic link"));
 		assert_null(strstr(out, "secret"));
 		free(out);

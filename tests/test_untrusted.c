@@ -102,23 +102,6 @@ static int setup(void **state)
 	return rc ? -1 : 0;
 }
 
-/* Runs `tpuflow ARGS...` (home ./home); returns the exit code, stderr in *err (caller frees). */
-static int run_cli(const char *const args[], char **err)
-{
-	char *argv[20] = {(char *)getenv("TPUFLOW_BIN"), "--home", "home"};
-	size_t n = 3;
-	for (; args[n - 3]; n++)
-		argv[n] = (char *)args[n - 3];
-	argv[n] = NULL;
-	assert_non_null(argv[0]);
-	unlink("cli.out");
-	unlink("cli.err");
-	int rc = tf_test_wait_exit(tf_test_spawn(argv, "cli.out", "cli.err"));
-	size_t len;
-	assert_int_equal(tf_read_file("cli.err", 1 << 20, err, &len), 0);
-	return rc;
-}
-
 static struct tf_bundle *load_bundle(const char *dir)
 {
 	struct tf_objstore *s;
@@ -234,7 +217,7 @@ static void test_untrusted_npy_shape_products_that_wrap_are_refused(void **state
 	write_npy("x.npy", "|u1", "(4611686018427387904, 784)", 4);
 	char *err;
 	const char *args[] = {"predict", "--model", "store/model", "--input", "x.npy", NULL};
-	assert_int_equal(run_cli(args, &err), 65);
+	assert_int_equal(tf_test_cli(args, NULL, &err), 65);
 	assert_non_null(strstr(err, "shape"));
 	free(err);
 	/* a well-formed file still works: 3 rows of the model's 4 features */
@@ -341,7 +324,7 @@ static void test_untrusted_bundle_sizes_are_checked(void **state)
 	write_npy("x.npy", "<f4", "(1, 4)", 16);
 	char *err;
 	const char *args[] = {"predict", "--model", "bad", "--input", "x.npy", NULL};
-	assert_int_equal(run_cli(args, &err), 65);
+	assert_int_equal(tf_test_cli(args, NULL, &err), 65);
 	free(err);
 }
 
@@ -407,16 +390,16 @@ static void test_untrusted_dataset_manifest_counts_are_checked(void **state)
 	char *e;
 	const char *eval[] = {"eval", "--model", "store/model", "--store", "file://store",
 	                      "--dataset", "huge/manifest.json", NULL};
-	assert_int_equal(run_cli(eval, &e), 65);
+	assert_int_equal(tf_test_cli(eval, NULL, &e), 65);
 	free(e);
 	const char *eval2[] = {"eval", "--model", "store/model", "--store", "file://store",
 	                       "--dataset", "huge2/manifest.json", NULL};
-	assert_int_equal(run_cli(eval2, &e), 65);
+	assert_int_equal(tf_test_cli(eval2, NULL, &e), 65);
 	free(e);
 	const char *train[] = {"train", "--store", "file://store", "--dataset",
 	                       "huge2/manifest.json", "--epochs", "1", "--batch", "8",
 	                       "--no-ckpt", NULL};
-	assert_int_equal(run_cli(train, &e), 65);
+	assert_int_equal(tf_test_cli(train, NULL, &e), 65);
 	free(e);
 	assert_int_equal(tf_objstore_open("file://store", &s, err, sizeof err), 0);
 	json_t *with = json_pack("{s:s, s:s}", "model", "model/", "dataset", "huge/manifest.json");
@@ -438,13 +421,13 @@ static void test_untrusted_eval_refuses_other_class_count(void **state)
 	char *e;
 	const char *eval[] = {"eval", "--model", "store/model", "--store", "file://store",
 	                      "--dataset", "two/manifest.json", NULL};
-	assert_int_equal(run_cli(eval, &e), 64);
+	assert_int_equal(tf_test_cli(eval, NULL, &e), 64);
 	assert_non_null(strstr(e, "3 classes"));
 	assert_non_null(strstr(e, "2 classes"));
 	free(e);
 	const char *ok[] = {"eval", "--model", "store/model", "--store", "file://store",
 	                    "--dataset", "ds/manifest.json", NULL};
-	assert_int_equal(run_cli(ok, &e), 0);
+	assert_int_equal(tf_test_cli(ok, NULL, &e), 0);
 	free(e);
 }
 

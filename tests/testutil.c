@@ -8,8 +8,11 @@
 
 #include "tests/testutil.h"
 
+#include "common/common.h"
+
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,6 +44,25 @@ int tf_test_wait_exit(pid_t pid)
 	int status = 0;
 	waitpid(pid, &status, 0);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int tf_test_cli(const char *const args[], char **out, char **err)
+{
+	char *argv[16] = {getenv("TPUFLOW_BIN"), "--home", "home"};
+	size_t n = 3;
+	for (; args[n - 3] && n < 15; n++)
+		argv[n] = (char *)args[n - 3];
+	argv[n] = NULL;
+	assert_non_null(argv[0]);
+	unlink("out.txt");
+	unlink("err.txt");
+	int rc = tf_test_wait_exit(tf_test_spawn(argv, "out.txt", "err.txt"));
+	size_t len;
+	if (out)
+		assert_int_equal(tf_read_file("out.txt", 1 << 20, out, &len), 0);
+	if (err)
+		assert_int_equal(tf_read_file("err.txt", 1 << 20, err, &len), 0);
+	return rc;
 }
 
 json_t *tf_test_load_json(const char *path)

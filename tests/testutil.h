@@ -17,6 +17,11 @@ pid_t tf_test_spawn(char *const argv[], const char *out, const char *err);
 /* Waits for PID and returns its exit code, or 128 + the signal that ended it. */
 int tf_test_wait_exit(pid_t pid);
 
+/* Runs `$TPUFLOW_BIN --home home ARGS...` (ARGS NULL-terminated, at most 12) in the current
+ * directory and returns its exit code; its stdout and stderr are left in out.txt and err.txt
+ * and, when OUT/ERR are not NULL, returned as new strings the caller frees. */
+int tf_test_cli(const char *const args[], char **out, char **err);
+
 /* Parses the JSON file at PATH; on failure prints why to stderr and returns NULL. The caller
  * owns the result. */
 json_t *tf_test_load_json(const char *path);
