@@ -26,7 +26,9 @@ void tf_rawset_release(struct tf_rawset *r)
 	memset(r, 0, sizeof *r);
 }
 
-/* Reads a whole gzip file into memory. */
+#define GZ_MAX ((size_t)1 << 32) /* decompressed bytes an IDX file may have */
+
+/* Reads a whole gzip file into memory, at most GZ_MAX bytes of it. */
 static int gz_read_all(const char *path, unsigned char **out, size_t *olen, char *err,
                        size_t errlen)
 {
@@ -44,8 +46,19 @@ static int gz_read_all(const char *path, unsigned char **out, size_t *olen, char
 	unsigned char *buf = tf_xmalloc(cap);
 	for (;;) {
 		if (cap - len < (1 << 16)) {
+			void *nb = cap < GZ_MAX ? realloc(buf, cap * 2) : NULL;
+			if (!nb) {
+				/* a small file can inflate without end (a gzip bomb) */
+				snprintf(err, errlen,
+				         "'%s' decompresses to more than %zu MiB (or memory ran out); "
+				         "it is not an IDX file of this data set",
+				         path, len >> 20);
+				gzclose(gz);
+				free(buf);
+				return -EBADMSG;
+			}
+			buf = nb;
 			cap *= 2;
-			buf = tf_xrealloc(buf, cap);
 		}
 		int n = gzread(gz, buf + len, (unsigned)(cap - len));
 		if (n < 0) {
