@@ -286,7 +286,7 @@ static void fetch_walk(const struct sim *s, int which, visit_fn fn, void *ctx)
 	}
 }
 
-/* ---- USER-mode read buffer ---- */
+/* ---- the ifmap and filter read buffers: USER mode ---- */
 
 struct rdbuf {
 	int user;                        /* 1: USER read buffer, 0: CALC estimate */
@@ -301,7 +301,10 @@ struct rdbuf {
 	int started;
 	int64_t last_fetch; /* cycle the last fetch completes */
 	/* CALC */
-	int64_t items, cur_set, cur_elems, rs, re, ps, pe, last_start, last_end, first_req;
+	int64_t items, cur_set, cur_elems; /* words per set, the set being collected, its size */
+	int64_t rs, re, ps;                /* active sets [rs, re], first set of the next fetch */
+	int64_t last_start, last_end;      /* cycles of the previous fetch window */
+	int64_t first_req;                 /* cycle of the first request */
 	int first_seen, active_done;
 	int32_t *latest; /* per address: 1 + the newest set it was put in, 0: none (calloc'd:
 	                    untouched pages cost nothing) */
@@ -433,7 +436,7 @@ static void calc_init(struct rdbuf *b, int64_t naddr)
 	b->latest = tf_xcalloc((size_t)naddr, sizeof *b->latest);
 }
 
-/* The transfer of sets [from, to] over cycles [last_start, last_end], responses one later. */
+/* Records the fetch of `words` over cycles [last_start, last_end] (responses one cycle later). */
 static void calc_fetch(struct rdbuf *b, int64_t words)
 {
 	b->accesses += (uint64_t)words;
@@ -464,12 +467,10 @@ static void calc_access(struct rdbuf *b, int64_t cycle, int64_t a)
 		b->last_start = b->last_end - need + 1;
 		calc_fetch(b, 50 * b->items);
 		b->ps = b->re + 1;
-		b->pe = b->ps + 49;
 		b->active_done = 1;
 	} else {
 		calc_fetch(b, 50 * b->items);
 		b->ps += 50;
-		b->pe += 50;
 	}
 	b->rs += 50;
 	b->re += 50;
