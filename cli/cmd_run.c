@@ -45,6 +45,8 @@ static int exit_for_rc(int rc)
 	case -EINVAL:
 		return TF_EXIT_DATAERR;
 	case -EBUSY:
+	case -ESTALE:
+		return TF_EXIT_TEMPFAIL;
 	case -EALREADY:
 	case -ENOENT:
 		return TF_EXIT_FAILED;
@@ -237,9 +239,13 @@ static void runs_usage(FILE *f)
 	    "usage: tpuflow runs list [--limit N]\n"
 	    "       tpuflow runs show RUN\n"
 	    "       tpuflow runs logs RUN [STEP]\n"
-	    "       tpuflow runs resume RUN     continue an interrupted or crashed run\n"
+	    "       tpuflow runs resume RUN [--force]  continue an interrupted or crashed run\n"
 	    "       tpuflow runs retry RUN      run again what failed, reusing what succeeded\n"
-	    "  (common: --home DIR, --json; RUN is an id, a unique prefix of one, or 'latest')\n");
+	    "       tpuflow runs cancel RUN     stop a run (its driving process stops it within\n"
+	    "                                   a few seconds; the run ends failed)\n"
+	    "  (common: --home DIR, --json; RUN is an id, a unique prefix of one, or 'latest')\n\n"
+	    "resume/retry exit 75 when another live process drives the run; --force takes it\n"
+	    "over anyway (with a warning) when that process is stuck.\n");
 }
 
 static void fmt_time(double t, char *buf, size_t len)
@@ -444,14 +450,40 @@ static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, c
 	return TF_EXIT_OK;
 }
 
+/* `runs cancel`: recorded in the database; the run's owner (this machine's `tpuflow run`,
+ * `runs resume` or daemon) sees it at its next heartbeat and stops the run. */
+static int runs_cancel(struct tf_store *st, const char *run)
+{
+	enum tf_run_state state;
+	int rc = tf_run_request_cancel(st, run, &state);
+	if (rc) {
+		fprintf(stderr, "tpuflow runs cancel: %s\n", tf_store_errmsg(st));
+		return exit_for_rc(rc);
+	}
+	switch (state) {
+	case TF_RUN_RUNNING:
+		printf("cancel of run %s requested: its process stops it within %.0f s\n", run,
+		       TF_RUN_HEARTBEAT_S + 1);
+		return TF_EXIT_OK;
+	case TF_RUN_FAILED:
+		printf("run %s is failed%s\n", run,
+		       " (cancelled before it started, or it had already failed)");
+		return TF_EXIT_OK;
+	default:
+		printf("run %s is %s: nothing runs to cancel\n", run, tf_run_state_name(state));
+		return TF_EXIT_OK;
+	}
+}
+
 int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 {
-	enum { OPT_LIMIT = 1, OPT_PLAIN };
+	enum { OPT_LIMIT = 1, OPT_PLAIN, OPT_FORCE };
 	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
 	                                     {"limit", required_argument, NULL, OPT_LIMIT},
 	                                     {"plain", no_argument, NULL, OPT_PLAIN},
+	                                     {"force", no_argument, NULL, OPT_FORCE},
 	                                     {0, 0, 0, 0}};
-	int c, limit = 50, plain = 0, ret = TF_EXIT_OK, rc;
+	int c, limit = 50, plain = 0, force = 0, ret = TF_EXIT_OK, rc;
 	char *home = NULL, err[1024] = "", run[32];
 	struct tf_store *st = NULL;
 
@@ -468,12 +500,15 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 			limit = (int)n;
 		} else if (c == OPT_PLAIN) {
 			plain = 1;
+		} else if (c == OPT_FORCE) {
+			force = 1;
 		} else if (!tf_cli_common_option(cli, c, optarg)) {
 			return tf_cli_usage_error("runs", "unknown option");
 		}
 	}
 	if (optind >= argc)
-		return tf_cli_usage_error("runs", "expected list, show, logs, resume or retry");
+		return tf_cli_usage_error("runs",
+		                          "expected list, show, logs, resume, retry or cancel");
 	const char *sub = argv[optind];
 	const char *arg = optind + 1 < argc ? argv[optind + 1] : NULL;
 	if (strcmp(sub, "list") && !arg)
@@ -505,16 +540,9 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 		ret = runs_show(st, cli, run);
 	} else if (!strcmp(sub, "logs")) {
 		ret = runs_logs(st, cli, run, optind + 2 < argc ? argv[optind + 2] : NULL);
+	} else if (!strcmp(sub, "cancel")) {
+		ret = runs_cancel(st, run);
 	} else if (!strcmp(sub, "resume") || !strcmp(sub, "retry")) {
-		enum tf_run_state state;
-		rc = tf_run_get_state(st, run, &state);
-		if (rc == 0 && !strcmp(sub, "retry") && state != TF_RUN_FAILED &&
-		    state != TF_RUN_INTERRUPTED) {
-			fprintf(stderr, "tpuflow runs: run '%s' is %s; retry is for failed runs\n",
-			        run, tf_run_state_name(state));
-			ret = TF_EXIT_FAILED;
-			goto out;
-		}
 		tf_store_close(st);
 		st = NULL;
 		struct tf_engine_opts o = {.home = home, .handle_signals = 1};
@@ -522,7 +550,9 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 		o.tty = !plain && isatty(fileno(o.out)) && getenv("TERM") &&
 		        strcmp(getenv("TERM"), "dumb");
 		struct tf_engine_result res = {0};
-		rc = tf_engine_resume(&o, run, &res, err, sizeof(err));
+		unsigned flags =
+		    (!strcmp(sub, "retry") ? TF_ENGINE_RETRY : 0) | (force ? TF_ENGINE_FORCE : 0);
+		rc = tf_engine_resume(&o, run, flags, &res, err, sizeof(err));
 		if (rc) {
 			fprintf(stderr, "tpuflow runs %s: %s\n", sub, err);
 			ret = exit_for_rc(rc);

@@ -149,7 +149,9 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 			       commands[i].name, commands[i].summary);
 		printf("],\"exit_codes\":{\"0\":\"ok\",\"1\":\"run or step failed\","
 		       "\"64\":\"usage\",\"65\":\"bad input data\",\"69\":\"service "
-		       "unavailable\",\"70\":\"internal error\",\"78\":\"bad configuration\"}}\n");
+		       "unavailable\",\"70\":\"internal error\",\"75\":\"busy: another "
+		       "process drives the run or serves the home\",\"78\":\"bad "
+		       "configuration\"}}\n");
 		return TF_EXIT_OK;
 	}
 	print_usage(stdout);
@@ -164,6 +166,8 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 	    "  0  ok                      64  usage error\n"
 	    "  1  the run or a step failed 65  bad input data (pipeline, dataset, request)\n"
 	    "  69 a service unavailable   70  internal error\n"
+	    "  75 busy: another live process drives the run (runs resume) or serves the\n"
+	    "     home (daemon); try later, or see --force\n"
 	    "  78 bad configuration (e.g. a database newer than this program)\n"
 	    "\nenvironment:\n"
 	    "  TPUFLOW_HOME        state home\n"

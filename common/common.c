@@ -1,6 +1,7 @@
 /* common.c — checked allocation, clocks, whole-file reads and mkdir -p for every module. */
 #include "common/common.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -177,6 +178,82 @@ int tf_pid_alive(long pid)
 	buf[n] = '\0';
 	const char *rp = strrchr(buf, ')');
 	return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
+}
+
+/* The process group and state of /proc/PID/stat (fields 5 and 3); -1 when unreadable. */
+static long proc_pgrp(const char *pid, char *state)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%s/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *rp = strrchr(buf, ')');
+	long ppid, pgrp;
+	if (!rp || sscanf(rp + 1, " %c %ld %ld", state, &ppid, &pgrp) != 3)
+		return -1;
+	return pgrp;
+}
+
+int tf_pgrp_alive(long pgid)
+{
+	if (pgid <= 1 || (kill((pid_t)-pgid, 0) < 0 && errno == ESRCH))
+		return 0;
+	DIR *d = opendir("/proc");
+	if (!d)
+		return 1; /* no /proc: kill() said the group exists */
+	int alive = 0;
+	struct dirent *de;
+	while (!alive && (de = readdir(d))) {
+		char state = 0;
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		if (proc_pgrp(de->d_name, &state) == pgid && state != 'Z' && state != 'X')
+			alive = 1;
+	}
+	closedir(d);
+	return alive;
+}
+
+int tf_pgrp_end(long pgid, double grace)
+{
+	if (!tf_pgrp_alive(pgid))
+		return 0;
+	if (kill((pid_t)-pgid, SIGTERM) < 0 && errno == EPERM)
+		return -EPERM;
+	double t0 = tf_now_monotonic();
+	int killed = 0;
+	while (tf_pgrp_alive(pgid)) {
+		double dt = tf_now_monotonic() - t0;
+		if (!killed && dt >= grace) {
+			kill((pid_t)-pgid, SIGKILL);
+			killed = 1;
+		}
+		if (dt >= grace + 5)
+			return -ETIMEDOUT;
+		struct timespec ts = {0, 20 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+int tf_random_hex(char *out, size_t n)
+{
+	unsigned char b[64];
+	if (n > sizeof(b))
+		return -EINVAL;
+	FILE *f = fopen("/dev/urandom", "rb");
+	size_t got = f ? fread(b, 1, n, f) : 0;
+	if (f)
+		fclose(f);
+	if (got != n)
+		return -EIO;
+	for (size_t i = 0; i < n; i++)
+		snprintf(out + 2 * i, 3, "%02x", b[i]);
+	return 0;
 }
 
 int tf_ncpus(void)

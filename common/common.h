@@ -15,6 +15,7 @@ enum tf_exit {
 	TF_EXIT_DATAERR = 65,     /* bad input data (pipeline file, dataset, request) */
 	TF_EXIT_UNAVAILABLE = 69, /* a service (S3, Slurm, daemon) is unavailable */
 	TF_EXIT_SOFTWARE = 70,    /* internal error */
+	TF_EXIT_TEMPFAIL = 75,    /* busy: another process holds it (a run, the daemon's home) */
 	TF_EXIT_CONFIG = 78,      /* bad configuration (e.g. database newer than the program) */
 };
 
@@ -48,6 +49,19 @@ int tf_mkdir_p(const char *path);
 /* Whether process pid exists and has not exited. A zombie (exited, not yet reaped by its
  * parent, e.g. just after kill -9) counts as gone: it will never run again. */
 int tf_pid_alive(long pid);
+
+/* Whether any process of process group `pgid` is alive (zombies do not count): scans /proc.
+ * Returns 1 or 0. */
+int tf_pgrp_alive(long pgid);
+
+/* Ends process group `pgid`: SIGTERM to the group, then SIGKILL once `grace` seconds passed,
+ * and waits (at most `grace` + 5 s) until no process of it is alive. Returns 0 when the group
+ * is gone (or never existed), -ETIMEDOUT when something of it still lives, -EPERM when it
+ * may not be signalled. */
+int tf_pgrp_end(long pgid, double grace);
+
+/* `n` random bytes from the kernel as 2n lowercase hex digits into out (2n+1 bytes). */
+int tf_random_hex(char *out, size_t n);
 
 /* Number of online CPUs (at least 1). */
 int tf_ncpus(void);

@@ -17,6 +17,7 @@ struct tf_exec {
 	char *log_prefix;                  /* key prefix for them (owned) */
 	double started;                    /* monotonic start time */
 	int uploaded;                      /* the upload was attempted: 1 ok, -1 failed */
+	long pgid;                         /* process group of a child (local), 0: none */
 };
 
 /* Fills the head: log directory (created, or a private mkdtemp) and paths. */

@@ -60,6 +60,11 @@ int tf_exec_logs(struct tf_exec *x, int stream, char **out, size_t *len)
 	return tf_read_file(p, (size_t)64 << 20, out, len);
 }
 
+long tf_exec_pgid(const struct tf_exec *x)
+{
+	return x ? x->pgid : 0;
+}
+
 void tf_exec_free(struct tf_exec *x)
 {
 	if (x)

@@ -3,10 +3,12 @@
  *
  *   tf_executor_inprocess  a function run on a thread of this process (the embedded default);
  *                          cancel and timeout are cooperative: they raise ctx->cancel
- *   tf_executor_local      a child process from an argv (never a shell string): posix_spawn
- *                          into its own process group; a timeout or cancel sends SIGTERM to
- *                          the whole group, then SIGKILL after the grace period; stdout and
- *                          stderr go to files (and to the object store when one is given)
+ *   tf_executor_local      a child process from an argv (never a shell string): fork+exec
+ *                          into its own process group, with SIGKILL as its parent-death
+ *                          signal so it never outlives the thread that started it; a timeout
+ *                          or cancel sends SIGTERM to the whole group, then SIGKILL after the
+ *                          grace period; stdout and stderr go to files (and to the object
+ *                          store when one is given)
  *
  * Every attempt ends with a failure class the retry policy acts on:
  *
@@ -137,6 +139,9 @@ int tf_exec_cancel(struct tf_exec *x, enum tf_fail_class why);
 /* Reads what a stream has captured so far (up to 64 MiB) into a new buffer the caller frees. */
 int tf_exec_logs(struct tf_exec *x, int stream, char **out, size_t *len);
 void tf_exec_free(struct tf_exec *x);
+/* The process group a `local` attempt runs in (its leader's pid), 0 for in-process work. The
+ * engine records it with the attempt, so a resume after a crash can end what outlived it. */
+long tf_exec_pgid(const struct tf_exec *x);
 
 /* A Slurm attempt's job id (0 before submission or for other backends) and the nodes it
  * runs on as Slurm writes them ("" while pending), copied into nodes. */

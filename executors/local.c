@@ -1,9 +1,16 @@
-/* local.c — the local child-process executor: posix_spawn of an argv (no shell) into its own
+/* local.c — the local child-process executor: fork+exec of an argv (no shell) into its own
  * process group, stdout/stderr to log files, timeouts and cancels as SIGTERM to the group then
  * SIGKILL after the grace period, and the exit status mapped to a failure class.
  *
- * The child leads its own process group (POSIX_SPAWN_SETPGROUP), so signalling -pid reaches
- * everything it started that stayed in the group. When the leader exits, the leader is left
+ * fork+exec rather than posix_spawn, because the child must arm PR_SET_PDEATHSIG before it
+ * runs the program: when the thread that started it dies (the engine was killed with kill
+ * -9, or crashed), the kernel sends the child SIGTERM, so a step does not run on unowned. The
+ * death signal reaches the leader only; what the leader started stays in its process group,
+ * which the engine records with the attempt and ends on resume (orchestrator/engine.c). The
+ * thread that starts a child must therefore wait for it (the step kinds do).
+ *
+ * The child leads its own process group (setpgid in both parent and child), so signalling -pid
+ * reaches everything it started that stayed in the group. When the leader exits, the leader is left
  * unreaped (waitid WNOWAIT) while the rest of the group is killed, so the group id cannot be
  * reused by an unrelated process between the two; then it is reaped. A step's processes
  * therefore never outlive its attempt. */
@@ -16,10 +23,11 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -44,6 +52,74 @@ static const char *local_log_path(const struct tf_exec *x, int stream)
 	return stream == 1 ? x->out_path : stream == 2 ? x->err_path : NULL;
 }
 
+/* The program argv[0] names: itself when it holds a '/', else the first executable match in
+ * $PATH (as execvp would look, but before fork, where looking may allocate). A new string, or
+ * NULL with *err_no set (ENOENT, EACCES). */
+static char *find_program(const char *name, int *err_no)
+{
+	if (strchr(name, '/')) {
+		*err_no = 0;
+		return tf_xstrdup(name);
+	}
+	const char *path = getenv("PATH");
+	if (!path || !*path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	*err_no = ENOENT;
+	for (const char *p = path;; p++) {
+		const char *colon = strchr(p, ':');
+		size_t n = colon ? (size_t)(colon - p) : strlen(p);
+		char *cand =
+		    n ? tf_xasprintf("%.*s/%s", (int)n, p, name) : tf_xasprintf("./%s", name);
+		struct stat sb;
+		if (stat(cand, &sb) == 0 && S_ISREG(sb.st_mode)) {
+			if (access(cand, X_OK) == 0)
+				return cand;
+			*err_no = EACCES;
+		}
+		free(cand);
+		if (!colon)
+			break;
+		p = colon;
+	}
+	return NULL;
+}
+
+/* The child between fork and exec: only async-signal-safe calls. Reports a failure as its
+ * errno on `report` (close-on-exec, so a successful exec closes it with nothing written). */
+static void child_exec(const char *prog, char *const *argv, char *const *envp, const char *cwd,
+                       int outfd, int errfd, pid_t parent, int report)
+{
+	int e = 0;
+	/* its own process group, and it dies (SIGTERM) when the thread that started it does:
+	 * a killed engine leaves no step process running on its own */
+	if (setpgid(0, 0) < 0 || prctl(PR_SET_PDEATHSIG, SIGTERM) < 0)
+		e = errno;
+	if (!e && getppid() != parent)
+		_exit(127); /* the parent died before the death signal was armed */
+	for (int sig = 1; !e && sig < NSIG; sig++) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = SIG_DFL;
+		sigaction(sig, &sa, NULL); /* EINVAL for SIGKILL/SIGSTOP and reserved ones */
+	}
+	sigset_t none;
+	sigemptyset(&none);
+	if (!e)
+		sigprocmask(SIG_SETMASK, &none, NULL);
+	int in = e ? -1 : open("/dev/null", O_RDONLY);
+	if (!e && (in < 0 || dup2(in, 0) < 0 || dup2(outfd, 1) < 0 || dup2(errfd, 2) < 0))
+		e = errno;
+	if (!e && cwd && chdir(cwd) < 0)
+		e = errno;
+	if (!e) {
+		execve(prog, argv, envp);
+		e = errno;
+	}
+	if (write(report, &e, sizeof(e)) < 0) {
+	}
+	_exit(127);
+}
+
 static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, char *err,
                        size_t errlen)
 {
@@ -53,10 +129,8 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 	}
 	struct local *l = tf_xcalloc(1, sizeof(*l));
 	int rc = tf_exec_head_init(&l->head, &tf_executor_local, spec, err, errlen);
-	int outfd = -1, errfd = -1;
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t attr;
-	int have_fa = 0, have_attr = 0;
+	int outfd = -1, errfd = -1, pipefd[2] = {-1, -1}, e = 0;
+	char *prog = NULL;
 	if (rc)
 		goto out;
 	l->timeout = spec->timeout;
@@ -69,41 +143,55 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 		snprintf(err, errlen, "cannot create logs in '%s': %s", l->head.dir, strerror(-rc));
 		goto out;
 	}
-	posix_spawn_file_actions_init(&fa);
-	have_fa = 1;
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, outfd, 1);
-	posix_spawn_file_actions_adddup2(&fa, errfd, 2);
-	if (spec->cwd)
-		posix_spawn_file_actions_addchdir_np(&fa, spec->cwd);
-	posix_spawnattr_init(&attr);
-	have_attr = 1;
-	sigset_t none, all;
-	sigemptyset(&none);
-	sigfillset(&all);
-	posix_spawnattr_setsigmask(&attr, &none);
-	posix_spawnattr_setsigdefault(&attr, &all);
-	posix_spawnattr_setpgroup(&attr, 0);
-	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-	                                    POSIX_SPAWN_SETSIGDEF);
-	rc = -posix_spawnp(&l->pid, spec->argv[0], &fa, &attr, spec->argv,
-	                   spec->envp ? spec->envp : environ);
-	if (rc) {
-		snprintf(err, errlen, "cannot start '%s': %s%s", spec->argv[0], strerror(-rc),
-		         rc == -ENOENT ? " (not found: check the path or PATH)" : "");
-		goto out;
+	prog = find_program(spec->argv[0], &e);
+	if (!prog) {
+		rc = -e;
+		goto spawn_failed;
 	}
+	if (pipe2(pipefd, O_CLOEXEC) < 0) {
+		rc = -errno;
+		goto spawn_failed;
+	}
+	pid_t parent = getpid();
+	l->pid = fork();
+	if (l->pid < 0) {
+		rc = -errno;
+		goto spawn_failed;
+	}
+	if (l->pid == 0)
+		child_exec(prog, spec->argv, spec->envp ? spec->envp : environ, spec->cwd, outfd,
+		           errfd, parent, pipefd[1]);
+	/* the group exists from here on, whichever of parent and child runs first */
+	setpgid(l->pid, l->pid);
+	close(pipefd[1]);
+	pipefd[1] = -1;
+	ssize_t got;
+	while ((got = read(pipefd[0], &e, sizeof(e))) < 0 && errno == EINTR)
+		;
+	if (got == (ssize_t)sizeof(e)) {
+		/* exec failed: the child reported why and exits */
+		int st;
+		while (waitpid(l->pid, &st, 0) < 0 && errno == EINTR)
+			;
+		rc = -(e ? e : EIO);
+		goto spawn_failed;
+	}
+	l->head.pgid = l->pid;
 #ifdef SYS_pidfd_open
 	l->pidfd = (int)syscall(SYS_pidfd_open, l->pid, 0);
 #endif
 	tf_debug("started pid %d: %s", (int)l->pid, spec->argv[0]);
 	*out = &l->head;
 	l = NULL;
+	goto out;
+spawn_failed:
+	snprintf(err, errlen, "cannot start '%s': %s%s", spec->argv[0], strerror(-rc),
+	         rc == -ENOENT ? " (not found: check the path or PATH)" : "");
 out:
-	if (have_fa)
-		posix_spawn_file_actions_destroy(&fa);
-	if (have_attr)
-		posix_spawnattr_destroy(&attr);
+	free(prog);
+	for (int i = 0; i < 2; i++)
+		if (pipefd[i] >= 0)
+			close(pipefd[i]);
 	if (outfd >= 0)
 		close(outfd);
 	if (errfd >= 0)

@@ -107,6 +107,10 @@ struct engine {
 	const struct tf_engine_opts *o;
 	struct tf_pipeline *p;
 	char run_id[32];
+	char token[33];   /* owner token this engine drives the run under */
+	double hb_next;   /* [C] monotonic time of the next heartbeat */
+	int lost_owner;   /* [C] another process took the run over: write nothing final */
+	int cancel_asked; /* [C] `runs cancel` asked to stop: the run ends failed */
 	char *home;
 	char *storage_url;
 	struct tf_store *db; /* coordinator's handle */
@@ -400,6 +404,13 @@ static void progress_cb(void *data, const char *line)
 		fprintf(pc->log, "%s\n", line);
 		fflush(pc->log);
 	}
+}
+
+void tf_step_run_child(struct tf_step_run *r, long pgid)
+{
+	if (r->db && pgid > 0 && tf_attempt_set_pgid(r->db, r->run_id, r->step, r->attempt, pgid))
+		tf_warn("run '%s' step '%s': process group %ld not recorded: %s", r->run_id,
+		        r->step, pgid, tf_store_errmsg(r->db));
 }
 
 int tf_step_run_workdir(struct tf_step_run *r)
@@ -959,6 +970,13 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		if (rc)
 			return rc;
 	}
+	if (e->lost_owner) {
+		/* another process drives the run now: its rows are no longer ours to write */
+		json_decref(s->res_outputs);
+		json_decref(s->res_metrics);
+		s->res_outputs = s->res_metrics = NULL;
+		return 0;
+	}
 	if (s->rc == 0) {
 		rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
 		                          TF_ATTEMPT_SUCCEEDED, &ar);
@@ -1107,6 +1125,17 @@ static void hand_over(struct engine *e, struct estep **start, size_t nstart, int
  * each time) so the first ones run while the rest are still being recorded; each chunk is
  * committed before any of its steps is handed over. Sets e->complete when nothing is left,
  * and e->main_look when drive must look (a deadline or a retry to wait for, the view). */
+/* Inside the round's write transaction: 1 while this engine's token still owns the run, 0
+ * when another process took it over (a read: the heartbeat writes only every few seconds). */
+static int still_owner(struct engine *e)
+{
+	int64_t n = 1;
+	if (tf_store_query_int(e->db, &n, "SELECT count(*) FROM runs WHERE id=? AND owner=?", "tt",
+	                       e->run_id, e->token))
+		return 1; /* cannot tell: the heartbeat will */
+	return n == 1;
+}
+
 static int coord_round(struct engine *e, int by_worker)
 {
 	size_t nbatch = 0, nstart = 0, handed = 0,
@@ -1114,6 +1143,27 @@ static int coord_round(struct engine *e, int by_worker)
 	struct estep **batch = e->batch, **start = e->start;
 	int rc, interrupted, progress;
 
+	if (tf_now_monotonic() >= e->hb_next && !e->lost_owner) {
+		int cancel = 0;
+		rc = tf_run_heartbeat(e->db, e->run_id, e->token, &cancel);
+		e->hb_next = tf_now_monotonic() + TF_RUN_HEARTBEAT_S;
+		if (rc == -ESTALE) {
+			tf_error("run '%s' was taken over by another process: stopping here",
+			         e->run_id);
+			e->lost_owner = 1;
+		} else if (rc) {
+			tf_warn("run '%s': heartbeat not recorded: %s", e->run_id,
+			        tf_store_errmsg(e->db));
+		} else if (cancel && !e->cancel_asked) {
+			tf_info("run '%s': cancel requested: stopping", e->run_id);
+			e->cancel_asked = 1;
+		}
+		if (e->lost_owner || e->cancel_asked) {
+			pthread_mutex_lock(&e->mu);
+			e->interrupted = 1;
+			pthread_mutex_unlock(&e->mu);
+		}
+	}
 	pthread_mutex_lock(&e->mu);
 	for (size_t i = 0; i < e->ndone; i++)
 		batch[nbatch++] = e->done[i];
@@ -1150,10 +1200,19 @@ static int coord_round(struct engine *e, int by_worker)
 	rc = tf_store_begin(e->db);
 	if (rc)
 		goto fail;
+	if (nbatch && !e->lost_owner && !still_owner(e)) {
+		/* taken over since the last heartbeat: the attempts' ends are not ours to record */
+		tf_error("run '%s' was taken over by another process: stopping here", e->run_id);
+		e->lost_owner = 1;
+		e->stopping = 1;
+		for (size_t i = 0; i < e->n; i++)
+			if (e->steps[i].queued)
+				e->steps[i].cancel = 1;
+	}
 	for (size_t i = 0; i < nbatch && rc == 0; i++)
 		rc = finished(e, batch[i], start, &nstart, e->ready, &e->nready, e->stopping);
 	/* Stopping: attempts still waiting for a slice or a worker never ran. */
-	for (size_t i = 0; e->stopping && i < e->n && rc == 0; i++) {
+	for (size_t i = 0; e->stopping && !e->lost_owner && i < e->n && rc == 0; i++) {
 		struct estep *s = &e->steps[i];
 		if (!s->awaiting_slice && !s->waiting_worker)
 			continue;
@@ -1182,7 +1241,7 @@ static int coord_round(struct engine *e, int by_worker)
 	if (rc == 0 && !e->stopping)
 		rc = admit_waiting(e, start, &nstart);
 	/* Retries whose backoff has passed. */
-	if (e->retry_hint) {
+	if (e->retry_hint && !e->lost_owner) {
 		int any = 0;
 		for (size_t i = 0; i < e->n && rc == 0; i++) {
 			struct estep *s = &e->steps[i];
@@ -1223,7 +1282,7 @@ static int coord_round(struct engine *e, int by_worker)
 	if (rc == 0)
 		e->nready = 0;
 	/* Progress lines to the database, at most once a second per step. */
-	if (progress) {
+	if (progress && !e->lost_owner) {
 		int still = 0;
 		for (size_t i = 0; i < e->n && rc == 0; i++) {
 			struct estep *s = &e->steps[i];
@@ -1354,6 +1413,10 @@ static int drive(struct engine *e, int *cache_hits)
 			if (!go && e->nrunning == 0 && !has_wake)
 				go = 1; /* nothing left that can change: one more round ends the run
 				         */
+			if (!go && e->hb_next <= now)
+				go = 1; /* the owner's heartbeat is due */
+			else if (!go && (!has_wake || e->hb_next < wake))
+				wake = e->hb_next, has_wake = 1;
 			if (!go) {
 				if (e->view && e->nrunning > 0) {
 					double tick = now + tf_view_interval(e->view);
@@ -1447,6 +1510,10 @@ static int engine_init(struct engine *e, const struct tf_engine_opts *o)
 		e->kinds[t] =
 		    o->kinds[t] ? o->kinds[t] : tf_engine_builtin_kind((enum tf_step_type)t);
 	e->rng = (unsigned)getpid() ^ (unsigned)(tf_now_monotonic() * 1e6);
+	if (tf_random_hex(e->token, 16))
+		snprintf(e->token, sizeof(e->token), "%08x%08x%016llx", (unsigned)getpid(), e->rng,
+		         (unsigned long long)(tf_now_wall() * 1e6));
+	e->hb_next = tf_now_monotonic() + TF_RUN_HEARTBEAT_S;
 	return 0;
 }
 
@@ -1688,7 +1755,20 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 		}
 	}
 	char msg[300] = "";
-	if (e->interrupted || pending) {
+	if (e->lost_owner) {
+		snprintf(err, errlen,
+		         "run '%s' was taken over by another process ('runs resume --force'); "
+		         "this one stopped without recording an end",
+		         e->run_id);
+		return -ESTALE;
+	}
+	if (e->cancel_asked) {
+		final = TF_RUN_FAILED;
+		snprintf(msg, sizeof(msg),
+		         "cancelled ('tpuflow runs cancel'); 'tpuflow runs "
+		         "retry %s' continues it",
+		         e->run_id);
+	} else if (e->interrupted || pending) {
 		final = TF_RUN_INTERRUPTED;
 		snprintf(msg, sizeof(msg), "interrupted; resume with 'tpuflow runs resume %s'",
 		         e->run_id);
@@ -1699,7 +1779,13 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 	} else {
 		final = TF_RUN_SUCCEEDED;
 	}
-	rc = tf_run_set_state(e->db, e->run_id, final, msg[0] ? msg : NULL);
+	rc = tf_run_finish(e->db, e->run_id, e->token, final, msg[0] ? msg : NULL, 0);
+	if (rc == -ESTALE) {
+		snprintf(err, errlen,
+		         "run '%s' was taken over by another process before it ended here",
+		         e->run_id);
+		return rc;
+	}
 	if (rc) {
 		snprintf(err, errlen, "run '%s': %s", e->run_id, tf_store_errmsg(e->db));
 		return rc;
@@ -1765,8 +1851,9 @@ int tf_engine_run_file(const struct tf_engine_opts *o, const char *path,
 	                   NULL, e.run_id);
 	free(defs);
 	free(pj);
+	struct tf_run_owner holder;
 	if (rc == 0)
-		rc = tf_run_set_state(e.db, e.run_id, TF_RUN_RUNNING, NULL);
+		rc = tf_run_claim(e.db, e.run_id, e.token, 1u << TF_RUN_PENDING, 0, &holder);
 	if (rc) {
 		snprintf(err, errlen, "%s", tf_store_errmsg(e.db));
 		goto out;
@@ -1783,7 +1870,74 @@ out:
 	return rc;
 }
 
-int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id,
+/* The rule of what may be continued: resume takes any run that has not succeeded (a
+ * running one only when its owner is gone, which tf_run_claim decides); retry takes failed
+ * and interrupted runs. */
+static unsigned continue_from(unsigned flags)
+{
+	unsigned m = (1u << TF_RUN_FAILED) | (1u << TF_RUN_INTERRUPTED);
+	if (!(flags & TF_ENGINE_RETRY))
+		m |= (1u << TF_RUN_RUNNING) | (1u << TF_RUN_PENDING);
+	return m;
+}
+
+static int continue_check(const char *run, enum tf_run_state state, unsigned flags, char *err,
+                          size_t errlen)
+{
+	if (continue_from(flags) & (1u << state))
+		return 0;
+	if (state == TF_RUN_SUCCEEDED)
+		snprintf(err, errlen, "run '%s' already succeeded: nothing to %s", run,
+		         flags & TF_ENGINE_RETRY ? "retry" : "resume");
+	else
+		snprintf(err, errlen,
+		         "run '%s' is %s; retry is for failed or interrupted runs "
+		         "(resume continues a run whose process died)",
+		         run, tf_run_state_name(state));
+	return -EALREADY;
+}
+
+static void busy_message(const char *run, const struct tf_run_owner *h, char *err, size_t errlen)
+{
+	snprintf(err, errlen,
+	         "run '%s' is being driven by process %ld (heartbeat %.1f s ago); wait for it, "
+	         "stop it with 'tpuflow runs cancel %s', or if that process is stuck take the run "
+	         "over with 'tpuflow runs resume --force %s'",
+	         run, h->pid, h->heartbeat_age, run, run);
+}
+
+/* Before a resume starts anything: process groups that attempts left running still have
+ * (the engine that started them was killed; their leader got its death signal, what it
+ * started may live on) are ended and waited out, so no step ever runs twice at once. */
+static int end_lost_processes(struct engine *e, char *err, size_t errlen)
+{
+	struct tf_stmt *q = tf_store_query(e->db,
+	                                   "SELECT step, n, pgid FROM attempts WHERE run_id=? "
+	                                   "AND state='running' AND pgid IS NOT NULL",
+	                                   "t", e->run_id);
+	int rc = 0;
+	while (q && rc == 0 && tf_stmt_step(q) == 1) {
+		long pgid = (long)tf_stmt_int(q, 2);
+		if (!tf_pgrp_alive(pgid))
+			continue;
+		tf_warn("run '%s' step '%s' attempt %lld: its process group %ld outlived the "
+		        "engine; ending it (SIGTERM, then SIGKILL) before the step starts again",
+		        e->run_id, tf_stmt_text(q, 0), (long long)tf_stmt_int(q, 1), pgid);
+		rc = tf_pgrp_end(pgid, 10);
+		if (rc)
+			snprintf(
+			    err, errlen,
+			    "run '%s' step '%s': process group %ld of its last attempt %s; end "
+			    "it (kill -KILL -- -%ld) and resume again",
+			    e->run_id, tf_stmt_text(q, 0), pgid,
+			    rc == -EPERM ? "may not be signalled by this user" : "does not end",
+			    pgid);
+	}
+	tf_stmt_done(q);
+	return rc;
+}
+
+int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id, unsigned flags,
                      struct tf_engine_result *res, char *err, size_t errlen)
 {
 	struct engine e;
@@ -1792,7 +1946,6 @@ int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id,
 	size_t nov = 0;
 	json_t *pj = NULL;
 	struct tf_diag_list diags = {0};
-	int64_t pid = 0;
 	enum tf_run_state state;
 	int rc;
 
@@ -1811,19 +1964,9 @@ int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id,
 	rc = tf_run_get_state(e.db, e.run_id, &state);
 	if (rc)
 		goto out;
-	if (state == TF_RUN_SUCCEEDED) {
-		snprintf(err, errlen, "run '%s' already succeeded: nothing to resume", e.run_id);
-		rc = -EALREADY;
+	rc = continue_check(e.run_id, state, flags, err, errlen);
+	if (rc)
 		goto out;
-	}
-	if (state == TF_RUN_RUNNING &&
-	    tf_store_query_int(e.db, &pid, "SELECT pid FROM runs WHERE id=?", "t", e.run_id) == 0 &&
-	    pid != getpid() && tf_pid_alive((long)pid)) {
-		snprintf(err, errlen, "run '%s' is still being driven by process %lld", e.run_id,
-		         (long long)pid);
-		rc = -EBUSY;
-		goto out;
-	}
 	rc = tf_run_pipeline_source(e.db, e.run_id, &source, &path);
 	if (rc == 0)
 		rc = tf_store_query_text(e.db, &params, "SELECT params FROM runs WHERE id=?", "t",
@@ -1856,7 +1999,25 @@ int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id,
 		goto out;
 	}
 	e.storage_url = storage ? tf_xstrdup(storage) : default_storage(o, e.p, e.home);
-	rc = tf_run_set_state(e.db, e.run_id, TF_RUN_RUNNING, NULL);
+	struct tf_run_owner holder;
+	rc = tf_run_claim(e.db, e.run_id, e.token, continue_from(flags), flags & TF_ENGINE_FORCE,
+	                  &holder);
+	if (rc == -EBUSY || rc == -EALREADY) {
+		if (rc == -EALREADY)
+			continue_check(e.run_id, holder.state, flags, err, errlen);
+		else
+			busy_message(e.run_id, &holder, err, errlen);
+		goto out;
+	}
+	if (rc == 0 && holder.state == TF_RUN_RUNNING && holder.token[0] &&
+	    strcmp(holder.token, e.token) && !tf_run_owner_gone(&holder, TF_RUN_LEASE_S))
+		tf_warn("run '%s': taken over by force from process %ld, which looks alive "
+		        "(heartbeat %.1f s ago); if it still runs, it stops at its next heartbeat",
+		        e.run_id, holder.pid, holder.heartbeat_age);
+	if (rc == 0)
+		rc = end_lost_processes(&e, err, errlen);
+	if (rc == -ETIMEDOUT || rc == -EPERM)
+		goto out;
 	if (rc == 0)
 		rc = load_steps(&e, 1);
 	if (rc) {

@@ -62,6 +62,10 @@ struct tf_step_run {
 /* Returns 0 on success, a negative code on failure (r->failure, r->err say more). */
 typedef int (*tf_step_kind_fn)(struct tf_step_run *r);
 
+/* A kind that started a child process records its process group with the attempt (a resume
+ * after a crash ends it before the step runs again). Best effort: a failure is logged. */
+void tf_step_run_child(struct tf_step_run *r, long pgid);
+
 /* Creates r->workdir (and parents); 0, or a negative errno with r->err filled. */
 int tf_step_run_workdir(struct tf_step_run *r);
 
@@ -107,9 +111,14 @@ int tf_engine_run_file(const struct tf_engine_opts *o, const char *path,
 
 /* Continues an existing run: steps that succeeded or were cached are kept; failed, skipped,
  * running (after a crash) and retrying steps start again (a running train step resumes from
- * its newest checkpoint). -EBUSY when a live process is still driving the run, -EALREADY
- * when it already succeeded. */
-int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id,
+ * its newest checkpoint). The run is claimed first (tf_run_claim); process groups its lost
+ * attempts left behind are ended before anything starts. Flags: TF_ENGINE_RETRY accepts only
+ * failed or interrupted runs (`runs retry`); TF_ENGINE_FORCE takes the run over even from an
+ * owner that looks alive (a warning is logged). -EBUSY when a live owner drives the run (err
+ * names it), -EALREADY when the run's state does not allow it (succeeded, or not failed for
+ * a retry), -ETIMEDOUT/-EPERM when a lost process group does not end. */
+enum { TF_ENGINE_RETRY = 1 << 0, TF_ENGINE_FORCE = 1 << 1 };
+int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id, unsigned flags,
                      struct tf_engine_result *res, char *err, size_t errlen);
 
 /* The summary document of a run from the store (what --json prints at the end). */

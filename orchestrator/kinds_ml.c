@@ -298,6 +298,8 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 	}
 	if (slurm)
 		tf_kind_slurm_record(r, x, 0);
+	else
+		tf_step_run_child(r, tf_exec_pgid(x));
 	t.buf = tf_xmalloc(LINE_MAX_BYTES + 1);
 	int cancelled = 0;
 	for (;;) {

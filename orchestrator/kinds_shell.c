@@ -1,6 +1,7 @@
 /* kinds_shell.c — owns the shell step: an argv list (never a shell string) run through the
- * executors' `local` backend (executors/executor.h: posix_spawn into its own process group, a
- * timeout or Ctrl-C kills the whole group with SIGTERM then SIGKILL after a grace period),
+ * executors' `local` backend (executors/executor.h: fork+exec into its own process group that
+ * dies with its engine, recorded with the attempt; a timeout or Ctrl-C kills the whole group
+ * with SIGTERM then SIGKILL after a grace period),
  * stdout/stderr appended to the attempt's log, and outputs/metrics read back from files the
  * program writes (docs/runs.md):
  *
@@ -261,6 +262,8 @@ static int kind_shell(struct tf_step_run *r)
 	}
 	if (ops == &tf_executor_slurm)
 		tf_kind_slurm_record(r, x, 0);
+	else
+		tf_step_run_child(r, tf_exec_pgid(x));
 	int cancelled = 0;
 	for (;;) {
 		rc = tf_exec_wait(x, 0.05, &res);

@@ -5,10 +5,15 @@
  * Run:
  *
  *     pending ──> running ──┬──> succeeded
- *                   ^  │    ├──> failed ───────┐
+ *        │          ^  │    ├──> failed ───────┐
+ *        └──> failed (cancelled before it started)
  *                   │  │    └──> interrupted ──┤   (Ctrl-C / SIGTERM)
  *                   │  └─ running (resume after a crash: the new process takes over)
  *                   └──────────────────────────┘   (runs resume / runs retry)
+ *
+ * Ownership: a run that is running belongs to the process whose owner token is in the row
+ * (tf_run_claim: one compare-and-set in one write transaction); the owner renews
+ * heartbeat_at (tf_run_heartbeat) and gives the run up with its final state (tf_run_finish).
  *
  * Step:
  *
@@ -135,7 +140,7 @@ int tf_step_state_final(enum tf_step_state s)
 int tf_run_transition_ok(enum tf_run_state from, enum tf_run_state to)
 {
 	static const unsigned allowed[TF_RUN_STATE_LAST] = {
-	    [TF_RUN_PENDING] = BIT(TF_RUN_RUNNING),
+	    [TF_RUN_PENDING] = BIT(TF_RUN_RUNNING) | BIT(TF_RUN_FAILED),
 	    [TF_RUN_RUNNING] = BIT(TF_RUN_SUCCEEDED) | BIT(TF_RUN_FAILED) |
 	                       BIT(TF_RUN_INTERRUPTED) | BIT(TF_RUN_RUNNING),
 	    [TF_RUN_SUCCEEDED] = 0,
@@ -317,6 +322,148 @@ int tf_run_set_state(struct tf_store *st, const char *run, enum tf_run_state to,
 		                         tf_run_state_name(to), error);
 out:
 	return tf_store_leave(st, own, rc);
+}
+
+/* ---- ownership ------------------------------------------------------------------------ */
+
+int tf_run_owner_get(struct tf_store *st, const char *run, struct tf_run_owner *o)
+{
+	memset(o, 0, sizeof(*o));
+	struct tf_stmt *q = tf_store_query(st,
+	                                   "SELECT state, owner, pid, heartbeat_at, "
+	                                   "cancel_requested_at IS NOT NULL FROM runs WHERE id=?",
+	                                   "t", run);
+	if (!q)
+		return -EIO;
+	int rc = tf_stmt_step(q);
+	if (rc == 1) {
+		rc = tf_run_state_parse(tf_stmt_text(q, 0), &o->state);
+		snprintf(o->token, sizeof(o->token), "%s",
+		         tf_stmt_text(q, 1) ? tf_stmt_text(q, 1) : "");
+		o->pid = (long)tf_stmt_int(q, 2);
+		o->heartbeat_age =
+		    tf_stmt_is_null(q, 3) ? -1 : tf_now_wall() - tf_stmt_double(q, 3);
+		o->cancel_requested = (int)tf_stmt_int(q, 4);
+	} else if (rc == 0) {
+		rc = -ENOENT;
+	}
+	tf_stmt_done(q);
+	return rc;
+}
+
+int tf_run_owner_gone(const struct tf_run_owner *o, double lease)
+{
+	if (!o->token[0] || o->state != TF_RUN_RUNNING)
+		return 1;
+	if (o->heartbeat_age < 0 || o->heartbeat_age > lease)
+		return 1;
+	return !tf_pid_alive(o->pid);
+}
+
+int tf_run_claim(struct tf_store *st, const char *run, const char *token, unsigned from_states,
+                 int force, struct tf_run_owner *holder)
+{
+	int own, rc = tf_store_join(st, &own);
+	if (rc)
+		return rc;
+	rc = tf_run_owner_get(st, run, holder);
+	if (rc)
+		goto out;
+	if (!(from_states & (1u << holder->state))) {
+		rc = -EALREADY;
+		goto out;
+	}
+	int mine = holder->token[0] && !strcmp(holder->token, token);
+	if (!mine && holder->state == TF_RUN_RUNNING && !force &&
+	    !tf_run_owner_gone(holder, TF_RUN_LEASE_S)) {
+		rc = -EBUSY;
+		goto out;
+	}
+	if (holder->state != TF_RUN_RUNNING || !mine)
+		rc = tf_run_set_state(st, run, TF_RUN_RUNNING, NULL);
+	if (rc == 0)
+		rc = tf_store_run(st,
+		                  "UPDATE runs SET owner=?, pid=?, heartbeat_at=?, "
+		                  "cancel_requested_at=NULL, resume_on_start=0 WHERE id=?",
+		                  "tidt", token, (int64_t)getpid(), tf_now_wall(), run);
+	if (rc == 0 && holder->token[0] && !mine)
+		rc = add_event_noattempt(st, run, NULL, "owner", NULL, NULL,
+		                         force ? "taken over by force from a live owner"
+		                               : "taken over from an owner that is gone");
+out:
+	return tf_store_leave(st, own, rc);
+}
+
+int tf_run_heartbeat(struct tf_store *st, const char *run, const char *token, int *cancel)
+{
+	int own, rc = tf_store_join(st, &own);
+	if (rc)
+		return rc;
+	rc = tf_store_run(st, "UPDATE runs SET heartbeat_at=? WHERE id=? AND owner=?", "dtt",
+	                  tf_now_wall(), run, token);
+	if (rc == 0 && tf_store_changes(st) != 1)
+		rc = -ESTALE;
+	int64_t c = 0;
+	if (rc == 0)
+		rc = tf_store_query_int(
+		    st, &c, "SELECT cancel_requested_at IS NOT NULL FROM runs WHERE id=?", "t",
+		    run);
+	if (rc == 0 && cancel)
+		*cancel = (int)c;
+	return tf_store_leave(st, own, rc);
+}
+
+int tf_run_finish(struct tf_store *st, const char *run, const char *token, enum tf_run_state to,
+                  const char *error, int resume_on_start)
+{
+	int own, rc = tf_store_join(st, &own);
+	if (rc)
+		return rc;
+	int64_t n = 0;
+	rc = tf_store_query_int(st, &n, "SELECT count(*) FROM runs WHERE id=? AND owner=?", "tt",
+	                        run, token);
+	if (rc == 0 && n != 1)
+		rc = -ESTALE;
+	if (rc == 0)
+		rc = tf_run_set_state(st, run, to, error);
+	if (rc == 0)
+		rc = tf_store_run(st,
+		                  "UPDATE runs SET owner=NULL, cancel_requested_at=NULL, "
+		                  "resume_on_start=? WHERE id=?",
+		                  "it", (int64_t)(resume_on_start != 0), run);
+	return tf_store_leave(st, own, rc);
+}
+
+int tf_run_request_cancel(struct tf_store *st, const char *run, enum tf_run_state *state)
+{
+	int own, rc = tf_store_join(st, &own);
+	if (rc)
+		return rc;
+	rc = tf_run_get_state(st, run, state);
+	if (rc == 0 && *state == TF_RUN_PENDING) {
+		/* nobody drives it yet: it ends here */
+		rc = tf_run_set_state(st, run, TF_RUN_FAILED, "cancelled before it started");
+		*state = TF_RUN_FAILED;
+	} else if (rc == 0 && *state == TF_RUN_RUNNING) {
+		rc = tf_store_run(
+		    st,
+		    "UPDATE runs SET cancel_requested_at=coalesce(cancel_requested_at, "
+		    "?) WHERE id=?",
+		    "dt", tf_now_wall(), run);
+		if (rc == 0)
+			rc = add_event_noattempt(st, run, NULL, "cancel", NULL, NULL,
+			                         "cancel requested");
+	} else if (rc == 0 && *state == TF_RUN_INTERRUPTED) {
+		/* not running: it stays as it is, but a daemon no longer continues it */
+		rc = tf_store_run(st, "UPDATE runs SET resume_on_start=0 WHERE id=?", "t", run);
+	}
+	return tf_store_leave(st, own, rc);
+}
+
+int tf_attempt_set_pgid(struct tf_store *st, const char *run, const char *step, int n, long pgid)
+{
+	return tf_store_run(st, "UPDATE attempts SET pgid=? WHERE run_id=? AND step=? AND n=?",
+	                    "itti", (int64_t)pgid, run, step, (int64_t)n);
 }
 
 int tf_step_get_state(struct tf_store *st, const char *run, const char *step,
@@ -526,7 +673,7 @@ static int attempts_json(struct tf_store *st, const char *run, json_t **out)
 	struct tf_stmt *s = tf_store_query(
 	    st,
 	    "SELECT step, n, state, failure_class, exit_code, error, backoff, log_key, "
-	    "started_at, finished_at, slurm_job, slurm_nodes FROM attempts WHERE run_id=? "
+	    "started_at, finished_at, slurm_job, slurm_nodes, pgid FROM attempts WHERE run_id=? "
 	    "ORDER BY step, n",
 	    "t", run);
 	if (!s)
@@ -557,6 +704,7 @@ static int attempts_json(struct tf_store *st, const char *run, json_t **out)
 			json_object_set_new(o, "slurm_job", int_or_null(s, 10));
 			json_object_set_new(o, "slurm_nodes", text_or_null(s, 11));
 		}
+		json_object_set_new(o, "pgid", int_or_null(s, 12));
 		json_array_append_new(arr, o);
 	}
 	tf_stmt_done(s);
@@ -574,7 +722,8 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 	struct tf_stmt *s = tf_store_query(
 	    st,
 	    "SELECT id, pipeline, state, params, storage, error, retry_of, created_at, "
-	    "started_at, finished_at, pid FROM runs WHERE id=?",
+	    "started_at, finished_at, pid, owner, heartbeat_at, cancel_requested_at, trigger, "
+	    "priority, project FROM runs WHERE id=?",
 	    "t", run);
 	if (!s)
 		return -EIO;
@@ -592,6 +741,12 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 		json_object_set_new(doc, "started_at", real_or_null(s, 8));
 		json_object_set_new(doc, "finished_at", real_or_null(s, 9));
 		json_object_set_new(doc, "pid", int_or_null(s, 10));
+		json_object_set_new(doc, "owner", text_or_null(s, 11));
+		json_object_set_new(doc, "heartbeat_at", real_or_null(s, 12));
+		json_object_set_new(doc, "cancel_requested_at", real_or_null(s, 13));
+		json_object_set_new(doc, "trigger", text_or_null(s, 14));
+		json_object_set_new(doc, "priority", int_or_null(s, 15));
+		json_object_set_new(doc, "project", text_or_null(s, 16));
 		rc = 0;
 	} else if (rc == 0) {
 		rc = -ENOENT;

@@ -85,6 +85,44 @@ int tf_run_create(struct tf_store *st, const char *pipeline_name, const char *so
 int tf_run_set_state(struct tf_store *st, const char *run, enum tf_run_state to, const char *error);
 int tf_run_get_state(struct tf_store *st, const char *run, enum tf_run_state *out);
 
+/* Ownership of a run (docs/runs.md, "Who drives a run"). A process drives a run under an owner
+ * token (32 hex digits, tf_random_hex) that it claims with one compare-and-set in one write
+ * transaction, renews every TF_RUN_HEARTBEAT_S while it drives, and gives up with the run's
+ * final state. An owner is gone when its heartbeat is older than TF_RUN_LEASE_S or its pid
+ * (on this host) is no longer alive. */
+#define TF_RUN_HEARTBEAT_S 2.0
+#define TF_RUN_LEASE_S 30.0
+struct tf_run_owner {
+	enum tf_run_state state;
+	char token[33];       /* "" when unowned */
+	long pid;             /* the owner's process, 0 when unknown */
+	double heartbeat_age; /* seconds since its last heartbeat, -1 when none */
+	int cancel_requested; /* `runs cancel` asked it to stop */
+};
+int tf_run_owner_get(struct tf_store *st, const char *run, struct tf_run_owner *o);
+/* 1 when nobody drives the run: unowned, not running, heartbeat older than `lease`, or the pid
+ * is gone. */
+int tf_run_owner_gone(const struct tf_run_owner *o, double lease);
+/* Claims `run` for `token` and makes it running (pid: this process), when its state is one of
+ * `from_states` (a mask of 1u << enum tf_run_state) and it is unowned, already this token's,
+ * or its owner is gone — or, with `force`, whoever holds it. -EBUSY when a live owner holds
+ * it, -EALREADY when its state is not in the mask, -ENOENT for an unknown run; *holder
+ * receives what was found. */
+int tf_run_claim(struct tf_store *st, const char *run, const char *token, unsigned from_states,
+                 int force, struct tf_run_owner *holder);
+/* Renews the heartbeat; *cancel (may be NULL) receives whether a cancel was requested.
+ * -ESTALE when `token` no longer owns the run (it was taken over). */
+int tf_run_heartbeat(struct tf_store *st, const char *run, const char *token, int *cancel);
+/* Final transition by the owner (succeeded, failed, interrupted) and release of the run;
+ * `resume_on_start` marks an interrupted run for the next daemon on the home. -ESTALE when
+ * `token` no longer owns it. */
+int tf_run_finish(struct tf_store *st, const char *run, const char *token, enum tf_run_state to,
+                  const char *error, int resume_on_start);
+/* `runs cancel`: a pending run fails at once, a running one gets cancel_requested_at (its
+ * owner stops it at its next heartbeat), an interrupted one is no longer continued by a
+ * daemon. *state receives the state after the call. */
+int tf_run_request_cancel(struct tf_store *st, const char *run, enum tf_run_state *state);
+
 /* What changes with a step transition besides its state; NULL pointers leave a column as it
  * is, except `reason`, which is replaced (NULL clears it). */
 struct tf_step_update {
@@ -120,6 +158,8 @@ struct tf_attempt_result {
 };
 int tf_attempt_set_state(struct tf_store *st, const char *run, const char *step, int n,
                          enum tf_attempt_state to, const struct tf_attempt_result *r);
+/* Records the process group of the attempt's child process. */
+int tf_attempt_set_pgid(struct tf_store *st, const char *run, const char *step, int n, long pgid);
 
 /* Appends an event that is not a state change (kind e.g. "model", "deploy", "cache"). */
 int tf_event_add(struct tf_store *st, const char *run, const char *step, int attempt,

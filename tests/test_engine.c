@@ -498,7 +498,7 @@ static void test_engine_cache_key_includes_the_store(void **state)
 	json_decref(r3.summary);
 	char err[256] = "";
 	struct tf_engine_result r4 = {0};
-	assert_int_equal(tf_engine_resume(&o, r3.run_id, &r4, err, sizeof(err)), 0);
+	assert_int_equal(tf_engine_resume(&o, r3.run_id, 0, &r4, err, sizeof(err)), 0);
 	assert_int_equal(r4.state, TF_RUN_SUCCEEDED);
 	assert_string_equal(sstate(r4.summary, "a"), "succeeded");
 	assert_int_equal(ncalls("a"), 1);
@@ -911,7 +911,7 @@ static void test_engine_interrupt_then_resume(void **state)
 	o.handle_signals = 0;
 	char err[256] = "";
 	struct tf_engine_result r2 = {0};
-	assert_int_equal(tf_engine_resume(&o, res.run_id, &r2, err, sizeof(err)), 0);
+	assert_int_equal(tf_engine_resume(&o, res.run_id, 0, &r2, err, sizeof(err)), 0);
 	assert_int_equal(r2.state, TF_RUN_SUCCEEDED);
 	assert_string_equal(r2.run_id, res.run_id);
 	assert_int_equal(ncalls("a"), 1);
@@ -921,7 +921,7 @@ static void test_engine_interrupt_then_resume(void **state)
 	assert_int_equal(json_integer_value(json_object_get(h, "attempts")), 2);
 	json_decref(r2.summary);
 	/* a succeeded run cannot be resumed */
-	assert_int_equal(tf_engine_resume(&o, res.run_id, &r2, err, sizeof(err)), -EALREADY);
+	assert_int_equal(tf_engine_resume(&o, res.run_id, 0, &r2, err, sizeof(err)), -EALREADY);
 }
 
 /* A captured stream that does not end in a newline gets one, so the next "==>" title starts

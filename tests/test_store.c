@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 static struct tf_store *open_db(const char *path)
 {
@@ -136,6 +137,64 @@ static void test_store_run_state_machine(void **state)
 	tf_store_close(st);
 }
 
+/* The claim is a compare-and-set on the owner token: unowned or own runs are taken, a live
+ * owner is refused (-EBUSY), a stale heartbeat or a dead pid is taken over, --force takes
+ * anything, states outside the mask are refused (-EALREADY), and only the owner may heartbeat
+ * or finish. */
+static void test_store_run_claim_is_compare_and_set(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_db("c.db");
+	char id[32];
+	struct tf_run_owner h;
+	const unsigned any = ~0u & ~(1u << TF_RUN_SUCCEEDED);
+	const char *A = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", *B = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+	make_run(st, id);
+	assert_int_equal(tf_run_claim(st, id, A, 1u << TF_RUN_PENDING, 0, &h), 0);
+	assert_int_equal(h.state, TF_RUN_PENDING);
+	assert_int_equal(tf_run_claim(st, id, A, any, 0, &h), 0); /* its own: again */
+	assert_int_equal(tf_run_claim(st, id, B, any, 0, &h), -EBUSY);
+	assert_string_equal(h.token, A);
+	assert_int_equal(h.pid, (long)getpid());
+	/* a live pid (this process) but a heartbeat older than the lease: gone */
+	assert_int_equal(tf_store_run(st, "UPDATE runs SET heartbeat_at=heartbeat_at-? WHERE id=?",
+	                              "dt", TF_RUN_LEASE_S + 1, id),
+	                 0);
+	assert_int_equal(tf_run_claim(st, id, B, any, 0, &h), 0);
+	assert_int_equal(tf_run_heartbeat(st, id, A, NULL), -ESTALE);
+	int cancel = -1;
+	assert_int_equal(tf_run_heartbeat(st, id, B, &cancel), 0);
+	assert_int_equal(cancel, 0);
+	/* a fresh heartbeat but a pid that is gone: gone */
+	pid_t child = fork();
+	if (child == 0)
+		_exit(0);
+	waitpid(child, NULL, 0);
+	assert_int_equal(
+	    tf_store_run(st, "UPDATE runs SET pid=? WHERE id=?", "it", (int64_t)child, id), 0);
+	assert_int_equal(tf_run_claim(st, id, A, any, 0, &h), 0);
+	/* force: from a live owner */
+	assert_int_equal(tf_run_claim(st, id, B, any, 0, &h), -EBUSY);
+	assert_int_equal(tf_run_claim(st, id, B, any, 1, &h), 0);
+	/* cancel request seen by the owner's heartbeat */
+	enum tf_run_state rs;
+	assert_int_equal(tf_run_request_cancel(st, id, &rs), 0);
+	assert_int_equal(rs, TF_RUN_RUNNING);
+	assert_int_equal(tf_run_heartbeat(st, id, B, &cancel), 0);
+	assert_int_equal(cancel, 1);
+	/* only the owner ends it; the end releases it */
+	assert_int_equal(tf_run_finish(st, id, A, TF_RUN_FAILED, "x", 0), -ESTALE);
+	assert_int_equal(tf_run_finish(st, id, B, TF_RUN_SUCCEEDED, NULL, 0), 0);
+	assert_int_equal(tf_run_owner_get(st, id, &h), 0);
+	assert_string_equal(h.token, "");
+	assert_int_equal(tf_run_claim(st, id, A, any, 0, &h), -EALREADY);
+	/* a pending run nobody drives is cancelled at once */
+	make_run(st, id);
+	assert_int_equal(tf_run_request_cancel(st, id, &rs), 0);
+	assert_int_equal(rs, TF_RUN_FAILED);
+	tf_store_close(st);
+}
+
 static void test_store_step_and_attempt_transitions_log_events(void **state)
 {
 	(void)state;
@@ -242,6 +301,7 @@ int main(void)
 	    cmocka_unit_test(test_store_refuses_newer_database),
 	    cmocka_unit_test(test_store_statements_and_constraints),
 	    cmocka_unit_test(test_store_run_state_machine),
+	    cmocka_unit_test(test_store_run_claim_is_compare_and_set),
 	    cmocka_unit_test(test_store_step_and_attempt_transitions_log_events),
 	    cmocka_unit_test(test_store_db_command_status_migrate_and_refusal),
 	};
