@@ -51,6 +51,7 @@ int cmd_plan(int argc, char **argv, struct tf_cli *cli);
 int cmd_db(int argc, char **argv, struct tf_cli *cli);
 int cmd_run(int argc, char **argv, struct tf_cli *cli);
 int cmd_runs(int argc, char **argv, struct tf_cli *cli);
+int cmd_daemon(int argc, char **argv, struct tf_cli *cli);
 int cmd_models(int argc, char **argv, struct tf_cli *cli);
 int cmd_tokens(int argc, char **argv, struct tf_cli *cli);
 int cmd_accel(int argc, char **argv, struct tf_cli *cli);

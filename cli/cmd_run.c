@@ -3,17 +3,21 @@
 #include "cli/cli.h"
 #include "common/common.h"
 #include "orchestrator/engine.h"
+#include "orchestrator/runner.h"
 #include "orchestrator/state.h"
 #include "orchestrator/store.h"
 #include "storage/objstore.h"
 
 #include <ctype.h>
+#include <pthread.h>
+#include <signal.h>
 #include <errno.h>
 #include <limits.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "orchestrator/view.h"
 #include <unistd.h>
 
 #define EXIT_INTERRUPTED 130 /* like a shell after Ctrl-C */
@@ -104,6 +108,220 @@ static int finish(struct tf_cli *cli, struct tf_engine_result *res)
 	return exit_for_state(res->state);
 }
 
+/* ---- driving a run in this process, with Ctrl-C ------------------------------------------ */
+
+static void *signal_main(void *arg)
+{
+	struct tf_engine *e = arg;
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGUSR2);
+	for (int n = 0;;) {
+		int sig = 0;
+		if (sigwait(&set, &sig))
+			continue;
+		if (sig == SIGUSR2)
+			break; /* the run ended */
+		if (n++ == 0) {
+			tf_engine_cancel(e); /* stop cleanly: the run stays resumable */
+			continue;
+		}
+		/* a second Ctrl-C: leave now, like a crash; the run stays resumable */
+		static const char msg[] = "\ntpuflow: stopped; resume with 'tpuflow runs resume'\n";
+		if (write(2, msg, sizeof(msg) - 1) < 0) {
+		}
+		_exit(EXIT_INTERRUPTED);
+	}
+	return NULL;
+}
+
+/* Starts the run on engine threads and waits for it; SIGINT/SIGTERM cancel it (the first) or
+ * leave at once (the second). */
+static int drive_here(const struct tf_engine_opts *o, const struct tf_engine_req *rq,
+                      struct tf_diag_list *diags, struct tf_engine_result *res, char *err,
+                      size_t errlen)
+{
+	sigset_t set, old;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGUSR2);
+	pthread_sigmask(SIG_BLOCK, &set, &old); /* inherited by the engine's threads */
+	struct tf_engine *e = NULL;
+	int rc = tf_engine_start(o, rq, &e, diags, err, errlen);
+	if (rc == 0) {
+		pthread_t t;
+		int have = pthread_create(&t, NULL, signal_main, e) == 0;
+		rc = tf_engine_wait(e, res, err, errlen);
+		if (have) {
+			pthread_kill(t, SIGUSR2);
+			pthread_join(t, NULL);
+		}
+		tf_engine_free(e);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
+}
+
+/* ---- following a run through the database (a daemon drives it) ------------------------- */
+
+static volatile sig_atomic_t follow_stop;
+static void on_follow_signal(int sig)
+{
+	(void)sig;
+	follow_stop = 1;
+}
+
+/* Shows the run's progress from the database until it ends (quiet: no view), then its
+ * summary. Ctrl-C stops following only. Returns the exit code. */
+static int follow(struct tf_cli *cli, const char *home, const char *run, int plain, int quiet)
+{
+	char *path = tf_xasprintf("%s/%s", home, TF_STORE_FILE), err[512] = "";
+	struct tf_store *st = NULL;
+	int rc = tf_store_open(path, TF_STORE_READONLY, &st, err, sizeof(err)), ret;
+	free(path);
+	if (rc) {
+		fprintf(stderr, "tpuflow: %s\n", err);
+		return exit_for_rc(rc);
+	}
+	FILE *out = cli->json ? stderr : stdout;
+	int tty = !plain && isatty(fileno(out)) && getenv("TERM") && strcmp(getenv("TERM"), "dumb");
+	struct sigaction sa = {.sa_handler = on_follow_signal}, old_int, old_term;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, &old_int);
+	sigaction(SIGTERM, &sa, &old_term);
+	follow_stop = 0;
+	struct tf_view *view = NULL;
+	enum tf_run_state state = TF_RUN_PENDING;
+	for (;;) {
+		json_t *d = NULL;
+		rc = tf_run_describe(st, run, &d);
+		if (rc) {
+			fprintf(stderr, "tpuflow: run '%s': %s\n", run, tf_store_errmsg(st));
+			ret = exit_for_rc(rc);
+			goto out;
+		}
+		tf_run_state_parse(json_string_value(json_object_get(d, "state")), &state);
+		if (!quiet) {
+			if (!view)
+				view = tf_view_new(out, tty, run,
+				                   json_string_value(json_object_get(d, "pipeline")));
+			json_t *steps = json_object_get(d, "steps"), *s;
+			size_t n = json_array_size(steps), i;
+			struct tf_view_row *rows = tf_xcalloc(n + 1, sizeof(*rows));
+			double now = tf_now_wall();
+			json_array_foreach(steps, i, s)
+			{
+				json_t *t0 = json_object_get(s, "started_at"),
+				       *t1 = json_object_get(s, "finished_at");
+				rows[i].name = json_string_value(json_object_get(s, "name"));
+				rows[i].type = json_string_value(json_object_get(s, "type"));
+				rows[i].state = json_string_value(json_object_get(s, "state"));
+				rows[i].attempt = (int)json_integer_value(json_object_get(s, "attempts"));
+				rows[i].duration = json_is_number(t0)
+				                       ? (json_is_number(t1) ? json_number_value(t1) : now) -
+				                             json_number_value(t0)
+				                       : -1;
+				json_t *pg = json_object_get(s, "progress");
+				rows[i].progress = json_is_object(pg) && rows[i].state &&
+				                           !strcmp(rows[i].state, "running")
+				                       ? json_dumps(pg, JSON_COMPACT)
+				                       : NULL;
+				rows[i].reason = json_string_value(json_object_get(s, "reason"));
+			}
+			tf_view_update(view, rows, n);
+			for (i = 0; i < n; i++)
+				free(rows[i].progress);
+			free(rows);
+		}
+		json_decref(d);
+		if (state == TF_RUN_SUCCEEDED || state == TF_RUN_FAILED ||
+		    state == TF_RUN_INTERRUPTED)
+			break;
+		if (follow_stop) {
+			fprintf(stderr,
+			        "\ntpuflow: stopped following; run %s goes on.\n"
+			        "  re-attach: tpuflow runs watch %s\n"
+			        "  cancel:    tpuflow runs cancel %s\n",
+			        run, run, run);
+			ret = EXIT_INTERRUPTED;
+			goto out;
+		}
+		struct timespec ts = {0, 100 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	json_t *sum = NULL;
+	if (tf_engine_summary(st, run, &sum)) {
+		fprintf(stderr, "tpuflow: run '%s': %s\n", run, tf_store_errmsg(st));
+		ret = TF_EXIT_SOFTWARE;
+		goto out;
+	}
+	struct tf_engine_result res = {.state = state, .summary = sum};
+	snprintf(res.run_id, sizeof(res.run_id), "%s", run);
+	ret = finish(cli, &res);
+out:
+	tf_view_free(view);
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
+	tf_store_close(st);
+	return ret;
+}
+
+/* `tpuflow run FILE` when a daemon serves the home: the run is submitted to it. */
+static int run_by_daemon(struct tf_cli *cli, const char *home, const char *file,
+                         const struct tf_engine_opts *o, const struct tf_param_override *ov,
+                         size_t nov, int detach, int wait, int plain)
+{
+	char *text = NULL, err[1024] = "", run[32];
+	size_t len = 0;
+	int rc = tf_read_file(file, 16u << 20, &text, &len);
+	if (rc) {
+		fprintf(stderr, "tpuflow run: cannot read '%s': %s\n", file, strerror(-rc));
+		return TF_EXIT_DATAERR;
+	}
+	struct tf_store *st = NULL;
+	rc = tf_store_open_home(home, &st, err, sizeof(err));
+	if (rc) {
+		free(text);
+		fprintf(stderr, "tpuflow run: %s\n", err);
+		return exit_for_rc(rc);
+	}
+	struct tf_engine_submit sub = {.path = file,
+	                               .yaml = text,
+	                               .yaml_len = len,
+	                               .ov = ov,
+	                               .nov = nov,
+	                               .storage = o->storage,
+	                               .trigger = "cli",
+	                               .has_priority = o->has_priority,
+	                               .priority = o->priority,
+	                               .project = o->project};
+	struct tf_diag_list diags = {0};
+	rc = tf_engine_submit(st, home, &sub, run, &diags, err, sizeof(err));
+	tf_store_close(st);
+	free(text);
+	if (rc) {
+		tf_diag_print(&diags, stderr);
+		tf_diag_list_release(&diags);
+		fprintf(stderr, "tpuflow run: %s\n", err);
+		return exit_for_rc(rc);
+	}
+	tf_diag_list_release(&diags);
+	tf_daemon_wake(home); /* best effort: the daemon also looks every second */
+	if (detach) {
+		if (cli->json)
+			printf("{\"run_id\": \"%s\"}\n", run);
+		else
+			printf("%s\n", run);
+		return TF_EXIT_OK;
+	}
+	if (!cli->json && !wait)
+		fprintf(stdout, "run %s submitted to the daemon of %s\n", run, home);
+	return follow(cli, home, run, plain, wait);
+}
+
 int cmd_run(int argc, char **argv, struct tf_cli *cli)
 {
 	enum {
@@ -114,7 +332,10 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 		OPT_NO_CACHE,
 		OPT_FORCE,
 		OPT_PRIORITY,
-		OPT_PROJECT
+		OPT_PROJECT,
+		OPT_DETACH,
+		OPT_WAIT,
+		OPT_EMBEDDED
 	};
 	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
 	                                     {"param", required_argument, NULL, OPT_PARAM},
@@ -125,12 +346,15 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 	                                     {"force", required_argument, NULL, OPT_FORCE},
 	                                     {"priority", required_argument, NULL, OPT_PRIORITY},
 	                                     {"project", required_argument, NULL, OPT_PROJECT},
+	                                     {"detach", no_argument, NULL, OPT_DETACH},
+	                                     {"wait", no_argument, NULL, OPT_WAIT},
+	                                     {"embedded", no_argument, NULL, OPT_EMBEDDED},
 	                                     {0, 0, 0, 0}};
 	struct tf_param_override *ov = tf_xcalloc((size_t)argc + 1, sizeof(*ov));
 	const char **force = tf_xcalloc((size_t)argc + 1, sizeof(*force));
 	size_t nov = 0;
-	struct tf_engine_opts o = {.handle_signals = 1};
-	int c, plain = 0, ret;
+	struct tf_engine_opts o = {0};
+	int c, plain = 0, ret, detach = 0, wait = 0, embedded = 0;
 	char err[1024] = "", *home = NULL;
 
 	optind = 1;
@@ -189,6 +413,15 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 			}
 			o.project = optarg;
 			break;
+		case OPT_DETACH:
+			detach = 1;
+			break;
+		case OPT_WAIT:
+			wait = 1;
+			break;
+		case OPT_EMBEDDED:
+			embedded = 1;
+			break;
 		default:
 			if (!tf_cli_common_option(cli, c, optarg)) {
 				ret = tf_cli_usage_error("run", "unknown option");
@@ -207,11 +440,22 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 	}
 	o.home = home;
 	o.force = force;
-	o.out = cli->json ? stderr : stdout;
+	if (!embedded && !o.no_cache && !o.nforce && tf_daemon_find(home, NULL)) {
+		ret = run_by_daemon(cli, home, argv[optind], &o, ov, nov, detach, wait, plain);
+		goto out;
+	}
+	if (detach) {
+		ret = tf_cli_usage_error("run", "--detach needs a daemon serving the home "
+		                                "('tpuflow daemon --home %s')",
+		                         home);
+		goto out;
+	}
+	o.out = cli->json || wait ? stderr : stdout;
 	o.tty = !plain && isatty(fileno(o.out)) && getenv("TERM") && strcmp(getenv("TERM"), "dumb");
 	struct tf_diag_list diags = {0};
 	struct tf_engine_result res = {0};
-	int rc = tf_engine_run_file(&o, argv[optind], ov, nov, &diags, &res, err, sizeof(err));
+	struct tf_engine_req rq = {.path = argv[optind], .ov = ov, .nov = nov};
+	int rc = drive_here(&o, &rq, &diags, &res, err, sizeof(err));
 	if (rc) {
 		if (diags.n) {
 			tf_diag_print(&diags, stderr);
@@ -243,6 +487,8 @@ static void runs_usage(FILE *f)
 	    "       tpuflow runs retry RUN      run again what failed, reusing what succeeded\n"
 	    "       tpuflow runs cancel RUN     stop a run (its driving process stops it within\n"
 	    "                                   a few seconds; the run ends failed)\n"
+	    "       tpuflow runs watch RUN      follow a run driven by another process (the\n"
+	    "                                   daemon, another terminal) until it ends\n"
 	    "  (common: --home DIR, --json; RUN is an id, a unique prefix of one, or 'latest')\n\n"
 	    "resume/retry exit 75 when another live process drives the run; --force takes it\n"
 	    "over anyway (with a warning) when that process is stuck.\n");
@@ -508,7 +754,7 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (optind >= argc)
 		return tf_cli_usage_error("runs",
-		                          "expected list, show, logs, resume, retry or cancel");
+		                          "expected list, show, logs, watch, resume, retry or cancel");
 	const char *sub = argv[optind];
 	const char *arg = optind + 1 < argc ? argv[optind + 1] : NULL;
 	if (strcmp(sub, "list") && !arg)
@@ -542,17 +788,25 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 		ret = runs_logs(st, cli, run, optind + 2 < argc ? argv[optind + 2] : NULL);
 	} else if (!strcmp(sub, "cancel")) {
 		ret = runs_cancel(st, run);
+	} else if (!strcmp(sub, "watch")) {
+		tf_store_close(st);
+		st = NULL;
+		ret = follow(cli, home, run, plain, 0);
 	} else if (!strcmp(sub, "resume") || !strcmp(sub, "retry")) {
 		tf_store_close(st);
 		st = NULL;
-		struct tf_engine_opts o = {.home = home, .handle_signals = 1};
+		struct tf_engine_opts o = {.home = home};
 		o.out = cli->json ? stderr : stdout;
 		o.tty = !plain && isatty(fileno(o.out)) && getenv("TERM") &&
 		        strcmp(getenv("TERM"), "dumb");
 		struct tf_engine_result res = {0};
 		unsigned flags =
 		    (!strcmp(sub, "retry") ? TF_ENGINE_RETRY : 0) | (force ? TF_ENGINE_FORCE : 0);
-		rc = tf_engine_resume(&o, run, flags, &res, err, sizeof(err));
+		struct tf_engine_req rq = {.run_id = run, .flags = flags};
+		struct tf_diag_list diags = {0};
+		rc = drive_here(&o, &rq, &diags, &res, err, sizeof(err));
+		tf_diag_print(&diags, stderr);
+		tf_diag_list_release(&diags);
 		if (rc) {
 			fprintf(stderr, "tpuflow runs %s: %s\n", sub, err);
 			ret = exit_for_rc(rc);

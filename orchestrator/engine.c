@@ -21,7 +21,8 @@
  *    retries whose backoff passed, timeouts, Ctrl-C, the view's refresh, and it decides that
  *    the run is over. It sleeps on `coord_cv`; a worker wakes it only when a round left
  *    something for it (a deadline, a retry, the end of the run, an error).
- *  - A signal thread (when opts.handle_signals) turns SIGINT/SIGTERM into `e->interrupted`.
+ *  - The handle (struct tf_engine) runs drive on a thread of its own; tf_engine_cancel and
+ *    tf_engine_drain (a caller's signal handling, the daemon) set `e->interrupted`.
  *  Nobody polls: the calling thread sleeps until it is woken, a signal arrives, or the
  *  nearest retry/timeout deadline (pthread_cond_timedwait).
  *
@@ -111,6 +112,7 @@ struct engine {
 	double hb_next;   /* [C] monotonic time of the next heartbeat */
 	int lost_owner;   /* [C] another process took the run over: write nothing final */
 	int cancel_asked; /* [C] `runs cancel` asked to stop: the run ends failed */
+	int drain;        /* tf_engine_drain: ends interrupted, marked for the next daemon (mu) */
 	char *home;
 	char *storage_url;
 	struct tf_store *db; /* coordinator's handle */
@@ -149,9 +151,6 @@ struct engine {
 	struct tf_objstore *coord_os; /* [C] object store for cache keys (NULL: outputs only) */
 	pthread_t *workers;
 	int nworkers;
-	pthread_t sigthread;
-	int have_sigthread;
-	sigset_t oldmask;
 	struct tf_view *view;
 	unsigned rng;             /* jitter */
 	struct tf_broker *broker; /* [C] slices for train steps (created on first use) */
@@ -470,6 +469,7 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 	    .db = w->db,
 	    .storage_url = e->storage_url,
 	    .self_exe = e->o->self_exe,
+	    .force_local = e->o->ml_local,
 	    .timeout = s->def->timeout,
 	    .cancel = &s->cancel,
 	    .outputs = json_object(),
@@ -585,39 +585,6 @@ static void *worker_main(void *arg)
 	tf_store_close(w->db);
 	tf_objstore_free(w->os);
 	free(w);
-	return NULL;
-}
-
-/* ---- signals ------------------------------------------------------------------------- */
-
-static void *signal_main(void *arg)
-{
-	struct engine *e = arg;
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGUSR2);
-	for (;;) {
-		int sig = 0;
-		if (sigwait(&set, &sig))
-			continue;
-		if (sig == SIGUSR2)
-			break; /* the engine is finishing */
-		pthread_mutex_lock(&e->mu);
-		int again = e->interrupted;
-		e->interrupted = 1;
-		pthread_cond_signal(&e->coord_cv);
-		pthread_mutex_unlock(&e->mu);
-		if (again) {
-			/* A second Ctrl-C: leave now; the run stays resumable. */
-			static const char msg[] =
-			    "\ntpuflow: stopped; resume with 'tpuflow runs resume'\n";
-			if (write(2, msg, sizeof(msg) - 1) < 0) {
-			}
-			_exit(130);
-		}
-	}
 	return NULL;
 }
 
@@ -1677,16 +1644,6 @@ static int load_steps(struct engine *e, int resuming)
 
 static int start_threads(struct engine *e)
 {
-	if (e->o->handle_signals) {
-		sigset_t set;
-		sigemptyset(&set);
-		sigaddset(&set, SIGINT);
-		sigaddset(&set, SIGTERM);
-		sigaddset(&set, SIGUSR2);
-		pthread_sigmask(SIG_BLOCK, &set, &e->oldmask);
-		if (pthread_create(&e->sigthread, NULL, signal_main, e) == 0)
-			e->have_sigthread = 1;
-	}
 	e->nworkers = e->o->workers > 0 ? e->o->workers : 8;
 	if ((size_t)e->nworkers > e->n)
 		e->nworkers = (int)(e->n ? e->n : 1);
@@ -1712,15 +1669,6 @@ static void stop_threads(struct engine *e)
 	for (int i = 0; i < e->nworkers; i++)
 		pthread_join(e->workers[i], NULL);
 	e->nworkers = 0;
-	if (e->have_sigthread) {
-		pthread_kill(e->sigthread, SIGUSR2);
-		pthread_join(e->sigthread, NULL);
-		e->have_sigthread = 0;
-		/* Signals that arrived after the thread left stay pending; drop them. */
-		sigset_t pend;
-		sigpending(&pend);
-		pthread_sigmask(SIG_SETMASK, &e->oldmask, NULL);
-	}
 }
 
 static int execute(struct engine *e, struct tf_engine_result *res, char *err, size_t errlen)
@@ -1779,7 +1727,10 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 	} else {
 		final = TF_RUN_SUCCEEDED;
 	}
-	rc = tf_run_finish(e->db, e->run_id, e->token, final, msg[0] ? msg : NULL, 0);
+	if (final == TF_RUN_INTERRUPTED && e->drain)
+		snprintf(msg, sizeof(msg), "stopped by a draining daemon; the next one continues it");
+	rc = tf_run_finish(e->db, e->run_id, e->token, final, msg[0] ? msg : NULL,
+	                   final == TF_RUN_INTERRUPTED && e->drain);
 	if (rc == -ESTALE) {
 		snprintf(err, errlen,
 		         "run '%s' was taken over by another process before it ended here",
@@ -1811,63 +1762,6 @@ static char *default_storage(const struct tf_engine_opts *o, const struct tf_pip
 	char *url = tf_xasprintf("file://%s/objects", abs ? abs : home);
 	free(abs);
 	return url;
-}
-
-int tf_engine_run_file(const struct tf_engine_opts *o, const char *path,
-                       const struct tf_param_override *ov, size_t nov, struct tf_diag_list *diags,
-                       struct tf_engine_result *res, char *err, size_t errlen)
-{
-	struct engine e;
-	int rc;
-	engine_init(&e, o);
-	rc = tf_pipeline_load(path, ov, nov, 0, &e.p, diags);
-	if (rc) {
-		snprintf(err, errlen, "pipeline '%s' has errors", path);
-		rc = -EINVAL;
-		goto out;
-	}
-	for (size_t i = 0; i < o->nforce; i++)
-		if (tf_pipeline_step_index(e.p, o->force[i]) < 0) {
-			snprintf(err, errlen, "--force %.100s: pipeline '%.300s' has no such step",
-			         o->force[i], path);
-			rc = -EINVAL;
-			goto out;
-		}
-	rc = tf_store_open_home(e.home, &e.db, err, errlen);
-	if (rc)
-		goto out;
-	e.storage_url = default_storage(o, e.p, e.home);
-	json_t *params = json_object();
-	for (size_t i = 0; i < nov; i++)
-		json_object_set_new(params, ov[i].name, json_string(ov[i].value));
-	char *pj = canon(params);
-	json_decref(params);
-	struct tf_run_step_def *defs = tf_xcalloc(e.p->nsteps + 1, sizeof(*defs));
-	for (size_t i = 0; i < e.p->nsteps; i++) {
-		defs[i].name = e.p->steps[i].name;
-		defs[i].type = tf_step_type_name(e.p->steps[i].type);
-	}
-	rc = tf_run_create(e.db, e.p->name, e.p->source, path, pj, e.storage_url, defs, e.p->nsteps,
-	                   NULL, e.run_id);
-	free(defs);
-	free(pj);
-	struct tf_run_owner holder;
-	if (rc == 0)
-		rc = tf_run_claim(e.db, e.run_id, e.token, 1u << TF_RUN_PENDING, 0, &holder);
-	if (rc) {
-		snprintf(err, errlen, "%s", tf_store_errmsg(e.db));
-		goto out;
-	}
-	memcpy(res->run_id, e.run_id, sizeof(res->run_id));
-	rc = load_steps(&e, 0);
-	if (rc) {
-		snprintf(err, errlen, "%s", tf_store_errmsg(e.db));
-		goto out;
-	}
-	rc = execute(&e, res, err, errlen);
-out:
-	engine_release(&e);
-	return rc;
 }
 
 /* The rule of what may be continued: resume takes any run that has not succeeded (a
@@ -1937,45 +1831,154 @@ static int end_lost_processes(struct engine *e, char *err, size_t errlen)
 	return rc;
 }
 
-int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id, unsigned flags,
-                     struct tf_engine_result *res, char *err, size_t errlen)
+/* ---- creating runs ------------------------------------------------------------------- */
+
+/* Records a new run of the loaded pipeline `p` (pending) in the caller's transaction, or in one
+ * of its own: the one place runs are created, for `tpuflow run`, the daemon and the API. */
+static int create_run(struct tf_store *st, const struct tf_pipeline *p, const char *path,
+                      const struct tf_param_override *ov, size_t nov, const char *storage,
+                      const char *trigger, char run_id[32])
 {
-	struct engine e;
+	json_t *params = json_object();
+	for (size_t i = 0; i < nov; i++)
+		json_object_set_new(params, ov[i].name, json_string(ov[i].value));
+	char *pj = canon(params);
+	json_decref(params);
+	struct tf_run_step_def *defs = tf_xcalloc(p->nsteps + 1, sizeof(*defs));
+	for (size_t i = 0; i < p->nsteps; i++) {
+		defs[i].name = p->steps[i].name;
+		defs[i].type = tf_step_type_name(p->steps[i].type);
+	}
+	int own, rc = tf_store_join(st, &own);
+	if (rc == 0)
+		rc = tf_run_create(st, p->name, p->source, path, pj, storage, defs, p->nsteps, NULL,
+		                   run_id);
+	if (rc == 0 && trigger)
+		rc = tf_store_run(st, "UPDATE runs SET trigger=? WHERE id=?", "tt", trigger, run_id);
+	rc = tf_store_leave(st, own, rc);
+	free(defs);
+	free(pj);
+	return rc;
+}
+
+int tf_engine_submit(struct tf_store *st, const char *home, const struct tf_engine_submit *s,
+                     char run_id[32], struct tf_diag_list *diags, char *err, size_t errlen)
+{
+	struct tf_pipeline *p = NULL;
+	const char *name = s->path ? s->path : "pipeline";
+	int rc = tf_pipeline_load_buffer(name, s->yaml, s->yaml_len, s->ov, s->nov, 0, &p, diags);
+	if (rc) {
+		snprintf(err, errlen, "pipeline '%s' has errors", name);
+		return -EINVAL;
+	}
+	struct tf_engine_opts o = {.storage = s->storage};
+	char *storage = default_storage(&o, p, home);
+	int own;
+	rc = tf_store_join(st, &own);
+	if (rc == 0)
+		rc = create_run(st, p, s->path, s->ov, s->nov, storage, s->trigger, run_id);
+	if (rc == 0 && (s->has_priority || s->project))
+		rc = tf_store_run(st,
+		                  "UPDATE runs SET priority=CASE WHEN ? THEN ? ELSE priority END, "
+		                  "project=coalesce(?, project) WHERE id=?",
+		                  "iitt", (int64_t)(s->has_priority != 0), (int64_t)s->priority,
+		                  s->project, run_id);
+	rc = tf_store_leave(st, own, rc);
+	if (rc)
+		snprintf(err, errlen, "%s", tf_store_errmsg(st));
+	free(storage);
+	tf_pipeline_free(p);
+	return rc;
+}
+
+/* ---- the handle ------------------------------------------------------------------------ */
+
+struct tf_engine {
+	struct engine e;          /* the run */
+	struct tf_engine_opts o;  /* a copy (its strings are borrowed) */
+	pthread_t driver;         /* runs execute() */
+	int have_driver;
+	int done;                 /* execute() returned (under e.mu) */
+	int rc;                   /* its return */
+	char err[1024];           /* its message */
+	struct tf_engine_result res;
+};
+
+/* A new run from a file: loaded, recorded pending and claimed in one transaction (so no
+ * daemon can take it in between), its steps loaded. */
+static int setup_new(struct engine *e, const struct tf_engine_req *rq, struct tf_diag_list *diags,
+                     char *err, size_t errlen)
+{
+	const struct tf_engine_opts *o = e->o;
+	int rc = tf_pipeline_load(rq->path, rq->ov, rq->nov, 0, &e->p, diags);
+	if (rc) {
+		snprintf(err, errlen, "pipeline '%s' has errors", rq->path);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < o->nforce; i++)
+		if (tf_pipeline_step_index(e->p, o->force[i]) < 0) {
+			snprintf(err, errlen, "--force %.100s: pipeline '%.300s' has no such step",
+			         o->force[i], rq->path);
+			return -EINVAL;
+		}
+	rc = tf_store_open_home(e->home, &e->db, err, errlen);
+	if (rc)
+		return rc;
+	e->storage_url = default_storage(o, e->p, e->home);
+	struct tf_run_owner holder;
+	rc = tf_store_begin(e->db);
+	if (rc == 0)
+		rc = create_run(e->db, e->p, rq->path, rq->ov, rq->nov, e->storage_url,
+		                rq->trigger ? rq->trigger : "cli", e->run_id);
+	if (rc == 0)
+		rc = tf_run_claim(e->db, e->run_id, e->token, 1u << TF_RUN_PENDING, 0, &holder);
+	if (rc == 0)
+		rc = tf_store_commit(e->db);
+	else
+		tf_store_rollback(e->db);
+	if (rc == 0)
+		rc = load_steps(e, 0);
+	if (rc)
+		snprintf(err, errlen, "%s", tf_store_errmsg(e->db));
+	return rc;
+}
+
+/* An existing run (resume, retry, or a submitted run a daemon takes): claimed, what its lost
+ * attempts left behind ended, its steps loaded. */
+static int setup_continue(struct engine *e, const struct tf_engine_req *rq,
+                          struct tf_diag_list *diags, char *err, size_t errlen)
+{
 	char *source = NULL, *path = NULL, *params = NULL, *storage = NULL;
 	struct tf_param_override *ov = NULL;
 	size_t nov = 0;
 	json_t *pj = NULL;
-	struct tf_diag_list diags = {0};
 	enum tf_run_state state;
-	int rc;
-
-	engine_init(&e, o);
-	rc = tf_store_open_home(e.home, &e.db, err, errlen);
+	unsigned flags = rq->flags;
+	int rc = tf_store_open_home(e->home, &e->db, err, errlen);
 	if (rc)
-		goto out;
-	rc = tf_run_find(e.db, run_id, e.run_id);
+		return rc;
+	rc = tf_run_find(e->db, rq->run_id, e->run_id);
 	if (rc) {
 		snprintf(err, errlen,
 		         rc == -EEXIST ? "run id prefix '%s' is ambiguous: give more characters"
 		                       : "no run '%s' in this state home (see 'tpuflow runs list')",
-		         run_id);
-		goto out;
+		         rq->run_id);
+		return rc;
 	}
-	rc = tf_run_get_state(e.db, e.run_id, &state);
-	if (rc)
-		goto out;
-	rc = continue_check(e.run_id, state, flags, err, errlen);
-	if (rc)
-		goto out;
-	rc = tf_run_pipeline_source(e.db, e.run_id, &source, &path);
+	rc = tf_run_get_state(e->db, e->run_id, &state);
 	if (rc == 0)
-		rc = tf_store_query_text(e.db, &params, "SELECT params FROM runs WHERE id=?", "t",
-		                         e.run_id);
+		rc = continue_check(e->run_id, state, flags, err, errlen);
+	if (rc)
+		return rc;
+	rc = tf_run_pipeline_source(e->db, e->run_id, &source, &path);
 	if (rc == 0)
-		rc = tf_store_query_text(e.db, &storage, "SELECT storage FROM runs WHERE id=?", "t",
-		                         e.run_id);
+		rc = tf_store_query_text(e->db, &params, "SELECT params FROM runs WHERE id=?", "t",
+		                         e->run_id);
+	if (rc == 0)
+		rc = tf_store_query_text(e->db, &storage, "SELECT storage FROM runs WHERE id=?",
+		                         "t", e->run_id);
 	if (rc) {
-		snprintf(err, errlen, "%s", tf_store_errmsg(e.db));
+		snprintf(err, errlen, "%s", tf_store_errmsg(e->db));
 		goto out;
 	}
 	pj = json_loads(params ? params : "{}", 0, NULL);
@@ -1991,50 +1994,173 @@ int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id, unsigne
 		}
 	}
 	rc = tf_pipeline_load_buffer(path ? path : "pipeline", source, strlen(source), ov, nov, 0,
-	                             &e.p, &diags);
+	                             &e->p, diags);
 	if (rc) {
-		tf_diag_print(&diags, stderr);
 		snprintf(err, errlen, "the pipeline stored with run '%s' no longer loads",
-		         e.run_id);
+		         e->run_id);
+		rc = -EINVAL;
 		goto out;
 	}
-	e.storage_url = storage ? tf_xstrdup(storage) : default_storage(o, e.p, e.home);
+	e->storage_url = storage ? tf_xstrdup(storage) : default_storage(e->o, e->p, e->home);
 	struct tf_run_owner holder;
-	rc = tf_run_claim(e.db, e.run_id, e.token, continue_from(flags), flags & TF_ENGINE_FORCE,
-	                  &holder);
+	rc = tf_run_claim(e->db, e->run_id, e->token, continue_from(flags),
+	                  flags & TF_ENGINE_FORCE, &holder);
 	if (rc == -EBUSY || rc == -EALREADY) {
 		if (rc == -EALREADY)
-			continue_check(e.run_id, holder.state, flags, err, errlen);
+			continue_check(e->run_id, holder.state, flags, err, errlen);
 		else
-			busy_message(e.run_id, &holder, err, errlen);
+			busy_message(e->run_id, &holder, err, errlen);
 		goto out;
 	}
 	if (rc == 0 && holder.state == TF_RUN_RUNNING && holder.token[0] &&
-	    strcmp(holder.token, e.token) && !tf_run_owner_gone(&holder, TF_RUN_LEASE_S))
+	    strcmp(holder.token, e->token) && !tf_run_owner_gone(&holder, TF_RUN_LEASE_S))
 		tf_warn("run '%s': taken over by force from process %ld, which looks alive "
 		        "(heartbeat %.1f s ago); if it still runs, it stops at its next heartbeat",
-		        e.run_id, holder.pid, holder.heartbeat_age);
+		        e->run_id, holder.pid, holder.heartbeat_age);
 	if (rc == 0)
-		rc = end_lost_processes(&e, err, errlen);
+		rc = end_lost_processes(e, err, errlen);
 	if (rc == -ETIMEDOUT || rc == -EPERM)
 		goto out;
 	if (rc == 0)
-		rc = load_steps(&e, 1);
-	if (rc) {
-		snprintf(err, errlen, "%s", tf_store_errmsg(e.db));
-		goto out;
-	}
-	memcpy(res->run_id, e.run_id, sizeof(res->run_id));
-	rc = execute(&e, res, err, errlen);
+		rc = load_steps(e, 1);
+	if (rc)
+		snprintf(err, errlen, "%s", tf_store_errmsg(e->db));
 out:
-	tf_diag_list_release(&diags);
 	json_decref(pj);
 	free(ov);
 	free(source);
 	free(path);
 	free(params);
 	free(storage);
-	engine_release(&e);
+	return rc;
+}
+
+static void *driver_main(void *arg)
+{
+	struct tf_engine *h = arg;
+	h->rc = execute(&h->e, &h->res, h->err, sizeof(h->err));
+	pthread_mutex_lock(&h->e.mu);
+	h->done = 1;
+	pthread_mutex_unlock(&h->e.mu);
+	return NULL;
+}
+
+int tf_engine_start(const struct tf_engine_opts *o, const struct tf_engine_req *rq,
+                    struct tf_engine **out, struct tf_diag_list *diags, char *err, size_t errlen)
+{
+	struct tf_engine *h = tf_xcalloc(1, sizeof(*h));
+	h->o = *o;
+	engine_init(&h->e, &h->o);
+	int rc = rq->run_id ? setup_continue(&h->e, rq, diags, err, errlen)
+	                    : setup_new(&h->e, rq, diags, err, errlen);
+	if (rc == 0 && pthread_create(&h->driver, NULL, driver_main, h)) {
+		snprintf(err, errlen, "cannot start a thread to drive run '%s'", h->e.run_id);
+		rc = -EAGAIN;
+	}
+	if (rc) {
+		engine_release(&h->e);
+		free(h);
+		return rc;
+	}
+	h->have_driver = 1;
+	memcpy(h->res.run_id, h->e.run_id, sizeof(h->res.run_id));
+	*out = h;
+	return 0;
+}
+
+const char *tf_engine_run_id(const struct tf_engine *h)
+{
+	return h->e.run_id;
+}
+
+static void interrupt(struct tf_engine *h, int drain)
+{
+	pthread_mutex_lock(&h->e.mu);
+	h->e.interrupted = 1;
+	h->e.drain |= drain;
+	pthread_cond_signal(&h->e.coord_cv);
+	pthread_mutex_unlock(&h->e.mu);
+}
+
+void tf_engine_cancel(struct tf_engine *h)
+{
+	interrupt(h, 0);
+}
+
+void tf_engine_drain(struct tf_engine *h)
+{
+	interrupt(h, 1);
+}
+
+int tf_engine_done(struct tf_engine *h)
+{
+	pthread_mutex_lock(&h->e.mu);
+	int d = h->done;
+	pthread_mutex_unlock(&h->e.mu);
+	return d;
+}
+
+int tf_engine_wait(struct tf_engine *h, struct tf_engine_result *res, char *err, size_t errlen)
+{
+	if (h->have_driver) {
+		pthread_join(h->driver, NULL);
+		h->have_driver = 0;
+	}
+	*res = h->res;
+	h->res.summary = NULL; /* the caller's now */
+	if (h->rc)
+		snprintf(err, errlen, "%s", h->err);
+	return h->rc;
+}
+
+void tf_engine_free(struct tf_engine *h)
+{
+	if (!h)
+		return;
+	if (h->have_driver) {
+		tf_engine_cancel(h);
+		pthread_join(h->driver, NULL);
+	}
+	json_decref(h->res.summary);
+	engine_release(&h->e);
+	free(h);
+}
+
+/* start + wait + free: the run driven to its end on the calling thread's watch. */
+static int run_to_end(const struct tf_engine_opts *o, const struct tf_engine_req *rq,
+                      struct tf_diag_list *diags, struct tf_engine_result *res, char *err,
+                      size_t errlen)
+{
+	struct tf_engine *h = NULL;
+	int rc = tf_engine_start(o, rq, &h, diags, err, errlen);
+	if (rc)
+		return rc;
+	rc = tf_engine_wait(h, res, err, errlen);
+	tf_engine_free(h);
+	return rc;
+}
+
+int tf_engine_run_file(const struct tf_engine_opts *o, const char *path,
+                       const struct tf_param_override *ov, size_t nov, struct tf_diag_list *diags,
+                       struct tf_engine_result *res, char *err, size_t errlen)
+{
+	struct tf_engine_req rq = {.path = path, .ov = ov, .nov = nov};
+	return run_to_end(o, &rq, diags, res, err, errlen);
+}
+
+int tf_engine_resume(const struct tf_engine_opts *o, const char *run_id, unsigned flags,
+                     struct tf_engine_result *res, char *err, size_t errlen)
+{
+	struct tf_engine_req rq = {.run_id = run_id, .flags = flags};
+	struct tf_diag_list diags = {0};
+	int rc = run_to_end(o, &rq, &diags, res, err, errlen);
+	if (rc == -EINVAL && diags.n) {
+		/* the stored pipeline's problems, in the message */
+		size_t n = strlen(err);
+		snprintf(err + n, errlen - n, ": %s:%d:%d: %s", diags.items[0].file ? diags.items[0].file : "",
+		         diags.items[0].line, diags.items[0].col, diags.items[0].message);
+	}
+	tf_diag_list_release(&diags);
 	return rc;
 }
 

@@ -46,6 +46,7 @@ struct tf_step_run {
 	const char *storage_url;      /* its URL, for a child process that opens its own */
 	const char *self_exe;         /* the program a `local` ml step re-executes (NULL: this
 	                                 one, tf_exec_self_path) */
+	int force_local;              /* run an `inprocess` ml step as a `local` child */
 	struct tf_store *db;          /* this worker's database handle */
 	double timeout;               /* seconds, 0 = none (the engine also raises *cancel) */
 	volatile int *cancel;         /* becomes non-zero on timeout or Ctrl-C: return soon;
@@ -81,7 +82,9 @@ struct tf_engine_opts {
 	int workers;         /* steps running at once (0: 8) */
 	FILE *out;           /* progress view (NULL: quiet) */
 	int tty;             /* redraw a live view on `out` instead of plain lines */
-	int handle_signals;  /* SIGINT/SIGTERM stop the run cleanly (resumable) */
+	int ml_local;        /* data_prep/train/evaluate steps with `executor: inprocess` run as
+	                        `local` children instead (the daemon: a crash in a step never
+	                        takes the process down) */
 	tf_step_kind_fn kinds[TF_STEP_LAST]; /* overrides per step type (NULL: built-in) */
 	const char *default_accelerator;     /* for train steps without one (NULL: "v4-8") */
 	int no_cache;                        /* do not take results from the cache (still record) */
@@ -95,6 +98,65 @@ struct tf_engine_opts {
 	                         tests that are not tpuflow name it) */
 };
 
+/* ---- the engine as a handle ---------------------------------------------------------------
+ * One run driven by this process, on threads of its own: tf_engine_start returns once the run
+ * is recorded and claimed (tf_engine_run_id names it); tf_engine_cancel / tf_engine_drain ask
+ * it to stop; tf_engine_wait returns its outcome. Nothing is printed: problems come back as
+ * diagnostics and messages, progress goes to opts.out when set. */
+struct tf_engine;
+struct tf_engine_result;
+
+struct tf_engine_req {
+	/* a new run: the pipeline file and its --param overrides (borrowed for the call) */
+	const char *path;
+	const struct tf_param_override *ov;
+	size_t nov;
+	const char *trigger; /* recorded with a new run: cli (NULL), api or schedule */
+	/* or an existing run (id, unique prefix or "latest"): resume, retry, or a submitted run
+	 * the daemon takes; flags TF_ENGINE_RETRY / TF_ENGINE_FORCE as for tf_engine_resume */
+	const char *run_id;
+	unsigned flags;
+};
+
+/* Starts driving. `o` is copied; the strings it points to are borrowed until tf_engine_free.
+ * Returns 0 and *out (the caller frees it with tf_engine_free), or a negative code: -EINVAL
+ * with the pipeline's problems in diags, -EBUSY/-EALREADY as for tf_engine_resume, others
+ * with a message in err. */
+int tf_engine_start(const struct tf_engine_opts *o, const struct tf_engine_req *rq,
+                    struct tf_engine **out, struct tf_diag_list *diags, char *err, size_t errlen);
+const char *tf_engine_run_id(const struct tf_engine *e);
+/* Like Ctrl-C: running steps are cancelled, the run ends interrupted. Any thread. */
+void tf_engine_cancel(struct tf_engine *e);
+/* For a daemon that stops: as cancel, and the run is marked for the next daemon to continue
+ * (runs.resume_on_start). Train steps get SIGTERM and write a checkpoint first. */
+void tf_engine_drain(struct tf_engine *e);
+/* 1 once the run ended (tf_engine_wait then returns at once). */
+int tf_engine_done(struct tf_engine *e);
+/* Waits for the end: 0 with res filled (res->summary is the caller's), or the engine's error
+ * (message in err; -ESTALE when another process took the run over). */
+int tf_engine_wait(struct tf_engine *e, struct tf_engine_result *res, char *err, size_t errlen);
+/* Frees the handle; a run still driven is cancelled and waited for first. NULL: no-op. */
+void tf_engine_free(struct tf_engine *e);
+
+/* Submission: the one function that turns a pipeline's text into a run, for the daemon's API
+ * and for `tpuflow run` with a daemon. Validates the text (-EINVAL, problems in diags) and
+ * records the run `pending` with how it came (trigger), in the caller's transaction when one
+ * is open on `st`. Whoever drives runs picks it up (orchestrator/runner.h: tf_daemon_wake). */
+struct tf_engine_submit {
+	const char *path;    /* where the text came from, for messages (NULL: "pipeline") */
+	const char *yaml;    /* the pipeline text and its length */
+	size_t yaml_len;
+	const struct tf_param_override *ov;
+	size_t nov;
+	const char *storage; /* object store URL; NULL: the pipeline's, else file://HOME/objects */
+	const char *trigger; /* cli, api or schedule */
+	int has_priority;    /* 1: priority overrides the pipeline's */
+	int priority;        /* 0..9 */
+	const char *project; /* NULL: the pipeline's */
+};
+int tf_engine_submit(struct tf_store *st, const char *home, const struct tf_engine_submit *s,
+                     char run_id[32], struct tf_diag_list *diags, char *err, size_t errlen);
+
 /* Outcome of driving a run. */
 struct tf_engine_result {
 	char run_id[32];         /* the run */
@@ -102,7 +164,8 @@ struct tf_engine_result {
 	json_t *summary;         /* the --json summary document (caller releases) */
 };
 
-/* Loads `path` with the overrides, creates a run and drives it to the end. Returns 0 when
+/* Loads `path` with the overrides, creates a run and drives it to the end (tf_engine_start,
+ * then tf_engine_wait). Returns 0 when
  * the run was driven (its outcome in res->state), -EINVAL when the pipeline has errors (in
  * diags), or another negative code when the engine itself could not work (message in err). */
 int tf_engine_run_file(const struct tf_engine_opts *o, const char *path,

@@ -368,6 +368,8 @@ static int ml_run(struct tf_step_run *r, ml_step_fn fn, const char *kind)
 {
 	switch (r->def ? r->def->executor : TF_EXECUTOR_INPROCESS) {
 	case TF_EXECUTOR_INPROCESS:
+		if (r->force_local) /* the daemon: a crash of the step stays in its process */
+			return ml_child(r, kind);
 		return ml_call(r, fn);
 	case TF_EXECUTOR_LOCAL:
 	case TF_EXECUTOR_SLURM:

@@ -460,6 +460,28 @@ int tf_run_request_cancel(struct tf_store *st, const char *run, enum tf_run_stat
 	return tf_store_leave(st, own, rc);
 }
 
+int tf_run_mark_resume(struct tf_store *st, const char *run, int retry, char *err, size_t errlen)
+{
+	struct tf_run_owner h;
+	int own, rc = tf_store_join(st, &own);
+	if (rc)
+		return rc;
+	rc = tf_run_owner_get(st, run, &h);
+	if (rc == -ENOENT)
+		snprintf(err, errlen, "no run '%s'", run);
+	else if (rc == 0 && h.state == TF_RUN_RUNNING && !tf_run_owner_gone(&h, TF_RUN_LEASE_S)) {
+		snprintf(err, errlen, "run '%s' is being driven by process %ld", run, h.pid);
+		rc = -EBUSY;
+	} else if (rc == 0 && (h.state == TF_RUN_SUCCEEDED ||
+	                       (retry && h.state != TF_RUN_FAILED && h.state != TF_RUN_INTERRUPTED))) {
+		snprintf(err, errlen, "run '%s' is %s: nothing to %s", run, tf_run_state_name(h.state),
+		         retry ? "retry" : "resume");
+		rc = -EALREADY;
+	} else if (rc == 0)
+		rc = tf_store_run(st, "UPDATE runs SET resume_on_start=1 WHERE id=?", "t", run);
+	return tf_store_leave(st, own, rc);
+}
+
 int tf_attempt_set_pgid(struct tf_store *st, const char *run, const char *step, int n, long pgid)
 {
 	return tf_store_run(st, "UPDATE attempts SET pgid=? WHERE run_id=? AND step=? AND n=?",

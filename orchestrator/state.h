@@ -158,6 +158,11 @@ struct tf_attempt_result {
 };
 int tf_attempt_set_state(struct tf_store *st, const char *run, const char *step, int n,
                          enum tf_attempt_state to, const struct tf_attempt_result *r);
+/* Asks whoever drives runs (the daemon) to continue `run` (the API's resume/retry): marks a
+ * failed or interrupted run resume_on_start. -EALREADY (succeeded, or a retry of a run that
+ * is not failed/interrupted), -EBUSY (a live owner drives it), -ENOENT; message in err. */
+int tf_run_mark_resume(struct tf_store *st, const char *run, int retry, char *err, size_t errlen);
+
 /* Records the process group of the attempt's child process. */
 int tf_attempt_set_pgid(struct tf_store *st, const char *run, const char *step, int n, long pgid);
 

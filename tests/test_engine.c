@@ -872,44 +872,46 @@ static void test_engine_shell_timeout_kills_process_group(void **state)
 	}
 }
 
-static void *interrupter(void *arg)
-{
-	(void)arg;
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &set, NULL); /* the engine's signal thread takes it */
-	while (ncalls("h") == 0)
-		usleep(1000);
-	usleep(50000);
-	kill(getpid(), SIGINT);
-	return NULL;
-}
-
+/* The engine as a handle: start returns with the run recorded, cancel (what Ctrl-C does in
+ * the CLI) stops it cleanly, wait gives the outcome; the run resumes where it stopped. */
 static void test_engine_interrupt_then_resume(void **state)
 {
 	(void)state;
 	reset();
 	struct tf_engine_opts o = opts();
-	o.handle_signals = 1;
-	struct tf_engine_result res;
+	struct tf_engine_result res = {0};
 	const char *yaml = "name: stop\n"
 	                   "steps:\n"
 	                   "  - {name: a, type: shell, with: {argv: [ok]}}\n"
 	                   "  - {name: h, type: shell, needs: [a], with: {argv: [hang, '1']}}\n"
 	                   "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n";
-	pthread_t t;
-	pthread_create(&t, NULL, interrupter, NULL);
-	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
-	pthread_join(t, NULL);
+	write_file("p.yaml", yaml);
+	struct tf_engine_req rq = {.path = "p.yaml"};
+	struct tf_diag_list diags = {0};
+	struct tf_engine *e = NULL;
+	char err[256] = "";
+	assert_int_equal(tf_engine_start(&o, &rq, &e, &diags, err, sizeof(err)), 0);
+	/* committed before start returns: the run is in the database, running */
+	struct tf_store *st = NULL;
+	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
+	enum tf_run_state rs;
+	assert_int_equal(tf_run_get_state(st, tf_engine_run_id(e), &rs), 0);
+	assert_int_equal(rs, TF_RUN_RUNNING);
+	tf_store_close(st);
+	while (ncalls("h") == 0)
+		usleep(1000);
+	usleep(50000);
+	assert_false(tf_engine_done(e));
+	tf_engine_cancel(e);
+	assert_int_equal(tf_engine_wait(e, &res, err, sizeof(err)), 0);
+	assert_true(tf_engine_done(e));
+	tf_engine_free(e);
 	assert_int_equal(res.state, TF_RUN_INTERRUPTED);
 	assert_string_equal(sstate(res.summary, "a"), "succeeded");
 	assert_string_equal(sstate(res.summary, "h"), "pending");
 	json_decref(res.summary);
 
 	/* Resume: h's second call finishes; a is not run again. */
-	o.handle_signals = 0;
-	char err[256] = "";
 	struct tf_engine_result r2 = {0};
 	assert_int_equal(tf_engine_resume(&o, res.run_id, 0, &r2, err, sizeof(err)), 0);
 	assert_int_equal(r2.state, TF_RUN_SUCCEEDED);

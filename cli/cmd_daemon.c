@@ -1,0 +1,82 @@
+/* cmd_daemon.c — `tpuflow daemon`: its command line; the process itself is web/daemon.c. */
+#include "cli/cli.h"
+#include "common/common.h"
+#include "orchestrator/pipeline.h"
+#include "web/daemon.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void daemon_usage(FILE *f)
+{
+	fprintf(
+	    f,
+	    "usage: tpuflow daemon [--home DIR] [--listen HOST:PORT] [--grace DURATION]\n"
+	    "                      [--no-auth]\n\n"
+	    "Drives every run submitted on the state home (by 'tpuflow run', the HTTP API or a\n"
+	    "schedule) and serves the HTTP API, in the foreground. Logs go to stderr as text,\n"
+	    "or JSON lines with TPUFLOW_LOG_FORMAT=json (TPUFLOW_LOG=info shows each run).\n\n"
+	    "  --listen HOST:PORT  HTTP address (default 127.0.0.1:8470; port 0: any free one)\n"
+	    "  --grace DURATION    on SIGTERM/SIGINT, how long running steps get to stop (train\n"
+	    "                      steps write a checkpoint) before the daemon exits (default "
+	    "30s)\n"
+	    "  --no-auth           serve the API without bearer tokens (loopback only)\n\n"
+	    "SIGTERM/SIGINT: stop taking runs, drain, exit 0; the next daemon continues the\n"
+	    "runs. SIGHUP: re-read HOME/daemon.conf (max_runs=N, workers=N, log=LEVEL).\n"
+	    "Another daemon on the same home: exit 75. See docs/daemon.md.\n");
+}
+
+int cmd_daemon(int argc, char **argv, struct tf_cli *cli)
+{
+	enum { OPT_LISTEN = 1, OPT_GRACE, OPT_NO_AUTH };
+	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
+	                                     {"listen", required_argument, NULL, OPT_LISTEN},
+	                                     {"grace", required_argument, NULL, OPT_GRACE},
+	                                     {"no-auth", no_argument, NULL, OPT_NO_AUTH},
+	                                     {0, 0, 0, 0}};
+	struct tf_daemon_opts o = {.listen = "127.0.0.1:8470", .grace = 30};
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			daemon_usage(stdout);
+			return TF_EXIT_OK;
+		case OPT_LISTEN:
+			if (!strchr(optarg, ':'))
+				return tf_cli_usage_error(
+				    "daemon", "--listen wants HOST:PORT, not '%s'", optarg);
+			o.listen = optarg;
+			break;
+		case OPT_GRACE:
+			if (tf_duration_parse(optarg, &o.grace) || o.grace <= 0)
+				return tf_cli_usage_error(
+				    "daemon",
+				    "--grace wants a duration such as 30s or 2m, not '%s'", optarg);
+			break;
+		case OPT_NO_AUTH:
+			o.auth_none = 1;
+			break;
+		default:
+			if (!tf_cli_common_option(cli, c, optarg))
+				return tf_cli_usage_error("daemon", "unknown option");
+		}
+	}
+	if (optind != argc)
+		return tf_cli_usage_error("daemon", "unexpected argument '%s'", argv[optind]);
+	char *home = tf_cli_home(cli, 1);
+	if (!home)
+		return TF_EXIT_CONFIG;
+	o.home = home;
+	char err[1024] = "";
+	int rc = tf_daemon_run(&o, err, sizeof(err));
+	free(home);
+	if (rc == 0)
+		return TF_EXIT_OK;
+	fprintf(stderr, "tpuflow daemon: %s\n", err);
+	return rc == -EBUSY    ? TF_EXIT_TEMPFAIL
+	       : rc == -EPROTO ? TF_EXIT_CONFIG
+	                       : TF_EXIT_UNAVAILABLE;
+}

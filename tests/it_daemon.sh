@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Integration: `tpuflow daemon` on a temporary home and a free loopback port (docs/daemon.md).
+#  - systemd's notify protocol: READY=1 once it serves, STOPPING=1 on drain ($NOTIFY_SOCKET)
+#  - a second daemon on the same home is refused with exit 75
+#  - `tpuflow run` through the daemon follows the run to its end (exit 0)
+#  - `run --detach` prints the run id at once; `runs watch` follows it to the end
+#  - `runs cancel` of a run the daemon drives: it ends failed within seconds
+#  - a run left `running` by a killed `tpuflow run --embedded` is adopted and finished
+#  - SIGTERM drains (exit 0, run interrupted and marked); the next daemon finishes the run
+# Stops only the processes it started.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+BUILD=${BUILD:-build}
+bin=$root/$BUILD/tpuflow
+[[ -x $bin ]] || { echo "it_daemon: build first (make)"; exit 1; }
+dir=$(mktemp -d /tmp/tpuflow-it-daemon.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "it_daemon: FAILED: $*"; [[ -f $dir/d.log ]] && tail -20 "$dir/d.log"; exit 1; }
+H=$dir/home
+export TPUFLOW_LOG=info
+
+# a notify socket in the manner of systemd: records what it is told
+python3 - "$dir/notify.sock" "$dir/notify.log" <<'PY' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+with open(sys.argv[2], "a", buffering=1) as f:
+    while True:
+        f.write(s.recv(4096).decode() + "\n")
+PY
+pids+=($!)
+for _ in $(seq 1 100); do [[ -S $dir/notify.sock ]] && break; sleep 0.05; done
+
+start_daemon() {
+  NOTIFY_SOCKET=$dir/notify.sock "$bin" daemon --home "$H" --listen 127.0.0.1:0 --grace 20s \
+    >>"$dir/d.log" 2>&1 &
+  dpid=$!; pids+=($dpid)
+  for _ in $(seq 1 200); do
+    [[ -s $H/daemon.json ]] && grep -q "READY=1" "$dir/notify.log" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  fail "the daemon did not become ready"
+}
+start_daemon
+url=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["url"])' "$H/daemon.json")
+curl -sf "$url/healthz" >/dev/null || fail "GET /healthz"
+curl -sf "$url/readyz" | grep -q ready || fail "GET /readyz"
+
+# ---- a second daemon is refused
+"$bin" daemon --home "$H" --listen 127.0.0.1:0 >"$dir/second.log" 2>&1
+rc=$?
+[[ $rc == 75 ]] || fail "a second daemon exited $rc, expected 75"
+grep -q "already serves" "$dir/second.log" || fail "the second daemon did not say why: $(cat "$dir/second.log")"
+
+cat >"$dir/quick.yaml" <<'YAML'
+name: quick
+steps:
+  - {name: a, type: shell, with: {argv: [sh, -c, 'sleep 0.3; echo a']}}
+  - {name: b, type: shell, needs: [a], with: {argv: [sh, -c, 'echo b']}}
+YAML
+cat >"$dir/slow.yaml" <<YAML
+name: slow
+steps:
+  - {name: first, type: shell, with: {argv: [sh, -c, 'echo "\$TPUFLOW_ATTEMPT" >> $dir/slow.marks; sleep 4']}}
+  - {name: second, type: shell, needs: [first], with: {argv: [sh, -c, 'echo done']}}
+YAML
+
+# ---- `tpuflow run` through the daemon
+"$bin" run "$dir/quick.yaml" --home "$H" --plain >"$dir/run.log" 2>&1 || fail "run through the daemon: $(cat "$dir/run.log")"
+grep -q "submitted to the daemon" "$dir/run.log" || fail "run did not go through the daemon: $(cat "$dir/run.log")"
+grep -q "succeeded" "$dir/run.log" || fail "run did not follow to the end"
+"$bin" runs show latest --home "$H" --json | grep -q '"trigger": "cli"' || fail "trigger not recorded"
+
+# ---- --detach, then runs watch
+run=$("$bin" run "$dir/quick.yaml" --home "$H" --detach) || fail "run --detach"
+[[ $run =~ ^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$ ]] || fail "--detach printed '$run', not a run id"
+"$bin" runs watch "$run" --home "$H" --plain >"$dir/watch.log" 2>&1 || fail "runs watch: $(cat "$dir/watch.log")"
+grep -q "run $run succeeded" "$dir/watch.log" || fail "runs watch did not end with the run's result"
+
+# ---- runs cancel
+run=$("$bin" run "$dir/slow.yaml" --home "$H" --detach)
+for _ in $(seq 1 100); do [[ -s $dir/slow.marks ]] && break; sleep 0.05; done
+"$bin" runs cancel "$run" --home "$H" >/dev/null || fail "runs cancel"
+"$bin" run "$dir/quick.yaml" --home "$H" --wait >/dev/null 2>&1 # the daemon goes on taking runs
+"$bin" runs watch "$run" --home "$H" --plain >"$dir/cancel.log" 2>&1
+[[ $? == 1 ]] || fail "the cancelled run did not end failed: $(tail -3 "$dir/cancel.log")"
+grep -q "cancelled" "$dir/cancel.log" || fail "the cancelled run does not say so"
+rm -f "$dir/slow.marks"
+
+# ---- a run whose owner was killed is adopted
+"$bin" run "$dir/slow.yaml" --home "$H" --embedded --plain >"$dir/emb.log" 2>&1 &
+epid=$!; pids+=($epid)
+for _ in $(seq 1 100); do [[ -s $dir/slow.marks ]] && break; sleep 0.05; done
+run=$("$bin" runs list --home "$H" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+kill -KILL "$epid"; wait "$epid" 2>/dev/null
+"$bin" runs watch "$run" --home "$H" --plain >"$dir/adopt.log" 2>&1 || fail "the orphaned run was not finished by the daemon: $(tail -5 "$dir/adopt.log")"
+grep -q "adopting it" "$dir/d.log" || fail "the daemon did not say it adopted the run"
+[[ $(wc -l <"$dir/slow.marks") == 2 ]] || fail "expected one new attempt after adoption: $(cat "$dir/slow.marks")"
+rm -f "$dir/slow.marks"
+
+# ---- SIGTERM drains; the next daemon finishes the run
+run=$("$bin" run "$dir/slow.yaml" --home "$H" --detach)
+for _ in $(seq 1 100); do [[ -s $dir/slow.marks ]] && break; sleep 0.05; done
+kill -TERM "$dpid"; wait "$dpid"; rc=$?
+[[ $rc == 0 ]] || fail "the drained daemon exited $rc"
+grep -q "STOPPING=1" "$dir/notify.log" || fail "no STOPPING=1 on drain"
+[[ ! -e $H/daemon.json ]] || fail "daemon.json left behind after a clean exit"
+"$bin" runs show "$run" --home "$H" --json >"$dir/drained.json"
+grep -q '"state": "interrupted"' "$dir/drained.json" || fail "the drained run is not interrupted: $(head -5 "$dir/drained.json")"
+start_daemon
+"$bin" runs watch "$run" --home "$H" --plain >"$dir/after.log" 2>&1 || fail "the next daemon did not finish the drained run: $(tail -5 "$dir/after.log")"
+kill -TERM "$dpid"; wait "$dpid" || fail "second daemon exit"
+echo "it_daemon: ok"

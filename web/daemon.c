@@ -1,0 +1,469 @@
+/* daemon.c — owns the `tpuflow daemon` process: the lock that makes it the only daemon of its
+ * home, HOME/daemon.json, the wake socket, signals, the systemd notify protocol, the HTTP
+ * server (web/http.c) and the periodic jobs that drive runs (orchestrator/runner.h).
+ *
+ * One thread runs the main loop: poll() on a signalfd (SIGTERM, SIGINT, SIGHUP) and the wake
+ * socket HOME/daemon.sock, with a timeout up to the next due periodic job. The periodic jobs
+ * are a table of named periods in the manner of Redis's serverCron: adding one is one line.
+ * Runs are driven by engine handles on their own threads; the main thread only starts,
+ * reaps and drains them.
+ *
+ * Configuration: the command line (home, listen address, grace) and HOME/daemon.conf, lines of
+ * KEY=VALUE read at start and again on SIGHUP: max_runs (runs driven at once, default 4),
+ * workers (steps at once per run, default 8), log (debug|info|warn|error). */
+#include "web/daemon.h"
+#include "orchestrator/runner.h"
+#include "orchestrator/state.h"
+#include "web/server.h"
+
+#define TF_LOG_TAG "daemon"
+#include "common/common.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#ifndef TF_VERSION
+#define TF_VERSION "0"
+#endif
+
+struct daemon {
+	const struct tf_daemon_opts *o;
+	char *home;
+	struct tf_runner *runner;
+	struct tf_web *web;
+	int lock_fd, wake_fd, sig_fd;
+	int wake;     /* a datagram arrived: look for runs now */
+	int stopping; /* SIGTERM/SIGINT seen */
+	char listen[160];
+};
+
+/* ---- systemd's notify protocol (sd_notify(3)): one datagram to $NOTIFY_SOCKET ---------- */
+
+static void notify(const char *state)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	if (!path || !*path)
+		return;
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	size_t n = strlen(path);
+	if (n >= sizeof(a.sun_path) || (path[0] != '/' && path[0] != '@'))
+		return;
+	memcpy(a.sun_path, path, n);
+	if (path[0] == '@')
+		a.sun_path[0] = '\0'; /* an abstract socket name */
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	if (sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&a,
+	           (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0)
+		tf_warn("cannot notify the service manager (%s): %s", path, strerror(errno));
+	close(fd);
+}
+
+/* ---- configuration -------------------------------------------------------------------- */
+
+static int set_log_level(const char *name)
+{
+	static const char *const names[] = {"debug", "info", "warn", "error"};
+	for (size_t i = 0; i < TF_ARRAY_LEN(names); i++)
+		if (!strcmp(name, names[i])) {
+			tf_log_threshold = (enum tf_log_level)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+static void read_config(struct daemon *d)
+{
+	char *path = tf_xasprintf("%s/daemon.conf", d->home), *text = NULL;
+	size_t len = 0;
+	int max_runs = 0, workers = 0;
+	if (tf_read_file(path, 1 << 16, &text, &len) == 0) {
+		int line = 0;
+		char *save = NULL;
+		for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+			line++;
+			while (*l == ' ' || *l == '\t')
+				l++;
+			if (!*l || *l == '#')
+				continue;
+			char *eq = strchr(l, '=');
+			long long v = 0;
+			char *end = NULL;
+			if (eq) {
+				*eq = '\0';
+				v = strtoll(eq + 1, &end, 10);
+			}
+			if (eq && !strcmp(l, "max_runs") && end != eq + 1 && !*end && v >= 1 &&
+			    v <= 1024)
+				max_runs = (int)v;
+			else if (eq && !strcmp(l, "workers") && end != eq + 1 && !*end && v >= 1 &&
+			         v <= 1024)
+				workers = (int)v;
+			else if (eq && !strcmp(l, "log") && set_log_level(eq + 1) == 0)
+				;
+			else
+				tf_warn(
+				    "%s:%d: ignored (expected max_runs=1..1024, workers=1..1024 or "
+				    "log=debug|info|warn|error)",
+				    path, line);
+		}
+	}
+	free(text);
+	free(path);
+	if (d->runner)
+		tf_runner_set_limits(d->runner, max_runs, workers);
+	tf_info("configuration: max_runs=%d workers=%d", max_runs ? max_runs : 4,
+	        workers ? workers : 8);
+}
+
+/* ---- the home: lock, daemon.json, wake socket ------------------------------------------ */
+
+static int take_lock(struct daemon *d, char *err, size_t errlen)
+{
+	char *path = tf_xasprintf("%s/%s", d->home, TF_DAEMON_LOCK);
+	d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	int rc = 0;
+	if (d->lock_fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(-rc));
+	} else if (flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		struct tf_daemon_info info = {0};
+		char *jp = tf_xasprintf("%s/%s", d->home, TF_DAEMON_JSON);
+		json_t *j = json_load_file(jp, 0, NULL);
+		free(jp);
+		info.pid = (long)json_integer_value(json_object_get(j, "pid"));
+		const char *addr = json_string_value(json_object_get(j, "listen"));
+		snprintf(err, errlen,
+		         "another daemon (pid %ld, http://%s) already serves the state home '%s'; "
+		         "stop it first (kill -TERM %ld) or use another --home",
+		         info.pid, addr ? addr : "?", d->home, info.pid);
+		json_decref(j);
+	}
+	free(path);
+	return rc;
+}
+
+/* daemon.json, written to a temporary file and renamed over, so a reader sees all or none. */
+static int write_info(struct daemon *d, char *err, size_t errlen)
+{
+	char *path = tf_xasprintf("%s/%s", d->home, TF_DAEMON_JSON);
+	char *tmp = tf_xasprintf("%s.tmp.%ld", path, (long)getpid());
+	json_t *j = json_pack("{s:s, s:I, s:s, s:f, s:s, s:s}", "listen", d->listen, "pid",
+	                      (json_int_t)getpid(), "version", TF_VERSION, "started_at",
+	                      tf_now_wall(), "url", "", "wake_socket", TF_DAEMON_SOCK);
+	char url[200];
+	snprintf(url, sizeof(url), "http://%s", d->listen);
+	json_object_set_new(j, "url", json_string(url));
+	int rc = json_dump_file(j, tmp, JSON_INDENT(2)) ? -EIO : 0;
+	if (rc == 0 && rename(tmp, path) < 0)
+		rc = -errno;
+	if (rc) {
+		snprintf(err, errlen, "cannot write '%s': %s", path, strerror(-rc));
+		unlink(tmp);
+	}
+	json_decref(j);
+	free(tmp);
+	free(path);
+	return rc;
+}
+
+static int open_wake(struct daemon *d, char *err, size_t errlen)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	int n = snprintf(a.sun_path, sizeof(a.sun_path), "%s/%s", d->home, TF_DAEMON_SOCK);
+	if (n < 0 || (size_t)n >= sizeof(a.sun_path)) {
+		snprintf(err, errlen, "the state home path '%s' is too long for a unix socket",
+		         d->home);
+		return -ENAMETOOLONG;
+	}
+	unlink(a.sun_path); /* a leftover of a daemon that died: we hold the lock */
+	d->wake_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (d->wake_fd < 0 || bind(d->wake_fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		int rc = -errno;
+		snprintf(err, errlen, "cannot bind '%s': %s", a.sun_path, strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
+/* ---- the HTTP API's hooks ------------------------------------------------------------- */
+
+static int hook_submit(void *ctx, struct tf_store *st, const struct tf_web_submit *s,
+                       char run_id[32], struct tf_diag_list *diags, char *err, size_t errlen)
+{
+	struct daemon *d = ctx;
+	if (!s->yaml) {
+		snprintf(err, errlen,
+		         "registered pipelines cannot be submitted by name yet: send "
+		         "the pipeline's YAML text");
+		return -EINVAL;
+	}
+	json_t *pj = s->params_json ? json_loads(s->params_json, 0, NULL) : NULL;
+	struct tf_param_override *ov = tf_xcalloc(json_object_size(pj) + 1, sizeof(*ov));
+	size_t nov = 0;
+	const char *k;
+	json_t *v;
+	json_object_foreach(pj, k, v)
+	{
+		ov[nov].name = k;
+		ov[nov].value = json_string_value(v) ? json_string_value(v) : "";
+		nov++;
+	}
+	struct tf_engine_submit sub = {.path = "request",
+	                               .yaml = s->yaml,
+	                               .yaml_len = s->yaml_len,
+	                               .ov = ov,
+	                               .nov = nov,
+	                               .trigger = "api",
+	                               .priority = s->priority,
+	                               .project = s->project};
+	int rc = tf_engine_submit(st, d->home, &sub, run_id, diags, err, errlen);
+	free(ov);
+	json_decref(pj);
+	return rc;
+}
+
+static int hook_cancel(void *ctx, struct tf_store *st, const char *run, char *err, size_t errlen)
+{
+	(void)ctx;
+	enum tf_run_state state;
+	int rc = tf_run_request_cancel(st, run, &state);
+	if (rc == -ENOENT)
+		snprintf(err, errlen, "no run '%s'", run);
+	else if (rc)
+		snprintf(err, errlen, "%s", tf_store_errmsg(st));
+	return rc;
+}
+
+static int continue_run(struct tf_store *st, const char *run, int retry, char new_run[32],
+                        char *err, size_t errlen)
+{
+	int rc = tf_run_mark_resume(st, run, retry, err, errlen);
+	if (rc == 0)
+		snprintf(new_run, 32, "%s", run);
+	return rc;
+}
+
+static int hook_retry(void *ctx, struct tf_store *st, const char *run, char new_run[32], char *err,
+                      size_t errlen)
+{
+	(void)ctx;
+	return continue_run(st, run, 1, new_run, err, errlen);
+}
+
+static int hook_resume(void *ctx, struct tf_store *st, const char *run, char new_run[32], char *err,
+                       size_t errlen)
+{
+	(void)ctx;
+	return continue_run(st, run, 0, new_run, err, errlen);
+}
+
+static void hook_wake(void *ctx)
+{
+	struct daemon *d = ctx;
+	tf_daemon_wake(d->home); /* from a server thread: through the socket to the main loop */
+}
+
+static int hook_ready(void *ctx)
+{
+	struct daemon *d = ctx;
+	return !d->stopping;
+}
+
+/* ---- periodic jobs (named periods, like Redis's serverCron) ----------------------------- */
+
+static void job_runs(struct daemon *d)
+{
+	tf_runner_reap(d->runner);
+	if (!d->stopping)
+		tf_runner_poll(d->runner);
+}
+
+static void job_reap(struct daemon *d)
+{
+	tf_runner_reap(d->runner);
+}
+
+static const struct cron_job {
+	const char *name;
+	double period; /* seconds */
+	void (*fn)(struct daemon *d);
+} cron_jobs[] = {
+    {"runs", 1.0, job_runs}, /* take submitted and orphaned runs (at once on a wake, too) */
+    {"reap", 0.2, job_reap}, /* free the engines of runs that ended */
+                             /* {"schedules", 1.0, job_schedules},  fire due cron schedules */
+                             /* {"alerts", 5.0, job_alerts},        deliver alerts */
+};
+
+/* Runs the jobs that are due; returns the seconds until the next one is. */
+static double cron(struct daemon *d, double *last)
+{
+	double now = tf_now_monotonic(), next = 3600;
+	for (size_t i = 0; i < TF_ARRAY_LEN(cron_jobs); i++) {
+		if (now - last[i] >= cron_jobs[i].period) {
+			cron_jobs[i].fn(d);
+			last[i] = now;
+		}
+		double t = last[i] + cron_jobs[i].period - now;
+		if (t < next)
+			next = t;
+	}
+	return next > 0 ? next : 0;
+}
+
+/* ---- the main loop ---------------------------------------------------------------------- */
+
+static void on_signal(struct daemon *d)
+{
+	struct signalfd_siginfo si;
+	while (read(d->sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		if (si.ssi_signo == SIGHUP) {
+			tf_info("SIGHUP: re-reading %s/daemon.conf", d->home);
+			read_config(d);
+		} else if (!d->stopping) {
+			tf_info("%s: draining (grace %.0f s)", strsignal((int)si.ssi_signo),
+			        d->o->grace > 0 ? d->o->grace : 30);
+			d->stopping = 1;
+		}
+	}
+}
+
+static void on_wake(struct daemon *d)
+{
+	char buf[64];
+	while (recv(d->wake_fd, buf, sizeof(buf), 0) >= 0)
+		d->wake = 1;
+}
+
+int tf_daemon_run(const struct tf_daemon_opts *o, char *err, size_t errlen)
+{
+	struct daemon d = {.o = o, .lock_fd = -1, .wake_fd = -1, .sig_fd = -1};
+	struct tf_store *st = NULL;
+	int rc;
+	const char *h = o->home ? o->home : ".tpuflow";
+	tf_mkdir_p(h);
+	d.home = realpath(h, NULL);
+	if (!d.home)
+		d.home = tf_xstrdup(h);
+	snprintf(d.listen, sizeof(d.listen), "%s", o->listen ? o->listen : "127.0.0.1:8470");
+
+	/* signals are taken by the signalfd: blocked before any thread starts, so every thread
+	 * (engines, the HTTP server) inherits the mask */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	d.sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (d.sig_fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "signalfd: %s", strerror(-rc));
+		goto out;
+	}
+	rc = take_lock(&d, err, errlen);
+	if (rc)
+		goto out;
+	rc = tf_store_open_home(d.home, &st, err, errlen); /* migrates */
+	tf_store_close(st);
+	if (rc)
+		goto out;
+	struct tf_runner_opts ro = {.home = d.home};
+	d.runner = tf_runner_new(&ro, err, errlen);
+	if (!d.runner) {
+		rc = -EIO;
+		goto out;
+	}
+	read_config(&d);
+	rc = open_wake(&d, err, errlen);
+	if (rc)
+		goto out;
+	struct tf_web_opts wo = {.home = d.home,
+	                         .listen = d.listen,
+	                         .auth = o->auth_none ? TF_WEB_AUTH_NONE : TF_WEB_AUTH_TOKENS,
+	                         .hooks = {.ctx = &d,
+	                                   .submit = hook_submit,
+	                                   .cancel = hook_cancel,
+	                                   .retry = hook_retry,
+	                                   .resume = hook_resume,
+	                                   .wake = hook_wake,
+	                                   .ready = hook_ready}};
+	rc = tf_web_start(&wo, &d.web, err, errlen);
+	if (rc)
+		goto out;
+	/* the address as bound (port 0 asks for any free one) */
+	char host[128];
+	const char *colon = strrchr(d.listen, ':');
+	snprintf(host, sizeof(host), "%.*s", colon ? (int)(colon - d.listen) : 0, d.listen);
+	snprintf(d.listen, sizeof(d.listen), "%s:%d", host[0] ? host : "127.0.0.1",
+	         tf_web_port(d.web));
+	rc = write_info(&d, err, errlen);
+	if (rc)
+		goto out;
+	tf_info("serving state home %s on http://%s (pid %ld, version %s)", d.home, d.listen,
+	        (long)getpid(), TF_VERSION);
+	notify("READY=1");
+
+	double last[TF_ARRAY_LEN(cron_jobs)] = {0};
+	while (!d.stopping) {
+		double wait = cron(&d, last);
+		if (d.wake) {
+			d.wake = 0;
+			job_runs(&d);
+		}
+		struct pollfd pf[2] = {{.fd = d.sig_fd, .events = POLLIN},
+		                       {.fd = d.wake_fd, .events = POLLIN}};
+		int n = poll(pf, 2, (int)(wait * 1000) + 1);
+		if (n > 0 && (pf[0].revents & POLLIN))
+			on_signal(&d);
+		if (n > 0 && (pf[1].revents & POLLIN))
+			on_wake(&d);
+	}
+	notify("STOPPING=1");
+	double grace = o->grace > 0 ? o->grace : 30;
+	int left = tf_runner_drain(d.runner, grace);
+	if (left)
+		tf_warn("%d run(s) did not stop within %.0f s; the next daemon adopts them", left,
+		        grace);
+	else
+		tf_info("drained; exiting");
+	tf_web_stop(d.web);
+	d.web = NULL;
+	if (left == 0)
+		tf_runner_free(d.runner); /* else: their threads end with the process */
+	d.runner = NULL;
+	rc = 0;
+	char *p = tf_xasprintf("%s/%s", d.home, TF_DAEMON_JSON);
+	unlink(p);
+	free(p);
+	p = tf_xasprintf("%s/%s", d.home, TF_DAEMON_SOCK);
+	unlink(p);
+	free(p);
+out:
+	tf_web_stop(d.web);
+	if (rc)
+		tf_runner_free(d.runner);
+	if (d.wake_fd >= 0)
+		close(d.wake_fd);
+	if (d.sig_fd >= 0)
+		close(d.sig_fd);
+	if (d.lock_fd >= 0)
+		close(d.lock_fd);
+	free(d.home);
+	return rc;
+}
