@@ -926,6 +926,58 @@ static void test_engine_interrupt_then_resume(void **state)
 	assert_int_equal(tf_engine_resume(&o, res.run_id, 0, &r2, err, sizeof(err)), -EALREADY);
 }
 
+/* Submission: valid text becomes a pending run with its trigger (inside the caller's
+ * transaction when one is open, so a rollback leaves nothing); bad text is refused with its
+ * problems as diagnostics and records nothing. A pending run is then driven by whoever claims
+ * it, through the handle. */
+static void test_engine_submit_then_drive_pending_run(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_store *st = NULL;
+	char err[512] = "", run[32], other[32];
+	assert_int_equal(tf_store_open_home("home", &st, err, sizeof(err)), 0);
+	const char *yaml = "name: sub\nsteps:\n  - {name: a, type: shell, with: {argv: [ok]}}\n";
+	struct tf_engine_submit sub = {
+	    .path = "api", .yaml = yaml, .yaml_len = strlen(yaml), .trigger = "api"};
+	struct tf_diag_list diags = {0};
+	assert_int_equal(tf_store_begin(st), 0);
+	assert_int_equal(tf_engine_submit(st, "home", &sub, other, &diags, err, sizeof(err)), 0);
+	tf_store_rollback(st);
+	assert_int_equal(tf_run_find(st, other, run), -ENOENT);
+	assert_int_equal(tf_engine_submit(st, "home", &sub, run, &diags, err, sizeof(err)), 0);
+	enum tf_run_state rs;
+	assert_int_equal(tf_run_get_state(st, run, &rs), 0);
+	assert_int_equal(rs, TF_RUN_PENDING);
+	char *trigger = NULL;
+	assert_int_equal(
+	    tf_store_query_text(st, &trigger, "SELECT trigger FROM runs WHERE id=?", "t", run), 0);
+	assert_string_equal(trigger, "api");
+	free(trigger);
+	const char *bad = "name: sub\nsteps:\n  - {name: a, type: nosuchtype}\n";
+	struct tf_engine_submit sb = {.path = "api", .yaml = bad, .yaml_len = strlen(bad)};
+	assert_int_equal(tf_engine_submit(st, "home", &sb, other, &diags, err, sizeof(err)),
+	                 -EINVAL);
+	assert_true(diags.nerrors > 0);
+	assert_int_equal(diags.items[0].line, 3);
+	tf_diag_list_release(&diags);
+	tf_store_close(st);
+
+	struct tf_engine_opts o = opts();
+	struct tf_engine_req rq = {.run_id = run};
+	struct tf_engine *e = NULL;
+	assert_int_equal(tf_engine_start(&o, &rq, &e, &diags, err, sizeof(err)), 0);
+	assert_string_equal(tf_engine_run_id(e), run);
+	struct tf_engine_result res = {0};
+	assert_int_equal(tf_engine_wait(e, &res, err, sizeof(err)), 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	json_decref(res.summary);
+	tf_engine_free(e);
+	/* ended: a second claim is refused by the state rule */
+	assert_int_equal(tf_engine_start(&o, &rq, &e, &diags, err, sizeof(err)), -EALREADY);
+	tf_diag_list_release(&diags);
+}
+
 /* A captured stream that does not end in a newline gets one, so the next "==>" title starts
  * its own line, also when the stream is a whole number of read buffers long. */
 static void test_engine_append_log_keeps_titles_on_their_own_lines(void **state)
@@ -977,6 +1029,7 @@ int main(void)
 	    cmocka_unit_test(test_engine_shell_fails_twice_then_succeeds),
 	    cmocka_unit_test(test_engine_shell_timeout_kills_process_group),
 	    cmocka_unit_test(test_engine_interrupt_then_resume),
+	    cmocka_unit_test(test_engine_submit_then_drive_pending_run),
 	    cmocka_unit_test(test_engine_append_log_keeps_titles_on_their_own_lines),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

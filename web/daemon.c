@@ -44,7 +44,7 @@ struct daemon {
 	struct tf_runner *runner;
 	struct tf_web *web;
 	int lock_fd, wake_fd, sig_fd;
-	int wake;     /* a datagram arrived: look for runs now */
+	int wake;              /* a datagram arrived: look for runs now */
 	volatile int stopping; /* SIGTERM/SIGINT seen (read by /readyz on server threads) */
 	char listen[160];
 };
