@@ -65,7 +65,7 @@ static void run_usage(FILE *f)
 	    f,
 	    "usage: tpuflow run FILE [--param NAME=VALUE]... [--workers N] [--storage URL]\n"
 	    "                    [--no-cache] [--force STEP]... [--priority 0-9] [--project NAME]\n"
-	    "                    [--plain] [--home DIR] [--json]\n\n"
+	    "                    [--detach | --wait] [--embedded] [--plain] [--home DIR] [--json]\n\n"
 	    "Runs a pipeline to the end in this process, recording every state change in\n"
 	    "HOME/" TF_STORE_FILE " before acting on it. Independent steps run in parallel.\n\n"
 	    "  --param NAME=VALUE  override a pipeline param (type-checked); repeatable\n"
@@ -84,6 +84,12 @@ static void run_usage(FILE *f)
 	    "  --json              progress on stderr, then the run summary as JSON on stdout\n\n"
 	    "Ctrl-C stops cleanly (running steps are cancelled, the run is left 'interrupted');\n"
 	    "continue it with 'tpuflow runs resume RUN'. A second Ctrl-C leaves at once.\n\n"
+	    "When a daemon serves the home ('tpuflow daemon', docs/daemon.md), the run is\n"
+	    "submitted to it and followed from the database; Ctrl-C then stops following only.\n"
+	    "  --detach            print the run id at once (needs a daemon)\n"
+	    "  --wait              no live view: wait and exit with the run's result\n"
+	    "  --embedded          drive the run in this process even when a daemon serves\n"
+	    "                      the home (implied by --no-cache and --force)\n\n"
 	    "exit: 0 succeeded, 1 a step failed, 65 the pipeline has errors, 130 interrupted\n");
 }
 
