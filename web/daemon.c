@@ -8,11 +8,15 @@
  * Runs are driven by engine handles on their own threads; the main thread only starts,
  * reaps and drains them.
  *
+ * Cron schedules (orchestrator/schedules.h) fire from the `schedules` job: a fired run is
+ * created pending and taken like any submitted run.
+ *
  * Configuration: the command line (home, listen address, grace) and HOME/daemon.conf, lines of
  * KEY=VALUE read at start and again on SIGHUP: max_runs (runs driven at once, default 4),
  * workers (steps at once per run, default 8), log (debug|info|warn|error). */
 #include "web/daemon.h"
 #include "orchestrator/runner.h"
+#include "orchestrator/schedules.h"
 #include "orchestrator/state.h"
 #include "web/server.h"
 
@@ -42,6 +46,7 @@ struct daemon {
 	const struct tf_daemon_opts *o;
 	char *home;
 	struct tf_runner *runner;
+	struct tf_store *db; /* the main thread's handle (schedules) */
 	struct tf_web *web;
 	int lock_fd, wake_fd, sig_fd;
 	int wake;              /* a datagram arrived: look for runs now */
@@ -298,15 +303,50 @@ static void job_reap(struct daemon *d)
 	tf_runner_reap(d->runner);
 }
 
+/* `concurrency: replace`: the run to replace is asked to stop like `runs cancel` does (inside
+ * the firing transaction, on the same handle). */
+static int schedule_cancel(void *ctx, const char *run)
+{
+	struct daemon *d = ctx;
+	enum tf_run_state state;
+	return tf_run_request_cancel(d->db, run, &state);
+}
+
+static void job_schedules(struct daemon *d)
+{
+	if (d->stopping)
+		return;
+	struct tf_schedule_hooks hooks = {.cancel = schedule_cancel, .ctx = d};
+	json_t *report = NULL, *t;
+	size_t i;
+	if (tf_schedules_fire_due(d->db, tf_now_wall(), &hooks, &report)) {
+		tf_warn("schedules: %s", tf_store_errmsg(d->db));
+		return;
+	}
+	json_array_foreach(report, i, t)
+	{
+		const char *run = json_string_value(json_object_get(t, "run"));
+		tf_info("schedule %s: %s%s%s", json_string_value(json_object_get(t, "fire_key")),
+		        json_string_value(json_object_get(t, "outcome")), run ? " as run " : "",
+		        run ? run : "");
+		if (run) {
+			tf_store_run(d->db, "UPDATE runs SET trigger='schedule' WHERE id=?", "t",
+			             run);
+			d->wake = 1;
+		}
+	}
+	json_decref(report);
+}
+
 static const struct cron_job {
 	const char *name;
 	double period; /* seconds */
 	void (*fn)(struct daemon *d);
 } cron_jobs[] = {
-    {"runs", 1.0, job_runs}, /* take submitted and orphaned runs (at once on a wake, too) */
-    {"reap", 0.2, job_reap}, /* free the engines of runs that ended */
-                             /* {"schedules", 1.0, job_schedules},  fire due cron schedules */
-                             /* {"alerts", 5.0, job_alerts},        deliver alerts */
+    {"runs", 1.0, job_runs},           /* take submitted and orphaned runs (and on a wake) */
+    {"reap", 0.2, job_reap},           /* free the engines of runs that ended */
+    {"schedules", 1.0, job_schedules}, /* fire due cron ticks (orchestrator/schedules.h) */
+                                       /* {"alerts", 5.0, job_alerts},       deliver alerts */
 };
 
 /* Runs the jobs that are due; returns the seconds until the next one is. */
@@ -352,7 +392,6 @@ static void on_wake(struct daemon *d)
 int tf_daemon_run(const struct tf_daemon_opts *o, char *err, size_t errlen)
 {
 	struct daemon d = {.o = o, .lock_fd = -1, .wake_fd = -1, .sig_fd = -1};
-	struct tf_store *st = NULL;
 	int rc;
 	const char *h = o->home ? o->home : ".tpuflow";
 	tf_mkdir_p(h);
@@ -379,8 +418,7 @@ int tf_daemon_run(const struct tf_daemon_opts *o, char *err, size_t errlen)
 	rc = take_lock(&d, err, errlen);
 	if (rc)
 		goto out;
-	rc = tf_store_open_home(d.home, &st, err, errlen); /* migrates */
-	tf_store_close(st);
+	rc = tf_store_open_home(d.home, &d.db, err, errlen); /* migrates */
 	if (rc)
 		goto out;
 	struct tf_runner_opts ro = {.home = d.home};
@@ -462,6 +500,7 @@ out:
 		close(d.wake_fd);
 	if (d.sig_fd >= 0)
 		close(d.sig_fd);
+	tf_store_close(d.db);
 	if (d.lock_fd >= 0)
 		close(d.lock_fd);
 	free(d.home);
