@@ -1,4 +1,4 @@
--- 0010_run_ownership: who drives a run, proven by a token rather than by a process id, and
+-- 0011_run_ownership: who drives a run, proven by a token rather than by a process id, and
 -- what a submitted run carries.
 --
 -- A process that drives a run claims it with one compare-and-set in one write transaction
