@@ -20,7 +20,7 @@ PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
            -Wformat=2 -Wvla -Wno-format-nonliteral
-# -ffp-contract=off: the MXU contract fixes the rounding of every multiply-add (facts.md).
+# -ffp-contract=off: the MXU contract fixes the rounding of every multiply-add (docs/accel.md).
 CFLAGS  ?= -O2 -g
 ALL_CFLAGS = $(CFLAGS) -std=c11 -D_GNU_SOURCE -ffp-contract=off -fno-fast-math -pthread $(WARN) \
            -MMD -MP -I. $(PKG_CFLAGS) -DTF_VERSION=\"$(VERSION)\"

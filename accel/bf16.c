@@ -25,7 +25,7 @@ static float bits_f32(uint32_t u)
 }
 
 /* Written with selects rather than early returns so the loops over arrays stay branch-free;
- * the rule is the same as facts.md states it. */
+ * the rule is the one stated in bf16.h. */
 static inline uint16_t from_bits(uint32_t u, int ftz)
 {
 	int nan = (u & 0x7fffffffu) > 0x7f800000u; /* any NaN -> canonical quiet NaN */

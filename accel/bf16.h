@@ -1,6 +1,7 @@
 /* bf16.h — bfloat16 as TPUs use it: fp32 -> bf16 round to nearest, ties to even.
  *
- * Conversion rule (facts.md "bfloat16", the TensorFlow/PyTorch logic): a NaN becomes the
+ * Conversion rule (https://cloud.google.com/tpu/docs/bfloat16; the logic of
+ * PyTorch's c10/util/BFloat16.h round_to_nearest_even and TensorFlow's bfloat16): a NaN becomes the
  * canonical quiet NaN 0x7FC0 (sign dropped); otherwise u += 0x7FFF + ((u >> 16) & 1) and the
  * top 16 bits are kept, so values near FLT_MAX round to Inf. With `ftz` set, a subnormal fp32
  * input is flushed to a zero of the same sign BEFORE rounding (TPU mode, the default in

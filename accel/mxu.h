@@ -1,7 +1,7 @@
 /* mxu.h — the emulated matrix unit: one GEMM contract, a fast kernel and a cycle-level
  * reference model that give the same bits, plus SCALE-Sim's analytical cycle model.
  *
- * The systolic contract (weight-stationary, facts.md): C[MxN] = op(X)[MxK] . op(W)[KxN].
+ * The systolic contract (weight-stationary, docs/accel.md): C[MxN] = op(X)[MxK] . op(W)[KxN].
  *   1. Every input is rounded fp32 -> bf16 -> fp32 (tf_bf16_round with cfg->ftz).
  *   2. K is cut into tiles of R = cfg->rows: [0,R), [R,2R), ... (a "fold" loads one K-tile x
  *      N-tile of W into the R x C array).

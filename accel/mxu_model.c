@@ -1,5 +1,5 @@
 /* mxu_model.c — SCALE-Sim's analytical cycle model for weight- and output-stationary dataflows
- * (scalesim/compute/systolic_compute_{ws,os}.py; facts.md "Cycle model").
+ * (scalesim/compute/systolic_compute_{ws,os}.py; https://github.com/scalesim-project/scale-sim-v2).
  *
  * WS: rows <- K, cols <- N, T = M; folds = ceil(K/R) * ceil(N/C); each fold costs R cycles to
  * shift the weights in, then T + R + C - 2 cycles for the skewed stream to fill, pass and

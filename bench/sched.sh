@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Scheduler simulation: 10,000 seeded jobs on a 4096-chip v4 pod (v4:16x16x16), EASY backfill
-# against FIFO without backfill on the same workload in the same run. Target (targets.md):
+# against FIFO without backfill on the same workload in the same run. Target (docs/benchmarks.md):
 # >= 10,000 placement decisions per second; Kueue's own test admits ~43 workloads/s.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,7 +5,7 @@
  *         (decoupled weight decay, i.e. AdamW, when wd > 0)
  *   lars  per kernel: g += wd w; trust = eta |w| / |g| (1 if either is 0);
  *         v = momentum v + lr trust g; w -= v.  Biases: v = momentum v + lr g
- *         (You, Gitman, Ginsburg 2017; facts.md)
+ *         (You, Gitman, Ginsburg 2017, https://arxiv.org/abs/1708.03888)
  * Schedule: linear warmup over warmup_steps to the base rate, then constant, cosine to zero at
  * total_steps, or step decay (x gamma every decay_steps). Linear scaling (Goyal et al. 2017):
  * base = lr * global_batch / 256. Gradient clipping scales g so its global L2 norm is at most

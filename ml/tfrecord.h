@@ -1,5 +1,5 @@
 /* tfrecord.h — TFRecord framing: uint64 length (LE), masked CRC32C of the length bytes, the
- * payload, masked CRC32C of the payload (facts.md). Writer appends to a growable buffer (the
+ * payload, masked CRC32C of the payload (https://www.tensorflow.org/tutorials/load_data/tfrecord). Writer appends to a growable buffer (the
  * caller stores it as a shard object); reader walks a buffer in memory and names the shard and
  * the record index in every error so a corrupt file can be found. */
 #ifndef TF_ML_TFRECORD_H

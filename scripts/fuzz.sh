@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make fuzz: runs every libFuzzer target (build-fuzz/fuzz_*) under ASan+UBSan for FUZZ_RUNS
-# executions each (default 10^6, targets.md), seeded with real inputs made by tpuflow itself.
+# executions each (default 10^6), seeded with real inputs made by tpuflow itself.
 # FUZZ_FILTER=glob picks targets. Exit status 1 when a target found a crash.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make soak: the kill -9 drill (targets.md "Reliability"). Each round runs a small five-stage
+# make soak: the kill -9 drill (docs/runs.md). Each round runs a small five-stage
 # pipeline, kills `tpuflow` with SIGKILL at a random moment, resumes, kills the resume too
 # (sometimes), and finally resumes to the end. Then it checks that the run succeeded, no step
 # succeeded twice, exactly one model version exists, PRAGMA integrity_check is ok, and a train

@@ -1,4 +1,4 @@
-/* test_bf16.c — bfloat16 conversion: the facts.md vectors, NaN/Inf/FTZ rules, and the
+/* test_bf16.c — bfloat16 conversion: known vectors, NaN/Inf/FTZ rules, and the
  * vectorised array path equal to the scalar rule for every one of the 2^32 fp32 inputs. */
 #include <setjmp.h>
 #include <stdarg.h>
