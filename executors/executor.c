@@ -47,7 +47,7 @@ int tf_exec_wait(struct tf_exec *x, double timeout, struct tf_exec_result *res)
 
 int tf_exec_cancel(struct tf_exec *x, enum tf_fail_class why)
 {
-	if (why != TF_FAIL_CANCELLED && why != TF_FAIL_PREEMPTED)
+	if (why != TF_FAIL_CANCELLED && why != TF_FAIL_PREEMPTED && why != TF_FAIL_TIMEOUT)
 		return -EINVAL;
 	return x->ops->cancel(x, why);
 }

@@ -115,7 +115,8 @@ struct tf_executor_ops {
 	/* Blocks until finished (0 and *res) or `timeout` seconds pass (-ETIMEDOUT); < 0: forever.
 	 */
 	int (*wait)(struct tf_exec *x, double timeout, struct tf_exec_result *res);
-	/* Asks it to stop; `why` is TF_FAIL_CANCELLED or TF_FAIL_PREEMPTED. Returns at once. */
+	/* Asks it to stop; `why` is TF_FAIL_CANCELLED, TF_FAIL_PREEMPTED or TF_FAIL_TIMEOUT (the
+	 * caller's own deadline passed). Returns at once. */
 	int (*cancel)(struct tf_exec *x, enum tf_fail_class why);
 	/* The path of the captured stdout (stream 1) or stderr (2) log. */
 	const char *(*log_path)(const struct tf_exec *x, int stream);

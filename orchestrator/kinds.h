@@ -32,6 +32,7 @@ struct tf_kind_slurm {
 	char *job_name;            /* tpuflow-RUN-STEP-ATTEMPT */
 	char **export_names;       /* NULL-terminated */
 	size_t nexport;
+	int noted_job, noted_nodes; /* what tf_kind_slurm_note has written */
 };
 
 /* Fills ks for r: chips and nodes from r->accelerator, the step's `slurm:` options, the
@@ -39,9 +40,9 @@ struct tf_kind_slurm {
  * or NAME=VALUE), and a lost attempt's job to follow again. 0, or -EINVAL with r->err set. */
 int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks,
                           char *const *extra_names);
-/* Writes the job id (and nodes, once known) on r's attempt; adds a "slurm" event unless
- * `ended`. */
-void tf_kind_slurm_record(struct tf_step_run *r, struct tf_exec *x, int ended);
+/* Writes the job id on r's attempt (with a "slurm" event) the first time, and its nodes
+ * once Slurm has placed it; call it after every poll (it writes only what changed). */
+void tf_kind_slurm_note(struct tf_step_run *r, struct tf_kind_slurm *ks, struct tf_exec *x);
 void tf_kind_slurm_release(struct tf_kind_slurm *ks);
 
 #endif

@@ -297,13 +297,15 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 		goto out;
 	}
 	if (slurm)
-		tf_kind_slurm_record(r, x, 0);
+		tf_kind_slurm_note(r, &ks, x);
 	else
 		tf_step_run_child(r, tf_exec_pgid(x));
 	t.buf = tf_xmalloc(LINE_MAX_BYTES + 1);
 	int cancelled = 0;
 	for (;;) {
 		rc = tf_exec_wait(x, slurm ? 0.25 : 0.05, &res);
+		if (slurm)
+			tf_kind_slurm_note(r, &ks, x);
 		if (t.fd < 0) /* a Slurm job's stdout appears when it starts */
 			t.fd = open(ops->log_path(x, 1), O_RDONLY | O_CLOEXEC);
 		tail_pump(&t, r, rc == 0);
@@ -319,8 +321,6 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 		fclose(t.log);
 		t.log = NULL;
 	}
-	if (slurm)
-		tf_kind_slurm_record(r, x, 1);
 	FILE *log = fopen(r->log_path, "a");
 	if (log) {
 		tf_kind_append_log(log, "stderr", ops->log_path(x, 2));

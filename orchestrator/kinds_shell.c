@@ -261,12 +261,14 @@ static int kind_shell(struct tf_step_run *r)
 		goto out;
 	}
 	if (ops == &tf_executor_slurm)
-		tf_kind_slurm_record(r, x, 0);
+		tf_kind_slurm_note(r, &ks, x);
 	else
 		tf_step_run_child(r, tf_exec_pgid(x));
 	int cancelled = 0;
 	for (;;) {
 		rc = tf_exec_wait(x, 0.05, &res);
+		if (ops == &tf_executor_slurm)
+			tf_kind_slurm_note(r, &ks, x);
 		if (rc == 0)
 			break;
 		if (*r->cancel && !cancelled) {
@@ -275,8 +277,6 @@ static int kind_shell(struct tf_step_run *r)
 			cancelled = 1;
 		}
 	}
-	if (ops == &tf_executor_slurm)
-		tf_kind_slurm_record(r, x, 1);
 	/* A program that succeeded without a byte of output leaves no log (nothing to store);
 	 * otherwise its non-empty streams and how it ended. */
 	const char *out_path = ops->log_path(x, 1);

@@ -1,5 +1,6 @@
 /* kinds_slurm.c — owns what the step kinds share to run an attempt on Slurm (executor:
- * slurm, executors/slurm.c): the job's name, its TPU chips and nodes from the step's slice,
+ * slurm, executors/slurm.c): the job's name, its TPU chips and nodes from the step's slice
+ * (one node per TPU host, the host's chips as `--gres=tpu:N`),
  * the `slurm:` options, the environment names it gets, the storage check, the job id written
  * on the attempt, and the re-attachment of a restarted coordinator to a job still queued or
  * running (docs/slurm.md). */
@@ -19,9 +20,6 @@
 #include <string.h>
 
 extern char **environ;
-
-/* Chips one TPU host (one Slurm node) carries: four for every generation emulated here. */
-#define CHIPS_PER_HOST 4
 
 /* Variables a job gets from the submitter's environment when they are set: the program's
  * search path and locale, the state home and object store, S3 credentials and endpoint. */
@@ -97,8 +95,9 @@ int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks,
 			r->failure = TF_FAIL_ERROR;
 			return -EINVAL;
 		}
-		ks->spec.nodes = (sl.chips + CHIPS_PER_HOST - 1) / CHIPS_PER_HOST;
-		ks->spec.tpus_per_node = sl.chips < CHIPS_PER_HOST ? sl.chips : CHIPS_PER_HOST;
+		/* one Slurm node per TPU host of the slice, each with its chips as GRES */
+		ks->spec.nodes = sl.hosts;
+		ks->spec.tpus_per_node = sl.chips_per_host;
 	}
 	const struct tf_slurm_opts *o = r->def ? &r->def->slurm : NULL;
 	if (o) {
@@ -127,23 +126,29 @@ int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks,
 	return 0;
 }
 
-void tf_kind_slurm_record(struct tf_step_run *r, struct tf_exec *x, int ended)
+void tf_kind_slurm_note(struct tf_step_run *r, struct tf_kind_slurm *ks, struct tf_exec *x)
 {
 	char nodes[256];
 	long job = tf_exec_slurm_job(x, nodes, sizeof(nodes));
-	if (!job || !r->db)
+	int first = !ks->noted_job;
+	if (!job || !r->db || (!first && (ks->noted_nodes || !nodes[0])))
 		return;
 	int rc = tf_store_run(r->db,
 	                      "UPDATE attempts SET slurm_job=?, slurm_nodes=? WHERE run_id=? AND "
 	                      "step=? AND n=?",
 	                      "ittti", (int64_t)job, nodes[0] ? nodes : NULL, r->run_id, r->step,
 	                      (int64_t)r->attempt);
-	if (rc)
+	if (rc) {
 		tf_warn("%s/%s: cannot record Slurm job %ld on attempt %d: %s", r->run_id, r->step,
 		        job, r->attempt, tf_store_errmsg(r->db));
-	else if (!ended) {
+		return;
+	}
+	ks->noted_job = 1;
+	ks->noted_nodes = nodes[0] != '\0';
+	if (first) {
 		char msg[96];
-		snprintf(msg, sizeof(msg), "Slurm job %ld", job);
+		snprintf(msg, sizeof(msg), "Slurm job %ld%s", job,
+		         ks->spec.attach_job ? " (followed again after a restart)" : "");
 		tf_event_add(r->db, r->run_id, r->step, r->attempt, "slurm", msg);
 	}
 }

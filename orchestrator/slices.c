@@ -427,6 +427,27 @@ static void mark_failed(struct tf_store *st, struct tf_sched *s)
 	tf_stmt_done(q);
 }
 
+/* Attempts running as Slurm jobs now (executor: slurm): [{run, step, attempt, slurm_job,
+ * nodes}]. A database older than the slurm_job column has none. */
+static json_t *slurm_running(struct tf_store *st)
+{
+	json_t *a = json_array();
+	struct tf_stmt *q = tf_store_query(
+	    st,
+	    "SELECT a.run_id, a.step, a.n, a.slurm_job, a.slurm_nodes FROM attempts a "
+	    "JOIN runs r ON r.id = a.run_id WHERE a.state = 'running' AND r.state = 'running' "
+	    "AND a.slurm_job IS NOT NULL ORDER BY a.run_id, a.step",
+	    "");
+	while (q && tf_stmt_step(q) == 1)
+		json_array_append_new(
+		    a, json_pack("{s:s, s:s, s:I, s:I, s:s?}", "run", tf_stmt_text(q, 0), "step",
+		                 tf_stmt_text(q, 1), "attempt", (json_int_t)tf_stmt_int(q, 2),
+		                 "slurm_job", (json_int_t)tf_stmt_int(q, 3), "nodes",
+		                 tf_stmt_text(q, 4)));
+	tf_stmt_done(q);
+	return a;
+}
+
 int tf_slices_view_load(const char *home, const char *const *pools, int npools, double now,
                         struct tf_slices_view *out, char *err, size_t errlen)
 {
@@ -435,7 +456,7 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 	struct open_row *rows = NULL;
 	size_t nrows = 0;
 	json_t *running = json_array(), *waiting = json_array(), *skipped = json_array(),
-	       *acct = NULL;
+	       *acct = NULL, *slurm = NULL;
 	char *path = tf_xasprintf("%s/%s", home, TF_STORE_FILE);
 	struct tf_sched_config cfg;
 	tf_sched_config_default(&cfg);
@@ -463,6 +484,8 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 		rc = read_open(st, &rows, &nrows);
 	if (rc == 0)
 		rc = accounting(st, version, &acct);
+	if (rc == 0)
+		slurm = slurm_running(st);
 	if (rc) {
 		snprintf(err, errlen, "cannot read slice jobs from '%s': %s", path,
 		         tf_store_errmsg(st));
@@ -526,11 +549,11 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 	}
 done:
 	out->sched = s;
-	out->recorded =
-	    json_pack("{s:s?, s:o, s:o, s:o, s:o}", "database", path, "running", running, "waiting",
-	              waiting, "skipped", skipped, "accounting", acct);
+	out->recorded = json_pack("{s:s?, s:o, s:o, s:o, s:o, s:o}", "database", path, "running",
+	                          running, "waiting", waiting, "skipped", skipped, "accounting",
+	                          acct, "slurm", slurm ? slurm : json_array());
 	s = NULL;
-	running = waiting = skipped = acct = NULL;
+	running = waiting = skipped = acct = slurm = NULL;
 	rc = 0;
 out:
 	for (size_t i = 0; i < nrows; i++)
@@ -542,6 +565,7 @@ out:
 	json_decref(waiting);
 	json_decref(skipped);
 	json_decref(acct);
+	json_decref(slurm);
 	free(path);
 	return rc;
 }

@@ -170,6 +170,16 @@ pid=$!
 run=
 for _ in $(seq 1 100); do run=$(run_id h-crash 2>/dev/null) && [[ -n $run ]] && break; sleep 0.1; done
 job=$(running_job "tpuflow-$run-work") || fail "crash: the job never ran"
+# `tpuflow slices` lists the step with its job id and node
+for _ in $(seq 1 50); do
+  "$B" --home h-crash slices --json > slices.json
+  $PY -c 'import json, sys
+s = json.load(open("slices.json"))["recorded"]["slurm"]
+sys.exit(0 if s and s[0]["slurm_job"] == int(sys.argv[1]) and s[0]["nodes"] == sys.argv[2] else 1)' "$job" "$node" && break
+  sleep 0.1
+done
+"$B" --home h-crash slices > slices.txt
+grep -q "work .* $job .*$node" slices.txt || fail "slices does not show job $job on $node: $(cat slices.txt)"
 kill -9 "$pid"
 wait "$pid" 2>/dev/null
 [[ $(squeue -h -j "$job" -o '%T') == RUNNING ]] || fail "crash: the job did not outlive its coordinator"
