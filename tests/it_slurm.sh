@@ -3,10 +3,11 @@
 # slurmctld + slurmd + munged, 4 `tpu` GRES) and the S3 test server (Swift + s3api). Checks:
 # the load-time storage rule; a shell step end to end; the demo pipeline with its train step
 # on Slurm giving the same metrics and model bytes as in-process; a job cancelled from outside
-# with scancel (cancelled, not retried); a job past its Slurm time limit (timeout, retried); a
-# requeued train job (preempted, resumed from its checkpoint); the node taken down mid-run
-# (infra, retried); the coordinator killed with -9 and resumed while its job runs (followed
-# again, no second job). Stops exactly what it started.
+# with scancel (cancelled, not retried); a step past its own timeout (scancel, timeout); a train
+# job given fewer chips than its slice (error, said why); a job past its Slurm time limit
+# (timeout, retried); a requeued train job (preempted, resumed from its checkpoint); the node
+# taken down mid-run (infra, retried); the coordinator killed with -9 and resumed while its job
+# runs (followed again, no second job). Stops exactly what it started.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -163,6 +164,17 @@ attempts h-cancel "$run" work > a.txt
 grep -q '^1 failed cancelled' a.txt || fail "cancel: attempt is not cancelled: $(cat a.txt)"
 echo "it_slurm: scancel from outside -> cancelled"
 
+# ---- 5b. the step's own timeout: the run cancels the job (scancel) and counts a timeout ----
+shell_pipeline deadline 'sleep 120' '    timeout: 3s
+    retries: 0'
+"$B" --home h-deadline run deadline.yaml > deadline.out 2>&1 && fail "a step past its timeout succeeded"
+run=$(run_id h-deadline)
+attempts h-deadline "$run" work > a.txt
+read -r n st cls job < a.txt
+[[ $st == failed && $cls == timeout && $job != - ]] || fail "timeout: attempt: $(cat a.txt)"
+[[ $(squeue -h -t all -j "$job" -o '%T') == CANCELLED ]] || fail "timeout: job $job was not cancelled"
+echo "it_slurm: step timeout -> job $job cancelled, timeout"
+
 # ---- 6. the coordinator killed with -9 while its job runs, then resumed --------------------
 shell_pipeline crash 'sleep 6; echo answer=42 > "$TPUFLOW_METRICS"'
 "$B" --home h-crash run crash.yaml > crash.out 2>&1 &
@@ -217,6 +229,17 @@ for f in model.safetensors; do # signature.json names its run
   [[ $a == "$b" ]] || fail "bundle $f differs between in-process and Slurm"
 done
 echo "it_slurm: demo on Slurm = in-process: $m_sl"
+
+# the chips a job holds are checked on the node: a v4-8 train job given 2 chips fails
+awk '{print} /^    executor: slurm/{print "    slurm: {args: [--gres=tpu:2]}"}' demo-slurm.yaml > demo-2chips.yaml
+"$B" --home h-2chips run demo-2chips.yaml --param epochs=1 > 2chips.out 2>&1 && fail "a train job with too few chips succeeded"
+run=$(run_id h-2chips)
+attempts h-2chips "$run" train > a.txt
+grep -q '^1 failed error' a.txt || fail "too few chips: attempt: $(cat a.txt)"
+"$B" --home h-2chips runs show --json "$run" > show.json
+grep -q 'holds 2 TPU chip(s) (2 per node on 1 node(s)) but slice v4-8 needs 4' show.json ||
+  fail "too few chips: no clear error"
+echo "it_slurm: a v4-8 train job given 2 chips -> error, said why"
 
 # ---- 8. a train job requeued (scontrol requeue): preempted, resumed from its checkpoint ----
 TPUFLOW_LOG=info "$B" --home h-requeue run demo-slurm.yaml --param epochs=12 > requeue.out 2>&1 &
