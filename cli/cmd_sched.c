@@ -75,14 +75,15 @@ static void recorded_text(json_t *rec, FILE *out)
 		fprintf(out, "steps running as Slurm jobs: %zu\n  %-24s %-14s %-3s %-10s %s\n",
 		        json_array_size(slurm), "RUN", "STEP", "ATT", "SLURM-JOB", "NODES");
 	json_array_foreach(slurm, i, v)
-	    fprintf(out, "  %-24s %-14s %-3lld %-10lld %s\n",
-	            json_string_value(json_object_get(v, "run")),
-	            json_string_value(json_object_get(v, "step")),
-	            json_integer_value(json_object_get(v, "attempt")),
-	            json_integer_value(json_object_get(v, "slurm_job")),
-	            json_string_value(json_object_get(v, "nodes"))
-	                ? json_string_value(json_object_get(v, "nodes"))
-	                : "(pending)");
+	{
+		const char *nodes = json_string_value(json_object_get(v, "nodes"));
+		fprintf(out, "  %-24s %-14s %-3lld %-10lld %s\n",
+		        json_string_value(json_object_get(v, "run")),
+		        json_string_value(json_object_get(v, "step")),
+		        json_integer_value(json_object_get(v, "attempt")),
+		        json_integer_value(json_object_get(v, "slurm_job")),
+		        nodes ? nodes : "(pending)");
+	}
 	size_t nw = json_array_size(json_object_get(rec, "waiting"));
 	if (nw)
 		fprintf(out, "train attempts waiting for a slice (in their run's pool): %zu\n", nw);

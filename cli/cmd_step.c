@@ -128,7 +128,8 @@ static int check_slurm_chips(const char *acc, char *msg, size_t msglen)
 		return -EIO;
 	}
 	const char *host = getenv("SLURMD_NODENAME");
-	fprintf(stderr, "tpuflow step exec: Slurm job %ld on %s: %d TPU chip(s) on each of %d node(s)\n",
+	fprintf(stderr,
+	        "tpuflow step exec: Slurm job %ld on %s: %d TPU chip(s) on each of %d node(s)\n",
 	        job, host ? host : "?", per_node, nodes);
 	if (!acc)
 		return 0;
@@ -138,10 +139,11 @@ static int check_slurm_chips(const char *acc, char *msg, size_t msglen)
 		return -EINVAL;
 	}
 	if (per_node * nodes < sl.chips) {
-		snprintf(msg, msglen,
-		         "Slurm job %ld holds %d TPU chip(s) (%d per node on %d node(s)) but slice %s "
-		         "needs %d: check the 'tpu' GRES of the partition's nodes",
-		         job, per_node * nodes, per_node, nodes, sl.name, sl.chips);
+		snprintf(
+		    msg, msglen,
+		    "Slurm job %ld holds %d TPU chip(s) (%d per node on %d node(s)) but slice %s "
+		    "needs %d: check the 'tpu' GRES of the partition's nodes",
+		    job, per_node * nodes, per_node, nodes, sl.name, sl.chips);
 		return -ERANGE;
 	}
 	return 0;
@@ -253,9 +255,9 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 	if (optind < argc)
 		return tf_cli_usage_error("step", "unexpected argument '%s'", argv[optind]);
 	if (!kind || !(with_path || with_key) || !store_url || !prefix || !(result || result_key))
-		return tf_cli_usage_error("step",
-		                          "exec needs --kind, --with-json (or --with-key), --store, "
-		                          "--prefix and --result (or --result-key)");
+		return tf_cli_usage_error(
+		    "step", "exec needs --kind, --with-json (or --with-key), --store, "
+		            "--prefix and --result (or --result-key)");
 	int (*fn)(const json_t *, const struct tf_ml_ctx *, json_t *, json_t *, char *, size_t);
 	if (!strcmp(kind, "data_prep"))
 		fn = tf_ml_data_prep_step;
@@ -315,7 +317,8 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 		snprintf(msg, sizeof(msg),
 		         "'%s' line %d: %s (it must hold the step's 'with' as a "
 		         "JSON object)",
-		         with_key ? with_key : with_path, je.line, with ? "not an object" : je.text);
+		         with_key ? with_key : with_path, je.line,
+		         with ? "not an object" : je.text);
 		json_decref(with);
 		rc = fail(result, "error", msg, TF_EXIT_USAGE);
 		tf_objstore_free(os);

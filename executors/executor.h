@@ -60,18 +60,18 @@ struct tf_exec_ctx {
 
 /* What a Slurm job asks for (tf_executor_slurm only). Strings are borrowed for the start. */
 struct tf_slurm_spec {
-	const char *job_name;     /* --job-name, e.g. tpuflow-RUN-STEP-ATTEMPT */
-	int tpus_per_node;        /* --gres=tpu:N (0: no TPU chips) */
-	int nodes;                /* --nodes (0: one) */
-	const char *partition;    /* -p, or NULL */
-	const char *account;      /* -A, or NULL */
-	const char *qos;          /* -q, or NULL */
-	char *const *extra;       /* further sbatch arguments, NULL-terminated, or NULL */
+	const char *job_name;      /* --job-name, e.g. tpuflow-RUN-STEP-ATTEMPT */
+	int tpus_per_node;         /* --gres=tpu:N (0: no TPU chips) */
+	int nodes;                 /* --nodes (0: one) */
+	const char *partition;     /* -p, or NULL */
+	const char *account;       /* -A, or NULL */
+	const char *qos;           /* -q, or NULL */
+	char *const *extra;        /* further sbatch arguments, NULL-terminated, or NULL */
 	char *const *export_names; /* names of environment variables the job gets (their values
 	                             come from spec->envp or this process's environment, never
 	                             written into the script), NULL-terminated, or NULL */
-	long attach_job;          /* > 0: follow this job, already submitted, instead of
-	                             submitting a new one (a restarted coordinator) */
+	long attach_job;           /* > 0: follow this job, already submitted, instead of
+	                              submitting a new one (a restarted coordinator) */
 };
 
 struct tf_exec_spec {

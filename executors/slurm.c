@@ -26,8 +26,9 @@
  *
  * Timeouts: --time is the step's timeout rounded up to whole minutes (Slurm's unit); Slurm
  * ends the job (TIMEOUT). As a backstop, a job still running two minutes past that is
- * cancelled here and classed as a timeout. A job Slurm no longer lists is looked up once with
- * `scontrol show job`; if Slurm has forgotten it, the attempt is an infra failure.
+ * cancelled here and classed as a timeout. A job squeue no longer lists is looked up with
+ * `sacct` (when accounting keeps it) and `scontrol show job`; if Slurm has forgotten it, the
+ * attempt is an infra failure.
  *
  * Freeing a handle stops nothing: a job outlives the process that submitted it, and a
  * restarted coordinator follows it again by its id (tf_slurm_spec.attach_job). */
@@ -81,8 +82,7 @@ struct slurm {
 /* Runs argv (no shell) with envp (NULL: ours), stdin from /dev/null; collects stdout into
  * *out (NUL-terminated, the caller frees) and the start of stderr into errtxt. Returns the
  * exit code (>= 0) or a negative errno when it could not run or took too long. */
-static int run_tool(char *const argv[], char *const envp[], char **out, char *errtxt,
-                    size_t errlen)
+static int run_tool(char *const argv[], char *const envp[], char **out, char *errtxt, size_t errlen)
 {
 	int po[2] = {-1, -1}, pe[2] = {-1, -1};
 	size_t olen = 0, elen = 0, ocap = 4096;
@@ -118,7 +118,8 @@ static int run_tool(char *const argv[], char *const envp[], char **out, char *er
 		double left = TOOL_TIMEOUT - (tf_now_monotonic() - start);
 		if (left <= 0) {
 			kill(pid, SIGKILL);
-			snprintf(errtxt, errlen, "'%s' took longer than %gs", argv[0], TOOL_TIMEOUT);
+			snprintf(errtxt, errlen, "'%s' took longer than %gs", argv[0],
+			         TOOL_TIMEOUT);
 			rc = -ETIMEDOUT;
 			break;
 		}
@@ -140,7 +141,8 @@ static int run_tool(char *const argv[], char *const envp[], char **out, char *er
 				memcpy(obuf + olen, buf, (size_t)n);
 				olen += (size_t)n;
 			} else if (i == 1 && elen + 1 < errlen) {
-				size_t k = (size_t)n < errlen - 1 - elen ? (size_t)n : errlen - 1 - elen;
+				size_t k =
+				    (size_t)n < errlen - 1 - elen ? (size_t)n : errlen - 1 - elen;
 				memcpy(errtxt + elen, buf, k);
 				elen += k;
 				errtxt[elen] = '\0';
@@ -183,9 +185,9 @@ static void scancel_job(long job)
 /* ---- the live list and the batched sweep ------------------------------------------------ */
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct slurm *reg_head;  /* live jobs of this process */
-static double reg_last;         /* when the last sweep ran (monotonic), 0: never */
-static double reg_fail_since;   /* when squeue started failing, 0: it works */
+static struct slurm *reg_head; /* live jobs of this process */
+static double reg_last;        /* when the last sweep ran (monotonic), 0: never */
+static double reg_fail_since;  /* when squeue started failing, 0: it works */
 
 static double poll_interval(void)
 {
@@ -356,7 +358,8 @@ enum tf_fail_class tf_slurm_classify(const char *state, int requested, int wstat
 		else
 			snprintf(msg, msglen, "%s", state);
 		/* our own sysexits for "the environment failed" keep their meaning */
-		if (WIFEXITED(wstatus) && (WEXITSTATUS(wstatus) == 69 || WEXITSTATUS(wstatus) == 75))
+		if (WIFEXITED(wstatus) &&
+		    (WEXITSTATUS(wstatus) == 69 || WEXITSTATUS(wstatus) == 75))
 			return TF_FAIL_INFRA;
 		return TF_FAIL_ERROR;
 	}
@@ -388,6 +391,39 @@ enum tf_fail_class tf_slurm_classify(const char *state, int requested, int wstat
 	return TF_FAIL_LAST; /* not finished */
 }
 
+/* Asks sacct, then scontrol, about a job squeue no longer lists; sets s->state (and the exit
+ * status from sacct) and returns 1 when one of them knows it. */
+static int lookup_gone(struct slurm *s)
+{
+	char id[24], *out = NULL, err[256];
+	snprintf(id, sizeof(id), "%ld", s->job);
+	/* "STATE|EXIT:SIGNAL", e.g. "CANCELLED by 0|0:15"; fails without slurmdbd */
+	char *sacct[] = {"sacct", "-X", "-n", "-P", "-j", id, "-o", "State,ExitCode", NULL};
+	if (run_tool(sacct, NULL, &out, err, sizeof(err)) == 0 && out[0]) {
+		int code = 0, sig = 0;
+		const char *bar = strchr(out, '|');
+		snprintf(s->state, sizeof(s->state), "%.*s", (int)strcspn(out, " |\n"), out);
+		if (bar && sscanf(bar + 1, "%d:%d", &code, &sig) == 2)
+			s->wstatus = sig ? sig : (code & 0xff) << 8;
+		free(out);
+		return 1;
+	}
+	free(out);
+	out = NULL;
+	char *scontrol[] = {"scontrol", "-o", "show", "job", id, NULL};
+	int known = 0;
+	if (run_tool(scontrol, NULL, &out, err, sizeof(err)) == 0) {
+		const char *p = strstr(out, "JobState=");
+		if (p) {
+			snprintf(s->state, sizeof(s->state), "%.*s", (int)strcspn(p + 9, " \n"),
+			         p + 9);
+			known = 1;
+		}
+	}
+	free(out);
+	return known;
+}
+
 /* Decides the job's outcome from the last sweep. Called with reg_lock held; returns 1 when
  * the job is over (s->res filled except logs). */
 static int judge(struct slurm *s)
@@ -413,25 +449,18 @@ static int judge(struct slurm *s)
 		s->scancelled = 1;
 		scancel_job(s->job);
 	}
-	enum tf_fail_class c = s->state[0] ? tf_slurm_classify(s->state, s->requested, s->wstatus,
-	                                                       msg, sizeof(msg))
-	                                   : TF_FAIL_LAST;
+	enum tf_fail_class c =
+	    s->state[0] ? tf_slurm_classify(s->state, s->requested, s->wstatus, msg, sizeof(msg))
+	                : TF_FAIL_LAST;
 	if (c == TF_FAIL_LAST && s->missing >= LOST_SWEEPS) {
-		/* not listed any more: ask scontrol once, else it is lost */
-		char id[24], *out = NULL, err[256];
-		snprintf(id, sizeof(id), "%ld", s->job);
-		char *argv[] = {"scontrol", "-o", "show", "job", id, NULL};
-		if (run_tool(argv, NULL, &out, err, sizeof(err)) == 0) {
-			const char *p = strstr(out, "JobState=");
-			if (p) {
-				snprintf(s->state, sizeof(s->state), "%.*s", (int)strcspn(p + 9, " \n"),
-				         p + 9);
-				c = tf_slurm_classify(s->state, s->requested, s->wstatus, msg,
-				                      sizeof(msg));
-			}
-		}
-		free(out);
-		if (c == TF_FAIL_LAST) {
+		/* not listed any more: accounting (sacct, when slurmdbd keeps it), then the
+		 * controller's memory (scontrol); a job neither knows is lost */
+		int known = lookup_gone(s);
+		if (known && s->state[0])
+			c = tf_slurm_classify(s->state, s->requested, s->wstatus, msg, sizeof(msg));
+		if (known && c == TF_FAIL_LAST) {
+			s->missing = 0; /* still there after all: keep following it */
+		} else if (c == TF_FAIL_LAST) {
 			snprintf(msg, sizeof(msg), "Slurm no longer knows job %ld", s->job);
 			c = TF_FAIL_INFRA;
 		}

@@ -181,8 +181,8 @@ static int read_child_result(struct tf_step_run *r, const char *path, const char
 
 /* executor: slurm — puts `with` where the job reads it (unless a lost attempt's job is
  * followed again: it has its own) and clears an old result. */
-static int slurm_inputs(struct tf_step_run *r, const struct tf_kind_slurm *ks,
-                        const char *with_key, const char *res_key)
+static int slurm_inputs(struct tf_step_run *r, const struct tf_kind_slurm *ks, const char *with_key,
+                        const char *res_key)
 {
 	if (ks->spec.attach_job)
 		return 0;

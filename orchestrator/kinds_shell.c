@@ -191,12 +191,14 @@ static int kind_shell(struct tf_step_run *r)
 		    "TPUFLOW_OUTPUTS", "TPUFLOW_METRICS", "TPUFLOW_RESULT", "TPUFLOW_RUN",
 		    "TPUFLOW_STEP",    "TPUFLOW_ATTEMPT", "TPUFLOW_PREFIX", "TPUFLOW_WORKDIR"};
 		size_t nn = 0;
-		char **names = tf_xcalloc(json_object_size(env_j) + TF_ARRAY_LEN(own) + 1,
-		                          sizeof(char *));
+		char **names =
+		    tf_xcalloc(json_object_size(env_j) + TF_ARRAY_LEN(own) + 1, sizeof(char *));
 		const char *ekey;
 		json_t *eval;
 		json_object_foreach(env_j, ekey, eval)
+		{
 			names[nn++] = (char *)ekey;
+		}
 		for (size_t j = 0; j < TF_ARRAY_LEN(own); j++)
 			names[nn++] = (char *)own[j];
 		rc = tf_kind_slurm_prepare(r, &ks, names);

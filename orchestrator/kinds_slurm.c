@@ -23,11 +23,23 @@ extern char **environ;
 
 /* Variables a job gets from the submitter's environment when they are set: the program's
  * search path and locale, the state home and object store, S3 credentials and endpoint. */
-static const char *const pass_names[] = {
-    "PATH",          "HOME",           "LANG",           "LC_ALL",
-    "TMPDIR",        "TPUFLOW_HOME",   "TPUFLOW_STORE",  "TPUFLOW_LOG", "TPUFLOW_LOG_FORMAT",
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
-    "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", NULL};
+static const char *const pass_names[] = {"PATH",
+                                         "HOME",
+                                         "LANG",
+                                         "LC_ALL",
+                                         "TMPDIR",
+                                         "TPUFLOW_HOME",
+                                         "TPUFLOW_STORE",
+                                         "TPUFLOW_LOG",
+                                         "TPUFLOW_LOG_FORMAT",
+                                         "AWS_ACCESS_KEY_ID",
+                                         "AWS_SECRET_ACCESS_KEY",
+                                         "AWS_SESSION_TOKEN",
+                                         "AWS_REGION",
+                                         "AWS_DEFAULT_REGION",
+                                         "AWS_ENDPOINT_URL",
+                                         "AWS_ENDPOINT_URL_S3",
+                                         NULL};
 
 static void add_name(struct tf_kind_slurm *ks, const char *name, size_t len)
 {
@@ -61,7 +73,7 @@ static long lost_job(struct tf_step_run *r, int *attempt)
 		return 0;
 	char state[128];
 	int rc = tf_slurm_job_state(job, state, sizeof(state));
-	static const char *const alive[] = {"PENDING",   "CONFIGURING", "RUNNING",  "COMPLETING",
+	static const char *const alive[] = {"PENDING",   "CONFIGURING", "RUNNING",   "COMPLETING",
 	                                    "SUSPENDED", "REQUEUED",    "COMPLETED", NULL};
 	for (size_t i = 0; rc == 0 && alive[i]; i++)
 		if (!strcmp(state, alive[i])) {
@@ -69,21 +81,24 @@ static long lost_job(struct tf_step_run *r, int *attempt)
 			        r->step, *attempt, job, state);
 			return job;
 		}
-	tf_info("%s/%s: attempt %d's Slurm job %ld is %s: submitting a new one", r->run_id,
-	        r->step, *attempt, job, rc == 0 ? state : rc == -ENOENT ? "gone" : state);
+	tf_info("%s/%s: attempt %d's Slurm job %ld is %s: submitting a new one", r->run_id, r->step,
+	        *attempt, job,
+	        rc == 0         ? state
+	        : rc == -ENOENT ? "gone"
+	                        : state);
 	return 0;
 }
 
-int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks,
-                          char *const *extra_names)
+int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks, char *const *extra_names)
 {
 	memset(ks, 0, sizeof(*ks));
 	ks->attempt = r->attempt;
 	if (!tf_storage_shared(r->storage_url)) {
-		snprintf(r->err, sizeof(r->err),
-		         "executor 'slurm': the run's storage '%s' is not one every node can reach: "
-		         "use an s3:// URL or a file:// path under TPUFLOW_SHARED_STORAGE",
-		         r->storage_url ? r->storage_url : "(none)");
+		snprintf(
+		    r->err, sizeof(r->err),
+		    "executor 'slurm': the run's storage '%s' is not one every node can reach: "
+		    "use an s3:// URL or a file:// path under TPUFLOW_SHARED_STORAGE",
+		    r->storage_url ? r->storage_url : "(none)");
 		r->failure = TF_FAIL_ERROR;
 		return -EINVAL;
 	}

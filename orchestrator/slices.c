@@ -439,11 +439,11 @@ static json_t *slurm_running(struct tf_store *st)
 	    "AND a.slurm_job IS NOT NULL ORDER BY a.run_id, a.step",
 	    "");
 	while (q && tf_stmt_step(q) == 1)
-		json_array_append_new(
-		    a, json_pack("{s:s, s:s, s:I, s:I, s:s?}", "run", tf_stmt_text(q, 0), "step",
-		                 tf_stmt_text(q, 1), "attempt", (json_int_t)tf_stmt_int(q, 2),
-		                 "slurm_job", (json_int_t)tf_stmt_int(q, 3), "nodes",
-		                 tf_stmt_text(q, 4)));
+		json_array_append_new(a, json_pack("{s:s, s:s, s:I, s:I, s:s?}", "run",
+		                                   tf_stmt_text(q, 0), "step", tf_stmt_text(q, 1),
+		                                   "attempt", (json_int_t)tf_stmt_int(q, 2),
+		                                   "slurm_job", (json_int_t)tf_stmt_int(q, 3),
+		                                   "nodes", tf_stmt_text(q, 4)));
 	tf_stmt_done(q);
 	return a;
 }
