@@ -1,4 +1,4 @@
--- 0009_slice_broker: one pool for every process on a state home. The broker
+-- 0006_slice_broker: one pool for every process on a state home. The broker
 -- (orchestrator/broker.c) decides all slice requests in one transaction from the open
 -- slice_jobs rows and writes its decisions back: a grant is the box on the row; a reclaim
 -- (preempted for a more urgent job, or infra when a chip failed) is reclaim_at on the

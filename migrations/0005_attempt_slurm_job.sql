@@ -1,4 +1,4 @@
--- 0008_attempt_slurm_job: the Slurm job that ran an attempt (executor: slurm), written when
+-- 0005_attempt_slurm_job: the Slurm job that ran an attempt (executor: slurm), written when
 -- sbatch accepts it, and the nodes it ran on. A coordinator that restarts finds the job of a
 -- lost attempt here and follows it again instead of submitting a second one.
 

@@ -1,4 +1,4 @@
--- 0011_run_ownership: who drives a run, proven by a token rather than by a process id, and
+-- 0008_run_ownership: who drives a run, proven by a token rather than by a process id, and
 -- what a submitted run carries.
 --
 -- A process that drives a run claims it with one compare-and-set in one write transaction
@@ -11,7 +11,7 @@
 -- heartbeat and stops the run. resume_on_start marks runs a daemon stopped on SIGTERM: the
 -- next daemon on the home continues them.
 -- trigger says how a run was submitted: cli, api or schedule (priority and project are
--- 0009's columns, labels are in run_labels of 0007).
+-- 0006's columns, labels are in run_labels of 0004).
 -- attempts.pgid is the process group of the attempt's child process (shell steps and
 -- `executor: local` steps): a resume kills a group that outlived its engine before it starts
 -- the step again.

@@ -1,4 +1,4 @@
--- 0010_schedules: registered pipelines (`tpuflow pipelines add`) and what their schedules did.
+-- 0007_schedules: registered pipelines (`tpuflow pipelines add`) and what their schedules did.
 -- A schedule runs the text that was added (source, digest), not whatever the file holds later.
 -- (Table pipelines keeps every text a run was created from; this one the pipelines that are
 -- registered, one per name.)

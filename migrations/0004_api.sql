@@ -1,4 +1,4 @@
--- 0007_api: what the REST API of `tpuflow daemon` keeps: bearer tokens (only their SHA-256),
+-- 0004_api: what the REST API of `tpuflow daemon` keeps: bearer tokens (only their SHA-256),
 -- idempotency keys of creating POSTs with the response they got, run labels, and one global
 -- sequence over events so `GET /api/v1/events` can resume from Last-Event-ID without missing
 -- an event (events.id counts per run; SQLite has one writer at a time, so a sequence number
