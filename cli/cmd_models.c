@@ -256,6 +256,12 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 		ret = show(st, cli, a[1], n == 3 ? a[2] : NULL);
 	} else if (!strcmp(a[0], "alias")) {
 		int64_t v;
+		char why[300];
+		if (tf_registry_check_name(a[2], TF_REGNAME_ALIAS, why, sizeof(why))) {
+			fprintf(stderr, "tpuflow models: %s (docs/registry.md, Names)\n", why);
+			ret = TF_EXIT_DATAERR;
+			goto out;
+		}
 		if (resolve(st, a[1], a[3], &v)) {
 			ret = TF_EXIT_FAILED;
 			goto out;

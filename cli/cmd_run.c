@@ -617,6 +617,54 @@ static int runs_show(struct tf_store *st, struct tf_cli *cli, const char *run)
 	return TF_EXIT_OK;
 }
 
+/* Length of the UTF-8 sequence at p (at most n bytes), 0 when it is not one (RFC 3629:
+ * shortest form, no surrogates, at most U+10FFFF). */
+static size_t utf8_seq(const unsigned char *p, size_t n)
+{
+	unsigned char c = p[0];
+	size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+	                         : c >= 0xf0 && c <= 0xf4                  ? 4
+	                                                                   : 0;
+	if (len == 0 || len > n)
+		return 0;
+	unsigned char lo = 0x80, hi = 0xbf; /* the second byte's range */
+	if (c == 0xe0)
+		lo = 0xa0;
+	else if (c == 0xed)
+		hi = 0x9f;
+	else if (c == 0xf0)
+		lo = 0x90;
+	else if (c == 0xf4)
+		hi = 0x8f;
+	for (size_t i = 1; i < len; i++)
+		if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xbf))
+			return 0;
+	return len;
+}
+
+/* A log's bytes as text: each byte that does not start a UTF-8 sequence, and each NUL,
+ * becomes U+FFFD (the replacement character), so one stray byte cannot hide a log. New
+ * string; *outlen its length. */
+static char *log_text(const unsigned char *p, size_t n, size_t *outlen)
+{
+	char *out = tf_xmalloc(3 * n + 1), *o = out;
+	for (size_t i = 0; i < n;) {
+		size_t k = p[i] ? utf8_seq(p + i, n - i) : 0;
+		if (k) {
+			memcpy(o, p + i, k);
+			o += k;
+			i += k;
+		} else {
+			memcpy(o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	*o = '\0';
+	*outlen = (size_t)(o - out);
+	return out;
+}
+
 static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, const char *step)
 {
 	json_t *ev = NULL, *d = NULL;
@@ -650,10 +698,13 @@ static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, c
 			size_t len = 0;
 			if (!key || !os || tf_objstore_get(os, key, &data, &len))
 				continue;
+			size_t tlen;
+			char *text = log_text(data, len, &tlen);
 			json_array_append_new(
 			    logs, json_pack("{s:s, s:I, s:s, s:s%}", "step", name, "attempt",
 			                    json_integer_value(json_object_get(a, "n")), "key", key,
-			                    "text", (const char *)data, len));
+			                    "text", text, tlen));
+			free(text);
 			free(data);
 		}
 	}

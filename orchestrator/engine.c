@@ -90,6 +90,7 @@ struct estep {
 	json_t *res_outputs, *res_metrics;
 	double ended;      /* monotonic end of the attempt */
 	char log_key[256]; /* object key of the uploaded log, "" if none */
+	char log_err[400]; /* why a log was not uploaded, "" if it was (or there was none) */
 	/* progress, under e->mu */
 	char progress[512];
 	int progress_dirty;
@@ -520,12 +521,22 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 		record_artifacts(w, e->run_id, s->def->name, r.outputs);
 out:
 	s->ended = tf_now_monotonic();
-	s->log_key[0] = '\0';
+	s->log_key[0] = s->log_err[0] = '\0';
 	struct stat sb;
-	if (w->os && stat(log_path, &sb) == 0 && sb.st_size > 0) {
+	if (stat(log_path, &sb) == 0 && sb.st_size > 0) {
+		/* A log that cannot be uploaded stays in the work directory; the attempt says so
+		 * (an event, finished()) and so does a warning. */
 		char *key = tf_xasprintf("%slogs/attempt-%d.log", prefix, attempt);
-		if (tf_objstore_put_file(w->os, key, log_path, 0) == 0)
+		if (w->os && tf_objstore_put_file(w->os, key, log_path, 0) == 0)
 			snprintf(s->log_key, sizeof(s->log_key), "%s", key);
+		else {
+			snprintf(s->log_err, sizeof(s->log_err),
+			         "log not uploaded to the object store (%.150s); it stays in %.150s",
+			         w->os ? tf_objstore_errmsg(w->os) : "the store cannot be opened",
+			         log_path);
+			tf_warn("run '%s' step '%s' attempt %d: %s", e->run_id, s->def->name, attempt,
+			        s->log_err);
+		}
 		free(key);
 	}
 	s->rc = rc;
@@ -922,6 +933,12 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 	int rc;
 	e->nrunning--;
 	s->queued = 0;
+	if (s->log_err[0]) {
+		rc = tf_event_add(e->db, e->run_id, s->def->name, s->attempts, "log", s->log_err);
+		s->log_err[0] = '\0';
+		if (rc)
+			return rc;
+	}
 	if (s->admitted) {
 		s->admitted = 0;
 		e->nadmitted--;
@@ -1498,6 +1515,9 @@ static char *upload_lost_log(struct engine *e, const char *step, int attempt)
 	if (stat(path, &sb) || sb.st_size == 0 ||
 	    tf_objstore_open(e->storage_url, &os, err, sizeof(err)) ||
 	    tf_objstore_put_file(os, key, path, 0)) {
+		if (stat(path, &sb) == 0 && sb.st_size > 0)
+			tf_warn("run '%s' step '%s' attempt %d: its log was not uploaded; it stays in %s",
+			        e->run_id, step, attempt, path);
 		free(key);
 		key = NULL;
 	}

@@ -281,7 +281,7 @@ static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n
 	(*buf)[*len] = '\0';
 }
 
-static char *json_text(const json_t *v)
+char *tf_template_value_text(const json_t *v)
 {
 	if (json_is_string(v))
 		return tf_xstrdup(json_string_value(v));
@@ -326,7 +326,7 @@ char *tf_template_render(const struct tf_template *t, tf_lookup_fn fn, void *ctx
 			free(buf);
 			return NULL;
 		}
-		char *s = json_text(v);
+		char *s = tf_template_value_text(v);
 		append(&buf, &len, &cap, s, strlen(s));
 		free(s);
 		json_decref(v);

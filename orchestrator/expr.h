@@ -76,6 +76,10 @@ void tf_template_release(struct tf_template *t);
 /* Renders to a new string (caller frees): references become their value's text (numbers in
  * shortest round-trip form, booleans true/false, lists as JSON). NULL when a reference cannot
  * be resolved, with the reason in err. */
+/* A value as a template puts it into text (caller frees): strings as they are, numbers in
+ * their shortest form that reads back exactly (1.1, not 1.1000000000000001), true/false,
+ * "" for null, lists and maps as compact JSON. */
+char *tf_template_value_text(const json_t *v);
 char *tf_template_render(const struct tf_template *t, tf_lookup_fn fn, void *ctx, char *err,
                          size_t errlen);
 

@@ -1,9 +1,12 @@
 /* kinds.c — owns the built-in step kinds that act on the registry (register, deploy) and
  * the table that maps step types to kinds. The ml kinds live in kinds_ml.c, shell in
- * kinds_shell.c. */
+ * kinds_shell.c. Names and versions are checked here too (the loader checks the ones written
+ * literally; values from references arrive only now), and register loads the bundle with
+ * its manifest, signature and checksums before it records a version. */
 #include "orchestrator/engine.h"
 #include "orchestrator/kinds.h"
 #include "orchestrator/registry.h"
+#include "ml/bundle.h"
 
 #define TF_LOG_TAG "kinds"
 #include "common/common.h"
@@ -89,6 +92,21 @@ static int kind_register(struct tf_step_run *r)
 		snprintf(r->err, sizeof(r->err), "register needs with.model_name and with.bundle");
 		return -EINVAL;
 	}
+	char why[400];
+	if (tf_registry_check_name(model, TF_REGNAME_MODEL, why, sizeof(why))) {
+		snprintf(r->err, sizeof(r->err), "register: %.400s", why);
+		return -EINVAL;
+	}
+	/* Only a bundle that loads (manifest, signature, tensor checksums) becomes a version. */
+	struct tf_bundle *b = NULL;
+	rc = tf_bundle_load(r->objstore, bundle, &b, why, sizeof(why));
+	tf_bundle_free(b);
+	if (rc) {
+		snprintf(r->err, sizeof(r->err), "register: bundle '%.200s' %s: %.250s", bundle,
+		         rc == -ENOENT ? "is not in the store" : "does not load", why);
+		r->failure = tf_objstore_retryable(rc) ? TF_FAIL_INFRA : TF_FAIL_ERROR;
+		return rc;
+	}
 	if (from) {
 		rc = tf_store_query_text(r->db, &metrics,
 		                         "SELECT metrics FROM steps WHERE run_id=? AND name=?",
@@ -150,8 +168,15 @@ static int kind_deploy(struct tf_step_run *r)
 		snprintf(r->err, sizeof(r->err), "deploy needs with.model_name and with.version");
 		return -EINVAL;
 	}
-	if (!alias || !*alias)
+	if (!alias)
 		alias = "production";
+	char why[300];
+	if (tf_registry_check_name(model, TF_REGNAME_MODEL, why, sizeof(why)) ||
+	    tf_registry_check_name(alias, TF_REGNAME_ALIAS, why, sizeof(why)) ||
+	    tf_registry_check_name(ver, TF_REGNAME_VERSION, why, sizeof(why))) {
+		snprintf(r->err, sizeof(r->err), "deploy: %.290s", why);
+		return -EINVAL;
+	}
 	rc = tf_kind_with_number(r->with, "canary_percent", &canary);
 	if (rc == -EINVAL || canary < 0 || canary >= 100) {
 		snprintf(r->err, sizeof(r->err),

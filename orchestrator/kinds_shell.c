@@ -93,8 +93,16 @@ static int read_kv(const char *path, json_t *into, int numbers, char *err, size_
 		free(buf);
 		return 0;
 	}
-	char *save = NULL;
-	for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+	/* Line by line (not strtok: line numbers count empty lines too). A value jansson cannot
+	 * hold (bytes that are not UTF-8, a metric that is not finite) is an error naming the
+	 * line, not a silently missing key. */
+	int lineno = 0;
+	rc = 0;
+	for (char *line = buf, *next; line && rc == 0; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		lineno++;
 		char *eq = strchr(line, '=');
 		size_t n = strlen(line);
 		if (n && line[n - 1] == '\r')
@@ -105,13 +113,28 @@ static int read_kv(const char *path, json_t *into, int numbers, char *err, size_
 		const char *v = eq + 1;
 		char *end = NULL;
 		double d = strtod(v, &end);
-		if (numbers && end != v && end && !*end)
-			json_object_set_new(into, line, json_real(d));
-		else
-			json_object_set_new(into, line, json_string(v));
+		int is_num = numbers && end != v && end && !*end;
+		json_t *key = json_string(line);                      /* NULL: not UTF-8 */
+		json_t *val = is_num ? json_real(d) : json_string(v); /* NULL: not UTF-8, inf, nan */
+		if (!key || (!val && !is_num))
+			snprintf(err, errlen,
+			         "'%s' line %d: the %s is not valid UTF-8 (outputs and metrics are text)",
+			         path, lineno, key ? "value" : "name");
+		else if (!val)
+			snprintf(err, errlen,
+			         "'%s' line %d: metric '%.60s' is %.20s; metrics must be finite numbers",
+			         path, lineno, line, v);
+		if (!key || !val) {
+			rc = -EINVAL;
+		} else {
+			json_object_set_new(into, line, val);
+			val = NULL;
+		}
+		json_decref(key);
+		json_decref(val);
 	}
 	free(buf);
-	return 0;
+	return rc;
 }
 
 static int read_result(const char *path, json_t *outputs, json_t *metrics, char *err, size_t errlen)
@@ -135,13 +158,6 @@ static int read_result(const char *path, json_t *outputs, json_t *metrics, char 
 		json_object_update(metrics, json_object_get(o, "metrics"));
 	json_decref(o);
 	return 0;
-}
-
-static char *scalar_text(json_t *v)
-{
-	if (json_is_string(v))
-		return tf_xstrdup(json_string_value(v));
-	return json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
 }
 
 static int check_declared(json_t *names, json_t *have, const char *what, char *err, size_t errlen)
@@ -219,7 +235,7 @@ static int kind_shell(struct tf_step_run *r)
 
 	argv = tf_xcalloc(argc + 1, sizeof(*argv));
 	for (i = 0; i < argc; i++)
-		argv[i] = scalar_text(json_array_get(argv_j, i));
+		argv[i] = tf_template_value_text(json_array_get(argv_j, i));
 	for (char **e = environ; *e; e++)
 		nenv++;
 	envp = tf_xcalloc(nenv + json_object_size(env_j) + 16, sizeof(*envp));
@@ -232,7 +248,7 @@ static int kind_shell(struct tf_step_run *r)
 	json_t *val;
 	json_object_foreach(env_j, key, val)
 	{
-		char *t = scalar_text(val);
+		char *t = tf_template_value_text(val);
 		envp[k++] = tf_xasprintf("%s=%s", key, t);
 		free(t);
 	}

@@ -16,6 +16,7 @@
 
 #include "accel/tpu.h"
 #include "common/common.h"
+#include "orchestrator/registry.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -755,6 +756,17 @@ static int valid_name(const char *s)
 	return strlen(s) <= 64;
 }
 
+/* An environment variable name as POSIX shells take it: [A-Za-z_][A-Za-z0-9_]*. */
+static int valid_env_name(const char *s)
+{
+	if (!isalpha((unsigned char)s[0]) && s[0] != '_')
+		return 0;
+	for (const char *c = s; *c; c++)
+		if (!isalnum((unsigned char)*c) && *c != '_')
+			return 0;
+	return 1;
+}
+
 /* ---- names of enums and the step-type schema ---------------------------------------- */
 
 static const char *const step_type_names[] = {"data_prep", "train", "evaluate", "register",
@@ -788,62 +800,95 @@ static const char *const optimizers[] = {"sgd", "adam", "adamw", "lars", NULL};
 static const char *const monitors[] = {"accuracy", "loss", "auc", NULL};
 static const char *const schedules[] = {"cosine", "step", "constant", NULL};
 
+/* Rows of the `with` schemas: W(key, check, help), then the rules on its value
+ * (TF_WRULE_* of pipeline.h), checked at load (check_scalar, check_value_kind, load_with). */
+#define W(k, c, h) .key = (k), .check = (c), .help = (h)
+#define ENUM(k, names, h) W(k, TF_WCHECK_ENUM, h), .choices = (names)
+#define RANGE(lo, hi) .rules = TF_WRULE_MIN | TF_WRULE_MAX, .min = (lo), .max = (hi)
+#define AT_LEAST(x) .rules = TF_WRULE_MIN, .min = (x)
+#define ABOVE(x) .rules = TF_WRULE_MIN_OPEN, .min = (x)
+#define BIG ((double)(1u << 30)) /* the largest count the ml steps take */
+#define I TF_WCHECK_INT
+#define N TF_WCHECK_NUMBER
+#define S TF_WCHECK_STRING
+#define B TF_WCHECK_BOOL
+
+/* clang-format off */
 static const struct tf_with_key data_prep_with[] = {
-    {"source", TF_WCHECK_ENUM, sources, "raw data: fashion-mnist (the Debian package) or csv"},
-    {"path", TF_WCHECK_STRING, NULL, "input file or directory (csv; fashion-mnist override)"},
-    {"shards", TF_WCHECK_INT, NULL, "number of TFRecord shards to write"},
-    {"csv_label", TF_WCHECK_STRING, NULL, "name of the label column (csv)"},
-    {"test_fraction", TF_WCHECK_NUMBER, NULL, "fraction held out for testing (csv)"},
-    {"seed", TF_WCHECK_INT, NULL, "shuffle seed"},
-    {"limit_train", TF_WCHECK_INT, NULL, "keep the first N training examples"},
-    {"limit_test", TF_WCHECK_INT, NULL, "keep the first N test examples"},
-    {NULL, 0, NULL, NULL}};
+    {ENUM("source", sources, "raw data: fashion-mnist (the Debian package) or csv"),
+     .if_value = "csv", .requires = "path"},
+    {W("path", S, "input file or directory (csv; fashion-mnist override)")},
+    {W("shards", I, "number of TFRecord shards to write"), RANGE(1, 4096)},
+    {W("csv_label", S, "name of the label column (csv)")},
+    {W("test_fraction", N, "fraction held out for testing (csv)"),
+     .rules = TF_WRULE_MIN_OPEN | TF_WRULE_MAX_OPEN, .min = 0, .max = 1},
+    {W("seed", I, "shuffle seed"), AT_LEAST(0)},
+    {W("limit_train", I, "keep the first N training examples (0: all)"), AT_LEAST(0)},
+    {W("limit_test", I, "keep the first N test examples (0: all)"), AT_LEAST(0)},
+    {.key = NULL}};
 static const struct tf_with_key train_with[] = {
-    {"dataset", TF_WCHECK_STRING, NULL, "dataset manifest key (from data_prep)"},
-    {"hidden", TF_WCHECK_INT_LIST, NULL, "hidden layer widths, e.g. [256, 128]"},
-    {"epochs", TF_WCHECK_INT, NULL, "passes over the training set"},
-    {"batch", TF_WCHECK_INT, NULL, "global batch size"},
-    {"optimizer", TF_WCHECK_ENUM, optimizers, "sgd, adam or lars"},
-    {"lr", TF_WCHECK_NUMBER, NULL, "base learning rate"},
-    {"momentum", TF_WCHECK_NUMBER, NULL, "momentum (sgd, lars)"},
-    {"weight_decay", TF_WCHECK_NUMBER, NULL, "L2 weight decay"},
-    {"warmup_epochs", TF_WCHECK_NUMBER, NULL, "linear warmup length in epochs"},
-    {"schedule", TF_WCHECK_ENUM, schedules, "cosine, step or constant"},
-    {"seed", TF_WCHECK_INT, NULL, "initialisation and shuffle seed"},
-    {"checkpoint_every", TF_WCHECK_INT, NULL, "steps between checkpoints"},
-    {"max_steps", TF_WCHECK_INT, NULL, "stop after this many steps"},
-    {"prefetch", TF_WCHECK_INT, NULL, "batches prefetched by the input pipeline"},
-    {"clip_norm", TF_WCHECK_NUMBER, NULL, "clip the gradient's global norm"},
-    {"decay_epochs", TF_WCHECK_NUMBER, NULL, "step schedule: epochs between decays"},
-    {"lars_eta", TF_WCHECK_NUMBER, NULL, "LARS trust coefficient"},
-    {"linear_scaling", TF_WCHECK_BOOL, NULL, "scale lr by batch / 256"},
-    {"cache", TF_WCHECK_BOOL, NULL, "keep decoded examples in memory after epoch 1"},
-    {"patience", TF_WCHECK_INT, NULL, "early stopping: epochs without improvement"},
-    {"monitor", TF_WCHECK_ENUM, monitors, "early stopping metric: accuracy, loss or auc"},
-    {"binary", TF_WCHECK_BOOL, NULL, "sigmoid cross-entropy for 0/1 labels"},
-    {NULL, 0, NULL, NULL}};
+    {W("dataset", S, "dataset manifest key (from data_prep)")},
+    {W("hidden", TF_WCHECK_INT_LIST, "hidden layer widths, e.g. [256, 128]"), RANGE(1, 1e6)},
+    {W("epochs", I, "passes over the training set"), RANGE(1, BIG)},
+    {W("batch", I, "global batch size"), RANGE(1, BIG)},
+    {ENUM("optimizer", optimizers, "sgd, adam, adamw or lars")},
+    {W("lr", N, "base learning rate"), ABOVE(0)},
+    {W("momentum", N, "momentum (sgd, lars)"),
+     .rules = TF_WRULE_MIN | TF_WRULE_MAX_OPEN, .min = 0, .max = 1},
+    {W("weight_decay", N, "L2 weight decay"), AT_LEAST(0)},
+    {W("warmup_epochs", N, "linear warmup length in epochs"), AT_LEAST(0)},
+    {ENUM("schedule", schedules, "cosine, step or constant")},
+    {W("seed", I, "initialisation and shuffle seed"), AT_LEAST(0)},
+    {W("checkpoint_every", I, "steps between checkpoints"), AT_LEAST(0)},
+    {W("max_steps", I, "stop after this many steps"), AT_LEAST(0)},
+    {W("prefetch", I, "batches prefetched by the input pipeline"), RANGE(0, BIG)},
+    {W("clip_norm", N, "clip the gradient's global norm"), AT_LEAST(0)},
+    {W("decay_epochs", N, "step schedule: epochs between decays"), AT_LEAST(0)},
+    {W("lars_eta", N, "LARS trust coefficient"), AT_LEAST(0)},
+    {W("linear_scaling", B, "scale lr by batch / 256")},
+    {W("cache", B, "keep decoded examples in memory after epoch 1")},
+    {W("patience", I, "early stopping: epochs without improvement"), RANGE(0, BIG)},
+    {ENUM("monitor", monitors, "early stopping metric: accuracy, loss or auc")},
+    {W("binary", B, "sigmoid cross-entropy for 0/1 labels")},
+    {.key = NULL}};
 static const struct tf_with_key evaluate_with[] = {
-    {"model", TF_WCHECK_STRING, NULL, "model bundle or checkpoint key (from train)"},
-    {"dataset", TF_WCHECK_STRING, NULL, "dataset manifest key (from data_prep)"},
-    {NULL, 0, NULL, NULL}};
+    {W("model", S, "model bundle or checkpoint key (from train)")},
+    {W("dataset", S, "dataset manifest key (from data_prep)")},
+    {.key = NULL}};
 static const struct tf_with_key register_with[] = {
-    {"model_name", TF_WCHECK_STRING, NULL, "registry model name"},
-    {"bundle", TF_WCHECK_STRING, NULL, "model bundle key (from train)"},
-    {"metrics_from", TF_WCHECK_STEP, NULL, "upstream step whose metrics are recorded"},
-    {"tags", TF_WCHECK_STR_MAP, NULL, "tags stored with the version"},
-    {NULL, 0, NULL, NULL}};
+    {W("model_name", S, "registry model name"), .rules = TF_WRULE_MODEL_NAME},
+    {W("bundle", S, "model bundle key (from train)")},
+    {W("metrics_from", TF_WCHECK_STEP, "upstream step whose metrics are recorded")},
+    {W("tags", TF_WCHECK_STR_MAP, "tags stored with the version")},
+    {.key = NULL}};
 static const struct tf_with_key deploy_with[] = {
-    {"model_name", TF_WCHECK_STRING, NULL, "registry model name"},
-    {"version", TF_WCHECK_STRING, NULL, "model version (from register)"},
-    {"alias", TF_WCHECK_STRING, NULL, "alias to point at the version, e.g. production"},
-    {"canary_percent", TF_WCHECK_NUMBER, NULL, "share of traffic for the new version"},
-    {NULL, 0, NULL, NULL}};
+    {W("model_name", S, "registry model name"), .rules = TF_WRULE_MODEL_NAME},
+    {W("version", S, "model version (from register)"), .rules = TF_WRULE_VERSION},
+    {W("alias", S, "alias to point at the version, e.g. production"),
+     .rules = TF_WRULE_ALIAS},
+    {W("canary_percent", N, "share of traffic for the new version"),
+     .rules = TF_WRULE_MIN | TF_WRULE_MAX_OPEN, .min = 0, .max = 100},
+    {.key = NULL}};
 static const struct tf_with_key shell_with[] = {
-    {"argv", TF_WCHECK_STR_LIST, NULL, "program and arguments (never a shell string)"},
-    {"env", TF_WCHECK_STR_MAP, NULL, "extra environment variables"},
-    {"outputs", TF_WCHECK_STR_LIST, NULL, "names of outputs the program writes"},
-    {"metrics", TF_WCHECK_STR_LIST, NULL, "names of metrics the program writes"},
-    {NULL, 0, NULL, NULL}};
+    {W("argv", TF_WCHECK_STR_LIST, "program and arguments (never a shell string)"),
+     .rules = TF_WRULE_NONEMPTY},
+    {W("env", TF_WCHECK_STR_MAP, "extra environment variables"), .rules = TF_WRULE_ENV_NAMES},
+    {W("outputs", TF_WCHECK_STR_LIST, "names of outputs the program writes"),
+     .rules = TF_WRULE_UNIQUE},
+    {W("metrics", TF_WCHECK_STR_LIST, "names of metrics the program writes"),
+     .rules = TF_WRULE_UNIQUE},
+    {.key = NULL}};
+/* clang-format on */
+#undef W
+#undef ENUM
+#undef RANGE
+#undef AT_LEAST
+#undef ABOVE
+#undef BIG
+#undef I
+#undef N
+#undef S
+#undef B
 
 static const char *const no_names[] = {NULL};
 static const char *const data_prep_out[] = {"dataset", NULL};
@@ -1976,6 +2021,15 @@ static void load_with_value(struct loader *L, const struct ynode *n, struct tf_w
 	}
 }
 
+/* Values of text-typed keys (argv, env, tags, names) are passed on as written: `1.10`, `012`
+ * and `~` stay those characters instead of becoming 1.1000000000000001, 12 and null. */
+static void keep_source_text(struct tf_with_value *w)
+{
+	w->plain = 0;
+	for (size_t i = 0; i < w->nitems; i++)
+		keep_source_text(&w->items[i]);
+}
+
 static enum tf_vtype ref_static_type(struct loader *L, const struct tf_ref *r)
 {
 	if (r->kind == TF_REF_PARAM) {
@@ -1995,6 +2049,56 @@ static enum tf_vtype ref_static_type(struct loader *L, const struct tf_ref *r)
 		}
 	}
 	return r->kind == TF_REF_METRIC ? TF_VT_NUMBER : TF_VT_ANY;
+}
+
+/* The bounds of a schema row in words: "at least 1", "between 0 and 100", "greater than 0
+ * and less than 1". */
+static void range_text(const struct tf_with_key *wk, char *buf, size_t len)
+{
+	unsigned r = wk->rules;
+	if ((r & TF_WRULE_MIN) && (r & TF_WRULE_MAX)) {
+		snprintf(buf, len, "between %.15g and %.15g", wk->min, wk->max);
+		return;
+	}
+	int n = 0;
+	buf[0] = '\0';
+	if (r & (TF_WRULE_MIN | TF_WRULE_MIN_OPEN))
+		n = snprintf(buf, len, "%s %.15g", r & TF_WRULE_MIN ? "at least" : "greater than",
+		             wk->min);
+	if (n >= 0 && (size_t)n < len && (r & (TF_WRULE_MAX | TF_WRULE_MAX_OPEN)))
+		snprintf(buf + n, len - (size_t)n, "%s%s %.15g", n ? " and " : "",
+		         r & TF_WRULE_MAX ? "at most" : "less than", wk->max);
+}
+
+/* A number against the bounds of its schema row; `shown` is how the value was written,
+ * `via` says where it came from ("" for a literal). 0 or -EINVAL (reported at n). */
+static int check_range(struct loader *L, const struct tf_with_key *wk, const struct ynode *n,
+                       double v, const char *shown, const char *via, const char *what)
+{
+	unsigned r = wk->rules;
+	int bad = isnan(v) || ((r & TF_WRULE_MIN) && v < wk->min) ||
+	          ((r & TF_WRULE_MIN_OPEN) && v <= wk->min) ||
+	          ((r & TF_WRULE_MAX) && v > wk->max) || ((r & TF_WRULE_MAX_OPEN) && v >= wk->max);
+	if (!bad)
+		return 0;
+	char range[96];
+	range_text(wk, range, sizeof(range));
+	err_at(L, n, NULL, "%s must be %s, not %.40s%s", what, range, shown, via);
+	return -EINVAL;
+}
+
+/* The registry's name rule on a literal model name, alias or version. */
+static int check_registry_name(struct loader *L, const struct tf_with_key *wk,
+                               const struct ynode *n, const char *what)
+{
+	enum tf_registry_name kind = (wk->rules & TF_WRULE_MODEL_NAME) ? TF_REGNAME_MODEL
+	                             : (wk->rules & TF_WRULE_ALIAS)    ? TF_REGNAME_ALIAS
+	                                                               : TF_REGNAME_VERSION;
+	char err[300];
+	if (tf_registry_check_name(n->str, kind, err, sizeof(err)) == 0)
+		return 0;
+	err_at(L, n, "see docs/registry.md, Names", "%s: %s", what, err);
+	return -EINVAL;
 }
 
 /* Checks a scalar against a check kind; `what` names the key. 0 or -EINVAL (reported). */
@@ -2041,12 +2145,32 @@ static int check_scalar(struct loader *L, const struct tf_with_key *wk,
 			       r->path, desc[0] == 'i' ? "an" : "a", desc);
 			return -EINVAL;
 		}
+		/* a param's value is known at load: the same bounds as a literal */
+		const struct tf_param *pp =
+		    r->kind == TF_REF_PARAM ? tf_pipeline_param(L->p, r->name) : NULL;
+		if (pp && json_is_number(pp->value) &&
+		    (c == TF_WCHECK_INT || c == TF_WCHECK_NUMBER)) {
+			char shown[48], via[200];
+			snprintf(shown, sizeof(shown), "%.15g", json_number_value(pp->value));
+			snprintf(via, sizeof(via), " (the value of ${%s})", r->path);
+			return check_range(L, wk, n, json_number_value(pp->value), shown, via,
+			                   what);
+		}
+		if (pp && json_is_string(pp->value) && c == TF_WCHECK_STRING &&
+		    (wk->rules & (TF_WRULE_MODEL_NAME | TF_WRULE_ALIAS | TF_WRULE_VERSION))) {
+			struct ynode v = *n;
+			v.str = (char *)json_string_value(pp->value);
+			return check_registry_name(L, wk, &v, what);
+		}
 		return 0;
 	}
 	int has_ref = 0;
 	for (size_t k = 0; k < t->nparts; k++)
 		if (t->parts[k].ref)
 			has_ref = 1;
+	if (c == TF_WCHECK_STRING && !has_ref &&
+	    (wk->rules & (TF_WRULE_MODEL_NAME | TF_WRULE_ALIAS | TF_WRULE_VERSION)))
+		return check_registry_name(L, wk, n, what);
 	if (c == TF_WCHECK_STRING || c == TF_WCHECK_STEP)
 		return 0;
 	if (has_ref) {
@@ -2060,13 +2184,13 @@ static int check_scalar(struct loader *L, const struct tf_with_key *wk,
 	switch (c) {
 	case TF_WCHECK_INT:
 		if (is_plain(n) && !parse_int_text(n->str, &i))
-			return 0;
+			return check_range(L, wk, n, (double)i, n->str, "", what);
 		err_at(L, n, n->style != YAML_PLAIN_SCALAR_STYLE ? "write it without quotes" : NULL,
 		       "%s expects an integer, not '%.40s'", what, n->str);
 		return -EINVAL;
 	case TF_WCHECK_NUMBER:
 		if (is_plain(n) && !parse_float_text(n->str, &f))
-			return 0;
+			return check_range(L, wk, n, f, n->str, "", what);
 		err_at(L, n, n->style != YAML_PLAIN_SCALAR_STYLE ? "write it without quotes" : NULL,
 		       "%s expects a number, not '%.40s'", what, n->str);
 		return -EINVAL;
@@ -2119,6 +2243,11 @@ static int check_value_kind(struct loader *L, const struct tf_with_key *wk,
 			       what, kind_name(n));
 			return -EINVAL;
 		}
+		if (n->n == 0 && (wk->rules & TF_WRULE_NONEMPTY)) {
+			err_at(L, n, "name the program and its arguments, e.g. [/bin/echo, hello]",
+			       "%s must not be empty", what);
+			return -EINVAL;
+		}
 		for (size_t i = 0; i < n->n; i++) {
 			if (n->kids[i]->kind != Y_SCALAR) {
 				err_at(L, n->kids[i], NULL, "items of %s must be scalars, not %s",
@@ -2129,6 +2258,13 @@ static int check_value_kind(struct loader *L, const struct tf_with_key *wk,
 			             wk->check == TF_WCHECK_INT_LIST ? TF_WCHECK_INT
 			                                             : TF_WCHECK_STRING,
 			             what);
+			for (size_t j = 0; (wk->rules & TF_WRULE_UNIQUE) && j < i; j++)
+				if (n->kids[j]->kind == Y_SCALAR &&
+				    !strcmp(n->kids[j]->str, n->kids[i]->str)) {
+					err_at(L, n->kids[i], "list each name once",
+					       "%s lists '%.60s' twice", what, n->kids[i]->str);
+					break;
+				}
 		}
 		return 0;
 	case TF_WCHECK_STR_MAP:
@@ -2137,11 +2273,20 @@ static int check_value_kind(struct loader *L, const struct tf_with_key *wk,
 			       "%s must be a mapping, not %s", what, kind_name(n));
 			return -EINVAL;
 		}
-		for (size_t i = 0; i + 1 < n->n; i += 2)
+		for (size_t i = 0; i + 1 < n->n; i += 2) {
+			const struct ynode *k = n->kids[i];
 			if (n->kids[i + 1]->kind != Y_SCALAR)
 				err_at(L, n->kids[i + 1], NULL,
 				       "values of %s must be scalars, not %s", what,
 				       kind_name(n->kids[i + 1]));
+			if ((wk->rules & TF_WRULE_ENV_NAMES) && k->kind == Y_SCALAR &&
+			    !valid_env_name(k->str))
+				err_at(L, k,
+				       "use letters, digits and '_', not starting with a digit (no "
+				       "'=')",
+				       "%s: '%.60s' is not an environment variable name", what,
+				       k->str);
+		}
 		return 0;
 	default:
 		if (n->kind != Y_SCALAR) {
@@ -2210,7 +2355,17 @@ static void load_with(struct loader *L, size_t idx)
 		struct tf_with_value *w = &s->with[s->nwith++];
 		w->key = tf_xstrdup(k->str);
 		load_with_value(L, v, w);
+		if (wk->check == TF_WCHECK_STRING || wk->check == TF_WCHECK_STR_LIST ||
+		    wk->check == TF_WCHECK_STR_MAP)
+			keep_source_text(w);
 		check_value_kind(L, wk, w, v, s->name);
+		if (wk->requires && v->kind == Y_SCALAR && !strcmp(v->str, wk->if_value) &&
+		    !map_get(m, wk->requires)) {
+			char hint[120];
+			snprintf(hint, sizeof(hint), "add '%s: ...' to 'with'", wk->requires);
+			err_at(L, v, hint, "'with.%s: %s' of step '%s' needs 'with.%s'", wk->key,
+			       wk->if_value, s->name, wk->requires);
+		}
 	}
 }
 

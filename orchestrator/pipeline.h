@@ -287,11 +287,31 @@ enum tf_with_check {
 	TF_WCHECK_LAST
 };
 
+/* Rules on a `with` value beyond its type, checked at load with the value's position when it
+ * is written literally (or is a param whose value is known then), else by the step at run
+ * time. */
+enum {
+	TF_WRULE_MIN = 1u << 0,        /* number (or each item of an int list) >= min */
+	TF_WRULE_MIN_OPEN = 1u << 1,   /* ... > min */
+	TF_WRULE_MAX = 1u << 2,        /* ... <= max */
+	TF_WRULE_MAX_OPEN = 1u << 3,   /* ... < max */
+	TF_WRULE_NONEMPTY = 1u << 4,   /* a list with at least one item */
+	TF_WRULE_UNIQUE = 1u << 5,     /* list items distinct */
+	TF_WRULE_ENV_NAMES = 1u << 6,  /* map keys are environment variable names */
+	TF_WRULE_MODEL_NAME = 1u << 7, /* a registry model name (docs/registry.md) */
+	TF_WRULE_ALIAS = 1u << 8,      /* a registry alias: a name, not `latest` or a number */
+	TF_WRULE_VERSION = 1u << 9,    /* a version: N >= 1, vN, latest or an alias */
+};
+
 struct tf_with_key {
 	const char *key;            /* the `with` key */
 	enum tf_with_check check;   /* how its value is checked */
 	const char *const *choices; /* TF_WCHECK_ENUM: NULL-terminated allowed values */
 	const char *help;           /* one line for docs and hints */
+	unsigned rules;             /* TF_WRULE_* */
+	double min, max;            /* bounds for the MIN/MAX rules */
+	const char *if_value;       /* when this key has this literal value ... */
+	const char *requires;       /* ... the step's `with` must also set this key */
 };
 
 struct tf_step_schema {

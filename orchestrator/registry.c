@@ -17,6 +17,74 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <ctype.h>
+
+#define NAME_MAX_LEN 64
+
+/* Digits only (an optional leading 'v' or 'V' when `v` is set); *value gets the number. */
+static int is_number(const char *s, int v, long long *value)
+{
+	if (v && (s[0] == 'v' || s[0] == 'V'))
+		s++;
+	if (!isdigit((unsigned char)s[0]))
+		return 0;
+	for (const char *c = s; *c; c++)
+		if (!isdigit((unsigned char)*c))
+			return 0;
+	errno = 0;
+	*value = strtoll(s, NULL, 10);
+	return 1;
+}
+
+int tf_registry_check_name(const char *s, enum tf_registry_name kind, char *err, size_t errlen)
+{
+	const char *what = kind == TF_REGNAME_MODEL   ? "model name"
+	                   : kind == TF_REGNAME_ALIAS ? "alias"
+	                                              : "version";
+	long long n = 0;
+	if (!s || !*s) {
+		snprintf(err, errlen, "the %s is empty", what);
+		return -EINVAL;
+	}
+	if (kind == TF_REGNAME_VERSION) {
+		if (!strcmp(s, "latest"))
+			return 0;
+		if (is_number(s, 1, &n)) {
+			if (n >= 1 && errno == 0)
+				return 0;
+			snprintf(err, errlen, "version '%.40s': versions are numbered from 1", s);
+			return -EINVAL;
+		}
+		if (s[0] == '-' && is_number(s + 1, 0, &n)) {
+			snprintf(err, errlen, "version '%.40s': versions are numbered from 1", s);
+			return -EINVAL;
+		}
+		kind = TF_REGNAME_ALIAS; /* otherwise it names an alias */
+		what = "version (an alias)";
+	}
+	size_t len = strlen(s);
+	int ok =
+	    len <= NAME_MAX_LEN && (islower((unsigned char)s[0]) || isdigit((unsigned char)s[0]));
+	for (const char *c = s; ok && *c; c++)
+		ok = islower((unsigned char)*c) || isdigit((unsigned char)*c) || *c == '.' ||
+		     *c == '_' || *c == '-';
+	if (!ok) {
+		snprintf(err, errlen,
+		         "%s '%.80s%s': use 1 to %d characters of a-z, 0-9, '.', '_' and '-', "
+		         "starting with a letter or a digit",
+		         what, s, len > 80 ? "..." : "", NAME_MAX_LEN);
+		return -EINVAL;
+	}
+	if (kind == TF_REGNAME_ALIAS && (!strcmp(s, "latest") || is_number(s, 1, &n))) {
+		snprintf(err, errlen,
+		         "%s '%s' reads as a version (a number, vN or latest); choose a name such "
+		         "as production",
+		         what, s);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int model_id(struct tf_store *st, const char *model, int create, int64_t *id)
 {
 	int rc = tf_store_query_int(st, id, "SELECT id FROM models WHERE name=?", "t", model);
@@ -42,7 +110,9 @@ int tf_registry_register(struct tf_store *st, const struct tf_model_version_spec
 	int64_t mid = 0, v = 0;
 	int own, rc, found = 0;
 
-	if (!spec->model || !*spec->model || !spec->bundle || !*spec->bundle)
+	char why[300];
+	if (!spec->bundle || !*spec->bundle ||
+	    tf_registry_check_name(spec->model, TF_REGNAME_MODEL, why, sizeof(why)))
 		return -EINVAL;
 	rc = tf_store_join(st, &own);
 	if (rc)
@@ -148,6 +218,9 @@ int tf_registry_set_alias(struct tf_store *st, const char *model, const char *al
                           int64_t version)
 {
 	int64_t mid, v;
+	char why[300];
+	if (tf_registry_check_name(alias, TF_REGNAME_ALIAS, why, sizeof(why)))
+		return -EINVAL;
 	int own, rc = tf_store_join(st, &own);
 	if (rc)
 		return rc;
@@ -225,7 +298,9 @@ int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json
 	int own, rc, has_cur = 0;
 	json_t *doc = NULL;
 
-	if (!d->alias || !*d->alias || d->canary_percent < 0 || d->canary_percent >= 100)
+	char why[300];
+	if (tf_registry_check_name(d->alias, TF_REGNAME_ALIAS, why, sizeof(why)) ||
+	    d->canary_percent < 0 || d->canary_percent >= 100)
 		return -EINVAL;
 	rc = tf_store_join(st, &own);
 	if (rc)

@@ -14,6 +14,18 @@
 #include <jansson.h>
 #include <stdint.h>
 
+/* The name rule of the registry (docs/registry.md): model names and aliases are 1 to 64
+ * characters of a-z, 0-9, '.', '_' and '-', starting with a letter or a digit. An alias must
+ * also not read as a version: not `latest`, not a number, not vN. A version reference is a
+ * number >= 1, vN, `latest` or an alias. */
+enum tf_registry_name {
+	TF_REGNAME_MODEL,   /* a model name */
+	TF_REGNAME_ALIAS,   /* an alias (production, canary, ...) */
+	TF_REGNAME_VERSION, /* a version reference (3, v3, latest, production) */
+};
+/* 0, or -EINVAL with err set ("alias 'latest': ..."). */
+int tf_registry_check_name(const char *s, enum tf_registry_name kind, char *err, size_t errlen);
+
 struct tf_model_version_spec {
 	const char *model;  /* model name (created on first use) */
 	const char *run_id; /* lineage: the run and step that registered it */
@@ -27,14 +39,17 @@ struct tf_model_version_spec {
 };
 
 /* Registers a version; *version receives its number, *existed (may be NULL) 1 when it was
- * already registered by this run+step or with this bundle (nothing written then). */
+ * already registered by this run+step or with this bundle (nothing written then). -EINVAL
+ * for a model name that breaks the name rule. The bundle is not read here: the register step
+ * loads it first (orchestrator/kinds.c). */
 int tf_registry_register(struct tf_store *st, const struct tf_model_version_spec *spec,
                          int64_t *version, int *existed);
 
 /* Resolves "3", "v3", "latest" or an alias name to a version number; -ENOENT. */
 int tf_registry_resolve(struct tf_store *st, const char *model, const char *ref, int64_t *version);
 
-/* Points `alias` of `model` at an existing version (-ENOENT when either is missing). */
+/* Points `alias` of `model` at an existing version (-ENOENT when either is missing, -EINVAL
+ * for an alias that breaks the rule above). */
 int tf_registry_set_alias(struct tf_store *st, const char *model, const char *alias,
                           int64_t version);
 

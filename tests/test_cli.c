@@ -1,6 +1,7 @@
 /* test_cli.c — the tpuflow binary's shared option handling: numeric option values are whole
- * numbers in range or a usage error (exit 64) naming the flag and the value. Runs
- * $TPUFLOW_BIN in the test's temp directory. */
+ * numbers in range or a usage error (exit 64) naming the flag and the value; and what
+ * `runs logs` shows of a log that is not UTF-8. Runs $TPUFLOW_BIN in the test's temp
+ * directory. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -51,10 +52,72 @@ static void test_cli_numeric_options_refuse_junk_and_overflow(void **state)
 	free(err);
 }
 
+/* A log is bytes: `runs logs` (text and --json) shows it with every invalid sequence
+ * replaced by U+FFFD; one bad byte once hid the whole log. A metric of inf and an output that
+ * is not UTF-8 are reported as such, not as "did not write". */
+static void test_cli_logs_with_invalid_utf8_are_shown(void **state)
+{
+	(void)state;
+	FILE *f = fopen("p.yaml", "w");
+	assert_non_null(f);
+	fputs("name: bytes\nsteps:\n"
+	      "  - {name: s, type: shell, with: {argv: [/bin/sh, -c, "
+	      "\"printf 'before \\\\377\\\\300\\\\200 after\\\\n'\"]}}\n",
+	      f);
+	fclose(f);
+	static const char *const run_args[] = {"run", "p.yaml", "--plain", NULL};
+	char *err = NULL;
+	assert_int_equal(run(run_args, &err), 0);
+	free(err);
+	static const char *const logs[] = {"runs", "logs", "latest", "s", NULL};
+	assert_int_equal(run(logs, &err), 0);
+	free(err);
+	char *out = NULL;
+	size_t len;
+	assert_int_equal(tf_read_file("out.txt", 1 << 20, &out, &len), 0);
+	if (!strstr(out, "before \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd after"))
+		fail_msg("runs logs printed: %s", out);
+	free(out);
+	static const char *const logs_json[] = {"runs", "logs", "latest", "s", "--json", NULL};
+	assert_int_equal(run(logs_json, &err), 0);
+	free(err);
+	json_t *doc = tf_test_load_json("out.txt");
+	assert_non_null(doc);
+	json_t *l = json_array_get(json_object_get(doc, "logs"), 0);
+	assert_non_null(l);
+	assert_non_null(strstr(json_string_value(json_object_get(l, "text")), "after"));
+	json_decref(doc);
+
+	static const struct {
+		const char *line, *says;
+	} bad[] = {
+	    {"echo m=inf > \\\"$TPUFLOW_METRICS\\\"", "metric 'm' is inf; metrics must be finite"},
+	    {"printf 'o=\\\\377\\\\n' > \\\"$TPUFLOW_OUTPUTS\\\"", "line 1: the value is not valid UTF-8"},
+	};
+	for (size_t i = 0; i < TF_ARRAY_LEN(bad); i++) {
+		f = fopen("q.yaml", "w");
+		assert_non_null(f);
+		fprintf(f,
+		        "name: bad\nsteps:\n"
+		        "  - {name: s, type: shell, with: {argv: [/bin/sh, -c, \"%s\"], outputs: [o], "
+		        "metrics: [m]}}\n",
+		        bad[i].line);
+		fclose(f);
+		static const char *const q_args[] = {"run", "q.yaml", "--plain", NULL};
+		assert_int_equal(run(q_args, &err), TF_EXIT_FAILED);
+		free(err);
+		assert_int_equal(tf_read_file("out.txt", 1 << 20, &out, &len), 0);
+		if (!strstr(out, bad[i].says))
+			fail_msg("case %zu: run printed: %s", i, out);
+		free(out);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_cli_numeric_options_refuse_junk_and_overflow),
+	    cmocka_unit_test(test_cli_logs_with_invalid_utf8_are_shown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -74,6 +74,10 @@ static void test_crash_kill9_mid_step_then_resume(void **state)
 	(void)state;
 	char cwd[512];
 	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	/* the bundle prep names, in the home's store (register loads it) */
+	char *url = tf_xasprintf("file://%s/home/objects", cwd);
+	assert_int_equal(tf_test_write_bundle(url, "b/1/"), 0);
+	free(url);
 	FILE *f = fopen("p.yaml", "w");
 	assert_non_null(f);
 	/* prep runs once; `long` sleeps until it has been started twice (so the first attempt is
@@ -85,7 +89,7 @@ static void test_crash_kill9_mid_step_then_resume(void **state)
 	        "steps:\n"
 	        "  - name: prep\n    type: shell\n"
 	        "    with:\n"
-	        "      argv: [/bin/sh, -c, 'echo prep >> ${params.dir}/ran.log; echo bundle=b/1 > "
+	        "      argv: [/bin/sh, -c, 'echo prep >> ${params.dir}/ran.log; echo bundle=b/1/ > "
 	        "\"$TPUFLOW_OUTPUTS\"']\n"
 	        "      outputs: [bundle]\n"
 	        "  - name: long\n    type: shell\n    needs: [prep]\n"

@@ -63,7 +63,9 @@ static int ncalls(const char *name)
 }
 
 /* Behaviour from `with`: argv[0] is a verb: ok | fail N (fail the first N calls) | sleep S |
- * hang (until cancelled) | put KEY (writes the object KEY to the run's store). Outputs:
+ * hang (until cancelled) | put KEY (writes the object KEY to the run's store) | bundle PREFIX
+ * (writes a small real model bundle there) | nolog (logs a line, then puts an object where
+ * the log's upload needs a directory). Outputs:
  * out=<value>; metrics: metric=<number>. */
 static int test_kind(struct tf_step_run *r)
 {
@@ -90,6 +92,13 @@ static int test_kind(struct tf_step_run *r)
 			usleep(1000);
 	} else if (verb && !strcmp(verb, "put")) {
 		rc = tf_objstore_put(r->objstore, arg, "x", 1, 0);
+	} else if (verb && !strcmp(verb, "nolog")) {
+		r->progress(r->progress_data, "a line for the log");
+		char *key = tf_xasprintf("%slogs", r->prefix);
+		rc = tf_objstore_put(r->objstore, key, "x", 1, 0);
+		free(key);
+	} else if (verb && !strcmp(verb, "bundle")) {
+		rc = tf_test_write_bundle(r->storage_url, arg);
 	} else if (verb && !strcmp(verb, "hang") && (!arg || n < atoi(arg))) {
 		while (!*r->cancel)
 			usleep(1000);
@@ -376,6 +385,40 @@ static void test_engine_timeout_starts_when_a_worker_runs_the_step(void **state)
 	free(view);
 }
 
+/* A log that cannot be uploaded does not fail the step, but the attempt records it (an event
+ * on the attempt, in `runs logs`) and its log key stays empty. */
+static void test_engine_log_upload_failure_recorded(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	struct tf_engine_result res;
+	assert_int_equal(run_yaml("name: nolog\nsteps:\n"
+	                          "  - {name: a, type: shell, with: {argv: [nolog]}}\n",
+	                          &o, NULL, 0, &res),
+	                 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	json_decref(res.summary);
+	struct tf_store *st = NULL;
+	char err[256];
+	int64_t nev = 0, nkey = -1;
+	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_store_query_int(st, &nev,
+	                                    "SELECT count(*) FROM events WHERE run_id=? AND "
+	                                    "step='a' AND attempt=1 AND kind='log' AND message "
+	                                    "LIKE 'log not uploaded to the object store%stays in%'",
+	                                    "t", res.run_id),
+	                 0);
+	assert_int_equal(nev, 1);
+	assert_int_equal(tf_store_query_int(st, &nkey,
+	                                    "SELECT count(*) FROM attempts WHERE run_id=? AND "
+	                                    "step='a' AND log_key IS NOT NULL",
+	                                    "t", res.run_id),
+	                 0);
+	assert_int_equal(nkey, 0);
+	tf_store_close(st);
+}
+
 static void test_engine_gate_skips_below_threshold(void **state)
 {
 	(void)state;
@@ -643,7 +686,8 @@ static void test_engine_register_and_deploy_idempotent(void **state)
 	const char *yaml =
 	    "name: reg\n"
 	    "steps:\n"
-	    "  - {name: train, type: shell, with: {argv: [ok, 'out=bundles/b1'], outputs: [out]}}\n"
+	    "  - {name: train, type: shell, with: {argv: [bundle, bundles/b1/, 'out=bundles/b1/'], "
+	    "outputs: [out]}}\n"
 	    "  - {name: ev, type: shell, needs: [train], with: {argv: [ok, 'metric=0.91'], "
 	    "metrics: [metric]}}\n"
 	    "  - name: register\n    type: register\n    needs: [ev]\n"
@@ -704,6 +748,90 @@ static void test_engine_register_and_deploy_idempotent(void **state)
 	assert_int_equal(tf_registry_resolve(st, "m", "latest", &v), 0);
 	assert_int_equal(v, 2);
 	tf_store_close(st);
+}
+
+/* register records only a bundle that loads (manifest, signature, checksums); names and
+ * aliases that arrive through references are checked when the step runs. */
+static void test_engine_register_verifies_bundle_and_names(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	o.home = "home-reg";
+	struct tf_engine_result res;
+	char yaml[1024];
+	const char *fmt =
+	    "name: regcheck\n"
+	    "steps:\n"
+	    "  - {name: train, type: shell, with: {argv: [%s, 'out=%s'], outputs: [out]}}\n"
+	    "  - name: register\n    type: register\n    needs: [train]\n"
+	    "    with: {model_name: '%s', bundle: '${steps.train.outputs.out}'}\n";
+	struct {
+		const char *argv0, *bundle, *model, *want;
+	} cases[] = {
+	    /* nothing there */
+	    {"ok", "bundles/none/", "m", "bundle 'bundles/none/' is not in the store"},
+	    /* one stray object under the prefix: not a bundle */
+	    {"put, bundles/junk/signature.json", "bundles/junk/", "m", "bundle 'bundles/junk/'"},
+	    /* a good bundle, but the model name from a reference breaks the name rule */
+	    {"bundle, bundles/good/", "bundles/good/", "${steps.train.outputs.out}",
+	     "model name 'bundles/good/'"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(yaml, sizeof(yaml), fmt, cases[i].argv0, cases[i].bundle, cases[i].model);
+		assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+		assert_int_equal(res.state, TF_RUN_FAILED);
+		json_t *reg = tf_test_step_of(res.summary, "register");
+		const char *why = json_string_value(json_object_get(reg, "reason"));
+		if (!why || !strstr(why, cases[i].want))
+			fail_msg("case %zu: reason '%s', want '%s'", i, why ? why : "(none)",
+			         cases[i].want);
+		json_decref(res.summary);
+	}
+	/* nothing was registered */
+	struct tf_store *st = NULL;
+	char err[256];
+	int64_t n = -1;
+	assert_int_equal(tf_store_open("home-reg/tpuflow.db", 0, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_store_query_int(st, &n, "SELECT count(*) FROM model_versions", ""), 0);
+	assert_int_equal(n, 0);
+	tf_store_close(st);
+
+	/* a damaged bundle (one flipped byte in its weights) is refused too */
+	reset();
+	snprintf(yaml, sizeof(yaml), fmt, "bundle, bundles/flip/", "bundles/flip/", "m");
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	json_decref(res.summary);
+	FILE *f = fopen("home-reg/objects/bundles/flip/model.safetensors", "r+b");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, -3, SEEK_END), 0);
+	int c = fgetc(f);
+	assert_int_equal(fseek(f, -3, SEEK_END), 0);
+	fputc(c ^ 0x40, f);
+	fclose(f);
+	snprintf(yaml, sizeof(yaml), fmt, "ok", "bundles/flip/", "m");
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	assert_int_equal(res.state, TF_RUN_FAILED);
+	assert_non_null(strstr(json_string_value(json_object_get(
+	                            tf_test_step_of(res.summary, "register"), "reason")),
+	                        "does not load"));
+	json_decref(res.summary);
+
+	/* an alias that arrives through a reference and reads as a version is refused */
+	const char *dep = "name: depcheck\n"
+	                  "steps:\n"
+	                  "  - {name: pick, type: shell, with: {argv: [ok, 'out=latest'], "
+	                  "outputs: [out]}}\n"
+	                  "  - name: deploy\n    type: deploy\n    needs: [pick]\n"
+	                  "    with: {model_name: m, version: '1', alias: "
+	                  "'${steps.pick.outputs.out}'}\n";
+	assert_int_equal(run_yaml(dep, &o, NULL, 0, &res), 0);
+	assert_int_equal(res.state, TF_RUN_FAILED);
+	assert_non_null(strstr(
+	    json_string_value(json_object_get(tf_test_step_of(res.summary, "deploy"), "reason")),
+	    "alias 'latest' reads as a version"));
+	json_decref(res.summary);
 }
 
 static int run_cli(const char *args)
@@ -1017,6 +1145,7 @@ int main(void)
 	    cmocka_unit_test(test_engine_retries_with_backoff_then_succeeds),
 	    cmocka_unit_test(test_engine_failure_class_not_retried_fails_run),
 	    cmocka_unit_test(test_engine_timeout_cancels_step),
+	    cmocka_unit_test(test_engine_log_upload_failure_recorded),
 	    cmocka_unit_test(test_engine_timeout_starts_when_a_worker_runs_the_step),
 	    cmocka_unit_test(test_engine_gate_skips_below_threshold),
 	    cmocka_unit_test(test_engine_second_run_hits_cache),
@@ -1024,6 +1153,7 @@ int main(void)
 	    cmocka_unit_test(test_engine_cache_hit_verified_in_the_store),
 	    cmocka_unit_test(test_engine_shell_cache_is_opt_in),
 	    cmocka_unit_test(test_engine_register_and_deploy_idempotent),
+	    cmocka_unit_test(test_engine_register_verifies_bundle_and_names),
 	    cmocka_unit_test(test_engine_cli_models_and_runs),
 	    cmocka_unit_test(test_engine_train_steps_get_slices),
 	    cmocka_unit_test(test_engine_shell_fails_twice_then_succeeds),

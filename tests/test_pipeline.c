@@ -188,6 +188,40 @@ static void test_pipeline_when_gate_and_render(void **state)
 	free(path);
 }
 
+/* Text-typed values (argv, env) are passed on as written; numbers that come through a
+ * reference into text take their shortest exact form. */
+static void test_pipeline_argv_keeps_source_text(void **state)
+{
+	(void)state;
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	assert_int_equal(load("name: t\nparams:\n  f: {type: float, default: 1.1}\nsteps:\n"
+	                      "  - {name: s, type: shell, with: {argv: [x, 1.10, 012, ~, 3, true, "
+	                      "1e3, '${params.f}', 'f=${params.f}'], env: {A: 0.10}}}\n",
+	                      NULL, 0, 0, &p, &d),
+	                 0);
+	void *ctx[2] = {p, NULL};
+	char err[200];
+	json_t *w = tf_step_render_with(&p->steps[0], gate_lookup, ctx, err, sizeof(err));
+	assert_non_null(w);
+	json_t *argv = json_object_get(w, "argv");
+	static const char *const want[] = {"x", "1.10", "012", "~", "3", "true", "1e3"};
+	for (size_t i = 0; i < TF_ARRAY_LEN(want); i++)
+		assert_string_equal(json_string_value(json_array_get(argv, i)), want[i]);
+	/* a whole reference keeps the param's type; into text it goes in its shortest form */
+	json_t *f = json_array_get(argv, 7);
+	assert_true(json_is_real(f));
+	char *text = tf_template_value_text(f);
+	assert_string_equal(text, "1.1");
+	free(text);
+	assert_string_equal(json_string_value(json_array_get(argv, 8)), "f=1.1");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(w, "env"), "A")),
+	                    "0.10");
+	json_decref(w);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+}
+
 static void test_pipeline_yaml_syntax_error(void **state)
 {
 	(void)state;
@@ -473,6 +507,100 @@ static void test_pipeline_shell_cache_defaults(void **state)
 	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    cache: true\n"
 	       "    cache_inputs: ['']\n    with: {argv: [x]}\n",
 	       6, 20, "empty or binary path in 'cache_inputs'", NULL);
+}
+
+/* expect() at the position of the first occurrence of `at` in yaml. */
+static void expect_at(const char *yaml, const char *at, const char *msg, const char *hint)
+{
+	const char *p = strstr(yaml, at);
+	assert_non_null(p);
+	int line = 1, col = 1;
+	for (const char *c = yaml; c < p; c++, col++)
+		if (*c == '\n')
+			line++, col = 0;
+	expect(yaml, line, col, msg, hint);
+}
+
+/* Values that fail at run time are refused at load with their position: the bounds and
+ * rules live in the per-kind `with` schema rows. */
+static void test_pipeline_with_values_checked_at_load(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *yaml, *at, *msg;
+	} cases[] = {
+	    {"name: x\nsteps:\n  - {name: a, type: shell, with: {argv: []}}\n", "[]}",
+	     "'with.argv' of step 'a' must not be empty"},
+	    {"name: x\nsteps:\n  - {name: a, type: train, with: {hidden: [-5, 0]}}\n", "-5",
+	     "'with.hidden' of step 'a' must be between 1 and 1000000, not -5"},
+	    {"name: x\nsteps:\n  - {name: a, type: train, with: {hidden: [5, 0]}}\n", "0]",
+	     "must be between 1 and 1000000, not 0"},
+	    {"name: x\nsteps:\n  - {name: a, type: train, with: {epochs: -1}}\n", "-1",
+	     "'with.epochs' of step 'a' must be between 1 and"},
+	    {"name: x\nsteps:\n  - {name: a, type: train, with: {batch: 0}}\n", "0}",
+	     "'with.batch' of step 'a' must be between 1 and"},
+	    {"name: x\nsteps:\n  - {name: a, type: train, with: {lr: -1}}\n", "-1",
+	     "'with.lr' of step 'a' must be greater than 0, not -1"},
+	    {"name: x\nsteps:\n  - {name: a, type: deploy, with: {model_name: m, version: '1', "
+	     "canary_percent: 150}}\n",
+	     "150", "'with.canary_percent' of step 'a' must be at least 0 and less than 100"},
+	    {"name: x\nsteps:\n  - {name: a, type: deploy, with: {model_name: m, version: '1', "
+	     "alias: ''}}\n",
+	     "''", "the alias is empty"},
+	    {"name: x\nsteps:\n  - {name: a, type: deploy, with: {model_name: m, version: '1', "
+	     "alias: a/b}}\n",
+	     "a/b", "alias 'a/b': use 1 to 64 characters"},
+	    {"name: x\nsteps:\n  - {name: a, type: deploy, with: {model_name: m, version: '1', "
+	     "alias: latest}}\n",
+	     "latest", "alias 'latest' reads as a version"},
+	    {"name: x\nsteps:\n  - {name: a, type: deploy, with: {model_name: m, version: '1', "
+	     "alias: '7'}}\n",
+	     "'7'", "alias '7' reads as a version"},
+	    {"name: x\nsteps:\n  - {name: a, type: deploy, with: {model_name: m, version: -5}}\n",
+	     "-5", "version '-5': versions are numbered from 1"},
+	    {"name: x\nsteps:\n  - {name: a, type: deploy, with: {model_name: 'bad name! "
+	     "../../x', version: '1'}}\n",
+	     "'bad", "model name 'bad name! ../../x': use 1 to 64 characters"},
+	    {"name: x\nsteps:\n  - {name: a, type: data_prep, with: {shards: 0}}\n", "0}",
+	     "'with.shards' of step 'a' must be between 1 and 4096, not 0"},
+	    {"name: x\nsteps:\n  - {name: a, type: data_prep, with: {source: csv, path: f.csv, "
+	     "test_fraction: 2}}\n",
+	     "2}", "'with.test_fraction' of step 'a' must be greater than 0 and less than 1"},
+	    {"name: x\nsteps:\n  - {name: a, type: data_prep, with: {source: csv}}\n", "csv",
+	     "'with.source: csv' of step 'a' needs 'with.path'"},
+	    {"name: x\nsteps:\n  - {name: a, type: shell, with: {argv: [x], outputs: [o, p, o]}}\n",
+	     "o]", "'with.outputs' of step 'a' lists 'o' twice"},
+	    {"name: x\nsteps:\n  - {name: a, type: shell, with: {argv: [x], env: {'A=B': v}}}\n",
+	     "'A=B'", "'A=B' is not an environment variable name"},
+	    {"name: x\nsteps:\n  - {name: a, type: shell, with: {argv: [x], env: {'': v}}}\n",
+	     "'':", "'' is not an environment variable name"},
+	    {"name: x\nsteps:\n  - {name: a, type: shell, with: {argv: [x], env: {1X: v}}}\n",
+	     "1X", "'1X' is not an environment variable name"},
+	    /* a param's value is known at load: the same bounds apply */
+	    {"name: x\nparams:\n  e: {type: int, default: 0}\nsteps:\n  - {name: a, type: train, "
+	     "with: {epochs: '${params.e}'}}\n",
+	     "'${", "must be between 1 and 1073741824, not 0 (the value of ${params.e})"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		expect_at(cases[i].yaml, cases[i].at, cases[i].msg, NULL);
+	/* the good side of each bound loads */
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	assert_int_equal(
+	    load("name: x\nsteps:\n"
+	         "  - {name: p, type: data_prep, with: {source: csv, path: f.csv, shards: 1, "
+	         "test_fraction: 0.2}}\n"
+	         "  - {name: t, type: train, needs: [p], with: {hidden: [1], epochs: 1, batch: 1, "
+	         "lr: 0.001}}\n"
+	         "  - {name: s, type: shell, with: {argv: [x], env: {_A1: v}, outputs: [o, q]}}\n"
+	         "  - {name: d, type: deploy, with: {model_name: fashion-mnist.v2_a, version: v3, "
+	         "alias: production, canary_percent: 0}}\n"
+	         "  - {name: e, type: deploy, with: {model_name: m, version: latest, alias: "
+	         "canary, canary_percent: 99.5}}\n",
+	         NULL, 0, 0, &p, &d),
+	    0);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
 }
 
 static void test_pipeline_bad_durations(void **state)
@@ -957,6 +1085,8 @@ int main(void)
 	    cmocka_unit_test(test_pipeline_unknown_keys_suggest),
 	    cmocka_unit_test(test_pipeline_wrong_types),
 	    cmocka_unit_test(test_pipeline_shell_cache_defaults),
+	    cmocka_unit_test(test_pipeline_with_values_checked_at_load),
+	    cmocka_unit_test(test_pipeline_argv_keeps_source_text),
 	    cmocka_unit_test(test_pipeline_bad_durations),
 	    cmocka_unit_test(test_pipeline_executor_rules),
 	    cmocka_unit_test(test_pipeline_priority_and_project),

@@ -1,11 +1,14 @@
 /* testutil.c — the helpers of testutil.h: spawning and waiting for child processes, loading
- * JSON files and finding a step in a run summary. Linked into every test binary, so it has no
+ * JSON files, finding a step in a run summary and writing a small model bundle. Linked into every test binary, so it has no
  * main and no tests of its own. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "common/common.h"
+#include "ml/bundle.h"
+#include "storage/objstore.h"
 #include "tests/testutil.h"
 
 #include "common/common.h"
@@ -85,4 +88,32 @@ json_t *tf_test_step_of(json_t *summary, const char *name)
 	}
 	fail_msg("no step %s in summary", name);
 	return NULL;
+}
+
+int tf_test_write_bundle(const char *url, const char *prefix)
+{
+	struct tf_objstore *os = NULL;
+	char err[512];
+	int rc = tf_objstore_open(url, &os, err, sizeof(err));
+	if (rc)
+		return rc;
+	struct tf_mlp m;
+	size_t hidden[] = {3};
+	rc = tf_mlp_init(&m, 4, hidden, 1, 2, 0);
+	if (rc == 0) {
+		tf_mlp_init_params(&m, 7);
+		float mean[4] = {0, 0, 0, 0}, inv_std[4] = {1, 1, 1, 1};
+		char *names[2] = {"no", "yes"};
+		struct tf_dataset d = {.source = "csv", .dim = 4, .num_classes = 2,
+		                       .class_names = names,
+		                       .pre = {.image = 0, .dim = 4, .mean = mean, .inv_std = inv_std}};
+		struct tf_mxu_cfg mxu;
+		tf_mxu_cfg_init(&mxu);
+		rc = tf_bundle_export(os, prefix, &m, &d, &mxu, NULL, err, sizeof(err));
+		if (rc)
+			fprintf(stderr, "tf_test_write_bundle: %s\n", err);
+		tf_mlp_release(&m);
+	}
+	tf_objstore_free(os);
+	return rc;
 }

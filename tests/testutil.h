@@ -30,4 +30,8 @@ json_t *tf_test_load_json(const char *path);
  * if there is none. */
 json_t *tf_test_step_of(json_t *summary, const char *name);
 
+/* Writes a small real model bundle (4 float features -> 3 -> 2 classes, the same export
+ * path as `train`) under PREFIX ("…/") in the store at URL. 0 or a negative errno. */
+int tf_test_write_bundle(const char *url, const char *prefix);
+
 #endif
