@@ -124,7 +124,7 @@ print("it_pool: two runs, one pool: no chip held twice; one waited %.1f s" % (wa
 EOF
 
 # -- preemption: the victim checkpoints, waits, resumes there, and ends bit-identical
-"$bin" run long.yaml --plain --param steps=6000 --param model=victim --priority 2 \
+"$bin" run long.yaml --plain --param steps=30000 --param model=victim --priority 2 \
   >victim.out 2>&1 &
 pids+=($!)
 for _ in $(seq 1 400); do
@@ -144,7 +144,7 @@ done
   >urgent.out 2>&1 || fail "the urgent run failed"
 wait "${pids[0]}" || fail "the preempted run did not finish"
 pids=()
-TPUFLOW_HOME=$dir/ref "$bin" run long.yaml --plain --param steps=6000 --param model=victim \
+TPUFLOW_HOME=$dir/ref "$bin" run long.yaml --plain --param steps=30000 --param model=victim \
   >ref.out 2>&1 || fail "the uninterrupted reference run failed"
 
 $PY - "$TPUFLOW_HOME" "$dir/ref" <<'EOF' || fail "preemption did not go as it should"
@@ -186,8 +186,9 @@ print("it_pool: preempted at step %d, resumed there; final weights identical to 
 EOF
 
 # -- a chip fails under a training: requeued onto healthy chips, same final weights
+# (30000 steps: long enough that the failure lands mid-training on a fast or a loaded machine)
 export TPUFLOW_POOLS=v4:2x2x2 TPUFLOW_HOME=$dir/chips
-"$bin" run long.yaml --plain --param steps=6000 --param model=victim >chip.out 2>&1 &
+"$bin" run long.yaml --plain --param steps=30000 --param model=victim >chip.out 2>&1 &
 pids+=($!)
 box=
 for _ in $(seq 1 400); do
