@@ -65,6 +65,7 @@ int cmd_data(int argc, char **argv, struct tf_cli *cli);
 int cmd_train(int argc, char **argv, struct tf_cli *cli);
 int cmd_eval(int argc, char **argv, struct tf_cli *cli);
 int cmd_predict(int argc, char **argv, struct tf_cli *cli);
+int cmd_serve(int argc, char **argv, struct tf_cli *cli);
 int cmd_step(int argc, char **argv, struct tf_cli *cli);
 
 /* `run`, `runs ...` and `models ...` against the REST API at `url` (cli/remote.c); argv[0] is

@@ -41,6 +41,7 @@ static const struct tf_cmd commands[] = {
     {"train", cmd_train, "train an MLP on an emulated TPU slice (checkpoints, export)"},
     {"eval", cmd_eval, "evaluate a model bundle on a dataset's test split"},
     {"predict", cmd_predict, "CPU inference from a model bundle (.npy in, .npy out)"},
+    {"serve", cmd_serve, "serve a model's predictions (TensorFlow Serving REST, KServe v2)"},
     {"step", cmd_step, "run one ml step in this process (what executor: local starts)"},
 };
 

@@ -334,6 +334,19 @@ void tf_bundle_predict(const struct tf_bundle *b, const float *x, size_t n, floa
 
 /* The model's inputs from an .npy array a: n rows of dim values, preprocessed as in
  * training unless preprocessed. *x (n x dim floats) is new, caller frees. */
+void tf_bundle_preprocess(const struct tf_bundle *b, const float *raw, float *out)
+{
+	if (!b->pre.image) {
+		tf_preproc_apply(&b->pre, NULL, raw, out);
+		return;
+	}
+	/* image preprocessing reads bytes: the same path training used */
+	unsigned char u8[TF_MLP_MAX_WIDTH];
+	for (size_t j = 0; j < b->pre.dim; j++)
+		u8[j] = (unsigned char)(raw[j] < 0 ? 0 : raw[j] > 255 ? 255 : raw[j]);
+	tf_preproc_apply(&b->pre, u8, NULL, out);
+}
+
 static int npy_inputs(const struct tf_bundle *b, const char *path, const struct tf_npy *a,
                       int preprocessed, float **x, size_t *n, char *err, size_t errlen)
 {
@@ -353,7 +366,6 @@ static int npy_inputs(const struct tf_bundle *b, const char *path, const struct 
 		return -ENOMEM;
 	}
 	float *row = tf_xmalloc(dim * sizeof(float)); /* dim <= TF_MLP_MAX_WIDTH */
-	unsigned char *u8 = tf_xmalloc(dim);
 	for (size_t i = 0; i < rows; i++) {
 		for (size_t j = 0; j < dim; j++) {
 			size_t k = i * dim + j;
@@ -362,21 +374,12 @@ static int npy_inputs(const struct tf_bundle *b, const char *path, const struct 
 			                                  : (float)((double *)a->data)[k];
 		}
 		float *xi = *x + i * dim;
-		if (preprocessed) {
+		if (preprocessed)
 			memcpy(xi, row, dim * sizeof(float));
-		} else if (b->pre.image) {
-			/* image preprocessing reads bytes: the same path training used */
-			for (size_t j = 0; j < dim; j++)
-				u8[j] = (unsigned char)(row[j] < 0     ? 0
-				                        : row[j] > 255 ? 255
-				                                       : row[j]);
-			tf_preproc_apply(&b->pre, u8, NULL, xi);
-		} else {
-			tf_preproc_apply(&b->pre, NULL, row, xi);
-		}
+		else
+			tf_bundle_preprocess(b, row, xi);
 	}
 	free(row);
-	free(u8);
 	*n = rows;
 	return 0;
 }

@@ -47,6 +47,11 @@ void tf_bundle_free(struct tf_bundle *b);
 void tf_bundle_predict(const struct tf_bundle *b, const float *x, size_t n, float *probs,
                        int threads);
 
+/* Preprocesses one raw example (inputs values: pixels 0..255, clamped and truncated to bytes
+ * for image models; features for tabular ones) into out[inputs], as training did: the one
+ * input path of `tpuflow predict` and of serving. */
+void tf_bundle_preprocess(const struct tf_bundle *b, const float *raw, float *out);
+
 /* `tpuflow predict`'s whole input path after the bundle: reads the .npy file at path (N rows
  * of the model's inputs: N x inputs, or N x rows x cols for images; uint8, float32 or
  * float64), preprocesses it as training did unless preprocessed, and runs the model. *probs

@@ -107,6 +107,20 @@ const cases = {
   createToken: [['POST', '/api/v1/tokens', { name: 'contract', scope: 'read', expires_in: '1h' }],
                 ['POST', '/api/v1/tokens', { name: 'x', scope: 'root' }]],
   revokeToken: [['DELETE', '/api/v1/tokens/contract'], ['DELETE', '/api/v1/tokens/nobody']],
+  // model serving: the contract model's bundle does not exist, so its versions are
+  // UNAVAILABLE (tests/test_serve.c covers the successful answers)
+  tfsPredict: [['POST', `/v1/models/${model}:predict`, { instances: [[1]] }],
+               ['POST', '/v1/models/none:predict', { instances: [[1]] }]],
+  tfsPredictVersion: [['POST', `/v1/models/${model}/versions/1:predict`, { inputs: [[1]] }]],
+  tfsPredictLabel: [['POST', `/v1/models/${model}/labels/nolabel:predict`, { instances: [] }]],
+  tfsModelStatus: [['GET', `/v1/models/${model}`], ['GET', '/v1/models/none']],
+  tfsModelMetadata: [['GET', `/v1/models/${model}/metadata`]],
+  v2Live: [['GET', '/v2/health/live']],
+  v2Ready: [['GET', '/v2/health/ready']],
+  v2ModelMetadata: [['GET', `/v2/models/${model}`]],
+  v2ModelReady: [['GET', `/v2/models/${model}/ready`]],
+  v2Infer: [['POST', `/v2/models/${model}/infer`, { inputs: [] }]],
+  v2InferVersion: [['POST', `/v2/models/${model}/versions/1/infer`, { inputs: [] }]],
 };
 
 const ops = [];
@@ -155,6 +169,7 @@ for (const { path, method, op } of ops) {
     let want;
     if (scope === 'public') want = 'ok';
     else if (['none', 'revoked', 'expired', 'wrong'].includes(who)) want = 401;
+    else if (scope === 'predict') want = who === 'admin' ? 'ok' : 403; // its own branch
     else want = rank[who] >= rank[scope] ? 'ok' : 403;
     const got = r.status === 401 || r.status === 403 ? r.status : 'ok';
     if (got !== want) fail(`auth ${who} on ${m} ${p} (scope ${scope}): ${r.status}, want ${want}`);

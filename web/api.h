@@ -60,6 +60,8 @@ const char *tf_web_header(const struct tf_web_req *rq, const char *name);
 const char *tf_web_param(const struct tf_web_req *rq, const char *name);
 const struct tf_web_hooks *tf_web_hooks(const struct tf_web *w);
 const char *tf_web_home(const struct tf_web *w);
+/* The server's model-serving cache (web/serve.h). */
+struct tf_serve *tf_web_serving(const struct tf_web *w);
 
 /* A streamed body (Server-Sent Events, followed logs): fill writes up to `max` bytes into
  * buf and returns how many, 0 to say "nothing yet" (the server waits a little and asks
@@ -99,6 +101,8 @@ enum tf_route_flags {
 	TF_ROUTE_JSON_BODY = 1 << 0,  /* body must be a JSON object (415 / 400 otherwise) */
 	TF_ROUTE_IDEMPOTENT = 1 << 1, /* creating POST: Idempotency-Key honoured, one transaction */
 	TF_ROUTE_STREAM = 1 << 2,     /* may answer a stream (documented as text/event-stream) */
+	TF_ROUTE_SERVING = 1 << 3,    /* model serving (web/serve.h): errors are {"error": "..."};
+	                                 the only non-public routes of `tpuflow serve` */
 };
 
 struct tf_route {

@@ -11,6 +11,7 @@
  * in a callback except in thread-per-connection mode).
  */
 #include "web/api.h"
+#include "web/serve.h"
 #include "web/tokens.h"
 
 #define TF_LOG_TAG "web"
@@ -67,6 +68,8 @@ struct tf_web {
 	double rate, burst;
 	int port;
 	struct tf_web_hooks hooks;
+	struct tf_serve *serve; /* model serving cache */
+	int serve_only;         /* `tpuflow serve`: serving and public routes only */
 	volatile int stopping;
 	char *openapi; /* the document, serialised once */
 	size_t openapi_len;
@@ -151,6 +154,11 @@ const char *tf_web_param(const struct tf_web_req *rq, const char *name)
 const struct tf_web_hooks *tf_web_hooks(const struct tf_web *w)
 {
 	return &w->hooks;
+}
+
+struct tf_serve *tf_web_serving(const struct tf_web *w)
+{
+	return w->serve;
 }
 
 const char *tf_web_home(const struct tf_web *w)
@@ -550,6 +558,11 @@ static const struct tf_route *dispatch(struct tf_web *w, struct tf_web_req *rq,
 		}
 		return NULL;
 	}
+	if (w->serve_only && !(r->flags & TF_ROUTE_SERVING) && r->scope != TF_SCOPE_PUBLIC) {
+		tf_web_problem(rs, 404, rq->path, "this server answers predictions only "
+		                                  "(tpuflow serve); the API is on the daemon");
+		return NULL;
+	}
 	char err[256];
 	rq->st = store_get(w, err, sizeof(err));
 	if (!rq->st) {
@@ -830,6 +843,7 @@ static void web_free(struct tf_web *w)
 {
 	for (int i = 0; i < w->npool; i++)
 		tf_store_close(w->pool[i]);
+	tf_serve_free(w->serve);
 	free(w->home);
 	free(w->dbpath);
 	free(w->cors);
@@ -879,6 +893,8 @@ int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, si
 	w->rate = o->rate > 0 ? o->rate : 100;
 	w->burst = o->burst > 0 ? o->burst : 10 * w->rate;
 	w->hooks = o->hooks;
+	w->serve_only = o->serve_only;
+	w->serve = tf_serve_new(w->home, o->serve_model, o->serve_max_batch);
 	w->lat = tf_xcalloc(tf_nroutes + 1, sizeof(*w->lat));
 	struct tf_store *st = NULL;
 	rc = tf_store_open_home(w->home, &st, err, errlen);

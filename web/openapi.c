@@ -70,6 +70,10 @@ static const char components[] =
     "  \"token\":{\"type\":\"string\",\"description\":\"the secret, only when created\"}}}"
     "}";
 
+#define SERVING_ERROR                                                                      \
+	"{\"type\":\"object\",\"required\":[\"error\"],\"properties\":{\"error\":{"         \
+	"\"type\":\"string\"}}}"
+
 static json_t *problem_response(const char *why)
 {
 	return json_pack("{s:s, s:{s:{s:{s:s}}}}", "description", why, "content",
@@ -80,8 +84,9 @@ static json_t *problem_response(const char *why)
 static json_t *operation(const struct tf_route *r)
 {
 	json_t *op = json_pack("{s:s, s:s, s:[s]}", "operationId", r->op, "summary", r->summary,
-	                       "tags", strncmp(r->pattern, "/api/v1/", 8) ? "service"
-	                                                                   : "api");
+	                       "tags", r->flags & TF_ROUTE_SERVING         ? "serving"
+	                               : strncmp(r->pattern, "/api/v1/", 8) ? "service"
+	                                                                    : "api");
 	json_t *params = json_array();
 	for (const char *p = strchr(r->pattern, '{'); p; p = strchr(p + 1, '{')) {
 		const char *e = strchr(p, '}');
@@ -142,7 +147,13 @@ static json_t *operation(const struct tf_route *r)
 		json_object_set_new(responses, "429",
 		                    problem_response("over the token's rate limit (Retry-After)"));
 	}
-	json_object_set_new(responses, "default", problem_response("any other error"));
+	json_object_set_new(responses, "default",
+	                    r->flags & TF_ROUTE_SERVING
+	                        ? json_pack("{s:s, s:{s:{s:o}}}", "description",
+	                                    "any other error, as TensorFlow Serving answers it",
+	                                    "content", "application/json", "schema",
+	                                    json_loads(SERVING_ERROR, 0, NULL))
+	                        : problem_response("any other error"));
 	json_object_set_new(op, "responses", responses);
 	json_object_set_new(op, "security",
 	                    r->scope == TF_SCOPE_PUBLIC
@@ -171,7 +182,7 @@ json_t *tf_openapi_document(void)
 	}
 	json_t *doc = json_pack(
 	    "{s:s, s:{s:s, s:s, s:s}, s:[{s:s}], s:o, s:{s:o, s:{s:{s:s, s:s, s:s}}},"
-	    " s:[{s:[]}], s:[{s:s, s:s}, {s:s, s:s}]}",
+	    " s:[{s:[]}], s:[{s:s, s:s}, {s:s, s:s}, {s:s, s:s}]}",
 	    "openapi", "3.1.0", "info", "title", "tpuflow API", "version", TF_VERSION,
 	    "description",
 	    "Trigger, watch and manage tpuflow pipeline runs. Errors are RFC 9457 problem details; "
@@ -181,6 +192,7 @@ json_t *tf_openapi_document(void)
 	    "type", "http", "scheme", "bearer", "description",
 	    "a tpf_ token from `tpuflow tokens create`", "security", "bearer", "tags", "name", "api",
 	    "description", "the REST API", "name", "service", "description",
-	    "health, readiness and metrics");
+	    "health, readiness and metrics", "name", "serving", "description",
+	    "model serving: TensorFlow Serving REST (/v1) and the Open Inference Protocol (/v2)");
 	return doc;
 }

@@ -7,6 +7,7 @@
  * table, web/openapi.c documents it. Schemas refer to the components of web/openapi.c.
  */
 #include "web/api.h"
+#include "web/serve.h"
 #include "web/tokens.h"
 
 #define TF_LOG_TAG "web"
@@ -1240,6 +1241,7 @@ const struct tf_route tf_routes[] = {
      REF("Token"), 201, NULL},
     {"DELETE", "/api/v1/tokens/{id}", TF_SCOPE_ADMIN, h_token_revoke, 0, "revokeToken",
      "Revoke a token (by id, name or prefix)", NULL, NULL, REF("Token"), 200, NULL},
+    TF_SERVE_ROUTES, /* model serving: web/serve.h */
 };
 const size_t tf_nroutes = TF_ARRAY_LEN(tf_routes);
 

@@ -65,6 +65,13 @@ struct tf_web_opts {
 	double rate;            /* requests per second per token (0: 100) */
 	double burst;           /* bucket size per token (0: 10 x rate) */
 	struct tf_web_hooks hooks;
+	/* Model serving (web/serve.h, docs/serving.md): the /v1 and /v2 routes are always on;
+	 * serve_only answers nothing else but the public routes (`tpuflow serve`), serve_model
+	 * (may be NULL) restricts serving to one model, serve_max_batch caps instances per
+	 * request (0: 1024). */
+	int serve_only;
+	const char *serve_model;
+	size_t serve_max_batch;
 };
 
 struct tf_web;

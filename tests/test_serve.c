@@ -1,0 +1,650 @@
+/* test_serve.c — model serving (web/serve.c) against a real server started in this process,
+ * requests made with libcurl: TensorFlow Serving REST (row and columnar, status, metadata,
+ * the errors and their codes), the Open Inference Protocol, the predict scope, a broken
+ * version that stays UNAVAILABLE without harming the others, an alias move, the `tpuflow
+ * serve` command, and predictions bit-identical to `tpuflow predict` on the same inputs.
+ *
+ * The models: untrained 784-16-10 MLPs (Fashion-MNIST preprocessing from a 256-image prep)
+ * exported to the home's object store and registered; skipped without the dataset. */
+#include "common/common.h"
+#include "ml/bundle.h"
+#include "ml/npy.h"
+#include "orchestrator/registry.h"
+#include "storage/objstore.h"
+#include "web/api.h"
+#include "web/server.h"
+#include "web/tokens.h"
+
+#include "tests/testutil.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define DIM 784
+#define MAX_BATCH 8
+
+static struct tf_web *srv;
+static char base[64];
+static char home[512];
+static char tok_predict[TF_TOKEN_LEN + 1], tok_read[TF_TOKEN_LEN + 1];
+static int have_data;
+
+struct resp {
+	long status;
+	char *body;
+	size_t n;
+	json_t *json;
+};
+
+static size_t on_data(char *d, size_t sz, size_t nm, void *u)
+{
+	struct resp *r = u;
+	r->body = realloc(r->body, r->n + sz * nm + 1);
+	memcpy(r->body + r->n, d, sz * nm);
+	r->n += sz * nm;
+	r->body[r->n] = 0;
+	return sz * nm;
+}
+
+static void resp_free(struct resp *r)
+{
+	free(r->body);
+	json_decref(r->json);
+	memset(r, 0, sizeof(*r));
+}
+
+/* One request to base_url (the in-process server when NULL); token may be NULL. */
+static struct resp call_at(const char *base_url, const char *method, const char *path,
+                           const char *token, const char *body)
+{
+	struct resp r = {0};
+	CURL *c = curl_easy_init();
+	char url[1024], auth[128];
+	snprintf(url, sizeof(url), "%s%s", base_url ? base_url : base, path);
+	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+	if (token) {
+		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+		h = curl_slist_append(h, auth);
+	}
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	if (body) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+	}
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+	CURLcode cc = curl_easy_perform(c);
+	if (cc != CURLE_OK)
+		r.status = -1;
+	else
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	if (r.body)
+		r.json = json_loads(r.body, 0, NULL);
+	return r;
+}
+
+static struct resp call(const char *method, const char *path, const char *body)
+{
+	return call_at(NULL, method, path, tok_predict, body);
+}
+
+/* A serving error: this status, {"error": "..."} containing `has`. */
+static void assert_error(struct resp *r, long status, const char *has)
+{
+	if (r->status != status || !r->body || !strstr(r->body, has))
+		fprintf(stderr, "want %ld with '%s', got %ld: %s\n", status, has, r->status,
+		        r->body ? r->body : "");
+	assert_int_equal(r->status, status);
+	const char *e = json_string_value(json_object_get(r->json, "error"));
+	assert_non_null(e);
+	assert_non_null(strstr(e, has));
+}
+
+/* Deterministic pixels of example i. */
+static unsigned pixel(size_t i, size_t j)
+{
+	return (unsigned)((i * 131 + j * 7 + (j * j) % 17) % 256);
+}
+
+/* A JSON list of n examples from `first`, each a flat list (or 28 rows of 28 when nested). */
+static char *examples(size_t first, size_t n, int nested)
+{
+	char *p = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&p, &len);
+	fputc('[', f);
+	for (size_t i = first; i < first + n; i++) {
+		fputs(i > first ? ",[" : "[", f);
+		for (size_t j = 0; j < DIM; j++) {
+			if (nested && j % 28 == 0)
+				fputs(j ? "],[" : "[", f);
+			else if (j)
+				fputc(',', f);
+			fprintf(f, "%u", pixel(i, j));
+		}
+		fputs(nested ? "]]" : "]", f);
+	}
+	fputc(']', f);
+	fclose(f);
+	return p;
+}
+
+/* "0," n times, in one of two static buffers (two calls may share an expression). */
+static const char *zeros(size_t n)
+{
+	static char buf[2][4 * DIM];
+	static int k;
+	k ^= 1;
+	buf[k][0] = 0;
+	for (size_t i = 0; i < n; i++)
+		strcat(buf[k], "0,");
+	return buf[k];
+}
+
+static char *body_of(const char *fmt, const char *list)
+{
+	return tf_xasprintf(fmt, list);
+}
+
+/* Exports an untrained 784-16-10 model (seed) at key prefix in store s with dataset d. */
+static void export_model(struct tf_objstore *s, const struct tf_dataset *d, const char *prefix,
+                         uint64_t seed)
+{
+	struct tf_mlp m;
+	size_t hidden[1] = {16};
+	struct tf_mxu_cfg mxu;
+	char err[512];
+	tf_mxu_cfg_init(&mxu);
+	assert_int_equal(tf_mlp_init(&m, d->dim, hidden, 1, d->num_classes, 0), 0);
+	tf_mlp_init_params(&m, seed);
+	int rc = tf_bundle_export(s, prefix, &m, d, &mxu, NULL, err, sizeof err);
+	if (rc)
+		fprintf(stderr, "export: %s\n", err);
+	assert_int_equal(rc, 0);
+	tf_mlp_release(&m);
+}
+
+static void reg(struct tf_store *st, const char *step, const char *bundle)
+{
+	struct tf_model_version_spec mv = {.model = "fm", .run_id = "r1", .step = step,
+	                                   .bundle = bundle};
+	int64_t v;
+	assert_int_equal(tf_registry_register(st, &mv, &v, NULL), 0);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	have_data = access(TF_TEST_FMNIST, R_OK) == 0;
+	if (!have_data)
+		return 0;
+	const char *tmp = getenv("TF_TEST_TMP");
+	snprintf(home, sizeof(home), "%s/servehome", tmp ? tmp : "/tmp");
+	char cmd[1200], err[512];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s'", home, home);
+	assert_int_equal(system(cmd), 0);
+	char *url = tf_objstore_home_url(home), *key = NULL;
+	struct tf_objstore *s;
+	assert_int_equal(tf_objstore_open(url, &s, err, sizeof err), 0);
+	free(url);
+	struct tf_prep_opts po = {.source = "fashion-mnist",
+	                          .path = "/usr/share/datasets/fashion-mnist",
+	                          .shards = 1,
+	                          .limit_train = 256,
+	                          .limit_test = 64};
+	struct tf_dataset *d = NULL;
+	int rc = tf_dataset_prep(s, "ds/", &po, &key, NULL, err, sizeof err);
+	if (!rc)
+		rc = tf_dataset_open(s, key, &d, err, sizeof err);
+	if (rc)
+		fprintf(stderr, "prep: %s\n", err);
+	assert_int_equal(rc, 0);
+	export_model(s, d, "models/fm1/", 1);
+	export_model(s, d, "models/fm2/", 2);
+	export_model(s, d, "models/bad/", 3);
+	tf_dataset_free(d);
+	free(key);
+	tf_objstore_free(s);
+	/* a damaged bundle: its tensors file cut short */
+	snprintf(cmd, sizeof(cmd), "truncate -s 1000 '%s/objects/models/bad/model.safetensors'",
+	         home);
+	assert_int_equal(system(cmd), 0);
+
+	struct tf_store *st;
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	reg(st, "a", "models/fm1/");
+	reg(st, "b", "models/fm2");
+	reg(st, "c", "models/bad/");
+	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	assert_int_equal(tf_registry_set_alias(st, "fm", "staging", 2), 0);
+	assert_int_equal(tf_registry_set_alias(st, "fm", "broken", 3), 0);
+	struct tf_model_version_spec other = {.model = "empty", .run_id = "r1", .step = "d",
+	                                      .bundle = "models/fm1/"};
+	int64_t v;
+	assert_int_equal(tf_registry_register(st, &other, &v, NULL), 0);
+	assert_int_equal(tf_token_create(st, "p", TF_SCOPE_PREDICT, 0, tok_predict, NULL), 0);
+	assert_int_equal(tf_token_create(st, "r", TF_SCOPE_READ, 0, tok_read, NULL), 0);
+	tf_store_close(st);
+
+	struct tf_web_opts o = {.home = home,
+	                        .listen = "127.0.0.1:0",
+	                        .max_body = 4 << 20,
+	                        .serve_max_batch = MAX_BATCH};
+	rc = tf_web_start(&o, &srv, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "start: %s\n", err);
+	assert_int_equal(rc, 0);
+	snprintf(base, sizeof(base), "http://127.0.0.1:%d", tf_web_port(srv));
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	tf_web_stop(srv);
+	curl_global_cleanup();
+	return 0;
+}
+
+#define NEED_DATA()                                                                        \
+	do {                                                                               \
+		if (!have_data) {                                                          \
+			fprintf(stderr, "no %s: skipped\n", TF_TEST_FMNIST);               \
+			skip();                                                            \
+		}                                                                          \
+	} while (0)
+
+/* The n x 10 matrix of a predictions/outputs list, checked for shape. */
+static void assert_matrix(json_t *m, size_t n, float *out)
+{
+	assert_true(json_is_array(m));
+	assert_int_equal(json_array_size(m), n);
+	for (size_t i = 0; i < n; i++) {
+		json_t *row = json_array_get(m, i);
+		assert_int_equal(json_array_size(row), 10);
+		float sum = 0;
+		for (size_t j = 0; j < 10; j++) {
+			json_t *x = json_array_get(row, j);
+			assert_true(json_is_number(x));
+			float f = (float)json_number_value(x);
+			if (out)
+				out[i * 10 + j] = f;
+			sum += f;
+		}
+		assert_true(sum > 0.99f && sum < 1.01f); /* softmax probabilities */
+	}
+}
+
+/* Row and columnar formats, flat and nested examples, named inputs: the same numbers. */
+static void test_tfs_row_and_columnar(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	float a[30], b[30], c[30];
+	char *list = examples(0, 3, 0), *nested = examples(0, 3, 1);
+	char *row = body_of("{\"signature_name\":\"serving_default\",\"instances\":%s}", list);
+	struct resp r = call("POST", "/v1/models/fm:predict", row);
+	assert_int_equal(r.status, 200);
+	assert_matrix(json_object_get(r.json, "predictions"), 3, a);
+	resp_free(&r);
+	char *col = body_of("{\"inputs\":%s}", nested);
+	r = call("POST", "/v1/models/fm/versions/1:predict", col);
+	assert_int_equal(r.status, 200);
+	assert_null(json_object_get(r.json, "predictions"));
+	assert_matrix(json_object_get(r.json, "outputs"), 3, b);
+	resp_free(&r);
+	assert_memory_equal(a, b, sizeof(a));
+	char *named = body_of("{\"inputs\":{\"image\":%s}}", list);
+	r = call("POST", "/v1/models/fm/labels/production:predict", named);
+	assert_int_equal(r.status, 200);
+	assert_matrix(json_object_get(r.json, "outputs"), 3, c);
+	resp_free(&r);
+	assert_memory_equal(a, c, sizeof(a));
+	/* another version answers differently */
+	r = call("POST", "/v1/models/fm/labels/staging:predict", row);
+	assert_int_equal(r.status, 200);
+	assert_matrix(json_object_get(r.json, "predictions"), 3, c);
+	assert_memory_not_equal(a, c, sizeof(a));
+	resp_free(&r);
+	free(list);
+	free(nested);
+	free(row);
+	free(col);
+	free(named);
+}
+
+/* The errors: status codes and messages naming the field and index. */
+static void test_tfs_errors(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	char *list = examples(0, 2, 0);
+	char *ok = body_of("{\"instances\":%s}", list);
+	struct resp r = call("POST", "/v1/models/nope:predict", ok);
+	assert_error(&r, 404, "no model 'nope'");
+	resp_free(&r);
+	r = call("POST", "/v1/models/fm/versions/9:predict", ok);
+	assert_error(&r, 404, "no version 9");
+	resp_free(&r);
+	r = call("POST", "/v1/models/fm/versions/x:predict", ok);
+	assert_error(&r, 400, "version 'x'");
+	resp_free(&r);
+	r = call("POST", "/v1/models/fm/labels/nolabel:predict", ok);
+	assert_error(&r, 404, "no label 'nolabel'");
+	resp_free(&r);
+	r = call("POST", "/v1/models/empty:predict", ok);
+	assert_error(&r, 404, "no 'production' alias");
+	resp_free(&r);
+	/* a short example: the second one */
+	char *bad = tf_xasprintf("{\"instances\":[[%s0],[%s0]]}", zeros(DIM - 1), zeros(77));
+	r = call("POST", "/v1/models/fm:predict", bad);
+	assert_error(&r, 400, "instances[1]: expected 784 values (or 28 x 28), got 78");
+	resp_free(&r);
+	free(bad);
+	free(list);
+	/* wrong dtypes */
+	const char *dt[][2] = {
+	    {"{\"instances\":[[1,2,\"x\"]]}", "instances[0], value 2: expected a number (uint8"},
+	    {"{\"instances\":[[1,2.5]]}", "instances[0], value 1: 2.5 is not a uint8"},
+	    {"{\"instances\":[[300]]}", "instances[0], value 0: 300 is not a uint8"},
+	    {"{\"inputs\":{\"pixels\":[[1]]}}", "inputs: the model has one input, 'image'"},
+	    {"{\"instances\":[]}", "instances: no instances"},
+	    {"{\"instances\":[[1]], \"inputs\":[[1]]}", "exactly one of 'instances'"},
+	    {"{\"signature_name\":\"other\",\"instances\":[[1]]}", "signature_name"},
+	    {"[1,2]", "the body must be a JSON object"},
+	    {"{\"instances\":", "not valid JSON"},
+	};
+	for (size_t i = 0; i < TF_ARRAY_LEN(dt); i++) {
+		r = call("POST", "/v1/models/fm:predict", dt[i][0]);
+		assert_error(&r, 400, dt[i][1]);
+		resp_free(&r);
+	}
+	/* over the batch cap */
+	char *big = examples(0, MAX_BATCH + 1, 0), *bigb = body_of("{\"instances\":%s}", big);
+	r = call("POST", "/v1/models/fm:predict", bigb);
+	assert_error(&r, 400, "9 instances, over this server's batch cap of 8");
+	resp_free(&r);
+	free(big);
+	free(bigb);
+	/* the broken version: UNAVAILABLE with its reason, the others unharmed */
+	r = call("POST", "/v1/models/fm/labels/broken:predict", ok);
+	assert_error(&r, 404, "version 3 of model 'fm' is UNAVAILABLE");
+	resp_free(&r);
+	r = call("POST", "/v1/models/fm:predict", ok);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	free(ok);
+}
+
+/* GET /v1/models/{name} and its metadata; the predict scope. */
+static void test_tfs_status_metadata_auth(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	struct resp r = call("GET", "/v1/models/fm", NULL);
+	assert_int_equal(r.status, 200);
+	json_t *list = json_object_get(r.json, "model_version_status");
+	assert_int_equal(json_array_size(list), 3);
+	const char *want[] = {"AVAILABLE", "AVAILABLE", "UNAVAILABLE"};
+	for (size_t i = 0; i < 3; i++) {
+		json_t *v = json_array_get(list, i);
+		char num[8];
+		snprintf(num, sizeof(num), "%zu", i + 1);
+		assert_string_equal(json_string_value(json_object_get(v, "version")), num);
+		assert_string_equal(json_string_value(json_object_get(v, "state")), want[i]);
+	}
+	const char *why = json_string_value(
+	    json_object_get(json_object_get(json_array_get(list, 2), "status"), "error_message"));
+	assert_non_null(strstr(why, "models/bad/"));
+	resp_free(&r);
+	r = call("GET", "/v1/models/fm/metadata", NULL);
+	assert_int_equal(r.status, 200);
+	json_t *sd = json_object_get(
+	    json_object_get(json_object_get(json_object_get(r.json, "metadata"), "signature_def"),
+	                    "signature_def"),
+	    "serving_default");
+	assert_string_equal(
+	    json_string_value(json_object_get(json_object_get(json_object_get(sd, "inputs"),
+	                                                      "image"),
+	                                      "dtype")),
+	    "DT_UINT8");
+	assert_non_null(json_object_get(json_object_get(json_object_get(r.json, "metadata"),
+	                                                "tpuflow_signature"),
+	                                "checksums"));
+	resp_free(&r);
+	r = call_at(NULL, "GET", "/v1/models/fm", NULL, NULL);
+	assert_int_equal(r.status, 401);
+	resp_free(&r);
+	r = call_at(NULL, "GET", "/v1/models/fm", tok_read, NULL);
+	assert_int_equal(r.status, 403);
+	resp_free(&r);
+	r = call_at(NULL, "GET", "/v2/health/live", NULL, NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	/* a predict token cannot read the API */
+	r = call("GET", "/api/v1/runs", NULL);
+	assert_int_equal(r.status, 403);
+	resp_free(&r);
+}
+
+/* The Open Inference Protocol. */
+static void test_v2(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	struct resp r = call("GET", "/v2/health/ready", NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	r = call("GET", "/v2/models/fm", NULL);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(json_string_value(json_object_get(r.json, "name")), "fm");
+	assert_string_equal(json_string_value(json_object_get(
+	                        json_array_get(json_object_get(r.json, "inputs"), 0), "datatype")),
+	                    "UINT8");
+	resp_free(&r);
+	r = call("GET", "/v2/models/fm/ready", NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	char *list = examples(0, 3, 0);
+	char *row = body_of("{\"instances\":%s}", list);
+	r = call("POST", "/v1/models/fm:predict", row);
+	float a[30], b[30];
+	assert_matrix(json_object_get(r.json, "predictions"), 3, a);
+	resp_free(&r);
+	char *inf = body_of("{\"id\":\"q1\",\"inputs\":[{\"name\":\"image\",\"shape\":[3,784],"
+	                    "\"datatype\":\"UINT8\",\"data\":%s}]}",
+	                    list);
+	r = call("POST", "/v2/models/fm/infer", inf);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(json_string_value(json_object_get(r.json, "id")), "q1");
+	assert_string_equal(json_string_value(json_object_get(r.json, "model_version")), "1");
+	json_t *out = json_array_get(json_object_get(r.json, "outputs"), 0);
+	assert_int_equal(json_integer_value(json_array_get(json_object_get(out, "shape"), 1)), 10);
+	json_t *data = json_object_get(out, "data");
+	assert_int_equal(json_array_size(data), 30);
+	for (size_t i = 0; i < 30; i++)
+		b[i] = (float)json_number_value(json_array_get(data, i));
+	assert_memory_equal(a, b, sizeof(a));
+	resp_free(&r);
+	r = call("POST", "/v2/models/fm/versions/2/infer", inf);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(json_string_value(json_object_get(r.json, "model_version")), "2");
+	resp_free(&r);
+	free(inf);
+	inf = body_of("{\"inputs\":[{\"name\":\"image\",\"shape\":[3,784],\"datatype\":\"FP32\","
+	              "\"data\":%s}]}",
+	              list);
+	r = call("POST", "/v2/models/fm/infer", inf);
+	assert_error(&r, 400, "inputs[0].datatype: the model takes UINT8, not FP32");
+	resp_free(&r);
+	free(inf);
+	inf = body_of("{\"inputs\":[{\"name\":\"image\",\"shape\":[4,784],\"datatype\":\"UINT8\","
+	              "\"data\":%s}]}",
+	              list);
+	r = call("POST", "/v2/models/fm/infer", inf);
+	assert_error(&r, 400, "inputs[0].data: the shape says 3136 values, got 2352");
+	resp_free(&r);
+	free(inf);
+	r = call("POST", "/v2/models/fm/infer",
+	         "{\"inputs\":[{\"name\":\"image\",\"shape\":[1,783],\"datatype\":\"UINT8\","
+	         "\"data\":[1]}]}");
+	assert_error(&r, 400, "inputs[0].shape: expected [N, 784] or [N, 28, 28]");
+	resp_free(&r);
+	r = call("POST", "/v2/models/nope/infer", "{\"inputs\":[]}");
+	assert_error(&r, 404, "no model 'nope'");
+	resp_free(&r);
+	free(list);
+	free(row);
+}
+
+/* Through HTTP and through `tpuflow predict` on the same inputs: the same bits. */
+static void test_bit_identity_with_predict(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	enum { N = 8 };
+	float *x = malloc(N * DIM * sizeof(float));
+	for (size_t i = 0; i < N; i++)
+		for (size_t j = 0; j < DIM; j++)
+			x[i * DIM + j] = (float)pixel(100 + i, j);
+	assert_int_equal(tf_npy_write_f32("x.npy", x, N, DIM), 0);
+	free(x);
+	char model[700];
+	snprintf(model, sizeof(model), "%s/objects/models/fm1", home);
+	char *argv[] = {getenv("TPUFLOW_BIN"), "predict", "--model", model, "--input", "x.npy",
+	                "--out", "y.npy", NULL};
+	assert_non_null(argv[0]);
+	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, "predict.out", NULL)), 0);
+	struct tf_npy y = {0};
+	char err[256];
+	assert_int_equal(tf_npy_read("y.npy", &y, err, sizeof err), 0);
+	assert_int_equal(y.count, N * 10);
+	char *list = examples(100, N, 0), *row = body_of("{\"instances\":%s}", list);
+	struct resp r = call("POST", "/v1/models/fm:predict", row);
+	float got[N * 10];
+	assert_int_equal(r.status, 200);
+	assert_matrix(json_object_get(r.json, "predictions"), N, got);
+	assert_memory_equal(got, y.data, sizeof(got));
+	/* and the text itself: each number reads back with strtof to the same bits */
+	const char *p = strstr(r.body, "[[") + 2;
+	for (size_t k = 0; k < N * 10; k++) {
+		char *end;
+		float f = strtof(p, &end);
+		assert_memory_equal(&f, (float *)y.data + k, sizeof(f));
+		p = end + strspn(end, ",[]");
+	}
+	resp_free(&r);
+	tf_npy_release(&y);
+	free(list);
+	free(row);
+}
+
+/* Moving the production alias: the next request answers from the new version. */
+static void test_alias_move(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	char *list = examples(0, 1, 0), *row = body_of("{\"instances\":%s}", list);
+	float a[10], b[10], c[10];
+	struct resp r = call("POST", "/v1/models/fm/versions/2:predict", row);
+	assert_matrix(json_object_get(r.json, "predictions"), 1, a);
+	resp_free(&r);
+	struct tf_store *st;
+	char err[256];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 2), 0);
+	r = call("POST", "/v1/models/fm:predict", row);
+	assert_matrix(json_object_get(r.json, "predictions"), 1, b);
+	resp_free(&r);
+	assert_memory_equal(a, b, sizeof(a));
+	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	tf_store_close(st);
+	r = call("POST", "/v1/models/fm:predict", row);
+	assert_matrix(json_object_get(r.json, "predictions"), 1, c);
+	resp_free(&r);
+	assert_memory_not_equal(a, c, sizeof(a));
+	free(list);
+	free(row);
+}
+
+/* `tpuflow serve --model fm`: predictions and health only, one model. */
+static void test_serve_command(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	/* a free port: bind port 0, read it, close (the command binds it right after) */
+	char listen[64], url[128];
+	int port = 0;
+	for (int tries = 0; tries < 5 && !port; tries++) {
+		struct tf_web *probe;
+		struct tf_web_opts po = {.home = home, .listen = "127.0.0.1:0"};
+		char err[256];
+		assert_int_equal(tf_web_start(&po, &probe, err, sizeof err), 0);
+		port = tf_web_port(probe);
+		tf_web_stop(probe);
+	}
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	snprintf(url, sizeof(url), "http://%s", listen);
+	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", home, "serve", "--model", "fm",
+	                "--listen", listen, "--auth", "none", NULL};
+	pid_t pid = tf_test_spawn(argv, "serve.out", "serve.out");
+	assert_true(pid > 0);
+	struct resp r = {0};
+	for (int i = 0; i < 100; i++) {
+		r = call_at(url, "GET", "/v2/health/ready", NULL, NULL);
+		if (r.status == 200)
+			break;
+		resp_free(&r);
+		usleep(100 * 1000);
+	}
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	char *list = examples(0, 2, 0), *row = body_of("{\"instances\":%s}", list);
+	r = call_at(url, "POST", "/v1/models/fm:predict", NULL, row);
+	assert_int_equal(r.status, 200);
+	assert_matrix(json_object_get(r.json, "predictions"), 2, NULL);
+	resp_free(&r);
+	r = call_at(url, "POST", "/v1/models/empty/versions/1:predict", NULL, row);
+	assert_error(&r, 404, "serves model 'fm' only");
+	resp_free(&r);
+	r = call_at(url, "GET", "/api/v1/runs", NULL, NULL);
+	assert_int_equal(r.status, 404);
+	resp_free(&r);
+	r = call_at(url, "GET", "/healthz", NULL, NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	kill(pid, SIGTERM);
+	assert_int_equal(tf_test_wait_exit(pid), 0);
+	free(list);
+	free(row);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_tfs_row_and_columnar),
+	    cmocka_unit_test(test_tfs_errors),
+	    cmocka_unit_test(test_tfs_status_metadata_auth),
+	    cmocka_unit_test(test_v2),
+	    cmocka_unit_test(test_bit_identity_with_predict),
+	    cmocka_unit_test(test_alias_move),
+	    cmocka_unit_test(test_serve_command),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

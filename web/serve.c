@@ -1,0 +1,861 @@
+/* serve.c — owns model serving (web/serve.h): the cache of loaded versions (fetched once,
+ * verified, shared by reference count), the resolution of a request's model, version or label
+ * to a version, the parsing of TensorFlow Serving (row and columnar) and Open Inference
+ * Protocol bodies into model inputs checked against the signature, and the answers.
+ *
+ * Inputs go through tf_bundle_preprocess and tf_bundle_predict, the path of `tpuflow predict`,
+ * and every float is printed with 9 significant digits, enough for a float32 to read back to
+ * the same bits: predictions over HTTP are bit-identical to the command's.
+ */
+#include "web/serve.h"
+
+#define TF_LOG_TAG "serve"
+#include "common/common.h"
+#include "common/log.h"
+#include "ml/bundle.h"
+#include "orchestrator/registry.h"
+#include "storage/objstore.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum vstate { V_LOADING, V_AVAILABLE, V_UNAVAILABLE };
+static const char *const vstate_names[] = {"LOADING", "AVAILABLE", "UNAVAILABLE"};
+
+/* One version of one model. refs counts the cache's own reference (while listed) plus one per
+ * request holding it; the last release frees it. */
+struct entry {
+	struct entry *next;
+	char *model;
+	int64_t version;
+	enum vstate state;
+	char reason[512]; /* why UNAVAILABLE */
+	struct tf_bundle *b;
+	unsigned refs;
+	double failed_at, used_at; /* monotonic */
+};
+
+struct tf_serve {
+	char *home;
+	char *only_model;
+	size_t max_batch;
+	pthread_mutex_t lock; /* the list and every entry's state, refs and times */
+	pthread_cond_t loaded;
+	struct entry *list;
+	size_t n;
+};
+
+struct tf_serve *tf_serve_new(const char *home, const char *only_model, size_t max_batch)
+{
+	struct tf_serve *sv = tf_xcalloc(1, sizeof(*sv));
+	sv->home = tf_xstrdup(home);
+	sv->only_model = only_model ? tf_xstrdup(only_model) : NULL;
+	sv->max_batch = max_batch ? max_batch : TF_SERVE_MAX_BATCH;
+	pthread_mutex_init(&sv->lock, NULL);
+	pthread_cond_init(&sv->loaded, NULL);
+	return sv;
+}
+
+static void entry_free(struct entry *e)
+{
+	tf_bundle_free(e->b);
+	free(e->model);
+	free(e);
+}
+
+void tf_serve_free(struct tf_serve *sv)
+{
+	if (!sv)
+		return;
+	for (struct entry *e = sv->list, *next; e; e = next) {
+		next = e->next;
+		entry_free(e);
+	}
+	pthread_mutex_destroy(&sv->lock);
+	pthread_cond_destroy(&sv->loaded);
+	free(sv->home);
+	free(sv->only_model);
+	free(sv);
+}
+
+/* Drops one reference; called with the lock held. */
+static void entry_put_locked(struct entry *e)
+{
+	if (--e->refs == 0)
+		entry_free(e);
+}
+
+static void release(struct tf_serve *sv, struct entry *e)
+{
+	if (!e)
+		return;
+	pthread_mutex_lock(&sv->lock);
+	entry_put_locked(e);
+	pthread_mutex_unlock(&sv->lock);
+}
+
+/* Unlists the least recently used settled entry other than keep while over the cap. */
+static void evict_locked(struct tf_serve *sv, const struct entry *keep)
+{
+	while (sv->n > TF_SERVE_CACHE) {
+		struct entry **victim = NULL;
+		for (struct entry **pe = &sv->list; *pe; pe = &(*pe)->next)
+			if (*pe != keep && (*pe)->state != V_LOADING &&
+			    (!victim || (*pe)->used_at < (*victim)->used_at))
+				victim = pe;
+		if (!victim)
+			return;
+		struct entry *e = *victim;
+		*victim = e->next;
+		sv->n--;
+		tf_info("evicted %s version %lld from the serving cache", e->model,
+		        (long long)e->version);
+		entry_put_locked(e); /* requests holding it keep it alive */
+	}
+}
+
+/* Fetches and verifies the bundle of (model, version); outside the lock. */
+static int load_bundle(struct tf_serve *sv, struct tf_store *st, const char *model, int64_t v,
+                       struct tf_bundle **out, char *err, size_t errlen)
+{
+	json_t *ver = NULL;
+	int rc = tf_registry_version(st, model, v, &ver);
+	if (rc) {
+		tf_errf(err, errlen, "the registry has no version %lld of model '%s'", (long long)v,
+		        model);
+		return rc;
+	}
+	const char *key = json_string_value(json_object_get(ver, "bundle"));
+	if (!key || !*key) {
+		tf_errf(err, errlen, "version %lld of model '%s' has no bundle", (long long)v, model);
+		json_decref(ver);
+		return -ENOENT;
+	}
+	size_t kl = strlen(key);
+	char *prefix = tf_xasprintf("%s%s", key, key[kl - 1] == '/' ? "" : "/");
+	json_decref(ver);
+	char *url = tf_objstore_home_url(sv->home);
+	struct tf_objstore *os = NULL;
+	char why[512];
+	rc = tf_objstore_open(url, &os, why, sizeof(why));
+	if (!rc)
+		rc = tf_bundle_load(os, prefix, out, why, sizeof(why));
+	if (rc)
+		tf_errf(err, errlen, "bundle '%s' of version %lld: %s", prefix, (long long)v, why);
+	tf_objstore_free(os);
+	free(url);
+	free(prefix);
+	return rc;
+}
+
+/* The loaded entry of (model, version), held for the caller (release it), loading it on first
+ * use. -ENOENT when the version cannot be loaded (reason in err), -EAGAIN when another
+ * request has been loading it for too long. */
+static int acquire(struct tf_serve *sv, struct tf_store *st, const char *model, int64_t v,
+                   struct entry **out, char *err, size_t errlen)
+{
+	double now = tf_now_monotonic();
+	pthread_mutex_lock(&sv->lock);
+	struct entry *e = sv->list;
+	while (e && (e->version != v || strcmp(e->model, model)))
+		e = e->next;
+	int load = 0;
+	if (!e) {
+		e = tf_xcalloc(1, sizeof(*e));
+		e->model = tf_xstrdup(model);
+		e->version = v;
+		e->state = V_LOADING;
+		e->refs = 1;
+		e->next = sv->list;
+		sv->list = e;
+		sv->n++;
+		load = 1;
+	} else if (e->state == V_UNAVAILABLE && now - e->failed_at >= TF_SERVE_RETRY) {
+		e->state = V_LOADING;
+		load = 1;
+	}
+	e->refs++;
+	e->used_at = now;
+	if (load) {
+		pthread_mutex_unlock(&sv->lock);
+		struct tf_bundle *b = NULL;
+		char why[sizeof(e->reason)];
+		int rc = load_bundle(sv, st, model, v, &b, why, sizeof(why));
+		pthread_mutex_lock(&sv->lock);
+		if (rc) {
+			e->state = V_UNAVAILABLE;
+			snprintf(e->reason, sizeof(e->reason), "%s", why);
+			e->failed_at = tf_now_monotonic();
+			tf_warn("model %s version %lld is UNAVAILABLE: %s", model, (long long)v, why);
+		} else {
+			e->b = b;
+			e->state = V_AVAILABLE;
+			tf_info("model %s version %lld loaded", model, (long long)v);
+		}
+		pthread_cond_broadcast(&sv->loaded);
+		evict_locked(sv, e);
+	} else {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 30;
+		while (e->state == V_LOADING)
+			if (pthread_cond_timedwait(&sv->loaded, &sv->lock, &until))
+				break;
+	}
+	int rc = 0;
+	if (e->state == V_LOADING) {
+		tf_errf(err, errlen, "version %lld of model '%s' is still LOADING", (long long)v,
+		        model);
+		rc = -EAGAIN;
+	} else if (e->state == V_UNAVAILABLE) {
+		tf_errf(err, errlen, "version %lld of model '%s' is UNAVAILABLE: %s", (long long)v,
+		        model, e->reason);
+		rc = -ENOENT;
+	}
+	if (rc)
+		entry_put_locked(e);
+	else
+		*out = e;
+	pthread_mutex_unlock(&sv->lock);
+	return rc;
+}
+
+/* ---- answers ---------------------------------------------------------------------------- */
+
+static void serving_error(struct tf_web_resp *rs, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void serving_error(struct tf_web_resp *rs, int status, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	tf_web_json(rs, status, json_pack("{s:s}", "error", msg));
+	if (status == 503)
+		rs->retry_after = 1;
+}
+
+/* A body built with stdio (predictions are printed by hand: %.9g per float). */
+struct out {
+	FILE *f;
+	char *p;
+	size_t n;
+};
+
+static void out_open(struct out *o)
+{
+	o->p = NULL;
+	o->n = 0;
+	o->f = open_memstream(&o->p, &o->n);
+	if (!o->f) {
+		fputs("tpuflow: out of memory\n", stderr);
+		abort();
+	}
+}
+
+static void out_send(struct out *o, struct tf_web_resp *rs)
+{
+	fclose(o->f);
+	rs->status = 200;
+	rs->body = o->p;
+	rs->len = o->n;
+	rs->type = "application/json";
+}
+
+/* Floats with 9 significant digits: a float32 printed so reads back to the same bits. */
+static void put_floats(FILE *f, const float *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, i ? ",%.9g" : "%.9g", (double)p[i]);
+}
+
+/* A JSON string (names come from the registry and the signature; escaped anyway). */
+static void put_string(FILE *f, const char *s)
+{
+	json_t *js = json_string(s);
+	char *t = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+	fputs(t ? t : "\"\"", f);
+	free(t);
+	json_decref(js);
+}
+
+/* ---- which version ---------------------------------------------------------------------- */
+
+/* 0 when this server serves `name`; else a 404 in rs. */
+static int model_known(struct tf_web_req *rq, struct tf_web_resp *rs, const char *name)
+{
+	struct tf_serve *sv = tf_web_serving(rq->srv);
+	int64_t latest;
+	if (sv->only_model && strcmp(name, sv->only_model)) {
+		serving_error(rs, 404, "Servable not found: this server serves model '%s' only",
+		              sv->only_model);
+		return -ENOENT;
+	}
+	if (tf_registry_resolve(rq->st, name, "latest", &latest)) {
+		serving_error(rs, 404, "Servable not found: no model '%s' in the registry", name);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+/* Resolves the request's model and version: {version}, {label}, or the production alias.
+ * On failure the error is in rs. */
+static int resolve(struct tf_web_req *rq, struct tf_web_resp *rs, const char **model,
+                   int64_t *v)
+{
+	const char *name = tf_web_param(rq, "name");
+	const char *ver = tf_web_param(rq, "version"), *label = tf_web_param(rq, "label");
+	*model = name;
+	if (model_known(rq, rs, name))
+		return -ENOENT;
+	if (ver) {
+		char *end;
+		errno = 0;
+		long long n = strtoll(ver, &end, 10);
+		if (errno || *end || end == ver || n < 1) {
+			serving_error(rs, 400, "version '%s': want a positive integer", ver);
+			return -EINVAL;
+		}
+		json_t *j = NULL;
+		if (tf_registry_version(rq->st, name, n, &j)) {
+			serving_error(rs, 404, "Servable not found: model '%s' has no version %lld",
+			              name, n);
+			return -ENOENT;
+		}
+		json_decref(j);
+		*v = n;
+		return 0;
+	}
+	const char *alias = label ? label : "production";
+	if (tf_registry_resolve(rq->st, name, alias, v) || (label && !strcmp(label, "latest"))) {
+		if (label)
+			serving_error(rs, 404, "Servable not found: model '%s' has no label '%s'", name,
+			              label);
+		else
+			serving_error(rs, 404,
+			              "Servable not found: model '%s' has no 'production' alias (deploy "
+			              "a version, or call /versions/{v} or /labels/{label})",
+			              name);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+/* resolve + acquire; on failure the error is in rs. */
+static struct entry *serve_entry(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	const char *model;
+	int64_t v;
+	if (resolve(rq, rs, &model, &v))
+		return NULL;
+	struct entry *e = NULL;
+	char err[1024];
+	int rc = acquire(tf_web_serving(rq->srv), rq->st, model, v, &e, err, sizeof(err));
+	if (rc)
+		serving_error(rs, rc == -EAGAIN ? 503 : 404, "%s", err);
+	return e;
+}
+
+/* ---- inputs ----------------------------------------------------------------------------- */
+
+struct input_ctx {
+	const struct tf_bundle *b;
+	int image; /* values must be integers 0..255 */
+	char *err;
+	size_t errlen;
+};
+
+/* Flattens the numbers of j (nested arrays, row-major) into out[cap], counting in *n;
+ * field names the place in errors. -EINVAL on a wrong type, -E2BIG past cap. */
+static int flatten(const struct input_ctx *c, const json_t *j, float *out, size_t cap,
+                   size_t *n, const char *field)
+{
+	if (json_is_array(j)) {
+		size_t i;
+		const json_t *x;
+		json_array_foreach(j, i, x)
+		{
+			int rc = flatten(c, x, out, cap, n, field);
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
+	if (!json_is_number(j)) {
+		tf_errf(c->err, c->errlen, "%s, value %zu: expected a number (%s input), got %s",
+		        field, *n, c->image ? "uint8" : "float32",
+		        json_is_string(j) ? "a string" : json_is_object(j) ? "an object"
+		        : json_is_null(j) ? "null" : "a boolean");
+		return -EINVAL;
+	}
+	double d = json_number_value(j);
+	if (c->image && (d != floor(d) || d < 0 || d > 255)) {
+		tf_errf(c->err, c->errlen,
+		        "%s, value %zu: %.17g is not a uint8 (the model takes pixels 0..255)", field,
+		        *n, d);
+		return -EINVAL;
+	}
+	if (!isfinite(d) || fabs(d) > 3.4028234663852886e38) {
+		tf_errf(c->err, c->errlen, "%s, value %zu: %.17g is not a finite float32", field, *n,
+		        d);
+		return -EINVAL;
+	}
+	if (*n >= cap)
+		return -E2BIG;
+	out[(*n)++] = (float)d;
+	return 0;
+}
+
+/* One example from j into x[dim] (preprocessed); field names it in errors. */
+static int one_example(const struct input_ctx *c, const json_t *j, float *x, const char *field)
+{
+	size_t dim = c->b->mlp.size[0], n = 0;
+	float raw[TF_MLP_MAX_WIDTH];
+	int rc = flatten(c, j, raw, dim, &n, field);
+	if (rc == -E2BIG || (!rc && n != dim)) {
+		if (c->b->rows)
+			tf_errf(c->err, c->errlen,
+			        "%s: expected %zu values (or %d x %d), got %s%zu", field, dim,
+			        c->b->rows, c->b->cols, rc ? "more than " : "", n);
+		else
+			tf_errf(c->err, c->errlen, "%s: expected %zu values, got %s%zu", field, dim,
+			        rc ? "more than " : "", n);
+		return -EINVAL;
+	}
+	if (rc)
+		return rc;
+	tf_bundle_preprocess(c->b, raw, x);
+	return 0;
+}
+
+static const char *input_name(const struct tf_bundle *b)
+{
+	const char *s =
+	    json_string_value(json_object_get(json_object_get(b->signature, "input"), "name"));
+	return s ? s : "input";
+}
+
+/* Allocates x for n examples after the batch cap check. */
+static float *batch_alloc(struct tf_serve *sv, const struct tf_bundle *b, size_t n,
+                          const char *field, char *err, size_t errlen)
+{
+	if (n == 0) {
+		tf_errf(err, errlen, "%s: no instances", field);
+		return NULL;
+	}
+	if (n > sv->max_batch) {
+		tf_errf(err, errlen, "%s: %zu instances, over this server's batch cap of %zu",
+		        field, n, sv->max_batch);
+		return NULL;
+	}
+	return tf_xmalloc(n * b->mlp.size[0] * sizeof(float));
+}
+
+/* The examples of a TF Serving body: "instances" (row) or "inputs" (columnar); *x (n x
+ * inputs, preprocessed) is new. *columnar says which. -EINVAL with err. */
+static int tfs_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json_t *body,
+                      float **x, size_t *n, int *columnar, char *err, size_t errlen)
+{
+	struct input_ctx c = {b, b->pre.image, err, errlen};
+	const char *iname = input_name(b);
+	const json_t *inst = json_object_get(body, "instances"), *cols = json_object_get(body, "inputs");
+	const json_t *sig = json_object_get(body, "signature_name");
+	if (sig && (!json_is_string(sig) || (strcmp(json_string_value(sig), "serving_default") &&
+	                                     *json_string_value(sig)))) {
+		tf_errf(err, errlen, "signature_name: the only signature is 'serving_default'");
+		return -EINVAL;
+	}
+	if (!inst == !cols) {
+		tf_errf(err, errlen, "give exactly one of 'instances' (row format) or 'inputs' "
+		                     "(columnar format)");
+		return -EINVAL;
+	}
+	*columnar = cols != NULL;
+	const char *field = inst ? "instances" : "inputs";
+	const json_t *list = inst ? inst : cols;
+	if (json_is_object(list)) { /* {"inputs": {"image": [...]}} */
+		const json_t *named = json_object_get(list, iname);
+		if (!named || json_object_size(list) != 1) {
+			tf_errf(err, errlen, "%s: the model has one input, '%s'", field, iname);
+			return -EINVAL;
+		}
+		list = named;
+	}
+	if (!json_is_array(list)) {
+		tf_errf(err, errlen, "%s: expected a list of examples", field);
+		return -EINVAL;
+	}
+	*n = json_array_size(list);
+	float *buf = batch_alloc(sv, b, *n, field, err, errlen);
+	if (!buf)
+		return -EINVAL;
+	size_t dim = b->mlp.size[0];
+	for (size_t i = 0; i < *n; i++) {
+		const json_t *ex = json_array_get(list, i);
+		char where[64];
+		snprintf(where, sizeof(where), "%s[%zu]", field, i);
+		if (json_is_object(ex)) { /* row format with named inputs */
+			const json_t *v = json_object_get(ex, iname);
+			if (!v || json_object_size(ex) != 1) {
+				tf_errf(err, errlen, "%s: the model has one input, '%s'", where, iname);
+				free(buf);
+				return -EINVAL;
+			}
+			ex = v;
+		}
+		if (one_example(&c, ex, buf + i * dim, where)) {
+			free(buf);
+			return -EINVAL;
+		}
+	}
+	*x = buf;
+	return 0;
+}
+
+/* Parses the body as a JSON object; on failure the error is in rs. */
+static json_t *body_json(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_error_t je;
+	json_t *j = json_loadb(rq->body ? rq->body : "", rq->body_len, JSON_REJECT_DUPLICATES, &je);
+	if (!j || !json_is_object(j)) {
+		if (j)
+			serving_error(rs, 400, "the body must be a JSON object");
+		else
+			serving_error(rs, 400, "the body is not valid JSON: %s at byte offset %d", je.text,
+			              je.position);
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
+/* ---- TensorFlow Serving ----------------------------------------------------------------- */
+
+void tf_serve_h_predict(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_t *body = body_json(rq, rs);
+	if (!body)
+		return;
+	struct entry *e = serve_entry(rq, rs);
+	if (!e) {
+		json_decref(body);
+		return;
+	}
+	const struct tf_bundle *b = e->b;
+	float *x = NULL;
+	size_t n = 0;
+	int columnar = 0;
+	char err[1024];
+	if (tfs_inputs(tf_web_serving(rq->srv), b, body, &x, &n, &columnar, err, sizeof(err))) {
+		serving_error(rs, 400, "%s", err);
+	} else {
+		size_t C = tf_mlp_outputs(&b->mlp);
+		float *p = tf_xmalloc(n * C * sizeof(float));
+		tf_bundle_predict(b, x, n, p, 1);
+		struct out o;
+		out_open(&o);
+		fputs(columnar ? "{\"outputs\":[" : "{\"predictions\":[", o.f);
+		for (size_t i = 0; i < n; i++) {
+			fputs(i ? ",[" : "[", o.f);
+			put_floats(o.f, p + i * C, C);
+			fputc(']', o.f);
+		}
+		fputs("]}", o.f);
+		out_send(&o, rs);
+		free(p);
+	}
+	free(x);
+	json_decref(body);
+	release(tf_web_serving(rq->srv), e);
+}
+
+/* The versions an alias of `model` points at (a JSON array of integers, sorted, distinct). */
+static json_t *aliased_versions(struct tf_store *st, const char *model)
+{
+	json_t *show = NULL, *out = json_array();
+	if (tf_registry_show(st, model, &show))
+		return out;
+	const char *k;
+	json_t *v;
+	json_object_foreach(json_object_get(show, "aliases"), k, v)
+	{
+		int64_t n = json_integer_value(v);
+		size_t i;
+		for (i = 0; i < json_array_size(out); i++)
+			if (json_integer_value(json_array_get(out, i)) >= n)
+				break;
+		if (i == json_array_size(out) || json_integer_value(json_array_get(out, i)) != n)
+			json_array_insert_new(out, i, json_integer(n));
+	}
+	json_decref(show);
+	return out;
+}
+
+/* State and reason of (model, version), loading it when needed. */
+static enum vstate version_state(struct tf_serve *sv, struct tf_store *st, const char *model,
+                                 int64_t v, char *why, size_t whylen)
+{
+	struct entry *e = NULL;
+	int rc = acquire(sv, st, model, v, &e, why, whylen);
+	release(sv, e);
+	return rc == -EAGAIN ? V_LOADING : rc ? V_UNAVAILABLE : V_AVAILABLE;
+}
+
+int tf_serve_warm(struct tf_serve *sv, struct tf_store *st, const char *model, char *err,
+                  size_t errlen)
+{
+	int64_t latest;
+	if (tf_registry_resolve(st, model, "latest", &latest)) {
+		tf_errf(err, errlen, "no model '%s' in the registry", model);
+		return -ENOENT;
+	}
+	json_t *vs = aliased_versions(st, model);
+	int ok = 0;
+	size_t i;
+	json_t *v;
+	json_array_foreach(vs, i, v)
+	{
+		char why[1024];
+		ok += version_state(sv, st, model, json_integer_value(v), why, sizeof(why)) ==
+		      V_AVAILABLE;
+	}
+	json_decref(vs);
+	return ok;
+}
+
+void tf_serve_h_status(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	struct tf_serve *sv = tf_web_serving(rq->srv);
+	const char *model = tf_web_param(rq, "name");
+	if (model_known(rq, rs, model))
+		return;
+	json_t *vs = aliased_versions(rq->st, model), *list = json_array();
+	size_t i;
+	json_t *v;
+	json_array_foreach(vs, i, v)
+	{
+		char why[1024] = "";
+		int64_t n = json_integer_value(v);
+		enum vstate s = version_state(sv, rq->st, model, n, why, sizeof(why));
+		char num[24];
+		snprintf(num, sizeof(num), "%lld", (long long)n);
+		json_array_append_new(
+		    list, json_pack("{s:s, s:s, s:{s:s, s:s}}", "version", num, "state",
+		                    vstate_names[s], "status", "error_code",
+		                    s == V_AVAILABLE ? "OK" : s == V_LOADING ? "UNAVAILABLE" : "NOT_FOUND",
+		                    "error_message", s == V_AVAILABLE ? "" : why));
+	}
+	json_decref(vs);
+	tf_web_json(rs, 200, json_pack("{s:o}", "model_version_status", list));
+}
+
+/* A TensorFlow TensorInfo of dtype and shape [-1, d]. */
+static json_t *tensor_info(const char *name, const char *dtype, size_t d)
+{
+	char size[24];
+	snprintf(size, sizeof(size), "%zu", d);
+	return json_pack("{s:s, s:s, s:{s:[{s:s}, {s:s}]}}", "name", name, "dtype", dtype,
+	                 "tensor_shape", "dim", "size", "-1", "size", size);
+}
+
+void tf_serve_h_metadata(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	struct entry *e = serve_entry(rq, rs);
+	if (!e)
+		return;
+	const struct tf_bundle *b = e->b;
+	const char *iname = input_name(b);
+	char ver[24];
+	snprintf(ver, sizeof(ver), "%lld", (long long)e->version);
+	json_t *inputs = json_object(), *outputs = json_object();
+	json_object_set_new(inputs, iname,
+	                    tensor_info(iname, b->pre.image ? "DT_UINT8" : "DT_FLOAT",
+	                                b->mlp.size[0]));
+	json_object_set_new(outputs, "probabilities",
+	                    tensor_info("probabilities", "DT_FLOAT", tf_mlp_outputs(&b->mlp)));
+	json_t *sigdef = json_pack("{s:{s:o, s:o, s:s}}", "serving_default", "inputs", inputs,
+	                           "outputs", outputs, "method_name", "tensorflow/serving/predict");
+	tf_web_json(rs, 200,
+	            json_pack("{s:{s:s, s:s, s:s}, s:{s:{s:o}, s:O}}", "model_spec", "name", e->model,
+	                      "signature_name", "", "version", ver, "metadata", "signature_def",
+	                      "signature_def", sigdef, "tpuflow_signature", b->signature));
+	release(tf_web_serving(rq->srv), e);
+}
+
+/* ---- Open Inference Protocol (KServe v2) ------------------------------------------------- */
+
+void tf_serve_h_live(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	(void)rq;
+	tf_web_json(rs, 200, json_pack("{s:b}", "live", 1));
+}
+
+void tf_serve_h_ready(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	struct tf_serve *sv = tf_web_serving(rq->srv);
+	if (sv->only_model) { /* a serving host is ready when its production version is */
+		int64_t v;
+		char why[1024] = "no 'production' alias";
+		if (tf_registry_resolve(rq->st, sv->only_model, "production", &v) ||
+		    version_state(sv, rq->st, sv->only_model, v, why, sizeof(why)) != V_AVAILABLE) {
+			serving_error(rs, 503, "model '%s' is not ready: %s", sv->only_model, why);
+			return;
+		}
+	}
+	tf_web_json(rs, 200, json_pack("{s:b}", "ready", 1));
+}
+
+static const char *v2_datatype(const struct tf_bundle *b)
+{
+	return b->pre.image ? "UINT8" : "FP32";
+}
+
+void tf_serve_h_v2_model(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	struct entry *e = serve_entry(rq, rs);
+	if (!e)
+		return;
+	const struct tf_bundle *b = e->b;
+	json_t *vs = aliased_versions(rq->st, e->model), *names = json_array();
+	size_t i;
+	json_t *v;
+	json_array_foreach(vs, i, v)
+	{
+		char num[24];
+		snprintf(num, sizeof(num), "%lld", (long long)json_integer_value(v));
+		json_array_append_new(names, json_string(num));
+	}
+	json_decref(vs);
+	tf_web_json(rs, 200,
+	            json_pack("{s:s, s:o, s:s, s:[{s:s, s:s, s:[i,I]}], s:[{s:s, s:s, s:[i,I]}]}",
+	                      "name", e->model, "versions", names, "platform", "tpuflow-mlp",
+	                      "inputs", "name", input_name(b), "datatype", v2_datatype(b), "shape",
+	                      -1, (json_int_t)b->mlp.size[0], "outputs", "name", "probabilities",
+	                      "datatype", "FP32", "shape", -1,
+	                      (json_int_t)tf_mlp_outputs(&b->mlp)));
+	release(tf_web_serving(rq->srv), e);
+}
+
+void tf_serve_h_v2_model_ready(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	struct entry *e = serve_entry(rq, rs);
+	if (!e)
+		return;
+	tf_web_json(rs, 200, json_pack("{s:s, s:b}", "name", e->model, "ready", 1));
+	release(tf_web_serving(rq->srv), e);
+}
+
+/* The one input tensor of an inference request into *x (n x inputs, preprocessed). */
+static int v2_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json_t *body,
+                     float **x, size_t *n, char *err, size_t errlen)
+{
+	const json_t *ins = json_object_get(body, "inputs");
+	if (!json_is_array(ins) || json_array_size(ins) != 1) {
+		tf_errf(err, errlen, "inputs: expected a list of one tensor, '%s'", input_name(b));
+		return -EINVAL;
+	}
+	const json_t *t = json_array_get(ins, 0), *shape = json_object_get(t, "shape");
+	const char *name = json_string_value(json_object_get(t, "name"));
+	const char *dt = json_string_value(json_object_get(t, "datatype"));
+	if (!name || strcmp(name, input_name(b))) {
+		tf_errf(err, errlen, "inputs[0].name: the model's input is '%s'", input_name(b));
+		return -EINVAL;
+	}
+	if (!dt || strcmp(dt, v2_datatype(b))) {
+		tf_errf(err, errlen, "inputs[0].datatype: the model takes %s, not %s", v2_datatype(b),
+		        dt ? dt : "(none)");
+		return -EINVAL;
+	}
+	size_t dim = b->mlp.size[0], rank = json_array_size(shape);
+	int ok = json_is_array(shape) && rank >= 2 && rank <= 3;
+	size_t dims[3] = {0};
+	for (size_t i = 0; ok && i < rank; i++) {
+		json_int_t d = json_integer_value(json_array_get(shape, i));
+		ok = json_is_integer(json_array_get(shape, i)) && d >= 0;
+		dims[i] = (size_t)d;
+	}
+	if (ok)
+		ok = rank == 2 ? dims[1] == dim
+		               : b->rows && dims[1] == (size_t)b->rows && dims[2] == (size_t)b->cols;
+	if (!ok) {
+		if (b->rows)
+			tf_errf(err, errlen, "inputs[0].shape: expected [N, %zu] or [N, %d, %d]", dim,
+			        b->rows, b->cols);
+		else
+			tf_errf(err, errlen, "inputs[0].shape: expected [N, %zu]", dim);
+		return -EINVAL;
+	}
+	*n = dims[0];
+	float *buf = batch_alloc(sv, b, *n, "inputs[0].shape[0]", err, errlen);
+	if (!buf)
+		return -EINVAL;
+	float *raw = tf_xmalloc(*n * dim * sizeof(float));
+	size_t got = 0;
+	struct input_ctx c = {b, b->pre.image, err, errlen};
+	int rc = flatten(&c, json_object_get(t, "data"), raw, *n * dim, &got, "inputs[0].data");
+	if (rc == -E2BIG || (!rc && got != *n * dim)) {
+		tf_errf(err, errlen, "inputs[0].data: the shape says %zu values, got %s%zu",
+		        *n * dim, rc ? "more than " : "", got);
+		rc = -EINVAL;
+	}
+	for (size_t i = 0; !rc && i < *n; i++)
+		tf_bundle_preprocess(b, raw + i * dim, buf + i * dim);
+	free(raw);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	*x = buf;
+	return 0;
+}
+
+void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_t *body = body_json(rq, rs);
+	if (!body)
+		return;
+	struct entry *e = serve_entry(rq, rs);
+	if (!e) {
+		json_decref(body);
+		return;
+	}
+	const struct tf_bundle *b = e->b;
+	float *x = NULL;
+	size_t n = 0;
+	char err[1024];
+	if (v2_inputs(tf_web_serving(rq->srv), b, body, &x, &n, err, sizeof(err))) {
+		serving_error(rs, 400, "%s", err);
+	} else {
+		size_t C = tf_mlp_outputs(&b->mlp);
+		float *p = tf_xmalloc(n * C * sizeof(float));
+		tf_bundle_predict(b, x, n, p, 1);
+		struct out o;
+		out_open(&o);
+		fputs("{\"model_name\":", o.f);
+		put_string(o.f, e->model);
+		fprintf(o.f, ",\"model_version\":\"%lld\"", (long long)e->version);
+		const char *id = json_string_value(json_object_get(body, "id"));
+		if (id) {
+			fputs(",\"id\":", o.f);
+			put_string(o.f, id);
+		}
+		fprintf(o.f,
+		        ",\"outputs\":[{\"name\":\"probabilities\",\"datatype\":\"FP32\","
+		        "\"shape\":[%zu,%zu],\"data\":[",
+		        n, C);
+		put_floats(o.f, p, n * C);
+		fputs("]}]}", o.f);
+		out_send(&o, rs);
+		free(p);
+	}
+	free(x);
+	json_decref(body);
+	release(tf_web_serving(rq->srv), e);
+}

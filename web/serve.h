@@ -1,0 +1,114 @@
+/* serve.h — inside the web/ folder: model serving. The registry's versions answer predictions
+ * over TensorFlow Serving's REST API (/v1/models/...) and the Open Inference Protocol (KServe
+ * v2, /v2/...), from a cache of verified bundles (docs/serving.md).
+ *
+ * Which version answers: /versions/{v} names one, /labels/{alias} resolves an alias, and a
+ * bare model name is its "production" alias (what the deploy step moves). A bundle is fetched
+ * from the state home's object store once, verified (checksums, tensor shapes) and kept in
+ * memory, shared by reference: a request holds its version until it has answered, so moving an
+ * alias or evicting a version never fails a request in flight. A version that cannot be loaded
+ * is UNAVAILABLE with its reason (tried again after a while) and does not affect the others.
+ */
+#ifndef TF_WEB_SERVE_H
+#define TF_WEB_SERVE_H
+
+#include "web/api.h"
+
+#include <stddef.h>
+
+#define TF_SERVE_MAX_BATCH 1024 /* default instances per request */
+#define TF_SERVE_CACHE 16       /* loaded versions kept (least recently used evicted) */
+#define TF_SERVE_RETRY 10.0     /* seconds before an unloadable version is tried again */
+
+struct tf_serve;
+
+/* A serving cache over the state home `home` (the object store of tf_objstore_home_url).
+ * only_model (may be NULL) restricts serving to one model; max_batch 0 takes the default.
+ * Never fails (allocation failure aborts). */
+struct tf_serve *tf_serve_new(const char *home, const char *only_model, size_t max_batch);
+/* Frees the cache; no request may be running. NULL is a no-op. */
+void tf_serve_free(struct tf_serve *sv);
+/* Loads the versions the aliases of `model` point at (a serving host's warm start); returns
+ * how many are AVAILABLE, or -ENOENT for an unknown model (message in err). */
+int tf_serve_warm(struct tf_serve *sv, struct tf_store *st, const char *model, char *err,
+                  size_t errlen);
+
+/* The handlers (route rows below). */
+void tf_serve_h_predict(struct tf_web_req *rq, struct tf_web_resp *rs);
+void tf_serve_h_status(struct tf_web_req *rq, struct tf_web_resp *rs);
+void tf_serve_h_metadata(struct tf_web_req *rq, struct tf_web_resp *rs);
+void tf_serve_h_live(struct tf_web_req *rq, struct tf_web_resp *rs);
+void tf_serve_h_ready(struct tf_web_req *rq, struct tf_web_resp *rs);
+void tf_serve_h_v2_model(struct tf_web_req *rq, struct tf_web_resp *rs);
+void tf_serve_h_v2_model_ready(struct tf_web_req *rq, struct tf_web_resp *rs);
+void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs);
+
+/* Schemas of the serving routes' bodies (OpenAPI). */
+#define TF_SERVE_ANY "{\"type\":\"object\"}"
+#define TF_SERVE_PREDICT_REQ                                                                    \
+	"{\"type\":\"object\",\"properties\":{\"signature_name\":{\"type\":\"string\"},"            \
+	"\"instances\":{\"type\":\"array\"},\"inputs\":{}}}"
+#define TF_SERVE_PREDICT_RESP                                                                   \
+	"{\"type\":\"object\",\"properties\":{\"predictions\":{\"type\":\"array\"},"                \
+	"\"outputs\":{\"type\":\"array\"}}}"
+#define TF_SERVE_STATUS_RESP                                                                    \
+	"{\"type\":\"object\",\"required\":[\"model_version_status\"],\"properties\":{"             \
+	"\"model_version_status\":{\"type\":\"array\",\"items\":{\"type\":\"object\","             \
+	"\"required\":[\"version\",\"state\",\"status\"],\"properties\":{\"version\":{\"type\":"    \
+	"\"string\"},\"state\":{\"enum\":[\"LOADING\",\"AVAILABLE\",\"UNAVAILABLE\"]},"             \
+	"\"status\":{\"type\":\"object\"}}}}}}"
+#define TF_SERVE_INFER_REQ                                                                      \
+	"{\"type\":\"object\",\"required\":[\"inputs\"],\"properties\":{\"id\":{\"type\":"          \
+	"\"string\"},\"inputs\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"required\":"   \
+	"[\"name\",\"shape\",\"datatype\",\"data\"]}}}}"
+#define TF_SERVE_INFER_RESP                                                                     \
+	"{\"type\":\"object\",\"required\":[\"model_name\",\"outputs\"],\"properties\":{"           \
+	"\"model_name\":{\"type\":\"string\"},\"model_version\":{\"type\":\"string\"},"             \
+	"\"outputs\":{\"type\":\"array\"}}}"
+#define TF_SERVE_READY_RESP "{\"type\":\"object\",\"required\":[\"ready\"]}"
+#define TF_SERVE_LIVE_RESP "{\"type\":\"object\",\"required\":[\"live\"]}"
+
+/* The serving rows of the route table (web/routes.c): scope predict, errors as
+ * {"error": "..."} (TF_ROUTE_SERVING). */
+#define TF_SERVE_FLAGS TF_ROUTE_SERVING
+#define TF_SERVE_ROUTES                                                                         \
+	{"POST", "/v1/models/{name}:predict", TF_SCOPE_PREDICT, tf_serve_h_predict,                \
+	 TF_SERVE_FLAGS, "tfsPredict", "TensorFlow Serving predict on the production version",     \
+	 NULL, TF_SERVE_PREDICT_REQ, TF_SERVE_PREDICT_RESP, 200, NULL},                            \
+	    {"POST", "/v1/models/{name}/versions/{version}:predict", TF_SCOPE_PREDICT,             \
+	     tf_serve_h_predict, TF_SERVE_FLAGS, "tfsPredictVersion",                              \
+	     "TensorFlow Serving predict on one version", NULL, TF_SERVE_PREDICT_REQ,              \
+	     TF_SERVE_PREDICT_RESP, 200, NULL},                                                    \
+	    {"POST", "/v1/models/{name}/labels/{label}:predict", TF_SCOPE_PREDICT,                 \
+	     tf_serve_h_predict, TF_SERVE_FLAGS, "tfsPredictLabel",                                \
+	     "TensorFlow Serving predict on the version an alias points at", NULL,                 \
+	     TF_SERVE_PREDICT_REQ, TF_SERVE_PREDICT_RESP, 200, NULL},                              \
+	    {"GET", "/v1/models/{name}", TF_SCOPE_PREDICT, tf_serve_h_status, TF_SERVE_FLAGS,      \
+	     "tfsModelStatus", "The served versions of a model and their state", NULL, NULL,       \
+	     TF_SERVE_STATUS_RESP, 200, NULL},                                                     \
+	    {"GET", "/v1/models/{name}/metadata", TF_SCOPE_PREDICT, tf_serve_h_metadata,           \
+	     TF_SERVE_FLAGS, "tfsModelMetadata", "The production version's signature", NULL, NULL, \
+	     TF_SERVE_ANY, 200, NULL},                                                             \
+	    {"GET", "/v2/health/live", TF_SCOPE_PUBLIC, tf_serve_h_live, TF_SERVE_FLAGS,           \
+	     "v2Live", "Open Inference Protocol: the server is live", NULL, NULL,                  \
+	     TF_SERVE_LIVE_RESP, 200, NULL},                                                      \
+	    {"GET", "/v2/health/ready", TF_SCOPE_PUBLIC, tf_serve_h_ready, TF_SERVE_FLAGS,         \
+	     "v2Ready", "Open Inference Protocol: the server is ready", NULL, NULL,                \
+	     TF_SERVE_READY_RESP, 200, NULL},                                                      \
+	    {"GET", "/v2/models/{name}", TF_SCOPE_PREDICT, tf_serve_h_v2_model, TF_SERVE_FLAGS,    \
+	     "v2ModelMetadata", "Open Inference Protocol: model metadata", NULL, NULL,             \
+	     TF_SERVE_ANY, 200, NULL},                                                             \
+	    {"GET", "/v2/models/{name}/ready", TF_SCOPE_PREDICT, tf_serve_h_v2_model_ready,        \
+	     TF_SERVE_FLAGS, "v2ModelReady", "Open Inference Protocol: the model is ready", NULL,  \
+	     NULL, TF_SERVE_READY_RESP, 200, NULL},                                                \
+	    {"POST", "/v2/models/{name}/infer", TF_SCOPE_PREDICT, tf_serve_h_infer,                \
+	     TF_SERVE_FLAGS, "v2Infer", "Open Inference Protocol: inference on the production "    \
+	     "version", NULL, TF_SERVE_INFER_REQ, TF_SERVE_INFER_RESP, 200, NULL},                 \
+	{                                                                                          \
+		"POST", "/v2/models/{name}/versions/{version}/infer", TF_SCOPE_PREDICT,             \
+		    tf_serve_h_infer, TF_SERVE_FLAGS, "v2InferVersion",                             \
+		    "Open Inference Protocol: inference on one version", NULL, TF_SERVE_INFER_REQ,  \
+		    TF_SERVE_INFER_RESP, 200, NULL                                                  \
+	}
+
+#endif
