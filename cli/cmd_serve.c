@@ -43,8 +43,7 @@ int cmd_serve(int argc, char **argv, struct tf_cli *cli)
 	    {"insecure-http", no_argument, NULL, O_INSECURE},
 	    {0},
 	};
-	struct tf_web_opts o = {.listen = "127.0.0.1:8501", .serve_only = 1,
-	                        .max_body = 16u << 20};
+	struct tf_web_opts o = {.listen = "127.0.0.1:8501", .serve_only = 1, .max_body = 16u << 20};
 	long long n;
 	int c, rc;
 	optind = 1;
@@ -71,7 +70,8 @@ int cmd_serve(int argc, char **argv, struct tf_cli *cli)
 			o.serve_max_batch = (size_t)n;
 			break;
 		case O_BODY:
-			if ((rc = tf_cli_parse_int("serve", "--max-body", optarg, 1024, 1ll << 30, &n)))
+			if ((rc = tf_cli_parse_int("serve", "--max-body", optarg, 1024, 1ll << 30,
+			                           &n)))
 				return rc;
 			o.max_body = (size_t)n;
 			break;
@@ -109,7 +109,8 @@ int cmd_serve(int argc, char **argv, struct tf_cli *cli)
 		rc = tf_serve_warm(tf_web_serving(w), st, o.serve_model, err, sizeof(err));
 		tf_store_close(st);
 		if (rc >= 0) {
-			fprintf(stderr, "tpuflow serve: model %s (%d version%s loaded) on port %d\n",
+			fprintf(stderr,
+			        "tpuflow serve: model %s (%d version%s loaded) on port %d\n",
 			        o.serve_model, rc, rc == 1 ? "" : "s", tf_web_port(w));
 			rc = 0;
 		}

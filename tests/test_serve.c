@@ -181,8 +181,8 @@ static void export_model(struct tf_objstore *s, const struct tf_dataset *d, cons
 
 static void reg(struct tf_store *st, const char *step, const char *bundle)
 {
-	struct tf_model_version_spec mv = {.model = "fm", .run_id = "r1", .step = step,
-	                                   .bundle = bundle};
+	struct tf_model_version_spec mv = {
+	    .model = "fm", .run_id = "r1", .step = step, .bundle = bundle};
 	int64_t v;
 	assert_int_equal(tf_registry_register(st, &mv, &v, NULL), 0);
 }
@@ -234,8 +234,8 @@ static int setup(void **state)
 	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
 	assert_int_equal(tf_registry_set_alias(st, "fm", "staging", 2), 0);
 	assert_int_equal(tf_registry_set_alias(st, "fm", "broken", 3), 0);
-	struct tf_model_version_spec other = {.model = "empty", .run_id = "r1", .step = "d",
-	                                      .bundle = "models/fm1/"};
+	struct tf_model_version_spec other = {
+	    .model = "empty", .run_id = "r1", .step = "d", .bundle = "models/fm1/"};
 	int64_t v;
 	assert_int_equal(tf_registry_register(st, &other, &v, NULL), 0);
 	assert_int_equal(tf_token_create(st, "p", TF_SCOPE_PREDICT, 0, tok_predict, NULL), 0);
@@ -262,12 +262,12 @@ static int teardown(void **state)
 	return 0;
 }
 
-#define NEED_DATA()                                                                        \
-	do {                                                                               \
-		if (!have_data) {                                                          \
-			fprintf(stderr, "no %s: skipped\n", TF_TEST_FMNIST);               \
-			skip();                                                            \
-		}                                                                          \
+#define NEED_DATA()                                                                                \
+	do {                                                                                       \
+		if (!have_data) {                                                                  \
+			fprintf(stderr, "no %s: skipped\n", TF_TEST_FMNIST);                       \
+			skip();                                                                    \
+		}                                                                                  \
 	} while (0)
 
 /* The n x 10 matrix of a predictions/outputs list, checked for shape. */
@@ -419,14 +419,12 @@ static void test_tfs_status_metadata_auth(void **state)
 	    json_object_get(json_object_get(json_object_get(r.json, "metadata"), "signature_def"),
 	                    "signature_def"),
 	    "serving_default");
-	assert_string_equal(
-	    json_string_value(json_object_get(json_object_get(json_object_get(sd, "inputs"),
-	                                                      "image"),
-	                                      "dtype")),
-	    "DT_UINT8");
-	assert_non_null(json_object_get(json_object_get(json_object_get(r.json, "metadata"),
-	                                                "tpuflow_signature"),
-	                                "checksums"));
+	assert_string_equal(json_string_value(json_object_get(
+	                        json_object_get(json_object_get(sd, "inputs"), "image"), "dtype")),
+	                    "DT_UINT8");
+	assert_non_null(json_object_get(
+	    json_object_get(json_object_get(r.json, "metadata"), "tpuflow_signature"),
+	    "checksums"));
 	resp_free(&r);
 	r = call_at(NULL, "GET", "/v1/models/fm", NULL, NULL);
 	assert_int_equal(r.status, 401);
@@ -527,8 +525,15 @@ static void test_bit_identity_with_predict(void **state)
 	free(x);
 	char model[700];
 	snprintf(model, sizeof(model), "%s/objects/models/fm1", home);
-	char *argv[] = {getenv("TPUFLOW_BIN"), "predict", "--model", model, "--input", "x.npy",
-	                "--out", "y.npy", NULL};
+	char *argv[] = {getenv("TPUFLOW_BIN"),
+	                "predict",
+	                "--model",
+	                model,
+	                "--input",
+	                "x.npy",
+	                "--out",
+	                "y.npy",
+	                NULL};
 	assert_non_null(argv[0]);
 	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, "predict.out", NULL)), 0);
 	struct tf_npy y = {0};
@@ -601,8 +606,17 @@ static void test_serve_command(void **state)
 	}
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
 	snprintf(url, sizeof(url), "http://%s", listen);
-	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", home, "serve", "--model", "fm",
-	                "--listen", listen, "--auth", "none", NULL};
+	char *argv[] = {getenv("TPUFLOW_BIN"),
+	                "--home",
+	                home,
+	                "serve",
+	                "--model",
+	                "fm",
+	                "--listen",
+	                listen,
+	                "--auth",
+	                "none",
+	                NULL};
 	pid_t pid = tf_test_spawn(argv, "serve.out", "serve.out");
 	assert_true(pid > 0);
 	struct resp r = {0};

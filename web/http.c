@@ -943,9 +943,9 @@ int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, si
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(w->d, MHD_DAEMON_INFO_BIND_PORT);
 	w->port = info ? info->port : 0;
 	if (w->auth == TF_WEB_AUTH_NONE)
-		tf_warn("AUTH IS OFF (--auth none): anyone who can reach %s may start, cancel and read "
-		        "runs and manage tokens",
-		        listen);
+		tf_warn("AUTH IS OFF (--auth none): anyone who can reach %s may %s", listen,
+		        w->serve_only ? "call predictions"
+		                      : "start, cancel and read runs and manage tokens");
 	tf_info("serving the API on %s://%s (port %d)", tls ? "https" : "http", listen, w->port);
 	*out = w;
 	return 0;

@@ -133,7 +133,8 @@ static int load_bundle(struct tf_serve *sv, struct tf_store *st, const char *mod
 	}
 	const char *key = json_string_value(json_object_get(ver, "bundle"));
 	if (!key || !*key) {
-		tf_errf(err, errlen, "version %lld of model '%s' has no bundle", (long long)v, model);
+		tf_errf(err, errlen, "version %lld of model '%s' has no bundle", (long long)v,
+		        model);
 		json_decref(ver);
 		return -ENOENT;
 	}
@@ -192,7 +193,8 @@ static int acquire(struct tf_serve *sv, struct tf_store *st, const char *model, 
 			e->state = V_UNAVAILABLE;
 			snprintf(e->reason, sizeof(e->reason), "%s", why);
 			e->failed_at = tf_now_monotonic();
-			tf_warn("model %s version %lld is UNAVAILABLE: %s", model, (long long)v, why);
+			tf_warn("model %s version %lld is UNAVAILABLE: %s", model, (long long)v,
+			        why);
 		} else {
 			e->b = b;
 			e->state = V_AVAILABLE;
@@ -307,8 +309,7 @@ static int model_known(struct tf_web_req *rq, struct tf_web_resp *rs, const char
 
 /* Resolves the request's model and version: {version}, {label}, or the production alias.
  * On failure the error is in rs. */
-static int resolve(struct tf_web_req *rq, struct tf_web_resp *rs, const char **model,
-                   int64_t *v)
+static int resolve(struct tf_web_req *rq, struct tf_web_resp *rs, const char **model, int64_t *v)
 {
 	const char *name = tf_web_param(rq, "name");
 	const char *ver = tf_web_param(rq, "version"), *label = tf_web_param(rq, "label");
@@ -336,13 +337,14 @@ static int resolve(struct tf_web_req *rq, struct tf_web_resp *rs, const char **m
 	const char *alias = label ? label : "production";
 	if (tf_registry_resolve(rq->st, name, alias, v) || (label && !strcmp(label, "latest"))) {
 		if (label)
-			serving_error(rs, 404, "Servable not found: model '%s' has no label '%s'", name,
-			              label);
+			serving_error(rs, 404, "Servable not found: model '%s' has no label '%s'",
+			              name, label);
 		else
-			serving_error(rs, 404,
-			              "Servable not found: model '%s' has no 'production' alias (deploy "
-			              "a version, or call /versions/{v} or /labels/{label})",
-			              name);
+			serving_error(
+			    rs, 404,
+			    "Servable not found: model '%s' has no 'production' alias (deploy "
+			    "a version, or call /versions/{v} or /labels/{label})",
+			    name);
 		return -ENOENT;
 	}
 	return 0;
@@ -374,8 +376,8 @@ struct input_ctx {
 
 /* Flattens the numbers of j (nested arrays, row-major) into out[cap], counting in *n;
  * field names the place in errors. -EINVAL on a wrong type, -E2BIG past cap. */
-static int flatten(const struct input_ctx *c, const json_t *j, float *out, size_t cap,
-                   size_t *n, const char *field)
+static int flatten(const struct input_ctx *c, const json_t *j, float *out, size_t cap, size_t *n,
+                   const char *field)
 {
 	if (json_is_array(j)) {
 		size_t i;
@@ -391,20 +393,22 @@ static int flatten(const struct input_ctx *c, const json_t *j, float *out, size_
 	if (!json_is_number(j)) {
 		tf_errf(c->err, c->errlen, "%s, value %zu: expected a number (%s input), got %s",
 		        field, *n, c->image ? "uint8" : "float32",
-		        json_is_string(j) ? "a string" : json_is_object(j) ? "an object"
-		        : json_is_null(j) ? "null" : "a boolean");
+		        json_is_string(j)   ? "a string"
+		        : json_is_object(j) ? "an object"
+		        : json_is_null(j)   ? "null"
+		                            : "a boolean");
 		return -EINVAL;
 	}
 	double d = json_number_value(j);
 	if (c->image && (d != floor(d) || d < 0 || d > 255)) {
 		tf_errf(c->err, c->errlen,
-		        "%s, value %zu: %.17g is not a uint8 (the model takes pixels 0..255)", field,
-		        *n, d);
+		        "%s, value %zu: %.17g is not a uint8 (the model takes pixels 0..255)",
+		        field, *n, d);
 		return -EINVAL;
 	}
 	if (!isfinite(d) || fabs(d) > 3.4028234663852886e38) {
-		tf_errf(c->err, c->errlen, "%s, value %zu: %.17g is not a finite float32", field, *n,
-		        d);
+		tf_errf(c->err, c->errlen, "%s, value %zu: %.17g is not a finite float32", field,
+		        *n, d);
 		return -EINVAL;
 	}
 	if (*n >= cap)
@@ -460,12 +464,13 @@ static float *batch_alloc(struct tf_serve *sv, const struct tf_bundle *b, size_t
 
 /* The examples of a TF Serving body: "instances" (row) or "inputs" (columnar); *x (n x
  * inputs, preprocessed) is new. *columnar says which. -EINVAL with err. */
-static int tfs_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json_t *body,
-                      float **x, size_t *n, int *columnar, char *err, size_t errlen)
+static int tfs_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json_t *body, float **x,
+                      size_t *n, int *columnar, char *err, size_t errlen)
 {
 	struct input_ctx c = {b, b->pre.image, err, errlen};
 	const char *iname = input_name(b);
-	const json_t *inst = json_object_get(body, "instances"), *cols = json_object_get(body, "inputs");
+	const json_t *inst = json_object_get(body, "instances"),
+	             *cols = json_object_get(body, "inputs");
 	const json_t *sig = json_object_get(body, "signature_name");
 	if (sig && (!json_is_string(sig) || (strcmp(json_string_value(sig), "serving_default") &&
 	                                     *json_string_value(sig)))) {
@@ -473,8 +478,9 @@ static int tfs_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json
 		return -EINVAL;
 	}
 	if (!inst == !cols) {
-		tf_errf(err, errlen, "give exactly one of 'instances' (row format) or 'inputs' "
-		                     "(columnar format)");
+		tf_errf(err, errlen,
+		        "give exactly one of 'instances' (row format) or 'inputs' "
+		        "(columnar format)");
 		return -EINVAL;
 	}
 	*columnar = cols != NULL;
@@ -504,7 +510,8 @@ static int tfs_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json
 		if (json_is_object(ex)) { /* row format with named inputs */
 			const json_t *v = json_object_get(ex, iname);
 			if (!v || json_object_size(ex) != 1) {
-				tf_errf(err, errlen, "%s: the model has one input, '%s'", where, iname);
+				tf_errf(err, errlen, "%s: the model has one input, '%s'", where,
+				        iname);
 				free(buf);
 				return -EINVAL;
 			}
@@ -528,8 +535,8 @@ static json_t *body_json(struct tf_web_req *rq, struct tf_web_resp *rs)
 		if (j)
 			serving_error(rs, 400, "the body must be a JSON object");
 		else
-			serving_error(rs, 400, "the body is not valid JSON: %s at byte offset %d", je.text,
-			              je.position);
+			serving_error(rs, 400, "the body is not valid JSON: %s at byte offset %d",
+			              je.text, je.position);
 		json_decref(j);
 		return NULL;
 	}
@@ -646,11 +653,13 @@ void tf_serve_h_status(struct tf_web_req *rq, struct tf_web_resp *rs)
 		enum vstate s = version_state(sv, rq->st, model, n, why, sizeof(why));
 		char num[24];
 		snprintf(num, sizeof(num), "%lld", (long long)n);
-		json_array_append_new(
-		    list, json_pack("{s:s, s:s, s:{s:s, s:s}}", "version", num, "state",
-		                    vstate_names[s], "status", "error_code",
-		                    s == V_AVAILABLE ? "OK" : s == V_LOADING ? "UNAVAILABLE" : "NOT_FOUND",
-		                    "error_message", s == V_AVAILABLE ? "" : why));
+		json_array_append_new(list,
+		                      json_pack("{s:s, s:s, s:{s:s, s:s}}", "version", num, "state",
+		                                vstate_names[s], "status", "error_code",
+		                                s == V_AVAILABLE ? "OK"
+		                                : s == V_LOADING ? "UNAVAILABLE"
+		                                                 : "NOT_FOUND",
+		                                "error_message", s == V_AVAILABLE ? "" : why));
 	}
 	json_decref(vs);
 	tf_web_json(rs, 200, json_pack("{s:o}", "model_version_status", list));
@@ -675,17 +684,18 @@ void tf_serve_h_metadata(struct tf_web_req *rq, struct tf_web_resp *rs)
 	char ver[24];
 	snprintf(ver, sizeof(ver), "%lld", (long long)e->version);
 	json_t *inputs = json_object(), *outputs = json_object();
-	json_object_set_new(inputs, iname,
-	                    tensor_info(iname, b->pre.image ? "DT_UINT8" : "DT_FLOAT",
-	                                b->mlp.size[0]));
+	json_object_set_new(
+	    inputs, iname,
+	    tensor_info(iname, b->pre.image ? "DT_UINT8" : "DT_FLOAT", b->mlp.size[0]));
 	json_object_set_new(outputs, "probabilities",
 	                    tensor_info("probabilities", "DT_FLOAT", tf_mlp_outputs(&b->mlp)));
 	json_t *sigdef = json_pack("{s:{s:o, s:o, s:s}}", "serving_default", "inputs", inputs,
 	                           "outputs", outputs, "method_name", "tensorflow/serving/predict");
 	tf_web_json(rs, 200,
-	            json_pack("{s:{s:s, s:s, s:s}, s:{s:{s:o}, s:O}}", "model_spec", "name", e->model,
-	                      "signature_name", "", "version", ver, "metadata", "signature_def",
-	                      "signature_def", sigdef, "tpuflow_signature", b->signature));
+	            json_pack("{s:{s:s, s:s, s:s}, s:{s:{s:o}, s:O}}", "model_spec", "name",
+	                      e->model, "signature_name", "", "version", ver, "metadata",
+	                      "signature_def", "signature_def", sigdef, "tpuflow_signature",
+	                      b->signature));
 	release(tf_web_serving(rq->srv), e);
 }
 
@@ -753,8 +763,8 @@ void tf_serve_h_v2_model_ready(struct tf_web_req *rq, struct tf_web_resp *rs)
 }
 
 /* The one input tensor of an inference request into *x (n x inputs, preprocessed). */
-static int v2_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json_t *body,
-                     float **x, size_t *n, char *err, size_t errlen)
+static int v2_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json_t *body, float **x,
+                     size_t *n, char *err, size_t errlen)
 {
 	const json_t *ins = json_object_get(body, "inputs");
 	if (!json_is_array(ins) || json_array_size(ins) != 1) {
@@ -769,8 +779,8 @@ static int v2_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json_
 		return -EINVAL;
 	}
 	if (!dt || strcmp(dt, v2_datatype(b))) {
-		tf_errf(err, errlen, "inputs[0].datatype: the model takes %s, not %s", v2_datatype(b),
-		        dt ? dt : "(none)");
+		tf_errf(err, errlen, "inputs[0].datatype: the model takes %s, not %s",
+		        v2_datatype(b), dt ? dt : "(none)");
 		return -EINVAL;
 	}
 	size_t dim = b->mlp.size[0], rank = json_array_size(shape);
@@ -782,12 +792,13 @@ static int v2_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json_
 		dims[i] = (size_t)d;
 	}
 	if (ok)
-		ok = rank == 2 ? dims[1] == dim
-		               : b->rows && dims[1] == (size_t)b->rows && dims[2] == (size_t)b->cols;
+		ok = rank == 2
+		         ? dims[1] == dim
+		         : b->rows && dims[1] == (size_t)b->rows && dims[2] == (size_t)b->cols;
 	if (!ok) {
 		if (b->rows)
-			tf_errf(err, errlen, "inputs[0].shape: expected [N, %zu] or [N, %d, %d]", dim,
-			        b->rows, b->cols);
+			tf_errf(err, errlen, "inputs[0].shape: expected [N, %zu] or [N, %d, %d]",
+			        dim, b->rows, b->cols);
 		else
 			tf_errf(err, errlen, "inputs[0].shape: expected [N, %zu]", dim);
 		return -EINVAL;

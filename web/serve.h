@@ -45,25 +45,25 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs);
 
 /* Schemas of the serving routes' bodies (OpenAPI). */
 #define TF_SERVE_ANY "{\"type\":\"object\"}"
-#define TF_SERVE_PREDICT_REQ                                                                    \
-	"{\"type\":\"object\",\"properties\":{\"signature_name\":{\"type\":\"string\"},"            \
+#define TF_SERVE_PREDICT_REQ                                                                       \
+	"{\"type\":\"object\",\"properties\":{\"signature_name\":{\"type\":\"string\"},"           \
 	"\"instances\":{\"type\":\"array\"},\"inputs\":{}}}"
-#define TF_SERVE_PREDICT_RESP                                                                   \
-	"{\"type\":\"object\",\"properties\":{\"predictions\":{\"type\":\"array\"},"                \
+#define TF_SERVE_PREDICT_RESP                                                                      \
+	"{\"type\":\"object\",\"properties\":{\"predictions\":{\"type\":\"array\"},"               \
 	"\"outputs\":{\"type\":\"array\"}}}"
-#define TF_SERVE_STATUS_RESP                                                                    \
-	"{\"type\":\"object\",\"required\":[\"model_version_status\"],\"properties\":{"             \
+#define TF_SERVE_STATUS_RESP                                                                       \
+	"{\"type\":\"object\",\"required\":[\"model_version_status\"],\"properties\":{"            \
 	"\"model_version_status\":{\"type\":\"array\",\"items\":{\"type\":\"object\","             \
-	"\"required\":[\"version\",\"state\",\"status\"],\"properties\":{\"version\":{\"type\":"    \
-	"\"string\"},\"state\":{\"enum\":[\"LOADING\",\"AVAILABLE\",\"UNAVAILABLE\"]},"             \
+	"\"required\":[\"version\",\"state\",\"status\"],\"properties\":{\"version\":{\"type\":"   \
+	"\"string\"},\"state\":{\"enum\":[\"LOADING\",\"AVAILABLE\",\"UNAVAILABLE\"]},"            \
 	"\"status\":{\"type\":\"object\"}}}}}}"
-#define TF_SERVE_INFER_REQ                                                                      \
-	"{\"type\":\"object\",\"required\":[\"inputs\"],\"properties\":{\"id\":{\"type\":"          \
-	"\"string\"},\"inputs\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"required\":"   \
+#define TF_SERVE_INFER_REQ                                                                         \
+	"{\"type\":\"object\",\"required\":[\"inputs\"],\"properties\":{\"id\":{\"type\":"         \
+	"\"string\"},\"inputs\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"required\":"  \
 	"[\"name\",\"shape\",\"datatype\",\"data\"]}}}}"
-#define TF_SERVE_INFER_RESP                                                                     \
-	"{\"type\":\"object\",\"required\":[\"model_name\",\"outputs\"],\"properties\":{"           \
-	"\"model_name\":{\"type\":\"string\"},\"model_version\":{\"type\":\"string\"},"             \
+#define TF_SERVE_INFER_RESP                                                                        \
+	"{\"type\":\"object\",\"required\":[\"model_name\",\"outputs\"],\"properties\":{"          \
+	"\"model_name\":{\"type\":\"string\"},\"model_version\":{\"type\":\"string\"},"            \
 	"\"outputs\":{\"type\":\"array\"}}}"
 #define TF_SERVE_READY_RESP "{\"type\":\"object\",\"required\":[\"ready\"]}"
 #define TF_SERVE_LIVE_RESP "{\"type\":\"object\",\"required\":[\"live\"]}"
@@ -71,44 +71,133 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs);
 /* The serving rows of the route table (web/routes.c): scope predict, errors as
  * {"error": "..."} (TF_ROUTE_SERVING). */
 #define TF_SERVE_FLAGS TF_ROUTE_SERVING
-#define TF_SERVE_ROUTES                                                                         \
-	{"POST", "/v1/models/{name}:predict", TF_SCOPE_PREDICT, tf_serve_h_predict,                \
-	 TF_SERVE_FLAGS, "tfsPredict", "TensorFlow Serving predict on the production version",     \
-	 NULL, TF_SERVE_PREDICT_REQ, TF_SERVE_PREDICT_RESP, 200, NULL},                            \
-	    {"POST", "/v1/models/{name}/versions/{version}:predict", TF_SCOPE_PREDICT,             \
-	     tf_serve_h_predict, TF_SERVE_FLAGS, "tfsPredictVersion",                              \
-	     "TensorFlow Serving predict on one version", NULL, TF_SERVE_PREDICT_REQ,              \
-	     TF_SERVE_PREDICT_RESP, 200, NULL},                                                    \
-	    {"POST", "/v1/models/{name}/labels/{label}:predict", TF_SCOPE_PREDICT,                 \
-	     tf_serve_h_predict, TF_SERVE_FLAGS, "tfsPredictLabel",                                \
-	     "TensorFlow Serving predict on the version an alias points at", NULL,                 \
-	     TF_SERVE_PREDICT_REQ, TF_SERVE_PREDICT_RESP, 200, NULL},                              \
-	    {"GET", "/v1/models/{name}", TF_SCOPE_PREDICT, tf_serve_h_status, TF_SERVE_FLAGS,      \
-	     "tfsModelStatus", "The served versions of a model and their state", NULL, NULL,       \
-	     TF_SERVE_STATUS_RESP, 200, NULL},                                                     \
-	    {"GET", "/v1/models/{name}/metadata", TF_SCOPE_PREDICT, tf_serve_h_metadata,           \
-	     TF_SERVE_FLAGS, "tfsModelMetadata", "The production version's signature", NULL, NULL, \
-	     TF_SERVE_ANY, 200, NULL},                                                             \
-	    {"GET", "/v2/health/live", TF_SCOPE_PUBLIC, tf_serve_h_live, TF_SERVE_FLAGS,           \
-	     "v2Live", "Open Inference Protocol: the server is live", NULL, NULL,                  \
-	     TF_SERVE_LIVE_RESP, 200, NULL},                                                      \
-	    {"GET", "/v2/health/ready", TF_SCOPE_PUBLIC, tf_serve_h_ready, TF_SERVE_FLAGS,         \
-	     "v2Ready", "Open Inference Protocol: the server is ready", NULL, NULL,                \
-	     TF_SERVE_READY_RESP, 200, NULL},                                                      \
-	    {"GET", "/v2/models/{name}", TF_SCOPE_PREDICT, tf_serve_h_v2_model, TF_SERVE_FLAGS,    \
-	     "v2ModelMetadata", "Open Inference Protocol: model metadata", NULL, NULL,             \
-	     TF_SERVE_ANY, 200, NULL},                                                             \
-	    {"GET", "/v2/models/{name}/ready", TF_SCOPE_PREDICT, tf_serve_h_v2_model_ready,        \
-	     TF_SERVE_FLAGS, "v2ModelReady", "Open Inference Protocol: the model is ready", NULL,  \
-	     NULL, TF_SERVE_READY_RESP, 200, NULL},                                                \
-	    {"POST", "/v2/models/{name}/infer", TF_SCOPE_PREDICT, tf_serve_h_infer,                \
-	     TF_SERVE_FLAGS, "v2Infer", "Open Inference Protocol: inference on the production "    \
-	     "version", NULL, TF_SERVE_INFER_REQ, TF_SERVE_INFER_RESP, 200, NULL},                 \
+#define TF_SERVE_ROUTES                                                                            \
+	{"POST",                                                                                   \
+	 "/v1/models/{name}:predict",                                                              \
+	 TF_SCOPE_PREDICT,                                                                         \
+	 tf_serve_h_predict,                                                                       \
+	 TF_SERVE_FLAGS,                                                                           \
+	 "tfsPredict",                                                                             \
+	 "TensorFlow Serving predict on the production version",                                   \
+	 NULL,                                                                                     \
+	 TF_SERVE_PREDICT_REQ,                                                                     \
+	 TF_SERVE_PREDICT_RESP,                                                                    \
+	 200,                                                                                      \
+	 NULL},                                                                                    \
+	    {"POST",                                                                               \
+	     "/v1/models/{name}/versions/{version}:predict",                                       \
+	     TF_SCOPE_PREDICT,                                                                     \
+	     tf_serve_h_predict,                                                                   \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "tfsPredictVersion",                                                                  \
+	     "TensorFlow Serving predict on one version",                                          \
+	     NULL,                                                                                 \
+	     TF_SERVE_PREDICT_REQ,                                                                 \
+	     TF_SERVE_PREDICT_RESP,                                                                \
+	     200,                                                                                  \
+	     NULL},                                                                                \
+	    {"POST",                                                                               \
+	     "/v1/models/{name}/labels/{label}:predict",                                           \
+	     TF_SCOPE_PREDICT,                                                                     \
+	     tf_serve_h_predict,                                                                   \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "tfsPredictLabel",                                                                    \
+	     "TensorFlow Serving predict on the version an alias points at",                       \
+	     NULL,                                                                                 \
+	     TF_SERVE_PREDICT_REQ,                                                                 \
+	     TF_SERVE_PREDICT_RESP,                                                                \
+	     200,                                                                                  \
+	     NULL},                                                                                \
+	    {"GET",                                                                                \
+	     "/v1/models/{name}",                                                                  \
+	     TF_SCOPE_PREDICT,                                                                     \
+	     tf_serve_h_status,                                                                    \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "tfsModelStatus",                                                                     \
+	     "The served versions of a model and their state",                                     \
+	     NULL,                                                                                 \
+	     NULL,                                                                                 \
+	     TF_SERVE_STATUS_RESP,                                                                 \
+	     200,                                                                                  \
+	     NULL},                                                                                \
+	    {"GET",                                                                                \
+	     "/v1/models/{name}/metadata",                                                         \
+	     TF_SCOPE_PREDICT,                                                                     \
+	     tf_serve_h_metadata,                                                                  \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "tfsModelMetadata",                                                                   \
+	     "The production version's signature",                                                 \
+	     NULL,                                                                                 \
+	     NULL,                                                                                 \
+	     TF_SERVE_ANY,                                                                         \
+	     200,                                                                                  \
+	     NULL},                                                                                \
+	    {"GET",                                                                                \
+	     "/v2/health/live",                                                                    \
+	     TF_SCOPE_PUBLIC,                                                                      \
+	     tf_serve_h_live,                                                                      \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "v2Live",                                                                             \
+	     "Open Inference Protocol: the server is live",                                        \
+	     NULL,                                                                                 \
+	     NULL,                                                                                 \
+	     TF_SERVE_LIVE_RESP,                                                                   \
+	     200,                                                                                  \
+	     NULL},                                                                                \
+	    {"GET",                                                                                \
+	     "/v2/health/ready",                                                                   \
+	     TF_SCOPE_PUBLIC,                                                                      \
+	     tf_serve_h_ready,                                                                     \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "v2Ready",                                                                            \
+	     "Open Inference Protocol: the server is ready",                                       \
+	     NULL,                                                                                 \
+	     NULL,                                                                                 \
+	     TF_SERVE_READY_RESP,                                                                  \
+	     200,                                                                                  \
+	     NULL},                                                                                \
+	    {"GET",                                                                                \
+	     "/v2/models/{name}",                                                                  \
+	     TF_SCOPE_PREDICT,                                                                     \
+	     tf_serve_h_v2_model,                                                                  \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "v2ModelMetadata",                                                                    \
+	     "Open Inference Protocol: model metadata",                                            \
+	     NULL,                                                                                 \
+	     NULL,                                                                                 \
+	     TF_SERVE_ANY,                                                                         \
+	     200,                                                                                  \
+	     NULL},                                                                                \
+	    {"GET",                                                                                \
+	     "/v2/models/{name}/ready",                                                            \
+	     TF_SCOPE_PREDICT,                                                                     \
+	     tf_serve_h_v2_model_ready,                                                            \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "v2ModelReady",                                                                       \
+	     "Open Inference Protocol: the model is ready",                                        \
+	     NULL,                                                                                 \
+	     NULL,                                                                                 \
+	     TF_SERVE_READY_RESP,                                                                  \
+	     200,                                                                                  \
+	     NULL},                                                                                \
+	    {"POST",                                                                               \
+	     "/v2/models/{name}/infer",                                                            \
+	     TF_SCOPE_PREDICT,                                                                     \
+	     tf_serve_h_infer,                                                                     \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "v2Infer",                                                                            \
+	     "Open Inference Protocol: inference on the production "                               \
+	     "version",                                                                            \
+	     NULL,                                                                                 \
+	     TF_SERVE_INFER_REQ,                                                                   \
+	     TF_SERVE_INFER_RESP,                                                                  \
+	     200,                                                                                  \
+	     NULL},                                                                                \
 	{                                                                                          \
-		"POST", "/v2/models/{name}/versions/{version}/infer", TF_SCOPE_PREDICT,             \
-		    tf_serve_h_infer, TF_SERVE_FLAGS, "v2InferVersion",                             \
-		    "Open Inference Protocol: inference on one version", NULL, TF_SERVE_INFER_REQ,  \
-		    TF_SERVE_INFER_RESP, 200, NULL                                                  \
+		"POST", "/v2/models/{name}/versions/{version}/infer", TF_SCOPE_PREDICT,            \
+		    tf_serve_h_infer, TF_SERVE_FLAGS, "v2InferVersion",                            \
+		    "Open Inference Protocol: inference on one version", NULL, TF_SERVE_INFER_REQ, \
+		    TF_SERVE_INFER_RESP, 200, NULL                                                 \
 	}
 
 #endif
