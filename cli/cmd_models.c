@@ -17,6 +17,12 @@ static void usage(FILE *f)
 	           "       tpuflow models show NAME [VERSION]\n"
 	           "       tpuflow models alias NAME ALIAS VERSION   point ALIAS at VERSION\n"
 	           "       tpuflow models compare NAME V1 V2         metrics side by side\n"
+	           "       tpuflow models promote NAME               the production canary becomes "
+	           "production\n"
+	           "       tpuflow models rollback NAME              retire the canary, or without "
+	           "one,\n"
+	           "                                                 production back to its previous "
+	           "version\n"
 	           "  (common: --home DIR, --json; VERSION is a number, 'latest' or an alias)\n");
 }
 
@@ -194,6 +200,50 @@ static int compare(struct tf_store *st, struct tf_cli *cli, const char *model, c
 	return TF_EXIT_OK;
 }
 
+/* promote: the production deployment's canary takes all the traffic; rollback: the canary
+ * is retired, or without one, production goes back to the version it had before. Each is a
+ * new deployment record (docs/serving.md). */
+static int promote_rollback(struct tf_store *st, struct tf_cli *cli, const char *model,
+                            int promote)
+{
+	const char *verb = promote ? "promote" : "rollback";
+	json_t *dep = NULL, *out = NULL;
+	if (tf_registry_deployment(st, model, "production", &dep)) {
+		fprintf(stderr, "tpuflow models %s: model '%s' has no production deployment\n", verb,
+		        model);
+		return TF_EXIT_FAILED;
+	}
+	json_t *cv = json_object_get(dep, "canary_version");
+	json_t *prev = json_object_get(dep, "previous_version");
+	int has_canary = json_is_integer(cv), has_prev = json_is_integer(prev);
+	int64_t cur = json_integer_value(json_object_get(dep, "version")), to;
+	int64_t canary = json_integer_value(cv), before = json_integer_value(prev);
+	json_decref(dep);
+	if (promote && !has_canary) {
+		fprintf(stderr, "tpuflow models promote: model '%s' has no canary to promote\n", model);
+		return TF_EXIT_FAILED;
+	}
+	if (!promote && !has_canary && !has_prev) {
+		fprintf(stderr, "tpuflow models rollback: model '%s' has no canary and no previous "
+		                "version to go back to\n",
+		        model);
+		return TF_EXIT_FAILED;
+	}
+	to = promote ? canary : has_canary ? cur : before;
+	struct tf_deploy_spec d = {.model = model, .alias = "production", .version = to};
+	if (tf_registry_deploy(st, &d, &out)) {
+		fprintf(stderr, "tpuflow models %s: %s\n", verb, tf_store_errmsg(st));
+		return TF_EXIT_SOFTWARE;
+	}
+	if (cli->json)
+		print_json(out);
+	else
+		printf("%s 'production' -> version %lld (%s)\n", model, (long long)to,
+		       promote ? "canary promoted" : has_canary ? "canary retired" : "rolled back");
+	json_decref(out);
+	return TF_EXIT_OK;
+}
+
 int cmd_models(int argc, char **argv, struct tf_cli *cli)
 {
 	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS, {0, 0, 0, 0}};
@@ -213,9 +263,11 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 	int n = argc - optind;
 	char **a = argv + optind;
 	if (n < 1)
-		return tf_cli_usage_error("models", "expected list, show, alias or compare");
+		return tf_cli_usage_error("models",
+		                          "expected list, show, alias, compare, promote or rollback");
 	if ((!strcmp(a[0], "show") && (n < 2 || n > 3)) || (!strcmp(a[0], "alias") && n != 4) ||
-	    (!strcmp(a[0], "compare") && n != 4) || (!strcmp(a[0], "list") && n != 1))
+	    (!strcmp(a[0], "compare") && n != 4) || (!strcmp(a[0], "list") && n != 1) ||
+	    ((!strcmp(a[0], "promote") || !strcmp(a[0], "rollback")) && n != 2))
 		return tf_cli_usage_error("models", "wrong arguments for '%s'", a[0]);
 	home = tf_cli_home(cli, 1);
 	if (!home)
@@ -282,6 +334,8 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 		}
 	} else if (!strcmp(a[0], "compare")) {
 		ret = compare(st, cli, a[1], a[2], a[3]);
+	} else if (!strcmp(a[0], "promote") || !strcmp(a[0], "rollback")) {
+		ret = promote_rollback(st, cli, a[1], !strcmp(a[0], "promote"));
 	} else {
 		ret = tf_cli_usage_error("models", "unknown subcommand '%s'", a[0]);
 	}

@@ -317,7 +317,8 @@ out:
 void tf_bundle_predict(const struct tf_bundle *b, const float *x, size_t n, float *probs,
                        int threads)
 {
-	const size_t chunk = 1024;
+	/* rows are independent, so the chunk only sizes the work buffers: no larger than n */
+	const size_t chunk = n < 1024 ? (n ? n : 1) : 1024;
 	struct tf_mxu_cfg cfg = b->mxu;
 	cfg.threads = threads > 0 ? threads : 1;
 	struct tf_mlp_gemm g = {.cfg = &cfg};

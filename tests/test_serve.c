@@ -245,7 +245,8 @@ static int setup(void **state)
 	struct tf_web_opts o = {.home = home,
 	                        .listen = "127.0.0.1:0",
 	                        .max_body = 4 << 20,
-	                        .serve_max_batch = MAX_BATCH};
+	                        .serve_max_batch = MAX_BATCH,
+	                        .rate = 1e6}; /* the canary test sends 10,300 requests */
 	rc = tf_web_start(&o, &srv, err, sizeof(err));
 	if (rc)
 		fprintf(stderr, "start: %s\n", err);
@@ -588,6 +589,100 @@ static void test_alias_move(void **state)
 	free(row);
 }
 
+/* `tpuflow models VERB fm --json`: the new deployment (caller owns). */
+static json_t *models_cmd(const char *verb)
+{
+	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", home,     "models",
+	                (char *)verb,          "fm",     "--json", NULL};
+	unlink("models.out");
+	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, "models.out", NULL)), 0);
+	json_t *j = tf_test_load_json("models.out");
+	assert_non_null(j);
+	return j;
+}
+
+/* A canary at 10% of the production deployment: 10% +- 2% of 10,000 keyed requests on the
+ * bare path, the same key always on the same side; per-version counts in the status. */
+static void test_canary_split(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	struct tf_store *st;
+	char err[256];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	struct tf_deploy_spec d = {
+	    .model = "fm", .alias = "production", .version = 2, .canary_percent = 10};
+	assert_int_equal(tf_registry_deploy(st, &d, NULL), 0);
+	char *list = examples(0, 1, 0);
+	char *inf = body_of("{\"inputs\":[{\"name\":\"image\",\"shape\":[1,784],"
+	                    "\"datatype\":\"UINT8\",\"data\":%s}]}",
+	                    list);
+	CURL *c = curl_easy_init();
+	char url[128], auth[128];
+	snprintf(url, sizeof(url), "%s/v2/models/fm/infer", base);
+	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", tok_predict);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, inf);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+	enum { N = 10000 };
+	static unsigned char side[N];
+	int canary = 0;
+	for (int i = 0; i < N + 300; i++) {
+		int k = i < N ? i : (i - N) * 31; /* then 300 keys again */
+		char key[64];
+		snprintf(key, sizeof(key), "X-Request-Key: user-%d", k);
+		struct curl_slist *h = curl_slist_append(NULL, auth);
+		h = curl_slist_append(h, "Content-Type: application/json");
+		h = curl_slist_append(h, key);
+		struct resp r = {0};
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+		curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+		assert_int_equal(curl_easy_perform(c), CURLE_OK);
+		curl_slist_free_all(h);
+		r.json = json_loads(r.body, 0, NULL);
+		const char *v = json_string_value(json_object_get(r.json, "model_version"));
+		assert_non_null(v);
+		int is_canary = !strcmp(v, "2");
+		assert_true(is_canary || !strcmp(v, "1"));
+		if (i < N) {
+			side[i] = (unsigned char)is_canary;
+			canary += is_canary;
+		} else {
+			assert_int_equal(side[k], is_canary); /* sticky */
+		}
+		resp_free(&r);
+	}
+	curl_easy_cleanup(c);
+	fprintf(stderr, "canary at 10%%: %d of %d requests\n", canary, N);
+	assert_true(canary >= N * 8 / 100 && canary <= N * 12 / 100);
+	/* the per-version figures */
+	struct resp r = call("GET", "/v1/models/fm", NULL);
+	json_t *list2 = json_object_get(r.json, "model_version_status");
+	json_t *s2 = json_object_get(json_array_get(list2, 1), "tpuflow_stats");
+	assert_true(json_integer_value(json_object_get(s2, "requests")) >= canary);
+	assert_true(json_real_value(json_object_get(s2, "p99_ms")) > 0);
+	json_t *s1 = json_object_get(json_array_get(list2, 0), "tpuflow_stats");
+	assert_true(json_integer_value(json_object_get(s1, "errors")) > 0); /* the 400s */
+	resp_free(&r);
+	tf_store_close(st);
+	/* by hand: promote makes the canary production, rollback goes back to the version before */
+	json_t *dep = models_cmd("promote");
+	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 2);
+	assert_true(json_is_null(json_object_get(dep, "canary_version")));
+	json_decref(dep);
+	r = call("POST", "/v2/models/fm/infer", inf);
+	assert_string_equal(json_string_value(json_object_get(r.json, "model_version")), "2");
+	resp_free(&r);
+	dep = models_cmd("rollback");
+	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
+	json_decref(dep);
+	r = call("POST", "/v2/models/fm/infer", inf);
+	assert_string_equal(json_string_value(json_object_get(r.json, "model_version")), "1");
+	resp_free(&r);
+	free(list);
+	free(inf);
+}
+
 /* `tpuflow serve --model fm`: predictions and health only, one model. */
 static void test_serve_command(void **state)
 {
@@ -658,6 +753,7 @@ int main(void)
 	    cmocka_unit_test(test_v2),
 	    cmocka_unit_test(test_bit_identity_with_predict),
 	    cmocka_unit_test(test_alias_move),
+	    cmocka_unit_test(test_canary_split),
 	    cmocka_unit_test(test_serve_command),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

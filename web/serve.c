@@ -19,11 +19,14 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#define LAT_RING 1024 /* latencies kept per version for its percentiles */
 
 enum vstate { V_LOADING, V_AVAILABLE, V_UNAVAILABLE };
 static const char *const vstate_names[] = {"LOADING", "AVAILABLE", "UNAVAILABLE"};
@@ -39,6 +42,9 @@ struct entry {
 	struct tf_bundle *b;
 	unsigned refs;
 	double failed_at, used_at; /* monotonic */
+	/* answers of the prediction routes: counts, and the latencies of the last LAT_RING */
+	uint64_t requests, errors;
+	float lat_ms[LAT_RING];
 };
 
 struct tf_serve {
@@ -98,6 +104,39 @@ static void release(struct tf_serve *sv, struct entry *e)
 	pthread_mutex_lock(&sv->lock);
 	entry_put_locked(e);
 	pthread_mutex_unlock(&sv->lock);
+}
+
+/* Counts one answer of e (status) that took since t0 (monotonic). */
+static void record(struct tf_serve *sv, struct entry *e, int status, double t0)
+{
+	float ms = (float)((tf_now_monotonic() - t0) * 1000);
+	pthread_mutex_lock(&sv->lock);
+	e->lat_ms[e->requests % LAT_RING] = ms;
+	e->requests++;
+	e->errors += status != 200;
+	pthread_mutex_unlock(&sv->lock);
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* {requests, errors, error_rate, p50_ms, p99_ms} of e (percentiles of the last LAT_RING). */
+static json_t *stats_json(struct tf_serve *sv, struct entry *e)
+{
+	float lat[LAT_RING];
+	pthread_mutex_lock(&sv->lock);
+	uint64_t n = e->requests, errs = e->errors;
+	size_t k = n < LAT_RING ? (size_t)n : LAT_RING;
+	memcpy(lat, e->lat_ms, k * sizeof(float));
+	pthread_mutex_unlock(&sv->lock);
+	qsort(lat, k, sizeof(float), cmp_float);
+	return json_pack("{s:I, s:I, s:f, s:f, s:f}", "requests", (json_int_t)n, "errors",
+	                 (json_int_t)errs, "error_rate", n ? (double)errs / (double)n : 0.0,
+	                 "p50_ms", k ? (double)lat[k / 2] : 0.0, "p99_ms",
+	                 k ? (double)lat[(k * 99) / 100] : 0.0);
 }
 
 /* Unlists the least recently used settled entry other than keep while over the cap. */
@@ -307,6 +346,43 @@ static int model_known(struct tf_web_req *rq, struct tf_web_resp *rs, const char
 	return 0;
 }
 
+/* A uniform number in [0, 100) from the request key (X-Request-Key: the same key, the same
+ * side), else from a per-thread generator. */
+static double traffic_point(struct tf_web_req *rq)
+{
+	static _Thread_local uint64_t rnd;
+	const char *key = tf_web_header(rq, "X-Request-Key");
+	uint64_t h;
+	if (key) {
+		h = 0xcbf29ce484222325ull; /* FNV-1a */
+		for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+			h = (h ^ *p) * 0x100000001b3ull;
+	} else {
+		if (!rnd)
+			rnd = (uint64_t)(tf_now_monotonic() * 1e9) ^ (uint64_t)(uintptr_t)&rnd;
+		h = rnd += 0x9e3779b97f4a7c15ull;
+	}
+	h ^= h >> 30; /* splitmix64's finaliser: every key bit reaches the top bits */
+	h *= 0xbf58476d1ce4e5b9ull;
+	h ^= h >> 27;
+	h *= 0x94d049bb133111ebull;
+	h ^= h >> 31;
+	return (double)(h >> 11) * 0x1.0p-53 * 100;
+}
+
+/* The bare model path: the production deployment's canary takes its share of requests. */
+static void canary_pick(struct tf_web_req *rq, const char *model, int64_t *v)
+{
+	json_t *dep = NULL;
+	if (tf_registry_deployment(rq->st, model, "production", &dep))
+		return;
+	const json_t *cv = json_object_get(dep, "canary_version");
+	double pct = json_number_value(json_object_get(dep, "canary_percent"));
+	if (json_is_integer(cv) && pct > 0 && traffic_point(rq) < pct)
+		*v = json_integer_value(cv);
+	json_decref(dep);
+}
+
 /* Resolves the request's model and version: {version}, {label}, or the production alias.
  * On failure the error is in rs. */
 static int resolve(struct tf_web_req *rq, struct tf_web_resp *rs, const char **model, int64_t *v)
@@ -347,6 +423,8 @@ static int resolve(struct tf_web_req *rq, struct tf_web_resp *rs, const char **m
 			    name);
 		return -ENOENT;
 	}
+	if (!label)
+		canary_pick(rq, name, v);
 	return 0;
 }
 
@@ -545,24 +623,141 @@ static json_t *body_json(struct tf_web_req *rq, struct tf_web_resp *rs)
 
 /* ---- TensorFlow Serving ----------------------------------------------------------------- */
 
+/* The common request, parsed without building a JSON tree: {"instances": [[n, ...], ...]}
+ * with flat examples of plain numbers (integers 0..255 for an image model). Returns 1 with
+ * *x (n x inputs, preprocessed) new when the body is exactly that and every value is
+ * acceptable, 0 when not (the general path then parses it and names any error). */
+static int fast_instances(struct tf_serve *sv, const struct tf_bundle *b, const char *p,
+                          const char *end, float **x, size_t *n)
+{
+	static const char head[] = "\"instances\"";
+	const size_t dim = b->mlp.size[0];
+	float raw[TF_MLP_MAX_WIDTH];
+	float *buf = NULL;
+	size_t rows = 0, cap = 0;
+#define WS()                                                                                       \
+	while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))                   \
+	p++
+#define EXPECT(c)                                                                                  \
+	do {                                                                                       \
+		WS();                                                                              \
+		if (p == end || *p != (c))                                                         \
+			goto no;                                                                   \
+		p++;                                                                               \
+	} while (0)
+	EXPECT('{');
+	WS();
+	if ((size_t)(end - p) < sizeof(head) - 1 || memcmp(p, head, sizeof(head) - 1))
+		goto no;
+	p += sizeof(head) - 1;
+	EXPECT(':');
+	EXPECT('[');
+	do {
+		EXPECT('[');
+		size_t k = 0;
+		do {
+			WS();
+			/* a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+			const char *q = p;
+			int neg = q < end && *q == '-', real = 0;
+			q += neg;
+			if (q == end || *q < '0' || *q > '9' ||
+			    (*q == '0' && q + 1 < end && q[1] >= '0' && q[1] <= '9'))
+				goto no;
+			uint64_t iv = 0;
+			int digits = 0;
+			for (; q < end && *q >= '0' && *q <= '9'; q++, digits++)
+				iv = iv * 10 + (uint64_t)(*q - '0');
+			if (q < end && *q == '.') {
+				real = 1;
+				if (++q == end || *q < '0' || *q > '9')
+					goto no;
+				while (q < end && *q >= '0' && *q <= '9')
+					q++;
+			}
+			if (q < end && (*q == 'e' || *q == 'E')) {
+				real = 1;
+				q++;
+				if (q < end && (*q == '+' || *q == '-'))
+					q++;
+				if (q == end || *q < '0' || *q > '9')
+					goto no;
+				while (q < end && *q >= '0' && *q <= '9')
+					q++;
+			}
+			if (k == dim || digits > 15)
+				goto no;
+			double d;
+			if (!real) {
+				d = neg ? -(double)iv : (double)iv; /* exact: below 2^53 */
+			} else if (b->pre.image) {
+				goto no;
+			} else {
+				char num[64];
+				if ((size_t)(q - p) >= sizeof(num))
+					goto no;
+				memcpy(num, p, (size_t)(q - p));
+				num[q - p] = 0;
+				d = strtod(num, NULL);
+			}
+			if (b->pre.image ? (neg || d > 255)
+			                 : (!isfinite(d) || fabs(d) > 3.4028234663852886e38))
+				goto no;
+			raw[k++] = (float)d;
+			p = q;
+			WS();
+		} while (p < end && *p == ',' && ++p);
+		EXPECT(']');
+		if (k != dim || rows == sv->max_batch)
+			goto no;
+		if (rows == cap) {
+			cap = cap ? 2 * cap : 4;
+			if (cap > sv->max_batch)
+				cap = sv->max_batch;
+			buf = realloc(buf, cap * dim * sizeof(float));
+			if (!buf)
+				goto no;
+		}
+		tf_bundle_preprocess(b, raw, buf + rows * dim);
+		rows++;
+		WS();
+	} while (p < end && *p == ',' && ++p);
+	EXPECT(']');
+	EXPECT('}');
+	WS();
+	if (p != end)
+		goto no;
+#undef EXPECT
+#undef WS
+	*x = buf;
+	*n = rows;
+	return 1;
+no:
+	free(buf);
+	return 0;
+}
+
 void tf_serve_h_predict(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
-	json_t *body = body_json(rq, rs);
-	if (!body)
-		return;
+	double t0 = tf_now_monotonic();
 	struct entry *e = serve_entry(rq, rs);
-	if (!e) {
-		json_decref(body);
+	if (!e)
 		return;
-	}
 	const struct tf_bundle *b = e->b;
 	float *x = NULL;
 	size_t n = 0;
 	int columnar = 0;
 	char err[1024];
-	if (tfs_inputs(tf_web_serving(rq->srv), b, body, &x, &n, &columnar, err, sizeof(err))) {
-		serving_error(rs, 400, "%s", err);
-	} else {
+	json_t *body = NULL;
+	int ok = rq->body && fast_instances(tf_web_serving(rq->srv), b, rq->body,
+	                                    rq->body + rq->body_len, &x, &n);
+	if (!ok && (body = body_json(rq, rs))) {
+		ok = !tfs_inputs(tf_web_serving(rq->srv), b, body, &x, &n, &columnar, err,
+		                 sizeof(err));
+		if (!ok)
+			serving_error(rs, 400, "%s", err);
+	}
+	if (ok) {
 		size_t C = tf_mlp_outputs(&b->mlp);
 		float *p = tf_xmalloc(n * C * sizeof(float));
 		tf_bundle_predict(b, x, n, p, 1);
@@ -580,6 +775,7 @@ void tf_serve_h_predict(struct tf_web_req *rq, struct tf_web_resp *rs)
 	}
 	free(x);
 	json_decref(body);
+	record(tf_web_serving(rq->srv), e, rs->status, t0);
 	release(tf_web_serving(rq->srv), e);
 }
 
@@ -650,16 +846,21 @@ void tf_serve_h_status(struct tf_web_req *rq, struct tf_web_resp *rs)
 	{
 		char why[1024] = "";
 		int64_t n = json_integer_value(v);
-		enum vstate s = version_state(sv, rq->st, model, n, why, sizeof(why));
+		struct entry *e = NULL;
+		int rc = acquire(sv, rq->st, model, n, &e, why, sizeof(why));
+		enum vstate st = rc == -EAGAIN ? V_LOADING : rc ? V_UNAVAILABLE : V_AVAILABLE;
 		char num[24];
 		snprintf(num, sizeof(num), "%lld", (long long)n);
-		json_array_append_new(list,
-		                      json_pack("{s:s, s:s, s:{s:s, s:s}}", "version", num, "state",
-		                                vstate_names[s], "status", "error_code",
-		                                s == V_AVAILABLE ? "OK"
-		                                : s == V_LOADING ? "UNAVAILABLE"
-		                                                 : "NOT_FOUND",
-		                                "error_message", s == V_AVAILABLE ? "" : why));
+		json_t *one = json_pack("{s:s, s:s, s:{s:s, s:s}}", "version", num, "state",
+		                        vstate_names[st], "status", "error_code",
+		                        st == V_AVAILABLE ? "OK"
+		                        : st == V_LOADING ? "UNAVAILABLE"
+		                                          : "NOT_FOUND",
+		                        "error_message", st == V_AVAILABLE ? "" : why);
+		if (e)
+			json_object_set_new(one, "tpuflow_stats", stats_json(sv, e));
+		release(sv, e);
+		json_array_append_new(list, one);
 	}
 	json_decref(vs);
 	tf_web_json(rs, 200, json_pack("{s:o}", "model_version_status", list));
@@ -829,6 +1030,7 @@ static int v2_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json_
 
 void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
+	double t0 = tf_now_monotonic();
 	json_t *body = body_json(rq, rs);
 	if (!body)
 		return;
@@ -868,5 +1070,6 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs)
 	}
 	free(x);
 	json_decref(body);
+	record(tf_web_serving(rq->srv), e, rs->status, t0);
 	release(tf_web_serving(rq->srv), e);
 }

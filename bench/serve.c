@@ -1,0 +1,242 @@
+/* serve.c — model serving's throughput and latency against the HTTP floor, in the same run:
+ *
+ *   - POST /v1/models/fmnist:predict, one Fashion-MNIST example (784 pixels) per request, on
+ *     the pipeline's model shape (784-256-128-10, weights as initialised: inference costs the
+ *     same whatever they are), through the real server (web/http.c: routing, predict-scope
+ *     token check, rate limit, registry alias lookup; web/serve.c: JSON in, shape checks,
+ *     preprocessing, the bundle's MXU-numerics forward pass, 9-digit floats out), wrk at 64
+ *     connections (2 threads, 10 s);
+ *   - the HTTP floor: a minimal libmicrohttpd handler in the same threading mode reading the
+ *     same POST body and answering a fixed body of the predict answer's size, same wrk
+ *     settings.
+ *
+ * Goals (issue 15): p99 <= 1 ms and >= 0.5x the floor's requests/s. Needs wrk and the
+ * Fashion-MNIST files; TF_BENCH_SERVE_SECONDS overrides the 10 s.
+ */
+#include "common/common.h"
+#include "ml/bundle.h"
+#include "orchestrator/registry.h"
+#include "storage/objstore.h"
+#include "web/server.h"
+#include "web/tokens.h"
+
+#include <curl/curl.h>
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FMNIST "/usr/share/datasets/fashion-mnist"
+
+/* ---- the HTTP floor ------------------------------------------------------------------- */
+
+static char *floor_body;
+static size_t floor_len;
+static char floor_mark;
+
+static enum MHD_Result floor_handler(void *cls, struct MHD_Connection *c, const char *url,
+                                     const char *method, const char *version, const char *up,
+                                     size_t *up_size, void **con_cls)
+{
+	(void)cls, (void)url, (void)method, (void)version, (void)up;
+	if (!*con_cls) { /* first call: headers only */
+		*con_cls = &floor_mark;
+		return MHD_YES;
+	}
+	if (*up_size) { /* the body, taken and dropped */
+		*up_size = 0;
+		return MHD_YES;
+	}
+	struct MHD_Response *r =
+	    MHD_create_response_from_buffer(floor_len, floor_body, MHD_RESPMEM_PERSISTENT);
+	MHD_add_response_header(r, "Content-Type", "application/json");
+	enum MHD_Result ret = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+/* Runs wrk with the POST script; returns requests/s, p50 and p99 in ms. */
+static double wrk(const char *url, const char *token, const char *script, int conns, int secs,
+                  double *p50, double *p99)
+{
+	char out[] = "/tmp/tpuflow-bench-wrk.XXXXXX";
+	int fd = mkstemp(out);
+	if (fd < 0)
+		return 0;
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd), "wrk -t2 -c%d -d%ds --latency %s%s%s -s '%s' '%s' > '%s' 2>&1",
+	         conns, secs, token ? "-H 'Authorization: Bearer " : "", token ? token : "",
+	         token ? "'" : "", script, url, out);
+	int rc = system(cmd);
+	double rps = 0;
+	*p50 = *p99 = 0;
+	FILE *f = fdopen(fd, "r");
+	char line[512];
+	while (f && fgets(line, sizeof(line), f)) {
+		double v;
+		char unit[8];
+		if (sscanf(line, "Requests/sec: %lf", &v) == 1)
+			rps = v;
+		double *to = strstr(line, " 50%") ? p50 : strstr(line, " 99%") ? p99 : NULL;
+		if (to && sscanf(line, " %*d%% %lf%7s", &v, unit) == 2)
+			*to = !strcmp(unit, "us") ? v / 1000 : !strcmp(unit, "s") ? v * 1000 : v;
+		if (strstr(line, "Non-2xx") || strstr(line, "Socket errors")) {
+			fprintf(stderr, "serve bench: wrk saw errors: %s", line);
+			rps = 0;
+		}
+	}
+	if (f)
+		fclose(f);
+	unlink(out);
+	return rc == 0 ? rps : 0;
+}
+
+static size_t keep(char *d, size_t sz, size_t nm, void *u)
+{
+	char **p = u;
+	size_t have = *p ? strlen(*p) : 0;
+	*p = realloc(*p, have + sz * nm + 1);
+	memcpy(*p + have, d, sz * nm);
+	(*p)[have + sz * nm] = 0;
+	return sz * nm;
+}
+
+/* Makes the model fmnist v1 (production) in home; 0 or -1 with a message. */
+static int make_model(const char *home, char token[TF_TOKEN_LEN + 1])
+{
+	char err[512], *key = NULL, *url = tf_objstore_home_url(home);
+	struct tf_objstore *s = NULL;
+	struct tf_dataset *d = NULL;
+	struct tf_prep_opts po = {.source = "fashion-mnist",
+	                          .path = FMNIST,
+	                          .shards = 1,
+	                          .limit_train = 1024,
+	                          .limit_test = 64};
+	int rc = tf_objstore_open(url, &s, err, sizeof err);
+	free(url);
+	if (!rc)
+		rc = tf_dataset_prep(s, "ds/", &po, &key, NULL, err, sizeof err);
+	if (!rc)
+		rc = tf_dataset_open(s, key, &d, err, sizeof err);
+	struct tf_mlp m;
+	size_t hidden[2] = {256, 128};
+	struct tf_mxu_cfg mxu;
+	tf_mxu_cfg_init(&mxu);
+	if (!rc && !(rc = tf_mlp_init(&m, d->dim, hidden, 2, d->num_classes, 0))) {
+		tf_mlp_init_params(&m, 1);
+		rc = tf_bundle_export(s, "models/fmnist/", &m, d, &mxu, NULL, err, sizeof err);
+		tf_mlp_release(&m);
+	}
+	tf_dataset_free(d);
+	free(key);
+	tf_objstore_free(s);
+	struct tf_store *st = NULL;
+	int64_t v;
+	struct tf_model_version_spec mv = {
+	    .model = "fmnist", .run_id = "bench", .step = "train", .bundle = "models/fmnist/"};
+	if (!rc && !(rc = tf_store_open_home(home, &st, err, sizeof err))) {
+		rc = tf_registry_register(st, &mv, &v, NULL) ||
+		     tf_registry_set_alias(st, "fmnist", "production", v) ||
+		     tf_token_create(st, "bench", TF_SCOPE_PREDICT, 0, token, NULL);
+		if (rc)
+			snprintf(err, sizeof err, "registry: %s", tf_store_errmsg(st));
+		tf_store_close(st);
+	}
+	if (rc)
+		fprintf(stderr, "serve bench: %s\n", err);
+	return rc ? -1 : 0;
+}
+
+int main(void)
+{
+	if (system("command -v wrk >/dev/null 2>&1") || access(FMNIST, R_OK)) {
+		printf("serve: wrk (Debian wrk) or %s is missing; skipped\n", FMNIST);
+		return 0;
+	}
+	const char *e = getenv("TF_BENCH_SERVE_SECONDS");
+	int secs = e ? atoi(e) : 10;
+	char home[] = "/tmp/tpuflow-bench-serve.XXXXXX", err[256], token[TF_TOKEN_LEN + 1];
+	if (!mkdtemp(home) || make_model(home, token))
+		return 70;
+	struct tf_web *w;
+	struct tf_web_opts o = {.home = home,
+	                        .listen = "127.0.0.1:0",
+	                        .rate = 1e9,
+	                        .serve_only = 1,
+	                        .serve_model = "fmnist"};
+	if (tf_web_start(&o, &w, err, sizeof(err))) {
+		fprintf(stderr, "serve bench: %s\n", err);
+		return 70;
+	}
+	/* one example of deterministic pixels */
+	char *body = NULL;
+	size_t blen = 0;
+	FILE *bf = open_memstream(&body, &blen);
+	fputs("{\"instances\":[[", bf);
+	for (int j = 0; j < 784; j++)
+		fprintf(bf, j ? ",%d" : "%d", (j * 37 + j / 28 * 11) % 256);
+	fputs("]]}", bf);
+	fclose(bf);
+	char url[128], auth[128];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/models/fmnist:predict", tf_web_port(w));
+	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+	/* one answer first: it loads the model and sizes the floor's body */
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	CURL *c = curl_easy_init();
+	struct curl_slist *h = curl_slist_append(NULL, auth);
+	h = curl_slist_append(h, "Content-Type: application/json");
+	char *answer = NULL;
+	long code = 0;
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, keep);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &answer);
+	if (curl_easy_perform(c) != CURLE_OK ||
+	    (curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code), code != 200) || !answer) {
+		fprintf(stderr, "serve bench: the first predict failed (%ld): %s\n", code,
+		        answer ? answer : "");
+		return 70;
+	}
+	floor_len = strlen(answer);
+	floor_body = tf_xmalloc(floor_len);
+	memset(floor_body, ' ', floor_len);
+	struct MHD_Daemon *fl = MHD_start_daemon(
+	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
+	    NULL, floor_handler, NULL, MHD_OPTION_CONNECTION_LIMIT, 256u, MHD_OPTION_END);
+	const union MHD_DaemonInfo *fi = MHD_get_daemon_info(fl, MHD_DAEMON_INFO_BIND_PORT);
+	char floor_url[128];
+	snprintf(floor_url, sizeof(floor_url), "http://127.0.0.1:%d/", fi ? fi->port : 0);
+	char lua[] = "/tmp/tpuflow-bench-predict.XXXXXX";
+	FILE *lf = fdopen(mkstemp(lua), "w");
+	fprintf(lf,
+	        "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\n"
+	        "wrk.body = [==[%s]==]\n",
+	        body);
+	fclose(lf);
+	double f50, f99, p50, p99;
+	double floor_rps = wrk(floor_url, NULL, lua, 64, secs, &f50, &f99);
+	double rps = wrk(url, token, lua, 64, secs, &p50, &p99);
+	printf("POST /v1/models/fmnist:predict (1 example, %zu-byte body, 784-256-128-10), wrk 64 "
+	       "connections %d s: %.0f req/s, p50 %.3f ms, p99 %.3f ms\n",
+	       blen, secs, rps, p50, p99);
+	printf("HTTP floor (libmicrohttpd, same mode, same POST, fixed %zu-byte answer):     %.0f "
+	       "req/s, p50 %.3f ms, p99 %.3f ms\n",
+	       floor_len, floor_rps, f50, f99);
+	printf("predict/floor = %.2f (goal >= 0.5) -> %s; p99 %.3f ms (goal <= 1 ms) -> %s\n",
+	       floor_rps ? rps / floor_rps : 0,
+	       floor_rps && rps / floor_rps >= 0.5 ? "ok" : "BELOW GOAL", p99,
+	       rps && p99 <= 1 ? "ok" : "ABOVE GOAL");
+	unlink(lua);
+	free(body);
+	free(answer);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	curl_global_cleanup();
+	MHD_stop_daemon(fl);
+	tf_web_stop(w);
+	free(floor_body);
+	snprintf(err, sizeof(err), "rm -rf '%s'", home);
+	return system(err) ? 70 : 0;
+}
