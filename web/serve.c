@@ -1,7 +1,9 @@
 /* serve.c — owns model serving (web/serve.h): the cache of loaded versions (fetched once,
  * verified, shared by reference count), the resolution of a request's model, version or label
- * to a version, the parsing of TensorFlow Serving (row and columnar) and Open Inference
- * Protocol bodies into model inputs checked against the signature, and the answers.
+ * to a version (with the production deployment's canary share, sticky per X-Request-Key),
+ * the parsing of TensorFlow Serving (row and columnar) and Open Inference Protocol bodies into
+ * model inputs checked against the signature (the common row body without a JSON tree), the
+ * answers, and each version's request counts and latency percentiles.
  *
  * Inputs go through tf_bundle_preprocess and tf_bundle_predict, the path of `tpuflow predict`,
  * and every float is printed with 9 significant digits, enough for a float32 to read back to

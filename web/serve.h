@@ -3,7 +3,8 @@
  * v2, /v2/...), from a cache of verified bundles (docs/serving.md).
  *
  * Which version answers: /versions/{v} names one, /labels/{alias} resolves an alias, and a
- * bare model name is its "production" alias (what the deploy step moves). A bundle is fetched
+ * bare model name is its "production" alias (what the deploy step moves), except for the
+ * canary share of the production deployment (sticky per X-Request-Key). A bundle is fetched
  * from the state home's object store once, verified (checksums, tensor shapes) and kept in
  * memory, shared by reference: a request holds its version until it has answered, so moving an
  * alias or evicting a version never fails a request in flight. A version that cannot be loaded
