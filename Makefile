@@ -32,6 +32,9 @@ LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 # migrations/*.sql are embedded in the binary as a generated C array (orchestrator/store.c).
 MIGRATIONS := $(sort $(wildcard migrations/*.sql))
 LIB_OBJS  += $(BUILD)/obj/gen/migrations.o
+# web/ui/ (the dashboard) is bundled by esbuild and embedded as a generated C array (web/ui.c).
+UI_SRCS   := $(wildcard web/ui/*)
+LIB_OBJS  += $(BUILD)/obj/gen/ui.o
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_HELPERS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
@@ -84,6 +87,16 @@ $(BUILD)/obj/gen/migrations.o: $(BUILD)/gen/migrations.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-overlength-strings -c $< -o $@
+
+$(BUILD)/gen/ui.c: $(UI_SRCS) scripts/embed-ui.sh package-lock.json
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  GEN     $@ (esbuild)")
+	$(Q)scripts/embed-ui.sh $(BUILD)/ui > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/gen/ui.o: $(BUILD)/gen/ui.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/libtpuflow.a: $(LIB_OBJS)
 	@rm -f $@

@@ -24,7 +24,8 @@ case "${1:-build}" in
   test)  want=("${test[@]}") ;;
   bench) want=("${bench[@]}") ;;
   npm)
-    # The API contract tests' validators (package.json, pinned by package-lock.json).
+    # esbuild (the dashboard's bundle), the API contract tests' validators, playwright-core
+    # (package.json, pinned by package-lock.json).
     command -v npm >/dev/null && exec "$0" npm-ci
     want=(nodejs npm) ;;
   npm-ci)

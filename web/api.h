@@ -78,6 +78,7 @@ struct tf_web_resp {
 	int retry_after;  /* Retry-After seconds when > 0 */
 	int replayed;     /* Idempotent-Replayed: true */
 	int wake;         /* call hooks.wake after the commit */
+	const char *csp;  /* Content-Security-Policy (static string); NULL: default-src 'none' */
 	tf_web_stream_fn stream;
 	void *stream_ctx;
 	void (*stream_free)(void *ctx);
@@ -137,6 +138,10 @@ const struct tf_route *tf_route_find(const char *method, const char *path,
 void tf_route_release_params(struct tf_web_req *rq);
 /* 0 when every route has a scope and a valid schema; else -EINVAL naming the route in err. */
 int tf_routes_check(char *err, size_t errlen);
+
+/* The dashboard's files embedded at build time (web/ui.c, build/gen/ui.c): answers GET /
+ * with index.html and /ui/NAME with the bundled NAME, under the page's CSP. */
+void tf_web_ui(struct tf_web_req *rq, struct tf_web_resp *rs);
 
 /* The OpenAPI 3.1 document of the table (a new reference). */
 json_t *tf_openapi_document(void);

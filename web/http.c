@@ -660,12 +660,12 @@ static void stream_free(void *cls)
 	free(s);
 }
 
-static void add_common_headers(struct tf_web *w, struct MHD_Response *resp)
+static void add_common_headers(struct tf_web *w, struct MHD_Response *resp, const char *csp)
 {
 	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
 	MHD_add_response_header(resp, "X-Frame-Options", "DENY");
 	MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
-	MHD_add_response_header(resp, "Content-Security-Policy", "default-src 'none'");
+	MHD_add_response_header(resp, "Content-Security-Policy", csp ? csp : "default-src 'none'");
 	MHD_add_response_header(resp, "Cache-Control", "no-store");
 	if (w->tls_cert)
 		MHD_add_response_header(resp, "Strict-Transport-Security", "max-age=31536000");
@@ -698,7 +698,7 @@ static enum MHD_Result send_resp(struct tf_web *w, struct MHD_Connection *c,
 			return MHD_NO;
 		rs->body = NULL; /* the response frees it */
 	}
-	add_common_headers(w, resp);
+	add_common_headers(w, resp, rs->csp);
 	if (rs->type)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, rs->type);
 	if (rs->location)

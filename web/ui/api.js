@@ -1,0 +1,60 @@
+// api.js — the dashboard's only way to its data: the REST API on the same origin, with the
+// bearer token the user signed in with (kept in sessionStorage: gone with the tab).
+const KEY = 'tpuflow.token';
+
+export const token = {
+  get: () => sessionStorage.getItem(KEY),
+  set: (t) => sessionStorage.setItem(KEY, t),
+  clear: () => sessionStorage.removeItem(KEY),
+};
+
+// An API error: status and the problem document's detail (RFC 9457).
+export class ApiError extends Error {
+  constructor(status, detail) {
+    super(detail || `HTTP ${status}`);
+    this.status = status;
+  }
+}
+
+function headers() {
+  const t = token.get();
+  return t ? { Authorization: 'Bearer ' + t } : {};
+}
+
+export async function get(path) {
+  const res = await fetch(path, { headers: headers() });
+  if (!res.ok) {
+    let detail = '';
+    try { detail = (await res.json()).detail; } catch { /* not a problem document */ }
+    throw new ApiError(res.status, detail);
+  }
+  return res.json();
+}
+
+// Follows a Server-Sent Events stream with fetch (EventSource cannot send the Authorization
+// header the API needs); calls onEvent(name, data) for each event until the stream ends or
+// signal aborts. Resolves when the stream ends.
+export async function follow(path, onEvent, signal) {
+  const res = await fetch(path, { headers: headers(), signal });
+  if (!res.ok) throw new ApiError(res.status, '');
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value;
+    let cut;
+    while ((cut = buf.indexOf('\n\n')) >= 0) {
+      const block = buf.slice(0, cut);
+      buf = buf.slice(cut + 2);
+      let name = 'message', data = '';
+      for (const line of block.split('\n')) {
+        if (line.startsWith('event:')) name = line.slice(6).trim();
+        else if (line.startsWith('data:')) data += line.slice(5).trim();
+      }
+      let parsed = null;
+      try { parsed = data ? JSON.parse(data) : null; } catch { /* keep null */ }
+      onEvent(name, parsed);
+    }
+  }
+}

@@ -1,0 +1,33 @@
+// dom.js — small helpers: element building (text only, never HTML strings), times in the
+// viewer's zone, durations.
+export function h(tag, attrs = {}, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? '' : v);
+  }
+  for (const kid of kids.flat()) {
+    if (kid === null || kid === undefined) continue;
+    el.append(kid instanceof Node ? kid : String(kid));
+  }
+  return el;
+}
+
+const fmt = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
+export const when = (t) => (t ? fmt.format(new Date(t * 1000)) : '—');
+export const iso = (t) => (t ? new Date(t * 1000).toISOString() : null);
+
+export function duration(start, end) {
+  if (!start) return '—';
+  let s = Math.max(0, (end || Date.now() / 1000) - start);
+  if (s < 60) return s.toFixed(1) + ' s';
+  const parts = [];
+  for (const [n, u] of [[86400, 'd'], [3600, 'h'], [60, 'm']]) {
+    if (s >= n) { parts.push(Math.floor(s / n) + u); s %= n; }
+  }
+  parts.push(Math.floor(s) + 's');
+  return parts.slice(0, 2).join(' ');
+}
+
+export const badge = (state) => h('span', { class: 'state state-' + state, 'data-state': state }, state);
