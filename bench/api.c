@@ -16,6 +16,8 @@
 #include "web/server.h"
 #include "web/tokens.h"
 
+#include "bench/httpbench.h"
+
 #include <curl/curl.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -41,8 +43,8 @@ static int submit(void *ctx, struct tf_store *st, const struct tf_web_submit *s,
 {
 	(void)ctx;
 	struct tf_pipeline *p = NULL;
-	if (!s->yaml || tf_pipeline_load_buffer("request.yaml", s->yaml, s->yaml_len, NULL, 0, 0,
-	                                        &p, diags)) {
+	if (!s->yaml ||
+	    tf_pipeline_load_buffer("request.yaml", s->yaml, s->yaml_len, NULL, 0, 0, &p, diags)) {
 		snprintf(err, errlen, "the pipeline has errors");
 		return -EINVAL;
 	}
@@ -52,59 +54,7 @@ static int submit(void *ctx, struct tf_store *st, const struct tf_web_submit *s,
 	return rc;
 }
 
-/* ---- the HTTP floor ------------------------------------------------------------------- */
-
-static char *floor_body;
-static size_t floor_len;
-
-static enum MHD_Result floor_handler(void *cls, struct MHD_Connection *c, const char *url,
-                                     const char *method, const char *version, const char *up,
-                                     size_t *up_size, void **con_cls)
-{
-	(void)cls, (void)url, (void)method, (void)version, (void)up, (void)up_size, (void)con_cls;
-	struct MHD_Response *r =
-	    MHD_create_response_from_buffer(floor_len, floor_body, MHD_RESPMEM_PERSISTENT);
-	MHD_add_response_header(r, "Content-Type", "application/json");
-	enum MHD_Result ret = MHD_queue_response(c, 200, r);
-	MHD_destroy_response(r);
-	return ret;
-}
-
 /* ---- measuring ------------------------------------------------------------------------ */
-
-/* Runs wrk and returns its requests/s; its latency line for 99% into p99 (ms). */
-static double wrk(const char *url, const char *token, const char *script, int conns, int secs,
-                  double *p99)
-{
-	char out[] = "/tmp/tpuflow-bench-wrk.XXXXXX";
-	int fd = mkstemp(out);
-	if (fd < 0)
-		return 0;
-	char cmd[2048];
-	snprintf(cmd, sizeof(cmd),
-	         "wrk -t2 -c%d -d%ds --latency %s%s%s %s%s%s '%s' > '%s' 2>&1", conns, secs,
-	         token ? "-H 'Authorization: Bearer " : "", token ? token : "", token ? "'" : "",
-	         script ? "-s '" : "", script ? script : "", script ? "'" : "", url, out);
-	int rc = system(cmd);
-	double rps = 0;
-	*p99 = 0;
-	FILE *f = fdopen(fd, "r");
-	char line[512];
-	while (f && fgets(line, sizeof(line), f)) {
-		double v;
-		char unit[8];
-		if (sscanf(line, "Requests/sec: %lf", &v) == 1)
-			rps = v;
-		if (sscanf(line, " 99%% %lf%7s", &v, unit) == 2)
-			*p99 = !strcmp(unit, "us") ? v / 1000 : !strcmp(unit, "s") ? v * 1000 : v;
-		if (strstr(line, "Non-2xx"))
-			fprintf(stderr, "api bench: wrk saw errors: %s", line);
-	}
-	if (f)
-		fclose(f);
-	unlink(out);
-	return rc == 0 ? rps : 0;
-}
 
 static size_t sink(char *d, size_t sz, size_t nm, void *u)
 {
@@ -154,8 +104,8 @@ int main(void)
 	       tf_now_monotonic() - t0);
 
 	struct tf_web *w;
-	struct tf_web_opts o = {.home = home, .listen = "127.0.0.1:0", .rate = 1e9,
-	                        .hooks = {.submit = submit}};
+	struct tf_web_opts o = {
+	    .home = home, .listen = "127.0.0.1:0", .rate = 1e9, .hooks = {.submit = submit}};
 	if (tf_web_start(&o, &w, err, sizeof(err))) {
 		fprintf(stderr, "api: %s\n", err);
 		return 70;
@@ -189,9 +139,9 @@ int main(void)
 	char floor_url[128];
 	snprintf(floor_url, sizeof(floor_url), "http://127.0.0.1:%d/", fi ? fi->port : 0);
 
-	double p99_get, p99_floor, p99_post16;
-	double floor_rps = wrk(floor_url, NULL, NULL, 16, secs, &p99_floor);
-	double get_rps = wrk(get_url, token, NULL, 16, secs, &p99_get);
+	double p99_get, p99_floor, p99_post16, p50_unused;
+	double floor_rps = bench_wrk(floor_url, NULL, NULL, 16, secs, &p50_unused, &p99_floor);
+	double get_rps = bench_wrk(get_url, token, NULL, 16, secs, &p50_unused, &p99_get);
 	printf("GET /api/v1/runs?limit=50 (%zu bytes), wrk 16 connections %d s: %.0f req/s, p99 "
 	       "%.2f ms\n",
 	       floor_len, secs, get_rps, p99_get);
@@ -238,11 +188,12 @@ int main(void)
 	char lua[] = "/tmp/tpuflow-bench-post.XXXXXX";
 	int lfd = mkstemp(lua);
 	FILE *lf = fdopen(lfd, "w");
-	fprintf(lf, "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\n"
-	            "wrk.body = [==[%s]==]\n",
+	fprintf(lf,
+	        "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\n"
+	        "wrk.body = [==[%s]==]\n",
 	        body);
 	fclose(lf);
-	double post_rps = wrk(post_url, token, lua, 16, secs, &p99_post16);
+	double post_rps = bench_wrk(post_url, token, lua, 16, secs, &p50_unused, &p99_post16);
 	printf("POST /api/v1/runs, wrk 16 connections %d s: %.0f runs/s, p99 %.2f ms\n", secs,
 	       post_rps, p99_post16);
 	unlink(lua);

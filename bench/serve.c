@@ -20,6 +20,8 @@
 #include "web/server.h"
 #include "web/tokens.h"
 
+#include "bench/httpbench.h"
+
 #include <curl/curl.h>
 #include <microhttpd.h>
 #include <stdio.h>
@@ -28,69 +30,6 @@
 #include <unistd.h>
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
-
-/* ---- the HTTP floor ------------------------------------------------------------------- */
-
-static char *floor_body;
-static size_t floor_len;
-static char floor_mark;
-
-static enum MHD_Result floor_handler(void *cls, struct MHD_Connection *c, const char *url,
-                                     const char *method, const char *version, const char *up,
-                                     size_t *up_size, void **con_cls)
-{
-	(void)cls, (void)url, (void)method, (void)version, (void)up;
-	if (!*con_cls) { /* first call: headers only */
-		*con_cls = &floor_mark;
-		return MHD_YES;
-	}
-	if (*up_size) { /* the body, taken and dropped */
-		*up_size = 0;
-		return MHD_YES;
-	}
-	struct MHD_Response *r =
-	    MHD_create_response_from_buffer(floor_len, floor_body, MHD_RESPMEM_PERSISTENT);
-	MHD_add_response_header(r, "Content-Type", "application/json");
-	enum MHD_Result ret = MHD_queue_response(c, 200, r);
-	MHD_destroy_response(r);
-	return ret;
-}
-
-/* Runs wrk with the POST script; returns requests/s, p50 and p99 in ms. */
-static double wrk(const char *url, const char *token, const char *script, int conns, int secs,
-                  double *p50, double *p99)
-{
-	char out[] = "/tmp/tpuflow-bench-wrk.XXXXXX";
-	int fd = mkstemp(out);
-	if (fd < 0)
-		return 0;
-	char cmd[2048];
-	snprintf(cmd, sizeof(cmd), "wrk -t2 -c%d -d%ds --latency %s%s%s -s '%s' '%s' > '%s' 2>&1",
-	         conns, secs, token ? "-H 'Authorization: Bearer " : "", token ? token : "",
-	         token ? "'" : "", script, url, out);
-	int rc = system(cmd);
-	double rps = 0;
-	*p50 = *p99 = 0;
-	FILE *f = fdopen(fd, "r");
-	char line[512];
-	while (f && fgets(line, sizeof(line), f)) {
-		double v;
-		char unit[8];
-		if (sscanf(line, "Requests/sec: %lf", &v) == 1)
-			rps = v;
-		double *to = strstr(line, " 50%") ? p50 : strstr(line, " 99%") ? p99 : NULL;
-		if (to && sscanf(line, " %*d%% %lf%7s", &v, unit) == 2)
-			*to = !strcmp(unit, "us") ? v / 1000 : !strcmp(unit, "s") ? v * 1000 : v;
-		if (strstr(line, "Non-2xx") || strstr(line, "Socket errors")) {
-			fprintf(stderr, "serve bench: wrk saw errors: %s", line);
-			rps = 0;
-		}
-	}
-	if (f)
-		fclose(f);
-	unlink(out);
-	return rc == 0 ? rps : 0;
-}
 
 static size_t keep(char *d, size_t sz, size_t nm, void *u)
 {
@@ -216,8 +155,8 @@ int main(void)
 	        body);
 	fclose(lf);
 	double f50, f99, p50, p99;
-	double floor_rps = wrk(floor_url, NULL, lua, 64, secs, &f50, &f99);
-	double rps = wrk(url, token, lua, 64, secs, &p50, &p99);
+	double floor_rps = bench_wrk(floor_url, NULL, lua, 64, secs, &f50, &f99);
+	double rps = bench_wrk(url, token, lua, 64, secs, &p50, &p99);
 	printf("POST /v1/models/fmnist:predict (1 example, %zu-byte body, 784-256-128-10), wrk 64 "
 	       "connections %d s: %.0f req/s, p50 %.3f ms, p99 %.3f ms\n",
 	       blen, secs, rps, p50, p99);
