@@ -479,9 +479,9 @@ int tf_ckpt_load_latest(struct tf_objstore *s, const char *prefix, struct tf_ckp
 			break; /* loaded, or the store failed: nothing to fall back on */
 		if (rc == -EBADMSG) {
 			const char *why = tf_objstore_errmsg(s);
-			tf_warn("checkpoint step %" PRId64 " under %s%s fails verification; trying "
-			        "an older one: %s",
-			        v[i], tf_objstore_url(s), p, why);
+			tf_warn("checkpoint step %" PRId64 " under '%s' in %s fails verification; "
+			        "trying an older one: %s",
+			        v[i], p, tf_objstore_url(s), why);
 			if (on_skip)
 				on_skip(data, v[i], why);
 			if (!first)
