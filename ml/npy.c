@@ -47,8 +47,9 @@ int tf_npy_read(const char *path, struct tf_npy *out, char *err, size_t errlen)
 	char *h = tf_xmalloc(hlen + 1);
 	memcpy(h, buf + hstart, hlen);
 	h[hlen] = 0;
-	while (hlen && (h[hlen - 1] == ' ' || h[hlen - 1] == '\n'))
-		h[--hlen] = 0; /* the padding: messages quote the header */
+	/* drop the padding (messages quote the header); hlen still locates the data */
+	for (size_t t = hlen; t && (h[t - 1] == ' ' || h[t - 1] == '\n');)
+		h[--t] = 0;
 	struct tf_npy a = {0};
 	size_t esz;
 	if (strstr(h, "'|u1'") || strstr(h, "'<u1'")) {

@@ -228,6 +228,14 @@ static void test_untrusted_npy_shape_products_that_wrap_are_refused(void **state
 	assert_int_equal(tf_bundle_predict_npy(b, "x.npy", 0, 1, &probs, &n, e2, sizeof e2), 0);
 	assert_int_equal(n, 3);
 	free(probs);
+	/* and reads back exactly what was written (the header's padding is not data) */
+	float vals[6] = {1.5f, -2, 3, 4.25f, 5, 6};
+	assert_int_equal(tf_npy_write_f32("w.npy", vals, 2, 3), 0);
+	struct tf_npy w;
+	assert_int_equal(tf_npy_read("w.npy", &w, e2, sizeof e2), 0);
+	assert_int_equal(w.count, 6);
+	assert_memory_equal(w.data, vals, sizeof vals);
+	tf_npy_release(&w);
 	/* rows x dim must match the model: (4, 3) has 12 values but rows of 3 */
 	write_npy("x.npy", "<f4", "(4, 3)", 4 * 3 * 4);
 	assert_int_equal(tf_bundle_predict_npy(b, "x.npy", 0, 1, &probs, &n, e2, sizeof e2),
