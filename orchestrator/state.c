@@ -780,7 +780,7 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 	s = tf_store_query(
 	    st,
 	    "SELECT name, type, state, attempts, reason, cache_hit, outputs, metrics, "
-	    "slice, slice_seconds, started_at, finished_at, progress, cache_key "
+	    "slice, slice_seconds, started_at, finished_at, progress, cache_key, with_json "
 	    "FROM steps WHERE run_id=? ORDER BY idx",
 	    "t", run);
 	if (!s) {
@@ -814,6 +814,7 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 			    json_real(tf_stmt_double(s, 11) - tf_stmt_double(s, 10)));
 		json_object_set_new(o, "progress", json_or_null(tf_stmt_text(s, 12)));
 		json_object_set_new(o, "cache_key", text_or_null(s, 13));
+		json_object_set_new(o, "with", json_or_null(tf_stmt_text(s, 14)));
 		json_array_append_new(steps, o);
 	}
 	tf_stmt_done(s);

@@ -174,7 +174,7 @@ int tf_event_add(struct tf_store *st, const char *run, const char *step, int att
  * tf_runs_list: array of {id, pipeline, state, created_at, started_at, finished_at, steps,
  *   done} newest first, at most `limit` (0: all).
  * tf_run_describe: {id, pipeline, state, params, storage, error, retry_of, created_at, ...,
- *   steps: [{name, type, state, attempts, reason, cache_hit, outputs, metrics, slice,
+ *   steps: [{name, type, state, attempts, reason, cache_hit, with, outputs, metrics, slice,
  *   slice_seconds, started_at, finished_at, duration, attempts_detail: [...]}],
  *   model: {name, version} when a register step made one}.
  * tf_run_events: array of events in order, for one run (step may be NULL). */

@@ -139,6 +139,14 @@ void tf_route_release_params(struct tf_web_req *rq);
 /* 0 when every route has a scope and a valid schema; else -EINVAL naming the route in err. */
 int tf_routes_check(char *err, size_t errlen);
 
+/* Resolves the {id} parameter (a full id, a unique prefix or "latest") into id; 0, or a
+ * problem in rs (404, or 409 for an ambiguous prefix) and a negative code. */
+int tf_web_run_param(struct tf_web_req *rq, struct tf_web_resp *rs, char id[32]);
+/* The inside of one run (web/runview.c): a step's logs (stored or followed live), the run's
+ * DAG, a train step's checkpoints. */
+void tf_web_step_logs(struct tf_web_req *rq, struct tf_web_resp *rs);
+void tf_web_run_graph(struct tf_web_req *rq, struct tf_web_resp *rs);
+void tf_web_step_checkpoints(struct tf_web_req *rq, struct tf_web_resp *rs);
 /* The dashboard's files embedded at build time (web/ui.c, build/gen/ui.c): answers GET /
  * with index.html and /ui/NAME with the bundled NAME, under the page's CSP. */
 void tf_web_ui(struct tf_web_req *rq, struct tf_web_resp *rs);

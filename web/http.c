@@ -626,6 +626,7 @@ struct stream {
 	void *ctx;
 	void (*free_fn)(void *);
 	double last; /* last time bytes went out (monotonic) */
+	int sse;     /* an event stream: idle ones get a keep-alive comment */
 };
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -642,7 +643,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			s->last = tf_now_monotonic();
 			return n;
 		}
-		if (tf_now_monotonic() - s->last >= 10 && max >= 12) { /* keep the connection */
+		if (s->sse && tf_now_monotonic() - s->last >= 10 && max >= 12) { /* keep it open */
 			memcpy(buf, ": keepalive\n\n", 13);
 			s->last = tf_now_monotonic();
 			return 13;
@@ -681,7 +682,8 @@ static enum MHD_Result send_resp(struct tf_web *w, struct MHD_Connection *c,
 	struct MHD_Response *resp;
 	if (rs->stream) {
 		struct stream *s = tf_xcalloc(1, sizeof(*s));
-		*s = (struct stream){w, rs->stream, rs->stream_ctx, rs->stream_free, tf_now_monotonic()};
+		*s = (struct stream){w, rs->stream, rs->stream_ctx, rs->stream_free, tf_now_monotonic(),
+		                     rs->type && !strcmp(rs->type, "text/event-stream")};
 		rs->stream_ctx = NULL; /* the response owns it now */
 		resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s,
 		                                         stream_free);

@@ -18,7 +18,6 @@
 #include "orchestrator/registry.h"
 #include "orchestrator/slices.h"
 #include "orchestrator/state.h"
-#include "storage/objstore.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -114,7 +113,7 @@ static int is_final(const char *state)
 }
 
 /* Resolves the {id} parameter (a full id, a unique prefix or "latest"); 404 otherwise. */
-static int run_param(struct tf_web_req *rq, struct tf_web_resp *rs, char id[32])
+int tf_web_run_param(struct tf_web_req *rq, struct tf_web_resp *rs, char id[32])
 {
 	const char *p = tf_web_param(rq, "id");
 	int rc = p && strlen(p) < 32 ? tf_run_find(rq->st, p, id) : -ENOENT;
@@ -211,6 +210,11 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		return;
 	const char *state = tf_web_query(rq, "state"), *pipe = tf_web_query(rq, "pipeline");
 	const char *label = tf_web_query(rq, "label"), *cursor = tf_web_query(rq, "cursor");
+	const char *trig = tf_web_query(rq, "trigger"), *text = tf_web_query(rq, "q");
+	if (text && strlen(text) > 128) {
+		tf_web_problem(rs, 400, rq->path, "q (text search) takes up to 128 characters");
+		return;
+	}
 	enum tf_run_state sv;
 	if (state && tf_run_state_parse(state, &sv)) {
 		tf_web_problem(rs, 400, rq->path,
@@ -235,16 +239,18 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	    "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
 	    "(SELECT count(*) FROM steps WHERE run_id=r.id), "
 	    "(SELECT count(*) FROM steps WHERE run_id=r.id AND state IN "
-	    "('succeeded','cached','skipped')), r.error, r.retry_of "
+	    "('succeeded','cached','skipped')), r.error, r.retry_of, r.trigger "
 	    "FROM runs r WHERE (?1 IS NULL OR r.state=?1) AND (?2 IS NULL OR r.pipeline=?2) "
 	    "AND r.created_at>=?3 "
 	    "AND (?4 IS NULL OR EXISTS (SELECT 1 FROM run_labels l WHERE l.run_id=r.id AND "
 	    "l.key=?4 AND (?5 IS NULL OR l.value=?5))) "
 	    "AND (?6 IS NULL OR (r.created_at, r.id) < "
 	    "(SELECT created_at, id FROM runs WHERE id=?6)) "
+	    "AND (?8 IS NULL OR r.trigger=?8) "
+	    "AND (?9 IS NULL OR instr(r.id, ?9) OR instr(r.pipeline, ?9) OR instr(r.error, ?9)) "
 	    "ORDER BY r.created_at DESC, r.id DESC LIMIT ?7",
-	    "ttdttti", state, pipe, (double)since_i, label ? lkey : NULL, lval, cursor,
-	    (int64_t)limit + 1);
+	    "ttdtttitt", state, pipe, (double)since_i, label ? lkey : NULL, lval, cursor,
+	    (int64_t)limit + 1, trig, text);
 	if (!s) {
 		tf_web_problem_errno(rs, -EIO, rq->path, tf_store_errmsg(rq->st));
 		return;
@@ -279,6 +285,8 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		put_str(f, tf_stmt_text(s, 8));
 		fputs(",\"retry_of\":", f);
 		put_str(f, tf_stmt_text(s, 9));
+		fputs(",\"trigger\":", f);
+		put_str(f, tf_stmt_text(s, 10));
 		fputc('}', f);
 		snprintf(last, sizeof(last), "%s", tf_stmt_text(s, 0));
 	}
@@ -287,8 +295,8 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	if (more) {
 		fprintf(f, "\"/api/v1/runs?limit=%lld&cursor=", limit);
 		put_query(f, last);
-		const char *names[] = {"state", "pipeline", "label", "since"};
-		for (int i = 0; i < 4; i++) {
+		const char *names[] = {"state", "pipeline", "label", "since", "trigger", "q"};
+		for (int i = 0; i < 6; i++) {
 			const char *v = tf_web_query(rq, names[i]);
 			if (v) {
 				fprintf(f, "&%s=", names[i]);
@@ -314,7 +322,7 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 static void h_run_show(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	char id[32];
-	if (run_param(rq, rs, id))
+	if (tf_web_run_param(rq, rs, id))
 		return;
 	json_t *d = NULL;
 	int rc = tf_run_describe(rq->st, id, &d);
@@ -329,7 +337,7 @@ static void h_run_show(struct tf_web_req *rq, struct tf_web_resp *rs)
 static void h_run_steps(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	char id[32];
-	if (run_param(rq, rs, id))
+	if (tf_web_run_param(rq, rs, id))
 		return;
 	json_t *d = NULL;
 	int rc = tf_run_describe(rq->st, id, &d);
@@ -340,145 +348,6 @@ static void h_run_steps(struct tf_web_req *rq, struct tf_web_resp *rs)
 	json_t *steps = json_incref(json_object_get(d, "steps"));
 	json_decref(d);
 	tf_web_json(rs, 200, json_pack("{s:s, s:o}", "run_id", id, "items", steps));
-}
-
-/* ---- logs --------------------------------------------------------------------------------- */
-
-/* Logs of a step's attempts, read from the run's object store. */
-struct logs_stream {
-	struct tf_store *st;
-	struct tf_objstore *os;
-	char run[32], step[128];
-	int sent;          /* attempts whose log went out */
-	char *pending;     /* bytes not yet handed to the server */
-	size_t plen, poff;
-	int done;
-};
-
-/* The log of attempt n (a new buffer, length in *len), or NULL when it is not stored (yet). */
-static char *attempt_log(struct tf_store *st, struct tf_objstore *os, const char *run,
-                         const char *step, int n, size_t *len)
-{
-	char *key = NULL;
-	if (tf_store_query_text(st, &key,
-	                        "SELECT log_key FROM attempts WHERE run_id=? AND step=? AND n=?",
-	                        "tti", run, step, (int64_t)n) ||
-	    !key)
-		return NULL;
-	void *data = NULL;
-	if (!os || tf_objstore_get(os, key, &data, len))
-		data = NULL;
-	free(key);
-	return data;
-}
-
-static long logs_fill(void *ctx, char *buf, size_t max)
-{
-	struct logs_stream *l = ctx;
-	if (l->poff < l->plen) {
-		size_t n = l->plen - l->poff < max ? l->plen - l->poff : max;
-		memcpy(buf, l->pending + l->poff, n);
-		l->poff += n;
-		return (long)n;
-	}
-	if (l->done)
-		return -1;
-	enum tf_step_state state;
-	int attempts = 0;
-	if (tf_step_get_state(l->st, l->run, l->step, &state, &attempts))
-		return -1;
-	size_t len = 0;
-	char *text = l->sent < attempts ? attempt_log(l->st, l->os, l->run, l->step, l->sent + 1,
-	                                              &len)
-	                                : NULL;
-	if (text) {
-		free(l->pending);
-		l->pending = tf_xasprintf("==> attempt %d <==\n%.*s", l->sent + 1, (int)len, text);
-		free(text);
-		l->plen = strlen(l->pending);
-		l->poff = 0;
-		l->sent++;
-		return logs_fill(ctx, buf, max);
-	}
-	if (tf_step_state_final(state) && l->sent >= attempts)
-		l->done = 1;
-	else if (tf_step_state_final(state)) /* an attempt without a stored log */
-		l->sent++;
-	return l->done ? -1 : 0;
-}
-
-static void logs_free(void *ctx)
-{
-	struct logs_stream *l = ctx;
-	tf_store_close(l->st);
-	tf_objstore_free(l->os);
-	free(l->pending);
-	free(l);
-}
-
-static struct tf_objstore *run_objstore(struct tf_store *st, const char *run)
-{
-	char *url = NULL;
-	struct tf_objstore *os = NULL;
-	char err[256];
-	if (!tf_store_query_text(st, &url, "SELECT storage FROM runs WHERE id=?", "t", run) && url &&
-	    tf_objstore_open(url, &os, err, sizeof(err)))
-		os = NULL;
-	free(url);
-	return os;
-}
-
-static void h_step_logs(struct tf_web_req *rq, struct tf_web_resp *rs)
-{
-	char id[32];
-	if (run_param(rq, rs, id))
-		return;
-	const char *step = tf_web_param(rq, "step");
-	enum tf_step_state state;
-	int attempts = 0;
-	if (!step || strlen(step) >= 128 ||
-	    tf_step_get_state(rq->st, id, step, &state, &attempts)) {
-		tf_web_problem(rs, 404, rq->path, "run %s has no step '%s'", id, step ? step : "");
-		return;
-	}
-	const char *follow = tf_web_query(rq, "follow");
-	struct logs_stream *l = tf_xcalloc(1, sizeof(*l));
-	snprintf(l->run, sizeof(l->run), "%s", id);
-	snprintf(l->step, sizeof(l->step), "%s", step);
-	l->os = run_objstore(rq->st, id);
-	if (follow && !strcmp(follow, "true")) {
-		char err[256];
-		char *path = tf_xasprintf("%s/%s", tf_web_home(rq->srv), TF_STORE_FILE);
-		int rc = tf_store_open(path, 0, &l->st, err, sizeof(err));
-		free(path);
-		if (rc) {
-			logs_free(l);
-			tf_web_problem(rs, 503, rq->path, "cannot open the state database: %s", err);
-			return;
-		}
-		rs->status = 200;
-		rs->type = "text/plain; charset=utf-8";
-		rs->stream = logs_fill;
-		rs->stream_ctx = l;
-		rs->stream_free = logs_free;
-		return;
-	}
-	/* Not following: everything stored now, as one body. */
-	FILE *f = open_memstream(&rs->body, &rs->len);
-	for (int n = 1; f && n <= attempts; n++) {
-		size_t len = 0;
-		char *text = attempt_log(rq->st, l->os, id, step, n, &len);
-		if (!text)
-			continue;
-		fprintf(f, "==> attempt %d <==\n", n);
-		fwrite(text, 1, len, f);
-		free(text);
-	}
-	if (f)
-		fclose(f);
-	logs_free(l);
-	rs->status = 200;
-	rs->type = "text/plain; charset=utf-8";
 }
 
 /* ---- events (Server-Sent Events) ------------------------------------------------------- */
@@ -633,7 +502,7 @@ static void events_start(struct tf_web_req *rq, struct tf_web_resp *rs, const ch
 static void h_run_events(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	char id[32];
-	if (run_param(rq, rs, id))
+	if (tf_web_run_param(rq, rs, id))
 		return;
 	events_start(rq, rs, id);
 }
@@ -787,7 +656,7 @@ static void run_action(struct tf_web_req *rq, struct tf_web_resp *rs, const char
 	if (hook_missing(rq, rs, cancel ? (const void *)h->cancel : (const void *)act))
 		return;
 	char id[32], out[32] = "", err[512] = "";
-	if (run_param(rq, rs, id))
+	if (tf_web_run_param(rq, rs, id))
 		return;
 	int rc = cancel ? h->cancel(h->ctx, rq->st, id, err, sizeof(err))
 	                : act(h->ctx, rq->st, id, out, err, sizeof(err));
@@ -1128,6 +997,14 @@ static void h_token_revoke(struct tf_web_req *rq, struct tf_web_resp *rs)
 		tf_web_json(rs, 200, doc);
 }
 
+static void h_whoami(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	tf_web_json(rs, 200,
+	            json_pack("{s:s, s:b, s:o}", "scope", tf_scope_name(rq->scope), "auth",
+	                      rq->token_id != 0, "token_id",
+	                      rq->token_id ? json_integer(rq->token_id) : json_null()));
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 #define REF(x) "{\"$ref\":\"#/components/schemas/" x "\"}"
@@ -1159,7 +1036,8 @@ const struct tf_route tf_routes[] = {
      "Runs, newest first, one page at a time",
      "state:string:pending, running, succeeded, failed or interrupted;"
      "pipeline:string:pipeline name;label:string:KEY=VALUE or KEY;"
-     "since:integer:created at or after (Unix seconds);limit:integer:page size 1-500 "
+     "since:integer:created at or after (Unix seconds);trigger:string:cli, api or schedule;"
+     "q:string:text in the run's id, pipeline or error;limit:integer:page size 1-500 "
      "(default 50);cursor:string:the id after which the page starts (from next)",
      NULL, REF("RunPage"), 200, NULL},
     {"POST", "/api/v1/runs", TF_SCOPE_TRIGGER, h_runs_create,
@@ -1173,10 +1051,18 @@ const struct tf_route tf_routes[] = {
      "{\"type\":\"object\",\"required\":[\"run_id\",\"items\"],\"properties\":{\"run_id\":{"
      "\"type\":\"string\"},\"items\":{\"type\":\"array\",\"items\":" REF("Step") "}}}",
      200, NULL},
-    {"GET", "/api/v1/runs/{id}/steps/{step}/logs", TF_SCOPE_READ, h_step_logs, TF_ROUTE_STREAM,
+    {"GET", "/api/v1/runs/{id}/steps/{step}/logs", TF_SCOPE_READ, tf_web_step_logs, TF_ROUTE_STREAM,
      "getStepLogs", "The logs of a step's attempts (follow=true streams until the step ends)",
-     "follow:boolean:keep the response open and send each attempt's log as it is stored",
+     "follow:boolean:keep the response open and send each attempt's log as it grows "
+     "(a running attempt's from its work directory, then as stored)",
      NULL, "{\"type\":\"string\"}", 200, "text/plain; charset=utf-8"},
+    {"GET", "/api/v1/runs/{id}/steps/{step}/checkpoints", TF_SCOPE_READ,
+     tf_web_step_checkpoints, 0, "listStepCheckpoints",
+     "A train step's complete checkpoints in the run's object store, oldest first", NULL,
+     NULL, REF("CheckpointList"), 200, NULL},
+    {"GET", "/api/v1/runs/{id}/graph", TF_SCOPE_READ, tf_web_run_graph, 0, "getRunGraph",
+     "The run's DAG, planned from the pipeline source it ran: steps with needs, level, when",
+     NULL, NULL, REF("RunGraph"), 200, NULL},
     {"GET", "/api/v1/runs/{id}/events", TF_SCOPE_READ, h_run_events, TF_ROUTE_STREAM,
      "streamRunEvents",
      "A run's events as Server-Sent Events, ending with an `end` event once the run is final; "
@@ -1240,6 +1126,12 @@ const struct tf_route tf_routes[] = {
     {"POST", "/api/v1/slices/{pool}/chips/{chip}:repair", TF_SCOPE_ADMIN, h_chip_repair, 0,
      "repairChip", "Return a failed chip to service", NULL, NULL,
      "{\"type\":\"object\",\"required\":[\"pool\",\"chip\",\"state\"]}", 200, NULL},
+    {"GET", "/api/v1/whoami", TF_SCOPE_READ, h_whoami, 0, "whoami",
+     "The caller's scope (what the dashboard may offer it)", NULL, NULL,
+     "{\"type\":\"object\",\"required\":[\"scope\",\"auth\"],\"properties\":{"
+     "\"scope\":{\"enum\":[\"read\",\"trigger\",\"admin\"]},\"auth\":{\"type\":"
+     "\"boolean\"},\"token_id\":{\"type\":[\"integer\",\"null\"]}}}",
+     200, NULL},
     {"GET", "/api/v1/tokens", TF_SCOPE_ADMIN, h_tokens_list, 0, "listTokens",
      "API tokens (never their secret)", NULL, NULL, LIST(REF("Token")), 200, NULL},
     {"POST", "/api/v1/tokens", TF_SCOPE_ADMIN, h_tokens_create, TF_ROUTE_JSON_BODY,

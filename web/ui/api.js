@@ -21,14 +21,48 @@ function headers() {
   return t ? { Authorization: 'Bearer ' + t } : {};
 }
 
+async function failure(res) {
+  let detail = '';
+  try { detail = (await res.json()).detail; } catch { /* not a problem document */ }
+  return new ApiError(res.status, detail);
+}
+
 export async function get(path) {
   const res = await fetch(path, { headers: headers() });
-  if (!res.ok) {
-    let detail = '';
-    try { detail = (await res.json()).detail; } catch { /* not a problem document */ }
-    throw new ApiError(res.status, detail);
-  }
+  if (!res.ok) throw await failure(res);
   return res.json();
+}
+
+// A POST that creates or changes something: JSON body, and an Idempotency-Key so a repeated
+// click cannot make two runs.
+export async function post(path, body) {
+  const h = { ...headers(), 'Idempotency-Key': crypto.randomUUID() };
+  if (body !== undefined) h['Content-Type'] = 'application/json';
+  const res = await fetch(path, { method: 'POST', headers: h,
+    body: body === undefined ? undefined : JSON.stringify(body) });
+  if (!res.ok) throw await failure(res);
+  return res.json();
+}
+
+// What the caller may do: {scope, auth}; asked once per token.
+let who = null, whoFor = null;
+export async function whoami() {
+  if (whoFor !== token.get()) { who = null; whoFor = token.get(); }
+  if (!who) who = await get('/api/v1/whoami');
+  return who;
+}
+export const mayTrigger = (w) => w && (w.scope === 'trigger' || w.scope === 'admin');
+
+// Reads a streamed text body (followed logs) chunk by chunk until it ends or signal aborts.
+export async function followText(path, onText, signal) {
+  const res = await fetch(path, { headers: headers(), signal });
+  if (!res.ok) throw await failure(res);
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    onText(value);
+  }
 }
 
 // Follows a Server-Sent Events stream with fetch (EventSource cannot send the Authorization
@@ -36,7 +70,7 @@ export async function get(path) {
 // signal aborts. Resolves when the stream ends.
 export async function follow(path, onEvent, signal) {
   const res = await fetch(path, { headers: headers(), signal });
-  if (!res.ok) throw new ApiError(res.status, '');
+  if (!res.ok) throw await failure(res);
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
   for (;;) {

@@ -31,3 +31,26 @@ export function duration(start, end) {
 }
 
 export const badge = (state) => h('span', { class: 'state state-' + state, 'data-state': state }, state);
+
+// SVG elements, built like h().
+const SVGNS = 'http://www.w3.org/2000/svg';
+export function s(tag, attrs = {}, ...kids) {
+  const el = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v);
+  }
+  for (const kid of kids.flat()) {
+    if (kid === null || kid === undefined) continue;
+    el.append(kid instanceof Node ? kid : String(kid));
+  }
+  return el;
+}
+
+// A number for people: at most 4 significant digits, thousands grouped.
+export const num = (v) => (typeof v === 'number' && Number.isFinite(v)
+  ? Number(v.toPrecision(4)).toLocaleString() : String(v));
+
+export const bytes = (n) => (n >= 1 << 20 ? (n / (1 << 20)).toFixed(1) + ' MiB'
+  : n >= 1024 ? (n / 1024).toFixed(1) + ' KiB' : n + ' B');

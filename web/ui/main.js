@@ -1,25 +1,31 @@
 // main.js — the dashboard's entry: routes the URL hash to a page (#/runs?filters,
-// #/runs/ID) and handles signing out.
+// #/runs/ID?step=NAME) and handles signing out. A change of query alone on the same run page
+// is handed to that page, so choosing a step does not reload the run.
 import { token } from './api.js';
-import { signIn, runsPage, runPage } from './views.js';
+import { signIn, runsPage, problem } from './views.js';
+import { runPage } from './run.js';
 
 const main = document.getElementById('main');
 const signout = document.getElementById('signout');
-let stop = null;
+let page = null; // {path, stop(), query(q)} of the page on screen
 
 function route() {
-  if (stop) { stop(); stop = null; }
   signout.hidden = !token.get();
-  if (token.get() === null) return signIn(main, null, route); // not signed in in this tab
   const hash = location.hash.replace(/^#/, '') || '/runs';
   const [path, query = ''] = hash.split('?');
+  if (page && page.path === path && page.query && token.get() !== null) return page.query(query);
+  if (page && page.stop) page.stop();
+  page = null;
+  if (token.get() === null) return signIn(main, null, route); // not signed in in this tab
   const m = path.match(/^\/runs\/([^/]+)$/);
-  if (m) stop = runPage(main, decodeURIComponent(m[1]), route);
+  if (m) page = { path, ...runPage(main, decodeURIComponent(m[1]), query, (e) => problem(main, e, route)) };
   else runsPage(main, query, route);
 }
 
 signout.addEventListener('click', () => {
   token.clear();
+  if (page && page.stop) page.stop();
+  page = null;
   signIn(main, null, route);
   signout.hidden = true;
 });

@@ -1,0 +1,199 @@
+// run.js — one run's page (#/runs/ID?step=NAME): facts and actions, the DAG, the timeline
+// of attempts, the steps, and the chosen step's inputs, outputs, metrics, logs, curves and
+// checkpoints. While the run is not final the page follows its event stream and redraws in
+// place (the DAG keeps its pan and zoom, the log keeps following).
+import { get, post, follow, whoami, mayTrigger } from './api.js';
+import { h, when, duration, badge, num, bytes } from './dom.js';
+import { dagView } from './dag.js';
+import { timeline } from './timeline.js';
+import { curves } from './curves.js';
+import { logView } from './logs.js';
+
+const FINAL = new Set(['succeeded', 'failed', 'interrupted']);
+const STEP_FINAL = new Set(['succeeded', 'cached', 'skipped', 'failed']);
+const TABLE_MAX = 200; // step rows drawn at once (a filter narrows the rest)
+
+function kv(obj) {
+  const keys = Object.keys(obj || {});
+  if (!keys.length) return h('span', { class: 'muted' }, '—');
+  return h('dl', { class: 'metrics' }, keys.flatMap((k) => [h('dt', {}, k),
+    h('dd', {}, typeof obj[k] === 'number' ? num(obj[k])
+      : typeof obj[k] === 'string' ? obj[k] : JSON.stringify(obj[k]))]));
+}
+
+function attemptsTable(list) {
+  if (!list || !list.length) return h('p', { class: 'muted' }, 'No attempt yet.');
+  return h('table', { class: 'attempts' },
+    h('thead', {}, h('tr', {}, ['#', 'State', 'Failure', 'Exit', 'Started', 'Duration', 'Error']
+      .map((c) => h('th', { scope: 'col' }, c)))),
+    h('tbody', {}, list.map((a) => h('tr', { 'data-attempt': a.n },
+      h('td', { class: 'num' }, String(a.n)), h('td', {}, badge(a.state)),
+      h('td', {}, a.failure_class || '—'),
+      h('td', { class: 'num' }, a.exit_code === null || a.exit_code === undefined ? '—' : String(a.exit_code)),
+      h('td', {}, when(a.started_at)), h('td', { class: 'num' }, duration(a.started_at, a.finished_at)),
+      h('td', { class: 'error' }, a.error || '')))));
+}
+
+export function runPage(main, id, query, problem) {
+  const ctl = new AbortController();
+  const path = '/api/v1/runs/' + encodeURIComponent(id);
+  let run = null, graph = null, who = null, dag = null, selected = null, panel = null;
+  let stepFilter = '';
+  const head = h('div'), facts = h('div'), dagBox = h('section', { class: 'dag-section' });
+  const gantt = h('section'), steps = h('section'), detail = h('section', { class: 'step-detail' });
+
+  function actions() {
+    if (!mayTrigger(who)) return null;
+    const act = async (verb) => {
+      try {
+        const r = await post(`${path}:${verb}`);
+        if (verb === 'retry' && r.id) location.hash = '#/runs/' + encodeURIComponent(r.id);
+        else refresh();
+      } catch (e) { head.append(h('p', { class: 'error', role: 'alert' }, `${verb}: ${e.message}`)); }
+    };
+    const final = FINAL.has(run.state);
+    return h('span', { class: 'actions' },
+      !final && !run.cancel_requested_at ? h('button', { type: 'button', 'data-action': 'cancel', onclick: () => act('cancel') }, 'Cancel') : null,
+      final && run.state !== 'succeeded' ? h('button', { type: 'button', 'data-action': 'resume', onclick: () => act('resume') }, 'Resume') : null,
+      final && run.state !== 'succeeded' ? h('button', { type: 'button', 'data-action': 'retry', onclick: () => act('retry') }, 'Retry') : null);
+  }
+
+  function drawHead() {
+    const live = !FINAL.has(run.state);
+    head.replaceChildren(
+      h('p', {}, h('a', { href: '#/runs' }, '« Runs')),
+      h('h1', {}, 'Run ', h('code', {}, run.id), ' ', badge(run.state), ' ', actions()),
+      h('p', { class: 'live muted', 'aria-live': 'polite', 'data-live': live ? 'on' : 'off' },
+        live ? '● live' : 'final'));
+    const done = run.steps.filter((st) => STEP_FINAL.has(st.state)).length;
+    facts.replaceChildren(h('dl', { class: 'facts' },
+      h('dt', {}, 'Pipeline'), h('dd', {}, run.pipeline),
+      h('dt', {}, 'Trigger'), h('dd', {}, run.trigger || '—'),
+      run.retry_of ? [h('dt', {}, 'Retry of'), h('dd', {}, h('a', { href: '#/runs/' + run.retry_of }, run.retry_of))] : null,
+      h('dt', {}, 'Created'), h('dd', {}, when(run.created_at)),
+      h('dt', {}, 'Duration'), h('dd', {}, duration(run.started_at, run.finished_at)),
+      h('dt', {}, 'Steps done'), h('dd', { 'data-done': done }, `${done} of ${run.steps.length}`),
+      Object.keys(run.params || {}).length ? [h('dt', {}, 'Params'), h('dd', {}, kv(run.params))] : null,
+      run.model ? [h('dt', {}, 'Model'), h('dd', {}, h('a', { href: '#/models/' + encodeURIComponent(run.model.name) },
+        `${run.model.name} v${run.model.version}`))] : null,
+      run.error ? [h('dt', {}, 'Error'), h('dd', { class: 'error' }, run.error)] : null));
+  }
+
+  function drawSteps() {
+    const list = run.steps.filter((st) => !stepFilter || st.state === stepFilter || st.name.includes(stepFilter));
+    const filter = h('input', { type: 'search', value: stepFilter, placeholder: 'state or name',
+      'aria-label': 'filter steps', onchange: (e) => { stepFilter = e.target.value.trim(); drawSteps(); } });
+    steps.replaceChildren(h('h2', {}, 'Steps'), h('div', { class: 'tools' }, filter,
+      list.length > TABLE_MAX ? h('span', { class: 'muted' }, `first ${TABLE_MAX} of ${list.length}`) : null),
+    h('table', { class: 'steps' },
+      h('thead', {}, h('tr', {}, ['Step', 'Type', 'State', 'Attempts', 'Duration', 'Metrics']
+        .map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, list.slice(0, TABLE_MAX).map((st) => h('tr', { 'data-step': st.name,
+        class: st.name === selected ? 'selected' : null },
+      h('th', { scope: 'row' }, h('a', { href: stepLink(st.name) }, st.name)),
+      h('td', {}, st.type),
+      h('td', {}, badge(st.state), st.reason ? h('span', { class: 'muted' }, ' ' + st.reason) : null),
+      h('td', { class: 'num' }, String(st.attempts)),
+      h('td', { class: 'num' }, duration(st.started_at, st.finished_at)),
+      h('td', {}, kv(st.metrics)))))));
+  }
+
+  const stepLink = (name) => `#/runs/${encodeURIComponent(id)}?step=${encodeURIComponent(name)}`;
+
+  // The chosen step: its facts redraw on every update; logs and curves live on.
+  function drawDetail() {
+    const st = run.steps.find((x) => x.name === selected);
+    if (!st) { detail.replaceChildren(); return; }
+    if (!panel || panel.name !== st.name) {
+      if (panel) panel.logs.stop();
+      const c = st.type === 'train' ? curves() : null;
+      panel = { name: st.name, curves: c, logs: logView(id, st.name, c), facts: h('div'),
+        ckpt: h('div', { class: 'checkpoints' }), ckptState: null };
+      detail.replaceChildren(h('h2', {}, 'Step ', h('code', {}, st.name)), panel.facts,
+        ...(c ? [h('h3', {}, 'Training curves'), c.el] : []),
+        ...(st.type === 'train' ? [h('h3', {}, 'Checkpoints'), panel.ckpt] : []),
+        h('h3', {}, 'Logs'), panel.logs.el);
+    }
+    panel.facts.replaceChildren(
+      h('p', {}, st.type, ' · ', badge(st.state), st.reason ? ' ' + st.reason : '',
+        st.slice ? ` · slice ${st.slice}` : '', st.slice_seconds ? ` · ${num(st.slice_seconds)} slice-s` : ''),
+      attemptsTable(st.attempts_detail),
+      h('div', { class: 'cols' },
+        h('div', {}, h('h3', {}, 'With'), st.with ? h('pre', { class: 'json' }, JSON.stringify(st.with, null, 2)) : h('span', { class: 'muted' }, '—')),
+        h('div', {}, h('h3', {}, 'Outputs'), kv(st.outputs)),
+        h('div', { class: 'step-metrics' }, h('h3', {}, 'Metrics'), kv(st.metrics))));
+    if (st.type === 'train' && panel.ckptState !== st.state + st.attempts) {
+      panel.ckptState = st.state + st.attempts;
+      get(`${path}/steps/${encodeURIComponent(st.name)}/checkpoints`).then((c) => {
+        panel.ckpt.replaceChildren(c.items.length ? h('table', { 'data-count': c.items.length },
+          h('thead', {}, h('tr', {}, ['Step', 'Saved', 'Tensors', 'Size'].map((x) => h('th', { scope: 'col' }, x)))),
+          h('tbody', {}, c.items.map((k) => h('tr', { 'data-ckpt': k.step },
+            h('td', { class: 'num' }, String(k.step)), h('td', {}, when(k.created_at)),
+            h('td', { class: 'num' }, String(k.tensors)), h('td', { class: 'num' }, bytes(k.bytes))))))
+          : h('p', { class: 'muted', 'data-count': 0 }, 'No checkpoint yet.'),
+        h('p', { class: 'muted' }, 'under ', h('code', {}, c.prefix)));
+      }).catch((e) => panel.ckpt.replaceChildren(h('p', { class: 'error' }, e.message)));
+    }
+  }
+
+  function pickDefault() {
+    const q = new URLSearchParams(query).get('step');
+    if (q && run.steps.some((st) => st.name === q)) return q;
+    return (run.steps.find((st) => st.state === 'failed') || run.steps.find((st) => st.type === 'train') ||
+      run.steps.find((st) => st.state === 'running') || run.steps[0] || {}).name;
+  }
+
+  function draw() {
+    drawHead();
+    if (dag) dag.update(run);
+    gantt.replaceChildren(h('h2', {}, 'Timeline'), timeline(run));
+    drawSteps();
+    drawDetail();
+  }
+
+  let pending = null, lastLoad = 0;
+  const load = async () => {
+    const wait = 400 - (Date.now() - lastLoad); // a burst of events makes one reload
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    lastLoad = Date.now();
+    const r = await get(path);
+    if (!ctl.signal.aborted) { run = r; draw(); }
+    return r;
+  };
+  const refresh = () => {
+    if (!pending) pending = load().finally(() => { pending = null; });
+    return pending;
+  };
+
+  (async () => {
+    try {
+      [run, who] = await Promise.all([get(path), whoami().catch(() => null)]);
+      selected = pickDefault();
+      main.replaceChildren(head, facts, dagBox, gantt, steps, detail);
+      draw();
+      try {
+        graph = await get(path + '/graph');
+        dag = dagView(graph, run, (name) => { location.hash = stepLink(name); });
+        dagBox.replaceChildren(h('h2', {}, 'Graph'), dag.el);
+      } catch (e) {
+        dagBox.replaceChildren(h('p', { class: 'error' }, 'graph: ' + e.message));
+      }
+      if (FINAL.has(run.state)) return;
+      await follow(path + '/events', () => refresh(), ctl.signal);
+      await refresh();
+    } catch (e) {
+      if (!ctl.signal.aborted) problem(e);
+    }
+  })();
+  return {
+    stop() { ctl.abort(); if (panel) panel.logs.stop(); },
+    query(q) { // only ?step= changed: choose another step without reloading the page
+      query = q;
+      if (!run) return;
+      selected = pickDefault();
+      drawSteps();
+      drawDetail();
+      detail.scrollIntoView({ block: 'start' });
+    },
+  };
+}
