@@ -72,6 +72,13 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli);
  * the command. Returns an exit code. */
 int tf_cli_remote(struct tf_cli *cli, const char *url, int argc, char **argv);
 
+/* `models show` (a model, or one version when `version` is set) and `models compare` (two
+ * version documents, as text or one JSON document) from the registry's JSON (cli/cmd_models.c);
+ * the same printers serve the remote answers. */
+void tf_cli_models_show(const char *model, json_t *doc, int version);
+void tf_cli_models_compare(const char *model, const char *r1, const char *r2, json_t *a,
+                           json_t *b, int json);
+
 /* Prints a scheduler's pools, queue and utilization (text, or one JSON document) to out:
  * what `tpuflow slices` shows, for any scheduler state (the engine's or the daemon's). */
 struct tf_sched;

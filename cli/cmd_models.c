@@ -57,33 +57,9 @@ static void print_metrics_line(json_t *metrics)
 	}
 }
 
-static int show(struct tf_store *st, struct tf_cli *cli, const char *model, const char *ref)
+void tf_cli_models_show(const char *model, json_t *doc, int version)
 {
-	json_t *doc = NULL;
-	int rc;
-	if (ref) {
-		int64_t v;
-		if (resolve(st, model, ref, &v))
-			return TF_EXIT_FAILED;
-		rc = tf_registry_version(st, model, v, &doc);
-	} else {
-		rc = tf_registry_show(st, model, &doc);
-	}
-	if (rc == -ENOENT) {
-		fprintf(stderr, "tpuflow models: no model '%s' (see 'tpuflow models list')\n",
-		        model);
-		return TF_EXIT_FAILED;
-	}
-	if (rc) {
-		fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
-		return TF_EXIT_SOFTWARE;
-	}
-	if (cli->json) {
-		print_json(doc);
-		json_decref(doc);
-		return TF_EXIT_OK;
-	}
-	if (ref) {
+	if (version) {
 		printf("%s version %lld\n", model,
 		       (long long)json_integer_value(json_object_get(doc, "version")));
 		const char *keys[] = {"run_id", "step", "bundle", "checkpoint", "dataset"};
@@ -136,22 +112,40 @@ static int show(struct tf_store *st, struct tf_cli *cli, const char *model, cons
 			printf("\n");
 		}
 	}
+}
+
+static int show(struct tf_store *st, struct tf_cli *cli, const char *model, const char *ref)
+{
+	json_t *doc = NULL;
+	int rc;
+	if (ref) {
+		int64_t v;
+		if (resolve(st, model, ref, &v))
+			return TF_EXIT_FAILED;
+		rc = tf_registry_version(st, model, v, &doc);
+	} else {
+		rc = tf_registry_show(st, model, &doc);
+	}
+	if (rc == -ENOENT) {
+		fprintf(stderr, "tpuflow models: no model '%s' (see 'tpuflow models list')\n",
+		        model);
+		return TF_EXIT_FAILED;
+	}
+	if (rc) {
+		fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
+		return TF_EXIT_SOFTWARE;
+	}
+	if (cli->json)
+		print_json(doc);
+	else
+		tf_cli_models_show(model, doc, ref != NULL);
 	json_decref(doc);
 	return TF_EXIT_OK;
 }
 
-static int compare(struct tf_store *st, struct tf_cli *cli, const char *model, const char *r1,
-                   const char *r2)
+void tf_cli_models_compare(const char *model, const char *r1, const char *r2, json_t *a,
+                           json_t *b, int json)
 {
-	int64_t v1, v2;
-	json_t *a = NULL, *b = NULL;
-	if (resolve(st, model, r1, &v1) || resolve(st, model, r2, &v2))
-		return TF_EXIT_FAILED;
-	if (tf_registry_version(st, model, v1, &a) || tf_registry_version(st, model, v2, &b)) {
-		fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
-		json_decref(a);
-		return TF_EXIT_SOFTWARE;
-	}
 	json_t *ma = json_object_get(a, "metrics"), *mb = json_object_get(b, "metrics");
 	json_t *rows = json_array();
 	json_t *names = json_object();
@@ -169,9 +163,10 @@ static int compare(struct tf_store *st, struct tf_cli *cli, const char *model, c
 			                    json_real(json_number_value(y) - json_number_value(x)));
 		json_array_append_new(rows, row);
 	}
-	if (cli->json) {
-		json_t *doc = json_pack("{s:s, s:I, s:I, s:O}", "model", model, "a", (json_int_t)v1,
-		                        "b", (json_int_t)v2, "metrics", rows);
+	if (json) {
+		json_t *doc = json_pack("{s:s, s:O, s:O, s:O}", "model", model, "a",
+		                        json_object_get(a, "version"), "b",
+		                        json_object_get(b, "version"), "metrics", rows);
 		print_json(doc);
 		json_decref(doc);
 	} else {
@@ -195,6 +190,21 @@ static int compare(struct tf_store *st, struct tf_cli *cli, const char *model, c
 	}
 	json_decref(rows);
 	json_decref(names);
+}
+
+static int compare(struct tf_store *st, struct tf_cli *cli, const char *model, const char *r1,
+                   const char *r2)
+{
+	int64_t v1, v2;
+	json_t *a = NULL, *b = NULL;
+	if (resolve(st, model, r1, &v1) || resolve(st, model, r2, &v2))
+		return TF_EXIT_FAILED;
+	if (tf_registry_version(st, model, v1, &a) || tf_registry_version(st, model, v2, &b)) {
+		fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
+		json_decref(a);
+		return TF_EXIT_SOFTWARE;
+	}
+	tf_cli_models_compare(model, r1, r2, a, b, cli->json);
 	json_decref(a);
 	json_decref(b);
 	return TF_EXIT_OK;

@@ -1,6 +1,6 @@
 /* remote.c — `tpuflow --remote URL ...` (or TPUFLOW_URL, with TPUFLOW_TOKEN): `run`, `runs
- * list|show|logs|cancel|retry|resume` and `models list|show` against a daemon's REST API
- * instead of the local state home (docs/api.md).
+ * list|show|logs|cancel|retry|resume` and `models list|show|alias|compare` against a daemon's
+ * REST API instead of the local state home (docs/api.md).
  *
  * `run FILE` submits the file's text with a fresh Idempotency-Key and retries a request that
  * failed before an answer with the same key, so a flaky network never makes two runs; then
@@ -514,18 +514,93 @@ static int remote_runs(const struct remote *r, int argc, char **argv)
 	return ret;
 }
 
+static void show_model(json_t *d)
+{
+	tf_cli_models_show(str(d, "name"), d, 0);
+}
+
+static void show_version(json_t *d)
+{
+	tf_cli_models_show(str(d, "model"), d, 1);
+}
+
+static void show_alias(json_t *d)
+{
+	printf("%s '%s' -> version %lld\n", str(d, "model"), str(d, "alias"),
+	       (long long)json_integer_value(json_object_get(d, "version")));
+}
+
+/* `models compare NAME V1 V2`: the API's answer printed as the local command prints it. */
+static int remote_compare(const struct remote *r, const char *path, const char *model,
+                          const char *v1, const char *v2)
+{
+	char *body = NULL, err[512];
+	long st = request(r, "GET", path, NULL, NULL, &body, err, sizeof(err));
+	json_t *doc = st == 200 && !r->json ? json_loads(body, 0, NULL) : NULL;
+	int ret = TF_EXIT_OK;
+	if (!st) {
+		fprintf(stderr, "tpuflow: %s\n", err);
+		ret = TF_EXIT_UNAVAILABLE;
+	} else if (st >= 300) {
+		ret = print_problem(st, body);
+	} else if (doc) {
+		tf_cli_models_compare(model, v1, v2, json_object_get(doc, "a"),
+		                      json_object_get(doc, "b"), 0);
+	} else {
+		puts(body);
+	}
+	json_decref(doc);
+	free(body);
+	return ret;
+}
+
 static int remote_models(const struct remote *r, int argc, char **argv)
 {
 	const char *sub = argc > 1 ? argv[1] : "list";
-	if (!strcmp(sub, "list"))
+	if (!strcmp(sub, "list") && argc <= 2)
 		return simple(r, "GET", "/api/v1/models", show_models);
-	if (strcmp(sub, "show") || argc < 3)
-		return tf_cli_usage_error("models", "with --remote: list, or show NAME [VERSION]");
+	int want = !strcmp(sub, "show")                               ? (argc == 4 ? 4 : 3)
+	           : !strcmp(sub, "alias") || !strcmp(sub, "compare") ? 5
+	                                                              : -1;
+	if (want != argc)
+		return tf_cli_usage_error("models", "with --remote: list, show NAME [VERSION], alias "
+		                                    "NAME ALIAS VERSION or compare NAME V1 V2");
 	char *e = curl_easy_escape(NULL, argv[2], 0);
-	char *v = argc > 3 ? curl_easy_escape(NULL, argv[3], 0) : NULL;
-	char *p = v ? tf_xasprintf("/api/v1/models/%s/versions/%s", e, v)
-	            : tf_xasprintf("/api/v1/models/%s", e);
-	int ret = simple(r, "GET", p, NULL);
+	char *v = argc > 3 ? curl_easy_escape(NULL, argv[argc - 1], 0) : NULL;
+	char *p = NULL;
+	int ret;
+	if (!strcmp(sub, "alias")) {
+		json_t *b = json_pack("{s:s, s:s}", "alias", argv[3], "version", argv[4]);
+		char *body = json_dumps(b, JSON_COMPACT), *out = NULL, err[512];
+		p = tf_xasprintf("/api/v1/models/%s/aliases", e);
+		long st = request(r, "POST", p, body, NULL, &out, err, sizeof(err));
+		json_t *doc = st == 200 ? json_loads(out, 0, NULL) : NULL;
+		if (!st) {
+			fprintf(stderr, "tpuflow: %s\n", err);
+			ret = TF_EXIT_UNAVAILABLE;
+		} else if (st >= 300) {
+			ret = print_problem(st, out);
+		} else {
+			if (r->json || !doc)
+				puts(out);
+			else
+				show_alias(doc);
+			ret = TF_EXIT_OK;
+		}
+		json_decref(doc);
+		json_decref(b);
+		free(body);
+		free(out);
+	} else if (!strcmp(sub, "compare")) {
+		char *v1 = curl_easy_escape(NULL, argv[3], 0);
+		p = tf_xasprintf("/api/v1/models/%s:compare?a=%s&b=%s", e, v1, v);
+		ret = remote_compare(r, p, argv[2], argv[3], argv[4]);
+		curl_free(v1);
+	} else {
+		p = v ? tf_xasprintf("/api/v1/models/%s/versions/%s", e, v)
+		      : tf_xasprintf("/api/v1/models/%s", e);
+		ret = simple(r, "GET", p, v ? show_version : show_model);
+	}
 	free(p);
 	curl_free(e);
 	curl_free(v);

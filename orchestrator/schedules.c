@@ -21,6 +21,28 @@
 #define MAX_TICKS 1000     /* ticks listed per call and pipeline; older ones are skipped over */
 #define NONE_WINDOW_S 60.0 /* `catchup: none`: a tick this recent is not a missed one */
 
+/* Stores a loaded pipeline as the registered one of its name; path is for people. */
+static int store_registered(struct tf_store *st, const struct tf_pipeline *p, const char *path,
+                            double now, char **name)
+{
+	char digest[65];
+	struct tf_sha256 *h = tf_sha256_new();
+	tf_sha256_update(h, p->source, p->source_len);
+	tf_sha256_final(h, digest);
+	int64_t next = 0;
+	int has_next = p->schedule && tf_cron_next(&p->schedule->spec, p->schedule->timezone,
+	                                           (int64_t)now, &next) == 0;
+	int rc = tf_store_run(st,
+	                      "INSERT OR REPLACE INTO registered_pipelines(name, path, source, "
+	                      "digest, added_at, cron, timezone, next_tick) VALUES(?,?,?,?,?,?,?,?)",
+	                      has_next ? "ttttdtti" : "ttttdttn", p->name, path, p->source, digest,
+	                      now, p->schedule ? p->schedule->cron : NULL,
+	                      p->schedule ? p->schedule->timezone : NULL, next);
+	if (rc == 0 && name)
+		*name = tf_xstrdup(p->name);
+	return rc;
+}
+
 int tf_pipelines_add(struct tf_store *st, const char *path, double now, char **name,
                      struct tf_diag_list *diags)
 {
@@ -28,22 +50,20 @@ int tf_pipelines_add(struct tf_store *st, const char *path, double now, char **n
 	int rc = tf_pipeline_load(path, NULL, 0, 0, &p, diags);
 	if (rc)
 		return rc;
-	char digest[65], *abs = realpath(path, NULL);
-	struct tf_sha256 *h = tf_sha256_new();
-	tf_sha256_update(h, p->source, p->source_len);
-	tf_sha256_final(h, digest);
-	int64_t next = 0;
-	int has_next = p->schedule && tf_cron_next(&p->schedule->spec, p->schedule->timezone,
-	                                           (int64_t)now, &next) == 0;
-	rc = tf_store_run(st,
-	                  "INSERT OR REPLACE INTO registered_pipelines(name, path, source, digest, "
-	                  "added_at, cron, timezone, next_tick) VALUES(?,?,?,?,?,?,?,?)",
-	                  has_next ? "ttttdtti" : "ttttdttn", p->name, abs ? abs : path, p->source,
-	                  digest, now, p->schedule ? p->schedule->cron : NULL,
-	                  p->schedule ? p->schedule->timezone : NULL, next);
-	if (rc == 0 && name)
-		*name = tf_xstrdup(p->name);
+	char *abs = realpath(path, NULL);
+	rc = store_registered(st, p, abs ? abs : path, now, name);
 	free(abs);
+	tf_pipeline_free(p);
+	return rc;
+}
+
+int tf_pipelines_add_text(struct tf_store *st, const char *file, const char *text, size_t len,
+                          double now, char **name, struct tf_diag_list *diags)
+{
+	struct tf_pipeline *p = NULL;
+	int rc = tf_pipeline_load_buffer(file, text, len, NULL, 0, 0, &p, diags);
+	if (rc == 0)
+		rc = store_registered(st, p, file, now, name);
 	tf_pipeline_free(p);
 	return rc;
 }
@@ -287,6 +307,9 @@ static int fire_pipeline(struct tf_store *st, const char *name, double now,
 		                  "ttitid", key, name, ticks[i], outcome, why[0] ? why : NULL, now);
 		if (rc == 0 && !strcmp(outcome, "fired")) {
 			rc = create_run(st, p, path, run);
+			if (rc == 0)
+				rc = tf_store_run(st, "UPDATE runs SET trigger='schedule' WHERE id=?",
+				                  "t", run);
 			if (rc == 0)
 				rc = tf_store_run(
 				    st, "UPDATE schedule_fires SET run_id=? WHERE fire_key=?", "tt",

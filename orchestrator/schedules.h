@@ -33,6 +33,10 @@
  * (diags), or a store error. */
 int tf_pipelines_add(struct tf_store *st, const char *path, double now, char **name,
                      struct tf_diag_list *diags);
+/* The same for pipeline text received whole (the REST API); `file` names it in diagnostics
+ * and is recorded as its path. */
+int tf_pipelines_add_text(struct tf_store *st, const char *file, const char *text, size_t len,
+                          double now, char **name, struct tf_diag_list *diags);
 /* Unregisters a pipeline; -ENOENT when none of that name. Past fires are kept. */
 int tf_pipelines_remove(struct tf_store *st, const char *name);
 /* [{name, path, digest, added_at, schedule: {cron, timezone, concurrency, catchup,

@@ -1,7 +1,8 @@
 // api_contract.mjs — contract tests of the REST API against a running server:
 //   node tests/api_contract.mjs BASE_URL
 // with TOKEN_READ, TOKEN_TRIGGER, TOKEN_ADMIN, TOKEN_REVOKED, TOKEN_EXPIRED and RUN_ID (a run
-// with a step "a"), MODEL (a model with version 1) in the environment.
+// with a step "a"), MODEL (a model with version 1), PIPELINE_YAML (the text of the registered
+// pipeline "contract") in the environment.
 //
 // 1. The served OpenAPI document passes @apidevtools/swagger-parser's validation.
 // 2. Every operation of the document is called, and every response body is validated with
@@ -21,6 +22,8 @@ const tokens = {
   wrong: 'tpf_' + '0'.repeat(64), none: null,
 };
 const run = env.RUN_ID, model = env.MODEL;
+const scheduled = 'name: ctick\nschedule: "@daily"\nsteps:\n  - name: a\n    type: shell\n' +
+                  '    with: {argv: [/bin/true]}\n';
 const failures = [];
 const fail = (what) => { failures.push(what); console.error('FAIL ' + what); };
 
@@ -79,6 +82,8 @@ const cases = {
   listRuns: [['GET', '/api/v1/runs?limit=2'], ['GET', '/api/v1/runs?state=pending&since=0'],
              ['GET', '/api/v1/runs?limit=0']],
   createRun: [['POST', '/api/v1/runs', { yaml: env.PIPELINE_YAML, labels: { ci: 'contract' } }],
+              ['POST', '/api/v1/runs', { pipeline: 'contract', params: {}, priority: 3,
+                                         project: 'ci' }],
               ['POST', '/api/v1/runs', { pipeline: 'no-such-pipeline' }],
               ['POST', '/api/v1/runs', { yaml: 'name: [' }]],
   getRun: [['GET', `/api/v1/runs/${run}`], ['GET', '/api/v1/runs/nosuchrun']],
@@ -95,10 +100,22 @@ const cases = {
   streamEvents: [['GET', '/api/v1/events']],
   listPipelines: [['GET', '/api/v1/pipelines']],
   getPipeline: [['GET', '/api/v1/pipelines/contract'], ['GET', '/api/v1/pipelines/none']],
+  registerPipeline: [['POST', '/api/v1/pipelines', { yaml: env.PIPELINE_YAML, name: 'c.yaml' }],
+                     ['POST', '/api/v1/pipelines', { yaml: 'name: x\nsteps: 3\n' }]],
+  unregisterPipeline: [['DELETE', '/api/v1/pipelines/contract'],
+                       ['DELETE', '/api/v1/pipelines/contract']],
+  listSchedules: [['GET', '/api/v1/schedules']],
+  createSchedule: [['POST', '/api/v1/schedules', { yaml: scheduled }],
+                   ['POST', '/api/v1/schedules', { yaml: env.PIPELINE_YAML }]],
+  getSchedule: [['GET', '/api/v1/schedules/ctick'], ['GET', '/api/v1/schedules/none']],
+  deleteSchedule: [['DELETE', '/api/v1/schedules/ctick'], ['DELETE', '/api/v1/schedules/ctick']],
+  fireSchedules: [['POST', '/api/v1/schedules:fire']],
   validatePipeline: [['POST', '/api/v1/pipelines:validate', { yaml: env.PIPELINE_YAML }],
                      ['POST', '/api/v1/pipelines:validate', { yaml: 'steps: 3' }]],
   listModels: [['GET', '/api/v1/models']],
   getModel: [['GET', `/api/v1/models/${model}`], ['GET', '/api/v1/models/none']],
+  listModelVersions: [['GET', `/api/v1/models/${model}/versions`],
+                      ['GET', '/api/v1/models/none/versions']],
   getModelVersion: [['GET', `/api/v1/models/${model}/versions/1`],
                     ['GET', `/api/v1/models/${model}/versions/9`]],
   compareModel: [['GET', `/api/v1/models/${model}:compare?a=1&b=latest`]],

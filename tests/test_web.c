@@ -8,6 +8,7 @@
 #include "common/common.h"
 #include "orchestrator/pipeline.h"
 #include "orchestrator/registry.h"
+#include "orchestrator/schedules.h"
 #include "orchestrator/state.h"
 #include "web/api.h"
 #include "web/server.h"
@@ -50,18 +51,8 @@ static int submit(void *ctx, struct tf_store *st, const struct tf_web_submit *s,
                   struct tf_diag_list *diags, char *err, size_t errlen)
 {
 	(void)ctx;
-	char *src = NULL;
-	if (s->pipeline && tf_store_query_text(st, &src,
-	                                       "SELECT source FROM pipelines WHERE name=? ORDER BY "
-	                                       "created_at DESC, id DESC LIMIT 1",
-	                                       "t", s->pipeline)) {
-		snprintf(err, errlen, "no pipeline '%s'", s->pipeline);
-		return -ENOENT;
-	}
 	struct tf_pipeline *p = NULL;
-	int rc = tf_pipeline_load_buffer("request.yaml", src ? src : s->yaml,
-	                                 src ? strlen(src) : s->yaml_len, NULL, 0, 0, &p, diags);
-	free(src);
+	int rc = tf_pipeline_load_buffer("request.yaml", s->yaml, s->yaml_len, NULL, 0, 0, &p, diags);
 	if (rc) {
 		snprintf(err, errlen, "the pipeline has errors");
 		return -EINVAL;
@@ -575,18 +566,143 @@ static void test_validate(void **state)
 	assert_int_equal(r.status, 200);
 	assert_true(json_is_true(json_object_get(r.json, "valid")));
 	resp_free(&r);
-	free(s);
-	json_decref(b);
 	r = call("GET", "/api/v1/pipelines/web-test", tok_read, NULL, NULL);
 	assert_int_equal(r.status, 200);
+	assert_false(json_is_true(json_object_get(r.json, "registered")));
 	resp_free(&r);
-	/* a run of the pipeline by name */
+	/* by name only once registered */
 	r = call("POST", "/api/v1/runs", tok_trigger, "{\"pipeline\": \"web-test\"}", NULL);
+	assert_problem(&r, 404);
+	resp_free(&r);
+	r = call("POST", "/api/v1/pipelines", tok_read, s, NULL);
+	assert_problem(&r, 403);
+	resp_free(&r);
+	r = call("POST", "/api/v1/pipelines", tok_trigger, s, NULL);
 	assert_int_equal(r.status, 201);
+	assert_string_equal(json_string_value(json_object_get(r.json, "name")), "web-test");
+	assert_true(json_is_null(json_object_get(r.json, "schedule")));
+	assert_non_null(strcasestr(r.head.p, "location: /api/v1/pipelines/web-test"));
+	resp_free(&r);
+	free(s);
+	json_decref(b);
+	/* a bad text is refused with positions, nothing registered */
+	b = json_pack("{s:s, s:s}", "name", "bad.yaml", "yaml", "name: bad\nsteps: 3\n");
+	s = json_dumps(b, 0);
+	r = call("POST", "/api/v1/pipelines", tok_trigger, s, NULL);
+	assert_problem(&r, 422);
+	assert_string_equal(json_string_value(json_object_get(
+	                        json_array_get(json_object_get(r.json, "errors"), 0), "file")),
+	                    "bad.yaml");
+	resp_free(&r);
+	r = call("GET", "/api/v1/pipelines", tok_read, NULL, NULL);
+	size_t i, registered = 0;
+	json_t *it;
+	json_array_foreach(json_object_get(r.json, "items"), i, it)
+	{
+		assert_string_not_equal(json_string_value(json_object_get(it, "name")), "bad");
+		registered += json_is_true(json_object_get(it, "registered"));
+	}
+	assert_int_equal(registered, 1);
+	resp_free(&r);
+	/* a run of the registered pipeline by name, with params and labels */
+	r = call("POST", "/api/v1/runs", tok_trigger,
+	         "{\"pipeline\": \"web-test\", \"params\": {\"n\": 5}, \"labels\": {\"by\": \"name\"}}",
+	         NULL);
+	assert_int_equal(r.status, 201);
+	char path[128];
+	snprintf(path, sizeof(path), "/api/v1/runs/%s", json_string_value(json_object_get(r.json, "id")));
+	resp_free(&r);
+	r = call("GET", path, tok_read, NULL, NULL);
+	assert_string_equal(json_string_value(json_object_get(r.json, "pipeline")), "web-test");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(r.json, "params"), "n")),
+	                    "5");
 	resp_free(&r);
 	r = call("POST", "/api/v1/runs", tok_trigger, "{\"pipeline\": \"nope\"}", NULL);
 	assert_problem(&r, 404);
 	resp_free(&r);
+	r = call("DELETE", "/api/v1/pipelines/web-test", tok_trigger, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	r = call("DELETE", "/api/v1/pipelines/web-test", tok_trigger, NULL, NULL);
+	assert_problem(&r, 404);
+	resp_free(&r);
+	free(s);
+	json_decref(b);
+}
+
+/* Schedules: a registered pipeline's `schedule:` block; its due ticks fire once, as runs
+ * marked trigger=schedule. */
+static void test_schedules(void **state)
+{
+	(void)state;
+	json_t *b = json_pack("{s:s}", "yaml", shell_yaml); /* no schedule */
+	char *s = json_dumps(b, 0);
+	struct resp r = call("POST", "/api/v1/schedules", tok_trigger, s, NULL);
+	assert_problem(&r, 422);
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "detail")), "schedule"));
+	resp_free(&r);
+	free(s);
+	json_decref(b);
+	b = json_pack("{s:s}", "yaml",
+	              "name: nightly\nschedule: {cron: \"0 3 * * *\", concurrency: allow}\n"
+	              "steps:\n  - name: a\n    type: shell\n    with: {argv: [/bin/true]}\n");
+	s = json_dumps(b, 0);
+	r = call("POST", "/api/v1/schedules", tok_trigger, s, NULL);
+	assert_int_equal(r.status, 201);
+	assert_string_equal(json_string_value(json_object_get(r.json, "pipeline")), "nightly");
+	assert_string_equal(json_string_value(json_object_get(r.json, "cron")), "0 3 * * *");
+	assert_int_equal(json_array_size(json_object_get(r.json, "next")), 3);
+	resp_free(&r);
+	r = call("GET", "/api/v1/schedules", tok_read, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(json_array_size(json_object_get(r.json, "items")), 1);
+	resp_free(&r);
+	/* nothing is due yet; then a tick 30 s ago is */
+	r = call("POST", "/api/v1/schedules:fire", tok_trigger, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(json_array_size(json_object_get(r.json, "items")), 0);
+	resp_free(&r);
+	struct tf_store *st;
+	char err[256];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_store_run(st, "UPDATE registered_pipelines SET next_tick=? WHERE name=?",
+	                              "it", (int64_t)tf_now_wall() - 30, "nightly"),
+	                 0);
+	tf_store_close(st);
+	r = call("POST", "/api/v1/schedules:fire", tok_trigger, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	json_t *f0 = json_array_get(json_object_get(r.json, "items"), 0);
+	assert_string_equal(json_string_value(json_object_get(f0, "outcome")), "fired");
+	char path[128];
+	snprintf(path, sizeof(path), "/api/v1/runs/%s", json_string_value(json_object_get(f0, "run")));
+	resp_free(&r);
+	r = call("GET", path, tok_read, NULL, NULL);
+	assert_string_equal(json_string_value(json_object_get(r.json, "trigger")), "schedule");
+	resp_free(&r);
+	r = call("GET", "/api/v1/runs?pipeline=nightly", tok_read, NULL, NULL);
+	assert_string_equal(json_string_value(json_object_get(
+	                        json_array_get(json_object_get(r.json, "items"), 0), "trigger")),
+	                    "schedule");
+	resp_free(&r);
+	/* handled once: a second call fires nothing; the fire is listed */
+	r = call("POST", "/api/v1/schedules:fire", tok_trigger, NULL, NULL);
+	assert_int_equal(json_array_size(json_object_get(r.json, "items")), 0);
+	resp_free(&r);
+	r = call("GET", "/api/v1/schedules/nightly", tok_read, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(json_array_size(json_object_get(r.json, "fires")), 1);
+	resp_free(&r);
+	r = call("DELETE", "/api/v1/schedules/nightly", tok_read, NULL, NULL);
+	assert_problem(&r, 403);
+	resp_free(&r);
+	r = call("DELETE", "/api/v1/schedules/nightly", tok_trigger, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	r = call("GET", "/api/v1/schedules/nightly", tok_read, NULL, NULL);
+	assert_problem(&r, 404);
+	resp_free(&r);
+	free(s);
+	json_decref(b);
 }
 
 static void test_metrics(void **state)
@@ -624,7 +740,7 @@ static void test_contract(void **state)
 		fprintf(stderr, "test_contract: node or %s missing (make deps)\n", probe);
 		skip();
 	}
-	/* what the cases need: a run with a step "a", a pipeline by name, a model */
+	/* what the cases need: a run with a step "a", a registered pipeline, a model */
 	struct tf_store *st;
 	char err[256], run[32];
 	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
@@ -633,6 +749,9 @@ static void test_contract(void **state)
 	                    "    with: {argv: [/bin/true]}\n";
 	struct tf_web_submit s = {.yaml = named, .yaml_len = strlen(named), .params_json = "{}"};
 	assert_int_equal(submit(NULL, st, &s, run, &d, err, sizeof(err)), 0);
+	assert_int_equal(tf_pipelines_add_text(st, "contract.yaml", named, strlen(named),
+	                                       tf_now_wall(), NULL, &d),
+	                 0);
 	struct tf_model_version_spec mv = {.model = "contract-model", .run_id = run, .step = "a",
 	                                   .bundle = "runs/x/a/bundle",
 	                                   .metrics = "{\"accuracy\": 0.5}"};
@@ -798,7 +917,7 @@ static void test_remote_cli(void **state)
 	                    "z");
 	resp_free(&r);
 	/* listing, showing, cancelling through TPUFLOW_URL */
-	char cmd[2600];
+	char cmd[8192];
 	snprintf(cmd, sizeof(cmd), "'%s' --json runs list --pipeline cli-remote >'%s' 2>&1", bin, out);
 	assert_int_equal(system(cmd), 0);
 	json_t *j = tf_test_load_json(out);
@@ -813,6 +932,39 @@ static void test_remote_cli(void **state)
 	assert_int_equal(WEXITSTATUS(system(cmd)), 1); /* 409: the run is over */
 	snprintf(cmd, sizeof(cmd), "'%s' models list >'%s' 2>&1", bin, out);
 	assert_int_equal(system(cmd), 0);
+	/* models: show, compare, and an alias move (admin) */
+	struct tf_store *st;
+	char err[256];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	for (int v = 1; v <= 2; v++) {
+		char metrics[64], bundle[64];
+		snprintf(metrics, sizeof(metrics), "{\"accuracy\": 0.%d}", 5 + v);
+		snprintf(bundle, sizeof(bundle), "runs/remote/%d/bundle", v);
+		struct tf_model_version_spec mv = {.model = "remote-model",
+		                                   .run_id = v == 1 ? run1 : run2, .step = "a",
+		                                   .bundle = bundle, .metrics = metrics};
+		int64_t got;
+		assert_int_equal(tf_registry_register(st, &mv, &got, NULL), 0);
+	}
+	tf_store_close(st);
+	snprintf(cmd, sizeof(cmd),
+	         "'%s' models show remote-model >'%s' 2>&1 && grep -q '^  v2 ' '%s' && "
+	         "'%s' models compare remote-model 1 2 >'%s' 2>&1 && "
+	         "grep -Eq '^accuracy +0.6 +0.7 +\\+0.1' '%s'",
+	         bin, out, out, bin, out, out);
+	assert_int_equal(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "'%s' models alias remote-model production 1 >'%s' 2>&1", bin,
+	         out);
+	assert_int_equal(WEXITSTATUS(system(cmd)), TF_EXIT_CONFIG); /* 403: a trigger token */
+	snprintf(tokenv, sizeof(tokenv), "TPUFLOW_TOKEN=%s", tok_admin);
+	snprintf(cmd, sizeof(cmd),
+	         "'%s' models alias remote-model production 1 >'%s' 2>&1 && '%s' --json models "
+	         "show remote-model production >'%s'",
+	         bin, out, bin, out);
+	assert_int_equal(system(cmd), 0);
+	j = tf_test_load_json(out);
+	assert_int_equal(json_integer_value(json_object_get(j, "version")), 1);
+	json_decref(j);
 	unsetenv("TPUFLOW_URL");
 	unsetenv("TPUFLOW_TOKEN");
 }
@@ -1057,7 +1209,7 @@ int main(void)
 	    cmocka_unit_test(test_routing_errors),  cmocka_unit_test(test_auth_matrix),
 	    cmocka_unit_test(test_idempotency),     cmocka_unit_test(test_pages),
 	    cmocka_unit_test(test_events_and_cancel), cmocka_unit_test(test_global_events),
-	    cmocka_unit_test(test_validate),
+	    cmocka_unit_test(test_validate),        cmocka_unit_test(test_schedules),
 	    cmocka_unit_test(test_metrics),         cmocka_unit_test(test_contract),
 	    cmocka_unit_test(test_dashboard),
 	    cmocka_unit_test(test_promtool),        cmocka_unit_test(test_prometheus_scrape),

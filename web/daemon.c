@@ -211,12 +211,6 @@ static int hook_submit(void *ctx, struct tf_store *st, const struct tf_web_submi
                        char run_id[32], struct tf_diag_list *diags, char *err, size_t errlen)
 {
 	struct daemon *d = ctx;
-	if (!s->yaml) {
-		snprintf(err, errlen,
-		         "registered pipelines cannot be submitted by name yet: send "
-		         "the pipeline's YAML text");
-		return -EINVAL;
-	}
 	json_t *pj = s->params_json ? json_loads(s->params_json, 0, NULL) : NULL;
 	struct tf_param_override *ov = tf_xcalloc(json_object_size(pj) + 1, sizeof(*ov));
 	size_t nov = 0;
@@ -329,11 +323,8 @@ static void job_schedules(struct daemon *d)
 		tf_info("schedule %s: %s%s%s", json_string_value(json_object_get(t, "fire_key")),
 		        json_string_value(json_object_get(t, "outcome")), run ? " as run " : "",
 		        run ? run : "");
-		if (run) {
-			tf_store_run(d->db, "UPDATE runs SET trigger='schedule' WHERE id=?", "t",
-			             run);
+		if (run)
 			d->wake = 1;
-		}
 	}
 	json_decref(report);
 }

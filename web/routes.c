@@ -16,6 +16,7 @@
 #include "orchestrator/broker.h"
 #include "orchestrator/pipeline.h"
 #include "orchestrator/registry.h"
+#include "orchestrator/schedules.h"
 #include "orchestrator/slices.h"
 #include "orchestrator/state.h"
 
@@ -603,19 +604,38 @@ static void h_runs_create(struct tf_web_req *rq, struct tf_web_resp *rs)
 		json_decref(labels);
 		return;
 	}
+	/* A registered pipeline runs the text it was registered with. */
+	char *source = NULL;
+	int rc = jp ? tf_store_query_text(rq->st, &source,
+	                                  "SELECT source FROM registered_pipelines WHERE name=?", "t",
+	                                  json_string_value(jp))
+	            : 0;
+	if (rc) {
+		if (rc == -ENOENT)
+			tf_web_problem(rs, 404, rq->path,
+			               "no registered pipeline '%s' (register it with POST "
+			               "/api/v1/pipelines or `tpuflow pipelines add`, or send its 'yaml')",
+			               json_string_value(jp));
+		else
+			tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		json_decref(params);
+		json_decref(labels);
+		return;
+	}
 	char *pj = json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS);
 	struct tf_web_submit sub = {
 	    .pipeline = json_string_value(jp),
-	    .yaml = json_string_value(jy),
-	    .yaml_len = jy ? json_string_length(jy) : 0,
+	    .yaml = source ? source : json_string_value(jy),
+	    .yaml_len = source ? strlen(source) : jy ? json_string_length(jy) : 0,
 	    .params_json = pj,
 	    .priority = jprio ? (int)json_integer_value(jprio) : -1,
 	    .project = json_string_value(jproj),
 	};
 	char run[32] = "", err[512] = "";
 	struct tf_diag_list diags = {0};
-	int rc = h->submit(h->ctx, rq->st, &sub, run, &diags, err, sizeof(err));
+	rc = h->submit(h->ctx, rq->st, &sub, run, &diags, err, sizeof(err));
 	free(pj);
+	free(source);
 	if (rc == -EINVAL && diags.n) {
 		tf_web_problem_diags(rs, 422, rq->path, &diags,
 		                     *err ? err : "the pipeline has errors");
@@ -720,50 +740,256 @@ static void h_pipeline_validate(struct tf_web_req *rq, struct tf_web_resp *rs)
 	tf_diag_list_release(&diags);
 }
 
-/* Pipelines the database knows from runs: name, newest digest, when first and last seen. */
+/* Pipelines: those runs were made from (name, how many texts, the newest digest) merged with
+ * the registered ones (registered, path, schedule with its next fire times). */
 static void h_pipelines_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
-	struct tf_stmt *s = tf_store_query(
+	json_t *reg = NULL, *byname = json_object();
+	int rc = tf_pipelines_list(rq->st, tf_now_wall(), 3, &reg);
+	struct tf_stmt *s = rc ? NULL : tf_store_query(
 	    rq->st,
 	    "SELECT name, count(*), max(created_at), (SELECT digest FROM pipelines q WHERE "
 	    "q.name=p.name ORDER BY created_at DESC, id DESC LIMIT 1) FROM pipelines p "
 	    "GROUP BY name ORDER BY name",
 	    "");
-	json_t *items = json_array();
-	int rc = s ? 0 : -EIO;
+	if (!rc && !s)
+		rc = -EIO;
 	while (s && (rc = tf_stmt_step(s)) == 1)
-		json_array_append_new(items, json_pack("{s:o, s:I, s:o, s:o}", "name", col_text(s, 0),
-		                                       "versions", (json_int_t)tf_stmt_int(s, 1),
-		                                       "updated_at", col_real(s, 2), "digest",
-		                                       col_text(s, 3)));
+		json_object_set_new(byname, tf_stmt_text(s, 0),
+		                    json_pack("{s:o, s:I, s:o, s:o, s:b, s:n}", "name", col_text(s, 0),
+		                              "versions", (json_int_t)tf_stmt_int(s, 1), "updated_at",
+		                              col_real(s, 2), "digest", col_text(s, 3), "registered",
+		                              0, "schedule"));
 	tf_stmt_done(s);
 	if (rc < 0) {
-		json_decref(items);
+		json_decref(reg);
+		json_decref(byname);
 		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
 		return;
 	}
+	size_t i;
+	json_t *r;
+	json_array_foreach(reg, i, r)
+	{
+		const char *name = json_string_value(json_object_get(r, "name"));
+		json_t *it = json_object_get(byname, name);
+		if (!it) {
+			it = json_pack("{s:s, s:i, s:O}", "name", name, "versions", 0, "updated_at",
+			               json_object_get(r, "added_at"));
+			json_object_set_new(byname, name, it);
+		}
+		json_object_set(it, "digest", json_object_get(r, "digest"));
+		json_object_set(it, "path", json_object_get(r, "path"));
+		json_object_set(it, "schedule", json_object_get(r, "schedule"));
+		json_object_set_new(it, "registered", json_true());
+	}
+	json_decref(reg);
+	json_t *items = json_array();
+	const char *k;
+	json_object_foreach(byname, k, r) json_array_append(items, r);
+	json_decref(byname);
 	tf_web_json(rs, 200, json_pack("{s:o}", "items", items));
 }
 
+/* The registered text of a pipeline when it is registered, else the newest one a run used. */
 static void h_pipeline_show(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	const char *name = tf_web_param(rq, "name");
 	struct tf_stmt *s = tf_store_query(
 	    rq->st,
-	    "SELECT name, digest, path, source, created_at FROM pipelines WHERE name=? "
-	    "ORDER BY created_at DESC, id DESC LIMIT 1",
+	    "SELECT name, digest, path, source, added_at, 1 FROM registered_pipelines WHERE name=?1 "
+	    "UNION ALL SELECT * FROM (SELECT name, digest, path, source, created_at, 0 "
+	    "FROM pipelines WHERE name=?1 ORDER BY created_at DESC, id DESC LIMIT 1) LIMIT 1",
 	    "t", name);
 	int rc = s ? tf_stmt_step(s) : -EIO;
 	if (rc == 1)
 		tf_web_json(rs, 200,
-		            json_pack("{s:o, s:o, s:o, s:o, s:o}", "name", col_text(s, 0), "digest",
-		                      col_text(s, 1), "path", col_text(s, 2), "yaml", col_text(s, 3),
-		                      "created_at", col_real(s, 4)));
+		            json_pack("{s:o, s:o, s:o, s:o, s:o, s:b}", "name", col_text(s, 0),
+		                      "digest", col_text(s, 1), "path", col_text(s, 2), "yaml",
+		                      col_text(s, 3), "created_at", col_real(s, 4), "registered",
+		                      (int)tf_stmt_int(s, 5)));
 	tf_stmt_done(s);
 	if (rc == 0)
 		tf_web_problem(rs, 404, rq->path, "no pipeline '%s'", name);
 	else if (rc < 0)
 		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+}
+
+/* One entry of tf_pipelines_list (a new reference), NULL when not registered. */
+static json_t *registered_entry(struct tf_store *st, const char *name)
+{
+	json_t *all = NULL, *hit = NULL, *r;
+	size_t i;
+	if (tf_pipelines_list(st, tf_now_wall(), 3, &all))
+		return NULL;
+	json_array_foreach(all, i, r) if (!strcmp(json_string_value(json_object_get(r, "name")),
+	                                          name)) hit = json_incref(r);
+	json_decref(all);
+	return hit;
+}
+
+/* POST /pipelines and POST /schedules: registers {yaml, name?}; a schedule must have one. */
+static void register_pipeline(struct tf_web_req *rq, struct tf_web_resp *rs, int schedule)
+{
+	json_t *jy = json_object_get(rq->json, "yaml"), *jn = json_object_get(rq->json, "name");
+	if (!json_is_string(jy) || (jn && !json_is_string(jn)) ||
+	    json_object_size(rq->json) != 1U + (jn != NULL)) {
+		tf_web_problem(rs, 422, rq->path,
+		               "give 'yaml' (the pipeline file's text) and optionally 'name' (the "
+		               "file name used in diagnostics)");
+		return;
+	}
+	const char *file = jn ? json_string_value(jn) : "pipeline.yaml";
+	struct tf_diag_list diags = {0};
+	char *name = NULL;
+	int rc = tf_pipelines_add_text(rq->st, file, json_string_value(jy), json_string_length(jy),
+	                               tf_now_wall(), &name, &diags);
+	json_t *doc = rc ? NULL : registered_entry(rq->st, name);
+	if (rc == -EINVAL)
+		tf_web_problem_diags(rs, 422, rq->path, &diags, "the pipeline has errors");
+	else if (rc || !doc)
+		tf_web_problem_errno(rs, rc ? rc : -EIO, rq->path, tf_store_errmsg(rq->st));
+	else if (schedule && json_is_null(json_object_get(doc, "schedule")))
+		tf_web_problem(rs, 422, rq->path,
+		               "pipeline '%s' has no `schedule:` block (docs/daemon.md, Schedules); "
+		               "register it with POST /api/v1/pipelines instead",
+		               name);
+	else {
+		rs->location = tf_xasprintf("/api/v1/%s/%s", schedule ? "schedules" : "pipelines", name);
+		tf_web_json(rs, 201, json_incref(doc));
+	}
+	json_decref(doc);
+	free(name);
+	tf_diag_list_release(&diags);
+}
+
+static void h_pipeline_register(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	register_pipeline(rq, rs, 0);
+}
+
+static void h_pipeline_remove(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	const char *name = tf_web_param(rq, "name");
+	int rc = tf_pipelines_remove(rq->st, name);
+	if (rc == -ENOENT)
+		tf_web_problem(rs, 404, rq->path, "no registered pipeline '%s'", name);
+	else if (rc)
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+	else
+		tf_web_json(rs, 200, json_pack("{s:s, s:b}", "name", name, "registered", 0));
+}
+
+/* ---- schedules: the `schedule:` blocks of registered pipelines ------------------------ */
+
+/* A registered pipeline's schedule with its newest fires; NULL when it has none. */
+static json_t *schedule_doc(struct tf_store *st, json_t *reg)
+{
+	json_t *sc = json_object_get(reg, "schedule");
+	if (!json_is_object(sc))
+		return NULL;
+	const char *name = json_string_value(json_object_get(reg, "name"));
+	json_t *doc = json_deep_copy(sc), *fires = json_array();
+	json_object_set_new(doc, "pipeline", json_string(name));
+	json_object_set(doc, "digest", json_object_get(reg, "digest"));
+	struct tf_stmt *s = tf_store_query(st,
+	                                   "SELECT tick, outcome, run_id, reason, at FROM "
+	                                   "schedule_fires WHERE pipeline=? ORDER BY tick DESC "
+	                                   "LIMIT 5",
+	                                   "t", name);
+	while (s && tf_stmt_step(s) == 1)
+		json_array_append_new(fires, json_pack("{s:I, s:o, s:o, s:o, s:o}", "tick",
+		                                       (json_int_t)tf_stmt_int(s, 0), "outcome",
+		                                       col_text(s, 1), "run", col_text(s, 2),
+		                                       "reason", col_text(s, 3), "at", col_real(s, 4)));
+	tf_stmt_done(s);
+	json_object_set_new(doc, "fires", fires);
+	return doc;
+}
+
+static void h_schedules_list(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_t *reg = NULL, *items = json_array(), *r;
+	size_t i;
+	int rc = tf_pipelines_list(rq->st, tf_now_wall(), 3, &reg);
+	if (rc) {
+		json_decref(items);
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	json_array_foreach(reg, i, r)
+	{
+		json_t *d = schedule_doc(rq->st, r);
+		if (d)
+			json_array_append_new(items, d);
+	}
+	json_decref(reg);
+	tf_web_json(rs, 200, json_pack("{s:o}", "items", items));
+}
+
+static void h_schedule_show(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	const char *name = tf_web_param(rq, "name");
+	json_t *reg = registered_entry(rq->st, name), *d = reg ? schedule_doc(rq->st, reg) : NULL;
+	json_decref(reg);
+	if (d)
+		tf_web_json(rs, 200, d);
+	else
+		tf_web_problem(rs, 404, rq->path, "no registered pipeline '%s' with a schedule", name);
+}
+
+static void h_schedule_create(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	register_pipeline(rq, rs, 1);
+	if (rs->status == 201) { /* answer with the schedule, as GET /schedules/{name} does */
+		json_t *reg = json_loadb(rs->body, rs->len, 0, NULL);
+		tf_web_json(rs, 201, schedule_doc(rq->st, reg));
+		json_decref(reg);
+	}
+}
+
+/* The schedule goes with its pipeline: deleting it unregisters the pipeline. */
+static void h_schedule_delete(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	const char *name = tf_web_param(rq, "name");
+	json_t *reg = registered_entry(rq->st, name);
+	int has = reg && json_is_object(json_object_get(reg, "schedule"));
+	json_decref(reg);
+	if (!has) {
+		tf_web_problem(rs, 404, rq->path, "no registered pipeline '%s' with a schedule", name);
+		return;
+	}
+	h_pipeline_remove(rq, rs);
+}
+
+/* `concurrency: replace` through the daemon's cancel hook, on the firing transaction. */
+struct fire_ctx {
+	struct tf_web_req *rq;
+};
+
+static int fire_cancel(void *ctx, const char *run)
+{
+	struct fire_ctx *f = ctx;
+	const struct tf_web_hooks *h = tf_web_hooks(f->rq->srv);
+	char err[256];
+	return h->cancel(h->ctx, f->rq->st, run, err, sizeof(err));
+}
+
+/* Handles the ticks due now, as the daemon does every second (`tpuflow schedules fire`). */
+static void h_schedules_fire(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	struct fire_ctx fc = {rq};
+	struct tf_schedule_hooks sh = {.cancel = fire_cancel, .ctx = &fc};
+	json_t *report = NULL, *t;
+	size_t i;
+	int rc = tf_schedules_fire_due(rq->st, tf_now_wall(),
+	                               tf_web_hooks(rq->srv)->cancel ? &sh : NULL, &report);
+	if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	json_array_foreach(report, i, t) if (json_string_value(json_object_get(t, "run"))) rs->wake = 1;
+	tf_web_json(rs, 200, json_pack("{s:o}", "items", report));
 }
 
 /* ---- models ------------------------------------------------------------------------------- */
@@ -787,6 +1013,21 @@ static void h_model_show(struct tf_web_req *rq, struct tf_web_resp *rs)
 		tf_web_problem_errno(rs, rc, rq->path, rc == -ENOENT ? "no such model" : tf_store_errmsg(rq->st));
 	else
 		tf_web_json(rs, 200, out);
+}
+
+static void h_model_versions(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_t *out = NULL;
+	int rc = tf_registry_show(rq->st, tf_web_param(rq, "name"), &out);
+	if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path,
+		                     rc == -ENOENT ? "no such model" : tf_store_errmsg(rq->st));
+		return;
+	}
+	tf_web_json(rs, 200,
+	            json_pack("{s:s, s:O}", "model", tf_web_param(rq, "name"), "items",
+	                      json_object_get(out, "versions")));
+	json_decref(out);
 }
 
 /* Resolves a version reference ("3", "v3", "latest", an alias) of {name}; 404 in rs. */
@@ -851,6 +1092,11 @@ static void h_model_alias(struct tf_web_req *rq, struct tf_web_resp *rs)
 		tf_web_problem(rs, 422, rq->path,
 		               "give 'alias' (e.g. production) and 'version' (a number, \"v3\", "
 		               "\"latest\" or another alias)");
+		return;
+	}
+	char why[300];
+	if (tf_registry_check_name(alias, TF_REGNAME_ALIAS, why, sizeof(why))) {
+		tf_web_problem(rs, 422, rq->path, "%s (docs/registry.md, Names)", why);
 		return;
 	}
 	char ref[32];
@@ -1087,6 +1333,30 @@ const struct tf_route tf_routes[] = {
     {"GET", "/api/v1/pipelines/{name}", TF_SCOPE_READ, h_pipeline_show, 0, "getPipeline",
      "The newest source of a pipeline", NULL, NULL,
      "{\"type\":\"object\",\"required\":[\"name\",\"yaml\",\"digest\"]}", 200, NULL},
+    {"POST", "/api/v1/pipelines", TF_SCOPE_TRIGGER, h_pipeline_register,
+     TF_ROUTE_JSON_BODY | TF_ROUTE_IDEMPOTENT, "registerPipeline",
+     "Register (or replace) a pipeline: its text is stored, runs by name and its schedule use "
+     "it; 422 with every problem as {file, line, col, message, hint}",
+     NULL, REF("PipelineText"), REF("RegisteredPipeline"), 201, NULL},
+    {"DELETE", "/api/v1/pipelines/{name}", TF_SCOPE_TRIGGER, h_pipeline_remove, 0,
+     "unregisterPipeline", "Unregister a pipeline (its runs and past fires are kept)", NULL,
+     NULL, "{\"type\":\"object\",\"required\":[\"name\",\"registered\"]}", 200, NULL},
+    {"GET", "/api/v1/schedules", TF_SCOPE_READ, h_schedules_list, 0, "listSchedules",
+     "The schedules of registered pipelines with their next fire times and newest fires", NULL,
+     NULL, LIST(REF("Schedule")), 200, NULL},
+    {"POST", "/api/v1/schedules", TF_SCOPE_TRIGGER, h_schedule_create,
+     TF_ROUTE_JSON_BODY | TF_ROUTE_IDEMPOTENT, "createSchedule",
+     "Register a pipeline whose text has a `schedule:` block (422 without one)", NULL,
+     REF("PipelineText"), REF("Schedule"), 201, NULL},
+    {"GET", "/api/v1/schedules/{name}", TF_SCOPE_READ, h_schedule_show, 0, "getSchedule",
+     "One registered pipeline's schedule", NULL, NULL, REF("Schedule"), 200, NULL},
+    {"DELETE", "/api/v1/schedules/{name}", TF_SCOPE_TRIGGER, h_schedule_delete, 0,
+     "deleteSchedule", "Unregister a scheduled pipeline: its schedule stops", NULL, NULL,
+     "{\"type\":\"object\",\"required\":[\"name\",\"registered\"]}", 200, NULL},
+    {"POST", "/api/v1/schedules:fire", TF_SCOPE_TRIGGER, h_schedules_fire, 0, "fireSchedules",
+     "Handle the ticks due now (the daemon does this every second): each is fired, skipped "
+     "or missed once",
+     NULL, NULL, LIST(REF("ScheduleFire")), 200, NULL},
     {"POST", "/api/v1/pipelines:validate", TF_SCOPE_READ, h_pipeline_validate,
      TF_ROUTE_JSON_BODY, "validatePipeline",
      "Check a pipeline file: 200, or 422 with every problem as {file, line, col, message, "
@@ -1101,6 +1371,11 @@ const struct tf_route tf_routes[] = {
     {"GET", "/api/v1/models/{name}", TF_SCOPE_READ, h_model_show, 0, "getModel",
      "A model's versions, aliases and deployments", NULL, NULL,
      "{\"type\":\"object\",\"required\":[\"name\",\"versions\"]}", 200, NULL},
+    {"GET", "/api/v1/models/{name}/versions", TF_SCOPE_READ, h_model_versions, 0,
+     "listModelVersions", "A model's versions, oldest first, with their aliases", NULL, NULL,
+     "{\"type\":\"object\",\"required\":[\"model\",\"items\"],\"properties\":{\"items\":"
+     "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"required\":[\"version\"]}}}}",
+     200, NULL},
     {"GET", "/api/v1/models/{name}/versions/{version}", TF_SCOPE_READ, h_model_version, 0,
      "getModelVersion", "One version (a number, v3, latest or an alias)", NULL, NULL,
      "{\"type\":\"object\",\"required\":[\"version\"]}", 200, NULL},

@@ -21,8 +21,8 @@ enum tf_web_auth {
 
 /* A run asked for by POST /api/v1/runs. Strings are borrowed for the call. */
 struct tf_web_submit {
-	const char *pipeline;    /* registered pipeline name, or NULL */
-	const char *yaml;        /* inline pipeline YAML text, or NULL (exactly one is set) */
+	const char *pipeline;    /* the registered pipeline's name when asked for by name */
+	const char *yaml;        /* the pipeline text: sent inline, or the registered one */
 	size_t yaml_len;         /* length of yaml */
 	const char *params_json; /* JSON object of param overrides, values as strings */
 	int priority;            /* the run's priority 0..9 (runs.priority), -1 when not given */
