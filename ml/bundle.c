@@ -126,6 +126,7 @@ void tf_bundle_free(struct tf_bundle *b)
 	for (int c = 0; c < b->mlp.classes && b->class_names; c++)
 		free(b->class_names[c]);
 	free(b->class_names);
+	tf_mlp_packs_release(&b->packs);
 	tf_mlp_release(&b->mlp);
 	tf_preproc_release(&b->pre);
 	json_decref(b->signature);
@@ -301,6 +302,7 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	}
 	b->mxu.rows = (int)mr;
 	b->mxu.cols = (int)mc;
+	tf_mlp_packs_forward(&b->packs, &b->mlp, &b->mxu);
 	rc = 0;
 	*out = b;
 	b = NULL;
@@ -321,10 +323,10 @@ void tf_bundle_predict(const struct tf_bundle *b, const float *x, size_t n, floa
 	const size_t chunk = n < 1024 ? (n ? n : 1) : 1024;
 	struct tf_mxu_cfg cfg = b->mxu;
 	cfg.threads = threads > 0 ? threads : 1;
-	struct tf_mlp_gemm g = {.cfg = &cfg};
+	struct tf_mlp_gemm g = {.cfg = &cfg, .packs = &b->packs};
 	struct tf_mlp_work w;
 	size_t C = tf_mlp_outputs(&b->mlp);
-	tf_mlp_work_init(&w, &b->mlp, chunk);
+	tf_mlp_work_init_forward(&w, &b->mlp, chunk);
 	for (size_t i = 0; i < n; i += chunk) {
 		size_t m = n - i < chunk ? n - i : chunk;
 		tf_mlp_forward(&b->mlp, &g, &w, x + i * b->mlp.size[0], m);

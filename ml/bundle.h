@@ -28,6 +28,7 @@ struct tf_bundle {
 	char **class_names;    /* mlp.classes names */
 	struct tf_mxu_cfg mxu; /* numerics: array size and FTZ */
 	json_t *signature;     /* the parsed signature (owned reference) */
+	struct tf_mlp_packs packs; /* the forward weights packed for mxu once, at load */
 };
 
 /* Writes the bundle of model m trained on dataset d with numerics mxu. extra (borrowed, may
@@ -43,7 +44,8 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 void tf_bundle_free(struct tf_bundle *b);
 
 /* Probabilities for n preprocessed rows (n x inputs) into probs (n x tf_mlp_outputs);
- * threads host threads for the GEMMs (results do not depend on it). */
+ * threads host threads for the GEMMs (results do not depend on it). Any number of threads
+ * may predict with one bundle at once: it only reads the weights and their packs. */
 void tf_bundle_predict(const struct tf_bundle *b, const float *x, size_t n, float *probs,
                        int threads);
 

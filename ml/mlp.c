@@ -74,7 +74,8 @@ size_t tf_mlp_outputs(const struct tf_mlp *m)
 	return m->size[m->nlayers];
 }
 
-void tf_mlp_work_init(struct tf_mlp_work *w, const struct tf_mlp *m, size_t max_rows)
+/* The activations; with `train`, also the gradient buffers of a training pass. */
+static void work_init(struct tf_mlp_work *w, const struct tf_mlp *m, size_t max_rows, int train)
 {
 	memset(w, 0, sizeof *w);
 	w->max_rows = max_rows;
@@ -85,9 +86,21 @@ void tf_mlp_work_init(struct tf_mlp_work *w, const struct tf_mlp *m, size_t max_
 		if (m->size[l] > widest)
 			widest = m->size[l];
 	}
+	if (!train)
+		return;
 	w->dz = tf_xmalloc(max_rows * widest * sizeof(float) + 64);
 	w->dz2 = tf_xmalloc(max_rows * widest * sizeof(float) + 64);
 	w->grad = tf_xcalloc(m->nparams, sizeof(float));
+}
+
+void tf_mlp_work_init(struct tf_mlp_work *w, const struct tf_mlp *m, size_t max_rows)
+{
+	work_init(w, m, max_rows, 1);
+}
+
+void tf_mlp_work_init_forward(struct tf_mlp_work *w, const struct tf_mlp *m, size_t max_rows)
+{
+	work_init(w, m, max_rows, 0);
 }
 
 void tf_mlp_work_release(struct tf_mlp_work *w)
@@ -176,8 +189,8 @@ static void gemm_w(const struct tf_mlp_gemm *g, const struct tf_mxu_wpack *p, in
 		tf_mxu_gemm_wpack(g->cfg, 0, M, X, ldx, p, C, ldc, NULL);
 }
 
-void tf_mlp_packs_update(struct tf_mlp_packs *p, const struct tf_mlp *m,
-                         const struct tf_mxu_cfg *cfg)
+static void packs_set(struct tf_mlp_packs *p, const struct tf_mlp *m, const struct tf_mxu_cfg *cfg,
+                      int backward)
 {
 	for (int l = 0; l < m->nlayers; l++) {
 		size_t K = m->size[l], N = m->size[l + 1];
@@ -185,12 +198,24 @@ void tf_mlp_packs_update(struct tf_mlp_packs *p, const struct tf_mlp *m,
 		if (!p->fwd[l])
 			p->fwd[l] = tf_mxu_wpack_new();
 		tf_mxu_wpack_set(p->fwd[l], cfg, 0, K, N, W, N);
-		if (l == 0)
+		if (l == 0 || !backward)
 			continue; /* no dA for the input layer */
 		if (!p->bwd[l])
 			p->bwd[l] = tf_mxu_wpack_new();
 		tf_mxu_wpack_set(p->bwd[l], cfg, 1, N, K, W, N);
 	}
+}
+
+void tf_mlp_packs_update(struct tf_mlp_packs *p, const struct tf_mlp *m,
+                         const struct tf_mxu_cfg *cfg)
+{
+	packs_set(p, m, cfg, 1);
+}
+
+void tf_mlp_packs_forward(struct tf_mlp_packs *p, const struct tf_mlp *m,
+                          const struct tf_mxu_cfg *cfg)
+{
+	packs_set(p, m, cfg, 0);
 }
 
 void tf_mlp_packs_release(struct tf_mlp_packs *p)

@@ -60,6 +60,9 @@ struct tf_mlp_work {
 };
 
 void tf_mlp_work_init(struct tf_mlp_work *w, const struct tf_mlp *m, size_t max_rows);
+/* The activations only: enough for tf_mlp_forward (inference), without the gradient
+ * buffers a training pass needs. */
+void tf_mlp_work_init_forward(struct tf_mlp_work *w, const struct tf_mlp *m, size_t max_rows);
 void tf_mlp_work_release(struct tf_mlp_work *w);
 
 /* The layer weights packed for the MXU (tf_mxu_wpack) once per weight update and shared by
@@ -74,6 +77,9 @@ struct tf_mlp_packs {
  * again after every change of m->params. The packs borrow m->params. */
 void tf_mlp_packs_update(struct tf_mlp_packs *p, const struct tf_mlp *m,
                          const struct tf_mxu_cfg *cfg);
+/* The forward packs only (inference: bwd stays empty). */
+void tf_mlp_packs_forward(struct tf_mlp_packs *p, const struct tf_mlp *m,
+                          const struct tf_mxu_cfg *cfg);
 void tf_mlp_packs_release(struct tf_mlp_packs *p);
 
 /* The GEMM a pass uses: the slice replica's (counts device cycles) or a plain MXU config. */

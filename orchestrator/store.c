@@ -19,6 +19,13 @@
  *     ~0.11 ms (bench/dag, 1000-step chain). Durability is unchanged: synchronous=FULL syncs
  *     the WAL at every commit either way, and a zero-filled tail is not a valid frame, so
  *     recovery stops where the committed frames end, as it does after any WAL reset.
+ *  5. The change generation (tf_store_generation) moves after every commit made through a
+ *     handle of this process, from SQLite's WAL hook, which runs once the commit is done and
+ *     the write lock released; the same hook runs the checkpoint wal_autocheckpoint would
+ *     have run (it replaces that hook). Commits of other processes move it when a poller
+ *     sees PRAGMA data_version change (tf_store_poll_changes). A cache that reads the
+ *     generation before it reads the database therefore never keeps a state older than a
+ *     commit it has been told of.
  */
 #include "orchestrator/store.h"
 #include "orchestrator/migrations.h"
@@ -31,6 +38,7 @@
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +49,7 @@
 /* Pages in the WAL that trigger a checkpoint (SQLite's default, stated so the preallocation
  * below matches it), and the WAL size kept preallocated: those pages plus room for the commit
  * that crosses the threshold. */
-#define WAL_AUTOCHECKPOINT 1000 /* keep equal to the PRAGMA in tf_store_open */
+#define WAL_AUTOCHECKPOINT 1000 /* pages; the checkpoint of on_wal_commit */
 #define WAL_PREALLOC_FRAMES (WAL_AUTOCHECKPOINT + 128)
 #define WAL_HEADER_BYTES 32
 #define WAL_FRAME_HEADER_BYTES 24
@@ -59,7 +67,36 @@ struct tf_store {
 	char errmsg[512];      /* last error, for people */
 	struct tf_stmt *cache; /* prepared statements */
 	size_t ncache, capcache;
+	int64_t data_version;  /* last PRAGMA data_version seen by tf_store_poll_changes */
 };
+
+static _Atomic uint64_t generation = 1; /* invariant 5 */
+
+uint64_t tf_store_generation(void)
+{
+	return atomic_load_explicit(&generation, memory_order_acquire);
+}
+
+static int on_wal_commit(void *ctx, sqlite3 *db, const char *name, int frames)
+{
+	(void)ctx;
+	atomic_fetch_add_explicit(&generation, 1, memory_order_release);
+	if (frames >= WAL_AUTOCHECKPOINT) /* what SQLite's own hook does (sqlite3_wal_hook) */
+		sqlite3_wal_checkpoint(db, name);
+	return SQLITE_OK;
+}
+
+int tf_store_poll_changes(struct tf_store *st)
+{
+	int64_t v;
+	int rc = tf_store_query_int(st, &v, "PRAGMA data_version", "");
+	if (rc)
+		return rc;
+	if (st->data_version && v != st->data_version)
+		atomic_fetch_add_explicit(&generation, 1, memory_order_release);
+	st->data_version = v;
+	return 0;
+}
 
 static int map_rc(int rc)
 {
@@ -303,10 +340,10 @@ int tf_store_open(const char *path, unsigned flags, struct tf_store **out, char 
 		if (rc)
 			goto out;
 	}
-	rc = tf_store_exec(st, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; "
-	                       "PRAGMA wal_autocheckpoint=1000"); /* = WAL_AUTOCHECKPOINT */
+	rc = tf_store_exec(st, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON");
 	if (rc)
 		goto out;
+	sqlite3_wal_hook(st->db, on_wal_commit, NULL); /* invariant 5 */
 	rc = tf_store_version(st, &version);
 	if (rc)
 		goto out;

@@ -51,6 +51,15 @@ const char *tf_store_migration_name(int version);
  * *applied (may be NULL) receives how many ran. */
 int tf_store_migrate(struct tf_store *st, int *applied);
 
+/* The change generation: a process-wide number that moves after every commit made through
+ * any handle of this process, and after commits of other processes once a poller has seen
+ * them (tf_store_poll_changes). A cache of stored state notes the generation before it reads
+ * the database and reads again when the number has moved (store.c, invariant 5). */
+uint64_t tf_store_generation(void);
+/* Moves the generation when another connection, of any process, committed since this
+ * handle's previous call (PRAGMA data_version). For one polling thread per process. */
+int tf_store_poll_changes(struct tf_store *st);
+
 const char *tf_store_path(const struct tf_store *st);
 const char *tf_store_errmsg(const struct tf_store *st); /* last error, for people */
 

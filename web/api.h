@@ -44,7 +44,7 @@ struct tf_web_req {
 	const char *body; /* request body (NUL-terminated), length body_len */
 	size_t body_len;
 	json_t *json;     /* parsed body when the route takes one */
-	struct tf_store *st;   /* this thread's store handle */
+	struct tf_store *st;   /* the request's store handle (serving routes: see tf_web_store) */
 	struct tf_web *srv;
 	int64_t token_id;      /* caller's token (0 when auth is off) */
 	enum tf_scope scope;   /* caller's scope */
@@ -60,6 +60,9 @@ const char *tf_web_header(const struct tf_web_req *rq, const char *name);
 const char *tf_web_param(const struct tf_web_req *rq, const char *name);
 const struct tf_web_hooks *tf_web_hooks(const struct tf_web *w);
 const char *tf_web_home(const struct tf_web *w);
+/* The request's store handle, taken from the server's pool on first use (routes flagged
+ * TF_ROUTE_SERVING start without one); NULL when the database cannot be opened. */
+struct tf_store *tf_web_store(struct tf_web_req *rq);
 /* The server's model-serving cache (web/serve.h). */
 struct tf_serve *tf_web_serving(const struct tf_web *w);
 

@@ -37,6 +37,7 @@
 #define STORE_POOL 16    /* idle store handles kept open */
 #define TOUCH_EVERY 60.0 /* seconds between last_used_at writes per token */
 #define NBUCKETS 64      /* rate-limit buckets (tokens seen recently) */
+#define WATCH_MS 25      /* how often other processes' commits are looked for */
 
 struct bucket {
 	int64_t id;       /* token id, 0 = free slot */
@@ -78,6 +79,9 @@ struct tf_web {
 	/* Creating POSTs of this server take turns here before SQLite's write lock: waiting on a
 	 * mutex wakes the next writer at once, where SQLite's busy handler sleeps and retries. */
 	pthread_mutex_t write_lock;
+	struct tf_token_cache tokens; /* verified tokens (its own lock) */
+	pthread_t watcher;            /* polls for other processes' commits (tf_store_poll_changes) */
+	int watching;                 /* the watcher was started */
 	pthread_mutex_t lock; /* everything below */
 	struct tf_store *pool[STORE_POOL];
 	int npool;
@@ -119,6 +123,38 @@ static void store_put(struct tf_web *w, struct tf_store *st)
 	}
 	pthread_mutex_unlock(&w->lock);
 	tf_store_close(st);
+}
+
+struct tf_store *tf_web_store(struct tf_web_req *rq)
+{
+	if (!rq->st) {
+		char err[256];
+		rq->st = store_get(rq->srv, err, sizeof(err));
+		if (!rq->st)
+			tf_warn("cannot open the state database: %s", err);
+	}
+	return rq->st;
+}
+
+/* Every WATCH_MS, moves the store's change generation when another process committed, so
+ * the caches of the serving routes and of tokens see it (orchestrator/store.h). */
+static void *watch(void *arg)
+{
+	struct tf_web *w = arg;
+	struct tf_store *st = NULL;
+	char err[256];
+	while (!w->stopping) {
+		if (!st && tf_store_open(w->dbpath, 0, &st, err, sizeof(err)))
+			st = NULL;
+		if (st && tf_store_poll_changes(st)) {
+			tf_store_close(st);
+			st = NULL;
+		}
+		struct timespec ts = {0, WATCH_MS * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	tf_store_close(st);
+	return NULL;
 }
 
 /* ---- accessors for handlers ----------------------------------------------------------- */
@@ -364,6 +400,11 @@ static int rate_take(struct tf_web *w, int64_t id, int *touch)
 	return wait;
 }
 
+static struct tf_store *req_store(void *rq)
+{
+	return tf_web_store(rq);
+}
+
 /* 0 when the request may proceed (rq->token_id/scope set); else a problem in rs. */
 static int authorize(struct tf_web *w, const struct tf_route *r, struct tf_web_req *rq,
                      struct tf_web_resp *rs)
@@ -386,7 +427,7 @@ static int authorize(struct tf_web *w, const struct tf_route *r, struct tf_web_r
 		tok++;
 	int64_t id = 0;
 	enum tf_scope scope = TF_SCOPE_UNSET;
-	int rc = tf_token_verify(rq->st, tok, tf_now_wall(), &id, &scope);
+	int rc = tf_token_verify_cached(&w->tokens, tok, tf_now_wall(), req_store, rq, &id, &scope);
 	if (rc == -EKEYREVOKED || rc == -EKEYEXPIRED || rc == -EACCES) {
 		tf_web_problem(rs, 401, rq->path, "%s",
 		               rc == -EKEYREVOKED   ? "the token was revoked"
@@ -395,7 +436,8 @@ static int authorize(struct tf_web *w, const struct tf_route *r, struct tf_web_r
 		return -1;
 	}
 	if (rc) {
-		tf_web_problem(rs, 503, rq->path, "cannot check the token: %s", tf_store_errmsg(rq->st));
+		tf_web_problem(rs, 503, rq->path, "cannot check the token: %s",
+		               rq->st ? tf_store_errmsg(rq->st) : "the state database cannot be opened");
 		return -1;
 	}
 	if (!tf_scope_allows(scope, r->scope)) {
@@ -411,9 +453,9 @@ static int authorize(struct tf_web *w, const struct tf_route *r, struct tf_web_r
 		rs->retry_after = wait;
 		return -1;
 	}
-	if (touch && tf_token_touch(rq->st, id, tf_now_wall()))
+	if (touch && (!tf_web_store(rq) || tf_token_touch(rq->st, id, tf_now_wall())))
 		tf_warn("cannot record the use of token %lld: %s", (long long)id,
-		        tf_store_errmsg(rq->st));
+		        rq->st ? tf_store_errmsg(rq->st) : "no database");
 	rq->token_id = id;
 	rq->scope = scope;
 	return 0;
@@ -563,12 +605,14 @@ static const struct tf_route *dispatch(struct tf_web *w, struct tf_web_req *rq,
 		                                  "(tpuflow serve); the API is on the daemon");
 		return NULL;
 	}
-	char err[256];
-	rq->st = store_get(w, err, sizeof(err));
-	if (!rq->st) {
-		tf_web_problem(rs, 503, rq->path, "cannot open the state database: %s", err);
-		rs->retry_after = 1;
-		return r;
+	if (!(r->flags & TF_ROUTE_SERVING)) { /* serving reads its caches, the store if need be */
+		char err[256];
+		rq->st = store_get(w, err, sizeof(err));
+		if (!rq->st) {
+			tf_web_problem(rs, 503, rq->path, "cannot open the state database: %s", err);
+			rs->retry_after = 1;
+			return r;
+		}
 	}
 	if (authorize(w, r, rq, rs))
 		return r;
@@ -854,6 +898,7 @@ static void web_free(struct tf_web *w)
 	free(w->tls_cert);
 	free(w->counts);
 	free(w->lat);
+	tf_token_cache_release(&w->tokens);
 	pthread_mutex_destroy(&w->lock);
 	pthread_mutex_destroy(&w->write_lock);
 	free(w);
@@ -887,6 +932,7 @@ int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, si
 	struct tf_web *w = tf_xcalloc(1, sizeof(*w));
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_mutex_init(&w->write_lock, NULL);
+	tf_token_cache_init(&w->tokens);
 	w->home = tf_xstrdup(o->home ? o->home : ".tpuflow");
 	w->dbpath = tf_xasprintf("%s/%s", w->home, TF_STORE_FILE);
 	w->cors = o->cors_origin ? tf_xstrdup(o->cors_origin) : NULL;
@@ -944,6 +990,7 @@ int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, si
 	}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(w->d, MHD_DAEMON_INFO_BIND_PORT);
 	w->port = info ? info->port : 0;
+	w->watching = !pthread_create(&w->watcher, NULL, watch, w);
 	if (w->auth == TF_WEB_AUTH_NONE)
 		tf_warn("AUTH IS OFF (--auth none): anyone who can reach %s may %s", listen,
 		        w->serve_only ? "call predictions"
@@ -959,5 +1006,7 @@ void tf_web_stop(struct tf_web *w)
 		return;
 	w->stopping = 1;
 	MHD_stop_daemon(w->d);
+	if (w->watching)
+		pthread_join(w->watcher, NULL);
 	web_free(w);
 }

@@ -21,20 +21,24 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <pthread.h>
+#include <sys/types.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #define LAT_RING 1024 /* latencies kept per version for its percentiles */
+#define MAX_VIEWS 256 /* models whose registry view is kept (unknown names included) */
 
 enum vstate { V_LOADING, V_AVAILABLE, V_UNAVAILABLE };
 static const char *const vstate_names[] = {"LOADING", "AVAILABLE", "UNAVAILABLE"};
 
 /* One version of one model. refs counts the cache's own reference (while listed) plus one per
- * request holding it; the last release frees it. */
+ * request holding it; it is taken under the lock and dropped without it, and the release
+ * that drops it to zero frees the entry (by then it is unlisted, so nobody can find it). */
 struct entry {
 	struct entry *next;
 	char *model;
@@ -42,21 +46,43 @@ struct entry {
 	enum vstate state;
 	char reason[512]; /* why UNAVAILABLE */
 	struct tf_bundle *b;
-	unsigned refs;
+	_Atomic unsigned refs;
 	double failed_at, used_at; /* monotonic */
-	/* answers of the prediction routes: counts, and the latencies of the last LAT_RING */
-	uint64_t requests, errors;
-	float lat_ms[LAT_RING];
+	/* answers of the prediction routes, counted without a lock: counts, and the latencies
+	 * of the last LAT_RING */
+	_Atomic uint64_t requests, errors;
+	_Atomic float lat_ms[LAT_RING];
+};
+
+/* What the registry says about one model, as of generation gen of the store
+ * (tf_store_generation): read once, then used by every request until the store changes, so
+ * resolving a request's version reads no database. */
+struct view {
+	struct view *next;
+	char *model;
+	uint64_t gen;
+	int exists;     /* 0: no such model (remembered too) */
+	int refreshing; /* a request is reading a newer one; the others use this one meanwhile */
+	size_t nversions;
+	int64_t *versions; /* ascending */
+	char **bundles;    /* their bundle keys */
+	size_t naliases;
+	char **aliases; /* alias names and their versions */
+	int64_t *aliased;
+	int64_t canary;     /* the production deployment's canary version, 0: none */
+	double canary_pct;  /* and its share of the traffic */
 };
 
 struct tf_serve {
 	char *home;
 	char *only_model;
 	size_t max_batch;
-	pthread_mutex_t lock; /* the list and every entry's state, refs and times */
+	pthread_mutex_t lock; /* the lists, every entry's state and times, every view */
 	pthread_cond_t loaded;
 	struct entry *list;
 	size_t n;
+	struct view *views; /* most recently read first */
+	size_t nviews;
 };
 
 struct tf_serve *tf_serve_new(const char *home, const char *only_model, size_t max_batch)
@@ -77,6 +103,22 @@ static void entry_free(struct entry *e)
 	free(e);
 }
 
+static void view_free(struct view *m)
+{
+	if (!m)
+		return;
+	for (size_t i = 0; i < m->nversions; i++)
+		free(m->bundles[i]);
+	for (size_t i = 0; i < m->naliases; i++)
+		free(m->aliases[i]);
+	free(m->versions);
+	free(m->bundles);
+	free(m->aliases);
+	free(m->aliased);
+	free(m->model);
+	free(m);
+}
+
 void tf_serve_free(struct tf_serve *sv)
 {
 	if (!sv)
@@ -85,6 +127,10 @@ void tf_serve_free(struct tf_serve *sv)
 		next = e->next;
 		entry_free(e);
 	}
+	for (struct view *m = sv->views, *next; m; m = next) {
+		next = m->next;
+		view_free(m);
+	}
 	pthread_mutex_destroy(&sv->lock);
 	pthread_cond_destroy(&sv->loaded);
 	free(sv->home);
@@ -92,31 +138,29 @@ void tf_serve_free(struct tf_serve *sv)
 	free(sv);
 }
 
-/* Drops one reference; called with the lock held. */
-static void entry_put_locked(struct entry *e)
+/* Drops one reference; the last one frees e. */
+static void entry_put(struct entry *e)
 {
-	if (--e->refs == 0)
+	if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1)
 		entry_free(e);
 }
 
 static void release(struct tf_serve *sv, struct entry *e)
 {
-	if (!e)
-		return;
-	pthread_mutex_lock(&sv->lock);
-	entry_put_locked(e);
-	pthread_mutex_unlock(&sv->lock);
+	(void)sv;
+	if (e)
+		entry_put(e);
 }
 
 /* Counts one answer of e (status) that took since t0 (monotonic). */
 static void record(struct tf_serve *sv, struct entry *e, int status, double t0)
 {
+	(void)sv;
 	float ms = (float)((tf_now_monotonic() - t0) * 1000);
-	pthread_mutex_lock(&sv->lock);
-	e->lat_ms[e->requests % LAT_RING] = ms;
-	e->requests++;
-	e->errors += status != 200;
-	pthread_mutex_unlock(&sv->lock);
+	uint64_t i = atomic_fetch_add_explicit(&e->requests, 1, memory_order_relaxed);
+	atomic_store_explicit(&e->lat_ms[i % LAT_RING], ms, memory_order_relaxed);
+	if (status != 200)
+		atomic_fetch_add_explicit(&e->errors, 1, memory_order_relaxed);
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -128,12 +172,13 @@ static int cmp_float(const void *a, const void *b)
 /* {requests, errors, error_rate, p50_ms, p99_ms} of e (percentiles of the last LAT_RING). */
 static json_t *stats_json(struct tf_serve *sv, struct entry *e)
 {
+	(void)sv;
 	float lat[LAT_RING];
-	pthread_mutex_lock(&sv->lock);
-	uint64_t n = e->requests, errs = e->errors;
+	uint64_t n = atomic_load_explicit(&e->requests, memory_order_relaxed);
+	uint64_t errs = atomic_load_explicit(&e->errors, memory_order_relaxed);
 	size_t k = n < LAT_RING ? (size_t)n : LAT_RING;
-	memcpy(lat, e->lat_ms, k * sizeof(float));
-	pthread_mutex_unlock(&sv->lock);
+	for (size_t i = 0; i < k; i++)
+		lat[i] = atomic_load_explicit(&e->lat_ms[i], memory_order_relaxed);
 	qsort(lat, k, sizeof(float), cmp_float);
 	return json_pack("{s:I, s:I, s:f, s:f, s:f}", "requests", (json_int_t)n, "errors",
 	                 (json_int_t)errs, "error_rate", n ? (double)errs / (double)n : 0.0,
@@ -157,35 +202,180 @@ static void evict_locked(struct tf_serve *sv, const struct entry *keep)
 		sv->n--;
 		tf_info("evicted %s version %lld from the serving cache", e->model,
 		        (long long)e->version);
-		entry_put_locked(e); /* requests holding it keep it alive */
+		entry_put(e); /* requests holding it keep it alive */
 	}
 }
 
-/* Fetches and verifies the bundle of (model, version); outside the lock. */
-static int load_bundle(struct tf_serve *sv, struct tf_store *st, const char *model, int64_t v,
+/* ---- the registry's view ------------------------------------------------------------------ */
+
+/* Reads the view of `model` from the store; NULL when the store cannot be read. */
+static struct view *view_read(struct tf_store *st, const char *model, uint64_t gen)
+{
+	struct view *m = tf_xcalloc(1, sizeof(*m));
+	m->model = tf_xstrdup(model);
+	m->gen = gen;
+	json_t *show = NULL, *dep = NULL;
+	int rc = tf_registry_show(st, model, &show);
+	if (rc == -ENOENT)
+		return m;
+	if (rc) {
+		view_free(m);
+		return NULL;
+	}
+	m->exists = 1;
+	json_t *vs = json_object_get(show, "versions"), *v;
+	size_t i;
+	m->versions = tf_xcalloc(json_array_size(vs) + 1, sizeof(int64_t));
+	m->bundles = tf_xcalloc(json_array_size(vs) + 1, sizeof(char *));
+	json_array_foreach(vs, i, v)
+	{
+		int64_t n = json_integer_value(json_object_get(v, "version"));
+		const char *b = json_string_value(json_object_get(v, "bundle"));
+		size_t at = m->nversions++;
+		while (at && m->versions[at - 1] > n) { /* ascending, whatever the listing's order */
+			m->versions[at] = m->versions[at - 1];
+			m->bundles[at] = m->bundles[at - 1];
+			at--;
+		}
+		m->versions[at] = n;
+		m->bundles[at] = tf_xstrdup(b ? b : "");
+	}
+	json_t *as = json_object_get(show, "aliases");
+	m->aliases = tf_xcalloc(json_object_size(as) + 1, sizeof(char *));
+	m->aliased = tf_xcalloc(json_object_size(as) + 1, sizeof(int64_t));
+	const char *k;
+	json_object_foreach(as, k, v)
+	{
+		m->aliases[m->naliases] = tf_xstrdup(k);
+		m->aliased[m->naliases++] = json_integer_value(v);
+	}
+	json_decref(show);
+	rc = tf_registry_deployment(st, model, "production", &dep);
+	if (rc && rc != -ENOENT) {
+		view_free(m);
+		return NULL;
+	}
+	const json_t *cv = json_object_get(dep, "canary_version");
+	if (json_is_integer(cv)) {
+		m->canary = json_integer_value(cv);
+		m->canary_pct = json_number_value(json_object_get(dep, "canary_percent"));
+	}
+	json_decref(dep);
+	return m;
+}
+
+static struct view **view_find_locked(struct tf_serve *sv, const char *model)
+{
+	struct view **pm = &sv->views;
+	while (*pm && strcmp((*pm)->model, model))
+		pm = &(*pm)->next;
+	return pm;
+}
+
+/* The view of `model`, called and returning with sv->lock held: read again first when the
+ * store has changed since it was read (one request reads; the others meanwhile use the view
+ * they have). The store is st, else the request's (taken only then). NULL when the model
+ * was never read and the store cannot be read now. */
+static struct view *view_locked(struct tf_serve *sv, struct tf_store *st, struct tf_web_req *rq,
+                                const char *model)
+{
+	uint64_t gen = tf_store_generation();
+	struct view *m = *view_find_locked(sv, model);
+	if (m && (m->gen == gen || m->refreshing))
+		return m;
+	if (m)
+		m->refreshing = 1;
+	pthread_mutex_unlock(&sv->lock);
+	if (!st && rq)
+		st = tf_web_store(rq);
+	struct view *fresh = st ? view_read(st, model, gen) : NULL;
+	pthread_mutex_lock(&sv->lock);
+	struct view **pm = view_find_locked(sv, model);
+	if (!fresh) {
+		if (*pm)
+			(*pm)->refreshing = 0;
+		return *pm;
+	}
+	if (*pm) { /* replaced in place: a view is only read under the lock */
+		struct view *old = *pm;
+		fresh->next = old->next;
+		*pm = fresh;
+		view_free(old);
+		return fresh;
+	}
+	fresh->next = sv->views;
+	sv->views = fresh;
+	if (++sv->nviews > MAX_VIEWS) { /* the least recently read goes */
+		struct view **last = &sv->views;
+		while ((*last)->next)
+			last = &(*last)->next;
+		view_free(*last);
+		*last = NULL;
+		sv->nviews--;
+	}
+	return fresh;
+}
+
+/* The index of version v in m, or -1. */
+static ssize_t view_version(const struct view *m, int64_t v)
+{
+	size_t lo = 0, hi = m->nversions;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (m->versions[mid] == v)
+			return (ssize_t)mid;
+		if (m->versions[mid] < v)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
+
+/* The version `alias` points at, or 0. */
+static int64_t view_alias(const struct view *m, const char *alias)
+{
+	for (size_t i = 0; i < m->naliases; i++)
+		if (!strcmp(m->aliases[i], alias))
+			return m->aliased[i];
+	return 0;
+}
+
+/* The distinct versions aliases point at, ascending, into out[cap]; how many. */
+static size_t view_aliased(const struct view *m, int64_t *out, size_t cap)
+{
+	size_t n = 0;
+	for (size_t a = 0; a < m->naliases; a++) {
+		int64_t v = m->aliased[a];
+		size_t i = 0;
+		while (i < n && out[i] < v)
+			i++;
+		if ((i < n && out[i] == v) || n == cap)
+			continue;
+		memmove(out + i + 1, out + i, (n - i) * sizeof(*out));
+		out[i] = v;
+		n++;
+	}
+	return n;
+}
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+/* Fetches and verifies the bundle of (model, version) under key; outside the lock. */
+static int load_bundle(struct tf_serve *sv, const char *model, int64_t v, const char *key,
                        struct tf_bundle **out, char *err, size_t errlen)
 {
-	json_t *ver = NULL;
-	int rc = tf_registry_version(st, model, v, &ver);
-	if (rc) {
-		tf_errf(err, errlen, "the registry has no version %lld of model '%s'", (long long)v,
-		        model);
-		return rc;
-	}
-	const char *key = json_string_value(json_object_get(ver, "bundle"));
 	if (!key || !*key) {
 		tf_errf(err, errlen, "version %lld of model '%s' has no bundle", (long long)v,
 		        model);
-		json_decref(ver);
 		return -ENOENT;
 	}
 	size_t kl = strlen(key);
 	char *prefix = tf_xasprintf("%s%s", key, key[kl - 1] == '/' ? "" : "/");
-	json_decref(ver);
 	char *url = tf_objstore_home_url(sv->home);
 	struct tf_objstore *os = NULL;
 	char why[512];
-	rc = tf_objstore_open(url, &os, why, sizeof(why));
+	int rc = tf_objstore_open(url, &os, why, sizeof(why));
 	if (!rc)
 		rc = tf_bundle_load(os, prefix, out, why, sizeof(why));
 	if (rc)
@@ -196,24 +386,31 @@ static int load_bundle(struct tf_serve *sv, struct tf_store *st, const char *mod
 	return rc;
 }
 
-/* The loaded entry of (model, version), held for the caller (release it), loading it on first
- * use. -ENOENT when the version cannot be loaded (reason in err), -EAGAIN when another
- * request has been loading it for too long. */
-static int acquire(struct tf_serve *sv, struct tf_store *st, const char *model, int64_t v,
-                   struct entry **out, char *err, size_t errlen)
+/* The entry of (model, version), held for the caller (release it), loading its bundle (key)
+ * on first use; called with sv->lock held, returns with it released. -ENOENT when the
+ * version cannot be loaded (reason in err), -EAGAIN when another request has been loading
+ * it for too long. */
+static int acquire_locked(struct tf_serve *sv, const char *model, int64_t v, const char *key,
+                          struct entry **out, char *err, size_t errlen)
 {
 	double now = tf_now_monotonic();
-	pthread_mutex_lock(&sv->lock);
 	struct entry *e = sv->list;
 	while (e && (e->version != v || strcmp(e->model, model)))
 		e = e->next;
+	if (e && e->state == V_AVAILABLE) { /* the common case */
+		atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+		e->used_at = now;
+		pthread_mutex_unlock(&sv->lock);
+		*out = e;
+		return 0;
+	}
 	int load = 0;
 	if (!e) {
 		e = tf_xcalloc(1, sizeof(*e));
 		e->model = tf_xstrdup(model);
 		e->version = v;
 		e->state = V_LOADING;
-		e->refs = 1;
+		atomic_init(&e->refs, 1);
 		e->next = sv->list;
 		sv->list = e;
 		sv->n++;
@@ -222,13 +419,15 @@ static int acquire(struct tf_serve *sv, struct tf_store *st, const char *model, 
 		e->state = V_LOADING;
 		load = 1;
 	}
-	e->refs++;
+	atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
 	e->used_at = now;
 	if (load) {
+		char *k = tf_xstrdup(key ? key : "");
 		pthread_mutex_unlock(&sv->lock);
 		struct tf_bundle *b = NULL;
 		char why[sizeof(e->reason)];
-		int rc = load_bundle(sv, st, model, v, &b, why, sizeof(why));
+		int rc = load_bundle(sv, model, v, k, &b, why, sizeof(why));
+		free(k);
 		pthread_mutex_lock(&sv->lock);
 		if (rc) {
 			e->state = V_UNAVAILABLE;
@@ -261,12 +460,20 @@ static int acquire(struct tf_serve *sv, struct tf_store *st, const char *model, 
 		        model, e->reason);
 		rc = -ENOENT;
 	}
+	pthread_mutex_unlock(&sv->lock);
 	if (rc)
-		entry_put_locked(e);
+		entry_put(e);
 	else
 		*out = e;
-	pthread_mutex_unlock(&sv->lock);
 	return rc;
+}
+
+/* acquire_locked for a version of the view m (lock held, released on return). */
+static int acquire_in(struct tf_serve *sv, const struct view *m, int64_t v, struct entry **out,
+                      char *err, size_t errlen)
+{
+	ssize_t i = view_version(m, v);
+	return acquire_locked(sv, m->model, v, i < 0 ? NULL : m->bundles[i], out, err, errlen);
 }
 
 /* ---- answers ---------------------------------------------------------------------------- */
@@ -331,21 +538,27 @@ static void put_string(FILE *f, const char *s)
 
 /* ---- which version ---------------------------------------------------------------------- */
 
-/* 0 when this server serves `name`; else a 404 in rs. */
-static int model_known(struct tf_web_req *rq, struct tf_web_resp *rs, const char *name)
+/* The view of the request's model `name` with sv->lock held, when this server serves it and
+ * the registry has it; else NULL with the lock released and the error in rs. */
+static struct view *model_view(struct tf_web_req *rq, struct tf_web_resp *rs, const char *name)
 {
 	struct tf_serve *sv = tf_web_serving(rq->srv);
-	int64_t latest;
 	if (sv->only_model && strcmp(name, sv->only_model)) {
 		serving_error(rs, 404, "Servable not found: this server serves model '%s' only",
 		              sv->only_model);
-		return -ENOENT;
+		return NULL;
 	}
-	if (tf_registry_resolve(rq->st, name, "latest", &latest)) {
+	pthread_mutex_lock(&sv->lock);
+	struct view *m = view_locked(sv, NULL, rq, name);
+	if (m && m->exists)
+		return m;
+	pthread_mutex_unlock(&sv->lock);
+	if (!m)
+		serving_error(rs, 503, "cannot read the registry: the state database cannot be "
+		                       "opened");
+	else
 		serving_error(rs, 404, "Servable not found: no model '%s' in the registry", name);
-		return -ENOENT;
-	}
-	return 0;
+	return NULL;
 }
 
 /* A uniform number in [0, 100) from the request key (X-Request-Key: the same key, the same
@@ -372,48 +585,38 @@ static double traffic_point(struct tf_web_req *rq)
 	return (double)(h >> 11) * 0x1.0p-53 * 100;
 }
 
-/* The bare model path: the production deployment's canary takes its share of requests. */
-static void canary_pick(struct tf_web_req *rq, const char *model, int64_t *v)
-{
-	json_t *dep = NULL;
-	if (tf_registry_deployment(rq->st, model, "production", &dep))
-		return;
-	const json_t *cv = json_object_get(dep, "canary_version");
-	double pct = json_number_value(json_object_get(dep, "canary_percent"));
-	if (json_is_integer(cv) && pct > 0 && traffic_point(rq) < pct)
-		*v = json_integer_value(cv);
-	json_decref(dep);
-}
-
-/* Resolves the request's model and version: {version}, {label}, or the production alias.
- * On failure the error is in rs. */
-static int resolve(struct tf_web_req *rq, struct tf_web_resp *rs, const char **model, int64_t *v)
+/* The request's entry: {version}, {label}, or the production alias (with the production
+ * deployment's canary taking its share), held for the caller (release it). On failure the
+ * error is in rs. */
+static struct entry *serve_entry(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	const char *name = tf_web_param(rq, "name");
 	const char *ver = tf_web_param(rq, "version"), *label = tf_web_param(rq, "label");
-	*model = name;
-	if (model_known(rq, rs, name))
-		return -ENOENT;
+	long long n = 0;
 	if (ver) {
 		char *end;
 		errno = 0;
-		long long n = strtoll(ver, &end, 10);
+		n = strtoll(ver, &end, 10);
 		if (errno || *end || end == ver || n < 1) {
 			serving_error(rs, 400, "version '%s': want a positive integer", ver);
-			return -EINVAL;
+			return NULL;
 		}
-		json_t *j = NULL;
-		if (tf_registry_version(rq->st, name, n, &j)) {
+	}
+	struct tf_serve *sv = tf_web_serving(rq->srv);
+	struct view *m = model_view(rq, rs, name);
+	if (!m)
+		return NULL;
+	int64_t v = n;
+	if (ver) {
+		if (view_version(m, v) < 0) {
+			pthread_mutex_unlock(&sv->lock);
 			serving_error(rs, 404, "Servable not found: model '%s' has no version %lld",
 			              name, n);
-			return -ENOENT;
+			return NULL;
 		}
-		json_decref(j);
-		*v = n;
-		return 0;
-	}
-	const char *alias = label ? label : "production";
-	if (tf_registry_resolve(rq->st, name, alias, v) || (label && !strcmp(label, "latest"))) {
+	} else if (!(v = label && !strcmp(label, "latest") ? 0
+	                 : view_alias(m, label ? label : "production"))) {
+		pthread_mutex_unlock(&sv->lock);
 		if (label)
 			serving_error(rs, 404, "Servable not found: model '%s' has no label '%s'",
 			              name, label);
@@ -423,23 +626,13 @@ static int resolve(struct tf_web_req *rq, struct tf_web_resp *rs, const char **m
 			    "Servable not found: model '%s' has no 'production' alias (deploy "
 			    "a version, or call /versions/{v} or /labels/{label})",
 			    name);
-		return -ENOENT;
-	}
-	if (!label)
-		canary_pick(rq, name, v);
-	return 0;
-}
-
-/* resolve + acquire; on failure the error is in rs. */
-static struct entry *serve_entry(struct tf_web_req *rq, struct tf_web_resp *rs)
-{
-	const char *model;
-	int64_t v;
-	if (resolve(rq, rs, &model, &v))
 		return NULL;
+	} else if (!label && m->canary && m->canary_pct > 0 && traffic_point(rq) < m->canary_pct) {
+		v = m->canary;
+	}
 	struct entry *e = NULL;
 	char err[1024];
-	int rc = acquire(tf_web_serving(rq->srv), rq->st, model, v, &e, err, sizeof(err));
+	int rc = acquire_in(sv, m, v, &e, err, sizeof(err));
 	if (rc)
 		serving_error(rs, rc == -EAGAIN ? 503 : 404, "%s", err);
 	return e;
@@ -781,57 +974,58 @@ void tf_serve_h_predict(struct tf_web_req *rq, struct tf_web_resp *rs)
 	release(tf_web_serving(rq->srv), e);
 }
 
-/* The versions an alias of `model` points at (a JSON array of integers, sorted, distinct). */
-static json_t *aliased_versions(struct tf_store *st, const char *model)
+#define MAX_ALIASED 64 /* versions listed by the status routes */
+
+/* The distinct versions the aliases of `model` point at, ascending, into out[MAX_ALIASED]:
+ * how many, or -ENOENT for a model the registry does not have (or cannot be read). */
+static int aliased_versions(struct tf_serve *sv, struct tf_store *st, struct tf_web_req *rq,
+                            const char *model, int64_t out[MAX_ALIASED])
 {
-	json_t *show = NULL, *out = json_array();
-	if (tf_registry_show(st, model, &show))
-		return out;
-	const char *k;
-	json_t *v;
-	json_object_foreach(json_object_get(show, "aliases"), k, v)
-	{
-		int64_t n = json_integer_value(v);
-		size_t i;
-		for (i = 0; i < json_array_size(out); i++)
-			if (json_integer_value(json_array_get(out, i)) >= n)
-				break;
-		if (i == json_array_size(out) || json_integer_value(json_array_get(out, i)) != n)
-			json_array_insert_new(out, i, json_integer(n));
-	}
-	json_decref(show);
-	return out;
+	pthread_mutex_lock(&sv->lock);
+	struct view *m = view_locked(sv, st, rq, model);
+	int n = m && m->exists ? (int)view_aliased(m, out, MAX_ALIASED) : -ENOENT;
+	pthread_mutex_unlock(&sv->lock);
+	return n;
 }
 
-/* State and reason of (model, version), loading it when needed. */
-static enum vstate version_state(struct tf_serve *sv, struct tf_store *st, const char *model,
-                                 int64_t v, char *why, size_t whylen)
+/* State and reason of (model, version), loading it when needed; with e, the entry is held
+ * for the caller when AVAILABLE. */
+static enum vstate version_state(struct tf_serve *sv, struct tf_store *st, struct tf_web_req *rq,
+                                 const char *model, int64_t v, struct entry **e, char *why,
+                                 size_t whylen)
 {
-	struct entry *e = NULL;
-	int rc = acquire(sv, st, model, v, &e, why, whylen);
-	release(sv, e);
+	struct entry *got = NULL;
+	pthread_mutex_lock(&sv->lock);
+	struct view *m = view_locked(sv, st, rq, model);
+	int rc;
+	if (m && m->exists) {
+		rc = acquire_in(sv, m, v, &got, why, whylen);
+	} else {
+		pthread_mutex_unlock(&sv->lock);
+		tf_errf(why, whylen, "model '%s' is not in the registry", model);
+		rc = -ENOENT;
+	}
+	if (e)
+		*e = got;
+	else
+		release(sv, got);
 	return rc == -EAGAIN ? V_LOADING : rc ? V_UNAVAILABLE : V_AVAILABLE;
 }
 
 int tf_serve_warm(struct tf_serve *sv, struct tf_store *st, const char *model, char *err,
                   size_t errlen)
 {
-	int64_t latest;
-	if (tf_registry_resolve(st, model, "latest", &latest)) {
+	int64_t vs[MAX_ALIASED];
+	int n = aliased_versions(sv, st, NULL, model, vs), ok = 0;
+	if (n < 0) {
 		tf_errf(err, errlen, "no model '%s' in the registry", model);
 		return -ENOENT;
 	}
-	json_t *vs = aliased_versions(st, model);
-	int ok = 0;
-	size_t i;
-	json_t *v;
-	json_array_foreach(vs, i, v)
-	{
+	for (int i = 0; i < n; i++) {
 		char why[1024];
-		ok += version_state(sv, st, model, json_integer_value(v), why, sizeof(why)) ==
+		ok += version_state(sv, st, NULL, model, vs[i], NULL, why, sizeof(why)) ==
 		      V_AVAILABLE;
 	}
-	json_decref(vs);
 	return ok;
 }
 
@@ -839,18 +1033,17 @@ void tf_serve_h_status(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	struct tf_serve *sv = tf_web_serving(rq->srv);
 	const char *model = tf_web_param(rq, "name");
-	if (model_known(rq, rs, model))
+	if (!model_view(rq, rs, model))
 		return;
-	json_t *vs = aliased_versions(rq->st, model), *list = json_array();
-	size_t i;
-	json_t *v;
-	json_array_foreach(vs, i, v)
-	{
+	pthread_mutex_unlock(&sv->lock);
+	int64_t vs[MAX_ALIASED];
+	int nv = aliased_versions(sv, NULL, rq, model, vs);
+	json_t *list = json_array();
+	for (int i = 0; i < nv; i++) {
 		char why[1024] = "";
-		int64_t n = json_integer_value(v);
+		int64_t n = vs[i];
 		struct entry *e = NULL;
-		int rc = acquire(sv, rq->st, model, n, &e, why, sizeof(why));
-		enum vstate st = rc == -EAGAIN ? V_LOADING : rc ? V_UNAVAILABLE : V_AVAILABLE;
+		enum vstate st = version_state(sv, NULL, rq, model, n, &e, why, sizeof(why));
 		char num[24];
 		snprintf(num, sizeof(num), "%lld", (long long)n);
 		json_t *one = json_pack("{s:s, s:s, s:{s:s, s:s}}", "version", num, "state",
@@ -864,7 +1057,6 @@ void tf_serve_h_status(struct tf_web_req *rq, struct tf_web_resp *rs)
 		release(sv, e);
 		json_array_append_new(list, one);
 	}
-	json_decref(vs);
 	tf_web_json(rs, 200, json_pack("{s:o}", "model_version_status", list));
 }
 
@@ -914,10 +1106,15 @@ void tf_serve_h_ready(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	struct tf_serve *sv = tf_web_serving(rq->srv);
 	if (sv->only_model) { /* a serving host is ready when its production version is */
-		int64_t v;
+		int64_t v = 0;
 		char why[1024] = "no 'production' alias";
-		if (tf_registry_resolve(rq->st, sv->only_model, "production", &v) ||
-		    version_state(sv, rq->st, sv->only_model, v, why, sizeof(why)) != V_AVAILABLE) {
+		pthread_mutex_lock(&sv->lock);
+		struct view *m = view_locked(sv, NULL, rq, sv->only_model);
+		if (m && m->exists)
+			v = view_alias(m, "production");
+		pthread_mutex_unlock(&sv->lock);
+		if (!v || version_state(sv, NULL, rq, sv->only_model, v, NULL, why, sizeof(why)) !=
+		              V_AVAILABLE) {
 			serving_error(rs, 503, "model '%s' is not ready: %s", sv->only_model, why);
 			return;
 		}
@@ -936,16 +1133,14 @@ void tf_serve_h_v2_model(struct tf_web_req *rq, struct tf_web_resp *rs)
 	if (!e)
 		return;
 	const struct tf_bundle *b = e->b;
-	json_t *vs = aliased_versions(rq->st, e->model), *names = json_array();
-	size_t i;
-	json_t *v;
-	json_array_foreach(vs, i, v)
-	{
+	int64_t vs[MAX_ALIASED];
+	int nv = aliased_versions(tf_web_serving(rq->srv), NULL, rq, e->model, vs);
+	json_t *names = json_array();
+	for (int i = 0; i < nv; i++) {
 		char num[24];
-		snprintf(num, sizeof(num), "%lld", (long long)json_integer_value(v));
+		snprintf(num, sizeof(num), "%lld", (long long)vs[i]);
 		json_array_append_new(names, json_string(num));
 	}
-	json_decref(vs);
 	tf_web_json(rs, 200,
 	            json_pack("{s:s, s:o, s:s, s:[{s:s, s:s, s:[i,I]}], s:[{s:s, s:s, s:[i,I]}]}",
 	                      "name", e->model, "versions", names, "platform", "tpuflow-mlp",

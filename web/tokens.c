@@ -1,6 +1,7 @@
 /* tokens.c — owns the api_tokens table: creating tokens from OpenSSL's random generator,
- * storing only their SHA-256, verifying a presented token in constant time, revocation and
- * the last-used time. */
+ * storing only their SHA-256, verifying a presented token in constant time (and the cache of
+ * recently verified ones, so a busy client costs no hashing or database read per request),
+ * revocation and the last-used time. */
 #include "web/tokens.h"
 #include "common/common.h"
 #include "orchestrator/digest.h"
@@ -52,15 +53,13 @@ int tf_token_create(struct tf_store *st, const char *name, enum tf_scope scope, 
 	return -EEXIST;
 }
 
-int tf_token_verify(struct tf_store *st, const char *token, double now, int64_t *id,
-                    enum tf_scope *scope)
+/* tf_token_verify with the expiry (0: none) of a valid token in *expires_at. */
+static int verify(struct tf_store *st, const char *token, const char hex[65], double now,
+                  int64_t *id, enum tf_scope *scope, double *expires_at)
 {
-	if (!token || strlen(token) != TF_TOKEN_LEN || strncmp(token, "tpf_", 4))
-		return -EACCES;
-	char prefix[PREFIX_LEN + 1], hex[65];
+	char prefix[PREFIX_LEN + 1];
 	memcpy(prefix, token, PREFIX_LEN);
 	prefix[PREFIX_LEN] = 0;
-	token_hash(token, hex);
 	struct tf_stmt *s = tf_store_query(
 	    st, "SELECT id, hash, scope, expires_at, revoked_at FROM api_tokens WHERE prefix=?", "t",
 	    prefix);
@@ -82,10 +81,88 @@ int tf_token_verify(struct tf_store *st, const char *token, double now, int64_t 
 		rc = -EACCES;
 	else {
 		*id = tf_stmt_int(s, 0);
+		*expires_at = tf_stmt_is_null(s, 3) ? 0 : tf_stmt_double(s, 3);
 		rc = 0;
 	}
 	tf_stmt_done(s);
 	return rc;
+}
+
+static int well_formed(const char *token)
+{
+	return token && strlen(token) == TF_TOKEN_LEN && !strncmp(token, "tpf_", 4);
+}
+
+int tf_token_verify(struct tf_store *st, const char *token, double now, int64_t *id,
+                    enum tf_scope *scope)
+{
+	if (!well_formed(token))
+		return -EACCES;
+	char hex[65];
+	double exp;
+	token_hash(token, hex);
+	return verify(st, token, hex, now, id, scope, &exp);
+}
+
+void tf_token_cache_init(struct tf_token_cache *c)
+{
+	memset(c, 0, sizeof(*c));
+	pthread_mutex_init(&c->lock, NULL);
+}
+
+void tf_token_cache_release(struct tf_token_cache *c)
+{
+	pthread_mutex_destroy(&c->lock);
+	OPENSSL_cleanse(c->e, sizeof(c->e));
+}
+
+int tf_token_verify_cached(struct tf_token_cache *c, const char *token, double now,
+                           struct tf_store *(*get_store)(void *ctx), void *ctx, int64_t *id,
+                           enum tf_scope *scope)
+{
+	if (!well_formed(token))
+		return -EACCES;
+	uint64_t gen = tf_store_generation();
+	int rc = -ENOENT;
+	pthread_mutex_lock(&c->lock);
+	for (unsigned i = 0; i < TF_TOKEN_CACHE; i++)
+		if (c->e[i].gen == gen && !memcmp(c->e[i].token, token, PREFIX_LEN) &&
+		    CRYPTO_memcmp(c->e[i].token, token, TF_TOKEN_LEN) == 0) {
+			if (c->e[i].expires_at && c->e[i].expires_at <= now) {
+				rc = -EKEYEXPIRED;
+			} else {
+				*id = c->e[i].id;
+				*scope = c->e[i].scope;
+				rc = 0;
+			}
+			break;
+		}
+	pthread_mutex_unlock(&c->lock);
+	if (rc != -ENOENT)
+		return rc;
+	struct tf_store *st = get_store(ctx);
+	if (!st)
+		return -EIO;
+	char hex[65];
+	double exp = 0;
+	token_hash(token, hex);
+	rc = verify(st, token, hex, now, id, scope, &exp);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&c->lock);
+	unsigned slot = c->next++ % TF_TOKEN_CACHE;
+	for (unsigned i = 0; i < TF_TOKEN_CACHE; i++)
+		if (!memcmp(c->e[i].token, token, PREFIX_LEN)) {
+			slot = i; /* the same token read again after a change */
+			break;
+		}
+	memcpy(c->e[slot].token, token, TF_TOKEN_LEN + 1);
+	c->e[slot].id = *id;
+	c->e[slot].scope = *scope;
+	c->e[slot].expires_at = exp;
+	c->e[slot].gen = gen;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
 }
 
 int tf_token_touch(struct tf_store *st, int64_t id, double now)

@@ -11,6 +11,7 @@
 #include "web/api.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #define TF_TOKEN_LEN 68 /* "tpf_" + 64 hex digits */
@@ -25,6 +26,30 @@ int tf_token_create(struct tf_store *st, const char *name, enum tf_scope scope, 
  * time. */
 int tf_token_verify(struct tf_store *st, const char *token, double now, int64_t *id,
                     enum tf_scope *scope);
+
+/* Tokens verified recently, in this process's memory only: a request whose token is here is
+ * let in without hashing it or reading the database while the store's change generation
+ * stays put (revoking a token is a commit, so it moves it; expiry is checked on every use).
+ * Found by the token's display prefix, then compared whole in constant time. */
+#define TF_TOKEN_CACHE 64
+struct tf_token_cache {
+	pthread_mutex_t lock;
+	struct {
+		char token[TF_TOKEN_LEN + 1]; /* "" for a free slot */
+		int64_t id;
+		enum tf_scope scope;
+		double expires_at;  /* wall seconds, 0: never */
+		uint64_t gen;       /* tf_store_generation() before it was read */
+	} e[TF_TOKEN_CACHE];
+	unsigned next; /* the slot the next new token takes */
+};
+void tf_token_cache_init(struct tf_token_cache *c);
+void tf_token_cache_release(struct tf_token_cache *c);
+/* tf_token_verify through the cache: the store comes from get_store(ctx) only on a miss
+ * (NULL from it: -EIO). */
+int tf_token_verify_cached(struct tf_token_cache *c, const char *token, double now,
+                           struct tf_store *(*get_store)(void *ctx), void *ctx, int64_t *id,
+                           enum tf_scope *scope);
 
 /* Records a use (last_used_at). */
 int tf_token_touch(struct tf_store *st, int64_t id, double now);
