@@ -178,6 +178,8 @@ install: $(BUILD)/tpuflow
 	install -D -m 0755 $(BUILD)/tpuflow $(DESTDIR)$(PREFIX)/bin/tpuflow
 	install -d $(DESTDIR)$(PREFIX)/share/tpuflow/pipelines
 	install -m 0644 pipelines/*.yaml $(DESTDIR)$(PREFIX)/share/tpuflow/pipelines/
+	install -d $(DESTDIR)$(PREFIX)/share/tpuflow/pipelines/data
+	install -m 0644 pipelines/data/*.csv $(DESTDIR)$(PREFIX)/share/tpuflow/pipelines/data/
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -140,6 +140,7 @@ enum tf_fail_class tf_exec_classify_return(int rc, enum tf_fail_class requested)
 	case -ECONNREFUSED:
 	case -EHOSTUNREACH:
 	case -ENOSPC:
+	case -EDQUOT:
 	case -EIO:
 		return TF_FAIL_INFRA;
 	case -ECANCELED:

@@ -39,6 +39,7 @@
 #include "accel/tpu.h"
 #include "orchestrator/broker.h"
 #include "orchestrator/slices.h"
+#include "orchestrator/logsync.h"
 
 #define TF_LOG_TAG "engine"
 #include "common/common.h"
@@ -1707,6 +1708,9 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 	view_update(e);
 	rc = drive(e, &cache_hits);
 	stop_threads(e);
+	/* logs the store refused during this run or an earlier one, now that it may be back */
+	if (rc == 0 && !e->lost_owner)
+		rc = tf_logs_upload_pending(e->db, e->storage_url, e->home, e->run_id, NULL, NULL);
 	if (rc) {
 		snprintf(err, errlen, "run '%s': %s", e->run_id, tf_store_errmsg(e->db));
 		return rc;
@@ -1775,9 +1779,9 @@ static char *default_storage(const struct tf_engine_opts *o, const struct tf_pip
                              const char *home)
 {
 	if (o->storage && *o->storage)
-		return tf_xstrdup(o->storage);
+		return tf_objstore_url_absolute(o->storage);
 	if (p->storage && *p->storage)
-		return tf_xstrdup(p->storage);
+		return tf_objstore_url_absolute(p->storage);
 	char *abs = realpath(home, NULL);
 	char *url = tf_xasprintf("file://%s/objects", abs ? abs : home);
 	free(abs);

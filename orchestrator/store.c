@@ -125,12 +125,47 @@ static int map_rc(int rc)
 	}
 }
 
+/* What the user can do about a failure whose cause is the machine rather than tpuflow: a
+ * full disk (SQLite reports most ENOSPC as "disk I/O error"), a read-only home, a damaged
+ * file. Sets the message and returns the code, or returns 0 when there is nothing to add. */
+static int explain(struct tf_store *st, int rc)
+{
+	int sys = st->db ? sqlite3_system_errno(st->db) : 0;
+	if ((rc & 0xff) == SQLITE_FULL || sys == ENOSPC || sys == EDQUOT) {
+		snprintf(st->errmsg, sizeof(st->errmsg),
+		         "database '%s': the disk is full (%s): free space on the file system "
+		         "that holds the state home, or use another --home",
+		         st->path, strerror(sys == EDQUOT ? EDQUOT : ENOSPC));
+		return -ENOSPC;
+	}
+	if ((rc & 0xff) == SQLITE_READONLY || sys == EROFS ||
+	    ((rc & 0xff) == SQLITE_CANTOPEN && (sys == EACCES || sys == EPERM))) {
+		snprintf(st->errmsg, sizeof(st->errmsg),
+		         "database '%s' cannot be written (%s): the state home must be writable "
+		         "(check its permissions and mount, or use another --home)",
+		         st->path, sys ? strerror(sys) : "read-only");
+		return -EACCES;
+	}
+	if ((rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB) {
+		snprintf(st->errmsg, sizeof(st->errmsg),
+		         "database '%s' is damaged or not a tpuflow database (%s): restore it "
+		         "from a copy, or move it away and use a new --home",
+		         st->path, sqlite3_errstr(rc));
+		return -EBADMSG;
+	}
+	return 0;
+}
+
 static int fail(struct tf_store *st, int rc, const char *what)
 {
-	snprintf(st->errmsg, sizeof(st->errmsg), "database '%s': %s: %s", st->path, what,
-	         st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+	int code = explain(st, rc);
+	if (!code) {
+		snprintf(st->errmsg, sizeof(st->errmsg), "database '%s': %s: %s", st->path, what,
+		         st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+		code = map_rc(rc);
+	}
 	tf_debug("%s", st->errmsg);
-	return map_rc(rc);
+	return code;
 }
 
 int tf_store_latest_version(void)
@@ -160,10 +195,14 @@ int tf_store_exec(struct tf_store *st, const char *sql)
 	char *msg = NULL;
 	int rc = sqlite3_exec(st->db, sql, NULL, NULL, &msg);
 	if (rc != SQLITE_OK) {
-		snprintf(st->errmsg, sizeof(st->errmsg), "database '%s': %s", st->path,
-		         msg ? msg : sqlite3_errstr(rc));
+		int code = explain(st, rc);
+		if (!code) {
+			snprintf(st->errmsg, sizeof(st->errmsg), "database '%s': %s", st->path,
+			         msg ? msg : sqlite3_errstr(rc));
+			code = map_rc(rc);
+		}
 		sqlite3_free(msg);
-		return map_rc(rc);
+		return code;
 	}
 	return 0;
 }

@@ -128,6 +128,17 @@ char *tf_objstore_home_url(const char *home)
 	return tf_xasprintf("file://%s/%s/objects", cwd, home);
 }
 
+char *tf_objstore_url_absolute(const char *url)
+{
+	const char *path = !strncmp(url, "file://", 7) ? url + 7 : strstr(url, "://") ? NULL : url;
+	char cwd[4096];
+	if (!path || path[0] == '/' || !getcwd(cwd, sizeof cwd))
+		return tf_xstrdup(url);
+	while (path[0] == '.' && path[1] == '/')
+		path += 2;
+	return tf_xasprintf("file://%s/%s", cwd, path);
+}
+
 const char *tf_objstore_url(const struct tf_objstore *s)
 {
 	return s->url ? s->url : "";
@@ -148,6 +159,8 @@ int tf_objstore_retryable(int rc)
 	case -EHOSTUNREACH:
 	case -ENETUNREACH:
 	case -EIO:
+	case -ENOSPC: /* file://: a full disk is freed, like a server that comes back */
+	case -EDQUOT:
 		return 1;
 	default:
 		return 0;

@@ -21,7 +21,8 @@
  *   -EINVAL    bad key or URL; -ENOTSUP: an operation the backend cannot do
  *   -ELOOP     file://: the key passes through a symbolic link below the root (refused)
  *   -ENOSPC    file://: the disk is full (-EDQUOT: over quota)
- * tf_objstore_retryable(rc) tells transient codes apart from permanent ones.
+ * tf_objstore_retryable(rc) tells transient codes apart from permanent ones (a full disk is
+ * transient: steps that fail on it are infrastructure failures, retried by `on: [infra]`).
  *
  * Threads: one handle is used by one thread at a time (it keeps the last error and a
  * connection cache); open one handle per thread. The s3 backend uses its own worker threads
@@ -102,6 +103,11 @@ void tf_objstore_free(struct tf_objstore *s);
 /* The store of a state home: $TPUFLOW_STORE when set (e.g. "s3://bucket/tpuflow"), else
  * "file://HOME/objects" (HOME made absolute). Returns a new string the caller frees. */
 char *tf_objstore_home_url(const char *home);
+
+/* url with a relative file:// path (or a bare relative path) made absolute against the
+ * current directory, so a URL recorded with a run means the same store from anywhere; other
+ * URLs are copied as they are. Returns a new string the caller frees. */
+char *tf_objstore_url_absolute(const char *url);
 
 /* The URL the store was opened with, normalised ("file:///abs/dir", "s3://bucket/prefix"). */
 const char *tf_objstore_url(const struct tf_objstore *s);

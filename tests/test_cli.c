@@ -113,11 +113,47 @@ static void test_cli_logs_with_invalid_utf8_are_shown(void **state)
 	}
 }
 
+/* A relative store URL (in the pipeline or --storage) is recorded absolute, so the run's logs
+ * and a resume from another directory find the same store. */
+static void test_cli_relative_storage_recorded_absolute(void **state)
+{
+	(void)state;
+	FILE *f = fopen("rel.yaml", "w");
+	assert_non_null(f);
+	fputs("name: rel\nstorage: file://relstore\nsteps:\n"
+	      "  - {name: s, type: shell, with: {argv: [/bin/sh, -c, 'echo hi']}}\n",
+	      f);
+	fclose(f);
+	char cwd[4096];
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	static const struct {
+		const char *args[6];
+		const char *dir;
+	} cases[] = {
+	    {{"run", "rel.yaml", "--plain", NULL}, "relstore"},
+	    {{"run", "rel.yaml", "--plain", "--storage", "./other", NULL}, "other"},
+	};
+	for (size_t i = 0; i < TF_ARRAY_LEN(cases); i++) {
+		char *err = NULL;
+		assert_int_equal(tf_test_cli(cases[i].args, NULL, &err), 0);
+		free(err);
+		static const char *const show[] = {"runs", "show", "latest", "--json", NULL};
+		assert_int_equal(tf_test_cli(show, NULL, NULL), 0);
+		json_t *doc = tf_test_load_json("out.txt");
+		assert_non_null(doc);
+		char *want = tf_xasprintf("file://%s/%s", cwd, cases[i].dir);
+		assert_string_equal(json_string_value(json_object_get(doc, "storage")), want);
+		free(want);
+		json_decref(doc);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_cli_numeric_options_refuse_junk_and_overflow),
 	    cmocka_unit_test(test_cli_logs_with_invalid_utf8_are_shown),
+	    cmocka_unit_test(test_cli_relative_storage_recorded_absolute),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
