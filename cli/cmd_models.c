@@ -33,6 +33,7 @@ static void print_json(json_t *doc)
 	free(s);
 }
 
+/* The version REF names; an exit code (TF_EXIT_NOTFOUND with a message when there is none). */
 static int resolve(struct tf_store *st, const char *model, const char *ref, int64_t *v)
 {
 	int rc = tf_registry_resolve(st, model, ref, v);
@@ -43,7 +44,7 @@ static int resolve(struct tf_store *st, const char *model, const char *ref, int6
 		        model, ref, model);
 	else if (rc)
 		fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
-	return rc;
+	return rc == -ENOENT ? TF_EXIT_NOTFOUND : rc ? TF_EXIT_SOFTWARE : TF_EXIT_OK;
 }
 
 static void print_metrics_line(json_t *metrics)
@@ -120,8 +121,8 @@ static int show(struct tf_store *st, struct tf_cli *cli, const char *model, cons
 	int rc;
 	if (ref) {
 		int64_t v;
-		if (resolve(st, model, ref, &v))
-			return TF_EXIT_FAILED;
+		if ((rc = resolve(st, model, ref, &v)))
+			return rc;
 		rc = tf_registry_version(st, model, v, &doc);
 	} else {
 		rc = tf_registry_show(st, model, &doc);
@@ -129,7 +130,7 @@ static int show(struct tf_store *st, struct tf_cli *cli, const char *model, cons
 	if (rc == -ENOENT) {
 		fprintf(stderr, "tpuflow models: no model '%s' (see 'tpuflow models list')\n",
 		        model);
-		return TF_EXIT_FAILED;
+		return TF_EXIT_NOTFOUND;
 	}
 	if (rc) {
 		fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
@@ -197,8 +198,9 @@ static int compare(struct tf_store *st, struct tf_cli *cli, const char *model, c
 {
 	int64_t v1, v2;
 	json_t *a = NULL, *b = NULL;
-	if (resolve(st, model, r1, &v1) || resolve(st, model, r2, &v2))
-		return TF_EXIT_FAILED;
+	int rc = resolve(st, model, r1, &v1);
+	if (rc || (rc = resolve(st, model, r2, &v2)))
+		return rc;
 	if (tf_registry_version(st, model, v1, &a) || tf_registry_version(st, model, v2, &b)) {
 		fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
 		json_decref(a);
@@ -324,8 +326,7 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 			ret = TF_EXIT_DATAERR;
 			goto out;
 		}
-		if (resolve(st, a[1], a[3], &v)) {
-			ret = TF_EXIT_FAILED;
+		if ((ret = resolve(st, a[1], a[3], &v))) {
 			goto out;
 		}
 		rc = tf_registry_set_alias(st, a[1], a[2], v);

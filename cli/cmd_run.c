@@ -684,11 +684,13 @@ static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, c
 	json_t *logs = json_array();
 	size_t i;
 	json_t *s;
+	int found = 0;
 	json_array_foreach(json_object_get(d, "steps"), i, s)
 	{
 		const char *name = json_string_value(json_object_get(s, "name"));
 		if (step && strcmp(step, name))
 			continue;
+		found = 1;
 		size_t j;
 		json_t *a;
 		json_array_foreach(json_object_get(s, "attempts_detail"), j, a)
@@ -707,6 +709,15 @@ static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, c
 			free(text);
 			free(data);
 		}
+	}
+	if (step && !found) {
+		fprintf(stderr, "tpuflow runs logs: run %s has no step '%s' (see 'tpuflow runs show %s')\n",
+		        run, step, run);
+		json_decref(ev);
+		json_decref(logs);
+		tf_objstore_free(os);
+		json_decref(d);
+		return TF_EXIT_NOTFOUND;
 	}
 	if (cli->json) {
 		json_t *doc =
@@ -814,6 +825,16 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 		                          "expected list, show, logs, watch, resume, retry or cancel");
 	const char *sub = argv[optind];
 	const char *arg = optind + 1 < argc ? argv[optind + 1] : NULL;
+	static const char *const verbs[] = {"list",   "show",  "logs",  "watch",
+	                                    "resume", "retry", "cancel"};
+	size_t vi = 0;
+	while (vi < TF_ARRAY_LEN(verbs) && strcmp(sub, verbs[vi]))
+		vi++;
+	if (vi == TF_ARRAY_LEN(verbs))
+		return tf_cli_usage_error(
+		    "runs", "unknown subcommand '%s': use list, show, logs, watch, resume, retry "
+		            "or cancel",
+		    sub);
 	if (strcmp(sub, "list") && !arg)
 		return tf_cli_usage_error("runs", "'%s' needs a run id", sub);
 	home = tf_cli_home(cli, 1);
@@ -836,7 +857,7 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 		                        "characters\n"
 		                      : "tpuflow runs: no run '%s' (see 'tpuflow runs list')\n",
 		        arg);
-		ret = TF_EXIT_FAILED;
+		ret = rc == -EEXIST ? TF_EXIT_USAGE : TF_EXIT_NOTFOUND;
 		goto out;
 	}
 	if (!strcmp(sub, "show")) {

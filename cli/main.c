@@ -167,6 +167,7 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 	    "\nexit codes:\n"
 	    "  0  ok                      64  usage error\n"
 	    "  1  the run or a step failed 65  bad input data (pipeline, dataset, request)\n"
+	    "  66 no such run, step, model, version or alias\n"
 	    "  69 a service unavailable   70  internal error\n"
 	    "  75 busy: another live process drives the run (runs resume) or serves the\n"
 	    "     home (daemon); try later, or see --force\n"
@@ -190,6 +191,9 @@ static int cmd_version(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (has_flag(argc, argv, "--json"))
 		cli->json = 1;
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--json"))
+			return tf_cli_usage_error("version", "unexpected argument '%s'", argv[i]);
 	if (cli->json)
 		printf("{\"version\":\"%s\"}\n", TF_VERSION);
 	else

@@ -104,7 +104,8 @@ static int print_problem(long status, const char *body)
 	}
 	json_decref(j);
 	return status == 401 || status == 403 ? TF_EXIT_CONFIG
-	       : status == 404 || status == 409 ? TF_EXIT_FAILED
+	       : status == 404                  ? TF_EXIT_NOTFOUND
+	       : status == 409                  ? TF_EXIT_FAILED
 	       : status == 422 || status == 400 ? TF_EXIT_DATAERR
 	       : status >= 500                  ? TF_EXIT_UNAVAILABLE
 	                                        : TF_EXIT_FAILED;
@@ -426,7 +427,7 @@ static int step_logs(const struct remote *r, const char *run, const char *step, 
 	free(auth);
 	if (cc != CURLE_OK) {
 		fprintf(stderr, "tpuflow runs logs: %s (HTTP %ld)\n", curl_easy_strerror(cc), status);
-		return status == 404 ? TF_EXIT_FAILED : TF_EXIT_UNAVAILABLE;
+		return status == 404 ? TF_EXIT_NOTFOUND : TF_EXIT_UNAVAILABLE;
 	}
 	return TF_EXIT_OK;
 }

@@ -13,6 +13,7 @@ enum tf_exit {
 	TF_EXIT_FAILED = 1,       /* the run or a step failed */
 	TF_EXIT_USAGE = 64,       /* bad command line */
 	TF_EXIT_DATAERR = 65,     /* bad input data (pipeline file, dataset, request) */
+	TF_EXIT_NOTFOUND = 66,    /* a named run, step, model, version or alias does not exist */
 	TF_EXIT_UNAVAILABLE = 69, /* a service (S3, Slurm, daemon) is unavailable */
 	TF_EXIT_SOFTWARE = 70,    /* internal error */
 	TF_EXIT_TEMPFAIL = 75,    /* busy: another process holds it (a run, the daemon's home) */

@@ -111,9 +111,20 @@ static void compute_preproc(const struct tf_rawset *r, struct tf_preproc *p)
 }
 
 /* Subset view of a raw set: examples idx[0..n) (or the first n when idx is NULL). */
+/* 1 (with -ECANCELED in *rc and a message) when the step's cancel flag is up. */
+static int cancelled(volatile int *cancel, int *rc, char *err, size_t errlen)
+{
+	if (!cancel || !*cancel || *rc)
+		return *rc != 0;
+	snprintf(err, errlen, "data prep cancelled");
+	*rc = -ECANCELED;
+	return 1;
+}
+
 static void write_split(struct tf_objstore *s, const char *prefix, enum tf_split sp,
                         const struct tf_rawset *r, const size_t *idx, size_t n, int shards,
-                        json_t *jsplit, int *rc, char *err, size_t errlen)
+                        volatile int *cancel, json_t *jsplit, int *rc, char *err,
+                        size_t errlen)
 {
 	json_t *jshards = json_array();
 	struct tf_buf ex = {0}, file = {0};
@@ -126,6 +137,8 @@ static void write_split(struct tf_objstore *s, const char *prefix, enum tf_split
 		       hi = n * (size_t)(k + 1) / (size_t)shards;
 		file.len = 0;
 		for (size_t e = lo; e < hi; e++) {
+			if (e % 1024 == 0 && cancelled(cancel, rc, err, errlen))
+				break;
 			size_t i = idx ? idx[e] : e;
 			int64_t label = r->labels[i];
 			struct tf_feature_in f[2];
@@ -146,6 +159,8 @@ static void write_split(struct tf_objstore *s, const char *prefix, enum tf_split
 			tf_example_encode(f, 2, &ex);
 			tf_tfrecord_append(&file, ex.data, ex.len);
 		}
+		if (*rc)
+			break;
 		char name[96];
 		snprintf(name, sizeof name, "%s-%05d-of-%05d.tfrecord", split_names[sp], k, shards);
 		char *key = tf_xasprintf("%s%s", prefix, name);
@@ -229,6 +244,8 @@ int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_p
 	if (o->limit_test && o->limit_test < nte)
 		nte = o->limit_test;
 
+	if (cancelled(o->cancel, &rc, err, errlen))
+		goto out; /* reading the source may take most of a short timeout */
 	/* preprocessing statistics from the train examples actually kept */
 	if (tr_idx) {
 		struct tf_rawset sub = {.n = ntr, .dim = train.dim};
@@ -276,15 +293,16 @@ int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_p
 	json_object_set_new(splits, "test", jte);
 	json_object_set_new(m, "splits", splits);
 
-	write_split(s, prefix, TF_SPLIT_TRAIN, &train, tr_idx, ntr, shards, jtr, &rc, err, errlen);
+	write_split(s, prefix, TF_SPLIT_TRAIN, &train, tr_idx, ntr, shards, o->cancel, jtr, &rc,
+	            err, errlen);
 	if (rc)
 		goto out;
 	if (te_idx)
 		write_split(s, prefix, TF_SPLIT_TEST, &train, te_idx, nte,
-		            shards / 4 > 0 ? shards / 4 : 1, jte, &rc, err, errlen);
+		            shards / 4 > 0 ? shards / 4 : 1, o->cancel, jte, &rc, err, errlen);
 	else
 		write_split(s, prefix, TF_SPLIT_TEST, &test, NULL, nte,
-		            shards / 4 > 0 ? shards / 4 : 1, jte, &rc, err, errlen);
+		            shards / 4 > 0 ? shards / 4 : 1, o->cancel, jte, &rc, err, errlen);
 	if (rc)
 		goto out;
 

@@ -69,11 +69,13 @@ struct tf_prep_opts {
 	uint64_t seed;         /* CSV: split shuffle seed */
 	size_t limit_train;    /* keep only the first N train examples (0: all) */
 	size_t limit_test;     /* keep only the first N test examples (0: all) */
+	volatile int *cancel;  /* nonzero: stop soon with -ECANCELED (may be NULL) */
 };
 
 /* Reads the source, writes shards then the manifest under prefix (a key prefix, "" or ending
  * in '/'). *manifest_key (caller frees) names the manifest. Errors: -ENOENT missing source,
- * -EBADMSG bad data, or an object-store code (see objstore.h); err says what to do. */
+ * -EBADMSG bad data, -ECANCELED when o->cancel was raised, or an object-store code (see
+ * objstore.h); err says what to do. */
 int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_prep_opts *o,
                     char **manifest_key, json_t **manifest, char *err, size_t errlen);
 

@@ -78,7 +78,8 @@ int tf_ml_data_prep_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t
 {
 	struct tf_prep_opts o = {.source = get_str(with, "source"),
 	                         .path = get_str(with, "path"),
-	                         .csv_label = get_str(with, "csv_label")};
+	                         .csv_label = get_str(with, "csv_label"),
+	                         .cancel = ctx->cancel};
 	uint64_t v;
 	double f;
 	int rc;

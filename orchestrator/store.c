@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BUSY_TIMEOUT_MS 10000
@@ -423,6 +424,19 @@ int tf_store_open_home(const char *home, struct tf_store **out, char *err, size_
 	int rc = tf_mkdir_p(home);
 	if (rc) {
 		snprintf(err, errlen, "cannot create state home '%s': %s", home, strerror(-rc));
+		goto out;
+	}
+	/* SQLite takes a zero-byte file for a new database, so a home whose database was
+	 * truncated would silently start empty. A file that has stayed empty for a while (not one
+	 * another process is creating right now) is refused. */
+	struct stat sb;
+	if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0 &&
+	    time(NULL) - sb.st_mtime > 10) {
+		snprintf(err, errlen,
+		         "database '%s' is empty (0 bytes): it was truncated or never written; "
+		         "restore it from a copy, or remove it to start a new state home",
+		         path);
+		rc = -EBADMSG;
 		goto out;
 	}
 	rc = tf_store_open(path, TF_STORE_MIGRATE, out, err, errlen);

@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Runs `tpuflow ARGV...` with the state home in ./home; returns its exit code and its stderr
@@ -148,12 +151,93 @@ static void test_cli_relative_storage_recorded_absolute(void **state)
 	}
 }
 
+/* An in-process data_prep stops at its timeout (it once ran its whole course past a 10 ms
+ * limit and was recorded as succeeded); the attempt ends with class timeout. */
+static void test_cli_inprocess_data_prep_honours_timeout(void **state)
+{
+	(void)state;
+	if (access("/usr/share/datasets/fashion-mnist", R_OK))
+		skip();
+	FILE *f = fopen("prep.yaml", "w");
+	assert_non_null(f);
+	fputs("name: prep\nsteps:\n"
+	      "  - {name: prep, type: data_prep, executor: inprocess, timeout: 10ms,\n"
+	      "     with: {source: fashion-mnist}}\n",
+	      f);
+	fclose(f);
+	static const char *const args[] = {"run", "prep.yaml", "--plain", NULL};
+	char *err = NULL;
+	assert_int_equal(tf_test_cli(args, NULL, &err), TF_EXIT_FAILED);
+	free(err);
+	static const char *const show[] = {"runs", "show", "latest", "--json", NULL};
+	assert_int_equal(tf_test_cli(show, NULL, NULL), 0);
+	json_t *doc = tf_test_load_json("out.txt");
+	assert_non_null(doc);
+	json_t *a = json_array_get(
+	    json_object_get(json_array_get(json_object_get(doc, "steps"), 0), "attempts_detail"), 0);
+	assert_string_equal(json_string_value(json_object_get(a, "failure_class")), "timeout");
+	json_decref(doc);
+}
+
+/* What is not there exits 66 (documented in `help`), not 1 ("the run failed"); unknown verbs
+ * and extra arguments are usage errors; a zero-byte database is refused, not taken as new. */
+static void test_cli_not_found_and_usage_exit_codes(void **state)
+{
+	(void)state;
+	FILE *f = fopen("one.yaml", "w");
+	assert_non_null(f);
+	fputs("name: one\nsteps:\n  - {name: s, type: shell, with: {argv: [/bin/sh, -c, 'echo hi']}}\n",
+	      f);
+	fclose(f);
+	static const char *const ok[] = {"run", "one.yaml", "--plain", NULL};
+	assert_int_equal(tf_test_cli(ok, NULL, NULL), 0);
+	static const struct {
+		const char *args[6];
+		int code;
+		const char *says;
+	} cases[] = {
+	    {{"runs", "show", "nosuchrun"}, TF_EXIT_NOTFOUND, "no run 'nosuchrun'"},
+	    {{"runs", "logs", "nosuchrun"}, TF_EXIT_NOTFOUND, "no run"},
+	    {{"runs", "logs", "latest", "nosuchstep"}, TF_EXIT_NOTFOUND, "no step 'nosuchstep'"},
+	    {{"models", "show", "nosuchmodel"}, TF_EXIT_NOTFOUND, "no model 'nosuchmodel'"},
+	    {{"runs", "nosuchverb"}, TF_EXIT_USAGE, "unknown subcommand 'nosuchverb'"},
+	    {{"runs", "nosuchverb", "x"}, TF_EXIT_USAGE, "unknown subcommand 'nosuchverb'"},
+	    {{"version", "extra"}, TF_EXIT_USAGE, "unexpected argument 'extra'"},
+	};
+	for (size_t i = 0; i < TF_ARRAY_LEN(cases); i++) {
+		char *err = NULL;
+		int rc = tf_test_cli(cases[i].args, NULL, &err);
+		if (rc != cases[i].code || !strstr(err, cases[i].says))
+			fail_msg("case %zu: exit %d, stderr: %s", i, rc, err);
+		free(err);
+	}
+	assert_int_equal(mkdir("zero", 0755), 0);
+	f = fopen("zero/tpuflow.db", "w");
+	assert_non_null(f);
+	fclose(f);
+	struct timeval old[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
+	assert_int_equal(utimes("zero/tpuflow.db", old), 0);
+	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", "zero", "runs", "list", NULL};
+	int rc = tf_test_wait_exit(tf_test_spawn(argv, "out.txt", "err.txt"));
+	char *err = NULL;
+	size_t len;
+	assert_int_equal(tf_read_file("err.txt", 1 << 20, &err, &len), 0);
+	if (rc == 0 || !strstr(err, "is empty (0 bytes)"))
+		fail_msg("a zero-byte database: exit %d, stderr: %s", rc, err);
+	free(err);
+	struct stat sb;
+	assert_int_equal(stat("zero/tpuflow.db", &sb), 0);
+	assert_int_equal(sb.st_size, 0); /* left as it was */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_cli_numeric_options_refuse_junk_and_overflow),
 	    cmocka_unit_test(test_cli_logs_with_invalid_utf8_are_shown),
 	    cmocka_unit_test(test_cli_relative_storage_recorded_absolute),
+	    cmocka_unit_test(test_cli_inprocess_data_prep_honours_timeout),
+	    cmocka_unit_test(test_cli_not_found_and_usage_exit_codes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -859,14 +859,14 @@ static void test_engine_cli_models_and_runs(void **state)
 	j = json_load_file("cli.out", 0, NULL);
 	assert_int_equal(json_integer_value(json_object_get(j, "version")), 2);
 	json_decref(j);
-	assert_int_equal(run_cli("models show m nosuch"), 1);
+	assert_int_equal(run_cli("models show m nosuch"), TF_EXIT_NOTFOUND);
 	assert_int_equal(run_cli("runs list --json"), 0);
 	j = json_load_file("cli.out", 0, NULL);
 	assert_true(json_array_size(j) >= 1);
 	json_decref(j);
 	assert_int_equal(run_cli("runs show latest --json"), 0);
 	assert_int_equal(run_cli("runs logs latest"), 0);
-	assert_int_equal(run_cli("runs show nosuchrun"), 1);
+	assert_int_equal(run_cli("runs show nosuchrun"), TF_EXIT_NOTFOUND);
 	assert_int_equal(run_cli("run missing.yaml"), 65);
 }
 
