@@ -123,8 +123,7 @@ static int cancelled(volatile int *cancel, int *rc, char *err, size_t errlen)
 
 static void write_split(struct tf_objstore *s, const char *prefix, enum tf_split sp,
                         const struct tf_rawset *r, const size_t *idx, size_t n, int shards,
-                        volatile int *cancel, json_t *jsplit, int *rc, char *err,
-                        size_t errlen)
+                        volatile int *cancel, json_t *jsplit, int *rc, char *err, size_t errlen)
 {
 	json_t *jshards = json_array();
 	struct tf_buf ex = {0}, file = {0};

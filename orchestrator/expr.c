@@ -320,7 +320,9 @@ char *tf_template_render(const struct tf_template *t, tf_lookup_fn fn, void *ctx
 			append(&buf, &len, &cap, part->text, strlen(part->text));
 			continue;
 		}
-		json_t *v = fn ? fn(ctx, part->ref) : NULL;
+		struct tf_ref as_text = *part->ref;
+		as_text.as_text = 1;
+		json_t *v = fn ? fn(ctx, &as_text) : NULL;
 		if (!v) {
 			snprintf(err, errlen, "no value for '${%s}'", part->ref->path);
 			free(buf);

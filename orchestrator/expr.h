@@ -38,6 +38,8 @@ struct tf_ref {
 	char *name;            /* NAME: the param, output or metric (owned) */
 	int step_index;        /* index of STEP in tf_pipeline.steps once resolved, else -1 */
 	int line, col;         /* where the `${` is in the file (1-based; 0 if unknown) */
+	int as_text;           /* set on a copy by renderers that put the value into text: a
+	                          number param then answers with its text as written (1.10, 012) */
 };
 
 /* Types the checker knows. NUMBER covers ints and floats; ANY is a value whose type is only

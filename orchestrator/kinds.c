@@ -26,8 +26,10 @@ static const char *with_str(const json_t *with, const char *key, char *buf, size
 		snprintf(buf, len, "%lld", (long long)json_integer_value(v));
 		return buf;
 	}
-	if (json_is_real(v)) {
-		snprintf(buf, len, "%.17g", json_real_value(v));
+	if (json_is_real(v)) { /* shortest exact form: 1.1, not 1.1000000000000001 */
+		char *t = tf_template_value_text(v);
+		snprintf(buf, len, "%s", t);
+		free(t);
 		return buf;
 	}
 	return NULL;

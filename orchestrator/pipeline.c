@@ -1157,6 +1157,8 @@ static void load_params(struct loader *L, const struct ynode *m)
 		}
 		if (def && !scalar_null(def))
 			par->default_value = param_from_node(L, def, par->type, par->name);
+		if (json_is_number(par->default_value))
+			par->text = tf_xstrdup(def->str);
 		par->value = par->default_value ? json_incref(par->default_value) : NULL;
 		p->nparams++;
 	}
@@ -1198,6 +1200,8 @@ static void apply_overrides(struct loader *L, const struct tf_param_override *ov
 			json_decref(par->value);
 			par->value = v;
 			par->overridden = 1;
+			free(par->text);
+			par->text = json_is_number(v) ? tf_xstrdup(ov[i].value) : NULL;
 		}
 		free(name);
 	}
@@ -2628,6 +2632,7 @@ void tf_pipeline_free(struct tf_pipeline *p)
 	for (size_t i = 0; i < p->nparams; i++) {
 		free(p->params[i].name);
 		free(p->params[i].description);
+		free(p->params[i].text);
 		json_decref(p->params[i].default_value);
 		json_decref(p->params[i].value);
 	}
@@ -2777,12 +2782,22 @@ json_t *tf_pipeline_lookup_param(void *ctx, const struct tf_ref *ref)
 	if (ref->kind != TF_REF_PARAM)
 		return NULL;
 	const struct tf_param *par = tf_pipeline_param(p, ref->name);
+	if (par && par->text && ref->as_text)
+		return json_string(par->text);
 	return par && par->value ? json_incref(par->value) : NULL;
 }
 
-static json_t *render_value(const struct tf_with_value *w, tf_lookup_fn fn, void *ctx, char *err,
-                            size_t errlen)
+static json_t *render_value(const struct tf_with_value *w, tf_lookup_fn fn, void *ctx,
+                            int as_text, char *err, size_t errlen)
 {
+	if (w->kind == TF_WITH_SCALAR && as_text && w->tmpl.whole_ref) {
+		char *s = tf_template_render(&w->tmpl, fn, ctx, err, errlen);
+		json_t *j = s ? json_string(s) : NULL;
+		if (s && !j)
+			j = json_stringn_nocheck(s, strlen(s));
+		free(s);
+		return j;
+	}
 	if (w->kind == TF_WITH_SCALAR) {
 		int has_ref = 0;
 		for (size_t i = 0; i < w->tmpl.nparts; i++)
@@ -2801,7 +2816,7 @@ static json_t *render_value(const struct tf_with_value *w, tf_lookup_fn fn, void
 	}
 	json_t *c = w->kind == TF_WITH_LIST ? json_array() : json_object();
 	for (size_t i = 0; i < w->nitems; i++) {
-		json_t *v = render_value(&w->items[i], fn, ctx, err, errlen);
+		json_t *v = render_value(&w->items[i], fn, ctx, as_text, err, errlen);
 		if (!v) {
 			json_decref(c);
 			return NULL;
@@ -2819,7 +2834,11 @@ json_t *tf_step_render_with(const struct tf_step *s, tf_lookup_fn fn, void *ctx,
 {
 	json_t *o = json_object();
 	for (size_t i = 0; i < s->nwith; i++) {
-		json_t *v = render_value(&s->with[i], fn, ctx, err, errlen);
+		/* argv and env items end up as text: a number param in them keeps its source text
+		 * (a whole `argv: ${params.list}` stays a list) */
+		int as_text = s->with[i].kind != TF_WITH_SCALAR &&
+		              (!strcmp(s->with[i].key, "argv") || !strcmp(s->with[i].key, "env"));
+		json_t *v = render_value(&s->with[i], fn, ctx, as_text, err, errlen);
 		if (!v) {
 			json_decref(o);
 			return NULL;

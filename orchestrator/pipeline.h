@@ -47,6 +47,8 @@ struct tf_param {
 	                            neither exists (only with TF_PIPELINE_ALLOW_UNSET) (owned ref) */
 	char *description;       /* `description` or NULL (owned) */
 	int overridden;          /* 1 when value came from a --param override */
+	char *text;              /* an int or float value as written (default or override), for
+	                            argv and other text: 1.10 stays 1.10; NULL otherwise (owned) */
 	int line, col;           /* position of the param's name */
 };
 

@@ -188,35 +188,51 @@ static void test_pipeline_when_gate_and_render(void **state)
 	free(path);
 }
 
-/* Text-typed values (argv, env) are passed on as written; numbers that come through a
- * reference into text take their shortest exact form. */
+/* Text-typed values (argv, env) are passed on as written, also when a number param reaches
+ * them (its default or --param text: 1.10 stays 1.10, 012 stays 012); elsewhere a whole
+ * reference keeps the param's type, and a number put into other text takes its shortest
+ * exact form. */
 static void test_pipeline_argv_keeps_source_text(void **state)
 {
 	(void)state;
 	struct tf_pipeline *p;
 	struct tf_diag_list d;
-	assert_int_equal(load("name: t\nparams:\n  f: {type: float, default: 1.1}\nsteps:\n"
-	                      "  - {name: s, type: shell, with: {argv: [x, 1.10, 012, ~, 3, true, "
-	                      "1e3, '${params.f}', 'f=${params.f}'], env: {A: 0.10}}}\n",
-	                      NULL, 0, 0, &p, &d),
-	                 0);
+	static const char *const src =
+	    "name: t\nparams:\n  f: {type: float, default: 1.10}\n  n: 012\nsteps:\n"
+	    "  - {name: s, type: shell, with: {argv: [x, 1.10, 012, ~, 3, true, "
+	    "1e3, '${params.f}', 'f=${params.f}', '${params.n}'], env: {A: 0.10, B: "
+	    "'${params.f}'}}}\n";
+	assert_int_equal(load(src, NULL, 0, 0, &p, &d), 0);
 	void *ctx[2] = {p, NULL};
 	char err[200];
 	json_t *w = tf_step_render_with(&p->steps[0], gate_lookup, ctx, err, sizeof(err));
 	assert_non_null(w);
 	json_t *argv = json_object_get(w, "argv");
-	static const char *const want[] = {"x", "1.10", "012", "~", "3", "true", "1e3"};
+	static const char *const want[] = {"x",    "1.10", "012",  "~",      "3",
+	                                   "true", "1e3",  "1.10", "f=1.10", "012"};
 	for (size_t i = 0; i < TF_ARRAY_LEN(want); i++)
 		assert_string_equal(json_string_value(json_array_get(argv, i)), want[i]);
-	/* a whole reference keeps the param's type; into text it goes in its shortest form */
-	json_t *f = json_array_get(argv, 7);
-	assert_true(json_is_real(f));
-	char *text = tf_template_value_text(f);
+	json_t *env = json_object_get(w, "env");
+	assert_string_equal(json_string_value(json_object_get(env, "A")), "0.10");
+	assert_string_equal(json_string_value(json_object_get(env, "B")), "1.10");
+	json_decref(w);
+	/* the value itself is a number: in JSON it is 1.1 */
+	const struct tf_param *f = tf_pipeline_param(p, "f");
+	assert_true(json_is_real(f->value));
+	char *text = tf_template_value_text(f->value);
 	assert_string_equal(text, "1.1");
 	free(text);
-	assert_string_equal(json_string_value(json_array_get(argv, 8)), "f=1.1");
-	assert_string_equal(json_string_value(json_object_get(json_object_get(w, "env"), "A")),
-	                    "0.10");
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+
+	/* --param text is passed on as written too */
+	struct tf_param_override ov[] = {{.name = "f", .value = "2.50"}};
+	assert_int_equal(load(src, ov, 1, 0, &p, &d), 0);
+	ctx[0] = p;
+	w = tf_step_render_with(&p->steps[0], gate_lookup, ctx, err, sizeof(err));
+	assert_non_null(w);
+	assert_string_equal(json_string_value(json_array_get(json_object_get(w, "argv"), 7)),
+	                    "2.50");
 	json_decref(w);
 	tf_pipeline_free(p);
 	tf_diag_list_release(&d);
