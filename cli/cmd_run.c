@@ -665,6 +665,46 @@ static char *log_text(const unsigned char *p, size_t n, size_t *outlen)
 	return out;
 }
 
+/* Copies the log object `key` to stdout in pieces, each invalid byte shown as U+FFFD (as
+ * log_text does), through a temporary file: memory stays small whatever the log's size. */
+static int stream_log(struct tf_objstore *os, const char *key)
+{
+	char tmp[] = "/tmp/tpuflow-log.XXXXXX";
+	int fd = mkstemp(tmp);
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	int rc = tf_objstore_get_file(os, key, tmp);
+	FILE *in = rc ? NULL : fopen(tmp, "rb");
+	unlink(tmp);
+	if (!in)
+		return rc ? rc : -EIO;
+	unsigned char buf[65536 + 4];
+	size_t have = 0, n;
+	int eof = 0;
+	while (!eof) {
+		n = fread(buf + have, 1, sizeof(buf) - 4 - have, in);
+		eof = n == 0;
+		have += n;
+		/* a sequence cut by the end of this piece waits for the next one */
+		size_t upto = eof ? have : have > 3 ? have - 3 : 0, i = 0;
+		while (i < upto) {
+			size_t k = buf[i] ? utf8_seq(buf + i, have - i) : 0;
+			if (k) {
+				fwrite(buf + i, 1, k, stdout);
+				i += k;
+			} else {
+				fputs("\xef\xbf\xbd", stdout);
+				i++;
+			}
+		}
+		memmove(buf, buf + i, have - i);
+		have -= i;
+	}
+	fclose(in);
+	return 0;
+}
+
 static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, const char *step)
 {
 	json_t *ev = NULL, *d = NULL;
@@ -698,6 +738,12 @@ static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, c
 			const char *key = json_string_value(json_object_get(a, "log"));
 			void *data = NULL;
 			size_t len = 0;
+			if (key && os && !cli->json) { /* text: streamed after the events */
+				json_array_append_new(
+				    logs, json_pack("{s:s, s:I, s:s}", "step", name, "attempt",
+				                    json_integer_value(json_object_get(a, "n")), "key", key));
+				continue;
+			}
 			if (!key || !os || tf_objstore_get(os, key, &data, &len))
 				continue;
 			size_t tlen;
@@ -750,11 +796,12 @@ static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, c
 		}
 		json_array_foreach(logs, i, e)
 		{
+			const char *key = json_string_value(json_object_get(e, "key"));
 			printf("\n==> %s attempt %lld (%s) <==\n",
 			       json_string_value(json_object_get(e, "step")),
-			       (long long)json_integer_value(json_object_get(e, "attempt")),
-			       json_string_value(json_object_get(e, "key")));
-			fputs(json_string_value(json_object_get(e, "text")), stdout);
+			       (long long)json_integer_value(json_object_get(e, "attempt")), key);
+			if (stream_log(os, key))
+				printf("(log not readable from the store: %s)\n", tf_objstore_errmsg(os));
 		}
 		json_decref(ev);
 		json_decref(logs);

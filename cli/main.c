@@ -178,6 +178,7 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 	    "  TPUFLOW_TOKEN       bearer token for TPUFLOW_URL (tpuflow tokens create)\n"
 	    "  TPUFLOW_LOG         debug|info|warn|error (default warn)\n"
 	    "  TPUFLOW_LOG_FORMAT  text|json\n"
+	    "  TPUFLOW_LOG_MAX     cap on each output stream of a step's log (default 64M)\n"
 	    "  AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
 	    "  AWS_SESSION_TOKEN   settings for s3:// object storage\n");
 	return TF_EXIT_OK;

@@ -197,6 +197,27 @@ int tf_exec_head_init(struct tf_exec *x, const struct tf_executor_ops *ops,
 	return 0;
 }
 
+uint64_t tf_exec_log_cap(void)
+{
+	const char *v = getenv("TPUFLOW_LOG_MAX");
+	char *end = NULL;
+	errno = 0;
+	unsigned long long n = v && *v ? strtoull(v, &end, 10) : 0;
+	if (!v || !*v || errno || n == 0 || v[0] == '-')
+		return TF_EXEC_LOG_CAP_DEFAULT;
+	const char *units = "kKmMgG", *u = *end ? strchr(units, *end) : NULL;
+	unsigned shift = u ? 10u * (unsigned)(1 + (u - units) / 2) : 0;
+	if (u)
+		end++;
+	if (*end || n > (UINT64_MAX >> shift) || (n << shift) < 4096) {
+		tf_warn("TPUFLOW_LOG_MAX='%s' is not a size of at least 4096 bytes (such as 64M); "
+		        "using %llu",
+		        v, (unsigned long long)TF_EXEC_LOG_CAP_DEFAULT);
+		return TF_EXEC_LOG_CAP_DEFAULT;
+	}
+	return n << shift;
+}
+
 /* Uploads both logs to the object store (when one was given), once. */
 void tf_exec_head_finish(struct tf_exec *x, struct tf_exec_result *res)
 {

@@ -35,6 +35,7 @@
 #define TF_EXECUTOR_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 struct tf_objstore;
@@ -92,6 +93,12 @@ struct tf_exec_spec {
 	const char *log_prefix;    /* ... as PREFIX + "stdout.log" / "stderr.log" */
 	const struct tf_slurm_spec *slurm; /* slurm: the job's resources and options */
 };
+
+/* The cap on each output stream of a local child's log: $TPUFLOW_LOG_MAX (bytes, or with a
+ * K/M/G suffix; at least 4096), else TF_EXEC_LOG_CAP_DEFAULT. Past it a log keeps its first
+ * part and its last min(cap/4, 1 MiB) bytes (executors/local.c). */
+#define TF_EXEC_LOG_CAP_DEFAULT (64ull << 20)
+uint64_t tf_exec_log_cap(void);
 
 struct tf_exec_result {
 	enum tf_fail_class fclass; /* see above */

@@ -13,7 +13,13 @@
  * reaches everything it started that stayed in the group. When the leader exits, the leader is left
  * unreaped (waitid WNOWAIT) while the rest of the group is killed, so the group id cannot be
  * reused by an unrelated process between the two; then it is reaped. A step's processes
- * therefore never outlive its attempt. */
+ * therefore never outlive its attempt.
+ *
+ * Output goes through pipes that local_wait() drains into stdout.log and stderr.log, each
+ * capped at $TPUFLOW_LOG_MAX bytes (default 64 MiB, tf_exec_log_cap()): past the cap the file
+ * keeps its first part and, after a line saying how much was cut, the last
+ * min(cap/4, 1 MiB) bytes, so neither the disk nor the log store grows with a chatty
+ * program. A program that writes faster than the engine drains waits on the pipe. */
 #define TF_LOG_TAG "exec"
 #include "executors/exec_int.h"
 #include "common/common.h"
@@ -35,6 +41,15 @@
 
 extern char **environ;
 
+/* One output stream of the child: pipe -> capped log file. */
+struct sink {
+	int in, file;       /* read end of the pipe, the log file; -1 once closed */
+	uint64_t kept, cut; /* bytes written to the file's head; bytes past the cap */
+	char *tail;         /* ring of the last tail_cap bytes past the head (or NULL) */
+	size_t tail_cap;    /* size of the ring */
+	size_t tail_pos;    /* bytes ever put in the ring (the next slot, modulo tail_cap) */
+};
+
 struct local {
 	struct tf_exec head;       /* common part: first */
 	pid_t pid;                 /* the child, leader of its process group */
@@ -45,7 +60,85 @@ struct local {
 	volatile int requested;    /* enum tf_fail_class asked for (cancel, preempt, timeout) */
 	int done;                  /* reaped; res holds the outcome */
 	struct tf_exec_result res; /* the outcome once done */
+	struct sink sink[2];       /* stdout, stderr */
+	uint64_t head_cap; /* bytes of each stream written before the tail ring takes over */
 };
+
+/* Moves what the pipe holds into the file (head) or the tail ring; closes the pipe at EOF. */
+static void sink_pump(struct sink *k, uint64_t head_cap)
+{
+	char buf[65536];
+	while (k->in >= 0) {
+		ssize_t n = read(k->in, buf, sizeof(buf));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			if (n == 0 || errno != EAGAIN) {
+				close(k->in);
+				k->in = -1;
+			}
+			return;
+		}
+		size_t off = 0;
+		if (k->kept < head_cap) {
+			size_t h = (uint64_t)n < head_cap - k->kept ? (size_t)n
+			                                            : (size_t)(head_cap - k->kept);
+			if (k->file >= 0 && write(k->file, buf, h) != (ssize_t)h)
+				tf_debug("log write: %s",
+				         strerror(errno)); /* a full disk: keep draining */
+			k->kept += h;
+			off = h;
+		}
+		for (; off < (size_t)n && k->tail_cap; off++) {
+			if (!k->tail)
+				k->tail = tf_xmalloc(k->tail_cap);
+			k->tail[k->tail_pos++ % k->tail_cap] = buf[off];
+			k->cut++;
+		}
+	}
+}
+
+/* At the end: what was cut, then the ring in order; closes the file. */
+static void sink_close(struct sink *k, const char *name)
+{
+	if (k->file >= 0 && k->cut) {
+		size_t have = k->cut < k->tail_cap ? (size_t)k->cut : k->tail_cap;
+		char line[200];
+		int n =
+		    snprintf(line, sizeof(line),
+		             "\n[tpuflow: %llu bytes of %s cut here (TPUFLOW_LOG_MAX); the last "
+		             "%zu follow]\n",
+		             (unsigned long long)(k->cut - have), name, have);
+		size_t start = k->cut < k->tail_cap ? 0 : k->tail_pos % k->tail_cap;
+		if (write(k->file, line, (size_t)n) != n ||
+		    write(k->file, k->tail + start, have - start) != (ssize_t)(have - start) ||
+		    write(k->file, k->tail, start) != (ssize_t)start)
+			tf_debug("log write: %s", strerror(errno));
+	}
+	if (k->in >= 0)
+		close(k->in);
+	if (k->file >= 0)
+		close(k->file);
+	free(k->tail);
+	k->in = k->file = -1;
+	k->tail = NULL;
+}
+
+/* Reads both pipes until the writers are gone (the group was killed), at most ~2 s for
+ * processes that left the group holding them. */
+static void drain(struct local *l)
+{
+	double until = tf_now_monotonic() + 2;
+	while ((l->sink[0].in >= 0 || l->sink[1].in >= 0) && tf_now_monotonic() < until) {
+		struct pollfd pf[2] = {{.fd = l->sink[0].in, .events = POLLIN},
+		                       {.fd = l->sink[1].in, .events = POLLIN}};
+		poll(pf, 2, 100);
+		sink_pump(&l->sink[0], l->head_cap);
+		sink_pump(&l->sink[1], l->head_cap);
+	}
+	sink_close(&l->sink[0], "stdout");
+	sink_close(&l->sink[1], "stderr");
+}
 
 static const char *local_log_path(const struct tf_exec *x, int stream)
 {
@@ -130,6 +223,7 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 	struct local *l = tf_xcalloc(1, sizeof(*l));
 	int rc = tf_exec_head_init(&l->head, &tf_executor_local, spec, err, errlen);
 	int outfd = -1, errfd = -1, pipefd[2] = {-1, -1}, e = 0;
+	int pout[2] = {-1, -1}, perr[2] = {-1, -1};
 	char *prog = NULL;
 	if (rc)
 		goto out;
@@ -141,6 +235,11 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 	if (outfd < 0 || errfd < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "cannot create logs in '%s': %s", l->head.dir, strerror(-rc));
+		goto out;
+	}
+	if (pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot create pipes: %s", strerror(-rc));
 		goto out;
 	}
 	prog = find_program(spec->argv[0], &e);
@@ -159,8 +258,8 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 		goto spawn_failed;
 	}
 	if (l->pid == 0)
-		child_exec(prog, spec->argv, spec->envp ? spec->envp : environ, spec->cwd, outfd,
-		           errfd, parent, pipefd[1]);
+		child_exec(prog, spec->argv, spec->envp ? spec->envp : environ, spec->cwd, pout[1],
+		           perr[1], parent, pipefd[1]);
 	/* the group exists from here on, whichever of parent and child runs first */
 	setpgid(l->pid, l->pid);
 	close(pipefd[1]);
@@ -177,6 +276,17 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 		goto spawn_failed;
 	}
 	l->head.pgid = l->pid;
+	uint64_t cap = tf_exec_log_cap();
+	for (int i = 0; i < 2; i++) {
+		int *p = i ? perr : pout;
+		close(p[1]);
+		fcntl(p[0], F_SETFL, fcntl(p[0], F_GETFL) | O_NONBLOCK);
+		l->sink[i] = (struct sink){.in = p[0], .file = i ? errfd : outfd};
+		l->sink[i].tail_cap = cap / 4 < (1u << 20) ? (size_t)(cap / 4) : (1u << 20);
+		p[0] = p[1] = -1;
+	}
+	l->head_cap = cap - l->sink[0].tail_cap;
+	outfd = errfd = -1;
 #ifdef SYS_pidfd_open
 	l->pidfd = (int)syscall(SYS_pidfd_open, l->pid, 0);
 #endif
@@ -196,6 +306,12 @@ out:
 		close(outfd);
 	if (errfd >= 0)
 		close(errfd);
+	for (int i = 0; i < 2; i++) {
+		if (pout[i] >= 0)
+			close(pout[i]);
+		if (perr[i] >= 0)
+			close(perr[i]);
+	}
 	if (l) {
 		tf_exec_head_release(&l->head);
 		free(l);
@@ -251,6 +367,7 @@ static int reap(struct local *l)
 	int status = 0;
 	while (waitpid(l->pid, &status, 0) < 0 && errno == EINTR)
 		;
+	drain(l);
 	l->done = 1;
 	struct tf_exec_result *r = &l->res;
 	memset(r, 0, sizeof(*r));
@@ -275,6 +392,8 @@ static int reap(struct local *l)
 static int local_poll(struct tf_exec *x, struct tf_exec_result *res)
 {
 	struct local *l = (struct local *)x;
+	sink_pump(&l->sink[0], l->head_cap);
+	sink_pump(&l->sink[1], l->head_cap);
 	if (!reap(l)) {
 		enforce(l, tf_now_monotonic());
 		if (!reap(l))
@@ -298,15 +417,14 @@ static int local_wait(struct tf_exec *x, double timeout, struct tf_exec_result *
 		double nap = next_deadline(l, now);
 		if (timeout >= 0 && (nap < 0 || timeout - (now - start) < nap))
 			nap = timeout - (now - start);
-		if (l->pidfd >= 0) {
-			struct pollfd pf = {.fd = l->pidfd, .events = POLLIN};
-			int ms = nap < 0 ? -1 : (int)(nap * 1000) + 1;
-			poll(&pf, 1, ms);
-		} else {
-			/* no pidfd: poll the child every millisecond */
-			struct timespec ts = {0, 1000000};
-			nanosleep(&ts, NULL);
-		}
+		struct pollfd pf[3] = {{.fd = l->sink[0].in, .events = POLLIN},
+		                       {.fd = l->sink[1].in, .events = POLLIN},
+		                       {.fd = l->pidfd, .events = POLLIN}};
+		/* no pidfd: poll the child every millisecond */
+		int ms = l->pidfd < 0 ? 1 : nap < 0 ? -1 : (int)(nap * 1000) + 1;
+		poll(pf, 3, ms);
+		sink_pump(&l->sink[0], l->head_cap);
+		sink_pump(&l->sink[1], l->head_cap);
 	}
 }
 
@@ -332,6 +450,8 @@ static void local_free(struct tf_exec *x)
 		int st;
 		while (waitpid(l->pid, &st, 0) < 0 && errno == EINTR)
 			;
+		sink_close(&l->sink[0], "stdout");
+		sink_close(&l->sink[1], "stderr");
 	}
 	if (l->pidfd >= 0)
 		close(l->pidfd);

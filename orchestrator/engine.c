@@ -528,9 +528,10 @@ out:
 		/* A log that cannot be uploaded stays in the work directory; the attempt says so
 		 * (an event, finished()) and so does a warning. */
 		char *key = tf_xasprintf("%slogs/attempt-%d.log", prefix, attempt);
-		if (w->os && tf_objstore_put_file(w->os, key, log_path, 0) == 0)
+		if (w->os && tf_objstore_put_file(w->os, key, log_path, 0) == 0) {
 			snprintf(s->log_key, sizeof(s->log_key), "%s", key);
-		else {
+			unlink(log_path); /* the store's copy is the one kept */
+		} else {
 			snprintf(s->log_err, sizeof(s->log_err),
 			         "log not uploaded to the object store (%.150s); it stays in %.150s",
 			         w->os ? tf_objstore_errmsg(w->os) : "the store cannot be opened",

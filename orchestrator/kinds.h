@@ -15,8 +15,8 @@ extern const tf_step_kind_fn tf_kind_evaluate;
 /* A `with` value as a number (JSON number or numeric string): 0, -ENOENT, -EINVAL. */
 int tf_kind_with_number(const json_t *with, const char *key, double *out);
 
-/* Appends a captured stream (the file at `path`, if any) to the attempt's log under a
- * "==> title <==" line; an empty or missing stream adds nothing. */
+/* Moves a captured stream (the file at `path`, if any) into the attempt's log under a
+ * "==> title <==" line and removes the file; an empty or missing stream adds nothing. */
 void tf_kind_append_log(FILE *log, const char *title, const char *path);
 
 /* ---- executor: slurm (kinds_slurm.c) ---- */

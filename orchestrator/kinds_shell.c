@@ -46,6 +46,7 @@ void tf_kind_append_log(FILE *log, const char *title, const char *path)
 	if (last != '\n')
 		fputc('\n', log);
 	fclose(in);
+	unlink(path); /* moved into the attempt's log: one copy on disk */
 }
 
 /* Whether the file at path has any bytes. */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 struct pending {
 	char *step;
@@ -60,6 +61,7 @@ int tf_logs_upload_pending(struct tf_store *db, const char *storage_url, const c
 		char *key =
 		    tf_xasprintf("runs/%s/%s/logs/attempt-%d.log", run_id, p[i].step, p[i].n);
 		if (tf_objstore_put_file(os, key, path, 0) == 0) {
+			unlink(path);
 			rc = tf_store_run(
 			    db,
 			    "UPDATE attempts SET log_key=? WHERE run_id=? AND step=? AND "
