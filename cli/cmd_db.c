@@ -58,7 +58,8 @@ int cmd_db(int argc, char **argv, struct tf_cli *cli)
 	if (!migrate && access(path, F_OK) != 0) {
 		version = 0;
 	} else {
-		rc = tf_store_open(path, migrate ? 0 : TF_STORE_READONLY, &st, err, sizeof(err));
+		rc = tf_store_open(path, migrate ? 0 : TF_STORE_READONLY | TF_STORE_ANY_VERSION, &st,
+		                   err, sizeof(err));
 		if (rc == 0 && migrate)
 			rc = tf_store_migrate(st, &applied);
 		if (rc == 0)
@@ -74,8 +75,9 @@ int cmd_db(int argc, char **argv, struct tf_cli *cli)
 		json_t *pending = json_array();
 		for (int v = version + 1; v <= latest; v++)
 			json_array_append_new(pending, json_string(tf_store_migration_name(v)));
-		json_t *doc = json_pack("{s:s, s:i, s:i, s:o}", "database", path, "version",
-		                        version, "latest", latest, "pending", pending);
+		json_t *doc = json_pack("{s:s, s:i, s:i, s:o, s:b}", "database", path, "version",
+		                        version, "latest", latest, "pending", pending, "newer",
+		                        version > latest);
 		if (migrate)
 			json_object_set_new(doc, "applied", json_integer(applied));
 		char *s = json_dumps(doc, JSON_INDENT(2));
@@ -91,7 +93,12 @@ int cmd_db(int argc, char **argv, struct tf_cli *cli)
 			printf("pending: %s\n", tf_store_migration_name(v));
 		if (version == latest)
 			printf("up to date\n");
+		else if (version > latest)
+			printf("newer than this program: use a newer tpuflow (this one refuses to "
+			       "write it)\n");
 	}
+	if (version > latest)
+		ret = TF_EXIT_CONFIG;
 out:
 	tf_store_close(st);
 	free(path);

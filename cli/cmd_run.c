@@ -24,7 +24,9 @@
 
 static void print_json(json_t *doc)
 {
-	char *s = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+	/* 15 digits: timestamps keep their sub-second part (10 digits cut them to seconds) and
+	 * short decimals such as 0.8762 still print as written */
+	char *s = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
 	printf("%s\n", s ? s : "null");
 	free(s);
 }

@@ -301,8 +301,14 @@ int tf_store_migrate(struct tf_store *st, int *applied)
 			char inner[sizeof(st->errmsg)];
 			snprintf(inner, sizeof(inner), "%s", st->errmsg);
 			tf_store_rollback(st);
-			snprintf(st->errmsg, sizeof(st->errmsg), "migration %s failed: %.400s",
-			         m->name, inner);
+			/* tables ahead of user_version: the version was set back, or the file mixed */
+			int ahead = strstr(inner, "duplicate column") || strstr(inner, "already exists");
+			snprintf(st->errmsg, sizeof(st->errmsg), "migration %s failed: %.300s%s",
+			         m->name, inner,
+			         ahead ? " (the database's tables are newer than its schema version "
+			                 "(PRAGMA user_version): it was changed by hand or by another "
+			                 "program; restore a copy of tpuflow.db, or use another --home)"
+			               : "");
 			goto out;
 		}
 		rc = tf_store_commit(st);
@@ -387,7 +393,9 @@ int tf_store_open(const char *path, unsigned flags, struct tf_store **out, char 
 	rc = tf_store_version(st, &version);
 	if (rc)
 		goto out;
-	if (version > tf_migrations_count) {
+	if (version > tf_migrations_count &&
+	    (flags & (TF_STORE_READONLY | TF_STORE_ANY_VERSION)) !=
+	        (TF_STORE_READONLY | TF_STORE_ANY_VERSION)) {
 		snprintf(
 		    st->errmsg, sizeof(st->errmsg),
 		    "database '%s' has schema version %d but this tpuflow knows up to %d: use a "

@@ -23,6 +23,7 @@ struct tf_stmt;
 enum tf_store_flags {
 	TF_STORE_MIGRATE = 1 << 0,  /* apply pending migrations when opening */
 	TF_STORE_READONLY = 1 << 1, /* open read-only (status, listings); implies no migration */
+	TF_STORE_ANY_VERSION = 1 << 2, /* with READONLY: open a newer database too (to report it) */
 };
 
 /* The file name of the database inside a state home. */

@@ -147,6 +147,14 @@ static void test_cli_relative_storage_recorded_absolute(void **state)
 		char *want = tf_xasprintf("file://%s/%s", cwd, cases[i].dir);
 		assert_string_equal(json_string_value(json_object_get(doc, "storage")), want);
 		free(want);
+		/* times keep their sub-second part (they were printed to whole seconds) */
+		double t = json_number_value(json_object_get(doc, "created_at"));
+		json_t *a = json_array_get(
+		    json_object_get(json_array_get(json_object_get(doc, "steps"), 0), "attempts_detail"),
+		    0);
+		double u = json_number_value(json_object_get(a, "started_at"));
+		assert_true(t > 1e9 && u > 1e9);
+		assert_true(t != (double)(long long)t || u != (double)(long long)u);
 		json_decref(doc);
 	}
 }

@@ -287,10 +287,26 @@ static void test_store_db_command_status_migrate_and_refusal(void **state)
 	assert_int_equal(json_integer_value(json_object_get(j, "version")),
 	                 tf_store_latest_version());
 	json_decref(j);
+	/* a user_version set back below the tables: migrate says what happened */
 	struct tf_store *st = open_db("h/tpuflow.db");
+	assert_int_equal(tf_store_exec(st, "PRAGMA user_version = 3"), 0);
+	tf_store_close(st);
+	char err[1024] = "";
+	st = NULL;
+	assert_int_not_equal(tf_store_open("h/tpuflow.db", TF_STORE_MIGRATE, &st, err, sizeof(err)),
+	                     0);
+	if (!strstr(err, "newer than its schema version"))
+		fail_msg("migrate over tables ahead of user_version said: %s", err);
+	assert_int_equal(tf_store_open("h/tpuflow.db", 0, &st, err, sizeof(err)), 0);
 	assert_int_equal(tf_store_exec(st, "PRAGMA user_version = 999"), 0);
 	tf_store_close(st);
-	assert_int_equal(run_cli("--home h db status"), 78);
+	/* status reports a newer database (78, and what it is) instead of refusing to look */
+	assert_int_equal(run_cli("--home h db status --json"), 78);
+	j = json_load_file("cli.out", 0, NULL);
+	assert_non_null(j);
+	assert_int_equal(json_integer_value(json_object_get(j, "version")), 999);
+	assert_true(json_is_true(json_object_get(j, "newer")));
+	json_decref(j);
 	assert_int_equal(run_cli("--home h runs list"), 78);
 }
 
