@@ -119,7 +119,8 @@ static int read_kv(const char *path, json_t *into, int numbers, char *err, size_
 		json_t *val = is_num ? json_real(d) : json_string(v); /* NULL: not UTF-8, inf, nan */
 		if (!key || (!val && !is_num))
 			snprintf(err, errlen,
-			         "'%s' line %d: the %s is not valid UTF-8 (outputs and metrics are text)",
+			         "'%s' line %d: the %s is not valid UTF-8 (outputs and metrics are "
+			         "text)",
 			         path, lineno, key ? "value" : "name");
 		else if (!val)
 			snprintf(err, errlen,
@@ -136,6 +137,31 @@ static int read_kv(const char *path, json_t *into, int numbers, char *err, size_
 	}
 	free(buf);
 	return rc;
+}
+
+/* Metrics are numbers, whichever file they came from: a string such as "notanumber" once
+ * stored fine and broke a later `when` comparing it. */
+static int check_numbers(json_t *metrics, char *err, size_t errlen)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(metrics, k, v)
+	{
+		if (json_is_number(v))
+			continue;
+		char *text =
+		    json_is_string(v) ? NULL : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+		snprintf(err, errlen,
+		         "metric '%.60s' is '%.40s', not a number: metrics must be numbers (write "
+		         "text to $TPUFLOW_OUTPUTS)",
+		         k,
+		         json_is_string(v) ? json_string_value(v)
+		         : text            ? text
+		                           : "?");
+		free(text);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 static int read_result(const char *path, json_t *outputs, json_t *metrics, char *err, size_t errlen)
@@ -323,6 +349,8 @@ static int kind_shell(struct tf_step_run *r)
 		rc = read_kv(f_out, r->outputs, 0, r->err, sizeof(r->err));
 	if (rc == 0)
 		rc = read_kv(f_met, r->metrics, 1, r->err, sizeof(r->err));
+	if (rc == 0)
+		rc = check_numbers(r->metrics, r->err, sizeof(r->err));
 	if (rc == 0)
 		rc = check_declared(json_object_get(r->with, "outputs"), r->outputs, "output",
 		                    r->err, sizeof(r->err));

@@ -182,16 +182,31 @@ static int yaml_error(struct ybuild *b, const yaml_parser_t *p, const char *buf,
 	const char *hint = NULL;
 	if (p->context && strstr(p->context, "flow") && ref_near(buf, len, m->index))
 		hint = "inside [...] and {...}, quote values that contain ${...}: \"${params.x}\"";
+	if (m->index < len && buf[m->index] == '\t')
+		hint = "YAML does not allow tabs for indentation: indent with spaces";
 	if (p->error == YAML_READER_ERROR) {
-		/* the reader reports a byte offset, not a line */
-		tf_diag_add(b->d, TF_DIAG_ERROR, b->file, 0, 0, "save the file as UTF-8",
-		            "YAML syntax error: %s at byte %zu", problem, p->problem_offset);
+		/* the reader reports a byte offset: turn it into a line and column */
+		size_t off = p->problem_offset < len ? p->problem_offset : len;
+		int rl = 1, rc = 1;
+		for (size_t i = 0; i < off; i++) {
+			if (buf[i] == '\n') {
+				rl++;
+				rc = 1;
+			} else if (((unsigned char)buf[i] & 0xc0) != 0x80) {
+				rc++;
+			}
+		}
+		tf_diag_add(b->d, TF_DIAG_ERROR, b->file, rl, rc,
+		            off < len && buf[off] == '\0'
+		                ? "the file holds a NUL byte: it is binary, or was saved as UTF-16"
+		                : "save the file as UTF-8 text",
+		            "YAML syntax error: %s (byte %zu)", problem, p->problem_offset);
 	} else if (p->context) {
 		tf_diag_add(b->d, TF_DIAG_ERROR, b->file, line, col, hint,
 		            "YAML syntax error: %s %s (line %d, column %d)", problem, p->context,
 		            (int)p->context_mark.line + 1, (int)p->context_mark.column + 1);
 	} else {
-		tf_diag_add(b->d, TF_DIAG_ERROR, b->file, line, col, NULL, "YAML syntax error: %s",
+		tf_diag_add(b->d, TF_DIAG_ERROR, b->file, line, col, hint, "YAML syntax error: %s",
 		            problem);
 	}
 	return -EINVAL;
@@ -756,6 +771,13 @@ static int valid_name(const char *s)
 	return strlen(s) <= 64;
 }
 
+/* What to do about a name valid_name() refused: a long one is too long, whatever it holds. */
+static const char *name_hint(const char *s)
+{
+	return strlen(s) > 64 ? "names are at most 64 characters"
+	                      : "use letters, digits, '_' and '-', starting with a letter";
+}
+
 /* An environment variable name as POSIX shells take it: [A-Za-z_][A-Za-z0-9_]*. */
 static int valid_env_name(const char *s)
 {
@@ -1005,7 +1027,11 @@ static json_t *param_from_node(struct loader *L, const struct ynode *n, enum tf_
 		return NULL;
 	}
 	}
-	err_at(L, n, NULL, "param '%s' is %s %s, but its default '%.40s' is not", pname,
+	err_at(L, n,
+	       t == TF_PARAM_BOOL ? "write true or false (in YAML 1.2 yes, no, on and off are "
+	                            "strings; --param accepts them as booleans)"
+	                          : NULL,
+	       "param '%s' is %s %s, but its default '%.40s' is not", pname,
 	       t == TF_PARAM_INT ? "an" : "a", param_type_names[t], n->str);
 	return NULL;
 }
@@ -1123,8 +1149,7 @@ static void load_params(struct loader *L, const struct ynode *m)
 		if (k->kind != Y_SCALAR)
 			continue;
 		if (!valid_name(k->str)) {
-			err_at(L, k, "use letters, digits, '_' and '-', starting with a letter",
-			       "bad param name '%.60s'", k->str);
+			err_at(L, k, name_hint(k->str), "bad param name '%.60s'", k->str);
 			continue;
 		}
 		if (tf_pipeline_param(p, k->str))
@@ -1400,8 +1425,7 @@ static void load_class(struct loader *L, const struct ynode *m, const char *what
 	snprintf(key, sizeof(key), "%sproject'", what);
 	char *pr = (x = map_get(m, "project")) ? get_string(L, x, key) : NULL;
 	if (pr && !valid_name(pr)) {
-		err_at(L, x, "use letters, digits, '_' and '-', starting with a letter",
-		       "bad project name '%.60s'", pr);
+		err_at(L, x, name_hint(pr), "bad project name '%.60s'", pr);
 		free(pr);
 	} else if (pr) {
 		free(*project);
@@ -1506,8 +1530,7 @@ static void load_step(struct loader *L, size_t idx, const struct ynode *m)
 		err_at(L, m, "add 'name: NAME'", "%s has no 'name'", what);
 	} else if (!want_kind(L, n, Y_SCALAR, "a step's 'name'")) {
 		if (!valid_name(n->str)) {
-			err_at(L, n, "use letters, digits, '_' and '-', starting with a letter",
-			       "bad step name '%.60s'", n->str);
+			err_at(L, n, name_hint(n->str), "bad step name '%.60s'", n->str);
 		} else {
 			s->name = tf_xstrdup(n->str);
 			s->line = n->line;
@@ -2504,8 +2527,7 @@ static void load_pipeline(struct loader *L, const struct ynode *root,
 	if (!(x = map_get(root, "name")))
 		err_at(L, root, "add 'name: NAME' at the top", "the pipeline has no 'name'");
 	else if ((p->name = get_string(L, x, "'name'")) && !valid_name(p->name))
-		err_at(L, x, "use letters, digits, '_' and '-', starting with a letter",
-		       "bad pipeline name '%.60s'", p->name);
+		err_at(L, x, name_hint(p->name), "bad pipeline name '%.60s'", p->name);
 	if ((x = map_get(root, "description")))
 		p->description = get_string(L, x, "'description'");
 	if ((x = map_get(root, "storage")) && (p->storage = get_string(L, x, "'storage'"))) {

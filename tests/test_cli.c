@@ -95,6 +95,7 @@ static void test_cli_logs_with_invalid_utf8_are_shown(void **state)
 		const char *line, *says;
 	} bad[] = {
 	    {"echo m=inf > \\\"$TPUFLOW_METRICS\\\"", "metric 'm' is inf; metrics must be finite"},
+	    {"echo m=notanumber > \\\"$TPUFLOW_METRICS\\\"", "metric 'm' is 'notanumber', not a number"},
 	    {"printf 'o=\\\\377\\\\n' > \\\"$TPUFLOW_OUTPUTS\\\"", "line 1: the value is not valid UTF-8"},
 	};
 	for (size_t i = 0; i < TF_ARRAY_LEN(bad); i++) {
@@ -236,6 +237,18 @@ static void test_cli_not_found_and_usage_exit_codes(void **state)
 	struct stat sb;
 	assert_int_equal(stat("zero/tpuflow.db", &sb), 0);
 	assert_int_equal(sb.st_size, 0); /* left as it was */
+
+	/* a NUL byte in a pipeline: line and column (it was a byte offset) and why */
+	f = fopen("nul.yaml", "wb");
+	assert_non_null(f);
+	fwrite("name: x\nsteps: []\n\0\0", 1, 20, f);
+	fclose(f);
+	static const char *const nul[] = {"validate", "nul.yaml", NULL};
+	err = NULL;
+	assert_int_equal(tf_test_cli(nul, NULL, &err), TF_EXIT_DATAERR);
+	if (!strstr(err, "nul.yaml:3:1: error:") || !strstr(err, "NUL byte"))
+		fail_msg("validate of a file with a NUL byte said: %s", err);
+	free(err);
 }
 
 int main(void)

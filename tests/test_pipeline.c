@@ -247,6 +247,16 @@ static void test_pipeline_yaml_syntax_error(void **state)
 	expect("name: 'x\n", 2, 1, "found unexpected end of stream", NULL);
 	expect("name: x\n---\nname: y\n", 2, 1, "more than one YAML document", NULL);
 	expect("name: *nope\n", 1, 7, "unknown alias '*nope'", NULL);
+	/* a tab, a 5,000-character name, `yes` for a bool: what to do, not only what failed */
+	expect("name: x\nsteps:\n\t- {name: a}\n", 3, 1, "found character that cannot start",
+	       "YAML does not allow tabs for indentation: indent with spaces");
+	char *long_name = tf_xmalloc(5100);
+	snprintf(long_name, 5100, "name: %0*d\nsteps: []\n", 5000, 0);
+	memset(long_name + 6, 'a', 5000);
+	expect(long_name, 1, 7, "bad pipeline name", "names are at most 64 characters");
+	free(long_name);
+	expect("name: x\nparams:\n  flag: {type: bool, default: yes}\nsteps: []\n", 3, 31,
+	       "its default 'yes' is not", "write true or false");
 	/* an unquoted reference inside a flow list: the hint says what to do */
 	expect("name: x\nsteps:\n  - {name: a, type: shell, with: {argv: [${params.x}]}}\n", 3, 43,
 	       "did not find expected ',' or ']'", "quote values that contain ${...}");
