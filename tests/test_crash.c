@@ -109,15 +109,22 @@ static void test_crash_kill9_mid_step_then_resume(void **state)
 	pid_t pid = spawn(run_argv);
 	assert_true(pid > 0);
 	assert_int_equal(wait_running("long", 20), 0);
-	usleep(100000);
+	/* Kill the engine once the step's program runs (it writes its pid first): a fixed
+	 * delay here failed on a loaded machine, where the shell had not started yet. */
+	char *pidtext = NULL;
+	size_t len;
+	for (int i = 0; i < 1000; i++) {
+		if (tf_read_file("long.pid", 64, &pidtext, &len) == 0 && strchr(pidtext, '\n'))
+			break; /* the whole line: never kill(-0), our own group */
+		free(pidtext);
+		pidtext = NULL;
+		usleep(20000);
+	}
+	assert_non_null(pidtext);
+	assert_true(atoi(pidtext) > 1);
 	kill(pid, SIGKILL);
 	assert_int_equal(tf_test_wait_exit(pid), 128 + SIGKILL);
 	/* The orphaned step process would sleep on: stop it the way a reboot would. */
-	char *pidtext = NULL;
-	size_t len;
-	for (int i = 0; i < 100 && tf_read_file("long.pid", 64, &pidtext, &len); i++)
-		usleep(20000);
-	assert_non_null(pidtext);
 	kill(-(pid_t)atoi(pidtext), SIGKILL);
 	free(pidtext);
 
