@@ -114,8 +114,8 @@ struct tf_mxu_model {
 };
 
 /* Fills *out for an M x K . K x N GEMM on R x C arrays (mxus of them, 0 = 1). Returns 0, or
- * -EINVAL when R or C is not positive or the dataflow is unknown. Zero-sized GEMMs give 0
- * folds and 0 cycles. */
+ * -EINVAL when R or C is not positive or the dataflow is unknown, -EOVERFLOW when the cycle
+ * count would pass 2^63 (out untouched). Zero-sized GEMMs give 0 folds and 0 cycles. */
 int tf_mxu_model(enum tf_mxu_dataflow df, uint64_t M, uint64_t K, uint64_t N, int R, int C,
                  int mxus, struct tf_mxu_model *out);
 

@@ -42,10 +42,15 @@ int tf_mxu_model(enum tf_mxu_dataflow df, uint64_t M, uint64_t K, uint64_t N, in
 	struct tf_mxu_model m;
 	memset(&m, 0, sizeof m);
 	if (M && K && N) {
-		m.folds = cdiv(rows_dim, (uint64_t)R) * cdiv(cols_dim, (uint64_t)C);
-		m.cycles_per_fold =
-		    (df == TF_MXU_OS ? (uint64_t)R : 2 * (uint64_t)R) + (uint64_t)C + T - 2;
-		m.cycles = m.folds * m.cycles_per_fold;
+		/* Counts past 2^64 once wrapped to nonsense (negative as signed JSON integers). */
+		if (__builtin_mul_overflow(cdiv(rows_dim, (uint64_t)R), cdiv(cols_dim, (uint64_t)C),
+		                           &m.folds) ||
+		    __builtin_add_overflow(T, (df == TF_MXU_OS ? (uint64_t)R : 2 * (uint64_t)R) +
+		                                  (uint64_t)C - 2,
+		                           &m.cycles_per_fold) ||
+		    __builtin_mul_overflow(m.folds, m.cycles_per_fold, &m.cycles) ||
+		    m.cycles > (uint64_t)INT64_MAX)
+			return -EOVERFLOW;
 		m.scalesim_total = m.cycles - 1;
 		m.core_cycles = cdiv(m.folds, (uint64_t)mxus) * m.cycles_per_fold;
 		/* Sum over folds of used rows * used cols is rows_dim * cols_dim exactly. */

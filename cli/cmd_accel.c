@@ -824,7 +824,15 @@ static int cycles(int argc, char **argv, struct tf_cli *cli)
 	if (!have[0] || !have[1] || !have[2])
 		return tf_cli_usage_error(cmd, "--m, --k and --n are all required");
 	struct tf_mxu_model m;
-	if (tf_mxu_model(df, dim[0], dim[1], dim[2], R, C, (int)mxus, &m))
+	int mrc = tf_mxu_model(df, dim[0], dim[1], dim[2], R, C, (int)mxus, &m);
+	if (mrc == -EOVERFLOW) {
+		fprintf(stderr,
+		        "tpuflow %s: %llu x %llu . %llu x %llu on %dx%d takes more than 2^63 cycles: "
+		        "give smaller sizes\n",
+		        cmd, dim[0], dim[1], dim[1], dim[2], R, C);
+		return TF_EXIT_DATAERR;
+	}
+	if (mrc)
 		return tf_cli_usage_error(cmd, "invalid model parameters");
 	const char *dfname = df_name(df);
 	if (cli->json) {

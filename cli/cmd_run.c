@@ -61,6 +61,22 @@ static int exit_for_rc(int rc)
 	}
 }
 
+/* A run that could not start: its problems in file order on stderr and, with --json, the
+ * same as one document on stdout ({"ok": false, "error", "diagnostics"}, as validate's). */
+static void report_refused(const struct tf_cli *cli, const char *file,
+                           struct tf_diag_list *diags, const char *err)
+{
+	tf_diag_sort(diags);
+	tf_diag_print(diags, stderr);
+	fprintf(stderr, "tpuflow run: %s\n", err);
+	if (cli->json) {
+		json_t *doc = json_pack("{s:b, s:s?, s:s, s:o}", "ok", 0, "file", file, "error", err,
+		                        "diagnostics", tf_diag_to_json(diags));
+		print_json(doc);
+		json_decref(doc);
+	}
+}
+
 static void run_usage(FILE *f)
 {
 	fprintf(
@@ -311,9 +327,8 @@ static int run_by_daemon(struct tf_cli *cli, const char *home, const char *file,
 	tf_store_close(st);
 	free(text);
 	if (rc) {
-		tf_diag_print(&diags, stderr);
+		report_refused(cli, file, &diags, err);
 		tf_diag_list_release(&diags);
-		fprintf(stderr, "tpuflow run: %s\n", err);
 		return exit_for_rc(rc);
 	}
 	tf_diag_list_release(&diags);
@@ -465,10 +480,7 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 	struct tf_engine_req rq = {.path = argv[optind], .ov = ov, .nov = nov};
 	int rc = drive_here(&o, &rq, &diags, &res, err, sizeof(err));
 	if (rc) {
-		if (diags.n) {
-			tf_diag_print(&diags, stderr);
-		}
-		fprintf(stderr, "tpuflow run: %s\n", err);
+		report_refused(cli, argv[optind], &diags, err);
 		tf_diag_list_release(&diags);
 		ret = exit_for_rc(rc);
 		goto out;

@@ -5,6 +5,7 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,11 +203,15 @@ static int cmd_version(int argc, char **argv, struct tf_cli *cli)
 	return TF_EXIT_OK;
 }
 
+/* Writes to a closed pipe (`tpuflow run ... | head`) fail with EPIPE instead of killing the
+ * process: a run goes on to its end when its reader leaves. Step processes get the default
+ * disposition back before exec (executors/local.c). */
 int main(int argc, char **argv)
 {
 	struct tf_cli cli = {.argv0 = argv[0]};
 	int i = 1;
 
+	signal(SIGPIPE, SIG_IGN);
 	tf_log_init();
 	for (; i < argc && argv[i][0] == '-'; i++) {
 		if (!strcmp(argv[i], "--json")) {

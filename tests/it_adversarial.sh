@@ -97,7 +97,20 @@ steps:
   - {name: d, type: shell, with: {argv: [sleep, "0.8"]}}'
 expect 0 "succeeded" -- "$T" run "$dir/queue.yaml" --home "$H" --workers 1 --plain
 
-# 10. a zero-byte database is not taken for a new one
+# 10. `run | head`: the reader leaves, the run goes on to its end
+yaml pipe 'name: pipe
+steps:
+  - {name: a, type: shell, with: {argv: [sh, -c, "for i in $(seq 1 300); do echo line $i; done; sleep 0.3"]}}
+  - {name: b, type: shell, needs: [a], with: {argv: [sleep, "0.3"]}}'
+"$T" run "$dir/pipe.yaml" --home "$H" --plain | head -1 >/dev/null
+rc=${PIPESTATUS[0]}
+[[ $rc == 0 ]] || fail "'run | head' exited $rc (SIGPIPE is 141)"
+"$T" runs show "$(latest)" --home "$H" --json | grep -q '"state": "succeeded"' || fail "the run behind '| head' did not finish"
+
+# 11. sizes whose cycle count passes 2^63 are refused, not wrapped
+expect 65 "more than 2^63 cycles" -- "$T" accel cycles --m 4000000000 --k 4000000000 --n 4000000000
+
+# 12. a zero-byte database is not taken for a new one
 mkdir -p "$dir/zero" && : >"$dir/zero/tpuflow.db" && touch -d '1 hour ago' "$dir/zero/tpuflow.db"
 expect 70 "is empty (0 bytes)" -- "$T" runs list --home "$dir/zero"
 echo "it_adversarial: ok"

@@ -238,6 +238,28 @@ static void test_cli_not_found_and_usage_exit_codes(void **state)
 	assert_int_equal(stat("zero/tpuflow.db", &sb), 0);
 	assert_int_equal(sb.st_size, 0); /* left as it was */
 
+	/* run --json on a pipeline with errors: one JSON document, problems in file order */
+	f = fopen("bad.yaml", "w");
+	assert_non_null(f);
+	fputs("name: bad\nparams:\n  flag: {type: bool, default: yes}\nsteps:\n"
+	      "  - {name: a, type: shell, needs: [nosuch], with: {argv: [x]}}\n"
+	      "  - {name: b, type: nosuchtype}\n",
+	      f);
+	fclose(f);
+	static const char *const bad_run[] = {"run", "bad.yaml", "--json", NULL};
+	err = NULL;
+	assert_int_equal(tf_test_cli(bad_run, NULL, &err), TF_EXIT_DATAERR);
+	free(err);
+	json_t *doc = tf_test_load_json("out.txt");
+	assert_non_null(doc);
+	assert_true(json_is_false(json_object_get(doc, "ok")));
+	json_t *diags = json_object_get(doc, "diagnostics");
+	assert_true(json_array_size(diags) >= 3);
+	for (size_t i = 1; i < json_array_size(diags); i++)
+		assert_true(json_integer_value(json_object_get(json_array_get(diags, i - 1), "line")) <=
+		            json_integer_value(json_object_get(json_array_get(diags, i), "line")));
+	json_decref(doc);
+
 	/* a NUL byte in a pipeline: line and column (it was a byte offset) and why */
 	f = fopen("nul.yaml", "wb");
 	assert_non_null(f);

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -483,6 +484,13 @@ static void test_mxu_model_ws_formula(void **state)
 	assert_int_equal(m.folds, 4);
 	assert_int_equal(m.cycles_per_fold, 128 + 128 + 784 - 2);
 	assert_int_equal(tf_mxu_model(TF_MXU_WS, 1, 1, 1, 0, 128, 1, &m), -22);
+	/* huge sizes: refused, not wrapped into a negative or tiny count */
+	assert_int_equal(tf_mxu_model(TF_MXU_WS, 1ull << 40, 1ull << 40, 1ull << 40, 128, 128, 1,
+	                              &m),
+	                 -EOVERFLOW);
+	assert_int_equal(tf_mxu_model(TF_MXU_OS, 4000000000ull, 4000000000ull, 4000000000ull, 128,
+	                              128, 1, &m),
+	                 -EOVERFLOW);
 	assert_int_equal(tf_mxu_model(TF_MXU_DATAFLOW_LAST, 1, 1, 1, 4, 4, 1, &m), -22);
 }
 
