@@ -522,6 +522,17 @@ static void fmt_time(double t, char *buf, size_t len)
 	strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
 }
 
+/* Seconds as a duration column: 12.3s, 4m05s, 2h03m. */
+static void fmt_span(double s, char *buf, size_t len)
+{
+	if (s < 60)
+		snprintf(buf, len, "%.1fs", s);
+	else if (s < 3600)
+		snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)s % 60);
+	else
+		snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+}
+
 static int runs_list(struct tf_store *st, struct tf_cli *cli, int limit)
 {
 	json_t *arr = NULL;
@@ -533,8 +544,8 @@ static int runs_list(struct tf_store *st, struct tf_cli *cli, int limit)
 	if (cli->json) {
 		print_json(arr);
 	} else {
-		printf("%-24s %-20s %-11s %-19s %s\n", "RUN", "PIPELINE", "STATE", "CREATED",
-		       "STEPS");
+		printf("%-24s %-20s %-11s %-19s %9s %s\n", "RUN", "PIPELINE", "STATE", "CREATED",
+		       "DURATION", "STEPS");
 		size_t i;
 		json_t *r;
 		json_array_foreach(arr, i, r)
@@ -542,12 +553,21 @@ static int runs_list(struct tf_store *st, struct tf_cli *cli, int limit)
 			char when[32];
 			fmt_time(json_number_value(json_object_get(r, "created_at")), when,
 			         sizeof(when));
-			printf("%-24s %-20s %-11s %-19s %lld/%lld\n",
+			char dur[32] = "-", skipped[48] = "";
+			json_t *d = json_object_get(r, "duration");
+			if (json_is_number(d))
+				fmt_span(json_number_value(d), dur, sizeof(dur));
+			long long nskip = json_integer_value(json_object_get(r, "skipped"));
+			if (nskip)
+				snprintf(skipped, sizeof(skipped), " (%lld skipped)", nskip);
+			int orphaned = json_is_true(json_object_get(r, "orphaned"));
+			printf("%-24s %-20s %-11s %-19s %9s %lld/%lld%s%s\n",
 			       json_string_value(json_object_get(r, "id")),
 			       json_string_value(json_object_get(r, "pipeline")),
-			       json_string_value(json_object_get(r, "state")), when,
-			       (long long)json_integer_value(json_object_get(r, "done")),
-			       (long long)json_integer_value(json_object_get(r, "steps")));
+			       orphaned ? "orphaned" : json_string_value(json_object_get(r, "state")),
+			       when, dur, (long long)json_integer_value(json_object_get(r, "done")),
+			       (long long)json_integer_value(json_object_get(r, "steps")), skipped,
+			       orphaned ? "  its process is gone: tpuflow runs resume" : "");
 		}
 	}
 	json_decref(arr);

@@ -658,8 +658,9 @@ int tf_runs_list(struct tf_store *st, int limit, json_t **out)
 	    st,
 	    "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
 	    "(SELECT count(*) FROM steps WHERE run_id=r.id), "
-	    "(SELECT count(*) FROM steps WHERE run_id=r.id AND state IN "
-	    "('succeeded','cached','skipped')), r.error "
+	    "(SELECT count(*) FROM steps WHERE run_id=r.id AND state IN ('succeeded','cached')), "
+	    "r.error, (SELECT count(*) FROM steps WHERE run_id=r.id AND state='skipped'), "
+	    "r.owner, r.pid, r.heartbeat_at "
 	    "FROM runs r ORDER BY r.created_at DESC, r.id DESC LIMIT ?",
 	    "i", (int64_t)(limit > 0 ? limit : -1));
 	if (!s)
@@ -677,6 +678,22 @@ int tf_runs_list(struct tf_store *st, int limit, json_t **out)
 		json_object_set_new(o, "steps", json_integer(tf_stmt_int(s, 6)));
 		json_object_set_new(o, "done", json_integer(tf_stmt_int(s, 7)));
 		json_object_set_new(o, "error", text_or_null(s, 8));
+		json_object_set_new(o, "skipped", json_integer(tf_stmt_int(s, 9)));
+		/* A running run whose owner is gone runs no more: say so, and end its time at
+		 * the owner's last heartbeat rather than now. */
+		const char *state = tf_stmt_text(s, 2);
+		struct tf_run_owner ow = {.state = TF_RUN_RUNNING, .pid = (long)tf_stmt_int(s, 11)};
+		snprintf(ow.token, sizeof(ow.token), "%s", tf_stmt_text(s, 10) ? tf_stmt_text(s, 10) : "");
+		ow.heartbeat_age = tf_stmt_is_null(s, 12) ? -1 : tf_now_wall() - tf_stmt_double(s, 12);
+		int orphaned = state && !strcmp(state, "running") && tf_run_owner_gone(&ow, TF_RUN_LEASE_S);
+		json_object_set_new(o, "orphaned", json_boolean(orphaned));
+		double start = tf_stmt_is_null(s, 4) ? -1 : tf_stmt_double(s, 4);
+		double end = !tf_stmt_is_null(s, 5) ? tf_stmt_double(s, 5)
+		             : orphaned && !tf_stmt_is_null(s, 12) ? tf_stmt_double(s, 12)
+		             : state && !strcmp(state, "running") ? tf_now_wall()
+		                                                  : -1;
+		json_object_set_new(o, "duration", start >= 0 && end >= start ? json_real(end - start)
+		                                                              : json_null());
 		json_array_append_new(arr, o);
 	}
 	tf_stmt_done(s);

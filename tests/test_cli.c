@@ -10,6 +10,7 @@
 #include "common/common.h"
 #include "tests/testutil.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +274,60 @@ static void test_cli_not_found_and_usage_exit_codes(void **state)
 	free(err);
 }
 
+/* runs list: skipped steps are not counted as done; a running run whose process is gone is
+ * shown as orphaned (it stayed "running" forever); each run has a duration. */
+static void test_cli_runs_list_skipped_orphaned_duration(void **state)
+{
+	(void)state;
+	FILE *f = fopen("sk.yaml", "w");
+	assert_non_null(f);
+	fputs("name: sk\nsteps:\n  - {name: a, type: shell, with: {argv: ['false']}}\n"
+	      "  - {name: b, type: shell, needs: [a], with: {argv: ['true']}}\n"
+	      "  - {name: c, type: shell, with: {argv: ['true']}}\n",
+	      f);
+	fclose(f);
+	static const char *const sk[] = {"run", "sk.yaml", "--plain", NULL};
+	assert_int_equal(tf_test_cli(sk, NULL, NULL), TF_EXIT_FAILED);
+	static const char *const list[] = {"runs", "list", "--json", NULL};
+	assert_int_equal(tf_test_cli(list, NULL, NULL), 0);
+	json_t *doc = tf_test_load_json("out.txt");
+	json_t *r = json_array_get(doc, 0);
+	assert_int_equal(json_integer_value(json_object_get(r, "done")), 1);
+	assert_int_equal(json_integer_value(json_object_get(r, "skipped")), 1);
+	assert_true(json_is_number(json_object_get(r, "duration")));
+	json_decref(doc);
+
+	f = fopen("long.yaml", "w");
+	assert_non_null(f);
+	fputs("name: long\nsteps:\n  - {name: s, type: shell, with: {argv: [sleep, '30']}}\n", f);
+	fclose(f);
+	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", "home", "run", "long.yaml", "--plain",
+	                NULL};
+	pid_t pid = tf_test_spawn(argv, "run.out", "run.err");
+	int running = 0;
+	for (int i = 0; i < 600 && !running; i++) {
+		usleep(50000);
+		if (tf_test_cli(list, NULL, NULL) != 0)
+			continue;
+		doc = tf_test_load_json("out.txt");
+		r = json_array_get(doc, 0);
+		running = !strcmp(json_string_value(json_object_get(r, "pipeline")), "long") &&
+		          !strcmp(json_string_value(json_object_get(r, "state")), "running");
+		if (running)
+			assert_false(json_is_true(json_object_get(r, "orphaned")));
+		json_decref(doc);
+	}
+	assert_true(running);
+	kill(pid, SIGKILL);
+	tf_test_wait_exit(pid);
+	char *out = NULL;
+	static const char *const text[] = {"runs", "list", NULL};
+	assert_int_equal(tf_test_cli(text, &out, NULL), 0);
+	if (!strstr(out, "orphaned") || !strstr(out, "runs resume"))
+		fail_msg("runs list after kill -9 of the run's process: %s", out);
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -281,6 +336,7 @@ int main(void)
 	    cmocka_unit_test(test_cli_relative_storage_recorded_absolute),
 	    cmocka_unit_test(test_cli_inprocess_data_prep_honours_timeout),
 	    cmocka_unit_test(test_cli_not_found_and_usage_exit_codes),
+	    cmocka_unit_test(test_cli_runs_list_skipped_orphaned_duration),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
