@@ -54,6 +54,8 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli);
 int cmd_daemon(int argc, char **argv, struct tf_cli *cli);
 int cmd_models(int argc, char **argv, struct tf_cli *cli);
 int cmd_tokens(int argc, char **argv, struct tf_cli *cli);
+int cmd_hooks(int argc, char **argv, struct tf_cli *cli);
+int cmd_alerts(int argc, char **argv, struct tf_cli *cli);
 int cmd_accel(int argc, char **argv, struct tf_cli *cli);
 int cmd_store(int argc, char **argv, struct tf_cli *cli);
 int cmd_ckpt(int argc, char **argv, struct tf_cli *cli);

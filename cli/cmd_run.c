@@ -2,6 +2,7 @@
  * pipeline runs and looking at them afterwards. */
 #include "cli/cli.h"
 #include "common/common.h"
+#include "orchestrator/alerts.h"
 #include "orchestrator/engine.h"
 #include "orchestrator/runner.h"
 #include "orchestrator/state.h"
@@ -174,7 +175,9 @@ static int drive_here(const struct tf_engine_opts *o, const struct tf_engine_req
 	sigaddset(&set, SIGUSR2);
 	pthread_sigmask(SIG_BLOCK, &set, &old); /* inherited by the engine's threads */
 	struct tf_engine *e = NULL;
-	int rc = tf_engine_start(o, rq, &e, diags, err, errlen);
+	/* alerts of this home are delivered while the run goes on and for a while after it */
+	struct tf_alerts_worker *alerts = tf_alerts_worker_start(o->home);
+	int rc = tf_engine_start(o, rq, &e, diags, err, errlen), left = 0;
 	if (rc == 0) {
 		pthread_t t;
 		int have = pthread_create(&t, NULL, signal_main, e) == 0;
@@ -185,6 +188,14 @@ static int drive_here(const struct tf_engine_opts *o, const struct tf_engine_req
 		}
 		tf_engine_free(e);
 	}
+	if (!alerts) /* hooks may have been added while the run went on */
+		alerts = tf_alerts_worker_start(o->home);
+	tf_alerts_worker_stop(alerts, -1, &left);
+	if (left)
+		fprintf(stderr,
+		        "tpuflow: %d alert(s) not delivered yet: they are sent by the daemon or the "
+		        "next run ('tpuflow alerts list')\n",
+		        left);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return rc;
 }

@@ -31,6 +31,8 @@ static const struct tf_cmd commands[] = {
     {"daemon", cmd_daemon, "drive every run of a home and serve the HTTP API (foreground)"},
     {"models", cmd_models, "model registry: list, show, alias, compare"},
     {"tokens", cmd_tokens, "REST API bearer tokens: create, list, revoke"},
+    {"hooks", cmd_hooks, "alerting hooks: add, list, rm, test, events"},
+    {"alerts", cmd_alerts, "the alert outbox: list [--dead], show, redeliver, deliver"},
     {"accel", cmd_accel, "the emulated TPU: matmul, cycles, slices, info"},
     {"store", cmd_store, "object storage: ls, cat, get, put, rm, mb"},
     {"ckpt", cmd_ckpt, "checkpoints: list, show, gc"},

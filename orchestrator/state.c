@@ -1,6 +1,7 @@
 /* state.c — owns the run, step and attempt state machines: every state change of the three
  * passes through one set_state function here, which checks it against the diagrams below,
- * writes it together with an event row, and commits (or joins the caller's transaction).
+ * writes it together with an event row and the alerts it causes (orchestrator/alerts.h), and
+ * commits (or joins the caller's transaction).
  *
  * Run:
  *
@@ -36,6 +37,7 @@
  *               └──> lost (the engine died while it ran; found on resume)
  */
 #include "orchestrator/state.h"
+#include "orchestrator/alerts.h"
 #include "orchestrator/digest.h"
 
 #define TF_LOG_TAG "state"
@@ -320,6 +322,8 @@ int tf_run_set_state(struct tf_store *st, const char *run, enum tf_run_state to,
 	if (rc == 0)
 		rc = add_event_noattempt(st, run, NULL, "run", tf_run_state_name(from),
 		                         tf_run_state_name(to), error);
+	if (rc == 0)
+		rc = tf_alerts_on_run(st, run, to, error); /* its alerts, in this transaction */
 out:
 	return tf_store_leave(st, own, rc);
 }
@@ -549,6 +553,8 @@ int tf_step_set_state(struct tf_store *st, const char *run, const char *step, en
 	if (rc == 0)
 		rc = add_event_noattempt(st, run, step, "step", tf_step_state_name(from),
 		                         tf_step_state_name(to), u->reason);
+	if (rc == 0)
+		rc = tf_alerts_on_step(st, run, step, to, u->reason);
 out:
 	return tf_store_leave(st, own, rc);
 }

@@ -15,6 +15,7 @@
  * KEY=VALUE read at start and again on SIGHUP: max_runs (runs driven at once, default 4),
  * workers (steps at once per run, default 8), log (debug|info|warn|error). */
 #include "web/daemon.h"
+#include "orchestrator/alerts.h"
 #include "orchestrator/runner.h"
 #include "orchestrator/schedules.h"
 #include "orchestrator/state.h"
@@ -48,6 +49,7 @@ struct daemon {
 	struct tf_runner *runner;
 	struct tf_store *db; /* the main thread's handle (schedules) */
 	struct tf_web *web;
+	struct tf_alerts_worker *alerts; /* delivers the home's alerts (NULL: no hooks yet) */
 	int lock_fd, wake_fd, sig_fd;
 	int wake;              /* a datagram arrived: look for runs now */
 	volatile int stopping; /* SIGTERM/SIGINT seen (read by /readyz on server threads) */
@@ -329,6 +331,15 @@ static void job_schedules(struct daemon *d)
 	json_decref(report);
 }
 
+/* Alerts are sent by a thread of their own (a POST may take seconds); this job starts it
+ * once the home has hooks and wakes it. */
+static void job_alerts(struct daemon *d)
+{
+	if (!d->alerts)
+		d->alerts = tf_alerts_worker_start(d->home);
+	tf_alerts_worker_kick(d->alerts);
+}
+
 static const struct cron_job {
 	const char *name;
 	double period; /* seconds */
@@ -337,7 +348,7 @@ static const struct cron_job {
     {"runs", 1.0, job_runs},           /* take submitted and orphaned runs (and on a wake) */
     {"reap", 0.2, job_reap},           /* free the engines of runs that ended */
     {"schedules", 1.0, job_schedules}, /* fire due cron ticks (orchestrator/schedules.h) */
-                                       /* {"alerts", 5.0, job_alerts},       deliver alerts */
+    {"alerts", 1.0, job_alerts},       /* deliver alerts (orchestrator/alerts.h) */
 };
 
 /* Runs the jobs that are due; returns the seconds until the next one is. */
@@ -473,6 +484,8 @@ int tf_daemon_run(const struct tf_daemon_opts *o, char *err, size_t errlen)
 		tf_info("drained; exiting");
 	tf_web_stop(d.web);
 	d.web = NULL;
+	tf_alerts_worker_stop(d.alerts, 2.0, NULL); /* what is left waits for the next one */
+	d.alerts = NULL;
 	if (left == 0)
 		tf_runner_free(d.runner); /* else: their threads end with the process */
 	d.runner = NULL;
@@ -484,6 +497,7 @@ int tf_daemon_run(const struct tf_daemon_opts *o, char *err, size_t errlen)
 	unlink(p);
 	free(p);
 out:
+	tf_alerts_worker_stop(d.alerts, 0, NULL);
 	tf_web_stop(d.web);
 	if (rc)
 		tf_runner_free(d.runner);

@@ -1,0 +1,720 @@
+/* alerts.c — owns the events that alert, the hooks of a home (table hooks), the outbox rows
+ * (table alerts) and the Alertmanager alerts still firing (table alert_firing); delivery is
+ * alerts_send.c. docs/alerts.md is the user's reference.
+ *
+ * Invariants:
+ *  1. An outbox row is inserted in the transaction of the state change that causes it
+ *     (tf_alerts_emit joins the caller's), so an event is committed with its alerts or not
+ *     at all.
+ *  2. A row's msg_id and payload never change: every attempt sends the same id and the same
+ *     bytes (a format renders the payload the same way each time).
+ *  3. A secret is read from its environment variable or file when it is needed and never
+ *     written anywhere: not to the database, not to a log, not to an error message. */
+#include "orchestrator/alerts.h"
+#include "orchestrator/pipeline.h"
+
+#define TF_LOG_TAG "alerts"
+#include "common/common.h"
+#include "common/log.h"
+
+#include <ctype.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const struct tf_alert_event events[] = {
+    {"run_failed", "a run failed", "critical"},
+    {"run_succeeded", "a run succeeded", "info"},
+    {"run_cancelled", "a run was cancelled", "warning"},
+    {"step_retried", "a step failed and will be retried", "warning"},
+    {"step_failed", "a step failed for good", "critical"},
+    {"training_diverged", "training diverged (loss not finite)", "critical"},
+    {"training_stopped_early", "training stopped early", "info"},
+    {"metric_regressed", "a metric is worse than the production version's", "critical"},
+    {"model_registered", "a model version was registered", "info"},
+    {"model_deployed", "an alias was pointed at a model version", "info"},
+    {"model_promoted", "a model version was promoted", "info"},
+    {"model_rolled_back", "a model alias was rolled back", "warning"},
+    {"chip_failed", "an accelerator chip failed", "critical"},
+    {"job_waiting", "a job has waited for a slice longer than its threshold", "warning"},
+    {"schedule_missed", "a schedule missed a tick", "warning"},
+    {"daemon_unclean_stop", "the daemon started after an unclean stop", "warning"},
+    {"test", "a test alert (tpuflow hooks test)", "info"},
+};
+
+const struct tf_alert_event *tf_alert_events(size_t *n)
+{
+	*n = TF_ARRAY_LEN(events);
+	return events;
+}
+
+const struct tf_alert_event *tf_alert_event_find(const char *name)
+{
+	for (size_t i = 0; name && i < TF_ARRAY_LEN(events); i++)
+		if (!strcmp(events[i].name, name))
+			return &events[i];
+	return NULL;
+}
+
+/* ---- configuration ------------------------------------------------------------------- */
+
+static void config_defaults(struct tf_alerts_config *c)
+{
+	*c = (struct tf_alerts_config){.allow_hosts = tf_xstrdup(""),
+	                               .max_attempts = 12,
+	                               .horizon = 24 * 3600,
+	                               .backoff = 5,
+	                               .max_backoff = 3600,
+	                               .timeout = 15,
+	                               .drain = 10};
+}
+
+/* The daemon's URL from HOME/daemon.json, where the dashboard is served; NULL when none. */
+static char *daemon_url(const char *home)
+{
+	char *path = tf_xasprintf("%s/daemon.json", home);
+	json_t *j = json_load_file(path, 0, NULL);
+	free(path);
+	const char *u = json_string_value(json_object_get(j, "url"));
+	char *out = u && *u ? tf_xstrdup(u) : NULL;
+	json_decref(j);
+	return out;
+}
+
+static void trim_slash(char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+	while (n > 0 && s[n - 1] == '/')
+		s[--n] = '\0';
+}
+
+int tf_alerts_config_load(const char *home, struct tf_alerts_config *cfg, char *err, size_t errlen)
+{
+	config_defaults(cfg);
+	char *path = tf_xasprintf("%s/alerts.conf", home), *text = NULL;
+	size_t len = 0;
+	int rc = 0, line = 0;
+	if (tf_read_file(path, 1 << 16, &text, &len) == 0) {
+		char *save = NULL;
+		for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+			line++;
+			while (*l == ' ' || *l == '\t')
+				l++;
+			if (!*l || *l == '#')
+				continue;
+			char *eq = strchr(l, '='), *v = eq ? eq + 1 : NULL, *end = NULL;
+			if (eq)
+				*eq = '\0';
+			double d = 0;
+			long long n = 0;
+			int ok = eq != NULL;
+			if (ok && !strcmp(l, "allow_hosts")) {
+				free(cfg->allow_hosts);
+				cfg->allow_hosts = tf_xstrdup(v);
+			} else if (ok && !strcmp(l, "dashboard_url")) {
+				free(cfg->dashboard_url);
+				cfg->dashboard_url = tf_xstrdup(v);
+			} else if (ok && !strcmp(l, "max_attempts")) {
+				n = strtoll(v, &end, 10);
+				ok = end != v && !*end && n >= 1 && n <= 1000;
+				if (ok)
+					cfg->max_attempts = (int)n;
+			} else if (ok && (ok = tf_duration_parse(v, &d) == 0 && d > 0)) {
+				if (!strcmp(l, "horizon"))
+					cfg->horizon = d;
+				else if (!strcmp(l, "backoff"))
+					cfg->backoff = d;
+				else if (!strcmp(l, "max_backoff"))
+					cfg->max_backoff = d;
+				else if (!strcmp(l, "timeout"))
+					cfg->timeout = d;
+				else if (!strcmp(l, "drain"))
+					cfg->drain = d;
+				else
+					ok = 0;
+			}
+			if (!ok && rc == 0) {
+				tf_errf(
+				    err, errlen,
+				    "%s:%d: '%s' ignored (expected allow_hosts=, dashboard_url=, "
+				    "max_attempts=1..1000, or horizon=, backoff=, max_backoff=, "
+				    "timeout=, drain= with a duration such as 30s)",
+				    path, line, l);
+				rc = -EINVAL;
+			}
+		}
+	}
+	free(text);
+	free(path);
+	if (!cfg->dashboard_url)
+		cfg->dashboard_url = daemon_url(home);
+	trim_slash(cfg->dashboard_url);
+	return rc;
+}
+
+void tf_alerts_config_release(struct tf_alerts_config *cfg)
+{
+	if (!cfg)
+		return;
+	free(cfg->allow_hosts);
+	free(cfg->dashboard_url);
+	cfg->allow_hosts = cfg->dashboard_url = NULL;
+}
+
+static int list_has(const char *list, const char *word)
+{
+	size_t n = strlen(word);
+	for (const char *p = list; p && *p;) {
+		while (*p == ',' || *p == ' ')
+			p++;
+		const char *e = p;
+		while (*e && *e != ',' && *e != ' ')
+			e++;
+		if ((size_t)(e - p) == n && !strncasecmp(p, word, n))
+			return 1;
+		p = e;
+	}
+	return 0;
+}
+
+static int loopback_host(const char *h)
+{
+	return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1") ||
+	       !strcmp(h, "[::1]");
+}
+
+int tf_alerts_url_allowed(const struct tf_alerts_config *cfg, const char *url, char *err,
+                          size_t errlen)
+{
+	CURLU *u = curl_url();
+	char *scheme = NULL, *host = NULL;
+	int rc = 0;
+	if (!u || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK) {
+		tf_errf(err, errlen, "'%s' is not a URL (expected http://HOST[:PORT]/PATH)", url);
+		rc = -EINVAL;
+	} else if (strcmp(scheme, "http") && strcmp(scheme, "https")) {
+		tf_errf(err, errlen, "'%s': only http and https URLs can be hooks", url);
+		rc = -EINVAL;
+	} else if (!loopback_host(host) && !list_has(cfg->allow_hosts, host)) {
+		tf_errf(err, errlen,
+		        "host '%s' is not on the allowlist: add 'allow_hosts=%s' to the home's "
+		        "alerts.conf (only loopback is allowed by default)",
+		        host, host);
+		rc = -EPERM;
+	}
+	curl_free(scheme);
+	curl_free(host);
+	curl_url_cleanup(u);
+	return rc;
+}
+
+double tf_alerts_backoff(const struct tf_alerts_config *cfg, int attempts, double retry_after,
+                         double rnd)
+{
+	double d =
+	    cfg->backoff * ldexp(1.0, attempts > 1 ? (attempts > 40 ? 40 : attempts - 1) : 0);
+	if (d > cfg->max_backoff)
+		d = cfg->max_backoff;
+	d = d / 2 + d / 2 * rnd; /* "equal jitter": spread retries, never retry at once */
+	if (retry_after > d)
+		d = retry_after;
+	return d;
+}
+
+/* ---- hooks ----------------------------------------------------------------------------- */
+
+static int valid_hook_name(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 64)
+		return 0;
+	for (; *s; s++)
+		if (!islower((unsigned char)*s) && !isdigit((unsigned char)*s) && *s != '_' &&
+		    *s != '-')
+			return 0;
+	return 1;
+}
+
+int tf_hook_secret(const char *env, const char *file, char **out, char *err, size_t errlen)
+{
+	if (env && *env) {
+		const char *v = getenv(env);
+		if (!v || !*v) {
+			tf_errf(err, errlen,
+			        "the hook's secret variable $%s is not set in this process's "
+			        "environment",
+			        env);
+			return -ENOENT;
+		}
+		*out = tf_xstrdup(v);
+		return 0;
+	}
+	if (file && *file) {
+		char *text = NULL;
+		size_t len = 0;
+		int rc = tf_read_file(file, 4096, &text, &len);
+		if (rc) {
+			tf_errf(err, errlen, "cannot read the hook's secret file '%s': %s", file,
+			        strerror(-rc));
+			return -ENOENT;
+		}
+		while (len > 0 &&
+		       (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
+			text[--len] = '\0';
+		*out = text;
+		return 0;
+	}
+	tf_errf(err, errlen, "the hook has no secret (--secret-env or --secret-file)");
+	return -ENOENT;
+}
+
+int tf_hooks_add(struct tf_store *st, const struct tf_alerts_config *cfg, const struct tf_hook *h,
+                 char *err, size_t errlen)
+{
+	if (!h->name || !valid_hook_name(h->name)) {
+		tf_errf(err, errlen, "hook name '%s': use 1 to 64 of a-z, 0-9, '_' and '-'",
+		        h->name ? h->name : "");
+		return -EINVAL;
+	}
+	if (!h->url || !*h->url) {
+		tf_errf(err, errlen, "--url is required");
+		return -EINVAL;
+	}
+	int rc = tf_alerts_url_allowed(cfg, h->url, err, errlen);
+	if (rc)
+		return -EINVAL;
+	const char *f = h->format ? h->format : "standard";
+	if (strcmp(f, "standard") && strcmp(f, "slack") && strcmp(f, "alertmanager")) {
+		tf_errf(err, errlen, "--format '%s': use standard, slack or alertmanager", f);
+		return -EINVAL;
+	}
+	if (h->secret_env && h->secret_file) {
+		tf_errf(err, errlen, "give --secret-env or --secret-file, not both");
+		return -EINVAL;
+	}
+	if (h->secret_env) {
+		int ok = *h->secret_env && !isdigit((unsigned char)*h->secret_env);
+		for (const char *p = h->secret_env; *p; p++)
+			ok = ok && (isalnum((unsigned char)*p) || *p == '_');
+		if (!ok) {
+			tf_errf(err, errlen, "--secret-env '%s' is not a variable name",
+			        h->secret_env);
+			return -EINVAL;
+		}
+	}
+	if (h->secret_file && h->secret_file[0] != '/') {
+		tf_errf(err, errlen, "--secret-file '%s': give an absolute path", h->secret_file);
+		return -EINVAL;
+	}
+	if (!strcmp(f, "standard") && !h->secret_env && !h->secret_file) {
+		tf_errf(err, errlen,
+		        "a standard hook signs every message: give --secret-env VAR or "
+		        "--secret-file PATH holding a whsec_ secret");
+		return -EINVAL;
+	}
+	/* the secret, when this process can read it, must be usable: checked, never kept */
+	char *secret = NULL, serr[256];
+	if ((h->secret_env || h->secret_file) && !strcmp(f, "standard") &&
+	    tf_hook_secret(h->secret_env, h->secret_file, &secret, serr, sizeof(serr)) == 0) {
+		char sig[128];
+		rc = tf_alert_sign(secret, "msg_check", 0, "", 0, sig);
+		explicit_bzero(secret, strlen(secret));
+		free(secret);
+		if (rc) {
+			tf_errf(err, errlen,
+			        "the secret in %s%s is not a Standard Webhooks secret: expected "
+			        "whsec_ followed by the base64 of 24 to 64 random bytes",
+			        h->secret_env ? "$" : "",
+			        h->secret_env ? h->secret_env : h->secret_file);
+			return -EINVAL;
+		}
+	}
+	char *evs = tf_xstrdup(h->events ? h->events : ""), *save = NULL;
+	json_t *names = json_array();
+	for (char *w = strtok_r(evs, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
+		if (!tf_alert_event_find(w) || !strcmp(w, "test")) {
+			tf_errf(err, errlen,
+			        "--on: unknown event '%s' (events: see 'tpuflow hooks "
+			        "events')",
+			        w);
+			free(evs);
+			json_decref(names);
+			return -EINVAL;
+		}
+		json_array_append_new(names, json_string(w));
+	}
+	free(evs);
+	size_t i;
+	json_t *v;
+	char *joined = tf_xstrdup("");
+	json_array_foreach(names, i, v)
+	{
+		char *n = tf_xasprintf("%s%s%s", joined, i ? "," : "", json_string_value(v));
+		free(joined);
+		joined = n;
+	}
+	json_decref(names);
+	rc = tf_store_run(st,
+	                  "INSERT INTO hooks(name, url, format, secret_env, secret_file, events, "
+	                  "created_at) VALUES(?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
+	                  "url=excluded.url, format=excluded.format, "
+	                  "secret_env=excluded.secret_env, secret_file=excluded.secret_file, "
+	                  "events=excluded.events",
+	                  "ttttttd", h->name, h->url, f, h->secret_env, h->secret_file, joined,
+	                  tf_now_wall());
+	free(joined);
+	if (rc)
+		tf_errf(err, errlen, "%s", tf_store_errmsg(st));
+	return rc;
+}
+
+int tf_hooks_remove(struct tf_store *st, const char *name)
+{
+	int rc = tf_store_run(st, "DELETE FROM hooks WHERE name=?", "t", name);
+	if (rc == 0 && tf_store_changes(st) == 0)
+		rc = -ENOENT;
+	return rc;
+}
+
+int tf_hooks_list(struct tf_store *st, json_t **out)
+{
+	struct tf_stmt *q = tf_store_query(st,
+	                                   "SELECT name, url, format, secret_env, secret_file, "
+	                                   "events, created_at FROM hooks ORDER BY name",
+	                                   "");
+	if (!q)
+		return -EIO;
+	json_t *arr = json_array();
+	int rc;
+	while ((rc = tf_stmt_step(q)) == 1) {
+		json_t *h = json_pack("{s:s, s:s, s:s, s:f}", "name", tf_stmt_text(q, 0), "url",
+		                      tf_stmt_text(q, 1), "format", tf_stmt_text(q, 2),
+		                      "created_at", tf_stmt_double(q, 6));
+		if (tf_stmt_text(q, 3))
+			json_object_set_new(h, "secret_env", json_string(tf_stmt_text(q, 3)));
+		if (tf_stmt_text(q, 4))
+			json_object_set_new(h, "secret_file", json_string(tf_stmt_text(q, 4)));
+		json_object_set_new(h, "on", json_string(tf_stmt_text(q, 5)));
+		json_array_append_new(arr, h);
+	}
+	tf_stmt_done(q);
+	if (rc < 0) {
+		json_decref(arr);
+		return rc;
+	}
+	*out = arr;
+	return 0;
+}
+
+/* ---- emitting -------------------------------------------------------------------------- */
+
+static void rfc3339(double t, char out[32])
+{
+	time_t s = (time_t)t;
+	struct tm tm;
+	gmtime_r(&s, &tm);
+	size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(out + n, 32 - n, ".%03dZ", (int)((t - (double)s) * 1000) % 1000);
+}
+
+static int insert_alert(struct tf_store *st, const char *event, const char *hook, const char *run,
+                        const char *step, const char *payload, int64_t resolves, int64_t *id)
+{
+	char hex[33], msg[40];
+	int rc = tf_random_hex(hex, 16);
+	if (rc)
+		return rc;
+	snprintf(msg, sizeof(msg), "msg_%s", hex);
+	double now = tf_now_wall();
+	/* resolves: 'n' binds NULL for a row that resolves nothing */
+	rc = tf_store_run(st,
+	                  "INSERT INTO alerts(msg_id, event, hook, run_id, step, payload, "
+	                  "next_attempt_at, created_at, queued_at, resolves) "
+	                  "VALUES(?,?,?,?,?,?,?,?,?,?)",
+	                  resolves ? "ttttttdddi" : "ttttttdddn", msg, event, hook, run, step,
+	                  payload, now, now, now, resolves);
+	if (rc == 0 && id)
+		*id = tf_store_last_rowid(st);
+	return rc;
+}
+
+/* The hooks an event goes to: home-wide routes (hooks.events), as a JSON array of
+ * {name, format}. */
+static int route(struct tf_store *st, const char *event, json_t *to)
+{
+	struct tf_stmt *q = tf_store_query(st, "SELECT name, format, events FROM hooks", "");
+	if (!q)
+		return -EIO;
+	int rc;
+	while ((rc = tf_stmt_step(q)) == 1)
+		if (list_has(tf_stmt_text(q, 2), event))
+			json_array_append_new(to,
+			                      json_pack("{s:s, s:s}", "name", tf_stmt_text(q, 0),
+			                                "format", tf_stmt_text(q, 1)));
+	tf_stmt_done(q);
+	return rc < 0 ? rc : 0;
+}
+
+/* A successful run resolves the Alertmanager alerts firing for its pipeline: each gets a
+ * resolving row with the same payload (so the same labels) and ends_at set. */
+static int resolve_firing(struct tf_store *st, const char *pipeline, double now)
+{
+	struct tf_stmt *q = tf_store_query(st,
+	                                   "SELECT f.alert_id, f.hook, a.event, a.run_id, a.step, "
+	                                   "a.payload FROM alert_firing f JOIN alerts a ON "
+	                                   "a.id=f.alert_id WHERE f.pipeline=?",
+	                                   "t", pipeline);
+	if (!q)
+		return -EIO;
+	json_t *rows = json_array();
+	int rc;
+	while ((rc = tf_stmt_step(q)) == 1)
+		json_array_append_new(
+		    rows, json_pack("{s:I, s:s, s:s, s:s?, s:s?, s:s}", "id",
+		                    (json_int_t)tf_stmt_int(q, 0), "hook", tf_stmt_text(q, 1),
+		                    "event", tf_stmt_text(q, 2), "run", tf_stmt_text(q, 3), "step",
+		                    tf_stmt_text(q, 4), "payload", tf_stmt_text(q, 5)));
+	tf_stmt_done(q);
+	size_t i;
+	json_t *r;
+	char ends[32];
+	rfc3339(now, ends);
+	json_array_foreach(rows, i, r)
+	{
+		if (rc < 0)
+			break;
+		json_t *p = json_loads(json_string_value(json_object_get(r, "payload")), 0, NULL);
+		json_t *data = json_object_get(p, "data");
+		json_object_set_new(data, "resolved", json_true());
+		json_object_set_new(data, "ends_at", json_string(ends));
+		char *text = json_dumps(p, JSON_COMPACT | JSON_SORT_KEYS);
+		json_int_t fid = json_integer_value(json_object_get(r, "id"));
+		rc = insert_alert(st, json_string_value(json_object_get(r, "event")),
+		                  json_string_value(json_object_get(r, "hook")),
+		                  json_string_value(json_object_get(r, "run")),
+		                  json_string_value(json_object_get(r, "step")), text, fid, NULL);
+		if (rc == 0)
+			rc = tf_store_run(st, "DELETE FROM alert_firing WHERE alert_id=?", "i",
+			                  (int64_t)fid);
+		free(text);
+		json_decref(p);
+	}
+	json_decref(rows);
+	return rc < 0 ? rc : 0;
+}
+
+int tf_alerts_emit(struct tf_store *st, const char *event, const char *run, const char *step,
+                   const char *message, json_t *extra)
+{
+	const struct tf_alert_event *ev = tf_alert_event_find(event);
+	if (!ev)
+		return -EINVAL;
+	int own, rc = tf_store_join(st, &own);
+	if (rc)
+		return rc;
+	char *pipeline = NULL;
+	if (run)
+		tf_store_query_text(st, &pipeline, "SELECT pipeline FROM runs WHERE id=?", "t",
+		                    run);
+	json_t *to = json_array();
+	rc = route(st, event, to);
+	double now = tf_now_wall();
+	if (rc == 0 && json_array_size(to)) {
+		char at[32];
+		rfc3339(now, at);
+		json_t *data = json_pack("{s:s, s:s, s:s}", "event", event, "summary", ev->summary,
+		                         "severity", ev->severity);
+		if (run)
+			json_object_set_new(data, "run", json_string(run));
+		if (pipeline)
+			json_object_set_new(data, "pipeline", json_string(pipeline));
+		if (step)
+			json_object_set_new(data, "step", json_string(step));
+		if (message)
+			json_object_set_new(data, "message", json_string(message));
+		if (extra)
+			json_object_update_missing(data, extra);
+		json_t *p =
+		    json_pack("{s:s, s:s, s:o}", "type", event, "timestamp", at, "data", data);
+		char *text = json_dumps(p, JSON_COMPACT | JSON_SORT_KEYS);
+		json_decref(p);
+		size_t i;
+		json_t *h;
+		json_array_foreach(to, i, h)
+		{
+			int64_t id = 0;
+			const char *hook = json_string_value(json_object_get(h, "name"));
+			rc = insert_alert(st, event, hook, run, step, text, 0, &id);
+			/* Alertmanager alerts of a pipeline stay firing until a run of it succeeds
+			 */
+			if (rc == 0 && pipeline && strcmp(ev->severity, "info") &&
+			    !strcmp(json_string_value(json_object_get(h, "format")),
+			            "alertmanager"))
+				rc = tf_store_run(
+				    st,
+				    "INSERT INTO alert_firing(alert_id, hook, pipeline, "
+				    "event) VALUES(?,?,?,?)",
+				    "ittt", id, hook, pipeline, event);
+			if (rc)
+				break;
+		}
+		free(text);
+	}
+	json_decref(to);
+	if (rc == 0 && pipeline && !strcmp(event, "run_succeeded"))
+		rc = resolve_firing(st, pipeline, now);
+	free(pipeline);
+	return tf_store_leave(st, own, rc);
+}
+
+int tf_alerts_on_run(struct tf_store *st, const char *run, enum tf_run_state to, const char *error)
+{
+	if (to == TF_RUN_SUCCEEDED)
+		return tf_alerts_emit(st, "run_succeeded", run, NULL, NULL, NULL);
+	if (to != TF_RUN_FAILED)
+		return 0;
+	/* a cancel is asked through the row (runs cancel), or ends a run that had not started */
+	int64_t asked = 0;
+	tf_store_query_int(st, &asked,
+	                   "SELECT cancel_requested_at IS NOT NULL FROM runs WHERE id=?", "t", run);
+	int cancelled = asked || (error && !strncmp(error, "cancelled", 9));
+	return tf_alerts_emit(st, cancelled ? "run_cancelled" : "run_failed", run, NULL, error,
+	                      NULL);
+}
+
+int tf_alerts_on_step(struct tf_store *st, const char *run, const char *step, enum tf_step_state to,
+                      const char *reason)
+{
+	if (to == TF_STEP_RETRYING)
+		return tf_alerts_emit(st, "step_retried", run, step, reason, NULL);
+	if (to == TF_STEP_FAILED)
+		return tf_alerts_emit(st, "step_failed", run, step, reason, NULL);
+	return 0;
+}
+
+int tf_alerts_queue_test(struct tf_store *st, const char *name, int64_t *id)
+{
+	char *format = NULL;
+	int own, rc = tf_store_join(st, &own);
+	if (rc)
+		return rc;
+	rc = tf_store_query_text(st, &format, "SELECT format FROM hooks WHERE name=?", "t", name);
+	if (rc == 0) {
+		char at[32];
+		rfc3339(tf_now_wall(), at);
+		const struct tf_alert_event *ev = tf_alert_event_find("test");
+		json_t *p = json_pack("{s:s, s:s, s:{s:s, s:s, s:s, s:s, s:s}}", "type", "test",
+		                      "timestamp", at, "data", "event", "test", "summary",
+		                      ev->summary, "severity", ev->severity, "pipeline", "tpuflow",
+		                      "message", "a test alert from 'tpuflow hooks test'");
+		char *text = json_dumps(p, JSON_COMPACT | JSON_SORT_KEYS);
+		rc = insert_alert(st, "test", name, NULL, NULL, text, 0, id);
+		free(text);
+		json_decref(p);
+	}
+	free(format);
+	return tf_store_leave(st, own, rc);
+}
+
+/* ---- the outbox ------------------------------------------------------------------------ */
+
+#define ALERT_COLS                                                                                 \
+	"id, msg_id, event, hook, run_id, step, state, attempts, next_attempt_at, last_status, "   \
+	"last_error, created_at, delivered_at, dead_at, resolves, payload"
+
+static json_t *alert_row(struct tf_stmt *q, int with_payload)
+{
+	json_t *a =
+	    json_pack("{s:I, s:s, s:s, s:s, s:s, s:I, s:f}", "id", (json_int_t)tf_stmt_int(q, 0),
+	              "msg_id", tf_stmt_text(q, 1), "event", tf_stmt_text(q, 2), "hook",
+	              tf_stmt_text(q, 3), "state", tf_stmt_text(q, 6), "attempts",
+	              (json_int_t)tf_stmt_int(q, 7), "created_at", tf_stmt_double(q, 11));
+	static const struct {
+		int col;
+		const char *key;
+		char type; /* t text, i int, d double */
+	} opt[] = {{4, "run", 't'},         {5, "step", 't'},        {8, "next_attempt_at", 'd'},
+	           {9, "last_status", 'i'}, {10, "last_error", 't'}, {12, "delivered_at", 'd'},
+	           {13, "dead_at", 'd'},    {14, "resolves", 'i'}};
+	for (size_t i = 0; i < TF_ARRAY_LEN(opt); i++) {
+		if (tf_stmt_is_null(q, opt[i].col))
+			continue;
+		json_object_set_new(a, opt[i].key,
+		                    opt[i].type == 't' ? json_string(tf_stmt_text(q, opt[i].col))
+		                    : opt[i].type == 'i'
+		                        ? json_integer(tf_stmt_int(q, opt[i].col))
+		                        : json_real(tf_stmt_double(q, opt[i].col)));
+	}
+	if (with_payload)
+		json_object_set_new(a, "payload", json_loads(tf_stmt_text(q, 15), 0, NULL));
+	return a;
+}
+
+int tf_alerts_list(struct tf_store *st, int dead_only, int limit, json_t **out)
+{
+	struct tf_stmt *q =
+	    tf_store_query(st,
+	                   "SELECT " ALERT_COLS " FROM alerts WHERE (?1 = 0 OR "
+	                   "state = 'dead') ORDER BY id DESC LIMIT ?2",
+	                   "ii", (int64_t)(dead_only != 0), (int64_t)(limit > 0 ? limit : 100));
+	if (!q)
+		return -EIO;
+	json_t *arr = json_array();
+	int rc;
+	while ((rc = tf_stmt_step(q)) == 1)
+		json_array_append_new(arr, alert_row(q, 0));
+	tf_stmt_done(q);
+	if (rc < 0) {
+		json_decref(arr);
+		return rc;
+	}
+	*out = arr;
+	return 0;
+}
+
+int tf_alerts_show(struct tf_store *st, const char *id, json_t **out)
+{
+	struct tf_stmt *q = tf_store_query(
+	    st, "SELECT " ALERT_COLS " FROM alerts WHERE msg_id=?1 OR CAST(id AS TEXT)=?1", "t",
+	    id);
+	if (!q)
+		return -EIO;
+	int rc = tf_stmt_step(q);
+	if (rc == 1) {
+		*out = alert_row(q, 1);
+		rc = 0;
+	} else if (rc == 0) {
+		rc = -ENOENT;
+	}
+	tf_stmt_done(q);
+	return rc;
+}
+
+int tf_alerts_redeliver(struct tf_store *st, const char *id, int64_t *n)
+{
+	double now = tf_now_wall();
+	int rc =
+	    tf_store_run(st,
+	                 "UPDATE alerts SET state='pending', attempts=0, next_attempt_at=?1, "
+	                 "queued_at=?1, dead_at=NULL, lease_until=NULL WHERE "
+	                 "(?2 IS NULL AND state='dead') OR (?2 IS NOT NULL AND state!='pending' "
+	                 "AND (msg_id=?2 OR CAST(id AS TEXT)=?2))",
+	                 "dt", now, id);
+	if (rc == 0) {
+		*n = tf_store_changes(st);
+		if (id && *n == 0) {
+			json_t *a = NULL;
+			rc = tf_alerts_show(st, id, &a); /* -ENOENT, or it is pending already */
+			json_decref(a);
+			if (rc == 0)
+				rc = -EALREADY;
+		}
+	}
+	return rc;
+}

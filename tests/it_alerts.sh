@@ -1,0 +1,245 @@
+#!/usr/bin/env bash
+# Integration: alerting hooks end to end (docs/alerts.md), with real receivers on 127.0.0.1:
+#  - Standard Webhooks: every alert of a failing run arrives signed; the npm package
+#    `standardwebhooks` verifies each signature, and refuses the same message with its body
+#    tampered with
+#  - Slack: the message has the documented shape of an incoming webhook (text + blocks)
+#  - Alertmanager (Debian's prometheus-alertmanager on a free port): a run_failed alert is
+#    shown by its API as active, and as resolved after the next successful run
+#  - durability: a `tpuflow run` killed with -9 while its alert is being posted: the alert
+#    arrives after a restart (the daemon), with the same webhook-id
+#  - a receiver answering 503 for a while, then 200: every alert arrives, none lost, repeats
+#    carry the same id
+#  - a receiver that never answers: the alert ends dead-lettered, and redeliver queues it
+# Stops only the processes it started.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+BUILD=${BUILD:-build}
+bin=$root/$BUILD/tpuflow
+[[ -x $bin ]] || { echo "it_alerts: build first (make)"; exit 1; }
+command -v node >/dev/null && [[ -d node_modules/standardwebhooks ]] ||
+  { echo "it_alerts: SKIPPED: node and the npm packages are needed (make deps)"; exit 77; }
+am_bin=$(command -v prometheus-alertmanager || true)
+[[ -n $am_bin ]] || { echo "it_alerts: SKIPPED: prometheus-alertmanager is not installed (scripts/deps.sh test)"; exit 77; }
+dir=$(mktemp -d /tmp/tpuflow-it-alerts.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() {
+  echo "it_alerts: FAILED: $*"
+  for f in "$dir"/*.log; do [[ -f $f ]] && { echo "--- $f"; tail -15 "$f"; }; done
+  exit 1
+}
+H=$dir/home
+mkdir -p "$H"
+export TPUFLOW_LOG=info
+export WH_SECRET=whsec_$(head -c 32 /dev/urandom | base64)
+# fast retries for the test; the real defaults are in docs/alerts.md
+cat >"$H/alerts.conf" <<'CONF'
+backoff=0.3s
+max_backoff=1s
+max_attempts=6
+timeout=2s
+drain=8s
+CONF
+
+# ---- the receiver (node) and Alertmanager, on free loopback ports
+node tests/alert_receiver.mjs "$dir/recv.jsonl" >"$dir/recv.port" 2>"$dir/recv.log" &
+pids+=($!)
+for _ in $(seq 1 100); do [[ -s $dir/recv.port ]] && break; sleep 0.05; done
+rport=$(head -1 "$dir/recv.port")
+[[ $rport =~ ^[0-9]+$ ]] || fail "the receiver did not start"
+R=http://127.0.0.1:$rport
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+cat >"$dir/am.yml" <<'YML'
+route:
+  receiver: nobody
+  group_wait: 1s
+receivers:
+  - name: nobody
+YML
+amport=$(free_port)
+"$am_bin" --config.file="$dir/am.yml" --storage.path="$dir/am" \
+  --web.listen-address="127.0.0.1:$amport" --cluster.listen-address= >"$dir/am.log" 2>&1 &
+pids+=($!)
+AM=http://127.0.0.1:$amport
+for _ in $(seq 1 200); do curl -sf "$AM/-/ready" >/dev/null && break; sleep 0.1; done
+curl -sf "$AM/-/ready" >/dev/null || fail "Alertmanager did not become ready"
+
+# jq-like helpers in python: count lines of the receiver's log matching a condition
+recv() { python3 - "$dir/recv.jsonl" "$@" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])] if len(sys.argv) > 1 else []
+expr = sys.argv[2]
+print(eval(expr, {"rows": rows, "json": json}))
+PY
+}
+alerts_json() { "$bin" alerts list --home "$H" --json --limit 1000 "$@"; }
+# waits until python expression $1 over the outbox (`a`, newest first) holds
+wait_outbox() {
+  for _ in $(seq 1 300); do
+    alerts_json | python3 -c "import json,sys; a=json.load(sys.stdin); sys.exit(0 if ($1) else 1)" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+cat >"$dir/flaky.yaml" <<YAML
+name: flaky
+steps:
+  - name: work
+    type: shell
+    retries: {limit: 1, backoff: 0.1}
+    with: {argv: [sh, -c, 'test ! -e $dir/break']}
+YAML
+
+# ---- hooks
+"$bin" hooks add oncall --home "$H" --url "$R/std/ok" --format standard --secret-env WH_SECRET \
+  --on run_failed,step_retried,step_failed >"$dir/cli.log" 2>&1 || fail "hooks add oncall"
+"$bin" hooks add team --home "$H" --url "$R/slack/ok" --format slack --on run_failed \
+  >>"$dir/cli.log" 2>&1 || fail "hooks add team"
+"$bin" hooks add am --home "$H" --url "$AM/api/v2/alerts" --format alertmanager --on run_failed \
+  >>"$dir/cli.log" 2>&1 || fail "hooks add am"
+"$bin" hooks add bad --home "$H" --url http://example.com/x --format slack 2>"$dir/deny.log" &&
+  fail "a hook to a host not on the allowlist was accepted"
+grep -q "allowlist" "$dir/deny.log" || fail "the allowlist refusal does not say why: $(cat "$dir/deny.log")"
+"$bin" hooks list --home "$H" --json | grep -q "$WH_SECRET" && fail "hooks list shows the secret"
+grep -qa "${WH_SECRET#whsec_}" "$H/tpuflow.db" && fail "the secret is in the database"
+"$bin" hooks test oncall --home "$H" >"$dir/test.log" 2>&1 || fail "hooks test: $(cat "$dir/test.log")"
+
+# ---- a failing run, embedded: Standard Webhooks, Slack, Alertmanager
+touch "$dir/break"
+"$bin" run "$dir/flaky.yaml" --home "$H" --embedded --plain >"$dir/run1.log" 2>&1
+[[ $? == 1 ]] || fail "the failing run did not exit 1"
+run1=$("$bin" runs list --home "$H" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+wait_outbox "all(x['state']=='delivered' for x in a) and len(a)==6" ||
+  fail "not every alert of the failed run was delivered: $(alerts_json)"
+[[ $(recv "sum(1 for r in rows if r['path']=='/std/ok' and r['verified'])") == 4 ]] ||
+  fail "expected 4 verified Standard Webhooks messages (test, step_retried, step_failed, run_failed)"
+[[ $(recv "sum(1 for r in rows if r['verified'] is False)") == 0 ]] || fail "a signature did not verify"
+[[ $(recv "sorted(json.loads(r['body'])['type'] for r in rows if r['path']=='/std/ok')") == \
+   "['run_failed', 'step_failed', 'step_retried', 'test']" ]] || fail "wrong events: $(recv "[r['body'] for r in rows]")"
+# the same message with its body changed must not verify
+python3 - "$dir/recv.jsonl" "$R" <<'PY' || fail "a tampered body was not refused"
+import json, sys, urllib.request, urllib.error
+rows = [json.loads(l) for l in open(sys.argv[1])]
+r = next(r for r in rows if r["path"] == "/std/ok" and '"run_failed"' in r["body"])
+def post(body):
+    req = urllib.request.Request(sys.argv[2] + "/std/replay", data=body.encode(), headers={
+        "webhook-id": r["id"], "webhook-timestamp": r["timestamp"],
+        "webhook-signature": r["signature"], "content-type": "application/json"})
+    try:
+        return urllib.request.urlopen(req).status
+    except urllib.error.HTTPError as e:
+        return e.code
+assert post(r["body"]) == 200, "the untouched message must verify"
+assert post(r["body"].replace("run_failed", "run_succeeded")) == 401, "tampered body accepted"
+PY
+[[ $(recv "sum(1 for r in rows if r['path']=='/slack/ok' and r['status']==200)") == 1 ]] ||
+  fail "the Slack message was not accepted: $(recv "[r['problem'] for r in rows if r['path'].startswith('/slack')]")"
+recv "[json.loads(r['body']) for r in rows if r['path']=='/slack/ok'][0]['blocks'][1]['text']['text']" |
+  grep -q "$run1" || fail "the Slack message does not name the run"
+# Alertmanager shows the alert firing
+# the alert as Alertmanager's API shows it: none, resolved (endsAt passed) or its state
+am_alert() { curl -sf "$AM/api/v2/alerts?filter=alertname%3D%22run_failed%22&filter=pipeline%3D%22flaky%22" |
+  python3 -c '
+import json, sys, datetime
+a = json.load(sys.stdin)
+if not a:
+    print("none"); sys.exit()
+ends = datetime.datetime.fromisoformat(a[0]["endsAt"].replace("Z", "+00:00"))
+now = datetime.datetime.now(datetime.timezone.utc)
+print("resolved" if ends <= now else a[0]["status"]["state"], a[0]["endsAt"], a[0]["annotations"].get("run"))'; }
+state=$(am_alert)
+[[ $state == active* ]] || fail "Alertmanager does not show run_failed as active: $state"
+# ---- the next successful run resolves it
+rm -f "$dir/break"
+"$bin" run "$dir/flaky.yaml" --home "$H" --embedded --plain >"$dir/run2.log" 2>&1 || fail "the second run failed"
+wait_outbox "all(x['state']=='delivered' for x in a) and any(x.get('resolves') for x in a)" ||
+  fail "no resolving alert was delivered: $(alerts_json)"
+ok=0
+for _ in $(seq 1 50); do
+  state=$(am_alert)
+  [[ $state == none* || $state == resolved* ]] && { ok=1; break; }
+  sleep 0.2
+done
+((ok)) || fail "Alertmanager still shows the alert after the successful run: $state"
+# Alertmanager keeps a resolved alert for a while; its endsAt is then in the past
+echo "it_alerts: standard, slack and alertmanager formats ok"
+
+# ---- durability: killed with -9 while posting; the daemon delivers after the restart
+"$bin" hooks rm team --home "$H" >/dev/null && "$bin" hooks rm am --home "$H" >/dev/null
+"$bin" hooks add oncall --home "$H" --url "$R/std/hang/1" --format standard --secret-env WH_SECRET \
+  --on run_failed >/dev/null || fail "hooks add (hang)"
+touch "$dir/break"
+before=$(alerts_json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+"$bin" run "$dir/flaky.yaml" --home "$H" --embedded --plain >"$dir/run3.log" 2>&1 &
+rpid=$!; pids+=($rpid)
+for _ in $(seq 1 200); do
+  [[ $(recv "sum(1 for r in rows if r['path']=='/std/hang/1')") -ge 1 ]] && break
+  sleep 0.05
+done
+[[ $(recv "sum(1 for r in rows if r['path']=='/std/hang/1')") -ge 1 ]] || fail "the alert was not being posted"
+kill -KILL "$rpid"; wait "$rpid" 2>/dev/null
+run3=$("$bin" runs list --home "$H" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+"$bin" runs show "$run3" --home "$H" --json | grep -q '"state": "failed"' || fail "run 3 is not failed"
+id3=$(alerts_json | python3 -c 'import json,sys; a=json.load(sys.stdin); print([x for x in a if x.get("run")=="'"$run3"'"][0]["msg_id"])')
+"$bin" alerts show "$id3" --home "$H" --json | grep -q '"state":"pending"' || fail "the alert of run 3 is not pending"
+# the receiver is back; a daemon starts on the home
+"$bin" hooks add oncall --home "$H" --url "$R/std/back" --format standard --secret-env WH_SECRET \
+  --on run_failed,step_retried,step_failed >/dev/null
+"$bin" daemon --home "$H" --listen 127.0.0.1:0 >"$dir/d.log" 2>&1 &
+dpid=$!; pids+=($dpid)
+wait_outbox "[x for x in a if x['msg_id']=='$id3'][0]['state']=='delivered'" ||
+  fail "the alert of the killed run was not delivered after the restart: $("$bin" alerts show "$id3" --home "$H")"
+[[ $(recv "sum(1 for r in rows if r['id']=='$id3' and r['status']==200 and r['verified'])") == 1 ]] ||
+  fail "the receiver did not get $id3 after the restart"
+[[ $(recv "sum(1 for r in rows if r['id']=='$id3')") == 2 ]] || fail "$id3 was not sent twice (hung, then delivered)"
+echo "it_alerts: kill -9 between the failure and the delivery: delivered after the restart"
+
+# ---- a receiver answering 503 for a while, then 200 (the daemon delivers)
+"$bin" hooks add oncall --home "$H" --url "$R/std/503x4/a" --format standard --secret-env WH_SECRET \
+  --on run_failed,step_retried,step_failed >/dev/null
+"$bin" run "$dir/flaky.yaml" --home "$H" --plain >"$dir/run4.log" 2>&1 # through the daemon
+run4=$("$bin" runs list --home "$H" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+wait_outbox "len([x for x in a if x.get('run')=='$run4'])==3 and all(x['state']=='delivered' for x in a if x.get('run')=='$run4')" ||
+  fail "not every alert of run 4 was delivered: $(alerts_json)"
+python3 - "$dir/recv.jsonl" "$(alerts_json)" "$run4" <<'PY' || fail "503 then 200: lost or changed alerts"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"/std/503x4/a"' in l]
+outbox = [a for a in json.loads(sys.argv[2]) if a.get("run") == sys.argv[3]]
+ids = {a["msg_id"] for a in outbox}
+ok = {r["id"] for r in rows if r["status"] == 200}
+assert ids == ok, f"delivered {ok} != outbox {ids}"
+assert sum(1 for r in rows if r["status"] == 503) == 4, "expected 4 answers of 503"
+by_id = {}
+for r in rows:
+    assert r["verified"], "a signature did not verify"
+    by_id.setdefault(r["id"], set()).add(r["body"])
+assert all(len(b) == 1 for b in by_id.values()), "a repeat carried another body"
+assert any(sum(1 for r in rows if r["id"] == i) > 1 for i in ids), "no alert was repeated"
+PY
+echo "it_alerts: 503 then 200: every alert arrived once acknowledged, repeats with the same id"
+
+# ---- a receiver that never answers: dead letter, then redeliver
+"$bin" hooks add void --home "$H" --url "$R/std/hang/void" --format standard --secret-env WH_SECRET \
+  --on run_failed >/dev/null
+"$bin" hooks test void --home "$H" >/dev/null 2>&1 && fail "a test to a receiver that never answers succeeded"
+"$bin" run "$dir/flaky.yaml" --home "$H" --plain >"$dir/run5.log" 2>&1
+run5=$("$bin" runs list --home "$H" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+dead() { "$bin" alerts list --dead --home "$H" --json | python3 -c "import json,sys; print(sum(1 for x in json.load(sys.stdin) if x.get('run')=='$run5' and x['hook']=='void'))"; }
+for _ in $(seq 1 300); do [[ $(dead) == 1 ]] && break; sleep 0.2; done
+[[ $(dead) == 1 ]] || fail "the alert to a receiver that never answers is not dead-lettered: $(alerts_json)"
+"$bin" alerts list --dead --home "$H" | grep -q "void" || fail "alerts list --dead does not show it"
+[[ $(recv "sum(1 for r in rows if r['path']=='/std/hang/void' and '$run5' in r['body'])") == 6 ]] ||
+  fail "expected max_attempts=6 attempts to the silent receiver"
+"$bin" hooks add void --home "$H" --url "$R/std/ok" --format standard --secret-env WH_SECRET --on run_failed >/dev/null
+"$bin" alerts redeliver --dead --home "$H" >/dev/null || fail "alerts redeliver --dead"
+wait_outbox "all(x['state']=='delivered' for x in a if x.get('run')=='$run5')" || fail "redelivered alerts did not arrive"
+kill -TERM "$dpid"; wait "$dpid" || fail "the daemon did not stop cleanly"
+echo "it_alerts: a receiver that never answers: dead-lettered, then redelivered"
+echo "it_alerts: ok"

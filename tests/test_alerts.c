@@ -1,0 +1,401 @@
+/* test_alerts.c — the alert outbox and its formats: Standard Webhooks signatures (the
+ * specification's published example), secrets refused when malformed, backoff bounds with
+ * jitter and Retry-After, the host allowlist, alerts written in the transaction of their state
+ * change (and gone with it when it rolls back), routing by home-wide events, Alertmanager
+ * alerts resolved by the next successful run of the pipeline, the Slack and Alertmanager
+ * bodies, dead-lettering after max_attempts, and redelivery with the same id. Delivery to
+ * real receivers is tests/it_alerts.sh. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "common/common.h"
+#include "orchestrator/alerts.h"
+#include "orchestrator/state.h"
+#include "orchestrator/store.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+static struct tf_store *open_home(void)
+{
+	struct tf_store *st = NULL;
+	char err[256];
+	assert_int_equal(tf_store_open_home(".", &st, err, sizeof(err)), 0);
+	return st;
+}
+
+static void config(struct tf_alerts_config *cfg)
+{
+	char err[256];
+	unlink("alerts.conf");
+	assert_int_equal(tf_alerts_config_load(".", cfg, err, sizeof(err)), 0);
+}
+
+static int64_t count(struct tf_store *st, const char *sql)
+{
+	int64_t n = -1;
+	assert_int_equal(tf_store_query_int(st, &n, sql, ""), 0);
+	return n;
+}
+
+static void add_hook(struct tf_store *st, const char *name, const char *url, const char *format,
+                     const char *on)
+{
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	struct tf_hook h = {.name = name,
+	                    .url = url,
+	                    .format = format,
+	                    .secret_env = !strcmp(format, "standard") ? "TEST_WH_SECRET" : NULL,
+	                    .events = on};
+	char err[256] = "";
+	int rc = tf_hooks_add(st, &cfg, &h, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "%s\n", err);
+	assert_int_equal(rc, 0);
+	tf_alerts_config_release(&cfg);
+}
+
+static void new_run(struct tf_store *st, const char *pipeline, char id[32])
+{
+	struct tf_run_step_def s = {.name = "a", .type = "shell"};
+	assert_int_equal(
+	    tf_run_create(st, pipeline, "name: x", "x.yaml", "{}", "file:///tmp", &s, 1, NULL, id),
+	    0);
+	assert_int_equal(tf_run_set_state(st, id, TF_RUN_RUNNING, NULL), 0);
+}
+
+/* The example of the Standard Webhooks specification (also what the npm package computes). */
+static void test_alerts_sign_spec_example(void **state)
+{
+	(void)state;
+	char sig[128];
+	const char *body = "{\"test\": 2432232314}";
+	assert_int_equal(tf_alert_sign("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+	                               "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body,
+	                               strlen(body), sig),
+	                 0);
+	assert_string_equal(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+	/* a different body, id or time gives a different signature */
+	char other[128];
+	assert_int_equal(tf_alert_sign("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+	                               "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265331, body,
+	                               strlen(body), other),
+	                 0);
+	assert_string_not_equal(sig, other);
+}
+
+static void test_alerts_sign_refuses_bad_secrets(void **state)
+{
+	(void)state;
+	char sig[128];
+	assert_int_equal(tf_alert_sign("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "m", 1, "", 0, sig),
+	                 -EINVAL); /* no whsec_ */
+	assert_int_equal(tf_alert_sign("whsec_c2hvcnQ=", "m", 1, "", 0, sig), -EINVAL); /* 5 B */
+	assert_int_equal(tf_alert_sign("whsec_!!!!", "m", 1, "", 0, sig), -EINVAL);
+	assert_int_equal(tf_alert_sign("whsec_", "m", 1, "", 0, sig), -EINVAL);
+}
+
+static void test_alerts_backoff_bounds(void **state)
+{
+	(void)state;
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	cfg.backoff = 2;
+	cfg.max_backoff = 60;
+	for (int a = 1; a < 12; a++) {
+		double full = 2.0 * (1 << (a - 1));
+		if (full > 60)
+			full = 60;
+		assert_true(tf_alerts_backoff(&cfg, a, 0, 0.0) >= full / 2 - 1e-9);
+		assert_true(tf_alerts_backoff(&cfg, a, 0, 0.999) <= full + 1e-9);
+	}
+	assert_true(tf_alerts_backoff(&cfg, 1, 30, 0.5) >= 30); /* Retry-After wins */
+	assert_true(tf_alerts_backoff(&cfg, 1000, 0, 0.5) <= 60);
+	tf_alerts_config_release(&cfg);
+}
+
+static void test_alerts_allowlist(void **state)
+{
+	(void)state;
+	struct tf_alerts_config cfg;
+	char err[256];
+	config(&cfg);
+	assert_int_equal(tf_alerts_url_allowed(&cfg, "http://127.0.0.1:9/x", err, sizeof(err)), 0);
+	assert_int_equal(tf_alerts_url_allowed(&cfg, "http://localhost/x", err, sizeof(err)), 0);
+	assert_int_equal(
+	    tf_alerts_url_allowed(&cfg, "https://hooks.slack.com/services/T/B/x", err, sizeof(err)),
+	    -EPERM);
+	assert_non_null(strstr(err, "allow_hosts=hooks.slack.com"));
+	assert_int_equal(tf_alerts_url_allowed(&cfg, "ftp://127.0.0.1/x", err, sizeof(err)),
+	                 -EINVAL);
+	FILE *f = fopen("alerts.conf", "w");
+	fprintf(f, "# hosts\nallow_hosts=hooks.slack.com, am.example\nmax_attempts=3\n");
+	fclose(f);
+	tf_alerts_config_release(&cfg);
+	assert_int_equal(tf_alerts_config_load(".", &cfg, err, sizeof(err)), 0);
+	assert_int_equal(cfg.max_attempts, 3);
+	assert_int_equal(
+	    tf_alerts_url_allowed(&cfg, "https://hooks.slack.com/services/T/B/x", err, sizeof(err)),
+	    0);
+	assert_int_equal(
+	    tf_alerts_url_allowed(&cfg, "http://am.example:9093/api/v2/alerts", err, sizeof(err)),
+	    0);
+	tf_alerts_config_release(&cfg);
+	f = fopen("alerts.conf", "w");
+	fprintf(f, "backoff=soon\n");
+	fclose(f);
+	assert_int_equal(tf_alerts_config_load(".", &cfg, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "alerts.conf:1"));
+	tf_alerts_config_release(&cfg);
+	unlink("alerts.conf");
+}
+
+static void test_alerts_hook_checks(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_home();
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	char err[256];
+	struct tf_hook h = {.name = "Bad Name", .url = "http://127.0.0.1/x", .format = "slack"};
+	assert_int_equal(tf_hooks_add(st, &cfg, &h, err, sizeof(err)), -EINVAL);
+	h.name = "ok";
+	h.format = "standard"; /* a standard hook needs a secret */
+	assert_int_equal(tf_hooks_add(st, &cfg, &h, err, sizeof(err)), -EINVAL);
+	h.secret_env = "TEST_WH_BAD";
+	setenv("TEST_WH_BAD", "not-a-secret", 1);
+	assert_int_equal(tf_hooks_add(st, &cfg, &h, err, sizeof(err)), -EINVAL);
+	assert_null(strstr(err, "not-a-secret")); /* never shown */
+	h.secret_env = "TEST_WH_SECRET";
+	h.events = "run_failed,no_such_event";
+	assert_int_equal(tf_hooks_add(st, &cfg, &h, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "no_such_event"));
+	h.events = "run_failed";
+	assert_int_equal(tf_hooks_add(st, &cfg, &h, err, sizeof(err)), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM hooks WHERE secret_env='TEST_WH_SECRET'"),
+	                 1);
+	assert_int_equal(tf_hooks_remove(st, "ok"), 0);
+	assert_int_equal(tf_hooks_remove(st, "ok"), -ENOENT);
+	tf_alerts_config_release(&cfg);
+	tf_store_close(st);
+}
+
+/* The alert row commits with its state change, and rolls back with it. */
+static void test_alerts_same_transaction(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_home();
+	add_hook(st, "tx", "http://127.0.0.1:9/x", "standard", "run_failed");
+	char id[32];
+	new_run(st, "txp", id);
+	int64_t before = count(st, "SELECT count(*) FROM alerts");
+	assert_int_equal(tf_store_begin(st), 0);
+	assert_int_equal(tf_run_set_state(st, id, TF_RUN_FAILED, "boom"), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts"), before + 1);
+	tf_store_rollback(st);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts"), before);
+	assert_int_equal(tf_run_set_state(st, id, TF_RUN_FAILED, "boom"), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE event='run_failed' AND "
+	                           "state='pending' AND msg_id LIKE 'msg_%'"),
+	                 before + 1);
+	assert_int_equal(tf_hooks_remove(st, "tx"), 0);
+	tf_store_close(st);
+}
+
+/* Home-wide routes: each hook gets the events it names, a cancel is run_cancelled. */
+static void test_alerts_routing(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_home();
+	add_hook(st, "r1", "http://127.0.0.1:9/a", "slack", "run_failed,step_retried");
+	add_hook(st, "r2", "http://127.0.0.1:9/b", "slack", "run_succeeded,run_cancelled");
+	tf_store_run(st, "DELETE FROM alerts", "");
+	char a[32], b[32], c[32];
+	new_run(st, "routep", a);
+	assert_int_equal(tf_step_set_state(st, a, "a", TF_STEP_RUNNING, NULL), 0);
+	struct tf_step_update u = {.reason = "exit 1", .next_attempt_at = tf_now_wall() + 1};
+	assert_int_equal(tf_step_set_state(st, a, "a", TF_STEP_RETRYING, &u), 0);
+	assert_int_equal(tf_run_set_state(st, a, TF_RUN_FAILED, "step 'a' failed"), 0);
+	new_run(st, "routep", b);
+	assert_int_equal(tf_run_set_state(st, b, TF_RUN_SUCCEEDED, NULL), 0);
+	new_run(st, "routep", c);
+	enum tf_run_state rs;
+	assert_int_equal(tf_run_request_cancel(st, c, &rs), 0);
+	assert_int_equal(tf_run_set_state(st, c, TF_RUN_FAILED, "cancelled"), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE hook='r1'"), 2);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE hook='r1' AND "
+	                           "event='step_retried' AND step='a'"),
+	                 1);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE hook='r2'"), 2);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE hook='r2' AND "
+	                           "event='run_cancelled'"),
+	                 1);
+	json_t *list = NULL;
+	assert_int_equal(tf_alerts_list(st, 0, 10, &list), 0);
+	assert_int_equal(json_array_size(list), 4);
+	json_decref(list);
+	tf_hooks_remove(st, "r1");
+	tf_hooks_remove(st, "r2");
+	tf_store_close(st);
+}
+
+/* An Alertmanager alert of a pipeline is resolved by its next successful run: same labels,
+ * endsAt set. */
+static void test_alerts_alertmanager_resolve(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_home();
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	add_hook(st, "am", "http://127.0.0.1:9/api/v2/alerts", "alertmanager", "run_failed");
+	tf_store_run(st, "DELETE FROM alerts", "");
+	char a[32], b[32], err[256];
+	new_run(st, "nightly", a);
+	assert_int_equal(tf_run_set_state(st, a, TF_RUN_FAILED, "step 'x' failed"), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alert_firing"), 1);
+	new_run(st, "nightly", b);
+	assert_int_equal(tf_run_set_state(st, b, TF_RUN_SUCCEEDED, NULL), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alert_firing"), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts"), 2);
+	char *fire = NULL, *res = NULL;
+	assert_int_equal(tf_store_query_text(st, &fire,
+	                                     "SELECT payload FROM alerts WHERE "
+	                                     "resolves IS NULL",
+	                                     ""),
+	                 0);
+	assert_int_equal(tf_store_query_text(
+	                     st, &res, "SELECT payload FROM alerts WHERE resolves IS NOT NULL", ""),
+	                 0);
+	char *fb = tf_alert_body("alertmanager", fire, &cfg, err, sizeof(err));
+	char *rb = tf_alert_body("alertmanager", res, &cfg, err, sizeof(err));
+	json_t *f = json_loads(fb, 0, NULL), *r = json_loads(rb, 0, NULL);
+	assert_true(json_is_array(f) && json_array_size(f) == 1);
+	json_t *fa = json_array_get(f, 0), *ra = json_array_get(r, 0);
+	assert_true(json_equal(json_object_get(fa, "labels"), json_object_get(ra, "labels")));
+	assert_string_equal(
+	    json_string_value(json_object_get(json_object_get(fa, "labels"), "alertname")),
+	    "run_failed");
+	assert_string_equal(
+	    json_string_value(json_object_get(json_object_get(fa, "labels"), "pipeline")),
+	    "nightly");
+	assert_null(json_object_get(fa, "endsAt"));
+	assert_non_null(json_string_value(json_object_get(ra, "endsAt")));
+	assert_string_equal(json_string_value(json_object_get(ra, "startsAt")),
+	                    json_string_value(json_object_get(fa, "startsAt")));
+	json_decref(f);
+	json_decref(r);
+	free(fb);
+	free(rb);
+	free(fire);
+	free(res);
+	tf_hooks_remove(st, "am");
+	tf_alerts_config_release(&cfg);
+	tf_store_close(st);
+}
+
+static void test_alerts_slack_body(void **state)
+{
+	(void)state;
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	free(cfg.dashboard_url);
+	cfg.dashboard_url = tf_xstrdup("http://127.0.0.1:8470");
+	char err[256];
+	const char *p = "{\"type\":\"run_failed\",\"timestamp\":\"2026-01-01T00:00:00.000Z\","
+	                "\"data\":{\"event\":\"run_failed\",\"summary\":\"a run failed\","
+	                "\"severity\":\"critical\",\"run\":\"R1\",\"pipeline\":\"p<1>\","
+	                "\"message\":\"a & b\"}}";
+	char *b = tf_alert_body("slack", p, &cfg, err, sizeof(err));
+	json_t *j = json_loads(b, 0, NULL);
+	assert_non_null(json_string_value(json_object_get(j, "text")));
+	json_t *blocks = json_object_get(j, "blocks");
+	assert_int_equal(json_array_size(blocks), 3);
+	const char *sect = json_string_value(
+	    json_object_get(json_object_get(json_array_get(blocks, 1), "text"), "text"));
+	assert_non_null(strstr(sect, "<http://127.0.0.1:8470/#/runs/R1|R1>"));
+	assert_non_null(strstr(sect, "p&lt;1&gt;"));
+	assert_non_null(strstr(sect, "a &amp; b"));
+	json_decref(j);
+	free(b);
+	assert_null(tf_alert_body("slack", "{not json", &cfg, err, sizeof(err)));
+	tf_alerts_config_release(&cfg);
+}
+
+/* Nothing listens on the port: every attempt fails, and after max_attempts the alert is
+ * dead; redeliver queues it again with its msg_id. */
+static void test_alerts_dead_letter_and_redeliver(void **state)
+{
+	(void)state;
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	getsockname(s, (struct sockaddr *)&a, &al);
+	close(s); /* a port nobody listens on */
+	char url[64];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/x", ntohs(a.sin_port));
+	struct tf_store *st = open_home();
+	add_hook(st, "gone", url, "slack", "");
+	tf_store_run(st, "DELETE FROM alerts", "");
+	int64_t id = 0;
+	assert_int_equal(tf_alerts_queue_test(st, "gone", &id), 0);
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	cfg.max_attempts = 2;
+	cfg.backoff = 0.01;
+	char err[256];
+	assert_int_equal(tf_alerts_deliver_one(st, &cfg, id, err, sizeof(err)), -EIO);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE state='pending' AND "
+	                           "attempts=1 AND last_error IS NOT NULL"),
+	                 1);
+	assert_int_equal(tf_alerts_deliver_one(st, &cfg, id, err, sizeof(err)), -EIO);
+	json_t *dead = NULL;
+	assert_int_equal(tf_alerts_list(st, 1, 10, &dead), 0);
+	assert_int_equal(json_array_size(dead), 1);
+	char *msg =
+	    tf_xstrdup(json_string_value(json_object_get(json_array_get(dead, 0), "msg_id")));
+	json_decref(dead);
+	int64_t n = 0;
+	assert_int_equal(tf_alerts_redeliver(st, NULL, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(tf_alerts_redeliver(st, msg, &n), -EALREADY);
+	json_t *one = NULL;
+	assert_int_equal(tf_alerts_show(st, msg, &one), 0);
+	assert_string_equal(json_string_value(json_object_get(one, "state")), "pending");
+	assert_string_equal(json_string_value(json_object_get(one, "msg_id")), msg);
+	json_decref(one);
+	assert_int_equal(tf_alerts_show(st, "msg_nope", &one), -ENOENT);
+	/* a hook removed meanwhile: the alert is dead at its next attempt, saying why */
+	assert_int_equal(tf_hooks_remove(st, "gone"), 0);
+	assert_int_equal(tf_alerts_deliver_one(st, &cfg, id, err, sizeof(err)), -EIO);
+	assert_non_null(strstr(err, "no hook 'gone'"));
+	free(msg);
+	tf_alerts_config_release(&cfg);
+	tf_store_close(st);
+}
+
+int main(void)
+{
+	setenv("TEST_WH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1);
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_alerts_sign_spec_example),
+	    cmocka_unit_test(test_alerts_sign_refuses_bad_secrets),
+	    cmocka_unit_test(test_alerts_backoff_bounds),
+	    cmocka_unit_test(test_alerts_allowlist),
+	    cmocka_unit_test(test_alerts_hook_checks),
+	    cmocka_unit_test(test_alerts_same_transaction),
+	    cmocka_unit_test(test_alerts_routing),
+	    cmocka_unit_test(test_alerts_alertmanager_resolve),
+	    cmocka_unit_test(test_alerts_slack_body),
+	    cmocka_unit_test(test_alerts_dead_letter_and_redeliver),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
