@@ -107,7 +107,7 @@ YAML
 "$bin" hooks add bad --home "$H" --url http://example.com/x --format slack 2>"$dir/deny.log" &&
   fail "a hook to a host not on the allowlist was accepted"
 grep -q "allowlist" "$dir/deny.log" || fail "the allowlist refusal does not say why: $(cat "$dir/deny.log")"
-"$bin" hooks list --home "$H" --json | grep -q "$WH_SECRET" && fail "hooks list shows the secret"
+grep -q "$WH_SECRET" <<<"$("$bin" hooks list --home "$H" --json)" && fail "hooks list shows the secret"
 grep -qa "${WH_SECRET#whsec_}" "$H/tpuflow.db" && fail "the secret is in the database"
 "$bin" hooks test oncall --home "$H" >"$dir/test.log" 2>&1 || fail "hooks test: $(cat "$dir/test.log")"
 
@@ -141,8 +141,8 @@ assert post(r["body"].replace("run_failed", "run_succeeded")) == 401, "tampered 
 PY
 [[ $(recv "sum(1 for r in rows if r['path']=='/slack/ok' and r['status']==200)") == 1 ]] ||
   fail "the Slack message was not accepted: $(recv "[r['problem'] for r in rows if r['path'].startswith('/slack')]")"
-recv "[json.loads(r['body']) for r in rows if r['path']=='/slack/ok'][0]['blocks'][1]['text']['text']" |
-  grep -q "$run1" || fail "the Slack message does not name the run"
+grep -q "$run1" <<<"$(recv "[json.loads(r['body']) for r in rows if r['path']=='/slack/ok'][0]['blocks'][1]['text']['text']")" ||
+  fail "the Slack message does not name the run"
 # Alertmanager shows the alert firing
 # the alert as Alertmanager's API shows it: none, resolved (endsAt passed) or its state
 am_alert() { curl -sf "$AM/api/v2/alerts?filter=alertname%3D%22run_failed%22&filter=pipeline%3D%22flaky%22" |
@@ -186,9 +186,9 @@ done
 [[ $(recv "sum(1 for r in rows if r['path']=='/std/hang/1')") -ge 1 ]] || fail "the alert was not being posted"
 kill -KILL "$rpid"; wait "$rpid" 2>/dev/null
 run3=$("$bin" runs list --home "$H" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
-"$bin" runs show "$run3" --home "$H" --json | grep -q '"state": "failed"' || fail "run 3 is not failed"
+grep -q '"state": "failed"' <<<"$("$bin" runs show "$run3" --home "$H" --json)" || fail "run 3 is not failed"
 id3=$(alerts_json | python3 -c 'import json,sys; a=json.load(sys.stdin); print([x for x in a if x.get("run")=="'"$run3"'"][0]["msg_id"])')
-"$bin" alerts show "$id3" --home "$H" --json | grep -q '"state":"pending"' || fail "the alert of run 3 is not pending"
+grep -q '"state":"pending"' <<<"$("$bin" alerts show "$id3" --home "$H" --json)" || fail "the alert of run 3 is not pending"
 # the receiver is back; a daemon starts on the home
 "$bin" hooks add oncall --home "$H" --url "$R/std/back" --format standard --secret-env WH_SECRET \
   --on run_failed,step_retried,step_failed >/dev/null
@@ -234,7 +234,7 @@ run5=$("$bin" runs list --home "$H" --json | python3 -c 'import json,sys; print(
 dead() { "$bin" alerts list --dead --home "$H" --json | python3 -c "import json,sys; print(sum(1 for x in json.load(sys.stdin) if x.get('run')=='$run5' and x['hook']=='void'))"; }
 for _ in $(seq 1 300); do [[ $(dead) == 1 ]] && break; sleep 0.2; done
 [[ $(dead) == 1 ]] || fail "the alert to a receiver that never answers is not dead-lettered: $(alerts_json)"
-"$bin" alerts list --dead --home "$H" | grep -q "void" || fail "alerts list --dead does not show it"
+grep -q "void" <<<"$("$bin" alerts list --dead --home "$H")" || fail "alerts list --dead does not show it"
 [[ $(recv "sum(1 for r in rows if r['path']=='/std/hang/void' and '$run5' in r['body'])") == 6 ]] ||
   fail "expected max_attempts=6 attempts to the silent receiver"
 "$bin" hooks add void --home "$H" --url "$R/std/ok" --format standard --secret-env WH_SECRET --on run_failed >/dev/null
