@@ -244,7 +244,10 @@ static int promote_rollback(struct tf_store *st, struct tf_cli *cli, const char 
 		return TF_EXIT_FAILED;
 	}
 	to = promote ? canary : has_canary ? cur : before;
-	struct tf_deploy_spec d = {.model = model, .alias = "production", .version = to};
+	struct tf_deploy_spec d = {.model = model,
+	                           .alias = "production",
+	                           .version = to,
+	                           .event = promote ? "model_promoted" : "model_rolled_back"};
 	if (tf_registry_deploy(st, &d, &out)) {
 		fprintf(stderr, "tpuflow models %s: %s\n", verb, tf_store_errmsg(st));
 		return TF_EXIT_SOFTWARE;

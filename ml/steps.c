@@ -270,6 +270,7 @@ int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *ou
 		json_object_set_new(metrics, "device_seconds", json_real(r.device_seconds));
 		json_object_set_new(metrics, "utilization", json_real(r.utilization));
 		json_object_set_new(metrics, "input_wait", json_real(r.input_wait));
+		json_object_set_new(metrics, "early_stopped", json_integer(r.early_stopped != 0));
 	}
 	free(ck);
 	free(bundle);

@@ -18,6 +18,7 @@
 #include "common/log.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
@@ -70,7 +71,9 @@ static void config_defaults(struct tf_alerts_config *c)
 	                               .backoff = 5,
 	                               .max_backoff = 3600,
 	                               .timeout = 15,
-	                               .drain = 10};
+	                               .drain = 10,
+	                               .regression_threshold = 0.01,
+	                               .job_wait = 600};
 }
 
 /* The daemon's URL from HOME/daemon.json, where the dashboard is served; NULL when none. */
@@ -123,6 +126,11 @@ int tf_alerts_config_load(const char *home, struct tf_alerts_config *cfg, char *
 				ok = end != v && !*end && n >= 1 && n <= 1000;
 				if (ok)
 					cfg->max_attempts = (int)n;
+			} else if (ok && !strcmp(l, "regression_threshold")) {
+				d = strtod(v, &end);
+				ok = end != v && !*end && d >= 0 && d < 1e9;
+				if (ok)
+					cfg->regression_threshold = d;
 			} else if (ok && (ok = tf_duration_parse(v, &d) == 0 && d > 0)) {
 				if (!strcmp(l, "horizon"))
 					cfg->horizon = d;
@@ -134,6 +142,8 @@ int tf_alerts_config_load(const char *home, struct tf_alerts_config *cfg, char *
 					cfg->timeout = d;
 				else if (!strcmp(l, "drain"))
 					cfg->drain = d;
+				else if (!strcmp(l, "job_wait"))
+					cfg->job_wait = d;
 				else
 					ok = 0;
 			}
@@ -141,8 +151,9 @@ int tf_alerts_config_load(const char *home, struct tf_alerts_config *cfg, char *
 				tf_errf(
 				    err, errlen,
 				    "%s:%d: '%s' ignored (expected allow_hosts=, dashboard_url=, "
-				    "max_attempts=1..1000, or horizon=, backoff=, max_backoff=, "
-				    "timeout=, drain= with a duration such as 30s)",
+				    "max_attempts=1..1000, regression_threshold=NUMBER, or "
+				    "horizon=, backoff=, max_backoff=, "
+				    "timeout=, drain=, job_wait= with a duration such as 30s)",
 				    path, line, l);
 				rc = -EINVAL;
 			}
@@ -444,21 +455,46 @@ static int insert_alert(struct tf_store *st, const char *event, const char *hook
 	return rc;
 }
 
-/* The hooks an event goes to: home-wide routes (hooks.events), as a JSON array of
- * {name, format}. */
+/* ---- routing ---------------------------------------------------------------------------- */
+
+/* Adds hook `name` to the targets once: {name, format}, or {name, missing: WHERE} when the home
+ * has no such hook (WHERE: the route's position). */
+static int add_target(struct tf_store *st, json_t *to, const char *name, const char *where)
+{
+	size_t i;
+	json_t *t;
+	json_array_foreach(
+	    to, i, t) if (!strcmp(json_string_value(json_object_get(t, "name")), name)) return 0;
+	char *format = NULL;
+	int rc =
+	    tf_store_query_text(st, &format, "SELECT format FROM hooks WHERE name=?", "t", name);
+	if (rc == 0)
+		json_array_append_new(to, json_pack("{s:s, s:s}", "name", name, "format", format));
+	else if (rc == -ENOENT)
+		json_array_append_new(
+		    to, json_pack("{s:s, s:s}", "name", name, "missing", where ? where : "?"));
+	free(format);
+	return rc == -ENOENT ? 0 : rc;
+}
+
+/* The hooks an event goes to: the home-wide routes (hooks.events). */
 static int route(struct tf_store *st, const char *event, json_t *to)
 {
-	struct tf_stmt *q = tf_store_query(st, "SELECT name, format, events FROM hooks", "");
+	struct tf_stmt *q = tf_store_query(st, "SELECT name, events FROM hooks", "");
 	if (!q)
 		return -EIO;
+	json_t *home = json_array();
 	int rc;
 	while ((rc = tf_stmt_step(q)) == 1)
-		if (list_has(tf_stmt_text(q, 2), event))
-			json_array_append_new(to,
-			                      json_pack("{s:s, s:s}", "name", tf_stmt_text(q, 0),
-			                                "format", tf_stmt_text(q, 1)));
+		if (list_has(tf_stmt_text(q, 1), event))
+			json_array_append_new(home, json_string(tf_stmt_text(q, 0)));
 	tf_stmt_done(q);
-	return rc < 0 ? rc : 0;
+	size_t i;
+	json_t *h;
+	json_array_foreach(home, i, h) if (rc == 0) rc =
+	    add_target(st, to, json_string_value(h), NULL);
+	json_decref(home);
+	return rc;
 }
 
 /* A successful run resolves the Alertmanager alerts firing for its pipeline: each gets a
@@ -550,7 +586,24 @@ int tf_alerts_emit(struct tf_store *st, const char *event, const char *run, cons
 		{
 			int64_t id = 0;
 			const char *hook = json_string_value(json_object_get(h, "name"));
+			const char *missing = json_string_value(json_object_get(h, "missing"));
 			rc = insert_alert(st, event, hook, run, step, text, 0, &id);
+			if (rc == 0 && missing) { /* dead at once, saying why */
+				char why[512];
+				snprintf(why, sizeof(why),
+				         "no hook '%s' in this home (routed at %s): add it with "
+				         "'tpuflow hooks add %s --url URL', then 'tpuflow alerts "
+				         "redeliver %lld'",
+				         hook, missing, hook, (long long)id);
+				tf_error("%s: %s", event, why);
+				rc = tf_store_run(st,
+				                  "UPDATE alerts SET state='dead', dead_at=?, "
+				                  "last_error=? WHERE id=?",
+				                  "dti", now, why, id);
+				if (rc)
+					break;
+				continue;
+			}
 			/* Alertmanager alerts of a pipeline stay firing until a run of it succeeds
 			 */
 			if (rc == 0 && pipeline && strcmp(ev->severity, "info") &&
@@ -589,13 +642,150 @@ int tf_alerts_on_run(struct tf_store *st, const char *run, enum tf_run_state to,
 }
 
 int tf_alerts_on_step(struct tf_store *st, const char *run, const char *step, enum tf_step_state to,
-                      const char *reason)
+                      const char *reason, const char *metrics)
 {
-	if (to == TF_STEP_RETRYING)
-		return tf_alerts_emit(st, "step_retried", run, step, reason, NULL);
-	if (to == TF_STEP_FAILED)
-		return tf_alerts_emit(st, "step_failed", run, step, reason, NULL);
-	return 0;
+	int rc = 0;
+	/* ml/train.c says so in the attempt's error */
+	if ((to == TF_STEP_RETRYING || to == TF_STEP_FAILED) && reason &&
+	    strstr(reason, "training diverged"))
+		rc = tf_alerts_emit(st, "training_diverged", run, step, reason, NULL);
+	if (rc == 0 && to == TF_STEP_RETRYING)
+		rc = tf_alerts_emit(st, "step_retried", run, step, reason, NULL);
+	else if (rc == 0 && to == TF_STEP_FAILED)
+		rc = tf_alerts_emit(st, "step_failed", run, step, reason, NULL);
+	else if (rc == 0 && to == TF_STEP_SUCCEEDED && metrics &&
+	         strstr(metrics, "early_stopped")) {
+		json_t *m = json_loads(metrics, 0, NULL);
+		json_t *es = json_object_get(m, "early_stopped");
+		if (json_number_value(es) > 0 || json_is_true(es))
+			rc = tf_alerts_emit(st, "training_stopped_early", run, step,
+			                    "early stopping ended training (patience)", m);
+		json_decref(m);
+	}
+	return rc;
+}
+
+/* The configuration of the home a store belongs to (HOME/tpuflow.db), read again when the
+ * copy kept here is older than two seconds (the broker asks on every decision). */
+static void store_config(struct tf_store *st, struct tf_alerts_config *cfg)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static char *home;
+	static double loaded;
+	static struct tf_alerts_config kept;
+	char *h = tf_xstrdup(tf_store_path(st)), *slash = strrchr(h, '/'), err[512];
+	if (slash)
+		*slash = '\0';
+	pthread_mutex_lock(&mu);
+	double now = tf_now_monotonic();
+	if (!home || strcmp(home, slash ? h : ".") || now - loaded > 2) {
+		tf_alerts_config_release(&kept);
+		if (tf_alerts_config_load(slash ? h : ".", &kept, err, sizeof(err)))
+			tf_warn("%s", err);
+		free(home);
+		home = tf_xstrdup(slash ? h : ".");
+		loaded = now;
+	}
+	*cfg = kept;
+	cfg->allow_hosts = tf_xstrdup(kept.allow_hosts);
+	cfg->dashboard_url = kept.dashboard_url ? tf_xstrdup(kept.dashboard_url) : NULL;
+	pthread_mutex_unlock(&mu);
+	free(h);
+}
+
+/* Metrics where a higher value is better; any other known metric is better lower (loss). */
+static int higher_better(const char *metric)
+{
+	return !strcmp(metric, "accuracy") || !strcmp(metric, "auc");
+}
+
+int tf_alerts_on_register(struct tf_store *st, const char *model, int64_t version, const char *run,
+                          const char *step, const char *metrics)
+{
+	char msg[300];
+	snprintf(msg, sizeof(msg), "registered %s version %lld", model, (long long)version);
+	json_t *m = json_loads(metrics ? metrics : "{}", 0, NULL);
+	json_t *extra = json_pack("{s:s, s:I, s:O}", "model", model, "version", (json_int_t)version,
+	                          "metrics", m ? m : json_object());
+	int rc = tf_alerts_emit(st, "model_registered", run, step, msg, extra);
+	json_decref(extra);
+	/* compared with the version the `production` alias points at */
+	char *prod = NULL;
+	int64_t pv = 0;
+	if (rc == 0 && json_is_object(m) &&
+	    tf_store_query_int(st, &pv,
+	                       "SELECT a.version FROM aliases a JOIN models md ON md.id=a.model_id "
+	                       "WHERE md.name=? AND a.alias='production'",
+	                       "t", model) == 0 &&
+	    pv != version &&
+	    tf_store_query_text(st, &prod,
+	                        "SELECT v.metrics FROM model_versions v JOIN models md ON "
+	                        "md.id=v.model_id WHERE md.name=? AND v.version=?",
+	                        "ti", model, pv) == 0) {
+		struct tf_alerts_config cfg;
+		store_config(st, &cfg);
+		json_t *pm = json_loads(prod ? prod : "{}", 0, NULL);
+		static const char *const watched[] = {"accuracy", "auc", "loss"};
+		for (size_t i = 0; rc == 0 && i < TF_ARRAY_LEN(watched); i++) {
+			json_t *a = json_object_get(m, watched[i]),
+			       *b = json_object_get(pm, watched[i]);
+			if (!json_is_number(a) || !json_is_number(b))
+				continue;
+			double now = json_number_value(a), was = json_number_value(b);
+			double worse = higher_better(watched[i]) ? was - now : now - was;
+			if (!(worse > cfg.regression_threshold))
+				continue;
+			snprintf(
+			    msg, sizeof(msg),
+			    "%s version %lld: %s %.4g is worse than production (version %lld) %.4g "
+			    "by %.4g, more than the threshold %.4g",
+			    model, (long long)version, watched[i], now, (long long)pv, was, worse,
+			    cfg.regression_threshold);
+			json_t *x = json_pack("{s:s, s:I, s:I, s:s, s:f, s:f, s:f}", "model", model,
+			                      "version", (json_int_t)version, "production_version",
+			                      (json_int_t)pv, "metric", watched[i], "value", now,
+			                      "production_value", was, "threshold",
+			                      cfg.regression_threshold);
+			rc = tf_alerts_emit(st, "metric_regressed", run, step, msg, x);
+			json_decref(x);
+		}
+		json_decref(pm);
+		tf_alerts_config_release(&cfg);
+	}
+	free(prod);
+	json_decref(m);
+	return rc;
+}
+
+int tf_alerts_on_waiting(struct tf_store *st, const char *run, const char *step, int attempt,
+                         double waited, const char *why)
+{
+	struct tf_alerts_config cfg;
+	store_config(st, &cfg);
+	double limit = cfg.job_wait;
+	tf_alerts_config_release(&cfg);
+	if (waited < limit)
+		return 0;
+	int64_t told = 0;
+	int rc =
+	    tf_store_query_int(st, &told,
+	                       "SELECT EXISTS(SELECT 1 FROM events WHERE run_id=? AND step=? "
+	                       "AND attempt=? AND kind='alert' AND message LIKE 'job_waiting%')",
+	                       "tti", run, step, (int64_t)attempt);
+	if (rc || told)
+		return rc;
+	char msg[400];
+	snprintf(msg, sizeof(msg),
+	         "job_waiting: attempt %d has waited %.0f s for its slice (more "
+	         "than %.0f s): %s",
+	         attempt, waited, limit, why ? why : "");
+	rc = tf_event_add(st, run, step, attempt, "alert", msg); /* once per attempt */
+	json_t *x = json_pack("{s:i, s:f, s:f}", "attempt", attempt, "waited_seconds", waited,
+	                      "threshold_seconds", limit);
+	if (rc == 0)
+		rc = tf_alerts_emit(st, "job_waiting", run, step, msg + 13, x);
+	json_decref(x);
+	return rc;
 }
 
 int tf_alerts_queue_test(struct tf_store *st, const char *name, int64_t *id)

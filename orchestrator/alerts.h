@@ -42,16 +42,21 @@ const struct tf_alert_event *tf_alert_event_find(const char *name);
  *   max_backoff=DURATION  cap on one delay [1h]
  *   timeout=DURATION    total time one POST may take [15s]
  *   dashboard_url=URL   where Slack links and generatorURL point [the daemon's URL]
- *   drain=DURATION      how long `tpuflow run` keeps delivering after its run ends [10s] */
+ *   drain=DURATION      how long `tpuflow run` keeps delivering after its run ends [10s]
+ *   regression_threshold=X  metric_regressed when a new version's accuracy or auc is lower
+ *                       (loss higher) than the production version's by more than X [0.01]
+ *   job_wait=DURATION   job_waiting when a train attempt has waited longer for its slice [10m] */
 struct tf_alerts_config {
-	char *allow_hosts;   /* comma-separated (owned), "" for none */
-	int max_attempts;    /* >= 1 */
-	double horizon;      /* seconds */
-	double backoff;      /* seconds */
-	double max_backoff;  /* seconds */
-	double timeout;      /* seconds */
-	char *dashboard_url; /* no trailing slash (owned), NULL when none is known */
-	double drain;        /* seconds */
+	char *allow_hosts;           /* comma-separated (owned), "" for none */
+	int max_attempts;            /* >= 1 */
+	double horizon;              /* seconds */
+	double backoff;              /* seconds */
+	double max_backoff;          /* seconds */
+	double timeout;              /* seconds */
+	char *dashboard_url;         /* no trailing slash (owned), NULL when none is known */
+	double drain;                /* seconds */
+	double regression_threshold; /* metric units */
+	double job_wait;             /* seconds */
 };
 
 /* Reads HOME/alerts.conf (absent: defaults). Bad lines are reported in err and -EINVAL is
@@ -103,10 +108,23 @@ int tf_alerts_emit(struct tf_store *st, const char *event, const char *run, cons
                    const char *message, json_t *extra);
 
 /* What state.c calls with every run and step change it commits: the changes that alert are
- * turned into events (run failed/succeeded/cancelled, step retried/failed for good). */
+ * turned into events (run failed/succeeded/cancelled, step retried/failed for good, training
+ * diverged or stopped early); a run that starts has its routes checked for hooks the home
+ * lacks (an error names each). `metrics` is the step's new metrics JSON, or NULL. */
 int tf_alerts_on_run(struct tf_store *st, const char *run, enum tf_run_state to, const char *error);
 int tf_alerts_on_step(struct tf_store *st, const char *run, const char *step, enum tf_step_state to,
-                      const char *reason);
+                      const char *reason, const char *metrics);
+
+/* What the registry calls when it records a new model version: model_registered, and
+ * metric_regressed for each of accuracy, auc, loss worse than the `production` version's by
+ * more than regression_threshold. In the caller's transaction. */
+int tf_alerts_on_register(struct tf_store *st, const char *model, int64_t version, const char *run,
+                          const char *step, const char *metrics);
+
+/* What the slice broker calls for each request still waiting: job_waiting once per attempt
+ * when it has waited longer than job_wait (recorded in the run's events, so never twice). */
+int tf_alerts_on_waiting(struct tf_store *st, const char *run, const char *step, int attempt,
+                         double waited, const char *why);
 
 /* Queues a `test` event for hook `name` only; *id receives the outbox row. */
 int tf_alerts_queue_test(struct tf_store *st, const char *name, int64_t *id);
@@ -143,6 +161,11 @@ int tf_alerts_deliver_due(struct tf_store *st, const struct tf_alerts_config *cf
  * in err. */
 int tf_alerts_deliver_one(struct tf_store *st, const struct tf_alerts_config *cfg, int64_t id,
                           char *err, size_t errlen);
+
+/* Posts the Alertmanager alerts still firing again (Alertmanager resolves an alert it has
+ * not heard of for its resolve_timeout); *sent (may be NULL) counts those accepted. The
+ * delivery worker does this every minute. */
+int tf_alerts_refire(struct tf_store *st, const struct tf_alerts_config *cfg, int *sent);
 
 /* A thread that keeps delivering a home's alerts: it opens its own store handle, sends what
  * is due, and sleeps until the next due alert (at most half a second) or a kick. NULL when

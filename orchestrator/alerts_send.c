@@ -33,6 +33,7 @@
 #endif
 
 #define LEASE_MARGIN 5.0       /* seconds a lease outlives the POST's own timeout */
+#define REFIRE_S 60.0          /* firing Alertmanager alerts are posted again this often */
 #define BODY_CAP (16 * 1024)   /* bytes of an answer kept (the rest is refused) */
 #define SLACK_SECTION_MAX 2900 /* Slack: a section's text is at most 3000 characters */
 #define SLACK_HEADER_MAX 150   /* Slack: a header's plain_text is at most 150 characters */
@@ -539,6 +540,61 @@ int tf_alerts_deliver_one(struct tf_store *st, const struct tf_alerts_config *cf
 	return rc;
 }
 
+/* Alertmanager forgets an alert `resolve_timeout` after it last received it, so the alerts
+ * still firing (table alert_firing) are posted again, as they were, every REFIRE_S seconds
+ * (its clients documentation asks for 30 s to 3 min). Best effort: an answer other than 2xx
+ * is logged; the next round tries again. */
+int tf_alerts_refire(struct tf_store *st, const struct tf_alerts_config *cfg, int *sent)
+{
+	struct tf_stmt *q = tf_store_query(
+	    st,
+	    "SELECT a.id, a.msg_id, a.hook, a.payload, h.url, h.format, h.secret_env, "
+	    "h.secret_file "
+	    "FROM alert_firing f JOIN alerts a ON a.id=f.alert_id JOIN hooks h ON h.name=f.hook "
+	    "WHERE a.state='delivered' ORDER BY a.id",
+	    "");
+	if (!q)
+		return -EIO;
+	struct target *ts = NULL;
+	size_t n = 0, cap = 0;
+	int rc;
+	while ((rc = tf_stmt_step(q)) == 1) {
+		if (n == cap) {
+			cap = cap ? cap * 2 : 8;
+			ts = tf_xrealloc(ts, cap * sizeof(*ts));
+		}
+		ts[n++] = (struct target){.id = tf_stmt_int(q, 0),
+		                          .msg_id = tf_stmt_strdup(q, 1),
+		                          .hook = tf_stmt_strdup(q, 2),
+		                          .payload = tf_stmt_strdup(q, 3),
+		                          .url = tf_stmt_strdup(q, 4),
+		                          .format = tf_stmt_strdup(q, 5),
+		                          .secret_env = tf_stmt_strdup(q, 6),
+		                          .secret_file = tf_stmt_strdup(q, 7),
+		                          .has_hook = 1};
+	}
+	tf_stmt_done(q);
+	for (size_t i = 0; i < n; i++) {
+		struct answer a = {0};
+		long status = 0;
+		char why[512] = "";
+		int64_t still = 0; /* not resolved meanwhile */
+		tf_store_query_int(st, &still,
+		                   "SELECT EXISTS(SELECT 1 FROM alert_firing WHERE alert_id=?)",
+		                   "i", ts[i].id);
+		enum outcome o = still ? post(cfg, &ts[i], &status, &a, why, sizeof(why)) : DEAD;
+		if (o == SENT && sent)
+			(*sent)++;
+		else if (still && o != SENT)
+			tf_info("alert %s to hook '%s' not sent again: %s", ts[i].msg_id,
+			        ts[i].hook, why);
+		free(a.body);
+		target_free(&ts[i]);
+	}
+	free(ts);
+	return rc < 0 ? rc : 0;
+}
+
 /* ---- the worker thread ----------------------------------------------------------------- */
 
 struct tf_alerts_worker {
@@ -550,6 +606,7 @@ struct tf_alerts_worker {
 	int stopping;     /* [mu] drain, then end */
 	double drain_end; /* [mu] monotonic time the drain ends */
 	int left;         /* alerts pending when the thread ended */
+	double refired;   /* [thread] monotonic time firing alerts were last posted again */
 };
 
 static int64_t pending_count(struct tf_store *st)
@@ -575,6 +632,11 @@ static void *worker_main(void *arg)
 		double next = -1;
 		if (tf_alerts_deliver_due(st, &cfg, 64, NULL, NULL, &next))
 			tf_warn("alerts: %s", tf_store_errmsg(st));
+		if (tf_now_monotonic() - w->refired >= REFIRE_S) {
+			w->refired = tf_now_monotonic();
+			if (tf_alerts_refire(st, &cfg, NULL))
+				tf_warn("alerts: %s", tf_store_errmsg(st));
+		}
 		tf_alerts_config_release(&cfg);
 		pthread_mutex_lock(&w->mu);
 		double now = tf_now_monotonic();

@@ -3,6 +3,7 @@
  * and one write transaction loads them all onto a fresh scheduler, ticks it and writes the
  * grants and reclaims back (see broker.h). Also the failed_chips rows. */
 #include "orchestrator/broker.h"
+#include "orchestrator/alerts.h"
 
 #define TF_LOG_TAG "broker"
 #include "accel/tpu.h"
@@ -375,6 +376,9 @@ static int apply_decisions(struct tf_store *st, struct tf_sched *s, struct brow 
 		if (rc == 0 && tf_sched_job_reason(s, r->job, why, sizeof(why)) == 0 &&
 		    strcmp(why, r->reason ? r->reason : ""))
 			rc = tf_slice_job_waiting(st, r->id, why);
+		if (rc == 0)
+			rc = tf_alerts_on_waiting(st, r->run, r->step, r->attempt, now - r->queued,
+			                          r->reason ? r->reason : why);
 	}
 	return rc;
 }
@@ -505,6 +509,14 @@ int tf_broker_chip_fail(struct tf_store *st, const char *pool, const int xyz[3],
 	                  "VALUES(?,?,?,?,?,?)",
 	                  "tiiidt", pool, (int64_t)xyz[0], (int64_t)xyz[1], (int64_t)xyz[2], now,
 	                  reason);
+	if (rc == 0) {
+		char msg[300];
+		snprintf(msg, sizeof(msg), "chip %d,%d,%d of pool '%s' failed%s%s", xyz[0], xyz[1],
+		         xyz[2], pool, reason ? ": " : "", reason ? reason : "");
+		json_t *x = json_pack("{s:s, s:[i,i,i]}", "pool", pool, "chip", xyz[0], xyz[1], xyz[2]);
+		rc = tf_alerts_emit(st, "chip_failed", NULL, NULL, msg, x);
+		json_decref(x);
+	}
 	if (rc == 0)
 		rc = decide(st,
 		            now); /* the grant on it is reclaimed now, not at someone's next ask */

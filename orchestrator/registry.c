@@ -6,6 +6,7 @@
  * register step return the version it made before the crash.
  */
 #include "orchestrator/registry.h"
+#include "orchestrator/alerts.h"
 
 #define TF_LOG_TAG "registry"
 #include "common/common.h"
@@ -162,6 +163,9 @@ int tf_registry_register(struct tf_store *st, const struct tf_model_version_spec
 		char msg[300];
 		snprintf(msg, sizeof(msg), "registered %s version %lld", spec->model, (long long)v);
 		rc = add_event(st, spec->run_id, spec->step, "model", msg);
+		if (rc == 0)
+			rc = tf_alerts_on_register(st, spec->model, v, spec->run_id, spec->step,
+			                           spec->metrics);
 	}
 out:
 	rc = tf_store_leave(st, own, rc);
@@ -366,6 +370,13 @@ int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json
 		snprintf(msg, sizeof(msg), "%s '%s' -> version %lld", d->model, d->alias,
 		         (long long)d->version);
 	rc = add_event(st, d->run_id, d->step, "deploy", msg);
+	if (rc == 0) {
+		json_t *x = json_pack("{s:s, s:s, s:I}", "model", d->model, "alias", d->alias,
+		                      "version", (json_int_t)d->version);
+		rc = tf_alerts_emit(st, d->event ? d->event : "model_deployed", d->run_id, d->step,
+		                    msg, x);
+		json_decref(x);
+	}
 	if (rc)
 		goto out;
 	rc = deployment_by(st, d->model, mid, d->alias, &doc);

@@ -62,6 +62,7 @@ struct tf_deploy_spec {
 	                          current version (if it has none, the alias moves) */
 	const char *run_id;    /* lineage (may be NULL for manual deployments) */
 	const char *step;
+	const char *event; /* the alert it raises (orchestrator/alerts.h); NULL: model_deployed */
 };
 /* Records a deployment and moves the alias (and the "canary" alias for a canary rollout).
  * Idempotent per (run, step). The previous active deployment of (model, alias) is retired.

@@ -2,6 +2,7 @@
  * their cron schedules (table schedule_fires): which ticks are due, the catch-up and
  * concurrency policies, and the one-fire-per-tick key (schedules.h). */
 #include "orchestrator/schedules.h"
+#include "orchestrator/alerts.h"
 
 #define TF_LOG_TAG "schedules"
 #include "common/common.h"
@@ -232,6 +233,19 @@ static int catchup_fires(const struct tf_pipeline_schedule *sc, size_t i, size_t
 	}
 }
 
+static int alert_missed(struct tf_store *st, const char *name, int nmissed, size_t ndue)
+{
+	char msg[300];
+	snprintf(msg, sizeof(msg),
+	         "pipeline '%s' missed %d of its %zu due tick(s) (catch-up policy or "
+	         "starting_deadline; tpuflow schedules list)",
+	         name, nmissed, ndue);
+	json_t *x = json_pack("{s:s, s:i}", "pipeline", name, "missed", nmissed);
+	int rc = tf_alerts_emit(st, "schedule_missed", NULL, NULL, msg, x);
+	json_decref(x);
+	return rc;
+}
+
 /* Handles the due ticks of one pipeline in the caller's transaction. -EEXIST when another
  * process handled one of them first (the caller rolls back). */
 static int fire_pipeline(struct tf_store *st, const char *name, double now,
@@ -276,12 +290,14 @@ static int fire_pipeline(struct tf_store *st, const char *name, double now,
 	int64_t after = 0;
 	int has_after = tf_cron_next(&sc->spec, sc->timezone, (int64_t)now, &after) == 0;
 	json_t *active = NULL;
+	int nmissed = 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		char key[300], why[200] = "", run[32] = "";
 		const char *outcome = "fired";
 		snprintf(key, sizeof(key), "%s@%lld", name, (long long)ticks[i]);
 		if (!catchup_fires(sc, i, n, now - (double)ticks[i], why, sizeof(why))) {
 			outcome = "missed";
+			nmissed++;
 		} else if (sc->concurrency != TF_CONCURRENCY_ALLOW) {
 			json_decref(active);
 			active = NULL;
@@ -322,6 +338,8 @@ static int fire_pipeline(struct tf_store *st, const char *name, double now,
 			              (json_int_t)ticks[i], "fire_key", key, "outcome", outcome,
 			              "run", run[0] ? run : NULL, "reason", why[0] ? why : NULL));
 	}
+	if (rc == 0 && nmissed) /* one alert for the ticks this pass missed */
+		rc = alert_missed(st, name, nmissed, n);
 	if (rc == 0 && has_after)
 		rc = tf_store_run(st, "UPDATE registered_pipelines SET next_tick=? WHERE name=?",
 		                  "it", after, name);

@@ -554,7 +554,7 @@ int tf_step_set_state(struct tf_store *st, const char *run, const char *step, en
 		rc = add_event_noattempt(st, run, step, "step", tf_step_state_name(from),
 		                         tf_step_state_name(to), u->reason);
 	if (rc == 0)
-		rc = tf_alerts_on_step(st, run, step, to, u->reason);
+		rc = tf_alerts_on_step(st, run, step, to, u->reason, u->metrics);
 out:
 	return tf_store_leave(st, own, rc);
 }

@@ -11,6 +11,7 @@
 #  - a receiver answering 503 for a while, then 200: every alert arrives, none lost, repeats
 #    carry the same id
 #  - a receiver that never answers: the alert ends dead-lettered, and redeliver queues it
+#  - a daemon killed with -9: the next daemon raises daemon_unclean_stop (not after a clean stop)
 # Stops only the processes it started.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -244,6 +245,24 @@ grep -q "void" <<<"$("$bin" alerts list --dead --home "$H")" || fail "alerts lis
 "$bin" hooks add void --home "$H" --url "$R/std/ok" --format standard --secret-env WH_SECRET --on run_failed >/dev/null
 "$bin" alerts redeliver --dead --home "$H" >/dev/null || fail "alerts redeliver --dead"
 wait_outbox "all(x['state']=='delivered' for x in a if x.get('run')=='$run5')" || fail "redelivered alerts did not arrive"
-kill -TERM "$dpid"; wait "$dpid" || fail "the daemon did not stop cleanly"
 echo "it_alerts: a receiver that never answers: dead-lettered, then redelivered"
+
+# ---- the daemon killed with -9: the next one to start says so
+"$bin" hooks add ops --home "$H" --url "$R/std/ops" --format standard --secret-env WH_SECRET \
+  --on daemon_unclean_stop >/dev/null
+kill -KILL "$dpid"; wait "$dpid" 2>/dev/null
+"$bin" daemon --home "$H" --listen 127.0.0.1:0 >>"$dir/d.log" 2>&1 &
+dpid=$!; pids+=($dpid)
+wait_outbox "any(x['event']=='daemon_unclean_stop' and x['state']=='delivered' for x in a)" ||
+  fail "no daemon_unclean_stop alert after a daemon was killed: $(alerts_json)"
+[[ $(recv "sum(1 for r in rows if r['path']=='/std/ops' and r['verified'] and 'daemon_unclean_stop' in r['body'])") == 1 ]] ||
+  fail "the receiver did not get daemon_unclean_stop"
+kill -TERM "$dpid"; wait "$dpid" || fail "the daemon did not stop cleanly"
+"$bin" daemon --home "$H" --listen 127.0.0.1:0 >>"$dir/d.log" 2>&1 &
+dpid=$!; pids+=($dpid)
+sleep 2
+kill -TERM "$dpid"; wait "$dpid" || fail "the daemon did not stop cleanly"
+[[ $(alerts_json | python3 -c "import json,sys; print(sum(1 for x in json.load(sys.stdin) if x['event']=='daemon_unclean_stop'))") == 1 ]] ||
+  fail "a daemon started after a clean stop raised daemon_unclean_stop"
+echo "it_alerts: a daemon started after an unclean stop says so, after a clean one it does not"
 echo "it_alerts: ok"

@@ -12,10 +12,14 @@
 
 #include "common/common.h"
 #include "orchestrator/alerts.h"
+#include "orchestrator/broker.h"
+#include "orchestrator/registry.h"
+#include "orchestrator/schedules.h"
 #include "orchestrator/state.h"
 #include "orchestrator/store.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -382,6 +386,236 @@ static void test_alerts_dead_letter_and_redeliver(void **state)
 	tf_store_close(st);
 }
 
+/* A registered version worse than production's by more than the threshold alerts. */
+static void test_alerts_metric_regressed(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_home();
+	add_hook(st, "ml", "http://127.0.0.1:9/m", "slack", "metric_regressed,model_registered");
+	tf_store_run(st, "DELETE FROM alerts", "");
+	struct tf_model_version_spec v = {
+	    .model = "clf", .bundle = "b1", .metrics = "{\"auc\":0.95}"};
+	int64_t v1 = 0, v2 = 0, v3 = 0;
+	assert_int_equal(tf_registry_register(st, &v, &v1, NULL), 0);
+	assert_int_equal(tf_registry_set_alias(st, "clf", "production", v1), 0);
+	v.bundle = "b2";
+	v.run_id = "r2";
+	v.metrics = "{\"auc\":0.945,\"loss\":0.3}"; /* 0.005 worse: within the threshold */
+	assert_int_equal(tf_registry_register(st, &v, &v2, NULL), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE event='metric_regressed'"),
+	                 0);
+	v.bundle = "b3";
+	v.run_id = "r3";
+	v.metrics = "{\"auc\":0.90}";
+	assert_int_equal(tf_registry_register(st, &v, &v3, NULL), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE event='metric_regressed' AND "
+	                           "payload LIKE '%\"metric\":\"auc\"%'"),
+	                 1);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE event='model_registered'"),
+	                 3);
+	tf_hooks_remove(st, "ml");
+	tf_store_close(st);
+}
+
+/* ---- a minimal HTTP receiver on a thread: answers `status` to each request, keeps bodies */
+
+struct responder {
+	int fd, port, status, n;
+	char bodies[8][4096];
+	pthread_t t;
+};
+
+static void *responder_main(void *arg)
+{
+	struct responder *r = arg;
+	for (;;) {
+		int c = accept(r->fd, NULL, NULL);
+		if (c < 0)
+			return NULL;
+		char buf[8192];
+		size_t got = 0;
+		ssize_t k;
+		char *body = NULL;
+		long len = -1;
+		while (got < sizeof(buf) - 1 &&
+		       (k = read(c, buf + got, sizeof(buf) - 1 - got)) > 0) {
+			got += (size_t)k;
+			buf[got] = '\0';
+			char *end = strstr(buf, "\r\n\r\n");
+			if (end && len < 0) {
+				char *cl = strcasestr(buf, "content-length:");
+				len = cl ? strtol(cl + 15, NULL, 10) : 0;
+				body = end + 4;
+			}
+			if (body && (long)(got - (size_t)(body - buf)) >= len)
+				break;
+		}
+		if (r->n < 8 && body)
+			snprintf(r->bodies[r->n], sizeof(r->bodies[0]), "%s", body);
+		r->n++;
+		char out[128];
+		int m = snprintf(out, sizeof(out),
+		                 "HTTP/1.1 %d X\r\nContent-Length: 0\r\n"
+		                 "Connection: close\r\n\r\n",
+		                 r->status);
+		if (write(c, out, (size_t)m) < 0) {
+		}
+		close(c);
+	}
+}
+
+static void responder_start(struct responder *r, int status)
+{
+	memset(r, 0, sizeof(*r));
+	r->status = status;
+	r->fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	assert_int_equal(bind(r->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(r->fd, 8), 0);
+	getsockname(r->fd, (struct sockaddr *)&a, &al);
+	r->port = ntohs(a.sin_port);
+	assert_int_equal(pthread_create(&r->t, NULL, responder_main, r), 0);
+}
+
+static void responder_stop(struct responder *r)
+{
+	shutdown(r->fd, SHUT_RDWR);
+	close(r->fd);
+	pthread_join(r->t, NULL);
+}
+
+/* A firing Alertmanager alert is posted again, as it was, until a success resolves it. */
+static void test_alerts_alertmanager_refire(void **state)
+{
+	(void)state;
+	struct responder r;
+	responder_start(&r, 200);
+	char url[96];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", r.port);
+	struct tf_store *st = open_home();
+	add_hook(st, "am2", url, "alertmanager", "run_failed");
+	tf_store_run(st, "DELETE FROM alerts", "");
+	tf_store_run(st, "DELETE FROM alert_firing", "");
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	char a[32], b[32];
+	new_run(st, "refired", a);
+	assert_int_equal(tf_run_set_state(st, a, TF_RUN_FAILED, "boom"), 0);
+	int sent = 0, failed = 0;
+	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, &sent, &failed, NULL), 0);
+	assert_int_equal(sent, 1);
+	sent = 0;
+	assert_int_equal(tf_alerts_refire(st, &cfg, &sent), 0);
+	assert_int_equal(sent, 1);
+	assert_int_equal(r.n, 2);
+	assert_string_equal(r.bodies[0], r.bodies[1]);
+	assert_non_null(strstr(r.bodies[1], "\"alertname\":\"run_failed\""));
+	new_run(st, "refired", b);
+	assert_int_equal(tf_run_set_state(st, b, TF_RUN_SUCCEEDED, NULL), 0);
+	sent = 0;
+	assert_int_equal(tf_alerts_refire(st, &cfg, &sent), 0);
+	assert_int_equal(sent, 0); /* resolved: nothing firing */
+	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, &sent, &failed, NULL), 0);
+	assert_int_equal(r.n, 3);
+	assert_non_null(strstr(r.bodies[2], "\"endsAt\""));
+	tf_hooks_remove(st, "am2");
+	tf_alerts_config_release(&cfg);
+	tf_store_close(st);
+	responder_stop(&r);
+}
+
+/* Events from the registry, the broker, the train kind's results: each reaches a home route
+ * in the transaction of its change. */
+static void test_alerts_more_events(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_home();
+	add_hook(st, "all", "http://127.0.0.1:9/all", "slack",
+	         "chip_failed,model_deployed,model_promoted,model_rolled_back,training_diverged,"
+	         "training_stopped_early,job_waiting,step_failed");
+	tf_store_run(st, "DELETE FROM alerts", "");
+	/* chip failure */
+	int xyz[3] = {1, 0, 0};
+	assert_int_equal(tf_broker_chip_fail(st, "v4", xyz, tf_now_wall(), "ECC errors"), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE event='chip_failed' AND "
+	                           "payload LIKE '%chip 1,0,0 of pool ''v4'' failed: ECC errors%'"),
+	                 1);
+	/* deploy, promote, roll back */
+	struct tf_model_version_spec v = {
+	    .model = "m", .run_id = "r9", .step = "reg", .bundle = "b"};
+	int64_t ver = 0;
+	assert_int_equal(tf_registry_register(st, &v, &ver, NULL), 0);
+	struct tf_deploy_spec d = {.model = "m", .alias = "production", .version = ver};
+	assert_int_equal(tf_registry_deploy(st, &d, NULL), 0);
+	d.event = "model_promoted";
+	assert_int_equal(tf_registry_deploy(st, &d, NULL), 0);
+	d.event = "model_rolled_back";
+	assert_int_equal(tf_registry_deploy(st, &d, NULL), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE event IN ('model_deployed', "
+	                           "'model_promoted', 'model_rolled_back')"),
+	                 3);
+	/* a train step that diverged, one that stopped early */
+	char id[32];
+	struct tf_run_step_def s = {.name = "a", .type = "train"};
+	assert_int_equal(
+	    tf_run_create(st, "ml", "name: ml", "ml.yaml", "{}", "file:///t", &s, 1, NULL, id), 0);
+	assert_int_equal(tf_run_set_state(st, id, TF_RUN_RUNNING, NULL), 0);
+	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_RUNNING, NULL), 0);
+	struct tf_step_update u = {.reason = "loss is NaN at step 7 (epoch 0; first loss 2.3): "
+	                                     "training diverged; lower the learning rate"};
+	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_FAILED, &u), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE event='training_diverged'"),
+	                 1);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE event='step_failed'"), 1);
+	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_PENDING, NULL), 0);
+	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_RUNNING, NULL), 0);
+	struct tf_step_update ok = {.metrics = "{\"loss\":0.4,\"early_stopped\":1}"};
+	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_SUCCEEDED, &ok), 0);
+	assert_int_equal(
+	    count(st, "SELECT count(*) FROM alerts WHERE event='training_stopped_early'"), 1);
+	/* waiting past job_wait: once per attempt */
+	FILE *f = fopen("alerts.conf", "w");
+	fprintf(f, "job_wait=30s\n");
+	fclose(f);
+	sleep(3); /* the broker's copy of alerts.conf is at most 2 s old */
+	assert_int_equal(tf_alerts_on_waiting(st, id, "a", 2, 10, "no free v4-8"), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE event='job_waiting'"), 0);
+	assert_int_equal(tf_alerts_on_waiting(st, id, "a", 2, 45, "no free v4-8"), 0);
+	assert_int_equal(tf_alerts_on_waiting(st, id, "a", 2, 50, "no free v4-8"), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE event='job_waiting'"), 1);
+	unlink("alerts.conf");
+	tf_hooks_remove(st, "all");
+	tf_store_close(st);
+}
+
+/* A schedule's pass that misses ticks raises one schedule_missed for the pipeline. */
+static void test_alerts_schedule_missed(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_home();
+	add_hook(st, "sched", "http://127.0.0.1:9/s", "slack", "schedule_missed");
+	tf_store_run(st, "DELETE FROM alerts", "");
+	FILE *f = fopen("nightly.yaml", "w");
+	fprintf(f, "name: nightly\nschedule: {cron: '*/10 * * * *', catchup: latest}\n"
+	           "steps:\n  - {name: a, type: shell, with: {argv: [\"true\"]}}\n");
+	fclose(f);
+	const double t0 = 1767225600.0; /* 2026-01-01 00:00 UTC */
+	struct tf_diag_list d = {0};
+	char *name = NULL;
+	assert_int_equal(tf_pipelines_add(st, "nightly.yaml", t0, &name, &d), 0);
+	free(name);
+	tf_diag_list_release(&d);
+	/* down for an hour: five of the six ticks are missed, the newest runs */
+	assert_int_equal(tf_schedules_fire_due(st, t0 + 3630, NULL, NULL), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE event='schedule_missed' AND "
+	                           "payload LIKE '%\"missed\":5%' AND payload LIKE "
+	                           "'%\"pipeline\":\"nightly\"%'"),
+	                 1);
+	tf_hooks_remove(st, "sched");
+	tf_store_close(st);
+}
+
 int main(void)
 {
 	setenv("TEST_WH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1);
@@ -396,6 +630,10 @@ int main(void)
 	    cmocka_unit_test(test_alerts_alertmanager_resolve),
 	    cmocka_unit_test(test_alerts_slack_body),
 	    cmocka_unit_test(test_alerts_dead_letter_and_redeliver),
+	    cmocka_unit_test(test_alerts_metric_regressed),
+	    cmocka_unit_test(test_alerts_alertmanager_refire),
+	    cmocka_unit_test(test_alerts_more_events),
+	    cmocka_unit_test(test_alerts_schedule_missed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -367,6 +367,28 @@ static double cron(struct daemon *d, double *last)
 	return next > 0 ? next : 0;
 }
 
+/* daemon.json is removed by a daemon that exits cleanly: one found at start was left by a
+ * daemon that was killed or crashed (or a machine that went down). */
+static void alert_unclean_stop(struct daemon *d)
+{
+	char *path = tf_xasprintf("%s/%s", d->home, TF_DAEMON_JSON);
+	json_t *prev = json_load_file(path, 0, NULL);
+	free(path);
+	if (!prev)
+		return;
+	char msg[300];
+	snprintf(msg, sizeof(msg),
+	         "the previous daemon of %s (pid %lld) did not stop cleanly; its runs are adopted",
+	         d->home, (long long)json_integer_value(json_object_get(prev, "pid")));
+	tf_warn("%s", msg);
+	json_t *x = json_pack("{s:s, s:O?}", "home", d->home, "previous",
+	                      json_object_get(prev, "pid"));
+	if (tf_alerts_emit(d->db, "daemon_unclean_stop", NULL, NULL, msg, x))
+		tf_warn("alerts: %s", tf_store_errmsg(d->db));
+	json_decref(x);
+	json_decref(prev);
+}
+
 /* ---- the main loop ---------------------------------------------------------------------- */
 
 static void on_signal(struct daemon *d)
@@ -423,6 +445,7 @@ int tf_daemon_run(const struct tf_daemon_opts *o, char *err, size_t errlen)
 	rc = tf_store_open_home(d.home, &d.db, err, errlen); /* migrates */
 	if (rc)
 		goto out;
+	alert_unclean_stop(&d);
 	struct tf_runner_opts ro = {.home = d.home};
 	d.runner = tf_runner_new(&ro, err, errlen);
 	if (!d.runner) {
