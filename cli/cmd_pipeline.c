@@ -2,6 +2,7 @@
  * problem compiler-style, or show the DAG as levels, JSON or Graphviz DOT. */
 #include "cli/cli.h"
 #include "common/common.h"
+#include "orchestrator/engine.h"
 #include "orchestrator/pipeline.h"
 
 #include <stdlib.h>
@@ -151,8 +152,9 @@ static void print_plan(const struct tf_pipeline *p)
 			printf(", timeout ");
 			print_duration(s->timeout);
 		}
-		if (s->cache)
-			printf(", cached");
+		/* "cached" is a state a step ends in; here: whether results may be reused */
+		if (s->cache && tf_engine_kind_cacheable(s->type))
+			printf(", cache on");
 		printf("]");
 		if (s->nneeds) {
 			printf(" after ");

@@ -89,6 +89,17 @@ double tf_now_wall(void)
 	return clock_seconds(CLOCK_REALTIME);
 }
 
+void tf_fputs_escaped(const char *s, FILE *f)
+{
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c < 0x20 || c == 0x7f)
+			fprintf(f, "\\x%02x", c);
+		else
+			fputc(c, f);
+	}
+}
+
 int tf_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len)
 {
 	int rc = 0;

@@ -366,8 +366,9 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 	struct tf_dataset *d = NULL;
 	int rc = tf_objstore_get(s, manifest_key, &data, &len);
 	if (rc) {
-		snprintf(err, errlen, "cannot read dataset manifest '%s': %s; run data prep first",
-		         manifest_key, tf_objstore_errmsg(s));
+		/* the hint fits a missing manifest only, not a store that cannot be reached */
+		snprintf(err, errlen, "cannot read dataset manifest '%s': %s%s", manifest_key,
+		         tf_objstore_errmsg(s), rc == -ENOENT ? "; run data prep first" : "");
 		goto out;
 	}
 	d = tf_xcalloc(1, sizeof *d);

@@ -99,16 +99,20 @@ void tf_diag_print(const struct tf_diag_list *l, FILE *f)
 {
 	for (size_t i = 0; i < l->n; i++) {
 		const struct tf_diag *d = &l->items[i];
+		/* messages quote input: control characters in it are shown, not obeyed */
+		tf_fputs_escaped(d->file, f);
+		if (d->line > 0)
+			fprintf(f, ":%d", d->line);
 		if (d->line > 0 && d->col > 0)
-			fprintf(f, "%s:%d:%d: %s: %s\n", d->file, d->line, d->col,
-			        sev_name(d->severity), d->message);
-		else if (d->line > 0)
-			fprintf(f, "%s:%d: %s: %s\n", d->file, d->line, sev_name(d->severity),
-			        d->message);
-		else
-			fprintf(f, "%s: %s: %s\n", d->file, sev_name(d->severity), d->message);
-		if (d->hint)
-			fprintf(f, "  hint: %s\n", d->hint);
+			fprintf(f, ":%d", d->col);
+		fprintf(f, ": %s: ", sev_name(d->severity));
+		tf_fputs_escaped(d->message, f);
+		fputc('\n', f);
+		if (d->hint) {
+			fputs("  hint: ", f);
+			tf_fputs_escaped(d->hint, f);
+			fputc('\n', f);
+		}
 	}
 	if (l->ndropped)
 		fprintf(f, "(%zu further diagnostics not shown)\n", l->ndropped);

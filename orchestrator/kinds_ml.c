@@ -321,6 +321,8 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 		fclose(t.log);
 		t.log = NULL;
 	}
+	if (!slurm) /* its lines went into the attempt's log as they came: one copy */
+		unlink(ops->log_path(x, 1));
 	FILE *log = fopen(r->log_path, "a");
 	if (log) {
 		tf_kind_append_log(log, "stderr", ops->log_path(x, 2));

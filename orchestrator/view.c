@@ -316,6 +316,9 @@ static void redraw(struct tf_view *v, const struct tf_view_row *rows, size_t n)
 		else if (r->reason && reason_applies(r->state))
 			snprintf(extra, dlen, "%s", r->reason);
 		fit_name(r->name, namew, name, sizeof(name));
+		for (char *c = extra; *c; c++) /* a reason or progress from a step's output */
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				*c = '?';
 		const char *color = !strcmp(r->state, "succeeded") || !strcmp(r->state, "cached")
 		                        ? "\033[32m"
 		                    : !strcmp(r->state, "failed")   ? "\033[31m"

@@ -328,6 +328,41 @@ static void test_cli_runs_list_skipped_orphaned_duration(void **state)
 	free(out);
 }
 
+/* Input echoed to the terminal cannot drive it: control characters in a key come back as
+ * \xNN. And `plan` says "cache on" for a step whose results may be reused, nothing for kinds
+ * that are never cached ("cached" is a state a step ends in). */
+static void test_cli_terminal_escapes_and_plan_cache_words(void **state)
+{
+	(void)state;
+	FILE *f = fopen("ctl.yaml", "w");
+	assert_non_null(f);
+	fputs("name: ctl\nsteps:\n  - {name: a, type: shell, with: {argv: [x]}, \"\\e[31mred\": 1}\n",
+	      f);
+	fclose(f);
+	static const char *const v[] = {"validate", "ctl.yaml", NULL};
+	char *err = NULL;
+	assert_int_equal(tf_test_cli(v, NULL, &err), TF_EXIT_DATAERR);
+	if (strchr(err, '\033') || !strstr(err, "\\x1b[31mred"))
+		fail_msg("validate echoed: %s", err);
+	free(err);
+	f = fopen("plan.yaml", "w");
+	assert_non_null(f);
+	fputs("name: plan\nsteps:\n"
+	      "  - {name: p, type: data_prep, with: {source: csv, path: x.csv}}\n"
+	      "  - {name: r, type: register, needs: [p], with: {model_name: m, bundle: b}}\n",
+	      f);
+	fclose(f);
+	static const char *const pl[] = {"plan", "plan.yaml", NULL};
+	char *out = NULL;
+	assert_int_equal(tf_test_cli(pl, &out, NULL), 0);
+	if (strstr(out, "cached") || !strstr(out, "cache on"))
+		fail_msg("plan printed: %s", out);
+	const char *reg = strstr(out, "  r ");
+	assert_non_null(reg);
+	assert_null(strstr(reg, "cache on"));
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -337,6 +372,7 @@ int main(void)
 	    cmocka_unit_test(test_cli_inprocess_data_prep_honours_timeout),
 	    cmocka_unit_test(test_cli_not_found_and_usage_exit_codes),
 	    cmocka_unit_test(test_cli_runs_list_skipped_orphaned_duration),
+	    cmocka_unit_test(test_cli_terminal_escapes_and_plan_cache_words),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -378,6 +378,16 @@ static void test_untrusted_dataset_manifest_counts_are_checked(void **state)
 	struct tf_dataset *d = NULL;
 	assert_int_equal(tf_dataset_open(s, "huge/manifest.json", &d, err, sizeof err), -EBADMSG);
 	assert_non_null(strstr(err, "claims"));
+	/* "run data prep first" fits a manifest that is not there, not a store that is down */
+	assert_int_equal(tf_dataset_open(s, "none/manifest.json", &d, err, sizeof err), -ENOENT);
+	assert_non_null(strstr(err, "run data prep first"));
+	struct tf_objstore *down = NULL;
+	struct tf_objstore_opts o = {.endpoint = "http://127.0.0.1:1", .access_key = "a",
+	                             .secret_key = "b", .max_attempts = 1, .retry_budget = 1};
+	assert_int_equal(tf_objstore_open_opts("s3://bucket/p", &o, &down, err, sizeof err), 0);
+	assert_int_not_equal(tf_dataset_open(down, "x/manifest.json", &d, err, sizeof err), 0);
+	assert_null(strstr(err, "run data prep first"));
+	tf_objstore_free(down);
 	craft_dataset("huge2", man_huge_examples_and_bytes);
 	assert_int_equal(tf_dataset_open(s, "huge2/manifest.json", &d, err, sizeof err), 0);
 	float *x = NULL;
