@@ -503,9 +503,10 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 		if (!r->has_box) {
 			double w = now > r->queued_at ? now - r->queued_at : 0;
 			json_array_append_new(
-			    waiting, json_pack("{s:s, s:s, s:i, s:s, s:i, s:f, s:f, s:s}", "run",
-			                       r->run, "step", r->step, "attempt", r->attempt,
-			                       "slice", r->slice, "chips", r->chips, "queued_at",
+			    waiting, json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:s, s:f, s:f, s:s}",
+			                       "run", r->run, "step", r->step, "attempt", r->attempt,
+			                       "slice", r->slice, "chips", r->chips, "priority",
+			                       r->priority, "project", r->project, "queued_at",
 			                       r->queued_at, "waiting_seconds", w, "reason",
 			                       r->wait_reason ? r->wait_reason
 			                                      : "waiting for its run's scheduler"));

@@ -89,7 +89,7 @@ struct tf_slices_view {
 	struct tf_sched *sched;
 	/* {database: path or null, running: [{run, step, attempt, job, slice, pool, pool_spec,
 	 *  box: {origin, shape}, chips, started_at, running_seconds, slice_seconds,
-	 *  chip_seconds}], waiting: [{run, step, attempt, slice, chips, queued_at,
+	 *  chip_seconds}], waiting: [{run, step, attempt, slice, chips, priority, project, queued_at,
 	 *  waiting_seconds, reason}], skipped: [{run, step, attempt, reason}], accounting: {runs:
 	 * [{run, pipeline, attempts, slice_seconds, chip_seconds}], projects: [{project, attempts,
 	 *  slice_seconds, chip_seconds}], slice_seconds, chip_seconds}, slurm: [{run, step,

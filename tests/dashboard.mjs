@@ -1,113 +1,293 @@
-// dashboard.mjs — browser test of the dashboard against a running server:
-//   node tests/dashboard.mjs BASE_URL
-// with TOKEN_READ, DONE_RUN (a succeeded run whose step "train" ran twice and has metrics),
-// LIVE_RUN (a pending run that the caller takes to succeeded once this prints FOLLOWING) and
-// SHOTS (the screenshot folder) in the environment. Drives Debian's /usr/bin/chromium with
-// playwright-core; asserts on the DOM against what the API answers. Exits 0 or 1.
+// dashboard.mjs — the dashboard in Debian's /usr/bin/chromium (playwright-core) against a
+// real daemon that holds real runs; run by tests/it_dashboard.sh:
+//   node tests/dashboard.mjs auth   (URL, READ, TRIGGER, ADMIN tokens, the runs DEMO, FLAKY,
+//                                    WIDE, VICTIM, URGENT, and SHOTS in the environment)
+//   node tests/dashboard.mjs none   (a daemon started with --no-auth)
+// Every assertion compares the DOM with what the API answers. No console error and a CSP on
+// every page are checked throughout. Exits 0 or 1.
 import { chromium } from 'playwright-core';
-import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-const base = process.argv[2];
-const { TOKEN_READ: tok, DONE_RUN: done, LIVE_RUN: live, SHOTS: shots } = process.env;
+const mode = process.argv[2];
+const E = process.env;
+const base = E.URL;
 const failures = [];
 const check = (ok, what) => { if (!ok) { failures.push(what); console.error('FAIL ' + what); } };
-const api = async (path) =>
-  (await fetch(base + path, { headers: { Authorization: 'Bearer ' + tok } })).json();
+const api = async (path, tok = E.ADMIN, init = {}) => {
+  const headers = { ...(init.headers || {}) };
+  if (tok) headers.Authorization = 'Bearer ' + tok;
+  const r = await fetch(base + path, { ...init, headers });
+  return (r.headers.get('content-type') || '').includes('json') ? r.json() : r.text();
+};
+const waitFor = async (fn, what, ms = 60000) => {
+  for (const t0 = Date.now(); Date.now() - t0 < ms;) {
+    if (await fn().catch(() => false)) return true;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  check(false, 'timed out waiting for ' + what);
+  return false;
+};
 
-mkdirSync(shots, { recursive: true });
+mkdirSync(E.SHOTS, { recursive: true });
 const profile = mkdtempSync(join(tmpdir(), 'tpuflow-chromium-'));
 const ctx = await chromium.launchPersistentContext(profile, {
-  executablePath: '/usr/bin/chromium',
-  headless: true,
+  executablePath: '/usr/bin/chromium', headless: true, acceptDownloads: true,
   args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
     '--disable-component-update', '--disable-sync', '--no-first-run'],
-  viewport: { width: 1200, height: 800 },
+  viewport: { width: 1280, height: 900 },
 });
 const page = ctx.pages()[0] || await ctx.newPage();
 const errors = [];
 page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
 page.on('pageerror', (e) => errors.push(String(e)));
+let pages = 0;
+page.on('response', (r) => { // the CSP on every page and every file of it
+  if (!['document', 'script', 'stylesheet'].includes(r.request().resourceType())) return;
+  pages++;
+  const csp = r.headers()['content-security-policy'] || '';
+  check(csp.includes("default-src 'self'") && !csp.includes('unsafe'), `CSP of ${r.url()}: "${csp}"`);
+});
+const shot = (name) => page.screenshot({ path: join(E.SHOTS, name), fullPage: true });
+const go = async (hash) => { await page.goto(base + '/' + hash); };
+const attr = (sel, name) => page.$eval(sel, (e, n) => e.getAttribute(n), name);
+const all = (sel, fn) => page.$$eval(sel, fn);
 
-const rowsOf = () => page.$$eval('table.runs tbody tr', (trs) => trs.map((tr) => ({
-  id: tr.dataset.run, state: tr.querySelector('[data-state]').dataset.state })));
-const sameRows = (rows, items, what) => {
-  check(rows.length === items.length, `${what}: ${rows.length} rows shown, the API has ${items.length}`);
-  items.forEach((it, i) => check(rows[i] && rows[i].id === it.id && rows[i].state === it.state,
-    `${what}: row ${i} shows ${JSON.stringify(rows[i])}, the API ${it.id} ${it.state}`));
-};
-
-try {
-  // The page shell: its CSP, then sign-in.
-  const res = await page.goto(base + '/');
-  const csp = res.headers()['content-security-policy'] || '';
-  check(csp.includes("default-src 'self'") && !csp.includes('unsafe-inline'),
-    `the page's CSP is "${csp}"`);
+async function signIn(tok) {
+  await go('#/runs');
+  if (!(await page.$('form.signin'))) { await page.click('#signout'); }
   await page.waitForSelector('form.signin');
   await page.fill('#token', tok);
   await page.press('#token', 'Enter'); // keyboard only
-  await page.waitForSelector('table.runs, p.empty');
-  sameRows(await rowsOf(), (await api('/api/v1/runs?limit=50')).items, 'runs list');
-  await page.screenshot({ path: join(shots, 'runs.png'), fullPage: true });
+  await page.waitForSelector('.trigger[data-scope]', { state: 'attached' });
+}
 
-  // A filter is part of the URL, and the list follows it.
-  await page.selectOption('#f-state', 'succeeded');
-  await page.click('form.filters button');
-  await page.waitForFunction(() => location.hash.includes('state=succeeded'));
-  await page.waitForFunction(() => [...document.querySelectorAll('table.runs tbody [data-state]')]
-    .every((e) => e.dataset.state === 'succeeded'));
-  sameRows(await rowsOf(), (await api('/api/v1/runs?limit=50&state=succeeded')).items,
-    'state=succeeded');
-
-  // Cursor pages: two runs a page, the second page by the Next link.
-  await page.goto(base + '/#/runs?limit=2');
-  await page.waitForFunction(() => document.querySelectorAll('table.runs tbody tr').length === 2);
-  const first = await api('/api/v1/runs?limit=2');
-  sameRows(await rowsOf(), first.items, 'page 1');
-  const firstId = first.items[0].id;
-  await page.click('a[rel=next]');
-  await page.waitForFunction((id) => !document.querySelector(`tr[data-run="${id}"]`), firstId);
-  sameRows(await rowsOf(), (await api(first.next)).items, 'page 2');
-
-  // A finished run: its step, attempts and metrics.
-  await page.goto(base + '/#/runs/' + done);
-  await page.waitForSelector('tr[data-step=train]');
-  const step = await page.$eval('tr[data-step=train]', (tr) => ({
+async function runsList(tok) {
+  const want = await api('/api/v1/runs?limit=50', tok);
+  const rows = await all('table.runs tbody tr', (trs) => trs.map((tr) => ({ id: tr.dataset.run,
     state: tr.querySelector('[data-state]').dataset.state,
-    attempts: tr.children[3].firstChild.textContent,
-    metrics: tr.querySelector('dl.metrics')?.textContent || '' }));
-  const want = (await api('/api/v1/runs/' + done)).steps[0];
-  check(step.state === want.state && step.state === 'succeeded', `step state ${step.state}`);
-  check(step.attempts === String(want.attempts) && want.attempts === 2, `attempts ${step.attempts}`);
-  check(step.metrics.includes('accuracy0.875') && step.metrics.includes('loss0.25'),
-    `metrics shown: ${step.metrics}`);
-  check(await page.$eval('[data-live]', (e) => e.dataset.live) === 'off', 'a final run is not followed');
-  await page.screenshot({ path: join(shots, 'run.png'), fullPage: true });
+    trigger: tr.querySelector('[data-trigger]').dataset.trigger })));
+  check(rows.length === want.items.length, `runs list: ${rows.length} rows, the API has ${want.items.length}`);
+  want.items.forEach((it, i) => check(rows[i] && rows[i].id === it.id && rows[i].state === it.state &&
+    rows[i].trigger === (it.trigger || ''), `runs list row ${i}: ${JSON.stringify(rows[i])} vs ${it.id} ${it.state} ${it.trigger}`));
+  return want;
+}
 
-  // A live run: the page follows it to its end without a reload.
-  await page.goto(base + '/#/runs/' + live);
+// The graph's nodes and the API's steps agree (state, attempts); returns the run document.
+async function graphMatches(id, tok) {
+  const run = await api('/api/v1/runs/' + id, tok);
+  await page.waitForSelector('svg.dag .node');
+  const nodes = new Map((await all('svg.dag .node[data-step]', (els) => els.map((e) =>
+    [e.dataset.step, { state: e.dataset.state, attempts: +e.dataset.attempts,
+      skipped: e.classList.contains('skipped'), text: e.textContent }]))));
+  for (const st of run.steps) {
+    const n = nodes.get(st.name);
+    if (!n) continue; // inside a collapsed level
+    check(n.state === st.state && n.attempts === st.attempts,
+      `graph node ${st.name}: ${n.state}/${n.attempts}, the API ${st.state}/${st.attempts}`);
+    check(n.skipped === (st.state === 'skipped'), `graph node ${st.name} skipped mark`);
+    if (st.attempts > 1) check(n.text.includes('↻' + (st.attempts - 1)), `graph node ${st.name} counts its retries`);
+  }
+  const bars = await all('svg.gantt rect[data-attempt]', (r) => r.length);
+  const attempts = run.steps.reduce((t, st) => t + st.attempts_detail.length, 0);
+  check(bars === attempts, `timeline: ${bars} bars, ${attempts} attempts`);
+  return run;
+}
+
+// Progress lines of a train step's log, as the API serves them: the points each curve must have.
+async function expectedPoints(id, step, tok) {
+  const text = await api(`/api/v1/runs/${id}/steps/${step}/logs`, tok);
+  const steps = { auc: new Set(), loss: 0 };
+  const series = { step: new Set(), epochTrain: new Set(), epochEval: new Set() };
+  for (const l of text.split('\n')) {
+    if (!l.startsWith('{')) continue;
+    const ev = JSON.parse(l);
+    if (ev.event === 'epoch') { steps.auc.add(ev.step); series.epochTrain.add(ev.step); series.epochEval.add(ev.step); }
+    if (ev.event === 'step' && typeof ev.loss === 'number') series.step.add(ev.step);
+  }
+  return { auc: steps.auc.size, loss: series.step.size + series.epochTrain.size + series.epochEval.size, text };
+}
+
+async function authPass() {
+  // ---- read: every view, no action offered
+  await signIn(E.READ);
+  check(await attr('.trigger', 'data-scope') === 'read', 'whoami scope read');
+  check(!(await page.$('.trigger details')), 'a read token is offered the trigger form');
+  await runsList(E.READ);
+  await shot('runs.png');
+  // text search and a filter, in the URL
+  await page.fill('#f-q', 'flaky');
+  await page.selectOption('#f-trigger', 'api');
+  await page.click('form.filters button');
+  await page.waitForFunction(() => location.hash.includes('q=flaky') && location.hash.includes('trigger=api'));
+  await page.waitForFunction(() => [...document.querySelectorAll('table.runs tbody tr')].every((tr) => tr.children[2].textContent === 'flaky'));
+  const f = await api('/api/v1/runs?q=flaky&trigger=api', E.READ);
+  const ids = await all('table.runs tbody tr', (trs) => trs.map((t) => t.dataset.run));
+  check(JSON.stringify(ids) === JSON.stringify(f.items.map((r) => r.id)) && ids.includes(E.FLAKY),
+    `search q=flaky&trigger=api shows ${ids}, the API ${f.items.map((r) => r.id)}`);
+
+  // the demo: graph, timeline, curves as many points as progress lines, checkpoints, log tools
+  await go('#/runs/' + E.DEMO);
+  const demo = await graphMatches(E.DEMO, E.READ);
+  check(await page.$$('[data-action]').then((b) => b.length) === 0, 'a read token is offered actions');
+  await page.waitForSelector('pre.log[data-ended]');
+  const want = await expectedPoints(E.DEMO, 'train', E.READ);
+  await waitFor(async () => +(await attr('[data-curve=auc]', 'data-points')) === want.auc &&
+    +(await attr('[data-curve=loss]', 'data-points')) === want.loss, 'the demo curves');
+  check(want.auc >= 1 && +(await attr('[data-curve=auc]', 'data-points')) === want.auc,
+    `AUC curve points ${await attr('[data-curve=auc]', 'data-points')}, the log has ${want.auc}`);
+  check(+(await attr('[data-curve=loss]', 'data-points')) === want.loss, `loss curve points, the log has ${want.loss}`);
+  const ck = await api(`/api/v1/runs/${E.DEMO}/steps/train/checkpoints`, E.READ);
+  await page.waitForSelector('.checkpoints [data-count]');
+  check(ck.items.length >= 1 && +(await attr('.checkpoints [data-count]', 'data-count')) === ck.items.length,
+    `checkpoints shown vs ${ck.items.length}`);
+  const metrics = await page.$eval('.step-metrics', (e) => e.textContent);
+  const train = demo.steps.find((s) => s.name === 'train');
+  check(metrics.includes('accuracy') && metrics.includes(Number(train.metrics.accuracy.toPrecision(4)).toLocaleString('en-US')),
+    `train metrics shown: ${metrics}`);
+  await page.fill('.logs input[type=search]', '"event":"epoch"');
+  const hits = want.text.split('\n').filter((l) => l.includes('"event":"epoch"')).length;
+  await waitFor(async () => +(await attr('pre.log', 'data-matches')) === hits, 'log search');
+  const [dl] = await Promise.all([page.waitForEvent('download'), page.click('.logs button')]);
+  check(dl.suggestedFilename() === `${E.DEMO}-train.log` && statSync(await dl.path()).size > 0,
+    `download ${dl.suggestedFilename()}`);
+  await page.fill('.logs input[type=search]', '');
+  await shot('run.png');
+
+  // a failed run with retries: the step's three attempts, its log
+  await go('#/runs/' + E.FLAKY);
+  await graphMatches(E.FLAKY, E.READ);
+  await page.waitForSelector('pre.log[data-ended]');
+  const log = await page.$eval('pre.log', (e) => e.textContent);
+  check(log.includes('==> attempt 3 <==') && log.includes('it breaks'), 'the failed step log');
+  check(await all('.step-detail table.attempts tbody tr', (r) => r.length) === 3, 'three attempts listed');
+  await shot('run-failed.png');
+
+  // 1,000 steps: one collapsed level, then opened
+  const t0 = Date.now();
+  await go('#/runs/' + E.WIDE);
+  await page.waitForSelector('svg.dag .node.group[data-count="998"]');
+  const drawn = Date.now() - t0;
+  await graphMatches(E.WIDE, E.READ);
+  check(await attr('svg.gantt', 'data-rows') === '1000', 'the timeline has 1,000 rows');
+  await page.click('svg.dag .node.group');
+  await page.waitForFunction(() => document.querySelectorAll('svg.dag .node[data-step]').length === 1000);
+  check(await all('svg.dag .node[data-step]', (e) => e.every((n) => n.dataset.state === 'succeeded')), 'all 1,000 succeeded');
+  await shot('run-1000.png');
+  console.log(`dashboard: 1,000-step graph drawn ${drawn} ms after navigation`);
+
+  // the preempted run: its train step's first attempt ended preempted, and it resumed
+  await go('#/runs/' + E.VICTIM + '?step=train');
+  const v = await graphMatches(E.VICTIM, E.READ);
+  const att = v.steps.find((s) => s.name === 'train').attempts_detail;
+  check(att.length >= 2 && att[0].failure_class === 'preempted', `victim attempts ${JSON.stringify(att.map((a) => a.failure_class))}`);
+  await page.waitForSelector('.step-detail table.attempts');
+  check((await page.$eval('.step-detail table.attempts', (e) => e.textContent)).includes('preempted'), 'preempted attempt shown');
+
+  // the slice map: one pool of four chips, all free now; accounting by project
+  await go('#/slices');
+  await page.waitForSelector('[data-pool] [data-chip]');
+  const chips = await all('[data-chip]', (e) => e.map((c) => c.dataset.state));
+  check(chips.length === 4 && chips.every((c) => c === 'free'), `slice map cells ${chips}`);
+  const acct = (await api('/api/v1/slices', E.READ)).accounting.projects;
+  check(await all('table.accounting tbody tr', (r) => r.length) === acct.length, 'accounting rows');
+
+  // models: the list, a model with two versions compared
+  await go('#/models');
+  await page.waitForSelector('table.models');
+  const models = (await api('/api/v1/models', E.READ)).items.map((m) => m.name).sort();
+  const shown = (await all('table.models tbody tr', (r) => r.map((t) => t.dataset.model))).sort();
+  check(JSON.stringify(models) === JSON.stringify(shown), `models ${shown} vs ${models}`);
+  await go('#/models/victim?a=1&b=2');
+  await page.waitForSelector('table.compare');
+  const cmp = await api('/api/v1/models/victim:compare?a=1&b=2', E.READ);
+  check(await all('table.compare tbody tr', (r) => r.length) === Object.keys(cmp.metrics).length, 'compare rows');
+  check(await all('table.versions tbody tr', (r) => r.length) === 2, 'two versions');
+  await shot('model.png');
+
+  // ---- trigger: a run from the form, followed to its end without a reload
+  await signIn(E.TRIGGER);
+  await page.click('.trigger summary');
+  await page.selectOption('#tr-pipeline', 'live');
+  await page.waitForSelector('input[data-param=lines]');
+  await page.fill('input[data-param=lines]', '8');
+  await page.click('.trigger-form button[type=submit]');
+  await page.waitForFunction(() => /^#\/runs\/[^/?]+$/.test(location.hash));
+  const live = decodeURIComponent((await page.evaluate(() => location.hash)).split('/')[2]);
   await page.waitForSelector('[data-live=on]');
   await page.evaluate(() => { window.sameDocument = true; });
-  console.log('FOLLOWING');
-  await page.waitForSelector('h1 [data-state=succeeded]', { timeout: 30000 });
-  await page.waitForSelector('tr[data-step=train] [data-state=succeeded]');
-  check(await page.$eval('[data-live]', (e) => e.dataset.live) === 'off', 'the ended run is still followed');
-  check(await page.evaluate(() => window.sameDocument === true), 'the page reloaded');
-  await page.screenshot({ path: join(shots, 'run-live-ended.png'), fullPage: true });
+  await page.click('svg.dag .node[data-step=talk]');
+  await page.waitForSelector('h1 [data-state=succeeded]', { timeout: 120000 });
+  await page.waitForSelector('[data-live=off]');
+  check(await page.evaluate(() => window.sameDocument === true), 'the page reloaded while following');
+  await page.waitForSelector('pre.log[data-ended]');
+  check((await page.$eval('pre.log', (e) => e.textContent)).includes('line 8'), 'the live log has line 8');
+  await page.click('svg.dag .node[data-step=train]');
+  const lw = await expectedPoints(live, 'train', E.TRIGGER);
+  await waitFor(async () => +(await attr('[data-curve=loss]', 'data-points')) === lw.loss, 'the live curves');
+  await shot('run-live.png');
 
-  // Signing out forgets the token.
-  await page.click('#signout');
+  // another, cancelled from its page; while it trains the slice map shows who holds the chips
+  await go('#/runs');
+  await page.waitForSelector('.trigger details');
+  await page.click('.trigger summary');
+  await page.selectOption('#tr-pipeline', 'longtrain');
+  await page.waitForSelector('input[data-param=steps]');
+  await page.click('.trigger-form button[type=submit]');
+  await page.waitForFunction(() => /^#\/runs\/[^/?]+$/.test(location.hash));
+  const hold = decodeURIComponent((await page.evaluate(() => location.hash)).split('/')[2]);
+  await page.waitForSelector('svg.dag .node[data-step=train][data-state=running]', { timeout: 120000 });
+  await waitFor(async () => (await api('/api/v1/slices', E.READ)).running.length === 1, 'the slice held');
+  await go('#/slices');
+  await page.waitForSelector('[data-chip][data-state=busy]');
+  const busy = await all('[data-chip]', (e) => e.map((c) => [c.dataset.state, c.dataset.run]));
+  check(busy.every(([s, r]) => s === 'busy' && r === hold), `slice map while training: ${JSON.stringify(busy)}`);
+  await shot('slices.png');
+  // an operator marks a chip failed: it is drawn failed, and the training waits with a reason
+  await api('/api/v1/slices/v4/chips/1,1,0:fail', E.ADMIN, { method: 'POST' });
+  await page.waitForSelector('[data-chip="1,1,0"][data-state=failed]', { timeout: 30000 });
+  await page.waitForSelector('table.queue tbody tr', { timeout: 60000 });
+  const q = (await api('/api/v1/queue', E.READ)).items;
+  check(q.length === 1 && q[0].run === hold && q[0].reason, `queue: ${JSON.stringify(q)}`);
+  check((await page.$eval('table.queue', (e) => e.textContent)).includes(q[0].reason), 'the wait reason shown');
+  await shot('slices-failed-chip.png');
+  await api('/api/v1/slices/v4/chips/1,1,0:repair', E.ADMIN, { method: 'POST' });
+  await go('#/runs/' + hold);
+  await page.waitForSelector('[data-action=cancel]');
+  await page.click('[data-action=cancel]');
+  await page.waitForSelector('h1 [data-state=failed]', { timeout: 120000 });
+  check(!(await page.$('[data-action=cancel]')) && !!(await page.$('[data-action=retry]')),
+    'after the cancel: no Cancel, a Retry');
+  await shot('run-cancelled.png');
+}
+
+async function nonePass() {
+  await go('#/runs');
   await page.waitForSelector('form.signin');
-  check(await page.evaluate(() => sessionStorage.getItem('tpuflow.token')) === null,
-    'the token is still in sessionStorage after signing out');
+  await page.click('form.signin button.link');
+  await page.waitForSelector('.trigger[data-scope]', { state: 'attached' });
+  check(await attr('.trigger', 'data-scope') === 'admin', '--no-auth: whoami scope admin');
+  check(!!(await page.$('.trigger details')), '--no-auth: the trigger form is offered');
+  await runsList(null);
+  await go('#/runs/' + E.FLAKY);
+  await page.waitForSelector('[data-action=retry]');
+  await graphMatches(E.FLAKY, null);
+  await go('#/slices');
+  await page.waitForSelector('[data-chip]');
+  await shot('runs-noauth.png');
+}
+
+try {
+  await (mode === 'none' ? nonePass() : authPass());
 } catch (e) {
   failures.push(String(e));
   console.error('FAIL ' + e);
-  await page.screenshot({ path: join(shots, 'failure.png'), fullPage: true }).catch(() => {});
+  await shot('failure.png').catch(() => {});
 }
+check(pages > 0, 'no page was checked for its CSP');
 check(errors.length === 0, 'console errors: ' + errors.join(' | '));
 await ctx.close();
 rmSync(profile, { recursive: true, force: true });
-console.log(failures.length ? `dashboard: ${failures.length} failure(s)` : 'dashboard: ok');
+console.log(failures.length ? `dashboard (${mode}): ${failures.length} failure(s)` : `dashboard (${mode}): ok`);
 process.exit(failures.length ? 1 : 0);

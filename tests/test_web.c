@@ -767,76 +767,6 @@ static void test_contract(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
-/* tests/dashboard.mjs: the dashboard in Debian's Chromium (playwright-core) against this
- * server: sign-in, the runs list against the API, a run page following a live run to its
- * end without a reload (this test moves the run once the page says it is following), the
- * CSP, no console errors; screenshots under build/screenshots/. */
-static void test_dashboard(void **state)
-{
-	(void)state;
-	const char *bin = getenv("TPUFLOW_BIN");
-	char repo[1024];
-	snprintf(repo, sizeof(repo), "%s", bin ? bin : "");
-	for (int i = 0; i < 2; i++) { /* REPO/BUILD/tpuflow -> REPO */
-		char *slash = strrchr(repo, '/');
-		if (slash)
-			*slash = 0;
-	}
-	char probe[1100];
-	snprintf(probe, sizeof(probe), "%s/node_modules/playwright-core/package.json", repo);
-	if (!bin || access(probe, R_OK) || access("/usr/bin/chromium", X_OK) ||
-	    system("node --version >/dev/null 2>&1")) {
-		fprintf(stderr, "test_dashboard: node, /usr/bin/chromium or %s missing (make deps)\n",
-		        probe);
-		skip();
-	}
-	/* a finished run whose step has metrics and a retry, and a pending one to follow live */
-	struct tf_store *st;
-	char err[256], done[32], live[32];
-	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
-	struct tf_diag_list d = {0};
-	const char *y = "name: dash\nsteps:\n  - name: train\n    type: shell\n"
-	                "    with: {argv: [/bin/true]}\n";
-	struct tf_web_submit s = {.yaml = y, .yaml_len = strlen(y), .params_json = "{}"};
-	assert_int_equal(submit(NULL, st, &s, done, &d, err, sizeof(err)), 0);
-	assert_int_equal(submit(NULL, st, &s, live, &d, err, sizeof(err)), 0);
-	struct tf_step_update up = {.metrics = "{\"accuracy\": 0.875, \"loss\": 0.25}"};
-	assert_int_equal(tf_run_set_state(st, done, TF_RUN_RUNNING, NULL), 0);
-	assert_int_equal(tf_step_set_state(st, done, "train", TF_STEP_QUEUED, NULL), 0);
-	assert_int_equal(tf_step_set_state(st, done, "train", TF_STEP_RUNNING, NULL), 0);
-	assert_int_equal(tf_step_set_state(st, done, "train", TF_STEP_RETRYING, NULL), 0);
-	assert_int_equal(tf_step_set_state(st, done, "train", TF_STEP_RUNNING, NULL), 0);
-	assert_int_equal(tf_step_set_state(st, done, "train", TF_STEP_SUCCEEDED, &up), 0);
-	assert_int_equal(tf_run_set_state(st, done, TF_RUN_SUCCEEDED, NULL), 0);
-	tf_store_close(st);
-	char cmd[2048];
-	snprintf(cmd, sizeof(cmd),
-	         "cd '%s' && TOKEN_READ=%s DONE_RUN=%s LIVE_RUN=%s SHOTS=%s/screenshots "
-	         "node tests/dashboard.mjs %s",
-	         repo, tok_read, done, live, getenv("TF_BUILD") ? getenv("TF_BUILD") : "build",
-	         base);
-	FILE *p = popen(cmd, "r");
-	assert_non_null(p);
-	char line[512];
-	int moved = 0;
-	while (fgets(line, sizeof(line), p)) {
-		fputs(line, stderr);
-		if (!moved && !strncmp(line, "FOLLOWING", 9)) { /* the page waits for the run */
-			assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
-			assert_int_equal(tf_run_set_state(st, live, TF_RUN_RUNNING, NULL), 0);
-			assert_int_equal(tf_step_set_state(st, live, "train", TF_STEP_QUEUED, NULL), 0);
-			assert_int_equal(tf_step_set_state(st, live, "train", TF_STEP_RUNNING, NULL), 0);
-			usleep(300 * 1000);
-			assert_int_equal(tf_step_set_state(st, live, "train", TF_STEP_SUCCEEDED, NULL), 0);
-			assert_int_equal(tf_run_set_state(st, live, TF_RUN_SUCCEEDED, NULL), 0);
-			tf_store_close(st);
-			moved = 1;
-		}
-	}
-	assert_int_equal(pclose(p), 0);
-	assert_true(moved);
-}
-
 /* Waits for a pending run of `pipeline` to appear and takes it to `state`; its id in out. */
 static void finish_run(const char *pipeline, enum tf_run_state state, char out[32])
 {
@@ -1211,7 +1141,6 @@ int main(void)
 	    cmocka_unit_test(test_events_and_cancel), cmocka_unit_test(test_global_events),
 	    cmocka_unit_test(test_validate),        cmocka_unit_test(test_schedules),
 	    cmocka_unit_test(test_metrics),         cmocka_unit_test(test_contract),
-	    cmocka_unit_test(test_dashboard),
 	    cmocka_unit_test(test_promtool),        cmocka_unit_test(test_prometheus_scrape),
 	    cmocka_unit_test(test_remote_cli),      cmocka_unit_test(test_burst_idempotent),
 	    cmocka_unit_test(test_start_refusals),

@@ -791,6 +791,28 @@ static void h_pipelines_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	tf_web_json(rs, 200, json_pack("{s:o}", "items", items));
 }
 
+/* The params a pipeline's text declares, [{name, type, default, description}] (a form needs
+ * them to offer values); [] when the text no longer loads. */
+static json_t *params_of(const char *yaml)
+{
+	json_t *out = json_array();
+	struct tf_pipeline *p = NULL;
+	struct tf_diag_list diags;
+	tf_diag_list_init(&diags);
+	if (yaml && !tf_pipeline_load_buffer("pipeline.yaml", yaml, strlen(yaml), NULL, 0,
+	                                     TF_PIPELINE_ALLOW_UNSET, &p, &diags))
+		for (size_t i = 0; i < p->nparams; i++) {
+			const struct tf_param *q = &p->params[i];
+			json_array_append_new(
+			    out, json_pack("{s:s, s:s, s:O?, s:s?}", "name", q->name, "type",
+			                   tf_param_type_name(q->type), "default", q->default_value,
+			                   "description", q->description));
+		}
+	tf_pipeline_free(p);
+	tf_diag_list_release(&diags);
+	return out;
+}
+
 /* The registered text of a pipeline when it is registered, else the newest one a run used. */
 static void h_pipeline_show(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
@@ -804,10 +826,10 @@ static void h_pipeline_show(struct tf_web_req *rq, struct tf_web_resp *rs)
 	int rc = s ? tf_stmt_step(s) : -EIO;
 	if (rc == 1)
 		tf_web_json(rs, 200,
-		            json_pack("{s:o, s:o, s:o, s:o, s:o, s:b}", "name", col_text(s, 0),
+		            json_pack("{s:o, s:o, s:o, s:o, s:o, s:b, s:o}", "name", col_text(s, 0),
 		                      "digest", col_text(s, 1), "path", col_text(s, 2), "yaml",
 		                      col_text(s, 3), "created_at", col_real(s, 4), "registered",
-		                      (int)tf_stmt_int(s, 5)));
+		                      (int)tf_stmt_int(s, 5), "params", params_of(tf_stmt_text(s, 3))));
 	tf_stmt_done(s);
 	if (rc == 0)
 		tf_web_problem(rs, 404, rq->path, "no pipeline '%s'", name);
@@ -1132,7 +1154,28 @@ static int slices_view(struct tf_web_req *rq, struct tf_web_resp *rs, json_t **o
 		return rc;
 	}
 	*out = json_incref(v.recorded);
+	/* the pools as the scheduler sees them: shape, and who holds each chip (a running
+	 * item's `job`), -1 failed, -2 held for a waiting job, 0 free */
+	json_t *d = tf_sched_describe_json(v.sched, 0);
+	json_object_set(*out, "pools", json_object_get(d, "pools"));
+	json_decref(d);
 	tf_slices_view_release(&v);
+	/* how often each attempt's step has been preempted before */
+	const char *lists[] = {"running", "waiting"};
+	for (int k = 0; k < 2; k++) {
+		size_t i;
+		json_t *it;
+		json_array_foreach(json_object_get(*out, lists[k]), i, it)
+		{
+			int64_t n = 0;
+			tf_store_query_int(rq->st, &n,
+			                   "SELECT count(*) FROM slice_jobs WHERE run_id=? AND step=? "
+			                   "AND reclaim_class='preempted'",
+			                   "tt", json_string_value(json_object_get(it, "run")),
+			                   json_string_value(json_object_get(it, "step")));
+			json_object_set_new(it, "preemptions", json_integer(n));
+		}
+	}
 	return 0;
 }
 
@@ -1331,8 +1374,13 @@ const struct tf_route tf_routes[] = {
      "Pipelines the database knows", NULL, NULL,
      LIST("{\"type\":\"object\",\"required\":[\"name\"]}"), 200, NULL},
     {"GET", "/api/v1/pipelines/{name}", TF_SCOPE_READ, h_pipeline_show, 0, "getPipeline",
-     "The newest source of a pipeline", NULL, NULL,
-     "{\"type\":\"object\",\"required\":[\"name\",\"yaml\",\"digest\"]}", 200, NULL},
+     "The registered text of a pipeline, else the newest one a run used, and the params it "
+     "declares",
+     NULL, NULL,
+     "{\"type\":\"object\",\"required\":[\"name\",\"yaml\",\"digest\",\"params\"],"
+     "\"properties\":{\"params\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
+     "\"required\":[\"name\",\"type\"]}}}}",
+     200, NULL},
     {"POST", "/api/v1/pipelines", TF_SCOPE_TRIGGER, h_pipeline_register,
      TF_ROUTE_JSON_BODY | TF_ROUTE_IDEMPOTENT, "registerPipeline",
      "Register (or replace) a pipeline: its text is stored, runs by name and its schedule use "
@@ -1389,8 +1437,13 @@ const struct tf_route tf_routes[] = {
      "\"type\":\"string\"},\"version\":{\"type\":[\"string\",\"integer\"]}}}",
      "{\"type\":\"object\",\"required\":[\"model\",\"alias\",\"version\"]}", 200, NULL},
     {"GET", "/api/v1/slices", TF_SCOPE_READ, h_slices, 0, "getSlices",
-     "The slice pool: running attempts with their boxes, waiting ones, accounting", NULL, NULL,
-     "{\"type\":\"object\",\"required\":[\"running\",\"waiting\"]}", 200, NULL},
+     "The slice pool: each pool's chips (occupancy), running attempts with their boxes, "
+     "waiting ones, accounting",
+     NULL, NULL,
+     "{\"type\":\"object\",\"required\":[\"running\",\"waiting\",\"pools\"],"
+     "\"properties\":{\"pools\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
+     "\"required\":[\"name\",\"spec\",\"dims\",\"occupancy\"]}}}}",
+     200, NULL},
     {"GET", "/api/v1/queue", TF_SCOPE_READ, h_queue, 0, "getQueue",
      "Attempts waiting for a slice, with the reason", NULL, NULL,
      LIST("{\"type\":\"object\"}"), 200, NULL},

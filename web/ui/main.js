@@ -1,9 +1,12 @@
 // main.js — the dashboard's entry: routes the URL hash to a page (#/runs?filters,
-// #/runs/ID?step=NAME) and handles signing out. A change of query alone on the same run page
-// is handed to that page, so choosing a step does not reload the run.
+// #/runs/ID?step=NAME, #/slices, #/models, #/models/NAME?a=V&b=W) and handles signing out.
+// A change of query alone on the same run page is handed to that page, so choosing a step
+// does not reload the run.
 import { token } from './api.js';
 import { signIn, runsPage, problem } from './views.js';
 import { runPage } from './run.js';
+import { slicesPage } from './slices.js';
+import { modelsPage, modelPage } from './models.js';
 
 const main = document.getElementById('main');
 const signout = document.getElementById('signout');
@@ -17,8 +20,14 @@ function route() {
   if (page && page.stop) page.stop();
   page = null;
   if (token.get() === null) return signIn(main, null, route); // not signed in in this tab
-  const m = path.match(/^\/runs\/([^/]+)$/);
-  if (m) page = { path, ...runPage(main, decodeURIComponent(m[1]), query, (e) => problem(main, e, route)) };
+  const fail = (e) => problem(main, e, route);
+  let m;
+  for (const a of document.querySelectorAll('header nav a'))
+    a.toggleAttribute('aria-current', path.startsWith(a.getAttribute('href').slice(1)));
+  if ((m = path.match(/^\/runs\/([^/]+)$/))) page = { path, ...runPage(main, decodeURIComponent(m[1]), query, fail) };
+  else if (path === '/slices') page = { path, ...slicesPage(main, fail) };
+  else if (path === '/models') modelsPage(main, fail);
+  else if ((m = path.match(/^\/models\/([^/]+)$/))) modelPage(main, decodeURIComponent(m[1]), query, fail);
   else runsPage(main, query, route);
 }
 

@@ -1,6 +1,6 @@
 // views.js — sign-in, problems, and the runs list (filters, text search and cursor in the URL
 // hash, so every view is a link).
-import { get, token, ApiError } from './api.js';
+import { get, post, token, whoami, mayTrigger, ApiError } from './api.js';
 import { h, when, iso, duration, badge } from './dom.js';
 
 const STATES = ['', 'pending', 'running', 'succeeded', 'failed', 'interrupted'];
@@ -40,11 +40,13 @@ export async function runsPage(main, query, rerender) {
   for (const k of ['state', 'pipeline', 'trigger', 'q', 'cursor']) if (q.get(k)) api.set(k, q.get(k));
   api.set('limit', q.get('limit') || '50');
   let page;
+  const who = whoami().catch(() => null);
   try {
     page = await get('/api/v1/runs?' + api);
   } catch (e) {
     return problem(main, e, rerender);
   }
+  const trigger = h('div', { class: 'trigger' });
   const link = (over) => {
     const p = new URLSearchParams(q);
     for (const [k, v] of Object.entries(over)) if (v) p.set(k, v); else p.delete(k);
@@ -54,19 +56,19 @@ export async function runsPage(main, query, rerender) {
     STATES.map((s) => h('option', { value: s, selected: s === (q.get('state') || '') }, s || 'any')));
   const pipeline = h('input', { id: 'f-pipeline', name: 'pipeline', value: q.get('pipeline') || '',
     placeholder: 'pipeline name' });
-  const trigger = h('select', { id: 'f-trigger', name: 'trigger' },
+  const trig = h('select', { id: 'f-trigger', name: 'trigger' },
     TRIGGERS.map((s) => h('option', { value: s, selected: s === (q.get('trigger') || '') }, s || 'any')));
   const text = h('input', { id: 'f-q', name: 'q', type: 'search', value: q.get('q') || '',
     placeholder: 'id, pipeline or error text' });
   const filters = h('form', { class: 'filters', role: 'search', onsubmit: (e) => {
     e.preventDefault();
     location.hash = link({ state: state.value, pipeline: pipeline.value.trim(),
-      trigger: trigger.value, q: text.value.trim(), cursor: '' });
+      trigger: trig.value, q: text.value.trim(), cursor: '' });
   } },
   h('label', { for: 'f-q' }, 'Search'), text,
   h('label', { for: 'f-state' }, 'State'), state,
   h('label', { for: 'f-pipeline' }, 'Pipeline'), pipeline,
-  h('label', { for: 'f-trigger' }, 'Trigger'), trigger,
+  h('label', { for: 'f-trigger' }, 'Trigger'), trig,
   h('button', { type: 'submit' }, 'Filter'));
   const rows = page.items.map((r) => h('tr', { 'data-run': r.id },
     h('td', {}, h('a', { href: '#/runs/' + encodeURIComponent(r.id) }, r.id)),
@@ -80,7 +82,7 @@ export async function runsPage(main, query, rerender) {
     h('td', { class: 'num' }, `${r.done}/${r.steps}`)));
   const cursor = page.next ? new URL(page.next, location.origin).searchParams.get('cursor') : null;
   main.replaceChildren(
-    h('h1', {}, 'Runs'), filters,
+    h('h1', {}, 'Runs'), trigger, filters,
     rows.length
       ? h('table', { class: 'runs' },
         h('thead', {}, h('tr', {}, ['Run', 'State', 'Pipeline', 'Trigger', 'Started', 'Duration',
@@ -90,4 +92,46 @@ export async function runsPage(main, query, rerender) {
     h('nav', { class: 'pager', 'aria-label': 'pages' },
       q.get('cursor') ? h('a', { href: link({ cursor: '' }) }, '« First page') : null,
       cursor ? h('a', { href: link({ cursor }), rel: 'next' }, 'Next page »') : null));
+  const w = await who;
+  if (mayTrigger(w)) trigger.replaceChildren(triggerForm());
+  trigger.dataset.scope = w ? w.scope : 'unknown';
+}
+
+// "New run": a pipeline the database knows, its params (prefilled with their defaults), and
+// a submit that POSTs its newest text with those values, then opens the run.
+function triggerForm() {
+  const pick = h('select', { id: 'tr-pipeline', name: 'pipeline', required: true },
+    h('option', { value: '' }, 'choose a pipeline'));
+  const fields = h('div', { class: 'params' });
+  const msg = h('p', { class: 'error', role: 'alert' });
+  let yaml = null;
+  get('/api/v1/pipelines').then((l) => pick.append(...l.items.map((p) =>
+    h('option', { value: p.name }, p.name)))).catch((e) => { msg.textContent = e.message; });
+  pick.addEventListener('change', async () => {
+    fields.replaceChildren();
+    yaml = null;
+    if (!pick.value) return;
+    try {
+      const p = await get('/api/v1/pipelines/' + encodeURIComponent(pick.value));
+      yaml = p.yaml;
+      fields.replaceChildren(...p.params.map((q) => h('label', { class: 'param' },
+        h('span', {}, `${q.name} (${q.type})`),
+        h('input', { name: q.name, 'data-param': q.name,
+          value: q.default === undefined || q.default === null ? '' : String(q.default),
+          title: q.description || null }))));
+    } catch (e) { msg.textContent = e.message; }
+  });
+  const form = h('form', { class: 'card trigger-form', onsubmit: async (e) => {
+    e.preventDefault();
+    if (!yaml) return;
+    const params = {};
+    for (const i of fields.querySelectorAll('input[data-param]')) if (i.value !== '') params[i.dataset.param] = i.value;
+    try {
+      const r = await post('/api/v1/runs', { yaml, params });
+      location.hash = '#/runs/' + encodeURIComponent(r.id);
+    } catch (err) { msg.textContent = err.message; }
+  } },
+  h('label', { for: 'tr-pipeline' }, 'Pipeline'), pick, fields,
+  h('button', { type: 'submit' }, 'Start run'), msg);
+  return h('details', {}, h('summary', {}, 'New run'), form);
 }

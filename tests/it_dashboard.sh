@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Integration: the dashboard in Debian's Chromium (tests/dashboard.mjs, playwright-core)
+# against a real `tpuflow daemon` on a temporary home and a free loopback port, holding real
+# runs made through the API:
+#  - the demo pipeline (Fashion-MNIST, one epoch): curves, checkpoints, a model version;
+#  - a failed run whose step was retried;
+#  - a 1,000-step shell DAG (one root, 998 in one level, one join);
+#  - a preempted run: a priority-2 training on a pool of one v4-8 slice loses it to a
+#    priority-8 run, checkpoints, waits and finishes.
+# The browser then opens every view with a read, a trigger and an admin token (what each may
+# do), triggers a run from the form and follows it to its end without a reload, triggers one
+# more and cancels it, and checks the slice map with a chip marked failed; then the daemon is
+# started again with --no-auth and the page is used without a token. Screenshots go to
+# BUILD/screenshots/. Skipped (77) without node, playwright-core or /usr/bin/chromium.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+BUILD=${BUILD:-build}
+bin=$root/$BUILD/tpuflow
+[[ -x $bin ]] || { echo "it_dashboard: build first (make tests)"; exit 1; }
+if ! command -v node >/dev/null || [[ ! -x /usr/bin/chromium ]] ||
+  [[ ! -f node_modules/playwright-core/package.json ]]; then
+  echo "it_dashboard: node, /usr/bin/chromium or node_modules/playwright-core missing (make deps)"
+  exit 77
+fi
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=python3
+dir=$(mktemp -d /tmp/tpuflow-it-dashboard.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "it_dashboard: FAILED: $*"; tail -20 "$dir/d.log"; exit 1; }
+H=$dir/home
+export TPUFLOW_POOLS=v4:2x2x1 # one v4-8 slice: a second training waits or preempts
+t0=$SECONDS
+
+tok() { "$bin" tokens create --home "$H" --name "$1" --scope "$1" --json |
+  $PY -c 'import json,sys; print(json.load(sys.stdin)["token"])'; }
+READ=$(tok read) && TRIGGER=$(tok trigger) && ADMIN=$(tok admin) || fail "tokens create"
+
+start_daemon() {
+  rm -f "$H/daemon.json"
+  TPUFLOW_LOG=info "$bin" daemon --home "$H" --listen 127.0.0.1:0 --grace 5s "$@" \
+    >>"$dir/d.log" 2>&1 &
+  dpid=$!
+  pids+=($dpid)
+  for _ in $(seq 1 200); do [[ -s $H/daemon.json ]] && break; sleep 0.05; done
+  url=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["url"])' "$H/daemon.json") ||
+    fail "the daemon did not start"
+}
+start_daemon
+# through the CLI (handed to the daemon: trigger cli) or the API (trigger api)
+submit() { "$bin" run "$@" --home "$H" --detach; }
+api_submit() { # FILE: POST /api/v1/runs with its text
+  $PY -c 'import json, sys, urllib.request
+url, tok, path = sys.argv[1:]
+req = urllib.request.Request(url + "/api/v1/runs", method="POST",
+    data=json.dumps({"yaml": open(path).read()}).encode(),
+    headers={"Authorization": "Bearer " + tok, "Content-Type": "application/json"})
+print(json.load(urllib.request.urlopen(req))["id"])' "$url" "$TRIGGER" "$1"
+}
+wait_final() { # RUN: waits for a final state, prints it
+  for _ in $(seq 1 2400); do
+    s=$(curl -sf -H "Authorization: Bearer $READ" "$url/api/v1/runs/$1" |
+      $PY -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+    case $s in succeeded | failed | interrupted) echo "$s"; return 0 ;; esac
+    sleep 0.25
+  done
+  fail "run $1 did not end"
+}
+
+cd "$dir" || exit 1
+awk 'BEGIN { srand(3); print "a,b,c,d,label";
+  for (i = 0; i < 4000; i++) { a = rand(); b = rand(); c = rand(); d = rand();
+    print a "," b "," c "," d "," ((a + b > c + d) ? 1 : 0) } }' >data.csv
+cat >flaky.yaml <<'EOF'
+name: flaky
+steps:
+  - name: hello
+    type: shell
+    with: {argv: [/bin/sh, -c, "echo hello from the first step"]}
+  - name: boom
+    type: shell
+    needs: [hello]
+    retries: {limit: 2, backoff: 0.1s, on: [error]}
+    with: {argv: [/bin/sh, -c, "echo trying; echo it breaks >&2; exit 3"]}
+  - name: after
+    type: shell
+    needs: [boom]
+    with: {argv: [/bin/true]}
+EOF
+$PY - <<'EOF'
+lines = ["name: wide", "steps:", "  - {name: root, type: shell, with: {argv: [/bin/true]}}"]
+lines += ["  - {name: s%03d, type: shell, needs: [root], with: {argv: [/bin/true]}}" % i
+          for i in range(998)]
+lines += ["  - name: join", "    type: shell",
+          "    needs: [" + ", ".join("s%03d" % i for i in range(998)) + "]",
+          "    with: {argv: [/bin/echo, joined]}"]
+open("wide.yaml", "w").write("\n".join(lines) + "\n")
+EOF
+# a training that runs until stopped (preempted or cancelled), checkpointing only when asked
+cat >long.yaml <<EOF
+name: longtrain
+params:
+  steps: {type: int, default: 30000}
+  model: {type: string, default: victim}
+steps:
+  - name: prep
+    type: data_prep
+    with: {source: csv, path: $dir/data.csv, csv_label: label, test_fraction: 0.2, shards: 2, seed: 7}
+  - name: train
+    type: train
+    needs: prep
+    accelerator: v4-8
+    executor: local
+    cache: false
+    with: {dataset: '\${steps.prep.outputs.dataset}', hidden: [32], epochs: 1000, batch: 64,
+           optimizer: sgd, lr: 0.1, seed: 3, max_steps: '\${params.steps}',
+           checkpoint_every: 1000000}
+  - name: register
+    type: register
+    needs: train
+    with: {model_name: '\${params.model}', bundle: '\${steps.train.outputs.bundle}'}
+EOF
+# what the page triggers and follows: output over a few seconds, then a short training
+cat >live.yaml <<EOF
+name: live
+params:
+  lines: {type: int, default: 6}
+steps:
+  - name: talk
+    type: shell
+    with: {argv: [/bin/sh, -c, 'i=0; while [ \$i -lt \${params.lines} ]; do i=\$((i+1)); echo "line \$i"; sleep 0.4; done']}
+  - name: prep
+    type: data_prep
+    needs: [talk]
+    with: {source: csv, path: $dir/data.csv, csv_label: label, test_fraction: 0.2, shards: 2, seed: 7}
+  - name: train
+    type: train
+    needs: prep
+    accelerator: v4-8
+    cache: false
+    with: {dataset: '\${steps.prep.outputs.dataset}', hidden: [16], epochs: 3, batch: 32,
+           optimizer: sgd, lr: 0.1, seed: 3, checkpoint_every: 100}
+EOF
+
+DEMO=$(submit "$root/pipelines/fashion-mnist.yaml" --param epochs=1) || fail "submit demo"
+FLAKY=$(api_submit flaky.yaml) && WIDE=$(submit wide.yaml) || fail "submit"
+[[ $(wait_final "$DEMO") == succeeded ]] || fail "the demo run did not succeed"
+[[ $(wait_final "$FLAKY") == failed ]] || fail "the flaky run did not fail"
+# preemption: the victim trains, then a more urgent run takes its slice
+VICTIM=$(submit long.yaml --priority 2) || fail "submit victim"
+for _ in $(seq 1 400); do
+  curl -sf -H "Authorization: Bearer $READ" "$url/api/v1/runs/$VICTIM" |
+    $PY -c 'import json,sys
+s = [s for s in json.load(sys.stdin)["steps"] if s["name"] == "train"][0]
+sys.exit(0 if s["state"] == "running" and s["progress"] else 1)' && break
+  sleep 0.1
+done
+URGENT=$(submit long.yaml --param steps=300 --priority 8) || fail "submit urgent"
+[[ $(wait_final "$URGENT") == succeeded ]] || fail "the urgent run did not succeed"
+[[ $(wait_final "$VICTIM") == succeeded ]] || fail "the preempted run did not finish"
+[[ $(wait_final "$WIDE") == succeeded ]] || fail "the 1,000-step run did not succeed"
+echo "it_dashboard: runs ready in $((SECONDS - t0)) s"
+# the pipelines the form offers: every text a run was made from (live.yaml among them)
+LIVE0=$(submit live.yaml --param lines=1) || fail "submit live"
+[[ $(wait_final "$LIVE0") == succeeded ]] || fail "the first live run did not succeed"
+
+cd "$root" || exit 1
+export SHOTS=$root/$BUILD/screenshots URL=$url READ TRIGGER ADMIN DEMO FLAKY WIDE VICTIM URGENT
+node tests/dashboard.mjs auth || fail "the browser test failed (token scopes)"
+# the same page on a daemon that asks for no token
+kill "$dpid" && wait "$dpid" 2>/dev/null
+start_daemon --no-auth
+URL=$url node tests/dashboard.mjs none || fail "the browser test failed (--no-auth)"
+echo "it_dashboard: passed in $((SECONDS - t0)) s"
