@@ -154,6 +154,18 @@ async function authPass() {
     `download ${dl.suggestedFilename()}`);
   await page.fill('.logs input[type=search]', '');
   await shot('run.png');
+  await page.screenshot({ path: join(E.SHOTS, 'readme-run.png'), fullPage: true,
+    clip: { x: 0, y: 0, width: 1280, height: 1700 } });
+
+  // the first page of runs keeps itself current: a run made now appears without a reload
+  await go('#/runs');
+  await page.waitForSelector('table.runs');
+  await page.evaluate(() => { window.sameDocument = true; });
+  const fresh = await api('/api/v1/runs', E.TRIGGER, { method: 'POST',
+    headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ yaml: 'name: fresh\nsteps:\n  - {name: a, type: shell, with: {argv: [/bin/true]}}\n' }) });
+  await page.waitForSelector(`tr[data-run="${fresh.id}"]`, { timeout: 30000 });
+  await page.waitForSelector(`tr[data-run="${fresh.id}"] [data-state=succeeded]`, { timeout: 60000 });
+  check(await page.evaluate(() => window.sameDocument === true), 'the runs page reloaded');
 
   // a failed run with retries: the step's three attempts, its log
   await go('#/runs/' + E.FLAKY);
@@ -244,6 +256,7 @@ async function authPass() {
   const busy = await all('[data-chip]', (e) => e.map((c) => [c.dataset.state, c.dataset.run]));
   check(busy.every(([s, r]) => s === 'busy' && r === hold), `slice map while training: ${JSON.stringify(busy)}`);
   await shot('slices.png');
+  await page.screenshot({ path: join(E.SHOTS, 'readme-slices.png') });
   // an operator marks a chip failed: it is drawn failed, and the training waits with a reason
   await api('/api/v1/slices/v4/chips/1,1,0:fail', E.ADMIN, { method: 'POST' });
   await page.waitForSelector('[data-chip="1,1,0"][data-state=failed]', { timeout: 30000 });

@@ -111,6 +111,7 @@ export function dagView(graph, run, onSelect) {
     let y0 = Infinity, y1 = -Infinity, x1 = 0;
     for (const p of pos.values()) { y0 = Math.min(y0, p.y); y1 = Math.max(y1, p.y + H); x1 = Math.max(x1, p.x + W); }
     bounds = { w: x1, h: y1 - y0, y0 };
+    svg.setAttribute('height', Math.round(Math.min(420, Math.max(120, bounds.h + 60))));
   }
 
   function fit() {

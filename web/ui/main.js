@@ -28,7 +28,11 @@ function route() {
   else if (path === '/slices') page = { path, ...slicesPage(main, fail) };
   else if (path === '/models') modelsPage(main, fail);
   else if ((m = path.match(/^\/models\/([^/]+)$/))) modelPage(main, decodeURIComponent(m[1]), query, fail);
-  else runsPage(main, query, route);
+  else {
+    const life = { stopped: false, timer: null };
+    page = { path: null, stop() { life.stopped = true; clearTimeout(life.timer); } };
+    runsPage(main, query, route, life);
+  }
 }
 
 signout.addEventListener('click', () => {

@@ -34,7 +34,7 @@ export function problem(main, e, retry) {
   main.replaceChildren(h('p', { class: 'error', role: 'alert' }, text));
 }
 
-export async function runsPage(main, query, rerender) {
+export async function runsPage(main, query, rerender, life = {}) {
   const q = new URLSearchParams(query);
   const api = new URLSearchParams();
   for (const k of ['state', 'pipeline', 'trigger', 'q', 'cursor']) if (q.get(k)) api.set(k, q.get(k));
@@ -70,7 +70,7 @@ export async function runsPage(main, query, rerender) {
   h('label', { for: 'f-pipeline' }, 'Pipeline'), pipeline,
   h('label', { for: 'f-trigger' }, 'Trigger'), trig,
   h('button', { type: 'submit' }, 'Filter'));
-  const rows = page.items.map((r) => h('tr', { 'data-run': r.id },
+  const row = (r) => h('tr', { 'data-run': r.id },
     h('td', {}, h('a', { href: '#/runs/' + encodeURIComponent(r.id) }, r.id)),
     h('td', {}, badge(r.state)),
     h('td', {}, r.pipeline),
@@ -79,7 +79,8 @@ export async function runsPage(main, query, rerender) {
     h('td', {}, h('time', { datetime: iso(r.started_at || r.created_at) },
       when(r.started_at || r.created_at))),
     h('td', { class: 'num' }, duration(r.started_at, r.finished_at)),
-    h('td', { class: 'num' }, `${r.done}/${r.steps}`)));
+    h('td', { class: 'num' }, `${r.done}/${r.steps}`));
+  const rows = page.items.map(row);
   const cursor = page.next ? new URL(page.next, location.origin).searchParams.get('cursor') : null;
   main.replaceChildren(
     h('h1', {}, 'Runs'), trigger, filters,
@@ -87,11 +88,27 @@ export async function runsPage(main, query, rerender) {
       ? h('table', { class: 'runs' },
         h('thead', {}, h('tr', {}, ['Run', 'State', 'Pipeline', 'Trigger', 'Started', 'Duration',
           'Steps done'].map((c) => h('th', { scope: 'col' }, c)))),
-        h('tbody', {}, rows))
+        h('tbody', { id: 'runs-body' }, rows))
       : h('p', { class: 'muted empty' }, 'No runs match.'),
     h('nav', { class: 'pager', 'aria-label': 'pages' },
       q.get('cursor') ? h('a', { href: link({ cursor: '' }) }, '« First page') : null,
       cursor ? h('a', { href: link({ cursor }), rel: 'next' }, 'Next page »') : null));
+  // The first page keeps itself current: it asks again every few seconds and redraws its
+  // rows when the answer changed (later pages stay as they were, so a cursor stays valid).
+  if (!q.get('cursor')) {
+    let last = JSON.stringify(page.items);
+    const poll = async () => {
+      if (life.stopped) return;
+      try {
+        const p = await get('/api/v1/runs?' + api);
+        const j = JSON.stringify(p.items);
+        const body = document.getElementById('runs-body');
+        if (j !== last && body && !life.stopped) { last = j; body.replaceChildren(...p.items.map(row)); }
+      } catch { /* the next try may work */ }
+      if (!life.stopped) life.timer = setTimeout(poll, 3000);
+    };
+    life.timer = setTimeout(poll, 3000);
+  }
   const w = await who;
   if (mayTrigger(w)) trigger.replaceChildren(triggerForm());
   trigger.dataset.scope = w ? w.scope : 'unknown';
