@@ -187,7 +187,8 @@ int main(void)
 		       "ms), ratio %.2f\n",
 		       i + 1, pr[0][i], pr[2][i], fw[0][i], fw[2][i], ratio[i]);
 	}
-	double rps = median(pr[0], rounds), p50 = median(pr[1], rounds), p99 = median(pr[2], rounds);
+	double rps = median(pr[0], rounds), p50 = median(pr[1], rounds),
+	       p99 = median(pr[2], rounds);
 	double f50 = median(fw[1], rounds), f99 = median(fw[2], rounds);
 	double floor_rps = median(fw[0], rounds), r = median(ratio, rounds);
 	printf("POST /v1/models/fmnist:predict (1 example, %zu-byte body, 784-256-128-10), wrk 64 "

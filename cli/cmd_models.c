@@ -112,7 +112,22 @@ void tf_cli_models_show(const char *model, json_t *doc, int version)
 				       (long long)json_integer_value(
 				           json_object_get(v, "canary_version")),
 				       json_number_value(json_object_get(v, "canary_percent")));
+			if (json_is_object(json_object_get(v, "rollout"))) {
+				char *pol = json_dumps(json_object_get(v, "rollout"), JSON_COMPACT);
+				printf(", rollout %s", pol ? pol : "");
+				free(pol);
+			}
 			printf("\n");
+		}
+		/* the moves with a reason (rollout steps, rollbacks, by hand), newest first */
+		json_array_foreach(json_object_get(doc, "deployments"), i, v)
+		{
+			const char *why = json_string_value(json_object_get(v, "reason"));
+			if (!why)
+				continue;
+			char when[64];
+			tf_cli_fmt_time(json_object_get(v, "created_at"), when, sizeof(when));
+			printf("  %s  %s\n", when, why);
 		}
 	}
 }
@@ -247,7 +262,10 @@ static int promote_rollback(struct tf_store *st, struct tf_cli *cli, const char 
 	struct tf_deploy_spec d = {.model = model,
 	                           .alias = "production",
 	                           .version = to,
-	                           .event = promote ? "model_promoted" : "model_rolled_back"};
+	                           .event = promote ? "model_promoted" : "model_rolled_back",
+	                           .reason = promote      ? "promoted by hand"
+	                                     : has_canary ? "canary retired by hand"
+	                                                  : "rolled back by hand"};
 	if (tf_registry_deploy(st, &d, &out)) {
 		fprintf(stderr, "tpuflow models %s: %s\n", verb, tf_store_errmsg(st));
 		return TF_EXIT_SOFTWARE;

@@ -155,6 +155,53 @@ out:
 	return rc;
 }
 
+/* The deploy step's rollout_* keys as a policy object (registry.h), NULL when it has none;
+ * -EINVAL with r->err set when they do not make one. */
+static int deploy_rollout(struct tf_step_run *r, json_t **out)
+{
+	static const char *const keys[][2] = {{"rollout_soak_s", "soak_s"},
+	                                      {"rollout_max_error_rate", "max_error_rate"},
+	                                      {"rollout_max_p99_ms", "max_p99_ms"},
+	                                      {"rollout_min_requests", "min_requests"}};
+	json_t *p = json_object();
+	const json_t *steps = json_object_get(r->with, "rollout_steps");
+	if (steps && !json_is_null(steps)) {
+		json_t *list = json_array();
+		size_t i;
+		const json_t *v;
+		json_array_foreach(steps, i, v)
+		{
+			const char *t = json_string_value(v);
+			json_array_append_new(list, json_is_number(v)
+			                                ? json_real(json_number_value(v))
+			                            : t ? json_real(strtod(t, NULL))
+			                                : json_null());
+		}
+		json_object_set_new(p, "steps", list);
+	}
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		double x;
+		if (tf_kind_with_number(r->with, keys[i][0], &x) == 0)
+			json_object_set_new(p, keys[i][1],
+			                    !strcmp(keys[i][1], "min_requests")
+			                        ? json_integer((json_int_t)x)
+			                        : json_real(x));
+	}
+	struct tf_rollout pol;
+	char why[256];
+	if (json_object_size(p) && tf_registry_rollout_parse(p, &pol, why, sizeof(why))) {
+		snprintf(r->err, sizeof(r->err), "deploy: %s", why);
+		json_decref(p);
+		return -EINVAL;
+	}
+	if (!json_object_size(p)) {
+		json_decref(p);
+		p = NULL;
+	}
+	*out = p;
+	return 0;
+}
+
 static int kind_deploy(struct tf_step_run *r)
 {
 	char b1[64], b2[64], b3[64];
@@ -185,19 +232,38 @@ static int kind_deploy(struct tf_step_run *r)
 		         "deploy: canary_percent must be a number from 0 to below 100");
 		return -EINVAL;
 	}
+	json_t *policy = NULL;
+	if ((rc = deploy_rollout(r, &policy)))
+		return rc;
+	const json_t *first = json_array_get(json_object_get(policy, "steps"), 0);
+	if (policy && canary == 0 && first) /* the policy's first share starts the canary */
+		canary = json_number_value(first);
+	if (policy && (canary == 0 || strcmp(alias, "production"))) {
+		snprintf(r->err, sizeof(r->err),
+		         "deploy: a rollout policy needs a canary of the 'production' alias (the "
+		         "traffic serving splits): give canary_percent or rollout_steps%s",
+		         strcmp(alias, "production") ? ", and alias: production" : "");
+		json_decref(policy);
+		return -EINVAL;
+	}
 	rc = tf_registry_resolve(r->db, model, ver, &version);
 	if (rc) {
 		snprintf(r->err, sizeof(r->err), "deploy: model '%s' has no version '%s'", model,
 		         ver);
+		json_decref(policy);
 		return rc;
 	}
+	char *policy_text = policy ? json_dumps(policy, JSON_COMPACT) : NULL;
+	json_decref(policy);
 	struct tf_deploy_spec d = {.model = model,
 	                           .alias = alias,
 	                           .version = version,
 	                           .canary_percent = canary,
 	                           .run_id = r->run_id,
-	                           .step = r->step};
+	                           .step = r->step,
+	                           .rollout = policy_text};
 	rc = tf_registry_deploy(r->db, &d, &dep);
+	free(policy_text);
 	if (rc) {
 		snprintf(r->err, sizeof(r->err), "deploy '%s': %s", model, tf_store_errmsg(r->db));
 		r->failure = rc == -EBUSY ? TF_FAIL_INFRA : TF_FAIL_ERROR;

@@ -890,6 +890,15 @@ static const struct tf_with_key deploy_with[] = {
      .rules = TF_WRULE_ALIAS},
     {W("canary_percent", N, "share of traffic for the new version"),
      .rules = TF_WRULE_MIN | TF_WRULE_MAX_OPEN, .min = 0, .max = 100},
+    {W("rollout_steps", TF_WCHECK_INT_LIST, "canary shares to step through, e.g. [10, 50]"),
+     RANGE(1, 99)},
+    {W("rollout_soak_s", N, "rollout: seconds at each share before the next move"),
+     RANGE(0, 2592000)},
+    {W("rollout_max_error_rate", N, "rollout: canary failure rate that rolls it back"),
+     RANGE(0, 1)},
+    {W("rollout_max_p99_ms", N, "rollout: canary p99 latency (ms) that rolls it back"),
+     AT_LEAST(0)},
+    {W("rollout_min_requests", I, "rollout: canary answers a judgement needs"), RANGE(1, 1e9)},
     {.key = NULL}};
 static const struct tf_with_key shell_with[] = {
     {W("argv", TF_WCHECK_STR_LIST, "program and arguments (never a shell string)"),

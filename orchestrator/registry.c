@@ -242,7 +242,7 @@ int tf_registry_set_alias(struct tf_store *st, const char *model, const char *al
 static json_t *deployment_row(struct tf_stmt *s, int base, const char *model)
 {
 	/* columns from base: alias, version, canary_version, canary_percent, previous_version,
-	 * created_at, run_id, step, id */
+	 * created_at, run_id, step, id, rollout, reason, figures */
 	json_t *o = json_object();
 	json_object_set_new(o, "model", json_string(model));
 	json_object_set_new(o, "alias", json_string(tf_stmt_text(s, base)));
@@ -259,12 +259,19 @@ static json_t *deployment_row(struct tf_stmt *s, int base, const char *model)
 	json_object_set_new(o, "run_id", run ? json_string(run) : json_null());
 	json_object_set_new(o, "step", step ? json_string(step) : json_null());
 	json_object_set_new(o, "id", json_integer(tf_stmt_int(s, base + 8)));
+	const char *rollout = tf_stmt_text(s, base + 9), *reason = tf_stmt_text(s, base + 10);
+	const char *figures = tf_stmt_text(s, base + 11);
+	json_t *r = rollout ? json_loads(rollout, 0, NULL) : NULL;
+	json_t *f = figures ? json_loads(figures, 0, NULL) : NULL;
+	json_object_set_new(o, "rollout", r ? r : json_null());
+	json_object_set_new(o, "reason", reason ? json_string(reason) : json_null());
+	json_object_set_new(o, "figures", f ? f : json_null());
 	return o;
 }
 
 #define DEPLOY_COLS                                                                                \
 	"alias, version, canary_version, canary_percent, previous_version, created_at, run_id, "   \
-	"step, id"
+	"step, id, rollout, reason, figures"
 
 static int deployment_by(struct tf_store *st, const char *model, int64_t mid, const char *alias,
                          json_t **out)
@@ -296,6 +303,76 @@ int tf_registry_deployment(struct tf_store *st, const char *model, const char *a
 	return deployment_by(st, model, mid, alias, out);
 }
 
+int tf_registry_rollout_parse(const json_t *j, struct tf_rollout *out, char *err, size_t errlen)
+{
+	struct tf_rollout r = {.max_error_rate = 1, .min_requests = 100};
+	const char *k;
+	json_t *v;
+	if (!json_is_object(j)) {
+		snprintf(err, errlen, "rollout: expected an object");
+		return -EINVAL;
+	}
+	json_object_foreach((json_t *)j, k, v)
+	{
+		double x = json_number_value(v);
+		int num = json_is_number(v);
+		if (!strcmp(k, "steps")) {
+			size_t i;
+			json_t *e;
+			if (!json_is_array(v) || json_array_size(v) > TF_ROLLOUT_MAX_STEPS) {
+				snprintf(err, errlen,
+				         "rollout.steps: expected a list of at most %d "
+				         "shares",
+				         TF_ROLLOUT_MAX_STEPS);
+				return -EINVAL;
+			}
+			json_array_foreach(v, i, e)
+			{
+				double p = json_number_value(e);
+				if (!json_is_number(e) || p <= 0 || p >= 100 ||
+				    (i && p <= r.steps[i - 1])) {
+					snprintf(
+					    err, errlen,
+					    "rollout.steps[%zu]: shares are percents above 0 and "
+					    "below 100, ascending",
+					    i);
+					return -EINVAL;
+				}
+				r.steps[r.nsteps++] = p;
+			}
+		} else if (!strcmp(k, "soak_s") && num && x >= 0 && x <= 86400 * 30) {
+			r.soak_s = x;
+		} else if (!strcmp(k, "max_error_rate") && num && x >= 0 && x <= 1) {
+			r.max_error_rate = x;
+		} else if (!strcmp(k, "max_p99_ms") && num && x >= 0) {
+			r.max_p99_ms = x;
+		} else if (!strcmp(k, "min_requests") && json_is_integer(v) && x >= 1 && x <= 1e9) {
+			r.min_requests = json_integer_value(v);
+		} else {
+			snprintf(err, errlen, "rollout.%s: %s", k,
+			         !strcmp(k, "soak_s")           ? "seconds from 0 to 30 days"
+			         : !strcmp(k, "max_error_rate") ? "a rate from 0 to 1"
+			         : !strcmp(k, "max_p99_ms")     ? "milliseconds, 0 or more"
+			         : !strcmp(k, "min_requests")   ? "an integer from 1"
+			                                        : "unknown key (steps, soak_s, "
+			                                          "max_error_rate, max_p99_ms, "
+			                                          "min_requests)");
+			return -EINVAL;
+		}
+	}
+	*out = r;
+	return 0;
+}
+
+/* 1 for NULL or the text of a JSON object. */
+static int json_text_ok(const char *text)
+{
+	json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+	int ok = !text || json_is_object(j);
+	json_decref(j);
+	return ok;
+}
+
 int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json_t **out)
 {
 	int64_t mid, v, cur = 0, id = 0;
@@ -305,6 +382,8 @@ int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json
 	char why[300];
 	if (tf_registry_check_name(d->alias, TF_REGNAME_ALIAS, why, sizeof(why)) ||
 	    d->canary_percent < 0 || d->canary_percent >= 100)
+		return -EINVAL;
+	if (!json_text_ok(d->rollout) || !json_text_ok(d->figures))
 		return -EINVAL;
 	rc = tf_store_join(st, &own);
 	if (rc)
@@ -344,31 +423,48 @@ int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json
 	else if (rc != -ENOENT)
 		goto out;
 	int canary = d->canary_percent > 0 && has_cur && cur != d->version;
+	if (d->expect_id) { /* compare-and-set: only over the deployment the caller judged */
+		int64_t active = 0;
+		rc = tf_store_query_int(
+		    st, &active,
+		    "SELECT id FROM deployments WHERE model_id=? AND alias=? AND "
+		    "active=1 ORDER BY id DESC LIMIT 1",
+		    "it", mid, d->alias);
+		if (rc == 0 && active != d->expect_id)
+			rc = -ESTALE;
+		if (rc)
+			goto out;
+	}
 	rc = tf_store_run(st, "UPDATE deployments SET active=0 WHERE model_id=? AND alias=?", "it",
 	                  mid, d->alias);
 	if (rc)
 		goto out;
 	rc = tf_store_run(st,
 	                  "INSERT INTO deployments(model_id, alias, version, canary_version, "
-	                  "canary_percent, previous_version, run_id, step, active, created_at) "
+	                  "canary_percent, previous_version, run_id, step, active, created_at, "
+	                  "rollout, reason, figures) "
 	                  "VALUES(?1, ?2, ?3, CASE WHEN ?4 THEN ?5 ELSE NULL END, ?6, "
-	                  "CASE WHEN ?7 THEN ?8 ELSE NULL END, ?9, ?10, 1, ?11)",
-	                  "itiiidiittd", mid, d->alias, canary ? cur : d->version, (int64_t)canary,
-	                  d->version, canary ? d->canary_percent : 0.0, (int64_t)has_cur, cur,
-	                  d->run_id, d->step, tf_now_wall());
+	                  "CASE WHEN ?7 THEN ?8 ELSE NULL END, ?9, ?10, 1, ?11, "
+	                  "CASE WHEN ?4 THEN ?12 ELSE NULL END, ?13, ?14)",
+	                  "itiiidiittdttt", mid, d->alias, canary ? cur : d->version,
+	                  (int64_t)canary, d->version, canary ? d->canary_percent : 0.0,
+	                  (int64_t)has_cur, cur, d->run_id, d->step, tf_now_wall(), d->rollout,
+	                  d->reason, d->figures);
 	if (rc)
 		goto out;
 	id = tf_store_last_rowid(st);
 	rc = set_alias(st, mid, canary ? "canary" : d->alias, d->version);
 	if (rc)
 		goto out;
-	char msg[300];
+	char msg[600];
 	if (canary)
-		snprintf(msg, sizeof(msg), "%s version %lld is the canary of '%s' at %.3g%%",
-		         d->model, (long long)d->version, d->alias, d->canary_percent);
+		snprintf(msg, sizeof(msg),
+		         "%s version %lld is the canary of '%s' at %.3g%%%s%.300s", d->model,
+		         (long long)d->version, d->alias, d->canary_percent, d->reason ? ": " : "",
+		         d->reason ? d->reason : "");
 	else
-		snprintf(msg, sizeof(msg), "%s '%s' -> version %lld", d->model, d->alias,
-		         (long long)d->version);
+		snprintf(msg, sizeof(msg), "%s '%s' -> version %lld%s%.300s", d->model, d->alias,
+		         (long long)d->version, d->reason ? ": " : "", d->reason ? d->reason : "");
 	rc = add_event(st, d->run_id, d->step, "deploy", msg);
 	if (rc == 0) {
 		json_t *x = json_pack("{s:s, s:s, s:I}", "model", d->model, "alias", d->alias,
@@ -548,7 +644,7 @@ int tf_registry_show(struct tf_store *st, const char *model, json_t **out)
 	}
 	while ((rc = tf_stmt_step(s)) == 1) {
 		json_t *d = deployment_row(s, 0, model);
-		json_object_set_new(d, "active", json_boolean(tf_stmt_int(s, 9)));
+		json_object_set_new(d, "active", json_boolean(tf_stmt_int(s, 12)));
 		json_array_append_new(deps, d);
 	}
 	tf_stmt_done(s);

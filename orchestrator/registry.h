@@ -63,14 +63,38 @@ struct tf_deploy_spec {
 	const char *run_id;    /* lineage (may be NULL for manual deployments) */
 	const char *step;
 	const char *event; /* the alert it raises (orchestrator/alerts.h); NULL: model_deployed */
+	const char *rollout; /* a canary's rollout policy, JSON text (NULL: none; kept only on a
+	                        canary deployment); the server checks it (web/serve.h) */
+	const char *reason;  /* why this deployment is made, for people (NULL: a deploy step) */
+	const char *figures; /* the figures the decision was taken on, JSON text, or NULL */
+	int64_t expect_id;   /* non-zero: deploy only while this is the active deployment of
+	                        (model, alias), else -ESTALE (someone moved it meanwhile) */
 };
 /* Records a deployment and moves the alias (and the "canary" alias for a canary rollout).
  * Idempotent per (run, step). The previous active deployment of (model, alias) is retired.
  * *out (may be NULL) receives the deployment as JSON (caller owns). */
 int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json_t **out);
 
+/* A canary's rollout policy (the `rollout` of a deployment, docs/serving.md): the canary
+ * steps through shares, each held for soak_s seconds with at least min_requests answers
+ * within the SLOs, then is promoted; an error rate or p99 over its SLO rolls it back. */
+#define TF_ROLLOUT_MAX_STEPS 8
+struct tf_rollout {
+	double steps[TF_ROLLOUT_MAX_STEPS]; /* the shares (percent) after the first, ascending */
+	int nsteps;
+	double soak_s;         /* seconds at each share before the next move */
+	double max_error_rate; /* failures / requests above which it rolls back (1: no SLO) */
+	double max_p99_ms;     /* p99 latency above which it rolls back (0: no SLO) */
+	int64_t min_requests;  /* answers of the canary a judgement needs */
+};
+/* Reads and checks a policy object {steps, soak_s, max_error_rate, max_p99_ms, min_requests}
+ * (every key optional: no steps, no soak, no SLOs, 100 requests). -EINVAL with err naming the
+ * key. */
+int tf_registry_rollout_parse(const json_t *j, struct tf_rollout *out, char *err, size_t errlen);
+
 /* The active deployment of (model, alias) as {model, alias, version, canary_version,
- * canary_percent, previous_version, created_at, run_id}; -ENOENT when none. */
+ * canary_percent, previous_version, created_at, run_id, step, id, rollout, reason, figures};
+ * -ENOENT when none. */
 int tf_registry_deployment(struct tf_store *st, const char *model, const char *alias, json_t **out);
 
 /* Read models (caller owns *out):

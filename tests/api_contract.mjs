@@ -145,6 +145,13 @@ const cases = {
   v2ModelReady: [['GET', `/v2/models/${model}/ready`]],
   v2Infer: [['POST', `/v2/models/${model}/infer`, { inputs: [] }]],
   v2InferVersion: [['POST', `/v2/models/${model}/versions/1/infer`, { inputs: [] }]],
+  tfsVersionStatus: [['GET', `/v1/models/${model}/versions/1`],
+                     ['GET', `/v1/models/${model}/versions/9`]],
+  tfsLabelStatus: [['GET', `/v1/models/${model}/labels/nolabel`]],
+  tfsVersionMetadata: [['GET', `/v1/models/${model}/versions/1/metadata`]],
+  v2ServerMetadata: [['GET', '/v2']],
+  v2VersionMetadata: [['GET', `/v2/models/${model}/versions/1`]],
+  v2VersionReady: [['GET', `/v2/models/${model}/versions/1/ready`]],
 };
 
 const ops = [];

@@ -832,6 +832,46 @@ static void test_engine_register_verifies_bundle_and_names(void **state)
 	    json_string_value(json_object_get(tf_test_step_of(res.summary, "deploy"), "reason")),
 	    "alias 'latest' reads as a version"));
 	json_decref(res.summary);
+
+	/* a rollout policy from the deploy step's rollout_* keys: the canary starts at the first
+	 * share and carries the policy; a policy without a canary is refused */
+	snprintf(yaml, sizeof(yaml), fmt, "bundle, bundles/two/", "bundles/two/", "m");
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0); /* version 2 */
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	json_decref(res.summary);
+	const char *roll[][2] = {
+	    {"{model_name: m, version: '1', alias: production}", NULL},
+	    {"{model_name: m, version: '2', alias: production, rollout_steps: [10, 50], "
+	     "rollout_soak_s: 60, rollout_max_p99_ms: 20, rollout_min_requests: 5}",
+	     NULL},
+	    {"{model_name: m, version: '2', alias: production, rollout_min_requests: 5}",
+	     "a rollout policy needs a canary"},
+	    {"{model_name: m, version: '2', alias: staging, rollout_steps: [10]}",
+	     "alias: production"},
+	};
+	for (size_t i = 0; i < 4; i++) {
+		snprintf(yaml, sizeof(yaml),
+		         "name: roll%zu\nsteps:\n  - {name: deploy, type: deploy, with: %s}\n", i,
+		         roll[i][0]);
+		assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+		assert_int_equal(res.state, roll[i][1] ? TF_RUN_FAILED : TF_RUN_SUCCEEDED);
+		if (roll[i][1])
+			assert_non_null(strstr(json_string_value(json_object_get(
+			                           tf_test_step_of(res.summary, "deploy"), "reason")),
+			                       roll[i][1]));
+		json_decref(res.summary);
+	}
+	json_t *d = NULL;
+	assert_int_equal(tf_store_open("home-reg/tpuflow.db", 0, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_registry_deployment(st, "m", "production", &d), 0);
+	assert_int_equal(json_integer_value(json_object_get(d, "canary_version")), 2);
+	assert_true(json_number_value(json_object_get(d, "canary_percent")) == 10);
+	json_t *pol = json_object_get(d, "rollout");
+	assert_int_equal(json_array_size(json_object_get(pol, "steps")), 2);
+	assert_int_equal(json_integer_value(json_object_get(pol, "min_requests")), 5);
+	assert_true(json_number_value(json_object_get(pol, "max_p99_ms")) == 20);
+	json_decref(d);
+	tf_store_close(st);
 }
 
 static int run_cli(const char *args)

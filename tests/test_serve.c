@@ -19,6 +19,8 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -161,9 +163,10 @@ static char *body_of(const char *fmt, const char *list)
 	return tf_xasprintf(fmt, list);
 }
 
-/* Exports an untrained 784-16-10 model (seed) at key prefix in store s with dataset d. */
+/* Exports an untrained 784-16-10 model (seed) at key prefix in store s with dataset d; with
+ * nan, a deliberately broken one: its first output bias is NaN, so every answer is NaN. */
 static void export_model(struct tf_objstore *s, const struct tf_dataset *d, const char *prefix,
-                         uint64_t seed)
+                         uint64_t seed, int nan)
 {
 	struct tf_mlp m;
 	size_t hidden[1] = {16};
@@ -172,6 +175,8 @@ static void export_model(struct tf_objstore *s, const struct tf_dataset *d, cons
 	tf_mxu_cfg_init(&mxu);
 	assert_int_equal(tf_mlp_init(&m, d->dim, hidden, 1, d->num_classes, 0), 0);
 	tf_mlp_init_params(&m, seed);
+	if (nan)
+		m.params[m.b_off[m.nlayers - 1]] = NAN;
 	int rc = tf_bundle_export(s, prefix, &m, d, &mxu, NULL, err, sizeof err);
 	if (rc)
 		fprintf(stderr, "export: %s\n", err);
@@ -215,9 +220,10 @@ static int setup(void **state)
 	if (rc)
 		fprintf(stderr, "prep: %s\n", err);
 	assert_int_equal(rc, 0);
-	export_model(s, d, "models/fm1/", 1);
-	export_model(s, d, "models/fm2/", 2);
-	export_model(s, d, "models/bad/", 3);
+	export_model(s, d, "models/fm1/", 1, 0);
+	export_model(s, d, "models/fm2/", 2, 0);
+	export_model(s, d, "models/bad/", 3, 0);
+	export_model(s, d, "models/nan/", 4, 1);
 	tf_dataset_free(d);
 	free(key);
 	tf_objstore_free(s);
@@ -231,6 +237,7 @@ static int setup(void **state)
 	reg(st, "a", "models/fm1/");
 	reg(st, "b", "models/fm2");
 	reg(st, "c", "models/bad/");
+	reg(st, "e", "models/nan/"); /* version 4 */
 	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
 	assert_int_equal(tf_registry_set_alias(st, "fm", "staging", 2), 0);
 	assert_int_equal(tf_registry_set_alias(st, "fm", "broken", 3), 0);
@@ -346,8 +353,17 @@ static void test_tfs_errors(void **state)
 	r = call("POST", "/v1/models/fm/versions/x:predict", ok);
 	assert_error(&r, 400, "version 'x'");
 	resp_free(&r);
-	r = call("POST", "/v1/models/fm/labels/nolabel:predict", ok);
-	assert_error(&r, 404, "no label 'nolabel'");
+	r = call("POST", "/v1/models/fm/versions/0:predict", ok); /* a number: not found */
+	assert_error(&r, 404, "no version 0");
+	resp_free(&r);
+	r = call("POST", "/v1/models/fm/labels/nolabel:predict", ok); /* TF Serving: 400 */
+	assert_error(&r, 400, "Unrecognized servable version label: 'nolabel'");
+	resp_free(&r);
+	r = call("GET", "/v1/models/fm/labels/nolabel", NULL);
+	assert_error(&r, 400, "Unrecognized servable version label");
+	resp_free(&r);
+	r = call("GET", "/v1/models/fm/versions/9", NULL);
+	assert_error(&r, 404, "no version 9");
 	resp_free(&r);
 	r = call("POST", "/v1/models/empty:predict", ok);
 	assert_error(&r, 404, "no 'production' alias");
@@ -414,6 +430,25 @@ static void test_tfs_status_metadata_auth(void **state)
 	    json_object_get(json_object_get(json_array_get(list, 2), "status"), "error_message"));
 	assert_non_null(strstr(why, "models/bad/"));
 	resp_free(&r);
+	/* one version, by number or by alias */
+	const char *one[][2] = {{"/v1/models/fm/versions/3", "3"},
+	                        {"/v1/models/fm/labels/staging", "2"}};
+	for (size_t i = 0; i < 2; i++) {
+		r = call("GET", one[i][0], NULL);
+		assert_int_equal(r.status, 200);
+		list = json_object_get(r.json, "model_version_status");
+		assert_int_equal(json_array_size(list), 1);
+		assert_string_equal(
+		    json_string_value(json_object_get(json_array_get(list, 0), "version")),
+		    one[i][1]);
+		resp_free(&r);
+	}
+	r = call("GET", "/v1/models/fm/versions/2/metadata", NULL);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(
+	    json_string_value(json_object_get(json_object_get(r.json, "model_spec"), "version")),
+	    "2");
+	resp_free(&r);
 	r = call("GET", "/v1/models/fm/metadata", NULL);
 	assert_int_equal(r.status, 200);
 	json_t *sd = json_object_get(
@@ -464,8 +499,8 @@ static void test_revoked_token_refused(void **state)
 	struct resp r = call_at(NULL, "GET", "/v1/models/fm", t1, NULL);
 	assert_int_equal(r.status, 401);
 	resp_free(&r);
-	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", home, "tokens", "revoke", "gone-later",
-	                NULL};
+	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", home, "tokens", "revoke",
+	                "gone-later",          NULL};
 	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, "revoke.out", "revoke.out")), 0);
 	long status = 0;
 	for (int i = 0; i < 400 && status != 401; i++) {
@@ -496,6 +531,21 @@ static void test_v2(void **state)
 	resp_free(&r);
 	r = call("GET", "/v2/models/fm/ready", NULL);
 	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	/* the server's metadata; one version; not ready is a 4xx */
+	r = call_at(NULL, "GET", "/v2", NULL, NULL);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(json_string_value(json_object_get(r.json, "name")), "tpuflow");
+	assert_true(json_is_array(json_object_get(r.json, "extensions")));
+	resp_free(&r);
+	r = call("GET", "/v2/models/fm/versions/2", NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	r = call("GET", "/v2/models/fm/versions/2/ready", NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	r = call("GET", "/v2/models/fm/versions/3/ready", NULL); /* UNAVAILABLE */
+	assert_int_equal(r.status / 100, 4);
 	resp_free(&r);
 	char *list = examples(0, 3, 0);
 	char *row = body_of("{\"instances\":%s}", list);
@@ -638,6 +688,17 @@ static json_t *models_cmd(const char *verb)
 	return j;
 }
 
+/* An Open Inference Protocol request of example 0 (new). */
+static char *infer_body(void)
+{
+	char *list = examples(0, 1, 0);
+	char *inf = body_of("{\"inputs\":[{\"name\":\"image\",\"shape\":[1,784],"
+	                    "\"datatype\":\"UINT8\",\"data\":%s}]}",
+	                    list);
+	free(list);
+	return inf;
+}
+
 /* The version that answers inf on the bare path once another process's registry change has
  * been seen (the server looks for such commits every few tens of milliseconds): waits up to
  * 10 s for `want`, and returns the version answering then. */
@@ -669,10 +730,7 @@ static void test_canary_split(void **state)
 	struct tf_deploy_spec d = {
 	    .model = "fm", .alias = "production", .version = 2, .canary_percent = 10};
 	assert_int_equal(tf_registry_deploy(st, &d, NULL), 0);
-	char *list = examples(0, 1, 0);
-	char *inf = body_of("{\"inputs\":[{\"name\":\"image\",\"shape\":[1,784],"
-	                    "\"datatype\":\"UINT8\",\"data\":%s}]}",
-	                    list);
+	char *inf = infer_body();
 	CURL *c = curl_easy_init();
 	char url[128], auth[128];
 	snprintf(url, sizeof(url), "%s/v2/models/fm/infer", base);
@@ -735,7 +793,294 @@ static void test_canary_split(void **state)
 	v = version_after_change(inf, "1");
 	assert_string_equal(v, "1");
 	free(v);
-	free(list);
+	free(inf);
+}
+
+/* The production deployment of fm (caller owns). */
+static json_t *production(struct tf_store *st)
+{
+	json_t *dep = NULL;
+	assert_int_equal(tf_registry_deployment(st, "fm", "production", &dep), 0);
+	return dep;
+}
+
+/* Deploys version v of fm as the canary at pct with the rollout policy `policy`. */
+static void deploy_canary(struct tf_store *st, int64_t v, double pct, const char *policy)
+{
+	struct tf_deploy_spec d = {.model = "fm",
+	                           .alias = "production",
+	                           .version = v,
+	                           .canary_percent = pct,
+	                           .rollout = policy};
+	assert_int_equal(tf_registry_deploy(st, &d, NULL), 0);
+}
+
+/* Sends keyed requests on fm's bare path until the production deployment has moved from the
+ * one of id `from` (its rollout policy at work), counting the answers by status; returns the
+ * deployment it moved to (caller owns), after at most 60 s. */
+static json_t *requests_until_moved(struct tf_store *st, int64_t from, int *ok, int *failed)
+{
+	char *inf = infer_body();
+	json_t *dep = NULL;
+	*ok = *failed = 0;
+	double until = tf_now_monotonic() + 60;
+	for (int i = 0; tf_now_monotonic() < until; i++) {
+		struct resp r = call("POST", "/v2/models/fm/infer", inf);
+		if (r.status == 200)
+			++*ok;
+		else
+			++*failed;
+		assert_true(r.status == 200 || r.status == 500);
+		if (r.status == 500)
+			assert_non_null(strstr(r.body, "not a finite number"));
+		resp_free(&r);
+		if (i % 10 == 9) {
+			dep = production(st);
+			if (json_integer_value(json_object_get(dep, "id")) != from)
+				break;
+			json_decref(dep);
+			dep = NULL;
+		}
+	}
+	free(inf);
+	assert_non_null(dep);
+	return dep;
+}
+
+/* A canary whose answers fail is rolled back by its rollout policy, the registry saying why
+ * with the figures: a model that gives NaN (clients get 500s until then), and a bundle that
+ * cannot be loaded (production answers its share meanwhile: no client sees an error). */
+static void test_rollout_rolls_back_failing_canaries(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	struct tf_store *st;
+	char err[256];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	const char *policy = "{\"max_error_rate\":0.1,\"min_requests\":8}";
+	deploy_canary(st, 4, 50, policy);
+	json_t *dep = production(st);
+	int64_t id = json_integer_value(json_object_get(dep, "id"));
+	assert_int_equal(json_integer_value(json_object_get(dep, "canary_version")), 4);
+	json_decref(dep);
+	int ok, failed;
+	dep = requests_until_moved(st, id, &ok, &failed);
+	fprintf(stderr, "NaN canary: %d answers, %d failed, then: %s\n", ok, failed,
+	        json_string_value(json_object_get(dep, "reason")));
+	assert_true(failed >= 8);
+	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
+	assert_true(json_is_null(json_object_get(dep, "canary_version")));
+	const char *why = json_string_value(json_object_get(dep, "reason"));
+	assert_non_null(why);
+	assert_non_null(strstr(why, "rollback: canary version 4 failed"));
+	json_t *fig = json_object_get(dep, "figures");
+	assert_true(json_integer_value(json_object_get(fig, "failures")) >= 8);
+	assert_true(json_number_value(json_object_get(fig, "error_rate")) > 0.1);
+	id = json_integer_value(json_object_get(dep, "id"));
+	json_decref(dep);
+
+	deploy_canary(st, 3, 50, policy); /* the bundle cut short: UNAVAILABLE */
+	dep = production(st);
+	assert_int_equal(json_integer_value(json_object_get(dep, "canary_version")), 3);
+	id = json_integer_value(json_object_get(dep, "id"));
+	json_decref(dep);
+	dep = requests_until_moved(st, id, &ok, &failed);
+	assert_int_equal(failed, 0);
+	why = json_string_value(json_object_get(dep, "reason"));
+	assert_non_null(why);
+	assert_non_null(strstr(why, "rollback: canary version 3 failed"));
+	assert_non_null(strstr(why, "UNAVAILABLE"));
+	json_decref(dep);
+	tf_store_close(st);
+
+	/* where people look: `tpuflow models show` and the API */
+	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", home, "models", "show", "fm", NULL};
+	unlink("show.out");
+	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, "show.out", NULL)), 0);
+	char *text = NULL;
+	size_t n;
+	assert_int_equal(tf_read_file("show.out", 1 << 20, &text, &n), 0);
+	assert_non_null(strstr(text, "rollback: canary version 3 failed"));
+	assert_non_null(strstr(text, "rollback: canary version 4 failed"));
+	free(text);
+	struct resp r = call_at(NULL, "GET", "/api/v1/models/fm", tok_read, NULL);
+	assert_int_equal(r.status, 200);
+	json_t *d0 = json_array_get(json_object_get(r.json, "deployments"), 0);
+	assert_non_null(
+	    strstr(json_string_value(json_object_get(d0, "reason")), "canary version 3"));
+	assert_true(
+	    json_integer_value(json_object_get(json_object_get(d0, "figures"), "requests")) >= 8);
+	resp_free(&r);
+}
+
+/* A canary over its p99 SLO is rolled back; one within its SLOs steps through its shares and
+ * is promoted, each move recorded in order. */
+static void test_rollout_p99_slo_and_promotion(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	struct tf_store *st;
+	char err[256];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	/* 0.1 microseconds: any real answer is slower */
+	deploy_canary(st, 2, 30, "{\"max_p99_ms\":0.0001,\"min_requests\":5}");
+	json_t *dep = production(st);
+	int64_t id = json_integer_value(json_object_get(dep, "id"));
+	json_decref(dep);
+	int ok, failed;
+	dep = requests_until_moved(st, id, &ok, &failed);
+	assert_int_equal(failed, 0);
+	const char *why = json_string_value(json_object_get(dep, "reason"));
+	assert_non_null(why);
+	assert_non_null(strstr(why, "rollback: canary version 2 p99"));
+	assert_non_null(strstr(why, "over the SLO of 0.0001 ms"));
+	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
+	json_decref(dep);
+
+	deploy_canary(st, 2, 20,
+	              "{\"steps\":[20,60],\"soak_s\":0,\"min_requests\":5,"
+	              "\"max_p99_ms\":60000,\"max_error_rate\":0.5}");
+	dep = production(st);
+	id = json_integer_value(json_object_get(dep, "id"));
+	json_decref(dep);
+	dep = requests_until_moved(st, id, &ok, &failed);
+	assert_int_equal(json_number_value(json_object_get(dep, "canary_percent")), 60);
+	assert_non_null(strstr(json_string_value(json_object_get(dep, "reason")), "20% -> 60%"));
+	assert_non_null(json_object_get(json_object_get(dep, "rollout"), "steps"));
+	id = json_integer_value(json_object_get(dep, "id"));
+	json_decref(dep);
+	dep = requests_until_moved(st, id, &ok, &failed);
+	assert_int_equal(failed, 0);
+	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 2);
+	assert_true(json_is_null(json_object_get(dep, "canary_version")));
+	assert_non_null(strstr(json_string_value(json_object_get(dep, "reason")), "promoted"));
+	json_decref(dep);
+	int64_t v;
+	assert_int_equal(tf_registry_resolve(st, "fm", "production", &v), 0);
+	assert_int_equal(v, 2);
+	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	tf_store_close(st);
+}
+
+/* One client of the alias-move test: keyed requests on the bare path, one after another on
+ * one connection, until told to stop. */
+struct hammer {
+	pthread_t t;
+	const char *body;
+	volatile int *stop;
+	int requests, failed; /* answers, and those that were not 200 (or no answer) */
+	int seen[8], nseen;   /* the versions that answered, each change of version noted */
+	char why[256];        /* the first failure */
+};
+
+static void *hammer_run(void *arg)
+{
+	struct hammer *h = arg;
+	CURL *c = curl_easy_init();
+	char url[128], auth[128];
+	snprintf(url, sizeof(url), "%s/v2/models/fm/infer", base);
+	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", tok_predict);
+	struct curl_slist *hd = curl_slist_append(NULL, auth);
+	hd = curl_slist_append(hd, "Content-Type: application/json");
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hd);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, h->body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+	while (!*h->stop) {
+		struct resp r = {0};
+		long code = 0;
+		curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+		CURLcode cc = curl_easy_perform(c);
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+		r.json = r.body ? json_loads(r.body, 0, NULL) : NULL;
+		const char *v = json_string_value(json_object_get(r.json, "model_version"));
+		h->requests++;
+		if (cc != CURLE_OK || code != 200 || !v) {
+			if (!h->failed++)
+				snprintf(h->why, sizeof(h->why), "curl %d, status %ld: %.200s",
+				         (int)cc, code, r.body ? r.body : "");
+		} else if (!h->nseen || h->seen[h->nseen - 1] != atoi(v)) {
+			if (h->nseen < 8)
+				h->seen[h->nseen++] = atoi(v);
+		}
+		resp_free(&r);
+	}
+	curl_slist_free_all(hd);
+	curl_easy_cleanup(c);
+	return NULL;
+}
+
+/* Every client has answered at least n more requests than in before[] and last saw v. */
+static int all_past(struct hammer *h, int nh, const int *before, int n, int v)
+{
+	for (int i = 0; i < nh; i++)
+		if (h[i].requests < before[i] + n || !h[i].nseen || h[i].seen[h[i].nseen - 1] != v)
+			return 0;
+	return 1;
+}
+
+/* Moving production under load: 8 clients keep predicting on the bare path while the alias
+ * moves from version 1 to 2 by another process (`tpuflow models alias`), then back to 1 in
+ * this one. No request fails, and every client's answers switch to the new version and never
+ * go back to the old one. */
+static void test_alias_move_under_load(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	struct tf_store *st;
+	char err[256];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	struct tf_deploy_spec d = {.model = "fm", .alias = "production", .version = 1};
+	assert_int_equal(tf_registry_deploy(st, &d, NULL), 0); /* no canary */
+	char *inf = infer_body();
+	enum { NH = 8 };
+	struct hammer h[NH];
+	volatile int stop = 0;
+	int before[NH];
+	for (int i = 0; i < NH; i++) {
+		h[i] = (struct hammer){.body = inf, .stop = &stop};
+		assert_int_equal(pthread_create(&h[i].t, NULL, hammer_run, &h[i]), 0);
+	}
+	memset(before, 0, sizeof(before));
+	double until = tf_now_monotonic() + 60;
+	while (!all_past(h, NH, before, 20, 1) && tf_now_monotonic() < until)
+		usleep(10 * 1000);
+	for (int i = 0; i < NH; i++)
+		before[i] = h[i].requests;
+	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", home, "models", "alias", "fm",
+	                "production",          "2",      NULL};
+	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, "alias.out", "alias.out")), 0);
+	while (!all_past(h, NH, before, 20, 2) && tf_now_monotonic() < until)
+		usleep(10 * 1000);
+	for (int i = 0; i < NH; i++)
+		before[i] = h[i].requests;
+	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	while (!all_past(h, NH, before, 20, 1) && tf_now_monotonic() < until)
+		usleep(10 * 1000);
+	stop = 1;
+	int total = 0;
+	for (int i = 0; i < NH; i++) {
+		pthread_join(h[i].t, NULL);
+		total += h[i].requests;
+		if (h[i].failed)
+			fprintf(stderr, "client %d: %d failed, first: %s\n", i, h[i].failed,
+			        h[i].why);
+		assert_int_equal(h[i].failed, 0);
+		if (h[i].nseen != 3)
+			fprintf(stderr, "client %d saw versions %d %d %d %d ...\n", i, h[i].seen[0],
+			        h[i].seen[1], h[i].seen[2], h[i].seen[3]);
+		/* 1, then 2, then 1: switched each time, never back before the next move */
+		assert_int_equal(h[i].nseen, 3);
+		assert_int_equal(h[i].seen[0], 1);
+		assert_int_equal(h[i].seen[1], 2);
+		assert_int_equal(h[i].seen[2], 1);
+	}
+	fprintf(stderr, "alias moved twice under %d requests from %d clients: none failed\n", total,
+	        NH);
+	tf_store_close(st);
 	free(inf);
 }
 
@@ -811,6 +1156,9 @@ int main(void)
 	    cmocka_unit_test(test_bit_identity_with_predict),
 	    cmocka_unit_test(test_alias_move),
 	    cmocka_unit_test(test_canary_split),
+	    cmocka_unit_test(test_rollout_rolls_back_failing_canaries),
+	    cmocka_unit_test(test_rollout_p99_slo_and_promotion),
+	    cmocka_unit_test(test_alias_move_under_load),
 	    cmocka_unit_test(test_serve_command),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -38,6 +38,7 @@
 #define TOUCH_EVERY 60.0 /* seconds between last_used_at writes per token */
 #define NBUCKETS 64      /* rate-limit buckets (tokens seen recently) */
 #define WATCH_MS 25      /* how often other processes' commits are looked for */
+#define TICK_EVERY 8     /* watches between two rollout checks (tf_serve_tick) */
 
 struct bucket {
 	int64_t id;       /* token id, 0 = free slot */
@@ -137,19 +138,22 @@ struct tf_store *tf_web_store(struct tf_web_req *rq)
 }
 
 /* Every WATCH_MS, moves the store's change generation when another process committed, so
- * the caches of the serving routes and of tokens see it (orchestrator/store.h). */
+ * the caches of the serving routes and of tokens see it (orchestrator/store.h); every
+ * TICK_EVERY of them, checks the canaries' rollout policies (web/serve.h). */
 static void *watch(void *arg)
 {
 	struct tf_web *w = arg;
 	struct tf_store *st = NULL;
 	char err[256];
-	while (!w->stopping) {
+	for (unsigned i = 1; !w->stopping; i++) {
 		if (!st && tf_store_open(w->dbpath, 0, &st, err, sizeof(err)))
 			st = NULL;
 		if (st && tf_store_poll_changes(st)) {
 			tf_store_close(st);
 			st = NULL;
 		}
+		if (st && i % TICK_EVERY == 0)
+			tf_serve_tick(w->serve, st);
 		struct timespec ts = {0, WATCH_MS * 1000000L};
 		nanosleep(&ts, NULL);
 	}

@@ -51,6 +51,7 @@ struct entry {
 	/* answers of the prediction routes, counted without a lock: counts, and the latencies
 	 * of the last LAT_RING */
 	_Atomic uint64_t requests, errors;
+	_Atomic uint64_t failures; /* answers it could not give: 5xx, or routed to it unloadable */
 	_Atomic float lat_ms[LAT_RING];
 };
 
@@ -62,15 +63,26 @@ struct view {
 	char *model;
 	uint64_t gen;
 	int exists;     /* 0: no such model (remembered too) */
-	int refreshing; /* a request is reading a newer one; the others use this one meanwhile */
+	int refreshing; /* a request is reading a newer one; the others wait for it */
 	size_t nversions;
 	int64_t *versions; /* ascending */
 	char **bundles;    /* their bundle keys */
 	size_t naliases;
 	char **aliases; /* alias names and their versions */
 	int64_t *aliased;
-	int64_t canary;     /* the production deployment's canary version, 0: none */
-	double canary_pct;  /* and its share of the traffic */
+	int64_t canary;    /* the production deployment's canary version, 0: none */
+	double canary_pct; /* and its share of the traffic */
+	int64_t dep_id;    /* the production deployment (0: none), its stable version, when */
+	int64_t stable;
+	double dep_at;   /* made (wall) */
+	int has_rollout; /* the canary's rollout policy, and its text */
+	struct tf_rollout rollout;
+	char *rollout_text;
+	/* the rollout's window on this server: the canary's counts when it began (tf_serve_tick;
+	 * kept across readings of the same deployment) */
+	int64_t base_dep;
+	uint64_t base_req, base_fail;
+	double base_at; /* monotonic */
 };
 
 struct tf_serve {
@@ -79,6 +91,7 @@ struct tf_serve {
 	size_t max_batch;
 	pthread_mutex_t lock; /* the lists, every entry's state and times, every view */
 	pthread_cond_t loaded;
+	pthread_cond_t refreshed; /* a view was read again (or could not be) */
 	struct entry *list;
 	size_t n;
 	struct view *views; /* most recently read first */
@@ -93,6 +106,7 @@ struct tf_serve *tf_serve_new(const char *home, const char *only_model, size_t m
 	sv->max_batch = max_batch ? max_batch : TF_SERVE_MAX_BATCH;
 	pthread_mutex_init(&sv->lock, NULL);
 	pthread_cond_init(&sv->loaded, NULL);
+	pthread_cond_init(&sv->refreshed, NULL);
 	return sv;
 }
 
@@ -115,6 +129,7 @@ static void view_free(struct view *m)
 	free(m->bundles);
 	free(m->aliases);
 	free(m->aliased);
+	free(m->rollout_text);
 	free(m->model);
 	free(m);
 }
@@ -133,6 +148,7 @@ void tf_serve_free(struct tf_serve *sv)
 	}
 	pthread_mutex_destroy(&sv->lock);
 	pthread_cond_destroy(&sv->loaded);
+	pthread_cond_destroy(&sv->refreshed);
 	free(sv->home);
 	free(sv->only_model);
 	free(sv);
@@ -161,6 +177,8 @@ static void record(struct tf_serve *sv, struct entry *e, int status, double t0)
 	atomic_store_explicit(&e->lat_ms[i % LAT_RING], ms, memory_order_relaxed);
 	if (status != 200)
 		atomic_fetch_add_explicit(&e->errors, 1, memory_order_relaxed);
+	if (status >= 500)
+		atomic_fetch_add_explicit(&e->failures, 1, memory_order_relaxed);
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -169,21 +187,33 @@ static int cmp_float(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* {requests, errors, error_rate, p50_ms, p99_ms} of e (percentiles of the last LAT_RING). */
+/* The latencies of e's answers numbered from `since` on (at most the last LAT_RING), sorted,
+ * into lat; how many. */
+static size_t latencies(struct entry *e, uint64_t since, float lat[LAT_RING])
+{
+	uint64_t n = atomic_load_explicit(&e->requests, memory_order_relaxed);
+	uint64_t from = n > LAT_RING && n - LAT_RING > since ? n - LAT_RING : since;
+	size_t k = 0;
+	for (uint64_t i = from; i < n; i++)
+		lat[k++] = atomic_load_explicit(&e->lat_ms[i % LAT_RING], memory_order_relaxed);
+	qsort(lat, k, sizeof(float), cmp_float);
+	return k;
+}
+
+/* {requests, errors, failures, error_rate, p50_ms, p99_ms} of e (percentiles of the last
+ * LAT_RING answers). */
 static json_t *stats_json(struct tf_serve *sv, struct entry *e)
 {
 	(void)sv;
 	float lat[LAT_RING];
 	uint64_t n = atomic_load_explicit(&e->requests, memory_order_relaxed);
 	uint64_t errs = atomic_load_explicit(&e->errors, memory_order_relaxed);
-	size_t k = n < LAT_RING ? (size_t)n : LAT_RING;
-	for (size_t i = 0; i < k; i++)
-		lat[i] = atomic_load_explicit(&e->lat_ms[i], memory_order_relaxed);
-	qsort(lat, k, sizeof(float), cmp_float);
-	return json_pack("{s:I, s:I, s:f, s:f, s:f}", "requests", (json_int_t)n, "errors",
-	                 (json_int_t)errs, "error_rate", n ? (double)errs / (double)n : 0.0,
-	                 "p50_ms", k ? (double)lat[k / 2] : 0.0, "p99_ms",
-	                 k ? (double)lat[(k * 99) / 100] : 0.0);
+	uint64_t fails = atomic_load_explicit(&e->failures, memory_order_relaxed);
+	size_t k = latencies(e, 0, lat);
+	return json_pack("{s:I, s:I, s:I, s:f, s:f, s:f}", "requests", (json_int_t)n, "errors",
+	                 (json_int_t)errs, "failures", (json_int_t)fails, "error_rate",
+	                 n ? (double)errs / (double)n : 0.0, "p50_ms", k ? (double)lat[k / 2] : 0.0,
+	                 "p99_ms", k ? (double)lat[(k * 99) / 100] : 0.0);
 }
 
 /* Unlists the least recently used settled entry other than keep while over the cap. */
@@ -232,7 +262,8 @@ static struct view *view_read(struct tf_store *st, const char *model, uint64_t g
 		int64_t n = json_integer_value(json_object_get(v, "version"));
 		const char *b = json_string_value(json_object_get(v, "bundle"));
 		size_t at = m->nversions++;
-		while (at && m->versions[at - 1] > n) { /* ascending, whatever the listing's order */
+		while (at &&
+		       m->versions[at - 1] > n) { /* ascending, whatever the listing's order */
 			m->versions[at] = m->versions[at - 1];
 			m->bundles[at] = m->bundles[at - 1];
 			at--;
@@ -260,6 +291,19 @@ static struct view *view_read(struct tf_store *st, const char *model, uint64_t g
 		m->canary = json_integer_value(cv);
 		m->canary_pct = json_number_value(json_object_get(dep, "canary_percent"));
 	}
+	m->dep_id = json_integer_value(json_object_get(dep, "id"));
+	m->stable = json_integer_value(json_object_get(dep, "version"));
+	m->dep_at = json_number_value(json_object_get(dep, "created_at"));
+	const json_t *policy = json_object_get(dep, "rollout");
+	char why[256];
+	if (m->canary && json_is_object(policy)) {
+		m->has_rollout = !tf_registry_rollout_parse(policy, &m->rollout, why, sizeof(why));
+		if (m->has_rollout)
+			m->rollout_text = json_dumps(policy, JSON_COMPACT);
+		else
+			tf_warn("model %s: the rollout policy of deployment %lld is not used: %s",
+			        model, (long long)m->dep_id, why);
+	}
 	json_decref(dep);
 	return m;
 }
@@ -272,16 +316,22 @@ static struct view **view_find_locked(struct tf_serve *sv, const char *model)
 	return pm;
 }
 
-/* The view of `model`, called and returning with sv->lock held: read again first when the
- * store has changed since it was read (one request reads; the others meanwhile use the view
- * they have). The store is st, else the request's (taken only then). NULL when the model
- * was never read and the store cannot be read now. */
+/* The view of `model`, called and returning with sv->lock held, never older than the store
+ * was when the call began: read again first when the store has changed since it was read
+ * (one request reads, the others wait for it), so a request that starts after a commit
+ * answers from what the commit wrote. The store is st, else the request's (taken only
+ * then). NULL when the model was never read and the store cannot be read now; an older view
+ * when it cannot be read again. */
 static struct view *view_locked(struct tf_serve *sv, struct tf_store *st, struct tf_web_req *rq,
                                 const char *model)
 {
 	uint64_t gen = tf_store_generation();
 	struct view *m = *view_find_locked(sv, model);
-	if (m && (m->gen == gen || m->refreshing))
+	while (m && m->gen < gen && m->refreshing) {
+		pthread_cond_wait(&sv->refreshed, &sv->lock);
+		m = *view_find_locked(sv, model);
+	}
+	if (m && m->gen >= gen)
 		return m;
 	if (m)
 		m->refreshing = 1;
@@ -290,6 +340,7 @@ static struct view *view_locked(struct tf_serve *sv, struct tf_store *st, struct
 		st = tf_web_store(rq);
 	struct view *fresh = st ? view_read(st, model, gen) : NULL;
 	pthread_mutex_lock(&sv->lock);
+	pthread_cond_broadcast(&sv->refreshed);
 	struct view **pm = view_find_locked(sv, model);
 	if (!fresh) {
 		if (*pm)
@@ -298,6 +349,12 @@ static struct view *view_locked(struct tf_serve *sv, struct tf_store *st, struct
 	}
 	if (*pm) { /* replaced in place: a view is only read under the lock */
 		struct view *old = *pm;
+		if (old->base_dep == fresh->dep_id) { /* the same deployment's window goes on */
+			fresh->base_dep = old->base_dep;
+			fresh->base_req = old->base_req;
+			fresh->base_fail = old->base_fail;
+			fresh->base_at = old->base_at;
+		}
 		fresh->next = old->next;
 		*pm = fresh;
 		view_free(old);
@@ -391,7 +448,7 @@ static int load_bundle(struct tf_serve *sv, const char *model, int64_t v, const 
  * version cannot be loaded (reason in err), -EAGAIN when another request has been loading
  * it for too long. */
 static int acquire_locked(struct tf_serve *sv, const char *model, int64_t v, const char *key,
-                          struct entry **out, char *err, size_t errlen)
+                          int count, struct entry **out, char *err, size_t errlen)
 {
 	double now = tf_now_monotonic();
 	struct entry *e = sv->list;
@@ -461,6 +518,8 @@ static int acquire_locked(struct tf_serve *sv, const char *model, int64_t v, con
 		rc = -ENOENT;
 	}
 	pthread_mutex_unlock(&sv->lock);
+	if (rc && count) /* a request routed to a version that cannot answer */
+		record(sv, e, 503, now);
 	if (rc)
 		entry_put(e);
 	else
@@ -468,12 +527,14 @@ static int acquire_locked(struct tf_serve *sv, const char *model, int64_t v, con
 	return rc;
 }
 
-/* acquire_locked for a version of the view m (lock held, released on return). */
-static int acquire_in(struct tf_serve *sv, const struct view *m, int64_t v, struct entry **out,
-                      char *err, size_t errlen)
+/* acquire_locked for a version of the view m (lock held, released on return); count: a
+ * prediction request, counted as a failure of the version when it cannot answer. */
+static int acquire_in(struct tf_serve *sv, const struct view *m, int64_t v, int count,
+                      struct entry **out, char *err, size_t errlen)
 {
 	ssize_t i = view_version(m, v);
-	return acquire_locked(sv, m->model, v, i < 0 ? NULL : m->bundles[i], out, err, errlen);
+	return acquire_locked(sv, m->model, v, i < 0 ? NULL : m->bundles[i], count, out, err,
+	                      errlen);
 }
 
 /* ---- answers ---------------------------------------------------------------------------- */
@@ -554,8 +615,9 @@ static struct view *model_view(struct tf_web_req *rq, struct tf_web_resp *rs, co
 		return m;
 	pthread_mutex_unlock(&sv->lock);
 	if (!m)
-		serving_error(rs, 503, "cannot read the registry: the state database cannot be "
-		                       "opened");
+		serving_error(rs, 503,
+		              "cannot read the registry: the state database cannot be "
+		              "opened");
 	else
 		serving_error(rs, 404, "Servable not found: no model '%s' in the registry", name);
 	return NULL;
@@ -585,10 +647,12 @@ static double traffic_point(struct tf_web_req *rq)
 	return (double)(h >> 11) * 0x1.0p-53 * 100;
 }
 
-/* The request's entry: {version}, {label}, or the production alias (with the production
- * deployment's canary taking its share), held for the caller (release it). On failure the
- * error is in rs. */
-static struct entry *serve_entry(struct tf_web_req *rq, struct tf_web_resp *rs)
+/* The version the request names: {version}, {label}, or the production alias, of which the
+ * production deployment's canary takes its share when `split` (then *stable is the version
+ * that answers if the canary cannot, else 0). Returns the model's view with sv->lock held,
+ * or NULL with the lock released and the error in rs. */
+static struct view *pick_locked(struct tf_web_req *rq, struct tf_web_resp *rs, int split,
+                                int64_t *v, int64_t *stable)
 {
 	const char *name = tf_web_param(rq, "name");
 	const char *ver = tf_web_param(rq, "version"), *label = tf_web_param(rq, "label");
@@ -597,29 +661,35 @@ static struct entry *serve_entry(struct tf_web_req *rq, struct tf_web_resp *rs)
 		char *end;
 		errno = 0;
 		n = strtoll(ver, &end, 10);
-		if (errno || *end || end == ver || n < 1) {
+		if (errno || *end || end == ver || n < 0) { /* TF Serving: "Malformed request" */
 			serving_error(rs, 400, "version '%s': want a positive integer", ver);
 			return NULL;
 		}
 	}
-	struct tf_serve *sv = tf_web_serving(rq->srv);
 	struct view *m = model_view(rq, rs, name);
 	if (!m)
 		return NULL;
-	int64_t v = n;
+	*v = n;
+	if (stable)
+		*stable = 0;
 	if (ver) {
-		if (view_version(m, v) < 0) {
-			pthread_mutex_unlock(&sv->lock);
-			serving_error(rs, 404, "Servable not found: model '%s' has no version %lld",
-			              name, n);
-			return NULL;
-		}
-	} else if (!(v = label && !strcmp(label, "latest") ? 0
-	                 : view_alias(m, label ? label : "production"))) {
-		pthread_mutex_unlock(&sv->lock);
-		if (label)
-			serving_error(rs, 404, "Servable not found: model '%s' has no label '%s'",
-			              name, label);
+		if (view_version(m, n) >= 0)
+			return m;
+		pthread_mutex_unlock(
+		    &tf_web_serving(rq->srv)->lock); /* version 0 too, as TF Serving */
+		serving_error(rs, 404, "Servable not found: model '%s' has no version %lld", name,
+		              n);
+		return NULL;
+	}
+	*v = label && !strcmp(label, "latest") ? 0 : view_alias(m, label ? label : "production");
+	if (!*v) {
+		pthread_mutex_unlock(&tf_web_serving(rq->srv)->lock);
+		if (label) /* TF Serving: INVALID_ARGUMENT (ServerCore's label lookup), so 400 */
+			serving_error(
+			    rs, 400,
+			    "Unrecognized servable version label: '%s' (model '%s' has no "
+			    "such alias)",
+			    label, name);
 		else
 			serving_error(
 			    rs, 404,
@@ -627,12 +697,37 @@ static struct entry *serve_entry(struct tf_web_req *rq, struct tf_web_resp *rs)
 			    "a version, or call /versions/{v} or /labels/{label})",
 			    name);
 		return NULL;
-	} else if (!label && m->canary && m->canary_pct > 0 && traffic_point(rq) < m->canary_pct) {
-		v = m->canary;
 	}
+	if (split && !label && m->canary && m->canary_pct > 0 &&
+	    traffic_point(rq) < m->canary_pct) {
+		*stable = *v;
+		*v = m->canary;
+	}
+	return m;
+}
+
+/* The request's entry (pick_locked, with the canary's share), held for the caller (release
+ * it). predicting: a prediction request, counted by the version it is routed to; a canary
+ * that cannot answer counts it as a failure (its rollout policy sees it) and the stable
+ * version answers it. On failure the error is in rs. */
+static struct entry *serve_entry(struct tf_web_req *rq, struct tf_web_resp *rs, int predicting)
+{
+	struct tf_serve *sv = tf_web_serving(rq->srv);
+	int64_t v, stable;
+	struct view *m = pick_locked(rq, rs, 1, &v, &stable);
+	if (!m)
+		return NULL;
 	struct entry *e = NULL;
 	char err[1024];
-	int rc = acquire_in(sv, m, v, &e, err, sizeof(err));
+	int rc = acquire_in(sv, m, v, predicting, &e, err, sizeof(err));
+	if (rc && stable) { /* the canary cannot answer: production does */
+		pthread_mutex_lock(&sv->lock);
+		m = view_locked(sv, NULL, rq, tf_web_param(rq, "name"));
+		if (m && m->exists)
+			rc = acquire_in(sv, m, stable, predicting, &e, err, sizeof(err));
+		else
+			pthread_mutex_unlock(&sv->lock);
+	}
 	if (rc)
 		serving_error(rs, rc == -EAGAIN ? 503 : 404, "%s", err);
 	return e;
@@ -932,10 +1027,32 @@ no:
 	return 0;
 }
 
+/* The version's probabilities for the n rows of x, new; NULL with a 500 in rs when one is not
+ * a finite number: the version is broken (JSON has no NaN; its rollout policy counts the
+ * failure), not the request. */
+static float *run_model(const struct entry *e, const float *x, size_t n, struct tf_web_resp *rs)
+{
+	const struct tf_bundle *b = e->b;
+	size_t C = tf_mlp_outputs(&b->mlp);
+	float *p = tf_xmalloc(n * C * sizeof(float));
+	tf_bundle_predict(b, x, n, p, 1);
+	for (size_t i = 0; i < n * C; i++)
+		if (!isfinite(p[i])) {
+			serving_error(
+			    rs, 500,
+			    "version %lld of model '%s' gave a value that is not a finite "
+			    "number for instance %zu (a broken model)",
+			    (long long)e->version, e->model, i / C);
+			free(p);
+			return NULL;
+		}
+	return p;
+}
+
 void tf_serve_h_predict(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	double t0 = tf_now_monotonic();
-	struct entry *e = serve_entry(rq, rs);
+	struct entry *e = serve_entry(rq, rs, 1);
 	if (!e)
 		return;
 	const struct tf_bundle *b = e->b;
@@ -952,10 +1069,9 @@ void tf_serve_h_predict(struct tf_web_req *rq, struct tf_web_resp *rs)
 		if (!ok)
 			serving_error(rs, 400, "%s", err);
 	}
-	if (ok) {
+	float *p = ok ? run_model(e, x, n, rs) : NULL;
+	if (p) {
 		size_t C = tf_mlp_outputs(&b->mlp);
-		float *p = tf_xmalloc(n * C * sizeof(float));
-		tf_bundle_predict(b, x, n, p, 1);
 		struct out o;
 		out_open(&o);
 		fputs(columnar ? "{\"outputs\":[" : "{\"predictions\":[", o.f);
@@ -999,7 +1115,7 @@ static enum vstate version_state(struct tf_serve *sv, struct tf_store *st, struc
 	struct view *m = view_locked(sv, st, rq, model);
 	int rc;
 	if (m && m->exists) {
-		rc = acquire_in(sv, m, v, &got, why, whylen);
+		rc = acquire_in(sv, m, v, 0, &got, why, whylen);
 	} else {
 		pthread_mutex_unlock(&sv->lock);
 		tf_errf(why, whylen, "model '%s' is not in the registry", model);
@@ -1033,11 +1149,18 @@ void tf_serve_h_status(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	struct tf_serve *sv = tf_web_serving(rq->srv);
 	const char *model = tf_web_param(rq, "name");
-	if (!model_view(rq, rs, model))
-		return;
-	pthread_mutex_unlock(&sv->lock);
 	int64_t vs[MAX_ALIASED];
-	int nv = aliased_versions(sv, NULL, rq, model, vs);
+	int nv = 1;
+	if (tf_web_param(rq, "version") || tf_web_param(rq, "label")) { /* that version only */
+		if (!pick_locked(rq, rs, 0, &vs[0], NULL))
+			return;
+		pthread_mutex_unlock(&sv->lock);
+	} else {
+		if (!model_view(rq, rs, model))
+			return;
+		pthread_mutex_unlock(&sv->lock);
+		nv = aliased_versions(sv, NULL, rq, model, vs);
+	}
 	json_t *list = json_array();
 	for (int i = 0; i < nv; i++) {
 		char why[1024] = "";
@@ -1071,7 +1194,7 @@ static json_t *tensor_info(const char *name, const char *dtype, size_t d)
 
 void tf_serve_h_metadata(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
-	struct entry *e = serve_entry(rq, rs);
+	struct entry *e = serve_entry(rq, rs, 0);
 	if (!e)
 		return;
 	const struct tf_bundle *b = e->b;
@@ -1096,6 +1219,14 @@ void tf_serve_h_metadata(struct tf_web_req *rq, struct tf_web_resp *rs)
 
 /* ---- Open Inference Protocol (KServe v2) ------------------------------------------------- */
 
+void tf_serve_h_server(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	(void)rq;
+	tf_web_json(
+	    rs, 200,
+	    json_pack("{s:s, s:s, s:[]}", "name", "tpuflow", "version", TF_VERSION, "extensions"));
+}
+
 void tf_serve_h_live(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	(void)rq;
@@ -1115,7 +1246,8 @@ void tf_serve_h_ready(struct tf_web_req *rq, struct tf_web_resp *rs)
 		pthread_mutex_unlock(&sv->lock);
 		if (!v || version_state(sv, NULL, rq, sv->only_model, v, NULL, why, sizeof(why)) !=
 		              V_AVAILABLE) {
-			serving_error(rs, 503, "model '%s' is not ready: %s", sv->only_model, why);
+			/* the Open Inference Protocol: 200 is true, a 4xx false */
+			serving_error(rs, 400, "model '%s' is not ready: %s", sv->only_model, why);
 			return;
 		}
 	}
@@ -1129,7 +1261,7 @@ static const char *v2_datatype(const struct tf_bundle *b)
 
 void tf_serve_h_v2_model(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
-	struct entry *e = serve_entry(rq, rs);
+	struct entry *e = serve_entry(rq, rs, 0);
 	if (!e)
 		return;
 	const struct tf_bundle *b = e->b;
@@ -1153,9 +1285,13 @@ void tf_serve_h_v2_model(struct tf_web_req *rq, struct tf_web_resp *rs)
 
 void tf_serve_h_v2_model_ready(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
-	struct entry *e = serve_entry(rq, rs);
-	if (!e)
+	struct entry *e = serve_entry(rq, rs, 0);
+	if (!e) { /* not ready is a 4xx (the Open Inference Protocol's health APIs) */
+		if (rs->status == 503)
+			rs->status = 400;
+		rs->retry_after = 0;
 		return;
+	}
 	tf_web_json(rs, 200, json_pack("{s:s, s:b}", "name", e->model, "ready", 1));
 	release(tf_web_serving(rq->srv), e);
 }
@@ -1231,7 +1367,7 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs)
 	json_t *body = body_json(rq, rs);
 	if (!body)
 		return;
-	struct entry *e = serve_entry(rq, rs);
+	struct entry *e = serve_entry(rq, rs, 1);
 	if (!e) {
 		json_decref(body);
 		return;
@@ -1240,12 +1376,11 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs)
 	float *x = NULL;
 	size_t n = 0;
 	char err[1024];
+	float *p = NULL;
 	if (v2_inputs(tf_web_serving(rq->srv), b, body, &x, &n, err, sizeof(err))) {
 		serving_error(rs, 400, "%s", err);
-	} else {
+	} else if ((p = run_model(e, x, n, rs))) {
 		size_t C = tf_mlp_outputs(&b->mlp);
-		float *p = tf_xmalloc(n * C * sizeof(float));
-		tf_bundle_predict(b, x, n, p, 1);
 		struct out o;
 		out_open(&o);
 		fputs("{\"model_name\":", o.f);
@@ -1269,4 +1404,121 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs)
 	json_decref(body);
 	record(tf_web_serving(rq->srv), e, rs->status, t0);
 	release(tf_web_serving(rq->srv), e);
+}
+
+/* ---- rollout policy -------------------------------------------------------------------- */
+
+#define MAX_MOVES 8 /* deployments moved per tick */
+
+/* One decision of tf_serve_tick, written to the registry outside the lock. */
+struct move {
+	char model[72];
+	int64_t dep_id, version;
+	double share;      /* the canary's next share; 0: no canary (promotion or rollback) */
+	char *rollout;     /* the policy carried to the next step (owned) */
+	const char *event; /* the alert it raises (orchestrator/alerts.h); NULL: model_deployed */
+	char reason[768];
+	char figures[256];
+};
+
+/* The decision on the canary of view m by its figures on this server since the window began:
+ * 1 with *mv filled when the deployment moves. Called with the lock held. */
+static int judge_locked(struct tf_serve *sv, struct view *m, double now, struct move *mv)
+{
+	struct entry *e = sv->list;
+	while (e && (e->version != m->canary || strcmp(e->model, m->model)))
+		e = e->next;
+	uint64_t req = e ? atomic_load_explicit(&e->requests, memory_order_relaxed) : 0;
+	uint64_t fail = e ? atomic_load_explicit(&e->failures, memory_order_relaxed) : 0;
+	if (m->base_dep != m->dep_id || req < m->base_req || fail < m->base_fail) {
+		m->base_dep = m->dep_id; /* a new deployment (or the version reloaded): start */
+		m->base_req = req;
+		m->base_fail = fail;
+		m->base_at = now;
+		return 0;
+	}
+	const struct tf_rollout *r = &m->rollout;
+	uint64_t n = req - m->base_req, f = fail - m->base_fail;
+	if (n < (uint64_t)r->min_requests)
+		return 0;
+	float lat[LAT_RING];
+	size_t k = latencies(e, m->base_req, lat);
+	double rate = (double)f / (double)n, p99 = k ? lat[(k * 99) / 100] : 0;
+	double soaked = now - m->base_at;
+	memset(mv, 0, sizeof(*mv));
+	snprintf(mv->model, sizeof(mv->model), "%s", m->model);
+	mv->dep_id = m->dep_id;
+	snprintf(mv->figures, sizeof(mv->figures),
+	         "{\"version\":%lld,\"share\":%.6g,\"requests\":%llu,\"failures\":%llu,"
+	         "\"error_rate\":%.6g,\"p99_ms\":%.6g,\"window_s\":%.3f}",
+	         (long long)m->canary, m->canary_pct, (unsigned long long)n, (unsigned long long)f,
+	         rate, p99, soaked);
+	if (rate > r->max_error_rate || (r->max_p99_ms > 0 && p99 > r->max_p99_ms)) {
+		mv->version = m->stable;
+		mv->event = "model_rolled_back";
+		if (rate > r->max_error_rate)
+			snprintf(mv->reason, sizeof(mv->reason),
+			         "rollback: canary version %lld failed %llu of %llu requests "
+			         "(error rate %.3g over the SLO of %g)%s%.500s",
+			         (long long)m->canary, (unsigned long long)f, (unsigned long long)n,
+			         rate, r->max_error_rate,
+			         e->state == V_UNAVAILABLE ? "; it is UNAVAILABLE: " : "",
+			         e->state == V_UNAVAILABLE ? e->reason : "");
+		else
+			snprintf(mv->reason, sizeof(mv->reason),
+			         "rollback: canary version %lld p99 %.3f ms over the SLO of %g ms "
+			         "(%llu requests)",
+			         (long long)m->canary, p99, r->max_p99_ms, (unsigned long long)n);
+		return 1;
+	}
+	if (soaked < r->soak_s)
+		return 0;
+	mv->version = m->canary;
+	for (int i = 0; i < r->nsteps; i++)
+		if (r->steps[i] > m->canary_pct) {
+			mv->share = r->steps[i];
+			mv->rollout = tf_xstrdup(m->rollout_text);
+			snprintf(mv->reason, sizeof(mv->reason),
+			         "canary version %lld %g%% -> %g%%: %llu requests within the SLOs "
+			         "for %.1f s",
+			         (long long)m->canary, m->canary_pct, mv->share,
+			         (unsigned long long)n, soaked);
+			return 1;
+		}
+	mv->event = "model_promoted";
+	snprintf(mv->reason, sizeof(mv->reason),
+	         "promoted: canary version %lld served %llu requests within the SLOs at %g%% for "
+	         "%.1f s",
+	         (long long)m->canary, (unsigned long long)n, m->canary_pct, soaked);
+	return 1;
+}
+
+void tf_serve_tick(struct tf_serve *sv, struct tf_store *st)
+{
+	struct move mv[MAX_MOVES];
+	int n = 0;
+	double now = tf_now_monotonic();
+	pthread_mutex_lock(&sv->lock);
+	for (struct view *m = sv->views; m && n < MAX_MOVES; m = m->next)
+		if (m->exists && m->canary && m->has_rollout && judge_locked(sv, m, now, &mv[n]))
+			n++;
+	pthread_mutex_unlock(&sv->lock);
+	for (int i = 0; i < n; i++) {
+		struct tf_deploy_spec d = {.model = mv[i].model,
+		                           .alias = "production",
+		                           .version = mv[i].version,
+		                           .canary_percent = mv[i].share,
+		                           .rollout = mv[i].rollout,
+		                           .reason = mv[i].reason,
+		                           .figures = mv[i].figures,
+		                           .expect_id = mv[i].dep_id,
+		                           .event = mv[i].event};
+		int rc = tf_registry_deploy(st, &d, NULL);
+		if (rc == 0)
+			tf_info("model %s: %s", mv[i].model, mv[i].reason);
+		else if (rc != -ESTALE) /* -ESTALE: moved meanwhile (by hand, or another server) */
+			tf_warn("model %s: cannot record '%s': %s", mv[i].model, mv[i].reason,
+			        tf_store_errmsg(st));
+		free(mv[i].rollout);
+	}
 }

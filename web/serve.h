@@ -34,10 +34,18 @@ void tf_serve_free(struct tf_serve *sv);
 int tf_serve_warm(struct tf_serve *sv, struct tf_store *st, const char *model, char *err,
                   size_t errlen);
 
+/* The rollout policies of the canaries this server has answered for (docs/serving.md): each
+ * canary's figures here since its deployment began are judged against its policy, and a
+ * deployment that must move (a rollback, the next share, a promotion) is moved in the
+ * registry through st, with the reason and the figures. Called every few hundred ms by the
+ * server (web/http.c). */
+void tf_serve_tick(struct tf_serve *sv, struct tf_store *st);
+
 /* The handlers (route rows below). */
 void tf_serve_h_predict(struct tf_web_req *rq, struct tf_web_resp *rs);
 void tf_serve_h_status(struct tf_web_req *rq, struct tf_web_resp *rs);
 void tf_serve_h_metadata(struct tf_web_req *rq, struct tf_web_resp *rs);
+void tf_serve_h_server(struct tf_web_req *rq, struct tf_web_resp *rs);
 void tf_serve_h_live(struct tf_web_req *rq, struct tf_web_resp *rs);
 void tf_serve_h_ready(struct tf_web_req *rq, struct tf_web_resp *rs);
 void tf_serve_h_v2_model(struct tf_web_req *rq, struct tf_web_resp *rs);
@@ -68,6 +76,8 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs);
 	"\"outputs\":{\"type\":\"array\"}}}"
 #define TF_SERVE_READY_RESP "{\"type\":\"object\",\"required\":[\"ready\"]}"
 #define TF_SERVE_LIVE_RESP "{\"type\":\"object\",\"required\":[\"live\"]}"
+#define TF_SERVE_SERVER_RESP                                                                       \
+	"{\"type\":\"object\",\"required\":[\"name\",\"version\",\"extensions\"]}"
 
 /* The serving rows of the route table (web/routes.c): scope predict, errors as
  * {"error": "..."} (TF_ROUTE_SERVING). */
@@ -192,6 +202,78 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs);
 	     NULL,                                                                                 \
 	     TF_SERVE_INFER_REQ,                                                                   \
 	     TF_SERVE_INFER_RESP,                                                                  \
+	     200,                                                                                  \
+	     NULL},                                                                                \
+	    {"GET",                                                                                \
+	     "/v1/models/{name}/versions/{version}",                                               \
+	     TF_SCOPE_PREDICT,                                                                     \
+	     tf_serve_h_status,                                                                    \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "tfsVersionStatus",                                                                   \
+	     "The state of one version",                                                           \
+	     NULL,                                                                                 \
+	     NULL,                                                                                 \
+	     TF_SERVE_STATUS_RESP,                                                                 \
+	     200,                                                                                  \
+	     NULL},                                                                                \
+	    {"GET",                                                                                \
+	     "/v1/models/{name}/labels/{label}",                                                   \
+	     TF_SCOPE_PREDICT,                                                                     \
+	     tf_serve_h_status,                                                                    \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "tfsLabelStatus",                                                                     \
+	     "The state of the version an alias points at",                                        \
+	     NULL,                                                                                 \
+	     NULL,                                                                                 \
+	     TF_SERVE_STATUS_RESP,                                                                 \
+	     200,                                                                                  \
+	     NULL},                                                                                \
+	    {"GET",                                                                                \
+	     "/v1/models/{name}/versions/{version}/metadata",                                      \
+	     TF_SCOPE_PREDICT,                                                                     \
+	     tf_serve_h_metadata,                                                                  \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "tfsVersionMetadata",                                                                 \
+	     "One version's signature",                                                            \
+	     NULL,                                                                                 \
+	     NULL,                                                                                 \
+	     TF_SERVE_ANY,                                                                         \
+	     200,                                                                                  \
+	     NULL},                                                                                \
+	    {"GET",                                                                                \
+	     "/v2",                                                                                \
+	     TF_SCOPE_PUBLIC,                                                                      \
+	     tf_serve_h_server,                                                                    \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "v2ServerMetadata",                                                                   \
+	     "Open Inference Protocol: server metadata",                                           \
+	     NULL,                                                                                 \
+	     NULL,                                                                                 \
+	     TF_SERVE_SERVER_RESP,                                                                 \
+	     200,                                                                                  \
+	     NULL},                                                                                \
+	    {"GET",                                                                                \
+	     "/v2/models/{name}/versions/{version}",                                               \
+	     TF_SCOPE_PREDICT,                                                                     \
+	     tf_serve_h_v2_model,                                                                  \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "v2VersionMetadata",                                                                  \
+	     "Open Inference Protocol: metadata of one version",                                   \
+	     NULL,                                                                                 \
+	     NULL,                                                                                 \
+	     TF_SERVE_ANY,                                                                         \
+	     200,                                                                                  \
+	     NULL},                                                                                \
+	    {"GET",                                                                                \
+	     "/v2/models/{name}/versions/{version}/ready",                                         \
+	     TF_SCOPE_PREDICT,                                                                     \
+	     tf_serve_h_v2_model_ready,                                                            \
+	     TF_SERVE_FLAGS,                                                                       \
+	     "v2VersionReady",                                                                     \
+	     "Open Inference Protocol: one version is ready",                                      \
+	     NULL,                                                                                 \
+	     NULL,                                                                                 \
+	     TF_SERVE_READY_RESP,                                                                  \
 	     200,                                                                                  \
 	     NULL},                                                                                \
 	{                                                                                          \

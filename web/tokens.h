@@ -38,8 +38,8 @@ struct tf_token_cache {
 		char token[TF_TOKEN_LEN + 1]; /* "" for a free slot */
 		int64_t id;
 		enum tf_scope scope;
-		double expires_at;  /* wall seconds, 0: never */
-		uint64_t gen;       /* tf_store_generation() before it was read */
+		double expires_at; /* wall seconds, 0: never */
+		uint64_t gen;      /* tf_store_generation() before it was read */
 	} e[TF_TOKEN_CACHE];
 	unsigned next; /* the slot the next new token takes */
 };
