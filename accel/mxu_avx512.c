@@ -191,10 +191,12 @@ static inline __attribute__((always_inline)) void zupdate(float *row, __m512 s, 
 }
 
 /* One A panel against one B panel of NV vectors (pw = 16 NV columns), kc k values from a
- * tile boundary. */
+ * tile boundary; MR rows of the panel are computed (ZMR, or 1 for a single row: one
+ * example's inference, where the other rows would be padding). */
 static inline __attribute__((always_inline)) void
-zkernel(const int NV, size_t kc, size_t R, const uint32_t *a, const size_t ais, const size_t aks,
-        const uint32_t *b, float *c, size_t ldc, size_t mr, size_t nr, int flags)
+zkernel(const int NV, const int MR, size_t kc, size_t R, const uint32_t *a, const size_t ais,
+        const size_t aks, const uint32_t *b, float *c, size_t ldc, size_t mr, size_t nr,
+        int flags)
 {
 	const size_t pw = 16 * (size_t)NV;
 	__mmask16 m0 = lanes(nr), m1 = lanes(nr > 16 ? nr - 16 : 0);
@@ -212,7 +214,7 @@ zkernel(const int NV, size_t kc, size_t R, const uint32_t *a, const size_t ais, 
 			if (NV > 1)
 				b1 = (__m512bh)_mm512_loadu_si512(pb + 16);
 #pragma GCC unroll 8
-			for (int i = 0; i < ZMR; i++) {
+			for (int i = 0; i < MR; i++) {
 				__m512bh x = (__m512bh)_mm512_set1_epi32((int)pa[(size_t)i * ais]);
 				s0[i] = _mm512_dpbf16_ps(s0[i], x, b0);
 				if (NV > 1)
@@ -241,16 +243,23 @@ static void kernel_row(size_t kc, size_t R, const uint32_t *a, int kmajor, const
 	for (size_t jr = 0; jr < nc; jr += pw) {
 		size_t nr = nc - jr < pw ? nc - jr : pw;
 		const uint32_t *bp = b + jr * np;
-		if (pw == 16) {
-			if (kmajor)
-				zkernel(1, kc, R, a, 1, ZMR, bp, c + jr, ldc, mr, nr, flags);
+		if (mr == 1) { /* one row: a k-major panel and a row panel read alike */
+			if (pw == 16)
+				zkernel(1, 1, kc, R, a, 1, kmajor ? ZMR : 1, bp, c + jr, ldc, mr, nr,
+				        flags);
 			else
-				zkernel(1, kc, R, a, ais, 1, bp, c + jr, ldc, mr, nr, flags);
+				zkernel(2, 1, kc, R, a, 1, kmajor ? ZMR : 1, bp, c + jr, ldc, mr, nr,
+				        flags);
+		} else if (pw == 16) {
+			if (kmajor)
+				zkernel(1, ZMR, kc, R, a, 1, ZMR, bp, c + jr, ldc, mr, nr, flags);
+			else
+				zkernel(1, ZMR, kc, R, a, ais, 1, bp, c + jr, ldc, mr, nr, flags);
 		} else {
 			if (kmajor)
-				zkernel(2, kc, R, a, 1, ZMR, bp, c + jr, ldc, mr, nr, flags);
+				zkernel(2, ZMR, kc, R, a, 1, ZMR, bp, c + jr, ldc, mr, nr, flags);
 			else
-				zkernel(2, kc, R, a, ais, 1, bp, c + jr, ldc, mr, nr, flags);
+				zkernel(2, ZMR, kc, R, a, ais, 1, bp, c + jr, ldc, mr, nr, flags);
 		}
 	}
 }

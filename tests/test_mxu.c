@@ -295,6 +295,9 @@ static void test_mxu_narrow_and_short_k_match_reference(void **state)
 	    {4, 4, 50, 9, 6, 1},         /* one full 6-column group, 3 K-tiles */
 	    {128, 128, 33, 1, 2, 1},     /* K = 1 */
 	    {64, 64, 31, 64, 16, 0},     /* N = 16: the 16-wide kernel, K = R */
+	    {128, 128, 1, 784, 256, 0},  /* one example's forward pass (serving): layer 1 */
+	    {128, 128, 1, 256, 128, 0},  /* layer 2 */
+	    {128, 128, 1, 128, 10, 0},   /* layer 3 */
 	};
 	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
 		const int *s = shapes[i];
