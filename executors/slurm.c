@@ -10,7 +10,9 @@
  *
  * Polling: every live job of this process is on one list; whichever handle polls first after
  * the interval (TPUFLOW_SLURM_POLL seconds, default 2) runs ONE `squeue -j ID,ID,...` for all
- * of them and updates each; the others read what it found. Slurm's states map to classes:
+ * of them and updates each; the others read what it found. Jobs squeue has stopped listing
+ * for three sweeps are asked of accounting with ONE `sacct -j ID,ID,...` in the same sweep.
+ * Slurm's states map to classes:
  *
  *   COMPLETED                         none (success)
  *   FAILED, OUT_OF_MEMORY             error
@@ -27,8 +29,8 @@
  * Timeouts: --time is the step's timeout rounded up to whole minutes (Slurm's unit); Slurm
  * ends the job (TIMEOUT). As a backstop, a job still running two minutes past that is
  * cancelled here and classed as a timeout. A job squeue no longer lists is looked up with
- * `sacct` (when accounting keeps it) and `scontrol show job`; if Slurm has forgotten it, the
- * attempt is an infra failure.
+ * `sacct` (when accounting keeps it), then `scontrol show job` for those sacct does not
+ * know; if Slurm has forgotten it, the attempt is an infra failure.
  *
  * Freeing a handle stops nothing: a job outlives the process that submitted it, and a
  * restarted coordinator follows it again by its id (tf_slurm_spec.attach_job). */
@@ -39,6 +41,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -71,6 +74,8 @@ struct slurm {
 	int base_restarts;    /* restart count at the first sighting (-1: not seen yet) */
 	int wstatus;          /* exit status as a wait status */
 	int missing;          /* consecutive sweeps that did not list the job */
+	int lookup;           /* the last lookup of a job squeue stopped listing: 1 sacct or
+	                         scontrol knew it (state set), -1 neither did, 0 none yet */
 	double running_since; /* monotonic time it was first seen running, 0: not yet */
 	int done;             /* res holds the outcome */
 	struct tf_exec_result res;
@@ -255,14 +260,15 @@ static void apply_row(const char *row)
 	}
 }
 
-/* One squeue for every live job. Called with reg_lock held. */
-static void sweep(void)
+/* "ID,ID,..." of the live jobs missing from at least `missing` sweeps, or NULL when there
+ * are none; the caller frees. Called with reg_lock held. */
+static char *job_ids(int missing)
 {
 	size_t n = 0, cap = 64;
 	char *ids = tf_xmalloc(cap);
 	ids[0] = '\0';
 	for (struct slurm *s = reg_head; s; s = s->next) {
-		if (s->done || s->job <= 0)
+		if (s->done || s->job <= 0 || s->missing < missing)
 			continue;
 		char one[24];
 		int k = snprintf(one, sizeof(one), "%s%ld", n ? "," : "", s->job);
@@ -273,8 +279,76 @@ static void sweep(void)
 	}
 	if (!n) {
 		free(ids);
-		return;
+		return NULL;
 	}
+	return ids;
+}
+
+static struct slurm *find_job(long id)
+{
+	for (struct slurm *s = reg_head; s; s = s->next)
+		if (s->job == id && !s->done)
+			return s;
+	return NULL;
+}
+
+/* Jobs squeue stopped listing: ONE sacct for all of them (rows "ID|STATE|EXIT:SIGNAL", e.g.
+ * "12|CANCELLED by 0|0:15"; it fails without slurmdbd), then, for those it did not know,
+ * the controller's memory (scontrol, which takes one id). Sets each one's lookup. Called
+ * with reg_lock held. */
+static void lookup_missing(void)
+{
+	char *ids = job_ids(LOST_SWEEPS), *out = NULL, err[256];
+	if (!ids)
+		return;
+	for (struct slurm *s = reg_head; s; s = s->next)
+		if (!s->done && s->job > 0 && s->missing >= LOST_SWEEPS)
+			s->lookup = -1;
+	char *sacct[] = {"sacct", "-X", "-n", "-P", "-j", ids, "-o", "JobID,State,ExitCode", NULL};
+	if (run_tool(sacct, NULL, &out, err, sizeof(err)) == 0) {
+		char *save = NULL;
+		for (char *row = strtok_r(out, "\n", &save); row;
+		     row = strtok_r(NULL, "\n", &save)) {
+			struct slurm *s = find_job(strtol(row, NULL, 10));
+			const char *st = strchr(row, '|'), *ex = st ? strchr(st + 1, '|') : NULL;
+			int code = 0, sig = 0;
+			if (!s || !ex)
+				continue;
+			snprintf(s->state, sizeof(s->state), "%.*s", (int)strcspn(st + 1, " |"),
+			         st + 1);
+			if (sscanf(ex + 1, "%d:%d", &code, &sig) == 2)
+				s->wstatus = sig ? sig : (code & 0xff) << 8;
+			s->lookup = 1;
+		}
+	}
+	free(out);
+	free(ids);
+	for (struct slurm *s = reg_head; s; s = s->next) {
+		if (s->done || s->lookup >= 0 || s->missing < LOST_SWEEPS)
+			continue;
+		char id[24];
+		snprintf(id, sizeof(id), "%ld", s->job);
+		char *scontrol[] = {"scontrol", "-o", "show", "job", id, NULL};
+		out = NULL;
+		if (run_tool(scontrol, NULL, &out, err, sizeof(err)) == 0) {
+			const char *p = strstr(out, "JobState=");
+			if (p) {
+				snprintf(s->state, sizeof(s->state), "%.*s",
+				         (int)strcspn(p + 9, " \n"), p + 9);
+				s->lookup = 1;
+			}
+		}
+		free(out);
+	}
+}
+
+/* One squeue for every live job, then one lookup for those it no longer lists. Called with
+ * reg_lock held. */
+static void sweep(void)
+{
+	char *ids = job_ids(INT_MIN);
+	if (!ids)
+		return;
 	char *argv[] = {"squeue", "-h", "-t", "all", "-j", ids, "-O", SQUEUE_FORMAT, NULL};
 	char *out = NULL, err[512];
 	int rc = run_tool(argv, NULL, &out, err, sizeof(err));
@@ -302,6 +376,7 @@ static void sweep(void)
 			s->missing = s->missing < 0 ? 0 : s->missing + 1;
 	free(out);
 	free(ids);
+	lookup_missing();
 }
 
 static void reg_add(struct slurm *s)
@@ -391,39 +466,6 @@ enum tf_fail_class tf_slurm_classify(const char *state, int requested, int wstat
 	return TF_FAIL_LAST; /* not finished */
 }
 
-/* Asks sacct, then scontrol, about a job squeue no longer lists; sets s->state (and the exit
- * status from sacct) and returns 1 when one of them knows it. */
-static int lookup_gone(struct slurm *s)
-{
-	char id[24], *out = NULL, err[256];
-	snprintf(id, sizeof(id), "%ld", s->job);
-	/* "STATE|EXIT:SIGNAL", e.g. "CANCELLED by 0|0:15"; fails without slurmdbd */
-	char *sacct[] = {"sacct", "-X", "-n", "-P", "-j", id, "-o", "State,ExitCode", NULL};
-	if (run_tool(sacct, NULL, &out, err, sizeof(err)) == 0 && out[0]) {
-		int code = 0, sig = 0;
-		const char *bar = strchr(out, '|');
-		snprintf(s->state, sizeof(s->state), "%.*s", (int)strcspn(out, " |\n"), out);
-		if (bar && sscanf(bar + 1, "%d:%d", &code, &sig) == 2)
-			s->wstatus = sig ? sig : (code & 0xff) << 8;
-		free(out);
-		return 1;
-	}
-	free(out);
-	out = NULL;
-	char *scontrol[] = {"scontrol", "-o", "show", "job", id, NULL};
-	int known = 0;
-	if (run_tool(scontrol, NULL, &out, err, sizeof(err)) == 0) {
-		const char *p = strstr(out, "JobState=");
-		if (p) {
-			snprintf(s->state, sizeof(s->state), "%.*s", (int)strcspn(p + 9, " \n"),
-			         p + 9);
-			known = 1;
-		}
-	}
-	free(out);
-	return known;
-}
-
 /* Decides the job's outcome from the last sweep. Called with reg_lock held; returns 1 when
  * the job is over (s->res filled except logs). */
 static int judge(struct slurm *s)
@@ -452,12 +494,11 @@ static int judge(struct slurm *s)
 	enum tf_fail_class c =
 	    s->state[0] ? tf_slurm_classify(s->state, s->requested, s->wstatus, msg, sizeof(msg))
 	                : TF_FAIL_LAST;
-	if (c == TF_FAIL_LAST && s->missing >= LOST_SWEEPS) {
-		/* not listed any more: accounting (sacct, when slurmdbd keeps it), then the
-		 * controller's memory (scontrol); a job neither knows is lost */
-		int known = lookup_gone(s);
-		if (known && s->state[0])
-			c = tf_slurm_classify(s->state, s->requested, s->wstatus, msg, sizeof(msg));
+	if (c == TF_FAIL_LAST && s->lookup && s->missing >= LOST_SWEEPS) {
+		/* not listed any more: what accounting or the controller said (lookup_missing);
+		 * a job neither knows is lost */
+		int known = s->lookup > 0;
+		s->lookup = 0;
 		if (known && c == TF_FAIL_LAST) {
 			s->missing = 0; /* still there after all: keep following it */
 		} else if (c == TF_FAIL_LAST) {

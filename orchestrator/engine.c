@@ -821,7 +821,8 @@ static int admit_waiting(struct engine *e, struct estep **start, size_t *nstart)
 }
 
 /* Starts an attempt of a step that is pending or retrying: a train step asks the scheduler
- * for a slice first; every step then waits for a worker if none is free (admit). */
+ * for a slice first (unless Slurm places it); every step then waits for a worker if none is
+ * free (admit). */
 static int start_attempt(struct engine *e, struct estep *s, struct estep **start, size_t *nstart)
 {
 	if (s->def->type != TF_STEP_TRAIN)
@@ -830,6 +831,8 @@ static int start_attempt(struct engine *e, struct estep *s, struct estep **start
 	         s->def->accelerator         ? s->def->accelerator
 	         : e->o->default_accelerator ? e->o->default_accelerator
 	                                     : "v4-8");
+	if (s->def->executor == TF_EXECUTOR_SLURM) /* its chips are Slurm's GRES, not ours */
+		return admit(e, s, start, nstart);
 	int rc = begin_attempt(e, s);
 	if (rc)
 		return rc;

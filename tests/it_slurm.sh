@@ -123,6 +123,34 @@ grep -q '"answer": 42' show.json || fail "metric not read back"
 grep -q "hello from $node" logs.txt || fail "job's stdout not in the log"
 echo "it_slurm: shell step ran as job $job on $node"
 
+# ---- 2b. polling is batched: one squeue per interval for all of a coordinator's jobs -------
+# squeue and sacct are counted by wrappers first on the coordinator's PATH
+mkdir -p shim
+for tool in squeue sacct; do
+  real=$(command -v $tool)
+  printf '#!/bin/sh\necho "%s $*" >> %s/calls.txt\nexec %s "$@"\n' "$tool" "$dir" "$real" > shim/$tool
+  chmod +x shim/$tool
+done
+cat > poll.yaml <<EOF
+name: it-poll
+storage: s3://$bucket/poll
+steps:
+EOF
+for i in 1 2 3; do
+  printf '  - name: w%s\n    type: shell\n    executor: slurm\n    with: {argv: [sleep, "3"]}\n' "$i" >> poll.yaml
+done
+: > calls.txt
+t0=$(date +%s.%N)
+PATH=$dir/shim:$PATH "$B" --home h-poll run poll.yaml > poll.out 2>&1 || fail "poll run: $(tail -3 poll.out)"
+t1=$(date +%s.%N)
+sweeps=$(grep -c '^squeue .* -O ' calls.txt)
+max=$($PY -c "import sys; print(int((float(sys.argv[2]) - float(sys.argv[1])) / 0.3) + 2)" "$t0" "$t1")
+[[ $sweeps -ge 1 && $sweeps -le $max ]] ||
+  fail "polling: $sweeps squeue sweeps in $(echo "$t1 - $t0" | bc) s at 0.3 s intervals (at most $max)"
+grep -qE '^squeue .* -j [0-9]+,[0-9]+,[0-9]+ ' calls.txt || fail "polling: no squeue asked for all 3 jobs at once"
+[[ $(grep -c '^sacct' calls.txt) -le $sweeps ]] || fail "polling: more sacct calls than sweeps"
+echo "it_slurm: 3 jobs followed with $sweeps squeue calls (at most $max), $(grep -c '^sacct' calls.txt) sacct"
+
 # ---- 3. the node goes down mid-run: infra, retried once it is back ----------------------
 shell_pipeline down "$WORK"
 "$B" --home h-down run down.yaml > down.out 2>&1 &
@@ -248,6 +276,14 @@ bg+=($pid)
 run=
 for _ in $(seq 1 100); do run=$(run_id h-requeue 2>/dev/null) && [[ -n $run ]] && break; sleep 0.1; done
 job=$(running_job "tpuflow-$run-train") || fail "requeue: the train job never ran"
+# its chips are the job's GRES: no slice of the home's own pool is held for it as well
+"$B" --home h-requeue slices --json > slices.json
+$PY -c 'import json, sys
+r = json.load(open("slices.json"))["recorded"]
+held = [j for j in r["running"] + r["waiting"] if j["run"] == sys.argv[1]]
+slurm = [j for j in r["slurm"] if j["run"] == sys.argv[1] and j["step"] == "train"]
+sys.exit(0 if not held and slurm else 1)' "$run" ||
+  fail "requeue: a Slurm train step also holds a local slice: $(cat slices.json)"
 for _ in $(seq 1 300); do
   ck=$("$B" ckpt list --json "s3://$bucket/demo/runs/$run/train/ckpt" 2>/dev/null)
   [[ $ck =~ \"latest\":\ *[1-9] ]] && break
