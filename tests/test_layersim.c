@@ -131,6 +131,7 @@ static void test_layersim_matches_scalesim(void **state)
 		if (strcmp(runs[i], "ws_user")) /* not recorded: see the fixture's README */
 			check_run(runs[i], "conv");
 		check_run(runs[i], "gemm");
+		check_run(runs[i], "conv_small");
 	}
 }
 
