@@ -69,6 +69,8 @@ int cmd_eval(int argc, char **argv, struct tf_cli *cli);
 int cmd_predict(int argc, char **argv, struct tf_cli *cli);
 int cmd_serve(int argc, char **argv, struct tf_cli *cli);
 int cmd_step(int argc, char **argv, struct tf_cli *cli);
+/* `tpuflow step job` (cmd_step_job.c), what a Slurm job of an attempt runs */
+int cmd_step_job(int argc, char **argv, struct tf_cli *cli);
 
 /* `run`, `runs ...` and `models ...` against the REST API at `url` (cli/remote.c); argv[0] is
  * the command. Returns an exit code. */

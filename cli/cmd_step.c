@@ -41,6 +41,8 @@ static const char step_usage[] =
     "                         [--parent-pid PID]\n"
     "       tpuflow step exec --kind KIND --with-key KEY --store URL --prefix PREFIX\n"
     "                         --result-key KEY [--accelerator SLICE] [--chips-from-slurm]\n"
+    "       tpuflow step job --store URL --prefix KEY [--progress] -- PROGRAM [ARG...]\n"
+    "                         (inside a Slurm job: 'tpuflow step job --help')\n"
     "Runs one data_prep, train or evaluate step in this process: what the run engine starts\n"
     "for a step with 'executor: local' (docs/runs.md). Internal plumbing, usable by hand.\n"
     "  --kind KIND         data_prep, train or evaluate\n"
@@ -197,8 +199,10 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 		fputs(step_usage, stdout);
 		return TF_EXIT_OK;
 	}
+	if (argc >= 2 && !strcmp(argv[1], "job"))
+		return cmd_step_job(argc - 1, argv + 1, cli);
 	if (argc < 2 || strcmp(argv[1], "exec"))
-		return tf_cli_usage_error("step", "the subcommand is 'exec'");
+		return tf_cli_usage_error("step", "the subcommand is 'exec' or 'job'");
 	argc--;
 	argv++;
 	optind = 1;

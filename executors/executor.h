@@ -90,7 +90,9 @@ struct tf_exec_spec {
 	const char *log_dir;       /* stdout.log and stderr.log go here (created); NULL: a private
 	                              temporary directory removed by tf_exec_free */
 	struct tf_objstore *store; /* when set, logs are uploaded on completion ... */
-	const char *log_prefix;    /* ... as PREFIX + "stdout.log" / "stderr.log" */
+	const char *log_prefix;    /* ... as PREFIX + "stdout.log" / "stderr.log" (slurm: the
+	                              job puts them there itself and they are fetched into
+	                              log_dir when it has ended) */
 	const struct tf_slurm_spec *slurm; /* slurm: the job's resources and options */
 };
 

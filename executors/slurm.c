@@ -4,9 +4,12 @@
  * Submission: the argv becomes a two-line /bin/sh script (`exec` of the quoted words) handed
  * to sbatch as a file; resources, limits and the job name are command-line options; the
  * environment goes by name only (--export=NAMES), its values taken by sbatch from the
- * environment it is started with, so no secret is ever written into the script. Slurm writes
- * the job's stdout and stderr to the attempt's log directory (--output/--error), from where
- * they are uploaded to the object store when the job ends, as for local attempts.
+ * environment it is started with, so no secret is ever written into the script. With an
+ * object store (tf_exec_spec.store) the job puts its own stdout and stderr there (its argv
+ * is `tpuflow step job ...`, cli/cmd_step_job.c: the compute node shares no filesystem with
+ * us), Slurm's own output goes to /dev/null, and the logs are fetched into the log directory
+ * when the job has ended. Without one Slurm writes them to the log directory (--output/
+ * --error), which must then be on a filesystem the node shares.
  *
  * Polling: every live job of this process is on one list; whichever handle polls first after
  * the interval (TPUFLOW_SLURM_POLL seconds, default 2) runs ONE `squeue -j ID,ID,...` for all
@@ -38,6 +41,7 @@
 #include "executors/exec_int.h"
 #include "common/common.h"
 #include "common/log.h"
+#include "storage/objstore.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -585,8 +589,10 @@ static int submit(struct slurm *s, const struct tf_exec_spec *spec, char *err, s
 	words[n++] = "sbatch";
 	words[n++] = "--parsable";
 	words[n++] = OWN(tf_xasprintf("--job-name=%s", o->job_name ? o->job_name : "tpuflow"));
-	words[n++] = OWN(tf_xasprintf("--output=%s", s->head.out_path));
-	words[n++] = OWN(tf_xasprintf("--error=%s", s->head.err_path));
+	words[n++] =
+	    OWN(tf_xasprintf("--output=%s", s->head.store ? "/dev/null" : s->head.out_path));
+	words[n++] =
+	    OWN(tf_xasprintf("--error=%s", s->head.store ? "/dev/null" : s->head.err_path));
 	if (o->tpus_per_node > 0)
 		words[n++] = OWN(tf_xasprintf("--gres=tpu:%d", o->tpus_per_node));
 	if (o->nodes > 1)
@@ -669,6 +675,36 @@ fail:
 	return rc;
 }
 
+/* The logs the job put in the store, fetched into the log directory once (the job has
+ * ended). A job that never ran, or died before its logs were put, has none: said in the
+ * result's message. */
+static void fetch_logs(struct slurm *s)
+{
+	struct tf_exec *x = &s->head;
+	if (x->uploaded)
+		return;
+	static const char *const names[2] = {"stdout.log", "stderr.log"};
+	const char *paths[2] = {x->out_path, x->err_path};
+	x->uploaded = 1;
+	for (int i = 0; i < 2; i++) {
+		char *key = tf_xasprintf("%s%s", x->log_prefix ? x->log_prefix : "", names[i]);
+		int rc = tf_objstore_get_file(x->store, key, paths[i]);
+		if (rc) {
+			if (rc != -ENOENT)
+				tf_warn("fetching log '%s' of job %ld: %s", key, s->job,
+				        tf_objstore_errmsg(x->store));
+			x->uploaded = -1;
+		}
+		free(key);
+	}
+	s->res.logs_uploaded = x->uploaded == 1;
+	if (x->uploaded != 1) {
+		size_t len = strlen(s->res.message);
+		snprintf(s->res.message + len, sizeof(s->res.message) - len, "%s",
+		         " (no logs of it in the object store)");
+	}
+}
+
 static int slurm_poll(struct tf_exec *x, struct tf_exec_result *res)
 {
 	struct slurm *s = (struct slurm *)x;
@@ -683,7 +719,8 @@ static int slurm_poll(struct tf_exec *x, struct tf_exec_result *res)
 	pthread_mutex_unlock(&reg_lock);
 	if (!done)
 		return -EAGAIN;
-	tf_exec_head_finish(&s->head, &s->res);
+	if (s->head.store)
+		fetch_logs(s);
 	*res = s->res;
 	return 0;
 }

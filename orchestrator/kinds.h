@@ -33,6 +33,11 @@ struct tf_kind_slurm {
 	char **export_names;       /* NULL-terminated */
 	size_t nexport;
 	int noted_job, noted_nodes; /* what tf_kind_slurm_note has written */
+	char *log_prefix;           /* STEP_PREFIX/slurm/attempt-N/: where the job puts its
+	                               logs (and progress.json) for the coordinator */
+	char **argv;                /* what the job runs (tf_kind_slurm_wrap), NULL-terminated */
+	char *progress_seen;        /* the progress line last passed on (tf_kind_slurm_progress) */
+	double progress_at;         /* when progress.json was last read (monotonic) */
 };
 
 /* Fills ks for r: chips and nodes from r->accelerator, the step's `slurm:` options, the
@@ -43,6 +48,15 @@ int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks,
 /* Writes the job id on r's attempt (with a "slurm" event) the first time, and its nodes
  * once Slurm has placed it; call it after every poll (it writes only what changed). */
 void tf_kind_slurm_note(struct tf_step_run *r, struct tf_kind_slurm *ks, struct tf_exec *x);
+/* The argv the job runs on its node: `SELF step job --store URL --prefix LOG_PREFIX
+ * [--progress] -- ARGV...` (cli/cmd_step_job.c), which hands the program's logs (and, with
+ * `progress`, its newest progress line) to the coordinator through the object store. ks owns
+ * the result; the strings of argv are borrowed. */
+char *const *tf_kind_slurm_wrap(struct tf_step_run *r, struct tf_kind_slurm *ks, const char *self,
+                                char *const *argv, int progress);
+/* Passes the job's newest progress line (LOG_PREFIX/progress.json) to r->progress when it
+ * changed; reads the store at most once a second. */
+void tf_kind_slurm_progress(struct tf_step_run *r, struct tf_kind_slurm *ks);
 void tf_kind_slurm_release(struct tf_kind_slurm *ks);
 
 #endif

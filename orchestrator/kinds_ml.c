@@ -14,10 +14,11 @@
  *              prefix means a killed train attempt resumes from its checkpoint next time.
  *   slurm      the same `tpuflow step exec` as a Slurm batch job (executors/slurm.c) with the
  *              slice's chips as `--gres=tpu:N`; the compute node shares no filesystem with
- *              this process, so `with` and the result travel through the object store
- *              (PREFIX/slurm/attempt-N/); progress lines are read from the job's stdout file
- *              when it is visible here. A lost attempt's job (the coordinator restarted) is
- *              followed again rather than submitted twice (kinds_slurm.c). */
+ *              this process, so `with`, the result, the logs and the newest progress line
+ *              travel through the object store (PREFIX/slurm/attempt-N/; the job runs the
+ *              step under `tpuflow step job`, cli/cmd_step_job.c). A lost attempt's job (the
+ *              coordinator restarted) is followed again rather than submitted twice
+ *              (kinds_slurm.c). */
 #include "orchestrator/kinds.h"
 
 #include "ml/steps.h"
@@ -290,6 +291,11 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 	                            .timeout = r->timeout,
 	                            .log_dir = log_dir,
 	                            .slurm = slurm ? &ks.spec : NULL};
+	if (slurm) { /* logs and progress come back through the store */
+		spec.argv = tf_kind_slurm_wrap(r, &ks, self, (char *const *)argv, 1);
+		spec.store = r->objstore;
+		spec.log_prefix = ks.log_prefix;
+	}
 	rc = tf_exec_start(ops, &spec, &x, xerr, sizeof(xerr));
 	if (rc) {
 		snprintf(r->err, sizeof(r->err), "executor '%s': %s", ops->name, xerr);
@@ -304,9 +310,12 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 	int cancelled = 0;
 	for (;;) {
 		rc = tf_exec_wait(x, slurm ? 0.25 : 0.05, &res);
-		if (slurm)
+		if (slurm) {
 			tf_kind_slurm_note(r, &ks, x);
-		if (t.fd < 0) /* a Slurm job's stdout appears when it starts */
+			if (rc != 0)
+				tf_kind_slurm_progress(r, &ks);
+		}
+		if (t.fd < 0 && (!slurm || rc == 0)) /* a Slurm job's is fetched at its end */
 			t.fd = open(ops->log_path(x, 1), O_RDONLY | O_CLOEXEC);
 		tail_pump(&t, r, rc == 0);
 		if (rc == 0)

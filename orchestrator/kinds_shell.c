@@ -295,6 +295,13 @@ static int kind_shell(struct tf_step_run *r)
 	                            .timeout = r->timeout,
 	                            .log_dir = log_dir,
 	                            .slurm = ops == &tf_executor_slurm ? &ks.spec : NULL};
+	char *self = NULL;
+	if (ops == &tf_executor_slurm) { /* the job puts its logs in the store */
+		self = r->self_exe ? tf_xstrdup(r->self_exe) : tf_exec_self_path();
+		spec.argv = tf_kind_slurm_wrap(r, &ks, self ? self : "tpuflow", argv, 0);
+		spec.store = r->objstore;
+		spec.log_prefix = ks.log_prefix;
+	}
 	struct tf_exec *x = NULL;
 	struct tf_exec_result res;
 	char xerr[256] = "";
@@ -303,6 +310,7 @@ static int kind_shell(struct tf_step_run *r)
 		snprintf(r->err, sizeof(r->err), "cannot start '%s': %s", argv[0], xerr);
 		r->failure = rc == -ENOENT || rc == -EACCES ? TF_FAIL_ERROR : TF_FAIL_INFRA;
 		free(log_dir);
+		free(self);
 		goto out;
 	}
 	if (ops == &tf_executor_slurm)
@@ -337,6 +345,7 @@ static int kind_shell(struct tf_step_run *r)
 	}
 	tf_exec_free(x);
 	free(log_dir);
+	free(self);
 	r->exit_code = res.exit_code;
 	if (res.fclass != TF_FAIL_NONE) {
 		snprintf(r->err, sizeof(r->err), "'%s': %s (see its log)", argv[0], res.message);

@@ -1,14 +1,16 @@
 /* kinds_slurm.c — owns what the step kinds share to run an attempt on Slurm (executor:
  * slurm, executors/slurm.c): the job's name, its TPU chips and nodes from the step's slice
  * (one node per TPU host, the host's chips as `--gres=tpu:N`),
- * the `slurm:` options, the environment names it gets, the storage check, the job id written
- * on the attempt, and the re-attachment of a restarted coordinator to a job still queued or
- * running (docs/slurm.md). */
+ * the `slurm:` options, the environment names it gets, the storage check, the wrapper the job
+ * runs (`tpuflow step job`: logs and progress through the object store, since the node shares
+ * no filesystem with us), the job id written on the attempt, and the re-attachment of a restarted
+ * coordinator to a job still queued or running (docs/slurm.md). */
 #include "orchestrator/kinds.h"
 
 #include "accel/tpu.h"
 #include "executors/executor.h"
 #include "orchestrator/state.h"
+#include "storage/objstore.h"
 
 #define TF_LOG_TAG "slurm"
 #include "common/common.h"
@@ -138,7 +140,57 @@ int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks, char 
 	}
 	ks->job_name = tf_xasprintf("tpuflow-%s-%s-%d", r->run_id, r->step, ks->attempt);
 	ks->spec.job_name = ks->job_name;
+	ks->log_prefix =
+	    tf_xasprintf("%sslurm/attempt-%d/", r->prefix ? r->prefix : "", ks->attempt);
 	return 0;
+}
+
+char *const *tf_kind_slurm_wrap(struct tf_step_run *r, struct tf_kind_slurm *ks, const char *self,
+                                char *const *argv, int progress)
+{
+	size_t n = 0;
+	while (argv[n])
+		n++;
+	free(ks->argv);
+	ks->argv = tf_xcalloc(n + 10, sizeof(char *));
+	size_t k = 0;
+	ks->argv[k++] = (char *)self;
+	ks->argv[k++] = "step";
+	ks->argv[k++] = "job";
+	ks->argv[k++] = "--store";
+	ks->argv[k++] = (char *)r->storage_url;
+	ks->argv[k++] = "--prefix";
+	ks->argv[k++] = ks->log_prefix;
+	if (progress)
+		ks->argv[k++] = "--progress";
+	ks->argv[k++] = "--";
+	for (size_t i = 0; i < n; i++)
+		ks->argv[k++] = argv[i];
+	ks->argv[k] = NULL;
+	return ks->argv;
+}
+
+void tf_kind_slurm_progress(struct tf_step_run *r, struct tf_kind_slurm *ks)
+{
+	double now = tf_now_monotonic();
+	if (!r->progress || !r->objstore || now - ks->progress_at < 1.0)
+		return;
+	ks->progress_at = now;
+	char *key = tf_xasprintf("%sprogress.json", ks->log_prefix);
+	void *buf = NULL;
+	size_t len = 0;
+	if (tf_objstore_get(r->objstore, key, &buf, &len) == 0 && len < 65536) {
+		char *line = tf_xasprintf("%.*s", (int)len, (const char *)buf);
+		if (line[0] == '{' && (!ks->progress_seen || strcmp(line, ks->progress_seen))) {
+			r->progress(r->progress_data, line);
+			free(ks->progress_seen);
+			ks->progress_seen = line;
+			line = NULL;
+		}
+		free(line);
+	}
+	free(buf);
+	free(key);
 }
 
 void tf_kind_slurm_note(struct tf_step_run *r, struct tf_kind_slurm *ks, struct tf_exec *x)
@@ -174,5 +226,8 @@ void tf_kind_slurm_release(struct tf_kind_slurm *ks)
 		free(ks->export_names[i]);
 	free(ks->export_names);
 	free(ks->job_name);
+	free(ks->log_prefix);
+	free(ks->argv);
+	free(ks->progress_seen);
 	memset(ks, 0, sizeof(*ks));
 }

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Integration: `executor: slurm` against a real one-node Slurm cluster (scripts/slurm-start.sh:
 # slurmctld + slurmd + munged, 4 `tpu` GRES) and the S3 test server (Swift + s3api). Checks:
-# the load-time storage rule; a shell step end to end; the demo pipeline with its train step
+# the load-time storage rule; a shell step end to end (its logs put in the object store by the
+# job); one squeue per interval for three jobs (counted); the demo pipeline with its train step
 # on Slurm giving the same metrics and model bytes as in-process; a job cancelled from outside
 # with scancel (cancelled, not retried); a step past its own timeout (scancel, timeout); a train
 # job given fewer chips than its slice (error, said why); a job past its Slurm time limit
-# (timeout, retried); a requeued train job (preempted, resumed from its checkpoint); the node
-# taken down mid-run (infra, retried); the coordinator killed with -9 and resumed while its job
-# runs (followed again, no second job). Stops exactly what it started.
+# (timeout, retried); a requeued train job (its epochs seen by the coordinator, no local slice
+# held beside its GRES; preempted, resumed from its checkpoint); the node taken down mid-run
+# (infra, retried); the node drained and the job requeued off it (infra, retried); the
+# coordinator killed with -9 and resumed while its job runs (followed again, no second job).
+# Stops exactly what it started.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -121,6 +124,9 @@ read -r n st cls job < <(attempts h-hello "$run" work)
 grep -q '"answer": 42' show.json || fail "metric not read back"
 "$B" --home h-hello runs logs "$run" > logs.txt
 grep -q "hello from $node" logs.txt || fail "job's stdout not in the log"
+# the node put its logs in the object store (no filesystem shared with the coordinator assumed)
+"$B" store cat "s3://$bucket/hello/runs/$run/work/slurm/attempt-1/stdout.log" | grep -q "hello from $node" ||
+  fail "the job's stdout is not in the object store"
 echo "it_slurm: shell step ran as job $job on $node"
 
 # ---- 2b. polling is batched: one squeue per interval for all of a coordinator's jobs -------
@@ -169,6 +175,26 @@ attempts h-down "$run" work > a.txt
 grep -q '^1 failed infra' a.txt || fail "node-down: attempt 1 is not infra: $(cat a.txt)"
 grep -q '^2 succeeded' a.txt || fail "node-down: no successful retry: $(cat a.txt)"
 echo "it_slurm: node down -> $(head -1 a.txt | cut -d' ' -f3), retried"
+
+# ---- 3b. the node drained and its job requeued off it: infra (not preempted), retried -----
+shell_pipeline drain "$WORK"
+"$B" --home h-drain run drain.yaml > drain.out 2>&1 &
+bg+=($!) ; pid=$!
+job=$(running_job "tpuflow-") || fail "drain: the job never ran"
+sleep 1
+scontrol update NodeName="$node" State=DRAIN Reason=it-slurm-drain || fail "scontrol drain"
+scontrol requeue "$job" || fail "drain: scontrol requeue $job"
+for _ in $(seq 1 150); do
+  squeue -h -t all -j "$job" -o '%T' | grep -q CANCELLED && break
+  sleep 0.2
+done
+scontrol update NodeName="$node" State=RESUME || fail "scontrol resume after drain"
+wait "$pid" || fail "drain run failed: $(tail -5 drain.out)"
+run=$(run_id h-drain)
+attempts h-drain "$run" work > a.txt
+grep -q '^1 failed infra' a.txt || fail "drain: attempt 1 is not infra: $(cat a.txt)"
+grep -q '^2 succeeded' a.txt || fail "drain: no successful retry: $(cat a.txt)"
+echo "it_slurm: node drained, job requeued -> infra, retried"
 
 # ---- 4. past its Slurm time limit: timeout, retried (in the background: Slurm checks limits
 #         every 30 s and its smallest limit is a minute, so this takes 60-90 s) -------------
@@ -289,6 +315,20 @@ for _ in $(seq 1 300); do
   [[ $ck =~ \"latest\":\ *[1-9] ]] && break
   sleep 0.1
 done
+# its progress reaches the coordinator (through the object store) and the database: epochs
+for _ in $(seq 1 150); do
+  "$B" --home h-requeue runs show --json "$run" > show.json
+  $PY -c 'import json, sys
+d = json.load(open("show.json"))
+p = [s.get("progress") for s in d["steps"] if s["name"] == "train"][0]
+sys.exit(0 if isinstance(p, dict) and "epoch" in p else 1)' && break
+  sleep 0.2
+done
+$PY -c 'import json, sys
+d = json.load(open("show.json"))
+p = [s.get("progress") for s in d["steps"] if s["name"] == "train"][0]
+sys.exit(0 if isinstance(p, dict) and "epoch" in p else 1)' ||
+  fail "requeue: no training progress (epoch) recorded while the Slurm job ran: $(cat show.json)"
 scontrol requeue "$job" || fail "scontrol requeue $job"
 wait "$pid" || fail "requeue run failed: $(tail -5 requeue.out)"
 attempts h-requeue "$run" train > a.txt
