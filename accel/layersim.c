@@ -307,7 +307,8 @@ struct rdbuf {
 	int64_t first_req;                 /* cycle of the first request */
 	int first_seen, active_done;
 	int32_t *latest; /* per address: 1 + the newest set it was put in, 0: none (calloc'd:
-	                    untouched pages cost nothing) */
+	                    untouched pages cost nothing); NULL when every request is a new
+	                    address (ws filter: each weight is loaded once), so none is kept */
 	/* both */
 	uint64_t accesses;
 	int64_t dram_first, dram_last;
@@ -425,7 +426,8 @@ static void user_new_prefetch(struct rdbuf *b)
 
 /* ---- CALC-mode read buffer (bandwidth estimate) ---- */
 
-static void calc_init(struct rdbuf *b, int64_t naddr)
+/* unique: no address is requested twice (the buffer then keeps no per-address table) */
+static void calc_init(struct rdbuf *b, int64_t naddr, int unique)
 {
 	b->naddr = naddr;
 	b->items = b->total / 100;
@@ -433,7 +435,7 @@ static void calc_init(struct rdbuf *b, int64_t naddr)
 	b->re = 49; /* 50 active sets of 100 */
 	b->last_start = -2;
 	b->last_end = -1;
-	b->latest = tf_xcalloc((size_t)naddr, sizeof *b->latest);
+	b->latest = unique ? NULL : tf_xcalloc((size_t)naddr, sizeof *b->latest);
 }
 
 /* Records the fetch of `words` over cycles [last_start, last_end] (responses one cycle later). */
@@ -449,12 +451,14 @@ static void calc_fetch(struct rdbuf *b, int64_t words)
 
 static void calc_access(struct rdbuf *b, int64_t cycle, int64_t a)
 {
-	int64_t lt = (int64_t)b->latest[a] - 1;
-	if (lt >= b->rs && lt < b->cur_set)
-		return; /* a hit in the active sets */
-	if (lt == b->cur_set)
-		return; /* already in the set being collected */
-	b->latest[a] = (int32_t)(b->cur_set + 1);
+	if (b->latest) { /* else a new address: a miss */
+		int64_t lt = (int64_t)b->latest[a] - 1;
+		if (lt >= b->rs && lt < b->cur_set)
+			return; /* a hit in the active sets */
+		if (lt == b->cur_set)
+			return; /* already in the set being collected */
+		b->latest[a] = (int32_t)(b->cur_set + 1);
+	}
 	if (++b->cur_elems < b->items)
 		return;
 	b->cur_elems = 0;
@@ -758,7 +762,7 @@ int tf_layersim_run(const struct tf_layersim_cfg *cfg, const struct tf_layer *l,
 		if (b->user)
 			rc = rdbuf_user_init(b, &s, i, naddr[i]);
 		else
-			calc_init(b, naddr[i]);
+			calc_init(b, naddr[i], i == 1 && s.df == TF_MXU_WS);
 		if (rc) {
 			tf_errf(err, errlen, "layer '%s' is too large to index", L->name);
 			goto out;

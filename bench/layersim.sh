@@ -7,19 +7,20 @@
 # ratio is reported as not measured. TF_BENCH_LAYERSIM_MODE=USER|CALC (default CALC: SCALE-Sim's
 # USER mode grows its trace arrays by concatenation and takes far longer on large networks).
 #
-# Both sides are timed by /usr/bin/time: CPU time (user + system) and wall time of the whole
-# process. The ratio that judges the target is CPU to CPU: on a machine shared with other work
-# a process's wall time grows with the load (a 0.1 s tpuflow run can take 3 s of wall time when
-# 20 processes want 2 cores), its CPU time hardly; SCALE-Sim is run once per network, tpuflow
-# 5 times (its smallest CPU and wall times are kept).
+# Both sides are timed the same way: CPU time (user + system, from the kernel's accounting of
+# the finished process and its children, getrusage) and wall time of the whole process. The
+# ratio that judges the target is CPU to CPU: on a machine shared with other work a process's
+# wall time grows with the load (a 0.1 s tpuflow run can take 3 s of wall time when 20
+# processes want 2 cores), its CPU time hardly; SCALE-Sim is run once per network, tpuflow 5
+# times (its least CPU and wall times are kept). TF_BENCH_LAYERSIM_NETS picks the networks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${TPUFLOW_BIN:-build/tpuflow}
 SS=${SCALESIM:-/work/ref/scale-sim-v2}
 MODE=${TF_BENCH_LAYERSIM_MODE:-CALC}
 PY=/usr/bin/python3
-TIME=/usr/bin/time
-[[ -x $TIME ]] || { echo "layersim: /usr/bin/time is missing (Debian package 'time')"; exit 1; }
+NETS=${TF_BENCH_LAYERSIM_NETS:-resnet18 alexnet}
+[[ -x $PY ]] || { echo "layersim: $PY is needed to time the runs"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 sed "s/^InterfaceBandwidth:.*/InterfaceBandwidth: $MODE/; s/^run_name = .*/run_name = bench/" \
@@ -35,29 +36,31 @@ elif ! $PY -c 'import numpy, tqdm, absl, pandas' 2>/dev/null; then
 fi
 commit=$([[ $peer == 1 ]] && git -C "$SS" rev-parse --short HEAD 2>/dev/null || echo "?")
 echo "config: 128x128 ws, SRAM 1024/1024/512 kB, $MODE bandwidth$([[ $MODE == USER ]] && echo ' 64 words/cycle')"
-# timed OUT CMD...: runs CMD (stdout to OUT), prints "WALL CPU" in seconds
+# timed OUT CMD...: runs CMD (stdout and stderr to OUT), prints "WALL CPU" in seconds
 timed() {
-  local out=$1
-  shift
-  "$TIME" -f '%e %U %S' -o "$tmp/time" "$@" >"$out" 2>"$tmp/time.err" ||
-    { cat "$tmp/time.err" >&2; return 1; }
-  awk 'END { printf "%s %.3f\n", $1, $2 + $3 }' "$tmp/time"
+  $PY -c 'import resource, subprocess, sys, time
+t = time.monotonic()
+with open(sys.argv[1], "w") as f:
+    rc = subprocess.run(sys.argv[2:], stdout=f, stderr=subprocess.STDOUT).returncode
+w = time.monotonic() - t
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print("%.4f %.4f" % (w, r.ru_utime + r.ru_stime))
+sys.exit(rc)' "$@"
 }
-for net in resnet18 alexnet; do
+for net in $NETS; do
   topo=tests/fixtures/scalesim/topologies/$net.csv
   mkdir -p "$tmp/tf_$net"
-  tf_wall="" tf_cpu=""
+  tf_wall="" tf_cpu="" ss_cpu=""
   for trial in 1 2 3 4 5; do
     read -r w c < <(timed "$tmp/tf_$net.txt" "$BIN" accel cycles --topology "$topo" \
       --config "$tmp/bench.cfg" --report-dir "$tmp/tf_$net")
+    [[ -n ${c:-} ]] || { echo "tpuflow failed on $net: $(tail -3 "$tmp/tf_$net.txt")"; exit 1; }
     if [[ -z $tf_wall ]] || (($(echo "$w < $tf_wall" | bc -l))); then tf_wall=$w; fi
     if [[ -z $tf_cpu ]] || (($(echo "$c < $tf_cpu" | bc -l))); then tf_cpu=$c; fi
   done
-  # a run shorter than the clock's 10 ms resolution counts as 10 ms (the ratio is then a floor)
-  (($(echo "$tf_cpu < 0.01" | bc -l))) && tf_cpu=0.01
   layers=$(head -1 "$tmp/tf_$net.txt" | grep -o '[0-9]* layers')
   total=$(tail -1 "$tmp/tf_$net.txt")
-  printf '%s (%s): tpuflow %.3f s CPU, %.3f s wall (least of 5, whole process); %s\n' "$net" \
+  printf '%s (%s): tpuflow %.4f s CPU, %.4f s wall (least of 5, whole process); %s\n' "$net" \
     "$layers" "$tf_cpu" "$tf_wall" "$total"
   if [[ $peer == 0 ]]; then
     echo "  SCALE-Sim: not run; speed ratio not measured"
@@ -65,6 +68,7 @@ for net in resnet18 alexnet; do
   fi
   read -r ss_wall ss_cpu < <(cd "$SS" && PYTHONPATH=. timed "$tmp/ss_$net.log" $PY scalesim/scale.py \
     -t "$OLDPWD/$topo" -c "$tmp/bench.cfg" -p "$tmp/ss_$net" -i conv)
+  [[ -n ${ss_cpu:-} ]] || { echo "SCALE-Sim failed on $net: $(tail -3 "$tmp/ss_$net.log")"; exit 1; }
   same=yes
   for r in COMPUTE_REPORT BANDWIDTH_REPORT DETAILED_ACCESS_REPORT; do
     cmp -s "$tmp/tf_$net/$r.csv" "$tmp/ss_$net/bench/$r.csv" || same="NO ($r differs)"
