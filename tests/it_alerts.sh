@@ -39,13 +39,14 @@ H=$dir/home
 mkdir -p "$H"
 export TPUFLOW_LOG=info
 export WH_SECRET=whsec_$(head -c 32 /dev/urandom | base64)
-# fast retries for the test; the real defaults are in docs/alerts.md
+# fast retries for the test (the real defaults are in docs/alerts.md); `tpuflow run` waits up
+# to `drain` for its alerts, which under load may take more than a moment
 cat >"$H/alerts.conf" <<'CONF'
 backoff=0.3s
 max_backoff=1s
 max_attempts=6
 timeout=2s
-drain=8s
+drain=30s
 CONF
 
 # ---- the receiver (node) and Alertmanager, on free loopback ports
