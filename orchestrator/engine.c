@@ -17,8 +17,11 @@
  *    pushed step before it lets the baton go. Fields marked [W] are written by the worker
  *    while the step runs and read by the baton holder after it pops the step from `done`
  *    (the mutex orders the two).
- *  - The calling thread (drive) takes the baton for everything else: the first round,
- *    retries whose backoff passed, timeouts, Ctrl-C, the view's refresh, and it decides that
+ *  - The first round runs on the thread that calls tf_engine_start, in the transaction
+ *    that claimed the run (first_round): a submitted run's claim, its steps and its first
+ *    attempts are one commit.
+ *  - The calling thread (drive) takes the baton for everything else: retries whose backoff
+ *    passed, timeouts, Ctrl-C, the view's refresh, and it decides that
  *    the run is over. It sleeps on `coord_cv`; a worker wakes it only when a round left
  *    something for it (a deadline, a retry, the end of the run, an error).
  *  - The handle (struct tf_engine) runs drive on a thread of its own; tf_engine_cancel and
@@ -1186,7 +1189,9 @@ static int coord_round(struct engine *e, int by_worker)
 		e->timeout_hint = any;
 	}
 
-	rc = tf_store_begin(e->db);
+	/* the first round joins the transaction that claimed the run (tf_engine_start) */
+	int own;
+	rc = tf_store_join(e->db, &own);
 	if (rc)
 		goto fail;
 	if (nbatch && !e->lost_owner && !still_owner(e)) {
@@ -1330,11 +1335,19 @@ fail:
 
 /* Drives the run until every step is final or the run is interrupted: runs the rounds
  * workers leave to it (see the top of this file) and sleeps otherwise. */
-static int drive(struct engine *e, int *cache_hits)
+static int worker_count(const struct engine *e)
+{
+	int n = e->o->workers > 0 ? e->o->workers : 8;
+	return (size_t)n > e->n ? (int)(e->n ? e->n : 1) : n;
+}
+
+/* The first round, on the thread that calls tf_engine_start, inside the transaction that
+ * claimed the run: the claim, the steps' rows and the first attempts are one commit (one
+ * fsync between a submitted run and its first step running), and no thread handoff comes
+ * before it. The attempts it starts wait in the queue for the workers start_threads makes. */
+static int first_round(struct engine *e)
 {
 	char err[512];
-	int rc = 0, timer = 0;
-
 	e->ready = tf_xcalloc(e->n + 1, sizeof(*e->ready));
 	e->start = tf_xcalloc(e->n + 1, sizeof(*e->start));
 	e->batch = tf_xcalloc(e->n + 1, sizeof(*e->batch));
@@ -1343,13 +1356,20 @@ static int drive(struct engine *e, int *cache_hits)
 		e->coord_os = NULL; /* cache keys then hash the outputs only */
 	/* Resumed runs may have retrying steps; every run may have timeouts. */
 	e->retry_hint = e->timeout_hint = 1;
+	e->nworkers = worker_count(e); /* the round's chunk size; start_threads makes them */
 
 	/* Initial frontier: pending steps with all needs final. */
 	for (size_t i = 0; i < e->n; i++)
 		if (e->steps[i].state == TF_STEP_PENDING && e->steps[i].unresolved == 0)
 			e->ready[e->nready++] = i;
+	/* the first round runs even with nothing ready (a finished resume ends in it) */
+	return coord_round(e, 0);
+}
 
-	int first = 1; /* the first round is ours, even with nothing ready (a finished resume) */
+static int drive(struct engine *e, int *cache_hits)
+{
+	int rc = 0, timer = 0;
+
 	pthread_mutex_lock(&e->mu);
 	for (;;) {
 		if (e->fatal) {
@@ -1366,9 +1386,8 @@ static int drive(struct engine *e, int *cache_hits)
 		if (e->complete)
 			break;
 		/* A worker's wakeup (main_look) only makes us look at the deadlines again. */
-		int go =
-		    timer || first || e->ndone || e->nready || (e->interrupted && !e->stopping);
-		timer = first = 0;
+		int go = timer || e->ndone || e->nready || (e->interrupted && !e->stopping);
+		timer = 0;
 		if (!go) {
 			/* Nothing to do now: sleep until a worker finishes, a signal, or the
 			 * nearest deadline (retry backoff, step timeout, view refresh). */
@@ -1466,9 +1485,14 @@ static void engine_release(struct engine *e)
 	free(e->done);
 	free(e->waitq);
 	free(e->workers);
+	free(e->ready);
+	free(e->start);
+	free(e->batch);
+	tf_objstore_free(e->coord_os);
 	tf_view_free(e->view);
 	tf_broker_free(e->broker);
-	tf_store_close(e->db);
+	if (e->db != e->o->db)
+		tf_store_close(e->db); /* a borrowed handle is the caller's */
 	tf_pipeline_free(e->p);
 	free(e->home);
 	free(e->storage_url);
@@ -1531,7 +1555,6 @@ static char *upload_lost_log(struct engine *e, const char *step, int attempt)
 	return key;
 }
 
-/* Builds the in-memory steps from the pipeline and the database rows of the run. */
 /* The run's scheduling class: --priority/--project, else the pipeline's keys, else 5 and
  * "default"; recorded on the run, and read back when it is resumed (options still win). */
 static int run_class(struct engine *e, int resuming)
@@ -1559,6 +1582,8 @@ static int run_class(struct engine *e, int resuming)
 	                    (int64_t)e->run_priority, e->run_project, e->run_id);
 }
 
+/* Builds the in-memory steps from the pipeline and the database rows of the run, in the
+ * caller's transaction when one is open (tf_engine_start keeps it open for the first round). */
 static int load_steps(struct engine *e, int resuming)
 {
 	struct tf_pipeline *p = e->p;
@@ -1581,7 +1606,7 @@ static int load_steps(struct engine *e, int resuming)
 			e->dependents[u][e->ndependents[u]++] = i;
 		}
 	}
-	int rc = tf_store_begin(e->db);
+	int own, rc = tf_store_join(e->db, &own);
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < e->n && rc == 0; i++) {
@@ -1653,11 +1678,9 @@ static int load_steps(struct engine *e, int resuming)
 		rc = tf_slice_jobs_close_run(e->db, e->run_id, tf_now_wall());
 	if (rc == 0)
 		rc = run_class(e, resuming);
-	if (rc) {
-		tf_store_rollback(e->db);
+	rc = tf_store_leave(e->db, own, rc);
+	if (rc)
 		return rc;
-	}
-	rc = tf_store_commit(e->db);
 	for (size_t i = 0; i < e->n; i++) {
 		struct estep *s = &e->steps[i];
 		for (size_t k = 0; k < s->def->nneeds; k++)
@@ -1669,9 +1692,7 @@ static int load_steps(struct engine *e, int resuming)
 
 static int start_threads(struct engine *e)
 {
-	e->nworkers = e->o->workers > 0 ? e->o->workers : 8;
-	if ((size_t)e->nworkers > e->n)
-		e->nworkers = (int)(e->n ? e->n : 1);
+	e->nworkers = worker_count(e);
 	e->workers = tf_xcalloc((size_t)e->nworkers, sizeof(*e->workers));
 	for (int i = 0; i < e->nworkers; i++) {
 		struct wctx *w = tf_xcalloc(1, sizeof(*w));
@@ -1921,6 +1942,17 @@ int tf_engine_submit(struct tf_store *st, const char *home, const struct tf_engi
 
 /* ---- the handle ------------------------------------------------------------------------ */
 
+/* The coordinator's database handle: the caller's (opts.db, a daemon reuses its handles) or
+ * one of its own. */
+static int open_db(struct engine *e, char *err, size_t errlen)
+{
+	if (e->o->db) {
+		e->db = e->o->db;
+		return 0;
+	}
+	return tf_store_open_home(e->home, &e->db, err, errlen);
+}
+
 struct tf_engine {
 	struct engine e;          /* the run */
 	struct tf_engine_opts o;  /* a copy (its strings are borrowed) */
@@ -1932,8 +1964,8 @@ struct tf_engine {
 	struct tf_engine_result res;
 };
 
-/* A new run from a file: loaded, recorded pending and claimed in one transaction (so no
- * daemon can take it in between), its steps loaded. */
+/* A new run from a file: loaded, then recorded pending, claimed (so no daemon can take it in
+ * between) and its steps loaded in one transaction, left open for the first round. */
 static int setup_new(struct engine *e, const struct tf_engine_req *rq, struct tf_diag_list *diags,
                      char *err, size_t errlen)
 {
@@ -1949,7 +1981,7 @@ static int setup_new(struct engine *e, const struct tf_engine_req *rq, struct tf
 			         o->force[i], rq->path);
 			return -EINVAL;
 		}
-	rc = tf_store_open_home(e->home, &e->db, err, errlen);
+	rc = open_db(e, err, errlen);
 	if (rc)
 		return rc;
 	e->storage_url = default_storage(o, e->p, e->home);
@@ -1961,10 +1993,6 @@ static int setup_new(struct engine *e, const struct tf_engine_req *rq, struct tf
 	if (rc == 0)
 		rc = tf_run_claim(e->db, e->run_id, e->token, 1u << TF_RUN_PENDING, 0, &holder);
 	if (rc == 0)
-		rc = tf_store_commit(e->db);
-	else
-		tf_store_rollback(e->db);
-	if (rc == 0)
 		rc = load_steps(e, 0);
 	if (rc)
 		snprintf(err, errlen, "%s", tf_store_errmsg(e->db));
@@ -1972,7 +2000,8 @@ static int setup_new(struct engine *e, const struct tf_engine_req *rq, struct tf
 }
 
 /* An existing run (resume, retry, or a submitted run a daemon takes): claimed, what its lost
- * attempts left behind ended, its steps loaded. */
+ * attempts left behind ended, its steps loaded; the transaction that loaded them is left open
+ * for the first round (for a pending run it is also the one that claimed it). */
 static int setup_continue(struct engine *e, const struct tf_engine_req *rq,
                           struct tf_diag_list *diags, char *err, size_t errlen)
 {
@@ -1982,7 +2011,7 @@ static int setup_continue(struct engine *e, const struct tf_engine_req *rq,
 	json_t *pj = NULL;
 	enum tf_run_state state;
 	unsigned flags = rq->flags;
-	int rc = tf_store_open_home(e->home, &e->db, err, errlen);
+	int rc = open_db(e, err, errlen);
 	if (rc)
 		return rc;
 	rc = tf_run_find(e->db, rq->run_id, e->run_id);
@@ -2031,8 +2060,20 @@ static int setup_continue(struct engine *e, const struct tf_engine_req *rq,
 	}
 	e->storage_url = storage ? tf_xstrdup(storage) : default_storage(e->o, e->p, e->home);
 	struct tf_run_owner holder;
-	rc = tf_run_claim(e->db, e->run_id, e->token, continue_from(flags),
-	                  flags & TF_ENGINE_FORCE, &holder);
+	rc = tf_store_begin(e->db);
+	if (rc == 0)
+		rc = tf_run_claim(e->db, e->run_id, e->token, continue_from(flags),
+		                  flags & TF_ENGINE_FORCE, &holder);
+	if (rc == 0 && holder.state != TF_RUN_PENDING) {
+		/* it ran before: the claim is durable before lost processes are ended */
+		rc = tf_store_commit(e->db);
+		if (rc == 0)
+			rc = end_lost_processes(e, err, errlen);
+		if (rc == -ETIMEDOUT || rc == -EPERM)
+			goto out;
+		if (rc == 0)
+			rc = tf_store_begin(e->db);
+	}
 	if (rc == -EBUSY || rc == -EALREADY) {
 		if (rc == -EALREADY)
 			continue_check(e->run_id, holder.state, flags, err, errlen);
@@ -2045,10 +2086,6 @@ static int setup_continue(struct engine *e, const struct tf_engine_req *rq,
 		tf_warn("run '%s': taken over by force from process %ld, which looks alive "
 		        "(heartbeat %.1f s ago); if it still runs, it stops at its next heartbeat",
 		        e->run_id, holder.pid, holder.heartbeat_age);
-	if (rc == 0)
-		rc = end_lost_processes(e, err, errlen);
-	if (rc == -ETIMEDOUT || rc == -EPERM)
-		goto out;
 	if (rc == 0)
 		rc = load_steps(e, 1);
 	if (rc)
@@ -2081,6 +2118,14 @@ int tf_engine_start(const struct tf_engine_opts *o, const struct tf_engine_req *
 	engine_init(&h->e, &h->o);
 	int rc = rq->run_id ? setup_continue(&h->e, rq, diags, err, errlen)
 	                    : setup_new(&h->e, rq, diags, err, errlen);
+	if (rc == 0) {
+		rc = first_round(&h->e);
+		if (rc)
+			snprintf(err, errlen, "run '%s': %s", h->e.run_id,
+			         tf_store_errmsg(h->e.db));
+	}
+	if (h->e.db)
+		tf_store_rollback(h->e.db); /* what a failure left open (no-op after a commit) */
 	if (rc == 0 && pthread_create(&h->driver, NULL, driver_main, h)) {
 		snprintf(err, errlen, "cannot start a thread to drive run '%s'", h->e.run_id);
 		rc = -EAGAIN;

@@ -93,6 +93,9 @@ struct tf_engine_opts {
 	int has_priority;     /* 1: `priority` below overrides the pipeline's `priority` */
 	int priority;         /* the run's train slices' priority, 0..9 (--priority) */
 	const char *project;  /* the run's project (--project), NULL: the pipeline's */
+	struct tf_store *db;  /* a handle on HOME's database for the run's coordinator (borrowed
+	                         until tf_engine_free; the caller must not use it meanwhile);
+	                         NULL: the engine opens its own */
 	const char *self_exe; /* the tpuflow binary data_prep/train/evaluate steps with
 	                         `executor: local` run as `step exec` (NULL: this program;
 	                         tests that are not tpuflow name it) */

@@ -74,7 +74,8 @@ int tf_daemon_wake(const char *home)
 /* ---- the runner ----------------------------------------------------------------------- */
 
 struct slot {
-	struct tf_engine *e;
+	struct tf_engine *e;  /* the engine driving the run */
+	struct tf_store *db;  /* the handle its coordinator borrows */
 	char run[32];
 };
 
@@ -82,9 +83,13 @@ struct tf_runner {
 	char *home;
 	int max_runs, workers;
 	int draining;
-	struct tf_store *db;
-	struct slot *slots;
+	struct tf_store *db;    /* the runner's own handle (choosing runs) */
+	struct slot *slots;     /* runs driven now */
 	int nslots, cap;
+	struct tf_store **idle; /* handles of engines that ended, for the next ones: a new
+	                           connection costs an open and, at its first commit, a sync
+	                           of the home directory (SQLite's for a new WAL handle) */
+	int nidle;
 };
 
 struct tf_runner *tf_runner_new(const struct tf_runner_opts *o, char *err, size_t errlen)
@@ -119,6 +124,18 @@ static int driving(const struct tf_runner *r, const char *run)
 	return 0;
 }
 
+static void idle_put(struct tf_runner *r, struct tf_store *db)
+{
+	if (!db)
+		return;
+	if (r->nidle >= r->max_runs) {
+		tf_store_close(db);
+		return;
+	}
+	r->idle = tf_xrealloc(r->idle, (size_t)(r->nidle + 1) * sizeof(*r->idle));
+	r->idle[r->nidle++] = db;
+}
+
 /* Starts an engine on `run` (claimed inside tf_engine_start). */
 static int take(struct tf_runner *r, const char *run)
 {
@@ -129,8 +146,16 @@ static int take(struct tf_runner *r, const char *run)
 	struct tf_diag_list diags = {0};
 	struct tf_engine *e = NULL;
 	char err[1024] = "";
+	if (r->nidle)
+		o.db = r->idle[--r->nidle];
+	else if (tf_store_open_home(r->home, &o.db, err, sizeof(err))) {
+		tf_error("run '%s' cannot be started: %s", run, err);
+		return 0;
+	}
 	int rc = tf_engine_start(&o, &rq, &e, &diags, err, sizeof(err));
 	tf_diag_list_release(&diags);
+	if (rc)
+		idle_put(r, o.db);
 	if (rc == -EBUSY || rc == -EALREADY)
 		return 0; /* another process took it first, or it ended meanwhile */
 	if (rc) {
@@ -147,6 +172,7 @@ static int take(struct tf_runner *r, const char *run)
 		r->slots = tf_xrealloc(r->slots, (size_t)r->cap * sizeof(*r->slots));
 	}
 	r->slots[r->nslots].e = e;
+	r->slots[r->nslots].db = o.db;
 	snprintf(r->slots[r->nslots].run, sizeof(r->slots[0].run), "%s", run);
 	r->nslots++;
 	tf_info("run '%s' started", run);
@@ -203,6 +229,7 @@ static void end_slot(struct tf_runner *r, int i)
 		tf_info("run '%s' %s", r->slots[i].run, tf_run_state_name(res.state));
 	json_decref(res.summary);
 	tf_engine_free(r->slots[i].e);
+	idle_put(r, r->slots[i].db);
 	r->slots[i] = r->slots[--r->nslots];
 }
 
@@ -238,6 +265,9 @@ void tf_runner_free(struct tf_runner *r)
 	while (r->nslots)
 		end_slot(r, r->nslots - 1);
 	free(r->slots);
+	while (r->nidle)
+		tf_store_close(r->idle[--r->nidle]);
+	free(r->idle);
 	tf_store_close(r->db);
 	free(r->home);
 	free(r);
