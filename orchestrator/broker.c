@@ -139,7 +139,8 @@ static void brow_release(struct brow *r)
 	free(r->reason);
 }
 
-/* The open rows whose attempt is alive (the others hold nothing), in request order. */
+/* The open rows whose attempt is alive (the others hold nothing), in request order; alive by
+ * the owner's token and heartbeat (tf_slices_holder_gone). */
 static int load_rows(struct tf_store *st, struct brow **out, size_t *n)
 {
 	struct tf_stmt *q = tf_store_query(
@@ -148,7 +149,8 @@ static int load_rows(struct tf_store *st, struct brow **out, size_t *n)
 	    "j.box_y, j.box_z, j.box_a, j.box_b, j.box_c, j.started_at, "
 	    "COALESCE(j.queued_at, j.started_at), COALESCE(j.project, 'default'), "
 	    "COALESCE(j.priority, 5), j.preemptible, j.reclaim_class, j.hold, j.wait_reason, "
-	    "r.state, r.pid, a.state FROM slice_jobs j LEFT JOIN runs r ON r.id = j.run_id "
+	    "r.state, r.owner, r.pid, r.heartbeat_at, a.state FROM slice_jobs j "
+	    "LEFT JOIN runs r ON r.id = j.run_id "
 	    "LEFT JOIN attempts a ON a.run_id = j.run_id AND a.step = j.step AND a.n = j.attempt "
 	    "WHERE j.finished_at IS NULL ORDER BY 15, j.id",
 	    "");
@@ -159,9 +161,7 @@ static int load_rows(struct tf_store *st, struct brow **out, size_t *n)
 	int rc;
 	while ((rc = tf_stmt_step(q)) == 1) {
 		char why[300];
-		if (tf_slices_holder_gone(tf_stmt_text(q, 21),
-		                          tf_stmt_is_null(q, 22) ? 0 : tf_stmt_int(q, 22),
-		                          tf_stmt_text(q, 23), why, sizeof(why)))
+		if (tf_slices_holder_gone(q, 21, why, sizeof(why)))
 			continue;
 		if (tf_stmt_is_null(q, 6))
 			continue; /* written before the broker (no pool): not ours to place */

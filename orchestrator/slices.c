@@ -4,6 +4,7 @@
  * builds from the rows: running attempts drawn on one map at their recorded boxes, finished
  * ones summed into slice-seconds per run and per project. */
 #include "orchestrator/slices.h"
+#include "orchestrator/state.h"
 
 #define TF_LOG_TAG "slices"
 #include "common/common.h"
@@ -170,8 +171,7 @@ struct open_row {
 	double started_at;
 	double queued_at;                /* when it asked for its slice (0: not recorded) */
 	char *wait_reason;               /* the run's scheduler's reason while not placed */
-	char *run_state, *attempt_state; /* NULL when the run / attempt row is missing */
-	int64_t pid;                     /* runs.pid, 0 when NULL */
+	char *gone;                      /* why no live attempt holds it, NULL when one does */
 };
 
 static void open_row_release(struct open_row *r)
@@ -182,25 +182,37 @@ static void open_row_release(struct open_row *r)
 	free(r->pool);
 	free(r->pool_spec);
 	free(r->project);
-	free(r->run_state);
-	free(r->attempt_state);
+	free(r->gone);
 	free(r->wait_reason);
 }
 
-const char *tf_slices_holder_gone(const char *run_state, int64_t pid, const char *attempt_state,
-                                  char *buf, size_t len)
+const char *tf_slices_holder_gone(struct tf_stmt *q, int col, char *buf, size_t len)
 {
+	const char *run_state = tf_stmt_text(q, col), *attempt_state = tf_stmt_text(q, col + 4);
 	if (!run_state)
 		return "its run is not in the database";
-	if (strcmp(run_state, "running")) {
+	struct tf_run_owner o = {.pid = tf_stmt_is_null(q, col + 2) ? 0 : (long)tf_stmt_int(q, col + 2),
+	                         .heartbeat_age = tf_stmt_is_null(q, col + 3)
+	                                              ? -1
+	                                              : tf_now_wall() - tf_stmt_double(q, col + 3)};
+	snprintf(o.token, sizeof(o.token), "%s", tf_stmt_text(q, col + 1) ? tf_stmt_text(q, col + 1) : "");
+	if (tf_run_state_parse(run_state, &o.state) || o.state != TF_RUN_RUNNING) {
 		snprintf(buf, len, "its run is %s: the attempt did not record its end", run_state);
 		return buf;
 	}
-	if (!tf_pid_alive((long)pid)) {
-		snprintf(buf, len,
-		         "the process driving its run (pid %lld) is gone; 'tpuflow runs "
-		         "resume' continues the run",
-		         (long long)pid);
+	if (tf_run_owner_gone(&o, TF_RUN_LEASE_S)) {
+		if (!o.token[0])
+			return "its run has no owner; 'tpuflow runs resume' continues the run";
+		if (o.heartbeat_age >= 0 && o.heartbeat_age <= TF_RUN_LEASE_S)
+			snprintf(buf, len,
+			         "the process driving its run (pid %ld) is gone; 'tpuflow runs "
+			         "resume' continues the run",
+			         o.pid);
+		else
+			snprintf(buf, len,
+			         "the owner of its run (pid %ld) has not renewed its heartbeat for "
+			         "%.0f s; 'tpuflow runs resume' continues the run",
+			         o.pid, o.heartbeat_age);
 		return buf;
 	}
 	if (!attempt_state || strcmp(attempt_state, "running")) {
@@ -214,9 +226,10 @@ const char *tf_slices_holder_gone(const char *run_state, int64_t pid, const char
 /* Why an open row is not shown, or NULL when its attempt holds its slice now. */
 static const char *stale_reason(const struct open_row *r, char *buf, size_t len)
 {
-	const char *gone = tf_slices_holder_gone(r->run_state, r->pid, r->attempt_state, buf, len);
-	if (gone)
-		return gone;
+	if (r->gone) {
+		snprintf(buf, len, "%s", r->gone);
+		return buf;
+	}
 	if (r->has_box && !r->pool_spec)
 		return "its pool was not recorded";
 	return NULL;
@@ -230,8 +243,8 @@ static int read_open(struct tf_store *st, struct open_row **out, size_t *n)
 	    st,
 	    "SELECT j.run_id, j.step, j.attempt, j.slice, j.pool, j.pool_spec, j.box_x, j.box_y, "
 	    "j.box_z, j.box_a, j.box_b, j.box_c, j.chips, j.started_at, "
-	    "COALESCE(j.project, 'default'), COALESCE(j.priority, 0), r.state, r.pid, a.state, "
-	    "j.queued_at, j.wait_reason "
+	    "COALESCE(j.project, 'default'), COALESCE(j.priority, 0), r.state, r.owner, r.pid, "
+	    "r.heartbeat_at, a.state, j.queued_at, j.wait_reason "
 	    "FROM slice_jobs j LEFT JOIN runs r ON r.id = j.run_id "
 	    "LEFT JOIN attempts a ON a.run_id = j.run_id AND a.step = j.step AND a.n = j.attempt "
 	    "WHERE j.finished_at IS NULL ORDER BY j.started_at, j.id",
@@ -259,11 +272,11 @@ static int read_open(struct tf_store *st, struct open_row **out, size_t *n)
 		r->started_at = tf_stmt_double(q, 13);
 		r->project = tf_stmt_strdup(q, 14);
 		r->priority = (int)tf_stmt_int(q, 15);
-		r->run_state = tf_stmt_strdup(q, 16);
-		r->pid = tf_stmt_is_null(q, 17) ? 0 : tf_stmt_int(q, 17);
-		r->attempt_state = tf_stmt_strdup(q, 18);
-		r->queued_at = tf_stmt_is_null(q, 19) ? 0 : tf_stmt_double(q, 19);
-		r->wait_reason = tf_stmt_strdup(q, 20);
+		char why[300];
+		const char *gone = tf_slices_holder_gone(q, 16, why, sizeof(why));
+		r->gone = gone ? tf_xstrdup(gone) : NULL;
+		r->queued_at = tf_stmt_is_null(q, 21) ? 0 : tf_stmt_double(q, 21);
+		r->wait_reason = tf_stmt_strdup(q, 22);
 	}
 	tf_stmt_done(q);
 	if (rc < 0) {

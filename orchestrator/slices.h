@@ -36,11 +36,13 @@ int tf_slices_add_pools(struct tf_sched *s, const char *const *pools, int npools
  * with err for a bad spec. */
 int tf_slices_pool_index(struct tf_sched *s, const char *pool, const char *spec, char *err,
                          size_t errlen);
-/* Whether a slice_jobs row is still held by a live attempt: NULL when it is, else why not (a
- * static string or buf). run_state and attempt_state are NULL when the row is missing; pid is
- * runs.pid (the process driving the run). */
-const char *tf_slices_holder_gone(const char *run_state, int64_t pid, const char *attempt_state,
-                                  char *buf, size_t len);
+/* Whether the slice_jobs row being read from q is still held by a live attempt: NULL when it
+ * is, else why not (a static string or buf). Columns from `col` on: runs.state, runs.owner,
+ * runs.pid, runs.heartbeat_at, attempts.state (NULL when a row is missing). The run's owner
+ * must be live by the rule claims use (tf_run_owner_gone: a token, a heartbeat within
+ * TF_RUN_LEASE_S, a live pid), so a daemon's run whose engine stopped renewing its heartbeat
+ * loses its chips although the daemon's pid lives on. */
+const char *tf_slices_holder_gone(struct tf_stmt *q, int col, char *buf, size_t len);
 
 /* A box from six columns of a slice_jobs row from `col` on (box_x, box_y, box_z, box_a,
  * box_b, box_c): 1 when all are set, 0 when the row has no box. */

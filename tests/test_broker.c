@@ -38,7 +38,10 @@ static void make_run(struct tf_store *st, const char *pipeline, char id[32])
 	struct tf_run_step_def defs[1] = {{"train", "train"}};
 	assert_int_equal(
 	    tf_run_create(st, pipeline, "name: x\n", NULL, "{}", NULL, defs, 1, NULL, id), 0);
-	assert_int_equal(tf_run_set_state(st, id, TF_RUN_RUNNING, NULL), 0);
+	struct tf_run_owner holder; /* driven by this process: owner, pid, heartbeat */
+	assert_int_equal(tf_run_claim(st, id, "0123456789abcdef0123456789abcdef",
+	                              1u << TF_RUN_PENDING, 0, &holder),
+	                 0);
 	struct tf_step_update u = {0};
 	assert_int_equal(tf_step_set_state(st, id, "train", TF_STEP_RUNNING, &u), 0);
 	assert_int_equal(tf_attempt_create(st, id, "train", 1), 0);

@@ -289,7 +289,10 @@ static void make_run(struct tf_store *st, const char *pipeline, int nsteps, char
 	assert_int_equal(tf_run_create(st, pipeline, "name: x\n", NULL, "{}", NULL, defs,
 	                               (size_t)nsteps, NULL, id),
 	                 0);
-	assert_int_equal(tf_run_set_state(st, id, TF_RUN_RUNNING, NULL), 0);
+	struct tf_run_owner holder; /* driven by this process: owner, pid, heartbeat */
+	assert_int_equal(tf_run_claim(st, id, "0123456789abcdef0123456789abcdef",
+	                              1u << TF_RUN_PENDING, 0, &holder),
+	                 0);
 	for (int i = 0; i < nsteps; i++) {
 		struct tf_step_update u = {0};
 		assert_int_equal(tf_step_set_state(st, id, defs[i].name, TF_STEP_RUNNING, &u), 0);
@@ -335,7 +338,7 @@ static void test_slices_stale_and_conflicting_rows_are_skipped(void **state)
 {
 	(void)state;
 	struct tf_store *st;
-	char err[256], live[32], gone[32], dead[32], other[32];
+	char err[256], live[32], gone[32], dead[32], other[32], stale[32];
 	assert_int_equal(mkdir("h", 0755), 0);
 	assert_int_equal(tf_store_open_home("h", &st, err, sizeof(err)), 0);
 	double now = tf_now_wall();
@@ -343,6 +346,7 @@ static void test_slices_stale_and_conflicting_rows_are_skipped(void **state)
 	make_run(st, "gone", 1, gone);
 	make_run(st, "dead", 1, dead);
 	make_run(st, "other", 1, other);
+	make_run(st, "stale", 1, stale);
 	/* live: a at the origin, b elsewhere, c on a v5e pool (added to the view), d where a is */
 	place(st, live, "a", "v4-8", "v4:4x4x8", 0, 0, 0, 2, 2, 1, now - 100);
 	place(st, live, "b", "v4-32", "v4:4x4x8", 2, 2, 6, 2, 2, 4, now - 50); /* wraps z */
@@ -359,6 +363,12 @@ static void test_slices_stale_and_conflicting_rows_are_skipped(void **state)
 	waitpid(child, NULL, 0);
 	assert_int_equal(
 	    tf_store_run(st, "UPDATE runs SET pid=? WHERE id=?", "it", (int64_t)child, dead), 0);
+	/* stale: its process lives, but its owner stopped renewing the heartbeat (an engine
+	 * inside a daemon that no longer drives it) */
+	place(st, stale, "a", "v4-8", "v4:4x4x8", 2, 0, 4, 2, 2, 1, now - 60);
+	assert_int_equal(tf_store_run(st, "UPDATE runs SET heartbeat_at=? WHERE id=?", "dt",
+	                              now - 2 * TF_RUN_LEASE_S, stale),
+	                 0);
 	/* other: its attempt already ended (lost) */
 	place(st, other, "a", "v4-8", "v4:4x4x8", 0, 0, 4, 2, 2, 1, now - 60);
 	struct tf_attempt_result ar = {.failure = TF_FAIL_INFRA, .exit_code = -1, .error = "lost"};
@@ -382,6 +392,9 @@ static void test_slices_stale_and_conflicting_rows_are_skipped(void **state)
 	why = skip_reason(rec, dead, "a");
 	assert_non_null(why);
 	assert_non_null(strstr(why, "is gone"));
+	why = skip_reason(rec, stale, "a");
+	assert_non_null(why);
+	assert_non_null(strstr(why, "has not renewed its heartbeat"));
 	why = skip_reason(rec, other, "a");
 	assert_non_null(why);
 	assert_non_null(strstr(why, "lost"));
