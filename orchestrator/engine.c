@@ -476,6 +476,7 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 	    .self_exe = e->o->self_exe,
 	    .force_local = e->o->ml_local,
 	    .timeout = s->def->timeout,
+	    .grace = e->o->grace,
 	    .cancel = &s->cancel,
 	    .outputs = json_object(),
 	    .metrics = json_object(),

@@ -49,6 +49,8 @@ struct tf_step_run {
 	int force_local;              /* run an `inprocess` ml step as a `local` child */
 	struct tf_store *db;          /* this worker's database handle */
 	double timeout;               /* seconds, 0 = none (the engine also raises *cancel) */
+	double grace;                 /* seconds a child process gets between SIGTERM and SIGKILL
+	                                 when the attempt is stopped (0: the executor's 10 s) */
 	volatile int *cancel;         /* becomes non-zero on timeout or Ctrl-C: return soon;
 	                                 TF_CANCEL_TIMEOUT when the timeout passed */
 	void (*progress)(void *data, const char *json_line); /* progress lines (JSON) */
@@ -93,6 +95,9 @@ struct tf_engine_opts {
 	int has_priority;     /* 1: `priority` below overrides the pipeline's `priority` */
 	int priority;         /* the run's train slices' priority, 0..9 (--priority) */
 	const char *project;  /* the run's project (--project), NULL: the pipeline's */
+	double grace;         /* seconds a step's process gets between SIGTERM and SIGKILL when
+	                         the engine stops it (cancel, drain, preemption, a failed chip,
+	                         a timeout); 0: the executor's default, 10 s */
 	struct tf_store *db;  /* a handle on HOME's database for the run's coordinator (borrowed
 	                         until tf_engine_free; the caller must not use it meanwhile);
 	                         NULL: the engine opens its own */

@@ -289,6 +289,7 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 	/* cwd is inherited: a relative file:// store URL means the same directory */
 	struct tf_exec_spec spec = {.argv = (char *const *)argv,
 	                            .timeout = r->timeout,
+	                            .grace = r->grace,
 	                            .log_dir = log_dir,
 	                            .slurm = slurm ? &ks.spec : NULL};
 	if (slurm) { /* logs and progress come back through the store */

@@ -293,6 +293,7 @@ static int kind_shell(struct tf_step_run *r)
 	                            .envp = envp,
 	                            .cwd = r->workdir,
 	                            .timeout = r->timeout,
+	                            .grace = r->grace,
 	                            .log_dir = log_dir,
 	                            .slurm = ops == &tf_executor_slurm ? &ks.spec : NULL};
 	char *self = NULL;

@@ -82,6 +82,7 @@ struct slot {
 struct tf_runner {
 	char *home;
 	int max_runs, workers;
+	double grace; /* SIGTERM to SIGKILL for step processes (tf_engine_opts.grace) */
 	int draining;
 	struct tf_store *db;    /* the runner's own handle (choosing runs) */
 	struct slot *slots;     /* runs driven now */
@@ -96,6 +97,7 @@ struct tf_runner *tf_runner_new(const struct tf_runner_opts *o, char *err, size_
 {
 	struct tf_runner *r = tf_xcalloc(1, sizeof(*r));
 	r->home = tf_xstrdup(o->home);
+	r->grace = o->grace;
 	tf_runner_set_limits(r, o->max_runs, o->workers);
 	if (tf_store_open_home(r->home, &r->db, err, errlen)) {
 		free(r->home);
@@ -141,6 +143,7 @@ static int take(struct tf_runner *r, const char *run)
 {
 	struct tf_engine_opts o = {.home = r->home,
 	                           .workers = r->workers,
+	                           .grace = r->grace,
 	                           .ml_local = 1}; /* a crashing trainer never takes us down */
 	struct tf_engine_req rq = {.run_id = run};
 	struct tf_diag_list diags = {0};

@@ -45,6 +45,8 @@ struct tf_runner_opts {
 	const char *home; /* state home (borrowed for the runner's life) */
 	int max_runs;     /* runs driven at once (0: 4) */
 	int workers;      /* steps at once per run (0: the engine's default) */
+	double grace;     /* seconds a step's process gets to stop (checkpoint) after SIGTERM
+	                     when a run is drained, preempted or cancelled (0: 10 s) */
 };
 
 /* A runner over `home` (migrated); NULL on failure with a message in err. */

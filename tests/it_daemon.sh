@@ -5,6 +5,7 @@
 #  - `tpuflow run` through the daemon follows the run to its end (exit 0)
 #  - `run --detach` prints the run id at once; `runs watch` follows it to the end
 #  - `runs cancel` of a run the daemon drives: it ends failed within seconds
+#  - a cancelled step's process gets --grace to stop before SIGKILL
 #  - a run left `running` by a killed `tpuflow run --embedded` is adopted and finished
 #  - SIGTERM drains (exit 0, run interrupted and marked); the next daemon finishes the run
 # Stops only the processes it started.
@@ -92,6 +93,19 @@ for _ in $(seq 1 100); do [[ -s $dir/slow.marks ]] && break; sleep 0.05; done
 [[ $? == 1 ]] || fail "the cancelled run did not end failed: $(tail -3 "$dir/cancel.log")"
 grep -q "cancelled" "$dir/cancel.log" || fail "the cancelled run does not say so"
 rm -f "$dir/slow.marks"
+
+# ---- a stopped step's process gets the daemon's --grace (20 s here) between SIGTERM and
+# SIGKILL, not the executor's default 10 s: its TERM handler takes 11 s and still finishes
+cat >"$dir/trap.yaml" <<YAML
+name: trap
+steps:
+  - {name: t, type: shell, with: {argv: [sh, -c, 'trap "sleep 11; echo clean >> $dir/trap.marks; exit 1" TERM; echo up >> $dir/trap.marks; sleep 600 & wait']}}
+YAML
+run=$("$bin" run "$dir/trap.yaml" --home "$H" --detach)
+for _ in $(seq 1 100); do [[ -s $dir/trap.marks ]] && break; sleep 0.05; done
+"$bin" runs cancel "$run" --home "$H" >/dev/null || fail "runs cancel of the trapping run"
+"$bin" runs watch "$run" --home "$H" --plain >/dev/null 2>&1
+grep -q clean "$dir/trap.marks" || fail "the step's process was killed before the daemon's --grace ran out"
 
 # ---- a run whose owner was killed is adopted
 "$bin" run "$dir/slow.yaml" --home "$H" --embedded --plain >"$dir/emb.log" 2>&1 &

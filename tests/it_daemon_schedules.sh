@@ -63,7 +63,7 @@ steps:
 YAML
 cat >"$dir/forbid.yaml" <<'YAML'
 name: every-forbid
-schedule: {cron: "* * * * *", catchup: latest, concurrency: forbid}
+schedule: {cron: "0 * * * *", catchup: latest, concurrency: forbid}
 steps:
   - {name: s, type: shell, with: {argv: [sleep, '600']}}
 YAML
@@ -107,14 +107,15 @@ print("it_daemon_schedules: after 10 minutes down: catchup all fired 3 ticks, la
 PY
 [[ $? == 0 ]] || exit 1
 
-# forbid: while a run of every-forbid is active (started by hand; it sleeps), its due tick is
-# recorded skipped
+# forbid: while a run of every-forbid is active (started by hand; it sleeps), its due tick (this
+# hour's, made due by moving next_tick back to it) is recorded skipped
 "$bin" run "$dir/forbid.yaml" --home "$H" --detach >/dev/null || fail "run forbid.yaml --detach"
 wait_count 1 "SELECT count(*) FROM runs WHERE pipeline='every-forbid' AND state='running'" ||
   fail "the every-forbid run did not start"
+hour=$(( ($(date +%s) / 3600) * 3600 ))
 q "UPDATE registered_pipelines SET next_tick=? WHERE name='every-forbid' RETURNING name" \
-  "$(( ($(date +%s) / 60) * 60 ))" >/dev/null
-wait_count 1 "SELECT count(*) FROM schedule_fires WHERE pipeline='every-forbid' AND outcome='skipped'" ||
+  "$hour" >/dev/null
+wait_count 1 "SELECT count(*) FROM schedule_fires WHERE pipeline='every-forbid' AND tick=$hour AND outcome='skipped'" ||
   fail "forbid did not skip a tick while the run was active: $(q "SELECT fire_key, outcome, reason FROM schedule_fires WHERE pipeline='every-forbid'")"
 [[ $(q "SELECT count(*) FROM runs WHERE pipeline='every-forbid'") == 1 ]] ||
   fail "a run of every-forbid was started while one was active"

@@ -446,7 +446,9 @@ int tf_daemon_run(const struct tf_daemon_opts *o, char *err, size_t errlen)
 	if (rc)
 		goto out;
 	alert_unclean_stop(&d);
-	struct tf_runner_opts ro = {.home = d.home};
+	/* a step's process stopped by a drain, a preemption or a cancel gets the whole grace to
+	 * write its checkpoint before SIGKILL */
+	struct tf_runner_opts ro = {.home = d.home, .grace = o->grace > 0 ? o->grace : 30};
 	d.runner = tf_runner_new(&ro, err, errlen);
 	if (!d.runner) {
 		rc = -EIO;
