@@ -1334,8 +1334,6 @@ fail:
 	return rc;
 }
 
-/* Drives the run until every step is final or the run is interrupted: runs the rounds
- * workers leave to it (see the top of this file) and sleeps otherwise. */
 static int worker_count(const struct engine *e)
 {
 	int n = e->o->workers > 0 ? e->o->workers : 8;
@@ -1367,6 +1365,8 @@ static int first_round(struct engine *e)
 	return coord_round(e, 0);
 }
 
+/* Drives the run until every step is final or the run is interrupted: runs the rounds
+ * workers leave to it (see the top of this file) and sleeps otherwise. */
 static int drive(struct engine *e, int *cache_hits)
 {
 	int rc = 0, timer = 0;
