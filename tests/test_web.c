@@ -492,6 +492,48 @@ static void test_events_and_cancel(void **state)
 	resp_free(&r);
 }
 
+/* A page's steps and done counts follow the steps' states (kept by the triggers of migration
+ * 0009 in the transaction that changes a step). */
+static void test_step_counts(void **state)
+{
+	(void)state;
+	json_t *b = json_pack("{s:s}", "yaml",
+	                      "name: counts\nsteps:\n"
+	                      "  - name: a\n    type: shell\n    with: {argv: [/bin/true]}\n"
+	                      "  - name: b\n    type: shell\n    needs: [a]\n"
+	                      "    with: {argv: [/bin/true]}\n");
+	char *body = json_dumps(b, 0);
+	struct resp r = call("POST", "/api/v1/runs", tok_trigger, body, NULL);
+	assert_int_equal(r.status, 201);
+	char id[32];
+	snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(r.json, "id")));
+	resp_free(&r);
+	free(body);
+	json_decref(b);
+	struct tf_store *st;
+	char err[256];
+	long want[][2] = {{2, 0}, {2, 1}, {2, 2}};
+	for (int k = 0; k < 3; k++) {
+		if (k) {
+			assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+			if (k == 1) {
+				assert_int_equal(tf_run_set_state(st, id, TF_RUN_RUNNING, NULL), 0);
+				assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_QUEUED, NULL), 0);
+				assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_RUNNING, NULL), 0);
+				assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_SUCCEEDED, NULL), 0);
+			} else {
+				assert_int_equal(tf_step_set_state(st, id, "b", TF_STEP_SKIPPED, NULL), 0);
+			}
+			tf_store_close(st);
+		}
+		r = call("GET", "/api/v1/runs?pipeline=counts", tok_read, NULL, NULL);
+		json_t *it = json_array_get(json_object_get(r.json, "items"), 0);
+		assert_int_equal(json_integer_value(json_object_get(it, "steps")), want[k][0]);
+		assert_int_equal(json_integer_value(json_object_get(it, "done")), want[k][1]);
+		resp_free(&r);
+	}
+}
+
 /* GET /api/v1/events: every run's events in commit order with a global id; reconnecting
  * with Last-Event-ID gets exactly what came after. The stream stays open, so it is read for
  * a moment and cut. */
@@ -1139,6 +1181,7 @@ int main(void)
 	    cmocka_unit_test(test_routing_errors),  cmocka_unit_test(test_auth_matrix),
 	    cmocka_unit_test(test_idempotency),     cmocka_unit_test(test_pages),
 	    cmocka_unit_test(test_events_and_cancel), cmocka_unit_test(test_global_events),
+	    cmocka_unit_test(test_step_counts),
 	    cmocka_unit_test(test_validate),        cmocka_unit_test(test_schedules),
 	    cmocka_unit_test(test_metrics),         cmocka_unit_test(test_contract),
 	    cmocka_unit_test(test_promtool),        cmocka_unit_test(test_prometheus_scrape),

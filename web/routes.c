@@ -21,6 +21,7 @@
 #include "orchestrator/state.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,43 +68,105 @@ static json_t *col_real(struct tf_stmt *s, int c)
 	return tf_stmt_is_null(s, c) ? json_null() : json_real(tf_stmt_double(s, c));
 }
 
-/* A JSON string (or null) written directly: quotes, backslashes and control characters
- * escaped, other bytes as stored. */
-static void put_str(FILE *f, const char *v)
+/* ---- the runs page writer ---------------------------------------------------------------
+ * A page of runs is the API's hottest answer: it is written byte by byte into one growing
+ * buffer (no jansson tree, no stdio stream), and every value is checked or escaped here. */
+struct obuf {
+	char *p;
+	size_t n, cap;
+};
+
+static void ob_need(struct obuf *b, size_t more)
 {
-	if (!v) {
-		fputs("null", f);
-		return;
+	if (b->n + more > b->cap) {
+		b->cap = (b->n + more) * 2;
+		b->p = tf_xrealloc(b->p, b->cap);
 	}
-	fputc('"', f);
-	for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			fputc('\\', f), fputc(*p, f);
-		else if (*p < 0x20)
-			fprintf(f, "\\u%04x", *p);
-		else
-			fputc(*p, f);
-	}
-	fputc('"', f);
 }
 
-static void put_real(FILE *f, struct tf_stmt *s, int c)
+static void ob_put(struct obuf *b, const char *s, size_t n)
 {
-	if (tf_stmt_is_null(s, c))
-		fputs("null", f);
-	else
-		fprintf(f, "%.6f", tf_stmt_double(s, c));
+	ob_need(b, n);
+	memcpy(b->p + b->n, s, n);
+	b->n += n;
+}
+
+#define OB_LIT(b, s) ob_put((b), (s), sizeof(s) - 1)
+
+static void ob_i64(struct obuf *b, long long v)
+{
+	char d[24], *e = d + sizeof(d), *q = e;
+	unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+	do
+		*--q = (char)('0' + u % 10);
+	while (u /= 10);
+	if (v < 0)
+		*--q = '-';
+	ob_put(b, q, (size_t)(e - q));
+}
+
+/* A JSON string (or null): quotes, backslashes and control characters escaped, other bytes
+ * as stored. */
+static void ob_str(struct obuf *b, const char *v)
+{
+	static const char hex[] = "0123456789abcdef";
+	if (!v) {
+		OB_LIT(b, "null");
+		return;
+	}
+	ob_need(b, 6 * strlen(v) + 2);
+	char *o = b->p + b->n;
+	*o++ = '"';
+	for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+		if (*p >= 0x20 && *p != '"' && *p != '\\') {
+			*o++ = (char)*p;
+		} else if (*p >= 0x20) {
+			*o++ = '\\';
+			*o++ = (char)*p;
+		} else {
+			memcpy(o, "\\u00", 4);
+			o[4] = hex[*p >> 4];
+			o[5] = hex[*p & 15];
+			o += 6;
+		}
+	}
+	*o++ = '"';
+	b->n = (size_t)(o - b->p);
+}
+
+/* A time in Unix seconds with six decimals (null when NULL). */
+static void ob_time(struct obuf *b, struct tf_stmt *s, int c)
+{
+	if (tf_stmt_is_null(s, c)) {
+		OB_LIT(b, "null");
+		return;
+	}
+	double v = tf_stmt_double(s, c);
+	if (!(v >= 0 && v < 9e9)) { /* beyond, v * 1e6 would not be exact */
+		char t[64];
+		ob_put(b, t, (size_t)snprintf(t, sizeof(t), "%.6f", v));
+		return;
+	}
+	long long us = llround(v * 1e6), frac = us % 1000000;
+	ob_i64(b, us / 1000000);
+	char f[7] = ".";
+	for (int i = 6; i > 0; i--, frac /= 10)
+		f[i] = (char)('0' + frac % 10);
+	ob_put(b, f, 7);
 }
 
 /* A query value percent-encoded (unreserved characters as they are), inside a JSON string. */
-static void put_query(FILE *f, const char *v)
+static void ob_query(struct obuf *b, const char *v)
 {
+	static const char hex[] = "0123456789ABCDEF";
 	for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
 		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-		    strchr("-._~", *p))
-			fputc(*p, f);
-		else
-			fprintf(f, "%%%02X", *p);
+		    strchr("-._~", *p)) {
+			ob_put(b, (const char *)p, 1);
+		} else {
+			char e[3] = {'%', hex[*p >> 4], hex[*p & 15]};
+			ob_put(b, e, 3);
+		}
 	}
 }
 
@@ -238,9 +301,7 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	struct tf_stmt *s = tf_store_query(
 	    rq->st,
 	    "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
-	    "(SELECT count(*) FROM steps WHERE run_id=r.id), "
-	    "(SELECT count(*) FROM steps WHERE run_id=r.id AND state IN "
-	    "('succeeded','cached','skipped')), r.error, r.retry_of, r.trigger "
+	    "r.steps_total, r.steps_done, r.error, r.retry_of, r.trigger "
 	    "FROM runs r WHERE (?1 IS NULL OR r.state=?1) AND (?2 IS NULL OR r.pipeline=?2) "
 	    "AND r.created_at>=?3 "
 	    "AND (?4 IS NULL OR EXISTS (SELECT 1 FROM run_labels l WHERE l.run_id=r.id AND "
@@ -256,67 +317,71 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		tf_web_problem_errno(rs, -EIO, rq->path, tf_store_errmsg(rq->st));
 		return;
 	}
-	/* The page is written straight into the response buffer: a 50-run page is the hottest
-	 * answer of the API, and building it as jansson objects first doubled its cost. */
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
+	struct obuf b = {0};
 	char last[32] = "";
 	int rc, n = 0, more = 0;
-	fputs("{\"items\":[", f);
+	OB_LIT(&b, "{\"items\":[");
 	while ((rc = tf_stmt_step(s)) == 1) {
 		if (n == limit) {
 			more = 1;
 			break;
 		}
-		fputs(n++ ? ",{\"id\":" : "{\"id\":", f);
-		put_str(f, tf_stmt_text(s, 0));
-		fputs(",\"pipeline\":", f);
-		put_str(f, tf_stmt_text(s, 1));
-		fputs(",\"state\":", f);
-		put_str(f, tf_stmt_text(s, 2));
-		fputs(",\"created_at\":", f);
-		put_real(f, s, 3);
-		fputs(",\"started_at\":", f);
-		put_real(f, s, 4);
-		fputs(",\"finished_at\":", f);
-		put_real(f, s, 5);
-		fprintf(f, ",\"steps\":%lld,\"done\":%lld,\"error\":", (long long)tf_stmt_int(s, 6),
-		        (long long)tf_stmt_int(s, 7));
-		put_str(f, tf_stmt_text(s, 8));
-		fputs(",\"retry_of\":", f);
-		put_str(f, tf_stmt_text(s, 9));
-		fputs(",\"trigger\":", f);
-		put_str(f, tf_stmt_text(s, 10));
-		fputc('}', f);
+		if (n++)
+			OB_LIT(&b, ",");
+		OB_LIT(&b, "{\"id\":");
+		ob_str(&b, tf_stmt_text(s, 0));
+		OB_LIT(&b, ",\"pipeline\":");
+		ob_str(&b, tf_stmt_text(s, 1));
+		OB_LIT(&b, ",\"state\":");
+		ob_str(&b, tf_stmt_text(s, 2));
+		OB_LIT(&b, ",\"created_at\":");
+		ob_time(&b, s, 3);
+		OB_LIT(&b, ",\"started_at\":");
+		ob_time(&b, s, 4);
+		OB_LIT(&b, ",\"finished_at\":");
+		ob_time(&b, s, 5);
+		OB_LIT(&b, ",\"steps\":");
+		ob_i64(&b, tf_stmt_int(s, 6));
+		OB_LIT(&b, ",\"done\":");
+		ob_i64(&b, tf_stmt_int(s, 7));
+		OB_LIT(&b, ",\"error\":");
+		ob_str(&b, tf_stmt_text(s, 8));
+		OB_LIT(&b, ",\"retry_of\":");
+		ob_str(&b, tf_stmt_text(s, 9));
+		OB_LIT(&b, ",\"trigger\":");
+		ob_str(&b, tf_stmt_text(s, 10));
+		OB_LIT(&b, "}");
 		snprintf(last, sizeof(last), "%s", tf_stmt_text(s, 0));
 	}
 	tf_stmt_done(s);
-	fputs("],\"next\":", f);
+	OB_LIT(&b, "],\"next\":");
 	if (more) {
-		fprintf(f, "\"/api/v1/runs?limit=%lld&cursor=", limit);
-		put_query(f, last);
+		OB_LIT(&b, "\"/api/v1/runs?limit=");
+		ob_i64(&b, limit);
+		OB_LIT(&b, "&cursor=");
+		ob_query(&b, last);
 		const char *names[] = {"state", "pipeline", "label", "since", "trigger", "q"};
 		for (int i = 0; i < 6; i++) {
 			const char *v = tf_web_query(rq, names[i]);
 			if (v) {
-				fprintf(f, "&%s=", names[i]);
-				put_query(f, v);
+				OB_LIT(&b, "&");
+				ob_put(&b, names[i], strlen(names[i]));
+				OB_LIT(&b, "=");
+				ob_query(&b, v);
 			}
 		}
-		fputs("\"}", f);
+		OB_LIT(&b, "\"}");
 	} else {
-		fputs("null}", f);
+		OB_LIT(&b, "null}");
 	}
-	fclose(f);
 	if (rc < 0) {
-		free(buf);
+		free(b.p);
 		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
 		return;
 	}
 	rs->status = 200;
-	rs->body = buf;
-	rs->len = len;
+	rs->body = b.p;
+	rs->len = b.n;
 	rs->type = "application/json";
 }
 
