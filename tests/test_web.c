@@ -534,6 +534,41 @@ static void test_step_counts(void **state)
 	}
 }
 
+/* The runs page is kept per store handle while the database is unchanged: every commit, by
+ * the server's own handles or another connection, shows in the next page. */
+static void test_runs_page_fresh(void **state)
+{
+	(void)state;
+	static const char yaml[] = "name: fresh\nsteps:\n  - name: a\n    type: shell\n"
+	                           "    with: {argv: [/bin/true]}\n";
+	json_t *b = json_pack("{s:s}", "yaml", yaml);
+	char *body = json_dumps(b, 0);
+	json_decref(b);
+	for (int k = 0; k < 12; k++) {
+		struct resp r = call("GET", "/api/v1/runs?pipeline=fresh&limit=500", tok_read, NULL, NULL);
+		struct resp again = call("GET", "/api/v1/runs?pipeline=fresh&limit=500", tok_read, NULL, NULL);
+		assert_int_equal(json_array_size(json_object_get(r.json, "items")), k);
+		assert_string_equal(r.body.p, again.body.p);
+		resp_free(&r);
+		resp_free(&again);
+		if (k % 2) { /* through the server */
+			r = call("POST", "/api/v1/runs", tok_trigger, body, NULL);
+			assert_int_equal(r.status, 201);
+			resp_free(&r);
+		} else { /* another connection */
+			struct tf_store *st;
+			char err[256], id[32];
+			struct tf_diag_list d = {0};
+			struct tf_web_submit sub = {.yaml = yaml, .yaml_len = strlen(yaml),
+			                            .params_json = "{}"};
+			assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+			assert_int_equal(submit(NULL, st, &sub, id, &d, err, sizeof(err)), 0);
+			tf_store_close(st);
+		}
+	}
+	free(body);
+}
+
 /* GET /api/v1/events: every run's events in commit order with a global id; reconnecting
  * with Last-Event-ID gets exactly what came after. The stream stays open, so it is read for
  * a moment and cut. */
@@ -1181,7 +1216,7 @@ int main(void)
 	    cmocka_unit_test(test_routing_errors),  cmocka_unit_test(test_auth_matrix),
 	    cmocka_unit_test(test_idempotency),     cmocka_unit_test(test_pages),
 	    cmocka_unit_test(test_events_and_cancel), cmocka_unit_test(test_global_events),
-	    cmocka_unit_test(test_step_counts),
+	    cmocka_unit_test(test_step_counts),     cmocka_unit_test(test_runs_page_fresh),
 	    cmocka_unit_test(test_validate),        cmocka_unit_test(test_schedules),
 	    cmocka_unit_test(test_metrics),         cmocka_unit_test(test_contract),
 	    cmocka_unit_test(test_promtool),        cmocka_unit_test(test_prometheus_scrape),

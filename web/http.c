@@ -39,12 +39,23 @@
 #define NBUCKETS 64      /* rate-limit buckets (tokens seen recently) */
 #define WATCH_MS 25      /* how often other processes' commits are looked for */
 #define TICK_EVERY 8     /* watches between two rollout checks (tf_serve_tick) */
+#define NCACHED 32       /* answers of TF_ROUTE_CACHED routes kept */
 
 struct bucket {
 	int64_t id;       /* token id, 0 = free slot */
 	double level;     /* requests left */
 	double at;        /* last refill (monotonic) */
 	double touched;   /* last last_used_at write (wall) */
+};
+
+/* The 200 answer of a TF_ROUTE_CACHED route to one URL, valid while the change generation is
+ * the one noted before the handler read the database. */
+struct cached {
+	char *url; /* path?query (the arguments in the order received); NULL: a free slot */
+	uint64_t gen;
+	char *body;
+	size_t len;
+	uint64_t used; /* cache_clock at the last use: the least recent makes room */
 };
 
 /* Request counters by route and status, and a latency histogram by route. */
@@ -90,6 +101,8 @@ struct tf_web {
 	struct req_count *counts;
 	size_t ncounts, capcounts;
 	struct lat_hist *lat; /* tf_nroutes + 1 entries, the last for "no route" */
+	struct cached cache[NCACHED];
+	uint64_t cache_clock;
 };
 
 /* Per-connection state between the calls of one request. */
@@ -574,6 +587,90 @@ static void locked_idempotent(const struct tf_route *r, struct tf_web_req *rq,
 	}
 }
 
+/* ---- cached answers ------------------------------------------------------------------------
+ * A TF_ROUTE_CACHED route's 200 body is kept under its URL with the store's change generation
+ * noted before the handler read the database (orchestrator/store.h). While the generation has
+ * not moved, nothing was committed since — by this process at once (its WAL hook), by another
+ * process as soon as the watcher has seen it (WATCH_MS) — so the handler would write the same
+ * bytes: they are sent again without a store handle or a query. Tokens, scopes and rate
+ * limits are checked before, as for any request. */
+
+static enum MHD_Result add_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                               const char *value)
+{
+	(void)kind;
+	FILE *f = cls;
+	fprintf(f, "%s%s%s&", key, value ? "=" : "", value ? value : "");
+	return MHD_YES;
+}
+
+/* path?name=value&... of the request (a new string). */
+static char *request_url(const struct tf_web_req *rq)
+{
+	char *url = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&url, &len);
+	fprintf(f, "%s?", rq->path);
+	if (rq->conn)
+		MHD_get_connection_values(rq->conn, MHD_GET_ARGUMENT_KIND, add_arg, f);
+	for (int i = 0; !rq->conn && rq->query && rq->query[i] && rq->query[i + 1]; i += 2)
+		add_arg(f, MHD_GET_ARGUMENT_KIND, rq->query[i], rq->query[i + 1]);
+	fclose(f);
+	return url;
+}
+
+static void run_cached(struct tf_web *w, const struct tf_route *r, struct tf_web_req *rq,
+                       struct tf_web_resp *rs)
+{
+	uint64_t gen = tf_store_generation();
+	char *url = request_url(rq);
+	pthread_mutex_lock(&w->lock);
+	struct cached *hit = NULL, *victim = &w->cache[0];
+	for (int i = 0; i < NCACHED && !hit; i++) {
+		struct cached *c = &w->cache[i];
+		if (c->url && !strcmp(c->url, url))
+			hit = c;
+		else if (c->used < victim->used)
+			victim = c;
+	}
+	if (hit && hit->gen == gen) {
+		hit->used = ++w->cache_clock;
+		rs->status = 200;
+		rs->type = r->resp_type ? r->resp_type : "application/json";
+		rs->body = tf_xmalloc(hit->len + 1);
+		memcpy(rs->body, hit->body, hit->len + 1);
+		rs->len = hit->len;
+		pthread_mutex_unlock(&w->lock);
+		free(url);
+		return;
+	}
+	pthread_mutex_unlock(&w->lock);
+	if (!tf_web_store(rq)) {
+		tf_web_problem(rs, 503, rq->path, "cannot open the state database");
+		rs->retry_after = 1;
+		free(url);
+		return;
+	}
+	r->fn(rq, rs);
+	if (rs->status != 200 || !rs->body || rs->stream) {
+		free(url);
+		return;
+	}
+	pthread_mutex_lock(&w->lock);
+	struct cached *c = hit && hit->url ? hit : victim; /* hit's slot may have been reused */
+	if (c != hit || strcmp(c->url, url) == 0) {
+		free(c->url);
+		free(c->body);
+		*c = (struct cached){.url = url, .gen = gen, .body = tf_xmalloc(rs->len + 1),
+		                     .len = rs->len, .used = ++w->cache_clock};
+		memcpy(c->body, rs->body, rs->len);
+		c->body[rs->len] = 0;
+		url = NULL;
+	}
+	pthread_mutex_unlock(&w->lock);
+	free(url);
+}
+
 /* ---- dispatch ----------------------------------------------------------------------------- */
 
 static int is_json_type(const char *ct)
@@ -609,7 +706,7 @@ static const struct tf_route *dispatch(struct tf_web *w, struct tf_web_req *rq,
 		                                  "(tpuflow serve); the API is on the daemon");
 		return NULL;
 	}
-	if (!(r->flags & TF_ROUTE_SERVING)) { /* serving reads its caches, the store if need be */
+	if (!(r->flags & (TF_ROUTE_SERVING | TF_ROUTE_CACHED))) { /* those take it if need be */
 		char err[256];
 		rq->st = store_get(w, err, sizeof(err));
 		if (!rq->st) {
@@ -648,6 +745,8 @@ static const struct tf_route *dispatch(struct tf_web *w, struct tf_web_req *rq,
 	}
 	if (r->flags & TF_ROUTE_IDEMPOTENT)
 		run_idempotent(r, rq, rs);
+	else if (r->flags & TF_ROUTE_CACHED)
+		run_cached(w, r, rq, rs);
 	else
 		r->fn(rq, rs);
 	if (!rs->status)
@@ -891,6 +990,10 @@ static int parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *s
 
 static void web_free(struct tf_web *w)
 {
+	for (int i = 0; i < NCACHED; i++) {
+		free(w->cache[i].url);
+		free(w->cache[i].body);
+	}
 	for (int i = 0; i < w->npool; i++)
 		tf_store_close(w->pool[i]);
 	tf_serve_free(w->serve);

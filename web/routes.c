@@ -1386,7 +1386,7 @@ const struct tf_route tf_routes[] = {
     {"GET", "/metrics", TF_SCOPE_READ, h_metrics, 0, "metrics",
      "Prometheus metrics (text format 0.0.4)", NULL, NULL, "{\"type\":\"string\"}", 200,
      "text/plain; version=0.0.4; charset=utf-8"},
-    {"GET", "/api/v1/runs", TF_SCOPE_READ, h_runs_list, 0, "listRuns",
+    {"GET", "/api/v1/runs", TF_SCOPE_READ, h_runs_list, TF_ROUTE_CACHED, "listRuns",
      "Runs, newest first, one page at a time",
      "state:string:pending, running, succeeded, failed or interrupted;"
      "pipeline:string:pipeline name;label:string:KEY=VALUE or KEY;"
