@@ -493,7 +493,7 @@ static void test_events_and_cancel(void **state)
 }
 
 /* A page's steps and done counts follow the steps' states (kept by the triggers of migration
- * 0010 in the transaction that changes a step). */
+ * 0011 in the transaction that changes a step). */
 static void test_step_counts(void **state)
 {
 	(void)state;

@@ -1,4 +1,4 @@
--- 0010_run_step_counts: each run carries how many steps it has and how many are done
+-- 0011_run_step_counts: each run carries how many steps it has and how many are done
 -- (succeeded, cached or skipped), kept by triggers inside the transaction that changes a step,
 -- so a page of runs (GET /api/v1/runs, `runs list`) reads them from the run's row instead of
 -- counting the steps of every run on the page.
