@@ -1890,8 +1890,9 @@ static int create_run(struct tf_store *st, const struct tf_pipeline *p, const ch
                       const char *trigger, char run_id[32])
 {
 	json_t *params = json_object();
-	for (size_t i = 0; i < nov; i++)
-		json_object_set_new(params, ov[i].name, json_string(ov[i].value));
+	for (size_t i = 0; i < nov; i++) /* a name from the command line runs up to its '=' */
+		json_object_setn_new(params, ov[i].name, strcspn(ov[i].name, "="),
+		                     json_string(ov[i].value));
 	char *pj = canon(params);
 	json_decref(params);
 	struct tf_run_step_def *defs = tf_xcalloc(p->nsteps + 1, sizeof(*defs));

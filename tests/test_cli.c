@@ -363,6 +363,31 @@ static void test_cli_terminal_escapes_and_plan_cache_words(void **state)
 	free(out);
 }
 
+/* `--param k=v` is recorded under its name k (it was recorded under "k=v"). */
+static void test_cli_param_override_recorded_by_name(void **state)
+{
+	(void)state;
+	FILE *f = fopen("prm.yaml", "w");
+	assert_non_null(f);
+	fputs("name: prm\nparams:\n  n: {type: int, default: 1}\nsteps:\n"
+	      "  - {name: s, type: shell, with: {argv: [/bin/echo, '${params.n}']}}\n",
+	      f);
+	fclose(f);
+	static const char *const args[] = {"run", "prm.yaml", "--plain", "--param", "n=5", NULL};
+	char *err = NULL;
+	assert_int_equal(run(args, &err), 0);
+	free(err);
+	static const char *const show[] = {"runs", "show", "latest", "--json", NULL};
+	assert_int_equal(tf_test_cli(show, NULL, NULL), 0);
+	json_t *doc = tf_test_load_json("out.txt");
+	assert_non_null(doc);
+	json_t *params = json_object_get(doc, "params");
+	assert_non_null(params);
+	assert_null(json_object_get(params, "n=5"));
+	assert_string_equal(json_string_value(json_object_get(params, "n")), "5");
+	json_decref(doc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -373,6 +398,7 @@ int main(void)
 	    cmocka_unit_test(test_cli_not_found_and_usage_exit_codes),
 	    cmocka_unit_test(test_cli_runs_list_skipped_orphaned_duration),
 	    cmocka_unit_test(test_cli_terminal_escapes_and_plan_cache_words),
+	    cmocka_unit_test(test_cli_param_override_recorded_by_name),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
