@@ -874,7 +874,7 @@ static int cycles(int argc, char **argv, struct tf_cli *cli)
 	return TF_EXIT_OK;
 }
 
-/* HBM in the unit Google states it in: "32 GiB" (v2-v4) or "95 GB" (v5e, v5p, v6e). */
+/* HBM in the unit Google states it in: "32 GiB" (v2-v4, v5p) or "16 GB" (v5e, v6e). */
 static void hbm_text(const struct tf_tpu_gen *g, double bytes, char *buf, size_t len)
 {
 	if (g->hbm_gib)

@@ -243,6 +243,12 @@ static void test_cli_accel_cycles_topology(void **state)
 	assert_int_equal(json_integer_value(json_array_get(json_object_get(j, "chip_host"), 2)), 1);
 	assert_string_equal(json_string_value(json_object_get(j, "hbm_unit")), "GB");
 	json_decref(j);
+	/* v5p's page states its HBM in GiB ("HBM capacity per chip (GiB) 95") */
+	assert_int_equal(run("accel info v5p-8 --json", out, sizeof out, err, sizeof err), 0);
+	j = json_loads(out, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(json_string_value(json_object_get(j, "hbm_unit")), "GiB");
+	json_decref(j);
 	assert_int_equal(run("accel info v4:1x2x2", out, sizeof out, err, sizeof err), 64);
 	assert_non_null(strstr(err, "use one of 2x2x1"));
 }
