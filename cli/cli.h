@@ -33,6 +33,12 @@ int tf_cli_common_option(struct tf_cli *cli, int opt, const char *arg);
  * caller owns; the directory is created if `create` is set (NULL and a message on failure). */
 char *tf_cli_home(const struct tf_cli *cli, int create);
 
+/* The state home's database, opened and migrated (the home is created if missing). NULL with
+ * "tpuflow CMD: why" on stderr and *exit_code set (TF_EXIT_CONFIG for a database newer than
+ * this build, else TF_EXIT_UNAVAILABLE). The caller closes it with tf_store_close. */
+struct tf_store;
+struct tf_store *tf_cli_open_store(const struct tf_cli *cli, const char *cmd, int *exit_code);
+
 /* Prints "tpuflow CMD: MESSAGE" and the usage hint to stderr; returns TF_EXIT_USAGE. */
 int tf_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -23,15 +23,10 @@ static void print_json(json_t *doc)
 static struct tf_store *open_home(const struct tf_cli *cli, const char *cmd,
                                   struct tf_alerts_config *cfg, int *exit_code)
 {
-	char *home = tf_cli_home(cli, 1), err[512] = "no state home";
-	struct tf_store *st = NULL;
-	int rc = home ? tf_store_open_home(home, &st, err, sizeof(err)) : -ENOENT;
-	if (rc) {
-		fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
-		*exit_code = rc == -EPROTO ? TF_EXIT_CONFIG : TF_EXIT_UNAVAILABLE;
-		free(home);
+	struct tf_store *st = tf_cli_open_store(cli, cmd, exit_code);
+	if (!st)
 		return NULL;
-	}
+	char *home = tf_cli_home(cli, 0), err[512];
 	if (tf_alerts_config_load(home, cfg, err, sizeof(err)))
 		fprintf(stderr, "tpuflow %s: warning: %s\n", cmd, err);
 	free(home);

@@ -12,21 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-/* The home's database, migrated; NULL with a message on stderr. */
-static struct tf_store *open_db(const struct tf_cli *cli, const char *cmd, int *exit_code)
-{
-	char *home = tf_cli_home(cli, 1), err[512] = "no state home";
-	struct tf_store *st = NULL;
-	int rc = home ? tf_store_open_home(home, &st, err, sizeof(err)) : -ENOENT;
-	free(home);
-	if (rc) {
-		fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
-		*exit_code = rc == -EPROTO ? TF_EXIT_CONFIG : TF_EXIT_UNAVAILABLE;
-		return NULL;
-	}
-	return st;
-}
-
 /* Parses the common options; returns the index of the first operand, or -1 (usage printed
  * or an error: *exit_code says which). */
 static int parse_opts(int argc, char **argv, struct tf_cli *cli, const char *cmd,
@@ -92,7 +77,7 @@ int cmd_pipelines(int argc, char **argv, struct tf_cli *cli)
 		return tf_cli_usage_error("pipelines", "%s %s", sub,
 		                          strcmp(sub, "list") ? "wants one argument"
 		                                              : "takes none");
-	struct tf_store *st = open_db(cli, "pipelines", &ret);
+	struct tf_store *st = tf_cli_open_store(cli, "pipelines", &ret);
 	if (!st)
 		return ret;
 	const char *arg = argv[i + 1];
@@ -180,7 +165,7 @@ int cmd_schedules(int argc, char **argv, struct tf_cli *cli)
 	const char *sub = i < argc ? argv[i] : "list";
 	if ((strcmp(sub, "list") && strcmp(sub, "fire")) || argc - i > 1)
 		return tf_cli_usage_error("schedules", "use 'schedules list' or 'schedules fire'");
-	struct tf_store *st = open_db(cli, "schedules", &ret);
+	struct tf_store *st = tf_cli_open_store(cli, "schedules", &ret);
 	if (!st)
 		return ret;
 	json_t *doc = NULL;

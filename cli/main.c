@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 #include "common/common.h"
 #include "common/log.h"
+#include "orchestrator/store.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -80,6 +81,20 @@ char *tf_cli_home(const struct tf_cli *cli, int create)
 		}
 	}
 	return home;
+}
+
+struct tf_store *tf_cli_open_store(const struct tf_cli *cli, const char *cmd, int *exit_code)
+{
+	char *home = tf_cli_home(cli, 1), err[512] = "no state home";
+	struct tf_store *st = NULL;
+	int rc = home ? tf_store_open_home(home, &st, err, sizeof(err)) : -ENOENT;
+	free(home);
+	if (rc) {
+		fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
+		*exit_code = rc == -EPROTO ? TF_EXIT_CONFIG : TF_EXIT_UNAVAILABLE;
+		return NULL;
+	}
+	return st;
 }
 
 int tf_cli_usage_error(const char *cmd, const char *fmt, ...)

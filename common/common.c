@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -256,11 +257,7 @@ int tf_random_hex(char *out, size_t n)
 	unsigned char b[64];
 	if (n > sizeof(b))
 		return -EINVAL;
-	FILE *f = fopen("/dev/urandom", "rb");
-	size_t got = f ? fread(b, 1, n, f) : 0;
-	if (f)
-		fclose(f);
-	if (got != n)
+	if (getrandom(b, n, 0) != (ssize_t)n)
 		return -EIO;
 	for (size_t i = 0; i < n; i++)
 		snprintf(out + 2 * i, 3, "%02x", b[i]);

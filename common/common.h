@@ -40,12 +40,12 @@ void tf_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((form
 double tf_now_monotonic(void);
 double tf_now_wall(void);
 
-/* Reads a whole file (up to max_bytes) into a new NUL-terminated buffer owned by the caller.
- * Returns 0, or a negative errno (-EFBIG when larger than max_bytes). */
 /* Writes s to f with every control character (C0, DEL) as \xNN, so text that came from input
  * (a key, a file name, a step's output) cannot move the cursor or recolour the terminal. */
 void tf_fputs_escaped(const char *s, FILE *f);
 
+/* Reads a whole file (up to max_bytes) into a new NUL-terminated buffer owned by the caller.
+ * Returns 0, or a negative errno (-EFBIG when larger than max_bytes). */
 int tf_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len);
 
 /* Creates a directory and its parents (mode 0755); 0 (also when it exists) or negative errno.

@@ -503,9 +503,9 @@ static int judge(struct slurm *s)
 		 * a job neither knows is lost */
 		int known = s->lookup > 0;
 		s->lookup = 0;
-		if (known && c == TF_FAIL_LAST) {
+		if (known) {
 			s->missing = 0; /* still there after all: keep following it */
-		} else if (c == TF_FAIL_LAST) {
+		} else {
 			snprintf(msg, sizeof(msg), "Slurm no longer knows job %ld", s->job);
 			c = TF_FAIL_INFRA;
 		}

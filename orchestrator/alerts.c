@@ -554,12 +554,13 @@ int tf_alerts_emit(struct tf_store *st, const char *event, const char *run, cons
 	int own, rc = tf_store_join(st, &own);
 	if (rc)
 		return rc;
-	char *pipeline = NULL;
-	if (run)
-		tf_store_query_text(st, &pipeline, "SELECT pipeline FROM runs WHERE id=?", "t",
-		                    run);
 	json_t *to = json_array();
 	rc = route(st, event, to);
+	/* the run's pipeline: only when an alert is written or firing ones may resolve */
+	char *pipeline = NULL;
+	if (rc == 0 && run && (json_array_size(to) || !strcmp(event, "run_succeeded")))
+		tf_store_query_text(st, &pipeline, "SELECT pipeline FROM runs WHERE id=?", "t",
+		                    run);
 	double now = tf_now_wall();
 	if (rc == 0 && json_array_size(to)) {
 		char at[32];

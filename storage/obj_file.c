@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -207,12 +206,11 @@ static int atomic_write_at(int dirfd, const char *base, const struct source *src
 	int fd = -1, rc = 0, linked = 0;
 	*what = "create a temporary file";
 	for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-		unsigned char r[4];
-		if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
-			memcpy(r, &attempt, sizeof r);
+		char r[9];
+		if (tf_random_hex(r, 4))
+			snprintf(r, sizeof r, "%08x", (unsigned)attempt);
 		free(tmp);
-		tmp = tf_xasprintf(".%.*s" TMP_MARK "%02x%02x%02x%02x", 200, base, r[0], r[1], r[2],
-		                   r[3]);
+		tmp = tf_xasprintf(".%.*s" TMP_MARK "%s", 200, base, r);
 		fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 		if (fd < 0 && errno != EEXIST)
 			break;

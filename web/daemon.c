@@ -149,16 +149,11 @@ static int take_lock(struct daemon *d, char *err, size_t errlen)
 	} else if (flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
 		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
 		struct tf_daemon_info info = {0};
-		char *jp = tf_xasprintf("%s/%s", d->home, TF_DAEMON_JSON);
-		json_t *j = json_load_file(jp, 0, NULL);
-		free(jp);
-		info.pid = (long)json_integer_value(json_object_get(j, "pid"));
-		const char *addr = json_string_value(json_object_get(j, "listen"));
+		tf_daemon_find(d->home, &info);
 		snprintf(err, errlen,
 		         "another daemon (pid %ld, http://%s) already serves the state home '%s'; "
 		         "stop it first (kill -TERM %ld) or use another --home",
-		         info.pid, addr ? addr : "?", d->home, info.pid);
-		json_decref(j);
+		         info.pid, info.listen[0] ? info.listen : "?", d->home, info.pid);
 	}
 	free(path);
 	return rc;

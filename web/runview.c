@@ -218,6 +218,20 @@ void tf_web_step_logs(struct tf_web_req *rq, struct tf_web_resp *rs)
 	l->workdir = tf_xasprintf("%s/work/%s/%s", tf_web_home(rq->srv), id, step);
 	l->os = run_objstore(rq->st, id);
 	l->n = 1;
+	rs->status = 200;
+	rs->type = "text/plain; charset=utf-8";
+	const char *follow = tf_web_query(rq, "follow");
+	if (!follow || strcmp(follow, "true")) {
+		/* Not following: what is there now, as one body, read with the request's handle. */
+		l->st = rq->st;
+		FILE *f = open_memstream(&rs->body, &rs->len);
+		while (logs_next(l) > 0)
+			fwrite(l->pending, 1, l->plen, f);
+		fclose(f);
+		l->st = NULL;
+		logs_free(l);
+		return;
+	}
 	/* Followed, the stream outlives the request's store handle: it opens its own. */
 	char err[256];
 	char *path = tf_xasprintf("%s/%s", tf_web_home(rq->srv), TF_STORE_FILE);
@@ -228,21 +242,9 @@ void tf_web_step_logs(struct tf_web_req *rq, struct tf_web_resp *rs)
 		tf_web_problem(rs, 503, rq->path, "cannot open the state database: %s", err);
 		return;
 	}
-	rs->status = 200;
-	rs->type = "text/plain; charset=utf-8";
-	const char *follow = tf_web_query(rq, "follow");
-	if (follow && !strcmp(follow, "true")) {
-		rs->stream = logs_fill;
-		rs->stream_ctx = l;
-		rs->stream_free = logs_free;
-		return;
-	}
-	/* Not following: what is there now, as one body. */
-	FILE *f = open_memstream(&rs->body, &rs->len);
-	while (logs_next(l) > 0)
-		fwrite(l->pending, 1, l->plen, f);
-	fclose(f);
-	logs_free(l);
+	rs->stream = logs_fill;
+	rs->stream_ctx = l;
+	rs->stream_free = logs_free;
 }
 
 /* ---- the DAG ------------------------------------------------------------------------------- */
