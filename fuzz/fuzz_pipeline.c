@@ -1,12 +1,7 @@
 /* fuzz_pipeline.c — libFuzzer target for the pipeline loader, the `when` language and the
  * templates: any input must be accepted or refused with diagnostics, never crash, leak or
- * take long. Build and run (not part of `make test`):
- *
- *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. $(pkg-config --cflags
- * jansson) \
- *     fuzz/fuzz_pipeline.c orchestrator/pipeline.c orchestrator/expr.c orchestrator/diag.c \
- *     accel/tpu.c common/common.c -o build/fuzz_pipeline -lyaml -ljansson -lm
- *   build/fuzz_pipeline -max_len=65536 -runs=1000000 pipelines/
+ * take long. Built and run by `make fuzz` against the whole library (not part of
+ * `make test`); by hand: build-fuzz/fuzz_pipeline -max_len=65536 -runs=1000000 pipelines/
  */
 #include "orchestrator/pipeline.h"
 

@@ -5,77 +5,26 @@
  * the steps. Independent steps run in parallel; a finished step wakes the coordinator through
  * a condition variable, so a dependent step starts within microseconds plus one commit.
  *
- * Step kinds are functions (struct tf_step_run below). Built in: data_prep, train, evaluate
+ * Step kinds are functions (orchestrator/step_kind.h). Built in: data_prep, train, evaluate
  * (ml/steps.h), register and deploy (the registry), shell (an argv run as a child process);
  * tests and benchmarks may replace any of them through tf_engine_opts.kinds.
+ *
+ * The implementation is split by concern: engine.c (the coordinator), engine_sched.c (slices
+ * and workers for attempts), engine_worker.c (the worker pool), engine_cache.c (the step cache
+ * and artifacts), engine_run.c (setup, the handle, submission), engine_summary.c (the end-of-run
+ * summary); engine_int.h holds what they share.
  */
 #ifndef TF_ENGINE_H
 #define TF_ENGINE_H
 
 #include "orchestrator/pipeline.h"
+#include "orchestrator/step_kind.h"
 #include "orchestrator/state.h"
 #include "orchestrator/store.h"
 #include "storage/objstore.h"
 
 #include <jansson.h>
 #include <stdio.h>
-
-/* *tf_step_run.cancel when the engine stops an attempt at its timeout (any other non-zero
- * value: Ctrl-C); a kind that runs a child passes the reason on, so the child's log and
- * class say "timeout" whichever of the engine and the executor saw the deadline first. */
-#define TF_CANCEL_TIMEOUT 2
-
-/* What a step kind gets and gives back. Inputs are borrowed for the call; the kind fills
- * outputs/metrics (objects created by the engine) and, on failure, failure/err. */
-struct tf_step_run {
-	const char *run_id;           /* the run */
-	const char *step;             /* the step's name */
-	const struct tf_step *def;    /* the step as loaded (type, retries, timeout, ...) */
-	const json_t *with;           /* `with`, references resolved */
-	int attempt;                  /* 1, 2, ... */
-	const char *home;             /* state home */
-	const char *workdir;          /* scratch directory of this step, kept across attempts;
-	                                 created by tf_step_run_workdir (not up front: most
-	                                 steps never need one) */
-	const char *prefix;           /* object-key prefix of the step, stable across attempts and
-	                                 resumes: "runs/RUN/STEP/" */
-	const char *accelerator;      /* slice the step runs on, e.g. "v4-8" (train) or NULL */
-	const char *log_path;         /* file in workdir the kind may append its log to
-	                                 (uploaded to PREFIX/logs/attempt-N.log after) */
-	struct tf_objstore *objstore; /* the run's object store (this worker's handle) */
-	const char *storage_url;      /* its URL, for a child process that opens its own */
-	const char *self_exe;         /* the program a `local` ml step re-executes (NULL: this
-	                                 one, tf_exec_self_path) */
-	int force_local;              /* run an `inprocess` ml step as a `local` child */
-	struct tf_store *db;          /* this worker's database handle */
-	double timeout;               /* seconds, 0 = none (the engine also raises *cancel) */
-	double grace;                 /* seconds a child process gets between SIGTERM and SIGKILL
-	                                 when the attempt is stopped (0: the executor's 10 s) */
-	volatile int *cancel;         /* becomes non-zero on timeout or Ctrl-C: return soon;
-	                                 TF_CANCEL_TIMEOUT when the timeout passed */
-	void (*progress)(void *data, const char *json_line); /* progress lines (JSON) */
-	void *progress_data;
-	json_t *outputs;            /* out: output name -> value */
-	json_t *metrics;            /* out: metric name -> number */
-	enum tf_fail_class failure; /* out on failure: class (default error) */
-	int exit_code;              /* out: process exit code, -1 when not a process */
-	char err[512];              /* out on failure: message for people */
-};
-
-/* Returns 0 on success, a negative code on failure (r->failure, r->err say more). */
-typedef int (*tf_step_kind_fn)(struct tf_step_run *r);
-
-/* A kind that started a child process records its process group with the attempt (a resume
- * after a crash ends it before the step runs again). Best effort: a failure is logged. */
-void tf_step_run_child(struct tf_step_run *r, long pgid);
-
-/* Creates r->workdir (and parents); 0, or a negative errno with r->err filled. */
-int tf_step_run_workdir(struct tf_step_run *r);
-
-/* The built-in kind of a step type (NULL when this build has none). */
-tf_step_kind_fn tf_engine_builtin_kind(enum tf_step_type t);
-/* Whether results of this type may come from the cache (not register/deploy). */
-int tf_engine_kind_cacheable(enum tf_step_type t);
 
 struct tf_engine_opts {
 	const char *home;    /* state home (database, objects/, work/) */

@@ -3,7 +3,6 @@
  * kinds_shell.c. Names and versions are checked here too (the loader checks the ones written
  * literally; values from references arrive only now), and register loads the bundle with
  * its manifest, signature and checksums before it records a version. */
-#include "orchestrator/engine.h"
 #include "orchestrator/kinds.h"
 #include "orchestrator/registry.h"
 #include "ml/bundle.h"
@@ -301,4 +300,22 @@ tf_step_kind_fn tf_engine_builtin_kind(enum tf_step_type t)
 int tf_engine_kind_cacheable(enum tf_step_type t)
 {
 	return t != TF_STEP_REGISTER && t != TF_STEP_DEPLOY;
+}
+
+/* ---- helpers of the kind interface (step_kind.h) ---- */
+
+void tf_step_run_child(struct tf_step_run *r, long pgid)
+{
+	if (r->db && pgid > 0 && tf_attempt_set_pgid(r->db, r->run_id, r->step, r->attempt, pgid))
+		tf_warn("run '%s' step '%s': process group %ld not recorded: %s", r->run_id,
+		        r->step, pgid, tf_store_errmsg(r->db));
+}
+
+int tf_step_run_workdir(struct tf_step_run *r)
+{
+	int rc = tf_mkdir_p(r->workdir);
+	if (rc)
+		snprintf(r->err, sizeof(r->err), "cannot create work directory '%s': %s",
+		         r->workdir, strerror(-rc));
+	return rc;
 }

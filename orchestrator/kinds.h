@@ -4,7 +4,7 @@
 #define TF_KINDS_H
 
 #include "executors/executor.h"
-#include "orchestrator/engine.h"
+#include "orchestrator/step_kind.h"
 
 /* Each NULL when this build lacks the part that implements it. */
 extern const tf_step_kind_fn tf_kind_shell;

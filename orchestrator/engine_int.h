@@ -1,0 +1,158 @@
+/* engine_int.h — what the engine_*.c files share: the engine's state (struct engine), the
+ * in-memory copy of each step (struct estep) and the functions one file calls in another.
+ * Internal to the engine; engine.c explains the threads and the [C]/[W] field markers.
+ */
+#ifndef TF_ENGINE_INT_H
+#define TF_ENGINE_INT_H
+
+#include "orchestrator/engine.h"
+#include "orchestrator/broker.h"
+#include "orchestrator/slices.h"
+#include "orchestrator/view.h"
+
+#include <jansson.h>
+#include <pthread.h>
+
+struct estep {
+	size_t idx;                /* index in the pipeline */
+	const struct tf_step *def; /* the step as loaded */
+	enum tf_step_state state;  /* [C] current state (as committed) */
+	int attempts;              /* [C] attempts made so far (the attempt counter) */
+	int budget_base;           /* [C] attempts before this engine started (retry budget) */
+	int unresolved;            /* [C] needs not yet final */
+	int queued;                /* [C] handed to a worker, not yet back */
+	int admitted;              /* [C] holds a worker (counted in e->nadmitted) */
+	int waiting_worker;        /* [C] in e->waitq: ready, every worker busy */
+	json_t *outputs, *metrics; /* [C] results once done */
+	json_t *with;              /* [C] resolved inputs of the current attempt */
+	char cache_key[65];        /* [C] inputs hash ("" when not cacheable) */
+	double next_at;            /* [C] monotonic time of the next attempt (retrying) */
+	double deadline;           /* [C] monotonic timeout of the running attempt, 0 none */
+	double started;            /* [C] monotonic start of the running attempt */
+	double started_wall;       /* [C] wall start of the first attempt (view) */
+	double finished_wall;      /* [C] wall end (view) */
+	int timed_out;             /* [C] the coordinator raised cancel for the timeout */
+	volatile int cancel;       /* raised by the coordinator, read by the kind */
+	/* [W] results of the attempt that just finished */
+	int rc;
+	enum tf_fail_class failure;
+	int exit_code;
+	char err[512];
+	json_t *res_outputs, *res_metrics;
+	double ended;      /* monotonic end of the attempt */
+	char log_key[256]; /* object key of the uploaded log, "" if none */
+	char log_err[400]; /* why a log was not uploaded, "" if it was (or there was none) */
+	/* progress, under e->mu */
+	char progress[512];
+	int progress_dirty;
+	double progress_flushed;    /* [C] */
+	char reason[512];           /* [C] skip/fail reason for the view */
+	char accel[48];             /* [C] slice type of the running attempt (train) */
+	char placement[128];        /* [C] where the scheduler put it, "" when unknown */
+	int chips;                  /* [C] chips held, 0 when unknown */
+	int awaiting_slice;         /* [C] attempt recorded, waiting for the broker */
+	int64_t slice_row;          /* [C] its broker ticket (slice_jobs row), 0 none */
+	enum tf_fail_class reclaim; /* [C] the broker took the slice back: why (else NONE) */
+	char reclaim_why[256];      /* [C] in words */
+};
+
+struct engine {
+	const struct tf_engine_opts *o;
+	struct tf_pipeline *p;
+	char run_id[32];
+	char token[33];   /* owner token this engine drives the run under */
+	double hb_next;   /* [C] monotonic time of the next heartbeat */
+	int lost_owner;   /* [C] another process took the run over: write nothing final */
+	int cancel_asked; /* [C] `runs cancel` asked to stop: the run ends failed */
+	int drain;        /* tf_engine_drain: ends interrupted, marked for the next daemon (mu) */
+	char *home;
+	char *storage_url;
+	struct tf_store *db; /* coordinator's handle */
+	struct estep *steps;
+	size_t n;
+	size_t **dependents; /* dependents[i]: steps that need step i */
+	size_t *ndependents;
+	tf_step_kind_fn kinds[TF_STEP_LAST];
+
+	pthread_mutex_t mu;
+	pthread_cond_t coord_cv; /* coordinator: a step finished, a signal, a stop */
+	pthread_cond_t work_cv;  /* workers: work queued or quit */
+	struct estep **queue;    /* ring of steps to run (capacity n) */
+	size_t qhead, qlen;
+	struct estep **done; /* finished attempts awaiting the coordinator */
+	size_t ndone;
+	int quit;                 /* workers exit */
+	volatile int interrupted; /* Ctrl-C / SIGTERM seen (under mu) */
+	int coord_busy;           /* the baton: a thread is running a round (under mu) */
+	int main_blocked;         /* drive waits for the baton (under mu) */
+	int main_look;            /* [C] the last round left work for drive (deadlines etc.) */
+	int complete;             /* [C] nothing is left to do: drive ends the run */
+	int fatal;                /* a round failed (database error): its code (under mu) */
+	int progress_any;         /* some step has an unflushed progress line (under mu) */
+	int nrunning;             /* [C] steps queued or running */
+	int nadmitted;            /* [C] steps holding a worker (at most nworkers) */
+	struct estep **waitq;     /* [C] ring of steps waiting for a worker (capacity n) */
+	size_t wq_head, wq_len;
+	int stopping;                 /* [C] interrupted: cancelling, no new attempts */
+	int retry_hint;               /* [C] a step may be retrying (cleared by the scan) */
+	int timeout_hint;             /* [C] a running attempt may have a deadline */
+	int cache_hits;               /* [C] steps taken from the cache in this process */
+	size_t *ready, nready;        /* [C] steps whose needs became final */
+	struct estep **start;         /* [C] scratch: attempts started in a round */
+	struct estep **batch;         /* [C] scratch: finished attempts taken in a round */
+	struct tf_objstore *coord_os; /* [C] object store for cache keys (NULL: outputs only) */
+	pthread_t *workers;
+	int nworkers;
+	struct tf_view *view;
+	unsigned rng;             /* jitter */
+	struct tf_broker *broker; /* [C] slices for train steps (created on first use) */
+	int slice_poll;           /* [C] attempts wait for or hold a slice: drive polls */
+	int run_priority;         /* the run's scheduling class (runs.priority, project) */
+	char run_project[64];
+};
+
+struct wctx {
+	struct engine *e;
+	struct tf_store *db;
+	struct tf_objstore *os;
+};
+
+/* Every process on a home asks the same broker (orchestrator/broker.h): the database decides
+ * who holds which chips. Waiting attempts poll it every SLICE_POLL_WAIT_S (a release in this
+ * process decides at once), running ones every SLICE_POLL_HOLD_S to learn of a reclaim. */
+#define SLICE_POLL_WAIT_S 0.2
+#define SLICE_POLL_HOLD_S 0.5
+
+/* ---- shared between the engine_*.c files (all on the baton holder's thread unless said) -- */
+
+/* engine.c */
+int tf_engine_coord_round(struct engine *e, int by_worker);
+int tf_engine_first_round(struct engine *e);
+int tf_engine_drive(struct engine *e, int *cache_hits);
+void tf_engine_view_update(struct engine *e);
+void tf_engine_set_reason(struct estep *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* engine_cache.c */
+/* Canonical JSON of v (sorted keys, compact; "null" for NULL); the caller frees it. */
+char *tf_engine_canon(const json_t *v);
+int tf_engine_cache_key(struct engine *e, struct estep *s, struct tf_objstore *os, char out[65],
+                        char *err, size_t errlen);
+int tf_engine_cache_lookup(struct engine *e, struct tf_objstore *os, struct estep *s,
+                           const char *key, json_t **outputs, json_t **metrics);
+int tf_engine_cache_allowed(const struct engine *e, const struct estep *s);
+void tf_engine_record_artifacts(struct wctx *w, const char *run, const char *step, json_t *outputs);
+
+/* engine_sched.c */
+int tf_engine_sched_dispatch(struct engine *e, int decide, struct estep **start, size_t *nstart);
+int tf_engine_slice_release(struct engine *e, struct estep *s, double *seconds);
+int tf_engine_admit_waiting(struct engine *e, struct estep **start, size_t *nstart);
+int tf_engine_start_attempt(struct engine *e, struct estep *s, struct estep **start,
+                            size_t *nstart);
+
+/* engine_worker.c (the calling thread of tf_engine_drive) */
+int tf_engine_worker_count(const struct engine *e);
+int tf_engine_start_workers(struct engine *e);
+void tf_engine_stop_workers(struct engine *e);
+
+#endif

@@ -1,0 +1,229 @@
+/* engine_worker.c — the engine's worker pool: a worker pops a step from the queue, runs its
+ * kind with its own database and object-store handles, uploads the attempt's log, and pushes
+ * the step on the `done` list; a worker that finds the baton free runs the round for the step
+ * it just finished itself (engine.c explains the baton).
+ */
+#include "orchestrator/engine_int.h"
+
+#define TF_LOG_TAG "engine"
+#include "common/common.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- workers ------------------------------------------------------------------------- */
+
+struct progress_ctx {
+	struct engine *e;
+	struct estep *s;
+	const char *log_path;  /* the attempt's log file */
+	const char *s_workdir; /* its directory, created on first use */
+	FILE *log;             /* open once something was logged */
+};
+
+static void progress_cb(void *data, const char *line)
+{
+	struct progress_ctx *pc = data;
+	pthread_mutex_lock(&pc->e->mu);
+	snprintf(pc->s->progress, sizeof(pc->s->progress), "%s", line);
+	pc->s->progress_dirty = 1;
+	pc->e->progress_any = 1;
+	pthread_mutex_unlock(&pc->e->mu);
+	if (!pc->log && pc->log_path && tf_mkdir_p(pc->s_workdir) == 0)
+		pc->log = fopen(pc->log_path, "a"); /* opened on first use: most steps never log */
+	if (pc->log) {
+		fprintf(pc->log, "%s\n", line);
+		fflush(pc->log);
+	}
+}
+
+static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
+{
+	struct engine *e = w->e;
+	char *workdir = tf_xasprintf("%s/work/%s/%s", e->home, e->run_id, s->def->name);
+	char *prefix = tf_xasprintf("runs/%s/%s/", e->run_id, s->def->name);
+	char *log_path = tf_xasprintf("%s/attempt-%d.log", workdir, attempt);
+	const char *acc = s->accel[0] ? s->accel : s->def->accelerator;
+	struct tf_step_run r = {
+	    .run_id = e->run_id,
+	    .step = s->def->name,
+	    .def = s->def,
+	    .with = with,
+	    .attempt = attempt,
+	    .home = e->home,
+	    .workdir = workdir,
+	    .prefix = prefix,
+	    .accelerator = acc,
+	    .log_path = log_path,
+	    .db = w->db,
+	    .storage_url = e->storage_url,
+	    .self_exe = e->o->self_exe,
+	    .force_local = e->o->ml_local,
+	    .timeout = s->def->timeout,
+	    .grace = e->o->grace,
+	    .cancel = &s->cancel,
+	    .outputs = json_object(),
+	    .metrics = json_object(),
+	    .failure = TF_FAIL_ERROR,
+	    .exit_code = -1,
+	};
+	struct progress_ctx pc = {.e = e, .s = s, .log_path = log_path, .s_workdir = workdir};
+	r.progress = progress_cb;
+	r.progress_data = &pc;
+	int rc = 0;
+	char err[512] = "";
+	if (!w->os) {
+		rc = tf_objstore_open(e->storage_url, &w->os, err, sizeof(err));
+		if (rc) {
+			snprintf(r.err, sizeof(r.err), "object store: %.480s", err);
+			r.failure = TF_FAIL_INFRA;
+			goto out;
+		}
+	}
+	if (!w->db) {
+		rc = tf_store_open_home(e->home, &w->db, err, sizeof(err));
+		if (rc) {
+			snprintf(r.err, sizeof(r.err), "%.500s", err);
+			r.failure = TF_FAIL_INFRA;
+			goto out;
+		}
+	}
+	r.db = w->db;
+	r.objstore = w->os;
+	tf_step_kind_fn fn = e->kinds[s->def->type];
+	if (!fn) {
+		snprintf(r.err, sizeof(r.err),
+		         "step type '%s' is not available in this build of tpuflow",
+		         tf_step_type_name(s->def->type));
+		r.failure = TF_FAIL_ERROR;
+		rc = -ENOSYS;
+		goto out;
+	}
+	rc = fn(&r);
+	if (pc.log) {
+		fclose(pc.log);
+		pc.log = NULL;
+	}
+	if (rc && !r.err[0])
+		snprintf(r.err, sizeof(r.err), "step failed: %s", strerror(rc < 0 ? -rc : rc));
+	if (rc == 0)
+		tf_engine_record_artifacts(w, e->run_id, s->def->name, r.outputs);
+out:
+	s->ended = tf_now_monotonic();
+	s->log_key[0] = s->log_err[0] = '\0';
+	struct stat sb;
+	if (stat(log_path, &sb) == 0 && sb.st_size > 0) {
+		/* A log that cannot be uploaded stays in the work directory; the attempt says so
+		 * (an event, finished()) and so does a warning. */
+		char *key = tf_xasprintf("%slogs/attempt-%d.log", prefix, attempt);
+		if (w->os && tf_objstore_put_file(w->os, key, log_path, 0) == 0) {
+			snprintf(s->log_key, sizeof(s->log_key), "%s", key);
+			unlink(log_path); /* the store's copy is the one kept */
+		} else {
+			snprintf(
+			    s->log_err, sizeof(s->log_err),
+			    "log not uploaded to the object store (%.150s); it stays in %.150s",
+			    w->os ? tf_objstore_errmsg(w->os) : "the store cannot be opened",
+			    log_path);
+			tf_warn("run '%s' step '%s' attempt %d: %s", e->run_id, s->def->name,
+			        attempt, s->log_err);
+		}
+		free(key);
+	}
+	s->rc = rc;
+	s->failure = rc ? r.failure : TF_FAIL_NONE;
+	s->exit_code = r.exit_code;
+	snprintf(s->err, sizeof(s->err), "%s", rc ? r.err : "");
+	s->res_outputs = r.outputs;
+	s->res_metrics = r.metrics;
+	free(workdir);
+	free(prefix);
+	free(log_path);
+}
+
+static void *worker_main(void *arg)
+{
+	struct wctx *w = arg;
+	struct engine *e = w->e;
+	pthread_mutex_lock(&e->mu);
+	for (;;) {
+		while (!e->quit && e->qlen == 0)
+			pthread_cond_wait(&e->work_cv, &e->mu);
+		if (e->quit && e->qlen == 0)
+			break;
+		struct estep *s = e->queue[e->qhead];
+		e->qhead = (e->qhead + 1) % e->n;
+		e->qlen--;
+		int attempt = s->attempts;
+		json_t *with = s->with;
+		pthread_mutex_unlock(&e->mu);
+		run_one(w, s, attempt, with);
+		pthread_mutex_lock(&e->mu);
+		e->done[e->ndone++] = s;
+		if (e->coord_busy || e->fatal || e->complete)
+			continue; /* the holder takes it before it lets go of the baton */
+		/* Coordinate the finish ourselves: no wakeup of another thread on the way. */
+		e->coord_busy = 1;
+		int look = 0, rc = 0;
+		while (e->ndone && !e->fatal && !e->complete) {
+			if (e->qlen)
+				pthread_cond_signal(&e->work_cv); /* left for us, but we are busy */
+			pthread_mutex_unlock(&e->mu);
+			rc = tf_engine_coord_round(e, 1);
+			look |= e->main_look;
+			pthread_mutex_lock(&e->mu);
+			if (rc) {
+				e->fatal = rc;
+				break;
+			}
+		}
+		e->coord_busy = 0;
+		if (look || rc || e->main_blocked || e->interrupted)
+			pthread_cond_signal(&e->coord_cv);
+	}
+	pthread_mutex_unlock(&e->mu);
+	tf_store_close(w->db);
+	tf_objstore_free(w->os);
+	free(w);
+	return NULL;
+}
+
+/* How many workers the run gets: --workers (default 8), at most one per step. */
+int tf_engine_worker_count(const struct engine *e)
+{
+	int n = e->o->workers > 0 ? e->o->workers : 8;
+	return (size_t)n > e->n ? (int)(e->n ? e->n : 1) : n;
+}
+
+int tf_engine_start_workers(struct engine *e)
+{
+	e->nworkers = tf_engine_worker_count(e);
+	e->workers = tf_xcalloc((size_t)e->nworkers, sizeof(*e->workers));
+	for (int i = 0; i < e->nworkers; i++) {
+		struct wctx *w = tf_xcalloc(1, sizeof(*w));
+		w->e = e;
+		if (pthread_create(&e->workers[i], NULL, worker_main, w)) {
+			free(w);
+			e->nworkers = i;
+			return -EAGAIN;
+		}
+	}
+	return 0;
+}
+
+void tf_engine_stop_workers(struct engine *e)
+{
+	pthread_mutex_lock(&e->mu);
+	e->quit = 1;
+	pthread_cond_broadcast(&e->work_cv);
+	pthread_mutex_unlock(&e->mu);
+	for (int i = 0; i < e->nworkers; i++)
+		pthread_join(e->workers[i], NULL);
+	e->nworkers = 0;
+}

@@ -1,0 +1,674 @@
+/* pipeline_schema.c — the step types' `with` schema (keys, types, allowed values, ranges,
+ * outputs, metrics) and the checks of each step's `with` and `when` against it: references
+ * to params and to upstream outputs/metrics, their static types, values and ranges.
+ */
+#include "orchestrator/pipeline_int.h"
+#include "orchestrator/registry.h"
+
+#include "common/common.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+static const char *const sources[] = {"fashion-mnist", "csv", NULL};
+static const char *const optimizers[] = {"sgd", "adam", "adamw", "lars", NULL};
+static const char *const monitors[] = {"accuracy", "loss", "auc", NULL};
+static const char *const schedules[] = {"cosine", "step", "constant", NULL};
+
+/* Rows of the `with` schemas: W(key, check, help), then the rules on its value
+ * (TF_WRULE_* of pipeline.h), checked at load (check_scalar, check_value_kind, load_with). */
+#define W(k, c, h) .key = (k), .check = (c), .help = (h)
+#define ENUM(k, names, h) W(k, TF_WCHECK_ENUM, h), .choices = (names)
+#define RANGE(lo, hi) .rules = TF_WRULE_MIN | TF_WRULE_MAX, .min = (lo), .max = (hi)
+#define AT_LEAST(x) .rules = TF_WRULE_MIN, .min = (x)
+#define ABOVE(x) .rules = TF_WRULE_MIN_OPEN, .min = (x)
+#define BIG ((double)(1u << 30)) /* the largest count the ml steps take */
+#define I TF_WCHECK_INT
+#define N TF_WCHECK_NUMBER
+#define S TF_WCHECK_STRING
+#define B TF_WCHECK_BOOL
+
+/* clang-format off */
+static const struct tf_with_key data_prep_with[] = {
+    {ENUM("source", sources, "raw data: fashion-mnist (the Debian package) or csv"),
+     .if_value = "csv", .requires = "path"},
+    {W("path", S, "input file or directory (csv; fashion-mnist override)")},
+    {W("shards", I, "number of TFRecord shards to write"), RANGE(1, 4096)},
+    {W("csv_label", S, "name of the label column (csv)")},
+    {W("test_fraction", N, "fraction held out for testing (csv)"),
+     .rules = TF_WRULE_MIN_OPEN | TF_WRULE_MAX_OPEN, .min = 0, .max = 1},
+    {W("seed", I, "shuffle seed"), AT_LEAST(0)},
+    {W("limit_train", I, "keep the first N training examples (0: all)"), AT_LEAST(0)},
+    {W("limit_test", I, "keep the first N test examples (0: all)"), AT_LEAST(0)},
+    {.key = NULL}};
+static const struct tf_with_key train_with[] = {
+    {W("dataset", S, "dataset manifest key (from data_prep)")},
+    {W("hidden", TF_WCHECK_INT_LIST, "hidden layer widths, e.g. [256, 128]"), RANGE(1, 1e6)},
+    {W("epochs", I, "passes over the training set"), RANGE(1, BIG)},
+    {W("batch", I, "global batch size"), RANGE(1, BIG)},
+    {ENUM("optimizer", optimizers, "sgd, adam, adamw or lars")},
+    {W("lr", N, "base learning rate"), ABOVE(0)},
+    {W("momentum", N, "momentum (sgd, lars)"),
+     .rules = TF_WRULE_MIN | TF_WRULE_MAX_OPEN, .min = 0, .max = 1},
+    {W("weight_decay", N, "L2 weight decay"), AT_LEAST(0)},
+    {W("warmup_epochs", N, "linear warmup length in epochs"), AT_LEAST(0)},
+    {ENUM("schedule", schedules, "cosine, step or constant")},
+    {W("seed", I, "initialisation and shuffle seed"), AT_LEAST(0)},
+    {W("checkpoint_every", I, "steps between checkpoints"), AT_LEAST(0)},
+    {W("max_steps", I, "stop after this many steps"), AT_LEAST(0)},
+    {W("prefetch", I, "batches prefetched by the input pipeline"), RANGE(0, BIG)},
+    {W("clip_norm", N, "clip the gradient's global norm"), AT_LEAST(0)},
+    {W("decay_epochs", N, "step schedule: epochs between decays"), AT_LEAST(0)},
+    {W("lars_eta", N, "LARS trust coefficient"), AT_LEAST(0)},
+    {W("linear_scaling", B, "scale lr by batch / 256")},
+    {W("cache", B, "keep decoded examples in memory after epoch 1")},
+    {W("patience", I, "early stopping: epochs without improvement"), RANGE(0, BIG)},
+    {ENUM("monitor", monitors, "early stopping metric: accuracy, loss or auc")},
+    {W("binary", B, "sigmoid cross-entropy for 0/1 labels")},
+    {.key = NULL}};
+static const struct tf_with_key evaluate_with[] = {
+    {W("model", S, "model bundle or checkpoint key (from train)")},
+    {W("dataset", S, "dataset manifest key (from data_prep)")},
+    {.key = NULL}};
+static const struct tf_with_key register_with[] = {
+    {W("model_name", S, "registry model name"), .rules = TF_WRULE_MODEL_NAME},
+    {W("bundle", S, "model bundle key (from train)")},
+    {W("metrics_from", TF_WCHECK_STEP, "upstream step whose metrics are recorded")},
+    {W("tags", TF_WCHECK_STR_MAP, "tags stored with the version")},
+    {.key = NULL}};
+static const struct tf_with_key deploy_with[] = {
+    {W("model_name", S, "registry model name"), .rules = TF_WRULE_MODEL_NAME},
+    {W("version", S, "model version (from register)"), .rules = TF_WRULE_VERSION},
+    {W("alias", S, "alias to point at the version, e.g. production"),
+     .rules = TF_WRULE_ALIAS},
+    {W("canary_percent", N, "share of traffic for the new version"),
+     .rules = TF_WRULE_MIN | TF_WRULE_MAX_OPEN, .min = 0, .max = 100},
+    {W("rollout_steps", TF_WCHECK_INT_LIST, "canary shares to step through, e.g. [10, 50]"),
+     RANGE(1, 99)},
+    {W("rollout_soak_s", N, "rollout: seconds at each share before the next move"),
+     RANGE(0, 2592000)},
+    {W("rollout_max_error_rate", N, "rollout: canary failure rate that rolls it back"),
+     RANGE(0, 1)},
+    {W("rollout_max_p99_ms", N, "rollout: canary p99 latency (ms) that rolls it back"),
+     AT_LEAST(0)},
+    {W("rollout_min_requests", I, "rollout: canary answers a judgement needs"), RANGE(1, 1e9)},
+    {.key = NULL}};
+static const struct tf_with_key shell_with[] = {
+    {W("argv", TF_WCHECK_STR_LIST, "program and arguments (never a shell string)"),
+     .rules = TF_WRULE_NONEMPTY},
+    {W("env", TF_WCHECK_STR_MAP, "extra environment variables"), .rules = TF_WRULE_ENV_NAMES},
+    {W("outputs", TF_WCHECK_STR_LIST, "names of outputs the program writes"),
+     .rules = TF_WRULE_UNIQUE},
+    {W("metrics", TF_WCHECK_STR_LIST, "names of metrics the program writes"),
+     .rules = TF_WRULE_UNIQUE},
+    {.key = NULL}};
+/* clang-format on */
+#undef W
+#undef ENUM
+#undef RANGE
+#undef AT_LEAST
+#undef ABOVE
+#undef BIG
+#undef I
+#undef N
+#undef S
+#undef B
+
+static const char *const no_names[] = {NULL};
+static const char *const data_prep_out[] = {"dataset", NULL};
+static const char *const data_prep_met[] = {"examples", NULL};
+static const char *const train_out[] = {"checkpoint", "bundle", NULL};
+static const char *const train_met[] = {
+    "loss",           "accuracy",    "auc",        "examples_per_second",
+    "device_seconds", "utilization", "input_wait", NULL};
+static const char *const evaluate_met[] = {"loss", "accuracy", "auc", NULL};
+static const char *const register_out[] = {"model", "version", NULL};
+static const char *const deploy_out[] = {"alias", "version", NULL};
+
+static const struct tf_step_schema schemas[TF_STEP_LAST] = {
+    {TF_STEP_DATA_PREP, "data_prep", data_prep_with, data_prep_out, data_prep_met, 0},
+    {TF_STEP_TRAIN, "train", train_with, train_out, train_met, 0},
+    {TF_STEP_EVALUATE, "evaluate", evaluate_with, no_names, evaluate_met, 0},
+    {TF_STEP_REGISTER, "register", register_with, register_out, no_names, 0},
+    {TF_STEP_DEPLOY, "deploy", deploy_with, deploy_out, no_names, 0},
+    {TF_STEP_SHELL, "shell", shell_with, no_names, no_names, 1},
+};
+
+const struct tf_step_schema *tf_step_schema(enum tf_step_type t)
+{
+	return (unsigned)t < TF_STEP_LAST ? &schemas[t] : NULL;
+}
+
+/* ---- references and `with` ---------------------------------------------------------- */
+
+static const char **names_of_params(const struct tf_pipeline *p)
+{
+	const char **names = tf_xcalloc(p->nparams + 1, sizeof(*names));
+	for (size_t i = 0; i < p->nparams; i++)
+		names[i] = p->params[i].name;
+	return names;
+}
+
+/* Checks one reference from step L->cur_step; resolves step_index. Returns the static type,
+ * or TF_VT_LAST when it is bad (and reported). */
+static enum tf_vtype check_ref(struct loader *L, struct tf_ref *r)
+{
+	struct tf_pipeline *p = L->p;
+	const struct tf_step *self = &p->steps[L->cur_step];
+	char hint[160];
+	if (r->kind == TF_REF_PARAM) {
+		const struct tf_param *par = tf_pipeline_param(p, r->name);
+		if (!par) {
+			const char **names = names_of_params(p);
+			const char *near =
+			    tf_pl_diag_room(L) ? tf_diag_suggest(r->name, names) : NULL;
+			if (near)
+				snprintf(hint, sizeof(hint), "did you mean '%s'?", near);
+			else
+				snprintf(hint, sizeof(hint), "declare it under 'params'");
+			tf_diag_add(L->d, TF_DIAG_ERROR, L->file, r->line, r->col, hint,
+			            "unknown param '%s' in '${%s}'", r->name, r->path);
+			free(names);
+			return TF_VT_LAST;
+		}
+		switch (par->type) {
+		case TF_PARAM_INT:
+		case TF_PARAM_FLOAT:
+			return TF_VT_NUMBER;
+		case TF_PARAM_BOOL:
+			return TF_VT_BOOL;
+		case TF_PARAM_LIST:
+			return TF_VT_LIST;
+		default:
+			return TF_VT_STRING;
+		}
+	}
+	int j = tf_pl_step_lookup(L, r->step);
+	if (j < 0) {
+		const char *near =
+		    tf_pl_diag_room(L) ? tf_pl_suggest_step(L, r->step, p->nsteps) : NULL;
+		if (near)
+			snprintf(hint, sizeof(hint), "did you mean '%s'?", near);
+		else
+			snprintf(hint, sizeof(hint), "refer to a step declared in this pipeline");
+		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, r->line, r->col, hint,
+		            "unknown step '%s' in '${%s}'", r->step, r->path);
+		return TF_VT_LAST;
+	}
+	r->step_index = j;
+	const struct tf_step *src = &p->steps[j];
+	if (!L->sx[j].ok)
+		return TF_VT_LAST; /* the step itself is broken and reported */
+	if ((size_t)j == L->cur_step) {
+		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, r->line, r->col,
+		            "a step's outputs exist only after it ran; use them in a later step",
+		            "step '%s' refers to its own %s in '${%s}'", self->name,
+		            r->kind == TF_REF_OUTPUT ? "outputs" : "metrics", r->path);
+		return TF_VT_LAST;
+	}
+	char **decl = r->kind == TF_REF_OUTPUT ? src->outputs : src->metrics;
+	size_t ndecl = r->kind == TF_REF_OUTPUT ? src->noutputs : src->nmetrics;
+	int found = 0;
+	for (size_t i = 0; i < ndecl; i++)
+		if (!strcmp(decl[i], r->name))
+			found = 1;
+	if (!found) {
+		const char *near = tf_diag_suggest(r->name, (const char *const *)decl);
+		const char *kind = r->kind == TF_REF_OUTPUT ? "output" : "metric";
+		if (near) {
+			snprintf(hint, sizeof(hint), "did you mean '%s'?", near);
+		} else if (!ndecl) {
+			snprintf(hint, sizeof(hint), "a '%s' step has no %ss%s",
+			         tf_step_type_name(src->type), kind,
+			         src->type == TF_STEP_SHELL ? "; declare them under its with" : "");
+		} else {
+			size_t off = (size_t)snprintf(hint, sizeof(hint), "its %ss:", kind);
+			for (size_t i = 0; i < ndecl && off < sizeof(hint); i++)
+				off += (size_t)snprintf(hint + off, sizeof(hint) - off, "%s %s",
+				                        i ? "," : "", decl[i]);
+		}
+		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, r->line, r->col, hint,
+		            "step '%s' (%s) has no %s '%s'", src->name,
+		            tf_step_type_name(src->type), kind, r->name);
+		return TF_VT_LAST;
+	}
+	if (L->dag_ok && !tf_pl_is_upstream(L, L->cur_step, (size_t)j)) {
+		snprintf(hint, sizeof(hint), "add '%s' to the needs of '%s'", src->name,
+		         self->name);
+		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, r->line, r->col, hint,
+		            "step '%s' uses '${%s}' but does not depend on step '%s'", self->name,
+		            r->path, src->name);
+		return TF_VT_LAST;
+	}
+	return r->kind == TF_REF_METRIC ? TF_VT_NUMBER : TF_VT_ANY;
+}
+
+static enum tf_vtype ref_type_cb(void *ctx, const struct tf_ref *r)
+{
+	return check_ref(ctx, (struct tf_ref *)r);
+}
+
+/* Is the scalar's text exactly its column span on one line (so offsets map to columns)?
+ * Returns the column of its first character via *col. */
+static int scalar_exact(const struct ynode *n, int *col)
+{
+	*col = n->col;
+	if (n->kind != Y_SCALAR || n->line != n->end_line)
+		return 0;
+	size_t chars = 0;
+	for (size_t i = 0; i < n->len; i++)
+		if (((unsigned char)n->str[i] & 0xC0) != 0x80)
+			chars++;
+	int quoted = n->style == YAML_SINGLE_QUOTED_SCALAR_STYLE ||
+	             n->style == YAML_DOUBLE_QUOTED_SCALAR_STYLE;
+	if (n->style != YAML_PLAIN_SCALAR_STYLE && !quoted)
+		return 0;
+	if ((size_t)(n->end_col - n->col) != chars + (quoted ? 2 : 0))
+		return 0;
+	*col = n->col + quoted;
+	return 1;
+}
+
+/* Parses a `with` value (recursively), checking references. */
+static void load_with_value(struct loader *L, const struct ynode *n, struct tf_with_value *w)
+{
+	w->line = n->line;
+	w->col = n->col;
+	if (n->kind == Y_SCALAR) {
+		w->kind = TF_WITH_SCALAR;
+		w->plain = tf_pl_is_plain(n);
+		int col, exact = scalar_exact(n, &col);
+		tf_template_parse(n->str, L->file, n->line, col, exact, &w->tmpl, L->d);
+		for (size_t i = 0; i < w->tmpl.nparts; i++)
+			if (w->tmpl.parts[i].ref)
+				check_ref(L, w->tmpl.parts[i].ref);
+		return;
+	}
+	w->kind = n->kind == Y_SEQ ? TF_WITH_LIST : TF_WITH_MAP;
+	size_t cnt = n->kind == Y_SEQ ? n->n : n->n / 2;
+	w->items = tf_xcalloc(cnt + 1, sizeof(*w->items));
+	if (n->kind == Y_MAP)
+		tf_pl_check_keys(L, n, NULL, "a 'with' mapping");
+	for (size_t i = 0; i < cnt; i++) {
+		const struct ynode *v = n->kind == Y_SEQ ? n->kids[i] : n->kids[2 * i + 1];
+		if (n->kind == Y_MAP) {
+			const struct ynode *k = n->kids[2 * i];
+			w->items[w->nitems].key = tf_xstrdup(k->kind == Y_SCALAR ? k->str : "");
+		}
+		load_with_value(L, v, &w->items[w->nitems++]);
+	}
+}
+
+/* Values of text-typed keys (argv, env, tags, names) are passed on as written: `1.10`, `012`
+ * and `~` stay those characters instead of becoming 1.1000000000000001, 12 and null. */
+static void keep_source_text(struct tf_with_value *w)
+{
+	w->plain = 0;
+	for (size_t i = 0; i < w->nitems; i++)
+		keep_source_text(&w->items[i]);
+}
+
+static enum tf_vtype ref_static_type(struct loader *L, const struct tf_ref *r)
+{
+	if (r->kind == TF_REF_PARAM) {
+		const struct tf_param *par = tf_pipeline_param(L->p, r->name);
+		if (!par)
+			return TF_VT_LAST;
+		switch (par->type) {
+		case TF_PARAM_INT:
+		case TF_PARAM_FLOAT:
+			return TF_VT_NUMBER;
+		case TF_PARAM_BOOL:
+			return TF_VT_BOOL;
+		case TF_PARAM_LIST:
+			return TF_VT_LIST;
+		default:
+			return TF_VT_STRING;
+		}
+	}
+	return r->kind == TF_REF_METRIC ? TF_VT_NUMBER : TF_VT_ANY;
+}
+
+/* The bounds of a schema row in words: "at least 1", "between 0 and 100", "greater than 0
+ * and less than 1". */
+static void range_text(const struct tf_with_key *wk, char *buf, size_t len)
+{
+	unsigned r = wk->rules;
+	if ((r & TF_WRULE_MIN) && (r & TF_WRULE_MAX)) {
+		snprintf(buf, len, "between %.15g and %.15g", wk->min, wk->max);
+		return;
+	}
+	int n = 0;
+	buf[0] = '\0';
+	if (r & (TF_WRULE_MIN | TF_WRULE_MIN_OPEN))
+		n = snprintf(buf, len, "%s %.15g", r & TF_WRULE_MIN ? "at least" : "greater than",
+		             wk->min);
+	if (n >= 0 && (size_t)n < len && (r & (TF_WRULE_MAX | TF_WRULE_MAX_OPEN)))
+		snprintf(buf + n, len - (size_t)n, "%s%s %.15g", n ? " and " : "",
+		         r & TF_WRULE_MAX ? "at most" : "less than", wk->max);
+}
+
+/* A number against the bounds of its schema row; `shown` is how the value was written,
+ * `via` says where it came from ("" for a literal). 0 or -EINVAL (reported at n). */
+static int check_range(struct loader *L, const struct tf_with_key *wk, const struct ynode *n,
+                       double v, const char *shown, const char *via, const char *what)
+{
+	unsigned r = wk->rules;
+	int bad = isnan(v) || ((r & TF_WRULE_MIN) && v < wk->min) ||
+	          ((r & TF_WRULE_MIN_OPEN) && v <= wk->min) ||
+	          ((r & TF_WRULE_MAX) && v > wk->max) || ((r & TF_WRULE_MAX_OPEN) && v >= wk->max);
+	if (!bad)
+		return 0;
+	char range[96];
+	range_text(wk, range, sizeof(range));
+	tf_pl_err_at(L, n, NULL, "%s must be %s, not %.40s%s", what, range, shown, via);
+	return -EINVAL;
+}
+
+/* The registry's name rule on a literal model name, alias or version. */
+static int check_registry_name(struct loader *L, const struct tf_with_key *wk,
+                               const struct ynode *n, const char *what)
+{
+	enum tf_registry_name kind = (wk->rules & TF_WRULE_MODEL_NAME) ? TF_REGNAME_MODEL
+	                             : (wk->rules & TF_WRULE_ALIAS)    ? TF_REGNAME_ALIAS
+	                                                               : TF_REGNAME_VERSION;
+	char err[300];
+	if (tf_registry_check_name(n->str, kind, err, sizeof(err)) == 0)
+		return 0;
+	tf_pl_err_at(L, n, "see docs/registry.md, Names", "%s: %s", what, err);
+	return -EINVAL;
+}
+
+/* Checks a scalar against a check kind; `what` names the key. 0 or -EINVAL (reported). */
+static int check_scalar(struct loader *L, const struct tf_with_key *wk,
+                        const struct tf_with_value *w, const struct ynode *n, enum tf_with_check c,
+                        const char *what)
+{
+	const struct tf_template *t = &w->tmpl;
+	long long i;
+	double f;
+	int b;
+	if (t->whole_ref) {
+		const struct tf_ref *r = t->parts[0].ref;
+		enum tf_vtype rt = ref_static_type(L, r);
+		if (rt == TF_VT_LAST || rt == TF_VT_ANY)
+			return 0;
+		int ok;
+		switch (c) {
+		case TF_WCHECK_INT:
+		case TF_WCHECK_NUMBER:
+			ok = rt == TF_VT_NUMBER;
+			if (ok && c == TF_WCHECK_INT && r->kind == TF_REF_PARAM &&
+			    tf_pipeline_param(L->p, r->name)->type == TF_PARAM_FLOAT)
+				ok = 0;
+			break;
+		case TF_WCHECK_BOOL:
+			ok = rt == TF_VT_BOOL;
+			break;
+		default:
+			ok = rt != TF_VT_LIST;
+			break;
+		}
+		if (!ok) {
+			const char *desc =
+			    r->kind == TF_REF_PARAM
+			        ? tf_param_type_name(tf_pipeline_param(L->p, r->name)->type)
+			        : tf_vtype_name(rt);
+			tf_pl_err_at(L, n, "change the param's type or use another value",
+			             "%s expects %s, but '${%s}' is %s %s", what,
+			             c == TF_WCHECK_INT      ? "an integer"
+			             : c == TF_WCHECK_NUMBER ? "a number"
+			             : c == TF_WCHECK_BOOL   ? "true or false"
+			                                     : "a scalar",
+			             r->path, desc[0] == 'i' ? "an" : "a", desc);
+			return -EINVAL;
+		}
+		/* a param's value is known at load: the same bounds as a literal */
+		const struct tf_param *pp =
+		    r->kind == TF_REF_PARAM ? tf_pipeline_param(L->p, r->name) : NULL;
+		if (pp && json_is_number(pp->value) &&
+		    (c == TF_WCHECK_INT || c == TF_WCHECK_NUMBER)) {
+			char shown[48], via[200];
+			snprintf(shown, sizeof(shown), "%.15g", json_number_value(pp->value));
+			snprintf(via, sizeof(via), " (the value of ${%s})", r->path);
+			return check_range(L, wk, n, json_number_value(pp->value), shown, via,
+			                   what);
+		}
+		if (pp && json_is_string(pp->value) && c == TF_WCHECK_STRING &&
+		    (wk->rules & (TF_WRULE_MODEL_NAME | TF_WRULE_ALIAS | TF_WRULE_VERSION))) {
+			struct ynode v = *n;
+			v.str = (char *)json_string_value(pp->value);
+			return check_registry_name(L, wk, &v, what);
+		}
+		return 0;
+	}
+	int has_ref = 0;
+	for (size_t k = 0; k < t->nparts; k++)
+		if (t->parts[k].ref)
+			has_ref = 1;
+	if (c == TF_WCHECK_STRING && !has_ref &&
+	    (wk->rules & (TF_WRULE_MODEL_NAME | TF_WRULE_ALIAS | TF_WRULE_VERSION)))
+		return check_registry_name(L, wk, n, what);
+	if (c == TF_WCHECK_STRING || c == TF_WCHECK_STEP)
+		return 0;
+	if (has_ref) {
+		tf_pl_err_at(L, n, "use a single ${...} on its own for a non-text value",
+		             "%s expects %s, but text mixed with references is a string", what,
+		             c == TF_WCHECK_BOOL   ? "true or false"
+		             : c == TF_WCHECK_ENUM ? "a fixed choice"
+		                                   : "a number");
+		return -EINVAL;
+	}
+	switch (c) {
+	case TF_WCHECK_INT:
+		if (tf_pl_is_plain(n) && !tf_pl_parse_int_text(n->str, &i))
+			return check_range(L, wk, n, (double)i, n->str, "", what);
+		tf_pl_err_at(L, n,
+		             n->style != YAML_PLAIN_SCALAR_STYLE ? "write it without quotes" : NULL,
+		             "%s expects an integer, not '%.40s'", what, n->str);
+		return -EINVAL;
+	case TF_WCHECK_NUMBER:
+		if (tf_pl_is_plain(n) && !tf_pl_parse_float_text(n->str, &f))
+			return check_range(L, wk, n, f, n->str, "", what);
+		tf_pl_err_at(L, n,
+		             n->style != YAML_PLAIN_SCALAR_STYLE ? "write it without quotes" : NULL,
+		             "%s expects a number, not '%.40s'", what, n->str);
+		return -EINVAL;
+	case TF_WCHECK_BOOL:
+		if (tf_pl_is_plain(n) && !tf_pl_parse_bool_text(n->str, &b))
+			return 0;
+		tf_pl_err_at(L, n, NULL, "%s expects true or false, not '%.40s'", what, n->str);
+		return -EINVAL;
+	case TF_WCHECK_ENUM: {
+		for (size_t k = 0; wk->choices[k]; k++)
+			if (!strcmp(wk->choices[k], n->str))
+				return 0;
+		const char *near = tf_diag_suggest(n->str, wk->choices);
+		char hint[200];
+		if (near) {
+			snprintf(hint, sizeof(hint), "did you mean '%s'?", near);
+		} else {
+			size_t off = (size_t)snprintf(hint, sizeof(hint), "choose one of:");
+			for (size_t k = 0; wk->choices[k] && off < sizeof(hint); k++)
+				off += (size_t)snprintf(hint + off, sizeof(hint) - off, "%s %s",
+				                        k ? "," : "", wk->choices[k]);
+		}
+		tf_pl_err_at(L, n, hint, "%s: unknown value '%.40s'", what, n->str);
+		return -EINVAL;
+	}
+	default:
+		return 0;
+	}
+}
+
+static int check_value_kind(struct loader *L, const struct tf_with_key *wk,
+                            const struct tf_with_value *w, const struct ynode *n, const char *sname)
+{
+	char what[160];
+	snprintf(what, sizeof(what), "'with.%s' of step '%s'", wk->key, sname);
+	switch (wk->check) {
+	case TF_WCHECK_INT_LIST:
+	case TF_WCHECK_STR_LIST:
+		if (n->kind == Y_SCALAR && w->tmpl.whole_ref) {
+			enum tf_vtype rt = ref_static_type(L, w->tmpl.parts[0].ref);
+			if (rt == TF_VT_LIST || rt == TF_VT_LAST || rt == TF_VT_ANY)
+				return 0;
+			tf_pl_err_at(L, n, "declare the param with 'type: list'",
+			             "%s expects a list, but '${%s}' is a %s", what,
+			             w->tmpl.parts[0].ref->path, tf_vtype_name(rt));
+			return -EINVAL;
+		}
+		if (n->kind != Y_SEQ) {
+			tf_pl_err_at(L, n, "write a list such as [256, 128]",
+			             "%s must be a list, not %s", what, tf_pl_kind_name(n));
+			return -EINVAL;
+		}
+		if (n->n == 0 && (wk->rules & TF_WRULE_NONEMPTY)) {
+			tf_pl_err_at(L, n,
+			             "name the program and its arguments, e.g. [/bin/echo, hello]",
+			             "%s must not be empty", what);
+			return -EINVAL;
+		}
+		for (size_t i = 0; i < n->n; i++) {
+			if (n->kids[i]->kind != Y_SCALAR) {
+				tf_pl_err_at(L, n->kids[i], NULL,
+				             "items of %s must be scalars, not %s", what,
+				             tf_pl_kind_name(n->kids[i]));
+				continue;
+			}
+			check_scalar(L, wk, &w->items[i], n->kids[i],
+			             wk->check == TF_WCHECK_INT_LIST ? TF_WCHECK_INT
+			                                             : TF_WCHECK_STRING,
+			             what);
+			for (size_t j = 0; (wk->rules & TF_WRULE_UNIQUE) && j < i; j++)
+				if (n->kids[j]->kind == Y_SCALAR &&
+				    !strcmp(n->kids[j]->str, n->kids[i]->str)) {
+					tf_pl_err_at(L, n->kids[i], "list each name once",
+					             "%s lists '%.60s' twice", what,
+					             n->kids[i]->str);
+					break;
+				}
+		}
+		return 0;
+	case TF_WCHECK_STR_MAP:
+		if (n->kind != Y_MAP) {
+			tf_pl_err_at(L, n, "write a mapping of names to values",
+			             "%s must be a mapping, not %s", what, tf_pl_kind_name(n));
+			return -EINVAL;
+		}
+		for (size_t i = 0; i + 1 < n->n; i += 2) {
+			const struct ynode *k = n->kids[i];
+			if (n->kids[i + 1]->kind != Y_SCALAR)
+				tf_pl_err_at(L, n->kids[i + 1], NULL,
+				             "values of %s must be scalars, not %s", what,
+				             tf_pl_kind_name(n->kids[i + 1]));
+			if ((wk->rules & TF_WRULE_ENV_NAMES) && k->kind == Y_SCALAR &&
+			    !tf_pl_valid_env_name(k->str))
+				tf_pl_err_at(
+				    L, k,
+				    "use letters, digits and '_', not starting with a digit (no "
+				    "'=')",
+				    "%s: '%.60s' is not an environment variable name", what,
+				    k->str);
+		}
+		return 0;
+	default:
+		if (n->kind != Y_SCALAR) {
+			tf_pl_err_at(L, n, NULL, "%s must be a single value, not %s", what,
+			             tf_pl_kind_name(n));
+			return -EINVAL;
+		}
+		if (check_scalar(L, wk, w, n, wk->check, what))
+			return -EINVAL;
+		if (wk->check == TF_WCHECK_STEP && !w->tmpl.nparts) {
+			return 0;
+		}
+		if (wk->check == TF_WCHECK_STEP && !w->tmpl.whole_ref) {
+			int j = tf_pl_step_lookup(L, n->str);
+			const struct tf_step *self = &L->p->steps[L->cur_step];
+			if (j < 0) {
+				tf_pl_err_at(L, n, "name a step this one needs",
+				             "%s: unknown step '%.60s'", what, n->str);
+				return -EINVAL;
+			}
+			if (L->dag_ok && ((size_t)j == L->cur_step ||
+			                  !tf_pl_is_upstream(L, L->cur_step, (size_t)j))) {
+				char hint[160];
+				snprintf(hint, sizeof(hint), "add '%s' to the needs of '%s'",
+				         n->str, self->name);
+				tf_pl_err_at(L, n, hint, "%s: step '%s' is not upstream of '%s'",
+				             what, n->str, self->name);
+				return -EINVAL;
+			}
+		}
+		return 0;
+	}
+}
+
+void tf_pl_load_with(struct loader *L, size_t idx)
+{
+	struct tf_step *s = &L->p->steps[idx];
+	const struct ynode *m = L->sx[idx].with_node;
+	if (!m)
+		return;
+	const struct tf_step_schema *sc = tf_step_schema(s->type);
+	const char *allowed[32];
+	size_t na = 0;
+	for (const struct tf_with_key *k = sc->with; k->key && na < 31; k++)
+		allowed[na++] = k->key;
+	allowed[na] = NULL;
+	char what[120];
+	snprintf(what, sizeof(what), "'with' of %s step '%s'", sc->name, s->name);
+	tf_pl_check_keys(L, m, allowed, what);
+	s->with = tf_xcalloc(m->n / 2 + 1, sizeof(*s->with));
+	for (size_t i = 0; i + 1 < m->n; i += 2) {
+		const struct ynode *k = m->kids[i], *v = m->kids[i + 1];
+		if (k->kind != Y_SCALAR)
+			continue;
+		const struct tf_with_key *wk = NULL;
+		for (const struct tf_with_key *c = sc->with; c->key; c++)
+			if (!strcmp(c->key, k->str))
+				wk = c;
+		if (!wk)
+			continue; /* reported by check_keys */
+		int dup = 0;
+		for (size_t j = 0; j < s->nwith; j++)
+			if (!strcmp(s->with[j].key, k->str))
+				dup = 1;
+		if (dup)
+			continue;
+		struct tf_with_value *w = &s->with[s->nwith++];
+		w->key = tf_xstrdup(k->str);
+		load_with_value(L, v, w);
+		if (wk->check == TF_WCHECK_STRING || wk->check == TF_WCHECK_STR_LIST ||
+		    wk->check == TF_WCHECK_STR_MAP)
+			keep_source_text(w);
+		check_value_kind(L, wk, w, v, s->name);
+		if (wk->requires && v->kind == Y_SCALAR && !strcmp(v->str, wk->if_value) &&
+		    !tf_pl_map_get(m, wk->requires)) {
+			char hint[120];
+			snprintf(hint, sizeof(hint), "add '%s: ...' to 'with'", wk->requires);
+			tf_pl_err_at(L, v, hint, "'with.%s: %s' of step '%s' needs 'with.%s'",
+			             wk->key, wk->if_value, s->name, wk->requires);
+		}
+	}
+}
+
+void tf_pl_load_when(struct loader *L, size_t idx)
+{
+	struct tf_step *s = &L->p->steps[idx];
+	const struct ynode *n = L->sx[idx].when_node;
+	if (!n)
+		return;
+	int col, exact = scalar_exact(n, &col);
+	struct tf_expr *e = tf_expr_parse(n->str, L->file, n->line, col, exact, L->d);
+	if (!e)
+		return;
+	if (tf_expr_check(e, ref_type_cb, L, L->file, L->d)) {
+		tf_expr_free(e);
+		return;
+	}
+	s->when = e;
+}
