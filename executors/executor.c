@@ -71,16 +71,22 @@ void tf_exec_free(struct tf_exec *x)
 		x->ops->free(x);
 }
 
+static const char *const fail_names[TF_FAIL_LAST] = {"none",      "error", "timeout",
+                                                     "preempted", "infra", "cancelled"};
+
 const char *tf_fail_class_name(enum tf_fail_class c)
 {
-	static const char *const names[] = {"none",      "error", "timeout",
-	                                    "preempted", "infra", "cancelled"};
-	return c < TF_FAIL_LAST ? names[c] : "?";
+	return (unsigned)c < TF_FAIL_LAST ? fail_names[c] : "?";
 }
 
-int tf_fail_class_retryable(enum tf_fail_class c)
+int tf_fail_class_parse(const char *name, enum tf_fail_class *out)
 {
-	return c == TF_FAIL_TIMEOUT || c == TF_FAIL_PREEMPTED || c == TF_FAIL_INFRA;
+	for (int i = 0; name && i < TF_FAIL_LAST; i++)
+		if (!strcmp(fail_names[i], name)) {
+			*out = (enum tf_fail_class)i;
+			return 0;
+		}
+	return -EINVAL;
 }
 
 enum tf_fail_class tf_exec_classify_status(int wstatus, enum tf_fail_class requested, char *msg,

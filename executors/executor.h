@@ -40,6 +40,9 @@
 
 struct tf_objstore;
 
+/* The failure class of an attempt: the one vocabulary of executors, the engine, the state
+ * tables and a step's `retries.on` (whose bitmask is 1u << class, error..infra). Names:
+ * tf_fail_class_name / tf_fail_class_parse (one table, executor.c). */
 enum tf_fail_class {
 	TF_FAIL_NONE,      /* success */
 	TF_FAIL_ERROR,     /* the work failed */
@@ -174,9 +177,10 @@ int tf_slurm_job_tpus(long job, int *per_node, int *nodes, char *err, size_t err
 enum tf_fail_class tf_slurm_classify(const char *state, int requested, int wstatus, char *msg,
                                      size_t msglen);
 
+/* "none", "error", "timeout", "preempted", "infra", "cancelled"; "?" outside the enum. */
 const char *tf_fail_class_name(enum tf_fail_class c);
-/* 1 for the classes a retry policy retries by default (timeout, preempted, infra). */
-int tf_fail_class_retryable(enum tf_fail_class c);
+/* Name -> class; -EINVAL when unknown. */
+int tf_fail_class_parse(const char *name, enum tf_fail_class *out);
 
 /* How a child process ended, as a class: wstatus from waitpid; `requested` is what we asked
  * for (TF_FAIL_NONE if nothing, else TIMEOUT, CANCELLED or PREEMPTED). Writes a message. */

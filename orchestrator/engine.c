@@ -73,24 +73,7 @@ double tf_engine_backoff(const struct tf_retry_policy *p, int retry, double u)
 
 static int failure_retryable(const struct tf_retry_policy *p, enum tf_fail_class f)
 {
-	enum tf_failure_class c;
-	switch (f) {
-	case TF_FAIL_ERROR:
-		c = TF_FAILURE_ERROR;
-		break;
-	case TF_FAIL_TIMEOUT:
-		c = TF_FAILURE_TIMEOUT;
-		break;
-	case TF_FAIL_PREEMPTED:
-		c = TF_FAILURE_PREEMPTED;
-		break;
-	case TF_FAIL_INFRA:
-		c = TF_FAILURE_INFRA;
-		break;
-	default:
-		return 0;
-	}
-	return (p->on & (1u << c)) != 0;
+	return (TF_RETRY_ON_ALL & p->on & (1u << f)) != 0; /* never none or cancelled */
 }
 
 /* ---- references ---------------------------------------------------------------------- */
@@ -372,14 +355,14 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		s->state = TF_STEP_RETRYING;
 		e->retry_hint = 1;
 		tf_engine_set_reason(s, "attempt %d %s: %s; retry in %.2fs", s->attempts,
-		                     tf_failure_name(ar.failure), s->err, ar.backoff);
+		                     tf_fail_class_name(ar.failure), s->err, ar.backoff);
 		s->next_at = tf_now_monotonic() + ar.backoff;
 		if (ar.backoff <= 0)
 			return tf_engine_start_attempt(e, s, start, nstart);
 		return 0;
 	}
 	char why[700];
-	snprintf(why, sizeof(why), "%s (%s, attempt %d)", s->err, tf_failure_name(ar.failure),
+	snprintf(why, sizeof(why), "%s (%s, attempt %d)", s->err, tf_fail_class_name(ar.failure),
 	         s->attempts);
 	struct tf_step_update up = {.reason = why};
 	return step_final(e, s, TF_STEP_FAILED, &up, ready, nready);

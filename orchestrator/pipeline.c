@@ -39,18 +39,12 @@
 
 static const char *const step_type_names[] = {"data_prep", "train", "evaluate", "register",
                                               "deploy",    "shell", NULL};
-static const char *const failure_names[] = {"error", "timeout", "preempted", "infra", NULL};
 static const char *const executor_names[] = {"inprocess", "local", "slurm", NULL};
 static const char *const param_type_names[] = {"int", "float", "string", "bool", "list", NULL};
 
 const char *tf_step_type_name(enum tf_step_type t)
 {
 	return (unsigned)t < TF_STEP_LAST ? step_type_names[t] : NULL;
-}
-
-const char *tf_failure_class_name(enum tf_failure_class c)
-{
-	return (unsigned)c < TF_FAILURE_LAST ? failure_names[c] : NULL;
 }
 
 const char *tf_executor_name(enum tf_executor_kind e)
@@ -378,7 +372,7 @@ static void builtin_retries(struct tf_retry_policy *r)
 	r->backoff = 10;
 	r->factor = 2;
 	r->max_backoff = 600;
-	r->on = (1u << TF_FAILURE_LAST) - 1;
+	r->on = TF_RETRY_ON_ALL;
 }
 
 static void load_retries(struct loader *L, const struct ynode *n, struct tf_retry_policy *r)
@@ -403,16 +397,19 @@ static void load_retries(struct loader *L, const struct ynode *n, struct tf_retr
 	if ((x = tf_pl_map_get(n, "max_backoff")))
 		tf_pl_get_duration(L, x, "'retries.max_backoff'", &r->max_backoff);
 	if ((x = tf_pl_map_get(n, "on"))) {
+		/* the classes `on` may name, error..infra, by their names in the one table */
+		const char *names[TF_FAIL_INFRA - TF_FAIL_ERROR + 2] = {NULL};
+		for (int k = TF_FAIL_ERROR; k <= TF_FAIL_INFRA; k++)
+			names[k - TF_FAIL_ERROR] = tf_fail_class_name((enum tf_fail_class)k);
 		unsigned on = 0;
 		int c;
 		if (x->kind == Y_SCALAR) {
-			if (!tf_pl_get_enum(L, x, "failure class", failure_names, &c))
-				on |= 1u << c;
+			if (!tf_pl_get_enum(L, x, "failure class", names, &c))
+				on |= 1u << (TF_FAIL_ERROR + c);
 		} else if (!tf_pl_want_kind(L, x, Y_SEQ, "'retries.on'")) {
 			for (size_t i = 0; i < x->n; i++)
-				if (!tf_pl_get_enum(L, x->kids[i], "failure class", failure_names,
-				                    &c))
-					on |= 1u << c;
+				if (!tf_pl_get_enum(L, x->kids[i], "failure class", names, &c))
+					on |= 1u << (TF_FAIL_ERROR + c);
 		}
 		r->on = on;
 	}

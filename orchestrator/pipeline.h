@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "executors/executor.h"
 #include "orchestrator/cron.h"
 #include "orchestrator/diag.h"
 #include "orchestrator/expr.h"
@@ -73,21 +74,18 @@ enum tf_step_type {
 	TF_STEP_LAST
 };
 
-/* Failure classes a retry policy can name in `on:` (bit i = 1 << i in tf_retry_policy.on). */
-enum tf_failure_class {
-	TF_FAILURE_ERROR,     /* "error": the step itself failed */
-	TF_FAILURE_TIMEOUT,   /* "timeout": it ran past its timeout */
-	TF_FAILURE_PREEMPTED, /* "preempted": the scheduler took its slice away */
-	TF_FAILURE_INFRA,     /* "infra": storage, executor or host trouble */
-	TF_FAILURE_LAST
-};
+/* The failure classes a retry policy can name in `on:` (enum tf_fail_class of
+ * executors/executor.h): error, timeout, preempted and infra, as 1u << class each. */
+#define TF_RETRY_ON_ALL                                                                    \
+	((1u << TF_FAIL_ERROR) | (1u << TF_FAIL_TIMEOUT) | (1u << TF_FAIL_PREEMPTED) |        \
+	 (1u << TF_FAIL_INFRA))
 
 struct tf_retry_policy {
 	int limit;          /* retries after the first attempt (0: none); default 0 */
 	double backoff;     /* seconds before the first retry; default 10 */
 	double factor;      /* each further delay is multiplied by this (>= 1); default 2 */
 	double max_backoff; /* cap on one delay, seconds; default 600 */
-	unsigned on;        /* bitmask of 1u << tf_failure_class retried; default all four */
+	unsigned on;        /* bitmask of 1u << tf_fail_class retried; default TF_RETRY_ON_ALL */
 };
 
 enum tf_executor_kind {
@@ -259,7 +257,6 @@ void tf_pipeline_plan_dot(const struct tf_pipeline *p, FILE *f);
 
 /* Names for enums ("train", "timeout", "local", "int"); NULL for out-of-range values. */
 const char *tf_step_type_name(enum tf_step_type t);
-const char *tf_failure_class_name(enum tf_failure_class c);
 const char *tf_executor_name(enum tf_executor_kind e);
 const char *tf_param_type_name(enum tf_param_type t);
 const char *tf_concurrency_name(enum tf_sched_concurrency c);

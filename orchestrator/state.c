@@ -60,9 +60,6 @@ static const char *const step_names[TF_STEP_STATE_LAST] = {
 static const char *const attempt_names[TF_ATTEMPT_STATE_LAST] = {
     "running", "succeeded", "failed", "cancelled", "lost",
 };
-static const char *const failure_names[TF_FAIL_LAST] = {
-    "none", "error", "timeout", "preempted", "infra", "cancelled",
-};
 
 const char *tf_run_state_name(enum tf_run_state s)
 {
@@ -77,11 +74,6 @@ const char *tf_step_state_name(enum tf_step_state s)
 const char *tf_attempt_state_name(enum tf_attempt_state s)
 {
 	return (unsigned)s < TF_ATTEMPT_STATE_LAST ? attempt_names[s] : "?";
-}
-
-const char *tf_failure_name(enum tf_fail_class f)
-{
-	return (unsigned)f < TF_FAIL_LAST ? failure_names[f] : "?";
 }
 
 static int parse_name(const char *const *names, int n, const char *name, int *out)
@@ -107,14 +99,6 @@ int tf_step_state_parse(const char *name, enum tf_step_state *out)
 	int v, rc = parse_name(step_names, TF_STEP_STATE_LAST, name, &v);
 	if (rc == 0)
 		*out = (enum tf_step_state)v;
-	return rc;
-}
-
-int tf_failure_parse(const char *name, enum tf_fail_class *out)
-{
-	int v, rc = parse_name(failure_names, TF_FAIL_LAST, name, &v);
-	if (rc == 0)
-		*out = (enum tf_fail_class)v;
 	return rc;
 }
 
@@ -615,7 +599,7 @@ int tf_attempt_set_state(struct tf_store *st, const char *run, const char *step,
 		goto out;
 	}
 	const char *fc = to == TF_ATTEMPT_SUCCEEDED   ? NULL
-	                 : r->failure != TF_FAIL_NONE ? tf_failure_name(r->failure)
+	                 : r->failure != TF_FAIL_NONE ? tf_fail_class_name(r->failure)
 	                 : to == TF_ATTEMPT_CANCELLED ? "cancelled"
 	                 : to == TF_ATTEMPT_LOST      ? "infra"
 	                                              : "error";

@@ -45,17 +45,15 @@ enum tf_attempt_state {
 	TF_ATTEMPT_STATE_LAST
 };
 
-/* Why an attempt failed (enum tf_fail_class of executors/executor.h: none, error, timeout,
- * preempted, infra, cancelled); a step's retry policy names the classes it retries. */
+/* Why an attempt failed: enum tf_fail_class of executors/executor.h, named by
+ * tf_fail_class_name; a step's retry policy names the classes it retries. */
 
 const char *tf_run_state_name(enum tf_run_state s);
 const char *tf_step_state_name(enum tf_step_state s);
 const char *tf_attempt_state_name(enum tf_attempt_state s);
-const char *tf_failure_name(enum tf_fail_class f);
 /* Name -> value; -EINVAL when unknown. */
 int tf_run_state_parse(const char *name, enum tf_run_state *out);
 int tf_step_state_parse(const char *name, enum tf_step_state *out);
-int tf_failure_parse(const char *name, enum tf_fail_class *out);
 
 /* 1 when a step in this state has its results (succeeded or cached). */
 int tf_step_state_done(enum tf_step_state s);

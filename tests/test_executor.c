@@ -221,10 +221,16 @@ static void test_executor_exit_codes_mapped(void **state)
 		assert_int_equal(r.fclass, real[i].want);
 		tf_exec_free(x);
 	}
-	assert_true(tf_fail_class_retryable(TF_FAIL_INFRA));
-	assert_true(tf_fail_class_retryable(TF_FAIL_PREEMPTED));
-	assert_false(tf_fail_class_retryable(TF_FAIL_ERROR));
-	assert_false(tf_fail_class_retryable(TF_FAIL_CANCELLED));
+	/* one name table: every class reads back from its name, and nothing else does */
+	for (int c = TF_FAIL_NONE; c < TF_FAIL_LAST; c++) {
+		enum tf_fail_class back = TF_FAIL_LAST;
+		assert_int_equal(tf_fail_class_parse(tf_fail_class_name((enum tf_fail_class)c), &back),
+		                 0);
+		assert_int_equal(back, c);
+	}
+	enum tf_fail_class none;
+	assert_int_equal(tf_fail_class_parse("oom", &none), -EINVAL);
+	assert_string_equal(tf_fail_class_name(TF_FAIL_LAST), "?");
 }
 
 static void test_executor_cancel_and_preempt(void **state)

@@ -94,9 +94,9 @@ static void test_pipeline_demo_loads(void **state)
 	assert_true(train->timeout == 20 * 60);
 	assert_int_equal(train->retries.limit, 2);
 	assert_true(train->retries.backoff == 5 && train->retries.max_backoff == 60);
-	assert_int_equal(train->retries.on, (1u << TF_FAILURE_TIMEOUT) |
-	                                        (1u << TF_FAILURE_PREEMPTED) |
-	                                        (1u << TF_FAILURE_INFRA));
+	assert_int_equal(train->retries.on, (1u << TF_FAIL_TIMEOUT) |
+	                                        (1u << TF_FAIL_PREEMPTED) |
+	                                        (1u << TF_FAIL_INFRA));
 	const struct tf_param *min = tf_pipeline_param(p, "min_accuracy");
 	assert_int_equal(min->type, TF_PARAM_FLOAT);
 	assert_true(json_real_value(min->value) == 0.88);
