@@ -259,9 +259,19 @@ int tf_random_hex(char *out, size_t n)
 		return -EINVAL;
 	if (getrandom(b, n, 0) != (ssize_t)n)
 		return -EIO;
-	for (size_t i = 0; i < n; i++)
-		snprintf(out + 2 * i, 3, "%02x", b[i]);
+	tf_hex_encode(b, n, out);
 	return 0;
+}
+
+void tf_hex_encode(const void *data, size_t n, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+	const unsigned char *b = data;
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = digits[b[i] >> 4];
+		out[2 * i + 1] = digits[b[i] & 15];
+	}
+	out[2 * n] = '\0';
 }
 
 int tf_ncpus(void)

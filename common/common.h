@@ -68,6 +68,8 @@ int tf_pgrp_end(long pgid, double grace);
 
 /* `n` random bytes from the kernel as 2n lowercase hex digits into out (2n+1 bytes). */
 int tf_random_hex(char *out, size_t n);
+/* n bytes as 2n lowercase hex digits and a NUL (out holds 2n + 1). */
+void tf_hex_encode(const void *data, size_t n, char *out);
 
 /* Number of online CPUs (at least 1). */
 int tf_ncpus(void);

@@ -4,6 +4,7 @@
 
 #include "common/common.h"
 #include "common/crc32c.h"
+#include "common/digest.h"
 #include "common/log.h"
 #include "accel/slice.h"
 #include "accel/tpu.h"
@@ -13,22 +14,12 @@
 #include "ml/train.h"
 
 #include <errno.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define BUNDLE_FORMAT "tpuflow-bundle/1"
 #define MXU_MAX 65536 /* largest systolic array side a signature may name */
-
-static void sha256_hex(const void *data, size_t len, char out[65])
-{
-	unsigned char md[32];
-	unsigned int mdlen = 0;
-	EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
-	for (unsigned i = 0; i < 32; i++)
-		sprintf(out + 2 * i, "%02x", md[i]);
-}
 
 /* Serialises the model's tensors as a safetensors file into b. */
 static void safetensors_encode(const struct tf_mlp *m, struct tf_buf *b)
@@ -77,7 +68,7 @@ int tf_bundle_export(struct tf_objstore *s, const char *prefix, const struct tf_
 	char sha[65], crc[16], *key = NULL, *text = NULL;
 	int rc;
 	safetensors_encode(m, &b);
-	sha256_hex(b.data, b.len, sha);
+	tf_sha256_hex(b.data, b.len, sha);
 	snprintf(crc, sizeof crc, "%08x", tf_crc32c(b.data, b.len));
 	key = tf_xasprintf("%smodel.safetensors", prefix);
 	if ((rc = tf_objstore_put(s, key, b.data, b.len, 0))) {
@@ -189,7 +180,7 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	}
 	json_t *ck = json_object_get(json_object_get(sig, "checksums"), "model.safetensors");
 	char sha[65];
-	sha256_hex(mdata, mlen, sha);
+	tf_sha256_hex(mdata, mlen, sha);
 	if (strcmp(json_string_value(json_object_get(ck, "sha256")) ?: "", sha)) {
 		snprintf(err, errlen,
 		         "'%s': SHA-256 differs from the signature; the bundle is "

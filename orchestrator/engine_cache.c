@@ -10,7 +10,7 @@
  * (cache_in_store). register and deploy are never cached (they act on the registry).
  */
 #include "orchestrator/engine_int.h"
-#include "orchestrator/digest.h"
+#include "common/digest.h"
 
 #define TF_LOG_TAG "engine"
 #include "common/common.h"

@@ -8,7 +8,7 @@
 #include "common/common.h"
 #include "common/log.h"
 #include "orchestrator/cron.h"
-#include "orchestrator/digest.h"
+#include "common/digest.h"
 #include "orchestrator/pipeline.h"
 #include "orchestrator/state.h"
 

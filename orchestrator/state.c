@@ -38,7 +38,7 @@
  */
 #include "orchestrator/state.h"
 #include "orchestrator/alerts.h"
-#include "orchestrator/digest.h"
+#include "common/digest.h"
 
 #define TF_LOG_TAG "state"
 #include "common/common.h"

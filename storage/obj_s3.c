@@ -30,6 +30,7 @@
 
 #include "common/common.h"
 #include "common/crc32c.h"
+#include "common/digest.h"
 #include "common/log.h"
 #include "storage/sigv4.h"
 
@@ -148,16 +149,6 @@ static struct s3 *S3(struct tf_objstore *s)
 
 /* ---- small helpers ---- */
 
-static void hexify(const unsigned char *b, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[b[i] >> 4];
-		out[2 * i + 1] = digits[b[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
 /* The checksums of an upload body (invariant 2). */
 struct sums {
 	uint32_t crc;    /* CRC-32C */
@@ -211,12 +202,12 @@ static int sums_compute(const char *data, int fd, uint64_t off, size_t len, int 
 	unsigned char md[32];
 	unsigned int mdlen = 0;
 	EVP_DigestFinal_ex(sha, md, &mdlen);
-	hexify(md, 32, out->sha);
+	tf_hex_encode(md, 32, out->sha);
 	out->has_md5 = md5 != NULL;
 	if (md5) {
 		EVP_DigestFinal_ex(md5, md, &mdlen);
 		EVP_EncodeBlock((unsigned char *)out->md5, md, 16);
-		hexify(md, 16, out->md5hex);
+		tf_hex_encode(md, 16, out->md5hex);
 	}
 	out->crc = crc;
 out:
@@ -737,8 +728,7 @@ static int download_bad(const struct s3_resp *r, char *why, size_t whylen)
 		EVP_MD_CTX_copy_ex(c, r->md5);
 		EVP_DigestFinal_ex(c, md, &n);
 		EVP_MD_CTX_free(c);
-		for (int i = 0; i < 16; i++)
-			snprintf(hexs + 2 * i, 3, "%02x", md[i]);
+		tf_hex_encode(md, 16, hexs);
 		if (strcmp(hexs, r->etag)) {
 			snprintf(why, whylen, "corrupt body (md5 %s, ETag %s)", hexs, r->etag);
 			return 1;

@@ -4,6 +4,7 @@
 #include "storage/sigv4.h"
 
 #include "common/common.h"
+#include "common/digest.h"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -11,24 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static void hex(const unsigned char *b, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[b[i] >> 4];
-		out[2 * i + 1] = digits[b[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
-void tf_sha256_hex(const void *data, size_t n, char out[65])
-{
-	unsigned char md[32];
-	unsigned int len = 0;
-	EVP_Digest(data, n, md, &len, EVP_sha256(), NULL);
-	hex(md, 32, out);
-}
 
 static void hmac(const void *key, size_t klen, const char *msg, unsigned char out[32])
 {
@@ -197,7 +180,7 @@ void tf_sigv4_sign(const struct tf_sigv4_req *r, struct tf_sigv4 *out)
 	OPENSSL_cleanse(k, strlen(k));
 	OPENSSL_cleanse(k4, sizeof k4);
 	free(k);
-	hex(sig, 32, out->signature);
+	tf_hex_encode(sig, 32, out->signature);
 	out->signed_headers = signed_hdrs;
 	out->authorization = tf_xasprintf("AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, "
 	                                  "Signature=%s",

@@ -47,8 +47,6 @@ char *tf_sigv4_uri_encode(const char *s, int keep_slash);
  * query to put in the URL, so what is sent is what was signed. Returns a new string. */
 char *tf_sigv4_query_string(const struct tf_sigv4_kv *q, size_t n);
 
-/* SHA-256 of data as lowercase hex. */
-void tf_sha256_hex(const void *data, size_t n, char out[65]);
 /* "YYYYMMDDTHHMMSSZ" for a Unix time. */
 void tf_sigv4_amz_date(double unix_time, char out[17]);
 

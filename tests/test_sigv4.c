@@ -10,6 +10,7 @@
 
 #include "common/common.h"
 #include "storage/sigv4.h"
+#include "common/digest.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -17,7 +17,7 @@
 #define TF_LOG_TAG "web"
 #include "common/common.h"
 #include "common/log.h"
-#include "orchestrator/digest.h"
+#include "common/digest.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -4,7 +4,7 @@
  * revocation and the last-used time. */
 #include "web/tokens.h"
 #include "common/common.h"
-#include "orchestrator/digest.h"
+#include "common/digest.h"
 
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -32,8 +32,7 @@ int tf_token_create(struct tf_store *st, const char *name, enum tf_scope scope, 
 		if (RAND_bytes(raw, sizeof(raw)) != 1)
 			return -EIO;
 		memcpy(out, "tpf_", 4);
-		for (size_t i = 0; i < sizeof(raw); i++)
-			snprintf(out + 4 + 2 * i, 3, "%02x", raw[i]);
+		tf_hex_encode(raw, sizeof(raw), out + 4);
 		char prefix[PREFIX_LEN + 1], hex[65];
 		memcpy(prefix, out, PREFIX_LEN);
 		prefix[PREFIX_LEN] = 0;

@@ -1,6 +1,6 @@
-/* digest.h — SHA-256 as lowercase hex, for pipeline digests and step cache keys. */
-#ifndef TF_ORCH_DIGEST_H
-#define TF_ORCH_DIGEST_H
+/* digest.h — SHA-256 as lowercase hex: one-shot (tf_sha256_hex) or incremental. */
+#ifndef TF_DIGEST_H
+#define TF_DIGEST_H
 
 #include <stddef.h>
 
@@ -15,5 +15,8 @@ void tf_sha256_update_str(struct tf_sha256 *h, const char *s);
  * when it cannot be read (the digest is then unusable: finish it and discard). */
 int tf_sha256_update_file(struct tf_sha256 *h, const char *path);
 void tf_sha256_final(struct tf_sha256 *h, char hex[65]);
+
+/* SHA-256 of n bytes as 64 lowercase hex digits and a NUL. */
+void tf_sha256_hex(const void *data, size_t n, char out[65]);
 
 #endif

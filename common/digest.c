@@ -1,5 +1,7 @@
-/* digest.c — SHA-256 (OpenSSL EVP) as hex strings for the orchestrator. */
-#include "orchestrator/digest.h"
+/* digest.c — SHA-256 (OpenSSL EVP) as lowercase hex: the one place the program turns a
+ * SHA-256 into text (cache keys, pipeline digests, S3 payload hashes, token hashes, bundle
+ * checksums). */
+#include "common/digest.h"
 #include "common/common.h"
 
 #include <errno.h>
@@ -60,8 +62,15 @@ void tf_sha256_final(struct tf_sha256 *h, char hex[65])
 	unsigned char md[32];
 	unsigned int len = 0;
 	EVP_DigestFinal_ex(h->ctx, md, &len);
-	for (int i = 0; i < 32; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	tf_hex_encode(md, 32, hex);
 	EVP_MD_CTX_free(h->ctx);
 	free(h);
+}
+
+void tf_sha256_hex(const void *data, size_t n, char out[65])
+{
+	unsigned char md[32];
+	unsigned int len = 0;
+	EVP_Digest(data, n, md, &len, EVP_sha256(), NULL);
+	tf_hex_encode(md, 32, out);
 }
