@@ -44,7 +44,7 @@ BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 # Quiet by default: `make V=1` shows the full commands.
 Q := $(if $(V),,@)
 
-.PHONY: all deps demo test tests asan lint format check-deps install bench fuzz soak clean help
+.PHONY: all deps demo test tests asan debug lint format check-deps install bench fuzz soak clean help
 
 all: $(BUILD)/tpuflow
 
@@ -54,6 +54,7 @@ help:
 	@echo "make demo       deps + build + run pipelines/fashion-mnist.yaml end to end"
 	@echo "make test       deps + build + every test (unit, integration with real servers)"
 	@echo "make asan       the tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+	@echo "make debug      the tests at -O0 with the invariants (TF_ASSERT) checked"
 	@echo "make bench      benchmarks against peers in the same run (see docs/benchmarks.md)"
 	@echo "make lint / format / check-deps / install PREFIX=DIR / clean"
 
@@ -130,9 +131,14 @@ test: deps
 asan:
 	@scripts/deps.sh build
 	@$(MAKE) --no-print-directory BUILD=build-asan \
-	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  CFLAGS="-O1 -g -DTF_DEBUG -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDFLAGS="-fsanitize=address,undefined" tests
 	@BUILD=build-asan TF_ASAN=1 tests/run.sh
+
+# The tests with the invariants checked (TF_ASSERT, common/common.h) and no optimisation.
+debug:
+	@$(MAKE) --no-print-directory BUILD=build-debug CFLAGS="-O0 -g -DTF_DEBUG" tests
+	@BUILD=build-debug tests/run.sh
 
 bench: BENCH_LIBS = -lopenblas
 bench: deps
@@ -182,6 +188,6 @@ install: $(BUILD)/tpuflow
 	install -m 0644 pipelines/data/*.csv $(DESTDIR)$(PREFIX)/share/tpuflow/pipelines/data/
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-debug build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -279,3 +279,10 @@ int tf_ncpus(void)
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n > 0 ? (int)n : 1;
 }
+
+_Noreturn void tf_assert_fail(const char *cond, const char *file, int line, const char *func)
+{
+	fprintf(stderr, "tpuflow: %s:%d: %s: invariant broken: %s\n", file, line, func, cond);
+	fflush(stderr);
+	abort();
+}

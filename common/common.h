@@ -23,6 +23,18 @@ enum tf_exit {
 
 #define TF_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* TF_ASSERT(cond): an invariant the code around it relies on (a state the transition table
+ * allows, a field only the coordinator writes). Checked in debug and sanitizer builds
+ * (-DTF_DEBUG: `make asan`, `make debug`): a false condition prints where and aborts.
+ * Elsewhere the condition is compiled but never evaluated, so it must have no side effects:
+ * keep a call's result in a variable and assert on the variable. */
+#ifdef TF_DEBUG
+#define TF_ASSERT(cond) ((cond) ? (void)0 : tf_assert_fail(#cond, __FILE__, __LINE__, __func__))
+#else
+#define TF_ASSERT(cond) ((void)sizeof(!(cond)))
+#endif
+_Noreturn void tf_assert_fail(const char *cond, const char *file, int line, const char *func);
+
 /* Allocation that never returns NULL: out of memory aborts with a message, since no caller
  * can do anything useful about it. */
 void *tf_xmalloc(size_t n);

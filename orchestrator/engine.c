@@ -143,16 +143,41 @@ static void resolved(struct engine *e, struct estep *s, size_t *ready, size_t *n
 	}
 }
 
-static int step_final(struct engine *e, struct estep *s, enum tf_step_state to,
-                      const struct tf_step_update *u, size_t *ready, size_t *nready)
+/* The one way the engine changes a step's state: the database first (tf_step_set_state
+ * checks the move against the diagram of state.c and records it with an event), then the
+ * in-memory copy, then the reason the view shows (u->reason, when there is one). Only the
+ * baton holder moves steps, or the setup before any worker runs. */
+int tf_engine_step_move(struct engine *e, struct estep *s, enum tf_step_state to,
+                        const struct tf_step_update *u)
 {
+	TF_ASSERT(e->coord_busy || e->nworkers == 0);
 	int rc = tf_step_set_state(e->db, e->run_id, s->def->name, to, u);
+	TF_ASSERT(rc != -EINVAL); /* the engine asks only for moves the diagram has */
 	if (rc)
 		return rc;
 	s->state = to;
-	s->finished_wall = tf_now_wall();
 	if (u && u->reason)
 		snprintf(s->reason, sizeof(s->reason), "%s", u->reason);
+	return 0;
+}
+
+/* Ends the step's current attempt in the database (the attempt diagram of state.c). */
+int tf_engine_attempt_end(struct engine *e, struct estep *s, enum tf_attempt_state to,
+                          const struct tf_attempt_result *r)
+{
+	TF_ASSERT(e->coord_busy || e->nworkers == 0);
+	int rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts, to, r);
+	TF_ASSERT(rc != -EINVAL); /* only a running attempt ends, once */
+	return rc;
+}
+
+static int step_final(struct engine *e, struct estep *s, enum tf_step_state to,
+                      const struct tf_step_update *u, size_t *ready, size_t *nready)
+{
+	int rc = tf_engine_step_move(e, s, to, u);
+	if (rc)
+		return rc;
+	s->finished_wall = tf_now_wall();
 	resolved(e, s, ready, nready);
 	return 0;
 }
@@ -268,8 +293,7 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		return 0;
 	}
 	if (s->rc == 0) {
-		rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
-		                          TF_ATTEMPT_SUCCEEDED, &ar);
+		rc = tf_engine_attempt_end(e, s, TF_ATTEMPT_SUCCEEDED, &ar);
 		if (rc)
 			return rc;
 		char *o = tf_engine_canon(s->res_outputs), *m = tf_engine_canon(s->res_metrics);
@@ -304,13 +328,9 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		ar.failure = TF_FAIL_CANCELLED;
 		if (!ar.error)
 			ar.error = "interrupted";
-		rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
-		                          TF_ATTEMPT_CANCELLED, &ar);
+		rc = tf_engine_attempt_end(e, s, TF_ATTEMPT_CANCELLED, &ar);
 		if (rc == 0)
-			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING,
-			                       NULL);
-		if (rc == 0)
-			s->state = TF_STEP_PENDING;
+			rc = tf_engine_step_move(e, s, TF_STEP_PENDING, NULL);
 		return rc;
 	}
 	if (s->reclaim != TF_FAIL_NONE && !s->timed_out) {
@@ -324,15 +344,12 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		ar.error = s->err;
 		s->reclaim = TF_FAIL_NONE;
 		s->budget_base++;
-		rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
-		                          TF_ATTEMPT_FAILED, &ar);
+		rc = tf_engine_attempt_end(e, s, TF_ATTEMPT_FAILED, &ar);
 		struct tf_step_update up = {.reason = s->err, .next_attempt_at = tf_now_wall()};
 		if (rc == 0)
-			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_RETRYING,
-			                       &up);
+			rc = tf_engine_step_move(e, s, TF_STEP_RETRYING, &up);
 		if (rc)
 			return rc;
-		s->state = TF_STEP_RETRYING;
 		return tf_engine_start_attempt(e, s, start, nstart);
 	}
 	int retries_used = s->attempts - s->budget_base - 1;
@@ -342,17 +359,15 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 	            retries_used < pol->limit;
 	if (retry)
 		ar.backoff = tf_engine_backoff(pol, retries_used + 1, u01(e));
-	rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts, TF_ATTEMPT_FAILED,
-	                          &ar);
+	rc = tf_engine_attempt_end(e, s, TF_ATTEMPT_FAILED, &ar);
 	if (rc)
 		return rc;
 	if (retry) {
 		struct tf_step_update up = {.reason = s->err,
 		                            .next_attempt_at = tf_now_wall() + ar.backoff};
-		rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_RETRYING, &up);
+		rc = tf_engine_step_move(e, s, TF_STEP_RETRYING, &up);
 		if (rc)
 			return rc;
-		s->state = TF_STEP_RETRYING;
 		e->retry_hint = 1;
 		tf_engine_set_reason(s, "attempt %d %s: %s; retry in %.2fs", s->attempts,
 		                     tf_fail_class_name(ar.failure), s->err, ar.backoff);
@@ -432,6 +447,8 @@ int tf_engine_coord_round(struct engine *e, int by_worker)
 	       chunk = (size_t)(e->nworkers > 0 ? e->nworkers : 1);
 	struct estep **batch = e->batch, **start = e->start;
 	int rc, interrupted, progress;
+
+	TF_ASSERT(e->coord_busy); /* the [C] fields are the baton holder's */
 
 	if (tf_now_monotonic() >= e->hb_next && !e->lost_owner) {
 		int cancel = 0;
@@ -516,12 +533,9 @@ int tf_engine_coord_round(struct engine *e, int by_worker)
 		    .error = s->waiting_worker ? "interrupted while waiting for a worker"
 		                               : "interrupted while waiting for a slice"};
 		if (rc == 0 && s->state == TF_STEP_RUNNING) /* queued steps have no attempt yet */
-			rc = tf_attempt_set_state(e->db, e->run_id, s->def->name, s->attempts,
-			                          TF_ATTEMPT_CANCELLED, &ar);
+			rc = tf_engine_attempt_end(e, s, TF_ATTEMPT_CANCELLED, &ar);
 		if (rc == 0)
-			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING,
-			                       NULL);
-		s->state = TF_STEP_PENDING;
+			rc = tf_engine_step_move(e, s, TF_STEP_PENDING, NULL);
 		s->waiting_worker = 0;
 	}
 	if (e->stopping)
@@ -540,9 +554,7 @@ int tf_engine_coord_round(struct engine *e, int by_worker)
 			if (s->state != TF_STEP_RETRYING)
 				continue;
 			if (e->stopping) {
-				rc = tf_step_set_state(e->db, e->run_id, s->def->name,
-				                       TF_STEP_PENDING, NULL);
-				s->state = TF_STEP_PENDING;
+				rc = tf_engine_step_move(e, s, TF_STEP_PENDING, NULL);
 			} else if (s->next_at <= now) {
 				rc = tf_engine_start_attempt(e, s, start, &nstart);
 			} else {

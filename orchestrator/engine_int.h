@@ -126,6 +126,10 @@ struct wctx {
 /* ---- shared between the engine_*.c files (all on the baton holder's thread unless said) -- */
 
 /* engine.c */
+int tf_engine_step_move(struct engine *e, struct estep *s, enum tf_step_state to,
+                        const struct tf_step_update *u);
+int tf_engine_attempt_end(struct engine *e, struct estep *s, enum tf_attempt_state to,
+                          const struct tf_attempt_result *r);
 int tf_engine_coord_round(struct engine *e, int by_worker);
 int tf_engine_first_round(struct engine *e);
 int tf_engine_drive(struct engine *e, int *cache_hits);

@@ -217,16 +217,12 @@ static int load_steps(struct engine *e, int resuming)
 				    .exit_code = -1,
 				    .error = "the engine stopped while it ran",
 				    .log_key = key};
-				rc = tf_attempt_set_state(e->db, e->run_id, s->def->name,
-				                          s->attempts, TF_ATTEMPT_LOST, &ar);
+				rc = tf_engine_attempt_end(e, s, TF_ATTEMPT_LOST, &ar);
 				free(key);
 			}
 		}
-		if (rc == 0 && s->state != TF_STEP_PENDING) {
-			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_PENDING,
-			                       NULL);
-			s->state = TF_STEP_PENDING;
-		}
+		if (rc == 0 && s->state != TF_STEP_PENDING)
+			rc = tf_engine_step_move(e, s, TF_STEP_PENDING, NULL);
 	}
 	/* slices the dead process held are no longer held (time unknown: not accounted) */
 	if (rc == 0 && resuming)

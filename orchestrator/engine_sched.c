@@ -104,11 +104,10 @@ static int begin_attempt(struct engine *e, struct estep *s)
 	char *w = tf_engine_canon(s->with);
 	struct tf_step_update u = {.with_json = w,
 	                           .cache_key = s->cache_key[0] ? s->cache_key : NULL};
-	int rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_RUNNING, &u);
+	int rc = tf_engine_step_move(e, s, TF_STEP_RUNNING, &u);
 	free(w);
 	if (rc)
 		return rc;
-	s->state = TF_STEP_RUNNING;
 	s->attempts++;
 	rc = tf_attempt_create(e->db, e->run_id, s->def->name, s->attempts);
 	if (rc)
@@ -131,9 +130,7 @@ static int admit(struct engine *e, struct estep *s, struct estep **start, size_t
 		s->waiting_worker = 1;
 		if (s->state != TF_STEP_RUNNING) {
 			struct tf_step_update u = {.reason = "waiting for a worker"};
-			rc = tf_step_set_state(e->db, e->run_id, s->def->name, TF_STEP_QUEUED, &u);
-			if (rc == 0)
-				s->state = TF_STEP_QUEUED;
+			rc = tf_engine_step_move(e, s, TF_STEP_QUEUED, &u);
 		}
 		tf_engine_set_reason(s, "waiting for a worker");
 		return rc;

@@ -423,8 +423,10 @@ static void project_key(struct tf_sched *s, struct project *pr)
 
 /* ---- state changes ---- */
 
-/* The only place a job changes state; refuses transitions the diagram in sched.h lacks. */
-static int set_state(struct job *j, enum tf_sched_job_state to)
+/* The transition table: whether the diagram in sched.h has j's state -> to. The public
+ * operations ask it before they act (tf_sched_finish, tf_sched_cancel, tf_sched_drain_at), so
+ * it is what refuses a wrong call; the internal moves assert it. */
+static int may_move(const struct job *j, enum tf_sched_job_state to)
 {
 	static const unsigned allowed[TF_JOB_STATE_LAST] = {
 	    [TF_JOB_QUEUED] = 1u << TF_JOB_RUNNING | 1u << TF_JOB_CANCELLED,
@@ -433,7 +435,13 @@ static int set_state(struct job *j, enum tf_sched_job_state to)
 	    [TF_JOB_DRAINING] = 1u << TF_JOB_QUEUED | 1u << TF_JOB_CANCELLED | 1u << TF_JOB_DONE |
 	                        1u << TF_JOB_FAILED,
 	};
-	if (!(allowed[j->state] & (1u << to)))
+	return (allowed[j->state] & (1u << to)) != 0;
+}
+
+/* The only place a job changes state; refuses transitions the table lacks. */
+static int set_state(struct job *j, enum tf_sched_job_state to)
+{
+	if (!may_move(j, to))
 		return -EINVAL;
 	j->state = to;
 	return 0;
@@ -530,7 +538,9 @@ static void start_job(struct tf_sched *s, struct job *j, const struct tf_box *bo
 	if (j->has_target)
 		drop_target(s, j);
 	queue_remove(s, j);
-	set_state(j, TF_JOB_RUNNING);
+	int moved = set_state(j, TF_JOB_RUNNING);
+	TF_ASSERT(moved == 0); /* only queued jobs are started */
+	(void)moved;
 	j->box = *box;
 	j->started = now;
 	if (j->first_start < 0)
@@ -604,7 +614,9 @@ static void release_chips(struct tf_sched *s, struct job *j, double now)
 
 static void requeue(struct tf_sched *s, struct job *j)
 {
-	set_state(j, TF_JOB_QUEUED);
+	int moved = set_state(j, TF_JOB_QUEUED);
+	TF_ASSERT(moved == 0); /* a running or draining job goes back to the queue */
+	(void)moved;
 	j->borrowed = 0;
 	queue_insert(s, j);
 }
@@ -845,7 +857,7 @@ int tf_sched_drain_at(struct tf_sched *s, int id, double deadline)
 	struct job *j = job_get(s, id);
 	if (!j)
 		return -ENOENT;
-	if (j->state != TF_JOB_RUNNING || set_state(j, TF_JOB_DRAINING))
+	if (set_state(j, TF_JOB_DRAINING))
 		return -EINVAL;
 	j->deadline = deadline;
 	j->preemptions++;
@@ -1185,7 +1197,9 @@ static void each_box(struct victim_search *v, const uint64_t *avail)
 static void preempt_one(struct tf_sched *s, struct job *r, const struct job *cause, double now,
                         struct tf_sched_decisions *out)
 {
-	set_state(r, TF_JOB_DRAINING);
+	int moved = set_state(r, TF_JOB_DRAINING);
+	TF_ASSERT(moved == 0); /* only running jobs are chosen as victims */
+	(void)moved;
 	r->deadline = now + s->cfg.grace_seconds;
 	r->preemptions++;
 	push(s, out,
@@ -1492,14 +1506,15 @@ int tf_sched_finish(struct tf_sched *s, int id, double now, int ok)
 	struct job *j = job_get(s, id);
 	if (!j)
 		return -ENOENT;
-	if (j->state != TF_JOB_RUNNING && j->state != TF_JOB_DRAINING)
+	enum tf_sched_job_state to = ok ? TF_JOB_DONE : TF_JOB_FAILED;
+	if (!may_move(j, to))
 		return -EINVAL;
 	accrue(s, now);
 	release_chips(s, j, now);
-	return set_state(j, ok ? TF_JOB_DONE : TF_JOB_FAILED);
+	return set_state(j, to);
 }
 
-int tf_sched_release(struct tf_sched *s, int id, double now)
+int tf_sched_requeue(struct tf_sched *s, int id, double now)
 {
 	struct job *j = job_get(s, id);
 	if (!j)
@@ -1517,6 +1532,8 @@ int tf_sched_cancel(struct tf_sched *s, int id, double now)
 	struct job *j = job_get(s, id);
 	if (!j)
 		return -ENOENT;
+	if (!may_move(j, TF_JOB_CANCELLED))
+		return -EINVAL;
 	switch (j->state) {
 	case TF_JOB_QUEUED:
 		drop_target(s, j);
@@ -1528,7 +1545,7 @@ int tf_sched_cancel(struct tf_sched *s, int id, double now)
 		release_chips(s, j, now);
 		break;
 	default:
-		return -EINVAL;
+		break; /* nothing held: the table refused the other states above */
 	}
 	return set_state(j, TF_JOB_CANCELLED);
 }

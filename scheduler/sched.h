@@ -8,7 +8,7 @@
  *     tf_sched_new(&cfg, &s); tf_sched_add_pool(s, "pod", "v4:4x4x8", err, sizeof err);
  *     tf_sched_submit(s, &spec, now, &id, err, sizeof err);
  *     tf_sched_tick(s, now, &d);        // d.v[i]: START job on box / PREEMPT job by deadline ...
- *     tf_sched_release(s, id, now);     // a preempted job checkpointed and exited: requeued
+ *     tf_sched_requeue(s, id, now);     // a preempted job checkpointed and exited: requeued
  *     tf_sched_finish(s, id, now, ok);  // a job ended on its own
  *
  * Job states and the calls that move them (one function, set_state in sched.c, checks each):
@@ -60,7 +60,7 @@ enum tf_sched_job_state {
 enum tf_sched_action {
 	TF_SCHED_START,      /* start the job on `box` of `pool` (its chips: tf_sched_job_chips) */
 	TF_SCHED_PREEMPT,    /* ask the job to checkpoint and exit before `deadline`, then call
-	                        tf_sched_release; it is requeued and later resumes */
+	                        tf_sched_requeue; it is requeued and later resumes */
 	TF_SCHED_KILL,       /* grace ran out: stop the job now; its chips are already released
 	                        and it is requeued */
 	TF_SCHED_FAIL_INFRA, /* a chip under the job failed: stop it and record a retryable
@@ -184,7 +184,7 @@ int tf_sched_tick(struct tf_sched *s, double now, struct tf_sched_decisions *out
  * unknown id, -EINVAL when the job is not running or draining. */
 int tf_sched_finish(struct tf_sched *s, int id, double now, int ok);
 /* A draining (preempted) job has checkpointed and exited: released and requeued. */
-int tf_sched_release(struct tf_sched *s, int id, double now);
+int tf_sched_requeue(struct tf_sched *s, int id, double now);
 /* Withdraws a queued job or releases a running one (the caller stops it). */
 int tf_sched_cancel(struct tf_sched *s, int id, double now);
 

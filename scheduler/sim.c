@@ -243,7 +243,7 @@ int tf_sched_simulate(const struct tf_sched_sim_opts *o, struct tf_sched_sim_res
 				if (sj->attempts != e.attempt || sj->state != TF_JOB_DRAINING)
 					break;
 				j->remaining -= now - j->started; /* checkpointed on request */
-				TIMED(tf_sched_release(s, e.job, now));
+				TIMED(tf_sched_requeue(s, e.job, now));
 				break;
 			case EV_FAIL:
 				TIMED(tf_sched_chip_fail(s, 0, e.job, now, &d));

@@ -206,6 +206,65 @@ static const struct fit_case fit_cases[] = {
      .check_origin = 1},
 };
 
+/* The job diagram of sched.h, as the public operations see it: each one on a job in each
+ * state either moves it where the diagram says or is refused with -EINVAL and leaves it as it
+ * was. Turning off the transition table in sched.c makes this fail. */
+static struct tf_sched *job_in_state(enum tf_sched_job_state st, int *id)
+{
+	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_FIFO);
+	struct tf_sched_decisions d = {0};
+	*id = submit(s, "v4-8", "a", 0, 1, 100, 0);
+	if (st != TF_JOB_QUEUED && st != TF_JOB_CANCELLED)
+		tf_sched_tick(s, 0, &d);
+	if (st == TF_JOB_DRAINING)
+		assert_int_equal(tf_sched_drain_at(s, *id, 50), 0);
+	if (st == TF_JOB_DONE || st == TF_JOB_FAILED)
+		assert_int_equal(tf_sched_finish(s, *id, 10, st == TF_JOB_DONE), 0);
+	if (st == TF_JOB_CANCELLED)
+		assert_int_equal(tf_sched_cancel(s, *id, 0), 0);
+	struct tf_sched_job_info info;
+	assert_int_equal(tf_sched_job_info(s, *id, 0, &info), 0);
+	assert_int_equal(info.state, st);
+	return s;
+}
+
+static void test_sched_refuses_every_move_the_diagram_lacks(void **state)
+{
+	(void)state;
+	enum op { FINISH, CANCEL, DRAIN, REQUEUE, NOPS };
+	static const char *const op_names[NOPS] = {"finish", "cancel", "drain_at", "requeue"};
+	/* where each operation takes a job in each state; TF_JOB_STATE_LAST: refused */
+	const enum tf_sched_job_state L = TF_JOB_STATE_LAST;
+	const enum tf_sched_job_state to[TF_JOB_STATE_LAST][NOPS] = {
+	    [TF_JOB_QUEUED] = {L, TF_JOB_CANCELLED, L, L},
+	    [TF_JOB_RUNNING] = {TF_JOB_DONE, TF_JOB_CANCELLED, TF_JOB_DRAINING, L},
+	    [TF_JOB_DRAINING] = {TF_JOB_DONE, TF_JOB_CANCELLED, L, TF_JOB_QUEUED},
+	    [TF_JOB_DONE] = {L, L, L, L},
+	    [TF_JOB_FAILED] = {L, L, L, L},
+	    [TF_JOB_CANCELLED] = {L, L, L, L},
+	};
+	for (int st = 0; st < TF_JOB_STATE_LAST; st++)
+		for (int op = 0; op < NOPS; op++) {
+			int id;
+			struct tf_sched *s = job_in_state((enum tf_sched_job_state)st, &id);
+			int rc = op == FINISH   ? tf_sched_finish(s, id, 20, 1)
+			         : op == CANCEL ? tf_sched_cancel(s, id, 20)
+			         : op == DRAIN  ? tf_sched_drain_at(s, id, 60)
+			                        : tf_sched_requeue(s, id, 20);
+			struct tf_sched_job_info info;
+			assert_int_equal(tf_sched_job_info(s, id, 20, &info), 0);
+			enum tf_sched_job_state want =
+			    to[st][op] == L ? (enum tf_sched_job_state)st : to[st][op];
+			if (rc != (to[st][op] == L ? -EINVAL : 0) || info.state != want)
+				fail_msg("%s on a job in state %d: rc %d, state %d (want rc %d, "
+				         "state %d)",
+				         op_names[op], st, rc, info.state,
+				         to[st][op] == L ? -EINVAL : 0, want);
+			check_invariants(s);
+			tf_sched_free(s);
+		}
+}
+
 static void test_sched_fit_table(void **state)
 {
 	(void)state;
@@ -381,7 +440,7 @@ static void test_sched_quota_reclaims_borrowed(void **state)
 		tf_sched_job_info(s, d.v[i].job, 10, &ji);
 		assert_true(ji.borrowed);
 		assert_int_equal(d.v[i].cause, b);
-		tf_sched_release(s, d.v[i].job, 15);
+		tf_sched_requeue(s, d.v[i].job, 15);
 	}
 	check_invariants(s);
 	tf_sched_tick(s, 15, &d);
@@ -586,7 +645,7 @@ static void test_sched_preemption_minimal_victims(void **state)
 			tf_sched_job_reason(s, h, why, sizeof(why));
 			assert_non_null(strstr(why, "preempted"));
 			/* the victim checkpoints and exits; the head starts on its chips */
-			assert_int_equal(tf_sched_release(s, victim, 20), 0);
+			assert_int_equal(tf_sched_requeue(s, victim, 20), 0);
 			check_invariants(s);
 			tf_sched_tick(s, 20, &d);
 			assert_true(started(&d, h));
@@ -952,7 +1011,7 @@ static void test_sched_cancel_and_bad_calls(void **state)
 	tf_sched_tick(s, 0, &d);
 	assert_int_equal(tf_sched_cancel(s, b, 1), 0);
 	assert_int_equal(tf_sched_cancel(s, b, 1), -EINVAL);
-	assert_int_equal(tf_sched_release(s, a, 1), -EINVAL); /* not draining */
+	assert_int_equal(tf_sched_requeue(s, a, 1), -EINVAL); /* not draining */
 	assert_int_equal(tf_sched_finish(s, 999, 1, 1), -ENOENT);
 	assert_int_equal(tf_sched_cancel(s, a, 2), 0);
 	assert_true(tf_sched_utilization(s, 0) == 0);
@@ -1125,7 +1184,7 @@ static void test_sched_reclaim_borrowers_first(void **state)
 		if (npre) {
 			for (size_t k = 0; k < d.n; k++)
 				if (d.v[k].action == TF_SCHED_PREEMPT)
-					tf_sched_release(s, d.v[k].job, 15);
+					tf_sched_requeue(s, d.v[k].job, 15);
 			tf_sched_tick(s, 15, &d);
 			assert_true(started(&d, u));
 			check_quota(s);
@@ -1243,7 +1302,7 @@ static void test_sched_inproject_preemption_by_priority(void **state)
 			 */
 			for (size_t k = 0; k < d.n; k++)
 				if (d.v[k].action == TF_SCHED_PREEMPT)
-					tf_sched_release(s, d.v[k].job, 15);
+					tf_sched_requeue(s, d.v[k].job, 15);
 			tf_sched_tick(s, 15, &d);
 			assert_true(started(&d, u));
 			struct tf_sched_job_info ji;
@@ -1306,7 +1365,7 @@ static void test_sched_urgent_never_starved_past_reservation(void **state)
 				if (jobs[i].done || !jobs[i].id)
 					continue;
 				if (jobs[i].release >= 0 && jobs[i].release <= now) {
-					tf_sched_release(s, jobs[i].id, now);
+					tf_sched_requeue(s, jobs[i].id, now);
 					jobs[i].release = -1;
 					jobs[i].start = -1;
 				} else if (jobs[i].start >= 0 && jobs[i].release < 0 &&
@@ -1411,6 +1470,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_sched_fit_table),
+	    cmocka_unit_test(test_sched_refuses_every_move_the_diagram_lacks),
 	    cmocka_unit_test(test_sched_largest_free_box),
 	    cmocka_unit_test(test_sched_fragmentation_keeps_holes),
 	    cmocka_unit_test(test_sched_priority_then_fifo),
