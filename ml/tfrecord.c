@@ -9,29 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void tf_buf_append(struct tf_buf *b, const void *p, size_t n)
-{
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->len + n)
-			cap *= 2;
-		b->data = tf_xrealloc(b->data, cap);
-		b->cap = cap;
-	}
-	if (n)
-		memcpy(b->data + b->len, p, n);
-	b->len += n;
-}
-
-void tf_buf_release(struct tf_buf *b)
-{
-	if (!b)
-		return;
-	free(b->data);
-	b->data = NULL;
-	b->len = b->cap = 0;
-}
-
 static void put_le32(unsigned char *p, uint32_t v)
 {
 	for (int i = 0; i < 4; i++)

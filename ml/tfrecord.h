@@ -5,22 +5,12 @@
 #ifndef TF_ML_TFRECORD_H
 #define TF_ML_TFRECORD_H
 
+#include "common/buf.h"
 #include <stddef.h>
 #include <stdint.h>
 
 /* The smallest framed record (an empty payload): length 8 + its CRC 4 + payload CRC 4. */
 #define TF_TFRECORD_MIN_RECORD 16
-
-/* A growable byte buffer (also used for protobuf encoding). Zero-initialise; tf_buf_release
- * frees the storage. */
-struct tf_buf {
-	unsigned char *data; /* owned storage, NULL when empty */
-	size_t len;          /* bytes used */
-	size_t cap;          /* bytes allocated */
-};
-
-void tf_buf_append(struct tf_buf *b, const void *p, size_t n);
-void tf_buf_release(struct tf_buf *b); /* NULL is a no-op */
 
 /* Appends one framed record holding payload[0..n) to out. */
 void tf_tfrecord_append(struct tf_buf *out, const void *payload, size_t n);

@@ -55,8 +55,8 @@ int tf_engine_cache_key(struct engine *e, struct estep *s, struct tf_objstore *o
 		tf_sha256_update_str(h, s->def->cache_inputs[i]);
 		rc = tf_sha256_update_file(h, s->def->cache_inputs[i]);
 		if (rc)
-			snprintf(err, errlen, "cache_inputs: cannot read '%.300s': %s",
-			         s->def->cache_inputs[i], strerror(-rc));
+			tf_errf(err, errlen, "cache_inputs: cannot read '%s': %s",
+			        s->def->cache_inputs[i], strerror(-rc));
 	}
 	for (size_t i = 0; i < s->def->nneeds; i++) {
 		struct estep *u = &e->steps[s->def->needs[i]];
@@ -93,7 +93,7 @@ static int cache_in_store(struct engine *e, struct tf_objstore *os, const char *
                           const char *step, json_t *outputs, char *missing, size_t len)
 {
 	if (!os) {
-		snprintf(missing, len, "the store %.300s cannot be opened", e->storage_url);
+		tf_errf(missing, len, "the store %s cannot be opened", e->storage_url);
 		return 0;
 	}
 	int ok = 1;
@@ -106,7 +106,7 @@ static int cache_in_store(struct engine *e, struct tf_objstore *os, const char *
 		struct tf_obj_info info;
 		const char *uri = tf_stmt_text(q, 0);
 		if (uri && tf_objstore_head(os, uri, &info)) {
-			snprintf(missing, len, "object '%.300s' is not in the store", uri);
+			tf_errf(missing, len, "object '%s' is not in the store", uri);
 			ok = 0;
 		}
 	}
@@ -126,7 +126,7 @@ static int cache_in_store(struct engine *e, struct tf_objstore *os, const char *
 			continue; /* not a place in the store */
 		struct tf_obj_list l = {0};
 		if (tf_objstore_list(os, key, &l) || l.n == 0) {
-			snprintf(missing, len, "nothing under '%.300s' in the store", key);
+			tf_errf(missing, len, "nothing under '%s' in the store", key);
 			ok = 0;
 		}
 		tf_obj_list_release(&l);

@@ -250,7 +250,7 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 		e->view = tf_view_new(e->o->out, e->o->tty, e->run_id, e->p->name);
 	rc = tf_engine_start_workers(e);
 	if (rc) {
-		snprintf(err, errlen, "cannot start worker threads");
+		tf_errf(err, errlen, "cannot start worker threads");
 		tf_engine_stop_workers(e);
 		return rc;
 	}
@@ -261,7 +261,7 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 	if (rc == 0 && !e->lost_owner)
 		rc = tf_logs_upload_pending(e->db, e->storage_url, e->home, e->run_id, NULL, NULL);
 	if (rc) {
-		snprintf(err, errlen, "run '%s': %s", e->run_id, tf_store_errmsg(e->db));
+		tf_errf(err, errlen, "run '%s': %s", e->run_id, tf_store_errmsg(e->db));
 		return rc;
 	}
 	int failed = 0, pending = 0;
@@ -277,10 +277,10 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 	}
 	char msg[300] = "";
 	if (e->lost_owner) {
-		snprintf(err, errlen,
-		         "run '%s' was taken over by another process ('runs resume --force'); "
-		         "this one stopped without recording an end",
-		         e->run_id);
+		tf_errf(err, errlen,
+		        "run '%s' was taken over by another process ('runs resume --force'); "
+		        "this one stopped without recording an end",
+		        e->run_id);
 		return -ESTALE;
 	}
 	if (e->cancel_asked) {
@@ -306,13 +306,13 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 	rc = tf_run_finish(e->db, e->run_id, e->token, final, msg[0] ? msg : NULL,
 	                   final == TF_RUN_INTERRUPTED && e->drain);
 	if (rc == -ESTALE) {
-		snprintf(err, errlen,
-		         "run '%s' was taken over by another process before it ended here",
-		         e->run_id);
+		tf_errf(err, errlen,
+		        "run '%s' was taken over by another process before it ended here",
+		        e->run_id);
 		return rc;
 	}
 	if (rc) {
-		snprintf(err, errlen, "run '%s': %s", e->run_id, tf_store_errmsg(e->db));
+		tf_errf(err, errlen, "run '%s': %s", e->run_id, tf_store_errmsg(e->db));
 		return rc;
 	}
 	tf_engine_view_update(e);
@@ -355,23 +355,23 @@ static int continue_check(const char *run, enum tf_run_state state, unsigned fla
 	if (continue_from(flags) & (1u << state))
 		return 0;
 	if (state == TF_RUN_SUCCEEDED)
-		snprintf(err, errlen, "run '%s' already succeeded: nothing to %s", run,
-		         flags & TF_ENGINE_RETRY ? "retry" : "resume");
+		tf_errf(err, errlen, "run '%s' already succeeded: nothing to %s", run,
+		        flags & TF_ENGINE_RETRY ? "retry" : "resume");
 	else
-		snprintf(err, errlen,
-		         "run '%s' is %s; retry is for failed or interrupted runs "
-		         "(resume continues a run whose process died)",
-		         run, tf_run_state_name(state));
+		tf_errf(err, errlen,
+		        "run '%s' is %s; retry is for failed or interrupted runs "
+		        "(resume continues a run whose process died)",
+		        run, tf_run_state_name(state));
 	return -EALREADY;
 }
 
 static void busy_message(const char *run, const struct tf_run_owner *h, char *err, size_t errlen)
 {
-	snprintf(err, errlen,
-	         "run '%s' is being driven by process %ld (heartbeat %.1f s ago); wait for it, "
-	         "stop it with 'tpuflow runs cancel %s', or if that process is stuck take the run "
-	         "over with 'tpuflow runs resume --force %s'",
-	         run, h->pid, h->heartbeat_age, run, run);
+	tf_errf(err, errlen,
+	        "run '%s' is being driven by process %ld (heartbeat %.1f s ago); wait for it, "
+	        "stop it with 'tpuflow runs cancel %s', or if that process is stuck take the run "
+	        "over with 'tpuflow runs resume --force %s'",
+	        run, h->pid, h->heartbeat_age, run, run);
 }
 
 /* Before a resume starts anything: process groups that attempts left running still have
@@ -444,7 +444,7 @@ int tf_engine_submit(struct tf_store *st, const char *home, const struct tf_engi
 	const char *name = s->path ? s->path : "pipeline";
 	int rc = tf_pipeline_load_buffer(name, s->yaml, s->yaml_len, s->ov, s->nov, 0, &p, diags);
 	if (rc) {
-		snprintf(err, errlen, "pipeline '%s' has errors", name);
+		tf_errf(err, errlen, "pipeline '%s' has errors", name);
 		return -EINVAL;
 	}
 	struct tf_engine_opts o = {.storage = s->storage};
@@ -461,7 +461,7 @@ int tf_engine_submit(struct tf_store *st, const char *home, const struct tf_engi
 		                  s->project, run_id);
 	rc = tf_store_leave(st, own, rc);
 	if (rc)
-		snprintf(err, errlen, "%s", tf_store_errmsg(st));
+		tf_errf(err, errlen, "%s", tf_store_errmsg(st));
 	free(storage);
 	tf_pipeline_free(p);
 	return rc;
@@ -499,13 +499,13 @@ static int setup_new(struct engine *e, const struct tf_engine_req *rq, struct tf
 	const struct tf_engine_opts *o = e->o;
 	int rc = tf_pipeline_load(rq->path, rq->ov, rq->nov, 0, &e->p, diags);
 	if (rc) {
-		snprintf(err, errlen, "pipeline '%s' has errors", rq->path);
+		tf_errf(err, errlen, "pipeline '%s' has errors", rq->path);
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < o->nforce; i++)
 		if (tf_pipeline_step_index(e->p, o->force[i]) < 0) {
-			snprintf(err, errlen, "--force %.100s: pipeline '%.300s' has no such step",
-			         o->force[i], rq->path);
+			tf_errf(err, errlen, "--force %s: pipeline '%s' has no such step",
+			        o->force[i], rq->path);
 			return -EINVAL;
 		}
 	rc = open_db(e, err, errlen);
@@ -522,7 +522,7 @@ static int setup_new(struct engine *e, const struct tf_engine_req *rq, struct tf
 	if (rc == 0)
 		rc = load_steps(e, 0);
 	if (rc)
-		snprintf(err, errlen, "%s", tf_store_errmsg(e->db));
+		tf_errf(err, errlen, "%s", tf_store_errmsg(e->db));
 	return rc;
 }
 
@@ -543,10 +543,10 @@ static int setup_continue(struct engine *e, const struct tf_engine_req *rq,
 		return rc;
 	rc = tf_run_find(e->db, rq->run_id, e->run_id);
 	if (rc) {
-		snprintf(err, errlen,
-		         rc == -EEXIST ? "run id prefix '%s' is ambiguous: give more characters"
-		                       : "no run '%s' in this state home (see 'tpuflow runs list')",
-		         rq->run_id);
+		tf_errf(err, errlen,
+		        rc == -EEXIST ? "run id prefix '%s' is ambiguous: give more characters"
+		                      : "no run '%s' in this state home (see 'tpuflow runs list')",
+		        rq->run_id);
 		return rc;
 	}
 	rc = tf_run_get_state(e->db, e->run_id, &state);
@@ -562,7 +562,7 @@ static int setup_continue(struct engine *e, const struct tf_engine_req *rq,
 		rc = tf_store_query_text(e->db, &storage, "SELECT storage FROM runs WHERE id=?",
 		                         "t", e->run_id);
 	if (rc) {
-		snprintf(err, errlen, "%s", tf_store_errmsg(e->db));
+		tf_errf(err, errlen, "%s", tf_store_errmsg(e->db));
 		goto out;
 	}
 	pj = json_loads(params ? params : "{}", 0, NULL);
@@ -580,8 +580,8 @@ static int setup_continue(struct engine *e, const struct tf_engine_req *rq,
 	rc = tf_pipeline_load_buffer(path ? path : "pipeline", source, strlen(source), ov, nov, 0,
 	                             &e->p, diags);
 	if (rc) {
-		snprintf(err, errlen, "the pipeline stored with run '%s' no longer loads",
-		         e->run_id);
+		tf_errf(err, errlen, "the pipeline stored with run '%s' no longer loads",
+		        e->run_id);
 		rc = -EINVAL;
 		goto out;
 	}
@@ -616,7 +616,7 @@ static int setup_continue(struct engine *e, const struct tf_engine_req *rq,
 	if (rc == 0)
 		rc = load_steps(e, 1);
 	if (rc)
-		snprintf(err, errlen, "%s", tf_store_errmsg(e->db));
+		tf_errf(err, errlen, "%s", tf_store_errmsg(e->db));
 out:
 	json_decref(pj);
 	free(ov);
@@ -654,7 +654,7 @@ int tf_engine_start(const struct tf_engine_opts *o, const struct tf_engine_req *
 	if (h->e.db)
 		tf_store_rollback(h->e.db); /* what a failure left open (no-op after a commit) */
 	if (rc == 0 && pthread_create(&h->driver, NULL, driver_main, h)) {
-		snprintf(err, errlen, "cannot start a thread to drive run '%s'", h->e.run_id);
+		tf_errf(err, errlen, "cannot start a thread to drive run '%s'", h->e.run_id);
 		rc = -EAGAIN;
 	}
 	if (rc) {
@@ -709,7 +709,7 @@ int tf_engine_wait(struct tf_engine *h, struct tf_engine_result *res, char *err,
 	*res = h->res;
 	h->res.summary = NULL; /* the caller's now */
 	if (h->rc)
-		snprintf(err, errlen, "%s", h->err);
+		tf_errf(err, errlen, "%s", h->err);
 	return h->rc;
 }
 

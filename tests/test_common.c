@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "common/buf.h"
 #include "common/common.h"
 
 #include <errno.h>
@@ -66,6 +67,31 @@ static void test_common_asprintf(void **state)
 	free(s);
 }
 
+/* tf_buf: text of any length without fixed widths; err/errlen get a truncated copy. */
+static void test_common_buf_grows_and_copies(void **state)
+{
+	(void)state;
+	struct tf_buf b = {0};
+	assert_string_equal(tf_buf_str(&b), "");
+	char big[5000];
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	tf_buf_printf(&b, "cannot read '%s': %s", big, "No such file");
+	assert_int_equal(b.len, strlen(big) + strlen("cannot read '': No such file"));
+	assert_int_equal(strlen(tf_buf_str(&b)), b.len);
+	assert_string_equal(tf_buf_str(&b) + b.len - 15, "': No such file");
+	char err[16];
+	tf_buf_copy_to(&b, err, sizeof(err));
+	assert_string_equal(err, "cannot read 'xx");
+	tf_buf_append(&b, "!", 1);
+	char *s = tf_buf_detach(&b);
+	assert_int_equal(s[strlen(s) - 1], '!');
+	assert_null(b.data);
+	free(s);
+	tf_buf_release(&b);
+	tf_buf_release(NULL);
+}
+
 static void test_common_pid_alive_treats_zombies_as_gone(void **state)
 {
 	(void)state;
@@ -93,6 +119,7 @@ int main(void)
 	    cmocka_unit_test(test_common_read_file_caps_size),
 	    cmocka_unit_test(test_common_mkdir_p_creates_parents),
 	    cmocka_unit_test(test_common_asprintf),
+	    cmocka_unit_test(test_common_buf_grows_and_copies),
 	    cmocka_unit_test(test_common_pid_alive_treats_zombies_as_gone),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "common/buf.h"
 #include "common/common.h"
 #include "orchestrator/engine.h"
 #include "orchestrator/kinds.h"
@@ -346,13 +347,15 @@ static void test_engine_timeout_starts_when_a_worker_runs_the_step(void **state)
 	char *view = NULL;
 	size_t viewlen = 0;
 	o.out = open_memstream(&view, &viewlen);
-	char yaml[2048] = "name: fan\nsteps:\n";
+	struct tf_buf yaml = {0};
+	tf_buf_printf(&yaml, "name: fan\nsteps:\n");
 	for (int i = 0; i < 12; i++)
-		snprintf(yaml + strlen(yaml), sizeof(yaml) - strlen(yaml),
-		         "  - {name: s%02d, type: shell, timeout: 5s, with: {argv: [sleep, '1']}}\n",
-		         i);
+		tf_buf_printf(&yaml,
+		              "  - {name: s%02d, type: shell, timeout: 5s, with: {argv: [sleep, '1']}}\n",
+		              i);
 	struct tf_engine_result res;
-	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	assert_int_equal(run_yaml(tf_buf_str(&yaml), &o, NULL, 0, &res), 0);
+	tf_buf_release(&yaml);
 	fclose(o.out);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	assert_int_equal(max_concurrent, 2);
