@@ -245,15 +245,6 @@ static int parse_count(const char *s, unsigned long long max, unsigned long long
 	return 0;
 }
 
-static void print_json(json_t *j)
-{
-	char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-	if (s)
-		printf("%s\n", s);
-	free(s);
-	json_decref(j);
-}
-
 static int matmul(int argc, char **argv, struct tf_cli *cli)
 {
 	static const struct option opts[] = {
@@ -403,7 +394,8 @@ static int matmul(int argc, char **argv, struct tf_cli *cli)
 		json_object_set_new(j, "mapping_efficiency", json_real(st.mapping_efficiency));
 		json_object_set_new(j, "host_seconds", json_real(wall));
 		json_object_set_new(j, "out", out ? json_string(out) : json_null());
-		print_json(j);
+		tf_cli_print_json(stdout, j);
+		json_decref(j);
 	} else {
 		printf("C = A . B: %zu x %zu . %zu x %zu on a %dx%d array (%s, %s kernel)\n", M, K,
 		       K, N, cfg.rows, cfg.cols, gen->name, kernel);
@@ -678,7 +670,8 @@ static int cycles_topology(int argc, char **argv, struct tf_cli *cli)
 		json_object_set_new(j, "total_cycles", json_integer((json_int_t)tot));
 		json_object_set_new(j, "stall_cycles", json_integer((json_int_t)stall));
 		json_object_set_new(j, "host_seconds", json_real(secs));
-		print_json(j);
+		tf_cli_print_json(stdout, j);
+		json_decref(j);
 	} else if (csv) {
 		printf("layer,m,n,k,folds,total_cycles,stall_cycles,compute_cycles,%s"
 		       "overall_util_pct,mapping_efficiency_pct,compute_util_pct,"
@@ -856,7 +849,8 @@ static int cycles(int argc, char **argv, struct tf_cli *cli)
 		json_object_set_new(j, "core_utilization", json_real(m.core_utilization));
 		json_object_set_new(j, "scalesim_overall_util", json_real(m.scalesim_utilization));
 		json_object_set_new(j, "scalesim_compute_util", json_real(m.compute_utilization));
-		print_json(j);
+		tf_cli_print_json(stdout, j);
+		json_decref(j);
 	} else {
 		printf("%s dataflow, %llu x %llu . %llu x %llu on %dx%d\n", dfname, dim[0], dim[1],
 		       dim[1], dim[2], R, C);
@@ -992,7 +986,8 @@ static int slices(int argc, char **argv, struct tf_cli *cli)
 	if (cli->json) {
 		json_t *j = json_object();
 		json_object_set_new(j, "generations", arr);
-		print_json(j);
+		tf_cli_print_json(stdout, j);
+		json_decref(j);
 	}
 	return TF_EXIT_OK;
 }
@@ -1059,7 +1054,8 @@ static int info(int argc, char **argv, struct tf_cli *cli)
 		json_object_set_new(j, "chips_per_host", json_integer(s.chips_per_host));
 		json_object_set_new(j, "chip_host", hosts);
 		json_object_set_new(j, "allreduce_1mib_seconds", json_real(ar));
-		print_json(j);
+		tf_cli_print_json(stdout, j);
+		json_decref(j);
 	} else {
 		printf("%s: %s, topology %s (%dD; wrap-around links: %s)\n", s.name, g->name,
 		       s.topology, s.ndims, wraps);

@@ -80,9 +80,7 @@ int cmd_db(int argc, char **argv, struct tf_cli *cli)
 		                        version > latest);
 		if (migrate)
 			json_object_set_new(doc, "applied", json_integer(applied));
-		char *s = json_dumps(doc, JSON_INDENT(2));
-		printf("%s\n", s);
-		free(s);
+		tf_cli_print_json(stdout, doc);
 		json_decref(doc);
 	} else {
 		if (migrate)

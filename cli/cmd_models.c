@@ -26,15 +26,6 @@ static void usage(FILE *f)
 	           "  (common: --home DIR, --json; VERSION is a number, 'latest' or an alias)\n");
 }
 
-static void print_json(json_t *doc)
-{
-	/* 15 digits: timestamps keep their sub-second part (10 digits cut them to seconds) and
-	 * short decimals such as 0.8762 still print as written */
-	char *s = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
-	printf("%s\n", s ? s : "null");
-	free(s);
-}
-
 /* The version REF names; an exit code (TF_EXIT_NOTFOUND with a message when there is none). */
 static int resolve(struct tf_store *st, const char *model, const char *ref, int64_t *v)
 {
@@ -154,7 +145,7 @@ static int show(struct tf_store *st, struct tf_cli *cli, const char *model, cons
 		return TF_EXIT_SOFTWARE;
 	}
 	if (cli->json)
-		print_json(doc);
+		tf_cli_print_json(stdout, doc);
 	else
 		tf_cli_models_show(model, doc, ref != NULL);
 	json_decref(doc);
@@ -185,7 +176,7 @@ void tf_cli_models_compare(const char *model, const char *r1, const char *r2, js
 		json_t *doc = json_pack("{s:s, s:O, s:O, s:O}", "model", model, "a",
 		                        json_object_get(a, "version"), "b",
 		                        json_object_get(b, "version"), "metrics", rows);
-		print_json(doc);
+		tf_cli_print_json(stdout, doc);
 		json_decref(doc);
 	} else {
 		printf("%-20s %14s %14s %12s\n", "metric", r1, r2, "delta");
@@ -271,7 +262,7 @@ static int promote_rollback(struct tf_store *st, struct tf_cli *cli, const char 
 		return TF_EXIT_SOFTWARE;
 	}
 	if (cli->json)
-		print_json(out);
+		tf_cli_print_json(stdout, out);
 	else
 		printf("%s 'production' -> version %lld (%s)\n", model, (long long)to,
 		       promote ? "canary promoted" : has_canary ? "canary retired" : "rolled back");
@@ -321,7 +312,7 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 			goto out;
 		}
 		if (cli->json) {
-			print_json(arr);
+			tf_cli_print_json(stdout, arr);
 		} else {
 			printf("%-24s %8s %7s  %s\n", "MODEL", "VERSIONS", "LATEST", "ALIASES");
 			size_t i;
@@ -361,7 +352,7 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 		if (cli->json) {
 			json_t *doc = json_pack("{s:s, s:s, s:I}", "model", a[1], "alias", a[2],
 			                        "version", (json_int_t)v);
-			print_json(doc);
+			tf_cli_print_json(stdout, doc);
 			json_decref(doc);
 		} else {
 			printf("%s '%s' -> version %lld\n", a[1], a[2], (long long)v);

@@ -23,15 +23,6 @@
 
 #define EXIT_INTERRUPTED 130 /* like a shell after Ctrl-C */
 
-static void print_json(json_t *doc)
-{
-	/* 15 digits: timestamps keep their sub-second part (10 digits cut them to seconds) and
-	 * short decimals such as 0.8762 still print as written */
-	char *s = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
-	printf("%s\n", s ? s : "null");
-	free(s);
-}
-
 static int exit_for_state(enum tf_run_state s)
 {
 	switch (s) {
@@ -73,7 +64,7 @@ static void report_refused(const struct tf_cli *cli, const char *file,
 	if (cli->json) {
 		json_t *doc = json_pack("{s:b, s:s?, s:s, s:o}", "ok", 0, "file", file, "error", err,
 		                        "diagnostics", tf_diag_to_json(diags));
-		print_json(doc);
+		tf_cli_print_json(stdout, doc);
 		json_decref(doc);
 	}
 }
@@ -126,7 +117,7 @@ static int project_name_ok(const char *s)
 static int finish(struct tf_cli *cli, struct tf_engine_result *res)
 {
 	if (cli->json)
-		print_json(res->summary);
+		tf_cli_print_json(stdout, res->summary);
 	else
 		tf_engine_print_summary(stdout, res->summary);
 	json_decref(res->summary);
@@ -553,7 +544,7 @@ static int runs_list(struct tf_store *st, struct tf_cli *cli, int limit)
 		return TF_EXIT_SOFTWARE;
 	}
 	if (cli->json) {
-		print_json(arr);
+		tf_cli_print_json(stdout, arr);
 	} else {
 		printf("%-24s %-20s %-11s %-19s %9s %s\n", "RUN", "PIPELINE", "STATE", "CREATED",
 		       "DURATION", "STEPS");
@@ -594,7 +585,7 @@ static int runs_show(struct tf_store *st, struct tf_cli *cli, const char *run)
 		return TF_EXIT_SOFTWARE;
 	}
 	if (cli->json) {
-		print_json(d);
+		tf_cli_print_json(stdout, d);
 		json_decref(d);
 		return TF_EXIT_OK;
 	}
@@ -813,7 +804,7 @@ static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, c
 	if (cli->json) {
 		json_t *doc =
 		    json_pack("{s:s, s:o, s:o}", "run_id", run, "events", ev, "logs", logs);
-		print_json(doc);
+		tf_cli_print_json(stdout, doc);
 		json_decref(doc);
 	} else {
 		json_t *e;

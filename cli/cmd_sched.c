@@ -16,12 +16,10 @@ int tf_cli_slices_print(struct tf_sched *s, double now, int json, FILE *out)
 {
 	if (json) {
 		json_t *doc = tf_sched_describe_json(s, now);
-		char *txt = json_dumps(doc, JSON_COMPACT);
+		int rc = tf_cli_print_json(out, doc);
 		json_decref(doc);
-		if (!txt)
-			return TF_EXIT_SOFTWARE;
-		fprintf(out, "%s\n", txt);
-		free(txt);
+		if (rc)
+			return rc;
 	} else {
 		char *txt = tf_sched_describe_text(s, now);
 		fputs(txt, out);
@@ -309,14 +307,8 @@ int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 	if (cli->json) {
 		json_t *doc = tf_sched_describe_json(s, 0);
 		json_object_set(doc, "recorded", view.recorded);
-		char *txt = json_dumps(doc, JSON_COMPACT);
+		rc = tf_cli_print_json(stdout, doc);
 		json_decref(doc);
-		if (!txt) {
-			rc = TF_EXIT_SOFTWARE;
-			goto out;
-		}
-		printf("%s\n", txt);
-		free(txt);
 	} else {
 		rc = tf_cli_slices_print(s, 0, 0, stdout);
 		recorded_text(view.recorded, stdout);
@@ -484,9 +476,7 @@ static int sched_simulate(int argc, char **argv, struct tf_cli *cli)
 			                                  ? main_r.utilization / base_r.utilization
 			                                  : 0));
 		}
-		char *txt = json_dumps(doc, JSON_COMPACT);
-		printf("%s\n", txt);
-		free(txt);
+		tf_cli_print_json(stdout, doc);
 		json_decref(doc);
 		return TF_EXIT_OK;
 	}

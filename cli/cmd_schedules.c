@@ -34,14 +34,6 @@ static int parse_opts(int argc, char **argv, struct tf_cli *cli, const char *cmd
 	return optind;
 }
 
-static void print_json(json_t *doc)
-{
-	char *s = json_dumps(doc, JSON_COMPACT);
-	if (s)
-		printf("%s\n", s);
-	free(s);
-}
-
 static void fmt_time(int64_t t, char *buf, size_t len)
 {
 	time_t tt = (time_t)t;
@@ -92,7 +84,7 @@ int cmd_pipelines(int argc, char **argv, struct tf_cli *cli)
 			ret = rc == -EINVAL ? TF_EXIT_DATAERR : TF_EXIT_UNAVAILABLE;
 		} else if (cli->json) {
 			json_t *doc = json_pack("{s:s}", "added", name);
-			print_json(doc);
+			tf_cli_print_json(stdout, doc);
 			json_decref(doc);
 		} else {
 			printf("registered pipeline '%s' from %s\n", name, arg);
@@ -114,7 +106,7 @@ int cmd_pipelines(int argc, char **argv, struct tf_cli *cli)
 			fprintf(stderr, "tpuflow pipelines: %s\n", tf_store_errmsg(st));
 			ret = TF_EXIT_UNAVAILABLE;
 		} else if (cli->json) {
-			print_json(list);
+			tf_cli_print_json(stdout, list);
 		} else {
 			size_t k;
 			json_t *p;
@@ -175,7 +167,7 @@ int cmd_schedules(int argc, char **argv, struct tf_cli *cli)
 		fprintf(stderr, "tpuflow schedules: %s\n", tf_store_errmsg(st));
 		ret = TF_EXIT_UNAVAILABLE;
 	} else if (cli->json) {
-		print_json(doc);
+		tf_cli_print_json(stdout, doc);
 	} else if (!strcmp(sub, "list")) {
 		size_t k;
 		json_t *p;

@@ -91,14 +91,6 @@ static void iso_time(double t, char out[32])
 	strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-static void print_json(json_t *doc)
-{
-	char *text = json_dumps(doc, JSON_INDENT(2));
-	printf("%s\n", text);
-	free(text);
-	json_decref(doc);
-}
-
 static const char store_usage[] =
     "usage: tpuflow store [--json] VERB LOCATION...\n"
     "  ls [LOCATION]         list objects whose keys start with LOCATION's key (default:\n"
@@ -153,7 +145,8 @@ static int store_ls(struct tf_objstore *s, const char *prefix, struct tf_cli *cl
 			json_array_append_new(arr, e);
 		}
 		json_object_set_new(doc, "objects", arr);
-		print_json(doc);
+		tf_cli_print_json(stdout, doc);
+		json_decref(doc);
 	} else {
 		for (size_t i = 0; i < l.n; i++) {
 			char t[32];
@@ -306,7 +299,8 @@ static int ckpt_list(struct tf_objstore *s, const char *prefix, struct tf_cli *c
 		}
 		json_object_set_new(doc, "checkpoints", arr);
 		json_object_set_new(doc, "latest", n ? json_integer(v[n - 1].step) : json_null());
-		print_json(doc);
+		tf_cli_print_json(stdout, doc);
+		json_decref(doc);
 	} else if (n == 0) {
 		printf("no complete checkpoint under '%s' in %s\n", prefix, tf_objstore_url(s));
 	} else {
@@ -342,7 +336,8 @@ static int ckpt_show(struct tf_objstore *s, const char *prefix, const char *step
 	json_t *doc = json_loads(json, 0, NULL);
 	free(json);
 	if (cli->json) {
-		print_json(doc);
+		tf_cli_print_json(stdout, doc);
+		json_decref(doc);
 		return TF_EXIT_OK;
 	}
 	char t[32];
@@ -470,7 +465,8 @@ int cmd_ckpt(int argc, char **argv, struct tf_cli *cli)
 			                    json_integer((json_int_t)r.uploads_aborted));
 			json_object_set_new(doc, "bytes_freed",
 			                    json_integer((json_int_t)r.bytes_freed));
-			print_json(doc);
+			tf_cli_print_json(stdout, doc);
+			json_decref(doc);
 		} else {
 			printf(
 			    "%s%zu checkpoint(s), %zu orphaned shard(s), %zu abandoned upload(s); "

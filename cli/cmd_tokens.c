@@ -44,9 +44,7 @@ static int create(struct tf_store *st, struct tf_cli *cli, const char *name, con
 	if (cli->json) {
 		json_t *doc = json_pack("{s:I, s:s, s:s, s:s}", "id", (json_int_t)id, "name", name,
 		                        "scope", tf_scope_name(scope), "token", tok);
-		char *s = json_dumps(doc, 0);
-		printf("%s\n", s);
-		free(s);
+		tf_cli_print_json(stdout, doc);
 		json_decref(doc);
 	} else {
 		printf("%s\n", tok);
@@ -67,9 +65,7 @@ static int list(struct tf_store *st, struct tf_cli *cli)
 		return TF_EXIT_SOFTWARE;
 	}
 	if (cli->json) {
-		char *s = json_dumps(arr, JSON_INDENT(2));
-		printf("%s\n", s);
-		free(s);
+		tf_cli_print_json(stdout, arr);
 	} else {
 		printf("%-4s %-16s %-14s %-8s %-19s %-19s %-19s %s\n", "ID", "NAME", "PREFIX", "SCOPE",
 		       "CREATED", "EXPIRES", "LAST USED", "REVOKED");
@@ -150,9 +146,7 @@ int cmd_tokens(int argc, char **argv, struct tf_cli *cli)
 			printf("revoked %s\n", argv[optind + 1]);
 		else {
 			json_t *doc = json_pack("{s:s}", "revoked", argv[optind + 1]);
-			char *s = json_dumps(doc, 0);
-			printf("%s\n", s);
-			free(s);
+			tf_cli_print_json(stdout, doc);
 			json_decref(doc);
 		}
 		ret = rc == -ENOENT ? TF_EXIT_FAILED : rc ? TF_EXIT_SOFTWARE : TF_EXIT_OK;

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -61,6 +62,19 @@ int tf_cli_common_option(struct tf_cli *cli, int opt, const char *arg)
 	default:
 		return 0;
 	}
+}
+
+int tf_cli_print_json(FILE *out, const json_t *doc)
+{
+	/* 15 digits: timestamps keep their sub-second part and short decimals such as 0.8762
+	 * still print as written (17 would show 0.87619999999999998) */
+	char *s = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY |
+	                              JSON_REAL_PRECISION(15));
+	if (!s)
+		return TF_EXIT_SOFTWARE;
+	fprintf(out, "%s\n", s);
+	free(s);
+	return 0;
 }
 
 char *tf_cli_home(const struct tf_cli *cli, int create)
