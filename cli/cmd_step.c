@@ -25,6 +25,7 @@
 #include "accel/tpu.h"
 #include "executors/executor.h"
 #include "ml/steps.h"
+#include "orchestrator/pipeline.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -262,16 +263,12 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 		return tf_cli_usage_error(
 		    "step", "exec needs --kind, --with-json (or --with-key), --store, "
 		            "--prefix and --result (or --result-key)");
-	int (*fn)(const json_t *, const struct tf_ml_ctx *, json_t *, json_t *, char *, size_t);
-	if (!strcmp(kind, "data_prep"))
-		fn = tf_ml_data_prep_step;
-	else if (!strcmp(kind, "train"))
-		fn = tf_ml_train_step;
-	else if (!strcmp(kind, "evaluate"))
-		fn = tf_ml_evaluate_step;
-	else
+	const struct tf_step_schema *sc = tf_step_schema_find(kind);
+	if (!sc || !sc->ml)
 		return tf_cli_usage_error("step", "--kind '%s' is not data_prep, train or evaluate",
 		                          kind);
+	int (*fn)(const json_t *, const struct tf_ml_ctx *, json_t *, json_t *, char *, size_t) =
+	    sc->ml;
 
 	struct sigaction sa = {.sa_handler = on_stop};
 	sigemptyset(&sa.sa_mask);

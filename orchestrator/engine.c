@@ -222,7 +222,7 @@ static int decide(struct engine *e, struct estep *s, struct tf_objstore *os, str
 		return step_final(e, s, TF_STEP_FAILED, &up, ready, nready);
 	}
 	s->cache_key[0] = '\0';
-	if (s->def->cache && tf_engine_kind_cacheable(s->def->type)) {
+	if (s->def->cache && tf_step_schema(s->def->type)->cacheable) {
 		json_t *o = NULL, *m = NULL;
 		if (tf_engine_cache_key(e, s, os, s->cache_key, err, sizeof(err))) {
 			struct tf_step_update up = {.reason = err};
@@ -274,7 +274,7 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 		s->admitted = 0;
 		e->nadmitted--;
 	}
-	if (s->def->type == TF_STEP_TRAIN && s->slice_row) {
+	if (tf_step_schema(s->def->type)->needs_slice && s->slice_row) {
 		/* The slice was held for the whole attempt, successful or not. */
 		double secs = 0;
 		rc = tf_engine_slice_release(e, s, &secs);

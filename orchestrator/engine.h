@@ -36,7 +36,7 @@ struct tf_engine_opts {
 	int ml_local;        /* data_prep/train/evaluate steps with `executor: inprocess` run as
 	                        `local` children instead (the daemon: a crash in a step never
 	                        takes the process down) */
-	tf_step_kind_fn kinds[TF_STEP_LAST]; /* overrides per step type (NULL: built-in) */
+	tf_step_kind_fn kinds[TF_STEP_MAX]; /* overrides per step type (NULL: the row's run) */
 	const char *default_accelerator;     /* for train steps without one (NULL: "v4-8") */
 	int no_cache;                        /* do not take results from the cache (still record) */
 	const char *const *force;            /* steps never taken from the cache (names) */

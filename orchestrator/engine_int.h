@@ -72,7 +72,7 @@ struct engine {
 	size_t n;
 	size_t **dependents; /* dependents[i]: steps that need step i */
 	size_t *ndependents;
-	tf_step_kind_fn kinds[TF_STEP_LAST];
+	tf_step_kind_fn kinds[TF_STEP_MAX];
 
 	pthread_mutex_t mu;
 	pthread_cond_t coord_cv; /* coordinator: a step finished, a signal, a stop */

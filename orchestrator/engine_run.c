@@ -73,9 +73,10 @@ static int engine_init(struct engine *e, const struct tf_engine_opts *o)
 	pthread_cond_init(&e->coord_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_cond_init(&e->work_cv, NULL);
-	for (int t = 0; t < TF_STEP_LAST; t++)
-		e->kinds[t] =
-		    o->kinds[t] ? o->kinds[t] : tf_engine_builtin_kind((enum tf_step_type)t);
+	for (int t = 0; t < TF_STEP_MAX; t++) {
+		const struct tf_step_schema *sc = tf_step_schema((enum tf_step_type)t);
+		e->kinds[t] = o->kinds[t] ? o->kinds[t] : sc ? sc->run : NULL;
+	}
 	e->rng = (unsigned)getpid() ^ (unsigned)(tf_now_monotonic() * 1e6);
 	if (tf_random_hex(e->token, 16))
 		snprintf(e->token, sizeof(e->token), "%08x%08x%016llx", (unsigned)getpid(), e->rng,

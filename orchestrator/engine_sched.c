@@ -165,7 +165,7 @@ int tf_engine_admit_waiting(struct engine *e, struct estep **start, size_t *nsta
  * free (admit). */
 int tf_engine_start_attempt(struct engine *e, struct estep *s, struct estep **start, size_t *nstart)
 {
-	if (s->def->type != TF_STEP_TRAIN)
+	if (!tf_step_schema(s->def->type)->needs_slice)
 		return admit(e, s, start, nstart);
 	snprintf(s->accel, sizeof(s->accel), "%s",
 	         s->def->accelerator         ? s->def->accelerator

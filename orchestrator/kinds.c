@@ -79,7 +79,7 @@ static void lineage(struct tf_step_run *r, const char *bundle, char **checkpoint
 	tf_stmt_done(q);
 }
 
-static int kind_register(struct tf_step_run *r)
+int tf_kind_register(struct tf_step_run *r)
 {
 	char b1[64], b2[64];
 	const char *model = with_str(r->with, "model_name", b1, sizeof(b1));
@@ -201,7 +201,7 @@ static int deploy_rollout(struct tf_step_run *r, json_t **out)
 	return 0;
 }
 
-static int kind_deploy(struct tf_step_run *r)
+int tf_kind_deploy(struct tf_step_run *r)
 {
 	char b1[64], b2[64], b3[64];
 	const char *model = with_str(r->with, "model_name", b1, sizeof(b1));
@@ -275,31 +275,6 @@ static int kind_deploy(struct tf_step_run *r)
 		json_object_set(r->outputs, "canary_version", cv);
 	json_decref(dep);
 	return 0;
-}
-
-tf_step_kind_fn tf_engine_builtin_kind(enum tf_step_type t)
-{
-	switch (t) {
-	case TF_STEP_REGISTER:
-		return kind_register;
-	case TF_STEP_DEPLOY:
-		return kind_deploy;
-	case TF_STEP_SHELL:
-		return tf_kind_shell;
-	case TF_STEP_DATA_PREP:
-		return tf_kind_data_prep;
-	case TF_STEP_TRAIN:
-		return tf_kind_train;
-	case TF_STEP_EVALUATE:
-		return tf_kind_evaluate;
-	default:
-		return NULL;
-	}
-}
-
-int tf_engine_kind_cacheable(enum tf_step_type t)
-{
-	return t != TF_STEP_REGISTER && t != TF_STEP_DEPLOY;
 }
 
 /* ---- helpers of the kind interface (step_kind.h) ---- */

@@ -6,11 +6,11 @@
 #include "executors/executor.h"
 #include "orchestrator/step_kind.h"
 
-/* Each NULL when this build lacks the part that implements it. */
-extern const tf_step_kind_fn tf_kind_shell;
-extern const tf_step_kind_fn tf_kind_data_prep;
-extern const tf_step_kind_fn tf_kind_train;
-extern const tf_step_kind_fn tf_kind_evaluate;
+/* The built-in kinds, named by the rows of the step-kind table (pipeline_schema.c). */
+int tf_kind_shell(struct tf_step_run *r);    /* kinds_shell.c */
+int tf_kind_ml(struct tf_step_run *r);       /* kinds_ml.c: the row's ml step */
+int tf_kind_register(struct tf_step_run *r); /* kinds.c */
+int tf_kind_deploy(struct tf_step_run *r);   /* kinds.c */
 
 /* A `with` value as a number (JSON number or numeric string): 0, -ENOENT, -EINVAL. */
 int tf_kind_with_number(const json_t *with, const char *key, double *out);

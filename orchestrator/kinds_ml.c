@@ -396,21 +396,8 @@ static int ml_run(struct tf_step_run *r, ml_step_fn fn, const char *kind)
 	}
 }
 
-static int kind_data_prep(struct tf_step_run *r)
+int tf_kind_ml(struct tf_step_run *r)
 {
-	return ml_run(r, tf_ml_data_prep_step, "data_prep");
+	const struct tf_step_schema *sc = tf_step_schema(r->def->type);
+	return ml_run(r, sc->ml, sc->name);
 }
-
-static int kind_train(struct tf_step_run *r)
-{
-	return ml_run(r, tf_ml_train_step, "train");
-}
-
-static int kind_evaluate(struct tf_step_run *r)
-{
-	return ml_run(r, tf_ml_evaluate_step, "evaluate");
-}
-
-const tf_step_kind_fn tf_kind_data_prep = kind_data_prep;
-const tf_step_kind_fn tf_kind_train = kind_train;
-const tf_step_kind_fn tf_kind_evaluate = kind_evaluate;

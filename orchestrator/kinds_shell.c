@@ -205,7 +205,7 @@ static int check_declared(json_t *names, json_t *have, const char *what, char *e
 	return 0;
 }
 
-static int kind_shell(struct tf_step_run *r)
+int tf_kind_shell(struct tf_step_run *r)
 {
 	json_t *argv_j = json_object_get(r->with, "argv");
 	json_t *env_j = json_object_get(r->with, "env");
@@ -381,4 +381,3 @@ out:
 	return rc;
 }
 
-const tf_step_kind_fn tf_kind_shell = kind_shell;

@@ -37,14 +37,13 @@
 
 /* ---- names of enums and the step-type schema ---------------------------------------- */
 
-static const char *const step_type_names[] = {"data_prep", "train", "evaluate", "register",
-                                              "deploy",    "shell", NULL};
 static const char *const executor_names[] = {"inprocess", "local", "slurm", NULL};
 static const char *const param_type_names[] = {"int", "float", "string", "bool", "list", NULL};
 
 const char *tf_step_type_name(enum tf_step_type t)
 {
-	return (unsigned)t < TF_STEP_LAST ? step_type_names[t] : NULL;
+	const struct tf_step_schema *sc = tf_step_schema(t);
+	return sc ? sc->name : NULL;
 }
 
 const char *tf_executor_name(enum tf_executor_kind e)
@@ -678,7 +677,7 @@ static void load_step(struct loader *L, size_t idx, const struct ynode *m)
 		tf_pl_err_at(L, m,
 		             "add 'type:' (data_prep, train, evaluate, register, deploy or shell)",
 		             "%s has no 'type'", what);
-	else if (!tf_pl_get_enum(L, ty, "step type", step_type_names, &t)) {
+	else if (!tf_pl_get_enum(L, ty, "step type", tf_step_kind_names(), &t)) {
 		s->type = (enum tf_step_type)t;
 		type_ok = 1;
 	}

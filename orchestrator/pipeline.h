@@ -71,8 +71,10 @@ enum tf_step_type {
 	TF_STEP_REGISTER,  /* "register": record a model version in the registry */
 	TF_STEP_DEPLOY,    /* "deploy": point an alias at a model version */
 	TF_STEP_SHELL,     /* "shell": run an argv (never a shell string) */
-	TF_STEP_LAST
+	TF_STEP_LAST       /* the built-in kinds end here; tf_step_kind_add numbers further
+	                      kinds from here up to TF_STEP_MAX */
 };
+#define TF_STEP_MAX (TF_STEP_LAST + 16)
 
 /* The failure classes a retry policy can name in `on:` (enum tf_fail_class of
  * executors/executor.h): error, timeout, preempted and infra, as 1u << class each. */
@@ -313,16 +315,38 @@ struct tf_with_key {
 	const char *requires;       /* ... the step's `with` must also set this key */
 };
 
+struct tf_step_run;
+struct tf_ml_ctx;
+
+/* One row per step kind: everything the loader (name, `with`, outputs, metrics), the engine
+ * (run, cacheable, needs_slice), `step exec` (ml) and the docs know of it. Adding a kind is
+ * one row, one function, its docs and a test (tests/test_engine.c adds one from the test). */
 struct tf_step_schema {
-	enum tf_step_type type;         /* the step type */
+	enum tf_step_type type;         /* the step type (tf_step_kind_add sets it for new rows) */
 	const char *name;               /* "train" */
 	const struct tf_with_key *with; /* allowed `with` keys, terminated by a NULL key */
 	const char *const *outputs;     /* declared outputs, NULL-terminated */
 	const char *const *metrics;     /* declared metrics, NULL-terminated */
 	int dynamic;                    /* 1 for shell: outputs/metrics come from `with` */
+	int cacheable;                  /* results may come from the step cache (not register,
+	                                   deploy: they act on the registry) */
+	int needs_slice;                /* each attempt first holds a TPU slice (train) */
+	int (*run)(struct tf_step_run *r); /* the kind (orchestrator/step_kind.h) */
+	/* the ml step behind an `inprocess`/`local`/`slurm` run (ml/steps.h), NULL for others */
+	int (*ml)(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
+	          json_t *metrics, char *err, size_t errlen);
 };
 
-/* The schema of a step type (never NULL for a valid type). */
+/* The row of a step type; NULL for none. */
 const struct tf_step_schema *tf_step_schema(enum tf_step_type t);
+/* The row named `name` ("train"); NULL for none. */
+const struct tf_step_schema *tf_step_schema_find(const char *name);
+/* Every kind's name in type order, NULL-terminated (valid until the next tf_step_kind_add). */
+const char *const *tf_step_kind_names(void);
+/* Adds a kind: `row` (borrowed for the life of the program; its `type` is ignored) gets the
+ * next type above the built-in ones, returned in *type. Call it before loading pipelines
+ * and before any engine starts (not thread-safe). 0, -EEXIST when the name is taken,
+ * -EINVAL without a name or run function, -ENOSPC past TF_STEP_MAX. */
+int tf_step_kind_add(const struct tf_step_schema *row, enum tf_step_type *type);
 
 #endif

@@ -3,7 +3,9 @@
  * to params and to upstream outputs/metrics, their static types, values and ranges.
  */
 #include "orchestrator/pipeline_int.h"
+#include "orchestrator/kinds.h"
 #include "orchestrator/registry.h"
+#include "ml/steps.h"
 
 #include "common/common.h"
 
@@ -127,18 +129,71 @@ static const char *const evaluate_met[] = {"loss", "accuracy", "auc", NULL};
 static const char *const register_out[] = {"model", "version", NULL};
 static const char *const deploy_out[] = {"alias", "version", NULL};
 
-static const struct tf_step_schema schemas[TF_STEP_LAST] = {
-    {TF_STEP_DATA_PREP, "data_prep", data_prep_with, data_prep_out, data_prep_met, 0},
-    {TF_STEP_TRAIN, "train", train_with, train_out, train_met, 0},
-    {TF_STEP_EVALUATE, "evaluate", evaluate_with, no_names, evaluate_met, 0},
-    {TF_STEP_REGISTER, "register", register_with, register_out, no_names, 0},
-    {TF_STEP_DEPLOY, "deploy", deploy_with, deploy_out, no_names, 0},
-    {TF_STEP_SHELL, "shell", shell_with, no_names, no_names, 1},
+/* clang-format off */
+static const struct tf_step_schema builtin[TF_STEP_LAST] = {
+    {.type = TF_STEP_DATA_PREP, .name = "data_prep", .with = data_prep_with,
+     .outputs = data_prep_out, .metrics = data_prep_met, .cacheable = 1,
+     .run = tf_kind_ml, .ml = tf_ml_data_prep_step},
+    {.type = TF_STEP_TRAIN, .name = "train", .with = train_with, .outputs = train_out,
+     .metrics = train_met, .cacheable = 1, .needs_slice = 1, .run = tf_kind_ml,
+     .ml = tf_ml_train_step},
+    {.type = TF_STEP_EVALUATE, .name = "evaluate", .with = evaluate_with, .outputs = no_names,
+     .metrics = evaluate_met, .cacheable = 1, .run = tf_kind_ml, .ml = tf_ml_evaluate_step},
+    {.type = TF_STEP_REGISTER, .name = "register", .with = register_with,
+     .outputs = register_out, .metrics = no_names, .run = tf_kind_register},
+    {.type = TF_STEP_DEPLOY, .name = "deploy", .with = deploy_with, .outputs = deploy_out,
+     .metrics = no_names, .run = tf_kind_deploy},
+    {.type = TF_STEP_SHELL, .name = "shell", .with = shell_with, .outputs = no_names,
+     .metrics = no_names, .dynamic = 1, .cacheable = 1, .run = tf_kind_shell},
 };
+/* clang-format on */
+
+/* The kinds added after the built-ins (tf_step_kind_add), and every kind's name. */
+static struct tf_step_schema added[TF_STEP_MAX - TF_STEP_LAST];
+static size_t nadded;
+static const char *kind_names[TF_STEP_MAX + 1];
 
 const struct tf_step_schema *tf_step_schema(enum tf_step_type t)
 {
-	return (unsigned)t < TF_STEP_LAST ? &schemas[t] : NULL;
+	if ((unsigned)t < TF_STEP_LAST)
+		return &builtin[t];
+	if ((unsigned)t < TF_STEP_LAST + nadded)
+		return &added[t - TF_STEP_LAST];
+	return NULL;
+}
+
+const struct tf_step_schema *tf_step_schema_find(const char *name)
+{
+	for (int t = 0; name && t < TF_STEP_MAX; t++) {
+		const struct tf_step_schema *sc = tf_step_schema((enum tf_step_type)t);
+		if (sc && !strcmp(sc->name, name))
+			return sc;
+	}
+	return NULL;
+}
+
+const char *const *tf_step_kind_names(void)
+{
+	for (int t = 0; t < TF_STEP_MAX; t++) {
+		const struct tf_step_schema *sc = tf_step_schema((enum tf_step_type)t);
+		kind_names[t] = sc ? sc->name : NULL;
+	}
+	return kind_names;
+}
+
+int tf_step_kind_add(const struct tf_step_schema *row, enum tf_step_type *type)
+{
+	if (!row->name || !row->run || !row->with || !row->outputs || !row->metrics)
+		return -EINVAL;
+	if (tf_step_schema_find(row->name))
+		return -EEXIST;
+	if (TF_STEP_LAST + nadded >= TF_STEP_MAX)
+		return -ENOSPC;
+	added[nadded] = *row;
+	added[nadded].type = (enum tf_step_type)(TF_STEP_LAST + nadded);
+	*type = added[nadded].type;
+	nadded++;
+	return 0;
 }
 
 /* ---- references and `with` ---------------------------------------------------------- */

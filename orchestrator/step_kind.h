@@ -64,9 +64,5 @@ void tf_step_run_child(struct tf_step_run *r, long pgid);
 /* Creates r->workdir (and parents); 0, or a negative errno with r->err filled. */
 int tf_step_run_workdir(struct tf_step_run *r);
 
-/* The built-in kind of a step type (NULL when this build has none). */
-tf_step_kind_fn tf_engine_builtin_kind(enum tf_step_type t);
-/* Whether results of this type may come from the cache (not register/deploy). */
-int tf_engine_kind_cacheable(enum tf_step_type t);
 
 #endif

@@ -187,6 +187,85 @@ static void test_engine_parallel_dag_with_references(void **state)
 	json_decref(res.summary);
 }
 
+/* A step kind added from this file alone: one row of the step-kind table and its function.
+ * The loader checks its `with` against the row, the engine runs it and caches it, and a
+ * later step reads its outputs and metrics. */
+static int scale_kind(struct tf_step_run *r)
+{
+	double x = json_number_value(json_object_get(r->with, "x"));
+	json_int_t f = json_integer_value(json_object_get(r->with, "factor"));
+	json_object_set_new(r->metrics, "y", json_real(x * (double)f));
+	json_object_set_new(r->outputs, "label", json_string("scaled"));
+	return 0;
+}
+
+static void test_engine_a_kind_added_from_a_test_runs_in_a_pipeline(void **state)
+{
+	(void)state;
+	reset();
+	static const struct tf_with_key scale_with[] = {{.key = "x",
+	                                                 .check = TF_WCHECK_NUMBER,
+	                                                 .help = "the number to scale",
+	                                                 .rules = TF_WRULE_MIN | TF_WRULE_MAX,
+	                                                 .min = 0,
+	                                                 .max = 1000},
+	                                                {.key = "factor",
+	                                                 .check = TF_WCHECK_INT,
+	                                                 .help = "by how much",
+	                                                 .rules = TF_WRULE_MIN,
+	                                                 .min = 1},
+	                                                {.key = NULL}};
+	static const char *const scale_out[] = {"label", NULL};
+	static const char *const scale_met[] = {"y", NULL};
+	static const struct tf_step_schema row = {.name = "scale",
+	                                          .with = scale_with,
+	                                          .outputs = scale_out,
+	                                          .metrics = scale_met,
+	                                          .cacheable = 1,
+	                                          .run = scale_kind};
+	enum tf_step_type type;
+	if (!tf_step_schema_find("scale"))
+		assert_int_equal(tf_step_kind_add(&row, &type), 0);
+	assert_int_equal(tf_step_kind_add(&row, &type), -EEXIST);
+	const struct tf_step_schema *sc = tf_step_schema_find("scale");
+	assert_non_null(sc);
+	assert_true(sc->type >= TF_STEP_LAST);
+	assert_string_equal(tf_step_type_name(sc->type), "scale");
+
+	/* the row's `with` schema is the loader's: out of range and unknown keys are refused */
+	const char *bad = "name: bad\nsteps:\n"
+	                  "  - {name: a, type: scale, with: {x: 2, factor: 0, size: 3}}\n";
+	struct tf_diag_list diags = {0};
+	struct tf_pipeline *p = NULL;
+	assert_int_equal(
+	    tf_pipeline_load_buffer("bad.yaml", bad, strlen(bad), NULL, 0, 0, &p, &diags), -EINVAL);
+	assert_int_equal(diags.n, 2);
+	tf_diag_list_release(&diags);
+
+	struct tf_engine_opts o = opts();
+	struct tf_engine_result res;
+	const char *yaml =
+	    "name: scaled\nsteps:\n"
+	    "  - {name: a, type: scale, with: {x: 2.5, factor: 3}}\n"
+	    "  - name: b\n    type: shell\n    needs: [a]\n"
+	    "    with: {argv: [ok, 'out=${steps.a.outputs.label}-${steps.a.metrics.y}'],"
+	    " outputs: [out]}\n";
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	json_t *a = tf_test_step_of(res.summary, "a");
+	assert_string_equal(json_string_value(json_object_get(a, "type")), "scale");
+	assert_true(json_real_value(json_object_get(json_object_get(a, "metrics"), "y")) == 7.5);
+	json_t *b = tf_test_step_of(res.summary, "b");
+	assert_string_equal(
+	    json_string_value(json_object_get(json_object_get(b, "outputs"), "out")), "scaled-7.5");
+	json_decref(res.summary);
+
+	/* cacheable in its row: the same inputs again come from the cache */
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	assert_string_equal(sstate(res.summary, "a"), "cached");
+	json_decref(res.summary);
+}
+
 /* What a step sees of itself in the database when its kind starts, through the worker's own
  * connection: only committed state is visible there. */
 static int seen_uncommitted, seen_steps;
@@ -1184,6 +1263,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_engine_backoff_full_jitter_and_cap),
 	    cmocka_unit_test(test_engine_parallel_dag_with_references),
+	    cmocka_unit_test(test_engine_a_kind_added_from_a_test_runs_in_a_pipeline),
 	    cmocka_unit_test(test_engine_steps_start_only_after_their_start_is_committed),
 	    cmocka_unit_test(test_engine_retries_with_backoff_then_succeeds),
 	    cmocka_unit_test(test_engine_failure_class_not_retried_fails_run),
