@@ -52,8 +52,8 @@ int tf_cli_parse_int(const char *cmd, const char *flag, const char *s, long long
 void tf_cli_fmt_time(json_t *v, char *out, size_t n);
 
 /* The one way a command prints its --json document: indented by two, keys in the order they
- * were added, numbers to 15 significant digits, then a newline. `doc` is borrowed. 0, or TF_EXIT_SOFTWARE when
- * it cannot be encoded. */
+ * were added, numbers to 15 significant digits, then a newline. `doc` is borrowed. 0, or
+ * TF_EXIT_SOFTWARE when it cannot be encoded. */
 int tf_cli_print_json(FILE *out, const json_t *doc);
 
 /* The subcommand table's entry points (one file per group: cli/cmd_GROUP.c). */

@@ -1,5 +1,5 @@
-/* executor.c — the executor interface's shared half: backend lookup and dispatch, failure
- * classes (exit status and return codes to error/timeout/preempted/infra/cancelled), log
+/* executor.c — the executor interface's shared half: dispatch, failure
+ * classes (exit status to error/timeout/preempted/infra/cancelled), log
  * directories and the upload of captured logs to the object store. */
 #define TF_LOG_TAG "exec"
 #include "executors/exec_int.h"
@@ -15,19 +15,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-const struct tf_executor_ops *tf_executor_find(const char *name)
-{
-	if (!name)
-		return NULL;
-	if (!strcmp(name, tf_executor_inprocess.name))
-		return &tf_executor_inprocess;
-	if (!strcmp(name, tf_executor_local.name))
-		return &tf_executor_local;
-	if (!strcmp(name, tf_executor_slurm.name))
-		return &tf_executor_slurm;
-	return NULL;
-}
 
 int tf_exec_start(const struct tf_executor_ops *ops, const struct tf_exec_spec *spec,
                   struct tf_exec **out, char *err, size_t errlen)
@@ -131,29 +118,6 @@ enum tf_fail_class tf_exec_classify_status(int wstatus, enum tf_fail_class reque
 	}
 	snprintf(msg, msglen, "ended with unknown status 0x%x", (unsigned)wstatus);
 	return TF_FAIL_ERROR;
-}
-
-enum tf_fail_class tf_exec_classify_return(int rc, enum tf_fail_class requested)
-{
-	if (requested != TF_FAIL_NONE)
-		return requested; /* whatever it returned, it was stopped */
-	switch (rc) {
-	case 0:
-		return TF_FAIL_NONE;
-	case -EAGAIN:
-	case -ETIMEDOUT:
-	case -ECONNRESET:
-	case -ECONNREFUSED:
-	case -EHOSTUNREACH:
-	case -ENOSPC:
-	case -EDQUOT:
-	case -EIO:
-		return TF_FAIL_INFRA;
-	case -ECANCELED:
-		return TF_FAIL_CANCELLED;
-	default:
-		return TF_FAIL_ERROR;
-	}
 }
 
 char *tf_exec_self_path(void)

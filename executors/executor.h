@@ -1,8 +1,6 @@
 /* executor.h — where a step's work runs: one interface (start, poll, wait, cancel, logs) with
  * swappable backends behind a struct of function pointers, one exported instance each:
  *
- *   tf_executor_inprocess  a function run on a thread of this process (the embedded default);
- *                          cancel and timeout are cooperative: they raise ctx->cancel
  *   tf_executor_local      a child process from an argv (never a shell string): fork+exec
  *                          into its own process group, with SIGKILL as its parent-death
  *                          signal so it never outlives the thread that started it; a timeout
@@ -53,15 +51,6 @@ enum tf_fail_class {
 	TF_FAIL_LAST
 };
 
-/* What an in-process function receives. */
-struct tf_exec_ctx {
-	void *arg;            /* spec->arg */
-	volatile int *cancel; /* becomes non-zero on cancel, preemption or timeout: stop soon */
-	FILE *out, *err;      /* its captured stdout and stderr logs */
-	char *errbuf;         /* a message for people when it fails (NUL-terminated) */
-	size_t errlen;        /* size of errbuf */
-};
-
 /* What a Slurm job asks for (tf_executor_slurm only). Strings are borrowed for the start. */
 struct tf_slurm_spec {
 	const char *job_name;      /* --job-name, e.g. tpuflow-RUN-STEP-ATTEMPT */
@@ -84,10 +73,6 @@ struct tf_exec_spec {
 	char *const *argv;
 	char *const *envp; /* environment, NULL: inherit */
 	const char *cwd;   /* working directory, NULL: inherit */
-	/* inprocess: the function and its argument. Returns 0, or a negative errno-style code
-	 * (-EAGAIN, -ETIMEDOUT, -ECONNRESET, -ECONNREFUSED, -EHOSTUNREACH, -ENOSPC: infra). */
-	int (*fn)(const struct tf_exec_ctx *ctx);
-	void *arg;
 	double timeout;            /* seconds, <= 0: none */
 	double grace;              /* seconds between SIGTERM and SIGKILL, <= 0: 10 */
 	const char *log_dir;       /* stdout.log and stderr.log go here (created); NULL: a private
@@ -107,7 +92,7 @@ uint64_t tf_exec_log_cap(void);
 
 struct tf_exec_result {
 	enum tf_fail_class fclass; /* see above */
-	int exit_code;     /* local: exit status, -1 if killed by a signal; inprocess: return */
+	int exit_code;     /* exit status, -1 if killed by a signal */
 	int signal;        /* local: the terminating signal, 0 if it exited */
 	double seconds;    /* wall time from start to end */
 	int logs_uploaded; /* 1 when the logs reached the object store */
@@ -118,7 +103,7 @@ struct tf_exec_result {
 struct tf_exec; /* one running attempt; the backend's state follows its first field */
 
 struct tf_executor_ops {
-	const char *name; /* "inprocess", "local" */
+	const char *name; /* "local", "slurm" */
 	/* Starts the work; on failure nothing runs and err says why. */
 	int (*start)(const struct tf_exec_spec *spec, struct tf_exec **out, char *err,
 	             size_t errlen);
@@ -135,12 +120,9 @@ struct tf_executor_ops {
 	void (*free)(struct tf_exec *x);
 };
 
-extern const struct tf_executor_ops tf_executor_inprocess;
 extern const struct tf_executor_ops tf_executor_local;
 extern const struct tf_executor_ops tf_executor_slurm;
 
-/* The backend named "inprocess", "local" or "slurm"; NULL when unknown. */
-const struct tf_executor_ops *tf_executor_find(const char *name);
 
 /* Dispatchers through the handle's backend. The handle belongs to the caller until
  * tf_exec_free (which stops nothing: cancel and wait first). */
@@ -186,8 +168,6 @@ int tf_fail_class_parse(const char *name, enum tf_fail_class *out);
  * for (TF_FAIL_NONE if nothing, else TIMEOUT, CANCELLED or PREEMPTED). Writes a message. */
 enum tf_fail_class tf_exec_classify_status(int wstatus, enum tf_fail_class requested, char *msg,
                                            size_t msglen);
-/* The same for an in-process function's return code. */
-enum tf_fail_class tf_exec_classify_return(int rc, enum tf_fail_class requested);
 
 /* The running program's own path, for re-executing itself as a step ("/proc/self/exe"
  * resolved); a new string the caller frees, NULL if unknown. */

@@ -269,12 +269,6 @@ static void test_executor_spawn_failure(void **state)
 	assert_non_null(strstr(err, "/nonexistent/program"));
 	struct tf_exec_spec empty = {0};
 	assert_int_equal(tf_exec_start(&tf_executor_local, &empty, &x, err, sizeof(err)), -EINVAL);
-	assert_int_equal(tf_exec_start(&tf_executor_inprocess, &empty, &x, err, sizeof(err)),
-	                 -EINVAL);
-	assert_ptr_equal(tf_executor_find("local"), &tf_executor_local);
-	assert_ptr_equal(tf_executor_find("inprocess"), &tf_executor_inprocess);
-	assert_ptr_equal(tf_executor_find("slurm"), &tf_executor_slurm);
-	assert_null(tf_executor_find("kubernetes"));
 	/* slurm refuses a spec without its options */
 	struct tf_exec_spec no_opts = {.argv = (char *const[]){"true", NULL}};
 	assert_int_equal(tf_exec_start(&tf_executor_slurm, &no_opts, &x, err, sizeof(err)),
@@ -377,85 +371,6 @@ static void test_executor_logs_uploaded(void **state)
 
 /* ---- in-process ---- */
 
-static int fn_ok(const struct tf_exec_ctx *ctx)
-{
-	fprintf(ctx->out, "step %s\n", (const char *)ctx->arg);
-	fprintf(ctx->err, "warn\n");
-	return 0;
-}
-
-static int fn_again(const struct tf_exec_ctx *ctx)
-{
-	snprintf(ctx->errbuf, ctx->errlen, "object store busy");
-	return -EAGAIN;
-}
-
-static int fn_bad(const struct tf_exec_ctx *ctx)
-{
-	(void)ctx;
-	return -EINVAL;
-}
-
-static int fn_until_cancel(const struct tf_exec_ctx *ctx)
-{
-	while (!*ctx->cancel) {
-		struct timespec ts = {0, 1000000};
-		nanosleep(&ts, NULL);
-	}
-	fprintf(ctx->out, "stopping\n");
-	return -ECANCELED;
-}
-
-static void test_executor_inprocess(void **state)
-{
-	(void)state;
-	const struct {
-		int (*fn)(const struct tf_exec_ctx *);
-		double timeout;
-		int cancel; /* 0 none, else the class to cancel with */
-		enum tf_fail_class want;
-		const char *msg;
-	} cases[] = {
-	    {fn_ok, 0, 0, TF_FAIL_NONE, "returned 0"},
-	    {fn_again, 0, 0, TF_FAIL_INFRA, "object store busy"},
-	    {fn_bad, 0, 0, TF_FAIL_ERROR, "Invalid argument"},
-	    {fn_until_cancel, 0.05, 0, TF_FAIL_TIMEOUT, "timeout"},
-	    {fn_until_cancel, 0, TF_FAIL_CANCELLED, TF_FAIL_CANCELLED, ""},
-	    {fn_until_cancel, 0, TF_FAIL_PREEMPTED, TF_FAIL_PREEMPTED, ""},
-	};
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct tf_exec_spec spec = {
-		    .fn = cases[i].fn, .arg = "train", .timeout = cases[i].timeout};
-		struct tf_exec *x;
-		char err[128];
-		assert_int_equal(tf_exec_start(&tf_executor_inprocess, &spec, &x, err, sizeof(err)),
-		                 0);
-		struct tf_exec_result r;
-		if (cases[i].cancel) {
-			assert_int_equal(tf_exec_wait(x, 0.02, &r), -ETIMEDOUT);
-			tf_exec_cancel(x, (enum tf_fail_class)cases[i].cancel);
-		}
-		assert_int_equal(tf_exec_wait(x, 5, &r), 0);
-		if (r.fclass != cases[i].want || !strstr(r.message, cases[i].msg))
-			fail_msg("case %zu: %s '%s'", i, tf_fail_class_name(r.fclass), r.message);
-		if (cases[i].fn == fn_ok) {
-			char *o = logs(x, 1), *e = logs(x, 2);
-			assert_string_equal(o, "step train\n");
-			assert_string_equal(e, "warn\n");
-			free(o);
-			free(e);
-		}
-		assert_int_equal(tf_exec_poll(x, &r), 0); /* stays finished */
-		tf_exec_free(x);
-	}
-	/* free of a running in-process attempt cancels it and waits */
-	struct tf_exec_spec spec = {.fn = fn_until_cancel};
-	struct tf_exec *x;
-	char err[128];
-	assert_int_equal(tf_exec_start(&tf_executor_inprocess, &spec, &x, err, sizeof(err)), 0);
-	tf_exec_free(x);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -468,7 +383,6 @@ int main(void)
 	    cmocka_unit_test(test_executor_spawn_failure),
 	    cmocka_unit_test(test_executor_reexec_self),
 	    cmocka_unit_test(test_executor_logs_uploaded),
-	    cmocka_unit_test(test_executor_inprocess),
 	    cmocka_unit_test(test_executor_slurm_states),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
