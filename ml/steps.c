@@ -20,8 +20,8 @@ int tf_ml_retryable(int rc)
 	return rc == -EAGAIN || tf_objstore_retryable(rc);
 }
 
-/* Number from `with`: JSON number or numeric string. 1 absent, 0 found, -EINVAL bad. */
-static int get_num(const json_t *with, const char *key, double *out, char *err, size_t errlen)
+int tf_ml_with_number(const json_t *with, const char *key, double *out, char *err,
+                      size_t errlen)
 {
 	json_t *v = json_object_get(with, key);
 	if (!v || json_is_null(v))
@@ -50,7 +50,7 @@ static int get_num(const json_t *with, const char *key, double *out, char *err, 
 static int get_u64(const json_t *with, const char *key, uint64_t *out, char *err, size_t errlen)
 {
 	double d;
-	int rc = get_num(with, key, &d, err, errlen);
+	int rc = tf_ml_with_number(with, key, &d, err, errlen);
 	if (rc)
 		return rc;
 	if (d < 0 || d != floor(d) || d > 1e15) {
@@ -86,7 +86,7 @@ int tf_ml_data_prep_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t
 	if ((rc = get_u64(with, "shards", &v, err, errlen)) < 0)
 		return rc;
 	o.shards = rc ? 0 : (int)v;
-	if ((rc = get_num(with, "test_fraction", &f, err, errlen)) < 0)
+	if ((rc = tf_ml_with_number(with, "test_fraction", &f, err, errlen)) < 0)
 		return rc;
 	o.test_fraction = rc ? 0 : f;
 	if ((rc = get_u64(with, "seed", &o.seed, err, errlen)) < 0 ||
@@ -200,7 +200,7 @@ int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *ou
 	    {"lars_eta", &o.optim.lars_eta},
 	};
 	for (size_t i = 0; i < TF_ARRAY_LEN(nums); i++) {
-		if ((rc = get_num(with, nums[i].key, &f, err, errlen)) < 0)
+		if ((rc = tf_ml_with_number(with, nums[i].key, &f, err, errlen)) < 0)
 			return rc;
 		if (!rc) {
 			if (f < 0) {

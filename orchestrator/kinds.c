@@ -6,6 +6,7 @@
 #include "orchestrator/kinds.h"
 #include "orchestrator/registry.h"
 #include "ml/bundle.h"
+#include "ml/steps.h"
 
 #define TF_LOG_TAG "kinds"
 #include "common/common.h"
@@ -32,26 +33,6 @@ static const char *with_str(const json_t *with, const char *key, char *buf, size
 		return buf;
 	}
 	return NULL;
-}
-
-int tf_kind_with_number(const json_t *with, const char *key, double *out)
-{
-	json_t *v = json_object_get(with, key);
-	if (!v || json_is_null(v))
-		return -ENOENT;
-	if (json_is_number(v)) {
-		*out = json_number_value(v);
-		return 0;
-	}
-	if (json_is_string(v)) {
-		char *end = NULL;
-		double d = strtod(json_string_value(v), &end);
-		if (end && end != json_string_value(v) && !*end) {
-			*out = d;
-			return 0;
-		}
-	}
-	return -EINVAL;
 }
 
 /* Finds the step of this run whose outputs hold `bundle` (the train step) for lineage. */
@@ -180,7 +161,7 @@ static int deploy_rollout(struct tf_step_run *r, json_t **out)
 	}
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		double x;
-		if (tf_kind_with_number(r->with, keys[i][0], &x) == 0)
+		if (tf_ml_with_number(r->with, keys[i][0], &x, NULL, 0) == 0)
 			json_object_set_new(p, keys[i][1],
 			                    !strcmp(keys[i][1], "min_requests")
 			                        ? json_integer((json_int_t)x)
@@ -225,8 +206,8 @@ int tf_kind_deploy(struct tf_step_run *r)
 		snprintf(r->err, sizeof(r->err), "deploy: %.290s", why);
 		return -EINVAL;
 	}
-	rc = tf_kind_with_number(r->with, "canary_percent", &canary);
-	if (rc == -EINVAL || canary < 0 || canary >= 100) {
+	rc = tf_ml_with_number(r->with, "canary_percent", &canary, NULL, 0);
+	if (rc < 0 || canary < 0 || canary >= 100) {
 		snprintf(r->err, sizeof(r->err),
 		         "deploy: canary_percent must be a number from 0 to below 100");
 		return -EINVAL;

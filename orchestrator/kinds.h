@@ -12,9 +12,6 @@ int tf_kind_ml(struct tf_step_run *r);       /* kinds_ml.c: the row's ml step */
 int tf_kind_register(struct tf_step_run *r); /* kinds.c */
 int tf_kind_deploy(struct tf_step_run *r);   /* kinds.c */
 
-/* A `with` value as a number (JSON number or numeric string): 0, -ENOENT, -EINVAL. */
-int tf_kind_with_number(const json_t *with, const char *key, double *out);
-
 /* Moves a captured stream (the file at `path`, if any) into the attempt's log under a
  * "==> title <==" line and removes the file; an empty or missing stream adds nothing. */
 void tf_kind_append_log(FILE *log, const char *title, const char *path);
