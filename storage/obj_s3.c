@@ -1,4 +1,7 @@
 /* obj_s3.c — the s3:// object-store backend: S3's REST API over libcurl, SigV4 signed here.
+ * One file of about 1,900 lines on purpose: every operation (get, put, multipart, list,
+ * delete, head) goes through s3_do() and shares its signing, checksum, retry and error
+ * classification state; none of it is used by anything but this backend.
  *
  * Every request goes through s3_do(), which signs, sends, classifies the answer and retries.
  * Invariants:
