@@ -439,7 +439,7 @@ static void test_engine_timeout_starts_when_a_worker_runs_the_step(void **state)
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	assert_int_equal(max_concurrent, 2);
 	for (int i = 0; i < 12; i++) {
-		char name[8];
+		char name[16];
 		snprintf(name, sizeof(name), "s%02d", i);
 		assert_string_equal(sstate(res.summary, name), "succeeded");
 		assert_int_equal(ncalls(name), 1);
