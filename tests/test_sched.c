@@ -216,6 +216,7 @@ static struct tf_sched *job_in_state(enum tf_sched_job_state st, int *id)
 	*id = submit(s, "v4-8", "a", 0, 1, 100, 0);
 	if (st != TF_JOB_QUEUED && st != TF_JOB_CANCELLED)
 		tf_sched_tick(s, 0, &d);
+	tf_sched_decisions_release(&d);
 	if (st == TF_JOB_DRAINING)
 		assert_int_equal(tf_sched_drain_at(s, *id, 50), 0);
 	if (st == TF_JOB_DONE || st == TF_JOB_FAILED)
