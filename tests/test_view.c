@@ -99,7 +99,7 @@ static void test_view_similar_names_stay_distinct(void **state)
 	char *out = draw(rows, 40, 80, 60, 1, 1);
 	int seen = 0;
 	for (int i = 0; i < 40; i++) {
-		char tail[8];
+		char tail[16];
 		snprintf(tail, sizeof(tail), "-%02d ", i);
 		if (strstr(out, tail))
 			seen++;
