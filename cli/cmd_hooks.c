@@ -11,14 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void print_json(json_t *doc)
-{
-	char *s = json_dumps(doc, JSON_COMPACT);
-	if (s)
-		printf("%s\n", s);
-	free(s);
-}
-
 /* The home's database (migrated) and its alerts.conf; NULL with a message on stderr. */
 static struct tf_store *open_home(const struct tf_cli *cli, const char *cmd,
                                   struct tf_alerts_config *cfg, int *exit_code)
@@ -122,7 +114,7 @@ int cmd_hooks(int argc, char **argv, struct tf_cli *cli)
 				       ev[i].summary);
 		}
 		if (cli->json)
-			print_json(arr);
+			tf_cli_print_json(stdout, arr);
 		json_decref(arr);
 		return TF_EXIT_OK;
 	}
@@ -140,7 +132,7 @@ int cmd_hooks(int argc, char **argv, struct tf_cli *cli)
 			ret = rc == -EINVAL ? TF_EXIT_USAGE : TF_EXIT_UNAVAILABLE;
 		} else if (cli->json) {
 			json_t *doc = json_pack("{s:s}", "added", name);
-			print_json(doc);
+			tf_cli_print_json(stdout, doc);
 			json_decref(doc);
 		} else {
 			printf("hook '%s' posts %s alerts to %s\n", name,
@@ -177,7 +169,7 @@ int cmd_hooks(int argc, char **argv, struct tf_cli *cli)
 			snprintf(idtext, sizeof(idtext), "%lld", (long long)id);
 			tf_alerts_show(st, idtext, &a);
 			if (cli->json)
-				print_json(a);
+				tf_cli_print_json(stdout, a);
 			else if (rc == 0)
 				printf("hook '%s' accepted test alert %s (HTTP %lld)\n", name,
 				       json_string_value(json_object_get(a, "msg_id")),
@@ -197,7 +189,7 @@ int cmd_hooks(int argc, char **argv, struct tf_cli *cli)
 			fprintf(stderr, "tpuflow hooks: %s\n", tf_store_errmsg(st));
 			ret = TF_EXIT_UNAVAILABLE;
 		} else if (cli->json) {
-			print_json(list);
+			tf_cli_print_json(stdout, list);
 		} else {
 			size_t k;
 			json_t *p;
@@ -344,7 +336,7 @@ int cmd_alerts(int argc, char **argv, struct tf_cli *cli)
 			ret = TF_EXIT_UNAVAILABLE;
 	}
 	if (rc == 0 && cli->json)
-		print_json(doc);
+		tf_cli_print_json(stdout, doc);
 	if (rc && rc != -ENOENT && rc != -EALREADY)
 		fprintf(stderr, "tpuflow alerts: %s\n", tf_store_errmsg(st));
 	if (rc)

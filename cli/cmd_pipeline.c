@@ -153,7 +153,7 @@ static void print_plan(const struct tf_pipeline *p)
 			print_duration(s->timeout);
 		}
 		/* "cached" is a state a step ends in; here: whether results may be reused */
-		if (s->cache && tf_engine_kind_cacheable(s->type))
+		if (s->cache && tf_step_schema(s->type)->cacheable)
 			printf(", cache on");
 		printf("]");
 		if (s->nneeds) {
