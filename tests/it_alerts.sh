@@ -190,7 +190,7 @@ kill -KILL "$rpid"; wait "$rpid" 2>/dev/null
 run3=$("$bin" runs list --home "$H" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
 grep -q '"state": "failed"' <<<"$("$bin" runs show "$run3" --home "$H" --json)" || fail "run 3 is not failed"
 id3=$(alerts_json | python3 -c 'import json,sys; a=json.load(sys.stdin); print([x for x in a if x.get("run")=="'"$run3"'"][0]["msg_id"])')
-grep -q '"state":"pending"' <<<"$("$bin" alerts show "$id3" --home "$H" --json)" || fail "the alert of run 3 is not pending"
+grep -q '"state": *"pending"' <<<"$("$bin" alerts show "$id3" --home "$H" --json)" || fail "the alert of run 3 is not pending"
 # the receiver is back; a daemon starts on the home
 "$bin" hooks add oncall --home "$H" --url "$R/std/back" --format standard --secret-env WH_SECRET \
   --on run_failed,step_retried,step_failed >/dev/null
