@@ -152,13 +152,13 @@ int cmd_hooks(int argc, char **argv, struct tf_cli *cli)
 			fprintf(stderr, "tpuflow hooks: %s\n", tf_store_errmsg(st));
 		else if (!cli->json)
 			printf("removed hook '%s'\n", name);
-		ret = rc == -ENOENT ? TF_EXIT_USAGE : rc ? TF_EXIT_UNAVAILABLE : TF_EXIT_OK;
+		ret = rc == -ENOENT ? TF_EXIT_NOTFOUND : rc ? TF_EXIT_UNAVAILABLE : TF_EXIT_OK;
 	} else if (!strcmp(sub, "test")) {
 		int64_t id = 0;
 		int rc = tf_alerts_queue_test(st, name, &id);
 		if (rc == -ENOENT) {
 			fprintf(stderr, "tpuflow hooks: no hook '%s'\n", name);
-			ret = TF_EXIT_USAGE;
+			ret = TF_EXIT_NOTFOUND;
 		} else if (rc) {
 			fprintf(stderr, "tpuflow hooks: %s\n", tf_store_errmsg(st));
 			ret = TF_EXIT_UNAVAILABLE;
@@ -340,7 +340,9 @@ int cmd_alerts(int argc, char **argv, struct tf_cli *cli)
 	if (rc && rc != -ENOENT && rc != -EALREADY)
 		fprintf(stderr, "tpuflow alerts: %s\n", tf_store_errmsg(st));
 	if (rc)
-		ret = rc == -ENOENT || rc == -EALREADY ? TF_EXIT_USAGE : TF_EXIT_UNAVAILABLE;
+		ret = rc == -ENOENT     ? TF_EXIT_NOTFOUND
+		      : rc == -EALREADY ? TF_EXIT_USAGE
+		                        : TF_EXIT_UNAVAILABLE;
 	json_decref(doc);
 	tf_alerts_config_release(&cfg);
 	tf_store_close(st);

@@ -25,6 +25,9 @@ int tf_exec_head_init(struct tf_exec *x, const struct tf_executor_ops *ops,
                       const struct tf_exec_spec *spec, char *err, size_t errlen);
 /* Uploads both logs once (when a store was given); notes the outcome in res. */
 void tf_exec_head_finish(struct tf_exec *x, struct tf_exec_result *res);
+/* The other way: fetches both logs once from the store into the log directory (a backend
+ * whose job put them there itself); notes the outcome in res. */
+void tf_exec_head_fetch(struct tf_exec *x, struct tf_exec_result *res);
 /* Removes a private log directory; frees what the head owns. */
 void tf_exec_head_release(struct tf_exec *x);
 

@@ -188,25 +188,37 @@ uint64_t tf_exec_log_cap(void)
 	return n << shift;
 }
 
-/* Uploads both logs to the object store (when one was given), once. */
+/* Moves both logs once between the log directory and the store: up (put) or down (get, the
+ * logs a job put itself; one that is not there is not worth a warning). */
+static void move_logs(struct tf_exec *x, int down)
+{
+	static const char *const names[2] = {"stdout.log", "stderr.log"};
+	const char *paths[2] = {x->out_path, x->err_path};
+	x->uploaded = 1;
+	for (int i = 0; i < 2; i++) {
+		char *key = tf_xasprintf("%s%s", x->log_prefix ? x->log_prefix : "", names[i]);
+		int rc = down ? tf_objstore_get_file(x->store, key, paths[i])
+		              : tf_objstore_put_file(x->store, key, paths[i], 0);
+		if (rc && !(down && rc == -ENOENT))
+			tf_warn("log %s '%s' failed: %s", down ? "download from" : "upload to", key,
+			        tf_objstore_errmsg(x->store));
+		if (rc)
+			x->uploaded = -1;
+		free(key);
+	}
+}
+
 void tf_exec_head_finish(struct tf_exec *x, struct tf_exec_result *res)
 {
-	if (x->store && !x->uploaded) {
-		const char *paths[2] = {x->out_path, x->err_path};
-		const char *names[2] = {"stdout.log", "stderr.log"};
-		x->uploaded = 1;
-		for (int i = 0; i < 2; i++) {
-			char *key =
-			    tf_xasprintf("%s%s", x->log_prefix ? x->log_prefix : "", names[i]);
-			int rc = tf_objstore_put_file(x->store, key, paths[i], 0);
-			if (rc) {
-				tf_warn("log upload to '%s' failed: %s", key,
-				        tf_objstore_errmsg(x->store));
-				x->uploaded = -1;
-			}
-			free(key);
-		}
-	}
+	if (x->store && !x->uploaded)
+		move_logs(x, 0);
+	res->logs_uploaded = x->uploaded == 1;
+}
+
+void tf_exec_head_fetch(struct tf_exec *x, struct tf_exec_result *res)
+{
+	if (x->store && !x->uploaded)
+		move_logs(x, 1);
 	res->logs_uploaded = x->uploaded == 1;
 }
 

@@ -89,11 +89,23 @@ static void sink_pump(struct sink *k, uint64_t head_cap)
 			k->kept += h;
 			off = h;
 		}
-		for (; off < (size_t)n && k->tail_cap; off++) {
+		size_t rest = (size_t)n - off;
+		if (rest && k->tail_cap) {
 			if (!k->tail)
 				k->tail = tf_xmalloc(k->tail_cap);
-			k->tail[k->tail_pos++ % k->tail_cap] = buf[off];
-			k->cut++;
+			if (rest > k->tail_cap) { /* what the ring would overwrite at once */
+				size_t skip = rest - k->tail_cap;
+				k->tail_pos += skip;
+				k->cut += skip;
+				off += skip;
+				rest = k->tail_cap;
+			}
+			size_t at = k->tail_pos % k->tail_cap;
+			size_t first = rest < k->tail_cap - at ? rest : k->tail_cap - at;
+			memcpy(k->tail + at, buf + off, first);
+			memcpy(k->tail, buf + off + first, rest - first);
+			k->tail_pos += rest;
+			k->cut += rest;
 		}
 	}
 }

@@ -680,25 +680,10 @@ fail:
  * result's message. */
 static void fetch_logs(struct slurm *s)
 {
-	struct tf_exec *x = &s->head;
-	if (x->uploaded)
+	if (s->head.uploaded)
 		return;
-	static const char *const names[2] = {"stdout.log", "stderr.log"};
-	const char *paths[2] = {x->out_path, x->err_path};
-	x->uploaded = 1;
-	for (int i = 0; i < 2; i++) {
-		char *key = tf_xasprintf("%s%s", x->log_prefix ? x->log_prefix : "", names[i]);
-		int rc = tf_objstore_get_file(x->store, key, paths[i]);
-		if (rc) {
-			if (rc != -ENOENT)
-				tf_warn("fetching log '%s' of job %ld: %s", key, s->job,
-				        tf_objstore_errmsg(x->store));
-			x->uploaded = -1;
-		}
-		free(key);
-	}
-	s->res.logs_uploaded = x->uploaded == 1;
-	if (x->uploaded != 1) {
+	tf_exec_head_fetch(&s->head, &s->res);
+	if (!s->res.logs_uploaded) {
 		size_t len = strlen(s->res.message);
 		snprintf(s->res.message + len, sizeof(s->res.message) - len, "%s",
 		         " (no logs of it in the object store)");

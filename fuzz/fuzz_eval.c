@@ -15,27 +15,20 @@
 
 #define SHARD_NAME "test-00000-of-00001.tfrecord"
 
-/* Points the manifest's first test shard at the fuzzed shard. */
-static void write_manifest(const char *dir, const uint8_t *m, size_t mlen, const uint8_t *sh,
-                           size_t shlen)
+/* The manifest's first test shard: the fuzzed shard, with its real size and CRC-32C. */
+static int fix_manifest(json_t *m, const void *arg)
 {
-	json_t *j = json_loadb((const char *)m, mlen, 0, NULL);
+	const struct fuzz_part *sh = arg;
 	json_t *e = json_array_get(
-	    json_object_get(json_object_get(json_object_get(j, "splits"), "test"), "shards"), 0);
-	if (json_is_object(e)) {
-		char crc[16];
-		snprintf(crc, sizeof crc, "%08x", tf_crc32c(sh, shlen));
-		json_object_set_new(e, "name", json_string(SHARD_NAME));
-		json_object_set_new(e, "crc32c", json_string(crc));
-		json_object_set_new(e, "bytes", json_integer((json_int_t)shlen));
-		char *text = json_dumps(j, JSON_COMPACT);
-		fuzz_write(dir, "manifest.json", text, strlen(text));
-		free(text);
-	} else {
-		fuzz_write(dir, "manifest.json", m, mlen);
-	}
-	json_decref(j);
-	fuzz_write(dir, SHARD_NAME, sh, shlen);
+	    json_object_get(json_object_get(json_object_get(m, "splits"), "test"), "shards"), 0);
+	if (!json_is_object(e))
+		return 0;
+	char crc[16];
+	snprintf(crc, sizeof crc, "%08x", tf_crc32c(sh->p, sh->n));
+	json_object_set_new(e, "name", json_string(SHARD_NAME));
+	json_object_set_new(e, "crc32c", json_string(crc));
+	json_object_set_new(e, "bytes", json_integer((json_int_t)sh->n));
+	return 1;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -43,16 +36,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	const uint8_t *part[4];
 	size_t len[4];
-	if (fuzz_split(data, size, part, len, 4) != 4)
+	const char *dir = fuzz_bundle_case("eval", data, size, part, len, 4);
+	if (!dir)
 		return 0;
-	const char *dir = fuzz_dir("eval");
-	char model[256], ds[256], err[1024];
-	snprintf(model, sizeof model, "%s/model", dir);
+	char ds[256], err[1024];
 	snprintf(ds, sizeof ds, "%s/ds", dir);
-	mkdir(model, 0700);
 	mkdir(ds, 0700);
-	fuzz_write_bundle(model, part[0], len[0], part[1], len[1]);
-	write_manifest(ds, part[2], len[2], part[3], len[3]);
+	struct fuzz_part sh = {part[3], len[3]};
+	fuzz_write_json(ds, "manifest.json", part[2], len[2], fix_manifest, &sh);
+	fuzz_write(ds, SHARD_NAME, part[3], len[3]);
 
 	struct tf_objstore *s = NULL;
 	struct tf_bundle *b = NULL;

@@ -7,9 +7,10 @@
 #ifndef TF_FUZZ_PARTS_H
 #define TF_FUZZ_PARTS_H
 
+#include "common/digest.h"
+
 #include <errno.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,28 +62,57 @@ static const char *fuzz_dir(const char *what)
 	return dir;
 }
 
-/* Writes signature.json (its SHA-256 of the tensors set to that of st when it parses as a
- * JSON object) and model.safetensors into dir. */
-static void fuzz_write_bundle(const char *dir, const uint8_t *sig, size_t siglen,
-                              const uint8_t *st, size_t stlen)
+/* Writes the JSON text p into dir/name after `fix` changed what it finds (fix returns 1 when it
+ * found it), or the bytes as they are when the text does not parse or fix found nothing. */
+static void fuzz_write_json(const char *dir, const char *name, const uint8_t *p, size_t n,
+                            int (*fix)(json_t *doc, const void *arg), const void *arg)
 {
-	json_t *j = json_loadb((const char *)sig, siglen, 0, NULL);
-	json_t *ck = json_object_get(json_object_get(j, "checksums"), "model.safetensors");
-	if (json_is_object(ck)) {
-		unsigned char md[32];
-		char hex[65];
-		EVP_Digest(st, stlen, md, NULL, EVP_sha256(), NULL);
-		for (int i = 0; i < 32; i++)
-			snprintf(hex + 2 * i, 3, "%02x", md[i]);
-		json_object_set_new(ck, "sha256", json_string(hex));
+	json_t *j = json_loadb((const char *)p, n, 0, NULL);
+	if (j && fix(j, arg)) {
 		char *text = json_dumps(j, JSON_COMPACT);
-		fuzz_write(dir, "signature.json", text, strlen(text));
+		fuzz_write(dir, name, text, strlen(text));
 		free(text);
 	} else {
-		fuzz_write(dir, "signature.json", sig, siglen);
+		fuzz_write(dir, name, p, n);
 	}
 	json_decref(j);
-	fuzz_write(dir, "model.safetensors", st, stlen);
+}
+
+struct fuzz_part {
+	const uint8_t *p;
+	size_t n;
+};
+
+/* The signature's SHA-256 of the tensors, set to that of the fuzzed tensors. */
+static int fix_signature(json_t *sig, const void *arg)
+{
+	const struct fuzz_part *st = arg;
+	json_t *ck = json_object_get(json_object_get(sig, "checksums"), "model.safetensors");
+	if (!json_is_object(ck))
+		return 0;
+	char hex[65];
+	tf_sha256_hex(st->p, st->n, hex);
+	json_object_set_new(ck, "sha256", json_string(hex));
+	return 1;
+}
+
+/* The first steps of every target that loads a bundle: splits the input into exactly n parts
+ * (part[0] signature.json, part[1] model.safetensors, the rest the target's own) and writes the
+ * bundle into a directory `model` of the scratch directory of `what`. The scratch directory, or
+ * NULL when the input does not have n parts. */
+static const char *fuzz_bundle_case(const char *what, const uint8_t *data, size_t size,
+                                    const uint8_t **part, size_t *len, size_t n)
+{
+	if (fuzz_split(data, size, part, len, n) != n)
+		return NULL;
+	const char *dir = fuzz_dir(what);
+	char model[256];
+	snprintf(model, sizeof model, "%s/model", dir);
+	mkdir(model, 0700);
+	struct fuzz_part st = {part[1], len[1]};
+	fuzz_write_json(model, "signature.json", part[0], len[0], fix_signature, &st);
+	fuzz_write(model, "model.safetensors", part[1], len[1]);
+	return dir;
 }
 
 #endif

@@ -16,14 +16,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	const uint8_t *part[3];
 	size_t len[3];
-	if (fuzz_split(data, size, part, len, 3) != 3)
+	const char *dir = fuzz_bundle_case("predict", data, size, part, len, 3);
+	if (!dir)
 		return 0;
-	const char *dir = fuzz_dir("predict");
 	char model[256], input[256], err[1024];
 	snprintf(model, sizeof model, "%s/model", dir);
 	snprintf(input, sizeof input, "%s/input.npy", dir);
-	mkdir(model, 0700);
-	fuzz_write_bundle(model, part[0], len[0], part[1], len[1]);
 	fuzz_write(dir, "input.npy", part[2], len[2]);
 
 	struct tf_objstore *ms = NULL;

@@ -116,95 +116,32 @@ static int db_request(struct tf_broker *b, const struct tf_slice_request *r, dou
 	return 0;
 }
 
-/* An open row as the schedule round sees it. */
-struct brow {
-	int64_t id;
-	char *run, *step, *slice, *pool, *spec, *project, *reclaim, *hold, *reason;
-	int attempt, prio, preemptible, placed;
-	struct tf_box box;
-	double started, queued;
-	int job; /* id in this round's scheduler, 0: not loaded */
-};
-
-static void brow_release(struct brow *r)
+/* The open rows whose attempt is alive (the others hold nothing) and that a broker wrote
+ * (they name their pool), in request order. */
+static int load_rows(struct tf_store *st, struct tf_slice_row **out, size_t *n)
 {
-	free(r->run);
-	free(r->step);
-	free(r->slice);
-	free(r->pool);
-	free(r->spec);
-	free(r->project);
-	free(r->reclaim);
-	free(r->hold);
-	free(r->reason);
-}
-
-/* The open rows whose attempt is alive (the others hold nothing), in request order; alive by
- * the owner's token and heartbeat (tf_slices_holder_gone). */
-static int load_rows(struct tf_store *st, struct brow **out, size_t *n)
-{
-	struct tf_stmt *q = tf_store_query(
-	    st,
-	    "SELECT j.id, j.run_id, j.step, j.attempt, j.slice, j.pool, j.pool_spec, j.box_x, "
-	    "j.box_y, j.box_z, j.box_a, j.box_b, j.box_c, j.started_at, "
-	    "COALESCE(j.queued_at, j.started_at), COALESCE(j.project, 'default'), "
-	    "COALESCE(j.priority, 5), j.preemptible, j.reclaim_class, j.hold, j.wait_reason, "
-	    "r.state, r.owner, r.pid, r.heartbeat_at, a.state FROM slice_jobs j "
-	    "LEFT JOIN runs r ON r.id = j.run_id "
-	    "LEFT JOIN attempts a ON a.run_id = j.run_id AND a.step = j.step AND a.n = j.attempt "
-	    "WHERE j.finished_at IS NULL ORDER BY 15, j.id",
-	    "");
-	if (!q)
-		return -EIO;
-	struct brow *v = NULL;
-	size_t k = 0, cap = 0;
-	int rc;
-	while ((rc = tf_stmt_step(q)) == 1) {
-		char why[300];
-		if (tf_slices_holder_gone(q, 21, why, sizeof(why)))
-			continue;
-		if (tf_stmt_is_null(q, 6))
-			continue; /* written before the broker (no pool): not ours to place */
-		if (k == cap) {
-			cap = cap ? cap * 2 : 16;
-			v = tf_xrealloc(v, cap * sizeof(*v));
-		}
-		struct brow *r = &v[k++];
-		memset(r, 0, sizeof(*r));
-		r->id = tf_stmt_int(q, 0);
-		r->run = tf_stmt_strdup(q, 1);
-		r->step = tf_stmt_strdup(q, 2);
-		r->attempt = (int)tf_stmt_int(q, 3);
-		r->slice = tf_stmt_strdup(q, 4);
-		r->pool = tf_stmt_strdup(q, 5);
-		r->spec = tf_stmt_strdup(q, 6);
-		r->placed = tf_slices_stmt_box(q, 7, &r->box);
-		r->started = tf_stmt_double(q, 13);
-		r->queued = tf_stmt_double(q, 14);
-		r->project = tf_stmt_strdup(q, 15);
-		r->prio = (int)tf_stmt_int(q, 16);
-		r->preemptible = (int)tf_stmt_int(q, 17);
-		r->reclaim = tf_stmt_strdup(q, 18);
-		r->hold = tf_stmt_strdup(q, 19);
-		r->reason = tf_stmt_strdup(q, 20);
-	}
-	tf_stmt_done(q);
-	if (rc < 0) {
-		for (size_t i = 0; i < k; i++)
-			brow_release(&v[i]);
-		free(v);
+	struct tf_slice_row *v = NULL;
+	size_t all = 0, k = 0;
+	int rc = tf_slices_read_open(st, &v, &all);
+	if (rc)
 		return rc;
+	for (size_t i = 0; i < all; i++) {
+		if (v[i].gone || !v[i].pool_spec) { /* no pool: written before the broker */
+			tf_slice_row_release(&v[i]);
+			continue;
+		}
+		v[k++] = v[i];
 	}
 	*out = v;
 	*n = k;
 	return 0;
 }
 
-static int reclaim_row(struct tf_store *st, struct brow *r, const char *cls, double now,
+static int reclaim_row(struct tf_store *st, struct tf_slice_row *r, const char *cls, double now,
                        const char *why)
 {
-	free(r->reclaim);
-	r->reclaim = tf_xstrdup(cls);
+	free(r->reclaim_class);
+	r->reclaim_class = tf_xstrdup(cls);
 	return tf_store_run(st,
 	                    "UPDATE slice_jobs SET reclaim_at=?, reclaim_class=?, reclaim_reason=? "
 	                    "WHERE id=?",
@@ -222,7 +159,7 @@ static int box_has(const struct tf_box *b, const int D[3], const int xyz[3])
 
 /* Marks the failed chips on s: a chip under a grant reclaims that grant (infra; the grant
  * keeps its chips until released), a free one is failed in the scheduler. */
-static int apply_failed(struct tf_store *st, struct tf_sched *s, struct brow *rows, size_t n,
+static int apply_failed(struct tf_store *st, struct tf_sched *s, struct tf_slice_row *rows, size_t n,
                         double now)
 {
 	struct tf_sched_decisions none = {0};
@@ -241,9 +178,9 @@ static int apply_failed(struct tf_store *st, struct tf_sched *s, struct brow *ro
 			if (xyz[0] < 0 || xyz[1] < 0 || xyz[2] < 0 || xyz[0] >= t->dims[0] ||
 			    xyz[1] >= t->dims[1] || xyz[2] >= t->dims[2])
 				continue;
-			struct brow *holder = NULL;
+			struct tf_slice_row *holder = NULL;
 			for (size_t i = 0; i < n && !holder; i++)
-				if (rows[i].job && rows[i].placed && !strcmp(rows[i].pool, pool) &&
+				if (rows[i].job && rows[i].has_box && !strcmp(rows[i].pool, pool) &&
 				    box_has(&rows[i].box, t->dims, xyz))
 					holder = &rows[i];
 			if (!holder) {
@@ -251,7 +188,7 @@ static int apply_failed(struct tf_store *st, struct tf_sched *s, struct brow *ro
 				tf_sched_chip_fail(s, p, chip, 0, &none);
 				continue;
 			}
-			if (holder->reclaim)
+			if (holder->reclaim_class)
 				continue; /* already asked, and loaded as draining */
 			char why[160];
 			snprintf(why, sizeof(why), "chip %d,%d,%d of pool '%s' failed", xyz[0],
@@ -270,7 +207,7 @@ static int apply_failed(struct tf_store *st, struct tf_sched *s, struct brow *ro
 	return rc < 0 ? rc : 0;
 }
 
-static struct brow *row_of_job(struct brow *rows, size_t n, int job)
+static struct tf_slice_row *row_of_job(struct tf_slice_row *rows, size_t n, int job)
 {
 	for (size_t i = 0; i < n; i++)
 		if (rows[i].job == job)
@@ -279,19 +216,19 @@ static struct brow *row_of_job(struct brow *rows, size_t n, int job)
 }
 
 /* Loads the rows onto s (scheduler time: seconds relative to now). */
-static int load_sched(struct tf_store *st, struct tf_sched *s, struct brow *rows, size_t n,
+static int load_sched(struct tf_store *st, struct tf_sched *s, struct tf_slice_row *rows, size_t n,
                       double now)
 {
 	char err[300];
 	for (int pass = 0; pass < 2; pass++)
 		for (size_t i = 0; i < n; i++) {
-			struct brow *r = &rows[i];
-			if (r->placed != (pass == 0))
+			struct tf_slice_row *r = &rows[i];
+			if (r->has_box != (pass == 0))
 				continue;
-			int pool = tf_slices_pool_index(s, r->pool, r->spec, err, sizeof(err));
+			int pool = tf_slices_pool_index(s, r->pool, r->pool_spec, err, sizeof(err));
 			if (pool < 0) {
 				tf_warn("slice request %lld: pool '%s': %s", (long long)r->id,
-				        r->spec, err);
+				        r->pool_spec, err);
 				continue;
 			}
 			char name[256];
@@ -301,16 +238,16 @@ static int load_sched(struct tf_store *st, struct tf_sched *s, struct brow *rows
 			                               .project = r->project,
 			                               .slice = r->slice,
 			                               .pool = tf_sched_pool_name(s, pool),
-			                               .priority = r->prio,
+			                               .priority = r->priority,
 			                               .preemptible = r->preemptible};
 			int rc;
-			if (r->placed) {
-				rc = tf_sched_place_at(s, pool, &r->box, &js, r->started - now,
+			if (r->has_box) {
+				rc = tf_sched_place_at(s, pool, &r->box, &js, r->started_at - now,
 				                       &r->job, err, sizeof(err));
-				if (rc == 0 && r->reclaim)
+				if (rc == 0 && r->reclaim_class)
 					tf_sched_drain_at(s, r->job, INFINITY);
 			} else {
-				rc = tf_sched_submit(s, &js, r->queued - now, &r->job, err,
+				rc = tf_sched_submit(s, &js, r->queued_at - now, &r->job, err,
 				                     sizeof(err));
 				struct tf_box hb;
 				if (rc == 0 && box_parse(r->hold, &hb) == 0 &&
@@ -328,13 +265,13 @@ static int load_sched(struct tf_store *st, struct tf_sched *s, struct brow *rows
 	return apply_failed(st, s, rows, n, now);
 }
 
-static int apply_decisions(struct tf_store *st, struct tf_sched *s, struct brow *rows, size_t n,
+static int apply_decisions(struct tf_store *st, struct tf_sched *s, struct tf_slice_row *rows, size_t n,
                            const struct tf_sched_decisions *d, double now)
 {
 	int rc = 0;
 	for (size_t i = 0; i < d->n && rc == 0; i++) {
 		const struct tf_sched_decision *x = &d->v[i];
-		struct brow *r = row_of_job(rows, n, x->job);
+		struct tf_slice_row *r = row_of_job(rows, n, x->job);
 		if (!r)
 			continue;
 		if (x->action == TF_SCHED_START) {
@@ -347,13 +284,13 @@ static int apply_decisions(struct tf_store *st, struct tf_sched *s, struct brow 
 			if (rc == 0)
 				rc = tf_store_run(st, "UPDATE slice_jobs SET hold=NULL WHERE id=?",
 				                  "i", r->id);
-			r->placed = 1;
+			r->has_box = 1;
 		} else if (x->action == TF_SCHED_PREEMPT) {
-			struct brow *c = row_of_job(rows, n, x->cause);
+			struct tf_slice_row *c = row_of_job(rows, n, x->cause);
 			char why[400];
 			snprintf(why, sizeof(why),
 			         "preempted for %s/%s (priority %d, project '%s')",
-			         c ? c->run : "?", c ? c->step : "?", c ? c->prio : -1,
+			         c ? c->run : "?", c ? c->step : "?", c ? c->priority : -1,
 			         c ? c->project : "?");
 			rc = reclaim_row(st, r, "preempted", now, why);
 			tf_info("%s/%s attempt %d: %s", r->run, r->step, r->attempt, why);
@@ -363,10 +300,10 @@ static int apply_decisions(struct tf_store *st, struct tf_sched *s, struct brow 
 	}
 	/* requests still waiting: the box drained for them and why they wait, when changed */
 	for (size_t i = 0; i < n && rc == 0; i++) {
-		struct brow *r = &rows[i];
+		struct tf_slice_row *r = &rows[i];
 		struct tf_sched_job_info ji;
 		char why[256], hold[96] = "";
-		if (r->placed || !r->job || tf_sched_job_info(s, r->job, 0, &ji))
+		if (r->has_box || !r->job || tf_sched_job_info(s, r->job, 0, &ji))
 			continue;
 		if (ji.has_target)
 			box_str(&ji.target, hold, sizeof(hold));
@@ -374,11 +311,11 @@ static int apply_decisions(struct tf_store *st, struct tf_sched *s, struct brow 
 			rc = tf_store_run(st, "UPDATE slice_jobs SET hold=? WHERE id=?", "ti",
 			                  hold[0] ? hold : NULL, r->id);
 		if (rc == 0 && tf_sched_job_reason(s, r->job, why, sizeof(why)) == 0 &&
-		    strcmp(why, r->reason ? r->reason : ""))
+		    strcmp(why, r->wait_reason ? r->wait_reason : ""))
 			rc = tf_slice_job_waiting(st, r->id, why);
 		if (rc == 0)
-			rc = tf_alerts_on_waiting(st, r->run, r->step, r->attempt, now - r->queued,
-			                          r->reason ? r->reason : why);
+			rc = tf_alerts_on_waiting(st, r->run, r->step, r->attempt, now - r->queued_at,
+			                          r->wait_reason ? r->wait_reason : why);
 	}
 	return rc;
 }
@@ -386,7 +323,7 @@ static int apply_decisions(struct tf_store *st, struct tf_sched *s, struct brow 
 /* One decision over every open row of st (see broker.h). */
 static int decide(struct tf_store *st, double now)
 {
-	struct brow *rows = NULL;
+	struct tf_slice_row *rows = NULL;
 	size_t n = 0;
 	struct tf_sched *s = NULL;
 	struct tf_sched_decisions d = {0};
@@ -406,9 +343,7 @@ static int decide(struct tf_store *st, double now)
 		if (rc == 0)
 			rc = apply_decisions(st, s, rows, n, &d, now);
 	}
-	for (size_t i = 0; i < n; i++)
-		brow_release(&rows[i]);
-	free(rows);
+	tf_slice_rows_free(rows, n);
 	tf_sched_decisions_release(&d);
 	tf_sched_free(s);
 	return tf_store_leave(st, own, rc);

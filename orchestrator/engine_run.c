@@ -425,14 +425,8 @@ static int create_run(struct tf_store *st, const struct tf_pipeline *p, const ch
 		defs[i].name = p->steps[i].name;
 		defs[i].type = tf_step_type_name(p->steps[i].type);
 	}
-	int own, rc = tf_store_join(st, &own);
-	if (rc == 0)
-		rc = tf_run_create(st, p->name, p->source, path, pj, storage, defs, p->nsteps, NULL,
-		                   run_id);
-	if (rc == 0 && trigger)
-		rc =
-		    tf_store_run(st, "UPDATE runs SET trigger=? WHERE id=?", "tt", trigger, run_id);
-	rc = tf_store_leave(st, own, rc);
+	int rc = tf_run_create(st, p->name, p->source, path, pj, storage, defs, p->nsteps, trigger,
+	                       run_id);
 	free(defs);
 	free(pj);
 	return rc;

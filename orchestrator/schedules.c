@@ -7,8 +7,9 @@
 #define TF_LOG_TAG "schedules"
 #include "common/common.h"
 #include "common/log.h"
-#include "orchestrator/cron.h"
 #include "common/digest.h"
+#include "orchestrator/cron.h"
+#include "orchestrator/engine.h"
 #include "orchestrator/pipeline.h"
 #include "orchestrator/state.h"
 
@@ -176,29 +177,23 @@ static void stop_runs(json_t *active, const struct tf_schedule_hooks *h)
 	}
 }
 
-/* Creates the pending run of a fired tick from the registered text (default params). */
-static int create_run(struct tf_store *st, const struct tf_pipeline *p, const char *path,
-                      char run_id[32])
+/* Creates the pending run of a fired tick from the registered text (default params), through
+ * the engine's one door for new runs. */
+static int create_run(struct tf_store *st, const char *source, const char *path, char run_id[32])
 {
-	char *home = tf_xstrdup(tf_store_path(st)), *slash = strrchr(home, '/');
+	char *home = tf_xstrdup(tf_store_path(st)), *slash = strrchr(home, '/'), err[512];
 	if (slash)
 		*slash = '\0';
 	else
 		snprintf(home, strlen(home) + 1, ".");
-	char *abs = realpath(home, NULL);
-	char *storage = p->storage && *p->storage
-	                    ? tf_xstrdup(p->storage)
-	                    : tf_xasprintf("file://%s/objects", abs ? abs : home);
-	struct tf_run_step_def *defs = tf_xcalloc(p->nsteps + 1, sizeof(*defs));
-	for (size_t i = 0; i < p->nsteps; i++) {
-		defs[i].name = p->steps[i].name;
-		defs[i].type = tf_step_type_name(p->steps[i].type);
-	}
-	int rc = tf_run_create(st, p->name, p->source, path, "{}", storage, defs, p->nsteps, NULL,
-	                       run_id);
-	free(defs);
-	free(storage);
-	free(abs);
+	struct tf_engine_submit s = {
+	    .path = path, .yaml = source, .yaml_len = strlen(source), .trigger = "schedule"};
+	struct tf_diag_list d = {0};
+	int rc = tf_engine_submit(st, home, &s, run_id, &d, err, sizeof(err));
+	if (rc)
+		tf_warn("a run of %s was not created: %s", path ? path : "a registered pipeline",
+		        err);
+	tf_diag_list_release(&d);
 	free(home);
 	return rc;
 }
@@ -322,10 +317,7 @@ static int fire_pipeline(struct tf_store *st, const char *name, double now,
 		                  "reason, at) VALUES(?,?,?,?,?,?)",
 		                  "ttitid", key, name, ticks[i], outcome, why[0] ? why : NULL, now);
 		if (rc == 0 && !strcmp(outcome, "fired")) {
-			rc = create_run(st, p, path, run);
-			if (rc == 0)
-				rc = tf_store_run(st, "UPDATE runs SET trigger='schedule' WHERE id=?",
-				                  "t", run);
+			rc = create_run(st, source, path, run);
 			if (rc == 0)
 				rc = tf_store_run(
 				    st, "UPDATE schedule_fires SET run_id=? WHERE fire_key=?", "tt",

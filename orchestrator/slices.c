@@ -161,42 +161,19 @@ int tf_slices_stmt_box(struct tf_stmt *q, int col, struct tf_box *box)
 	return whole;
 }
 
-/* ---- the view ---- */
-
-/* An open row (an attempt holding a slice, as far as the database knows). */
-struct open_row {
-	char *run, *step, *slice, *pool, *pool_spec, *project;
-	int attempt, chips, priority, has_box;
-	struct tf_box box;
-	double started_at;
-	double queued_at;                /* when it asked for its slice (0: not recorded) */
-	char *wait_reason;               /* the run's scheduler's reason while not placed */
-	char *gone;                      /* why no live attempt holds it, NULL when one does */
-};
-
-static void open_row_release(struct open_row *r)
-{
-	free(r->run);
-	free(r->step);
-	free(r->slice);
-	free(r->pool);
-	free(r->pool_spec);
-	free(r->project);
-	free(r->gone);
-	free(r->wait_reason);
-}
-
-const char *tf_slices_holder_gone(struct tf_stmt *q, int col, char *buf, size_t len)
+/* Why the row being read from q is no longer held by a live attempt, or NULL when it is.
+ * Columns from `col` on: runs.state, runs.owner, runs.pid, runs.heartbeat_at, attempts.state
+ * (NULL when a row is missing). The run's owner must be live by the rule claims use
+ * (tf_run_owner_gone: a token, a heartbeat within TF_RUN_LEASE_S, a live pid), so a daemon's
+ * run whose engine stopped renewing its heartbeat loses its chips although the daemon's pid
+ * lives on. */
+static const char *holder_gone(struct tf_stmt *q, int col, char *buf, size_t len)
 {
 	const char *run_state = tf_stmt_text(q, col), *attempt_state = tf_stmt_text(q, col + 4);
 	if (!run_state)
 		return "its run is not in the database";
-	struct tf_run_owner o = {.pid = tf_stmt_is_null(q, col + 2) ? 0 : (long)tf_stmt_int(q, col + 2),
-	                         .heartbeat_age = tf_stmt_is_null(q, col + 3)
-	                                              ? -1
-	                                              : tf_now_wall() - tf_stmt_double(q, col + 3)};
-	snprintf(o.token, sizeof(o.token), "%s", tf_stmt_text(q, col + 1) ? tf_stmt_text(q, col + 1) : "");
-	if (tf_run_state_parse(run_state, &o.state) || o.state != TF_RUN_RUNNING) {
+	struct tf_run_owner o;
+	if (tf_run_owner_read(q, col, &o) || o.state != TF_RUN_RUNNING) {
 		snprintf(buf, len, "its run is %s: the attempt did not record its end", run_state);
 		return buf;
 	}
@@ -223,8 +200,87 @@ const char *tf_slices_holder_gone(struct tf_stmt *q, int col, char *buf, size_t 
 	return NULL;
 }
 
+void tf_slice_row_release(struct tf_slice_row *r)
+{
+	free(r->run);
+	free(r->step);
+	free(r->slice);
+	free(r->pool);
+	free(r->pool_spec);
+	free(r->project);
+	free(r->reclaim_class);
+	free(r->hold);
+	free(r->wait_reason);
+	free(r->gone);
+}
+
+void tf_slice_rows_free(struct tf_slice_row *rows, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		tf_slice_row_release(&rows[i]);
+	free(rows);
+}
+
+int tf_slices_read_open(struct tf_store *st, struct tf_slice_row **out, size_t *n)
+{
+	struct tf_stmt *q = tf_store_query(
+	    st,
+	    "SELECT j.id, j.run_id, j.step, j.attempt, j.slice, j.pool, j.pool_spec, j.box_x, "
+	    "j.box_y, j.box_z, j.box_a, j.box_b, j.box_c, j.chips, j.started_at, "
+	    "COALESCE(j.queued_at, j.started_at), COALESCE(j.project, 'default'), "
+	    "COALESCE(j.priority, 5), j.preemptible, j.reclaim_class, j.hold, j.wait_reason, "
+	    "r.state, r.owner, r.pid, r.heartbeat_at, a.state FROM slice_jobs j "
+	    "LEFT JOIN runs r ON r.id = j.run_id "
+	    "LEFT JOIN attempts a ON a.run_id = j.run_id AND a.step = j.step AND a.n = j.attempt "
+	    "WHERE j.finished_at IS NULL ORDER BY 16, j.id",
+	    "");
+	if (!q)
+		return -EIO;
+	struct tf_slice_row *v = NULL;
+	size_t k = 0, cap = 0;
+	int rc;
+	while ((rc = tf_stmt_step(q)) == 1) {
+		if (k == cap) {
+			cap = cap ? cap * 2 : 16;
+			v = tf_xrealloc(v, cap * sizeof(*v));
+		}
+		struct tf_slice_row *r = &v[k++];
+		memset(r, 0, sizeof(*r));
+		r->id = tf_stmt_int(q, 0);
+		r->run = tf_stmt_strdup(q, 1);
+		r->step = tf_stmt_strdup(q, 2);
+		r->attempt = (int)tf_stmt_int(q, 3);
+		r->slice = tf_stmt_strdup(q, 4);
+		r->pool = tf_stmt_strdup(q, 5);
+		r->pool_spec = tf_stmt_strdup(q, 6);
+		r->has_box = tf_slices_stmt_box(q, 7, &r->box);
+		r->chips = (int)tf_stmt_int(q, 13);
+		r->started_at = tf_stmt_double(q, 14);
+		r->queued_at = tf_stmt_double(q, 15);
+		r->project = tf_stmt_strdup(q, 16);
+		r->priority = (int)tf_stmt_int(q, 17);
+		r->preemptible = (int)tf_stmt_int(q, 18);
+		r->reclaim_class = tf_stmt_strdup(q, 19);
+		r->hold = tf_stmt_strdup(q, 20);
+		r->wait_reason = tf_stmt_strdup(q, 21);
+		char why[300];
+		const char *gone = holder_gone(q, 22, why, sizeof(why));
+		r->gone = gone ? tf_xstrdup(gone) : NULL;
+	}
+	tf_stmt_done(q);
+	if (rc < 0) {
+		tf_slice_rows_free(v, k);
+		return rc;
+	}
+	*out = v;
+	*n = k;
+	return 0;
+}
+
+/* ---- the view ---- */
+
 /* Why an open row is not shown, or NULL when its attempt holds its slice now. */
-static const char *stale_reason(const struct open_row *r, char *buf, size_t len)
+static const char *stale_reason(const struct tf_slice_row *r, char *buf, size_t len)
 {
 	if (r->gone) {
 		snprintf(buf, len, "%s", r->gone);
@@ -233,61 +289,6 @@ static const char *stale_reason(const struct open_row *r, char *buf, size_t len)
 	if (r->has_box && !r->pool_spec)
 		return "its pool was not recorded";
 	return NULL;
-}
-
-/* Reads the rows with finished_at NULL (schema 2 and later: older engines wrote a row only
- * when an attempt ended). */
-static int read_open(struct tf_store *st, struct open_row **out, size_t *n)
-{
-	struct tf_stmt *q = tf_store_query(
-	    st,
-	    "SELECT j.run_id, j.step, j.attempt, j.slice, j.pool, j.pool_spec, j.box_x, j.box_y, "
-	    "j.box_z, j.box_a, j.box_b, j.box_c, j.chips, j.started_at, "
-	    "COALESCE(j.project, 'default'), COALESCE(j.priority, 0), r.state, r.owner, r.pid, "
-	    "r.heartbeat_at, a.state, j.queued_at, j.wait_reason "
-	    "FROM slice_jobs j LEFT JOIN runs r ON r.id = j.run_id "
-	    "LEFT JOIN attempts a ON a.run_id = j.run_id AND a.step = j.step AND a.n = j.attempt "
-	    "WHERE j.finished_at IS NULL ORDER BY j.started_at, j.id",
-	    "");
-	if (!q)
-		return -EIO;
-	struct open_row *v = NULL;
-	size_t k = 0, cap = 0;
-	int rc;
-	while ((rc = tf_stmt_step(q)) == 1) {
-		if (k == cap) {
-			cap = cap ? cap * 2 : 16;
-			v = tf_xrealloc(v, cap * sizeof(*v));
-		}
-		struct open_row *r = &v[k++];
-		memset(r, 0, sizeof(*r));
-		r->run = tf_stmt_strdup(q, 0);
-		r->step = tf_stmt_strdup(q, 1);
-		r->attempt = (int)tf_stmt_int(q, 2);
-		r->slice = tf_stmt_strdup(q, 3);
-		r->pool = tf_stmt_strdup(q, 4);
-		r->pool_spec = tf_stmt_strdup(q, 5);
-		r->has_box = tf_slices_stmt_box(q, 6, &r->box);
-		r->chips = (int)tf_stmt_int(q, 12);
-		r->started_at = tf_stmt_double(q, 13);
-		r->project = tf_stmt_strdup(q, 14);
-		r->priority = (int)tf_stmt_int(q, 15);
-		char why[300];
-		const char *gone = tf_slices_holder_gone(q, 16, why, sizeof(why));
-		r->gone = gone ? tf_xstrdup(gone) : NULL;
-		r->queued_at = tf_stmt_is_null(q, 21) ? 0 : tf_stmt_double(q, 21);
-		r->wait_reason = tf_stmt_strdup(q, 22);
-	}
-	tf_stmt_done(q);
-	if (rc < 0) {
-		for (size_t i = 0; i < k; i++)
-			open_row_release(&v[i]);
-		free(v);
-		return rc;
-	}
-	*out = v;
-	*n = k;
-	return 0;
 }
 
 /* Slice-seconds of finished rows per run and per project. */
@@ -412,7 +413,7 @@ int tf_slices_add_pools(struct tf_sched *s, const char *const *pools, int npools
 	return 0;
 }
 
-static void skip(json_t *skipped, const struct open_row *r, const char *why)
+static void skip(json_t *skipped, const struct tf_slice_row *r, const char *why)
 {
 	json_array_append_new(skipped, json_pack("{s:s?, s:s?, s:i, s:s}", "run", r->run, "step",
 	                                         r->step, "attempt", r->attempt, "reason", why));
@@ -466,7 +467,7 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 {
 	struct tf_sched *s = NULL;
 	struct tf_store *st = NULL;
-	struct open_row *rows = NULL;
+	struct tf_slice_row *rows = NULL;
 	size_t nrows = 0;
 	json_t *running = json_array(), *waiting = json_array(), *skipped = json_array(),
 	       *acct = NULL, *slurm = NULL;
@@ -494,7 +495,7 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 	int version = 0;
 	rc = tf_store_version(st, &version);
 	if (rc == 0 && version >= 2)
-		rc = read_open(st, &rows, &nrows);
+		rc = tf_slices_read_open(st, &rows, &nrows);
 	if (rc == 0)
 		rc = accounting(st, version, &acct);
 	if (rc == 0)
@@ -506,7 +507,7 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 	}
 	mark_failed(st, s);
 	for (size_t i = 0; i < nrows; i++) {
-		struct open_row *r = &rows[i];
+		struct tf_slice_row *r = &rows[i];
 		char why[400], perr[300];
 		const char *stale = stale_reason(r, why, sizeof(why));
 		if (stale) {
@@ -570,9 +571,7 @@ done:
 	running = waiting = skipped = acct = slurm = NULL;
 	rc = 0;
 out:
-	for (size_t i = 0; i < nrows; i++)
-		open_row_release(&rows[i]);
-	free(rows);
+	tf_slice_rows_free(rows, nrows);
 	tf_store_close(st);
 	tf_sched_free(s);
 	json_decref(running);

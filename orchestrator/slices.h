@@ -36,13 +36,33 @@ int tf_slices_add_pools(struct tf_sched *s, const char *const *pools, int npools
  * with err for a bad spec. */
 int tf_slices_pool_index(struct tf_sched *s, const char *pool, const char *spec, char *err,
                          size_t errlen);
-/* Whether the slice_jobs row being read from q is still held by a live attempt: NULL when it
- * is, else why not (a static string or buf). Columns from `col` on: runs.state, runs.owner,
- * runs.pid, runs.heartbeat_at, attempts.state (NULL when a row is missing). The run's owner
- * must be live by the rule claims use (tf_run_owner_gone: a token, a heartbeat within
- * TF_RUN_LEASE_S, a live pid), so a daemon's run whose engine stopped renewing its heartbeat
- * loses its chips although the daemon's pid lives on. */
-const char *tf_slices_holder_gone(struct tf_stmt *q, int col, char *buf, size_t len);
+/* An open slice_jobs row (finished_at NULL): a train attempt's request or grant, and whether
+ * a live attempt still holds it (the broker and `tpuflow slices` read them alike). */
+struct tf_slice_row {
+	int64_t id;                  /* slice_jobs.id, the broker's ticket */
+	char *run, *step;            /* the attempt's run and step */
+	int attempt;                 /* its number */
+	char *slice;                 /* slice type asked for, e.g. "v4-8" */
+	char *pool, *pool_spec;      /* its pool (NULL for rows written before the broker) */
+	int has_box;                 /* 1 when placed: box holds its chips */
+	struct tf_box box;           /* the chips, when has_box */
+	int chips;                   /* chips in the box (or asked for) */
+	double started_at;           /* when it was placed (or asked) */
+	double queued_at;            /* when it asked for its slice (started_at when unrecorded) */
+	char *project;               /* scheduler project ("default") */
+	int priority, preemptible;   /* as asked */
+	char *reclaim_class;         /* infra or preempted when it is asked to give chips back */
+	char *hold;                  /* a reservation "x,y,z+a,b,c" while waiting, or NULL */
+	char *wait_reason;           /* the scheduler's reason while not placed, or NULL */
+	char *gone;                  /* why no live attempt holds it, NULL when one does */
+	int job;                     /* for the reader: its id in a scheduler it loads it onto */
+};
+
+/* Reads every open row, oldest request first, into a new array (*n rows) the caller frees with
+ * tf_slice_rows_free. 0, or a negative store code. tf_slice_row_release empties one row. */
+int tf_slices_read_open(struct tf_store *st, struct tf_slice_row **rows, size_t *n);
+void tf_slice_row_release(struct tf_slice_row *r);
+void tf_slice_rows_free(struct tf_slice_row *rows, size_t n);
 
 /* A box from six columns of a slice_jobs row from `col` on (box_x, box_y, box_z, box_a,
  * box_b, box_c): 1 when all are set, 0 when the row has no box. */

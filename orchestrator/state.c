@@ -214,7 +214,7 @@ static void make_run_id(char out[32])
 
 int tf_run_create(struct tf_store *st, const char *pipeline_name, const char *source,
                   const char *path, const char *params_json, const char *storage,
-                  const struct tf_run_step_def *steps, size_t nsteps, const char *retry_of,
+                  const struct tf_run_step_def *steps, size_t nsteps, const char *trigger,
                   char run_id[32])
 {
 	char digest[65], id[32];
@@ -243,9 +243,9 @@ int tf_run_create(struct tf_store *st, const char *pipeline_name, const char *so
 		rc = tf_store_run(
 		    st,
 		    "INSERT INTO runs(id, pipeline_id, pipeline, state, params, storage, "
-		    "retry_of, created_at) VALUES(?,?,?,'pending',?,?,?,?)",
+		    "trigger, created_at) VALUES(?,?,?,'pending',?,?,?,?)",
 		    "tittttd", id, pid, pipeline_name, params_json ? params_json : "{}", storage,
-		    retry_of, tf_now_wall());
+		    trigger ? trigger : "cli", tf_now_wall());
 		if (rc != -EEXIST)
 			break;
 		make_run_id(id);
@@ -314,6 +314,17 @@ out:
 
 /* ---- ownership ------------------------------------------------------------------------ */
 
+int tf_run_owner_read(struct tf_stmt *q, int col, struct tf_run_owner *o)
+{
+	memset(o, 0, sizeof(*o));
+	snprintf(o->token, sizeof(o->token), "%s",
+	         tf_stmt_text(q, col + 1) ? tf_stmt_text(q, col + 1) : "");
+	o->pid = tf_stmt_is_null(q, col + 2) ? 0 : (long)tf_stmt_int(q, col + 2);
+	o->heartbeat_age =
+	    tf_stmt_is_null(q, col + 3) ? -1 : tf_now_wall() - tf_stmt_double(q, col + 3);
+	return tf_run_state_parse(tf_stmt_text(q, col), &o->state);
+}
+
 int tf_run_owner_get(struct tf_store *st, const char *run, struct tf_run_owner *o)
 {
 	memset(o, 0, sizeof(*o));
@@ -325,12 +336,7 @@ int tf_run_owner_get(struct tf_store *st, const char *run, struct tf_run_owner *
 		return -EIO;
 	int rc = tf_stmt_step(q);
 	if (rc == 1) {
-		rc = tf_run_state_parse(tf_stmt_text(q, 0), &o->state);
-		snprintf(o->token, sizeof(o->token), "%s",
-		         tf_stmt_text(q, 1) ? tf_stmt_text(q, 1) : "");
-		o->pid = (long)tf_stmt_int(q, 2);
-		o->heartbeat_age =
-		    tf_stmt_is_null(q, 3) ? -1 : tf_now_wall() - tf_stmt_double(q, 3);
+		rc = tf_run_owner_read(q, 0, o);
 		o->cancel_requested = (int)tf_stmt_int(q, 4);
 	} else if (rc == 0) {
 		rc = -ENOENT;
@@ -650,7 +656,7 @@ int tf_runs_list(struct tf_store *st, int limit, json_t **out)
 	    "(SELECT count(*) FROM steps WHERE run_id=r.id), "
 	    "(SELECT count(*) FROM steps WHERE run_id=r.id AND state IN ('succeeded','cached')), "
 	    "r.error, (SELECT count(*) FROM steps WHERE run_id=r.id AND state='skipped'), "
-	    "r.owner, r.pid, r.heartbeat_at "
+	    "r.state, r.owner, r.pid, r.heartbeat_at "
 	    "FROM runs r ORDER BY r.created_at DESC, r.id DESC LIMIT ?",
 	    "i", (int64_t)(limit > 0 ? limit : -1));
 	if (!s)
@@ -672,14 +678,13 @@ int tf_runs_list(struct tf_store *st, int limit, json_t **out)
 		/* A running run whose owner is gone runs no more: say so, and end its time at
 		 * the owner's last heartbeat rather than now. */
 		const char *state = tf_stmt_text(s, 2);
-		struct tf_run_owner ow = {.state = TF_RUN_RUNNING, .pid = (long)tf_stmt_int(s, 11)};
-		snprintf(ow.token, sizeof(ow.token), "%s", tf_stmt_text(s, 10) ? tf_stmt_text(s, 10) : "");
-		ow.heartbeat_age = tf_stmt_is_null(s, 12) ? -1 : tf_now_wall() - tf_stmt_double(s, 12);
-		int orphaned = state && !strcmp(state, "running") && tf_run_owner_gone(&ow, TF_RUN_LEASE_S);
+		struct tf_run_owner ow;
+		int orphaned = tf_run_owner_read(s, 10, &ow) == 0 && ow.state == TF_RUN_RUNNING &&
+		               tf_run_owner_gone(&ow, TF_RUN_LEASE_S);
 		json_object_set_new(o, "orphaned", json_boolean(orphaned));
 		double start = tf_stmt_is_null(s, 4) ? -1 : tf_stmt_double(s, 4);
 		double end = !tf_stmt_is_null(s, 5) ? tf_stmt_double(s, 5)
-		             : orphaned && !tf_stmt_is_null(s, 12) ? tf_stmt_double(s, 12)
+		             : orphaned && !tf_stmt_is_null(s, 13) ? tf_stmt_double(s, 13)
 		             : state && !strcmp(state, "running") ? tf_now_wall()
 		                                                  : -1;
 		json_object_set_new(o, "duration", start >= 0 && end >= start ? json_real(end - start)

@@ -67,14 +67,15 @@ int tf_attempt_transition_ok(enum tf_attempt_state from, enum tf_attempt_state t
 
 /* A new run: records the pipeline (deduplicated by digest), the run in state pending and its
  * steps in state pending, in one transaction. `params_json` is a JSON object of the --param
- * overrides as given. `run_id` receives the new id (buffer of at least 32 bytes). */
+ * overrides as given; `trigger` how it was submitted (cli, api or schedule; NULL: cli).
+ * `run_id` receives the new id (buffer of at least 32 bytes). */
 struct tf_run_step_def {
 	const char *name; /* step name */
 	const char *type; /* step type */
 };
 int tf_run_create(struct tf_store *st, const char *pipeline_name, const char *source,
                   const char *path, const char *params_json, const char *storage,
-                  const struct tf_run_step_def *steps, size_t nsteps, const char *retry_of,
+                  const struct tf_run_step_def *steps, size_t nsteps, const char *trigger,
                   char run_id[32]);
 
 /* Run transitions. `error` (may be NULL) is kept on failed/interrupted and cleared otherwise;
@@ -98,6 +99,10 @@ struct tf_run_owner {
 	int cancel_requested; /* `runs cancel` asked it to stop */
 };
 int tf_run_owner_get(struct tf_store *st, const char *run, struct tf_run_owner *o);
+/* The owner from four columns of the row being read from q, from `col` on: runs.state,
+ * runs.owner, runs.pid, runs.heartbeat_at (the one reader of them; cancel_requested stays 0).
+ * 0, or -EINVAL when the state is not a run state (o is filled anyway). */
+int tf_run_owner_read(struct tf_stmt *q, int col, struct tf_run_owner *o);
 /* 1 when nobody drives the run: unowned, not running, heartbeat older than `lease`, or the pid
  * is gone. */
 int tf_run_owner_gone(const struct tf_run_owner *o, double lease);

@@ -9,6 +9,7 @@
 
 #include "executors/executor.h"
 #include "storage/objstore.h"
+#include "common/buf.h"
 #include "common/common.h"
 
 #include <errno.h>
@@ -119,6 +120,37 @@ static void test_executor_logs_and_exit_code(void **state)
 	free(o);
 	free(e);
 	assert_int_equal(access("logs/stdout.log", R_OK), 0);
+	tf_exec_free(x);
+}
+
+/* A stream past TPUFLOW_LOG_MAX keeps its head (3/4 of the cap), a line saying what was cut
+ * and its last bytes (1/4), exactly, whatever sizes the pipe hands over. */
+static void test_executor_log_cap_keeps_head_and_tail(void **state)
+{
+	(void)state;
+	setenv("TPUFLOW_LOG_MAX", "4096", 1);
+	char *argv[] = {"seq", "1", "20000", NULL};
+	struct tf_exec *x = start_local(argv, 30, 1, "logcap");
+	unsetenv("TPUFLOW_LOG_MAX");
+	struct tf_exec_result r;
+	assert_int_equal(tf_exec_wait(x, -1, &r), 0);
+	assert_int_equal(r.fclass, TF_FAIL_NONE);
+	struct tf_buf all = {0};
+	for (int i = 1; i <= 20000; i++)
+		tf_buf_printf(&all, "%d\n", i);
+	size_t head = 3072, tail = 1024;
+	struct tf_buf want = {0};
+	tf_buf_append(&want, all.data, head);
+	tf_buf_printf(&want,
+	              "\n[tpuflow: %zu bytes of stdout cut here (TPUFLOW_LOG_MAX); the last %zu "
+	              "follow]\n",
+	              all.len - head - tail, tail);
+	tf_buf_append(&want, all.data + all.len - tail, tail);
+	char *out = logs(x, 1);
+	assert_string_equal(out, tf_buf_str(&want));
+	free(out);
+	tf_buf_release(&all);
+	tf_buf_release(&want);
 	tf_exec_free(x);
 }
 
@@ -376,6 +408,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_executor_argv_verbatim),
 	    cmocka_unit_test(test_executor_logs_and_exit_code),
+	    cmocka_unit_test(test_executor_log_cap_keeps_head_and_tail),
 	    cmocka_unit_test(test_executor_timeout_kills_group),
 	    cmocka_unit_test(test_executor_killed_child_reported),
 	    cmocka_unit_test(test_executor_exit_codes_mapped),

@@ -106,6 +106,12 @@ static void test_schedules_catchup_policies(void **state)
 	assert_int_equal(fired(st, "late"), 3); /* 00:40, 00:50, 01:00 within 25 minutes */
 	assert_int_equal(missed(st, "late"), 3);
 	assert_int_equal(runs_of(st, "all"), 2);
+	/* each run was created saying what submitted it, with the home's object store */
+	assert_int_equal(count(st,
+	                       "SELECT count(*) FROM runs WHERE pipeline=? AND trigger='schedule' "
+	                       "AND storage LIKE 'file:///%/h1/objects'",
+	                       "all"),
+	                 2);
 	assert_int_equal(json_array_size(rep), 24);
 	json_decref(rep);
 	/* the newest tick of `latest` is the one that ran */
