@@ -10,11 +10,16 @@
 #include <getopt.h>
 #include <stdio.h>
 
+struct tf_store;
 struct tf_cli {
 	const char *home_opt; /* --home DIR as given, NULL when absent */
 	int json;             /* --json: print one JSON document on stdout */
 	const char *argv0;    /* how the program was invoked, for re-executing itself */
 	const char *remote;   /* --remote URL or $TPUFLOW_URL: a daemon's API, NULL: local */
+	/* Prepared by main before the command runs, by the flags of its row in the command
+	 * table (cli/main.c: NEED_HOME, NEED_DB); main releases them after. */
+	const char *home;     /* the state home's path (--home, $TPUFLOW_HOME, ./.tpuflow) */
+	struct tf_store *db;  /* NEED_DB: the home's database, open and migrated */
 };
 
 /* Long options every subcommand accepts; put TF_CLI_COMMON_OPTIONS at the start of a
@@ -33,10 +38,10 @@ int tf_cli_common_option(struct tf_cli *cli, int opt, const char *arg);
  * caller owns; the directory is created if `create` is set (NULL and a message on failure). */
 char *tf_cli_home(const struct tf_cli *cli, int create);
 
-/* The state home's database, opened and migrated (the home is created if missing). NULL with
+/* The state home's database, opened and migrated (the home is created if missing): what
+ * NEED_DB gives a command in cli->db, for a command that needs it only sometimes. NULL with
  * "tpuflow CMD: why" on stderr and *exit_code set (TF_EXIT_CONFIG for a database newer than
  * this build, else TF_EXIT_UNAVAILABLE). The caller closes it with tf_store_close. */
-struct tf_store;
 struct tf_store *tf_cli_open_store(const struct tf_cli *cli, const char *cmd, int *exit_code);
 
 /* Prints "tpuflow CMD: MESSAGE" and the usage hint to stderr; returns TF_EXIT_USAGE. */
@@ -59,6 +64,7 @@ int tf_cli_print_json(FILE *out, const json_t *doc);
 /* The subcommand table's entry points (one file per group: cli/cmd_GROUP.c). */
 int cmd_validate(int argc, char **argv, struct tf_cli *cli);
 int cmd_plan(int argc, char **argv, struct tf_cli *cli);
+int cmd_kinds(int argc, char **argv, struct tf_cli *cli);
 int cmd_db(int argc, char **argv, struct tf_cli *cli);
 int cmd_run(int argc, char **argv, struct tf_cli *cli);
 int cmd_runs(int argc, char **argv, struct tf_cli *cli);

@@ -66,13 +66,9 @@ int cmd_daemon(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (optind != argc)
 		return tf_cli_usage_error("daemon", "unexpected argument '%s'", argv[optind]);
-	char *home = tf_cli_home(cli, 1);
-	if (!home)
-		return TF_EXIT_CONFIG;
-	o.home = home;
+	o.home = cli->home;
 	char err[1024] = "";
 	int rc = tf_daemon_run(&o, err, sizeof(err));
-	free(home);
 	if (rc == 0)
 		return TF_EXIT_OK;
 	fprintf(stderr, "tpuflow daemon: %s\n", err);

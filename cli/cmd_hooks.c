@@ -11,18 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The home's database (migrated) and its alerts.conf; NULL with a message on stderr. */
-static struct tf_store *open_home(const struct tf_cli *cli, const char *cmd,
-                                  struct tf_alerts_config *cfg, int *exit_code)
+/* The home's alerts.conf; a problem with it is a warning (the defaults stand). */
+static void load_config(const struct tf_cli *cli, const char *cmd, struct tf_alerts_config *cfg)
 {
-	struct tf_store *st = tf_cli_open_store(cli, cmd, exit_code);
-	if (!st)
-		return NULL;
-	char *home = tf_cli_home(cli, 0), err[512];
-	if (tf_alerts_config_load(home, cfg, err, sizeof(err)))
+	char err[512];
+	if (tf_alerts_config_load(cli->home, cfg, err, sizeof(err)))
 		fprintf(stderr, "tpuflow %s: warning: %s\n", cmd, err);
-	free(home);
-	return st;
 }
 
 /* ---- hooks ---- */
@@ -120,9 +114,8 @@ int cmd_hooks(int argc, char **argv, struct tf_cli *cli)
 	}
 	int ret = TF_EXIT_OK;
 	struct tf_alerts_config cfg;
-	struct tf_store *st = open_home(cli, "hooks", &cfg, &ret);
-	if (!st)
-		return ret;
+	struct tf_store *st = cli->db;
+	load_config(cli, "hooks", &cfg);
 	char err[512] = "";
 	if (!strcmp(sub, "add")) {
 		h.name = name;
@@ -216,7 +209,6 @@ int cmd_hooks(int argc, char **argv, struct tf_cli *cli)
 		json_decref(list);
 	}
 	tf_alerts_config_release(&cfg);
-	tf_store_close(st);
 	return ret;
 }
 
@@ -298,9 +290,8 @@ int cmd_alerts(int argc, char **argv, struct tf_cli *cli)
 		                          "or deliver");
 	int ret = TF_EXIT_OK;
 	struct tf_alerts_config cfg;
-	struct tf_store *st = open_home(cli, "alerts", &cfg, &ret);
-	if (!st)
-		return ret;
+	struct tf_store *st = cli->db;
+	load_config(cli, "alerts", &cfg);
 	json_t *doc = NULL;
 	int rc = 0;
 	if (!strcmp(sub, "list")) {
@@ -345,6 +336,5 @@ int cmd_alerts(int argc, char **argv, struct tf_cli *cli)
 		                        : TF_EXIT_UNAVAILABLE;
 	json_decref(doc);
 	tf_alerts_config_release(&cfg);
-	tf_store_close(st);
 	return ret;
 }

@@ -3,12 +3,15 @@
  * prints a summary (one JSON document on stdout with --json). Training progress goes to
  * stderr: a bar on a terminal, plain lines otherwise, JSON lines with --json. */
 #include "cli/cli.h"
+#include "common/buf.h"
 #include "common/common.h"
 #include "ml/bundle.h"
 #include "ml/dataset.h"
 #include "ml/input.h"
 #include "ml/npy.h"
+#include "ml/steps.h"
 #include "ml/train.h"
+#include "orchestrator/pipeline.h"
 #include "storage/objstore.h"
 
 #include <errno.h>
@@ -76,124 +79,180 @@ static int parse_u64(const char *cmd, const char *flag, const char *s, uint64_t 
 	return 0;
 }
 
-static int parse_f(const char *cmd, const char *flag, const char *s, double *out)
+/* ---- flags from the step-kind table ----
+ * `data prep` and `train` take the `with` keys of their pipeline step kinds as flags
+ * (`checkpoint_every` is --checkpoint-every), read from the kind's row: their names, whether
+ * they take a value, their help and the checks of their values are the table's, and the
+ * options they make are filled by the same ml/ function the step calls
+ * (tf_ml_*_opts_from_with). Each command adds only what a pipeline step has no key for. */
+
+#define WITH_OPT 0x4000 /* option codes WITH_OPT + i: the kind's i-th `with` key */
+
+struct with_flags {
+	const char *cmd;                /* "train", for messages */
+	const struct tf_with_key *keys; /* the kind's rows */
+	size_t n;                       /* how many */
+	struct option *opts;            /* common, the keys', then the command's own; NULL-ended */
+	char **names;                   /* the keys as flag names (owned) */
+	json_t *with;                   /* the values given, as `with` */
+};
+
+static void with_flags_init(struct with_flags *f, const char *cmd, const char *kind,
+                            const struct option *own)
 {
-	char *end;
-	double v = strtod(s, &end);
-	if (!*s || *end || !isfinite(v) || v < 0)
-		return tf_cli_usage_error(cmd, "%s wants a non-negative number, not '%s'", flag, s);
-	*out = v;
-	return 0;
+	static const struct option common[] = {TF_CLI_COMMON_OPTIONS};
+	const struct tf_step_schema *sc = tf_step_schema_find(kind);
+	size_t nown = 0, nc = TF_ARRAY_LEN(common);
+	while (own[nown].name)
+		nown++;
+	f->cmd = cmd;
+	f->keys = sc->with;
+	for (f->n = 0; f->keys[f->n].key; f->n++)
+		;
+	f->names = tf_xcalloc(f->n, sizeof(*f->names));
+	f->opts = tf_xcalloc(nc + f->n + nown + 1, sizeof(*f->opts));
+	memcpy(f->opts, common, sizeof(common));
+	for (size_t i = 0; i < f->n; i++) {
+		f->names[i] = tf_xstrdup(f->keys[i].key);
+		for (char *c = f->names[i]; *c; c++)
+			if (*c == '_')
+				*c = '-';
+		f->opts[nc + i] = (struct option){
+		    f->names[i], f->keys[i].check == TF_WCHECK_BOOL ? no_argument : required_argument,
+		    NULL, WITH_OPT + (int)i};
+	}
+	memcpy(f->opts + nc + f->n, own, nown * sizeof(*own));
+	f->with = json_object();
+}
+
+/* 1 when option c was a `with` flag (its value taken), 0 when it is not one, or the usage
+ * error's exit code (negated) for a bad value. */
+static int with_flags_take(struct with_flags *f, int c, const char *arg)
+{
+	if (c < WITH_OPT || c >= WITH_OPT + (int)f->n)
+		return 0;
+	size_t i = (size_t)(c - WITH_OPT);
+	char what[80], err[512];
+	snprintf(what, sizeof(what), "--%s", f->names[i]);
+	json_t *v = tf_with_key_value(&f->keys[i], arg, what, err, sizeof(err));
+	if (!v)
+		return -tf_cli_usage_error(f->cmd, "%s", err);
+	json_object_set_new(f->with, f->keys[i].key, v);
+	return 1;
+}
+
+/* The flags of the `with` keys, for the usage text. */
+static void with_flags_usage(const struct with_flags *f, FILE *out)
+{
+	for (size_t i = 0; i < f->n; i++) {
+		struct tf_buf b = {0};
+		tf_with_key_describe(&f->keys[i], &b, "");
+		static const char *const metavar[TF_WCHECK_LAST] = {
+		    [TF_WCHECK_STRING] = " S",  [TF_WCHECK_INT] = " N",      [TF_WCHECK_NUMBER] = " F",
+		    [TF_WCHECK_ENUM] = " WORD", [TF_WCHECK_INT_LIST] = " LIST"};
+		const char *mv = metavar[f->keys[i].check] ? metavar[f->keys[i].check] : "";
+		fprintf(out, "  --%s%s  %s\n", f->names[i], mv, f->keys[i].help);
+		if (f->keys[i].check != TF_WCHECK_STRING || f->keys[i].rules)
+			fprintf(out, "      (%s)\n", tf_buf_str(&b));
+		tf_buf_release(&b);
+	}
+}
+
+static void with_flags_release(struct with_flags *f)
+{
+	for (size_t i = 0; i < f->n; i++)
+		free(f->names[i]);
+	free(f->names);
+	free(f->opts);
+	json_decref(f->with);
 }
 
 /* ---- data prep ---- */
 
-static const char data_usage[] =
-    "usage: tpuflow data prep [options]\n"
-    "Converts a raw dataset into sharded TFRecord files of tf.train.Example records plus a\n"
-    "manifest (counts, schema, preprocessing, per-shard CRC-32C), written last.\n"
-    "  --source S         fashion-mnist (default) or csv\n"
-    "  --path P           fashion-mnist directory (default " TF_FASHION_MNIST_DIR ")\n"
-    "                     or the CSV file (header line, numeric columns)\n"
-    "  --csv-label COL    CSV label column (default label); labels are integers 0..K-1\n"
-    "  --test-fraction F  CSV: fraction held out as the test split (default 0.2)\n"
-    "  --shards N         train shards (default 8); test gets max(1, N/4)\n"
-    "  --seed N           CSV split seed (default 0)\n"
-    "  --limit-train N    keep the first N train examples (default all)\n"
-    "  --limit-test N     keep the first N test examples (default all)\n"
-    "  --out PREFIX       object key prefix (default " DEFAULT_DATASET_PREFIX ")\n"
-    "  --store URL        object store (default: the state home's store)\n"
-    "  --home DIR, --json, --help\n";
+static void data_usage(const struct with_flags *f, FILE *out)
+{
+	fputs("usage: tpuflow data prep [options]\n"
+	      "Converts a raw dataset into sharded TFRecord files of tf.train.Example records plus "
+	      "a\nmanifest (counts, schema, preprocessing, per-shard CRC-32C), written last.\n"
+	      "The keys of a pipeline's data_prep step (docs/pipeline.md), as flags:\n",
+	      out);
+	with_flags_usage(f, out);
+	fputs("and:\n"
+	      "  --out PREFIX       object key prefix (default " DEFAULT_DATASET_PREFIX ")\n"
+	      "  --store URL        object store (default: the state home's store)\n"
+	      "  --home DIR, --json, --help\n",
+	      out);
+}
+
+static int data_prep(struct tf_cli *cli, const struct tf_prep_opts *popt, const char *out,
+                     const char *store_url);
 
 int cmd_data(int argc, char **argv, struct tf_cli *cli)
 {
-	enum {
-		O_SOURCE = 1,
-		O_PATH,
-		O_LABEL,
-		O_TFRAC,
-		O_SHARDS,
-		O_SEED,
-		O_LTR,
-		O_LTE,
-		O_OUT,
-		O_STORE
-	};
-	static const struct option opts[] = {
-	    TF_CLI_COMMON_OPTIONS,
-	    {"source", required_argument, NULL, O_SOURCE},
-	    {"path", required_argument, NULL, O_PATH},
-	    {"csv-label", required_argument, NULL, O_LABEL},
-	    {"test-fraction", required_argument, NULL, O_TFRAC},
-	    {"shards", required_argument, NULL, O_SHARDS},
-	    {"seed", required_argument, NULL, O_SEED},
-	    {"limit-train", required_argument, NULL, O_LTR},
-	    {"limit-test", required_argument, NULL, O_LTE},
+	enum { O_OUT = 1, O_STORE };
+	static const struct option own[] = {
 	    {"out", required_argument, NULL, O_OUT},
 	    {"store", required_argument, NULL, O_STORE},
 	    {0},
 	};
+	struct with_flags f;
+	with_flags_init(&f, "data prep", "data_prep", own);
 	struct tf_prep_opts po = {0};
 	const char *out = DEFAULT_DATASET_PREFIX, *store_url = NULL;
-	uint64_t v;
-	int c, rc;
+	char err[1024];
+	int c, rc = 0;
 	optind = 1;
 	if (argc < 2 || strcmp(argv[1], "prep")) {
 		if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-			fputs(data_usage, stdout);
-			return TF_EXIT_OK;
+			data_usage(&f, stdout);
+			rc = TF_EXIT_OK;
+		} else {
+			rc = tf_cli_usage_error("data", "the subcommand is 'prep'");
 		}
-		return tf_cli_usage_error("data", "the subcommand is 'prep'");
+		goto done;
 	}
 	argc--;
 	argv++;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			fputs(data_usage, stdout);
-			return TF_EXIT_OK;
-		case O_SOURCE:
-			po.source = optarg;
-			break;
-		case O_PATH:
-			po.path = optarg;
-			break;
-		case O_LABEL:
-			po.csv_label = optarg;
-			break;
-		case O_TFRAC:
-			if ((rc = parse_f("data prep", "--test-fraction", optarg,
-			                  &po.test_fraction)))
-				return rc;
-			break;
-		case O_SHARDS:
-			if ((rc = parse_u64("data prep", "--shards", optarg, &v)))
-				return rc;
-			po.shards = (int)v;
-			break;
-		case O_SEED:
-			if ((rc = parse_u64("data prep", "--seed", optarg, &po.seed)))
-				return rc;
-			break;
-		case O_LTR:
-		case O_LTE:
-			if ((rc = parse_u64("data prep", "--limit-*", optarg, &v)))
-				return rc;
-			*(c == O_LTR ? &po.limit_train : &po.limit_test) = (size_t)v;
-			break;
-		case O_OUT:
+	while ((c = getopt_long(argc, argv, "h", f.opts, NULL)) != -1) {
+		if ((rc = with_flags_take(&f, c, optarg)) < 0) {
+			rc = -rc;
+			goto done;
+		}
+		if (rc)
+			continue;
+		if (c == 'h') {
+			data_usage(&f, stdout);
+			goto done;
+		} else if (c == O_OUT) {
 			out = optarg;
-			break;
-		case O_STORE:
+		} else if (c == O_STORE) {
 			store_url = optarg;
-			break;
-		default:
-			if (!tf_cli_common_option(cli, c, optarg))
-				return tf_cli_usage_error("data prep", "unknown option");
+		} else if (!tf_cli_common_option(cli, c, optarg)) {
+			rc = tf_cli_usage_error("data prep", "unknown option");
+			goto done;
 		}
 	}
-	if (optind < argc)
-		return tf_cli_usage_error("data prep", "unexpected argument '%s'", argv[optind]);
+	rc = 0;
+	if (optind < argc) {
+		rc = tf_cli_usage_error("data prep", "unexpected argument '%s'", argv[optind]);
+		goto done;
+	}
+	if (tf_ml_prep_opts_from_with(f.with, &po, err, sizeof(err))) {
+		rc = tf_cli_usage_error("data prep", "%s", err);
+		goto done;
+	}
+	rc = data_prep(cli, &po, out, store_url);
+done:
+	with_flags_release(&f);
+	return rc;
+}
+
+/* Runs data prep into --out of --store and prints what it wrote. */
+static int data_prep(struct tf_cli *cli, const struct tf_prep_opts *popt, const char *out,
+                     const char *store_url)
+{
+	struct tf_prep_opts po = *popt;
+	int rc;
 	struct tf_objstore *s;
 	if ((rc = open_store("data prep", store_url, cli, &s)))
 		return rc;
@@ -218,8 +277,7 @@ int cmd_data(int argc, char **argv, struct tf_cli *cli)
 		    json_pack("{s:s, s:s, s:I, s:I, s:f, s:O}", "store", tf_objstore_url(s),
 		              "dataset", key, "train_examples", ntr, "test_examples", nte,
 		              "seconds", tf_now_monotonic() - t0, "manifest", manifest);
-		json_dumpf(doc, stdout, JSON_COMPACT);
-		putchar('\n');
+		tf_cli_print_json(stdout, doc);
 		json_decref(doc);
 	} else {
 		printf("dataset %s (%lld train, %lld test examples) in %s, %.2f s\n", key,
@@ -310,131 +368,80 @@ static void on_progress(void *data, const char *line)
 
 /* ---- train ---- */
 
-static const char train_usage[] =
-    "usage: tpuflow train [options]\n"
-    "Trains an MLP on an emulated TPU slice from a prepared dataset; checkpoints go under\n"
-    "--ckpt (a rerun resumes from the newest one), the model bundle to --export.\n"
-    "  --dataset KEY        manifest key (default " DEFAULT_DATASET ")\n"
-    "  --store URL          object store (default: the state home's store)\n"
-    "  --accelerator S      slice, e.g. v4-8 (default), v4-32, v5p-8, v5litepod-16\n"
-    "  --threads N          host threads running the replicas (default: all cores)\n"
-    "  --hidden LIST        hidden layer widths (default 256,128)\n"
-    "  --binary             sigmoid binary cross-entropy (two-class data)\n"
-    "  --epochs N           epochs (default 10)        --batch N  global batch (default 256)\n"
-    "  --max-steps N        stop after N steps in total\n"
-    "  --optimizer O        sgd (default), adam (AdamW with --weight-decay), lars\n"
-    "  --lr F               base learning rate (default 0.1; adam 0.001)\n"
-    "  --momentum F         sgd/lars momentum (default 0.9)\n"
-    "  --weight-decay F     L2 (sgd), decoupled (adam), in the trust ratio (lars)\n"
-    "  --lars-eta F         LARS trust coefficient (default 0.001)\n"
-    "  --warmup-epochs F    linear warmup (default 0)\n"
-    "  --schedule S         cosine, step or constant (default cosine)\n"
-    "  --decay-epochs F     step schedule period (default a third of the run); x0.1 each\n"
-    "  --clip-norm F        clip the gradient's global L2 norm\n"
-    "  --linear-scaling     lr x batch / 256 (Goyal et al.)\n"
-    "  --seed N             initialisation and data order (default 0)\n"
-    "  --prefetch N         input batches prepared ahead (default 4; 0 turns it off)\n"
-    "  --cache              keep decoded examples in memory after the first epoch\n"
-    "  --ckpt PREFIX        checkpoint key prefix (default runs/local/train/ckpt/)\n"
-    "  --no-ckpt            no checkpoints\n"
-    "  --checkpoint-every N steps between checkpoints (default: only at the end)\n"
-    "  --keep N             checkpoints kept (default 3)\n"
-    "  --export DIR         write the model bundle to the local directory DIR\n"
-    "  --export-key PREFIX  or under this key prefix of the store\n"
-    "  --patience N         early stopping after N epochs without improvement\n"
-    "  --monitor M          accuracy (default), loss or auc, on the test split\n"
-    "  --log-every N        steps between progress lines (default 50)\n"
-    "  --halt-after N       stop after step N as if killed (resume drills)\n"
-    "  --home DIR, --json (JSON lines on stderr, the summary on stdout), --help\n";
+static void train_usage(const struct with_flags *f, FILE *out)
+{
+	fputs("usage: tpuflow train [options]\n"
+	      "Trains an MLP on an emulated TPU slice from a prepared dataset; checkpoints go "
+	      "under\n--ckpt (a rerun resumes from the newest one), the model bundle to --export.\n"
+	      "The keys of a pipeline's train step (docs/pipeline.md), as flags (--dataset "
+	      "defaults to\n" DEFAULT_DATASET " here):\n",
+	      out);
+	with_flags_usage(f, out);
+	fputs("and:\n"
+	      "  --store URL          object store (default: the state home's store)\n"
+	      "  --accelerator S      slice, e.g. v4-8 (default), v4-32, v5p-8, v5litepod-16\n"
+	      "  --threads N          host threads running the replicas (default: all cores)\n"
+	      "  --ckpt PREFIX        checkpoint key prefix (default runs/local/train/ckpt/)\n"
+	      "  --no-ckpt            no checkpoints\n"
+	      "  --keep N             checkpoints kept (default 3)\n"
+	      "  --export DIR         write the model bundle to the local directory DIR\n"
+	      "  --export-key PREFIX  or under this key prefix of the store\n"
+	      "  --log-every N        steps between progress lines (default 50)\n"
+	      "  --halt-after N       stop after step N as if killed (resume drills)\n"
+	      "  --home DIR, --json (JSON lines on stderr, the summary on stdout), --help\n",
+	      out);
+}
+
+static int train(struct tf_cli *cli, struct tf_train_opts *o, const char *store_url,
+                 const char *export_dir);
 
 int cmd_train(int argc, char **argv, struct tf_cli *cli)
 {
 	enum {
-		O_DATASET = 1,
-		O_STORE,
+		O_STORE = 1,
 		O_ACCEL,
 		O_THREADS,
-		O_HIDDEN,
-		O_BINARY,
-		O_EPOCHS,
-		O_BATCH,
-		O_MAXSTEPS,
-		O_OPT,
-		O_LR,
-		O_MOM,
-		O_WD,
-		O_ETA,
-		O_WARM,
-		O_SCHED,
-		O_DECAY,
-		O_CLIP,
-		O_LSCALE,
-		O_SEED,
-		O_PREFETCH,
-		O_CACHE,
 		O_CKPT,
 		O_NOCKPT,
-		O_CKEVERY,
 		O_KEEP,
 		O_EXPORT,
 		O_EXPORTKEY,
-		O_PATIENCE,
-		O_MONITOR,
 		O_LOGEVERY,
 		O_HALT
 	};
-	static const struct option opts[] = {
-	    TF_CLI_COMMON_OPTIONS,
-	    {"dataset", required_argument, NULL, O_DATASET},
+	static const struct option own[] = {
 	    {"store", required_argument, NULL, O_STORE},
 	    {"accelerator", required_argument, NULL, O_ACCEL},
 	    {"threads", required_argument, NULL, O_THREADS},
-	    {"hidden", required_argument, NULL, O_HIDDEN},
-	    {"binary", no_argument, NULL, O_BINARY},
-	    {"epochs", required_argument, NULL, O_EPOCHS},
-	    {"batch", required_argument, NULL, O_BATCH},
-	    {"max-steps", required_argument, NULL, O_MAXSTEPS},
-	    {"optimizer", required_argument, NULL, O_OPT},
-	    {"lr", required_argument, NULL, O_LR},
-	    {"momentum", required_argument, NULL, O_MOM},
-	    {"weight-decay", required_argument, NULL, O_WD},
-	    {"lars-eta", required_argument, NULL, O_ETA},
-	    {"warmup-epochs", required_argument, NULL, O_WARM},
-	    {"schedule", required_argument, NULL, O_SCHED},
-	    {"decay-epochs", required_argument, NULL, O_DECAY},
-	    {"clip-norm", required_argument, NULL, O_CLIP},
-	    {"linear-scaling", no_argument, NULL, O_LSCALE},
-	    {"seed", required_argument, NULL, O_SEED},
-	    {"prefetch", required_argument, NULL, O_PREFETCH},
-	    {"cache", no_argument, NULL, O_CACHE},
 	    {"ckpt", required_argument, NULL, O_CKPT},
 	    {"no-ckpt", no_argument, NULL, O_NOCKPT},
-	    {"checkpoint-every", required_argument, NULL, O_CKEVERY},
 	    {"keep", required_argument, NULL, O_KEEP},
 	    {"export", required_argument, NULL, O_EXPORT},
 	    {"export-key", required_argument, NULL, O_EXPORTKEY},
-	    {"patience", required_argument, NULL, O_PATIENCE},
-	    {"monitor", required_argument, NULL, O_MONITOR},
 	    {"log-every", required_argument, NULL, O_LOGEVERY},
 	    {"halt-after", required_argument, NULL, O_HALT},
 	    {0},
 	};
-	struct tf_train_opts o = {
-	    .dataset = DEFAULT_DATASET, .ckpt_prefix = "runs/local/train/ckpt/", .prefetch = 4};
+	struct with_flags f;
+	with_flags_init(&f, "train", "train", own);
+	struct tf_train_opts o = {.ckpt_prefix = "runs/local/train/ckpt/", .prefetch = 4};
 	o.optim.schedule = TF_LR_COSINE;
 	const char *store_url = NULL, *export_dir = NULL;
+	char err[1024];
 	uint64_t v;
-	int c, rc;
+	int c, rc = 0;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		rc = 0;
+	while ((c = getopt_long(argc, argv, "h", f.opts, NULL)) != -1) {
+		if ((rc = with_flags_take(&f, c, optarg)) < 0) {
+			rc = -rc;
+			goto done;
+		}
+		if (rc)
+			continue;
 		switch (c) {
 		case 'h':
-			fputs(train_usage, stdout);
-			return TF_EXIT_OK;
-		case O_DATASET:
-			o.dataset = optarg;
-			break;
+			train_usage(&f, stdout);
+			goto done;
 		case O_STORE:
 			store_url = optarg;
 			break;
@@ -445,93 +452,11 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 			rc = parse_u64("train", "--threads", optarg, &v);
 			o.host_threads = (int)v;
 			break;
-		case O_HIDDEN: {
-			char *dup = tf_xstrdup(optarg), *save = NULL;
-			o.nhidden = 0;
-			for (char *t = strtok_r(dup, ",", &save); t;
-			     t = strtok_r(NULL, ",", &save)) {
-				if (o.nhidden == TF_MLP_MAX_LAYERS - 1 ||
-				    parse_u64("train", "--hidden", t, &v) || v == 0) {
-					free(dup);
-					return tf_cli_usage_error("train",
-					                          "--hidden wants up to %d "
-					                          "positive widths like 256,128",
-					                          TF_MLP_MAX_LAYERS - 1);
-				}
-				o.hidden[o.nhidden++] = (size_t)v;
-			}
-			free(dup);
-			break;
-		}
-		case O_BINARY:
-			o.binary = 1;
-			break;
-		case O_EPOCHS:
-			rc = parse_u64("train", "--epochs", optarg, &o.epochs);
-			break;
-		case O_BATCH:
-			rc = parse_u64("train", "--batch", optarg, &v);
-			o.batch = (size_t)v;
-			break;
-		case O_MAXSTEPS:
-			rc = parse_u64("train", "--max-steps", optarg, &o.max_steps);
-			break;
-		case O_OPT:
-			if (tf_optim_kind_parse(optarg, &o.optim.kind))
-				return tf_cli_usage_error("train",
-				                          "unknown optimizer '%s'; use sgd, "
-				                          "adam or lars",
-				                          optarg);
-			break;
-		case O_LR:
-			rc = parse_f("train", "--lr", optarg, &o.optim.lr);
-			break;
-		case O_MOM:
-			rc = parse_f("train", "--momentum", optarg, &o.optim.momentum);
-			break;
-		case O_WD:
-			rc = parse_f("train", "--weight-decay", optarg, &o.optim.weight_decay);
-			break;
-		case O_ETA:
-			rc = parse_f("train", "--lars-eta", optarg, &o.optim.lars_eta);
-			break;
-		case O_WARM:
-			rc = parse_f("train", "--warmup-epochs", optarg, &o.warmup_epochs);
-			break;
-		case O_SCHED:
-			if (tf_lr_schedule_parse(optarg, &o.optim.schedule))
-				return tf_cli_usage_error("train",
-				                          "unknown schedule '%s'; use "
-				                          "cosine, step or constant",
-				                          optarg);
-			break;
-		case O_DECAY:
-			rc = parse_f("train", "--decay-epochs", optarg, &o.decay_epochs);
-			break;
-		case O_CLIP:
-			rc = parse_f("train", "--clip-norm", optarg, &o.optim.clip_norm);
-			break;
-		case O_LSCALE:
-			o.optim.linear_scaling = 1;
-			break;
-		case O_SEED:
-			rc = parse_u64("train", "--seed", optarg, &o.seed);
-			break;
-		case O_PREFETCH:
-			rc = parse_u64("train", "--prefetch", optarg, &v);
-			o.prefetch = (int)v;
-			break;
-		case O_CACHE:
-			o.cache = 1;
-			break;
 		case O_CKPT:
 			o.ckpt_prefix = optarg;
 			break;
 		case O_NOCKPT:
 			o.ckpt_prefix = NULL;
-			break;
-		case O_CKEVERY:
-			rc = parse_u64("train", "--checkpoint-every", optarg, &o.checkpoint_every);
 			break;
 		case O_KEEP:
 			rc = parse_u64("train", "--keep", optarg, &v);
@@ -543,17 +468,6 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 		case O_EXPORTKEY:
 			o.export_prefix = optarg;
 			break;
-		case O_PATIENCE:
-			rc = parse_u64("train", "--patience", optarg, &v);
-			o.patience = (int)v;
-			break;
-		case O_MONITOR:
-			if (strcmp(optarg, "accuracy") && strcmp(optarg, "loss") &&
-			    strcmp(optarg, "auc"))
-				return tf_cli_usage_error("train", "--monitor is accuracy, loss or "
-				                                   "auc");
-			o.monitor = optarg;
-			break;
 		case O_LOGEVERY:
 			rc = parse_u64("train", "--log-every", optarg, &o.log_every);
 			break;
@@ -562,13 +476,33 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 			break;
 		default:
 			if (!tf_cli_common_option(cli, c, optarg))
-				return tf_cli_usage_error("train", "unknown option");
+				rc = tf_cli_usage_error("train", "unknown option");
 		}
 		if (rc)
-			return rc;
+			goto done;
 	}
-	if (optind < argc)
-		return tf_cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+	if (optind < argc) {
+		rc = tf_cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+		goto done;
+	}
+	if (!json_object_get(f.with, "dataset"))
+		json_object_set_new(f.with, "dataset", json_string(DEFAULT_DATASET));
+	if (tf_ml_train_opts_from_with(f.with, &o, err, sizeof(err))) {
+		rc = tf_cli_usage_error("train", "%s", err);
+		goto done;
+	}
+	rc = train(cli, &o, store_url, export_dir);
+done:
+	with_flags_release(&f);
+	return rc;
+}
+
+/* Trains by o in --store (the bundle to --export when given) and prints the result. */
+static int train(struct tf_cli *cli, struct tf_train_opts *popt, const char *store_url,
+                 const char *export_dir)
+{
+	struct tf_train_opts o = *popt;
+	int rc;
 	struct tf_objstore *s = NULL, *es = NULL;
 	char err[1024];
 	if ((rc = open_store("train", store_url, cli, &s)))
@@ -605,8 +539,7 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 		    r.utilization, "input_wait", r.input_wait, "early_stopped", r.early_stopped,
 		    "halted", r.halted, "checkpoint", r.checkpoint, "bundle",
 		    export_dir ? export_dir : r.bundle);
-		json_dumpf(doc, stdout, JSON_COMPACT);
-		putchar('\n');
+		tf_cli_print_json(stdout, doc);
 		json_decref(doc);
 	} else if (rc == -EINTR) {
 		printf("halted after step %llu; checkpoint %s\n", (unsigned long long)r.steps,
@@ -803,8 +736,7 @@ int cmd_predict(int argc, char **argv, struct tf_cli *cli)
 		}
 		json_t *doc = json_pack("{s:I, s:f, s:o}", "rows", (json_int_t)n, "seconds", secs,
 		                        "predictions", preds);
-		json_dumpf(doc, stdout, JSON_COMPACT);
-		putchar('\n');
+		tf_cli_print_json(stdout, doc);
 		json_decref(doc);
 	} else {
 		size_t show = n < 10 ? n : 10;

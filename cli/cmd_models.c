@@ -274,8 +274,7 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 {
 	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS, {0, 0, 0, 0}};
 	int c, ret = TF_EXIT_OK, rc;
-	char *home = NULL, err[512];
-	struct tf_store *st = NULL;
+	struct tf_store *st = cli->db;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -295,15 +294,6 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 	    (!strcmp(a[0], "compare") && n != 4) || (!strcmp(a[0], "list") && n != 1) ||
 	    ((!strcmp(a[0], "promote") || !strcmp(a[0], "rollback")) && n != 2))
 		return tf_cli_usage_error("models", "wrong arguments for '%s'", a[0]);
-	home = tf_cli_home(cli, 1);
-	if (!home)
-		return TF_EXIT_CONFIG;
-	rc = tf_store_open_home(home, &st, err, sizeof(err));
-	if (rc) {
-		fprintf(stderr, "tpuflow models: %s\n", err);
-		ret = rc == -EPROTO ? TF_EXIT_CONFIG : TF_EXIT_SOFTWARE;
-		goto out;
-	}
 	if (!strcmp(a[0], "list")) {
 		json_t *arr = NULL;
 		if (tf_registry_list(st, &arr)) {
@@ -365,7 +355,5 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 		ret = tf_cli_usage_error("models", "unknown subcommand '%s'", a[0]);
 	}
 out:
-	tf_store_close(st);
-	free(home);
 	return ret;
 }

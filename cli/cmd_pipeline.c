@@ -1,6 +1,8 @@
 /* cmd_pipeline.c — `tpuflow validate` and `tpuflow plan`: load pipeline files, print every
- * problem compiler-style, or show the DAG as levels, JSON or Graphviz DOT. */
+ * problem compiler-style, or show the DAG as levels, JSON or Graphviz DOT; `tpuflow kinds`:
+ * the step-kind table as text, JSON or the Markdown of docs/pipeline.md's step reference. */
 #include "cli/cli.h"
+#include "common/buf.h"
 #include "common/common.h"
 #include "orchestrator/engine.h"
 #include "orchestrator/pipeline.h"
@@ -89,8 +91,7 @@ int cmd_validate(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (cli->json) {
 		json_t *doc = json_pack("{s:b, s:o}", "ok", all_ok, "files", files);
-		json_dumpf(doc, stdout, JSON_INDENT(2));
-		fputc('\n', stdout);
+		tf_cli_print_json(stdout, doc);
 		json_decref(doc);
 	} else {
 		json_decref(files);
@@ -215,8 +216,7 @@ int cmd_plan(int argc, char **argv, struct tf_cli *cli)
 		return TF_EXIT_DATAERR;
 	if (cli->json) {
 		json_t *doc = tf_pipeline_plan_json(p);
-		json_dumpf(doc, stdout, JSON_INDENT(2));
-		fputc('\n', stdout);
+		rc = tf_cli_print_json(stdout, doc);
 		json_decref(doc);
 	} else if (dot) {
 		tf_pipeline_plan_dot(p, stdout);
@@ -224,5 +224,133 @@ int cmd_plan(int argc, char **argv, struct tf_cli *cli)
 		print_plan(p);
 	}
 	tf_pipeline_free(p);
-	return TF_EXIT_OK;
+	return rc;
+}
+
+/* ---- kinds ---- */
+
+static void kinds_usage(FILE *f)
+{
+	fprintf(f, "usage: tpuflow kinds [--json | --markdown] [KIND...]\n\n"
+	           "The step kinds a pipeline may use, from the table the loader, the engine and\n"
+	           "`step exec` read: each kind's `with` keys (type, allowed values, bounds),\n"
+	           "outputs and metrics. --markdown prints the step reference of\n"
+	           "docs/pipeline.md (the test suite checks that the doc matches).\n");
+}
+
+static void names_md(struct tf_buf *b, const char *const *names, const char *none)
+{
+	if (names[0])
+		tf_buf_names(b, names, "and", "`");
+	else
+		tf_buf_printf(b, "%s", none);
+}
+
+/* One kind as the Markdown of docs/pipeline.md. */
+static void kind_markdown(const struct tf_step_schema *sc, struct tf_buf *b)
+{
+	tf_buf_printf(b, "### `%s`\n\n", sc->name);
+	tf_buf_printf(b, "Outputs: ");
+	names_md(b, sc->outputs, sc->dynamic ? "as listed in `with.outputs`" : "none");
+	tf_buf_printf(b, ". Metrics: ");
+	names_md(b, sc->metrics, sc->dynamic ? "as listed in `with.metrics`" : "none");
+	tf_buf_printf(b, ".%s%s\n\n",
+	              sc->cacheable ? " Results may come from the step cache." : "",
+	              sc->needs_slice ? " Each attempt first holds a TPU slice." : "");
+	tf_buf_printf(b, "| `with` key | value | what |\n|---|---|---|\n");
+	for (const struct tf_with_key *k = sc->with; k->key; k++) {
+		tf_buf_printf(b, "| `%s` | ", k->key);
+		tf_with_key_describe(k, b, "`");
+		tf_buf_printf(b, " | %s |\n", k->help);
+	}
+	tf_buf_printf(b, "\n");
+}
+
+static json_t *kind_json(const struct tf_step_schema *sc)
+{
+	json_t *with = json_array(), *outs = json_array(), *mets = json_array();
+	for (const struct tf_with_key *k = sc->with; k->key; k++) {
+		struct tf_buf b = {0};
+		tf_with_key_describe(k, &b, "");
+		json_array_append_new(with, json_pack("{s:s, s:s, s:s}", "key", k->key, "value",
+		                                      tf_buf_str(&b), "help", k->help));
+		tf_buf_release(&b);
+	}
+	for (size_t i = 0; sc->outputs[i]; i++)
+		json_array_append_new(outs, json_string(sc->outputs[i]));
+	for (size_t i = 0; sc->metrics[i]; i++)
+		json_array_append_new(mets, json_string(sc->metrics[i]));
+	return json_pack("{s:s, s:o, s:o, s:o, s:b, s:b, s:b}", "name", sc->name, "with", with,
+	                 "outputs", outs, "metrics", mets, "dynamic", sc->dynamic, "cacheable",
+	                 sc->cacheable, "needs_slice", sc->needs_slice);
+}
+
+static void kind_text(const struct tf_step_schema *sc)
+{
+	printf("%s%s%s\n", sc->name, sc->cacheable ? " (cacheable)" : "",
+	       sc->needs_slice ? " (holds a TPU slice)" : "");
+	for (const struct tf_with_key *k = sc->with; k->key; k++) {
+		struct tf_buf v = {0};
+		tf_with_key_describe(k, &v, "");
+		printf("  %-22s %s\n  %-22s   %s\n", k->key, k->help, "", tf_buf_str(&v));
+		tf_buf_release(&v);
+	}
+	struct tf_buf b = {0};
+	tf_buf_printf(&b, "  outputs: ");
+	names_md(&b, sc->outputs, sc->dynamic ? "as listed in with.outputs" : "none");
+	tf_buf_printf(&b, "; metrics: ");
+	names_md(&b, sc->metrics, sc->dynamic ? "as listed in with.metrics" : "none");
+	printf("%s\n\n", tf_buf_str(&b));
+	tf_buf_release(&b);
+}
+
+int cmd_kinds(int argc, char **argv, struct tf_cli *cli)
+{
+	enum { OPT_MD = 0x2000 };
+	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
+	                                     {"markdown", no_argument, NULL, OPT_MD},
+	                                     {NULL, 0, NULL, 0}};
+	int c, md = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (tf_cli_common_option(cli, c, optarg))
+			continue;
+		if (c == 'h') {
+			kinds_usage(stdout);
+			return TF_EXIT_OK;
+		}
+		if (c != OPT_MD)
+			return tf_cli_usage_error(argv[0], "unknown option");
+		md = 1;
+	}
+	if (md && cli->json)
+		return tf_cli_usage_error(argv[0], "choose one of --json and --markdown");
+	const char *const *all = tf_step_kind_names();
+	for (int i = optind; i < argc; i++)
+		if (!tf_step_schema_find(argv[i]))
+			return tf_cli_usage_error(argv[0], "no step kind '%s'", argv[i]);
+	json_t *doc = json_array();
+	struct tf_buf b = {0};
+	for (size_t i = 0; all[i]; i++) {
+		int wanted = optind == argc;
+		for (int j = optind; j < argc; j++)
+			wanted |= !strcmp(argv[j], all[i]);
+		const struct tf_step_schema *sc = tf_step_schema_find(all[i]);
+		if (!wanted)
+			continue;
+		if (cli->json)
+			json_array_append_new(doc, kind_json(sc));
+		else if (md)
+			kind_markdown(sc, &b);
+		else
+			kind_text(sc);
+	}
+	int rc = TF_EXIT_OK;
+	if (cli->json)
+		rc = tf_cli_print_json(stdout, doc);
+	else if (md)
+		fputs(tf_buf_str(&b), stdout);
+	json_decref(doc);
+	tf_buf_release(&b);
+	return rc;
 }

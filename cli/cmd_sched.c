@@ -204,17 +204,10 @@ static int slices_chip(int argc, char **argv, struct tf_cli *cli)
 	    xyz[0] < 0 || xyz[1] < 0 || xyz[2] < 0 || !pool[0])
 		return tf_cli_usage_error(
 		    "slices", "bad chip '%s': use [POOL:]X,Y,Z, e.g. v4:0,1,0", argv[optind]);
-	char *home = tf_cli_home(cli, 1), err[512];
-	struct tf_store *st = NULL;
-	int rc = -ENOENT;
-	snprintf(err, sizeof(err), "no state home");
-	if (home)
-		rc = tf_store_open_home(home, &st, err, sizeof(err));
-	free(home);
-	if (rc) {
-		fprintf(stderr, "tpuflow slices: %s\n", err);
-		return rc == -EPROTO ? TF_EXIT_CONFIG : TF_EXIT_UNAVAILABLE;
-	}
+	int rc = 0;
+	struct tf_store *st = tf_cli_open_store(cli, "slices", &rc);
+	if (!st)
+		return rc;
 	int fail = !strcmp(sub, "fail");
 	rc = fail ? tf_broker_chip_fail(st, pool, xyz, tf_now_wall(), reason)
 	          : tf_broker_chip_repair(st, pool, xyz);
@@ -266,11 +259,10 @@ int cmd_slices(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (optind < argc)
 		return tf_cli_usage_error(argv[0], "unexpected argument '%s'", argv[optind]);
-	char *home = tf_cli_home(cli, 0), err[512];
+	char err[512];
 	struct tf_slices_view view = {0};
 	double now = tf_now_wall();
-	int lrc = tf_slices_view_load(home, pools, npools, now, &view, err, sizeof(err));
-	free(home);
+	int lrc = tf_slices_view_load(cli->home, pools, npools, now, &view, err, sizeof(err));
 	if (lrc < 0) {
 		fprintf(stderr, "tpuflow slices: %s\n", err);
 		return lrc == -EINVAL   ? TF_EXIT_USAGE

@@ -69,9 +69,7 @@ int cmd_pipelines(int argc, char **argv, struct tf_cli *cli)
 		return tf_cli_usage_error("pipelines", "%s %s", sub,
 		                          strcmp(sub, "list") ? "wants one argument"
 		                                              : "takes none");
-	struct tf_store *st = tf_cli_open_store(cli, "pipelines", &ret);
-	if (!st)
-		return ret;
+	struct tf_store *st = cli->db;
 	const char *arg = argv[i + 1];
 	if (!strcmp(sub, "add")) {
 		struct tf_diag_list d = {0};
@@ -131,7 +129,6 @@ int cmd_pipelines(int argc, char **argv, struct tf_cli *cli)
 		}
 		json_decref(list);
 	}
-	tf_store_close(st);
 	return ret;
 }
 
@@ -157,9 +154,7 @@ int cmd_schedules(int argc, char **argv, struct tf_cli *cli)
 	const char *sub = i < argc ? argv[i] : "list";
 	if ((strcmp(sub, "list") && strcmp(sub, "fire")) || argc - i > 1)
 		return tf_cli_usage_error("schedules", "use 'schedules list' or 'schedules fire'");
-	struct tf_store *st = tf_cli_open_store(cli, "schedules", &ret);
-	if (!st)
-		return ret;
+	struct tf_store *st = cli->db;
 	json_t *doc = NULL;
 	int rc = !strcmp(sub, "list") ? tf_pipelines_list(st, tf_now_wall(), 3, &doc)
 	                              : tf_schedules_fire_due(st, tf_now_wall(), NULL, &doc);
@@ -208,6 +203,5 @@ int cmd_schedules(int argc, char **argv, struct tf_cli *cli)
 			printf("no tick is due\n");
 	}
 	json_decref(doc);
-	tf_store_close(st);
 	return ret;
 }

@@ -91,10 +91,7 @@ int cmd_serve(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (!o.serve_model)
 		return tf_cli_usage_error("serve", "--model NAME is required");
-	char *home = tf_cli_home(cli, 1);
-	if (!home)
-		return TF_EXIT_CONFIG;
-	o.home = home;
+	o.home = cli->home;
 	/* the signals are waited for below; block them before the server's threads start */
 	sigset_t sigs;
 	sigemptyset(&sigs);
@@ -103,11 +100,9 @@ int cmd_serve(int argc, char **argv, struct tf_cli *cli)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	char err[1024];
 	struct tf_web *w = NULL;
-	struct tf_store *st = NULL;
 	rc = tf_web_start(&o, &w, err, sizeof(err));
-	if (!rc && !(rc = tf_store_open_home(home, &st, err, sizeof(err)))) {
-		rc = tf_serve_warm(tf_web_serving(w), st, o.serve_model, err, sizeof(err));
-		tf_store_close(st);
+	if (!rc) {
+		rc = tf_serve_warm(tf_web_serving(w), cli->db, o.serve_model, err, sizeof(err));
 		if (rc >= 0) {
 			fprintf(stderr,
 			        "tpuflow serve: model %s (%d version%s loaded) on port %d\n",
@@ -118,13 +113,11 @@ int cmd_serve(int argc, char **argv, struct tf_cli *cli)
 	if (rc) {
 		fprintf(stderr, "tpuflow serve: %s\n", err);
 		tf_web_stop(w);
-		free(home);
 		return rc == -EADDRINUSE ? TF_EXIT_UNAVAILABLE : TF_EXIT_CONFIG;
 	}
 	int sig = 0;
 	sigwait(&sigs, &sig);
 	fprintf(stderr, "tpuflow serve: %s, stopping\n", strsignal(sig));
 	tf_web_stop(w);
-	free(home);
 	return TF_EXIT_OK;
 }

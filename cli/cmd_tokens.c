@@ -119,18 +119,8 @@ int cmd_tokens(int argc, char **argv, struct tf_cli *cli)
 		return tf_cli_usage_error("tokens", "unknown subcommand '%s'", sub);
 	if (!strcmp(sub, "revoke") && optind + 2 != argc)
 		return tf_cli_usage_error("tokens", "revoke wants one token id, name or prefix");
-	char *home = tf_cli_home(cli, 1);
-	if (!home)
-		return TF_EXIT_CONFIG;
-	struct tf_store *st = NULL;
-	char err[512];
-	int rc = tf_store_open_home(home, &st, err, sizeof(err));
-	free(home);
-	if (rc) {
-		fprintf(stderr, "tpuflow tokens: %s\n", err);
-		return rc == -EPROTO ? TF_EXIT_CONFIG : TF_EXIT_SOFTWARE;
-	}
-	int ret;
+	struct tf_store *st = cli->db;
+	int rc, ret;
 	if (!strcmp(sub, "create")) {
 		ret = create(st, cli, name, scope, expires);
 	} else if (!strcmp(sub, "list")) {
@@ -149,8 +139,7 @@ int cmd_tokens(int argc, char **argv, struct tf_cli *cli)
 			tf_cli_print_json(stdout, doc);
 			json_decref(doc);
 		}
-		ret = rc == -ENOENT ? TF_EXIT_FAILED : rc ? TF_EXIT_SOFTWARE : TF_EXIT_OK;
+		ret = rc == -ENOENT ? TF_EXIT_NOTFOUND : rc ? TF_EXIT_SOFTWARE : TF_EXIT_OK;
 	}
-	tf_store_close(st);
 	return ret;
 }

@@ -16,39 +16,50 @@
 static int cmd_help(int argc, char **argv, struct tf_cli *cli);
 static int cmd_version(int argc, char **argv, struct tf_cli *cli);
 
+/* What main prepares before a command runs (git's RUN_SETUP): the command finds it in cli
+ * and main releases it after. Without a flag a command gets only cli->home (the path). */
+enum {
+	NEED_HOME = 1 << 0, /* the state home exists (created if missing) */
+	NEED_DB = 1 << 1,   /* and its database is open and migrated in cli->db */
+};
+
 struct tf_cmd {
 	const char *name;                                     /* subcommand word */
 	int (*fn)(int argc, char **argv, struct tf_cli *cli); /* entry point */
+	unsigned needs;                                       /* NEED_* */
 	const char *summary;                                  /* one line for `tpuflow help` */
 };
 
+/* clang-format off */
 static const struct tf_cmd commands[] = {
-    {"help", cmd_help, "show commands, exit codes and environment"},
-    {"version", cmd_version, "print the version"},
-    {"validate", cmd_validate, "check pipeline files, reporting every error as FILE:LINE:COL"},
-    {"plan", cmd_plan, "show a pipeline's DAG as levels (--json, --dot)"},
-    {"db", cmd_db, "state database: status, migrate"},
-    {"run", cmd_run, "run a pipeline durably: parallel steps, retries, cache, live view"},
-    {"runs", cmd_runs, "runs: list, show, logs, watch, cancel, resume, retry"},
-    {"daemon", cmd_daemon, "drive every run of a home and serve the HTTP API (foreground)"},
-    {"models", cmd_models, "model registry: list, show, alias, compare"},
-    {"tokens", cmd_tokens, "REST API bearer tokens: create, list, revoke"},
-    {"hooks", cmd_hooks, "alerting hooks: add, list, rm, test, events"},
-    {"alerts", cmd_alerts, "the alert outbox: list [--dead], show, redeliver, deliver"},
-    {"accel", cmd_accel, "the emulated TPU: matmul, cycles, slices, info"},
-    {"store", cmd_store, "object storage: ls, cat, get, put, rm, mb"},
-    {"ckpt", cmd_ckpt, "checkpoints: list, show, gc"},
-    {"slices", cmd_slices, "the TPU slice pool: occupancy map, queue, utilization"},
-    {"pipelines", cmd_pipelines, "registered pipelines (what schedules fire): add, list, rm"},
-    {"schedules", cmd_schedules, "cron schedules: list (next fire times), fire (the ticks due)"},
-    {"sched", cmd_sched, "the scheduler: simulate a workload against a pool"},
-    {"data", cmd_data, "datasets: prep (raw data -> sharded TFRecord + manifest)"},
-    {"train", cmd_train, "train an MLP on an emulated TPU slice (checkpoints, export)"},
-    {"eval", cmd_eval, "evaluate a model bundle on a dataset's test split"},
-    {"predict", cmd_predict, "CPU inference from a model bundle (.npy in, .npy out)"},
-    {"serve", cmd_serve, "serve a model's predictions (TensorFlow Serving REST, KServe v2)"},
-    {"step", cmd_step, "run one ml step in this process (what executor: local starts)"},
+    {"help", cmd_help, 0, "show commands, exit codes and environment"},
+    {"version", cmd_version, 0, "print the version"},
+    {"validate", cmd_validate, 0, "check pipeline files, reporting every error as FILE:LINE:COL"},
+    {"plan", cmd_plan, 0, "show a pipeline's DAG as levels (--json, --dot)"},
+    {"kinds", cmd_kinds, 0, "the step kinds: their with keys, outputs and metrics"},
+    {"db", cmd_db, 0, "state database: status, migrate"},
+    {"run", cmd_run, 0, "run a pipeline durably: parallel steps, retries, cache, live view"},
+    {"runs", cmd_runs, 0, "runs: list, show, logs, watch, cancel, resume, retry"},
+    {"daemon", cmd_daemon, NEED_HOME, "drive every run of a home and serve the HTTP API (foreground)"},
+    {"models", cmd_models, NEED_DB, "model registry: list, show, alias, compare"},
+    {"tokens", cmd_tokens, NEED_DB, "REST API bearer tokens: create, list, revoke"},
+    {"hooks", cmd_hooks, NEED_DB, "alerting hooks: add, list, rm, test, events"},
+    {"alerts", cmd_alerts, NEED_DB, "the alert outbox: list [--dead], show, redeliver, deliver"},
+    {"accel", cmd_accel, 0, "the emulated TPU: matmul, cycles, slices, info"},
+    {"store", cmd_store, 0, "object storage: ls, cat, get, put, rm, mb"},
+    {"ckpt", cmd_ckpt, 0, "checkpoints: list, show, gc"},
+    {"slices", cmd_slices, 0, "the TPU slice pool: occupancy map, queue, utilization"},
+    {"pipelines", cmd_pipelines, NEED_DB, "registered pipelines (what schedules fire): add, list, rm"},
+    {"schedules", cmd_schedules, NEED_DB, "cron schedules: list (next fire times), fire (the ticks due)"},
+    {"sched", cmd_sched, 0, "the scheduler: simulate a workload against a pool"},
+    {"data", cmd_data, 0, "datasets: prep (raw data -> sharded TFRecord + manifest)"},
+    {"train", cmd_train, 0, "train an MLP on an emulated TPU slice (checkpoints, export)"},
+    {"eval", cmd_eval, 0, "evaluate a model bundle on a dataset's test split"},
+    {"predict", cmd_predict, 0, "CPU inference from a model bundle (.npy in, .npy out)"},
+    {"serve", cmd_serve, NEED_DB, "serve a model's predictions (TensorFlow Serving REST, KServe v2)"},
+    {"step", cmd_step, 0, "run one ml step in this process (what executor: local starts)"},
 };
+/* clang-format on */
 
 int tf_cli_common_option(struct tf_cli *cli, int opt, const char *arg)
 {
@@ -77,14 +88,18 @@ int tf_cli_print_json(FILE *out, const json_t *doc)
 	return 0;
 }
 
-char *tf_cli_home(const struct tf_cli *cli, int create)
+/* The state home's path: --home, else $TPUFLOW_HOME, else ./.tpuflow. */
+static const char *home_path(const struct tf_cli *cli)
 {
 	const char *h = cli->home_opt;
 	if (!h || !*h)
 		h = getenv("TPUFLOW_HOME");
-	if (!h || !*h)
-		h = ".tpuflow";
-	char *home = tf_xstrdup(h);
+	return h && *h ? h : ".tpuflow";
+}
+
+char *tf_cli_home(const struct tf_cli *cli, int create)
+{
+	char *home = tf_xstrdup(home_path(cli));
 	if (create) {
 		int rc = tf_mkdir_p(home);
 		if (rc) {
@@ -109,6 +124,43 @@ struct tf_store *tf_cli_open_store(const struct tf_cli *cli, const char *cmd, in
 		return NULL;
 	}
 	return st;
+}
+
+/* What a command's `needs` ask for, before it runs. --home may stand anywhere among the
+ * command's own arguments (before a "--"), so main looks for it there as getopt_long would
+ * take it; with --help or -h nothing is prepared (help never touches the home). 0, or the
+ * exit code of what failed (said on stderr). */
+static int setup(const struct tf_cmd *c, int argc, char **argv, struct tf_cli *cli)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+			return 0;
+		if (!strcmp(argv[i], "--home") && i + 1 < argc)
+			cli->home_opt = argv[++i];
+		else if (!strncmp(argv[i], "--home=", 7))
+			cli->home_opt = argv[i] + 7;
+	}
+	cli->home = home_path(cli);
+	int code = 0;
+	if ((c->needs & NEED_DB) && !(cli->db = tf_cli_open_store(cli, c->name, &code)))
+		return code;
+	if ((c->needs & NEED_HOME) && !(c->needs & NEED_DB)) {
+		char *made = tf_cli_home(cli, 1);
+		if (!made)
+			return TF_EXIT_CONFIG;
+		free(made);
+	}
+	return 0;
+}
+
+static int run_command(const struct tf_cmd *c, int argc, char **argv, struct tf_cli *cli)
+{
+	int code = setup(c, argc, argv, cli);
+	if (code == 0)
+		code = c->fn(argc, argv, cli);
+	tf_store_close(cli->db);
+	cli->db = NULL;
+	return code;
 }
 
 int tf_cli_usage_error(const char *cmd, const char *fmt, ...)
@@ -173,7 +225,7 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 		char *sub[] = {argv[1], "--help", NULL};
 		for (size_t i = 0; i < TF_ARRAY_LEN(commands); i++)
 			if (!strcmp(commands[i].name, argv[1]))
-				return commands[i].fn(2, sub, cli);
+				return run_command(&commands[i], 2, sub, cli);
 		return tf_cli_usage_error("help", "unknown command '%s'", argv[1]);
 	}
 	if (cli->json) {
@@ -278,7 +330,7 @@ int main(int argc, char **argv)
 		return tf_cli_remote(&cli, cli.remote, argc - i, argv + i);
 	for (size_t c = 0; c < TF_ARRAY_LEN(commands); c++)
 		if (!strcmp(commands[c].name, argv[i]))
-			return commands[c].fn(argc - i, argv + i, &cli);
+			return run_command(&commands[c], argc - i, argv + i, &cli);
 	fprintf(stderr, "tpuflow: '%s' is not a command; see 'tpuflow help'\n", argv[i]);
 	return TF_EXIT_USAGE;
 }

@@ -64,6 +64,18 @@ char *tf_buf_detach(struct tf_buf *b)
 	return s;
 }
 
+void tf_buf_names(struct tf_buf *b, const char *const *names, const char *last,
+                  const char *quote)
+{
+	for (size_t i = 0; names[i]; i++) {
+		if (i && names[i + 1])
+			tf_buf_printf(b, ", ");
+		else if (i)
+			tf_buf_printf(b, " %s ", last);
+		tf_buf_printf(b, "%s%s%s", quote, names[i], quote);
+	}
+}
+
 void tf_buf_copy_to(const struct tf_buf *b, char *err, size_t errlen)
 {
 	if (err && errlen)

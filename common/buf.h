@@ -22,6 +22,10 @@ void tf_buf_append(struct tf_buf *b, const void *p, size_t n);
 void tf_buf_printf(struct tf_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void tf_buf_vprintf(struct tf_buf *b, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
+/* Appends the NULL-terminated list as words for people: "a, b or c" (`last` is "or" or
+ * "and"; each name wrapped in `quote`, e.g. "`" for Markdown, "" for none). */
+void tf_buf_names(struct tf_buf *b, const char *const *names, const char *last,
+                  const char *quote);
 /* The text so far ("" when empty); valid until the next append or release. */
 const char *tf_buf_str(const struct tf_buf *b);
 /* Hands the storage to the caller (a NUL-terminated string, "" when empty; free it) and

@@ -3,6 +3,7 @@
 #define TF_LOG_TAG "dataset"
 #include "ml/dataset.h"
 
+#include "common/buf.h"
 #include "common/common.h"
 #include "common/crc32c.h"
 #include "common/log.h"
@@ -182,6 +183,8 @@ static void write_split(struct tf_objstore *s, const char *prefix, enum tf_split
 	tf_buf_release(&file);
 }
 
+const char *const tf_dataset_sources[] = {"fashion-mnist", "csv", NULL};
+
 int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_prep_opts *o,
                     char **manifest_key, json_t **manifest, char *err, size_t errlen)
 {
@@ -234,7 +237,11 @@ int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_p
 		tr_idx = perm;
 		te_idx = perm + ntr;
 	} else {
-		snprintf(err, errlen, "unknown source '%s'; use fashion-mnist or csv", source);
+		struct tf_buf b = {0};
+		tf_buf_printf(&b, "unknown source '%s'; use ", source);
+		tf_buf_names(&b, tf_dataset_sources, "or", "");
+		tf_buf_copy_to(&b, err, errlen);
+		tf_buf_release(&b);
 		rc = -EINVAL;
 		goto out;
 	}

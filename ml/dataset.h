@@ -59,6 +59,9 @@ struct tf_dataset {
 	json_t *manifest; /* the parsed manifest (owned reference) */
 };
 
+/* The raw data data prep reads, NULL-terminated: fashion-mnist (the default), csv. */
+extern const char *const tf_dataset_sources[];
+
 /* Options for data prep. */
 struct tf_prep_opts {
 	const char *source;    /* "fashion-mnist" (default) or "csv" */

@@ -9,7 +9,8 @@
 #include <string.h>
 
 static const char *kind_names[TF_OPT_LAST] = {"sgd", "adam", "lars"};
-static const char *sched_names[TF_LR_LAST] = {"constant", "cosine", "step"};
+const char *const tf_optim_names[] = {"sgd", "adam", "adamw", "lars", NULL};
+const char *const tf_lr_schedule_names[TF_LR_LAST + 1] = {"constant", "cosine", "step", NULL};
 
 const char *tf_optim_kind_name(enum tf_optim_kind k)
 {
@@ -32,13 +33,13 @@ int tf_optim_kind_parse(const char *s, enum tf_optim_kind *out)
 
 const char *tf_lr_schedule_name(enum tf_lr_schedule s)
 {
-	return s < TF_LR_LAST ? sched_names[s] : "?";
+	return s < TF_LR_LAST ? tf_lr_schedule_names[s] : "?";
 }
 
 int tf_lr_schedule_parse(const char *s, enum tf_lr_schedule *out)
 {
 	for (int i = 0; i < TF_LR_LAST; i++)
-		if (!strcmp(s, sched_names[i])) {
+		if (!strcmp(s, tf_lr_schedule_names[i])) {
 			*out = (enum tf_lr_schedule)i;
 			return 0;
 		}

@@ -3,6 +3,7 @@
 
 #include "accel/slice.h"
 #include "accel/tpu.h"
+#include "common/buf.h"
 #include "common/common.h"
 #include "ml/bundle.h"
 #include "ml/dataset.h"
@@ -66,6 +67,26 @@ static const char *get_str(const json_t *with, const char *key)
 	return json_string_value(json_object_get(with, key));
 }
 
+static int in_list(const char *s, const char *const *names)
+{
+	for (size_t i = 0; names[i]; i++)
+		if (!strcmp(s, names[i]))
+			return 1;
+	return 0;
+}
+
+/* "with.KEY 'VALUE' is not a, b or c" into err; -EINVAL. */
+static int not_one_of(char *err, size_t errlen, const char *key, const char *value,
+                      const char *const *names)
+{
+	struct tf_buf b = {0};
+	tf_buf_printf(&b, "with.%s '%s' is not ", key, value);
+	tf_buf_names(&b, names, "or", "");
+	tf_buf_copy_to(&b, err, errlen);
+	tf_buf_release(&b);
+	return -EINVAL;
+}
+
 static char *join(const char *prefix, const char *rest)
 {
 	size_t l = prefix ? strlen(prefix) : 0;
@@ -73,29 +94,48 @@ static char *join(const char *prefix, const char *rest)
 	                    rest);
 }
 
-int tf_ml_data_prep_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
-                         json_t *metrics, char *err, size_t errlen)
+int tf_ml_prep_opts_from_with(const json_t *with, struct tf_prep_opts *o, char *err,
+                              size_t errlen)
 {
-	struct tf_prep_opts o = {.source = get_str(with, "source"),
-	                         .path = get_str(with, "path"),
-	                         .csv_label = get_str(with, "csv_label"),
-	                         .cancel = ctx->cancel};
+	o->source = get_str(with, "source");
+	o->path = get_str(with, "path");
+	o->csv_label = get_str(with, "csv_label");
 	uint64_t v;
 	double f;
 	int rc;
+	if (o->source && !in_list(o->source, tf_dataset_sources))
+		return not_one_of(err, errlen, "source", o->source, tf_dataset_sources);
 	if ((rc = get_u64(with, "shards", &v, err, errlen)) < 0)
 		return rc;
-	o.shards = rc ? 0 : (int)v;
+	if (rc == 0 && v > 1u << 30) {
+		snprintf(err, errlen, "with.shards is too large");
+		return -EINVAL;
+	}
+	if (rc == 0)
+		o->shards = (int)v;
 	if ((rc = tf_ml_with_number(with, "test_fraction", &f, err, errlen)) < 0)
 		return rc;
-	o.test_fraction = rc ? 0 : f;
-	if ((rc = get_u64(with, "seed", &o.seed, err, errlen)) < 0 ||
+	if (rc == 0)
+		o->test_fraction = f;
+	if ((rc = get_u64(with, "seed", &o->seed, err, errlen)) < 0 ||
 	    (rc = get_u64(with, "limit_train", &v, err, errlen)) < 0)
 		return rc;
-	o.limit_train = rc ? 0 : (size_t)v;
+	if (rc == 0)
+		o->limit_train = (size_t)v;
 	if ((rc = get_u64(with, "limit_test", &v, err, errlen)) < 0)
 		return rc;
-	o.limit_test = rc ? 0 : (size_t)v;
+	if (rc == 0)
+		o->limit_test = (size_t)v;
+	return 0;
+}
+
+int tf_ml_data_prep_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
+                         json_t *metrics, char *err, size_t errlen)
+{
+	struct tf_prep_opts o = {.cancel = ctx->cancel};
+	int rc = tf_ml_prep_opts_from_with(with, &o, err, errlen);
+	if (rc)
+		return rc;
 	char *prefix = join(ctx->prefix, "data/"), *key = NULL;
 	json_t *m = NULL;
 	rc = tf_dataset_prep(ctx->store, prefix, &o, &key, &m, err, errlen);
@@ -154,50 +194,41 @@ bad:
 	return -EINVAL;
 }
 
-int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
-                     json_t *metrics, char *err, size_t errlen)
+int tf_ml_train_opts_from_with(const json_t *with, struct tf_train_opts *o, char *err,
+                               size_t errlen)
 {
-	struct tf_train_opts o = {.store = ctx->store,
-	                          .accelerator = ctx->accelerator,
-	                          .cancel = ctx->cancel,
-	                          .progress = ctx->progress,
-	                          .progress_data = ctx->progress_data,
-	                          .prefetch = 4};
-	o.optim.schedule = TF_LR_COSINE;
 	uint64_t v;
 	double f;
 	int rc;
-	o.dataset = get_str(with, "dataset");
-	if (!o.dataset || !*o.dataset) {
+	o->dataset = get_str(with, "dataset");
+	if (!o->dataset || !*o->dataset) {
 		snprintf(err, errlen,
 		         "with.dataset is required (the data_prep step's "
 		         "outputs.dataset)");
 		return -EINVAL;
 	}
-	if ((rc = get_hidden(with, &o, err, errlen)))
+	if ((rc = get_hidden(with, o, err, errlen)))
 		return rc;
 	const char *s;
-	if ((s = get_str(with, "optimizer")) && tf_optim_kind_parse(s, &o.optim.kind)) {
-		snprintf(err, errlen, "with.optimizer '%s' is not sgd, adam, adamw or lars", s);
-		return -EINVAL;
-	}
-	if ((s = get_str(with, "schedule")) && tf_lr_schedule_parse(s, &o.optim.schedule)) {
-		snprintf(err, errlen, "with.schedule '%s' is not cosine, step or constant", s);
-		return -EINVAL;
-	}
-	if ((s = get_str(with, "monitor")))
-		o.monitor = s;
+	if ((s = get_str(with, "optimizer")) && tf_optim_kind_parse(s, &o->optim.kind))
+		return not_one_of(err, errlen, "optimizer", s, tf_optim_names);
+	if ((s = get_str(with, "schedule")) && tf_lr_schedule_parse(s, &o->optim.schedule))
+		return not_one_of(err, errlen, "schedule", s, tf_lr_schedule_names);
+	if ((s = get_str(with, "monitor")) && !in_list(s, tf_train_monitors))
+		return not_one_of(err, errlen, "monitor", s, tf_train_monitors);
+	if (s)
+		o->monitor = s;
 	struct {
 		const char *key;
 		double *dst;
 	} nums[] = {
-	    {"lr", &o.optim.lr},
-	    {"momentum", &o.optim.momentum},
-	    {"weight_decay", &o.optim.weight_decay},
-	    {"warmup_epochs", &o.warmup_epochs},
-	    {"decay_epochs", &o.decay_epochs},
-	    {"clip_norm", &o.optim.clip_norm},
-	    {"lars_eta", &o.optim.lars_eta},
+	    {"lr", &o->optim.lr},
+	    {"momentum", &o->optim.momentum},
+	    {"weight_decay", &o->optim.weight_decay},
+	    {"warmup_epochs", &o->warmup_epochs},
+	    {"decay_epochs", &o->decay_epochs},
+	    {"clip_norm", &o->optim.clip_norm},
+	    {"lars_eta", &o->optim.lars_eta},
 	};
 	for (size_t i = 0; i < TF_ARRAY_LEN(nums); i++) {
 		if ((rc = tf_ml_with_number(with, nums[i].key, &f, err, errlen)) < 0)
@@ -214,10 +245,10 @@ int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *ou
 		const char *key;
 		uint64_t *dst;
 	} ints[] = {
-	    {"epochs", &o.epochs},
-	    {"seed", &o.seed},
-	    {"checkpoint_every", &o.checkpoint_every},
-	    {"max_steps", &o.max_steps},
+	    {"epochs", &o->epochs},
+	    {"seed", &o->seed},
+	    {"checkpoint_every", &o->checkpoint_every},
+	    {"max_steps", &o->max_steps},
 	};
 	for (size_t i = 0; i < TF_ARRAY_LEN(ints); i++)
 		if ((rc = get_u64(with, ints[i].key, ints[i].dst, err, errlen)) < 0)
@@ -235,25 +266,41 @@ int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *ou
 		}
 		switch (i) {
 		case 0:
-			o.batch = (size_t)v;
+			o->batch = (size_t)v;
 			break;
 		case 1:
-			o.prefetch = (int)v;
+			o->prefetch = (int)v;
 			break;
 		case 2:
-			o.cache = (int)v;
+			o->cache = (int)v;
 			break;
 		case 3:
-			o.optim.linear_scaling = (int)v;
+			o->optim.linear_scaling = (int)v;
 			break;
 		case 4:
-			o.patience = (int)v;
+			o->patience = (int)v;
 			break;
 		default:
-			o.binary = (int)v;
+			o->binary = (int)v;
 			break;
 		}
 	}
+	return 0;
+}
+
+int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
+                     json_t *metrics, char *err, size_t errlen)
+{
+	struct tf_train_opts o = {.store = ctx->store,
+	                          .accelerator = ctx->accelerator,
+	                          .cancel = ctx->cancel,
+	                          .progress = ctx->progress,
+	                          .progress_data = ctx->progress_data,
+	                          .prefetch = 4};
+	o.optim.schedule = TF_LR_COSINE;
+	int rc = tf_ml_train_opts_from_with(with, &o, err, errlen);
+	if (rc)
+		return rc;
 	char *ck = join(ctx->prefix, "ckpt/"), *bundle = join(ctx->prefix, "bundle/");
 	o.ckpt_prefix = ck;
 	o.export_prefix = bundle;

@@ -2,21 +2,12 @@
  *
  * Each adapter reads its `with` object (references already resolved; numbers may be JSON
  * numbers or numeric strings), does the work under ctx->prefix in ctx->store, and fills
- * `outputs` and `metrics` (jansson objects owned by the caller).
- *
- *   data_prep  with {source: fashion-mnist|csv, path, shards, csv_label, test_fraction, seed,
- *                    limit_train, limit_test}
- *              outputs {dataset: the manifest's object key}  metrics {examples}
- *   train      with {dataset, hidden: [ints] or "256,128", epochs, batch, optimizer
- *                    sgd|adam|adamw|lars, lr, momentum, weight_decay, warmup_epochs,
- *                    schedule cosine|step|constant, seed, checkpoint_every, max_steps,
- *                    prefetch, clip_norm, cache, linear_scaling, patience, monitor, binary}
- *              outputs {checkpoint: key prefix of the final checkpoint, bundle: key prefix of
- *                       the exported bundle}
- *              metrics {loss, accuracy, auc, examples_per_second, device_seconds,
- *                       utilization, input_wait}
- *              Checkpoints go under PREFIX/ckpt/; a retried attempt resumes from the newest.
- *   evaluate   with {model: bundle key prefix, dataset}  metrics {loss, accuracy, auc}
+ * `outputs` and `metrics` (jansson objects owned by the caller). The keys, their types and
+ * ranges, the outputs and metrics are the rows of the step-kind table
+ * (orchestrator/pipeline_schema.c, printed by `tpuflow kinds`); the allowed words are this
+ * folder's own lists (tf_dataset_sources, tf_optim_names, tf_lr_schedule_names,
+ * tf_train_monitors), which the table points at. A train step's checkpoints go under
+ * PREFIX/ckpt/; a retried attempt resumes from the newest.
  *
  * Return codes: 0, or negative with err filled. Retryable (infrastructure) failures are the
  * object-store codes for which tf_ml_retryable() is 1 (-EAGAIN, timeouts, connection errors);
@@ -40,6 +31,16 @@ struct tf_ml_ctx {
 	void (*progress)(void *data, const char *json_line); /* progress events (may be NULL) */
 	void *progress_data;                                 /* passed to progress */
 };
+
+/* The options of data prep and training from a `with` object, checked (what the steps and
+ * `tpuflow data prep|train` share); fields `with` does not name are left as they are. 0, or
+ * -EINVAL with err. Strings point into `with`. */
+struct tf_prep_opts;
+struct tf_train_opts;
+int tf_ml_prep_opts_from_with(const json_t *with, struct tf_prep_opts *o, char *err,
+                              size_t errlen);
+int tf_ml_train_opts_from_with(const json_t *with, struct tf_train_opts *o, char *err,
+                               size_t errlen);
 
 int tf_ml_data_prep_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *outputs,
                          json_t *metrics, char *err, size_t errlen);

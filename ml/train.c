@@ -270,6 +270,8 @@ out:
 
 /* ---- the loop ---- */
 
+const char *const tf_train_monitors[] = {"accuracy", "loss", "auc", NULL};
+
 static double monitored(const char *what, const struct tf_eval_result *e)
 {
 	if (!strcmp(what, "loss"))

@@ -44,7 +44,7 @@ struct tf_train_opts {
 	int cache;                        /* cache decoded examples in memory */
 	uint64_t log_every;               /* steps between progress lines (0: 50) */
 	int patience;                     /* early stopping: epochs without improvement (0: off) */
-	const char *monitor;   /* "accuracy" (default), "loss" or "auc" on the test split */
+	const char *monitor;   /* a tf_train_monitors word on the test split (NULL: accuracy) */
 	double min_delta;      /* improvement needed to count */
 	double diverge_factor; /* loss above factor x the first loss: stop (0: 10) */
 	uint64_t halt_after;   /* stop this process after this step (0: never), as if it
@@ -55,6 +55,9 @@ struct tf_train_opts {
 	                 const char *json_line); /* JSON progress events (may be NULL) */
 	void *progress_data;                     /* passed to progress */
 };
+
+/* What early stopping may watch, NULL-terminated: accuracy (the default), loss, auc. */
+extern const char *const tf_train_monitors[];
 
 struct tf_train_result {
 	uint64_t steps;             /* steps done in total (including before a resume) */

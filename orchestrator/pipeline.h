@@ -337,6 +337,17 @@ struct tf_step_schema {
 	          json_t *metrics, char *err, size_t errlen);
 };
 
+/* A row's value in words for people (usage, docs, errors): its type, allowed words, bounds
+ * and rules, e.g. "integer, between 1 and 4096", "one of `sgd`, `adam`, `adamw` or `lars`"
+ * (each word wrapped in `quote`). */
+struct tf_buf;
+void tf_with_key_describe(const struct tf_with_key *wk, struct tf_buf *b, const char *quote);
+/* A command-line text (`--epochs 5`) as the JSON value of the row, checked as the loader
+ * checks a literal: type, allowed words, bounds (a list is "256,128"; a bool flag without a
+ * value, text NULL, is true). A new reference, or NULL with err ("WHAT wants ..., not '...'"). */
+json_t *tf_with_key_value(const struct tf_with_key *wk, const char *text, const char *what,
+                          char *err, size_t errlen);
+
 /* The row of a step type; NULL for none. */
 const struct tf_step_schema *tf_step_schema(enum tf_step_type t);
 /* The row named `name` ("train"); NULL for none. */

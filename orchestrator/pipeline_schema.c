@@ -5,8 +5,13 @@
 #include "orchestrator/pipeline_int.h"
 #include "orchestrator/kinds.h"
 #include "orchestrator/registry.h"
+#include "ml/dataset.h"
+#include "ml/optim.h"
+#include "ml/source.h"
 #include "ml/steps.h"
+#include "ml/train.h"
 
+#include "common/buf.h"
 #include "common/common.h"
 
 #include <errno.h>
@@ -14,10 +19,7 @@
 #include <string.h>
 #include <math.h>
 
-static const char *const sources[] = {"fashion-mnist", "csv", NULL};
-static const char *const optimizers[] = {"sgd", "adam", "adamw", "lars", NULL};
-static const char *const monitors[] = {"accuracy", "loss", "auc", NULL};
-static const char *const schedules[] = {"cosine", "step", "constant", NULL};
+/* The allowed words of ENUM rows are the lists of the modules that parse them (ml/). */
 
 /* Rows of the `with` schemas: W(key, check, help), then the rules on its value
  * (TF_WRULE_* of pipeline.h), checked at load (check_scalar, check_value_kind, load_with). */
@@ -34,41 +36,52 @@ static const char *const schedules[] = {"cosine", "step", "constant", NULL};
 
 /* clang-format off */
 static const struct tf_with_key data_prep_with[] = {
-    {ENUM("source", sources, "raw data: fashion-mnist (the Debian package) or csv"),
+    {ENUM("source", tf_dataset_sources, "raw data (default fashion-mnist: the Debian package)"),
      .if_value = "csv", .requires = "path"},
-    {W("path", S, "input file or directory (csv; fashion-mnist override)")},
-    {W("shards", I, "number of TFRecord shards to write"), RANGE(1, 4096)},
-    {W("csv_label", S, "name of the label column (csv)")},
-    {W("test_fraction", N, "fraction held out for testing (csv)"),
+    {W("path", S, "the CSV file (header line, numeric columns), or the fashion-mnist "
+                  "directory (default " TF_FASHION_MNIST_DIR ")")},
+    {W("shards", I, "train shards (default 8); test gets max(1, shards / 4)"), RANGE(1, 4096)},
+    {W("csv_label", S, "CSV label column (default label); labels are integers 0..K-1")},
+    {W("test_fraction", N, "CSV: fraction held out as the test split (default 0.2)"),
      .rules = TF_WRULE_MIN_OPEN | TF_WRULE_MAX_OPEN, .min = 0, .max = 1},
-    {W("seed", I, "shuffle seed"), AT_LEAST(0)},
-    {W("limit_train", I, "keep the first N training examples (0: all)"), AT_LEAST(0)},
-    {W("limit_test", I, "keep the first N test examples (0: all)"), AT_LEAST(0)},
+    {W("seed", I, "CSV split seed (default 0)"), AT_LEAST(0)},
+    {W("limit_train", I, "keep the first N train examples (default 0: all)"), AT_LEAST(0)},
+    {W("limit_test", I, "keep the first N test examples (default 0: all)"), AT_LEAST(0)},
     {.key = NULL}};
 static const struct tf_with_key train_with[] = {
-    {W("dataset", S, "dataset manifest key (from data_prep)")},
-    {W("hidden", TF_WCHECK_INT_LIST, "hidden layer widths, e.g. [256, 128]"), RANGE(1, 1e6)},
-    {W("epochs", I, "passes over the training set"), RANGE(1, BIG)},
-    {W("batch", I, "global batch size"), RANGE(1, BIG)},
-    {ENUM("optimizer", optimizers, "sgd, adam, adamw or lars")},
-    {W("lr", N, "base learning rate"), ABOVE(0)},
-    {W("momentum", N, "momentum (sgd, lars)"),
+    {W("dataset", S, "the dataset's manifest key (a data_prep step's outputs.dataset)")},
+    {W("hidden", TF_WCHECK_INT_LIST, "hidden layer widths (default [256, 128])"),
+     RANGE(1, 1e6)},
+    {W("epochs", I, "passes over the training set (default 10)"), RANGE(1, BIG)},
+    {W("batch", I, "global batch size (default 256)"), RANGE(1, BIG)},
+    {ENUM("optimizer", tf_optim_names, "default sgd; adam and adamw: Adam with decoupled "
+                                       "weight decay")},
+    {W("lr", N, "base learning rate (default 0.1; adam 0.001)"), ABOVE(0)},
+    {W("momentum", N, "sgd and lars momentum (default 0.9)"),
      .rules = TF_WRULE_MIN | TF_WRULE_MAX_OPEN, .min = 0, .max = 1},
-    {W("weight_decay", N, "L2 weight decay"), AT_LEAST(0)},
-    {W("warmup_epochs", N, "linear warmup length in epochs"), AT_LEAST(0)},
-    {ENUM("schedule", schedules, "cosine, step or constant")},
-    {W("seed", I, "initialisation and shuffle seed"), AT_LEAST(0)},
-    {W("checkpoint_every", I, "steps between checkpoints"), AT_LEAST(0)},
-    {W("max_steps", I, "stop after this many steps"), AT_LEAST(0)},
-    {W("prefetch", I, "batches prefetched by the input pipeline"), RANGE(0, BIG)},
-    {W("clip_norm", N, "clip the gradient's global norm"), AT_LEAST(0)},
-    {W("decay_epochs", N, "step schedule: epochs between decays"), AT_LEAST(0)},
-    {W("lars_eta", N, "LARS trust coefficient"), AT_LEAST(0)},
-    {W("linear_scaling", B, "scale lr by batch / 256")},
-    {W("cache", B, "keep decoded examples in memory after epoch 1")},
-    {W("patience", I, "early stopping: epochs without improvement"), RANGE(0, BIG)},
-    {ENUM("monitor", monitors, "early stopping metric: accuracy, loss or auc")},
-    {W("binary", B, "sigmoid cross-entropy for 0/1 labels")},
+    {W("weight_decay", N, "L2 (sgd), decoupled (adam), in the trust ratio (lars)"),
+     AT_LEAST(0)},
+    {W("warmup_epochs", N, "linear warmup length in epochs (default 0)"), AT_LEAST(0)},
+    {ENUM("schedule", tf_lr_schedule_names, "learning rate after warmup (default cosine)")},
+    {W("seed", I, "initialisation and data order (default 0)"), AT_LEAST(0)},
+    {W("checkpoint_every", I, "steps between checkpoints (default 0: only at the end)"),
+     AT_LEAST(0)},
+    {W("max_steps", I, "stop after this many steps in total (default 0: the epochs)"),
+     AT_LEAST(0)},
+    {W("prefetch", I, "input batches prepared ahead (default 4; 0 turns it off)"),
+     RANGE(0, BIG)},
+    {W("clip_norm", N, "clip the gradient's global L2 norm (default 0: off)"), AT_LEAST(0)},
+    {W("decay_epochs", N, "step schedule: epochs between x0.1 decays (default a third of "
+                          "the run)"),
+     AT_LEAST(0)},
+    {W("lars_eta", N, "LARS trust coefficient (default 0.001)"), AT_LEAST(0)},
+    {W("linear_scaling", B, "lr x batch / 256 (Goyal et al.)")},
+    {W("cache", B, "keep decoded examples in memory after the first epoch")},
+    {W("patience", I, "early stopping after N epochs without improvement (default 0: off)"),
+     RANGE(0, BIG)},
+    {ENUM("monitor", tf_train_monitors, "what early stopping watches on the test split "
+                                        "(default accuracy)")},
+    {W("binary", B, "sigmoid binary cross-entropy for two-class (0/1) labels")},
     {.key = NULL}};
 static const struct tf_with_key evaluate_with[] = {
     {W("model", S, "model bundle or checkpoint key (from train)")},
@@ -405,16 +418,116 @@ static void range_text(const struct tf_with_key *wk, char *buf, size_t len)
 		         r & TF_WRULE_MAX ? "at most" : "less than", wk->max);
 }
 
+static int in_range(const struct tf_with_key *wk, double v)
+{
+	unsigned r = wk->rules;
+	return !isnan(v) && !((r & TF_WRULE_MIN) && v < wk->min) &&
+	       !((r & TF_WRULE_MIN_OPEN) && v <= wk->min) && !((r & TF_WRULE_MAX) && v > wk->max) &&
+	       !((r & TF_WRULE_MAX_OPEN) && v >= wk->max);
+}
+
+static void describe(const struct tf_with_key *wk, struct tf_buf *b, const char *quote,
+                     int requires)
+{
+	static const char *const kinds[TF_WCHECK_LAST] = {
+	    [TF_WCHECK_STRING] = "a string",
+	    [TF_WCHECK_INT] = "an integer",
+	    [TF_WCHECK_NUMBER] = "a number",
+	    [TF_WCHECK_BOOL] = "true or false",
+	    [TF_WCHECK_ENUM] = "one of ",
+	    [TF_WCHECK_INT_LIST] = "a list of integers",
+	    [TF_WCHECK_STR_LIST] = "a list of strings",
+	    [TF_WCHECK_STR_MAP] = "a mapping of names to strings",
+	    [TF_WCHECK_STEP] = "the name of an upstream step"};
+	tf_buf_printf(b, "%s", kinds[wk->check]);
+	if (wk->check == TF_WCHECK_ENUM)
+		tf_buf_names(b, wk->choices, "or", quote);
+	char range[96];
+	range_text(wk, range, sizeof(range));
+	if (range[0])
+		tf_buf_printf(b, "%s %s", wk->check == TF_WCHECK_INT_LIST ? ", each" : ",", range);
+	static const struct {
+		unsigned rule;
+		const char *text;
+	} words[] = {{TF_WRULE_NONEMPTY, "not empty"},
+	             {TF_WRULE_UNIQUE, "distinct"},
+	             {TF_WRULE_ENV_NAMES, "names are environment variable names"},
+	             {TF_WRULE_MODEL_NAME, "a registry name (docs/registry.md)"},
+	             {TF_WRULE_ALIAS, "a registry name that does not read as a version"},
+	             {TF_WRULE_VERSION, "N >= 1, vN, latest or an alias"}};
+	for (size_t i = 0; i < TF_ARRAY_LEN(words); i++)
+		if (wk->rules & words[i].rule)
+			tf_buf_printf(b, ", %s", words[i].text);
+	if (wk->requires && requires)
+		tf_buf_printf(b, "; %s%s%s needs %s%s%s", quote, wk->if_value, quote, quote,
+		              wk->requires, quote);
+}
+
+void tf_with_key_describe(const struct tf_with_key *wk, struct tf_buf *b, const char *quote)
+{
+	describe(wk, b, quote, 1);
+}
+
+json_t *tf_with_key_value(const struct tf_with_key *wk, const char *text, const char *what,
+                          char *err, size_t errlen)
+{
+	struct tf_buf b = {0};
+	json_t *v = NULL;
+	long long i;
+	double d;
+	switch (wk->check) {
+	case TF_WCHECK_BOOL: {
+		int x = 1; /* a flag without a value */
+		if (!text || !tf_pl_parse_bool_text(text, &x))
+			v = json_boolean(x);
+		break;
+	}
+	case TF_WCHECK_INT:
+		if (!tf_pl_parse_int_text(text, &i) && in_range(wk, (double)i))
+			v = json_integer(i);
+		break;
+	case TF_WCHECK_NUMBER:
+		if (!tf_pl_parse_float_text(text, &d) && in_range(wk, d))
+			v = json_real(d);
+		break;
+	case TF_WCHECK_ENUM:
+		for (size_t k = 0; wk->choices[k] && !v; k++)
+			if (!strcmp(wk->choices[k], text))
+				v = json_string(text);
+		break;
+	case TF_WCHECK_INT_LIST: {
+		v = json_array();
+		char *dup = tf_xstrdup(text), *save = NULL;
+		for (char *t = strtok_r(dup, ",", &save); t && v; t = strtok_r(NULL, ",", &save))
+			if (!tf_pl_parse_int_text(t, &i) && in_range(wk, (double)i))
+				json_array_append_new(v, json_integer(i));
+			else
+				v = (json_decref(v), NULL);
+		free(dup);
+		if (v && json_array_size(v) == 0)
+			v = (json_decref(v), NULL);
+		break;
+	}
+	default:
+		v = json_string(text);
+		break;
+	}
+	if (!v) {
+		tf_buf_printf(&b, "%s wants ", what);
+		describe(wk, &b, "", 0);
+		tf_buf_printf(&b, ", not '%s'", text ? text : "");
+		tf_buf_copy_to(&b, err, errlen);
+	}
+	tf_buf_release(&b);
+	return v;
+}
+
 /* A number against the bounds of its schema row; `shown` is how the value was written,
  * `via` says where it came from ("" for a literal). 0 or -EINVAL (reported at n). */
 static int check_range(struct loader *L, const struct tf_with_key *wk, const struct ynode *n,
                        double v, const char *shown, const char *via, const char *what)
 {
-	unsigned r = wk->rules;
-	int bad = isnan(v) || ((r & TF_WRULE_MIN) && v < wk->min) ||
-	          ((r & TF_WRULE_MIN_OPEN) && v <= wk->min) ||
-	          ((r & TF_WRULE_MAX) && v > wk->max) || ((r & TF_WRULE_MAX_OPEN) && v >= wk->max);
-	if (!bad)
+	if (in_range(wk, v))
 		return 0;
 	char range[96];
 	range_text(wk, range, sizeof(range));

@@ -392,6 +392,51 @@ static void test_cli_param_override_recorded_by_name(void **state)
 	json_decref(doc);
 }
 
+/* docs/pipeline.md's step reference is what `tpuflow kinds --markdown` prints from the
+ * step-kind table, to the byte: a row changed without the doc (or the doc by hand) fails here.
+ * The doc is found next to the binary's build folder. */
+static void test_cli_kinds_markdown_is_the_doc(void **state)
+{
+	(void)state;
+	static const char *const md[] = {"kinds", "--markdown", NULL};
+	char *out = NULL;
+	assert_int_equal(tf_test_cli(md, &out, NULL), 0);
+	char *bin = tf_xstrdup(getenv("TPUFLOW_BIN")), *slash = strrchr(bin, '/');
+	assert_non_null(slash);
+	*slash = '\0'; /* BUILD */
+	slash = strrchr(bin, '/');
+	assert_non_null(slash);
+	*slash = '\0'; /* the tree */
+	char *path = tf_xasprintf("%s/docs/pipeline.md", bin), *doc = NULL;
+	size_t len;
+	assert_int_equal(tf_read_file(path, 1 << 20, &doc, &len), 0);
+	const char *begin = "<!-- BEGIN tpuflow kinds --markdown", *end = "<!-- END tpuflow kinds";
+	char *b = strstr(doc, begin), *e = strstr(doc, end);
+	assert_non_null(b);
+	assert_non_null(e);
+	b = strchr(b, '\n') + 1;
+	*e = '\0';
+	if (strcmp(b, out))
+		fail_msg("docs/pipeline.md's step reference differs from `tpuflow kinds --markdown`; "
+		         "run scripts/docs-kinds.sh");
+	assert_non_null(strstr(out, "| `optimizer` | one of `sgd`, `adam`, `adamw` or `lars` |"));
+	free(doc);
+	free(path);
+	free(bin);
+	free(out);
+	/* the text and JSON forms come from the same rows */
+	static const char *const js[] = {"kinds", "train", "--json", NULL};
+	assert_int_equal(tf_test_cli(js, NULL, NULL), 0);
+	json_t *k = tf_test_load_json("out.txt");
+	assert_non_null(k);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(k, 0), "name")),
+	                    "train");
+	assert_true(json_is_true(json_object_get(json_array_get(k, 0), "needs_slice")));
+	json_decref(k);
+	static const char *const bad[] = {"kinds", "nosuchkind", NULL};
+	assert_int_equal(tf_test_cli(bad, NULL, NULL), TF_EXIT_USAGE);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -403,6 +448,7 @@ int main(void)
 	    cmocka_unit_test(test_cli_runs_list_skipped_orphaned_duration),
 	    cmocka_unit_test(test_cli_terminal_escapes_and_plan_cache_words),
 	    cmocka_unit_test(test_cli_param_override_recorded_by_name),
+	    cmocka_unit_test(test_cli_kinds_markdown_is_the_doc),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
