@@ -5,7 +5,7 @@
  *   accel cycles --topology FILE.csv [--config FILE.cfg] [--report-dir DIR] [--csv]
  *   accel slices
  *   accel info SLICE
- * Owns the .npy reading and writing (float32, little-endian, C order, 2-D). */
+ * Matrices are .npy files read and written by ml/npy.c (float32, little-endian, C order). */
 #include "cli/cli.h"
 #include "common/common.h"
 
@@ -20,199 +20,38 @@
 #include "accel/mxu.h"
 #include "accel/slice.h"
 #include "accel/tpu.h"
+#include "ml/npy.h"
 
-/* Largest .npy accepted: 4 GiB of data. */
-#define NPY_MAX_BYTES (4ull << 30)
-
-struct npy {
-	size_t rows, cols; /* shape (a 1-D array of n is read as 1 x n) */
-	float *data;       /* rows * cols floats, owned */
+/* A matrix operand: a 2-D (or 1-D, read as 1 x n) little-endian float32 .npy file, read by
+ * ml/npy.c. 0, or a negative errno with err. */
+struct matrix {
+	struct tf_npy a;   /* the array (owned) */
+	size_t rows, cols; /* its shape as a matrix */
 };
 
-/* Parses the header dict of a .npy file; 0 or -EINVAL with err filled. */
-static int npy_header(const char *path, const char *h, struct npy *out, char *err, size_t errlen)
+static int read_matrix(const char *path, struct matrix *m, char *err, size_t errlen)
 {
-	const char *d = strstr(h, "'descr'");
-	const char *f = strstr(h, "'fortran_order'");
-	const char *s = strstr(h, "'shape'");
-	if (!d || !f || !s) {
-		snprintf(err, errlen, "'%s': the .npy header lacks descr, fortran_order or shape",
-		         path);
-		return -EINVAL;
-	}
-	d = strchr(d + 7, '\'');
-	if (!d || strncmp(d, "'<f4'", 5) != 0) {
-		char got[16] = "?";
-		if (d)
-			sscanf(d, "'%15[^']", got);
-		snprintf(err, errlen,
-		         "'%s': dtype '%s' is not little-endian float32 ('<f4'); convert it with "
-		         "numpy: np.save(path, a.astype('<f4'))",
-		         path, got);
-		return -EINVAL;
-	}
-	f = strchr(f + 15, ':');
-	while (f && (*f == ':' || *f == ' '))
-		f++;
-	if (!f || strncmp(f, "False", 5) != 0) {
-		snprintf(err, errlen,
-		         "'%s': the array is in Fortran order; save a C-order copy "
-		         "(np.save(path, np.ascontiguousarray(a)))",
-		         path);
-		return -EINVAL;
-	}
-	s = strchr(s + 7, '(');
-	if (!s) {
-		snprintf(err, errlen, "'%s': malformed shape in the .npy header", path);
-		return -EINVAL;
-	}
-	s++;
-	unsigned long long dims[3];
-	int nd = 0;
-	for (;;) {
-		while (*s == ' ' || *s == ',')
-			s++;
-		if (*s == ')')
-			break;
-		char *end;
-		unsigned long long v = strtoull(s, &end, 10);
-		if (end == s || nd == 3) {
-			snprintf(err, errlen,
-			         "'%s': malformed or more than 2-D shape in the .npy "
-			         "header",
-			         path);
-			return -EINVAL;
-		}
-		dims[nd++] = v;
-		s = end;
-		while (*s == 'L')
-			s++;
-	}
-	if (nd == 0 || nd > 2) {
-		snprintf(err, errlen, "'%s': expected a 2-D matrix, got a %d-D array", path, nd);
-		return -EINVAL;
-	}
-	out->rows = nd == 2 ? (size_t)dims[0] : 1;
-	out->cols = nd == 2 ? (size_t)dims[1] : (size_t)dims[0];
-	if (out->cols && out->rows > NPY_MAX_BYTES / 4 / out->cols) {
-		snprintf(err, errlen,
-		         "'%s': %llu x %llu floats is more than this command accepts "
-		         "(4 GiB)",
-		         path, (unsigned long long)out->rows, (unsigned long long)out->cols);
-		return -EINVAL;
-	}
-	return 0;
-}
-
-/* Reads a float32 C-order .npy matrix. 0, or a negative errno with a message in err. */
-static int npy_read(const char *path, struct npy *out, char *err, size_t errlen)
-{
-	int rc = 0;
-	char *hdr = NULL;
-	struct npy m = {0};
-	FILE *fp = fopen(path, "rb");
-	if (!fp) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
-		goto out;
-	}
-	unsigned char pre[12];
-	if (fread(pre, 1, 10, fp) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
-		rc = -EINVAL;
-		snprintf(err, errlen,
-		         "'%s' is not a NumPy .npy file (bad magic); write it with "
-		         "np.save",
-		         path);
-		goto out;
-	}
-	size_t hlen;
-	if (pre[6] == 1) {
-		hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
-	} else if (pre[6] == 2 || pre[6] == 3) {
-		if (fread(pre + 10, 1, 2, fp) != 2) {
-			rc = -EINVAL;
-			snprintf(err, errlen, "'%s': truncated .npy header", path);
-			goto out;
-		}
-		hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 |
-		       (size_t)pre[11] << 24;
-	} else {
-		rc = -EINVAL;
-		snprintf(err, errlen, "'%s': unsupported .npy format version %d.%d", path, pre[6],
-		         pre[7]);
-		goto out;
-	}
-	if (hlen > 1 << 20) {
-		rc = -EINVAL;
-		snprintf(err, errlen, "'%s': .npy header of %zu bytes is implausibly large", path,
-		         hlen);
-		goto out;
-	}
-	hdr = tf_xmalloc(hlen + 1);
-	if (fread(hdr, 1, hlen, fp) != hlen) {
-		rc = -EINVAL;
-		snprintf(err, errlen, "'%s': truncated .npy header", path);
-		goto out;
-	}
-	hdr[hlen] = '\0';
-	rc = npy_header(path, hdr, &m, err, errlen);
+	int rc = tf_npy_read(path, &m->a, err, errlen);
 	if (rc)
-		goto out;
-	size_t n = m.rows * m.cols;
-	m.data = tf_xmalloc((n ? n : 1) * sizeof(float));
-	if (fread(m.data, sizeof(float), n, fp) != n) {
+		return rc;
+	static const char *const descr[TF_NPY_LAST] = {"|u1", "<f4", "<f8"};
+	if (m->a.dtype != TF_NPY_F32) {
+		tf_errf(err, errlen,
+		        "'%s': dtype '%s' is not little-endian float32 ('<f4'); convert it with "
+		        "numpy: np.save(path, a.astype('<f4'))",
+		        path, descr[m->a.dtype]);
 		rc = -EINVAL;
-		snprintf(err, errlen, "'%s': the data is shorter than the shape %zu x %zu says",
-		         path, m.rows, m.cols);
-		goto out;
+	} else if (m->a.ndim > 2) {
+		tf_errf(err, errlen, "'%s': expected a 2-D matrix, got a %d-D array", path,
+		        m->a.ndim);
+		rc = -EINVAL;
 	}
-	*out = m;
-	m.data = NULL;
-out:
-	free(m.data);
-	free(hdr);
-	if (fp)
-		fclose(fp);
-	return rc;
-}
-
-/* Writes a float32 C-order .npy (format 1.0). 0 or a negative errno with err filled. */
-static int npy_write(const char *path, const float *data, size_t rows, size_t cols, char *err,
-                     size_t errlen)
-{
-	char dict[128];
-	int dl =
-	    snprintf(dict, sizeof dict,
-	             "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", rows, cols);
-	size_t total = 10 + (size_t)dl + 1;
-	size_t pad = (64 - total % 64) % 64;
-	size_t hlen = (size_t)dl + pad + 1;
-	FILE *fp = fopen(path, "wb");
-	if (!fp) {
-		tf_errf(err, errlen, "cannot create '%s': %s", path, strerror(errno));
-		return -errno;
+	if (rc) {
+		tf_npy_release(&m->a);
+		return rc;
 	}
-	unsigned char pre[10] = {0x93,
-	                         'N',
-	                         'U',
-	                         'M',
-	                         'P',
-	                         'Y',
-	                         1,
-	                         0,
-	                         (unsigned char)(hlen & 0xff),
-	                         (unsigned char)(hlen >> 8)};
-	int ok = fwrite(pre, 1, 10, fp) == 10 && fwrite(dict, 1, (size_t)dl, fp) == (size_t)dl;
-	for (size_t i = 0; ok && i < pad; i++)
-		ok = fputc(' ', fp) != EOF;
-	ok = ok && fputc('\n', fp) != EOF;
-	ok = ok && fwrite(data, sizeof(float), rows * cols, fp) == rows * cols;
-	if (fclose(fp) != 0)
-		ok = 0;
-	if (!ok) {
-		tf_errf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
-		return -EIO;
-	}
+	m->rows = m->a.ndim == 2 ? m->a.shape[0] : 1;
+	m->cols = m->a.shape[m->a.ndim - 1];
 	return 0;
 }
 
@@ -343,11 +182,11 @@ static int matmul(int argc, char **argv, struct tf_cli *cli)
 	if (array && parse_array(array, &cfg.rows, &cfg.cols))
 		return tf_cli_usage_error(cmd, "--array '%s' must be RxC, e.g. 128x128", array);
 
-	char err[512];
-	struct npy a = {0}, b = {0};
+	char err[1024];
+	struct matrix a = {0}, b = {0};
 	int rc = TF_EXIT_OK;
 	float *c = NULL;
-	if (npy_read(apath, &a, err, sizeof err) || npy_read(bpath, &b, err, sizeof err)) {
+	if (read_matrix(apath, &a, err, sizeof err) || read_matrix(bpath, &b, err, sizeof err)) {
 		fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
 		rc = TF_EXIT_DATAERR;
 		goto out;
@@ -365,12 +204,13 @@ static int matmul(int argc, char **argv, struct tf_cli *cli)
 	struct tf_mxu_stats st;
 	double t0 = tf_now_monotonic();
 	if (reference)
-		tf_mxu_gemm_reference(&cfg, 0, 0, M, K, N, a.data, K, b.data, N, c, N, &st);
+		tf_mxu_gemm_reference(&cfg, 0, 0, M, K, N, a.a.data, K, b.a.data, N, c, N, &st);
 	else
-		tf_mxu_gemm(&cfg, 0, 0, M, K, N, a.data, K, b.data, N, c, N, &st);
+		tf_mxu_gemm(&cfg, 0, 0, M, K, N, a.a.data, K, b.a.data, N, c, N, &st);
 	double wall = tf_now_monotonic() - t0;
-	if (out && npy_write(out, c, M, N, err, sizeof err)) {
-		fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
+	int wrc = out ? tf_npy_write_f32(out, c, M, N) : 0;
+	if (wrc) {
+		fprintf(stderr, "tpuflow %s: cannot write '%s': %s\n", cmd, out, strerror(-wrc));
 		rc = TF_EXIT_FAILED;
 		goto out;
 	}
@@ -408,8 +248,8 @@ static int matmul(int argc, char **argv, struct tf_cli *cli)
 			printf("wrote %s\n", out);
 	}
 out:
-	free(a.data);
-	free(b.data);
+	tf_npy_release(&a.a);
+	tf_npy_release(&b.a);
 	free(c);
 	return rc;
 }

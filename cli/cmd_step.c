@@ -286,7 +286,7 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 	char err[1024] = "";
 	int rc = tf_objstore_open(store_url, &os, err, sizeof(err));
 	if (rc) {
-		snprintf(msg, sizeof(msg), "object store: %.1000s", err);
+		tf_errf(msg, sizeof(msg), "object store: %s", err);
 		if (result_key) {
 			/* nowhere to put the result: the exit status says it all */
 			fprintf(stderr, "tpuflow step exec: %s\n", msg);
@@ -303,7 +303,7 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 		size_t blen = 0;
 		rc = tf_objstore_get(os, with_key, &buf, &blen);
 		if (rc) {
-			snprintf(msg, sizeof(msg), "cannot read '%s': %.900s", with_key,
+			tf_errf(msg, sizeof(msg), "cannot read '%s': %s", with_key,
 			         tf_objstore_errmsg(os));
 			tf_objstore_free(os);
 			return fail(result, tf_ml_retryable(rc) ? "infra" : "error", msg,

@@ -138,7 +138,7 @@ int tf_exec_head_init(struct tf_exec *x, const struct tf_executor_ops *ops,
 	if (spec->log_dir) {
 		int rc = tf_mkdir_p(spec->log_dir);
 		if (rc) {
-			snprintf(err, errlen, "cannot create log directory '%s': %s", spec->log_dir,
+			tf_errf(err, errlen, "cannot create log directory '%s': %s", spec->log_dir,
 			         strerror(-rc));
 			return rc;
 		}
@@ -149,7 +149,7 @@ int tf_exec_head_init(struct tf_exec *x, const struct tf_executor_ops *ops,
 		         tmp && *tmp ? tmp : "/tmp");
 		if (!mkdtemp(x->dir)) {
 			int e = errno;
-			snprintf(err, errlen, "cannot create a log directory under '%s': %s",
+			tf_errf(err, errlen, "cannot create a log directory under '%s': %s",
 			         tmp && *tmp ? tmp : "/tmp", strerror(e));
 			return -e;
 		}
@@ -159,7 +159,7 @@ int tf_exec_head_init(struct tf_exec *x, const struct tf_executor_ops *ops,
 	        sizeof(x->out_path) ||
 	    (size_t)snprintf(x->err_path, sizeof(x->err_path), "%s/stderr.log", x->dir) >=
 	        sizeof(x->err_path)) {
-		snprintf(err, errlen, "log directory path '%s' is too long", x->dir);
+		tf_errf(err, errlen, "log directory path '%s' is too long", x->dir);
 		return -ENAMETOOLONG;
 	}
 	x->store = spec->store;

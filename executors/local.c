@@ -229,7 +229,7 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
                        size_t errlen)
 {
 	if (!spec->argv || !spec->argv[0] || !spec->argv[0][0]) {
-		snprintf(err, errlen, "local executor needs an argv with a program");
+		tf_errf(err, errlen, "local executor needs an argv with a program");
 		return -EINVAL;
 	}
 	struct local *l = tf_xcalloc(1, sizeof(*l));
@@ -246,12 +246,12 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 	errfd = open(l->head.err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (outfd < 0 || errfd < 0) {
 		rc = -errno;
-		snprintf(err, errlen, "cannot create logs in '%s': %s", l->head.dir, strerror(-rc));
+		tf_errf(err, errlen, "cannot create logs in '%s': %s", l->head.dir, strerror(-rc));
 		goto out;
 	}
 	if (pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0) {
 		rc = -errno;
-		snprintf(err, errlen, "cannot create pipes: %s", strerror(-rc));
+		tf_errf(err, errlen, "cannot create pipes: %s", strerror(-rc));
 		goto out;
 	}
 	prog = find_program(spec->argv[0], &e);
@@ -307,7 +307,7 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 	l = NULL;
 	goto out;
 spawn_failed:
-	snprintf(err, errlen, "cannot start '%s': %s%s", spec->argv[0], strerror(-rc),
+	tf_errf(err, errlen, "cannot start '%s': %s%s", spec->argv[0], strerror(-rc),
 	         rc == -ENOENT ? " (not found: check the path or PATH)" : "");
 out:
 	free(prog);

@@ -72,7 +72,7 @@ int tf_bundle_export(struct tf_objstore *s, const char *prefix, const struct tf_
 	snprintf(crc, sizeof crc, "%08x", tf_crc32c(b.data, b.len));
 	key = tf_xasprintf("%smodel.safetensors", prefix);
 	if ((rc = tf_objstore_put(s, key, b.data, b.len, 0))) {
-		snprintf(err, errlen, "cannot write '%s': %s", key, tf_objstore_errmsg(s));
+		tf_errf(err, errlen, "cannot write '%s': %s", key, tf_objstore_errmsg(s));
 		goto out;
 	}
 	json_t *layers = json_array(), *names = json_array();
@@ -102,7 +102,7 @@ int tf_bundle_export(struct tf_objstore *s, const char *prefix, const struct tf_
 	free(key);
 	key = tf_xasprintf("%ssignature.json", prefix);
 	if ((rc = tf_objstore_put(s, key, text, strlen(text), 0)))
-		snprintf(err, errlen, "cannot write '%s': %s", key, tf_objstore_errmsg(s));
+		tf_errf(err, errlen, "cannot write '%s': %s", key, tf_objstore_errmsg(s));
 out:
 	free(key);
 	free(text);
@@ -159,14 +159,14 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	json_t *hdr = NULL;
 	int rc;
 	if ((rc = tf_objstore_get(s, skey, &sdata, &slen))) {
-		snprintf(err, errlen,
-		         "no model bundle at '%s' (%s): export one with 'tpuflow "
-		         "train --export'",
-		         skey, tf_objstore_errmsg(s));
+		tf_errf(err, errlen,
+		        "no model bundle at '%s' (%s): export one with 'tpuflow "
+		        "train --export'",
+		        skey, tf_objstore_errmsg(s));
 		goto out;
 	}
 	if ((rc = tf_objstore_get(s, mkey, &mdata, &mlen))) {
-		snprintf(err, errlen, "bundle tensors '%s' missing: %s", mkey,
+		tf_errf(err, errlen, "bundle tensors '%s' missing: %s", mkey,
 		         tf_objstore_errmsg(s));
 		goto out;
 	}
@@ -175,17 +175,17 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	json_t *sig = b->signature;
 	if (!sig ||
 	    strcmp(json_string_value(json_object_get(sig, "format")) ?: "", BUNDLE_FORMAT)) {
-		snprintf(err, errlen, "'%s': not a %s signature", skey, BUNDLE_FORMAT);
+		tf_errf(err, errlen, "'%s': not a %s signature", skey, BUNDLE_FORMAT);
 		goto out;
 	}
 	json_t *ck = json_object_get(json_object_get(sig, "checksums"), "model.safetensors");
 	char sha[65];
 	tf_sha256_hex(mdata, mlen, sha);
 	if (strcmp(json_string_value(json_object_get(ck, "sha256")) ?: "", sha)) {
-		snprintf(err, errlen,
-		         "'%s': SHA-256 differs from the signature; the bundle is "
-		         "damaged, export it again",
-		         mkey);
+		tf_errf(err, errlen,
+		        "'%s': SHA-256 differs from the signature; the bundle is "
+		        "damaged, export it again",
+		        mkey);
 		goto out;
 	}
 	json_t *layers = json_object_get(sig, "layers"),
@@ -196,7 +196,7 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	int binary = !strcmp(json_string_value(json_object_get(sig, "output")) ?: "", "sigmoid");
 	if (nl < 2 || nl > TF_MLP_MAX_LAYERS + 1 || classes < 2 ||
 	    (size_t)classes > TF_MLP_MAX_WIDTH) {
-		snprintf(err, errlen, "'%s': bad layers or class_names", skey);
+		tf_errf(err, errlen, "'%s': bad layers or class_names", skey);
 		goto out;
 	}
 	/* layer widths are untrusted: checked as JSON integers in range before any use */
@@ -205,23 +205,23 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 		json_t *w = json_array_get(layers, i);
 		json_int_t v = json_integer_value(w);
 		if (!json_is_integer(w) || v < 1 || (uint64_t)v > TF_MLP_MAX_WIDTH) {
-			snprintf(err, errlen,
-			         "'%s': layer %zu has width %s; widths are integers 1..%zu",
-			         skey, i, json_is_integer(w) ? "out of range" : "not an integer",
-			         TF_MLP_MAX_WIDTH);
+			tf_errf(err, errlen,
+			        "'%s': layer %zu has width %s; widths are integers 1..%zu",
+			        skey, i, json_is_integer(w) ? "out of range" : "not an integer",
+			        TF_MLP_MAX_WIDTH);
 			goto out;
 		}
 		width[i] = (size_t)v;
 	}
 	int irc = tf_mlp_init(&b->mlp, width[0], width + 1, (int)nl - 2, classes, binary);
 	if (irc == -ENOMEM || irc == -E2BIG) {
-		snprintf(err, errlen, "'%s': the model is too large (at most %zu parameters)", skey,
+		tf_errf(err, errlen, "'%s': the model is too large (at most %zu parameters)", skey,
 		         TF_MLP_MAX_PARAMS);
 		rc = irc == -ENOMEM ? -ENOMEM : -EBADMSG;
 		goto out;
 	}
 	if (irc || b->mlp.size[nl - 1] != width[nl - 1]) {
-		snprintf(err, errlen, "'%s': inconsistent layer sizes", skey);
+		tf_errf(err, errlen, "'%s': inconsistent layer sizes", skey);
 		goto out;
 	}
 	/* safetensors: the header must describe exactly the signature's tensors (dtype, shape
@@ -232,7 +232,7 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 		hl |= (uint64_t)u[i] << (8 * i);
 	if (mlen < 8 || hl > mlen - 8 || !(hdr = json_loadb((const char *)u + 8, hl, 0, &jerr)) ||
 	    mlen - 8 - hl != b->mlp.nparams * sizeof(float)) {
-		snprintf(err, errlen, "'%s': bad safetensors header or size", mkey);
+		tf_errf(err, errlen, "'%s': bad safetensors header or size", mkey);
 		goto out;
 	}
 	size_t ntensors = 0;
@@ -255,25 +255,25 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 					         t[k].dims[1]);
 				else
 					snprintf(shp, sizeof shp, "%zu", t[k].dims[0]);
-				snprintf(err, errlen,
-				         "'%s': tensor '%s' is missing or its dtype, shape or "
-				         "offsets differ from the signature (F32 [%s] at bytes "
-				         "%zu..%zu)",
-				         mkey, name, shp, t[k].off * sizeof(float),
-				         (t[k].off + t[k].count) * sizeof(float));
+				tf_errf(err, errlen,
+				        "'%s': tensor '%s' is missing or its dtype, shape or "
+				        "offsets differ from the signature (F32 [%s] at bytes "
+				        "%zu..%zu)",
+				        mkey, name, shp, t[k].off * sizeof(float),
+				        (t[k].off + t[k].count) * sizeof(float));
 				goto out;
 			}
 			ntensors++;
 		}
 	}
 	if (json_object_size(hdr) - (json_object_get(hdr, "__metadata__") ? 1 : 0) != ntensors) {
-		snprintf(err, errlen, "'%s': the header lists tensors the signature does not know",
+		tf_errf(err, errlen, "'%s': the header lists tensors the signature does not know",
 		         mkey);
 		goto out;
 	}
 	memcpy(b->mlp.params, u + 8 + hl, b->mlp.nparams * sizeof(float));
 	if (tf_preproc_from_json(json_object_get(sig, "preprocessing"), b->mlp.size[0], &b->pre)) {
-		snprintf(err, errlen, "'%s': bad preprocessing", skey);
+		tf_errf(err, errlen, "'%s': bad preprocessing", skey);
 		goto out;
 	}
 	json_t *ishape = json_object_get(json_object_get(sig, "input"), "image_shape");
@@ -287,7 +287,7 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	json_int_t mc = json_integer_value(json_object_get(num, "mxu_cols"));
 	b->mxu.ftz = json_is_true(json_object_get(num, "ftz"));
 	if (mr < 1 || mc < 1 || mr > MXU_MAX || mc > MXU_MAX) {
-		snprintf(err, errlen, "'%s': numerics lacks mxu_rows/mxu_cols in 1..%d", skey,
+		tf_errf(err, errlen, "'%s': numerics lacks mxu_rows/mxu_cols in 1..%d", skey,
 		         MXU_MAX);
 		goto out;
 	}
@@ -348,15 +348,15 @@ static int npy_inputs(const struct tf_bundle *b, const char *path, const struct 
 	size_t cells, bytes;
 	/* a.count is the checked product of the shape, so rows * dim cannot wrap when equal */
 	if (a->ndim < 1 || __builtin_mul_overflow(rows, dim, &cells) || a->count != cells) {
-		snprintf(err, errlen,
-		         "'%s': expected N x %zu values (N rows of the model's inputs), got %zu "
-		         "values",
-		         path, dim, a->count);
+		tf_errf(err, errlen,
+		        "'%s': expected N x %zu values (N rows of the model's inputs), got %zu "
+		        "values",
+		        path, dim, a->count);
 		return -EBADMSG;
 	}
 	if (__builtin_mul_overflow(cells, sizeof(float), &bytes) ||
 	    !(*x = malloc(bytes ? bytes : 1))) {
-		snprintf(err, errlen, "'%s': no memory for %zu x %zu inputs", path, rows, dim);
+		tf_errf(err, errlen, "'%s': no memory for %zu x %zu inputs", path, rows, dim);
 		return -ENOMEM;
 	}
 	float *row = tf_xmalloc(dim * sizeof(float)); /* dim <= TF_MLP_MAX_WIDTH */
@@ -392,7 +392,7 @@ int tf_bundle_predict_npy(const struct tf_bundle *b, const char *path, int prepr
 		return rc;
 	if (__builtin_mul_overflow(rows, C * sizeof(float), &bytes) ||
 	    !(p = malloc(bytes ? bytes : 1))) {
-		snprintf(err, errlen, "'%s': no memory for %zu x %zu probabilities", path, rows, C);
+		tf_errf(err, errlen, "'%s': no memory for %zu x %zu probabilities", path, rows, C);
 		free(x);
 		return -ENOMEM;
 	}
@@ -418,18 +418,18 @@ int tf_bundle_evaluate(struct tf_objstore *s, const struct tf_bundle *b, const c
 		return rc;
 	if (d->dim != b->mlp.size[0] || d->num_classes != b->mlp.classes ||
 	    d->pre.image != b->pre.image) {
-		snprintf(err, errlen,
-		         "the model (%zu %s inputs, %d classes) does not fit dataset '%s' (%zu %s "
-		         "inputs, %d classes); evaluate it on the dataset it was trained for",
-		         b->mlp.size[0], b->pre.image ? "image" : "feature", b->mlp.classes,
-		         dataset, d->dim, d->pre.image ? "image" : "feature", d->num_classes);
+		tf_errf(err, errlen,
+		        "the model (%zu %s inputs, %d classes) does not fit dataset '%s' (%zu %s "
+		        "inputs, %d classes); evaluate it on the dataset it was trained for",
+		        b->mlp.size[0], b->pre.image ? "image" : "feature", b->mlp.classes,
+		        dataset, d->dim, d->pre.image ? "image" : "feature", d->num_classes);
 		rc = -EINVAL;
 		goto out;
 	}
 	if ((rc = tf_tpu_slice_parse(accelerator ? accelerator : "v4-8", &slice, err, errlen)))
 		goto out;
 	if ((rc = tf_slice_rt_new(&slice, 0, b->mxu.ftz, &rt))) {
-		snprintf(err, errlen, "cannot start the slice runtime for '%s'", slice.name);
+		tf_errf(err, errlen, "cannot start the slice runtime for '%s'", slice.name);
 		goto out;
 	}
 	if ((rc = tf_input_load_split(s, d, TF_SPLIT_TEST, &x, &y, NULL, &n, err, errlen)))

@@ -117,7 +117,7 @@ static int cancelled(volatile int *cancel, int *rc, char *err, size_t errlen)
 {
 	if (!cancel || !*cancel || *rc)
 		return *rc != 0;
-	snprintf(err, errlen, "data prep cancelled");
+	tf_errf(err, errlen, "data prep cancelled");
 	*rc = -ECANCELED;
 	return 1;
 }
@@ -166,7 +166,7 @@ static void write_split(struct tf_objstore *s, const char *prefix, enum tf_split
 		char *key = tf_xasprintf("%s%s", prefix, name);
 		int prc = tf_objstore_put(s, key, file.data, file.len, 0);
 		if (prc) {
-			snprintf(err, errlen, "cannot write shard '%s': %s", key,
+			tf_errf(err, errlen, "cannot write shard '%s': %s", key,
 			         tf_objstore_errmsg(s));
 			*rc = prc;
 		}
@@ -206,7 +206,7 @@ int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_p
 		nte = test.n;
 	} else if (!strcmp(source, "csv")) {
 		if (!o->path || !*o->path) {
-			snprintf(err, errlen, "source 'csv' needs a path to the CSV file");
+			tf_errf(err, errlen, "source 'csv' needs a path to the CSV file");
 			rc = -EINVAL;
 			goto out;
 		}
@@ -227,7 +227,7 @@ int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_p
 		}
 		nte = (size_t)((double)n * tfrac + 0.5);
 		if (nte < 1 || nte >= n) {
-			snprintf(err, errlen, "'%s': %zu rows are too few to hold out a test split",
+			tf_errf(err, errlen, "'%s': %zu rows are too few to hold out a test split",
 			         o->path, n);
 			free(perm);
 			rc = -EBADMSG;
@@ -316,7 +316,7 @@ int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_p
 	text = json_dumps(m, JSON_INDENT(2) | JSON_SORT_KEYS);
 	mkey = tf_xasprintf("%smanifest.json", prefix);
 	if ((rc = tf_objstore_put(s, mkey, text, strlen(text), 0))) {
-		snprintf(err, errlen, "cannot write manifest '%s': %s", mkey,
+		tf_errf(err, errlen, "cannot write manifest '%s': %s", mkey,
 		         tf_objstore_errmsg(s));
 		goto out;
 	}
@@ -374,7 +374,7 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 	int rc = tf_objstore_get(s, manifest_key, &data, &len);
 	if (rc) {
 		/* the hint fits a missing manifest only, not a store that cannot be reached */
-		snprintf(err, errlen, "cannot read dataset manifest '%s': %s%s", manifest_key,
+		tf_errf(err, errlen, "cannot read dataset manifest '%s': %s%s", manifest_key,
 		         tf_objstore_errmsg(s), rc == -ENOENT ? "; run data prep first" : "");
 		goto out;
 	}
@@ -383,7 +383,7 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 	d->manifest = json_loadb(data, len, 0, &jerr);
 	rc = -EBADMSG;
 	if (!d->manifest) {
-		snprintf(err, errlen, "dataset manifest '%s': line %d: %s", manifest_key, jerr.line,
+		tf_errf(err, errlen, "dataset manifest '%s': line %d: %s", manifest_key, jerr.line,
 		         jerr.text);
 		goto out;
 	}
@@ -395,10 +395,10 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 	json_int_t ncls = json_integer_value(json_object_get(m, "num_classes"));
 	if (dim < 1 || (uint64_t)dim > TF_MLP_MAX_WIDTH || ncls < 2 ||
 	    (uint64_t)ncls > TF_MLP_MAX_WIDTH) {
-		snprintf(err, errlen,
-		         "dataset manifest '%s': input_dim must be 1..%zu and num_classes "
-		         "2..%zu; run data prep again",
-		         manifest_key, TF_MLP_MAX_WIDTH, TF_MLP_MAX_WIDTH);
+		tf_errf(err, errlen,
+		        "dataset manifest '%s': input_dim must be 1..%zu and num_classes "
+		        "2..%zu; run data prep again",
+		        manifest_key, TF_MLP_MAX_WIDTH, TF_MLP_MAX_WIDTH);
 		goto out;
 	}
 	d->dim = (size_t)dim;
@@ -408,10 +408,10 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 		json_int_t r = json_integer_value(json_array_get(shape, 0));
 		json_int_t c = json_integer_value(json_array_get(shape, 1));
 		if (r < 1 || c < 1 || r > dim || c > dim || r * c != dim) {
-			snprintf(err, errlen,
-			         "dataset manifest '%s': schema.image.shape is not rows x cols "
-			         "of input_dim %zu",
-			         manifest_key, d->dim);
+			tf_errf(err, errlen,
+			        "dataset manifest '%s': schema.image.shape is not rows x cols "
+			        "of input_dim %zu",
+			        manifest_key, d->dim);
 			goto out;
 		}
 		d->rows = (int)r;
@@ -419,10 +419,10 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 	}
 	if (json_array_size(names) != (size_t)d->num_classes ||
 	    tf_preproc_from_json(json_object_get(m, "preprocessing"), d->dim, &d->pre)) {
-		snprintf(err, errlen,
-		         "dataset manifest '%s': missing or bad input_dim, "
-		         "num_classes, class_names or preprocessing",
-		         manifest_key);
+		tf_errf(err, errlen,
+		        "dataset manifest '%s': missing or bad input_dim, "
+		        "num_classes, class_names or preprocessing",
+		        manifest_key);
 		goto out;
 	}
 	d->class_names = tf_xcalloc((size_t)d->num_classes, sizeof(char *));
@@ -437,7 +437,7 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 		json_t *sh = json_object_get(js, "shards");
 		struct tf_dataset_split *sp = &d->split[i];
 		if (!json_is_array(sh)) {
-			snprintf(err, errlen, "dataset manifest '%s': split '%s' has no shards",
+			tf_errf(err, errlen, "dataset manifest '%s': split '%s' has no shards",
 			         manifest_key, split_names[i]);
 			goto out;
 		}
@@ -451,10 +451,10 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 			const char *name = json_string_value(json_object_get(e, "name"));
 			const char *crc = json_string_value(json_object_get(e, "crc32c"));
 			if (!name || !crc || strchr(name, '/')) {
-				snprintf(err, errlen,
-				         "dataset manifest '%s': shard %zu of '%s' has "
-				         "no valid name or crc32c",
-				         manifest_key, k, split_names[i]);
+				tf_errf(err, errlen,
+				        "dataset manifest '%s': shard %zu of '%s' has "
+				        "no valid name or crc32c",
+				        manifest_key, k, split_names[i]);
 				goto out;
 			}
 			sp->keys[k] = tf_xasprintf("%.*s%s", (int)plen, manifest_key, name);
@@ -468,12 +468,12 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 			if (ex < 0 || by < 0 || (uint64_t)ex > (uint64_t)by / min_rec ||
 			    __builtin_add_overflow(sp->examples, (size_t)ex, &sp->examples) ||
 			    sp->examples > UINT32_MAX) {
-				snprintf(err, errlen,
-				         "dataset manifest '%s': shard '%s' claims %lld examples "
-				         "in %lld bytes, which cannot be (at most one per %zu "
-				         "bytes, %u per split); run data prep again",
-				         manifest_key, name, (long long)ex, (long long)by, min_rec,
-				         UINT32_MAX);
+				tf_errf(err, errlen,
+				        "dataset manifest '%s': shard '%s' claims %lld examples "
+				        "in %lld bytes, which cannot be (at most one per %zu "
+				        "bytes, %u per split); run data prep again",
+				        manifest_key, name, (long long)ex, (long long)by, min_rec,
+				        UINT32_MAX);
 				goto out;
 			}
 			sp->counts[k] = (size_t)ex;
@@ -498,16 +498,16 @@ int tf_dataset_check_shards(struct tf_objstore *s, const struct tf_dataset *d, e
 		struct tf_obj_info info;
 		int rc = tf_objstore_head(s, p->keys[k], &info);
 		if (rc) {
-			snprintf(err, errlen, "cannot read shard '%s': %s", p->keys[k],
+			tf_errf(err, errlen, "cannot read shard '%s': %s", p->keys[k],
 			         tf_objstore_errmsg(s));
 			return rc;
 		}
 		if (info.size != p->bytes[k]) {
-			snprintf(err, errlen,
-			         "shard '%s' is %llu bytes, the manifest says %llu; the dataset is "
-			         "damaged, run data prep again",
-			         p->keys[k], (unsigned long long)info.size,
-			         (unsigned long long)p->bytes[k]);
+			tf_errf(err, errlen,
+			        "shard '%s' is %llu bytes, the manifest says %llu; the dataset is "
+			        "damaged, run data prep again",
+			        p->keys[k], (unsigned long long)info.size,
+			        (unsigned long long)p->bytes[k]);
 			return -EBADMSG;
 		}
 	}
@@ -523,15 +523,15 @@ int tf_dataset_load_shard(struct tf_objstore *s, const struct tf_dataset *d, enu
 	size_t len, n;
 	int rc = tf_objstore_get(s, p->keys[shard], &buf, &len);
 	if (rc) {
-		snprintf(err, errlen, "cannot read shard '%s': %s", p->keys[shard],
+		tf_errf(err, errlen, "cannot read shard '%s': %s", p->keys[shard],
 		         tf_objstore_errmsg(s));
 		return rc;
 	}
 	if (len != p->bytes[shard] || tf_crc32c(buf, len) != p->crc32c[shard]) {
-		snprintf(err, errlen,
-		         "shard '%s': size or CRC-32C differs from the manifest "
-		         "(%zu bytes, expected %llu); the shard is corrupt, run data prep again",
-		         p->keys[shard], len, (unsigned long long)p->bytes[shard]);
+		tf_errf(err, errlen,
+		        "shard '%s': size or CRC-32C differs from the manifest "
+		        "(%zu bytes, expected %llu); the shard is corrupt, run data prep again",
+		        p->keys[shard], len, (unsigned long long)p->bytes[shard]);
 		free(buf);
 		return -EBADMSG;
 	}
@@ -540,7 +540,7 @@ int tf_dataset_load_shard(struct tf_objstore *s, const struct tf_dataset *d, enu
 		return rc;
 	}
 	if (n != p->counts[shard]) {
-		snprintf(err, errlen, "shard '%s': %zu records, the manifest says %zu",
+		tf_errf(err, errlen, "shard '%s': %zu records, the manifest says %zu",
 		         p->keys[shard], n, p->counts[shard]);
 		free(*spans);
 		free(buf);
@@ -575,10 +575,10 @@ int tf_dataset_decode(const struct tf_dataset *d, const void *rec, size_t len, u
 	*label = (int32_t)lab;
 	return 0;
 bad:
-	snprintf(err, errlen,
-	         "dataset '%s': a record is not a valid Example of this schema "
-	         "(label in 0..%d and %zu %s)",
-	         d->manifest_key, d->num_classes - 1, d->dim,
-	         d->pre.image ? "image bytes" : "floats");
+	tf_errf(err, errlen,
+	        "dataset '%s': a record is not a valid Example of this schema "
+	        "(label in 0..%d and %zu %s)",
+	        d->manifest_key, d->num_classes - 1, d->dim,
+	        d->pre.image ? "image bytes" : "floats");
 	return -EBADMSG;
 }

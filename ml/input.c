@@ -456,7 +456,7 @@ int tf_input_open(struct tf_objstore *s, const struct tf_dataset *d, const struc
 		in->o.workers = 2;
 	if (in->o.batch == 0 || in->n == 0 || in->n > UINT32_MAX ||
 	    (in->o.drop_remainder && in->o.batch > in->n)) {
-		snprintf(err, errlen, "batch %zu does not fit the %zu examples of the split",
+		tf_errf(err, errlen, "batch %zu does not fit the %zu examples of the split",
 		         in->o.batch, in->n);
 		free(in);
 		return -EINVAL;
@@ -510,7 +510,7 @@ int tf_input_open(struct tf_objstore *s, const struct tf_dataset *d, const struc
 				break;
 	}
 	if (!in->nreaders || (o->prefetch > 0 && !in->nworkers)) {
-		snprintf(err, errlen, "cannot start input pipeline threads");
+		tf_errf(err, errlen, "cannot start input pipeline threads");
 		tf_input_free(in);
 		return -EAGAIN;
 	}
@@ -553,7 +553,7 @@ int tf_input_next(struct tf_input *in, struct tf_batch *b, char *err, size_t err
 	}
 	pthread_mutex_lock(&in->mu);
 	if (in->failed) {
-		snprintf(err, errlen, "%s", in->err);
+		tf_errf(err, errlen, "%s", in->err);
 		rc = in->fail_rc ? in->fail_rc : -EIO;
 	} else if (rc == 0) {
 		in->next_deliver = k + 1;
@@ -627,7 +627,7 @@ int tf_input_load_split(struct tf_objstore *s, const struct tf_dataset *d, enum 
 		ys = malloc(total * sizeof(int32_t) + 1);
 		rs = d->pre.image ? malloc(total * dim + 1) : NULL;
 		if (!xs || !ys || (d->pre.image && !rs)) {
-			snprintf(err, errlen, "dataset '%s': no memory for %zu examples of %zu values",
+			tf_errf(err, errlen, "dataset '%s': no memory for %zu examples of %zu values",
 			         d->manifest_key, total, dim);
 			rc = -ENOMEM;
 		}

@@ -23,13 +23,13 @@ int tf_npy_read(const char *path, struct tf_npy *out, char *err, size_t errlen)
 	size_t len;
 	int rc = tf_read_file(path, (size_t)1 << 34, &buf, &len);
 	if (rc) {
-		snprintf(err, errlen, "cannot read '%s': %s", path, strerror(-rc));
+		tf_errf(err, errlen, "cannot read '%s': %s", path, strerror(-rc));
 		return rc;
 	}
 	rc = -EBADMSG;
 	const unsigned char *u = (const unsigned char *)buf;
 	if (len < 10 || memcmp(buf, "\x93NUMPY", 6)) {
-		snprintf(err, errlen, "'%s' is not a .npy file", path);
+		tf_errf(err, errlen, "'%s' is not a .npy file", path);
 		goto out;
 	}
 	size_t hlen, hstart;
@@ -62,18 +62,18 @@ int tf_npy_read(const char *path, struct tf_npy *out, char *err, size_t errlen)
 		a.dtype = TF_NPY_F64;
 		esz = 8;
 	} else {
-		snprintf(err, errlen,
-		         "'%s': unsupported dtype (use uint8, little-endian float32 "
-		         "or float64): %s",
-		         path, h);
+		tf_errf(err, errlen,
+		        "'%s': unsupported dtype (use uint8, little-endian float32 "
+		        "or float64): %s",
+		        path, h);
 		free(h);
 		goto out;
 	}
 	if (strstr(h, "'fortran_order': True")) {
-		snprintf(err, errlen,
-		         "'%s': Fortran-ordered arrays are not supported; save with "
-		         "numpy.ascontiguousarray",
-		         path);
+		tf_errf(err, errlen,
+		        "'%s': Fortran-ordered arrays are not supported; save with "
+		        "numpy.ascontiguousarray",
+		        path);
 		free(h);
 		goto out;
 	}
@@ -96,10 +96,10 @@ int tf_npy_read(const char *path, struct tf_npy *out, char *err, size_t errlen)
 		unsigned long long v = *p >= '0' && *p <= '9' ? strtoull(p, &end, 10) : 0;
 		if (*p < '0' || *p > '9' || errno || a.ndim == 4 || v > SIZE_MAX ||
 		    __builtin_mul_overflow(a.count, (size_t)v, &a.count)) {
-			snprintf(err, errlen,
-			         "'%s': bad .npy shape (at most 4 non-negative dimensions whose "
-			         "product fits in memory): %s",
-			         path, h);
+			tf_errf(err, errlen,
+			        "'%s': bad .npy shape (at most 4 non-negative dimensions whose "
+			        "product fits in memory): %s",
+			        path, h);
 			free(h);
 			goto out;
 		}
@@ -110,16 +110,16 @@ int tf_npy_read(const char *path, struct tf_npy *out, char *err, size_t errlen)
 	size_t bytes;
 	if (a.ndim == 0 || __builtin_mul_overflow(a.count, esz, &bytes) ||
 	    len - hstart - hlen < bytes) {
-		snprintf(err, errlen,
-		         "'%s': the header promises %zu values of %zu bytes, the file holds %zu bytes "
-		         "of data",
-		         path, a.count, esz, len - hstart - hlen);
+		tf_errf(err, errlen,
+		        "'%s': the header promises %zu values of %zu bytes, the file holds %zu bytes "
+		        "of data",
+		        path, a.count, esz, len - hstart - hlen);
 		goto out;
 	}
 	/* bounded by the file's own size, which tf_read_file capped */
 	a.data = malloc(bytes + 1);
 	if (!a.data) {
-		snprintf(err, errlen, "'%s': no memory for %zu bytes of data", path, bytes);
+		tf_errf(err, errlen, "'%s': no memory for %zu bytes of data", path, bytes);
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -128,7 +128,7 @@ int tf_npy_read(const char *path, struct tf_npy *out, char *err, size_t errlen)
 	rc = 0;
 	goto out;
 bad:
-	snprintf(err, errlen, "'%s': damaged or unsupported .npy header or data", path);
+	tf_errf(err, errlen, "'%s': damaged or unsupported .npy header or data", path);
 out:
 	free(buf);
 	return rc;

@@ -1,4 +1,5 @@
-/* npy.h — NumPy .npy files (format versions 1-3, C order) for `tpuflow predict`. */
+/* npy.h — NumPy .npy files (format versions 1-3, C order) for `tpuflow predict` and
+ * `tpuflow accel matmul`. */
 #ifndef TF_ML_NPY_H
 #define TF_ML_NPY_H
 

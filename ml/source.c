@@ -34,11 +34,11 @@ static int gz_read_all(const char *path, unsigned char **out, size_t *olen, char
 {
 	gzFile gz = gzopen(path, "rb");
 	if (!gz) {
-		snprintf(err, errlen,
-		         "cannot open '%s': %s; install the data set with "
-		         "'apt-get install dataset-fashion-mnist' (package dataset-fashion-mnist) "
-		         "or pass its directory",
-		         path, strerror(errno ? errno : ENOENT));
+		tf_errf(err, errlen,
+		        "cannot open '%s': %s; install the data set with "
+		        "'apt-get install dataset-fashion-mnist' (package dataset-fashion-mnist) "
+		        "or pass its directory",
+		        path, strerror(errno ? errno : ENOENT));
 		return -ENOENT;
 	}
 	gzbuffer(gz, 1 << 17);
@@ -49,10 +49,10 @@ static int gz_read_all(const char *path, unsigned char **out, size_t *olen, char
 			void *nb = cap < GZ_MAX ? realloc(buf, cap * 2) : NULL;
 			if (!nb) {
 				/* a small file can inflate without end (a gzip bomb) */
-				snprintf(err, errlen,
-				         "'%s' decompresses to more than %zu MiB (or memory ran out); "
-				         "it is not an IDX file of this data set",
-				         path, len >> 20);
+				tf_errf(err, errlen,
+				        "'%s' decompresses to more than %zu MiB (or memory ran out); "
+				        "it is not an IDX file of this data set",
+				        path, len >> 20);
 				gzclose(gz);
 				free(buf);
 				return -EBADMSG;
@@ -63,10 +63,10 @@ static int gz_read_all(const char *path, unsigned char **out, size_t *olen, char
 		int n = gzread(gz, buf + len, (unsigned)(cap - len));
 		if (n < 0) {
 			int zerr;
-			snprintf(err, errlen,
-			         "'%s': gzip error: %s; the file is damaged, reinstall "
-			         "dataset-fashion-mnist",
-			         path, gzerror(gz, &zerr));
+			tf_errf(err, errlen,
+			        "'%s': gzip error: %s; the file is damaged, reinstall "
+			        "dataset-fashion-mnist",
+			        path, gzerror(gz, &zerr));
 			gzclose(gz);
 			free(buf);
 			return -EBADMSG;
@@ -92,7 +92,7 @@ static int idx_parse(const char *path, const unsigned char *b, size_t len, int n
 {
 	size_t hdr = 4 + 4 * (size_t)ndims;
 	if (len < hdr || be32(b) != (0x00000800u | (uint32_t)ndims)) {
-		snprintf(err, errlen, "'%s': not an IDX file of %d-dimensional unsigned bytes",
+		tf_errf(err, errlen, "'%s': not an IDX file of %d-dimensional unsigned bytes",
 		         path, ndims);
 		return -EBADMSG;
 	}
@@ -103,12 +103,12 @@ static int idx_parse(const char *path, const unsigned char *b, size_t len, int n
 		wrapped |= __builtin_mul_overflow(total, (size_t)dims[i], &total);
 	}
 	if (wrapped) {
-		snprintf(err, errlen, "'%s': IDX dimensions %u x %u x %u overflow; the file is damaged",
+		tf_errf(err, errlen, "'%s': IDX dimensions %u x %u x %u overflow; the file is damaged",
 		         path, dims[0], ndims > 1 ? dims[1] : 1, ndims > 2 ? dims[2] : 1);
 		return -EBADMSG;
 	}
 	if (len - hdr != total) {
-		snprintf(err, errlen, "'%s': IDX header promises %zu bytes of data, file has %zu",
+		tf_errf(err, errlen, "'%s': IDX header promises %zu bytes of data, file has %zu",
 		         path, total, len - hdr);
 		return -EBADMSG;
 	}
@@ -137,7 +137,7 @@ int tf_fashion_load(const char *dir, int train, struct tf_rawset *out, char *err
 	    (rc = idx_parse(lpath, lb, ll, 1, ldims, &ldata, err, errlen)))
 		goto out;
 	if (idims[0] != ldims[0]) {
-		snprintf(err, errlen, "'%s' has %u images but '%s' has %u labels", ipath, idims[0],
+		tf_errf(err, errlen, "'%s' has %u images but '%s' has %u labels", ipath, idims[0],
 		         lpath, ldims[0]);
 		rc = -EBADMSG;
 		goto out;
@@ -226,12 +226,12 @@ int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, 
 	if (!label_col || !*label_col)
 		label_col = "label";
 	if ((rc = tf_read_file(path, (size_t)1 << 32, &text, &tlen))) {
-		snprintf(err, errlen, "cannot read CSV '%s': %s", path, strerror(-rc));
+		tf_errf(err, errlen, "cannot read CSV '%s': %s", path, strerror(-rc));
 		goto out;
 	}
 	char *save = NULL, *line = strtok_r(text, "\n", &save);
 	if (!line) {
-		snprintf(err, errlen, "'%s': empty CSV file (a header line is needed)", path);
+		tf_errf(err, errlen, "'%s': empty CSV file (a header line is needed)", path);
 		rc = -EBADMSG;
 		goto out;
 	}
@@ -244,10 +244,10 @@ int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, 
 		if (!strcmp(trim(fields[i]), label_col))
 			label = i;
 	if (label == SIZE_MAX || nf < 2) {
-		snprintf(err, errlen,
-		         "'%s': no label column '%s' in the header (or no feature "
-		         "columns); name it with csv_label",
-		         path, label_col);
+		tf_errf(err, errlen,
+		        "'%s': no label column '%s' in the header (or no feature "
+		        "columns); name it with csv_label",
+		        path, label_col);
 		rc = -EBADMSG;
 		goto out;
 	}
@@ -259,13 +259,13 @@ int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, 
 			continue;
 		size_t got = split_fields(line, fields, nf);
 		if (got != nf) {
-			snprintf(err, errlen, "%s:%zu: %zu columns, the header has %zu", path,
+			tf_errf(err, errlen, "%s:%zu: %zu columns, the header has %zu", path,
 			         lineno, got, nf);
 			rc = -EBADMSG;
 			goto out;
 		}
 		if (r.n == cap && (rc = csv_grow(&r, &cap))) {
-			snprintf(err, errlen, "%s:%zu: no memory for %zu rows of %zu columns", path,
+			tf_errf(err, errlen, "%s:%zu: no memory for %zu rows of %zu columns", path,
 			         lineno, r.n + 1, nf);
 			goto out;
 		}
@@ -275,10 +275,10 @@ int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, 
 			if (i == label) {
 				long long v = strtoll(s, &end, 10);
 				if (!*s || *end || errno || v < 0 || v > 65535) {
-					snprintf(err, errlen,
-					         "%s:%zu: label '%s' is not an integer in "
-					         "0..65535",
-					         path, lineno, s);
+					tf_errf(err, errlen,
+					        "%s:%zu: label '%s' is not an integer in "
+					        "0..65535",
+					        path, lineno, s);
 					rc = -EBADMSG;
 					goto out;
 				}
@@ -288,10 +288,10 @@ int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, 
 			} else {
 				double v = strtod(s, &end);
 				if (!*s || *end || !isfinite(v)) {
-					snprintf(err, errlen,
-					         "%s:%zu: column %zu: '%s' is not a finite "
-					         "number",
-					         path, lineno, i + 1, s);
+					tf_errf(err, errlen,
+					        "%s:%zu: column %zu: '%s' is not a finite "
+					        "number",
+					        path, lineno, i + 1, s);
 					rc = -EBADMSG;
 					goto out;
 				}
@@ -301,7 +301,7 @@ int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, 
 		r.n++;
 	}
 	if (r.n == 0) {
-		snprintf(err, errlen, "'%s': no data rows", path);
+		tf_errf(err, errlen, "'%s': no data rows", path);
 		rc = -EBADMSG;
 		goto out;
 	}

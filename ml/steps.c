@@ -44,7 +44,7 @@ int tf_ml_with_number(const json_t *with, const char *key, double *out, char *er
 		*out = json_is_true(v);
 		return 0;
 	}
-	snprintf(err, errlen, "with.%s must be a number", key);
+	tf_errf(err, errlen, "with.%s must be a number", key);
 	return -EINVAL;
 }
 
@@ -55,7 +55,7 @@ static int get_u64(const json_t *with, const char *key, uint64_t *out, char *err
 	if (rc)
 		return rc;
 	if (d < 0 || d != floor(d) || d > 1e15) {
-		snprintf(err, errlen, "with.%s must be a non-negative integer", key);
+		tf_errf(err, errlen, "with.%s must be a non-negative integer", key);
 		return -EINVAL;
 	}
 	*out = (uint64_t)d;
@@ -108,7 +108,7 @@ int tf_ml_prep_opts_from_with(const json_t *with, struct tf_prep_opts *o, char *
 	if ((rc = get_u64(with, "shards", &v, err, errlen)) < 0)
 		return rc;
 	if (rc == 0 && v > 1u << 30) {
-		snprintf(err, errlen, "with.shards is too large");
+		tf_errf(err, errlen, "with.shards is too large");
 		return -EINVAL;
 	}
 	if (rc == 0)
@@ -187,10 +187,10 @@ static int get_hidden(const json_t *with, struct tf_train_opts *o, char *err, si
 	return 0;
 bad:
 	json_decref(parsed);
-	snprintf(err, errlen,
-	         "with.hidden must be a list of up to %d positive layer widths, "
-	         "e.g. [256, 128]",
-	         TF_MLP_MAX_LAYERS - 1);
+	tf_errf(err, errlen,
+	        "with.hidden must be a list of up to %d positive layer widths, "
+	        "e.g. [256, 128]",
+	        TF_MLP_MAX_LAYERS - 1);
 	return -EINVAL;
 }
 
@@ -202,9 +202,9 @@ int tf_ml_train_opts_from_with(const json_t *with, struct tf_train_opts *o, char
 	int rc;
 	o->dataset = get_str(with, "dataset");
 	if (!o->dataset || !*o->dataset) {
-		snprintf(err, errlen,
-		         "with.dataset is required (the data_prep step's "
-		         "outputs.dataset)");
+		tf_errf(err, errlen,
+		        "with.dataset is required (the data_prep step's "
+		        "outputs.dataset)");
 		return -EINVAL;
 	}
 	if ((rc = get_hidden(with, o, err, errlen)))
@@ -235,7 +235,7 @@ int tf_ml_train_opts_from_with(const json_t *with, struct tf_train_opts *o, char
 			return rc;
 		if (!rc) {
 			if (f < 0) {
-				snprintf(err, errlen, "with.%s must not be negative", nums[i].key);
+				tf_errf(err, errlen, "with.%s must not be negative", nums[i].key);
 				return -EINVAL;
 			}
 			*nums[i].dst = f;
@@ -261,7 +261,7 @@ int tf_ml_train_opts_from_with(const json_t *with, struct tf_train_opts *o, char
 		if (rc)
 			continue;
 		if (v > 1u << 30) {
-			snprintf(err, errlen, "with.%s is too large", small[i]);
+			tf_errf(err, errlen, "with.%s is too large", small[i]);
 			return -EINVAL;
 		}
 		switch (i) {
@@ -333,9 +333,9 @@ int tf_ml_evaluate_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t 
 	struct tf_eval_result ev;
 	int rc;
 	if (!model || !dataset) {
-		snprintf(err, errlen,
-		         "evaluate needs with.model (a train step's outputs.bundle) "
-		         "and with.dataset");
+		tf_errf(err, errlen,
+		        "evaluate needs with.model (a train step's outputs.bundle) "
+		        "and with.dataset");
 		return -EINVAL;
 	}
 	if ((rc = tf_bundle_load(ctx->store, model, &b, err, errlen)) ||

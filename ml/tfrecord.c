@@ -43,10 +43,10 @@ int tf_tfrecord_index(const char *name, const void *data, size_t len,
 
 	while (pos < len) {
 		if (len - pos < 12) {
-			snprintf(err, errlen,
-			         "'%s': record %zu: truncated header (%zu bytes left); "
-			         "the file is damaged, run data prep again",
-			         name, n, len - pos);
+			tf_errf(err, errlen,
+			        "'%s': record %zu: truncated header (%zu bytes left); "
+			        "the file is damaged, run data prep again",
+			        name, n, len - pos);
 			rc = -EBADMSG;
 			goto out;
 		}
@@ -54,27 +54,27 @@ int tf_tfrecord_index(const char *name, const void *data, size_t len,
 		for (int i = 0; i < 8; i++)
 			rlen |= (uint64_t)p[pos + i] << (8 * i);
 		if (get_le32(p + pos + 8) != tf_crc32c_mask(tf_crc32c(p + pos, 8))) {
-			snprintf(err, errlen,
-			         "'%s': record %zu: length CRC mismatch at byte %zu; "
-			         "the file is corrupt, run data prep again",
-			         name, n, pos);
+			tf_errf(err, errlen,
+			        "'%s': record %zu: length CRC mismatch at byte %zu; "
+			        "the file is corrupt, run data prep again",
+			        name, n, pos);
 			rc = -EBADMSG;
 			goto out;
 		}
 		if (rlen > len - pos - 12 || len - pos - 12 - rlen < 4) {
-			snprintf(err, errlen,
-			         "'%s': record %zu: truncated payload (length %llu, %zu "
-			         "bytes left); the file is damaged, run data prep again",
-			         name, n, (unsigned long long)rlen, len - pos - 12);
+			tf_errf(err, errlen,
+			        "'%s': record %zu: truncated payload (length %llu, %zu "
+			        "bytes left); the file is damaged, run data prep again",
+			        name, n, (unsigned long long)rlen, len - pos - 12);
 			rc = -EBADMSG;
 			goto out;
 		}
 		const unsigned char *payload = p + pos + 12;
 		if (get_le32(payload + rlen) != tf_crc32c_mask(tf_crc32c(payload, rlen))) {
-			snprintf(err, errlen,
-			         "'%s': record %zu: data CRC mismatch at byte %zu; "
-			         "the file is corrupt, run data prep again",
-			         name, n, pos);
+			tf_errf(err, errlen,
+			        "'%s': record %zu: data CRC mismatch at byte %zu; "
+			        "the file is corrupt, run data prep again",
+			        name, n, pos);
 			rc = -EBADMSG;
 			goto out;
 		}

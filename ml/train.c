@@ -191,7 +191,7 @@ static int save_ckpt(const struct tf_train_opts *o, const struct tf_mlp *m,
 	if (rc == -EEXIST)
 		rc = 0; /* an earlier attempt saved this very step: same bits */
 	if (rc) {
-		snprintf(err, errlen, "checkpoint at step %llu under '%s' failed: %s",
+		tf_errf(err, errlen, "checkpoint at step %llu under '%s' failed: %s",
 		         (unsigned long long)st->step, o->ckpt_prefix,
 		         tf_objstore_errmsg(o->store));
 		return rc;
@@ -228,7 +228,7 @@ static int restore_ckpt(const struct tf_train_opts *o, struct tf_mlp *m, struct 
 	if (rc == -ENOENT)
 		return 1; /* nothing to resume */
 	if (rc) {
-		snprintf(err, errlen, "cannot load a checkpoint under '%s': %s", o->ckpt_prefix,
+		tf_errf(err, errlen, "cannot load a checkpoint under '%s': %s", o->ckpt_prefix,
 		         tf_objstore_errmsg(o->store));
 		return rc;
 	}
@@ -242,10 +242,10 @@ static int restore_ckpt(const struct tf_train_opts *o, struct tf_mlp *m, struct 
 	    (opt->v && (!vv || vb != pb)) ||
 	    strcmp(json_string_value(get2(meta, "optimizer", "kind")) ?: "",
 	           tf_optim_kind_name(opt->cfg.kind))) {
-		snprintf(err, errlen,
-		         "checkpoint step %lld under '%s' does not match this model "
-		         "and optimizer (layers, optimizer kind); use another checkpoint prefix",
-		         (long long)step, o->ckpt_prefix);
+		tf_errf(err, errlen,
+		        "checkpoint step %lld under '%s' does not match this model "
+		        "and optimizer (layers, optimizer kind); use another checkpoint prefix",
+		        (long long)step, o->ckpt_prefix);
 		goto out;
 	}
 	memcpy(m->params, p, pb);
@@ -306,7 +306,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	r->checkpoint_step = -1;
 	r->loss = r->accuracy = r->auc = NAN;
 	if (!o.store || !o.dataset) {
-		snprintf(err, errlen, "training needs a store and a dataset manifest key");
+		tf_errf(err, errlen, "training needs a store and a dataset manifest key");
 		return -EINVAL;
 	}
 	if ((rc = tf_tpu_slice_parse(o.accelerator, &slice, err, errlen)))
@@ -314,18 +314,18 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	if ((rc = tf_dataset_open(o.store, o.dataset, &d, err, errlen)))
 		goto out;
 	if (o.binary && d->num_classes != 2) {
-		snprintf(err, errlen,
-		         "binary (sigmoid) loss needs two classes; dataset '%s' has "
-		         "%d",
-		         o.dataset, d->num_classes);
+		tf_errf(err, errlen,
+		        "binary (sigmoid) loss needs two classes; dataset '%s' has "
+		        "%d",
+		        o.dataset, d->num_classes);
 		rc = -EINVAL;
 		goto out;
 	}
 	if ((rc = tf_mlp_init(&m, d->dim, o.hidden, o.nhidden, d->num_classes, o.binary))) {
-		snprintf(err, errlen,
-		         "bad model shape: at most %d hidden layers, each 1..%zu wide, at most %zu "
-		         "parameters in all",
-		         TF_MLP_MAX_LAYERS - 1, TF_MLP_MAX_WIDTH, TF_MLP_MAX_PARAMS);
+		tf_errf(err, errlen,
+		        "bad model shape: at most %d hidden layers, each 1..%zu wide, at most %zu "
+		        "parameters in all",
+		        TF_MLP_MAX_LAYERS - 1, TF_MLP_MAX_WIDTH, TF_MLP_MAX_PARAMS);
 		if (rc != -ENOMEM)
 			rc = -EINVAL;
 		goto out;
@@ -333,10 +333,10 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	tf_mlp_init_params(&m, o.seed);
 	R = slice.cores;
 	if (o.batch < (size_t)R) {
-		snprintf(err, errlen,
-		         "global batch %zu is smaller than the %d replicas of '%s'; use "
-		         "a batch of at least %d",
-		         o.batch, R, slice.name, R);
+		tf_errf(err, errlen,
+		        "global batch %zu is smaller than the %d replicas of '%s'; use "
+		        "a batch of at least %d",
+		        o.batch, R, slice.name, R);
 		rc = -EINVAL;
 		goto out;
 	}
@@ -346,7 +346,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	if ((rc = tf_slice_check_hbm(&slice, hbm, err, errlen)))
 		goto out;
 	if ((rc = tf_slice_rt_new(&slice, o.host_threads, 1, &rt))) {
-		snprintf(err, errlen, "cannot start the slice runtime for '%s'", slice.name);
+		tf_errf(err, errlen, "cannot start the slice runtime for '%s'", slice.name);
 		goto out;
 	}
 
@@ -361,7 +361,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	/* steps per epoch, known before the pipeline starts (it starts at the resume point) */
 	uint64_t spe = d->split[TF_SPLIT_TRAIN].examples / o.batch;
 	if (spe == 0) {
-		snprintf(err, errlen, "global batch %zu is larger than the %zu train examples",
+		tf_errf(err, errlen, "global batch %zu is larger than the %zu train examples",
 		         o.batch, d->split[TF_SPLIT_TRAIN].examples);
 		rc = -EINVAL;
 		goto out;
@@ -419,7 +419,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 			           (int64_t)st.step != r->checkpoint_step;
 			if (keep && (rc = save_ckpt(&o, &m, &opt, &st, spe, r, err, errlen)))
 				goto out;
-			snprintf(err, errlen, "training cancelled at step %llu%s",
+			tf_errf(err, errlen, "training cancelled at step %llu%s",
 			         (unsigned long long)st.step,
 			         keep || (int64_t)st.step == r->checkpoint_step
 			             ? " (checkpoint written there)"
@@ -451,13 +451,13 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 			first_loss = mean;
 		double gnorm = tf_optim_step(&opt, &m, grads[0]);
 		if (!isfinite(mean) || isnan(gnorm) || mean > o.diverge_factor * first_loss + 1.0) {
-			snprintf(err, errlen,
-			         "loss %s at step %llu (epoch %llu; first loss %.4f): "
-			         "training diverged; lower the learning rate (now %g) or enable "
-			         "gradient clipping (clip_norm)",
-			         isfinite(mean) ? "exploded" : "is NaN",
-			         (unsigned long long)st.step, (unsigned long long)b.epoch,
-			         first_loss, o.optim.lr);
+			tf_errf(err, errlen,
+			        "loss %s at step %llu (epoch %llu; first loss %.4f): "
+			        "training diverged; lower the learning rate (now %g) or enable "
+			        "gradient clipping (clip_norm)",
+			        isfinite(mean) ? "exploded" : "is NaN",
+			        (unsigned long long)st.step, (unsigned long long)b.epoch,
+			        first_loss, o.optim.lr);
 			emit(&o,
 			     json_pack("{s:s, s:I, s:f}", "event", "diverged", "step",
 			               (json_int_t)st.step, "loss", isfinite(mean) ? mean : -1.0));
@@ -522,7 +522,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 				goto out;
 		if (o.halt_after && st.step >= o.halt_after && st.step < total) {
 			r->halted = 1;
-			snprintf(err, errlen, "halted after step %llu as asked (halt_after)",
+			tf_errf(err, errlen, "halted after step %llu as asked (halt_after)",
 			         (unsigned long long)st.step);
 			rc = -EINTR;
 			break;

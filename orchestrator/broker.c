@@ -81,7 +81,7 @@ static int db_request(struct tf_broker *b, const struct tf_slice_request *r, dou
 	char spec[64];
 	int rc = tf_tpu_slice_parse(r->slice, &sl, err, errlen);
 	if (rc == 0 && (rc = tf_slices_pool_for(sl.gen->name, spec, sizeof(spec))) < 0)
-		snprintf(err, errlen, "no pool for generation '%s'", sl.gen->name);
+		tf_errf(err, errlen, "no pool for generation '%s'", sl.gen->name);
 	if (rc)
 		return rc;
 	/* refused now if it can never fit: a scheduler with just that pool says */
@@ -109,7 +109,7 @@ static int db_request(struct tf_broker *b, const struct tf_slice_request *r, dou
 	                  r->project ? r->project : "default", (int64_t)r->priority,
 	                  (int64_t)(r->preemptible != 0));
 	if (rc) {
-		snprintf(err, errlen, "cannot record the slice request: %s", tf_store_errmsg(st));
+		tf_errf(err, errlen, "cannot record the slice request: %s", tf_store_errmsg(st));
 		return rc;
 	}
 	*ticket = tf_store_last_rowid(st);

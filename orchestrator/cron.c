@@ -3,6 +3,8 @@
  * gaps and overlaps (cron.h). */
 #include "orchestrator/cron.h"
 
+#include "common/common.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
@@ -195,10 +197,10 @@ int tf_cron_tz_check(const char *tz, char *err, size_t errlen)
 	struct stat sb;
 	snprintf(path, sizeof(path), "%s/%s", dir, tz);
 	if (!ok || stat(path, &sb) || !S_ISREG(sb.st_mode)) {
-		snprintf(err, errlen,
-		         "unknown time zone '%s': use a name of the TZ database such as UTC, "
-		         "Europe/Berlin or America/New_York (see %s)",
-		         tz, dir);
+		tf_errf(err, errlen,
+		        "unknown time zone '%s': use a name of the TZ database such as UTC, "
+		        "Europe/Berlin or America/New_York (see %s)",
+		        tz, dir);
 		return -EINVAL;
 	}
 	return 0;

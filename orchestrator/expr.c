@@ -121,7 +121,7 @@ int tf_ref_parse(const char *path, struct tf_ref *out, char *err, size_t errlen)
 	struct tf_ref r = {.step_index = -1};
 	if (np >= 1 && plen[0] == 6 && !strncmp(part[0], "params", 6)) {
 		if (np != 2 || !valid_name(part[1], plen[1])) {
-			snprintf(err, errlen, "bad reference '${%s}': write '${params.NAME}'",
+			tf_errf(err, errlen, "bad reference '${%s}': write '${params.NAME}'",
 			         path);
 			return -EINVAL;
 		}
@@ -131,19 +131,19 @@ int tf_ref_parse(const char *path, struct tf_ref *out, char *err, size_t errlen)
 		int kind_ok = np == 4 && ((plen[2] == 7 && !strncmp(part[2], "outputs", 7)) ||
 		                          (plen[2] == 7 && !strncmp(part[2], "metrics", 7)));
 		if (!kind_ok || !valid_name(part[1], plen[1]) || !valid_name(part[3], plen[3])) {
-			snprintf(err, errlen,
-			         "bad reference '${%s}': write '${steps.STEP.outputs.NAME}' or "
-			         "'${steps.STEP.metrics.NAME}'",
-			         path);
+			tf_errf(err, errlen,
+			        "bad reference '${%s}': write '${steps.STEP.outputs.NAME}' or "
+			        "'${steps.STEP.metrics.NAME}'",
+			        path);
 			return -EINVAL;
 		}
 		r.kind = part[2][0] == 'o' ? TF_REF_OUTPUT : TF_REF_METRIC;
 		r.step = xstrndup(part[1], plen[1]);
 		r.name = xstrndup(part[3], plen[3]);
 	} else {
-		snprintf(err, errlen,
-		         "bad reference '${%s}': references start with 'params.' or 'steps.'",
-		         path);
+		tf_errf(err, errlen,
+		        "bad reference '${%s}': references start with 'params.' or 'steps.'",
+		        path);
 		return -EINVAL;
 	}
 	r.path = tf_xstrdup(path);
@@ -324,7 +324,7 @@ char *tf_template_render(const struct tf_template *t, tf_lookup_fn fn, void *ctx
 		as_text.as_text = 1;
 		json_t *v = fn ? fn(ctx, &as_text) : NULL;
 		if (!v) {
-			snprintf(err, errlen, "no value for '${%s}'", part->ref->path);
+			tf_errf(err, errlen, "no value for '${%s}'", part->ref->path);
 			free(buf);
 			return NULL;
 		}
@@ -342,7 +342,7 @@ json_t *tf_template_render_json(const struct tf_template *t, tf_lookup_fn fn, vo
 	if (t->whole_ref) {
 		json_t *v = fn ? fn(ctx, t->parts[0].ref) : NULL;
 		if (!v)
-			snprintf(err, errlen, "no value for '${%s}'", t->parts[0].ref->path);
+			tf_errf(err, errlen, "no value for '${%s}'", t->parts[0].ref->path);
 		return v;
 	}
 	char *s = tf_template_render(t, fn, ctx, err, errlen);
@@ -887,7 +887,7 @@ static int from_json(const json_t *j, const struct tf_ref *r, struct tf_value *o
 		out->type = TF_VT_STRING;
 		out->str = tf_xstrdup(json_string_value(j));
 	} else {
-		snprintf(err, errlen, "'${%s}' is not a number, string or boolean", r->path);
+		tf_errf(err, errlen, "'${%s}' is not a number, string or boolean", r->path);
 		return -EINVAL;
 	}
 	return 0;
@@ -936,7 +936,7 @@ static int eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_v
 	case TF_EXPR_REF: {
 		json_t *j = fn ? fn(ctx, e->ref) : NULL;
 		if (!j) {
-			snprintf(err, errlen, "no value for '${%s}'", e->ref->path);
+			tf_errf(err, errlen, "no value for '${%s}'", e->ref->path);
 			rc = -ENOENT;
 			break;
 		}
@@ -951,7 +951,7 @@ static int eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_v
 		if (rc)
 			break;
 		if (a.type != TF_VT_BOOL) {
-			snprintf(err, errlen, "'%s' at %d:%d needs a boolean, got a %s",
+			tf_errf(err, errlen, "'%s' at %d:%d needs a boolean, got a %s",
 			         op_text(e->op), e->line, e->col, tf_vtype_name(a.type));
 			rc = -EINVAL;
 			break;
@@ -969,7 +969,7 @@ static int eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_v
 		if (rc)
 			break;
 		if (b.type != TF_VT_BOOL) {
-			snprintf(err, errlen, "'%s' at %d:%d needs a boolean, got a %s",
+			tf_errf(err, errlen, "'%s' at %d:%d needs a boolean, got a %s",
 			         op_text(e->op), e->line, e->col, tf_vtype_name(b.type));
 			rc = -EINVAL;
 			break;
@@ -989,7 +989,7 @@ static int eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_v
 			c = c < 0 ? -1 : c > 0;
 		} else if (a.type == TF_VT_BOOL && b.type == TF_VT_BOOL) {
 			if (e->op != TF_EXPR_EQ && e->op != TF_EXPR_NE) {
-				snprintf(err, errlen, "booleans cannot be ordered with '%s'",
+				tf_errf(err, errlen, "booleans cannot be ordered with '%s'",
 				         op_text(e->op));
 				rc = -EINVAL;
 				break;
@@ -1002,7 +1002,7 @@ static int eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_v
 				c = x < y ? -1 : x > y ? 1 : 0;
 			}
 		} else {
-			snprintf(err, errlen, "cannot compare a %s with a %s at %d:%d",
+			tf_errf(err, errlen, "cannot compare a %s with a %s at %d:%d",
 			         tf_vtype_name(a.type), tf_vtype_name(b.type), e->line, e->col);
 			rc = -EINVAL;
 			break;
@@ -1056,7 +1056,7 @@ int tf_expr_eval_bool(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, int *
 	if (rc)
 		return rc;
 	if (v.type != TF_VT_BOOL) {
-		snprintf(err, errlen, "the condition gave a %s, not true or false",
+		tf_errf(err, errlen, "the condition gave a %s, not true or false",
 		         tf_vtype_name(v.type));
 		tf_value_release(&v);
 		return -EINVAL;

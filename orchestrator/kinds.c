@@ -76,7 +76,7 @@ int tf_kind_register(struct tf_step_run *r)
 	}
 	char why[400];
 	if (tf_registry_check_name(model, TF_REGNAME_MODEL, why, sizeof(why))) {
-		snprintf(r->err, sizeof(r->err), "register: %.400s", why);
+		tf_errf(r->err, sizeof(r->err), "register: %s", why);
 		return -EINVAL;
 	}
 	/* Only a bundle that loads (manifest, signature, tensor checksums) becomes a version. */
@@ -84,7 +84,7 @@ int tf_kind_register(struct tf_step_run *r)
 	rc = tf_bundle_load(r->objstore, bundle, &b, why, sizeof(why));
 	tf_bundle_free(b);
 	if (rc) {
-		snprintf(r->err, sizeof(r->err), "register: bundle '%.200s' %s: %.250s", bundle,
+		tf_errf(r->err, sizeof(r->err), "register: bundle '%s' %s: %s", bundle,
 		         rc == -ENOENT ? "is not in the store" : "does not load", why);
 		r->failure = tf_objstore_retryable(rc) ? TF_FAIL_INFRA : TF_FAIL_ERROR;
 		return rc;
@@ -203,7 +203,7 @@ int tf_kind_deploy(struct tf_step_run *r)
 	if (tf_registry_check_name(model, TF_REGNAME_MODEL, why, sizeof(why)) ||
 	    tf_registry_check_name(alias, TF_REGNAME_ALIAS, why, sizeof(why)) ||
 	    tf_registry_check_name(ver, TF_REGNAME_VERSION, why, sizeof(why))) {
-		snprintf(r->err, sizeof(r->err), "deploy: %.290s", why);
+		tf_errf(r->err, sizeof(r->err), "deploy: %s", why);
 		return -EINVAL;
 	}
 	rc = tf_ml_with_number(r->with, "canary_percent", &canary, NULL, 0);

@@ -65,7 +65,7 @@ static int read_step_file(const char *path, char **buf, char *err, size_t errlen
 	if (rc == -ENOENT)
 		return 1;
 	if (rc)
-		snprintf(err, errlen, "cannot read '%s': %s", path, strerror(-rc));
+		tf_errf(err, errlen, "cannot read '%s': %s", path, strerror(-rc));
 	return rc;
 }
 
@@ -84,7 +84,7 @@ static int read_kv(const char *path, json_t *into, int numbers, char *err, size_
 		json_error_t je;
 		json_t *o = json_loads(p, 0, &je);
 		if (!json_is_object(o)) {
-			snprintf(err, errlen, "'%s' line %d: %s", path, je.line, je.text);
+			tf_errf(err, errlen, "'%s' line %d: %s", path, je.line, je.text);
 			json_decref(o);
 			free(buf);
 			return -EINVAL;
@@ -118,14 +118,14 @@ static int read_kv(const char *path, json_t *into, int numbers, char *err, size_
 		json_t *key = json_string(line);                      /* NULL: not UTF-8 */
 		json_t *val = is_num ? json_real(d) : json_string(v); /* NULL: not UTF-8, inf, nan */
 		if (!key || (!val && !is_num))
-			snprintf(err, errlen,
-			         "'%s' line %d: the %s is not valid UTF-8 (outputs and metrics are "
-			         "text)",
-			         path, lineno, key ? "value" : "name");
+			tf_errf(err, errlen,
+			        "'%s' line %d: the %s is not valid UTF-8 (outputs and metrics are "
+			        "text)",
+			        path, lineno, key ? "value" : "name");
 		else if (!val)
-			snprintf(err, errlen,
-			         "'%s' line %d: metric '%.60s' is %.20s; metrics must be finite numbers",
-			         path, lineno, line, v);
+			tf_errf(err, errlen,
+			        "'%s' line %d: metric '%.60s' is %.20s; metrics must be finite numbers",
+			        path, lineno, line, v);
 		if (!key || !val) {
 			rc = -EINVAL;
 		} else {
@@ -151,12 +151,12 @@ static int check_numbers(json_t *metrics, char *err, size_t errlen)
 			continue;
 		char *text =
 		    json_is_string(v) ? NULL : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-		snprintf(err, errlen,
-		         "metric '%.60s' is '%.40s', not a number: metrics must be numbers (write "
-		         "text to $TPUFLOW_OUTPUTS)",
-		         k,
-		         json_is_string(v) ? json_string_value(v)
-		         : text            ? text
+		tf_errf(err, errlen,
+		        "metric '%.60s' is '%.40s', not a number: metrics must be numbers (write "
+		        "text to $TPUFLOW_OUTPUTS)",
+		        k,
+		        json_is_string(v) ? json_string_value(v)
+		        : text            ? text
 		                           : "?");
 		free(text);
 		return -EINVAL;
@@ -174,7 +174,7 @@ static int read_result(const char *path, json_t *outputs, json_t *metrics, char 
 	json_t *o = json_loads(buf, 0, &je);
 	free(buf);
 	if (!json_is_object(o)) {
-		snprintf(err, errlen, "'%s' must hold {\"outputs\": {...}, \"metrics\": {...}}",
+		tf_errf(err, errlen, "'%s' must hold {\"outputs\": {...}, \"metrics\": {...}}",
 		         path);
 		json_decref(o);
 		return -EINVAL;
@@ -195,10 +195,10 @@ static int check_declared(json_t *names, json_t *have, const char *what, char *e
 	{
 		const char *name = json_string_value(n);
 		if (name && !json_object_get(have, name)) {
-			snprintf(err, errlen,
-			         "the program did not write %s '%s' (write it to $TPUFLOW_%s or "
-			         "$TPUFLOW_RESULT)",
-			         what, name, !strcmp(what, "output") ? "OUTPUTS" : "METRICS");
+			tf_errf(err, errlen,
+			        "the program did not write %s '%s' (write it to $TPUFLOW_%s or "
+			        "$TPUFLOW_RESULT)",
+			        what, name, !strcmp(what, "output") ? "OUTPUTS" : "METRICS");
 			return -EINVAL;
 		}
 	}

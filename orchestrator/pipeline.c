@@ -166,19 +166,19 @@ static json_t *param_from_text(const char *v, enum tf_param_type t, char *err, s
 	case TF_PARAM_INT:
 		if (!tf_pl_parse_int_text(v, &i))
 			return json_integer(i);
-		snprintf(err, errlen, "expected an integer, got '%.40s'", v);
+		tf_errf(err, errlen, "expected an integer, got '%.40s'", v);
 		return NULL;
 	case TF_PARAM_FLOAT:
 		if (!tf_pl_parse_float_text(v, &f))
 			return json_real(f);
-		snprintf(err, errlen, "expected a number, got '%.40s'", v);
+		tf_errf(err, errlen, "expected a number, got '%.40s'", v);
 		return NULL;
 	case TF_PARAM_BOOL:
 		if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "1") || !strcmp(v, "on"))
 			return json_true();
 		if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "0") || !strcmp(v, "off"))
 			return json_false();
-		snprintf(err, errlen, "expected true or false, got '%.40s'", v);
+		tf_errf(err, errlen, "expected true or false, got '%.40s'", v);
 		return NULL;
 	case TF_PARAM_LIST: {
 		if (v[0] == '[') {
@@ -186,7 +186,7 @@ static json_t *param_from_text(const char *v, enum tf_param_type t, char *err, s
 			json_t *arr = json_loads(v, 0, &je);
 			if (!json_is_array(arr)) {
 				json_decref(arr);
-				snprintf(err, errlen, "expected a JSON list such as [256,128]: %s",
+				tf_errf(err, errlen, "expected a JSON list such as [256,128]: %s",
 				         je.text);
 				return NULL;
 			}
@@ -196,7 +196,7 @@ static json_t *param_from_text(const char *v, enum tf_param_type t, char *err, s
 			{
 				if (json_is_array(it) || json_is_object(it)) {
 					json_decref(arr);
-					snprintf(err, errlen, "list items must be scalars");
+					tf_errf(err, errlen, "list items must be scalars");
 					return NULL;
 				}
 			}
@@ -222,7 +222,7 @@ static json_t *param_from_text(const char *v, enum tf_param_type t, char *err, s
 				if (!js) {
 					free(item);
 					json_decref(arr);
-					snprintf(err, errlen, "the value is not valid UTF-8");
+					tf_errf(err, errlen, "the value is not valid UTF-8");
 					return NULL;
 				}
 				json_array_append_new(arr, js);
@@ -237,7 +237,7 @@ static json_t *param_from_text(const char *v, enum tf_param_type t, char *err, s
 	default: {
 		json_t *s = json_string(v);
 		if (!s)
-			snprintf(err, errlen, "the value is not valid UTF-8");
+			tf_errf(err, errlen, "the value is not valid UTF-8");
 		return s;
 	}
 	}

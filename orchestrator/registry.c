@@ -44,7 +44,7 @@ int tf_registry_check_name(const char *s, enum tf_registry_name kind, char *err,
 	                                              : "version";
 	long long n = 0;
 	if (!s || !*s) {
-		snprintf(err, errlen, "the %s is empty", what);
+		tf_errf(err, errlen, "the %s is empty", what);
 		return -EINVAL;
 	}
 	if (kind == TF_REGNAME_VERSION) {
@@ -53,11 +53,11 @@ int tf_registry_check_name(const char *s, enum tf_registry_name kind, char *err,
 		if (is_number(s, 1, &n)) {
 			if (n >= 1 && errno == 0)
 				return 0;
-			snprintf(err, errlen, "version '%.40s': versions are numbered from 1", s);
+			tf_errf(err, errlen, "version '%.40s': versions are numbered from 1", s);
 			return -EINVAL;
 		}
 		if (s[0] == '-' && is_number(s + 1, 0, &n)) {
-			snprintf(err, errlen, "version '%.40s': versions are numbered from 1", s);
+			tf_errf(err, errlen, "version '%.40s': versions are numbered from 1", s);
 			return -EINVAL;
 		}
 		kind = TF_REGNAME_ALIAS; /* otherwise it names an alias */
@@ -70,17 +70,17 @@ int tf_registry_check_name(const char *s, enum tf_registry_name kind, char *err,
 		ok = islower((unsigned char)*c) || isdigit((unsigned char)*c) || *c == '.' ||
 		     *c == '_' || *c == '-';
 	if (!ok) {
-		snprintf(err, errlen,
-		         "%s '%.80s%s': use 1 to %d characters of a-z, 0-9, '.', '_' and '-', "
-		         "starting with a letter or a digit",
-		         what, s, len > 80 ? "..." : "", NAME_MAX_LEN);
+		tf_errf(err, errlen,
+		        "%s '%.80s%s': use 1 to %d characters of a-z, 0-9, '.', '_' and '-', "
+		        "starting with a letter or a digit",
+		        what, s, len > 80 ? "..." : "", NAME_MAX_LEN);
 		return -EINVAL;
 	}
 	if (kind == TF_REGNAME_ALIAS && (!strcmp(s, "latest") || is_number(s, 1, &n))) {
-		snprintf(err, errlen,
-		         "%s '%s' reads as a version (a number, vN or latest); choose a name such "
-		         "as production",
-		         what, s);
+		tf_errf(err, errlen,
+		        "%s '%s' reads as a version (a number, vN or latest); choose a name such "
+		        "as production",
+		        what, s);
 		return -EINVAL;
 	}
 	return 0;
@@ -309,7 +309,7 @@ int tf_registry_rollout_parse(const json_t *j, struct tf_rollout *out, char *err
 	const char *k;
 	json_t *v;
 	if (!json_is_object(j)) {
-		snprintf(err, errlen, "rollout: expected an object");
+		tf_errf(err, errlen, "rollout: expected an object");
 		return -EINVAL;
 	}
 	json_object_foreach((json_t *)j, k, v)
@@ -320,10 +320,10 @@ int tf_registry_rollout_parse(const json_t *j, struct tf_rollout *out, char *err
 			size_t i;
 			json_t *e;
 			if (!json_is_array(v) || json_array_size(v) > TF_ROLLOUT_MAX_STEPS) {
-				snprintf(err, errlen,
-				         "rollout.steps: expected a list of at most %d "
-				         "shares",
-				         TF_ROLLOUT_MAX_STEPS);
+				tf_errf(err, errlen,
+				        "rollout.steps: expected a list of at most %d "
+				        "shares",
+				        TF_ROLLOUT_MAX_STEPS);
 				return -EINVAL;
 			}
 			json_array_foreach(v, i, e)
@@ -349,7 +349,7 @@ int tf_registry_rollout_parse(const json_t *j, struct tf_rollout *out, char *err
 		} else if (!strcmp(k, "min_requests") && json_is_integer(v) && x >= 1 && x <= 1e9) {
 			r.min_requests = json_integer_value(v);
 		} else {
-			snprintf(err, errlen, "rollout.%s: %s", k,
+			tf_errf(err, errlen, "rollout.%s: %s", k,
 			         !strcmp(k, "soak_s")           ? "seconds from 0 to 30 days"
 			         : !strcmp(k, "max_error_rate") ? "a rate from 0 to 1"
 			         : !strcmp(k, "max_p99_ms")     ? "milliseconds, 0 or more"

@@ -501,7 +501,7 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 	if (rc == 0)
 		slurm = slurm_running(st);
 	if (rc) {
-		snprintf(err, errlen, "cannot read slice jobs from '%s': %s", path,
+		tf_errf(err, errlen, "cannot read slice jobs from '%s': %s", path,
 		         tf_store_errmsg(st));
 		goto out;
 	}

@@ -462,13 +462,13 @@ int tf_run_mark_resume(struct tf_store *st, const char *run, int retry, char *er
 		return rc;
 	rc = tf_run_owner_get(st, run, &h);
 	if (rc == -ENOENT)
-		snprintf(err, errlen, "no run '%s'", run);
+		tf_errf(err, errlen, "no run '%s'", run);
 	else if (rc == 0 && h.state == TF_RUN_RUNNING && !tf_run_owner_gone(&h, TF_RUN_LEASE_S)) {
-		snprintf(err, errlen, "run '%s' is being driven by process %ld", run, h.pid);
+		tf_errf(err, errlen, "run '%s' is being driven by process %ld", run, h.pid);
 		rc = -EBUSY;
 	} else if (rc == 0 && (h.state == TF_RUN_SUCCEEDED ||
 	                       (retry && h.state != TF_RUN_FAILED && h.state != TF_RUN_INTERRUPTED))) {
-		snprintf(err, errlen, "run '%s' is %s: nothing to %s", run, tf_run_state_name(h.state),
+		tf_errf(err, errlen, "run '%s' is %s: nothing to %s", run, tf_run_state_name(h.state),
 		         retry ? "retry" : "resume");
 		rc = -EALREADY;
 	} else if (rc == 0)

@@ -303,6 +303,7 @@ int tf_store_migrate(struct tf_store *st, int *applied)
 			tf_store_rollback(st);
 			/* tables ahead of user_version: the version was set back, or the file mixed */
 			int ahead = strstr(inner, "duplicate column") || strstr(inner, "already exists");
+			/* the database's words cut, so the advice after them is always there */
 			snprintf(st->errmsg, sizeof(st->errmsg), "migration %s failed: %.300s%s",
 			         m->name, inner,
 			         ahead ? " (the database's tables are newer than its schema version "
@@ -419,7 +420,7 @@ int tf_store_open(const char *path, unsigned flags, struct tf_store **out, char 
 out:
 	if (st) {
 		if (err && errlen)
-			snprintf(err, errlen, "%s",
+			tf_errf(err, errlen, "%s",
 			         st->errmsg[0] ? st->errmsg : "cannot open database");
 		tf_store_close(st);
 	}
@@ -431,7 +432,7 @@ int tf_store_open_home(const char *home, struct tf_store **out, char *err, size_
 	char *path = tf_xasprintf("%s/%s", home, TF_STORE_FILE);
 	int rc = tf_mkdir_p(home);
 	if (rc) {
-		snprintf(err, errlen, "cannot create state home '%s': %s", home, strerror(-rc));
+		tf_errf(err, errlen, "cannot create state home '%s': %s", home, strerror(-rc));
 		goto out;
 	}
 	/* SQLite takes a zero-byte file for a new database, so a home whose database was
@@ -440,10 +441,10 @@ int tf_store_open_home(const char *home, struct tf_store **out, char *err, size_
 	struct stat sb;
 	if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0 &&
 	    time(NULL) - sb.st_mtime > 10) {
-		snprintf(err, errlen,
-		         "database '%s' is empty (0 bytes): it was truncated or never written; "
-		         "restore it from a copy, or remove it to start a new state home",
-		         path);
+		tf_errf(err, errlen,
+		        "database '%s' is empty (0 bytes): it was truncated or never written; "
+		        "restore it from a copy, or remove it to start a new state home",
+		        path);
 		rc = -EBADMSG;
 		goto out;
 	}
@@ -472,8 +473,7 @@ static int bind_va(struct tf_store *st, sqlite3_stmt *stmt, const char *types, v
 	/* A mismatch is a programming error; catch it here rather than as a confusing
 	 * constraint failure later. */
 	if ((int)strlen(types ? types : "") != sqlite3_bind_parameter_count(stmt)) {
-		snprintf(st->errmsg, sizeof(st->errmsg),
-		         "%d parameter types given for %d in: %.300s",
+		tf_errf(st->errmsg, sizeof(st->errmsg), "%d parameter types given for %d in: %s",
 		         (int)strlen(types ? types : ""), sqlite3_bind_parameter_count(stmt),
 		         sqlite3_sql(stmt));
 		tf_error("%s", st->errmsg);

@@ -235,30 +235,30 @@ int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, ch
 	int dims[3];
 	size_t gl = colon ? (size_t)(colon - spec) : 0;
 	if (!colon || gl == 0 || gl >= sizeof(gen)) {
-		snprintf(err, errlen,
-		         "bad pool '%s': write GEN:AxBxC, e.g. 'v4:4x4x8' or 'v5e:16x16'", spec);
+		tf_errf(err, errlen,
+		        "bad pool '%s': write GEN:AxBxC, e.g. 'v4:4x4x8' or 'v5e:16x16'", spec);
 		return -EINVAL;
 	}
 	memcpy(gen, spec, gl);
 	gen[gl] = '\0';
 	const struct tf_tpu_gen *w = tf_tpu_gen_find(gen);
 	if (!w) {
-		snprintf(err, errlen,
-		         "unknown TPU generation '%s' in pool '%s': use v2, v3, v4, v5p, "
-		         "v5e or v6e",
-		         gen, spec);
+		tf_errf(err, errlen,
+		        "unknown TPU generation '%s' in pool '%s': use v2, v3, v4, v5p, "
+		        "v5e or v6e",
+		        gen, spec);
 		return -EINVAL;
 	}
 	int nd = parse_dims(colon + 1, dims);
 	if (nd != w->torus_dims) {
-		snprintf(err, errlen, "bad pool '%s': %s is a %dD torus, write %s", spec, w->name,
+		tf_errf(err, errlen, "bad pool '%s': %s is a %dD torus, write %s", spec, w->name,
 		         w->torus_dims, w->torus_dims == 3 ? "AxBxC" : "AxB");
 		return -EINVAL;
 	}
 	if (name) {
 		for (int i = 0; i < s->npools; i++)
 			if (!strcmp(s->pools[i].name, name)) {
-				snprintf(err, errlen, "pool '%s' already exists: pick another name",
+				tf_errf(err, errlen, "pool '%s' already exists: pick another name",
 				         name);
 				return -EINVAL;
 			}
@@ -268,10 +268,10 @@ int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, ch
 		wrap[d] = wraps(w, dims[d]);
 	struct tf_torus t;
 	if (tf_torus_init(&t, nd, dims, wrap) < 0) {
-		snprintf(err, errlen,
-		         "pool '%s' is too large: at most 64 chips along x and 65536 "
-		         "chips in all",
-		         spec);
+		tf_errf(err, errlen,
+		        "pool '%s' is too large: at most 64 chips along x and 65536 "
+		        "chips in all",
+		        spec);
 		return -EINVAL;
 	}
 	s->pools = tf_xrealloc(s->pools, (size_t)(s->npools + 1) * sizeof(*s->pools));
@@ -666,11 +666,11 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 	char gen[16];
 	int shape[3];
 	if (!spec || !spec->slice) {
-		snprintf(err, errlen, "job has no slice: give one like 'v4-8' or 'v4:2x2x4'");
+		tf_errf(err, errlen, "job has no slice: give one like 'v4-8' or 'v4:2x2x4'");
 		return -EINVAL;
 	}
 	if (spec->priority < 0 || spec->priority > TF_SCHED_PRIO_MAX) {
-		snprintf(err, errlen, "priority %d of job '%s' is out of range: use 0..%d",
+		tf_errf(err, errlen, "priority %d of job '%s' is out of range: use 0..%d",
 		         spec->priority, spec->name ? spec->name : spec->slice, TF_SCHED_PRIO_MAX);
 		return -EINVAL;
 	}
@@ -682,21 +682,21 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 			if (!strcmp(s->pools[i].name, spec->pool))
 				pool = i;
 		if (pool < 0) {
-			snprintf(err, errlen,
-			         "unknown pool '%s': see 'tpuflow slices' for the pools",
-			         spec->pool);
+			tf_errf(err, errlen,
+			        "unknown pool '%s': see 'tpuflow slices' for the pools",
+			        spec->pool);
 			return -EINVAL;
 		}
 		if (gen[0] && strcmp(gen, s->pools[pool].tpu_gen)) {
-			snprintf(err, errlen,
-			         "slice '%s' is %s but pool '%s' is %s: pick a %s pool",
-			         spec->slice, gen, spec->pool, s->pools[pool].tpu_gen, gen);
+			tf_errf(err, errlen,
+			        "slice '%s' is %s but pool '%s' is %s: pick a %s pool",
+			        spec->slice, gen, spec->pool, s->pools[pool].tpu_gen, gen);
 			return -EINVAL;
 		}
 		if (!shape_fits_dims(&s->pools[pool], shape)) {
-			snprintf(err, errlen,
-			         "slice '%s' does not fit pool '%s' (%s) in any rotation",
-			         spec->slice, spec->pool, s->pools[pool].spec);
+			tf_errf(err, errlen,
+			        "slice '%s' does not fit pool '%s' (%s) in any rotation",
+			        spec->slice, spec->pool, s->pools[pool].spec);
 			return -EINVAL;
 		}
 	} else {
@@ -705,10 +705,10 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 			    shape_fits_dims(&s->pools[i], shape))
 				pool = i;
 		if (pool < 0) {
-			snprintf(err, errlen,
-			         "no %s pool can hold slice '%s': configure one (e.g. "
-			         "'%s:4x4x8')",
-			         gen[0] ? gen : "", spec->slice, gen[0] ? gen : "v4");
+			tf_errf(err, errlen,
+			        "no %s pool can hold slice '%s': configure one (e.g. "
+			        "'%s:4x4x8')",
+			        gen[0] ? gen : "", spec->slice, gen[0] ? gen : "v4");
 			return -EINVAL;
 		}
 	}
@@ -716,10 +716,10 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 	int known = project_find(s, spec->project && *spec->project ? spec->project : "default");
 	if (known >= 0 && s->projects[known].quota && chips > s->projects[known].quota &&
 	    !(spec->preemptible && s->projects[known].may_borrow)) {
-		snprintf(err, errlen,
-		         "slice '%s' needs %d chips but project '%s' has a quota of %d: "
-		         "raise the quota or submit it preemptible so it may borrow",
-		         spec->slice, chips, s->projects[known].name, s->projects[known].quota);
+		tf_errf(err, errlen,
+		        "slice '%s' needs %d chips but project '%s' has a quota of %d: "
+		        "raise the quota or submit it preemptible so it may borrow",
+		        spec->slice, chips, s->projects[known].name, s->projects[known].quota);
 		return -EINVAL;
 	}
 	if (s->njobs == s->capjobs) {
@@ -775,18 +775,18 @@ int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
 	char gen[16];
 	int shape[3];
 	if (pool < 0 || pool >= s->npools) {
-		snprintf(err, errlen, "no pool %d: there are %d pools", pool, s->npools);
+		tf_errf(err, errlen, "no pool %d: there are %d pools", pool, s->npools);
 		return -EINVAL;
 	}
 	struct pool *p = &s->pools[pool];
 	if (!spec || !spec->slice) {
-		snprintf(err, errlen, "job has no slice: give one like 'v4-8' or 'v4:2x2x4'");
+		tf_errf(err, errlen, "job has no slice: give one like 'v4-8' or 'v4:2x2x4'");
 		return -EINVAL;
 	}
 	if (parse_slice(spec->slice, gen, shape, err, errlen) < 0)
 		return -EINVAL;
 	if (gen[0] && strcmp(gen, p->tpu_gen)) {
-		snprintf(err, errlen, "slice '%s' is %s but pool '%s' is %s: pick a %s pool",
+		tf_errf(err, errlen, "slice '%s' is %s but pool '%s' is %s: pick a %s pool",
 		         spec->slice, gen, p->name, p->tpu_gen, gen);
 		return -EINVAL;
 	}
@@ -794,14 +794,14 @@ int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
 	tf_sched_shape_str(shape, p->t.ndims, want, sizeof(want));
 	tf_sched_shape_str(box->shape, p->t.ndims, got, sizeof(got));
 	if (!same_shape(shape, box->shape)) {
-		snprintf(err, errlen, "box %s is not slice '%s' (%s) in any rotation", got,
+		tf_errf(err, errlen, "box %s is not slice '%s' (%s) in any rotation", got,
 		         spec->slice, want);
 		return -EINVAL;
 	}
 	for (int d = 0; d < 3; d++) {
 		int o = box->origin[d], e = box->shape[d], D = p->t.dims[d];
 		if (o < 0 || o >= D || e < 1 || e > D || (o + e > D && !p->t.wrap[d])) {
-			snprintf(err, errlen, "box %s at (%d,%d,%d) does not fit pool '%s' (%s)%s",
+			tf_errf(err, errlen, "box %s at (%d,%d,%d) does not fit pool '%s' (%s)%s",
 			         got, box->origin[0], box->origin[1], box->origin[2], p->name,
 			         p->spec,
 			         o + e > D && o < D && e <= D ? ": that dimension does not "
@@ -824,18 +824,18 @@ int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
 					int o = p->owner[x + D[0] * r];
 					const struct job *h = o ? &s->jobs[o] : NULL;
 					if (h)
-						snprintf(err, errlen,
-						         "chip (%d,%d,%d) of pool '%s' is held "
-						         "by job %d%s%s%s",
-						         x, r % D[1], r / D[1], p->name, o,
-						         h->name ? " '" : "",
-						         h->name ? h->name : "",
-						         h->name ? "'" : "");
+						tf_errf(err, errlen,
+						        "chip (%d,%d,%d) of pool '%s' is held "
+						        "by job %d%s%s%s",
+						        x, r % D[1], r / D[1], p->name, o,
+						        h->name ? " '" : "",
+						        h->name ? h->name : "",
+						        h->name ? "'" : "");
 					else
-						snprintf(err, errlen,
-						         "chip (%d,%d,%d) of pool '%s' is %s", x,
-						         r % D[1], r / D[1], p->name,
-						         (p->failed[r] >> x) & 1
+						tf_errf(err, errlen,
+						        "chip (%d,%d,%d) of pool '%s' is %s", x,
+						        r % D[1], r / D[1], p->name,
+						        (p->failed[r] >> x) & 1
 						             ? "failed"
 						             : "held for a waiting job");
 					return -EBUSY;

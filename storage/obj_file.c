@@ -101,8 +101,8 @@ static int open_parent(const struct tf_objstore *s, const char *key, int create,
 int tf_objstore_file_open(struct tf_objstore *s, const char *path, char *err, size_t errlen)
 {
 	if (!*path) {
-		snprintf(err, errlen,
-		         "empty directory in file:// URL: give file:///ABS/DIR or a path");
+		tf_errf(err, errlen,
+		        "empty directory in file:// URL: give file:///ABS/DIR or a path");
 		return -EINVAL;
 	}
 	char *abs;
@@ -112,7 +112,7 @@ int tf_objstore_file_open(struct tf_objstore *s, const char *path, char *err, si
 		char cwd[PATH_MAX];
 		if (!getcwd(cwd, sizeof cwd)) {
 			int rc = -errno;
-			snprintf(err, errlen, "cannot resolve object store path '%s': %s", path,
+			tf_errf(err, errlen, "cannot resolve object store path '%s': %s", path,
 			         strerror(errno));
 			return rc;
 		}
@@ -128,7 +128,7 @@ int tf_objstore_file_open(struct tf_objstore *s, const char *path, char *err, si
 	if (!rc && !S_ISDIR(st.st_mode))
 		rc = -ENOTDIR;
 	if (rc) {
-		snprintf(err, errlen, "cannot use '%s' as an object store directory: %s", abs,
+		tf_errf(err, errlen, "cannot use '%s' as an object store directory: %s", abs,
 		         strerror(-rc));
 		free(abs);
 		return rc;

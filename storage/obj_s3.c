@@ -778,7 +778,7 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 	for (int attempt = 1;; attempt++) {
 		if (r->sink_fd >= 0 && attempt > 1 &&
 		    (ftruncate(r->sink_fd, 0) || lseek(r->sink_fd, 0, SEEK_SET))) {
-			snprintf(err, errlen, "cannot rewind the download file: %s",
+			tf_errf(err, errlen, "cannot rewind the download file: %s",
 			         strerror(errno));
 			return -errno;
 		}
@@ -791,12 +791,12 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 		char why[256];
 		int rc;
 		if (resp->write_errno) {
-			snprintf(err, errlen, "cannot write the download of '%s': %s", shown_key(r),
+			tf_errf(err, errlen, "cannot write the download of '%s': %s", shown_key(r),
 			         strerror(resp->write_errno));
 			return -resp->write_errno;
 		}
 		if (resp->read_errno) {
-			snprintf(err, errlen, "cannot read the upload of '%s': %s", shown_key(r),
+			tf_errf(err, errlen, "cannot read the upload of '%s': %s", shown_key(r),
 			         resp->read_errno == EIO ? "the file shrank"
 			                                 : strerror(resp->read_errno));
 			return -resp->read_errno;
@@ -805,7 +805,7 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 			rc = curl_errno(cc);
 			snprintf(why, sizeof why, "%s", curl_easy_strerror(cc));
 			if (!curl_retryable(cc)) {
-				snprintf(err, errlen, "%s %s/%s failed: %s", r->method,
+				tf_errf(err, errlen, "%s %s/%s failed: %s", r->method,
 				         s3->endpoint, s3->bucket, why);
 				return rc;
 			}
@@ -828,7 +828,7 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 			return 0;
 		}
 		if (attempt >= s3->max_attempts) {
-			snprintf(err, errlen, "%s '%s' at %s failed %d times, last: %s", r->method,
+			tf_errf(err, errlen, "%s '%s' at %s failed %d times, last: %s", r->method,
 			         shown_key(r), s3->endpoint, attempt, why);
 			return rc;
 		}
@@ -859,17 +859,17 @@ static int http_error_msg(const struct s3 *s3, const char *url, const struct s3_
 	if (!key)
 		key = "";
 	if (r->status == 403 && !strcmp(code, "AccessDenied")) {
-		snprintf(err, errlen,
-		         "access to '%s' in bucket '%s' was denied by %s (AccessDenied): check the "
-		         "bucket's policy",
-		         key, s3->bucket, s3->endpoint);
+		tf_errf(err, errlen,
+		        "access to '%s' in bucket '%s' was denied by %s (AccessDenied): check the "
+		        "bucket's policy",
+		        key, s3->bucket, s3->endpoint);
 		return -EACCES;
 	}
 	if (r->status == 403) {
-		snprintf(err, errlen,
-		         "the credentials were rejected by %s (%s): check AWS_ACCESS_KEY_ID and "
-		         "AWS_SECRET_ACCESS_KEY",
-		         s3->endpoint, code[0] ? code : "HTTP 403");
+		tf_errf(err, errlen,
+		        "the credentials were rejected by %s (%s): check AWS_ACCESS_KEY_ID and "
+		        "AWS_SECRET_ACCESS_KEY",
+		        s3->endpoint, code[0] ? code : "HTTP 403");
 		return -EACCES;
 	}
 	if (r->status == 404 && !strcmp(code, "NoSuchBucket")) {
@@ -881,19 +881,19 @@ static int http_error_msg(const struct s3 *s3, const char *url, const struct s3_
 		return -ENOENT;
 	}
 	if (r->status == 404) {
-		snprintf(err, errlen, "no object '%s' in %s", key, url);
+		tf_errf(err, errlen, "no object '%s' in %s", key, url);
 		return -ENOENT;
 	}
 	if (r->status == 412) {
-		snprintf(err, errlen, "object '%s' already exists in %s (write-once)", key, url);
+		tf_errf(err, errlen, "object '%s' already exists in %s (write-once)", key, url);
 		return -EEXIST;
 	}
 	if (r->status == 501) {
-		snprintf(err, errlen, "%s '%s': %s does not implement this (%s: %s)", what, key,
+		tf_errf(err, errlen, "%s '%s': %s does not implement this (%s: %s)", what, key,
 		         s3->endpoint, code, r->message);
 		return -ENOTSUP;
 	}
-	snprintf(err, errlen, "%s '%s' failed at %s: HTTP %ld %s%s%s", what, key, s3->endpoint,
+	tf_errf(err, errlen, "%s '%s' failed at %s: HTTP %ld %s%s%s", what, key, s3->endpoint,
 	         r->status, code, r->message[0] ? ": " : "", r->message);
 	return r->status == 400 ? -EINVAL : -EIO;
 }
@@ -976,7 +976,7 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	const char *slash = strchr(bucket_and_prefix, '/');
 	size_t blen = slash ? (size_t)(slash - bucket_and_prefix) : strlen(bucket_and_prefix);
 	if (blen == 0 || blen > 255) {
-		snprintf(err, errlen, "no bucket in 's3://%s': use s3://BUCKET[/PREFIX]",
+		tf_errf(err, errlen, "no bucket in 's3://%s': use s3://BUCKET[/PREFIX]",
 		         bucket_and_prefix);
 		return -EINVAL;
 	}
@@ -985,7 +985,7 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	while (plen && prefix[plen - 1] == '/')
 		prefix[--plen] = '\0';
 	if (plen && tf_objstore_key_check(prefix)) {
-		snprintf(err, errlen, "invalid prefix '%s' in 's3://%s'", prefix,
+		tf_errf(err, errlen, "invalid prefix '%s' in 's3://%s'", prefix,
 		         bucket_and_prefix);
 		free(prefix);
 		return -EINVAL;
@@ -999,10 +999,10 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	const char *sk = o->secret_key ? o->secret_key : env("AWS_SECRET_ACCESS_KEY");
 	const char *tok = o->session_token ? o->session_token : env("AWS_SESSION_TOKEN");
 	if (!ak || !sk) {
-		snprintf(err, errlen,
-		         "no S3 credentials for 's3://%s': set AWS_ACCESS_KEY_ID and "
-		         "AWS_SECRET_ACCESS_KEY",
-		         bucket_and_prefix);
+		tf_errf(err, errlen,
+		        "no S3 credentials for 's3://%s': set AWS_ACCESS_KEY_ID and "
+		        "AWS_SECRET_ACCESS_KEY",
+		        bucket_and_prefix);
 		free(prefix);
 		return -EACCES;
 	}
@@ -1016,7 +1016,7 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	const char *sep = strstr(endpoint, "://");
 	if (!sep || (strncmp(endpoint, "http://", 7) && strncmp(endpoint, "https://", 8)) ||
 	    !sep[3] || strchr(sep + 3, '/')) {
-		snprintf(err, errlen, "invalid S3 endpoint '%s': use http(s)://HOST[:PORT]",
+		tf_errf(err, errlen, "invalid S3 endpoint '%s': use http(s)://HOST[:PORT]",
 		         endpoint);
 		free(endpoint);
 		free(prefix);
@@ -1072,7 +1072,7 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	              : tf_xasprintf("s3://%s", s3->bucket);
 	free(prefix);
 	if (!s3->curl) {
-		snprintf(err, errlen, "cannot initialise libcurl");
+		tf_errf(err, errlen, "cannot initialise libcurl");
 		return -ENOMEM;
 	}
 	return 0;
