@@ -95,6 +95,7 @@ struct with_flags {
 	struct option *opts;            /* common, the keys', then the command's own; NULL-ended */
 	char **names;                   /* the keys as flag names (owned) */
 	json_t *with;                   /* the values given, as `with` */
+	int exit;                       /* the exit code of a bad value (WITH_BAD) */
 };
 
 static void with_flags_init(struct with_flags *f, const char *cmd, const char *kind,
@@ -125,20 +126,34 @@ static void with_flags_init(struct with_flags *f, const char *cmd, const char *k
 	f->with = json_object();
 }
 
-/* 1 when option c was a `with` flag (its value taken), 0 when it is not one, or the usage
- * error's exit code (negated) for a bad value. */
-static int with_flags_take(struct with_flags *f, int c, const char *arg)
+/* The next option of argv that is not a `with` flag (those go into f->with, checked by their
+ * row): its code, -1 after the last, or WITH_BAD with the usage error printed and its exit
+ * code in f->exit. */
+enum { WITH_BAD = -2 };
+static int with_flags_next(struct with_flags *f, int argc, char **argv)
 {
-	if (c < WITH_OPT || c >= WITH_OPT + (int)f->n)
-		return 0;
-	size_t i = (size_t)(c - WITH_OPT);
-	char what[80], err[512];
-	snprintf(what, sizeof(what), "--%s", f->names[i]);
-	json_t *v = tf_with_key_value(&f->keys[i], arg, what, err, sizeof(err));
-	if (!v)
-		return -tf_cli_usage_error(f->cmd, "%s", err);
-	json_object_set_new(f->with, f->keys[i].key, v);
-	return 1;
+	int c;
+	while ((c = getopt_long(argc, argv, "h", f->opts, NULL)) != -1) {
+		if (c < WITH_OPT || c >= WITH_OPT + (int)f->n)
+			return c;
+		size_t i = (size_t)(c - WITH_OPT);
+		char what[80], err[512];
+		snprintf(what, sizeof(what), "--%s", f->names[i]);
+		json_t *v = tf_with_key_value(&f->keys[i], optarg, what, err, sizeof(err));
+		if (!v) {
+			f->exit = tf_cli_usage_error(f->cmd, "%s", err);
+			return WITH_BAD;
+		}
+		json_object_set_new(f->with, f->keys[i].key, v);
+	}
+	return -1;
+}
+
+/* After the options: no operand may follow. 0, or the usage error's exit code. */
+static int with_flags_end(const struct with_flags *f, int argc, char **argv)
+{
+	return optind < argc ? tf_cli_usage_error(f->cmd, "unexpected argument '%s'", argv[optind])
+	                     : 0;
 }
 
 /* The flags of the `with` keys, for the usage text. */
@@ -213,14 +228,11 @@ int cmd_data(int argc, char **argv, struct tf_cli *cli)
 	}
 	argc--;
 	argv++;
-	while ((c = getopt_long(argc, argv, "h", f.opts, NULL)) != -1) {
-		if ((rc = with_flags_take(&f, c, optarg)) < 0) {
-			rc = -rc;
+	while ((c = with_flags_next(&f, argc, argv)) != -1) {
+		if (c == WITH_BAD) {
+			rc = f.exit;
 			goto done;
-		}
-		if (rc)
-			continue;
-		if (c == 'h') {
+		} else if (c == 'h') {
 			data_usage(&f, stdout);
 			goto done;
 		} else if (c == O_OUT) {
@@ -232,11 +244,8 @@ int cmd_data(int argc, char **argv, struct tf_cli *cli)
 			goto done;
 		}
 	}
-	rc = 0;
-	if (optind < argc) {
-		rc = tf_cli_usage_error("data prep", "unexpected argument '%s'", argv[optind]);
+	if ((rc = with_flags_end(&f, argc, argv)))
 		goto done;
-	}
 	if (tf_ml_prep_opts_from_with(f.with, &po, err, sizeof(err))) {
 		rc = tf_cli_usage_error("data prep", "%s", err);
 		goto done;
@@ -431,13 +440,11 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 	uint64_t v;
 	int c, rc = 0;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", f.opts, NULL)) != -1) {
-		if ((rc = with_flags_take(&f, c, optarg)) < 0) {
-			rc = -rc;
+	while ((c = with_flags_next(&f, argc, argv)) != -1) {
+		if (c == WITH_BAD) {
+			rc = f.exit;
 			goto done;
 		}
-		if (rc)
-			continue;
 		switch (c) {
 		case 'h':
 			train_usage(&f, stdout);
@@ -481,10 +488,8 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 		if (rc)
 			goto done;
 	}
-	if (optind < argc) {
-		rc = tf_cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+	if ((rc = with_flags_end(&f, argc, argv)))
 		goto done;
-	}
 	if (!json_object_get(f.with, "dataset"))
 		json_object_set_new(f.with, "dataset", json_string(DEFAULT_DATASET));
 	if (tf_ml_train_opts_from_with(f.with, &o, err, sizeof(err))) {

@@ -41,6 +41,12 @@ static void test_cli_numeric_options_refuse_junk_and_overflow(void **state)
 	    {{"sched", "simulate", "--jobs", "4294967297"}, "--jobs wants"},
 	    {{"sched", "simulate", "--jobs", "10", "--failures", ""}, "--failures wants"},
 	    {{"ckpt", "--keep", "0"}, "--keep wants"},
+	    /* the flags of data prep and train are the step kinds' rows, with their checks */
+	    {{"train", "--epochs", "0"}, "--epochs wants an integer, between 1 and"},
+	    {{"train", "--optimizer", "adma"}, "--optimizer wants one of sgd, adam, adamw or lars"},
+	    {{"train", "--hidden", "256,0"}, "--hidden wants a list of integers, each between 1"},
+	    {{"data", "prep", "--shards", "5000"}, "--shards wants an integer, between 1 and 4096"},
+	    {{"data", "prep", "--test-fraction", "1"}, "--test-fraction wants a number"},
 	};
 	for (size_t i = 0; i < TF_ARRAY_LEN(bad); i++) {
 		char *err = NULL;
