@@ -44,6 +44,14 @@ char *tf_cli_home(const struct tf_cli *cli, int create);
  * this build, else TF_EXIT_UNAVAILABLE). The caller closes it with tf_store_close. */
 struct tf_store *tf_cli_open_store(const struct tf_cli *cli, const char *cmd, int *exit_code);
 
+/* Reports what a store call that acts on one named thing returned (removing a hook,
+ * revoking a token): -ENOENT is "tpuflow CMD: no WHAT 'NAME'" and exit 66, another failure
+ * the store's message and 69; success prints "DONE WHAT 'NAME'", or {JSON_KEY: NAME} with
+ * --json. Returns the exit code. */
+int tf_cli_named_outcome(const struct tf_cli *cli, const char *cmd, struct tf_store *st, int rc,
+                         const char *what, const char *name, const char *done,
+                         const char *json_key);
+
 /* Prints "tpuflow CMD: MESSAGE" and the usage hint to stderr; returns TF_EXIT_USAGE. */
 int tf_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

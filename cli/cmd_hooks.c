@@ -138,14 +138,8 @@ int cmd_hooks(int argc, char **argv, struct tf_cli *cli)
 				    env);
 		}
 	} else if (!strcmp(sub, "rm")) {
-		int rc = tf_hooks_remove(st, name);
-		if (rc == -ENOENT)
-			fprintf(stderr, "tpuflow hooks: no hook '%s'\n", name);
-		else if (rc)
-			fprintf(stderr, "tpuflow hooks: %s\n", tf_store_errmsg(st));
-		else if (!cli->json)
-			printf("removed hook '%s'\n", name);
-		ret = rc == -ENOENT ? TF_EXIT_NOTFOUND : rc ? TF_EXIT_UNAVAILABLE : TF_EXIT_OK;
+		ret = tf_cli_named_outcome(cli, "hooks", st, tf_hooks_remove(st, name), "hook", name,
+		                           "removed", "removed");
 	} else if (!strcmp(sub, "test")) {
 		int64_t id = 0;
 		int rc = tf_alerts_queue_test(st, name, &id);

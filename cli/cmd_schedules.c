@@ -90,14 +90,8 @@ int cmd_pipelines(int argc, char **argv, struct tf_cli *cli)
 		free(name);
 		tf_diag_list_release(&d);
 	} else if (!strcmp(sub, "rm")) {
-		int rc = tf_pipelines_remove(st, arg);
-		if (rc == -ENOENT)
-			fprintf(stderr, "tpuflow pipelines: no registered pipeline '%s'\n", arg);
-		else if (rc)
-			fprintf(stderr, "tpuflow pipelines: %s\n", tf_store_errmsg(st));
-		else if (!cli->json)
-			printf("unregistered pipeline '%s'\n", arg);
-		ret = rc == -ENOENT ? TF_EXIT_USAGE : rc ? TF_EXIT_UNAVAILABLE : TF_EXIT_OK;
+		ret = tf_cli_named_outcome(cli, "pipelines", st, tf_pipelines_remove(st, arg),
+		                           "registered pipeline", arg, "unregistered", "removed");
 	} else {
 		json_t *list = NULL;
 		if (tf_pipelines_list(st, tf_now_wall(), 1, &list)) {

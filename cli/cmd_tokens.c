@@ -120,26 +120,15 @@ int cmd_tokens(int argc, char **argv, struct tf_cli *cli)
 	if (!strcmp(sub, "revoke") && optind + 2 != argc)
 		return tf_cli_usage_error("tokens", "revoke wants one token id, name or prefix");
 	struct tf_store *st = cli->db;
-	int rc, ret;
+	int ret;
 	if (!strcmp(sub, "create")) {
 		ret = create(st, cli, name, scope, expires);
 	} else if (!strcmp(sub, "list")) {
 		ret = list(st, cli);
 	} else {
-		rc = tf_token_revoke(st, argv[optind + 1], tf_now_wall());
-		if (rc == -ENOENT)
-			fprintf(stderr, "tpuflow tokens: no token '%s' (see 'tpuflow tokens list')\n",
-			        argv[optind + 1]);
-		else if (rc)
-			fprintf(stderr, "tpuflow tokens: %s\n", tf_store_errmsg(st));
-		else if (!cli->json)
-			printf("revoked %s\n", argv[optind + 1]);
-		else {
-			json_t *doc = json_pack("{s:s}", "revoked", argv[optind + 1]);
-			tf_cli_print_json(stdout, doc);
-			json_decref(doc);
-		}
-		ret = rc == -ENOENT ? TF_EXIT_NOTFOUND : rc ? TF_EXIT_SOFTWARE : TF_EXIT_OK;
+		ret = tf_cli_named_outcome(cli, "tokens", st,
+		                           tf_token_revoke(st, argv[optind + 1], tf_now_wall()),
+		                           "token", argv[optind + 1], "revoked", "revoked");
 	}
 	return ret;
 }

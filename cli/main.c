@@ -163,6 +163,28 @@ static int run_command(const struct tf_cmd *c, int argc, char **argv, struct tf_
 	return code;
 }
 
+int tf_cli_named_outcome(const struct tf_cli *cli, const char *cmd, struct tf_store *st, int rc,
+                         const char *what, const char *name, const char *done,
+                         const char *json_key)
+{
+	if (rc == -ENOENT) {
+		fprintf(stderr, "tpuflow %s: no %s '%s'\n", cmd, what, name);
+		return TF_EXIT_NOTFOUND;
+	}
+	if (rc) {
+		fprintf(stderr, "tpuflow %s: %s\n", cmd, tf_store_errmsg(st));
+		return TF_EXIT_UNAVAILABLE;
+	}
+	if (cli->json) {
+		json_t *doc = json_pack("{s:s}", json_key, name);
+		rc = tf_cli_print_json(stdout, doc);
+		json_decref(doc);
+		return rc;
+	}
+	printf("%s %s '%s'\n", done, what, name);
+	return TF_EXIT_OK;
+}
+
 int tf_cli_usage_error(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;

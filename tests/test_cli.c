@@ -220,6 +220,8 @@ static void test_cli_not_found_and_usage_exit_codes(void **state)
 	    {{"hooks", "test", "nosuchhook"}, TF_EXIT_NOTFOUND, "no hook 'nosuchhook'"},
 	    {{"alerts", "show", "999"}, TF_EXIT_NOTFOUND, "no alert '999'"},
 	    {{"alerts", "redeliver", "999"}, TF_EXIT_NOTFOUND, "no alert '999'"},
+	    {{"pipelines", "rm", "nosuchpl"}, TF_EXIT_NOTFOUND, "no registered pipeline 'nosuchpl'"},
+	    {{"tokens", "revoke", "nosuchtoken"}, TF_EXIT_NOTFOUND, "no token 'nosuchtoken'"},
 	    {{"runs", "nosuchverb"}, TF_EXIT_USAGE, "unknown subcommand 'nosuchverb'"},
 	    {{"runs", "nosuchverb", "x"}, TF_EXIT_USAGE, "unknown subcommand 'nosuchverb'"},
 	    {{"version", "extra"}, TF_EXIT_USAGE, "unexpected argument 'extra'"},
