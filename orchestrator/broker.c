@@ -225,21 +225,14 @@ static int load_sched(struct tf_store *st, struct tf_sched *s, struct tf_slice_r
 			struct tf_slice_row *r = &rows[i];
 			if (r->has_box != (pass == 0))
 				continue;
-			int pool = tf_slices_pool_index(s, r->pool, r->pool_spec, err, sizeof(err));
+			char name[256];
+			struct tf_sched_job_spec js;
+			int pool = tf_slices_row_job(s, r, name, &js, err, sizeof(err));
 			if (pool < 0) {
 				tf_warn("slice request %lld: pool '%s': %s", (long long)r->id,
 				        r->pool_spec, err);
 				continue;
 			}
-			char name[256];
-			snprintf(name, sizeof(name), "%s/%s", r->run, r->step);
-			struct tf_sched_job_spec js = {.name = name,
-			                               .run = r->run,
-			                               .project = r->project,
-			                               .slice = r->slice,
-			                               .pool = tf_sched_pool_name(s, pool),
-			                               .priority = r->priority,
-			                               .preemptible = r->preemptible};
 			int rc;
 			if (r->has_box) {
 				rc = tf_sched_place_at(s, pool, &r->box, &js, r->started_at - now,

@@ -277,6 +277,23 @@ int tf_slices_read_open(struct tf_store *st, struct tf_slice_row **out, size_t *
 	return 0;
 }
 
+int tf_slices_row_job(struct tf_sched *s, const struct tf_slice_row *r, char name[256],
+                      struct tf_sched_job_spec *js, char *err, size_t errlen)
+{
+	int pool = tf_slices_pool_index(s, r->pool, r->pool_spec, err, errlen);
+	if (pool < 0)
+		return pool;
+	snprintf(name, 256, "%s/%s", r->run, r->step);
+	*js = (struct tf_sched_job_spec){.name = name,
+	                                 .run = r->run,
+	                                 .project = r->project,
+	                                 .slice = r->slice,
+	                                 .pool = tf_sched_pool_name(s, pool),
+	                                 .priority = r->priority,
+	                                 .preemptible = r->preemptible};
+	return pool;
+}
+
 /* ---- the view ---- */
 
 /* Why an open row is not shown, or NULL when its attempt holds its slice now. */
@@ -526,20 +543,15 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 			                                      : "waiting for its run's scheduler"));
 			continue;
 		}
-		int pool = tf_slices_pool_index(s, r->pool, r->pool_spec, perr, sizeof(perr));
+		char name[256];
+		struct tf_sched_job_spec js;
+		int pool = tf_slices_row_job(s, r, name, &js, perr, sizeof(perr));
 		if (pool < 0) {
 			snprintf(why, sizeof(why), "pool '%s': %s", r->pool_spec, perr);
 			skip(skipped, r, why);
 			continue;
 		}
-		char name[256];
-		snprintf(name, sizeof(name), "%s/%s", r->run, r->step);
-		struct tf_sched_job_spec js = {.name = name,
-		                               .run = r->run,
-		                               .project = r->project,
-		                               .slice = r->slice,
-		                               .priority = r->priority,
-		                               .preemptible = 1};
+		js.preemptible = 1;
 		int id = 0;
 		/* the view's scheduler clock: seconds relative to now (0), so that times it
 		 * prints (reservations) read as "from now" */

@@ -63,6 +63,12 @@ struct tf_slice_row {
 int tf_slices_read_open(struct tf_store *st, struct tf_slice_row **rows, size_t *n);
 void tf_slice_row_release(struct tf_slice_row *r);
 void tf_slice_rows_free(struct tf_slice_row *rows, size_t n);
+/* What loading row r onto s needs (the broker's round and the view alike): its pool's index
+ * on s (found, or added by name and spec: tf_slices_pool_index) and a job spec like its
+ * attempt's, named RUN/STEP in `name`, borrowing from r and name. The pool index, or
+ * negative with err. */
+int tf_slices_row_job(struct tf_sched *s, const struct tf_slice_row *r, char name[256],
+                      struct tf_sched_job_spec *js, char *err, size_t errlen);
 
 /* A box from six columns of a slice_jobs row from `col` on (box_x, box_y, box_z, box_a,
  * box_b, box_c): 1 when all are set, 0 when the row has no box. */
