@@ -31,11 +31,6 @@ int tf_optim_kind_parse(const char *s, enum tf_optim_kind *out)
 	return -EINVAL;
 }
 
-const char *tf_lr_schedule_name(enum tf_lr_schedule s)
-{
-	return s < TF_LR_LAST ? tf_lr_schedule_names[s] : "?";
-}
-
 int tf_lr_schedule_parse(const char *s, enum tf_lr_schedule *out)
 {
 	for (int i = 0; i < TF_LR_LAST; i++)

@@ -46,12 +46,6 @@ const char *tf_sched_state_name(enum tf_sched_job_state st)
 	return st < TF_JOB_STATE_LAST ? names[st] : "?";
 }
 
-const char *tf_sched_action_name(enum tf_sched_action a)
-{
-	static const char *const names[] = {"start", "preempt", "kill", "fail_infra"};
-	return a < TF_SCHED_ACTION_LAST ? names[a] : "?";
-}
-
 const char *tf_sched_policy_name(enum tf_sched_policy p)
 {
 	return p == TF_SCHED_FIFO ? "fifo" : p == TF_SCHED_BACKFILL ? "backfill" : "?";

@@ -224,7 +224,6 @@ json_t *tf_sched_describe_json(struct tf_sched *s, double now);
 char *tf_sched_describe_text(struct tf_sched *s, double now);
 
 const char *tf_sched_state_name(enum tf_sched_job_state st);
-const char *tf_sched_action_name(enum tf_sched_action a);
 const char *tf_sched_policy_name(enum tf_sched_policy p);
 int tf_sched_policy_parse(const char *name, enum tf_sched_policy *out);
 
