@@ -587,8 +587,7 @@ static int setup_continue(struct engine *e, const struct tf_engine_req *rq,
 		rc = tf_run_claim(e->db, e->run_id, e->token, continue_from(flags),
 		                  flags & TF_ENGINE_FORCE, &holder);
 	/* judged now: ending its processes below may make a live owner exit */
-	if (rc == 0 && holder.state == TF_RUN_RUNNING && holder.token[0] &&
-	    strcmp(holder.token, e->token) && !tf_run_owner_gone(&holder, TF_RUN_LEASE_S))
+	if (rc == 0 && strcmp(holder.token, e->token) && tf_run_owner_live(&holder))
 		tf_warn("run '%s': taken over by force from process %ld, which looks alive "
 		        "(heartbeat %.1f s ago); if it still runs, it stops at its next heartbeat",
 		        e->run_id, holder.pid, holder.heartbeat_age);

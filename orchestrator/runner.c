@@ -210,7 +210,7 @@ int tf_runner_poll(struct tf_runner *r)
 		struct tf_run_owner h;
 		if (tf_run_owner_get(r->db, ids[i], &h))
 			continue;
-		if (h.state == TF_RUN_RUNNING && !tf_run_owner_gone(&h, TF_RUN_LEASE_S))
+		if (tf_run_owner_live(&h))
 			continue; /* a live process drives it */
 		if (h.state == TF_RUN_RUNNING)
 			tf_info("run '%s': its owner (pid %ld) is gone: adopting it", ids[i],

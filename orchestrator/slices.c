@@ -164,7 +164,7 @@ int tf_slices_stmt_box(struct tf_stmt *q, int col, struct tf_box *box)
 /* Why the row being read from q is no longer held by a live attempt, or NULL when it is.
  * Columns from `col` on: runs.state, runs.owner, runs.pid, runs.heartbeat_at, attempts.state
  * (NULL when a row is missing). The run's owner must be live by the rule claims use
- * (tf_run_owner_gone: a token, a heartbeat within TF_RUN_LEASE_S, a live pid), so a daemon's
+ * (tf_run_owner_live: a token, a heartbeat within TF_RUN_LEASE_S, a live pid), so a daemon's
  * run whose engine stopped renewing its heartbeat loses its chips although the daemon's pid
  * lives on. */
 static const char *holder_gone(struct tf_stmt *q, int col, char *buf, size_t len)
@@ -177,7 +177,7 @@ static const char *holder_gone(struct tf_stmt *q, int col, char *buf, size_t len
 		snprintf(buf, len, "its run is %s: the attempt did not record its end", run_state);
 		return buf;
 	}
-	if (tf_run_owner_gone(&o, TF_RUN_LEASE_S)) {
+	if (!tf_run_owner_live(&o)) {
 		if (!o.token[0])
 			return "its run has no owner; 'tpuflow runs resume' continues the run";
 		if (o.heartbeat_age >= 0 && o.heartbeat_age <= TF_RUN_LEASE_S)

@@ -345,13 +345,10 @@ int tf_run_owner_get(struct tf_store *st, const char *run, struct tf_run_owner *
 	return rc;
 }
 
-int tf_run_owner_gone(const struct tf_run_owner *o, double lease)
+int tf_run_owner_live(const struct tf_run_owner *o)
 {
-	if (!o->token[0] || o->state != TF_RUN_RUNNING)
-		return 1;
-	if (o->heartbeat_age < 0 || o->heartbeat_age > lease)
-		return 1;
-	return !tf_pid_alive(o->pid);
+	return o->token[0] && o->state == TF_RUN_RUNNING && o->heartbeat_age >= 0 &&
+	       o->heartbeat_age <= TF_RUN_LEASE_S && tf_pid_alive(o->pid);
 }
 
 int tf_run_claim(struct tf_store *st, const char *run, const char *token, unsigned from_states,
@@ -368,8 +365,7 @@ int tf_run_claim(struct tf_store *st, const char *run, const char *token, unsign
 		goto out;
 	}
 	int mine = holder->token[0] && !strcmp(holder->token, token);
-	if (!mine && holder->state == TF_RUN_RUNNING && !force &&
-	    !tf_run_owner_gone(holder, TF_RUN_LEASE_S)) {
+	if (!mine && !force && tf_run_owner_live(holder)) {
 		rc = -EBUSY;
 		goto out;
 	}
@@ -463,7 +459,7 @@ int tf_run_mark_resume(struct tf_store *st, const char *run, int retry, char *er
 	rc = tf_run_owner_get(st, run, &h);
 	if (rc == -ENOENT)
 		tf_errf(err, errlen, "no run '%s'", run);
-	else if (rc == 0 && h.state == TF_RUN_RUNNING && !tf_run_owner_gone(&h, TF_RUN_LEASE_S)) {
+	else if (rc == 0 && tf_run_owner_live(&h)) {
 		tf_errf(err, errlen, "run '%s' is being driven by process %ld", run, h.pid);
 		rc = -EBUSY;
 	} else if (rc == 0 && (h.state == TF_RUN_SUCCEEDED ||
@@ -680,7 +676,7 @@ int tf_runs_list(struct tf_store *st, int limit, json_t **out)
 		const char *state = tf_stmt_text(s, 2);
 		struct tf_run_owner ow;
 		int orphaned = tf_run_owner_read(s, 10, &ow) == 0 && ow.state == TF_RUN_RUNNING &&
-		               tf_run_owner_gone(&ow, TF_RUN_LEASE_S);
+		               !tf_run_owner_live(&ow);
 		json_object_set_new(o, "orphaned", json_boolean(orphaned));
 		double start = tf_stmt_is_null(s, 4) ? -1 : tf_stmt_double(s, 4);
 		double end = !tf_stmt_is_null(s, 5) ? tf_stmt_double(s, 5)

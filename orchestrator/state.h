@@ -103,9 +103,10 @@ int tf_run_owner_get(struct tf_store *st, const char *run, struct tf_run_owner *
  * runs.owner, runs.pid, runs.heartbeat_at (the one reader of them; cancel_requested stays 0).
  * 0, or -EINVAL when the state is not a run state (o is filled anyway). */
 int tf_run_owner_read(struct tf_stmt *q, int col, struct tf_run_owner *o);
-/* 1 when nobody drives the run: unowned, not running, heartbeat older than `lease`, or the pid
- * is gone. */
-int tf_run_owner_gone(const struct tf_run_owner *o, double lease);
+/* 1 when a live process drives the run: it is running, owned, its heartbeat at most
+ * TF_RUN_LEASE_S old and its pid alive (the one test of it: claims, resume, the runner, the
+ * slice broker, `runs list`); 0 when its owner is gone or it has none. */
+int tf_run_owner_live(const struct tf_run_owner *o);
 /* Claims `run` for `token` and makes it running (pid: this process), when its state is one of
  * `from_states` (a mask of 1u << enum tf_run_state) and it is unowned, already this token's,
  * or its owner is gone — or, with `force`, whoever holds it. -EBUSY when a live owner holds
