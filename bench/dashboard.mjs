@@ -56,6 +56,38 @@ const db = await series(big + '/#/runs/' + run1000, 'svg.dag .node');
 const ds = await series(big + '/#/runs/' + runSmall, 'svg.dag .node');
 console.log(`run page, 1,000-step DAG: graph drawn ${ms(db.seen)}, interactive ${ms(db.quiet)} (goal <= 2000 ms)`);
 console.log(`run page, 5-step DAG:     graph drawn ${ms(ds.seen)}, interactive ${ms(ds.quiet)} (peer)`);
+// the runs page's event stream on the big home: the URL the page asks, read for 3 s as the
+// page reads it, beside the same stream from the start
+const asked = [];
+{
+  const ctx = await browser.newContext();
+  await ctx.addInitScript(probe, 'table.runs tbody tr');
+  const page = await ctx.newPage();
+  page.on('request', (r) => { if (new URL(r.url()).pathname === '/api/v1/events') asked.push(r.url()); });
+  await page.goto(big + '/#/runs');
+  await page.waitForFunction(() => window.__seen !== undefined, null, { timeout: 60000 });
+  await page.waitForTimeout(500);
+  await ctx.close();
+}
+async function read3s(url) {
+  const ctl = new AbortController();
+  const t = setTimeout(() => ctl.abort(), 3000);
+  let bytes = 0, events = 0;
+  try {
+    const res = await fetch(url, { signal: ctl.signal });
+    for await (const chunk of res.body) {
+      bytes += chunk.length;
+      events += Buffer.from(chunk).toString().split('\ndata: ').length - 1;
+    }
+  } catch { /* cut at 3 s */ }
+  clearTimeout(t);
+  return { bytes, events };
+}
+if (asked.length !== 1) console.log(`runs page: asked for ${asked.length} event streams (want 1)`);
+const now = await read3s(asked[0]);
+const all = await read3s(big + '/api/v1/events');
+console.log(`runs page event stream (${new URL(asked[0]).search}), first 3 s: ${now.events} events, ${now.bytes} B;` +
+  ` from the start: ${all.events} events, ${(all.bytes / 1048576).toFixed(1)} MiB (peer)`);
 // the 998-step level opened: every node drawn
 const opened = [];
 for (let i = 0; i < REPEAT; i++) {

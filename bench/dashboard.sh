@@ -4,8 +4,10 @@
 #    the same page on a home with a few runs;
 #  - the run page of a 1,000-step DAG, time to interactive (goal <= 2 s), beside a 5-step run;
 #  - the bundle's size, gzip -9 (goal <= 150 KB).
+#  - the runs page's event stream (GET /api/v1/events?after=latest): what it gets in its first
+#    3 s, beside the same stream without `after` (every event since the first replayed).
 # The 10,000 runs are one real run of a 3-step shell pipeline, copied row by row (runs, steps,
-# attempts) under new ids and times; the 1,000-step and 5-step runs are real.
+# attempts, events) under new ids and times; the 1,000-step and 5-step runs are real.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -67,7 +69,7 @@ def copy(table, key, new, shift):
     for r in rows:
         r = dict(zip(cols, r))
         r[key] = new
-        for c in ("created_at", "started_at", "finished_at"):
+        for c in ("created_at", "started_at", "finished_at", "at"):
             if r.get(c) is not None:
                 r[c] -= shift
         db.execute(f"INSERT INTO {table}({','.join(cols)}) VALUES({','.join('?' * len(cols))})",
@@ -80,7 +82,9 @@ with db:
         copy("runs", "id", new, shift)
         copy("steps", "run_id", new, shift)
         copy("attempts", "run_id", new, shift)
-print("dashboard: home with %d runs" % db.execute("SELECT count(*) FROM runs").fetchone()[0])
+        copy("events", "run_id", new, shift)  # event_seq follows (its trigger)
+print("dashboard: home with %d runs, %d events" % (db.execute("SELECT count(*) FROM runs").fetchone()[0],
+      db.execute("SELECT count(*) FROM event_seq").fetchone()[0]))
 PY
 start() { # HOME -> URL
   "$bin" daemon --home "$1" --listen 127.0.0.1:0 --no-auth >>"$dir/d.log" 2>&1 &

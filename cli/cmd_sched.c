@@ -70,16 +70,17 @@ static void recorded_text(json_t *rec, FILE *out)
 	}
 	json_t *slurm = json_object_get(rec, "slurm");
 	if (json_array_size(slurm))
-		fprintf(out, "steps running as Slurm jobs: %zu\n  %-24s %-14s %-3s %-10s %s\n",
-		        json_array_size(slurm), "RUN", "STEP", "ATT", "SLURM-JOB", "NODES");
+		fprintf(out, "steps running as Slurm jobs: %zu\n  %-24s %-14s %-3s %-10s %-11s %s\n",
+		        json_array_size(slurm), "RUN", "STEP", "ATT", "SLURM-JOB", "STATE", "NODES");
 	json_array_foreach(slurm, i, v)
 	{
 		const char *nodes = json_string_value(json_object_get(v, "nodes"));
-		fprintf(out, "  %-24s %-14s %-3lld %-10lld %s\n",
+		const char *state = json_string_value(json_object_get(v, "state"));
+		fprintf(out, "  %-24s %-14s %-3lld %-10lld %-11s %s\n",
 		        json_string_value(json_object_get(v, "run")),
 		        json_string_value(json_object_get(v, "step")),
 		        json_integer_value(json_object_get(v, "attempt")),
-		        json_integer_value(json_object_get(v, "slurm_job")),
+		        json_integer_value(json_object_get(v, "slurm_job")), state ? state : "-",
 		        nodes ? nodes : "(pending)");
 	}
 	size_t nw = json_array_size(json_object_get(rec, "waiting"));

@@ -138,9 +138,12 @@ void tf_exec_free(struct tf_exec *x);
  * engine records it with the attempt, so a resume after a crash can end what outlived it. */
 long tf_exec_pgid(const struct tf_exec *x);
 
-/* A Slurm attempt's job id (0 before submission or for other backends) and the nodes it
- * runs on as Slurm writes them ("" while pending), copied into nodes. */
-long tf_exec_slurm_job(struct tf_exec *x, char *nodes, size_t nodeslen);
+/* A Slurm attempt's job id (0 before submission or for other backends); the nodes it runs on
+ * as Slurm writes them ("" while pending) copied into nodes, and the job's state as the
+ * newest sweep saw it ("PENDING", "RUNNING", "COMPLETED", ...; "" before the first) into
+ * state. Either buffer may be NULL. */
+long tf_exec_slurm_job(struct tf_exec *x, char *nodes, size_t nodeslen, char *state,
+                       size_t statelen);
 
 /* The state Slurm reports for a job ("PENDING", "RUNNING", "COMPLETED", ...) with one
  * squeue call, into state; -ENOENT when Slurm no longer knows the job, another negative code

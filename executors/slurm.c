@@ -750,16 +750,21 @@ static void slurm_free(struct tf_exec *x)
 	free(s);
 }
 
-long tf_exec_slurm_job(struct tf_exec *x, char *nodes, size_t nodeslen)
+long tf_exec_slurm_job(struct tf_exec *x, char *nodes, size_t nodeslen, char *state,
+                       size_t statelen)
 {
 	if (nodes && nodeslen)
 		nodes[0] = '\0';
+	if (state && statelen)
+		state[0] = '\0';
 	if (!x || x->ops != &tf_executor_slurm)
 		return 0;
 	struct slurm *s = (struct slurm *)x;
 	pthread_mutex_lock(&reg_lock);
 	if (nodes && nodeslen)
 		snprintf(nodes, nodeslen, "%s", s->nodes);
+	if (state && statelen)
+		snprintf(state, statelen, "%s", s->state);
 	long job = s->job;
 	pthread_mutex_unlock(&reg_lock);
 	return job;

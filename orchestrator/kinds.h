@@ -30,6 +30,7 @@ struct tf_kind_slurm {
 	char **export_names;       /* NULL-terminated */
 	size_t nexport;
 	int noted_job, noted_nodes; /* what tf_kind_slurm_note has written */
+	char noted_state[32];       /* the Slurm job state it wrote last */
 	char *log_prefix;           /* STEP_PREFIX/slurm/attempt-N/: where the job puts its
 	                               logs (and progress.json) for the coordinator */
 	char **argv;                /* what the job runs (tf_kind_slurm_wrap), NULL-terminated */
@@ -42,8 +43,9 @@ struct tf_kind_slurm {
  * or NAME=VALUE), and a lost attempt's job to follow again. 0, or -EINVAL with r->err set. */
 int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks,
                           char *const *extra_names);
-/* Writes the job id on r's attempt (with a "slurm" event) the first time, and its nodes
- * once Slurm has placed it; call it after every poll (it writes only what changed). */
+/* Writes the job id on r's attempt (with a "slurm" event) the first time, its nodes once
+ * Slurm has placed it, and Slurm's state of the job each time it changes; call it after every
+ * poll (it writes only what changed). */
 void tf_kind_slurm_note(struct tf_step_run *r, struct tf_kind_slurm *ks, struct tf_exec *x);
 /* The argv the job runs on its node: `SELF step job --store URL --prefix LOG_PREFIX
  * [--progress] -- ARGV...` (cli/cmd_step_job.c), which hands the program's logs (and, with

@@ -195,23 +195,25 @@ void tf_kind_slurm_progress(struct tf_step_run *r, struct tf_kind_slurm *ks)
 
 void tf_kind_slurm_note(struct tf_step_run *r, struct tf_kind_slurm *ks, struct tf_exec *x)
 {
-	char nodes[256];
-	long job = tf_exec_slurm_job(x, nodes, sizeof(nodes));
+	char nodes[256], state[32];
+	long job = tf_exec_slurm_job(x, nodes, sizeof(nodes), state, sizeof(state));
 	int first = !ks->noted_job;
-	if (!job || !r->db || (!first && (ks->noted_nodes || !nodes[0])))
+	if (!job || !r->db ||
+	    (!first && (ks->noted_nodes || !nodes[0]) && !strcmp(state, ks->noted_state)))
 		return;
 	int rc = tf_store_run(r->db,
-	                      "UPDATE attempts SET slurm_job=?, slurm_nodes=? WHERE run_id=? AND "
-	                      "step=? AND n=?",
-	                      "ittti", (int64_t)job, nodes[0] ? nodes : NULL, r->run_id, r->step,
-	                      (int64_t)r->attempt);
+	                      "UPDATE attempts SET slurm_job=?, slurm_nodes=coalesce(?, slurm_nodes), "
+	                      "slurm_state=coalesce(?, slurm_state) WHERE run_id=? AND step=? AND n=?",
+	                      "itttti", (int64_t)job, nodes[0] ? nodes : NULL,
+	                      state[0] ? state : NULL, r->run_id, r->step, (int64_t)r->attempt);
 	if (rc) {
 		tf_warn("%s/%s: cannot record Slurm job %ld on attempt %d: %s", r->run_id, r->step,
 		        job, r->attempt, tf_store_errmsg(r->db));
 		return;
 	}
 	ks->noted_job = 1;
-	ks->noted_nodes = nodes[0] != '\0';
+	ks->noted_nodes |= nodes[0] != '\0';
+	snprintf(ks->noted_state, sizeof(ks->noted_state), "%s", state);
 	if (first) {
 		char msg[96];
 		snprintf(msg, sizeof(msg), "Slurm job %ld%s", job,

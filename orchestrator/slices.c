@@ -459,22 +459,23 @@ static void mark_failed(struct tf_store *st, struct tf_sched *s)
 }
 
 /* Attempts running as Slurm jobs now (executor: slurm): [{run, step, attempt, slurm_job,
- * nodes}]. A database older than the slurm_job column has none. */
+ * nodes, state}] (state: Slurm's, as last seen). */
 static json_t *slurm_running(struct tf_store *st)
 {
 	json_t *a = json_array();
 	struct tf_stmt *q = tf_store_query(
 	    st,
-	    "SELECT a.run_id, a.step, a.n, a.slurm_job, a.slurm_nodes FROM attempts a "
+	    "SELECT a.run_id, a.step, a.n, a.slurm_job, a.slurm_nodes, a.slurm_state FROM attempts a "
 	    "JOIN runs r ON r.id = a.run_id WHERE a.state = 'running' AND r.state = 'running' "
 	    "AND a.slurm_job IS NOT NULL ORDER BY a.run_id, a.step",
 	    "");
 	while (q && tf_stmt_step(q) == 1)
-		json_array_append_new(a, json_pack("{s:s, s:s, s:I, s:I, s:s?}", "run",
+		json_array_append_new(a, json_pack("{s:s, s:s, s:I, s:I, s:s?, s:s?}", "run",
 		                                   tf_stmt_text(q, 0), "step", tf_stmt_text(q, 1),
 		                                   "attempt", (json_int_t)tf_stmt_int(q, 2),
 		                                   "slurm_job", (json_int_t)tf_stmt_int(q, 3),
-		                                   "nodes", tf_stmt_text(q, 4)));
+		                                   "nodes", tf_stmt_text(q, 4), "state",
+		                                   tf_stmt_text(q, 5)));
 	tf_stmt_done(q);
 	return a;
 }

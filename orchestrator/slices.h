@@ -121,7 +121,8 @@ struct tf_slices_view {
 	 *  waiting_seconds, reason}], skipped: [{run, step, attempt, reason}], accounting: {runs:
 	 * [{run, pipeline, attempts, slice_seconds, chip_seconds}], projects: [{project, attempts,
 	 *  slice_seconds, chip_seconds}], slice_seconds, chip_seconds}, slurm: [{run, step,
-	 *  attempt, slurm_job, nodes}] (attempts running as Slurm jobs, docs/slurm.md)} (owned) */
+	 *  attempt, slurm_job, nodes, state}] (attempts running as Slurm jobs, docs/slurm.md)}
+	 *  (owned) */
 	json_t *recorded;
 };
 

@@ -703,8 +703,8 @@ static int attempts_json(struct tf_store *st, const char *run, json_t **out)
 	struct tf_stmt *s = tf_store_query(
 	    st,
 	    "SELECT step, n, state, failure_class, exit_code, error, backoff, log_key, "
-	    "started_at, finished_at, slurm_job, slurm_nodes, pgid FROM attempts WHERE run_id=? "
-	    "ORDER BY step, n",
+	    "started_at, finished_at, slurm_job, slurm_nodes, pgid, slurm_state FROM attempts "
+	    "WHERE run_id=? ORDER BY step, n",
 	    "t", run);
 	if (!s)
 		return -EIO;
@@ -733,6 +733,7 @@ static int attempts_json(struct tf_store *st, const char *run, json_t **out)
 		if (!tf_stmt_is_null(s, 10)) { /* executor: slurm */
 			json_object_set_new(o, "slurm_job", int_or_null(s, 10));
 			json_object_set_new(o, "slurm_nodes", text_or_null(s, 11));
+			json_object_set_new(o, "slurm_state", text_or_null(s, 13));
 		}
 		json_object_set_new(o, "pgid", int_or_null(s, 12));
 		json_array_append_new(arr, o);

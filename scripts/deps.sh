@@ -3,6 +3,7 @@
 #   scripts/deps.sh build   compiler and -dev libraries (make, make demo)
 #   scripts/deps.sh test    what the test suite needs beyond the build (real servers, tools)
 #   scripts/deps.sh bench   peers for benchmarks (OpenBLAS, curl, hyperfine, Snakemake)
+#   scripts/deps.sh docs    tools that make the README's screenshots small (pngquant, optipng)
 #   scripts/deps.sh npm     Node.js and npm; scripts/deps.sh npm-ci the pinned packages of
 #                           package-lock.json (npm ci, only when the lockfile changed)
 # Idempotent; says what it installs; needs root (or sudo) only when something is missing.
@@ -18,11 +19,13 @@ bench+=(bc python3-numpy python3-tqdm python3-absl python3-pandas)  # SCALE-Sim 
 test+=(prometheus)  # tests/test_web.c: promtool check metrics, a real Prometheus scraping /metrics
 bench+=(wrk)  # bench/api.c: the REST API and the HTTP floor under wrk
 bench+=(python3-torch python3-numpy)  # training peers of bench/train.sh (bench/train_py_peers.py)
+docs=(pngquant optipng)  # scripts/readme-shots.sh: the README's dashboard screenshots, made small
 
 case "${1:-build}" in
   build) want=("${build[@]}") ;;
   test)  want=("${test[@]}") ;;
   bench) want=("${bench[@]}") ;;
+  docs)  want=("${docs[@]}") ;;
   npm)
     # esbuild (the dashboard's bundle), the API contract tests' validators, playwright-core
     # (package.json, pinned by package-lock.json).
@@ -35,7 +38,7 @@ case "${1:-build}" in
     npm ci --no-audit --no-fund --loglevel=error >/tmp/tpuflow-npm.log 2>&1 ||
       { tail -20 /tmp/tpuflow-npm.log >&2; echo "deps: npm ci failed (log: /tmp/tpuflow-npm.log)" >&2; exit 69; }
     exit 0 ;;
-  *) echo "usage: $0 build|test|bench" >&2; exit 64 ;;
+  *) echo "usage: $0 build|test|bench|docs|npm|npm-ci" >&2; exit 64 ;;
 esac
 
 missing=()

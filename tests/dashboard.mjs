@@ -6,7 +6,8 @@
 // Every assertion compares the DOM with what the API answers. No console error and a CSP on
 // every page are checked throughout. Exits 0 or 1.
 import { chromium } from 'playwright-core';
-import { mkdtempSync, mkdirSync, rmSync, statSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, mkdirSync, openSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -49,6 +50,24 @@ page.on('response', (r) => { // the CSP on every page and every file of it
   const csp = r.headers()['content-security-policy'] || '';
   check(csp.includes("default-src 'self'") && !csp.includes('unsafe'), `CSP of ${r.url()}: "${csp}"`);
 });
+// Starts the daemon again on the same port (its pid goes to PIDS for the script's clean-up);
+// the previous one may still be letting go of the home's lock, so a start that exits at once
+// is tried again.
+async function startDaemon(port) {
+  for (let i = 0; i < 50; i++) {
+    const log = openSync(E.DAEMON_LOG, 'a');
+    const d = spawn(E.BIN, ['daemon', '--home', E.HOME_DIR, '--listen', '127.0.0.1:' + port, '--grace', '5s'],
+      { stdio: ['ignore', log, log] });
+    appendFileSync(E.PIDS, d.pid + '\n');
+    let exited = false;
+    d.on('exit', () => { exited = true; });
+    for (let t = 0; t < 100 && !exited && !existsSync(E.HOME_DIR + '/daemon.json'); t++)
+      await new Promise((r) => setTimeout(r, 100));
+    if (!exited && existsSync(E.HOME_DIR + '/daemon.json')) { d.unref(); return; }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error('the daemon did not start again');
+}
 const shot = (name) => page.screenshot({ path: join(E.SHOTS, name), fullPage: true });
 const go = async (hash) => { await page.goto(base + '/' + hash); };
 const attr = (sel, name) => page.$eval(sel, (e, n) => e.getAttribute(n), name);
@@ -157,15 +176,48 @@ async function authPass() {
   await page.screenshot({ path: join(E.SHOTS, 'readme-run.png'), fullPage: true,
     clip: { x: 0, y: 0, width: 1280, height: 1700 } });
 
-  // the first page of runs keeps itself current: a run made now appears without a reload
+  // the first page of runs keeps itself current from the event stream started from now
+  // (?after=latest): no request for the list while nothing happens, a run made through the
+  // API appears and turns succeeded without a reload
+  const asks = [];
+  const onAsk = (r) => asks.push({ path: new URL(r.url()).pathname, after: new URL(r.url()).searchParams.get('after'),
+    lastId: r.headers()['last-event-id'] });
+  page.on('request', onAsk);
   await go('#/runs');
   await page.waitForSelector('table.runs');
+  await page.waitForSelector('h1 [data-live=on]');
   await page.evaluate(() => { window.sameDocument = true; });
+  const listAsks = () => asks.filter((a) => a.path === '/api/v1/runs').length;
+  const streams = () => asks.filter((a) => a.path === '/api/v1/events');
+  const before = listAsks();
+  await new Promise((r) => setTimeout(r, 4000)); // longer than any polling period would be
+  check(listAsks() === before, `the runs page asked for the list ${listAsks() - before} time(s) while nothing happened`);
+  check(streams().length === 1 && streams()[0].after === 'latest' && !streams()[0].lastId,
+    `the runs page follows /api/v1/events?after=latest: ${JSON.stringify(streams())}`);
   const fresh = await api('/api/v1/runs', E.TRIGGER, { method: 'POST',
     headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ yaml: 'name: fresh\nsteps:\n  - {name: a, type: shell, with: {argv: [/bin/true]}}\n' }) });
   await page.waitForSelector(`tr[data-run="${fresh.id}"]`, { timeout: 30000 });
   await page.waitForSelector(`tr[data-run="${fresh.id}"] [data-state=succeeded]`, { timeout: 60000 });
+  // the daemon restarts under the open page: the stream breaks, a run is made and finishes
+  // while no daemon serves (the CLI drives it), and the page opens the stream again with the
+  // newest id it had as Last-Event-ID, so it misses nothing and shows that run
+  const down = errors.length;
+  process.kill(+JSON.parse(readFileSync(E.HOME_DIR + '/daemon.json', 'utf8')).pid, 'SIGTERM');
+  await waitFor(async () => !existsSync(E.HOME_DIR + '/daemon.json'), 'the daemon to stop');
+  const gone = JSON.parse(execFileSync(E.BIN, ['run', E.MEANWHILE, '--home', E.HOME_DIR, '--embedded', '--json'],
+    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
+  check(gone.status === 'succeeded', `the run made while the daemon was down: ${gone.status}`);
+  await startDaemon(new URL(base).port);
+  await page.waitForSelector(`tr[data-run="${gone.run_id}"] [data-state=succeeded]`, { timeout: 60000 });
+  const again = streams().slice(1);
+  check(again.length >= 1 && again.every((a) => /^[0-9]+$/.test(a.lastId || '')),
+    `the stream was opened again with Last-Event-ID: ${JSON.stringify(again)}`);
+  // what the browser says of the stream cut and the connections refused while the daemon
+  // was down is expected
+  errors.splice(down, errors.length - down, ...errors.slice(down).filter((m) => !/ERR_CONNECTION_REFUSED|ERR_INCOMPLETE_CHUNKED_ENCODING/.test(m)));
   check(await page.evaluate(() => window.sameDocument === true), 'the runs page reloaded');
+  page.off('request', onAsk);
+  await shot('runs-live.png');
 
   // a failed run with retries: the step's three attempts, its log
   await go('#/runs/' + E.FLAKY);
@@ -197,6 +249,19 @@ async function authPass() {
   await page.waitForSelector('.step-detail table.attempts');
   check((await page.$eval('.step-detail table.attempts', (e) => e.textContent)).includes('preempted'), 'preempted attempt shown');
 
+  // a step run on Slurm: each attempt's job id, Slurm state and nodes, as the API has them
+  await go('#/runs/' + E.SLURM + '?step=work');
+  await page.waitForSelector('.step-detail table.attempts [data-slurm-job]');
+  const sl = (await api(`/api/v1/runs/${E.SLURM}/steps`, E.READ)).items[0].attempts_detail;
+  const cells = await all('.step-detail table.attempts tbody tr', (trs) => trs.map((tr) => [
+    +tr.querySelector('[data-slurm-job]').dataset.slurmJob, tr.querySelector('[data-slurm-state]').textContent,
+    tr.querySelector('[data-slurm-nodes]').textContent]));
+  check(sl.length === 2 && JSON.stringify(cells) === JSON.stringify(sl.map((a) => [a.slurm_job, a.slurm_state, a.slurm_nodes])),
+    `Slurm attempts shown ${JSON.stringify(cells)}, the API ${JSON.stringify(sl)}`);
+  check((await page.$eval('.step-detail .slurm', (e) => e.textContent)).includes('Slurm job 4242 COMPLETED on tpu-node[1-2]'),
+    'the step names its newest Slurm job');
+  await shot('run-slurm.png');
+
   // the slice map: one pool of four chips, all free now; accounting by project
   await go('#/slices');
   await page.waitForSelector('[data-pool] [data-chip]');
@@ -213,6 +278,7 @@ async function authPass() {
   check(JSON.stringify(models) === JSON.stringify(shown), `models ${shown} vs ${models}`);
   await go('#/models/victim?a=1&b=2');
   await page.waitForSelector('table.compare');
+  check(!(await page.$('table.health')), 'a read token is shown serving health');
   const cmp = await api('/api/v1/models/victim:compare?a=1&b=2', E.READ);
   check(await all('table.compare tbody tr', (r) => r.length) === Object.keys(cmp.metrics).length, 'compare rows');
   check(await all('table.versions tbody tr', (r) => r.length) === 2, 'two versions');
@@ -221,17 +287,29 @@ async function authPass() {
   // ---- trigger: a run from the form, followed to its end without a reload
   await signIn(E.TRIGGER);
   await page.click('.trigger summary');
+  // the form offers the registered pipelines only, and asks for a run by name
+  await page.waitForSelector('#tr-pipeline option[value=live]', { state: 'attached' });
+  const offered = (await all('#tr-pipeline option', (o) => o.map((x) => x.value))).filter(Boolean).sort();
+  const registered = (await api('/api/v1/pipelines', E.TRIGGER)).items.filter((p) => p.registered).map((p) => p.name).sort();
+  check(JSON.stringify(offered) === JSON.stringify(registered) && !offered.includes('wide'),
+    `the form offers ${offered}, the registered pipelines are ${registered}`);
   await page.selectOption('#tr-pipeline', 'live');
-  await page.waitForSelector('input[data-param=lines]');
+  await page.waitForSelector('input[data-param=lines][type=number]');
+  check(await page.inputValue('input[data-param=lines]') === '6', 'the param field holds its default');
   await page.fill('input[data-param=lines]', '8');
-  await page.click('.trigger-form button[type=submit]');
+  const [ask] = await Promise.all([
+    page.waitForRequest((r) => r.method() === 'POST' && new URL(r.url()).pathname === '/api/v1/runs'),
+    page.click('.trigger-form button[type=submit]')]);
+  const sent = ask.postDataJSON();
+  check(sent.pipeline === 'live' && !('yaml' in sent) && JSON.stringify(sent.params) === '{"lines":"8"}',
+    `the form sent ${JSON.stringify(sent)}`);
   await page.waitForFunction(() => /^#\/runs\/[^/?]+$/.test(location.hash));
   const live = decodeURIComponent((await page.evaluate(() => location.hash)).split('/')[2]);
-  await page.waitForSelector('[data-live=on]');
+  await page.waitForSelector('p.live[data-live=on]');
   await page.evaluate(() => { window.sameDocument = true; });
   await page.click('svg.dag .node[data-step=talk]');
   await page.waitForSelector('h1 [data-state=succeeded]', { timeout: 120000 });
-  await page.waitForSelector('[data-live=off]');
+  await page.waitForSelector('p.live[data-live=off]');
   check(await page.evaluate(() => window.sameDocument === true), 'the page reloaded while following');
   await page.waitForSelector('pre.log[data-ended]');
   check((await page.$eval('pre.log', (e) => e.textContent)).includes('line 8'), 'the live log has line 8');
@@ -275,6 +353,35 @@ async function authPass() {
   await shot('run-cancelled.png');
 }
 
+// ---- admin: the serving health of a deployed model, drawn from GET /v1/models/NAME after
+// real predictions: 40 through the bare path (split 75/25 by the canary), 3 malformed ones to v2
+async function servingPass() {
+  const predict = (path, instances, key) => api(path, E.ADMIN, { method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'X-Request-Key': key }, body: JSON.stringify({ instances }) });
+  for (let i = 0; i < 40; i++) await predict('/v1/models/victim:predict', [[0.1, 0.9, 0.3, 0.5]], 'user-' + i);
+  for (let i = 0; i < 3; i++) await predict('/v1/models/victim/versions/2:predict', [[1, 2]], 'bad-' + i);
+  await signIn(E.ADMIN);
+  await go('#/models/victim');
+  await page.waitForSelector('table.health tbody tr');
+  const want = (await api('/v1/models/victim', E.ADMIN)).model_version_status;
+  const rows = await all('table.health tbody tr', (trs) => trs.map((tr) => ({ v: +tr.dataset.version,
+    requests: +tr.dataset.requests, errors: +tr.dataset.errors, share: +tr.dataset.share,
+    text: tr.textContent })));
+  const by = Object.fromEntries(rows.map((r) => [r.v, r]));
+  check(rows.length === 2 && want.length === 2, `serving rows ${JSON.stringify(rows)}`);
+  for (const s of want) {
+    const r = by[+s.version] || {};
+    check(r.requests === s.tpuflow_stats.requests && r.errors === s.tpuflow_stats.errors &&
+      r.text.includes(s.state.toLowerCase()), `serving v${s.version}: ${JSON.stringify(r)} vs ${JSON.stringify(s)}`);
+  }
+  check(by[1] && by[2] && by[1].share === 75 && by[2].share === 25 && by[1].text.includes('production'),
+    `traffic shares ${JSON.stringify(rows)}`);
+  check(by[1].requests + by[2].requests === 43 && by[2].errors === 3 && by[2].text.includes('%'),
+    `requests ${by[1].requests} + ${by[2].requests}, errors of v2 ${by[2].errors}`);
+  check(!(await page.$('pre.json')), 'serving health drawn as raw JSON');
+  await shot('model-serving.png');
+}
+
 async function nonePass() {
   await go('#/runs');
   await page.waitForSelector('form.signin');
@@ -292,7 +399,8 @@ async function nonePass() {
 }
 
 try {
-  await (mode === 'none' ? nonePass() : authPass());
+  if (mode === 'none') await nonePass();
+  else { await authPass(); await servingPass(); }
 } catch (e) {
   failures.push(String(e));
   console.error('FAIL ' + e);

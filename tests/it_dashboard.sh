@@ -8,10 +8,11 @@
 #  - a preempted run: a priority-2 training on a pool of one v4-8 slice loses it to a
 #    priority-8 run, checkpoints, waits and finishes.
 # The browser then opens every view with a read, a trigger and an admin token (what each may
-# do), triggers a run from the form and follows it to its end without a reload, triggers one
-# more and cancels it, and checks the slice map with a chip marked failed; then the daemon is
-# started again with --no-auth and the page is used without a token. Screenshots go to
-# BUILD/screenshots/. Skipped (77) without node, playwright-core or /usr/bin/chromium.
+# do), watches the runs list update from the event stream (no polling, a reconnect with
+# Last-Event-ID), triggers a run of a registered pipeline from the form and follows it to its
+# end without a reload, triggers one more and cancels it, and checks the slice map with a chip
+# marked failed; then the daemon is started again with --no-auth and the page is used without
+# a token. Screenshots go to BUILD/screenshots/. Skipped (77) without node, playwright-core or /usr/bin/chromium.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -27,8 +28,10 @@ PY=/usr/bin/python3
 [[ -x $PY ]] || PY=python3
 dir=$(mktemp -d /tmp/tpuflow-it-dashboard.XXXXXX)
 pids=()
+export PIDS=$dir/pids # daemons the browser test starts again (tests/dashboard.mjs)
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  [[ -f $PIDS ]] && while read -r p; do kill "$p" 2>/dev/null; done <"$PIDS"
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -164,16 +167,47 @@ URGENT=$(submit long.yaml --param steps=300 --priority 8) || fail "submit urgent
 [[ $(wait_final "$URGENT") == succeeded ]] || fail "the urgent run did not succeed"
 [[ $(wait_final "$VICTIM") == succeeded ]] || fail "the preempted run did not finish"
 [[ $(wait_final "$WIDE") == succeeded ]] || fail "the 1,000-step run did not succeed"
+# the victim model in production (v1) with v2 as a 25 % canary: the model page's serving table
+cat >shipit.yaml <<'EOF'
+name: shipit
+steps:
+  - {name: prod, type: deploy, with: {model_name: victim, version: 1, alias: production}}
+  - {name: canary, type: deploy, needs: [prod], with: {model_name: victim, version: 2, alias: production, canary_percent: 25}}
+EOF
+SHIP=$(submit shipit.yaml) && [[ $(wait_final "$SHIP") == succeeded ]] || fail "the deploy run"
+# a step whose attempts ran as Slurm jobs: the attempt rows as orchestrator/kinds_slurm.c
+# writes them (job id, nodes, Slurm's state), set on a real run's rows here; tests/it_slurm.sh
+# checks the API against a real cluster
+printf 'name: onslurm\nsteps:\n  - {name: work, type: shell, retries: {limit: 1, backoff: 0.1s}, with: {argv: [/bin/true]}}\n' >onslurm.yaml
+SLURM=$(submit onslurm.yaml) && [[ $(wait_final "$SLURM") == succeeded ]] || fail "the onslurm run"
+$PY - "$H/tpuflow.db" "$SLURM" <<'PY' || fail "the Slurm attempt rows"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], timeout=30)
+with db:
+    db.execute("UPDATE attempts SET state='failed', failure_class='preempted', exit_code=NULL, slurm_job=4241,"
+               " slurm_nodes='tpu-node1', slurm_state='PREEMPTED' WHERE run_id=? AND n=1", (sys.argv[2],))
+    db.execute("INSERT INTO attempts(run_id, step, n, state, started_at, finished_at, slurm_job,"
+               " slurm_nodes, slurm_state) SELECT run_id, step, 2, 'succeeded', finished_at + 0.1,"
+               " finished_at + 0.2, 4242, 'tpu-node[1-2]', 'COMPLETED' FROM attempts WHERE run_id=? AND n=1",
+               (sys.argv[2],))
+    db.execute("UPDATE steps SET attempts=2 WHERE run_id=?", (sys.argv[2],))
+PY
 echo "it_dashboard: runs ready in $((SECONDS - t0)) s"
-# the pipelines the form offers: every text a run was made from (live.yaml among them)
-LIVE0=$(submit live.yaml --param lines=1) || fail "submit live"
-[[ $(wait_final "$LIVE0") == succeeded ]] || fail "the first live run did not succeed"
+# the pipelines the form offers: the registered ones (live and longtrain), not every text a
+# run was made from
+"$bin" pipelines add live.yaml --home "$H" >/dev/null &&
+  "$bin" pipelines add long.yaml --home "$H" >/dev/null || fail "pipelines add"
 
 cd "$root" || exit 1
-export SHOTS=$root/$BUILD/screenshots URL=$url READ TRIGGER ADMIN DEMO FLAKY WIDE VICTIM URGENT
+printf 'name: meanwhile\nsteps:\n  - {name: a, type: shell, with: {argv: [/bin/true]}}\n' \
+  >"$dir/meanwhile.yaml"
+export SHOTS=$root/$BUILD/screenshots URL=$url READ TRIGGER ADMIN DEMO FLAKY WIDE VICTIM URGENT SLURM \
+  BIN=$bin HOME_DIR=$H MEANWHILE=$dir/meanwhile.yaml DAEMON_LOG=$dir/d.log
 node tests/dashboard.mjs auth || fail "the browser test failed (token scopes)"
-# the same page on a daemon that asks for no token
-kill "$dpid" && wait "$dpid" 2>/dev/null
+# the same page on a daemon that asks for no token (the browser test started the one serving)
+dpid=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$H/daemon.json") &&
+  kill "$dpid" || fail "no daemon to stop"
+for _ in $(seq 1 400); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.05; done
 start_daemon --no-auth
 URL=$url node tests/dashboard.mjs none || fail "the browser test failed (--no-auth)"
 echo "it_dashboard: passed in $((SECONDS - t0)) s"

@@ -259,6 +259,24 @@ grep -q "^2 succeeded - $job" a.txt || fail "crash: attempt 2 did not follow job
 [[ $(scontrol show job "$job" | grep -o 'JobState=[A-Z]*') == JobState=COMPLETED ]] ||
   fail "crash: job $job did not complete"
 echo "it_slurm: coordinator killed -9 and resumed: followed job $job again, 1 job in all"
+# the REST API shows each attempt's Slurm job: its id, nodes and Slurm's state as last seen
+# (the lost attempt's job was running when its coordinator died; the one that followed it
+# again saw it complete), which the dashboard's run page draws
+"$B" daemon --home h-crash --listen 127.0.0.1:0 --no-auth > daemon.log 2>&1 &
+bg+=($!)
+for _ in $(seq 1 200); do [[ -s h-crash/daemon.json ]] && break; sleep 0.05; done
+url=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["url"])' h-crash/daemon.json) ||
+  fail "the daemon did not start: $(tail -3 daemon.log)"
+curl -sf "$url/api/v1/runs/$run/steps" > steps.json || fail "GET /api/v1/runs/$run/steps"
+$PY -c 'import json, sys
+job, node = int(sys.argv[1]), sys.argv[2]
+a = [s for s in json.load(open("steps.json"))["items"] if s["name"] == "work"][0]["attempts_detail"]
+got = [(x["state"], x.get("slurm_job"), x.get("slurm_nodes"), x.get("slurm_state")) for x in a]
+want = [("lost", job, node, "RUNNING"), ("succeeded", job, node, "COMPLETED")]
+sys.exit(0 if got == want else "attempts %s, want %s" % (got, want))' "$job" "$node" ||
+  fail "the steps API does not show the Slurm jobs"
+kill "${bg[-1]}"
+echo "it_slurm: the steps API shows job $job on $node, RUNNING then COMPLETED"
 
 # ---- 7. the demo pipeline with its train step on Slurm: same bits as in-process -----------
 sed -e "s|^defaults:|storage: s3://$bucket/demo\n\ndefaults:|" \

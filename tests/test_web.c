@@ -620,6 +620,77 @@ static void test_global_events(void **state)
 	assert_int_equal(count, 3);
 	free(tail);
 	free(all);
+
+	/* ?after=latest: no history, only where it starts (an `id:` without an event), which a
+	 * reconnect sends back as Last-Event-ID to get exactly what came after */
+	char *now = read_stream("/api/v1/events?after=latest", NULL);
+	assert_non_null(now);
+	assert_null(strstr(now, "event:"));
+	const char *at = strstr(now, "\nid: ");
+	assert_non_null(at);
+	long start = strtol(at + 5, NULL, 10);
+	assert_true(start >= prev);
+	assert_null(strstr(at + 1, "\nid: "));
+	static const char yaml[] = "name: later\nsteps:\n  - name: a\n    type: shell\n"
+	                           "    with: {argv: [/bin/true]}\n";
+	struct tf_store *st;
+	char err[256], run[32], since[32];
+	struct tf_diag_list d = {0};
+	struct tf_web_submit sub = {.yaml = yaml, .yaml_len = strlen(yaml), .params_json = "{}"};
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(submit(NULL, st, &sub, run, &d, err, sizeof(err)), 0);
+	tf_store_close(st);
+	snprintf(since, sizeof(since), "%ld", start);
+	char *next = read_stream("/api/v1/events?after=latest", since); /* the header wins */
+	at = strstr(next, "\nid: ");
+	assert_non_null(at);
+	assert_int_equal(strtol(at + 5, NULL, 10), start + 1);
+	assert_non_null(strstr(next, "event: run\n"));
+	assert_non_null(strstr(next, run));
+	free(next);
+	free(now);
+	struct resp r = call("GET", "/api/v1/events?after=soon", tok_read, NULL, NULL);
+	assert_problem(&r, 400);
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "detail")), "latest"));
+	resp_free(&r);
+}
+
+/* An attempt run as a Slurm job: the steps API shows its job id, nodes and Slurm's state as
+ * kinds_slurm.c writes them on the attempt row (a fixture row here; tests/it_slurm.sh checks
+ * the same route against a real cluster); other attempts have no Slurm keys. */
+static void test_slurm_attempts(void **state)
+{
+	(void)state;
+	static const char yaml[] = "name: onslurm\nsteps:\n  - name: a\n    type: shell\n"
+	                           "    with: {argv: [/bin/true]}\n  - name: b\n    type: shell\n"
+	                           "    with: {argv: [/bin/true]}\n";
+	struct tf_store *st;
+	char err[256], run[32], path[128];
+	struct tf_diag_list d = {0};
+	struct tf_web_submit sub = {.yaml = yaml, .yaml_len = strlen(yaml), .params_json = "{}"};
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(submit(NULL, st, &sub, run, &d, err, sizeof(err)), 0);
+	assert_int_equal(tf_attempt_create(st, run, "a", 1), 0);
+	assert_int_equal(tf_attempt_create(st, run, "b", 1), 0);
+	assert_int_equal(tf_store_run(st,
+	                              "UPDATE attempts SET slurm_job=4242, slurm_nodes='tpu-[1-2]', "
+	                              "slurm_state='RUNNING' WHERE run_id=? AND step='a'",
+	                              "t", run),
+	                 0);
+	tf_store_close(st);
+	snprintf(path, sizeof(path), "/api/v1/runs/%s/steps", run);
+	struct resp r = call("GET", path, tok_read, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	json_t *items = json_object_get(r.json, "items");
+	json_t *a = json_array_get(json_object_get(json_array_get(items, 0), "attempts_detail"), 0);
+	json_t *b = json_array_get(json_object_get(json_array_get(items, 1), "attempts_detail"), 0);
+	assert_int_equal(json_integer_value(json_object_get(a, "slurm_job")), 4242);
+	assert_string_equal(json_string_value(json_object_get(a, "slurm_nodes")), "tpu-[1-2]");
+	assert_string_equal(json_string_value(json_object_get(a, "slurm_state")), "RUNNING");
+	assert_non_null(b);
+	assert_null(json_object_get(b, "slurm_job"));
+	assert_null(json_object_get(b, "slurm_state"));
+	resp_free(&r);
 }
 
 static void test_validate(void **state)
@@ -1216,7 +1287,7 @@ int main(void)
 	    cmocka_unit_test(test_routing_errors),  cmocka_unit_test(test_auth_matrix),
 	    cmocka_unit_test(test_idempotency),     cmocka_unit_test(test_pages),
 	    cmocka_unit_test(test_events_and_cancel), cmocka_unit_test(test_global_events),
-	    cmocka_unit_test(test_step_counts),     cmocka_unit_test(test_runs_page_fresh),
+	    cmocka_unit_test(test_step_counts), cmocka_unit_test(test_slurm_attempts),     cmocka_unit_test(test_runs_page_fresh),
 	    cmocka_unit_test(test_validate),        cmocka_unit_test(test_schedules),
 	    cmocka_unit_test(test_metrics),         cmocka_unit_test(test_contract),
 	    cmocka_unit_test(test_promtool),        cmocka_unit_test(test_prometheus_scrape),

@@ -533,12 +533,25 @@ static void events_start(struct tf_web_req *rq, struct tf_web_resp *rs, const ch
 	if (!from)
 		from = tf_web_query(rq, "after");
 	int64_t last = 0;
-	if (from) {
+	int latest = from && !strcmp(from, "latest");
+	if (latest) { /* from now: the newest event so far, sent as the stream's first id */
+		int rc = run ? tf_store_query_int(rq->st, &last,
+		                                  "SELECT coalesce(max(id), 0) FROM events WHERE "
+		                                  "run_id=?",
+		                                  "t", run)
+		             : tf_store_query_int(rq->st, &last,
+		                                  "SELECT coalesce(max(seq), 0) FROM event_seq", "");
+		if (rc) {
+			tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+			return;
+		}
+	} else if (from) {
 		char *end;
 		long long v = strtoll(from, &end, 10);
 		if (!*from || *end || v < 0) {
 			tf_web_problem(rs, 400, rq->path,
-			               "Last-Event-ID wants the id of an event this stream sent");
+			               "Last-Event-ID wants the id of an event this stream sent "
+			               "(or ?after=latest to start from now)");
 			return;
 		}
 		last = v;
@@ -555,8 +568,11 @@ static void events_start(struct tf_web_req *rq, struct tf_web_resp *rs, const ch
 		tf_web_problem(rs, 503, rq->path, "cannot open the state database: %s", err);
 		return;
 	}
-	/* Tell the client how soon to come back (SSE `retry:`) before the first event. */
-	e->pending = tf_xstrdup("retry: 2000\n\n");
+	/* Tell the client how soon to come back (SSE `retry:`) before the first event; a stream
+	 * that starts from now also names where it starts (`id:` alone sets the client's
+	 * Last-Event-ID without an event), so a reconnect before any event misses nothing. */
+	e->pending = latest ? tf_xasprintf("retry: 2000\nid: %lld\n\n", (long long)last)
+	                    : tf_xstrdup("retry: 2000\n\n");
 	e->plen = strlen(e->pending);
 	rs->status = 200;
 	rs->type = "text/event-stream";
@@ -1421,7 +1437,8 @@ const struct tf_route tf_routes[] = {
      "streamRunEvents",
      "A run's events as Server-Sent Events, ending with an `end` event once the run is final; "
      "resume with Last-Event-ID",
-     "after:integer:start after this event id (like Last-Event-ID)", NULL,
+     "after:string:start after this event id (like Last-Event-ID), or 'latest' for events "
+     "from now on", NULL,
      "{\"type\":\"string\"}", 200, "text/event-stream"},
     {"POST", "/api/v1/runs/{id}:cancel", TF_SCOPE_TRIGGER, h_run_cancel, TF_ROUTE_IDEMPOTENT,
      "cancelRun", "Ask the daemon to cancel a run", NULL, NULL, REF("RunAction"), 202, NULL},
@@ -1433,7 +1450,8 @@ const struct tf_route tf_routes[] = {
      NULL},
     {"GET", "/api/v1/events", TF_SCOPE_READ, h_events, TF_ROUTE_STREAM, "streamEvents",
      "Every run's events as Server-Sent Events, in commit order; resume with Last-Event-ID",
-     "after:integer:start after this event id (like Last-Event-ID)", NULL,
+     "after:string:start after this event id (like Last-Event-ID), or 'latest' for events "
+     "from now on (no history replayed)", NULL,
      "{\"type\":\"string\"}", 200, "text/event-stream"},
     {"GET", "/api/v1/pipelines", TF_SCOPE_READ, h_pipelines_list, 0, "listPipelines",
      "Pipelines the database knows", NULL, NULL,

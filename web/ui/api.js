@@ -66,29 +66,47 @@ export async function followText(path, onText, signal) {
 }
 
 // Follows a Server-Sent Events stream with fetch (EventSource cannot send the Authorization
-// header the API needs); calls onEvent(name, data) for each event until the stream ends or
-// signal aborts. Resolves when the stream ends.
+// header the API needs): calls onEvent(name, data) for each event until the stream sends
+// `end` or signal aborts. A stream that breaks is opened again after the server's `retry:`
+// with the newest `id:` it sent as Last-Event-ID, so nothing is missed or repeated; an answer
+// that is not 200 (a revoked token, a run gone) ends it with an ApiError.
 export async function follow(path, onEvent, signal) {
-  const res = await fetch(path, { headers: headers(), signal });
-  if (!res.ok) throw await failure(res);
-  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buf = '';
+  let last = null, retry = 2000;
   for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    buf += value;
-    let cut;
-    while ((cut = buf.indexOf('\n\n')) >= 0) {
-      const block = buf.slice(0, cut);
-      buf = buf.slice(cut + 2);
-      let name = 'message', data = '';
-      for (const line of block.split('\n')) {
-        if (line.startsWith('event:')) name = line.slice(6).trim();
-        else if (line.startsWith('data:')) data += line.slice(5).trim();
+    let ended = false;
+    try {
+      const h = headers();
+      if (last !== null) h['Last-Event-ID'] = last;
+      const res = await fetch(path, { headers: h, signal });
+      if (!res.ok) throw await failure(res);
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let cut;
+        while ((cut = buf.indexOf('\n\n')) >= 0) {
+          const block = buf.slice(0, cut);
+          buf = buf.slice(cut + 2);
+          let name = 'message', data = '';
+          for (const line of block.split('\n')) {
+            if (line.startsWith('event:')) name = line.slice(6).trim();
+            else if (line.startsWith('data:')) data += line.slice(5).trim();
+            else if (line.startsWith('id:')) last = line.slice(3).trim();
+            else if (line.startsWith('retry:')) retry = +line.slice(6) || retry;
+          }
+          if (!data) continue; // an id or retry alone: no event
+          let parsed = null;
+          try { parsed = JSON.parse(data); } catch { /* keep null */ }
+          onEvent(name, parsed);
+          if (name === 'end') ended = true;
+        }
       }
-      let parsed = null;
-      try { parsed = data ? JSON.parse(data) : null; } catch { /* keep null */ }
-      onEvent(name, parsed);
+    } catch (e) {
+      if (signal.aborted || e instanceof ApiError) throw e;
     }
+    if (ended || signal.aborted) return;
+    await new Promise((r) => setTimeout(r, retry));
   }
 }

@@ -29,8 +29,8 @@ function route() {
   else if (path === '/models') modelsPage(main, fail);
   else if ((m = path.match(/^\/models\/([^/]+)$/))) modelPage(main, decodeURIComponent(m[1]), query, fail);
   else {
-    const life = { stopped: false, timer: null };
-    page = { path: null, stop() { life.stopped = true; clearTimeout(life.timer); } };
+    const life = { ctl: new AbortController() };
+    page = { path: null, stop() { life.ctl.abort(); } };
     runsPage(main, query, route, life);
   }
 }

@@ -1,11 +1,50 @@
 // models.js — the model registry: every model (#/models), and one (#/models/NAME?a=V&b=W):
 // its versions with metrics and the run that made each (lineage), aliases, deployments with
-// the canary share, serving health where the token may read it, and two versions compared
-// side by side (the choice is in the URL).
+// the canary share, serving health where the token may read it (a table per version, not
+// the raw answer), and two versions compared side by side (the choice is in the URL).
 import { get, whoami } from './api.js';
-import { h, when, num } from './dom.js';
+import { h, when, num, badge } from './dom.js';
 
 const runLink = (id, step) => h('a', { href: `#/runs/${encodeURIComponent(id)}${step ? '?step=' + encodeURIComponent(step) : ''}` }, id);
+
+// The serving health of a deployed model (GET /v1/models/NAME, scope predict or admin): one
+// row per version an alias points at, with its aliases, its load state, the share of the
+// bare path's traffic the active production deployment sends it, and its figures since the
+// server started (requests, errors, error rate, p50 and p99 latency over its last answers).
+function serving(m, health, name) {
+  const prod = m.deployments.find((d) => d.active && d.alias === 'production');
+  const share = (v) => {
+    if (!prod) return null;
+    if (prod.canary_version === v) return prod.canary_percent;
+    if (prod.version === v) return 100 - (prod.canary_version ? prod.canary_percent : 0);
+    return 0;
+  };
+  const aliases = (v) => (m.versions.find((x) => x.version === v) || {}).aliases || [];
+  const box = h('div', { class: 'serving' });
+  const draw = (hl) => box.replaceChildren(h('table', { class: 'health' },
+    h('thead', {}, h('tr', {}, ['Version', 'Aliases', 'State', 'Traffic', 'Requests', 'Errors',
+      'Error rate', 'p50', 'p99'].map((c) => h('th', { scope: 'col' }, c)))),
+    h('tbody', {}, hl.model_version_status.map((s) => {
+      const v = +s.version, st = s.tpuflow_stats, sh = share(v);
+      const bad = st && st.error_rate > 0;
+      return h('tr', { 'data-version': v, 'data-requests': st ? st.requests : null,
+        'data-errors': st ? st.errors : null, 'data-share': sh },
+      h('td', { class: 'num' }, 'v' + v), h('td', {}, aliases(v).join(', ') || '—'),
+      h('td', { title: s.status && s.status.error_message || null }, badge(s.state.toLowerCase()),
+        s.status && s.status.error_message ? h('span', { class: 'muted' }, ' ' + s.status.error_message) : null),
+      h('td', { class: 'num' }, sh === null ? '—' : num(sh) + ' %'),
+      h('td', { class: 'num' }, st ? num(st.requests) : '—'),
+      h('td', { class: 'num' }, st ? num(st.errors) : '—'),
+      h('td', { class: 'num' + (bad ? ' down' : '') }, st ? (st.error_rate * 100).toFixed(1) + ' %' : '—'),
+      h('td', { class: 'num' }, st && st.requests ? num(st.p50_ms) + ' ms' : '—'),
+      h('td', { class: 'num' }, st && st.requests ? num(st.p99_ms) + ' ms' : '—'));
+    }))),
+  h('p', { class: 'muted' }, 'Figures since the server started; latency over each version\'s last 1,024 answers. ',
+    h('button', { type: 'button', class: 'link', onclick: () => get('/v1/models/' + encodeURIComponent(name))
+      .then(draw).catch((e) => box.append(h('p', { class: 'error' }, e.message))) }, 'Refresh')));
+  draw(health);
+  return box;
+}
 
 export async function modelsPage(main, problem) {
   let list;
@@ -63,7 +102,7 @@ export async function modelPage(main, name, query, problem) {
     h('h1', {}, 'Model ', h('code', {}, name)),
     h('h2', {}, 'Versions'), versions,
     h('h2', {}, 'Deployments'), deploys,
-    ...(health ? [h('h2', {}, 'Serving'), h('pre', { class: 'json' }, JSON.stringify(health, null, 2))] : []),
+    ...(health ? [h('h2', {}, 'Serving'), serving(m, health, name)] : []),
     h('h2', {}, 'Compare two versions'), form, compareBox);
   if (q.get('a') && q.get('b')) {
     try {

@@ -21,17 +21,33 @@ function kv(obj) {
       : typeof obj[k] === 'string' ? obj[k] : JSON.stringify(obj[k]))]));
 }
 
+// An attempt run as a Slurm job (executor: slurm) also shows its job id, Slurm's state of it
+// as last seen and the nodes it ran on; the columns appear when a step has such an attempt.
 function attemptsTable(list) {
   if (!list || !list.length) return h('p', { class: 'muted' }, 'No attempt yet.');
+  const slurm = list.some((a) => a.slurm_job);
+  const dash = (v) => (v === null || v === undefined || v === '' ? '—' : String(v));
   return h('table', { class: 'attempts' },
-    h('thead', {}, h('tr', {}, ['#', 'State', 'Failure', 'Exit', 'Started', 'Duration', 'Error']
+    h('thead', {}, h('tr', {}, ['#', 'State', 'Failure', 'Exit', 'Started', 'Duration',
+      ...(slurm ? ['Slurm job', 'Slurm state', 'Nodes'] : []), 'Error']
       .map((c) => h('th', { scope: 'col' }, c)))),
     h('tbody', {}, list.map((a) => h('tr', { 'data-attempt': a.n },
       h('td', { class: 'num' }, String(a.n)), h('td', {}, badge(a.state)),
       h('td', {}, a.failure_class || '—'),
-      h('td', { class: 'num' }, a.exit_code === null || a.exit_code === undefined ? '—' : String(a.exit_code)),
+      h('td', { class: 'num' }, dash(a.exit_code)),
       h('td', {}, when(a.started_at)), h('td', { class: 'num' }, duration(a.started_at, a.finished_at)),
+      slurm ? [h('td', { class: 'num', 'data-slurm-job': a.slurm_job || null }, dash(a.slurm_job)),
+        h('td', { 'data-slurm-state': a.slurm_state || null }, dash(a.slurm_state)),
+        h('td', { 'data-slurm-nodes': a.slurm_nodes || null }, a.slurm_nodes || (a.slurm_job ? 'pending' : '—'))] : null,
       h('td', { class: 'error' }, a.error || '')))));
+}
+
+// The newest attempt's Slurm job as one phrase: " · Slurm job 42 RUNNING on node1".
+function slurmJob(list) {
+  const a = [...(list || [])].reverse().find((x) => x.slurm_job);
+  if (!a) return null;
+  return h('span', { class: 'slurm', 'data-slurm-job': a.slurm_job },
+    ` · Slurm job ${a.slurm_job}${a.slurm_state ? ' ' + a.slurm_state : ''}${a.slurm_nodes ? ' on ' + a.slurm_nodes : ''}`);
 }
 
 export function runPage(main, id, query, problem) {
@@ -116,7 +132,8 @@ export function runPage(main, id, query, problem) {
     }
     panel.facts.replaceChildren(
       h('p', {}, st.type, ' · ', badge(st.state), st.reason ? ' ' + st.reason : '',
-        st.slice ? ` · slice ${st.slice}` : '', st.slice_seconds ? ` · ${num(st.slice_seconds)} slice-s` : ''),
+        st.slice ? ` · slice ${st.slice}` : '', st.slice_seconds ? ` · ${num(st.slice_seconds)} slice-s` : '',
+        slurmJob(st.attempts_detail)),
       attemptsTable(st.attempts_detail),
       h('div', { class: 'cols' },
         h('div', {}, h('h3', {}, 'With'), st.with ? h('pre', { class: 'json' }, JSON.stringify(st.with, null, 2)) : h('span', { class: 'muted' }, '—')),

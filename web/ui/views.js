@@ -1,6 +1,6 @@
 // views.js — sign-in, problems, and the runs list (filters, text search and cursor in the URL
 // hash, so every view is a link).
-import { get, post, token, whoami, mayTrigger, ApiError } from './api.js';
+import { get, post, follow, token, whoami, mayTrigger, ApiError } from './api.js';
 import { h, when, iso, duration, badge } from './dom.js';
 
 const STATES = ['', 'pending', 'running', 'succeeded', 'failed', 'interrupted'];
@@ -34,7 +34,7 @@ export function problem(main, e, retry) {
   main.replaceChildren(h('p', { class: 'error', role: 'alert' }, text));
 }
 
-export async function runsPage(main, query, rerender, life = {}) {
+export async function runsPage(main, query, rerender, life) {
   const q = new URLSearchParams(query);
   const api = new URLSearchParams();
   for (const k of ['state', 'pipeline', 'trigger', 'q', 'cursor']) if (q.get(k)) api.set(k, q.get(k));
@@ -82,8 +82,9 @@ export async function runsPage(main, query, rerender, life = {}) {
     h('td', { class: 'num' }, `${r.done}/${r.steps}`));
   const rows = page.items.map(row);
   const cursor = page.next ? new URL(page.next, location.origin).searchParams.get('cursor') : null;
+  const liveMark = h('span', { class: 'live muted', 'aria-live': 'polite', 'data-live': 'off' });
   main.replaceChildren(
-    h('h1', {}, 'Runs'), trigger, filters,
+    h('h1', {}, 'Runs ', liveMark), trigger, filters,
     rows.length
       ? h('table', { class: 'runs' },
         h('thead', {}, h('tr', {}, ['Run', 'State', 'Pipeline', 'Trigger', 'Started', 'Duration',
@@ -93,58 +94,92 @@ export async function runsPage(main, query, rerender, life = {}) {
     h('nav', { class: 'pager', 'aria-label': 'pages' },
       q.get('cursor') ? h('a', { href: link({ cursor: '' }) }, '« First page') : null,
       cursor ? h('a', { href: link({ cursor }), rel: 'next' }, 'Next page »') : null));
-  // The first page keeps itself current: it asks again every few seconds and redraws its
-  // rows when the answer changed (later pages stay as they were, so a cursor stays valid).
+  // The first page keeps itself current from the event stream, started from now (no
+  // history): a run's state change (a new run is one) or a step's end makes it ask for the
+  // page again, at most every 500 ms; nothing is asked while nothing happens. Later pages
+  // stay as they were, so a cursor stays valid.
   if (!q.get('cursor')) {
-    let last = JSON.stringify(page.items);
-    const poll = async () => {
-      if (life.stopped) return;
+    let last = JSON.stringify(page.items), timer = null, busy = false;
+    const shown = () => new Set([...document.querySelectorAll('#runs-body tr')].map((tr) => tr.dataset.run));
+    const reload = async () => {
+      timer = null;
+      if (life.ctl.signal.aborted) return;
+      if (busy) { timer = setTimeout(reload, 500); return; }
+      busy = true;
       try {
         const p = await get('/api/v1/runs?' + api);
         const j = JSON.stringify(p.items);
         const body = document.getElementById('runs-body');
-        if (j !== last && body && !life.stopped) { last = j; body.replaceChildren(...p.items.map(row)); }
-      } catch { /* the next try may work */ }
-      if (!life.stopped) life.timer = setTimeout(poll, 3000);
+        if (j !== last && !life.ctl.signal.aborted) {
+          last = j;
+          if (body) body.replaceChildren(...p.items.map(row));
+          else rerender(); // the first run of an empty list: draw the table
+        }
+      } catch { /* the next event asks again */ }
+      busy = false;
     };
-    life.timer = setTimeout(poll, 3000);
+    const touches = (name, ev) => ev && (name === 'run' ||
+      (name === 'step' && shown().has(ev.run_id) && ev.to !== 'running'));
+    liveMark.dataset.live = 'on';
+    liveMark.textContent = '● live';
+    follow('/api/v1/events?after=latest', (name, ev) => {
+      if (touches(name, ev) && !timer) timer = setTimeout(reload, 500);
+    }, life.ctl.signal).catch(() => { liveMark.dataset.live = 'off'; liveMark.textContent = ''; });
   }
   const w = await who;
   if (mayTrigger(w)) trigger.replaceChildren(triggerForm());
   trigger.dataset.scope = w ? w.scope : 'unknown';
 }
 
-// "New run": a pipeline the database knows, its params (prefilled with their defaults), and
-// a submit that POSTs its newest text with those values, then opens the run.
+// "New run": a registered pipeline (`tpuflow pipelines add`, POST /api/v1/pipelines), a field
+// for each param it declares (typed, prefilled with its default, required without one), and
+// a submit that asks for a run of that pipeline BY NAME with the values changed from their
+// defaults (POST /api/v1/runs {pipeline, params}: the server runs the registered text), then
+// opens the run.
+const FIELD = { int: { type: 'number', step: '1' }, float: { type: 'number', step: 'any' } };
+function paramField(q) {
+  const def = q.default === undefined || q.default === null ? null
+    : typeof q.default === 'object' ? JSON.stringify(q.default) : String(q.default);
+  const id = 'param-' + q.name;
+  const input = q.type === 'bool'
+    ? h('input', { id, type: 'checkbox', 'data-param': q.name, 'data-default': def, checked: def === 'true' })
+    : h('input', { id, ...(FIELD[q.type] || { type: 'text' }), 'data-param': q.name,
+      'data-default': def, value: def === null ? '' : def, required: def === null,
+      placeholder: q.type === 'list' ? '[a, b]' : null });
+  return h('div', { class: 'param' },
+    h('label', { for: id }, q.name, h('span', { class: 'muted' }, ` ${q.type}${def === null ? ', required' : ''}`)),
+    input, q.description ? h('span', { class: 'muted' }, q.description) : null);
+}
+
 function triggerForm() {
   const pick = h('select', { id: 'tr-pipeline', name: 'pipeline', required: true },
-    h('option', { value: '' }, 'choose a pipeline'));
+    h('option', { value: '' }, 'choose a registered pipeline'));
   const fields = h('div', { class: 'params' });
   const msg = h('p', { class: 'error', role: 'alert' });
-  let yaml = null;
-  get('/api/v1/pipelines').then((l) => pick.append(...l.items.map((p) =>
-    h('option', { value: p.name }, p.name)))).catch((e) => { msg.textContent = e.message; });
+  get('/api/v1/pipelines').then((l) => {
+    const reg = l.items.filter((p) => p.registered);
+    pick.append(...reg.map((p) => h('option', { value: p.name }, p.name)));
+    if (!reg.length) msg.textContent = 'No pipeline is registered: `tpuflow pipelines add FILE` registers one.';
+  }).catch((e) => { msg.textContent = e.message; });
   pick.addEventListener('change', async () => {
     fields.replaceChildren();
-    yaml = null;
+    msg.textContent = '';
     if (!pick.value) return;
     try {
       const p = await get('/api/v1/pipelines/' + encodeURIComponent(pick.value));
-      yaml = p.yaml;
-      fields.replaceChildren(...p.params.map((q) => h('label', { class: 'param' },
-        h('span', {}, `${q.name} (${q.type})`),
-        h('input', { name: q.name, 'data-param': q.name,
-          value: q.default === undefined || q.default === null ? '' : String(q.default),
-          title: q.description || null }))));
+      fields.replaceChildren(...p.params.map(paramField));
     } catch (e) { msg.textContent = e.message; }
   });
   const form = h('form', { class: 'card trigger-form', onsubmit: async (e) => {
     e.preventDefault();
-    if (!yaml) return;
+    if (!pick.value) return;
     const params = {};
-    for (const i of fields.querySelectorAll('input[data-param]')) if (i.value !== '') params[i.dataset.param] = i.value;
+    for (const i of fields.querySelectorAll('input[data-param]')) {
+      const v = i.type === 'checkbox' ? String(i.checked) : i.value.trim();
+      if (v !== '' && v !== i.dataset.default) params[i.dataset.param] = v;
+    }
     try {
-      const r = await post('/api/v1/runs', { yaml, params });
+      const r = await post('/api/v1/runs', { pipeline: pick.value, params });
       location.hash = '#/runs/' + encodeURIComponent(r.id);
     } catch (err) { msg.textContent = err.message; }
   } },
