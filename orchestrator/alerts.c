@@ -33,7 +33,7 @@ static const struct tf_alert_event events[] = {
     {"run_cancelled", "a run was cancelled", "warning"},
     {"step_retried", "a step failed and will be retried", "warning"},
     {"step_failed", "a step failed for good", "critical"},
-    {"training_diverged", "training diverged (loss not finite)", "critical"},
+    {"training_diverged", "training diverged (loss exploded or not a number)", "critical"},
     {"training_stopped_early", "training stopped early", "info"},
     {"metric_regressed", "a metric is worse than the production version's", "critical"},
     {"model_registered", "a model version was registered", "info"},
