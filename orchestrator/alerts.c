@@ -457,6 +457,78 @@ static int insert_alert(struct tf_store *st, const char *event, const char *hook
 
 /* ---- routing ---------------------------------------------------------------------------- */
 
+/* The pipeline a run was created from, loaded with the run's params; NULL when its text has
+ * no `alerts:` (then it is not parsed at all) or cannot be loaded. The caller frees it. */
+static struct tf_pipeline *run_pipeline(struct tf_store *st, const char *run)
+{
+	struct tf_stmt *q = tf_store_query(st,
+	                                   "SELECT p.source, p.path, r.params FROM runs r JOIN "
+	                                   "pipelines p ON p.id=r.pipeline_id WHERE r.id=?",
+	                                   "t", run);
+	if (!q)
+		return NULL;
+	char *src = NULL, *path = NULL, *params = NULL;
+	if (tf_stmt_step(q) == 1) {
+		src = tf_stmt_strdup(q, 0);
+		path = tf_stmt_strdup(q, 1);
+		params = tf_stmt_strdup(q, 2);
+	}
+	tf_stmt_done(q);
+	struct tf_pipeline *p = NULL;
+	if (src && strstr(src, "alerts")) {
+		json_t *pj = json_loads(params ? params : "{}", 0, NULL);
+		struct tf_param_override *ov = tf_xcalloc(json_object_size(pj) + 1, sizeof(*ov));
+		size_t nov = 0;
+		const char *k;
+		json_t *v;
+		json_object_foreach(pj, k, v)
+		{
+			ov[nov].name = k;
+			ov[nov++].value = json_string_value(v) ? json_string_value(v) : "";
+		}
+		struct tf_diag_list d = {0};
+		if (tf_pipeline_load_buffer(path ? path : "pipeline", src, strlen(src), ov, nov,
+		                            TF_PIPELINE_ALLOW_UNSET, &p, &d))
+			tf_warn("run '%s': the alert routes of its pipeline cannot be read", run);
+		tf_diag_list_release(&d);
+		free(ov);
+		json_decref(pj);
+	}
+	free(src);
+	free(path);
+	free(params);
+	return p;
+}
+
+struct route_ctx {
+	struct tf_store *st;
+	const char *run;
+	const struct tf_pipeline *p;
+};
+
+/* Values for a route's `when`: params, and the metrics and outputs the run's steps have. */
+static json_t *route_lookup(void *ctx, const struct tf_ref *ref)
+{
+	struct route_ctx *c = ctx;
+	if (ref->kind == TF_REF_PARAM)
+		return tf_pipeline_lookup_param((void *)c->p, ref);
+	char *text = NULL;
+	int rc = ref->kind == TF_REF_METRIC
+	             ? tf_store_query_text(c->st, &text,
+	                                   "SELECT metrics FROM steps WHERE run_id=? AND name=?",
+	                                   "tt", c->run, ref->step)
+	             : tf_store_query_text(c->st, &text,
+	                                   "SELECT outputs FROM steps WHERE run_id=? AND name=?",
+	                                   "tt", c->run, ref->step);
+	if (rc || !text)
+		return NULL;
+	json_t *all = json_loads(text, 0, NULL);
+	free(text);
+	json_t *v = json_incref(json_object_get(all, ref->name));
+	json_decref(all);
+	return v;
+}
+
 /* Adds hook `name` to the targets once: {name, format}, or {name, missing: WHERE} when the home
  * has no such hook (WHERE: the route's position). */
 static int add_target(struct tf_store *st, json_t *to, const char *name, const char *where)
@@ -477,8 +549,10 @@ static int add_target(struct tf_store *st, json_t *to, const char *name, const c
 	return rc == -ENOENT ? 0 : rc;
 }
 
-/* The hooks an event goes to: the home-wide routes (hooks.events). */
-static int route(struct tf_store *st, const char *event, json_t *to)
+/* The hooks an event goes to: the home-wide routes (hooks.events), then the routes of the
+ * run's pipeline whose `on` names it and whose `when` holds (a `when` that cannot be
+ * evaluated, e.g. a metric of a step that did not run, does not hold). */
+static int route(struct tf_store *st, const char *event, const char *run, json_t *to)
 {
 	struct tf_stmt *q = tf_store_query(st, "SELECT name, events FROM hooks", "");
 	if (!q)
@@ -494,7 +568,56 @@ static int route(struct tf_store *st, const char *event, json_t *to)
 	json_array_foreach(home, i, h) if (rc == 0) rc =
 	    add_target(st, to, json_string_value(h), NULL);
 	json_decref(home);
+	struct tf_pipeline *p = rc == 0 && run ? run_pipeline(st, run) : NULL;
+	for (size_t r = 0; p && rc == 0 && r < p->nalerts; r++) {
+		const struct tf_alert_route *ar = &p->alerts[r];
+		int on = 0;
+		for (size_t k = 0; k < ar->non; k++)
+			on = on || !strcmp(ar->on[k], event);
+		if (!on)
+			continue;
+		if (ar->when) {
+			struct route_ctx c = {st, run, p};
+			char err[256];
+			int yes = 0;
+			if (tf_expr_eval_bool(ar->when, route_lookup, &c, &yes, err, sizeof(err)))
+				tf_debug("run '%s': %s:%d:%d: %s: %s not routed", run, p->path,
+				         ar->line, ar->col, err, event);
+			if (!yes)
+				continue;
+		}
+		for (size_t k = 0; rc == 0 && k < ar->nto; k++) {
+			char where[300];
+			snprintf(where, sizeof(where), "%s:%d:%d", p->path, ar->to_lines[2 * k],
+			         ar->to_lines[2 * k + 1]);
+			rc = add_target(st, to, ar->to[k], where);
+		}
+	}
+	tf_pipeline_free(p);
 	return rc;
+}
+
+/* When a run starts: a route to a hook the home does not have is an error naming it (its
+ * alerts are dead-lettered saying the same). */
+static void check_routes(struct tf_store *st, const char *run)
+{
+	struct tf_pipeline *p = run_pipeline(st, run);
+	for (size_t r = 0; p && r < p->nalerts; r++)
+		for (size_t k = 0; k < p->alerts[r].nto; k++) {
+			const char *hook = p->alerts[r].to[k];
+			char *format = NULL;
+			if (tf_store_query_text(st, &format,
+			                        "SELECT format FROM hooks WHERE name=?", "t",
+			                        hook) == -ENOENT)
+				tf_error(
+				    "%s:%d:%d: run '%s': alert route to hook '%s', which this home "
+				    "does not have: its alerts are dead-lettered (add it: tpuflow "
+				    "hooks add %s --url URL)",
+				    p->path, p->alerts[r].to_lines[2 * k],
+				    p->alerts[r].to_lines[2 * k + 1], run, hook, hook);
+			free(format);
+		}
+	tf_pipeline_free(p);
 }
 
 /* A successful run resolves the Alertmanager alerts firing for its pipeline: each gets a
@@ -555,7 +678,7 @@ int tf_alerts_emit(struct tf_store *st, const char *event, const char *run, cons
 	if (rc)
 		return rc;
 	json_t *to = json_array();
-	rc = route(st, event, to);
+	rc = route(st, event, run, to);
 	/* the run's pipeline: only when an alert is written or firing ones may resolve */
 	char *pipeline = NULL;
 	if (rc == 0 && run && (json_array_size(to) || !strcmp(event, "run_succeeded")))
@@ -629,6 +752,10 @@ int tf_alerts_emit(struct tf_store *st, const char *event, const char *run, cons
 
 int tf_alerts_on_run(struct tf_store *st, const char *run, enum tf_run_state to, const char *error)
 {
+	if (to == TF_RUN_RUNNING) {
+		check_routes(st, run);
+		return 0;
+	}
 	if (to == TF_RUN_SUCCEEDED)
 		return tf_alerts_emit(st, "run_succeeded", run, NULL, NULL, NULL);
 	if (to != TF_RUN_FAILED)

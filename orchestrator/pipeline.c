@@ -885,7 +885,8 @@ static void load_schedule(struct loader *L, const struct ynode *n)
 /* ---- the whole file ----------------------------------------------------------------- */
 
 static const char *const top_keys[] = {"name",  "description", "params",  "defaults", "storage",
-                                       "steps", "priority",    "project", "schedule", NULL};
+                                       "steps", "priority",    "project", "schedule", "alerts",
+                                       NULL};
 
 static void load_pipeline(struct loader *L, const struct ynode *root,
                           const struct tf_param_override *ov, size_t nov)
@@ -1009,6 +1010,8 @@ static void load_pipeline(struct loader *L, const struct ynode *root,
 		tf_pl_load_with(L, i);
 		tf_pl_load_when(L, i);
 	}
+	if ((x = tf_pl_map_get(root, "alerts"))) /* after the steps: a `when` may name them */
+		tf_pl_load_alerts(L, x);
 }
 
 static void free_with_value(struct tf_with_value *w)
@@ -1031,6 +1034,7 @@ void tf_pipeline_free(struct tf_pipeline *p)
 	free(p->storage);
 	free(p->project);
 	free(p->defaults.project);
+	tf_pl_alerts_free(p);
 	if (p->schedule) {
 		free(p->schedule->cron);
 		free(p->schedule->timezone);

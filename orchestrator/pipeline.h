@@ -196,6 +196,18 @@ struct tf_pipeline_schedule {
 	int line, col;                         /* position of `schedule` */
 };
 
+/* `alerts:` — one route of the pipeline's events to hooks of the state home (docs/alerts.md). */
+struct tf_alert_route {
+	char **on;            /* event names (owned) */
+	size_t non;
+	char **to;            /* hook names (owned) */
+	size_t nto;
+	int *to_lines;        /* line and column of each hook name: 2 * nto ints (owned) */
+	char *when_source;    /* `when` as written, or NULL (owned) */
+	struct tf_expr *when; /* parsed and type-checked, or NULL (owned) */
+	int line, col;        /* position of the route */
+};
+
 struct tf_pipeline {
 	char *path;              /* file name as given (owned) */
 	char *source;            /* the file's bytes, NUL-terminated (owned) */
@@ -209,6 +221,8 @@ struct tf_pipeline {
 	int priority;  /* `priority` of the run's train slices, 0..9; -1 when not given */
 	char *project; /* `project` the run's slices are accounted to, or NULL (owned) */
 	struct tf_pipeline_schedule *schedule; /* `schedule`, or NULL (owned) */
+	struct tf_alert_route *alerts;         /* `alerts:` routes in file order (owned) */
+	size_t nalerts;
 	struct tf_step *steps;                 /* in file order (owned) */
 	size_t nsteps;
 	size_t *topo; /* step indices in a topological order: by level, then file

@@ -125,5 +125,13 @@ int tf_pl_is_upstream(const struct loader *L, size_t step, size_t of);
 
 void tf_pl_load_with(struct loader *L, size_t idx);
 void tf_pl_load_when(struct loader *L, size_t idx);
+/* Is the scalar's text exactly its column span on one line (so offsets map to columns)?
+ * Returns the column of its first character via *col. */
+int tf_pl_scalar_exact(const struct ynode *n, int *col);
+
+/* ---- pipeline_alerts.c ---- */
+
+void tf_pl_load_alerts(struct loader *L, const struct ynode *n);
+void tf_pl_alerts_free(struct tf_pipeline *p);
 
 #endif

@@ -320,7 +320,7 @@ static enum tf_vtype ref_type_cb(void *ctx, const struct tf_ref *r)
 
 /* Is the scalar's text exactly its column span on one line (so offsets map to columns)?
  * Returns the column of its first character via *col. */
-static int scalar_exact(const struct ynode *n, int *col)
+int tf_pl_scalar_exact(const struct ynode *n, int *col)
 {
 	*col = n->col;
 	if (n->kind != Y_SCALAR || n->line != n->end_line)
@@ -347,7 +347,7 @@ static void load_with_value(struct loader *L, const struct ynode *n, struct tf_w
 	if (n->kind == Y_SCALAR) {
 		w->kind = TF_WITH_SCALAR;
 		w->plain = tf_pl_is_plain(n);
-		int col, exact = scalar_exact(n, &col);
+		int col, exact = tf_pl_scalar_exact(n, &col);
 		tf_template_parse(n->str, L->file, n->line, col, exact, &w->tmpl, L->d);
 		for (size_t i = 0; i < w->tmpl.nparts; i++)
 			if (w->tmpl.parts[i].ref)
@@ -830,7 +830,7 @@ void tf_pl_load_when(struct loader *L, size_t idx)
 	const struct ynode *n = L->sx[idx].when_node;
 	if (!n)
 		return;
-	int col, exact = scalar_exact(n, &col);
+	int col, exact = tf_pl_scalar_exact(n, &col);
 	struct tf_expr *e = tf_expr_parse(n->str, L->file, n->line, col, exact, L->d);
 	if (!e)
 		return;

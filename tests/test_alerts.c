@@ -13,6 +13,7 @@
 #include "common/common.h"
 #include "orchestrator/alerts.h"
 #include "orchestrator/broker.h"
+#include "orchestrator/pipeline.h"
 #include "orchestrator/registry.h"
 #include "orchestrator/schedules.h"
 #include "orchestrator/state.h"
@@ -616,6 +617,93 @@ static void test_alerts_schedule_missed(void **state)
 	tf_store_close(st);
 }
 
+/* ---- routes from the pipeline -------------------------------------------------------------- */
+
+static const char routed_yaml[] =
+    "name: routed\n"
+    "params: {env: {type: string, default: dev}}\n"
+    "alerts:\n"
+    "  - {on: [run_failed], to: [pager], when: \"${params.env} == 'prod'\"}\n"
+    "  - on: [run_failed, step_failed]\n"
+    "    to: [chat, nobody]\n"
+    "steps:\n"
+    "  - {name: a, type: shell, with: {argv: [\"true\"]}}\n";
+
+static int load_diags(const char *yaml, struct tf_diag_list *d)
+{
+	struct tf_pipeline *p = NULL;
+	int rc = tf_pipeline_load_buffer("p.yaml", yaml, strlen(yaml), NULL, 0, 0, &p, d);
+	tf_pipeline_free(p);
+	return rc;
+}
+
+static int has_diag(const struct tf_diag_list *d, int line, int col, const char *text)
+{
+	for (size_t i = 0; i < d->n; i++)
+		if (d->items[i].line == line && d->items[i].col == col &&
+		    strstr(d->items[i].message, text))
+			return 1;
+	return 0;
+}
+
+static void test_alerts_pipeline_routes_validated(void **state)
+{
+	(void)state;
+	struct tf_diag_list d = {0};
+	assert_int_equal(load_diags(routed_yaml, &d), 0);
+	tf_diag_list_release(&d);
+	const char *bad =
+	    "name: bad\n"
+	    "alerts:\n"
+	    "  - {on: [run_failed, run_exploded], to: [pager]}\n"
+	    "  - {on: run_failed, to: [Pager!], when: \"${steps.a.metrics.nope} > 1\"}\n"
+	    "  - {on: [run_failed], cc: [x]}\n"
+	    "steps:\n"
+	    "  - {name: a, type: evaluate, with: {model: m, dataset: d}}\n";
+	assert_int_equal(load_diags(bad, &d), -EINVAL);
+	assert_true(has_diag(&d, 3, 23, "unknown event 'run_exploded'"));
+	assert_true(has_diag(&d, 4, 27, "bad hook name 'Pager!'"));
+	assert_true(has_diag(&d, 4, 43, "has no metric 'nope'"));
+	assert_true(has_diag(&d, 5, 24, "unknown key 'cc'"));
+	assert_true(has_diag(&d, 5, 5, "has no 'to'"));
+	tf_diag_list_release(&d);
+}
+
+static void routed_run(struct tf_store *st, const char *params, char id[32])
+{
+	struct tf_run_step_def s = {.name = "a", .type = "shell"};
+	assert_int_equal(tf_run_create(st, "routed", routed_yaml, "routed.yaml", params,
+	                               "file:///t", &s, 1, NULL, id),
+	                 0);
+	assert_int_equal(tf_run_set_state(st, id, TF_RUN_RUNNING, NULL), 0);
+	assert_int_equal(tf_run_set_state(st, id, TF_RUN_FAILED, "step 'a' failed"), 0);
+}
+
+/* A run's pipeline routes its events: `when` over params, each hook once, and a hook the home
+ * lacks dead-lettered with an error naming it and the route's position. */
+static void test_alerts_pipeline_routes(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_home();
+	add_hook(st, "pager", "http://127.0.0.1:9/p", "slack", "");
+	add_hook(st, "chat", "http://127.0.0.1:9/c", "slack", "run_failed");
+	tf_store_run(st, "DELETE FROM alerts", "");
+	char dev[32], prod[32];
+	routed_run(st, "{}", dev);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE hook='pager'"), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE hook='chat'"), 1);
+	assert_int_equal(count(st,
+	                       "SELECT count(*) FROM alerts WHERE hook='nobody' AND state='dead' "
+	                       "AND last_error LIKE '%no hook ''nobody''%routed.yaml:6:%'"),
+	                 1);
+	routed_run(st, "{\"env\":\"prod\"}", prod);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE hook='pager'"), 1);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE hook='chat'"), 2);
+	tf_hooks_remove(st, "pager");
+	tf_hooks_remove(st, "chat");
+	tf_store_close(st);
+}
+
 int main(void)
 {
 	setenv("TEST_WH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1);
@@ -634,6 +722,8 @@ int main(void)
 	    cmocka_unit_test(test_alerts_alertmanager_refire),
 	    cmocka_unit_test(test_alerts_more_events),
 	    cmocka_unit_test(test_alerts_schedule_missed),
+	    cmocka_unit_test(test_alerts_pipeline_routes_validated),
+	    cmocka_unit_test(test_alerts_pipeline_routes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
