@@ -42,7 +42,7 @@ static const char step_usage[] =
     "                         [--parent-pid PID]\n"
     "       tpuflow step exec --kind KIND --with-key KEY --store URL --prefix PREFIX\n"
     "                         --result-key KEY [--accelerator SLICE] [--chips-from-slurm]\n"
-    "       tpuflow step job --store URL --prefix KEY [--progress] -- PROGRAM [ARG...]\n"
+    "       tpuflow step job --store URL --prefix KEY [--progress] [--results] -- PROGRAM ...\n"
     "                         (inside a Slurm job: 'tpuflow step job --help')\n"
     "Runs one data_prep, train or evaluate step in this process: what the run engine starts\n"
     "for a step with 'executor: local' (docs/runs.md). Internal plumbing, usable by hand.\n"

@@ -7,7 +7,13 @@
  *    at most once a second and once more at the end, which the coordinator reads while the job
  *    runs (the live view, `runs watch`);
  *  - both logs as PREFIX + stdout.log and stderr.log when the child has ended, which the
- *    coordinator fetches as the attempt's log.
+ *    coordinator fetches as the attempt's log;
+ *  - with --results (a shell step), the files the program wrote to $TPUFLOW_OUTPUTS,
+ *    $TPUFLOW_METRICS and $TPUFLOW_RESULT as PREFIX + outputs, metrics and result.json, after
+ *    a successful exit, which the coordinator reads as the step's outputs and metrics.
+ * Everything the child writes locally lives in one node-local directory ($TMPDIR when it is a
+ * directory, else /tmp), removed at the end; with --results it is also the child's working
+ * directory ($TPUFLOW_WORKDIR).
  * SIGTERM or SIGINT (scancel, a requeue, Slurm's time limit) is passed on to the child, whose
  * logs are still uploaded. The exit status is the child's (a child killed by a signal is
  * re-raised), so Slurm reports the job as the child ended. */
@@ -19,24 +25,42 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #define PROGRESS_EVERY_S 1.0 /* the progress object is rewritten at most this often */
 #define LINE_MAX_BYTES (64 * 1024)
 
 static const char job_usage[] =
-    "usage: tpuflow step job --store URL --prefix KEY [--progress] -- PROGRAM [ARG...]\n"
+    "usage: tpuflow step job --store URL --prefix KEY [--progress] [--results] -- PROGRAM\n"
+    "                        [ARG...]\n"
     "Runs PROGRAM inside a Slurm job of an attempt (executor: slurm) and hands its logs and\n"
     "progress to the coordinator through the object store (docs/slurm.md):\n"
     "  --store URL    the run's object store\n"
     "  --prefix KEY   where the logs go: KEY + stdout.log, KEY + stderr.log\n"
     "  --progress     also put the newest stdout line that is a JSON object in\n"
     "                 KEY + progress.json while PROGRAM runs\n"
-    "Exit status: PROGRAM's; 64 bad arguments, 69 the store cannot be reached.\n";
+    "  --results      run PROGRAM in a node-local directory ($TPUFLOW_WORKDIR) with\n"
+    "                 $TPUFLOW_OUTPUTS, $TPUFLOW_METRICS and $TPUFLOW_RESULT naming files\n"
+    "                 there; after a successful exit put those it wrote in KEY + outputs,\n"
+    "                 KEY + metrics and KEY + result.json (a shell step's results)\n"
+    "Exit status: PROGRAM's; 64 bad arguments, 69 the store cannot be reached, 75 PROGRAM\n"
+    "succeeded but its results did not reach the store.\n";
+
+/* The files a shell step's program may write (docs/runs.md), by variable: each goes to the
+ * store as PREFIX + object when it exists after a successful exit. */
+static const struct {
+	const char *var, *object;
+} result_files[] = {{"TPUFLOW_OUTPUTS", "outputs"},
+                    {"TPUFLOW_METRICS", "metrics"},
+                    {"TPUFLOW_RESULT", "result.json"}};
 
 static volatile sig_atomic_t stop_sig; /* the signal asking us to stop, 0: none */
 
@@ -96,11 +120,84 @@ static void follow_put(struct follow *f, struct tf_objstore *os, int force)
 	}
 }
 
+/* Makes the job's node-local directory: under $TMPDIR when that is a directory (the
+ * submitter's may not exist on the node), else /tmp. Returns it (the caller frees) or NULL. */
+static char *make_dir(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	struct stat sb;
+	if (!tmp || !*tmp || stat(tmp, &sb) || !S_ISDIR(sb.st_mode))
+		tmp = "/tmp";
+	char *dir = tf_xasprintf("%s/tpuflow-job.XXXXXX", tmp);
+	if (!mkdtemp(dir)) {
+		fprintf(stderr, "tpuflow step job: cannot create a directory under '%s': %s\n", tmp,
+		        strerror(errno));
+		free(dir);
+		return NULL;
+	}
+	return dir;
+}
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)ftw;
+	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) && errno != ENOENT)
+		fprintf(stderr, "tpuflow step job: cannot remove '%s': %s\n", path,
+		        strerror(errno));
+	return 0;
+}
+
+/* The child's environment with --results: ours, with TPUFLOW_WORKDIR and the result files
+ * pointing into dir (whatever the submitter had for them names its own machine). A new
+ * NULL-terminated array; the caller frees it and its strings. */
+static char **results_env(const char *dir)
+{
+	size_t n = 0;
+	for (char **e = environ; *e; e++)
+		n++;
+	char **env = tf_xcalloc(n + TF_ARRAY_LEN(result_files) + 2, sizeof(char *));
+	size_t k = 0;
+	for (char **e = environ; *e; e++) {
+		size_t len = strcspn(*e, "=");
+		int ours = len == 15 && !strncmp(*e, "TPUFLOW_WORKDIR", len);
+		for (size_t i = 0; i < TF_ARRAY_LEN(result_files); i++)
+			ours |= strlen(result_files[i].var) == len &&
+			        !strncmp(*e, result_files[i].var, len);
+		if (!ours)
+			env[k++] = tf_xstrdup(*e);
+	}
+	env[k++] = tf_xasprintf("TPUFLOW_WORKDIR=%s/work", dir);
+	for (size_t i = 0; i < TF_ARRAY_LEN(result_files); i++)
+		env[k++] =
+		    tf_xasprintf("%s=%s/%s", result_files[i].var, dir, result_files[i].object);
+	return env;
+}
+
+/* Puts the result files the program wrote (those that exist) in the store. 0, or -1 when one
+ * did not get there (said on stderr). */
+static int put_results(struct tf_objstore *os, const char *dir, const char *prefix)
+{
+	int rc = 0;
+	for (size_t i = 0; i < TF_ARRAY_LEN(result_files); i++) {
+		char *path = tf_xasprintf("%s/%s", dir, result_files[i].object);
+		char *key = tf_xasprintf("%s%s", prefix, result_files[i].object);
+		if (access(path, F_OK) == 0 && tf_objstore_put_file(os, key, path, 0)) {
+			fprintf(stderr, "tpuflow step job: cannot put $%s as '%s': %s\n",
+			        result_files[i].var, key, tf_objstore_errmsg(os));
+			rc = -1;
+		}
+		free(path);
+		free(key);
+	}
+	return rc;
+}
+
 int cmd_step_job(int argc, char **argv, struct tf_cli *cli)
 {
 	(void)cli;
 	const char *store_url = NULL, *prefix = NULL;
-	int progress = 0, i;
+	int progress = 0, results = 0, i;
 	for (i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--"))
 			break;
@@ -110,6 +207,8 @@ int cmd_step_job(int argc, char **argv, struct tf_cli *cli)
 		}
 		if (!strcmp(argv[i], "--progress")) {
 			progress = 1;
+		} else if (!strcmp(argv[i], "--results")) {
+			results = 1;
 		} else if (i + 1 < argc && !strcmp(argv[i], "--store")) {
 			store_url = argv[++i];
 		} else if (i + 1 < argc && !strcmp(argv[i], "--prefix")) {
@@ -134,16 +233,37 @@ int cmd_step_job(int argc, char **argv, struct tf_cli *cli)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 
+	char *dir = make_dir();
+	if (!dir) {
+		tf_objstore_free(os);
+		return TF_EXIT_UNAVAILABLE;
+	}
+	char *work = tf_xasprintf("%s/work", dir);
+	int rc;
+	char **env = NULL;
+	if (results) {
+		env = results_env(dir);
+		if (mkdir(work, 0700)) {
+			fprintf(stderr, "tpuflow step job: cannot create '%s': %s\n", work,
+			        strerror(errno));
+			rc = TF_EXIT_UNAVAILABLE;
+			goto out;
+		}
+	}
 	/* Slurm sends SIGKILL KillWait seconds (30 by default) after SIGTERM: the child gets
 	 * as long to checkpoint */
-	struct tf_exec_spec spec = {.argv = child_argv, .grace = 30};
+	struct tf_exec_spec spec = {.argv = child_argv,
+	                            .envp = env,
+	                            .cwd = results ? work : NULL,
+	                            .log_dir = dir,
+	                            .grace = 30};
 	struct tf_exec *x = NULL;
 	struct tf_exec_result res;
-	int rc = tf_exec_start(&tf_executor_local, &spec, &x, err, sizeof(err));
+	rc = tf_exec_start(&tf_executor_local, &spec, &x, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "tpuflow step job: cannot start '%s': %s\n", child_argv[0], err);
-		tf_objstore_free(os);
-		return rc == -ENOENT || rc == -EACCES ? TF_EXIT_FAILED : TF_EXIT_UNAVAILABLE;
+		rc = rc == -ENOENT || rc == -EACCES ? TF_EXIT_FAILED : TF_EXIT_UNAVAILABLE;
+		goto out;
 	}
 	struct follow f = {.fd = -1, .key = tf_xasprintf("%sprogress.json", prefix)};
 	f.buf = tf_xmalloc(LINE_MAX_BYTES);
@@ -164,9 +284,14 @@ int cmd_step_job(int argc, char **argv, struct tf_cli *cli)
 			stopping = 1;
 		}
 	}
+	/* the results before the logs, so that a failure to put them is in stderr.log */
+	int unsent = results && res.fclass == TF_FAIL_NONE && put_results(os, dir, prefix);
 	/* the logs, with how the program ended at the end of stderr */
 	FILE *e = fopen(tf_executor_local.log_path(x, 2), "a");
 	if (e) {
+		if (unsent)
+			fprintf(e, "tpuflow step job: the program's results did not reach the "
+			           "object store\n");
 		fprintf(e, "==> %s%s <==\n", res.message,
 		        stopping ? " (stopped: the job was signalled)" : "");
 		fclose(e);
@@ -188,13 +313,26 @@ int cmd_step_job(int argc, char **argv, struct tf_cli *cli)
 	free(f.last);
 	free(f.key);
 	tf_exec_free(x);
-	tf_objstore_free(os);
-	if (res.signal) {
-		signal(res.signal, SIG_DFL);
-		raise(res.signal);
-	}
 	if (lost) /* the coordinator says so on the attempt; the program's outcome stands */
 		fprintf(stderr, "tpuflow step job: the logs of '%s' did not reach the store\n",
 		        child_argv[0]);
-	return res.exit_code >= 0 ? res.exit_code : TF_EXIT_SOFTWARE;
+	/* a program that succeeded but whose results are not in the store is the store's
+	 * failure: EX_TEMPFAIL, which the coordinator counts as infra (retried) */
+	rc = unsent               ? TF_EXIT_TEMPFAIL
+	     : res.signal         ? -res.signal
+	     : res.exit_code >= 0 ? res.exit_code
+	                          : TF_EXIT_SOFTWARE;
+out:
+	nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+	free(dir);
+	free(work);
+	for (size_t k = 0; env && env[k]; k++)
+		free(env[k]);
+	free(env);
+	tf_objstore_free(os);
+	if (rc < 0) { /* killed by a signal: so is the job */
+		signal(-rc, SIG_DFL);
+		raise(-rc);
+	}
+	return rc;
 }

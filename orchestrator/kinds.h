@@ -47,12 +47,23 @@ int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks,
  * Slurm has placed it, and Slurm's state of the job each time it changes; call it after every
  * poll (it writes only what changed). */
 void tf_kind_slurm_note(struct tf_step_run *r, struct tf_kind_slurm *ks, struct tf_exec *x);
+/* What the job hands back besides its logs (tf_kind_slurm_wrap). */
+enum {
+	TF_KIND_SLURM_PROGRESS = 1, /* its newest progress line: LOG_PREFIX/progress.json */
+	TF_KIND_SLURM_RESULTS = 2,  /* a shell step's TPUFLOW_OUTPUTS, TPUFLOW_METRICS and
+	                               TPUFLOW_RESULT files: LOG_PREFIX/outputs, metrics,
+	                               result.json (tf_kind_slurm_fetch) */
+};
 /* The argv the job runs on its node: `SELF step job --store URL --prefix LOG_PREFIX
- * [--progress] -- ARGV...` (cli/cmd_step_job.c), which hands the program's logs (and, with
- * `progress`, its newest progress line) to the coordinator through the object store. ks owns
- * the result; the strings of argv are borrowed. */
+ * [--progress] [--results] -- ARGV...` (cli/cmd_step_job.c), which hands the program's logs
+ * and what `flags` asks for to the coordinator through the object store. ks owns the result;
+ * the strings of argv are borrowed. */
 char *const *tf_kind_slurm_wrap(struct tf_step_run *r, struct tf_kind_slurm *ks, const char *self,
-                                char *const *argv, int progress);
+                                char *const *argv, unsigned flags);
+/* Fetches the job's LOG_PREFIX + object from the store into the file at path, or removes
+ * that file when the job put no such object. 0, or a negative code with r->err set (infra). */
+int tf_kind_slurm_fetch(struct tf_step_run *r, struct tf_kind_slurm *ks, const char *object,
+                        const char *path);
 /* Passes the job's newest progress line (LOG_PREFIX/progress.json) to r->progress when it
  * changed; reads the store at most once a second. */
 void tf_kind_slurm_progress(struct tf_step_run *r, struct tf_kind_slurm *ks);

@@ -293,7 +293,8 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 	                            .log_dir = log_dir,
 	                            .slurm = slurm ? &ks.spec : NULL};
 	if (slurm) { /* logs and progress come back through the store */
-		spec.argv = tf_kind_slurm_wrap(r, &ks, self, (char *const *)argv, 1);
+		spec.argv =
+		    tf_kind_slurm_wrap(r, &ks, self, (char *const *)argv, TF_KIND_SLURM_PROGRESS);
 		spec.store = r->objstore;
 		spec.log_prefix = ks.log_prefix;
 	}

@@ -3,7 +3,8 @@
  * dies with its engine, recorded with the attempt; a timeout or Ctrl-C kills the whole group
  * with SIGTERM then SIGKILL after a grace period),
  * stdout/stderr appended to the attempt's log, and outputs/metrics read back from files the
- * program writes (docs/runs.md):
+ * program writes (docs/runs.md; on Slurm the job writes them on its node and they come back
+ * through the object store, kinds_slurm.c):
  *
  *   TPUFLOW_OUTPUTS  JSON object or key=value lines     -> outputs
  *   TPUFLOW_METRICS  JSON object or key=value lines     -> metrics (numbers)
@@ -224,15 +225,16 @@ int tf_kind_shell(struct tf_step_run *r)
 		return rc;
 	}
 	/* executor: slurm — the same argv as a batch job; the variables set below (and the usual
-	 * ones) go to it by name, their values from the environment sbatch runs in. A lost
-	 * attempt's job followed again writes the files named for its own attempt. */
+	 * ones) go to it by name, their values from the environment sbatch runs in, except the
+	 * result files and the working directory, which `tpuflow step job` makes on the node and
+	 * hands back through the object store (read below). A lost attempt's job followed again
+	 * hands back those of its own attempt. */
 	const struct tf_executor_ops *ops = &tf_executor_local;
 	struct tf_kind_slurm ks = {0};
 	int att = r->attempt;
 	if (r->def && r->def->executor == TF_EXECUTOR_SLURM) {
-		static const char *const own[] = {
-		    "TPUFLOW_OUTPUTS", "TPUFLOW_METRICS", "TPUFLOW_RESULT", "TPUFLOW_RUN",
-		    "TPUFLOW_STEP",    "TPUFLOW_ATTEMPT", "TPUFLOW_PREFIX", "TPUFLOW_WORKDIR"};
+		static const char *const own[] = {"TPUFLOW_RUN", "TPUFLOW_STEP", "TPUFLOW_ATTEMPT",
+		                                  "TPUFLOW_PREFIX"};
 		size_t nn = 0;
 		char **names =
 		    tf_xcalloc(json_object_size(env_j) + TF_ARRAY_LEN(own) + 1, sizeof(char *));
@@ -299,7 +301,8 @@ int tf_kind_shell(struct tf_step_run *r)
 	char *self = NULL;
 	if (ops == &tf_executor_slurm) { /* the job puts its logs in the store */
 		self = r->self_exe ? tf_xstrdup(r->self_exe) : tf_exec_self_path();
-		spec.argv = tf_kind_slurm_wrap(r, &ks, self ? self : "tpuflow", argv, 0);
+		spec.argv = tf_kind_slurm_wrap(r, &ks, self ? self : "tpuflow", argv,
+		                               TF_KIND_SLURM_RESULTS);
 		spec.store = r->objstore;
 		spec.log_prefix = ks.log_prefix;
 	}
@@ -354,6 +357,11 @@ int tf_kind_shell(struct tf_step_run *r)
 		rc = res.exit_code > 0 ? -EIO : -EINTR;
 		goto out;
 	}
+	if (ops == &tf_executor_slurm &&
+	    ((rc = tf_kind_slurm_fetch(r, &ks, "outputs", f_out)) ||
+	     (rc = tf_kind_slurm_fetch(r, &ks, "metrics", f_met)) ||
+	     (rc = tf_kind_slurm_fetch(r, &ks, "result.json", f_res))))
+		goto out;
 	rc = read_result(f_res, r->outputs, r->metrics, r->err, sizeof(r->err));
 	if (rc == 0)
 		rc = read_kv(f_out, r->outputs, 0, r->err, sizeof(r->err));

@@ -1,10 +1,10 @@
 /* kinds_slurm.c — owns what the step kinds share to run an attempt on Slurm (executor:
  * slurm, executors/slurm.c): the job's name, its TPU chips and nodes from the step's slice
- * (one node per TPU host, the host's chips as `--gres=tpu:N`),
- * the `slurm:` options, the environment names it gets, the storage check, the wrapper the job
- * runs (`tpuflow step job`: logs and progress through the object store, since the node shares
- * no filesystem with us), the job id written on the attempt, and the re-attachment of a restarted
- * coordinator to a job still queued or running (docs/slurm.md). */
+ * (one node per TPU host, the host's chips as `--gres=tpu:N`), the `slurm:` options, the
+ * environment names it gets, the storage check, the wrapper the job runs (`tpuflow step job`:
+ * logs, progress and a shell step's result files through the object store, since the node
+ * shares no filesystem with us), the job id written on the attempt, and the re-attachment of
+ * a restarted coordinator to a job still queued or running (docs/slurm.md). */
 #include "orchestrator/kinds.h"
 
 #include "accel/tpu.h"
@@ -20,16 +20,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 extern char **environ;
 
 /* Variables a job gets from the submitter's environment when they are set: the program's
- * search path and locale, the state home and object store, S3 credentials and endpoint. */
+ * search path and locale, the state home and object store, S3 credentials and endpoint. Not
+ * TMPDIR: a temporary directory is the node's own. */
 static const char *const pass_names[] = {"PATH",
                                          "HOME",
                                          "LANG",
                                          "LC_ALL",
-                                         "TMPDIR",
                                          "TPUFLOW_HOME",
                                          "TPUFLOW_STORE",
                                          "TPUFLOW_LOG",
@@ -146,7 +147,7 @@ int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks, char 
 }
 
 char *const *tf_kind_slurm_wrap(struct tf_step_run *r, struct tf_kind_slurm *ks, const char *self,
-                                char *const *argv, int progress)
+                                char *const *argv, unsigned flags)
 {
 	size_t n = 0;
 	while (argv[n])
@@ -161,8 +162,10 @@ char *const *tf_kind_slurm_wrap(struct tf_step_run *r, struct tf_kind_slurm *ks,
 	ks->argv[k++] = (char *)r->storage_url;
 	ks->argv[k++] = "--prefix";
 	ks->argv[k++] = ks->log_prefix;
-	if (progress)
+	if (flags & TF_KIND_SLURM_PROGRESS)
 		ks->argv[k++] = "--progress";
+	if (flags & TF_KIND_SLURM_RESULTS)
+		ks->argv[k++] = "--results";
 	ks->argv[k++] = "--";
 	for (size_t i = 0; i < n; i++)
 		ks->argv[k++] = argv[i];
@@ -191,6 +194,23 @@ void tf_kind_slurm_progress(struct tf_step_run *r, struct tf_kind_slurm *ks)
 	}
 	free(buf);
 	free(key);
+}
+
+int tf_kind_slurm_fetch(struct tf_step_run *r, struct tf_kind_slurm *ks, const char *object,
+                        const char *path)
+{
+	char *key = tf_xasprintf("%s%s", ks->log_prefix, object);
+	int rc = r->objstore ? tf_objstore_get_file(r->objstore, key, path) : -EINVAL;
+	if (rc == -ENOENT) {
+		unlink(path); /* the program did not write it */
+		rc = 0;
+	} else if (rc) {
+		snprintf(r->err, sizeof(r->err), "executor 'slurm': cannot fetch '%s': %s", key,
+		         r->objstore ? tf_objstore_errmsg(r->objstore) : "no object store");
+		r->failure = TF_FAIL_INFRA;
+	}
+	free(key);
+	return rc;
 }
 
 void tf_kind_slurm_note(struct tf_step_run *r, struct tf_kind_slurm *ks, struct tf_exec *x)

@@ -9,6 +9,9 @@
 # socket. Time limits are enforced quickly (OverTimeLimit=0, KillWait=2): a job over its
 # --time is ended at the controller's next periodic check (every 30 s in Slurm 22.05).
 # ReturnToService=1: a node an administrator set DOWN stays down until set RESUME.
+# TF_SLURM_HIDE=DIR[:DIR...] makes the node a machine that does not share those directories
+# with this one: slurmd (and so every job) runs in a mount namespace of its own where each of
+# them is covered by an empty tmpfs (the submitter's state home, its TMPDIR).
 # Needs the `test` packages of scripts/deps.sh (slurm-wlm, munge); runs as root (SlurmUser).
 set -euo pipefail
 D=${1:?usage: $0 DIR}
@@ -88,7 +91,21 @@ NodeName=$node Name=tpu Count=4
 EOC
 export SLURM_CONF=$D/slurm.conf
 /usr/sbin/slurmctld -f "$SLURM_CONF"
-/usr/sbin/slurmd -f "$SLURM_CONF" -N "$node"
+slurmd=(/usr/sbin/slurmd -f "$SLURM_CONF" -N "$node")
+if [[ -n ${TF_SLURM_HIDE:-} ]]; then
+  IFS=: read -ra hide <<< "$TF_SLURM_HIDE"
+  for h in "${hide[@]}"; do
+    [[ $h == /* && -d $h ]] ||
+      { echo "slurm-start: TF_SLURM_HIDE: '$h' is not an absolute path of a directory" >&2; exit 64; }
+  done
+  # slurmd daemonizes inside the namespace, which lives as long as it and its jobs do
+  unshare --mount --propagation private /bin/sh -c '
+    while [ "$1" != -- ]; do mount -t tmpfs -o size=1m,mode=0755 tpuflow-hidden "$1" || exit 69; shift; done
+    shift; exec "$@"' sh "${hide[@]}" -- "${slurmd[@]}" ||
+    { echo "slurm-start: cannot start slurmd with ${hide[*]} hidden (unshare/mount)" >&2; exit 69; }
+else
+  "${slurmd[@]}"
+fi
 ok=0
 for _ in $(seq 1 150); do
   st=$(sinfo -h -n "$node" -o '%T' 2>/dev/null || true)

@@ -2,7 +2,10 @@
 # Integration: `executor: slurm` against a real one-node Slurm cluster (scripts/slurm-start.sh:
 # slurmctld + slurmd + munged, 4 `tpu` GRES) and the S3 test server (Swift + s3api). Checks:
 # the load-time storage rule; a shell step end to end (its logs put in the object store by the
-# job); one squeue per interval for three jobs (counted); the demo pipeline with its train step
+# job); the node shares no filesystem with the coordinator (its state homes and TMPDIR are
+# hidden from the node: TF_SLURM_HIDE), yet shell steps' outputs and metrics reach it and
+# the steps after them (through the object store); one squeue per interval for three jobs
+# (counted); the demo pipeline with its train step
 # on Slurm giving the same metrics and model bytes as in-process; a job cancelled from outside
 # with scancel (cancelled, not retried); a step past its own timeout (scancel, timeout); a train
 # job given fewer chips than its slice (error, said why); a job past its Slurm time limit
@@ -43,17 +46,20 @@ fail() {
   exit 1
 }
 
-scripts/slurm-start.sh "$dir/slurm" || fail "Slurm did not start"
+# the coordinator's side: its state homes and temporary files, none of which the node sees
+coord=$dir/coord
+mkdir -p "$coord/tmp"
+TF_SLURM_HIDE=$coord scripts/slurm-start.sh "$dir/slurm" || fail "Slurm did not start"
 scripts/s3-server-start.sh "$dir/s3" >/dev/null || fail "the S3 server did not start"
 set -a
 . "$dir/slurm/slurm.env"
 . "$dir/s3/s3.env"
 set +a
-export TPUFLOW_SLURM_POLL=0.3
+export TPUFLOW_SLURM_POLL=0.3 TMPDIR=$coord/tmp
 node=$TF_SLURM_NODE
 bucket=it-slurm-$$
 "$B" store mb "s3://$bucket" || fail "store mb"
-cd "$dir"
+cd "$coord"
 
 # ---- helpers ----------------------------------------------------------------------------
 run_id() { "$B" --home "$1" runs list --json | $PY -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])'; }
@@ -113,29 +119,79 @@ sed 's|^steps:|storage: file:///tmp/shared-objects\nsteps:|' nostore.yaml > shar
 TPUFLOW_SHARED_STORAGE=/tmp/shared-objects "$B" validate shared.yaml >/dev/null ||
   fail "a file:// storage declared shared was refused"
 
-# ---- 2. a shell step end to end ---------------------------------------------------------
-shell_pipeline hello 'echo hello from $SLURMD_NODENAME; echo answer=42 > "$TPUFLOW_METRICS"'
-"$B" --home h-hello run hello.yaml > out.txt 2>&1 || fail "shell step on Slurm: $(cat out.txt)"
+# ---- 2. shell steps end to end, on a node that cannot see the coordinator's files ---------
+# work writes outputs and metrics to the files its variables name (on the node); next reads
+# them through templates and answers through $TPUFLOW_RESULT; both come back by the store
+touch "$coord/tmp/marker"
+sed -e "s|@BUCKET@|$bucket|" -e "s|@MARKER@|$coord/tmp/marker|" > hello.yaml <<'EOF'
+name: it-hello
+storage: s3://@BUCKET@/hello
+steps:
+  - name: work
+    type: shell
+    executor: slurm
+    with:
+      argv:
+        - sh
+        - -c
+        - |
+          echo hello from $SLURMD_NODENAME
+          if [ -e "$1" ]; then echo "the node sees the coordinator's $1"; exit 3; fi
+          [ "$(pwd)" = "$TPUFLOW_WORKDIR" ] || { echo "runs in $(pwd), not $TPUFLOW_WORKDIR"; exit 3; }
+          echo "greeting=hello from $SLURMD_NODENAME" > "$TPUFLOW_OUTPUTS"
+          echo answer=42 > "$TPUFLOW_METRICS"
+        - sh
+        - '@MARKER@'
+      outputs: [greeting]
+      metrics: [answer]
+  - name: next
+    type: shell
+    executor: slurm
+    needs: [work]
+    with:
+      argv:
+        - sh
+        - -c
+        - |
+          printf '{"outputs": {"heard": "%s"}, "metrics": {"twice": %d}}' "$1" "$(($2 * 2))" > "$TPUFLOW_RESULT"
+        - sh
+        - ${steps.work.outputs.greeting}
+        - ${steps.work.metrics.answer}
+      outputs: [heard]
+      metrics: [twice]
+EOF
+"$B" --home h-hello run hello.yaml > out.txt 2>&1 || fail "shell steps on Slurm: $(cat out.txt)"
 run=$(run_id h-hello)
 read -r n st cls job < <(attempts h-hello "$run" work)
 [[ $st == succeeded && $job != - ]] || fail "shell attempt: $n $st $cls $job"
 [[ $(squeue -h -t all -j "$job" -o '%j') == "tpuflow-$run-work-1" ]] || fail "job name of $job"
 "$B" --home h-hello runs show --json "$run" > show.json
-grep -q '"answer": 42' show.json || fail "metric not read back"
+$PY - "$node" <<'PY' || fail "outputs and metrics of the Slurm shell steps: $(cat show.json)"
+import json, sys
+node = sys.argv[1]
+steps = {s["name"]: s for s in json.load(open("show.json"))["steps"]}
+work, nxt = steps["work"], steps["next"]
+assert work["outputs"] == {"greeting": "hello from " + node}, work["outputs"]
+assert work["metrics"] == {"answer": 42}, work["metrics"]
+assert nxt["outputs"] == {"heard": "hello from " + node}, nxt["outputs"]
+assert nxt["metrics"] == {"twice": 84}, nxt["metrics"]
+PY
 "$B" --home h-hello runs logs "$run" > logs.txt
 grep -q "hello from $node" logs.txt || fail "job's stdout not in the log"
-# the node put its logs in the object store (no filesystem shared with the coordinator assumed)
+# the node put its logs and result files in the object store
 "$B" store cat "s3://$bucket/hello/runs/$run/work/slurm/attempt-1/stdout.log" | grep -q "hello from $node" ||
   fail "the job's stdout is not in the object store"
-echo "it_slurm: shell step ran as job $job on $node"
+"$B" store cat "s3://$bucket/hello/runs/$run/work/slurm/attempt-1/metrics" | grep -qx "answer=42" ||
+  fail "the job's metrics file is not in the object store"
+echo "it_slurm: shell steps ran as jobs on $node, which cannot see the coordinator's files: outputs and metrics passed on"
 
 # ---- 2b. polling is batched: one squeue per interval for all of a coordinator's jobs -------
 # squeue and sacct are counted by wrappers first on the coordinator's PATH
-mkdir -p shim
+mkdir -p "$dir/shim"
 for tool in squeue sacct; do
   real=$(command -v $tool)
-  printf '#!/bin/sh\necho "%s $*" >> %s/calls.txt\nexec %s "$@"\n' "$tool" "$dir" "$real" > shim/$tool
-  chmod +x shim/$tool
+  printf '#!/bin/sh\necho "%s $*" >> %s/calls.txt\nexec %s "$@"\n' "$tool" "$dir" "$real" > "$dir/shim/$tool"
+  chmod +x "$dir/shim/$tool"
 done
 cat > poll.yaml <<EOF
 name: it-poll
@@ -145,18 +201,18 @@ EOF
 for i in 1 2 3; do
   printf '  - name: w%s\n    type: shell\n    executor: slurm\n    with: {argv: [sleep, "3"]}\n' "$i" >> poll.yaml
 done
-: > calls.txt
+: > "$dir/calls.txt"
 t0=$(date +%s.%N)
 PATH=$dir/shim:$PATH "$B" --home h-poll run poll.yaml > poll.out 2>&1 || fail "poll run: $(tail -3 poll.out)"
 t1=$(date +%s.%N)
-sweeps=$(grep -c '^squeue .* -O ' calls.txt)
+sweeps=$(grep -c '^squeue .* -O ' "$dir/calls.txt")
 # one sweep per 0.3 s interval, plus one at once for each newly submitted job (3), plus 2
 max=$($PY -c "import sys; print(int((float(sys.argv[2]) - float(sys.argv[1])) / 0.3) + 5)" "$t0" "$t1")
 [[ $sweeps -ge 1 && $sweeps -le $max ]] ||
   fail "polling: $sweeps squeue sweeps in $(echo "$t1 - $t0" | bc) s at 0.3 s intervals (at most $max)"
-grep -qE '^squeue .* -j [0-9]+,[0-9]+,[0-9]+ ' calls.txt || fail "polling: no squeue asked for all 3 jobs at once"
-[[ $(grep -c '^sacct' calls.txt) -le $sweeps ]] || fail "polling: more sacct calls than sweeps"
-echo "it_slurm: 3 jobs followed with $sweeps squeue calls (at most $max), $(grep -c '^sacct' calls.txt) sacct"
+grep -qE '^squeue .* -j [0-9]+,[0-9]+,[0-9]+ ' "$dir/calls.txt" || fail "polling: no squeue asked for all 3 jobs at once"
+[[ $(grep -c '^sacct' "$dir/calls.txt") -le $sweeps ]] || fail "polling: more sacct calls than sweeps"
+echo "it_slurm: 3 jobs followed with $sweeps squeue calls (at most $max), $(grep -c '^sacct' "$dir/calls.txt") sacct"
 
 # ---- 3. the node goes down mid-run: infra, retried once it is back ----------------------
 shell_pipeline down "$WORK"
