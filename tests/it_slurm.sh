@@ -11,8 +11,10 @@
 # job given fewer chips than its slice (error, said why); a job past its Slurm time limit
 # (timeout, retried); a requeued train job (its epochs seen by the coordinator, no local slice
 # held beside its GRES; preempted, resumed from its checkpoint); the node taken down mid-run
-# (infra, retried); the node drained and the job requeued off it (infra, retried); the
-# coordinator killed with -9 and resumed while its job runs (followed again, no second job).
+# (infra, retried); the node drained and the job requeued off it (infra, retried); `runs
+# cancel` and Ctrl-C (SIGTERM) on the run (its job cancelled with scancel); the coordinator
+# killed with -9 and resumed while its job runs, and the same with a daemon killed with -9 and
+# restarted (followed again, no second job).
 # Stops exactly what it started.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -286,6 +288,43 @@ read -r n st cls job < a.txt
 [[ $(squeue -h -t all -j "$job" -o '%T') == CANCELLED ]] || fail "timeout: job $job was not cancelled"
 echo "it_slurm: step timeout -> job $job cancelled, timeout"
 
+# ---- 5c. `runs cancel` from another terminal: the run cancels its job with scancel ---------
+# run_started NAME HOME: starts `tpuflow run` on NAME.yaml in the background (pid in $pid),
+# waits for its run id ($run) and its running job ($job)
+run_started() {
+  "$B" --home "$2" run "$1.yaml" > "$1.out" 2>&1 &
+  pid=$!
+  bg+=($pid)
+  run=
+  for _ in $(seq 1 100); do run=$(run_id "$2" 2>/dev/null) && [[ -n $run ]] && break; sleep 0.1; done
+  job=$(running_job "tpuflow-$run-work") || fail "$1: the job never ran"
+}
+# run_state HOME RUN
+run_state() { "$B" --home "$1" runs show --json "$2" | $PY -c 'import json, sys; print(json.load(sys.stdin)["state"])'; }
+shell_pipeline rcancel 'sleep 120'
+run_started rcancel h-rcancel
+"$B" --home h-rcancel runs cancel "$run" > /dev/null || fail "runs cancel $run"
+wait "$pid" && fail "a run cancelled with 'runs cancel' succeeded"
+[[ $(squeue -h -t all -j "$job" -o '%T') == CANCELLED ]] ||
+  fail "runs cancel: job $job is $(squeue -h -t all -j "$job" -o '%T'), not CANCELLED"
+attempts h-rcancel "$run" work > a.txt
+[[ $(wc -l < a.txt) -eq 1 ]] && grep -q "^1 cancelled cancelled $job\$" a.txt ||
+  fail "runs cancel: attempts: $(cat a.txt)"
+[[ $(run_state h-rcancel "$run") == failed ]] || fail "runs cancel: run is $(run_state h-rcancel "$run")"
+echo "it_slurm: runs cancel -> job $job cancelled with scancel, run failed"
+
+# ---- 5d. Ctrl-C (SIGTERM) on the run: its job is cancelled, the run interrupted ------------
+shell_pipeline intr 'sleep 120'
+run_started intr h-intr
+kill -TERM "$pid"
+wait "$pid" && fail "an interrupted run exited 0"
+[[ $(squeue -h -t all -j "$job" -o '%T') == CANCELLED ]] ||
+  fail "Ctrl-C: job $job is $(squeue -h -t all -j "$job" -o '%T'), not CANCELLED"
+attempts h-intr "$run" work > a.txt
+grep -q "^1 cancelled cancelled $job\$" a.txt || fail "Ctrl-C: attempts: $(cat a.txt)"
+[[ $(run_state h-intr "$run") == interrupted ]] || fail "Ctrl-C: run is $(run_state h-intr "$run")"
+echo "it_slurm: Ctrl-C -> job $job cancelled with scancel, run interrupted"
+
 # ---- 6. the coordinator killed with -9 while its job runs, then resumed --------------------
 shell_pipeline crash 'sleep 6; echo answer=42 > "$TPUFLOW_METRICS"'
 "$B" --home h-crash run crash.yaml > crash.out 2>&1 &
@@ -333,6 +372,41 @@ sys.exit(0 if got == want else "attempts %s, want %s" % (got, want))' "$job" "$n
   fail "the steps API does not show the Slurm jobs"
 kill "${bg[-1]}"
 echo "it_slurm: the steps API shows job $job on $node, RUNNING then COMPLETED"
+
+# ---- 6b. the daemon killed with -9 while its run's job runs, then restarted ----------------
+# the next daemon adopts the run (its owner is gone) and follows the same job
+start_daemon() {
+  "$B" daemon --home h-daemon --listen 127.0.0.1:0 --no-auth >> daemon.log 2>&1 &
+  dpid=$!
+  bg+=($dpid)
+  for _ in $(seq 1 200); do
+    [[ -s h-daemon/daemon.json ]] && grep -q "\"pid\": $dpid" h-daemon/daemon.json && return 0
+    sleep 0.05
+  done
+  fail "the daemon did not start: $(tail -5 daemon.log)"
+}
+shell_pipeline dcrash 'sleep 8; echo answer=42 > "$TPUFLOW_METRICS"'
+start_daemon
+run=$("$B" --home h-daemon run dcrash.yaml --detach) || fail "run --detach on the daemon"
+job=$(running_job "tpuflow-$run-work") || fail "daemon: the job never ran"
+kill -9 "$dpid"
+wait "$dpid" 2>/dev/null
+[[ $(squeue -h -j "$job" -o '%T') == RUNNING ]] || fail "daemon: the job did not outlive the daemon"
+start_daemon
+for _ in $(seq 1 300); do
+  st=$(run_state h-daemon "$run")
+  [[ $st == succeeded || $st == failed ]] && break
+  sleep 0.2
+done
+[[ $st == succeeded ]] || fail "daemon: the adopted run is $st: $(tail -5 daemon.log)"
+kill -TERM "$dpid"
+wait "$dpid" 2>/dev/null
+n_jobs=$(squeue -h -t all -o '%j' | grep -c "^tpuflow-$run-work-")
+[[ $n_jobs -eq 1 ]] || fail "daemon: $n_jobs jobs for the step, want 1: $(squeue -h -t all -o '%i %j')"
+attempts h-daemon "$run" work > a.txt
+grep -q "^1 lost infra $job" a.txt || fail "daemon: attempt 1: $(cat a.txt)"
+grep -q "^2 succeeded - $job" a.txt || fail "daemon: attempt 2 did not follow job $job: $(cat a.txt)"
+echo "it_slurm: daemon killed -9 and restarted: it followed job $job again, 1 job in all"
 
 # ---- 7. the demo pipeline with its train step on Slurm: same bits as in-process -----------
 sed -e "s|^defaults:|storage: s3://$bucket/demo\n\ndefaults:|" \
