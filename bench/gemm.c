@@ -4,7 +4,8 @@
  *
  * The MXU kernel does more work than sgemm (it rounds every input to bf16 while packing and
  * keeps the systolic accumulation order); the ratio is what it costs to emulate the TPU's
- * numerics at CPU speed. Each figure is the best of 5 interleaved trials; before each 2-thread
+ * numerics at CPU speed. Each figure is the median of 7 interleaved trials (MXU, then OpenBLAS),
+ * the ratio the median of the trials' ratios, printed with their range; before each 2-thread
  * trial the program sleeps 0.2 s so that OpenBLAS's spinning workers release the second core.
  * Usage: build/bench/gemm [--quick] [--only WORD,...]
  *   --quick: fewer shapes, for a smoke run; --only: just the shapes whose name contains one
@@ -73,6 +74,34 @@ static void run_blas(struct ops *o)
 	cblas_sgemm(CblasRowMajor, s->tx ? CblasTrans : CblasNoTrans,
 	            s->tw ? CblasTrans : CblasNoTrans, (int)s->M, (int)s->N, (int)s->K, 1.0f, o->X,
 	            (int)o->ldx, o->W, (int)o->ldw, 0.0f, o->C, (int)s->N);
+}
+
+/* Interleaved trials per shape and thread count; the figures are their medians. */
+#define TRIALS 7
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The median of v[0..n) (v is left unchanged). */
+static double median(const double *v, int n)
+{
+	double s[TRIALS];
+	memcpy(s, v, (size_t)n * sizeof *s);
+	qsort(s, (size_t)n, sizeof *s, cmp_double);
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/* The smallest and largest of v[0..n), n >= 1. */
+static void spread(const double *v, int n, double *lo, double *hi)
+{
+	*lo = *hi = v[0];
+	for (int i = 1; i < n; i++) {
+		*lo = v[i] < *lo ? v[i] : *lo;
+		*hi = v[i] > *hi ? v[i] : *hi;
+	}
 }
 
 static double timed(void (*fn)(struct ops *), struct ops *o, int reps)
@@ -188,8 +217,9 @@ static void slice_step(int quick)
 		if (tf_slice_rt_new(&s, thr, 1, &rt))
 			return;
 		openblas_set_num_threads(thr);
-		double best_s = 1e30, best_b = 1e30;
-		for (int trial = 0; trial < 3; trial++) {
+		int trials = quick ? 3 : TRIALS;
+		double ts[TRIALS], tb[TRIALS], ratio[TRIALS];
+		for (int trial = 0; trial < trials; trial++) {
 			if (thr > 1)
 				nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
 			double t0 = tf_now_monotonic();
@@ -204,20 +234,23 @@ static void slice_step(int quick)
 				tf_slice_run(rt, replica_step, &ctx);
 				tf_slice_allreduce_first(rt, grads, ngrad);
 			}
-			double ts = (tf_now_monotonic() - t0) / steps;
+			ts[trial] = (tf_now_monotonic() - t0) / steps;
 			t0 = tf_now_monotonic();
 			for (int i = 0; i < steps; i++)
 				blas_step(&whole, 256);
-			double tb = (tf_now_monotonic() - t0) / steps;
-			best_s = ts < best_s ? ts : best_s;
-			best_b = tb < best_b ? tb : best_b;
+			tb[trial] = (tf_now_monotonic() - t0) / steps;
+			ratio[trial] = tb[trial] / ts[trial];
 		}
+		double rlo, rhi;
+		spread(ratio, trials, &rlo, &rhi);
 		struct tf_slice_stats st;
 		tf_slice_stats(rt, &st);
 		printf("v4-8 data-parallel MLP step, %d host thread%s: %.0f us (device %.1f us, "
-		       "MXU utilization %.3f); OpenBLAS whole batch: %.0f us; ratio %.2f\n",
-		       thr, thr > 1 ? "s" : "", best_s * 1e6, st.device_seconds / st.runs * 1e6,
-		       st.mxu_utilization, best_b * 1e6, best_b / best_s);
+		       "MXU utilization %.3f); OpenBLAS whole batch: %.0f us; ratio %.2f "
+		       "(range %.2f-%.2f, %d trials)\n",
+		       thr, thr > 1 ? "s" : "", median(ts, trials) * 1e6,
+		       st.device_seconds / st.runs * 1e6, st.mxu_utilization, median(tb, trials) * 1e6,
+		       median(ratio, trials), rlo, rhi, trials);
 		tf_slice_rt_free(rt);
 	}
 	mlp_free(&whole);
@@ -296,7 +329,8 @@ int main(int argc, char **argv)
 	printf("MXU kernel: %s; OpenBLAS %s, kernel %s; measured fp32 FMA peak of one core: "
 	       "%.1f GFLOP/s\n",
 	       tf_mxu_kernel_name(), openblas_get_config(), openblas_get_corename(), peak);
-	printf("%-20s %3s %9s %9s %7s\n", "shape", "thr", "mxu GF/s", "blas GF/s", "ratio");
+	printf("%-20s %3s %9s %9s %7s %11s\n", "shape", "thr", "mxu GF/s", "blas GF/s", "ratio",
+	       "range");
 	double mlp_mxu[3] = {0}, mlp_blas[3] = {0}, rep_mxu[3] = {0}, rep_blas[3] = {0};
 	double sq1024 = 0; /* MXU GFLOP/s on 1024^3 at 1 thread */
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -330,19 +364,22 @@ int main(int argc, char **argv)
 			int reps = (int)(0.05 / (est > 1e-7 ? est : 1e-7)) + 1;
 			if (reps > 2000)
 				reps = 2000;
-			double bm = 1e30, bb = 1e30;
-			for (int trial = 0; trial < (quick ? 2 : 5); trial++) {
+			int trials = quick ? 3 : TRIALS;
+			double tm[TRIALS], tb[TRIALS], ratio[TRIALS];
+			for (int trial = 0; trial < trials; trial++) {
 				/* OpenBLAS workers spin for a while after a call and would hold the
 				 * second core during the MXU trial: let them go idle first. */
 				if (thr > 1)
 					nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
-				double tm = timed(run_mxu, &o, reps),
-				       tb = timed(run_blas, &o, reps);
-				bm = tm < bm ? tm : bm;
-				bb = tb < bb ? tb : bb;
+				tm[trial] = timed(run_mxu, &o, reps);
+				tb[trial] = timed(run_blas, &o, reps);
+				ratio[trial] = tb[trial] / tm[trial];
 			}
-			printf("%-20s %3d %9.1f %9.1f %7.2f", s->name, thr, flop / bm / 1e9,
-			       flop / bb / 1e9, bb / bm);
+			double bm = median(tm, trials), bb = median(tb, trials);
+			double rlo, rhi;
+			spread(ratio, trials, &rlo, &rhi);
+			printf("%-20s %3d %9.1f %9.1f %7.2f %5.2f-%-5.2f", s->name, thr,
+			       flop / bm / 1e9, flop / bb / 1e9, median(ratio, trials), rlo, rhi);
 			if (peak > 0)
 				printf("   mxu %.0f%% of %d x FMA peak", 100 * flop / bm / 1e9 / (peak * thr),
 				       thr);

@@ -4,8 +4,9 @@ ReLU, He init, standardised inputs, batch 256, SGD momentum 0.9, lr 0.1, 1 warmu
 cosine to zero, shuffled every epoch) trained on Fashion-MNIST in fp32 with PyTorch (Debian's
 python3-torch) and with numpy (its BLAS is Debian's OpenBLAS), on the same data files as
 tpuflow (the dataset-fashion-mnist package). Prints one JSON line per peer:
-{"peer", "accuracy", "seconds", "epochs"}; "seconds" is the training loop only (no data
-loading, no evaluation). A peer whose module is missing is reported as skipped.
+{"peer", "accuracy", "seconds", "cpu_seconds", "epochs"}; "seconds" is the training loop's wall
+time only (no data loading, no evaluation), "cpu_seconds" the process's CPU time (all threads)
+in that loop. A peer whose module is missing is reported as skipped.
 
 Usage: python3 bench/train_py_peers.py EPOCHS [torch|numpy ...]
 Run it with OMP_WAIT_POLICY=PASSIVE and 2 threads (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS),
@@ -57,7 +58,7 @@ def run_numpy(epochs):
     spe = n // BATCH
     total = spe * epochs
     step = 0
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     for _ in range(epochs):
         perm = rng.permutation(n)
         for it in range(spe):
@@ -82,13 +83,13 @@ def run_numpy(epochs):
                 W[l] -= np.float32(lr) * vW[l]
                 b[l] -= np.float32(lr) * vb[l]
             step += 1
-    secs = time.monotonic() - t0
+    secs, cpu = time.monotonic() - t0, time.process_time() - c0
     h = xte
     for l in range(3):
         h = h @ W[l] + b[l]
         if l < 2:
             h = np.maximum(h, 0)
-    return float((h.argmax(axis=1) == yte).mean()), secs
+    return float((h.argmax(axis=1) == yte).mean()), secs, cpu
 
 
 def run_torch(epochs):
@@ -111,7 +112,7 @@ def run_torch(epochs):
     spe = n // BATCH
     total = spe * epochs
     step = 0
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     for _ in range(epochs):
         perm = torch.randperm(n)
         for it in range(spe):
@@ -122,22 +123,22 @@ def run_torch(epochs):
             loss_fn(model(xtr[ids]), ytr[ids]).backward()
             opt.step()
             step += 1
-    secs = time.monotonic() - t0
+    secs, cpu = time.monotonic() - t0, time.process_time() - c0
     with torch.no_grad():
         acc = (model(xte).argmax(dim=1) == yte).float().mean().item()
-    return acc, secs
+    return acc, secs, cpu
 
 
 def main():
     epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 15
     for peer in sys.argv[2:] or ["torch", "numpy"]:
         try:
-            acc, secs = {"torch": run_torch, "numpy": run_numpy}[peer](epochs)
+            acc, secs, cpu = {"torch": run_torch, "numpy": run_numpy}[peer](epochs)
         except ImportError as e:
             print(json.dumps({"peer": peer, "skipped": f"not installed ({e.name})"}))
             continue
-        print(json.dumps({"peer": peer, "accuracy": acc, "seconds": round(secs, 2),
-                          "epochs": epochs}))
+        print(json.dumps({"peer": peer, "accuracy": acc, "seconds": round(secs, 3),
+                          "cpu_seconds": round(cpu, 3), "epochs": epochs}))
         sys.stdout.flush()
 
 
