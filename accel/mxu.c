@@ -200,6 +200,7 @@ struct part {
 	int kernel;             /* enum kernel, already fitted to cfg (kernel_for) */
 	const uint32_t *packed; /* AVX-512 only: op(W) from tf_mxu_wpack, packed_n columns */
 	size_t packed_n;
+	uint32_t packed_max; /* the largest magnitude in packed, as float bits */
 };
 
 /* Portable packing: same layouts as the AVX2 code (mxu_int.h). */
@@ -275,18 +276,6 @@ static void ukernel_c(size_t kc, size_t R, const float *a, size_t ais, size_t ak
 	for (size_t jr = 0; jr < nc; jr += NR)
 		ukernel_block(kc, R, a, ais, aks, b + jr * kc, c + jr, ldc, mr,
 		              nc - jr < NR ? nc - jr : NR, flags);
-}
-
-/* Whether K products of magnitudes up to the floats with bits amax and bmax, summed, could
- * reach Inf (or are Inf or NaN already). */
-static int may_overflow(uint32_t amax, uint32_t bmax, size_t K)
-{
-	if (amax >= 0x7f800000u || bmax >= 0x7f800000u)
-		return 1;
-	float a, b;
-	memcpy(&a, &amax, sizeof a);
-	memcpy(&b, &bmax, sizeof b);
-	return (double)a * (double)b * (double)K > 0x1p120;
 }
 
 /* Rows in the next A panel when `left` rows remain: 6, except that 8 becomes 4 + 4 and 4 or
@@ -365,11 +354,11 @@ static void run_part(const struct part *p)
 		return;
 
 	if (p->kernel == K_AVX512) {
-		size_t aw = tf_mxu_avx512_abuf_words(M, K, R);
+		size_t aw = tf_mxu_avx512_abuf_words(M, K, N, R);
 		size_t bw = p->packed ? 0 : tf_mxu_avx512_bbuf_words(K, N, R);
 		struct bufs *zb = thread_bufs(aw, bw);
 		tf_mxu_avx512_run(p->trans_x, p->trans_w, M, K, N, p->X, p->ldx, p->W, p->ldw, p->C,
-		                  p->ldc, R, p->packed, p->packed_n, (uint32_t *)zb->a,
+		                  p->ldc, R, p->packed, p->packed_n, p->packed_max, (uint32_t *)zb->a,
 		                  (uint32_t *)zb->b);
 		return;
 	}
@@ -422,7 +411,7 @@ static void run_part(const struct part *p)
 				int flags = (pc == 0 ? TF_MXU_FIRST : 0) |
 				            (pc + kc == K ? TF_MXU_LAST : 0) |
 				            (portable && ftz ? TF_MXU_SOFT_FTZ : 0);
-				if (bound && !may_overflow(amax, bmax, K))
+				if (bound && !tf_mxu_may_overflow(amax, bmax, K))
 					flags &= ~TF_MXU_LAST;
 				/* A small packed B (short K, e.g. dY.W^T of a 10-class layer) stays
 				 * in L1 while each A panel runs against all of it in one call; a
@@ -711,6 +700,7 @@ struct tf_mxu_wpack {
 	int rows, ftz;   /* configuration the packing was made for */
 	bool packed;     /* words hold op(W) for the AVX-512 path */
 	uint32_t *words; /* tf_mxu_avx512_pack_w's layout */
+	uint32_t maxbits; /* the largest magnitude in words, as float bits */
 	size_t cap;      /* words allocated */
 };
 
@@ -754,7 +744,7 @@ void tf_mxu_wpack_set(struct tf_mxu_wpack *p, const struct tf_mxu_cfg *cfg_in, i
 		p->words = tf_xmalloc(need * sizeof *p->words);
 		p->cap = need;
 	}
-	tf_mxu_avx512_pack_w(trans_w, K, N, W, ldw, (size_t)cfg.rows, p->words);
+	p->maxbits = tf_mxu_avx512_pack_w(trans_w, K, N, W, ldw, (size_t)cfg.rows, p->words);
 }
 
 void tf_mxu_gemm_wpack(const struct tf_mxu_cfg *cfg_in, int trans_x, size_t M, const float *X,
@@ -786,6 +776,7 @@ void tf_mxu_gemm_wpack(const struct tf_mxu_cfg *cfg_in, int trans_x, size_t M, c
 	    .kernel = K_AVX512,
 	    .packed = p->words,
 	    .packed_n = p->N,
+	    .packed_max = p->maxbits,
 	};
 	run_split(&cfg, &whole, 0); /* the packed panels span all of N */
 	fill_stats(&cfg, M, p->K, p->N, stats);

@@ -66,13 +66,30 @@ static inline __m512i adjacent_pairs(const float *src, size_t n)
 	return _mm512_rol_epi32(w, 16);
 }
 
+/* Running maximum of the magnitudes of 32 bf16 words (the sign bits cleared). */
+static inline __m512i word_max(__m512i mx, __m512i w)
+{
+	return _mm512_max_epu16(mx, _mm512_and_si512(w, _mm512_set1_epi16(0x7fff)));
+}
+
+/* The largest bf16 magnitude in mx as float bits (a bf16 word is a float's high half). */
+static inline uint32_t word_max_bits(__m512i mx)
+{
+	__m256i h = _mm256_max_epu16(_mm512_castsi512_si256(mx), _mm512_extracti64x4_epi64(mx, 1));
+	__m128i q = _mm_max_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+	q = _mm_max_epu16(q, _mm_srli_si128(q, 8));
+	q = _mm_max_epu16(q, _mm_srli_si128(q, 4));
+	q = _mm_max_epu16(q, _mm_srli_si128(q, 2));
+	return (uint32_t)(_mm_cvtsi128_si32(q) & 0xffff) << 16;
+}
+
 static inline __mmask16 lanes(size_t n)
 {
 	return (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1);
 }
 
 /* 16 x 16 transpose of 32-bit words in r[0..16). */
-static inline void transpose16(__m512i r[16])
+static inline __attribute__((always_inline)) void transpose16(__m512i r[16])
 {
 	__m512i t[16], u[16];
 #pragma GCC unroll 8
@@ -101,11 +118,13 @@ static inline void transpose16(__m512i r[16])
 	}
 }
 
-/* One A panel: rows i0 .. i0+mr-1 of op(X), k in [p0, p0 + kc). */
+/* One A panel: rows i0 .. i0+mr-1 of op(X), k in [p0, p0 + kc). *maxbits is raised to the
+ * largest packed magnitude (as float bits). */
 static void pack_a(int trans, const float *X, size_t ldx, size_t i0, size_t mr, size_t p0,
-                   size_t kc, uint32_t *a)
+                   size_t kc, uint32_t *a, uint32_t *maxbits)
 {
 	size_t np = (kc + 1) / 2;
+	__m512i mx = _mm512_setzero_si512();
 	if (!trans) { /* row panel [ZMR][np]: a row's pairs are adjacent floats of X */
 		for (size_t i = 0; i < ZMR; i++) {
 			uint32_t *dst = a + i * np;
@@ -116,67 +135,97 @@ static void pack_a(int trans, const float *X, size_t ldx, size_t i0, size_t mr, 
 			const float *src = X + (i0 + i) * ldx + p0;
 			for (size_t q = 0; q < np; q += 16) {
 				size_t k = 2 * q, n = kc - k < 32 ? kc - k : 32;
-				_mm512_mask_storeu_epi32(dst + q, lanes(np - q),
-				                         adjacent_pairs(src + k, n));
+				__m512i w = adjacent_pairs(src + k, n);
+				mx = word_max(mx, w);
+				_mm512_mask_storeu_epi32(dst + q, lanes(np - q), w);
 			}
 		}
-		return;
+	} else {
+		/* k-major [np][ZMR]: op(X)[i0 + i, k] = X[k * ldx + i0 + i], contiguous in i */
+		__mmask8 m = (__mmask8)((1u << mr) - 1);
+		for (size_t q = 0; q < np; q++) {
+			const float *r0 = X + (p0 + 2 * q) * ldx + i0;
+			__m256 f = _mm256_maskz_loadu_ps(m, r0);
+			__m256 s = 2 * q + 1 < kc ? _mm256_maskz_loadu_ps(m, r0 + ldx)
+			                          : _mm256_setzero_ps();
+			__m256i w = (__m256i)_mm256_cvtne2ps_pbh(s, f); /* words: f (8), then s (8) */
+			mx = word_max(mx, _mm512_zextsi256_si512(w));
+			__m256i fw = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(w));
+			__m256i sw = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(w, 1));
+			_mm256_storeu_si256((__m256i *)(a + q * ZMR),
+			                    _mm256_or_si256(_mm256_slli_epi32(fw, 16), sw));
+		}
 	}
-	/* k-major [np][ZMR]: op(X)[i0 + i, k] = X[k * ldx + i0 + i], contiguous in i */
-	__mmask8 m = (__mmask8)((1u << mr) - 1);
-	for (size_t q = 0; q < np; q++) {
-		const float *r0 = X + (p0 + 2 * q) * ldx + i0;
-		__m256 f = _mm256_maskz_loadu_ps(m, r0);
-		__m256 s = 2 * q + 1 < kc ? _mm256_maskz_loadu_ps(m, r0 + ldx) : _mm256_setzero_ps();
-		__m256i w = (__m256i)_mm256_cvtne2ps_pbh(s, f); /* words: f (8), then s (8) */
-		__m256i fw = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(w));
-		__m256i sw = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(w, 1));
-		_mm256_storeu_si256((__m256i *)(a + q * ZMR),
-		                    _mm256_or_si256(_mm256_slli_epi32(fw, 16), sw));
-	}
+	uint32_t m = word_max_bits(mx);
+	*maxbits = m > *maxbits ? m : *maxbits;
 }
 
-/* One B panel of width pw (16 or 32): columns j0 .. j0+nr-1 of op(W), k in [p0, p0 + kc). */
-static void pack_b(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t pw,
-                   size_t p0, size_t kc, uint32_t *b)
+/* Pairs of adjacent floats of rows j0 .. j0+nr-1 of S (k in [p0, p0 + kc)) as the words of
+ * a [np][pw] panel, 16 rows x 16 pairs at a time, transposed: word (q, j) = (S[j0 + j, p0 +
+ * 2q] << 16 | S[j0 + j, p0 + 2q + 1]); rows past nr and the partner of a lone last k are +0.
+ * *maxbits is raised to the largest packed magnitude (as float bits). */
+static void pack_pairs_t(const float *S, size_t lds, size_t j0, size_t nr, size_t pw, size_t p0,
+                         size_t kc, uint32_t *out, uint32_t *maxbits)
 {
 	size_t np = (kc + 1) / 2;
-	const __m512 negz = _mm512_set1_ps(-0.0f); /* the B pad: its product with +0 is -0 */
-	if (!trans) { /* rows 2q and 2q+1 of op(W) are rows of W */
-		for (size_t h = 0; h < pw; h += 16) {
-			size_t n = nr > h ? nr - h : 0;
-			__mmask16 m = lanes(n);
-			for (size_t q = 0; q < np; q++) {
-				const float *r0 = W + (p0 + 2 * q) * ldw + j0 + h;
-				__m512 f = n ? _mm512_maskz_loadu_ps(m, r0) : _mm512_setzero_ps();
-				__m512 s = 2 * q + 1 >= kc ? negz
-				           : n             ? _mm512_maskz_loadu_ps(m, r0 + ldw)
-				                           : _mm512_setzero_ps();
-				_mm512_storeu_si512(b + q * pw + h, pair_words(f, s));
-			}
-		}
-		return;
-	}
-	/* op(W)[k, j0 + j] = W[(j0 + j) * ldw + k]: a column's pairs are adjacent floats of W;
-	 * 16 columns x 16 pairs at a time, transposed */
+	__m512i mx = _mm512_setzero_si512();
 	for (size_t h = 0; h < pw; h += 16) {
 		for (size_t q = 0; q < np; q += 16) {
 			size_t k = 2 * q, n = kc - k < 32 ? kc - k : 32;
 			__m512i r[16];
 #pragma GCC unroll 16
-			for (size_t j = 0; j < 16; j++)
-				r[j] = h + j < nr ? adjacent_pairs(W + (j0 + h + j) * ldw + p0 + k, n)
+			for (size_t j = 0; j < 16; j++) {
+				r[j] = h + j < nr ? adjacent_pairs(S + (j0 + h + j) * lds + p0 + k, n)
 				                  : _mm512_setzero_si512();
+				mx = word_max(mx, r[j]);
+			}
 			transpose16(r);
 			size_t cnt = np - q < 16 ? np - q : 16;
 			for (size_t t = 0; t < cnt; t++)
-				_mm512_storeu_si512(b + (q + t) * pw + h, r[t]);
+				_mm512_storeu_si512(out + (q + t) * pw + h, r[t]);
 		}
-		if (kc & 1) /* the lone last k: its partner is -0 */
-			_mm512_storeu_si512(b + (np - 1) * pw + h,
-			                    _mm512_or_si512(_mm512_loadu_si512(b + (np - 1) * pw + h),
-			                                    _mm512_set1_epi32(0x8000)));
 	}
+	uint32_t m = word_max_bits(mx);
+	*maxbits = m > *maxbits ? m : *maxbits;
+}
+
+/* One B panel of width pw (16 or 32): columns j0 .. j0+nr-1 of op(W), k in [p0, p0 + kc).
+ * *maxbits is raised to the largest packed magnitude (as float bits). */
+static void pack_b(int trans, const float *W, size_t ldw, size_t j0, size_t nr, size_t pw,
+                   size_t p0, size_t kc, uint32_t *b, uint32_t *maxbits)
+{
+	size_t np = (kc + 1) / 2;
+	if (trans) {
+		/* op(W)[k, j0 + j] = W[(j0 + j) * ldw + k]: a column's pairs are adjacent
+		 * floats of W */
+		pack_pairs_t(W, ldw, j0, nr, pw, p0, kc, b, maxbits);
+		if (kc & 1) /* the lone last k: its partner is -0 */
+			for (size_t h = 0; h < pw; h += 16)
+				_mm512_storeu_si512(
+				    b + (np - 1) * pw + h,
+				    _mm512_or_si512(_mm512_loadu_si512(b + (np - 1) * pw + h),
+				                    _mm512_set1_epi32(0x8000)));
+		return;
+	}
+	/* rows 2q and 2q+1 of op(W) are rows of W */
+	__m512i mx = _mm512_setzero_si512();
+	const __m512 negz = _mm512_set1_ps(-0.0f); /* the B pad: its product with +0 is -0 */
+	for (size_t h = 0; h < pw; h += 16) {
+		size_t n = nr > h ? nr - h : 0;
+		__mmask16 m = lanes(n);
+		for (size_t q = 0; q < np; q++) {
+			const float *r0 = W + (p0 + 2 * q) * ldw + j0 + h;
+			__m512 f = n ? _mm512_maskz_loadu_ps(m, r0) : _mm512_setzero_ps();
+			__m512 s = 2 * q + 1 >= kc ? negz
+			           : n             ? _mm512_maskz_loadu_ps(m, r0 + ldw)
+			                           : _mm512_setzero_ps();
+			__m512i w = pair_words(f, s);
+			mx = word_max(mx, w);
+			_mm512_storeu_si512(b + q * pw + h, w);
+		}
+	}
+	uint32_t mb = word_max_bits(mx);
+	*maxbits = mb > *maxbits ? mb : *maxbits;
 }
 
 /* C row += s (first: C = 0 + s, C not read; last: NaN lanes written as 0x7FC00000). */
@@ -264,19 +313,22 @@ static void kernel_row(size_t kc, size_t R, const uint32_t *a, int kmajor, const
 	}
 }
 
-/* ---- Narrow outputs with X transposed (dW = A^T . dZ of a layer with few outputs) ----
- * With N <= NARROW_TX columns the lanes are 16 rows of C instead: op(X)[m, k] = X[k * ldx + m]
- * is contiguous in m, so the pair of rows k and k + 1 of X, converted on the fly, is the vector
- * operand (no packing of X at all), and each column n of op(W) is a broadcast pair from the
- * packed B panel. NCOL tile sums and NCOL running sums stay in registers; the result is
- * transposed 16 x 16 and written as rows of C. Each lane still runs the contract's chain. */
+/* ---- Narrow outputs (N <= NARROW_TX: a 10-class layer's forward pass and weight gradient) ----
+ * A 16-column B panel would leave most lanes idle (10 of 16), so the lanes are 16 rows of C
+ * instead: the vector operand is the pairs (k, k + 1) of 16 rows of op(X), and each column n
+ * of op(W) is a broadcast pair from the packed B panel. With X transposed (dW = A^T . dZ),
+ * op(X)[m, k] = X[k * ldx + m] is contiguous in m: rows k and k + 1 of X, converted on the fly,
+ * are the pairs (no packing of X at all). Otherwise (Y = X . W) the 16 rows are packed first,
+ * transposed, into a [np][16] panel of all of K (pack_pairs_t). NCOL tile sums and NCOL
+ * running sums stay in registers; the result is transposed 16 x 16 and written as rows of C.
+ * Each lane still runs the contract's chain. */
 #define NARROW_TX 12
 
-static inline __attribute__((always_inline)) void narrow_tx_rows(const int NCOL, size_t K,
-                                                                 size_t R, const float *X,
-                                                                 size_t ldx, size_t mr,
-                                                                 const uint32_t *b, float *c,
-                                                                 size_t ldc)
+/* 16 rows (mr of them real) of C from op(X)'s rows read from X (X transposed) or, with PACKED,
+ * from the panel apk. */
+static inline __attribute__((always_inline)) void
+narrow_rows(const int NCOL, const int PACKED, size_t K, size_t R, const float *X, size_t ldx,
+            const uint32_t *apk, size_t mr, const uint32_t *b, float *c, size_t ldc)
 {
 	__m512 acc[16], s[NARROW_TX];
 	__mmask16 m = lanes(mr);
@@ -289,11 +341,16 @@ static inline __attribute__((always_inline)) void narrow_tx_rows(const int NCOL,
 		for (int n = 0; n < NCOL; n++)
 			s[n] = _mm512_setzero_ps();
 		for (size_t k = t0; k < end; k += 2) {
-			const float *r0 = X + k * ldx;
-			__m512 f = _mm512_maskz_loadu_ps(m, r0);
-			__m512 g = k + 1 < end ? _mm512_maskz_loadu_ps(m, r0 + ldx)
-			                       : _mm512_setzero_ps(); /* the A pad: +0 */
-			__m512bh x = (__m512bh)pair_words(f, g);
+			__m512bh x;
+			if (PACKED) {
+				x = (__m512bh)_mm512_loadu_si512(apk + (k / 2) * 16);
+			} else {
+				const float *r0 = X + k * ldx;
+				__m512 f = _mm512_maskz_loadu_ps(m, r0);
+				__m512 g = k + 1 < end ? _mm512_maskz_loadu_ps(m, r0 + ldx)
+				                       : _mm512_setzero_ps(); /* the A pad: +0 */
+				x = (__m512bh)pair_words(f, g);
+			}
 			const uint32_t *pb = b + (k / 2) * 16;
 #pragma GCC unroll 12
 			for (int n = 0; n < NCOL; n++)
@@ -318,18 +375,21 @@ static inline __attribute__((always_inline)) void narrow_tx_rows(const int NCOL,
 		_mm512_mask_storeu_ps(c + i * ldc, lanes((size_t)NCOL), _mm512_castsi512_ps(r[i]));
 }
 
-static void narrow_tx(size_t M, size_t K, size_t N, const float *X, size_t ldx, size_t R,
-                      const uint32_t *b, float *C, size_t ldc)
+/* C = op(X) . op(W) for N <= NARROW_TX, op(W) in the 16-column panel b of all of K; abuf holds
+ * (K + 1) / 2 * 16 words when X is not transposed. */
+static void narrow(int trans_x, size_t M, size_t K, size_t N, const float *X, size_t ldx,
+                   size_t R, const uint32_t *b, float *C, size_t ldc, uint32_t *abuf)
 {
 	for (size_t m0 = 0; m0 < M; m0 += 16) {
 		size_t mr = M - m0 < 16 ? M - m0 : 16;
 		const float *x = X + m0;
 		float *c = C + m0 * ldc;
-		switch (N) {
-#define NARROW_CASE(n)                                                                             \
-	case n:                                                                                    \
-		narrow_tx_rows(n, K, R, x, ldx, mr, b, c, ldc);                                    \
-		break;
+		if (!trans_x) {
+			uint32_t unused = 0;
+			pack_pairs_t(X, ldx, m0, mr, 16, 0, K, abuf, &unused);
+		}
+		switch (N * 2 + !trans_x) {
+#define NARROW_CASE(n)                                                                             	case 2 * n:                                                                                		narrow_rows(n, 0, K, R, x, ldx, NULL, mr, b, c, ldc);                              		break;                                                                             	case 2 * n + 1:                                                                            		narrow_rows(n, 1, K, R, NULL, 0, abuf, mr, b, c, ldc);                             		break;
 			NARROW_CASE(1)
 			NARROW_CASE(2)
 			NARROW_CASE(3)
@@ -370,49 +430,56 @@ size_t tf_mxu_avx512_packed_words(size_t K, size_t N, size_t R)
 	return words;
 }
 
-void tf_mxu_avx512_pack_w(int trans_w, size_t K, size_t N, const float *W, size_t ldw, size_t R,
-                          uint32_t *out)
+uint32_t tf_mxu_avx512_pack_w(int trans_w, size_t K, size_t N, const float *W, size_t ldw,
+                              size_t R, uint32_t *out)
 {
+	uint32_t maxbits = 0;
 	size_t KC = tf_mxu_avx512_kc(R), pw = tf_mxu_avx512_pw(N);
 	for (size_t pc = 0; pc < K; pc += KC) {
 		size_t kc = K - pc < KC ? K - pc : KC, np = (kc + 1) / 2;
 		for (size_t jr = 0; jr < N; jr += pw) {
-			pack_b(trans_w, W, ldw, jr, N - jr < pw ? N - jr : pw, pw, pc, kc, out);
+			pack_b(trans_w, W, ldw, jr, N - jr < pw ? N - jr : pw, pw, pc, kc, out,
+			       &maxbits);
 			out += np * pw;
 		}
 	}
+	return maxbits;
 }
 
-size_t tf_mxu_avx512_abuf_words(size_t M, size_t K, size_t R)
+size_t tf_mxu_avx512_abuf_words(size_t M, size_t K, size_t N, size_t R)
 {
 	size_t KC = tf_mxu_avx512_kc(R), kc = K < KC ? K : KC, mc = M < MC ? M : MC;
-	return (mc + ZMR - 1) / ZMR * ZMR * ((kc + 1) / 2);
+	size_t words = (mc + ZMR - 1) / ZMR * ZMR * ((kc + 1) / 2);
+	size_t narrow_words = (K + 1) / 2 * 16; /* narrow packs 16 rows of all of K */
+	return N <= NARROW_TX && narrow_words > words ? narrow_words : words;
 }
 
 size_t tf_mxu_avx512_bbuf_words(size_t K, size_t N, size_t R)
 {
 	size_t KC = tf_mxu_avx512_kc(R), kc = K < KC ? K : KC, pw = tf_mxu_avx512_pw(N);
 	size_t nc = N < NC ? N : NC;
-	if (N <= NARROW_TX) /* narrow_tx packs all of K at once */
+	if (N <= NARROW_TX) /* narrow packs all of K at once */
 		kc = K;
 	return (nc + pw - 1) / pw * pw * ((kc + 1) / 2);
 }
 
 void tf_mxu_avx512_run(int trans_x, int trans_w, size_t M, size_t K, size_t N, const float *X,
                        size_t ldx, const float *W, size_t ldw, float *C, size_t ldc, size_t R,
-                       const uint32_t *packed, size_t packed_n, uint32_t *abuf, uint32_t *bbuf)
+                       const uint32_t *packed, size_t packed_n, uint32_t packed_max,
+                       uint32_t *abuf, uint32_t *bbuf)
 {
 	const size_t KC = tf_mxu_avx512_kc(R);
 	/* a packed op(W) is laid out for its own N (packed_n columns, of which this part
 	 * uses the first N); otherwise B is packed here for this part's N */
 	const size_t pw = tf_mxu_avx512_pw(packed ? packed_n : N);
 	const size_t bcols = packed ? (packed_n + pw - 1) / pw * pw : 0;
-	if (trans_x && N <= NARROW_TX && pw == 16) {
+	if (N <= NARROW_TX && pw == 16 && (trans_x || M >= 16)) {
 		/* one 16-column panel: its kc blocks follow each other, and as KC is even the
 		 * pairs run on across them, so the packed form is one panel of all of K */
+		uint32_t unused = 0;
 		if (!packed)
-			pack_b(trans_w, W, ldw, 0, N, 16, 0, K, bbuf);
-		narrow_tx(M, K, N, X, ldx, R, packed ? packed : bbuf, C, ldc);
+			pack_b(trans_w, W, ldw, 0, N, 16, 0, K, bbuf, &unused);
+		narrow(trans_x, M, K, N, X, ldx, R, packed ? packed : bbuf, C, ldc, abuf);
 		return;
 	}
 	for (size_t jc = 0; jc < N; jc += NC) {
@@ -421,22 +488,31 @@ void tf_mxu_avx512_run(int trans_x, int trans_w, size_t M, size_t K, size_t N, c
 		for (size_t pc = 0; pc < K; pc += KC) {
 			size_t kc = K - pc < KC ? K - pc : KC, np = (kc + 1) / 2;
 			const uint32_t *bb;
+			uint32_t bmax = packed_max;
 			if (packed) {
 				bb = bk + jc * np;
 				bk += np * bcols;
 			} else {
+				bmax = 0;
 				for (size_t jr = 0; jr < nc; jr += pw)
 					pack_b(trans_w, W, ldw, jc + jr, nc - jr < pw ? nc - jr : pw,
-					       pw, pc, kc, bbuf + jr * np);
+					       pw, pc, kc, bbuf + jr * np, &bmax);
 				bb = bbuf;
 			}
-			int flags = (pc == 0 ? TF_MXU_FIRST : 0) | (pc + kc == K ? TF_MXU_LAST : 0);
 			for (size_t ic = 0; ic < M; ic += MC) {
 				size_t mc = M - ic < MC ? M - ic : MC;
+				uint32_t amax = 0;
 				for (size_t ir = 0; ir < mc; ir += ZMR)
 					pack_a(trans_x, X, ldx, ic + ir,
 					       mc - ir < ZMR ? mc - ir : ZMR, pc, kc,
-					       abuf + ir * np);
+					       abuf + ir * np, &amax);
+				/* With all of K in this block, the packed magnitudes bound every
+				 * sum: when no output can be NaN the last tile skips writing NaNs
+				 * canonically, a good part of the work of a short K. */
+				int flags = (pc == 0 ? TF_MXU_FIRST : 0) |
+				            (pc + kc == K && (kc < K || tf_mxu_may_overflow(amax, bmax, K))
+				                 ? TF_MXU_LAST
+				                 : 0);
 				/* a small packed B stays in L1 while each A panel runs against all of
 				 * it; a large one is walked one panel at a time against the A block */
 				size_t jstep = nc * np <= SMALL_B ? nc : pw;

@@ -74,18 +74,21 @@ void tf_mxu_narrow_avx2(int trans_x, int trans_w, size_t M, size_t K, size_t N, 
 int tf_mxu_avx512_probe(void);
 size_t tf_mxu_avx512_kc(size_t R); /* K block: a multiple of R, about 256 */
 size_t tf_mxu_avx512_pw(size_t N); /* B panel width: 16 when N <= 16, else 32 */
-/* A whole op(W) packed once (for tf_mxu_wpack): words needed, and the packing. */
+/* A whole op(W) packed once (for tf_mxu_wpack): words needed, and the packing, which returns
+ * the largest packed magnitude as float bits (for tf_mxu_may_overflow). */
 size_t tf_mxu_avx512_packed_words(size_t K, size_t N, size_t R);
-void tf_mxu_avx512_pack_w(int trans_w, size_t K, size_t N, const float *W, size_t ldw, size_t R,
-                          uint32_t *out);
+uint32_t tf_mxu_avx512_pack_w(int trans_w, size_t K, size_t N, const float *W, size_t ldw,
+                              size_t R, uint32_t *out);
 /* Scratch sizes in words for tf_mxu_avx512_run on an M x K . K x N part. */
-size_t tf_mxu_avx512_abuf_words(size_t M, size_t K, size_t R);
+size_t tf_mxu_avx512_abuf_words(size_t M, size_t K, size_t N, size_t R);
 size_t tf_mxu_avx512_bbuf_words(size_t K, size_t N, size_t R);
 /* C = op(X) . op(W) for one part. With `packed` (from tf_mxu_avx512_pack_w for packed_n
- * columns; the part uses its first N), W, ldw, trans_w and bbuf are not used. */
+ * columns, which returned packed_max; the part uses its first N), W, ldw, trans_w and bbuf are
+ * not used. */
 void tf_mxu_avx512_run(int trans_x, int trans_w, size_t M, size_t K, size_t N, const float *X,
                        size_t ldx, const float *W, size_t ldw, float *C, size_t ldc, size_t R,
-                       const uint32_t *packed, size_t packed_n, uint32_t *abuf, uint32_t *bbuf);
+                       const uint32_t *packed, size_t packed_n, uint32_t packed_max,
+                       uint32_t *abuf, uint32_t *bbuf);
 
 /* Fewest multiply-adds per thread before tf_mxu_gemm uses another thread (tests set 0). */
 extern size_t tf_mxu_min_macs_per_thread;
@@ -108,6 +111,20 @@ void tf_mxu_cfg_norm(const struct tf_mxu_cfg *in, struct tf_mxu_cfg *out);
 /* Fills stats from the model (folds, macs, mapping efficiency) and `cycles`. */
 void tf_mxu_stats_fill(const struct tf_mxu_cfg *cfg, size_t M, size_t K, size_t N, uint64_t cycles,
                        struct tf_mxu_stats *stats);
+
+/* Whether K products of magnitudes up to the floats with bits amax and bmax, summed, could
+ * reach Inf (or are Inf or NaN already). When they cannot, no output is NaN and the kernels
+ * skip writing NaNs canonically (rounding grows a sum by at most (1 + 2^-24)^K, so
+ * K * max|x| * max|w| <= 2^120 keeps every partial sum finite). */
+static inline int tf_mxu_may_overflow(uint32_t amax, uint32_t bmax, size_t K)
+{
+	if (amax >= 0x7f800000u || bmax >= 0x7f800000u)
+		return 1;
+	float a, b;
+	memcpy(&a, &amax, sizeof a);
+	memcpy(&b, &bmax, sizeof b);
+	return (double)a * (double)b * (double)K > 0x1p120;
+}
 
 /* tf_bf16_round inlined for packing loops. */
 static inline float tf_mxu_rnd(float f, int ftz)

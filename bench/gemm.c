@@ -5,8 +5,10 @@
  * The MXU kernel does more work than sgemm (it rounds every input to bf16 while packing and
  * keeps the systolic accumulation order); the ratio is what it costs to emulate the TPU's
  * numerics at CPU speed. Each figure is the median of 7 interleaved trials (MXU, then OpenBLAS),
- * the ratio the median of the trials' ratios, printed with their range; before each 2-thread
- * trial the program sleeps 0.2 s so that OpenBLAS's spinning workers release the second core.
+ * the ratio the median of the trials' ratios, printed with their range; at 1 thread, where
+ * both run on the calling thread, also the median ratio of their CPU times ("cpu"), which
+ * leaves out the time other processes held the core. Before each 2-thread trial the program
+ * sleeps 0.2 s so that OpenBLAS's spinning workers release the second core.
  * Usage: build/bench/gemm [--quick] [--only WORD,...]
  *   --quick: fewer shapes, for a smoke run; --only: just the shapes whose name contains one
  *   of the comma-separated words (no sums or reference model; the word "slice" runs the
@@ -104,11 +106,23 @@ static void spread(const double *v, int n, double *lo, double *hi)
 	}
 }
 
-static double timed(void (*fn)(struct ops *), struct ops *o, int reps)
+/* CPU time of the calling thread: what a 1-thread trial costs, without the time other
+ * processes held the core (on a shared machine the wall time includes it). */
+static double thread_cpu(void)
 {
-	double t0 = tf_now_monotonic();
+	struct timespec t;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Wall time per call of fn; *cpu (may be NULL) gets the thread's CPU time per call. */
+static double timed(void (*fn)(struct ops *), struct ops *o, int reps, double *cpu)
+{
+	double t0 = tf_now_monotonic(), c0 = thread_cpu();
 	for (int i = 0; i < reps; i++)
 		fn(o);
+	if (cpu)
+		*cpu = (thread_cpu() - c0) / reps;
 	return (tf_now_monotonic() - t0) / reps;
 }
 
@@ -218,11 +232,11 @@ static void slice_step(int quick)
 			return;
 		openblas_set_num_threads(thr);
 		int trials = quick ? 3 : TRIALS;
-		double ts[TRIALS], tb[TRIALS], ratio[TRIALS];
+		double ts[TRIALS], tb[TRIALS], ratio[TRIALS], cratio[TRIALS];
 		for (int trial = 0; trial < trials; trial++) {
 			if (thr > 1)
 				nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
-			double t0 = tf_now_monotonic();
+			double t0 = tf_now_monotonic(), c0 = thread_cpu();
 			for (int i = 0; i < steps; i++) {
 				struct tf_mxu_cfg cfg;
 				tf_slice_mxu_cfg(rt, &cfg);
@@ -235,11 +249,13 @@ static void slice_step(int quick)
 				tf_slice_allreduce_first(rt, grads, ngrad);
 			}
 			ts[trial] = (tf_now_monotonic() - t0) / steps;
-			t0 = tf_now_monotonic();
+			double cs = thread_cpu() - c0;
+			t0 = tf_now_monotonic(), c0 = thread_cpu();
 			for (int i = 0; i < steps; i++)
 				blas_step(&whole, 256);
 			tb[trial] = (tf_now_monotonic() - t0) / steps;
 			ratio[trial] = tb[trial] / ts[trial];
+			cratio[trial] = (thread_cpu() - c0) / cs;
 		}
 		double rlo, rhi;
 		spread(ratio, trials, &rlo, &rhi);
@@ -247,10 +263,14 @@ static void slice_step(int quick)
 		tf_slice_stats(rt, &st);
 		printf("v4-8 data-parallel MLP step, %d host thread%s: %.0f us (device %.1f us, "
 		       "MXU utilization %.3f); OpenBLAS whole batch: %.0f us; ratio %.2f "
-		       "(range %.2f-%.2f, %d trials)\n",
+		       "(range %.2f-%.2f, %d trials)",
 		       thr, thr > 1 ? "s" : "", median(ts, trials) * 1e6,
 		       st.device_seconds / st.runs * 1e6, st.mxu_utilization, median(tb, trials) * 1e6,
 		       median(ratio, trials), rlo, rhi, trials);
+		/* one host thread: the step and OpenBLAS run on this thread */
+		if (thr == 1)
+			printf("; CPU time ratio %.2f", median(cratio, trials));
+		printf("\n");
 		tf_slice_rt_free(rt);
 	}
 	mlp_free(&whole);
@@ -262,39 +282,85 @@ static void slice_step(int quick)
 		mlp_free(&rep[i]);
 }
 
-/* The FMA peak of one core, measured: 12 independent chains of 8-wide fused multiply-adds
- * (two per cycle on cores with two FMA pipes). 0 without AVX2/FMA. GFLOP/s. */
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) static double fma_peak(void)
+/* Peaks of one core, measured: 12 independent chains of one instruction (enough to hide its
+ * latency on two pipes), the best of 5 trials of `once`, which returns a trial's GFLOP/s. */
+static double best_of_5(double (*once)(void))
 {
-	if (!__builtin_cpu_supports("fma"))
-		return 0;
 	double best = 0;
 	for (int trial = 0; trial < 5; trial++) {
-		__m256 c[12], a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
-		for (int i = 0; i < 12; i++)
-			c[i] = _mm256_set1_ps((float)i);
-		long n = 20 * 1000 * 1000;
-		double t0 = tf_now_monotonic();
-		for (long i = 0; i < n; i++) {
-#pragma GCC unroll 12
-			for (int j = 0; j < 12; j++)
-				c[j] = _mm256_fmadd_ps(c[j], a, b);
-			__asm__ volatile("" : "+x"(a));
-		}
-		double t = tf_now_monotonic() - t0;
-		float sink[8];
-		for (int i = 1; i < 12; i++)
-			c[0] = _mm256_add_ps(c[0], c[i]);
-		_mm256_storeu_ps(sink, c[0]);
-		__asm__ volatile("" : : "r"(sink) : "memory");
-		double gf = (double)n * 12 * 8 * 2 / t / 1e9;
+		double gf = once();
 		best = gf > best ? gf : best;
 	}
 	return best;
 }
+
+/* fp32 FMA: 8-wide fused multiply-adds (2 flops per lane). */
+__attribute__((target("avx2,fma"))) static double fma_once(void)
+{
+	__m256 c[12], a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+	for (int i = 0; i < 12; i++)
+		c[i] = _mm256_set1_ps((float)i);
+	long n = 20 * 1000 * 1000;
+	double t0 = tf_now_monotonic();
+	for (long i = 0; i < n; i++) {
+#pragma GCC unroll 12
+		for (int j = 0; j < 12; j++)
+			c[j] = _mm256_fmadd_ps(c[j], a, b);
+		__asm__ volatile("" : "+x"(a));
+	}
+	double t = tf_now_monotonic() - t0;
+	float sink[8];
+	for (int i = 1; i < 12; i++)
+		c[0] = _mm256_add_ps(c[0], c[i]);
+	_mm256_storeu_ps(sink, c[0]);
+	__asm__ volatile("" : : "r"(sink) : "memory");
+	return (double)n * 12 * 8 * 2 / t / 1e9;
+}
+
+/* VDPBF16PS, the instruction of the MXU kernel's AVX-512 path: 16-lane bf16-pair dot
+ * products, each lane two multiply-adds (4 flops). */
+__attribute__((target("avx512f,avx512bf16"))) static double dpbf16_once(void)
+{
+	__m512 c[12];
+	__m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80); /* pairs of 1.0 */
+	__m512bh b = (__m512bh)_mm512_set1_epi32(0x3a803a80); /* pairs of ~0.001 */
+	for (int i = 0; i < 12; i++)
+		c[i] = _mm512_set1_ps((float)i);
+	long n = 10 * 1000 * 1000;
+	double t0 = tf_now_monotonic();
+	for (long i = 0; i < n; i++) {
+#pragma GCC unroll 12
+		for (int j = 0; j < 12; j++)
+			c[j] = _mm512_dpbf16_ps(c[j], a, b);
+		__asm__ volatile("" : "+v"(a));
+	}
+	double t = tf_now_monotonic() - t0;
+	float sink[16];
+	for (int i = 1; i < 12; i++)
+		c[0] = _mm512_add_ps(c[0], c[i]);
+	_mm512_storeu_ps(sink, c[0]);
+	__asm__ volatile("" : : "r"(sink) : "memory");
+	return (double)n * 12 * 16 * 4 / t / 1e9;
+}
+
+/* GFLOP/s; 0 when the CPU lacks the instruction. */
+static double fma_peak(void)
+{
+	return __builtin_cpu_supports("fma") ? best_of_5(fma_once) : 0;
+}
+
+static double dpbf16_peak(void)
+{
+	return __builtin_cpu_supports("avx512bf16") ? best_of_5(dpbf16_once) : 0;
+}
 #else
 static double fma_peak(void)
+{
+	return 0;
+}
+
+static double dpbf16_peak(void)
 {
 	return 0;
 }
@@ -325,12 +391,12 @@ int main(int argc, char **argv)
 			return 64;
 		}
 	}
-	double peak = fma_peak();
-	printf("MXU kernel: %s; OpenBLAS %s, kernel %s; measured fp32 FMA peak of one core: "
-	       "%.1f GFLOP/s\n",
-	       tf_mxu_kernel_name(), openblas_get_config(), openblas_get_corename(), peak);
-	printf("%-20s %3s %9s %9s %7s %11s\n", "shape", "thr", "mxu GF/s", "blas GF/s", "ratio",
-	       "range");
+	double peak = fma_peak(), dpeak = dpbf16_peak();
+	printf("MXU kernel: %s; OpenBLAS %s, kernel %s; measured peaks of one core (12 chains): "
+	       "fp32 FMA %.1f GFLOP/s, VDPBF16PS %.1f GFLOP/s\n",
+	       tf_mxu_kernel_name(), openblas_get_config(), openblas_get_corename(), peak, dpeak);
+	printf("%-20s %3s %9s %9s %7s %11s %6s\n", "shape", "thr", "mxu GF/s", "blas GF/s", "ratio",
+	       "range", "cpu");
 	double mlp_mxu[3] = {0}, mlp_blas[3] = {0}, rep_mxu[3] = {0}, rep_blas[3] = {0};
 	double sq1024 = 0; /* MXU GFLOP/s on 1024^3 at 1 thread */
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -360,26 +426,33 @@ int main(int argc, char **argv)
 			openblas_set_num_threads(thr);
 			run_mxu(&o);
 			run_blas(&o);
-			double est = timed(run_mxu, &o, 1);
+			double est = timed(run_mxu, &o, 1, NULL);
 			int reps = (int)(0.05 / (est > 1e-7 ? est : 1e-7)) + 1;
 			if (reps > 2000)
 				reps = 2000;
 			int trials = quick ? 3 : TRIALS;
-			double tm[TRIALS], tb[TRIALS], ratio[TRIALS];
+			double tm[TRIALS], tb[TRIALS], ratio[TRIALS], cratio[TRIALS];
 			for (int trial = 0; trial < trials; trial++) {
 				/* OpenBLAS workers spin for a while after a call and would hold the
 				 * second core during the MXU trial: let them go idle first. */
 				if (thr > 1)
 					nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
-				tm[trial] = timed(run_mxu, &o, reps);
-				tb[trial] = timed(run_blas, &o, reps);
+				double cm, cb;
+				tm[trial] = timed(run_mxu, &o, reps, &cm);
+				tb[trial] = timed(run_blas, &o, reps, &cb);
 				ratio[trial] = tb[trial] / tm[trial];
+				cratio[trial] = cb / cm;
 			}
 			double bm = median(tm, trials), bb = median(tb, trials);
 			double rlo, rhi;
 			spread(ratio, trials, &rlo, &rhi);
 			printf("%-20s %3d %9.1f %9.1f %7.2f %5.2f-%-5.2f", s->name, thr,
 			       flop / bm / 1e9, flop / bb / 1e9, median(ratio, trials), rlo, rhi);
+			/* at 1 thread both run on this thread: the ratio of CPU times too */
+			if (thr == 1)
+				printf(" %6.2f", median(cratio, trials));
+			else
+				printf(" %6s", "");
 			if (peak > 0)
 				printf("   mxu %.0f%% of %d x FMA peak", 100 * flop / bm / 1e9 / (peak * thr),
 				       thr);
@@ -404,13 +477,16 @@ int main(int argc, char **argv)
 			slice_step(quick);
 		return 0;
 	}
-	/* Other work on the machine lowers the peak measured at the start: measure it again
+	/* Other work on the machine lowers the peaks measured at the start: measure them again
 	 * and state the 1024^3 rate against the higher of the two. */
 	double peak2 = fma_peak(), best_peak = peak2 > peak ? peak2 : peak;
+	double dpeak2 = dpbf16_peak(), best_dpeak = dpeak2 > dpeak ? dpeak2 : dpeak;
 	if (best_peak > 0 && sq1024 > 0)
 		printf("square 1024, 1 thread: %.1f GFLOP/s = %.0f%% of the fp32 FMA peak (%.1f "
-		       "GFLOP/s, the higher of %.1f at the start and %.1f now)\n",
-		       sq1024, 100 * sq1024 / best_peak, best_peak, peak, peak2);
+		       "GFLOP/s, the higher of %.1f at the start and %.1f now), %.0f%% of the "
+		       "VDPBF16PS peak (%.1f GFLOP/s, of %.1f and %.1f)\n",
+		       sq1024, 100 * sq1024 / best_peak, best_peak, peak, peak2,
+		       best_dpeak > 0 ? 100 * sq1024 / best_dpeak : 0.0, best_dpeak, dpeak, dpeak2);
 	for (int thr = 1; thr <= 2; thr++)
 		printf("%-20s %3d %8.1fus %8.1fus %7.2f\n", "mlp step (sum)", thr,
 		       mlp_mxu[thr] * 1e6, mlp_blas[thr] * 1e6, mlp_blas[thr] / mlp_mxu[thr]);

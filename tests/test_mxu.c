@@ -331,16 +331,25 @@ static void test_mxu_finite_inputs_nan_is_canonical(void **state)
 		assert_int_equal(tf_mxu_force_kernel(kname[ki]), 0);
 		for (int threads = 1; threads <= 2; threads++) {
 			cfg.threads = threads;
-			for (int n = 1; n <= N; n += N - 1) { /* narrow (1) and wide (20) */
-				memset(C, 0, sizeof C);
-				tf_mxu_gemm(&cfg, 0, 0, M, K, (size_t)n, X, K, W, N, C, (size_t)n,
-				            NULL);
-				for (int i = 0; i < M * n; i++) {
-					uint32_t u;
-					memcpy(&u, &C[i], 4);
-					assert_int_equal(u, 0x7fc00000u);
+			for (int n = 1; n <= N; n += N - 1) /* narrow (1) and wide (20) */
+				for (int packed = 0; packed <= 1; packed++) {
+					memset(C, 0, sizeof C);
+					if (packed) { /* the bound kept with a packed W */
+						struct tf_mxu_wpack *wp = tf_mxu_wpack_new();
+						tf_mxu_wpack_set(wp, &cfg, 0, K, (size_t)n, W, N);
+						tf_mxu_gemm_wpack(&cfg, 0, M, X, K, wp, C, (size_t)n,
+						                  NULL);
+						tf_mxu_wpack_free(wp);
+					} else {
+						tf_mxu_gemm(&cfg, 0, 0, M, K, (size_t)n, X, K, W, N,
+						            C, (size_t)n, NULL);
+					}
+					for (int i = 0; i < M * n; i++) {
+						uint32_t u;
+						memcpy(&u, &C[i], 4);
+						assert_int_equal(u, 0x7fc00000u);
+					}
 				}
-			}
 		}
 	}
 	tf_mxu_force_kernel(NULL);
