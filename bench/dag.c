@@ -1,5 +1,5 @@
 /* dag.c — the orchestrator's own overhead: a 1000-step no-op DAG (a chain, then a fan-out)
- * run by the engine with durable state (SQLite WAL, synchronous=FULL, one commit per batch),
+ * run by the engine with durable state (SQLite WAL, each commit synced before it returns, one commit per batch),
  * steps running in-process. Prints wall time, per-step overhead and the step-to-step latency
  * (a dependent step's start minus its upstream's end) p50/p99. Then what users run: real
  * `shell` steps (/usr/bin/touch) through `tpuflow run --plain` (the binary named by
@@ -184,7 +184,7 @@ int main(int argc, char **argv)
 	char home[512];
 
 	printf("dag: %d no-op steps run in-process (no program started), durable state (SQLite "
-	       "WAL, synchronous=FULL)\n",
+	       "WAL, every commit synced)\n",
 	       nsteps);
 	/* chain */
 	snprintf(home, sizeof(home), "%s/chain", dir);

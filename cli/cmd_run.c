@@ -325,7 +325,18 @@ static int run_by_daemon(struct tf_cli *cli, const char *home, const char *file,
 	                               .priority = o->priority,
 	                               .project = o->project};
 	struct tf_diag_list diags = {0};
+	/* The daemon is woken as soon as the run is written, and the run is reported once it is
+	 * on disk: the daemon's commit that starts the run syncs it too (store.h), so nothing of
+	 * it runs before it is durable, and the two syncs overlap. */
+	tf_store_defer_sync(st, 1);
 	rc = tf_engine_submit(st, home, &sub, run, &diags, err, sizeof(err));
+	if (rc == 0) {
+		tf_daemon_wake(home); /* best effort: the daemon also looks every second */
+		if (tf_store_sync(st)) {
+			snprintf(err, sizeof(err), "%s", tf_store_errmsg(st));
+			rc = -EIO;
+		}
+	}
 	tf_store_close(st);
 	free(text);
 	if (rc) {
@@ -334,7 +345,6 @@ static int run_by_daemon(struct tf_cli *cli, const char *home, const char *file,
 		return exit_for_rc(rc);
 	}
 	tf_diag_list_release(&diags);
-	tf_daemon_wake(home); /* best effort: the daemon also looks every second */
 	if (detach) {
 		if (cli->json)
 			printf("{\"run_id\": \"%s\"}\n", run);

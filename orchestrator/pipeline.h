@@ -249,6 +249,11 @@ int tf_pipeline_load_buffer(const char *name, const char *buf, size_t len,
                             const struct tf_param_override *ov, size_t nov, unsigned flags,
                             struct tf_pipeline **out, struct tf_diag_list *diags);
 
+/* The top-level `name:` of pipeline text, read without loading it (for naming text that came
+ * without a file in diagnostics); NULL when it has none or the YAML breaks before it. The
+ * caller frees the string. */
+char *tf_pipeline_peek_name(const char *buf, size_t len);
+
 void tf_pipeline_free(struct tf_pipeline *p);
 
 /* Lookups by name; NULL / -1 when absent. */

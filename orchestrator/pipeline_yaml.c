@@ -681,3 +681,51 @@ int tf_pl_valid_env_name(const char *s)
 			return 0;
 	return 1;
 }
+
+/* Streams events up to the top-level `name:` value; stops at the first error. */
+char *tf_pipeline_peek_name(const char *buf, size_t len)
+{
+	yaml_parser_t parser;
+	yaml_event_t ev;
+	char *name = NULL;
+	int depth = 0, expect_key = 1, is_name = 0, done = 0;
+	if (len > TF_PIPELINE_MAX_BYTES || !yaml_parser_initialize(&parser))
+		return NULL;
+	yaml_parser_set_input_string(&parser, (const unsigned char *)buf, len);
+	while (!done && yaml_parser_parse(&parser, &ev)) {
+		switch (ev.type) {
+		case YAML_STREAM_END_EVENT:
+			done = 1;
+			break;
+		case YAML_MAPPING_START_EVENT:
+		case YAML_SEQUENCE_START_EVENT:
+			done = depth == 0 && ev.type != YAML_MAPPING_START_EVENT; /* not a pipeline */
+			depth++;
+			break;
+		case YAML_MAPPING_END_EVENT:
+		case YAML_SEQUENCE_END_EVENT:
+			done = --depth == 0;
+			expect_key = 1; /* a value that was a list or a map ended */
+			break;
+		case YAML_SCALAR_EVENT:
+		case YAML_ALIAS_EVENT:
+			if (depth != 1)
+				break;
+			if (expect_key) {
+				is_name = ev.type == YAML_SCALAR_EVENT &&
+				          !strcmp((const char *)ev.data.scalar.value, "name");
+			} else if (is_name && ev.type == YAML_SCALAR_EVENT && ev.data.scalar.length &&
+			           ev.data.scalar.length <= 128) {
+				name = tf_xstrdup((const char *)ev.data.scalar.value);
+				done = 1;
+			}
+			expect_key = !expect_key;
+			break;
+		default:
+			break;
+		}
+		yaml_event_delete(&ev);
+	}
+	yaml_parser_delete(&parser);
+	return name;
+}

@@ -1,5 +1,5 @@
 /* store.h — the state database: one SQLite file in the state home, opened in WAL mode with
- * synchronous=FULL, schema changed only by the numbered migrations in migrations/.
+ * durable commits (group commit), schema changed only by the numbered migrations in migrations/.
  *
  * This header is the only door to SQLite: the rest of the program sees an opaque store and
  * prepared statements through the small API below (orchestrator/store.c is the one file that
@@ -76,6 +76,18 @@ int tf_store_in_transaction(const struct tf_store *st);
  * and leaves a caller's transaction alone. */
 int tf_store_join(struct tf_store *st, int *own);
 int tf_store_leave(struct tf_store *st, int own, int rc);
+
+/* Durability (store.c, invariant 6): a commit returns once it is on disk. A handle with
+ * deferred sync (on = 1) returns from a commit once it is written, so the caller can release
+ * its own locks and let other writers go on; it then waits with tf_store_sync before it acts
+ * on the commit as durable (answers a client). tf_store_sync waits until every commit this
+ * process has written to the file so far is on disk (also what a reader saw of them); it
+ * returns at once when all are. */
+void tf_store_defer_sync(struct tf_store *st, int on);
+int tf_store_sync(struct tf_store *st);
+/* Commits this process made, and the fdatasyncs of the WAL that made them durable (fewer when
+ * commits shared one), since it started. */
+void tf_store_sync_stats(uint64_t *commits, uint64_t *syncs);
 
 /* Runs one or more SQL statements without parameters or results. */
 int tf_store_exec(struct tf_store *st, const char *sql);

@@ -2,6 +2,7 @@
 # Integration: `tpuflow daemon` on a temporary home and a free loopback port (docs/daemon.md).
 #  - systemd's notify protocol: READY=1 once it serves, STOPPING=1 on drain ($NOTIFY_SOCKET)
 #  - a second daemon on the same home is refused with exit 75
+#  - a pipeline posted with errors is named by its `name:` in the 422's diagnostics
 #  - `tpuflow run` through the daemon follows the run to its end (exit 0)
 #  - `run --detach` prints the run id at once; `runs watch` follows it to the end
 #  - `runs cancel` of a run the daemon drives: it ends failed within seconds
@@ -52,6 +53,18 @@ start_daemon
 url=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["url"])' "$H/daemon.json")
 curl -sf "$url/healthz" >/dev/null || fail "GET /healthz"
 curl -sf "$url/readyz" | grep -q ready || fail "GET /readyz"
+
+# ---- a pipeline posted with errors: its diagnostics name it by its own `name:`
+tok=$("$bin" tokens create --home "$H" --name it --scope trigger | grep -o 'tpf_[A-Za-z0-9_]*' | head -1)
+body=$(python3 -c 'import json; print(json.dumps({"yaml": "name: broken-one\nsteps:\n  - {name: a, type: shel}\n"}))')
+curl -s -H "Authorization: Bearer $tok" -H "Content-Type: application/json" -d "$body" \
+  "$url/api/v1/runs" >"$dir/bad.json"
+python3 - "$dir/bad.json" <<'PY' || fail "a bad posted pipeline: $(cat "$dir/bad.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["status"] == 422, p
+assert p["errors"] and all(e["file"] == "broken-one" and e["line"] == 3 for e in p["errors"]), p
+PY
 
 # ---- a second daemon is refused
 "$bin" daemon --home "$H" --listen 127.0.0.1:0 >"$dir/second.log" 2>&1

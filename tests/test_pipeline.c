@@ -1102,6 +1102,31 @@ static void test_pipeline_cli_validate_and_plan(void **state)
 	free(demo);
 }
 
+/* The top-level name of text that came without a file (diagnostics of a posted pipeline). */
+static void test_pipeline_peek_name(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *text, *name;
+	} cases[] = {
+	    {"name: mnist\nsteps: []\n", "mnist"},
+	    {"steps:\n  - {name: a, type: shell}\nname: \"after steps\"\n", "after steps"},
+	    {"params: {name: x}\nsteps: [{name: a}]\n", NULL}, /* only nested names */
+	    {"steps: [\nname: x\n", NULL},                       /* broken before it */
+	    {"- name: a list\n", NULL},
+	    {"name: [not, a, scalar]\n", NULL},
+	    {"", NULL},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *got = tf_pipeline_peek_name(cases[i].text, strlen(cases[i].text));
+		if (cases[i].name)
+			assert_string_equal(got, cases[i].name);
+		else
+			assert_null(got);
+		free(got);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1130,6 +1155,7 @@ int main(void)
 	    cmocka_unit_test(test_pipeline_huge_and_deep_files_refused_fast),
 	    cmocka_unit_test(test_pipeline_many_steps_and_many_errors),
 	    cmocka_unit_test(test_pipeline_cli_validate_and_plan),
+	    cmocka_unit_test(test_pipeline_peek_name),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

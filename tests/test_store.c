@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,7 @@ static void test_store_migrates_to_latest_and_is_idempotent(void **state)
 	free(mode);
 	int64_t sync = 0;
 	assert_int_equal(tf_store_query_int(st, &sync, "PRAGMA synchronous", ""), 0);
-	assert_int_equal(sync, 2); /* FULL */
+	assert_int_equal(sync, 1); /* NORMAL: commits are synced by group commit (store.c) */
 	const char *tables[] = {"pipelines", "runs",       "steps",       "attempts",
 	                        "events",    "artifacts",  "models",      "model_versions",
 	                        "aliases",   "step_cache", "deployments", "slice_jobs"};
@@ -73,6 +74,80 @@ static void test_store_refuses_newer_database(void **state)
 	assert_int_equal(tf_store_open("new.db", TF_STORE_MIGRATE, &st, err, sizeof(err)), -EPROTO);
 	assert_null(st);
 	assert_non_null(strstr(err, "newer tpuflow"));
+}
+
+/* Group commit (store.c, invariant 6): commits of many threads all land, each commit returned
+ * after a sync that covers it, and deferred commits share one fsync. */
+struct committer {
+	const char *path;
+	int id, failures;
+};
+
+static void *commit_many(void *arg)
+{
+	struct committer *c = arg;
+	struct tf_store *st = NULL;
+	char err[256];
+	if (tf_store_open(c->path, 0, &st, err, sizeof(err))) {
+		c->failures = 25;
+		return NULL;
+	}
+	for (int i = 0; i < 25; i++)
+		c->failures += tf_store_run(st, "INSERT INTO g(thread, n) VALUES(?, ?)", "ii",
+		                            (int64_t)c->id, (int64_t)i) != 0;
+	tf_store_close(st);
+	return NULL;
+}
+
+static void test_store_group_commit(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_db("g.db");
+	assert_int_equal(tf_store_exec(st, "CREATE TABLE g(thread INTEGER, n INTEGER)"), 0);
+	uint64_t c0, s0, c1, s1;
+	tf_store_sync_stats(&c0, &s0);
+	pthread_t th[8];
+	struct committer cs[8];
+	for (int i = 0; i < 8; i++) {
+		cs[i] = (struct committer){.path = "g.db", .id = i};
+		assert_int_equal(pthread_create(&th[i], NULL, commit_many, &cs[i]), 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(cs[i].failures, 0);
+	}
+	tf_store_sync_stats(&c1, &s1);
+	assert_int_equal(c1 - c0, 200);
+	assert_true(s1 - s0 >= 1 && s1 - s0 <= 200); /* fewer when commits overlapped */
+	int64_t n = 0;
+	assert_int_equal(tf_store_query_int(st, &n, "SELECT count(*) FROM g", ""), 0);
+	assert_int_equal(n, 200);
+
+	/* three deferred commits on three handles, then one wait: one fsync for the three */
+	struct tf_store *h[3];
+	for (int i = 0; i < 3; i++) {
+		h[i] = open_db("g.db");
+		tf_store_defer_sync(h[i], 1);
+	}
+	tf_store_sync_stats(&c0, &s0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(tf_store_run(h[i], "INSERT INTO g(thread, n) VALUES(9, ?)", "i",
+		                              (int64_t)i),
+		                 0);
+	tf_store_sync_stats(&c1, &s1);
+	assert_int_equal(c1 - c0, 3);
+	assert_int_equal(s1 - s0, 0); /* written, none synced yet */
+	assert_int_equal(tf_store_sync(h[0]), 0);
+	tf_store_sync_stats(&c1, &s1);
+	assert_int_equal(s1 - s0, 1);
+	assert_int_equal(tf_store_sync(h[2]), 0); /* already covered: no second fsync */
+	tf_store_sync_stats(&c1, &s1);
+	assert_int_equal(s1 - s0, 1);
+	for (int i = 0; i < 3; i++)
+		tf_store_close(h[i]);
+	assert_int_equal(tf_store_query_int(st, &n, "SELECT count(*) FROM g", ""), 0);
+	assert_int_equal(n, 203);
+	tf_store_close(st);
 }
 
 static void test_store_statements_and_constraints(void **state)
@@ -316,6 +391,7 @@ int main(void)
 	    cmocka_unit_test(test_store_migrates_to_latest_and_is_idempotent),
 	    cmocka_unit_test(test_store_refuses_newer_database),
 	    cmocka_unit_test(test_store_statements_and_constraints),
+	    cmocka_unit_test(test_store_group_commit),
 	    cmocka_unit_test(test_store_run_state_machine),
 	    cmocka_unit_test(test_store_run_claim_is_compare_and_set),
 	    cmocka_unit_test(test_store_step_and_attempt_transitions_log_events),

@@ -16,6 +16,7 @@
  * workers (steps at once per run, default 8), log (debug|info|warn|error). */
 #include "web/daemon.h"
 #include "orchestrator/alerts.h"
+#include "orchestrator/pipeline.h"
 #include "orchestrator/runner.h"
 #include "orchestrator/schedules.h"
 #include "orchestrator/state.h"
@@ -219,7 +220,9 @@ static int hook_submit(void *ctx, struct tf_store *st, const struct tf_web_submi
 		ov[nov].value = json_string_value(v) ? json_string_value(v) : "";
 		nov++;
 	}
-	struct tf_engine_submit sub = {.path = "request",
+	/* diagnostics name the pipeline: registered by name, or the text's own `name:` */
+	char *named = s->pipeline ? NULL : tf_pipeline_peek_name(s->yaml, s->yaml_len);
+	struct tf_engine_submit sub = {.path = s->pipeline ? s->pipeline : named ? named : "request",
 	                               .yaml = s->yaml,
 	                               .yaml_len = s->yaml_len,
 	                               .ov = ov,
@@ -228,6 +231,7 @@ static int hook_submit(void *ctx, struct tf_store *st, const struct tf_web_submi
 	                               .priority = s->priority,
 	                               .project = s->project};
 	int rc = tf_engine_submit(st, d->home, &sub, run_id, diags, err, errlen);
+	free(named);
 	free(ov);
 	json_decref(pj);
 	return rc;

@@ -515,9 +515,26 @@ static void run_idempotent(const struct tf_route *r, struct tf_web_req *rq, stru
 	}
 	char digest[65];
 	request_digest(rq, digest);
-	pthread_mutex_lock(&rq->srv->write_lock);
+	struct tf_web *w = rq->srv;
+	pthread_mutex_lock(&w->write_lock);
+	tf_store_defer_sync(rq->st, 1);
 	locked_idempotent(r, rq, rs, key, digest);
-	pthread_mutex_unlock(&rq->srv->write_lock);
+	tf_store_defer_sync(rq->st, 0);
+	pthread_mutex_unlock(&w->write_lock);
+	/* The commit is written, not yet on disk (store.h: group commit). The daemon may start the
+	 * run now: the commit that starts it syncs this one too (it comes first in the WAL), so
+	 * nothing runs before the run is durable; the client is answered after the sync, which
+	 * other POSTs written meanwhile share. A replayed answer also waits for it. */
+	int ok = rs->status >= 200 && rs->status < 300;
+	if (ok && rs->wake && !rs->replayed && w->hooks.wake) {
+		w->hooks.wake(w->hooks.ctx);
+		rs->wake = 0;
+	}
+	if (ok && tf_store_sync(rq->st)) {
+		tf_web_resp_release(rs);
+		tf_web_problem(rs, 503, rq->path, "could not commit: %s", tf_store_errmsg(rq->st));
+		rs->retry_after = 1;
+	}
 }
 
 static void locked_idempotent(const struct tf_route *r, struct tf_web_req *rq,

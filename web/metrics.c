@@ -170,6 +170,15 @@ int tf_metrics_render(struct tf_web *w, struct tf_store *st, char **out, size_t 
 	fprintf(f, "# HELP tpuflow_build_info The running build (always 1).\n"
 	           "# TYPE tpuflow_build_info gauge\ntpuflow_build_info{version=\"%s\"} 1\n",
 	        TF_VERSION);
+	uint64_t commits, syncs;
+	tf_store_sync_stats(&commits, &syncs);
+	fprintf(f,
+	        "# HELP tpuflow_db_commits_total Commits of this process to the state database.\n"
+	        "# TYPE tpuflow_db_commits_total counter\ntpuflow_db_commits_total %llu\n"
+	        "# HELP tpuflow_db_wal_syncs_total fdatasyncs of the database's WAL that made "
+	        "those commits durable (group commit: one may cover several).\n"
+	        "# TYPE tpuflow_db_wal_syncs_total counter\ntpuflow_db_wal_syncs_total %llu\n",
+	        (unsigned long long)commits, (unsigned long long)syncs);
 	int rc = by_state(f, st, "tpuflow_runs", "Runs in the state database, by state.",
 	                  "SELECT state, count(*) FROM runs GROUP BY state", run_states,
 	                  TF_ARRAY_LEN(run_states));
