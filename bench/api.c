@@ -228,9 +228,14 @@ int main(void)
 	        "wrk.body = [==[%s]==]\n",
 	        body);
 	fclose(lf);
+	uint64_t c0, s0, c1, s1;
+	tf_store_sync_stats(&c0, &s0);
 	double post_rps = bench_wrk(post_url, token, lua, 16, secs, &p50_unused, &p99_post16);
-	printf("POST /api/v1/runs, wrk 16 connections %d s: %.0f runs/s, p99 %.2f ms\n", secs,
-	       post_rps, p99_post16);
+	tf_store_sync_stats(&c1, &s1);
+	printf("POST /api/v1/runs, wrk 16 connections %d s: %.0f runs/s, p99 %.2f ms; %llu "
+	       "commits, %llu WAL fsyncs (%.1f commits per fsync)\n",
+	       secs, post_rps, p99_post16, (unsigned long long)(c1 - c0),
+	       (unsigned long long)(s1 - s0), s1 > s0 ? (double)(c1 - c0) / (double)(s1 - s0) : 0);
 	unlink(lua);
 	free(body);
 	curl_slist_free_all(h);

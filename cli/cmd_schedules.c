@@ -131,12 +131,46 @@ int cmd_pipelines(int argc, char **argv, struct tf_cli *cli)
 static void schedules_usage(FILE *f)
 {
 	fprintf(f, "usage: tpuflow schedules list [--home DIR] [--json]\n"
-	           "       tpuflow schedules fire [--home DIR] [--json]\n\n"
+	           "       tpuflow schedules fire [--home DIR] [--json]\n"
+	           "       tpuflow schedules pause|resume PIPELINE [--home DIR] [--json]\n\n"
 	           "list  the schedules of registered pipelines and their next fire times\n"
+	           "pause   stops a pipeline's schedule: no tick is handled while it is paused\n"
+	           "        (none fires, none is recorded missed); it stays paused when the\n"
+	           "        pipeline is added again\n"
+	           "resume  continues from the first tick after now; the ticks of the pause are\n"
+	           "        passed over, not caught up (it says how many)\n"
 	           "fire  handles the ticks due now (what the daemon does periodically): creates\n"
 	           "      their runs by the catch-up and concurrency policies, once per tick, and\n"
 	           "      prints them; a created run is pending until the daemon starts it or\n"
 	           "      'tpuflow runs resume RUN' drives it\n");
+}
+
+static int pause_resume(struct tf_cli *cli, const char *name, int pause)
+{
+	int ret = TF_EXIT_OK, passed = 0;
+	struct tf_store *st = cli->db;
+	int rc = tf_schedules_pause(st, name, pause, tf_now_wall(), &passed);
+	if (rc == -ENOENT || rc == -EINVAL) {
+		fprintf(stderr, "tpuflow schedules: no registered pipeline '%s' with a schedule "
+		                "(see 'tpuflow schedules list')\n", name);
+		ret = TF_EXIT_NOTFOUND;
+	} else if (rc) {
+		fprintf(stderr, "tpuflow schedules: %s\n", tf_store_errmsg(st));
+		ret = TF_EXIT_UNAVAILABLE;
+	} else if (cli->json) {
+		json_t *j = json_pack("{s:s, s:b}", "pipeline", name, "paused", pause);
+		if (!pause)
+			json_object_set_new(j, "passed_over", json_integer(passed));
+		tf_cli_print_json(stdout, j);
+		json_decref(j);
+	} else if (pause) {
+		printf("schedule of '%s' paused: no tick is handled until 'tpuflow schedules resume "
+		       "%s'\n", name, name);
+	} else {
+		printf("schedule of '%s' resumed from the next tick; %d tick%s of the pause passed "
+		       "over\n", name, passed, passed == 1 ? "" : "s");
+	}
+	return ret;
 }
 
 int cmd_schedules(int argc, char **argv, struct tf_cli *cli)
@@ -146,8 +180,14 @@ int cmd_schedules(int argc, char **argv, struct tf_cli *cli)
 	if (i < 0)
 		return ret;
 	const char *sub = i < argc ? argv[i] : "list";
+	int pause = !strcmp(sub, "pause");
+	if (pause || !strcmp(sub, "resume")) {
+		if (argc - i != 2)
+			return tf_cli_usage_error("schedules", "use 'schedules %s PIPELINE'", sub);
+		return pause_resume(cli, argv[i + 1], pause);
+	}
 	if ((strcmp(sub, "list") && strcmp(sub, "fire")) || argc - i > 1)
-		return tf_cli_usage_error("schedules", "use 'schedules list' or 'schedules fire'");
+		return tf_cli_usage_error("schedules", "use 'schedules list|fire|pause|resume'");
 	struct tf_store *st = cli->db;
 	json_t *doc = NULL;
 	int rc = !strcmp(sub, "list") ? tf_pipelines_list(st, tf_now_wall(), 3, &doc)
@@ -169,7 +209,9 @@ int cmd_schedules(int argc, char **argv, struct tf_cli *cli)
 				continue;
 			char next[40] = "never";
 			json_t *n0 = json_array_get(json_object_get(sc, "next"), 0);
-			if (n0)
+			if (json_is_true(json_object_get(sc, "paused")))
+				snprintf(next, sizeof(next), "paused");
+			else if (n0)
 				fmt_time(json_integer_value(n0), next, sizeof(next));
 			printf("%-24s %-22s %-16s %-8s %-7s %s\n",
 			       json_string_value(json_object_get(p, "name")),

@@ -50,7 +50,7 @@ static const struct tf_cmd commands[] = {
     {"ckpt", cmd_ckpt, 0, "checkpoints: list, show, gc"},
     {"slices", cmd_slices, 0, "the TPU slice pool: occupancy map, queue, utilization"},
     {"pipelines", cmd_pipelines, NEED_DB, "registered pipelines (what schedules fire): add, list, rm"},
-    {"schedules", cmd_schedules, NEED_DB, "cron schedules: list (next fire times), fire (the ticks due)"},
+    {"schedules", cmd_schedules, NEED_DB, "cron schedules: list (next fire times), fire (the ticks due), pause, resume"},
     {"sched", cmd_sched, 0, "the scheduler: simulate a workload against a pool"},
     {"data", cmd_data, 0, "datasets: prep (raw data -> sharded TFRecord + manifest)"},
     {"train", cmd_train, 0, "train an MLP on an emulated TPU slice (checkpoints, export)"},

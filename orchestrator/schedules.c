@@ -34,9 +34,14 @@ static int store_registered(struct tf_store *st, const struct tf_pipeline *p, co
 	int64_t next = 0;
 	int has_next = p->schedule && tf_cron_next(&p->schedule->spec, p->schedule->timezone,
 	                                           (int64_t)now, &next) == 0;
+	/* a pipeline added again keeps its pause (paused_at) */
 	int rc = tf_store_run(st,
-	                      "INSERT OR REPLACE INTO registered_pipelines(name, path, source, "
-	                      "digest, added_at, cron, timezone, next_tick) VALUES(?,?,?,?,?,?,?,?)",
+	                      "INSERT INTO registered_pipelines(name, path, source, digest, "
+	                      "added_at, cron, timezone, next_tick) VALUES(?,?,?,?,?,?,?,?) "
+	                      "ON CONFLICT(name) DO UPDATE SET path=excluded.path, "
+	                      "source=excluded.source, digest=excluded.digest, "
+	                      "added_at=excluded.added_at, cron=excluded.cron, "
+	                      "timezone=excluded.timezone, next_tick=excluded.next_tick",
 	                      has_next ? "ttttdtti" : "ttttdttn", p->name, path, p->source, digest,
 	                      now, p->schedule ? p->schedule->cron : NULL,
 	                      p->schedule ? p->schedule->timezone : NULL, next);
@@ -96,8 +101,8 @@ int tf_pipelines_list(struct tf_store *st, double now, int nnext, json_t **out)
 {
 	struct tf_stmt *q =
 	    tf_store_query(st,
-	                   "SELECT name, path, digest, added_at, source FROM registered_pipelines "
-	                   "ORDER BY name",
+	                   "SELECT name, path, digest, added_at, source, paused_at FROM "
+	                   "registered_pipelines ORDER BY name",
 	                   "");
 	if (!q)
 		return -EIO;
@@ -110,15 +115,19 @@ int tf_pipelines_list(struct tf_store *st, double now, int nnext, json_t **out)
 		if (p && p->schedule) {
 			const struct tf_pipeline_schedule *sc = p->schedule;
 			json_t *next = json_array();
+			int paused = !tf_stmt_is_null(q, 5);
 			int64_t t = (int64_t)now;
-			for (int i = 0;
-			     i < nnext && tf_cron_next(&sc->spec, sc->timezone, t, &t) == 0; i++)
+			for (int i = 0; !paused && i < nnext &&
+			                tf_cron_next(&sc->spec, sc->timezone, t, &t) == 0;
+			     i++)
 				json_array_append_new(next, json_integer(t));
 			sched = json_pack(
-			    "{s:s, s:s, s:s, s:s, s:i, s:f, s:o}", "cron", sc->cron, "timezone",
-			    sc->timezone, "concurrency", tf_concurrency_name(sc->concurrency),
-			    "catchup", tf_catchup_name(sc->catchup), "catchup_max", sc->catchup_max,
-			    "starting_deadline", sc->starting_deadline, "next", next);
+			    "{s:s, s:s, s:s, s:s, s:i, s:f, s:o, s:b, s:o}", "cron", sc->cron,
+			    "timezone", sc->timezone, "concurrency",
+			    tf_concurrency_name(sc->concurrency), "catchup",
+			    tf_catchup_name(sc->catchup), "catchup_max", sc->catchup_max,
+			    "starting_deadline", sc->starting_deadline, "next", next, "paused", paused,
+			    "paused_at", paused ? json_real(tf_stmt_double(q, 5)) : json_null());
 		}
 		tf_pipeline_free(p);
 		json_array_append_new(list, json_pack("{s:s, s:s?, s:s, s:f, s:o}", "name", name,
@@ -250,10 +259,10 @@ static int fire_pipeline(struct tf_store *st, const char *name, double now,
 	int64_t next = 0;
 	int rc = tf_store_query_int(st, &next,
 	                            "SELECT next_tick FROM registered_pipelines WHERE name=? AND "
-	                            "next_tick IS NOT NULL",
+	                            "next_tick IS NOT NULL AND paused_at IS NULL",
 	                            "t", name);
 	if (rc == -ENOENT || (rc == 0 && (double)next > now))
-		return 0; /* removed, or handled meanwhile */
+		return 0; /* removed, paused, or handled meanwhile */
 	if (rc == 0)
 		rc = tf_store_query_text(
 		    st, &source, "SELECT source FROM registered_pipelines WHERE name=?", "t", name);
@@ -352,7 +361,8 @@ int tf_schedules_fire_due(struct tf_store *st, double now, const struct tf_sched
 	json_t *names = json_array(), *rep = report ? json_array() : NULL;
 	struct tf_stmt *q = tf_store_query(st,
 	                                   "SELECT name FROM registered_pipelines WHERE next_tick "
-	                                   "IS NOT NULL AND next_tick <= ? ORDER BY name",
+	                                   "IS NOT NULL AND next_tick <= ? AND paused_at IS NULL "
+	                                   "ORDER BY name",
 	                                   "d", now);
 	int rc = q ? 0 : -EIO;
 	while (q && (rc = tf_stmt_step(q)) == 1)
@@ -387,4 +397,56 @@ int tf_schedules_fire_due(struct tf_store *st, double now, const struct tf_sched
 	if (report)
 		*report = rep;
 	return 0;
+}
+
+int tf_schedules_pause(struct tf_store *st, const char *name, int pause, double now,
+                       int *passed)
+{
+	int own, rc = tf_store_join(st, &own), npassed = 0;
+	char *source = NULL;
+	struct tf_stmt *q = rc ? NULL
+	                       : tf_store_query(st,
+	                                        "SELECT source, paused_at, next_tick FROM "
+	                                        "registered_pipelines WHERE name=?",
+	                                        "t", name);
+	int found = q ? tf_stmt_step(q) : rc ? rc : -EIO;
+	int was_paused = found == 1 && !tf_stmt_is_null(q, 1);
+	int64_t next = found == 1 ? tf_stmt_int(q, 2) : 0;
+	int has_next = found == 1 && !tf_stmt_is_null(q, 2);
+	if (found == 1)
+		source = tf_stmt_strdup(q, 0);
+	tf_stmt_done(q);
+	rc = found == 1 ? 0 : found == 0 ? -ENOENT : found;
+	struct tf_pipeline *p = rc == 0 ? load_registered(name, source) : NULL;
+	if (rc == 0 && (!p || !p->schedule))
+		rc = -EINVAL;
+	if (rc == 0 && pause && !was_paused)
+		rc = tf_store_run(st, "UPDATE registered_pipelines SET paused_at=? WHERE name=?",
+		                  "dt", now, name);
+	if (rc == 0 && !pause && was_paused) {
+		/* the ticks of the pause are passed over: counted, neither fired nor recorded */
+		const struct tf_pipeline_schedule *sc = p->schedule;
+		int64_t t = next, after = 0;
+		while (has_next && (double)t <= now && npassed < MAX_TICKS) {
+			npassed++;
+			if (tf_cron_next(&sc->spec, sc->timezone, t, &t))
+				break;
+		}
+		if (tf_cron_next(&sc->spec, sc->timezone, (int64_t)now, &after) == 0)
+			rc = tf_store_run(st,
+			                  "UPDATE registered_pipelines SET paused_at=NULL, next_tick=? "
+			                  "WHERE name=?",
+			                  "it", after, name);
+		else
+			rc = tf_store_run(st,
+			                  "UPDATE registered_pipelines SET paused_at=NULL, "
+			                  "next_tick=NULL WHERE name=?",
+			                  "t", name);
+	}
+	tf_pipeline_free(p);
+	free(source);
+	rc = tf_store_leave(st, own, rc);
+	if (rc == 0 && passed)
+		*passed = npassed;
+	return rc;
 }

@@ -44,6 +44,16 @@ int tf_pipelines_remove(struct tf_store *st, const char *name);
  * fire times after now. New reference. */
 int tf_pipelines_list(struct tf_store *st, double now, int nnext, json_t **out);
 
+/* Pauses (pause = 1) or resumes (0) the schedule of registered pipeline `name`. A paused
+ * schedule handles no tick: none fires, none is recorded missed or skipped, no alert is sent.
+ * Resuming continues with the first tick after `now`: the ticks of the pause are passed over
+ * (not caught up, whatever `catchup` says), and *passed (may be NULL) receives how many there
+ * were (counted up to 1000). Pausing a paused schedule or resuming a running one changes
+ * nothing. Adding the pipeline again keeps its pause. 0, -ENOENT (no such pipeline), -EINVAL
+ * (it has no schedule), or a store error. Joins the caller's transaction. */
+int tf_schedules_pause(struct tf_store *st, const char *name, int pause, double now,
+                       int *passed);
+
 /* What tf_schedules_fire_due needs from its caller. */
 struct tf_schedule_hooks {
 	/* asks an active run to stop for `concurrency: replace`; NULL: SIGTERM to the process

@@ -2,7 +2,7 @@
  * fire by the catch-up policy (none, latest, all with a cap, starting_deadline), exactly once
  * (calling again, or from two handles at once, fires nothing more), `forbid` skips while a run
  * is active and `allow` does not, the registered text is what fires, and a bad registration
- * reports the cron text's column. */
+ * reports the cron text's column; a paused schedule handles no tick. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -232,6 +232,48 @@ static void test_schedules_bad_registration(void **state)
 	tf_store_close(st);
 }
 
+/* A paused schedule handles no tick (nothing fired, missed or alerted); resuming goes on from
+ * the first tick after the resume, saying how many ticks of the pause were passed over; adding
+ * the pipeline again keeps it paused; a pipeline without a schedule cannot be paused. */
+static void test_schedules_pause_resume(void **state)
+{
+	(void)state;
+	struct tf_store *st = home("h5");
+	add(st, "p", "{cron: '*/10 * * * *', catchup: all, concurrency: allow}");
+	assert_int_equal(tf_schedules_pause(st, "p", 1, T0 + 5, NULL), 0);
+	assert_int_equal(tf_schedules_pause(st, "p", 1, T0 + 6, NULL), 0); /* again: no change */
+	add(st, "p", "{cron: '*/10 * * * *', catchup: all, concurrency: allow}");
+	json_t *rep = NULL, *list = NULL;
+	assert_int_equal(tf_schedules_fire_due(st, T0 + 3630, NULL, &rep), 0);
+	assert_int_equal(json_array_size(rep), 0);
+	json_decref(rep);
+	assert_int_equal(fired(st, "p") + missed(st, "p"), 0);
+	assert_int_equal(tf_pipelines_list(st, T0 + 3630, 3, &list), 0);
+	json_t *sc = json_object_get(json_array_get(list, 0), "schedule");
+	assert_true(json_is_true(json_object_get(sc, "paused")));
+	assert_int_equal(json_array_size(json_object_get(sc, "next")), 0);
+	json_decref(list);
+	/* resumed at 01:00:30: ticks 00:10 .. 01:00 (six) are passed over, 01:10 is next */
+	int passed = -1;
+	assert_int_equal(tf_schedules_pause(st, "p", 0, T0 + 3630, &passed), 0);
+	assert_int_equal(passed, 6);
+	assert_int_equal(tf_schedules_fire_due(st, T0 + 3630, NULL, NULL), 0);
+	assert_int_equal(fired(st, "p") + missed(st, "p"), 0);
+	assert_int_equal(tf_schedules_fire_due(st, T0 + 4200 + 5, NULL, NULL), 0);
+	assert_int_equal(fired(st, "p"), 1);
+	assert_int_equal(missed(st, "p"), 0);
+	assert_int_equal(tf_schedules_pause(st, "p", 0, T0 + 4300, &passed), 0); /* not paused */
+	assert_int_equal(passed, 0);
+	assert_int_equal(tf_schedules_pause(st, "nosuch", 1, T0, NULL), -ENOENT);
+	FILE *f = fopen("plain.yaml", "w");
+	fprintf(f, "name: plain\nsteps:\n  - {name: a, type: shell, with: {argv: [true]}}\n");
+	fclose(f);
+	struct tf_diag_list d = {0};
+	assert_int_equal(tf_pipelines_add(st, "plain.yaml", T0, NULL, &d), 0);
+	assert_int_equal(tf_schedules_pause(st, "plain", 1, T0, NULL), -EINVAL);
+	tf_store_close(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -239,6 +281,7 @@ int main(void)
 	    cmocka_unit_test(test_schedules_concurrency),
 	    cmocka_unit_test(test_schedules_fire_exactly_once_from_two_handles),
 	    cmocka_unit_test(test_schedules_bad_registration),
+	    cmocka_unit_test(test_schedules_pause_resume),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -840,6 +840,35 @@ static void test_schedules(void **state)
 	assert_int_equal(r.status, 200);
 	assert_int_equal(json_array_size(json_object_get(r.json, "fires")), 1);
 	resp_free(&r);
+	/* paused: the tick due now is not handled; resumed: it was passed over, not caught up */
+	r = call("POST", "/api/v1/schedules/nightly:pause", tok_read, NULL, NULL);
+	assert_problem(&r, 403);
+	resp_free(&r);
+	r = call("POST", "/api/v1/schedules/nightly:pause", tok_trigger, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	assert_true(json_is_true(json_object_get(r.json, "paused")));
+	assert_int_equal(json_array_size(json_object_get(r.json, "next")), 0);
+	resp_free(&r);
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_store_run(st, "UPDATE registered_pipelines SET next_tick=? WHERE name=?",
+	                              "it", (int64_t)tf_now_wall() - 30, "nightly"),
+	                 0);
+	tf_store_close(st);
+	r = call("POST", "/api/v1/schedules:fire", tok_trigger, NULL, NULL);
+	assert_int_equal(json_array_size(json_object_get(r.json, "items")), 0);
+	resp_free(&r);
+	r = call("POST", "/api/v1/schedules/nightly:resume", tok_trigger, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	assert_true(json_is_false(json_object_get(r.json, "paused")));
+	assert_int_equal(json_integer_value(json_object_get(r.json, "passed_over")), 1);
+	assert_int_equal(json_array_size(json_object_get(r.json, "next")), 3);
+	resp_free(&r);
+	r = call("POST", "/api/v1/schedules:fire", tok_trigger, NULL, NULL);
+	assert_int_equal(json_array_size(json_object_get(r.json, "items")), 0);
+	resp_free(&r);
+	r = call("POST", "/api/v1/schedules/none:resume", tok_trigger, NULL, NULL);
+	assert_problem(&r, 404);
+	resp_free(&r);
 	r = call("DELETE", "/api/v1/schedules/nightly", tok_read, NULL, NULL);
 	assert_problem(&r, 403);
 	resp_free(&r);

@@ -1065,6 +1065,38 @@ static void h_schedule_delete(struct tf_web_req *rq, struct tf_web_resp *rs)
 	h_pipeline_remove(rq, rs);
 }
 
+/* POST /schedules/{name}:pause and :resume; answers with the schedule (and on resume how many
+ * ticks of the pause were passed over). */
+static void schedule_pause(struct tf_web_req *rq, struct tf_web_resp *rs, int pause)
+{
+	const char *name = tf_web_param(rq, "name");
+	int passed = 0, rc = tf_schedules_pause(rq->st, name, pause, tf_now_wall(), &passed);
+	json_t *reg = rc ? NULL : registered_entry(rq->st, name);
+	json_t *d = reg ? schedule_doc(rq->st, reg) : NULL;
+	json_decref(reg);
+	if (rc == -ENOENT || rc == -EINVAL || (!rc && !d))
+		tf_web_problem(rs, 404, rq->path, "no registered pipeline '%s' with a schedule", name);
+	else if (rc)
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+	else {
+		if (!pause)
+			json_object_set_new(d, "passed_over", json_integer(passed));
+		tf_web_json(rs, 200, d);
+		return;
+	}
+	json_decref(d);
+}
+
+static void h_schedule_pause(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	schedule_pause(rq, rs, 1);
+}
+
+static void h_schedule_resume(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	schedule_pause(rq, rs, 0);
+}
+
 /* `concurrency: replace` through the daemon's cancel hook, on the firing transaction. */
 struct fire_ctx {
 	struct tf_web_req *rq;
@@ -1484,6 +1516,15 @@ const struct tf_route tf_routes[] = {
     {"DELETE", "/api/v1/schedules/{name}", TF_SCOPE_TRIGGER, h_schedule_delete, 0,
      "deleteSchedule", "Unregister a scheduled pipeline: its schedule stops", NULL, NULL,
      "{\"type\":\"object\",\"required\":[\"name\",\"registered\"]}", 200, NULL},
+    {"POST", "/api/v1/schedules/{name}:pause", TF_SCOPE_TRIGGER, h_schedule_pause, 0,
+     "pauseSchedule",
+     "Pause a schedule: no tick is handled while paused (none fires, none is recorded missed)",
+     NULL, NULL, REF("Schedule"), 200, NULL},
+    {"POST", "/api/v1/schedules/{name}:resume", TF_SCOPE_TRIGGER, h_schedule_resume, 0,
+     "resumeSchedule",
+     "Resume a paused schedule from the first tick after now; `passed_over` counts the ticks "
+     "of the pause, which are not caught up",
+     NULL, NULL, REF("Schedule"), 200, NULL},
     {"POST", "/api/v1/schedules:fire", TF_SCOPE_TRIGGER, h_schedules_fire, 0, "fireSchedules",
      "Handle the ticks due now (the daemon does this every second): each is fired, skipped "
      "or missed once",
