@@ -4,14 +4,15 @@
 #  1. Two embedded runs at once: never the same chips at the same time (asserted from the
 #     slice_jobs rows), the second waits with its reason shown by `tpuflow slices`, both
 #     finish.
-#  2. Preemption: a long priority-2 training (executor: local) is preempted by a priority-8
-#     run: it checkpoints where it is (SIGTERM to its step process), gives the chips back, its
-#     attempt is recorded as `preempted`, it waits, resumes from that checkpoint and finishes;
-#     both register one model version each, and the victim's weights are byte-identical to an
-#     uninterrupted run with the same seed (in another home, so the step cache cannot help).
-#  3. Chip failure: on a pool with room for two slices, `tpuflow slices fail` on a chip under
-#     a training ends its attempt as `infra`; it is placed again on the healthy half, resumes
-#     from its checkpoint and ends with the same bytes.
+#  2. Preemption, between two runs a daemon drives (submitted by `tpuflow run` to the daemon
+#     of the home): a long priority-2 training is preempted by a priority-8 run: it checkpoints
+#     where it is (SIGTERM to its step process), gives the chips back, its attempt is recorded
+#     as `preempted`, it waits, resumes from that checkpoint and finishes; both register one
+#     model version each, and the victim's weights are byte-identical to an uninterrupted run
+#     with the same seed (embedded, in another home, so the step cache cannot help).
+#  3. Chip failure under a run a daemon drives: on a pool with room for two slices, `tpuflow
+#     slices fail` on a chip under a training ends its attempt as `infra`; it is placed again
+#     on the healthy half, resumes from its checkpoint and ends with the same bytes.
 # Small CSV data and short trainings keep it to seconds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,16 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "it_pool: FAILED: $*"; for f in "$dir"/*.out; do echo "--- $f"; tail -20 "$f"; done; exit 1; }
+# A daemon for the home $TPUFLOW_HOME (with this environment's pool): `tpuflow run` on that home
+# submits to it, and the daemon's runner drives the runs (its log, $dlog, says which it started).
+start_daemon() {
+  dlog=$dir/daemon-$(basename "$TPUFLOW_HOME").out
+  TPUFLOW_LOG=info "$bin" daemon --listen 127.0.0.1:0 --grace 20s >"$dlog" 2>&1 &
+  dpid=$!; pids+=($dpid)
+  for _ in $(seq 1 200); do [[ -s $TPUFLOW_HOME/daemon.json ]] && return 0; sleep 0.05; done
+  fail "the daemon of $TPUFLOW_HOME did not start"
+}
+stop_daemon() { kill -TERM "$dpid"; wait "$dpid" || fail "the daemon of $TPUFLOW_HOME exited $?"; pids=(); }
 cd "$dir"
 export TPUFLOW_POOLS=v4:2x2x1 TPUFLOW_HOME=$dir/home
 
@@ -123,10 +134,12 @@ assert len(waited) == 1, ("exactly one run should have waited for the other's re
 print("it_pool: two runs, one pool: no chip held twice; one waited %.1f s" % (waited[0][8] - waited[0][10]))
 EOF
 
-# -- preemption: the victim checkpoints, waits, resumes there, and ends bit-identical
+# -- preemption between daemon-owned runs: the victim checkpoints, waits, resumes there, and
+# ends bit-identical
+start_daemon
 "$bin" run long.yaml --plain --param steps=30000 --param model=victim --priority 2 \
   >victim.out 2>&1 &
-pids+=($!)
+vpid=$!; pids+=($vpid)
 for _ in $(seq 1 400); do
   p=$($PY - "$TPUFLOW_HOME/tpuflow.db" <<'EOF'
 import sqlite3, sys
@@ -142,17 +155,19 @@ done
 [[ $p == 1 ]] || fail "the victim never reported training progress"
 "$bin" run long.yaml --plain --param steps=300 --param model=urgent --priority 8 \
   >urgent.out 2>&1 || fail "the urgent run failed"
-wait "${pids[0]}" || fail "the preempted run did not finish"
-pids=()
+wait "$vpid" || fail "the preempted run did not finish"
+stop_daemon
 TPUFLOW_HOME=$dir/ref "$bin" run long.yaml --plain --param steps=30000 --param model=victim \
   >ref.out 2>&1 || fail "the uninterrupted reference run failed"
 
-$PY - "$TPUFLOW_HOME" "$dir/ref" <<'EOF' || fail "preemption did not go as it should"
+$PY - "$TPUFLOW_HOME" "$dir/ref" "$dlog" <<'EOF' || fail "preemption did not go as it should"
 import sqlite3, sys, os
 home, ref = sys.argv[1], sys.argv[2]
 db = sqlite3.connect(home + "/tpuflow.db")
 victim = db.execute("SELECT id FROM runs WHERE pipeline='longtrain' AND priority=2").fetchone()[0]
 urgent = db.execute("SELECT id FROM runs WHERE pipeline='longtrain' AND priority=8").fetchone()[0]
+for run in (victim, urgent): # driven by the daemon, not by the processes that submitted them
+    assert "run '%s' started" % run in open(sys.argv[3]).read(), (run, "not the daemon's")
 att = db.execute("SELECT n, state, failure_class, error FROM attempts WHERE run_id=? AND "
                  "step='train' ORDER BY n", (victim,)).fetchall()
 assert len(att) == 2, att
@@ -188,8 +203,9 @@ EOF
 # -- a chip fails under a training: requeued onto healthy chips, same final weights
 # (30000 steps: long enough that the failure lands mid-training on a fast or a loaded machine)
 export TPUFLOW_POOLS=v4:2x2x2 TPUFLOW_HOME=$dir/chips
+start_daemon
 "$bin" run long.yaml --plain --param steps=30000 --param model=victim >chip.out 2>&1 &
-pids+=($!)
+vpid=$!; pids+=($vpid)
 box=
 for _ in $(seq 1 400); do
   box=$($PY - "$TPUFLOW_HOME/tpuflow.db" <<'EOF'
@@ -208,13 +224,14 @@ EOF
 done
 [[ -n $box ]] || fail "the training never held a slice"
 "$bin" slices fail "v4:$box" >/dev/null || fail "slices fail v4:$box"
-wait "${pids[0]}" || fail "the run with a failed chip did not finish"
-pids=()
-$PY - "$TPUFLOW_HOME" "$dir/ref" "$box" <<'EOF' || fail "the chip failure did not go as it should"
+wait "$vpid" || fail "the run with a failed chip did not finish"
+stop_daemon
+$PY - "$TPUFLOW_HOME" "$dir/ref" "$box" "$dlog" <<'EOF' || fail "the chip failure did not go as it should"
 import sqlite3, sys
 home, ref, box = sys.argv[1], sys.argv[2], tuple(int(v) for v in sys.argv[3].split(","))
 db = sqlite3.connect(home + "/tpuflow.db")
 run = db.execute("SELECT id FROM runs WHERE pipeline='longtrain'").fetchone()[0]
+assert "run '%s' started" % run in open(sys.argv[4]).read(), (run, "not the daemon's")
 att = db.execute("SELECT n, state, failure_class, error FROM attempts WHERE run_id=? AND "
                  "step='train' ORDER BY n", (run,)).fetchall()
 assert [a[1:3] for a in att] == [("failed", "infra"), ("succeeded", None)], att
