@@ -1,7 +1,8 @@
 /* fuzz_api.c — libFuzzer target for the REST API's request path without the socket: the
  * router (path patterns, percent-decoding, custom verbs, 404/405), the JSON body checks and
  * the handlers behind them, on a real state database in a temporary home. Any request must
- * get an answer with a status, and every non-2xx answer must be a problem document.
+ * get an answer with a status, and every non-2xx answer must be a problem document (model
+ * serving's routes: their clients' {"error": "..."}).
  *
  * Input layout: byte 0 picks the method, byte 1 the content type, then the path up to the
  * first newline, then the body. Run by `make fuzz` (scripts/fuzz.sh).
@@ -85,8 +86,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (int i = 0; i < 3 && rs.stream(rs.stream_ctx, buf, sizeof(buf)) > 0; i++)
 			;
 	}
-	if (rs.status >= 300 && (!rs.type || strcmp(rs.type, "application/problem+json")))
+	/* Model serving speaks its clients' formats (docs/serving.md): TensorFlow Serving's REST
+	 * API under /v1/ and the Open Inference Protocol under /v2/ answer errors as
+	 * {"error": "..."} in application/json; everything else with a problem document. */
+	int serving = !strncmp(path, "/v1/", 4) || !strncmp(path, "/v2/", 4);
+	if (rs.status >= 300 && !serving &&
+	    (!rs.type || strcmp(rs.type, "application/problem+json")))
 		abort();
+	if (rs.status >= 300 && serving) {
+		json_t *j = rs.body ? json_loadb(rs.body, rs.len, 0, NULL) : NULL;
+		int ok = rs.type && !strcmp(rs.type, "application/json") &&
+		         json_is_string(json_object_get(j, "error"));
+		json_decref(j);
+		if (!ok)
+			abort();
+	}
 	tf_web_resp_release(&rs);
 	free(path);
 	free(body);

@@ -273,6 +273,8 @@ static int finished(struct engine *e, struct estep *s, struct estep **start, siz
 	if (s->admitted) {
 		s->admitted = 0;
 		e->nadmitted--;
+		if (e->o->pool)
+			tf_pool_release(e->o->pool, &e->pc);
 	}
 	if (tf_step_schema(s->def->type)->needs_slice && s->slice_row) {
 		/* The slice was held for the whole attempt, successful or not. */
@@ -393,7 +395,8 @@ static void ts_after(struct timespec *ts, double seconds)
 
 /* Hands attempts whose start is committed to the workers. A worker coordinating (by_worker)
  * keeps one of them for itself: it pops the queue right after the round, so waking another
- * thread for that one would only add a handoff. */
+ * thread for that one would only add a handoff. With a shared pool every attempt is a job for
+ * the pool's threads. */
 static void hand_over(struct engine *e, struct estep **start, size_t nstart, int by_worker)
 {
 	size_t queued = 0;
@@ -414,13 +417,18 @@ static void hand_over(struct engine *e, struct estep **start, size_t nstart, int
 		e->qlen++;
 		queued++;
 	}
-	if (by_worker && queued)
+	struct tf_pool *pool = e->o->pool;
+	if (pool) /* a job each, on the shared threads (after the unlock: pool.h's lock order) */
+		e->pool_jobs += (int)queued;
+	else if (by_worker && queued)
 		queued--;
-	if (queued == 1)
+	if (!pool && queued == 1)
 		pthread_cond_signal(&e->work_cv);
-	else if (queued > 1)
+	else if (!pool && queued > 1)
 		pthread_cond_broadcast(&e->work_cv);
 	pthread_mutex_unlock(&e->mu);
+	for (size_t i = 0; pool && i < queued; i++)
+		tf_engine_pool_submit(e);
 }
 
 /* One round of the coordinator, run by the baton holder: takes the finished attempts,
@@ -546,6 +554,8 @@ int tf_engine_coord_round(struct engine *e, int by_worker)
 	/* Workers freed by the finished attempts take waiting steps. */
 	if (rc == 0 && !e->stopping)
 		rc = tf_engine_admit_waiting(e, start, &nstart);
+	if (e->o->pool && e->wq_len == 0) /* nothing waits: slots reserved for us go to others */
+		tf_pool_leave(e->o->pool, &e->pc);
 	/* Retries whose backoff has passed. */
 	if (e->retry_hint && !e->lost_owner) {
 		int any = 0;
@@ -665,8 +675,16 @@ int tf_engine_first_round(struct engine *e)
 	for (size_t i = 0; i < e->n; i++)
 		if (e->steps[i].state == TF_STEP_PENDING && e->steps[i].unresolved == 0)
 			e->ready[e->nready++] = i;
-	/* the first round runs even with nothing ready (a finished resume ends in it) */
-	return tf_engine_coord_round(e, 0);
+	/* the first round runs even with nothing ready (a finished resume ends in it); it holds
+	 * the baton: with a shared pool, the attempts it hands over may end before it returns */
+	pthread_mutex_lock(&e->mu);
+	e->coord_busy = 1;
+	pthread_mutex_unlock(&e->mu);
+	int rc = tf_engine_coord_round(e, 0);
+	pthread_mutex_lock(&e->mu);
+	e->coord_busy = 0; /* what ended meanwhile waits in e->done for drive */
+	pthread_mutex_unlock(&e->mu);
+	return rc;
 }
 
 /* Drives the run until every step is final or the run is interrupted: runs the rounds
@@ -691,8 +709,10 @@ int tf_engine_drive(struct engine *e, int *cache_hits)
 		if (e->complete)
 			break;
 		/* A worker's wakeup (main_look) only makes us look at the deadlines again. */
-		int go = timer || e->ndone || e->nready || (e->interrupted && !e->stopping);
+		int go = timer || e->ndone || e->nready || e->pool_kick ||
+		         (e->interrupted && !e->stopping);
 		timer = 0;
+		e->pool_kick = 0;
 		if (!go) {
 			/* Nothing to do now: sleep until a worker finishes, a signal, or the
 			 * nearest deadline (retry backoff, step timeout, view refresh). */

@@ -18,6 +18,7 @@
 #define TF_ENGINE_H
 
 #include "orchestrator/pipeline.h"
+#include "orchestrator/pool.h"
 #include "orchestrator/step_kind.h"
 #include "orchestrator/state.h"
 #include "orchestrator/store.h"
@@ -53,7 +54,15 @@ struct tf_engine_opts {
 	const char *self_exe; /* the tpuflow binary data_prep/train/evaluate steps with
 	                         `executor: local` run as `step exec` (NULL: this program;
 	                         tests that are not tpuflow name it) */
+	struct tf_pool *pool; /* worker threads shared with the other runs of the process
+	                         (orchestrator/pool.h, borrowed; the daemon's): the run's steps
+	                         take its slots and run on its threads, `workers` still caps the
+	                         run's own share; NULL: the run starts workers of its own */
 };
+
+/* A pool for tf_engine_opts.pool: `nthreads` threads that keep a database and an object-store
+ * handle each between steps. Free it with tf_pool_free once no engine uses it. */
+struct tf_pool *tf_engine_pool_new(int nthreads);
 
 /* ---- the engine as a handle ---------------------------------------------------------------
  * One run driven by this process, on threads of its own: tf_engine_start returns once the run

@@ -109,12 +109,19 @@ struct engine {
 	int slice_poll;           /* [C] attempts wait for or hold a slice: drive polls */
 	int run_priority;         /* the run's scheduling class (runs.priority, project) */
 	char run_project[64];
+	/* with a shared pool (o->pool): the run's slots, and its jobs queued or running */
+	struct tf_pool_client pc; /* [C] except what the pool owns (pool.h) */
+	int pool_jobs;            /* jobs handed to the pool and not finished (under mu) */
+	int pool_kick;            /* the pool reserved a slot: drive runs a round (under mu) */
 };
 
+/* A worker's handles: its own thread's (a run's workers), or a pool thread's kept between the
+ * runs whose steps it runs (db_home and os_url say what they were opened on). */
 struct wctx {
 	struct engine *e;
 	struct tf_store *db;
 	struct tf_objstore *os;
+	char *db_home, *os_url;
 };
 
 /* Every process on a home asks the same broker (orchestrator/broker.h): the database decides
@@ -158,5 +165,8 @@ int tf_engine_start_attempt(struct engine *e, struct estep *s, struct estep **st
 int tf_engine_worker_count(const struct engine *e);
 int tf_engine_start_workers(struct engine *e);
 void tf_engine_stop_workers(struct engine *e);
+/* With a shared pool: one queued attempt becomes a job for the pool (any thread, e->mu not
+ * held; e->pool_jobs already counts it). */
+void tf_engine_pool_submit(struct engine *e);
 
 #endif

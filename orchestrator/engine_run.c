@@ -39,6 +39,15 @@ static void engine_release(struct engine *e)
 	free(e->done);
 	free(e->waitq);
 	free(e->workers);
+	if (e->o->pool) { /* a start that failed after its first round took slots */
+		pthread_mutex_lock(&e->mu);
+		while (e->pool_jobs) /* (jobs of a start whose driver thread could not start) */
+			pthread_cond_wait(&e->coord_cv, &e->mu);
+		pthread_mutex_unlock(&e->mu);
+		while (e->pc.held)
+			tf_pool_release(e->o->pool, &e->pc);
+		tf_pool_leave(e->o->pool, &e->pc);
+	}
 	free(e->ready);
 	free(e->start);
 	free(e->batch);
@@ -53,6 +62,16 @@ static void engine_release(struct engine *e)
 	pthread_mutex_destroy(&e->mu);
 	pthread_cond_destroy(&e->coord_cv);
 	pthread_cond_destroy(&e->work_cv);
+}
+
+/* The shared pool reserved a slot for this run (under the pool's mutex): drive looks. */
+static void pool_kick(void *ctx)
+{
+	struct engine *e = ctx;
+	pthread_mutex_lock(&e->mu);
+	e->pool_kick = 1;
+	pthread_cond_signal(&e->coord_cv);
+	pthread_mutex_unlock(&e->mu);
 }
 
 static int engine_init(struct engine *e, const struct tf_engine_opts *o)
@@ -77,6 +96,8 @@ static int engine_init(struct engine *e, const struct tf_engine_opts *o)
 		const struct tf_step_schema *sc = tf_step_schema((enum tf_step_type)t);
 		e->kinds[t] = o->kinds[t] ? o->kinds[t] : sc ? sc->run : NULL;
 	}
+	e->pc.kick = pool_kick;
+	e->pc.ctx = e;
 	e->rng = (unsigned)getpid() ^ (unsigned)(tf_now_monotonic() * 1e6);
 	if (tf_random_hex(e->token, 16))
 		snprintf(e->token, sizeof(e->token), "%08x%08x%016llx", (unsigned)getpid(), e->rng,

@@ -118,27 +118,27 @@ static int begin_attempt(struct engine *e, struct estep *s)
 	return 0;
 }
 
-/* A step ready to run takes a worker when one is free (handed over after the commit; its
- * timeout starts then), else it waits in e->waitq, in state queued (a train step whose slice
- * was placed stays running: its attempt began with the slice request). */
-static int admit(struct engine *e, struct estep *s, struct estep **start, size_t *nstart)
+/* A worker for the run: under its own cap, and with a shared pool one of the pool's slots
+ * (without one the run waits on the pool's list and is kicked when a slot is reserved for
+ * it: pool.h, priority then fair share). 1 when it has one. */
+static int take_worker(struct engine *e)
 {
-	int rc = 0;
-	if (e->nadmitted >= e->nworkers) {
-		e->waitq[(e->wq_head + e->wq_len) % e->n] = s;
-		e->wq_len++;
-		s->waiting_worker = 1;
-		if (s->state != TF_STEP_RUNNING) {
-			struct tf_step_update u = {.reason = "waiting for a worker"};
-			rc = tf_engine_step_move(e, s, TF_STEP_QUEUED, &u);
-		}
-		tf_engine_set_reason(s, "waiting for a worker");
+	if (e->nadmitted >= e->nworkers)
+		return 0;
+	if (!e->o->pool)
+		return 1;
+	return tf_pool_acquire(e->o->pool, &e->pc, e->run_priority);
+}
+
+/* The step has a worker: its attempt starts (handed over after the commit). */
+static int admitted(struct engine *e, struct estep *s, struct estep **start, size_t *nstart)
+{
+	int rc = s->state != TF_STEP_RUNNING ? begin_attempt(e, s) : 0;
+	if (rc) {
+		if (e->o->pool)
+			tf_pool_release(e->o->pool, &e->pc);
 		return rc;
 	}
-	if (s->state != TF_STEP_RUNNING)
-		rc = begin_attempt(e, s);
-	if (rc)
-		return rc;
 	s->reason[0] = '\0';
 	s->admitted = 1;
 	e->nadmitted++;
@@ -146,16 +146,35 @@ static int admit(struct engine *e, struct estep *s, struct estep **start, size_t
 	return 0;
 }
 
+/* A step ready to run takes a worker when one is free (its timeout starts when it is handed
+ * over), else it waits in e->waitq, in state queued (a train step whose slice was placed stays
+ * running: its attempt began with the slice request). */
+static int admit(struct engine *e, struct estep *s, struct estep **start, size_t *nstart)
+{
+	if (take_worker(e))
+		return admitted(e, s, start, nstart);
+	int rc = 0;
+	e->waitq[(e->wq_head + e->wq_len) % e->n] = s;
+	e->wq_len++;
+	s->waiting_worker = 1;
+	if (s->state != TF_STEP_RUNNING) {
+		struct tf_step_update u = {.reason = "waiting for a worker"};
+		rc = tf_engine_step_move(e, s, TF_STEP_QUEUED, &u);
+	}
+	tf_engine_set_reason(s, "waiting for a worker");
+	return rc;
+}
+
 /* Workers that finished attempts take the steps waiting for one, oldest first. */
 int tf_engine_admit_waiting(struct engine *e, struct estep **start, size_t *nstart)
 {
 	int rc = 0;
-	while (rc == 0 && e->wq_len && e->nadmitted < e->nworkers) {
+	while (rc == 0 && e->wq_len && take_worker(e)) {
 		struct estep *s = e->waitq[e->wq_head];
 		e->wq_head = (e->wq_head + 1) % e->n;
 		e->wq_len--;
 		s->waiting_worker = 0;
-		rc = admit(e, s, start, nstart);
+		rc = admitted(e, s, start, nstart);
 	}
 	return rc;
 }

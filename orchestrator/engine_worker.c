@@ -1,7 +1,9 @@
-/* engine_worker.c — the engine's worker pool: a worker pops a step from the queue, runs its
- * kind with its own database and object-store handles, uploads the attempt's log, and pushes
- * the step on the `done` list; a worker that finds the baton free runs the round for the step
- * it just finished itself (engine.c explains the baton).
+/* engine_worker.c — the engine's workers: a worker pops a step from the queue, runs its kind
+ * with its own database and object-store handles, uploads the attempt's log, and pushes the
+ * step on the `done` list; a worker that finds the baton free runs the round for the step it
+ * just finished itself (engine.c explains the baton). A run has threads of its own, or, in
+ * the daemon, runs each queued step as a job on the process's shared pool (pool.h), whose
+ * threads keep their handles from step to step.
  */
 #include "orchestrator/engine_int.h"
 
@@ -85,6 +87,8 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 			r.failure = TF_FAIL_INFRA;
 			goto out;
 		}
+		free(w->os_url);
+		w->os_url = tf_xstrdup(e->storage_url);
 	}
 	if (!w->db) {
 		rc = tf_store_open_home(e->home, &w->db, err, sizeof(err));
@@ -93,6 +97,8 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 			r.failure = TF_FAIL_INFRA;
 			goto out;
 		}
+		free(w->db_home);
+		w->db_home = tf_xstrdup(e->home);
 	}
 	r.db = w->db;
 	r.objstore = w->os;
@@ -140,6 +146,49 @@ out:
 	free(log_path);
 }
 
+/* Runs the step at the head of the queue on w's handles and, when the baton is free,
+ * coordinates its finish itself (no wakeup of another thread on the way). Called and returns
+ * with e->mu held. */
+static void work_one(struct wctx *w, struct engine *e)
+{
+	struct estep *s = e->queue[e->qhead];
+	e->qhead = (e->qhead + 1) % e->n;
+	e->qlen--;
+	int attempt = s->attempts;
+	json_t *with = s->with;
+	pthread_mutex_unlock(&e->mu);
+	run_one(w, s, attempt, with);
+	pthread_mutex_lock(&e->mu);
+	e->done[e->ndone++] = s;
+	if (e->coord_busy || e->fatal || e->complete)
+		return; /* the holder takes it before it lets go of the baton */
+	e->coord_busy = 1;
+	int look = 0, rc = 0;
+	while (e->ndone && !e->fatal && !e->complete) {
+		if (e->qlen && !e->o->pool)
+			pthread_cond_signal(&e->work_cv); /* left for us, but we are busy */
+		pthread_mutex_unlock(&e->mu);
+		rc = tf_engine_coord_round(e, 1);
+		look |= e->main_look;
+		pthread_mutex_lock(&e->mu);
+		if (rc) {
+			e->fatal = rc;
+			break;
+		}
+	}
+	e->coord_busy = 0;
+	if (look || rc || e->main_blocked || e->interrupted)
+		pthread_cond_signal(&e->coord_cv);
+}
+
+static void wctx_release(struct wctx *w)
+{
+	tf_store_close(w->db);
+	tf_objstore_free(w->os);
+	free(w->db_home);
+	free(w->os_url);
+}
+
 static void *worker_main(void *arg)
 {
 	struct wctx *w = arg;
@@ -150,41 +199,55 @@ static void *worker_main(void *arg)
 			pthread_cond_wait(&e->work_cv, &e->mu);
 		if (e->quit && e->qlen == 0)
 			break;
-		struct estep *s = e->queue[e->qhead];
-		e->qhead = (e->qhead + 1) % e->n;
-		e->qlen--;
-		int attempt = s->attempts;
-		json_t *with = s->with;
-		pthread_mutex_unlock(&e->mu);
-		run_one(w, s, attempt, with);
-		pthread_mutex_lock(&e->mu);
-		e->done[e->ndone++] = s;
-		if (e->coord_busy || e->fatal || e->complete)
-			continue; /* the holder takes it before it lets go of the baton */
-		/* Coordinate the finish ourselves: no wakeup of another thread on the way. */
-		e->coord_busy = 1;
-		int look = 0, rc = 0;
-		while (e->ndone && !e->fatal && !e->complete) {
-			if (e->qlen)
-				pthread_cond_signal(&e->work_cv); /* left for us, but we are busy */
-			pthread_mutex_unlock(&e->mu);
-			rc = tf_engine_coord_round(e, 1);
-			look |= e->main_look;
-			pthread_mutex_lock(&e->mu);
-			if (rc) {
-				e->fatal = rc;
-				break;
-			}
-		}
-		e->coord_busy = 0;
-		if (look || rc || e->main_blocked || e->interrupted)
-			pthread_cond_signal(&e->coord_cv);
+		work_one(w, e);
 	}
 	pthread_mutex_unlock(&e->mu);
-	tf_store_close(w->db);
-	tf_objstore_free(w->os);
+	wctx_release(w);
 	free(w);
 	return NULL;
+}
+
+/* ---- the shared pool (tf_engine_opts.pool) ----------------------------------------------- */
+
+static void pool_local_free(void *local)
+{
+	wctx_release(local);
+	free(local);
+}
+
+struct tf_pool *tf_engine_pool_new(int nthreads)
+{
+	return tf_pool_new(nthreads, pool_local_free);
+}
+
+/* One queued attempt of e, on a pool thread; the thread keeps its handles for the next job
+ * unless that one's run has another home or object store. */
+static void pool_job(void *arg, void **local)
+{
+	struct engine *e = arg;
+	struct wctx *w = *local;
+	if (!w)
+		*local = w = tf_xcalloc(1, sizeof(*w));
+	if (w->db && strcmp(w->db_home, e->home)) {
+		tf_store_close(w->db);
+		w->db = NULL;
+	}
+	if (w->os && strcmp(w->os_url, e->storage_url)) {
+		tf_objstore_free(w->os);
+		w->os = NULL;
+	}
+	w->e = e;
+	pthread_mutex_lock(&e->mu);
+	TF_ASSERT(e->qlen > 0); /* one job per queued attempt */
+	work_one(w, e);
+	if (--e->pool_jobs == 0)
+		pthread_cond_broadcast(&e->coord_cv); /* tf_engine_stop_workers may wait for it */
+	pthread_mutex_unlock(&e->mu);
+}
+
+void tf_engine_pool_submit(struct engine *e)
+{
+	tf_pool_run(e->o->pool, pool_job, e);
 }
 
 /* How many workers the run gets: --workers (default 8), at most one per step. */
@@ -197,6 +260,8 @@ int tf_engine_worker_count(const struct engine *e)
 int tf_engine_start_workers(struct engine *e)
 {
 	e->nworkers = tf_engine_worker_count(e);
+	if (e->o->pool)
+		return 0; /* the pool's threads run the steps */
 	e->workers = tf_xcalloc((size_t)e->nworkers, sizeof(*e->workers));
 	for (int i = 0; i < e->nworkers; i++) {
 		struct wctx *w = tf_xcalloc(1, sizeof(*w));
@@ -215,8 +280,12 @@ void tf_engine_stop_workers(struct engine *e)
 	pthread_mutex_lock(&e->mu);
 	e->quit = 1;
 	pthread_cond_broadcast(&e->work_cv);
+	while (e->o->pool && e->pool_jobs) /* the last job may still be coordinating */
+		pthread_cond_wait(&e->coord_cv, &e->mu);
 	pthread_mutex_unlock(&e->mu);
-	for (int i = 0; i < e->nworkers; i++)
+	for (int i = 0; !e->o->pool && i < e->nworkers; i++)
 		pthread_join(e->workers[i], NULL);
+	if (e->o->pool)
+		tf_pool_leave(e->o->pool, &e->pc);
 	e->nworkers = 0;
 }

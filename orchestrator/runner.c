@@ -82,6 +82,8 @@ struct slot {
 struct tf_runner {
 	char *home;
 	int max_runs, workers;
+	int pool_size;         /* threads of the shared pool (made at the first run) */
+	struct tf_pool *pool;  /* runs every step of every run driven here */
 	double grace; /* SIGTERM to SIGKILL for step processes (tf_engine_opts.grace) */
 	int draining;
 	struct tf_store *db;    /* the runner's own handle (choosing runs) */
@@ -98,7 +100,7 @@ struct tf_runner *tf_runner_new(const struct tf_runner_opts *o, char *err, size_
 	struct tf_runner *r = tf_xcalloc(1, sizeof(*r));
 	r->home = tf_xstrdup(o->home);
 	r->grace = o->grace;
-	tf_runner_set_limits(r, o->max_runs, o->workers);
+	tf_runner_set_limits(r, o->max_runs, o->workers, o->pool);
 	if (tf_store_open_home(r->home, &r->db, err, errlen)) {
 		free(r->home);
 		free(r);
@@ -107,10 +109,16 @@ struct tf_runner *tf_runner_new(const struct tf_runner_opts *o, char *err, size_
 	return r;
 }
 
-void tf_runner_set_limits(struct tf_runner *r, int max_runs, int workers)
+void tf_runner_set_limits(struct tf_runner *r, int max_runs, int workers, int pool)
 {
 	r->max_runs = max_runs > 0 ? max_runs : 4;
 	r->workers = workers > 0 ? workers : 0;
+	pool = pool > 0 ? pool : TF_RUNNER_POOL_DEFAULT;
+	if (r->pool && pool != r->pool_size)
+		tf_warn("pool=%d takes effect when the daemon starts again (the pool has %d threads)",
+		        pool, r->pool_size);
+	else
+		r->pool_size = pool;
 }
 
 int tf_runner_count(const struct tf_runner *r)
@@ -141,9 +149,15 @@ static void idle_put(struct tf_runner *r, struct tf_store *db)
 /* Starts an engine on `run` (claimed inside tf_engine_start). */
 static int take(struct tf_runner *r, const char *run)
 {
+	if (!r->pool && !(r->pool = tf_engine_pool_new(r->pool_size))) {
+		tf_error("run '%s' cannot be started: no worker pool of %d threads", run,
+		         r->pool_size);
+		return 0;
+	}
 	struct tf_engine_opts o = {.home = r->home,
 	                           .workers = r->workers,
 	                           .grace = r->grace,
+	                           .pool = r->pool,
 	                           .ml_local = 1}; /* a crashing trainer never takes us down */
 	struct tf_engine_req rq = {.run_id = run};
 	struct tf_diag_list diags = {0};
@@ -268,6 +282,7 @@ void tf_runner_free(struct tf_runner *r)
 	while (r->nslots)
 		end_slot(r, r->nslots - 1);
 	free(r->slots);
+	tf_pool_free(r->pool); /* every engine has ended */
 	while (r->nidle)
 		tf_store_close(r->idle[--r->nidle]);
 	free(r->idle);

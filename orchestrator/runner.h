@@ -1,6 +1,9 @@
 /* runner.h — the runs a long-lived process drives (the daemon, web/daemon.c): it takes
  * submitted runs and runs a dead owner left behind out of the database, drives each through
- * an engine handle, and drains them on shutdown. Also the client side that every process uses
+ * an engine handle, and drains them on shutdown. The steps of all its runs run on one worker
+ * pool (orchestrator/pool.h), so `pool` steps at most run at once in the process, ordered by
+ * run priority, then fair share; `max_runs` caps the runs driven (each has a coordinator
+ * thread that mostly sleeps) and `workers` one run's share of the pool. Also the client side that every process uses
  * to find the daemon serving a home and to wake it.
  *
  * How a client finds the daemon (docs/daemon.md): the daemon holds an exclusive flock on
@@ -41,10 +44,14 @@ int tf_daemon_wake(const char *home);
 
 struct tf_runner;
 
+#define TF_RUNNER_POOL_DEFAULT 8
+
 struct tf_runner_opts {
 	const char *home; /* state home (borrowed for the runner's life) */
 	int max_runs;     /* runs driven at once (0: 4) */
 	int workers;      /* steps at once per run (0: the engine's default) */
+	int pool;         /* steps at once across all runs: the shared pool's threads
+	                     (0: TF_RUNNER_POOL_DEFAULT) */
 	double grace;     /* seconds a step's process gets to stop (checkpoint) after SIGTERM
 	                     when a run is drained, preempted or cancelled (0: 10 s) */
 };
@@ -52,8 +59,9 @@ struct tf_runner_opts {
 /* A runner over `home` (migrated); NULL on failure with a message in err. */
 struct tf_runner *tf_runner_new(const struct tf_runner_opts *o, char *err, size_t errlen);
 
-/* Changes the limits (SIGHUP re-reads them); runs already driven keep theirs. */
-void tf_runner_set_limits(struct tf_runner *r, int max_runs, int workers);
+/* Changes the limits (SIGHUP re-reads them); runs already driven keep theirs. The pool's size
+ * is fixed once the first run started (a change is logged and waits for a restart). */
+void tf_runner_set_limits(struct tf_runner *r, int max_runs, int workers, int pool);
 
 /* Takes what the database holds for it, up to max_runs at once: pending runs nobody drives
  * (highest priority, then oldest first), runs left `running` by an owner that is gone (the

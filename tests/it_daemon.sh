@@ -3,6 +3,7 @@
 #  - systemd's notify protocol: READY=1 once it serves, STOPPING=1 on drain ($NOTIFY_SOCKET)
 #  - a second daemon on the same home is refused with exit 75
 #  - a pipeline posted with errors is named by its `name:` in the 422's diagnostics
+#  - one worker pool for every run: 3 runs x 4 parallel steps on pool=2, never 3 at once
 #  - `tpuflow run` through the daemon follows the run to its end (exit 0)
 #  - `run --detach` prints the run id at once; `runs watch` follows it to the end
 #  - `runs cancel` of a run the daemon drives: it ends failed within seconds
@@ -49,6 +50,8 @@ start_daemon() {
   done
   fail "the daemon did not become ready"
 }
+mkdir -p "$H"
+echo "pool=2" >"$H/daemon.conf" # two steps at once across all runs (the shared worker pool)
 start_daemon
 url=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["url"])' "$H/daemon.json")
 curl -sf "$url/healthz" >/dev/null || fail "GET /healthz"
@@ -90,6 +93,31 @@ YAML
 grep -q "submitted to the daemon" "$dir/run.log" || fail "run did not go through the daemon: $(cat "$dir/run.log")"
 grep -q "succeeded" "$dir/run.log" || fail "run did not follow to the end"
 "$bin" runs show latest --home "$H" --json | grep -q '"trigger": "cli"' || fail "trigger not recorded"
+
+# ---- one worker pool for every run: three runs of four parallel steps, pool=2 -> never more
+# than two step processes at once (each step records when its process ran)
+cat >"$dir/wide.yaml" <<YAML
+name: wide
+steps:
+YAML
+for s in a b c d; do
+  echo "  - {name: $s, type: shell, with: {argv: [bash, -c, 'echo \$EPOCHREALTIME +1 >> $dir/spans; sleep 0.3; echo \$EPOCHREALTIME -1 >> $dir/spans']}}" >>"$dir/wide.yaml"
+done
+wide=()
+for _ in 1 2 3; do wide+=("$("$bin" run "$dir/wide.yaml" --home "$H" --detach)") || fail "run wide"; done
+for r in "${wide[@]}"; do
+  "$bin" runs watch "$r" --home "$H" --plain >/dev/null 2>&1 || fail "wide run $r did not succeed"
+done
+python3 - "$dir/spans" <<'PY' || fail "more step processes at once than the pool has"
+import sys
+ev = sorted((float(t), int(d)) for t, d in (l.split() for l in open(sys.argv[1])))
+assert len(ev) == 24, len(ev)
+now = top = 0
+for _, d in ev:
+    now += d; top = max(top, now)
+assert 1 <= top <= 2, top
+print("it_daemon: 3 runs x 4 steps on a pool of 2: at most %d step processes at once" % top)
+PY
 
 # ---- --detach, then runs watch
 run=$("$bin" run "$dir/quick.yaml" --home "$H" --detach) || fail "run --detach"

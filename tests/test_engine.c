@@ -1258,6 +1258,141 @@ static void test_engine_append_log_keeps_titles_on_their_own_lines(void **state)
 	}
 }
 
+/* ---- the shared worker pool (orchestrator/pool.h) ----------------------------------------- */
+
+/* Starts a run of `yaml` (written to `file`) on `o`; the engine is the caller's. */
+static struct tf_engine *start_run(const struct tf_engine_opts *o, const char *file,
+                                   const char *yaml)
+{
+	write_file(file, yaml);
+	struct tf_engine_req rq = {.path = file};
+	struct tf_diag_list diags = {0};
+	struct tf_engine *e = NULL;
+	char err[256] = "";
+	int rc = tf_engine_start(o, &rq, &e, &diags, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "engine: %s\n", err);
+	assert_int_equal(rc, 0);
+	tf_diag_list_release(&diags);
+	return e;
+}
+
+static void finish_run(struct tf_engine *e)
+{
+	struct tf_engine_result res = {0};
+	char err[256] = "";
+	assert_int_equal(tf_engine_wait(e, &res, err, sizeof(err)), 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	json_decref(res.summary);
+	tf_engine_free(e);
+}
+
+/* Three runs of five independent steps on a pool of two threads: never more than two steps
+ * run at once in the process (each run alone would take four), and every step runs. */
+static void test_engine_pool_caps_steps_across_runs(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_pool *pool = tf_engine_pool_new(2);
+	assert_non_null(pool);
+	struct tf_engine_opts o = opts(); /* workers = 4 per run */
+	o.pool = pool;
+	const char *yaml = "name: %s\nsteps:\n"
+	                   "  - {name: a, type: shell, with: {argv: [sleep, '0.03']}}\n"
+	                   "  - {name: b, type: shell, with: {argv: [sleep, '0.03']}}\n"
+	                   "  - {name: c, type: shell, with: {argv: [sleep, '0.03']}}\n"
+	                   "  - {name: d, type: shell, with: {argv: [sleep, '0.03']}}\n"
+	                   "  - {name: e, type: shell, needs: [a, b, c, d], with: {argv: [ok]}}\n";
+	struct tf_engine *e[3];
+	for (int i = 0; i < 3; i++) {
+		char name[24], file[32], text[512];
+		snprintf(name, sizeof(name), "r%d", i);
+		snprintf(file, sizeof(file), "r%d.yaml", i);
+		snprintf(text, sizeof(text), yaml, name);
+		e[i] = start_run(&o, file, text);
+	}
+	for (int i = 0; i < 3; i++)
+		finish_run(e[i]);
+	int busy = -1, busy_max = -1;
+	tf_pool_stats(pool, &busy, &busy_max);
+	assert_int_equal(busy, 0);
+	assert_true(busy_max >= 1 && busy_max <= 2);
+	pthread_mutex_lock(&mu);
+	assert_true(max_concurrent >= 1 && max_concurrent <= 2);
+	int total = 0;
+	for (int i = 0; i < 64; i++)
+		total += calls[i];
+	pthread_mutex_unlock(&mu);
+	assert_int_equal(total, 15); /* five steps in each of the three runs, each once */
+	assert_int_equal(ncalls("a"), 3);
+	assert_int_equal(ncalls("e"), 3);
+	tf_pool_free(pool);
+}
+
+/* The order steps start in, and a gate the first one waits at. */
+static char order[16][8];
+static int norder, gate_open;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+
+static int order_kind(struct tf_step_run *r)
+{
+	pthread_mutex_lock(&mu);
+	if (norder < 16)
+		snprintf(order[norder++], sizeof(order[0]), "%s", r->step);
+	pthread_cond_broadcast(&gate_cv);
+	while (!strcmp(r->step, "l1") && !gate_open)
+		pthread_cond_wait(&gate_cv, &mu);
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
+
+/* One thread in the pool, a priority-0 run with five steps holding it; a priority-9 run with
+ * two steps arrives while the first step runs: the next two slots are the urgent run's, then
+ * the rest of the first run's steps (the order of events, not durations). */
+static void test_engine_pool_serves_higher_priority_first(void **state)
+{
+	(void)state;
+	reset();
+	norder = gate_open = 0;
+	struct tf_pool *pool = tf_engine_pool_new(1);
+	struct tf_engine_opts lo = opts(), hi;
+	lo.kinds[TF_STEP_SHELL] = order_kind;
+	lo.pool = pool;
+	lo.has_priority = 1;
+	lo.priority = 0;
+	hi = lo;
+	hi.priority = 9;
+	struct tf_engine *l = start_run(&lo, "low.yaml",
+	                                "name: low\nsteps:\n"
+	                                "  - {name: l1, type: shell, with: {argv: [ok]}}\n"
+	                                "  - {name: l2, type: shell, with: {argv: [ok]}}\n"
+	                                "  - {name: l3, type: shell, with: {argv: [ok]}}\n"
+	                                "  - {name: l4, type: shell, with: {argv: [ok]}}\n"
+	                                "  - {name: l5, type: shell, with: {argv: [ok]}}\n");
+	pthread_mutex_lock(&mu);
+	while (norder == 0)
+		pthread_cond_wait(&gate_cv, &mu);
+	pthread_mutex_unlock(&mu);
+	/* l1 holds the only thread; the urgent run's first round finds no slot and waits */
+	struct tf_engine *h = start_run(&hi, "high.yaml",
+	                                "name: high\nsteps:\n"
+	                                "  - {name: h1, type: shell, with: {argv: [ok]}}\n"
+	                                "  - {name: h2, type: shell, with: {argv: [ok]}}\n");
+	pthread_mutex_lock(&mu);
+	gate_open = 1;
+	pthread_cond_broadcast(&gate_cv);
+	pthread_mutex_unlock(&mu);
+	finish_run(h);
+	finish_run(l);
+	assert_int_equal(norder, 7);
+	assert_string_equal(order[0], "l1");
+	assert_string_equal(order[1], "h1");
+	assert_string_equal(order[2], "h2");
+	for (int i = 3; i < 7; i++)
+		assert_int_equal(order[i][0], 'l');
+	tf_pool_free(pool);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1284,6 +1419,8 @@ int main(void)
 	    cmocka_unit_test(test_engine_interrupt_then_resume),
 	    cmocka_unit_test(test_engine_submit_then_drive_pending_run),
 	    cmocka_unit_test(test_engine_append_log_keeps_titles_on_their_own_lines),
+	    cmocka_unit_test(test_engine_pool_caps_steps_across_runs),
+	    cmocka_unit_test(test_engine_pool_serves_higher_priority_first),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

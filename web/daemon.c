@@ -5,15 +5,17 @@
  * One thread runs the main loop: poll() on a signalfd (SIGTERM, SIGINT, SIGHUP) and the wake
  * socket HOME/daemon.sock, with a timeout up to the next due periodic job. The periodic jobs
  * are a table of named periods in the manner of Redis's serverCron: adding one is one line.
- * Runs are driven by engine handles on their own threads; the main thread only starts,
- * reaps and drains them.
+ * Runs are driven by engine handles (a coordinator thread each) whose steps all run on the
+ * runner's one worker pool; the main thread only starts, reaps and drains them.
  *
  * Cron schedules (orchestrator/schedules.h) fire from the `schedules` job: a fired run is
  * created pending and taken like any submitted run.
  *
  * Configuration: the command line (home, listen address, grace) and HOME/daemon.conf, lines of
  * KEY=VALUE read at start and again on SIGHUP: max_runs (runs driven at once, default 4),
- * workers (steps at once per run, default 8), log (debug|info|warn|error). */
+ * workers (steps at once per run, default 8), pool (steps at once across all runs: the shared
+ * worker pool's threads, default 8, fixed once the first run started), log
+ * (debug|info|warn|error). */
 #include "web/daemon.h"
 #include "orchestrator/alerts.h"
 #include "orchestrator/pipeline.h"
@@ -97,7 +99,7 @@ static void read_config(struct daemon *d)
 {
 	char *path = tf_xasprintf("%s/daemon.conf", d->home), *text = NULL;
 	size_t len = 0;
-	int max_runs = 0, workers = 0;
+	int max_runs = 0, workers = 0, pool = 0;
 	if (tf_read_file(path, 1 << 16, &text, &len) == 0) {
 		int line = 0;
 		char *save = NULL;
@@ -120,21 +122,24 @@ static void read_config(struct daemon *d)
 			else if (eq && !strcmp(l, "workers") && end != eq + 1 && !*end && v >= 1 &&
 			         v <= 1024)
 				workers = (int)v;
+			else if (eq && !strcmp(l, "pool") && end != eq + 1 && !*end && v >= 1 &&
+			         v <= 1024)
+				pool = (int)v;
 			else if (eq && !strcmp(l, "log") && set_log_level(eq + 1) == 0)
 				;
 			else
 				tf_warn(
-				    "%s:%d: ignored (expected max_runs=1..1024, workers=1..1024 or "
-				    "log=debug|info|warn|error)",
+				    "%s:%d: ignored (expected max_runs=1..1024, workers=1..1024, "
+				    "pool=1..1024 or log=debug|info|warn|error)",
 				    path, line);
 		}
 	}
 	free(text);
 	free(path);
 	if (d->runner)
-		tf_runner_set_limits(d->runner, max_runs, workers);
-	tf_info("configuration: max_runs=%d workers=%d", max_runs ? max_runs : 4,
-	        workers ? workers : 8);
+		tf_runner_set_limits(d->runner, max_runs, workers, pool);
+	tf_info("configuration: max_runs=%d workers=%d pool=%d", max_runs ? max_runs : 4,
+	        workers ? workers : 8, pool ? pool : TF_RUNNER_POOL_DEFAULT);
 }
 
 /* ---- the home: lock, daemon.json, wake socket ------------------------------------------ */
