@@ -1,8 +1,9 @@
 /* fuzz_api.c — libFuzzer target for the REST API's request path without the socket: the
  * router (path patterns, percent-decoding, custom verbs, 404/405), the JSON body checks and
  * the handlers behind them, on a real state database in a temporary home. Any request must
- * get an answer with a status, and every non-2xx answer must be a problem document (model
- * serving's routes: their clients' {"error": "..."}).
+ * get an answer with a status, and every non-2xx answer must be a problem document whose
+ * status is the answer's (model serving's routes: their clients' {"error": "..."}), also when
+ * the request's path is not UTF-8.
  *
  * Input layout: byte 0 picks the method, byte 1 the content type, then the path up to the
  * first newline, then the body. Run by `make fuzz` (scripts/fuzz.sh).
@@ -90,14 +91,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	 * API under /v1/models/ and the Open Inference Protocol under /v2/ answer errors as
 	 * {"error": "..."} in application/json; every other answer is a problem document. */
 	int serving = !strncmp(path, "/v1/", 4) || !strncmp(path, "/v2/", 4);
-	int problem = rs.type && !strcmp(rs.type, "application/problem+json");
-	if (rs.status >= 300 && !problem) {
+	if (rs.status >= 300) {
 		json_t *j = rs.body ? json_loadb(rs.body, rs.len, 0, NULL) : NULL;
-		int ok = serving && rs.type && !strcmp(rs.type, "application/json") &&
-		         json_is_string(json_object_get(j, "error"));
+		int problem = rs.type && !strcmp(rs.type, "application/problem+json") &&
+		              json_integer_value(json_object_get(j, "status")) == rs.status;
+		int ok = problem || (serving && rs.type && !strcmp(rs.type, "application/json") &&
+		                     json_is_string(json_object_get(j, "error")));
 		json_decref(j);
-		if (!ok)
+		if (!ok) {
+			fprintf(stderr, "fuzz_api: %s %s answered %d %s: %.*s\n", method, path,
+			        rs.status, rs.type ? rs.type : "(no type)", (int)rs.len,
+			        rs.body ? rs.body : "");
 			abort();
+		}
 	}
 	tf_web_resp_release(&rs);
 	free(path);

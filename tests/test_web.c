@@ -693,6 +693,34 @@ static void test_slurm_attempts(void **state)
 	resp_free(&r);
 }
 
+/* Text from a request that is not UTF-8 (a percent-decoded path) still gives a JSON answer:
+ * its bad bytes become '?'. */
+static void test_utf8_clean(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *in, *out;
+	} cases[] = {
+		{"plain", "plain"},
+		{"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+		{"m\xaflow\xb3", "m?low?"},
+		{"\xc0\xaf", "??"},             /* overlong '/' */
+		{"\xed\xa0\x80", "???"},        /* a UTF-16 surrogate */
+		{"\xf4\x90\x80\x80", "????"},   /* past U+10FFFF */
+		{"\xe2\x82", "??"},             /* cut short */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *s = strdup(cases[i].in);
+		tf_web_utf8_clean(s);
+		assert_string_equal(s, cases[i].out);
+		free(s);
+	}
+	struct resp r = call("GET", "/api/v1/runs/%ff%fe", tok_read, NULL, NULL);
+	assert_problem(&r, 404);
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "instance")), "??"));
+	resp_free(&r);
+}
+
 static void test_validate(void **state)
 {
 	(void)state;
@@ -1318,6 +1346,7 @@ int main(void)
 	    cmocka_unit_test(test_events_and_cancel), cmocka_unit_test(test_global_events),
 	    cmocka_unit_test(test_step_counts), cmocka_unit_test(test_slurm_attempts),     cmocka_unit_test(test_runs_page_fresh),
 	    cmocka_unit_test(test_validate),        cmocka_unit_test(test_schedules),
+	    cmocka_unit_test(test_utf8_clean),
 	    cmocka_unit_test(test_metrics),         cmocka_unit_test(test_contract),
 	    cmocka_unit_test(test_promtool),        cmocka_unit_test(test_prometheus_scrape),
 	    cmocka_unit_test(test_remote_cli),      cmocka_unit_test(test_burst_idempotent),

@@ -89,6 +89,9 @@ struct tf_web_resp {
 
 /* Response helpers: the JSON is consumed (decref'd). */
 void tf_web_json(struct tf_web_resp *rs, int status, json_t *doc);
+/* Replaces, in place, every byte of `s` that is not part of valid UTF-8 with '?': text from a
+ * request (a percent-decoded path) can then go into a JSON answer, which must be UTF-8. */
+void tf_web_utf8_clean(char *s);
 /* An RFC 9457 problem: type is about:blank-like per status unless `type` is given. */
 void tf_web_problem(struct tf_web_resp *rs, int status, const char *instance, const char *fmt,
                     ...) __attribute__((format(printf, 4, 5)));

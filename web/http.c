@@ -264,11 +264,39 @@ static const char *status_title(int status)
 	}
 }
 
+void tf_web_utf8_clean(char *s)
+{
+	unsigned char *p = (unsigned char *)s;
+	while (*p) {
+		int n = *p < 0x80 ? 1 : *p >= 0xc2 && *p <= 0xdf ? 2 : (*p & 0xf0) == 0xe0 ? 3
+		      : *p >= 0xf0 && *p <= 0xf4                 ? 4
+		                                                 : 0;
+		int ok = n > 0;
+		for (int i = 1; ok && i < n; i++)
+			ok = (p[i] & 0xc0) == 0x80;
+		/* no overlong forms, UTF-16 surrogates or code points past U+10FFFF (RFC 3629) */
+		if (ok && n == 3)
+			ok = !(p[0] == 0xe0 && p[1] < 0xa0) && !(p[0] == 0xed && p[1] >= 0xa0);
+		if (ok && n == 4)
+			ok = !(p[0] == 0xf0 && p[1] < 0x90) && !(p[0] == 0xf4 && p[1] >= 0x90);
+		if (!ok) {
+			*p++ = '?';
+			continue;
+		}
+		p += n;
+	}
+}
+
 static json_t *problem_doc(int status, const char *instance, const char *detail)
 {
-	return json_pack("{s:s, s:s, s:i, s:s, s:s}", "type", "about:blank", "title",
-	                 status_title(status), "status", status, "detail", detail ? detail : "",
-	                 "instance", instance ? instance : "");
+	char *d = tf_xstrdup(detail ? detail : ""), *in = tf_xstrdup(instance ? instance : "");
+	tf_web_utf8_clean(d); /* both may quote the request's path */
+	tf_web_utf8_clean(in);
+	json_t *doc = json_pack("{s:s, s:s, s:i, s:s, s:s}", "type", "about:blank", "title",
+	                        status_title(status), "status", status, "detail", d, "instance", in);
+	free(d);
+	free(in);
+	return doc;
 }
 
 static void set_problem(struct tf_web_resp *rs, int status, json_t *doc)

@@ -548,6 +548,7 @@ static void serving_error(struct tf_web_resp *rs, int status, const char *fmt, .
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	tf_web_utf8_clean(msg); /* it may quote the request's path */
 	tf_web_json(rs, status, json_pack("{s:s}", "error", msg));
 	if (status == 503)
 		rs->retry_after = 1;
