@@ -7,6 +7,7 @@
  *   accel info SLICE
  * Matrices are .npy files read and written by ml/npy.c (float32, little-endian, C order). */
 #include "cli/cli.h"
+#include "common/buf.h"
 #include "common/common.h"
 
 #include <errno.h>
@@ -167,11 +168,16 @@ static int matmul(int argc, char **argv, struct tf_cli *cli)
 	if (!apath || !bpath)
 		return tf_cli_usage_error(cmd, "both --a and --b are required");
 	const struct tf_tpu_gen *gen = tf_tpu_gen_find(genname);
-	if (!gen)
-		return tf_cli_usage_error(cmd,
-		                          "unknown generation '%s' (v2, v3, v4, v5e, v5p, "
-		                          "v6e)",
-		                          genname);
+	if (!gen) {
+		size_t ng;
+		const struct tf_tpu_gen *gens = tf_tpu_gens(&ng);
+		struct tf_buf known = {0};
+		for (size_t i = 0; i < ng; i++)
+			tf_buf_printf(&known, "%s%s", i ? ", " : "", gens[i].name);
+		tf_cli_usage_error(cmd, "unknown generation '%s' (%s)", genname, tf_buf_str(&known));
+		tf_buf_release(&known);
+		return TF_EXIT_USAGE;
+	}
 	struct tf_mxu_cfg cfg;
 	tf_mxu_cfg_init(&cfg);
 	cfg.rows = gen->mxu_rows;
