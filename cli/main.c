@@ -132,16 +132,18 @@ struct tf_store *tf_cli_open_store(const struct tf_cli *cli, const char *cmd, in
  * exit code of what failed (said on stderr). */
 static int setup(const struct tf_cmd *c, int argc, char **argv, struct tf_cli *cli)
 {
+	int help = 0, code = 0;
 	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
-			return 0;
-		if (!strcmp(argv[i], "--home") && i + 1 < argc)
+			help = 1;
+		else if (!strcmp(argv[i], "--home") && i + 1 < argc)
 			cli->home_opt = argv[++i];
 		else if (!strncmp(argv[i], "--home=", 7))
 			cli->home_opt = argv[i] + 7;
 	}
 	cli->home = home_path(cli);
-	int code = 0;
+	if (help)
+		return 0;
 	if ((c->needs & NEED_DB) && !(cli->db = tf_cli_open_store(cli, c->name, &code)))
 		return code;
 	if ((c->needs & NEED_HOME) && !(c->needs & NEED_DB)) {
