@@ -38,6 +38,11 @@ int tf_cli_common_option(struct tf_cli *cli, int opt, const char *arg);
  * caller owns; the directory is created if `create` is set (NULL and a message on failure). */
 char *tf_cli_home(const struct tf_cli *cli, int create);
 
+/* The state home's object store URL ($TPUFLOW_STORE, else file://HOME/objects: what a
+ * command without --store uses), the home created. A new string, or NULL with a message on
+ * stderr. */
+char *tf_cli_home_store_url(const struct tf_cli *cli);
+
 /* The state home's database, opened and migrated (the home is created if missing): what
  * NEED_DB gives a command in cli->db, for a command that needs it only sometimes. NULL with
  * "tpuflow CMD: why" on stderr and *exit_code set (TF_EXIT_CONFIG for a database newer than

@@ -50,14 +50,8 @@ static int open_store(const char *cmd, const char *url, struct tf_cli *cli,
 {
 	char err[1024];
 	char *u = NULL;
-	if (!url) {
-		char *home = tf_cli_home(cli, 1);
-		if (!home)
-			return TF_EXIT_CONFIG;
-		u = tf_objstore_home_url(home);
-		free(home);
-		url = u;
-	}
+	if (!url && !(url = u = tf_cli_home_store_url(cli)))
+		return TF_EXIT_CONFIG;
 	int rc = tf_objstore_open(url, out, err, sizeof err);
 	free(u);
 	if (rc) {

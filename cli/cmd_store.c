@@ -58,11 +58,8 @@ static int open_location(const char *cmd, const char *loc, struct tf_cli *cli,
 			rest = tf_xstrdup(p);
 		}
 	} else {
-		char *home = tf_cli_home(cli, 1);
-		if (!home)
+		if (!(url = tf_cli_home_store_url(cli)))
 			return TF_EXIT_CONFIG;
-		url = tf_objstore_home_url(home);
-		free(home);
 		rest = tf_xstrdup(loc);
 	}
 	int rc = tf_objstore_open(url, out, err, sizeof err);

@@ -4,6 +4,7 @@
 #include "common/common.h"
 #include "common/log.h"
 #include "orchestrator/store.h"
+#include "storage/objstore.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -110,6 +111,14 @@ char *tf_cli_home(const struct tf_cli *cli, int create)
 		}
 	}
 	return home;
+}
+
+char *tf_cli_home_store_url(const struct tf_cli *cli)
+{
+	char *home = tf_cli_home(cli, 1);
+	char *url = home ? tf_objstore_home_url(home) : NULL;
+	free(home);
+	return url;
 }
 
 struct tf_store *tf_cli_open_store(const struct tf_cli *cli, const char *cmd, int *exit_code)
