@@ -18,8 +18,8 @@ struct tf_cli {
 	const char *remote;   /* --remote URL or $TPUFLOW_URL: a daemon's API, NULL: local */
 	/* Prepared by main before the command runs, by the flags of its row in the command
 	 * table (cli/main.c: NEED_HOME, NEED_DB); main releases them after. */
-	const char *home;     /* the state home's path (--home, $TPUFLOW_HOME, ./.tpuflow) */
-	struct tf_store *db;  /* NEED_DB: the home's database, open and migrated */
+	const char *home;    /* the state home's path (--home, $TPUFLOW_HOME, ./.tpuflow) */
+	struct tf_store *db; /* NEED_DB: the home's database, open and migrated */
 };
 
 /* Long options every subcommand accepts; put TF_CLI_COMMON_OPTIONS at the start of a

@@ -174,7 +174,8 @@ static int matmul(int argc, char **argv, struct tf_cli *cli)
 		struct tf_buf known = {0};
 		for (size_t i = 0; i < ng; i++)
 			tf_buf_printf(&known, "%s%s", i ? ", " : "", gens[i].name);
-		tf_cli_usage_error(cmd, "unknown generation '%s' (%s)", genname, tf_buf_str(&known));
+		tf_cli_usage_error(cmd, "unknown generation '%s' (%s)", genname,
+		                   tf_buf_str(&known));
 		tf_buf_release(&known);
 		return TF_EXIT_USAGE;
 	}

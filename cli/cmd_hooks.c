@@ -138,8 +138,8 @@ int cmd_hooks(int argc, char **argv, struct tf_cli *cli)
 				    env);
 		}
 	} else if (!strcmp(sub, "rm")) {
-		ret = tf_cli_named_outcome(cli, "hooks", st, tf_hooks_remove(st, name), "hook", name,
-		                           "removed", "removed");
+		ret = tf_cli_named_outcome(cli, "hooks", st, tf_hooks_remove(st, name), "hook",
+		                           name, "removed", "removed");
 	} else if (!strcmp(sub, "test")) {
 		int64_t id = 0;
 		int rc = tf_alerts_queue_test(st, name, &id);

@@ -113,8 +113,9 @@ static void with_flags_init(struct with_flags *f, const char *cmd, const char *k
 			if (*c == '_')
 				*c = '-';
 		f->opts[nc + i] = (struct option){
-		    f->names[i], f->keys[i].check == TF_WCHECK_BOOL ? no_argument : required_argument,
-		    NULL, WITH_OPT + (int)i};
+		    f->names[i],
+		    f->keys[i].check == TF_WCHECK_BOOL ? no_argument : required_argument, NULL,
+		    WITH_OPT + (int)i};
 	}
 	memcpy(f->opts + nc + f->n, own, nown * sizeof(*own));
 	f->with = json_object();
@@ -156,9 +157,11 @@ static void with_flags_usage(const struct with_flags *f, FILE *out)
 	for (size_t i = 0; i < f->n; i++) {
 		struct tf_buf b = {0};
 		tf_with_key_describe(&f->keys[i], &b, "");
-		static const char *const metavar[TF_WCHECK_LAST] = {
-		    [TF_WCHECK_STRING] = " S",  [TF_WCHECK_INT] = " N",      [TF_WCHECK_NUMBER] = " F",
-		    [TF_WCHECK_ENUM] = " WORD", [TF_WCHECK_INT_LIST] = " LIST"};
+		static const char *const metavar[TF_WCHECK_LAST] = {[TF_WCHECK_STRING] = " S",
+		                                                    [TF_WCHECK_INT] = " N",
+		                                                    [TF_WCHECK_NUMBER] = " F",
+		                                                    [TF_WCHECK_ENUM] = " WORD",
+		                                                    [TF_WCHECK_INT_LIST] = " LIST"};
 		const char *mv = metavar[f->keys[i].check] ? metavar[f->keys[i].check] : "";
 		fprintf(out, "  --%s%s  %s\n", f->names[i], mv, f->keys[i].help);
 		if (f->keys[i].check != TF_WCHECK_STRING || f->keys[i].rules)

@@ -254,8 +254,7 @@ static void kind_markdown(const struct tf_step_schema *sc, struct tf_buf *b)
 	names_md(b, sc->outputs, sc->dynamic ? "as listed in `with.outputs`" : "none");
 	tf_buf_printf(b, ". Metrics: ");
 	names_md(b, sc->metrics, sc->dynamic ? "as listed in `with.metrics`" : "none");
-	tf_buf_printf(b, ".%s%s\n\n",
-	              sc->cacheable ? " Results may come from the step cache." : "",
+	tf_buf_printf(b, ".%s%s\n\n", sc->cacheable ? " Results may come from the step cache." : "",
 	              sc->needs_slice ? " Each attempt first holds a TPU slice." : "");
 	tf_buf_printf(b, "| `with` key | value | what |\n|---|---|---|\n");
 	for (const struct tf_with_key *k = sc->with; k->key; k++) {
@@ -307,9 +306,8 @@ static void kind_text(const struct tf_step_schema *sc)
 int cmd_kinds(int argc, char **argv, struct tf_cli *cli)
 {
 	enum { OPT_MD = 0x2000 };
-	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
-	                                     {"markdown", no_argument, NULL, OPT_MD},
-	                                     {NULL, 0, NULL, 0}};
+	static const struct option opts[] = {
+	    TF_CLI_COMMON_OPTIONS, {"markdown", no_argument, NULL, OPT_MD}, {NULL, 0, NULL, 0}};
 	int c, md = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {

@@ -304,7 +304,7 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli)
 		rc = tf_objstore_get(os, with_key, &buf, &blen);
 		if (rc) {
 			tf_errf(msg, sizeof(msg), "cannot read '%s': %s", with_key,
-			         tf_objstore_errmsg(os));
+			        tf_objstore_errmsg(os));
 			tf_objstore_free(os);
 			return fail(result, tf_ml_retryable(rc) ? "infra" : "error", msg,
 			            tf_ml_retryable(rc) ? TF_EXIT_UNAVAILABLE : TF_EXIT_FAILED);

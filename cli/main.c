@@ -175,8 +175,7 @@ static int run_command(const struct tf_cmd *c, int argc, char **argv, struct tf_
 }
 
 int tf_cli_named_outcome(const struct tf_cli *cli, const char *cmd, struct tf_store *st, int rc,
-                         const char *what, const char *name, const char *done,
-                         const char *json_key)
+                         const char *what, const char *name, const char *done, const char *json_key)
 {
 	if (rc == -ENOENT) {
 		fprintf(stderr, "tpuflow %s: no %s '%s'\n", cmd, what, name);

@@ -64,8 +64,7 @@ char *tf_buf_detach(struct tf_buf *b)
 	return s;
 }
 
-void tf_buf_names(struct tf_buf *b, const char *const *names, const char *last,
-                  const char *quote)
+void tf_buf_names(struct tf_buf *b, const char *const *names, const char *last, const char *quote)
 {
 	for (size_t i = 0; names[i]; i++) {
 		if (i && names[i + 1])

@@ -24,8 +24,7 @@ void tf_buf_vprintf(struct tf_buf *b, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
 /* Appends the NULL-terminated list as words for people: "a, b or c" (`last` is "or" or
  * "and"; each name wrapped in `quote`, e.g. "`" for Markdown, "" for none). */
-void tf_buf_names(struct tf_buf *b, const char *const *names, const char *last,
-                  const char *quote);
+void tf_buf_names(struct tf_buf *b, const char *const *names, const char *last, const char *quote);
 /* The text so far ("" when empty); valid until the next append or release. */
 const char *tf_buf_str(const struct tf_buf *b);
 /* Hands the storage to the caller (a NUL-terminated string, "" when empty; free it) and

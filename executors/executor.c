@@ -139,7 +139,7 @@ int tf_exec_head_init(struct tf_exec *x, const struct tf_executor_ops *ops,
 		int rc = tf_mkdir_p(spec->log_dir);
 		if (rc) {
 			tf_errf(err, errlen, "cannot create log directory '%s': %s", spec->log_dir,
-			         strerror(-rc));
+			        strerror(-rc));
 			return rc;
 		}
 		snprintf(x->dir, sizeof(x->dir), "%s", spec->log_dir);
@@ -150,7 +150,7 @@ int tf_exec_head_init(struct tf_exec *x, const struct tf_executor_ops *ops,
 		if (!mkdtemp(x->dir)) {
 			int e = errno;
 			tf_errf(err, errlen, "cannot create a log directory under '%s': %s",
-			         tmp && *tmp ? tmp : "/tmp", strerror(e));
+			        tmp && *tmp ? tmp : "/tmp", strerror(e));
 			return -e;
 		}
 		x->own_dir = 1;

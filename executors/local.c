@@ -308,7 +308,7 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 	goto out;
 spawn_failed:
 	tf_errf(err, errlen, "cannot start '%s': %s%s", spec->argv[0], strerror(-rc),
-	         rc == -ENOENT ? " (not found: check the path or PATH)" : "");
+	        rc == -ENOENT ? " (not found: check the path or PATH)" : "");
 out:
 	free(prog);
 	for (int i = 0; i < 2; i++)

@@ -167,7 +167,7 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	}
 	if ((rc = tf_objstore_get(s, mkey, &mdata, &mlen))) {
 		tf_errf(err, errlen, "bundle tensors '%s' missing: %s", mkey,
-		         tf_objstore_errmsg(s));
+		        tf_objstore_errmsg(s));
 		goto out;
 	}
 	rc = -EBADMSG;
@@ -206,8 +206,8 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 		json_int_t v = json_integer_value(w);
 		if (!json_is_integer(w) || v < 1 || (uint64_t)v > TF_MLP_MAX_WIDTH) {
 			tf_errf(err, errlen,
-			        "'%s': layer %zu has width %s; widths are integers 1..%zu",
-			        skey, i, json_is_integer(w) ? "out of range" : "not an integer",
+			        "'%s': layer %zu has width %s; widths are integers 1..%zu", skey, i,
+			        json_is_integer(w) ? "out of range" : "not an integer",
 			        TF_MLP_MAX_WIDTH);
 			goto out;
 		}
@@ -216,7 +216,7 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	int irc = tf_mlp_init(&b->mlp, width[0], width + 1, (int)nl - 2, classes, binary);
 	if (irc == -ENOMEM || irc == -E2BIG) {
 		tf_errf(err, errlen, "'%s': the model is too large (at most %zu parameters)", skey,
-		         TF_MLP_MAX_PARAMS);
+		        TF_MLP_MAX_PARAMS);
 		rc = irc == -ENOMEM ? -ENOMEM : -EBADMSG;
 		goto out;
 	}
@@ -268,7 +268,7 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	}
 	if (json_object_size(hdr) - (json_object_get(hdr, "__metadata__") ? 1 : 0) != ntensors) {
 		tf_errf(err, errlen, "'%s': the header lists tensors the signature does not know",
-		         mkey);
+		        mkey);
 		goto out;
 	}
 	memcpy(b->mlp.params, u + 8 + hl, b->mlp.nparams * sizeof(float));
@@ -288,7 +288,7 @@ int tf_bundle_load(struct tf_objstore *s, const char *prefix, struct tf_bundle *
 	b->mxu.ftz = json_is_true(json_object_get(num, "ftz"));
 	if (mr < 1 || mc < 1 || mr > MXU_MAX || mc > MXU_MAX) {
 		tf_errf(err, errlen, "'%s': numerics lacks mxu_rows/mxu_cols in 1..%d", skey,
-		         MXU_MAX);
+		        MXU_MAX);
 		goto out;
 	}
 	b->mxu.rows = (int)mr;
@@ -421,8 +421,8 @@ int tf_bundle_evaluate(struct tf_objstore *s, const struct tf_bundle *b, const c
 		tf_errf(err, errlen,
 		        "the model (%zu %s inputs, %d classes) does not fit dataset '%s' (%zu %s "
 		        "inputs, %d classes); evaluate it on the dataset it was trained for",
-		        b->mlp.size[0], b->pre.image ? "image" : "feature", b->mlp.classes,
-		        dataset, d->dim, d->pre.image ? "image" : "feature", d->num_classes);
+		        b->mlp.size[0], b->pre.image ? "image" : "feature", b->mlp.classes, dataset,
+		        d->dim, d->pre.image ? "image" : "feature", d->num_classes);
 		rc = -EINVAL;
 		goto out;
 	}

@@ -167,7 +167,7 @@ static void write_split(struct tf_objstore *s, const char *prefix, enum tf_split
 		int prc = tf_objstore_put(s, key, file.data, file.len, 0);
 		if (prc) {
 			tf_errf(err, errlen, "cannot write shard '%s': %s", key,
-			         tf_objstore_errmsg(s));
+			        tf_objstore_errmsg(s));
 			*rc = prc;
 		}
 		free(key);
@@ -228,7 +228,7 @@ int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_p
 		nte = (size_t)((double)n * tfrac + 0.5);
 		if (nte < 1 || nte >= n) {
 			tf_errf(err, errlen, "'%s': %zu rows are too few to hold out a test split",
-			         o->path, n);
+			        o->path, n);
 			free(perm);
 			rc = -EBADMSG;
 			goto out;
@@ -316,8 +316,7 @@ int tf_dataset_prep(struct tf_objstore *s, const char *prefix, const struct tf_p
 	text = json_dumps(m, JSON_INDENT(2) | JSON_SORT_KEYS);
 	mkey = tf_xasprintf("%smanifest.json", prefix);
 	if ((rc = tf_objstore_put(s, mkey, text, strlen(text), 0))) {
-		tf_errf(err, errlen, "cannot write manifest '%s': %s", mkey,
-		         tf_objstore_errmsg(s));
+		tf_errf(err, errlen, "cannot write manifest '%s': %s", mkey, tf_objstore_errmsg(s));
 		goto out;
 	}
 	tf_info("dataset '%s': %zu train, %zu test examples", mkey, ntr, nte);
@@ -375,7 +374,7 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 	if (rc) {
 		/* the hint fits a missing manifest only, not a store that cannot be reached */
 		tf_errf(err, errlen, "cannot read dataset manifest '%s': %s%s", manifest_key,
-		         tf_objstore_errmsg(s), rc == -ENOENT ? "; run data prep first" : "");
+		        tf_objstore_errmsg(s), rc == -ENOENT ? "; run data prep first" : "");
 		goto out;
 	}
 	d = tf_xcalloc(1, sizeof *d);
@@ -384,7 +383,7 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 	rc = -EBADMSG;
 	if (!d->manifest) {
 		tf_errf(err, errlen, "dataset manifest '%s': line %d: %s", manifest_key, jerr.line,
-		         jerr.text);
+		        jerr.text);
 		goto out;
 	}
 	json_t *m = d->manifest, *names = json_object_get(m, "class_names");
@@ -438,7 +437,7 @@ int tf_dataset_open(struct tf_objstore *s, const char *manifest_key, struct tf_d
 		struct tf_dataset_split *sp = &d->split[i];
 		if (!json_is_array(sh)) {
 			tf_errf(err, errlen, "dataset manifest '%s': split '%s' has no shards",
-			         manifest_key, split_names[i]);
+			        manifest_key, split_names[i]);
 			goto out;
 		}
 		sp->nshards = json_array_size(sh);
@@ -499,7 +498,7 @@ int tf_dataset_check_shards(struct tf_objstore *s, const struct tf_dataset *d, e
 		int rc = tf_objstore_head(s, p->keys[k], &info);
 		if (rc) {
 			tf_errf(err, errlen, "cannot read shard '%s': %s", p->keys[k],
-			         tf_objstore_errmsg(s));
+			        tf_objstore_errmsg(s));
 			return rc;
 		}
 		if (info.size != p->bytes[k]) {
@@ -524,7 +523,7 @@ int tf_dataset_load_shard(struct tf_objstore *s, const struct tf_dataset *d, enu
 	int rc = tf_objstore_get(s, p->keys[shard], &buf, &len);
 	if (rc) {
 		tf_errf(err, errlen, "cannot read shard '%s': %s", p->keys[shard],
-		         tf_objstore_errmsg(s));
+		        tf_objstore_errmsg(s));
 		return rc;
 	}
 	if (len != p->bytes[shard] || tf_crc32c(buf, len) != p->crc32c[shard]) {
@@ -541,7 +540,7 @@ int tf_dataset_load_shard(struct tf_objstore *s, const struct tf_dataset *d, enu
 	}
 	if (n != p->counts[shard]) {
 		tf_errf(err, errlen, "shard '%s': %zu records, the manifest says %zu",
-		         p->keys[shard], n, p->counts[shard]);
+		        p->keys[shard], n, p->counts[shard]);
 		free(*spans);
 		free(buf);
 		return -EBADMSG;

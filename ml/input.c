@@ -457,7 +457,7 @@ int tf_input_open(struct tf_objstore *s, const struct tf_dataset *d, const struc
 	if (in->o.batch == 0 || in->n == 0 || in->n > UINT32_MAX ||
 	    (in->o.drop_remainder && in->o.batch > in->n)) {
 		tf_errf(err, errlen, "batch %zu does not fit the %zu examples of the split",
-		         in->o.batch, in->n);
+		        in->o.batch, in->n);
 		free(in);
 		return -EINVAL;
 	}
@@ -627,8 +627,9 @@ int tf_input_load_split(struct tf_objstore *s, const struct tf_dataset *d, enum 
 		ys = malloc(total * sizeof(int32_t) + 1);
 		rs = d->pre.image ? malloc(total * dim + 1) : NULL;
 		if (!xs || !ys || (d->pre.image && !rs)) {
-			tf_errf(err, errlen, "dataset '%s': no memory for %zu examples of %zu values",
-			         d->manifest_key, total, dim);
+			tf_errf(err, errlen,
+			        "dataset '%s': no memory for %zu examples of %zu values",
+			        d->manifest_key, total, dim);
 			rc = -ENOMEM;
 		}
 	}

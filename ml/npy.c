@@ -110,10 +110,11 @@ int tf_npy_read(const char *path, struct tf_npy *out, char *err, size_t errlen)
 	size_t bytes;
 	if (a.ndim == 0 || __builtin_mul_overflow(a.count, esz, &bytes) ||
 	    len - hstart - hlen < bytes) {
-		tf_errf(err, errlen,
-		        "'%s': the header promises %zu values of %zu bytes, the file holds %zu bytes "
-		        "of data",
-		        path, a.count, esz, len - hstart - hlen);
+		tf_errf(
+		    err, errlen,
+		    "'%s': the header promises %zu values of %zu bytes, the file holds %zu bytes "
+		    "of data",
+		    path, a.count, esz, len - hstart - hlen);
 		goto out;
 	}
 	/* bounded by the file's own size, which tf_read_file capped */

@@ -50,7 +50,7 @@ struct tf_optim {
 /* Fills defaults for fields left 0 (momentum 0.9, betas, eps, eta, gamma). */
 void tf_optim_cfg_defaults(struct tf_optim_cfg *c);
 const char *tf_optim_kind_name(enum tf_optim_kind k);
-int tf_optim_kind_parse(const char *s, enum tf_optim_kind *out); /* a tf_optim_names word */
+int tf_optim_kind_parse(const char *s, enum tf_optim_kind *out);   /* a tf_optim_names word */
 int tf_lr_schedule_parse(const char *s, enum tf_lr_schedule *out); /* a tf_lr_schedule_names word */
 /* The words the parsers take, NULL-terminated: what the pipeline schema and the CLI offer
  * (adamw is Adam with decoupled weight decay). */

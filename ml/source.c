@@ -49,10 +49,11 @@ static int gz_read_all(const char *path, unsigned char **out, size_t *olen, char
 			void *nb = cap < GZ_MAX ? realloc(buf, cap * 2) : NULL;
 			if (!nb) {
 				/* a small file can inflate without end (a gzip bomb) */
-				tf_errf(err, errlen,
-				        "'%s' decompresses to more than %zu MiB (or memory ran out); "
-				        "it is not an IDX file of this data set",
-				        path, len >> 20);
+				tf_errf(
+				    err, errlen,
+				    "'%s' decompresses to more than %zu MiB (or memory ran out); "
+				    "it is not an IDX file of this data set",
+				    path, len >> 20);
 				gzclose(gz);
 				free(buf);
 				return -EBADMSG;
@@ -92,8 +93,8 @@ static int idx_parse(const char *path, const unsigned char *b, size_t len, int n
 {
 	size_t hdr = 4 + 4 * (size_t)ndims;
 	if (len < hdr || be32(b) != (0x00000800u | (uint32_t)ndims)) {
-		tf_errf(err, errlen, "'%s': not an IDX file of %d-dimensional unsigned bytes",
-		         path, ndims);
+		tf_errf(err, errlen, "'%s': not an IDX file of %d-dimensional unsigned bytes", path,
+		        ndims);
 		return -EBADMSG;
 	}
 	size_t total = 1;
@@ -103,13 +104,14 @@ static int idx_parse(const char *path, const unsigned char *b, size_t len, int n
 		wrapped |= __builtin_mul_overflow(total, (size_t)dims[i], &total);
 	}
 	if (wrapped) {
-		tf_errf(err, errlen, "'%s': IDX dimensions %u x %u x %u overflow; the file is damaged",
-		         path, dims[0], ndims > 1 ? dims[1] : 1, ndims > 2 ? dims[2] : 1);
+		tf_errf(err, errlen,
+		        "'%s': IDX dimensions %u x %u x %u overflow; the file is damaged", path,
+		        dims[0], ndims > 1 ? dims[1] : 1, ndims > 2 ? dims[2] : 1);
 		return -EBADMSG;
 	}
 	if (len - hdr != total) {
 		tf_errf(err, errlen, "'%s': IDX header promises %zu bytes of data, file has %zu",
-		         path, total, len - hdr);
+		        path, total, len - hdr);
 		return -EBADMSG;
 	}
 	*data = b + hdr;
@@ -138,7 +140,7 @@ int tf_fashion_load(const char *dir, int train, struct tf_rawset *out, char *err
 		goto out;
 	if (idims[0] != ldims[0]) {
 		tf_errf(err, errlen, "'%s' has %u images but '%s' has %u labels", ipath, idims[0],
-		         lpath, ldims[0]);
+		        lpath, ldims[0]);
 		rc = -EBADMSG;
 		goto out;
 	}
@@ -260,13 +262,13 @@ int tf_csv_load(const char *path, const char *label_col, struct tf_rawset *out, 
 		size_t got = split_fields(line, fields, nf);
 		if (got != nf) {
 			tf_errf(err, errlen, "%s:%zu: %zu columns, the header has %zu", path,
-			         lineno, got, nf);
+			        lineno, got, nf);
 			rc = -EBADMSG;
 			goto out;
 		}
 		if (r.n == cap && (rc = csv_grow(&r, &cap))) {
 			tf_errf(err, errlen, "%s:%zu: no memory for %zu rows of %zu columns", path,
-			         lineno, r.n + 1, nf);
+			        lineno, r.n + 1, nf);
 			goto out;
 		}
 		for (size_t i = 0, j = 0; i < nf; i++) {

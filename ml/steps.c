@@ -94,8 +94,7 @@ static char *join(const char *prefix, const char *rest)
 	                    rest);
 }
 
-int tf_ml_prep_opts_from_with(const json_t *with, struct tf_prep_opts *o, char *err,
-                              size_t errlen)
+int tf_ml_prep_opts_from_with(const json_t *with, struct tf_prep_opts *o, char *err, size_t errlen)
 {
 	o->source = get_str(with, "source");
 	o->path = get_str(with, "path");

@@ -37,8 +37,7 @@ struct tf_ml_ctx {
  * -EINVAL with err. Strings point into `with`. */
 struct tf_prep_opts;
 struct tf_train_opts;
-int tf_ml_prep_opts_from_with(const json_t *with, struct tf_prep_opts *o, char *err,
-                              size_t errlen);
+int tf_ml_prep_opts_from_with(const json_t *with, struct tf_prep_opts *o, char *err, size_t errlen);
 int tf_ml_train_opts_from_with(const json_t *with, struct tf_train_opts *o, char *err,
                                size_t errlen);
 

@@ -192,8 +192,7 @@ static int save_ckpt(const struct tf_train_opts *o, const struct tf_mlp *m,
 		rc = 0; /* an earlier attempt saved this very step: same bits */
 	if (rc) {
 		tf_errf(err, errlen, "checkpoint at step %llu under '%s' failed: %s",
-		         (unsigned long long)st->step, o->ckpt_prefix,
-		         tf_objstore_errmsg(o->store));
+		        (unsigned long long)st->step, o->ckpt_prefix, tf_objstore_errmsg(o->store));
 		return rc;
 	}
 	r->checkpoint_step = (int64_t)st->step;
@@ -229,7 +228,7 @@ static int restore_ckpt(const struct tf_train_opts *o, struct tf_mlp *m, struct 
 		return 1; /* nothing to resume */
 	if (rc) {
 		tf_errf(err, errlen, "cannot load a checkpoint under '%s': %s", o->ckpt_prefix,
-		         tf_objstore_errmsg(o->store));
+		        tf_objstore_errmsg(o->store));
 		return rc;
 	}
 	int64_t step = tf_ckpt_step(c);
@@ -362,7 +361,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	uint64_t spe = d->split[TF_SPLIT_TRAIN].examples / o.batch;
 	if (spe == 0) {
 		tf_errf(err, errlen, "global batch %zu is larger than the %zu train examples",
-		         o.batch, d->split[TF_SPLIT_TRAIN].examples);
+		        o.batch, d->split[TF_SPLIT_TRAIN].examples);
 		rc = -EINVAL;
 		goto out;
 	}
@@ -420,10 +419,10 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 			if (keep && (rc = save_ckpt(&o, &m, &opt, &st, spe, r, err, errlen)))
 				goto out;
 			tf_errf(err, errlen, "training cancelled at step %llu%s",
-			         (unsigned long long)st.step,
-			         keep || (int64_t)st.step == r->checkpoint_step
-			             ? " (checkpoint written there)"
-			             : "");
+			        (unsigned long long)st.step,
+			        keep || (int64_t)st.step == r->checkpoint_step
+			            ? " (checkpoint written there)"
+			            : "");
 			rc = -ECANCELED;
 			goto out;
 		}
@@ -455,9 +454,8 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 			        "loss %s at step %llu (epoch %llu; first loss %.4f): "
 			        "training diverged; lower the learning rate (now %g) or enable "
 			        "gradient clipping (clip_norm)",
-			        isfinite(mean) ? "exploded" : "is NaN",
-			        (unsigned long long)st.step, (unsigned long long)b.epoch,
-			        first_loss, o.optim.lr);
+			        isfinite(mean) ? "exploded" : "is NaN", (unsigned long long)st.step,
+			        (unsigned long long)b.epoch, first_loss, o.optim.lr);
 			emit(&o,
 			     json_pack("{s:s, s:I, s:f}", "event", "diverged", "step",
 			               (json_int_t)st.step, "loss", isfinite(mean) ? mean : -1.0));
@@ -523,7 +521,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 		if (o.halt_after && st.step >= o.halt_after && st.step < total) {
 			r->halted = 1;
 			tf_errf(err, errlen, "halted after step %llu as asked (halt_after)",
-			         (unsigned long long)st.step);
+			        (unsigned long long)st.step);
 			rc = -EINTR;
 			break;
 		}

@@ -159,8 +159,8 @@ static int box_has(const struct tf_box *b, const int D[3], const int xyz[3])
 
 /* Marks the failed chips on s: a chip under a grant reclaims that grant (infra; the grant
  * keeps its chips until released), a free one is failed in the scheduler. */
-static int apply_failed(struct tf_store *st, struct tf_sched *s, struct tf_slice_row *rows, size_t n,
-                        double now)
+static int apply_failed(struct tf_store *st, struct tf_sched *s, struct tf_slice_row *rows,
+                        size_t n, double now)
 {
 	struct tf_sched_decisions none = {0};
 	struct tf_stmt *q = tf_store_query(st, "SELECT pool, x, y, z FROM failed_chips", "");
@@ -258,8 +258,8 @@ static int load_sched(struct tf_store *st, struct tf_sched *s, struct tf_slice_r
 	return apply_failed(st, s, rows, n, now);
 }
 
-static int apply_decisions(struct tf_store *st, struct tf_sched *s, struct tf_slice_row *rows, size_t n,
-                           const struct tf_sched_decisions *d, double now)
+static int apply_decisions(struct tf_store *st, struct tf_sched *s, struct tf_slice_row *rows,
+                           size_t n, const struct tf_sched_decisions *d, double now)
 {
 	int rc = 0;
 	for (size_t i = 0; i < d->n && rc == 0; i++) {
@@ -307,7 +307,8 @@ static int apply_decisions(struct tf_store *st, struct tf_sched *s, struct tf_sl
 		    strcmp(why, r->wait_reason ? r->wait_reason : ""))
 			rc = tf_slice_job_waiting(st, r->id, why);
 		if (rc == 0)
-			rc = tf_alerts_on_waiting(st, r->run, r->step, r->attempt, now - r->queued_at,
+			rc = tf_alerts_on_waiting(st, r->run, r->step, r->attempt,
+			                          now - r->queued_at,
 			                          r->wait_reason ? r->wait_reason : why);
 	}
 	return rc;

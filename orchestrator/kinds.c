@@ -85,7 +85,7 @@ int tf_kind_register(struct tf_step_run *r)
 	tf_bundle_free(b);
 	if (rc) {
 		tf_errf(r->err, sizeof(r->err), "register: bundle '%s' %s: %s", bundle,
-		         rc == -ENOENT ? "is not in the store" : "does not load", why);
+		        rc == -ENOENT ? "is not in the store" : "does not load", why);
 		r->failure = tf_objstore_retryable(rc) ? TF_FAIL_INFRA : TF_FAIL_ERROR;
 		return rc;
 	}

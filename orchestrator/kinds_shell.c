@@ -124,9 +124,10 @@ static int read_kv(const char *path, json_t *into, int numbers, char *err, size_
 			        "text)",
 			        path, lineno, key ? "value" : "name");
 		else if (!val)
-			tf_errf(err, errlen,
-			        "'%s' line %d: metric '%.60s' is %.20s; metrics must be finite numbers",
-			        path, lineno, line, v);
+			tf_errf(
+			    err, errlen,
+			    "'%s' line %d: metric '%.60s' is %.20s; metrics must be finite numbers",
+			    path, lineno, line, v);
 		if (!key || !val) {
 			rc = -EINVAL;
 		} else {
@@ -158,7 +159,7 @@ static int check_numbers(json_t *metrics, char *err, size_t errlen)
 		        k,
 		        json_is_string(v) ? json_string_value(v)
 		        : text            ? text
-		                           : "?");
+		                          : "?");
 		free(text);
 		return -EINVAL;
 	}
@@ -176,7 +177,7 @@ static int read_result(const char *path, json_t *outputs, json_t *metrics, char 
 	free(buf);
 	if (!json_is_object(o)) {
 		tf_errf(err, errlen, "'%s' must hold {\"outputs\": {...}, \"metrics\": {...}}",
-		         path);
+		        path);
 		json_decref(o);
 		return -EINVAL;
 	}

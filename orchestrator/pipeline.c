@@ -187,7 +187,7 @@ static json_t *param_from_text(const char *v, enum tf_param_type t, char *err, s
 			if (!json_is_array(arr)) {
 				json_decref(arr);
 				tf_errf(err, errlen, "expected a JSON list such as [256,128]: %s",
-				         je.text);
+				        je.text);
 				return NULL;
 			}
 			size_t k;

@@ -520,7 +520,7 @@ int tf_slices_view_load(const char *home, const char *const *pools, int npools, 
 		slurm = slurm_running(st);
 	if (rc) {
 		tf_errf(err, errlen, "cannot read slice jobs from '%s': %s", path,
-		         tf_store_errmsg(st));
+		        tf_store_errmsg(st));
 		goto out;
 	}
 	mark_failed(st, s);

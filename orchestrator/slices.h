@@ -39,23 +39,23 @@ int tf_slices_pool_index(struct tf_sched *s, const char *pool, const char *spec,
 /* An open slice_jobs row (finished_at NULL): a train attempt's request or grant, and whether
  * a live attempt still holds it (the broker and `tpuflow slices` read them alike). */
 struct tf_slice_row {
-	int64_t id;                  /* slice_jobs.id, the broker's ticket */
-	char *run, *step;            /* the attempt's run and step */
-	int attempt;                 /* its number */
-	char *slice;                 /* slice type asked for, e.g. "v4-8" */
-	char *pool, *pool_spec;      /* its pool (NULL for rows written before the broker) */
-	int has_box;                 /* 1 when placed: box holds its chips */
-	struct tf_box box;           /* the chips, when has_box */
-	int chips;                   /* chips in the box (or asked for) */
-	double started_at;           /* when it was placed (or asked) */
-	double queued_at;            /* when it asked for its slice (started_at when unrecorded) */
-	char *project;               /* scheduler project ("default") */
-	int priority, preemptible;   /* as asked */
-	char *reclaim_class;         /* infra or preempted when it is asked to give chips back */
-	char *hold;                  /* a reservation "x,y,z+a,b,c" while waiting, or NULL */
-	char *wait_reason;           /* the scheduler's reason while not placed, or NULL */
-	char *gone;                  /* why no live attempt holds it, NULL when one does */
-	int job;                     /* for the reader: its id in a scheduler it loads it onto */
+	int64_t id;                /* slice_jobs.id, the broker's ticket */
+	char *run, *step;          /* the attempt's run and step */
+	int attempt;               /* its number */
+	char *slice;               /* slice type asked for, e.g. "v4-8" */
+	char *pool, *pool_spec;    /* its pool (NULL for rows written before the broker) */
+	int has_box;               /* 1 when placed: box holds its chips */
+	struct tf_box box;         /* the chips, when has_box */
+	int chips;                 /* chips in the box (or asked for) */
+	double started_at;         /* when it was placed (or asked) */
+	double queued_at;          /* when it asked for its slice (started_at when unrecorded) */
+	char *project;             /* scheduler project ("default") */
+	int priority, preemptible; /* as asked */
+	char *reclaim_class;       /* infra or preempted when it is asked to give chips back */
+	char *hold;                /* a reservation "x,y,z+a,b,c" while waiting, or NULL */
+	char *wait_reason;         /* the scheduler's reason while not placed, or NULL */
+	char *gone;                /* why no live attempt holds it, NULL when one does */
+	int job;                   /* for the reader: its id in a scheduler it loads it onto */
 };
 
 /* Reads every open row, oldest request first, into a new array (*n rows) the caller frees with

@@ -622,7 +622,7 @@ out:
 	if (st) {
 		if (err && errlen)
 			tf_errf(err, errlen, "%s",
-			         st->errmsg[0] ? st->errmsg : "cannot open database");
+			        st->errmsg[0] ? st->errmsg : "cannot open database");
 		tf_store_close(st);
 	}
 	return rc;
@@ -676,8 +676,8 @@ static int bind_va(struct tf_store *st, sqlite3_stmt *stmt, const char *types, v
 	 * constraint failure later. */
 	if ((int)strlen(types ? types : "") != sqlite3_bind_parameter_count(stmt)) {
 		tf_errf(st->errmsg, sizeof(st->errmsg), "%d parameter types given for %d in: %s",
-		         (int)strlen(types ? types : ""), sqlite3_bind_parameter_count(stmt),
-		         sqlite3_sql(stmt));
+		        (int)strlen(types ? types : ""), sqlite3_bind_parameter_count(stmt),
+		        sqlite3_sql(stmt));
 		tf_error("%s", st->errmsg);
 		return -EINVAL;
 	}

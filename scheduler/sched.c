@@ -246,14 +246,14 @@ int tf_sched_add_pool(struct tf_sched *s, const char *name, const char *spec, ch
 	int nd = parse_dims(colon + 1, dims);
 	if (nd != w->torus_dims) {
 		tf_errf(err, errlen, "bad pool '%s': %s is a %dD torus, write %s", spec, w->name,
-		         w->torus_dims, w->torus_dims == 3 ? "AxBxC" : "AxB");
+		        w->torus_dims, w->torus_dims == 3 ? "AxBxC" : "AxB");
 		return -EINVAL;
 	}
 	if (name) {
 		for (int i = 0; i < s->npools; i++)
 			if (!strcmp(s->pools[i].name, name)) {
 				tf_errf(err, errlen, "pool '%s' already exists: pick another name",
-				         name);
+				        name);
 				return -EINVAL;
 			}
 	}
@@ -665,7 +665,7 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 	}
 	if (spec->priority < 0 || spec->priority > TF_SCHED_PRIO_MAX) {
 		tf_errf(err, errlen, "priority %d of job '%s' is out of range: use 0..%d",
-		         spec->priority, spec->name ? spec->name : spec->slice, TF_SCHED_PRIO_MAX);
+		        spec->priority, spec->name ? spec->name : spec->slice, TF_SCHED_PRIO_MAX);
 		return -EINVAL;
 	}
 	if (parse_slice(spec->slice, gen, shape, err, errlen) < 0)
@@ -682,8 +682,7 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 			return -EINVAL;
 		}
 		if (gen[0] && strcmp(gen, s->pools[pool].tpu_gen)) {
-			tf_errf(err, errlen,
-			        "slice '%s' is %s but pool '%s' is %s: pick a %s pool",
+			tf_errf(err, errlen, "slice '%s' is %s but pool '%s' is %s: pick a %s pool",
 			        spec->slice, gen, spec->pool, s->pools[pool].tpu_gen, gen);
 			return -EINVAL;
 		}
@@ -781,7 +780,7 @@ int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
 		return -EINVAL;
 	if (gen[0] && strcmp(gen, p->tpu_gen)) {
 		tf_errf(err, errlen, "slice '%s' is %s but pool '%s' is %s: pick a %s pool",
-		         spec->slice, gen, p->name, p->tpu_gen, gen);
+		        spec->slice, gen, p->name, p->tpu_gen, gen);
 		return -EINVAL;
 	}
 	char want[32], got[32];
@@ -789,18 +788,18 @@ int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
 	tf_sched_shape_str(box->shape, p->t.ndims, got, sizeof(got));
 	if (!same_shape(shape, box->shape)) {
 		tf_errf(err, errlen, "box %s is not slice '%s' (%s) in any rotation", got,
-		         spec->slice, want);
+		        spec->slice, want);
 		return -EINVAL;
 	}
 	for (int d = 0; d < 3; d++) {
 		int o = box->origin[d], e = box->shape[d], D = p->t.dims[d];
 		if (o < 0 || o >= D || e < 1 || e > D || (o + e > D && !p->t.wrap[d])) {
 			tf_errf(err, errlen, "box %s at (%d,%d,%d) does not fit pool '%s' (%s)%s",
-			         got, box->origin[0], box->origin[1], box->origin[2], p->name,
-			         p->spec,
-			         o + e > D && o < D && e <= D ? ": that dimension does not "
-			                                        "wrap"
-			                                      : "");
+			        got, box->origin[0], box->origin[1], box->origin[2], p->name,
+			        p->spec,
+			        o + e > D && o < D && e <= D ? ": that dimension does not "
+			                                       "wrap"
+			                                     : "");
 			return -EINVAL;
 		}
 	}
@@ -822,16 +821,15 @@ int tf_sched_place_at(struct tf_sched *s, int pool, const struct tf_box *box,
 						        "chip (%d,%d,%d) of pool '%s' is held "
 						        "by job %d%s%s%s",
 						        x, r % D[1], r / D[1], p->name, o,
-						        h->name ? " '" : "",
-						        h->name ? h->name : "",
+						        h->name ? " '" : "", h->name ? h->name : "",
 						        h->name ? "'" : "");
 					else
 						tf_errf(err, errlen,
 						        "chip (%d,%d,%d) of pool '%s' is %s", x,
 						        r % D[1], r / D[1], p->name,
 						        (p->failed[r] >> x) & 1
-						             ? "failed"
-						             : "held for a waiting job");
+						            ? "failed"
+						            : "held for a waiting job");
 					return -EBUSY;
 				}
 	}

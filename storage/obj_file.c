@@ -113,7 +113,7 @@ int tf_objstore_file_open(struct tf_objstore *s, const char *path, char *err, si
 		if (!getcwd(cwd, sizeof cwd)) {
 			int rc = -errno;
 			tf_errf(err, errlen, "cannot resolve object store path '%s': %s", path,
-			         strerror(errno));
+			        strerror(errno));
 			return rc;
 		}
 		abs = tf_xasprintf("%s/%s", cwd, path);
@@ -129,7 +129,7 @@ int tf_objstore_file_open(struct tf_objstore *s, const char *path, char *err, si
 		rc = -ENOTDIR;
 	if (rc) {
 		tf_errf(err, errlen, "cannot use '%s' as an object store directory: %s", abs,
-		         strerror(-rc));
+		        strerror(-rc));
 		free(abs);
 		return rc;
 	}

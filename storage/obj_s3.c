@@ -779,7 +779,7 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 		if (r->sink_fd >= 0 && attempt > 1 &&
 		    (ftruncate(r->sink_fd, 0) || lseek(r->sink_fd, 0, SEEK_SET))) {
 			tf_errf(err, errlen, "cannot rewind the download file: %s",
-			         strerror(errno));
+			        strerror(errno));
 			return -errno;
 		}
 		resp_reset(resp, h, r->sink_fd, r->verify);
@@ -792,21 +792,21 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 		int rc;
 		if (resp->write_errno) {
 			tf_errf(err, errlen, "cannot write the download of '%s': %s", shown_key(r),
-			         strerror(resp->write_errno));
+			        strerror(resp->write_errno));
 			return -resp->write_errno;
 		}
 		if (resp->read_errno) {
 			tf_errf(err, errlen, "cannot read the upload of '%s': %s", shown_key(r),
-			         resp->read_errno == EIO ? "the file shrank"
-			                                 : strerror(resp->read_errno));
+			        resp->read_errno == EIO ? "the file shrank"
+			                                : strerror(resp->read_errno));
 			return -resp->read_errno;
 		}
 		if (cc != CURLE_OK) {
 			rc = curl_errno(cc);
 			snprintf(why, sizeof why, "%s", curl_easy_strerror(cc));
 			if (!curl_retryable(cc)) {
-				tf_errf(err, errlen, "%s %s/%s failed: %s", r->method,
-				         s3->endpoint, s3->bucket, why);
+				tf_errf(err, errlen, "%s %s/%s failed: %s", r->method, s3->endpoint,
+				        s3->bucket, why);
 				return rc;
 			}
 		} else if (status_retryable(resp)) {
@@ -829,7 +829,7 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 		}
 		if (attempt >= s3->max_attempts) {
 			tf_errf(err, errlen, "%s '%s' at %s failed %d times, last: %s", r->method,
-			         shown_key(r), s3->endpoint, attempt, why);
+			        shown_key(r), s3->endpoint, attempt, why);
 			return rc;
 		}
 		if (!budget_take(s3)) {
@@ -890,11 +890,11 @@ static int http_error_msg(const struct s3 *s3, const char *url, const struct s3_
 	}
 	if (r->status == 501) {
 		tf_errf(err, errlen, "%s '%s': %s does not implement this (%s: %s)", what, key,
-		         s3->endpoint, code, r->message);
+		        s3->endpoint, code, r->message);
 		return -ENOTSUP;
 	}
 	tf_errf(err, errlen, "%s '%s' failed at %s: HTTP %ld %s%s%s", what, key, s3->endpoint,
-	         r->status, code, r->message[0] ? ": " : "", r->message);
+	        r->status, code, r->message[0] ? ": " : "", r->message);
 	return r->status == 400 ? -EINVAL : -EIO;
 }
 
@@ -977,7 +977,7 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	size_t blen = slash ? (size_t)(slash - bucket_and_prefix) : strlen(bucket_and_prefix);
 	if (blen == 0 || blen > 255) {
 		tf_errf(err, errlen, "no bucket in 's3://%s': use s3://BUCKET[/PREFIX]",
-		         bucket_and_prefix);
+		        bucket_and_prefix);
 		return -EINVAL;
 	}
 	char *prefix = tf_xstrdup(slash ? slash + 1 : "");
@@ -985,8 +985,7 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	while (plen && prefix[plen - 1] == '/')
 		prefix[--plen] = '\0';
 	if (plen && tf_objstore_key_check(prefix)) {
-		tf_errf(err, errlen, "invalid prefix '%s' in 's3://%s'", prefix,
-		         bucket_and_prefix);
+		tf_errf(err, errlen, "invalid prefix '%s' in 's3://%s'", prefix, bucket_and_prefix);
 		free(prefix);
 		return -EINVAL;
 	}
@@ -1017,7 +1016,7 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	if (!sep || (strncmp(endpoint, "http://", 7) && strncmp(endpoint, "https://", 8)) ||
 	    !sep[3] || strchr(sep + 3, '/')) {
 		tf_errf(err, errlen, "invalid S3 endpoint '%s': use http(s)://HOST[:PORT]",
-		         endpoint);
+		        endpoint);
 		free(endpoint);
 		free(prefix);
 		return -EINVAL;

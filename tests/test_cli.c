@@ -220,7 +220,9 @@ static void test_cli_not_found_and_usage_exit_codes(void **state)
 	    {{"hooks", "test", "nosuchhook"}, TF_EXIT_NOTFOUND, "no hook 'nosuchhook'"},
 	    {{"alerts", "show", "999"}, TF_EXIT_NOTFOUND, "no alert '999'"},
 	    {{"alerts", "redeliver", "999"}, TF_EXIT_NOTFOUND, "no alert '999'"},
-	    {{"pipelines", "rm", "nosuchpl"}, TF_EXIT_NOTFOUND, "no registered pipeline 'nosuchpl'"},
+	    {{"pipelines", "rm", "nosuchpl"},
+	     TF_EXIT_NOTFOUND,
+	     "no registered pipeline 'nosuchpl'"},
 	    {{"tokens", "revoke", "nosuchtoken"}, TF_EXIT_NOTFOUND, "no token 'nosuchtoken'"},
 	    {{"runs", "nosuchverb"}, TF_EXIT_USAGE, "unknown subcommand 'nosuchverb'"},
 	    {{"runs", "nosuchverb", "x"}, TF_EXIT_USAGE, "unknown subcommand 'nosuchverb'"},
@@ -425,8 +427,9 @@ static void test_cli_kinds_markdown_is_the_doc(void **state)
 	b = strchr(b, '\n') + 1;
 	*e = '\0';
 	if (strcmp(b, out))
-		fail_msg("docs/pipeline.md's step reference differs from `tpuflow kinds --markdown`; "
-		         "run scripts/docs-kinds.sh");
+		fail_msg(
+		    "docs/pipeline.md's step reference differs from `tpuflow kinds --markdown`; "
+		    "run scripts/docs-kinds.sh");
 	assert_non_null(strstr(out, "| `optimizer` | one of `sgd`, `adam`, `adamw` or `lars` |"));
 	free(doc);
 	free(path);
