@@ -427,7 +427,7 @@ static int in_range(const struct tf_with_key *wk, double v)
 }
 
 static void describe(const struct tf_with_key *wk, struct tf_buf *b, const char *quote,
-                     int requires)
+                     int with_requires)
 {
 	static const char *const kinds[TF_WCHECK_LAST] = {
 	    [TF_WCHECK_STRING] = "a string",
@@ -458,7 +458,7 @@ static void describe(const struct tf_with_key *wk, struct tf_buf *b, const char 
 	for (size_t i = 0; i < TF_ARRAY_LEN(words); i++)
 		if (wk->rules & words[i].rule)
 			tf_buf_printf(b, ", %s", words[i].text);
-	if (wk->requires && requires)
+	if (wk->requires && with_requires)
 		tf_buf_printf(b, "; %s%s%s needs %s%s%s", quote, wk->if_value, quote, quote,
 		              wk->requires, quote);
 }
