@@ -12,7 +12,16 @@
  * The two take turns, floor then predict, for several rounds (TF_BENCH_SERVE_ROUNDS, 3, of
  * TF_BENCH_SERVE_SECONDS, 5 s, each), and each figure is the median over the rounds, the
  * ratio the median of each round's ratio: on a shared machine the load moves between two
- * long runs more than between two short neighbours.
+ * long runs more than between two short neighbours. Each round also gives:
+ *   - the predict handler's own p50/p99 (GET /v1/models/fmnist, tpuflow_stats: from the start
+ *     of the handler to its answer, over its last 1024 answers), apart from the time a request
+ *     waits for a thread to be scheduled, which wrk's figures include;
+ *   - the mean latency Little's law gives a closed loop of 64 connections (64 / requests/s),
+ *     and what the CPU time alone allows: 64 x (server + wrk CPU per request) / cores, since
+ *     the cores cannot answer faster than the CPU a request costs. p99 cannot be below the
+ *     mean;
+ *   - the same pair at 1 connection (wrk -t1 -c1): the latency of a request that does not
+ *     queue behind others.
  *
  * Goals (issue 15): p99 <= 1 ms and >= 0.5x the floor's requests/s. Needs wrk and the
  * Fashion-MNIST files.
@@ -27,6 +36,7 @@
 #include "bench/httpbench.h"
 
 #include <curl/curl.h>
+#include <jansson.h>
 #include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,11 +53,12 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* CPU seconds this process (both servers; wrk is a child, not counted) has used. */
-static double cpu_seconds(void)
+/* CPU seconds this process (both servers) has used, or with children, the CPU seconds of the
+ * children waited for (wrk, through system()). */
+static double cpu_seconds(int children)
 {
 	struct rusage u;
-	getrusage(RUSAGE_SELF, &u);
+	getrusage(children ? RUSAGE_CHILDREN : RUSAGE_SELF, &u);
 	return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec +
 	       ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) * 1e-6;
 }
@@ -69,6 +80,26 @@ static size_t keep(char *d, size_t sz, size_t nm, void *u)
 	memcpy(*p + have, d, sz * nm);
 	(*p)[have + sz * nm] = 0;
 	return sz * nm;
+}
+
+/* The predict handler's p50/p99 over its last answers (tpuflow_stats of GET /v1/models/NAME);
+ * 0 when they cannot be read. */
+static void handler_latency(CURL *c, const char *status_url, double *p50, double *p99)
+{
+	char *got = NULL;
+	*p50 = *p99 = 0;
+	curl_easy_setopt(c, CURLOPT_URL, status_url);
+	curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &got);
+	if (curl_easy_perform(c) == CURLE_OK && got) {
+		json_t *j = json_loads(got, 0, NULL);
+		json_t *st = json_object_get(
+		    json_array_get(json_object_get(j, "model_version_status"), 0), "tpuflow_stats");
+		*p50 = json_number_value(json_object_get(st, "p50_ms"));
+		*p99 = json_number_value(json_object_get(st, "p99_ms"));
+		json_decref(j);
+	}
+	free(got);
 }
 
 /* Makes the model fmnist v1 (production) in home; 0 or -1 with a message. */
@@ -135,7 +166,7 @@ int main(void)
 	struct tf_web *w;
 	struct tf_web_opts o = {.home = home,
 	                        .listen = "127.0.0.1:0",
-	                        .rate = 1e9,
+	                        .rate = -1, /* tpuflow serve's default: no limit */
 	                        .serve_only = 1,
 	                        .serve_model = "fmnist"};
 	if (tf_web_start(&o, &w, err, sizeof(err))) {
@@ -188,21 +219,33 @@ int main(void)
 	        "wrk.body = [==[%s]==]\n",
 	        body);
 	fclose(lf);
+	char status_url[160];
+	snprintf(status_url, sizeof(status_url), "http://127.0.0.1:%d/v1/models/fmnist",
+	         tf_web_port(w));
 	/* rps, p50, p99, and the server's CPU microseconds per request (its own CPU time over
-	 * the requests wrk counted: a figure the machine's other load moves much less) */
-	double fw[4][MAX_ROUNDS], pr[4][MAX_ROUNDS], ratio[MAX_ROUNDS];
+	 * the requests wrk counted: a figure the machine's other load moves much less); hd: the
+	 * handler's p50/p99; one: rps, p50, p99 at 1 connection */
+	double fw[4][MAX_ROUNDS], pr[4][MAX_ROUNDS], ratio[MAX_ROUNDS], hd[2][MAX_ROUNDS];
+	double fw1[3][MAX_ROUNDS], pr1[3][MAX_ROUNDS], fwk[MAX_ROUNDS], prk[MAX_ROUNDS];
 	for (int i = 0; i < rounds; i++) {
-		double c0 = cpu_seconds();
+		double c0 = cpu_seconds(0), k0 = cpu_seconds(1);
 		fw[0][i] = bench_wrk(floor_url, NULL, lua, 64, secs, &fw[1][i], &fw[2][i]);
-		double c1 = cpu_seconds();
+		double c1 = cpu_seconds(0), k1 = cpu_seconds(1);
 		pr[0][i] = bench_wrk(url, token, lua, 64, secs, &pr[1][i], &pr[2][i]);
-		double c2 = cpu_seconds();
+		double c2 = cpu_seconds(0), k2 = cpu_seconds(1);
+		handler_latency(c, status_url, &hd[0][i], &hd[1][i]);
 		fw[3][i] = fw[0][i] > 0 ? (c1 - c0) / (fw[0][i] * secs) * 1e6 : 0;
 		pr[3][i] = pr[0][i] > 0 ? (c2 - c1) / (pr[0][i] * secs) * 1e6 : 0;
+		fwk[i] = fw[0][i] > 0 ? (k1 - k0) / (fw[0][i] * secs) * 1e6 : 0;
+		prk[i] = pr[0][i] > 0 ? (k2 - k1) / (pr[0][i] * secs) * 1e6 : 0;
 		ratio[i] = fw[0][i] > 0 ? pr[0][i] / fw[0][i] : 0;
-		printf("  round %d: predict %.0f req/s (p99 %.3f ms, %.1f us CPU), floor %.0f req/s "
-		       "(p99 %.3f ms, %.1f us CPU), ratio %.2f\n",
-		       i + 1, pr[0][i], pr[2][i], pr[3][i], fw[0][i], fw[2][i], fw[3][i], ratio[i]);
+		fw1[0][i] = bench_wrk(floor_url, NULL, lua, 1, secs, &fw1[1][i], &fw1[2][i]);
+		pr1[0][i] = bench_wrk(url, token, lua, 1, secs, &pr1[1][i], &pr1[2][i]);
+		printf("  round %d: predict %.0f req/s (p50 %.3f ms, p99 %.3f ms, handler p99 %.3f ms, "
+		       "%.1f us CPU), floor %.0f req/s (p50 %.3f ms, p99 %.3f ms, %.1f us CPU), ratio "
+		       "%.2f; 1 connection: predict p99 %.3f ms, floor p99 %.3f ms\n",
+		       i + 1, pr[0][i], pr[1][i], pr[2][i], hd[1][i], pr[3][i], fw[0][i], fw[1][i],
+		       fw[2][i], fw[3][i], ratio[i], pr1[2][i], fw1[2][i]);
 	}
 	double rps = median(pr[0], rounds), p50 = median(pr[1], rounds),
 	       p99 = median(pr[2], rounds);
@@ -216,6 +259,23 @@ int main(void)
 	       floor_len, floor_rps, f50, f99);
 	printf("server CPU per request: predict %.1f us, floor %.1f us (medians)\n",
 	       median(pr[3], rounds), median(fw[3], rounds));
+	printf("predict handler (start to answer, last 1024 answers of each round): p50 %.3f ms, "
+	       "p99 %.3f ms\n",
+	       median(hd[0], rounds), median(hd[1], rounds));
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	double pcpu = median(pr[3], rounds) + median(prk, rounds),
+	       fcpu = median(fw[3], rounds) + median(fwk, rounds);
+	printf("wrk CPU per request: predict %.1f us, floor %.1f us (medians)\n", median(prk, rounds),
+	       median(fwk, rounds));
+	printf("mean latency at 64 connections, a floor under p99: measured (Little's law, 64 / "
+	       "req/s) predict %.3f ms, HTTP floor %.3f ms; allowed by the CPU alone (64 x (server + "
+	       "wrk CPU per request) / %ld cores) predict %.3f ms, HTTP floor %.3f ms\n",
+	       rps > 0 ? 64e3 / rps : 0, floor_rps > 0 ? 64e3 / floor_rps : 0, cores,
+	       64 * pcpu / (double)cores / 1e3, 64 * fcpu / (double)cores / 1e3);
+	printf("1 connection (wrk -t1 -c1): predict %.0f req/s, p50 %.3f ms, p99 %.3f ms; HTTP "
+	       "floor %.0f req/s, p50 %.3f ms, p99 %.3f ms\n",
+	       median(pr1[0], rounds), median(pr1[1], rounds), median(pr1[2], rounds),
+	       median(fw1[0], rounds), median(fw1[1], rounds), median(fw1[2], rounds));
 	printf("predict/floor = %.2f (goal >= 0.5) -> %s; p99 %.3f ms (goal <= 1 ms) -> %s "
 	       "(the floor's p99: %.3f ms)\n",
 	       r, r >= 0.5 ? "ok" : "BELOW GOAL", p99, rps && p99 <= 1 ? "ok" : "ABOVE GOAL", f99);

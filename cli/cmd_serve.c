@@ -25,12 +25,13 @@ static const char serve_usage[] =
     "  --auth tokens|none  tokens (default): a bearer token of scope predict (or admin)\n"
     "  --max-batch N       instances per request (default 1024)\n"
     "  --max-body BYTES    request body cap (default 16 MiB)\n"
+    "  --rate N            requests per second per token (default: no limit)\n"
     "  --tls-cert F, --tls-key F  serve HTTPS; --insecure-http allows plain HTTP off loopback\n"
     "  --home DIR, --help\n";
 
 int cmd_serve(int argc, char **argv, struct tf_cli *cli)
 {
-	enum { O_MODEL = 1, O_LISTEN, O_AUTH, O_BATCH, O_BODY, O_CERT, O_KEY, O_INSECURE };
+	enum { O_MODEL = 1, O_LISTEN, O_AUTH, O_BATCH, O_BODY, O_RATE, O_CERT, O_KEY, O_INSECURE };
 	static const struct option opts[] = {
 	    TF_CLI_COMMON_OPTIONS,
 	    {"model", required_argument, NULL, O_MODEL},
@@ -38,12 +39,16 @@ int cmd_serve(int argc, char **argv, struct tf_cli *cli)
 	    {"auth", required_argument, NULL, O_AUTH},
 	    {"max-batch", required_argument, NULL, O_BATCH},
 	    {"max-body", required_argument, NULL, O_BODY},
+	    {"rate", required_argument, NULL, O_RATE},
 	    {"tls-cert", required_argument, NULL, O_CERT},
 	    {"tls-key", required_argument, NULL, O_KEY},
 	    {"insecure-http", no_argument, NULL, O_INSECURE},
 	    {0},
 	};
-	struct tf_web_opts o = {.listen = "127.0.0.1:8501", .serve_only = 1, .max_body = 16u << 20};
+	/* no rate limit unless asked: a serving client's traffic is the point (TF Serving has
+	 * none); the daemon keeps its API's default */
+	struct tf_web_opts o = {
+	    .listen = "127.0.0.1:8501", .serve_only = 1, .max_body = 16u << 20, .rate = -1};
 	long long n;
 	int c, rc;
 	optind = 1;
@@ -74,6 +79,11 @@ int cmd_serve(int argc, char **argv, struct tf_cli *cli)
 			                           &n)))
 				return rc;
 			o.max_body = (size_t)n;
+			break;
+		case O_RATE:
+			if ((rc = tf_cli_parse_int("serve", "--rate", optarg, 1, 1000000000, &n)))
+				return rc;
+			o.rate = (double)n;
 			break;
 		case O_CERT:
 			o.tls_cert = optarg;

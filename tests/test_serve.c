@@ -1085,12 +1085,12 @@ static void test_alias_move_under_load(void **state)
 }
 
 /* `tpuflow serve --model fm`: predictions and health only, one model. */
-static void test_serve_command(void **state)
+/* Starts `tpuflow serve --model fm` on a free port with the extra options (NULL-ended), waits
+ * until it is ready; its URL into url. */
+static pid_t serve_spawn(const char *const *extra, char url[128])
 {
-	(void)state;
-	NEED_DATA();
 	/* a free port: bind port 0, read it, close (the command binds it right after) */
-	char listen[64], url[128];
+	char listen[64];
 	int port = 0;
 	for (int tries = 0; tries < 5 && !port; tries++) {
 		struct tf_web *probe;
@@ -1101,18 +1101,13 @@ static void test_serve_command(void **state)
 		tf_web_stop(probe);
 	}
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-	snprintf(url, sizeof(url), "http://%s", listen);
-	char *argv[] = {getenv("TPUFLOW_BIN"),
-	                "--home",
-	                home,
-	                "serve",
-	                "--model",
-	                "fm",
-	                "--listen",
-	                listen,
-	                "--auth",
-	                "none",
-	                NULL};
+	snprintf(url, 128, "http://%s", listen);
+	char *argv[16] = {getenv("TPUFLOW_BIN"), "--home", home, "serve", "--model", "fm",
+	                  "--listen", listen};
+	int n = 8;
+	for (; extra && *extra && n < 15; extra++)
+		argv[n++] = (char *)*extra;
+	argv[n] = NULL;
 	pid_t pid = tf_test_spawn(argv, "serve.out", "serve.out");
 	assert_true(pid > 0);
 	struct resp r = {0};
@@ -1125,8 +1120,18 @@ static void test_serve_command(void **state)
 	}
 	assert_int_equal(r.status, 200);
 	resp_free(&r);
+	return pid;
+}
+
+static void test_serve_command(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	char url[128];
+	const char *const no_auth[] = {"--auth", "none", NULL};
+	pid_t pid = serve_spawn(no_auth, url);
 	char *list = examples(0, 2, 0), *row = body_of("{\"instances\":%s}", list);
-	r = call_at(url, "POST", "/v1/models/fm:predict", NULL, row);
+	struct resp r = call_at(url, "POST", "/v1/models/fm:predict", NULL, row);
 	assert_int_equal(r.status, 200);
 	assert_matrix(json_object_get(r.json, "predictions"), 2, NULL);
 	resp_free(&r);
@@ -1145,6 +1150,40 @@ static void test_serve_command(void **state)
 	free(row);
 }
 
+/* tpuflow serve has no rate limit unless --rate gives one: one token makes more requests than
+ * the daemon's default bucket holds (1000) without a 429; with --rate 1 the bucket (10) runs
+ * dry within 30 quick requests, and the 429 says when to retry. */
+static void test_serve_rate(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	char url[128];
+	pid_t pid = serve_spawn(NULL, url);
+	int ok = 0;
+	for (int i = 0; i < 1100; i++) {
+		struct resp r = call_at(url, "GET", "/v1/models/fm", tok_predict, NULL);
+		ok += r.status == 200;
+		resp_free(&r);
+	}
+	assert_int_equal(ok, 1100);
+	kill(pid, SIGTERM);
+	assert_int_equal(tf_test_wait_exit(pid), 0);
+	const char *const slow[] = {"--rate", "1", NULL};
+	pid = serve_spawn(slow, url);
+	int limited = 0;
+	for (int i = 0; i < 30 && !limited; i++) {
+		struct resp r = call_at(url, "GET", "/v1/models/fm", tok_predict, NULL);
+		assert_true(r.status == 200 || r.status == 429);
+		limited = r.status == 429;
+		if (limited)
+			assert_non_null(strstr(r.body, "requests per second for this token"));
+		resp_free(&r);
+	}
+	assert_true(limited);
+	kill(pid, SIGTERM);
+	assert_int_equal(tf_test_wait_exit(pid), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1160,6 +1199,7 @@ int main(void)
 	    cmocka_unit_test(test_rollout_p99_slo_and_promotion),
 	    cmocka_unit_test(test_alias_move_under_load),
 	    cmocka_unit_test(test_serve_command),
+	    cmocka_unit_test(test_serve_rate),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -25,6 +25,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,19 +59,20 @@ struct cached {
 	uint64_t used; /* cache_clock at the last use: the least recent makes room */
 };
 
-/* Request counters by route and status, and a latency histogram by route. */
+/* Request counters by route and status, and a latency histogram by route, counted with atomic
+ * operations (no lock on a request's path): each route has NCODES slots, a slot taken for a
+ * status by the first answer with it. */
 #define NLAT 12
+#define NCODES 24 /* distinct statuses counted per route (more: counted as code "other") */
 static const double lat_bounds[NLAT] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                         0.1,   0.25,   0.5,   1,    2.5,   10};
-struct req_count {
-	int route; /* index in tf_routes, or -1 for no route */
-	int status;
-	uint64_t n;
-};
-struct lat_hist {
-	uint64_t le[NLAT]; /* per bucket; summed into cumulative counts when rendered */
-	uint64_t count;
-	double sum;
+struct route_stats {
+	_Atomic int code[NCODES]; /* 0: a free slot */
+	_Atomic uint64_t n[NCODES];
+	_Atomic uint64_t other; /* answers whose status found no slot */
+	_Atomic uint64_t le[NLAT]; /* per bucket; summed into cumulative counts when rendered */
+	_Atomic uint64_t count;
+	_Atomic uint64_t sum_ns;
 };
 
 struct tf_web {
@@ -82,6 +84,7 @@ struct tf_web {
 	int port;
 	struct tf_web_hooks hooks;
 	struct tf_serve *serve; /* model serving cache */
+	struct route_stats *stats; /* tf_nroutes + 1 entries, the last for "no route" */
 	int serve_only;         /* `tpuflow serve`: serving and public routes only */
 	volatile int stopping;
 	char *openapi; /* the document, serialised once */
@@ -94,13 +97,11 @@ struct tf_web {
 	struct tf_token_cache tokens; /* verified tokens (its own lock) */
 	pthread_t watcher;            /* polls for other processes' commits (tf_store_poll_changes) */
 	int watching;                 /* the watcher was started */
+	pthread_mutex_t rate_lock; /* the buckets */
+	struct bucket buckets[NBUCKETS];
 	pthread_mutex_t lock; /* everything below */
 	struct tf_store *pool[STORE_POOL];
 	int npool;
-	struct bucket buckets[NBUCKETS];
-	struct req_count *counts;
-	size_t ncounts, capcounts;
-	struct lat_hist *lat; /* tf_nroutes + 1 entries, the last for "no route" */
 	struct cached cache[NCACHED];
 	uint64_t cache_clock;
 };
@@ -345,49 +346,59 @@ void tf_web_problem_errno(struct tf_web_resp *rs, int rc, const char *instance, 
 void tf_web_metrics_observe(struct tf_web *w, const struct tf_route *route, int status,
                             double seconds)
 {
-	int ri = route ? (int)(route - tf_routes) : -1;
-	pthread_mutex_lock(&w->lock);
-	size_t k;
-	for (k = 0; k < w->ncounts; k++)
-		if (w->counts[k].route == ri && w->counts[k].status == status)
+	struct route_stats *h = &w->stats[route ? (size_t)(route - tf_routes) : tf_nroutes];
+	int k = 0;
+	for (; k < NCODES; k++) {
+		int c = atomic_load_explicit(&h->code[k], memory_order_acquire), free_slot = 0;
+		if (!c && atomic_compare_exchange_strong(&h->code[k], &free_slot, status))
+			c = status;
+		else if (!c)
+			c = free_slot; /* another answer took it meanwhile */
+		if (c == status)
 			break;
-	if (k == w->ncounts) {
-		if (w->ncounts == w->capcounts) {
-			w->capcounts = w->capcounts ? 2 * w->capcounts : 32;
-			w->counts = tf_xrealloc(w->counts, w->capcounts * sizeof(*w->counts));
-		}
-		w->counts[w->ncounts++] = (struct req_count){ri, status, 0};
 	}
-	w->counts[k].n++;
-	struct lat_hist *h = &w->lat[ri < 0 ? tf_nroutes : (size_t)ri];
+	atomic_fetch_add_explicit(k < NCODES ? &h->n[k] : &h->other, 1, memory_order_relaxed);
 	for (int b = 0; b < NLAT; b++)
 		if (seconds <= lat_bounds[b]) {
-			h->le[b]++;
+			atomic_fetch_add_explicit(&h->le[b], 1, memory_order_relaxed);
 			break;
 		}
-	h->count++;
-	h->sum += seconds;
-	pthread_mutex_unlock(&w->lock);
+	atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&h->sum_ns, (uint64_t)(seconds * 1e9), memory_order_relaxed);
 }
 
 void tf_web_metrics_requests(struct tf_web *w, FILE *f)
 {
-	pthread_mutex_lock(&w->lock);
 	fprintf(f, "# HELP tpuflow_api_requests_total API requests answered, by route and status.\n"
 	           "# TYPE tpuflow_api_requests_total counter\n");
-	for (size_t k = 0; k < w->ncounts; k++) {
-		const struct req_count *c = &w->counts[k];
-		fprintf(f, "tpuflow_api_requests_total{method=\"%s\",route=\"%s\",code=\"%d\"} %llu\n",
-		        c->route < 0 ? "" : tf_routes[c->route].method,
-		        c->route < 0 ? "unmatched" : tf_routes[c->route].pattern, c->status,
-		        (unsigned long long)c->n);
+	for (size_t r = 0; r <= tf_nroutes; r++) {
+		struct route_stats *h = &w->stats[r];
+		const char *method = r < tf_nroutes ? tf_routes[r].method : "";
+		const char *pattern = r < tf_nroutes ? tf_routes[r].pattern : "unmatched";
+		for (int k = 0; k < NCODES; k++) {
+			int c = atomic_load_explicit(&h->code[k], memory_order_acquire);
+			if (c)
+				fprintf(f,
+				        "tpuflow_api_requests_total{method=\"%s\",route=\"%s\",code="
+				        "\"%d\"} %llu\n",
+				        method, pattern, c,
+				        (unsigned long long)atomic_load_explicit(&h->n[k],
+				                                                 memory_order_relaxed));
+		}
+		uint64_t other = atomic_load_explicit(&h->other, memory_order_relaxed);
+		if (other)
+			fprintf(f,
+			        "tpuflow_api_requests_total{method=\"%s\",route=\"%s\",code=\"other\"} "
+			        "%llu\n",
+			        method, pattern, (unsigned long long)other);
 	}
 	fprintf(f, "# HELP tpuflow_api_request_duration_seconds Time to answer an API request (to "
 	           "the first byte of a stream), by route.\n"
 	           "# TYPE tpuflow_api_request_duration_seconds histogram\n");
 	for (size_t r = 0; r <= tf_nroutes; r++) {
-		const struct lat_hist *h = &w->lat[r];
-		if (!h->count)
+		struct route_stats *h = &w->stats[r];
+		uint64_t count = atomic_load_explicit(&h->count, memory_order_relaxed);
+		if (!count)
 			continue;
 		char lbl[256];
 		snprintf(lbl, sizeof(lbl), "method=\"%s\",route=\"%s\"",
@@ -395,27 +406,29 @@ void tf_web_metrics_requests(struct tf_web *w, FILE *f)
 		         r < tf_nroutes ? tf_routes[r].pattern : "unmatched");
 		uint64_t cum = 0;
 		for (int b = 0; b < NLAT; b++) {
-			cum += h->le[b];
+			cum += atomic_load_explicit(&h->le[b], memory_order_relaxed);
 			fprintf(f, "tpuflow_api_request_duration_seconds_bucket{%s,le=\"%g\"} %llu\n", lbl,
 			        lat_bounds[b], (unsigned long long)cum);
 		}
+		/* read apart from the buckets: +Inf is never below the last bucket's count */
 		fprintf(f, "tpuflow_api_request_duration_seconds_bucket{%s,le=\"+Inf\"} %llu\n", lbl,
-		        (unsigned long long)h->count);
-		fprintf(f, "tpuflow_api_request_duration_seconds_sum{%s} %.6f\n", lbl, h->sum);
+		        (unsigned long long)(count > cum ? count : cum));
+		fprintf(f, "tpuflow_api_request_duration_seconds_sum{%s} %.6f\n", lbl,
+		        (double)atomic_load_explicit(&h->sum_ns, memory_order_relaxed) * 1e-9);
 		fprintf(f, "tpuflow_api_request_duration_seconds_count{%s} %llu\n", lbl,
-		        (unsigned long long)h->count);
+		        (unsigned long long)(count > cum ? count : cum));
 	}
-	pthread_mutex_unlock(&w->lock);
 }
 
 /* ---- authorization and rate limit -------------------------------------------------------- */
 
-/* Takes one request from the token's bucket: 0, or seconds until one is available. */
+/* Takes one request from the token's bucket: 0, or seconds until one is available (always 0
+ * without a limit, w->rate 0). *touch: the token's last use is due to be recorded. */
 static int rate_take(struct tf_web *w, int64_t id, int *touch)
 {
 	double now = tf_now_monotonic(), wall = tf_now_wall();
 	int wait = 0, victim = 0;
-	pthread_mutex_lock(&w->lock);
+	pthread_mutex_lock(&w->rate_lock);
 	struct bucket *b = NULL;
 	for (int i = 0; i < NBUCKETS; i++) {
 		if (w->buckets[i].id == id) {
@@ -429,19 +442,20 @@ static int rate_take(struct tf_web *w, int64_t id, int *touch)
 		b = &w->buckets[victim];
 		*b = (struct bucket){.id = id, .level = w->burst, .at = now, .touched = 0};
 	}
-	b->level += (now - b->at) * w->rate;
-	if (b->level > w->burst)
-		b->level = w->burst;
-	b->at = now;
-	if (b->level >= 1) {
-		b->level -= 1;
-	} else {
-		wait = (int)((1 - b->level) / w->rate) + 1;
+	if (w->rate > 0) {
+		b->level += (now - b->at) * w->rate;
+		if (b->level > w->burst)
+			b->level = w->burst;
+		if (b->level >= 1)
+			b->level -= 1;
+		else
+			wait = (int)((1 - b->level) / w->rate) + 1;
 	}
+	b->at = now;
 	*touch = wall - b->touched >= TOUCH_EVERY;
 	if (*touch)
 		b->touched = wall;
-	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_unlock(&w->rate_lock);
 	return wait;
 }
 
@@ -1048,10 +1062,10 @@ static void web_free(struct tf_web *w)
 	free(w->openapi);
 	free(w->tls_key);
 	free(w->tls_cert);
-	free(w->counts);
-	free(w->lat);
+	free(w->stats);
 	tf_token_cache_release(&w->tokens);
 	pthread_mutex_destroy(&w->lock);
+	pthread_mutex_destroy(&w->rate_lock);
 	pthread_mutex_destroy(&w->write_lock);
 	free(w);
 }
@@ -1083,6 +1097,7 @@ int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, si
 	}
 	struct tf_web *w = tf_xcalloc(1, sizeof(*w));
 	pthread_mutex_init(&w->lock, NULL);
+	pthread_mutex_init(&w->rate_lock, NULL);
 	pthread_mutex_init(&w->write_lock, NULL);
 	tf_token_cache_init(&w->tokens);
 	w->home = tf_xstrdup(o->home ? o->home : ".tpuflow");
@@ -1090,12 +1105,12 @@ int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, si
 	w->cors = o->cors_origin ? tf_xstrdup(o->cors_origin) : NULL;
 	w->auth = o->auth;
 	w->max_body = o->max_body ? o->max_body : 1 << 20;
-	w->rate = o->rate > 0 ? o->rate : 100;
+	w->rate = o->rate > 0 ? o->rate : o->rate < 0 ? 0 : 100;
 	w->burst = o->burst > 0 ? o->burst : 10 * w->rate;
 	w->hooks = o->hooks;
 	w->serve_only = o->serve_only;
 	w->serve = tf_serve_new(w->home, o->serve_model, o->serve_max_batch);
-	w->lat = tf_xcalloc(tf_nroutes + 1, sizeof(*w->lat));
+	w->stats = tf_xcalloc(tf_nroutes + 1, sizeof(*w->stats));
 	struct tf_store *st = NULL;
 	rc = tf_store_open_home(w->home, &st, err, errlen);
 	if (rc) {

@@ -948,6 +948,18 @@ static int fast_instances(struct tf_serve *sv, const struct tf_bundle *b, const 
 		size_t k = 0;
 		do {
 			WS();
+			if (b->pre.image && k < dim) { /* the common pixel: 1 to 3 digits, <= 255 */
+				const char *q = p;
+				unsigned iv = 0;
+				while (q < end && q - p < 4 && *q >= '0' && *q <= '9')
+					iv = iv * 10 + (unsigned)(*q++ - '0');
+				if (q > p && q - p < 4 && iv <= 255 && (*p != '0' || q - p == 1) &&
+				    q < end && (*q == ',' || *q == ']')) {
+					raw[k++] = (float)iv;
+					p = q;
+					continue; /* the while below: a comma goes on */
+				}
+			}
 			/* a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
 			const char *q = p;
 			int neg = q < end && *q == '-', real = 0;

@@ -62,7 +62,7 @@ struct tf_web_opts {
 	size_t max_body;        /* request body cap in bytes (0: 1 MiB) */
 	unsigned max_conns;     /* connection cap (0: 256) */
 	unsigned timeout_s;     /* idle seconds before a connection is closed (0: 30) */
-	double rate;            /* requests per second per token (0: 100) */
+	double rate;            /* requests per second per token (0: 100; negative: no limit) */
 	double burst;           /* bucket size per token (0: 10 x rate) */
 	struct tf_web_hooks hooks;
 	/* Model serving (web/serve.h, docs/serving.md): the /v1 and /v2 routes are always on;

@@ -106,12 +106,12 @@ int tf_token_verify(struct tf_store *st, const char *token, double now, int64_t 
 void tf_token_cache_init(struct tf_token_cache *c)
 {
 	memset(c, 0, sizeof(*c));
-	pthread_mutex_init(&c->lock, NULL);
+	pthread_rwlock_init(&c->lock, NULL);
 }
 
 void tf_token_cache_release(struct tf_token_cache *c)
 {
-	pthread_mutex_destroy(&c->lock);
+	pthread_rwlock_destroy(&c->lock);
 	OPENSSL_cleanse(c->e, sizeof(c->e));
 }
 
@@ -123,7 +123,7 @@ int tf_token_verify_cached(struct tf_token_cache *c, const char *token, double n
 		return -EACCES;
 	uint64_t gen = tf_store_generation();
 	int rc = -ENOENT;
-	pthread_mutex_lock(&c->lock);
+	pthread_rwlock_rdlock(&c->lock);
 	for (unsigned i = 0; i < TF_TOKEN_CACHE; i++)
 		if (c->e[i].gen == gen && !memcmp(c->e[i].token, token, PREFIX_LEN) &&
 		    CRYPTO_memcmp(c->e[i].token, token, TF_TOKEN_LEN) == 0) {
@@ -136,7 +136,7 @@ int tf_token_verify_cached(struct tf_token_cache *c, const char *token, double n
 			}
 			break;
 		}
-	pthread_mutex_unlock(&c->lock);
+	pthread_rwlock_unlock(&c->lock);
 	if (rc != -ENOENT)
 		return rc;
 	struct tf_store *st = get_store(ctx);
@@ -148,7 +148,7 @@ int tf_token_verify_cached(struct tf_token_cache *c, const char *token, double n
 	rc = verify(st, token, hex, now, id, scope, &exp);
 	if (rc)
 		return rc;
-	pthread_mutex_lock(&c->lock);
+	pthread_rwlock_wrlock(&c->lock);
 	unsigned slot = c->next++ % TF_TOKEN_CACHE;
 	for (unsigned i = 0; i < TF_TOKEN_CACHE; i++)
 		if (!memcmp(c->e[i].token, token, PREFIX_LEN)) {
@@ -160,7 +160,7 @@ int tf_token_verify_cached(struct tf_token_cache *c, const char *token, double n
 	c->e[slot].scope = *scope;
 	c->e[slot].expires_at = exp;
 	c->e[slot].gen = gen;
-	pthread_mutex_unlock(&c->lock);
+	pthread_rwlock_unlock(&c->lock);
 	return 0;
 }
 

@@ -30,10 +30,11 @@ int tf_token_verify(struct tf_store *st, const char *token, double now, int64_t 
 /* Tokens verified recently, in this process's memory only: a request whose token is here is
  * let in without hashing it or reading the database while the store's change generation
  * stays put (revoking a token is a commit, so it moves it; expiry is checked on every use).
- * Found by the token's display prefix, then compared whole in constant time. */
+ * Found by the token's display prefix, then compared whole in constant time. Requests look
+ * it up under a read lock, so they do not wait for each other. */
 #define TF_TOKEN_CACHE 64
 struct tf_token_cache {
-	pthread_mutex_t lock;
+	pthread_rwlock_t lock;
 	struct {
 		char token[TF_TOKEN_LEN + 1]; /* "" for a free slot */
 		int64_t id;
