@@ -139,10 +139,13 @@ out:
  * -EINVAL with r->err set when they do not make one. */
 static int deploy_rollout(struct tf_step_run *r, json_t **out)
 {
-	static const char *const keys[][2] = {{"rollout_soak_s", "soak_s"},
-	                                      {"rollout_max_error_rate", "max_error_rate"},
-	                                      {"rollout_max_p99_ms", "max_p99_ms"},
-	                                      {"rollout_min_requests", "min_requests"}};
+	static const char *const keys[][2] = {
+	    {"rollout_soak_s", "soak_s"},
+	    {"rollout_max_error_rate", "max_error_rate"},
+	    {"rollout_max_p99_ms", "max_p99_ms"},
+	    {"rollout_min_requests", "min_requests"},
+	    {"rollout_max_error_rate_vs_production", "max_error_rate_vs_production"},
+	    {"rollout_max_p99_ratio_vs_production", "max_p99_ratio_vs_production"}};
 	json_t *p = json_object();
 	const json_t *steps = json_object_get(r->with, "rollout_steps");
 	if (steps && !json_is_null(steps)) {

@@ -109,6 +109,12 @@ static const struct tf_with_key deploy_with[] = {
     {W("rollout_max_p99_ms", N, "rollout: canary p99 latency (ms) that rolls it back"),
      AT_LEAST(0)},
     {W("rollout_min_requests", I, "rollout: canary answers a judgement needs"), RANGE(1, 1e9)},
+    {W("rollout_max_error_rate_vs_production", N,
+       "rollout: canary failure rate minus production's (same window) that rolls it back"),
+     RANGE(0, 1)},
+    {W("rollout_max_p99_ratio_vs_production", N,
+       "rollout: canary p99 over production's (same window) that rolls it back"),
+     RANGE(0, 1e6)},
     {.key = NULL}};
 static const struct tf_with_key shell_with[] = {
     {W("argv", TF_WCHECK_STR_LIST, "program and arguments (never a shell string)"),

@@ -305,7 +305,8 @@ int tf_registry_deployment(struct tf_store *st, const char *model, const char *a
 
 int tf_registry_rollout_parse(const json_t *j, struct tf_rollout *out, char *err, size_t errlen)
 {
-	struct tf_rollout r = {.max_error_rate = 1, .min_requests = 100};
+	struct tf_rollout r = {
+	    .max_error_rate = 1, .min_requests = 100, .max_error_rate_vs_production = -1};
 	const char *k;
 	json_t *v;
 	if (!json_is_object(j)) {
@@ -348,15 +349,23 @@ int tf_registry_rollout_parse(const json_t *j, struct tf_rollout *out, char *err
 			r.max_p99_ms = x;
 		} else if (!strcmp(k, "min_requests") && json_is_integer(v) && x >= 1 && x <= 1e9) {
 			r.min_requests = json_integer_value(v);
+		} else if (!strcmp(k, "max_error_rate_vs_production") && num && x >= 0 && x <= 1) {
+			r.max_error_rate_vs_production = x;
+		} else if (!strcmp(k, "max_p99_ratio_vs_production") && num && x > 0 && x <= 1e6) {
+			r.max_p99_ratio_vs_production = x;
 		} else {
 			tf_errf(err, errlen, "rollout.%s: %s", k,
 			         !strcmp(k, "soak_s")           ? "seconds from 0 to 30 days"
 			         : !strcmp(k, "max_error_rate") ? "a rate from 0 to 1"
 			         : !strcmp(k, "max_p99_ms")     ? "milliseconds, 0 or more"
 			         : !strcmp(k, "min_requests")   ? "an integer from 1"
-			                                        : "unknown key (steps, soak_s, "
-			                                          "max_error_rate, max_p99_ms, "
-			                                          "min_requests)");
+			         : !strcmp(k, "max_error_rate_vs_production")
+			             ? "a difference of rates from 0 to 1"
+			         : !strcmp(k, "max_p99_ratio_vs_production")
+			             ? "a ratio above 0"
+			             : "unknown key (steps, soak_s, max_error_rate, max_p99_ms, "
+			               "min_requests, max_error_rate_vs_production, "
+			               "max_p99_ratio_vs_production)");
 			return -EINVAL;
 		}
 	}

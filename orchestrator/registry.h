@@ -86,10 +86,13 @@ struct tf_rollout {
 	double max_error_rate; /* failures / requests above which it rolls back (1: no SLO) */
 	double max_p99_ms;     /* p99 latency above which it rolls back (0: no SLO) */
 	int64_t min_requests;  /* answers of the canary a judgement needs */
+	/* the guard against the stable version, on its answers in the same window: */
+	double max_error_rate_vs_production; /* the canary's error rate minus its (< 0: none) */
+	double max_p99_ratio_vs_production;  /* the canary's p99 over its (0: none) */
 };
-/* Reads and checks a policy object {steps, soak_s, max_error_rate, max_p99_ms, min_requests}
- * (every key optional: no steps, no soak, no SLOs, 100 requests). -EINVAL with err naming the
- * key. */
+/* Reads and checks a policy object {steps, soak_s, max_error_rate, max_p99_ms, min_requests,
+ * max_error_rate_vs_production, max_p99_ratio_vs_production} (every key optional: no steps,
+ * no soak, no SLOs, no guard, 100 requests). -EINVAL with err naming the key. */
 int tf_registry_rollout_parse(const json_t *j, struct tf_rollout *out, char *err, size_t errlen);
 
 /* The active deployment of (model, alias) as {model, alias, version, canary_version,

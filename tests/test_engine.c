@@ -924,7 +924,8 @@ static void test_engine_register_verifies_bundle_and_names(void **state)
 	const char *roll[][2] = {
 	    {"{model_name: m, version: '1', alias: production}", NULL},
 	    {"{model_name: m, version: '2', alias: production, rollout_steps: [10, 50], "
-	     "rollout_soak_s: 60, rollout_max_p99_ms: 20, rollout_min_requests: 5}",
+	     "rollout_soak_s: 60, rollout_max_p99_ms: 20, rollout_min_requests: 5, "
+	     "rollout_max_error_rate_vs_production: 0.01, rollout_max_p99_ratio_vs_production: 1.5}",
 	     NULL},
 	    {"{model_name: m, version: '2', alias: production, rollout_min_requests: 5}",
 	     "a rollout policy needs a canary"},
@@ -952,6 +953,8 @@ static void test_engine_register_verifies_bundle_and_names(void **state)
 	assert_int_equal(json_array_size(json_object_get(pol, "steps")), 2);
 	assert_int_equal(json_integer_value(json_object_get(pol, "min_requests")), 5);
 	assert_true(json_number_value(json_object_get(pol, "max_p99_ms")) == 20);
+	assert_true(json_number_value(json_object_get(pol, "max_error_rate_vs_production")) == 0.01);
+	assert_true(json_number_value(json_object_get(pol, "max_p99_ratio_vs_production")) == 1.5);
 	json_decref(d);
 	tf_store_close(st);
 }

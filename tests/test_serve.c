@@ -964,6 +964,68 @@ static void test_rollout_p99_slo_and_promotion(void **state)
 	tf_store_close(st);
 }
 
+/* The guard against production: a canary judged on its figures beside the stable version's
+ * in the same window, with no absolute SLO. A canary failing where production does not, and
+ * one slower than production by more than the allowed ratio, are rolled back; one within both
+ * is promoted. The figures of both versions are recorded. */
+static void test_rollout_guard_against_production(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	struct tf_store *st;
+	char err[256];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	deploy_canary(st, 4, 50, "{\"max_error_rate_vs_production\":0.05,\"min_requests\":8}");
+	json_t *dep = production(st);
+	int64_t id = json_integer_value(json_object_get(dep, "id"));
+	json_decref(dep);
+	int ok, failed;
+	dep = requests_until_moved(st, id, &ok, &failed);
+	const char *why = json_string_value(json_object_get(dep, "reason"));
+	fprintf(stderr, "guard: %s\n", why);
+	assert_non_null(why);
+	assert_non_null(strstr(why, "rollback: canary version 4 failed"));
+	assert_non_null(strstr(why, "production version 1 0 of"));
+	assert_non_null(strstr(why, "over the guard of 0.05"));
+	json_t *prod = json_object_get(json_object_get(dep, "figures"), "production");
+	assert_int_equal(json_integer_value(json_object_get(prod, "version")), 1);
+	assert_true(json_integer_value(json_object_get(prod, "requests")) >= 8);
+	assert_int_equal(json_integer_value(json_object_get(prod, "failures")), 0);
+	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
+	json_decref(dep);
+
+	/* a ratio no answer can meet: the canary must be 1000x faster than production */
+	deploy_canary(st, 2, 50, "{\"max_p99_ratio_vs_production\":0.001,\"min_requests\":8}");
+	dep = production(st);
+	id = json_integer_value(json_object_get(dep, "id"));
+	json_decref(dep);
+	dep = requests_until_moved(st, id, &ok, &failed);
+	assert_int_equal(failed, 0);
+	why = json_string_value(json_object_get(dep, "reason"));
+	assert_non_null(why);
+	assert_non_null(strstr(why, "rollback: canary version 2 p99"));
+	assert_non_null(strstr(why, "over the guard of 0.001x"));
+	json_decref(dep);
+
+	deploy_canary(st, 2, 50,
+	              "{\"max_p99_ratio_vs_production\":1000,\"max_error_rate_vs_production\":0.5,"
+	              "\"min_requests\":8}");
+	dep = production(st);
+	id = json_integer_value(json_object_get(dep, "id"));
+	json_decref(dep);
+	dep = requests_until_moved(st, id, &ok, &failed);
+	assert_int_equal(failed, 0);
+	why = json_string_value(json_object_get(dep, "reason"));
+	assert_non_null(why);
+	assert_non_null(strstr(why, "promoted: canary version 2"));
+	assert_non_null(strstr(why, "against production's"));
+	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 2);
+	json_decref(dep);
+	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	tf_store_close(st);
+}
+
 /* One client of the alias-move test: keyed requests on the bare path, one after another on
  * one connection, until told to stop. */
 struct hammer {
@@ -1197,6 +1259,7 @@ int main(void)
 	    cmocka_unit_test(test_canary_split),
 	    cmocka_unit_test(test_rollout_rolls_back_failing_canaries),
 	    cmocka_unit_test(test_rollout_p99_slo_and_promotion),
+	    cmocka_unit_test(test_rollout_guard_against_production),
 	    cmocka_unit_test(test_alias_move_under_load),
 	    cmocka_unit_test(test_serve_command),
 	    cmocka_unit_test(test_serve_rate),

@@ -31,6 +31,9 @@
 #include <time.h>
 
 #define LAT_RING 1024 /* latencies kept per version for its percentiles */
+/* A latency histogram for the rollout's windows: bucket 0 holds answers up to 1 us, bucket i
+ * those in (2^((i-1)/8), 2^(i/8)] us (9% wide), the last everything slower (~4 min) */
+#define LAT_BUCKETS 224
 #define MAX_VIEWS 256 /* models whose registry view is kept (unknown names included) */
 
 enum vstate { V_LOADING, V_AVAILABLE, V_UNAVAILABLE };
@@ -53,6 +56,13 @@ struct entry {
 	_Atomic uint64_t requests, errors;
 	_Atomic uint64_t failures; /* answers it could not give: 5xx, or routed to it unloadable */
 	_Atomic float lat_ms[LAT_RING];
+	_Atomic uint64_t hist[LAT_BUCKETS]; /* every answer's latency (lat_bucket) */
+};
+
+/* A version's figures at one moment, or over a window (the difference of two moments). */
+struct fig {
+	uint64_t req, fail;
+	uint64_t hist[LAT_BUCKETS];
 };
 
 /* What the registry says about one model, as of generation gen of the store
@@ -78,10 +88,10 @@ struct view {
 	int has_rollout; /* the canary's rollout policy, and its text */
 	struct tf_rollout rollout;
 	char *rollout_text;
-	/* the rollout's window on this server: the canary's counts when it began (tf_serve_tick;
-	 * kept across readings of the same deployment) */
+	/* the rollout's window on this server: the canary's and the stable version's figures
+	 * when it began (tf_serve_tick; kept across readings of the same deployment) */
 	int64_t base_dep;
-	uint64_t base_req, base_fail;
+	struct fig *base_canary, *base_stable;
 	double base_at; /* monotonic */
 };
 
@@ -130,6 +140,8 @@ static void view_free(struct view *m)
 	free(m->aliases);
 	free(m->aliased);
 	free(m->rollout_text);
+	free(m->base_canary);
+	free(m->base_stable);
 	free(m->model);
 	free(m);
 }
@@ -168,6 +180,16 @@ static void release(struct tf_serve *sv, struct entry *e)
 		entry_put(e);
 }
 
+/* The histogram bucket of a latency of ms milliseconds. */
+static int lat_bucket(double ms)
+{
+	double us = ms * 1000;
+	if (!(us > 1))
+		return 0;
+	double i = ceil(8 * log2(us));
+	return i >= LAT_BUCKETS - 1 ? LAT_BUCKETS - 1 : (int)i;
+}
+
 /* Counts one answer of e (status) that took since t0 (monotonic). */
 static void record(struct tf_serve *sv, struct entry *e, int status, double t0)
 {
@@ -175,6 +197,7 @@ static void record(struct tf_serve *sv, struct entry *e, int status, double t0)
 	float ms = (float)((tf_now_monotonic() - t0) * 1000);
 	uint64_t i = atomic_fetch_add_explicit(&e->requests, 1, memory_order_relaxed);
 	atomic_store_explicit(&e->lat_ms[i % LAT_RING], ms, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->hist[lat_bucket(ms)], 1, memory_order_relaxed);
 	if (status != 200)
 		atomic_fetch_add_explicit(&e->errors, 1, memory_order_relaxed);
 	if (status >= 500)
@@ -214,6 +237,50 @@ static json_t *stats_json(struct tf_serve *sv, struct entry *e)
 	                 (json_int_t)errs, "failures", (json_int_t)fails, "error_rate",
 	                 n ? (double)errs / (double)n : 0.0, "p50_ms", k ? (double)lat[k / 2] : 0.0,
 	                 "p99_ms", k ? (double)lat[(k * 99) / 100] : 0.0);
+}
+
+/* e's figures now (zero for NULL). */
+static void fig_read(struct entry *e, struct fig *f)
+{
+	memset(f, 0, sizeof(*f));
+	if (!e)
+		return;
+	f->req = atomic_load_explicit(&e->requests, memory_order_relaxed);
+	f->fail = atomic_load_explicit(&e->failures, memory_order_relaxed);
+	for (int i = 0; i < LAT_BUCKETS; i++)
+		f->hist[i] = atomic_load_explicit(&e->hist[i], memory_order_relaxed);
+}
+
+/* f minus base (the window since base): 0, or -1 when f is older than base (the version was
+ * loaded again: its counts started over). */
+static int fig_since(struct fig *f, const struct fig *base)
+{
+	if (f->req < base->req || f->fail < base->fail)
+		return -1;
+	f->req -= base->req;
+	f->fail -= base->fail;
+	for (int i = 0; i < LAT_BUCKETS; i++) {
+		if (f->hist[i] < base->hist[i])
+			return -1;
+		f->hist[i] -= base->hist[i];
+	}
+	return 0;
+}
+
+/* The q-quantile of f's latencies in ms: the upper bound of the bucket it falls in (at most
+ * 9% above the true figure); 0 without answers. */
+static double fig_quantile(const struct fig *f, double q)
+{
+	uint64_t n = 0, seen = 0;
+	for (int i = 0; i < LAT_BUCKETS; i++)
+		n += f->hist[i];
+	if (!n)
+		return 0;
+	uint64_t want = (uint64_t)ceil(q * (double)n);
+	for (int i = 0; i < LAT_BUCKETS; i++)
+		if ((seen += f->hist[i]) >= want)
+			return pow(2, i / 8.0) / 1000;
+	return pow(2, (LAT_BUCKETS - 1) / 8.0) / 1000;
 }
 
 /* Unlists the least recently used settled entry other than keep while over the cap. */
@@ -351,9 +418,10 @@ static struct view *view_locked(struct tf_serve *sv, struct tf_store *st, struct
 		struct view *old = *pm;
 		if (old->base_dep == fresh->dep_id) { /* the same deployment's window goes on */
 			fresh->base_dep = old->base_dep;
-			fresh->base_req = old->base_req;
-			fresh->base_fail = old->base_fail;
+			fresh->base_canary = old->base_canary;
+			fresh->base_stable = old->base_stable;
 			fresh->base_at = old->base_at;
+			old->base_canary = old->base_stable = NULL;
 		}
 		fresh->next = old->next;
 		*pm = fresh;
@@ -1431,79 +1499,140 @@ struct move {
 	char *rollout;     /* the policy carried to the next step (owned) */
 	const char *event; /* the alert it raises (orchestrator/alerts.h); NULL: model_deployed */
 	char reason[768];
-	char figures[256];
+	char figures[512];
 };
 
-/* The decision on the canary of view m by its figures on this server since the window began:
- * 1 with *mv filled when the deployment moves. Called with the lock held. */
-static int judge_locked(struct tf_serve *sv, struct view *m, double now, struct move *mv)
+/* The listed entry of (model, version), or NULL. Called with the lock held. */
+static struct entry *entry_find_locked(struct tf_serve *sv, const char *model, int64_t v)
 {
 	struct entry *e = sv->list;
-	while (e && (e->version != m->canary || strcmp(e->model, m->model)))
+	while (e && (e->version != v || strcmp(e->model, model)))
 		e = e->next;
-	uint64_t req = e ? atomic_load_explicit(&e->requests, memory_order_relaxed) : 0;
-	uint64_t fail = e ? atomic_load_explicit(&e->failures, memory_order_relaxed) : 0;
-	if (m->base_dep != m->dep_id || req < m->base_req || fail < m->base_fail) {
-		m->base_dep = m->dep_id; /* a new deployment (or the version reloaded): start */
-		m->base_req = req;
-		m->base_fail = fail;
-		m->base_at = now;
-		return 0;
-	}
+	return e;
+}
+
+/* The decision on the canary of view m by the window's figures of the canary (c) and of the
+ * stable version (s), soaked seconds into the window: 1 with *mv filled when the deployment
+ * moves. e: the canary's entry (may be NULL). */
+static int decide(const struct view *m, const struct fig *c, const struct fig *s, double soaked,
+                  const struct entry *e, struct move *mv)
+{
 	const struct tf_rollout *r = &m->rollout;
-	uint64_t n = req - m->base_req, f = fail - m->base_fail;
+	uint64_t n = c->req, f = c->fail;
 	if (n < (uint64_t)r->min_requests)
 		return 0;
-	float lat[LAT_RING];
-	size_t k = latencies(e, m->base_req, lat);
-	double rate = (double)f / (double)n, p99 = k ? lat[(k * 99) / 100] : 0;
-	double soaked = now - m->base_at;
+	double rate = (double)f / (double)n, p99 = fig_quantile(c, 0.99);
+	/* the guard compares with the stable version once it too has enough answers */
+	int guarded = r->max_error_rate_vs_production >= 0 || r->max_p99_ratio_vs_production > 0;
+	int compared = guarded && s->req >= (uint64_t)r->min_requests;
+	double srate = s->req ? (double)s->fail / (double)s->req : 0, sp99 = fig_quantile(s, 0.99);
 	memset(mv, 0, sizeof(*mv));
 	snprintf(mv->model, sizeof(mv->model), "%s", m->model);
 	mv->dep_id = m->dep_id;
 	snprintf(mv->figures, sizeof(mv->figures),
 	         "{\"version\":%lld,\"share\":%.6g,\"requests\":%llu,\"failures\":%llu,"
-	         "\"error_rate\":%.6g,\"p99_ms\":%.6g,\"window_s\":%.3f}",
+	         "\"error_rate\":%.6g,\"p99_ms\":%.6g,\"window_s\":%.3f,\"production\":{"
+	         "\"version\":%lld,\"requests\":%llu,\"failures\":%llu,\"error_rate\":%.6g,"
+	         "\"p99_ms\":%.6g}}",
 	         (long long)m->canary, m->canary_pct, (unsigned long long)n, (unsigned long long)f,
-	         rate, p99, soaked);
-	if (rate > r->max_error_rate || (r->max_p99_ms > 0 && p99 > r->max_p99_ms)) {
-		mv->version = m->stable;
-		mv->event = "model_rolled_back";
-		if (rate > r->max_error_rate)
-			snprintf(mv->reason, sizeof(mv->reason),
-			         "rollback: canary version %lld failed %llu of %llu requests "
-			         "(error rate %.3g over the SLO of %g)%s%.500s",
-			         (long long)m->canary, (unsigned long long)f, (unsigned long long)n,
-			         rate, r->max_error_rate,
-			         e->state == V_UNAVAILABLE ? "; it is UNAVAILABLE: " : "",
-			         e->state == V_UNAVAILABLE ? e->reason : "");
-		else
-			snprintf(mv->reason, sizeof(mv->reason),
-			         "rollback: canary version %lld p99 %.3f ms over the SLO of %g ms "
-			         "(%llu requests)",
-			         (long long)m->canary, p99, r->max_p99_ms, (unsigned long long)n);
+	         rate, p99, soaked, (long long)m->stable, (unsigned long long)s->req,
+	         (unsigned long long)s->fail, srate, sp99);
+	mv->version = m->stable;
+	mv->event = "model_rolled_back";
+	if (rate > r->max_error_rate) {
+		snprintf(mv->reason, sizeof(mv->reason),
+		         "rollback: canary version %lld failed %llu of %llu requests (error rate %.3g "
+		         "over the SLO of %g)%s%.500s",
+		         (long long)m->canary, (unsigned long long)f, (unsigned long long)n, rate,
+		         r->max_error_rate, e && e->state == V_UNAVAILABLE ? "; it is UNAVAILABLE: " : "",
+		         e && e->state == V_UNAVAILABLE ? e->reason : "");
 		return 1;
 	}
-	if (soaked < r->soak_s)
+	if (r->max_p99_ms > 0 && p99 > r->max_p99_ms) {
+		snprintf(mv->reason, sizeof(mv->reason),
+		         "rollback: canary version %lld p99 %.3f ms over the SLO of %g ms (%llu "
+		         "requests)",
+		         (long long)m->canary, p99, r->max_p99_ms, (unsigned long long)n);
+		return 1;
+	}
+	if (compared && r->max_error_rate_vs_production >= 0 &&
+	    rate - srate > r->max_error_rate_vs_production) {
+		snprintf(mv->reason, sizeof(mv->reason),
+		         "rollback: canary version %lld failed %llu of %llu requests (error rate "
+		         "%.3g), production version %lld %llu of %llu (%.3g) in the same window: %.3g "
+		         "more, over the guard of %g%s%.400s",
+		         (long long)m->canary, (unsigned long long)f, (unsigned long long)n, rate,
+		         (long long)m->stable, (unsigned long long)s->fail,
+		         (unsigned long long)s->req, srate, rate - srate,
+		         r->max_error_rate_vs_production,
+		         e && e->state == V_UNAVAILABLE ? "; it is UNAVAILABLE: " : "",
+		         e && e->state == V_UNAVAILABLE ? e->reason : "");
+		return 1;
+	}
+	if (compared && r->max_p99_ratio_vs_production > 0 && sp99 > 0 &&
+	    p99 > r->max_p99_ratio_vs_production * sp99) {
+		snprintf(mv->reason, sizeof(mv->reason),
+		         "rollback: canary version %lld p99 %.3f ms is %.3gx production version "
+		         "%lld's %.3f ms in the same window, over the guard of %gx (%llu and %llu "
+		         "requests)",
+		         (long long)m->canary, p99, p99 / sp99, (long long)m->stable, sp99,
+		         r->max_p99_ratio_vs_production, (unsigned long long)n,
+		         (unsigned long long)s->req);
+		return 1;
+	}
+	if (soaked < r->soak_s || (guarded && !compared))
 		return 0;
 	mv->version = m->canary;
+	mv->event = NULL;
+	const char *vs = compared ? ", and against production's" : "";
 	for (int i = 0; i < r->nsteps; i++)
 		if (r->steps[i] > m->canary_pct) {
 			mv->share = r->steps[i];
 			mv->rollout = tf_xstrdup(m->rollout_text);
 			snprintf(mv->reason, sizeof(mv->reason),
-			         "canary version %lld %g%% -> %g%%: %llu requests within the SLOs "
+			         "canary version %lld %g%% -> %g%%: %llu requests within the SLOs%s "
 			         "for %.1f s",
 			         (long long)m->canary, m->canary_pct, mv->share,
-			         (unsigned long long)n, soaked);
+			         (unsigned long long)n, vs, soaked);
 			return 1;
 		}
 	mv->event = "model_promoted";
 	snprintf(mv->reason, sizeof(mv->reason),
-	         "promoted: canary version %lld served %llu requests within the SLOs at %g%% for "
+	         "promoted: canary version %lld served %llu requests within the SLOs%s at %g%% for "
 	         "%.1f s",
-	         (long long)m->canary, (unsigned long long)n, m->canary_pct, soaked);
+	         (long long)m->canary, (unsigned long long)n, vs, m->canary_pct, soaked);
 	return 1;
+}
+
+/* The decision on the canary of view m by its and the stable version's figures on this
+ * server since the window began (started here on first sight of the deployment, or again
+ * when either version's counts started over): 1 with *mv filled when the deployment moves.
+ * Called with the lock held. */
+static int judge_locked(struct tf_serve *sv, struct view *m, double now, struct move *mv)
+{
+	struct entry *e = entry_find_locked(sv, m->model, m->canary);
+	struct fig c, s;
+	fig_read(e, &c);
+	fig_read(entry_find_locked(sv, m->model, m->stable), &s);
+	if (m->base_dep != m->dep_id || !m->base_canary) {
+		if (!m->base_canary) {
+			m->base_canary = tf_xmalloc(sizeof(struct fig));
+			m->base_stable = tf_xmalloc(sizeof(struct fig));
+		}
+		m->base_dep = m->dep_id;
+		*m->base_canary = c;
+		*m->base_stable = s;
+		m->base_at = now;
+		return 0;
+	}
+	struct fig c0 = c, s0 = s;
+	if (fig_since(&c, m->base_canary) || fig_since(&s, m->base_stable)) {
+		*m->base_canary = c0; /* reloaded: a new window */
+		*m->base_stable = s0;
+		m->base_at = now;
+		return 0;
+	}
+	return decide(m, &c, &s, now - m->base_at, e, mv);
 }
 
 void tf_serve_tick(struct tf_serve *sv, struct tf_store *st)
