@@ -502,6 +502,56 @@ static json_t *json_text(const char *t)
 	return v ? v : json_string(t);
 }
 
+int tf_registry_figures_put(struct tf_store *st, int64_t dep_id, const char *server,
+                            const char *canary, const char *stable, double now)
+{
+	if (!json_text_ok(canary) || !json_text_ok(stable))
+		return -EINVAL;
+	int rc = tf_store_begin(st);
+	if (rc)
+		return rc;
+	rc = tf_store_run(st,
+	                  "DELETE FROM serving_figures WHERE deployment_id IN (SELECT id FROM "
+	                  "deployments WHERE active=0)",
+	                  "");
+	if (!rc)
+		rc = tf_store_run(st,
+		                  "INSERT OR REPLACE INTO serving_figures(deployment_id, server, canary, "
+		                  "stable, updated_at) SELECT id, ?2, ?3, ?4, ?5 FROM deployments "
+		                  "WHERE id=?1 AND active=1",
+		                  "itttd", dep_id, server, canary, stable, now);
+	if (!rc)
+		return tf_store_commit(st);
+	tf_store_rollback(st);
+	return rc;
+}
+
+int tf_registry_figures_get(struct tf_store *st, int64_t dep_id, const char *except_server,
+                            json_t **out)
+{
+	struct tf_stmt *s = tf_store_query(st,
+	                                   "SELECT server, canary, stable, updated_at FROM "
+	                                   "serving_figures WHERE deployment_id=? AND server<>? "
+	                                   "ORDER BY server",
+	                                   "it", dep_id, except_server ? except_server : "");
+	if (!s)
+		return -EIO;
+	json_t *arr = json_array();
+	int rc;
+	while ((rc = tf_stmt_step(s)) == 1)
+		json_array_append_new(
+		    arr, json_pack("{s:s, s:o, s:o, s:f}", "server", tf_stmt_text(s, 0), "canary",
+		                   json_text(tf_stmt_text(s, 1)), "stable",
+		                   json_text(tf_stmt_text(s, 2)), "updated_at", tf_stmt_double(s, 3)));
+	tf_stmt_done(s);
+	if (rc < 0) {
+		json_decref(arr);
+		return rc;
+	}
+	*out = arr;
+	return 0;
+}
+
 static json_t *aliases_of(struct tf_store *st, int64_t mid)
 {
 	json_t *o = json_object();

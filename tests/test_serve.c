@@ -1246,6 +1246,61 @@ static void test_serve_rate(void **state)
 	assert_int_equal(tf_test_wait_exit(pid), 0);
 }
 
+/* Two serving processes judge one rollout together: the in-process server and a `tpuflow
+ * serve` on the same home each answer 12 requests of a NaN-answering canary, and its policy
+ * needs 20. Neither reaches 20 alone; the figures each shares through the registry do, and
+ * one of them rolls the canary back with the requests of both. */
+static void test_rollout_several_servers(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	struct tf_store *st;
+	char err[256], url[128];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	deploy_canary(st, 4, 50, "{\"max_error_rate\":0.1,\"min_requests\":20}");
+	json_t *dep = production(st);
+	int64_t id = json_integer_value(json_object_get(dep, "id"));
+	json_decref(dep);
+	const char *const no_auth[] = {"--auth", "none", NULL};
+	pid_t pid = serve_spawn(no_auth, url);
+	/* both read the deployment, then their windows begin (within a tick, 200 ms) */
+	struct resp r = call("GET", "/v1/models/fm", NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	usleep(600 * 1000);
+	char *inf = infer_body();
+	for (int i = 0; i < 24; i++) {
+		r = call_at(i % 2 ? url : NULL, "POST", "/v2/models/fm/versions/4/infer",
+		            i % 2 ? NULL : tok_predict, inf);
+		assert_int_equal(r.status, 500);
+		resp_free(&r);
+	}
+	free(inf);
+	dep = NULL;
+	for (int i = 0; i < 200; i++) { /* up to 20 s */
+		dep = production(st);
+		if (json_integer_value(json_object_get(dep, "id")) != id)
+			break;
+		json_decref(dep);
+		dep = NULL;
+		usleep(100 * 1000);
+	}
+	assert_non_null(dep);
+	const char *why = json_string_value(json_object_get(dep, "reason"));
+	char *figs = json_dumps(json_object_get(dep, "figures"), JSON_COMPACT);
+	fprintf(stderr, "two servers: %s; figures %s\n", why, figs);
+	free(figs);
+	assert_non_null(strstr(why, "rollback: canary version 4 failed 24 of 24 requests"));
+	json_t *fig = json_object_get(dep, "figures");
+	assert_int_equal(json_integer_value(json_object_get(fig, "servers")), 2);
+	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
+	json_decref(dep);
+	kill(pid, SIGTERM);
+	assert_int_equal(tf_test_wait_exit(pid), 0);
+	tf_store_close(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1263,6 +1318,7 @@ int main(void)
 	    cmocka_unit_test(test_alias_move_under_load),
 	    cmocka_unit_test(test_serve_command),
 	    cmocka_unit_test(test_serve_rate),
+	    cmocka_unit_test(test_rollout_several_servers),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

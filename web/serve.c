@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define LAT_RING 1024 /* latencies kept per version for its percentiles */
 /* A latency histogram for the rollout's windows: bucket 0 holds answers up to 1 us, bucket i
@@ -106,6 +107,8 @@ struct tf_serve {
 	size_t n;
 	struct view *views; /* most recently read first */
 	size_t nviews;
+	char server[17];  /* this process's id among the serving processes (serving_figures) */
+	double shared_at; /* when its figures were last written (monotonic; tf_serve_tick only) */
 };
 
 struct tf_serve *tf_serve_new(const char *home, const char *only_model, size_t max_batch)
@@ -117,6 +120,8 @@ struct tf_serve *tf_serve_new(const char *home, const char *only_model, size_t m
 	pthread_mutex_init(&sv->lock, NULL);
 	pthread_cond_init(&sv->loaded, NULL);
 	pthread_cond_init(&sv->refreshed, NULL);
+	if (tf_random_hex(sv->server, 8))
+		snprintf(sv->server, sizeof(sv->server), "pid%ld-%p", (long)getpid(), (void *)sv);
 	return sv;
 }
 
@@ -1489,7 +1494,8 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs)
 
 /* ---- rollout policy -------------------------------------------------------------------- */
 
-#define MAX_MOVES 8 /* deployments moved per tick */
+#define MAX_MOVES 8    /* deployments judged per tick */
+#define SHARE_EVERY 1.0 /* seconds between two writes of this server's figures */
 
 /* One decision of tf_serve_tick, written to the registry outside the lock. */
 struct move {
@@ -1502,6 +1508,22 @@ struct move {
 	char figures[512];
 };
 
+/* A canary deployment to judge, copied out of its view under the lock: the figures of the
+ * canary (c) and of the stable version (s) over the window, this server's and then, added,
+ * the other serving processes'. */
+struct judged {
+	char model[72];
+	int64_t dep_id, canary, stable;
+	double pct;
+	double dep_at; /* the deployment was made (wall) */
+	struct tf_rollout rollout;
+	char *rollout_text;
+	struct fig c, s;
+	int servers;     /* whose figures are in c and s */
+	int unavailable; /* the canary cannot be loaded here, and why */
+	char why[512];
+};
+
 /* The listed entry of (model, version), or NULL. Called with the lock held. */
 static struct entry *entry_find_locked(struct tf_serve *sv, const char *model, int64_t v)
 {
@@ -1511,13 +1533,12 @@ static struct entry *entry_find_locked(struct tf_serve *sv, const char *model, i
 	return e;
 }
 
-/* The decision on the canary of view m by the window's figures of the canary (c) and of the
- * stable version (s), soaked seconds into the window: 1 with *mv filled when the deployment
- * moves. e: the canary's entry (may be NULL). */
-static int decide(const struct view *m, const struct fig *c, const struct fig *s, double soaked,
-                  const struct entry *e, struct move *mv)
+/* The decision on the canary of j by its figures and the stable version's, soaked seconds
+ * after the deployment was made: 1 with *mv filled when the deployment moves. */
+static int decide(const struct judged *j, double soaked, struct move *mv)
 {
-	const struct tf_rollout *r = &m->rollout;
+	const struct tf_rollout *r = &j->rollout;
+	const struct fig *c = &j->c, *s = &j->s;
 	uint64_t n = c->req, f = c->fail;
 	if (n < (uint64_t)r->min_requests)
 		return 0;
@@ -1526,33 +1547,33 @@ static int decide(const struct view *m, const struct fig *c, const struct fig *s
 	int guarded = r->max_error_rate_vs_production >= 0 || r->max_p99_ratio_vs_production > 0;
 	int compared = guarded && s->req >= (uint64_t)r->min_requests;
 	double srate = s->req ? (double)s->fail / (double)s->req : 0, sp99 = fig_quantile(s, 0.99);
+	const char *down = j->unavailable ? "; it is UNAVAILABLE: " : "";
 	memset(mv, 0, sizeof(*mv));
-	snprintf(mv->model, sizeof(mv->model), "%s", m->model);
-	mv->dep_id = m->dep_id;
+	snprintf(mv->model, sizeof(mv->model), "%s", j->model);
+	mv->dep_id = j->dep_id;
 	snprintf(mv->figures, sizeof(mv->figures),
 	         "{\"version\":%lld,\"share\":%.6g,\"requests\":%llu,\"failures\":%llu,"
-	         "\"error_rate\":%.6g,\"p99_ms\":%.6g,\"window_s\":%.3f,\"production\":{"
-	         "\"version\":%lld,\"requests\":%llu,\"failures\":%llu,\"error_rate\":%.6g,"
-	         "\"p99_ms\":%.6g}}",
-	         (long long)m->canary, m->canary_pct, (unsigned long long)n, (unsigned long long)f,
-	         rate, p99, soaked, (long long)m->stable, (unsigned long long)s->req,
+	         "\"error_rate\":%.6g,\"p99_ms\":%.6g,\"window_s\":%.3f,\"servers\":%d,"
+	         "\"production\":{\"version\":%lld,\"requests\":%llu,\"failures\":%llu,"
+	         "\"error_rate\":%.6g,\"p99_ms\":%.6g}}",
+	         (long long)j->canary, j->pct, (unsigned long long)n, (unsigned long long)f, rate,
+	         p99, soaked, j->servers, (long long)j->stable, (unsigned long long)s->req,
 	         (unsigned long long)s->fail, srate, sp99);
-	mv->version = m->stable;
+	mv->version = j->stable;
 	mv->event = "model_rolled_back";
 	if (rate > r->max_error_rate) {
 		snprintf(mv->reason, sizeof(mv->reason),
 		         "rollback: canary version %lld failed %llu of %llu requests (error rate %.3g "
-		         "over the SLO of %g)%s%.500s",
-		         (long long)m->canary, (unsigned long long)f, (unsigned long long)n, rate,
-		         r->max_error_rate, e && e->state == V_UNAVAILABLE ? "; it is UNAVAILABLE: " : "",
-		         e && e->state == V_UNAVAILABLE ? e->reason : "");
+		         "over the SLO of %g)%s%.400s",
+		         (long long)j->canary, (unsigned long long)f, (unsigned long long)n, rate,
+		         r->max_error_rate, down, j->unavailable ? j->why : "");
 		return 1;
 	}
 	if (r->max_p99_ms > 0 && p99 > r->max_p99_ms) {
 		snprintf(mv->reason, sizeof(mv->reason),
 		         "rollback: canary version %lld p99 %.3f ms over the SLO of %g ms (%llu "
 		         "requests)",
-		         (long long)m->canary, p99, r->max_p99_ms, (unsigned long long)n);
+		         (long long)j->canary, p99, r->max_p99_ms, (unsigned long long)n);
 		return 1;
 	}
 	if (compared && r->max_error_rate_vs_production >= 0 &&
@@ -1560,13 +1581,11 @@ static int decide(const struct view *m, const struct fig *c, const struct fig *s
 		snprintf(mv->reason, sizeof(mv->reason),
 		         "rollback: canary version %lld failed %llu of %llu requests (error rate "
 		         "%.3g), production version %lld %llu of %llu (%.3g) in the same window: %.3g "
-		         "more, over the guard of %g%s%.400s",
-		         (long long)m->canary, (unsigned long long)f, (unsigned long long)n, rate,
-		         (long long)m->stable, (unsigned long long)s->fail,
+		         "more, over the guard of %g%s%.300s",
+		         (long long)j->canary, (unsigned long long)f, (unsigned long long)n, rate,
+		         (long long)j->stable, (unsigned long long)s->fail,
 		         (unsigned long long)s->req, srate, rate - srate,
-		         r->max_error_rate_vs_production,
-		         e && e->state == V_UNAVAILABLE ? "; it is UNAVAILABLE: " : "",
-		         e && e->state == V_UNAVAILABLE ? e->reason : "");
+		         r->max_error_rate_vs_production, down, j->unavailable ? j->why : "");
 		return 1;
 	}
 	if (compared && r->max_p99_ratio_vs_production > 0 && sp99 > 0 &&
@@ -1575,92 +1594,188 @@ static int decide(const struct view *m, const struct fig *c, const struct fig *s
 		         "rollback: canary version %lld p99 %.3f ms is %.3gx production version "
 		         "%lld's %.3f ms in the same window, over the guard of %gx (%llu and %llu "
 		         "requests)",
-		         (long long)m->canary, p99, p99 / sp99, (long long)m->stable, sp99,
+		         (long long)j->canary, p99, p99 / sp99, (long long)j->stable, sp99,
 		         r->max_p99_ratio_vs_production, (unsigned long long)n,
 		         (unsigned long long)s->req);
 		return 1;
 	}
 	if (soaked < r->soak_s || (guarded && !compared))
 		return 0;
-	mv->version = m->canary;
+	mv->version = j->canary;
 	mv->event = NULL;
 	const char *vs = compared ? ", and against production's" : "";
 	for (int i = 0; i < r->nsteps; i++)
-		if (r->steps[i] > m->canary_pct) {
+		if (r->steps[i] > j->pct) {
 			mv->share = r->steps[i];
-			mv->rollout = tf_xstrdup(m->rollout_text);
+			mv->rollout = tf_xstrdup(j->rollout_text);
 			snprintf(mv->reason, sizeof(mv->reason),
 			         "canary version %lld %g%% -> %g%%: %llu requests within the SLOs%s "
 			         "for %.1f s",
-			         (long long)m->canary, m->canary_pct, mv->share,
-			         (unsigned long long)n, vs, soaked);
+			         (long long)j->canary, j->pct, mv->share, (unsigned long long)n, vs,
+			         soaked);
 			return 1;
 		}
 	mv->event = "model_promoted";
 	snprintf(mv->reason, sizeof(mv->reason),
 	         "promoted: canary version %lld served %llu requests within the SLOs%s at %g%% for "
 	         "%.1f s",
-	         (long long)m->canary, (unsigned long long)n, vs, m->canary_pct, soaked);
+	         (long long)j->canary, (unsigned long long)n, vs, j->pct, soaked);
 	return 1;
 }
 
-/* The decision on the canary of view m by its and the stable version's figures on this
- * server since the window began (started here on first sight of the deployment, or again
- * when either version's counts started over): 1 with *mv filled when the deployment moves.
- * Called with the lock held. */
-static int judge_locked(struct tf_serve *sv, struct view *m, double now, struct move *mv)
+/* This server's window on the canary deployment of view m: 1 with *j filled (figures since
+ * the window began), 0 when it begins now (on first sight of the deployment, or again when
+ * either version's counts started over). Called with the lock held. */
+static int window_locked(struct tf_serve *sv, struct view *m, double now, struct judged *j)
 {
 	struct entry *e = entry_find_locked(sv, m->model, m->canary);
-	struct fig c, s;
-	fig_read(e, &c);
-	fig_read(entry_find_locked(sv, m->model, m->stable), &s);
+	struct fig *c = &j->c, *s = &j->s;
+	fig_read(e, c);
+	fig_read(entry_find_locked(sv, m->model, m->stable), s);
 	if (m->base_dep != m->dep_id || !m->base_canary) {
 		if (!m->base_canary) {
 			m->base_canary = tf_xmalloc(sizeof(struct fig));
 			m->base_stable = tf_xmalloc(sizeof(struct fig));
 		}
 		m->base_dep = m->dep_id;
-		*m->base_canary = c;
-		*m->base_stable = s;
+		*m->base_canary = *c;
+		*m->base_stable = *s;
 		m->base_at = now;
 		return 0;
 	}
-	struct fig c0 = c, s0 = s;
-	if (fig_since(&c, m->base_canary) || fig_since(&s, m->base_stable)) {
-		*m->base_canary = c0; /* reloaded: a new window */
-		*m->base_stable = s0;
+	if (fig_since(c, m->base_canary) || fig_since(s, m->base_stable)) {
+		fig_read(e, m->base_canary); /* reloaded: a new window */
+		fig_read(entry_find_locked(sv, m->model, m->stable), m->base_stable);
 		m->base_at = now;
 		return 0;
 	}
-	return decide(m, &c, &s, now - m->base_at, e, mv);
+	snprintf(j->model, sizeof(j->model), "%s", m->model);
+	j->dep_id = m->dep_id;
+	j->canary = m->canary;
+	j->stable = m->stable;
+	j->pct = m->canary_pct;
+	j->dep_at = m->dep_at;
+	j->rollout = m->rollout;
+	j->rollout_text = tf_xstrdup(m->rollout_text);
+	j->servers = 1;
+	j->unavailable = e && e->state == V_UNAVAILABLE;
+	snprintf(j->why, sizeof(j->why), "%s", j->unavailable ? e->reason : "");
+	return 1;
+}
+
+/* {requests, failures, hist: [[bucket, count], ...]} of f, as JSON text (caller frees). */
+static char *fig_text(const struct fig *f)
+{
+	json_t *h = json_array();
+	for (int i = 0; i < LAT_BUCKETS; i++)
+		if (f->hist[i])
+			json_array_append_new(h, json_pack("[i,I]", i, (json_int_t)f->hist[i]));
+	json_t *o = json_pack("{s:I, s:I, s:o}", "requests", (json_int_t)f->req, "failures",
+	                      (json_int_t)f->fail, "hist", h);
+	char *t = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	return t;
+}
+
+/* Adds the figures of fig_text's JSON j to f; -EINVAL (f unchanged) when j is not that. */
+static int fig_add(struct fig *f, const json_t *j)
+{
+	struct fig x = {0};
+	const json_t *req = json_object_get(j, "requests"), *fail = json_object_get(j, "failures");
+	const json_t *h = json_object_get(j, "hist"), *pair;
+	size_t i;
+	if (!json_is_integer(req) || !json_is_integer(fail) || !json_is_array(h) ||
+	    json_integer_value(req) < 0 || json_integer_value(fail) < 0)
+		return -EINVAL;
+	x.req = (uint64_t)json_integer_value(req);
+	x.fail = (uint64_t)json_integer_value(fail);
+	json_array_foreach(h, i, pair)
+	{
+		json_int_t b = json_integer_value(json_array_get(pair, 0));
+		json_int_t n = json_integer_value(json_array_get(pair, 1));
+		if (json_array_size(pair) != 2 || b < 0 || b >= LAT_BUCKETS || n < 0)
+			return -EINVAL;
+		x.hist[b] += (uint64_t)n;
+	}
+	f->req += x.req;
+	f->fail += x.fail;
+	for (int k = 0; k < LAT_BUCKETS; k++)
+		f->hist[k] += x.hist[k];
+	return 0;
+}
+
+/* Writes this server's figures of j for the other serving processes. */
+static void figures_share(struct tf_serve *sv, struct tf_store *st, const struct judged *j)
+{
+	char *c = fig_text(&j->c), *s = fig_text(&j->s);
+	if (tf_registry_figures_put(st, j->dep_id, sv->server, c, s, tf_now_wall()))
+		tf_warn("model %s: cannot share the rollout's figures: %s", j->model,
+		        tf_store_errmsg(st));
+	free(c);
+	free(s);
+}
+
+/* Adds the figures the other serving processes shared to j (none when they cannot be read:
+ * j is then judged on this server's alone). */
+static void figures_gather(struct tf_serve *sv, struct tf_store *st, struct judged *j)
+{
+	json_t *rows = NULL, *row;
+	size_t i;
+	if (tf_registry_figures_get(st, j->dep_id, sv->server, &rows))
+		return;
+	json_array_foreach(rows, i, row)
+	{
+		struct fig c = j->c, s = j->s;
+		if (fig_add(&j->c, json_object_get(row, "canary")) ||
+		    fig_add(&j->s, json_object_get(row, "stable"))) {
+			j->c = c; /* a row not in fig_text's form: not counted */
+			j->s = s;
+			continue;
+		}
+		j->servers++;
+	}
+	json_decref(rows);
 }
 
 void tf_serve_tick(struct tf_serve *sv, struct tf_store *st)
 {
-	struct move mv[MAX_MOVES];
+	struct judged *js = tf_xcalloc(MAX_MOVES, sizeof(*js));
 	int n = 0;
 	double now = tf_now_monotonic();
 	pthread_mutex_lock(&sv->lock);
 	for (struct view *m = sv->views; m && n < MAX_MOVES; m = m->next)
-		if (m->exists && m->canary && m->has_rollout && judge_locked(sv, m, now, &mv[n]))
+		if (m->exists && m->canary && m->has_rollout && window_locked(sv, m, now, &js[n]))
 			n++;
 	pthread_mutex_unlock(&sv->lock);
+	int share = n && now - sv->shared_at >= SHARE_EVERY;
+	if (share)
+		sv->shared_at = now;
 	for (int i = 0; i < n; i++) {
-		struct tf_deploy_spec d = {.model = mv[i].model,
-		                           .alias = "production",
-		                           .version = mv[i].version,
-		                           .canary_percent = mv[i].share,
-		                           .rollout = mv[i].rollout,
-		                           .reason = mv[i].reason,
-		                           .figures = mv[i].figures,
-		                           .expect_id = mv[i].dep_id,
-		                           .event = mv[i].event};
-		int rc = tf_registry_deploy(st, &d, NULL);
-		if (rc == 0)
-			tf_info("model %s: %s", mv[i].model, mv[i].reason);
-		else if (rc != -ESTALE) /* -ESTALE: moved meanwhile (by hand, or another server) */
-			tf_warn("model %s: cannot record '%s': %s", mv[i].model, mv[i].reason,
-			        tf_store_errmsg(st));
-		free(mv[i].rollout);
+		struct move mv;
+		struct judged own = js[i];
+		figures_gather(sv, st, &js[i]);
+		if (!decide(&js[i], tf_now_wall() - js[i].dep_at, &mv)) {
+			if (share)
+				figures_share(sv, st, &own);
+		} else {
+			struct tf_deploy_spec d = {.model = mv.model,
+			                           .alias = "production",
+			                           .version = mv.version,
+			                           .canary_percent = mv.share,
+			                           .rollout = mv.rollout,
+			                           .reason = mv.reason,
+			                           .figures = mv.figures,
+			                           .expect_id = mv.dep_id,
+			                           .event = mv.event};
+			int rc = tf_registry_deploy(st, &d, NULL);
+			if (rc == 0)
+				tf_info("model %s: %s", mv.model, mv.reason);
+			else if (rc != -ESTALE) /* moved meanwhile (by hand, or another server) */
+				tf_warn("model %s: cannot record '%s': %s", mv.model, mv.reason,
+				        tf_store_errmsg(st));
+			free(mv.rollout);
+		}
+		free(js[i].rollout_text);
 	}
+	free(js);
 }
