@@ -17,12 +17,13 @@ static void usage(FILE *f)
 	           "       tpuflow models show NAME [VERSION]\n"
 	           "       tpuflow models alias NAME ALIAS VERSION   point ALIAS at VERSION\n"
 	           "       tpuflow models compare NAME V1 V2         metrics side by side\n"
-	           "       tpuflow models promote NAME               the production canary becomes "
-	           "production\n"
-	           "       tpuflow models rollback NAME              retire the canary, or without "
+	           "       tpuflow models promote NAME [ALIAS]       the alias's canary takes all "
+	           "its traffic\n"
+	           "       tpuflow models rollback NAME [ALIAS]      retire the canary, or without "
 	           "one,\n"
-	           "                                                 production back to its previous "
+	           "                                                 the alias back to its previous "
 	           "version\n"
+	           "                                                 (ALIAS: production by default)\n"
 	           "  (common: --home DIR, --json; VERSION is a number, 'latest' or an alias)\n");
 }
 
@@ -220,17 +221,17 @@ static int compare(struct tf_store *st, struct tf_cli *cli, const char *model, c
 	return TF_EXIT_OK;
 }
 
-/* promote: the production deployment's canary takes all the traffic; rollback: the canary
- * is retired, or without one, production goes back to the version it had before. Each is a
- * new deployment record (docs/serving.md). */
+/* promote: the deployment of `alias` has its canary take all the traffic; rollback: the
+ * canary is retired, or without one, the alias goes back to the version it had before. Each
+ * is a new deployment record (docs/serving.md). */
 static int promote_rollback(struct tf_store *st, struct tf_cli *cli, const char *model,
-                            int promote)
+                            const char *alias, int promote)
 {
 	const char *verb = promote ? "promote" : "rollback";
 	json_t *dep = NULL, *out = NULL;
-	if (tf_registry_deployment(st, model, "production", &dep)) {
-		fprintf(stderr, "tpuflow models %s: model '%s' has no production deployment\n", verb,
-		        model);
+	if (tf_registry_deployment(st, model, alias, &dep)) {
+		fprintf(stderr, "tpuflow models %s: model '%s' has no deployment of '%s'\n", verb,
+		        model, alias);
 		return TF_EXIT_FAILED;
 	}
 	json_t *cv = json_object_get(dep, "canary_version");
@@ -251,7 +252,7 @@ static int promote_rollback(struct tf_store *st, struct tf_cli *cli, const char 
 	}
 	to = promote ? canary : has_canary ? cur : before;
 	struct tf_deploy_spec d = {.model = model,
-	                           .alias = "production",
+	                           .alias = alias,
 	                           .version = to,
 	                           .event = promote ? "model_promoted" : "model_rolled_back",
 	                           .reason = promote      ? "promoted by hand"
@@ -264,7 +265,7 @@ static int promote_rollback(struct tf_store *st, struct tf_cli *cli, const char 
 	if (cli->json)
 		tf_cli_print_json(stdout, out);
 	else
-		printf("%s 'production' -> version %lld (%s)\n", model, (long long)to,
+		printf("%s '%s' -> version %lld (%s)\n", model, alias, (long long)to,
 		       promote ? "canary promoted" : has_canary ? "canary retired" : "rolled back");
 	json_decref(out);
 	return TF_EXIT_OK;
@@ -292,7 +293,7 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 		                          "expected list, show, alias, compare, promote or rollback");
 	if ((!strcmp(a[0], "show") && (n < 2 || n > 3)) || (!strcmp(a[0], "alias") && n != 4) ||
 	    (!strcmp(a[0], "compare") && n != 4) || (!strcmp(a[0], "list") && n != 1) ||
-	    ((!strcmp(a[0], "promote") || !strcmp(a[0], "rollback")) && n != 2))
+	    ((!strcmp(a[0], "promote") || !strcmp(a[0], "rollback")) && (n < 2 || n > 3)))
 		return tf_cli_usage_error("models", "wrong arguments for '%s'", a[0]);
 	if (!strcmp(a[0], "list")) {
 		json_t *arr = NULL;
@@ -350,7 +351,8 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 	} else if (!strcmp(a[0], "compare")) {
 		ret = compare(st, cli, a[1], a[2], a[3]);
 	} else if (!strcmp(a[0], "promote") || !strcmp(a[0], "rollback")) {
-		ret = promote_rollback(st, cli, a[1], !strcmp(a[0], "promote"));
+		ret = promote_rollback(st, cli, a[1], n == 3 ? a[2] : "production",
+		                       !strcmp(a[0], "promote"));
 	} else {
 		ret = tf_cli_usage_error("models", "unknown subcommand '%s'", a[0]);
 	}

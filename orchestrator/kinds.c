@@ -221,11 +221,10 @@ int tf_kind_deploy(struct tf_step_run *r)
 	const json_t *first = json_array_get(json_object_get(policy, "steps"), 0);
 	if (policy && canary == 0 && first) /* the policy's first share starts the canary */
 		canary = json_number_value(first);
-	if (policy && (canary == 0 || strcmp(alias, "production"))) {
+	if (policy && canary == 0) {
 		snprintf(r->err, sizeof(r->err),
-		         "deploy: a rollout policy needs a canary of the 'production' alias (the "
-		         "traffic serving splits): give canary_percent or rollout_steps%s",
-		         strcmp(alias, "production") ? ", and alias: production" : "");
+		         "deploy: a rollout policy needs a canary (the share of the alias's traffic "
+		         "serving splits): give canary_percent or rollout_steps");
 		json_decref(policy);
 		return -EINVAL;
 	}

@@ -432,6 +432,15 @@ int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json
 	else if (rc != -ENOENT)
 		goto out;
 	int canary = d->canary_percent > 0 && has_cur && cur != d->version;
+	/* the alias naming the canary: "canary" for production's, ALIAS-canary for another's */
+	int prod = !strcmp(d->alias, "production");
+	char canary_alias[80];
+	snprintf(canary_alias, sizeof(canary_alias), "%s%s", prod ? "" : d->alias,
+	         prod ? "canary" : "-canary");
+	if (canary && tf_registry_check_name(canary_alias, TF_REGNAME_ALIAS, why, sizeof(why))) {
+		rc = -EINVAL; /* an alias too long to name its canary */
+		goto out;
+	}
 	if (d->expect_id) { /* compare-and-set: only over the deployment the caller judged */
 		int64_t active = 0;
 		rc = tf_store_query_int(
@@ -462,7 +471,7 @@ int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json
 	if (rc)
 		goto out;
 	id = tf_store_last_rowid(st);
-	rc = set_alias(st, mid, canary ? "canary" : d->alias, d->version);
+	rc = set_alias(st, mid, canary ? canary_alias : d->alias, d->version);
 	if (rc)
 		goto out;
 	char msg[600];

@@ -70,7 +70,9 @@ struct tf_deploy_spec {
 	int64_t expect_id;   /* non-zero: deploy only while this is the active deployment of
 	                        (model, alias), else -ESTALE (someone moved it meanwhile) */
 };
-/* Records a deployment and moves the alias (and the "canary" alias for a canary rollout).
+/* Records a deployment and moves the alias (and, for a canary rollout, the alias naming the
+ * canary: "canary" for production's, ALIAS-canary for another alias's; -EINVAL when that
+ * name would be too long).
  * Idempotent per (run, step). The previous active deployment of (model, alias) is retired.
  * *out (may be NULL) receives the deployment as JSON (caller owns). */
 int tf_registry_deploy(struct tf_store *st, const struct tf_deploy_spec *d, json_t **out);

@@ -929,10 +929,10 @@ static void test_engine_register_verifies_bundle_and_names(void **state)
 	     NULL},
 	    {"{model_name: m, version: '2', alias: production, rollout_min_requests: 5}",
 	     "a rollout policy needs a canary"},
-	    {"{model_name: m, version: '2', alias: staging, rollout_steps: [10]}",
-	     "alias: production"},
+	    {"{model_name: m, version: '1', alias: staging}", NULL},
+	    {"{model_name: m, version: '2', alias: staging, rollout_steps: [10]}", NULL},
 	};
-	for (size_t i = 0; i < 4; i++) {
+	for (size_t i = 0; i < 5; i++) {
 		snprintf(yaml, sizeof(yaml),
 		         "name: roll%zu\nsteps:\n  - {name: deploy, type: deploy, with: %s}\n", i,
 		         roll[i][0]);
@@ -956,6 +956,14 @@ static void test_engine_register_verifies_bundle_and_names(void **state)
 	assert_true(json_number_value(json_object_get(pol, "max_error_rate_vs_production")) == 0.01);
 	assert_true(json_number_value(json_object_get(pol, "max_p99_ratio_vs_production")) == 1.5);
 	json_decref(d);
+	/* another alias's canary carries its policy too, and its own canary alias */
+	assert_int_equal(tf_registry_deployment(st, "m", "staging", &d), 0);
+	assert_int_equal(json_integer_value(json_object_get(d, "canary_version")), 2);
+	assert_non_null(json_object_get(json_object_get(d, "rollout"), "steps"));
+	json_decref(d);
+	int64_t cv;
+	assert_int_equal(tf_registry_resolve(st, "m", "staging-canary", &cv), 0);
+	assert_int_equal(cv, 2);
 	tf_store_close(st);
 }
 

@@ -796,36 +796,45 @@ static void test_canary_split(void **state)
 	free(inf);
 }
 
-/* The production deployment of fm (caller owns). */
-static json_t *production(struct tf_store *st)
+/* The deployment of fm's alias (caller owns). */
+static json_t *deployment_of(struct tf_store *st, const char *alias)
 {
 	json_t *dep = NULL;
-	assert_int_equal(tf_registry_deployment(st, "fm", "production", &dep), 0);
+	assert_int_equal(tf_registry_deployment(st, "fm", alias, &dep), 0);
 	return dep;
 }
 
-/* Deploys version v of fm as the canary at pct with the rollout policy `policy`. */
-static void deploy_canary(struct tf_store *st, int64_t v, double pct, const char *policy)
+/* The production deployment of fm (caller owns). */
+static json_t *production(struct tf_store *st)
 {
-	struct tf_deploy_spec d = {.model = "fm",
-	                           .alias = "production",
-	                           .version = v,
-	                           .canary_percent = pct,
-	                           .rollout = policy};
+	return deployment_of(st, "production");
+}
+
+/* Deploys version v of fm as the canary of alias at pct with the rollout policy `policy`. */
+static void deploy_canary_of(struct tf_store *st, const char *alias, int64_t v, double pct,
+                             const char *policy)
+{
+	struct tf_deploy_spec d = {
+	    .model = "fm", .alias = alias, .version = v, .canary_percent = pct, .rollout = policy};
 	assert_int_equal(tf_registry_deploy(st, &d, NULL), 0);
 }
 
-/* Sends keyed requests on fm's bare path until the production deployment has moved from the
- * one of id `from` (its rollout policy at work), counting the answers by status; returns the
- * deployment it moved to (caller owns), after at most 60 s. */
-static json_t *requests_until_moved(struct tf_store *st, int64_t from, int *ok, int *failed)
+static void deploy_canary(struct tf_store *st, int64_t v, double pct, const char *policy)
 {
-	char *inf = infer_body();
+	deploy_canary_of(st, "production", v, pct, policy);
+}
+
+/* Sends body to path until the deployment of alias has moved from the one of id `from` (its
+ * rollout policy at work), counting the answers by status; returns the deployment it moved to
+ * (caller owns), after at most 60 s. */
+static json_t *requests_until_moved_at(struct tf_store *st, const char *alias, const char *path,
+                                       const char *body, int64_t from, int *ok, int *failed)
+{
 	json_t *dep = NULL;
 	*ok = *failed = 0;
 	double until = tf_now_monotonic() + 60;
 	for (int i = 0; tf_now_monotonic() < until; i++) {
-		struct resp r = call("POST", "/v2/models/fm/infer", inf);
+		struct resp r = call("POST", path, body);
 		if (r.status == 200)
 			++*ok;
 		else
@@ -835,15 +844,24 @@ static json_t *requests_until_moved(struct tf_store *st, int64_t from, int *ok, 
 			assert_non_null(strstr(r.body, "not a finite number"));
 		resp_free(&r);
 		if (i % 10 == 9) {
-			dep = production(st);
+			dep = deployment_of(st, alias);
 			if (json_integer_value(json_object_get(dep, "id")) != from)
 				break;
 			json_decref(dep);
 			dep = NULL;
 		}
 	}
-	free(inf);
 	assert_non_null(dep);
+	return dep;
+}
+
+/* requests_until_moved_at for production, through fm's bare path. */
+static json_t *requests_until_moved(struct tf_store *st, int64_t from, int *ok, int *failed)
+{
+	char *inf = infer_body();
+	json_t *dep = requests_until_moved_at(st, "production", "/v2/models/fm/infer", inf, from, ok,
+	                                      failed);
+	free(inf);
 	return dep;
 }
 
@@ -1024,6 +1042,71 @@ static void test_rollout_guard_against_production(void **state)
 	json_decref(dep);
 	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
 	tf_store_close(st);
+}
+
+/* A canary of another alias: its share of the requests naming that alias (/labels/staging)
+ * goes to it, its policy rolls it back, production is untouched; by hand, `tpuflow models
+ * promote fm staging` promotes a staging canary. */
+static void test_rollout_other_alias(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	struct tf_store *st;
+	char err[256];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	assert_int_equal(tf_registry_set_alias(st, "fm", "staging", 1), 0);
+	json_t *dep = production(st);
+	int64_t prod_id = json_integer_value(json_object_get(dep, "id"));
+	json_decref(dep);
+	deploy_canary_of(st, "staging", 4, 50, "{\"max_error_rate\":0.1,\"min_requests\":8}");
+	dep = deployment_of(st, "staging");
+	int64_t id = json_integer_value(json_object_get(dep, "id"));
+	assert_int_equal(json_integer_value(json_object_get(dep, "canary_version")), 4);
+	json_decref(dep);
+	int64_t cv;
+	assert_int_equal(tf_registry_resolve(st, "fm", "staging-canary", &cv), 0);
+	assert_int_equal(cv, 4);
+	/* the bare path (production) never reaches the staging canary */
+	char *list = examples(0, 1, 0), *row = body_of("{\"instances\":%s}", list);
+	for (int i = 0; i < 40; i++) {
+		struct resp r = call("POST", "/v1/models/fm:predict", row);
+		assert_int_equal(r.status, 200);
+		resp_free(&r);
+	}
+	int ok, failed;
+	dep = requests_until_moved_at(st, "staging", "/v1/models/fm/labels/staging:predict", row, id,
+	                              &ok, &failed);
+	assert_true(failed >= 8 && ok > 0); /* both sides of the split answered */
+	const char *why = json_string_value(json_object_get(dep, "reason"));
+	assert_non_null(why);
+	assert_non_null(strstr(why, "rollback: canary version 4 failed"));
+	assert_string_equal(json_string_value(json_object_get(dep, "alias")), "staging");
+	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
+	assert_true(json_is_null(json_object_get(dep, "canary_version")));
+	json_decref(dep);
+	dep = production(st);
+	assert_int_equal(json_integer_value(json_object_get(dep, "id")), prod_id);
+	json_decref(dep);
+	/* by hand */
+	deploy_canary_of(st, "staging", 2, 10, NULL);
+	tf_store_close(st);
+	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", home, "models", "promote", "fm", "staging",
+	                NULL};
+	unlink("promote.out");
+	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, "promote.out", NULL)), 0);
+	char *text = NULL;
+	size_t n;
+	assert_int_equal(tf_read_file("promote.out", 1 << 20, &text, &n), 0);
+	assert_non_null(strstr(text, "fm 'staging' -> version 2 (canary promoted)"));
+	free(text);
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	int64_t v;
+	assert_int_equal(tf_registry_resolve(st, "fm", "staging", &v), 0);
+	assert_int_equal(v, 2);
+	tf_store_close(st);
+	free(list);
+	free(row);
 }
 
 /* One client of the alias-move test: keyed requests on the bare path, one after another on
@@ -1315,6 +1398,7 @@ int main(void)
 	    cmocka_unit_test(test_rollout_rolls_back_failing_canaries),
 	    cmocka_unit_test(test_rollout_p99_slo_and_promotion),
 	    cmocka_unit_test(test_rollout_guard_against_production),
+	    cmocka_unit_test(test_rollout_other_alias),
 	    cmocka_unit_test(test_alias_move_under_load),
 	    cmocka_unit_test(test_serve_command),
 	    cmocka_unit_test(test_serve_rate),

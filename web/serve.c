@@ -66,6 +66,23 @@ struct fig {
 	uint64_t hist[LAT_BUCKETS];
 };
 
+/* The active deployment of one alias of a model, and this server's rollout window on its
+ * canary: the canary's and the stable version's figures when the window began
+ * (tf_serve_tick; kept across readings of the same deployment). */
+struct dep {
+	char *alias;
+	int64_t id;        /* the deployment */
+	int64_t stable;    /* the version the alias keeps */
+	int64_t canary;    /* its canary, 0: none */
+	double canary_pct; /* and the canary's share of the alias's requests */
+	double at;         /* made (wall) */
+	int has_rollout;   /* the canary's rollout policy, and its text */
+	struct tf_rollout rollout;
+	char *rollout_text;
+	struct fig *base_canary, *base_stable; /* the window (NULL: not begun) */
+	double base_at;                        /* monotonic */
+};
+
 /* What the registry says about one model, as of generation gen of the store
  * (tf_store_generation): read once, then used by every request until the store changes, so
  * resolving a request's version reads no database. */
@@ -81,19 +98,8 @@ struct view {
 	size_t naliases;
 	char **aliases; /* alias names and their versions */
 	int64_t *aliased;
-	int64_t canary;    /* the production deployment's canary version, 0: none */
-	double canary_pct; /* and its share of the traffic */
-	int64_t dep_id;    /* the production deployment (0: none), its stable version, when */
-	int64_t stable;
-	double dep_at;   /* made (wall) */
-	int has_rollout; /* the canary's rollout policy, and its text */
-	struct tf_rollout rollout;
-	char *rollout_text;
-	/* the rollout's window on this server: the canary's and the stable version's figures
-	 * when it began (tf_serve_tick; kept across readings of the same deployment) */
-	int64_t base_dep;
-	struct fig *base_canary, *base_stable;
-	double base_at; /* monotonic */
+	size_t ndeps;
+	struct dep *deps; /* the aliases' active deployments */
 };
 
 struct tf_serve {
@@ -144,9 +150,13 @@ static void view_free(struct view *m)
 	free(m->bundles);
 	free(m->aliases);
 	free(m->aliased);
-	free(m->rollout_text);
-	free(m->base_canary);
-	free(m->base_stable);
+	for (size_t i = 0; i < m->ndeps; i++) {
+		free(m->deps[i].alias);
+		free(m->deps[i].rollout_text);
+		free(m->deps[i].base_canary);
+		free(m->deps[i].base_stable);
+	}
+	free(m->deps);
 	free(m->model);
 	free(m);
 }
@@ -353,31 +363,50 @@ static struct view *view_read(struct tf_store *st, const char *model, uint64_t g
 		m->aliased[m->naliases++] = json_integer_value(v);
 	}
 	json_decref(show);
-	rc = tf_registry_deployment(st, model, "production", &dep);
-	if (rc && rc != -ENOENT) {
-		view_free(m);
-		return NULL;
+	m->deps = tf_xcalloc(m->naliases + 1, sizeof(struct dep));
+	for (size_t a = 0; a < m->naliases; a++) {
+		rc = tf_registry_deployment(st, model, m->aliases[a], &dep);
+		if (rc == -ENOENT)
+			continue;
+		if (rc) {
+			view_free(m);
+			return NULL;
+		}
+		struct dep *d = &m->deps[m->ndeps++];
+		d->alias = tf_xstrdup(m->aliases[a]);
+		const json_t *cv = json_object_get(dep, "canary_version");
+		if (json_is_integer(cv)) {
+			d->canary = json_integer_value(cv);
+			d->canary_pct = json_number_value(json_object_get(dep, "canary_percent"));
+		}
+		d->id = json_integer_value(json_object_get(dep, "id"));
+		d->stable = json_integer_value(json_object_get(dep, "version"));
+		d->at = json_number_value(json_object_get(dep, "created_at"));
+		const json_t *policy = json_object_get(dep, "rollout");
+		char why[256];
+		if (d->canary && json_is_object(policy)) {
+			d->has_rollout =
+			    !tf_registry_rollout_parse(policy, &d->rollout, why, sizeof(why));
+			if (d->has_rollout)
+				d->rollout_text = json_dumps(policy, JSON_COMPACT);
+			else
+				tf_warn("model %s: the rollout policy of deployment %lld is not used: "
+				        "%s",
+				        model, (long long)d->id, why);
+		}
+		json_decref(dep);
+		dep = NULL;
 	}
-	const json_t *cv = json_object_get(dep, "canary_version");
-	if (json_is_integer(cv)) {
-		m->canary = json_integer_value(cv);
-		m->canary_pct = json_number_value(json_object_get(dep, "canary_percent"));
-	}
-	m->dep_id = json_integer_value(json_object_get(dep, "id"));
-	m->stable = json_integer_value(json_object_get(dep, "version"));
-	m->dep_at = json_number_value(json_object_get(dep, "created_at"));
-	const json_t *policy = json_object_get(dep, "rollout");
-	char why[256];
-	if (m->canary && json_is_object(policy)) {
-		m->has_rollout = !tf_registry_rollout_parse(policy, &m->rollout, why, sizeof(why));
-		if (m->has_rollout)
-			m->rollout_text = json_dumps(policy, JSON_COMPACT);
-		else
-			tf_warn("model %s: the rollout policy of deployment %lld is not used: %s",
-			        model, (long long)m->dep_id, why);
-	}
-	json_decref(dep);
 	return m;
+}
+
+/* The active deployment of `alias` in m, or NULL. */
+static struct dep *view_dep(const struct view *m, const char *alias)
+{
+	for (size_t i = 0; i < m->ndeps; i++)
+		if (!strcmp(m->deps[i].alias, alias))
+			return &m->deps[i];
+	return NULL;
 }
 
 static struct view **view_find_locked(struct tf_serve *sv, const char *model)
@@ -421,12 +450,14 @@ static struct view *view_locked(struct tf_serve *sv, struct tf_store *st, struct
 	}
 	if (*pm) { /* replaced in place: a view is only read under the lock */
 		struct view *old = *pm;
-		if (old->base_dep == fresh->dep_id) { /* the same deployment's window goes on */
-			fresh->base_dep = old->base_dep;
-			fresh->base_canary = old->base_canary;
-			fresh->base_stable = old->base_stable;
-			fresh->base_at = old->base_at;
-			old->base_canary = old->base_stable = NULL;
+		for (size_t i = 0; i < fresh->ndeps; i++) { /* the same deployment's window goes on */
+			struct dep *d = &fresh->deps[i], *was = view_dep(old, d->alias);
+			if (was && was->id == d->id && was->base_canary) {
+				d->base_canary = was->base_canary;
+				d->base_stable = was->base_stable;
+				d->base_at = was->base_at;
+				was->base_canary = was->base_stable = NULL;
+			}
 		}
 		fresh->next = old->next;
 		*pm = fresh;
@@ -772,10 +803,10 @@ static struct view *pick_locked(struct tf_web_req *rq, struct tf_web_resp *rs, i
 			    name);
 		return NULL;
 	}
-	if (split && !label && m->canary && m->canary_pct > 0 &&
-	    traffic_point(rq) < m->canary_pct) {
+	const struct dep *d = split ? view_dep(m, label ? label : "production") : NULL;
+	if (d && d->canary && d->canary_pct > 0 && traffic_point(rq) < d->canary_pct) {
 		*stable = *v;
-		*v = m->canary;
+		*v = d->canary;
 	}
 	return m;
 }
@@ -1500,6 +1531,7 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs)
 /* One decision of tf_serve_tick, written to the registry outside the lock. */
 struct move {
 	char model[72];
+	char alias[72];
 	int64_t dep_id, version;
 	double share;      /* the canary's next share; 0: no canary (promotion or rollback) */
 	char *rollout;     /* the policy carried to the next step (owned) */
@@ -1513,6 +1545,7 @@ struct move {
  * the other serving processes'. */
 struct judged {
 	char model[72];
+	char alias[72];
 	int64_t dep_id, canary, stable;
 	double pct;
 	double dep_at; /* the deployment was made (wall) */
@@ -1550,6 +1583,7 @@ static int decide(const struct judged *j, double soaked, struct move *mv)
 	const char *down = j->unavailable ? "; it is UNAVAILABLE: " : "";
 	memset(mv, 0, sizeof(*mv));
 	snprintf(mv->model, sizeof(mv->model), "%s", j->model);
+	snprintf(mv->alias, sizeof(mv->alias), "%s", j->alias);
 	mv->dep_id = j->dep_id;
 	snprintf(mv->figures, sizeof(mv->figures),
 	         "{\"version\":%lld,\"share\":%.6g,\"requests\":%llu,\"failures\":%llu,"
@@ -1623,40 +1657,36 @@ static int decide(const struct judged *j, double soaked, struct move *mv)
 	return 1;
 }
 
-/* This server's window on the canary deployment of view m: 1 with *j filled (figures since
+/* This server's window on the canary deployment d of view m: 1 with *j filled (figures since
  * the window began), 0 when it begins now (on first sight of the deployment, or again when
  * either version's counts started over). Called with the lock held. */
-static int window_locked(struct tf_serve *sv, struct view *m, double now, struct judged *j)
+static int window_locked(struct tf_serve *sv, const struct view *m, struct dep *d, double now,
+                         struct judged *j)
 {
-	struct entry *e = entry_find_locked(sv, m->model, m->canary);
+	struct entry *e = entry_find_locked(sv, m->model, d->canary);
+	struct entry *es = entry_find_locked(sv, m->model, d->stable);
 	struct fig *c = &j->c, *s = &j->s;
 	fig_read(e, c);
-	fig_read(entry_find_locked(sv, m->model, m->stable), s);
-	if (m->base_dep != m->dep_id || !m->base_canary) {
-		if (!m->base_canary) {
-			m->base_canary = tf_xmalloc(sizeof(struct fig));
-			m->base_stable = tf_xmalloc(sizeof(struct fig));
+	fig_read(es, s);
+	if (!d->base_canary || fig_since(c, d->base_canary) || fig_since(s, d->base_stable)) {
+		if (!d->base_canary) {
+			d->base_canary = tf_xmalloc(sizeof(struct fig));
+			d->base_stable = tf_xmalloc(sizeof(struct fig));
 		}
-		m->base_dep = m->dep_id;
-		*m->base_canary = *c;
-		*m->base_stable = *s;
-		m->base_at = now;
-		return 0;
-	}
-	if (fig_since(c, m->base_canary) || fig_since(s, m->base_stable)) {
-		fig_read(e, m->base_canary); /* reloaded: a new window */
-		fig_read(entry_find_locked(sv, m->model, m->stable), m->base_stable);
-		m->base_at = now;
+		fig_read(e, d->base_canary); /* first sight, or reloaded: a new window */
+		fig_read(es, d->base_stable);
+		d->base_at = now;
 		return 0;
 	}
 	snprintf(j->model, sizeof(j->model), "%s", m->model);
-	j->dep_id = m->dep_id;
-	j->canary = m->canary;
-	j->stable = m->stable;
-	j->pct = m->canary_pct;
-	j->dep_at = m->dep_at;
-	j->rollout = m->rollout;
-	j->rollout_text = tf_xstrdup(m->rollout_text);
+	snprintf(j->alias, sizeof(j->alias), "%s", d->alias);
+	j->dep_id = d->id;
+	j->canary = d->canary;
+	j->stable = d->stable;
+	j->pct = d->canary_pct;
+	j->dep_at = d->at;
+	j->rollout = d->rollout;
+	j->rollout_text = tf_xstrdup(d->rollout_text);
 	j->servers = 1;
 	j->unavailable = e && e->state == V_UNAVAILABLE;
 	snprintf(j->why, sizeof(j->why), "%s", j->unavailable ? e->reason : "");
@@ -1744,8 +1774,10 @@ void tf_serve_tick(struct tf_serve *sv, struct tf_store *st)
 	double now = tf_now_monotonic();
 	pthread_mutex_lock(&sv->lock);
 	for (struct view *m = sv->views; m && n < MAX_MOVES; m = m->next)
-		if (m->exists && m->canary && m->has_rollout && window_locked(sv, m, now, &js[n]))
-			n++;
+		for (size_t i = 0; m->exists && i < m->ndeps && n < MAX_MOVES; i++)
+			if (m->deps[i].canary && m->deps[i].has_rollout &&
+			    window_locked(sv, m, &m->deps[i], now, &js[n]))
+				n++;
 	pthread_mutex_unlock(&sv->lock);
 	int share = n && now - sv->shared_at >= SHARE_EVERY;
 	if (share)
@@ -1759,7 +1791,7 @@ void tf_serve_tick(struct tf_serve *sv, struct tf_store *st)
 				figures_share(sv, st, &own);
 		} else {
 			struct tf_deploy_spec d = {.model = mv.model,
-			                           .alias = "production",
+			                           .alias = mv.alias,
 			                           .version = mv.version,
 			                           .canary_percent = mv.share,
 			                           .rollout = mv.rollout,
