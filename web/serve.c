@@ -1,9 +1,10 @@
 /* serve.c — owns model serving (web/serve.h): the cache of loaded versions (fetched once,
  * verified, shared by reference count), the resolution of a request's model, version or label
- * to a version (with the production deployment's canary share, sticky per X-Request-Key),
- * the parsing of TensorFlow Serving (row and columnar) and Open Inference Protocol bodies into
- * model inputs checked against the signature (the common row body without a JSON tree), the
- * answers, and each version's request counts and latency percentiles.
+ * to a version (with the canary share of the named alias's deployment, sticky per
+ * X-Request-Key), the parsing of TensorFlow Serving (row and columnar) and Open Inference
+ * Protocol bodies into model inputs checked against the signature (the common row body without
+ * a JSON tree), the answers, each version's request counts, latency percentiles and histogram,
+ * and the rollout policies' judgement (with the figures other serving processes share).
  *
  * Inputs go through tf_bundle_preprocess and tf_bundle_predict, the path of `tpuflow predict`,
  * and every float is printed with 9 significant digits, enough for a float32 to read back to
@@ -753,7 +754,7 @@ static double traffic_point(struct tf_web_req *rq)
 }
 
 /* The version the request names: {version}, {label}, or the production alias, of which the
- * production deployment's canary takes its share when `split` (then *stable is the version
+ * canary of the alias's deployment takes its share when `split` (then *stable is the version
  * that answers if the canary cannot, else 0). Returns the model's view with sv->lock held,
  * or NULL with the lock released and the error in rs. */
 static struct view *pick_locked(struct tf_web_req *rq, struct tf_web_resp *rs, int split,

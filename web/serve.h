@@ -4,7 +4,7 @@
  *
  * Which version answers: /versions/{v} names one, /labels/{alias} resolves an alias, and a
  * bare model name is its "production" alias (what the deploy step moves), except for the
- * canary share of the production deployment (sticky per X-Request-Key). A bundle is fetched
+ * canary share of the named alias's deployment (sticky per X-Request-Key). A bundle is fetched
  * from the state home's object store once, verified (checksums, tensor shapes) and kept in
  * memory, shared by reference: a request holds its version until it has answered, so moving an
  * alias or evicting a version never fails a request in flight. A version that cannot be loaded
@@ -35,10 +35,12 @@ int tf_serve_warm(struct tf_serve *sv, struct tf_store *st, const char *model, c
                   size_t errlen);
 
 /* The rollout policies of the canaries this server has answered for (docs/serving.md): each
- * canary's figures here since its deployment began are judged against its policy, and a
- * deployment that must move (a rollback, the next share, a promotion) is moved in the
- * registry through st, with the reason and the figures. Called every few hundred ms by the
- * server (web/http.c). */
+ * canary's and its stable version's figures since the deployment began, this server's and
+ * those the other serving processes shared through st (this server's own are shared about
+ * once a second), are judged against its policy, and a deployment that must move (a
+ * rollback, the next share, a promotion) is moved in the registry through st with a
+ * compare-and-set, with the reason and the figures. Called every few hundred ms by the
+ * server's watcher thread (web/http.c), one call at a time. */
 void tf_serve_tick(struct tf_serve *sv, struct tf_store *st);
 
 /* The handlers (route rows below). */
