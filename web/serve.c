@@ -226,12 +226,11 @@ static int cmp_float(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The latencies of e's answers numbered from `since` on (at most the last LAT_RING), sorted,
- * into lat; how many. */
-static size_t latencies(struct entry *e, uint64_t since, float lat[LAT_RING])
+/* The latencies of e's last answers (at most LAT_RING), sorted, into lat; how many. */
+static size_t latencies(struct entry *e, float lat[LAT_RING])
 {
 	uint64_t n = atomic_load_explicit(&e->requests, memory_order_relaxed);
-	uint64_t from = n > LAT_RING && n - LAT_RING > since ? n - LAT_RING : since;
+	uint64_t from = n > LAT_RING ? n - LAT_RING : 0;
 	size_t k = 0;
 	for (uint64_t i = from; i < n; i++)
 		lat[k++] = atomic_load_explicit(&e->lat_ms[i % LAT_RING], memory_order_relaxed);
@@ -248,7 +247,7 @@ static json_t *stats_json(struct tf_serve *sv, struct entry *e)
 	uint64_t n = atomic_load_explicit(&e->requests, memory_order_relaxed);
 	uint64_t errs = atomic_load_explicit(&e->errors, memory_order_relaxed);
 	uint64_t fails = atomic_load_explicit(&e->failures, memory_order_relaxed);
-	size_t k = latencies(e, 0, lat);
+	size_t k = latencies(e, lat);
 	return json_pack("{s:I, s:I, s:I, s:f, s:f, s:f}", "requests", (json_int_t)n, "errors",
 	                 (json_int_t)errs, "failures", (json_int_t)fails, "error_rate",
 	                 n ? (double)errs / (double)n : 0.0, "p50_ms", k ? (double)lat[k / 2] : 0.0,
