@@ -19,6 +19,7 @@
  * re-raised), so Slurm reports the job as the child ended. */
 #include "cli/cli.h"
 #include "common/common.h"
+#include "orchestrator/step_kind.h"
 
 #include "executors/executor.h"
 #include "storage/objstore.h"
@@ -52,7 +53,7 @@ static const char job_usage[] =
     "                 there; after a successful exit put those it wrote in KEY + outputs,\n"
     "                 KEY + metrics and KEY + result.json (a shell step's results)\n"
     "Exit status: PROGRAM's; 64 bad arguments, 69 the store cannot be reached, 75 PROGRAM\n"
-    "succeeded but its results did not reach the store.\n";
+    "succeeded but its results did not reach the store, 1 a result file over 1 MiB.\n";
 
 /* The files a shell step's program may write (docs/runs.md), by variable: each goes to the
  * store as PREFIX + object when it exists after a successful exit. */
@@ -174,18 +175,35 @@ static char **results_env(const char *dir)
 	return env;
 }
 
-/* Puts the result files the program wrote (those that exist) in the store. 0, or -1 when one
- * did not get there (said on stderr). */
-static int put_results(struct tf_objstore *os, const char *dir, const char *prefix)
+/* Puts the result files the program wrote (those that exist) in the store, saying what went
+ * wrong on stderr and in log (the program's stderr log, which the coordinator shows).
+ * TF_EXIT_OK; TF_EXIT_FAILED when a file is larger than a shell step's result file may be
+ * (the program's fault, as it is on the coordinator); TF_EXIT_TEMPFAIL when one did not
+ * reach the store. */
+static int put_results(struct tf_objstore *os, const char *dir, const char *prefix, FILE *log)
 {
-	int rc = 0;
-	for (size_t i = 0; i < TF_ARRAY_LEN(result_files); i++) {
+	int rc = TF_EXIT_OK;
+	for (size_t i = 0; i < TF_ARRAY_LEN(result_files) && rc != TF_EXIT_FAILED; i++) {
 		char *path = tf_xasprintf("%s/%s", dir, result_files[i].object);
 		char *key = tf_xasprintf("%s%s", prefix, result_files[i].object);
-		if (access(path, F_OK) == 0 && tf_objstore_put_file(os, key, path, 0)) {
-			fprintf(stderr, "tpuflow step job: cannot put $%s as '%s': %s\n",
-			        result_files[i].var, key, tf_objstore_errmsg(os));
-			rc = -1;
+		char msg[512] = "";
+		struct stat sb;
+		if (stat(path, &sb)) {
+			/* not written: nothing to put */
+		} else if (sb.st_size > TF_SHELL_FILE_MAX) {
+			snprintf(msg, sizeof(msg),
+			         "$%s is %lld bytes: a result file holds at most %u (docs/runs.md)",
+			         result_files[i].var, (long long)sb.st_size, TF_SHELL_FILE_MAX);
+			rc = TF_EXIT_FAILED;
+		} else if (tf_objstore_put_file(os, key, path, 0)) {
+			snprintf(msg, sizeof(msg), "cannot put $%s as '%s': %s",
+			         result_files[i].var, key, tf_objstore_errmsg(os));
+			rc = TF_EXIT_TEMPFAIL;
+		}
+		if (msg[0]) {
+			fprintf(stderr, "tpuflow step job: %s\n", msg);
+			if (log)
+				fprintf(log, "tpuflow step job: %s\n", msg);
 		}
 		free(path);
 		free(key);
@@ -284,14 +302,11 @@ int cmd_step_job(int argc, char **argv, struct tf_cli *cli)
 			stopping = 1;
 		}
 	}
-	/* the results before the logs, so that a failure to put them is in stderr.log */
-	int unsent = results && res.fclass == TF_FAIL_NONE && put_results(os, dir, prefix);
-	/* the logs, with how the program ended at the end of stderr */
+	/* the results before the logs, so that what went wrong with them is in stderr.log, which
+	 * ends with how the program ended */
 	FILE *e = fopen(tf_executor_local.log_path(x, 2), "a");
+	int unsent = results && res.fclass == TF_FAIL_NONE ? put_results(os, dir, prefix, e) : 0;
 	if (e) {
-		if (unsent)
-			fprintf(e, "tpuflow step job: the program's results did not reach the "
-			           "object store\n");
 		fprintf(e, "==> %s%s <==\n", res.message,
 		        stopping ? " (stopped: the job was signalled)" : "");
 		fclose(e);
@@ -316,9 +331,10 @@ int cmd_step_job(int argc, char **argv, struct tf_cli *cli)
 	if (lost) /* the coordinator says so on the attempt; the program's outcome stands */
 		fprintf(stderr, "tpuflow step job: the logs of '%s' did not reach the store\n",
 		        child_argv[0]);
-	/* a program that succeeded but whose results are not in the store is the store's
-	 * failure: EX_TEMPFAIL, which the coordinator counts as infra (retried) */
-	rc = unsent               ? TF_EXIT_TEMPFAIL
+	/* a program that succeeded but whose results are not in the store: put_results' code
+	 * (EX_TEMPFAIL, which the coordinator counts as infra and retries, when the store failed)
+	 */
+	rc = unsent               ? unsent
 	     : res.signal         ? -res.signal
 	     : res.exit_code >= 0 ? res.exit_code
 	                          : TF_EXIT_SOFTWARE;

@@ -28,8 +28,6 @@
 
 extern char **environ;
 
-#define RESULT_MAX (1u << 20)
-
 void tf_kind_append_log(FILE *log, const char *title, const char *path)
 {
 	FILE *in = path ? fopen(path, "r") : NULL;
@@ -62,7 +60,7 @@ static int has_bytes(const char *path)
 static int read_step_file(const char *path, char **buf, char *err, size_t errlen)
 {
 	size_t len = 0;
-	int rc = tf_read_file(path, RESULT_MAX, buf, &len);
+	int rc = tf_read_file(path, TF_SHELL_FILE_MAX, buf, &len);
 	if (rc == -ENOENT)
 		return 1;
 	if (rc)

@@ -17,6 +17,11 @@
  * class say "timeout" whichever of the engine and the executor saw the deadline first. */
 #define TF_CANCEL_TIMEOUT 2
 
+/* The largest file a shell step's program may write to $TPUFLOW_OUTPUTS, $TPUFLOW_METRICS or
+ * $TPUFLOW_RESULT (bytes; docs/runs.md): read on the coordinator (kinds_shell.c), checked on
+ * a Slurm node before it is put in the store (`tpuflow step job --results`). */
+#define TF_SHELL_FILE_MAX (1u << 20)
+
 /* What a step kind gets and gives back. Inputs are borrowed for the call; the kind fills
  * outputs/metrics (objects created by the engine) and, on failure, failure/err. */
 struct tf_step_run {

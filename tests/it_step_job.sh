@@ -9,7 +9,7 @@
 #  - a $TMPDIR that does not exist on the node: /tmp is used;
 #  - a failing program: its exit status, no results put;
 #  - a program that succeeded but whose results cannot be put: exit 75 (infra), said in its
-#    log.
+#    log; one whose result file is over 1 MiB: exit 1 (error), said in its log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -68,4 +68,14 @@ rc=$?
 grep -q 'cannot put \$TPUFLOW_OUTPUTS' "$dir/err.txt" || fail "no message: $(cat "$dir/err.txt")"
 [[ -z $(ls -A "$dir/tmp") ]] || fail "the job's directory was left behind: $(ls -A "$dir/tmp")"
 echo "it_step_job: results that cannot be put -> exit 75"
+# ---- a result file over the cap: 1 (the program's fault), said in its log ------------------
+TMPDIR=$dir/tmp "$B" step job --store "$store" --prefix e/ --results -- \
+  sh -c 'head -c 1100000 /dev/zero | tr "\0" a > "$TPUFLOW_OUTPUTS"' 2> "$dir/err.txt"
+rc=$?
+[[ $rc == 1 ]] || fail "a result file over 1 MiB: exit $rc, want 1: $(cat "$dir/err.txt")"
+grep -q 'TPUFLOW_OUTPUTS is 1100000 bytes: a result file holds at most 1048576' "$dir/store/e/stderr.log" ||
+  fail "a result file over 1 MiB: not said in the log: $(obj e/stderr.log)"
+[[ ! -e $dir/store/e/outputs ]] || fail "a result file over 1 MiB was put"
+echo "it_step_job: a result file over 1 MiB -> exit 1, said in the log"
+
 echo "it_step_job: passed"
