@@ -5,8 +5,8 @@
 # job); the node shares no filesystem with the coordinator (its state homes and TMPDIR are
 # hidden from the node: TF_SLURM_HIDE), yet shell steps' outputs and metrics reach it and
 # the steps after them (through the object store); one squeue per interval for three jobs
-# (counted); the demo pipeline with its train step
-# on Slurm giving the same metrics and model bytes as in-process; a job cancelled from outside
+# (counted); the demo pipeline with its prep, train and evaluate steps on Slurm giving the
+# same metrics and model bytes as in-process (register stays in tpuflow); a job cancelled from outside
 # with scancel (cancelled, not retried); a step past its own timeout (scancel, timeout); a train
 # job given fewer chips than its slice (error, said why); a job past its Slurm time limit
 # (timeout, retried); a requeued train job (its epochs seen by the coordinator, no local slice
@@ -389,8 +389,7 @@ shell_pipeline dcrash 'sleep 8; echo answer=42 > "$TPUFLOW_METRICS"'
 start_daemon
 run=$("$B" --home h-daemon run dcrash.yaml --detach) || fail "run --detach on the daemon"
 job=$(running_job "tpuflow-$run-work") || fail "daemon: the job never ran"
-kill -9 "$dpid"
-wait "$dpid" 2>/dev/null
+{ kill -9 "$dpid"; wait "$dpid"; } 2>/dev/null
 [[ $(squeue -h -j "$job" -o '%T') == RUNNING ]] || fail "daemon: the job did not outlive the daemon"
 start_daemon
 for _ in $(seq 1 300); do
@@ -408,13 +407,14 @@ grep -q "^1 lost infra $job" a.txt || fail "daemon: attempt 1: $(cat a.txt)"
 grep -q "^2 succeeded - $job" a.txt || fail "daemon: attempt 2 did not follow job $job: $(cat a.txt)"
 echo "it_slurm: daemon killed -9 and restarted: it followed job $job again, 1 job in all"
 
-# ---- 7. the demo pipeline with its train step on Slurm: same bits as in-process -----------
+# ---- 7. the demo pipeline with prep, train and evaluate on Slurm: same bits as in-process --
 sed -e "s|^defaults:|storage: s3://$bucket/demo\n\ndefaults:|" \
     -e 's/^      shards: 8/      shards: 8\n      limit_train: 6000\n      limit_test: 2000/' \
     -e 's/^      checkpoint_every: 500/      checkpoint_every: 20/' \
     "$root/pipelines/fashion-mnist.yaml" > demo-in.yaml
-awk '{print} /^    timeout: 20m/{print "    executor: slurm"}' demo-in.yaml > demo-slurm.yaml
-grep -q 'executor: slurm' demo-slurm.yaml || fail "could not make the Slurm demo pipeline"
+# defaults.executor: slurm applies to data_prep, train and evaluate (register and deploy stay)
+sed 's/^  executor: inprocess$/  executor: slurm/' demo-in.yaml > demo-slurm.yaml
+grep -q '^  executor: slurm$' demo-slurm.yaml || fail "could not make the Slurm demo pipeline"
 "$B" --home h-demo-in run demo-in.yaml --param epochs=2 > demo-in.out 2>&1 || fail "demo in-process: $(tail -3 demo-in.out)"
 "$B" --home h-demo-sl run demo-slurm.yaml --param epochs=2 > demo-sl.out 2>&1 || fail "demo on Slurm: $(tail -3 demo-sl.out)"
 r_in=$(run_id h-demo-in) r_sl=$(run_id h-demo-sl)
@@ -425,7 +425,10 @@ print(json.dumps({s["name"]: {k: v for k, v in s["metrics"].items() if k in ("lo
                   for s in d["steps"] if s["name"] in ("train", "evaluate")}, sort_keys=True))'; }
 m_in=$(metrics h-demo-in "$r_in") m_sl=$(metrics h-demo-sl "$r_sl")
 [[ $m_in == "$m_sl" ]] || fail "metrics differ: in-process $m_in, Slurm $m_sl"
-attempts h-demo-sl "$r_sl" train | grep -q '^1 succeeded - [0-9]' || fail "the train step did not run on Slurm"
+for st in prep train evaluate; do
+  attempts h-demo-sl "$r_sl" $st | grep -q '^1 succeeded - [0-9]' || fail "step $st did not run on Slurm"
+done
+attempts h-demo-sl "$r_sl" register | grep -q '^1 succeeded - -$' || fail "register did not stay in tpuflow"
 for f in model.safetensors; do # signature.json names its run
   a=$("$B" store cat "s3://$bucket/demo/runs/$r_in/train/bundle/$f" | sha256sum)
   b=$("$B" store cat "s3://$bucket/demo/runs/$r_sl/train/bundle/$f" | sha256sum)
@@ -434,7 +437,7 @@ done
 echo "it_slurm: demo on Slurm = in-process: $m_sl"
 
 # the chips a job holds are checked on the node: a v4-8 train job given 2 chips fails
-awk '{print} /^    executor: slurm/{print "    slurm: {args: [--gres=tpu:2]}"}' demo-slurm.yaml > demo-2chips.yaml
+awk '{print} /^    timeout: 20m/{print "    slurm: {args: [--gres=tpu:2]}"}' demo-slurm.yaml > demo-2chips.yaml
 "$B" --home h-2chips run demo-2chips.yaml --param epochs=1 > 2chips.out 2>&1 && fail "a train job with too few chips succeeded"
 run=$(run_id h-2chips)
 attempts h-2chips "$run" train > a.txt
