@@ -11,9 +11,9 @@
  *  - with --results (a shell step), the files the program wrote to $TPUFLOW_OUTPUTS,
  *    $TPUFLOW_METRICS and $TPUFLOW_RESULT as PREFIX + outputs, metrics and result.json, after
  *    a successful exit, which the coordinator reads as the step's outputs and metrics.
- * Everything the child writes locally lives in one node-local directory ($TMPDIR when it is a
- * directory, else /tmp), removed at the end; with --results it is also the child's working
- * directory ($TPUFLOW_WORKDIR).
+ * The logs live in one node-local directory ($TMPDIR when it is a directory, else /tmp),
+ * removed at the end; with --results so do the result files and the child's working directory
+ * ($TPUFLOW_WORKDIR, a subdirectory), whatever the child left in it.
  * SIGTERM or SIGINT (scancel, a requeue, Slurm's time limit) is passed on to the child, whose
  * logs are still uploaded. The exit status is the child's (a child killed by a signal is
  * re-raised), so Slurm reports the job as the child ended. */
