@@ -295,7 +295,8 @@ int tf_ml_train_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t *ou
 	                          .cancel = ctx->cancel,
 	                          .progress = ctx->progress,
 	                          .progress_data = ctx->progress_data,
-	                          .prefetch = 4};
+	                          .prefetch = 4,
+	                          .cache = -1};
 	o.optim.schedule = TF_LR_COSINE;
 	int rc = tf_ml_train_opts_from_with(with, &o, err, errlen);
 	if (rc)

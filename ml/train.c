@@ -312,6 +312,12 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 		return rc;
 	if ((rc = tf_dataset_open(o.store, o.dataset, &d, err, errlen)))
 		goto out;
+	if (o.cache < 0) {
+		/* unset: keep the decoded examples when they fit, so later epochs skip the
+		 * shard reads and the decoding (the batches are the same either way) */
+		size_t per = (d->pre.image ? d->dim : d->dim * sizeof(float)) + sizeof(int32_t) + 1;
+		o.cache = d->split[TF_SPLIT_TRAIN].examples <= TF_TRAIN_CACHE_MAX / per;
+	}
 	if (o.binary && d->num_classes != 2) {
 		tf_errf(err, errlen,
 		        "binary (sigmoid) loss needs two classes; dataset '%s' has "

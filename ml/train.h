@@ -19,6 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Bytes of decoded train examples (and labels) an unset cache option keeps in memory. */
+#define TF_TRAIN_CACHE_MAX ((size_t)1 << 30)
+
 struct tf_train_opts {
 	struct tf_objstore *store;        /* where the dataset, checkpoints and bundle live */
 	const char *dataset;              /* manifest key of the dataset */
@@ -41,7 +44,8 @@ struct tf_train_opts {
 	int keep_checkpoints;             /* keep the newest N (0: 3) */
 	uint64_t max_steps;               /* stop after this many steps in total (0: epochs) */
 	int prefetch;                     /* input batches prepared ahead (0: none) */
-	int cache;                        /* cache decoded examples in memory */
+	int cache;                        /* cache decoded examples in memory: 1 yes, 0 no,
+	                                     -1 when the train split fits (TF_TRAIN_CACHE_MAX) */
 	uint64_t log_every;               /* steps between progress lines (0: 50) */
 	int patience;                     /* early stopping: epochs without improvement (0: off) */
 	const char *monitor;   /* a tf_train_monitors word on the test split (NULL: accuracy) */

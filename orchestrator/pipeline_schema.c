@@ -76,7 +76,8 @@ static const struct tf_with_key train_with[] = {
      AT_LEAST(0)},
     {W("lars_eta", N, "LARS trust coefficient (default 0.001)"), AT_LEAST(0)},
     {W("linear_scaling", B, "lr x batch / 256 (Goyal et al.)")},
-    {W("cache", B, "keep decoded examples in memory after the first epoch")},
+    {W("cache", B, "keep decoded examples in memory after the first epoch (default: when "
+                   "the decoded train split fits in 1 GiB)")},
     {W("patience", I, "early stopping after N epochs without improvement (default 0: off)"),
      RANGE(0, BIG)},
     {ENUM("monitor", tf_train_monitors, "what early stopping watches on the test split "
