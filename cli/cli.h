@@ -65,6 +65,11 @@ int tf_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((for
 int tf_cli_parse_int(const char *cmd, const char *flag, const char *s, long long min, long long max,
                      long long *out);
 
+/* Parses S, the value of option FLAG of CMD, as a point in time: an age back from now (30m,
+ * 2d, 1h30m, or seconds) or a local date and time (2026-11-29, "2026-11-29 14:00[:05]").
+ * 0 with *OUT in Unix seconds, or the usage error's exit code after printing it. */
+int tf_cli_parse_since(const char *cmd, const char *flag, const char *s, double *out);
+
 /* A JSON number of Unix seconds as local "YYYY-MM-DD HH:MM:SS", "-" for anything else. */
 #include <jansson.h>
 void tf_cli_fmt_time(json_t *v, char *out, size_t n);
@@ -81,6 +86,11 @@ int cmd_kinds(int argc, char **argv, struct tf_cli *cli);
 int cmd_db(int argc, char **argv, struct tf_cli *cli);
 int cmd_run(int argc, char **argv, struct tf_cli *cli);
 int cmd_runs(int argc, char **argv, struct tf_cli *cli);
+int cmd_gc(int argc, char **argv, struct tf_cli *cli);
+/* `runs delete RUN... [--dry-run]` (cli/cmd_gc.c), on the open database of `home` */
+struct tf_store;
+int tf_cli_runs_delete(struct tf_store *st, const struct tf_cli *cli, const char *home,
+                       char **runs, int nruns, int dry_run);
 int cmd_daemon(int argc, char **argv, struct tf_cli *cli);
 int cmd_models(int argc, char **argv, struct tf_cli *cli);
 int cmd_tokens(int argc, char **argv, struct tf_cli *cli);

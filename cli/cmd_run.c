@@ -75,10 +75,13 @@ static void run_usage(FILE *f)
 	    f,
 	    "usage: tpuflow run FILE [--param NAME=VALUE]... [--workers N] [--storage URL]\n"
 	    "                    [--no-cache] [--force STEP]... [--priority 0-9] [--project NAME]\n"
-	    "                    [--detach | --wait] [--embedded] [--plain] [--home DIR] [--json]\n\n"
+	    "                    [--label NAME=VALUE]... [--detach | --wait] [--embedded]\n"
+	    "                    [--plain] [--home DIR] [--json]\n\n"
 	    "Runs a pipeline to the end in this process, recording every state change in\n"
 	    "HOME/" TF_STORE_FILE " before acting on it. Independent steps run in parallel.\n\n"
 	    "  --param NAME=VALUE  override a pipeline param (type-checked); repeatable\n"
+	    "  --label NAME=VALUE  a label kept with the run (runs list --label selects by\n"
+	    "                      it); repeatable\n"
 	    "  --workers N         steps running at once (default 8)\n"
 	    "  --storage URL       object store (default: the pipeline's `storage`, else\n"
 	    "                      file://HOME/objects)\n"
@@ -297,8 +300,8 @@ out:
 
 /* `tpuflow run FILE` when a daemon serves the home: the run is submitted to it. */
 static int run_by_daemon(struct tf_cli *cli, const char *home, const char *file,
-                         const struct tf_engine_opts *o, const struct tf_param_override *ov,
-                         size_t nov, int detach, int wait, int plain)
+                         const struct tf_engine_opts *o, const struct tf_engine_req *rq,
+                         int detach, int wait, int plain)
 {
 	char *text = NULL, err[1024] = "", run[32];
 	size_t len = 0;
@@ -317,8 +320,10 @@ static int run_by_daemon(struct tf_cli *cli, const char *home, const char *file,
 	struct tf_engine_submit sub = {.path = file,
 	                               .yaml = text,
 	                               .yaml_len = len,
-	                               .ov = ov,
-	                               .nov = nov,
+	                               .ov = rq->ov,
+	                               .nov = rq->nov,
+	                               .labels = rq->labels,
+	                               .nlabels = rq->nlabels,
 	                               .storage = o->storage,
 	                               .trigger = "cli",
 	                               .has_priority = o->has_priority,
@@ -370,7 +375,8 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 		OPT_PROJECT,
 		OPT_DETACH,
 		OPT_WAIT,
-		OPT_EMBEDDED
+		OPT_EMBEDDED,
+		OPT_LABEL
 	};
 	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
 	                                     {"param", required_argument, NULL, OPT_PARAM},
@@ -384,7 +390,10 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 	                                     {"detach", no_argument, NULL, OPT_DETACH},
 	                                     {"wait", no_argument, NULL, OPT_WAIT},
 	                                     {"embedded", no_argument, NULL, OPT_EMBEDDED},
+	                                     {"label", required_argument, NULL, OPT_LABEL},
 	                                     {0, 0, 0, 0}};
+	struct tf_run_label *labels = tf_xcalloc((size_t)argc + 1, sizeof(*labels));
+	size_t nlabels = 0;
 	struct tf_param_override *ov = tf_xcalloc((size_t)argc + 1, sizeof(*ov));
 	const char **force = tf_xcalloc((size_t)argc + 1, sizeof(*force));
 	size_t nov = 0;
@@ -457,6 +466,24 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 		case OPT_EMBEDDED:
 			embedded = 1;
 			break;
+		case OPT_LABEL: {
+			struct tf_param_override kv;
+			if (tf_param_override_parse(optarg, &kv)) {
+				ret = tf_cli_usage_error("run", "--label wants NAME=VALUE, not '%s'",
+				                         optarg);
+				goto out;
+			}
+			/* the name runs up to the '=' inside optarg */
+			char *eq = strchr(optarg, '=');
+			*eq = '\0';
+			if (tf_run_label_check(optarg, eq + 1, err, sizeof(err))) {
+				ret = tf_cli_usage_error("run", "--label: %s", err);
+				goto out;
+			}
+			labels[nlabels].key = optarg;
+			labels[nlabels++].value = eq + 1;
+			break;
+		}
 		default:
 			if (!tf_cli_common_option(cli, c, optarg)) {
 				ret = tf_cli_usage_error("run", "unknown option");
@@ -475,8 +502,10 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 	}
 	o.home = home;
 	o.force = force;
+	struct tf_engine_req rq = {
+	    .path = argv[optind], .ov = ov, .nov = nov, .labels = labels, .nlabels = nlabels};
 	if (!embedded && !o.no_cache && !o.nforce && tf_daemon_find(home, NULL)) {
-		ret = run_by_daemon(cli, home, argv[optind], &o, ov, nov, detach, wait, plain);
+		ret = run_by_daemon(cli, home, argv[optind], &o, &rq, detach, wait, plain);
 		goto out;
 	}
 	if (detach) {
@@ -489,7 +518,6 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 	o.tty = !plain && isatty(fileno(o.out)) && getenv("TERM") && strcmp(getenv("TERM"), "dumb");
 	struct tf_diag_list diags = {0};
 	struct tf_engine_result res = {0};
-	struct tf_engine_req rq = {.path = argv[optind], .ov = ov, .nov = nov};
 	int rc = drive_here(&o, &rq, &diags, &res, err, sizeof(err));
 	if (rc) {
 		report_refused(cli, argv[optind], &diags, err);
@@ -501,6 +529,7 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 	ret = finish(cli, &res);
 out:
 	free(ov);
+	free(labels);
 	free(force);
 	free(home);
 	return ret;
@@ -512,7 +541,8 @@ static void runs_usage(FILE *f)
 {
 	fprintf(
 	    f,
-	    "usage: tpuflow runs list [--limit N]\n"
+	    "usage: tpuflow runs list [--limit N] [--pipeline NAME] [--state STATE]\n"
+	    "                         [--since AGE|DATE] [--label NAME[=VALUE]]\n"
 	    "       tpuflow runs show RUN\n"
 	    "       tpuflow runs logs RUN [STEP]\n"
 	    "       tpuflow runs resume RUN [--force]  continue an interrupted or crashed run\n"
@@ -521,7 +551,13 @@ static void runs_usage(FILE *f)
 	    "                                   a few seconds; the run ends failed)\n"
 	    "       tpuflow runs watch RUN      follow a run driven by another process (the\n"
 	    "                                   daemon, another terminal) until it ends\n"
+	    "       tpuflow runs delete RUN... [--dry-run]  remove runs: rows, logs,\n"
+	    "                                   checkpoints, outputs (not what a registered\n"
+	    "                                   model version or a later run still uses)\n"
 	    "  (common: --home DIR, --json; RUN is an id, a unique prefix of one, or 'latest')\n\n"
+	    "list: --state is pending, running, succeeded, failed, interrupted or orphaned\n"
+	    "(running, but its process is gone); --since takes an age (2d, 3h) or a local\n"
+	    "date ('2026-11-29 14:00'); filters combine.\n"
 	    "resume/retry exit 75 when another live process drives the run; --force takes it\n"
 	    "over anyway (with a warning) when that process is stuck.\n");
 }
@@ -545,10 +581,25 @@ static void fmt_span(double s, char *buf, size_t len)
 		snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
 }
 
-static int runs_list(struct tf_store *st, struct tf_cli *cli, int limit)
+/* The labels of a run document as "k=v,k2=v2" into buf ("" when none). */
+static void labels_text(json_t *labels, char *buf, size_t n)
+{
+	size_t off = 0;
+	const char *k;
+	json_t *v;
+	buf[0] = '\0';
+	json_object_foreach(labels, k, v)
+	{
+		if (off < n)
+			off += (size_t)snprintf(buf + off, n - off, "%s%s=%s", off ? "," : "", k,
+			                        json_string_value(v));
+	}
+}
+
+static int runs_list(struct tf_store *st, struct tf_cli *cli, const struct tf_runs_filter *f)
 {
 	json_t *arr = NULL;
-	int rc = tf_runs_list(st, limit, &arr);
+	int rc = tf_runs_list(st, f, &arr);
 	if (rc) {
 		fprintf(stderr, "tpuflow runs: %s\n", tf_store_errmsg(st));
 		return TF_EXIT_SOFTWARE;
@@ -573,17 +624,64 @@ static int runs_list(struct tf_store *st, struct tf_cli *cli, int limit)
 			if (nskip)
 				snprintf(skipped, sizeof(skipped), " (%lld skipped)", nskip);
 			int orphaned = json_is_true(json_object_get(r, "orphaned"));
-			printf("%-24s %-20s %-11s %-19s %9s %lld/%lld%s%s\n",
+			char labels[256];
+			labels_text(json_object_get(r, "labels"), labels, sizeof(labels));
+			printf("%-24s %-20s %-11s %-19s %9s %lld/%lld%s%s%s%s\n",
 			       json_string_value(json_object_get(r, "id")),
 			       json_string_value(json_object_get(r, "pipeline")),
 			       orphaned ? "orphaned" : json_string_value(json_object_get(r, "state")),
 			       when, dur, (long long)json_integer_value(json_object_get(r, "done")),
 			       (long long)json_integer_value(json_object_get(r, "steps")), skipped,
-			       orphaned ? "  its process is gone: tpuflow runs resume" : "");
+			       orphaned ? "  its process is gone: tpuflow runs resume" : "",
+			       labels[0] ? "  " : "", labels);
 		}
 	}
 	json_decref(arr);
 	return TF_EXIT_OK;
+}
+
+/* Every param of the run's pipeline with the value the run used: [{name, value, text,
+ * source: "param" (an override) or "default"}], from the pipeline stored with the run; NULL
+ * when it no longer loads. */
+static json_t *param_values(struct tf_store *st, const char *run, json_t *overrides)
+{
+	char *src = NULL, *path = NULL;
+	if (tf_run_pipeline_source(st, run, &src, &path))
+		return NULL;
+	struct tf_param_override *ov =
+	    tf_xcalloc(json_object_size(overrides) + 1, sizeof(*ov));
+	size_t nov = 0;
+	const char *k;
+	json_t *v;
+	json_object_foreach(overrides, k, v)
+	{
+		ov[nov].name = k;
+		ov[nov++].value = json_string_value(v) ? json_string_value(v) : "";
+	}
+	struct tf_pipeline *p = NULL;
+	struct tf_diag_list diags = {0};
+	json_t *arr = NULL;
+	if (tf_pipeline_load_buffer(path ? path : "pipeline", src, strlen(src), ov, nov,
+	                            TF_PIPELINE_ALLOW_UNSET, &p, &diags) == 0) {
+		arr = json_array();
+		for (size_t i = 0; i < p->nparams; i++) {
+			const struct tf_param *pa = &p->params[i];
+			char *text = pa->text ? tf_xstrdup(pa->text)
+			             : pa->value ? tf_template_value_text(pa->value)
+			                         : NULL;
+			json_array_append_new(
+			    arr, json_pack("{s:s, s:O?, s:s?, s:s}", "name", pa->name, "value",
+			                   pa->value, "text", text, "source",
+			                   pa->overridden ? "param" : "default"));
+			free(text);
+		}
+	}
+	tf_diag_list_release(&diags);
+	tf_pipeline_free(p);
+	free(ov);
+	free(src);
+	free(path);
+	return arr;
 }
 
 static int runs_show(struct tf_store *st, struct tf_cli *cli, const char *run)
@@ -594,6 +692,9 @@ static int runs_show(struct tf_store *st, struct tf_cli *cli, const char *run)
 		fprintf(stderr, "tpuflow runs: %s\n", tf_store_errmsg(st));
 		return TF_EXIT_SOFTWARE;
 	}
+	json_t *pv = param_values(st, run, json_object_get(d, "params"));
+	if (pv)
+		json_object_set_new(d, "param_values", pv);
 	if (cli->json) {
 		tf_cli_print_json(stdout, d);
 		json_decref(d);
@@ -601,11 +702,29 @@ static int runs_show(struct tf_store *st, struct tf_cli *cli, const char *run)
 	}
 	char when[32];
 	fmt_time(json_number_value(json_object_get(d, "created_at")), when, sizeof(when));
+	int orphaned = json_is_true(json_object_get(d, "orphaned"));
 	printf("run %s  pipeline %s  %s  created %s\n", run,
 	       json_string_value(json_object_get(d, "pipeline")),
-	       json_string_value(json_object_get(d, "state")), when);
+	       orphaned ? "orphaned" : json_string_value(json_object_get(d, "state")), when);
+	if (orphaned)
+		printf("  its process is gone: 'tpuflow runs resume %s' continues it\n", run);
 	if (json_string_value(json_object_get(d, "error")))
 		printf("  %s\n", json_string_value(json_object_get(d, "error")));
+	char labels[1024];
+	labels_text(json_object_get(d, "labels"), labels, sizeof(labels));
+	if (labels[0])
+		printf("  labels: %s\n", labels);
+	size_t pi;
+	json_t *pa;
+	json_array_foreach(pv, pi, pa)
+	{
+		const char *t = json_string_value(json_object_get(pa, "text"));
+		printf("%s    %s = %s%s\n", pi ? "" : "  params:\n",
+		       json_string_value(json_object_get(pa, "name")), t ? t : "(unset)",
+		       strcmp(json_string_value(json_object_get(pa, "source")), "default")
+		           ? "  (--param)"
+		           : "  (default)");
+	}
 	printf("\n  %-18s %-10s %-10s %3s %9s  %s\n", "STEP", "TYPE", "STATE", "ATT", "DURATION",
 	       "DETAIL");
 	size_t i;
@@ -884,13 +1003,28 @@ static int runs_cancel(struct tf_store *st, const char *run)
 
 int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 {
-	enum { OPT_LIMIT = 1, OPT_PLAIN, OPT_FORCE };
+	enum {
+		OPT_LIMIT = 1,
+		OPT_PLAIN,
+		OPT_FORCE,
+		OPT_PIPELINE,
+		OPT_STATE,
+		OPT_SINCE,
+		OPT_LABEL,
+		OPT_DRY_RUN
+	};
 	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
 	                                     {"limit", required_argument, NULL, OPT_LIMIT},
 	                                     {"plain", no_argument, NULL, OPT_PLAIN},
 	                                     {"force", no_argument, NULL, OPT_FORCE},
+	                                     {"pipeline", required_argument, NULL, OPT_PIPELINE},
+	                                     {"state", required_argument, NULL, OPT_STATE},
+	                                     {"since", required_argument, NULL, OPT_SINCE},
+	                                     {"label", required_argument, NULL, OPT_LABEL},
+	                                     {"dry-run", no_argument, NULL, OPT_DRY_RUN},
 	                                     {0, 0, 0, 0}};
-	int c, limit = 50, plain = 0, force = 0, ret = TF_EXIT_OK, rc;
+	struct tf_runs_filter filter = {.limit = 50};
+	int c, plain = 0, force = 0, dry_run = 0, ret = TF_EXIT_OK, rc;
 	char *home = NULL, err[1024] = "", run[32];
 	struct tf_store *st = NULL;
 
@@ -904,7 +1038,30 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 			int e = tf_cli_parse_int("runs", "--limit", optarg, 0, INT_MAX, &n);
 			if (e)
 				return e;
-			limit = (int)n;
+			filter.limit = (int)n;
+		} else if (c == OPT_PIPELINE) {
+			filter.pipeline = optarg;
+		} else if (c == OPT_STATE) {
+			enum tf_run_state rs;
+			if (strcmp(optarg, "orphaned") && tf_run_state_parse(optarg, &rs))
+				return tf_cli_usage_error("runs",
+				                          "--state wants pending, running, succeeded, "
+				                          "failed, interrupted or orphaned, not '%s'",
+				                          optarg);
+			filter.state = optarg;
+		} else if (c == OPT_SINCE) {
+			if (tf_cli_parse_since("runs", "--since", optarg, &filter.since))
+				return TF_EXIT_USAGE;
+		} else if (c == OPT_LABEL) {
+			char *eq = strchr(optarg, '=');
+			if (eq)
+				*eq = '\0';
+			if (!*optarg)
+				return tf_cli_usage_error("runs", "--label wants NAME or NAME=VALUE");
+			filter.label_key = optarg;
+			filter.label_value = eq ? eq + 1 : NULL;
+		} else if (c == OPT_DRY_RUN) {
+			dry_run = 1;
 		} else if (c == OPT_PLAIN) {
 			plain = 1;
 		} else if (c == OPT_FORCE) {
@@ -914,19 +1071,19 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 		}
 	}
 	if (optind >= argc)
-		return tf_cli_usage_error("runs",
-		                          "expected list, show, logs, watch, resume, retry or cancel");
+		return tf_cli_usage_error(
+		    "runs", "expected list, show, logs, watch, resume, retry, cancel or delete");
 	const char *sub = argv[optind];
 	const char *arg = optind + 1 < argc ? argv[optind + 1] : NULL;
-	static const char *const verbs[] = {"list",   "show",  "logs",  "watch",
-	                                    "resume", "retry", "cancel"};
+	static const char *const verbs[] = {"list",  "show",   "logs",  "watch",
+	                                    "resume", "retry", "cancel", "delete"};
 	size_t vi = 0;
 	while (vi < TF_ARRAY_LEN(verbs) && strcmp(sub, verbs[vi]))
 		vi++;
 	if (vi == TF_ARRAY_LEN(verbs))
 		return tf_cli_usage_error(
-		    "runs", "unknown subcommand '%s': use list, show, logs, watch, resume, retry "
-		            "or cancel",
+		    "runs", "unknown subcommand '%s': use list, show, logs, watch, resume, retry, "
+		            "cancel or delete",
 		    sub);
 	if (strcmp(sub, "list") && !arg)
 		return tf_cli_usage_error("runs", "'%s' needs a run id", sub);
@@ -940,7 +1097,12 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 		goto out;
 	}
 	if (!strcmp(sub, "list")) {
-		ret = runs_list(st, cli, limit);
+		ret = runs_list(st, cli, &filter);
+		goto out;
+	}
+	if (!strcmp(sub, "delete")) {
+		ret = tf_cli_runs_delete(st, cli, home, argv + optind + 1, argc - optind - 1,
+		                         dry_run);
 		goto out;
 	}
 	rc = tf_run_find(st, arg, run);

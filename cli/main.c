@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 #include "common/common.h"
 #include "common/log.h"
+#include "orchestrator/pipeline.h"
 #include "orchestrator/store.h"
 #include "storage/objstore.h"
 
@@ -40,7 +41,8 @@ static const struct tf_cmd commands[] = {
     {"kinds", cmd_kinds, 0, "the step kinds: their with keys, outputs and metrics"},
     {"db", cmd_db, 0, "state database: status, migrate"},
     {"run", cmd_run, 0, "run a pipeline durably: parallel steps, retries, cache, live view"},
-    {"runs", cmd_runs, 0, "runs: list, show, logs, watch, cancel, resume, retry"},
+    {"runs", cmd_runs, 0, "runs: list, show, logs, watch, cancel, resume, retry, delete"},
+    {"gc", cmd_gc, NEED_DB, "remove old runs by a retention policy (--keep-last N, --older-than AGE)"},
     {"daemon", cmd_daemon, NEED_HOME, "drive every run of a home and serve the HTTP API (foreground)"},
     {"models", cmd_models, NEED_DB, "model registry: list, show, alias, compare"},
     {"tokens", cmd_tokens, NEED_DB, "REST API bearer tokens: create, list, revoke"},
@@ -217,6 +219,32 @@ int tf_cli_parse_int(const char *cmd, const char *flag, const char *s, long long
 		    cmd, "%s wants a whole number from %lld to %lld, not '%s'", flag, min, max, s);
 	*out = v;
 	return 0;
+}
+
+int tf_cli_parse_since(const char *cmd, const char *flag, const char *s, double *out)
+{
+	double d;
+	struct tm tm = {0};
+	const char *end = NULL;
+	if (tf_duration_parse(s, &d) == 0 && d >= 0) { /* 2d, 3h30m, 90 */
+		*out = tf_now_wall() - d;
+		return 0;
+	}
+	if ((end = strptime(s, "%Y-%m-%d", &tm)) != NULL) {
+		if (*end == ' ' || *end == 'T') {
+			const char *t = strptime(end + 1, "%H:%M:%S", &tm);
+			end = t ? t : strptime(end + 1, "%H:%M", &tm);
+		}
+		if (end && !*end) {
+			tm.tm_isdst = -1; /* local time, as the listings print it */
+			*out = (double)mktime(&tm);
+			return 0;
+		}
+	}
+	return tf_cli_usage_error(cmd,
+	                          "%s wants an age (30m, 2d, 1h30m) or a local date and time "
+	                          "(2026-11-29, '2026-11-29 14:00'), not '%s'",
+	                          flag, s);
 }
 
 void tf_cli_fmt_time(json_t *v, char *out, size_t n)

@@ -148,6 +148,7 @@ static const char *str(json_t *o, const char *k)
 static void show_runs(json_t *doc)
 {
 	printf("%-24s %-20s %-12s %-7s %s\n", "RUN", "PIPELINE", "STATE", "STEPS", "CREATED");
+	/* done: succeeded or cached; skipped steps and orphaned runs are said apart */
 	size_t i;
 	json_t *r;
 	json_array_foreach(json_object_get(doc, "items"), i, r)
@@ -157,8 +158,15 @@ static void show_runs(json_t *doc)
 		snprintf(steps, sizeof(steps), "%lld/%lld",
 		         (long long)json_integer_value(json_object_get(r, "done")),
 		         (long long)json_integer_value(json_object_get(r, "steps")));
-		printf("%-24s %-20s %-12s %-7s %s\n", str(r, "id"), str(r, "pipeline"),
-		       str(r, "state"), steps, when);
+		long long skipped = json_integer_value(json_object_get(r, "skipped"));
+		int orphaned = json_is_true(json_object_get(r, "orphaned"));
+		printf("%-24s %-20s %-12s %-7s %s", str(r, "id"), str(r, "pipeline"),
+		       orphaned ? "orphaned" : str(r, "state"), steps, when);
+		if (skipped)
+			printf("  (%lld skipped)", skipped);
+		if (orphaned)
+			printf("  its process is gone: tpuflow runs resume");
+		printf("\n");
 	}
 	if (json_string_value(json_object_get(doc, "next")))
 		printf("(more: --cursor %s)\n", str(json_array_get(json_object_get(doc, "items"),
@@ -476,7 +484,16 @@ static int remote_runs(const struct remote *r, int argc, char **argv)
 			if (strcmp(flag, "state") && strcmp(flag, "pipeline") && strcmp(flag, "label") &&
 			    strcmp(flag, "limit") && strcmp(flag, "cursor") && strcmp(flag, "since"))
 				return tf_cli_usage_error("runs", "unknown option '%s'", argv[i]);
-			char *e = curl_easy_escape(NULL, argv[i + 1], 0);
+			char since[32];
+			const char *val = argv[i + 1];
+			if (!strcmp(flag, "since")) { /* an age or a date, sent as Unix seconds */
+				double t;
+				if (tf_cli_parse_since("runs", "--since", val, &t))
+					return TF_EXIT_USAGE;
+				snprintf(since, sizeof(since), "%.0f", t > 0 ? t : 0);
+				val = since;
+			}
+			char *e = curl_easy_escape(NULL, val, 0);
 			size_t n = strlen(q);
 			snprintf(q + n, sizeof(q) - n, "&%s=%s", flag, e);
 			curl_free(e);

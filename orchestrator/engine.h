@@ -78,6 +78,8 @@ struct tf_engine_req {
 	const struct tf_param_override *ov;
 	size_t nov;
 	const char *trigger; /* recorded with a new run: cli (NULL), api or schedule */
+	const struct tf_run_label *labels; /* recorded with a new run (borrowed for the call) */
+	size_t nlabels;
 	/* or an existing run (id, unique prefix or "latest"): resume, retry, or a submitted run
 	 * the daemon takes; flags TF_ENGINE_RETRY / TF_ENGINE_FORCE as for tf_engine_resume */
 	const char *run_id;
@@ -119,6 +121,8 @@ struct tf_engine_submit {
 	int has_priority;    /* 1: priority overrides the pipeline's */
 	int priority;        /* 0..9 */
 	const char *project; /* NULL: the pipeline's */
+	const struct tf_run_label *labels; /* recorded with the run */
+	size_t nlabels;
 };
 int tf_engine_submit(struct tf_store *st, const char *home, const struct tf_engine_submit *s,
                      char run_id[32], struct tf_diag_list *diags, char *err, size_t errlen);

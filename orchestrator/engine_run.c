@@ -433,7 +433,8 @@ static int end_lost_processes(struct engine *e, char *err, size_t errlen)
  * of its own: the one place runs are created, for `tpuflow run`, the daemon and the API. */
 static int create_run(struct tf_store *st, const struct tf_pipeline *p, const char *path,
                       const struct tf_param_override *ov, size_t nov, const char *storage,
-                      const char *trigger, char run_id[32])
+                      const char *trigger, const struct tf_run_label *labels, size_t nlabels,
+                      char run_id[32])
 {
 	json_t *params = json_object();
 	for (size_t i = 0; i < nov; i++) /* a name from the command line runs up to its '=' */
@@ -446,8 +447,13 @@ static int create_run(struct tf_store *st, const struct tf_pipeline *p, const ch
 		defs[i].name = p->steps[i].name;
 		defs[i].type = tf_step_type_name(p->steps[i].type);
 	}
-	int rc = tf_run_create(st, p->name, p->source, path, pj, storage, defs, p->nsteps, trigger,
-	                       run_id);
+	int own, rc = tf_store_join(st, &own);
+	if (rc == 0)
+		rc = tf_run_create(st, p->name, p->source, path, pj, storage, defs, p->nsteps,
+		                   trigger, run_id);
+	if (rc == 0 && nlabels)
+		rc = tf_run_set_labels(st, run_id, labels, nlabels);
+	rc = tf_store_leave(st, own, rc);
 	free(defs);
 	free(pj);
 	return rc;
@@ -468,7 +474,8 @@ int tf_engine_submit(struct tf_store *st, const char *home, const struct tf_engi
 	int own;
 	rc = tf_store_join(st, &own);
 	if (rc == 0)
-		rc = create_run(st, p, s->path, s->ov, s->nov, storage, s->trigger, run_id);
+		rc = create_run(st, p, s->path, s->ov, s->nov, storage, s->trigger, s->labels,
+		                s->nlabels, run_id);
 	if (rc == 0 && (s->has_priority || s->project))
 		rc = tf_store_run(st,
 		                  "UPDATE runs SET priority=CASE WHEN ? THEN ? ELSE priority END, "
@@ -532,7 +539,8 @@ static int setup_new(struct engine *e, const struct tf_engine_req *rq, struct tf
 	rc = tf_store_begin(e->db);
 	if (rc == 0)
 		rc = create_run(e->db, e->p, rq->path, rq->ov, rq->nov, e->storage_url,
-		                rq->trigger ? rq->trigger : "cli", e->run_id);
+		                rq->trigger ? rq->trigger : "cli", rq->labels, rq->nlabels,
+		                e->run_id);
 	if (rc == 0)
 		rc = tf_run_claim(e->db, e->run_id, e->token, 1u << TF_RUN_PENDING, 0, &holder);
 	if (rc == 0)

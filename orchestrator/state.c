@@ -644,22 +644,44 @@ static json_t *text_or_null(struct tf_stmt *s, int col)
 	return t ? json_string(t) : json_null();
 }
 
-int tf_runs_list(struct tf_store *st, int limit, json_t **out)
+int tf_run_row_orphaned(struct tf_stmt *s, int col)
 {
+	struct tf_run_owner ow;
+	return tf_run_owner_read(s, col, &ow) == 0 && ow.state == TF_RUN_RUNNING &&
+	       !tf_run_owner_live(&ow);
+}
+
+int tf_runs_list(struct tf_store *st, const struct tf_runs_filter *f, json_t **out)
+{
+	static const struct tf_runs_filter all = {0};
+	if (!f)
+		f = &all;
+	/* "orphaned" is a running run whose owner is gone: selected as running, then judged */
+	int orphaned_only = f->state && !strcmp(f->state, "orphaned");
+	const char *state = orphaned_only ? "running" : f->state;
 	struct tf_stmt *s = tf_store_query(
 	    st,
 	    "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
-	    "(SELECT count(*) FROM steps WHERE run_id=r.id), "
-	    "(SELECT count(*) FROM steps WHERE run_id=r.id AND state IN ('succeeded','cached')), "
-	    "r.error, (SELECT count(*) FROM steps WHERE run_id=r.id AND state='skipped'), "
-	    "r.state, r.owner, r.pid, r.heartbeat_at "
-	    "FROM runs r ORDER BY r.created_at DESC, r.id DESC LIMIT ?",
-	    "i", (int64_t)(limit > 0 ? limit : -1));
+	    "r.steps_total, r.steps_done, r.error, r.steps_skipped, r.state, r.owner, r.pid, "
+	    "r.heartbeat_at FROM runs r "
+	    "WHERE (?1 IS NULL OR r.state=?1) AND (?2 IS NULL OR r.pipeline=?2) "
+	    "AND r.created_at>=?3 "
+	    "AND (?4 IS NULL OR EXISTS (SELECT 1 FROM run_labels l WHERE l.run_id=r.id AND "
+	    "l.key=?4 AND (?5 IS NULL OR l.value=?5))) "
+	    "ORDER BY r.created_at DESC, r.id DESC",
+	    "ttdtt", state, f->pipeline, f->since, f->label_key, f->label_value);
 	if (!s)
 		return -EIO;
 	json_t *arr = json_array();
 	int rc;
 	while ((rc = tf_stmt_step(s)) == 1) {
+		/* A running run whose owner is gone runs no more: say so, and end its time at
+		 * the owner's last heartbeat rather than now. */
+		int orphaned = tf_run_row_orphaned(s, 10);
+		if (orphaned_only && !orphaned)
+			continue;
+		if (f->limit > 0 && json_array_size(arr) >= (size_t)f->limit)
+			break;
 		json_t *o = json_object();
 		json_object_set_new(o, "id", text_or_null(s, 0));
 		json_object_set_new(o, "pipeline", text_or_null(s, 1));
@@ -671,29 +693,83 @@ int tf_runs_list(struct tf_store *st, int limit, json_t **out)
 		json_object_set_new(o, "done", json_integer(tf_stmt_int(s, 7)));
 		json_object_set_new(o, "error", text_or_null(s, 8));
 		json_object_set_new(o, "skipped", json_integer(tf_stmt_int(s, 9)));
-		/* A running run whose owner is gone runs no more: say so, and end its time at
-		 * the owner's last heartbeat rather than now. */
-		const char *state = tf_stmt_text(s, 2);
-		struct tf_run_owner ow;
-		int orphaned = tf_run_owner_read(s, 10, &ow) == 0 && ow.state == TF_RUN_RUNNING &&
-		               !tf_run_owner_live(&ow);
 		json_object_set_new(o, "orphaned", json_boolean(orphaned));
+		const char *st8 = tf_stmt_text(s, 2);
 		double start = tf_stmt_is_null(s, 4) ? -1 : tf_stmt_double(s, 4);
 		double end = !tf_stmt_is_null(s, 5) ? tf_stmt_double(s, 5)
 		             : orphaned && !tf_stmt_is_null(s, 13) ? tf_stmt_double(s, 13)
-		             : state && !strcmp(state, "running") ? tf_now_wall()
-		                                                  : -1;
+		             : st8 && !strcmp(st8, "running") ? tf_now_wall()
+		                                              : -1;
 		json_object_set_new(o, "duration", start >= 0 && end >= start ? json_real(end - start)
 		                                                              : json_null());
 		json_array_append_new(arr, o);
 	}
 	tf_stmt_done(s);
+	size_t i;
+	json_t *o;
+	json_array_foreach(arr, i, o) /* a page at most: one small query each */
+	{
+		json_t *labels = NULL;
+		if (rc >= 0)
+			rc = tf_run_labels(st, json_string_value(json_object_get(o, "id")), &labels);
+		json_object_set_new(o, "labels", labels ? labels : json_object());
+	}
 	if (rc < 0) {
 		json_decref(arr);
 		return rc;
 	}
 	*out = arr;
 	return 0;
+}
+
+int tf_run_labels(struct tf_store *st, const char *run, json_t **out)
+{
+	struct tf_stmt *s = tf_store_query(
+	    st, "SELECT key, value FROM run_labels WHERE run_id=? ORDER BY key", "t", run);
+	if (!s)
+		return -EIO;
+	json_t *o = json_object();
+	int rc;
+	while ((rc = tf_stmt_step(s)) == 1)
+		json_object_set_new(o, tf_stmt_text(s, 0), json_string(tf_stmt_text(s, 1)));
+	tf_stmt_done(s);
+	if (rc < 0) {
+		json_decref(o);
+		return rc;
+	}
+	*out = o;
+	return 0;
+}
+
+int tf_run_label_check(const char *key, const char *value, char *err, size_t errlen)
+{
+	size_t kn = strlen(key);
+	if (kn == 0 || kn > 128 || strchr(key, '=')) {
+		tf_errf(err, errlen, "label name '%s' must have 1 to 128 characters and no '='", key);
+		return -EINVAL;
+	}
+	if (strlen(value) > 1024) {
+		tf_errf(err, errlen, "label '%s': its value is longer than 1024 characters", key);
+		return -EINVAL;
+	}
+	for (const char *p = key; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+			tf_errf(err, errlen, "label name '%s' has a control character", key);
+			return -EINVAL;
+		}
+	return 0;
+}
+
+int tf_run_set_labels(struct tf_store *st, const char *run, const struct tf_run_label *labels,
+                      size_t n)
+{
+	int own, rc = tf_store_join(st, &own);
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		rc = tf_store_run(st,
+		                  "INSERT INTO run_labels(run_id, key, value) VALUES(?,?,?) "
+		                  "ON CONFLICT(run_id, key) DO UPDATE SET value=excluded.value",
+		                  "ttt", run, labels[i].key, labels[i].value);
+	return tf_store_leave(st, own, rc);
 }
 
 /* Every attempt of a run, by step name: {step: [{n, state, ...}, ...]}, in one query (a
@@ -754,7 +830,7 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 	    st,
 	    "SELECT id, pipeline, state, params, storage, error, retry_of, created_at, "
 	    "started_at, finished_at, pid, owner, heartbeat_at, cancel_requested_at, trigger, "
-	    "priority, project FROM runs WHERE id=?",
+	    "priority, project, state, owner, pid, heartbeat_at FROM runs WHERE id=?",
 	    "t", run);
 	if (!s)
 		return -EIO;
@@ -778,6 +854,7 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 		json_object_set_new(doc, "trigger", text_or_null(s, 14));
 		json_object_set_new(doc, "priority", int_or_null(s, 15));
 		json_object_set_new(doc, "project", text_or_null(s, 16));
+		json_object_set_new(doc, "orphaned", json_boolean(tf_run_row_orphaned(s, 17)));
 		rc = 0;
 	} else if (rc == 0) {
 		rc = -ENOENT;
@@ -842,6 +919,11 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 	}
 	json_decref(att);
 	json_object_set(doc, "steps", steps);
+	json_t *labels = NULL;
+	rc = tf_run_labels(st, run, &labels);
+	if (rc)
+		goto out;
+	json_object_set_new(doc, "labels", labels);
 
 	/* Objects the steps produced. */
 	s = tf_store_query(st,

@@ -174,17 +174,48 @@ int tf_attempt_set_pgid(struct tf_store *st, const char *run, const char *step, 
 int tf_event_add(struct tf_store *st, const char *run, const char *step, int attempt,
                  const char *kind, const char *message);
 
+/* Which runs tf_runs_list returns (every field zero: all of them). */
+struct tf_runs_filter {
+	const char *pipeline;    /* pipeline name, NULL: any */
+	const char *state;       /* a run state's name, or "orphaned" (running, owner gone) */
+	double since;            /* created at or after (Unix seconds), 0: any time */
+	const char *label_key;   /* has this label, NULL: any */
+	const char *label_value; /* ... with this value, NULL: any value */
+	int limit;               /* at most this many, 0: all */
+};
+
 /* Read models as JSON documents (caller owns *out):
  * tf_runs_list: array of {id, pipeline, state, created_at, started_at, finished_at, steps,
- *   done} newest first, at most `limit` (0: all).
+ *   done (succeeded or cached), skipped, orphaned, duration, labels} newest first that pass
+ *   `f` (NULL: all).
  * tf_run_describe: {id, pipeline, state, params, storage, error, retry_of, created_at, ...,
  *   steps: [{name, type, state, attempts, reason, cache_hit, with, outputs, metrics, slice,
  *   slice_seconds, started_at, finished_at, duration, attempts_detail: [...]}],
  *   model: {name, version} when a register step made one}.
  * tf_run_events: array of events in order, for one run (step may be NULL). */
-int tf_runs_list(struct tf_store *st, int limit, json_t **out);
+int tf_runs_list(struct tf_store *st, const struct tf_runs_filter *f, json_t **out);
 int tf_run_describe(struct tf_store *st, const char *run, json_t **out);
 int tf_run_events(struct tf_store *st, const char *run, const char *step, json_t **out);
+
+/* 1 when the current row of `s` is a running run whose owner is gone (orphaned; its process
+ * died): runs.state, owner, pid and heartbeat_at in columns col to col + 3
+ * (tf_run_owner_read's layout). */
+int tf_run_row_orphaned(struct tf_stmt *s, int col);
+
+/* Labels of a run (`run --label k=v`, the API's "labels"): free-form names and values kept
+ * with the run, shown by `runs show|list` and selected on by `runs list --label`. */
+struct tf_run_label {
+	const char *key;   /* 1..128 characters, no '=' */
+	const char *value; /* up to 1024 characters */
+};
+/* 0 when a label may be stored, else -EINVAL with the reason in err. */
+int tf_run_label_check(const char *key, const char *value, char *err, size_t errlen);
+/* Sets labels on a run (a name given again replaces its value), in the caller's transaction
+ * when one is open. */
+int tf_run_set_labels(struct tf_store *st, const char *run, const struct tf_run_label *labels,
+                      size_t n);
+/* The labels of a run as a JSON object {name: value} (caller owns *out). */
+int tf_run_labels(struct tf_store *st, const char *run, json_t **out);
 
 /* The pipeline source a run was created from (caller owns both strings; path may be NULL). */
 int tf_run_pipeline_source(struct tf_store *st, const char *run, char **source, char **path);

@@ -492,8 +492,8 @@ static void test_events_and_cancel(void **state)
 	resp_free(&r);
 }
 
-/* A page's steps and done counts follow the steps' states (kept by the triggers of migration
- * 0011 in the transaction that changes a step). */
+/* A page's steps, done and skipped counts follow the steps' states (kept by the triggers of
+ * migration 0013 in the transaction that changes a step); a skipped step is not done. */
 static void test_step_counts(void **state)
 {
 	(void)state;
@@ -512,7 +512,7 @@ static void test_step_counts(void **state)
 	json_decref(b);
 	struct tf_store *st;
 	char err[256];
-	long want[][2] = {{2, 0}, {2, 1}, {2, 2}};
+	long want[][3] = {{2, 0, 0}, {2, 1, 0}, {2, 1, 1}};
 	for (int k = 0; k < 3; k++) {
 		if (k) {
 			assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
@@ -530,6 +530,9 @@ static void test_step_counts(void **state)
 		json_t *it = json_array_get(json_object_get(r.json, "items"), 0);
 		assert_int_equal(json_integer_value(json_object_get(it, "steps")), want[k][0]);
 		assert_int_equal(json_integer_value(json_object_get(it, "done")), want[k][1]);
+		assert_int_equal(json_integer_value(json_object_get(it, "skipped")), want[k][2]);
+		/* running with no owner (set by hand here): its process is gone */
+		assert_int_equal(json_is_true(json_object_get(it, "orphaned")), k > 0);
 		resp_free(&r);
 	}
 }
@@ -1060,6 +1063,13 @@ static void test_remote_cli(void **state)
 	                        json_array_get(json_object_get(j, "items"), 0), "id")),
 	                    run1);
 	json_decref(j);
+	/* --since takes an age or a date here too (sent as Unix seconds) */
+	snprintf(cmd, sizeof(cmd),
+	         "'%s' runs list --pipeline cli-remote --since 1h >'%s' 2>&1 && grep -q '%s' '%s' "
+	         "&& '%s' runs list --since 2999-01-01 >'%s' 2>&1 && ! grep -q '%s' '%s' && "
+	         "! '%s' runs list --since yesterday >'%s' 2>&1",
+	         bin, out, run1, out, bin, out, run1, out, bin, out);
+	assert_int_equal(system(cmd), 0);
 	snprintf(cmd, sizeof(cmd), "'%s' runs show %s >'%s' 2>&1 && grep -q 'state succeeded' '%s'",
 	         bin, run1, out, out);
 	assert_int_equal(system(cmd), 0);

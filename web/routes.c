@@ -301,7 +301,8 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	struct tf_stmt *s = tf_store_query(
 	    rq->st,
 	    "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
-	    "r.steps_total, r.steps_done, r.error, r.retry_of, r.trigger "
+	    "r.steps_total, r.steps_done, r.error, r.retry_of, r.trigger, r.steps_skipped, "
+	    "r.state, r.owner, r.pid, r.heartbeat_at "
 	    "FROM runs r WHERE (?1 IS NULL OR r.state=?1) AND (?2 IS NULL OR r.pipeline=?2) "
 	    "AND r.created_at>=?3 "
 	    "AND (?4 IS NULL OR EXISTS (SELECT 1 FROM run_labels l WHERE l.run_id=r.id AND "
@@ -350,7 +351,13 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		ob_str(&b, tf_stmt_text(s, 9));
 		OB_LIT(&b, ",\"trigger\":");
 		ob_str(&b, tf_stmt_text(s, 10));
-		OB_LIT(&b, "}");
+		OB_LIT(&b, ",\"skipped\":");
+		ob_i64(&b, tf_stmt_int(s, 11));
+		OB_LIT(&b, ",\"orphaned\":");
+		if (tf_run_row_orphaned(s, 12))
+			OB_LIT(&b, "true}");
+		else
+			OB_LIT(&b, "false}");
 		snprintf(last, sizeof(last), "%s", tf_stmt_text(s, 0));
 	}
 	tf_stmt_done(s);
