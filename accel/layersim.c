@@ -65,11 +65,22 @@ static uint64_t out_w(const struct tf_layer *l)
 	return ((uint64_t)l->ifmap_w - l->filt_w + 2ull * l->stride_w - 1) / l->stride_w;
 }
 
-void tf_layer_mnk(const struct tf_layer *l, uint64_t *M, uint64_t *N, uint64_t *K)
+int tf_layer_mnk(const struct tf_layer *l, uint64_t *M, uint64_t *N, uint64_t *K)
 {
-	*M = out_h(l) * out_w(l);
+	*M = out_h(l) * out_w(l); /* each side < 2^32: no wrap */
 	*N = l->filters;
-	*K = (uint64_t)l->filt_h * l->filt_w * l->channels;
+	if (__builtin_mul_overflow((uint64_t)l->filt_h * l->filt_w, (uint64_t)l->channels, K)) {
+		*K = UINT64_MAX;
+		return -EOVERFLOW;
+	}
+	return 0;
+}
+
+/* a * b when it is at most `max`, else 0 (every size checked here is at least 1). */
+static uint64_t mul_max(uint64_t a, uint64_t b, uint64_t max)
+{
+	uint64_t r;
+	return __builtin_mul_overflow(a, b, &r) || r > max ? 0 : r;
 }
 
 void tf_layersim_cfg_init(struct tf_layersim_cfg *cfg)
@@ -677,14 +688,16 @@ int tf_layersim_run(const struct tf_layersim_cfg *cfg, const struct tf_layer *l,
 	}
 	struct sim s = {.l = L, .df = cfg->dataflow, .R = cfg->rows, .C = cfg->cols};
 	uint64_t M, N, K;
-	tf_layer_mnk(L, &M, &N, &K);
+	int wide = tf_layer_mnk(L, &M, &N, &K);
 	s.Ew = (int64_t)out_w(L);
 	s.px = (int64_t)M;
 	s.N = (int64_t)N;
 	s.win = (int64_t)K;
-	int64_t in_words = (int64_t)L->ifmap_h * L->ifmap_w * L->channels;
-	if (M * K > (1ull << 34) || N * K > (1ull << 31) || in_words > (1ll << 31) ||
-	    M * N > (1ull << 40)) {
+	/* every product below is taken from the file's sizes: checked, never wrapped */
+	int64_t in_words = (int64_t)mul_max((uint64_t)L->ifmap_h * L->ifmap_w, L->channels,
+	                                    1ull << 31);
+	if (wide || !mul_max(M, K, 1ull << 34) || !mul_max(N, K, 1ull << 31) || !in_words ||
+	    !mul_max(M, N, 1ull << 40)) {
 		tf_errf(err, errlen, "layer '%s' is too large to simulate (%llu x %llu x %llu)",
 		        L->name, (unsigned long long)M, (unsigned long long)N,
 		        (unsigned long long)K);
@@ -706,12 +719,26 @@ int tf_layersim_run(const struct tf_layersim_cfg *cfg, const struct tf_layer *l,
 	s.rows_per_fold = s.df == TF_MXU_OS ? s.R + s.C + s.T - 2 : 2 * s.R + s.C + s.T - 2;
 	s.wi = s.df == TF_MXU_IS ? (int)s.C : (int)s.R;
 	s.wf = s.df == TF_MXU_IS ? (int)s.R : (int)s.C;
+	/* The simulation visits every cycle: at most 2^30 of them (the analytical model,
+	 * `accel cycles --m --k --n`, takes any size), and every count it reports fits. */
+	uint64_t folds = mul_max((uint64_t)s.RF, (uint64_t)s.CF, 1ull << 30);
+	uint64_t cycles = mul_max(folds, (uint64_t)s.rows_per_fold, 1ull << 30);
+	if (!cycles || !mul_max(cycles, (uint64_t)(s.R > s.C ? s.R : s.C) * 4, 1ull << 62) ||
+	    !mul_max((uint64_t)s.T * (uint64_t)(s.RF > s.CF ? s.RF : s.CF),
+	             (uint64_t)(s.Sr > s.Sc ? s.Sr : s.Sc), 1ull << 62)) {
+		tf_errf(err, errlen,
+		        "layer '%s' (%llu x %llu x %llu) on %dx%d takes more than 2^30 cycles to "
+		        "simulate: use the cycle model for it (accel cycles --m --k --n)",
+		        L->name, (unsigned long long)M, (unsigned long long)N, (unsigned long long)K,
+		        cfg->rows, cfg->cols);
+		return -E2BIG;
+	}
 	sim_tables(&s);
 
 	struct tf_layersim_report r;
 	memset(&r, 0, sizeof r);
-	r.folds = (uint64_t)(s.RF * s.CF);
-	r.compute_cycles = r.folds * (uint64_t)s.rows_per_fold;
+	r.folds = folds;
+	r.compute_cycles = cycles;
 	r.wdb_cycles = (uint64_t)s.R + r.folds * (uint64_t)(s.R + s.C + s.T - 2);
 
 	/* Per-fold mapping efficiency and compute utilization, summed in fold order. */
@@ -815,8 +842,8 @@ int tf_layersim_run(const struct tf_layersim_cfg *cfg, const struct tf_layer *l,
 	wr_empty_all(&wb, last_out);
 	r.total_cycles = (uint64_t)last_out;
 	r.stall_cycles = (uint64_t)stall;
-	r.overall_util = r.total_cycles ? (double)(M * N * K * 100) /
-	                                      (double)(r.total_cycles * (uint64_t)(s.R * s.C))
+	r.overall_util = r.total_cycles ? (double)M * (double)N * (double)K * 100 /
+	                                      ((double)r.total_cycles * (double)(s.R * s.C))
 	                                : 0.0;
 	r.ifmap.dram_start = ib.dram_first, r.ifmap.dram_stop = ib.dram_last;
 	r.ifmap.dram_accesses = ib.accesses;

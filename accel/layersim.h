@@ -29,8 +29,9 @@ struct tf_layer {
 
 /* M x K . K x N as SCALE-Sim's GEMM layer. */
 void tf_layer_gemm(struct tf_layer *l, const char *name, uint32_t M, uint32_t N, uint32_t K);
-/* The layer as a GEMM: M = output pixels, N = filters, K = filter window (h x w x channels). */
-void tf_layer_mnk(const struct tf_layer *l, uint64_t *M, uint64_t *N, uint64_t *K);
+/* The layer as a GEMM: M = output pixels, N = filters, K = filter window (h x w x channels).
+ * -EOVERFLOW (K then UINT64_MAX) when the window has 2^64 elements or more, else 0. */
+int tf_layer_mnk(const struct tf_layer *l, uint64_t *M, uint64_t *N, uint64_t *K);
 
 struct tf_layersim_cfg {
 	char run_name[64];

@@ -467,10 +467,16 @@ static int cycles_topology(int argc, char **argv, struct tf_cli *cli)
 	}
 	uint64_t tot = 0, stall = 0, comp = 0, wdbc = 0;
 	for (size_t i = 0; i < n; i++) {
-		tot += rep[i].total_cycles;
-		stall += rep[i].stall_cycles;
-		comp += rep[i].compute_cycles;
-		wdbc += rep[i].wdb_cycles;
+		if (__builtin_add_overflow(tot, rep[i].total_cycles, &tot) ||
+		    __builtin_add_overflow(stall, rep[i].stall_cycles, &stall) ||
+		    __builtin_add_overflow(comp, rep[i].compute_cycles, &comp) ||
+		    __builtin_add_overflow(wdbc, rep[i].wdb_cycles, &wdbc) || tot > INT64_MAX) {
+			fprintf(stderr, "tpuflow %s: %s: the layers take more than 2^63 cycles in "
+			                "all: simulate fewer or smaller layers\n",
+			        cmd, topo);
+			rc = TF_EXIT_DATAERR;
+			goto out;
+		}
 	}
 	if (cli->json) {
 		json_t *j = json_object(), *arr = json_array();

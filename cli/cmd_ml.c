@@ -627,7 +627,7 @@ int cmd_eval(int argc, char **argv, struct tf_cli *cli)
 		return rc;
 	if ((model && (rc = tf_objstore_open(model, &ms, err, sizeof err))) ||
 	    (rc = tf_bundle_load(ms ? ms : s, ms ? "" : model_key, &b, err, sizeof err)) ||
-	    (rc = tf_bundle_evaluate(s, b, dataset, accel, &ev, err, sizeof err)))
+	    (rc = tf_bundle_evaluate(s, b, dataset, accel, NULL, &ev, err, sizeof err)))
 		goto fail;
 	if (cli->json)
 		printf("{\"examples\":%zu,\"loss\":%.17g,\"accuracy\":%.17g,\"auc\":%.17g}\n", ev.n,

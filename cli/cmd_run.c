@@ -75,8 +75,9 @@ static void run_usage(FILE *f)
 	    f,
 	    "usage: tpuflow run FILE [--param NAME=VALUE]... [--workers N] [--storage URL]\n"
 	    "                    [--no-cache] [--force STEP]... [--priority 0-9] [--project NAME]\n"
-	    "                    [--label NAME=VALUE]... [--detach | --wait] [--embedded]\n"
-	    "                    [--plain] [--home DIR] [--json]\n\n"
+	    "                    [--label NAME=VALUE]... [--only STEP[,STEP]... | --from STEP]\n"
+	    "                    [--dry-run] [--detach | --wait] [--embedded] [--plain]\n"
+	    "                    [--home DIR] [--json]\n\n"
 	    "Runs a pipeline to the end in this process, recording every state change in\n"
 	    "HOME/" TF_STORE_FILE " before acting on it. Independent steps run in parallel.\n\n"
 	    "  --param NAME=VALUE  override a pipeline param (type-checked); repeatable\n"
@@ -88,6 +89,13 @@ static void run_usage(FILE *f)
 	    "  --no-cache          take no step's results from the cache (they are still\n"
 	    "                      recorded for later runs)\n"
 	    "  --force STEP        run STEP even if its results are cached; repeatable\n"
+	    "  --only STEP,...     run only these steps; what they need is reused from the\n"
+	    "                      newest succeeded run of the pipeline (on the same store),\n"
+	    "                      the other steps are skipped\n"
+	    "  --from STEP         run STEP and the steps after it; the steps before it are\n"
+	    "                      reused from the newest succeeded run\n"
+	    "  --dry-run           print the plan (params, what each step would do) and exit:\n"
+	    "                      nothing runs, nothing is recorded\n"
 	    "  --priority N        priority of the run's train slices, 0-9 (default: the\n"
 	    "                      pipeline's `priority`, else 5); a more urgent run may\n"
 	    "                      preempt a less urgent one on the shared pool\n"
@@ -102,7 +110,7 @@ static void run_usage(FILE *f)
 	    "  --detach            print the run id at once (needs a daemon)\n"
 	    "  --wait              no live view: wait and exit with the run's result\n"
 	    "  --embedded          drive the run in this process even when a daemon serves\n"
-	    "                      the home (implied by --no-cache and --force)\n\n"
+	    "                      the home (implied by --no-cache, --force, --only, --from)\n\n"
 	    "exit: 0 succeeded, 1 a step failed, 65 the pipeline has errors, 130 interrupted\n");
 }
 
@@ -362,6 +370,80 @@ static int run_by_daemon(struct tf_cli *cli, const char *home, const char *file,
 	return follow(cli, home, run, plain, wait);
 }
 
+/* Params as `runs show` and `run --dry-run` print them: "    epochs = 5  (--param)". */
+static void print_params(json_t *params)
+{
+	size_t i;
+	json_t *pa;
+	json_array_foreach(params, i, pa)
+	{
+		const char *t = json_string_value(json_object_get(pa, "text"));
+		printf("%s    %s = %s  (%s)\n", i ? "" : "  params:\n",
+		       json_string_value(json_object_get(pa, "name")), t ? t : "(unset)",
+		       strcmp(json_string_value(json_object_get(pa, "source")), "default")
+		           ? "--param"
+		           : "default");
+	}
+}
+
+/* `run --dry-run`: the plan, nothing run or recorded. */
+static int dry_run_print(struct tf_cli *cli, const struct tf_engine_opts *o,
+                         const struct tf_engine_req *rq)
+{
+	json_t *plan = NULL;
+	struct tf_diag_list diags = {0};
+	char err[1024] = "";
+	int rc = tf_engine_dry_run(o, rq, &plan, &diags, err, sizeof(err));
+	if (rc) {
+		report_refused(cli, rq->path, &diags, err);
+		tf_diag_list_release(&diags);
+		return rc == -ENOENT ? TF_EXIT_NOTFOUND : exit_for_rc(rc);
+	}
+	tf_diag_print(&diags, stderr); /* warnings */
+	tf_diag_list_release(&diags);
+	if (cli->json) {
+		tf_cli_print_json(stdout, plan);
+		json_decref(plan);
+		return TF_EXIT_OK;
+	}
+	const char *src = json_string_value(json_object_get(plan, "reuse_from"));
+	printf("dry run of pipeline %s: nothing runs, nothing is recorded\n",
+	       json_string_value(json_object_get(plan, "pipeline")));
+	printf("  storage: %s\n", json_string_value(json_object_get(plan, "storage")));
+	if (json_string_value(json_object_get(plan, "selection")))
+		printf("  selection: %s%s%s\n",
+		       json_string_value(json_object_get(plan, "selection")),
+		       src ? "; the steps it does not run come from run " : "", src ? src : "");
+	print_params(json_object_get(plan, "params"));
+	size_t i;
+	json_t *v;
+	printf("\n  %-5s %-24s %-10s %s\n", "LEVEL", "STEP", "TYPE", "WHAT");
+	json_array_foreach(json_object_get(plan, "steps"), i, v)
+	{
+		const char *act = json_string_value(json_object_get(v, "action"));
+		const char *when = json_string_value(json_object_get(v, "when"));
+		char what[256];
+		snprintf(what, sizeof(what), "%s%s%s%s%s%s",
+		         !strcmp(act, "run")     ? "runs"
+		         : !strcmp(act, "reuse") ? "reused from run "
+		                                 : "skipped (not selected)",
+		         !strcmp(act, "reuse") && src ? src : "",
+		         json_is_true(json_object_get(v, "finally")) ? ", finally" : "",
+		         !strcmp(act, "run") && json_is_true(json_object_get(v, "cache")) &&
+		                 !json_string_value(json_object_get(plan, "selection"))
+		             ? ", unless cached"
+		             : "",
+		         when && !strcmp(act, "run") ? ", when " : "",
+		         when && !strcmp(act, "run") ? when : "");
+		printf("  %-5lld %-24s %-10s %s\n",
+		       (long long)json_integer_value(json_object_get(v, "level")),
+		       json_string_value(json_object_get(v, "name")),
+		       json_string_value(json_object_get(v, "type")), what);
+	}
+	json_decref(plan);
+	return TF_EXIT_OK;
+}
+
 int cmd_run(int argc, char **argv, struct tf_cli *cli)
 {
 	enum {
@@ -376,7 +458,10 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 		OPT_DETACH,
 		OPT_WAIT,
 		OPT_EMBEDDED,
-		OPT_LABEL
+		OPT_LABEL,
+		OPT_ONLY,
+		OPT_FROM,
+		OPT_DRY_RUN
 	};
 	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
 	                                     {"param", required_argument, NULL, OPT_PARAM},
@@ -391,7 +476,14 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 	                                     {"wait", no_argument, NULL, OPT_WAIT},
 	                                     {"embedded", no_argument, NULL, OPT_EMBEDDED},
 	                                     {"label", required_argument, NULL, OPT_LABEL},
+	                                     {"only", required_argument, NULL, OPT_ONLY},
+	                                     {"from", required_argument, NULL, OPT_FROM},
+	                                     {"dry-run", no_argument, NULL, OPT_DRY_RUN},
 	                                     {0, 0, 0, 0}};
+	const char **only = tf_xcalloc((size_t)argc + 1, sizeof(*only));
+	size_t nonly = 0;
+	const char *from = NULL;
+	int dry_run = 0;
 	struct tf_run_label *labels = tf_xcalloc((size_t)argc + 1, sizeof(*labels));
 	size_t nlabels = 0;
 	struct tf_param_override *ov = tf_xcalloc((size_t)argc + 1, sizeof(*ov));
@@ -466,6 +558,16 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 		case OPT_EMBEDDED:
 			embedded = 1;
 			break;
+		case OPT_ONLY: /* STEP[,STEP...], repeatable */
+			for (char *t = strtok(optarg, ","); t; t = strtok(NULL, ","))
+				only[nonly++] = t;
+			break;
+		case OPT_FROM:
+			from = optarg;
+			break;
+		case OPT_DRY_RUN:
+			dry_run = 1;
+			break;
 		case OPT_LABEL: {
 			struct tf_param_override kv;
 			if (tf_param_override_parse(optarg, &kv)) {
@@ -495,16 +597,31 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 		ret = tf_cli_usage_error("run", "expected one pipeline file");
 		goto out;
 	}
-	home = tf_cli_home(cli, 1);
+	home = tf_cli_home(cli, !dry_run); /* a dry run creates nothing */
 	if (!home) {
 		ret = TF_EXIT_CONFIG;
 		goto out;
 	}
 	o.home = home;
 	o.force = force;
-	struct tf_engine_req rq = {
-	    .path = argv[optind], .ov = ov, .nov = nov, .labels = labels, .nlabels = nlabels};
-	if (!embedded && !o.no_cache && !o.nforce && tf_daemon_find(home, NULL)) {
+	struct tf_engine_req rq = {.path = argv[optind],
+	                           .ov = ov,
+	                           .nov = nov,
+	                           .labels = labels,
+	                           .nlabels = nlabels,
+	                           .only = only,
+	                           .nonly = nonly,
+	                           .from = from};
+	if (nonly && from) {
+		ret = tf_cli_usage_error("run", "--only and --from choose steps in two ways: give one");
+		goto out;
+	}
+	if (dry_run) {
+		ret = dry_run_print(cli, &o, &rq);
+		goto out;
+	}
+	if (!embedded && !o.no_cache && !o.nforce && !nonly && !from &&
+	    tf_daemon_find(home, NULL)) {
 		ret = run_by_daemon(cli, home, argv[optind], &o, &rq, detach, wait, plain);
 		goto out;
 	}
@@ -522,13 +639,15 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 	if (rc) {
 		report_refused(cli, argv[optind], &diags, err);
 		tf_diag_list_release(&diags);
-		ret = exit_for_rc(rc);
+		/* -ENOENT: --only/--from found no succeeded run to reuse steps from */
+		ret = rc == -ENOENT ? TF_EXIT_NOTFOUND : exit_for_rc(rc);
 		goto out;
 	}
 	tf_diag_list_release(&diags);
 	ret = finish(cli, &res);
 out:
 	free(ov);
+	free(only);
 	free(labels);
 	free(force);
 	free(home);
@@ -640,9 +759,9 @@ static int runs_list(struct tf_store *st, struct tf_cli *cli, const struct tf_ru
 	return TF_EXIT_OK;
 }
 
-/* Every param of the run's pipeline with the value the run used: [{name, value, text,
- * source: "param" (an override) or "default"}], from the pipeline stored with the run; NULL
- * when it no longer loads. */
+/* Every param of the run's pipeline with the value the run used
+ * (tf_pipeline_param_values), from the pipeline stored with the run; NULL when it no longer
+ * loads. */
 static json_t *param_values(struct tf_store *st, const char *run, json_t *overrides)
 {
 	char *src = NULL, *path = NULL;
@@ -662,20 +781,8 @@ static json_t *param_values(struct tf_store *st, const char *run, json_t *overri
 	struct tf_diag_list diags = {0};
 	json_t *arr = NULL;
 	if (tf_pipeline_load_buffer(path ? path : "pipeline", src, strlen(src), ov, nov,
-	                            TF_PIPELINE_ALLOW_UNSET, &p, &diags) == 0) {
-		arr = json_array();
-		for (size_t i = 0; i < p->nparams; i++) {
-			const struct tf_param *pa = &p->params[i];
-			char *text = pa->text ? tf_xstrdup(pa->text)
-			             : pa->value ? tf_template_value_text(pa->value)
-			                         : NULL;
-			json_array_append_new(
-			    arr, json_pack("{s:s, s:O?, s:s?, s:s}", "name", pa->name, "value",
-			                   pa->value, "text", text, "source",
-			                   pa->overridden ? "param" : "default"));
-			free(text);
-		}
-	}
+	                            TF_PIPELINE_ALLOW_UNSET, &p, &diags) == 0)
+		arr = tf_pipeline_param_values(p);
 	tf_diag_list_release(&diags);
 	tf_pipeline_free(p);
 	free(ov);
@@ -714,17 +821,7 @@ static int runs_show(struct tf_store *st, struct tf_cli *cli, const char *run)
 	labels_text(json_object_get(d, "labels"), labels, sizeof(labels));
 	if (labels[0])
 		printf("  labels: %s\n", labels);
-	size_t pi;
-	json_t *pa;
-	json_array_foreach(pv, pi, pa)
-	{
-		const char *t = json_string_value(json_object_get(pa, "text"));
-		printf("%s    %s = %s%s\n", pi ? "" : "  params:\n",
-		       json_string_value(json_object_get(pa, "name")), t ? t : "(unset)",
-		       strcmp(json_string_value(json_object_get(pa, "source")), "default")
-		           ? "  (--param)"
-		           : "  (default)");
-	}
+	print_params(pv);
 	printf("\n  %-18s %-10s %-10s %3s %9s  %s\n", "STEP", "TYPE", "STATE", "ATT", "DURATION",
 	       "DETAIL");
 	size_t i;
@@ -807,43 +904,43 @@ static size_t utf8_seq(const unsigned char *p, size_t n)
 	return len;
 }
 
-/* A log's bytes as text: each byte that does not start a UTF-8 sequence, and each NUL,
- * becomes U+FFFD (the replacement character), so one stray byte cannot hide a log. New
- * string; *outlen its length. */
-static char *log_text(const unsigned char *p, size_t n, size_t *outlen)
-{
-	char *out = tf_xmalloc(3 * n + 1), *o = out;
-	for (size_t i = 0; i < n;) {
-		size_t k = p[i] ? utf8_seq(p + i, n - i) : 0;
-		if (k) {
-			memcpy(o, p + i, k);
-			o += k;
-			i += k;
-		} else {
-			memcpy(o, "\xef\xbf\xbd", 3);
-			o += 3;
-			i++;
-		}
-	}
-	*o = '\0';
-	*outlen = (size_t)(o - out);
-	return out;
-}
-
-/* Copies the log object `key` to stdout in pieces, each invalid byte shown as U+FFFD (as
- * log_text does), through a temporary file: memory stays small whatever the log's size. */
-static int stream_log(struct tf_objstore *os, const char *key)
+/* The log object `key` as an open file (a temporary copy, already unlinked), or NULL. */
+static FILE *open_log(struct tf_objstore *os, const char *key)
 {
 	char tmp[] = "/tmp/tpuflow-log.XXXXXX";
 	int fd = mkstemp(tmp);
 	if (fd < 0)
-		return -errno;
+		return NULL;
 	close(fd);
 	int rc = tf_objstore_get_file(os, key, tmp);
 	FILE *in = rc ? NULL : fopen(tmp, "rb");
 	unlink(tmp);
-	if (!in)
-		return rc ? rc : -EIO;
+	return in;
+}
+
+/* Writes one UTF-8 sequence (or U+FFFD) to stdout, as JSON string content when `json`. */
+static void put_text(const unsigned char *p, size_t k, int json)
+{
+	if (!json || k > 1 || (p[0] >= 0x20 && p[0] != '"' && p[0] != '\\')) {
+		fwrite(p, 1, k, stdout);
+		return;
+	}
+	if (p[0] == '"' || p[0] == '\\')
+		printf("\\%c", p[0]);
+	else if (p[0] == '\n')
+		fputs("\\n", stdout);
+	else if (p[0] == '\t')
+		fputs("\\t", stdout);
+	else
+		printf("\\u%04x", p[0]);
+}
+
+/* Copies a log to stdout in pieces, memory small whatever its size: as text, or (json) as the
+ * content of a JSON string. A log is bytes: each byte that does not start a UTF-8 sequence,
+ * and each NUL, becomes U+FFFD (the replacement character), so one stray byte cannot hide a
+ * log. Closes `in`. */
+static void copy_log(FILE *in, int json)
+{
 	unsigned char buf[65536 + 4];
 	size_t have = 0, n;
 	int eof = 0;
@@ -856,7 +953,7 @@ static int stream_log(struct tf_objstore *os, const char *key)
 		while (i < upto) {
 			size_t k = buf[i] ? utf8_seq(buf + i, have - i) : 0;
 			if (k) {
-				fwrite(buf + i, 1, k, stdout);
+				put_text(buf + i, k, json);
 				i += k;
 			} else {
 				fputs("\xef\xbf\xbd", stdout);
@@ -867,7 +964,34 @@ static int stream_log(struct tf_objstore *os, const char *key)
 		have -= i;
 	}
 	fclose(in);
-	return 0;
+}
+
+/* `runs logs --json`: {run_id, events, logs: [{step, attempt, key, text}]}, each log's text
+ * streamed from its file into the document (the logs are never all in memory). */
+static void print_logs_json(const char *run, json_t *ev, json_t *logs, struct tf_objstore *os)
+{
+	json_t *id = json_string(run);
+	char *ids = json_dumps(id, JSON_ENCODE_ANY);
+	printf("{\n  \"run_id\": %s,\n  \"events\": ", ids);
+	free(ids);
+	json_decref(id);
+	tf_cli_print_json(stdout, ev);
+	printf("  ,\"logs\": [");
+	size_t i, n = 0;
+	json_t *e;
+	json_array_foreach(logs, i, e)
+	{
+		FILE *in = open_log(os, json_string_value(json_object_get(e, "key")));
+		if (!in)
+			continue; /* not readable from the store: left out, as before */
+		char *head = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		head[strlen(head) - 1] = '\0'; /* the object stays open for its text */
+		printf("%s\n    %s, \"text\": \"", n++ ? "," : "", head);
+		free(head);
+		copy_log(in, 1);
+		printf("\"}");
+	}
+	printf("\n  ]\n}\n");
 }
 
 static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, const char *step)
@@ -901,24 +1025,10 @@ static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, c
 		json_array_foreach(json_object_get(s, "attempts_detail"), j, a)
 		{
 			const char *key = json_string_value(json_object_get(a, "log"));
-			void *data = NULL;
-			size_t len = 0;
-			if (key && os && !cli->json) { /* text: streamed after the events */
+			if (key && os) /* streamed after the events */
 				json_array_append_new(
 				    logs, json_pack("{s:s, s:I, s:s}", "step", name, "attempt",
 				                    json_integer_value(json_object_get(a, "n")), "key", key));
-				continue;
-			}
-			if (!key || !os || tf_objstore_get(os, key, &data, &len))
-				continue;
-			size_t tlen;
-			char *text = log_text(data, len, &tlen);
-			json_array_append_new(
-			    logs, json_pack("{s:s, s:I, s:s, s:s%}", "step", name, "attempt",
-			                    json_integer_value(json_object_get(a, "n")), "key", key,
-			                    "text", text, tlen));
-			free(text);
-			free(data);
 		}
 	}
 	if (step && !found) {
@@ -931,10 +1041,9 @@ static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, c
 		return TF_EXIT_NOTFOUND;
 	}
 	if (cli->json) {
-		json_t *doc =
-		    json_pack("{s:s, s:o, s:o}", "run_id", run, "events", ev, "logs", logs);
-		tf_cli_print_json(stdout, doc);
-		json_decref(doc);
+		print_logs_json(run, ev, logs, os);
+		json_decref(ev);
+		json_decref(logs);
 	} else {
 		json_t *e;
 		json_array_foreach(ev, i, e)
@@ -965,7 +1074,10 @@ static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, c
 			printf("\n==> %s attempt %lld (%s) <==\n",
 			       json_string_value(json_object_get(e, "step")),
 			       (long long)json_integer_value(json_object_get(e, "attempt")), key);
-			if (stream_log(os, key))
+			FILE *in = open_log(os, key);
+			if (in)
+				copy_log(in, 0);
+			else
 				printf("(log not readable from the store: %s)\n", tf_objstore_errmsg(os));
 		}
 		json_decref(ev);

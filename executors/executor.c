@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "storage/objstore.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -167,25 +168,38 @@ int tf_exec_head_init(struct tf_exec *x, const struct tf_executor_ops *ops,
 	return 0;
 }
 
-uint64_t tf_exec_log_cap(void)
+int tf_exec_size_parse(const char *s, uint64_t *out)
 {
-	const char *v = getenv("TPUFLOW_LOG_MAX");
 	char *end = NULL;
 	errno = 0;
-	unsigned long long n = v && *v ? strtoull(v, &end, 10) : 0;
-	if (!v || !*v || errno || n == 0 || v[0] == '-')
-		return TF_EXEC_LOG_CAP_DEFAULT;
+	if (!s || !isdigit((unsigned char)s[0]))
+		return -EINVAL;
+	unsigned long long n = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
 	const char *units = "kKmMgG", *u = *end ? strchr(units, *end) : NULL;
 	unsigned shift = u ? 10u * (unsigned)(1 + (u - units) / 2) : 0;
 	if (u)
 		end++;
-	if (*end || n > (UINT64_MAX >> shift) || (n << shift) < 4096) {
+	if (*end || n > (UINT64_MAX >> shift) || (n << shift) < 4096)
+		return -EINVAL;
+	*out = n << shift;
+	return 0;
+}
+
+uint64_t tf_exec_log_cap(void)
+{
+	const char *v = getenv("TPUFLOW_LOG_MAX");
+	uint64_t n;
+	if (!v || !*v)
+		return TF_EXEC_LOG_CAP_DEFAULT;
+	if (tf_exec_size_parse(v, &n)) {
 		tf_warn("TPUFLOW_LOG_MAX='%s' is not a size of at least 4096 bytes (such as 64M); "
 		        "using %llu",
 		        v, (unsigned long long)TF_EXEC_LOG_CAP_DEFAULT);
 		return TF_EXEC_LOG_CAP_DEFAULT;
 	}
-	return n << shift;
+	return n;
 }
 
 /* Moves both logs once between the log directory and the store: up (put) or down (get, the

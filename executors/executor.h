@@ -82,6 +82,8 @@ struct tf_exec_spec {
 	                              job puts them there itself and they are fetched into
 	                              log_dir when it has ended) */
 	const struct tf_slurm_spec *slurm; /* slurm: the job's resources and options */
+	uint64_t log_max; /* local: cap on each output stream's log (the step's `log_max`);
+	                     0: tf_exec_log_cap() */
 };
 
 /* The cap on each output stream of a local child's log: $TPUFLOW_LOG_MAX (bytes, or with a
@@ -89,6 +91,9 @@ struct tf_exec_spec {
  * part and its last min(cap/4, 1 MiB) bytes (executors/local.c). */
 #define TF_EXEC_LOG_CAP_DEFAULT (64ull << 20)
 uint64_t tf_exec_log_cap(void);
+/* A log size as written in TPUFLOW_LOG_MAX or a pipeline's `log_max`: bytes, or with a K, M
+ * or G suffix, at least 4096. 0 and *out, or -EINVAL. */
+int tf_exec_size_parse(const char *s, uint64_t *out);
 
 struct tf_exec_result {
 	enum tf_fail_class fclass; /* see above */

@@ -48,6 +48,7 @@ struct sink {
 	char *tail;         /* ring of the last tail_cap bytes past the head (or NULL) */
 	size_t tail_cap;    /* size of the ring */
 	size_t tail_pos;    /* bytes ever put in the ring (the next slot, modulo tail_cap) */
+	const char *cap_by; /* where the cap came from, for the cut line ("log_max") */
 };
 
 struct local {
@@ -118,9 +119,8 @@ static void sink_close(struct sink *k, const char *name)
 		char line[200];
 		int n =
 		    snprintf(line, sizeof(line),
-		             "\n[tpuflow: %llu bytes of %s cut here (TPUFLOW_LOG_MAX); the last "
-		             "%zu follow]\n",
-		             (unsigned long long)(k->cut - have), name, have);
+		             "\n[tpuflow: %llu bytes of %s cut here (%s); the last %zu follow]\n",
+		             (unsigned long long)(k->cut - have), name, k->cap_by, have);
 		size_t start = k->cut < k->tail_cap ? 0 : k->tail_pos % k->tail_cap;
 		if (write(k->file, line, (size_t)n) != n ||
 		    write(k->file, k->tail + start, have - start) != (ssize_t)(have - start) ||
@@ -288,12 +288,15 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 		goto spawn_failed;
 	}
 	l->head.pgid = l->pid;
-	uint64_t cap = tf_exec_log_cap();
+	uint64_t cap = spec->log_max >= 4096 ? spec->log_max : tf_exec_log_cap();
 	for (int i = 0; i < 2; i++) {
 		int *p = i ? perr : pout;
 		close(p[1]);
 		fcntl(p[0], F_SETFL, fcntl(p[0], F_GETFL) | O_NONBLOCK);
-		l->sink[i] = (struct sink){.in = p[0], .file = i ? errfd : outfd};
+		l->sink[i] = (struct sink){.in = p[0],
+		                           .file = i ? errfd : outfd,
+		                           .cap_by = spec->log_max >= 4096 ? "log_max"
+		                                                           : "TPUFLOW_LOG_MAX"};
 		l->sink[i].tail_cap = cap / 4 < (1u << 20) ? (size_t)(cap / 4) : (1u << 20);
 		p[0] = p[1] = -1;
 	}

@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct tf_eval_result ev;
 	if ((tf_objstore_open(dir, &s, err, sizeof err) ||
 	     tf_bundle_load(s, "model/", &b, err, sizeof err) ||
-	     tf_bundle_evaluate(s, b, "ds/manifest.json", "v5litepod-1", &ev, err, sizeof err)) &&
+	     tf_bundle_evaluate(s, b, "ds/manifest.json", "v5litepod-1", NULL, &ev, err, sizeof err)) &&
 	    getenv("TPUFLOW_FUZZ_VERBOSE"))
 		fprintf(stderr, "refused: %s\n", err); /* reproducing an input: why it stopped */
 	tf_bundle_free(b);

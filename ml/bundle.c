@@ -404,8 +404,8 @@ int tf_bundle_predict_npy(const struct tf_bundle *b, const char *path, int prepr
 }
 
 int tf_bundle_evaluate(struct tf_objstore *s, const struct tf_bundle *b, const char *dataset,
-                       const char *accelerator, struct tf_eval_result *ev, char *err,
-                       size_t errlen)
+                       const char *accelerator, volatile int *cancel,
+                       struct tf_eval_result *ev, char *err, size_t errlen)
 {
 	struct tf_dataset *d = NULL;
 	struct tf_slice_rt *rt = NULL;
@@ -432,8 +432,14 @@ int tf_bundle_evaluate(struct tf_objstore *s, const struct tf_bundle *b, const c
 		tf_errf(err, errlen, "cannot start the slice runtime for '%s'", slice.name);
 		goto out;
 	}
-	if ((rc = tf_input_load_split(s, d, TF_SPLIT_TEST, &x, &y, NULL, &n, err, errlen)))
+	if ((rc = tf_input_load_split(s, d, TF_SPLIT_TEST, &x, &y, NULL, &n, cancel, err,
+	                              errlen)))
 		goto out;
+	if (cancel && *cancel) {
+		snprintf(err, errlen, "evaluation stopped: cancelled");
+		rc = -ECANCELED;
+		goto out;
+	}
 	tf_train_evaluate(rt, &b->mlp, x, y, n, 1024, NULL, ev);
 out:
 	free(x);

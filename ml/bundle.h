@@ -66,9 +66,10 @@ int tf_bundle_predict_npy(const struct tf_bundle *b, const char *path, int prepr
 /* Evaluation of bundle b on the test split of the dataset whose manifest key is dataset in
  * store s, on an emulated slice (accelerator, NULL: v4-8): what `tpuflow eval` and the
  * pipeline's evaluate step run. -EINVAL when the model and the dataset do not fit each other
- * (inputs, classes, image or features), -EBADMSG for a damaged dataset. */
+ * (inputs, classes, image or features), -EBADMSG for a damaged dataset, -ECANCELED when
+ * *cancel (may be NULL) was raised while the data loaded (the step's timeout, Ctrl-C). */
 int tf_bundle_evaluate(struct tf_objstore *s, const struct tf_bundle *b, const char *dataset,
-                       const char *accelerator, struct tf_eval_result *ev, char *err,
-                       size_t errlen);
+                       const char *accelerator, volatile int *cancel,
+                       struct tf_eval_result *ev, char *err, size_t errlen);
 
 #endif

@@ -612,8 +612,8 @@ void tf_input_free(struct tf_input *in)
 }
 
 int tf_input_load_split(struct tf_objstore *s, const struct tf_dataset *d, enum tf_split sp,
-                        float **x, int32_t **y, unsigned char **raw, size_t *n, char *err,
-                        size_t errlen)
+                        float **x, int32_t **y, unsigned char **raw, size_t *n,
+                        volatile int *cancel, char *err, size_t errlen)
 {
 	const struct tf_dataset_split *p = &d->split[sp];
 	size_t total = p->examples, dim = d->dim, at = 0;
@@ -641,6 +641,12 @@ int tf_input_load_split(struct tf_objstore *s, const struct tf_dataset *d, enum 
 		if ((rc = tf_dataset_load_shard(s, d, sp, k, &data, &spans, err, errlen)))
 			break;
 		for (size_t i = 0; i < p->counts[k] && !rc; i++, at++) {
+			if (i % 1024 == 0 && cancel && *cancel) {
+				snprintf(err, errlen, "loading dataset '%s' stopped: cancelled",
+				         d->manifest_key);
+				rc = -ECANCELED;
+				break;
+			}
 			rc = tf_dataset_decode(d, (char *)data + spans[i].off, spans[i].len,
 			                       rs ? rs + at * dim : u8, f32, &ys[at], err, errlen);
 			if (!rc)

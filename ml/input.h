@@ -74,9 +74,10 @@ void tf_input_replica_rows(size_t n, int replicas, int r, size_t *lo, size_t *hi
 
 /* Decodes a whole split in file order into x (n*dim, preprocessed) and y (caller frees):
  * what evaluation uses. raw (may be NULL) also receives the raw image bytes (n*dim) for
- * image datasets, NULL for tabular ones. */
+ * image datasets, NULL for tabular ones. A raised *cancel (may be NULL: none) stops it
+ * within a shard's 1024 records: -ECANCELED. */
 int tf_input_load_split(struct tf_objstore *s, const struct tf_dataset *d, enum tf_split sp,
-                        float **x, int32_t **y, unsigned char **raw, size_t *n, char *err,
-                        size_t errlen);
+                        float **x, int32_t **y, unsigned char **raw, size_t *n,
+                        volatile int *cancel, char *err, size_t errlen);
 
 #endif

@@ -339,7 +339,8 @@ int tf_ml_evaluate_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t 
 		return -EINVAL;
 	}
 	if ((rc = tf_bundle_load(ctx->store, model, &b, err, errlen)) ||
-	    (rc = tf_bundle_evaluate(ctx->store, b, dataset, ctx->accelerator, &ev, err, errlen)))
+	    (rc = tf_bundle_evaluate(ctx->store, b, dataset, ctx->accelerator, ctx->cancel, &ev,
+	                             err, errlen)))
 		goto out;
 	json_object_set_new(metrics, "loss", json_real(ev.loss));
 	json_object_set_new(metrics, "accuracy", json_real(ev.accuracy));

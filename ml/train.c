@@ -397,7 +397,8 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	io.start_batch = st.step;
 	if ((rc = tf_input_open(o.store, d, &io, &in, err, errlen)))
 		goto out;
-	if ((rc = tf_input_load_split(o.store, d, TF_SPLIT_TEST, &tx, &ty, NULL, &tn, err, errlen)))
+	if ((rc = tf_input_load_split(o.store, d, TF_SPLIT_TEST, &tx, &ty, NULL, &tn, o.cancel,
+	                              err, errlen)))
 		goto out;
 
 	tf_slice_mxu_cfg(rt, &mxu_cfg);

@@ -512,6 +512,10 @@ static json_t *route_lookup(void *ctx, const struct tf_ref *ref)
 	struct route_ctx *c = ctx;
 	if (ref->kind == TF_REF_PARAM)
 		return tf_pipeline_lookup_param((void *)c->p, ref);
+	if (ref->kind == TF_REF_RUN) /* the loader allows id and pipeline */
+		return json_string(!strcmp(ref->name, "id") ? c->run : c->p->name);
+	if (ref->kind == TF_REF_ENV)
+		return NULL;
 	char *text = NULL;
 	int rc = ref->kind == TF_REF_METRIC
 	             ? tf_store_query_text(c->st, &text,

@@ -78,11 +78,28 @@ static int failure_retryable(const struct tf_retry_policy *p, enum tf_fail_class
 
 /* ---- references ---------------------------------------------------------------------- */
 
+/* The outcome of the run's `steps` as a finally step sees it: failed when one failed. */
+static const char *main_outcome(const struct engine *e)
+{
+	for (size_t i = 0; i < e->p->nmain; i++)
+		if (e->steps[i].state == TF_STEP_FAILED)
+			return "failed";
+	return "succeeded";
+}
+
 static json_t *lookup(void *ctx, const struct tf_ref *ref)
 {
 	struct engine *e = ctx;
 	if (ref->kind == TF_REF_PARAM)
 		return tf_pipeline_lookup_param(e->p, ref);
+	if (ref->kind == TF_REF_RUN)
+		return json_string(!strcmp(ref->name, "id")         ? e->run_id
+		                   : !strcmp(ref->name, "pipeline") ? e->p->name
+		                                                    : main_outcome(e));
+	if (ref->kind == TF_REF_ENV) {
+		const char *v = getenv(ref->name);
+		return v ? json_string(v) : NULL;
+	}
 	int si = ref->step_index;
 	if (si < 0 && ref->step)
 		si = tf_pipeline_step_index(e->p, ref->step);
@@ -122,6 +139,19 @@ void tf_engine_view_update(struct engine *e)
 	for (size_t i = 0; i < e->n; i++)
 		free(rows[i].progress);
 	free(rows);
+}
+
+/* What is recorded of an environment reference: the reference itself, never its value. */
+static json_t *lookup_recorded(void *ctx, const struct tf_ref *ref)
+{
+	if (ref->kind == TF_REF_ENV)
+		return json_sprintf("${%s}", ref->path);
+	return lookup(ctx, ref);
+}
+
+char *tf_engine_with_recorded(const struct estep *s)
+{
+	return tf_engine_canon(s->with_rec ? s->with_rec : s->with);
 }
 
 void tf_engine_set_reason(struct estep *s, const char *fmt, ...)
@@ -187,7 +217,8 @@ static int decide(struct engine *e, struct estep *s, struct tf_objstore *os, str
                   size_t *nstart, size_t *ready, size_t *nready, int *cache_hits)
 {
 	char err[512] = "";
-	for (size_t i = 0; i < s->def->nneeds; i++) {
+	/* a finally step runs whatever its needs became */
+	for (size_t i = 0; !s->def->final && i < s->def->nneeds; i++) {
 		struct estep *u = &e->steps[s->def->needs[i]];
 		if (!tf_step_state_done(u->state)) {
 			char why[600];
@@ -214,7 +245,11 @@ static int decide(struct engine *e, struct estep *s, struct tf_objstore *os, str
 		}
 	}
 	json_decref(s->with);
+	json_decref(s->with_rec);
+	s->with_rec = NULL;
 	s->with = tf_step_render_with(s->def, lookup, e, err, sizeof(err));
+	if (s->with && s->def->uses_env)
+		s->with_rec = tf_step_render_with(s->def, lookup_recorded, e, err, sizeof(err));
 	if (!s->with) {
 		char why[700];
 		snprintf(why, sizeof(why), "cannot resolve inputs: %s", err);
@@ -232,7 +267,7 @@ static int decide(struct engine *e, struct estep *s, struct tf_objstore *os, str
 		if (tf_engine_cache_allowed(e, s) &&
 		    tf_engine_cache_lookup(e, os, s, s->cache_key, &o, &m) == 0) {
 			char *os_ = tf_engine_canon(o), *ms = tf_engine_canon(m),
-			     *w = tf_engine_canon(s->with);
+			     *w = tf_engine_with_recorded(s);
 			struct tf_step_update up = {.outputs = os_,
 			                            .metrics = ms,
 			                            .with_json = w,

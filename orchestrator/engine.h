@@ -12,7 +12,8 @@
  * The implementation is split by concern: engine.c (the coordinator), engine_sched.c (slices
  * and workers for attempts), engine_worker.c (the worker pool), engine_cache.c (the step cache
  * and artifacts), engine_run.c (setup, the handle, submission), engine_summary.c (the end-of-run
- * summary); engine_int.h holds what they share.
+ * summary), engine_select.c (--only, --from, the dry run's plan); engine_int.h holds what they
+ * share.
  */
 #ifndef TF_ENGINE_H
 #define TF_ENGINE_H
@@ -80,6 +81,12 @@ struct tf_engine_req {
 	const char *trigger; /* recorded with a new run: cli (NULL), api or schedule */
 	const struct tf_run_label *labels; /* recorded with a new run (borrowed for the call) */
 	size_t nlabels;
+	/* part of a new run (docs/runs.md, "Running part of a pipeline"): only these steps, or
+	 * this step and those after it; the steps they need come from the newest succeeded run
+	 * of the pipeline on the same store (refused with -ENOENT when there is none) */
+	const char *const *only;
+	size_t nonly;
+	const char *from;
 	/* or an existing run (id, unique prefix or "latest"): resume, retry, or a submitted run
 	 * the daemon takes; flags TF_ENGINE_RETRY / TF_ENGINE_FORCE as for tf_engine_resume */
 	const char *run_id;
@@ -105,6 +112,14 @@ int tf_engine_done(struct tf_engine *e);
 int tf_engine_wait(struct tf_engine *e, struct tf_engine_result *res, char *err, size_t errlen);
 /* Frees the handle; a run still driven is cancelled and waited for first. NULL: no-op. */
 void tf_engine_free(struct tf_engine *e);
+
+/* `run --dry-run`: loads the pipeline of `rq` (a new run: path, overrides, only/from) as a run
+ * would, and describes what the run would do without recording anything: {pipeline, storage,
+ * reuse_from, selection, params: [{name, value, source}], steps: [{name, type, level, needs,
+ * when, finally, action: run | reuse | skip, cache}]} in *out (caller releases). The home's
+ * database is only read (and only when it exists). Errors as tf_engine_start. */
+int tf_engine_dry_run(const struct tf_engine_opts *o, const struct tf_engine_req *rq,
+                      json_t **out, struct tf_diag_list *diags, char *err, size_t errlen);
 
 /* Submission: the one function that turns a pipeline's text into a run, for the daemon's API
  * and for `tpuflow run` with a daemon. Validates the text (-EINVAL, problems in diags) and

@@ -173,7 +173,7 @@ int tf_engine_cache_lookup(struct engine *e, struct tf_objstore *os, struct este
  * `--force STEP`). */
 int tf_engine_cache_allowed(const struct engine *e, const struct estep *s)
 {
-	if (e->o->no_cache)
+	if (e->o->no_cache || s->forced)
 		return 0;
 	for (size_t i = 0; i < e->o->nforce; i++)
 		if (!strcmp(e->o->force[i], s->def->name))

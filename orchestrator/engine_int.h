@@ -25,6 +25,8 @@ struct estep {
 	int waiting_worker;        /* [C] in e->waitq: ready, every worker busy */
 	json_t *outputs, *metrics; /* [C] results once done */
 	json_t *with;              /* [C] resolved inputs of the current attempt */
+	json_t *with_rec;          /* [C] the same as recorded (each ${env.NAME} as written), NULL
+	                              when the step has no ${env.NAME} */
 	char cache_key[65];        /* [C] inputs hash ("" when not cacheable) */
 	double next_at;            /* [C] monotonic time of the next attempt (retrying) */
 	double deadline;           /* [C] monotonic timeout of the running attempt, 0 none */
@@ -32,6 +34,7 @@ struct estep {
 	double started_wall;       /* [C] wall start of the first attempt (view) */
 	double finished_wall;      /* [C] wall end (view) */
 	int timed_out;             /* [C] the coordinator raised cancel for the timeout */
+	int forced;                /* [C] chosen by --only/--from: not taken from the cache */
 	volatile int cancel;       /* raised by the coordinator, read by the kind */
 	/* [W] results of the attempt that just finished */
 	int rc;
@@ -143,6 +146,9 @@ int tf_engine_drive(struct engine *e, int *cache_hits);
 void tf_engine_view_update(struct engine *e);
 void tf_engine_set_reason(struct estep *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Canonical JSON of what is recorded of the step's inputs (caller frees): with_rec when the
+ * step has environment references, else with. */
+char *tf_engine_with_recorded(const struct estep *s);
 
 /* engine_cache.c */
 /* Canonical JSON of v (sorted keys, compact; "null" for NULL); the caller frees it. */
@@ -160,6 +166,27 @@ int tf_engine_slice_release(struct engine *e, struct estep *s, double *seconds);
 int tf_engine_admit_waiting(struct engine *e, struct estep **start, size_t *nstart);
 int tf_engine_start_attempt(struct engine *e, struct estep *s, struct estep **start,
                             size_t *nstart);
+
+/* engine_select.c: --only / --from */
+enum tf_sel_action { TF_SEL_RUN, TF_SEL_REUSE, TF_SEL_SKIP };
+struct tf_selection {
+	enum tf_sel_action *action; /* per step (all TF_SEL_RUN without a selection) (owned) */
+	char source[32];            /* the run whose results are reused, "" when none */
+	char why[160];              /* "--from train", "--only a,b" ("" without a selection) */
+};
+/* Decides each step's action for `rq` against the newest succeeded run of the pipeline on
+ * `storage` in `st` (NULL: there is none), other than `self`. -EINVAL for an unknown step,
+ * -ENOENT when results to reuse are missing; message in err. Release *sel either way. */
+int tf_engine_select(const struct tf_pipeline *p, const struct tf_engine_req *rq,
+                     struct tf_store *st, const char *storage, const char *self,
+                     struct tf_selection *sel, char *err, size_t errlen);
+void tf_engine_selection_release(struct tf_selection *sel);
+/* Records the selection on the new run's steps (reused ones cached with the source's
+ * results, the others skipped), in the setup transaction. */
+int tf_engine_apply_selection(struct engine *e, const struct tf_selection *sel);
+/* The dry run's plan document (tf_engine_dry_run). */
+json_t *tf_engine_plan_json(const struct tf_pipeline *p, const struct tf_selection *sel,
+                            const char *storage);
 
 /* engine_worker.c (the calling thread of tf_engine_drive) */
 int tf_engine_worker_count(const struct engine *e);

@@ -28,6 +28,7 @@ static void engine_release(struct engine *e)
 		json_decref(e->steps[i].outputs);
 		json_decref(e->steps[i].metrics);
 		json_decref(e->steps[i].with);
+		json_decref(e->steps[i].with_rec);
 		json_decref(e->steps[i].res_outputs);
 		json_decref(e->steps[i].res_metrics);
 		free(e->dependents ? e->dependents[i] : NULL);
@@ -464,7 +465,8 @@ int tf_engine_submit(struct tf_store *st, const char *home, const struct tf_engi
 {
 	struct tf_pipeline *p = NULL;
 	const char *name = s->path ? s->path : "pipeline";
-	int rc = tf_pipeline_load_buffer(name, s->yaml, s->yaml_len, s->ov, s->nov, 0, &p, diags);
+	int rc = tf_pipeline_load_buffer(name, s->yaml, s->yaml_len, s->ov, s->nov,
+	                                 TF_PIPELINE_ENV_SET, &p, diags);
 	if (rc) {
 		tf_errf(err, errlen, "pipeline '%s' has errors", name);
 		return -EINVAL;
@@ -520,7 +522,7 @@ static int setup_new(struct engine *e, const struct tf_engine_req *rq, struct tf
                      char *err, size_t errlen)
 {
 	const struct tf_engine_opts *o = e->o;
-	int rc = tf_pipeline_load(rq->path, rq->ov, rq->nov, 0, &e->p, diags);
+	int rc = tf_pipeline_load(rq->path, rq->ov, rq->nov, TF_PIPELINE_ENV_SET, &e->p, diags);
 	if (rc) {
 		tf_errf(err, errlen, "pipeline '%s' has errors", rq->path);
 		return -EINVAL;
@@ -535,6 +537,12 @@ static int setup_new(struct engine *e, const struct tf_engine_req *rq, struct tf
 	if (rc)
 		return rc;
 	e->storage_url = default_storage(o, e->p, e->home);
+	struct tf_selection sel;
+	rc = tf_engine_select(e->p, rq, e->db, e->storage_url, NULL, &sel, err, errlen);
+	if (rc) {
+		tf_engine_selection_release(&sel);
+		return rc;
+	}
 	struct tf_run_owner holder;
 	rc = tf_store_begin(e->db);
 	if (rc == 0)
@@ -545,8 +553,39 @@ static int setup_new(struct engine *e, const struct tf_engine_req *rq, struct tf
 		rc = tf_run_claim(e->db, e->run_id, e->token, 1u << TF_RUN_PENDING, 0, &holder);
 	if (rc == 0)
 		rc = load_steps(e, 0);
+	if (rc == 0 && sel.why[0])
+		rc = tf_engine_apply_selection(e, &sel);
 	if (rc)
 		tf_errf(err, errlen, "%s", tf_store_errmsg(e->db));
+	tf_engine_selection_release(&sel);
+	return rc;
+}
+
+int tf_engine_dry_run(const struct tf_engine_opts *o, const struct tf_engine_req *rq,
+                      json_t **out, struct tf_diag_list *diags, char *err, size_t errlen)
+{
+	struct tf_pipeline *p = NULL;
+	int rc = tf_pipeline_load(rq->path, rq->ov, rq->nov, TF_PIPELINE_ENV_SET, &p, diags);
+	if (rc) {
+		tf_errf(err, errlen, "pipeline '%s' has errors", rq->path);
+		return -EINVAL;
+	}
+	const char *h = o->home ? o->home : ".tpuflow";
+	char *storage = default_storage(o, p, h), *db = tf_xasprintf("%s/%s", h, TF_STORE_FILE);
+	struct tf_store *st = NULL;
+	struct tf_selection sel;
+	if (access(db, F_OK) == 0 && tf_store_open(db, TF_STORE_READONLY, &st, err, errlen))
+		rc = -EIO;
+	if (rc == 0)
+		rc = tf_engine_select(p, rq, st, storage, NULL, &sel, err, errlen);
+	if (rc == 0)
+		*out = tf_engine_plan_json(p, &sel, storage);
+	if (rc != -EIO)
+		tf_engine_selection_release(&sel);
+	tf_store_close(st);
+	free(db);
+	free(storage);
+	tf_pipeline_free(p);
 	return rc;
 }
 

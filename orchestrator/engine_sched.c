@@ -101,7 +101,7 @@ int tf_engine_slice_release(struct engine *e, struct estep *s, double *seconds)
 /* An attempt begins (state pending, queued or retrying): running + attempt row. */
 static int begin_attempt(struct engine *e, struct estep *s)
 {
-	char *w = tf_engine_canon(s->with);
+	char *w = tf_engine_with_recorded(s);
 	struct tf_step_update u = {.with_json = w,
 	                           .cache_key = s->cache_key[0] ? s->cache_key : NULL};
 	int rc = tf_engine_step_move(e, s, TF_STEP_RUNNING, &u);

@@ -140,9 +140,35 @@ int tf_ref_parse(const char *path, struct tf_ref *out, char *err, size_t errlen)
 		r.kind = part[2][0] == 'o' ? TF_REF_OUTPUT : TF_REF_METRIC;
 		r.step = xstrndup(part[1], plen[1]);
 		r.name = xstrndup(part[3], plen[3]);
+	} else if (np >= 1 && plen[0] == 3 && !strncmp(part[0], "run", 3)) {
+		if (np != 2 || !((plen[1] == 2 && !strncmp(part[1], "id", 2)) ||
+		                 (plen[1] == 8 && !strncmp(part[1], "pipeline", 8)) ||
+		                 (plen[1] == 5 && !strncmp(part[1], "state", 5)))) {
+			tf_errf(err, errlen,
+			        "bad reference '${%s}': write '${run.id}', '${run.pipeline}' or "
+			        "'${run.state}'",
+			        path);
+			return -EINVAL;
+		}
+		r.kind = TF_REF_RUN;
+		r.name = xstrndup(part[1], plen[1]);
+	} else if (np >= 1 && plen[0] == 3 && !strncmp(part[0], "env", 3)) {
+		int ok = np == 2 && plen[1] > 0 && !isdigit((unsigned char)part[1][0]);
+		for (size_t i = 0; ok && i < plen[1]; i++)
+			ok = isalnum((unsigned char)part[1][i]) || part[1][i] == '_';
+		if (!ok) {
+			tf_errf(err, errlen,
+			        "bad reference '${%s}': write '${env.NAME}' with NAME an environment "
+			        "variable (letters, digits and '_', not starting with a digit)",
+			        path);
+			return -EINVAL;
+		}
+		r.kind = TF_REF_ENV;
+		r.name = xstrndup(part[1], plen[1]);
 	} else {
 		tf_errf(err, errlen,
-		        "bad reference '${%s}': references start with 'params.' or 'steps.'",
+		        "bad reference '${%s}': references start with 'params.', 'steps.', 'run.' "
+		        "or 'env.'",
 		        path);
 		return -EINVAL;
 	}
@@ -308,6 +334,16 @@ char *tf_template_value_text(const json_t *v)
 	return r;
 }
 
+/* The message for a reference without a value. */
+static void no_value(const struct tf_ref *r, char *err, size_t errlen)
+{
+	if (r->kind == TF_REF_ENV)
+		tf_errf(err, errlen, "environment variable %s is not set ('${%s}')", r->name,
+		        r->path);
+	else
+		tf_errf(err, errlen, "no value for '${%s}'", r->path);
+}
+
 char *tf_template_render(const struct tf_template *t, tf_lookup_fn fn, void *ctx, char *err,
                          size_t errlen)
 {
@@ -324,7 +360,7 @@ char *tf_template_render(const struct tf_template *t, tf_lookup_fn fn, void *ctx
 		as_text.as_text = 1;
 		json_t *v = fn ? fn(ctx, &as_text) : NULL;
 		if (!v) {
-			tf_errf(err, errlen, "no value for '${%s}'", part->ref->path);
+			no_value(part->ref, err, errlen);
 			free(buf);
 			return NULL;
 		}
@@ -342,7 +378,7 @@ json_t *tf_template_render_json(const struct tf_template *t, tf_lookup_fn fn, vo
 	if (t->whole_ref) {
 		json_t *v = fn ? fn(ctx, t->parts[0].ref) : NULL;
 		if (!v)
-			tf_errf(err, errlen, "no value for '${%s}'", t->parts[0].ref->path);
+			no_value(t->parts[0].ref, err, errlen);
 		return v;
 	}
 	char *s = tf_template_render(t, fn, ctx, err, errlen);
@@ -936,7 +972,7 @@ static int eval(const struct tf_expr *e, tf_lookup_fn fn, void *ctx, struct tf_v
 	case TF_EXPR_REF: {
 		json_t *j = fn ? fn(ctx, e->ref) : NULL;
 		if (!j) {
-			tf_errf(err, errlen, "no value for '${%s}'", e->ref->path);
+			no_value(e->ref, err, errlen);
 			rc = -ENOENT;
 			break;
 		}

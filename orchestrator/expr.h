@@ -1,6 +1,7 @@
 /* expr.h — references, `with` templates and the `when` language of pipelines.
  *
- * A reference is `${params.NAME}`, `${steps.STEP.outputs.NAME}` or `${steps.STEP.metrics.NAME}`.
+ * A reference is `${params.NAME}`, `${steps.STEP.outputs.NAME}`, `${steps.STEP.metrics.NAME}`,
+ * `${run.id}`, `${run.pipeline}`, `${run.state}` or `${env.NAME}`.
  * A template is a string with references in it ("runs/${params.tag}/x"); `$${` writes a
  * literal `${`. A `when` expression is a small, side-effect-free language:
  *
@@ -28,6 +29,9 @@ enum tf_ref_kind {
 	TF_REF_PARAM,  /* ${params.NAME} */
 	TF_REF_OUTPUT, /* ${steps.STEP.outputs.NAME} */
 	TF_REF_METRIC, /* ${steps.STEP.metrics.NAME} */
+	TF_REF_RUN,    /* ${run.NAME}: id, pipeline, state (the run's, for `finally` steps) */
+	TF_REF_ENV,    /* ${env.NAME}: an environment variable of the process driving the run,
+	                  passed to the step and never recorded */
 	TF_REF_LAST
 };
 

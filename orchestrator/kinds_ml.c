@@ -291,6 +291,7 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 	                            .timeout = r->timeout,
 	                            .grace = r->grace,
 	                            .log_dir = log_dir,
+	                            .log_max = r->def ? r->def->log_max : 0,
 	                            .slurm = slurm ? &ks.spec : NULL};
 	if (slurm) { /* logs and progress come back through the store */
 		spec.argv =

@@ -296,6 +296,7 @@ int tf_kind_shell(struct tf_step_run *r)
 	                            .timeout = r->timeout,
 	                            .grace = r->grace,
 	                            .log_dir = log_dir,
+	                            .log_max = r->def ? r->def->log_max : 0,
 	                            .slurm = ops == &tf_executor_slurm ? &ks.spec : NULL};
 	char *self = NULL;
 	if (ops == &tf_executor_slurm) { /* the job puts its logs in the store */

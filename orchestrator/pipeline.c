@@ -563,13 +563,23 @@ static void load_class(struct loader *L, const struct ynode *m, const char *what
 	}
 }
 
+/* `log_max: 16M`: a size of at least 4096 bytes (tf_exec_size_parse). */
+static void get_log_max(struct loader *L, const struct ynode *n, uint64_t *out)
+{
+	if (tf_pl_want_kind(L, n, Y_SCALAR, "'log_max'"))
+		return;
+	if (tf_exec_size_parse(n->str, out))
+		tf_pl_err_at(L, n, "write bytes or a size such as 512K, 16M, 1G (at least 4096)",
+		             "'log_max': bad size '%.40s'", n->str);
+}
+
 static void load_defaults(struct loader *L, const struct ynode *m)
 {
 	struct tf_step_defaults *d = &L->p->defaults;
 	if (tf_pl_want_kind(L, m, Y_MAP, "'defaults'"))
 		return;
-	static const char *const keys[] = {"retries", "timeout",  "executor", "cache",
-	                                   "slurm",   "priority", "project",  NULL};
+	static const char *const keys[] = {"retries", "timeout", "executor", "cache", "slurm",
+	                                   "priority", "project", "log_max", NULL};
 	tf_pl_check_keys(L, m, keys, "'defaults'");
 	const struct ynode *x;
 	int e;
@@ -577,6 +587,8 @@ static void load_defaults(struct loader *L, const struct ynode *m)
 		load_retries(L, x, &d->retries);
 	if ((x = tf_pl_map_get(m, "timeout")))
 		tf_pl_get_duration(L, x, "'timeout'", &d->timeout);
+	if ((x = tf_pl_map_get(m, "log_max")))
+		get_log_max(L, x, &d->log_max);
 	if ((x = tf_pl_map_get(m, "executor")) &&
 	    !tf_pl_get_enum(L, x, "executor", executor_names, &e)) {
 		d->executor = (enum tf_executor_kind)e;
@@ -595,7 +607,8 @@ static void load_defaults(struct loader *L, const struct ynode *m)
 static const char *const step_keys[] = {"name",     "type",     "needs",        "with",
                                         "when",     "retries",  "timeout",      "accelerator",
                                         "executor", "cache",    "cache_inputs", "description",
-                                        "slurm",    "priority", "project",      NULL};
+                                        "slurm",    "priority", "project",      "log_max",
+                                        NULL};
 
 /* `cache_inputs: [files]`: paths relative to the pipeline file's directory, made absolute so
  * a resume from another directory hashes the same files. */
@@ -647,6 +660,7 @@ static void load_step(struct loader *L, size_t idx, const struct ynode *m)
 	s->timeout = p->defaults.timeout;
 	s->cache = p->defaults.cache;
 	s->priority = p->defaults.priority;
+	s->log_max = p->defaults.log_max;
 	s->project = p->defaults.project ? tf_xstrdup(p->defaults.project) : NULL;
 	if (tf_pl_want_kind(L, m, Y_MAP, "a step"))
 		return;
@@ -688,6 +702,8 @@ static void load_step(struct loader *L, size_t idx, const struct ynode *m)
 		load_retries(L, v, &s->retries);
 	if ((v = tf_pl_map_get(m, "timeout")))
 		tf_pl_get_duration(L, v, "'timeout'", &s->timeout);
+	if ((v = tf_pl_map_get(m, "log_max")))
+		get_log_max(L, v, &s->log_max);
 	int cache_set = 0;
 	if ((v = tf_pl_map_get(m, "cache")) && !tf_pl_get_bool(L, v, "'cache'", &s->cache))
 		cache_set = 1;
@@ -884,9 +900,9 @@ static void load_schedule(struct loader *L, const struct ynode *n)
 
 /* ---- the whole file ----------------------------------------------------------------- */
 
-static const char *const top_keys[] = {"name",  "description", "params",  "defaults", "storage",
-                                       "steps", "priority",    "project", "schedule", "alerts",
-                                       NULL};
+static const char *const top_keys[] = {"name",    "description", "params",   "defaults",
+                                       "storage", "steps",       "finally",  "priority",
+                                       "project", "schedule",    "alerts",   NULL};
 
 static void load_pipeline(struct loader *L, const struct ynode *root,
                           const struct tf_param_override *ov, size_t nov)
@@ -941,16 +957,23 @@ static void load_pipeline(struct loader *L, const struct ynode *root,
 		tf_pl_err_at(L, steps, "add at least one step", "the pipeline has no steps");
 		return;
 	}
-	if (steps->n > TF_PIPELINE_MAX_STEPS) {
-		tf_pl_err_at(L, steps, NULL, "too many steps: %zu (the limit is %d)", steps->n,
-		             TF_PIPELINE_MAX_STEPS);
+	const struct ynode *fin = tf_pl_map_get(root, "finally");
+	if (fin && (tf_pl_scalar_null(fin) || tf_pl_want_kind(L, fin, Y_SEQ, "'finally'")))
+		fin = NULL;
+	size_t nfin = fin ? fin->n : 0;
+	if (steps->n + nfin > TF_PIPELINE_MAX_STEPS) {
+		tf_pl_err_at(L, steps, NULL, "too many steps: %zu (the limit is %d)",
+		             steps->n + nfin, TF_PIPELINE_MAX_STEPS);
 		return;
 	}
-	p->nsteps = steps->n;
+	p->nmain = steps->n;
+	p->nsteps = steps->n + nfin;
 	p->steps = tf_xcalloc(p->nsteps, sizeof(*p->steps));
 	L->sx = tf_xcalloc(p->nsteps, sizeof(*L->sx));
-	for (size_t i = 0; i < p->nsteps; i++)
-		load_step(L, i, steps->kids[i]);
+	for (size_t i = 0; i < p->nsteps; i++) {
+		p->steps[i].final = i >= p->nmain;
+		load_step(L, i, i < p->nmain ? steps->kids[i] : fin->kids[i - p->nmain]);
+	}
 
 	/* duplicate names: sorted by (name, index), so each later one follows its first; the
 	 * later one is reported and loses its name */
@@ -994,6 +1017,22 @@ static void load_pipeline(struct loader *L, const struct ynode *root,
 	for (size_t i = 0; i < p->nsteps; i++)
 		if (!p->steps[i].needs)
 			p->steps[i].needs = tf_xcalloc(1, sizeof(size_t));
+	/* a finally step needs every step of `steps` (besides the finally steps it names) */
+	for (size_t i = p->nmain; i < p->nsteps; i++) {
+		struct tf_step *s = &p->steps[i];
+		s->needs = tf_xrealloc(s->needs, (s->nneeds + p->nmain + 1) * sizeof(size_t));
+		L->sx[i].need_nodes = tf_xrealloc(L->sx[i].need_nodes, (s->nneeds + p->nmain + 1) *
+		                                                           sizeof(*L->sx[i].need_nodes));
+		for (size_t j = 0; j < p->nmain; j++) {
+			int dup = 0;
+			for (size_t k = 0; k < s->nneeds && !dup; k++)
+				dup = s->needs[k] == j;
+			if (dup)
+				continue;
+			L->sx[i].need_nodes[s->nneeds] = L->sx[i].node;
+			s->needs[s->nneeds++] = j;
+		}
+	}
 	/* cycles are searched over the needs that resolved, so a typo elsewhere does not hide
 	 * one; upstream checks need every need resolved and no cycle */
 	int needs_ok = L->dag_ok;

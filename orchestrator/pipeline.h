@@ -154,6 +154,13 @@ struct tf_step {
 	char **metrics; /* metrics this step declares */
 	size_t nmetrics;
 	int level;     /* plan level: 0 without needs, else 1 + max level of needs */
+	uint64_t log_max; /* `log_max`, else `defaults.log_max`: cap on each output stream of a
+	                     child process's log; 0: $TPUFLOW_LOG_MAX, else 64M */
+	int uses_env;  /* its `with` has an ${env.NAME}: what is recorded of it shows the
+	                  reference, never the value */
+	int final;     /* a `finally` step: it needs every step of `steps` and runs once they
+	                  are final, whatever their outcome (skipped or failed needs do not skip
+	                  it); ${run.state} tells it the outcome */
 	int line, col; /* position of the step's `name` (or of the step) */
 };
 
@@ -167,6 +174,7 @@ struct tf_step_defaults {
 	int has_cache;                  /* 1 when `defaults.cache` was given (applies to shell) */
 	struct tf_slurm_opts slurm;     /* `defaults.slurm` */
 	int priority;                   /* `defaults.priority`, -1 when not given */
+	uint64_t log_max;               /* `defaults.log_max`, 0 when not given */
 	char *project;                  /* `defaults.project` or NULL (owned) */
 };
 
@@ -223,8 +231,10 @@ struct tf_pipeline {
 	struct tf_pipeline_schedule *schedule; /* `schedule`, or NULL (owned) */
 	struct tf_alert_route *alerts;         /* `alerts:` routes in file order (owned) */
 	size_t nalerts;
-	struct tf_step *steps;                 /* in file order (owned) */
+	struct tf_step *steps;                 /* in file order, `steps` then `finally` (owned) */
 	size_t nsteps;
+	size_t nmain;                          /* steps[0..nmain) are `steps`, the rest
+	                                          `finally` */
 	size_t *topo; /* step indices in a topological order: by level, then file
 	                 order (owned) */
 	int nlevels;  /* 1 + highest step level (0 when there are no steps) */
@@ -235,6 +245,10 @@ enum {
 	/* A param without default and without override is accepted (its value stays NULL):
 	 * `validate` and `plan` use it; the run engine does not, so a run always has values. */
 	TF_PIPELINE_ALLOW_UNSET = 1u << 0,
+	/* Every ${env.NAME} must be set in this process's environment now (a new run); without
+	 * it an unset one is a warning under TF_PIPELINE_ALLOW_UNSET (validate, plan) and
+	 * otherwise left to the step that uses it (a resumed run). */
+	TF_PIPELINE_ENV_SET = 1u << 1,
 };
 
 /* Loads and checks `path`. Problems (all of them) are appended to `diags`. Returns 0 with
@@ -270,6 +284,11 @@ json_t *tf_step_render_with(const struct tf_step *s, tf_lookup_fn fn, void *ctx,
 /* A lookup for params only (ctx = the pipeline): handy for the engine's own lookup to fall
  * back to, and for `plan`. */
 json_t *tf_pipeline_lookup_param(void *ctx, const struct tf_ref *ref);
+
+/* Every param with the value a run of `p` uses: [{name, value, text (as written, or the
+ * value as text; null when unset), source: "param" (an override) or "default"}] (new
+ * reference); `runs show` and `run --dry-run` print it. */
+json_t *tf_pipeline_param_values(const struct tf_pipeline *p);
 
 /* The plan: {name, levels: [[step...]...], steps: [{name, type, needs, level, ...}]} as JSON
  * (new reference), and as a Graphviz DOT document written to f. */

@@ -48,6 +48,15 @@ static enum tf_vtype route_ref_type(void *ctx, const struct tf_ref *r)
 		            "declare it under 'params'", "unknown param '%s'", r->name);
 		return TF_VT_LAST;
 	}
+	if (r->kind == TF_REF_RUN && strcmp(r->name, "state"))
+		return TF_VT_STRING; /* ${run.id}, ${run.pipeline} */
+	if (r->kind == TF_REF_RUN || r->kind == TF_REF_ENV) {
+		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, r->line, r->col,
+		            "a route's when may use params, ${run.id}, ${run.pipeline} and the "
+		            "steps' outputs and metrics",
+		            "'${%s}' is not known to an alert route", r->path);
+		return TF_VT_LAST;
+	}
 	int i = tf_pipeline_step_index(L->p, r->step);
 	if (i < 0) {
 		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, r->line, r->col, NULL,

@@ -82,6 +82,13 @@ void tf_pl_resolve_needs(struct loader *L, size_t idx, const struct ynode *needs
 			L->dag_ok = 0;
 			continue;
 		}
+		if (!s->final && p->steps[j].final) {
+			tf_pl_err_at(L, it, "finally steps run after every other step; move it to "
+			                    "'steps' or drop the need",
+			             "step '%s' needs '%s', a finally step", s->name, it->str);
+			L->dag_ok = 0;
+			continue;
+		}
 		int dup = 0;
 		for (size_t k = 0; k < s->nneeds; k++)
 			if (s->needs[k] == (size_t)j)

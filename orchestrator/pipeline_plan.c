@@ -37,6 +37,22 @@ const struct tf_with_value *tf_step_with(const struct tf_step *s, const char *ke
 	return NULL;
 }
 
+json_t *tf_pipeline_param_values(const struct tf_pipeline *p)
+{
+	json_t *arr = json_array();
+	for (size_t i = 0; i < p->nparams; i++) {
+		const struct tf_param *pa = &p->params[i];
+		char *text = pa->text ? tf_xstrdup(pa->text)
+		             : pa->value ? tf_template_value_text(pa->value)
+		                         : NULL;
+		json_array_append_new(arr, json_pack("{s:s, s:O?, s:s?, s:s}", "name", pa->name,
+		                                     "value", pa->value, "text", text, "source",
+		                                     pa->overridden ? "param" : "default"));
+		free(text);
+	}
+	return arr;
+}
+
 json_t *tf_pipeline_lookup_param(void *ctx, const struct tf_ref *ref)
 {
 	const struct tf_pipeline *p = ctx;

@@ -260,6 +260,27 @@ static enum tf_vtype check_ref(struct loader *L, struct tf_ref *r)
 			return TF_VT_STRING;
 		}
 	}
+	if (r->kind == TF_REF_RUN) {
+		if (!strcmp(r->name, "state") && !self->final) {
+			tf_diag_add(L->d, TF_DIAG_ERROR, L->file, r->line, r->col,
+			            "move the step under 'finally:'",
+			            "'${run.state}' (the outcome of the run's steps) is known only to "
+			            "finally steps, and '%s' is not one",
+			            self->name);
+			return TF_VT_LAST;
+		}
+		return TF_VT_STRING;
+	}
+	if (r->kind == TF_REF_ENV) {
+		L->p->steps[L->cur_step].uses_env = 1;
+		if (!getenv(r->name) && (L->flags & (TF_PIPELINE_ENV_SET | TF_PIPELINE_ALLOW_UNSET)))
+			tf_diag_add(L->d,
+			            L->flags & TF_PIPELINE_ENV_SET ? TF_DIAG_ERROR : TF_DIAG_WARNING,
+			            L->file, r->line, r->col,
+			            "set it in the environment of the process that runs the pipeline",
+			            "environment variable %s is not set ('${%s}')", r->name, r->path);
+		return TF_VT_STRING;
+	}
 	int j = tf_pl_step_lookup(L, r->step);
 	if (j < 0) {
 		const char *near =
@@ -403,6 +424,8 @@ static enum tf_vtype ref_static_type(struct loader *L, const struct tf_ref *r)
 			return TF_VT_STRING;
 		}
 	}
+	if (r->kind == TF_REF_RUN || r->kind == TF_REF_ENV)
+		return TF_VT_STRING;
 	return r->kind == TF_REF_METRIC ? TF_VT_NUMBER : TF_VT_ANY;
 }
 

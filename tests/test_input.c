@@ -148,13 +148,21 @@ static void test_input_shuffle_changes_order_per_epoch(void **state)
 	int32_t *y;
 	size_t n;
 	assert_int_equal(
-	    tf_input_load_split(f->s, f->d, TF_SPLIT_TRAIN, &x, &y, NULL, &n, err, sizeof err), 0);
+	    tf_input_load_split(f->s, f->d, TF_SPLIT_TRAIN, &x, &y, NULL, &n, NULL, err, sizeof err), 0);
 	assert_int_equal(n, 1000);
 	/* cycle 4 interleave of 5 shards of 200: first element from shard 0, then shard 1 */
 	assert_int_equal(plain[0], y[0]);
 	assert_int_equal(plain[1], y[200]);
 	free(x);
 	free(y);
+	/* a raised cancel flag (an evaluate or train step's timeout) stops the load */
+	volatile int cancel = 1;
+	x = NULL;
+	assert_int_equal(tf_input_load_split(f->s, f->d, TF_SPLIT_TRAIN, &x, &y, NULL, &n, &cancel,
+	                                     err, sizeof err),
+	                 -ECANCELED);
+	assert_null(x);
+	assert_non_null(strstr(err, "cancelled"));
 }
 
 static void test_input_resume_at_batch(void **state)

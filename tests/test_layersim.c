@@ -245,6 +245,39 @@ static void test_layersim_reader_errors(void **state)
 	            cfg.dataflow == TF_MXU_IS && cfg.user_bandwidth);
 }
 
+/* Sizes from a topology file whose products wrap 64 bits (a window of (2^32-1)^2 x 2^31
+ * elements is 2^31 modulo 2^64) or need more than 2^30 simulated cycles are refused with a
+ * message; nothing is allocated from a wrapped size. */
+static void test_layersim_sizes_never_wrap(void **state)
+{
+	(void)state;
+	struct tf_layersim_cfg cfg;
+	tf_layersim_cfg_init(&cfg);
+	struct tf_layersim_report r;
+	char err[512];
+	struct tf_layer l = {.ifmap_h = UINT32_MAX, .ifmap_w = UINT32_MAX, .filt_h = UINT32_MAX,
+	                     .filt_w = UINT32_MAX, .channels = 1u << 31, .filters = 1,
+	                     .stride_h = 1, .stride_w = 1};
+	snprintf(l.name, sizeof l.name, "wrap");
+	uint64_t M, N, K;
+	assert_int_equal(tf_layer_mnk(&l, &M, &N, &K), -EOVERFLOW);
+	assert_true(K == UINT64_MAX);
+	assert_int_not_equal(tf_layersim_run(&cfg, &l, &r, err, sizeof err), 0);
+	assert_non_null(strstr(err, "layer 'wrap' is too large to simulate"));
+	/* output pixels (2^32-1)^2, a 2-element window */
+	struct tf_layer px = {.ifmap_h = UINT32_MAX, .ifmap_w = UINT32_MAX, .filt_h = 1,
+	                      .filt_w = 1, .channels = 2, .filters = 1, .stride_h = 1,
+	                      .stride_w = 1};
+	assert_int_not_equal(tf_layersim_run(&cfg, &px, &r, err, sizeof err), 0);
+	assert_non_null(strstr(err, "too large to simulate"));
+	/* small operands, too many cycles for a 1x1 array: refused at once */
+	cfg.rows = cfg.cols = 1;
+	struct tf_layer g;
+	tf_layer_gemm(&g, "long", 1u << 31, 1, 1);
+	assert_int_equal(tf_layersim_run(&cfg, &g, &r, err, sizeof err), -E2BIG);
+	assert_non_null(strstr(err, "more than 2^30 cycles"));
+}
+
 int main(void)
 {
 	find_root();
@@ -253,6 +286,7 @@ int main(void)
 	    cmocka_unit_test(test_layersim_bandwidth_moves_stalls),
 	    cmocka_unit_test(test_layersim_agrees_with_cycle_model),
 	    cmocka_unit_test(test_layersim_reader_errors),
+	    cmocka_unit_test(test_layersim_sizes_never_wrap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

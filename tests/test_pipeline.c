@@ -750,6 +750,90 @@ static void test_pipeline_reference_errors(void **state)
 	tf_diag_list_release(&d);
 }
 
+/* ${run.id}, ${run.pipeline}, ${env.NAME} and `finally:` steps: checked at load with
+ * positions; an unset ${env.NAME} is an error for a new run (naming the variable), a warning
+ * for validate, and left to the step otherwise (a resumed run). */
+static void test_pipeline_run_env_refs_and_finally(void **state)
+{
+	(void)state;
+	unsetenv("TF_TEST_UNSET_VAR");
+	setenv("TF_TEST_SET_VAR", "s3cret", 1);
+	const char *y = "name: x\n"
+	                "steps:\n"
+	                "  - name: a\n"
+	                "    type: shell\n"
+	                "    with: {argv: [\"${run.id}\", \"${run.pipeline}\", \"${env.TF_TEST_SET_VAR}\"]}\n"
+	                "finally:\n"
+	                "  - name: f\n"
+	                "    type: shell\n"
+	                "    when: ${run.state} == 'failed'\n"
+	                "    with: {argv: [\"${run.state}\", \"${steps.a.outputs.o}\"]}\n";
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	/* outputs of `a` are not declared: the only error */
+	expect(y, 10, 36, "step 'a' (shell) has no output 'o'", NULL);
+	const char *ok = "name: x\n"
+	                 "steps:\n"
+	                 "  - {name: a, type: shell, with: {argv: [\"${env.TF_TEST_SET_VAR}\"]}}\n"
+	                 "  - {name: b, type: shell, needs: [a], with: {argv: [/bin/true]}}\n"
+	                 "finally:\n"
+	                 "  - {name: f, type: shell, with: {argv: [\"${run.state}\"]}}\n"
+	                 "  - {name: g, type: shell, needs: [f], with: {argv: [/bin/true]}}\n";
+	assert_int_equal(load(ok, NULL, 0, TF_PIPELINE_ENV_SET, &p, &d), 0);
+	assert_int_equal(p->nsteps, 4);
+	assert_int_equal(p->nmain, 2);
+	assert_true(p->steps[0].uses_env && !p->steps[1].uses_env);
+	assert_true(p->steps[2].final && p->steps[3].final && !p->steps[1].final);
+	assert_int_equal(p->steps[2].nneeds, 2); /* every step of `steps` */
+	assert_int_equal(p->steps[3].nneeds, 3); /* f, then a and b */
+	assert_true(p->steps[3].level > p->steps[2].level);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+
+	/* bad references, run.state outside finally, a step that needs a finally step */
+	const char *bad = "name: x\n"
+	                  "steps:\n"
+	                  "  - {name: a, type: shell, with: {argv: [\"${run.nope}\", \"${env.1X}\"]}}\n"
+	                  "  - {name: b, type: shell, needs: [f], with: {argv: [\"${run.state}\"]}}\n"
+	                  "finally:\n"
+	                  "  - {name: f, type: shell, with: {argv: [/bin/true]}}\n";
+	expect(bad, 3, 43, "bad reference '${run.nope}': write '${run.id}'", NULL);
+	expect(bad, 3, 58, "bad reference '${env.1X}'", NULL);
+	expect(bad, 4, 36, "step 'b' needs 'f', a finally step", NULL);
+	expect(bad, 4, 55, "'${run.state}' (the outcome of the run's steps) is known only to "
+	                   "finally steps, and 'b' is not one",
+	       "move the step under 'finally:'");
+
+	/* an alert route's when knows the run's id and pipeline, not the environment */
+	expect("name: x\nsteps:\n  - {name: a, type: shell, with: {argv: [/bin/true]}}\n"
+	       "alerts:\n  - {on: run_failed, to: h, when: \"${run.pipeline} == 'x' and "
+	       "${env.X} == 'y'\"}\n",
+	       5, 68, "'${env.X}' is not known to an alert route", NULL);
+
+	/* an unset variable: an error naming it for a new run, a warning for validate, nothing
+	 * for a resumed run (the step that uses it fails then) */
+	const char *env = "name: x\n"
+	                  "steps:\n"
+	                  "  - {name: a, type: shell, with: {argv: [\"${env.TF_TEST_UNSET_VAR}\"]}}\n";
+	assert_int_equal(load(env, NULL, 0, TF_PIPELINE_ENV_SET, &p, &d), -EINVAL);
+	assert_true(has_diag(&d, 3, 43, "environment variable TF_TEST_UNSET_VAR is not set", NULL));
+	tf_diag_list_release(&d);
+	assert_int_equal(load(env, NULL, 0, TF_PIPELINE_ALLOW_UNSET, &p, &d), 0);
+	assert_int_equal(d.n, 1);
+	assert_int_equal(d.items[0].severity, TF_DIAG_WARNING);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+	assert_int_equal(load(env, NULL, 0, 0, &p, &d), 0);
+	assert_int_equal(d.n, 0);
+	char err[256];
+	json_t *w = tf_step_render_with(&p->steps[0], NULL, NULL, err, sizeof(err));
+	assert_null(w);
+	assert_non_null(strstr(err, "environment variable TF_TEST_UNSET_VAR is not set"));
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
+	unsetenv("TF_TEST_SET_VAR");
+}
+
 static void test_pipeline_unknown_step_type(void **state)
 {
 	(void)state;
@@ -1146,6 +1230,7 @@ int main(void)
 	    cmocka_unit_test(test_pipeline_unknown_needs),
 	    cmocka_unit_test(test_pipeline_cycles),
 	    cmocka_unit_test(test_pipeline_reference_errors),
+	    cmocka_unit_test(test_pipeline_run_env_refs_and_finally),
 	    cmocka_unit_test(test_pipeline_unknown_step_type),
 	    cmocka_unit_test(test_pipeline_unknown_accelerator),
 	    cmocka_unit_test(test_pipeline_when_errors),

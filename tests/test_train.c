@@ -245,7 +245,7 @@ static void test_train_export_predict_bit_identical(void **state)
 	unsigned char *raw;
 	size_t n;
 	assert_int_equal(
-	    tf_input_load_split(store, d, TF_SPLIT_TEST, &x, &y, &raw, &n, err, sizeof err), 0);
+	    tf_input_load_split(store, d, TF_SPLIT_TEST, &x, &y, &raw, &n, NULL, err, sizeof err), 0);
 	/* evaluation on the slice (8 replicas, rows split over them) */
 	struct tf_tpu_slice slice;
 	struct tf_slice_rt *rt;

@@ -394,7 +394,7 @@ static void test_untrusted_dataset_manifest_counts_are_checked(void **state)
 	int32_t *y = NULL;
 	size_t n;
 	assert_int_equal(
-	    tf_input_load_split(s, d, TF_SPLIT_TEST, &x, &y, NULL, &n, err, sizeof err), -EBADMSG);
+	    tf_input_load_split(s, d, TF_SPLIT_TEST, &x, &y, NULL, &n, NULL, err, sizeof err), -EBADMSG);
 	assert_non_null(strstr(err, "the manifest says"));
 	struct tf_input *in = NULL;
 	struct tf_input_opts io = {.split = TF_SPLIT_TRAIN, .batch = 4};
