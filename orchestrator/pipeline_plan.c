@@ -145,6 +145,8 @@ json_t *tf_pipeline_plan_json(const struct tf_pipeline *p)
 			json_object_set_new(o, "accelerator", json_string(s->accelerator));
 		if (s->when_source)
 			json_object_set_new(o, "when", json_string(s->when_source));
+		if (s->final) /* after every step of `steps`, whatever their outcome */
+			json_object_set_new(o, "finally", json_true());
 		json_array_append_new(steps, o);
 		json_array_append_new(json_array_get(levels, (size_t)s->level),
 		                      json_string(s->name));

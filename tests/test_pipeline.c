@@ -808,7 +808,7 @@ static void test_pipeline_run_env_refs_and_finally(void **state)
 	expect("name: x\nsteps:\n  - {name: a, type: shell, with: {argv: [/bin/true]}}\n"
 	       "alerts:\n  - {on: run_failed, to: h, when: \"${run.pipeline} == 'x' and "
 	       "${env.X} == 'y'\"}\n",
-	       5, 68, "'${env.X}' is not known to an alert route", NULL);
+	       5, 63, "'${env.X}' is not known to an alert route", NULL);
 
 	/* an unset variable: an error naming it for a new run, a warning for validate, nothing
 	 * for a resumed run (the step that uses it fails then) */
