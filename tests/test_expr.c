@@ -246,13 +246,28 @@ static void test_expr_ref_parse(void **state)
 	assert_string_equal(r.step, "train");
 	assert_string_equal(r.name, "bundle");
 	tf_ref_release(&r);
+	/* the run's own facts and environment variables */
+	assert_int_equal(tf_ref_parse("run.id", &r, err, sizeof(err)), 0);
+	assert_int_equal(r.kind, TF_REF_RUN);
+	assert_string_equal(r.name, "id");
+	tf_ref_release(&r);
+	assert_int_equal(tf_ref_parse("env.HOME", &r, err, sizeof(err)), 0);
+	assert_int_equal(r.kind, TF_REF_ENV);
+	assert_string_equal(r.name, "HOME");
+	assert_null(r.step);
+	tf_ref_release(&r);
 	static const char *const bad[] = {"params",
 	                                  "params.",
 	                                  "params.a.b",
 	                                  "steps.a.metrics",
 	                                  "steps.a.outputs.b.c",
 	                                  "steps..outputs.b",
-	                                  "env.HOME",
+	                                  "envs.HOME",
+	                                  "env.1X",
+	                                  "env.A-B",
+	                                  "env.A.B",
+	                                  "run.nope",
+	                                  "run",
 	                                  "params.1x",
 	                                  ""};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
