@@ -225,6 +225,19 @@ int tf_alerts_url_allowed(const struct tf_alerts_config *cfg, const char *url, c
 	return rc;
 }
 
+double tf_alerts_retry_after(const char *value, double now)
+{
+	while (*value == ' ' || *value == '\t')
+		value++;
+	char *end;
+	double d = strtod(value, &end);
+	if (end == value || (*end && *end != '\r' && *end != '\n' && *end != ' ')) {
+		time_t at = curl_getdate(value, NULL); /* IMF-fixdate and the obsolete forms */
+		d = at == -1 ? 0 : (double)at - now;
+	}
+	return d > 0 ? (d < 86400 ? d : 86400) : 0;
+}
+
 double tf_alerts_backoff(const struct tf_alerts_config *cfg, int attempts, double retry_after,
                          double rnd)
 {

@@ -75,6 +75,10 @@ int tf_alerts_url_allowed(const struct tf_alerts_config *cfg, const char *url, c
 double tf_alerts_backoff(const struct tf_alerts_config *cfg, int attempts, double retry_after,
                          double rnd);
 
+/* A Retry-After header's value (RFC 9110 section 10.2.3: delay-seconds or an HTTP-date) as
+ * seconds from `now` (wall clock), at most a day; 0 when absent, past or not readable. */
+double tf_alerts_retry_after(const char *value, double now);
+
 /* ---- hooks -------------------------------------------------------------------------- */
 
 struct tf_hook {

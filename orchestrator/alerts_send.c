@@ -253,10 +253,7 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *ud)
 	if (n > 12 && !strncasecmp(p, "Retry-After:", 12)) {
 		char buf[64];
 		snprintf(buf, sizeof(buf), "%.*s", (int)(n - 12 < 63 ? n - 12 : 63), p + 12);
-		char *end;
-		double v = strtod(buf, &end);
-		if (end != buf && v >= 0 && v < 86400)
-			a->retry_after = v; /* seconds (an HTTP-date is rare here and ignored) */
+		a->retry_after = tf_alerts_retry_after(buf, tf_now_wall());
 	}
 	return n;
 }

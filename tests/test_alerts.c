@@ -127,6 +127,21 @@ static void test_alerts_backoff_bounds(void **state)
 	tf_alerts_config_release(&cfg);
 }
 
+/* Retry-After is delay-seconds or an HTTP-date (RFC 9110 section 10.2.3); both count. */
+static void test_alerts_retry_after_both_forms(void **state)
+{
+	(void)state;
+	const double at = 1445412480; /* Wed, 21 Oct 2015 07:28:00 GMT */
+	assert_true(tf_alerts_retry_after("120", at) == 120);
+	assert_true(tf_alerts_retry_after(" 7\r\n", at) == 7);
+	assert_true(tf_alerts_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", at - 30) == 30);
+	assert_true(tf_alerts_retry_after("Wed, 21 Oct 2015 07:28:00 GMT\r\n", at - 90) == 90);
+	assert_true(tf_alerts_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", at + 5) == 0); /* past */
+	assert_true(tf_alerts_retry_after("999999999", at) == 86400); /* at most a day */
+	assert_true(tf_alerts_retry_after("soon", at) == 0);
+	assert_true(tf_alerts_retry_after("", at) == 0);
+}
+
 static void test_alerts_allowlist(void **state)
 {
 	(void)state;
@@ -711,6 +726,7 @@ int main(void)
 	    cmocka_unit_test(test_alerts_sign_spec_example),
 	    cmocka_unit_test(test_alerts_sign_refuses_bad_secrets),
 	    cmocka_unit_test(test_alerts_backoff_bounds),
+	    cmocka_unit_test(test_alerts_retry_after_both_forms),
 	    cmocka_unit_test(test_alerts_allowlist),
 	    cmocka_unit_test(test_alerts_hook_checks),
 	    cmocka_unit_test(test_alerts_same_transaction),
