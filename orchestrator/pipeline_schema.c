@@ -144,7 +144,7 @@ static const char *const data_prep_met[] = {"examples", NULL};
 static const char *const train_out[] = {"checkpoint", "bundle", NULL};
 static const char *const train_met[] = {
     "loss",           "accuracy",    "auc",        "examples_per_second",
-    "device_seconds", "utilization", "input_wait", NULL};
+    "device_seconds", "utilization", "input_wait", "early_stopped", NULL};
 static const char *const evaluate_met[] = {"loss", "accuracy", "auc", NULL};
 static const char *const register_out[] = {"model", "version", NULL};
 static const char *const deploy_out[] = {"alias", "version", NULL};

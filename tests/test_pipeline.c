@@ -873,6 +873,16 @@ static void test_pipeline_when_errors(void **state)
 	    "  - name: c\n    type: deploy\n    needs: [a]\n    when: ${params.min} =< 1\n";
 	expect(y, 11, 60, "booleans cannot be ordered with '>'", NULL);
 	expect(y, 15, 25, "'=' is not an operator", "compare with '=='");
+	/* every metric the train step records can be named, early_stopped too */
+	const char *ok = "name: x\nsteps:\n  - name: t\n    type: train\n"
+	                 "  - name: d\n    type: deploy\n    needs: [t]\n"
+	                 "    when: ${steps.t.metrics.early_stopped} == 0 and "
+	                 "${steps.t.metrics.input_wait} < 1\n";
+	struct tf_pipeline *p;
+	struct tf_diag_list d;
+	assert_int_equal(load(ok, NULL, 0, TF_PIPELINE_ALLOW_UNSET, &p, &d), 0);
+	tf_pipeline_free(p);
+	tf_diag_list_release(&d);
 }
 
 static void test_pipeline_param_overrides(void **state)
