@@ -1,4 +1,4 @@
--- 0013_serving_figures: what each serving process has seen of a canary rollout, so that the
+-- 0014_serving_figures: what each serving process has seen of a canary rollout, so that the
 -- rollout policy judges the answers of every process serving the model, not one process's
 -- share (docs/serving.md, "Several serving processes").
 --
