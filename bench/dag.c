@@ -5,7 +5,9 @@
  * `shell` steps (/usr/bin/touch) through `tpuflow run --plain` (the binary named by
  * TPUFLOW_BIN, else build/tpuflow), a 200- and a STEPS-step chain and a STEPS-step fan-out,
  * each beside Snakemake (--cores 2) on the same DAG of `touch` jobs when `snakemake` is
- * installed (`make bench` installs it; the tests never use it).
+ * installed (`make bench` installs it; the tests never use it), TF_BENCH_REPS rounds each
+ * (default 3) with medians and ranges; then a 10*STEPS-step fan-out against a STEPS-step one
+ * (per-step cost against width); TF_BENCH_DAG=width runs only that comparison.
  *
  *   build/bench/dag [STEPS]      (default 1000)
  */
@@ -128,10 +130,14 @@ static double tpuflow_shell_dag(const char *bin, const char *dir, int n, int fan
 	FILE *f = fopen(path, "w");
 	if (!f)
 		return -1;
-	fprintf(f, "name: bench-shell-%s\nsteps:\n", fanout ? "fanout" : "chain");
+	/* the directory once, as a param: 10,000 steps stay under the 1 MiB pipeline limit */
+	fprintf(f, "name: bench-shell-%s\nparams:\n  d: {type: string, default: '%s'}\nsteps:\n",
+	        fanout ? "fanout" : "chain", dir);
 	for (int i = 0; i < n; i++) {
-		fprintf(f, "  - {name: s%d, type: shell, with: {argv: [/usr/bin/touch, %s/f%d]}", i,
-		        dir, i);
+		fprintf(f,
+		        "  - {name: s%d, type: shell, with: {argv: [/usr/bin/touch, "
+		        "'${params.d}/f%d']}",
+		        i, i);
 		if (i > 0)
 			fprintf(f, ", needs: [s%d]", fanout ? 0 : i - 1);
 		fprintf(f, "}\n");
@@ -145,30 +151,114 @@ static double tpuflow_shell_dag(const char *bin, const char *dir, int n, int fan
 	return rc == 0 ? wall : -1;
 }
 
-/* Real shell steps beside Snakemake's jobs, same DAG, same run. */
-static void shell_vs_snakemake(const char *dir, int n, int fanout)
+/* Median, min and max of v[0..n) (sorted in place). */
+static void spread(double *v, int n, double *med, double *lo, double *hi)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp);
+	*med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	*lo = v[0];
+	*hi = v[n - 1];
+}
+
+/* Real shell steps beside Snakemake's jobs, same DAG, same run: `reps` rounds, each running
+ * tpuflow then Snakemake on fresh directories, so both meet the same moments of a machine
+ * whose load drifts. Prints the medians (and ranges) of the per-step times and of the
+ * per-round ratios. */
+static void shell_vs_snakemake(const char *dir, int n, int fanout, int reps)
 {
 	const char *bin = getenv("TPUFLOW_BIN") ? getenv("TPUFLOW_BIN") : "build/tpuflow";
-	char sub[600];
-	snprintf(sub, sizeof(sub), "%s/shell-%s-%d", dir, fanout ? "fan" : "chain", n);
-	double tf = tf_mkdir_p(sub) == 0 ? tpuflow_shell_dag(bin, sub, n, fanout) : -1;
-	snprintf(sub, sizeof(sub), "%s/snake-%s-%d", dir, fanout ? "fan" : "chain", n);
-	double sm = tf_mkdir_p(sub) == 0 ? snakemake_dag(sub, n, fanout) : -1;
-	printf("  shell %-7s %4d: tpuflow %s", fanout ? "fan-out" : "chain", n,
-	       tf > 0 ? "" : "failed");
-	if (tf > 0)
-		printf("%.3f s, %.2f ms/step", tf, tf * 1e3 / n);
-	if (sm > 0)
-		printf("; snakemake --cores 2 %.3f s, %.2f ms/job", sm, sm * 1e3 / n);
-	else
+	double *tf = tf_xcalloc((size_t)reps, sizeof(double));
+	double *sm = tf_xcalloc((size_t)reps, sizeof(double));
+	double *ratio = tf_xcalloc((size_t)reps, sizeof(double));
+	int ntf = 0, nsm = 0, nr = 0;
+	for (int k = 0; k < reps; k++) {
+		char sub[600];
+		snprintf(sub, sizeof(sub), "%s/shell-%s-%d-%d", dir, fanout ? "fan" : "chain", n,
+		         k);
+		double t = tf_mkdir_p(sub) == 0 ? tpuflow_shell_dag(bin, sub, n, fanout) : -1;
+		snprintf(sub, sizeof(sub), "%s/snake-%s-%d-%d", dir, fanout ? "fan" : "chain", n,
+		         k);
+		double m = tf_mkdir_p(sub) == 0 ? snakemake_dag(sub, n, fanout) : -1;
+		if (t > 0)
+			tf[ntf++] = t * 1e3 / n;
+		if (m > 0)
+			sm[nsm++] = m * 1e3 / n;
+		if (t > 0 && m > 0)
+			ratio[nr++] = m / t;
+	}
+	double med, lo, hi;
+	printf("  shell %-7s %5d, %d rounds: tpuflow ", fanout ? "fan-out" : "chain", n, reps);
+	if (ntf) {
+		spread(tf, ntf, &med, &lo, &hi);
+		printf("%.2f ms/step (%.2f-%.2f)", med, lo, hi);
+	} else {
+		printf("failed");
+	}
+	if (nsm) {
+		spread(sm, nsm, &med, &lo, &hi);
+		printf("; snakemake --cores 2 %.2f ms/job (%.2f-%.2f)", med, lo, hi);
+	} else {
 		printf("; snakemake: not installed or failed");
-	if (tf > 0 && sm > 0)
-		printf("; tpuflow %.1fx faster per step", sm / tf);
+	}
+	if (nr) {
+		spread(ratio, nr, &med, &lo, &hi);
+		printf("; tpuflow %.1fx faster per step (%.1f-%.1f)", med, lo, hi);
+	}
 	printf("\n");
+	free(tf);
+	free(sm);
+	free(ratio);
+}
+
+/* Per-step cost against the width of a fan-out: `reps` rounds of a 10x-wide and a 1x-wide
+ * fan-out of real shell steps, alternating; the ratio of their per-step times. */
+static void shell_fanout_width(const char *dir, int n, int reps)
+{
+	const char *bin = getenv("TPUFLOW_BIN") ? getenv("TPUFLOW_BIN") : "build/tpuflow";
+	double *narrow = tf_xcalloc((size_t)reps, sizeof(double));
+	double *wide = tf_xcalloc((size_t)reps, sizeof(double));
+	double *ratio = tf_xcalloc((size_t)reps, sizeof(double));
+	int nn = 0, nw = 0, nr = 0;
+	for (int k = 0; k < reps; k++) {
+		char sub[600];
+		snprintf(sub, sizeof(sub), "%s/width-%d-%d", dir, n, k);
+		double a = tf_mkdir_p(sub) == 0 ? tpuflow_shell_dag(bin, sub, n, 1) : -1;
+		snprintf(sub, sizeof(sub), "%s/width-%d-%d", dir, n * 10, k);
+		double b = tf_mkdir_p(sub) == 0 ? tpuflow_shell_dag(bin, sub, n * 10, 1) : -1;
+		if (a > 0)
+			narrow[nn++] = a * 1e3 / n;
+		if (b > 0)
+			wide[nw++] = b * 1e3 / (n * 10);
+		if (a > 0 && b > 0)
+			ratio[nr++] = (b / (n * 10)) / (a / n);
+	}
+	double med, lo, hi;
+	printf("  shell fan-out width, %d rounds: ", reps);
+	if (nn) {
+		spread(narrow, nn, &med, &lo, &hi);
+		printf("%d steps %.2f ms/step (%.2f-%.2f)", n, med, lo, hi);
+	}
+	if (nw) {
+		spread(wide, nw, &med, &lo, &hi);
+		printf("; %d steps %.2f ms/step (%.2f-%.2f)", n * 10, med, lo, hi);
+	}
+	if (nr) {
+		spread(ratio, nr, &med, &lo, &hi);
+		printf("; per-step cost %.2fx that of the narrower (%.2f-%.2f)", med, lo, hi);
+	}
+	if (!nn || !nw)
+		printf(" failed");
+	printf("\n");
+	free(narrow);
+	free(wide);
+	free(ratio);
 }
 
 int main(int argc, char **argv)
 {
+	setvbuf(stdout, NULL, _IOLBF, 0); /* each figure as it comes (the runs are long) */
+	const char *r = getenv("TF_BENCH_REPS");
+	int reps = r && atoi(r) > 0 ? atoi(r) : 3;
 	nsteps = argc > 1 ? atoi(argv[1]) : 1000;
 	if (nsteps < 2)
 		nsteps = 2;
@@ -183,6 +273,11 @@ int main(int argc, char **argv)
 	double *lat = tf_xcalloc((size_t)nsteps, sizeof(double));
 	char home[512];
 
+	/* TF_BENCH_DAG=width: only the fan-out width comparison (the rest takes ~20 minutes) */
+	const char *only = getenv("TF_BENCH_DAG");
+	int width_only = only && !strcmp(only, "width");
+	if (width_only)
+		goto width;
 	printf("dag: %d no-op steps run in-process (no program started), durable state (SQLite "
 	       "WAL, every commit synced)\n",
 	       nsteps);
@@ -217,9 +312,15 @@ int main(int argc, char **argv)
 	printf("dag: real shell steps (/usr/bin/touch) through `%s run --plain`, home on this "
 	       "disk, beside Snakemake on the same DAG of touch jobs\n",
 	       getenv("TPUFLOW_BIN") ? getenv("TPUFLOW_BIN") : "build/tpuflow");
-	shell_vs_snakemake(dir, 200, 0);
-	shell_vs_snakemake(dir, nsteps, 0);
-	shell_vs_snakemake(dir, nsteps, 1);
+	shell_vs_snakemake(dir, 200, 0, reps);
+	shell_vs_snakemake(dir, nsteps, 0, reps);
+	shell_vs_snakemake(dir, nsteps, 1, reps);
+width:
+	printf(
+	    "  targets: chain >= 8x faster per step than Snakemake's; per-step cost of a %d-step "
+	    "fan-out <= 1.2x that of a %d-step one\n",
+	    nsteps * 10, nsteps);
+	shell_fanout_width(dir, nsteps, reps);
 	char cmd[600];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd) != 0)

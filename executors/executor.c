@@ -42,9 +42,11 @@ int tf_exec_cancel(struct tf_exec *x, enum tf_fail_class why)
 
 int tf_exec_logs(struct tf_exec *x, int stream, char **out, size_t *len)
 {
+	if (stream != 1 && stream != 2)
+		return -EINVAL;
 	const char *p = x->ops->log_path(x, stream);
 	if (!p)
-		return -EINVAL;
+		return -ENOENT; /* a lazy log never written */
 	return tf_read_file(p, (size_t)64 << 20, out, len);
 }
 
@@ -137,7 +139,7 @@ int tf_exec_head_init(struct tf_exec *x, const struct tf_executor_ops *ops,
 	x->ops = ops;
 	x->started = tf_now_monotonic();
 	if (spec->log_dir) {
-		int rc = tf_mkdir_p(spec->log_dir);
+		int rc = spec->lazy_logs ? 0 : tf_mkdir_p(spec->log_dir);
 		if (rc) {
 			tf_errf(err, errlen, "cannot create log directory '%s': %s", spec->log_dir,
 			        strerror(-rc));
@@ -207,12 +209,14 @@ uint64_t tf_exec_log_cap(void)
 static void move_logs(struct tf_exec *x, int down)
 {
 	static const char *const names[2] = {"stdout.log", "stderr.log"};
-	const char *paths[2] = {x->out_path, x->err_path};
 	x->uploaded = 1;
 	for (int i = 0; i < 2; i++) {
+		const char *path = x->ops->log_path(x, i + 1);
+		if (!path)
+			continue; /* a lazy log never written (tf_exec_spec.lazy_logs) */
 		char *key = tf_xasprintf("%s%s", x->log_prefix ? x->log_prefix : "", names[i]);
-		int rc = down ? tf_objstore_get_file(x->store, key, paths[i])
-		              : tf_objstore_put_file(x->store, key, paths[i], 0);
+		int rc = down ? tf_objstore_get_file(x->store, key, path)
+		              : tf_objstore_put_file(x->store, key, path, 0);
 		if (rc && !(down && rc == -ENOENT))
 			tf_warn("log %s '%s' failed: %s", down ? "download from" : "upload to", key,
 			        tf_objstore_errmsg(x->store));

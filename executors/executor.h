@@ -1,7 +1,7 @@
 /* executor.h — where a step's work runs: one interface (start, poll, wait, cancel, logs) with
  * swappable backends behind a struct of function pointers, one exported instance each:
  *
- *   tf_executor_local      a child process from an argv (never a shell string): fork+exec
+ *   tf_executor_local      a child process from an argv (never a shell string): clone+exec
  *                          into its own process group, with SIGKILL as its parent-death
  *                          signal so it never outlives the thread that started it; a timeout
  *                          or cancel sends SIGTERM to the whole group, then SIGKILL after the
@@ -77,6 +77,9 @@ struct tf_exec_spec {
 	double grace;              /* seconds between SIGTERM and SIGKILL, <= 0: 10 */
 	const char *log_dir;       /* stdout.log and stderr.log go here (created); NULL: a private
 	                              temporary directory removed by tf_exec_free */
+	int lazy_logs;             /* local: log_dir and a stream's log are created at the
+	                              stream's first byte, so a silent program leaves no file;
+	                              log_path is NULL for a stream that wrote nothing */
 	struct tf_objstore *store; /* when set, logs are uploaded on completion ... */
 	const char *log_prefix;    /* ... as PREFIX + "stdout.log" / "stderr.log" (slurm: the
 	                              job puts them there itself and they are fetched into
@@ -120,7 +123,8 @@ struct tf_executor_ops {
 	/* Asks it to stop; `why` is TF_FAIL_CANCELLED, TF_FAIL_PREEMPTED or TF_FAIL_TIMEOUT (the
 	 * caller's own deadline passed). Returns at once. */
 	int (*cancel)(struct tf_exec *x, enum tf_fail_class why);
-	/* The path of the captured stdout (stream 1) or stderr (2) log. */
+	/* The path of the captured stdout (stream 1) or stderr (2) log; NULL for a lazy log
+	 * (tf_exec_spec.lazy_logs) that was never created. */
 	const char *(*log_path)(const struct tf_exec *x, int stream);
 	void (*free)(struct tf_exec *x);
 };
@@ -136,7 +140,8 @@ int tf_exec_start(const struct tf_executor_ops *ops, const struct tf_exec_spec *
 int tf_exec_poll(struct tf_exec *x, struct tf_exec_result *res);
 int tf_exec_wait(struct tf_exec *x, double timeout, struct tf_exec_result *res);
 int tf_exec_cancel(struct tf_exec *x, enum tf_fail_class why);
-/* Reads what a stream has captured so far (up to 64 MiB) into a new buffer the caller frees. */
+/* Reads what a stream has captured so far (up to 64 MiB) into a new buffer the caller frees;
+ * -ENOENT for a lazy log that was never written (nothing captured). */
 int tf_exec_logs(struct tf_exec *x, int stream, char **out, size_t *len);
 void tf_exec_free(struct tf_exec *x);
 /* The process group a `local` attempt runs in (its leader's pid), 0 for in-process work. The

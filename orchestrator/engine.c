@@ -112,32 +112,58 @@ static json_t *lookup(void *ctx, const struct tf_ref *ref)
 
 /* ---- the coordinator ----------------------------------------------------------------- */
 
-void tf_engine_view_update(struct engine *e)
+void tf_engine_view_mark(struct engine *e, struct estep *s)
+{
+	if (!e->view || s->view_marked)
+		return;
+	if (!e->view_dirty)
+		e->view_dirty = tf_xcalloc(e->n + 1, sizeof(*e->view_dirty));
+	s->view_marked = 1;
+	e->view_dirty[e->nview_dirty++] = s->idx;
+}
+
+void tf_engine_view_update(struct engine *e, int in_round)
 {
 	if (!e->view)
 		return;
-	struct tf_view_row *rows = tf_xcalloc(e->n, sizeof(*rows));
+	double mono = tf_now_monotonic();
+	/* A round shows only its marked rows in plain mode, every row when the view's refresh
+	 * interval has passed (progress lines) or on a terminal (the table needs them all). */
+	int full = !in_round || tf_view_is_tty(e->view) ||
+	           mono - e->view_full_at >= tf_view_interval(e->view);
+	size_t k = full ? e->n : e->nview_dirty;
+	struct tf_view_row *rows = k ? tf_xcalloc(k, sizeof(*rows)) : NULL;
 	double now = tf_now_wall();
 	pthread_mutex_lock(&e->mu);
-	for (size_t i = 0; i < e->n; i++) {
-		struct estep *s = &e->steps[i];
-		rows[i].name = s->def->name;
-		rows[i].type = tf_step_type_name(s->def->type);
+	for (size_t j = 0; j < k; j++) {
+		struct estep *s = &e->steps[full ? j : e->view_dirty[j]];
+		rows[j].name = s->def->name;
+		rows[j].type = tf_step_type_name(s->def->type);
 		/* a placed train step waiting for a worker is running in the database (its
 		 * attempt began with the slice request) but queued for people */
-		rows[i].state = tf_step_state_name(s->waiting_worker ? TF_STEP_QUEUED : s->state);
-		rows[i].attempt = s->attempts;
-		rows[i].duration =
+		rows[j].state = tf_step_state_name(s->waiting_worker ? TF_STEP_QUEUED : s->state);
+		rows[j].attempt = s->attempts;
+		rows[j].duration =
 		    s->started_wall > 0
 		        ? (s->finished_wall > 0 ? s->finished_wall : now) - s->started_wall
 		        : -1;
-		rows[i].progress = s->state == TF_STEP_RUNNING ? tf_xstrdup(s->progress) : NULL;
-		rows[i].reason = s->reason[0] ? s->reason : NULL;
+		rows[j].progress = s->state == TF_STEP_RUNNING ? tf_xstrdup(s->progress) : NULL;
+		rows[j].reason = s->reason[0] ? s->reason : NULL;
 	}
 	pthread_mutex_unlock(&e->mu);
-	tf_view_update(e->view, rows, e->n);
-	for (size_t i = 0; i < e->n; i++)
-		free(rows[i].progress);
+	if (full)
+		tf_view_update(e->view, rows, e->n);
+	else if (k)
+		tf_view_update_rows(e->view, rows, e->view_dirty, k, e->n);
+	if (in_round) { /* the marks are the baton holder's */
+		for (size_t j = 0; j < e->nview_dirty; j++)
+			e->steps[e->view_dirty[j]].view_marked = 0;
+		e->nview_dirty = 0;
+		if (full)
+			e->view_full_at = mono;
+	}
+	for (size_t j = 0; j < k; j++)
+		free(rows[j].progress);
 	free(rows);
 }
 
@@ -188,6 +214,7 @@ int tf_engine_step_move(struct engine *e, struct estep *s, enum tf_step_state to
 	s->state = to;
 	if (u && u->reason)
 		snprintf(s->reason, sizeof(s->reason), "%s", u->reason);
+	tf_engine_view_mark(e, s);
 	return 0;
 }
 
@@ -669,7 +696,7 @@ int tf_engine_coord_round(struct engine *e, int by_worker)
 		goto fail;
 	/* Durable: now hand the new attempts to the workers. */
 	hand_over(e, start + handed, nstart - handed, by_worker);
-	tf_engine_view_update(e);
+	tf_engine_view_update(e, 1);
 	int waiting = 0;
 	if (e->nrunning == 0) {
 		for (size_t i = 0; i < e->n; i++)

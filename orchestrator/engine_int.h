@@ -57,6 +57,7 @@ struct estep {
 	int64_t slice_row;          /* [C] its broker ticket (slice_jobs row), 0 none */
 	enum tf_fail_class reclaim; /* [C] the broker took the slice back: why (else NONE) */
 	char reclaim_why[256];      /* [C] in words */
+	int view_marked;            /* [C] in e->view_dirty */
 };
 
 struct engine {
@@ -107,6 +108,9 @@ struct engine {
 	pthread_t *workers;
 	int nworkers;
 	struct tf_view *view;
+	size_t *view_dirty, nview_dirty; /* [C] steps whose row may have changed since the view
+	                                    last showed them (plain mode shows only those) */
+	double view_full_at;             /* [C] monotonic time the view last saw every row */
 	unsigned rng;             /* jitter */
 	struct tf_broker *broker; /* [C] slices for train steps (created on first use) */
 	int slice_poll;           /* [C] attempts wait for or hold a slice: drive polls */
@@ -143,7 +147,13 @@ int tf_engine_attempt_end(struct engine *e, struct estep *s, enum tf_attempt_sta
 int tf_engine_coord_round(struct engine *e, int by_worker);
 int tf_engine_first_round(struct engine *e);
 int tf_engine_drive(struct engine *e, int *cache_hits);
-void tf_engine_view_update(struct engine *e);
+/* Shows the run on e->view. Outside a round (in_round 0: before and after the drive) every
+ * row; in a round, in plain mode, only the steps marked by tf_engine_view_mark since the
+ * last round, so a round costs what changed in it, not the width of the run (every row once
+ * the view's refresh interval has passed, for progress lines, and always on a terminal). */
+void tf_engine_view_update(struct engine *e, int in_round);
+/* Notes that step s's row (state, attempt, queued) changed. */
+void tf_engine_view_mark(struct engine *e, struct estep *s);
 void tf_engine_set_reason(struct estep *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Canonical JSON of what is recorded of the step's inputs (caller frees): with_rec when the

@@ -34,6 +34,7 @@ static void engine_release(struct engine *e)
 		free(e->dependents ? e->dependents[i] : NULL);
 	}
 	free(e->steps);
+	free(e->view_dirty);
 	free(e->dependents);
 	free(e->ndependents);
 	free(e->queue);
@@ -277,7 +278,7 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 		tf_engine_stop_workers(e);
 		return rc;
 	}
-	tf_engine_view_update(e);
+	tf_engine_view_update(e, 0);
 	rc = tf_engine_drive(e, &cache_hits);
 	tf_engine_stop_workers(e);
 	/* logs the store refused during this run or an earlier one, now that it may be back */
@@ -338,7 +339,7 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 		tf_errf(err, errlen, "run '%s': %s", e->run_id, tf_store_errmsg(e->db));
 		return rc;
 	}
-	tf_engine_view_update(e);
+	tf_engine_view_update(e, 0);
 	memcpy(res->run_id, e->run_id, sizeof(res->run_id));
 	res->state = final;
 	res->summary = NULL;

@@ -157,6 +157,7 @@ static int admit(struct engine *e, struct estep *s, struct estep **start, size_t
 	e->waitq[(e->wq_head + e->wq_len) % e->n] = s;
 	e->wq_len++;
 	s->waiting_worker = 1;
+	tf_engine_view_mark(e, s);
 	if (s->state != TF_STEP_RUNNING) {
 		struct tf_step_update u = {.reason = "waiting for a worker"};
 		rc = tf_engine_step_move(e, s, TF_STEP_QUEUED, &u);
@@ -174,6 +175,7 @@ int tf_engine_admit_waiting(struct engine *e, struct estep **start, size_t *nsta
 		e->wq_head = (e->wq_head + 1) % e->n;
 		e->wq_len--;
 		s->waiting_worker = 0;
+		tf_engine_view_mark(e, s);
 		rc = admitted(e, s, start, nstart);
 	}
 	return rc;

@@ -1,5 +1,5 @@
 /* kinds_shell.c — owns the shell step: an argv list (never a shell string) run through the
- * executors' `local` backend (executors/executor.h: fork+exec into its own process group that
+ * executors' `local` backend (executors/executor.h: clone+exec into its own process group that
  * dies with its engine, recorded with the attempt; a timeout or Ctrl-C kills the whole group
  * with SIGTERM then SIGKILL after a grace period),
  * stdout/stderr appended to the attempt's log, and outputs/metrics read back from files the
@@ -297,6 +297,7 @@ int tf_kind_shell(struct tf_step_run *r)
 	                            .grace = r->grace,
 	                            .log_dir = log_dir,
 	                            .log_max = r->def ? r->def->log_max : 0,
+	                            .lazy_logs = ops == &tf_executor_local, /* silent: no file */
 	                            .slurm = ops == &tf_executor_slurm ? &ks.spec : NULL};
 	char *self = NULL;
 	if (ops == &tf_executor_slurm) { /* the job puts its logs in the store */

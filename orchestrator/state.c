@@ -474,8 +474,20 @@ int tf_run_mark_resume(struct tf_store *st, const char *run, int retry, char *er
 
 int tf_attempt_set_pgid(struct tf_store *st, const char *run, const char *step, int n, long pgid)
 {
-	return tf_store_run(st, "UPDATE attempts SET pgid=? WHERE run_id=? AND step=? AND n=?",
-	                    "itti", (int64_t)pgid, run, step, (int64_t)n);
+	/* A process group means something only while its processes live, and they do not
+	 * outlive the machine: the row must survive the death of this process (a resume ends
+	 * the group it left; the page cache keeps the written commit), not a power loss, so its
+	 * commit does not wait for a sync (one fdatasync less per child process, while the child
+	 * starts); the next commit that waits carries it to disk. Inside a caller's transaction
+	 * it is written with that transaction. */
+	int own = !tf_store_in_transaction(st);
+	if (own)
+		tf_store_defer_sync(st, 1);
+	int rc = tf_store_run(st, "UPDATE attempts SET pgid=? WHERE run_id=? AND step=? AND n=?",
+	                      "itti", (int64_t)pgid, run, step, (int64_t)n);
+	if (own)
+		tf_store_defer_sync(st, 0);
+	return rc;
 }
 
 int tf_step_get_state(struct tf_store *st, const char *run, const char *step,

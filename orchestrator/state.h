@@ -167,7 +167,9 @@ int tf_attempt_set_state(struct tf_store *st, const char *run, const char *step,
  * is not failed/interrupted), -EBUSY (a live owner drives it), -ENOENT; message in err. */
 int tf_run_mark_resume(struct tf_store *st, const char *run, int retry, char *err, size_t errlen);
 
-/* Records the process group of the attempt's child process. */
+/* Records the process group of the attempt's child process; on its own (outside a
+ * transaction) its commit does not wait for a sync: it must survive this process, not the
+ * machine. */
 int tf_attempt_set_pgid(struct tf_store *st, const char *run, const char *step, int n, long pgid);
 
 /* Appends an event that is not a state change (kind e.g. "model", "deploy", "cache"). */

@@ -3,6 +3,7 @@
 #include "orchestrator/view.h"
 #include "common/common.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,6 @@
 #define PLAIN_PROGRESS_S 5.0 /* plain mode: a progress line per step at most this often */
 
 struct row_memo {
-	char *name;         /* step name */
 	char state[16];     /* last state printed */
 	int attempt;        /* last attempt printed */
 	double progress_at; /* when a progress line was last printed */
@@ -43,8 +43,6 @@ void tf_view_free(struct tf_view *v)
 {
 	if (!v)
 		return;
-	for (size_t i = 0; i < v->nmemo; i++)
-		free(v->memo[i].name);
 	free(v->memo);
 	free(v);
 }
@@ -355,22 +353,23 @@ static void redraw(struct tf_view *v, const struct tf_view_row *rows, size_t n)
 	fflush(v->f);
 }
 
-static void plain(struct tf_view *v, const struct tf_view_row *rows, size_t n)
+/* Prints what changed in rows[j], row at[j] (j itself when at is NULL) of the n shown. */
+static void plain(struct tf_view *v, const struct tf_view_row *rows, const size_t *at, size_t k,
+                  size_t n)
 {
 	double now = tf_now_monotonic();
 	if (v->nmemo != n) {
-		for (size_t i = 0; i < v->nmemo; i++)
-			free(v->memo[i].name);
 		free(v->memo);
 		v->memo = tf_xcalloc(n + 1, sizeof(*v->memo));
 		v->nmemo = n;
-		for (size_t i = 0; i < n; i++) {
-			v->memo[i].name = tf_xstrdup(rows[i].name);
+		for (size_t i = 0; i < n; i++)
 			snprintf(v->memo[i].state, sizeof(v->memo[i].state), "pending");
-		}
 	}
-	for (size_t i = 0; i < n; i++) {
-		const struct tf_view_row *r = &rows[i];
+	for (size_t j = 0; j < k; j++) {
+		const struct tf_view_row *r = &rows[j];
+		size_t i = at ? at[j] : j;
+		if (i >= n)
+			continue;
 		struct row_memo *m = &v->memo[i];
 		if (strcmp(m->state, r->state) || m->attempt != r->attempt) {
 			char dur[32];
@@ -402,5 +401,19 @@ void tf_view_update(struct tf_view *v, const struct tf_view_row *rows, size_t n)
 	if (v->tty)
 		redraw(v, rows, n);
 	else
-		plain(v, rows, n);
+		plain(v, rows, NULL, n, n);
+}
+
+int tf_view_update_rows(struct tf_view *v, const struct tf_view_row *rows, const size_t *at,
+                        size_t k, size_t n)
+{
+	if (v->tty)
+		return -EINVAL;
+	plain(v, rows, at, k, n);
+	return 0;
+}
+
+int tf_view_is_tty(const struct tf_view *v)
+{
+	return v->tty;
 }

@@ -25,7 +25,9 @@
  * Speed: placement results are memoised per requested shape while the pool's occupancy
  * generation is unchanged (ten thousand queued jobs share a few dozen shapes), the head's
  * reservation is kept while nothing that could move it changed (epoch), and the walk stops
- * after backfill_depth jobs or as soon as no chip is free.
+ * after examining backfill_depth jobs, after its first pass has passed backfill_depth jobs
+ * (skipped ones count, and the second pass goes no further than the first went, so the work
+ * of a tick is bounded whatever the length of the queue), or as soon as no chip is free.
  */
 #include "scheduler/sched_int.h"
 #include "accel/tpu.h"
@@ -1402,14 +1404,13 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 	if (p->queued == 0)
 		return;
 	struct scan st = {0};
-	int examined = 0;
+	int examined = 0, walked = 0, spent = 0;
 	s->walk_serial++;
 	int *cursor = s->cursor, np = s->nprojects;
 	for (int prio = TF_SCHED_PRIO_MAX; prio >= 0; prio--) {
 		st.borrowers = 0;
-		for (int pass = 0; pass < 2; pass++) {
-			if (pass == 1 && !st.borrowers)
-				break;
+		for (int pass = 0; pass < 2 && !(pass == 1 && !st.borrowers); pass++) {
+			int left = st.borrowers; /* pass 1: deferred borrowers not reached yet */
 			int any = 0;
 			for (int k = 0; k < np; k++) {
 				cursor[k] = p->q[k * NPRIO + prio].head;
@@ -1427,8 +1428,15 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 					     s->jobs[cursor[k]].seq < s->jobs[cursor[best]].seq))
 						best = k;
 				}
-				if (best < 0)
+				if (best < 0 || (pass == 1 && left == 0))
+					break; /* pass 1 goes no further than pass 0 went */
+				/* every job the first pass passes counts, skipped ones too: a queue
+				 * of 100,000 borrowers, skipped without counting, made each tick
+				 * walk them all; the borrowers it deferred still get their pass */
+				if (pass == 0 && ++walked > s->cfg.backfill_depth) {
+					spent = 1;
 					break;
+				}
 				struct job *j = &s->jobs[cursor[best]];
 				cursor[best] = j->next;
 				if (j->has_target)
@@ -1443,6 +1451,8 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 				}
 				if (pass == 1 && j->borrow_walk != s->walk_serial)
 					continue;
+				if (pass == 1)
+					left--;
 				if (++examined > s->cfg.backfill_depth)
 					return;
 				if (p->busy_chips + p->failed_chips >= p->t.nchips &&
@@ -1452,6 +1462,8 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 					return;
 			}
 		}
+		if (spent)
+			return; /* lower priorities wait for the next tick */
 	}
 }
 

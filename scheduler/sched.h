@@ -42,7 +42,9 @@ struct tf_sched_config {
 	double grace_seconds;        /* preemption: time to checkpoint before KILL (default 30) */
 	double default_estimate;     /* duration assumed for jobs that give none (default 3600) */
 	double fair_half_life;       /* half-life of the usage history behind fair share (3600) */
-	int backfill_depth;          /* queued jobs examined per pool per tick (default 1000) */
+	int backfill_depth;          /* queued jobs examined per pool per tick, and jobs the
+	                                walk's first pass passes, skipped ones included
+	                                (default 1000) */
 	int preemption;              /* 1: jobs may preempt to reclaim borrowed capacity, by
 	                                priority, and within a project (default 1) */
 };

@@ -110,7 +110,9 @@ YAML
   fail "a hook to a host not on the allowlist was accepted"
 grep -q "allowlist" "$dir/deny.log" || fail "the allowlist refusal does not say why: $(cat "$dir/deny.log")"
 grep -q "$WH_SECRET" <<<"$("$bin" hooks list --home "$H" --json)" && fail "hooks list shows the secret"
-grep -qa "${WH_SECRET#whsec_}" "$H/tpuflow.db" && fail "the secret is in the database"
+# the database and its WAL (commits stay there until a checkpoint)
+grep -qa "${WH_SECRET#whsec_}" "$H/tpuflow.db" "$H/tpuflow.db-wal" 2>/dev/null &&
+  fail "the secret is in the database"
 "$bin" hooks test oncall --home "$H" >"$dir/test.log" 2>&1 || fail "hooks test: $(cat "$dir/test.log")"
 
 # ---- a failing run, embedded: Standard Webhooks, Slack, Alertmanager

@@ -154,6 +154,45 @@ static void test_executor_log_cap_keeps_head_and_tail(void **state)
 	tf_exec_free(x);
 }
 
+/* Lazy logs: a silent program leaves neither the log directory nor a log file; a program
+ * that writes to one stream gets that stream's file only, holding what it wrote. */
+static void test_executor_lazy_logs(void **state)
+{
+	(void)state;
+	char *quiet[] = {"/bin/sh", "-c", "exit 0", NULL};
+	char *chatty[] = {"/bin/sh", "-c", "echo only-err >&2; exit 4", NULL};
+	struct tf_exec_spec spec = {
+	    .argv = quiet, .timeout = 10, .log_dir = "lazy/a", .lazy_logs = 1};
+	struct tf_exec *x = NULL;
+	char err[256];
+	struct tf_exec_result r;
+	assert_int_equal(tf_exec_start(&tf_executor_local, &spec, &x, err, sizeof(err)), 0);
+	assert_int_equal(tf_exec_wait(x, -1, &r), 0);
+	assert_int_equal(r.fclass, TF_FAIL_NONE);
+	assert_null(tf_executor_local.log_path(x, 1));
+	assert_null(tf_executor_local.log_path(x, 2));
+	char *buf = NULL;
+	size_t len = 0;
+	assert_int_equal(tf_exec_logs(x, 1, &buf, &len), -ENOENT);
+	tf_exec_free(x);
+	struct stat sb;
+	assert_int_equal(stat("lazy/a", &sb), -1);
+	assert_int_equal(errno, ENOENT);
+
+	spec.argv = chatty;
+	spec.log_dir = "lazy/b";
+	assert_int_equal(tf_exec_start(&tf_executor_local, &spec, &x, err, sizeof(err)), 0);
+	assert_int_equal(tf_exec_wait(x, -1, &r), 0);
+	assert_int_equal(r.fclass, TF_FAIL_ERROR);
+	assert_null(tf_executor_local.log_path(x, 1));
+	assert_string_equal(tf_executor_local.log_path(x, 2), "lazy/b/stderr.log");
+	char *e = logs(x, 2);
+	assert_string_equal(e, "only-err\n");
+	free(e);
+	assert_int_equal(access("lazy/b/stdout.log", F_OK), -1);
+	tf_exec_free(x);
+}
+
 /* The shell and its background grandchild both ignore SIGTERM: the timeout's SIGTERM does
  * nothing, SIGKILL after the grace takes the whole group. */
 static void test_executor_timeout_kills_group(void **state)
@@ -409,6 +448,7 @@ int main(void)
 	    cmocka_unit_test(test_executor_argv_verbatim),
 	    cmocka_unit_test(test_executor_logs_and_exit_code),
 	    cmocka_unit_test(test_executor_log_cap_keeps_head_and_tail),
+	    cmocka_unit_test(test_executor_lazy_logs),
 	    cmocka_unit_test(test_executor_timeout_kills_group),
 	    cmocka_unit_test(test_executor_killed_child_reported),
 	    cmocka_unit_test(test_executor_exit_codes_mapped),

@@ -346,6 +346,46 @@ static int run_cli(const char *args)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* The process group goes in without waiting for a sync: a child process writes it and dies
+ * without closing anything (as under kill -9); a new handle reads it. Inside a transaction
+ * the row is written with the caller's transaction. */
+static void test_store_pgid_unsynced_survives_the_process(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_db("pg.db");
+	char id[32];
+	make_run(st, id);
+	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_RUNNING, NULL), 0);
+	assert_int_equal(tf_attempt_create(st, id, "a", 1), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct tf_store *c = NULL;
+		char err[256];
+		if (tf_store_open("pg.db", 0, &c, err, sizeof(err)) ||
+		    tf_attempt_set_pgid(c, id, "a", 1, 4242))
+			_exit(1);
+		_exit(0); /* no close, no checkpoint */
+	}
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	struct tf_store *again = open_db("pg.db");
+	int64_t v = 0;
+	assert_int_equal(
+	    tf_store_query_int(again, &v, "SELECT pgid FROM attempts WHERE run_id=?", "t", id), 0);
+	assert_int_equal(v, 4242);
+	assert_int_equal(tf_attempt_set_pgid(again, id, "a", 1, 77), 0);
+	assert_int_equal(tf_store_begin(again), 0);
+	assert_int_equal(tf_attempt_set_pgid(again, id, "a", 1, 78), 0);
+	assert_int_equal(tf_store_commit(again), 0);
+	assert_int_equal(
+	    tf_store_query_int(st, &v, "SELECT pgid FROM attempts WHERE run_id=?", "t", id), 0);
+	assert_int_equal(v, 78);
+	tf_store_close(again);
+	tf_store_close(st);
+}
+
 static void test_store_db_command_status_migrate_and_refusal(void **state)
 {
 	(void)state;
@@ -395,6 +435,7 @@ int main(void)
 	    cmocka_unit_test(test_store_run_state_machine),
 	    cmocka_unit_test(test_store_run_claim_is_compare_and_set),
 	    cmocka_unit_test(test_store_step_and_attempt_transitions_log_events),
+	    cmocka_unit_test(test_store_pgid_unsynced_survives_the_process),
 	    cmocka_unit_test(test_store_db_command_status_migrate_and_refusal),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,6 +10,7 @@
 
 #include "orchestrator/view.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,48 @@ static void test_view_tty_lines_fit_the_terminal(void **state)
 	free(buf);
 }
 
+/* Plain mode shown only the rows that changed: each change is one line, rows not passed keep
+ * what was printed (nothing repeated), and a TTY view refuses (its table needs every row). */
+static void test_view_plain_rows_that_changed(void **state)
+{
+	(void)state;
+	FILE *f = tmpfile();
+	assert_non_null(f);
+	struct tf_view *v = tf_view_new(f, 0, "20261130-000000-abcdef", "p");
+	struct tf_view_row all[3] = {{"a", "shell", "pending", 0, -1, NULL, NULL},
+	                             {"b", "shell", "pending", 0, -1, NULL, NULL},
+	                             {"c", "shell", "pending", 0, -1, NULL, NULL}};
+	tf_view_update(v, all, 3); /* nothing has moved yet: no line */
+	struct tf_view_row one = {"c", "shell", "running", 1, 0.5, NULL, NULL};
+	size_t at = 2;
+	assert_int_equal(tf_view_update_rows(v, &one, &at, 1, 3), 0);
+	assert_int_equal(tf_view_update_rows(v, &one, &at, 1, 3), 0); /* unchanged: no line */
+	one.state = "succeeded";
+	assert_int_equal(tf_view_update_rows(v, &one, &at, 1, 3), 0);
+	all[2] = one;
+	tf_view_update(v, all, 3); /* every row again: nothing new to say */
+	tf_view_free(v);
+	long size = ftell(f);
+	char *buf = calloc(1, (size_t)size + 1);
+	rewind(f);
+	assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
+	fclose(f);
+	int lines = 0;
+	for (char *p = buf; (p = strchr(p, '\n')); p++)
+		lines++;
+	assert_int_equal(lines, 3); /* the header, c running, c succeeded */
+	assert_non_null(strstr(buf, "c                  running   attempt 1"));
+	assert_non_null(strstr(buf, "c                  succeeded"));
+	assert_null(strstr(buf, " a "));
+	free(buf);
+
+	FILE *t = tmpfile();
+	struct tf_view *tv = tf_view_new(t, 1, "20261130-000000-abcdef", "p");
+	assert_int_equal(tf_view_update_rows(tv, &one, &at, 1, 3), -EINVAL);
+	tf_view_free(tv);
+	fclose(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -224,6 +267,7 @@ int main(void)
 	    cmocka_unit_test(test_view_epoch_event_keeps_the_bar),
 	    cmocka_unit_test(test_view_tall_dag_says_how_many_more),
 	    cmocka_unit_test(test_view_no_stale_waiting_note),
+	    cmocka_unit_test(test_view_plain_rows_that_changed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
