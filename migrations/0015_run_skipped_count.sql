@@ -1,4 +1,4 @@
--- 0013_run_skipped_count: a run's `steps_done` counts the steps that have their results
+-- 0015_run_skipped_count: a run's `steps_done` counts the steps that have their results
 -- (succeeded or cached) and `steps_skipped` those skipped by a gate or a need, so GET
 -- /api/v1/runs says "2/3 done, 1 skipped" as `runs list` does (0011 counted skipped steps as
 -- done). The triggers keep both inside the transaction that changes a step.

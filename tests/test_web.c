@@ -493,7 +493,7 @@ static void test_events_and_cancel(void **state)
 }
 
 /* A page's steps, done and skipped counts follow the steps' states (kept by the triggers of
- * migration 0013 in the transaction that changes a step); a skipped step is not done. */
+ * migration 0015 in the transaction that changes a step); a skipped step is not done. */
 static void test_step_counts(void **state)
 {
 	(void)state;
