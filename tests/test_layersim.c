@@ -201,9 +201,14 @@ static void write_file(const char *path, const char *text)
 	fclose(f);
 }
 
+/* The reader tests write their files in a directory of their own (not the working tree). */
 static void test_layersim_reader_errors(void **state)
 {
 	(void)state;
+	char dir[] = "/tmp/tf-layersim-XXXXXX", back[4096];
+	assert_non_null(getcwd(back, sizeof back));
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(chdir(dir), 0);
 	char err[512];
 	struct tf_layer *l = NULL;
 	size_t n;
@@ -243,6 +248,12 @@ static void test_layersim_reader_errors(void **state)
 	assert_int_equal(tf_layersim_read_cfg("c3.cfg", &cfg, err, sizeof err), 0);
 	assert_true(cfg.rows == 8 && cfg.cols == 4 && cfg.bandwidth == 10 &&
 	            cfg.dataflow == TF_MXU_IS && cfg.user_bandwidth);
+	static const char *const made[] = {"t1.csv", "t2.csv", "t3.csv", "t4.csv",
+	                                   "c1.cfg", "c2.cfg", "c3.cfg"};
+	for (size_t i = 0; i < sizeof made / sizeof made[0]; i++)
+		assert_int_equal(unlink(made[i]), 0);
+	assert_int_equal(chdir(back), 0);
+	assert_int_equal(rmdir(dir), 0);
 }
 
 /* Sizes from a topology file whose products wrap 64 bits (a window of (2^32-1)^2 x 2^31
