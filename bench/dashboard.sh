@@ -86,13 +86,14 @@ with db:
 print("dashboard: home with %d runs, %d events" % (db.execute("SELECT count(*) FROM runs").fetchone()[0],
       db.execute("SELECT count(*) FROM event_seq").fetchone()[0]))
 PY
-start() { # HOME -> URL
+start() { # HOME (in this shell, so clean-up knows the pid)
   "$bin" daemon --home "$1" --listen 127.0.0.1:0 --no-auth >>"$dir/d.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 200); do [[ -s $1/daemon.json ]] && break; sleep 0.05; done
-  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["url"])' "$1/daemon.json"
 }
-ub=$(start "$dir/big") && us=$(start "$dir/small") || { echo "dashboard: a daemon did not start"; exit 1; }
+url() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["url"])' "$1/daemon.json"; }
+start "$dir/big" && start "$dir/small"
+ub=$(url "$dir/big") && us=$(url "$dir/small") || { echo "dashboard: a daemon did not start"; exit 1; }
 id() {
   python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT id FROM runs WHERE pipeline=?", (sys.argv[2],)).fetchone()[0])' "$dir/big/tpuflow.db" "$1"; }
 node bench/dashboard.mjs "$ub" "$us" "$(id wide)" "$(id five)"

@@ -69,8 +69,9 @@ export async function followText(path, onText, signal) {
 // header the API needs): calls onEvent(name, data) for each event until the stream sends
 // `end` or signal aborts. A stream that breaks is opened again after the server's `retry:`
 // with the newest `id:` it sent as Last-Event-ID, so nothing is missed or repeated; an answer
-// that is not 200 (a revoked token, a run gone) ends it with an ApiError.
-export async function follow(path, onEvent, signal) {
+// that is not 200 (a revoked token, a run gone) ends it with an ApiError. onOpen (optional)
+// is called each time the stream is (re)opened.
+export async function follow(path, onEvent, signal, onOpen) {
   let last = null, retry = 2000;
   for (;;) {
     let ended = false;
@@ -79,6 +80,7 @@ export async function follow(path, onEvent, signal) {
       if (last !== null) h['Last-Event-ID'] = last;
       const res = await fetch(path, { headers: h, signal });
       if (!res.ok) throw await failure(res);
+      if (onOpen) onOpen();
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
       let buf = '';
       for (;;) {

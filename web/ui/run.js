@@ -196,7 +196,9 @@ export function runPage(main, id, query, problem) {
         dagBox.replaceChildren(h('p', { class: 'error' }, 'graph: ' + e.message));
       }
       if (FINAL.has(run.state)) return;
-      await follow(path + '/events', () => refresh(), ctl.signal);
+      // from now on (the page has just read the run): what changed between that read and the
+      // stream's start is read again once it is open
+      await follow(path + '/events?after=latest', () => refresh(), ctl.signal, () => refresh());
       await refresh();
     } catch (e) {
       if (!ctl.signal.aborted) problem(e);
