@@ -335,6 +335,19 @@ async function authPass() {
   check(busy.every(([s, r]) => s === 'busy' && r === hold), `slice map while training: ${JSON.stringify(busy)}`);
   await shot('slices.png');
   await page.screenshot({ path: join(E.SHOTS, 'readme-slices.png') });
+  // its attempt marked as a Slurm job (the columns orchestrator/kinds_slurm.c writes; a
+  // fixture here, tests/it_slurm.sh lists a real one with `tpuflow slices`): the page lists it
+  execFileSync('python3', ['-c', `import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], timeout=30)
+with db:
+    db.execute("UPDATE attempts SET slurm_job=5150, slurm_nodes='tpu-node3', slurm_state='RUNNING' WHERE run_id=? AND step='train' AND state='running'", (sys.argv[2],))`,
+  E.HOME_DIR + '/tpuflow.db', hold]);
+  await page.waitForSelector('table.slurm tr[data-slurm-job="5150"]');
+  const onSlurm = (await api('/api/v1/slices', E.READ)).slurm;
+  check(onSlurm.length === 1 && onSlurm[0].run === hold && (await page.$eval('table.slurm tbody tr', (e) => e.textContent))
+    .includes('5150') && (await page.$eval('table.slurm tbody tr', (e) => e.textContent)).includes('RUNNINGtpu-node3'),
+  `the steps on Slurm: ${JSON.stringify(onSlurm)}`);
+  await shot('slices-slurm.png');
   // an operator marks a chip failed: it is drawn failed, and the training waits with a reason
   await api('/api/v1/slices/v4/chips/1,1,0:fail', E.ADMIN, { method: 'POST' });
   await page.waitForSelector('[data-chip="1,1,0"][data-state=failed]', { timeout: 30000 });

@@ -177,8 +177,16 @@ export function runPage(main, id, query, problem) {
     if (!ctl.signal.aborted) { run = r; draw(); }
     return r;
   };
+  // One load at a time; a refresh asked while one is under way (its answer may predate what
+  // was asked for) makes one more load after it, so the newest change is always read.
+  let again = false;
   const refresh = () => {
-    if (!pending) pending = load().finally(() => { pending = null; });
+    if (pending) { again = true; return pending; }
+    pending = (async () => {
+      try {
+        do { again = false; await load(); } while (again && !ctl.signal.aborted);
+      } finally { pending = null; }
+    })();
     return pending;
   };
 

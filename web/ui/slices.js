@@ -1,7 +1,8 @@
 // slices.js — the slice pool (#/slices): each pool's torus as a picture, one plane of chips
 // per z, every chip coloured by the run holding it (failed chips crossed out, chips held for
-// a waiting job hatched); the queue with each waiting attempt's priority, project, wait,
-// preemptions and reason; slice-seconds by project. Redrawn every few seconds.
+// a waiting job hatched); the steps running as Slurm jobs (job id, Slurm state, nodes); the
+// queue with each waiting attempt's priority, project, wait, preemptions and reason;
+// slice-seconds by project. Redrawn every few seconds.
 import { get } from './api.js';
 import { h, s, duration, num } from './dom.js';
 
@@ -70,6 +71,15 @@ export function slicesPage(main, problem) {
           h('td', { class: 'num' }, duration(r.started_at, now)),
           h('td', { class: 'num' }, String(r.preemptions || 0))))))
         : h('p', { class: 'muted' }, 'No attempt holds a slice now.'),
+      // steps running as Slurm jobs (executor: slurm): their chips are Slurm's GRES, not ours
+      ...((v.slurm || []).length ? [h('h2', {}, 'On Slurm'), h('table', { class: 'slurm' },
+        h('thead', {}, h('tr', {}, ['Run', 'Step', 'Attempt', 'Slurm job', 'Slurm state', 'Nodes']
+          .map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', {}, v.slurm.map((j) => h('tr', { 'data-run': j.run, 'data-slurm-job': j.slurm_job },
+          h('td', {}, h('a', { href: `#/runs/${encodeURIComponent(j.run)}?step=${encodeURIComponent(j.step)}` }, j.run)),
+          h('td', {}, j.step), h('td', { class: 'num' }, String(j.attempt)),
+          h('td', { class: 'num' }, String(j.slurm_job)), h('td', {}, j.state || '—'),
+          h('td', {}, j.nodes || 'pending')))))] : []),
       h('h2', {}, 'Queue'),
       v.waiting.length ? h('table', { class: 'queue' },
         h('thead', {}, h('tr', {}, ['Run', 'Step', 'Attempt', 'Slice', 'Chips', 'Priority', 'Project', 'Waiting', 'Preemptions', 'Reason']
