@@ -324,6 +324,8 @@ async function authPass() {
   await page.click('.trigger summary');
   await page.selectOption('#tr-pipeline', 'longtrain');
   await page.waitForSelector('input[data-param=steps]');
+  // it trains until cancelled, however fast training is
+  await page.fill('input[data-param=steps]', '100000000');
   await page.click('.trigger-form button[type=submit]');
   await page.waitForFunction(() => /^#\/runs\/[^/?]+$/.test(location.hash));
   const hold = decodeURIComponent((await page.evaluate(() => location.hash)).split('/')[2]);
