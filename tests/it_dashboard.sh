@@ -104,7 +104,9 @@ lines += ["  - name: join", "    type: shell",
           "    with: {argv: [/bin/echo, joined]}"]
 open("wide.yaml", "w").write("\n".join(lines) + "\n")
 EOF
-# a training that runs until stopped (preempted or cancelled), checkpointing only when asked
+# a training bounded by its `steps` (the dashboard test starts one with 10^8 that runs until it is
+# cancelled), checkpointing only when asked:
+# 50 steps an epoch, so its step bound, not its epochs, ends it
 cat >long.yaml <<EOF
 name: longtrain
 params:
@@ -120,7 +122,7 @@ steps:
     accelerator: v4-8
     executor: local
     cache: false
-    with: {dataset: '\${steps.prep.outputs.dataset}', hidden: [32], epochs: 1000, batch: 64,
+    with: {dataset: '\${steps.prep.outputs.dataset}', hidden: [32], epochs: 10000000, batch: 64,
            optimizer: sgd, lr: 0.1, seed: 3, max_steps: '\${params.steps}',
            checkpoint_every: 1000000}
   - name: register

@@ -448,7 +448,7 @@ grep -q 'holds 2 TPU chip(s) (2 per node on 1 node(s)) but slice v4-8 needs 4' s
 echo "it_slurm: a v4-8 train job given 2 chips -> error, said why"
 
 # ---- 8. a train job requeued (scontrol requeue): preempted, resumed from its checkpoint ----
-TPUFLOW_LOG=info "$B" --home h-requeue run demo-slurm.yaml --param epochs=12 > requeue.out 2>&1 &
+TPUFLOW_LOG=info "$B" --home h-requeue run demo-slurm.yaml --param epochs=60 > requeue.out 2>&1 &
 pid=$!
 bg+=($pid)
 run=
