@@ -767,16 +767,8 @@ static json_t *param_values(struct tf_store *st, const char *run, json_t *overri
 	char *src = NULL, *path = NULL;
 	if (tf_run_pipeline_source(st, run, &src, &path))
 		return NULL;
-	struct tf_param_override *ov =
-	    tf_xcalloc(json_object_size(overrides) + 1, sizeof(*ov));
-	size_t nov = 0;
-	const char *k;
-	json_t *v;
-	json_object_foreach(overrides, k, v)
-	{
-		ov[nov].name = k;
-		ov[nov++].value = json_string_value(v) ? json_string_value(v) : "";
-	}
+	size_t nov;
+	struct tf_param_override *ov = tf_param_overrides_from_json(overrides, &nov);
 	struct tf_pipeline *p = NULL;
 	struct tf_diag_list diags = {0};
 	json_t *arr = NULL;

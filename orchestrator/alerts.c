@@ -490,15 +490,8 @@ static struct tf_pipeline *run_pipeline(struct tf_store *st, const char *run)
 	struct tf_pipeline *p = NULL;
 	if (src && strstr(src, "alerts")) {
 		json_t *pj = json_loads(params ? params : "{}", 0, NULL);
-		struct tf_param_override *ov = tf_xcalloc(json_object_size(pj) + 1, sizeof(*ov));
-		size_t nov = 0;
-		const char *k;
-		json_t *v;
-		json_object_foreach(pj, k, v)
-		{
-			ov[nov].name = k;
-			ov[nov++].value = json_string_value(v) ? json_string_value(v) : "";
-		}
+		size_t nov;
+		struct tf_param_override *ov = tf_param_overrides_from_json(pj, &nov);
 		struct tf_diag_list d = {0};
 		if (tf_pipeline_load_buffer(path ? path : "pipeline", src, strlen(src), ov, nov,
 		                            TF_PIPELINE_ALLOW_UNSET, &p, &d))

@@ -630,17 +630,7 @@ static int setup_continue(struct engine *e, const struct tf_engine_req *rq,
 		goto out;
 	}
 	pj = json_loads(params ? params : "{}", 0, NULL);
-	if (pj && json_is_object(pj)) {
-		ov = tf_xcalloc(json_object_size(pj) + 1, sizeof(*ov));
-		const char *k;
-		json_t *v;
-		json_object_foreach(pj, k, v)
-		{
-			ov[nov].name = k;
-			ov[nov].value = json_string_value(v) ? json_string_value(v) : "";
-			nov++;
-		}
-	}
+	ov = tf_param_overrides_from_json(pj, &nov);
 	rc = tf_pipeline_load_buffer(path ? path : "pipeline", source, strlen(source), ov, nov, 0,
 	                             &e->p, diags);
 	if (rc) {

@@ -253,6 +253,22 @@ int tf_param_override_parse(const char *arg, struct tf_param_override *out)
 	return 0;
 }
 
+struct tf_param_override *tf_param_overrides_from_json(const json_t *obj, size_t *n)
+{
+	struct tf_param_override *ov =
+	    tf_xcalloc((json_is_object(obj) ? json_object_size(obj) : 0) + 1, sizeof(*ov));
+	const char *k;
+	json_t *v;
+	*n = 0;
+	if (json_is_object(obj))
+		json_object_foreach((json_t *)obj, k, v)
+		{
+			ov[*n].name = k;
+			ov[(*n)++].value = json_string_value(v) ? json_string_value(v) : "";
+		}
+	return ov;
+}
+
 static void load_params(struct loader *L, const struct ynode *m)
 {
 	struct tf_pipeline *p = L->p;

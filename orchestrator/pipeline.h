@@ -62,6 +62,11 @@ struct tf_param_override {
 /* Splits "k=v" into an override pointing into `arg` (no copy). 0 or -EINVAL. */
 int tf_param_override_parse(const char *arg, struct tf_param_override *out);
 
+/* The overrides a run recorded as a JSON object of strings (runs.params): a new array (free it;
+ * its strings point into `obj`, which must outlive it) and its length in *n. NULL or a
+ * non-object gives an empty array; a value that is not a string reads as "". */
+struct tf_param_override *tf_param_overrides_from_json(const json_t *obj, size_t *n);
+
 /* ---- steps -------------------------------------------------------------------------- */
 
 enum tf_step_type {

@@ -888,6 +888,19 @@ static void test_pipeline_when_errors(void **state)
 static void test_pipeline_param_overrides(void **state)
 {
 	(void)state;
+	/* a run's recorded overrides (runs.params) back into overrides */
+	json_t *rec = json_pack("{s:s, s:i}", "n", "2", "odd", 7);
+	size_t nrec = 9;
+	struct tf_param_override *got = tf_param_overrides_from_json(rec, &nrec);
+	assert_int_equal(nrec, 2);
+	assert_string_equal(got[0].name, "n");
+	assert_string_equal(got[0].value, "2");
+	assert_string_equal(got[1].value, ""); /* not a string */
+	free(got);
+	json_decref(rec);
+	got = tf_param_overrides_from_json(NULL, &nrec);
+	assert_int_equal(nrec, 0);
+	free(got);
 	const char *y = "name: x\n"
 	                "params:\n"
 	                "  n: {type: int, default: 1}\n"

@@ -215,16 +215,8 @@ static int hook_submit(void *ctx, struct tf_store *st, const struct tf_web_submi
 {
 	struct daemon *d = ctx;
 	json_t *pj = s->params_json ? json_loads(s->params_json, 0, NULL) : NULL;
-	struct tf_param_override *ov = tf_xcalloc(json_object_size(pj) + 1, sizeof(*ov));
-	size_t nov = 0;
-	const char *k;
-	json_t *v;
-	json_object_foreach(pj, k, v)
-	{
-		ov[nov].name = k;
-		ov[nov].value = json_string_value(v) ? json_string_value(v) : "";
-		nov++;
-	}
+	size_t nov;
+	struct tf_param_override *ov = tf_param_overrides_from_json(pj, &nov);
 	/* diagnostics name the pipeline: registered by name, or the text's own `name:` */
 	char *named = s->pipeline ? NULL : tf_pipeline_peek_name(s->yaml, s->yaml_len);
 	struct tf_engine_submit sub = {.path = s->pipeline ? s->pipeline : named ? named : "request",
