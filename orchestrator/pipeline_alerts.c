@@ -11,21 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static enum tf_vtype param_vtype(enum tf_param_type t)
-{
-	switch (t) {
-	case TF_PARAM_INT:
-	case TF_PARAM_FLOAT:
-		return TF_VT_NUMBER;
-	case TF_PARAM_BOOL:
-		return TF_VT_BOOL;
-	case TF_PARAM_LIST:
-		return TF_VT_LIST;
-	default:
-		return TF_VT_STRING;
-	}
-}
-
 static int declared(char *const *names, size_t n, const char *name)
 {
 	for (size_t i = 0; i < n; i++)
@@ -43,7 +28,7 @@ static enum tf_vtype route_ref_type(void *ctx, const struct tf_ref *r)
 	if (r->kind == TF_REF_PARAM) {
 		const struct tf_param *p = tf_pipeline_param(L->p, r->name);
 		if (p)
-			return param_vtype(p->type);
+			return tf_pl_param_vtype(p->type);
 		tf_diag_add(L->d, TF_DIAG_ERROR, L->file, r->line, r->col,
 		            "declare it under 'params'", "unknown param '%s'", r->name);
 		return TF_VT_LAST;

@@ -128,6 +128,8 @@ void tf_pl_load_when(struct loader *L, size_t idx);
 /* Is the scalar's text exactly its column span on one line (so offsets map to columns)?
  * Returns the column of its first character via *col. */
 int tf_pl_scalar_exact(const struct ynode *n, int *col);
+/* The static type of a reference to a param of type t. */
+enum tf_vtype tf_pl_param_vtype(enum tf_param_type t);
 
 /* ---- pipeline_alerts.c ---- */
 

@@ -226,6 +226,21 @@ static const char **names_of_params(const struct tf_pipeline *p)
 	return names;
 }
 
+enum tf_vtype tf_pl_param_vtype(enum tf_param_type t)
+{
+	switch (t) {
+	case TF_PARAM_INT:
+	case TF_PARAM_FLOAT:
+		return TF_VT_NUMBER;
+	case TF_PARAM_BOOL:
+		return TF_VT_BOOL;
+	case TF_PARAM_LIST:
+		return TF_VT_LIST;
+	default:
+		return TF_VT_STRING;
+	}
+}
+
 /* Checks one reference from step L->cur_step; resolves step_index. Returns the static type,
  * or TF_VT_LAST when it is bad (and reported). */
 static enum tf_vtype check_ref(struct loader *L, struct tf_ref *r)
@@ -248,17 +263,7 @@ static enum tf_vtype check_ref(struct loader *L, struct tf_ref *r)
 			free(names);
 			return TF_VT_LAST;
 		}
-		switch (par->type) {
-		case TF_PARAM_INT:
-		case TF_PARAM_FLOAT:
-			return TF_VT_NUMBER;
-		case TF_PARAM_BOOL:
-			return TF_VT_BOOL;
-		case TF_PARAM_LIST:
-			return TF_VT_LIST;
-		default:
-			return TF_VT_STRING;
-		}
+		return tf_pl_param_vtype(par->type);
 	}
 	if (r->kind == TF_REF_RUN) {
 		if (!strcmp(r->name, "state") && !self->final) {
@@ -412,17 +417,7 @@ static enum tf_vtype ref_static_type(struct loader *L, const struct tf_ref *r)
 		const struct tf_param *par = tf_pipeline_param(L->p, r->name);
 		if (!par)
 			return TF_VT_LAST;
-		switch (par->type) {
-		case TF_PARAM_INT:
-		case TF_PARAM_FLOAT:
-			return TF_VT_NUMBER;
-		case TF_PARAM_BOOL:
-			return TF_VT_BOOL;
-		case TF_PARAM_LIST:
-			return TF_VT_LIST;
-		default:
-			return TF_VT_STRING;
-		}
+		return tf_pl_param_vtype(par->type);
 	}
 	if (r->kind == TF_REF_RUN || r->kind == TF_REF_ENV)
 		return TF_VT_STRING;
