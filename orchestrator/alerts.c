@@ -253,7 +253,7 @@ double tf_alerts_backoff(const struct tf_alerts_config *cfg, int attempts, doubl
 
 /* ---- hooks ----------------------------------------------------------------------------- */
 
-static int valid_hook_name(const char *s)
+int tf_alerts_hook_name_ok(const char *s)
 {
 	size_t n = strlen(s);
 	if (n == 0 || n > 64)
@@ -301,7 +301,7 @@ int tf_hook_secret(const char *env, const char *file, char **out, char *err, siz
 int tf_hooks_add(struct tf_store *st, const struct tf_alerts_config *cfg, const struct tf_hook *h,
                  char *err, size_t errlen)
 {
-	if (!h->name || !valid_hook_name(h->name)) {
+	if (!h->name || !tf_alerts_hook_name_ok(h->name)) {
 		tf_errf(err, errlen, "hook name '%s': use 1 to 64 of a-z, 0-9, '_' and '-'",
 		        h->name ? h->name : "");
 		return -EINVAL;

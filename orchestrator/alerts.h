@@ -81,6 +81,9 @@ double tf_alerts_retry_after(const char *value, double now);
 
 /* ---- hooks -------------------------------------------------------------------------- */
 
+/* 1 when `name` is a hook's name: 1 to 64 of a-z, 0-9, '_' and '-'; else 0. */
+int tf_alerts_hook_name_ok(const char *name);
+
 struct tf_hook {
 	const char *name;        /* [a-z0-9_-]{1,64} */
 	const char *url;         /* http(s)://... */

@@ -99,10 +99,7 @@ static int event_ok(struct loader *L, const struct ynode *n)
 
 static int hook_ok(struct loader *L, const struct ynode *n)
 {
-	size_t len = strlen(n->str);
-	int ok = len > 0 && len <= 64;
-	for (const char *p = n->str; ok && *p; p++)
-		ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-';
+	int ok = tf_alerts_hook_name_ok(n->str);
 	if (!ok)
 		tf_pl_err_at(L, n,
 		             "hook names are 1 to 64 of a-z, 0-9, '_' and '-' (tpuflow hooks list)",
