@@ -16,7 +16,6 @@
 #include <string.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -106,32 +105,6 @@ static int engine_init(struct engine *e, const struct tf_engine_opts *o)
 		         (unsigned long long)(tf_now_wall() * 1e6));
 	e->hb_next = tf_now_monotonic() + TF_RUN_HEARTBEAT_S;
 	return 0;
-}
-
-/* A killed process never uploaded the log of the attempt it was running: the log is still
- * in the local work directory, so it goes to the object store now, where `runs logs` and the
- * next attempt's readers find attempt logs. Returns its key (caller frees) or NULL. */
-static char *upload_lost_log(struct engine *e, const char *step, int attempt)
-{
-	char *path =
-	    tf_xasprintf("%s/work/%s/%s/attempt-%d.log", e->home, e->run_id, step, attempt);
-	char *key = tf_xasprintf("runs/%s/%s/logs/attempt-%d.log", e->run_id, step, attempt);
-	struct tf_objstore *os = NULL;
-	char err[256];
-	struct stat sb;
-	if (stat(path, &sb) || sb.st_size == 0 ||
-	    tf_objstore_open(e->storage_url, &os, err, sizeof(err)) ||
-	    tf_objstore_put_file(os, key, path, 0)) {
-		if (stat(path, &sb) == 0 && sb.st_size > 0)
-			tf_warn("run '%s' step '%s' attempt %d: its log was not uploaded; it stays "
-			        "in %s",
-			        e->run_id, step, attempt, path);
-		free(key);
-		key = NULL;
-	}
-	tf_objstore_free(os);
-	free(path);
-	return key;
 }
 
 /* The run's scheduling class: --priority/--project, else the pipeline's keys, else 5 and
@@ -235,14 +208,12 @@ static int load_steps(struct engine *e, int resuming)
 			                       "tti", e->run_id, s->def->name,
 			                       (int64_t)s->attempts) == 0 &&
 			    open) {
-				char *key = upload_lost_log(e, s->def->name, s->attempts);
+				/* its log went up before (tf_logs_upload_lost) */
 				struct tf_attempt_result ar = {
 				    .failure = TF_FAIL_INFRA,
 				    .exit_code = -1,
-				    .error = "the engine stopped while it ran",
-				    .log_key = key};
+				    .error = "the engine stopped while it ran"};
 				rc = tf_engine_attempt_end(e, s, TF_ATTEMPT_LOST, &ar);
-				free(key);
 			}
 		}
 		if (rc == 0 && s->state != TF_STEP_PENDING)
@@ -657,6 +628,9 @@ static int setup_continue(struct engine *e, const struct tf_engine_req *rq,
 			rc = end_lost_processes(e, err, errlen);
 		if (rc == -ETIMEDOUT || rc == -EPERM)
 			goto out;
+		/* their logs are complete now; uploaded outside the write transaction */
+		if (rc == 0)
+			rc = tf_logs_upload_lost(e->db, e->storage_url, e->home, e->run_id);
 		if (rc == 0)
 			rc = tf_store_begin(e->db);
 	}

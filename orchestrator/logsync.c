@@ -1,7 +1,8 @@
-/* logsync.c — owns the late upload of attempt logs the object store refused at the time
- * (logsync.h). The work directory keeps such a log until its key is recorded; the key is
- * written only after the object is in the store, so a crash in between uploads it again
- * (puts overwrite), never loses it. */
+/* logsync.c — owns the late upload of attempt logs (logsync.h): those the object store refused
+ * at the time, and those of attempts whose process died before it could upload them. The work
+ * directory keeps such a log until its key is recorded; the key is written only after the
+ * object is in the store, so a crash in between uploads it again (puts overwrite), never
+ * loses it. */
 #include "orchestrator/logsync.h"
 
 #define TF_LOG_TAG "logs"
@@ -22,21 +23,32 @@ struct pending {
 	int n;
 };
 
-int tf_logs_upload_pending(struct tf_store *db, const char *storage_url, const char *home,
-                           const char *run_id, int *uploaded, int *left)
+/* Which attempts of a run upload() takes: their log_key is NULL and their log is on disk. */
+static const char SQL_ENDED[] = "SELECT step, n FROM attempts WHERE run_id=? AND log_key IS NULL "
+                                "AND state NOT IN ('running', 'queued')";
+static const char SQL_LOST[] = "SELECT step, n FROM attempts WHERE run_id=? AND log_key IS NULL "
+                               "AND state='running'";
+
+static char *log_path(const char *home, const char *run_id, const char *step, int n)
+{
+	return tf_xasprintf("%s/work/%s/%s/attempt-%d.log", home, run_id, step, n);
+}
+
+/* Uploads the local logs of the attempts `sql` selects and records each key; `event` (NULL:
+ * none) is the message of the "log" event added on each; `lost` warns of each log that stays
+ * local. Returns 0 or a negative database error. */
+static int upload(struct tf_store *db, const char *storage_url, const char *home,
+                  const char *run_id, const char *sql, const char *event, int lost,
+                  int *uploaded, int *left)
 {
 	struct pending *p = NULL;
 	size_t np = 0, cap = 0;
 	int rc = 0, up = 0, still = 0;
-	struct tf_stmt *q = tf_store_query(db,
-	                                   "SELECT step, n FROM attempts WHERE run_id=? AND "
-	                                   "log_key IS NULL AND state NOT IN ('running', 'queued')",
-	                                   "t", run_id);
+	struct tf_stmt *q = tf_store_query(db, sql, "t", run_id);
 	if (!q)
 		return -EIO;
 	while ((rc = tf_stmt_step(q)) == 1) {
-		char *path = tf_xasprintf("%s/work/%s/%s/attempt-%d.log", home, run_id,
-		                          tf_stmt_text(q, 0), (int)tf_stmt_int(q, 1));
+		char *path = log_path(home, run_id, tf_stmt_text(q, 0), (int)tf_stmt_int(q, 1));
 		struct stat sb;
 		if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
 			if (np == cap)
@@ -52,29 +64,26 @@ int tf_logs_upload_pending(struct tf_store *db, const char *storage_url, const c
 	if (rc == 0 && np && tf_objstore_open(storage_url, &os, err, sizeof(err)))
 		os = NULL;
 	for (size_t i = 0; i < np; i++) {
-		if (rc || !os) {
-			still++;
-			continue;
-		}
-		char *path =
-		    tf_xasprintf("%s/work/%s/%s/attempt-%d.log", home, run_id, p[i].step, p[i].n);
+		char *path = log_path(home, run_id, p[i].step, p[i].n);
 		char *key =
 		    tf_xasprintf("runs/%s/%s/logs/attempt-%d.log", run_id, p[i].step, p[i].n);
-		if (tf_objstore_put_file(os, key, path, 0) == 0) {
+		if (rc == 0 && os && tf_objstore_put_file(os, key, path, 0) == 0) {
 			unlink(path);
 			rc = tf_store_run(
 			    db,
 			    "UPDATE attempts SET log_key=? WHERE run_id=? AND step=? AND "
 			    "n=? AND log_key IS NULL",
 			    "ttti", key, run_id, p[i].step, (int64_t)p[i].n);
-			if (rc == 0)
-				rc = tf_event_add(
-				    db, run_id, p[i].step, p[i].n, "log",
-				    "log uploaded to the object store after its attempt");
+			if (rc == 0 && event)
+				rc = tf_event_add(db, run_id, p[i].step, p[i].n, "log", event);
 			if (rc == 0)
 				up++;
 		} else {
 			still++;
+			if (lost)
+				tf_warn("run '%s' step '%s' attempt %d: its log was not uploaded; it "
+				        "stays in %s",
+				        run_id, p[i].step, p[i].n, path);
 		}
 		free(key);
 		free(path);
@@ -83,11 +92,28 @@ int tf_logs_upload_pending(struct tf_store *db, const char *storage_url, const c
 	for (size_t i = 0; i < np; i++)
 		free(p[i].step);
 	free(p);
-	if (up)
-		tf_info("run '%s': %d attempt log(s) uploaded after their attempts", run_id, up);
 	if (uploaded)
 		*uploaded = up;
 	if (left)
 		*left = still;
 	return rc < 0 ? rc : 0;
+}
+
+int tf_logs_upload_pending(struct tf_store *db, const char *storage_url, const char *home,
+                           const char *run_id, int *uploaded, int *left)
+{
+	int up = 0;
+	int rc = upload(db, storage_url, home, run_id, SQL_ENDED,
+	                "log uploaded to the object store after its attempt", 0, &up, left);
+	if (up)
+		tf_info("run '%s': %d attempt log(s) uploaded after their attempts", run_id, up);
+	if (uploaded)
+		*uploaded = up;
+	return rc;
+}
+
+int tf_logs_upload_lost(struct tf_store *db, const char *storage_url, const char *home,
+                        const char *run_id)
+{
+	return upload(db, storage_url, home, run_id, SQL_LOST, NULL, 1, NULL, NULL);
 }

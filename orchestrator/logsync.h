@@ -4,7 +4,9 @@
  * object store as runs/RUN/STEP/logs/attempt-N.log when the attempt ends. When the store is
  * unreachable or full at that moment the file stays in the work directory and the attempt's
  * log_key stays NULL; tf_logs_upload_pending() uploads such files later (when a later upload
- * succeeds, at the end of the run, on resume and retry) and records their keys.
+ * succeeds, at the end of the run, on resume and retry) and records their keys. An attempt
+ * whose process died never uploaded its log: tf_logs_upload_lost() does, when the run is
+ * continued.
  */
 #ifndef TF_LOGSYNC_H
 #define TF_LOGSYNC_H
@@ -18,5 +20,12 @@ struct tf_store;
  * database error. */
 int tf_logs_upload_pending(struct tf_store *db, const char *storage_url, const char *home,
                            const char *run_id, int *uploaded, int *left);
+
+/* The same for the attempts of run_id still recorded running (their process is gone: the
+ * caller claimed the run and ended what they left), each key recorded before the attempt is
+ * ended lost; a log that cannot go up stays local with a warning, for the call above. Outside
+ * any transaction: it talks to the store. Returns 0 or a negative database error. */
+int tf_logs_upload_lost(struct tf_store *db, const char *storage_url, const char *home,
+                        const char *run_id);
 
 #endif
