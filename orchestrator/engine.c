@@ -715,6 +715,18 @@ fail:
 	return rc;
 }
 
+/* Takes the baton (called with e->mu held, and the baton free), runs one round without the
+ * mutex, gives the baton back; returns with e->mu held. */
+static int round_with_baton(struct engine *e)
+{
+	e->coord_busy = 1;
+	pthread_mutex_unlock(&e->mu);
+	int rc = tf_engine_coord_round(e, 0);
+	pthread_mutex_lock(&e->mu);
+	e->coord_busy = 0;
+	return rc;
+}
+
 /* The first round, on the thread that calls tf_engine_start, inside the transaction that
  * claimed the run: the claim, the steps' rows and the first attempts are one commit (one
  * fsync between a submitted run and its first step running), and no thread handoff comes
@@ -738,13 +750,10 @@ int tf_engine_first_round(struct engine *e)
 		if (e->steps[i].state == TF_STEP_PENDING && e->steps[i].unresolved == 0)
 			e->ready[e->nready++] = i;
 	/* the first round runs even with nothing ready (a finished resume ends in it); it holds
-	 * the baton: with a shared pool, the attempts it hands over may end before it returns */
+	 * the baton: with a shared pool, the attempts it hands over may end before it returns
+	 * (what ended meanwhile waits in e->done for drive) */
 	pthread_mutex_lock(&e->mu);
-	e->coord_busy = 1;
-	pthread_mutex_unlock(&e->mu);
-	int rc = tf_engine_coord_round(e, 0);
-	pthread_mutex_lock(&e->mu);
-	e->coord_busy = 0; /* what ended meanwhile waits in e->done for drive */
+	int rc = round_with_baton(e);
 	pthread_mutex_unlock(&e->mu);
 	return rc;
 }
@@ -829,11 +838,7 @@ int tf_engine_drive(struct engine *e, int *cache_hits)
 				continue;
 			}
 		}
-		e->coord_busy = 1;
-		pthread_mutex_unlock(&e->mu);
-		rc = tf_engine_coord_round(e, 0);
-		pthread_mutex_lock(&e->mu);
-		e->coord_busy = 0;
+		rc = round_with_baton(e);
 		if (rc) {
 			e->fatal = rc;
 			break;
@@ -843,12 +848,5 @@ int tf_engine_drive(struct engine *e, int *cache_hits)
 	e->complete = 1;
 	pthread_mutex_unlock(&e->mu);
 	*cache_hits = e->cache_hits;
-	tf_objstore_free(e->coord_os);
-	e->coord_os = NULL;
-	free(e->ready);
-	free(e->start);
-	free(e->batch);
-	e->ready = NULL;
-	e->start = e->batch = NULL;
-	return rc;
+	return rc; /* the round's scratch and coord_os go with the engine (engine_release) */
 }
