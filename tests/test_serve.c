@@ -810,18 +810,23 @@ static json_t *production(struct tf_store *st)
 	return deployment_of(st, "production");
 }
 
-/* Deploys version v of fm as the canary of alias at pct with the rollout policy `policy`. */
-static void deploy_canary_of(struct tf_store *st, const char *alias, int64_t v, double pct,
-                             const char *policy)
+/* Deploys version v of fm as the canary of alias at pct with the rollout policy `policy`;
+ * returns the id of the deployment it made (what requests_until_moved waits to see moved). */
+static int64_t deploy_canary_of(struct tf_store *st, const char *alias, int64_t v, double pct,
+                                const char *policy)
 {
 	struct tf_deploy_spec d = {
 	    .model = "fm", .alias = alias, .version = v, .canary_percent = pct, .rollout = policy};
-	assert_int_equal(tf_registry_deploy(st, &d, NULL), 0);
+	json_t *dep = NULL;
+	assert_int_equal(tf_registry_deploy(st, &d, &dep), 0);
+	int64_t id = json_integer_value(json_object_get(dep, "id"));
+	json_decref(dep);
+	return id;
 }
 
-static void deploy_canary(struct tf_store *st, int64_t v, double pct, const char *policy)
+static int64_t deploy_canary(struct tf_store *st, int64_t v, double pct, const char *policy)
 {
-	deploy_canary_of(st, "production", v, pct, policy);
+	return deploy_canary_of(st, "production", v, pct, policy);
 }
 
 /* Sends body to path until the deployment of alias has moved from the one of id `from` (its
@@ -877,9 +882,8 @@ static void test_rollout_rolls_back_failing_canaries(void **state)
 	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
 	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
 	const char *policy = "{\"max_error_rate\":0.1,\"min_requests\":8}";
-	deploy_canary(st, 4, 50, policy);
+	int64_t id = deploy_canary(st, 4, 50, policy);
 	json_t *dep = production(st);
-	int64_t id = json_integer_value(json_object_get(dep, "id"));
 	assert_int_equal(json_integer_value(json_object_get(dep, "canary_version")), 4);
 	json_decref(dep);
 	int ok, failed;
@@ -895,13 +899,11 @@ static void test_rollout_rolls_back_failing_canaries(void **state)
 	json_t *fig = json_object_get(dep, "figures");
 	assert_true(json_integer_value(json_object_get(fig, "failures")) >= 8);
 	assert_true(json_number_value(json_object_get(fig, "error_rate")) > 0.1);
-	id = json_integer_value(json_object_get(dep, "id"));
 	json_decref(dep);
 
-	deploy_canary(st, 3, 50, policy); /* the bundle cut short: UNAVAILABLE */
+	id = deploy_canary(st, 3, 50, policy); /* the bundle cut short: UNAVAILABLE */
 	dep = production(st);
 	assert_int_equal(json_integer_value(json_object_get(dep, "canary_version")), 3);
-	id = json_integer_value(json_object_get(dep, "id"));
 	json_decref(dep);
 	dep = requests_until_moved(st, id, &ok, &failed);
 	assert_int_equal(failed, 0);
@@ -943,12 +945,9 @@ static void test_rollout_p99_slo_and_promotion(void **state)
 	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
 	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
 	/* 0.1 microseconds: any real answer is slower */
-	deploy_canary(st, 2, 30, "{\"max_p99_ms\":0.0001,\"min_requests\":5}");
-	json_t *dep = production(st);
-	int64_t id = json_integer_value(json_object_get(dep, "id"));
-	json_decref(dep);
+	int64_t id = deploy_canary(st, 2, 30, "{\"max_p99_ms\":0.0001,\"min_requests\":5}");
 	int ok, failed;
-	dep = requests_until_moved(st, id, &ok, &failed);
+	json_t *dep = requests_until_moved(st, id, &ok, &failed);
 	assert_int_equal(failed, 0);
 	const char *why = json_string_value(json_object_get(dep, "reason"));
 	assert_non_null(why);
@@ -957,12 +956,9 @@ static void test_rollout_p99_slo_and_promotion(void **state)
 	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
 	json_decref(dep);
 
-	deploy_canary(st, 2, 20,
-	              "{\"steps\":[20,60],\"soak_s\":0,\"min_requests\":5,"
-	              "\"max_p99_ms\":60000,\"max_error_rate\":0.5}");
-	dep = production(st);
-	id = json_integer_value(json_object_get(dep, "id"));
-	json_decref(dep);
+	id = deploy_canary(st, 2, 20,
+	                   "{\"steps\":[20,60],\"soak_s\":0,\"min_requests\":5,"
+	                   "\"max_p99_ms\":60000,\"max_error_rate\":0.5}");
 	dep = requests_until_moved(st, id, &ok, &failed);
 	assert_int_equal(json_number_value(json_object_get(dep, "canary_percent")), 60);
 	assert_non_null(strstr(json_string_value(json_object_get(dep, "reason")), "20% -> 60%"));
@@ -994,12 +990,10 @@ static void test_rollout_guard_against_production(void **state)
 	char err[256];
 	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
 	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
-	deploy_canary(st, 4, 50, "{\"max_error_rate_vs_production\":0.05,\"min_requests\":8}");
-	json_t *dep = production(st);
-	int64_t id = json_integer_value(json_object_get(dep, "id"));
-	json_decref(dep);
+	int64_t id =
+	    deploy_canary(st, 4, 50, "{\"max_error_rate_vs_production\":0.05,\"min_requests\":8}");
 	int ok, failed;
-	dep = requests_until_moved(st, id, &ok, &failed);
+	json_t *dep = requests_until_moved(st, id, &ok, &failed);
 	const char *why = json_string_value(json_object_get(dep, "reason"));
 	fprintf(stderr, "guard: %s\n", why);
 	assert_non_null(why);
@@ -1014,10 +1008,7 @@ static void test_rollout_guard_against_production(void **state)
 	json_decref(dep);
 
 	/* a ratio no answer can meet: the canary must be 1000x faster than production */
-	deploy_canary(st, 2, 50, "{\"max_p99_ratio_vs_production\":0.001,\"min_requests\":8}");
-	dep = production(st);
-	id = json_integer_value(json_object_get(dep, "id"));
-	json_decref(dep);
+	id = deploy_canary(st, 2, 50, "{\"max_p99_ratio_vs_production\":0.001,\"min_requests\":8}");
 	dep = requests_until_moved(st, id, &ok, &failed);
 	assert_int_equal(failed, 0);
 	why = json_string_value(json_object_get(dep, "reason"));
@@ -1026,12 +1017,10 @@ static void test_rollout_guard_against_production(void **state)
 	assert_non_null(strstr(why, "over the guard of 0.001x"));
 	json_decref(dep);
 
-	deploy_canary(st, 2, 50,
-	              "{\"max_p99_ratio_vs_production\":1000,\"max_error_rate_vs_production\":0.5,"
-	              "\"min_requests\":8}");
-	dep = production(st);
-	id = json_integer_value(json_object_get(dep, "id"));
-	json_decref(dep);
+	id = deploy_canary(
+	    st, 2, 50,
+	    "{\"max_p99_ratio_vs_production\":1000,\"max_error_rate_vs_production\":0.5,"
+	    "\"min_requests\":8}");
 	dep = requests_until_moved(st, id, &ok, &failed);
 	assert_int_equal(failed, 0);
 	why = json_string_value(json_object_get(dep, "reason"));
@@ -1059,9 +1048,9 @@ static void test_rollout_other_alias(void **state)
 	json_t *dep = production(st);
 	int64_t prod_id = json_integer_value(json_object_get(dep, "id"));
 	json_decref(dep);
-	deploy_canary_of(st, "staging", 4, 50, "{\"max_error_rate\":0.1,\"min_requests\":8}");
+	int64_t id =
+	    deploy_canary_of(st, "staging", 4, 50, "{\"max_error_rate\":0.1,\"min_requests\":8}");
 	dep = deployment_of(st, "staging");
-	int64_t id = json_integer_value(json_object_get(dep, "id"));
 	assert_int_equal(json_integer_value(json_object_get(dep, "canary_version")), 4);
 	json_decref(dep);
 	int64_t cv;
@@ -1341,10 +1330,8 @@ static void test_rollout_several_servers(void **state)
 	char err[256], url[128];
 	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
 	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
-	deploy_canary(st, 4, 50, "{\"max_error_rate\":0.1,\"min_requests\":20}");
-	json_t *dep = production(st);
-	int64_t id = json_integer_value(json_object_get(dep, "id"));
-	json_decref(dep);
+	int64_t id = deploy_canary(st, 4, 50, "{\"max_error_rate\":0.1,\"min_requests\":20}");
+	json_t *dep;
 	const char *const no_auth[] = {"--auth", "none", NULL};
 	pid_t pid = serve_spawn(no_auth, url);
 	/* both read the deployment, then their windows begin (within a tick, 200 ms) */
