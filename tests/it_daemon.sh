@@ -11,21 +11,13 @@
 #  - a run left `running` by a killed `tpuflow run --embedded` is adopted and finished
 #  - SIGTERM drains (exit 0, run interrupted and marked); the next daemon finishes the run
 # Stops only the processes it started.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-BUILD=${BUILD:-build}
-bin=$root/$BUILD/tpuflow
-[[ -x $bin ]] || { echo "it_daemon: build first (make)"; exit 1; }
-dir=$(mktemp -d /tmp/tpuflow-it-daemon.XXXXXX)
+. "$(dirname "$0")/lib.sh" it_daemon daemon
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   rm -rf "$dir"
 }
 trap cleanup EXIT
-fail() { echo "it_daemon: FAILED: $*"; [[ -f $dir/d.log ]] && tail -20 "$dir/d.log"; exit 1; }
-H=$dir/home
 export TPUFLOW_LOG=info
 
 # a notify socket in the manner of systemd: records what it is told

@@ -7,33 +7,9 @@
 #    checkpoint (its log says so, at that step), the run succeeds, and the final weights are
 #    byte-identical to an uninterrupted embedded run with the same seed.
 # Stops only the processes it started.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-BUILD=${BUILD:-build}
-bin=$root/$BUILD/tpuflow
-[[ -x $bin ]] || { echo "it_daemon_drain: build first (make)"; exit 1; }
-dir=$(mktemp -d /tmp/tpuflow-it-daemon-drain.XXXXXX)
-dpid=
-cleanup() {
-  [[ -n $dpid ]] && kill -KILL "$dpid" 2>/dev/null && wait "$dpid" 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "it_daemon_drain: FAILED: $*"; [[ -f $dir/d.log ]] && tail -20 "$dir/d.log"; exit 1; }
-H=$dir/home
+. "$(dirname "$0")/lib.sh" it_daemon_drain daemon-drain
 export TPUFLOW_LOG=info TPUFLOW_POOLS=v4:2x2x1
 cd "$dir"
-
-start_daemon() {
-  "$bin" daemon --home "$H" --listen 127.0.0.1:0 --no-auth --grace 60s >>"$dir/d.log" 2>&1 &
-  dpid=$!
-  for _ in $(seq 1 200); do
-    [[ -s $H/daemon.json ]] && grep -q "\"pid\": $dpid" "$H/daemon.json" && return 0
-    sleep 0.05
-  done
-  fail "the daemon did not start"
-}
 
 awk 'BEGIN { srand(3); print "a,b,c,d,label";
   for (i = 0; i < 4000; i++) { a = rand(); b = rand(); c = rand(); d = rand();
@@ -53,7 +29,7 @@ steps:
            optimizer: sgd, lr: 0.1, seed: 3, max_steps: 10000, checkpoint_every: 1000000}
 EOF
 
-start_daemon
+start_daemon --grace 60s
 run=$("$bin" run long.yaml --home "$H" --detach) || fail "run --detach"
 for _ in $(seq 1 600); do
   p=$(python3 -c 'import sqlite3, sys
@@ -84,7 +60,7 @@ print("it_daemon_drain: drained: train checkpointed (%s), run interrupted and ma
 PY
 [[ $? == 0 ]] || exit 1
 
-start_daemon
+start_daemon --grace 60s
 "$bin" runs watch "$run" --home "$H" --plain >"$dir/watch.log" 2>&1 ||
   fail "the next daemon did not finish the run: $(tail -5 "$dir/watch.log")"
 kill -TERM "$dpid"; wait "$dpid" || fail "the second daemon's exit"; dpid=

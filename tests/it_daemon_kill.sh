@@ -11,15 +11,7 @@
 #  - every acknowledged run exists after the restart, and exactly 500 runs were created;
 #  - the kill landed inside the burst (some requests were refused, some acknowledged before).
 # docs/api.md (Idempotency), docs/daemon.md. Stops only the processes it started.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-BUILD=${BUILD:-build}
-bin=$root/$BUILD/tpuflow
-[[ -x $bin ]] || { echo "it_daemon_kill: build first (make)"; exit 1; }
-dir=$(mktemp -d /tmp/tpuflow-it-daemon-kill.XXXXXX)
-trap 'rm -rf "$dir"' EXIT
-H=$dir/home
+. "$(dirname "$0")/lib.sh" it_daemon_kill daemon-kill
 "$bin" db migrate --home "$H" >/dev/null || { echo "it_daemon_kill: FAILED: db migrate"; exit 1; }
 tok=$("$bin" tokens create --home "$H" --name drill --scope trigger 2>/dev/null | grep -o 'tpf_[A-Za-z0-9_]*' | head -1)
 [[ -n $tok ]] || { echo "it_daemon_kill: FAILED: no token"; exit 1; }

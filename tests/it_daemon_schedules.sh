@@ -8,32 +8,9 @@
 #  - after kill -9 and a restart, no tick is handled twice: every fire key has one row, every
 #    fired row one run, and no run was made that no fired row names.
 # Stops only the processes it started.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-BUILD=${BUILD:-build}
-bin=$root/$BUILD/tpuflow
-[[ -x $bin ]] || { echo "it_daemon_schedules: build first (make)"; exit 1; }
-dir=$(mktemp -d /tmp/tpuflow-it-daemon-sched.XXXXXX)
-dpid=
-cleanup() {
-  [[ -n $dpid ]] && kill -KILL "$dpid" 2>/dev/null && wait "$dpid" 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "it_daemon_schedules: FAILED: $*"; [[ -f $dir/d.log ]] && tail -20 "$dir/d.log"; exit 1; }
-H=$dir/home
+. "$(dirname "$0")/lib.sh" it_daemon_schedules daemon-sched
 export TPUFLOW_LOG=info
 
-start_daemon() {
-  "$bin" daemon --home "$H" --listen 127.0.0.1:0 --no-auth --grace 5s >>"$dir/d.log" 2>&1 &
-  dpid=$!
-  for _ in $(seq 1 200); do
-    [[ -s $H/daemon.json ]] && grep -q "\"pid\": $dpid" "$H/daemon.json" && return 0
-    sleep 0.05
-  done
-  fail "the daemon did not start"
-}
 q() { python3 -c 'import sqlite3, sys
 db = sqlite3.connect(sys.argv[1], timeout=30)
 for r in db.execute(sys.argv[2], sys.argv[3:]).fetchall():
@@ -78,7 +55,7 @@ now=$(date +%s)
 back=$(( (now / 60) * 60 - 600 ))
 q "UPDATE registered_pipelines SET next_tick=? WHERE name IN ('every-all', 'every-latest') RETURNING name" \
   "$back" >/dev/null
-start_daemon
+start_daemon --grace 5s
 wait_count 3 "SELECT count(*) FROM schedule_fires WHERE pipeline='every-all' AND outcome='fired'" ||
   fail "catchup all did not fire 3 ticks: $(q "SELECT fire_key, outcome FROM schedule_fires")"
 wait_count 1 "SELECT count(*) FROM schedule_fires WHERE pipeline='every-latest' AND outcome='fired'" ||
@@ -125,7 +102,7 @@ echo "it_daemon_schedules: forbid skipped a tick while the pipeline's run was ac
 # kill -9 and a restart: nothing handled twice
 kill -KILL "$dpid"; wait "$dpid" 2>/dev/null; dpid=
 before=$(q "SELECT count(*) FROM runs")
-start_daemon
+start_daemon --grace 5s
 sleep 3 # a few rounds of the schedules job
 python3 - "$H/tpuflow.db" "$before" <<'PY' || fail "a tick was handled twice after the restart"
 import sqlite3, sys

@@ -3,16 +3,7 @@
 # (docs/runs.md, "Logs"). A shell step writes 200 MiB to stdout: the home (database, work
 # directory and file:// store together) stays far below that, the log keeps its head, a line
 # saying what was cut and its tail, and `runs logs` prints it with a small resident set.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-BUILD=${BUILD:-build}
-T=$root/$BUILD/tpuflow
-[[ -x $T ]] || { echo "it_logcap: build first (make)"; exit 1; }
-dir=$(mktemp -d /tmp/tpuflow-it-logcap.XXXXXX)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "it_logcap: FAILED: $*"; exit 1; }
-H=$dir/home
+. "$(dirname "$0")/lib.sh" it_logcap logcap
 cat >"$dir/p.yaml" <<'YAML'
 name: chatty
 steps:
@@ -21,11 +12,11 @@ steps:
     with:
       argv: [sh, -c, 'echo FIRST-LINE; head -c 209715200 /dev/zero | tr "\0" a; echo; echo LAST-LINE']
 YAML
-TPUFLOW_LOG_MAX=8M "$T" run "$dir/p.yaml" --home "$H" --plain >"$dir/run.log" 2>&1 || fail "run: $(tail -5 "$dir/run.log")"
+TPUFLOW_LOG_MAX=8M "$bin" run "$dir/p.yaml" --home "$H" --plain >"$dir/run.log" 2>&1 || fail "run: $(tail -5 "$dir/run.log")"
 used=$(du -sk "$H" | cut -f1)
 (( used < 40 * 1024 )) || fail "the home holds ${used} KiB after a 200 MiB stdout with an 8 MiB cap"
-run=$("$T" runs list --home "$H" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
-/usr/bin/time -f "%M" -o "$dir/rss" "$T" runs logs "$run" talk --home "$H" >"$dir/logs.txt" 2>"$dir/logs.err" ||
+run=$("$bin" runs list --home "$H" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+/usr/bin/time -f "%M" -o "$dir/rss" "$bin" runs logs "$run" talk --home "$H" >"$dir/logs.txt" 2>"$dir/logs.err" ||
   fail "runs logs: $(cat "$dir/logs.err")"
 rss=$(tail -1 "$dir/rss")
 (( rss < 32 * 1024 )) || fail "runs logs peaked at ${rss} KiB for an 8 MiB log"
@@ -38,7 +29,7 @@ size=$(stat -c %s "$dir/logs.txt")
 left=$(find "$H/work" -type f -size +0 | wc -l)
 [[ $left == 0 ]] || fail "copies left in the work directory: $(find "$H/work" -type f -size +0)"
 # --json streams each log into the document too
-/usr/bin/time -f "%M" -o "$dir/rss" "$T" runs logs "$run" talk --home "$H" --json >"$dir/logs.json" 2>"$dir/logs.err" ||
+/usr/bin/time -f "%M" -o "$dir/rss" "$bin" runs logs "$run" talk --home "$H" --json >"$dir/logs.json" 2>"$dir/logs.err" ||
   fail "runs logs --json: $(cat "$dir/logs.err")"
 jrss=$(tail -1 "$dir/rss")
 (( jrss < 32 * 1024 )) || fail "runs logs --json peaked at ${jrss} KiB for an 8 MiB log"
@@ -57,11 +48,11 @@ steps:
     type: shell
     with: {argv: [sh, -c, 'echo FIRST; head -c 1048576 /dev/zero | tr "\0" b; echo; echo LAST']}
 YAML
-TPUFLOW_LOG_MAX=8M "$T" run "$dir/k.yaml" --home "$H" --plain >"$dir/run.log" 2>&1 || fail "run k.yaml: $(tail -5 "$dir/run.log")"
-"$T" runs logs "$("$T" runs list --home "$H" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')" talk --home "$H" >"$dir/k.txt"
+TPUFLOW_LOG_MAX=8M "$bin" run "$dir/k.yaml" --home "$H" --plain >"$dir/run.log" 2>&1 || fail "run k.yaml: $(tail -5 "$dir/run.log")"
+"$bin" runs logs "$("$bin" runs list --home "$H" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')" talk --home "$H" >"$dir/k.txt"
 grep -q "bytes of stdout cut here (log_max)" "$dir/k.txt" || fail "log_max did not cap the log: $(head -c 300 "$dir/k.txt")"
 (( $(stat -c %s "$dir/k.txt") < 40 * 1024 )) || fail "log_max 16K left $(stat -c %s "$dir/k.txt") bytes"
 printf 'name: bad\nsteps:\n  - {name: a, type: shell, log_max: 12, with: {argv: [/bin/true]}}\n' >"$dir/bad.yaml"
-out=$("$T" validate "$dir/bad.yaml" 2>&1); rc=$?
+out=$("$bin" validate "$dir/bad.yaml" 2>&1); rc=$?
 [[ $rc == 65 ]] && grep -q "bad.yaml:3:37: error: 'log_max': bad size '12'" <<<"$out" || fail "log_max 12: $rc $out"
 echo "it_logcap: ok (home ${used} KiB, runs logs ${rss} KiB RSS, --json ${jrss} KiB)"

@@ -3,26 +3,9 @@
 # "Running part of a pipeline", docs/pipeline.md "References" and "finally"): `run --only`,
 # `--from`, `--dry-run`; ${run.id}, ${run.pipeline}, ${env.NAME} (passed to the step, never
 # recorded); `finally:` steps that run whatever the outcome and see it as ${run.state}.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-BUILD=${BUILD:-build}
-T=$root/$BUILD/tpuflow
-[[ -x $T ]] || { echo "it_run_select: build first (make)"; exit 1; }
-dir=$(mktemp -d /tmp/tpuflow-it-sel.XXXXXX)
-trap 'rm -rf "$dir"' EXIT
-H=$dir/home
-fail() { echo "it_run_select: FAILED: $*"; exit 1; }
-expect() {
-  local code=$1 words=$2; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  [[ $rc == "$code" ]] || fail "'$*' exited $rc, expected $code: $out"
-  [[ -z $words ]] || grep -qF -- "$words" <<<"$out" || fail "'$*' did not say '$words': $out"
-}
-latest() { "$T" runs list --home "$H" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])'; }
+. "$(dirname "$0")/lib.sh" it_run_select sel
 # state STEP: the step's state and reason in the newest run
-state() { "$T" runs show "$(latest)" --home "$H" --json | python3 -c '
+state() { "$bin" runs show "$(latest)" --home "$H" --json | python3 -c '
 import json,sys
 d = json.load(sys.stdin)
 s = [s for s in d["steps"] if s["name"] == sys.argv[1]][0]
@@ -62,34 +45,34 @@ EOF
 
 # 1. ${env.NAME}: unset is an error naming it, at its position; never recorded
 unset TF_IT_TOKEN
-expect 65 "p.yaml:15:21: error: environment variable TF_IT_TOKEN is not set" -- "$T" run "$dir/p.yaml" --home "$H" --plain
-expect 0 "warning: environment variable TF_IT_TOKEN is not set" -- "$T" validate "$dir/p.yaml"
+expect 65 "p.yaml:15:21: error: environment variable TF_IT_TOKEN is not set" -- "$bin" run "$dir/p.yaml" --home "$H" --plain
+expect 0 "warning: environment variable TF_IT_TOKEN is not set" -- "$bin" validate "$dir/p.yaml"
 export TF_IT_TOKEN=hunter2-secret
-expect 66 "there is none: run the whole pipeline first" -- "$T" run "$dir/p.yaml" --home "$H" --from b
-expect 0 "succeeded" -- "$T" run "$dir/p.yaml" --home "$H" --plain
+expect 66 "there is none: run the whole pipeline first" -- "$bin" run "$dir/p.yaml" --home "$H" --from b
+expect 0 "succeeded" -- "$bin" run "$dir/p.yaml" --home "$H" --plain
 first=$(latest)
-expect 0 "token=hunter2-secret" -- "$T" runs logs "$first" b --home "$H"
-expect 0 "id=$first pipeline=sel" -- "$T" runs logs "$first" b --home "$H"
+expect 0 "token=hunter2-secret" -- "$bin" runs logs "$first" b --home "$H"
+expect 0 "id=$first pipeline=sel" -- "$bin" runs logs "$first" b --home "$H"
 for f in "$H"/tpuflow.db*; do
   ! grep -q hunter2-secret "$f" || fail "the value of \${env.TF_IT_TOKEN} is in $f"
 done
-"$T" runs show "$first" --home "$H" --json | grep -qF '${env.TF_IT_TOKEN}' || fail "the recorded with lost the reference"
+"$bin" runs show "$first" --home "$H" --json | grep -qF '${env.TF_IT_TOKEN}' || fail "the recorded with lost the reference"
 
 # 2. finally: after success it sees succeeded (page skipped by its when)
 [[ $(state report) == "succeeded "* ]] || fail "report after success: $(state report)"
 [[ $(state page) == "skipped when: "* ]] || fail "page after success: $(state page)"
-expect 0 "outcome=succeeded" -- "$T" runs logs "$first" report --home "$H"
+expect 0 "outcome=succeeded" -- "$bin" runs logs "$first" report --home "$H"
 # ... and after a failure it runs too, sees failed; the run stays failed
-expect 1 "" -- "$T" run "$dir/p.yaml" --home "$H" --plain --param fail=true
+expect 1 "" -- "$bin" run "$dir/p.yaml" --home "$H" --plain --param fail=true
 [[ $(state c) == "skipped need 'b' failed" ]] || fail "c after b failed: $(state c)"
-expect 0 "outcome=failed" -- "$T" runs logs "$(latest)" report --home "$H"
-expect 0 "paging" -- "$T" runs logs "$(latest)" page --home "$H"
+expect 0 "outcome=failed" -- "$bin" runs logs "$(latest)" report --home "$H"
+expect 0 "paging" -- "$bin" runs logs "$(latest)" page --home "$H"
 
 # 3. --dry-run: the plan, nothing recorded
 before=$(sqlite3 "$H/tpuflow.db" 'SELECT count(*) FROM runs')
-expect 0 "reused from run $first" -- "$T" run "$dir/p.yaml" --home "$H" --from b --dry-run
-expect 0 "skipped (not selected)" -- "$T" run "$dir/p.yaml" --home "$H" --only b --dry-run
-"$T" run "$dir/p.yaml" --home "$H" --only b --dry-run --json | python3 -c '
+expect 0 "reused from run $first" -- "$bin" run "$dir/p.yaml" --home "$H" --from b --dry-run
+expect 0 "skipped (not selected)" -- "$bin" run "$dir/p.yaml" --home "$H" --only b --dry-run
+"$bin" run "$dir/p.yaml" --home "$H" --only b --dry-run --json | python3 -c '
 import json,sys
 d = json.load(sys.stdin)
 acts = {s["name"]: s["action"] for s in d["steps"]}
@@ -97,19 +80,19 @@ assert acts == {"a": "reuse", "b": "run", "c": "skip", "report": "skip", "page":
 assert d["reuse_from"] == sys.argv[1], d
 ' "$first" || fail "the --only plan"
 [[ $(sqlite3 "$H/tpuflow.db" 'SELECT count(*) FROM runs') == "$before" ]] || fail "a dry run recorded a run"
-expect 0 "dry run" -- "$T" run "$dir/p.yaml" --home "$dir/fresh" --dry-run
+expect 0 "dry run" -- "$bin" run "$dir/p.yaml" --home "$dir/fresh" --dry-run
 [[ ! -e $dir/fresh ]] || fail "a dry run created the home"
 
 # 4. --from b: a reused with the newest succeeded run's outputs, b and after run (not cached)
-n_first=$("$T" runs show "$first" --home "$H" --json | python3 -c 'import json,sys; print([s for s in json.load(sys.stdin)["steps"] if s["name"]=="a"][0]["outputs"]["n"])')
-expect 0 "succeeded" -- "$T" run "$dir/p.yaml" --home "$H" --from b --plain
+n_first=$("$bin" runs show "$first" --home "$H" --json | python3 -c 'import json,sys; print([s for s in json.load(sys.stdin)["steps"] if s["name"]=="a"][0]["outputs"]["n"])')
+expect 0 "succeeded" -- "$bin" run "$dir/p.yaml" --home "$H" --from b --plain
 [[ $(state a) == "cached reused from run $first (--from b)" ]] || fail "a with --from b: $(state a)"
 [[ $(state b) == "succeeded "* && $(state c) == "succeeded "* && $(state report) == "succeeded "* ]] || fail "b, c, report with --from b"
-expect 0 "from_a=$n_first" -- "$T" runs logs "$(latest)" b --home "$H"
+expect 0 "from_a=$n_first" -- "$bin" runs logs "$(latest)" b --home "$H"
 # --only b: a reused, c and the finally steps not selected
-expect 0 "succeeded" -- "$T" run "$dir/p.yaml" --home "$H" --only b --plain
+expect 0 "succeeded" -- "$bin" run "$dir/p.yaml" --home "$H" --only b --plain
 [[ $(state b) == "succeeded "* ]] || fail "b with --only b: $(state b)"
 [[ $(state c) == "skipped not selected (--only b)" ]] || fail "c with --only b: $(state c)"
-expect 65 "--only nosuch: the pipeline has no such step" -- "$T" run "$dir/p.yaml" --home "$H" --only nosuch
-expect 64 "give one" -- "$T" run "$dir/p.yaml" --home "$H" --only b --from b
+expect 65 "--only nosuch: the pipeline has no such step" -- "$bin" run "$dir/p.yaml" --home "$H" --only nosuch
+expect 64 "give one" -- "$bin" run "$dir/p.yaml" --home "$H" --only b --from b
 echo "it_run_select: ok"

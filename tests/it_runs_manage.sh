@@ -3,26 +3,10 @@
 # and retention"): labels, `runs list` filters, `runs show` params, `runs delete` (refusing a
 # live run, taking an orphaned one, keeping what a model version or a later run uses) and
 # `tpuflow gc` (dry run by default, --apply). Runs in a few seconds.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-BUILD=${BUILD:-build}
-T=$root/$BUILD/tpuflow
-[[ -x $T ]] || { echo "it_runs_manage: build first (make)"; exit 1; }
-dir=$(mktemp -d /tmp/tpuflow-it-runs.XXXXXX)
+. "$(dirname "$0")/lib.sh" it_runs_manage runs
 bg=
 trap '[[ -n $bg ]] && kill -9 "$bg" 2>/dev/null; rm -rf "$dir"' EXIT
-H=$dir/home
-fail() { echo "it_runs_manage: FAILED: $*"; exit 1; }
-# expect CODE WORDS -- CMD...: CMD exits CODE and its stdout+stderr contain WORDS
-expect() {
-  local code=$1 words=$2; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  [[ $rc == "$code" ]] || fail "'$*' exited $rc, expected $code: $out"
-  [[ -z $words ]] || grep -qF -- "$words" <<<"$out" || fail "'$*' did not say '$words': $out"
-}
-ids() { "$T" runs list --home "$H" --json "$@" | python3 -c 'import json,sys; print(" ".join(r["id"] for r in json.load(sys.stdin)))'; }
+ids() { "$bin" runs list --home "$H" --json "$@" | python3 -c 'import json,sys; print(" ".join(r["id"] for r in json.load(sys.stdin)))'; }
 count() { local n; n=$(ids "$@" | wc -w); echo "$n"; }
 
 cat >"$dir/lab.yaml" <<'EOF'
@@ -41,20 +25,20 @@ steps:
 EOF
 
 # 1. labels, kept with the run, shown and selected on; params with where they came from
-expect 0 "" -- "$T" run "$dir/lab.yaml" --home "$H" --plain --label team=ml --label exp=7
-expect 0 "" -- "$T" run "$dir/lab.yaml" --home "$H" --plain --param n=9
-expect 1 "" -- "$T" run "$dir/bad.yaml" --home "$H" --plain --label team=ops
-expect 64 "--label wants NAME=VALUE" -- "$T" run "$dir/lab.yaml" --home "$H" --label oops
+expect 0 "" -- "$bin" run "$dir/lab.yaml" --home "$H" --plain --label team=ml --label exp=7
+expect 0 "" -- "$bin" run "$dir/lab.yaml" --home "$H" --plain --param n=9
+expect 1 "" -- "$bin" run "$dir/bad.yaml" --home "$H" --plain --label team=ops
+expect 64 "--label wants NAME=VALUE" -- "$bin" run "$dir/lab.yaml" --home "$H" --label oops
 [[ $(count --label team) == 2 ]] || fail "--label team selected $(count --label team) runs"
 [[ $(count --label team=ml) == 1 ]] || fail "--label team=ml selected $(count --label team=ml) runs"
 [[ $(count --label team=nobody) == 0 ]] || fail "--label team=nobody selected runs"
 labelled=$(ids --label exp=7)
-expect 0 "labels: exp=7,team=ml" -- "$T" runs show "$labelled" --home "$H"
-out=$("$T" runs show "$labelled" --home "$H")
+expect 0 "labels: exp=7,team=ml" -- "$bin" runs show "$labelled" --home "$H"
+out=$("$bin" runs show "$labelled" --home "$H")
 grep -q "n = 3  (default)" <<<"$out" || fail "runs show did not list the default param n: $out"
 grep -q "who = world  (default)" <<<"$out" || fail "runs show did not list param who: $out"
-expect 0 "n = 9  (--param)" -- "$T" runs show "$(ids --pipeline lab | cut -d' ' -f1)" --home "$H"
-expect 0 "exp=7,team=ml" -- "$T" runs list --home "$H"
+expect 0 "n = 9  (--param)" -- "$bin" runs show "$(ids --pipeline lab | cut -d' ' -f1)" --home "$H"
+expect 0 "exp=7,team=ml" -- "$bin" runs list --home "$H"
 
 # 2. filters: pipeline, state, since (an age or a date), combined
 [[ $(count --pipeline lab) == 2 ]] || fail "--pipeline lab"
@@ -63,9 +47,9 @@ expect 0 "exp=7,team=ml" -- "$T" runs list --home "$H"
 [[ $(count --since 1h) == 3 ]] || fail "--since 1h"
 [[ $(count --since "2999-01-01") == 0 ]] || fail "--since a future date"
 [[ $(count --since "2000-01-01 00:00") == 3 ]] || fail "--since an old date"
-expect 64 "--since wants an age" -- "$T" runs list --home "$H" --since yesterday
-expect 64 "--state wants" -- "$T" runs list --home "$H" --state done
-"$T" runs list --home "$H" --json --label team | python3 -c '
+expect 64 "--since wants an age" -- "$bin" runs list --home "$H" --since yesterday
+expect 64 "--state wants" -- "$bin" runs list --home "$H" --state done
+"$bin" runs list --home "$H" --json --label team | python3 -c '
 import json,sys
 rs = json.load(sys.stdin)
 assert all("team" in r["labels"] for r in rs), rs
@@ -73,24 +57,24 @@ assert all(r["done"] + r["skipped"] <= r["steps"] for r in rs), rs
 ' || fail "runs list --json labels/done/skipped"
 
 # 3. delete: what a model version and a later run (its cache hits) use stays
-expect 0 "succeeded" -- "$T" run pipelines/tabular-csv.yaml --home "$H" --plain
+expect 0 "succeeded" -- "$bin" run pipelines/tabular-csv.yaml --home "$H" --plain
 first=$(ids --pipeline tabular-csv)
-expect 0 "cache hits: 3" -- "$T" run pipelines/tabular-csv.yaml --home "$H" --plain
+expect 0 "cache hits: 3" -- "$bin" run pipelines/tabular-csv.yaml --home "$H" --plain
 objs=$H/objects/runs/$first
 [[ -f $objs/train/logs/attempt-1.log ]] || fail "no train log to delete under $objs"
-expect 0 "would delete run $first" -- "$T" runs delete "$first" --dry-run --home "$H"
+expect 0 "would delete run $first" -- "$bin" runs delete "$first" --dry-run --home "$H"
 [[ -f $objs/train/logs/attempt-1.log ]] || fail "a dry run deleted objects"
-expect 0 "model tabular-csv v1" -- "$T" runs delete "$first" --home "$H"
+expect 0 "model tabular-csv v1" -- "$bin" runs delete "$first" --home "$H"
 [[ ! -e $objs/train/logs/attempt-1.log ]] || fail "runs delete left the run's log"
 [[ -f $objs/train/bundle/signature.json ]] || fail "runs delete removed a registered bundle"
 [[ -f $objs/prep/data/manifest.json ]] || fail "runs delete removed a dataset a later run uses"
-expect 66 "no run" -- "$T" runs show "$first" --home "$H"
-expect 66 "no run" -- "$T" runs delete "$first" --home "$H"
+expect 66 "no run" -- "$bin" runs show "$first" --home "$H"
+expect 66 "no run" -- "$bin" runs delete "$first" --home "$H"
 [[ -z $(sqlite3 "$H/tpuflow.db" "SELECT run_id FROM events WHERE run_id='$first' UNION SELECT run_id FROM attempts WHERE run_id='$first' UNION SELECT run_id FROM steps WHERE run_id='$first' UNION SELECT run_id FROM step_cache WHERE run_id='$first'") ]] \
   || fail "rows of the deleted run are left"
-expect 0 "v1    run $first" -- "$T" models show tabular-csv --home "$H"
+expect 0 "v1    run $first" -- "$bin" models show tabular-csv --home "$H"
 # the later run still reads what it took from the deleted run's cache
-expect 0 "succeeded" -- "$T" runs show "$(ids --pipeline tabular-csv)" --home "$H"
+expect 0 "succeeded" -- "$bin" runs show "$(ids --pipeline tabular-csv)" --home "$H"
 
 # 4. a live run is refused; once its process is gone (orphaned) it may go
 cat >"$dir/slow.yaml" <<'EOF'
@@ -98,25 +82,25 @@ name: slow
 steps:
   - {name: s, type: shell, with: {argv: [sleep, "30"]}}
 EOF
-"$T" run "$dir/slow.yaml" --home "$H" --plain >/dev/null 2>&1 &
+"$bin" run "$dir/slow.yaml" --home "$H" --plain >/dev/null 2>&1 &
 bg=$!
 for _ in $(seq 100); do [[ $(count --state running) == 1 ]] && break; sleep 0.1; done
 slow=$(ids --state running)
 [[ -n $slow ]] || fail "the slow run never ran"
-expect 75 "is running" -- "$T" runs delete "$slow" --home "$H"
+expect 75 "is running" -- "$bin" runs delete "$slow" --home "$H"
 kill -9 "$bg"; wait "$bg" 2>/dev/null; bg=
 [[ $(ids --state orphaned) == "$slow" ]] || fail "the killed run is not listed as orphaned"
-expect 0 "orphaned" -- "$T" runs list --home "$H"
-expect 0 "deleted run $slow" -- "$T" runs delete "$slow" --home "$H"
+expect 0 "orphaned" -- "$bin" runs list --home "$H"
+expect 0 "deleted run $slow" -- "$bin" runs delete "$slow" --home "$H"
 [[ ! -d $H/work/$slow ]] || fail "runs delete left the scratch directory"
 
 # 5. gc: a policy, a dry run by default, --apply removes
-expect 64 "give a policy" -- "$T" gc --home "$H"
+expect 64 "give a policy" -- "$bin" gc --home "$H"
 before=$(count)
-expect 0 "dry run: nothing was removed" -- "$T" gc --home "$H" --keep-last 1
+expect 0 "dry run: nothing was removed" -- "$bin" gc --home "$H" --keep-last 1
 [[ $(count) == "$before" ]] || fail "gc without --apply removed runs"
-expect 0 "nothing to remove" -- "$T" gc --home "$H" --older-than 1d
-out=$("$T" gc --home "$H" --keep-last 1 --pipeline lab --apply --json) || fail "gc --apply: $out"
+expect 0 "nothing to remove" -- "$bin" gc --home "$H" --older-than 1d
+out=$("$bin" gc --home "$H" --keep-last 1 --pipeline lab --apply --json) || fail "gc --apply: $out"
 python3 -c '
 import json,sys
 d = json.loads(sys.argv[1])
@@ -124,6 +108,6 @@ assert d["applied"] and len(d["runs"]) == 1 and d["runs"][0]["deleted"], d
 ' "$out" || fail "gc --apply --json: $out"
 [[ $(count --pipeline lab) == 1 ]] || fail "gc --keep-last 1 --pipeline lab left $(count --pipeline lab) runs"
 [[ $(count --pipeline bad) == 1 ]] || fail "gc --pipeline lab touched another pipeline"
-expect 0 "" -- "$T" gc --home "$H" --keep-last 0 --apply
+expect 0 "" -- "$bin" gc --home "$H" --keep-last 0 --apply
 [[ $(count) == 0 ]] || fail "gc --keep-last 0 left runs"
 echo "it_runs_manage: ok"

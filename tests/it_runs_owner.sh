@@ -9,13 +9,7 @@
 #     warning, and the old owner stops at its next heartbeat (exit 75, no end recorded).
 #  4. `runs cancel` stops a run driven by another process within a few seconds: failed.
 # Stops only the processes it started.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-BUILD=${BUILD:-build}
-bin=$root/$BUILD/tpuflow
-[[ -x $bin ]] || { echo "it_runs_owner: build first (make)"; exit 1; }
-dir=$(mktemp -d /tmp/tpuflow-it-owner.XXXXXX)
+. "$(dirname "$0")/lib.sh" it_runs_owner owner
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
@@ -26,8 +20,6 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-fail() { echo "it_runs_owner: FAILED: $*"; exit 1; }
-H=$dir/home
 tag=$$ # distinct sleep lengths name this test's processes in ps
 long=$((100000 + tag % 100000))
 # Attempt 1 starts a long child and waits for it (the child outlives a killed leader);
