@@ -299,8 +299,7 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 		json_t *arr = NULL;
 		if (tf_registry_list(st, &arr)) {
 			fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
-			ret = TF_EXIT_SOFTWARE;
-			goto out;
+			return TF_EXIT_SOFTWARE;
 		}
 		if (cli->json) {
 			tf_cli_print_json(stdout, arr);
@@ -328,17 +327,14 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 		char why[300];
 		if (tf_registry_check_name(a[2], TF_REGNAME_ALIAS, why, sizeof(why))) {
 			fprintf(stderr, "tpuflow models: %s (docs/registry.md, Names)\n", why);
-			ret = TF_EXIT_DATAERR;
-			goto out;
+			return TF_EXIT_DATAERR;
 		}
-		if ((ret = resolve(st, a[1], a[3], &v))) {
-			goto out;
-		}
+		if ((ret = resolve(st, a[1], a[3], &v)))
+			return ret;
 		rc = tf_registry_set_alias(st, a[1], a[2], v);
 		if (rc) {
 			fprintf(stderr, "tpuflow models: %s\n", tf_store_errmsg(st));
-			ret = TF_EXIT_SOFTWARE;
-			goto out;
+			return TF_EXIT_SOFTWARE;
 		}
 		if (cli->json) {
 			json_t *doc = json_pack("{s:s, s:s, s:I}", "model", a[1], "alias", a[2],
@@ -356,6 +352,5 @@ int cmd_models(int argc, char **argv, struct tf_cli *cli)
 	} else {
 		ret = tf_cli_usage_error("models", "unknown subcommand '%s'", a[0]);
 	}
-out:
 	return ret;
 }

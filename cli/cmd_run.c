@@ -1229,7 +1229,7 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 		tf_store_close(st);
 		st = NULL;
 		ret = follow(cli, home, run, plain, 0);
-	} else if (!strcmp(sub, "resume") || !strcmp(sub, "retry")) {
+	} else { /* resume or retry: the verbs are checked above */
 		tf_store_close(st);
 		st = NULL;
 		struct tf_engine_opts o = {.home = home};
@@ -1250,8 +1250,6 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 			goto out;
 		}
 		ret = finish(cli, &res);
-	} else {
-		ret = tf_cli_usage_error("runs", "unknown subcommand '%s'", sub);
 	}
 out:
 	tf_store_close(st);
