@@ -11,6 +11,7 @@
 #include "web/tokens.h"
 
 #define TF_LOG_TAG "web"
+#include "common/buf.h"
 #include "common/common.h"
 #include "common/log.h"
 #include "orchestrator/broker.h"
@@ -69,31 +70,12 @@ static json_t *col_real(struct tf_stmt *s, int c)
 }
 
 /* ---- the runs page writer ---------------------------------------------------------------
- * A page of runs is the API's hottest answer: it is written byte by byte into one growing
- * buffer (no jansson tree, no stdio stream), and every value is checked or escaped here. */
-struct obuf {
-	char *p;
-	size_t n, cap;
-};
+ * A page of runs is the API's hottest answer: it is written straight into one tf_buf (no
+ * jansson tree, no stdio stream), and every value is checked or escaped here. */
 
-static void ob_need(struct obuf *b, size_t more)
-{
-	if (b->n + more > b->cap) {
-		b->cap = (b->n + more) * 2;
-		b->p = tf_xrealloc(b->p, b->cap);
-	}
-}
+#define PUT_LIT(b, s) tf_buf_append((b), (s), sizeof(s) - 1)
 
-static void ob_put(struct obuf *b, const char *s, size_t n)
-{
-	ob_need(b, n);
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-}
-
-#define OB_LIT(b, s) ob_put((b), (s), sizeof(s) - 1)
-
-static void ob_i64(struct obuf *b, long long v)
+static void put_i64(struct tf_buf *b, long long v)
 {
 	char d[24], *e = d + sizeof(d), *q = e;
 	unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
@@ -102,70 +84,68 @@ static void ob_i64(struct obuf *b, long long v)
 	while (u /= 10);
 	if (v < 0)
 		*--q = '-';
-	ob_put(b, q, (size_t)(e - q));
+	tf_buf_append(b, q, (size_t)(e - q));
 }
 
 /* A JSON string (or null): quotes, backslashes and control characters escaped, other bytes
  * as stored. */
-static void ob_str(struct obuf *b, const char *v)
+static void put_str(struct tf_buf *b, const char *v)
 {
 	static const char hex[] = "0123456789abcdef";
 	if (!v) {
-		OB_LIT(b, "null");
+		PUT_LIT(b, "null");
 		return;
 	}
-	ob_need(b, 6 * strlen(v) + 2);
-	char *o = b->p + b->n;
-	*o++ = '"';
-	for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
-		if (*p >= 0x20 && *p != '"' && *p != '\\') {
-			*o++ = (char)*p;
-		} else if (*p >= 0x20) {
-			*o++ = '\\';
-			*o++ = (char)*p;
-		} else {
-			memcpy(o, "\\u00", 4);
-			o[4] = hex[*p >> 4];
-			o[5] = hex[*p & 15];
-			o += 6;
+	PUT_LIT(b, "\"");
+	const unsigned char *p = (const unsigned char *)v, *plain = p;
+	for (; *p; p++) {
+		if (*p >= 0x20 && *p != '"' && *p != '\\')
+			continue;
+		tf_buf_append(b, plain, (size_t)(p - plain)); /* the bytes before, as they are */
+		plain = p + 1;
+		char e[6] = {'\\', (char)*p};
+		if (*p < 0x20) {
+			memcpy(e + 1, "u00", 3);
+			e[4] = hex[*p >> 4];
+			e[5] = hex[*p & 15];
 		}
+		tf_buf_append(b, e, *p < 0x20 ? 6 : 2);
 	}
-	*o++ = '"';
-	b->n = (size_t)(o - b->p);
+	tf_buf_append(b, plain, (size_t)(p - plain));
+	PUT_LIT(b, "\"");
 }
 
 /* A time in Unix seconds with six decimals (null when NULL). */
-static void ob_time(struct obuf *b, struct tf_stmt *s, int c)
+static void put_time(struct tf_buf *b, struct tf_stmt *s, int c)
 {
 	if (tf_stmt_is_null(s, c)) {
-		OB_LIT(b, "null");
+		PUT_LIT(b, "null");
 		return;
 	}
 	double v = tf_stmt_double(s, c);
 	if (!(v >= 0 && v < 9e9)) { /* beyond, v * 1e6 would not be exact */
-		char t[64];
-		ob_put(b, t, (size_t)snprintf(t, sizeof(t), "%.6f", v));
+		tf_buf_printf(b, "%.6f", v);
 		return;
 	}
 	long long us = llround(v * 1e6), frac = us % 1000000;
-	ob_i64(b, us / 1000000);
+	put_i64(b, us / 1000000);
 	char f[7] = ".";
 	for (int i = 6; i > 0; i--, frac /= 10)
 		f[i] = (char)('0' + frac % 10);
-	ob_put(b, f, 7);
+	tf_buf_append(b, f, 7);
 }
 
 /* A query value percent-encoded (unreserved characters as they are), inside a JSON string. */
-static void ob_query(struct obuf *b, const char *v)
+static void put_query(struct tf_buf *b, const char *v)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
 		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
 		    strchr("-._~", *p)) {
-			ob_put(b, (const char *)p, 1);
+			tf_buf_append(b, p, 1);
 		} else {
 			char e[3] = {'%', hex[*p >> 4], hex[*p & 15]};
-			ob_put(b, e, 3);
+			tf_buf_append(b, e, 3);
 		}
 	}
 }
@@ -318,77 +298,77 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		tf_web_problem_errno(rs, -EIO, rq->path, tf_store_errmsg(rq->st));
 		return;
 	}
-	struct obuf b = {0};
+	struct tf_buf b = {0};
 	char last[32] = "";
 	int rc, n = 0, more = 0;
-	OB_LIT(&b, "{\"items\":[");
+	PUT_LIT(&b, "{\"items\":[");
 	while ((rc = tf_stmt_step(s)) == 1) {
 		if (n == limit) {
 			more = 1;
 			break;
 		}
 		if (n++)
-			OB_LIT(&b, ",");
-		OB_LIT(&b, "{\"id\":");
-		ob_str(&b, tf_stmt_text(s, 0));
-		OB_LIT(&b, ",\"pipeline\":");
-		ob_str(&b, tf_stmt_text(s, 1));
-		OB_LIT(&b, ",\"state\":");
-		ob_str(&b, tf_stmt_text(s, 2));
-		OB_LIT(&b, ",\"created_at\":");
-		ob_time(&b, s, 3);
-		OB_LIT(&b, ",\"started_at\":");
-		ob_time(&b, s, 4);
-		OB_LIT(&b, ",\"finished_at\":");
-		ob_time(&b, s, 5);
-		OB_LIT(&b, ",\"steps\":");
-		ob_i64(&b, tf_stmt_int(s, 6));
-		OB_LIT(&b, ",\"done\":");
-		ob_i64(&b, tf_stmt_int(s, 7));
-		OB_LIT(&b, ",\"error\":");
-		ob_str(&b, tf_stmt_text(s, 8));
-		OB_LIT(&b, ",\"retry_of\":");
-		ob_str(&b, tf_stmt_text(s, 9));
-		OB_LIT(&b, ",\"trigger\":");
-		ob_str(&b, tf_stmt_text(s, 10));
-		OB_LIT(&b, ",\"skipped\":");
-		ob_i64(&b, tf_stmt_int(s, 11));
-		OB_LIT(&b, ",\"orphaned\":");
+			PUT_LIT(&b, ",");
+		PUT_LIT(&b, "{\"id\":");
+		put_str(&b, tf_stmt_text(s, 0));
+		PUT_LIT(&b, ",\"pipeline\":");
+		put_str(&b, tf_stmt_text(s, 1));
+		PUT_LIT(&b, ",\"state\":");
+		put_str(&b, tf_stmt_text(s, 2));
+		PUT_LIT(&b, ",\"created_at\":");
+		put_time(&b, s, 3);
+		PUT_LIT(&b, ",\"started_at\":");
+		put_time(&b, s, 4);
+		PUT_LIT(&b, ",\"finished_at\":");
+		put_time(&b, s, 5);
+		PUT_LIT(&b, ",\"steps\":");
+		put_i64(&b, tf_stmt_int(s, 6));
+		PUT_LIT(&b, ",\"done\":");
+		put_i64(&b, tf_stmt_int(s, 7));
+		PUT_LIT(&b, ",\"error\":");
+		put_str(&b, tf_stmt_text(s, 8));
+		PUT_LIT(&b, ",\"retry_of\":");
+		put_str(&b, tf_stmt_text(s, 9));
+		PUT_LIT(&b, ",\"trigger\":");
+		put_str(&b, tf_stmt_text(s, 10));
+		PUT_LIT(&b, ",\"skipped\":");
+		put_i64(&b, tf_stmt_int(s, 11));
+		PUT_LIT(&b, ",\"orphaned\":");
 		if (tf_run_row_orphaned(s, 12))
-			OB_LIT(&b, "true}");
+			PUT_LIT(&b, "true}");
 		else
-			OB_LIT(&b, "false}");
+			PUT_LIT(&b, "false}");
 		snprintf(last, sizeof(last), "%s", tf_stmt_text(s, 0));
 	}
 	tf_stmt_done(s);
-	OB_LIT(&b, "],\"next\":");
+	PUT_LIT(&b, "],\"next\":");
 	if (more) {
-		OB_LIT(&b, "\"/api/v1/runs?limit=");
-		ob_i64(&b, limit);
-		OB_LIT(&b, "&cursor=");
-		ob_query(&b, last);
+		PUT_LIT(&b, "\"/api/v1/runs?limit=");
+		put_i64(&b, limit);
+		PUT_LIT(&b, "&cursor=");
+		put_query(&b, last);
 		const char *names[] = {"state", "pipeline", "label", "since", "trigger", "q"};
 		for (int i = 0; i < 6; i++) {
 			const char *v = tf_web_query(rq, names[i]);
 			if (v) {
-				OB_LIT(&b, "&");
-				ob_put(&b, names[i], strlen(names[i]));
-				OB_LIT(&b, "=");
-				ob_query(&b, v);
+				PUT_LIT(&b, "&");
+				tf_buf_append(&b, names[i], strlen(names[i]));
+				PUT_LIT(&b, "=");
+				put_query(&b, v);
 			}
 		}
-		OB_LIT(&b, "\"}");
+		PUT_LIT(&b, "\"}");
 	} else {
-		OB_LIT(&b, "null}");
+		PUT_LIT(&b, "null}");
 	}
 	if (rc < 0) {
-		free(b.p);
+		tf_buf_release(&b);
 		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
 		return;
 	}
 	rs->status = 200;
-	rs->body = b.p;
-	rs->len = b.n;
+	rs->len = b.len;
+	rs->body = tf_buf_detach(&b);
 	rs->type = "application/json";
 }
 
