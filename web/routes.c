@@ -281,7 +281,7 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	struct tf_stmt *s = tf_store_query(
 	    rq->st,
 	    "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
-	    "r.steps_total, r.steps_done, r.error, r.retry_of, r.trigger, r.steps_skipped, "
+	    "r.steps_total, r.steps_done, r.error, r.trigger, r.steps_skipped, "
 	    "r.state, r.owner, r.pid, r.heartbeat_at "
 	    "FROM runs r WHERE (?1 IS NULL OR r.state=?1) AND (?2 IS NULL OR r.pipeline=?2) "
 	    "AND r.created_at>=?3 "
@@ -327,14 +327,13 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		put_i64(&b, tf_stmt_int(s, 7));
 		PUT_LIT(&b, ",\"error\":");
 		put_str(&b, tf_stmt_text(s, 8));
-		PUT_LIT(&b, ",\"retry_of\":");
+		/* runs.retry_of is never written (a run is retried in place): always null */
+		PUT_LIT(&b, ",\"retry_of\":null,\"trigger\":");
 		put_str(&b, tf_stmt_text(s, 9));
-		PUT_LIT(&b, ",\"trigger\":");
-		put_str(&b, tf_stmt_text(s, 10));
 		PUT_LIT(&b, ",\"skipped\":");
-		put_i64(&b, tf_stmt_int(s, 11));
+		put_i64(&b, tf_stmt_int(s, 10));
 		PUT_LIT(&b, ",\"orphaned\":");
-		if (tf_run_row_orphaned(s, 12))
+		if (tf_run_row_orphaned(s, 11))
 			PUT_LIT(&b, "true}");
 		else
 			PUT_LIT(&b, "false}");

@@ -85,7 +85,6 @@ export function runPage(main, id, query, problem) {
     facts.replaceChildren(h('dl', { class: 'facts' },
       h('dt', {}, 'Pipeline'), h('dd', {}, run.pipeline),
       h('dt', {}, 'Trigger'), h('dd', {}, run.trigger || '—'),
-      run.retry_of ? [h('dt', {}, 'Retry of'), h('dd', {}, h('a', { href: '#/runs/' + run.retry_of }, run.retry_of))] : null,
       h('dt', {}, 'Created'), h('dd', {}, when(run.created_at)),
       h('dt', {}, 'Duration'), h('dd', {}, duration(run.started_at, run.finished_at)),
       h('dt', {}, 'Steps done'), h('dd', { 'data-done': done }, `${done} of ${run.steps.length}`),
