@@ -470,9 +470,23 @@ static int insert_alert(struct tf_store *st, const char *event, const char *hook
 
 /* ---- routing ---------------------------------------------------------------------------- */
 
+/* Pipelines loaded for their routes, each with the text, path and params it was loaded from
+ * (its key): a run's pipeline and params never change, so the events of a run parse its
+ * pipeline once, not once each. A few runs' worth, replaced in turn; under `mu`, which is
+ * taken inside the caller's write transaction and held only while the routes are read. */
+static struct {
+	pthread_mutex_t mu;
+	struct kept_pipeline {
+		char *src, *path, *params;
+		struct tf_pipeline *p;
+	} slot[8];
+	size_t next; /* the slot a new load replaces */
+} routes_kept = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
 /* The pipeline a run was created from, loaded with the run's params; NULL when its text has
- * no `alerts:` (then it is not parsed at all) or cannot be loaded. The caller frees it. */
-static struct tf_pipeline *run_pipeline(struct tf_store *st, const char *run)
+ * no `alerts:` (then it is not parsed at all) or cannot be loaded. Call it holding
+ * routes_kept.mu: the pipeline is borrowed from routes_kept until that is released. */
+static const struct tf_pipeline *run_pipeline(struct tf_store *st, const char *run)
 {
 	struct tf_stmt *q = tf_store_query(st,
 	                                   "SELECT p.source, p.path, r.params FROM runs r JOIN "
@@ -480,29 +494,42 @@ static struct tf_pipeline *run_pipeline(struct tf_store *st, const char *run)
 	                                   "t", run);
 	if (!q)
 		return NULL;
-	char *src = NULL, *path = NULL, *params = NULL;
+	const char *src = NULL, *path = NULL, *params = NULL;
 	if (tf_stmt_step(q) == 1) {
-		src = tf_stmt_strdup(q, 0);
-		path = tf_stmt_strdup(q, 1);
-		params = tf_stmt_strdup(q, 2);
+		src = tf_stmt_text(q, 0);
+		path = tf_stmt_text(q, 1) ? tf_stmt_text(q, 1) : "pipeline";
+		params = tf_stmt_text(q, 2) ? tf_stmt_text(q, 2) : "{}";
 	}
-	tf_stmt_done(q);
 	struct tf_pipeline *p = NULL;
-	if (src && strstr(src, "alerts")) {
-		json_t *pj = json_loads(params ? params : "{}", 0, NULL);
+	for (size_t i = 0; src && i < TF_ARRAY_LEN(routes_kept.slot) && !p; i++) {
+		struct kept_pipeline *k = &routes_kept.slot[i];
+		if (k->p && !strcmp(k->src, src) && !strcmp(k->path, path) &&
+		    !strcmp(k->params, params))
+			p = k->p;
+	}
+	if (!p && src && strstr(src, "alerts")) {
+		json_t *pj = json_loads(params, 0, NULL);
 		size_t nov;
 		struct tf_param_override *ov = tf_param_overrides_from_json(pj, &nov);
 		struct tf_diag_list d = {0};
-		if (tf_pipeline_load_buffer(path ? path : "pipeline", src, strlen(src), ov, nov,
-		                            TF_PIPELINE_ALLOW_UNSET, &p, &d))
+		if (tf_pipeline_load_buffer(path, src, strlen(src), ov, nov,
+		                            TF_PIPELINE_ALLOW_UNSET, &p, &d) == 0) {
+			struct kept_pipeline *k = &routes_kept.slot[routes_kept.next];
+			routes_kept.next = (routes_kept.next + 1) % TF_ARRAY_LEN(routes_kept.slot);
+			free(k->src);
+			free(k->path);
+			free(k->params);
+			tf_pipeline_free(k->p);
+			*k = (struct kept_pipeline){tf_xstrdup(src), tf_xstrdup(path),
+			                            tf_xstrdup(params), p};
+		} else {
 			tf_warn("run '%s': the alert routes of its pipeline cannot be read", run);
+		}
 		tf_diag_list_release(&d);
 		free(ov);
 		json_decref(pj);
 	}
-	free(src);
-	free(path);
-	free(params);
+	tf_stmt_done(q);
 	return p;
 }
 
@@ -578,7 +605,8 @@ static int route(struct tf_store *st, const char *event, const char *run, json_t
 	json_array_foreach(home, i, h) if (rc == 0) rc =
 	    add_target(st, to, json_string_value(h), NULL);
 	json_decref(home);
-	struct tf_pipeline *p = rc == 0 && run ? run_pipeline(st, run) : NULL;
+	pthread_mutex_lock(&routes_kept.mu);
+	const struct tf_pipeline *p = rc == 0 && run ? run_pipeline(st, run) : NULL;
 	for (size_t r = 0; p && rc == 0 && r < p->nalerts; r++) {
 		const struct tf_alert_route *ar = &p->alerts[r];
 		int on = 0;
@@ -603,7 +631,7 @@ static int route(struct tf_store *st, const char *event, const char *run, json_t
 			rc = add_target(st, to, ar->to[k], where);
 		}
 	}
-	tf_pipeline_free(p);
+	pthread_mutex_unlock(&routes_kept.mu);
 	return rc;
 }
 
@@ -611,7 +639,8 @@ static int route(struct tf_store *st, const char *event, const char *run, json_t
  * alerts are dead-lettered saying the same). */
 static void check_routes(struct tf_store *st, const char *run)
 {
-	struct tf_pipeline *p = run_pipeline(st, run);
+	pthread_mutex_lock(&routes_kept.mu);
+	const struct tf_pipeline *p = run_pipeline(st, run);
 	for (size_t r = 0; p && r < p->nalerts; r++)
 		for (size_t k = 0; k < p->alerts[r].nto; k++) {
 			const char *hook = p->alerts[r].to[k];
@@ -627,7 +656,7 @@ static void check_routes(struct tf_store *st, const char *run)
 				    p->alerts[r].to_lines[2 * k + 1], run, hook, hook);
 			free(format);
 		}
-	tf_pipeline_free(p);
+	pthread_mutex_unlock(&routes_kept.mu);
 }
 
 /* A successful run resolves the Alertmanager alerts firing for its pipeline: each gets a
