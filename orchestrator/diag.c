@@ -26,8 +26,8 @@ void tf_diag_list_release(struct tf_diag_list *l)
 	memset(l, 0, sizeof(*l));
 }
 
-static void vadd(struct tf_diag_list *l, enum tf_diag_severity sev, const char *file, int line,
-                 int col, const char *hint, const char *fmt, va_list ap)
+void tf_diag_vadd(struct tf_diag_list *l, enum tf_diag_severity sev, const char *file, int line,
+                  int col, const char *hint, const char *fmt, va_list ap)
 {
 	if (sev == TF_DIAG_ERROR)
 		l->nerrors++;
@@ -58,7 +58,7 @@ void tf_diag_add(struct tf_diag_list *l, enum tf_diag_severity sev, const char *
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vadd(l, sev, file, line, col, hint, fmt, ap);
+	tf_diag_vadd(l, sev, file, line, col, hint, fmt, ap);
 	va_end(ap);
 }
 
@@ -67,7 +67,7 @@ void tf_diag_error(struct tf_diag_list *l, const char *file, int line, int col, 
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vadd(l, TF_DIAG_ERROR, file, line, col, NULL, fmt, ap);
+	tf_diag_vadd(l, TF_DIAG_ERROR, file, line, col, NULL, fmt, ap);
 	va_end(ap);
 }
 

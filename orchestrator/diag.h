@@ -9,6 +9,7 @@
 #define TF_DIAG_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -49,6 +50,11 @@ void tf_diag_list_release(struct tf_diag_list *l);
 void tf_diag_add(struct tf_diag_list *l, enum tf_diag_severity sev, const char *file, int line,
                  int col, const char *hint, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
+
+/* tf_diag_add with the format's arguments as a va_list, for callers that take their own. */
+void tf_diag_vadd(struct tf_diag_list *l, enum tf_diag_severity sev, const char *file, int line,
+                  int col, const char *hint, const char *fmt, va_list ap)
+    __attribute__((format(printf, 7, 0)));
 
 /* Shorthand for an error without a hint / with one. */
 void tf_diag_error(struct tf_diag_list *l, const char *file, int line, int col, const char *fmt,

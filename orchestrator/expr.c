@@ -60,14 +60,10 @@ static void pos_error(struct srcpos *p, struct tf_diag_list *d, size_t off, cons
 {
 	int line, col;
 	pos_at(p, off, &line, &col);
-	char *msg = NULL;
 	va_list ap;
 	va_start(ap, fmt);
-	if (vasprintf(&msg, fmt, ap) < 0)
-		msg = NULL;
+	tf_diag_vadd(d, TF_DIAG_ERROR, p->file, line, col, hint, fmt, ap);
 	va_end(ap);
-	tf_diag_add(d, TF_DIAG_ERROR, p->file, line, col, hint, "%s", msg ? msg : "error");
-	free(msg);
 }
 
 /* ---- references --------------------------------------------------------------------- */

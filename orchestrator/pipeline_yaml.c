@@ -313,15 +313,10 @@ int tf_pl_diag_room(const struct loader *L)
 
 void tf_pl_err_at(struct loader *L, const struct ynode *n, const char *hint, const char *fmt, ...)
 {
-	char *msg = NULL;
 	va_list ap;
 	va_start(ap, fmt);
-	if (vasprintf(&msg, fmt, ap) < 0)
-		msg = NULL;
+	tf_diag_vadd(L->d, TF_DIAG_ERROR, L->file, n ? n->line : 0, n ? n->col : 0, hint, fmt, ap);
 	va_end(ap);
-	tf_diag_add(L->d, TF_DIAG_ERROR, L->file, n ? n->line : 0, n ? n->col : 0, hint, "%s",
-	            msg ? msg : "error");
-	free(msg);
 }
 
 const char *tf_pl_kind_name(const struct ynode *n)
