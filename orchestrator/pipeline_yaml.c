@@ -4,6 +4,7 @@
  */
 #include "orchestrator/pipeline_int.h"
 
+#include "common/buf.h"
 #include "common/common.h"
 
 #include <errno.h>
@@ -417,6 +418,21 @@ const struct ynode *tf_pl_map_get(const struct ynode *m, const char *key)
 	return NULL;
 }
 
+/* The hint for a word that is none of `names`: "did you mean 'NEAR'?" when one is near it,
+ * else `lead` and the names ("valid keys: a, b, c"). */
+static void near_or_list(struct tf_buf *hint, const char *word, const char *const *names,
+                         const char *lead)
+{
+	const char *near = tf_diag_suggest(word, names);
+	if (near) {
+		tf_buf_printf(hint, "did you mean '%s'?", near);
+		return;
+	}
+	tf_buf_printf(hint, "%s", lead);
+	for (size_t i = 0; names[i]; i++)
+		tf_buf_printf(hint, "%s %s", i ? "," : "", names[i]);
+}
+
 static void report_dup_key(struct loader *L, const struct ynode *first, const struct ynode *k,
                            const char *what)
 {
@@ -485,17 +501,10 @@ void tf_pl_check_keys(struct loader *L, const struct ynode *m, const char *const
 				ok = 1;
 		if (ok)
 			continue;
-		const char *near = tf_diag_suggest(k->str, allowed);
-		char hint[512];
-		if (near) {
-			snprintf(hint, sizeof(hint), "did you mean '%s'?", near);
-		} else {
-			size_t off = (size_t)snprintf(hint, sizeof(hint), "valid keys:");
-			for (size_t a = 0; allowed[a] && off < sizeof(hint); a++)
-				off += (size_t)snprintf(hint + off, sizeof(hint) - off, "%s %s",
-				                        a ? "," : "", allowed[a]);
-		}
-		tf_pl_err_at(L, k, hint, "unknown key '%.60s' in %s", k->str, what);
+		struct tf_buf hint = {0};
+		near_or_list(&hint, k->str, allowed, "valid keys:");
+		tf_pl_err_at(L, k, tf_buf_str(&hint), "unknown key '%.60s' in %s", k->str, what);
+		tf_buf_release(&hint);
 	}
 }
 
@@ -635,17 +644,10 @@ int tf_pl_get_enum(struct loader *L, const struct ynode *n, const char *what,
 			*out = i;
 			return 0;
 		}
-	const char *near = tf_diag_suggest(n->str, names);
-	char hint[256];
-	if (near) {
-		snprintf(hint, sizeof(hint), "did you mean '%s'?", near);
-	} else {
-		size_t off = (size_t)snprintf(hint, sizeof(hint), "choose one of:");
-		for (int i = 0; names[i] && off < sizeof(hint); i++)
-			off += (size_t)snprintf(hint + off, sizeof(hint) - off, "%s %s",
-			                        i ? "," : "", names[i]);
-	}
-	tf_pl_err_at(L, n, hint, "unknown %s '%.60s'", what, n->str);
+	struct tf_buf hint = {0};
+	near_or_list(&hint, n->str, names, "choose one of:");
+	tf_pl_err_at(L, n, tf_buf_str(&hint), "unknown %s '%.60s'", what, n->str);
+	tf_buf_release(&hint);
 	return -EINVAL;
 }
 
