@@ -11,9 +11,7 @@
 export TPUFLOW_LOG=info TPUFLOW_POOLS=v4:2x2x1
 cd "$dir"
 
-awk 'BEGIN { srand(3); print "a,b,c,d,label";
-  for (i = 0; i < 4000; i++) { a = rand(); b = rand(); c = rand(); d = rand();
-    print a "," b "," c "," d "," ((a + b > c + d) ? 1 : 0) } }' >data.csv
+csv_data data.csv
 # checkpoints only when asked to stop (and at the end)
 cat >long.yaml <<'EOF'
 name: drained

@@ -13,12 +13,7 @@
 # end without a reload, triggers one more and cancels it, and checks the slice map with a chip
 # marked failed; then the daemon is started again with --no-auth and the page is used without
 # a token. Screenshots go to BUILD/screenshots/. Skipped (77) without node, playwright-core or /usr/bin/chromium.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-BUILD=${BUILD:-build}
-bin=$root/$BUILD/tpuflow
-[[ -x $bin ]] || { echo "it_dashboard: build first (make tests)"; exit 1; }
+. "$(dirname "$0")/lib.sh" it_dashboard dashboard
 if ! command -v node >/dev/null || [[ ! -x /usr/bin/chromium ]] ||
   [[ ! -f node_modules/playwright-core/package.json ]]; then
   echo "it_dashboard: node, /usr/bin/chromium or node_modules/playwright-core missing (make deps)"
@@ -26,7 +21,6 @@ if ! command -v node >/dev/null || [[ ! -x /usr/bin/chromium ]] ||
 fi
 PY=/usr/bin/python3
 [[ -x $PY ]] || PY=python3
-dir=$(mktemp -d /tmp/tpuflow-it-dashboard.XXXXXX)
 pids=()
 export PIDS=$dir/pids # daemons the browser test starts again (tests/dashboard.mjs)
 cleanup() {
@@ -35,8 +29,6 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-fail() { echo "it_dashboard: FAILED: $*"; tail -20 "$dir/d.log"; exit 1; }
-H=$dir/home
 export TPUFLOW_POOLS=v4:2x2x1 # one v4-8 slice: a second training waits or preempts
 t0=$SECONDS
 
@@ -76,9 +68,7 @@ wait_final() { # RUN: waits for a final state, prints it
 }
 
 cd "$dir" || exit 1
-awk 'BEGIN { srand(3); print "a,b,c,d,label";
-  for (i = 0; i < 4000; i++) { a = rand(); b = rand(); c = rand(); d = rand();
-    print a "," b "," c "," d "," ((a + b > c + d) ? 1 : 0) } }' >data.csv
+csv_data data.csv
 cat >flaky.yaml <<'EOF'
 name: flaky
 steps:

@@ -14,16 +14,10 @@
 #     slices fail` on a chip under a training ends its attempt as `infra`; it is placed again
 #     on the healthy half, resumes from its checkpoint and ends with the same bytes.
 # Small CSV data and short trainings keep it to seconds.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-BUILD=${BUILD:-build}
-bin=$root/$BUILD/tpuflow
-[[ -x $bin ]] || { echo "it_pool: build first (make tests)"; exit 1; }
+. "$(dirname "$0")/lib.sh" it_pool pool
 PY=/usr/bin/python3
 [[ -x $PY ]] || PY=python3
 
-dir=$(mktemp -d /tmp/tpuflow-it-pool.XXXXXX)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
@@ -44,9 +38,7 @@ stop_daemon() { kill -TERM "$dpid"; wait "$dpid" || fail "the daemon of $TPUFLOW
 cd "$dir"
 export TPUFLOW_POOLS=v4:2x2x1 TPUFLOW_HOME=$dir/home
 
-awk 'BEGIN { srand(3); print "a,b,c,d,label";
-  for (i = 0; i < 4000; i++) { a = rand(); b = rand(); c = rand(); d = rand();
-    print a "," b "," c "," d "," ((a + b > c + d) ? 1 : 0) } }' >data.csv
+csv_data data.csv
 cat >p.yaml <<'EOF'
 name: pooltrain
 params:

@@ -4,7 +4,7 @@
 # tpuflow binary: the script ends, exit 1, when it is not built), $dir (a new directory
 # /tmp/tpuflow-it-TAG.XXXXXX, removed on exit with the daemon start_daemon started; a script
 # that starts other processes sets its own EXIT trap, which removes it too) and $H (a state
-# home in it), and defines fail, expect, latest and start_daemon. NAME prefixes every message.
+# home in it), and defines fail, expect, latest, start_daemon and csv_data. NAME prefixes every message.
 set -uo pipefail
 it_name=$1
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -53,4 +53,13 @@ start_daemon() {
     sleep 0.05
   done
   fail "the daemon did not start"
+}
+
+# csv_data FILE: the 4,000-row two-class CSV (columns a-d and label) the short trainings read,
+# the same bytes every time (awk's srand(3)), so that a training's weights can be compared
+# with those of another run on it.
+csv_data() {
+  awk 'BEGIN { srand(3); print "a,b,c,d,label";
+    for (i = 0; i < 4000; i++) { a = rand(); b = rand(); c = rand(); d = rand();
+      print a "," b "," c "," d "," ((a + b > c + d) ? 1 : 0) } }' >"$1"
 }
