@@ -68,13 +68,9 @@ static void test_cli_numeric_options_refuse_junk_and_overflow(void **state)
 static void test_cli_logs_with_invalid_utf8_are_shown(void **state)
 {
 	(void)state;
-	FILE *f = fopen("p.yaml", "w");
-	assert_non_null(f);
-	fputs("name: bytes\nsteps:\n"
-	      "  - {name: s, type: shell, with: {argv: [/bin/sh, -c, "
-	      "\"printf 'before \\\\377\\\\300\\\\200 after\\\\n'\"]}}\n",
-	      f);
-	fclose(f);
+	tf_test_write_file("p.yaml", "name: bytes\nsteps:\n"
+	                             "  - {name: s, type: shell, with: {argv: [/bin/sh, -c, "
+	                             "\"printf 'before \\\\377\\\\300\\\\200 after\\\\n'\"]}}\n");
 	static const char *const run_args[] = {"run", "p.yaml", "--plain", NULL};
 	char *err = NULL;
 	assert_int_equal(run(run_args, &err), 0);
@@ -106,14 +102,13 @@ static void test_cli_logs_with_invalid_utf8_are_shown(void **state)
 	    {"printf 'o=\\\\377\\\\n' > \\\"$TPUFLOW_OUTPUTS\\\"", "line 1: the value is not valid UTF-8"},
 	};
 	for (size_t i = 0; i < TF_ARRAY_LEN(bad); i++) {
-		f = fopen("q.yaml", "w");
-		assert_non_null(f);
-		fprintf(f,
-		        "name: bad\nsteps:\n"
-		        "  - {name: s, type: shell, with: {argv: [/bin/sh, -c, \"%s\"], outputs: [o], "
-		        "metrics: [m]}}\n",
-		        bad[i].line);
-		fclose(f);
+		char *q = tf_xasprintf(
+		    "name: bad\nsteps:\n"
+		    "  - {name: s, type: shell, with: {argv: [/bin/sh, -c, \"%s\"], outputs: [o], "
+		    "metrics: [m]}}\n",
+		    bad[i].line);
+		tf_test_write_file("q.yaml", q);
+		free(q);
 		static const char *const q_args[] = {"run", "q.yaml", "--plain", NULL};
 		assert_int_equal(run(q_args, &err), TF_EXIT_FAILED);
 		free(err);
@@ -129,12 +124,9 @@ static void test_cli_logs_with_invalid_utf8_are_shown(void **state)
 static void test_cli_relative_storage_recorded_absolute(void **state)
 {
 	(void)state;
-	FILE *f = fopen("rel.yaml", "w");
-	assert_non_null(f);
-	fputs("name: rel\nstorage: file://relstore\nsteps:\n"
-	      "  - {name: s, type: shell, with: {argv: [/bin/sh, -c, 'echo hi']}}\n",
-	      f);
-	fclose(f);
+	tf_test_write_file("rel.yaml",
+	                   "name: rel\nstorage: file://relstore\nsteps:\n"
+	                   "  - {name: s, type: shell, with: {argv: [/bin/sh, -c, 'echo hi']}}\n");
 	char cwd[4096];
 	assert_non_null(getcwd(cwd, sizeof(cwd)));
 	static const struct {
@@ -174,13 +166,10 @@ static void test_cli_inprocess_data_prep_honours_timeout(void **state)
 	(void)state;
 	if (access("/usr/share/datasets/fashion-mnist", R_OK))
 		skip();
-	FILE *f = fopen("prep.yaml", "w");
-	assert_non_null(f);
-	fputs("name: prep\nsteps:\n"
-	      "  - {name: prep, type: data_prep, executor: inprocess, timeout: 10ms,\n"
-	      "     with: {source: fashion-mnist}}\n",
-	      f);
-	fclose(f);
+	tf_test_write_file("prep.yaml",
+	                   "name: prep\nsteps:\n"
+	                   "  - {name: prep, type: data_prep, executor: inprocess, timeout: 10ms,\n"
+	                   "     with: {source: fashion-mnist}}\n");
 	static const char *const args[] = {"run", "prep.yaml", "--plain", NULL};
 	char *err = NULL;
 	assert_int_equal(tf_test_cli(args, NULL, &err), TF_EXIT_FAILED);
@@ -200,11 +189,8 @@ static void test_cli_inprocess_data_prep_honours_timeout(void **state)
 static void test_cli_not_found_and_usage_exit_codes(void **state)
 {
 	(void)state;
-	FILE *f = fopen("one.yaml", "w");
-	assert_non_null(f);
-	fputs("name: one\nsteps:\n  - {name: s, type: shell, with: {argv: [/bin/sh, -c, 'echo hi']}}\n",
-	      f);
-	fclose(f);
+	tf_test_write_file("one.yaml", "name: one\nsteps:\n  - {name: s, type: shell, with: {argv: "
+	                               "[/bin/sh, -c, 'echo hi']}}\n");
 	static const char *const ok[] = {"run", "one.yaml", "--plain", NULL};
 	assert_int_equal(tf_test_cli(ok, NULL, NULL), 0);
 	static const struct {
@@ -236,9 +222,7 @@ static void test_cli_not_found_and_usage_exit_codes(void **state)
 		free(err);
 	}
 	assert_int_equal(mkdir("zero", 0755), 0);
-	f = fopen("zero/tpuflow.db", "w");
-	assert_non_null(f);
-	fclose(f);
+	tf_test_write_file("zero/tpuflow.db", "");
 	struct timeval old[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
 	assert_int_equal(utimes("zero/tpuflow.db", old), 0);
 	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", "zero", "runs", "list", NULL};
@@ -254,13 +238,10 @@ static void test_cli_not_found_and_usage_exit_codes(void **state)
 	assert_int_equal(sb.st_size, 0); /* left as it was */
 
 	/* run --json on a pipeline with errors: one JSON document, problems in file order */
-	f = fopen("bad.yaml", "w");
-	assert_non_null(f);
-	fputs("name: bad\nparams:\n  flag: {type: bool, default: yes}\nsteps:\n"
-	      "  - {name: a, type: shell, needs: [nosuch], with: {argv: [x]}}\n"
-	      "  - {name: b, type: nosuchtype}\n",
-	      f);
-	fclose(f);
+	tf_test_write_file("bad.yaml",
+	                   "name: bad\nparams:\n  flag: {type: bool, default: yes}\nsteps:\n"
+	                   "  - {name: a, type: shell, needs: [nosuch], with: {argv: [x]}}\n"
+	                   "  - {name: b, type: nosuchtype}\n");
 	static const char *const bad_run[] = {"run", "bad.yaml", "--json", NULL};
 	err = NULL;
 	assert_int_equal(tf_test_cli(bad_run, NULL, &err), TF_EXIT_DATAERR);
@@ -276,7 +257,7 @@ static void test_cli_not_found_and_usage_exit_codes(void **state)
 	json_decref(doc);
 
 	/* a NUL byte in a pipeline: line and column (it was a byte offset) and why */
-	f = fopen("nul.yaml", "wb");
+	FILE *f = fopen("nul.yaml", "wb");
 	assert_non_null(f);
 	fwrite("name: x\nsteps: []\n\0\0", 1, 20, f);
 	fclose(f);
@@ -293,13 +274,10 @@ static void test_cli_not_found_and_usage_exit_codes(void **state)
 static void test_cli_runs_list_skipped_orphaned_duration(void **state)
 {
 	(void)state;
-	FILE *f = fopen("sk.yaml", "w");
-	assert_non_null(f);
-	fputs("name: sk\nsteps:\n  - {name: a, type: shell, with: {argv: ['false']}}\n"
-	      "  - {name: b, type: shell, needs: [a], with: {argv: ['true']}}\n"
-	      "  - {name: c, type: shell, with: {argv: ['true']}}\n",
-	      f);
-	fclose(f);
+	tf_test_write_file("sk.yaml",
+	                   "name: sk\nsteps:\n  - {name: a, type: shell, with: {argv: ['false']}}\n"
+	                   "  - {name: b, type: shell, needs: [a], with: {argv: ['true']}}\n"
+	                   "  - {name: c, type: shell, with: {argv: ['true']}}\n");
 	static const char *const sk[] = {"run", "sk.yaml", "--plain", NULL};
 	assert_int_equal(tf_test_cli(sk, NULL, NULL), TF_EXIT_FAILED);
 	static const char *const list[] = {"runs", "list", "--json", NULL};
@@ -311,10 +289,9 @@ static void test_cli_runs_list_skipped_orphaned_duration(void **state)
 	assert_true(json_is_number(json_object_get(r, "duration")));
 	json_decref(doc);
 
-	f = fopen("long.yaml", "w");
-	assert_non_null(f);
-	fputs("name: long\nsteps:\n  - {name: s, type: shell, with: {argv: [sleep, '30']}}\n", f);
-	fclose(f);
+	tf_test_write_file(
+	    "long.yaml",
+	    "name: long\nsteps:\n  - {name: s, type: shell, with: {argv: [sleep, '30']}}\n");
 	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", "home", "run", "long.yaml", "--plain",
 	                NULL};
 	pid_t pid = tf_test_spawn(argv, "run.out", "run.err");
@@ -348,24 +325,19 @@ static void test_cli_runs_list_skipped_orphaned_duration(void **state)
 static void test_cli_terminal_escapes_and_plan_cache_words(void **state)
 {
 	(void)state;
-	FILE *f = fopen("ctl.yaml", "w");
-	assert_non_null(f);
-	fputs("name: ctl\nsteps:\n  - {name: a, type: shell, with: {argv: [x]}, \"\\e[31mred\": 1}\n",
-	      f);
-	fclose(f);
+	tf_test_write_file("ctl.yaml", "name: ctl\nsteps:\n  - {name: a, type: shell, with: {argv: "
+	                               "[x]}, \"\\e[31mred\": 1}\n");
 	static const char *const v[] = {"validate", "ctl.yaml", NULL};
 	char *err = NULL;
 	assert_int_equal(tf_test_cli(v, NULL, &err), TF_EXIT_DATAERR);
 	if (strchr(err, '\033') || !strstr(err, "\\x1b[31mred"))
 		fail_msg("validate echoed: %s", err);
 	free(err);
-	f = fopen("plan.yaml", "w");
-	assert_non_null(f);
-	fputs("name: plan\nsteps:\n"
-	      "  - {name: p, type: data_prep, with: {source: csv, path: x.csv}}\n"
-	      "  - {name: r, type: register, needs: [p], with: {model_name: m, bundle: b}}\n",
-	      f);
-	fclose(f);
+	tf_test_write_file(
+	    "plan.yaml",
+	    "name: plan\nsteps:\n"
+	    "  - {name: p, type: data_prep, with: {source: csv, path: x.csv}}\n"
+	    "  - {name: r, type: register, needs: [p], with: {model_name: m, bundle: b}}\n");
 	static const char *const pl[] = {"plan", "plan.yaml", NULL};
 	char *out = NULL;
 	assert_int_equal(tf_test_cli(pl, &out, NULL), 0);
@@ -381,12 +353,9 @@ static void test_cli_terminal_escapes_and_plan_cache_words(void **state)
 static void test_cli_param_override_recorded_by_name(void **state)
 {
 	(void)state;
-	FILE *f = fopen("prm.yaml", "w");
-	assert_non_null(f);
-	fputs("name: prm\nparams:\n  n: {type: int, default: 1}\nsteps:\n"
-	      "  - {name: s, type: shell, with: {argv: [/bin/echo, '${params.n}']}}\n",
-	      f);
-	fclose(f);
+	tf_test_write_file(
+	    "prm.yaml", "name: prm\nparams:\n  n: {type: int, default: 1}\nsteps:\n"
+	                "  - {name: s, type: shell, with: {argv: [/bin/echo, '${params.n}']}}\n");
 	static const char *const args[] = {"run", "prm.yaml", "--plain", "--param", "n=5", NULL};
 	char *err = NULL;
 	assert_int_equal(run(args, &err), 0);

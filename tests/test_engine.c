@@ -121,14 +121,6 @@ static int test_kind(struct tf_step_run *r)
 	return rc;
 }
 
-static void write_file(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	fputs(text, f);
-	fclose(f);
-}
-
 static struct tf_engine_opts opts(void)
 {
 	struct tf_engine_opts o = {.home = "home", .workers = 4};
@@ -144,7 +136,7 @@ static const char *sstate(json_t *summary, const char *name)
 static int run_yaml(const char *yaml, const struct tf_engine_opts *o,
                     const struct tf_param_override *ov, size_t nov, struct tf_engine_result *res)
 {
-	write_file("p.yaml", yaml);
+	tf_test_write_file("p.yaml", yaml);
 	struct tf_diag_list diags = {0};
 	char err[512] = "";
 	memset(res, 0, sizeof(*res));
@@ -700,7 +692,7 @@ static void test_engine_shell_cache_is_opt_in(void **state)
 	reset();
 	struct tf_engine_opts o = opts();
 	struct tf_engine_result r;
-	write_file("prog.sh", "echo one\n");
+	tf_test_write_file("prog.sh", "echo one\n");
 	const char *yaml = "name: optin\n"
 	                   "steps:\n"
 	                   "  - {name: plain, type: shell, with: {argv: [ok]}}\n"
@@ -715,7 +707,7 @@ static void test_engine_shell_cache_is_opt_in(void **state)
 	assert_string_equal(sstate(r.summary, "other"), "cached");
 	json_decref(r.summary);
 	/* the program changed: its step runs again, the other stays cached */
-	write_file("prog.sh", "echo two\n");
+	tf_test_write_file("prog.sh", "echo two\n");
 	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &r), 0);
 	assert_string_equal(sstate(r.summary, "opted"), "succeeded");
 	assert_string_equal(sstate(r.summary, "other"), "cached");
@@ -1146,7 +1138,7 @@ static void test_engine_interrupt_then_resume(void **state)
 	                   "  - {name: a, type: shell, with: {argv: [ok]}}\n"
 	                   "  - {name: h, type: shell, needs: [a], with: {argv: [hang, '1']}}\n"
 	                   "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n";
-	write_file("p.yaml", yaml);
+	tf_test_write_file("p.yaml", yaml);
 	struct tf_engine_req rq = {.path = "p.yaml"};
 	struct tf_diag_list diags = {0};
 	struct tf_engine *e = NULL;
@@ -1251,7 +1243,7 @@ static void test_engine_append_log_keeps_titles_on_their_own_lines(void **state)
 		for (size_t k = 0; k < sizes[i]; k++)
 			fputc(k % 64 == 62 ? '\n' : 'x', f);
 		fclose(f);
-		write_file("err.txt", "oops\n");
+		tf_test_write_file("err.txt", "oops\n");
 		FILE *log = fopen("attempt.log", "w");
 		assert_non_null(log);
 		tf_kind_append_log(log, "stdout", "out.txt");
@@ -1275,7 +1267,7 @@ static void test_engine_append_log_keeps_titles_on_their_own_lines(void **state)
 static struct tf_engine *start_run(const struct tf_engine_opts *o, const char *file,
                                    const char *yaml)
 {
-	write_file(file, yaml);
+	tf_test_write_file(file, yaml);
 	struct tf_engine_req rq = {.path = file};
 	struct tf_diag_list diags = {0};
 	struct tf_engine *e = NULL;

@@ -33,10 +33,7 @@ static int run_yaml(const char *home, const char *yaml, struct tf_engine_result 
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s.yaml", home);
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	fputs(yaml, f);
-	fclose(f);
+	tf_test_write_file(path, yaml);
 	struct tf_engine_opts o = {.home = home, .workers = 2, .self_exe = getenv("TPUFLOW_BIN")};
 	struct tf_diag_list diags = {0};
 	char err[512] = "";

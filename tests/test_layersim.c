@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "accel/layersim.h"
+#include "tests/testutil.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -193,14 +194,6 @@ static void test_layersim_agrees_with_cycle_model(void **state)
 	}
 }
 
-static void write_file(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	fputs(text, f);
-	fclose(f);
-}
-
 /* The reader tests write their files in a directory of their own (not the working tree). */
 static void test_layersim_reader_errors(void **state)
 {
@@ -213,38 +206,41 @@ static void test_layersim_reader_errors(void **state)
 	struct tf_layer *l = NULL;
 	size_t n;
 	struct tf_layersim_cfg cfg;
-	write_file("t1.csv", "Layer name, H, W, Fh, Fw, C, N, S,\nc1, 7, 7, 9, 3, 1, 1, 1,\n");
+	tf_test_write_file("t1.csv",
+	                   "Layer name, H, W, Fh, Fw, C, N, S,\nc1, 7, 7, 9, 3, 1, 1, 1,\n");
 	assert_int_equal(tf_layersim_read_topology("t1.csv", 0, &l, &n, err, sizeof err), -EINVAL);
 	assert_non_null(strstr(err, "t1.csv:2"));
 	assert_non_null(strstr(err, "no larger than the input"));
-	write_file("t2.csv", "Layer, M, N, K,\ng, 4, x, 2,\n");
+	tf_test_write_file("t2.csv", "Layer, M, N, K,\ng, 4, x, 2,\n");
 	assert_int_equal(tf_layersim_read_topology("t2.csv", 0, &l, &n, err, sizeof err), -EINVAL);
 	assert_non_null(strstr(err, "t2.csv:2: every size must be"));
-	write_file("t3.csv", "Layer, M, N, K,\ng, 4, 3, 2,\n");
+	tf_test_write_file("t3.csv", "Layer, M, N, K,\ng, 4, 3, 2,\n");
 	assert_int_equal(tf_layersim_read_topology("t3.csv", 0, &l, &n, err, sizeof err), 0);
 	assert_int_equal(n, 1);
 	uint64_t M, N, K;
 	tf_layer_mnk(&l[0], &M, &N, &K);
 	assert_true(M == 4 && N == 3 && K == 2);
 	free(l);
-	write_file("t4.csv", "Layer name, H, W, Fh, Fw, C, N, S,\nDP1, 8, 8, 3, 3, 4, 1, 1,\n");
+	tf_test_write_file("t4.csv",
+	                   "Layer name, H, W, Fh, Fw, C, N, S,\nDP1, 8, 8, 3, 3, 4, 1, 1,\n");
 	assert_int_equal(tf_layersim_read_topology("t4.csv", 0, &l, &n, err, sizeof err), 0);
 	assert_int_equal(n, 4); /* depthwise: one layer per channel */
 	assert_string_equal(l[3].name, "DP1Channel_3");
 	free(l);
 	assert_int_equal(tf_layersim_read_topology("missing.csv", 0, &l, &n, err, sizeof err),
 	                 -ENOENT);
-	write_file("c1.cfg", "[general]\nrun_name = x\n[architecture_presets]\nArrayHeight: 8\n"
-	                     "Dataflow : xs\n[run_presets]\nInterfaceBandwidth: USER\n");
+	tf_test_write_file("c1.cfg",
+	                   "[general]\nrun_name = x\n[architecture_presets]\nArrayHeight: 8\n"
+	                   "Dataflow : xs\n[run_presets]\nInterfaceBandwidth: USER\n");
 	assert_int_equal(tf_layersim_read_cfg("c1.cfg", &cfg, err, sizeof err), -EINVAL);
 	assert_non_null(strstr(err, "c1.cfg:5: Dataflow 'xs' must be ws, os or is"));
-	write_file("c2.cfg", "[architecture_presets]\nArrayHeight: 8\n[run_presets]\n"
-	                     "InterfaceBandwidth: USER\n");
+	tf_test_write_file("c2.cfg", "[architecture_presets]\nArrayHeight: 8\n[run_presets]\n"
+	                             "InterfaceBandwidth: USER\n");
 	assert_int_equal(tf_layersim_read_cfg("c2.cfg", &cfg, err, sizeof err), -EINVAL);
 	assert_non_null(strstr(err, "needs Bandwidth"));
-	write_file("c3.cfg", "[architecture_presets]\nArrayHeight: 8\nArrayWidth: 4\n"
-	                     "Bandwidth : 10,20\nDataflow : is\n[run_presets]\n"
-	                     "InterfaceBandwidth: USER\n");
+	tf_test_write_file("c3.cfg", "[architecture_presets]\nArrayHeight: 8\nArrayWidth: 4\n"
+	                             "Bandwidth : 10,20\nDataflow : is\n[run_presets]\n"
+	                             "InterfaceBandwidth: USER\n");
 	assert_int_equal(tf_layersim_read_cfg("c3.cfg", &cfg, err, sizeof err), 0);
 	assert_true(cfg.rows == 8 && cfg.cols == 4 && cfg.bandwidth == 10 &&
 	            cfg.dataflow == TF_MXU_IS && cfg.user_bandwidth);

@@ -54,10 +54,7 @@ static int have_ml(void)
 
 static void write_yaml(void)
 {
-	FILE *f = fopen("e2e.yaml", "w");
-	assert_non_null(f);
-	fputs(yaml, f);
-	fclose(f);
+	tf_test_write_file("e2e.yaml", yaml);
 }
 
 static void test_e2e_five_stages_registered_and_deployed(void **state)

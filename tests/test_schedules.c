@@ -12,6 +12,7 @@
 #include "orchestrator/schedules.h"
 #include "orchestrator/state.h"
 #include "orchestrator/store.h"
+#include "tests/testutil.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -212,12 +213,8 @@ static void test_schedules_bad_registration(void **state)
 {
 	(void)state;
 	struct tf_store *st = home("h4");
-	FILE *f = fopen("bad.yaml", "w");
-	assert_non_null(f);
-	fputs("name: bad\nschedule: {cron: '0 0 * foo *'}\nsteps:\n"
-	      "  - {name: a, type: shell, with: {argv: [true]}}\n",
-	      f);
-	fclose(f);
+	tf_test_write_file("bad.yaml", "name: bad\nschedule: {cron: '0 0 * foo *'}\nsteps:\n"
+	                               "  - {name: a, type: shell, with: {argv: [true]}}\n");
 	struct tf_diag_list d = {0};
 	assert_int_equal(tf_pipelines_add(st, "bad.yaml", T0, NULL, &d), -EINVAL);
 	assert_true(d.n >= 1);

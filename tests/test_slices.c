@@ -13,6 +13,7 @@
 #include "orchestrator/slices.h"
 #include "orchestrator/state.h"
 #include "orchestrator/store.h"
+#include "tests/testutil.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -153,14 +154,11 @@ static int probe_kind(struct tf_step_run *r)
 static void test_slices_running_train_steps_on_the_map(void **state)
 {
 	(void)state;
-	FILE *f = fopen("p.yaml", "w");
-	assert_non_null(f);
-	fputs("name: slicesview\n"
-	      "steps:\n"
-	      "  - {name: t1, type: train, accelerator: v4-32, with: {dataset: d}}\n"
-	      "  - {name: t2, type: train, accelerator: v4-8, with: {dataset: d}}\n",
-	      f);
-	fclose(f);
+	tf_test_write_file("p.yaml",
+	                   "name: slicesview\n"
+	                   "steps:\n"
+	                   "  - {name: t1, type: train, accelerator: v4-32, with: {dataset: d}}\n"
+	                   "  - {name: t2, type: train, accelerator: v4-8, with: {dataset: d}}\n");
 	struct tf_engine_opts o = {.home = "home", .workers = 4};
 	o.kinds[TF_STEP_TRAIN] = probe_kind;
 	struct tf_engine_result res;
@@ -234,14 +232,11 @@ static void test_slices_running_train_steps_on_the_map(void **state)
 static void test_slices_waiting_attempt_has_its_reason(void **state)
 {
 	(void)state;
-	FILE *f = fopen("w.yaml", "w");
-	assert_non_null(f);
-	fputs("name: waits\n"
-	      "steps:\n"
-	      "  - {name: big, type: train, accelerator: 'v4:4x4x8', with: {dataset: d}}\n"
-	      "  - {name: small, type: train, accelerator: v4-8, with: {dataset: d}}\n",
-	      f);
-	fclose(f);
+	tf_test_write_file(
+	    "w.yaml", "name: waits\n"
+	              "steps:\n"
+	              "  - {name: big, type: train, accelerator: 'v4:4x4x8', with: {dataset: d}}\n"
+	              "  - {name: small, type: train, accelerator: v4-8, with: {dataset: d}}\n");
 	struct tf_engine_opts o = {.home = "whome", .workers = 4};
 	o.kinds[TF_STEP_TRAIN] = probe_kind;
 	struct tf_engine_result res;

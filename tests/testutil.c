@@ -68,6 +68,14 @@ int tf_test_cli(const char *const args[], char **out, char **err)
 	return rc;
 }
 
+void tf_test_write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
 json_t *tf_test_load_json(const char *path)
 {
 	json_error_t je;

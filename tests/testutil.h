@@ -22,6 +22,10 @@ int tf_test_wait_exit(pid_t pid);
  * and, when OUT/ERR are not NULL, returned as new strings the caller frees. */
 int tf_test_cli(const char *const args[], char **out, char **err);
 
+/* Writes TEXT to the file PATH (created or truncated); fails the running test if it cannot
+ * be opened. */
+void tf_test_write_file(const char *path, const char *text);
+
 /* Parses the JSON file at PATH; on failure prints why to stderr and returns NULL. The caller
  * owns the result. */
 json_t *tf_test_load_json(const char *path);
