@@ -81,208 +81,71 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs);
 #define TF_SERVE_SERVER_RESP                                                                       \
 	"{\"type\":\"object\",\"required\":[\"name\",\"version\",\"extensions\"]}"
 
-/* The serving rows of the route table (web/routes.c): scope predict, errors as
- * {"error": "..."} (TF_ROUTE_SERVING). */
-#define TF_SERVE_FLAGS TF_ROUTE_SERVING
-#define TF_SERVE_ROUTES                                                                            \
-	{"POST",                                                                                   \
-	 "/v1/models/{name}:predict",                                                              \
-	 TF_SCOPE_PREDICT,                                                                         \
-	 tf_serve_h_predict,                                                                       \
-	 TF_SERVE_FLAGS,                                                                           \
-	 "tfsPredict",                                                                             \
-	 "TensorFlow Serving predict on the production version",                                   \
-	 NULL,                                                                                     \
-	 TF_SERVE_PREDICT_REQ,                                                                     \
-	 TF_SERVE_PREDICT_RESP,                                                                    \
-	 200,                                                                                      \
-	 NULL},                                                                                    \
-	    {"POST",                                                                               \
-	     "/v1/models/{name}/versions/{version}:predict",                                       \
-	     TF_SCOPE_PREDICT,                                                                     \
-	     tf_serve_h_predict,                                                                   \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "tfsPredictVersion",                                                                  \
-	     "TensorFlow Serving predict on one version",                                          \
-	     NULL,                                                                                 \
-	     TF_SERVE_PREDICT_REQ,                                                                 \
-	     TF_SERVE_PREDICT_RESP,                                                                \
-	     200,                                                                                  \
-	     NULL},                                                                                \
-	    {"POST",                                                                               \
-	     "/v1/models/{name}/labels/{label}:predict",                                           \
-	     TF_SCOPE_PREDICT,                                                                     \
-	     tf_serve_h_predict,                                                                   \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "tfsPredictLabel",                                                                    \
-	     "TensorFlow Serving predict on the version an alias points at",                       \
-	     NULL,                                                                                 \
-	     TF_SERVE_PREDICT_REQ,                                                                 \
-	     TF_SERVE_PREDICT_RESP,                                                                \
-	     200,                                                                                  \
-	     NULL},                                                                                \
-	    {"GET",                                                                                \
-	     "/v1/models/{name}",                                                                  \
-	     TF_SCOPE_PREDICT,                                                                     \
-	     tf_serve_h_status,                                                                    \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "tfsModelStatus",                                                                     \
-	     "The served versions of a model and their state",                                     \
-	     NULL,                                                                                 \
-	     NULL,                                                                                 \
-	     TF_SERVE_STATUS_RESP,                                                                 \
-	     200,                                                                                  \
-	     NULL},                                                                                \
-	    {"GET",                                                                                \
-	     "/v1/models/{name}/metadata",                                                         \
-	     TF_SCOPE_PREDICT,                                                                     \
-	     tf_serve_h_metadata,                                                                  \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "tfsModelMetadata",                                                                   \
-	     "The production version's signature",                                                 \
-	     NULL,                                                                                 \
-	     NULL,                                                                                 \
-	     TF_SERVE_ANY,                                                                         \
-	     200,                                                                                  \
-	     NULL},                                                                                \
-	    {"GET",                                                                                \
-	     "/v2/health/live",                                                                    \
-	     TF_SCOPE_PUBLIC,                                                                      \
-	     tf_serve_h_live,                                                                      \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "v2Live",                                                                             \
-	     "Open Inference Protocol: the server is live",                                        \
-	     NULL,                                                                                 \
-	     NULL,                                                                                 \
-	     TF_SERVE_LIVE_RESP,                                                                   \
-	     200,                                                                                  \
-	     NULL},                                                                                \
-	    {"GET",                                                                                \
-	     "/v2/health/ready",                                                                   \
-	     TF_SCOPE_PUBLIC,                                                                      \
-	     tf_serve_h_ready,                                                                     \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "v2Ready",                                                                            \
-	     "Open Inference Protocol: the server is ready",                                       \
-	     NULL,                                                                                 \
-	     NULL,                                                                                 \
-	     TF_SERVE_READY_RESP,                                                                  \
-	     200,                                                                                  \
-	     NULL},                                                                                \
-	    {"GET",                                                                                \
-	     "/v2/models/{name}",                                                                  \
-	     TF_SCOPE_PREDICT,                                                                     \
-	     tf_serve_h_v2_model,                                                                  \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "v2ModelMetadata",                                                                    \
-	     "Open Inference Protocol: model metadata",                                            \
-	     NULL,                                                                                 \
-	     NULL,                                                                                 \
-	     TF_SERVE_ANY,                                                                         \
-	     200,                                                                                  \
-	     NULL},                                                                                \
-	    {"GET",                                                                                \
-	     "/v2/models/{name}/ready",                                                            \
-	     TF_SCOPE_PREDICT,                                                                     \
-	     tf_serve_h_v2_model_ready,                                                            \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "v2ModelReady",                                                                       \
-	     "Open Inference Protocol: the model is ready",                                        \
-	     NULL,                                                                                 \
-	     NULL,                                                                                 \
-	     TF_SERVE_READY_RESP,                                                                  \
-	     200,                                                                                  \
-	     NULL},                                                                                \
-	    {"POST",                                                                               \
-	     "/v2/models/{name}/infer",                                                            \
-	     TF_SCOPE_PREDICT,                                                                     \
-	     tf_serve_h_infer,                                                                     \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "v2Infer",                                                                            \
-	     "Open Inference Protocol: inference on the production "                               \
-	     "version",                                                                            \
-	     NULL,                                                                                 \
-	     TF_SERVE_INFER_REQ,                                                                   \
-	     TF_SERVE_INFER_RESP,                                                                  \
-	     200,                                                                                  \
-	     NULL},                                                                                \
-	    {"GET",                                                                                \
-	     "/v1/models/{name}/versions/{version}",                                               \
-	     TF_SCOPE_PREDICT,                                                                     \
-	     tf_serve_h_status,                                                                    \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "tfsVersionStatus",                                                                   \
-	     "The state of one version",                                                           \
-	     NULL,                                                                                 \
-	     NULL,                                                                                 \
-	     TF_SERVE_STATUS_RESP,                                                                 \
-	     200,                                                                                  \
-	     NULL},                                                                                \
-	    {"GET",                                                                                \
-	     "/v1/models/{name}/labels/{label}",                                                   \
-	     TF_SCOPE_PREDICT,                                                                     \
-	     tf_serve_h_status,                                                                    \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "tfsLabelStatus",                                                                     \
-	     "The state of the version an alias points at",                                        \
-	     NULL,                                                                                 \
-	     NULL,                                                                                 \
-	     TF_SERVE_STATUS_RESP,                                                                 \
-	     200,                                                                                  \
-	     NULL},                                                                                \
-	    {"GET",                                                                                \
-	     "/v1/models/{name}/versions/{version}/metadata",                                      \
-	     TF_SCOPE_PREDICT,                                                                     \
-	     tf_serve_h_metadata,                                                                  \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "tfsVersionMetadata",                                                                 \
-	     "One version's signature",                                                            \
-	     NULL,                                                                                 \
-	     NULL,                                                                                 \
-	     TF_SERVE_ANY,                                                                         \
-	     200,                                                                                  \
-	     NULL},                                                                                \
-	    {"GET",                                                                                \
-	     "/v2",                                                                                \
-	     TF_SCOPE_PUBLIC,                                                                      \
-	     tf_serve_h_server,                                                                    \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "v2ServerMetadata",                                                                   \
-	     "Open Inference Protocol: server metadata",                                           \
-	     NULL,                                                                                 \
-	     NULL,                                                                                 \
-	     TF_SERVE_SERVER_RESP,                                                                 \
-	     200,                                                                                  \
-	     NULL},                                                                                \
-	    {"GET",                                                                                \
-	     "/v2/models/{name}/versions/{version}",                                               \
-	     TF_SCOPE_PREDICT,                                                                     \
-	     tf_serve_h_v2_model,                                                                  \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "v2VersionMetadata",                                                                  \
-	     "Open Inference Protocol: metadata of one version",                                   \
-	     NULL,                                                                                 \
-	     NULL,                                                                                 \
-	     TF_SERVE_ANY,                                                                         \
-	     200,                                                                                  \
-	     NULL},                                                                                \
-	    {"GET",                                                                                \
-	     "/v2/models/{name}/versions/{version}/ready",                                         \
-	     TF_SCOPE_PREDICT,                                                                     \
-	     tf_serve_h_v2_model_ready,                                                            \
-	     TF_SERVE_FLAGS,                                                                       \
-	     "v2VersionReady",                                                                     \
-	     "Open Inference Protocol: one version is ready",                                      \
-	     NULL,                                                                                 \
-	     NULL,                                                                                 \
-	     TF_SERVE_READY_RESP,                                                                  \
-	     200,                                                                                  \
-	     NULL},                                                                                \
+/* The serving rows of the route table (web/routes.c): each answers 200, takes no query
+ * parameters, and reports errors as {"error": "..."} (TF_ROUTE_SERVING). */
+#define TF_SERVE_ROUTE(method, path, scope, fn, op, summary, req, resp)                            \
 	{                                                                                          \
-		"POST", "/v2/models/{name}/versions/{version}/infer", TF_SCOPE_PREDICT,            \
-		    tf_serve_h_infer, TF_SERVE_FLAGS, "v2InferVersion",                            \
-		    "Open Inference Protocol: inference on one version", NULL, TF_SERVE_INFER_REQ, \
-		    TF_SERVE_INFER_RESP, 200, NULL                                                 \
+		method, path, scope, fn, TF_ROUTE_SERVING, op, summary, NULL, req, resp, 200, NULL \
 	}
+#define TF_SERVE_ROUTES                                                                            \
+	TF_SERVE_ROUTE("POST", "/v1/models/{name}:predict", TF_SCOPE_PREDICT, tf_serve_h_predict,  \
+	               "tfsPredict", "TensorFlow Serving predict on the production version",       \
+	               TF_SERVE_PREDICT_REQ, TF_SERVE_PREDICT_RESP),                               \
+	    TF_SERVE_ROUTE("POST", "/v1/models/{name}/versions/{version}:predict",                 \
+	                   TF_SCOPE_PREDICT, tf_serve_h_predict, "tfsPredictVersion",              \
+	                   "TensorFlow Serving predict on one version", TF_SERVE_PREDICT_REQ,      \
+	                   TF_SERVE_PREDICT_RESP),                                                 \
+	    TF_SERVE_ROUTE("POST", "/v1/models/{name}/labels/{label}:predict", TF_SCOPE_PREDICT,   \
+	                   tf_serve_h_predict, "tfsPredictLabel",                                  \
+	                   "TensorFlow Serving predict on the version an alias points at",         \
+	                   TF_SERVE_PREDICT_REQ, TF_SERVE_PREDICT_RESP),                           \
+	    TF_SERVE_ROUTE("GET", "/v1/models/{name}", TF_SCOPE_PREDICT, tf_serve_h_status,        \
+	                   "tfsModelStatus", "The served versions of a model and their state",     \
+	                   NULL, TF_SERVE_STATUS_RESP),                                            \
+	    TF_SERVE_ROUTE("GET", "/v1/models/{name}/metadata", TF_SCOPE_PREDICT,                  \
+	                   tf_serve_h_metadata, "tfsModelMetadata",                                \
+	                   "The production version's signature", NULL, TF_SERVE_ANY),              \
+	    TF_SERVE_ROUTE("GET", "/v2/health/live", TF_SCOPE_PUBLIC, tf_serve_h_live, "v2Live",   \
+	                   "Open Inference Protocol: the server is live", NULL,                    \
+	                   TF_SERVE_LIVE_RESP),                                                    \
+	    TF_SERVE_ROUTE("GET", "/v2/health/ready", TF_SCOPE_PUBLIC, tf_serve_h_ready,           \
+	                   "v2Ready", "Open Inference Protocol: the server is ready", NULL,        \
+	                   TF_SERVE_READY_RESP),                                                   \
+	    TF_SERVE_ROUTE("GET", "/v2/models/{name}", TF_SCOPE_PREDICT, tf_serve_h_v2_model,      \
+	                   "v2ModelMetadata", "Open Inference Protocol: model metadata", NULL,     \
+	                   TF_SERVE_ANY),                                                          \
+	    TF_SERVE_ROUTE("GET", "/v2/models/{name}/ready", TF_SCOPE_PREDICT,                     \
+	                   tf_serve_h_v2_model_ready, "v2ModelReady",                              \
+	                   "Open Inference Protocol: the model is ready", NULL,                    \
+	                   TF_SERVE_READY_RESP),                                                   \
+	    TF_SERVE_ROUTE("POST", "/v2/models/{name}/infer", TF_SCOPE_PREDICT, tf_serve_h_infer,  \
+	                   "v2Infer",                                                              \
+	                   "Open Inference Protocol: inference on the production version",         \
+	                   TF_SERVE_INFER_REQ, TF_SERVE_INFER_RESP),                               \
+	    TF_SERVE_ROUTE("GET", "/v1/models/{name}/versions/{version}", TF_SCOPE_PREDICT,        \
+	                   tf_serve_h_status, "tfsVersionStatus", "The state of one version",      \
+	                   NULL, TF_SERVE_STATUS_RESP),                                            \
+	    TF_SERVE_ROUTE("GET", "/v1/models/{name}/labels/{label}", TF_SCOPE_PREDICT,            \
+	                   tf_serve_h_status, "tfsLabelStatus",                                    \
+	                   "The state of the version an alias points at", NULL,                    \
+	                   TF_SERVE_STATUS_RESP),                                                  \
+	    TF_SERVE_ROUTE("GET", "/v1/models/{name}/versions/{version}/metadata",                 \
+	                   TF_SCOPE_PREDICT, tf_serve_h_metadata, "tfsVersionMetadata",            \
+	                   "One version's signature", NULL, TF_SERVE_ANY),                         \
+	    TF_SERVE_ROUTE("GET", "/v2", TF_SCOPE_PUBLIC, tf_serve_h_server, "v2ServerMetadata",   \
+	                   "Open Inference Protocol: server metadata", NULL,                       \
+	                   TF_SERVE_SERVER_RESP),                                                  \
+	    TF_SERVE_ROUTE("GET", "/v2/models/{name}/versions/{version}", TF_SCOPE_PREDICT,        \
+	                   tf_serve_h_v2_model, "v2VersionMetadata",                               \
+	                   "Open Inference Protocol: metadata of one version", NULL,               \
+	                   TF_SERVE_ANY),                                                          \
+	    TF_SERVE_ROUTE("GET", "/v2/models/{name}/versions/{version}/ready", TF_SCOPE_PREDICT,  \
+	                   tf_serve_h_v2_model_ready, "v2VersionReady",                            \
+	                   "Open Inference Protocol: one version is ready", NULL,                  \
+	                   TF_SERVE_READY_RESP),                                                   \
+	    TF_SERVE_ROUTE("POST", "/v2/models/{name}/versions/{version}/infer", TF_SCOPE_PREDICT, \
+	                   tf_serve_h_infer, "v2InferVersion",                                     \
+	                   "Open Inference Protocol: inference on one version",                    \
+	                   TF_SERVE_INFER_REQ, TF_SERVE_INFER_RESP)
 
 #endif
