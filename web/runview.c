@@ -199,19 +199,30 @@ static void logs_free(void *ctx)
 	free(l);
 }
 
+/* The request's run id (into id) and step name: 0, or -1 with the problem in rs when the
+ * run has no such step. */
+static int step_param(struct tf_web_req *rq, struct tf_web_resp *rs, char id[32], const char **step)
+{
+	if (tf_web_run_param(rq, rs, id))
+		return -1;
+	*step = tf_web_param(rq, "step");
+	enum tf_step_state state;
+	int attempts = 0;
+	if (!*step || strlen(*step) >= 128 ||
+	    tf_step_get_state(rq->st, id, *step, &state, &attempts)) {
+		tf_web_problem(rs, 404, rq->path, "run %s has no step '%s'", id,
+		               *step ? *step : "");
+		return -1;
+	}
+	return 0;
+}
+
 void tf_web_step_logs(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	char id[32];
-	if (tf_web_run_param(rq, rs, id))
+	const char *step;
+	if (step_param(rq, rs, id, &step))
 		return;
-	const char *step = tf_web_param(rq, "step");
-	enum tf_step_state state;
-	int attempts = 0;
-	if (!step || strlen(step) >= 128 ||
-	    tf_step_get_state(rq->st, id, step, &state, &attempts)) {
-		tf_web_problem(rs, 404, rq->path, "run %s has no step '%s'", id, step ? step : "");
-		return;
-	}
 	struct logs_stream *l = tf_xcalloc(1, sizeof(*l));
 	snprintf(l->run, sizeof(l->run), "%s", id);
 	snprintf(l->step, sizeof(l->step), "%s", step);
@@ -290,16 +301,9 @@ void tf_web_run_graph(struct tf_web_req *rq, struct tf_web_resp *rs)
 void tf_web_step_checkpoints(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	char id[32];
-	if (tf_web_run_param(rq, rs, id))
+	const char *step;
+	if (step_param(rq, rs, id, &step))
 		return;
-	const char *step = tf_web_param(rq, "step");
-	enum tf_step_state state;
-	int attempts = 0;
-	if (!step || strlen(step) >= 128 ||
-	    tf_step_get_state(rq->st, id, step, &state, &attempts)) {
-		tf_web_problem(rs, 404, rq->path, "run %s has no step '%s'", id, step ? step : "");
-		return;
-	}
 	/* Where a train step keeps them: runs/RUN/STEP/ckpt/ in the run's store (docs/storage.md).
 	 */
 	char *prefix = tf_xasprintf("runs/%s/%s/ckpt/", id, step);
