@@ -97,13 +97,15 @@ static struct tf_pipeline *load_registered(const char *name, const char *source)
 	return p;
 }
 
-int tf_pipelines_list(struct tf_store *st, double now, int nnext, json_t **out)
+/* tf_pipelines_list of every registered pipeline, or of the one named `only`. */
+static int list_registered(struct tf_store *st, const char *only, double now, int nnext,
+                           json_t **out)
 {
 	struct tf_stmt *q =
 	    tf_store_query(st,
 	                   "SELECT name, path, digest, added_at, source, paused_at FROM "
-	                   "registered_pipelines ORDER BY name",
-	                   "");
+	                   "registered_pipelines WHERE ?1 IS NULL OR name=?1 ORDER BY name",
+	                   "t", only);
 	if (!q)
 		return -EIO;
 	json_t *list = json_array();
@@ -142,6 +144,22 @@ int tf_pipelines_list(struct tf_store *st, double now, int nnext, json_t **out)
 	}
 	*out = list;
 	return 0;
+}
+
+int tf_pipelines_list(struct tf_store *st, double now, int nnext, json_t **out)
+{
+	return list_registered(st, NULL, now, nnext, out);
+}
+
+int tf_pipelines_get(struct tf_store *st, const char *name, double now, int nnext, json_t **out)
+{
+	json_t *list = NULL;
+	int rc = list_registered(st, name, now, nnext, &list);
+	if (rc)
+		return rc;
+	*out = json_incref(json_array_get(list, 0));
+	json_decref(list);
+	return *out ? 0 : -ENOENT;
 }
 
 /* ---- firing ---- */

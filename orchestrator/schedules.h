@@ -43,6 +43,9 @@ int tf_pipelines_remove(struct tf_store *st, const char *name);
  *  catchup_max, starting_deadline, next: [Unix seconds...]} | null}] with the next `nnext`
  * fire times after now. New reference. */
 int tf_pipelines_list(struct tf_store *st, double now, int nnext, json_t **out);
+/* The entry of tf_pipelines_list of the registered pipeline `name` (only its text is
+ * loaded): 0 with *out a new reference, -ENOENT when none of that name, or a store error. */
+int tf_pipelines_get(struct tf_store *st, const char *name, double now, int nnext, json_t **out);
 
 /* Pauses (pause = 1) or resumes (0) the schedule of registered pipeline `name`. A paused
  * schedule handles no tick: none fires, none is recorded missed or skipped, no alert is sent.

@@ -249,6 +249,11 @@ static void test_schedules_pause_resume(void **state)
 	json_t *sc = json_object_get(json_array_get(list, 0), "schedule");
 	assert_true(json_is_true(json_object_get(sc, "paused")));
 	assert_int_equal(json_array_size(json_object_get(sc, "next")), 0);
+	json_t *one = NULL; /* the same entry, read alone */
+	assert_int_equal(tf_pipelines_get(st, "p", T0 + 3630, 3, &one), 0);
+	assert_true(json_equal(one, json_array_get(list, 0)));
+	json_decref(one);
+	assert_int_equal(tf_pipelines_get(st, "q", T0 + 3630, 3, &one), -ENOENT);
 	json_decref(list);
 	/* resumed at 01:00:30: ticks 00:10 .. 01:00 (six) are passed over, 01:10 is next */
 	int passed = -1;

@@ -907,14 +907,8 @@ static void h_pipeline_show(struct tf_web_req *rq, struct tf_web_resp *rs)
 /* One entry of tf_pipelines_list (a new reference), NULL when not registered. */
 static json_t *registered_entry(struct tf_store *st, const char *name)
 {
-	json_t *all = NULL, *hit = NULL, *r;
-	size_t i;
-	if (tf_pipelines_list(st, tf_now_wall(), 3, &all))
-		return NULL;
-	json_array_foreach(all, i, r) if (!strcmp(json_string_value(json_object_get(r, "name")),
-	                                          name)) hit = json_incref(r);
-	json_decref(all);
-	return hit;
+	json_t *hit = NULL;
+	return tf_pipelines_get(st, name, tf_now_wall(), 3, &hit) ? NULL : hit;
 }
 
 /* POST /pipelines and POST /schedules: registers {yaml, name?}; a schedule must have one. */
