@@ -8,6 +8,7 @@
 #ifndef TF_WEB_API_H
 #define TF_WEB_API_H
 
+#include "common/buf.h"
 #include "orchestrator/diag.h"
 #include "orchestrator/store.h"
 #include "web/server.h"
@@ -89,6 +90,12 @@ struct tf_web_resp {
 
 /* Response helpers: the JSON is consumed (decref'd). */
 void tf_web_json(struct tf_web_resp *rs, int status, json_t *doc);
+/* The 200 answer of JSON text written by hand into b (its storage is taken; b is left empty):
+ * for the hot answers (a page of runs, predictions), written without a jansson tree. */
+void tf_web_json_text(struct tf_web_resp *rs, struct tf_buf *b);
+/* Appends v to b as a JSON string (NULL: null): quotes, backslashes and control characters
+ * escaped, other bytes as they are. */
+void tf_web_put_json_str(struct tf_buf *b, const char *v);
 /* Replaces, in place, every byte of `s` that is not part of valid UTF-8 with '?': text from a
  * request (a percent-decoded path) can then go into a JSON answer, which must be UTF-8. */
 void tf_web_utf8_clean(char *s);

@@ -247,6 +247,41 @@ void tf_web_json(struct tf_web_resp *rs, int status, json_t *doc)
 	json_decref(doc);
 }
 
+void tf_web_json_text(struct tf_web_resp *rs, struct tf_buf *b)
+{
+	free(rs->body);
+	rs->status = 200;
+	rs->len = b->len;
+	rs->body = tf_buf_detach(b);
+	rs->type = "application/json";
+}
+
+void tf_web_put_json_str(struct tf_buf *b, const char *v)
+{
+	static const char hex[] = "0123456789abcdef";
+	if (!v) {
+		tf_buf_append(b, "null", 4);
+		return;
+	}
+	tf_buf_append(b, "\"", 1);
+	const unsigned char *p = (const unsigned char *)v, *plain = p;
+	for (; *p; p++) {
+		if (*p >= 0x20 && *p != '"' && *p != '\\')
+			continue;
+		tf_buf_append(b, plain, (size_t)(p - plain)); /* the bytes before, as they are */
+		plain = p + 1;
+		char e[6] = {'\\', (char)*p};
+		if (*p < 0x20) {
+			memcpy(e + 1, "u00", 3);
+			e[4] = hex[*p >> 4];
+			e[5] = hex[*p & 15];
+		}
+		tf_buf_append(b, e, *p < 0x20 ? 6 : 2);
+	}
+	tf_buf_append(b, plain, (size_t)(p - plain));
+	tf_buf_append(b, "\"", 1);
+}
+
 static const char *status_title(int status)
 {
 	switch (status) {

@@ -11,7 +11,6 @@
 #include "web/tokens.h"
 
 #define TF_LOG_TAG "web"
-#include "common/buf.h"
 #include "common/common.h"
 #include "common/log.h"
 #include "orchestrator/broker.h"
@@ -71,7 +70,8 @@ static json_t *col_real(struct tf_stmt *s, int c)
 
 /* ---- the runs page writer ---------------------------------------------------------------
  * A page of runs is the API's hottest answer: it is written straight into one tf_buf (no
- * jansson tree, no stdio stream), and every value is checked or escaped here. */
+ * jansson tree, no stdio stream; strings by tf_web_put_json_str), every value checked or
+ * escaped. */
 
 #define PUT_LIT(b, s) tf_buf_append((b), (s), sizeof(s) - 1)
 
@@ -85,34 +85,6 @@ static void put_i64(struct tf_buf *b, long long v)
 	if (v < 0)
 		*--q = '-';
 	tf_buf_append(b, q, (size_t)(e - q));
-}
-
-/* A JSON string (or null): quotes, backslashes and control characters escaped, other bytes
- * as stored. */
-static void put_str(struct tf_buf *b, const char *v)
-{
-	static const char hex[] = "0123456789abcdef";
-	if (!v) {
-		PUT_LIT(b, "null");
-		return;
-	}
-	PUT_LIT(b, "\"");
-	const unsigned char *p = (const unsigned char *)v, *plain = p;
-	for (; *p; p++) {
-		if (*p >= 0x20 && *p != '"' && *p != '\\')
-			continue;
-		tf_buf_append(b, plain, (size_t)(p - plain)); /* the bytes before, as they are */
-		plain = p + 1;
-		char e[6] = {'\\', (char)*p};
-		if (*p < 0x20) {
-			memcpy(e + 1, "u00", 3);
-			e[4] = hex[*p >> 4];
-			e[5] = hex[*p & 15];
-		}
-		tf_buf_append(b, e, *p < 0x20 ? 6 : 2);
-	}
-	tf_buf_append(b, plain, (size_t)(p - plain));
-	PUT_LIT(b, "\"");
 }
 
 /* A time in Unix seconds with six decimals (null when NULL). */
@@ -310,11 +282,11 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		if (n++)
 			PUT_LIT(&b, ",");
 		PUT_LIT(&b, "{\"id\":");
-		put_str(&b, tf_stmt_text(s, 0));
+		tf_web_put_json_str(&b, tf_stmt_text(s, 0));
 		PUT_LIT(&b, ",\"pipeline\":");
-		put_str(&b, tf_stmt_text(s, 1));
+		tf_web_put_json_str(&b, tf_stmt_text(s, 1));
 		PUT_LIT(&b, ",\"state\":");
-		put_str(&b, tf_stmt_text(s, 2));
+		tf_web_put_json_str(&b, tf_stmt_text(s, 2));
 		PUT_LIT(&b, ",\"created_at\":");
 		put_time(&b, s, 3);
 		PUT_LIT(&b, ",\"started_at\":");
@@ -326,10 +298,10 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		PUT_LIT(&b, ",\"done\":");
 		put_i64(&b, tf_stmt_int(s, 7));
 		PUT_LIT(&b, ",\"error\":");
-		put_str(&b, tf_stmt_text(s, 8));
+		tf_web_put_json_str(&b, tf_stmt_text(s, 8));
 		/* runs.retry_of is never written (a run is retried in place): always null */
 		PUT_LIT(&b, ",\"retry_of\":null,\"trigger\":");
-		put_str(&b, tf_stmt_text(s, 9));
+		tf_web_put_json_str(&b, tf_stmt_text(s, 9));
 		PUT_LIT(&b, ",\"skipped\":");
 		put_i64(&b, tf_stmt_int(s, 10));
 		PUT_LIT(&b, ",\"orphaned\":");
@@ -365,10 +337,7 @@ static void h_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
 		return;
 	}
-	rs->status = 200;
-	rs->len = b.len;
-	rs->body = tf_buf_detach(&b);
-	rs->type = "application/json";
+	tf_web_json_text(rs, &b);
 }
 
 static void h_run_show(struct tf_web_req *rq, struct tf_web_resp *rs)

@@ -658,48 +658,12 @@ static void serving_error(struct tf_web_resp *rs, int status, const char *fmt, .
 		rs->retry_after = 1;
 }
 
-/* A body built with stdio (predictions are printed by hand: %.9g per float). */
-struct out {
-	FILE *f;
-	char *p;
-	size_t n;
-};
-
-static void out_open(struct out *o)
-{
-	o->p = NULL;
-	o->n = 0;
-	o->f = open_memstream(&o->p, &o->n);
-	if (!o->f) {
-		fputs("tpuflow: out of memory\n", stderr);
-		abort();
-	}
-}
-
-static void out_send(struct out *o, struct tf_web_resp *rs)
-{
-	fclose(o->f);
-	rs->status = 200;
-	rs->body = o->p;
-	rs->len = o->n;
-	rs->type = "application/json";
-}
-
-/* Floats with 9 significant digits: a float32 printed so reads back to the same bits. */
-static void put_floats(FILE *f, const float *p, size_t n)
+/* Floats with 9 significant digits: a float32 printed so reads back to the same bits (answers
+ * are written by hand into a tf_buf, web/api.h). */
+static void put_floats(struct tf_buf *b, const float *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		fprintf(f, i ? ",%.9g" : "%.9g", (double)p[i]);
-}
-
-/* A JSON string (names come from the registry and the signature; escaped anyway). */
-static void put_string(FILE *f, const char *s)
-{
-	json_t *js = json_string(s);
-	char *t = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
-	fputs(t ? t : "\"\"", f);
-	free(t);
-	json_decref(js);
+		tf_buf_printf(b, i ? ",%.9g" : "%.9g", (double)p[i]);
 }
 
 /* ---- which version ---------------------------------------------------------------------- */
@@ -1189,16 +1153,15 @@ void tf_serve_h_predict(struct tf_web_req *rq, struct tf_web_resp *rs)
 	float *p = ok ? run_model(e, x, n, rs) : NULL;
 	if (p) {
 		size_t C = tf_mlp_outputs(&b->mlp);
-		struct out o;
-		out_open(&o);
-		fputs(columnar ? "{\"outputs\":[" : "{\"predictions\":[", o.f);
+		struct tf_buf o = {0};
+		tf_buf_printf(&o, "%s", columnar ? "{\"outputs\":[" : "{\"predictions\":[");
 		for (size_t i = 0; i < n; i++) {
-			fputs(i ? ",[" : "[", o.f);
-			put_floats(o.f, p + i * C, C);
-			fputc(']', o.f);
+			tf_buf_append(&o, i ? ",[" : "[", i ? 2 : 1);
+			put_floats(&o, p + i * C, C);
+			tf_buf_append(&o, "]", 1);
 		}
-		fputs("]}", o.f);
-		out_send(&o, rs);
+		tf_buf_append(&o, "]}", 2);
+		tf_web_json_text(rs, &o);
 		free(p);
 	}
 	free(x);
@@ -1498,23 +1461,22 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs)
 		serving_error(rs, 400, "%s", err);
 	} else if ((p = run_model(e, x, n, rs))) {
 		size_t C = tf_mlp_outputs(&b->mlp);
-		struct out o;
-		out_open(&o);
-		fputs("{\"model_name\":", o.f);
-		put_string(o.f, e->model);
-		fprintf(o.f, ",\"model_version\":\"%lld\"", (long long)e->version);
+		struct tf_buf o = {0};
+		tf_buf_printf(&o, "{\"model_name\":");
+		tf_web_put_json_str(&o, e->model);
+		tf_buf_printf(&o, ",\"model_version\":\"%lld\"", (long long)e->version);
 		const char *id = json_string_value(json_object_get(body, "id"));
 		if (id) {
-			fputs(",\"id\":", o.f);
-			put_string(o.f, id);
+			tf_buf_printf(&o, ",\"id\":");
+			tf_web_put_json_str(&o, id);
 		}
-		fprintf(o.f,
-		        ",\"outputs\":[{\"name\":\"probabilities\",\"datatype\":\"FP32\","
-		        "\"shape\":[%zu,%zu],\"data\":[",
-		        n, C);
-		put_floats(o.f, p, n * C);
-		fputs("]}]}", o.f);
-		out_send(&o, rs);
+		tf_buf_printf(&o,
+		              ",\"outputs\":[{\"name\":\"probabilities\",\"datatype\":\"FP32\","
+		              "\"shape\":[%zu,%zu],\"data\":[",
+		              n, C);
+		put_floats(&o, p, n * C);
+		tf_buf_printf(&o, "]}]}");
+		tf_web_json_text(rs, &o);
 		free(p);
 	}
 	free(x);
