@@ -455,10 +455,9 @@ static void ts_after(struct timespec *ts, double seconds)
 	ts->tv_nsec = (long)fmod(ns, 1e9);
 }
 
-/* Hands attempts whose start is committed to the workers. A worker coordinating (by_worker)
- * keeps one of them for itself: it pops the queue right after the round, so waking another
- * thread for that one would only add a handoff. With a shared pool every attempt is a job for
- * the pool's threads. */
+/* Hands attempts whose start is committed to the workers, each a job for e->pool. A worker
+ * coordinating (by_worker) keeps one of them for itself (e->kept, no job): it runs it right
+ * after the round, so waking another thread for that one would only add a handoff. */
 static void hand_over(struct engine *e, struct estep **start, size_t nstart, int by_worker)
 {
 	size_t queued = 0;
@@ -479,17 +478,13 @@ static void hand_over(struct engine *e, struct estep **start, size_t nstart, int
 		e->qlen++;
 		queued++;
 	}
-	struct tf_pool *pool = e->o->pool;
-	if (pool) /* a job each, on the shared threads (after the unlock: pool.h's lock order) */
-		e->pool_jobs += (int)queued;
-	else if (by_worker && queued)
+	if (by_worker && queued) {
 		queued--;
-	if (!pool && queued == 1)
-		pthread_cond_signal(&e->work_cv);
-	else if (!pool && queued > 1)
-		pthread_cond_broadcast(&e->work_cv);
+		e->kept++;
+	}
+	e->pool_jobs += (int)queued;
 	pthread_mutex_unlock(&e->mu);
-	for (size_t i = 0; pool && i < queued; i++)
+	for (size_t i = 0; i < queued; i++) /* after the unlock: pool.h's lock order */
 		tf_engine_pool_submit(e);
 }
 
@@ -730,8 +725,8 @@ static int round_with_baton(struct engine *e)
 /* The first round, on the thread that calls tf_engine_start, inside the transaction that
  * claimed the run: the claim, the steps' rows and the first attempts are one commit (one
  * fsync between a submitted run and its first step running), and no thread handoff comes
- * before it. The attempts it starts wait in the queue for the workers
- * tf_engine_start_workers makes. */
+ * before it. The attempts it starts go to the workers at once
+ * (tf_engine_start_workers came first). */
 int tf_engine_first_round(struct engine *e)
 {
 	char err[512];
@@ -743,7 +738,6 @@ int tf_engine_first_round(struct engine *e)
 		e->coord_os = NULL; /* cache keys then hash the outputs only */
 	/* Resumed runs may have retrying steps; every run may have timeouts. */
 	e->retry_hint = e->timeout_hint = 1;
-	e->nworkers = tf_engine_worker_count(e); /* the round's chunk size */
 
 	/* Initial frontier: pending steps with all needs final. */
 	for (size_t i = 0; i < e->n; i++)
@@ -754,6 +748,8 @@ int tf_engine_first_round(struct engine *e)
 	 * (what ended meanwhile waits in e->done for drive) */
 	pthread_mutex_lock(&e->mu);
 	int rc = round_with_baton(e);
+	if (rc)
+		e->fatal = rc; /* no worker coordinates after it (engine_release waits for them) */
 	pthread_mutex_unlock(&e->mu);
 	return rc;
 }

@@ -80,12 +80,10 @@ struct engine {
 
 	pthread_mutex_t mu;
 	pthread_cond_t coord_cv; /* coordinator: a step finished, a signal, a stop */
-	pthread_cond_t work_cv;  /* workers: work queued or quit */
 	struct estep **queue;    /* ring of steps to run (capacity n) */
 	size_t qhead, qlen;
 	struct estep **done; /* finished attempts awaiting the coordinator */
 	size_t ndone;
-	int quit;                 /* workers exit */
 	volatile int interrupted; /* Ctrl-C / SIGTERM seen (under mu) */
 	int coord_busy;           /* the baton: a thread is running a round (under mu) */
 	int main_blocked;         /* drive waits for the baton (under mu) */
@@ -105,8 +103,11 @@ struct engine {
 	struct estep **start;         /* [C] scratch: attempts started in a round */
 	struct estep **batch;         /* [C] scratch: finished attempts taken in a round */
 	struct tf_objstore *coord_os; /* [C] object store for cache keys (NULL: outputs only) */
-	pthread_t *workers;
-	int nworkers;
+	int nworkers;                 /* the run's cap on steps running at once */
+	struct tf_pool *pool;         /* where its attempts run as jobs: o->pool or own_pool */
+	struct tf_pool *own_pool;     /* its own threads (nworkers), without o->pool */
+	int kept;                     /* [C] attempts the last round left to the worker running
+	                                 it (by_worker), which has no job for them */
 	struct tf_view *view;
 	size_t *view_dirty, nview_dirty; /* [C] steps whose row may have changed since the view
 	                                    last showed them (plain mode shows only those) */
@@ -116,14 +117,14 @@ struct engine {
 	int slice_poll;           /* [C] attempts wait for or hold a slice: drive polls */
 	int run_priority;         /* the run's scheduling class (runs.priority, project) */
 	char run_project[64];
-	/* with a shared pool (o->pool): the run's slots, and its jobs queued or running */
+	/* the run's slots of a shared pool (o->pool), and its jobs queued or running */
 	struct tf_pool_client pc; /* [C] except what the pool owns (pool.h) */
-	int pool_jobs;            /* jobs handed to the pool and not finished (under mu) */
+	int pool_jobs;            /* jobs handed to e->pool and not finished (under mu) */
 	int pool_kick;            /* the pool reserved a slot: drive runs a round (under mu) */
 };
 
-/* A worker's handles: its own thread's (a run's workers), or a pool thread's kept between the
- * runs whose steps it runs (db_home and os_url say what they were opened on). */
+/* A worker's handles: a pool thread's, kept between the steps (of any run) it runs (db_home
+ * and os_url say what they were opened on). */
 struct wctx {
 	struct engine *e;
 	struct tf_store *db;
@@ -198,12 +199,14 @@ int tf_engine_apply_selection(struct engine *e, const struct tf_selection *sel);
 json_t *tf_engine_plan_json(const struct tf_pipeline *p, const struct tf_selection *sel,
                             const char *storage);
 
-/* engine_worker.c (the calling thread of tf_engine_drive) */
+/* engine_worker.c */
 int tf_engine_worker_count(const struct engine *e);
+/* Sets nworkers and e->pool (the run's own threads unless o->pool), before the first round. */
 int tf_engine_start_workers(struct engine *e);
+/* Waits for the run's jobs, then ends its own threads (the calling thread of drive). */
 void tf_engine_stop_workers(struct engine *e);
-/* With a shared pool: one queued attempt becomes a job for the pool (any thread, e->mu not
- * held; e->pool_jobs already counts it). */
+/* One queued attempt becomes a job for e->pool (any thread, e->mu not held; e->pool_jobs
+ * already counts it). */
 void tf_engine_pool_submit(struct engine *e);
 
 #endif

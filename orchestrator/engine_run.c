@@ -23,6 +23,18 @@
 
 static void engine_release(struct engine *e)
 {
+	/* A start that failed after its first round handed attempts over: they end first (no
+	 * round takes them, e->fatal), then the run's threads and its slots go. */
+	pthread_mutex_lock(&e->mu);
+	while (e->pool_jobs)
+		pthread_cond_wait(&e->coord_cv, &e->mu);
+	pthread_mutex_unlock(&e->mu);
+	tf_pool_free(e->own_pool);
+	if (e->o->pool) {
+		while (e->pc.held)
+			tf_pool_release(e->o->pool, &e->pc);
+		tf_pool_leave(e->o->pool, &e->pc);
+	}
 	for (size_t i = 0; i < e->n; i++) {
 		json_decref(e->steps[i].outputs);
 		json_decref(e->steps[i].metrics);
@@ -39,16 +51,6 @@ static void engine_release(struct engine *e)
 	free(e->queue);
 	free(e->done);
 	free(e->waitq);
-	free(e->workers);
-	if (e->o->pool) { /* a start that failed after its first round took slots */
-		pthread_mutex_lock(&e->mu);
-		while (e->pool_jobs) /* (jobs of a start whose driver thread could not start) */
-			pthread_cond_wait(&e->coord_cv, &e->mu);
-		pthread_mutex_unlock(&e->mu);
-		while (e->pc.held)
-			tf_pool_release(e->o->pool, &e->pc);
-		tf_pool_leave(e->o->pool, &e->pc);
-	}
 	free(e->ready);
 	free(e->start);
 	free(e->batch);
@@ -62,7 +64,6 @@ static void engine_release(struct engine *e)
 	free(e->storage_url);
 	pthread_mutex_destroy(&e->mu);
 	pthread_cond_destroy(&e->coord_cv);
-	pthread_cond_destroy(&e->work_cv);
 }
 
 /* The shared pool reserved a slot for this run (under the pool's mutex): drive looks. */
@@ -92,7 +93,6 @@ static int engine_init(struct engine *e, const struct tf_engine_opts *o)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&e->coord_cv, &ca);
 	pthread_condattr_destroy(&ca);
-	pthread_cond_init(&e->work_cv, NULL);
 	for (int t = 0; t < TF_STEP_MAX; t++) {
 		const struct tf_step_schema *sc = tf_step_schema((enum tf_step_type)t);
 		e->kinds[t] = o->kinds[t] ? o->kinds[t] : sc ? sc->run : NULL;
@@ -243,12 +243,6 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 
 	if (e->o->out)
 		e->view = tf_view_new(e->o->out, e->o->tty, e->run_id, e->p->name);
-	rc = tf_engine_start_workers(e);
-	if (rc) {
-		tf_errf(err, errlen, "cannot start worker threads");
-		tf_engine_stop_workers(e);
-		return rc;
-	}
 	tf_engine_view_update(e, 0);
 	rc = tf_engine_drive(e, &cache_hits);
 	tf_engine_stop_workers(e);
@@ -673,17 +667,22 @@ int tf_engine_start(const struct tf_engine_opts *o, const struct tf_engine_req *
 	engine_init(&h->e, &h->o);
 	int rc = rq->run_id ? setup_continue(&h->e, rq, diags, err, errlen)
 	                    : setup_new(&h->e, rq, diags, err, errlen);
+	if (rc == 0 && (rc = tf_engine_start_workers(&h->e)))
+		tf_errf(err, errlen, "run '%s': cannot start worker threads", h->e.run_id);
 	if (rc == 0) {
 		rc = tf_engine_first_round(&h->e);
 		if (rc)
 			snprintf(err, errlen, "run '%s': %s", h->e.run_id,
 			         tf_store_errmsg(h->e.db));
 	}
-	if (h->e.db)
-		tf_store_rollback(h->e.db); /* what a failure left open (no-op after a commit) */
+	if (rc && h->e.db)
+		tf_store_rollback(h->e.db); /* what the failure left open */
 	if (rc == 0 && pthread_create(&h->driver, NULL, driver_main, h)) {
 		tf_errf(err, errlen, "cannot start a thread to drive run '%s'", h->e.run_id);
 		rc = -EAGAIN;
+		pthread_mutex_lock(&h->e.mu);
+		h->e.fatal = rc; /* the workers coordinate no more */
+		pthread_mutex_unlock(&h->e.mu);
 	}
 	if (rc) {
 		engine_release(&h->e);

@@ -1,9 +1,9 @@
 /* engine_worker.c — the engine's workers: a worker pops a step from the queue, runs its kind
  * with its own database and object-store handles, uploads the attempt's log, and pushes the
  * step on the `done` list; a worker that finds the baton free runs the round for the step it
- * just finished itself (engine.c explains the baton). A run has threads of its own, or, in
- * the daemon, runs each queued step as a job on the process's shared pool (pool.h), whose
- * threads keep their handles from step to step.
+ * just finished itself (engine.c explains the baton). Each queued attempt is a job on a pool
+ * (pool.h), whose threads keep their handles from step to step: the run's own (as many as it
+ * has workers), or in the daemon the process's shared pool, whose slots order the runs.
  */
 #include "orchestrator/engine_int.h"
 
@@ -148,8 +148,9 @@ out:
 
 /* Runs the step at the head of the queue on w's handles and, when the baton is free,
  * coordinates its finish itself (no wakeup of another thread on the way). Called and returns
- * with e->mu held. */
-static void work_one(struct wctx *w, struct engine *e)
+ * with e->mu held. Returns how many attempts its rounds kept for this thread to run next
+ * (hand_over: they have no job of their own). */
+static int work_one(struct wctx *w, struct engine *e)
 {
 	struct estep *s = e->queue[e->qhead];
 	e->qhead = (e->qhead + 1) % e->n;
@@ -161,15 +162,22 @@ static void work_one(struct wctx *w, struct engine *e)
 	pthread_mutex_lock(&e->mu);
 	e->done[e->ndone++] = s;
 	if (e->coord_busy || e->fatal || e->complete)
-		return; /* the holder takes it before it lets go of the baton */
+		return 0; /* the holder takes it before it lets go of the baton */
 	e->coord_busy = 1;
-	int look = 0, rc = 0;
+	int look = 0, rc = 0, kept = 0;
 	while (e->ndone && !e->fatal && !e->complete) {
-		if (e->qlen && !e->o->pool)
-			pthread_cond_signal(&e->work_cv); /* left for us, but we are busy */
+		int give = kept > 0; /* kept for us, but we are busy: a job of its own */
+		if (give) {
+			kept--;
+			e->pool_jobs++;
+		}
 		pthread_mutex_unlock(&e->mu);
+		if (give)
+			tf_engine_pool_submit(e);
 		rc = tf_engine_coord_round(e, 1);
 		look |= e->main_look;
+		kept += e->kept;
+		e->kept = 0;
 		pthread_mutex_lock(&e->mu);
 		if (rc) {
 			e->fatal = rc;
@@ -179,6 +187,7 @@ static void work_one(struct wctx *w, struct engine *e)
 	e->coord_busy = 0;
 	if (look || rc || e->main_blocked || e->interrupted)
 		pthread_cond_signal(&e->coord_cv);
+	return kept;
 }
 
 static void wctx_release(struct wctx *w)
@@ -189,25 +198,7 @@ static void wctx_release(struct wctx *w)
 	free(w->os_url);
 }
 
-static void *worker_main(void *arg)
-{
-	struct wctx *w = arg;
-	struct engine *e = w->e;
-	pthread_mutex_lock(&e->mu);
-	for (;;) {
-		while (!e->quit && e->qlen == 0)
-			pthread_cond_wait(&e->work_cv, &e->mu);
-		if (e->quit && e->qlen == 0)
-			break;
-		work_one(w, e);
-	}
-	pthread_mutex_unlock(&e->mu);
-	wctx_release(w);
-	free(w);
-	return NULL;
-}
-
-/* ---- the shared pool (tf_engine_opts.pool) ----------------------------------------------- */
+/* ---- the pool's jobs ---------------------------------------------------------------------- */
 
 static void pool_local_free(void *local)
 {
@@ -220,8 +211,8 @@ struct tf_pool *tf_engine_pool_new(int nthreads)
 	return tf_pool_new(nthreads, pool_local_free);
 }
 
-/* One queued attempt of e, on a pool thread; the thread keeps its handles for the next job
- * unless that one's run has another home or object store. */
+/* One queued attempt of e (and those its rounds keep for it), on a pool thread; the thread
+ * keeps its handles for the next job unless that one's run has another home or object store. */
 static void pool_job(void *arg, void **local)
 {
 	struct engine *e = arg;
@@ -238,8 +229,9 @@ static void pool_job(void *arg, void **local)
 	}
 	w->e = e;
 	pthread_mutex_lock(&e->mu);
-	TF_ASSERT(e->qlen > 0); /* one job per queued attempt */
-	work_one(w, e);
+	TF_ASSERT(e->qlen > 0); /* one job per queued attempt not kept by a worker */
+	for (int kept = 1; kept > 0; kept--)
+		kept += work_one(w, e);
 	if (--e->pool_jobs == 0)
 		pthread_cond_broadcast(&e->coord_cv); /* tf_engine_stop_workers may wait for it */
 	pthread_mutex_unlock(&e->mu);
@@ -247,7 +239,7 @@ static void pool_job(void *arg, void **local)
 
 void tf_engine_pool_submit(struct engine *e)
 {
-	tf_pool_run(e->o->pool, pool_job, e);
+	tf_pool_run(e->pool, pool_job, e);
 }
 
 /* How many workers the run gets: --workers (default 8), at most one per step. */
@@ -260,32 +252,21 @@ int tf_engine_worker_count(const struct engine *e)
 int tf_engine_start_workers(struct engine *e)
 {
 	e->nworkers = tf_engine_worker_count(e);
-	if (e->o->pool)
-		return 0; /* the pool's threads run the steps */
-	e->workers = tf_xcalloc((size_t)e->nworkers, sizeof(*e->workers));
-	for (int i = 0; i < e->nworkers; i++) {
-		struct wctx *w = tf_xcalloc(1, sizeof(*w));
-		w->e = e;
-		if (pthread_create(&e->workers[i], NULL, worker_main, w)) {
-			free(w);
-			e->nworkers = i;
-			return -EAGAIN;
-		}
-	}
+	if (!e->o->pool && !(e->own_pool = tf_pool_new(e->nworkers, pool_local_free)))
+		return -EAGAIN;
+	e->pool = e->o->pool ? e->o->pool : e->own_pool;
 	return 0;
 }
 
 void tf_engine_stop_workers(struct engine *e)
 {
 	pthread_mutex_lock(&e->mu);
-	e->quit = 1;
-	pthread_cond_broadcast(&e->work_cv);
-	while (e->o->pool && e->pool_jobs) /* the last job may still be coordinating */
+	while (e->pool_jobs) /* the last job may still be coordinating */
 		pthread_cond_wait(&e->coord_cv, &e->mu);
 	pthread_mutex_unlock(&e->mu);
-	for (int i = 0; !e->o->pool && i < e->nworkers; i++)
-		pthread_join(e->workers[i], NULL);
-	if (e->o->pool)
+	tf_pool_free(e->own_pool); /* joins the run's own threads */
+	e->own_pool = NULL;
+	if (e->o->pool) /* slots reserved for the run go to others */
 		tf_pool_leave(e->o->pool, &e->pc);
 	e->nworkers = 0;
 }
