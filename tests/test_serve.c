@@ -105,6 +105,24 @@ static struct resp call(const char *method, const char *path, const char *body)
 	return call_at(NULL, method, path, tok_predict, body);
 }
 
+/* The text is there and contains part. */
+static void assert_has(const char *text, const char *part)
+{
+	assert_non_null(text);
+	assert_non_null(strstr(text, part));
+}
+
+/* The integer and the string at key of object o. */
+static json_int_t jint(json_t *o, const char *key)
+{
+	return json_integer_value(json_object_get(o, key));
+}
+
+static const char *jstr(json_t *o, const char *key)
+{
+	return json_string_value(json_object_get(o, key));
+}
+
 /* A serving error: this status, {"error": "..."} containing `has`. */
 static void assert_error(struct resp *r, long status, const char *has)
 {
@@ -112,9 +130,22 @@ static void assert_error(struct resp *r, long status, const char *has)
 		fprintf(stderr, "want %ld with '%s', got %ld: %s\n", status, has, r->status,
 		        r->body ? r->body : "");
 	assert_int_equal(r->status, status);
-	const char *e = json_string_value(json_object_get(r->json, "error"));
-	assert_non_null(e);
-	assert_non_null(strstr(e, has));
+	const char *e = jstr(r->json, "error");
+	assert_has(e, has);
+}
+
+/* The answer r (consumed) has this status. */
+static void expect_status(struct resp r, long status)
+{
+	assert_int_equal(r.status, status);
+	resp_free(&r);
+}
+
+/* The answer r (consumed) is the serving error of assert_error. */
+static void expect_error(struct resp r, long status, const char *has)
+{
+	assert_error(&r, status, has);
+	resp_free(&r);
 }
 
 /* Deterministic pixels of example i. */
@@ -163,6 +194,14 @@ static char *body_of(const char *fmt, const char *list)
 	return tf_xasprintf(fmt, list);
 }
 
+/* {"instances": n examples from `first`} (new). */
+static char *instances(size_t first, size_t n)
+{
+	char *list = examples(first, n, 0), *body = body_of("{\"instances\":%s}", list);
+	free(list);
+	return body;
+}
+
 /* Exports an untrained 784-16-10 model (seed) at key prefix in store s with dataset d; with
  * nan, a deliberately broken one: its first output bias is NaN, so every answer is NaN. */
 static void export_model(struct tf_objstore *s, const struct tf_dataset *d, const char *prefix,
@@ -190,6 +229,50 @@ static void reg(struct tf_store *st, const char *step, const char *bundle)
 	    .model = "fm", .run_id = "r1", .step = step, .bundle = bundle};
 	int64_t v;
 	assert_int_equal(tf_registry_register(st, &mv, &v, NULL), 0);
+}
+
+/* The home's store (caller closes). */
+static struct tf_store *open_home(void)
+{
+	struct tf_store *st;
+	char err[256];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	return st;
+}
+
+/* The home's store with fm's production alias on version 1, where each rollout test starts
+ * (caller closes). */
+static struct tf_store *open_home_production_1(void)
+{
+	struct tf_store *st = open_home();
+	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	return st;
+}
+
+/* Runs `tpuflow --home HOME ARGS...` (NULL-ended, at most 8) to its end, its stdout into the
+ * file out (emptied first) and its stderr into err_out when not NULL; asserts it exits 0. */
+static void tpuflow(const char *out, const char *err_out, ...)
+{
+	char *argv[12] = {getenv("TPUFLOW_BIN"), "--home", home};
+	int n = 3;
+	va_list ap;
+	va_start(ap, err_out);
+	for (char *a; n < 11 && (a = va_arg(ap, char *));)
+		argv[n++] = a;
+	va_end(ap);
+	argv[n] = NULL;
+	unlink(out);
+	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, out, err_out)), 0);
+}
+
+/* The file at path contains part. */
+static void assert_file_has(const char *path, const char *part)
+{
+	char *text = NULL;
+	size_t n;
+	assert_int_equal(tf_read_file(path, 1 << 20, &text, &n), 0);
+	assert_has(text, part);
+	free(text);
 }
 
 static int setup(void **state)
@@ -342,39 +425,23 @@ static void test_tfs_errors(void **state)
 {
 	(void)state;
 	NEED_DATA();
-	char *list = examples(0, 2, 0);
-	char *ok = body_of("{\"instances\":%s}", list);
-	struct resp r = call("POST", "/v1/models/nope:predict", ok);
-	assert_error(&r, 404, "no model 'nope'");
-	resp_free(&r);
-	r = call("POST", "/v1/models/fm/versions/9:predict", ok);
-	assert_error(&r, 404, "no version 9");
-	resp_free(&r);
-	r = call("POST", "/v1/models/fm/versions/x:predict", ok);
-	assert_error(&r, 400, "version 'x'");
-	resp_free(&r);
-	r = call("POST", "/v1/models/fm/versions/0:predict", ok); /* a number: not found */
-	assert_error(&r, 404, "no version 0");
-	resp_free(&r);
-	r = call("POST", "/v1/models/fm/labels/nolabel:predict", ok); /* TF Serving: 400 */
-	assert_error(&r, 400, "Unrecognized servable version label: 'nolabel'");
-	resp_free(&r);
-	r = call("GET", "/v1/models/fm/labels/nolabel", NULL);
-	assert_error(&r, 400, "Unrecognized servable version label");
-	resp_free(&r);
-	r = call("GET", "/v1/models/fm/versions/9", NULL);
-	assert_error(&r, 404, "no version 9");
-	resp_free(&r);
-	r = call("POST", "/v1/models/empty:predict", ok);
-	assert_error(&r, 404, "no 'production' alias");
-	resp_free(&r);
+	char *ok = instances(0, 2);
+	expect_error(call("POST", "/v1/models/nope:predict", ok), 404, "no model 'nope'");
+	expect_error(call("POST", "/v1/models/fm/versions/9:predict", ok), 404, "no version 9");
+	expect_error(call("POST", "/v1/models/fm/versions/x:predict", ok), 400, "version 'x'");
+	/* a number: not found; an unknown label: 400, as TF Serving answers */
+	expect_error(call("POST", "/v1/models/fm/versions/0:predict", ok), 404, "no version 0");
+	expect_error(call("POST", "/v1/models/fm/labels/nolabel:predict", ok), 400,
+	             "Unrecognized servable version label: 'nolabel'");
+	expect_error(call("GET", "/v1/models/fm/labels/nolabel", NULL), 400,
+	             "Unrecognized servable version label");
+	expect_error(call("GET", "/v1/models/fm/versions/9", NULL), 404, "no version 9");
+	expect_error(call("POST", "/v1/models/empty:predict", ok), 404, "no 'production' alias");
 	/* a short example: the second one */
 	char *bad = tf_xasprintf("{\"instances\":[[%s0],[%s0]]}", zeros(DIM - 1), zeros(77));
-	r = call("POST", "/v1/models/fm:predict", bad);
-	assert_error(&r, 400, "instances[1]: expected 784 values (or 28 x 28), got 78");
-	resp_free(&r);
+	expect_error(call("POST", "/v1/models/fm:predict", bad), 400,
+	             "instances[1]: expected 784 values (or 28 x 28), got 78");
 	free(bad);
-	free(list);
 	/* wrong dtypes */
 	const char *dt[][2] = {
 	    {"{\"instances\":[[1,2,\"x\"]]}", "instances[0], value 2: expected a number (uint8"},
@@ -387,25 +454,17 @@ static void test_tfs_errors(void **state)
 	    {"[1,2]", "the body must be a JSON object"},
 	    {"{\"instances\":", "not valid JSON"},
 	};
-	for (size_t i = 0; i < TF_ARRAY_LEN(dt); i++) {
-		r = call("POST", "/v1/models/fm:predict", dt[i][0]);
-		assert_error(&r, 400, dt[i][1]);
-		resp_free(&r);
-	}
+	for (size_t i = 0; i < TF_ARRAY_LEN(dt); i++)
+		expect_error(call("POST", "/v1/models/fm:predict", dt[i][0]), 400, dt[i][1]);
 	/* over the batch cap */
-	char *big = examples(0, MAX_BATCH + 1, 0), *bigb = body_of("{\"instances\":%s}", big);
-	r = call("POST", "/v1/models/fm:predict", bigb);
-	assert_error(&r, 400, "9 instances, over this server's batch cap of 8");
-	resp_free(&r);
+	char *big = instances(0, MAX_BATCH + 1);
+	expect_error(call("POST", "/v1/models/fm:predict", big), 400,
+	             "9 instances, over this server's batch cap of 8");
 	free(big);
-	free(bigb);
 	/* the broken version: UNAVAILABLE with its reason, the others unharmed */
-	r = call("POST", "/v1/models/fm/labels/broken:predict", ok);
-	assert_error(&r, 404, "version 3 of model 'fm' is UNAVAILABLE");
-	resp_free(&r);
-	r = call("POST", "/v1/models/fm:predict", ok);
-	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	expect_error(call("POST", "/v1/models/fm/labels/broken:predict", ok), 404,
+	             "version 3 of model 'fm' is UNAVAILABLE");
+	expect_status(call("POST", "/v1/models/fm:predict", ok), 200);
 	free(ok);
 }
 
@@ -423,12 +482,12 @@ static void test_tfs_status_metadata_auth(void **state)
 		json_t *v = json_array_get(list, i);
 		char num[8];
 		snprintf(num, sizeof(num), "%zu", i + 1);
-		assert_string_equal(json_string_value(json_object_get(v, "version")), num);
-		assert_string_equal(json_string_value(json_object_get(v, "state")), want[i]);
+		assert_string_equal(jstr(v, "version"), num);
+		assert_string_equal(jstr(v, "state"), want[i]);
 	}
 	const char *why = json_string_value(
 	    json_object_get(json_object_get(json_array_get(list, 2), "status"), "error_message"));
-	assert_non_null(strstr(why, "models/bad/"));
+	assert_has(why, "models/bad/");
 	resp_free(&r);
 	/* one version, by number or by alias */
 	const char *one[][2] = {{"/v1/models/fm/versions/3", "3"},
@@ -438,16 +497,12 @@ static void test_tfs_status_metadata_auth(void **state)
 		assert_int_equal(r.status, 200);
 		list = json_object_get(r.json, "model_version_status");
 		assert_int_equal(json_array_size(list), 1);
-		assert_string_equal(
-		    json_string_value(json_object_get(json_array_get(list, 0), "version")),
-		    one[i][1]);
+		assert_string_equal(jstr(json_array_get(list, 0), "version"), one[i][1]);
 		resp_free(&r);
 	}
 	r = call("GET", "/v1/models/fm/versions/2/metadata", NULL);
 	assert_int_equal(r.status, 200);
-	assert_string_equal(
-	    json_string_value(json_object_get(json_object_get(r.json, "model_spec"), "version")),
-	    "2");
+	assert_string_equal(jstr(json_object_get(r.json, "model_spec"), "version"), "2");
 	resp_free(&r);
 	r = call("GET", "/v1/models/fm/metadata", NULL);
 	assert_int_equal(r.status, 200);
@@ -455,26 +510,17 @@ static void test_tfs_status_metadata_auth(void **state)
 	    json_object_get(json_object_get(json_object_get(r.json, "metadata"), "signature_def"),
 	                    "signature_def"),
 	    "serving_default");
-	assert_string_equal(json_string_value(json_object_get(
-	                        json_object_get(json_object_get(sd, "inputs"), "image"), "dtype")),
+	assert_string_equal(jstr(json_object_get(json_object_get(sd, "inputs"), "image"), "dtype"),
 	                    "DT_UINT8");
 	assert_non_null(json_object_get(
 	    json_object_get(json_object_get(r.json, "metadata"), "tpuflow_signature"),
 	    "checksums"));
 	resp_free(&r);
-	r = call_at(NULL, "GET", "/v1/models/fm", NULL, NULL);
-	assert_int_equal(r.status, 401);
-	resp_free(&r);
-	r = call_at(NULL, "GET", "/v1/models/fm", tok_read, NULL);
-	assert_int_equal(r.status, 403);
-	resp_free(&r);
-	r = call_at(NULL, "GET", "/v2/health/live", NULL, NULL);
-	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	expect_status(call_at(NULL, "GET", "/v1/models/fm", NULL, NULL), 401);
+	expect_status(call_at(NULL, "GET", "/v1/models/fm", tok_read, NULL), 403);
+	expect_status(call_at(NULL, "GET", "/v2/health/live", NULL, NULL), 200);
 	/* a predict token cannot read the API */
-	r = call("GET", "/api/v1/runs", NULL);
-	assert_int_equal(r.status, 403);
-	resp_free(&r);
+	expect_status(call("GET", "/api/v1/runs", NULL), 403);
 }
 
 /* A token the server has let in (and remembers) is refused once revoked: at once when the
@@ -484,27 +530,19 @@ static void test_revoked_token_refused(void **state)
 {
 	(void)state;
 	NEED_DATA();
-	struct tf_store *st;
-	char err[256], t1[TF_TOKEN_LEN + 1], t2[TF_TOKEN_LEN + 1];
-	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	struct tf_store *st = open_home();
+	char t1[TF_TOKEN_LEN + 1], t2[TF_TOKEN_LEN + 1];
 	assert_int_equal(tf_token_create(st, "soon-gone", TF_SCOPE_PREDICT, 0, t1, NULL), 0);
 	assert_int_equal(tf_token_create(st, "gone-later", TF_SCOPE_PREDICT, 0, t2, NULL), 0);
-	for (int i = 0; i < 3; i++) {
-		struct resp r = call_at(NULL, "GET", "/v1/models/fm", i % 2 ? t2 : t1, NULL);
-		assert_int_equal(r.status, 200);
-		resp_free(&r);
-	}
+	for (int i = 0; i < 3; i++)
+		expect_status(call_at(NULL, "GET", "/v1/models/fm", i % 2 ? t2 : t1, NULL), 200);
 	assert_int_equal(tf_token_revoke(st, "soon-gone", tf_now_wall()), 0);
 	tf_store_close(st);
-	struct resp r = call_at(NULL, "GET", "/v1/models/fm", t1, NULL);
-	assert_int_equal(r.status, 401);
-	resp_free(&r);
-	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", home, "tokens", "revoke",
-	                "gone-later",          NULL};
-	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, "revoke.out", "revoke.out")), 0);
+	expect_status(call_at(NULL, "GET", "/v1/models/fm", t1, NULL), 401);
+	tpuflow("revoke.out", "revoke.out", "tokens", "revoke", "gone-later", NULL);
 	long status = 0;
 	for (int i = 0; i < 400 && status != 401; i++) {
-		r = call_at(NULL, "GET", "/v1/models/fm", t2, NULL);
+		struct resp r = call_at(NULL, "GET", "/v1/models/fm", t2, NULL);
 		status = r.status;
 		assert_true(status == 200 || status == 401);
 		resp_free(&r);
@@ -519,36 +557,26 @@ static void test_v2(void **state)
 {
 	(void)state;
 	NEED_DATA();
-	struct resp r = call("GET", "/v2/health/ready", NULL);
+	expect_status(call("GET", "/v2/health/ready", NULL), 200);
+	struct resp r = call("GET", "/v2/models/fm", NULL);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
-	r = call("GET", "/v2/models/fm", NULL);
-	assert_int_equal(r.status, 200);
-	assert_string_equal(json_string_value(json_object_get(r.json, "name")), "fm");
-	assert_string_equal(json_string_value(json_object_get(
-	                        json_array_get(json_object_get(r.json, "inputs"), 0), "datatype")),
+	assert_string_equal(jstr(r.json, "name"), "fm");
+	assert_string_equal(jstr(json_array_get(json_object_get(r.json, "inputs"), 0), "datatype"),
 	                    "UINT8");
 	resp_free(&r);
-	r = call("GET", "/v2/models/fm/ready", NULL);
-	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	expect_status(call("GET", "/v2/models/fm/ready", NULL), 200);
 	/* the server's metadata; one version; not ready is a 4xx */
 	r = call_at(NULL, "GET", "/v2", NULL, NULL);
 	assert_int_equal(r.status, 200);
-	assert_string_equal(json_string_value(json_object_get(r.json, "name")), "tpuflow");
+	assert_string_equal(jstr(r.json, "name"), "tpuflow");
 	assert_true(json_is_array(json_object_get(r.json, "extensions")));
 	resp_free(&r);
-	r = call("GET", "/v2/models/fm/versions/2", NULL);
-	assert_int_equal(r.status, 200);
-	resp_free(&r);
-	r = call("GET", "/v2/models/fm/versions/2/ready", NULL);
-	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	expect_status(call("GET", "/v2/models/fm/versions/2", NULL), 200);
+	expect_status(call("GET", "/v2/models/fm/versions/2/ready", NULL), 200);
 	r = call("GET", "/v2/models/fm/versions/3/ready", NULL); /* UNAVAILABLE */
 	assert_int_equal(r.status / 100, 4);
 	resp_free(&r);
-	char *list = examples(0, 3, 0);
-	char *row = body_of("{\"instances\":%s}", list);
+	char *list = examples(0, 3, 0), *row = instances(0, 3);
 	r = call("POST", "/v1/models/fm:predict", row);
 	float a[30], b[30];
 	assert_matrix(json_object_get(r.json, "predictions"), 3, a);
@@ -558,8 +586,8 @@ static void test_v2(void **state)
 	                    list);
 	r = call("POST", "/v2/models/fm/infer", inf);
 	assert_int_equal(r.status, 200);
-	assert_string_equal(json_string_value(json_object_get(r.json, "id")), "q1");
-	assert_string_equal(json_string_value(json_object_get(r.json, "model_version")), "1");
+	assert_string_equal(jstr(r.json, "id"), "q1");
+	assert_string_equal(jstr(r.json, "model_version"), "1");
 	json_t *out = json_array_get(json_object_get(r.json, "outputs"), 0);
 	assert_int_equal(json_integer_value(json_array_get(json_object_get(out, "shape"), 1)), 10);
 	json_t *data = json_object_get(out, "data");
@@ -570,31 +598,28 @@ static void test_v2(void **state)
 	resp_free(&r);
 	r = call("POST", "/v2/models/fm/versions/2/infer", inf);
 	assert_int_equal(r.status, 200);
-	assert_string_equal(json_string_value(json_object_get(r.json, "model_version")), "2");
+	assert_string_equal(jstr(r.json, "model_version"), "2");
 	resp_free(&r);
 	free(inf);
 	inf = body_of("{\"inputs\":[{\"name\":\"image\",\"shape\":[3,784],\"datatype\":\"FP32\","
 	              "\"data\":%s}]}",
 	              list);
-	r = call("POST", "/v2/models/fm/infer", inf);
-	assert_error(&r, 400, "inputs[0].datatype: the model takes UINT8, not FP32");
-	resp_free(&r);
+	expect_error(call("POST", "/v2/models/fm/infer", inf), 400,
+	             "inputs[0].datatype: the model takes UINT8, not FP32");
 	free(inf);
 	inf = body_of("{\"inputs\":[{\"name\":\"image\",\"shape\":[4,784],\"datatype\":\"UINT8\","
 	              "\"data\":%s}]}",
 	              list);
-	r = call("POST", "/v2/models/fm/infer", inf);
-	assert_error(&r, 400, "inputs[0].data: the shape says 3136 values, got 2352");
-	resp_free(&r);
+	expect_error(call("POST", "/v2/models/fm/infer", inf), 400,
+	             "inputs[0].data: the shape says 3136 values, got 2352");
 	free(inf);
-	r = call("POST", "/v2/models/fm/infer",
+	expect_error(
+	    call("POST", "/v2/models/fm/infer",
 	         "{\"inputs\":[{\"name\":\"image\",\"shape\":[1,783],\"datatype\":\"UINT8\","
-	         "\"data\":[1]}]}");
-	assert_error(&r, 400, "inputs[0].shape: expected [N, 784] or [N, 28, 28]");
-	resp_free(&r);
-	r = call("POST", "/v2/models/nope/infer", "{\"inputs\":[]}");
-	assert_error(&r, 404, "no model 'nope'");
-	resp_free(&r);
+	         "\"data\":[1]}]}"),
+	    400, "inputs[0].shape: expected [N, 784] or [N, 28, 28]");
+	expect_error(call("POST", "/v2/models/nope/infer", "{\"inputs\":[]}"), 404,
+	             "no model 'nope'");
 	free(list);
 	free(row);
 }
@@ -628,7 +653,7 @@ static void test_bit_identity_with_predict(void **state)
 	char err[256];
 	assert_int_equal(tf_npy_read("y.npy", &y, err, sizeof err), 0);
 	assert_int_equal(y.count, N * 10);
-	char *list = examples(100, N, 0), *row = body_of("{\"instances\":%s}", list);
+	char *row = instances(100, N);
 	struct resp r = call("POST", "/v1/models/fm:predict", row);
 	float got[N * 10];
 	assert_int_equal(r.status, 200);
@@ -644,7 +669,6 @@ static void test_bit_identity_with_predict(void **state)
 	}
 	resp_free(&r);
 	tf_npy_release(&y);
-	free(list);
 	free(row);
 }
 
@@ -653,14 +677,12 @@ static void test_alias_move(void **state)
 {
 	(void)state;
 	NEED_DATA();
-	char *list = examples(0, 1, 0), *row = body_of("{\"instances\":%s}", list);
+	char *row = instances(0, 1);
 	float a[10], b[10], c[10];
 	struct resp r = call("POST", "/v1/models/fm/versions/2:predict", row);
 	assert_matrix(json_object_get(r.json, "predictions"), 1, a);
 	resp_free(&r);
-	struct tf_store *st;
-	char err[256];
-	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	struct tf_store *st = open_home();
 	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 2), 0);
 	r = call("POST", "/v1/models/fm:predict", row);
 	assert_matrix(json_object_get(r.json, "predictions"), 1, b);
@@ -672,17 +694,13 @@ static void test_alias_move(void **state)
 	assert_matrix(json_object_get(r.json, "predictions"), 1, c);
 	resp_free(&r);
 	assert_memory_not_equal(a, c, sizeof(a));
-	free(list);
 	free(row);
 }
 
 /* `tpuflow models VERB fm --json`: the new deployment (caller owns). */
 static json_t *models_cmd(const char *verb)
 {
-	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", home,     "models",
-	                (char *)verb,          "fm",     "--json", NULL};
-	unlink("models.out");
-	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, "models.out", NULL)), 0);
+	tpuflow("models.out", NULL, "models", verb, "fm", "--json", NULL);
 	json_t *j = tf_test_load_json("models.out");
 	assert_non_null(j);
 	return j;
@@ -709,7 +727,7 @@ static char *version_after_change(const char *inf, const char *want)
 		struct resp r = call("POST", "/v2/models/fm/infer", inf);
 		assert_int_equal(r.status, 200);
 		free(got);
-		got = strdup(json_string_value(json_object_get(r.json, "model_version")));
+		got = strdup(jstr(r.json, "model_version"));
 		resp_free(&r);
 		if (!strcmp(got, want))
 			break;
@@ -718,26 +736,34 @@ static char *version_after_change(const char *inf, const char *want)
 	return got;
 }
 
+/* A handle that POSTs body to fm's bare path, one request after another on one connection
+ * (caller cleans up); the predict token's header into auth, for the caller's header list. */
+static CURL *infer_handle(const char *body, char auth[128])
+{
+	CURL *c = curl_easy_init();
+	char url[128];
+	snprintf(url, sizeof(url), "%s/v2/models/fm/infer", base);
+	snprintf(auth, 128, "Authorization: Bearer %s", tok_predict);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+	return c;
+}
+
 /* A canary at 10% of the production deployment: 10% +- 2% of 10,000 keyed requests on the
  * bare path, the same key always on the same side; per-version counts in the status. */
 static void test_canary_split(void **state)
 {
 	(void)state;
 	NEED_DATA();
-	struct tf_store *st;
-	char err[256];
-	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	struct tf_store *st = open_home();
 	struct tf_deploy_spec d = {
 	    .model = "fm", .alias = "production", .version = 2, .canary_percent = 10};
 	assert_int_equal(tf_registry_deploy(st, &d, NULL), 0);
 	char *inf = infer_body();
-	CURL *c = curl_easy_init();
-	char url[128], auth[128];
-	snprintf(url, sizeof(url), "%s/v2/models/fm/infer", base);
-	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", tok_predict);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDS, inf);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+	char auth[128];
+	CURL *c = infer_handle(inf, auth);
 	enum { N = 10000 };
 	static unsigned char side[N];
 	int canary = 0;
@@ -754,7 +780,7 @@ static void test_canary_split(void **state)
 		assert_int_equal(curl_easy_perform(c), CURLE_OK);
 		curl_slist_free_all(h);
 		r.json = json_loads(r.body, 0, NULL);
-		const char *v = json_string_value(json_object_get(r.json, "model_version"));
+		const char *v = jstr(r.json, "model_version");
 		assert_non_null(v);
 		int is_canary = !strcmp(v, "2");
 		assert_true(is_canary || !strcmp(v, "1"));
@@ -773,22 +799,22 @@ static void test_canary_split(void **state)
 	struct resp r = call("GET", "/v1/models/fm", NULL);
 	json_t *list2 = json_object_get(r.json, "model_version_status");
 	json_t *s2 = json_object_get(json_array_get(list2, 1), "tpuflow_stats");
-	assert_true(json_integer_value(json_object_get(s2, "requests")) >= canary);
+	assert_true(jint(s2, "requests") >= canary);
 	assert_true(json_real_value(json_object_get(s2, "p99_ms")) > 0);
 	json_t *s1 = json_object_get(json_array_get(list2, 0), "tpuflow_stats");
-	assert_true(json_integer_value(json_object_get(s1, "errors")) > 0); /* the 400s */
+	assert_true(jint(s1, "errors") > 0); /* the 400s */
 	resp_free(&r);
 	tf_store_close(st);
 	/* by hand: promote makes the canary production, rollback goes back to the version before */
 	json_t *dep = models_cmd("promote");
-	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 2);
+	assert_int_equal(jint(dep, "version"), 2);
 	assert_true(json_is_null(json_object_get(dep, "canary_version")));
 	json_decref(dep);
 	char *v = version_after_change(inf, "2");
 	assert_string_equal(v, "2");
 	free(v);
 	dep = models_cmd("rollback");
-	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
+	assert_int_equal(jint(dep, "version"), 1);
 	json_decref(dep);
 	v = version_after_change(inf, "1");
 	assert_string_equal(v, "1");
@@ -819,7 +845,7 @@ static int64_t deploy_canary_of(struct tf_store *st, const char *alias, int64_t 
 	    .model = "fm", .alias = alias, .version = v, .canary_percent = pct, .rollout = policy};
 	json_t *dep = NULL;
 	assert_int_equal(tf_registry_deploy(st, &d, &dep), 0);
-	int64_t id = json_integer_value(json_object_get(dep, "id"));
+	int64_t id = jint(dep, "id");
 	json_decref(dep);
 	return id;
 }
@@ -827,6 +853,17 @@ static int64_t deploy_canary_of(struct tf_store *st, const char *alias, int64_t 
 static int64_t deploy_canary(struct tf_store *st, int64_t v, double pct, const char *policy)
 {
 	return deploy_canary_of(st, "production", v, pct, policy);
+}
+
+/* The deployment of fm's alias if it is no longer the one of id `from` (caller owns), else
+ * NULL. */
+static json_t *moved_from(struct tf_store *st, const char *alias, int64_t from)
+{
+	json_t *dep = deployment_of(st, alias);
+	if (jint(dep, "id") != from)
+		return dep;
+	json_decref(dep);
+	return NULL;
 }
 
 /* Sends body to path until the deployment of alias has moved from the one of id `from` (its
@@ -846,15 +883,10 @@ static json_t *requests_until_moved_at(struct tf_store *st, const char *alias, c
 			++*failed;
 		assert_true(r.status == 200 || r.status == 500);
 		if (r.status == 500)
-			assert_non_null(strstr(r.body, "not a finite number"));
+			assert_has(r.body, "not a finite number");
 		resp_free(&r);
-		if (i % 10 == 9) {
-			dep = deployment_of(st, alias);
-			if (json_integer_value(json_object_get(dep, "id")) != from)
-				break;
-			json_decref(dep);
-			dep = NULL;
-		}
+		if (i % 10 == 9 && (dep = moved_from(st, alias, from)))
+			break;
 	}
 	assert_non_null(dep);
 	return dep;
@@ -864,8 +896,8 @@ static json_t *requests_until_moved_at(struct tf_store *st, const char *alias, c
 static json_t *requests_until_moved(struct tf_store *st, int64_t from, int *ok, int *failed)
 {
 	char *inf = infer_body();
-	json_t *dep = requests_until_moved_at(st, "production", "/v2/models/fm/infer", inf, from, ok,
-	                                      failed);
+	json_t *dep =
+	    requests_until_moved_at(st, "production", "/v2/models/fm/infer", inf, from, ok, failed);
 	free(inf);
 	return dep;
 }
@@ -877,60 +909,47 @@ static void test_rollout_rolls_back_failing_canaries(void **state)
 {
 	(void)state;
 	NEED_DATA();
-	struct tf_store *st;
-	char err[256];
-	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
-	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	struct tf_store *st = open_home_production_1();
 	const char *policy = "{\"max_error_rate\":0.1,\"min_requests\":8}";
 	int64_t id = deploy_canary(st, 4, 50, policy);
 	json_t *dep = production(st);
-	assert_int_equal(json_integer_value(json_object_get(dep, "canary_version")), 4);
+	assert_int_equal(jint(dep, "canary_version"), 4);
 	json_decref(dep);
 	int ok, failed;
 	dep = requests_until_moved(st, id, &ok, &failed);
 	fprintf(stderr, "NaN canary: %d answers, %d failed, then: %s\n", ok, failed,
-	        json_string_value(json_object_get(dep, "reason")));
+	        jstr(dep, "reason"));
 	assert_true(failed >= 8);
-	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
+	assert_int_equal(jint(dep, "version"), 1);
 	assert_true(json_is_null(json_object_get(dep, "canary_version")));
-	const char *why = json_string_value(json_object_get(dep, "reason"));
-	assert_non_null(why);
-	assert_non_null(strstr(why, "rollback: canary version 4 failed"));
+	const char *why = jstr(dep, "reason");
+	assert_has(why, "rollback: canary version 4 failed");
 	json_t *fig = json_object_get(dep, "figures");
-	assert_true(json_integer_value(json_object_get(fig, "failures")) >= 8);
+	assert_true(jint(fig, "failures") >= 8);
 	assert_true(json_number_value(json_object_get(fig, "error_rate")) > 0.1);
 	json_decref(dep);
 
 	id = deploy_canary(st, 3, 50, policy); /* the bundle cut short: UNAVAILABLE */
 	dep = production(st);
-	assert_int_equal(json_integer_value(json_object_get(dep, "canary_version")), 3);
+	assert_int_equal(jint(dep, "canary_version"), 3);
 	json_decref(dep);
 	dep = requests_until_moved(st, id, &ok, &failed);
 	assert_int_equal(failed, 0);
-	why = json_string_value(json_object_get(dep, "reason"));
-	assert_non_null(why);
-	assert_non_null(strstr(why, "rollback: canary version 3 failed"));
-	assert_non_null(strstr(why, "UNAVAILABLE"));
+	why = jstr(dep, "reason");
+	assert_has(why, "rollback: canary version 3 failed");
+	assert_has(why, "UNAVAILABLE");
 	json_decref(dep);
 	tf_store_close(st);
 
 	/* where people look: `tpuflow models show` and the API */
-	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", home, "models", "show", "fm", NULL};
-	unlink("show.out");
-	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, "show.out", NULL)), 0);
-	char *text = NULL;
-	size_t n;
-	assert_int_equal(tf_read_file("show.out", 1 << 20, &text, &n), 0);
-	assert_non_null(strstr(text, "rollback: canary version 3 failed"));
-	assert_non_null(strstr(text, "rollback: canary version 4 failed"));
-	free(text);
+	tpuflow("show.out", NULL, "models", "show", "fm", NULL);
+	assert_file_has("show.out", "rollback: canary version 3 failed");
+	assert_file_has("show.out", "rollback: canary version 4 failed");
 	struct resp r = call_at(NULL, "GET", "/api/v1/models/fm", tok_read, NULL);
 	assert_int_equal(r.status, 200);
 	json_t *d0 = json_array_get(json_object_get(r.json, "deployments"), 0);
-	assert_non_null(
-	    strstr(json_string_value(json_object_get(d0, "reason")), "canary version 3"));
-	assert_true(
-	    json_integer_value(json_object_get(json_object_get(d0, "figures"), "requests")) >= 8);
+	assert_has(jstr(d0, "reason"), "canary version 3");
+	assert_true(jint(json_object_get(d0, "figures"), "requests") >= 8);
 	resp_free(&r);
 }
 
@@ -940,20 +959,16 @@ static void test_rollout_p99_slo_and_promotion(void **state)
 {
 	(void)state;
 	NEED_DATA();
-	struct tf_store *st;
-	char err[256];
-	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
-	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	struct tf_store *st = open_home_production_1();
 	/* 0.1 microseconds: any real answer is slower */
 	int64_t id = deploy_canary(st, 2, 30, "{\"max_p99_ms\":0.0001,\"min_requests\":5}");
 	int ok, failed;
 	json_t *dep = requests_until_moved(st, id, &ok, &failed);
 	assert_int_equal(failed, 0);
-	const char *why = json_string_value(json_object_get(dep, "reason"));
-	assert_non_null(why);
-	assert_non_null(strstr(why, "rollback: canary version 2 p99"));
-	assert_non_null(strstr(why, "over the SLO of 0.0001 ms"));
-	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
+	const char *why = jstr(dep, "reason");
+	assert_has(why, "rollback: canary version 2 p99");
+	assert_has(why, "over the SLO of 0.0001 ms");
+	assert_int_equal(jint(dep, "version"), 1);
 	json_decref(dep);
 
 	id = deploy_canary(st, 2, 20,
@@ -961,15 +976,15 @@ static void test_rollout_p99_slo_and_promotion(void **state)
 	                   "\"max_p99_ms\":60000,\"max_error_rate\":0.5}");
 	dep = requests_until_moved(st, id, &ok, &failed);
 	assert_int_equal(json_number_value(json_object_get(dep, "canary_percent")), 60);
-	assert_non_null(strstr(json_string_value(json_object_get(dep, "reason")), "20% -> 60%"));
+	assert_has(jstr(dep, "reason"), "20% -> 60%");
 	assert_non_null(json_object_get(json_object_get(dep, "rollout"), "steps"));
-	id = json_integer_value(json_object_get(dep, "id"));
+	id = jint(dep, "id");
 	json_decref(dep);
 	dep = requests_until_moved(st, id, &ok, &failed);
 	assert_int_equal(failed, 0);
-	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 2);
+	assert_int_equal(jint(dep, "version"), 2);
 	assert_true(json_is_null(json_object_get(dep, "canary_version")));
-	assert_non_null(strstr(json_string_value(json_object_get(dep, "reason")), "promoted"));
+	assert_has(jstr(dep, "reason"), "promoted");
 	json_decref(dep);
 	int64_t v;
 	assert_int_equal(tf_registry_resolve(st, "fm", "production", &v), 0);
@@ -986,35 +1001,30 @@ static void test_rollout_guard_against_production(void **state)
 {
 	(void)state;
 	NEED_DATA();
-	struct tf_store *st;
-	char err[256];
-	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
-	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	struct tf_store *st = open_home_production_1();
 	int64_t id =
 	    deploy_canary(st, 4, 50, "{\"max_error_rate_vs_production\":0.05,\"min_requests\":8}");
 	int ok, failed;
 	json_t *dep = requests_until_moved(st, id, &ok, &failed);
-	const char *why = json_string_value(json_object_get(dep, "reason"));
+	const char *why = jstr(dep, "reason");
 	fprintf(stderr, "guard: %s\n", why);
-	assert_non_null(why);
-	assert_non_null(strstr(why, "rollback: canary version 4 failed"));
-	assert_non_null(strstr(why, "production version 1 0 of"));
-	assert_non_null(strstr(why, "over the guard of 0.05"));
+	assert_has(why, "rollback: canary version 4 failed");
+	assert_has(why, "production version 1 0 of");
+	assert_has(why, "over the guard of 0.05");
 	json_t *prod = json_object_get(json_object_get(dep, "figures"), "production");
-	assert_int_equal(json_integer_value(json_object_get(prod, "version")), 1);
-	assert_true(json_integer_value(json_object_get(prod, "requests")) >= 8);
-	assert_int_equal(json_integer_value(json_object_get(prod, "failures")), 0);
-	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
+	assert_int_equal(jint(prod, "version"), 1);
+	assert_true(jint(prod, "requests") >= 8);
+	assert_int_equal(jint(prod, "failures"), 0);
+	assert_int_equal(jint(dep, "version"), 1);
 	json_decref(dep);
 
 	/* a ratio no answer can meet: the canary must be 1000x faster than production */
 	id = deploy_canary(st, 2, 50, "{\"max_p99_ratio_vs_production\":0.001,\"min_requests\":8}");
 	dep = requests_until_moved(st, id, &ok, &failed);
 	assert_int_equal(failed, 0);
-	why = json_string_value(json_object_get(dep, "reason"));
-	assert_non_null(why);
-	assert_non_null(strstr(why, "rollback: canary version 2 p99"));
-	assert_non_null(strstr(why, "over the guard of 0.001x"));
+	why = jstr(dep, "reason");
+	assert_has(why, "rollback: canary version 2 p99");
+	assert_has(why, "over the guard of 0.001x");
 	json_decref(dep);
 
 	id = deploy_canary(
@@ -1023,11 +1033,10 @@ static void test_rollout_guard_against_production(void **state)
 	    "\"min_requests\":8}");
 	dep = requests_until_moved(st, id, &ok, &failed);
 	assert_int_equal(failed, 0);
-	why = json_string_value(json_object_get(dep, "reason"));
-	assert_non_null(why);
-	assert_non_null(strstr(why, "promoted: canary version 2"));
-	assert_non_null(strstr(why, "against production's"));
-	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 2);
+	why = jstr(dep, "reason");
+	assert_has(why, "promoted: canary version 2");
+	assert_has(why, "against production's");
+	assert_int_equal(jint(dep, "version"), 2);
 	json_decref(dep);
 	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
 	tf_store_close(st);
@@ -1040,61 +1049,46 @@ static void test_rollout_other_alias(void **state)
 {
 	(void)state;
 	NEED_DATA();
-	struct tf_store *st;
-	char err[256];
-	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
-	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	struct tf_store *st = open_home_production_1();
 	assert_int_equal(tf_registry_set_alias(st, "fm", "staging", 1), 0);
 	json_t *dep = production(st);
-	int64_t prod_id = json_integer_value(json_object_get(dep, "id"));
+	int64_t prod_id = jint(dep, "id");
 	json_decref(dep);
 	int64_t id =
 	    deploy_canary_of(st, "staging", 4, 50, "{\"max_error_rate\":0.1,\"min_requests\":8}");
 	dep = deployment_of(st, "staging");
-	assert_int_equal(json_integer_value(json_object_get(dep, "canary_version")), 4);
+	assert_int_equal(jint(dep, "canary_version"), 4);
 	json_decref(dep);
 	int64_t cv;
 	assert_int_equal(tf_registry_resolve(st, "fm", "staging-canary", &cv), 0);
 	assert_int_equal(cv, 4);
 	/* the bare path (production) never reaches the staging canary */
-	char *list = examples(0, 1, 0), *row = body_of("{\"instances\":%s}", list);
-	for (int i = 0; i < 40; i++) {
-		struct resp r = call("POST", "/v1/models/fm:predict", row);
-		assert_int_equal(r.status, 200);
-		resp_free(&r);
-	}
+	char *row = instances(0, 1);
+	for (int i = 0; i < 40; i++)
+		expect_status(call("POST", "/v1/models/fm:predict", row), 200);
 	int ok, failed;
-	dep = requests_until_moved_at(st, "staging", "/v1/models/fm/labels/staging:predict", row, id,
-	                              &ok, &failed);
+	dep = requests_until_moved_at(st, "staging", "/v1/models/fm/labels/staging:predict", row,
+	                              id, &ok, &failed);
 	assert_true(failed >= 8 && ok > 0); /* both sides of the split answered */
-	const char *why = json_string_value(json_object_get(dep, "reason"));
-	assert_non_null(why);
-	assert_non_null(strstr(why, "rollback: canary version 4 failed"));
-	assert_string_equal(json_string_value(json_object_get(dep, "alias")), "staging");
-	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
+	const char *why = jstr(dep, "reason");
+	assert_has(why, "rollback: canary version 4 failed");
+	assert_string_equal(jstr(dep, "alias"), "staging");
+	assert_int_equal(jint(dep, "version"), 1);
 	assert_true(json_is_null(json_object_get(dep, "canary_version")));
 	json_decref(dep);
 	dep = production(st);
-	assert_int_equal(json_integer_value(json_object_get(dep, "id")), prod_id);
+	assert_int_equal(jint(dep, "id"), prod_id);
 	json_decref(dep);
 	/* by hand */
 	deploy_canary_of(st, "staging", 2, 10, NULL);
 	tf_store_close(st);
-	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", home, "models", "promote", "fm", "staging",
-	                NULL};
-	unlink("promote.out");
-	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, "promote.out", NULL)), 0);
-	char *text = NULL;
-	size_t n;
-	assert_int_equal(tf_read_file("promote.out", 1 << 20, &text, &n), 0);
-	assert_non_null(strstr(text, "fm 'staging' -> version 2 (canary promoted)"));
-	free(text);
-	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	tpuflow("promote.out", NULL, "models", "promote", "fm", "staging", NULL);
+	assert_file_has("promote.out", "fm 'staging' -> version 2 (canary promoted)");
+	st = open_home();
 	int64_t v;
 	assert_int_equal(tf_registry_resolve(st, "fm", "staging", &v), 0);
 	assert_int_equal(v, 2);
 	tf_store_close(st);
-	free(list);
 	free(row);
 }
 
@@ -1112,17 +1106,11 @@ struct hammer {
 static void *hammer_run(void *arg)
 {
 	struct hammer *h = arg;
-	CURL *c = curl_easy_init();
-	char url[128], auth[128];
-	snprintf(url, sizeof(url), "%s/v2/models/fm/infer", base);
-	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", tok_predict);
+	char auth[128];
+	CURL *c = infer_handle(h->body, auth);
 	struct curl_slist *hd = curl_slist_append(NULL, auth);
 	hd = curl_slist_append(hd, "Content-Type: application/json");
-	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hd);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDS, h->body);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
 	while (!*h->stop) {
 		struct resp r = {0};
 		long code = 0;
@@ -1130,7 +1118,7 @@ static void *hammer_run(void *arg)
 		CURLcode cc = curl_easy_perform(c);
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
 		r.json = r.body ? json_loads(r.body, 0, NULL) : NULL;
-		const char *v = json_string_value(json_object_get(r.json, "model_version"));
+		const char *v = jstr(r.json, "model_version");
 		h->requests++;
 		if (cc != CURLE_OK || code != 200 || !v) {
 			if (!h->failed++)
@@ -1164,9 +1152,7 @@ static void test_alias_move_under_load(void **state)
 {
 	(void)state;
 	NEED_DATA();
-	struct tf_store *st;
-	char err[256];
-	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	struct tf_store *st = open_home();
 	struct tf_deploy_spec d = {.model = "fm", .alias = "production", .version = 1};
 	assert_int_equal(tf_registry_deploy(st, &d, NULL), 0); /* no canary */
 	char *inf = infer_body();
@@ -1184,9 +1170,7 @@ static void test_alias_move_under_load(void **state)
 		usleep(10 * 1000);
 	for (int i = 0; i < NH; i++)
 		before[i] = h[i].requests;
-	char *argv[] = {getenv("TPUFLOW_BIN"), "--home", home, "models", "alias", "fm",
-	                "production",          "2",      NULL};
-	assert_int_equal(tf_test_wait_exit(tf_test_spawn(argv, "alias.out", "alias.out")), 0);
+	tpuflow("alias.out", "alias.out", "models", "alias", "fm", "production", "2", NULL);
 	while (!all_past(h, NH, before, 20, 2) && tf_now_monotonic() < until)
 		usleep(10 * 1000);
 	for (int i = 0; i < NH; i++)
@@ -1218,7 +1202,6 @@ static void test_alias_move_under_load(void **state)
 	free(inf);
 }
 
-/* `tpuflow serve --model fm`: predictions and health only, one model. */
 /* Starts `tpuflow serve --model fm` on a free port with the extra options (NULL-ended), waits
  * until it is ready; its URL into url. */
 static pid_t serve_spawn(const char *const *extra, char url[128])
@@ -1236,8 +1219,8 @@ static pid_t serve_spawn(const char *const *extra, char url[128])
 	}
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
 	snprintf(url, 128, "http://%s", listen);
-	char *argv[16] = {getenv("TPUFLOW_BIN"), "--home", home, "serve", "--model", "fm",
-	                  "--listen", listen};
+	char *argv[16] = {
+	    getenv("TPUFLOW_BIN"), "--home", home, "serve", "--model", "fm", "--listen", listen};
 	int n = 8;
 	for (; extra && *extra && n < 15; extra++)
 		argv[n++] = (char *)*extra;
@@ -1257,6 +1240,14 @@ static pid_t serve_spawn(const char *const *extra, char url[128])
 	return pid;
 }
 
+/* Ends the `tpuflow serve` of serve_spawn; it exits 0. */
+static void serve_stop(pid_t pid)
+{
+	kill(pid, SIGTERM);
+	assert_int_equal(tf_test_wait_exit(pid), 0);
+}
+
+/* `tpuflow serve --model fm`: predictions and health only, one model. */
 static void test_serve_command(void **state)
 {
 	(void)state;
@@ -1264,23 +1255,16 @@ static void test_serve_command(void **state)
 	char url[128];
 	const char *const no_auth[] = {"--auth", "none", NULL};
 	pid_t pid = serve_spawn(no_auth, url);
-	char *list = examples(0, 2, 0), *row = body_of("{\"instances\":%s}", list);
+	char *row = instances(0, 2);
 	struct resp r = call_at(url, "POST", "/v1/models/fm:predict", NULL, row);
 	assert_int_equal(r.status, 200);
 	assert_matrix(json_object_get(r.json, "predictions"), 2, NULL);
 	resp_free(&r);
-	r = call_at(url, "POST", "/v1/models/empty/versions/1:predict", NULL, row);
-	assert_error(&r, 404, "serves model 'fm' only");
-	resp_free(&r);
-	r = call_at(url, "GET", "/api/v1/runs", NULL, NULL);
-	assert_int_equal(r.status, 404);
-	resp_free(&r);
-	r = call_at(url, "GET", "/healthz", NULL, NULL);
-	assert_int_equal(r.status, 200);
-	resp_free(&r);
-	kill(pid, SIGTERM);
-	assert_int_equal(tf_test_wait_exit(pid), 0);
-	free(list);
+	expect_error(call_at(url, "POST", "/v1/models/empty/versions/1:predict", NULL, row), 404,
+	             "serves model 'fm' only");
+	expect_status(call_at(url, "GET", "/api/v1/runs", NULL, NULL), 404);
+	expect_status(call_at(url, "GET", "/healthz", NULL, NULL), 200);
+	serve_stop(pid);
 	free(row);
 }
 
@@ -1300,8 +1284,7 @@ static void test_serve_rate(void **state)
 		resp_free(&r);
 	}
 	assert_int_equal(ok, 1100);
-	kill(pid, SIGTERM);
-	assert_int_equal(tf_test_wait_exit(pid), 0);
+	serve_stop(pid);
 	const char *const slow[] = {"--rate", "1", NULL};
 	pid = serve_spawn(slow, url);
 	int limited = 0;
@@ -1310,12 +1293,11 @@ static void test_serve_rate(void **state)
 		assert_true(r.status == 200 || r.status == 429);
 		limited = r.status == 429;
 		if (limited)
-			assert_non_null(strstr(r.body, "requests per second for this token"));
+			assert_has(r.body, "requests per second for this token");
 		resp_free(&r);
 	}
 	assert_true(limited);
-	kill(pid, SIGTERM);
-	assert_int_equal(tf_test_wait_exit(pid), 0);
+	serve_stop(pid);
 }
 
 /* Two serving processes judge one rollout together: the in-process server and a `tpuflow
@@ -1326,48 +1308,34 @@ static void test_rollout_several_servers(void **state)
 {
 	(void)state;
 	NEED_DATA();
-	struct tf_store *st;
-	char err[256], url[128];
-	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
-	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	struct tf_store *st = open_home_production_1();
+	char url[128];
 	int64_t id = deploy_canary(st, 4, 50, "{\"max_error_rate\":0.1,\"min_requests\":20}");
-	json_t *dep;
 	const char *const no_auth[] = {"--auth", "none", NULL};
 	pid_t pid = serve_spawn(no_auth, url);
 	/* both read the deployment, then their windows begin (within a tick, 200 ms) */
-	struct resp r = call("GET", "/v1/models/fm", NULL);
-	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	expect_status(call("GET", "/v1/models/fm", NULL), 200);
 	usleep(600 * 1000);
 	char *inf = infer_body();
-	for (int i = 0; i < 24; i++) {
-		r = call_at(i % 2 ? url : NULL, "POST", "/v2/models/fm/versions/4/infer",
-		            i % 2 ? NULL : tok_predict, inf);
-		assert_int_equal(r.status, 500);
-		resp_free(&r);
-	}
+	for (int i = 0; i < 24; i++)
+		expect_status(call_at(i % 2 ? url : NULL, "POST", "/v2/models/fm/versions/4/infer",
+		                      i % 2 ? NULL : tok_predict, inf),
+		              500);
 	free(inf);
-	dep = NULL;
-	for (int i = 0; i < 200; i++) { /* up to 20 s */
-		dep = production(st);
-		if (json_integer_value(json_object_get(dep, "id")) != id)
-			break;
-		json_decref(dep);
-		dep = NULL;
+	json_t *dep = NULL;
+	for (int i = 0; i < 200 && !(dep = moved_from(st, "production", id)); i++) /* up to 20 s */
 		usleep(100 * 1000);
-	}
 	assert_non_null(dep);
-	const char *why = json_string_value(json_object_get(dep, "reason"));
+	const char *why = jstr(dep, "reason");
 	char *figs = json_dumps(json_object_get(dep, "figures"), JSON_COMPACT);
 	fprintf(stderr, "two servers: %s; figures %s\n", why, figs);
 	free(figs);
-	assert_non_null(strstr(why, "rollback: canary version 4 failed 24 of 24 requests"));
+	assert_has(why, "rollback: canary version 4 failed 24 of 24 requests");
 	json_t *fig = json_object_get(dep, "figures");
-	assert_int_equal(json_integer_value(json_object_get(fig, "servers")), 2);
-	assert_int_equal(json_integer_value(json_object_get(dep, "version")), 1);
+	assert_int_equal(jint(fig, "servers"), 2);
+	assert_int_equal(jint(dep, "version"), 1);
 	json_decref(dep);
-	kill(pid, SIGTERM);
-	assert_int_equal(tf_test_wait_exit(pid), 0);
+	serve_stop(pid);
 	tf_store_close(st);
 }
 
