@@ -14,7 +14,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${TPUFLOW_BIN:-$PWD/build/tpuflow}
 N=${TF_BENCH_DAEMON_RUNS:-60}
-dir=$(mktemp -d /tmp/tpuflow-bench-daemon.XXXXXX)
+# Everything, the homes and the floor's file included, lives under $TMPDIR (else /tmp):
+# TMPDIR=/dev/shm shows the daemon's own part without the disk's fdatasync.
+dir=$(mktemp -d "${TMPDIR:-/tmp}/tpuflow-bench-daemon.XXXXXX")
 dpid=
 cleanup() {
   touch "$dir/fsync.stop"
