@@ -358,6 +358,9 @@ static json_t *result_json(const struct tf_sched_sim_result *r)
 	    r->busy_fraction, "preemptions", r->preemptions, "kills", r->kills, "infra_failures",
 	    r->infra_failures, "fragmentation", r->fragmentation);
 	json_object_set_new(o, "wait_by_priority", w);
+	char dg[17];
+	snprintf(dg, sizeof(dg), "%016llx", (unsigned long long)r->trace_digest);
+	json_object_set_new(o, "trace_digest", json_string(dg));
 	return o;
 }
 
@@ -372,6 +375,7 @@ static void result_text(const struct tf_sched_sim_result *r)
 	       "preemptions %d, kills %d, infra failures %d\n",
 	       100 * r->utilization, 100 * r->busy_fraction, r->makespan, r->fragmentation,
 	       r->preemptions, r->kills, r->infra_failures);
+	printf("  decision trace digest %016llx\n", (unsigned long long)r->trace_digest);
 	for (int p = TF_SCHED_PRIO_MAX; p >= 0; p--)
 		if (r->wait_jobs[p])
 			printf("  priority %d: %5d jobs, wait mean %8.0f s, p95 %8.0f s\n", p,

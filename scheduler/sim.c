@@ -105,6 +105,33 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* FNV-1a, 64-bit, over the bytes of v. */
+static uint64_t fnv(uint64_t h, const void *v, size_t n)
+{
+	const unsigned char *b = v;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001B3ull;
+	return h;
+}
+
+/* Adds the decisions of one scheduler call at `now` to the trace digest, field by field (no
+ * padding bytes). */
+static uint64_t trace_add(uint64_t h, double now, const struct tf_sched_decisions *d)
+{
+	for (size_t k = 0; k < d->n; k++) {
+		const struct tf_sched_decision *x = &d->v[k];
+		const int f[11] = {(int)x->action,    x->job,           x->attempt,
+		                   x->pool,           x->box.origin[0], x->box.origin[1],
+		                   x->box.origin[2],  x->box.shape[0],  x->box.shape[1],
+		                   x->box.shape[2],   x->chips};
+		h = fnv(h, &now, sizeof(now));
+		h = fnv(h, f, sizeof(f));
+		h = fnv(h, &x->deadline, sizeof(x->deadline));
+		h = fnv(h, &x->cause, sizeof(x->cause));
+	}
+	return h;
+}
+
 /* Checkpoints every 10 simulated minutes: what an interrupted attempt keeps. */
 #define SIM_CKPT_EVERY 600.0
 /* Time a preempted job takes to checkpoint and exit (within the 30 s grace). */
@@ -190,6 +217,7 @@ int tf_sched_simulate(const struct tf_sched_sim_opts *o, struct tf_sched_sim_res
 	memset(r, 0, sizeof(*r));
 	r->policy = o->policy;
 	r->jobs = n;
+	r->trace_digest = 0xCBF29CE484222325ull; /* FNV offset basis */
 	struct tf_sched_decisions d = {0};
 	double sched_t = 0, busy_area = 0, last = jobs[0].arrive, frag_sum = 0, end_time = 0;
 	double healthy_area = 0;
@@ -247,6 +275,7 @@ int tf_sched_simulate(const struct tf_sched_sim_opts *o, struct tf_sched_sim_res
 				break;
 			case EV_FAIL:
 				TIMED(tf_sched_chip_fail(s, 0, e.job, now, &d));
+				r->trace_digest = trace_add(r->trace_digest, now, &d);
 				for (size_t k = 0; k < d.n; k++) {
 					struct simjob *v = &jobs[by_id[d.v[k].job]];
 					v->remaining -= floor((now - v->started) / SIM_CKPT_EVERY) *
@@ -261,6 +290,7 @@ int tf_sched_simulate(const struct tf_sched_sim_opts *o, struct tf_sched_sim_res
 		}
 		TIMED(tf_sched_tick(s, now, &d));
 		r->ticks++;
+		r->trace_digest = trace_add(r->trace_digest, now, &d);
 		for (size_t k = 0; k < d.n; k++) {
 			const struct tf_sched_decision *x = &d.v[k];
 			struct simjob *j = &jobs[by_id[x->job]];

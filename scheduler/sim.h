@@ -35,6 +35,10 @@ struct tf_sched_sim_result {
 	int wait_jobs[TF_SCHED_PRIO_MAX + 1];    /* jobs per priority */
 	int preemptions, kills, infra_failures;  /* counts */
 	double fragmentation; /* mean over samples of 1 - largest free box / free chips */
+	/* FNV-1a over every decision in order (its time, action, job, attempt, box, chips,
+	 * deadline and cause): two runs made the same decisions iff the digests match, which
+	 * is how a change meant to be faster, not different, is checked */
+	uint64_t trace_digest;
 };
 
 /* Runs the workload; 0, or -EINVAL with a message in err (bad pool). */
