@@ -71,8 +71,9 @@ static void recorded_text(json_t *rec, FILE *out)
 	}
 	json_t *slurm = json_object_get(rec, "slurm");
 	if (json_array_size(slurm))
-		fprintf(out, "steps running as Slurm jobs: %zu\n  %-24s %-14s %-3s %-10s %-11s %s\n",
-		        json_array_size(slurm), "RUN", "STEP", "ATT", "SLURM-JOB", "STATE", "NODES");
+		fprintf(
+		    out, "steps running as Slurm jobs: %zu\n  %-24s %-14s %-3s %-10s %-11s %s\n",
+		    json_array_size(slurm), "RUN", "STEP", "ATT", "SLURM-JOB", "STATE", "NODES");
 	json_array_foreach(slurm, i, v)
 	{
 		const char *nodes = json_string_value(json_object_get(v, "nodes"));

@@ -17,7 +17,7 @@ static int *queue_order(const struct tf_sched *s, int pool, int *n)
 		int start = k;
 		for (int pr = 0; pr < s->nprojects; pr++)
 			for (int id = s->pools[pool].q[pr * NPRIO + prio].head; id;
-			     id = s->jobs[id].next)
+			     id = s->qn[id].next)
 				ids[k++] = id;
 		/* merge projects by seq (insertion sort: lists are short per priority) */
 		for (int i = start + 1; i < k; i++) {

@@ -100,6 +100,7 @@ int tf_sched_new(const struct tf_sched_config *cfg, struct tf_sched **out)
 	s->capjobs = 64;
 	s->jobs = tf_xcalloc((size_t)s->capjobs, sizeof(struct job));
 	s->stamp = tf_xcalloc((size_t)s->capjobs, sizeof(int));
+	s->qn = tf_xcalloc((size_t)s->capjobs, sizeof(struct qnode));
 	s->njobs = 1; /* id 0 is "none" */
 	s->last_accrue = NAN;
 	*out = s;
@@ -140,6 +141,7 @@ void tf_sched_free(struct tf_sched *s)
 	}
 	free(s->jobs);
 	free(s->stamp);
+	free(s->qn);
 	free(s);
 }
 
@@ -451,21 +453,28 @@ static struct qlist *qlist_of(struct tf_sched *s, const struct job *j)
 	return &s->pools[j->pool].q[j->project * NPRIO + j->prio];
 }
 
-/* Queue lists are ordered by seq, so a requeued job goes back to where it was. */
+/* Queue lists are ordered by seq, so a requeued job goes back to where it was. Ids follow
+ * seq, so the place is looked for from both ends at once: a job preempted or failed soon
+ * after it started goes back near the head of a long list, a new one at its tail. */
 static void queue_insert(struct tf_sched *s, struct job *j)
 {
 	struct qlist *q = qlist_of(s, j);
-	int after = q->tail;
-	while (after && s->jobs[after].seq > j->seq)
-		after = s->jobs[after].prev;
-	j->prev = after;
-	j->next = after ? s->jobs[after].next : q->head;
-	if (j->next)
-		s->jobs[j->next].prev = j->id;
+	struct qnode *qn = s->qn, *n = &qn[j->id];
+	int after = q->tail, before = q->head;
+	while (after > j->id && before < j->id) {
+		after = qn[after].prev;
+		before = qn[before].next;
+	}
+	if (after > j->id) /* the head side ended first: j goes before `before` (0: at the end) */
+		after = before ? qn[before].prev : q->tail;
+	n->prev = after;
+	n->next = after ? qn[after].next : q->head;
+	if (n->next)
+		qn[n->next].prev = j->id;
 	else
 		q->tail = j->id;
 	if (after)
-		s->jobs[after].next = j->id;
+		qn[after].next = j->id;
 	else
 		q->head = j->id;
 	s->pools[j->pool].queued++;
@@ -474,15 +483,16 @@ static void queue_insert(struct tf_sched *s, struct job *j)
 static void queue_remove(struct tf_sched *s, struct job *j)
 {
 	struct qlist *q = qlist_of(s, j);
-	if (j->prev)
-		s->jobs[j->prev].next = j->next;
+	struct qnode *qn = s->qn, *n = &qn[j->id];
+	if (n->prev)
+		qn[n->prev].next = n->next;
 	else
-		q->head = j->next;
-	if (j->next)
-		s->jobs[j->next].prev = j->prev;
+		q->head = n->next;
+	if (n->next)
+		qn[n->next].prev = n->prev;
 	else
-		q->tail = j->prev;
-	j->prev = j->next = 0;
+		q->tail = n->prev;
+	n->prev = n->next = 0;
 	s->pools[j->pool].queued--;
 }
 
@@ -516,6 +526,7 @@ static void drop_target(struct tf_sched *s, struct job *j)
 	if (!j->has_target)
 		return;
 	j->has_target = 0;
+	s->qn[j->id].has_target = 0;
 	s->projects[j->project].quota_used -= j->chips;
 	tf_torus_box_set(&p->t, p->reserved, &j->target, 0);
 	/* other targets never overlap this one, so clearing the box is exact */
@@ -721,6 +732,7 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 		s->capjobs *= 2;
 		s->jobs = tf_xrealloc(s->jobs, (size_t)s->capjobs * sizeof(struct job));
 		s->stamp = tf_xrealloc(s->stamp, (size_t)s->capjobs * sizeof(int));
+		s->qn = tf_xrealloc(s->qn, (size_t)s->capjobs * sizeof(struct qnode));
 	}
 	int pj = project_get(s, spec->project && *spec->project ? spec->project : "default");
 	struct job *j = &s->jobs[s->njobs];
@@ -743,6 +755,8 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 	                 .first_start = -1,
 	                 .run_pos = -1};
 	memcpy(j->shape, shape, sizeof(j->shape));
+	s->qn[j->id] =
+	    (struct qnode){.chips = j->chips, .preemptible = (unsigned char)j->preemptible};
 	s->njobs++;
 	s->projects[pj].jobs++;
 	if (j->run_idx >= 0)
@@ -1258,6 +1272,7 @@ static void preempt_for_quota(struct tf_sched *s, const struct job *j, int need,
 static void set_target(struct tf_sched *s, struct pool *p, struct job *j, const struct tf_box *b)
 {
 	j->has_target = 1;
+	s->qn[j->id].has_target = 1;
 	j->target = *b;
 	s->projects[j->project].quota_used += j->chips;
 	tf_torus_box_set(&p->t, p->reserved, &j->target, 1);
@@ -1331,14 +1346,14 @@ struct scan {
 	int borrowers;    /* over-quota jobs that may borrow were skipped in the first pass */
 };
 
-/* Quota chips j would overrun its project's quota by if it started within it now (<= 0: it
- * fits), counting the chips held this tick for the project's jobs ahead of it. */
-static int quota_over(const struct tf_sched *s, const struct job *j)
+/* Quota chips a job of `chips` would overrun its project's quota by if it started within it
+ * now (<= 0: it fits), counting the chips held this tick for the project's jobs ahead of it. */
+static int quota_over(const struct tf_sched *s, int project, int chips)
 {
-	const struct project *pr = &s->projects[j->project];
+	const struct project *pr = &s->projects[project];
 	if (!pr->quota)
 		return 0;
-	return pr->quota_used + s->qhold[j->project] + j->chips - pr->quota;
+	return pr->quota_used + s->qhold[project] + chips - pr->quota;
 }
 
 /* One queued job. pass 0: within its quota (over <= 0), or over it and unable to borrow
@@ -1425,7 +1440,7 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 					if (best < 0 ||
 					    s->projects[k].key < s->projects[best].key ||
 					    (s->projects[k].key == s->projects[best].key &&
-					     s->jobs[cursor[k]].seq < s->jobs[cursor[best]].seq))
+					     cursor[k] < cursor[best])) /* ids follow seq */
 						best = k;
 				}
 				if (best < 0 || (pass == 1 && left == 0))
@@ -1437,20 +1452,22 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 					spent = 1;
 					break;
 				}
-				struct job *j = &s->jobs[cursor[best]];
-				cursor[best] = j->next;
-				if (j->has_target)
+				int id = cursor[best];
+				struct qnode *n = &s->qn[id];
+				cursor[best] = n->next;
+				if (n->has_target)
 					continue;
-				struct project *pr = &s->projects[j->project];
-				int may_borrow = j->preemptible && pr->may_borrow;
-				int over = quota_over(s, j);
+				struct project *pr = &s->projects[best];
+				int may_borrow = n->preemptible && pr->may_borrow;
+				int over = quota_over(s, best, n->chips);
 				if (pass == 0 && over > 0 && may_borrow) {
 					st.borrowers++;
-					j->borrow_walk = s->walk_serial; /* for pass 1 */
+					n->borrow_walk = s->walk_serial; /* for pass 1 */
 					continue;
 				}
-				if (pass == 1 && j->borrow_walk != s->walk_serial)
+				if (pass == 1 && n->borrow_walk != s->walk_serial)
 					continue;
+				struct job *j = &s->jobs[id];
 				if (pass == 1)
 					left--;
 				if (++examined > s->cfg.backfill_depth)

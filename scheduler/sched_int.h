@@ -5,7 +5,8 @@
  *  1. For every pool row r: free[r] == ~(busy[r] | failed[r] | reserved[r]) & xmask.
  *  2. owner[c] != 0 exactly for the chips of RUNNING and DRAINING jobs, and those chips have
  *     their busy bit set; a running job's box holds no failed chip.
- *  3. A QUEUED job is in exactly one queue list: q[pool][project][priority], ordered by seq.
+ *  3. A QUEUED job is in exactly one queue list: q[pool][project][priority], ordered by seq
+ *     (and so by id); qn[id] mirrors the job's chips, preemptible and has_target.
  *  4. reserved = the union of the target boxes of queued jobs waiting for preempted jobs.
  *  5. project quota_used = chips of its running and draining jobs with borrowed == 0, plus
  *     chips of its queued jobs with a drain target.
@@ -68,9 +69,18 @@ struct job {
 	int has_target;                     /* QUEUED: waiting on preempted jobs for `target` */
 	struct tf_box target;               /* the box being drained for it */
 	double chip_seconds, slice_seconds; /* accounted (finished attempts) */
-	int prev, next;                     /* queue list links (job ids, 0: none) */
+	int run_pos; /* index in its pool's running array, -1 when not running */
+};
+
+/* What the queue walk reads of a job, kept apart from struct job (s->qn[id]): a tick may pass
+ * a thousand queued jobs to reach the ones it examines, and a few bytes per job stay in the
+ * cache where whole job records, spread over megabytes, did not. Ids are handed out in seq
+ * order, so along a queue list the ids rise and so do the addresses walked. */
+struct qnode {
+	int prev, next;                        /* queue list links (job ids, 0: none) */
+	int chips;                             /* = the job's chips */
+	unsigned char preemptible, has_target; /* = the job's fields */
 	uint64_t borrow_walk; /* walk_serial of the walk that left it to the borrow pass */
-	int run_pos;          /* index in its pool's running array, -1 when not running */
 };
 
 struct qlist {
@@ -131,6 +141,7 @@ struct tf_sched {
 	struct run_acct *runs;
 	int nruns;
 	struct job *jobs; /* jobs[0] unused: ids start at 1 */
+	struct qnode *qn; /* per job id: queue links and the walk's copies */
 	int njobs, capjobs;
 	int shapes[MAX_SHAPES][3]; /* interned shapes */
 	int nshapes;

@@ -120,10 +120,10 @@ static uint64_t trace_add(uint64_t h, double now, const struct tf_sched_decision
 {
 	for (size_t k = 0; k < d->n; k++) {
 		const struct tf_sched_decision *x = &d->v[k];
-		const int f[11] = {(int)x->action,    x->job,           x->attempt,
-		                   x->pool,           x->box.origin[0], x->box.origin[1],
-		                   x->box.origin[2],  x->box.shape[0],  x->box.shape[1],
-		                   x->box.shape[2],   x->chips};
+		const int f[11] = {(int)x->action,   x->job,           x->attempt,
+		                   x->pool,          x->box.origin[0], x->box.origin[1],
+		                   x->box.origin[2], x->box.shape[0],  x->box.shape[1],
+		                   x->box.shape[2],  x->chips};
 		h = fnv(h, &now, sizeof(now));
 		h = fnv(h, f, sizeof(f));
 		h = fnv(h, &x->deadline, sizeof(x->deadline));

@@ -1047,6 +1047,53 @@ static void test_sched_simulate_small(void **state)
 	assert_int_equal(tf_sched_simulate(&o, &f, err, sizeof(err)), -EINVAL);
 }
 
+/* The decisions themselves, pinned: the digest of the whole decision trace (every START,
+ * PREEMPT, KILL and FAIL_INFRA with its time, job, attempt, box and deadline) for a few seeded
+ * workloads under both policies — a small pod with chip failures, a queue deep enough that a
+ * tick walks its whole backfill_depth, a 2D pool. A change meant to make the scheduler faster
+ * must leave these alone; one that means to decide differently records the new digests here
+ * and says why. (Recorded on x86-64 with glibc: the workload draws durations with exp/log.) */
+static void test_sched_simulate_trace_pinned(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *pool;
+		int jobs, seed, failures;
+		double load;
+		enum tf_sched_policy policy;
+		uint64_t digest;
+		uint64_t decisions;
+	} cases[] = {
+	    {"v4:8x8x8", 400, 3, 3, 1.2, TF_SCHED_BACKFILL, 0x00fa751f23ab7225ull, 452},
+	    {"v4:8x8x8", 400, 3, 3, 1.2, TF_SCHED_FIFO, 0xa1d0668b05c8cda4ull, 460},
+	    {"v4:16x16x16", 3000, 1, 0, 2.5, TF_SCHED_BACKFILL, 0xcf8cf1701bb9d0f5ull, 3751},
+	    {"v4:16x16x16", 3000, 1, 0, 2.5, TF_SCHED_FIFO, 0x8ad2104d0a268b7full, 3157},
+	    {"v5e:16x16", 1000, 2, 10, 1.2, TF_SCHED_BACKFILL, 0xfe8496d3d30a08feull, 1254},
+	    {"v5e:16x16", 1000, 2, 10, 1.2, TF_SCHED_FIFO, 0x29e1f8183d4241f3ull, 1252},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tf_sched_sim_opts o = {.pool = cases[i].pool,
+		                              .jobs = cases[i].jobs,
+		                              .seed = (uint64_t)cases[i].seed,
+		                              .policy = cases[i].policy,
+		                              .load = cases[i].load,
+		                              .failures = cases[i].failures};
+		struct tf_sched_sim_result r;
+		char err[128];
+		assert_int_equal(tf_sched_simulate(&o, &r, err, sizeof(err)), 0);
+		if (r.trace_digest != cases[i].digest)
+			fail_msg("%s, %d jobs, seed %d, %s: decision trace digest %016llx, pinned "
+			         "%016llx (%llu decisions, pinned %llu)",
+			         cases[i].pool, cases[i].jobs, cases[i].seed,
+			         tf_sched_policy_name(cases[i].policy),
+			         (unsigned long long)r.trace_digest,
+			         (unsigned long long)cases[i].digest,
+			         (unsigned long long)r.decisions,
+			         (unsigned long long)cases[i].decisions);
+		assert_int_equal(r.completed, cases[i].jobs);
+	}
+}
+
 /* ---- quotas and preemption: reclaim, in-project priority, the urgent head ---- */
 
 /* Invariant 5 of sched_int.h: quota_used = in-quota running/draining jobs + drain targets. */
@@ -1488,6 +1535,7 @@ int main(void)
 	    cmocka_unit_test(test_sched_describe_json_and_text),
 	    cmocka_unit_test(test_sched_cancel_and_bad_calls),
 	    cmocka_unit_test(test_sched_simulate_small),
+	    cmocka_unit_test(test_sched_simulate_trace_pinned),
 	    cmocka_unit_test(test_sched_place_at_table),
 	    cmocka_unit_test(test_sched_default_pools),
 	    cmocka_unit_test(test_sched_reclaim_borrowers_first),
