@@ -1,6 +1,7 @@
 /* api.h — inside the web/ folder: the route table, and the request and response that a
  * route's handler sees. web/http.c owns the server and calls handlers; web/routes.c holds the
- * table and the handlers; web/openapi.c turns the table into the OpenAPI document.
+ * table (its handlers are in web/routes_*.c and web/runview.c); web/openapi.c turns the
+ * table into the OpenAPI document.
  *
  * One table drives the router, the authorization check and the OpenAPI document, so a route
  * cannot be served without being documented and without a scope.

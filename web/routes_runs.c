@@ -1,0 +1,652 @@
+/* routes_runs.c — owns the API's runs routes: the list (filters, cursor pages, written
+ * straight into one buffer), one run and its steps, live events as Server-Sent Events from
+ * the database (one run's, or every run's), submitting a run and acting on one (cancel,
+ * retry, resume through the daemon's hooks). The route table is in web/routes.c; the inside
+ * of one run (DAG, logs, checkpoints) in web/runview.c.
+ */
+#include "web/routes_int.h"
+
+#include "common/buf.h"
+#include "common/common.h"
+#include "orchestrator/pipeline.h"
+#include "orchestrator/state.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the runs page writer ---------------------------------------------------------------
+ * A page of runs is the API's hottest answer: it is written straight into one tf_buf (no
+ * jansson tree, no stdio stream; strings by tf_web_put_json_str), every value checked or
+ * escaped. */
+
+#define PUT_LIT(b, s) tf_buf_append((b), (s), sizeof(s) - 1)
+
+static void put_i64(struct tf_buf *b, long long v)
+{
+	char d[24], *e = d + sizeof(d), *q = e;
+	unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+	do
+		*--q = (char)('0' + u % 10);
+	while (u /= 10);
+	if (v < 0)
+		*--q = '-';
+	tf_buf_append(b, q, (size_t)(e - q));
+}
+
+/* A time in Unix seconds with six decimals (null when NULL). */
+static void put_time(struct tf_buf *b, struct tf_stmt *s, int c)
+{
+	if (tf_stmt_is_null(s, c)) {
+		PUT_LIT(b, "null");
+		return;
+	}
+	double v = tf_stmt_double(s, c);
+	if (!(v >= 0 && v < 9e9)) { /* beyond, v * 1e6 would not be exact */
+		tf_buf_printf(b, "%.6f", v);
+		return;
+	}
+	long long us = llround(v * 1e6), frac = us % 1000000;
+	put_i64(b, us / 1000000);
+	char f[7] = ".";
+	for (int i = 6; i > 0; i--, frac /= 10)
+		f[i] = (char)('0' + frac % 10);
+	tf_buf_append(b, f, 7);
+}
+
+/* A query value percent-encoded (unreserved characters as they are), inside a JSON string. */
+static void put_query(struct tf_buf *b, const char *v)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+		    strchr("-._~", *p)) {
+			tf_buf_append(b, p, 1);
+		} else {
+			char e[3] = {'%', hex[*p >> 4], hex[*p & 15]};
+			tf_buf_append(b, e, 3);
+		}
+	}
+}
+
+static int is_final(const char *state)
+{
+	return state && (!strcmp(state, "succeeded") || !strcmp(state, "failed") ||
+	                 !strcmp(state, "interrupted"));
+}
+
+/* Resolves the {id} parameter (a full id, a unique prefix or "latest"); 404 otherwise. */
+int tf_web_run_param(struct tf_web_req *rq, struct tf_web_resp *rs, char id[32])
+{
+	const char *p = tf_web_param(rq, "id");
+	int rc = p && strlen(p) < 32 ? tf_run_find(rq->st, p, id) : -ENOENT;
+	if (rc == -EEXIST)
+		tf_web_problem(rs, 409, rq->path, "'%s' matches more than one run; give more of the id",
+		               p);
+	else if (rc)
+		tf_web_problem(rs, 404, rq->path, "no run '%s'", p ? p : "");
+	return rc;
+}
+
+/* Parses an integer query argument in [min, max], defaulting to def; 400 on junk. */
+static int query_int(struct tf_web_req *rq, struct tf_web_resp *rs, const char *name,
+                     long long min, long long max, long long def, long long *out)
+{
+	const char *v = tf_web_query(rq, name);
+	if (!v) {
+		*out = def;
+		return 0;
+	}
+	char *end;
+	long long x = strtoll(v, &end, 10);
+	if (!*v || *end || x < min || x > max) {
+		tf_web_problem(rs, 400, rq->path, "query '%s' wants a whole number from %lld to %lld",
+		               name, min, max);
+		return -1;
+	}
+	*out = x;
+	return 0;
+}
+
+static json_t *labels_of(struct tf_store *st, const char *run)
+{
+	json_t *o = json_object();
+	struct tf_stmt *s =
+	    tf_store_query(st, "SELECT key, value FROM run_labels WHERE run_id=?", "t", run);
+	while (s && tf_stmt_step(s) == 1)
+		json_object_set_new(o, tf_stmt_text(s, 0), json_string(tf_stmt_text(s, 1)));
+	tf_stmt_done(s);
+	return o;
+}
+
+/* ---- runs --------------------------------------------------------------------------------- */
+
+void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	long long limit, since_i;
+	if (query_int(rq, rs, "limit", 1, 500, 50, &limit) ||
+	    query_int(rq, rs, "since", 0, 1LL << 40, 0, &since_i))
+		return;
+	const char *state = tf_web_query(rq, "state"), *pipe = tf_web_query(rq, "pipeline");
+	const char *label = tf_web_query(rq, "label"), *cursor = tf_web_query(rq, "cursor");
+	const char *trig = tf_web_query(rq, "trigger"), *text = tf_web_query(rq, "q");
+	if (text && strlen(text) > 128) {
+		tf_web_problem(rs, 400, rq->path, "q (text search) takes up to 128 characters");
+		return;
+	}
+	enum tf_run_state sv;
+	if (state && tf_run_state_parse(state, &sv)) {
+		tf_web_problem(rs, 400, rq->path,
+		               "unknown state '%s' (pending, running, succeeded, failed, interrupted)",
+		               state);
+		return;
+	}
+	char lkey[128] = "", *lval = NULL;
+	if (label) {
+		const char *eq = strchr(label, '=');
+		size_t kn = eq ? (size_t)(eq - label) : strlen(label);
+		if (!kn || kn >= sizeof(lkey)) {
+			tf_web_problem(rs, 400, rq->path, "label wants KEY=VALUE or KEY");
+			return;
+		}
+		memcpy(lkey, label, kn);
+		lkey[kn] = 0;
+		lval = eq ? (char *)eq + 1 : NULL;
+	}
+	struct tf_stmt *s = tf_store_query(
+	    rq->st,
+	    "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
+	    "r.steps_total, r.steps_done, r.error, r.trigger, r.steps_skipped, "
+	    "r.state, r.owner, r.pid, r.heartbeat_at "
+	    "FROM runs r WHERE (?1 IS NULL OR r.state=?1) AND (?2 IS NULL OR r.pipeline=?2) "
+	    "AND r.created_at>=?3 "
+	    "AND (?4 IS NULL OR EXISTS (SELECT 1 FROM run_labels l WHERE l.run_id=r.id AND "
+	    "l.key=?4 AND (?5 IS NULL OR l.value=?5))) "
+	    "AND (?6 IS NULL OR (r.created_at, r.id) < "
+	    "(SELECT created_at, id FROM runs WHERE id=?6)) "
+	    "AND (?8 IS NULL OR r.trigger=?8) "
+	    "AND (?9 IS NULL OR instr(r.id, ?9) OR instr(r.pipeline, ?9) OR instr(r.error, ?9)) "
+	    "ORDER BY r.created_at DESC, r.id DESC LIMIT ?7",
+	    "ttdtttitt", state, pipe, (double)since_i, label ? lkey : NULL, lval, cursor,
+	    (int64_t)limit + 1, trig, text);
+	if (!s) {
+		tf_web_problem_errno(rs, -EIO, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	struct tf_buf b = {0};
+	char last[32] = "";
+	int rc, n = 0, more = 0;
+	PUT_LIT(&b, "{\"items\":[");
+	while ((rc = tf_stmt_step(s)) == 1) {
+		if (n == limit) {
+			more = 1;
+			break;
+		}
+		if (n++)
+			PUT_LIT(&b, ",");
+		PUT_LIT(&b, "{\"id\":");
+		tf_web_put_json_str(&b, tf_stmt_text(s, 0));
+		PUT_LIT(&b, ",\"pipeline\":");
+		tf_web_put_json_str(&b, tf_stmt_text(s, 1));
+		PUT_LIT(&b, ",\"state\":");
+		tf_web_put_json_str(&b, tf_stmt_text(s, 2));
+		PUT_LIT(&b, ",\"created_at\":");
+		put_time(&b, s, 3);
+		PUT_LIT(&b, ",\"started_at\":");
+		put_time(&b, s, 4);
+		PUT_LIT(&b, ",\"finished_at\":");
+		put_time(&b, s, 5);
+		PUT_LIT(&b, ",\"steps\":");
+		put_i64(&b, tf_stmt_int(s, 6));
+		PUT_LIT(&b, ",\"done\":");
+		put_i64(&b, tf_stmt_int(s, 7));
+		PUT_LIT(&b, ",\"error\":");
+		tf_web_put_json_str(&b, tf_stmt_text(s, 8));
+		/* runs.retry_of is never written (a run is retried in place): always null */
+		PUT_LIT(&b, ",\"retry_of\":null,\"trigger\":");
+		tf_web_put_json_str(&b, tf_stmt_text(s, 9));
+		PUT_LIT(&b, ",\"skipped\":");
+		put_i64(&b, tf_stmt_int(s, 10));
+		PUT_LIT(&b, ",\"orphaned\":");
+		if (tf_run_row_orphaned(s, 11))
+			PUT_LIT(&b, "true}");
+		else
+			PUT_LIT(&b, "false}");
+		snprintf(last, sizeof(last), "%s", tf_stmt_text(s, 0));
+	}
+	tf_stmt_done(s);
+	PUT_LIT(&b, "],\"next\":");
+	if (more) {
+		PUT_LIT(&b, "\"/api/v1/runs?limit=");
+		put_i64(&b, limit);
+		PUT_LIT(&b, "&cursor=");
+		put_query(&b, last);
+		const char *names[] = {"state", "pipeline", "label", "since", "trigger", "q"};
+		for (int i = 0; i < 6; i++) {
+			const char *v = tf_web_query(rq, names[i]);
+			if (v) {
+				PUT_LIT(&b, "&");
+				tf_buf_append(&b, names[i], strlen(names[i]));
+				PUT_LIT(&b, "=");
+				put_query(&b, v);
+			}
+		}
+		PUT_LIT(&b, "\"}");
+	} else {
+		PUT_LIT(&b, "null}");
+	}
+	if (rc < 0) {
+		tf_buf_release(&b);
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	tf_web_json_text(rs, &b);
+}
+
+void tf_web_run_show(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	char id[32];
+	if (tf_web_run_param(rq, rs, id))
+		return;
+	json_t *d = NULL;
+	int rc = tf_run_describe(rq->st, id, &d);
+	if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	json_object_set_new(d, "labels", labels_of(rq->st, id));
+	tf_web_json(rs, 200, d);
+}
+
+void tf_web_run_steps(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	char id[32];
+	if (tf_web_run_param(rq, rs, id))
+		return;
+	json_t *d = NULL;
+	int rc = tf_run_describe(rq->st, id, &d);
+	if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	json_t *steps = json_incref(json_object_get(d, "steps"));
+	json_decref(d);
+	tf_web_json(rs, 200, json_pack("{s:s, s:o}", "run_id", id, "items", steps));
+}
+
+/* ---- events (Server-Sent Events) ------------------------------------------------------- */
+
+struct events_stream {
+	struct tf_store *st;
+	char run[32];      /* one run, or "" for every run */
+	int64_t last;      /* last id sent (per-run id, or the global sequence) */
+	char *pending;
+	size_t plen, poff;
+	int ended;
+};
+
+static void sse_event(FILE *f, const char *event, const char *id, json_t *data)
+{
+	char *d = json_dumps(data, JSON_COMPACT);
+	fprintf(f, "event: %s\nid: %s\ndata: %s\n\n", event, id, d ? d : "{}");
+	free(d);
+}
+
+/* Fetches the next batch of events as SSE text; 0 with pending set, or nothing new. */
+static int events_batch(struct events_stream *e)
+{
+	struct tf_stmt *s =
+	    *e->run ? tf_store_query(e->st,
+	                             "SELECT id, run_id, at, step, attempt, kind, from_state, "
+	                             "to_state, message FROM events WHERE run_id=? AND id>? "
+	                             "ORDER BY id LIMIT 200",
+	                             "ti", e->run, e->last)
+	            : tf_store_query(e->st,
+	                             "SELECT q.seq, e.run_id, e.at, e.step, e.attempt, e.kind, "
+	                             "e.from_state, e.to_state, e.message FROM event_seq q "
+	                             "JOIN events e ON e.run_id=q.run_id AND e.id=q.id "
+	                             "WHERE q.seq>? ORDER BY q.seq LIMIT 200",
+	                             "i", e->last);
+	if (!s)
+		return -EIO;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	int rc;
+	while ((rc = tf_stmt_step(s)) == 1) {
+		e->last = tf_stmt_int(s, 0);
+		char id[32];
+		snprintf(id, sizeof(id), "%lld", (long long)e->last);
+		json_t *d = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "run_id",
+		                      tf_web_col_text(s, 1), "at", tf_web_col_real(s, 2), "step", tf_web_col_text(s, 3),
+		                      "attempt",
+		                      tf_stmt_is_null(s, 4) ? json_null()
+		                                            : json_integer(tf_stmt_int(s, 4)),
+		                      "kind", tf_web_col_text(s, 5), "from", tf_web_col_text(s, 6), "to",
+		                      tf_web_col_text(s, 7), "message", tf_web_col_text(s, 8));
+		sse_event(f, tf_stmt_text(s, 5) ? tf_stmt_text(s, 5) : "event", id, d);
+		json_decref(d);
+	}
+	tf_stmt_done(s);
+	fclose(f);
+	if (rc < 0) {
+		free(buf);
+		return rc;
+	}
+	free(e->pending);
+	e->pending = buf;
+	e->plen = len;
+	e->poff = 0;
+	return 0;
+}
+
+static long events_fill(void *ctx, char *buf, size_t max)
+{
+	struct events_stream *e = ctx;
+	if (e->poff >= e->plen) {
+		if (e->ended)
+			return -1;
+		/* Read the run's state before the batch: a final state seen here means every
+		 * event of the run is already committed, so the batch below holds the last ones. */
+		char *state = NULL;
+		if (*e->run)
+			tf_store_query_text(e->st, &state, "SELECT state FROM runs WHERE id=?", "t",
+			                    e->run);
+		int final = is_final(state);
+		if (events_batch(e))
+			e->ended = 1;
+		if (final && e->plen == 0) {
+			free(e->pending);
+			json_t *d = json_pack("{s:s, s:s}", "run_id", e->run, "state", state);
+			FILE *f = open_memstream(&e->pending, &e->plen);
+			char id[32];
+			snprintf(id, sizeof(id), "%lld", (long long)e->last);
+			sse_event(f, "end", id, d);
+			fclose(f);
+			json_decref(d);
+			e->poff = 0;
+			e->ended = 1;
+		}
+		free(state);
+		if (e->plen == 0)
+			return e->ended ? -1 : 0;
+	}
+	size_t n = e->plen - e->poff < max ? e->plen - e->poff : max;
+	memcpy(buf, e->pending + e->poff, n);
+	e->poff += n;
+	return (long)n;
+}
+
+static void events_free(void *ctx)
+{
+	struct events_stream *e = ctx;
+	tf_store_close(e->st);
+	free(e->pending);
+	free(e);
+}
+
+static void events_start(struct tf_web_req *rq, struct tf_web_resp *rs, const char *run)
+{
+	const char *from = tf_web_header(rq, "Last-Event-ID");
+	if (!from)
+		from = tf_web_query(rq, "after");
+	int64_t last = 0;
+	int latest = from && !strcmp(from, "latest");
+	if (latest) { /* from now: the newest event so far, sent as the stream's first id */
+		int rc = run ? tf_store_query_int(rq->st, &last,
+		                                  "SELECT coalesce(max(id), 0) FROM events WHERE "
+		                                  "run_id=?",
+		                                  "t", run)
+		             : tf_store_query_int(rq->st, &last,
+		                                  "SELECT coalesce(max(seq), 0) FROM event_seq", "");
+		if (rc) {
+			tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+			return;
+		}
+	} else if (from) {
+		char *end;
+		long long v = strtoll(from, &end, 10);
+		if (!*from || *end || v < 0) {
+			tf_web_problem(rs, 400, rq->path,
+			               "Last-Event-ID wants the id of an event this stream sent "
+			               "(or ?after=latest to start from now)");
+			return;
+		}
+		last = v;
+	}
+	struct events_stream *e = tf_xcalloc(1, sizeof(*e));
+	snprintf(e->run, sizeof(e->run), "%s", run ? run : "");
+	e->last = last;
+	char err[256];
+	char *path = tf_xasprintf("%s/%s", tf_web_home(rq->srv), TF_STORE_FILE);
+	int rc = tf_store_open(path, 0, &e->st, err, sizeof(err));
+	free(path);
+	if (rc) {
+		events_free(e);
+		tf_web_problem(rs, 503, rq->path, "cannot open the state database: %s", err);
+		return;
+	}
+	/* Tell the client how soon to come back (SSE `retry:`) before the first event; a stream
+	 * that starts from now also names where it starts (`id:` alone sets the client's
+	 * Last-Event-ID without an event), so a reconnect before any event misses nothing. */
+	e->pending = latest ? tf_xasprintf("retry: 2000\nid: %lld\n\n", (long long)last)
+	                    : tf_xstrdup("retry: 2000\n\n");
+	e->plen = strlen(e->pending);
+	rs->status = 200;
+	rs->type = "text/event-stream";
+	rs->stream = events_fill;
+	rs->stream_ctx = e;
+	rs->stream_free = events_free;
+}
+
+void tf_web_run_events(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	char id[32];
+	if (tf_web_run_param(rq, rs, id))
+		return;
+	events_start(rq, rs, id);
+}
+
+void tf_web_events(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	events_start(rq, rs, NULL);
+}
+
+/* ---- submitting and acting on runs ----------------------------------------------------- */
+
+static int hook_missing(struct tf_web_req *rq, struct tf_web_resp *rs, const void *hook)
+{
+	if (hook)
+		return 0;
+	tf_web_problem(rs, 503, rq->path,
+	               "this server has no daemon attached to run work; start `tpuflow daemon`");
+	return 1;
+}
+
+/* Checks a JSON object of strings/numbers/booleans; 0 or a 422 in rs. */
+static int string_map(struct tf_web_req *rq, struct tf_web_resp *rs, const char *field,
+                      json_t *obj, json_t **out)
+{
+	*out = json_object();
+	if (!obj)
+		return 0;
+	if (!json_is_object(obj)) {
+		tf_web_problem(rs, 422, rq->path, "'%s' must be an object of name: value", field);
+		return -1;
+	}
+	const char *k;
+	json_t *v;
+	json_object_foreach(obj, k, v)
+	{
+		char num[64];
+		const char *sv = json_string_value(v);
+		if (json_is_integer(v))
+			snprintf(num, sizeof(num), "%lld", (long long)json_integer_value(v)), sv = num;
+		else if (json_is_real(v))
+			snprintf(num, sizeof(num), "%.17g", json_real_value(v)), sv = num;
+		else if (json_is_boolean(v))
+			sv = json_is_true(v) ? "true" : "false";
+		if (!sv || !*k || strlen(k) > 128) {
+			tf_web_problem(rs, 422, rq->path,
+			               "'%s.%s' must be a string, number or boolean (names up to 128 "
+			               "characters)",
+			               field, k);
+			return -1;
+		}
+		json_object_set_new(*out, k, json_string(sv));
+	}
+	return 0;
+}
+
+void tf_web_runs_create(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	const struct tf_web_hooks *h = tf_web_hooks(rq->srv);
+	if (hook_missing(rq, rs, h->submit))
+		return;
+	json_t *b = rq->json, *params = NULL, *labels = NULL;
+	const char *k;
+	json_t *v;
+	json_object_foreach(b, k, v)
+	{
+		static const char *const known[] = {"pipeline", "yaml", "params", "priority",
+		                                    "project", "labels", NULL};
+		int ok = 0;
+		for (int i = 0; known[i]; i++)
+			ok |= !strcmp(k, known[i]);
+		if (!ok) {
+			const char *sug = tf_diag_suggest(k, known);
+			tf_web_problem(rs, 422, rq->path, "unknown field '%s'%s%s%s", k,
+			               sug ? " (did you mean '" : "", sug ? sug : "", sug ? "'?)" : "");
+			return;
+		}
+	}
+	json_t *jp = json_object_get(b, "pipeline"), *jy = json_object_get(b, "yaml");
+	json_t *jprio = json_object_get(b, "priority"), *jproj = json_object_get(b, "project");
+	if ((jp != NULL) == (jy != NULL) || (jp && !json_is_string(jp)) ||
+	    (jy && !json_is_string(jy))) {
+		tf_web_problem(rs, 422, rq->path,
+		               "give exactly one of 'pipeline' (a registered pipeline's name) or "
+		               "'yaml' (the pipeline file's text)");
+		return;
+	}
+	if ((jprio && (!json_is_integer(jprio) || json_integer_value(jprio) < 0 ||
+	               json_integer_value(jprio) > 9)) ||
+	    (jproj && (!json_is_string(jproj) || json_string_length(jproj) > 128))) {
+		tf_web_problem(rs, 422, rq->path,
+		               "'priority' must be an integer from 0 to 9 and 'project' a "
+		               "string of up to 128 characters");
+		return;
+	}
+	if (string_map(rq, rs, "params", json_object_get(b, "params"), &params) ||
+	    string_map(rq, rs, "labels", json_object_get(b, "labels"), &labels)) {
+		json_decref(params);
+		json_decref(labels);
+		return;
+	}
+	/* A registered pipeline runs the text it was registered with. */
+	char *source = NULL;
+	int rc = jp ? tf_store_query_text(rq->st, &source,
+	                                  "SELECT source FROM registered_pipelines WHERE name=?", "t",
+	                                  json_string_value(jp))
+	            : 0;
+	if (rc) {
+		if (rc == -ENOENT)
+			tf_web_problem(rs, 404, rq->path,
+			               "no registered pipeline '%s' (register it with POST "
+			               "/api/v1/pipelines or `tpuflow pipelines add`, or send its 'yaml')",
+			               json_string_value(jp));
+		else
+			tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		json_decref(params);
+		json_decref(labels);
+		return;
+	}
+	char *pj = json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS);
+	struct tf_web_submit sub = {
+	    .pipeline = json_string_value(jp),
+	    .yaml = source ? source : json_string_value(jy),
+	    .yaml_len = source ? strlen(source) : jy ? json_string_length(jy) : 0,
+	    .params_json = pj,
+	    .priority = jprio ? (int)json_integer_value(jprio) : -1,
+	    .project = json_string_value(jproj),
+	};
+	char run[32] = "", err[512] = "";
+	struct tf_diag_list diags = {0};
+	rc = h->submit(h->ctx, rq->st, &sub, run, &diags, err, sizeof(err));
+	free(pj);
+	free(source);
+	if (rc == -EINVAL && diags.n) {
+		tf_web_problem_diags(rs, 422, rq->path, &diags,
+		                     *err ? err : "the pipeline has errors");
+	} else if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path, err);
+	} else {
+		json_object_foreach(labels, k, v)
+		{
+			rc = tf_store_run(rq->st,
+			                  "INSERT INTO run_labels(run_id, key, value) VALUES(?, ?, ?)",
+			                  "ttt", run, k, json_string_value(v));
+			if (rc)
+				break;
+		}
+		if (rc) {
+			tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		} else {
+			char *ev = tf_xasprintf("/api/v1/runs/%s/events", run);
+			tf_web_json(rs, 201,
+			            json_pack("{s:s, s:s, s:O, s:s}", "id", run, "state", "pending",
+			                      "labels", labels, "events", ev));
+			free(ev);
+			rs->location = tf_xasprintf("/api/v1/runs/%s", run);
+			rs->wake = 1;
+		}
+	}
+	tf_diag_list_release(&diags);
+	json_decref(params);
+	json_decref(labels);
+}
+
+static void run_action(struct tf_web_req *rq, struct tf_web_resp *rs, const char *what)
+{
+	const struct tf_web_hooks *h = tf_web_hooks(rq->srv);
+	int (*act)(void *, struct tf_store *, const char *, char[32], char *, size_t) =
+	    !strcmp(what, "retry") ? h->retry : h->resume;
+	int cancel = !strcmp(what, "cancel");
+	if (hook_missing(rq, rs, cancel ? (const void *)h->cancel : (const void *)act))
+		return;
+	char id[32], out[32] = "", err[512] = "";
+	if (tf_web_run_param(rq, rs, id))
+		return;
+	int rc = cancel ? h->cancel(h->ctx, rq->st, id, err, sizeof(err))
+	                : act(h->ctx, rq->st, id, out, err, sizeof(err));
+	if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path, err);
+		return;
+	}
+	if (cancel) {
+		tf_web_json(rs, 202, json_pack("{s:s, s:s}", "id", id, "action", "cancel"));
+	} else {
+		tf_web_json(rs, !strcmp(what, "retry") ? 201 : 202,
+		            json_pack("{s:s, s:s, s:s}", "id", *out ? out : id, "action", what,
+		                      "of", id));
+		rs->location = tf_xasprintf("/api/v1/runs/%s", *out ? out : id);
+	}
+	rs->wake = 1;
+}
+
+void tf_web_run_cancel(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	run_action(rq, rs, "cancel");
+}
+
+void tf_web_run_retry(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	run_action(rq, rs, "retry");
+}
+
+void tf_web_run_resume(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	run_action(rq, rs, "resume");
+}
