@@ -3,7 +3,7 @@
  *   - POST /v1/models/fmnist:predict, one Fashion-MNIST example (784 pixels) per request, on
  *     the pipeline's model shape (784-256-128-10, weights as initialised: inference costs the
  *     same whatever they are), through the real server (web/http.c: routing, predict-scope
- *     token check, rate limit, registry alias lookup; web/serve.c: JSON in, shape checks,
+ *     token check, rate limit, registry alias lookup; web/serve*.c: JSON in, shape checks,
  *     preprocessing, the bundle's MXU-numerics forward pass, 9-digit floats out), wrk at 64
  *     connections (2 threads);
  *   - the HTTP floor: a minimal libmicrohttpd handler in the same threading mode reading the

@@ -21,12 +21,8 @@ int tf_ml_retryable(int rc)
 	return rc == -EAGAIN || tf_objstore_retryable(rc);
 }
 
-int tf_ml_with_number(const json_t *with, const char *key, double *out, char *err,
-                      size_t errlen)
+int tf_ml_number(const json_t *v, double *out)
 {
-	json_t *v = json_object_get(with, key);
-	if (!v || json_is_null(v))
-		return 1;
 	if (json_is_number(v)) {
 		*out = json_number_value(v);
 		return 0;
@@ -44,6 +40,17 @@ int tf_ml_with_number(const json_t *with, const char *key, double *out, char *er
 		*out = json_is_true(v);
 		return 0;
 	}
+	return -EINVAL;
+}
+
+int tf_ml_with_number(const json_t *with, const char *key, double *out, char *err,
+                      size_t errlen)
+{
+	json_t *v = json_object_get(with, key);
+	if (!v || json_is_null(v))
+		return 1;
+	if (!tf_ml_number(v, out))
+		return 0;
 	tf_errf(err, errlen, "with.%s must be a number", key);
 	return -EINVAL;
 }

@@ -51,8 +51,11 @@ int tf_ml_evaluate_step(const json_t *with, const struct tf_ml_ctx *ctx, json_t 
 /* 1 when a step's return code is worth retrying later (infrastructure), else 0. */
 int tf_ml_retryable(int rc);
 
-/* A number from `with`: a JSON number, a numeric string or a boolean (1/0). 0 and *out when
- * found, 1 when absent (or null), -EINVAL with err ("with.KEY must be a number") otherwise. */
+/* A number of `with`: a JSON number, a numeric string or a boolean (1/0). 0 and *out, or
+ * -EINVAL when v is none of these. */
+int tf_ml_number(const json_t *v, double *out);
+/* tf_ml_number of with.KEY: 0 and *out when found, 1 when absent (or null), -EINVAL with err
+ * ("with.KEY must be a number") otherwise. */
 int tf_ml_with_number(const json_t *with, const char *key, double *out, char *err,
                       size_t errlen);
 

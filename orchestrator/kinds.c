@@ -148,23 +148,42 @@ static int deploy_rollout(struct tf_step_run *r, json_t **out)
 	    {"rollout_max_p99_ratio_vs_production", "max_p99_ratio_vs_production"}};
 	json_t *p = json_object();
 	const json_t *steps = json_object_get(r->with, "rollout_steps");
+	if (steps && !json_is_null(steps) && !json_is_array(steps)) {
+		tf_errf(r->err, sizeof(r->err),
+		        "deploy: with.rollout_steps must be a list of shares, e.g. [10, 50]");
+		json_decref(p);
+		return -EINVAL;
+	}
 	if (steps && !json_is_null(steps)) {
 		json_t *list = json_array();
 		size_t i;
 		const json_t *v;
 		json_array_foreach(steps, i, v)
 		{
-			const char *t = json_string_value(v);
-			json_array_append_new(list, json_is_number(v)
-			                                ? json_real(json_number_value(v))
-			                            : t ? json_real(strtod(t, NULL))
-			                                : json_null());
+			double x;
+			if (tf_ml_number(v, &x)) {
+				tf_errf(r->err, sizeof(r->err),
+				        "deploy: with.rollout_steps[%zu] must be a number (a share "
+				        "in percent)",
+				        i);
+				json_decref(list);
+				json_decref(p);
+				return -EINVAL;
+			}
+			json_array_append_new(list, json_real(x));
 		}
 		json_object_set_new(p, "steps", list);
 	}
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		double x;
-		if (tf_ml_with_number(r->with, keys[i][0], &x, NULL, 0) == 0)
+		char why[128];
+		int rc = tf_ml_with_number(r->with, keys[i][0], &x, why, sizeof(why));
+		if (rc < 0) {
+			tf_errf(r->err, sizeof(r->err), "deploy: %s", why);
+			json_decref(p);
+			return rc;
+		}
+		if (rc == 0)
 			json_object_set_new(p, keys[i][1],
 			                    !strcmp(keys[i][1], "min_requests")
 			                        ? json_integer((json_int_t)x)

@@ -936,6 +936,26 @@ static void test_engine_register_verifies_bundle_and_names(void **state)
 			                       roll[i][1]));
 		json_decref(res.summary);
 	}
+	/* a rollout number that arrives through a reference and does not read as one is
+	 * refused, naming the key (not read as 0, nor left out of the policy) */
+	const char *late[][2] = {{"rollout_steps: [5, '${steps.pick.outputs.out}']",
+	                          "with.rollout_steps[1] must be a number"},
+	                         {"rollout_steps: [5], rollout_soak_s: '${steps.pick.outputs.out}'",
+	                          "with.rollout_soak_s must be a number"}};
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(yaml, sizeof(yaml),
+		         "name: late%zu\nsteps:\n"
+		         "  - {name: pick, type: shell, with: {argv: [ok, 'out=ten'], outputs: [out]}}\n"
+		         "  - {name: deploy, type: deploy, needs: [pick], with: {model_name: m, "
+		         "version: '2', alias: production, %s}}\n",
+		         i, late[i][0]);
+		assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+		assert_int_equal(res.state, TF_RUN_FAILED);
+		assert_non_null(strstr(json_string_value(json_object_get(
+		                           tf_test_step_of(res.summary, "deploy"), "reason")),
+		                       late[i][1]));
+		json_decref(res.summary);
+	}
 	json_t *d = NULL;
 	assert_int_equal(tf_store_open("home-reg/tpuflow.db", 0, &st, err, sizeof(err)), 0);
 	assert_int_equal(tf_registry_deployment(st, "m", "production", &d), 0);

@@ -1,0 +1,492 @@
+/* serve_proto.c — owns the serving routes (web/serve.h): TensorFlow Serving REST and the Open
+ * Inference Protocol (KServe v2) — which version a request reaches (a version, a label, or
+ * the production alias with its deployment's canary share, sticky per X-Request-Key), the
+ * predictions, status and metadata answers and the protocols' errors.
+ *
+ * Every float is printed with 9 significant digits, enough for a float32 to read back to the
+ * same bits: predictions over HTTP are bit-identical to `tpuflow predict`'s.
+ */
+#include "web/serve_int.h"
+
+#include "common/common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const vstate_names[] = {"LOADING", "AVAILABLE", "UNAVAILABLE"};
+
+/* ---- answers ---------------------------------------------------------------------------- */
+
+static void serving_error(struct tf_web_resp *rs, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void serving_error(struct tf_web_resp *rs, int status, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	tf_web_utf8_clean(msg); /* it may quote the request's path */
+	tf_web_json(rs, status, json_pack("{s:s}", "error", msg));
+	if (status == 503)
+		rs->retry_after = 1;
+}
+
+/* Floats with 9 significant digits: a float32 printed so reads back to the same bits (answers
+ * are written by hand into a tf_buf, web/api.h). */
+static void put_floats(struct tf_buf *b, const float *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		tf_buf_printf(b, i ? ",%.9g" : "%.9g", (double)p[i]);
+}
+
+/* ---- which version ---------------------------------------------------------------------- */
+
+/* The view of the request's model `name` with sv->lock held, when this server serves it and
+ * the registry has it; else NULL with the lock released and the error in rs. */
+static struct view *model_view(struct tf_web_req *rq, struct tf_web_resp *rs, const char *name)
+{
+	struct tf_serve *sv = tf_web_serving(rq->srv);
+	if (sv->only_model && strcmp(name, sv->only_model)) {
+		serving_error(rs, 404, "Servable not found: this server serves model '%s' only",
+		              sv->only_model);
+		return NULL;
+	}
+	pthread_mutex_lock(&sv->lock);
+	struct view *m = tf_serve_view_locked(sv, NULL, rq, name);
+	if (m && m->exists)
+		return m;
+	pthread_mutex_unlock(&sv->lock);
+	if (!m)
+		serving_error(rs, 503,
+		              "cannot read the registry: the state database cannot be "
+		              "opened");
+	else
+		serving_error(rs, 404, "Servable not found: no model '%s' in the registry", name);
+	return NULL;
+}
+
+/* A uniform number in [0, 100) from the request key (X-Request-Key: the same key, the same
+ * side), else from a per-thread generator. */
+static double traffic_point(struct tf_web_req *rq)
+{
+	static _Thread_local uint64_t rnd;
+	const char *key = tf_web_header(rq, "X-Request-Key");
+	uint64_t h;
+	if (key) {
+		h = 0xcbf29ce484222325ull; /* FNV-1a */
+		for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+			h = (h ^ *p) * 0x100000001b3ull;
+	} else {
+		if (!rnd)
+			rnd = (uint64_t)(tf_now_monotonic() * 1e9) ^ (uint64_t)(uintptr_t)&rnd;
+		h = rnd += 0x9e3779b97f4a7c15ull;
+	}
+	h ^= h >> 30; /* splitmix64's finaliser: every key bit reaches the top bits */
+	h *= 0xbf58476d1ce4e5b9ull;
+	h ^= h >> 27;
+	h *= 0x94d049bb133111ebull;
+	h ^= h >> 31;
+	return (double)(h >> 11) * 0x1.0p-53 * 100;
+}
+
+/* The version the request names: {version}, {label}, or the production alias, of which the
+ * canary of the alias's deployment takes its share when `split` (then *stable is the version
+ * that answers if the canary cannot, else 0). Returns the model's view with sv->lock held,
+ * or NULL with the lock released and the error in rs. */
+static struct view *pick_locked(struct tf_web_req *rq, struct tf_web_resp *rs, int split,
+                                int64_t *v, int64_t *stable)
+{
+	const char *name = tf_web_param(rq, "name");
+	const char *ver = tf_web_param(rq, "version"), *label = tf_web_param(rq, "label");
+	long long n = 0;
+	if (ver) {
+		char *end;
+		errno = 0;
+		n = strtoll(ver, &end, 10);
+		if (errno || *end || end == ver || n < 0) { /* TF Serving: "Malformed request" */
+			serving_error(rs, 400, "version '%s': want a positive integer", ver);
+			return NULL;
+		}
+	}
+	struct view *m = model_view(rq, rs, name);
+	if (!m)
+		return NULL;
+	*v = n;
+	if (stable)
+		*stable = 0;
+	if (ver) {
+		if (tf_serve_view_version(m, n) >= 0)
+			return m;
+		pthread_mutex_unlock(
+		    &tf_web_serving(rq->srv)->lock); /* version 0 too, as TF Serving */
+		serving_error(rs, 404, "Servable not found: model '%s' has no version %lld", name,
+		              n);
+		return NULL;
+	}
+	*v = label && !strcmp(label, "latest")
+	         ? 0
+	         : tf_serve_view_alias(m, label ? label : "production");
+	if (!*v) {
+		pthread_mutex_unlock(&tf_web_serving(rq->srv)->lock);
+		if (label) /* TF Serving: INVALID_ARGUMENT (ServerCore's label lookup), so 400 */
+			serving_error(
+			    rs, 400,
+			    "Unrecognized servable version label: '%s' (model '%s' has no "
+			    "such alias)",
+			    label, name);
+		else
+			serving_error(
+			    rs, 404,
+			    "Servable not found: model '%s' has no 'production' alias (deploy "
+			    "a version, or call /versions/{v} or /labels/{label})",
+			    name);
+		return NULL;
+	}
+	const struct dep *d = split ? tf_serve_view_dep(m, label ? label : "production") : NULL;
+	if (d && d->canary && d->canary_pct > 0 && traffic_point(rq) < d->canary_pct) {
+		*stable = *v;
+		*v = d->canary;
+	}
+	return m;
+}
+
+/* The request's entry (pick_locked, with the canary's share), held for the caller
+ * (tf_serve_release). predicting: a prediction request, counted by the version it is routed to; a canary
+ * that cannot answer counts it as a failure (its rollout policy sees it) and the stable
+ * version answers it. On failure the error is in rs. */
+static struct entry *serve_entry(struct tf_web_req *rq, struct tf_web_resp *rs, int predicting)
+{
+	struct tf_serve *sv = tf_web_serving(rq->srv);
+	int64_t v, stable;
+	struct view *m = pick_locked(rq, rs, 1, &v, &stable);
+	if (!m)
+		return NULL;
+	struct entry *e = NULL;
+	char err[1024];
+	int rc = tf_serve_acquire_in(sv, m, v, predicting, &e, err, sizeof(err));
+	if (rc && stable) { /* the canary cannot answer: production does */
+		pthread_mutex_lock(&sv->lock);
+		m = tf_serve_view_locked(sv, NULL, rq, tf_web_param(rq, "name"));
+		if (m && m->exists)
+			rc = tf_serve_acquire_in(sv, m, stable, predicting, &e, err, sizeof(err));
+		else
+			pthread_mutex_unlock(&sv->lock);
+	}
+	if (rc)
+		serving_error(rs, rc == -EAGAIN ? 503 : 404, "%s", err);
+	return e;
+}
+
+/* Parses the body as a JSON object; on failure the error is in rs. */
+static json_t *body_json(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_error_t je;
+	json_t *j = json_loadb(rq->body ? rq->body : "", rq->body_len, JSON_REJECT_DUPLICATES, &je);
+	if (!j || !json_is_object(j)) {
+		if (j)
+			serving_error(rs, 400, "the body must be a JSON object");
+		else
+			serving_error(rs, 400, "the body is not valid JSON: %s at byte offset %d",
+			              je.text, je.position);
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
+/* The version's probabilities for the n rows of x, new; NULL with a 500 in rs when one is not
+ * a finite number: the version is broken (JSON has no NaN; its rollout policy counts the
+ * failure), not the request. */
+static float *run_model(const struct entry *e, const float *x, size_t n, struct tf_web_resp *rs)
+{
+	const struct tf_bundle *b = e->b;
+	size_t C = tf_mlp_outputs(&b->mlp);
+	float *p = tf_xmalloc(n * C * sizeof(float));
+	tf_bundle_predict(b, x, n, p, 1);
+	for (size_t i = 0; i < n * C; i++)
+		if (!isfinite(p[i])) {
+			serving_error(
+			    rs, 500,
+			    "version %lld of model '%s' gave a value that is not a finite "
+			    "number for instance %zu (a broken model)",
+			    (long long)e->version, e->model, i / C);
+			free(p);
+			return NULL;
+		}
+	return p;
+}
+
+/* A prediction request as its protocol read it: the body (NULL when the row fast path read
+ * it), the rows (n x inputs, preprocessed) and whether a TF Serving body was columnar. */
+struct parsed {
+	json_t *body;
+	float *x;
+	size_t n;
+	int columnar;
+};
+
+/* One protocol's part of a prediction: how the request becomes rows for the version's bundle
+ * b (0, or the error in rs), and how the answer to the probabilities p (n x C) is written. */
+struct proto {
+	int (*read)(struct tf_web_req *rq, struct tf_web_resp *rs, const struct tf_bundle *b,
+	            struct parsed *in);
+	void (*write)(struct tf_buf *o, const struct entry *e, const struct parsed *in, const float *p,
+	              size_t C);
+};
+
+/* A prediction request of protocol pr that began at t0 (monotonic); body is the request's
+ * already parsed (consumed; NULL: pr->read parses it). The answer is counted by the version
+ * that gave it. */
+static void predict(struct tf_web_req *rq, struct tf_web_resp *rs, const struct proto *pr,
+                    json_t *body, double t0)
+{
+	struct entry *e = serve_entry(rq, rs, 1);
+	if (!e) {
+		json_decref(body);
+		return;
+	}
+	struct parsed in = {.body = body};
+	float *p = NULL;
+	if (!pr->read(rq, rs, e->b, &in) && (p = run_model(e, in.x, in.n, rs))) {
+		struct tf_buf o = {0};
+		pr->write(&o, e, &in, p, tf_mlp_outputs(&e->b->mlp));
+		tf_web_json_text(rs, &o);
+	}
+	free(p);
+	free(in.x);
+	json_decref(in.body);
+	tf_serve_record(e, rs->status, t0);
+	tf_serve_release(e);
+}
+
+/* TensorFlow Serving: the row fast path, else the body's instances or inputs. */
+static int tfs_read(struct tf_web_req *rq, struct tf_web_resp *rs, const struct tf_bundle *b,
+                    struct parsed *in)
+{
+	struct tf_serve *sv = tf_web_serving(rq->srv);
+	char err[1024];
+	if (rq->body &&
+	    tf_serve_fast_instances(sv, b, rq->body, rq->body + rq->body_len, &in->x, &in->n))
+		return 0;
+	if (!(in->body = body_json(rq, rs)))
+		return -EINVAL;
+	if (!tf_serve_tfs_inputs(sv, b, in->body, &in->x, &in->n, &in->columnar, err, sizeof(err)))
+		return 0;
+	serving_error(rs, 400, "%s", err);
+	return -EINVAL;
+}
+
+/* {"predictions": [[...], ...]} (row) or {"outputs": [[...], ...]} (columnar). */
+static void tfs_write(struct tf_buf *o, const struct entry *e, const struct parsed *in,
+                      const float *p, size_t C)
+{
+	(void)e;
+	tf_buf_printf(o, "%s", in->columnar ? "{\"outputs\":[" : "{\"predictions\":[");
+	for (size_t i = 0; i < in->n; i++) {
+		tf_buf_append(o, i ? ",[" : "[", i ? 2 : 1);
+		put_floats(o, p + i * C, C);
+		tf_buf_append(o, "]", 1);
+	}
+	tf_buf_append(o, "]}", 2);
+}
+
+static const struct proto tfs = {tfs_read, tfs_write};
+
+void tf_serve_h_predict(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	predict(rq, rs, &tfs, NULL, tf_now_monotonic());
+}
+
+void tf_serve_h_status(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	struct tf_serve *sv = tf_web_serving(rq->srv);
+	const char *model = tf_web_param(rq, "name");
+	int64_t vs[MAX_ALIASED];
+	int nv = 1;
+	if (tf_web_param(rq, "version") || tf_web_param(rq, "label")) { /* that version only */
+		if (!pick_locked(rq, rs, 0, &vs[0], NULL))
+			return;
+		pthread_mutex_unlock(&sv->lock);
+	} else {
+		if (!model_view(rq, rs, model))
+			return;
+		pthread_mutex_unlock(&sv->lock);
+		nv = tf_serve_aliased_versions(sv, NULL, rq, model, vs);
+	}
+	json_t *list = json_array();
+	for (int i = 0; i < nv; i++) {
+		char why[1024] = "";
+		int64_t n = vs[i];
+		struct entry *e = NULL;
+		enum vstate st =
+		    tf_serve_version_state(sv, NULL, rq, model, n, &e, why, sizeof(why));
+		char num[24];
+		snprintf(num, sizeof(num), "%lld", (long long)n);
+		json_t *one = json_pack("{s:s, s:s, s:{s:s, s:s}}", "version", num, "state",
+		                        vstate_names[st], "status", "error_code",
+		                        st == V_AVAILABLE ? "OK"
+		                        : st == V_LOADING ? "UNAVAILABLE"
+		                                          : "NOT_FOUND",
+		                        "error_message", st == V_AVAILABLE ? "" : why);
+		if (e)
+			json_object_set_new(one, "tpuflow_stats", tf_serve_stats_json(e));
+		tf_serve_release(e);
+		json_array_append_new(list, one);
+	}
+	tf_web_json(rs, 200, json_pack("{s:o}", "model_version_status", list));
+}
+
+/* A TensorFlow TensorInfo of dtype and shape [-1, d]. */
+static json_t *tensor_info(const char *name, const char *dtype, size_t d)
+{
+	char size[24];
+	snprintf(size, sizeof(size), "%zu", d);
+	return json_pack("{s:s, s:s, s:{s:[{s:s}, {s:s}]}}", "name", name, "dtype", dtype,
+	                 "tensor_shape", "dim", "size", "-1", "size", size);
+}
+
+void tf_serve_h_metadata(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	struct entry *e = serve_entry(rq, rs, 0);
+	if (!e)
+		return;
+	const struct tf_bundle *b = e->b;
+	const char *iname = tf_serve_input_name(b);
+	char ver[24];
+	snprintf(ver, sizeof(ver), "%lld", (long long)e->version);
+	json_t *inputs = json_object(), *outputs = json_object();
+	json_object_set_new(
+	    inputs, iname,
+	    tensor_info(iname, b->pre.image ? "DT_UINT8" : "DT_FLOAT", b->mlp.size[0]));
+	json_object_set_new(outputs, "probabilities",
+	                    tensor_info("probabilities", "DT_FLOAT", tf_mlp_outputs(&b->mlp)));
+	json_t *sigdef = json_pack("{s:{s:o, s:o, s:s}}", "serving_default", "inputs", inputs,
+	                           "outputs", outputs, "method_name", "tensorflow/serving/predict");
+	tf_web_json(rs, 200,
+	            json_pack("{s:{s:s, s:s, s:s}, s:{s:{s:o}, s:O}}", "model_spec", "name",
+	                      e->model, "signature_name", "", "version", ver, "metadata",
+	                      "signature_def", "signature_def", sigdef, "tpuflow_signature",
+	                      b->signature));
+	tf_serve_release(e);
+}
+
+/* ---- Open Inference Protocol (KServe v2) ------------------------------------------------- */
+
+void tf_serve_h_server(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	(void)rq;
+	tf_web_json(
+	    rs, 200,
+	    json_pack("{s:s, s:s, s:[]}", "name", "tpuflow", "version", TF_VERSION, "extensions"));
+}
+
+void tf_serve_h_live(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	(void)rq;
+	tf_web_json(rs, 200, json_pack("{s:b}", "live", 1));
+}
+
+void tf_serve_h_ready(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	struct tf_serve *sv = tf_web_serving(rq->srv);
+	if (sv->only_model) { /* a serving host is ready when its production version is */
+		int64_t v = 0;
+		char why[1024] = "no 'production' alias";
+		pthread_mutex_lock(&sv->lock);
+		struct view *m = tf_serve_view_locked(sv, NULL, rq, sv->only_model);
+		if (m && m->exists)
+			v = tf_serve_view_alias(m, "production");
+		pthread_mutex_unlock(&sv->lock);
+		if (!v || tf_serve_version_state(sv, NULL, rq, sv->only_model, v, NULL, why,
+		                                 sizeof(why)) != V_AVAILABLE) {
+			/* the Open Inference Protocol: 200 is true, a 4xx false */
+			serving_error(rs, 400, "model '%s' is not ready: %s", sv->only_model, why);
+			return;
+		}
+	}
+	tf_web_json(rs, 200, json_pack("{s:b}", "ready", 1));
+}
+
+void tf_serve_h_v2_model(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	struct entry *e = serve_entry(rq, rs, 0);
+	if (!e)
+		return;
+	const struct tf_bundle *b = e->b;
+	int64_t vs[MAX_ALIASED];
+	int nv = tf_serve_aliased_versions(tf_web_serving(rq->srv), NULL, rq, e->model, vs);
+	json_t *names = json_array();
+	for (int i = 0; i < nv; i++) {
+		char num[24];
+		snprintf(num, sizeof(num), "%lld", (long long)vs[i]);
+		json_array_append_new(names, json_string(num));
+	}
+	tf_web_json(rs, 200,
+	            json_pack("{s:s, s:o, s:s, s:[{s:s, s:s, s:[i,I]}], s:[{s:s, s:s, s:[i,I]}]}",
+	                      "name", e->model, "versions", names, "platform", "tpuflow-mlp",
+	                      "inputs", "name", tf_serve_input_name(b), "datatype",
+	                      tf_serve_v2_datatype(b), "shape", -1, (json_int_t)b->mlp.size[0],
+	                      "outputs", "name", "probabilities", "datatype", "FP32", "shape", -1,
+	                      (json_int_t)tf_mlp_outputs(&b->mlp)));
+	tf_serve_release(e);
+}
+
+void tf_serve_h_v2_model_ready(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	struct entry *e = serve_entry(rq, rs, 0);
+	if (!e) { /* not ready is a 4xx (the Open Inference Protocol's health APIs) */
+		if (rs->status == 503)
+			rs->status = 400;
+		rs->retry_after = 0;
+		return;
+	}
+	tf_web_json(rs, 200, json_pack("{s:s, s:b}", "name", e->model, "ready", 1));
+	tf_serve_release(e);
+}
+
+/* The Open Inference Protocol: the body's one input tensor. */
+static int v2_read(struct tf_web_req *rq, struct tf_web_resp *rs, const struct tf_bundle *b,
+                   struct parsed *in)
+{
+	char err[1024];
+	if (!tf_serve_v2_inputs(tf_web_serving(rq->srv), b, in->body, &in->x, &in->n, err,
+	                        sizeof(err)))
+		return 0;
+	serving_error(rs, 400, "%s", err);
+	return -EINVAL;
+}
+
+/* {"model_name", "model_version", "id", "outputs": [{"name": "probabilities", ...}]}. */
+static void v2_write(struct tf_buf *o, const struct entry *e, const struct parsed *in,
+                     const float *p, size_t C)
+{
+	tf_buf_printf(o, "{\"model_name\":");
+	tf_web_put_json_str(o, e->model);
+	tf_buf_printf(o, ",\"model_version\":\"%lld\"", (long long)e->version);
+	const char *id = json_string_value(json_object_get(in->body, "id"));
+	if (id) {
+		tf_buf_printf(o, ",\"id\":");
+		tf_web_put_json_str(o, id);
+	}
+	tf_buf_printf(o,
+	              ",\"outputs\":[{\"name\":\"probabilities\",\"datatype\":\"FP32\","
+	              "\"shape\":[%zu,%zu],\"data\":[",
+	              in->n, C);
+	put_floats(o, p, in->n * C);
+	tf_buf_printf(o, "]}]}");
+}
+
+static const struct proto v2 = {v2_read, v2_write};
+
+void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	double t0 = tf_now_monotonic();
+	json_t *body = body_json(rq, rs); /* a body that is not JSON is a 400 before a 404 */
+	if (body)
+		predict(rq, rs, &v2, body, t0);
+}
