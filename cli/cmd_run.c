@@ -667,7 +667,8 @@ static void runs_usage(FILE *f)
 	    "       tpuflow runs resume RUN [--force]  continue an interrupted or crashed run\n"
 	    "       tpuflow runs retry RUN      run again what failed, reusing what succeeded\n"
 	    "       tpuflow runs cancel RUN     stop a run (its driving process stops it within\n"
-	    "                                   a few seconds; the run ends failed)\n"
+	    "                                   a few seconds, runs its finally steps, and the\n"
+	    "                                   run ends failed); again: stop the finally steps\n"
 	    "       tpuflow runs watch RUN      follow a run driven by another process (the\n"
 	    "                                   daemon, another terminal) until it ends\n"
 	    "       tpuflow runs delete RUN... [--dry-run]  remove runs: rows, logs,\n"
@@ -1090,10 +1091,19 @@ static int runs_cancel(struct tf_store *st, const char *run)
 		fprintf(stderr, "tpuflow runs cancel: %s\n", tf_store_errmsg(st));
 		return exit_for_rc(rc);
 	}
+	int64_t again = 0;
 	switch (state) {
 	case TF_RUN_RUNNING:
-		printf("cancel of run %s requested: its process stops it within %.0f s\n", run,
-		       TF_RUN_HEARTBEAT_S + 1);
+		tf_store_query_int(st, &again,
+		                   "SELECT cancelled_at IS NOT NULL FROM runs WHERE id=?", "t", run);
+		if (again)
+			printf("run %s was cancelled and runs its finally steps: its finally steps "
+			       "stop too within %.0f s\n",
+			       run, TF_RUN_HEARTBEAT_S + 1);
+		else
+			printf("cancel of run %s requested: its process stops its steps within "
+			       "%.0f s, then runs its finally steps (cancel again to stop those)\n",
+			       run, TF_RUN_HEARTBEAT_S + 1);
 		return TF_EXIT_OK;
 	case TF_RUN_FAILED:
 		printf("run %s is failed%s\n", run,

@@ -802,7 +802,9 @@ int tf_alerts_on_run(struct tf_store *st, const char *run, enum tf_run_state to,
 	/* a cancel is asked through the row (runs cancel), or ends a run that had not started */
 	int64_t asked = 0;
 	tf_store_query_int(st, &asked,
-	                   "SELECT cancel_requested_at IS NOT NULL FROM runs WHERE id=?", "t", run);
+	                   "SELECT cancel_requested_at IS NOT NULL OR cancelled_at IS NOT NULL "
+	                   "FROM runs WHERE id=?",
+	                   "t", run);
 	int cancelled = asked || (error && !strncmp(error, "cancelled", 9));
 	return tf_alerts_emit(st, cancelled ? "run_cancelled" : "run_failed", run, NULL, error,
 	                      NULL);

@@ -78,9 +78,12 @@ static int failure_retryable(const struct tf_retry_policy *p, enum tf_fail_class
 
 /* ---- references ---------------------------------------------------------------------- */
 
-/* The outcome of the run's `steps` as a finally step sees it: failed when one failed. */
+/* The outcome of the run's `steps` as a finally step sees it: cancelled, else failed when
+ * one failed. */
 static const char *main_outcome(const struct engine *e)
 {
+	if (e->cancel_asked)
+		return "cancelled";
 	for (size_t i = 0; i < e->p->nmain; i++)
 		if (e->steps[i].state == TF_STEP_FAILED)
 			return "failed";
@@ -111,6 +114,40 @@ static json_t *lookup(void *ctx, const struct tf_ref *ref)
 }
 
 /* ---- the coordinator ----------------------------------------------------------------- */
+
+/* 1 when step s may not start again and its running attempt is being stopped: the run is
+ * stopping (Ctrl-C, a drain, a second cancel, a lost owner), or it was cancelled and s is a
+ * step of `steps` (the finally steps still run: Argo's `argo stop`). */
+static int halted(const struct engine *e, const struct estep *s)
+{
+	return e->stopping || (e->cancel_asked && !s->def->final);
+}
+
+/* A cancelled run whose steps of `steps` have all stopped: its finally steps become ready,
+ * each once the finally steps it names are final (the steps of `steps` it needs never run). */
+static void open_finally(struct engine *e)
+{
+	for (size_t i = 0; i < e->p->nmain; i++) {
+		const struct estep *s = &e->steps[i];
+		if (s->queued || s->awaiting_slice || s->waiting_worker ||
+		    s->state == TF_STEP_RUNNING || s->state == TF_STEP_RETRYING ||
+		    s->state == TF_STEP_QUEUED)
+			return; /* still stopping */
+	}
+	e->finally_open = 1;
+	for (size_t i = e->p->nmain; i < e->n; i++) {
+		struct estep *s = &e->steps[i];
+		int before = s->unresolved;
+		s->unresolved = 0;
+		for (size_t k = 0; k < s->def->nneeds; k++) {
+			const struct estep *u = &e->steps[s->def->needs[k]];
+			s->unresolved += u->def->final && !tf_step_state_final(u->state);
+		}
+		/* one with none left before was made ready already */
+		if (before > 0 && s->unresolved == 0 && s->state == TF_STEP_PENDING)
+			e->ready[e->nready++] = i;
+	}
+}
 
 void tf_engine_view_mark(struct engine *e, struct estep *s)
 {
@@ -516,7 +553,7 @@ int tf_engine_coord_round(struct engine *e, int by_worker)
 	TF_ASSERT(e->coord_busy); /* the [C] fields are the baton holder's */
 
 	if (tf_now_monotonic() >= e->hb_next && !e->lost_owner) {
-		int cancel = 0;
+		int cancel = TF_CANCEL_NONE;
 		rc = tf_run_heartbeat(e->db, e->run_id, e->token, &cancel);
 		e->hb_next = tf_now_monotonic() + TF_RUN_HEARTBEAT_S;
 		if (rc == -ESTALE) {
@@ -526,11 +563,20 @@ int tf_engine_coord_round(struct engine *e, int by_worker)
 		} else if (rc) {
 			tf_warn("run '%s': heartbeat not recorded: %s", e->run_id,
 			        tf_store_errmsg(e->db));
-		} else if (cancel && !e->cancel_asked) {
-			tf_info("run '%s': cancel requested: stopping", e->run_id);
+		} else if (cancel == TF_CANCEL_FIRST && !e->cancel_asked) {
+			tf_info("run '%s': cancel requested: stopping its steps, then running its "
+			        "finally steps",
+			        e->run_id);
 			e->cancel_asked = 1;
+			for (size_t i = 0; i < e->n; i++)
+				if (e->steps[i].queued && halted(e, &e->steps[i]))
+					e->steps[i].cancel = 1;
+		} else if (cancel != TF_CANCEL_NONE && !e->cancel_stop) {
+			tf_info("run '%s': cancelled again: stopping its finally steps too",
+			        e->run_id);
+			e->cancel_asked = e->cancel_stop = 1;
 		}
-		if (e->lost_owner || e->cancel_asked) {
+		if (e->lost_owner || e->cancel_stop) {
 			pthread_mutex_lock(&e->mu);
 			e->interrupted = 1;
 			pthread_mutex_unlock(&e->mu);
@@ -584,11 +630,13 @@ int tf_engine_coord_round(struct engine *e, int by_worker)
 				e->steps[i].cancel = 1;
 	}
 	for (size_t i = 0; i < nbatch && rc == 0; i++)
-		rc = finished(e, batch[i], start, &nstart, e->ready, &e->nready, e->stopping);
+		rc = finished(e, batch[i], start, &nstart, e->ready, &e->nready,
+		              halted(e, batch[i]));
 	/* Stopping: attempts still waiting for a slice or a worker never ran. */
-	for (size_t i = 0; e->stopping && !e->lost_owner && i < e->n && rc == 0; i++) {
+	for (size_t i = 0; (e->stopping || e->cancel_asked) && !e->lost_owner && i < e->n && rc == 0;
+	     i++) {
 		struct estep *s = &e->steps[i];
-		if (!s->awaiting_slice && !s->waiting_worker)
+		if (!halted(e, s) || (!s->awaiting_slice && !s->waiting_worker))
 			continue;
 		double secs;
 		rc = tf_engine_slice_release(e, s, &secs);
@@ -603,8 +651,14 @@ int tf_engine_coord_round(struct engine *e, int by_worker)
 			rc = tf_engine_step_move(e, s, TF_STEP_PENDING, NULL);
 		s->waiting_worker = 0;
 	}
-	if (e->stopping)
-		e->wq_len = 0;
+	/* the wait queue keeps only the steps still waiting (a cancelled run's finally steps) */
+	for (size_t k = 0, n = e->wq_len; k < n && (e->stopping || e->cancel_asked); k++) {
+		struct estep *s = e->waitq[e->wq_head];
+		e->wq_head = (e->wq_head + 1) % e->n;
+		e->wq_len--;
+		if (s->waiting_worker)
+			e->waitq[(e->wq_head + e->wq_len++) % e->n] = s;
+	}
 	/* Slices: grants for waiting attempts, reclaims of running ones. */
 	if (rc == 0 && e->broker && !e->stopping)
 		rc = tf_engine_sched_dispatch(e, 0, start, &nstart);
@@ -620,7 +674,7 @@ int tf_engine_coord_round(struct engine *e, int by_worker)
 			struct estep *s = &e->steps[i];
 			if (s->state != TF_STEP_RETRYING)
 				continue;
-			if (e->stopping) {
+			if (halted(e, s)) {
 				rc = tf_engine_step_move(e, s, TF_STEP_PENDING, NULL);
 			} else if (s->next_at <= now) {
 				rc = tf_engine_start_attempt(e, s, start, &nstart);
@@ -630,10 +684,13 @@ int tf_engine_coord_round(struct engine *e, int by_worker)
 		}
 		e->retry_hint = any || rc;
 	}
+	/* Cancelled: the finally steps, once the steps of `steps` have stopped. */
+	if (rc == 0 && e->cancel_asked && !e->finally_open && !e->stopping)
+		open_finally(e);
 	/* Steps whose needs are final (the list grows while we decide). */
 	for (size_t i = 0; i < e->nready && rc == 0; i++) {
 		struct estep *s = &e->steps[e->ready[i]];
-		if (s->state != TF_STEP_PENDING || e->stopping)
+		if (s->state != TF_STEP_PENDING || halted(e, s))
 			continue;
 		rc =
 		    decide(e, s, e->coord_os, start, &nstart, e->ready, &e->nready, &e->cache_hits);

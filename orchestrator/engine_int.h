@@ -67,7 +67,11 @@ struct engine {
 	char token[33];   /* owner token this engine drives the run under */
 	double hb_next;   /* [C] monotonic time of the next heartbeat */
 	int lost_owner;   /* [C] another process took the run over: write nothing final */
-	int cancel_asked; /* [C] `runs cancel` asked to stop: the run ends failed */
+	int cancel_asked; /* [C] cancelled (`runs cancel`, runs.cancelled_at): the steps of
+	                     `steps` stop, the finally steps run, the run ends failed */
+	int cancel_stop;  /* [C] cancelled again: the finally steps stop too */
+	int finally_open; /* [C] cancelled, and the steps of `steps` have stopped: the finally
+	                     steps were made ready */
 	int drain;        /* tf_engine_drain: ends interrupted, marked for the next daemon (mu) */
 	char *home;
 	char *storage_url;

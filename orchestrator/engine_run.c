@@ -222,6 +222,13 @@ static int load_steps(struct engine *e, int resuming)
 	/* slices the dead process held are no longer held (time unknown: not accounted) */
 	if (rc == 0 && resuming)
 		rc = tf_slice_jobs_close_run(e->db, e->run_id, tf_now_wall());
+	/* a cancel taken before a crash, Ctrl-C or a drain still holds: finally steps only */
+	int64_t cancelled = 0;
+	if (rc == 0 && resuming)
+		rc = tf_store_query_int(e->db, &cancelled,
+		                        "SELECT cancelled_at IS NOT NULL FROM runs WHERE id=?", "t",
+		                        e->run_id);
+	e->cancel_asked = cancelled != 0;
 	if (rc == 0)
 		rc = run_class(e, resuming);
 	rc = tf_store_leave(e->db, own, rc);
@@ -272,11 +279,15 @@ static int execute(struct engine *e, struct tf_engine_result *res, char *err, si
 		        e->run_id);
 		return -ESTALE;
 	}
-	if (e->cancel_asked) {
+	/* Cancelled: failed whatever the finally steps did, unless Ctrl-C or a drain stopped
+	 * them (then the run is interrupted and the run that continues it runs them). */
+	if (e->cancel_asked && (e->cancel_stop || !e->interrupted)) {
 		final = TF_RUN_FAILED;
 		snprintf(msg, sizeof(msg),
-		         "cancelled ('tpuflow runs cancel'); 'tpuflow runs "
-		         "retry %s' continues it",
+		         "cancelled ('tpuflow runs cancel')%s; 'tpuflow runs retry %s' continues it",
+		         e->cancel_stop && e->p->nsteps > e->p->nmain
+		             ? "; a second cancel stopped its finally steps"
+		             : "",
 		         e->run_id);
 	} else if (e->interrupted || pending) {
 		final = TF_RUN_INTERRUPTED;

@@ -15,6 +15,9 @@
  * Ownership: a run that is running belongs to the process whose owner token is in the row
  * (tf_run_claim: one compare-and-set in one write transaction); the owner renews
  * heartbeat_at (tf_run_heartbeat) and gives the run up with its final state (tf_run_finish).
+ * A cancel (tf_run_request_cancel) is a request the owner's heartbeat takes: cancelled_at is
+ * set, and the run, while it stays running or interrupted, is cancelled (its finally steps
+ * run, then it ends failed); a claim of a failed run clears it.
  *
  * Step:
  *
@@ -371,11 +374,16 @@ int tf_run_claim(struct tf_store *st, const char *run, const char *token, unsign
 	}
 	if (holder->state != TF_RUN_RUNNING || !mine)
 		rc = tf_run_set_state(st, run, TF_RUN_RUNNING, NULL);
+	/* a run that ended failed starts a new end: its cancel is over (one that was
+	 * running or interrupted continues its cancel, if it had one) */
 	if (rc == 0)
 		rc = tf_store_run(st,
 		                  "UPDATE runs SET owner=?, pid=?, heartbeat_at=?, "
-		                  "cancel_requested_at=NULL, resume_on_start=0 WHERE id=?",
-		                  "tidt", token, (int64_t)getpid(), tf_now_wall(), run);
+		                  "cancel_requested_at=NULL, resume_on_start=0, "
+		                  "cancelled_at=CASE WHEN ? THEN NULL ELSE cancelled_at END "
+		                  "WHERE id=?",
+		                  "tidit", token, (int64_t)getpid(), tf_now_wall(),
+		                  (int64_t)(holder->state == TF_RUN_FAILED), run);
 	if (rc == 0 && holder->token[0] && !mine)
 		rc = add_event_noattempt(st, run, NULL, "owner", NULL, NULL,
 		                         force ? "taken over by force from a live owner"
@@ -393,13 +401,27 @@ int tf_run_heartbeat(struct tf_store *st, const char *run, const char *token, in
 	                  tf_now_wall(), run, token);
 	if (rc == 0 && tf_store_changes(st) != 1)
 		rc = -ESTALE;
-	int64_t c = 0;
+	int64_t asked = 0, taken = 0;
 	if (rc == 0)
 		rc = tf_store_query_int(
-		    st, &c, "SELECT cancel_requested_at IS NOT NULL FROM runs WHERE id=?", "t",
+		    st, &asked, "SELECT cancel_requested_at IS NOT NULL FROM runs WHERE id=?", "t",
 		    run);
+	if (rc == 0 && asked)
+		rc = tf_store_query_int(st, &taken,
+		                        "SELECT cancelled_at IS NOT NULL FROM runs WHERE id=?", "t",
+		                        run);
+	/* the first cancel is taken here, in the heartbeat's transaction: a request that comes
+	 * after it is a second one */
+	if (rc == 0 && asked && !taken)
+		rc = tf_store_run(st,
+		                  "UPDATE runs SET cancelled_at=?, cancel_requested_at=NULL "
+		                  "WHERE id=?",
+		                  "dt", tf_now_wall(), run);
+	if (rc == 0 && asked && !taken)
+		rc = add_event_noattempt(st, run, NULL, "cancel", NULL, NULL,
+		                         "cancelled: its steps stop, its finally steps run");
 	if (rc == 0 && cancel)
-		*cancel = (int)c;
+		*cancel = !asked ? TF_CANCEL_NONE : taken ? TF_CANCEL_AGAIN : TF_CANCEL_FIRST;
 	return tf_store_leave(st, own, rc);
 }
 
@@ -435,14 +457,20 @@ int tf_run_request_cancel(struct tf_store *st, const char *run, enum tf_run_stat
 		rc = tf_run_set_state(st, run, TF_RUN_FAILED, "cancelled before it started");
 		*state = TF_RUN_FAILED;
 	} else if (rc == 0 && *state == TF_RUN_RUNNING) {
-		rc = tf_store_run(
-		    st,
-		    "UPDATE runs SET cancel_requested_at=coalesce(cancel_requested_at, "
-		    "?) WHERE id=?",
-		    "dt", tf_now_wall(), run);
+		int64_t taken = 0;
+		rc = tf_store_query_int(st, &taken,
+		                        "SELECT cancelled_at IS NOT NULL FROM runs WHERE id=?", "t",
+		                        run);
+		if (rc == 0)
+			rc = tf_store_run(st,
+			                  "UPDATE runs SET cancel_requested_at=coalesce("
+			                  "cancel_requested_at, ?) WHERE id=?",
+			                  "dt", tf_now_wall(), run);
 		if (rc == 0)
 			rc = add_event_noattempt(st, run, NULL, "cancel", NULL, NULL,
-			                         "cancel requested");
+			                         taken ? "cancel requested again: the finally steps "
+			                                 "stop too"
+			                               : "cancel requested");
 	} else if (rc == 0 && *state == TF_RUN_INTERRUPTED) {
 		/* not running: it stays as it is, but a daemon no longer continues it */
 		rc = tf_store_run(st, "UPDATE runs SET resume_on_start=0 WHERE id=?", "t", run);
@@ -842,7 +870,8 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 	    st,
 	    "SELECT id, pipeline, state, params, storage, error, retry_of, created_at, "
 	    "started_at, finished_at, pid, owner, heartbeat_at, cancel_requested_at, trigger, "
-	    "priority, project, state, owner, pid, heartbeat_at FROM runs WHERE id=?",
+	    "priority, project, state, owner, pid, heartbeat_at, cancelled_at FROM runs "
+	    "WHERE id=?",
 	    "t", run);
 	if (!s)
 		return -EIO;
@@ -867,6 +896,7 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 		json_object_set_new(doc, "priority", int_or_null(s, 15));
 		json_object_set_new(doc, "project", text_or_null(s, 16));
 		json_object_set_new(doc, "orphaned", json_boolean(tf_run_row_orphaned(s, 17)));
+		json_object_set_new(doc, "cancelled_at", real_or_null(s, 21));
 		rc = 0;
 	} else if (rc == 0) {
 		rc = -ENOENT;

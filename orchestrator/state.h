@@ -114,8 +114,17 @@ int tf_run_owner_live(const struct tf_run_owner *o);
  * receives what was found. */
 int tf_run_claim(struct tf_store *st, const char *run, const char *token, unsigned from_states,
                  int force, struct tf_run_owner *holder);
-/* Renews the heartbeat; *cancel (may be NULL) receives whether a cancel was requested.
- * -ESTALE when `token` no longer owns the run (it was taken over). */
+/* What a heartbeat found of `runs cancel` (docs/runs.md, "Cancel and finally steps"). */
+enum tf_cancel_seen {
+	TF_CANCEL_NONE,  /* nothing asked */
+	TF_CANCEL_FIRST, /* a cancel, now taken (runs.cancelled_at): stop the steps, run the
+	                    finally steps */
+	TF_CANCEL_AGAIN, /* a cancel of a run already cancelled: stop the finally steps too */
+};
+/* Renews the heartbeat; *cancel (may be NULL) receives an enum tf_cancel_seen. A first cancel
+ * is taken in the same transaction (cancelled_at set, the request cleared), so a request that
+ * comes later is seen as a second one. -ESTALE when `token` no longer owns the run (it was
+ * taken over). */
 int tf_run_heartbeat(struct tf_store *st, const char *run, const char *token, int *cancel);
 /* Final transition by the owner (succeeded, failed, interrupted) and release of the run;
  * `resume_on_start` marks an interrupted run for the next daemon on the home. -ESTALE when
@@ -123,8 +132,9 @@ int tf_run_heartbeat(struct tf_store *st, const char *run, const char *token, in
 int tf_run_finish(struct tf_store *st, const char *run, const char *token, enum tf_run_state to,
                   const char *error, int resume_on_start);
 /* `runs cancel`: a pending run fails at once, a running one gets cancel_requested_at (its
- * owner stops it at its next heartbeat), an interrupted one is no longer continued by a
- * daemon. *state receives the state after the call. */
+ * owner stops it at its next heartbeat: the first time its steps and then runs its finally
+ * steps, a second time those too), an interrupted one is no longer continued by a daemon.
+ * *state receives the state after the call. */
 int tf_run_request_cancel(struct tf_store *st, const char *run, enum tf_run_state *state);
 
 /* What changes with a step transition besides its state; NULL pointers leave a column as it

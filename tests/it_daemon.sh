@@ -7,6 +7,8 @@
 #  - `tpuflow run` through the daemon follows the run to its end (exit 0)
 #  - `run --detach` prints the run id at once; `runs watch` follows it to the end
 #  - `runs cancel` of a run the daemon drives: it ends failed within seconds
+#  - POST :cancel runs the finally steps (they see ${run.state} == cancelled); a second
+#    cancel stops them
 #  - a cancelled step's process gets --grace to stop before SIGKILL
 #  - a run left `running` by a killed `tpuflow run --embedded` is adopted and finished
 #  - SIGTERM drains (exit 0, run interrupted and marked); the next daemon finishes the run
@@ -126,6 +128,34 @@ for _ in $(seq 1 100); do [[ -s $dir/slow.marks ]] && break; sleep 0.05; done
 [[ $? == 1 ]] || fail "the cancelled run did not end failed: $(tail -3 "$dir/cancel.log")"
 grep -q "cancelled" "$dir/cancel.log" || fail "the cancelled run does not say so"
 rm -f "$dir/slow.marks"
+
+# ---- cancel through the API runs the finally steps (${run.state} == cancelled); a second
+# cancel (here `runs cancel`) stops them; the run stays failed, "cancelled"
+cat >"$dir/fin.yaml" <<YAML
+name: fin
+steps:
+  - {name: s, type: shell, with: {argv: [sh, -c, 'echo up >> $dir/fin.marks; sleep 600']}}
+finally:
+  - {name: report, type: shell, with: {argv: [sh, -c, 'echo "state=\$0"', '\${run.state}']}}
+  - {name: linger, type: shell, needs: [report], with: {argv: [sh, -c, 'echo fin >> $dir/fin.marks; sleep 600']}}
+YAML
+run=$("$bin" run "$dir/fin.yaml" --home "$H" --detach)
+for _ in $(seq 1 200); do grep -q up "$dir/fin.marks" 2>/dev/null && break; sleep 0.05; done
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer $tok" "$url/api/v1/runs/$run:cancel")
+[[ $code == 202 ]] || fail "POST :cancel answered $code"
+for _ in $(seq 1 400); do grep -q fin "$dir/fin.marks" 2>/dev/null && break; sleep 0.05; done
+grep -q fin "$dir/fin.marks" || fail "the finally steps did not run after the cancel"
+expect 0 "its finally steps stop too" -- "$bin" runs cancel "$run" --home "$H"
+"$bin" runs watch "$run" --home "$H" --plain >/dev/null 2>&1
+[[ $? == 1 ]] || fail "the cancelled run with finally steps did not end failed"
+expect 0 "state=cancelled" -- "$bin" runs logs "$run" report --home "$H"
+"$bin" runs show "$run" --home "$H" --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+st = {s["name"]: s["state"] for s in d["steps"]}
+assert st == {"s": "pending", "report": "succeeded", "linger": "pending"}, st
+assert d["error"].startswith("cancelled") and "second cancel" in d["error"], d["error"]
+assert d["cancelled_at"] is not None, d' || fail "the cancelled run's steps"
 
 # ---- a stopped step's process gets the daemon's --grace (20 s here) between SIGTERM and
 # SIGKILL, not the executor's default 10 s: its TERM handler takes 11 s and still finishes

@@ -133,6 +133,14 @@ static const char *sstate(json_t *summary, const char *name)
 	return json_string_value(json_object_get(tf_test_step_of(summary, name), "state"));
 }
 
+/* The `out` output of step `name` in a summary ("" when it has none). */
+static const char *step_out(json_t *summary, const char *name)
+{
+	const char *v = json_string_value(
+	    json_object_get(json_object_get(tf_test_step_of(summary, name), "outputs"), "out"));
+	return v ? v : "";
+}
+
 static int run_yaml(const char *yaml, const struct tf_engine_opts *o,
                     const struct tf_param_override *ov, size_t nov, struct tf_engine_result *res)
 {
@@ -1157,7 +1165,9 @@ static void test_engine_interrupt_then_resume(void **state)
 	                   "steps:\n"
 	                   "  - {name: a, type: shell, with: {argv: [ok]}}\n"
 	                   "  - {name: h, type: shell, needs: [a], with: {argv: [hang, '1']}}\n"
-	                   "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n";
+	                   "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n"
+	                   "finally:\n"
+	                   "  - {name: fin, type: shell, with: {argv: [ok, 'out=${run.state}']}}\n";
 	tf_test_write_file("p.yaml", yaml);
 	struct tf_engine_req rq = {.path = "p.yaml"};
 	struct tf_diag_list diags = {0};
@@ -1182,6 +1192,9 @@ static void test_engine_interrupt_then_resume(void **state)
 	assert_int_equal(res.state, TF_RUN_INTERRUPTED);
 	assert_string_equal(sstate(res.summary, "a"), "succeeded");
 	assert_string_equal(sstate(res.summary, "h"), "pending");
+	/* an interrupted run has not ended: its finally steps run when the resumed run ends */
+	assert_string_equal(sstate(res.summary, "fin"), "pending");
+	assert_int_equal(ncalls("fin"), 0);
 	json_decref(res.summary);
 
 	/* Resume: h's second call finishes; a is not run again. */
@@ -1194,9 +1207,136 @@ static void test_engine_interrupt_then_resume(void **state)
 	assert_int_equal(ncalls("z"), 1);
 	json_t *h = tf_test_step_of(r2.summary, "h");
 	assert_int_equal(json_integer_value(json_object_get(h, "attempts")), 2);
+	assert_int_equal(ncalls("fin"), 1);
+	assert_string_equal(step_out(r2.summary, "fin"), "succeeded");
 	json_decref(r2.summary);
 	/* a succeeded run cannot be resumed */
 	assert_int_equal(tf_engine_resume(&o, res.run_id, 0, &r2, err, sizeof(err)), -EALREADY);
+}
+
+/* Waits (at most a minute) until the test kind has been called n times for `name`. */
+static void wait_calls(const char *name, int n)
+{
+	for (int i = 0; i < 60000 && ncalls(name) < n; i++)
+		usleep(1000);
+	assert_true(ncalls(name) >= n);
+}
+
+/* `runs cancel` as another process asks it: through the database. */
+static void request_cancel(const char *run)
+{
+	struct tf_store *st = NULL;
+	char err[256];
+	enum tf_run_state rs;
+	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_run_request_cancel(st, run, &rs), 0);
+	assert_int_equal(rs, TF_RUN_RUNNING);
+	tf_store_close(st);
+}
+
+static struct tf_engine *start_file(const struct tf_engine_opts *o, const char *yaml)
+{
+	tf_test_write_file("p.yaml", yaml);
+	struct tf_engine_req rq = {.path = "p.yaml"};
+	struct tf_diag_list diags = {0};
+	struct tf_engine *e = NULL;
+	char err[256] = "";
+	assert_int_equal(tf_engine_start(o, &rq, &e, &diags, err, sizeof(err)), 0);
+	tf_diag_list_release(&diags);
+	return e;
+}
+
+/* `runs cancel` is Argo's `argo stop`: the steps of `steps` stop, then the finally steps run
+ * and see ${run.state} == 'cancelled'; the run ends failed ("cancelled") whatever they do. A
+ * second cancel is `argo terminate`: it stops the finally steps too. A retry of the cancelled
+ * run starts over: the cancel is over. */
+static void test_engine_cancel_runs_finally_steps(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	struct tf_engine_result res = {0};
+	char err[256] = "";
+	struct tf_engine *e =
+	    start_file(&o, "name: fin\n"
+	                   "steps:\n"
+	                   "  - {name: a, type: shell, with: {argv: [ok]}}\n"
+	                   "  - {name: h, type: shell, needs: [a], with: {argv: [hang, '1']}}\n"
+	                   "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n"
+	                   "finally:\n"
+	                   "  - {name: report, type: shell, with: {argv: [ok, 'out=${run.state}']}}\n"
+	                   "  - {name: broken, type: shell, with: {argv: [fail, '1']}}\n"
+	                   "  - {name: slow, type: shell, needs: [report], with: {argv: [hang, '1']}}\n");
+	char run[32];
+	snprintf(run, sizeof(run), "%s", tf_engine_run_id(e));
+	wait_calls("h", 1);
+	request_cancel(run);
+	wait_calls("slow", 1); /* the finally steps run after h stopped */
+	assert_int_equal(ncalls("report"), 1);
+	assert_int_equal(ncalls("z"), 0);
+	request_cancel(run); /* again: slow stops too */
+	assert_int_equal(tf_engine_wait(e, &res, err, sizeof(err)), 0);
+	tf_engine_free(e);
+	assert_int_equal(res.state, TF_RUN_FAILED);
+	assert_string_equal(sstate(res.summary, "a"), "succeeded");
+	assert_string_equal(sstate(res.summary, "h"), "pending");
+	assert_string_equal(sstate(res.summary, "z"), "pending");
+	assert_string_equal(sstate(res.summary, "report"), "succeeded");
+	assert_string_equal(step_out(res.summary, "report"), "cancelled");
+	assert_string_equal(sstate(res.summary, "broken"), "failed"); /* the run stays cancelled */
+	assert_string_equal(sstate(res.summary, "slow"), "pending");
+	const char *why = json_string_value(json_object_get(res.summary, "error"));
+	assert_non_null(why);
+	assert_non_null(strstr(why, "cancelled"));
+	assert_non_null(strstr(why, "a second cancel stopped its finally steps"));
+	json_decref(res.summary);
+
+	/* retried: a new end, not cancelled; h's second call returns at once */
+	assert_int_equal(tf_engine_resume(&o, run, TF_ENGINE_RETRY, &res, err, sizeof(err)), 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	assert_int_equal(ncalls("a"), 1);
+	assert_int_equal(ncalls("z"), 1);
+	assert_int_equal(ncalls("slow"), 2);
+	json_decref(res.summary);
+}
+
+/* A cancelled run stopped by Ctrl-C (or a drain) while its finally steps run is interrupted;
+ * the run that continues it runs only the finally steps and ends cancelled. */
+static void test_engine_cancel_holds_across_an_interrupt(void **state)
+{
+	(void)state;
+	reset();
+	struct tf_engine_opts o = opts();
+	struct tf_engine_result res = {0};
+	char err[256] = "";
+	struct tf_engine *e =
+	    start_file(&o, "name: fin2\n"
+	                   "steps:\n"
+	                   "  - {name: h, type: shell, with: {argv: [hang]}}\n"
+	                   "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n"
+	                   "finally:\n"
+	                   "  - {name: f, type: shell, with: {argv: [hang, '1', 'out=${run.state}']}}\n");
+	char run[32];
+	snprintf(run, sizeof(run), "%s", tf_engine_run_id(e));
+	wait_calls("h", 1);
+	request_cancel(run);
+	wait_calls("f", 1);
+	tf_engine_cancel(e); /* Ctrl-C */
+	assert_int_equal(tf_engine_wait(e, &res, err, sizeof(err)), 0);
+	tf_engine_free(e);
+	assert_int_equal(res.state, TF_RUN_INTERRUPTED);
+	assert_string_equal(sstate(res.summary, "f"), "pending");
+	json_decref(res.summary);
+
+	assert_int_equal(tf_engine_resume(&o, run, 0, &res, err, sizeof(err)), 0);
+	assert_int_equal(res.state, TF_RUN_FAILED);
+	assert_int_equal(ncalls("h"), 1); /* not run again: the run is cancelled */
+	assert_int_equal(ncalls("z"), 0);
+	assert_string_equal(sstate(res.summary, "h"), "pending");
+	assert_string_equal(sstate(res.summary, "f"), "succeeded");
+	assert_string_equal(step_out(res.summary, "f"), "cancelled");
+	assert_non_null(strstr(json_string_value(json_object_get(res.summary, "error")), "cancelled"));
+	json_decref(res.summary);
 }
 
 /* Submission: valid text becomes a pending run with its trigger (inside the caller's
@@ -1440,6 +1580,8 @@ int main(void)
 	    cmocka_unit_test(test_engine_shell_fails_twice_then_succeeds),
 	    cmocka_unit_test(test_engine_shell_timeout_kills_process_group),
 	    cmocka_unit_test(test_engine_interrupt_then_resume),
+	    cmocka_unit_test(test_engine_cancel_runs_finally_steps),
+	    cmocka_unit_test(test_engine_cancel_holds_across_an_interrupt),
 	    cmocka_unit_test(test_engine_submit_then_drive_pending_run),
 	    cmocka_unit_test(test_engine_append_log_keeps_titles_on_their_own_lines),
 	    cmocka_unit_test(test_engine_pool_caps_steps_across_runs),

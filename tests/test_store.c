@@ -256,7 +256,13 @@ static void test_store_run_claim_is_compare_and_set(void **state)
 	assert_int_equal(tf_run_request_cancel(st, id, &rs), 0);
 	assert_int_equal(rs, TF_RUN_RUNNING);
 	assert_int_equal(tf_run_heartbeat(st, id, B, &cancel), 0);
-	assert_int_equal(cancel, 1);
+	assert_int_equal(cancel, TF_CANCEL_FIRST);
+	/* taken by that heartbeat: the next sees nothing, a new request is a second cancel */
+	assert_int_equal(tf_run_heartbeat(st, id, B, &cancel), 0);
+	assert_int_equal(cancel, TF_CANCEL_NONE);
+	assert_int_equal(tf_run_request_cancel(st, id, &rs), 0);
+	assert_int_equal(tf_run_heartbeat(st, id, B, &cancel), 0);
+	assert_int_equal(cancel, TF_CANCEL_AGAIN);
 	/* only the owner ends it; the end releases it */
 	assert_int_equal(tf_run_finish(st, id, A, TF_RUN_FAILED, "x", 0), -ESTALE);
 	assert_int_equal(tf_run_finish(st, id, B, TF_RUN_SUCCEEDED, NULL, 0), 0);
