@@ -72,6 +72,7 @@ struct engine {
 	int cancel_stop;  /* [C] cancelled again: the finally steps stop too */
 	int finally_open; /* [C] cancelled, and the steps of `steps` have stopped: the finally
 	                     steps were made ready */
+	int new_end;      /* a run that ended failed is continued: its finally steps run again */
 	int drain;        /* tf_engine_drain: ends interrupted, marked for the next daemon (mu) */
 	char *home;
 	char *storage_url;
@@ -188,6 +189,8 @@ struct tf_selection {
 	enum tf_sel_action *action; /* per step (all TF_SEL_RUN without a selection) (owned) */
 	char source[32];            /* the run whose results are reused, "" when none */
 	char why[160];              /* "--from train", "--only a,b" ("" without a selection) */
+	char *spec;                 /* as kept in runs.selection: {"only": [...]} or {"from": S}
+	                               (owned; NULL without a selection) */
 };
 /* Decides each step's action for `rq` against the newest succeeded run of the pipeline on
  * `storage` in `st` (NULL: there is none), other than `self`. -EINVAL for an unknown step,
@@ -196,6 +199,11 @@ int tf_engine_select(const struct tf_pipeline *p, const struct tf_engine_req *rq
                      struct tf_store *st, const char *storage, const char *self,
                      struct tf_selection *sel, char *err, size_t errlen);
 void tf_engine_selection_release(struct tf_selection *sel);
+/* The selection the run e->run_id was created with (runs.selection), for a run that is
+ * continued: each step's action, from the pipeline alone (the steps it reused are cached in
+ * the run already); all TF_SEL_RUN when it has none. Release *sel either way. */
+int tf_engine_selection_of_run(struct engine *e, struct tf_selection *sel, char *err,
+                               size_t errlen);
 /* Records the selection on the new run's steps (reused ones cached with the source's
  * results, the others skipped), in the setup transaction. */
 int tf_engine_apply_selection(struct engine *e, const struct tf_selection *sel);

@@ -161,6 +161,12 @@ static int load_steps(struct engine *e, int resuming)
 	int own, rc = tf_store_join(e->db, &own);
 	if (rc)
 		return rc;
+	/* a continued run keeps what it selected (run --only/--from): those not selected stay
+	 * skipped */
+	struct tf_selection sel = {0};
+	char err[256];
+	if (resuming)
+		rc = tf_engine_selection_of_run(e, &sel, err, sizeof(err));
 	for (size_t i = 0; i < e->n && rc == 0; i++) {
 		struct estep *s = &e->steps[i];
 		struct tf_stmt *q = tf_store_query(e->db,
@@ -196,8 +202,23 @@ static int load_steps(struct engine *e, int resuming)
 		tf_stmt_done(q);
 		if (rc)
 			break;
-		if (!resuming || tf_step_state_done(s->state))
+		/* a finally step reports the run's end: a run that ended failed and is continued
+		 * has a new one, at which it runs again */
+		int again = resuming && e->new_end && s->def->final && tf_step_state_done(s->state);
+		if (!resuming || (tf_step_state_done(s->state) && !again))
 			continue;
+		if (s->state == TF_STEP_SKIPPED && sel.action[i] != TF_SEL_RUN)
+			continue; /* not selected */
+		if (again) {
+			struct tf_step_update up = {
+			    .new_end = 1, .reason = "runs again at the new end of the continued run"};
+			rc = tf_engine_step_move(e, s, TF_STEP_PENDING, &up);
+			json_decref(s->outputs);
+			json_decref(s->metrics);
+			s->outputs = s->metrics = NULL;
+			s->started_wall = s->finished_wall = 0;
+			continue;
+		}
 		/* Resume: anything not done starts again. An attempt left running died with the
 		 * process that ran it. */
 		if (s->state == TF_STEP_RUNNING && s->attempts > 0) {
@@ -229,6 +250,7 @@ static int load_steps(struct engine *e, int resuming)
 		                        "SELECT cancelled_at IS NOT NULL FROM runs WHERE id=?", "t",
 		                        e->run_id);
 	e->cancel_asked = cancelled != 0;
+	tf_engine_selection_release(&sel);
 	if (rc == 0)
 		rc = run_class(e, resuming);
 	rc = tf_store_leave(e->db, own, rc);
@@ -626,6 +648,7 @@ static int setup_continue(struct engine *e, const struct tf_engine_req *rq,
 		tf_warn("run '%s': taken over by force from process %ld, which looks alive "
 		        "(heartbeat %.1f s ago); if it still runs, it stops at its next heartbeat",
 		        e->run_id, holder.pid, holder.heartbeat_age);
+	e->new_end = rc == 0 && holder.state == TF_RUN_FAILED;
 	if (rc == 0 && holder.state != TF_RUN_PENDING) {
 		/* it ran before: the claim is durable before lost processes are ended */
 		rc = tf_store_commit(e->db);

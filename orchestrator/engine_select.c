@@ -20,6 +20,7 @@
 void tf_engine_selection_release(struct tf_selection *sel)
 {
 	free(sel->action);
+	free(sel->spec);
 	memset(sel, 0, sizeof(*sel));
 }
 
@@ -58,17 +59,16 @@ static void mark_before(const struct tf_pipeline *p, size_t i, unsigned char *ne
 	}
 }
 
-int tf_engine_select(const struct tf_pipeline *p, const struct tf_engine_req *rq,
-                     struct tf_store *st, const char *storage, const char *self,
-                     struct tf_selection *sel, char *err, size_t errlen)
+/* Each step's action for --only / --from (rq), from the pipeline alone: run, reuse or skip;
+ * sel->why and sel->spec too. *nreuse receives how many are reused. */
+static int mark_selection(const struct tf_pipeline *p, const struct tf_engine_req *rq,
+                          struct tf_selection *sel, size_t *nreuse, char *err, size_t errlen)
 {
-	memset(sel, 0, sizeof(*sel));
-	sel->action = tf_xcalloc(p->nsteps + 1, sizeof(*sel->action));
-	if (!rq->nonly && !rq->from)
-		return 0;
 	unsigned char *run = tf_xcalloc(p->nsteps + 1, 1), *need = tf_xcalloc(p->nsteps + 1, 1);
 	int rc = 0;
 	size_t off = 0;
+	json_t *spec = rq->from ? json_pack("{s:s}", "from", rq->from)
+	                        : json_pack("{s:[]}", "only");
 	if (rq->from) {
 		int i = tf_pipeline_step_index(p, rq->from);
 		if (i < 0) {
@@ -89,6 +89,7 @@ int tf_engine_select(const struct tf_pipeline *p, const struct tf_engine_req *rq
 			goto out;
 		}
 		run[i] = 1;
+		json_array_append_new(json_object_get(spec, "only"), json_string(rq->only[k]));
 		if (off < sizeof(sel->why))
 			off += (size_t)snprintf(sel->why + off, sizeof(sel->why) - off, "%s%s",
 			                        k ? "," : "", rq->only[k]);
@@ -96,17 +97,35 @@ int tf_engine_select(const struct tf_pipeline *p, const struct tf_engine_req *rq
 	for (size_t i = 0; i < p->nsteps; i++)
 		if (run[i])
 			mark_before(p, i, need);
-	size_t nreuse = 0;
+	*nreuse = 0;
 	for (size_t i = 0; i < p->nsteps; i++) {
 		sel->action[i] = run[i] ? TF_SEL_RUN : need[i] ? TF_SEL_REUSE : TF_SEL_SKIP;
-		nreuse += sel->action[i] == TF_SEL_REUSE;
+		*nreuse += sel->action[i] == TF_SEL_REUSE;
 	}
 	/* --from: every step before the chosen one (or beside it) is reused, not skipped */
 	for (size_t i = 0; rq->from && i < p->nsteps; i++)
 		if (sel->action[i] == TF_SEL_SKIP)
-			sel->action[i] = TF_SEL_REUSE, nreuse++;
-	if (!nreuse)
-		goto out;
+			sel->action[i] = TF_SEL_REUSE, (*nreuse)++;
+	sel->spec = tf_engine_canon(spec);
+out:
+	json_decref(spec);
+	free(run);
+	free(need);
+	return rc;
+}
+
+int tf_engine_select(const struct tf_pipeline *p, const struct tf_engine_req *rq,
+                     struct tf_store *st, const char *storage, const char *self,
+                     struct tf_selection *sel, char *err, size_t errlen)
+{
+	memset(sel, 0, sizeof(*sel));
+	sel->action = tf_xcalloc(p->nsteps + 1, sizeof(*sel->action));
+	if (!rq->nonly && !rq->from)
+		return 0;
+	size_t nreuse = 0;
+	int rc = mark_selection(p, rq, sel, &nreuse, err, errlen);
+	if (rc || !nreuse)
+		return rc;
 	char *src = NULL;
 	if (st)
 		rc = tf_store_query_text(st, &src,
@@ -119,12 +138,11 @@ int tf_engine_select(const struct tf_pipeline *p, const struct tf_engine_req *rq
 		        "%s: the steps before it come from the newest succeeded run of pipeline '%s' "
 		        "on %s, and there is none: run the whole pipeline first",
 		        sel->why, p->name, storage);
-		rc = -ENOENT;
-		goto out;
+		return -ENOENT;
 	}
 	if (rc) {
 		tf_errf(err, errlen, "%s", tf_store_errmsg(st));
-		goto out;
+		return rc;
 	}
 	snprintf(sel->source, sizeof(sel->source), "%s", src);
 	free(src);
@@ -153,15 +171,40 @@ int tf_engine_select(const struct tf_pipeline *p, const struct tf_engine_req *rq
 		}
 		free(state);
 	}
-out:
-	free(run);
-	free(need);
+	return rc;
+}
+
+int tf_engine_selection_of_run(struct engine *e, struct tf_selection *sel, char *err,
+                               size_t errlen)
+{
+	memset(sel, 0, sizeof(*sel));
+	sel->action = tf_xcalloc(e->n + 1, sizeof(*sel->action));
+	char *text = NULL;
+	int rc = tf_store_query_text(e->db, &text, "SELECT selection FROM runs WHERE id=?", "t",
+	                             e->run_id);
+	json_t *spec = rc == 0 && text ? json_loads(text, 0, NULL) : NULL;
+	free(text);
+	if (rc || !spec)
+		return rc; /* the whole pipeline */
+	json_t *only = json_object_get(spec, "only");
+	size_t n = json_array_size(only);
+	const char **names = tf_xcalloc(n + 1, sizeof(*names));
+	for (size_t k = 0; k < n; k++)
+		names[k] = json_string_value(json_array_get(only, k));
+	struct tf_engine_req rq = {
+	    .only = names, .nonly = n, .from = json_string_value(json_object_get(spec, "from"))};
+	size_t nreuse;
+	if (rq.from || rq.nonly)
+		rc = mark_selection(e->p, &rq, sel, &nreuse, err, errlen);
+	free(names);
+	json_decref(spec);
 	return rc;
 }
 
 int tf_engine_apply_selection(struct engine *e, const struct tf_selection *sel)
 {
-	int rc = 0;
+	int rc = tf_store_run(e->db, "UPDATE runs SET selection=? WHERE id=?", "tt", sel->spec,
+	                      e->run_id);
 	for (size_t i = 0; i < e->n && rc == 0; i++) {
 		struct estep *s = &e->steps[i];
 		char why[256];

@@ -30,7 +30,10 @@
  *        │      ├──> skipped (gate false, or a need failed/skipped)
  *        │      └──> failed (inputs could not be resolved)
  *        ├── queued, running, retrying (interrupted, or found so after a crash)
- *        └── failed, skipped (runs retry / resume: try again)
+ *        ├── failed, skipped (runs retry / resume: try again)
+ *        └── succeeded, cached: a finally step only, when a run that ended failed is
+ *            continued (tf_step_update.new_end): it reports the run's end, and the run
+ *            has a new one. Not in the table: every other step keeps its results for good.
  *
  * Attempt (created running):
  *
@@ -554,7 +557,8 @@ int tf_step_set_state(struct tf_store *st, const char *run, const char *step, en
 	rc = tf_step_get_state(st, run, step, &from, NULL);
 	if (rc)
 		goto out;
-	if (!tf_step_transition_ok(from, to)) {
+	int new_end = u->new_end && to == TF_STEP_PENDING && tf_step_state_done(from);
+	if (!tf_step_transition_ok(from, to) && !new_end) {
 		tf_error("run '%s' step '%s': transition %s -> %s refused", run, step,
 		         tf_step_state_name(from), tf_step_state_name(to));
 		rc = -EINVAL;
@@ -870,8 +874,8 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 	    st,
 	    "SELECT id, pipeline, state, params, storage, error, retry_of, created_at, "
 	    "started_at, finished_at, pid, owner, heartbeat_at, cancel_requested_at, trigger, "
-	    "priority, project, state, owner, pid, heartbeat_at, cancelled_at FROM runs "
-	    "WHERE id=?",
+	    "priority, project, state, owner, pid, heartbeat_at, cancelled_at, selection "
+	    "FROM runs WHERE id=?",
 	    "t", run);
 	if (!s)
 		return -EIO;
@@ -897,6 +901,7 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 		json_object_set_new(doc, "project", text_or_null(s, 16));
 		json_object_set_new(doc, "orphaned", json_boolean(tf_run_row_orphaned(s, 17)));
 		json_object_set_new(doc, "cancelled_at", real_or_null(s, 21));
+		json_object_set_new(doc, "selection", json_or_null(tf_stmt_text(s, 22)));
 		rc = 0;
 	} else if (rc == 0) {
 		rc = -ENOENT;

@@ -147,6 +147,9 @@ struct tf_step_update {
 	const char *cache_key;  /* inputs hash */
 	int cache_hit;          /* entering cached */
 	double next_attempt_at; /* entering retrying: wall-clock time of the next attempt */
+	int new_end;            /* a finally step of a run that ended failed and is continued:
+	                           it leaves succeeded or cached for pending, to run again at the
+	                           run's new end (the one move out of those two states) */
 };
 /* Step transitions. Entering running increments the step's attempt counter (queued is not an
  * attempt: a step interrupted while queued goes back to pending with no attempt recorded). */

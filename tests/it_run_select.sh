@@ -2,7 +2,8 @@
 # Integration: running part of a pipeline and what a run knows of itself (docs/runs.md,
 # "Running part of a pipeline", docs/pipeline.md "References" and "finally"): `run --only`,
 # `--from`, `--dry-run`; ${run.id}, ${run.pipeline}, ${env.NAME} (passed to the step, never
-# recorded); `finally:` steps that run whatever the outcome and see it as ${run.state}.
+# recorded); `finally:` steps that run whatever the outcome and see it as ${run.state};
+# `runs retry` of a --only run runs only what it selected, and runs the finally steps again.
 . "$(dirname "$0")/lib.sh" it_run_select sel
 # state STEP: the step's state and reason in the newest run
 state() { "$bin" runs show "$(latest)" --home "$H" --json | python3 -c '
@@ -93,6 +94,42 @@ expect 0 "from_a=$n_first" -- "$bin" runs logs "$(latest)" b --home "$H"
 expect 0 "succeeded" -- "$bin" run "$dir/p.yaml" --home "$H" --only b --plain
 [[ $(state b) == "succeeded "* ]] || fail "b with --only b: $(state b)"
 [[ $(state c) == "skipped not selected (--only b)" ]] || fail "c with --only b: $(state c)"
+# 5. runs retry: a run made with --only runs again only what it selected; every finally
+# step of a retried run runs again at its new end (also one that succeeded at the first)
+cat >"$dir/q.yaml" <<YAML
+name: sel2
+steps:
+  - {name: a, type: shell, with: {argv: [/bin/true]}}
+  - {name: b, type: shell, needs: [a], with: {argv: [test, -e, "$dir/ok"]}}
+  - {name: c, type: shell, needs: [b], with: {argv: [/bin/true]}}
+finally:
+  - {name: report, type: shell, with: {argv: [sh, -c, 'echo "outcome=\$0"', '\${run.state}']}}
+YAML
+touch "$dir/ok"
+expect 0 "succeeded" -- "$bin" run "$dir/q.yaml" --home "$H" --plain
+rm "$dir/ok"
+expect 1 "" -- "$bin" run "$dir/q.yaml" --home "$H" --only b --plain
+onlyrun=$(latest)
+touch "$dir/ok"
+expect 0 "succeeded" -- "$bin" runs retry "$onlyrun" --home "$H" --plain
+[[ $(state b) == "succeeded "* ]] || fail "b after the retry: $(state b)"
+[[ $(state c) == "skipped not selected (--only b)" ]] || fail "c after the retry of --only b: $(state c)"
+[[ $(state report) == "skipped not selected (--only b)" ]] || fail "report after the retry of --only b: $(state report)"
+"$bin" runs show "$onlyrun" --home "$H" --json | python3 -c '
+import json, sys
+assert json.load(sys.stdin)["selection"] == {"only": ["b"]}' || fail "the run does not show its selection"
+rm "$dir/ok"
+expect 1 "" -- "$bin" run "$dir/q.yaml" --home "$H" --plain
+[[ $(state report) == "succeeded "* ]] || fail "report after b failed: $(state report)"
+touch "$dir/ok"
+expect 0 "succeeded" -- "$bin" runs retry "$(latest)" --home "$H" --plain
+[[ $(state report) == "succeeded "* ]] || fail "report after the retry: $(state report)"
+expect 0 "outcome=succeeded" -- "$bin" runs logs "$(latest)" report --home "$H"
+"$bin" runs show "$(latest)" --home "$H" --json | python3 -c '
+import json, sys
+r = [s for s in json.load(sys.stdin)["steps"] if s["name"] == "report"][0]
+assert [a["state"] for a in r["attempts_detail"]] == ["succeeded", "succeeded"], r' || fail "report did not run again at the new end"
+
 expect 65 "--only nosuch: the pipeline has no such step" -- "$bin" run "$dir/p.yaml" --home "$H" --only nosuch
 expect 64 "give one" -- "$bin" run "$dir/p.yaml" --home "$H" --only b --from b
 echo "it_run_select: ok"

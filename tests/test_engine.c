@@ -1291,17 +1291,23 @@ static void test_engine_cancel_runs_finally_steps(void **state)
 	assert_non_null(strstr(why, "a second cancel stopped its finally steps"));
 	json_decref(res.summary);
 
-	/* retried: a new end, not cancelled; h's second call returns at once */
+	/* retried: a new end, not cancelled; h's second call returns at once; every finally
+	 * step runs again at the new end, report too although it succeeded at the first one */
 	assert_int_equal(tf_engine_resume(&o, run, TF_ENGINE_RETRY, &res, err, sizeof(err)), 0);
 	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
 	assert_int_equal(ncalls("a"), 1);
 	assert_int_equal(ncalls("z"), 1);
 	assert_int_equal(ncalls("slow"), 2);
+	assert_int_equal(ncalls("report"), 2);
+	assert_int_equal(ncalls("broken"), 2);
+	assert_string_equal(step_out(res.summary, "report"), "succeeded");
+	json_t *rep = tf_test_step_of(res.summary, "report");
+	assert_int_equal(json_integer_value(json_object_get(rep, "attempts")), 2);
 	json_decref(res.summary);
 }
 
 /* A cancelled run stopped by Ctrl-C (or a drain) while its finally steps run is interrupted;
- * the run that continues it runs only the finally steps and ends cancelled. */
+ * the run that continues it runs only the finally steps not yet done and ends cancelled. */
 static void test_engine_cancel_holds_across_an_interrupt(void **state)
 {
 	(void)state;
@@ -1315,12 +1321,14 @@ static void test_engine_cancel_holds_across_an_interrupt(void **state)
 	                   "  - {name: h, type: shell, with: {argv: [hang]}}\n"
 	                   "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n"
 	                   "finally:\n"
+	                   "  - {name: g, type: shell, with: {argv: [ok]}}\n"
 	                   "  - {name: f, type: shell, with: {argv: [hang, '1', 'out=${run.state}']}}\n");
 	char run[32];
 	snprintf(run, sizeof(run), "%s", tf_engine_run_id(e));
 	wait_calls("h", 1);
 	request_cancel(run);
 	wait_calls("f", 1);
+	wait_calls("g", 1); /* called: it ends succeeded (its kind does not look at cancel) */
 	tf_engine_cancel(e); /* Ctrl-C */
 	assert_int_equal(tf_engine_wait(e, &res, err, sizeof(err)), 0);
 	tf_engine_free(e);
@@ -1332,6 +1340,7 @@ static void test_engine_cancel_holds_across_an_interrupt(void **state)
 	assert_int_equal(res.state, TF_RUN_FAILED);
 	assert_int_equal(ncalls("h"), 1); /* not run again: the run is cancelled */
 	assert_int_equal(ncalls("z"), 0);
+	assert_int_equal(ncalls("g"), 1); /* the same end: a finally step that ran stays */
 	assert_string_equal(sstate(res.summary, "h"), "pending");
 	assert_string_equal(sstate(res.summary, "f"), "succeeded");
 	assert_string_equal(step_out(res.summary, "f"), "cancelled");
