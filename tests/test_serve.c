@@ -1313,9 +1313,21 @@ static void test_rollout_several_servers(void **state)
 	int64_t id = deploy_canary(st, 4, 50, "{\"max_error_rate\":0.1,\"min_requests\":20}");
 	const char *const no_auth[] = {"--auth", "none", NULL};
 	pid_t pid = serve_spawn(no_auth, url);
-	/* both read the deployment, then their windows begin (within a tick, 200 ms) */
+	/* both read the deployment, then their windows begin at a tick of each; the requests
+	 * wait until both have shared their (empty) figures, which each does only once its
+	 * window has begun (a sleep instead lost the race to a late tick on a loaded machine) */
 	expect_status(call("GET", "/v1/models/fm", NULL), 200);
-	usleep(600 * 1000);
+	expect_status(call_at(url, "GET", "/v1/models/fm", NULL, NULL), 200);
+	int64_t sharing = 0;
+	for (int i = 0; i < 300 && sharing < 2; i++) { /* up to 30 s */
+		usleep(100 * 1000);
+		assert_int_equal(tf_store_query_int(st, &sharing,
+		                                    "SELECT count(*) FROM serving_figures WHERE "
+		                                    "deployment_id=?",
+		                                    "i", id),
+		                 0);
+	}
+	assert_int_equal(sharing, 2);
 	char *inf = infer_body();
 	for (int i = 0; i < 24; i++)
 		expect_status(call_at(i % 2 ? url : NULL, "POST", "/v2/models/fm/versions/4/infer",
