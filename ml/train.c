@@ -457,12 +457,12 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 			first_loss = mean;
 		double gnorm = tf_optim_step(&opt, &m, grads[0]);
 		if (!isfinite(mean) || isnan(gnorm) || mean > o.diverge_factor * first_loss + 1.0) {
-			tf_errf(err, errlen,
-			        "loss %s at step %llu (epoch %llu; first loss %.4f): "
-			        "training diverged; lower the learning rate (now %g) or enable "
-			        "gradient clipping (clip_norm)",
-			        isfinite(mean) ? "exploded" : "is NaN", (unsigned long long)st.step,
-			        (unsigned long long)b.epoch, first_loss, o.optim.lr);
+			tf_errf(
+			    err, errlen,
+			    "loss %s at step %llu (epoch %llu; first loss %.4f): " TF_TRAIN_DIVERGED
+			    "; lower the learning rate (now %g) or enable gradient clipping (clip_norm)",
+			    isfinite(mean) ? "exploded" : "is NaN", (unsigned long long)st.step,
+			    (unsigned long long)b.epoch, first_loss, o.optim.lr);
 			emit(&o,
 			     json_pack("{s:s, s:I, s:f}", "event", "diverged", "step",
 			               (json_int_t)st.step, "loss", isfinite(mean) ? mean : -1.0));

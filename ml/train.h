@@ -85,9 +85,14 @@ struct tf_train_result {
 /* Fills defaults for zero fields (epochs 10, batch 256, v4-8, sgd 0.1 ...). */
 void tf_train_opts_defaults(struct tf_train_opts *o);
 
+/* The words the error of a diverged training carries: they stay in the step's failure reason
+ * whichever executor ran it, and orchestrator/alerts.c finds them there (training_diverged). */
+#define TF_TRAIN_DIVERGED "training diverged"
+
 /* Trains. Returns 0, or a negative code with err set: -EINVAL bad options, -EBADMSG bad data,
- * -ERANGE the loss became NaN or diverged, -ECANCELED cancelled, -EINTR halted by halt_after,
- * or an object-store code (tf_objstore_retryable tells retryable ones). */
+ * -ERANGE the loss became NaN or diverged (err says TF_TRAIN_DIVERGED), -ECANCELED cancelled,
+ * -EINTR halted by halt_after, or an object-store code (tf_objstore_retryable tells retryable
+ * ones). */
 int tf_train_run(const struct tf_train_opts *o, struct tf_train_result *r, char *err,
                  size_t errlen);
 

@@ -11,6 +11,7 @@
  *  3. A secret is read from its environment variable or file when it is needed and never
  *     written anywhere: not to the database, not to a log, not to an error message. */
 #include "orchestrator/alerts.h"
+#include "ml/train.h"
 #include "orchestrator/pipeline.h"
 
 #define TF_LOG_TAG "alerts"
@@ -814,9 +815,10 @@ int tf_alerts_on_step(struct tf_store *st, const char *run, const char *step, en
                       const char *reason, const char *metrics)
 {
 	int rc = 0;
-	/* ml/train.c says so in the attempt's error */
+	/* no failure class says so (a diverged training is an error like any other): the
+	 * words of ml/train.h in the attempt's error do, whichever process ran the step */
 	if ((to == TF_STEP_RETRYING || to == TF_STEP_FAILED) && reason &&
-	    strstr(reason, "training diverged"))
+	    strstr(reason, TF_TRAIN_DIVERGED))
 		rc = tf_alerts_emit(st, "training_diverged", run, step, reason, NULL);
 	if (rc == 0 && to == TF_STEP_RETRYING)
 		rc = tf_alerts_emit(st, "step_retried", run, step, reason, NULL);
