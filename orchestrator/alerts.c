@@ -937,13 +937,17 @@ int tf_alerts_on_waiting(struct tf_store *st, const char *run, const char *step,
 	tf_alerts_config_release(&cfg);
 	if (waited < limit)
 		return 0;
-	int64_t told = 0;
-	int rc =
-	    tf_store_query_int(st, &told,
-	                       "SELECT EXISTS(SELECT 1 FROM events WHERE run_id=? AND step=? "
-	                       "AND attempt=? AND kind='alert' AND message LIKE 'job_waiting%')",
-	                       "tti", run, step, (int64_t)attempt);
-	if (rc || told)
+	/* Told already? The broker asks on every decision for every request waiting past the
+	 * limit, and the answer is the alert's event, among the newest of the run once written:
+	 * looked for from the newest event back (the run's key order), not from the run's
+	 * first event on. */
+	int64_t told;
+	int rc = tf_store_query_int(st, &told,
+	                            "SELECT id FROM events WHERE run_id=? AND step=? AND attempt=? "
+	                            "AND kind='alert' AND message LIKE 'job_waiting%' "
+	                            "ORDER BY id DESC LIMIT 1",
+	                            "tti", run, step, (int64_t)attempt);
+	if (rc != -ENOENT)
 		return rc;
 	char msg[400];
 	snprintf(msg, sizeof(msg),
