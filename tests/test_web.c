@@ -66,6 +66,19 @@ static int submit(void *ctx, struct tf_store *st, const struct tf_web_submit *s,
 	return rc;
 }
 
+/* Records a pending run of yaml through a connection of its own (another process's
+ * submission, as the server sees it); its id into run. */
+static void submit_yaml(const char *yaml, char run[32])
+{
+	struct tf_store *st;
+	char err[256];
+	struct tf_diag_list d = {0};
+	struct tf_web_submit sub = {.yaml = yaml, .yaml_len = strlen(yaml), .params_json = "{}"};
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(submit(NULL, st, &sub, run, &d, err, sizeof(err)), 0);
+	tf_store_close(st);
+}
+
 static int cancel(void *ctx, struct tf_store *st, const char *run, char *err, size_t errlen)
 {
 	(void)ctx;
@@ -559,14 +572,8 @@ static void test_runs_page_fresh(void **state)
 			assert_int_equal(r.status, 201);
 			resp_free(&r);
 		} else { /* another connection */
-			struct tf_store *st;
-			char err[256], id[32];
-			struct tf_diag_list d = {0};
-			struct tf_web_submit sub = {.yaml = yaml, .yaml_len = strlen(yaml),
-			                            .params_json = "{}"};
-			assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
-			assert_int_equal(submit(NULL, st, &sub, id, &d, err, sizeof(err)), 0);
-			tf_store_close(st);
+			char id[32];
+			submit_yaml(yaml, id);
 		}
 	}
 	free(body);
@@ -636,13 +643,8 @@ static void test_global_events(void **state)
 	assert_null(strstr(at + 1, "\nid: "));
 	static const char yaml[] = "name: later\nsteps:\n  - name: a\n    type: shell\n"
 	                           "    with: {argv: [/bin/true]}\n";
-	struct tf_store *st;
-	char err[256], run[32], since[32];
-	struct tf_diag_list d = {0};
-	struct tf_web_submit sub = {.yaml = yaml, .yaml_len = strlen(yaml), .params_json = "{}"};
-	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
-	assert_int_equal(submit(NULL, st, &sub, run, &d, err, sizeof(err)), 0);
-	tf_store_close(st);
+	char run[32], since[32];
+	submit_yaml(yaml, run);
 	snprintf(since, sizeof(since), "%ld", start);
 	char *next = read_stream("/api/v1/events?after=latest", since); /* the header wins */
 	at = strstr(next, "\nid: ");
@@ -669,10 +671,8 @@ static void test_slurm_attempts(void **state)
 	                           "    with: {argv: [/bin/true]}\n";
 	struct tf_store *st;
 	char err[256], run[32], path[128];
-	struct tf_diag_list d = {0};
-	struct tf_web_submit sub = {.yaml = yaml, .yaml_len = strlen(yaml), .params_json = "{}"};
+	submit_yaml(yaml, run);
 	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
-	assert_int_equal(submit(NULL, st, &sub, run, &d, err, sizeof(err)), 0);
 	assert_int_equal(tf_attempt_create(st, run, "a", 1), 0);
 	assert_int_equal(tf_attempt_create(st, run, "b", 1), 0);
 	assert_int_equal(tf_store_run(st,
