@@ -758,7 +758,8 @@ int tf_engine_coord_round(struct engine *e, int by_worker)
 		if (e->stopping || (!waiting && e->nready == 0))
 			e->complete = 1;
 	}
-	e->main_look = e->complete || e->stopping || e->retry_hint || e->timeout_hint || e->view ||
+	/* The view alone needs drive only when its refresh is not armed (work_one asks). */
+	e->main_look = e->complete || e->stopping || e->retry_hint || e->timeout_hint ||
 	               e->slice_poll || waiting;
 	return 0;
 fail:
@@ -875,7 +876,8 @@ int tf_engine_drive(struct engine *e, int *cache_hits)
 			else if (!go && (!has_wake || e->hb_next < wake))
 				wake = e->hb_next, has_wake = 1;
 			if (!go) {
-				if (e->view && e->nrunning > 0) {
+				e->main_ticking = e->view && e->nrunning > 0;
+				if (e->main_ticking) {
 					double tick = now + tf_view_interval(e->view);
 					if (!has_wake || tick < wake)
 						wake = tick, has_wake = 1;
@@ -888,6 +890,7 @@ int tf_engine_drive(struct engine *e, int *cache_hits)
 				} else {
 					pthread_cond_wait(&e->coord_cv, &e->mu);
 				}
+				e->main_ticking = 0;
 				continue;
 			}
 		}

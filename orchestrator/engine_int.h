@@ -93,6 +93,7 @@ struct engine {
 	int coord_busy;           /* the baton: a thread is running a round (under mu) */
 	int main_blocked;         /* drive waits for the baton (under mu) */
 	int main_look;            /* [C] the last round left work for drive (deadlines etc.) */
+	int main_ticking;         /* drive sleeps with the view's refresh armed (under mu) */
 	int complete;             /* [C] nothing is left to do: drive ends the run */
 	int fatal;                /* a round failed (database error): its code (under mu) */
 	int progress_any;         /* some step has an unflushed progress line (under mu) */

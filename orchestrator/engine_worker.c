@@ -185,7 +185,10 @@ static int work_one(struct wctx *w, struct engine *e)
 		}
 	}
 	e->coord_busy = 0;
-	if (look || rc || e->main_blocked || e->interrupted)
+	/* drive sleeps through rounds that leave it nothing: with a view, only until the
+	 * view's refresh is armed (a round per step woke it for nothing, a chain's main cost
+	 * in context switches) */
+	if (look || rc || e->main_blocked || e->interrupted || (e->view && !e->main_ticking))
 		pthread_cond_signal(&e->coord_cv);
 	return kept;
 }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *with_str(const json_t *with, const char *key, char *buf, size_t len)
 {
@@ -290,6 +291,8 @@ void tf_step_run_child(struct tf_step_run *r, long pgid)
 
 int tf_step_run_workdir(struct tf_step_run *r)
 {
+	if (mkdir(r->workdir, 0755) == 0)
+		return 1; /* new: nothing of an earlier attempt is in it */
 	int rc = tf_mkdir_p(r->workdir);
 	if (rc)
 		snprintf(r->err, sizeof(r->err), "cannot create work directory '%s': %s",

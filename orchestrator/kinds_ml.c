@@ -54,10 +54,11 @@ static enum tf_fail_class classify(int rc)
 static int ml_call(struct tf_step_run *r, ml_step_fn fn)
 {
 	int rc = tf_step_run_workdir(r);
-	if (rc) {
+	if (rc < 0) {
 		r->failure = TF_FAIL_INFRA;
 		return rc;
 	}
+	rc = 0;
 	struct tf_ml_ctx ctx = {
 	    .store = r->objstore,
 	    .prefix = r->prefix,
@@ -214,10 +215,11 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 	int slurm = r->def && r->def->executor == TF_EXECUTOR_SLURM;
 	const struct tf_executor_ops *ops = slurm ? &tf_executor_slurm : &tf_executor_local;
 	int rc = tf_step_run_workdir(r);
-	if (rc) {
+	if (rc < 0) {
 		r->failure = TF_FAIL_INFRA;
 		return rc;
 	}
+	rc = 0;
 	if (!r->storage_url) {
 		snprintf(r->err, sizeof(r->err),
 		         "executor '%s': the run has no object store URL "

@@ -219,10 +219,11 @@ int tf_kind_shell(struct tf_step_run *r)
 		return -EINVAL;
 	}
 	rc = tf_step_run_workdir(r);
-	if (rc) {
+	if (rc < 0) {
 		r->failure = TF_FAIL_INFRA;
 		return rc;
 	}
+	int fresh = rc > 0; /* a new directory holds no result files of an earlier attempt */
 	/* executor: slurm — the same argv as a batch job; the variables set below (and the usual
 	 * ones) go to it by name, their values from the environment sbatch runs in, except the
 	 * result files and the working directory, which `tpuflow step job` makes on the node and
@@ -255,7 +256,7 @@ int tf_kind_shell(struct tf_step_run *r)
 	f_out = tf_xasprintf("%s/outputs-%d", r->workdir, att);
 	f_met = tf_xasprintf("%s/metrics-%d", r->workdir, att);
 	f_res = tf_xasprintf("%s/result-%d.json", r->workdir, att);
-	if (!ks.spec.attach_job) {
+	if (!ks.spec.attach_job && !fresh) {
 		unlink(f_out);
 		unlink(f_met);
 		unlink(f_res);

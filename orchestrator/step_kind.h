@@ -66,7 +66,8 @@ typedef int (*tf_step_kind_fn)(struct tf_step_run *r);
  * after a crash ends it before the step runs again). Best effort: a failure is logged. */
 void tf_step_run_child(struct tf_step_run *r, long pgid);
 
-/* Creates r->workdir (and parents); 0, or a negative errno with r->err filled. */
+/* Creates r->workdir (and parents): 1 when this call made the directory itself (it is
+ * empty), 0 when it was there, or a negative errno with r->err filled. */
 int tf_step_run_workdir(struct tf_step_run *r);
 
 
