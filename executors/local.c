@@ -230,6 +230,47 @@ struct child_args {
 	int report;       /* where a failure's errno goes */
 };
 
+/* Adds the hexadecimal mask after `key` in the /proc status text buf to *mask; 0, or -1
+ * when the key is not there. */
+static int status_mask(const char *buf, const char *key, uint64_t *mask)
+{
+	const char *p = strstr(buf, key);
+	if (!p)
+		return -1;
+	uint64_t m = 0;
+	for (p += strlen(key); *p == ' ' || *p == '\t'; p++)
+		;
+	for (;; p++) {
+		int d = *p >= '0' && *p <= '9'   ? *p - '0'
+		        : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10
+		                                 : -1;
+		if (d < 0)
+			break;
+		m = m << 4 | (uint64_t)d;
+	}
+	*mask |= m;
+	return 0;
+}
+
+/* The signals whose disposition is not the default (ignored or caught: bit sig-1), from the
+ * kernel's own account (/proc/self/status); every signal when it cannot be read. In the
+ * child: async-signal-safe, on its stack. */
+static uint64_t signals_not_default(void)
+{
+	char buf[4096];
+	int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+	if (fd >= 0)
+		close(fd);
+	uint64_t mask = 0;
+	if (n <= 0)
+		return ~0ull;
+	buf[n] = '\0';
+	if (status_mask(buf, "SigIgn:", &mask) || status_mask(buf, "SigCgt:", &mask))
+		return ~0ull;
+	return mask;
+}
+
 /* The child between clone and exec, in the parent's memory: only async-signal-safe calls,
  * nothing written but its own stack. Reports a failure as its errno on `report`
  * (close-on-exec, so a successful exec closes it with nothing written). */
@@ -247,7 +288,14 @@ static int child_exec(void *arg)
 		e = errno;
 	if (!e && getppid() != parent)
 		_exit(127); /* the parent died before the death signal was armed */
-	for (int sig = 1; !e && sig < NSIG; sig++) {
+	/* every disposition back to the default: the ignored ones would outlive the exec, and a
+	 * handler of the parent's must not run here once signals are unblocked. Only those
+	 * that are not the default already (a few, against one call for each of 64 signals,
+	 * on the way to every step's start) */
+	uint64_t reset = e ? 0 : signals_not_default();
+	for (int sig = 1; sig < NSIG && sig <= 64; sig++) {
+		if (!(reset >> (sig - 1) & 1))
+			continue;
 		struct sigaction sa;
 		memset(&sa, 0, sizeof(sa));
 		sa.sa_handler = SIG_DFL;
@@ -420,18 +468,23 @@ static void signal_group(struct local *l, int sig)
 		tf_warn("cannot signal process group %d: %s", (int)l->pid, strerror(errno));
 }
 
-/* Sends what the deadlines call for: SIGTERM at the timeout, SIGKILL after the grace. */
-static void enforce(struct local *l, double now)
+/* Sends what the deadlines call for: SIGTERM at the timeout, SIGKILL after the grace.
+ * Returns 1 when it sent a signal. */
+static int enforce(struct local *l, double now)
 {
+	int sent = 0;
 	if (!l->term_at && l->timeout > 0 && now - l->head.started >= l->timeout) {
 		l->requested = TF_FAIL_TIMEOUT;
 		l->term_at = now;
 		signal_group(l, SIGTERM);
+		sent = 1;
 	}
 	if (l->term_at && !l->killed && now - l->term_at >= l->grace) {
 		l->killed = 1;
 		signal_group(l, SIGKILL);
+		sent = 1;
 	}
+	return sent;
 }
 
 /* The next moment enforce() has something to do, in seconds from now (-1: none). */
@@ -489,11 +542,8 @@ static int local_poll(struct tf_exec *x, struct tf_exec_result *res)
 	struct local *l = (struct local *)x;
 	sink_pump(&l->sink[0], l->head_cap);
 	sink_pump(&l->sink[1], l->head_cap);
-	if (!reap(l)) {
-		enforce(l, tf_now_monotonic());
-		if (!reap(l))
-			return -EAGAIN;
-	}
+	if (!reap(l) && !(enforce(l, tf_now_monotonic()) && reap(l)))
+		return -EAGAIN;
 	*res = l->res;
 	return 0;
 }

@@ -1,6 +1,7 @@
 /* test_executor.c — the executors: a timeout kills the whole process group (grandchild
  * included, even one ignoring SIGTERM), argv with shell metacharacters arrives verbatim, logs
- * are captured (and uploaded), killed children are reported as such, exit codes and return
+ * are captured (and uploaded), the program starts with default signal dispositions, killed
+ * children are reported as such, exit codes and return
  * codes map to failure classes, cancel and preemption, the in-process backend. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -100,6 +101,37 @@ static void test_executor_argv_verbatim(void **state)
 	free(out);
 	struct stat st;
 	assert_int_equal(stat("pwned", &st), -1);
+	tf_exec_free(x);
+}
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+}
+
+/* The program starts with every signal at its default disposition, whatever this process
+ * ignores (SIGPIPE, as tpuflow does) or catches (SIGUSR1, SIGTERM): the kernel's own
+ * account of the child, /proc/self/status, shows no ignored and no caught signal. */
+static void test_executor_child_signals_default(void **state)
+{
+	(void)state;
+	struct sigaction sa = {.sa_handler = on_usr1}, old_usr1, old_term;
+	sigemptyset(&sa.sa_mask);
+	assert_int_equal(sigaction(SIGUSR1, &sa, &old_usr1), 0);
+	assert_int_equal(sigaction(SIGTERM, &sa, &old_term), 0);
+	void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+	char *argv[] = {"/bin/cat", "/proc/self/status", NULL}; /* cat catches nothing itself */
+	struct tf_exec *x = start_local(argv, 10, 1, "signals");
+	struct tf_exec_result r;
+	assert_int_equal(tf_exec_wait(x, -1, &r), 0);
+	signal(SIGPIPE, old_pipe);
+	sigaction(SIGUSR1, &old_usr1, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
+	assert_int_equal(r.fclass, TF_FAIL_NONE);
+	char *out = logs(x, 1);
+	assert_non_null(strstr(out, "\nSigIgn:\t0000000000000000\n"));
+	assert_non_null(strstr(out, "\nSigCgt:\t0000000000000000\n"));
+	free(out);
 	tf_exec_free(x);
 }
 
@@ -447,6 +479,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_executor_argv_verbatim),
 	    cmocka_unit_test(test_executor_logs_and_exit_code),
+	    cmocka_unit_test(test_executor_child_signals_default),
 	    cmocka_unit_test(test_executor_log_cap_keeps_head_and_tail),
 	    cmocka_unit_test(test_executor_lazy_logs),
 	    cmocka_unit_test(test_executor_timeout_kills_group),
