@@ -7,7 +7,9 @@
  * each beside Snakemake (--cores 2) on the same DAG of `touch` jobs when `snakemake` is
  * installed (`make bench` installs it; the tests never use it), TF_BENCH_REPS rounds each
  * (default 3) with medians and ranges; then a 10*STEPS-step fan-out against a STEPS-step one
- * (per-step cost against width); TF_BENCH_DAG=width runs only that comparison.
+ * (per-step cost against width); TF_BENCH_DAG=width runs only that comparison,
+ * TF_BENCH_DAG=chain only the two chains of shell steps beside Snakemake's. TF_BENCH_BASELINE=BIN
+ * runs an earlier build in the same rounds (before and after in one run).
  *
  *   build/bench/dag [STEPS]      (default 1000)
  */
@@ -160,40 +162,63 @@ static void spread(double *v, int n, double *med, double *lo, double *hi)
 	*hi = v[n - 1];
 }
 
+/* Prints "LABEL MED ms/step (LO-HI)" of the n per-step times in v (sorted in place), or
+ * "LABEL failed". */
+static void print_spread(const char *label, double *v, int n)
+{
+	double med, lo, hi;
+	if (!n) {
+		printf("%s failed", label);
+		return;
+	}
+	spread(v, n, &med, &lo, &hi);
+	printf("%s %.2f ms/step (%.2f-%.2f)", label, med, lo, hi);
+}
+
 /* Real shell steps beside Snakemake's jobs, same DAG, same run: `reps` rounds, each running
  * tpuflow then Snakemake on fresh directories, so both meet the same moments of a machine
- * whose load drifts. Prints the medians (and ranges) of the per-step times and of the
- * per-round ratios. */
+ * whose load drifts. With TF_BENCH_BASELINE naming another tpuflow binary (an earlier
+ * build), each round runs it too, before or after this one in turn. Prints the medians (and
+ * ranges) of the per-step times and of the per-round ratios. */
 static void shell_vs_snakemake(const char *dir, int n, int fanout, int reps)
 {
 	const char *bin = getenv("TPUFLOW_BIN") ? getenv("TPUFLOW_BIN") : "build/tpuflow";
+	const char *base = getenv("TF_BENCH_BASELINE");
 	double *tf = tf_xcalloc((size_t)reps, sizeof(double));
+	double *bl = tf_xcalloc((size_t)reps, sizeof(double));
 	double *sm = tf_xcalloc((size_t)reps, sizeof(double));
 	double *ratio = tf_xcalloc((size_t)reps, sizeof(double));
-	int ntf = 0, nsm = 0, nr = 0;
+	double *bratio = tf_xcalloc((size_t)reps, sizeof(double));
+	int ntf = 0, nbl = 0, nsm = 0, nr = 0, nbr = 0;
+	const char *kind = fanout ? "fan" : "chain";
 	for (int k = 0; k < reps; k++) {
 		char sub[600];
-		snprintf(sub, sizeof(sub), "%s/shell-%s-%d-%d", dir, fanout ? "fan" : "chain", n,
-		         k);
-		double t = tf_mkdir_p(sub) == 0 ? tpuflow_shell_dag(bin, sub, n, fanout) : -1;
-		snprintf(sub, sizeof(sub), "%s/snake-%s-%d-%d", dir, fanout ? "fan" : "chain", n,
-		         k);
+		double t = -1, b = -1;
+		for (int j = 0; j < (base ? 2 : 1); j++) {
+			int run_base = base && (j + k) % 2 == 0; /* alternate who goes first */
+			snprintf(sub, sizeof(sub), "%s/%s-%s-%d-%d", dir, run_base ? "base" : "shell",
+			         kind, n, k);
+			double w = tf_mkdir_p(sub) == 0
+			               ? tpuflow_shell_dag(run_base ? base : bin, sub, n, fanout)
+			               : -1;
+			*(run_base ? &b : &t) = w;
+		}
+		snprintf(sub, sizeof(sub), "%s/snake-%s-%d-%d", dir, kind, n, k);
 		double m = tf_mkdir_p(sub) == 0 ? snakemake_dag(sub, n, fanout) : -1;
 		if (t > 0)
 			tf[ntf++] = t * 1e3 / n;
+		if (b > 0)
+			bl[nbl++] = b * 1e3 / n;
 		if (m > 0)
 			sm[nsm++] = m * 1e3 / n;
 		if (t > 0 && m > 0)
 			ratio[nr++] = m / t;
+		if (b > 0 && m > 0)
+			bratio[nbr++] = m / b;
 	}
 	double med, lo, hi;
-	printf("  shell %-7s %5d, %d rounds: tpuflow ", fanout ? "fan-out" : "chain", n, reps);
-	if (ntf) {
-		spread(tf, ntf, &med, &lo, &hi);
-		printf("%.2f ms/step (%.2f-%.2f)", med, lo, hi);
-	} else {
-		printf("failed");
-	}
+	printf("  shell %-7s %5d, %d rounds: ", fanout ? "fan-out" : "chain", n, reps);
+	print_spread("tpuflow", tf, ntf);
 	if (nsm) {
 		spread(sm, nsm, &med, &lo, &hi);
 		printf("; snakemake --cores 2 %.2f ms/job (%.2f-%.2f)", med, lo, hi);
@@ -204,10 +229,19 @@ static void shell_vs_snakemake(const char *dir, int n, int fanout, int reps)
 		spread(ratio, nr, &med, &lo, &hi);
 		printf("; tpuflow %.1fx faster per step (%.1f-%.1f)", med, lo, hi);
 	}
+	if (base) {
+		print_spread("; baseline", bl, nbl);
+		if (nbr) {
+			spread(bratio, nbr, &med, &lo, &hi);
+			printf(", %.1fx Snakemake (%.1f-%.1f)", med, lo, hi);
+		}
+	}
 	printf("\n");
 	free(tf);
+	free(bl);
 	free(sm);
 	free(ratio);
+	free(bratio);
 }
 
 /* Per-step cost against the width of a fan-out: `reps` rounds of a 10x-wide and a 1x-wide
@@ -276,8 +310,11 @@ int main(int argc, char **argv)
 	/* TF_BENCH_DAG=width: only the fan-out width comparison (the rest takes ~20 minutes) */
 	const char *only = getenv("TF_BENCH_DAG");
 	int width_only = only && !strcmp(only, "width");
+	int chain_only = only && !strcmp(only, "chain");
 	if (width_only)
 		goto width;
+	if (chain_only)
+		goto shell;
 	printf("dag: %d no-op steps run in-process (no program started), durable state (SQLite "
 	       "WAL, every commit synced)\n",
 	       nsteps);
@@ -309,11 +346,14 @@ int main(int argc, char **argv)
 	       (last - t_end[0]) * 1e3);
 	printf("  targets: wall <= 1 s per 1000 steps; step-to-step p99 <= 5 ms\n");
 
+shell:
 	printf("dag: real shell steps (/usr/bin/touch) through `%s run --plain`, home on this "
 	       "disk, beside Snakemake on the same DAG of touch jobs\n",
 	       getenv("TPUFLOW_BIN") ? getenv("TPUFLOW_BIN") : "build/tpuflow");
 	shell_vs_snakemake(dir, 200, 0, reps);
 	shell_vs_snakemake(dir, nsteps, 0, reps);
+	if (chain_only)
+		goto out;
 	shell_vs_snakemake(dir, nsteps, 1, reps);
 width:
 	printf(
@@ -321,6 +361,7 @@ width:
 	    "fan-out <= 1.2x that of a %d-step one\n",
 	    nsteps * 10, nsteps);
 	shell_fanout_width(dir, nsteps, reps);
+out:;
 	char cmd[600];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd) != 0)

@@ -220,15 +220,24 @@ static char *find_program(const char *name, int *err_no)
 	return NULL;
 }
 
-/* What the child needs between clone and exec (the parent's, read only). */
+/* What the child needs between clone and exec (the parent's, read only but for err). */
 struct child_args {
 	const char *prog;
 	char *const *argv, *const *envp;
 	const char *cwd;
+	int infd;         /* its stdin (/dev/null, close-on-exec here) */
 	int outfd, errfd; /* its stdout, stderr */
 	pid_t parent;     /* getpid() of the parent */
-	int report;       /* where a failure's errno goes */
+	int err;          /* written by the child: why it could not exec (0: it did) */
 };
+
+static int devnull_fd = -1;
+static pthread_once_t devnull_once = PTHREAD_ONCE_INIT;
+
+static void devnull_open(void)
+{
+	devnull_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
 
 /* Adds the hexadecimal mask after `key` in the /proc status text buf to *mask; 0, or -1
  * when the key is not there. */
@@ -272,14 +281,15 @@ static uint64_t signals_not_default(void)
 }
 
 /* The child between clone and exec, in the parent's memory: only async-signal-safe calls,
- * nothing written but its own stack. Reports a failure as its errno on `report`
- * (close-on-exec, so a successful exec closes it with nothing written). */
+ * nothing written but its own stack and a->err. Reports a failure as its errno in a->err,
+ * which the parent reads once it runs again (CLONE_VFORK: after the exec or the exit), as
+ * posix_spawn does. */
 static int child_exec(void *arg)
 {
-	const struct child_args *a = arg;
+	struct child_args *a = arg;
 	const char *prog = a->prog, *cwd = a->cwd;
 	char *const *argv = a->argv, *const *envp = a->envp;
-	int outfd = a->outfd, errfd = a->errfd, report = a->report;
+	int infd = a->infd, outfd = a->outfd, errfd = a->errfd;
 	pid_t parent = a->parent;
 	int e = 0;
 	/* its own process group, and it dies (SIGTERM) when the thread that started it does:
@@ -305,17 +315,15 @@ static int child_exec(void *arg)
 	sigemptyset(&none);
 	if (!e)
 		sigprocmask(SIG_SETMASK, &none, NULL);
-	int in = e ? -1 : open("/dev/null", O_RDONLY);
-	if (!e && (in < 0 || dup2(in, 0) < 0 || dup2(outfd, 1) < 0 || dup2(errfd, 2) < 0))
-		e = errno;
+	if (!e && (infd < 0 || dup2(infd, 0) < 0 || dup2(outfd, 1) < 0 || dup2(errfd, 2) < 0))
+		e = infd < 0 ? ENOENT : errno;
 	if (!e && cwd && chdir(cwd) < 0)
 		e = errno;
 	if (!e) {
 		execve(prog, argv, envp);
 		e = errno;
 	}
-	if (write(report, &e, sizeof(e)) < 0) {
-	}
+	a->err = e ? e : EIO;
 	_exit(127);
 }
 
@@ -350,7 +358,7 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 	}
 	struct local *l = tf_xcalloc(1, sizeof(*l));
 	int rc = tf_exec_head_init(&l->head, &tf_executor_local, spec, err, errlen);
-	int outfd = -1, errfd = -1, pipefd[2] = {-1, -1}, e = 0;
+	int outfd = -1, errfd = -1, e = 0;
 	int pout[2] = {-1, -1}, perr[2] = {-1, -1};
 	char *prog = NULL;
 	if (rc)
@@ -377,18 +385,15 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 		rc = -e;
 		goto spawn_failed;
 	}
-	if (pipe2(pipefd, O_CLOEXEC) < 0) {
-		rc = -errno;
-		goto spawn_failed;
-	}
+	pthread_once(&devnull_once, devnull_open);
 	struct child_args ca = {.prog = prog,
 	                        .argv = spec->argv,
 	                        .envp = spec->envp ? spec->envp : environ,
 	                        .cwd = spec->cwd,
+	                        .infd = devnull_fd,
 	                        .outfd = pout[1],
 	                        .errfd = perr[1],
-	                        .parent = getpid(),
-	                        .report = pipefd[1]};
+	                        .parent = getpid()};
 	l->pid = spawn(&ca);
 	if (l->pid < 0) {
 		rc = -errno;
@@ -397,17 +402,12 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 	/* the child made its group before it exec'd (EACCES here then) or failed to; either way
 	 * the group exists from here on */
 	setpgid(l->pid, l->pid);
-	close(pipefd[1]);
-	pipefd[1] = -1;
-	ssize_t got;
-	while ((got = read(pipefd[0], &e, sizeof(e))) < 0 && errno == EINTR)
-		;
-	if (got == (ssize_t)sizeof(e)) {
-		/* exec failed: the child reported why and exits */
+	if (ca.err) {
+		/* exec failed: the child said why and exits */
 		int st;
 		while (waitpid(l->pid, &st, 0) < 0 && errno == EINTR)
 			;
-		rc = -(e ? e : EIO);
+		rc = -ca.err;
 		goto spawn_failed;
 	}
 	l->head.pgid = l->pid;
@@ -415,7 +415,7 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 	for (int i = 0; i < 2; i++) {
 		int *p = i ? perr : pout;
 		close(p[1]);
-		fcntl(p[0], F_SETFL, fcntl(p[0], F_GETFL) | O_NONBLOCK);
+		fcntl(p[0], F_SETFL, O_NONBLOCK); /* a new pipe's end has no other status flag */
 		l->sink[i] = (struct sink){.in = p[0],
 		                           .file = i ? errfd : outfd,
 		                           .cap_by = spec->log_max >= 4096 ? "log_max"
@@ -442,9 +442,6 @@ spawn_failed:
 	        rc == -ENOENT ? " (not found: check the path or PATH)" : "");
 out:
 	free(prog);
-	for (int i = 0; i < 2; i++)
-		if (pipefd[i] >= 0)
-			close(pipefd[i]);
 	if (outfd >= 0)
 		close(outfd);
 	if (errfd >= 0)
