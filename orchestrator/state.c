@@ -872,7 +872,7 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 	json_t *doc = NULL, *steps = NULL;
 	struct tf_stmt *s = tf_store_query(
 	    st,
-	    "SELECT id, pipeline, state, params, storage, error, retry_of, created_at, "
+	    "SELECT id, pipeline, state, params, storage, error, created_at, "
 	    "started_at, finished_at, pid, owner, heartbeat_at, cancel_requested_at, trigger, "
 	    "priority, project, state, owner, pid, heartbeat_at, cancelled_at, selection "
 	    "FROM runs WHERE id=?",
@@ -888,20 +888,19 @@ int tf_run_describe(struct tf_store *st, const char *run, json_t **out)
 		json_object_set_new(doc, "params", json_or_null(tf_stmt_text(s, 3)));
 		json_object_set_new(doc, "storage", text_or_null(s, 4));
 		json_object_set_new(doc, "error", text_or_null(s, 5));
-		json_object_set_new(doc, "retry_of", text_or_null(s, 6));
-		json_object_set_new(doc, "created_at", real_or_null(s, 7));
-		json_object_set_new(doc, "started_at", real_or_null(s, 8));
-		json_object_set_new(doc, "finished_at", real_or_null(s, 9));
-		json_object_set_new(doc, "pid", int_or_null(s, 10));
-		json_object_set_new(doc, "owner", text_or_null(s, 11));
-		json_object_set_new(doc, "heartbeat_at", real_or_null(s, 12));
-		json_object_set_new(doc, "cancel_requested_at", real_or_null(s, 13));
-		json_object_set_new(doc, "trigger", text_or_null(s, 14));
-		json_object_set_new(doc, "priority", int_or_null(s, 15));
-		json_object_set_new(doc, "project", text_or_null(s, 16));
-		json_object_set_new(doc, "orphaned", json_boolean(tf_run_row_orphaned(s, 17)));
-		json_object_set_new(doc, "cancelled_at", real_or_null(s, 21));
-		json_object_set_new(doc, "selection", json_or_null(tf_stmt_text(s, 22)));
+		json_object_set_new(doc, "created_at", real_or_null(s, 6));
+		json_object_set_new(doc, "started_at", real_or_null(s, 7));
+		json_object_set_new(doc, "finished_at", real_or_null(s, 8));
+		json_object_set_new(doc, "pid", int_or_null(s, 9));
+		json_object_set_new(doc, "owner", text_or_null(s, 10));
+		json_object_set_new(doc, "heartbeat_at", real_or_null(s, 11));
+		json_object_set_new(doc, "cancel_requested_at", real_or_null(s, 12));
+		json_object_set_new(doc, "trigger", text_or_null(s, 13));
+		json_object_set_new(doc, "priority", int_or_null(s, 14));
+		json_object_set_new(doc, "project", text_or_null(s, 15));
+		json_object_set_new(doc, "orphaned", json_boolean(tf_run_row_orphaned(s, 16)));
+		json_object_set_new(doc, "cancelled_at", real_or_null(s, 20));
+		json_object_set_new(doc, "selection", json_or_null(tf_stmt_text(s, 21)));
 		rc = 0;
 	} else if (rc == 0) {
 		rc = -ENOENT;

@@ -203,7 +203,7 @@ struct tf_runs_filter {
  * tf_runs_list: array of {id, pipeline, state, created_at, started_at, finished_at, steps,
  *   done (succeeded or cached), skipped, orphaned, duration, labels} newest first that pass
  *   `f` (NULL: all).
- * tf_run_describe: {id, pipeline, state, params, storage, error, retry_of, created_at, ...,
+ * tf_run_describe: {id, pipeline, state, params, storage, error, created_at, ...,
  *   steps: [{name, type, state, attempts, reason, cache_hit, with, outputs, metrics, slice,
  *   slice_seconds, started_at, finished_at, duration, attempts_detail: [...]}],
  *   model: {name, version} when a register step made one}.

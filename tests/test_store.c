@@ -55,6 +55,14 @@ static void test_store_migrates_to_latest_and_is_idempotent(void **state)
 		                 0);
 		assert_int_equal(n, 1);
 	}
+	/* runs.retry_of, which nothing wrote, is dropped (migration 0018) */
+	int64_t cols = -1;
+	assert_int_equal(tf_store_query_int(st, &cols,
+	                                    "SELECT count(*) FROM pragma_table_info('runs') "
+	                                    "WHERE name='retry_of'",
+	                                    ""),
+	                 0);
+	assert_int_equal(cols, 0);
 	assert_int_equal(tf_store_integrity_check(st), 0);
 	tf_store_close(st);
 	st = open_db("m.db");

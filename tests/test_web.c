@@ -544,6 +544,7 @@ static void test_step_counts(void **state)
 		assert_int_equal(json_integer_value(json_object_get(it, "steps")), want[k][0]);
 		assert_int_equal(json_integer_value(json_object_get(it, "done")), want[k][1]);
 		assert_int_equal(json_integer_value(json_object_get(it, "skipped")), want[k][2]);
+		assert_null(json_object_get(it, "retry_of")); /* gone with its column (0018) */
 		/* running with no owner (set by hand here): its process is gone */
 		assert_int_equal(json_is_true(json_object_get(it, "orphaned")), k > 0);
 		resp_free(&r);

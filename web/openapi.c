@@ -34,7 +34,6 @@ static const char components[] =
     "need\"},\"orphaned\":{\"type\":\"boolean\",\"description\":\"running, but the "
     "process driving it is gone: runs resume continues it\"},"
     "  \"error\":{\"type\":[\"string\",\"null\"]},"
-    "  \"retry_of\":{\"type\":[\"string\",\"null\"]},"
     "  \"trigger\":{\"$ref\":\"#/components/schemas/Trigger\"}}},"
     "\"Trigger\":{\"enum\":[\"cli\",\"api\",\"schedule\"],"
     " \"description\":\"how the run was submitted\"},"

@@ -204,8 +204,7 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		put_i64(&b, tf_stmt_int(s, 7));
 		PUT_LIT(&b, ",\"error\":");
 		tf_web_put_json_str(&b, tf_stmt_text(s, 8));
-		/* runs.retry_of is never written (a run is retried in place): always null */
-		PUT_LIT(&b, ",\"retry_of\":null,\"trigger\":");
+		PUT_LIT(&b, ",\"trigger\":");
 		tf_web_put_json_str(&b, tf_stmt_text(s, 9));
 		PUT_LIT(&b, ",\"skipped\":");
 		put_i64(&b, tf_stmt_int(s, 10));
