@@ -50,6 +50,16 @@ int tf_scope_allows(enum tf_scope have, enum tf_scope need)
 }
 
 
+void tf_web_items(struct tf_web_req *rq, struct tf_web_resp *rs, int rc, json_t *items)
+{
+	if (rc) {
+		json_decref(items);
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+	} else {
+		tf_web_json(rs, 200, json_pack("{s:o}", "items", items));
+	}
+}
+
 /* ---- health ------------------------------------------------------------------------------- */
 
 static void h_healthz(struct tf_web_req *rq, struct tf_web_resp *rs)

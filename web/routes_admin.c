@@ -137,10 +137,7 @@ void tf_web_tokens_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	json_t *out = NULL;
 	int rc = tf_token_list(rq->st, &out);
-	if (rc)
-		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
-	else
-		tf_web_json(rs, 200, json_pack("{s:o}", "items", out));
+	tf_web_items(rq, rs, rc, out);
 }
 
 void tf_web_tokens_create(struct tf_web_req *rq, struct tf_web_resp *rs)

@@ -21,6 +21,10 @@ static inline json_t *tf_web_col_real(struct tf_stmt *s, int c)
 	return tf_stmt_is_null(s, c) ? json_null() : json_real(tf_stmt_double(s, c));
 }
 
+/* Answers a list read from the store: 200 {"items": items} (consumed) when rc is 0, else
+ * the store's problem for rc (web/routes.c). */
+void tf_web_items(struct tf_web_req *rq, struct tf_web_resp *rs, int rc, json_t *items);
+
 /* web/routes_runs.c */
 void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs);
 void tf_web_run_show(struct tf_web_req *rq, struct tf_web_resp *rs);

@@ -17,16 +17,30 @@
 
 /* ---- pipelines ---------------------------------------------------------------------------- */
 
-void tf_web_pipeline_validate(struct tf_web_req *rq, struct tf_web_resp *rs)
+/* A body of {yaml, name?}: the pipeline text in *yaml and the file name for diagnostics in
+ * *name ("pipeline.yaml" when not given); 0, or a 422 in rs. exact: no other member. */
+static int yaml_body(struct tf_web_req *rq, struct tf_web_resp *rs, int exact, json_t **yaml,
+                     const char **name)
 {
 	json_t *jy = json_object_get(rq->json, "yaml"), *jn = json_object_get(rq->json, "name");
-	if (!json_is_string(jy) || (jn && !json_is_string(jn))) {
+	if (!json_is_string(jy) || (jn && !json_is_string(jn)) ||
+	    (exact && json_object_size(rq->json) != 1U + (jn != NULL))) {
 		tf_web_problem(rs, 422, rq->path,
 		               "give 'yaml' (the pipeline file's text) and optionally 'name' (the "
 		               "file name used in diagnostics)");
-		return;
+		return -1;
 	}
-	const char *name = jn ? json_string_value(jn) : "pipeline.yaml";
+	*yaml = jy;
+	*name = jn ? json_string_value(jn) : "pipeline.yaml";
+	return 0;
+}
+
+void tf_web_pipeline_validate(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	json_t *jy;
+	const char *name;
+	if (yaml_body(rq, rs, 0, &jy, &name))
+		return;
 	struct tf_diag_list diags = {0};
 	struct tf_pipeline *p = NULL;
 	int rc = tf_pipeline_load_buffer(name, json_string_value(jy), json_string_length(jy), NULL,
@@ -152,15 +166,10 @@ static json_t *registered_entry(struct tf_store *st, const char *name)
 /* POST /pipelines and POST /schedules: registers {yaml, name?}; a schedule must have one. */
 static void register_pipeline(struct tf_web_req *rq, struct tf_web_resp *rs, int schedule)
 {
-	json_t *jy = json_object_get(rq->json, "yaml"), *jn = json_object_get(rq->json, "name");
-	if (!json_is_string(jy) || (jn && !json_is_string(jn)) ||
-	    json_object_size(rq->json) != 1U + (jn != NULL)) {
-		tf_web_problem(rs, 422, rq->path,
-		               "give 'yaml' (the pipeline file's text) and optionally 'name' (the "
-		               "file name used in diagnostics)");
+	json_t *jy;
+	const char *file;
+	if (yaml_body(rq, rs, 1, &jy, &file))
 		return;
-	}
-	const char *file = jn ? json_string_value(jn) : "pipeline.yaml";
 	struct tf_diag_list diags = {0};
 	char *name = NULL;
 	int rc = tf_pipelines_add_text(rq->st, file, json_string_value(jy), json_string_length(jy),
@@ -351,10 +360,7 @@ void tf_web_models_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	json_t *out = NULL;
 	int rc = tf_registry_list(rq->st, &out);
-	if (rc)
-		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
-	else
-		tf_web_json(rs, 200, json_pack("{s:o}", "items", out));
+	tf_web_items(rq, rs, rc, out);
 }
 
 void tf_web_model_show(struct tf_web_req *rq, struct tf_web_resp *rs)

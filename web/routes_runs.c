@@ -244,17 +244,25 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	tf_web_json_text(rs, &b);
 }
 
+/* The {id} run as tf_run_describe writes it (a new reference), its id in id; NULL with a
+ * problem in rs. */
+static json_t *run_doc(struct tf_web_req *rq, struct tf_web_resp *rs, char id[32])
+{
+	json_t *d = NULL;
+	if (tf_web_run_param(rq, rs, id))
+		return NULL;
+	int rc = tf_run_describe(rq->st, id, &d);
+	if (rc)
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+	return rc ? NULL : d;
+}
+
 void tf_web_run_show(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	char id[32];
-	if (tf_web_run_param(rq, rs, id))
+	json_t *d = run_doc(rq, rs, id);
+	if (!d)
 		return;
-	json_t *d = NULL;
-	int rc = tf_run_describe(rq->st, id, &d);
-	if (rc) {
-		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
-		return;
-	}
 	json_object_set_new(d, "labels", labels_of(rq->st, id));
 	tf_web_json(rs, 200, d);
 }
@@ -262,14 +270,9 @@ void tf_web_run_show(struct tf_web_req *rq, struct tf_web_resp *rs)
 void tf_web_run_steps(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	char id[32];
-	if (tf_web_run_param(rq, rs, id))
+	json_t *d = run_doc(rq, rs, id);
+	if (!d)
 		return;
-	json_t *d = NULL;
-	int rc = tf_run_describe(rq->st, id, &d);
-	if (rc) {
-		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
-		return;
-	}
 	json_t *steps = json_incref(json_object_get(d, "steps"));
 	json_decref(d);
 	tf_web_json(rs, 200, json_pack("{s:s, s:o}", "run_id", id, "items", steps));
