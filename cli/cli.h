@@ -17,9 +17,10 @@ struct tf_cli {
 	const char *argv0;    /* how the program was invoked, for re-executing itself */
 	const char *remote;   /* --remote URL or $TPUFLOW_URL: a daemon's API, NULL: local */
 	/* Prepared by main before the command runs, by the flags of its row in the command
-	 * table (cli/main.c: NEED_HOME, NEED_DB); main releases them after. */
+	 * table (cli/main.c: NEED_HOME, NEED_DB, NEED_DB_AS_IS); main releases them after. */
 	const char *home;    /* the state home's path (--home, $TPUFLOW_HOME, ./.tpuflow) */
-	struct tf_store *db; /* NEED_DB: the home's database, open and migrated */
+	struct tf_store *db; /* NEED_DB: the home's database, open and migrated; NEED_DB_AS_IS:
+	                        open read-only as it is, NULL when there is none */
 };
 
 /* Long options every subcommand accepts; put TF_CLI_COMMON_OPTIONS at the start of a

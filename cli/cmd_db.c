@@ -1,5 +1,7 @@
 /* cmd_db.c — `tpuflow db status|migrate`: the state database's schema version and its
- * pending migrations. */
+ * pending migrations. main gives the database as it is (NEED_DB_AS_IS: read-only, any
+ * version, NULL when there is none), which status reports on; migrate opens it as every
+ * other command does (tf_cli_open_store: created, migrated) and counts what that applied. */
 #include "cli/cli.h"
 #include "common/common.h"
 #include "orchestrator/store.h"
@@ -8,7 +10,6 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -19,21 +20,11 @@ static void usage(FILE *f)
 	           "program.\n");
 }
 
-static int exit_for(int rc)
-{
-	if (rc == -EPROTO)
-		return TF_EXIT_CONFIG;
-	if (rc == -EBUSY)
-		return TF_EXIT_UNAVAILABLE;
-	return TF_EXIT_SOFTWARE;
-}
-
 int cmd_db(int argc, char **argv, struct tf_cli *cli)
 {
 	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS, {0, 0, 0, 0}};
-	int c, rc, ret = TF_EXIT_OK, version = 0, applied = 0;
+	int c, ret = TF_EXIT_OK, version = 0, applied = 0;
 	struct tf_store *st = NULL;
-	char err[512] = "", *home = NULL, *path = NULL;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -51,25 +42,24 @@ int cmd_db(int argc, char **argv, struct tf_cli *cli)
 	if (!migrate && strcmp(sub, "status"))
 		return tf_cli_usage_error("db", "unknown subcommand '%s' (status, migrate)", sub);
 
-	home = tf_cli_home(cli, migrate);
-	if (!home)
-		return TF_EXIT_CONFIG;
-	path = tf_xasprintf("%s/%s", home, TF_STORE_FILE);
-	if (!migrate && access(path, F_OK) != 0) {
-		version = 0;
-	} else {
-		rc = tf_store_open(path, migrate ? 0 : TF_STORE_READONLY | TF_STORE_ANY_VERSION, &st,
-		                   err, sizeof(err));
-		if (rc == 0 && migrate)
-			rc = tf_store_migrate(st, &applied);
-		if (rc == 0)
-			rc = tf_store_version(st, &version);
-		if (rc) {
-			fprintf(stderr, "tpuflow db: %s\n", st ? tf_store_errmsg(st) : err);
-			ret = exit_for(rc);
+	int before = 0;
+	if (cli->db && tf_store_version(cli->db, &before)) {
+		fprintf(stderr, "tpuflow db: %s\n", tf_store_errmsg(cli->db));
+		return TF_EXIT_SOFTWARE;
+	}
+	version = before;
+	if (migrate) {
+		/* migrations are numbered without gaps, so what opening applied is the difference */
+		if (!(st = tf_cli_open_store(cli, "db", &ret)))
+			return ret;
+		if (tf_store_version(st, &version)) {
+			fprintf(stderr, "tpuflow db: %s\n", tf_store_errmsg(st));
+			ret = TF_EXIT_SOFTWARE;
 			goto out;
 		}
+		applied = version - before;
 	}
+	char *path = tf_xasprintf("%s/%s", cli->home, TF_STORE_FILE);
 	int latest = tf_store_latest_version();
 	if (cli->json) {
 		json_t *pending = json_array();
@@ -97,9 +87,8 @@ int cmd_db(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (version > latest)
 		ret = TF_EXIT_CONFIG;
+	free(path);
 out:
 	tf_store_close(st);
-	free(path);
-	free(home);
 	return ret;
 }

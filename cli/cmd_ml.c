@@ -74,7 +74,7 @@ static int parse_u64(const char *cmd, const char *flag, const char *s, uint64_t 
 }
 
 /* ---- flags from the step-kind table ----
- * `data prep` and `train` take the `with` keys of their pipeline step kinds as flags
+ * `data prep`, `train` and `eval` take the `with` keys of their pipeline step kinds as flags
  * (`checkpoint_every` is --checkpoint-every), read from the kind's row: their names, whether
  * they take a value, their help and the checks of their values are the table's, and the
  * options they make are filled by the same ml/ function the step calls
@@ -92,8 +92,10 @@ struct with_flags {
 	int exit;                       /* the exit code of a bad value (WITH_BAD) */
 };
 
+/* renames: NULL, or pairs KEY, FLAG, ... NULL for a key whose flag is not the key's own name
+ * (the command already gives that name another meaning). */
 static void with_flags_init(struct with_flags *f, const char *cmd, const char *kind,
-                            const struct option *own)
+                            const struct option *own, const char *const *renames)
 {
 	static const struct option common[] = {TF_CLI_COMMON_OPTIONS};
 	const struct tf_step_schema *sc = tf_step_schema_find(kind);
@@ -108,7 +110,11 @@ static void with_flags_init(struct with_flags *f, const char *cmd, const char *k
 	f->opts = tf_xcalloc(nc + f->n + nown + 1, sizeof(*f->opts));
 	memcpy(f->opts, common, sizeof(common));
 	for (size_t i = 0; i < f->n; i++) {
-		f->names[i] = tf_xstrdup(f->keys[i].key);
+		const char *flag = f->keys[i].key;
+		for (const char *const *r = renames; r && *r; r += 2)
+			if (!strcmp(r[0], flag))
+				flag = r[1];
+		f->names[i] = tf_xstrdup(flag);
 		for (char *c = f->names[i]; *c; c++)
 			if (*c == '_')
 				*c = '-';
@@ -208,7 +214,7 @@ int cmd_data(int argc, char **argv, struct tf_cli *cli)
 	    {0},
 	};
 	struct with_flags f;
-	with_flags_init(&f, "data prep", "data_prep", own);
+	with_flags_init(&f, "data prep", "data_prep", own, NULL);
 	struct tf_prep_opts po = {0};
 	const char *out = DEFAULT_DATASET_PREFIX, *store_url = NULL;
 	char err[1024];
@@ -429,7 +435,7 @@ int cmd_train(int argc, char **argv, struct tf_cli *cli)
 	    {0},
 	};
 	struct with_flags f;
-	with_flags_init(&f, "train", "train", own);
+	with_flags_init(&f, "train", "train", own, NULL);
 	struct tf_train_opts o = {.ckpt_prefix = "runs/local/train/ckpt/", .prefetch = 4};
 	o.optim.schedule = TF_LR_COSINE;
 	const char *store_url = NULL, *export_dir = NULL;
@@ -567,44 +573,56 @@ out:
 
 /* ---- eval ---- */
 
-static const char eval_usage[] =
-    "usage: tpuflow eval --model DIR [options]\n"
-    "Evaluates an exported model bundle on the test split of a dataset, on an emulated slice.\n"
-    "  --model DIR          bundle directory (or --model-key PREFIX in the store)\n"
-    "  --dataset KEY        manifest key (default " DEFAULT_DATASET ")\n"
-    "  --store URL          object store (default: the state home's store)\n"
-    "  --accelerator S      slice (default v4-8)\n"
-    "  --home DIR, --json, --help\n";
+static void eval_usage(const struct with_flags *f, FILE *out)
+{
+	fputs("usage: tpuflow eval --model DIR [options]\n"
+	      "Evaluates an exported model bundle on the test split of a dataset, on an emulated "
+	      "slice.\n"
+	      "The keys of a pipeline's evaluate step (docs/pipeline.md), as flags (--dataset "
+	      "defaults to\n" DEFAULT_DATASET " here):\n",
+	      out);
+	with_flags_usage(f, out);
+	fputs("and:\n"
+	      "  --model DIR          bundle directory (instead of --model-key)\n"
+	      "  --store URL          object store (default: the state home's store)\n"
+	      "  --accelerator S      slice (default v4-8)\n"
+	      "  --home DIR, --json, --help\n",
+	      out);
+}
 
 int cmd_eval(int argc, char **argv, struct tf_cli *cli)
 {
-	enum { O_MODEL = 1, O_MODELKEY, O_DATASET, O_STORE, O_ACCEL };
-	static const struct option opts[] = {
-	    TF_CLI_COMMON_OPTIONS,
+	/* The evaluate kind's `with` keys are the flags, but its `model` (a bundle's key in the
+	 * store) is --model-key: --model here is a local bundle directory, which a step has no
+	 * key for (a step's bundles are in its run's store). Not derived either: --store and
+	 * --accelerator, which a step takes from its run (`storage:`, the slice it was given). */
+	static const char *const renames[] = {"model", "model-key", NULL};
+	enum { O_MODEL = 1, O_STORE, O_ACCEL };
+	static const struct option own[] = {
 	    {"model", required_argument, NULL, O_MODEL},
-	    {"model-key", required_argument, NULL, O_MODELKEY},
-	    {"dataset", required_argument, NULL, O_DATASET},
 	    {"store", required_argument, NULL, O_STORE},
 	    {"accelerator", required_argument, NULL, O_ACCEL},
 	    {0},
 	};
-	const char *model = NULL, *model_key = NULL, *dataset = DEFAULT_DATASET, *store_url = NULL;
-	const char *accel = "v4-8";
-	int c, rc;
+	struct with_flags f;
+	with_flags_init(&f, "eval", "evaluate", own, renames);
+	const char *model = NULL, *store_url = NULL, *accel = "v4-8";
+	int c, rc = 0;
+	struct tf_objstore *s = NULL, *ms = NULL;
+	struct tf_bundle *b = NULL;
+	char err[1024];
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((c = with_flags_next(&f, argc, argv)) != -1) {
+		if (c == WITH_BAD) {
+			rc = f.exit;
+			goto out;
+		}
 		switch (c) {
 		case 'h':
-			fputs(eval_usage, stdout);
-			return TF_EXIT_OK;
+			eval_usage(&f, stdout);
+			goto out;
 		case O_MODEL:
 			model = optarg;
-			break;
-		case O_MODELKEY:
-			model_key = optarg;
-			break;
-		case O_DATASET:
-			dataset = optarg;
 			break;
 		case O_STORE:
 			store_url = optarg;
@@ -613,37 +631,43 @@ int cmd_eval(int argc, char **argv, struct tf_cli *cli)
 			accel = optarg;
 			break;
 		default:
-			if (!tf_cli_common_option(cli, c, optarg))
-				return tf_cli_usage_error("eval", "unknown option");
+			if (!tf_cli_common_option(cli, c, optarg)) {
+				rc = tf_cli_usage_error("eval", "unknown option");
+				goto out;
+			}
 		}
 	}
-	if (!model == !model_key)
-		return tf_cli_usage_error("eval", "give one of --model DIR or --model-key PREFIX");
-	struct tf_objstore *s = NULL, *ms = NULL;
-	struct tf_bundle *b = NULL;
+	if ((rc = with_flags_end(&f, argc, argv)))
+		goto out;
+	const char *model_key = json_string_value(json_object_get(f.with, "model"));
+	const char *dataset = json_string_value(json_object_get(f.with, "dataset"));
+	if (!dataset)
+		dataset = DEFAULT_DATASET;
+	if (!model == !model_key) {
+		rc = tf_cli_usage_error("eval", "give one of --model DIR or --model-key PREFIX");
+		goto out;
+	}
 	struct tf_eval_result ev;
-	char err[1024];
 	if ((rc = open_store("eval", store_url, cli, &s)))
-		return rc;
+		goto out;
 	if ((model && (rc = tf_objstore_open(model, &ms, err, sizeof err))) ||
 	    (rc = tf_bundle_load(ms ? ms : s, ms ? "" : model_key, &b, err, sizeof err)) ||
-	    (rc = tf_bundle_evaluate(s, b, dataset, accel, NULL, &ev, err, sizeof err)))
-		goto fail;
+	    (rc = tf_bundle_evaluate(s, b, dataset, accel, NULL, &ev, err, sizeof err))) {
+		fprintf(stderr, "tpuflow eval: %s\n", err);
+		rc = exit_for(rc);
+		goto out;
+	}
 	if (cli->json)
 		printf("{\"examples\":%zu,\"loss\":%.17g,\"accuracy\":%.17g,\"auc\":%.17g}\n", ev.n,
 		       ev.loss, ev.accuracy, isnan(ev.auc) ? 0.0 : ev.auc);
 	else
 		printf("%zu examples: accuracy %.4f, loss %.4f, AUC %.4f\n", ev.n, ev.accuracy,
 		       ev.loss, ev.auc);
-	rc = TF_EXIT_OK;
-	goto out;
-fail:
-	fprintf(stderr, "tpuflow eval: %s\n", err);
-	rc = exit_for(rc);
 out:
 	tf_bundle_free(b);
 	tf_objstore_free(ms);
 	tf_objstore_free(s);
+	with_flags_release(&f);
 	return rc;
 }
 

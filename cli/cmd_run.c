@@ -211,18 +211,12 @@ static void on_follow_signal(int sig)
 	follow_stop = 1;
 }
 
-/* Shows the run's progress from the database until it ends (quiet: no view), then its
- * summary. Ctrl-C stops following only. Returns the exit code. */
-static int follow(struct tf_cli *cli, const char *home, const char *run, int plain, int quiet)
+/* Shows the run's progress from the database (cli->db) until it ends (quiet: no view), then
+ * its summary. Ctrl-C stops following only. Returns the exit code. */
+static int follow(struct tf_cli *cli, const char *run, int plain, int quiet)
 {
-	char *path = tf_xasprintf("%s/%s", home, TF_STORE_FILE), err[512] = "";
-	struct tf_store *st = NULL;
-	int rc = tf_store_open(path, TF_STORE_READONLY, &st, err, sizeof(err)), ret;
-	free(path);
-	if (rc) {
-		fprintf(stderr, "tpuflow: %s\n", err);
-		return exit_for_rc(rc);
-	}
+	struct tf_store *st = cli->db;
+	int rc, ret;
 	FILE *out = cli->json ? stderr : stdout;
 	int tty = !plain && isatty(fileno(out)) && getenv("TERM") && strcmp(getenv("TERM"), "dumb");
 	struct sigaction sa = {.sa_handler = on_follow_signal}, old_int, old_term;
@@ -302,7 +296,6 @@ out:
 	tf_view_free(view);
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGTERM, &old_term, NULL);
-	tf_store_close(st);
 	return ret;
 }
 
@@ -318,13 +311,7 @@ static int run_by_daemon(struct tf_cli *cli, const char *home, const char *file,
 		fprintf(stderr, "tpuflow run: cannot read '%s': %s\n", file, strerror(-rc));
 		return TF_EXIT_DATAERR;
 	}
-	struct tf_store *st = NULL;
-	rc = tf_store_open_home(home, &st, err, sizeof(err));
-	if (rc) {
-		free(text);
-		fprintf(stderr, "tpuflow run: %s\n", err);
-		return exit_for_rc(rc);
-	}
+	struct tf_store *st = cli->db;
 	struct tf_engine_submit sub = {.path = file,
 	                               .yaml = text,
 	                               .yaml_len = len,
@@ -350,7 +337,6 @@ static int run_by_daemon(struct tf_cli *cli, const char *home, const char *file,
 			rc = -EIO;
 		}
 	}
-	tf_store_close(st);
 	free(text);
 	if (rc) {
 		report_refused(cli, file, &diags, err);
@@ -367,7 +353,7 @@ static int run_by_daemon(struct tf_cli *cli, const char *home, const char *file,
 	}
 	if (!cli->json && !wait)
 		fprintf(stdout, "run %s submitted to the daemon of %s\n", run, home);
-	return follow(cli, home, run, plain, wait);
+	return follow(cli, run, plain, wait);
 }
 
 /* Params as `runs show` and `run --dry-run` print them: "    epochs = 5  (--param)". */
@@ -491,7 +477,8 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 	size_t nov = 0;
 	struct tf_engine_opts o = {0};
 	int c, plain = 0, ret, detach = 0, wait = 0, embedded = 0;
-	char err[1024] = "", *home = NULL;
+	char err[1024] = "";
+	const char *home = cli->home; /* created, its database open, unless --dry-run */
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "hp:", opts, NULL)) != -1) {
@@ -597,11 +584,6 @@ int cmd_run(int argc, char **argv, struct tf_cli *cli)
 		ret = tf_cli_usage_error("run", "expected one pipeline file");
 		goto out;
 	}
-	home = tf_cli_home(cli, !dry_run); /* a dry run creates nothing */
-	if (!home) {
-		ret = TF_EXIT_CONFIG;
-		goto out;
-	}
 	o.home = home;
 	o.force = force;
 	struct tf_engine_req rq = {.path = argv[optind],
@@ -650,7 +632,6 @@ out:
 	free(only);
 	free(labels);
 	free(force);
-	free(home);
 	return ret;
 }
 
@@ -1139,8 +1120,9 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 	                                     {0, 0, 0, 0}};
 	struct tf_runs_filter filter = {.limit = 50};
 	int c, plain = 0, force = 0, dry_run = 0, ret = TF_EXIT_OK, rc;
-	char *home = NULL, err[1024] = "", run[32];
-	struct tf_store *st = NULL;
+	char err[1024] = "", run[32];
+	const char *home = cli->home;
+	struct tf_store *st = cli->db; /* NEED_DB */
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -1201,15 +1183,6 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 		    sub);
 	if (strcmp(sub, "list") && !arg)
 		return tf_cli_usage_error("runs", "'%s' needs a run id", sub);
-	home = tf_cli_home(cli, 1);
-	if (!home)
-		return TF_EXIT_CONFIG;
-	rc = tf_store_open_home(home, &st, err, sizeof(err));
-	if (rc) {
-		fprintf(stderr, "tpuflow runs: %s\n", err);
-		ret = exit_for_rc(rc);
-		goto out;
-	}
 	if (!strcmp(sub, "list")) {
 		ret = runs_list(st, cli, &filter);
 		goto out;
@@ -1236,12 +1209,8 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 	} else if (!strcmp(sub, "cancel")) {
 		ret = runs_cancel(st, run);
 	} else if (!strcmp(sub, "watch")) {
-		tf_store_close(st);
-		st = NULL;
-		ret = follow(cli, home, run, plain, 0);
+		ret = follow(cli, run, plain, 0);
 	} else { /* resume or retry: the verbs are checked above */
-		tf_store_close(st);
-		st = NULL;
 		struct tf_engine_opts o = {.home = home};
 		o.out = cli->json ? stderr : stdout;
 		o.tty = !plain && isatty(fileno(o.out)) && getenv("TERM") &&
@@ -1262,7 +1231,5 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 		ret = finish(cli, &res);
 	}
 out:
-	tf_store_close(st);
-	free(home);
 	return ret;
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int cmd_help(int argc, char **argv, struct tf_cli *cli);
 static int cmd_version(int argc, char **argv, struct tf_cli *cli);
@@ -24,6 +25,12 @@ static int cmd_version(int argc, char **argv, struct tf_cli *cli);
 enum {
 	NEED_HOME = 1 << 0, /* the state home exists (created if missing) */
 	NEED_DB = 1 << 1,   /* and its database is open and migrated in cli->db */
+	/* the database as it is, to look at: open read-only at whatever schema version it has
+	 * (a newer one too), neither created nor migrated; cli->db is NULL when there is none
+	 * yet (`db status` reports on a home without touching it) */
+	NEED_DB_AS_IS = 1 << 2,
+	/* with --dry-run nothing of the above is prepared: a dry run creates nothing */
+	DRY_RUN_FREE = 1 << 3,
 };
 
 struct tf_cmd {
@@ -40,9 +47,9 @@ static const struct tf_cmd commands[] = {
     {"validate", cmd_validate, 0, "check pipeline files, reporting every error as FILE:LINE:COL"},
     {"plan", cmd_plan, 0, "show a pipeline's DAG as levels (--json, --dot)"},
     {"kinds", cmd_kinds, 0, "the step kinds: their with keys, outputs and metrics"},
-    {"db", cmd_db, 0, "state database: status, migrate"},
-    {"run", cmd_run, 0, "run a pipeline durably: parallel steps, retries, cache, live view"},
-    {"runs", cmd_runs, 0, "runs: list, show, logs, watch, cancel, resume, retry, delete"},
+    {"db", cmd_db, NEED_DB_AS_IS, "state database: status, migrate"},
+    {"run", cmd_run, NEED_DB | DRY_RUN_FREE, "run a pipeline durably: parallel steps, retries, cache, live view"},
+    {"runs", cmd_runs, NEED_DB, "runs: list, show, logs, watch, cancel, resume, retry, delete"},
     {"gc", cmd_gc, NEED_DB, "remove old runs by a retention policy (--keep-last N, --older-than AGE)"},
     {"daemon", cmd_daemon, NEED_HOME, "drive every run of a home and serve the HTTP API (foreground)"},
     {"models", cmd_models, NEED_DB, "model registry: list, show, alias, compare"},
@@ -138,15 +145,32 @@ struct tf_store *tf_cli_open_store(const struct tf_cli *cli, const char *cmd, in
 	return st;
 }
 
+/* NEED_DB_AS_IS: HOME/tpuflow.db read-only at any version into cli->db, or NULL when there
+ * is no such file. 0, or the exit code (said on stderr). */
+static int open_db_as_is(struct tf_cli *cli, const char *cmd)
+{
+	char *path = tf_xasprintf("%s/%s", cli->home, TF_STORE_FILE), err[512] = "";
+	int rc = access(path, F_OK) ? 0
+	                            : tf_store_open(path, TF_STORE_READONLY | TF_STORE_ANY_VERSION,
+	                                            &cli->db, err, sizeof(err));
+	free(path);
+	if (!rc)
+		return 0;
+	fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
+	return rc == -EPROTO ? TF_EXIT_CONFIG : TF_EXIT_UNAVAILABLE;
+}
+
 /* What a command's `needs` ask for, before it runs. --home may stand anywhere among the
  * command's own arguments (before a "--"), so main looks for it there as getopt_long would
- * take it; with --help or -h nothing is prepared (help never touches the home). 0, or the
- * exit code of what failed (said on stderr). */
+ * take it; with --help or -h nothing is prepared (help never touches the home), nor with
+ * --dry-run for a DRY_RUN_FREE command. 0, or the exit code of what failed (said on
+ * stderr). */
 static int setup(const struct tf_cmd *c, int argc, char **argv, struct tf_cli *cli)
 {
 	int help = 0, code = 0;
 	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") ||
+		    ((c->needs & DRY_RUN_FREE) && !strcmp(argv[i], "--dry-run")))
 			help = 1;
 		else if (!strcmp(argv[i], "--home") && i + 1 < argc)
 			cli->home_opt = argv[++i];
@@ -158,6 +182,8 @@ static int setup(const struct tf_cmd *c, int argc, char **argv, struct tf_cli *c
 		return 0;
 	if ((c->needs & NEED_DB) && !(cli->db = tf_cli_open_store(cli, c->name, &code)))
 		return code;
+	if (c->needs & NEED_DB_AS_IS)
+		return open_db_as_is(cli, c->name);
 	if ((c->needs & NEED_HOME) && !(c->needs & NEED_DB)) {
 		char *made = tf_cli_home(cli, 1);
 		if (!made)

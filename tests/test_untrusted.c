@@ -447,6 +447,15 @@ static void test_untrusted_eval_refuses_other_class_count(void **state)
 	                    "--dataset", "ds/manifest.json", NULL};
 	assert_int_equal(tf_test_cli(ok, NULL, &e), 0);
 	free(e);
+	/* the evaluate kind's `model` key (a key in the store) is --model-key */
+	const char *by_key[] = {"eval", "--model-key", "model/", "--store", "file://store",
+	                        "--dataset", "ds/manifest.json", NULL};
+	assert_int_equal(tf_test_cli(by_key, NULL, &e), 0);
+	free(e);
+	const char *both[] = {"eval", "--model", "store/model", "--model-key", "model/", NULL};
+	assert_int_equal(tf_test_cli(both, NULL, &e), 64);
+	assert_non_null(strstr(e, "give one of --model DIR or --model-key PREFIX"));
+	free(e);
 }
 
 /* ---- IDX and CSV sources ---- */
