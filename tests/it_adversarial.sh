@@ -93,5 +93,5 @@ expect 65 "more than 2^63 cycles" -- "$bin" accel cycles --m 4000000000 --k 4000
 
 # 12. a zero-byte database is not taken for a new one
 mkdir -p "$dir/zero" && : >"$dir/zero/tpuflow.db" && touch -d '1 hour ago' "$dir/zero/tpuflow.db"
-expect 70 "is empty (0 bytes)" -- "$bin" runs list --home "$dir/zero"
+expect 69 "is empty (0 bytes)" -- "$bin" runs list --home "$dir/zero"
 echo "it_adversarial: ok"
