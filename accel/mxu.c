@@ -625,7 +625,7 @@ static void run_split(const struct tf_mxu_cfg *cfg, const struct part *whole, in
 		} else {
 			p->M = b1 - b0;
 			p->X = whole->trans_x ? whole->X + b0 : whole->X + b0 * whole->ldx;
-			p->x_avail = whole->trans_x ? whole->ldx - b0 : whole->ldx;
+			p->x_avail = whole->trans_x ? whole->x_avail - b0 : whole->ldx;
 			p->C = whole->C + b0 * whole->ldc;
 		}
 	}
@@ -683,7 +683,7 @@ void tf_mxu_gemm(const struct tf_mxu_cfg *cfg_in, int trans_x, int trans_w, size
 	    .ldw = ldw,
 	    .ldc = ldc,
 	    .C = C,
-	    .x_avail = ldx,
+	    .x_avail = trans_x ? M : ldx, /* a transposed X may be a block of a wider array */
 	    .kernel = kernel,
 	};
 	run_split(&cfg, &whole, 1);
@@ -772,7 +772,7 @@ void tf_mxu_gemm_wpack(const struct tf_mxu_cfg *cfg_in, int trans_x, size_t M, c
 	    .ldw = p->ldw,
 	    .ldc = ldc,
 	    .C = C,
-	    .x_avail = ldx,
+	    .x_avail = trans_x ? M : ldx,
 	    .kernel = K_AVX512,
 	    .packed = p->words,
 	    .packed_n = p->N,
@@ -780,4 +780,36 @@ void tf_mxu_gemm_wpack(const struct tf_mxu_cfg *cfg_in, int trans_x, size_t M, c
 	};
 	run_split(&cfg, &whole, 0); /* the packed panels span all of N */
 	fill_stats(&cfg, M, p->K, p->N, stats);
+}
+
+void tf_mxu_gemm_wpack_range(const struct tf_mxu_cfg *cfg, int trans_x, size_t M, const float *X,
+                             size_t ldx, const struct tf_mxu_wpack *p, size_t lo, size_t hi,
+                             float *out)
+{
+	size_t N = p->N;
+	if (hi > M * N)
+		hi = M * N;
+	if (lo >= hi)
+		return;
+	/* op(X) row i starts at X + i (transposed) or X + i * ldx */
+	size_t xrow = trans_x ? 1 : ldx;
+	size_t r0 = lo / N, c0 = lo % N, r1 = hi / N, c1 = hi % N;
+	if (c0 && r0 == r1) { /* within one row */
+		tf_mxu_gemm(cfg, trans_x, p->trans_w, 1, p->K, c1 - c0, X + r0 * xrow, ldx,
+		            p->trans_w ? p->W + c0 * p->ldw : p->W + c0, p->ldw, out, N, NULL);
+		return;
+	}
+	if (c0) { /* the end of row r0: its columns c0 .. N-1 */
+		tf_mxu_gemm(cfg, trans_x, p->trans_w, 1, p->K, N - c0, X + r0 * xrow, ldx,
+		            p->trans_w ? p->W + c0 * p->ldw : p->W + c0, p->ldw, out, N, NULL);
+		out += N - c0;
+		r0++;
+	}
+	if (r1 > r0) { /* whole rows */
+		tf_mxu_gemm_wpack(cfg, trans_x, r1 - r0, X + r0 * xrow, ldx, p, out, N, NULL);
+		out += (r1 - r0) * N;
+	}
+	if (c1) /* the start of row r1 */
+		tf_mxu_gemm(cfg, trans_x, p->trans_w, 1, p->K, c1, X + r1 * xrow, ldx, p->W, p->ldw,
+		            out, N, NULL);
 }

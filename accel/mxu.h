@@ -89,6 +89,16 @@ void tf_mxu_gemm_wpack(const struct tf_mxu_cfg *cfg, int trans_x, size_t M, cons
                        size_t ldx, const struct tf_mxu_wpack *p, float *C, size_t ldc,
                        struct tf_mxu_stats *stats);
 
+/* Elements [lo, hi) of that GEMM's M x N result, row-major (element i * N + j is C[i][j]),
+ * written to out[0 .. hi - lo): the whole rows the range covers through the pack, a partial
+ * first or last row through a GEMM of just its columns of op(W) (read from the borrowed W).
+ * The same bits as those elements of the whole product: a data-parallel all-reduce can make a
+ * replica's gradient one cache-sized block at a time (tf_slice_allreduce_gen). hi is capped at
+ * M * N. */
+void tf_mxu_gemm_wpack_range(const struct tf_mxu_cfg *cfg, int trans_x, size_t M, const float *X,
+                             size_t ldx, const struct tf_mxu_wpack *p, size_t lo, size_t hi,
+                             float *out);
+
 /* SCALE-Sim's analytical model (scalesim/compute/systolic_compute_{ws,os}.py). */
 enum tf_mxu_dataflow {
 	TF_MXU_WS, /* weight-stationary: rows <- K, cols <- N, streamed T = M */

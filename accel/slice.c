@@ -57,9 +57,14 @@ struct tf_slice_rt {
 	size_t ar_cap;         /* capacity of ar_lo / ar_hi */
 	float **ar_tmp;        /* per participant: 2 banks x replicas x block floats */
 	float ***ar_val;       /* per participant: replicas pointers (layer values) */
+	float **ar_gtmp;       /* per participant: replicas x block floats (generated values) */
 	size_t ar_n;           /* floats per replica buffer */
 	size_t ar_block;       /* block length in floats */
+	size_t ar_tcap, ar_gcap; /* floats in each ar_tmp, each ar_gtmp */
 	int ar_first;          /* only replica 0's buffer receives the sum */
+	tf_slice_gen_fn ar_gen; /* tf_slice_allreduce_gen: the generator, its argument and */
+	void *ar_gen_arg;       /* where the sum goes */
+	float *ar_sum;
 };
 
 /* Takes task indices until none are left. Called with mu unlocked. */
@@ -162,6 +167,7 @@ int tf_slice_rt_new(const struct tf_tpu_slice *slice, int host_threads, int ftz,
 	rt->tids = tf_xcalloc((size_t)rt->threads, sizeof *rt->tids);
 	rt->ar_tmp = tf_xcalloc((size_t)rt->threads, sizeof *rt->ar_tmp);
 	rt->ar_val = tf_xcalloc((size_t)rt->threads, sizeof *rt->ar_val);
+	rt->ar_gtmp = tf_xcalloc((size_t)rt->threads, sizeof *rt->ar_gtmp);
 	for (int i = 1; i < rt->threads; i++) {
 		struct worker_arg *wa = tf_xmalloc(sizeof *wa);
 		wa->rt = rt;
@@ -193,9 +199,11 @@ void tf_slice_rt_free(struct tf_slice_rt *rt)
 	for (int i = 0; i < rt->threads; i++) {
 		free(rt->ar_tmp[i]);
 		free(rt->ar_val[i]);
+		free(rt->ar_gtmp[i]);
 	}
 	free(rt->ar_tmp);
 	free(rt->ar_val);
+	free(rt->ar_gtmp);
 	free(rt->ar_lo);
 	free(rt->ar_hi);
 	free(rt->tids);
@@ -299,6 +307,18 @@ static void count_gemm(struct tf_slice_replica *r, size_t M, size_t K, size_t N,
 	r->hbm_extra += cycles - st->cycles;
 	r->hbm_bytes += bytes;
 	r->macs += st->macs;
+}
+
+void tf_slice_gemm_count(struct tf_slice_replica *r, size_t M, size_t K, size_t N)
+{
+	struct tf_mxu_cfg cfg, norm;
+	tf_slice_mxu_cfg(r->rt, &cfg);
+	tf_mxu_cfg_norm(&cfg, &norm);
+	struct tf_mxu_model m;
+	tf_mxu_model(TF_MXU_WS, M, K, N, norm.rows, norm.cols, norm.mxus, &m);
+	struct tf_mxu_stats st;
+	tf_mxu_stats_fill(&norm, M, K, N, m.core_cycles, &st); /* what tf_mxu_gemm reports */
+	count_gemm(r, M, K, N, &st);
 }
 
 void tf_slice_gemm(struct tf_slice_replica *r, int trans_x, int trans_w, size_t M, size_t K,
@@ -417,20 +437,21 @@ static void add_to(float *restrict out, const float *restrict a, size_t n, int f
 		out[i] = out[i] + a[i];
 }
 
-/* One block of the all-reduce: elements [lo, hi), which lie within one chunk of every ring
- * dimension. Layer by layer (one per dimension), each ring's members are summed in ring order
- * into a temporary owned by the ring's first member; the last layer leaves the total with
- * replica 0, which is copied to every replica (or only to replica 0's buffer). */
-static void reduce_task(struct tf_slice_rt *rt, int task, int participant)
+/* One block of the all-reduce: elements [lo, lo + len) of the n-float buffers, which lie within
+ * one chunk of every ring dimension; val[i] points at replica i's value of element lo (val is
+ * used up). Layer by layer (one per dimension), each ring's members are summed in ring order
+ * into a temporary of tmp owned by the ring's first member (into `last`, when not NULL, for the
+ * last layer); returns where the total is (replica 0's value when there is one replica). */
+static const float *reduce_block(struct tf_slice_rt *rt, size_t lo, size_t len, const float **val,
+                                 float *tmp, float *last)
 {
 	struct ring_dim d[4];
 	int nd = ring_dims(&rt->slice, d);
-	size_t lo = rt->ar_lo[task], len = rt->ar_hi[task] - lo, n = rt->ar_n;
-	int R = rt->replicas;
-	float *tmp = rt->ar_tmp[participant];
-	const float **val = (const float **)rt->ar_val[participant];
-	for (int i = 0; i < R; i++)
-		val[i] = rt->ar_bufs[i] + lo;
+	size_t n = rt->ar_n;
+	int R = rt->replicas, final = -1;
+	for (int di = 0; di < nd; di++)
+		if (d[di].size > 1)
+			final = di;
 	unsigned saved = tf_mxu_csr_enter(rt->ftz); /* the adds run in the MXU's FTZ/DAZ mode */
 	int bank = 0;
 	for (int di = 0; di < nd; di++) {
@@ -446,7 +467,9 @@ static void reduce_task(struct tf_slice_rt *rt, int task, int participant)
 		for (int base = 0; base < R; base++) {
 			if ((base / st) % p != 0 || val[base] == NULL)
 				continue; /* not the first member of a ring of this layer */
-			float *out = tmp + ((size_t)bank * R + (size_t)base) * rt->ar_block;
+			float *out = di == final && last
+			                 ? last
+			                 : tmp + ((size_t)bank * R + (size_t)base) * rt->ar_block;
 			add2(out, val[base + ((j + 1) % p) * st], val[base + ((j + 2) % p) * st],
 			     len, rt->ftz);
 			for (int k = 3; k <= p; k++)
@@ -458,38 +481,72 @@ static void reduce_task(struct tf_slice_rt *rt, int task, int participant)
 		bank ^= 1;
 	}
 	tf_mxu_csr_leave(saved);
-	const float *total = val[0];
+	return val[0];
+}
+
+/* A block of tf_slice_allreduce(_first): the total is copied to every replica's buffer (or
+ * only to replica 0's). */
+static void reduce_task(struct tf_slice_rt *rt, int task, int participant)
+{
+	size_t lo = rt->ar_lo[task], len = rt->ar_hi[task] - lo;
+	int R = rt->replicas;
+	const float **val = (const float **)rt->ar_val[participant];
+	for (int i = 0; i < R; i++)
+		val[i] = rt->ar_bufs[i] + lo;
+	const float *total = reduce_block(rt, lo, len, val, rt->ar_tmp[participant], NULL);
 	for (int i = 0; i < (rt->ar_first ? 1 : R); i++)
 		if (rt->ar_bufs[i] + lo != total)
 			memcpy(rt->ar_bufs[i] + lo, total, len * sizeof(float));
 }
 
-static void allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n, int first)
+/* A block of tf_slice_allreduce_gen: every replica's values generated next to each other,
+ * then summed straight into the sum buffer. */
+static void gen_task(struct tf_slice_rt *rt, int task, int participant)
+{
+	size_t lo = rt->ar_lo[task], hi = rt->ar_hi[task], len = hi - lo;
+	int R = rt->replicas;
+	const float **val = (const float **)rt->ar_val[participant];
+	float *g = rt->ar_gtmp[participant];
+	for (int i = 0; i < R; i++) {
+		float *v = g + (size_t)i * rt->ar_block;
+		rt->ar_gen(i, lo, hi, v, rt->ar_gen_arg);
+		val[i] = v;
+	}
+	const float *total =
+	    reduce_block(rt, lo, len, val, rt->ar_tmp[participant], rt->ar_sum + lo);
+	if (total != rt->ar_sum + lo) /* one replica: nothing to add */
+		memcpy(rt->ar_sum + lo, total, len * sizeof(float));
+}
+
+/* Cuts [0, n) into blocks of at most `block` floats for the pool: at every multiple of block
+ * and at every ring's chunk boundary (a block lies in one chunk of each ring); makes the
+ * per-participant temporaries (2 banks x replicas blocks, and with `gen` replicas blocks for
+ * the generated values). Returns the number of blocks (ar_lo, ar_hi). */
+static size_t plan_blocks(struct tf_slice_rt *rt, size_t n, size_t block, int gen)
 {
 	struct ring_dim d[4];
 	int nd = ring_dims(&rt->slice, d);
 	int R = rt->replicas;
-	/* Temporaries: 2 banks x replicas blocks per participant, at most ~16 MB each. */
-	size_t block = (size_t)1 << 11;
-	while (block > 64 && 2 * (size_t)R * block > ((size_t)1 << 22))
-		block >>= 1;
-	if (rt->ar_block != block) {
-		for (int i = 0; i < rt->threads; i++) {
-			free(rt->ar_tmp[i]);
-			rt->ar_tmp[i] = NULL;
-		}
-		rt->ar_block = block;
-	}
+	size_t tneed = 2 * (size_t)R * block, gneed = gen ? (size_t)R * block : 0;
 	for (int i = 0; i < rt->threads; i++) {
-		if (!rt->ar_tmp[i])
-			rt->ar_tmp[i] = tf_xmalloc(2 * (size_t)R * block * sizeof(float));
+		if (tneed > rt->ar_tcap) {
+			free(rt->ar_tmp[i]);
+			rt->ar_tmp[i] = tf_xmalloc(tneed * sizeof(float));
+		}
+		if (gneed > rt->ar_gcap) {
+			free(rt->ar_gtmp[i]);
+			rt->ar_gtmp[i] = tf_xmalloc(gneed * sizeof(float));
+		}
 		if (!rt->ar_val[i])
 			rt->ar_val[i] = tf_xcalloc((size_t)R, sizeof(float *));
 	}
-	/* Blocks: [0, n) cut at every ring's chunk boundary, then into pieces of `block`. */
+	rt->ar_tcap = tneed > rt->ar_tcap ? tneed : rt->ar_tcap;
+	rt->ar_gcap = gneed > rt->ar_gcap ? gneed : rt->ar_gcap;
+	rt->ar_block = block;
 	size_t nb = 0;
 	for (size_t lo = 0; lo < n;) {
-		size_t hi = lo + block < n ? lo + block : n;
+		size_t hi = (lo / block + 1) * block;
+		hi = hi < n ? hi : n;
 		for (int di = 0; di < nd; di++) {
 			uint64_t p = (uint64_t)d[di].size;
 			if (p <= 1)
@@ -510,19 +567,52 @@ static void allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n, int 
 		nb++;
 		lo = hi;
 	}
-	int single = R == 1;
-	rt->ar_bufs = bufs;
 	rt->ar_n = n;
-	rt->ar_first = first;
-	if (!single && nb)
-		pool_exec(rt, (int)nb, reduce_task);
+	return nb;
+}
 
+/* The alpha-beta time of an all-reduce of n floats per replica. */
+static void account_allreduce(struct tf_slice_rt *rt, size_t n)
+{
 	double bytes = (double)n * sizeof(float);
 	double t = tf_slice_allreduce_seconds(&rt->slice, bytes);
 	rt->st.allreduces++;
 	rt->st.bytes_reduced += bytes;
 	rt->st.collective_seconds += t;
 	rt->st.device_seconds += t;
+}
+
+static void allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n, int first)
+{
+	int R = rt->replicas;
+	/* Temporaries: 2 banks x replicas blocks per participant, at most ~16 MB each. */
+	size_t block = (size_t)1 << 11;
+	while (block > 64 && 2 * (size_t)R * block > ((size_t)1 << 22))
+		block >>= 1;
+	size_t nb = plan_blocks(rt, n, block, 0);
+	rt->ar_bufs = bufs;
+	rt->ar_first = first;
+	if (R > 1 && nb)
+		pool_exec(rt, (int)nb, reduce_task);
+	account_allreduce(rt, n);
+}
+
+void tf_slice_allreduce_gen(struct tf_slice_rt *rt, size_t n, tf_slice_gen_fn gen, void *arg,
+                            float *sum)
+{
+	int R = rt->replicas;
+	/* The replicas' values of a block and the sums of its first layer stay in L2: ~128 KB
+	 * of generated values per participant (16 rows of a 256-wide gradient on 8 replicas). */
+	size_t block = (size_t)1 << 12;
+	while (block > 64 && (size_t)R * block > ((size_t)1 << 15))
+		block >>= 1;
+	size_t nb = plan_blocks(rt, n, block, 1);
+	rt->ar_gen = gen;
+	rt->ar_gen_arg = arg;
+	rt->ar_sum = sum;
+	if (nb)
+		pool_exec(rt, (int)nb, gen_task);
+	account_allreduce(rt, n);
 }
 
 void tf_slice_allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n)

@@ -17,6 +17,9 @@
  * Typical step:
  *     tf_slice_run(rt, forward_backward, &ctx);   // each replica: tf_slice_gemm(...)
  *     tf_slice_allreduce(rt, grads, n);           // grads[r] is replica r's buffer
+ * or, with the gradients made inside the all-reduce a cache-sized block at a time:
+ *     tf_slice_run(rt, forward_backward, &ctx);   // ... tf_slice_gemm_count(...)
+ *     tf_slice_allreduce_gen(rt, n, gen, &ctx, sum);
  */
 #ifndef TF_SLICE_H
 #define TF_SLICE_H
@@ -81,6 +84,11 @@ void tf_slice_gemm(struct tf_slice_replica *r, int trans_x, int trans_w, size_t 
                    size_t N, const float *X, size_t ldx, const float *W, size_t ldw, float *C,
                    size_t ldc);
 
+/* Counts an M x K . K x N GEMM against the replica as tf_slice_gemm does (device cycles, HBM
+ * traffic, multiply-adds) without computing it: for a replica program whose product is made
+ * later by tf_slice_allreduce_gen's generator. */
+void tf_slice_gemm_count(struct tf_slice_replica *r, size_t M, size_t K, size_t N);
+
 /* tf_slice_gemm with op(W) from a pack (tf_mxu_wpack_set with tf_slice_mxu_cfg's
  * configuration): the replicas of a step share one packing of their common weights. */
 void tf_slice_gemm_wpack(struct tf_slice_replica *r, int trans_x, size_t M, const float *X,
@@ -104,6 +112,18 @@ void tf_slice_allreduce(struct tf_slice_rt *rt, float *const *bufs, size_t n);
  * were): for a loop that applies one update to weights all replicas share, as the emulation
  * keeps one copy of them. Same bits in bufs[0], same device time, no copies to the others. */
 void tf_slice_allreduce_first(struct tf_slice_rt *rt, float *const *bufs, size_t n);
+
+/* Writes replica's values of elements [lo, hi) of the n floats being all-reduced to
+ * out[0 .. hi - lo). Called on the runtime's threads, concurrently for disjoint ranges. */
+typedef void (*tf_slice_gen_fn)(int replica, size_t lo, size_t hi, float *out, void *arg);
+
+/* tf_slice_allreduce_first of buffers that are never stored whole: gen makes each replica's
+ * values block by block (e.g. its weight gradient, from what its pass kept), and each block of
+ * every replica is summed, in the ring order, while it is in cache, straight into sum[0..n).
+ * The same bits in sum as tf_slice_allreduce_first leaves in bufs[0] when bufs[r] holds what
+ * gen writes for replica r; the same device time. Blocks run on the host thread pool. */
+void tf_slice_allreduce_gen(struct tf_slice_rt *rt, size_t n, tf_slice_gen_fn gen, void *arg,
+                            float *sum);
 
 /* The alpha-beta time of one all-reduce of `bytes` per replica on this slice. */
 double tf_slice_allreduce_seconds(const struct tf_tpu_slice *slice, double bytes);

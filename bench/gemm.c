@@ -127,8 +127,9 @@ static double timed(void (*fn)(struct ops *), struct ops *o, int reps, double *c
 }
 
 /* A data-parallel MLP step (784-256-128-10, global batch 256) on an emulated v4-8 slice: each
- * of 8 replicas runs the 8 GEMMs of forward and backward on its 32 rows, then the gradients
- * (235,146 floats) are all-reduced. Peer: the same 8 GEMMs on the whole batch with OpenBLAS. */
+ * of 8 replicas runs the 8 GEMMs of forward and backward on its 32 rows, and the gradients
+ * (235,146 floats) are all-reduced, the 3 weight-gradient GEMMs made block by block inside the
+ * all-reduce as training does. Peer: the same 8 GEMMs on the whole batch with OpenBLAS. */
 struct mlp_bufs {
 	float *X, *W1, *W2, *W3, *H1, *H2, *H3, *dW1, *dW2, *dW3, *dH1, *dH2;
 };
@@ -161,25 +162,61 @@ static void mlp_free(struct mlp_bufs *b)
 
 struct slice_ctx {
 	struct mlp_bufs *rep; /* per replica */
-	float **grads;        /* rep[i].dW1 */
 	/* the shared weights packed once per step, as training does (ml/train.c): W1, W2, W3
 	 * for the forward pass, W3^T and W2^T for dH2 and dH1 */
 	struct tf_mxu_wpack *w1, *w2, *w3, *w3t, *w2t;
+	/* per replica, the backward pass's dY of each layer packed for its weight gradient */
+	struct tf_mxu_wpack *dy1[8], *dy2[8], *dy3[8];
+	struct tf_mxu_cfg gen_cfg; /* the replicas' GEMMs, one host thread each */
 };
 
+/* As training does (ml/mlp.c, tf_mlp_train_pass_deferred): forward and backward, the weight
+ * gradients counted here and made block by block by grad_gen inside the all-reduce. */
 static void replica_step(struct tf_slice_replica *r, void *arg)
 {
 	struct slice_ctx *c = arg;
 	struct mlp_bufs *b = &c->rep[r->index];
 	size_t B = 32;
+	int i = r->index;
 	tf_slice_gemm_wpack(r, 0, B, b->X, 784, c->w1, b->H1, 256);
 	tf_slice_gemm_wpack(r, 0, B, b->H1, 256, c->w2, b->H2, 128);
 	tf_slice_gemm_wpack(r, 0, B, b->H2, 128, c->w3, b->H3, 10);
-	tf_slice_gemm(r, 1, 0, 128, B, 10, b->H2, 128, b->H3, 10, b->dW3, 10);
+	tf_mxu_wpack_set(c->dy3[i], &c->gen_cfg, 0, B, 10, b->H3, 10);
+	tf_slice_gemm_count(r, 128, B, 10);
 	tf_slice_gemm_wpack(r, 0, B, b->H3, 10, c->w3t, b->dH2, 128);
-	tf_slice_gemm(r, 1, 0, 256, B, 128, b->H1, 256, b->dH2, 128, b->dW2, 128);
+	tf_mxu_wpack_set(c->dy2[i], &c->gen_cfg, 0, B, 128, b->dH2, 128);
+	tf_slice_gemm_count(r, 256, B, 128);
 	tf_slice_gemm_wpack(r, 0, B, b->dH2, 128, c->w2t, b->dH1, 256);
-	tf_slice_gemm(r, 1, 0, 784, B, 256, b->X, 784, b->dH1, 256, b->dW1, 256);
+	tf_mxu_wpack_set(c->dy1[i], &c->gen_cfg, 0, B, 256, b->dH1, 256);
+	tf_slice_gemm_count(r, 784, B, 256);
+}
+
+/* Elements [lo, hi) of a replica's gradient (dW1, dW2, dW3 in one buffer). */
+static void grad_gen(int replica, size_t lo, size_t hi, float *out, void *arg)
+{
+	struct slice_ctx *c = arg;
+	struct mlp_bufs *b = &c->rep[replica];
+	const struct {
+		size_t K;
+		const float *A;
+		const struct tf_mxu_wpack *dy;
+	} seg[3] = {{784, b->X, c->dy1[replica]},
+	            {256, b->H1, c->dy2[replica]},
+	            {128, b->H2, c->dy3[replica]}};
+	size_t off = 0;
+	for (int l = 0; l < 3 && lo < hi; l++) {
+		size_t K, N;
+		tf_mxu_wpack_shape(seg[l].dy, &K, &N);
+		size_t end = off + seg[l].K * N;
+		if (lo < end) {
+			size_t e = hi < end ? hi : end;
+			tf_mxu_gemm_wpack_range(&c->gen_cfg, 1, seg[l].K, seg[l].A, seg[l].K,
+			                        seg[l].dy, lo - off, e - off, out);
+			out += e - lo;
+			lo = e;
+		}
+		off = end;
+	}
 }
 
 static void blas_step(struct mlp_bufs *b, int B)
@@ -206,11 +243,9 @@ static void slice_step(int quick)
 	}
 	int steps = quick ? 20 : 100;
 	struct mlp_bufs whole, rep[8];
-	float *grads[8];
 	mlp_alloc(&whole, 256);
 	for (int i = 0; i < 8; i++) {
 		mlp_alloc(&rep[i], 32);
-		grads[i] = rep[i].dW1;
 		/* replicas hold identical weights: share one read-only copy, as a host
 		 * implementation of data parallelism would */
 		if (i) {
@@ -218,14 +253,19 @@ static void slice_step(int quick)
 			rep[i].W1 = rep[0].W1, rep[i].W2 = rep[0].W2, rep[i].W3 = rep[0].W3;
 		}
 	}
-	struct slice_ctx ctx = {rep,
-	                        grads,
-	                        tf_mxu_wpack_new(),
-	                        tf_mxu_wpack_new(),
-	                        tf_mxu_wpack_new(),
-	                        tf_mxu_wpack_new(),
-	                        tf_mxu_wpack_new()};
+	struct slice_ctx ctx = {.rep = rep,
+	                        .w1 = tf_mxu_wpack_new(),
+	                        .w2 = tf_mxu_wpack_new(),
+	                        .w3 = tf_mxu_wpack_new(),
+	                        .w3t = tf_mxu_wpack_new(),
+	                        .w2t = tf_mxu_wpack_new()};
+	for (int i = 0; i < 8; i++) {
+		ctx.dy1[i] = tf_mxu_wpack_new();
+		ctx.dy2[i] = tf_mxu_wpack_new();
+		ctx.dy3[i] = tf_mxu_wpack_new();
+	}
 	size_t ngrad = 784 * 256 + 256 * 128 + 128 * 10;
+	float *gsum = tf_xmalloc(ngrad * sizeof *gsum);
 	for (int thr = 1; thr <= 2; thr++) {
 		struct tf_slice_rt *rt;
 		if (tf_slice_rt_new(&s, thr, 1, &rt))
@@ -240,13 +280,15 @@ static void slice_step(int quick)
 			for (int i = 0; i < steps; i++) {
 				struct tf_mxu_cfg cfg;
 				tf_slice_mxu_cfg(rt, &cfg);
+				ctx.gen_cfg = cfg;
+				ctx.gen_cfg.threads = 1;
 				tf_mxu_wpack_set(ctx.w1, &cfg, 0, 784, 256, rep[0].W1, 256);
 				tf_mxu_wpack_set(ctx.w2, &cfg, 0, 256, 128, rep[0].W2, 128);
 				tf_mxu_wpack_set(ctx.w3, &cfg, 0, 128, 10, rep[0].W3, 10);
 				tf_mxu_wpack_set(ctx.w3t, &cfg, 1, 10, 128, rep[0].W3, 10);
 				tf_mxu_wpack_set(ctx.w2t, &cfg, 1, 128, 256, rep[0].W2, 128);
 				tf_slice_run(rt, replica_step, &ctx);
-				tf_slice_allreduce_first(rt, grads, ngrad);
+				tf_slice_allreduce_gen(rt, ngrad, grad_gen, &ctx, gsum);
 			}
 			ts[trial] = (tf_now_monotonic() - t0) / steps;
 			double cs = thread_cpu() - c0;
@@ -276,6 +318,11 @@ static void slice_step(int quick)
 	mlp_free(&whole);
 	tf_mxu_wpack_free(ctx.w1), tf_mxu_wpack_free(ctx.w2), tf_mxu_wpack_free(ctx.w3);
 	tf_mxu_wpack_free(ctx.w3t), tf_mxu_wpack_free(ctx.w2t);
+	for (int i = 0; i < 8; i++) {
+		tf_mxu_wpack_free(ctx.dy1[i]), tf_mxu_wpack_free(ctx.dy2[i]);
+		tf_mxu_wpack_free(ctx.dy3[i]);
+	}
+	free(gsum);
 	for (int i = 1; i < 8; i++)
 		rep[i].W1 = rep[i].W2 = rep[i].W3 = NULL; /* shared with replica 0 */
 	for (int i = 0; i < 8; i++)

@@ -79,17 +79,12 @@ static void work_init(struct tf_mlp_work *w, const struct tf_mlp *m, size_t max_
 {
 	memset(w, 0, sizeof *w);
 	w->max_rows = max_rows;
-	size_t widest = 0;
-	for (int l = 0; l <= m->nlayers; l++) {
-		if (l > 0)
-			w->act[l] = tf_xmalloc(max_rows * m->size[l] * sizeof(float) + 64);
-		if (m->size[l] > widest)
-			widest = m->size[l];
-	}
+	for (int l = 1; l <= m->nlayers; l++)
+		w->act[l] = tf_xmalloc(max_rows * m->size[l] * sizeof(float) + 64);
 	if (!train)
 		return;
-	w->dz = tf_xmalloc(max_rows * widest * sizeof(float) + 64);
-	w->dz2 = tf_xmalloc(max_rows * widest * sizeof(float) + 64);
+	for (int l = 0; l < m->nlayers; l++)
+		w->dz[l] = tf_xmalloc(max_rows * m->size[l + 1] * sizeof(float) + 64);
 	w->grad = tf_xcalloc(m->nparams, sizeof(float));
 }
 
@@ -109,8 +104,10 @@ void tf_mlp_work_release(struct tf_mlp_work *w)
 		return;
 	for (int l = 0; l <= TF_MLP_MAX_LAYERS; l++)
 		free(w->act[l]);
-	free(w->dz);
-	free(w->dz2);
+	for (int l = 0; l < TF_MLP_MAX_LAYERS; l++) {
+		free(w->dz[l]);
+		tf_mxu_wpack_free(w->dzpack[l]);
+	}
 	free(w->grad);
 	memset(w, 0, sizeof *w);
 }
@@ -301,14 +298,18 @@ void tf_mlp_probs(const struct tf_mlp *m, const float *logits, size_t n, float *
 	}
 }
 
-void tf_mlp_train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g, struct tf_mlp_work *w,
-                       const float *x, const int32_t *y, size_t n, size_t scale_rows)
+/* The training pass; with `defer`, dW_l = A_l^T . dZ_l is not computed but kept for
+ * tf_mlp_grad_range (dZ_l packed, x borrowed) and counted against the replica. */
+static void train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g, struct tf_mlp_work *w,
+                       const float *x, const int32_t *y, size_t n, size_t scale_rows, int defer)
 {
 	int L = m->nlayers;
 	size_t C = m->size[L];
 	const float inv = 1.0f / (float)scale_rows;
 	w->loss_sum = 0;
 	w->correct = 0;
+	w->x = x;
+	w->rows = n;
 	if (n == 0) {
 		memset(w->grad, 0, m->nparams * sizeof(float));
 		return;
@@ -316,13 +317,12 @@ void tf_mlp_train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g, stru
 	tf_mlp_forward(m, g, w, x, n);
 
 	/* loss and dL/dlogits, scaled so replica sums give the global batch mean */
-	float *dz = w->dz, *dz2 = w->dz2;
 	for (size_t i = 0; i < n; i++) {
 		const float *z = w->act[L] + i * C;
 		int ok;
 		w->loss_sum += tf_mlp_loss(m, z, y[i], &ok);
 		w->correct += (size_t)ok;
-		float *d = dz + i * C;
+		float *d = w->dz[L - 1] + i * C;
 		if (m->binary) {
 			d[0] = (1.0f / (1.0f + expf(-z[0])) - (float)y[i]) * inv;
 			continue;
@@ -332,11 +332,21 @@ void tf_mlp_train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g, stru
 			d[j] = (d[j] - (j == (size_t)y[i] ? 1.0f : 0.0f)) * inv;
 	}
 
+	struct tf_mxu_cfg cfg;
+	if (defer)
+		tf_slice_mxu_cfg(g->replica->rt, &cfg);
 	for (int l = L - 1; l >= 0; l--) {
 		size_t K = m->size[l], N = m->size[l + 1];
-		const float *a = l == 0 ? x : w->act[l];
+		const float *a = l == 0 ? x : w->act[l], *dz = w->dz[l];
 		/* dW = A^T . dZ  (K x N), through the MXU with K' = rows of the shard */
-		gemm(g, 1, 0, K, n, N, a, K, dz, N, w->grad + m->w_off[l], N);
+		if (!defer) {
+			gemm(g, 1, 0, K, n, N, a, K, dz, N, w->grad + m->w_off[l], N);
+		} else {
+			if (!w->dzpack[l])
+				w->dzpack[l] = tf_mxu_wpack_new();
+			tf_mxu_wpack_set(w->dzpack[l], &cfg, 0, n, N, dz, N);
+			tf_slice_gemm_count(g->replica, K, n, N);
+		}
 		/* db = column sums of dZ, rows in order */
 		float *db = w->grad + m->b_off[l];
 		memset(db, 0, N * sizeof(float));
@@ -346,10 +356,47 @@ void tf_mlp_train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g, stru
 			break;
 		/* dA = dZ . W^T (n x K), then through the ReLU of layer l */
 		gemm_w(g, g->packs ? g->packs->bwd[l] : NULL, 1, n, N, K, dz, N,
-		       m->params + m->w_off[l], N, dz2, K);
-		relu_mask(dz2, w->act[l], n * K);
-		float *t = dz;
-		dz = dz2;
-		dz2 = t;
+		       m->params + m->w_off[l], N, w->dz[l - 1], K);
+		relu_mask(w->dz[l - 1], w->act[l], n * K);
+	}
+}
+
+void tf_mlp_train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g, struct tf_mlp_work *w,
+                       const float *x, const int32_t *y, size_t n, size_t scale_rows)
+{
+	train_pass(m, g, w, x, y, n, scale_rows, 0);
+}
+
+void tf_mlp_train_pass_deferred(const struct tf_mlp *m, const struct tf_mlp_gemm *g,
+                                struct tf_mlp_work *w, const float *x, const int32_t *y, size_t n,
+                                size_t scale_rows)
+{
+	train_pass(m, g, w, x, y, n, scale_rows, 1);
+}
+
+void tf_mlp_grad_range(const struct tf_mlp *m, const struct tf_mxu_cfg *cfg,
+                       const struct tf_mlp_work *w, size_t lo, size_t hi, float *out)
+{
+	if (w->rows == 0) {
+		memset(out, 0, (hi - lo) * sizeof(float));
+		return;
+	}
+	/* the layout, layer by layer: kernel (K x N), then bias (N) */
+	for (int l = 0; l < m->nlayers && lo < hi; l++) {
+		size_t K = m->size[l], N = m->size[l + 1];
+		size_t w0 = m->w_off[l], b0 = m->b_off[l], b1 = b0 + N;
+		if (lo < b0) {
+			size_t e = hi < b0 ? hi : b0;
+			const float *a = l == 0 ? w->x : w->act[l];
+			tf_mxu_gemm_wpack_range(cfg, 1, K, a, K, w->dzpack[l], lo - w0, e - w0, out);
+			out += e - lo;
+			lo = e;
+		}
+		if (lo < hi && lo < b1) {
+			size_t e = hi < b1 ? hi : b1;
+			memcpy(out, w->grad + lo, (e - lo) * sizeof(float));
+			out += e - lo;
+			lo = e;
+		}
 	}
 }

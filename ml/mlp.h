@@ -52,11 +52,14 @@ void tf_mlp_init_params(struct tf_mlp *m, uint64_t seed);
 struct tf_mlp_work {
 	size_t max_rows;                   /* capacity */
 	float *act[TF_MLP_MAX_LAYERS + 1]; /* act[l]: layer l output (act[0] unused) */
-	float *dz;                         /* gradient wrt the current layer's output */
-	float *dz2;                        /* and the next one down */
+	float *dz[TF_MLP_MAX_LAYERS];      /* dz[l]: gradient wrt layer l's output (pre-ReLU) */
 	float *grad;                       /* nparams gradient (this replica's part) */
 	double loss_sum;                   /* sum of per-example losses of the last pass */
 	size_t correct;                    /* correct predictions of the last pass */
+	/* what a deferred pass (tf_mlp_train_pass_deferred) keeps for tf_mlp_grad_range */
+	const float *x;                          /* its input rows (borrowed) */
+	size_t rows;                             /* how many */
+	struct tf_mxu_wpack *dzpack[TF_MLP_MAX_LAYERS]; /* dz[l] packed as op(W) of dW_l */
 };
 
 void tf_mlp_work_init(struct tf_mlp_work *w, const struct tf_mlp *m, size_t max_rows);
@@ -98,6 +101,21 @@ void tf_mlp_forward(const struct tf_mlp *m, const struct tf_mlp_gemm *g, struct 
  * w->grad receives this replica's gradient; w->loss_sum / w->correct its loss and hits. */
 void tf_mlp_train_pass(const struct tf_mlp *m, const struct tf_mlp_gemm *g, struct tf_mlp_work *w,
                        const float *x, const int32_t *y, size_t n, size_t scale_rows);
+
+/* tf_mlp_train_pass on a slice replica (g->replica set) with the weight-gradient GEMMs
+ * dW_l = A_l^T . dZ_l left for tf_mlp_grad_range: w->grad receives the bias gradients only;
+ * the pass keeps every dZ_l (packed for those GEMMs) and borrows x until then, and counts the
+ * GEMMs against the replica as if it had run them. */
+void tf_mlp_train_pass_deferred(const struct tf_mlp *m, const struct tf_mlp_gemm *g,
+                                struct tf_mlp_work *w, const float *x, const int32_t *y, size_t n,
+                                size_t scale_rows);
+
+/* Elements [lo, hi) of the gradient of w's last deferred pass, written to out[0 .. hi - lo):
+ * the weight gradients' GEMMs run now under cfg (the replica's, tf_slice_mxu_cfg), only for
+ * those elements, with the same bits tf_mlp_train_pass writes; the bias gradients are read
+ * from w->grad; zeros for a pass of no rows. Safe to call concurrently (disjoint out). */
+void tf_mlp_grad_range(const struct tf_mlp *m, const struct tf_mxu_cfg *cfg,
+                       const struct tf_mlp_work *w, size_t lo, size_t hi, float *out);
 
 /* Probabilities from logits, row by row (softmax, or sigmoid for binary models, giving the
  * positive class probability). out may alias logits. The one function every path uses. */

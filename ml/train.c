@@ -56,6 +56,8 @@ struct step_ctx {
 	const int32_t *y;         /* labels (train) */
 	size_t n;                 /* rows in the global batch */
 	float *probs;             /* eval: output probabilities (n x outputs) or NULL */
+	int defer;                /* train: weight gradients made by grad_gen */
+	struct tf_mxu_cfg gen_cfg; /* grad_gen's GEMMs: the replicas', on one host thread each */
 };
 
 static void replica_train(struct tf_slice_replica *r, void *arg)
@@ -64,8 +66,15 @@ static void replica_train(struct tf_slice_replica *r, void *arg)
 	size_t lo, hi;
 	tf_input_replica_rows(c->n, r->replicas, r->index, &lo, &hi);
 	struct tf_mlp_gemm g = {.replica = r, .packs = c->packs};
-	tf_mlp_train_pass(c->m, &g, &c->work[r->index], c->x + lo * c->m->size[0], c->y + lo,
-	                  hi - lo, c->n);
+	(c->defer ? tf_mlp_train_pass_deferred : tf_mlp_train_pass)(
+	    c->m, &g, &c->work[r->index], c->x + lo * c->m->size[0], c->y + lo, hi - lo, c->n);
+}
+
+/* tf_slice_allreduce_gen's generator: a replica's gradient, one block at a time. */
+static void grad_gen(int replica, size_t lo, size_t hi, float *out, void *arg)
+{
+	struct step_ctx *c = arg;
+	tf_mlp_grad_range(c->m, &c->gen_cfg, &c->work[replica], lo, hi, out);
 }
 
 static void replica_eval(struct tf_slice_replica *r, void *arg)
@@ -293,7 +302,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 	struct tf_mlp_work *work = NULL;
 	struct tf_mlp_packs packs = {0};
 	struct tf_mxu_cfg mxu_cfg;
-	float **grads = NULL, *tx = NULL;
+	float *gsum = NULL, *tx = NULL;
 	int32_t *ty = NULL;
 	size_t tn = 0;
 	int R = 0, rc;
@@ -403,11 +412,16 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 
 	tf_slice_mxu_cfg(rt, &mxu_cfg);
 	work = tf_xcalloc((size_t)R, sizeof *work);
-	grads = tf_xcalloc((size_t)R, sizeof *grads);
-	for (int i = 0; i < R; i++) {
+	for (int i = 0; i < R; i++)
 		tf_mlp_work_init(&work[i], &m, per);
-		grads[i] = work[i].grad;
-	}
+	/* With several replicas the weight gradients are made block by block inside the
+	 * all-reduce (tf_slice_allreduce_gen), each block summed while in cache, instead of
+	 * eight whole gradients written and read back; the sum goes to gsum. One replica has
+	 * nothing to sum: its gradient is the sum. */
+	struct tf_mxu_cfg gen_cfg = mxu_cfg;
+	gen_cfg.threads = 1; /* the all-reduce's blocks run on the slice's host threads */
+	if (R > 1)
+		gsum = tf_xmalloc(m.nparams * sizeof *gsum);
 	emit(&o,
 	     json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:s}", "event", "start", "accelerator",
 	               slice.name, "replicas", R, "steps_per_epoch", (json_int_t)spe, "total_steps",
@@ -443,10 +457,20 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 			goto out;
 		/* the weights changed with the last update: pack them once for all replicas */
 		tf_mlp_packs_update(&packs, &m, &mxu_cfg);
-		struct step_ctx c = {
-		    .m = &m, .packs = &packs, .work = work, .x = b.x, .y = b.y, .n = b.n};
+		struct step_ctx c = {.m = &m,
+		                     .packs = &packs,
+		                     .work = work,
+		                     .x = b.x,
+		                     .y = b.y,
+		                     .n = b.n,
+		                     .defer = R > 1,
+		                     .gen_cfg = gen_cfg};
 		tf_slice_run(rt, replica_train, &c);
-		tf_slice_allreduce_first(rt, grads, m.nparams); /* the optimizer reads grads[0] */
+		float *grad = R > 1 ? gsum : work[0].grad;
+		if (R > 1)
+			tf_slice_allreduce_gen(rt, m.nparams, grad_gen, &c, gsum);
+		else
+			tf_slice_allreduce_first(rt, &grad, m.nparams); /* device time only */
 		double loss = 0, correct = 0;
 		for (int i = 0; i < R; i++) {
 			loss += work[i].loss_sum;
@@ -455,7 +479,7 @@ int tf_train_run(const struct tf_train_opts *oin, struct tf_train_result *r, cha
 		double mean = loss / (double)b.n;
 		if (isnan(first_loss))
 			first_loss = mean;
-		double gnorm = tf_optim_step(&opt, &m, grads[0]);
+		double gnorm = tf_optim_step(&opt, &m, grad);
 		if (!isfinite(mean) || isnan(gnorm) || mean > o.diverge_factor * first_loss + 1.0) {
 			tf_errf(
 			    err, errlen,
@@ -587,7 +611,7 @@ out:
 		tf_mlp_work_release(&work[i]);
 	free(work);
 	tf_mlp_packs_release(&packs);
-	free(grads);
+	free(gsum);
 	free(tx);
 	free(ty);
 	tf_optim_release(&opt);

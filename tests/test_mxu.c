@@ -137,6 +137,38 @@ static void same_bits(const float *a, const float *b, size_t M, size_t N, size_t
 	}
 }
 
+/* tf_mxu_gemm_wpack_range over ranges that start and end inside rows, on row boundaries,
+ * within one row, cover all or nothing, and past the end: each element the same bits as the
+ * whole product (want, leading dimension ldc), nothing written outside the range. */
+static void ranges_case(const struct tf_mxu_cfg *cfg, int tx, size_t M, size_t N, const float *X,
+                        size_t ldx, const struct tf_mxu_wpack *wp, const float *want, size_t ldc,
+                        const char *what)
+{
+	size_t MN = M * N;
+	const size_t r[][2] = {{0, MN},          {0, 0},          {1, N > 1 ? N - 1 : 1},
+	                       {N / 2, N / 2 + N + 3}, {N, 3 * N},   {N + 1, 3 * N + 1},
+	                       {MN / 3, MN},     {MN - 1, MN + 5}, {MN / 2, MN / 2 + 1}};
+	float *out = malloc((MN + 8) * sizeof *out);
+	assert_non_null(out);
+	char w[480];
+	for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+		size_t lo = r[i][0] < MN ? r[i][0] : MN, hi = r[i][1] < MN ? r[i][1] : MN;
+		if (hi < lo)
+			hi = lo;
+		memset(out, 0x7f, (MN + 8) * sizeof *out);
+		tf_mxu_gemm_wpack_range(cfg, tx, M, X, ldx, wp, lo, r[i][1] < lo ? lo : r[i][1],
+		                        out);
+		snprintf(w, sizeof w, "%s range [%zu, %zu)", what, lo, hi);
+		for (size_t e = lo; e < hi; e++)
+			if (memcmp(&out[e - lo], &want[e / N * ldc + e % N], 4))
+				fail_msg("%s: element %zu differs", w, e);
+		for (size_t e = hi - lo; e < MN + 8; e++)
+			if (out[e] != out[MN + 7]) /* 0x7f7f7f7f: untouched */
+				fail_msg("%s: wrote past the range at %zu", w, e);
+	}
+	free(out);
+}
+
 /* Runs one case through every implementation and variant. */
 static void one_case(int R, int Cc, int ftz, size_t M, size_t K, size_t N, enum vclass vc,
                      int with_reference)
@@ -181,9 +213,12 @@ static void one_case(int R, int Cc, int ftz, size_t M, size_t K, size_t N, enum 
 					memset(got, 0x7f, (M * ldc + 1) * sizeof(float));
 					tf_mxu_gemm_wpack(&cfg, tx, M, tx ? xt : X, tx ? M + 2 : ldx,
 					                  wp, got, ldc, NULL);
-					tf_mxu_wpack_free(wp);
 					strncat(w2, " packed W", sizeof w2 - strlen(w2) - 1);
 					same_bits(want, got, M, N, ldc, w2);
+					if (threads == 1)
+						ranges_case(&cfg, tx, M, N, tx ? xt : X,
+						            tx ? M + 2 : ldx, wp, want, ldc, w2);
+					tf_mxu_wpack_free(wp);
 				}
 			}
 		}

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -232,6 +233,23 @@ static void test_slice_allreduce_torus_vs_mesh(void **state)
 	assert_int_equal(c.wrap[0] + c.wrap[1] + c.wrap[2], 3);
 }
 
+/* tf_slice_allreduce_gen's generator for the test: replica r's values are bufs[r]; each call
+ * is counted, and ranges must lie inside [0, n). */
+struct gen_ctx {
+	float *const *bufs;
+	size_t n;
+	_Atomic size_t floats; /* generated, over all calls */
+};
+
+static void copy_gen(int replica, size_t lo, size_t hi, float *out, void *arg)
+{
+	struct gen_ctx *g = arg;
+	if (lo >= hi || hi > g->n)
+		abort();
+	memcpy(out, g->bufs[replica] + lo, (hi - lo) * sizeof(float));
+	atomic_fetch_add(&g->floats, hi - lo);
+}
+
 static void test_slice_allreduce_blocks_match_ring_reference(void **state)
 {
 	(void)state;
@@ -263,6 +281,19 @@ static void test_slice_allreduce_blocks_match_ring_reference(void **state)
 			for (int t = 0; t < 2; t++) {
 				struct tf_slice_rt *rt;
 				assert_int_equal(tf_slice_rt_new(&s, t + 1, 1, &rt), 0);
+				/* generated block by block: the same bits, each replica's
+				 * values asked for once, the buffers untouched */
+				struct gen_ctx g = {.bufs = got[t], .n = n};
+				float *sum = malloc(n * sizeof(float));
+				struct tf_slice_stats st;
+				tf_slice_allreduce_gen(rt, n, copy_gen, &g, sum);
+				tf_slice_stats(rt, &st);
+				if (memcmp(sum, want[0], n * sizeof(float)))
+					fail_msg("%s n=%zu threads=%d: allreduce_gen differs",
+					         specs[si], n, t + 1);
+				assert_int_equal(atomic_load(&g.floats), n * (size_t)R);
+				assert_int_equal(st.allreduces, 1);
+				free(sum);
 				/* first only replica 0's buffer, then every buffer */
 				float *orig = malloc(2 * n * sizeof(float) + 1);
 				memcpy(orig, got[t][0], n * sizeof(float));
