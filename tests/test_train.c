@@ -2,7 +2,8 @@
  * falls and accuracy beats chance widely; a halted and resumed run ends with the same bits as
  * an uninterrupted one; export -> CPU inference (library and `tpuflow predict`) is
  * bit-identical to evaluation on the slice; divergence stops with a clear error; schedules;
- * CSV data with the sigmoid BCE loss. */
+ * CSV data with the sigmoid BCE loss; the weight gradients made inside the all-reduce give the
+ * same bits and device time as whole per-replica gradients. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include "ml/bundle.h"
 #include "ml/dataset.h"
 #include "ml/input.h"
+#include "ml/mlp.h"
 #include "ml/npy.h"
 #include "ml/optim.h"
 #include "ml/steps.h"
@@ -483,6 +485,120 @@ static void test_train_step_adapters(void **state)
 	json_decref(met4);
 }
 
+/* The data-parallel step as training runs it with several replicas (each replica's pass
+ * without the weight-gradient GEMMs, which the all-reduce makes block by block) against every
+ * replica computing its whole gradient first and the plain all-reduce: the same bits of the
+ * summed gradient and the same device accounting, on shards of uneven size and empty ones. */
+struct dp_ctx {
+	const struct tf_mlp *m;
+	const struct tf_mlp_packs *packs;
+	struct tf_mlp_work *work;
+	const float *x;
+	const int32_t *y;
+	size_t n;
+	int defer;
+	struct tf_mxu_cfg cfg;
+};
+
+static void dp_replica(struct tf_slice_replica *r, void *arg)
+{
+	struct dp_ctx *c = arg;
+	size_t lo, cnt;
+	tf_slice_shard(c->n, r->replicas, r->index, &lo, &cnt);
+	struct tf_mlp_gemm g = {.replica = r, .packs = c->packs};
+	(c->defer ? tf_mlp_train_pass_deferred : tf_mlp_train_pass)(
+	    c->m, &g, &c->work[r->index], c->x + lo * c->m->size[0], c->y + lo, cnt, c->n);
+}
+
+static void dp_gen(int replica, size_t lo, size_t hi, float *out, void *arg)
+{
+	struct dp_ctx *c = arg;
+	tf_mlp_grad_range(c->m, &c->cfg, &c->work[replica], lo, hi, out);
+}
+
+static void test_train_deferred_gradients_same_bits(void **state)
+{
+	(void)state;
+	const size_t hidden[] = {300, 7};
+	const size_t rows[] = {50, 5, 64};
+	const char *specs[] = {"v4-8", "v5litepod-4", "v4-32"};
+	struct tf_mlp m;
+	assert_int_equal(tf_mlp_init(&m, 33, hidden, 2, 3, 0), 0);
+	tf_mlp_init_params(&m, 7);
+	for (size_t i = 0; i < m.nparams; i++) /* biases too, so dZ rows differ widely */
+		m.params[i] += (float)((double)(i % 97) / 97.0 - 0.5) * 0.1f;
+	size_t nmax = 64;
+	float *x = malloc(nmax * m.size[0] * sizeof *x);
+	int32_t *y = malloc(nmax * sizeof *y);
+	assert_non_null(x);
+	assert_non_null(y);
+	for (size_t i = 0; i < nmax * m.size[0]; i++)
+		x[i] = (float)sin((double)i * 0.37) * (i % 5 == 0 ? 0.0f : 1.0f);
+	for (size_t i = 0; i < nmax; i++)
+		y[i] = (int32_t)(i * 7 % 3);
+	for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
+		struct tf_tpu_slice s;
+		char err[256];
+		assert_int_equal(tf_tpu_slice_parse(specs[si], &s, err, sizeof err), 0);
+		int R = s.cores;
+		for (int threads = 1; threads <= 2; threads++) {
+			struct tf_slice_rt *rt;
+			assert_int_equal(tf_slice_rt_new(&s, threads, 1, &rt), 0);
+			struct tf_mlp_work *work = calloc((size_t)R, sizeof *work);
+			float **grads = calloc((size_t)R, sizeof *grads);
+			float *sum = malloc(m.nparams * sizeof *sum);
+			float *want = malloc(m.nparams * sizeof *want);
+			assert_non_null(want);
+			assert_non_null(work);
+			assert_non_null(grads);
+			assert_non_null(sum);
+			for (int r = 0; r < R; r++) {
+				tf_mlp_work_init(&work[r], &m, nmax);
+				grads[r] = work[r].grad;
+			}
+			struct tf_mlp_packs packs = {0};
+			struct dp_ctx c = {.m = &m, .packs = &packs, .work = work, .x = x, .y = y};
+			tf_slice_mxu_cfg(rt, &c.cfg);
+			tf_mlp_packs_update(&packs, &m, &c.cfg);
+			for (size_t ni = 0; ni < sizeof rows / sizeof rows[0]; ni++) {
+				c.n = rows[ni];
+				struct tf_slice_stats whole, gen;
+				tf_slice_stats_reset(rt);
+				c.defer = 0;
+				tf_slice_run(rt, dp_replica, &c);
+				tf_slice_allreduce_first(rt, grads, m.nparams);
+				tf_slice_stats(rt, &whole);
+				memcpy(want, grads[0], m.nparams * sizeof *want);
+				tf_slice_stats_reset(rt);
+				c.defer = 1;
+				tf_slice_run(rt, dp_replica, &c);
+				tf_slice_allreduce_gen(rt, m.nparams, dp_gen, &c, sum);
+				tf_slice_stats(rt, &gen);
+				if (memcmp(sum, want, m.nparams * sizeof *sum))
+					fail_msg("%s threads=%d rows=%zu: the summed gradient differs",
+					         specs[si], threads, c.n);
+				assert_int_equal(gen.cycles, whole.cycles);
+				assert_int_equal(gen.macs, whole.macs);
+				assert_int_equal(gen.hbm_bound_cycles, whole.hbm_bound_cycles);
+				assert_true(gen.hbm_bytes == whole.hbm_bytes);
+				assert_true(gen.device_seconds == whole.device_seconds);
+				assert_int_equal(gen.allreduces, 1);
+			}
+			tf_mlp_packs_release(&packs);
+			for (int r = 0; r < R; r++)
+				tf_mlp_work_release(&work[r]);
+			free(work);
+			free(grads);
+			free(sum);
+			free(want);
+			tf_slice_rt_free(rt);
+		}
+	}
+	free(x);
+	free(y);
+	tf_mlp_release(&m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -495,6 +611,7 @@ int main(void)
 	    cmocka_unit_test(test_train_schedules_and_optimizers),
 	    cmocka_unit_test(test_train_csv_binary_bce),
 	    cmocka_unit_test(test_train_step_adapters),
+	    cmocka_unit_test(test_train_deferred_gradients_same_bits),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
