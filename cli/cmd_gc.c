@@ -36,11 +36,7 @@ static int delete_one(struct tf_store *st, const struct tf_cli *cli, const char 
 	char size[32];
 	human_bytes(r.bytes, size, sizeof(size));
 	if (cli->json) {
-		json_array_append_new(
-		    arr, json_pack("{s:s, s:b, s:s?, s:I, s:I, s:I, s:O}", "run", run, "deleted",
-		                   rc == 0 && !dry_run, "error", rc ? err : NULL, "objects",
-		                   (json_int_t)r.objects, "bytes", (json_int_t)r.bytes, "kept",
-		                   (json_int_t)r.kept, "kept_for", r.kept_by));
+		json_array_append_new(arr, tf_run_delete_report_json(run, rc, dry_run, err, &r));
 	} else if (rc) {
 		fprintf(stderr, "tpuflow: %s\n", err);
 	} else {

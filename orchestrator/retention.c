@@ -22,6 +22,16 @@ void tf_run_delete_report_release(struct tf_run_delete_report *r)
 	memset(r, 0, sizeof(*r));
 }
 
+json_t *tf_run_delete_report_json(const char *run, int rc, int dry_run, const char *err,
+                                  const struct tf_run_delete_report *r)
+{
+	return json_pack("{s:s, s:b, s:s?, s:I, s:I, s:I, s:o}", "run", run, "deleted",
+	                 rc == 0 && !dry_run, "error", rc ? err : NULL, "objects",
+	                 (json_int_t)r->objects, "bytes", (json_int_t)r->bytes, "kept",
+	                 (json_int_t)r->kept, "kept_for",
+	                 r->kept_by ? json_incref(r->kept_by) : json_array());
+}
+
 /* The directory part of what `ref` names under `runs_prefix` ("runs/RUN/"): a key ending in
  * '/' is a directory itself, a file key keeps its directory (a dataset manifest keeps its
  * shards). Appended to `keep` (an array of prefixes) with who uses it. */

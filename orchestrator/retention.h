@@ -36,6 +36,12 @@ void tf_run_delete_report_release(struct tf_run_delete_report *r);
 int tf_run_delete(struct tf_store *st, const char *home, const char *run, int dry_run,
                   struct tf_run_delete_report *r, char *err, size_t errlen);
 
+/* What deleting `run` did, as `runs delete --json` and DELETE /api/v1/runs/{id} write it:
+ * {run, deleted, error, objects, bytes, kept, kept_for} (caller owns it). `rc` and `err` are
+ * tf_run_delete's return and message; `deleted` is true only when it removed the run. */
+json_t *tf_run_delete_report_json(const char *run, int rc, int dry_run, const char *err,
+                                  const struct tf_run_delete_report *r);
+
 /* A retention policy (`tpuflow gc`). A run is removed when it is final (succeeded, failed or
  * interrupted) and beyond every limit given: not among the newest `keep_last` runs of its
  * pipeline (running and pending ones count among them), and created more than `older_than`

@@ -1348,6 +1348,136 @@ static void test_route_match(void **state)
 	assert_false(tf_scope_allows(TF_SCOPE_READ, TF_SCOPE_PREDICT));
 }
 
+/* A run of pipeline `name` recorded here (not executed): one step a. */
+static void make_run_of(struct tf_store *st, const char *name, char id[32])
+{
+	struct tf_run_step_def defs[] = {{"a", "shell"}};
+	char src[128];
+	snprintf(src, sizeof(src), "name: %s\nsteps:\n  - {name: a, type: shell, with: {argv: [x]}}\n",
+	         name);
+	assert_int_equal(tf_run_create(st, name, src, NULL, "{}", NULL, defs, 1, NULL, id), 0);
+}
+
+/* GET /api/v1/runs?state=orphaned, DELETE /api/v1/runs/{id} and POST /api/v1/runs:gc, on runs
+ * recorded here: two failed ones, one a live process drives (this one), one whose process is
+ * gone. Deleting and gc go through orchestrator/retention.c, as `runs delete` and `gc` do. */
+static void test_run_delete_gc_orphaned(void **state)
+{
+	(void)state;
+	struct tf_store *st;
+	char err[256], done1[32], done2[32], live[32], gone[32];
+	const char *A = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", *B = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+	enum tf_run_state rs;
+	struct tf_run_owner h;
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	make_run_of(st, "web-del", done1);
+	make_run_of(st, "web-del", done2);
+	assert_int_equal(tf_run_request_cancel(st, done1, &rs), 0); /* pending: failed at once */
+	assert_int_equal(tf_run_request_cancel(st, done2, &rs), 0);
+	make_run_of(st, "web-del", live);
+	assert_int_equal(tf_run_claim(st, live, A, 1u << TF_RUN_PENDING, 0, &h), 0);
+	make_run_of(st, "web-del", gone);
+	assert_int_equal(tf_run_claim(st, gone, B, 1u << TF_RUN_PENDING, 0, &h), 0);
+	pid_t child = fork();
+	if (child == 0)
+		_exit(0);
+	waitpid(child, NULL, 0);
+	assert_int_equal(
+	    tf_store_run(st, "UPDATE runs SET pid=? WHERE id=?", "it", (int64_t)child, gone), 0);
+
+	/* orphaned: running, its process gone; a page of one holds it alone */
+	struct resp r = call("GET", "/api/v1/runs?state=orphaned&pipeline=web-del&limit=1", tok_read, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	json_t *items = json_object_get(r.json, "items");
+	assert_int_equal(json_array_size(items), 1);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(items, 0), "id")), gone);
+	assert_true(json_is_true(json_object_get(json_array_get(items, 0), "orphaned")));
+	assert_true(json_is_null(json_object_get(r.json, "next")));
+	resp_free(&r);
+	r = call("GET", "/api/v1/runs?state=running&pipeline=web-del", tok_read, NULL, NULL);
+	assert_int_equal(json_array_size(json_object_get(r.json, "items")), 2);
+	resp_free(&r);
+	r = call("GET", "/api/v1/runs?state=lost", tok_read, NULL, NULL);
+	assert_problem(&r, 400);
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "detail")), "orphaned"));
+	resp_free(&r);
+
+	/* DELETE: admin only; a live run is refused; a dry run removes nothing */
+	char path[128];
+	snprintf(path, sizeof(path), "/api/v1/runs/%s", done1);
+	r = call("DELETE", path, tok_read, NULL, NULL);
+	assert_problem(&r, 403);
+	resp_free(&r);
+	r = call("DELETE", path, tok_trigger, NULL, NULL);
+	assert_problem(&r, 403);
+	resp_free(&r);
+	snprintf(path, sizeof(path), "/api/v1/runs/%s", live);
+	r = call("DELETE", path, tok_admin, NULL, NULL);
+	assert_problem(&r, 409);
+	resp_free(&r);
+	snprintf(path, sizeof(path), "/api/v1/runs/%s?dry_run=true", done1);
+	r = call("DELETE", path, tok_admin, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	assert_true(json_is_false(json_object_get(r.json, "deleted")));
+	resp_free(&r);
+	snprintf(path, sizeof(path), "/api/v1/runs/%s", done1);
+	r = call("GET", path, tok_read, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	r = call("DELETE", path, tok_admin, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	assert_true(json_is_true(json_object_get(r.json, "deleted")));
+	assert_string_equal(json_string_value(json_object_get(r.json, "run")), done1);
+	resp_free(&r);
+	r = call("GET", path, tok_read, NULL, NULL);
+	assert_problem(&r, 404);
+	resp_free(&r);
+	r = call("DELETE", path, tok_admin, NULL, NULL);
+	assert_problem(&r, 404);
+	resp_free(&r);
+	/* an orphaned run may go */
+	snprintf(path, sizeof(path), "/api/v1/runs/%s", gone);
+	r = call("DELETE", path, tok_admin, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+
+	/* gc: a policy is required; a dry run unless apply; only finished runs go */
+	const char *bad[] = {"{}", "{\"keep_last\": -1}", "{\"older_than\": \"soon\"}",
+	                     "{\"keep_last\": 1, \"colour\": 1}", "{\"keep_last\": 1, \"apply\": 1}"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		r = call("POST", "/api/v1/runs:gc", tok_admin, bad[i], NULL);
+		assert_problem(&r, 422);
+		resp_free(&r);
+	}
+	r = call("POST", "/api/v1/runs:gc", tok_trigger, "{\"keep_last\": 0}", NULL);
+	assert_problem(&r, 403);
+	resp_free(&r);
+	const char *pol = "{\"keep_last\": 0, \"pipeline\": \"web-del\"}";
+	r = call("POST", "/api/v1/runs:gc", tok_admin, pol, NULL);
+	assert_int_equal(r.status, 200);
+	assert_true(json_is_false(json_object_get(r.json, "applied")));
+	json_t *runs = json_object_get(r.json, "runs");
+	assert_int_equal(json_array_size(runs), 1);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(runs, 0), "run")), done2);
+	assert_true(json_is_false(json_object_get(json_array_get(runs, 0), "deleted")));
+	resp_free(&r);
+	r = call("POST", "/api/v1/runs:gc", tok_admin,
+	         "{\"keep_last\": 0, \"pipeline\": \"web-del\", \"apply\": true}", NULL);
+	assert_int_equal(r.status, 200);
+	assert_true(json_is_true(json_object_get(r.json, "applied")));
+	assert_true(json_is_true(json_object_get(json_array_get(json_object_get(r.json, "runs"), 0),
+	                                         "deleted")));
+	resp_free(&r);
+	assert_int_equal(tf_run_find(st, done2, path), -ENOENT);
+	/* the live run ends; then it may go too */
+	assert_int_equal(tf_run_finish(st, live, A, TF_RUN_FAILED, "stopped", 0), 0);
+	snprintf(path, sizeof(path), "/api/v1/runs/%s", live);
+	r = call("DELETE", path, tok_admin, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	tf_store_close(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1361,7 +1491,7 @@ int main(void)
 	    cmocka_unit_test(test_metrics),         cmocka_unit_test(test_contract),
 	    cmocka_unit_test(test_promtool),        cmocka_unit_test(test_prometheus_scrape),
 	    cmocka_unit_test(test_remote_cli),      cmocka_unit_test(test_burst_idempotent),
-	    cmocka_unit_test(test_start_refusals),
+	    cmocka_unit_test(test_start_refusals),  cmocka_unit_test(test_run_delete_gc_orphaned),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -169,6 +169,20 @@ const struct tf_route tf_routes[] = {
      "after:string:start after this event id (like Last-Event-ID), or 'latest' for events "
      "from now on", NULL,
      "{\"type\":\"string\"}", 200, "text/event-stream"},
+    {"DELETE", "/api/v1/runs/{id}", TF_SCOPE_ADMIN, tf_web_run_delete, 0, "deleteRun",
+     "Delete a run as `tpuflow runs delete` does: its rows, logs, checkpoints and outputs; "
+     "what a registered model version or another run uses stays (kept_for says who); 409 "
+     "while a live process drives it",
+     "dry_run:boolean:say what would go, remove nothing", NULL, REF("RunDeleteReport"), 200,
+     NULL},
+    {"POST", "/api/v1/runs:gc", TF_SCOPE_ADMIN, tf_web_runs_gc, TF_ROUTE_JSON_BODY, "gcRuns",
+     "Apply a retention policy as `tpuflow gc` does: the finished runs beyond keep_last (per "
+     "pipeline) and older_than, each deleted like deleteRun; a dry run unless apply is true",
+     NULL, REF("GcPolicy"),
+     "{\"type\":\"object\",\"required\":[\"applied\",\"runs\"],\"properties\":{"
+     "\"applied\":{\"type\":\"boolean\"},\"runs\":{\"type\":\"array\",\"items\":"
+     REF("RunDeleteReport") "}}}",
+     200, NULL},
     {"POST", "/api/v1/runs/{id}:cancel", TF_SCOPE_TRIGGER, tf_web_run_cancel, TF_ROUTE_IDEMPOTENT,
      "cancelRun", "Ask the daemon to cancel a run", NULL, NULL, REF("RunAction"), 202, NULL},
     {"POST", "/api/v1/runs/{id}:retry", TF_SCOPE_TRIGGER, tf_web_run_retry, TF_ROUTE_IDEMPOTENT,

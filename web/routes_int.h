@@ -32,6 +32,8 @@ void tf_web_run_steps(struct tf_web_req *rq, struct tf_web_resp *rs);
 void tf_web_run_events(struct tf_web_req *rq, struct tf_web_resp *rs);
 void tf_web_events(struct tf_web_req *rq, struct tf_web_resp *rs);
 void tf_web_runs_create(struct tf_web_req *rq, struct tf_web_resp *rs);
+void tf_web_run_delete(struct tf_web_req *rq, struct tf_web_resp *rs);
+void tf_web_runs_gc(struct tf_web_req *rq, struct tf_web_resp *rs);
 void tf_web_run_cancel(struct tf_web_req *rq, struct tf_web_resp *rs);
 void tf_web_run_retry(struct tf_web_req *rq, struct tf_web_resp *rs);
 void tf_web_run_resume(struct tf_web_req *rq, struct tf_web_resp *rs);

@@ -1,7 +1,8 @@
 /* routes_runs.c — owns the API's runs routes: the list (filters, cursor pages, written
  * straight into one buffer), one run and its steps, live events as Server-Sent Events from
  * the database (one run's, or every run's), submitting a run and acting on one (cancel,
- * retry, resume through the daemon's hooks). The route table is in web/routes.c; the inside
+ * retry, resume through the daemon's hooks), deleting runs (one, or by a retention policy)
+ * through orchestrator/retention.c as `runs delete` and `gc` do. The route table is in web/routes.c; the inside
  * of one run (DAG, logs, checkpoints) in web/runview.c.
  */
 #include "web/routes_int.h"
@@ -9,6 +10,7 @@
 #include "common/buf.h"
 #include "common/common.h"
 #include "orchestrator/pipeline.h"
+#include "orchestrator/retention.h"
 #include "orchestrator/state.h"
 
 #include <errno.h>
@@ -137,9 +139,14 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		return;
 	}
 	enum tf_run_state sv;
-	if (state && tf_run_state_parse(state, &sv)) {
+	/* orphaned: running, and its owner is gone (judged per row, as `runs list` does) */
+	int orphaned_only = state && !strcmp(state, "orphaned");
+	if (orphaned_only)
+		state = "running";
+	else if (state && tf_run_state_parse(state, &sv)) {
 		tf_web_problem(rs, 400, rq->path,
-		               "unknown state '%s' (pending, running, succeeded, failed, interrupted)",
+		               "unknown state '%s' (pending, running, succeeded, failed, interrupted, "
+		               "orphaned)",
 		               state);
 		return;
 	}
@@ -170,7 +177,7 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	    "AND (?9 IS NULL OR instr(r.id, ?9) OR instr(r.pipeline, ?9) OR instr(r.error, ?9)) "
 	    "ORDER BY r.created_at DESC, r.id DESC LIMIT ?7",
 	    "ttdtttitt", state, pipe, (double)since_i, label ? lkey : NULL, lval, cursor,
-	    (int64_t)limit + 1, trig, text);
+	    orphaned_only ? (int64_t)-1 : (int64_t)limit + 1, trig, text);
 	if (!s) {
 		tf_web_problem_errno(rs, -EIO, rq->path, tf_store_errmsg(rq->st));
 		return;
@@ -180,6 +187,8 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	int rc, n = 0, more = 0;
 	PUT_LIT(&b, "{\"items\":[");
 	while ((rc = tf_stmt_step(s)) == 1) {
+		if (orphaned_only && !tf_run_row_orphaned(s, 11))
+			continue;
 		if (n == limit) {
 			more = 1;
 			break;
@@ -502,18 +511,15 @@ static int string_map(struct tf_web_req *rq, struct tf_web_resp *rs, const char 
 	return 0;
 }
 
-void tf_web_runs_create(struct tf_web_req *rq, struct tf_web_resp *rs)
+/* 422 naming the first field of the body that is not in `known` (NULL-terminated), with the
+ * nearest known one; 0 when every field is known. */
+static int unknown_field(struct tf_web_req *rq, struct tf_web_resp *rs,
+                         const char *const *known)
 {
-	const struct tf_web_hooks *h = tf_web_hooks(rq->srv);
-	if (hook_missing(rq, rs, h->submit))
-		return;
-	json_t *b = rq->json, *params = NULL, *labels = NULL;
 	const char *k;
 	json_t *v;
-	json_object_foreach(b, k, v)
+	json_object_foreach(rq->json, k, v)
 	{
-		static const char *const known[] = {"pipeline", "yaml", "params", "priority",
-		                                    "project", "labels", NULL};
 		int ok = 0;
 		for (int i = 0; known[i]; i++)
 			ok |= !strcmp(k, known[i]);
@@ -521,9 +527,22 @@ void tf_web_runs_create(struct tf_web_req *rq, struct tf_web_resp *rs)
 			const char *sug = tf_diag_suggest(k, known);
 			tf_web_problem(rs, 422, rq->path, "unknown field '%s'%s%s%s", k,
 			               sug ? " (did you mean '" : "", sug ? sug : "", sug ? "'?)" : "");
-			return;
+			return -1;
 		}
 	}
+	return 0;
+}
+
+void tf_web_runs_create(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	const struct tf_web_hooks *h = tf_web_hooks(rq->srv);
+	if (hook_missing(rq, rs, h->submit))
+		return;
+	json_t *b = rq->json, *params = NULL, *labels = NULL;
+	static const char *const known[] = {"pipeline", "yaml",   "params",
+	                                    "priority", "project", "labels", NULL};
+	if (unknown_field(rq, rs, known))
+		return;
 	json_t *jp = json_object_get(b, "pipeline"), *jy = json_object_get(b, "yaml");
 	json_t *jprio = json_object_get(b, "priority"), *jproj = json_object_get(b, "project");
 	if ((jp != NULL) == (jy != NULL) || (jp && !json_is_string(jp)) ||
@@ -585,6 +604,8 @@ void tf_web_runs_create(struct tf_web_req *rq, struct tf_web_resp *rs)
 	} else if (rc) {
 		tf_web_problem_errno(rs, rc, rq->path, err);
 	} else {
+		const char *k;
+		json_t *v;
 		json_object_foreach(labels, k, v)
 		{
 			rc = tf_store_run(rq->st,
@@ -636,6 +657,88 @@ static void run_action(struct tf_web_req *rq, struct tf_web_resp *rs, const char
 		rs->location = tf_xasprintf("/api/v1/runs/%s", *out ? out : id);
 	}
 	rs->wake = 1;
+}
+
+/* DELETE /api/v1/runs/{id}: `tpuflow runs delete` (orchestrator/retention.c): the run's rows,
+ * logs, checkpoints and outputs, keeping what a model version or another run uses; 409 for a
+ * run a live process drives (or a pending one), 503 when its object store does not answer. */
+void tf_web_run_delete(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	char id[32];
+	if (tf_web_run_param(rq, rs, id))
+		return;
+	const char *dry = tf_web_query(rq, "dry_run");
+	if (dry && strcmp(dry, "true") && strcmp(dry, "false")) {
+		tf_web_problem(rs, 400, rq->path, "query 'dry_run' wants true or false");
+		return;
+	}
+	int dry_run = dry && !strcmp(dry, "true");
+	struct tf_run_delete_report r;
+	char err[1024] = "";
+	int rc = tf_run_delete(rq->st, tf_web_home(rq->srv), id, dry_run, &r, err, sizeof(err));
+	if (rc == -EIO)
+		tf_web_problem(rs, 503, rq->path, "%s", err);
+	else if (rc)
+		tf_web_problem_errno(rs, rc, rq->path, err);
+	else
+		tf_web_json(rs, 200, tf_run_delete_report_json(id, 0, dry_run, NULL, &r));
+	tf_run_delete_report_release(&r);
+}
+
+/* POST /api/v1/runs:gc: `tpuflow gc` (orchestrator/retention.c): the runs a retention policy
+ * removes, each deleted as DELETE /api/v1/runs/{id} does; a dry run unless "apply" is true. */
+void tf_web_runs_gc(struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	static const char *const known[] = {"keep_last", "older_than", "pipeline", "apply", NULL};
+	if (unknown_field(rq, rs, known))
+		return;
+	json_t *kl = json_object_get(rq->json, "keep_last"),
+	       *ot = json_object_get(rq->json, "older_than"),
+	       *pl = json_object_get(rq->json, "pipeline"), *ap = json_object_get(rq->json, "apply");
+	struct tf_gc_policy pol = {.keep_last = -1};
+	if (kl && (!json_is_integer(kl) || json_integer_value(kl) < 0 ||
+	           json_integer_value(kl) > 1000000)) {
+		tf_web_problem(rs, 422, rq->path, "keep_last wants a whole number from 0 to 1000000");
+		return;
+	}
+	if (ot && (!json_is_string(ot) || tf_duration_parse(json_string_value(ot), &pol.older_than) ||
+	           pol.older_than <= 0)) {
+		tf_web_problem(rs, 422, rq->path,
+		               "older_than wants an age such as \"30d\", \"12h\" or \"90m\"");
+		return;
+	}
+	if ((pl && !json_is_string(pl)) || (ap && !json_is_boolean(ap))) {
+		tf_web_problem(rs, 422, rq->path,
+		               "pipeline wants a pipeline's name and apply true or false");
+		return;
+	}
+	if (!kl && !ot) {
+		tf_web_problem(rs, 422, rq->path, "give a policy: keep_last and/or older_than");
+		return;
+	}
+	if (kl)
+		pol.keep_last = (int)json_integer_value(kl);
+	pol.pipeline = json_string_value(pl);
+	int apply = json_is_true(ap);
+	json_t *sel = NULL;
+	int rc = tf_gc_select(rq->st, &pol, &sel);
+	if (rc) {
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
+	json_t *runs = json_array(), *item;
+	size_t i;
+	json_array_foreach(sel, i, item)
+	{
+		const char *id = json_string_value(json_object_get(item, "id"));
+		struct tf_run_delete_report r;
+		char err[1024] = "";
+		rc = tf_run_delete(rq->st, tf_web_home(rq->srv), id, !apply, &r, err, sizeof(err));
+		json_array_append_new(runs, tf_run_delete_report_json(id, rc, !apply, err, &r));
+		tf_run_delete_report_release(&r);
+	}
+	json_decref(sel);
+	tf_web_json(rs, 200, json_pack("{s:b, s:o}", "applied", apply, "runs", runs));
 }
 
 void tf_web_run_cancel(struct tf_web_req *rq, struct tf_web_resp *rs)
