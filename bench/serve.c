@@ -21,7 +21,12 @@
  *     the cores cannot answer faster than the CPU a request costs. p99 cannot be below the
  *     mean;
  *   - the same pair at 1 connection (wrk -t1 -c1): the latency of a request that does not
- *     queue behind others.
+ *     queue behind others;
+ *   - the cost of a canary's shadow comparison (docs/serving.md): the same predict with a
+ *     canary of the same weights taking 99% of the requests under a rollout policy that never
+ *     moves it, without and then with the shadow comparison (production answers each canary
+ *     request too, after its answer is sent); the difference in server CPU per request, over
+ *     0.99, is what the shadow costs per canary request.
  *
  * Goals (issue 15): p99 <= 1 ms and >= 0.5x the floor's requests/s. Needs wrk and the
  * Fashion-MNIST files.
@@ -102,7 +107,8 @@ static void handler_latency(CURL *c, const char *status_url, double *p50, double
 	free(got);
 }
 
-/* Makes the model fmnist v1 (production) in home; 0 or -1 with a message. */
+/* Makes the model fmnist v1 (production) and v2 (the same weights, another bundle: the canary
+ * of the shadow figures) in home; 0 or -1 with a message. */
 static int make_model(const char *home, char token[TF_TOKEN_LEN + 1])
 {
 	char err[512], *key = NULL, *url = tf_objstore_home_url(home);
@@ -126,6 +132,9 @@ static int make_model(const char *home, char token[TF_TOKEN_LEN + 1])
 	if (!rc && !(rc = tf_mlp_init(&m, d->dim, hidden, 2, d->num_classes, 0))) {
 		tf_mlp_init_params(&m, 1);
 		rc = tf_bundle_export(s, "models/fmnist/", &m, d, &mxu, NULL, err, sizeof err);
+		if (!rc)
+			rc = tf_bundle_export(s, "models/fmnist2/", &m, d, &mxu, NULL, err,
+			                      sizeof err);
 		tf_mlp_release(&m);
 	}
 	tf_dataset_free(d);
@@ -135,9 +144,12 @@ static int make_model(const char *home, char token[TF_TOKEN_LEN + 1])
 	int64_t v;
 	struct tf_model_version_spec mv = {
 	    .model = "fmnist", .run_id = "bench", .step = "train", .bundle = "models/fmnist/"};
+	struct tf_model_version_spec mv2 = {
+	    .model = "fmnist", .run_id = "bench", .step = "train2", .bundle = "models/fmnist2/"};
 	if (!rc && !(rc = tf_store_open_home(home, &st, err, sizeof err))) {
 		rc = tf_registry_register(st, &mv, &v, NULL) ||
 		     tf_registry_set_alias(st, "fmnist", "production", v) ||
+		     tf_registry_register(st, &mv2, &v, NULL) ||
 		     tf_token_create(st, "bench", TF_SCOPE_PREDICT, 0, token, NULL);
 		if (rc)
 			snprintf(err, sizeof err, "registry: %s", tf_store_errmsg(st));
@@ -147,6 +159,29 @@ static int make_model(const char *home, char token[TF_TOKEN_LEN + 1])
 		fprintf(stderr, "serve bench: %s\n", err);
 	return rc ? -1 : 0;
 }
+
+/* Deploys fmnist: v1 alone (policy NULL), or v2 as a canary at 99% under policy; 0 or -1. */
+static int deploy(const char *home, const char *policy)
+{
+	struct tf_store *st = NULL;
+	char err[256];
+	struct tf_deploy_spec d = {.model = "fmnist",
+	                           .alias = "production",
+	                           .version = policy ? 2 : 1,
+	                           .canary_percent = policy ? 99 : 0,
+	                           .rollout = policy};
+	int rc = tf_store_open_home(home, &st, err, sizeof err);
+	if (!rc && (rc = tf_registry_deploy(st, &d, NULL)))
+		snprintf(err, sizeof err, "deploy: %s", tf_store_errmsg(st));
+	tf_store_close(st);
+	if (rc)
+		fprintf(stderr, "serve bench: %s\n", err);
+	return rc ? -1 : 0;
+}
+
+/* Policies that never move the canary: without and with the shadow comparison. */
+#define NO_SHADOW "{\"min_requests\":1000000000}"
+#define SHADOW "{\"min_requests\":1000000000,\"max_disagreement_vs_production\":1}"
 
 int main(void)
 {
@@ -227,6 +262,7 @@ int main(void)
 	 * handler's p50/p99; one: rps, p50, p99 at 1 connection */
 	double fw[4][MAX_ROUNDS], pr[4][MAX_ROUNDS], ratio[MAX_ROUNDS], hd[2][MAX_ROUNDS];
 	double fw1[3][MAX_ROUNDS], pr1[3][MAX_ROUNDS], fwk[MAX_ROUNDS], prk[MAX_ROUNDS];
+	double ca[4][MAX_ROUNDS], sh[4][MAX_ROUNDS], shadow_us[MAX_ROUNDS]; /* as pr */
 	for (int i = 0; i < rounds; i++) {
 		double c0 = cpu_seconds(0), k0 = cpu_seconds(1);
 		fw[0][i] = bench_wrk(floor_url, NULL, lua, 64, secs, &fw[1][i], &fw[2][i]);
@@ -241,11 +277,28 @@ int main(void)
 		ratio[i] = fw[0][i] > 0 ? pr[0][i] / fw[0][i] : 0;
 		fw1[0][i] = bench_wrk(floor_url, NULL, lua, 1, secs, &fw1[1][i], &fw1[2][i]);
 		pr1[0][i] = bench_wrk(url, token, lua, 1, secs, &pr1[1][i], &pr1[2][i]);
+		double (*phase[2])[MAX_ROUNDS] = {ca, sh};
+		const char *policy[2] = {NO_SHADOW, SHADOW};
+		for (int k = 0; k < 2; k++) {
+			if (deploy(home, policy[k]))
+				return 70;
+			double t0 = cpu_seconds(0);
+			phase[k][0][i] = bench_wrk(url, token, lua, 64, secs, &phase[k][1][i],
+			                           &phase[k][2][i]);
+			phase[k][3][i] = phase[k][0][i] > 0 ? (cpu_seconds(0) - t0) /
+			                                          (phase[k][0][i] * secs) * 1e6
+			                                    : 0;
+		}
+		if (deploy(home, NULL))
+			return 70;
+		shadow_us[i] = (sh[3][i] - ca[3][i]) / 0.99;
 		printf("  round %d: predict %.0f req/s (p50 %.3f ms, p99 %.3f ms, handler p99 %.3f ms, "
 		       "%.1f us CPU), floor %.0f req/s (p50 %.3f ms, p99 %.3f ms, %.1f us CPU), ratio "
-		       "%.2f; 1 connection: predict p99 %.3f ms, floor p99 %.3f ms\n",
+		       "%.2f; 1 connection: predict p99 %.3f ms, floor p99 %.3f ms; 99%% canary %.0f "
+		       "req/s (%.1f us CPU), with its shadow %.0f req/s (%.1f us CPU)\n",
 		       i + 1, pr[0][i], pr[1][i], pr[2][i], hd[1][i], pr[3][i], fw[0][i], fw[1][i],
-		       fw[2][i], fw[3][i], ratio[i], pr1[2][i], fw1[2][i]);
+		       fw[2][i], fw[3][i], ratio[i], pr1[2][i], fw1[2][i], ca[0][i], ca[3][i],
+		       sh[0][i], sh[3][i]);
 	}
 	double rps = median(pr[0], rounds), p50 = median(pr[1], rounds),
 	       p99 = median(pr[2], rounds);
@@ -276,6 +329,13 @@ int main(void)
 	       "floor %.0f req/s, p50 %.3f ms, p99 %.3f ms\n",
 	       median(pr1[0], rounds), median(pr1[1], rounds), median(pr1[2], rounds),
 	       median(fw1[0], rounds), median(fw1[1], rounds), median(fw1[2], rounds));
+	printf("99%% canary of the same weights, wrk 64 connections: %.0f req/s, p50 %.3f ms, p99 "
+	       "%.3f ms, %.1f us server CPU per request; with the shadow comparison: %.0f req/s, "
+	       "p50 %.3f ms, p99 %.3f ms, %.1f us; the shadow's CPU per canary request %.1f us "
+	       "(medians)\n",
+	       median(ca[0], rounds), median(ca[1], rounds), median(ca[2], rounds),
+	       median(ca[3], rounds), median(sh[0], rounds), median(sh[1], rounds),
+	       median(sh[2], rounds), median(sh[3], rounds), median(shadow_us, rounds));
 	printf("predict/floor = %.2f (goal >= 0.5) -> %s; p99 %.3f ms (goal <= 1 ms) -> %s "
 	       "(the floor's p99: %.3f ms)\n",
 	       r, r >= 0.5 ? "ok" : "BELOW GOAL", p99, rps && p99 <= 1 ? "ok" : "ABOVE GOAL", f99);

@@ -146,7 +146,10 @@ static int deploy_rollout(struct tf_step_run *r, json_t **out)
 	    {"rollout_max_p99_ms", "max_p99_ms"},
 	    {"rollout_min_requests", "min_requests"},
 	    {"rollout_max_error_rate_vs_production", "max_error_rate_vs_production"},
-	    {"rollout_max_p99_ratio_vs_production", "max_p99_ratio_vs_production"}};
+	    {"rollout_max_p99_ratio_vs_production", "max_p99_ratio_vs_production"},
+	    {"rollout_max_disagreement_vs_production", "max_disagreement_vs_production"},
+	    {"rollout_shadow_percent", "shadow_percent"},
+	    {"rollout_shadow_tolerance", "shadow_tolerance"}};
 	json_t *p = json_object();
 	const json_t *steps = json_object_get(r->with, "rollout_steps");
 	if (steps && !json_is_null(steps) && !json_is_array(steps)) {

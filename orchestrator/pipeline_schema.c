@@ -116,6 +116,16 @@ static const struct tf_with_key deploy_with[] = {
     {W("rollout_max_p99_ratio_vs_production", N,
        "rollout: canary p99 over production's (same window) that rolls it back"),
      RANGE(0, 1e6)},
+    {W("rollout_max_disagreement_vs_production", N,
+       "rollout: share of shadowed rows whose answer differs from production's that rolls "
+       "it back"),
+     RANGE(0, 1)},
+    {W("rollout_shadow_percent", N,
+       "rollout: canary requests production also answers, to compare (default 100)"),
+     .rules = TF_WRULE_MIN_OPEN | TF_WRULE_MAX, .min = 0, .max = 100},
+    {W("rollout_shadow_tolerance", N,
+       "rollout: a row also differs when an output differs by more (default 0: class only)"),
+     RANGE(0, 1)},
     {.key = NULL}};
 static const struct tf_with_key shell_with[] = {
     {W("argv", TF_WCHECK_STR_LIST, "program and arguments (never a shell string)"),

@@ -305,8 +305,11 @@ int tf_registry_deployment(struct tf_store *st, const char *model, const char *a
 
 int tf_registry_rollout_parse(const json_t *j, struct tf_rollout *out, char *err, size_t errlen)
 {
-	struct tf_rollout r = {
-	    .max_error_rate = 1, .min_requests = 100, .max_error_rate_vs_production = -1};
+	struct tf_rollout r = {.max_error_rate = 1,
+	                       .min_requests = 100,
+	                       .max_error_rate_vs_production = -1,
+	                       .max_disagreement_vs_production = -1,
+	                       .shadow_percent = 100};
 	const char *k;
 	json_t *v;
 	if (!json_is_object(j)) {
@@ -353,6 +356,13 @@ int tf_registry_rollout_parse(const json_t *j, struct tf_rollout *out, char *err
 			r.max_error_rate_vs_production = x;
 		} else if (!strcmp(k, "max_p99_ratio_vs_production") && num && x > 0 && x <= 1e6) {
 			r.max_p99_ratio_vs_production = x;
+		} else if (!strcmp(k, "max_disagreement_vs_production") && num && x >= 0 &&
+		           x <= 1) {
+			r.max_disagreement_vs_production = x;
+		} else if (!strcmp(k, "shadow_percent") && num && x > 0 && x <= 100) {
+			r.shadow_percent = x;
+		} else if (!strcmp(k, "shadow_tolerance") && num && x >= 0 && x <= 1) {
+			r.shadow_tolerance = x;
 		} else {
 			tf_errf(err, errlen, "rollout.%s: %s", k,
 			         !strcmp(k, "soak_s")           ? "seconds from 0 to 30 days"
@@ -363,9 +373,16 @@ int tf_registry_rollout_parse(const json_t *j, struct tf_rollout *out, char *err
 			             ? "a difference of rates from 0 to 1"
 			         : !strcmp(k, "max_p99_ratio_vs_production")
 			             ? "a ratio above 0"
+			         : !strcmp(k, "max_disagreement_vs_production")
+			             ? "a share of rows from 0 to 1"
+			         : !strcmp(k, "shadow_percent")
+			             ? "a percent above 0, at most 100"
+			         : !strcmp(k, "shadow_tolerance")
+			             ? "a difference of probabilities from 0 to 1"
 			             : "unknown key (steps, soak_s, max_error_rate, max_p99_ms, "
 			               "min_requests, max_error_rate_vs_production, "
-			               "max_p99_ratio_vs_production)");
+			               "max_p99_ratio_vs_production, max_disagreement_vs_production, "
+			               "shadow_percent, shadow_tolerance)");
 			return -EINVAL;
 		}
 	}

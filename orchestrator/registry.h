@@ -91,10 +91,17 @@ struct tf_rollout {
 	/* the guard against the stable version, on its answers in the same window: */
 	double max_error_rate_vs_production; /* the canary's error rate minus its (< 0: none) */
 	double max_p99_ratio_vs_production;  /* the canary's p99 over its (0: none) */
+	/* the shadow comparison: production also answers shadow_percent of the canary's
+	 * requests, and the share of rows whose answers differ (the predicted class, or with
+	 * shadow_tolerance > 0 any output by more than it) rolls the canary back above: */
+	double max_disagreement_vs_production; /* < 0: no shadow */
+	double shadow_percent;                 /* of the canary's requests (default 100) */
+	double shadow_tolerance;               /* 0: the predicted class only */
 };
 /* Reads and checks a policy object {steps, soak_s, max_error_rate, max_p99_ms, min_requests,
- * max_error_rate_vs_production, max_p99_ratio_vs_production} (every key optional: no steps,
- * no soak, no SLOs, no guard, 100 requests). -EINVAL with err naming the key. */
+ * max_error_rate_vs_production, max_p99_ratio_vs_production, max_disagreement_vs_production,
+ * shadow_percent, shadow_tolerance} (every key optional: no steps, no soak, no SLOs, no
+ * guard, no shadow, 100 requests). -EINVAL with err naming the key. */
 int tf_registry_rollout_parse(const json_t *j, struct tf_rollout *out, char *err, size_t errlen);
 
 /* The active deployment of (model, alias) as {model, alias, version, canary_version,

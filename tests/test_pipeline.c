@@ -571,6 +571,14 @@ static void test_pipeline_with_values_checked_at_load(void **state)
 	     "canary_percent: 150}}\n",
 	     "150", "'with.canary_percent' of step 'a' must be at least 0 and less than 100"},
 	    {"name: x\nsteps:\n  - {name: a, type: deploy, with: {model_name: m, version: '1', "
+	     "rollout_steps: [10], rollout_max_disagreement_vs_production: 1.5}}\n",
+	     "1.5", "'with.rollout_max_disagreement_vs_production' of step 'a' must be between 0 "
+	            "and 1, not 1.5"},
+	    {"name: x\nsteps:\n  - {name: a, type: deploy, with: {model_name: m, version: '1', "
+	     "rollout_steps: [10], rollout_shadow_percent: 0}}\n",
+	     "0}", "'with.rollout_shadow_percent' of step 'a' must be greater than 0 and at most "
+	           "100"},
+	    {"name: x\nsteps:\n  - {name: a, type: deploy, with: {model_name: m, version: '1', "
 	     "alias: ''}}\n",
 	     "''", "the alias is empty"},
 	    {"name: x\nsteps:\n  - {name: a, type: deploy, with: {model_name: m, version: '1', "

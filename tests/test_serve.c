@@ -1,8 +1,9 @@
-/* test_serve.c — model serving (web/serve.c) against a real server started in this process,
+/* test_serve.c — model serving (web/serve*.c) against a real server started in this process,
  * requests made with libcurl: TensorFlow Serving REST (row and columnar, status, metadata,
  * the errors and their codes), the Open Inference Protocol, the predict scope, a broken
  * version that stays UNAVAILABLE without harming the others, an alias move, the `tpuflow
- * serve` command, and predictions bit-identical to `tpuflow predict` on the same inputs.
+ * serve` command, predictions bit-identical to `tpuflow predict` on the same inputs, and the
+ * rollout policies (SLOs, the guard against production, the shadow comparison).
  *
  * The models: untrained 784-16-10 MLPs (Fashion-MNIST preprocessing from a 256-image prep)
  * exported to the home's object store and registered; skipped without the dataset. */
@@ -202,10 +203,14 @@ static char *instances(size_t first, size_t n)
 	return body;
 }
 
+enum made { SOUND, NAN_BIAS, ROTATED };
+
 /* Exports an untrained 784-16-10 model (seed) at key prefix in store s with dataset d; with
- * nan, a deliberately broken one: its first output bias is NaN, so every answer is NaN. */
+ * NAN_BIAS, a deliberately broken one: its first output bias is NaN, so every answer is NaN;
+ * with ROTATED, its classes rotated by one (class j gets the output weights of j + 1), so its
+ * predicted class differs from the SOUND model's of the same seed on every input. */
 static void export_model(struct tf_objstore *s, const struct tf_dataset *d, const char *prefix,
-                         uint64_t seed, int nan)
+                         uint64_t seed, enum made how)
 {
 	struct tf_mlp m;
 	size_t hidden[1] = {16};
@@ -214,8 +219,17 @@ static void export_model(struct tf_objstore *s, const struct tf_dataset *d, cons
 	tf_mxu_cfg_init(&mxu);
 	assert_int_equal(tf_mlp_init(&m, d->dim, hidden, 1, d->num_classes, 0), 0);
 	tf_mlp_init_params(&m, seed);
-	if (nan)
+	if (how == NAN_BIAS)
 		m.params[m.b_off[m.nlayers - 1]] = NAN;
+	if (how == ROTATED) { /* the last kernel is hidden x classes, row-major */
+		size_t C = m.size[m.nlayers], H = m.size[m.nlayers - 1];
+		float *w = m.params + m.w_off[m.nlayers - 1], *b = m.params + m.b_off[m.nlayers - 1];
+		for (size_t r = 0; r <= H; r++) { /* H kernel rows, then the bias */
+			float *row = r < H ? w + r * C : b, first = row[0];
+			memmove(row, row + 1, (C - 1) * sizeof(float));
+			row[C - 1] = first;
+		}
+	}
 	int rc = tf_bundle_export(s, prefix, &m, d, &mxu, NULL, err, sizeof err);
 	if (rc)
 		fprintf(stderr, "export: %s\n", err);
@@ -303,10 +317,12 @@ static int setup(void **state)
 	if (rc)
 		fprintf(stderr, "prep: %s\n", err);
 	assert_int_equal(rc, 0);
-	export_model(s, d, "models/fm1/", 1, 0);
-	export_model(s, d, "models/fm2/", 2, 0);
-	export_model(s, d, "models/bad/", 3, 0);
-	export_model(s, d, "models/nan/", 4, 1);
+	export_model(s, d, "models/fm1/", 1, SOUND);
+	export_model(s, d, "models/fm2/", 2, SOUND);
+	export_model(s, d, "models/bad/", 3, SOUND);
+	export_model(s, d, "models/nan/", 4, NAN_BIAS);
+	export_model(s, d, "models/rotated/", 1, ROTATED); /* the shadow comparison's */
+	export_model(s, d, "models/same/", 1, SOUND);
 	tf_dataset_free(d);
 	free(key);
 	tf_objstore_free(s);
@@ -1300,6 +1316,113 @@ static void test_serve_rate(void **state)
 	serve_stop(pid);
 }
 
+/* The answer of path (a prediction) to body, as bytes (new). */
+static char *answer_of(const char *path, const char *body)
+{
+	struct resp r = call("POST", path, body);
+	assert_int_equal(r.status, 200);
+	char *text = strdup(r.body);
+	resp_free(&r);
+	return text;
+}
+
+/* The shadow comparison: a canary whose every predicted class differs from production's (its
+ * output layer's classes rotated) is rolled back naming the disagreement, an identical-weights
+ * canary is promoted under a bound of 0, and the shadow never changes what a client receives:
+ * each answer of the bare path is byte for byte the answer of the version that gave it. */
+static void test_rollout_shadow_disagreement(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	struct tf_store *st = open_home_production_1();
+	struct tf_model_version_spec rot = {
+	    .model = "fm", .run_id = "r1", .step = "f", .bundle = "models/rotated/"};
+	struct tf_model_version_spec same = {
+	    .model = "fm", .run_id = "r1", .step = "g", .bundle = "models/same/"};
+	int64_t vr, vs;
+	assert_int_equal(tf_registry_register(st, &rot, &vr, NULL), 0);
+	assert_int_equal(tf_registry_register(st, &same, &vs, NULL), 0);
+
+	/* bit identity, under a policy that judges nothing yet */
+	int64_t id = deploy_canary(
+	    st, vr, 50, "{\"max_disagreement_vs_production\":0.1,\"min_requests\":1000000}");
+	char vpath[2][64], v2path[2][64];
+	snprintf(vpath[0], sizeof(vpath[0]), "/v1/models/fm/versions/%lld:predict", (long long)vr);
+	snprintf(vpath[1], sizeof(vpath[1]), "/v1/models/fm/versions/1:predict");
+	snprintf(v2path[0], sizeof(v2path[0]), "/v2/models/fm/versions/%lld/infer", (long long)vr);
+	snprintf(v2path[1], sizeof(v2path[1]), "/v2/models/fm/versions/1/infer");
+	int canary[2] = {0, 0};
+	for (size_t i = 0; i < 40; i++) {
+		int v2 = i % 2;
+		char *list = examples(i, 1 + i % 3, 0);
+		char *body = v2 ? tf_xasprintf("{\"inputs\":[{\"name\":\"image\",\"shape\":[%zu,784],"
+		                               "\"datatype\":\"UINT8\",\"data\":%s}]}",
+		                               1 + i % 3, list)
+		                : body_of("{\"instances\":%s}", list);
+		char *got = answer_of(v2 ? "/v2/models/fm/infer" : "/v1/models/fm:predict", body);
+		char *of_canary = answer_of(v2 ? v2path[0] : vpath[0], body);
+		char *of_prod = answer_of(v2 ? v2path[1] : vpath[1], body);
+		assert_true(strcmp(of_canary, of_prod) != 0); /* the rotated classes show */
+		if (!strcmp(got, of_canary))
+			canary[v2]++;
+		else
+			assert_string_equal(got, of_prod);
+		free(list);
+		free(body);
+		free(got);
+		free(of_canary);
+		free(of_prod);
+	}
+	fprintf(stderr, "shadowed canary: %d of 20 TF Serving and %d of 20 v2 answers\n",
+	        canary[0], canary[1]);
+	assert_true(canary[0] > 0 && canary[1] > 0);
+	/* the shadow ran: production answered the canary's rows too, and every class differed */
+	char path[64];
+	snprintf(path, sizeof(path), "/v1/models/fm/versions/%lld", (long long)vr);
+	struct resp r = call("GET", path, NULL);
+	assert_int_equal(r.status, 200);
+	json_t *sh = json_object_get(
+	    json_object_get(json_array_get(json_object_get(r.json, "model_version_status"), 0),
+	                    "tpuflow_stats"),
+	    "shadow");
+	assert_true(jint(sh, "rows") >= 1);
+	assert_int_equal(jint(sh, "differ"), jint(sh, "rows"));
+	resp_free(&r);
+
+	/* judged: rolled back, naming the disagreement, with the figures */
+	id = deploy_canary(st, vr, 50, "{\"max_disagreement_vs_production\":0.1,\"min_requests\":10}");
+	int ok, failed;
+	json_t *dep = requests_until_moved(st, id, &ok, &failed);
+	assert_int_equal(failed, 0);
+	const char *why = jstr(dep, "reason");
+	fprintf(stderr, "shadow: %s\n", why);
+	char want[128];
+	snprintf(want, sizeof(want), "rollback: canary version %lld disagreed with production version 1",
+	         (long long)vr);
+	assert_has(why, want);
+	assert_has(why, "over the guard of 0.1 (a row differs in the predicted class)");
+	assert_int_equal(jint(dep, "version"), 1);
+	json_t *fig = json_object_get(json_object_get(dep, "figures"), "shadow");
+	assert_true(jint(fig, "rows") >= 10);
+	assert_int_equal(jint(fig, "differ"), jint(fig, "rows"));
+	json_decref(dep);
+
+	/* the same weights under another version: no row differs, promoted under a bound of 0 */
+	id = deploy_canary(st, vs, 50, "{\"max_disagreement_vs_production\":0,\"min_requests\":10}");
+	dep = requests_until_moved(st, id, &ok, &failed);
+	assert_int_equal(failed, 0);
+	why = jstr(dep, "reason");
+	snprintf(want, sizeof(want), "promoted: canary version %lld", (long long)vs);
+	assert_has(why, want);
+	assert_has(why, "against production's");
+	fig = json_object_get(json_object_get(dep, "figures"), "shadow");
+	assert_true(jint(fig, "rows") >= 10);
+	assert_int_equal(jint(fig, "differ"), 0);
+	json_decref(dep);
+	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	tf_store_close(st);
+}
+
 /* Two serving processes judge one rollout together: the in-process server and a `tpuflow
  * serve` on the same home each answer 12 requests of a NaN-answering canary, and its policy
  * needs 20. Neither reaches 20 alone; the figures each shares through the registry do, and
@@ -1370,6 +1493,7 @@ int main(void)
 	    cmocka_unit_test(test_serve_command),
 	    cmocka_unit_test(test_serve_rate),
 	    cmocka_unit_test(test_rollout_several_servers),
+	    cmocka_unit_test(test_rollout_shadow_disagreement),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -87,6 +87,12 @@ struct tf_web_resp {
 	tf_web_stream_fn stream;
 	void *stream_ctx;
 	void (*stream_free)(void *ctx);
+	/* called once, with after_ctx (which it owns), on the connection's thread once the answer
+	 * has been sent or the connection dropped (or by tf_web_resp_release when the answer is
+	 * never sent): work the request causes that the client need not wait for. The request's
+	 * body (tf_web_req.body) is still there while it runs. */
+	void (*after)(void *ctx);
+	void *after_ctx;
 };
 
 /* Response helpers: the JSON is consumed (decref'd). */

@@ -112,6 +112,8 @@ struct conn {
 	size_t len, cap;
 	int too_big;
 	double t0;
+	void (*after)(void *ctx); /* the answer's tf_web_resp.after, run once it is sent */
+	void *after_ctx;
 };
 
 /* ---- store handles ---------------------------------------------------------------- */
@@ -234,6 +236,8 @@ void tf_web_resp_release(struct tf_web_resp *rs)
 	free(rs->allow);
 	if (rs->stream_free && rs->stream_ctx)
 		rs->stream_free(rs->stream_ctx);
+	if (rs->after)
+		rs->after(rs->after_ctx);
 	memset(rs, 0, sizeof(*rs));
 }
 
@@ -1007,6 +1011,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		w->hooks.wake(w->hooks.ctx);
 	int status = rs.status;
 	enum MHD_Result ret = send_resp(w, c, &rs);
+	if (ret == MHD_YES) { /* on_completed runs it once the answer is out */
+		cn->after = rs.after;
+		cn->after_ctx = rs.after_ctx;
+		rs.after = NULL;
+	}
 	tf_web_resp_release(&rs);
 	tf_web_metrics_observe(w, r, status, tf_now_monotonic() - cn->t0);
 	return ret;
@@ -1020,6 +1029,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	(void)toe;
 	struct conn *cn = *con_cls;
 	if (cn) {
+		if (cn->after)
+			cn->after(cn->after_ctx);
 		free(cn->body);
 		free(cn);
 	}

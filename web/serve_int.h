@@ -43,11 +43,15 @@ struct entry {
 	_Atomic uint64_t failures; /* answers it could not give: 5xx, or routed to it unloadable */
 	_Atomic float lat_ms[LAT_RING];
 	_Atomic uint64_t hist[LAT_BUCKETS]; /* every answer's latency (lat_bucket) */
+	/* as a canary under a shadow comparison: rows production also answered, and those
+	 * whose answers differed (serve_proto.c, "shadow") */
+	_Atomic uint64_t shadow_rows, shadow_differ;
 };
 
 /* A version's figures at one moment, or over a window (the difference of two moments). */
 struct fig {
 	uint64_t req, fail;
+	uint64_t rows, differ; /* the shadow comparison's (entry.shadow_rows, shadow_differ) */
 	uint64_t hist[LAT_BUCKETS];
 };
 
@@ -165,8 +169,8 @@ int tf_serve_v2_inputs(struct tf_serve *sv, const struct tf_bundle *b, const jso
 
 /* Counts one answer of e (status) that took since t0 (monotonic); without a lock. */
 void tf_serve_record(struct entry *e, int status, double t0);
-/* {requests, errors, failures, error_rate, p50_ms, p99_ms} of e (percentiles of the last
- * LAT_RING answers). */
+/* {requests, errors, failures, error_rate, p50_ms, p99_ms[, shadow: {rows, differ}]} of e
+ * (percentiles of the last LAT_RING answers; the shadow comparison's rows as a canary). */
 json_t *tf_serve_stats_json(struct entry *e);
 
 #endif

@@ -1,7 +1,8 @@
 /* serve_proto.c — owns the serving routes (web/serve.h): TensorFlow Serving REST and the Open
  * Inference Protocol (KServe v2) — which version a request reaches (a version, a label, or
  * the production alias with its deployment's canary share, sticky per X-Request-Key), the
- * predictions, status and metadata answers and the protocols' errors.
+ * predictions, status and metadata answers and the protocols' errors, and the shadow
+ * comparison (production answering a canary's request too, once the canary's answer is sent).
  *
  * Every float is printed with 9 significant digits, enough for a float32 to read back to the
  * same bits: predictions over HTTP are bit-identical to `tpuflow predict`'s.
@@ -13,6 +14,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,23 +72,11 @@ static struct view *model_view(struct tf_web_req *rq, struct tf_web_resp *rs, co
 	return NULL;
 }
 
-/* A uniform number in [0, 100) from the request key (X-Request-Key: the same key, the same
- * side), else from a per-thread generator. */
-static double traffic_point(struct tf_web_req *rq)
+/* A uniform number in [0, 100) from h (splitmix64's finaliser: every bit of h reaches the top
+ * bits). */
+static double point_of(uint64_t h)
 {
-	static _Thread_local uint64_t rnd;
-	const char *key = tf_web_header(rq, "X-Request-Key");
-	uint64_t h;
-	if (key) {
-		h = 0xcbf29ce484222325ull; /* FNV-1a */
-		for (const unsigned char *p = (const unsigned char *)key; *p; p++)
-			h = (h ^ *p) * 0x100000001b3ull;
-	} else {
-		if (!rnd)
-			rnd = (uint64_t)(tf_now_monotonic() * 1e9) ^ (uint64_t)(uintptr_t)&rnd;
-		h = rnd += 0x9e3779b97f4a7c15ull;
-	}
-	h ^= h >> 30; /* splitmix64's finaliser: every key bit reaches the top bits */
+	h ^= h >> 30;
 	h *= 0xbf58476d1ce4e5b9ull;
 	h ^= h >> 27;
 	h *= 0x94d049bb133111ebull;
@@ -94,12 +84,44 @@ static double traffic_point(struct tf_web_req *rq)
 	return (double)(h >> 11) * 0x1.0p-53 * 100;
 }
 
-/* The version the request names: {version}, {label}, or the production alias, of which the
- * canary of the alias's deployment takes its share when `split` (then *stable is the version
- * that answers if the canary cannot, else 0). Returns the model's view with sv->lock held,
- * or NULL with the lock released and the error in rs. */
+/* A uniform number in [0, 100) from a per-thread generator. */
+static double random_point(void)
+{
+	static _Thread_local uint64_t rnd;
+	if (!rnd)
+		rnd = (uint64_t)(tf_now_monotonic() * 1e9) ^ (uint64_t)(uintptr_t)&rnd;
+	return point_of(rnd += 0x9e3779b97f4a7c15ull);
+}
+
+/* A uniform number in [0, 100) from the request key (X-Request-Key: the same key, the same
+ * side), else random_point. */
+static double traffic_point(struct tf_web_req *rq)
+{
+	const char *key = tf_web_header(rq, "X-Request-Key");
+	if (!key)
+		return random_point();
+	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+	for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ull;
+	return point_of(h);
+}
+
+/* Where a request goes: the version v and, when the canary of the named alias's deployment
+ * took it, the version the alias keeps (which answers if the canary cannot), and whether
+ * production answers it too for the shadow comparison of the canary's rollout policy (with
+ * the policy's tolerance). */
+struct route {
+	int64_t v;
+	int64_t stable; /* 0: not the canary's */
+	int shadow;
+	double tolerance;
+};
+
+/* The version the request names (*to): {version}, {label}, or the production alias, of which
+ * the canary of the alias's deployment takes its share when `split`. Returns the model's view
+ * with sv->lock held, or NULL with the lock released and the error in rs. */
 static struct view *pick_locked(struct tf_web_req *rq, struct tf_web_resp *rs, int split,
-                                int64_t *v, int64_t *stable)
+                                struct route *to)
 {
 	const char *name = tf_web_param(rq, "name");
 	const char *ver = tf_web_param(rq, "version"), *label = tf_web_param(rq, "label");
@@ -116,9 +138,7 @@ static struct view *pick_locked(struct tf_web_req *rq, struct tf_web_resp *rs, i
 	struct view *m = model_view(rq, rs, name);
 	if (!m)
 		return NULL;
-	*v = n;
-	if (stable)
-		*stable = 0;
+	*to = (struct route){.v = n};
 	if (ver) {
 		if (tf_serve_view_version(m, n) >= 0)
 			return m;
@@ -128,10 +148,10 @@ static struct view *pick_locked(struct tf_web_req *rq, struct tf_web_resp *rs, i
 		              n);
 		return NULL;
 	}
-	*v = label && !strcmp(label, "latest")
-	         ? 0
-	         : tf_serve_view_alias(m, label ? label : "production");
-	if (!*v) {
+	to->v = label && !strcmp(label, "latest")
+	            ? 0
+	            : tf_serve_view_alias(m, label ? label : "production");
+	if (!to->v) {
 		pthread_mutex_unlock(&tf_web_serving(rq->srv)->lock);
 		if (label) /* TF Serving: INVALID_ARGUMENT (ServerCore's label lookup), so 400 */
 			serving_error(
@@ -149,31 +169,39 @@ static struct view *pick_locked(struct tf_web_req *rq, struct tf_web_resp *rs, i
 	}
 	const struct dep *d = split ? tf_serve_view_dep(m, label ? label : "production") : NULL;
 	if (d && d->canary && d->canary_pct > 0 && traffic_point(rq) < d->canary_pct) {
-		*stable = *v;
-		*v = d->canary;
+		to->stable = to->v;
+		to->v = d->canary;
+		to->shadow = d->has_rollout && d->rollout.max_disagreement_vs_production >= 0 &&
+		             random_point() < d->rollout.shadow_percent;
+		to->tolerance = d->rollout.shadow_tolerance;
 	}
 	return m;
 }
 
-/* The request's entry (pick_locked, with the canary's share), held for the caller
- * (tf_serve_release). predicting: a prediction request, counted by the version it is routed to; a canary
- * that cannot answer counts it as a failure (its rollout policy sees it) and the stable
- * version answers it. On failure the error is in rs. */
-static struct entry *serve_entry(struct tf_web_req *rq, struct tf_web_resp *rs, int predicting)
+/* The request's entry (pick_locked, with the canary's share, into *to), held for the caller
+ * (tf_serve_release); to may be NULL. predicting: a prediction request, counted by the version it is routed
+ * to; a canary that cannot answer counts it as a failure (its rollout policy sees it) and the
+ * stable version answers it (not shadowed then). On failure the error is in rs. */
+static struct entry *serve_entry(struct tf_web_req *rq, struct tf_web_resp *rs, int predicting,
+                                 struct route *to)
 {
 	struct tf_serve *sv = tf_web_serving(rq->srv);
-	int64_t v, stable;
-	struct view *m = pick_locked(rq, rs, 1, &v, &stable);
+	struct route own;
+	if (!to)
+		to = &own;
+	struct view *m = pick_locked(rq, rs, 1, to);
 	if (!m)
 		return NULL;
 	struct entry *e = NULL;
 	char err[1024];
-	int rc = tf_serve_acquire_in(sv, m, v, predicting, &e, err, sizeof(err));
-	if (rc && stable) { /* the canary cannot answer: production does */
+	int rc = tf_serve_acquire_in(sv, m, to->v, predicting, &e, err, sizeof(err));
+	if (rc && to->stable) { /* the canary cannot answer: production does */
+		to->shadow = 0;
 		pthread_mutex_lock(&sv->lock);
 		m = tf_serve_view_locked(sv, NULL, rq, tf_web_param(rq, "name"));
 		if (m && m->exists)
-			rc = tf_serve_acquire_in(sv, m, stable, predicting, &e, err, sizeof(err));
+			rc = tf_serve_acquire_in(sv, m, to->stable, predicting, &e, err,
+			                         sizeof(err));
 		else
 			pthread_mutex_unlock(&sv->lock);
 	}
@@ -239,41 +267,152 @@ struct proto {
 	              size_t C);
 };
 
+/* ---- the shadow comparison (docs/serving.md, "Shadow comparison") ----------------------- */
+
+/* A canary's answer that production answers too once the client has it (tf_web_resp.after):
+ * the request as the canary read it, and the canary's probabilities. */
+struct shadow {
+	struct tf_web *srv;
+	const struct proto *pr;
+	struct entry *canary; /* held */
+	int64_t stable;
+	double tolerance;
+	const char *body; /* the request's (still there when it runs, web/api.h) */
+	size_t len;
+	json_t *parsed; /* the body as the canary's read parsed it (NULL: the row fast path) */
+	float *p;       /* n x C */
+	size_t n, C;
+};
+
+/* The predicted class of a row of C probabilities: the largest (the first of equals), or for
+ * a one-output (sigmoid) model whether it is at least 0.5. */
+static size_t predicted(const float *p, size_t C)
+{
+	if (C == 1)
+		return p[0] >= 0.5f;
+	size_t best = 0;
+	for (size_t k = 1; k < C; k++)
+		if (p[k] > p[best])
+			best = k;
+	return best;
+}
+
+/* The rows of the canary's answer a (n x ca) that differ from production's b (n x cb): the
+ * predicted class differs or, with tol > 0, some output differs by more than tol; every row
+ * when the widths differ. */
+static size_t rows_differ(const float *a, size_t ca, const float *b, size_t cb, size_t n,
+                          double tol)
+{
+	if (ca != cb)
+		return n;
+	size_t d = 0;
+	for (size_t i = 0; i < n; i++) {
+		const float *x = a + i * ca, *y = b + i * ca;
+		int differ = predicted(x, ca) != predicted(y, ca);
+		for (size_t k = 0; !differ && tol > 0 && k < ca; k++)
+			differ = fabs((double)x[k] - (double)y[k]) > tol;
+		d += (size_t)differ;
+	}
+	return d;
+}
+
+/* Production's answer to the shadowed request, compared row by row with the canary's and
+ * counted on the canary (shadow_rows, shadow_differ). Inputs production does not take count
+ * as rows that differ; nothing is counted when production cannot answer at all (unloadable,
+ * or an output that is not a finite number): that is not the canary's doing. */
+static void shadow_run(void *ctx)
+{
+	struct shadow *s = ctx;
+	struct tf_serve *sv = tf_web_serving(s->srv);
+	struct entry *prod = NULL;
+	char err[1024];
+	pthread_mutex_lock(&sv->lock);
+	struct view *m = tf_serve_view_locked(sv, NULL, NULL, s->canary->model);
+	int rc = -ENOENT;
+	if (m && m->exists)
+		rc = tf_serve_acquire_in(sv, m, s->stable, 0, &prod, err, sizeof(err));
+	else
+		pthread_mutex_unlock(&sv->lock);
+	struct parsed in = {.body = s->parsed};
+	if (!rc) {
+		struct tf_web_req q = {.body = s->body, .body_len = s->len, .srv = s->srv};
+		struct tf_web_resp scratch = {0};
+		float *p = NULL;
+		size_t differ = s->n;
+		int counted = 1;
+		if (!s->pr->read(&q, &scratch, prod->b, &in) && in.n == s->n) {
+			p = run_model(prod, in.x, in.n, &scratch);
+			if (p)
+				differ = rows_differ(s->p, s->C, p, tf_mlp_outputs(&prod->b->mlp),
+				                     s->n, s->tolerance);
+			counted = p != NULL;
+		}
+		if (counted) {
+			atomic_fetch_add_explicit(&s->canary->shadow_rows, s->n,
+			                          memory_order_relaxed);
+			atomic_fetch_add_explicit(&s->canary->shadow_differ, differ,
+			                          memory_order_relaxed);
+		}
+		free(p);
+		tf_web_resp_release(&scratch);
+		tf_serve_release(prod);
+	}
+	free(in.x);
+	json_decref(in.body);
+	tf_serve_release(s->canary);
+	free(s->p);
+	free(s);
+}
+
+/* ---- predictions ------------------------------------------------------------------------ */
+
 /* A prediction request of protocol pr that began at t0 (monotonic); body is the request's
  * already parsed (consumed; NULL: pr->read parses it). The answer is counted by the version
- * that gave it. */
+ * that gave it; a canary's answer under a shadow comparison is answered by production too
+ * once the client has it (the entry, the body and the answer go to shadow_run). */
 static void predict(struct tf_web_req *rq, struct tf_web_resp *rs, const struct proto *pr,
                     json_t *body, double t0)
 {
-	struct entry *e = serve_entry(rq, rs, 1);
+	struct route to;
+	struct entry *e = serve_entry(rq, rs, 1, &to);
 	if (!e) {
 		json_decref(body);
 		return;
 	}
 	struct parsed in = {.body = body};
 	float *p = NULL;
+	size_t C = tf_mlp_outputs(&e->b->mlp);
 	if (!pr->read(rq, rs, e->b, &in) && (p = run_model(e, in.x, in.n, rs))) {
 		struct tf_buf o = {0};
-		pr->write(&o, e, &in, p, tf_mlp_outputs(&e->b->mlp));
+		pr->write(&o, e, &in, p, C);
 		tf_web_json_text(rs, &o);
 	}
-	free(p);
 	free(in.x);
-	json_decref(in.body);
 	tf_serve_record(e, rs->status, t0);
+	if (p && to.shadow) {
+		struct shadow *s = tf_xmalloc(sizeof(*s));
+		*s = (struct shadow){rq->srv, pr, e, to.stable, to.tolerance, rq->body,
+		                     rq->body_len, in.body, p, in.n, C};
+		rs->after = shadow_run;
+		rs->after_ctx = s;
+		return;
+	}
+	free(p);
+	json_decref(in.body);
 	tf_serve_release(e);
 }
 
-/* TensorFlow Serving: the row fast path, else the body's instances or inputs. */
+/* TensorFlow Serving: the row fast path, else the body's instances or inputs (in->body, when
+ * a shadow comparison reads the request again, is the body parsed before). */
 static int tfs_read(struct tf_web_req *rq, struct tf_web_resp *rs, const struct tf_bundle *b,
                     struct parsed *in)
 {
 	struct tf_serve *sv = tf_web_serving(rq->srv);
 	char err[1024];
-	if (rq->body &&
+	if (!in->body && rq->body &&
 	    tf_serve_fast_instances(sv, b, rq->body, rq->body + rq->body_len, &in->x, &in->n))
 		return 0;
-	if (!(in->body = body_json(rq, rs)))
+	if (!in->body && !(in->body = body_json(rq, rs)))
 		return -EINVAL;
 	if (!tf_serve_tfs_inputs(sv, b, in->body, &in->x, &in->n, &in->columnar, err, sizeof(err)))
 		return 0;
@@ -309,8 +448,10 @@ void tf_serve_h_status(struct tf_web_req *rq, struct tf_web_resp *rs)
 	int64_t vs[MAX_ALIASED];
 	int nv = 1;
 	if (tf_web_param(rq, "version") || tf_web_param(rq, "label")) { /* that version only */
-		if (!pick_locked(rq, rs, 0, &vs[0], NULL))
+		struct route to;
+		if (!pick_locked(rq, rs, 0, &to))
 			return;
+		vs[0] = to.v;
 		pthread_mutex_unlock(&sv->lock);
 	} else {
 		if (!model_view(rq, rs, model))
@@ -352,7 +493,7 @@ static json_t *tensor_info(const char *name, const char *dtype, size_t d)
 
 void tf_serve_h_metadata(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
-	struct entry *e = serve_entry(rq, rs, 0);
+	struct entry *e = serve_entry(rq, rs, 0, NULL);
 	if (!e)
 		return;
 	const struct tf_bundle *b = e->b;
@@ -414,7 +555,7 @@ void tf_serve_h_ready(struct tf_web_req *rq, struct tf_web_resp *rs)
 
 void tf_serve_h_v2_model(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
-	struct entry *e = serve_entry(rq, rs, 0);
+	struct entry *e = serve_entry(rq, rs, 0, NULL);
 	if (!e)
 		return;
 	const struct tf_bundle *b = e->b;
@@ -438,7 +579,7 @@ void tf_serve_h_v2_model(struct tf_web_req *rq, struct tf_web_resp *rs)
 
 void tf_serve_h_v2_model_ready(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
-	struct entry *e = serve_entry(rq, rs, 0);
+	struct entry *e = serve_entry(rq, rs, 0, NULL);
 	if (!e) { /* not ready is a 4xx (the Open Inference Protocol's health APIs) */
 		if (rs->status == 503)
 			rs->status = 400;

@@ -58,7 +58,7 @@ static size_t latencies(struct entry *e, float lat[LAT_RING])
 	return k;
 }
 
-/* {requests, errors, failures, error_rate, p50_ms, p99_ms} of e (percentiles of the last
+/* {requests, errors, failures, error_rate, p50_ms, p99_ms[, shadow: {rows, differ}]} of e (percentiles of the last
  * LAT_RING answers). */
 json_t *tf_serve_stats_json(struct entry *e)
 {
@@ -67,10 +67,19 @@ json_t *tf_serve_stats_json(struct entry *e)
 	uint64_t errs = atomic_load_explicit(&e->errors, memory_order_relaxed);
 	uint64_t fails = atomic_load_explicit(&e->failures, memory_order_relaxed);
 	size_t k = latencies(e, lat);
-	return json_pack("{s:I, s:I, s:I, s:f, s:f, s:f}", "requests", (json_int_t)n, "errors",
-	                 (json_int_t)errs, "failures", (json_int_t)fails, "error_rate",
-	                 n ? (double)errs / (double)n : 0.0, "p50_ms", k ? (double)lat[k / 2] : 0.0,
-	                 "p99_ms", k ? (double)lat[(k * 99) / 100] : 0.0);
+	json_t *j = json_pack("{s:I, s:I, s:I, s:f, s:f, s:f}", "requests", (json_int_t)n, "errors",
+	                      (json_int_t)errs, "failures", (json_int_t)fails, "error_rate",
+	                      n ? (double)errs / (double)n : 0.0, "p50_ms",
+	                      k ? (double)lat[k / 2] : 0.0, "p99_ms",
+	                      k ? (double)lat[(k * 99) / 100] : 0.0);
+	uint64_t rows = atomic_load_explicit(&e->shadow_rows, memory_order_relaxed);
+	if (rows) /* a canary's shadow comparison */
+		json_object_set_new(
+		    j, "shadow",
+		    json_pack("{s:I, s:I}", "rows", (json_int_t)rows, "differ",
+		              (json_int_t)atomic_load_explicit(&e->shadow_differ,
+		                                               memory_order_relaxed)));
+	return j;
 }
 
 /* e's figures now (zero for NULL). */
@@ -81,6 +90,8 @@ static void fig_read(struct entry *e, struct fig *f)
 		return;
 	f->req = atomic_load_explicit(&e->requests, memory_order_relaxed);
 	f->fail = atomic_load_explicit(&e->failures, memory_order_relaxed);
+	f->rows = atomic_load_explicit(&e->shadow_rows, memory_order_relaxed);
+	f->differ = atomic_load_explicit(&e->shadow_differ, memory_order_relaxed);
 	for (int i = 0; i < LAT_BUCKETS; i++)
 		f->hist[i] = atomic_load_explicit(&e->hist[i], memory_order_relaxed);
 }
@@ -89,10 +100,13 @@ static void fig_read(struct entry *e, struct fig *f)
  * loaded again: its counts started over). */
 static int fig_since(struct fig *f, const struct fig *base)
 {
-	if (f->req < base->req || f->fail < base->fail)
+	if (f->req < base->req || f->fail < base->fail || f->rows < base->rows ||
+	    f->differ < base->differ)
 		return -1;
 	f->req -= base->req;
 	f->fail -= base->fail;
+	f->rows -= base->rows;
+	f->differ -= base->differ;
 	for (int i = 0; i < LAT_BUCKETS; i++) {
 		if (f->hist[i] < base->hist[i])
 			return -1;
@@ -131,7 +145,7 @@ struct move {
 	char *rollout;     /* the policy carried to the next step (owned) */
 	const char *event; /* the alert it raises (orchestrator/alerts.h); NULL: model_deployed */
 	char reason[768];
-	char figures[512];
+	char figures[768];
 };
 
 /* A canary deployment to judge, copied out of its view under the lock: the figures of the
@@ -165,6 +179,15 @@ static int decide(const struct judged *j, double soaked, struct move *mv)
 	int guarded = r->max_error_rate_vs_production >= 0 || r->max_p99_ratio_vs_production > 0;
 	int compared = guarded && s->req >= (uint64_t)r->min_requests;
 	double srate = s->req ? (double)s->fail / (double)s->req : 0, sp99 = fig_quantile(s, 0.99);
+	/* the shadow comparison, once production has answered min_requests of its rows */
+	int shadowed = r->max_disagreement_vs_production >= 0;
+	int agreed = shadowed && c->rows >= (uint64_t)r->min_requests;
+	double dis = c->rows ? (double)c->differ / (double)c->rows : 0;
+	char shadow[160] = "";
+	if (shadowed)
+		snprintf(shadow, sizeof(shadow),
+		         ",\"shadow\":{\"rows\":%llu,\"differ\":%llu,\"disagreement\":%.6g}",
+		         (unsigned long long)c->rows, (unsigned long long)c->differ, dis);
 	const char *down = j->unavailable ? "; it is UNAVAILABLE: " : "";
 	memset(mv, 0, sizeof(*mv));
 	snprintf(mv->model, sizeof(mv->model), "%s", j->model);
@@ -172,11 +195,11 @@ static int decide(const struct judged *j, double soaked, struct move *mv)
 	mv->dep_id = j->dep_id;
 	snprintf(mv->figures, sizeof(mv->figures),
 	         "{\"version\":%lld,\"share\":%.6g,\"requests\":%llu,\"failures\":%llu,"
-	         "\"error_rate\":%.6g,\"p99_ms\":%.6g,\"window_s\":%.3f,\"servers\":%d,"
+	         "\"error_rate\":%.6g,\"p99_ms\":%.6g,\"window_s\":%.3f,\"servers\":%d%s,"
 	         "\"production\":{\"version\":%lld,\"requests\":%llu,\"failures\":%llu,"
 	         "\"error_rate\":%.6g,\"p99_ms\":%.6g}}",
 	         (long long)j->canary, j->pct, (unsigned long long)n, (unsigned long long)f, rate,
-	         p99, soaked, j->servers, (long long)j->stable, (unsigned long long)s->req,
+	         p99, soaked, j->servers, shadow, (long long)j->stable, (unsigned long long)s->req,
 	         (unsigned long long)s->fail, srate, sp99);
 	mv->version = j->stable;
 	mv->event = "model_rolled_back";
@@ -220,11 +243,25 @@ static int decide(const struct judged *j, double soaked, struct move *mv)
 		         (unsigned long long)s->req);
 		return 1;
 	}
-	if (soaked < r->soak_s || (guarded && !compared))
+	if (agreed && dis > r->max_disagreement_vs_production) {
+		char rule[96] = "the predicted class";
+		if (r->shadow_tolerance > 0)
+			snprintf(rule, sizeof(rule),
+			         "the predicted class, or an output by more than %g",
+			         r->shadow_tolerance);
+		snprintf(mv->reason, sizeof(mv->reason),
+		         "rollback: canary version %lld disagreed with production version %lld on "
+		         "%llu of %llu shadowed rows (%.3g) in the same window, over the guard of "
+		         "%g (a row differs in %s)",
+		         (long long)j->canary, (long long)j->stable, (unsigned long long)c->differ,
+		         (unsigned long long)c->rows, dis, r->max_disagreement_vs_production, rule);
+		return 1;
+	}
+	if (soaked < r->soak_s || (guarded && !compared) || (shadowed && !agreed))
 		return 0;
 	mv->version = j->canary;
 	mv->event = NULL;
-	const char *vs = compared ? ", and against production's" : "";
+	const char *vs = compared || agreed ? ", and against production's" : "";
 	for (int i = 0; i < r->nsteps; i++)
 		if (r->steps[i] > j->pct) {
 			mv->share = r->steps[i];
@@ -281,32 +318,42 @@ static int window_locked(struct tf_serve *sv, const struct view *m, struct dep *
 	return 1;
 }
 
-/* {requests, failures, hist: [[bucket, count], ...]} of f, as JSON text (caller frees). */
+/* {requests, failures, shadow_rows, shadow_differ, hist: [[bucket, count], ...]} of f, as
+ * JSON text (caller frees). */
 static char *fig_text(const struct fig *f)
 {
 	json_t *h = json_array();
 	for (int i = 0; i < LAT_BUCKETS; i++)
 		if (f->hist[i])
 			json_array_append_new(h, json_pack("[i,I]", i, (json_int_t)f->hist[i]));
-	json_t *o = json_pack("{s:I, s:I, s:o}", "requests", (json_int_t)f->req, "failures",
-	                      (json_int_t)f->fail, "hist", h);
+	json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:o}", "requests", (json_int_t)f->req,
+	                      "failures", (json_int_t)f->fail, "shadow_rows", (json_int_t)f->rows,
+	                      "shadow_differ", (json_int_t)f->differ, "hist", h);
 	char *t = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	return t;
 }
 
-/* Adds the figures of fig_text's JSON j to f; -EINVAL (f unchanged) when j is not that. */
+/* Adds the figures of fig_text's JSON j to f; -EINVAL (f unchanged) when j is not that (the
+ * shadow's counts may be absent: a server that wrote none). */
 static int fig_add(struct fig *f, const json_t *j)
 {
 	struct fig x = {0};
 	const json_t *req = json_object_get(j, "requests"), *fail = json_object_get(j, "failures");
+	const json_t *rows = json_object_get(j, "shadow_rows"),
+	             *differ = json_object_get(j, "shadow_differ");
 	const json_t *h = json_object_get(j, "hist"), *pair;
 	size_t i;
 	if (!json_is_integer(req) || !json_is_integer(fail) || !json_is_array(h) ||
-	    json_integer_value(req) < 0 || json_integer_value(fail) < 0)
+	    json_integer_value(req) < 0 || json_integer_value(fail) < 0 ||
+	    (rows && (!json_is_integer(rows) || json_integer_value(rows) < 0)) ||
+	    (differ && (!json_is_integer(differ) || json_integer_value(differ) < 0 ||
+	                json_integer_value(differ) > json_integer_value(rows))))
 		return -EINVAL;
 	x.req = (uint64_t)json_integer_value(req);
 	x.fail = (uint64_t)json_integer_value(fail);
+	x.rows = (uint64_t)json_integer_value(rows); /* 0 when absent */
+	x.differ = (uint64_t)json_integer_value(differ);
 	json_array_foreach(h, i, pair)
 	{
 		json_int_t b = json_integer_value(json_array_get(pair, 0));
@@ -317,6 +364,8 @@ static int fig_add(struct fig *f, const json_t *j)
 	}
 	f->req += x.req;
 	f->fail += x.fail;
+	f->rows += x.rows;
+	f->differ += x.differ;
 	for (int k = 0; k < LAT_BUCKETS; k++)
 		f->hist[k] += x.hist[k];
 	return 0;
