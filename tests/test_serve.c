@@ -1284,6 +1284,44 @@ static void test_serve_command(void **state)
 	free(row);
 }
 
+/* `tpuflow serve` answers /metrics (a read token, not a predict one) with its figures per
+ * version, in a text promtool accepts. */
+static void test_serve_metrics(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	if (system("command -v promtool >/dev/null 2>&1")) {
+		fprintf(stderr, "test_serve_metrics: promtool missing (Debian prometheus)\n");
+		skip();
+	}
+	tf_store_close(open_home_production_1());
+	char url[128];
+	pid_t pid = serve_spawn(NULL, url);
+	char *row = instances(0, 1);
+	for (int i = 0; i < 3; i++)
+		expect_status(call_at(url, "POST", "/v1/models/fm:predict", tok_predict, row), 200);
+	expect_status(call_at(url, "GET", "/metrics", tok_predict, NULL), 403);
+	struct resp r = call_at(url, "GET", "/metrics", tok_read, NULL);
+	assert_int_equal(r.status, 200);
+	assert_has(r.body, "tpuflow_serving_requests_total{model=\"fm\",version=\"1\"} 3\n");
+	assert_has(r.body, "tpuflow_serving_errors_total{model=\"fm\",version=\"1\"} 0\n");
+	assert_has(r.body, "tpuflow_serving_request_duration_seconds_bucket{model=\"fm\","
+	                   "version=\"1\",le=\"+Inf\"} 3\n");
+	assert_has(r.body, "tpuflow_serving_request_duration_seconds_count{model=\"fm\","
+	                   "version=\"1\"} 3\n");
+	char path[600], cmd[1400];
+	snprintf(path, sizeof(path), "%s/serve-metrics.txt", home);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(r.body, f);
+	fclose(f);
+	resp_free(&r);
+	snprintf(cmd, sizeof(cmd), "promtool check metrics < '%s'", path);
+	assert_int_equal(system(cmd), 0);
+	serve_stop(pid);
+	free(row);
+}
+
 /* tpuflow serve has no rate limit unless --rate gives one: one token makes more requests than
  * the daemon's default bucket holds (1000) without a 429; with --rate 1 the bucket (10) runs
  * dry within 30 quick requests, and the 429 says when to retry. */
@@ -1491,6 +1529,7 @@ int main(void)
 	    cmocka_unit_test(test_rollout_other_alias),
 	    cmocka_unit_test(test_alias_move_under_load),
 	    cmocka_unit_test(test_serve_command),
+	    cmocka_unit_test(test_serve_metrics),
 	    cmocka_unit_test(test_serve_rate),
 	    cmocka_unit_test(test_rollout_several_servers),
 	    cmocka_unit_test(test_rollout_shadow_disagreement),

@@ -1,9 +1,11 @@
 /* metrics.c — owns GET /metrics: the Prometheus text exposition format 0.0.4 of what the
  * state database holds (runs and steps by state, step durations, the slice queue, chips in
- * use per pool, slice-seconds per project) plus the server's own request counters, and the
- * build. Every family has its HELP and TYPE lines; names carry the tpuflow_ prefix, counters
- * end in _total and durations are in _seconds. */
+ * use per pool, slice-seconds per project) plus the server's own request counters, the
+ * served versions' figures (web/serve.h), and the build. Every family has its HELP and TYPE
+ * lines; names carry the tpuflow_ prefix, counters end in _total and durations are in
+ * _seconds. */
 #include "web/api.h"
+#include "web/serve.h"
 
 #include "common/common.h"
 #include "orchestrator/state.h"
@@ -192,6 +194,8 @@ int tf_metrics_render(struct tf_web *w, struct tf_store *st, char **out, size_t 
 		rc = slices(f, st, tf_now_wall());
 	if (!rc && w)
 		tf_web_metrics_requests(w, f);
+	if (!rc && w && tf_web_serving(w))
+		tf_serve_metrics(tf_web_serving(w), f);
 	fclose(f);
 	if (rc) {
 		free(buf);

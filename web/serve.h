@@ -16,6 +16,7 @@
 #include "web/api.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 #define TF_SERVE_MAX_BATCH 1024 /* default instances per request */
 #define TF_SERVE_CACHE 16       /* loaded versions kept (least recently used evicted) */
@@ -42,6 +43,11 @@ int tf_serve_warm(struct tf_serve *sv, struct tf_store *st, const char *model, c
  * compare-and-set, with the reason and the figures. Called every few hundred ms by the
  * server's watcher thread (web/http.c), one call at a time. */
 void tf_serve_tick(struct tf_serve *sv, struct tf_store *st);
+
+/* The per-version figures of the prediction routes as Prometheus text families (web/metrics.c
+ * writes them into /metrics): tpuflow_serving_requests_total, _errors_total, _failures_total
+ * and the tpuflow_serving_request_duration_seconds histogram, labelled model and version. */
+void tf_serve_metrics(struct tf_serve *sv, FILE *f);
 
 /* The handlers (route rows below). */
 void tf_serve_h_predict(struct tf_web_req *rq, struct tf_web_resp *rs);

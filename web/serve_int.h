@@ -43,6 +43,7 @@ struct entry {
 	_Atomic uint64_t failures; /* answers it could not give: 5xx, or routed to it unloadable */
 	_Atomic float lat_ms[LAT_RING];
 	_Atomic uint64_t hist[LAT_BUCKETS]; /* every answer's latency (lat_bucket) */
+	_Atomic uint64_t lat_ns;            /* and their sum (ns), for /metrics */
 	/* as a canary under a shadow comparison: rows production also answered, and those
 	 * whose answers differed (serve_proto.c, "shadow") */
 	_Atomic uint64_t shadow_rows, shadow_differ;

@@ -179,9 +179,9 @@ static struct view *pick_locked(struct tf_web_req *rq, struct tf_web_resp *rs, i
 }
 
 /* The request's entry (pick_locked, with the canary's share, into *to), held for the caller
- * (tf_serve_release); to may be NULL. predicting: a prediction request, counted by the version it is routed
- * to; a canary that cannot answer counts it as a failure (its rollout policy sees it) and the
- * stable version answers it (not shadowed then). On failure the error is in rs. */
+ * (tf_serve_release); to may be NULL. predicting: a prediction request, counted by the version it
+ * is routed to; a canary that cannot answer counts it as a failure (its rollout policy sees it) and
+ * the stable version answers it (not shadowed then). On failure the error is in rs. */
 static struct entry *serve_entry(struct tf_web_req *rq, struct tf_web_resp *rs, int predicting,
                                  struct route *to)
 {
@@ -263,8 +263,8 @@ struct parsed {
 struct proto {
 	int (*read)(struct tf_web_req *rq, struct tf_web_resp *rs, const struct tf_bundle *b,
 	            struct parsed *in);
-	void (*write)(struct tf_buf *o, const struct entry *e, const struct parsed *in, const float *p,
-	              size_t C);
+	void (*write)(struct tf_buf *o, const struct entry *e, const struct parsed *in,
+	              const float *p, size_t C);
 };
 
 /* ---- the shadow comparison (docs/serving.md, "Shadow comparison") ----------------------- */
@@ -391,8 +391,17 @@ static void predict(struct tf_web_req *rq, struct tf_web_resp *rs, const struct 
 	tf_serve_record(e, rs->status, t0);
 	if (p && to.shadow) {
 		struct shadow *s = tf_xmalloc(sizeof(*s));
-		*s = (struct shadow){rq->srv, pr, e, to.stable, to.tolerance, rq->body,
-		                     rq->body_len, in.body, p, in.n, C};
+		*s = (struct shadow){.srv = rq->srv,
+		                     .pr = pr,
+		                     .canary = e,
+		                     .stable = to.stable,
+		                     .tolerance = to.tolerance,
+		                     .body = rq->body,
+		                     .len = rq->body_len,
+		                     .parsed = in.body,
+		                     .p = p,
+		                     .n = in.n,
+		                     .C = C};
 		rs->after = shadow_run;
 		rs->after_ctx = s;
 		return;

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,9 @@ static int lat_bucket(double ms)
 /* Counts one answer of e (status) that took since t0 (monotonic). */
 void tf_serve_record(struct entry *e, int status, double t0)
 {
-	float ms = (float)((tf_now_monotonic() - t0) * 1000);
+	double s = tf_now_monotonic() - t0;
+	float ms = (float)(s * 1000);
+	atomic_fetch_add_explicit(&e->lat_ns, (uint64_t)(s * 1e9), memory_order_relaxed);
 	uint64_t i = atomic_fetch_add_explicit(&e->requests, 1, memory_order_relaxed);
 	atomic_store_explicit(&e->lat_ms[i % LAT_RING], ms, memory_order_relaxed);
 	atomic_fetch_add_explicit(&e->hist[lat_bucket(ms)], 1, memory_order_relaxed);
@@ -58,8 +61,8 @@ static size_t latencies(struct entry *e, float lat[LAT_RING])
 	return k;
 }
 
-/* {requests, errors, failures, error_rate, p50_ms, p99_ms[, shadow: {rows, differ}]} of e (percentiles of the last
- * LAT_RING answers). */
+/* {requests, errors, failures, error_rate, p50_ms, p99_ms[, shadow: {rows, differ}]} of e
+ * (percentiles of the last LAT_RING answers). */
 json_t *tf_serve_stats_json(struct entry *e)
 {
 	float lat[LAT_RING];
@@ -67,19 +70,80 @@ json_t *tf_serve_stats_json(struct entry *e)
 	uint64_t errs = atomic_load_explicit(&e->errors, memory_order_relaxed);
 	uint64_t fails = atomic_load_explicit(&e->failures, memory_order_relaxed);
 	size_t k = latencies(e, lat);
-	json_t *j = json_pack("{s:I, s:I, s:I, s:f, s:f, s:f}", "requests", (json_int_t)n, "errors",
-	                      (json_int_t)errs, "failures", (json_int_t)fails, "error_rate",
-	                      n ? (double)errs / (double)n : 0.0, "p50_ms",
-	                      k ? (double)lat[k / 2] : 0.0, "p99_ms",
-	                      k ? (double)lat[(k * 99) / 100] : 0.0);
+	json_t *j =
+	    json_pack("{s:I, s:I, s:I, s:f, s:f, s:f}", "requests", (json_int_t)n, "errors",
+	              (json_int_t)errs, "failures", (json_int_t)fails, "error_rate",
+	              n ? (double)errs / (double)n : 0.0, "p50_ms", k ? (double)lat[k / 2] : 0.0,
+	              "p99_ms", k ? (double)lat[(k * 99) / 100] : 0.0);
 	uint64_t rows = atomic_load_explicit(&e->shadow_rows, memory_order_relaxed);
 	if (rows) /* a canary's shadow comparison */
-		json_object_set_new(
-		    j, "shadow",
-		    json_pack("{s:I, s:I}", "rows", (json_int_t)rows, "differ",
-		              (json_int_t)atomic_load_explicit(&e->shadow_differ,
-		                                               memory_order_relaxed)));
+		json_object_set_new(j, "shadow",
+		                    json_pack("{s:I, s:I}", "rows", (json_int_t)rows, "differ",
+		                              (json_int_t)atomic_load_explicit(
+		                                  &e->shadow_differ, memory_order_relaxed)));
 	return j;
+}
+
+void tf_serve_metrics(struct tf_serve *sv, FILE *f)
+{
+	/* model names are registry names (letters, digits, '.', '_', '-'): no label escapes */
+	static const struct {
+		const char *name, *help;
+		size_t at;
+	} counters[] = {
+	    {"tpuflow_serving_requests_total",
+	     "Answers of the prediction routes, by the version that gave them.",
+	     offsetof(struct entry, requests)},
+	    {"tpuflow_serving_errors_total", "Those answers that were not 200.",
+	     offsetof(struct entry, errors)},
+	    {"tpuflow_serving_failures_total",
+	     "Answers the version could not give (5xx, or routed to it while it could not be "
+	     "loaded).",
+	     offsetof(struct entry, failures)}};
+	pthread_mutex_lock(&sv->lock);
+	for (size_t c = 0; c < TF_ARRAY_LEN(counters); c++) {
+		fprintf(f, "# HELP %s %s\n# TYPE %s counter\n", counters[c].name, counters[c].help,
+		        counters[c].name);
+		for (struct entry *e = sv->list; e; e = e->next)
+			fprintf(f, "%s{model=\"%s\",version=\"%lld\"} %llu\n", counters[c].name,
+			        e->model, (long long)e->version,
+			        (unsigned long long)atomic_load_explicit(
+			            (_Atomic uint64_t *)((char *)e + counters[c].at),
+			            memory_order_relaxed));
+	}
+	fputs("# HELP tpuflow_serving_request_duration_seconds Time from a prediction handler's "
+	      "start to its answer, by version.\n"
+	      "# TYPE tpuflow_serving_request_duration_seconds histogram\n",
+	      f);
+	for (struct entry *e = sv->list; e; e = e->next) {
+		uint64_t cum = 0;
+		int i = 0;
+		/* the latency buckets' bounds at the powers of two from 16 us to 32 s */
+		for (int k = 4; k <= 25; k++) {
+			for (; i <= 8 * k; i++)
+				cum += atomic_load_explicit(&e->hist[i], memory_order_relaxed);
+			fprintf(f,
+			        "tpuflow_serving_request_duration_seconds_bucket{model=\"%s\","
+			        "version=\"%lld\",le=\"%.9g\"} %llu\n",
+			        e->model, (long long)e->version, ldexp(1e-6, k),
+			        (unsigned long long)cum);
+		}
+		for (; i < LAT_BUCKETS; i++)
+			cum += atomic_load_explicit(&e->hist[i], memory_order_relaxed);
+		fprintf(
+		    f,
+		    "tpuflow_serving_request_duration_seconds_bucket{model=\"%s\",version="
+		    "\"%lld\",le=\"+Inf\"} %llu\n"
+		    "tpuflow_serving_request_duration_seconds_sum{model=\"%s\",version=\"%lld\"} "
+		    "%.9f\n"
+		    "tpuflow_serving_request_duration_seconds_count{model=\"%s\",version="
+		    "\"%lld\"} %llu\n",
+		    e->model, (long long)e->version, (unsigned long long)cum, e->model,
+		    (long long)e->version,
+		    (double)atomic_load_explicit(&e->lat_ns, memory_order_relaxed) * 1e-9, e->model,
+		    (long long)e->version, (unsigned long long)cum);
+	}
+	pthread_mutex_unlock(&sv->lock);
 }
 
 /* e's figures now (zero for NULL). */
