@@ -176,6 +176,13 @@ static int fig_since(struct fig *f, const struct fig *base)
 			return -1;
 		f->hist[i] -= base->hist[i];
 	}
+	/* the counters are read one by one while answers are counted: an answer counted in
+	 * requests but not yet in failures when the window began is a failure without its
+	 * request inside the window (so too a shadowed row), which a rate must not show */
+	if (f->fail > f->req)
+		f->fail = f->req;
+	if (f->differ > f->rows)
+		f->differ = f->rows;
 	return 0;
 }
 
