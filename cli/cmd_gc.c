@@ -115,7 +115,7 @@ int cmd_gc(int argc, char **argv, struct tf_cli *cli)
 	                                     {"apply", no_argument, NULL, OPT_APPLY},
 	                                     {0, 0, 0, 0}};
 	struct tf_gc_policy pol = {.keep_last = -1};
-	int c, dry = -1, apply = 0;
+	int c, dry = 0, apply = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		long long n;
@@ -150,7 +150,7 @@ int cmd_gc(int argc, char **argv, struct tf_cli *cli)
 	}
 	if (optind < argc)
 		return tf_cli_usage_error("gc", "unexpected argument '%s'", argv[optind]);
-	if (dry == 1 && apply)
+	if (dry && apply)
 		return tf_cli_usage_error("gc", "--dry-run and --apply contradict each other");
 	if (pol.keep_last < 0 && pol.older_than <= 0)
 		return tf_cli_usage_error("gc", "give a policy: --keep-last N and/or --older-than AGE");
