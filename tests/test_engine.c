@@ -157,6 +157,23 @@ static int run_yaml(const char *yaml, const struct tf_engine_opts *o,
 	return rc;
 }
 
+/* Starts a run of `yaml` (written to `file`) on `o`; the engine is the caller's. */
+static struct tf_engine *start_run(const struct tf_engine_opts *o, const char *file,
+                                   const char *yaml)
+{
+	tf_test_write_file(file, yaml);
+	struct tf_engine_req rq = {.path = file};
+	struct tf_diag_list diags = {0};
+	struct tf_engine *e = NULL;
+	char err[256] = "";
+	int rc = tf_engine_start(o, &rq, &e, &diags, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "engine: %s\n", err);
+	assert_int_equal(rc, 0);
+	tf_diag_list_release(&diags);
+	return e;
+}
+
 /* ---- tests ------------------------------------------------------------------------------ */
 
 static void test_engine_parallel_dag_with_references(void **state)
@@ -1168,12 +1185,8 @@ static void test_engine_interrupt_then_resume(void **state)
 	                   "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n"
 	                   "finally:\n"
 	                   "  - {name: fin, type: shell, with: {argv: [ok, 'out=${run.state}']}}\n";
-	tf_test_write_file("p.yaml", yaml);
-	struct tf_engine_req rq = {.path = "p.yaml"};
-	struct tf_diag_list diags = {0};
-	struct tf_engine *e = NULL;
+	struct tf_engine *e = start_run(&o, "p.yaml", yaml);
 	char err[256] = "";
-	assert_int_equal(tf_engine_start(&o, &rq, &e, &diags, err, sizeof(err)), 0);
 	/* committed before start returns: the run is in the database, running */
 	struct tf_store *st = NULL;
 	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &st, err, sizeof(err)), 0);
@@ -1234,18 +1247,6 @@ static void request_cancel(const char *run)
 	tf_store_close(st);
 }
 
-static struct tf_engine *start_file(const struct tf_engine_opts *o, const char *yaml)
-{
-	tf_test_write_file("p.yaml", yaml);
-	struct tf_engine_req rq = {.path = "p.yaml"};
-	struct tf_diag_list diags = {0};
-	struct tf_engine *e = NULL;
-	char err[256] = "";
-	assert_int_equal(tf_engine_start(o, &rq, &e, &diags, err, sizeof(err)), 0);
-	tf_diag_list_release(&diags);
-	return e;
-}
-
 /* `runs cancel` is Argo's `argo stop`: the steps of `steps` stop, then the finally steps run
  * and see ${run.state} == 'cancelled'; the run ends failed ("cancelled") whatever they do. A
  * second cancel is `argo terminate`: it stops the finally steps too. A retry of the cancelled
@@ -1257,16 +1258,17 @@ static void test_engine_cancel_runs_finally_steps(void **state)
 	struct tf_engine_opts o = opts();
 	struct tf_engine_result res = {0};
 	char err[256] = "";
-	struct tf_engine *e =
-	    start_file(&o, "name: fin\n"
-	                   "steps:\n"
-	                   "  - {name: a, type: shell, with: {argv: [ok]}}\n"
-	                   "  - {name: h, type: shell, needs: [a], with: {argv: [hang, '1']}}\n"
-	                   "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n"
-	                   "finally:\n"
-	                   "  - {name: report, type: shell, with: {argv: [ok, 'out=${run.state}']}}\n"
-	                   "  - {name: broken, type: shell, with: {argv: [fail, '1']}}\n"
-	                   "  - {name: slow, type: shell, needs: [report], with: {argv: [hang, '1']}}\n");
+	struct tf_engine *e = start_run(
+	    &o, "p.yaml",
+	    "name: fin\n"
+	    "steps:\n"
+	    "  - {name: a, type: shell, with: {argv: [ok]}}\n"
+	    "  - {name: h, type: shell, needs: [a], with: {argv: [hang, '1']}}\n"
+	    "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n"
+	    "finally:\n"
+	    "  - {name: report, type: shell, with: {argv: [ok, 'out=${run.state}']}}\n"
+	    "  - {name: broken, type: shell, with: {argv: [fail, '1']}}\n"
+	    "  - {name: slow, type: shell, needs: [report], with: {argv: [hang, '1']}}\n");
 	char run[32];
 	snprintf(run, sizeof(run), "%s", tf_engine_run_id(e));
 	wait_calls("h", 1);
@@ -1315,14 +1317,15 @@ static void test_engine_cancel_holds_across_an_interrupt(void **state)
 	struct tf_engine_opts o = opts();
 	struct tf_engine_result res = {0};
 	char err[256] = "";
-	struct tf_engine *e =
-	    start_file(&o, "name: fin2\n"
-	                   "steps:\n"
-	                   "  - {name: h, type: shell, with: {argv: [hang]}}\n"
-	                   "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n"
-	                   "finally:\n"
-	                   "  - {name: g, type: shell, with: {argv: [ok]}}\n"
-	                   "  - {name: f, type: shell, with: {argv: [hang, '1', 'out=${run.state}']}}\n");
+	struct tf_engine *e = start_run(
+	    &o, "p.yaml",
+	    "name: fin2\n"
+	    "steps:\n"
+	    "  - {name: h, type: shell, with: {argv: [hang]}}\n"
+	    "  - {name: z, type: shell, needs: [h], with: {argv: [ok]}}\n"
+	    "finally:\n"
+	    "  - {name: g, type: shell, with: {argv: [ok]}}\n"
+	    "  - {name: f, type: shell, with: {argv: [hang, '1', 'out=${run.state}']}}\n");
 	char run[32];
 	snprintf(run, sizeof(run), "%s", tf_engine_run_id(e));
 	wait_calls("h", 1);
@@ -1431,23 +1434,6 @@ static void test_engine_append_log_keeps_titles_on_their_own_lines(void **state)
 }
 
 /* ---- the shared worker pool (orchestrator/pool.h) ----------------------------------------- */
-
-/* Starts a run of `yaml` (written to `file`) on `o`; the engine is the caller's. */
-static struct tf_engine *start_run(const struct tf_engine_opts *o, const char *file,
-                                   const char *yaml)
-{
-	tf_test_write_file(file, yaml);
-	struct tf_engine_req rq = {.path = file};
-	struct tf_diag_list diags = {0};
-	struct tf_engine *e = NULL;
-	char err[256] = "";
-	int rc = tf_engine_start(o, &rq, &e, &diags, err, sizeof(err));
-	if (rc)
-		fprintf(stderr, "engine: %s\n", err);
-	assert_int_equal(rc, 0);
-	tf_diag_list_release(&diags);
-	return e;
-}
 
 static void finish_run(struct tf_engine *e)
 {
