@@ -57,6 +57,8 @@
 #define META_CRC "x-amz-meta-tf-crc32c"
 #define MIN_PART (5u << 20)
 #define MAX_PARTS 10000
+#define DEFAULT_PART_MIN (8u << 20)
+#define DEFAULT_PART_MAX (64u << 20)
 #define ERR_BODY_MAX (1u << 20)
 #define HASH_BLOCK (256u << 10) /* hashing block: stays in L2 while all hashes read it */
 #define XFER_BUF (512L << 10)   /* libcurl's send and receive buffers (its maximum) */
@@ -75,7 +77,7 @@ struct s3 {
 	char *token;        /* session token or NULL */
 	int virtual_host;   /* 1: bucket.host/key, 0: host/bucket/key */
 	size_t threshold;   /* multipart at or above this many bytes */
-	size_t part_size;   /* bytes per part */
+	size_t part_size;   /* bytes per part, 0: chosen per object (mp_part_size) */
 	int parallel;       /* parts in flight */
 	int max_attempts;   /* attempts per request */
 	int list_page;      /* max-keys per listing request */
@@ -105,6 +107,8 @@ struct s3_req {
 	int body_fd;
 	uint64_t body_off;
 	const char *sha256;       /* the body's SHA-256 (hex) if the caller has it, else NULL */
+	int check_crc;            /* 1: the body must read as crc when sent (the hashes came from */
+	uint32_t crc;             /*    an earlier read; a source that changed is not sent) */
 	const char *content_md5;  /* Content-MD5 (base64) to send, or NULL */
 	const char *content_type; /* for POST bodies */
 	int sink_fd;              /* >= 0: a 2xx body is written to this file */
@@ -162,14 +166,13 @@ struct sums {
 };
 
 /* Hashes len bytes of data, or of fd from offset off when data is NULL, in one pass over
- * HASH_BLOCK-sized blocks: every hash reads a block while it is still in cache. With copy set
- * (fd only), the bytes read are kept there (copy holds len bytes). Returns 0, or a negative
- * errno (-EIO when the file is shorter than len). */
+ * HASH_BLOCK-sized blocks: every hash reads a block while it is still in cache. Returns 0, or
+ * a negative errno (-EIO when the file is shorter than len). */
 static int sums_compute(const char *data, int fd, uint64_t off, size_t len, int want_md5,
-                        char *copy, struct sums *out)
+                        struct sums *out)
 {
 	EVP_MD_CTX *sha = EVP_MD_CTX_new(), *md5 = want_md5 ? EVP_MD_CTX_new() : NULL;
-	char *buf = !data && !copy ? tf_xmalloc(HASH_BLOCK) : NULL;
+	char *buf = data ? NULL : tf_xmalloc(HASH_BLOCK);
 	int rc = 0;
 	if (!sha || (want_md5 && !md5)) {
 		rc = -ENOMEM;
@@ -185,8 +188,7 @@ static int sums_compute(const char *data, int fd, uint64_t off, size_t len, int 
 		if (data) {
 			p = data + done;
 		} else {
-			char *dst = copy ? copy + done : buf;
-			ssize_t got = pread(fd, dst, n, (off_t)(off + done));
+			ssize_t got = pread(fd, buf, n, (off_t)(off + done));
 			if (got < 0 && errno == EINTR)
 				continue;
 			if (got <= 0) {
@@ -194,7 +196,7 @@ static int sums_compute(const char *data, int fd, uint64_t off, size_t len, int 
 				goto out;
 			}
 			n = (size_t)got;
-			p = dst;
+			p = buf;
 		}
 		crc = tf_crc32c_extend(crc, p, n);
 		EVP_DigestUpdate(sha, p, n);
@@ -461,10 +463,12 @@ struct upload {
 	int fd;          /* file source when p is NULL */
 	uint64_t off;    /* next file offset */
 	size_t left;     /* bytes still to send */
-	int *read_errno; /* where a file read failure is reported */
+	int *read_errno; /* where a read failure is reported (ESTALE: the source changed) */
 	const char *p0;  /* where the memory source starts (for rewinding) */
 	uint64_t off0;   /* where the file source starts */
 	size_t len;      /* the body's length */
+	int check;       /* compare the CRC-32C of the bytes sent with want before the last one */
+	uint32_t want, crc;
 };
 
 /* libcurl rewinds the body when it must send it again within one request (a reused
@@ -472,8 +476,10 @@ struct upload {
 static int on_seek(void *data, curl_off_t offset, int origin)
 {
 	struct upload *u = data;
-	if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > u->len)
+	if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > u->len ||
+	    (u->check && offset)) /* the running CRC restarts from the first byte only */
 		return CURL_SEEKFUNC_CANTSEEK;
+	u->crc = 0;
 	if (u->p0)
 		u->p = u->p0 + offset;
 	else
@@ -505,6 +511,13 @@ static size_t on_read(char *buf, size_t sz, size_t n, void *data)
 		u->off += len;
 	}
 	u->left -= len;
+	if (u->check) {
+		u->crc = tf_crc32c_extend(u->crc, buf, len);
+		if (!u->left && u->crc != u->want) { /* withhold the last bytes: nothing is stored */
+			*u->read_errno = ESTALE;
+			return CURL_READFUNC_ABORT;
+		}
+	}
 	return len;
 }
 
@@ -621,8 +634,16 @@ static CURLcode perform(struct s3 *s3, CURL *h, const struct s3_req *r, const ch
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "tpuflow/" TF_VERSION);
 	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, XFER_BUF);
 	const char *mem = r->from_fd ? NULL : r->body ? r->body : "";
-	struct upload up = {mem, r->body_fd,  r->body_off, r->body_len, &resp->read_errno,
-	                    mem, r->body_off, r->body_len};
+	struct upload up = {.p = mem,
+	                    .fd = r->body_fd,
+	                    .off = r->body_off,
+	                    .left = r->body_len,
+	                    .read_errno = &resp->read_errno,
+	                    .p0 = mem,
+	                    .off0 = r->body_off,
+	                    .len = r->body_len,
+	                    .check = r->check_crc,
+	                    .want = r->crc};
 	if (!strcmp(r->method, "PUT")) {
 		curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, XFER_BUF);
 		curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
@@ -794,6 +815,13 @@ static int s3_do(struct s3 *s3, CURL *h, const struct s3_req *r, struct s3_resp 
 			tf_errf(err, errlen, "cannot write the download of '%s': %s", shown_key(r),
 			        strerror(resp->write_errno));
 			return -resp->write_errno;
+		}
+		if (resp->read_errno == ESTALE) {
+			tf_errf(err, errlen,
+			        "the data for '%s' changed while it was being uploaded: upload it "
+			        "again once it is complete",
+			        shown_key(r));
+			return -EIO;
 		}
 		if (resp->read_errno) {
 			tf_errf(err, errlen, "cannot read the upload of '%s': %s", shown_key(r),
@@ -1041,8 +1069,8 @@ int tf_objstore_s3_open(struct tf_objstore *s, const char *bucket_and_prefix,
 	size_t env_part = env_size("TPUFLOW_S3_PART_SIZE");
 	size_t env_threshold = env_size("TPUFLOW_S3_MULTIPART_THRESHOLD");
 	size_t env_parallel = env_size("TPUFLOW_S3_PARALLEL");
-	s3->part_size = o->part_size ? o->part_size : env_part ? env_part : 8u << 20;
-	if (s3->part_size < MIN_PART)
+	s3->part_size = o->part_size ? o->part_size : env_part; /* 0: mp_part_size picks */
+	if (s3->part_size && s3->part_size < MIN_PART)
 		s3->part_size = MIN_PART;
 	s3->threshold = o->multipart_threshold ? o->multipart_threshold
 	                : env_threshold        ? env_threshold
@@ -1157,6 +1185,8 @@ static int put_single(struct tf_objstore *s, const char *key, const void *data, 
 	                   .from_fd = !data,
 	                   .body_fd = fd,
 	                   .sha256 = sums->sha,
+	                   .check_crc = 1,
+	                   .crc = crc,
 	                   .content_md5 = sums->has_md5 ? sums->md5 : NULL,
 	                   .sink_fd = -1};
 	r.h[r.nh++] = (struct tf_sigv4_kv){META_CRC, crchex};
@@ -1214,14 +1244,15 @@ struct mp {
 	size_t part_size;
 	int nparts;
 	int content_md5;      /* send Content-MD5 and check each part's ETag against it */
-	atomic_int next;      /* next part index to take */
+	atomic_int next_hash; /* next part index to hash */
+	atomic_int next;      /* next part index to send */
 	atomic_int slot;      /* next entry of s3->part_curl for a starting worker */
 	atomic_int failed;    /* set once any part failed */
 	char (*etags)[80];    /* per part */
-	uint32_t *sent_crc;   /* per part: CRC-32C of the bytes the part thread sent */
-	uint32_t *pass_crc;   /* per part: CRC-32C seen by the whole-object pass */
-	pthread_mutex_t lock; /* guards rc, err and ready */
-	pthread_cond_t cond;  /* signalled when ready is set */
+	struct sums *sums;    /* per part, from the pass before the upload is created */
+	pthread_mutex_t lock; /* guards rc, err, hashed and ready */
+	pthread_cond_t cond;  /* signalled when hashed or ready changes */
+	int hashed;           /* parts hashed (or failed to be) */
 	int ready;            /* the upload was created (or failed to be): parts may go */
 	int rc;               /* first failure */
 	char err[512];
@@ -1238,48 +1269,75 @@ static void mp_fail(struct mp *m, int rc, const char *err)
 	atomic_store(&m->failed, 1);
 }
 
+static size_t mp_part_len(const struct mp *m, int i)
+{
+	uint64_t off = (uint64_t)i * m->part_size;
+	return m->total - off < m->part_size ? (size_t)(m->total - off) : m->part_size;
+}
+
+/* Hashes parts (SHA-256, CRC-32C, MD5 when asked for) until none is left: the upload's own
+ * thread and the part threads share this pass, which reads each part once. */
+static void mp_hash(struct mp *m)
+{
+	for (;;) {
+		int i = atomic_fetch_add(&m->next_hash, 1);
+		if (i >= m->nparts)
+			return;
+		uint64_t off = (uint64_t)i * m->part_size;
+		int rc = atomic_load(&m->failed)
+		             ? 0
+		             : sums_compute(m->data ? m->data + off : NULL, m->fd, off,
+		                            mp_part_len(m, i), m->content_md5, &m->sums[i]);
+		if (rc) {
+			char err[512];
+			snprintf(err, sizeof err, "cannot read part %d of the upload of '%s': %s",
+			         i + 1, m->key, rc == -EIO ? "the file shrank" : strerror(-rc));
+			mp_fail(m, rc, err);
+		}
+		pthread_mutex_lock(&m->lock);
+		if (++m->hashed == m->nparts)
+			pthread_cond_broadcast(&m->cond);
+		pthread_mutex_unlock(&m->lock);
+	}
+}
+
+/* A part thread: hashes parts with the others, waits for the upload to be created, then
+ * sends parts, each read again straight into libcurl's buffer and checked against the CRC-32C
+ * of the hashing pass as it goes (a part whose bytes changed is not sent). */
 static void *mp_worker(void *arg)
 {
 	struct mp *m = arg;
+	mp_hash(m);
 	CURL **slot = &m->s3->part_curl[atomic_fetch_add(&m->slot, 1)];
 	if (!*slot)
 		*slot = curl_easy_init();
 	CURL *h = *slot;
-	char *buf = m->data ? NULL : tf_xmalloc(m->part_size);
+	if (!h)
+		mp_fail(m, -ENOMEM, "cannot initialise libcurl");
+	pthread_mutex_lock(&m->lock);
+	while (!m->ready)
+		pthread_cond_wait(&m->cond, &m->lock);
+	pthread_mutex_unlock(&m->lock);
 	char err[512];
 	while (h) {
 		int i = atomic_fetch_add(&m->next, 1);
 		if (i >= m->nparts || atomic_load(&m->failed))
 			break;
 		uint64_t off = (uint64_t)i * m->part_size;
-		size_t len =
-		    m->total - off < m->part_size ? (size_t)(m->total - off) : m->part_size;
-		const char *p = m->data ? m->data + off : buf;
-		/* read (from a file) and hash the part in one pass, in this part's own thread */
-		struct sums sums;
-		int hrc = sums_compute(m->data ? p : NULL, m->fd, off, len, m->content_md5,
-		                       m->data ? NULL : buf, &sums);
-		if (hrc) {
-			snprintf(err, sizeof err, "cannot read part %d of the upload of '%s': %s",
-			         i + 1, m->key, hrc == -EIO ? "the file shrank" : strerror(-hrc));
-			mp_fail(m, hrc, err);
-			goto out;
-		}
-		/* parts are read and hashed while the upload is being created */
-		pthread_mutex_lock(&m->lock);
-		while (!m->ready)
-			pthread_cond_wait(&m->cond, &m->lock);
-		pthread_mutex_unlock(&m->lock);
-		if (atomic_load(&m->failed))
-			break;
+		const struct sums *sums = &m->sums[i];
 		char num[16];
 		snprintf(num, sizeof num, "%d", i + 1);
 		struct s3_req r = {.method = "PUT",
 		                   .key = m->fkey,
-		                   .body = p,
-		                   .body_len = len,
-		                   .sha256 = sums.sha,
-		                   .content_md5 = sums.has_md5 ? sums.md5 : NULL,
+		                   .body = m->data ? m->data + off : NULL,
+		                   .body_len = mp_part_len(m, i),
+		                   .from_fd = !m->data,
+		                   .body_fd = m->fd,
+		                   .body_off = off,
+		                   .sha256 = sums->sha,
+		                   .check_crc = 1,
+		                   .crc = sums->crc,
+		                   .content_md5 = sums->has_md5 ? sums->md5 : NULL,
 		                   .sink_fd = -1};
 		r.q[r.nq++] = (struct tf_sigv4_kv){"partNumber", num};
 		r.q[r.nq++] = (struct tf_sigv4_kv){"uploadId", m->upload_id};
@@ -1288,12 +1346,12 @@ static void *mp_worker(void *arg)
 		if (!rc && resp.status != 200)
 			rc = http_error_msg(m->s3, m->url, &resp, "PUT part", m->key, err,
 			                    sizeof err);
-		if (!rc && sums.has_md5 &&
-		    (!is_hex32(resp.etag) || strcmp(resp.etag, sums.md5hex))) {
+		if (!rc && sums->has_md5 &&
+		    (!is_hex32(resp.etag) || strcmp(resp.etag, sums->md5hex))) {
 			snprintf(
 			    err, sizeof err,
 			    "part %d of '%s': %s answered ETag '%s' for a part whose MD5 is %s",
-			    i + 1, m->key, m->s3->endpoint, resp.etag, sums.md5hex);
+			    i + 1, m->key, m->s3->endpoint, resp.etag, sums->md5hex);
 			rc = -EBADMSG;
 		}
 		if (!rc && !resp.etag[0]) {
@@ -1305,13 +1363,8 @@ static void *mp_worker(void *arg)
 			mp_fail(m, rc, err);
 		else
 			snprintf(m->etags[i], sizeof m->etags[i], "%s", resp.etag);
-		m->sent_crc[i] = sums.crc;
 		resp_release(&resp);
 	}
-out:
-	free(buf);
-	if (!h)
-		mp_fail(m, -ENOMEM, "cannot initialise libcurl");
 	return NULL;
 }
 
@@ -1329,51 +1382,23 @@ static void mp_abort(struct tf_objstore *s, const char *fkey, const char *upload
 	memcpy(s->err, saved, sizeof saved);
 }
 
-/* The CRC-32C of the whole object, for its metadata, and of each part (part_crc, nparts
- * entries of part_size bytes), so that what the part threads sent can be checked against it;
- * a file must still hold total bytes. */
-static int whole_crc(struct tf_objstore *s, const char *key, const char *data, int fd,
-                     uint64_t total, size_t part_size, uint32_t *part_crc, uint32_t *out)
+/* The part size for an object of total bytes: the configured size; by default the object
+ * split in as many parts as go at once (fewer requests: each costs the server a request and a
+ * segment of its own), between 8 and 64 MiB; doubled until there are at most MAX_PARTS. */
+static size_t mp_part_size(const struct s3 *s3, uint64_t total)
 {
-	uint32_t crc = 0, pcrc = 0;
-	char *buf = data ? NULL : tf_xmalloc(HASH_BLOCK);
-	uint64_t done = 0;
-	int rc = 0;
-	while (done < total) {
-		/* blocks never straddle a part boundary */
-		uint64_t to_boundary = part_size - done % part_size;
-		size_t want = HASH_BLOCK;
-		if (want > to_boundary)
-			want = (size_t)to_boundary;
-		if (want > total - done)
-			want = (size_t)(total - done);
-		const char *p = data ? data + done : buf;
-		if (!data) {
-			ssize_t n = pread(fd, buf, want, (off_t)done);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0) {
-				rc = tf_objstore_seterr(s, n ? -errno : -EIO,
-				                        "cannot read the file to "
-				                        "upload as '%s': %s",
-				                        key,
-				                        n ? strerror(errno) : "the file shrank");
-				break;
-			}
-			want = (size_t)n;
-		}
-		crc = tf_crc32c_extend(crc, p, want);
-		pcrc = tf_crc32c_extend(pcrc, p, want);
-		done += want;
-		if (done % part_size == 0 || done == total) {
-			part_crc[(done - 1) / part_size] = pcrc;
-			pcrc = 0;
-		}
+	uint64_t size = s3->part_size;
+	if (!size) {
+		size = (total + (uint64_t)s3->parallel - 1) / (uint64_t)s3->parallel;
+		size = (size + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1); /* whole MiB */
+		if (size < DEFAULT_PART_MIN)
+			size = DEFAULT_PART_MIN;
+		if (size > DEFAULT_PART_MAX)
+			size = DEFAULT_PART_MAX;
 	}
-	free(buf);
-	if (!rc)
-		*out = crc;
-	return rc;
+	while ((total + size - 1) / size > MAX_PARTS)
+		size *= 2;
+	return (size_t)size;
 }
 
 /* Creates the multipart upload (its metadata carries crc); the id goes to upload_id. */
@@ -1401,9 +1426,10 @@ static int mp_create(struct tf_objstore *s, const char *fkey, const char *key, u
 	return rc;
 }
 
-/* Uploads total bytes of data, or of fd when data is NULL, as a multipart upload. The part
- * threads start reading and hashing their first parts at once; meanwhile this thread
- * computes the whole object's CRC-32C and creates the upload, then lets them send. */
+/* Uploads total bytes of data, or of fd when data is NULL, as a multipart upload. This
+ * thread and the part threads hash the parts together first; the object's CRC-32C, which the
+ * upload's metadata carries, is combined from the parts' CRCs; then the upload is created and
+ * the part threads send the parts. */
 static int put_multipart(struct tf_objstore *s, const char *key, const char *data, int fd,
                          uint64_t total, unsigned flags)
 {
@@ -1427,13 +1453,11 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 	m.fd = fd;
 	m.total = total;
 	m.content_md5 = s3->content_md5;
-	m.part_size = s3->part_size;
-	while ((total + m.part_size - 1) / m.part_size > MAX_PARTS)
-		m.part_size *= 2;
+	m.part_size = mp_part_size(s3, total);
 	m.nparts = (int)((total + m.part_size - 1) / m.part_size);
 	m.etags = tf_xcalloc((size_t)m.nparts, sizeof *m.etags);
-	m.sent_crc = tf_xcalloc((size_t)m.nparts, sizeof *m.sent_crc);
-	m.pass_crc = tf_xcalloc((size_t)m.nparts, sizeof *m.pass_crc);
+	m.sums = tf_xcalloc((size_t)m.nparts, sizeof *m.sums);
+	atomic_init(&m.next_hash, 0);
 	atomic_init(&m.next, 0);
 	atomic_init(&m.slot, 0);
 	atomic_init(&m.failed, 0);
@@ -1446,7 +1470,13 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 		if (pthread_create(&th[started], NULL, mp_worker, &m))
 			break;
 
-	rc = whole_crc(s, key, data, fd, total, m.part_size, m.pass_crc, &crc);
+	mp_hash(&m);
+	pthread_mutex_lock(&m.lock);
+	while (m.hashed < m.nparts)
+		pthread_cond_wait(&m.cond, &m.lock);
+	pthread_mutex_unlock(&m.lock);
+	for (int i = 0; i < m.nparts; i++)
+		crc = tf_crc32c_combine(crc, m.sums[i].crc, mp_part_len(&m, i));
 	if (!rc && (flags & TF_OBJ_IF_NONE_MATCH))
 		rc = absent(s, fkey, key);
 	if (!rc && !atomic_load(&m.failed)) /* a part could not be read: nothing to create */
@@ -1472,18 +1502,6 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 			mp_abort(s, fkey, upload_id);
 		goto out;
 	}
-	/* the parts and the object's CRC-32C come from separate reads: the source must not have
-	 * changed in between, or the object would not match its own checksum */
-	for (int i = 0; i < m.nparts; i++)
-		if (m.sent_crc[i] != m.pass_crc[i]) {
-			rc = tf_objstore_seterr(s, -EIO,
-			                        "the data for '%s' changed while it was being "
-			                        "uploaded (part %d): upload it again once it is "
-			                        "complete",
-			                        key, i + 1);
-			mp_abort(s, fkey, upload_id);
-			goto out;
-		}
 
 	size_t cap = 64 + (size_t)m.nparts * 128, n = 0;
 	xml = tf_xmalloc(cap);
@@ -1537,8 +1555,7 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 out:
 	resp_release(&resp);
 	free(m.etags);
-	free(m.sent_crc);
-	free(m.pass_crc);
+	free(m.sums);
 	free(xml);
 	free(fkey);
 	return rc;
@@ -1553,7 +1570,7 @@ static int s3_put(struct tf_objstore *s, const char *key, const void *data, size
 	if (len >= s3->threshold)
 		return put_multipart(s, key, data, -1, len, flags);
 	struct sums sums;
-	int rc = sums_compute(data ? data : "", -1, 0, len, s3->content_md5, NULL, &sums);
+	int rc = sums_compute(data ? data : "", -1, 0, len, s3->content_md5, &sums);
 	if (rc)
 		return tf_objstore_seterr(s, rc, "cannot hash the upload of '%s': %s", key,
 		                          strerror(-rc));
@@ -1590,7 +1607,7 @@ static int s3_put_file(struct tf_objstore *s, const char *key, const char *path,
 	if ((uint64_t)st.st_size < s3->threshold) {
 		struct sums sums;
 		size_t len = (size_t)st.st_size;
-		rc = sums_compute(NULL, fd, 0, len, s3->content_md5, NULL, &sums);
+		rc = sums_compute(NULL, fd, 0, len, s3->content_md5, &sums);
 		if (rc) {
 			rc = tf_objstore_seterr(s, rc, "cannot read '%s': %s", path,
 			                        rc == -EIO ? "the file shrank" : strerror(-rc));

@@ -16,9 +16,10 @@ PY=/usr/bin/python3
 [[ -x $PY ]] || PY=python3
 
 dir=$(mktemp -d /tmp/tpuflow-it-s3.XXXXXX)
-proxy_pid=
+proxy_pid= hold_pid=
 cleanup() {
   [[ -n $proxy_pid ]] && kill "$proxy_pid" 2>/dev/null && wait "$proxy_pid" 2>/dev/null
+  [[ -n $hold_pid ]] && kill "$hold_pid" 2>/dev/null && wait "$hold_pid" 2>/dev/null
   "$root/scripts/s3-server-stop.sh" "$dir/s3"
   rm -rf "$dir"
 }
@@ -70,5 +71,31 @@ grep -q '"latest": *500' list.json || fail "ckpt list: latest is not 500: $(cat 
 grep -q '"checkpoints_deleted": *1' gc.json || fail "ckpt gc deleted the wrong count: $(cat gc.json)"
 "$bin" ckpt list --json "$ck" | tr -d ' \n' | grep -q '"step":100.*"step":500' || fail "ckpt gc kept the wrong steps"
 "$bin" ckpt gc "$ck" 2>/dev/null; [[ $? -eq 64 ]] || fail "ckpt gc without --keep is not a usage error"
+
+# a file changed while it is being uploaded is not stored (nor half old, half new): a second
+# proxy holds the first big PUT until its last bytes are changed, for a multipart upload (one
+# part thread, 16 MiB parts: the part held is part 1) and for a single PUT
+$PY "$root/tests/s3_fault_proxy.py" --upstream "$TF_S3_TEST_ENDPOINT" --rate 0 \
+  --port-file "$dir/hold.port" --hold "$dir/hold" &
+hold_pid=$!
+for _ in $(seq 1 100); do [[ -s $dir/hold.port ]] && break; sleep 0.05; done
+[[ -s $dir/hold.port ]] || fail "the holding proxy did not start"
+head -c $((32 << 20)) /dev/urandom > big.bin
+for how in "TPUFLOW_S3_PART_SIZE=16M TPUFLOW_S3_PARALLEL=1" "TPUFLOW_S3_MULTIPART_THRESHOLD=1G"; do
+  rm -f "$dir/hold.held" "$dir/hold.go"
+  env $how AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$dir/hold.port")" \
+    "$bin" store put "s3://$b/changed.bin" big.bin 2>err.txt &
+  put_pid=$!
+  for _ in $(seq 1 1200); do [[ -e $dir/hold.held ]] && break; sleep 0.05; done
+  [[ -e $dir/hold.held ]] || fail "$how: the upload never reached the holding proxy"
+  $PY -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek((16 << 20) - 1); c = f.read(1)[0]
+f.seek((16 << 20) - 1); f.write(bytes([c ^ 0xFF]))' big.bin  # flip the last byte of part 1
+  touch "$dir/hold.go"
+  wait $put_pid && fail "$how: a file changed during its upload was stored"
+  grep -q "changed while it was being uploaded" err.txt || fail "$how: unclear error: $(cat err.txt)"
+  "$bin" store ls "s3://$b/" | grep -q changed.bin && fail "$how: an object was stored"
+done
+"$bin" store put "s3://$b/changed.bin" big.bin || fail "upload of the file once complete"
+"$bin" store get "s3://$b/changed.bin" back.bin && cmp -s big.bin back.bin || fail "changed.bin round trip"
 
 echo "it_s3: passed in ${SECONDS} s"

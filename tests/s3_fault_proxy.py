@@ -15,9 +15,13 @@ Requests without a body to corrupt (HEAD, DELETE, POST, listings) get a 503 inst
 "corrupt", since S3 offers no checksum for listings. The Host header is passed through
 unchanged, so SigV4 signatures made for the proxy's address stay valid.
 
+With --hold PATH it also holds a PUT whose body is at least 8 MiB before reading that body,
+when PATH.held does not exist: it creates PATH.held and reads on once PATH.go exists, so that
+a test can change the file being uploaded while the client is in the middle of sending it.
+
 Python standard library only (runs on a clean Debian 12). Usage:
   s3_fault_proxy.py --upstream http://127.0.0.1:PORT --rate 0.3 --seed 7 \\
-                    --port-file FILE [--stats FILE]
+                    --port-file FILE [--stats FILE] [--hold PATH]
 It listens on a free port of 127.0.0.1, writes the port to --port-file, and rewrites the
 --stats JSON ({"requests": n, "slowdown": n, "reset": n, "corrupt": n}) after each request.
 """
@@ -31,6 +35,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import urllib.parse
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "trailer",
@@ -44,6 +49,7 @@ class State:
         self.lock = threading.Lock()
         self.stats = {"requests": 0, "slowdown": 0, "reset": 0, "corrupt": 0}
         self.stats_file = args.stats
+        self.hold = args.hold  # path prefix, or None
         u = urllib.parse.urlsplit(args.upstream)
         self.up_host, self.up_port = u.hostname, u.port or 80
 
@@ -116,9 +122,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
         conn.close()
         return status, reason, headers, data
 
+    def hold(self):
+        """Holds a big PUT's body until the test says go, unless one is held (--hold)."""
+        path = self.state.hold
+        with self.state.lock:
+            if os.path.exists(path + ".held"):
+                return
+            open(path + ".held", "w").close()
+        for _ in range(6000):
+            if os.path.exists(path + ".go"):
+                return
+            time.sleep(0.01)
+
     def handle_any(self):
         st = self.state
         n = int(self.headers.get("Content-Length") or 0)
+        if st.hold and self.command == "PUT" and n >= 8 << 20:
+            self.hold()
         body = self.rfile.read(n) if n else b""
         fault, r = st.draw()
         if fault == "corrupt":
@@ -184,6 +204,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--stats")
+    ap.add_argument("--hold")
     args = ap.parse_args()
     Handler.state = State(args)
     srv = Server(("127.0.0.1", 0), Handler)
