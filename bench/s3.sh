@@ -3,6 +3,10 @@
 # S3 server (Swift + s3api on 127.0.0.1), by tpuflow and by the curl command line doing the
 # same PUT/GET (curl --aws-sigv4) in the same run; then the checkpoint manager saving and
 # loading a 64 MiB checkpoint (build/bench/s3_ckpt). Medians of TF_BENCH_REPS runs (3).
+# Beside the times, the CPU time each operation cost the client and the server's processes
+# (Swift's proxy, object, container and account servers, from /proc/PID/stat): on a loaded
+# 2-core machine the time follows the CPU all of them need, and these figures depend little on
+# the load.
 # Peers: curl with UNSIGNED-PAYLOAD (what the curl CLI does by default), curl with the
 # payload's SHA-256 signed (hashed by `openssl dgst` first, as tpuflow does), and for GET curl
 # writing the file and then `sync FILE` (tpuflow's downloads are fsynced before the rename).
@@ -45,13 +49,29 @@ curl_get_sync() { # URL FILE: download, then fsync the file
 head -c $((64 << 20)) /dev/urandom > "$dir/ckpt.bin"
 
 now() { date +%s.%N; }
-declare -A t
+tick_ms=$((1000 / $(getconf CLK_TCK)))
+server_cpu() { # ms of CPU used so far by the server's processes
+  local f s=0
+  for f in "$dir"/s3/run/{proxy,object,container,account}.pid; do
+    s=$((s + $(awk '{print $14 + $15}' "/proc/$(cat "$f")/stat")))
+  done
+  echo $((s * tick_ms))
+}
+client_cpu() { # ms of CPU used so far by this shell's finished children (times runs here,
+  times > "$dir/times" # not in a subshell, whose children would be its own)
+  awk 'NR == 2 {split($1, u, /[ms]/); split($2, s, /[ms]/)
+    printf "%.0f", (u[1] * 60 + u[2] + s[1] * 60 + s[2]) * 1000}' "$dir/times"
+}
+declare -A t cc sc tc
 run() { # name command...
-  local a b
-  a=$(now)
+  local a b ca cb sa sb
+  sa=$(server_cpu) a=$(now)
+  client_cpu > "$dir/cpu.a"
   "${@:2}" || { echo "s3 bench: '$1' failed"; exit 1; }
-  b=$(now)
+  client_cpu > "$dir/cpu.b"
+  b=$(now) sb=$(server_cpu) ca=$(<"$dir/cpu.a") cb=$(<"$dir/cpu.b")
   t[$1]+="$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.4f", b-a}') "
+  cc[$1]+="$((cb - ca)) " sc[$1]+="$((sb - sa)) " tc[$1]+="$((cb - ca + sb - sa)) "
 }
 for ((r = 0; r < reps; r++)); do
   run tf_put "$bin" store put s3://bench/tf/ckpt.bin "$dir/ckpt.bin"
@@ -81,7 +101,13 @@ row get tf_get curl_gets "-o FILE + sync FILE"
 for k in tf_put tf_put1 curl_put curl_puts tf_get curl_get curl_gets; do
   printf '%s range: %s\n' "$k" "$(tr ' ' '\n' <<<"${t[$k]}" | grep . | sort -g | awk 'NR==1{a=$1} {b=$1} END{printf "%.3f-%.3f s", a, b}')"
 done
-echo "(ratio = curl time / tpuflow time. put: tpuflow's default multipart, 8 MiB parts, 4 in"
+echo "CPU per operation, medians (ms): client (tpuflow or curl, with openssl for the signed"
+echo "peer), server (Swift's processes), total"
+for k in tf_put tf_put1 curl_put curl_puts tf_get curl_get curl_gets; do
+  printf '%-10s client %5s  server %5s  total %5s\n' "$k" "$(median "${cc[$k]}")" \
+    "$(median "${sc[$k]}")" "$(median "${tc[$k]}")"
+done
+echo "(ratio = curl time / tpuflow time. put: tpuflow's default multipart, 16 MiB parts, 4 in"
 echo " parallel; put1: one request (TPUFLOW_S3_MULTIPART_THRESHOLD=1G). tpuflow signs the"
 echo " payload's SHA-256 (the server checks it) and stores a CRC-32C that every get checks;"
 echo " tpuflow's get writes a temp file, fsyncs and renames it)"
