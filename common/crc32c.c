@@ -100,7 +100,7 @@ uint32_t tf_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
 	uint32_t sq = 1u << 30; /* x^1 */
 	for (int k = 0; k < 3; k++)
 		sq = mul_mod_p(sq, sq); /* x^8: one byte */
-	uint32_t shift = 1u << 31;  /* x^0 */
+	uint32_t shift = 1u << 31;      /* x^0 */
 	for (; len_b; len_b >>= 1) {
 		if (len_b & 1)
 			shift = mul_mod_p(shift, sq);

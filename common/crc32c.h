@@ -19,7 +19,8 @@ static inline uint32_t tf_crc32c(const void *data, size_t n)
 	return tf_crc32c_extend(0, data, n);
 }
 
-/* TFRecord's masked CRC: ((c >> 15) | (c << 17)) + 0xa282ead8 (tensorflow/core/lib/hash/crc32c.h, Mask). */
+/* TFRecord's masked CRC: ((c >> 15) | (c << 17)) + 0xa282ead8 (tensorflow/core/lib/hash/crc32c.h,
+ * Mask). */
 static inline uint32_t tf_crc32c_mask(uint32_t c)
 {
 	return ((c >> 15) | (c << 17)) + 0xa282ead8u;

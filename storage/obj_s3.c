@@ -513,7 +513,8 @@ static size_t on_read(char *buf, size_t sz, size_t n, void *data)
 	u->left -= len;
 	if (u->check) {
 		u->crc = tf_crc32c_extend(u->crc, buf, len);
-		if (!u->left && u->crc != u->want) { /* withhold the last bytes: nothing is stored */
+		if (!u->left &&
+		    u->crc != u->want) { /* withhold the last bytes: nothing is stored */
 			*u->read_errno = ESTALE;
 			return CURL_READFUNC_ABORT;
 		}

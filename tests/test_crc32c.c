@@ -51,9 +51,9 @@ static void test_crc32c_combine_matches_one_pass(void **state)
 	size_t cuts[] = {0, 1, 7, 8, 4096, 1u << 20, len - 1, len};
 	for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
 		size_t a = cuts[i];
-		assert_int_equal(tf_crc32c_combine(tf_crc32c(buf, a), tf_crc32c(buf + a, len - a),
-		                                   len - a),
-		                 tf_crc32c(buf, len));
+		assert_int_equal(
+		    tf_crc32c_combine(tf_crc32c(buf, a), tf_crc32c(buf + a, len - a), len - a),
+		    tf_crc32c(buf, len));
 	}
 	/* three pieces, folded left to right as a multipart upload's parts are */
 	uint32_t c = 0;
