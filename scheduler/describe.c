@@ -15,10 +15,12 @@ static int *queue_order(const struct tf_sched *s, int pool, int *n)
 	int *ids = tf_xmalloc((size_t)s->njobs * sizeof(int)), k = 0;
 	for (int prio = TF_SCHED_PRIO_MAX; prio >= 0; prio--) {
 		int start = k;
-		for (int pr = 0; pr < s->nprojects; pr++)
-			for (int id = s->pools[pool].q[pr * NPRIO + prio].head; id;
-			     id = s->qn[id].next)
-				ids[k++] = id;
+		for (int pr = 0; pr < s->nprojects; pr++) {
+			const struct qlist *q = &s->pools[pool].q[pr * NPRIO + prio];
+			for (int i = q->lo; i < q->n; i++)
+				if (q->v[i].flags & QE_LIVE)
+					ids[k++] = q->v[i].id;
+		}
 		/* merge projects by seq (insertion sort: lists are short per priority) */
 		for (int i = start + 1; i < k; i++) {
 			int v = ids[i], m = i;

@@ -100,7 +100,6 @@ int tf_sched_new(const struct tf_sched_config *cfg, struct tf_sched **out)
 	s->capjobs = 64;
 	s->jobs = tf_xcalloc((size_t)s->capjobs, sizeof(struct job));
 	s->stamp = tf_xcalloc((size_t)s->capjobs, sizeof(int));
-	s->qn = tf_xcalloc((size_t)s->capjobs, sizeof(struct qnode));
 	s->njobs = 1; /* id 0 is "none" */
 	s->last_accrue = NAN;
 	*out = s;
@@ -122,6 +121,8 @@ void tf_sched_free(struct tf_sched *s)
 		free(p->scratch);
 		free(p->scratch2);
 		free(p->owner);
+		for (int k = 0; k < p->nq_projects * NPRIO; k++)
+			free(p->q[k].v);
 		free(p->q);
 		free(p->running);
 		free(p->targets);
@@ -141,7 +142,6 @@ void tf_sched_free(struct tf_sched *s)
 	}
 	free(s->jobs);
 	free(s->stamp);
-	free(s->qn);
 	free(s);
 }
 
@@ -453,46 +453,101 @@ static struct qlist *qlist_of(struct tf_sched *s, const struct job *j)
 	return &s->pools[j->pool].q[j->project * NPRIO + j->prio];
 }
 
-/* Queue lists are ordered by seq, so a requeued job goes back to where it was. Ids follow
- * seq, so the place is looked for from both ends at once: a job preempted or failed soon
- * after it started goes back near the head of a long list, a new one at its tail. */
+/* The first entry of q at or after index i whose id is >= id (q->n: none). */
+static int qent_find(const struct qlist *q, int id)
+{
+	int lo = q->lo, hi = q->n;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		if (q->v[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The live entry of a queued job. */
+static struct qent *qent_of(struct tf_sched *s, const struct job *j)
+{
+	struct qlist *q = qlist_of(s, j);
+	int i = qent_find(q, j->id);
+	TF_ASSERT(i < q->n && q->v[i].id == j->id && (q->v[i].flags & QE_LIVE));
+	return &q->v[i];
+}
+
+/* The first live entry at or after index i (q->n: none). */
+static int qent_live(const struct qlist *q, int i)
+{
+	while (i < q->n && !(q->v[i].flags & QE_LIVE))
+		i++;
+	return i;
+}
+
+/* Drops the dead entries of q, moving the live ones before the last dead one towards it
+ * (jobs start near the front of a list, so that is a short stretch; the freed room at the
+ * front takes requeued jobs). Never during a walk: it moves entries. */
+static void qlist_compact(struct qlist *q)
+{
+	int k = q->dead_hi + 1;
+	for (int i = q->dead_hi; i >= q->lo; i--)
+		if (q->v[i].flags & QE_LIVE)
+			q->v[--k] = q->v[i];
+	q->lo = k;
+	q->dead = 0;
+}
+
+/* Queue lists are ordered by seq, so a requeued job goes back to where it was: into its own
+ * dead entry while the list still has it, else in its place among the others. Never during a
+ * walk (tf_sched_submit, and requeues outside schedule_pool). */
 static void queue_insert(struct tf_sched *s, struct job *j)
 {
 	struct qlist *q = qlist_of(s, j);
-	struct qnode *qn = s->qn, *n = &qn[j->id];
-	int after = q->tail, before = q->head;
-	while (after > j->id && before < j->id) {
-		after = qn[after].prev;
-		before = qn[before].next;
+	struct qent e = {.id = j->id,
+	                 .chips = j->chips,
+	                 .sid = (short)j->sid,
+	                 .flags = (unsigned short)(QE_LIVE | (j->preemptible ? QE_PREEMPTIBLE : 0) |
+	                                           (j->has_target ? QE_TARGET : 0))};
+	int i = qent_find(q, j->id);
+	if (i < q->n && q->v[i].id == j->id) {
+		TF_ASSERT(!(q->v[i].flags & QE_LIVE));
+		q->v[i] = e;
+		q->dead--;
+	} else {
+		if (q->lo > 0 && i - q->lo < q->n - i) {
+			/* nearer the front, where a removed job left room: shift the front */
+			memmove(&q->v[q->lo - 1], &q->v[q->lo], (size_t)(i - q->lo) * sizeof(e));
+			q->lo--;
+			i--;
+		} else {
+			if (q->n == q->cap) {
+				q->cap = q->cap ? q->cap * 2 : 16;
+				q->v = tf_xrealloc(q->v, (size_t)q->cap * sizeof(e));
+			}
+			memmove(&q->v[i + 1], &q->v[i], (size_t)(q->n - i) * sizeof(e));
+			q->n++;
+			if (q->dead && q->dead_hi >= i)
+				q->dead_hi++; /* the dead entries moved with the rest */
+		}
+		q->v[i] = e;
 	}
-	if (after > j->id) /* the head side ended first: j goes before `before` (0: at the end) */
-		after = before ? qn[before].prev : q->tail;
-	n->prev = after;
-	n->next = after ? qn[after].next : q->head;
-	if (n->next)
-		qn[n->next].prev = j->id;
-	else
-		q->tail = j->id;
-	if (after)
-		qn[after].next = j->id;
-	else
-		q->head = j->id;
 	s->pools[j->pool].queued++;
 }
 
+/* Leaves a dead entry behind: a walk in progress keeps its positions. */
 static void queue_remove(struct tf_sched *s, struct job *j)
 {
 	struct qlist *q = qlist_of(s, j);
-	struct qnode *qn = s->qn, *n = &qn[j->id];
-	if (n->prev)
-		qn[n->prev].next = n->next;
-	else
-		q->head = n->next;
-	if (n->next)
-		qn[n->next].prev = n->prev;
-	else
-		q->tail = n->prev;
-	n->prev = n->next = 0;
+	struct qent *e = qent_of(s, j);
+	e->flags &= (unsigned short)~QE_LIVE;
+	if (!q->dead++ || e - q->v > q->dead_hi)
+		q->dead_hi = (int)(e - q->v);
+	while (q->lo < q->n && !(q->v[q->lo].flags & QE_LIVE)) {
+		q->lo++;
+		q->dead--;
+	}
+	if (q->lo == q->n)
+		q->lo = q->n = q->dead = 0;
 	s->pools[j->pool].queued--;
 }
 
@@ -526,7 +581,7 @@ static void drop_target(struct tf_sched *s, struct job *j)
 	if (!j->has_target)
 		return;
 	j->has_target = 0;
-	s->qn[j->id].has_target = 0;
+	qent_of(s, j)->flags &= (unsigned short)~QE_TARGET;
 	s->projects[j->project].quota_used -= j->chips;
 	tf_torus_box_set(&p->t, p->reserved, &j->target, 0);
 	/* other targets never overlap this one, so clearing the box is exact */
@@ -732,7 +787,6 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 		s->capjobs *= 2;
 		s->jobs = tf_xrealloc(s->jobs, (size_t)s->capjobs * sizeof(struct job));
 		s->stamp = tf_xrealloc(s->stamp, (size_t)s->capjobs * sizeof(int));
-		s->qn = tf_xrealloc(s->qn, (size_t)s->capjobs * sizeof(struct qnode));
 	}
 	int pj = project_get(s, spec->project && *spec->project ? spec->project : "default");
 	struct job *j = &s->jobs[s->njobs];
@@ -755,8 +809,6 @@ int tf_sched_submit(struct tf_sched *s, const struct tf_sched_job_spec *spec, do
 	                 .first_start = -1,
 	                 .run_pos = -1};
 	memcpy(j->shape, shape, sizeof(j->shape));
-	s->qn[j->id] =
-	    (struct qnode){.chips = j->chips, .preemptible = (unsigned char)j->preemptible};
 	s->njobs++;
 	s->projects[pj].jobs++;
 	if (j->run_idx >= 0)
@@ -970,14 +1022,19 @@ static int by_end(const void *a, const void *b)
 	return x->end < y->end ? -1 : x->end > y->end ? 1 : x->id - y->id;
 }
 
-/* scratch = chips usable once the first k jobs of `e` have ended. */
-static void avail_after(struct tf_sched *s, struct pool *p, const struct ending *e, int k)
+/* scratch = chips usable once the jobs whose boxes are set in `ended` have ended. */
+static void avail_after(struct pool *p, const uint64_t *ended)
 {
-	memcpy(p->scratch, p->free, (size_t)p->t.nrows * sizeof(uint64_t));
-	for (int i = 0; i < k; i++)
-		tf_torus_box_set(&p->t, p->scratch, &s->jobs[e[i].id].box, 1);
 	for (int r = 0; r < p->t.nrows; r++)
-		p->scratch[r] &= ~(p->failed[r] | p->reserved[r]);
+		p->scratch[r] = (p->free[r] | ended[r]) & ~(p->failed[r] | p->reserved[r]);
+}
+
+/* Adds the boxes of jobs e[from..to) to `ended`. */
+static void add_ended(struct tf_sched *s, struct pool *p, const struct ending *e, int from, int to,
+                      uint64_t *ended)
+{
+	for (int i = from; i < to; i++)
+		tf_torus_box_set(&p->t, ended, &s->jobs[e[i].id].box, 1);
 }
 
 /* EASY reservation for the head job j: the earliest estimated time at which it fits, and the
@@ -1037,28 +1094,42 @@ static void reserve(struct tf_sched *s, struct pool *p, const struct job *j, dou
 	}
 	qsort(e, (size_t)n, sizeof(*e), by_end);
 	struct tf_box box;
-	avail_after(s, p, e, n);
+	size_t nr = (size_t)p->t.nrows;
+	/* base: the boxes of e[0..nbase), every job known to end too early; probe: those and
+	 * the jobs up to the k being tried, so each k adds only the boxes past the base */
+	uint64_t *mem = tf_xcalloc(2 * nr, sizeof(uint64_t)), *base = mem, *probe = mem + nr;
+	add_ended(s, p, e, 0, n, probe);
+	avail_after(p, probe);
 	if (tf_torus_find(&p->t, p->scratch, j->shape, TF_TORUS_ANY, &box)) {
 		/* fitting is monotonic in k (releasing only frees chips): binary search, from the
 		 * first k that frees enough chips at all */
-		int lo = 1, hi = n;
+		int lo = 1, hi = n, nbase = 0;
 		int have = tf_torus_count(&p->t, p->free);
 		while (lo < n && have + s->jobs[e[lo - 1].id].chips < j->chips)
 			have += s->jobs[e[lo++ - 1].id].chips;
 		while (lo < hi) {
 			int mid = lo + (hi - lo) / 2;
-			avail_after(s, p, e, mid);
-			if (tf_torus_find(&p->t, p->scratch, j->shape, TF_TORUS_ANY, &box))
+			memcpy(probe, base, nr * sizeof(uint64_t));
+			add_ended(s, p, e, nbase, mid, probe);
+			avail_after(p, probe);
+			if (tf_torus_find(&p->t, p->scratch, j->shape, TF_TORUS_ANY, &box)) {
 				hi = mid;
-			else
+			} else {
 				lo = mid + 1;
+				uint64_t *t = base; /* the jobs up to mid end too early as well */
+				base = probe;
+				probe = t;
+				nbase = mid;
+			}
 		}
-		avail_after(s, p, e, lo);
+		add_ended(s, p, e, nbase, lo, base);
+		avail_after(p, base);
 		tf_torus_find(&p->t, p->scratch, j->shape, TF_TORUS_BEST, &box);
 		p->resv_ok = 1;
 		p->resv_time = e[lo - 1].end;
 		p->resv_box = box;
 	}
+	free(mem);
 	free(e);
 	p->resv_serial++; /* the avoiding-memo depends on the reserved box */
 }
@@ -1272,7 +1343,7 @@ static void preempt_for_quota(struct tf_sched *s, const struct job *j, int need,
 static void set_target(struct tf_sched *s, struct pool *p, struct job *j, const struct tf_box *b)
 {
 	j->has_target = 1;
-	s->qn[j->id].has_target = 1;
+	qent_of(s, j)->flags |= QE_TARGET;
 	j->target = *b;
 	s->projects[j->project].quota_used += j->chips;
 	tf_torus_box_set(&p->t, p->reserved, &j->target, 1);
@@ -1418,6 +1489,9 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 	}
 	if (p->queued == 0)
 		return;
+	for (int k = 0; k < s->nprojects * NPRIO; k++)
+		if (p->q[k].dead)
+			qlist_compact(&p->q[k]);
 	struct scan st = {0};
 	int examined = 0, walked = 0, spent = 0;
 	s->walk_serial++;
@@ -1426,22 +1500,37 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 		st.borrowers = 0;
 		for (int pass = 0; pass < 2 && !(pass == 1 && !st.borrowers); pass++) {
 			int left = st.borrowers; /* pass 1: deferred borrowers not reached yet */
-			int any = 0;
 			for (int k = 0; k < np; k++) {
-				cursor[k] = p->q[k * NPRIO + prio].head;
-				any |= cursor[k] != 0;
+				const struct qlist *q = &p->q[k * NPRIO + prio];
+				cursor[k] = qent_live(q, q->lo);
 			}
-			while (any) {
-				/* next: the project with the lowest fair-share key, then FIFO */
-				int best = -1;
-				for (int k = 0; k < np; k++) {
-					if (!cursor[k])
-						continue;
-					if (best < 0 ||
-					    s->projects[k].key < s->projects[best].key ||
-					    (s->projects[k].key == s->projects[best].key &&
-					     cursor[k] < cursor[best])) /* ids follow seq */
-						best = k;
+			int best = -1, alone = 0;
+			for (;;) {
+				/* next: the project with the lowest fair-share key, then FIFO (ids
+				 * follow seq); a project whose key is below every other's stays
+				 * next until its list ends or a job is tried (keys move only then)
+				 */
+				if (!alone || cursor[best] >= p->q[best * NPRIO + prio].n) {
+					best = -1;
+					int best_id = 0;
+					for (int k = 0; k < np; k++) {
+						const struct qlist *q = &p->q[k * NPRIO + prio];
+						if (cursor[k] >= q->n)
+							continue;
+						int id = q->v[cursor[k]].id;
+						if (best < 0 ||
+						    s->projects[k].key < s->projects[best].key ||
+						    (s->projects[k].key == s->projects[best].key &&
+						     id < best_id)) {
+							best = k;
+							best_id = id;
+						}
+					}
+					alone = best >= 0;
+					for (int k = 0; k < np && alone; k++)
+						alone = k == best ||
+						        cursor[k] >= p->q[k * NPRIO + prio].n ||
+						        s->projects[k].key > s->projects[best].key;
 				}
 				if (best < 0 || (pass == 1 && left == 0))
 					break; /* pass 1 goes no further than pass 0 went */
@@ -1452,13 +1541,13 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 					spent = 1;
 					break;
 				}
-				int id = cursor[best];
-				struct qnode *n = &s->qn[id];
-				cursor[best] = n->next;
-				if (n->has_target)
+				struct qlist *q = &p->q[best * NPRIO + prio];
+				struct qent *n = &q->v[cursor[best]];
+				cursor[best] = qent_live(q, cursor[best] + 1);
+				if (n->flags & QE_TARGET)
 					continue;
 				struct project *pr = &s->projects[best];
-				int may_borrow = n->preemptible && pr->may_borrow;
+				int may_borrow = (n->flags & QE_PREEMPTIBLE) && pr->may_borrow;
 				int over = quota_over(s, best, n->chips);
 				if (pass == 0 && over > 0 && may_borrow) {
 					st.borrowers++;
@@ -1467,7 +1556,6 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 				}
 				if (pass == 1 && n->borrow_walk != s->walk_serial)
 					continue;
-				struct job *j = &s->jobs[id];
 				if (pass == 1)
 					left--;
 				if (++examined > s->cfg.backfill_depth)
@@ -1475,6 +1563,12 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 				if (p->busy_chips + p->failed_chips >= p->t.nchips &&
 				    st.head_blocked)
 					return; /* nothing free, and preemption already tried */
+				if (st.head_blocked && (pass == 1 || over <= 0) && n->sid >= 0 &&
+				    p->memo_grow[n->sid] == p->grow && !p->memo_ok[n->sid])
+					continue; /* try_job would find no fit and, behind the head,
+					             neither preempt nor reserve */
+				struct job *j = &s->jobs[n->id];
+				alone = 0;
 				if (try_job(s, p, j, pass, over, now, &st, out) == STOP)
 					return;
 			}

@@ -5,8 +5,9 @@
  *  1. For every pool row r: free[r] == ~(busy[r] | failed[r] | reserved[r]) & xmask.
  *  2. owner[c] != 0 exactly for the chips of RUNNING and DRAINING jobs, and those chips have
  *     their busy bit set; a running job's box holds no failed chip.
- *  3. A QUEUED job is in exactly one queue list: q[pool][project][priority], ordered by seq
- *     (and so by id); qn[id] mirrors the job's chips, preemptible and has_target.
+ *  3. A QUEUED job has exactly one live entry, in one queue list: q[pool][project][priority],
+ *     ordered by seq (and so by id); the entry mirrors its chips, sid, preemptible and
+ *     has_target.
  *  4. reserved = the union of the target boxes of queued jobs waiting for preempted jobs.
  *  5. project quota_used = chips of its running and draining jobs with borrowed == 0, plus
  *     chips of its queued jobs with a drain target.
@@ -72,19 +73,27 @@ struct job {
 	int run_pos; /* index in its pool's running array, -1 when not running */
 };
 
-/* What the queue walk reads of a job, kept apart from struct job (s->qn[id]): a tick may pass
- * a thousand queued jobs to reach the ones it examines, and a few bytes per job stay in the
- * cache where whole job records, spread over megabytes, did not. Ids are handed out in seq
- * order, so along a queue list the ids rise and so do the addresses walked. */
-struct qnode {
-	int prev, next;                        /* queue list links (job ids, 0: none) */
-	int chips;                             /* = the job's chips */
-	unsigned char preemptible, has_target; /* = the job's fields */
+/* One queued job in its queue list, with what the walk reads of it: a tick may pass a
+ * thousand queued jobs to reach the ones it examines, and walking an array of these stays in
+ * the cache and in order where chasing links through job records spread over megabytes did
+ * not. A job leaving the queue leaves a dead entry (QE_LIVE clear) that keeps its id, so the
+ * array stays sorted, a job requeued before the list is compacted takes its entry back, and
+ * a walk's positions stay valid while it starts jobs. */
+enum { QE_LIVE = 1, QE_PREEMPTIBLE = 2, QE_TARGET = 4 };
+struct qent {
+	int id;               /* job id (ids are handed out in seq order) */
+	int chips;            /* = the job's chips */
+	short sid;            /* = the job's shape id */
+	unsigned short flags; /* QE_*: live, and the job's preemptible and has_target */
 	uint64_t borrow_walk; /* walk_serial of the walk that left it to the borrow pass */
 };
 
+/* A queue list: v[lo..n) ordered by id (so by seq), dead entries among them. */
 struct qlist {
-	int head, tail; /* job ids, 0: empty */
+	struct qent *v;
+	int lo, n, cap; /* first entry that may be live, end, allocated */
+	int dead;       /* dead entries in v[lo..n) */
+	int dead_hi;    /* none beyond this index */
 };
 
 struct pool {
@@ -135,13 +144,12 @@ struct tf_sched {
 	int npools;
 	struct project *projects;
 	int nprojects;
-	int *cursor; /* per project: next queued job in the walk (tick scratch) */
+	int *cursor; /* per project: next queue entry in the walk (tick scratch) */
 	int *qhold;  /* per project: quota chips held this tick for its blocked jobs, so
 	                jobs behind them cannot take the quota they wait for (tick scratch) */
 	struct run_acct *runs;
 	int nruns;
 	struct job *jobs; /* jobs[0] unused: ids start at 1 */
-	struct qnode *qn; /* per job id: queue links and the walk's copies */
 	int njobs, capjobs;
 	int shapes[MAX_SHAPES][3]; /* interned shapes */
 	int nshapes;

@@ -230,19 +230,25 @@ static int search_oriented(struct tf_torus *t, const uint64_t *avail, const int 
 	}
 	if (!any)
 		return best;
-	/* g: ... and for s[1] rows in y from y on. */
+	/* g: ... and for s[1] rows in y from y on (the ring index stepped, not divided). */
 	any = 0;
-	for (int z = 0; z < Z; z++)
+	for (int z = 0; z < Z; z++) {
+		const uint64_t *fz = t->f + (size_t)Y * z;
+		uint64_t *gz = t->g + (size_t)Y * z;
 		for (int y = 0; y < Y; y++) {
 			uint64_t acc = 0;
 			if (y < oy) {
-				acc = t->f[row_of(t, y, z)];
-				for (int k = 1; k < s[1] && acc; k++)
-					acc &= t->f[row_of(t, (y + k) % Y, z)];
+				acc = fz[y];
+				for (int k = 1, yk = y; k < s[1] && acc; k++) {
+					if (++yk == Y)
+						yk = 0;
+					acc &= fz[yk];
+				}
 			}
-			t->g[row_of(t, y, z)] = acc;
+			gz[y] = acc;
 			any |= acc;
 		}
+	}
 	if (!any)
 		return best;
 	/* h: ... and for s[2] planes in z from z on: the feasible origins. */
@@ -251,8 +257,11 @@ static int search_oriented(struct tf_torus *t, const uint64_t *avail, const int 
 	for (int z = 0; z < oz; z++)
 		for (int y = 0; y < oy; y++) {
 			uint64_t acc = t->g[row_of(t, y, z)];
-			for (int k = 1; k < s[2] && acc; k++)
-				acc &= t->g[row_of(t, y, (z + k) % Z)];
+			for (int k = 1, zk = z; k < s[2] && acc; k++) {
+				if (++zk == Z)
+					zk = 0;
+				acc &= t->g[row_of(t, y, zk)];
+			}
 			while (acc) {
 				int x = __builtin_ctzll(acc);
 				acc &= acc - 1;
@@ -313,11 +322,81 @@ static int by_volume_desc(const void *a, const void *b)
 	return mx - my;
 }
 
+/* The largest volume of a box of any oriented extents (a, b, c) whose chips are all set in
+ * avail, with the feasibility rules of search_oriented: per x extent a the runs (f), per y
+ * extent b their AND over b rows (g), per z extent c that over c planes (h), each grown from
+ * the extent before by one more AND per row. An extent that fits nowhere ends its loop (a
+ * longer one cannot fit either), and (a, b) pairs that cannot beat the best volume even at
+ * the full z extent are skipped. */
+static int largest_volume(struct tf_torus *t, const uint64_t *avail)
+{
+	const int X = t->dims[0], Y = t->dims[1], Z = t->dims[2];
+	uint64_t *run = t->f, *g = t->g, *h = t->h;
+	int best = 0;
+	for (int r = 0; r < t->nrows; r++)
+		run[r] = avail[r] & t->xmask;
+	for (int a = 1; a <= X; a++) {
+		const int ox = origins(t, 0, a);
+		const uint64_t xo = ox >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << ox) - 1);
+		uint64_t anyf = 0;
+		if (a > 1)
+			for (int r = 0; r < t->nrows; r++)
+				run[r] &= xshift(t, avail[r] & t->xmask, a - 1);
+		for (int r = 0; r < t->nrows; r++)
+			anyf |= run[r] & xo;
+		if (!anyf)
+			break;
+		for (int b = 1; b <= Y; b++) {
+			const int oy = origins(t, 1, b);
+			uint64_t anyg = 0;
+			for (int z = 0; z < Z; z++)
+				for (int y = 0; y < Y; y++) {
+					uint64_t v = 0;
+					if (y < oy) {
+						int yk = (y + b - 1) % Y;
+						v = run[yk + Y * z] & xo;
+						if (b > 1)
+							v &= g[y + Y * z];
+					}
+					g[y + Y * z] = v;
+					anyg |= v;
+				}
+			if (!anyg)
+				break;
+			if (a * b * Z <= best)
+				continue;
+			for (int c = 1; c <= Z; c++) {
+				const int oz = origins(t, 2, c);
+				uint64_t anyh = 0;
+				for (int z = 0; z < Z; z++)
+					for (int y = 0; y < Y; y++) {
+						uint64_t v = 0;
+						if (z < oz && y < oy) {
+							v = g[y + Y * ((z + c - 1) % Z)];
+							if (c > 1)
+								v &= h[y + Y * z];
+						}
+						h[y + Y * z] = v;
+						anyh |= v;
+					}
+				if (!anyh)
+					break;
+				if (a * b * c > best)
+					best = a * b * c;
+			}
+		}
+	}
+	return best;
+}
+
 int tf_torus_largest(struct tf_torus *t, const uint64_t *avail, struct tf_box *out)
 {
 	int free_chips = tf_torus_count(t, avail);
 	if (free_chips == 0)
 		return 0;
+	/* the first feasible shape in the order below has the largest feasible volume: known
+	 * first, it lets the search skip every larger shape */
+	int vmax = largest_volume(t, avail);
 	size_t n = (size_t)t->dims[0] * t->dims[1] * t->dims[2], k = 0;
 	struct shape_vol *v = tf_xmalloc(n * sizeof(*v));
 	for (int a = 1; a <= t->dims[0]; a++)
@@ -328,7 +407,8 @@ int tf_torus_largest(struct tf_torus *t, const uint64_t *avail, struct tf_box *o
 	qsort(v, k, sizeof(*v), by_volume_desc);
 	int found = 0;
 	for (size_t i = 0; i < k && !found; i++)
-		found = search_oriented(t, avail, v[i].s, TF_TORUS_ANY, -1, out) >= 0;
+		found = v[i].vol <= vmax &&
+		        search_oriented(t, avail, v[i].s, TF_TORUS_ANY, -1, out) >= 0;
 	free(v);
 	return found;
 }

@@ -73,6 +73,35 @@ static void check_invariants(const struct tf_sched *s)
 				assert_false((p->failed[r] >> x) & 1);
 			}
 		}
+		/* invariant 3: each queued job has one live entry, in its own list; every list
+		 * is ordered by id, counts its dead entries and has none past dead_hi */
+		int queued = 0;
+		for (int k = 0; k < s->nprojects * NPRIO; k++) {
+			const struct qlist *q = &p->q[k];
+			int dead = 0;
+			for (int i = q->lo; i < q->n; i++) {
+				const struct qent *e = &q->v[i];
+				assert_true(i == q->lo || q->v[i - 1].id < e->id);
+				if (!(e->flags & QE_LIVE)) {
+					dead++;
+					assert_true(i <= q->dead_hi);
+					continue;
+				}
+				const struct job *j = &s->jobs[e->id];
+				assert_int_equal(j->state, TF_JOB_QUEUED);
+				assert_int_equal(j->pool, pi);
+				assert_int_equal(j->project * NPRIO + j->prio, k);
+				assert_int_equal(e->chips, j->chips);
+				assert_int_equal(!!(e->flags & QE_TARGET), j->has_target);
+				queued++;
+			}
+			assert_int_equal(dead, q->dead);
+		}
+		assert_int_equal(queued, p->queued);
+		int want = 0;
+		for (int id = 1; id < s->njobs; id++)
+			want += s->jobs[id].state == TF_JOB_QUEUED && s->jobs[id].pool == pi;
+		assert_int_equal(queued, want);
 	}
 }
 
@@ -321,6 +350,78 @@ static void test_sched_largest_free_box(void **state)
 	assert_true(tf_torus_largest(&t, avail, &b));
 	assert_int_equal(b.shape[0] * b.shape[1] * b.shape[2], 32);
 	tf_torus_release(&t);
+}
+
+/* The largest free box against brute force (every oriented extent at every origin the
+ * wrap rules allow) on random occupancies of rings, meshes and mixes, 2D and 3D: the volume
+ * agrees, and the box is free with that volume. */
+static void test_sched_largest_free_box_random(void **state)
+{
+	(void)state;
+	static const struct {
+		int nd, dims[3], wrap[3];
+	} tori[] = {{3, {4, 4, 8}, {1, 1, 1}},
+	            {3, {4, 4, 6}, {1, 1, 0}},
+	            {3, {5, 3, 4}, {0, 1, 1}},
+	            {2, {8, 8, 1}, {0, 0, 0}},
+	            {2, {16, 16, 1}, {1, 1, 0}}};
+	uint64_t rng = 12345;
+	for (size_t k = 0; k < sizeof(tori) / sizeof(tori[0]); k++) {
+		struct tf_torus t;
+		assert_int_equal(tf_torus_init(&t, tori[k].nd, tori[k].dims, tori[k].wrap), 0);
+		uint64_t *avail = calloc((size_t)t.nrows, sizeof(uint64_t));
+		for (int round = 0; round < 40; round++) {
+			int busy_pct = 10 + round * 2; /* 10% .. 88% of chips taken */
+			for (int r = 0; r < t.nrows; r++) {
+				avail[r] = 0;
+				for (int x = 0; x < t.dims[0]; x++) {
+					rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+					if ((int)((rng >> 33) % 100) >= busy_pct)
+						avail[r] |= (uint64_t)1 << x;
+				}
+			}
+			int want = 0;
+			for (int a = 1; a <= t.dims[0]; a++)
+				for (int b = 1; b <= t.dims[1]; b++)
+					for (int c = 1; c <= t.dims[2]; c++) {
+						if (a * b * c <= want)
+							continue;
+						for (int z = 0; z < t.dims[2]; z++)
+							for (int y = 0; y < t.dims[1]; y++)
+								for (int x = 0; x < t.dims[0];
+								     x++) {
+									int o[3] = {x, y, z},
+									    sh[3] = {a, b, c},
+									    ok = 1;
+									for (int d = 0; d < 3; d++)
+										ok &=
+										    t.wrap[d] ||
+										    o[d] + sh[d] <=
+										        t.dims[d];
+									struct tf_box bx = {
+									    {x, y, z}, {a, b, c}};
+									if (ok &&
+									    tf_torus_box_all(
+									        &t, avail, &bx))
+										want = a * b * c;
+								}
+					}
+			struct tf_box got;
+			int found = tf_torus_largest(&t, avail, &got);
+			if (!want) {
+				assert_false(found);
+				continue;
+			}
+			assert_true(found);
+			assert_true(tf_torus_box_all(&t, avail, &got));
+			if (got.shape[0] * got.shape[1] * got.shape[2] != want)
+				fail_msg(
+				    "torus %zu round %d: largest %dx%dx%d, brute force volume %d",
+				    k, round, got.shape[0], got.shape[1], got.shape[2], want);
+		}
+		free(avail);
+		tf_torus_release(&t);
+	}
 }
 
 /* Small jobs placed one by one keep the big hole whole: after eight 2x2x1 jobs on a 4x4x4
@@ -1021,6 +1122,50 @@ static void test_sched_cancel_and_bad_calls(void **state)
 	tf_sched_free(s);
 }
 
+/* A queue list keeps its order and its dead entries in account while jobs leave it (cancel,
+ * start) and come back into it (a chip failure requeues a job older than every queued one),
+ * and the next walks start what is left in order. */
+static void test_sched_queue_leave_and_return(void **state)
+{
+	(void)state;
+	struct tf_sched *s = mk("v4:4x4x4", TF_SCHED_FIFO);
+	struct tf_sched_decisions d = {0};
+	int first = submit(s, "v4:2x2x1", "x", 1, 0, 100, 0);
+	tf_sched_tick(s, 0, &d);
+	assert_true(started(&d, first));
+	int big[8];
+	for (int i = 0; i < 8; i++)
+		big[i] = submit(s, "v4:4x4x4", "x", 1, 0, 100, 1);
+	assert_int_equal(tf_sched_cancel(s, big[5], 2), 0); /* a dead entry mid-list */
+	check_invariants(s);
+	struct tf_sched_job_info info;
+	assert_int_equal(tf_sched_job_info(s, first, 3, &info), 0);
+	int chip = info.box.origin[0] + 4 * (info.box.origin[1] + 4 * info.box.origin[2]);
+	assert_int_equal(tf_sched_chip_fail(s, 0, chip, 3, &d), 0); /* first goes back in front */
+	assert_int_equal(count_action(&d, TF_SCHED_FAIL_INFRA), 1);
+	check_invariants(s);
+	assert_int_equal(tf_sched_chip_repair(s, 0, chip), 0);
+	assert_int_equal(tf_sched_cancel(s, big[1], 4), 0);
+	tf_sched_tick(s, 5, &d); /* first again, in front of the pod-size jobs */
+	assert_true(started(&d, first));
+	check_invariants(s);
+	int order[] = {big[0], big[2], big[3], big[4], big[6], big[7]};
+	double now = 6;
+	assert_int_equal(tf_sched_finish(s, first, now, 1), 0);
+	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+		tf_sched_tick(s, now, &d);
+		assert_int_equal(count_action(&d, TF_SCHED_START), 1);
+		assert_true(started(&d, order[i]));
+		check_invariants(s);
+		assert_int_equal(tf_sched_finish(s, order[i], ++now, 1), 0);
+	}
+	tf_sched_tick(s, now, &d);
+	assert_int_equal(d.n, 0);
+	check_invariants(s);
+	tf_sched_decisions_release(&d);
+	tf_sched_free(s);
+}
+
 /* The simulator is deterministic in its decisions and backfill beats FIFO on utilization. */
 static void test_sched_simulate_small(void **state)
 {
@@ -1520,6 +1665,7 @@ int main(void)
 	    cmocka_unit_test(test_sched_fit_table),
 	    cmocka_unit_test(test_sched_refuses_every_move_the_diagram_lacks),
 	    cmocka_unit_test(test_sched_largest_free_box),
+	    cmocka_unit_test(test_sched_largest_free_box_random),
 	    cmocka_unit_test(test_sched_fragmentation_keeps_holes),
 	    cmocka_unit_test(test_sched_priority_then_fifo),
 	    cmocka_unit_test(test_sched_quota_table),
@@ -1534,6 +1680,7 @@ int main(void)
 	    cmocka_unit_test(test_sched_accounting),
 	    cmocka_unit_test(test_sched_describe_json_and_text),
 	    cmocka_unit_test(test_sched_cancel_and_bad_calls),
+	    cmocka_unit_test(test_sched_queue_leave_and_return),
 	    cmocka_unit_test(test_sched_simulate_small),
 	    cmocka_unit_test(test_sched_simulate_trace_pinned),
 	    cmocka_unit_test(test_sched_place_at_table),
