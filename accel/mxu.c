@@ -357,9 +357,10 @@ static void run_part(const struct part *p)
 		size_t aw = tf_mxu_avx512_abuf_words(M, K, N, R);
 		size_t bw = p->packed ? 0 : tf_mxu_avx512_bbuf_words(K, N, R);
 		struct bufs *zb = thread_bufs(aw, bw);
+		/* the scratch (allocated memory, no declared type) holds bf16 pairs as 32-bit words */
+		uint32_t *za = (void *)zb->a, *zbw = (void *)zb->b;
 		tf_mxu_avx512_run(p->trans_x, p->trans_w, M, K, N, p->X, p->ldx, p->W, p->ldw, p->C,
-		                  p->ldc, R, p->packed, p->packed_n, p->packed_max, (uint32_t *)zb->a,
-		                  (uint32_t *)zb->b);
+		                  p->ldc, R, p->packed, p->packed_n, p->packed_max, za, zbw);
 		return;
 	}
 

@@ -260,12 +260,13 @@ struct tf_param_override *tf_param_overrides_from_json(const json_t *obj, size_t
 	const char *k;
 	json_t *v;
 	*n = 0;
-	if (json_is_object(obj))
+	if (json_is_object(obj)) {
 		json_object_foreach((json_t *)obj, k, v)
 		{
 			ov[*n].name = k;
 			ov[(*n)++].value = json_string_value(v) ? json_string_value(v) : "";
 		}
+	}
 	return ov;
 }
 

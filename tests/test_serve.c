@@ -555,7 +555,7 @@ static void test_revoked_token_refused(void **state)
 	assert_int_equal(tf_token_revoke(st, "soon-gone", tf_now_wall()), 0);
 	tf_store_close(st);
 	expect_status(call_at(NULL, "GET", "/v1/models/fm", t1, NULL), 401);
-	tpuflow("revoke.out", "revoke.out", "tokens", "revoke", "gone-later", NULL);
+	tpuflow("revoke.out", "revoke.out", "tokens", "revoke", "gone-later", (char *)NULL);
 	long status = 0;
 	for (int i = 0; i < 400 && status != 401; i++) {
 		struct resp r = call_at(NULL, "GET", "/v1/models/fm", t2, NULL);
@@ -716,7 +716,7 @@ static void test_alias_move(void **state)
 /* `tpuflow models VERB fm --json`: the new deployment (caller owns). */
 static json_t *models_cmd(const char *verb)
 {
-	tpuflow("models.out", NULL, "models", verb, "fm", "--json", NULL);
+	tpuflow("models.out", NULL, "models", verb, "fm", "--json", (char *)NULL);
 	json_t *j = tf_test_load_json("models.out");
 	assert_non_null(j);
 	return j;
@@ -958,7 +958,7 @@ static void test_rollout_rolls_back_failing_canaries(void **state)
 	tf_store_close(st);
 
 	/* where people look: `tpuflow models show` and the API */
-	tpuflow("show.out", NULL, "models", "show", "fm", NULL);
+	tpuflow("show.out", NULL, "models", "show", "fm", (char *)NULL);
 	assert_file_has("show.out", "rollback: canary version 3 failed");
 	assert_file_has("show.out", "rollback: canary version 4 failed");
 	struct resp r = call_at(NULL, "GET", "/api/v1/models/fm", tok_read, NULL);
@@ -1098,7 +1098,7 @@ static void test_rollout_other_alias(void **state)
 	/* by hand */
 	deploy_canary_of(st, "staging", 2, 10, NULL);
 	tf_store_close(st);
-	tpuflow("promote.out", NULL, "models", "promote", "fm", "staging", NULL);
+	tpuflow("promote.out", NULL, "models", "promote", "fm", "staging", (char *)NULL);
 	assert_file_has("promote.out", "fm 'staging' -> version 2 (canary promoted)");
 	st = open_home();
 	int64_t v;
@@ -1186,7 +1186,7 @@ static void test_alias_move_under_load(void **state)
 		usleep(10 * 1000);
 	for (int i = 0; i < NH; i++)
 		before[i] = h[i].requests;
-	tpuflow("alias.out", "alias.out", "models", "alias", "fm", "production", "2", NULL);
+	tpuflow("alias.out", "alias.out", "models", "alias", "fm", "production", "2", (char *)NULL);
 	while (!all_past(h, NH, before, 20, 2) && tf_now_monotonic() < until)
 		usleep(10 * 1000);
 	for (int i = 0; i < NH; i++)

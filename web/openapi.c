@@ -257,7 +257,7 @@ json_t *tf_openapi_document(void)
 		}
 		char m[8];
 		size_t k = 0;
-		for (; r->method[k] && k < sizeof(m) - 1; k++)
+		for (; k < sizeof(m) - 1 && r->method[k]; k++)
 			m[k] = (char)(r->method[k] | 0x20);
 		m[k] = 0;
 		json_object_set_new(item, m, operation(r));

@@ -285,9 +285,10 @@ int tf_serve_fast_instances(struct tf_serve *sv, const struct tf_bundle *b, cons
 			cap = cap ? 2 * cap : 4;
 			if (cap > sv->max_batch)
 				cap = sv->max_batch;
-			buf = realloc(buf, cap * dim * sizeof(float));
-			if (!buf)
-				goto no;
+			float *grown = realloc(buf, cap * dim * sizeof(float));
+			if (!grown)
+				goto no; /* buf is freed there */
+			buf = grown;
 		}
 		tf_bundle_preprocess(b, raw, buf + rows * dim);
 		rows++;

@@ -57,6 +57,7 @@ static size_t latencies(struct entry *e, float lat[LAT_RING])
 	size_t k = 0;
 	for (uint64_t i = from; i < n; i++)
 		lat[k++] = atomic_load_explicit(&e->lat_ms[i % LAT_RING], memory_order_relaxed);
+	// cppcheck-suppress uninitvar ; lat[0..k) was written just above
 	qsort(lat, k, sizeof(float), cmp_float);
 	return k;
 }
