@@ -44,8 +44,11 @@ export async function runsPage(main, query, rerender, life) {
   try {
     page = await get('/api/v1/runs?' + api);
   } catch (e) {
-    return problem(main, e, rerender);
+    return life.ctl.signal.aborted ? undefined : problem(main, e, rerender);
   }
+  // stopped while loading (signed out, another page): draw nothing over what replaced it,
+  // and ask nothing more (after a sign-out a request would go without a token)
+  if (life.ctl.signal.aborted) return;
   const trigger = h('div', { class: 'trigger' });
   const link = (over) => {
     const p = new URLSearchParams(q);
@@ -126,6 +129,7 @@ export async function runsPage(main, query, rerender, life) {
     }, life.ctl.signal).catch(() => { liveMark.dataset.live = 'off'; liveMark.textContent = ''; });
   }
   const w = await who;
+  if (life.ctl.signal.aborted) return;
   if (mayTrigger(w)) trigger.replaceChildren(triggerForm());
   trigger.dataset.scope = w ? w.scope : 'unknown';
 }
