@@ -104,6 +104,13 @@ static void test_executor_argv_verbatim(void **state)
 	tf_exec_free(x);
 }
 
+/* The hexadecimal mask after key in a /proc status text; all ones when key is missing. */
+__attribute__((noinline)) static uint64_t status_hex(const char *text, const char *key)
+{
+	const char *p = strstr(text, key);
+	return p ? strtoull(p + strlen(key), NULL, 16) : ~0ull;
+}
+
 static void on_usr1(int sig)
 {
 	(void)sig;
@@ -129,9 +136,13 @@ static void test_executor_child_signals_default(void **state)
 	sigaction(SIGTERM, &old_term, NULL);
 	assert_int_equal(r.fclass, TF_FAIL_NONE);
 	char *out = logs(x, 1);
-	assert_non_null(strstr(out, "\nSigIgn:\t0000000000000000\n"));
-	assert_non_null(strstr(out, "\nSigCgt:\t0000000000000000\n"));
+	/* signals 32 and 33 are glibc's own (SIGCANCEL, SIGSETXID): its sigaction refuses them,
+	 * so what a parent ignored there (GNU make 4.3 ignores both in its recipes) stays */
+	const uint64_t own = 3ull << 31;
+	uint64_t ignored = status_hex(out, "\nSigIgn:\t"), caught = status_hex(out, "\nSigCgt:\t");
 	free(out);
+	assert_int_equal(ignored & ~own, 0);
+	assert_int_equal(caught & ~own, 0);
 	tf_exec_free(x);
 }
 
