@@ -123,10 +123,13 @@ enum tf_route_flags {
 	TF_ROUTE_IDEMPOTENT = 1 << 1, /* creating POST: Idempotency-Key honoured, one transaction */
 	TF_ROUTE_STREAM = 1 << 2,     /* may answer a stream (documented as text/event-stream) */
 	TF_ROUTE_SERVING = 1 << 3,    /* model serving (web/serve.h): errors are {"error": "..."};
-	                                 the only non-public routes of `tpuflow serve` */
+	                                 with TF_ROUTE_SERVE_TOO, the only non-public routes of
+	                                 `tpuflow serve` */
 	TF_ROUTE_CACHED = 1 << 4,     /* a GET whose 200 body depends only on the database and the
 	                                 URL: answered again from memory until the store's change
 	                                 generation moves (web/http.c) */
+	TF_ROUTE_SERVE_TOO = 1 << 5,  /* an API route `tpuflow serve` answers as well (/metrics,
+	                                 for its serving figures) */
 };
 
 struct tf_route {

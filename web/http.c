@@ -799,9 +799,8 @@ static const struct tf_route *dispatch(struct tf_web *w, struct tf_web_req *rq,
 		}
 		return NULL;
 	}
-	/* `tpuflow serve` answers its /metrics too (a read token), for its serving figures */
-	if (w->serve_only && !(r->flags & TF_ROUTE_SERVING) && r->scope != TF_SCOPE_PUBLIC &&
-	    strcmp(r->pattern, "/metrics")) {
+	if (w->serve_only && !(r->flags & (TF_ROUTE_SERVING | TF_ROUTE_SERVE_TOO)) &&
+	    r->scope != TF_SCOPE_PUBLIC) {
 		tf_web_problem(rs, 404, rq->path, "this server answers predictions only "
 		                                  "(tpuflow serve); the API is on the daemon");
 		return NULL;

@@ -128,7 +128,7 @@ const struct tf_route tf_routes[] = {
     {"GET", "/ui/app.css", TF_SCOPE_PUBLIC, tf_web_ui, 0, "dashboardStyle",
      "The dashboard's style sheet", NULL, NULL, "{\"type\":\"string\"}", 200,
      "text/css; charset=utf-8"},
-    {"GET", "/metrics", TF_SCOPE_READ, h_metrics, 0, "metrics",
+    {"GET", "/metrics", TF_SCOPE_READ, h_metrics, TF_ROUTE_SERVE_TOO, "metrics",
      "Prometheus metrics (text format 0.0.4)", NULL, NULL, "{\"type\":\"string\"}", 200,
      "text/plain; version=0.0.4; charset=utf-8"},
     {"GET", "/api/v1/runs", TF_SCOPE_READ, tf_web_runs_list, TF_ROUTE_CACHED, "listRuns",

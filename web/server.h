@@ -66,7 +66,8 @@ struct tf_web_opts {
 	double burst;           /* bucket size per token (0: 10 x rate) */
 	struct tf_web_hooks hooks;
 	/* Model serving (web/serve.h, docs/serving.md): the /v1 and /v2 routes are always on;
-	 * serve_only answers nothing else but the public routes (`tpuflow serve`), serve_model
+	 * serve_only answers nothing else but the public routes and /metrics (`tpuflow serve`,
+	 * TF_ROUTE_SERVE_TOO in web/api.h), serve_model
 	 * (may be NULL) restricts serving to one model, serve_max_batch caps instances per
 	 * request (0: 1024). */
 	int serve_only;
