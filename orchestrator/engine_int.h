@@ -216,7 +216,8 @@ json_t *tf_engine_plan_json(const struct tf_pipeline *p, const struct tf_selecti
 int tf_engine_worker_count(const struct engine *e);
 /* Sets nworkers and e->pool (the run's own threads unless o->pool), before the first round. */
 int tf_engine_start_workers(struct engine *e);
-/* Waits for the run's jobs, then ends its own threads (the calling thread of drive). */
+/* Waits for the run's jobs, then ends its own threads and gives back the shared pool's slots
+ * (the calling thread of drive, and engine_release; a second call finds nothing to do). */
 void tf_engine_stop_workers(struct engine *e);
 /* One queued attempt becomes a job for e->pool (any thread, e->mu not held; e->pool_jobs
  * already counts it). */

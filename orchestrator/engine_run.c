@@ -24,17 +24,9 @@
 static void engine_release(struct engine *e)
 {
 	/* A start that failed after its first round handed attempts over: they end first (no
-	 * round takes them, e->fatal), then the run's threads and its slots go. */
-	pthread_mutex_lock(&e->mu);
-	while (e->pool_jobs)
-		pthread_cond_wait(&e->coord_cv, &e->mu);
-	pthread_mutex_unlock(&e->mu);
-	tf_pool_free(e->own_pool);
-	if (e->o->pool) {
-		while (e->pc.held)
-			tf_pool_release(e->o->pool, &e->pc);
-		tf_pool_leave(e->o->pool, &e->pc);
-	}
+	 * round takes them, e->fatal), then the run's threads and its slots go (after a run
+	 * that was driven, nothing is left of them) */
+	tf_engine_stop_workers(e);
 	for (size_t i = 0; i < e->n; i++) {
 		json_decref(e->steps[i].outputs);
 		json_decref(e->steps[i].metrics);
@@ -244,12 +236,9 @@ static int load_steps(struct engine *e, int resuming)
 	if (rc == 0 && resuming)
 		rc = tf_slice_jobs_close_run(e->db, e->run_id, tf_now_wall());
 	/* a cancel taken before a crash, Ctrl-C or a drain still holds: finally steps only */
-	int64_t cancelled = 0;
+	e->cancel_asked = 0;
 	if (rc == 0 && resuming)
-		rc = tf_store_query_int(e->db, &cancelled,
-		                        "SELECT cancelled_at IS NOT NULL FROM runs WHERE id=?", "t",
-		                        e->run_id);
-	e->cancel_asked = cancelled != 0;
+		rc = tf_run_cancelled(e->db, e->run_id, &e->cancel_asked);
 	tf_engine_selection_release(&sel);
 	if (rc == 0)
 		rc = run_class(e, resuming);

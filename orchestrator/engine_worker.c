@@ -255,7 +255,7 @@ int tf_engine_worker_count(const struct engine *e)
 int tf_engine_start_workers(struct engine *e)
 {
 	e->nworkers = tf_engine_worker_count(e);
-	if (!e->o->pool && !(e->own_pool = tf_pool_new(e->nworkers, pool_local_free)))
+	if (!e->o->pool && !(e->own_pool = tf_engine_pool_new(e->nworkers)))
 		return -EAGAIN;
 	e->pool = e->o->pool ? e->o->pool : e->own_pool;
 	return 0;
@@ -269,7 +269,10 @@ void tf_engine_stop_workers(struct engine *e)
 	pthread_mutex_unlock(&e->mu);
 	tf_pool_free(e->own_pool); /* joins the run's own threads */
 	e->own_pool = NULL;
-	if (e->o->pool) /* slots reserved for the run go to others */
+	if (e->o->pool) { /* slots the run holds or has reserved go to others */
+		while (e->pc.held)
+			tf_pool_release(e->o->pool, &e->pc);
 		tf_pool_leave(e->o->pool, &e->pc);
+	}
 	e->nworkers = 0;
 }
