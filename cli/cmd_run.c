@@ -1072,11 +1072,10 @@ static int runs_cancel(struct tf_store *st, const char *run)
 		fprintf(stderr, "tpuflow runs cancel: %s\n", tf_store_errmsg(st));
 		return exit_for_rc(rc);
 	}
-	int64_t again = 0;
+	int again = 0;
 	switch (state) {
 	case TF_RUN_RUNNING:
-		tf_store_query_int(st, &again,
-		                   "SELECT cancelled_at IS NOT NULL FROM runs WHERE id=?", "t", run);
+		tf_run_cancelled(st, run, &again);
 		if (again)
 			printf("run %s was cancelled and runs its finally steps: its finally steps "
 			       "stop too within %.0f s\n",

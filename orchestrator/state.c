@@ -404,27 +404,26 @@ int tf_run_heartbeat(struct tf_store *st, const char *run, const char *token, in
 	                  tf_now_wall(), run, token);
 	if (rc == 0 && tf_store_changes(st) != 1)
 		rc = -ESTALE;
-	int64_t asked = 0, taken = 0;
+	int64_t seen = TF_CANCEL_NONE;
 	if (rc == 0)
-		rc = tf_store_query_int(
-		    st, &asked, "SELECT cancel_requested_at IS NOT NULL FROM runs WHERE id=?", "t",
-		    run);
-	if (rc == 0 && asked)
-		rc = tf_store_query_int(st, &taken,
-		                        "SELECT cancelled_at IS NOT NULL FROM runs WHERE id=?", "t",
-		                        run);
+		rc = tf_store_query_int(st, &seen,
+		                        "SELECT CASE WHEN cancel_requested_at IS NULL THEN ? "
+		                        "WHEN cancelled_at IS NULL THEN ? ELSE ? END "
+		                        "FROM runs WHERE id=?",
+		                        "iiit", (int64_t)TF_CANCEL_NONE, (int64_t)TF_CANCEL_FIRST,
+		                        (int64_t)TF_CANCEL_AGAIN, run);
 	/* the first cancel is taken here, in the heartbeat's transaction: a request that comes
 	 * after it is a second one */
-	if (rc == 0 && asked && !taken)
+	if (rc == 0 && seen == TF_CANCEL_FIRST)
 		rc = tf_store_run(st,
 		                  "UPDATE runs SET cancelled_at=?, cancel_requested_at=NULL "
 		                  "WHERE id=?",
 		                  "dt", tf_now_wall(), run);
-	if (rc == 0 && asked && !taken)
+	if (rc == 0 && seen == TF_CANCEL_FIRST)
 		rc = add_event_noattempt(st, run, NULL, "cancel", NULL, NULL,
 		                         "cancelled: its steps stop, its finally steps run");
 	if (rc == 0 && cancel)
-		*cancel = !asked ? TF_CANCEL_NONE : taken ? TF_CANCEL_AGAIN : TF_CANCEL_FIRST;
+		*cancel = (int)seen;
 	return tf_store_leave(st, own, rc);
 }
 
@@ -449,6 +448,16 @@ int tf_run_finish(struct tf_store *st, const char *run, const char *token, enum 
 	return tf_store_leave(st, own, rc);
 }
 
+int tf_run_cancelled(struct tf_store *st, const char *run, int *yes)
+{
+	int64_t v = 0;
+	int rc = tf_store_query_int(st, &v, "SELECT cancelled_at IS NOT NULL FROM runs WHERE id=?",
+	                            "t", run);
+	if (rc == 0)
+		*yes = v != 0;
+	return rc;
+}
+
 int tf_run_request_cancel(struct tf_store *st, const char *run, enum tf_run_state *state)
 {
 	int own, rc = tf_store_join(st, &own);
@@ -460,10 +469,8 @@ int tf_run_request_cancel(struct tf_store *st, const char *run, enum tf_run_stat
 		rc = tf_run_set_state(st, run, TF_RUN_FAILED, "cancelled before it started");
 		*state = TF_RUN_FAILED;
 	} else if (rc == 0 && *state == TF_RUN_RUNNING) {
-		int64_t taken = 0;
-		rc = tf_store_query_int(st, &taken,
-		                        "SELECT cancelled_at IS NOT NULL FROM runs WHERE id=?", "t",
-		                        run);
+		int taken = 0;
+		rc = tf_run_cancelled(st, run, &taken);
 		if (rc == 0)
 			rc = tf_store_run(st,
 			                  "UPDATE runs SET cancel_requested_at=coalesce("

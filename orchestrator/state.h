@@ -136,6 +136,10 @@ int tf_run_finish(struct tf_store *st, const char *run, const char *token, enum 
  * steps, a second time those too), an interrupted one is no longer continued by a daemon.
  * *state receives the state after the call. */
 int tf_run_request_cancel(struct tf_store *st, const char *run, enum tf_run_state *state);
+/* Whether the run was cancelled (runs.cancelled_at: a heartbeat took its first cancel, and
+ * no claim of it as a failed run cleared it since): *yes 1 or 0. 0, -ENOENT (no such run)
+ * or a store error. */
+int tf_run_cancelled(struct tf_store *st, const char *run, int *yes);
 
 /* What changes with a step transition besides its state; NULL pointers leave a column as it
  * is, except `reason`, which is replaced (NULL clears it). */
