@@ -34,17 +34,16 @@ static char *log_path(const char *home, const char *run_id, const char *step, in
 	return tf_xasprintf("%s/work/%s/%s/attempt-%d.log", home, run_id, step, n);
 }
 
-/* Uploads the local logs of the attempts `sql` selects and records each key; `event` (NULL:
- * none) is the message of the "log" event added on each; `lost` warns of each log that stays
- * local. Returns 0 or a negative database error. */
+/* Uploads the local logs of run_id's attempts and records each key: those of the attempts that
+ * ended (SQL_ENDED), each with a "log" event, or with `lost` those still recorded running
+ * (SQL_LOST), warning of each log that stays local. Returns 0 or a negative database error. */
 static int upload(struct tf_store *db, const char *storage_url, const char *home,
-                  const char *run_id, const char *sql, const char *event, int lost,
-                  int *uploaded, int *left)
+                  const char *run_id, int lost, int *uploaded, int *left)
 {
 	struct pending *p = NULL;
 	size_t np = 0, cap = 0;
 	int rc = 0, up = 0, still = 0;
-	struct tf_stmt *q = tf_store_query(db, sql, "t", run_id);
+	struct tf_stmt *q = tf_store_query(db, lost ? SQL_LOST : SQL_ENDED, "t", run_id);
 	if (!q)
 		return -EIO;
 	while ((rc = tf_stmt_step(q)) == 1) {
@@ -74,8 +73,10 @@ static int upload(struct tf_store *db, const char *storage_url, const char *home
 			    "UPDATE attempts SET log_key=? WHERE run_id=? AND step=? AND "
 			    "n=? AND log_key IS NULL",
 			    "ttti", key, run_id, p[i].step, (int64_t)p[i].n);
-			if (rc == 0 && event)
-				rc = tf_event_add(db, run_id, p[i].step, p[i].n, "log", event);
+			if (rc == 0 && !lost)
+				rc = tf_event_add(
+				    db, run_id, p[i].step, p[i].n, "log",
+				    "log uploaded to the object store after its attempt");
 			if (rc == 0)
 				up++;
 		} else {
@@ -103,8 +104,7 @@ int tf_logs_upload_pending(struct tf_store *db, const char *storage_url, const c
                            const char *run_id, int *uploaded, int *left)
 {
 	int up = 0;
-	int rc = upload(db, storage_url, home, run_id, SQL_ENDED,
-	                "log uploaded to the object store after its attempt", 0, &up, left);
+	int rc = upload(db, storage_url, home, run_id, 0, &up, left);
 	if (up)
 		tf_info("run '%s': %d attempt log(s) uploaded after their attempts", run_id, up);
 	if (uploaded)
@@ -115,5 +115,5 @@ int tf_logs_upload_pending(struct tf_store *db, const char *storage_url, const c
 int tf_logs_upload_lost(struct tf_store *db, const char *storage_url, const char *home,
                         const char *run_id)
 {
-	return upload(db, storage_url, home, run_id, SQL_LOST, NULL, 1, NULL, NULL);
+	return upload(db, storage_url, home, run_id, 1, NULL, NULL);
 }
