@@ -151,15 +151,17 @@ static int deploy_rollout(struct tf_step_run *r, json_t **out)
 	    {"rollout_shadow_percent", "shadow_percent"},
 	    {"rollout_shadow_tolerance", "shadow_tolerance"}};
 	json_t *p = json_object();
+	int rc = 0;
 	const json_t *steps = json_object_get(r->with, "rollout_steps");
 	if (steps && !json_is_null(steps) && !json_is_array(steps)) {
 		tf_errf(r->err, sizeof(r->err),
 		        "deploy: with.rollout_steps must be a list of shares, e.g. [10, 50]");
-		json_decref(p);
-		return -EINVAL;
+		rc = -EINVAL;
+		goto fail;
 	}
-	if (steps && !json_is_null(steps)) {
+	if (json_is_array(steps)) {
 		json_t *list = json_array();
+		json_object_set_new(p, "steps", list);
 		size_t i;
 		const json_t *v;
 		json_array_foreach(steps, i, v)
@@ -170,22 +172,19 @@ static int deploy_rollout(struct tf_step_run *r, json_t **out)
 				        "deploy: with.rollout_steps[%zu] must be a number (a share "
 				        "in percent)",
 				        i);
-				json_decref(list);
-				json_decref(p);
-				return -EINVAL;
+				rc = -EINVAL;
+				goto fail;
 			}
 			json_array_append_new(list, json_real(x));
 		}
-		json_object_set_new(p, "steps", list);
 	}
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+	for (size_t i = 0; i < TF_ARRAY_LEN(keys); i++) {
 		double x;
 		char why[128];
-		int rc = tf_ml_with_number(r->with, keys[i][0], &x, why, sizeof(why));
+		rc = tf_ml_with_number(r->with, keys[i][0], &x, why, sizeof(why));
 		if (rc < 0) {
 			tf_errf(r->err, sizeof(r->err), "deploy: %s", why);
-			json_decref(p);
-			return rc;
+			goto fail;
 		}
 		if (rc == 0)
 			json_object_set_new(p, keys[i][1],
@@ -193,19 +192,23 @@ static int deploy_rollout(struct tf_step_run *r, json_t **out)
 			                        ? json_integer((json_int_t)x)
 			                        : json_real(x));
 	}
-	struct tf_rollout pol;
-	char why[256];
-	if (json_object_size(p) && tf_registry_rollout_parse(p, &pol, why, sizeof(why))) {
-		snprintf(r->err, sizeof(r->err), "deploy: %s", why);
-		json_decref(p);
-		return -EINVAL;
-	}
 	if (!json_object_size(p)) {
 		json_decref(p);
-		p = NULL;
+		*out = NULL;
+		return 0;
+	}
+	struct tf_rollout pol;
+	char why[256];
+	if (tf_registry_rollout_parse(p, &pol, why, sizeof(why))) {
+		snprintf(r->err, sizeof(r->err), "deploy: %s", why);
+		rc = -EINVAL;
+		goto fail;
 	}
 	*out = p;
 	return 0;
+fail:
+	json_decref(p);
+	return rc;
 }
 
 int tf_kind_deploy(struct tf_step_run *r)
