@@ -131,6 +131,14 @@ char *tf_cli_home_store_url(const struct tf_cli *cli)
 	return url;
 }
 
+/* A database that could not be opened (rc, err from tf_store_open): said on stderr; the exit
+ * code (a schema newer than this program is a configuration problem). */
+static int open_failed(const char *cmd, int rc, const char *err)
+{
+	fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
+	return rc == -EPROTO ? TF_EXIT_CONFIG : TF_EXIT_UNAVAILABLE;
+}
+
 struct tf_store *tf_cli_open_store(const struct tf_cli *cli, const char *cmd, int *exit_code)
 {
 	char *home = tf_cli_home(cli, 1), err[512] = "no state home";
@@ -138,8 +146,7 @@ struct tf_store *tf_cli_open_store(const struct tf_cli *cli, const char *cmd, in
 	int rc = home ? tf_store_open_home(home, &st, err, sizeof(err)) : -ENOENT;
 	free(home);
 	if (rc) {
-		fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
-		*exit_code = rc == -EPROTO ? TF_EXIT_CONFIG : TF_EXIT_UNAVAILABLE;
+		*exit_code = open_failed(cmd, rc, err);
 		return NULL;
 	}
 	return st;
@@ -154,10 +161,7 @@ static int open_db_as_is(struct tf_cli *cli, const char *cmd)
 	                            : tf_store_open(path, TF_STORE_READONLY | TF_STORE_ANY_VERSION,
 	                                            &cli->db, err, sizeof(err));
 	free(path);
-	if (!rc)
-		return 0;
-	fprintf(stderr, "tpuflow %s: %s\n", cmd, err);
-	return rc == -EPROTO ? TF_EXIT_CONFIG : TF_EXIT_UNAVAILABLE;
+	return rc ? open_failed(cmd, rc, err) : 0;
 }
 
 /* What a command's `needs` ask for, before it runs. --home may stand anywhere among the
