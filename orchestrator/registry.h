@@ -111,10 +111,10 @@ int tf_registry_deployment(struct tf_store *st, const char *model, const char *a
 
 /* What serving processes have seen of a canary rollout (docs/serving.md, "Several serving
  * processes"): one row per (deployment, server), canary and stable as JSON text
- * (web/serve_rollout.c writes and reads them). tf_registry_figures_put writes this server's row in its own
- * transaction and deletes the rows of deployments no longer active; tf_registry_figures_get
- * gives the other servers' rows of deployment dep_id as [{server, canary, stable,
- * updated_at}] (canary and stable parsed; caller owns *out). */
+ * (web/serve_rollout.c writes and reads them). tf_registry_figures_put writes this server's
+ * row in its own transaction and deletes the rows of deployments no longer active;
+ * tf_registry_figures_get gives the other servers' rows of deployment dep_id as [{server,
+ * canary, stable, updated_at}] (canary and stable parsed; caller owns *out). */
 int tf_registry_figures_put(struct tf_store *st, int64_t dep_id, const char *server,
                             const char *canary, const char *stable, double now);
 int tf_registry_figures_get(struct tf_store *st, int64_t dep_id, const char *except_server,
