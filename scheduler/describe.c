@@ -9,6 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int by_id(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+	return (x > y) - (x < y);
+}
+
 /* Queued jobs in queue order for display: priority high to low, then FIFO. */
 static int *queue_order(const struct tf_sched *s, int pool, int *n)
 {
@@ -21,15 +27,8 @@ static int *queue_order(const struct tf_sched *s, int pool, int *n)
 				if (q->v[i].flags & QE_LIVE)
 					ids[k++] = q->v[i].id;
 		}
-		/* merge projects by seq (insertion sort: lists are short per priority) */
-		for (int i = start + 1; i < k; i++) {
-			int v = ids[i], m = i;
-			while (m > start && s->jobs[ids[m - 1]].seq > s->jobs[v].seq) {
-				ids[m] = ids[m - 1];
-				m--;
-			}
-			ids[m] = v;
-		}
+		/* the projects' lists merged by seq, which is id order (sched_int.h) */
+		qsort(ids + start, (size_t)(k - start), sizeof(int), by_id);
 	}
 	*n = k;
 	return ids;
