@@ -453,7 +453,7 @@ static struct qlist *qlist_of(struct tf_sched *s, const struct job *j)
 	return &s->pools[j->pool].q[j->project * NPRIO + j->prio];
 }
 
-/* The first entry of q at or after index i whose id is >= id (q->n: none). */
+/* The first entry of q (from q->lo) whose id is >= id (q->n: none). */
 static int qent_find(const struct qlist *q, int id)
 {
 	int lo = q->lo, hi = q->n;
@@ -963,15 +963,20 @@ int tf_sched_default_pool(const char *gen, char *spec, size_t len)
 
 /* ---- placement ---- */
 
+/* 1 when find_fit's memo knows that no box of shape sid fits (no chip freed since it looked). */
+static int memo_no_fit(const struct pool *p, int sid)
+{
+	return sid >= 0 && p->memo_grow[sid] == p->grow && !p->memo_ok[sid];
+}
+
 static int find_fit(struct pool *p, const struct job *j, struct tf_box *box)
 {
-	if (j->sid >= 0 && p->memo_grow[j->sid] == p->grow) {
-		if (!p->memo_ok[j->sid])
-			return 0;
-		if (tf_torus_box_all(&p->t, p->free, &p->memo_box[j->sid])) {
-			*box = p->memo_box[j->sid];
-			return 1;
-		}
+	if (memo_no_fit(p, j->sid))
+		return 0;
+	if (j->sid >= 0 && p->memo_grow[j->sid] == p->grow &&
+	    tf_torus_box_all(&p->t, p->free, &p->memo_box[j->sid])) {
+		*box = p->memo_box[j->sid];
+		return 1;
 	}
 	int ok = 0;
 	if (p->t.nchips - p->busy_chips - p->failed_chips >= j->chips)
@@ -1563,8 +1568,8 @@ static void schedule_pool(struct tf_sched *s, struct pool *p, double now,
 				if (p->busy_chips + p->failed_chips >= p->t.nchips &&
 				    st.head_blocked)
 					return; /* nothing free, and preemption already tried */
-				if (st.head_blocked && (pass == 1 || over <= 0) && n->sid >= 0 &&
-				    p->memo_grow[n->sid] == p->grow && !p->memo_ok[n->sid])
+				if (st.head_blocked && (pass == 1 || over <= 0) &&
+				    memo_no_fit(p, n->sid))
 					continue; /* try_job would find no fit and, behind the head,
 					             neither preempt nor reserve */
 				struct job *j = &s->jobs[n->id];
