@@ -322,12 +322,37 @@ static int by_volume_desc(const void *a, const void *b)
 	return mx - my;
 }
 
+/* One step of largest_volume along y (d = 1) or z (d = 2), extent e - 1 to e: row r of dst
+ * (y + Y * z) keeps the origins it had (all of src's at e = 1) whose row e - 1 further along d
+ * is set in src & mask too, where extent e allows an origin along d. Returns whether any bit
+ * is left. */
+static inline uint64_t grow_extent(const struct tf_torus *t, int d, int e, const uint64_t *src,
+                                   uint64_t mask, uint64_t *dst)
+{
+	const int Y = t->dims[1], Z = t->dims[2], o = origins(t, d, e);
+	uint64_t any = 0;
+	for (int z = 0; z < Z; z++)
+		for (int y = 0; y < Y; y++) {
+			uint64_t v = 0;
+			if ((d == 1 ? y : z) < o) {
+				v = src[d == 1 ? row_of(t, (y + e - 1) % Y, z)
+				               : row_of(t, y, (z + e - 1) % Z)] &
+				    mask;
+				if (e > 1)
+					v &= dst[row_of(t, y, z)];
+			}
+			dst[row_of(t, y, z)] = v;
+			any |= v;
+		}
+	return any;
+}
+
 /* The largest volume of a box of any oriented extents (a, b, c) whose chips are all set in
  * avail, with the feasibility rules of search_oriented: per x extent a the runs (f), per y
  * extent b their AND over b rows (g), per z extent c that over c planes (h), each grown from
- * the extent before by one more AND per row. An extent that fits nowhere ends its loop (a
- * longer one cannot fit either), and (a, b) pairs that cannot beat the best volume even at
- * the full z extent are skipped. */
+ * the extent before by one more AND per row (grow_extent). An extent that fits nowhere ends
+ * its loop (a longer one cannot fit either), and (a, b) pairs that cannot beat the best
+ * volume even at the full z extent are skipped. */
 static int largest_volume(struct tf_torus *t, const uint64_t *avail)
 {
 	const int X = t->dims[0], Y = t->dims[1], Z = t->dims[2];
@@ -347,39 +372,12 @@ static int largest_volume(struct tf_torus *t, const uint64_t *avail)
 		if (!anyf)
 			break;
 		for (int b = 1; b <= Y; b++) {
-			const int oy = origins(t, 1, b);
-			uint64_t anyg = 0;
-			for (int z = 0; z < Z; z++)
-				for (int y = 0; y < Y; y++) {
-					uint64_t v = 0;
-					if (y < oy) {
-						int yk = (y + b - 1) % Y;
-						v = run[yk + Y * z] & xo;
-						if (b > 1)
-							v &= g[y + Y * z];
-					}
-					g[y + Y * z] = v;
-					anyg |= v;
-				}
-			if (!anyg)
+			if (!grow_extent(t, 1, b, run, xo, g))
 				break;
 			if (a * b * Z <= best)
 				continue;
 			for (int c = 1; c <= Z; c++) {
-				const int oz = origins(t, 2, c);
-				uint64_t anyh = 0;
-				for (int z = 0; z < Z; z++)
-					for (int y = 0; y < Y; y++) {
-						uint64_t v = 0;
-						if (z < oz && y < oy) {
-							v = g[y + Y * ((z + c - 1) % Z)];
-							if (c > 1)
-								v &= h[y + Y * z];
-						}
-						h[y + Y * z] = v;
-						anyh |= v;
-					}
-				if (!anyh)
+				if (!grow_extent(t, 2, c, g, ~(uint64_t)0, h))
 					break;
 				if (a * b * c > best)
 					best = a * b * c;
