@@ -195,7 +195,8 @@ struct part {
 	size_t M, K, N;               /* this block's sizes (K is whole) */
 	const float *X, *W;           /* already offset to the block's first row / column */
 	size_t ldx, ldw, ldc;
-	size_t x_avail;         /* floats of a stored X row readable from X (ldx - offset) */
+	size_t x_avail;         /* floats of a stored X row readable from X (ldx; transposed:
+	                           M - offset, as X may be a block of a wider array) */
 	float *C;               /* block's top-left output */
 	int kernel;             /* enum kernel, already fitted to cfg (kernel_for) */
 	const uint32_t *packed; /* AVX-512 only: op(W) from tf_mxu_wpack, packed_n columns */
@@ -783,6 +784,14 @@ void tf_mxu_gemm_wpack(const struct tf_mxu_cfg *cfg_in, int trans_x, size_t M, c
 	fill_stats(&cfg, M, p->K, p->N, stats);
 }
 
+/* Columns [c0, c1) of one row of op(X) . op(W), op(W) read from the pack's borrowed W. */
+static void row_columns(const struct tf_mxu_cfg *cfg, int trans_x, const float *xrow, size_t ldx,
+                        const struct tf_mxu_wpack *p, size_t c0, size_t c1, float *out)
+{
+	tf_mxu_gemm(cfg, trans_x, p->trans_w, 1, p->K, c1 - c0, xrow, ldx,
+	            p->trans_w ? p->W + c0 * p->ldw : p->W + c0, p->ldw, out, p->N, NULL);
+}
+
 void tf_mxu_gemm_wpack_range(const struct tf_mxu_cfg *cfg, int trans_x, size_t M, const float *X,
                              size_t ldx, const struct tf_mxu_wpack *p, size_t lo, size_t hi,
                              float *out)
@@ -795,14 +804,12 @@ void tf_mxu_gemm_wpack_range(const struct tf_mxu_cfg *cfg, int trans_x, size_t M
 	/* op(X) row i starts at X + i (transposed) or X + i * ldx */
 	size_t xrow = trans_x ? 1 : ldx;
 	size_t r0 = lo / N, c0 = lo % N, r1 = hi / N, c1 = hi % N;
-	if (c0 && r0 == r1) { /* within one row */
-		tf_mxu_gemm(cfg, trans_x, p->trans_w, 1, p->K, c1 - c0, X + r0 * xrow, ldx,
-		            p->trans_w ? p->W + c0 * p->ldw : p->W + c0, p->ldw, out, N, NULL);
+	if (r0 == r1) { /* within one row */
+		row_columns(cfg, trans_x, X + r0 * xrow, ldx, p, c0, c1, out);
 		return;
 	}
-	if (c0) { /* the end of row r0: its columns c0 .. N-1 */
-		tf_mxu_gemm(cfg, trans_x, p->trans_w, 1, p->K, N - c0, X + r0 * xrow, ldx,
-		            p->trans_w ? p->W + c0 * p->ldw : p->W + c0, p->ldw, out, N, NULL);
+	if (c0) { /* the end of row r0 */
+		row_columns(cfg, trans_x, X + r0 * xrow, ldx, p, c0, N, out);
 		out += N - c0;
 		r0++;
 	}
@@ -811,6 +818,5 @@ void tf_mxu_gemm_wpack_range(const struct tf_mxu_cfg *cfg, int trans_x, size_t M
 		out += (r1 - r0) * N;
 	}
 	if (c1) /* the start of row r1 */
-		tf_mxu_gemm(cfg, trans_x, p->trans_w, 1, p->K, c1, X + r1 * xrow, ldx, p->W, p->ldw,
-		            out, N, NULL);
+		row_columns(cfg, trans_x, X + r1 * xrow, ldx, p, 0, c1, out);
 }
