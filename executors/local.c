@@ -280,6 +280,19 @@ static uint64_t signals_not_default(void)
 	return mask;
 }
 
+/* Sets sig's disposition back to the default with the kernel's own call, not glibc's
+ * sigaction, which refuses glibc's signals 32 and 33 (SIGCANCEL, SIGSETXID): a parent may
+ * have ignored those too (GNU make 4.3 runs its recipes so), and an ignored signal outlives
+ * the exec. An all-zero kernel sigaction is SIG_DFL, no flags, an empty mask, whatever the
+ * architecture's layout; the kernel reads its own size of it and a sigset of (NSIG - 1) / 8
+ * bytes. EINVAL for SIGKILL and SIGSTOP, which are never other than the default. In the
+ * child: async-signal-safe. */
+static void signal_default(int sig)
+{
+	unsigned long zero[16] = {0};
+	syscall(SYS_rt_sigaction, sig, zero, NULL, (size_t)(NSIG - 1) / 8);
+}
+
 /* The child between clone and exec, in the parent's memory: only async-signal-safe calls,
  * nothing written but its own stack and a->err. Reports a failure as its errno in a->err,
  * which the parent reads once it runs again (CLONE_VFORK: after the exec or the exit), as
@@ -303,14 +316,9 @@ static int child_exec(void *arg)
 	 * that are not the default already (a few, against one call for each of 64 signals,
 	 * on the way to every step's start) */
 	uint64_t reset = e ? 0 : signals_not_default();
-	for (int sig = 1; sig < NSIG && sig <= 64; sig++) {
-		if (!(reset >> (sig - 1) & 1))
-			continue;
-		struct sigaction sa;
-		memset(&sa, 0, sizeof(sa));
-		sa.sa_handler = SIG_DFL;
-		sigaction(sig, &sa, NULL); /* EINVAL for SIGKILL/SIGSTOP and reserved ones */
-	}
+	for (int sig = 1; sig < NSIG && sig <= 64; sig++)
+		if (reset >> (sig - 1) & 1)
+			signal_default(sig);
 	sigset_t none;
 	sigemptyset(&none);
 	if (!e)
