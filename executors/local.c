@@ -40,6 +40,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,12 +232,22 @@ struct child_args {
 	int err;          /* written by the child: why it could not exec (0: it did) */
 };
 
-static int devnull_fd = -1;
-static pthread_once_t devnull_once = PTHREAD_ONCE_INIT;
-
-static void devnull_open(void)
+/* The process's one descriptor on /dev/null (close-on-exec, never closed), every child's
+ * stdin, opened by the first start that finds none: one that cannot open it (EMFILE) fails
+ * with its own errno and the next start tries again. Or a negative errno. */
+static int devnull(void)
 {
-	devnull_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	static atomic_int fd = -1;
+	int cur = atomic_load(&fd);
+	if (cur >= 0)
+		return cur;
+	int mine = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (mine < 0)
+		return -errno;
+	if (atomic_compare_exchange_strong(&fd, &cur, mine))
+		return mine;
+	close(mine); /* another start's came first: cur holds it */
+	return cur;
 }
 
 /* Adds the hexadecimal mask after `key` in the /proc status text buf to *mask; 0, or -1
@@ -323,8 +334,8 @@ static int child_exec(void *arg)
 	sigemptyset(&none);
 	if (!e)
 		sigprocmask(SIG_SETMASK, &none, NULL);
-	if (!e && (infd < 0 || dup2(infd, 0) < 0 || dup2(outfd, 1) < 0 || dup2(errfd, 2) < 0))
-		e = infd < 0 ? ENOENT : errno;
+	if (!e && (dup2(infd, 0) < 0 || dup2(outfd, 1) < 0 || dup2(errfd, 2) < 0))
+		e = errno;
 	if (!e && cwd && chdir(cwd) < 0)
 		e = errno;
 	if (!e) {
@@ -388,17 +399,22 @@ static int local_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 		tf_errf(err, errlen, "cannot create pipes: %s", strerror(-rc));
 		goto out;
 	}
+	int in = devnull();
+	if (in < 0) {
+		rc = in;
+		tf_errf(err, errlen, "cannot open /dev/null: %s", strerror(-rc));
+		goto out;
+	}
 	prog = find_program(spec->argv[0], &e);
 	if (!prog) {
 		rc = -e;
 		goto spawn_failed;
 	}
-	pthread_once(&devnull_once, devnull_open);
 	struct child_args ca = {.prog = prog,
 	                        .argv = spec->argv,
 	                        .envp = spec->envp ? spec->envp : environ,
 	                        .cwd = spec->cwd,
-	                        .infd = devnull_fd,
+	                        .infd = in,
 	                        .outfd = pout[1],
 	                        .errfd = perr[1],
 	                        .parent = getpid()};
