@@ -1,12 +1,15 @@
 /* dag.c — the orchestrator's own overhead: a 1000-step no-op DAG (a chain, then a fan-out)
- * run by the engine with durable state (SQLite WAL, each commit synced before it returns, one commit per batch),
- * steps running in-process. Prints wall time, per-step overhead and the step-to-step latency
- * (a dependent step's start minus its upstream's end) p50/p99. Then what users run: real
- * `shell` steps (/usr/bin/touch) through `tpuflow run --plain` (the binary named by
+ * run by the engine with durable state (SQLite WAL, each commit synced before it returns, one
+ * commit per batch), steps running in-process. Prints wall time, per-step overhead and the
+ * step-to-step latency (a dependent step's start minus its upstream's end) p50/p99. Then what users
+ * run: real `shell` steps (/usr/bin/touch) through `tpuflow run --plain` (the binary named by
  * TPUFLOW_BIN, else build/tpuflow), a 200- and a STEPS-step chain and a STEPS-step fan-out,
  * each beside Snakemake (--cores 2) on the same DAG of `touch` jobs when `snakemake` is
  * installed (`make bench` installs it; the tests never use it), TF_BENCH_REPS rounds each
- * (default 3) with medians and ranges; then a 10*STEPS-step fan-out against a STEPS-step one
+ * (default 3) with medians and ranges, and for the chains the floor measured in the same
+ * rounds (posix_spawn+waitpid of the same `touch`, with and without a fresh directory per
+ * step), what each adds over it, and Snakemake over it (the most any orchestrator starting a
+ * process per step could reach here); then a 10*STEPS-step fan-out against a STEPS-step one
  * (per-step cost against width); TF_BENCH_DAG=width runs only that comparison,
  * TF_BENCH_DAG=chain only the two chains of shell steps beside Snakemake's. TF_BENCH_BASELINE=BIN
  * runs an earlier build in the same rounds (before and after in one run).
@@ -17,11 +20,15 @@
 #include "orchestrator/engine.h"
 
 #include <jansson.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 static double *t_start, *t_end;
 static int nsteps;
@@ -153,6 +160,60 @@ static double tpuflow_shell_dag(const char *bin, const char *dir, int n, int fan
 	return rc == 0 ? wall : -1;
 }
 
+/* The floor of a process-per-step chain on this machine, measured beside the orchestrators:
+ * n times, one after the other, what a chain step cannot do without — posix_spawn of the same
+ * `/usr/bin/touch FILE` with the same environment as tpuflow gives its steps (this process's,
+ * plus the eight TPUFLOW_* variables), in the step's working directory, then waitpid. With
+ * `fresh_dir`, each step first makes a fresh directory to run in (as every orchestrator that
+ * gives a step its own working directory must, tpuflow among them); without, all run in one.
+ * Wall seconds, -1 on failure. */
+static double spawn_floor(const char *dir, int n, int fresh_dir)
+{
+	size_t nenv = 0;
+	for (char **e = environ; *e; e++)
+		nenv++;
+	char **envp = tf_xcalloc(nenv + 9, sizeof(*envp));
+	for (size_t i = 0; i < nenv; i++)
+		envp[i] = environ[i];
+	char *own[8];
+	int nown = 0;
+	own[nown++] = tf_xasprintf("TPUFLOW_OUTPUTS=%s/d/outputs-1", dir);
+	own[nown++] = tf_xasprintf("TPUFLOW_METRICS=%s/d/metrics-1", dir);
+	own[nown++] = tf_xasprintf("TPUFLOW_RESULT=%s/d/result-1.json", dir);
+	own[nown++] = tf_xasprintf("TPUFLOW_RUN=r-20260101-000000-0000");
+	own[nown++] = tf_xasprintf("TPUFLOW_STEP=s%d", n / 2);
+	own[nown++] = tf_xasprintf("TPUFLOW_ATTEMPT=1");
+	own[nown++] = tf_xasprintf("TPUFLOW_PREFIX=%s/art", dir);
+	own[nown++] = tf_xasprintf("TPUFLOW_WORKDIR=%s/d", dir);
+	for (int i = 0; i < nown; i++)
+		envp[nenv + (size_t)i] = own[i];
+	double wall = -1, t0 = tf_now_monotonic();
+	int i;
+	for (i = 0; i < n; i++) {
+		char file[700], cwd[700];
+		snprintf(file, sizeof(file), "%s/f%d", dir, i);
+		snprintf(cwd, sizeof(cwd), "%s/d%d", dir, i);
+		if (fresh_dir && mkdir(cwd, 0755) < 0)
+			break;
+		posix_spawn_file_actions_t fa;
+		posix_spawn_file_actions_init(&fa);
+		posix_spawn_file_actions_addchdir_np(&fa, fresh_dir ? cwd : dir);
+		char *argv[] = {"/usr/bin/touch", file, NULL};
+		pid_t pid;
+		int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, envp);
+		posix_spawn_file_actions_destroy(&fa);
+		int st = 0;
+		if (rc || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st))
+			break;
+	}
+	if (i == n)
+		wall = tf_now_monotonic() - t0;
+	for (int j = 0; j < nown; j++)
+		free(own[j]);
+	free(envp);
+	return wall;
+}
+
 /* Median, min and max of v[0..n) (sorted in place). */
 static void spread(double *v, int n, double *med, double *lo, double *hi)
 {
@@ -162,9 +223,9 @@ static void spread(double *v, int n, double *med, double *lo, double *hi)
 	*hi = v[n - 1];
 }
 
-/* Prints "LABEL MED ms/step (LO-HI)" of the n per-step times in v (sorted in place), or
- * "LABEL failed". */
-static void print_spread(const char *label, double *v, int n)
+/* Prints "LABEL MED UNIT (LO-HI)" of the n values in v (sorted in place), or "LABEL failed";
+ * a unit starting with 'x' follows the figure without a space ("7.1x"). */
+static void print_spread(const char *label, double *v, int n, const char *unit)
 {
 	double med, lo, hi;
 	if (!n) {
@@ -172,76 +233,108 @@ static void print_spread(const char *label, double *v, int n)
 		return;
 	}
 	spread(v, n, &med, &lo, &hi);
-	printf("%s %.2f ms/step (%.2f-%.2f)", label, med, lo, hi);
+	int ratio = unit[0] == 'x';
+	printf(ratio ? "%s %.1f%s (%.1f-%.1f)" : "%s %.2f %s (%.2f-%.2f)", label, med, unit, lo,
+	       hi);
 }
 
 /* Real shell steps beside Snakemake's jobs, same DAG, same run: `reps` rounds, each running
- * tpuflow then Snakemake on fresh directories, so both meet the same moments of a machine
- * whose load drifts. With TF_BENCH_BASELINE naming another tpuflow binary (an earlier
- * build), each round runs it too, before or after this one in turn. Prints the medians (and
- * ranges) of the per-step times and of the per-round ratios. */
+ * tpuflow, Snakemake and, for a chain, the spawn floors (spawn_floor()) on fresh directories,
+ * the order turning by one each round, so all meet the same moments of a machine whose load
+ * drifts and none always follows another's deletions (Snakemake removes a marker file per
+ * job; on a journal-less ext4, such as this VM's disk, each inode made in the next ~30 s
+ * scans past those recently freed). Nothing is deleted between rounds. With
+ * TF_BENCH_BASELINE naming another tpuflow binary (an earlier build), each round runs it too.
+ * Prints the medians (and ranges) of the per-step times and of the per-round ratios; for a
+ * chain also the floors, what each orchestrator adds over the floor with a directory per
+ * step, and Snakemake over the floors: the best ratio any orchestrator starting a process per
+ * step could reach here. */
 static void shell_vs_snakemake(const char *dir, int n, int fanout, int reps)
 {
+	/* who runs; then the per-round figures derived from their times */
+	enum { TF, BASE, SNAKE, FLOOR_DIR, FLOOR, NWHO };
+	enum { X_TF = NWHO, X_BASE, O_TF, O_BASE, O_SNAKE, O_RATIO, B_DIR, B_FLAT, NFIG };
+	static const char *const who_dir[NWHO] = {"shell", "base", "snake", "floordir", "floor"};
 	const char *bin = getenv("TPUFLOW_BIN") ? getenv("TPUFLOW_BIN") : "build/tpuflow";
 	const char *base = getenv("TF_BENCH_BASELINE");
-	double *tf = tf_xcalloc((size_t)reps, sizeof(double));
-	double *bl = tf_xcalloc((size_t)reps, sizeof(double));
-	double *sm = tf_xcalloc((size_t)reps, sizeof(double));
-	double *ratio = tf_xcalloc((size_t)reps, sizeof(double));
-	double *bratio = tf_xcalloc((size_t)reps, sizeof(double));
-	int ntf = 0, nbl = 0, nsm = 0, nr = 0, nbr = 0;
 	const char *kind = fanout ? "fan" : "chain";
+	double *fig[NFIG]; /* each figure's successful per-round values */
+	int nfig[NFIG] = {0};
+	for (int f = 0; f < NFIG; f++)
+		fig[f] = tf_xcalloc((size_t)reps, sizeof(double));
+#define ADD(f, x) (fig[f][nfig[f]++] = (x))
 	for (int k = 0; k < reps; k++) {
-		char sub[600];
-		double t = -1, b = -1;
-		for (int j = 0; j < (base ? 2 : 1); j++) {
-			int run_base = base && (j + k) % 2 == 0; /* alternate who goes first */
-			snprintf(sub, sizeof(sub), "%s/%s-%s-%d-%d", dir, run_base ? "base" : "shell",
-			         kind, n, k);
-			double w = tf_mkdir_p(sub) == 0
-			               ? tpuflow_shell_dag(run_base ? base : bin, sub, n, fanout)
-			               : -1;
-			*(run_base ? &b : &t) = w;
+		double v[NWHO]; /* ms per step this round, -1: failed or not run */
+		for (int j = 0; j < NWHO; j++) {
+			int w = (j + k) % NWHO; /* turn the order each round */
+			v[w] = -1;
+			if ((w == BASE && !base) || (fanout && (w == FLOOR_DIR || w == FLOOR)))
+				continue;
+			char sub[600];
+			snprintf(sub, sizeof(sub), "%s/%s-%s-%d-%d", dir, who_dir[w], kind, n, k);
+			if (tf_mkdir_p(sub))
+				continue;
+			double s = w == TF      ? tpuflow_shell_dag(bin, sub, n, fanout)
+			           : w == BASE  ? tpuflow_shell_dag(base, sub, n, fanout)
+			           : w == SNAKE ? snakemake_dag(sub, n, fanout)
+			                        : spawn_floor(sub, n, w == FLOOR_DIR);
+			if (s > 0)
+				ADD(w, v[w] = s * 1e3 / n);
 		}
-		snprintf(sub, sizeof(sub), "%s/snake-%s-%d-%d", dir, kind, n, k);
-		double m = tf_mkdir_p(sub) == 0 ? snakemake_dag(sub, n, fanout) : -1;
-		if (t > 0)
-			tf[ntf++] = t * 1e3 / n;
-		if (b > 0)
-			bl[nbl++] = b * 1e3 / n;
-		if (m > 0)
-			sm[nsm++] = m * 1e3 / n;
-		if (t > 0 && m > 0)
-			ratio[nr++] = m / t;
-		if (b > 0 && m > 0)
-			bratio[nbr++] = m / b;
+		double fd = v[FLOOR_DIR], sm = v[SNAKE];
+		if (sm > 0 && v[TF] > 0)
+			ADD(X_TF, sm / v[TF]);
+		if (sm > 0 && v[BASE] > 0)
+			ADD(X_BASE, sm / v[BASE]);
+		if (fd > 0) {
+			if (v[TF] > 0)
+				ADD(O_TF, v[TF] - fd);
+			if (v[BASE] > 0)
+				ADD(O_BASE, v[BASE] - fd);
+			if (sm > 0)
+				ADD(O_SNAKE, sm - fd);
+			if (sm > 0 && v[TF] > fd)
+				ADD(O_RATIO, (sm - fd) / (v[TF] - fd));
+			if (sm > 0)
+				ADD(B_DIR, sm / fd);
+		}
+		if (v[FLOOR] > 0 && sm > 0)
+			ADD(B_FLAT, sm / v[FLOOR]);
 	}
-	double med, lo, hi;
+#undef ADD
 	printf("  shell %-7s %5d, %d rounds: ", fanout ? "fan-out" : "chain", n, reps);
-	print_spread("tpuflow", tf, ntf);
-	if (nsm) {
-		spread(sm, nsm, &med, &lo, &hi);
-		printf("; snakemake --cores 2 %.2f ms/job (%.2f-%.2f)", med, lo, hi);
-	} else {
+	print_spread("tpuflow", fig[TF], nfig[TF], "ms/step");
+	if (nfig[SNAKE])
+		print_spread("; snakemake --cores 2", fig[SNAKE], nfig[SNAKE], "ms/job");
+	else
 		printf("; snakemake: not installed or failed");
-	}
-	if (nr) {
-		spread(ratio, nr, &med, &lo, &hi);
-		printf("; tpuflow %.1fx faster per step (%.1f-%.1f)", med, lo, hi);
-	}
+	if (nfig[X_TF])
+		print_spread("; tpuflow", fig[X_TF], nfig[X_TF], "x faster per step");
 	if (base) {
-		print_spread("; baseline", bl, nbl);
-		if (nbr) {
-			spread(bratio, nbr, &med, &lo, &hi);
-			printf(", %.1fx Snakemake (%.1f-%.1f)", med, lo, hi);
-		}
+		print_spread("; baseline", fig[BASE], nfig[BASE], "ms/step");
+		if (nfig[X_BASE])
+			print_spread(",", fig[X_BASE], nfig[X_BASE], "x Snakemake");
 	}
 	printf("\n");
-	free(tf);
-	free(bl);
-	free(sm);
-	free(ratio);
-	free(bratio);
+	if (!fanout) {
+		printf("    floor (posix_spawn+waitpid of the same touch, same environment):");
+		print_spread(" with a fresh directory per step", fig[FLOOR_DIR], nfig[FLOOR_DIR],
+		             "ms/step");
+		print_spread("; in one directory", fig[FLOOR], nfig[FLOOR], "ms/step");
+		printf("\n    over the floor with a directory, per step (per-round):");
+		print_spread(" tpuflow", fig[O_TF], nfig[O_TF], "ms");
+		if (base)
+			print_spread("; baseline", fig[O_BASE], nfig[O_BASE], "ms");
+		print_spread("; snakemake", fig[O_SNAKE], nfig[O_SNAKE], "ms");
+		print_spread("; snakemake's / tpuflow's", fig[O_RATIO], nfig[O_RATIO], "x");
+		printf("\n    best ratio any process-per-step orchestrator can reach here = "
+		       "snakemake / floor:");
+		print_spread(" with a directory per step", fig[B_DIR], nfig[B_DIR], "x");
+		print_spread("; without", fig[B_FLAT], nfig[B_FLAT], "x");
+		printf("\n");
+	}
+	for (int f = 0; f < NFIG; f++)
+		free(fig[f]);
 }
 
 /* Per-step cost against the width of a fan-out: `reps` rounds of a 10x-wide and a 1x-wide
