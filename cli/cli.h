@@ -92,6 +92,22 @@ int cmd_gc(int argc, char **argv, struct tf_cli *cli);
 struct tf_store;
 int tf_cli_runs_delete(struct tf_store *st, const struct tf_cli *cli, const char *home,
                        char **runs, int nruns, int dry_run);
+/* What `runs delete` and `gc` print, from the reports of orchestrator/retention.h
+ * (tf_run_delete_report_json's objects, as DELETE /api/v1/runs/{id} and POST /api/v1/runs:gc
+ * answer them), for the local commands and --remote alike (cli/cmd_gc.c).
+ * tf_cli_delete_print: one run's report `rep` (borrowed), with `json` appended to the array
+ * `arr`, else printed ("deleted run R: N object(s), ..." on stdout, its error on stderr).
+ * tf_cli_gc_print: gc's document {applied, runs} (borrowed) as text or JSON.
+ * Both return the exit code: 0, 66 an unknown run, 75 a live or pending one, 69 a store that
+ * did not answer, 70 another failure (gc: the first of its runs'). */
+int tf_cli_delete_print(int json, json_t *rep, json_t *arr);
+int tf_cli_gc_print(int json, json_t *doc);
+/* Parses `gc`'s options (argv[0] is "gc"): the policy into *pol (its pipeline points into
+ * argv), --older-than as given into *older_than (NULL without it), --apply into *apply.
+ * Returns -1 to go on, else the exit code to end with (--help printed, a usage error). */
+struct tf_gc_policy;
+int tf_cli_gc_options(int argc, char **argv, struct tf_cli *cli, struct tf_gc_policy *pol,
+                      const char **older_than, int *apply);
 int cmd_daemon(int argc, char **argv, struct tf_cli *cli);
 int cmd_models(int argc, char **argv, struct tf_cli *cli);
 int cmd_tokens(int argc, char **argv, struct tf_cli *cli);
@@ -113,9 +129,13 @@ int cmd_step(int argc, char **argv, struct tf_cli *cli);
 /* `tpuflow step job` (cmd_step_job.c), what a Slurm job of an attempt runs */
 int cmd_step_job(int argc, char **argv, struct tf_cli *cli);
 
-/* `run`, `runs ...` and `models ...` against the REST API at `url` (cli/remote.c); argv[0] is
- * the command. Returns an exit code. */
+/* `run`, `runs ...`, `gc` and `models ...` against the REST API at `url` (cli/remote.c);
+ * argv[0] is the command. Returns an exit code. */
 int tf_cli_remote(struct tf_cli *cli, const char *url, int argc, char **argv);
+
+/* `runs show`'s text from a run's document (tf_run_describe's, as GET /api/v1/runs/{id}
+ * answers it, with the local command's param_values when it has them) (cli/cmd_run.c). */
+void tf_cli_runs_show_print(json_t *d);
 
 /* `models show` (a model, or one version when `version` is set) and `models compare` (two
  * version documents, as text or one JSON document) from the registry's JSON (cli/cmd_models.c);

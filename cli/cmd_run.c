@@ -663,14 +663,6 @@ static void runs_usage(FILE *f)
 	    "over anyway (with a warning) when that process is stuck.\n");
 }
 
-static void fmt_time(double t, char *buf, size_t len)
-{
-	time_t tt = (time_t)t;
-	struct tm tm;
-	localtime_r(&tt, &tm);
-	strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
-}
-
 /* Seconds as a duration column: 12.3s, 4m05s, 2h03m. */
 static void fmt_span(double s, char *buf, size_t len)
 {
@@ -715,8 +707,7 @@ static int runs_list(struct tf_store *st, struct tf_cli *cli, const struct tf_ru
 		json_array_foreach(arr, i, r)
 		{
 			char when[32];
-			fmt_time(json_number_value(json_object_get(r, "created_at")), when,
-			         sizeof(when));
+			tf_cli_fmt_time(json_object_get(r, "created_at"), when, sizeof(when));
 			char dur[32] = "-", skipped[48] = "";
 			json_t *d = json_object_get(r, "duration");
 			if (json_is_number(d))
@@ -765,25 +756,32 @@ static json_t *param_values(struct tf_store *st, const char *run, json_t *overri
 	return arr;
 }
 
-static int runs_show(struct tf_store *st, struct tf_cli *cli, const char *run)
+/* The selection a run was made with (runs.selection: {"only": [...]} or {"from": S}) in the
+ * words of `run`'s options: "--only a,b" or "--from train" ("" without one). */
+static void selection_text(json_t *sel, char *buf, size_t n)
 {
-	json_t *d = NULL;
-	int rc = tf_run_describe(st, run, &d);
-	if (rc) {
-		fprintf(stderr, "tpuflow runs: %s\n", tf_store_errmsg(st));
-		return TF_EXIT_SOFTWARE;
+	size_t off = 0;
+	buf[0] = '\0';
+	if (json_string_value(json_object_get(sel, "from"))) {
+		snprintf(buf, n, "--from %s", json_string_value(json_object_get(sel, "from")));
+		return;
 	}
-	json_t *pv = param_values(st, run, json_object_get(d, "params"));
-	if (pv)
-		json_object_set_new(d, "param_values", pv);
-	if (cli->json) {
-		tf_cli_print_json(stdout, d);
-		json_decref(d);
-		return TF_EXIT_OK;
+	size_t i;
+	json_t *v;
+	json_array_foreach(json_object_get(sel, "only"), i, v)
+	{
+		if (off < n)
+			off += (size_t)snprintf(buf + off, n - off, "%s%s", i ? "," : "--only ",
+			                        json_string_value(v));
 	}
+}
+
+void tf_cli_runs_show_print(json_t *d)
+{
 	char when[32];
-	fmt_time(json_number_value(json_object_get(d, "created_at")), when, sizeof(when));
+	tf_cli_fmt_time(json_object_get(d, "created_at"), when, sizeof(when));
 	int orphaned = json_is_true(json_object_get(d, "orphaned"));
+	const char *run = json_string_value(json_object_get(d, "id"));
 	printf("run %s  pipeline %s  %s  created %s\n", run,
 	       json_string_value(json_object_get(d, "pipeline")),
 	       orphaned ? "orphaned" : json_string_value(json_object_get(d, "state")), when);
@@ -795,7 +793,15 @@ static int runs_show(struct tf_store *st, struct tf_cli *cli, const char *run)
 	labels_text(json_object_get(d, "labels"), labels, sizeof(labels));
 	if (labels[0])
 		printf("  labels: %s\n", labels);
-	print_params(pv);
+	char sel[512];
+	selection_text(json_object_get(d, "selection"), sel, sizeof(sel));
+	if (sel[0])
+		printf("  selection: %s\n", sel);
+	if (json_is_number(json_object_get(d, "cancelled_at"))) {
+		tf_cli_fmt_time(json_object_get(d, "cancelled_at"), when, sizeof(when));
+		printf("  cancelled at %s\n", when);
+	}
+	print_params(json_object_get(d, "param_values"));
 	printf("\n  %-18s %-10s %-10s %3s %9s  %s\n", "STEP", "TYPE", "STATE", "ATT", "DURATION",
 	       "DETAIL");
 	size_t i;
@@ -849,6 +855,25 @@ static int runs_show(struct tf_store *st, struct tf_cli *cli, const char *run)
 		printf("\n  model: %s version %lld\n",
 		       json_string_value(json_object_get(m, "name")),
 		       (long long)json_integer_value(json_object_get(m, "version")));
+}
+
+static int runs_show(struct tf_store *st, struct tf_cli *cli, const char *run)
+{
+	json_t *d = NULL;
+	int rc = tf_run_describe(st, run, &d);
+	if (rc) {
+		fprintf(stderr, "tpuflow runs: %s\n", tf_store_errmsg(st));
+		return TF_EXIT_SOFTWARE;
+	}
+	json_t *pv = param_values(st, run, json_object_get(d, "params"));
+	if (pv)
+		json_object_set_new(d, "param_values", pv);
+	if (cli->json) {
+		tf_cli_print_json(stdout, d);
+		json_decref(d);
+		return TF_EXIT_OK;
+	}
+	tf_cli_runs_show_print(d);
 	json_decref(d);
 	return TF_EXIT_OK;
 }
@@ -1023,7 +1048,7 @@ static int runs_logs(struct tf_store *st, struct tf_cli *cli, const char *run, c
 		json_array_foreach(ev, i, e)
 		{
 			char when[32];
-			fmt_time(json_number_value(json_object_get(e, "at")), when, sizeof(when));
+			tf_cli_fmt_time(json_object_get(e, "at"), when, sizeof(when));
 			printf("%s  %-8s %-14s", when,
 			       json_string_value(json_object_get(e, "kind")),
 			       json_string_value(json_object_get(e, "step"))

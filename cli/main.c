@@ -337,8 +337,10 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 	    "  --home DIR   state home (SQLite database, local object store); else $TPUFLOW_HOME,\n"
 	    "               else ./.tpuflow\n"
 	    "  --json       print one JSON document on stdout (every command that prints data)\n"
-	    "  --remote URL run, runs and models talk to a daemon's REST API (else $TPUFLOW_URL);\n"
-	    "               the bearer token comes from $TPUFLOW_TOKEN\n"
+	    "  --remote URL run, runs, gc and models talk to a daemon's REST API (else\n"
+	    "               $TPUFLOW_URL); the bearer token comes from $TPUFLOW_TOKEN (401 or "
+	    "403:\n"
+	    "               exit 78)\n"
 	    "\nexit codes:\n"
 	    "  0  ok                      64  usage error\n"
 	    "  1  the run or a step failed 65  bad input data (pipeline, dataset, request)\n"
@@ -349,7 +351,7 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 	    "  78 bad configuration (e.g. a database newer than this program)\n"
 	    "\nenvironment:\n"
 	    "  TPUFLOW_HOME        state home\n"
-	    "  TPUFLOW_URL         a daemon's URL for run, runs and models (like --remote)\n"
+	    "  TPUFLOW_URL         a daemon's URL for run, runs, gc and models (like --remote)\n"
 	    "  TPUFLOW_TOKEN       bearer token for TPUFLOW_URL (tpuflow tokens create)\n"
 	    "  TPUFLOW_LOG         debug|info|warn|error (default warn)\n"
 	    "  TPUFLOW_LOG_FORMAT  text|json\n"
@@ -424,7 +426,8 @@ int main(int argc, char **argv)
 	if (!cli.remote && getenv("TPUFLOW_URL") && *getenv("TPUFLOW_URL"))
 		cli.remote = getenv("TPUFLOW_URL");
 	if (cli.remote &&
-	    (!strcmp(argv[i], "run") || !strcmp(argv[i], "runs") || !strcmp(argv[i], "models")) &&
+	    (!strcmp(argv[i], "run") || !strcmp(argv[i], "runs") || !strcmp(argv[i], "gc") ||
+	     !strcmp(argv[i], "models")) &&
 	    !has_flag(argc - i, argv + i, "--help"))
 		return tf_cli_remote(&cli, cli.remote, argc - i, argv + i);
 	for (size_t c = 0; c < TF_ARRAY_LEN(commands); c++)

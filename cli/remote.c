@@ -1,6 +1,7 @@
 /* remote.c — `tpuflow --remote URL ...` (or TPUFLOW_URL, with TPUFLOW_TOKEN): `run`, `runs
- * list|show|logs|cancel|retry|resume` and `models list|show|alias|compare` against a daemon's
- * REST API instead of the local state home (docs/api.md).
+ * list|show|logs|cancel|retry|resume|delete`, `gc` and `models list|show|alias|compare` against
+ * a daemon's REST API instead of the local state home (docs/api.md), printed by the local
+ * commands' printers where the answers carry the same facts.
  *
  * `run FILE` submits the file's text with a fresh Idempotency-Key and retries a request that
  * failed before an answer with the same key, so a flaky network never makes two runs; then
@@ -9,6 +10,7 @@
  */
 #include "cli/cli.h"
 #include "common/common.h"
+#include "orchestrator/retention.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -173,20 +175,6 @@ static void show_runs(json_t *doc)
 		                                                   json_array_size(json_object_get(
 		                                                       doc, "items")) - 1),
 		                                    "id"));
-}
-
-static void show_run(json_t *d)
-{
-	printf("run %s  pipeline %s  state %s\n", str(d, "id"), str(d, "pipeline"), str(d, "state"));
-	if (json_string_value(json_object_get(d, "error")))
-		printf("error: %s\n", str(d, "error"));
-	size_t i;
-	json_t *s;
-	json_array_foreach(json_object_get(d, "steps"), i, s)
-	    printf("  %-20s %-10s %-10s attempts %lld%s%s\n", str(s, "name"), str(s, "type"),
-	           str(s, "state"), (long long)json_integer_value(json_object_get(s, "attempts")),
-	           json_string_value(json_object_get(s, "reason")) ? "  " : "",
-	           json_string_value(json_object_get(s, "reason")) ?: "");
 }
 
 static void show_models(json_t *doc)
@@ -474,6 +462,102 @@ static int remote_logs(const struct remote *r, const char *run, const char *step
 	return ret;
 }
 
+/* `runs delete RUN... [--dry-run]`: DELETE /api/v1/runs/{id} for each, printed as the local
+ * command prints it (cli/cmd_gc.c); a refusal the local command reports in the run's report
+ * (a live run, a store that does not answer) is one here too. */
+static int remote_delete(const struct remote *r, int argc, char **argv)
+{
+	int dry_run = 0, nruns = 0, ret = TF_EXIT_OK;
+	for (int i = 2; i < argc; i++) {
+		if (!strcmp(argv[i], "--dry-run"))
+			dry_run = 1;
+		else if (argv[i][0] == '-')
+			return tf_cli_usage_error("runs",
+			                          "with --remote, delete takes RUN... "
+			                          "[--dry-run], not '%s'",
+			                          argv[i]);
+		else
+			argv[2 + nruns++] = argv[i];
+	}
+	if (!nruns)
+		return tf_cli_usage_error("runs", "'delete' needs a run id");
+	json_t *arr = json_array();
+	for (int i = 0; i < nruns; i++) {
+		const char *run = argv[2 + i];
+		char *e = curl_easy_escape(NULL, run, 0), *body = NULL, err[512];
+		char *p = tf_xasprintf("/api/v1/runs/%s%s", e, dry_run ? "?dry_run=true" : "");
+		long st = request(r, "DELETE", p, NULL, NULL, &body, err, sizeof(err));
+		json_t *doc = st ? json_loads(body ? body : "", 0, NULL) : NULL;
+		int rc = st == 409 ? -EBUSY : st == 503 ? -EIO : 0, x;
+		if (!st) {
+			fprintf(stderr, "tpuflow: %s\n", err);
+			x = TF_EXIT_UNAVAILABLE;
+		} else if (st == 200 || rc) { /* a report, or a refusal as the local one reports */
+			struct tf_run_delete_report none = {0};
+			json_t *rep =
+			    rc ? tf_run_delete_report_json(
+			             run, rc, dry_run,
+			             json_string_value(json_object_get(doc, "detail")), &none)
+			       : json_incref(doc);
+			x = tf_cli_delete_print(r->json, rep, arr);
+			json_decref(rep);
+		} else if (st == 404) {
+			fprintf(stderr, "tpuflow runs delete: %s\n",
+			        json_string_value(json_object_get(doc, "detail")));
+			x = TF_EXIT_NOTFOUND;
+		} else {
+			x = print_problem(st, body);
+		}
+		if (x && !ret)
+			ret = x;
+		json_decref(doc);
+		free(body);
+		free(p);
+		curl_free(e);
+	}
+	if (r->json)
+		tf_cli_print_json(stdout, arr);
+	json_decref(arr);
+	return ret;
+}
+
+/* `gc [--keep-last N] [--older-than AGE] [--pipeline NAME] [--dry-run | --apply]`: POST
+ * /api/v1/runs:gc, printed as the local command prints it. */
+static int remote_gc(const struct remote *r, struct tf_cli *cli, int argc, char **argv)
+{
+	struct tf_gc_policy pol;
+	const char *older_than;
+	int apply, ret = tf_cli_gc_options(argc, argv, cli, &pol, &older_than, &apply);
+	if (ret >= 0)
+		return ret;
+	json_t *req = json_pack("{s:b}", "apply", apply);
+	if (pol.keep_last >= 0)
+		json_object_set_new(req, "keep_last", json_integer(pol.keep_last));
+	if (older_than)
+		json_object_set_new(req, "older_than", json_string(older_than));
+	if (pol.pipeline)
+		json_object_set_new(req, "pipeline", json_string(pol.pipeline));
+	char *body = json_dumps(req, JSON_COMPACT), *out = NULL, err[512];
+	json_decref(req);
+	long st = request(r, "POST", "/api/v1/runs:gc", body, NULL, &out, err, sizeof(err));
+	free(body);
+	json_t *doc = st == 200 ? json_loads(out, 0, NULL) : NULL;
+	if (!st) {
+		fprintf(stderr, "tpuflow gc: %s\n", err);
+		ret = TF_EXIT_UNAVAILABLE;
+	} else if (st != 200) {
+		ret = print_problem(st, out);
+	} else if (!doc) {
+		fprintf(stderr, "tpuflow gc: the daemon's answer is not JSON\n");
+		ret = TF_EXIT_UNAVAILABLE;
+	} else {
+		ret = tf_cli_gc_print(r->json, doc);
+	}
+	json_decref(doc);
+	free(out);
+	return ret;
+}
+
 static int remote_runs(const struct remote *r, int argc, char **argv)
 {
 	const char *sub = argc > 1 ? argv[1] : "list";
@@ -500,6 +584,8 @@ static int remote_runs(const struct remote *r, int argc, char **argv)
 		}
 		return simple(r, "GET", q, show_runs);
 	}
+	if (!strcmp(sub, "delete"))
+		return remote_delete(r, argc, argv);
 	if (argc < 3)
 		return tf_cli_usage_error("runs", "%s wants a RUN id", sub);
 	char *e = curl_easy_escape(NULL, argv[2], 0);
@@ -507,7 +593,7 @@ static int remote_runs(const struct remote *r, int argc, char **argv)
 	char *p = NULL;
 	if (!strcmp(sub, "show")) {
 		p = tf_xasprintf("/api/v1/runs/%s", e);
-		ret = simple(r, "GET", p, show_run);
+		ret = simple(r, "GET", p, tf_cli_runs_show_print);
 	} else if (!strcmp(sub, "cancel") || !strcmp(sub, "retry") || !strcmp(sub, "resume")) {
 		p = tf_xasprintf("/api/v1/runs/%s:%s", e, sub);
 		ret = simple(r, "POST", p, show_action);
@@ -525,7 +611,7 @@ static int remote_runs(const struct remote *r, int argc, char **argv)
 		ret = follow(r, e, r->json);
 	} else {
 		ret = tf_cli_usage_error("runs", "with --remote: list, show, logs, events, cancel, "
-		                                 "retry or resume");
+		                                 "retry, resume or delete");
 	}
 	free(p);
 	curl_free(e);
@@ -651,6 +737,8 @@ int tf_cli_remote(struct tf_cli *cli, const char *url, int argc, char **argv)
 		ret = remote_run(&r, argc, argv);
 	else if (!strcmp(argv[0], "runs"))
 		ret = remote_runs(&r, argc, argv);
+	else if (!strcmp(argv[0], "gc"))
+		ret = remote_gc(&r, cli, argc, argv);
 	else
 		ret = remote_models(&r, argc, argv);
 	curl_global_cleanup();

@@ -25,8 +25,13 @@ void tf_run_delete_report_release(struct tf_run_delete_report *r)
 json_t *tf_run_delete_report_json(const char *run, int rc, int dry_run, const char *err,
                                   const struct tf_run_delete_report *r)
 {
-	return json_pack("{s:s, s:b, s:s?, s:I, s:I, s:I, s:o}", "run", run, "deleted",
-	                 rc == 0 && !dry_run, "error", rc ? err : NULL, "objects",
+	const char *reason = !rc             ? NULL
+	                     : rc == -ENOENT ? "not_found"
+	                     : rc == -EBUSY  ? "busy"
+	                     : rc == -EIO    ? "unavailable"
+	                                     : "failed";
+	return json_pack("{s:s, s:b, s:s?, s:s?, s:I, s:I, s:I, s:o}", "run", run, "deleted",
+	                 rc == 0 && !dry_run, "error", rc ? err : NULL, "reason", reason, "objects",
 	                 (json_int_t)r->objects, "bytes", (json_int_t)r->bytes, "kept",
 	                 (json_int_t)r->kept, "kept_for",
 	                 r->kept_by ? json_incref(r->kept_by) : json_array());

@@ -37,8 +37,11 @@ int tf_run_delete(struct tf_store *st, const char *home, const char *run, int dr
                   struct tf_run_delete_report *r, char *err, size_t errlen);
 
 /* What deleting `run` did, as `runs delete --json` and DELETE /api/v1/runs/{id} write it:
- * {run, deleted, error, objects, bytes, kept, kept_for} (caller owns it). `rc` and `err` are
- * tf_run_delete's return and message; `deleted` is true only when it removed the run. */
+ * {run, deleted, error, reason, objects, bytes, kept, kept_for} (caller owns it). `rc` and
+ * `err` are tf_run_delete's return and message; `deleted` is true only when it removed the
+ * run. When it did not, `reason` says why in a word: "not_found" (-ENOENT), "busy" (-EBUSY:
+ * a live or pending run), "unavailable" (-EIO: the store or the database did not answer) or
+ * "failed"; `error` and `reason` are null otherwise. */
 json_t *tf_run_delete_report_json(const char *run, int rc, int dry_run, const char *err,
                                   const struct tf_run_delete_report *r);
 

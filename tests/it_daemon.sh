@@ -156,6 +156,10 @@ st = {s["name"]: s["state"] for s in d["steps"]}
 assert st == {"s": "pending", "report": "succeeded", "linger": "pending"}, st
 assert d["error"].startswith("cancelled") and "second cancel" in d["error"], d["error"]
 assert d["cancelled_at"] is not None, d' || fail "the cancelled run's steps"
+at=$("$bin" runs show "$run" --home "$H" --json | python3 -c '
+import json, sys, time
+print(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(json.load(sys.stdin)["cancelled_at"]))))')
+expect 0 "  cancelled at $at" -- "$bin" runs show "$run" --home "$H"
 
 # ---- a stopped step's process gets the daemon's --grace (20 s here) between SIGTERM and
 # SIGKILL, not the executor's default 10 s: its TERM handler takes 11 s and still finishes

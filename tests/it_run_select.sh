@@ -88,6 +88,8 @@ expect 0 "dry run" -- "$bin" run "$dir/p.yaml" --home "$dir/fresh" --dry-run
 n_first=$("$bin" runs show "$first" --home "$H" --json | python3 -c 'import json,sys; print([s for s in json.load(sys.stdin)["steps"] if s["name"]=="a"][0]["outputs"]["n"])')
 expect 0 "succeeded" -- "$bin" run "$dir/p.yaml" --home "$H" --from b --plain
 [[ $(state a) == "cached reused from run $first (--from b)" ]] || fail "a with --from b: $(state a)"
+expect 0 "  selection: --from b" -- "$bin" runs show "$(latest)" --home "$H"
+"$bin" runs show "$first" --home "$H" | grep -q "selection:" && fail "a whole run shows a selection"
 [[ $(state b) == "succeeded "* && $(state c) == "succeeded "* && $(state report) == "succeeded "* ]] || fail "b, c, report with --from b"
 expect 0 "from_a=$n_first" -- "$bin" runs logs "$(latest)" b --home "$H"
 # --only b: a reused, c and the finally steps not selected
@@ -118,6 +120,7 @@ expect 0 "succeeded" -- "$bin" runs retry "$onlyrun" --home "$H" --plain
 "$bin" runs show "$onlyrun" --home "$H" --json | python3 -c '
 import json, sys
 assert json.load(sys.stdin)["selection"] == {"only": ["b"]}' || fail "the run does not show its selection"
+expect 0 "  selection: --only b" -- "$bin" runs show "$onlyrun" --home "$H"
 rm "$dir/ok"
 expect 1 "" -- "$bin" run "$dir/q.yaml" --home "$H" --plain
 [[ $(state report) == "succeeded "* ]] || fail "report after b failed: $(state report)"

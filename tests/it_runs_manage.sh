@@ -2,10 +2,12 @@
 # Integration: managing the runs of a home (docs/runs.md, "Finding runs" and "Deleting runs
 # and retention"): labels, `runs list` filters, `runs show` params, `runs delete` (refusing a
 # live run, taking an orphaned one, keeping what a model version or a later run uses) and
-# `tpuflow gc` (dry run by default, --apply). Runs in a few seconds.
+# `tpuflow gc` (dry run by default, --apply); then `runs delete` and `gc` through a daemon's
+# API (--remote, an admin token): the same text and JSON as here, a live run refused, a read
+# token refused. Runs in a few seconds.
 . "$(dirname "$0")/lib.sh" it_runs_manage runs
 bg=
-trap '[[ -n $bg ]] && kill -9 "$bg" 2>/dev/null; rm -rf "$dir"' EXIT
+trap '[[ -n $bg ]] && kill -9 "$bg" 2>/dev/null; [[ -n $dpid ]] && kill -9 "$dpid" 2>/dev/null; rm -rf "$dir"' EXIT
 ids() { "$bin" runs list --home "$H" --json "$@" | python3 -c 'import json,sys; print(" ".join(r["id"] for r in json.load(sys.stdin)))'; }
 count() { local n; n=$(ids "$@" | wc -w); echo "$n"; }
 
@@ -110,4 +112,75 @@ assert d["applied"] and len(d["runs"]) == 1 and d["runs"][0]["deleted"], d
 [[ $(count --pipeline bad) == 1 ]] || fail "gc --pipeline lab touched another pipeline"
 expect 0 "" -- "$bin" gc --home "$H" --keep-last 0 --apply
 [[ $(count) == 0 ]] || fail "gc --keep-last 0 left runs"
+
+# 6. the same through a daemon's API (docs/api.md): --remote runs delete and gc print what
+# the local commands print and leave what they leave; a live run and a read token are refused
+for _ in 1 2 3; do expect 0 "" -- "$bin" run "$dir/lab.yaml" --home "$H" --plain; done
+read -r r3 r2 r1 <<<"$(ids --pipeline lab)"
+"$bin" daemon --home "$H" --listen 127.0.0.1:0 >>"$dir/d.log" 2>&1 &
+dpid=$!
+for _ in $(seq 1 200); do
+  [[ -s $H/daemon.json ]] && grep -q "\"pid\": $dpid" "$H/daemon.json" && break
+  sleep 0.05
+done
+url=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["url"])' "$H/daemon.json") || fail "the daemon did not start"
+token() { "$bin" tokens create --home "$H" --name "$1" --scope "$1" 2>/dev/null | grep -o 'tpf_[A-Za-z0-9_]*' | head -1; }
+admin=$(token admin) reader=$(token read)
+R() { TPUFLOW_TOKEN=$admin "$bin" --remote "$url" "$@"; }
+log1=$H/objects/runs/$r1/a/logs/attempt-1.log
+[[ -f $log1 ]] || fail "no log of run $r1 to delete at $log1"
+# a dry run: the local command's text and JSON, nothing removed
+diff <("$bin" runs delete "$r1" --dry-run --home "$H" 2>&1) <(R runs delete "$r1" --dry-run 2>&1) \
+  || fail "--remote runs delete --dry-run printed otherwise than the local command"
+diff <("$bin" runs delete "$r1" "$r2" --dry-run --home "$H" --json) <(R runs delete "$r1" "$r2" --dry-run --json) \
+  || fail "--remote runs delete --dry-run --json printed otherwise than the local command"
+expect 0 "would delete run $r1: 1 object(s)" -- R runs delete "$r1" --dry-run
+[[ -f $log1 && $(count --pipeline lab) == 3 ]] || fail "a remote dry run deleted something"
+# a read token may not delete (exit 78, as for every 401/403 of --remote): nothing removed
+expect 78 "403" -- env TPUFLOW_TOKEN="$reader" "$bin" --remote "$url" runs delete "$r1"
+expect 78 "403" -- env TPUFLOW_TOKEN="$reader" "$bin" --remote "$url" gc --keep-last 0 --apply
+[[ -f $log1 && $(count --pipeline lab) == 3 ]] || fail "a refused remote delete deleted something"
+# the delete: its log, rows and scratch directory go; a second one finds no run (66)
+expect 0 "deleted run $r1: 1 object(s)" -- R runs delete "$r1"
+[[ ! -e $log1 ]] || fail "--remote runs delete left the run's log"
+[[ ! -d $H/work/$r1 ]] || fail "--remote runs delete left the scratch directory"
+[[ -z $(sqlite3 "$H/tpuflow.db" "SELECT id FROM runs WHERE id='$r1' UNION SELECT run_id FROM steps WHERE run_id='$r1'") ]] \
+  || fail "rows of the run deleted through the API are left"
+expect 66 "no run '$r1'" -- R runs delete "$r1"
+expect 64 "needs a run id" -- R runs delete --dry-run
+# a live run (the daemon drives it) is refused with the local command's words and code (75)
+live=$(R run "$dir/slow.yaml" --detach | awk '{print $2}')
+for _ in $(seq 100); do [[ $(count --state running --pipeline slow) == 1 ]] && break; sleep 0.1; done
+expect 75 "is running" -- R runs delete "$live"
+out=$(R --json runs delete "$live"); rc=$?
+python3 -c '
+import json, sys
+[r] = json.loads(sys.argv[2])
+assert r["run"] == sys.argv[1] and not r["deleted"] and r["reason"] == "busy", r' "$live" "$out" \
+  && [[ $rc == 75 ]] || fail "--remote --json runs delete of a live run: exit $rc, $out"
+[[ -n $(ids --pipeline slow) ]] || fail "the live run was deleted"
+expect 0 "cancel: $live" -- R runs cancel "$live"
+for _ in $(seq 200); do [[ $(count --state failed --pipeline slow) == 1 ]] && break; sleep 0.1; done
+expect 0 "  cancelled at " -- R runs show "$live"
+# gc: the dry run lists what the local one lists; --apply removes it, keeps the newest
+expect 64 "give a policy" -- R gc
+diff <("$bin" gc --home "$H" --keep-last 1 --pipeline lab 2>&1) <(R gc --keep-last 1 --pipeline lab 2>&1) \
+  || fail "--remote gc printed otherwise than the local command"
+expect 0 "would delete run $r2" -- R gc --keep-last 1 --pipeline lab
+expect 0 "nothing to remove" -- R gc --older-than 1d
+[[ $(count --pipeline lab) == 2 ]] || fail "a remote gc dry run removed runs"
+n2=$(find "$H/objects/runs/$r2" -type f | wc -l) b2=$(find "$H/objects/runs/$r2" -type f -printf '%s\n' | awk '{ s += $1 } END { print s }')
+expect 0 "deleted run $r2: $n2 object(s), $b2 B, its rows and scratch directory" -- R gc --keep-last 1 --pipeline lab --apply
+[[ $(ids --pipeline lab) == "$r3" ]] || fail "gc --keep-last 1 --apply through the API left $(ids --pipeline lab)"
+[[ ! -e $H/objects/runs/$r2 && -f $H/objects/runs/$r3/a/logs/attempt-1.log ]] || fail "the objects after the remote gc"
+out=$(R --json gc --keep-last 0 --apply) || fail "--remote --json gc --apply: $out"
+python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["applied"] and {r["run"] for r in d["runs"]} == set(sys.argv[2:]), d
+assert all(r["deleted"] and r["reason"] is None for r in d["runs"]), d
+' "$out" "$r3" "$live" || fail "--remote --json gc --apply: $out"
+[[ $(count) == 0 ]] || fail "gc --keep-last 0 --apply through the API left runs"
+kill -TERM "$dpid"; wait "$dpid" || fail "the daemon's exit"
+dpid=
 echo "it_runs_manage: ok"
