@@ -165,20 +165,26 @@ struct sums {
 	char md5hex[33]; /* MD5, hex: compared with ETags */
 };
 
-/* Hashes len bytes of data, or of fd from offset off when data is NULL, in one pass over
- * HASH_BLOCK-sized blocks: every hash reads a block while it is still in cache. Returns 0, or
- * a negative errno (-EIO when the file is shorter than len). */
-static int sums_compute(const char *data, int fd, uint64_t off, size_t len, int want_md5,
+/* What sums_compute computes. */
+enum { SUM_CRC = 1, SUM_SHA = 2, SUM_MD5 = 4 };
+
+/* Computes the sums in want (SUM_*) of len bytes of data, or of fd from offset off when data
+ * is NULL, in one pass over HASH_BLOCK-sized blocks: every hash reads a block while it is
+ * still in cache. The other fields of out are left alone. Returns 0, or a negative errno (-EIO
+ * when the file is shorter than len). */
+static int sums_compute(const char *data, int fd, uint64_t off, size_t len, unsigned want,
                         struct sums *out)
 {
-	EVP_MD_CTX *sha = EVP_MD_CTX_new(), *md5 = want_md5 ? EVP_MD_CTX_new() : NULL;
+	EVP_MD_CTX *sha = want & SUM_SHA ? EVP_MD_CTX_new() : NULL;
+	EVP_MD_CTX *md5 = want & SUM_MD5 ? EVP_MD_CTX_new() : NULL;
 	char *buf = data ? NULL : tf_xmalloc(HASH_BLOCK);
 	int rc = 0;
-	if (!sha || (want_md5 && !md5)) {
+	if (((want & SUM_SHA) && !sha) || ((want & SUM_MD5) && !md5)) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	EVP_DigestInit_ex(sha, EVP_sha256(), NULL);
+	if (sha)
+		EVP_DigestInit_ex(sha, EVP_sha256(), NULL);
 	if (md5)
 		EVP_DigestInit_ex(md5, EVP_md5(), NULL);
 	uint32_t crc = 0;
@@ -198,28 +204,41 @@ static int sums_compute(const char *data, int fd, uint64_t off, size_t len, int 
 			n = (size_t)got;
 			p = buf;
 		}
-		crc = tf_crc32c_extend(crc, p, n);
-		EVP_DigestUpdate(sha, p, n);
+		if (want & SUM_CRC)
+			crc = tf_crc32c_extend(crc, p, n);
+		if (sha)
+			EVP_DigestUpdate(sha, p, n);
 		if (md5)
 			EVP_DigestUpdate(md5, p, n);
 		done += n;
 	}
 	unsigned char md[32];
 	unsigned int mdlen = 0;
-	EVP_DigestFinal_ex(sha, md, &mdlen);
-	tf_hex_encode(md, 32, out->sha);
-	out->has_md5 = md5 != NULL;
+	if (sha) {
+		EVP_DigestFinal_ex(sha, md, &mdlen);
+		tf_hex_encode(md, 32, out->sha);
+	}
+	if (want & (SUM_SHA | SUM_MD5))
+		out->has_md5 = md5 != NULL;
 	if (md5) {
 		EVP_DigestFinal_ex(md5, md, &mdlen);
 		EVP_EncodeBlock((unsigned char *)out->md5, md, 16);
 		tf_hex_encode(md, 16, out->md5hex);
 	}
-	out->crc = crc;
+	if (want & SUM_CRC)
+		out->crc = crc;
 out:
 	EVP_MD_CTX_free(sha);
 	EVP_MD_CTX_free(md5);
 	free(buf);
 	return rc;
+}
+
+/* All of a body's sums: CRC-32C, SHA-256, and MD5 when want_md5. */
+static int sums_all(const char *data, int fd, uint64_t off, size_t len, int want_md5,
+                    struct sums *out)
+{
+	return sums_compute(data, fd, off, len, SUM_CRC | SUM_SHA | (want_md5 ? SUM_MD5 : 0u), out);
 }
 
 static double jitter_unit(void)
@@ -1232,7 +1251,17 @@ out:
 
 /* ---- multipart upload (invariant 5) ---- */
 
-/* Shared by the part workers. */
+/* Shared by the part workers. The upload goes in two passes over the parts:
+ *   1. the CRC pass: every thread takes parts and computes their CRC-32C; the object's CRC,
+ *      which the upload's metadata carries, is combined from them, then the upload is
+ *      created (the initiate request);
+ *   2. the part pass: each part thread takes a part, hashes it (SHA-256, the signed
+ *      x-amz-content-sha256, and MD5 when asked for) and sends it. Hashing needs nothing from
+ *      the server, so the first parts are hashed while the initiate is on its way and later
+ *      parts while earlier ones are sent. The hashing read checks the part's CRC against the
+ *      CRC pass, and so does the sending read as it goes (on_read): a part whose bytes
+ *      changed since the CRC pass is not sent. A retried part keeps its hashes (the retry
+ *      reads the part again, checked against the same CRC). */
 struct mp {
 	struct s3 *s3;
 	const char *url;  /* the store's URL, for messages */
@@ -1245,15 +1274,15 @@ struct mp {
 	size_t part_size;
 	int nparts;
 	int content_md5;      /* send Content-MD5 and check each part's ETag against it */
-	atomic_int next_hash; /* next part index to hash */
-	atomic_int next;      /* next part index to send */
+	atomic_int next_crc;  /* next part index for the CRC pass */
+	atomic_int next;      /* next part index to hash and send */
 	atomic_int slot;      /* next entry of s3->part_curl for a starting worker */
 	atomic_int failed;    /* set once any part failed */
 	char (*etags)[80];    /* per part */
-	struct sums *sums;    /* per part, from the pass before the upload is created */
-	pthread_mutex_t lock; /* guards rc, err, hashed and ready */
-	pthread_cond_t cond;  /* signalled when hashed or ready changes */
-	int hashed;           /* parts hashed (or failed to be) */
+	uint32_t *crcs;       /* per part, from the CRC pass */
+	pthread_mutex_t lock; /* guards rc, err, crc_done and ready */
+	pthread_cond_t cond;  /* signalled when crc_done or ready changes */
+	int crc_done;         /* parts through the CRC pass (or failed to be) */
 	int ready;            /* the upload was created (or failed to be): parts may go */
 	int rc;               /* first failure */
 	char err[512];
@@ -1276,95 +1305,121 @@ static size_t mp_part_len(const struct mp *m, int i)
 	return m->total - off < m->part_size ? (size_t)(m->total - off) : m->part_size;
 }
 
-/* Hashes parts (SHA-256, CRC-32C, MD5 when asked for) until none is left: the upload's own
- * thread and the part threads share this pass, which reads each part once. */
-static void mp_hash(struct mp *m)
+static void mp_fail_read(struct mp *m, int i, int rc)
+{
+	char err[512];
+	snprintf(err, sizeof err, "cannot read part %d of the upload of '%s': %s", i + 1, m->key,
+	         rc == -EIO ? "the file shrank" : strerror(-rc));
+	mp_fail(m, rc, err);
+}
+
+/* The CRC pass: computes parts' CRC-32C until none is left; the upload's own thread and the
+ * part threads share it. */
+static void mp_crc_pass(struct mp *m)
 {
 	for (;;) {
-		int i = atomic_fetch_add(&m->next_hash, 1);
+		int i = atomic_fetch_add(&m->next_crc, 1);
 		if (i >= m->nparts)
 			return;
 		uint64_t off = (uint64_t)i * m->part_size;
+		struct sums sums;
 		int rc = atomic_load(&m->failed)
 		             ? 0
 		             : sums_compute(m->data ? m->data + off : NULL, m->fd, off,
-		                            mp_part_len(m, i), m->content_md5, &m->sums[i]);
-		if (rc) {
-			char err[512];
-			snprintf(err, sizeof err, "cannot read part %d of the upload of '%s': %s",
-			         i + 1, m->key, rc == -EIO ? "the file shrank" : strerror(-rc));
-			mp_fail(m, rc, err);
-		}
+		                            mp_part_len(m, i), SUM_CRC, &sums);
+		if (rc)
+			mp_fail_read(m, i, rc);
 		pthread_mutex_lock(&m->lock);
-		if (++m->hashed == m->nparts)
+		if (!rc)
+			m->crcs[i] = sums.crc;
+		if (++m->crc_done == m->nparts)
 			pthread_cond_broadcast(&m->cond);
 		pthread_mutex_unlock(&m->lock);
 	}
 }
 
-/* A part thread: hashes parts with the others, waits for the upload to be created, then
- * sends parts, each read again straight into libcurl's buffer and checked against the CRC-32C
- * of the hashing pass as it goes (a part whose bytes changed is not sent). */
+/* Hashes and sends part i (the part pass); 0, or the failure is recorded in m. */
+static int mp_send_part(struct mp *m, CURL *h, int i)
+{
+	uint64_t off = (uint64_t)i * m->part_size;
+	size_t len = mp_part_len(m, i);
+	struct sums sums;
+	char err[512];
+	int rc = sums_compute(m->data ? m->data + off : NULL, m->fd, off, len,
+	                      SUM_CRC | SUM_SHA | (m->content_md5 ? SUM_MD5 : 0u), &sums);
+	if (rc) {
+		mp_fail_read(m, i, rc);
+		return rc;
+	}
+	pthread_mutex_lock(&m->lock); /* ready: the CRC pass is over too */
+	while (!m->ready)
+		pthread_cond_wait(&m->cond, &m->lock);
+	pthread_mutex_unlock(&m->lock);
+	if (atomic_load(&m->failed))
+		return -ECANCELED;
+	if (sums.crc != m->crcs[i]) {
+		snprintf(err, sizeof err,
+		         "the data for '%s' changed while it was being uploaded (part %d): upload "
+		         "it again once it is complete",
+		         m->key, i + 1);
+		mp_fail(m, -EIO, err);
+		return -EIO;
+	}
+	char num[16];
+	snprintf(num, sizeof num, "%d", i + 1);
+	struct s3_req r = {.method = "PUT",
+	                   .key = m->fkey,
+	                   .body = m->data ? m->data + off : NULL,
+	                   .body_len = len,
+	                   .from_fd = !m->data,
+	                   .body_fd = m->fd,
+	                   .body_off = off,
+	                   .sha256 = sums.sha,
+	                   .check_crc = 1,
+	                   .crc = m->crcs[i],
+	                   .content_md5 = sums.has_md5 ? sums.md5 : NULL,
+	                   .sink_fd = -1};
+	r.q[r.nq++] = (struct tf_sigv4_kv){"partNumber", num};
+	r.q[r.nq++] = (struct tf_sigv4_kv){"uploadId", m->upload_id};
+	struct s3_resp resp;
+	rc = s3_do(m->s3, h, &r, &resp, err, sizeof err);
+	if (!rc && resp.status != 200)
+		rc = http_error_msg(m->s3, m->url, &resp, "PUT part", m->key, err, sizeof err);
+	if (!rc && sums.has_md5 && (!is_hex32(resp.etag) || strcmp(resp.etag, sums.md5hex))) {
+		snprintf(err, sizeof err,
+		         "part %d of '%s': %s answered ETag '%s' for a part whose MD5 is %s", i + 1,
+		         m->key, m->s3->endpoint, resp.etag, sums.md5hex);
+		rc = -EBADMSG;
+	}
+	if (!rc && !resp.etag[0]) {
+		snprintf(err, sizeof err, "part %d of '%s': %s answered without an ETag", i + 1,
+		         m->key, m->s3->endpoint);
+		rc = -EIO;
+	}
+	if (rc)
+		mp_fail(m, rc, err);
+	else
+		snprintf(m->etags[i], sizeof m->etags[i], "%s", resp.etag);
+	resp_release(&resp);
+	return rc;
+}
+
+/* A part thread: takes its share of the CRC pass, then hashes and sends parts (once the
+ * upload is created) until none is left or one failed. */
 static void *mp_worker(void *arg)
 {
 	struct mp *m = arg;
-	mp_hash(m);
+	mp_crc_pass(m);
 	CURL **slot = &m->s3->part_curl[atomic_fetch_add(&m->slot, 1)];
 	if (!*slot)
 		*slot = curl_easy_init();
 	CURL *h = *slot;
 	if (!h)
 		mp_fail(m, -ENOMEM, "cannot initialise libcurl");
-	pthread_mutex_lock(&m->lock);
-	while (!m->ready)
-		pthread_cond_wait(&m->cond, &m->lock);
-	pthread_mutex_unlock(&m->lock);
-	char err[512];
 	while (h) {
 		int i = atomic_fetch_add(&m->next, 1);
-		if (i >= m->nparts || atomic_load(&m->failed))
+		if (i >= m->nparts || atomic_load(&m->failed) || mp_send_part(m, h, i))
 			break;
-		uint64_t off = (uint64_t)i * m->part_size;
-		const struct sums *sums = &m->sums[i];
-		char num[16];
-		snprintf(num, sizeof num, "%d", i + 1);
-		struct s3_req r = {.method = "PUT",
-		                   .key = m->fkey,
-		                   .body = m->data ? m->data + off : NULL,
-		                   .body_len = mp_part_len(m, i),
-		                   .from_fd = !m->data,
-		                   .body_fd = m->fd,
-		                   .body_off = off,
-		                   .sha256 = sums->sha,
-		                   .check_crc = 1,
-		                   .crc = sums->crc,
-		                   .content_md5 = sums->has_md5 ? sums->md5 : NULL,
-		                   .sink_fd = -1};
-		r.q[r.nq++] = (struct tf_sigv4_kv){"partNumber", num};
-		r.q[r.nq++] = (struct tf_sigv4_kv){"uploadId", m->upload_id};
-		struct s3_resp resp;
-		int rc = s3_do(m->s3, h, &r, &resp, err, sizeof err);
-		if (!rc && resp.status != 200)
-			rc = http_error_msg(m->s3, m->url, &resp, "PUT part", m->key, err,
-			                    sizeof err);
-		if (!rc && sums->has_md5 &&
-		    (!is_hex32(resp.etag) || strcmp(resp.etag, sums->md5hex))) {
-			snprintf(
-			    err, sizeof err,
-			    "part %d of '%s': %s answered ETag '%s' for a part whose MD5 is %s",
-			    i + 1, m->key, m->s3->endpoint, resp.etag, sums->md5hex);
-			rc = -EBADMSG;
-		}
-		if (!rc && !resp.etag[0]) {
-			snprintf(err, sizeof err, "part %d of '%s': %s answered without an ETag",
-			         i + 1, m->key, m->s3->endpoint);
-			rc = -EIO;
-		}
-		if (rc)
-			mp_fail(m, rc, err);
-		else
-			snprintf(m->etags[i], sizeof m->etags[i], "%s", resp.etag);
-		resp_release(&resp);
 	}
 	return NULL;
 }
@@ -1427,10 +1482,9 @@ static int mp_create(struct tf_objstore *s, const char *fkey, const char *key, u
 	return rc;
 }
 
-/* Uploads total bytes of data, or of fd when data is NULL, as a multipart upload. This
- * thread and the part threads hash the parts together first; the object's CRC-32C, which the
- * upload's metadata carries, is combined from the parts' CRCs; then the upload is created and
- * the part threads send the parts. */
+/* Uploads total bytes of data, or of fd when data is NULL, as a multipart upload (the passes
+ * are described at struct mp): this thread takes part in the CRC pass, creates the upload and
+ * completes it once the part threads have sent every part. */
 static int put_multipart(struct tf_objstore *s, const char *key, const char *data, int fd,
                          uint64_t total, unsigned flags)
 {
@@ -1457,8 +1511,8 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 	m.part_size = mp_part_size(s3, total);
 	m.nparts = (int)((total + m.part_size - 1) / m.part_size);
 	m.etags = tf_xcalloc((size_t)m.nparts, sizeof *m.etags);
-	m.sums = tf_xcalloc((size_t)m.nparts, sizeof *m.sums);
-	atomic_init(&m.next_hash, 0);
+	m.crcs = tf_xcalloc((size_t)m.nparts, sizeof *m.crcs);
+	atomic_init(&m.next_crc, 0);
 	atomic_init(&m.next, 0);
 	atomic_init(&m.slot, 0);
 	atomic_init(&m.failed, 0);
@@ -1471,13 +1525,13 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 		if (pthread_create(&th[started], NULL, mp_worker, &m))
 			break;
 
-	mp_hash(&m);
+	mp_crc_pass(&m);
 	pthread_mutex_lock(&m.lock);
-	while (m.hashed < m.nparts)
+	while (m.crc_done < m.nparts)
 		pthread_cond_wait(&m.cond, &m.lock);
 	pthread_mutex_unlock(&m.lock);
 	for (int i = 0; i < m.nparts; i++)
-		crc = tf_crc32c_combine(crc, m.sums[i].crc, mp_part_len(&m, i));
+		crc = tf_crc32c_combine(crc, m.crcs[i], mp_part_len(&m, i));
 	if (!rc && (flags & TF_OBJ_IF_NONE_MATCH))
 		rc = absent(s, fkey, key);
 	if (!rc && !atomic_load(&m.failed)) /* a part could not be read: nothing to create */
@@ -1556,7 +1610,7 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 out:
 	resp_release(&resp);
 	free(m.etags);
-	free(m.sums);
+	free(m.crcs);
 	free(xml);
 	free(fkey);
 	return rc;
@@ -1571,7 +1625,7 @@ static int s3_put(struct tf_objstore *s, const char *key, const void *data, size
 	if (len >= s3->threshold)
 		return put_multipart(s, key, data, -1, len, flags);
 	struct sums sums;
-	int rc = sums_compute(data ? data : "", -1, 0, len, s3->content_md5, &sums);
+	int rc = sums_all(data ? data : "", -1, 0, len, s3->content_md5, &sums);
 	if (rc)
 		return tf_objstore_seterr(s, rc, "cannot hash the upload of '%s': %s", key,
 		                          strerror(-rc));
@@ -1608,7 +1662,7 @@ static int s3_put_file(struct tf_objstore *s, const char *key, const char *path,
 	if ((uint64_t)st.st_size < s3->threshold) {
 		struct sums sums;
 		size_t len = (size_t)st.st_size;
-		rc = sums_compute(NULL, fd, 0, len, s3->content_md5, &sums);
+		rc = sums_all(NULL, fd, 0, len, s3->content_md5, &sums);
 		if (rc) {
 			rc = tf_objstore_seterr(s, rc, "cannot read '%s': %s", path,
 			                        rc == -EIO ? "the file shrank" : strerror(-rc));

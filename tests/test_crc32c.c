@@ -24,19 +24,29 @@ static void test_crc32c_rfc3720_vectors(void **state)
 	assert_int_equal(tf_crc32c("123456789", 9), 0xE3069283);
 }
 
+/* The CRC of buf[0..n) by both paths, whole, extended and from an unaligned start. */
+static void check_paths(const unsigned char *buf, size_t n)
+{
+	uint32_t whole = tf_crc32c(buf, n);
+	assert_int_equal(whole, tf_crc32c_extend_sw(0, buf, n));
+	assert_int_equal(whole, tf_crc32c_extend(tf_crc32c(buf, n / 3), buf + n / 3, n - n / 3));
+	if (n)
+		assert_int_equal(tf_crc32c(buf + 1, n - 1), tf_crc32c_extend_sw(0, buf + 1, n - 1));
+}
+
 static void test_crc32c_paths_agree_and_extend(void **state)
 {
 	(void)state;
-	unsigned char buf[1000];
+	static unsigned char buf[100000];
 	srand(7);
 	for (size_t i = 0; i < sizeof buf; i++)
 		buf[i] = (unsigned char)rand();
-	for (size_t n = 0; n < sizeof buf; n += 37) {
-		uint32_t whole = tf_crc32c(buf, n);
-		assert_int_equal(whole, tf_crc32c_extend_sw(0, buf, n));
-		assert_int_equal(whole,
-		                 tf_crc32c_extend(tf_crc32c(buf, n / 3), buf + n / 3, n - n / 3));
-	}
+	for (size_t n = 0; n < 1000; n += 37)
+		check_paths(buf, n);
+	/* around the hardware path's three-lane blocks (12 KiB), and over several of them */
+	size_t lens[] = {12287, 12288, 12289, 24575, 24576, 24577, 36871, sizeof buf - 3};
+	for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+		check_paths(buf, lens[i]);
 }
 
 static void test_crc32c_combine_matches_one_pass(void **state)
