@@ -492,12 +492,35 @@ static void ts_after(struct timespec *ts, double seconds)
 	ts->tv_nsec = (long)fmod(ns, 1e9);
 }
 
+/* Which steps start as soon as s succeeds (s is their one need not final), for s's worker to
+ * make their work directories while s's child runs (engine_worker.c): a chain step's mkdir
+ * then costs nothing between one child's end and the next one's start. At most as many as
+ * can start at once; one that never runs (s failed, the run was cancelled) keeps an empty
+ * directory, which nothing reads (logs are looked for by name, gc removes the run's whole
+ * directory). */
+static void plan_next_dirs(struct engine *e, struct estep *s)
+{
+	size_t cap = (size_t)(e->nworkers > 0 ? e->nworkers : 1);
+	s->nnext_dirs = 0;
+	for (size_t k = 0; k < e->ndependents[s->idx] && s->nnext_dirs < cap; k++) {
+		const struct estep *d = &e->steps[e->dependents[s->idx][k]];
+		if (d->state != TF_STEP_PENDING || d->unresolved != 1 || d->attempts)
+			continue;
+		if (!s->next_dirs)
+			s->next_dirs = tf_xcalloc(cap, sizeof(*s->next_dirs));
+		s->next_dirs[s->nnext_dirs++] = d->idx;
+	}
+}
+
 /* Hands attempts whose start is committed to the workers, each a job for e->pool. A worker
  * coordinating (by_worker) keeps one of them for itself (e->kept, no job): it runs it right
  * after the round, so waking another thread for that one would only add a handoff. */
 static void hand_over(struct engine *e, struct estep **start, size_t nstart, int by_worker)
 {
 	size_t queued = 0;
+	for (size_t i = 0; i < nstart; i++)
+		if (!start[i]->queued)
+			plan_next_dirs(e, start[i]);
 	pthread_mutex_lock(&e->mu);
 	for (size_t i = 0; i < nstart; i++) {
 		struct estep *s = start[i];

@@ -58,6 +58,14 @@ struct estep {
 	enum tf_fail_class reclaim; /* [C] the broker took the slice back: why (else NONE) */
 	char reclaim_why[256];      /* [C] in words */
 	int view_marked;            /* [C] in e->view_dirty */
+	size_t *next_dirs;          /* [C] the steps whose one unresolved need is this one (at
+	                               most nworkers), set when an attempt is handed over: its
+	                               worker makes their work directories while its child runs,
+	                               off the path from its end to their start */
+	size_t nnext_dirs;          /* [C] */
+	int dir_made;               /* [W] of the worker of the step it needs: its work directory
+	                               was made empty for its next attempt (read and cleared by
+	                               the worker that runs that attempt) */
 };
 
 struct engine {

@@ -35,6 +35,7 @@ static void engine_release(struct engine *e)
 		json_decref(e->steps[i].res_outputs);
 		json_decref(e->steps[i].res_metrics);
 		free(e->dependents ? e->dependents[i] : NULL);
+		free(e->steps[i].next_dirs);
 	}
 	free(e->steps);
 	free(e->view_dirty);

@@ -45,10 +45,32 @@ static void progress_cb(void *data, const char *line)
 	}
 }
 
+/* A step's scratch directory: HOME/work/RUN/STEP (a new string). */
+static char *step_workdir(const struct engine *e, const struct estep *s)
+{
+	return tf_xasprintf("%s/work/%s/%s", e->home, e->run_id, s->def->name);
+}
+
+/* The attempt's child runs: makes the work directories of the steps that start when it
+ * succeeds (estep.next_dirs), each marked made only when this call created it (so it is
+ * empty). The steps cannot run before this one ends, so nobody else touches the marks. */
+static void make_next_dirs(void *data)
+{
+	struct progress_ctx *pc = data;
+	const struct engine *e = pc->e;
+	for (size_t k = 0; k < pc->s->nnext_dirs; k++) {
+		struct estep *d = &pc->e->steps[pc->s->next_dirs[k]];
+		char *dir = step_workdir(e, d);
+		if (mkdir(dir, 0755) == 0)
+			d->dir_made = 1;
+		free(dir);
+	}
+}
+
 static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 {
 	struct engine *e = w->e;
-	char *workdir = tf_xasprintf("%s/work/%s/%s", e->home, e->run_id, s->def->name);
+	char *workdir = step_workdir(e, s);
 	char *prefix = tf_xasprintf("runs/%s/%s/", e->run_id, s->def->name);
 	char *log_path = tf_xasprintf("%s/attempt-%d.log", workdir, attempt);
 	const char *acc = s->accel[0] ? s->accel : s->def->accelerator;
@@ -74,10 +96,14 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 	    .metrics = json_object(),
 	    .failure = TF_FAIL_ERROR,
 	    .exit_code = -1,
+	    .workdir_made = s->dir_made,
 	};
+	s->dir_made = 0; /* this attempt may use it; the next one finds what it left */
 	struct progress_ctx pc = {.e = e, .s = s, .log_path = log_path, .s_workdir = workdir};
 	r.progress = progress_cb;
 	r.progress_data = &pc;
+	r.child_running = make_next_dirs;
+	r.child_running_data = &pc;
 	int rc = 0;
 	char err[512] = "";
 	if (!w->os) {

@@ -293,10 +293,16 @@ void tf_step_run_child(struct tf_step_run *r, long pgid)
 	if (r->db && pgid > 0 && tf_attempt_set_pgid(r->db, r->run_id, r->step, r->attempt, pgid))
 		tf_warn("run '%s' step '%s': process group %ld not recorded: %s", r->run_id,
 		        r->step, pgid, tf_store_errmsg(r->db));
+	if (r->child_running)
+		r->child_running(r->child_running_data);
 }
 
 int tf_step_run_workdir(struct tf_step_run *r)
 {
+	if (r->workdir_made) {
+		r->workdir_made = 0; /* once: a second call finds what the first left */
+		return 1;
+	}
 	if (mkdir(r->workdir, 0755) == 0)
 		return 1; /* new: nothing of an earlier attempt is in it */
 	int rc = tf_mkdir_p(r->workdir);

@@ -52,6 +52,13 @@ struct tf_step_run {
 	                                 TF_CANCEL_TIMEOUT when the timeout passed */
 	void (*progress)(void *data, const char *json_line); /* progress lines (JSON) */
 	void *progress_data;
+	void (*child_running)(void *data); /* called by tf_step_run_child once the attempt's
+	                                      child runs (NULL: nothing): the engine uses the
+	                                      wait to make the work directories of the steps
+	                                      that start when this one ends */
+	void *child_running_data;
+	int workdir_made;           /* the engine made workdir for this attempt and nothing used it
+	                               since: it exists and is empty (tf_step_run_workdir) */
 	json_t *outputs;            /* out: output name -> value */
 	json_t *metrics;            /* out: metric name -> number */
 	enum tf_fail_class failure; /* out on failure: class (default error) */
@@ -63,12 +70,13 @@ struct tf_step_run {
 typedef int (*tf_step_kind_fn)(struct tf_step_run *r);
 
 /* A kind that started a child process records its process group with the attempt (a resume
- * after a crash ends it before the step runs again). Best effort: a failure is logged. */
+ * after a crash ends it before the step runs again; best effort: a failure is logged), then
+ * lets the engine use the wait (r->child_running). */
 void tf_step_run_child(struct tf_step_run *r, long pgid);
 
-/* Creates r->workdir (and parents): 1 when this call made the directory itself (it is
- * empty), 0 when it was there, or a negative errno with r->err filled. */
+/* Creates r->workdir (and parents): 1 when this call made the directory itself, or the
+ * engine did for this attempt (r->workdir_made; it is empty), 0 when it was there, or a
+ * negative errno with r->err filled. */
 int tf_step_run_workdir(struct tf_step_run *r);
-
 
 #endif

@@ -1133,6 +1133,50 @@ static void test_engine_shell_fails_twice_then_succeeds(void **state)
 	tf_store_close(db);
 }
 
+/* While a chain step's program runs, the engine makes the work directory of the step that
+ * starts when it ends (off the path from one program's end to the next one's start): the
+ * first program waits to see it; the second finds it empty. When the first fails, the second
+ * never runs and its directory stays, empty, and nothing else minds. */
+static void test_engine_next_step_dir_made_while_this_one_runs(void **state)
+{
+	(void)state;
+	struct tf_engine_opts o = {.home = "home", .workers = 2};
+	struct tf_engine_result res;
+	/* a: exits 0 once ../b exists (at most ~10 s), else 3 (or `code` when it does) */
+	const char *wait_b = "i=0; while [ ! -d ../b ] && [ $i -lt 1000 ]; do sleep 0.01; "
+	                     "i=$((i+1)); done; [ -d ../b ] || exit 3; exit ${params.code}";
+	char *yaml = tf_xasprintf(
+	    "name: premade\nparams:\n  code: {type: int, default: 0}\nsteps:\n"
+	    "  - {name: a, type: shell, with: {argv: [/bin/sh, -c, '%s']}}\n"
+	    "  - {name: b, type: shell, needs: [a], with: {argv: [/bin/sh, -c, 'echo "
+	    "\"n=$(ls -A | wc -l)\" > \"$TPUFLOW_METRICS\"'], metrics: [n]}}\n",
+	    wait_b);
+	assert_int_equal(run_yaml(yaml, &o, NULL, 0, &res), 0);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+	json_t *b = tf_test_step_of(res.summary, "b");
+	assert_true(json_real_value(json_object_get(json_object_get(b, "metrics"), "n")) == 0.0);
+	json_decref(res.summary);
+
+	struct tf_param_override fail = {.name = "code", .value = "4"};
+	assert_int_equal(run_yaml(yaml, &o, &fail, 1, &res), 0);
+	free(yaml);
+	assert_int_equal(res.state, TF_RUN_FAILED);
+	assert_string_equal(sstate(res.summary, "a"), "failed");
+	assert_string_equal(sstate(res.summary, "b"), "skipped");
+	json_decref(res.summary);
+	char *dir = tf_xasprintf("home/work/%s/b", res.run_id);
+	assert_int_equal(rmdir(dir), 0); /* there, and empty */
+	free(dir);
+	struct tf_store *db = NULL;
+	char err[256];
+	assert_int_equal(tf_store_open("home/tpuflow.db", 0, &db, err, sizeof(err)), 0);
+	json_t *d = NULL;
+	assert_int_equal(tf_run_describe(db, res.run_id, &d), 0);
+	assert_int_equal(json_array_size(json_object_get(d, "steps")), 2);
+	json_decref(d);
+	tf_store_close(db);
+}
+
 static void test_engine_shell_timeout_kills_process_group(void **state)
 {
 	(void)state;
@@ -1574,6 +1618,7 @@ int main(void)
 	    cmocka_unit_test(test_engine_train_steps_get_slices),
 	    cmocka_unit_test(test_engine_shell_fails_twice_then_succeeds),
 	    cmocka_unit_test(test_engine_shell_timeout_kills_process_group),
+	    cmocka_unit_test(test_engine_next_step_dir_made_while_this_one_runs),
 	    cmocka_unit_test(test_engine_interrupt_then_resume),
 	    cmocka_unit_test(test_engine_cancel_runs_finally_steps),
 	    cmocka_unit_test(test_engine_cancel_holds_across_an_interrupt),
