@@ -269,7 +269,7 @@ pid=$!
 bg+=($pid)
 run=
 for _ in $(seq 1 100); do run=$(run_id h-cancel 2>/dev/null) && [[ -n $run ]] && break; sleep 0.1; done
-job=$(running_job "tpuflow-$run-work") || fail "cancel: the job never ran"
+job=$(running_job "tpuflow-$run-work") || fail "cancel: the job of run '$run' never ran: $(tail -5 cancel.out)"
 scancel "$job"
 wait "$pid" && fail "a run whose job was scancelled succeeded"
 attempts h-cancel "$run" work > a.txt
@@ -297,7 +297,8 @@ run_started() {
   bg+=($pid)
   run=
   for _ in $(seq 1 100); do run=$(run_id "$2" 2>/dev/null) && [[ -n $run ]] && break; sleep 0.1; done
-  job=$(running_job "tpuflow-$run-work") || fail "$1: the job never ran"
+  job=$(running_job "tpuflow-$run-work") ||
+    fail "$1: the job of run '$run' never ran: $(tail -5 "$1.out"); $("$B" --home "$2" runs show "$run" 2>&1 | tail -5)"
 }
 # run_state HOME RUN
 run_state() { "$B" --home "$1" runs show --json "$2" | $PY -c 'import json, sys; print(json.load(sys.stdin)["state"])'; }
