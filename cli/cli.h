@@ -71,6 +71,11 @@ int tf_cli_parse_int(const char *cmd, const char *flag, const char *s, long long
  * 0 with *OUT in Unix seconds, or the usage error's exit code after printing it. */
 int tf_cli_parse_since(const char *cmd, const char *flag, const char *s, double *out);
 
+/* Reports a run id that tf_run_find (or the API) did not resolve: `rc` -EEXIST is an
+ * ambiguous prefix ("tpuflow CMD: run id prefix 'ARG' is ambiguous: ...", exit 64), anything
+ * else no such run ("tpuflow CMD: no run 'ARG' ...", exit 66). Returns the exit code. */
+int tf_cli_run_unresolved(const char *cmd, const char *arg, int rc);
+
 /* A JSON number of Unix seconds as local "YYYY-MM-DD HH:MM:SS", "-" for anything else. */
 #include <jansson.h>
 void tf_cli_fmt_time(json_t *v, char *out, size_t n);

@@ -110,14 +110,7 @@ int tf_cli_runs_delete(struct tf_store *st, const struct tf_cli *cli, const char
 		char id[32];
 		int rc = tf_run_find(st, runs[i], id), e;
 		if (rc) {
-			fprintf(stderr,
-			        rc == -EEXIST
-			            ? "tpuflow runs delete: run id prefix '%s' is ambiguous: "
-			              "give more characters\n"
-			            : "tpuflow runs delete: no run '%s' (see 'tpuflow runs "
-			              "list')\n",
-			        runs[i]);
-			e = rc == -EEXIST ? TF_EXIT_USAGE : TF_EXIT_NOTFOUND;
+			e = tf_cli_run_unresolved("runs delete", runs[i], rc);
 		} else {
 			json_t *rep = delete_one(st, home, id, dry_run);
 			e = tf_cli_delete_print(cli->json, rep, arr);

@@ -1218,12 +1218,7 @@ int cmd_runs(int argc, char **argv, struct tf_cli *cli)
 	}
 	rc = tf_run_find(st, arg, run);
 	if (rc) {
-		fprintf(stderr,
-		        rc == -EEXIST ? "tpuflow runs: run id prefix '%s' is ambiguous: give more "
-		                        "characters\n"
-		                      : "tpuflow runs: no run '%s' (see 'tpuflow runs list')\n",
-		        arg);
-		ret = rc == -EEXIST ? TF_EXIT_USAGE : TF_EXIT_NOTFOUND;
+		ret = tf_cli_run_unresolved("runs", arg, rc);
 		goto out;
 	}
 	if (!strcmp(sub, "show")) {

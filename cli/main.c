@@ -278,6 +278,18 @@ int tf_cli_parse_since(const char *cmd, const char *flag, const char *s, double 
 	                          flag, s);
 }
 
+int tf_cli_run_unresolved(const char *cmd, const char *arg, int rc)
+{
+	if (rc == -EEXIST) {
+		fprintf(stderr,
+		        "tpuflow %s: run id prefix '%s' is ambiguous: give more characters\n", cmd,
+		        arg);
+		return TF_EXIT_USAGE;
+	}
+	fprintf(stderr, "tpuflow %s: no run '%s' (see 'tpuflow runs list')\n", cmd, arg);
+	return TF_EXIT_NOTFOUND;
+}
+
 void tf_cli_fmt_time(json_t *v, char *out, size_t n)
 {
 	if (!json_is_number(v)) {

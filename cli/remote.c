@@ -462,9 +462,40 @@ static int remote_logs(const struct remote *r, const char *run, const char *step
 	return ret;
 }
 
-/* `runs delete RUN... [--dry-run]`: DELETE /api/v1/runs/{id} for each, printed as the local
- * command prints it (cli/cmd_gc.c); a refusal the local command reports in the run's report
- * (a live run, a store that does not answer) is one here too. */
+/* The full id of the run `arg` names (an id, a unique prefix, "latest") into id, as the
+ * daemon resolves it: 0, or the exit code after saying why (as the local command says it). */
+static int resolve_run(const struct remote *r, const char *cmd, const char *arg, char id[32])
+{
+	char *e = curl_easy_escape(NULL, arg, 0), *body = NULL, err[512];
+	char *p = tf_xasprintf("/api/v1/runs/%s", e);
+	long st = request(r, "GET", p, NULL, NULL, &body, err, sizeof(err));
+	json_t *doc = st == 200 ? json_loads(body, 0, NULL) : NULL;
+	const char *full = json_string_value(json_object_get(doc, "id"));
+	int ret = TF_EXIT_OK;
+	if (!st) {
+		fprintf(stderr, "tpuflow: %s\n", err);
+		ret = TF_EXIT_UNAVAILABLE;
+	} else if (st == 404 || st == 409) { /* 409: the prefix names several runs */
+		ret = tf_cli_run_unresolved(cmd, arg, st == 409 ? -EEXIST : -ENOENT);
+	} else if (st != 200) {
+		ret = print_problem(st, body);
+	} else if (!full || strlen(full) >= 32) {
+		fprintf(stderr, "tpuflow %s: the daemon's answer names no run\n", cmd);
+		ret = TF_EXIT_UNAVAILABLE;
+	} else {
+		snprintf(id, 32, "%s", full);
+	}
+	json_decref(doc);
+	free(body);
+	free(p);
+	curl_free(e);
+	return ret;
+}
+
+/* `runs delete RUN... [--dry-run]`: each run resolved as the local command resolves it, then
+ * DELETE /api/v1/runs/{id}, printed as the local command prints it (cli/cmd_gc.c); a refusal
+ * the local command puts in the run's report (a live run, a store that does not answer) is
+ * one here too. */
 static int remote_delete(const struct remote *r, int argc, char **argv)
 {
 	int dry_run = 0, nruns = 0, ret = TF_EXIT_OK;
@@ -483,12 +514,19 @@ static int remote_delete(const struct remote *r, int argc, char **argv)
 		return tf_cli_usage_error("runs", "'delete' needs a run id");
 	json_t *arr = json_array();
 	for (int i = 0; i < nruns; i++) {
-		const char *run = argv[2 + i];
-		char *e = curl_easy_escape(NULL, run, 0), *body = NULL, err[512];
+		char id[32], *body = NULL, err[512];
+		int x = resolve_run(r, "runs delete", argv[2 + i], id);
+		if (x) {
+			if (!ret)
+				ret = x;
+			continue;
+		}
+		char *e = curl_easy_escape(NULL, id, 0);
 		char *p = tf_xasprintf("/api/v1/runs/%s%s", e, dry_run ? "?dry_run=true" : "");
+		curl_free(e);
 		long st = request(r, "DELETE", p, NULL, NULL, &body, err, sizeof(err));
 		json_t *doc = st ? json_loads(body ? body : "", 0, NULL) : NULL;
-		int rc = st == 409 ? -EBUSY : st == 503 ? -EIO : 0, x;
+		int rc = st == 404 ? -ENOENT : st == 409 ? -EBUSY : st == 503 ? -EIO : 0;
 		if (!st) {
 			fprintf(stderr, "tpuflow: %s\n", err);
 			x = TF_EXIT_UNAVAILABLE;
@@ -496,15 +534,11 @@ static int remote_delete(const struct remote *r, int argc, char **argv)
 			struct tf_run_delete_report none = {0};
 			json_t *rep =
 			    rc ? tf_run_delete_report_json(
-			             run, rc, dry_run,
+			             id, rc, dry_run,
 			             json_string_value(json_object_get(doc, "detail")), &none)
 			       : json_incref(doc);
 			x = tf_cli_delete_print(r->json, rep, arr);
 			json_decref(rep);
-		} else if (st == 404) {
-			fprintf(stderr, "tpuflow runs delete: %s\n",
-			        json_string_value(json_object_get(doc, "detail")));
-			x = TF_EXIT_NOTFOUND;
 		} else {
 			x = print_problem(st, body);
 		}
@@ -513,7 +547,6 @@ static int remote_delete(const struct remote *r, int argc, char **argv)
 		json_decref(doc);
 		free(body);
 		free(p);
-		curl_free(e);
 	}
 	if (r->json)
 		tf_cli_print_json(stdout, arr);

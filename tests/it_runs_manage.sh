@@ -135,6 +135,11 @@ diff <("$bin" runs delete "$r1" --dry-run --home "$H" 2>&1) <(R runs delete "$r1
 diff <("$bin" runs delete "$r1" "$r2" --dry-run --home "$H" --json) <(R runs delete "$r1" "$r2" --dry-run --json) \
   || fail "--remote runs delete --dry-run --json printed otherwise than the local command"
 expect 0 "would delete run $r1: 1 object(s)" -- R runs delete "$r1" --dry-run
+expect 0 "would delete run $r3: 1 object(s)" -- R runs delete latest --dry-run
+# an ambiguous prefix (every run id starts with 2) is a usage error here too (64)
+expect 64 "run id prefix '2' is ambiguous" -- R runs delete 2 --dry-run
+diff <("$bin" runs delete 2 --home "$H" 2>&1) <(R runs delete 2 2>&1) \
+  || fail "--remote runs delete of an ambiguous prefix said otherwise than the local command"
 [[ -f $log1 && $(count --pipeline lab) == 3 ]] || fail "a remote dry run deleted something"
 # a read token may not delete (exit 78, as for every 401/403 of --remote): nothing removed
 expect 78 "403" -- env TPUFLOW_TOKEN="$reader" "$bin" --remote "$url" runs delete "$r1"
@@ -146,7 +151,7 @@ expect 0 "deleted run $r1: 1 object(s)" -- R runs delete "$r1"
 [[ ! -d $H/work/$r1 ]] || fail "--remote runs delete left the scratch directory"
 [[ -z $(sqlite3 "$H/tpuflow.db" "SELECT id FROM runs WHERE id='$r1' UNION SELECT run_id FROM steps WHERE run_id='$r1'") ]] \
   || fail "rows of the run deleted through the API are left"
-expect 66 "no run '$r1'" -- R runs delete "$r1"
+expect 66 "no run '$r1' (see 'tpuflow runs list')" -- R runs delete "$r1"
 expect 64 "needs a run id" -- R runs delete --dry-run
 # a live run (the daemon drives it) is refused with the local command's words and code (75)
 live=$(R run "$dir/slow.yaml" --detach | awk '{print $2}')
