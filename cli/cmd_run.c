@@ -732,30 +732,6 @@ static int runs_list(struct tf_store *st, struct tf_cli *cli, const struct tf_ru
 	return TF_EXIT_OK;
 }
 
-/* Every param of the run's pipeline with the value the run used
- * (tf_pipeline_param_values), from the pipeline stored with the run; NULL when it no longer
- * loads. */
-static json_t *param_values(struct tf_store *st, const char *run, json_t *overrides)
-{
-	char *src = NULL, *path = NULL;
-	if (tf_run_pipeline_source(st, run, &src, &path))
-		return NULL;
-	size_t nov;
-	struct tf_param_override *ov = tf_param_overrides_from_json(overrides, &nov);
-	struct tf_pipeline *p = NULL;
-	struct tf_diag_list diags = {0};
-	json_t *arr = NULL;
-	if (tf_pipeline_load_buffer(path ? path : "pipeline", src, strlen(src), ov, nov,
-	                            TF_PIPELINE_ALLOW_UNSET, &p, &diags) == 0)
-		arr = tf_pipeline_param_values(p);
-	tf_diag_list_release(&diags);
-	tf_pipeline_free(p);
-	free(ov);
-	free(src);
-	free(path);
-	return arr;
-}
-
 /* The selection a run was made with (runs.selection: {"only": [...]} or {"from": S}) in the
  * words of `run`'s options: "--only a,b" or "--from train" ("" without one). */
 static void selection_text(json_t *sel, char *buf, size_t n)
@@ -865,7 +841,7 @@ static int runs_show(struct tf_store *st, struct tf_cli *cli, const char *run)
 		fprintf(stderr, "tpuflow runs: %s\n", tf_store_errmsg(st));
 		return TF_EXIT_SOFTWARE;
 	}
-	json_t *pv = param_values(st, run, json_object_get(d, "params"));
+	json_t *pv = tf_run_param_values(st, run, json_object_get(d, "params"));
 	if (pv)
 		json_object_set_new(d, "param_values", pv);
 	if (cli->json) {

@@ -44,6 +44,7 @@
  */
 #include "orchestrator/state.h"
 #include "orchestrator/alerts.h"
+#include "orchestrator/pipeline.h"
 #include "common/digest.h"
 
 #define TF_LOG_TAG "state"
@@ -1075,6 +1076,27 @@ int tf_run_pipeline_source(struct tf_store *st, const char *run, char **source, 
 	}
 	tf_stmt_done(s);
 	return rc;
+}
+
+json_t *tf_run_param_values(struct tf_store *st, const char *run, const json_t *overrides)
+{
+	char *src = NULL, *path = NULL;
+	if (tf_run_pipeline_source(st, run, &src, &path))
+		return NULL;
+	size_t nov;
+	struct tf_param_override *ov = tf_param_overrides_from_json(overrides, &nov);
+	struct tf_pipeline *p = NULL;
+	struct tf_diag_list diags = {0};
+	json_t *arr = NULL;
+	if (tf_pipeline_load_buffer(path ? path : "pipeline", src, strlen(src), ov, nov,
+	                            TF_PIPELINE_ALLOW_UNSET, &p, &diags) == 0)
+		arr = tf_pipeline_param_values(p);
+	tf_diag_list_release(&diags);
+	tf_pipeline_free(p);
+	free(ov);
+	free(src);
+	free(path);
+	return arr;
 }
 
 int tf_run_find(struct tf_store *st, const char *prefix, char run_id[32])

@@ -239,6 +239,12 @@ int tf_run_labels(struct tf_store *st, const char *run, json_t **out);
 /* The pipeline source a run was created from (caller owns both strings; path may be NULL). */
 int tf_run_pipeline_source(struct tf_store *st, const char *run, char **source, char **path);
 
+/* Every param of the run's pipeline with the value the run used, [{name, value, text,
+ * source}] as tf_pipeline_param_values writes them, from the pipeline stored with the run and
+ * `overrides` (the run's `params`); NULL when that pipeline no longer loads (caller owns):
+ * `param_values` of `runs show --json` and GET /api/v1/runs/{id}. */
+json_t *tf_run_param_values(struct tf_store *st, const char *run, const json_t *overrides);
+
 /* Finds a run id from a unique prefix or "latest"; -ENOENT / -EEXIST (ambiguous). */
 int tf_run_find(struct tf_store *st, const char *prefix, char run_id[32]);
 

@@ -127,6 +127,10 @@ url=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["url"])' "
 token() { "$bin" tokens create --home "$H" --name "$1" --scope "$1" 2>/dev/null | grep -o 'tpf_[A-Za-z0-9_]*' | head -1; }
 admin=$(token admin) reader=$(token read)
 R() { TPUFLOW_TOKEN=$admin "$bin" --remote "$url" "$@"; }
+# runs show: the local command's text, params included
+diff <("$bin" runs show "$r3" --home "$H" 2>&1) <(R runs show "$r3" 2>&1) \
+  || fail "--remote runs show printed otherwise than the local command"
+expect 0 "who = world  (default)" -- R runs show "$r3"
 log1=$H/objects/runs/$r1/a/logs/attempt-1.log
 [[ -f $log1 ]] || fail "no log of run $r1 to delete at $log1"
 # a dry run: the local command's text and JSON, nothing removed

@@ -1073,8 +1073,9 @@ static void test_remote_cli(void **state)
 	assert_int_equal(system(cmd), 0);
 	snprintf(cmd, sizeof(cmd),
 	         "'%s' runs show %s >'%s' 2>&1 && grep -q '^run %s  pipeline cli-remote  succeeded' "
-	         "'%s' && grep -Eq '^  STEP +TYPE +STATE' '%s'",
-	         bin, run1, out, run1, out, out);
+	         "'%s' && grep -q '^    who = y  (--param)$' '%s' && grep -Eq '^  STEP +TYPE +STATE' "
+	         "'%s'",
+	         bin, run1, out, run1, out, out, out);
 	assert_int_equal(system(cmd), 0);
 	snprintf(cmd, sizeof(cmd), "'%s' runs cancel %s >'%s' 2>&1", bin, run1, out);
 	assert_int_equal(WEXITSTATUS(system(cmd)), 1); /* 409: the run is over */

@@ -273,6 +273,9 @@ void tf_web_run_show(struct tf_web_req *rq, struct tf_web_resp *rs)
 	if (!d)
 		return;
 	json_object_set_new(d, "labels", labels_of(rq->st, id));
+	json_t *pv = tf_run_param_values(rq->st, id, json_object_get(d, "params"));
+	if (pv)
+		json_object_set_new(d, "param_values", pv);
 	tf_web_json(rs, 200, d);
 }
 
