@@ -107,7 +107,7 @@ for k in tf_put tf_put1 curl_put curl_puts tf_get curl_get curl_gets; do
   printf '%-10s client %5s  server %5s  total %5s\n' "$k" "$(median "${cc[$k]}")" \
     "$(median "${sc[$k]}")" "$(median "${tc[$k]}")"
 done
-echo "(ratio = curl time / tpuflow time. put: tpuflow's default multipart, 16 MiB parts, 4 in"
+echo "(ratio = curl time / tpuflow time. put: tpuflow's default multipart, 2 parts of 32 MiB in"
 echo " parallel; put1: one request (TPUFLOW_S3_MULTIPART_THRESHOLD=1G). tpuflow signs the"
 echo " payload's SHA-256 (the server checks it) and stores a CRC-32C that every get checks;"
 echo " tpuflow's get writes a temp file, fsyncs and renames it)"

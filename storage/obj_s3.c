@@ -57,7 +57,7 @@
 #define META_CRC "x-amz-meta-tf-crc32c"
 #define MIN_PART (5u << 20)
 #define MAX_PARTS 10000
-#define DEFAULT_PART_MIN (8u << 20)
+#define DEFAULT_PART_MIN (32u << 20)
 #define DEFAULT_PART_MAX (64u << 20)
 #define ERR_BODY_MAX (1u << 20)
 #define HASH_BLOCK (256u << 10) /* hashing block: stays in L2 while all hashes read it */
@@ -1439,8 +1439,9 @@ static void mp_abort(struct tf_objstore *s, const char *fkey, const char *upload
 }
 
 /* The part size for an object of total bytes: the configured size; by default the object
- * split in as many parts as go at once (fewer requests: each costs the server a request and a
- * segment of its own), between 8 and 64 MiB; doubled until there are at most MAX_PARTS. */
+ * split in as many parts as go at once, rounded up to a MiB, between 32 and 64 MiB (fewer
+ * requests: each part costs the server requests and a segment of its own, ~25 ms of CPU on
+ * Swift, docs/benchmarks.md); doubled until there are at most MAX_PARTS. */
 static size_t mp_part_size(const struct s3 *s3, uint64_t total)
 {
 	uint64_t size = s3->part_size;
@@ -1455,6 +1456,13 @@ static size_t mp_part_size(const struct s3 *s3, uint64_t total)
 	while ((total + size - 1) / size > MAX_PARTS)
 		size *= 2;
 	return (size_t)size;
+}
+
+/* Does an object of total bytes go up as a multipart upload? At the threshold and above,
+ * unless it would be one part: a single PUT of it costs the server two requests less. */
+static int is_multipart(const struct s3 *s3, uint64_t total)
+{
+	return total >= s3->threshold && mp_part_size(s3, total) < total;
 }
 
 /* Creates the multipart upload (its metadata carries crc); the id goes to upload_id. */
@@ -1605,8 +1613,8 @@ static int put_multipart(struct tf_objstore *s, const char *key, const char *dat
 	if (rc)
 		mp_abort(s, fkey, upload_id);
 	else
-		tf_debug("multipart upload of '%s': %d parts of %zu bytes", fkey, m.nparts,
-		         m.part_size);
+		tf_debug("multipart upload of '%s': %d parts of %zu bytes, %d at a time", fkey,
+		         m.nparts, m.part_size, s3->parallel);
 out:
 	resp_release(&resp);
 	free(m.etags);
@@ -1622,7 +1630,7 @@ static int s3_put(struct tf_objstore *s, const char *key, const void *data, size
                   unsigned flags)
 {
 	struct s3 *s3 = S3(s);
-	if (len >= s3->threshold)
+	if (is_multipart(s3, len))
 		return put_multipart(s, key, data, -1, len, flags);
 	struct sums sums;
 	int rc = sums_all(data ? data : "", -1, 0, len, s3->content_md5, &sums);
@@ -1659,7 +1667,7 @@ static int s3_put_file(struct tf_objstore *s, const char *key, const char *path,
 		free(data);
 		return rc;
 	}
-	if ((uint64_t)st.st_size < s3->threshold) {
+	if (!is_multipart(s3, (uint64_t)st.st_size)) {
 		struct sums sums;
 		size_t len = (size_t)st.st_size;
 		rc = sums_all(NULL, fd, 0, len, s3->content_md5, &sums);

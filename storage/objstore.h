@@ -79,9 +79,10 @@ struct tf_objstore_opts {
 	const char *session_token;  /* optional, sent as x-amz-security-token */
 	int addressing;             /* 0 auto: path-style for custom endpoints, else virtual-hosted
 	                               (env TPUFLOW_S3_ADDRESSING=path|virtual); 1 path, 2 virtual */
-	size_t multipart_threshold; /* objects at least this large go multipart; default 8 MiB */
+	size_t multipart_threshold; /* objects at least this large go multipart (unless they
+	                               would be one part); default 8 MiB */
 	size_t part_size;           /* multipart part size (>= 5 MiB); default: the object in
-	                               `parallel` parts of 8-64 MiB */
+	                               `parallel` parts of 32-64 MiB */
 	int parallel;               /* parts in flight at once; default 4 */
 	int max_attempts;           /* attempts per request, first included; default 5 */
 	double retry_base;          /* backoff base in seconds; default 0.1 */
