@@ -3,8 +3,8 @@
 # and retention"): labels, `runs list` filters, `runs show` params, `runs delete` (refusing a
 # live run, taking an orphaned one, keeping what a model version or a later run uses) and
 # `tpuflow gc` (dry run by default, --apply); then `runs delete` and `gc` through a daemon's
-# API (--remote, an admin token): the same text and JSON as here, a live run refused, a read
-# token refused. Runs in a few seconds.
+# API (--remote, an admin token): the same text and JSON as here, a live run refused, a run
+# whose object store does not answer kept, a read token refused. Runs in about 20 s.
 . "$(dirname "$0")/lib.sh" it_runs_manage runs
 bg=
 trap '[[ -n $bg ]] && kill -9 "$bg" 2>/dev/null; [[ -n $dpid ]] && kill -9 "$dpid" 2>/dev/null; rm -rf "$dir"' EXIT
@@ -117,6 +117,9 @@ expect 0 "" -- "$bin" gc --home "$H" --keep-last 0 --apply
 # the local commands print and leave what they leave; a live run and a read token are refused
 for _ in 1 2 3; do expect 0 "" -- "$bin" run "$dir/lab.yaml" --home "$H" --plain; done
 read -r r3 r2 r1 <<<"$(ids --pipeline lab)"
+# an S3 endpoint nobody answers at (a port just free), for a run whose store is gone
+closed=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export AWS_ENDPOINT_URL=http://127.0.0.1:$closed AWS_ACCESS_KEY_ID=it AWS_SECRET_ACCESS_KEY=it AWS_REGION=us-east-1
 "$bin" daemon --home "$H" --listen 127.0.0.1:0 >>"$dir/d.log" 2>&1 &
 dpid=$!
 for _ in $(seq 1 200); do
@@ -171,6 +174,28 @@ assert r["run"] == sys.argv[1] and not r["deleted"] and r["reason"] == "busy", r
 expect 0 "cancel: $live" -- R runs cancel "$live"
 for _ in $(seq 200); do [[ $(count --state failed --pipeline slow) == 1 ]] && break; sleep 0.1; done
 expect 0 "  cancelled at " -- R runs show "$live"
+# a run whose object store does not answer stays, with the local command's words and code (69)
+cat >"$dir/far.yaml" <<'EOF'
+name: far
+steps:
+  - {name: a, type: shell, with: {argv: [/bin/true]}}
+EOF
+expect 0 "" -- "$bin" run "$dir/far.yaml" --home "$H" --plain
+far=$(ids --pipeline far)
+sqlite3 "$H/tpuflow.db" "UPDATE runs SET storage='s3://gone/far' WHERE id='$far'"
+expect 69 "its object store s3://gone/far cannot be listed" -- R runs delete "$far"
+diff <("$bin" runs delete "$far" --home "$H" 2>&1) <(R runs delete "$far" 2>&1) \
+  || fail "--remote runs delete of a run whose store is gone said otherwise than the local command"
+out=$(R --json gc --keep-last 0 --pipeline far --apply); rc=$?
+python3 -c '
+import json, sys
+d = json.loads(sys.argv[2])
+[r] = d["runs"]
+assert r["run"] == sys.argv[1] and not r["deleted"] and r["reason"] == "unavailable", d' "$far" "$out" \
+  && [[ $rc == 69 ]] || fail "--remote --json gc of a run whose store is gone: exit $rc, $out"
+[[ $(ids --pipeline far) == "$far" ]] || fail "the run whose store is gone was deleted"
+sqlite3 "$H/tpuflow.db" "UPDATE runs SET storage='file://$H/objects' WHERE id='$far'"
+expect 0 "deleted run $far" -- R runs delete "$far"
 # gc: the dry run lists what the local one lists; --apply removes it, keeps the newest
 expect 64 "give a policy" -- R gc
 diff <("$bin" gc --home "$H" --keep-last 1 --pipeline lab 2>&1) <(R gc --keep-last 1 --pipeline lab 2>&1) \
