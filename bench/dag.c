@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -214,6 +215,21 @@ static double spawn_floor(const char *dir, int n, int fresh_dir)
 	return wall;
 }
 
+/* CPU seconds (user + system) of this process and of the children it has waited for: around
+ * one orchestrator's run, what it and its programs spent, a figure that a loaded machine
+ * inflates far less than wall time. */
+static double cpu_seconds(void)
+{
+	struct rusage self, kids;
+	getrusage(RUSAGE_SELF, &self);
+	getrusage(RUSAGE_CHILDREN, &kids);
+	return (double)(self.ru_utime.tv_sec + self.ru_stime.tv_sec + kids.ru_utime.tv_sec +
+	                kids.ru_stime.tv_sec) +
+	       (double)(self.ru_utime.tv_usec + self.ru_stime.tv_usec + kids.ru_utime.tv_usec +
+	                kids.ru_stime.tv_usec) *
+	           1e-6;
+}
+
 /* Median, min and max of v[0..n) (sorted in place). */
 static void spread(double *v, int n, double *med, double *lo, double *hi)
 {
@@ -253,7 +269,8 @@ static void shell_vs_snakemake(const char *dir, int n, int fanout, int reps)
 {
 	/* who runs; then the per-round figures derived from their times */
 	enum { TF, BASE, SNAKE, FLOOR_DIR, FLOOR, NWHO };
-	enum { X_TF = NWHO, X_BASE, O_TF, O_BASE, O_SNAKE, O_RATIO, B_DIR, B_FLAT, NFIG };
+	enum { X_TF = NWHO, X_BASE, O_TF, O_BASE, O_SNAKE, O_RATIO, B_DIR, B_FLAT, CPU0 };
+	enum { NFIG = CPU0 + NWHO }; /* then each one's CPU time per step */
 	static const char *const who_dir[NWHO] = {"shell", "base", "snake", "floordir", "floor"};
 	const char *bin = getenv("TPUFLOW_BIN") ? getenv("TPUFLOW_BIN") : "build/tpuflow";
 	const char *base = getenv("TF_BENCH_BASELINE");
@@ -274,12 +291,15 @@ static void shell_vs_snakemake(const char *dir, int n, int fanout, int reps)
 			snprintf(sub, sizeof(sub), "%s/%s-%s-%d-%d", dir, who_dir[w], kind, n, k);
 			if (tf_mkdir_p(sub))
 				continue;
+			double c0 = cpu_seconds();
 			double s = w == TF      ? tpuflow_shell_dag(bin, sub, n, fanout)
 			           : w == BASE  ? tpuflow_shell_dag(base, sub, n, fanout)
 			           : w == SNAKE ? snakemake_dag(sub, n, fanout)
 			                        : spawn_floor(sub, n, w == FLOOR_DIR);
-			if (s > 0)
+			if (s > 0) {
 				ADD(w, v[w] = s * 1e3 / n);
+				ADD(CPU0 + w, (cpu_seconds() - c0) * 1e3 / n);
+			}
 		}
 		double fd = v[FLOOR_DIR], sm = v[SNAKE];
 		if (sm > 0 && v[TF] > 0)
@@ -331,6 +351,15 @@ static void shell_vs_snakemake(const char *dir, int n, int fanout, int reps)
 		       "snakemake / floor:");
 		print_spread(" with a directory per step", fig[B_DIR], nfig[B_DIR], "x");
 		print_spread("; without", fig[B_FLAT], nfig[B_FLAT], "x");
+		printf("\n    CPU time per step (user + system, the orchestrator's and its "
+		       "programs'):");
+		print_spread(" tpuflow", fig[CPU0 + TF], nfig[CPU0 + TF], "ms");
+		if (base)
+			print_spread("; baseline", fig[CPU0 + BASE], nfig[CPU0 + BASE], "ms");
+		print_spread("; snakemake", fig[CPU0 + SNAKE], nfig[CPU0 + SNAKE], "ms");
+		print_spread("; floor with a directory", fig[CPU0 + FLOOR_DIR],
+		             nfig[CPU0 + FLOOR_DIR], "ms");
+		print_spread("; in one", fig[CPU0 + FLOOR], nfig[CPU0 + FLOOR], "ms");
 		printf("\n");
 	}
 	for (int f = 0; f < NFIG; f++)
