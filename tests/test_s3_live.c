@@ -159,6 +159,29 @@ static void test_s3_live_multipart_12mib(void **state)
 	tf_objstore_free(s);
 }
 
+/* Above the threshold, an object that the default part size (at least 32 MiB) leaves in one
+ * part goes as a single PUT: one request, a plain-MD5 ETag. */
+static void test_s3_live_one_part_goes_as_one_put(void **state)
+{
+	(void)state;
+	struct tf_objstore_opts o = {.multipart_threshold = 5u << 20};
+	struct tf_objstore *s = open_s3(endpoint(), "onepart", &o);
+	size_t n = 12u << 20;
+	unsigned char *b = pattern(n, 5);
+	struct tf_obj_stats before, after;
+	tf_objstore_stats(s, &before);
+	assert_int_equal(tf_objstore_put(s, "one.bin", b, n, 0), 0);
+	tf_objstore_stats(s, &after);
+	assert_int_equal(after.requests - before.requests, 1);
+	struct tf_obj_info info;
+	assert_int_equal(tf_objstore_head(s, "one.bin", &info), 0);
+	assert_int_equal(info.size, n);
+	assert_null(strchr(info.etag, '-'));
+	assert_int_equal(info.crc32c, tf_crc32c(b, n));
+	free(b);
+	tf_objstore_free(s);
+}
+
 /* Files go up streamed (no copy in memory), as one PUT below the threshold and as parts above
  * it, with the signed SHA-256 alone and with Content-MD5 too (TPUFLOW_S3_CONTENT_MD5=1, which
  * also checks every ETag against the MD5 sent); they come back identical. */
@@ -474,6 +497,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_s3_live_round_trip),
 	    cmocka_unit_test(test_s3_live_multipart_12mib),
+	    cmocka_unit_test(test_s3_live_one_part_goes_as_one_put),
 	    cmocka_unit_test(test_s3_live_streams_files_with_and_without_content_md5),
 	    cmocka_unit_test(test_s3_live_list_prefixes_and_pages),
 	    cmocka_unit_test(test_s3_live_wrong_secret_is_clear),
