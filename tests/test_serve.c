@@ -296,8 +296,7 @@ static int setup(void **state)
 	have_data = access(TF_TEST_FMNIST, R_OK) == 0;
 	if (!have_data)
 		return 0;
-	const char *tmp = getenv("TF_TEST_TMP");
-	snprintf(home, sizeof(home), "%s/servehome", tmp ? tmp : "/tmp");
+	snprintf(home, sizeof(home), "%s/servehome", tf_test_tmp());
 	char cmd[1200], err[512];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s'", home, home);
 	assert_int_equal(system(cmd), 0);

@@ -211,8 +211,7 @@ static void assert_problem(struct resp *r, long status)
 static int setup(void **state)
 {
 	(void)state;
-	const char *tmp = getenv("TF_TEST_TMP");
-	snprintf(home, sizeof(home), "%s/webhome", tmp ? tmp : "/tmp");
+	snprintf(home, sizeof(home), "%s/webhome", tf_test_tmp());
 	char cmd[1200];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s'", home, home);
 	assert_int_equal(system(cmd), 0);

@@ -49,6 +49,20 @@ int tf_test_wait_exit(pid_t pid)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+const char *tf_test_tmp(void)
+{
+	static char *dir;
+	if (dir)
+		return dir;
+	const char *t = getenv("TF_TEST_TMP");
+	if (t && *t)
+		return dir = tf_xstrdup(t);
+	t = getenv("TMPDIR");
+	dir = tf_xasprintf("%s/tpuflow-test.XXXXXX", t && *t ? t : "/tmp");
+	assert_non_null(mkdtemp(dir));
+	return dir;
+}
+
 int tf_test_cli(const char *const args[], char **out, char **err)
 {
 	char *argv[16] = {getenv("TPUFLOW_BIN"), "--home", "home"};

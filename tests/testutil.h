@@ -9,6 +9,11 @@
 /* The Fashion-MNIST training images the ml tests need; they skip when it is absent. */
 #define TF_TEST_FMNIST "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
 
+/* The directory a test binary keeps its files in: $TF_TEST_TMP (tests/run.sh gives each binary
+ * its own), else a new one under $TMPDIR (or /tmp) made on the first call, so a binary run by
+ * hand never works in a fixed, shared path. The same string on every call; never freed. */
+const char *tf_test_tmp(void);
+
 /* Starts ARGV (argv[0] a path) as a child process that appends its stdout to the file OUT and,
  * if ERR is not NULL, its stderr to ERR (OUT and ERR may name the same file); stderr stays the
  * test's own otherwise. Returns the child's pid, or -1 if fork failed. */
