@@ -1323,14 +1323,14 @@ static void mp_crc_pass(struct mp *m)
 			return;
 		uint64_t off = (uint64_t)i * m->part_size;
 		struct sums sums;
-		int rc = atomic_load(&m->failed)
-		             ? 0
-		             : sums_compute(m->data ? m->data + off : NULL, m->fd, off,
-		                            mp_part_len(m, i), SUM_CRC, &sums);
+		int skip = atomic_load(&m->failed); /* nothing will be sent: only counted */
+		int rc = skip ? 0
+		              : sums_compute(m->data ? m->data + off : NULL, m->fd, off,
+		                             mp_part_len(m, i), SUM_CRC, &sums);
 		if (rc)
 			mp_fail_read(m, i, rc);
 		pthread_mutex_lock(&m->lock);
-		if (!rc)
+		if (!rc && !skip)
 			m->crcs[i] = sums.crc;
 		if (++m->crc_done == m->nparts)
 			pthread_cond_broadcast(&m->cond);
