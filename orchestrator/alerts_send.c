@@ -52,32 +52,45 @@ static char *run_link(const struct tf_alerts_config *cfg, const char *run)
 	return tf_xasprintf("%s/#/runs/%s", cfg->dashboard_url, run);
 }
 
-/* Slack's mrkdwn needs &, < and > escaped (https://api.slack.com/reference/surfaces/formatting),
- * and text cut to the block's limit. */
-static void slack_escape(const char *s, size_t max, char **out, size_t *len, size_t *cap)
+/* The longest start of s, at most max bytes, that does not end inside a UTF-8 sequence (a
+ * text cut in the middle of a character is not UTF-8, and no JSON encoder takes it). */
+static size_t utf8_cut(const char *s, size_t max)
 {
-	for (size_t n = 0; s && *s && n < max; s++, n++) {
-		const char *rep = *s == '&'   ? "&amp;"
-		                  : *s == '<' ? "&lt;"
-		                  : *s == '>' ? "&gt;"
-		                              : NULL;
-		size_t k = rep ? strlen(rep) : 1;
-		if (*len + k + 1 > *cap) {
-			*cap = (*cap + k + 1) * 2;
-			*out = tf_xrealloc(*out, *cap);
-		}
-		memcpy(*out + *len, rep ? rep : s, k);
-		*len += k;
-	}
-	(*out)[*len] = '\0';
+	size_t n = strlen(s);
+	if (n <= max)
+		return n;
+	while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
+		max--;
+	return max;
 }
 
+/* Cuts an escaped mrkdwn text in place to at most max bytes, on a character and not inside
+ * an entity (&amp; &lt; &gt;). */
+static void slack_cut(char *s, size_t max)
+{
+	size_t n = utf8_cut(s, max);
+	char *amp = memrchr(s, '&', n);
+	if (amp && !memchr(amp, ';', n - (size_t)(amp - s)))
+		n = (size_t)(amp - s);
+	s[n] = '\0';
+}
+
+/* Slack's mrkdwn needs &, < and > escaped (https://api.slack.com/reference/surfaces/formatting):
+ * s escaped, from at most max bytes of it cut on a character. */
 static char *slack_text(const char *s, size_t max)
 {
-	size_t len = 0, cap = 64;
-	char *out = tf_xmalloc(cap);
-	out[0] = '\0';
-	slack_escape(s, max, &out, &len, &cap);
+	size_t n = s ? utf8_cut(s, max) : 0, len = 0;
+	char *out = tf_xmalloc(5 * n + 1);
+	for (size_t i = 0; i < n; i++) {
+		const char *rep = s[i] == '&'   ? "&amp;"
+		                  : s[i] == '<' ? "&lt;"
+		                  : s[i] == '>' ? "&gt;"
+		                                : NULL;
+		size_t k = rep ? strlen(rep) : 1;
+		memcpy(out + len, rep ? rep : s + i, k);
+		len += k;
+	}
+	out[len] = '\0';
 	return out;
 }
 
@@ -92,12 +105,14 @@ static json_t *slack_body(json_t *p, const struct tf_alerts_config *cfg)
 	char *link = run_link(cfg, run);
 	char *summary = tf_xasprintf("%s%s", resolved ? "resolved: " : "", dstr(d, "summary"));
 	char *head = tf_xasprintf("tpuflow: %s", summary);
-	if (strlen(head) > SLACK_HEADER_MAX)
-		head[SLACK_HEADER_MAX] = '\0';
-	char *fallback = tf_xasprintf(
-	    "tpuflow %s%s%s%s%s%s%s", dstr(p, "type"), pipeline ? " pipeline " : "",
-	    pipeline ? pipeline : "", run ? " run " : "", run ? run : "",
-	    dstr(d, "message") ? ": " : "", dstr(d, "message") ? dstr(d, "message") : "");
+	head[utf8_cut(head, SLACK_HEADER_MAX)] = '\0'; /* plain_text: no escaping */
+	char *raw = tf_xasprintf("tpuflow %s%s%s%s%s%s%s", dstr(p, "type"),
+	                         pipeline ? " pipeline " : "", pipeline ? pipeline : "",
+	                         run ? " run " : "", run ? run : "", dstr(d, "message") ? ": " : "",
+	                         dstr(d, "message") ? dstr(d, "message") : "");
+	char *fallback = slack_text(raw, SLACK_SECTION_MAX); /* `text` is mrkdwn too */
+	slack_cut(fallback, SLACK_SECTION_MAX);
+	free(raw);
 	char *epipe = slack_text(pipeline, 200), *erun = slack_text(run, 64),
 	     *estep = slack_text(step, 200), *emsg = slack_text(dstr(d, "message"), 2000);
 	char *runpart = !run   ? tf_xstrdup("")
@@ -108,8 +123,7 @@ static json_t *slack_body(json_t *p, const struct tf_alerts_config *cfg)
 	                 pipeline ? epipe : "", pipeline ? "`" : "", runpart,
 	                 step ? "\n*Step* `" : "", step ? estep : "", step ? "`" : "", "");
 	char *section = emsg[0] ? tf_xasprintf("%s\n>%s", facts, emsg) : tf_xstrdup(facts);
-	if (strlen(section) > SLACK_SECTION_MAX)
-		section[SLACK_SECTION_MAX] = '\0';
+	slack_cut(section, SLACK_SECTION_MAX);
 	char *ctx = tf_xasprintf("%s · %s · %s", dstr(p, "type"), dstr(d, "severity"),
 	                         dstr(p, "timestamp"));
 	json_t *body =
@@ -133,22 +147,41 @@ static json_t *slack_body(json_t *p, const struct tf_alerts_config *cfg)
 }
 
 /* One alert for Alertmanager's POST /api/v2/alerts (a JSON array): labels identify it (the
- * event and the pipeline, so a later run resolves the same alert), annotations describe this
- * occurrence; a resolving row carries endsAt. */
+ * event and what it is about: the pipeline and step, so a later run resolves the same alert;
+ * the model, alias, metric; the pool and chip), annotations describe this occurrence (the
+ * run, the version); a resolving row carries endsAt. */
 static json_t *alertmanager_body(json_t *p, const struct tf_alerts_config *cfg)
 {
 	json_t *d = json_object_get(p, "data");
 	json_t *labels = json_pack("{s:s, s:s, s:s}", "alertname", dstr(p, "type"), "severity",
 	                           dstr(d, "severity"), "source", "tpuflow");
-	if (dstr(d, "pipeline"))
-		json_object_set_new(labels, "pipeline", json_string(dstr(d, "pipeline")));
-	if (dstr(d, "step"))
-		json_object_set_new(labels, "step", json_string(dstr(d, "step")));
+	/* what the alert is about: two failed chips, or regressions of two models, are two
+	 * alerts (the same labels would make the second an update of the first, and
+	 * Alertmanager does not notify an update) */
+	static const char *const about[] = {"pipeline", "step", "model", "alias", "metric", "pool"};
+	for (size_t i = 0; i < TF_ARRAY_LEN(about); i++)
+		if (dstr(d, about[i]))
+			json_object_set_new(labels, about[i], json_string(dstr(d, about[i])));
+	json_t *chip = json_object_get(d, "chip");
+	if (json_array_size(chip) == 3) {
+		char *xyz = tf_xasprintf("%lld,%lld,%lld",
+		                         (long long)json_integer_value(json_array_get(chip, 0)),
+		                         (long long)json_integer_value(json_array_get(chip, 1)),
+		                         (long long)json_integer_value(json_array_get(chip, 2)));
+		json_object_set_new(labels, "chip", json_string(xyz));
+		free(xyz);
+	}
 	json_t *ann = json_pack("{s:s}", "summary", dstr(d, "summary"));
 	if (dstr(d, "message"))
 		json_object_set_new(ann, "description", json_string(dstr(d, "message")));
 	if (dstr(d, "run"))
 		json_object_set_new(ann, "run", json_string(dstr(d, "run")));
+	if (json_is_integer(json_object_get(d, "version"))) {
+		char *v = tf_xasprintf(
+		    "%lld", (long long)json_integer_value(json_object_get(d, "version")));
+		json_object_set_new(ann, "version", json_string(v));
+		free(v);
+	}
 	json_t *a = json_pack("{s:o, s:o, s:s}", "labels", labels, "annotations", ann, "startsAt",
 	                      dstr(p, "timestamp"));
 	if (dstr(d, "ends_at"))

@@ -349,6 +349,97 @@ static void test_alerts_slack_body(void **state)
 	tf_alerts_config_release(&cfg);
 }
 
+/* A long message of multi-byte characters and of characters Slack escapes: the texts are cut
+ * on a character (a cut inside one made the body fail to encode, and the alert dead) and not
+ * inside an entity, stay within Block Kit's limits, and the fallback `text` is escaped too
+ * (it is mrkdwn: an unescaped `<!channel>` in a step's message would notify everyone). */
+static void test_alerts_slack_long_utf8(void **state)
+{
+	(void)state;
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	char err[256] = "";
+	for (int variant = 0; variant < 2; variant++) {
+		char msg[8000] = "<!channel> x";
+		for (int i = 0; i < 1500; i++) /* é (2 bytes), or & (5 bytes once escaped) */
+			strcat(msg, variant ? "&" : "\xc3\xa9");
+		json_t *p =
+		    json_pack("{s:s, s:s, s:{s:s, s:s, s:s, s:s, s:s, s:s}}", "type", "step_failed",
+		              "timestamp", "2026-01-01T00:00:00.000Z", "data", "event",
+		              "step_failed", "summary", "a step failed", "severity", "critical",
+		              "run", "R1", "pipeline", "nightly", "message", msg);
+		char *text = json_dumps(p, JSON_COMPACT);
+		char *b = tf_alert_body("slack", text, &cfg, err, sizeof(err));
+		if (!b)
+			fprintf(stderr, "%s\n", err);
+		assert_non_null(b);
+		json_t *j = json_loads(b, 0, NULL); /* jansson refuses text that is not UTF-8 */
+		assert_non_null(j);
+		const char *fallback = json_string_value(json_object_get(j, "text"));
+		assert_non_null(strstr(fallback, "&lt;!channel&gt; x"));
+		assert_null(strstr(fallback, "<!channel>"));
+		const char *sect = json_string_value(json_object_get(
+		    json_object_get(json_array_get(json_object_get(j, "blocks"), 1), "text"),
+		    "text"));
+		assert_true(strlen(sect) <= 3000 && strlen(fallback) <= 3000);
+		assert_non_null(strstr(sect, "&lt;!channel&gt; x"));
+		const char *amp = strrchr(sect, '&');
+		assert_true(!amp || !strcmp(amp, "&amp;") || strchr(amp, ';'));
+		json_decref(j);
+		free(b);
+		free(text);
+		json_decref(p);
+	}
+	tf_alerts_config_release(&cfg);
+}
+
+/* Alertmanager identifies an alert by its labels: alerts about two chips, or two models, carry
+ * labels that tell them apart (with the same labels the second would only update the first,
+ * and Alertmanager notifies nobody of an update). */
+static void test_alerts_alertmanager_labels(void **state)
+{
+	(void)state;
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	char err[256] = "";
+	const char *payloads[] = {
+	    "{\"type\":\"chip_failed\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"data\":{"
+	    "\"event\":\"chip_failed\",\"summary\":\"a chip failed\",\"severity\":\"critical\","
+	    "\"pool\":\"v5e\",\"chip\":[0,1,0]}}",
+	    "{\"type\":\"chip_failed\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"data\":{"
+	    "\"event\":\"chip_failed\",\"summary\":\"a chip failed\",\"severity\":\"critical\","
+	    "\"pool\":\"v5e\",\"chip\":[1,1,0]}}",
+	    "{\"type\":\"metric_regressed\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"data\":{"
+	    "\"event\":\"metric_regressed\",\"summary\":\"worse\",\"severity\":\"critical\","
+	    "\"model\":\"fraud\",\"version\":4,\"metric\":\"auc\"}}",
+	    "{\"type\":\"metric_regressed\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"data\":{"
+	    "\"event\":\"metric_regressed\",\"summary\":\"worse\",\"severity\":\"critical\","
+	    "\"model\":\"churn\",\"version\":2,\"metric\":\"auc\"}}",
+	};
+	json_t *labels[4];
+	for (int i = 0; i < 4; i++) {
+		char *b = tf_alert_body("alertmanager", payloads[i], &cfg, err, sizeof(err));
+		assert_non_null(b);
+		json_t *arr = json_loads(b, 0, NULL), *a = json_array_get(arr, 0);
+		labels[i] = json_incref(json_object_get(a, "labels"));
+		if (i == 2)
+			assert_string_equal(json_string_value(json_object_get(
+			                        json_object_get(a, "annotations"), "version")),
+			                    "4");
+		json_decref(arr);
+		free(b);
+	}
+	assert_string_equal(json_string_value(json_object_get(labels[0], "pool")), "v5e");
+	assert_string_equal(json_string_value(json_object_get(labels[0], "chip")), "0,1,0");
+	assert_false(json_equal(labels[0], labels[1]));
+	assert_string_equal(json_string_value(json_object_get(labels[2], "model")), "fraud");
+	assert_string_equal(json_string_value(json_object_get(labels[2], "metric")), "auc");
+	assert_false(json_equal(labels[2], labels[3]));
+	for (int i = 0; i < 4; i++)
+		json_decref(labels[i]);
+	tf_alerts_config_release(&cfg);
+}
+
 /* Nothing listens on the port: every attempt fails, and after max_attempts the alert is
  * dead; redeliver queues it again with its msg_id. */
 static void test_alerts_dead_letter_and_redeliver(void **state)
@@ -733,6 +824,8 @@ int main(void)
 	    cmocka_unit_test(test_alerts_routing),
 	    cmocka_unit_test(test_alerts_alertmanager_resolve),
 	    cmocka_unit_test(test_alerts_slack_body),
+	    cmocka_unit_test(test_alerts_slack_long_utf8),
+	    cmocka_unit_test(test_alerts_alertmanager_labels),
 	    cmocka_unit_test(test_alerts_dead_letter_and_redeliver),
 	    cmocka_unit_test(test_alerts_metric_regressed),
 	    cmocka_unit_test(test_alerts_alertmanager_refire),

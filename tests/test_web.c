@@ -52,16 +52,18 @@ static int submit(void *ctx, struct tf_store *st, const struct tf_web_submit *s,
 {
 	(void)ctx;
 	struct tf_pipeline *p = NULL;
-	int rc = tf_pipeline_load_buffer("request.yaml", s->yaml, s->yaml_len, NULL, 0, 0, &p, diags);
+	int rc =
+	    tf_pipeline_load_buffer("request.yaml", s->yaml, s->yaml_len, NULL, 0, 0, &p, diags);
 	if (rc) {
 		snprintf(err, errlen, "the pipeline has errors");
 		return -EINVAL;
 	}
 	struct tf_run_step_def defs[16];
 	for (size_t i = 0; i < p->nsteps && i < 16; i++)
-		defs[i] = (struct tf_run_step_def){p->steps[i].name, tf_step_type_name(p->steps[i].type)};
-	rc = tf_run_create(st, p->name, p->source, NULL, s->params_json, NULL, defs, p->nsteps, NULL,
-	                   run_id);
+		defs[i] =
+		    (struct tf_run_step_def){p->steps[i].name, tf_step_type_name(p->steps[i].type)};
+	rc = tf_run_create(st, p->name, p->source, NULL, s->params_json, NULL, defs, p->nsteps,
+	                   NULL, run_id);
 	tf_pipeline_free(p);
 	return rc;
 }
@@ -281,7 +283,8 @@ static void test_routing_errors(void **state)
 	/* bad JSON names the byte offset */
 	r = call("POST", "/api/v1/runs", tok_trigger, "{\"yaml\": tru}", NULL);
 	assert_problem(&r, 400);
-	assert_non_null(strstr(json_string_value(json_object_get(r.json, "detail")), "byte offset"));
+	assert_non_null(
+	    strstr(json_string_value(json_object_get(r.json, "detail")), "byte offset"));
 	resp_free(&r);
 	const char *text[] = {"Content-Type: text/plain", NULL};
 	r = call("POST", "/api/v1/runs", tok_trigger, "{}", text);
@@ -307,9 +310,12 @@ static void test_auth_matrix(void **state)
 		const char *tok;
 		long read, trigger, admin;
 	} rows[] = {
-	    {NULL, 401, 401, 401},           {tok_read, 200, 403, 403},
-	    {tok_trigger, 200, 422, 403},    {tok_admin, 200, 422, 200},
-	    {tok_revoked, 401, 401, 401},    {tok_expired, 401, 401, 401},
+	    {NULL, 401, 401, 401},
+	    {tok_read, 200, 403, 403},
+	    {tok_trigger, 200, 422, 403},
+	    {tok_admin, 200, 422, 200},
+	    {tok_revoked, 401, 401, 401},
+	    {tok_expired, 401, 401, 401},
 	    {"tpf_0000000000000000000000000000000000000000000000000000000000000000", 401, 401, 401},
 	};
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -385,12 +391,13 @@ static void test_idempotency(void **state)
 	assert_null(strcasestr(b.head.p, "idempotent-replayed"));
 	/* labels are stored and filter the list */
 	char path[256];
-	snprintf(path, sizeof(path), "/api/v1/runs/%s", json_string_value(json_object_get(b.json, "id")));
+	snprintf(path, sizeof(path), "/api/v1/runs/%s",
+	         json_string_value(json_object_get(b.json, "id")));
 	resp_free(&b);
 	b = call("GET", path, tok_read, NULL, NULL);
 	assert_int_equal(b.status, 200);
-	assert_string_equal(json_string_value(json_object_get(json_object_get(b.json, "labels"), "ci")),
-	                    "yes");
+	assert_string_equal(
+	    json_string_value(json_object_get(json_object_get(b.json, "labels"), "ci")), "yes");
 	assert_int_equal(json_array_size(json_object_get(b.json, "steps")), 2);
 	resp_free(&b);
 	b = call("GET", "/api/v1/runs?label=ci=yes", tok_read, NULL, NULL);
@@ -425,10 +432,10 @@ static void test_pages(void **state)
 		json_t *it;
 		json_array_foreach(json_object_get(p.json, "items"), i, it)
 		{
-			assert_string_equal(json_string_value(json_object_get(it, "id")),
-			                    json_string_value(json_object_get(
-			                        json_array_get(json_object_get(all.json, "items"), seen),
-			                        "id")));
+			assert_string_equal(
+			    json_string_value(json_object_get(it, "id")),
+			    json_string_value(json_object_get(
+			        json_array_get(json_object_get(all.json, "items"), seen), "id")));
 			seen++;
 		}
 		const char *n = json_string_value(json_object_get(p.json, "next"));
@@ -530,11 +537,15 @@ static void test_step_counts(void **state)
 			assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
 			if (k == 1) {
 				assert_int_equal(tf_run_set_state(st, id, TF_RUN_RUNNING, NULL), 0);
-				assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_QUEUED, NULL), 0);
-				assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_RUNNING, NULL), 0);
-				assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_SUCCEEDED, NULL), 0);
+				assert_int_equal(
+				    tf_step_set_state(st, id, "a", TF_STEP_QUEUED, NULL), 0);
+				assert_int_equal(
+				    tf_step_set_state(st, id, "a", TF_STEP_RUNNING, NULL), 0);
+				assert_int_equal(
+				    tf_step_set_state(st, id, "a", TF_STEP_SUCCEEDED, NULL), 0);
 			} else {
-				assert_int_equal(tf_step_set_state(st, id, "b", TF_STEP_SKIPPED, NULL), 0);
+				assert_int_equal(
+				    tf_step_set_state(st, id, "b", TF_STEP_SKIPPED, NULL), 0);
 			}
 			tf_store_close(st);
 		}
@@ -561,8 +572,10 @@ static void test_runs_page_fresh(void **state)
 	char *body = json_dumps(b, 0);
 	json_decref(b);
 	for (int k = 0; k < 12; k++) {
-		struct resp r = call("GET", "/api/v1/runs?pipeline=fresh&limit=500", tok_read, NULL, NULL);
-		struct resp again = call("GET", "/api/v1/runs?pipeline=fresh&limit=500", tok_read, NULL, NULL);
+		struct resp r =
+		    call("GET", "/api/v1/runs?pipeline=fresh&limit=500", tok_read, NULL, NULL);
+		struct resp again =
+		    call("GET", "/api/v1/runs?pipeline=fresh&limit=500", tok_read, NULL, NULL);
 		assert_int_equal(json_array_size(json_object_get(r.json, "items")), k);
 		assert_string_equal(r.body.p, again.body.p);
 		resp_free(&r);
@@ -675,11 +688,12 @@ static void test_slurm_attempts(void **state)
 	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
 	assert_int_equal(tf_attempt_create(st, run, "a", 1), 0);
 	assert_int_equal(tf_attempt_create(st, run, "b", 1), 0);
-	assert_int_equal(tf_store_run(st,
-	                              "UPDATE attempts SET slurm_job=4242, slurm_nodes='tpu-[1-2]', "
-	                              "slurm_state='RUNNING' WHERE run_id=? AND step='a'",
-	                              "t", run),
-	                 0);
+	assert_int_equal(
+	    tf_store_run(st,
+	                 "UPDATE attempts SET slurm_job=4242, slurm_nodes='tpu-[1-2]', "
+	                 "slurm_state='RUNNING' WHERE run_id=? AND step='a'",
+	                 "t", run),
+	    0);
 	tf_store_close(st);
 	snprintf(path, sizeof(path), "/api/v1/runs/%s/steps", run);
 	struct resp r = call("GET", path, tok_read, NULL, NULL);
@@ -704,13 +718,14 @@ static void test_utf8_clean(void **state)
 	static const struct {
 		const char *in, *out;
 	} cases[] = {
-		{"plain", "plain"},
-		{"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
-		{"m\xaflow\xb3", "m?low?"},
-		{"\xc0\xaf", "??"},             /* overlong '/' */
-		{"\xed\xa0\x80", "???"},        /* a UTF-16 surrogate */
-		{"\xf4\x90\x80\x80", "????"},   /* past U+10FFFF */
-		{"\xe2\x82", "??"},             /* cut short */
+	    {"plain", "plain"},
+	    {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+	     "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+	    {"m\xaflow\xb3", "m?low?"},
+	    {"\xc0\xaf", "??"},           /* overlong '/' */
+	    {"\xed\xa0\x80", "???"},      /* a UTF-16 surrogate */
+	    {"\xf4\x90\x80\x80", "????"}, /* past U+10FFFF */
+	    {"\xe2\x82", "??"},           /* cut short */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char *s = strdup(cases[i].in);
@@ -784,17 +799,19 @@ static void test_validate(void **state)
 	assert_int_equal(registered, 1);
 	resp_free(&r);
 	/* a run of the registered pipeline by name, with params and labels */
-	r = call("POST", "/api/v1/runs", tok_trigger,
-	         "{\"pipeline\": \"web-test\", \"params\": {\"n\": 5}, \"labels\": {\"by\": \"name\"}}",
-	         NULL);
+	r = call(
+	    "POST", "/api/v1/runs", tok_trigger,
+	    "{\"pipeline\": \"web-test\", \"params\": {\"n\": 5}, \"labels\": {\"by\": \"name\"}}",
+	    NULL);
 	assert_int_equal(r.status, 201);
 	char path[128];
-	snprintf(path, sizeof(path), "/api/v1/runs/%s", json_string_value(json_object_get(r.json, "id")));
+	snprintf(path, sizeof(path), "/api/v1/runs/%s",
+	         json_string_value(json_object_get(r.json, "id")));
 	resp_free(&r);
 	r = call("GET", path, tok_read, NULL, NULL);
 	assert_string_equal(json_string_value(json_object_get(r.json, "pipeline")), "web-test");
-	assert_string_equal(json_string_value(json_object_get(json_object_get(r.json, "params"), "n")),
-	                    "5");
+	assert_string_equal(
+	    json_string_value(json_object_get(json_object_get(r.json, "params"), "n")), "5");
 	resp_free(&r);
 	r = call("POST", "/api/v1/runs", tok_trigger, "{\"pipeline\": \"nope\"}", NULL);
 	assert_problem(&r, 404);
@@ -844,7 +861,8 @@ static void test_schedules(void **state)
 	struct tf_store *st;
 	char err[256];
 	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
-	assert_int_equal(tf_store_run(st, "UPDATE registered_pipelines SET next_tick=? WHERE name=?",
+	assert_int_equal(tf_store_run(st,
+	                              "UPDATE registered_pipelines SET next_tick=? WHERE name=?",
 	                              "it", (int64_t)tf_now_wall() - 30, "nightly"),
 	                 0);
 	tf_store_close(st);
@@ -853,7 +871,8 @@ static void test_schedules(void **state)
 	json_t *f0 = json_array_get(json_object_get(r.json, "items"), 0);
 	assert_string_equal(json_string_value(json_object_get(f0, "outcome")), "fired");
 	char path[128];
-	snprintf(path, sizeof(path), "/api/v1/runs/%s", json_string_value(json_object_get(f0, "run")));
+	snprintf(path, sizeof(path), "/api/v1/runs/%s",
+	         json_string_value(json_object_get(f0, "run")));
 	resp_free(&r);
 	r = call("GET", path, tok_read, NULL, NULL);
 	assert_string_equal(json_string_value(json_object_get(r.json, "trigger")), "schedule");
@@ -881,7 +900,8 @@ static void test_schedules(void **state)
 	assert_int_equal(json_array_size(json_object_get(r.json, "next")), 0);
 	resp_free(&r);
 	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
-	assert_int_equal(tf_store_run(st, "UPDATE registered_pipelines SET next_tick=? WHERE name=?",
+	assert_int_equal(tf_store_run(st,
+	                              "UPDATE registered_pipelines SET next_tick=? WHERE name=?",
 	                              "it", (int64_t)tf_now_wall() - 30, "nightly"),
 	                 0);
 	tf_store_close(st);
@@ -921,8 +941,39 @@ static void test_metrics(void **state)
 	assert_non_null(strcasestr(r.head.p, "content-type: text/plain; version=0.0.4"));
 	assert_non_null(strstr(r.body.p, "# TYPE tpuflow_runs gauge\n"));
 	assert_non_null(strstr(r.body.p, "tpuflow_runs{state=\"pending\"} "));
-	assert_non_null(strstr(r.body.p, "tpuflow_api_requests_total{method=\"POST\",route=\"/api/v1/runs\",code=\"201\"} "));
+	assert_non_null(strstr(
+	    r.body.p,
+	    "tpuflow_api_requests_total{method=\"POST\",route=\"/api/v1/runs\",code=\"201\"} "));
 	assert_non_null(strstr(r.body.p, "tpuflow_build_info{version=\""));
+	/* every state of the enum, also those no step is in now */
+	assert_non_null(strstr(r.body.p, "tpuflow_steps{state=\"queued\"} "));
+	assert_non_null(strstr(r.body.p, "tpuflow_runs{state=\"interrupted\"} "));
+	resp_free(&r);
+	/* the outbox: a dead alert, and one not delivered for 100 s */
+	struct tf_store *st;
+	char err[256];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	double now = tf_now_wall();
+	assert_int_equal(tf_store_run(st,
+	                              "INSERT INTO alerts(msg_id, event, hook, payload, state, "
+	                              "next_attempt_at, created_at, queued_at) VALUES "
+	                              "('msg_metrics1', 'test', 'h', '{}', 'dead', ?1, ?1, ?1), "
+	                              "('msg_metrics2', 'test', 'h', '{}', 'pending', ?2, ?1, ?1)",
+	                              "dd", now - 100, now + 3600),
+	                 0);
+	r = call("GET", "/metrics", tok_read, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strstr(r.body.p, "# TYPE tpuflow_alerts gauge\n"));
+	assert_non_null(strstr(r.body.p, "tpuflow_alerts{state=\"dead\"} 1\n"));
+	assert_non_null(strstr(r.body.p, "tpuflow_alerts{state=\"pending\"} 1\n"));
+	assert_non_null(strstr(r.body.p, "tpuflow_alerts{state=\"delivered\"} 0\n"));
+	const char *oldest = strstr(r.body.p, "\ntpuflow_alerts_oldest_pending_seconds ");
+	assert_non_null(oldest);
+	assert_true(strtod(oldest + strlen("\ntpuflow_alerts_oldest_pending_seconds "), NULL) >=
+	            100);
+	assert_int_equal(
+	    tf_store_run(st, "DELETE FROM alerts WHERE msg_id LIKE 'msg_metrics%'", ""), 0);
+	tf_store_close(st);
 	resp_free(&r);
 	r = call("GET", "/metrics", NULL, NULL, NULL);
 	assert_problem(&r, 401);
@@ -960,7 +1011,9 @@ static void test_contract(void **state)
 	assert_int_equal(tf_pipelines_add_text(st, "contract.yaml", named, strlen(named),
 	                                       tf_now_wall(), NULL, &d),
 	                 0);
-	struct tf_model_version_spec mv = {.model = "contract-model", .run_id = run, .step = "a",
+	struct tf_model_version_spec mv = {.model = "contract-model",
+	                                   .run_id = run,
+	                                   .step = "a",
 	                                   .bundle = "runs/x/a/bundle",
 	                                   .metrics = "{\"accuracy\": 0.5}"};
 	int64_t v;
@@ -971,7 +1024,8 @@ static void test_contract(void **state)
 	         "cd '%s' && TOKEN_READ=%s TOKEN_TRIGGER=%s TOKEN_ADMIN=%s TOKEN_REVOKED=%s "
 	         "TOKEN_EXPIRED=%s RUN_ID=%s MODEL=contract-model PIPELINE_YAML='%s' "
 	         "node tests/api_contract.mjs %s",
-	         repo, tok_read, tok_trigger, tok_admin, tok_revoked, tok_expired, run, named, base);
+	         repo, tok_read, tok_trigger, tok_admin, tok_revoked, tok_expired, run, named,
+	         base);
 	assert_int_equal(system(cmd), 0);
 }
 
@@ -1006,8 +1060,9 @@ static void write_pipeline(const char *path, const char *name)
 {
 	FILE *f = fopen(path, "w");
 	assert_non_null(f);
-	fprintf(f, "name: %s\nparams:\n  who: {type: string, default: x}\nsteps:\n"
-	           "  - name: a\n    type: shell\n    with: {argv: [/bin/echo, \"${params.who}\"]}\n",
+	fprintf(f,
+	        "name: %s\nparams:\n  who: {type: string, default: x}\nsteps:\n"
+	        "  - name: a\n    type: shell\n    with: {argv: [/bin/echo, \"${params.who}\"]}\n",
 	        name);
 	fclose(f);
 }
@@ -1051,12 +1106,13 @@ static void test_remote_cli(void **state)
 	char path[256];
 	snprintf(path, sizeof(path), "/api/v1/runs/%s", run2);
 	struct resp r = call("GET", path, tok_read, NULL, NULL);
-	assert_string_equal(json_string_value(json_object_get(json_object_get(r.json, "params"), "who")),
-	                    "z");
+	assert_string_equal(
+	    json_string_value(json_object_get(json_object_get(r.json, "params"), "who")), "z");
 	resp_free(&r);
 	/* listing, showing, cancelling through TPUFLOW_URL */
 	char cmd[8192];
-	snprintf(cmd, sizeof(cmd), "'%s' --json runs list --pipeline cli-remote >'%s' 2>&1", bin, out);
+	snprintf(cmd, sizeof(cmd), "'%s' --json runs list --pipeline cli-remote >'%s' 2>&1", bin,
+	         out);
 	assert_int_equal(system(cmd), 0);
 	json_t *j = tf_test_load_json(out);
 	assert_string_equal(json_string_value(json_object_get(
@@ -1070,11 +1126,12 @@ static void test_remote_cli(void **state)
 	         "! '%s' runs list --since yesterday >'%s' 2>&1",
 	         bin, out, run1, out, bin, out, run1, out, bin, out);
 	assert_int_equal(system(cmd), 0);
-	snprintf(cmd, sizeof(cmd),
-	         "'%s' runs show %s >'%s' 2>&1 && grep -q '^run %s  pipeline cli-remote  succeeded' "
-	         "'%s' && grep -q '^    who = y  (--param)$' '%s' && grep -Eq '^  STEP +TYPE +STATE' "
-	         "'%s'",
-	         bin, run1, out, run1, out, out, out);
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "'%s' runs show %s >'%s' 2>&1 && grep -q '^run %s  pipeline cli-remote  succeeded' "
+	    "'%s' && grep -q '^    who = y  (--param)$' '%s' && grep -Eq '^  STEP +TYPE +STATE' "
+	    "'%s'",
+	    bin, run1, out, run1, out, out, out);
 	assert_int_equal(system(cmd), 0);
 	snprintf(cmd, sizeof(cmd), "'%s' runs cancel %s >'%s' 2>&1", bin, run1, out);
 	assert_int_equal(WEXITSTATUS(system(cmd)), 1); /* 409: the run is over */
@@ -1089,8 +1146,10 @@ static void test_remote_cli(void **state)
 		snprintf(metrics, sizeof(metrics), "{\"accuracy\": 0.%d}", 5 + v);
 		snprintf(bundle, sizeof(bundle), "runs/remote/%d/bundle", v);
 		struct tf_model_version_spec mv = {.model = "remote-model",
-		                                   .run_id = v == 1 ? run1 : run2, .step = "a",
-		                                   .bundle = bundle, .metrics = metrics};
+		                                   .run_id = v == 1 ? run1 : run2,
+		                                   .step = "a",
+		                                   .bundle = bundle,
+		                                   .metrics = metrics};
 		int64_t got;
 		assert_int_equal(tf_registry_register(st, &mv, &got, NULL), 0);
 	}
@@ -1138,8 +1197,8 @@ static void test_burst_idempotent(void **state)
 	static struct curl_slist *hdrs[N];
 	CURL *easy[N];
 	for (int i = 0; i < PAIRS; i++) {
-		json_t *b = json_pack("{s:s, s:{s:s, s:i}}", "yaml", shell_yaml, "labels", "burst", "1",
-		                      "i", i);
+		json_t *b = json_pack("{s:s, s:{s:s, s:i}}", "yaml", shell_yaml, "labels", "burst",
+		                      "1", "i", i);
 		reqs[i] = json_dumps(b, JSON_COMPACT);
 		json_decref(b);
 	}
@@ -1178,7 +1237,8 @@ static void test_burst_idempotent(void **state)
 	assert_int_equal(fivexx, 0);
 	assert_int_equal(ok, N);
 	for (int i = 0; i < PAIRS; i++) { /* both answers of a key name the same run */
-		json_t *a = json_loads(bodies[2 * i].p, 0, NULL), *b = json_loads(bodies[2 * i + 1].p, 0, NULL);
+		json_t *a = json_loads(bodies[2 * i].p, 0, NULL),
+		       *b = json_loads(bodies[2 * i + 1].p, 0, NULL);
 		assert_string_equal(json_string_value(json_object_get(a, "id")),
 		                    json_string_value(json_object_get(b, "id")));
 		json_decref(a);
@@ -1195,9 +1255,9 @@ static void test_burst_idempotent(void **state)
 	curl_multi_cleanup(m);
 	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
 	int64_t runs = 0, keys = 0;
-	assert_int_equal(tf_store_query_int(st, &runs,
-	                                    "SELECT count(*) FROM run_labels WHERE key='burst'", ""),
-	                 0);
+	assert_int_equal(
+	    tf_store_query_int(st, &runs, "SELECT count(*) FROM run_labels WHERE key='burst'", ""),
+	    0);
 	assert_int_equal(tf_store_query_int(st, &keys,
 	                                    "SELECT count(DISTINCT response) FROM idempotency_keys "
 	                                    "WHERE key LIKE 'burst-%'",
@@ -1278,7 +1338,8 @@ static void test_prometheus_scrape(void **state)
 	pid_t pid = tf_test_spawn(argv, log, log);
 	assert_true(pid > 0);
 	char url[256];
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v1/query?query=tpuflow_build_info", pport);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v1/query?query=tpuflow_build_info",
+	         pport);
 	int found = 0;
 	for (int i = 0; i < 120 && !found; i++) { /* up to a minute on a busy machine */
 		usleep(500 * 1000);
@@ -1292,8 +1353,9 @@ static void test_prometheus_scrape(void **state)
 			json_t *j = json_loads(b.p, 0, NULL);
 			json_t *res = json_object_get(json_object_get(j, "data"), "result");
 			json_t *m = json_object_get(json_array_get(res, 0), "metric");
-			found = json_array_size(res) == 1 &&
-			        !strcmp(json_string_value(json_object_get(m, "job")) ?: "", "tpuflow");
+			found =
+			    json_array_size(res) == 1 &&
+			    !strcmp(json_string_value(json_object_get(m, "job")) ?: "", "tpuflow");
 			json_decref(j);
 		}
 		free(b.p);
@@ -1355,8 +1417,8 @@ static void make_run_of(struct tf_store *st, const char *name, char id[32])
 {
 	struct tf_run_step_def defs[] = {{"a", "shell"}};
 	char src[128];
-	snprintf(src, sizeof(src), "name: %s\nsteps:\n  - {name: a, type: shell, with: {argv: [x]}}\n",
-	         name);
+	snprintf(src, sizeof(src),
+	         "name: %s\nsteps:\n  - {name: a, type: shell, with: {argv: [x]}}\n", name);
 	assert_int_equal(tf_run_create(st, name, src, NULL, "{}", NULL, defs, 1, NULL, id), 0);
 }
 
@@ -1388,11 +1450,13 @@ static void test_run_delete_gc_orphaned(void **state)
 	    tf_store_run(st, "UPDATE runs SET pid=? WHERE id=?", "it", (int64_t)child, gone), 0);
 
 	/* orphaned: running, its process gone; a page of one holds it alone */
-	struct resp r = call("GET", "/api/v1/runs?state=orphaned&pipeline=web-del&limit=1", tok_read, NULL, NULL);
+	struct resp r = call("GET", "/api/v1/runs?state=orphaned&pipeline=web-del&limit=1",
+	                     tok_read, NULL, NULL);
 	assert_int_equal(r.status, 200);
 	json_t *items = json_object_get(r.json, "items");
 	assert_int_equal(json_array_size(items), 1);
-	assert_string_equal(json_string_value(json_object_get(json_array_get(items, 0), "id")), gone);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(items, 0), "id")),
+	                    gone);
 	assert_true(json_is_true(json_object_get(json_array_get(items, 0), "orphaned")));
 	assert_true(json_is_null(json_object_get(r.json, "next")));
 	resp_free(&r);
@@ -1445,7 +1509,8 @@ static void test_run_delete_gc_orphaned(void **state)
 
 	/* gc: a policy is required; a dry run unless apply; only finished runs go */
 	const char *bad[] = {"{}", "{\"keep_last\": -1}", "{\"older_than\": \"soon\"}",
-	                     "{\"keep_last\": 1, \"colour\": 1}", "{\"keep_last\": 1, \"apply\": 1}"};
+	                     "{\"keep_last\": 1, \"colour\": 1}",
+	                     "{\"keep_last\": 1, \"apply\": 1}"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		r = call("POST", "/api/v1/runs:gc", tok_admin, bad[i], NULL);
 		assert_problem(&r, 422);
@@ -1460,15 +1525,16 @@ static void test_run_delete_gc_orphaned(void **state)
 	assert_true(json_is_false(json_object_get(r.json, "applied")));
 	json_t *runs = json_object_get(r.json, "runs");
 	assert_int_equal(json_array_size(runs), 1);
-	assert_string_equal(json_string_value(json_object_get(json_array_get(runs, 0), "run")), done2);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(runs, 0), "run")),
+	                    done2);
 	assert_true(json_is_false(json_object_get(json_array_get(runs, 0), "deleted")));
 	resp_free(&r);
 	r = call("POST", "/api/v1/runs:gc", tok_admin,
 	         "{\"keep_last\": 0, \"pipeline\": \"web-del\", \"apply\": true}", NULL);
 	assert_int_equal(r.status, 200);
 	assert_true(json_is_true(json_object_get(r.json, "applied")));
-	assert_true(json_is_true(json_object_get(json_array_get(json_object_get(r.json, "runs"), 0),
-	                                         "deleted")));
+	assert_true(json_is_true(
+	    json_object_get(json_array_get(json_object_get(r.json, "runs"), 0), "deleted")));
 	resp_free(&r);
 	assert_int_equal(tf_run_find(st, done2, path), -ENOENT);
 	/* the live run ends; then it may go too */
@@ -1483,17 +1549,17 @@ static void test_run_delete_gc_orphaned(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_route_match),     cmocka_unit_test(test_health_and_headers),
-	    cmocka_unit_test(test_routing_errors),  cmocka_unit_test(test_auth_matrix),
-	    cmocka_unit_test(test_idempotency),     cmocka_unit_test(test_pages),
+	    cmocka_unit_test(test_route_match),       cmocka_unit_test(test_health_and_headers),
+	    cmocka_unit_test(test_routing_errors),    cmocka_unit_test(test_auth_matrix),
+	    cmocka_unit_test(test_idempotency),       cmocka_unit_test(test_pages),
 	    cmocka_unit_test(test_events_and_cancel), cmocka_unit_test(test_global_events),
-	    cmocka_unit_test(test_step_counts), cmocka_unit_test(test_slurm_attempts),     cmocka_unit_test(test_runs_page_fresh),
-	    cmocka_unit_test(test_validate),        cmocka_unit_test(test_schedules),
-	    cmocka_unit_test(test_utf8_clean),
-	    cmocka_unit_test(test_metrics),         cmocka_unit_test(test_contract),
-	    cmocka_unit_test(test_promtool),        cmocka_unit_test(test_prometheus_scrape),
-	    cmocka_unit_test(test_remote_cli),      cmocka_unit_test(test_burst_idempotent),
-	    cmocka_unit_test(test_start_refusals),  cmocka_unit_test(test_run_delete_gc_orphaned),
+	    cmocka_unit_test(test_step_counts),       cmocka_unit_test(test_slurm_attempts),
+	    cmocka_unit_test(test_runs_page_fresh),   cmocka_unit_test(test_validate),
+	    cmocka_unit_test(test_schedules),         cmocka_unit_test(test_utf8_clean),
+	    cmocka_unit_test(test_metrics),           cmocka_unit_test(test_contract),
+	    cmocka_unit_test(test_promtool),          cmocka_unit_test(test_prometheus_scrape),
+	    cmocka_unit_test(test_remote_cli),        cmocka_unit_test(test_burst_idempotent),
+	    cmocka_unit_test(test_start_refusals),    cmocka_unit_test(test_run_delete_gc_orphaned),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

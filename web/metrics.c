@@ -1,8 +1,8 @@
 /* metrics.c — owns GET /metrics: the Prometheus text exposition format 0.0.4 of what the
- * state database holds (runs and steps by state, step durations, the slice queue, chips in
- * use per pool, slice-seconds per project) plus the server's own request counters, the
- * served versions' figures (web/serve.h), and the build. Every family has its HELP and TYPE
- * lines; names carry the tpuflow_ prefix, counters end in _total and durations are in
+ * state database holds (runs, steps and the alert outbox by state, step durations, the
+ * slice queue, chips in use per pool, slice-seconds per project) plus the server's own request
+ * counters, the served versions' figures (web/serve.h), and the build. Every family has its HELP
+ * and TYPE lines; names carry the tpuflow_ prefix, counters end in _total and durations are in
  * _seconds. */
 #include "web/api.h"
 #include "web/serve.h"
@@ -30,25 +30,42 @@ static void label_value(FILE *f, const char *v)
 	}
 }
 
-/* `family{label="value"} n` for each row of (text, number) from sql, every state named in
- * `all` appearing (0 when absent). */
+/* `family{label="value"} n` for each row of (text, number) from sql, every value that
+ * name(0..n-1) gives appearing (0 when absent). */
 static int by_state(FILE *f, struct tf_store *st, const char *family, const char *help,
-                    const char *sql, const char *const *all, int nall)
+                    const char *sql, const char *(*name)(int), int n)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", family, help, family);
 	int64_t counts[16] = {0};
+	TF_ASSERT(n <= 16);
 	struct tf_stmt *s = tf_store_query(st, sql, "");
 	if (!s)
 		return -EIO;
 	int rc;
 	while ((rc = tf_stmt_step(s)) == 1)
-		for (int i = 0; i < nall && i < 16; i++)
-			if (tf_stmt_text(s, 0) && !strcmp(tf_stmt_text(s, 0), all[i]))
+		for (int i = 0; i < n; i++)
+			if (tf_stmt_text(s, 0) && !strcmp(tf_stmt_text(s, 0), name(i)))
 				counts[i] = tf_stmt_int(s, 1);
 	tf_stmt_done(s);
-	for (int i = 0; i < nall; i++)
-		fprintf(f, "%s{state=\"%s\"} %lld\n", family, all[i], (long long)counts[i]);
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%s{state=\"%s\"} %lld\n", family, name(i), (long long)counts[i]);
 	return rc < 0 ? rc : 0;
+}
+
+static const char *run_state(int i)
+{
+	return tf_run_state_name((enum tf_run_state)i);
+}
+
+static const char *step_state(int i)
+{
+	return tf_step_state_name((enum tf_step_state)i);
+}
+
+static const char *alert_state(int i)
+{
+	static const char *const names[] = {"pending", "delivered", "dead"};
+	return names[i];
 }
 
 static int step_durations(FILE *f, struct tf_store *st)
@@ -78,12 +95,34 @@ static int step_durations(FILE *f, struct tf_store *st)
 			        dur_bounds[b], (long long)tf_stmt_int(s, 4 + b));
 		fprintf(f, "tpuflow_step_duration_seconds_bucket{%s,le=\"+Inf\"} %lld\n", lbl,
 		        (long long)tf_stmt_int(s, 2));
-		fprintf(f, "tpuflow_step_duration_seconds_sum{%s} %.6f\n", lbl, tf_stmt_double(s, 3));
+		fprintf(f, "tpuflow_step_duration_seconds_sum{%s} %.6f\n", lbl,
+		        tf_stmt_double(s, 3));
 		fprintf(f, "tpuflow_step_duration_seconds_count{%s} %lld\n", lbl,
 		        (long long)tf_stmt_int(s, 2));
 	}
 	tf_stmt_done(s);
 	return rc < 0 ? rc : 0;
+}
+
+/* How long the oldest alert still to be delivered has waited: a receiver that has been down
+ * for a while shows here before its alerts are dead-lettered. */
+static int alerts_oldest(FILE *f, struct tf_store *st, double now)
+{
+	double oldest = 0;
+	struct tf_stmt *s =
+	    tf_store_query(st, "SELECT min(queued_at) FROM alerts WHERE state='pending'", "");
+	if (!s)
+		return -EIO;
+	if (tf_stmt_step(s) == 1 && !tf_stmt_is_null(s, 0))
+		oldest = now - tf_stmt_double(s, 0);
+	tf_stmt_done(s);
+	fprintf(f,
+	        "# HELP tpuflow_alerts_oldest_pending_seconds How long the oldest alert not yet "
+	        "delivered has been queued (0 when none is).\n"
+	        "# TYPE tpuflow_alerts_oldest_pending_seconds gauge\n"
+	        "tpuflow_alerts_oldest_pending_seconds %.3f\n",
+	        oldest < 0 ? 0 : oldest);
+	return 0;
 }
 
 static int slices(FILE *f, struct tf_store *st, double now)
@@ -160,17 +199,14 @@ static int slices(FILE *f, struct tf_store *st, double now)
 
 int tf_metrics_render(struct tf_web *w, struct tf_store *st, char **out, size_t *len)
 {
-	static const char *const run_states[] = {"pending", "running", "succeeded", "failed",
-	                                         "interrupted"};
-	static const char *const step_states[] = {"pending", "running", "retrying", "succeeded",
-	                                          "cached",  "skipped", "failed"};
 	char *buf = NULL;
 	size_t n = 0;
 	FILE *f = open_memstream(&buf, &n);
 	if (!f)
 		return -ENOMEM;
-	fprintf(f, "# HELP tpuflow_build_info The running build (always 1).\n"
-	           "# TYPE tpuflow_build_info gauge\ntpuflow_build_info{version=\"%s\"} 1\n",
+	fprintf(f,
+	        "# HELP tpuflow_build_info The running build (always 1).\n"
+	        "# TYPE tpuflow_build_info gauge\ntpuflow_build_info{version=\"%s\"} 1\n",
 	        TF_VERSION);
 	uint64_t commits, syncs;
 	tf_store_sync_stats(&commits, &syncs);
@@ -182,12 +218,19 @@ int tf_metrics_render(struct tf_web *w, struct tf_store *st, char **out, size_t 
 	        "# TYPE tpuflow_db_wal_syncs_total counter\ntpuflow_db_wal_syncs_total %llu\n",
 	        (unsigned long long)commits, (unsigned long long)syncs);
 	int rc = by_state(f, st, "tpuflow_runs", "Runs in the state database, by state.",
-	                  "SELECT state, count(*) FROM runs GROUP BY state", run_states,
-	                  TF_ARRAY_LEN(run_states));
+	                  "SELECT state, count(*) FROM runs GROUP BY state", run_state,
+	                  TF_RUN_STATE_LAST);
 	if (!rc)
 		rc = by_state(f, st, "tpuflow_steps", "Steps of every run, by state.",
-		              "SELECT state, count(*) FROM steps GROUP BY state", step_states,
-		              TF_ARRAY_LEN(step_states));
+		              "SELECT state, count(*) FROM steps GROUP BY state", step_state,
+		              TF_STEP_STATE_LAST);
+	if (!rc)
+		rc = by_state(f, st, "tpuflow_alerts",
+		              "Alerts in the outbox, by state (pending: still to be delivered; "
+		              "dead: given up, see tpuflow alerts list --dead).",
+		              "SELECT state, count(*) FROM alerts GROUP BY state", alert_state, 3);
+	if (!rc)
+		rc = alerts_oldest(f, st, tf_now_wall());
 	if (!rc)
 		rc = step_durations(f, st);
 	if (!rc)
