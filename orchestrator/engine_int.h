@@ -84,7 +84,10 @@ struct engine {
 	int drain;        /* tf_engine_drain: ends interrupted, marked for the next daemon (mu) */
 	char *home;
 	char *storage_url;
-	struct tf_store *db; /* coordinator's handle */
+	/* [C] the handle rounds run on: the engine's own (db_own), or while a worker holds the
+	 * baton, that worker's (tf_engine_use_db) */
+	struct tf_store *db;
+	struct tf_store *db_own; /* the coordinator's: opts.db or one of its own */
 	struct estep *steps;
 	size_t n;
 	size_t **dependents; /* dependents[i]: steps that need step i */
@@ -191,6 +194,9 @@ int tf_engine_slice_release(struct engine *e, struct estep *s, double *seconds);
 int tf_engine_admit_waiting(struct engine *e, struct estep **start, size_t *nstart);
 int tf_engine_start_attempt(struct engine *e, struct estep *s, struct estep **start,
                             size_t *nstart);
+/* The baton holder's rounds run on db from now on (a handle on the same home), and so do the
+ * broker's requests. */
+void tf_engine_use_db(struct engine *e, struct tf_store *db);
 
 /* engine_select.c: --only / --from */
 enum tf_sel_action { TF_SEL_RUN, TF_SEL_REUSE, TF_SEL_SKIP };

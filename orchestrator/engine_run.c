@@ -50,8 +50,8 @@ static void engine_release(struct engine *e)
 	tf_objstore_free(e->coord_os);
 	tf_view_free(e->view);
 	tf_broker_free(e->broker);
-	if (e->db != e->o->db)
-		tf_store_close(e->db); /* a borrowed handle is the caller's */
+	if (e->db_own != e->o->db)
+		tf_store_close(e->db_own); /* a borrowed handle is the caller's */
 	tf_pipeline_free(e->p);
 	free(e->home);
 	free(e->storage_url);
@@ -487,11 +487,13 @@ int tf_engine_submit(struct tf_store *st, const char *home, const struct tf_engi
  * one of its own. */
 static int open_db(struct engine *e, char *err, size_t errlen)
 {
-	if (e->o->db) {
-		e->db = e->o->db;
-		return 0;
-	}
-	return tf_store_open_home(e->home, &e->db, err, errlen);
+	int rc = 0;
+	if (e->o->db)
+		e->db_own = e->o->db;
+	else
+		rc = tf_store_open_home(e->home, &e->db_own, err, errlen);
+	e->db = e->db_own;
+	return rc;
 }
 
 struct tf_engine {

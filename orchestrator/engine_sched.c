@@ -98,6 +98,17 @@ int tf_engine_slice_release(struct engine *e, struct estep *s, double *seconds)
 	return rc == -ENOENT ? 0 : rc;
 }
 
+void tf_engine_use_db(struct engine *e, struct tf_store *db)
+{
+	if (db == e->db)
+		return;
+	e->db = db;
+	if (e->broker) { /* it keeps nothing but the handle it asks on */
+		tf_broker_free(e->broker);
+		(void)tf_broker_db_new(db, &e->broker); /* only allocates (which aborts on failure) */
+	}
+}
+
 /* An attempt begins (state pending, queued or retrying): running + attempt row. */
 static int begin_attempt(struct engine *e, struct estep *s)
 {

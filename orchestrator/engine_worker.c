@@ -190,6 +190,11 @@ static int work_one(struct wctx *w, struct engine *e)
 	if (e->coord_busy || e->fatal || e->complete)
 		return 0; /* the holder takes it before it lets go of the baton */
 	e->coord_busy = 1;
+	/* its rounds run on this worker's handle, which just recorded the child's process group:
+	 * on the coordinator's, that commit of another connection emptied its page cache, and
+	 * every round read its ~15 pages again (a chain step's rounds all run here) */
+	if (w->db)
+		tf_engine_use_db(e, w->db);
 	int look = 0, rc = 0, kept = 0;
 	while (e->ndone && !e->fatal && !e->complete) {
 		int give = kept > 0; /* kept for us, but we are busy: a job of its own */
@@ -210,6 +215,7 @@ static int work_one(struct wctx *w, struct engine *e)
 			break;
 		}
 	}
+	tf_engine_use_db(e, e->db_own);
 	e->coord_busy = 0;
 	/* drive sleeps through rounds that leave it nothing: with a view, only until the
 	 * view's refresh is armed (a round per step woke it for nothing, a chain's main cost
