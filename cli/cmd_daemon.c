@@ -14,7 +14,7 @@ static void daemon_usage(FILE *f)
 	fprintf(
 	    f,
 	    "usage: tpuflow daemon [--home DIR] [--listen HOST:PORT] [--grace DURATION]\n"
-	    "                      [--no-auth]\n\n"
+	    "                      [--auth tokens|none]\n\n"
 	    "Drives every run submitted on the state home (by 'tpuflow run', the HTTP API or a\n"
 	    "schedule) and serves the HTTP API, in the foreground. Logs go to stderr as text,\n"
 	    "or JSON lines with TPUFLOW_LOG_FORMAT=json (TPUFLOW_LOG=info shows each run).\n\n"
@@ -22,7 +22,8 @@ static void daemon_usage(FILE *f)
 	    "  --grace DURATION    on SIGTERM/SIGINT, how long running steps get to stop (train\n"
 	    "                      steps write a checkpoint) before the daemon exits (default "
 	    "30s)\n"
-	    "  --no-auth           serve the API without bearer tokens (loopback only)\n\n"
+	    "  --auth tokens|none  tokens (default): every API route but health needs a bearer\n"
+	    "                      token; none: serve it without (--no-auth says the same)\n\n"
 	    "SIGTERM/SIGINT: stop taking runs, drain, exit 0; the next daemon continues the\n"
 	    "runs. SIGHUP: re-read HOME/daemon.conf (max_runs=N, workers=N, log=LEVEL).\n"
 	    "Another daemon on the same home: exit 75. See docs/daemon.md.\n");
@@ -30,11 +31,12 @@ static void daemon_usage(FILE *f)
 
 int cmd_daemon(int argc, char **argv, struct tf_cli *cli)
 {
-	enum { OPT_LISTEN = 1, OPT_GRACE, OPT_NO_AUTH };
+	enum { OPT_LISTEN = 1, OPT_GRACE, OPT_NO_AUTH, OPT_AUTH };
 	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
 	                                     {"listen", required_argument, NULL, OPT_LISTEN},
 	                                     {"grace", required_argument, NULL, OPT_GRACE},
 	                                     {"no-auth", no_argument, NULL, OPT_NO_AUTH},
+	                                     {"auth", required_argument, NULL, OPT_AUTH},
 	                                     {0, 0, 0, 0}};
 	struct tf_daemon_opts o = {.listen = "127.0.0.1:8470", .grace = 30};
 	int c;
@@ -58,6 +60,12 @@ int cmd_daemon(int argc, char **argv, struct tf_cli *cli)
 			break;
 		case OPT_NO_AUTH:
 			o.auth_none = 1;
+			break;
+		case OPT_AUTH: /* as `tpuflow serve --auth` */
+			if (strcmp(optarg, "none") && strcmp(optarg, "tokens"))
+				return tf_cli_usage_error("daemon", "--auth is tokens or none, not '%s'",
+				                          optarg);
+			o.auth_none = !strcmp(optarg, "none");
 			break;
 		default:
 			if (!tf_cli_common_option(cli, c, optarg))

@@ -113,29 +113,37 @@ static int print_problem(long status, const char *body)
 	                                        : TF_EXIT_FAILED;
 }
 
-/* GET/POST and print: JSON as is with --json, else through `show`. */
+/* A 2xx answer's body: with --json (or without a printer) the JSON as the local commands
+ * print theirs (tf_cli_print_json: the same facts give the same text), else through `show`. */
+static void print_answer(const struct remote *r, const char *body, void (*show)(json_t *doc))
+{
+	json_t *doc = body ? json_loads(body, 0, NULL) : NULL;
+	if (!doc) { /* not JSON: as it came */
+		fputs(body ? body : "", stdout);
+		if (!body || !*body || body[strlen(body) - 1] != '\n')
+			putchar('\n');
+	} else if (r->json || !show) {
+		tf_cli_print_json(stdout, doc);
+	} else {
+		show(doc);
+	}
+	json_decref(doc);
+}
+
+/* GET/POST and print the answer (print_answer). */
 static int simple(const struct remote *r, const char *method, const char *path,
                   void (*show)(json_t *doc))
 {
 	char *body = NULL, err[512];
 	long st = request(r, method, path, NULL, NULL, &body, err, sizeof(err));
-	int ret;
+	int ret = TF_EXIT_OK;
 	if (!st) {
 		fprintf(stderr, "tpuflow: %s\n", err);
 		ret = TF_EXIT_UNAVAILABLE;
 	} else if (st >= 300) {
 		ret = print_problem(st, body);
 	} else {
-		json_t *doc = json_loads(body, 0, NULL);
-		if (r->json || !show || !doc) {
-			fputs(body, stdout);
-			if (!*body || body[strlen(body) - 1] != '\n')
-				putchar('\n');
-		} else {
-			show(doc);
-		}
-		json_decref(doc);
-		ret = TF_EXIT_OK;
+		print_answer(r, body, show);
 	}
 	free(body);
 	return ret;
@@ -492,6 +500,28 @@ static int resolve_run(const struct remote *r, const char *cmd, const char *arg,
 	return ret;
 }
 
+/* The delete report of a refused DELETE (409, 503, 404): the one its problem carries (what
+ * was removed before it stopped, what is kept and for whom), with the members in the order
+ * tf_run_delete_report_json writes them; from the problem's detail when it carries none (an
+ * older daemon). A new reference. */
+static json_t *refusal_report(const char *id, int rc, int dry_run, json_t *problem)
+{
+	struct tf_run_delete_report none = {0};
+	json_t *rep = tf_run_delete_report_json(
+	    id, rc, dry_run, json_string_value(json_object_get(problem, "detail")), &none);
+	if (!json_string_value(json_object_get(problem, "reason")))
+		return rep;
+	const char *k;
+	json_t *v;
+	json_object_foreach(rep, k, v)
+	{
+		json_t *sent = json_object_get(problem, k);
+		if (sent)
+			json_object_set(rep, k, sent);
+	}
+	return rep;
+}
+
 /* `runs delete RUN... [--dry-run]`: each run resolved as the local command resolves it, then
  * DELETE /api/v1/runs/{id}, printed as the local command prints it (cli/cmd_gc.c); a refusal
  * the local command puts in the run's report (a live run, a store that does not answer) is
@@ -531,12 +561,8 @@ static int remote_delete(const struct remote *r, int argc, char **argv)
 			fprintf(stderr, "tpuflow: %s\n", err);
 			x = TF_EXIT_UNAVAILABLE;
 		} else if (st == 200 || rc) { /* a report, or a refusal as the local one reports */
-			struct tf_run_delete_report none = {0};
 			json_t *rep =
-			    rc ? tf_run_delete_report_json(
-			             id, rc, dry_run,
-			             json_string_value(json_object_get(doc, "detail")), &none)
-			       : json_incref(doc);
+			    st == 200 ? json_incref(doc) : refusal_report(id, rc, dry_run, doc);
 			x = tf_cli_delete_print(r->json, rep, arr);
 			json_decref(rep);
 		} else {
@@ -595,7 +621,8 @@ static int remote_runs(const struct remote *r, int argc, char **argv)
 {
 	const char *sub = argc > 1 ? argv[1] : "list";
 	if (!strcmp(sub, "list")) {
-		char q[512] = "/api/v1/runs?limit=50";
+		char q[512] = "/api/v1/runs?";
+		int limit = 0;
 		for (int i = 2; i + 1 < argc; i += 2) {
 			const char *flag = argv[i] + (strncmp(argv[i], "--", 2) ? 0 : 2);
 			if (strcmp(flag, "state") && strcmp(flag, "pipeline") && strcmp(flag, "label") &&
@@ -610,11 +637,15 @@ static int remote_runs(const struct remote *r, int argc, char **argv)
 				snprintf(since, sizeof(since), "%.0f", t > 0 ? t : 0);
 				val = since;
 			}
+			limit |= !strcmp(flag, "limit");
 			char *e = curl_easy_escape(NULL, val, 0);
 			size_t n = strlen(q);
-			snprintf(q + n, sizeof(q) - n, "&%s=%s", flag, e);
+			snprintf(q + n, sizeof(q) - n, "%s=%s&", flag, e);
 			curl_free(e);
 		}
+		if (!limit) /* the local command's page */
+			snprintf(q + strlen(q), sizeof(q) - strlen(q), "limit=50&");
+		q[strlen(q) - 1] = 0; /* the last '&' */
 		return simple(r, "GET", q, show_runs);
 	}
 	if (!strcmp(sub, "delete"))
@@ -684,7 +715,7 @@ static int remote_compare(const struct remote *r, const char *path, const char *
 		tf_cli_models_compare(model, v1, v2, json_object_get(doc, "a"),
 		                      json_object_get(doc, "b"), 0);
 	} else {
-		puts(body);
+		print_answer(r, body, NULL);
 	}
 	json_decref(doc);
 	free(body);
@@ -711,20 +742,15 @@ static int remote_models(const struct remote *r, int argc, char **argv)
 		char *body = json_dumps(b, JSON_COMPACT), *out = NULL, err[512];
 		p = tf_xasprintf("/api/v1/models/%s/aliases", e);
 		long st = request(r, "POST", p, body, NULL, &out, err, sizeof(err));
-		json_t *doc = st == 200 ? json_loads(out, 0, NULL) : NULL;
 		if (!st) {
 			fprintf(stderr, "tpuflow: %s\n", err);
 			ret = TF_EXIT_UNAVAILABLE;
 		} else if (st >= 300) {
 			ret = print_problem(st, out);
 		} else {
-			if (r->json || !doc)
-				puts(out);
-			else
-				show_alias(doc);
+			print_answer(r, out, show_alias);
 			ret = TF_EXIT_OK;
 		}
-		json_decref(doc);
 		json_decref(b);
 		free(body);
 		free(out);

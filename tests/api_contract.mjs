@@ -10,6 +10,11 @@
 //    gives for that status (or `default`); the content type must match too.
 // 3. The auth matrix: every operation x {no token, read, trigger, admin, revoked, expired,
 //    wrong} answers 401 / 403 / neither, as the operation's x-tpuflow-scope says.
+// 4. Error answers: malformed, refused and unknown requests (bad JSON, a body too big, no
+//    JSON content type, unknown fields, unknown or repeated query arguments, bad cursors, an
+//    over-long or reused Idempotency-Key, other methods, OPTIONS, HEAD) each get the status
+//    docs/api.md gives, a problem body (type, title, status, detail) documented by the
+//    operation, and the headers the status calls for (Allow, WWW-Authenticate).
 // Exits 0 when everything holds, 1 with a list of failures otherwise.
 import SwaggerParser from '@apidevtools/swagger-parser';
 import Ajv2020 from 'ajv/dist/2020.js';
@@ -27,13 +32,14 @@ const scheduled = 'name: ctick\nschedule: "@daily"\nsteps:\n  - name: a\n    typ
 const failures = [];
 const fail = (what) => { failures.push(what); console.error('FAIL ' + what); };
 
-async function call(method, path, { token = tokens.admin, body, headers = {}, stream } = {}) {
+async function call(method, path, { token = tokens.admin, body, raw, headers = {}, stream } = {}) {
   const h = { ...headers };
   if (token) h.Authorization = 'Bearer ' + token;
-  if (body !== undefined) h['Content-Type'] = 'application/json';
+  if ((body !== undefined || raw !== undefined) && !h['Content-Type'])
+    h['Content-Type'] = 'application/json';
   const ctl = new AbortController();
   const res = await fetch(base + path, {
-    method, headers: h, body: body === undefined ? undefined : JSON.stringify(body),
+    method, headers: h, body: raw !== undefined ? raw : body === undefined ? undefined : JSON.stringify(body),
     signal: ctl.signal,
   });
   const type = res.headers.get('content-type') || '';
@@ -216,6 +222,79 @@ for (const { path, method, op } of ops) {
   }
 }
 
+// Error answers. Each case: the request, the status wanted, and what else must hold.
+const opOf = (method, path) => {
+  for (const o of ops) {
+    if (o.method !== method) continue;
+    const re = new RegExp('^' + o.path.replace(/[.*+?^$()|[\]\\]/g, '\\$&')
+      .replace(/\{[^}]+\}/g, '[^/:]+') + '$');
+    if (re.test(path.split('?')[0])) return o;
+  }
+  return null;
+};
+const problemCheck = validator({ $ref: '#/components/schemas/Problem' });
+const detail = (r) => { try { return JSON.parse(r.text).detail || ''; } catch { return ''; } };
+const runBody = { yaml: env.PIPELINE_YAML };
+const key = 'contract-' + Date.now();
+const errorCases = [
+  ['GET', '/api/v1/nope', {}, 404],
+  ['PUT', '/api/v1/runs', {}, 405, (r) => r.headers.get('allow') === 'GET, HEAD, POST, OPTIONS'],
+  ['HEAD', '/api/v1/events', { token: tokens.read }, 405,
+   (r) => r.headers.get('allow') === 'GET, OPTIONS'],
+  ['POST', '/api/v1/runs', { raw: '{"yaml": tru}' }, 400, (r) => /byte offset \d+/.test(detail(r))],
+  ['POST', '/api/v1/runs', { raw: '[1]' }, 400],
+  ['POST', '/api/v1/runs', { raw: JSON.stringify(runBody), headers: { 'Content-Type': 'text/plain' } },
+   415],
+  ['POST', '/api/v1/runs', { raw: JSON.stringify({ yaml: 'x'.repeat(2 << 20) }) }, 413],
+  ['POST', '/api/v1/runs', { body: { ...runBody, colour: 1 } }, 422],
+  ['POST', '/api/v1/runs', { body: { pipelne: 'contract' } }, 422,
+   (r) => detail(r).includes("did you mean 'pipeline'")],
+  ['GET', '/api/v1/runs?status=failed', {}, 400, (r) => detail(r).includes("did you mean 'state'")],
+  ['GET', '/api/v1/runs?limit=1&limit=2', {}, 400],
+  ['GET', '/api/v1/runs?limit=501', {}, 400],
+  ['GET', '/api/v1/runs?cursor=no-such-run', {}, 400],
+  ['GET', '/api/v1/runs?cursor=x@soon', {}, 400],
+  ['GET', '/api/v1/whoami?verbose=1', {}, 400],
+  ['GET', '/api/v1/runs/no-such-run', {}, 404],
+  ['GET', '/api/v1/runs', { token: null }, 401,
+   (r) => /^Bearer/.test(r.headers.get('www-authenticate') || '')],
+  ['POST', '/api/v1/runs', { body: runBody, headers: { 'Idempotency-Key': 'k'.repeat(256) } }, 400],
+  ['POST', '/api/v1/runs', { body: runBody, headers: { 'Idempotency-Key': key } }, 201],
+  ['POST', '/api/v1/runs', { body: runBody, headers: { 'Idempotency-Key': key } }, 201,
+   (r) => r.headers.get('idempotent-replayed') === 'true'],
+  ['POST', '/api/v1/runs', { body: { ...runBody, labels: { x: 'y' } }, headers: { 'Idempotency-Key': key } },
+   422],
+  // a pending run is not deleted; the refusal carries its delete report
+  ['DELETE', `/api/v1/runs/${run}`, {}, 409, (r) => {
+    const b = JSON.parse(r.text);
+    return b.reason === 'busy' && b.run === run && b.deleted === false && b.objects === 0;
+  }],
+];
+let errors = 0;
+for (const [m, p, opts, want, extra] of errorCases) {
+  const r = await call(m, p, opts);
+  errors++;
+  const label = `error case ${m} ${p.slice(0, 60)}`;
+  if (r.status !== want) { fail(`${label}: ${r.status}, want ${want}: ${r.text.slice(0, 200)}`); continue; }
+  if (extra && !extra(r)) fail(`${label}: ${r.status} without what it must carry: ` +
+                               `${[...r.headers].join(' ')} ${r.text.slice(0, 300)}`);
+  if (m === 'HEAD' || want < 400) continue;
+  if (!r.type.startsWith('application/problem+json')) { fail(`${label}: type '${r.type}'`); continue; }
+  const b = JSON.parse(r.text);
+  if (!problemCheck(b) || b.status !== want || typeof b.detail !== 'string' || !b.detail)
+    fail(`${label}: not a problem of status ${want}: ${r.text.slice(0, 200)}`);
+  const o = opOf(m, p);
+  if (o) checkResponse(label, o.op, r);
+}
+// OPTIONS: what a path takes, without a token
+{
+  const r = await call('OPTIONS', `/api/v1/runs/${run}`, { token: null });
+  errors++;
+  if (r.status !== 204 || r.headers.get('allow') !== 'GET, HEAD, DELETE, OPTIONS')
+    fail(`OPTIONS /api/v1/runs/{id}: ${r.status}, Allow '${r.headers.get('allow')}'`);
+}
+
 console.log(`contract: ${ops.length} operations, ${calls} calls validated against the ` +
-            `document, auth matrix ${matrix} calls, ${failures.length} failures`);
+            `document, auth matrix ${matrix} calls, ${errors} error answers, ` +
+            `${failures.length} failures`);
 process.exit(failures.length ? 1 : 0);

@@ -11,7 +11,7 @@
 # do), watches the runs list update from the event stream (no polling, a reconnect with
 # Last-Event-ID), triggers a run of a registered pipeline from the form and follows it to its
 # end without a reload, triggers one more and cancels it, and checks the slice map with a chip
-# marked failed; then the daemon is started again with --no-auth and the page is used without
+# marked failed; then the daemon is started again with --auth none and the page is used without
 # a token. Screenshots go to BUILD/screenshots/. Skipped (77) without node, playwright-core or /usr/bin/chromium.
 . "$(dirname "$0")/lib.sh" it_dashboard dashboard
 if ! command -v node >/dev/null || [[ ! -x /usr/bin/chromium ]] ||
@@ -200,6 +200,6 @@ node tests/dashboard.mjs auth || fail "the browser test failed (token scopes)"
 dpid=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$H/daemon.json") &&
   kill "$dpid" || fail "no daemon to stop"
 for _ in $(seq 1 400); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.05; done
-start_daemon --no-auth
-URL=$url node tests/dashboard.mjs none || fail "the browser test failed (--no-auth)"
+start_daemon --auth none
+URL=$url node tests/dashboard.mjs none || fail "the browser test failed (--auth none)"
 echo "it_dashboard: passed in $((SECONDS - t0)) s"

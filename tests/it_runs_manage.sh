@@ -186,6 +186,12 @@ sqlite3 "$H/tpuflow.db" "UPDATE runs SET storage='s3://gone/far' WHERE id='$far'
 expect 69 "its object store s3://gone/far cannot be listed" -- R runs delete "$far"
 diff <("$bin" runs delete "$far" --home "$H" 2>&1) <(R runs delete "$far" 2>&1) \
   || fail "--remote runs delete of a run whose store is gone said otherwise than the local command"
+# the report of a refused delete: the one the daemon's problem carries, as the local one
+diff <("$bin" runs delete "$far" --home "$H" --json) <(R runs delete "$far" --json) \
+  || fail "--remote runs delete --json of a run whose store is gone said otherwise than the local command"
+# runs show --json: the local command's text, byte for byte
+diff <("$bin" runs show "$far" --home "$H" --json) <(R runs show "$far" --json) \
+  || fail "--remote runs show --json printed otherwise than the local command"
 out=$(R --json gc --keep-last 0 --pipeline far --apply); rc=$?
 python3 -c '
 import json, sys

@@ -46,7 +46,7 @@ latest() {
 # start_daemon [ARG...]: `tpuflow daemon` on $H, a free loopback port, no auth, ARGs added,
 # logging to $dir/d.log, in the background as $dpid; returns when its daemon.json names it.
 start_daemon() {
-  "$bin" daemon --home "$H" --listen 127.0.0.1:0 --no-auth "$@" >>"$dir/d.log" 2>&1 &
+  "$bin" daemon --home "$H" --listen 127.0.0.1:0 --auth none "$@" >>"$dir/d.log" 2>&1 &
   dpid=$!
   for _ in $(seq 1 200); do
     [[ -s $H/daemon.json ]] && grep -q "\"pid\": $dpid" "$H/daemon.json" && return 0

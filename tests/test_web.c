@@ -8,6 +8,7 @@
 #include "common/common.h"
 #include "orchestrator/pipeline.h"
 #include "orchestrator/registry.h"
+#include "orchestrator/retention.h"
 #include "orchestrator/schedules.h"
 #include "orchestrator/state.h"
 #include "web/api.h"
@@ -175,6 +176,8 @@ static struct resp call(const char *method, const char *path, const char *token,
 		h = curl_slist_append(h, hdrs[i]);
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	if (!strcmp(method, "HEAD"))
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L); /* no body comes: wait for none */
 	if (body) {
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
 		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
@@ -278,7 +281,24 @@ static void test_routing_errors(void **state)
 	resp_free(&r);
 	r = call("DELETE", "/api/v1/runs", tok_admin, NULL, NULL);
 	assert_problem(&r, 405);
-	assert_non_null(strcasestr(r.head.p, "allow: GET, POST"));
+	assert_non_null(strcasestr(r.head.p, "allow: GET, HEAD, POST, OPTIONS\r\n"));
+	resp_free(&r);
+	/* OPTIONS says what a path takes, without a token; HEAD is a GET without its body, and
+	 * a stream has none */
+	r = call("OPTIONS", "/api/v1/runs", NULL, NULL, NULL);
+	assert_int_equal(r.status, 204);
+	assert_non_null(strcasestr(r.head.p, "allow: GET, HEAD, POST, OPTIONS\r\n"));
+	resp_free(&r);
+	r = call("OPTIONS", "/api/v1/events", NULL, NULL, NULL);
+	assert_int_equal(r.status, 204);
+	assert_non_null(strcasestr(r.head.p, "allow: GET, OPTIONS\r\n"));
+	resp_free(&r);
+	r = call("OPTIONS", "/api/v1/nope", NULL, NULL, NULL);
+	assert_problem(&r, 404);
+	resp_free(&r);
+	r = call("HEAD", "/api/v1/events", tok_read, NULL, NULL);
+	assert_int_equal(r.status, 405);
+	assert_non_null(strcasestr(r.head.p, "allow: GET, OPTIONS\r\n"));
 	resp_free(&r);
 	/* bad JSON names the byte offset */
 	r = call("POST", "/api/v1/runs", tok_trigger, "{\"yaml\": tru}", NULL);
@@ -299,6 +319,46 @@ static void test_routing_errors(void **state)
 	free(big);
 	r = call("POST", "/api/v1/runs", tok_trigger, "{\"yaml\": \"x\", \"colour\": 1}", NULL);
 	assert_problem(&r, 422);
+	resp_free(&r);
+}
+
+/* An API route takes the query arguments it documents, each once: a misspelt or repeated
+ * one is refused, not ignored; routes outside /api/v1 take any. */
+static void test_query_args(void **state)
+{
+	(void)state;
+	struct resp r = call("GET", "/api/v1/runs?status=failed", tok_read, NULL, NULL);
+	assert_problem(&r, 400);
+	const char *d = json_string_value(json_object_get(r.json, "detail"));
+	assert_non_null(strstr(d, "'status'"));
+	assert_non_null(strstr(d, "did you mean 'state'"));
+	resp_free(&r);
+	r = call("GET", "/api/v1/runs?limit=1&limit=5", tok_read, NULL, NULL);
+	assert_problem(&r, 400);
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "detail")), "'limit'"));
+	resp_free(&r);
+	r = call("GET", "/api/v1/whoami?verbose=1", tok_read, NULL, NULL);
+	assert_problem(&r, 400);
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "detail")), "takes none"));
+	resp_free(&r);
+	r = call("DELETE", "/api/v1/runs/nosuch?dryrun=true", tok_admin, NULL, NULL);
+	assert_problem(&r, 400);
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "detail")), "dry_run"));
+	resp_free(&r);
+	/* the documented ones, and the routes outside the API */
+	r = call("GET", "/api/v1/runs?state=pending&limit=2&q=x&trigger=api", tok_read, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	r = call("GET", "/healthz?probe=1", NULL, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	/* the bearer credentials without the blanks around them */
+	char auth[128];
+	snprintf(auth, sizeof(auth), "Authorization: Bearer \t%s \t", tok_read);
+	const char *hdr[] = {auth, NULL};
+	r = call("GET", "/api/v1/whoami", NULL, NULL, hdr);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(json_string_value(json_object_get(r.json, "scope")), "read");
 	resp_free(&r);
 }
 
@@ -1133,6 +1193,18 @@ static void test_remote_cli(void **state)
 	    "'%s'",
 	    bin, run1, out, run1, out, out, out);
 	assert_int_equal(system(cmd), 0);
+	/* --json prints what the local command prints, byte for byte */
+	snprintf(cmd, sizeof(cmd),
+	         "'%s' --json runs show %s >'%s.remote' && env -u TPUFLOW_URL '%s' --home '%s' "
+	         "--json runs show %s >'%s.local' && cmp '%s.remote' '%s.local'",
+	         bin, run1, out, bin, home, run1, out, out, out);
+	assert_int_equal(system(cmd), 0);
+	/* --limit is the page asked for (one run, and where the next page starts) */
+	snprintf(cmd, sizeof(cmd),
+	         "'%s' runs list --limit 1 >'%s' 2>&1 && [ \"$(grep -c '^2' '%s')\" = 1 ] && "
+	         "grep -q '^(more: --cursor ' '%s'",
+	         bin, out, out, out);
+	assert_int_equal(system(cmd), 0);
 	snprintf(cmd, sizeof(cmd), "'%s' runs cancel %s >'%s' 2>&1", bin, run1, out);
 	assert_int_equal(WEXITSTATUS(system(cmd)), 1); /* 409: the run is over */
 	snprintf(cmd, sizeof(cmd), "'%s' models list >'%s' 2>&1", bin, out);
@@ -1480,6 +1552,14 @@ static void test_run_delete_gc_orphaned(void **state)
 	snprintf(path, sizeof(path), "/api/v1/runs/%s", live);
 	r = call("DELETE", path, tok_admin, NULL, NULL);
 	assert_problem(&r, 409);
+	/* the refusal carries the run's report, as `runs delete --json` writes it */
+	assert_string_equal(json_string_value(json_object_get(r.json, "run")), live);
+	assert_string_equal(json_string_value(json_object_get(r.json, "reason")), "busy");
+	assert_true(json_is_false(json_object_get(r.json, "deleted")));
+	assert_string_equal(json_string_value(json_object_get(r.json, "error")),
+	                    json_string_value(json_object_get(r.json, "detail")));
+	assert_int_equal(json_integer_value(json_object_get(r.json, "objects")), 0);
+	assert_true(json_is_array(json_object_get(r.json, "kept_for")));
 	resp_free(&r);
 	snprintf(path, sizeof(path), "/api/v1/runs/%s?dry_run=true", done1);
 	r = call("DELETE", path, tok_admin, NULL, NULL);
@@ -1546,20 +1626,70 @@ static void test_run_delete_gc_orphaned(void **state)
 	tf_store_close(st);
 }
 
+/* A page's cursor stays valid when the run it names is deleted meanwhile: the next page is
+ * the same; a bare run id works while that run exists, an unknown one is refused. (Last: a
+ * deleted run's events leave a gap in the global sequence test_global_events walks.) */
+static void test_cursor_after_delete(void **state)
+{
+	(void)state;
+	struct resp p1 = call("GET", "/api/v1/runs?limit=2&pipeline=web-test", tok_read, NULL, NULL);
+	const char *n1 = json_string_value(json_object_get(p1.json, "next"));
+	assert_non_null(n1);
+	assert_non_null(strstr(n1, "%40")); /* RUN@CREATED_AT */
+	struct resp before = call("GET", n1, tok_read, NULL, NULL);
+	assert_int_equal(before.status, 200);
+	json_t *second = json_array_get(json_object_get(p1.json, "items"), 1);
+	const char *gone = json_string_value(json_object_get(second, "id"));
+	char bare[128];
+	snprintf(bare, sizeof(bare), "/api/v1/runs?limit=2&pipeline=web-test&cursor=%s", gone);
+	struct resp by_id = call("GET", bare, tok_read, NULL, NULL);
+	assert_int_equal(by_id.status, 200);
+	assert_string_equal(by_id.body.p, before.body.p);
+	resp_free(&by_id);
+	struct tf_store *st;
+	char err[256];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	enum tf_run_state rs;
+	struct tf_run_delete_report rep;
+	assert_int_equal(tf_run_request_cancel(st, gone, &rs), 0); /* pending: failed at once */
+	assert_int_equal(tf_run_delete(st, home, gone, 0, &rep, err, sizeof(err)), 0);
+	tf_run_delete_report_release(&rep);
+	tf_store_close(st);
+	struct resp after = call("GET", n1, tok_read, NULL, NULL);
+	assert_int_equal(after.status, 200);
+	assert_string_equal(after.body.p, before.body.p);
+	by_id = call("GET", bare, tok_read, NULL, NULL);
+	assert_problem(&by_id, 400);
+	assert_non_null(strstr(json_string_value(json_object_get(by_id.json, "detail")), gone));
+	resp_free(&by_id);
+	const char *junk[] = {"/api/v1/runs?cursor=x@soon", "/api/v1/runs?cursor=@1",
+	                      "/api/v1/runs?cursor=x@-1"};
+	for (size_t i = 0; i < sizeof(junk) / sizeof(junk[0]); i++) {
+		struct resp j = call("GET", junk[i], tok_read, NULL, NULL);
+		assert_problem(&j, 400);
+		resp_free(&j);
+	}
+	resp_free(&after);
+	resp_free(&before);
+	resp_free(&p1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_route_match),       cmocka_unit_test(test_health_and_headers),
-	    cmocka_unit_test(test_routing_errors),    cmocka_unit_test(test_auth_matrix),
-	    cmocka_unit_test(test_idempotency),       cmocka_unit_test(test_pages),
-	    cmocka_unit_test(test_events_and_cancel), cmocka_unit_test(test_global_events),
-	    cmocka_unit_test(test_step_counts),       cmocka_unit_test(test_slurm_attempts),
-	    cmocka_unit_test(test_runs_page_fresh),   cmocka_unit_test(test_validate),
-	    cmocka_unit_test(test_schedules),         cmocka_unit_test(test_utf8_clean),
-	    cmocka_unit_test(test_metrics),           cmocka_unit_test(test_contract),
-	    cmocka_unit_test(test_promtool),          cmocka_unit_test(test_prometheus_scrape),
-	    cmocka_unit_test(test_remote_cli),        cmocka_unit_test(test_burst_idempotent),
-	    cmocka_unit_test(test_start_refusals),    cmocka_unit_test(test_run_delete_gc_orphaned),
+	    cmocka_unit_test(test_routing_errors),    cmocka_unit_test(test_query_args),
+	    cmocka_unit_test(test_auth_matrix),       cmocka_unit_test(test_idempotency),
+	    cmocka_unit_test(test_pages),             cmocka_unit_test(test_events_and_cancel),
+	    cmocka_unit_test(test_global_events),     cmocka_unit_test(test_step_counts),
+	    cmocka_unit_test(test_slurm_attempts),    cmocka_unit_test(test_runs_page_fresh),
+	    cmocka_unit_test(test_validate),          cmocka_unit_test(test_schedules),
+	    cmocka_unit_test(test_utf8_clean),        cmocka_unit_test(test_metrics),
+	    cmocka_unit_test(test_contract),          cmocka_unit_test(test_promtool),
+	    cmocka_unit_test(test_prometheus_scrape), cmocka_unit_test(test_remote_cli),
+	    cmocka_unit_test(test_burst_idempotent),  cmocka_unit_test(test_start_refusals),
+	    cmocka_unit_test(test_run_delete_gc_orphaned),
+	    cmocka_unit_test(test_cursor_after_delete),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

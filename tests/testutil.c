@@ -1,6 +1,6 @@
 /* testutil.c — the helpers of testutil.h: spawning and waiting for child processes, loading
- * JSON files, finding a step in a run summary and writing a small model bundle. Linked into every test binary, so it has no
- * main and no tests of its own. */
+ * JSON files, finding a step in a run summary and writing a small model bundle. Linked into every
+ * test binary, so it has no main and no tests of its own. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -112,6 +112,10 @@ void tf_web_problem(struct tf_web_resp *rs, int status, const char *instance, co
 /* The same with an `errors` array of {file, line, col, message, hint} from diags. */
 void tf_web_problem_diags(struct tf_web_resp *rs, int status, const char *instance,
                           const struct tf_diag_list *diags, const char *detail);
+/* The same with the members of `ext` added (RFC 9457 extension members; the five standard
+ * ones stay as given). Takes ext's reference. */
+void tf_web_problem_ext(struct tf_web_resp *rs, int status, const char *instance, json_t *ext,
+                        const char *detail);
 /* Maps a negative errno of a store or hook call to a problem (404/409/422/503/500). */
 void tf_web_problem_errno(struct tf_web_resp *rs, int rc, const char *instance, const char *msg);
 void tf_web_resp_release(struct tf_web_resp *rs);
@@ -157,8 +161,9 @@ void tf_web_serve(struct tf_web *w, struct tf_web_req *rq, struct tf_web_resp *r
 
 /* Matches `path` against `pattern`; on success fills rq's params (decoded copies). */
 int tf_route_match(const char *pattern, const char *path, struct tf_web_req *rq);
-/* Finds the route for method+path. Returns the route, or NULL with *allow set to the methods
- * the path has (a new string; NULL when the path matches nothing = 404). */
+/* Finds the route for method+path (HEAD finds a GET that is not a stream). Returns the
+ * route, or NULL with *allow set to the methods the path has, HEAD and OPTIONS included (a new
+ * string; NULL when the path matches nothing = 404). */
 const struct tf_route *tf_route_find(const char *method, const char *path,
                                      struct tf_web_req *rq, char **allow);
 void tf_route_release_params(struct tf_web_req *rq);

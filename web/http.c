@@ -372,6 +372,15 @@ void tf_web_problem_diags(struct tf_web_resp *rs, int status, const char *instan
 	set_problem(rs, status, doc);
 }
 
+void tf_web_problem_ext(struct tf_web_resp *rs, int status, const char *instance, json_t *ext,
+                        const char *detail)
+{
+	json_t *doc = problem_doc(status, instance, detail);
+	json_object_update_missing(doc, ext);
+	json_decref(ext);
+	set_problem(rs, status, doc);
+}
+
 void tf_web_problem_errno(struct tf_web_resp *rs, int rc, const char *instance, const char *msg)
 {
 	int status = rc == -ENOENT ? 404 : rc == -EBUSY ? 409 : rc == -EINVAL ? 422 : 500;
@@ -520,12 +529,20 @@ static int authorize(struct tf_web *w, const struct tf_route *r, struct tf_web_r
 		               tf_scope_name(r->scope));
 		return -1;
 	}
+	/* the credentials without the whitespace around them (RFC 9110: OWS is not part of a
+	 * field's value; a token pasted into a CI secret often ends with a space) */
 	const char *tok = h + 7;
-	while (*tok == ' ')
+	while (*tok == ' ' || *tok == '\t')
 		tok++;
+	char cred[TF_TOKEN_LEN + 2];
+	size_t n = strlen(tok);
+	while (n && (tok[n - 1] == ' ' || tok[n - 1] == '\t'))
+		n--;
+	snprintf(cred, sizeof(cred), "%.*s", (int)(n < sizeof(cred) ? n : sizeof(cred) - 1), tok);
 	int64_t id = 0;
 	enum tf_scope scope = TF_SCOPE_UNSET;
-	int rc = tf_token_verify_cached(&w->tokens, tok, tf_now_wall(), req_store, rq, &id, &scope);
+	int rc =
+	    tf_token_verify_cached(&w->tokens, cred, tf_now_wall(), req_store, rq, &id, &scope);
 	if (rc == -EKEYREVOKED || rc == -EKEYEXPIRED || rc == -EACCES) {
 		tf_web_problem(rs, 401, rq->path, "%s",
 		               rc == -EKEYREVOKED   ? "the token was revoked"
@@ -782,6 +799,94 @@ static int is_json_type(const char *ct)
 	       (n == 24 && !strncasecmp(ct, "application/problem+json", 24));
 }
 
+/* ---- query arguments --------------------------------------------------------------------
+ * An API route takes the query arguments its table row documents, each once: a misspelt
+ * filter (`?status=failed`) or a repeated one would otherwise be ignored silently and answer
+ * something the caller did not ask for. */
+
+#define MAX_ARGS 16 /* query arguments of one request */
+
+struct args {
+	const char *name[MAX_ARGS];
+	int n, more;
+};
+
+static enum MHD_Result note_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value)
+{
+	(void)kind;
+	(void)value;
+	struct args *a = cls;
+	if (a->n < MAX_ARGS)
+		a->name[a->n++] = key;
+	else
+		a->more = 1;
+	return MHD_YES;
+}
+
+/* The names r->query documents ("name:type:description;...") into names (NULL-terminated,
+ * each in its own slot of store); their count. */
+static int query_names(const struct tf_route *r, char store[][24], const char *names[], int max)
+{
+	int n = 0;
+	for (const char *q = r->query; q && *q && n < max;) {
+		size_t len = strcspn(q, ":;");
+		snprintf(store[n], 24, "%.*s", (int)len, q);
+		names[n] = store[n];
+		n++;
+		q += strcspn(q, ";");
+		q += *q == ';';
+	}
+	names[n] = NULL;
+	return n;
+}
+
+/* 0 when every query argument is documented for the route and given once; else a 400
+ * problem in rs naming the first that is not. */
+static int check_query(const struct tf_route *r, struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	if (strncmp(r->pattern, "/api/v1/", 8))
+		return 0; /* the dashboard's files, health, metrics and serving take any */
+	struct args a = {0};
+	if (rq->conn)
+		MHD_get_connection_values(rq->conn, MHD_GET_ARGUMENT_KIND, note_arg, &a);
+	for (int i = 0; !rq->conn && rq->query && rq->query[i] && rq->query[i + 1]; i += 2)
+		note_arg(&a, MHD_GET_ARGUMENT_KIND, rq->query[i], rq->query[i + 1]);
+	char store[MAX_ARGS][24];
+	const char *names[MAX_ARGS + 1];
+	int nnames = query_names(r, store, names, MAX_ARGS);
+	if (a.more) {
+		tf_web_problem(rs, 400, rq->path, "more than %d query arguments", MAX_ARGS);
+		return -1;
+	}
+	for (int i = 0; i < a.n; i++) {
+		int known = 0;
+		for (int k = 0; k < nnames; k++)
+			known |= !strcmp(a.name[i], names[k]);
+		if (!known) {
+			char list[256] = "";
+			for (int k = 0; k < nnames; k++)
+				snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+				         k ? ", " : "", names[k]);
+			const char *sug = tf_diag_suggest(a.name[i], names);
+			tf_web_problem(
+			    rs, 400, rq->path, "unknown query argument '%s'%s%s%s; %s %s takes %s",
+			    a.name[i], sug ? " (did you mean '" : "", sug ? sug : "",
+			    sug ? "'?)" : "", r->method, r->pattern, nnames ? list : "none");
+			return -1;
+		}
+		for (int k = 0; k < i; k++)
+			if (!strcmp(a.name[i], a.name[k])) {
+				tf_web_problem(
+				    rs, 400, rq->path,
+				    "query argument '%s' is given more than once; give it once",
+				    a.name[i]);
+				return -1;
+			}
+	}
+	return 0;
+}
+
 /* The whole request: route, authorize, parse, run. Fills rs; returns the route or NULL. */
 static const struct tf_route *dispatch(struct tf_web *w, struct tf_web_req *rq,
                                        struct tf_web_resp *rs, int too_big)
@@ -789,7 +894,10 @@ static const struct tf_route *dispatch(struct tf_web *w, struct tf_web_req *rq,
 	char *allow = NULL;
 	const struct tf_route *r = tf_route_find(rq->method, rq->path, rq, &allow);
 	if (!r) {
-		if (allow) {
+		if (allow && !strcmp(rq->method, "OPTIONS")) { /* what the path takes, no token */
+			rs->status = 204;
+			rs->allow = allow;
+		} else if (allow) {
 			tf_web_problem(rs, 405, rq->path, "%s is not allowed here; allowed: %s",
 			               rq->method, allow);
 			rs->allow = allow;
@@ -821,6 +929,8 @@ static const struct tf_route *dispatch(struct tf_web *w, struct tf_web_req *rq,
 		               w->max_body);
 		return r;
 	}
+	if (check_query(r, rq, rs))
+		return r;
 	if (r->flags & TF_ROUTE_JSON_BODY) {
 		if (!is_json_type(tf_web_header(rq, MHD_HTTP_HEADER_CONTENT_TYPE))) {
 			tf_web_problem(rs, 415, rq->path,

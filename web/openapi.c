@@ -117,6 +117,9 @@ static const char components[] =
     "  \"bytes\":{\"type\":\"integer\"},"
     "  \"kept\":{\"type\":\"integer\",\"description\":\"objects kept: still used\"},"
     "  \"kept_for\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}}},"
+    "\"RunDeleteRefusal\":{\"description\":\"a problem that carries the run's delete report: "
+    "what was removed before the delete stopped\",\"allOf\":[{\"$ref\":"
+    "\"#/components/schemas/Problem\"},{\"$ref\":\"#/components/schemas/RunDeleteReport\"}]},"
     "\"GcPolicy\":{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{"
     "  \"keep_last\":{\"type\":\"integer\",\"minimum\":0,"
     "   \"description\":\"keep the newest N runs of each pipeline\"},"
@@ -176,6 +179,18 @@ static json_t *problem_response(const char *why)
 	                 "application/problem+json", "schema", "$ref",
 	                 "#/components/schemas/Problem");
 }
+
+/* Error answers of an operation that carry more than a plain problem. */
+static const struct {
+	const char *op, *status, *schema, *why;
+} special_errors[] = {
+    {"deleteRun", "409", "RunDeleteRefusal",
+     "a live process drives the run, or it is pending (with the run's report, reason busy); "
+     "or the id prefix names several runs (a plain problem)"},
+    {"deleteRun", "503", "RunDeleteRefusal",
+     "its object store does not answer (with the run's report, reason unavailable: the run "
+     "stays, a second call finishes it); or the database does not (a plain problem)"},
+};
 
 static json_t *operation(const struct tf_route *r)
 {
@@ -242,6 +257,17 @@ static json_t *operation(const struct tf_route *r)
 		json_object_set_new(responses, "403", problem_response("the token's scope is too low"));
 		json_object_set_new(responses, "429",
 		                    problem_response("over the token's rate limit (Retry-After)"));
+	}
+	for (size_t i = 0; i < TF_ARRAY_LEN(special_errors); i++) {
+		if (strcmp(special_errors[i].op, r->op))
+			continue;
+		char *ref = tf_xasprintf("#/components/schemas/%s", special_errors[i].schema);
+		json_object_set_new(responses, special_errors[i].status,
+		                    json_pack("{s:s, s:{s:{s:{s:[{s:s}, {s:s}]}}}}", "description",
+		                              special_errors[i].why, "content",
+		                              "application/problem+json", "schema", "anyOf", "$ref",
+		                              ref, "$ref", "#/components/schemas/Problem"));
+		free(ref);
 	}
 	json_object_set_new(responses, "default",
 	                    r->flags & TF_ROUTE_SERVING

@@ -137,7 +137,9 @@ const struct tf_route tf_routes[] = {
      "pipeline:string:pipeline name;label:string:KEY=VALUE or KEY;"
      "since:integer:created at or after (Unix seconds);trigger:string:cli, api or schedule;"
      "q:string:text in the run's id, pipeline or error;limit:integer:page size 1-500 "
-     "(default 50);cursor:string:the id after which the page starts (from next)",
+     "(default 50);cursor:string:where the page starts: the cursor in the previous "
+     "answer's next (RUN@CREATED_AT, valid even when that run is deleted), or a run id "
+     "(the runs created before it)",
      NULL, REF("RunPage"), 200, NULL},
     {"POST", "/api/v1/runs", TF_SCOPE_TRIGGER, tf_web_runs_create,
      TF_ROUTE_JSON_BODY | TF_ROUTE_IDEMPOTENT, "createRun",
@@ -408,13 +410,16 @@ const struct tf_route *tf_route_find(const char *method, const char *path,
 		}
 		if (!strstr(methods, tf_routes[i].method)) {
 			size_t n = strlen(methods);
-			snprintf(methods + n, sizeof(methods) - n, "%s%s", n ? ", " : "",
-			         tf_routes[i].method);
+			/* HEAD goes with a GET that is not a stream (RFC 9110 9.3.2) */
+			int head = !strcmp(tf_routes[i].method, "GET") &&
+			           !(tf_routes[i].flags & TF_ROUTE_STREAM);
+			snprintf(methods + n, sizeof(methods) - n, "%s%s%s", n ? ", " : "",
+			         tf_routes[i].method, head ? ", HEAD" : "");
 		}
 		tf_route_release_params(rq);
 	}
 	if (!hit && *methods)
-		*allow = tf_xstrdup(methods);
+		*allow = tf_xasprintf("%s, OPTIONS", methods);
 	return hit;
 }
 

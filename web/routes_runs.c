@@ -125,6 +125,26 @@ static json_t *labels_of(struct tf_store *st, const char *run)
 
 /* ---- runs --------------------------------------------------------------------------------- */
 
+/* The created_at of the run a bare-id cursor names into *at: 0, or -1 with a problem in rs. */
+static int cursor_position(struct tf_web_req *rq, struct tf_web_resp *rs, const char *id,
+                           double *at)
+{
+	struct tf_stmt *s =
+	    tf_store_query(rq->st, "SELECT created_at FROM runs WHERE id=?", "t", id);
+	int rc = s ? tf_stmt_step(s) : -EIO;
+	if (rc == 1)
+		*at = tf_stmt_double(s, 0);
+	tf_stmt_done(s);
+	if (rc == 0)
+		tf_web_problem(rs, 400, rq->path,
+		               "no run '%s' to page after: give the cursor of the answer's 'next' "
+		               "(it stays valid when that run is deleted)",
+		               id);
+	else if (rc < 0)
+		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
+	return rc == 1 ? 0 : -1;
+}
+
 void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	long long limit, since_i;
@@ -150,6 +170,28 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		               state);
 		return;
 	}
+	/* the cursor: "ID@CREATED_AT" as `next` writes it, which stays valid when that run is
+	 * deleted meanwhile, or a run id, whose position is looked up */
+	char cid[32] = "";
+	double cat = 0;
+	if (cursor) {
+		const char *at = strchr(cursor, '@');
+		size_t idn = at ? (size_t)(at - cursor) : strlen(cursor);
+		char *end = NULL;
+		if (at)
+			cat = strtod(at + 1, &end);
+		if (!idn || idn >= sizeof(cid) || (at && (end == at + 1 || *end || !(cat >= 0)))) {
+			tf_web_problem(rs, 400, rq->path,
+			               "cursor wants the value in the answer's 'next' (RUN@CREATED_AT) "
+			               "or a run id, not '%s'",
+			               cursor);
+			return;
+		}
+		memcpy(cid, cursor, idn);
+		cid[idn] = 0;
+		if (!at && cursor_position(rq, rs, cid, &cat))
+			return;
+	}
 	char lkey[128] = "", *lval = NULL;
 	if (label) {
 		const char *eq = strchr(label, '=');
@@ -171,19 +213,18 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	    "AND r.created_at>=?3 "
 	    "AND (?4 IS NULL OR EXISTS (SELECT 1 FROM run_labels l WHERE l.run_id=r.id AND "
 	    "l.key=?4 AND (?5 IS NULL OR l.value=?5))) "
-	    "AND (?6 IS NULL OR (r.created_at, r.id) < "
-	    "(SELECT created_at, id FROM runs WHERE id=?6)) "
+	    "AND (?6 IS NULL OR (r.created_at, r.id) < (?10, ?6)) "
 	    "AND (?8 IS NULL OR r.trigger=?8) "
 	    "AND (?9 IS NULL OR instr(r.id, ?9) OR instr(r.pipeline, ?9) OR instr(r.error, ?9)) "
 	    "ORDER BY r.created_at DESC, r.id DESC LIMIT ?7",
-	    "ttdtttitt", state, pipe, (double)since_i, label ? lkey : NULL, lval, cursor,
-	    orphaned_only ? (int64_t)-1 : (int64_t)limit + 1, trig, text);
+	    "ttdtttittd", state, pipe, (double)since_i, label ? lkey : NULL, lval,
+	    cursor ? cid : NULL, orphaned_only ? (int64_t)-1 : (int64_t)limit + 1, trig, text, cat);
 	if (!s) {
 		tf_web_problem_errno(rs, -EIO, rq->path, tf_store_errmsg(rq->st));
 		return;
 	}
 	struct tf_buf b = {0};
-	char last[32] = "";
+	char last[64] = "";
 	int rc, n = 0, more = 0;
 	PUT_LIT(&b, "{\"items\":[");
 	while ((rc = tf_stmt_step(s)) == 1) {
@@ -222,7 +263,8 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 			PUT_LIT(&b, "true}");
 		else
 			PUT_LIT(&b, "false}");
-		snprintf(last, sizeof(last), "%s", tf_stmt_text(s, 0));
+		/* the cursor of the next page: this run's key, exact (%.17g reads back the same) */
+		snprintf(last, sizeof(last), "%s@%.17g", tf_stmt_text(s, 0), tf_stmt_double(s, 3));
 	}
 	tf_stmt_done(s);
 	PUT_LIT(&b, "],\"next\":");
@@ -679,12 +721,16 @@ void tf_web_run_delete(struct tf_web_req *rq, struct tf_web_resp *rs)
 	struct tf_run_delete_report r;
 	char err[1024] = "";
 	int rc = tf_run_delete(rq->st, tf_web_home(rq->srv), id, dry_run, &r, err, sizeof(err));
-	if (rc == -EIO)
-		tf_web_problem(rs, 503, rq->path, "%s", err);
-	else if (rc)
-		tf_web_problem_errno(rs, rc, rq->path, err);
+	json_t *rep = tf_run_delete_report_json(id, rc, dry_run, err, &r);
+	if (rc) /* the report's members go with the problem: what was removed before it stopped */
+		tf_web_problem_ext(rs,
+		                   rc == -EIO      ? 503
+		                   : rc == -EBUSY  ? 409
+		                   : rc == -ENOENT ? 404
+		                                   : 500,
+		                   rq->path, rep, err);
 	else
-		tf_web_json(rs, 200, tf_run_delete_report_json(id, 0, dry_run, NULL, &r));
+		tf_web_json(rs, 200, rep);
 	tf_run_delete_report_release(&r);
 }
 
