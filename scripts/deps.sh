@@ -19,6 +19,7 @@ bench+=(bc python3-numpy python3-tqdm python3-absl python3-pandas)  # SCALE-Sim 
 test+=(prometheus)  # tests/test_web.c: promtool check metrics, a real Prometheus scraping /metrics
 bench+=(wrk)  # bench/api.c: the REST API and the HTTP floor under wrk
 bench+=(python3-torch python3-numpy)  # training peers of bench/train.sh (bench/train_py_peers.py)
+bench+=(radosgw ceph-mon ceph-osd ceph-mgr)  # bench/s3.sh: a one-node Ceph with its S3 gateway (scripts/rgw-start.sh)
 docs=(pngquant optipng)  # scripts/readme-shots.sh: the README's dashboard screenshots, made small
 
 case "${1:-build}" in

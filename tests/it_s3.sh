@@ -1,33 +1,41 @@
 #!/usr/bin/env bash
 # Integration: the s3:// backend, the checkpoint manager and `tpuflow store|ckpt` against a
-# real S3 server (Swift + s3api on 127.0.0.1, scripts/s3-server-start.sh), directly and
-# through tests/s3_fault_proxy.py failing 30% of requests. Stops exactly what it started.
+# real S3 server on 127.0.0.1, directly and through tests/s3_fault_proxy.py failing 30% of
+# requests. Stops exactly what it started. The server: Swift + s3api
+# (scripts/s3-server-start.sh), or with TF_S3_IT_SERVER=rgw Ceph's RADOS Gateway
+# (scripts/rgw-start.sh; tests/it_rgw.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 BUILD=${BUILD:-build}
 bin=$root/$BUILD/tpuflow
 live=$root/$BUILD/tests/test_s3_live
-[[ -x $live && -x $bin ]] || { echo "it_s3: build first (make tests)"; exit 1; }
-if ! command -v swift-proxy-server >/dev/null || ! command -v memcached >/dev/null; then
-  scripts/deps.sh test || { echo "it_s3: cannot install the S3 server packages"; exit 1; }
+server=${TF_S3_IT_SERVER:-swift}
+me=it_s3 start=scripts/s3-server-start.sh stop=scripts/s3-server-stop.sh
+[[ $server == rgw ]] && me=it_rgw start=scripts/rgw-start.sh stop=scripts/rgw-stop.sh
+[[ -x $live && -x $bin ]] || { echo "$me: build first (make tests)"; exit 1; }
+if [[ $server == rgw ]]; then
+  command -v radosgw >/dev/null ||
+    { echo "$me: skipped: Ceph's radosgw is not installed (scripts/deps.sh bench)"; exit 77; }
+elif ! command -v swift-proxy-server >/dev/null || ! command -v memcached >/dev/null; then
+  scripts/deps.sh test || { echo "$me: cannot install the S3 server packages"; exit 1; }
 fi
 PY=/usr/bin/python3
 [[ -x $PY ]] || PY=python3
 
-dir=$(mktemp -d /tmp/tpuflow-it-s3.XXXXXX)
+dir=$(mktemp -d "/tmp/tpuflow-$me.XXXXXX")
 proxy_pid= hold_pid=
 cleanup() {
   [[ -n $proxy_pid ]] && kill "$proxy_pid" 2>/dev/null && wait "$proxy_pid" 2>/dev/null
   [[ -n $hold_pid ]] && kill "$hold_pid" 2>/dev/null && wait "$hold_pid" 2>/dev/null
-  "$root/scripts/s3-server-stop.sh" "$dir/s3"
+  "$root/$stop" "$dir/s3"
   rm -rf "$dir"
 }
 trap cleanup EXIT
-fail() { echo "it_s3: FAILED: $*"; exit 1; }
+fail() { echo "$me: FAILED: $*"; exit 1; }
 
 t0=$(date +%s.%N)
-scripts/s3-server-start.sh "$dir/s3" || fail "the S3 server did not start"
+$start "$dir/s3" || fail "the S3 server did not start"
 set -a
 . "$dir/s3/s3.env"
 set +a
@@ -42,7 +50,7 @@ export TF_S3_FAULT_ENDPOINT=http://127.0.0.1:$(cat "$dir/proxy.port")
 mkdir -p "$dir/work"
 export TF_S3_TEST_BUCKET=it-$$
 (cd "$dir/work" && "$live") || fail "test_s3_live"
-echo "it_s3: fault proxy: $(cat "$dir/proxy.json")"
+echo "$me: fault proxy: $(cat "$dir/proxy.json")"
 
 # the CLI against the same server
 cd "$dir/work"
@@ -98,4 +106,4 @@ done
 "$bin" store put "s3://$b/changed.bin" big.bin || fail "upload of the file once complete"
 "$bin" store get "s3://$b/changed.bin" back.bin && cmp -s big.bin back.bin || fail "changed.bin round trip"
 
-echo "it_s3: passed in ${SECONDS} s"
+echo "$me: passed in ${SECONDS} s"
