@@ -347,14 +347,16 @@ int tf_hooks_add(struct tf_store *st, const struct tf_alerts_config *cfg, const 
 	char *secret = NULL, serr[256];
 	if ((h->secret_env || h->secret_file) && !strcmp(f, "standard") &&
 	    tf_hook_secret(h->secret_env, h->secret_file, &secret, serr, sizeof(serr)) == 0) {
-		char sig[128];
-		rc = tf_alert_sign(secret, "msg_check", 0, "", 0, sig);
+		char *sig = NULL;
+		rc = tf_alert_signatures(secret, "msg_check", 0, "", 0, &sig);
 		explicit_bzero(secret, strlen(secret));
 		free(secret);
+		free(sig);
 		if (rc) {
 			tf_errf(err, errlen,
 			        "the secret in %s%s is not a Standard Webhooks secret: expected "
-			        "whsec_ followed by the base64 of 24 to 64 random bytes",
+			        "whsec_ followed by the base64 of 24 to 64 random bytes (several, "
+			        "separated by spaces, while one is rotated)",
 			        h->secret_env ? "$" : "",
 			        h->secret_env ? h->secret_env : h->secret_file);
 			return -EINVAL;

@@ -158,6 +158,12 @@ char *tf_alert_body(const char *format, const char *payload, const struct tf_ale
  * 0, or -EINVAL when the secret is not of that form. out has room for 128 bytes. */
 int tf_alert_sign(const char *secret, const char *msg_id, long long timestamp, const char *body,
                   size_t len, char out[128]);
+/* The whole webhook-signature value for `secrets`, one or more whsec_ secrets separated by
+ * blanks (the new and the old one while a secret is rotated): their signatures, separated by
+ * spaces, as a new string in *out (caller frees). -EINVAL when one is malformed or none is
+ * given. */
+int tf_alert_signatures(const char *secrets, const char *msg_id, long long timestamp,
+                        const char *body, size_t len, char **out);
 
 /* Sends the due alerts of the home once each (at most `max` of them, 0: no limit); *sent and
  * *failed (may be NULL) count the outcomes. *next_due receives the seconds until the next

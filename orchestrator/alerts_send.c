@@ -6,13 +6,17 @@
  * processes on a home (the daemon and a `tpuflow run`) do not send the same row at once; it
  * posts them outside any transaction, then records each outcome in one short transaction:
  *   2xx                      delivered
- *   408, 425, 429, 5xx, no answer, timeout, secret unreadable
+ *   other 4xx, 5xx, no answer, timeout, secret unreadable
  *                            another attempt after tf_alerts_backoff (Retry-After honoured),
  *                            dead once max_attempts were made or the horizon has passed
- *   3xx (never followed), other 4xx, host not allowed
- *                            dead at once: sending again would get the same answer
- * A process killed while posting leaves the lease to run out: the row is sent again by the
- * next pass, with the same msg_id (at least once). */
+ *   3xx (never followed), 400, 410, 413, 422, host not allowed
+ *                            dead at once: the receiver refuses this body or this sender
+ * A hook's alerts go in the order they were queued: a pass takes the oldest pending row of
+ * each hook, and the next one only once it is delivered or dead, so a receiver that is down
+ * gets one request per backoff, not one per queued alert, and a firing alert reaches
+ * Alertmanager before the alert that resolves it. A process killed while posting leaves the
+ * lease to run out: the row is sent again by the next pass, with the same msg_id (at least
+ * once). */
 #include "orchestrator/alerts.h"
 
 #define TF_LOG_TAG "alerts"
@@ -255,6 +259,30 @@ int tf_alert_sign(const char *secret, const char *msg_id, long long timestamp, c
 	return 0;
 }
 
+int tf_alert_signatures(const char *secrets, const char *msg_id, long long timestamp,
+                        const char *body, size_t len, char **out)
+{
+	char *copy = tf_xstrdup(secrets), *save = NULL, *joined = tf_xstrdup("");
+	int rc = -EINVAL;
+	for (char *w = strtok_r(copy, " \t\r\n", &save); w; w = strtok_r(NULL, " \t\r\n", &save)) {
+		char sig[128];
+		rc = tf_alert_sign(w, msg_id, timestamp, body, len, sig);
+		if (rc)
+			break;
+		char *n = tf_xasprintf("%s%s%s", joined, joined[0] ? " " : "", sig);
+		free(joined);
+		joined = n;
+	}
+	explicit_bzero(copy, strlen(copy));
+	free(copy);
+	if (rc) {
+		free(joined);
+		return rc;
+	}
+	*out = joined;
+	return 0;
+}
+
 /* ---- one POST --------------------------------------------------------------------------- */
 
 struct answer {
@@ -334,7 +362,7 @@ static enum outcome post(const struct tf_alerts_config *cfg, const struct target
 	char *body = tf_alert_body(t->format, t->payload, cfg, err, errlen);
 	if (!body)
 		return DEAD;
-	char *secret = NULL, sig[128] = "";
+	char *secret = NULL, *sig = NULL;
 	long long ts = (long long)tf_now_wall();
 	enum outcome out = RETRY;
 	if (t->secret_env || t->secret_file) {
@@ -342,7 +370,7 @@ static enum outcome post(const struct tf_alerts_config *cfg, const struct target
 			free(body);
 			return RETRY; /* may be set in a process that sends later (the daemon) */
 		}
-		int rc = tf_alert_sign(secret, t->msg_id, ts, body, strlen(body), sig);
+		int rc = tf_alert_signatures(secret, t->msg_id, ts, body, strlen(body), &sig);
 		explicit_bzero(secret, strlen(secret));
 		free(secret);
 		if (rc && !strcmp(t->format, "standard")) {
@@ -351,8 +379,6 @@ static enum outcome post(const struct tf_alerts_config *cfg, const struct target
 			free(body);
 			return RETRY;
 		}
-		if (rc)
-			sig[0] = '\0';
 	}
 	pthread_once(&curl_once, curl_init_once);
 	CURL *c = curl_easy_init();
@@ -362,9 +388,11 @@ static enum outcome post(const struct tf_alerts_config *cfg, const struct target
 	h = curl_slist_append(h, line);
 	snprintf(line, sizeof(line), "webhook-timestamp: %lld", ts);
 	h = curl_slist_append(h, line);
-	if (sig[0]) {
-		snprintf(line, sizeof(line), "webhook-signature: %s", sig);
-		h = curl_slist_append(h, line);
+	if (sig) { /* one per secret: several while a secret is being rotated */
+		char *sl = tf_xasprintf("webhook-signature: %s", sig);
+		h = curl_slist_append(h, sl);
+		free(sl);
+		free(sig);
 	}
 	h = curl_slist_append(h, "User-Agent: tpuflow/" TF_VERSION);
 	h = curl_slist_append(h, "Expect:");
@@ -391,7 +419,11 @@ static enum outcome post(const struct tf_alerts_config *cfg, const struct target
 	} else if (*status >= 200 && *status < 300) {
 		out = SENT;
 	} else {
-		int again = *status == 408 || *status == 425 || *status == 429 || *status >= 500;
+		/* The specification treats every other answer as a failure to try again, but for
+		 * those that refuse this body (400, 413, 422) or this sender (410 Gone): the same
+		 * request would get the same answer. */
+		int again = *status >= 400 && *status != 400 && *status != 410 && *status != 413 &&
+		            *status != 422;
 		tf_errf(err, errlen, "HTTP %ld%s%.200s", *status, a->len ? ": " : "",
 		        a->body ? a->body : "");
 		if (*status >= 300 && *status < 400)
@@ -446,7 +478,13 @@ static int record(struct tf_store *st, const struct tf_alerts_config *cfg, const
 	return rc;
 }
 
-/* Takes up to max due rows (or row `only`) and leases them, in one transaction. */
+/* A row no older row of its hook waits before: the next of its hook to send. */
+#define HOOK_HEAD                                                                                  \
+	"NOT EXISTS (SELECT 1 FROM alerts o WHERE o.state='pending' AND o.hook=a.hook AND "        \
+	"o.id<a.id)"
+
+/* Takes up to max due rows, the oldest pending of each hook (or row `only`), and leases
+ * them, in one transaction. */
 static int claim(struct tf_store *st, const struct tf_alerts_config *cfg, int max, int64_t only,
                  struct target **out, size_t *n)
 {
@@ -462,7 +500,8 @@ static int claim(struct tf_store *st, const struct tf_alerts_config *cfg, int ma
 	    "NULL, "
 	    "h.url, h.format, h.secret_env, h.secret_file FROM alerts a LEFT JOIN hooks h ON "
 	    "h.name=a.hook WHERE (?1 = 0 AND a.state='pending' AND a.next_attempt_at <= ?2 AND "
-	    "(a.lease_until IS NULL OR a.lease_until < ?2)) OR a.id=?1 ORDER BY a.id LIMIT ?3",
+	    "(a.lease_until IS NULL OR a.lease_until < ?2) AND " HOOK_HEAD ") OR a.id=?1 "
+	    "ORDER BY a.id LIMIT ?3",
 	    "idi", only, now, (int64_t)(max > 0 ? max : 64));
 	if (!q) {
 		tf_store_rollback(st);
@@ -488,9 +527,11 @@ static int claim(struct tf_store *st, const struct tf_alerts_config *cfg, int ma
 		                     .secret_file = tf_stmt_strdup(q, 10)};
 	}
 	tf_stmt_done(q);
+	/* the rows are posted one after the other: row i's lease covers the i posts before it */
 	for (size_t i = 0; rc == 0 && i < *n; i++)
 		rc = tf_store_run(st, "UPDATE alerts SET lease_until=? WHERE id=?", "di",
-		                  now + cfg->timeout + LEASE_MARGIN, (*out)[i].id);
+		                  now + (double)(i + 1) * (cfg->timeout + LEASE_MARGIN),
+		                  (*out)[i].id);
 	if (rc == 0)
 		rc = tf_store_commit(st);
 	if (rc) {
@@ -539,11 +580,11 @@ int tf_alerts_deliver_due(struct tf_store *st, const struct tf_alerts_config *cf
 		rc = send_claimed(st, cfg, ts, n, sent, failed, NULL, 0);
 	if (rc == 0 && next_due) {
 		double next = -1;
-		struct tf_stmt *q = tf_store_query(
-		    st,
-		    "SELECT min(max(next_attempt_at, coalesce(lease_until, 0))) FROM alerts WHERE "
-		    "state='pending'",
-		    "");
+		struct tf_stmt *q = tf_store_query(st,
+		                                   "SELECT min(max(next_attempt_at, "
+		                                   "coalesce(lease_until, 0))) FROM alerts a WHERE "
+		                                   "state='pending' AND " HOOK_HEAD,
+		                                   "");
 		if (q && tf_stmt_step(q) == 1 && !tf_stmt_is_null(q, 0)) {
 			next = tf_stmt_double(q, 0) - tf_now_wall();
 			if (next < 0)

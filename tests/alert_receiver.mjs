@@ -5,6 +5,8 @@
 // Paths say how to answer:
 //   /std/...       verifies the Standard Webhooks signature with the `standardwebhooks` npm
 //                  package (secret: $WH_SECRET) and answers 401 when it does not verify
+//   /std-old/...   the same with $WH_SECRET_OLD (a receiver still on the secret being rotated
+//                  out)
 //   /slack/...     checks the body against the shape of a Slack incoming-webhook message
 //                  (https://api.slack.com/messaging/webhooks, Block Kit limits from
 //                  https://api.slack.com/reference/block-kit/blocks) and answers 400 if not
@@ -16,6 +18,7 @@ import { Webhook } from "standardwebhooks";
 
 const log = process.argv[2];
 const wh = process.env.WH_SECRET ? new Webhook(process.env.WH_SECRET) : null;
+const whOld = process.env.WH_SECRET_OLD ? new Webhook(process.env.WH_SECRET_OLD) : null;
 const seen = new Map(); // path -> requests so far
 
 // The documented shape of an incoming-webhook message with blocks; returns a problem or null.
@@ -65,7 +68,7 @@ const server = http.createServer((req, res) => {
     let status = 200;
     if (req.url.startsWith("/std")) {
       try {
-        wh.verify(raw, {
+        (req.url.startsWith("/std-old") ? whOld : wh).verify(raw, {
           "webhook-id": req.headers["webhook-id"],
           "webhook-timestamp": req.headers["webhook-timestamp"],
           "webhook-signature": req.headers["webhook-signature"],

@@ -3,13 +3,15 @@
 #  - Standard Webhooks: every alert of a failing run arrives signed; the npm package
 #    `standardwebhooks` verifies each signature, and refuses the same message with its body
 #    tampered with
+#  - secret rotation: a hook holding the new and the old secret sends both signatures; the
+#    npm package verifies the message with either secret alone
 #  - Slack: the message has the documented shape of an incoming webhook (text + blocks)
 #  - Alertmanager (Debian's prometheus-alertmanager on a free port): a run_failed alert is
 #    shown by its API as active, and as resolved after the next successful run
 #  - durability: a `tpuflow run` killed with -9 while its alert is being posted: the alert
 #    arrives after a restart (the daemon), with the same webhook-id
-#  - a receiver answering 503 for a while, then 200: every alert arrives, none lost, repeats
-#    carry the same id
+#  - a receiver answering 503 for a while, then 200: every alert arrives, none lost, in the
+#    order they were queued, repeats carry the same id
 #  - a receiver that never answers: the alert ends dead-lettered, and redeliver queues it
 #  - a daemon killed with -9: the next daemon raises daemon_unclean_stop (not after a clean stop)
 # Stops only the processes it started.
@@ -39,6 +41,7 @@ H=$dir/home
 mkdir -p "$H"
 export TPUFLOW_LOG=info
 export WH_SECRET=whsec_$(head -c 32 /dev/urandom | base64)
+export WH_SECRET_OLD=whsec_$(head -c 24 /dev/urandom | base64)
 # fast retries for the test (the real defaults are in docs/alerts.md); `tpuflow run` waits up
 # to `drain` for its alerts, which under load may take more than a moment
 cat >"$H/alerts.conf" <<'CONF'
@@ -115,12 +118,25 @@ grep -qa "${WH_SECRET#whsec_}" "$H/tpuflow.db" "$H/tpuflow.db-wal" 2>/dev/null &
   fail "the secret is in the database"
 "$bin" hooks test oncall --home "$H" >"$dir/test.log" 2>&1 || fail "hooks test: $(cat "$dir/test.log")"
 
+# ---- secret rotation: both signatures in webhook-signature, each receiver verifies with its own
+export WH_ROTATING="$WH_SECRET $WH_SECRET_OLD"
+"$bin" hooks add rot-new --home "$H" --url "$R/std/rot" --format standard --secret-env WH_ROTATING \
+  >>"$dir/cli.log" 2>&1 || fail "hooks add rot-new"
+"$bin" hooks add rot-old --home "$H" --url "$R/std-old/rot" --format standard --secret-env WH_ROTATING \
+  >>"$dir/cli.log" 2>&1 || fail "hooks add rot-old"
+"$bin" hooks test rot-new --home "$H" >>"$dir/test.log" 2>&1 || fail "hooks test rot-new: $(cat "$dir/test.log")"
+"$bin" hooks test rot-old --home "$H" >>"$dir/test.log" 2>&1 || fail "hooks test rot-old: $(cat "$dir/test.log")"
+[[ $(recv "sum(1 for r in rows if r['path'] in ('/std/rot', '/std-old/rot') and r['verified'] and len(r['signature'].split(' ')) == 2)") == 2 ]] ||
+  fail "a rotating secret's message did not verify with each secret: $(recv "[(r['path'], r['problem']) for r in rows if 'rot' in r['path']]")"
+"$bin" hooks rm rot-new --home "$H" >/dev/null && "$bin" hooks rm rot-old --home "$H" >/dev/null
+echo "it_alerts: secret rotation: both signatures sent, each secret verifies"
+
 # ---- a failing run, embedded: Standard Webhooks, Slack, Alertmanager
 touch "$dir/break"
 "$bin" run "$dir/flaky.yaml" --home "$H" --embedded --plain >"$dir/run1.log" 2>&1
 [[ $? == 1 ]] || fail "the failing run did not exit 1"
 run1=$("$bin" runs list --home "$H" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
-wait_outbox "all(x['state']=='delivered' for x in a) and len(a)==6" ||
+wait_outbox "all(x['state']=='delivered' for x in a) and len(a)==8" ||
   fail "not every alert of the failed run was delivered: $(alerts_json)"
 [[ $(recv "sum(1 for r in rows if r['path']=='/std/ok' and r['verified'])") == 4 ]] ||
   fail "expected 4 verified Standard Webhooks messages (test, step_retried, step_failed, run_failed)"
@@ -230,8 +246,13 @@ for r in rows:
     by_id.setdefault(r["id"], set()).add(r["body"])
 assert all(len(b) == 1 for b in by_id.values()), "a repeat carried another body"
 assert any(sum(1 for r in rows if r["id"] == i) > 1 for i in ids), "no alert was repeated"
+# one hook's alerts arrive in the order they were queued, the first held back the others
+order = [r["id"] for r in rows if r["status"] == 200]
+queued = [a["msg_id"] for a in sorted(outbox, key=lambda a: a["id"])]
+assert order == queued, f"delivered in the order {order}, queued {queued}"
+assert all(r["id"] == queued[0] for r in rows if r["status"] == 503), "a later alert was tried first"
 PY
-echo "it_alerts: 503 then 200: every alert arrived once acknowledged, repeats with the same id"
+echo "it_alerts: 503 then 200: every alert arrived once acknowledged, in order, repeats with the same id"
 
 # ---- a receiver that never answers: dead letter, then redeliver
 "$bin" hooks add void --home "$H" --url "$R/std/hang/void" --format standard --secret-env WH_SECRET \

@@ -3,8 +3,10 @@
  * jitter and Retry-After, the host allowlist, alerts written in the transaction of their state
  * change (and gone with it when it rolls back), routing by home-wide events, Alertmanager
  * alerts resolved by the next successful run of the pipeline, the Slack and Alertmanager
- * bodies, dead-lettering after max_attempts, and redelivery with the same id. Delivery to
- * real receivers is tests/it_alerts.sh. */
+ * bodies (texts cut on a character, labels that tell alerts apart), dead-lettering after
+ * max_attempts, redelivery with the same id, what each HTTP answer means, a hook's alerts in
+ * queue order, leases that cover a whole pass, and both signatures while a secret is
+ * rotated. Delivery to real receivers is tests/it_alerts.sh. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +23,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -527,8 +530,9 @@ static void test_alerts_metric_regressed(void **state)
 /* ---- a minimal HTTP receiver on a thread: answers `status` to each request, keeps bodies */
 
 struct responder {
-	int fd, port, status, n;
-	char bodies[8][4096];
+	int fd, port, n;
+	_Atomic int status;
+	char bodies[8][4096], heads[8][1024]; /* the first 8 requests */
 	pthread_t t;
 };
 
@@ -557,14 +561,17 @@ static void *responder_main(void *arg)
 			if (body && (long)(got - (size_t)(body - buf)) >= len)
 				break;
 		}
-		if (r->n < 8 && body)
+		if (r->n < 8 && body) {
 			snprintf(r->bodies[r->n], sizeof(r->bodies[0]), "%s", body);
+			snprintf(r->heads[r->n], sizeof(r->heads[0]), "%.*s", (int)(body - buf),
+			         buf);
+		}
 		r->n++;
 		char out[128];
 		int m = snprintf(out, sizeof(out),
 		                 "HTTP/1.1 %d X\r\nContent-Length: 0\r\n"
 		                 "Connection: close\r\n\r\n",
-		                 r->status);
+		                 atomic_load(&r->status));
 		if (write(c, out, (size_t)m) < 0) {
 		}
 		close(c);
@@ -574,7 +581,7 @@ static void *responder_main(void *arg)
 static void responder_start(struct responder *r, int status)
 {
 	memset(r, 0, sizeof(*r));
-	r->status = status;
+	atomic_store(&r->status, status);
 	r->fd = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t al = sizeof(a);
@@ -630,6 +637,240 @@ static void test_alerts_alertmanager_refire(void **state)
 	tf_alerts_config_release(&cfg);
 	tf_store_close(st);
 	responder_stop(&r);
+}
+
+/* The value of header `name` in a request head, copied to out. */
+static const char *header(const char *head, const char *name, char *out, size_t n)
+{
+	const char *h = strcasestr(head, name);
+	out[0] = '\0';
+	if (h) {
+		h += strlen(name);
+		snprintf(out, n, "%.*s", (int)strcspn(h, "\r\n"), h);
+	}
+	return out;
+}
+
+/* A hook's alerts go in the order they were queued, one request per pass while its receiver
+ * fails (the others wait behind the oldest), and a failing hook does not hold back another
+ * one's alerts. */
+static void test_alerts_order_per_hook(void **state)
+{
+	(void)state;
+	struct responder down, up;
+	responder_start(&down, 503);
+	responder_start(&up, 200);
+	char url[96];
+	struct tf_store *st = open_home();
+	tf_store_run(st, "DELETE FROM alerts", "");
+	setenv("TEST_WH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/a", down.port);
+	add_hook(st, "ordered", url, "standard", "");
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/b", up.port);
+	add_hook(st, "other", url, "slack", "");
+	int64_t ids[3], other;
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(tf_alerts_queue_test(st, "ordered", &ids[i]), 0);
+	assert_int_equal(tf_alerts_queue_test(st, "other", &other), 0);
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	cfg.backoff = 60; /* the failed one is not due again in this test unless told */
+	cfg.max_backoff = 60;
+	int sent = 0, failed = 0;
+	double next = -1;
+	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, &sent, &failed, &next), 0);
+	assert_int_equal(down.n, 1); /* the oldest only: the others wait behind it */
+	assert_int_equal(up.n, 1);   /* the other hook's alert went in the same pass */
+	assert_int_equal(sent, 1);
+	assert_int_equal(failed, 1);
+	assert_true(next > 30); /* nothing due until the oldest is: no busy loop */
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE hook='ordered' AND "
+	                           "attempts=0 AND state='pending'"),
+	                 2);
+	atomic_store(&down.status, 200);
+	assert_int_equal(
+	    tf_store_run(st, "UPDATE alerts SET next_attempt_at=0 WHERE id=?", "i", ids[0]), 0);
+	for (int pass = 0; pass < 5; pass++)
+		assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, NULL, NULL, NULL), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE state='delivered'"), 4);
+	assert_int_equal(down.n, 4);
+	char got[64], want[64];
+	for (int i = 0; i < 3; i++) { /* requests 1..3: ids[0] again, then ids[1], ids[2] */
+		char *msg = NULL;
+		assert_int_equal(tf_store_query_text(
+		                     st, &msg, "SELECT msg_id FROM alerts WHERE id=?", "i", ids[i]),
+		                 0);
+		snprintf(want, sizeof(want), "%s", msg);
+		free(msg);
+		assert_string_equal(header(down.heads[i + 1], "webhook-id: ", got, sizeof(got)),
+		                    want);
+	}
+	tf_hooks_remove(st, "ordered");
+	tf_hooks_remove(st, "other");
+	tf_alerts_config_release(&cfg);
+	tf_store_close(st);
+	responder_stop(&down);
+	responder_stop(&up);
+}
+
+/* What each answer means: 404 (a receiver being deployed, a wrong path fixed later) is tried
+ * again, as the Standard Webhooks specification treats every non-2xx answer; 400, 410 Gone,
+ * 413 and 422 refuse this body or this sender, and the alert is dead at once. */
+static void test_alerts_answers(void **state)
+{
+	(void)state;
+	static const struct {
+		int status;
+		const char *state;
+	} cases[] = {{404, "pending"}, {401, "pending"},  {429, "pending"}, {502, "pending"},
+	             {400, "dead"},    {410, "dead"},     {413, "dead"},    {422, "dead"},
+	             {301, "dead"},    {204, "delivered"}};
+	struct tf_store *st = open_home();
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	for (size_t i = 0; i < TF_ARRAY_LEN(cases); i++) {
+		struct responder r;
+		responder_start(&r, cases[i].status);
+		char url[96];
+		snprintf(url, sizeof(url), "http://127.0.0.1:%d/x", r.port);
+		tf_store_run(st, "DELETE FROM alerts", "");
+		add_hook(st, "answers", url, "slack", "");
+		int64_t id;
+		assert_int_equal(tf_alerts_queue_test(st, "answers", &id), 0);
+		assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, NULL, NULL, NULL), 0);
+		char *got = NULL;
+		assert_int_equal(
+		    tf_store_query_text(st, &got, "SELECT state FROM alerts WHERE id=?", "i", id),
+		    0);
+		if (strcmp(got, cases[i].state))
+			fprintf(stderr, "HTTP %d: %s, expected %s\n", cases[i].status, got,
+			        cases[i].state);
+		assert_string_equal(got, cases[i].state);
+		free(got);
+		responder_stop(&r);
+	}
+	tf_hooks_remove(st, "answers");
+	tf_alerts_config_release(&cfg);
+	tf_store_close(st);
+}
+
+/* Secret rotation: a hook whose secret holds the new and the old whsec_ secret sends both
+ * signatures, space-separated; each verifies with its own secret alone. */
+static void test_alerts_secret_rotation(void **state)
+{
+	(void)state;
+	const char *old = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+	const char *new = "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWY=";
+	char both[200];
+	snprintf(both, sizeof(both), "%s %s", new, old);
+	struct responder r;
+	responder_start(&r, 200);
+	char url[96];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/x", r.port);
+	struct tf_store *st = open_home();
+	tf_store_run(st, "DELETE FROM alerts", "");
+	setenv("TEST_WH_SECRET", both, 1);
+	add_hook(st, "rotating", url, "standard", "");
+	int64_t id;
+	assert_int_equal(tf_alerts_queue_test(st, "rotating", &id), 0);
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, NULL, NULL, NULL), 0);
+	assert_int_equal(r.n, 1);
+	char msg_id[64], ts[32], sig[400], a[128], b[128];
+	header(r.heads[0], "webhook-id: ", msg_id, sizeof(msg_id));
+	header(r.heads[0], "webhook-timestamp: ", ts, sizeof(ts));
+	header(r.heads[0], "webhook-signature: ", sig, sizeof(sig));
+	const char *body = r.bodies[0];
+	assert_int_equal(tf_alert_sign(new, msg_id, atoll(ts), body, strlen(body), a), 0);
+	assert_int_equal(tf_alert_sign(old, msg_id, atoll(ts), body, strlen(body), b), 0);
+	char expect[300];
+	snprintf(expect, sizeof(expect), "%s %s", a, b);
+	assert_string_equal(sig, expect);
+	/* one malformed secret among them: refused when the hook is added */
+	snprintf(both, sizeof(both), "%s whsec_short", new);
+	setenv("TEST_WH_SECRET", both, 1);
+	struct tf_hook h = {.name = "rotating",
+	                    .url = url,
+	                    .format = "standard",
+	                    .secret_env = "TEST_WH_SECRET",
+	                    .events = ""};
+	char err[512] = "";
+	assert_int_equal(tf_hooks_add(st, &cfg, &h, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "rotated"));
+	setenv("TEST_WH_SECRET", old, 1);
+	tf_hooks_remove(st, "rotating");
+	tf_alerts_config_release(&cfg);
+	tf_store_close(st);
+	responder_stop(&r);
+}
+
+struct deliver_arg {
+	struct tf_alerts_config *cfg;
+};
+
+static void *deliver_thread(void *arg)
+{
+	struct deliver_arg *d = arg;
+	struct tf_store *st = open_home();
+	tf_alerts_deliver_due(st, d->cfg, 0, NULL, NULL, NULL);
+	tf_store_close(st);
+	return NULL;
+}
+
+/* A pass posts its rows one after the other, so each row's lease covers the posts before it:
+ * with one lease for all, a row still waiting its turn after a slow receiver was free to
+ * take for another process (the daemon and a `tpuflow run`), which posted it too. */
+static void test_alerts_leases_cover_the_pass(void **state)
+{
+	(void)state;
+	/* a receiver that takes connections (the backlog) and never answers */
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(s, 8), 0);
+	getsockname(s, (struct sockaddr *)&a, &al);
+	char url[96];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/x", ntohs(a.sin_port));
+	struct tf_store *st = open_home();
+	tf_store_run(st, "DELETE FROM alerts", "");
+	static const char *const names[] = {"silent1", "silent2", "silent3"};
+	for (int i = 0; i < 3; i++) {
+		add_hook(st, names[i], url, "slack", "");
+		assert_int_equal(tf_alerts_queue_test(st, names[i], NULL), 0);
+	}
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	cfg.timeout = 0.5;
+	struct deliver_arg d = {&cfg};
+	pthread_t t;
+	double start = tf_now_wall();
+	assert_int_equal(pthread_create(&t, NULL, deliver_thread, &d), 0);
+	int64_t leased = 0;
+	for (int i = 0; i < 2000 && leased < 3; i++) { /* the claim commits all three leases */
+		usleep(5000);
+		tf_store_query_int(st, &leased,
+		                   "SELECT count(*) FROM alerts WHERE lease_until IS NOT NULL", "");
+	}
+	assert_int_equal(leased, 3);
+	double lease[3];
+	struct tf_stmt *q = tf_store_query(
+	    st, "SELECT lease_until FROM alerts WHERE lease_until IS NOT NULL ORDER BY id", "");
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(tf_stmt_step(q), 1);
+		lease[i] = tf_stmt_double(q, 0);
+	}
+	tf_stmt_done(q);
+	pthread_join(t, NULL);
+	/* row i: i+1 posts (timeout and margin each) from the claim */
+	for (int i = 0; i < 3; i++)
+		assert_true(lease[i] - start >= (i + 1) * cfg.timeout + i * 5.0);
+	for (int i = 0; i < 3; i++)
+		tf_hooks_remove(st, names[i]);
+	close(s);
+	tf_alerts_config_release(&cfg);
+	tf_store_close(st);
 }
 
 /* Events from the registry, the broker, the train kind's results: each reaches a home route
@@ -829,6 +1070,10 @@ int main(void)
 	    cmocka_unit_test(test_alerts_dead_letter_and_redeliver),
 	    cmocka_unit_test(test_alerts_metric_regressed),
 	    cmocka_unit_test(test_alerts_alertmanager_refire),
+	    cmocka_unit_test(test_alerts_order_per_hook),
+	    cmocka_unit_test(test_alerts_answers),
+	    cmocka_unit_test(test_alerts_secret_rotation),
+	    cmocka_unit_test(test_alerts_leases_cover_the_pass),
 	    cmocka_unit_test(test_alerts_more_events),
 	    cmocka_unit_test(test_alerts_schedule_missed),
 	    cmocka_unit_test(test_alerts_pipeline_routes_validated),
