@@ -163,6 +163,7 @@ const cases = {
                      ['GET', `/v1/models/${model}/versions/9`]],
   tfsLabelStatus: [['GET', `/v1/models/${model}/labels/nolabel`]],
   tfsVersionMetadata: [['GET', `/v1/models/${model}/versions/1/metadata`]],
+  tfsLabelMetadata: [['GET', `/v1/models/${model}/labels/nolabel/metadata`]],
   v2ServerMetadata: [['GET', '/v2']],
   v2VersionMetadata: [['GET', `/v2/models/${model}/versions/1`]],
   v2VersionReady: [['GET', `/v2/models/${model}/versions/1/ready`]],

@@ -531,11 +531,53 @@ static void test_tfs_status_metadata_auth(void **state)
 	    json_object_get(json_object_get(r.json, "metadata"), "tpuflow_signature"),
 	    "checksums"));
 	resp_free(&r);
+	/* the version a label points at: its metadata too (TensorFlow Serving's
+	 * /labels/{label}/metadata) */
+	r = call("GET", "/v1/models/fm/labels/staging/metadata", NULL);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(json_object_get(r.json, "model_spec"), "version"), "2");
+	resp_free(&r);
+	expect_error(call("GET", "/v1/models/fm/labels/nolabel/metadata", NULL), 400,
+	             "Unrecognized servable version label: 'nolabel'");
 	expect_status(call_at(NULL, "GET", "/v1/models/fm", NULL, NULL), 401);
 	expect_status(call_at(NULL, "GET", "/v1/models/fm", tok_read, NULL), 403);
 	expect_status(call_at(NULL, "GET", "/v2/health/live", NULL, NULL), 200);
 	/* a predict token cannot read the API */
 	expect_status(call("GET", "/api/v1/runs", NULL), 403);
+}
+
+/* Whichever part of the server refuses a request on a serving path (the token check, the
+ * router, the body cap), the answer carries {"error": "..."}, where clients of both
+ * protocols read errors, beside the problem's own members; the API's problems do not. */
+static void test_serving_paths_errors_have_error(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	expect_error(call_at(NULL, "POST", "/v2/models/fm/infer", NULL, "{}"), 401,
+	             "needs a bearer token of scope 'predict'");
+	expect_error(call_at(NULL, "GET", "/v1/models/fm", tok_read, NULL), 403,
+	             "this route needs scope 'predict'");
+	expect_error(call("GET", "/v1/models/fm:predict", NULL), 405, "GET is not allowed here");
+	expect_error(call("POST", "/v1/models/fm/versions/1:classify", "{}"), 404,
+	             "no such route");
+	expect_error(call("GET", "/v2/repository/index", NULL), 404, "no such route");
+	/* over the server's 4 MiB body cap */
+	size_t big = (4u << 20) + 16;
+	char *body = malloc(big + 1);
+	memset(body, ' ', big);
+	body[0] = '{';
+	body[big - 1] = '}';
+	body[big] = 0;
+	struct resp r = call("POST", "/v2/models/fm/infer", body);
+	assert_error(&r, 413, "larger than");
+	assert_string_equal(jstr(r.json, "error"), jstr(r.json, "detail"));
+	resp_free(&r);
+	free(body);
+	r = call("GET", "/api/v1/runs", NULL); /* the API: a problem alone */
+	assert_int_equal(r.status, 403);
+	assert_non_null(jstr(r.json, "detail"));
+	assert_null(json_object_get(r.json, "error"));
+	resp_free(&r);
 }
 
 /* A token the server has let in (and remembers) is refused once revoked: at once when the
@@ -635,6 +677,47 @@ static void test_v2(void **state)
 	    400, "inputs[0].shape: expected [N, 784] or [N, 28, 28]");
 	expect_error(call("POST", "/v2/models/nope/infer", "{\"inputs\":[]}"), 404,
 	             "no model 'nope'");
+	/* the rest of the request as the protocol types it: "id" a string, "parameters"
+	 * objects, "outputs" the model's (its one output asked for by name is answered) */
+	const char *one = "{\"name\":\"image\",\"shape\":[1,784],\"datatype\":\"UINT8\","
+	                  "\"parameters\":{},\"data\":[%s0]}";
+	char *t = tf_xasprintf(one, zeros(783));
+	const struct {
+		const char *fmt, *error; /* NULL: answered */
+	} v2cases[] = {
+	    {"{\"id\":\"a\",\"parameters\":{\"k\":1},\"inputs\":[%s],"
+	     "\"outputs\":[{\"name\":\"probabilities\",\"parameters\":{}}]}",
+	     NULL},
+	    {"{\"inputs\":[%s],\"outputs\":[]}", NULL},
+	    {"{\"id\":42,\"inputs\":[%s]}", "id: expected a string"},
+	    {"{\"parameters\":[1],\"inputs\":[%s]}", "parameters: expected an object"},
+	    {"{\"inputs\":[%s],\"outputs\":[{\"name\":\"logits\"}]}",
+	     "outputs[0].name: the model's only output is 'probabilities', not 'logits'"},
+	    {"{\"inputs\":[%s],\"outputs\":{\"name\":\"probabilities\"}}",
+	     "outputs: expected a list"},
+	    {"{\"inputs\":[%s],\"outputs\":[{\"name\":\"probabilities\",\"parameters\":1}]}",
+	     "outputs[0].parameters: expected an object"},
+	};
+	for (size_t i = 0; i < sizeof(v2cases) / sizeof(v2cases[0]); i++) {
+		inf = tf_xasprintf(v2cases[i].fmt, t);
+		r = call("POST", "/v2/models/fm/infer", inf);
+		if (v2cases[i].error) {
+			assert_error(&r, 400, v2cases[i].error);
+		} else {
+			assert_int_equal(r.status, 200);
+			json_t *o = json_array_get(json_object_get(r.json, "outputs"), 0);
+			assert_string_equal(jstr(o, "name"), "probabilities");
+		}
+		resp_free(&r);
+		free(inf);
+	}
+	free(t);
+	t = tf_xasprintf("{\"inputs\":[{\"name\":\"image\",\"shape\":[1,784],\"datatype\":"
+	                 "\"UINT8\",\"parameters\":\"x\",\"data\":[%s0]}]}",
+	                 zeros(783));
+	expect_error(call("POST", "/v2/models/fm/infer", t), 400,
+	             "inputs[0].parameters: expected an object");
+	free(t);
 	free(list);
 	free(row);
 }
@@ -1517,6 +1600,7 @@ int main(void)
 	    cmocka_unit_test(test_tfs_row_and_columnar),
 	    cmocka_unit_test(test_tfs_errors),
 	    cmocka_unit_test(test_tfs_status_metadata_auth),
+	    cmocka_unit_test(test_serving_paths_errors_have_error),
 	    cmocka_unit_test(test_revoked_token_refused),
 	    cmocka_unit_test(test_v2),
 	    cmocka_unit_test(test_bit_identity_with_predict),

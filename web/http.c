@@ -327,6 +327,16 @@ void tf_web_utf8_clean(char *s)
 	}
 }
 
+/* A path of the serving protocols (web/serve.h): /v1/models/... or /v2[/...]. */
+static int serving_path(const char *path)
+{
+	return path && ((!strncmp(path, "/v1/models", 10) && (!path[10] || path[10] == '/')) ||
+	                (!strncmp(path, "/v2", 3) && (!path[3] || path[3] == '/')));
+}
+
+/* The problem document; on a serving path it carries the detail as "error" too (an RFC 9457
+ * extension member): clients of TensorFlow Serving and of the Open Inference Protocol read
+ * every error from {"error": "..."}, whichever part of the server gave it. */
 static json_t *problem_doc(int status, const char *instance, const char *detail)
 {
 	char *d = tf_xstrdup(detail ? detail : ""), *in = tf_xstrdup(instance ? instance : "");
@@ -334,6 +344,8 @@ static json_t *problem_doc(int status, const char *instance, const char *detail)
 	tf_web_utf8_clean(in);
 	json_t *doc = json_pack("{s:s, s:s, s:i, s:s, s:s}", "type", "about:blank", "title",
 	                        status_title(status), "status", status, "detail", d, "instance", in);
+	if (serving_path(instance))
+		json_object_set_new(doc, "error", json_string(d));
 	free(d);
 	free(in);
 	return doc;

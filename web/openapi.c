@@ -16,6 +16,8 @@ static const char components[] =
     "  \"type\":{\"type\":\"string\"},\"title\":{\"type\":\"string\"},"
     "  \"status\":{\"type\":\"integer\"},\"detail\":{\"type\":\"string\"},"
     "  \"instance\":{\"type\":\"string\"},"
+    "  \"error\":{\"type\":\"string\",\"description\":\"the detail again, on the serving "
+    "routes (/v1/models, /v2), whose clients read errors as {error}\"},"
     "  \"errors\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
     "   \"required\":[\"file\",\"line\",\"col\",\"message\"],\"properties\":{"
     "   \"file\":{\"type\":\"string\"},\"line\":{\"type\":\"integer\"},"

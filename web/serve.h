@@ -76,8 +76,9 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs);
 	"\"status\":{\"type\":\"object\"}}}}}}"
 #define TF_SERVE_INFER_REQ                                                                         \
 	"{\"type\":\"object\",\"required\":[\"inputs\"],\"properties\":{\"id\":{\"type\":"         \
-	"\"string\"},\"inputs\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"required\":"  \
-	"[\"name\",\"shape\",\"datatype\",\"data\"]}}}}"
+	"\"string\"},\"parameters\":{\"type\":\"object\"},\"inputs\":{\"type\":\"array\","            \
+	"\"items\":{\"type\":\"object\",\"required\":[\"name\",\"shape\",\"datatype\",\"data\"]}},"    \
+	"\"outputs\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"required\":[\"name\"]}}}}"
 #define TF_SERVE_INFER_RESP                                                                        \
 	"{\"type\":\"object\",\"required\":[\"model_name\",\"outputs\"],\"properties\":{"          \
 	"\"model_name\":{\"type\":\"string\"},\"model_version\":{\"type\":\"string\"},"            \
@@ -138,6 +139,9 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs);
 	    TF_SERVE_ROUTE("GET", "/v1/models/{name}/versions/{version}/metadata",                 \
 	                   TF_SCOPE_PREDICT, tf_serve_h_metadata, "tfsVersionMetadata",            \
 	                   "One version's signature", NULL, TF_SERVE_ANY),                         \
+	    TF_SERVE_ROUTE("GET", "/v1/models/{name}/labels/{label}/metadata", TF_SCOPE_PREDICT,   \
+	                   tf_serve_h_metadata, "tfsLabelMetadata",                                \
+	                   "The signature of the version an alias points at", NULL, TF_SERVE_ANY), \
 	    TF_SERVE_ROUTE("GET", "/v2", TF_SCOPE_PUBLIC, tf_serve_h_server, "v2ServerMetadata",   \
 	                   "Open Inference Protocol: server metadata", NULL,                       \
 	                   TF_SERVE_SERVER_RESP),                                                  \

@@ -308,10 +308,59 @@ no:
 	free(buf);
 	return 0;
 }
+/* ---- Open Inference Protocol ------------------------------------------------------------ */
+
+/* The "parameters" of o, when there, are a JSON object; field names them in the error. */
+static int v2_params_ok(const json_t *o, const char *field, char *err, size_t errlen)
+{
+	const json_t *p = json_object_get(o, "parameters");
+	if (!p || json_is_object(p))
+		return 1;
+	tf_errf(err, errlen, "%s: expected an object of parameters", field);
+	return 0;
+}
+
+/* The parts of an inference request besides its input tensor, as the protocol types them:
+ * "id" a string, "parameters" objects, and "outputs" naming outputs the model has (it has
+ * one, "probabilities"; an empty or absent list means all of them). */
+static int v2_request_ok(const json_t *body, char *err, size_t errlen)
+{
+	const json_t *id = json_object_get(body, "id"), *outs = json_object_get(body, "outputs");
+	if (id && !json_is_string(id)) {
+		tf_errf(err, errlen, "id: expected a string");
+		return 0;
+	}
+	if (!v2_params_ok(body, "parameters", err, errlen))
+		return 0;
+	if (outs && !json_is_array(outs)) {
+		tf_errf(err, errlen, "outputs: expected a list of {\"name\": ...}");
+		return 0;
+	}
+	size_t i;
+	const json_t *o;
+	json_array_foreach(outs, i, o)
+	{
+		const char *name = json_string_value(json_object_get(o, "name"));
+		if (!name || strcmp(name, "probabilities")) {
+			tf_errf(err, errlen, "outputs[%zu].name: the model's only output is "
+			        "'probabilities'%s%s%s", i, name ? ", not '" : "", name ? name : "",
+			        name ? "'" : "");
+			return 0;
+		}
+		char field[48];
+		snprintf(field, sizeof(field), "outputs[%zu].parameters", i);
+		if (!v2_params_ok(o, field, err, errlen))
+			return 0;
+	}
+	return 1;
+}
+
 /* The one input tensor of an inference request into *x (n x inputs, preprocessed). */
 int tf_serve_v2_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json_t *body,
                        float **x, size_t *n, char *err, size_t errlen)
 {
+	if (!v2_request_ok(body, err, errlen))
+		return -EINVAL;
 	const json_t *ins = json_object_get(body, "inputs");
 	if (!json_is_array(ins) || json_array_size(ins) != 1) {
 		tf_errf(err, errlen, "inputs: expected a list of one tensor, '%s'",
@@ -326,6 +375,8 @@ int tf_serve_v2_inputs(struct tf_serve *sv, const struct tf_bundle *b, const jso
 		        tf_serve_input_name(b));
 		return -EINVAL;
 	}
+	if (!v2_params_ok(t, "inputs[0].parameters", err, errlen))
+		return -EINVAL;
 	if (!dt || strcmp(dt, tf_serve_v2_datatype(b))) {
 		tf_errf(err, errlen, "inputs[0].datatype: the model takes %s, not %s",
 		        tf_serve_v2_datatype(b), dt ? dt : "(none)");
