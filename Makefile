@@ -79,7 +79,21 @@ $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@$(if $(Q),echo "  CC      $< (avx512)")
 	$(Q)$(CC) $(ALL_CFLAGS) $(AVX512_FLAGS) -c $< -o $@
 
-$(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed-sql.sh
+# The names of the files a generated file is made of, rewritten only when they change: a file
+# deleted or renamed has no timestamp newer than the target, so without this list the
+# target kept what the deleted file had (a migration replaced by another of the same number
+# stayed embedded). `make` runs the recipe every time; the file's time moves only on a change.
+$(BUILD)/gen/%.list: FORCE
+	@mkdir -p $(dir $@)
+	@printf '%s\n' $(LIST_$*) | cmp -s - $@ 2>/dev/null || printf '%s\n' $(LIST_$*) > $@
+LIST_migrations := $(MIGRATIONS)
+LIST_ui         := $(UI_SRCS)
+LIST_lib        := $(LIB_OBJS)
+
+.PHONY: FORCE
+FORCE:
+
+$(BUILD)/gen/migrations.c: $(MIGRATIONS) $(BUILD)/gen/migrations.list scripts/embed-sql.sh
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  GEN     $@")
 	$(Q)scripts/embed-sql.sh $(MIGRATIONS) > $@
@@ -89,7 +103,7 @@ $(BUILD)/obj/gen/migrations.o: $(BUILD)/gen/migrations.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-overlength-strings -c $< -o $@
 
-$(BUILD)/gen/ui.c: $(UI_SRCS) scripts/embed-ui.sh package-lock.json
+$(BUILD)/gen/ui.c: $(UI_SRCS) $(BUILD)/gen/ui.list scripts/embed-ui.sh package-lock.json
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  GEN     $@ (esbuild)")
 	$(Q)scripts/embed-ui.sh $(BUILD)/ui > $@.tmp && mv $@.tmp $@
@@ -99,9 +113,9 @@ $(BUILD)/obj/gen/ui.o: $(BUILD)/gen/ui.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/libtpuflow.a: $(LIB_OBJS)
+$(BUILD)/libtpuflow.a: $(LIB_OBJS) $(BUILD)/gen/lib.list
 	@rm -f $@
-	$(Q)ar rcs $@ $^
+	$(Q)ar rcs $@ $(LIB_OBJS)
 
 $(BUILD)/tpuflow: $(BUILD)/obj/cli/main.o $(BUILD)/libtpuflow.a
 	@$(if $(Q),echo "  LINK    $@")
