@@ -112,7 +112,9 @@ struct tf_exec; /* one running attempt; the backend's state follows its first fi
 
 struct tf_executor_ops {
 	const char *name; /* "local", "slurm" */
-	/* Starts the work; on failure nothing runs and err says why. */
+	/* Starts the work; on failure nothing runs and err says why: -EINVAL (also -ENOENT,
+	 * -EACCES for a program) when the work as asked for cannot run (class error), another
+	 * negative code when the infrastructure failed. */
 	int (*start)(const struct tf_exec_spec *spec, struct tf_exec **out, char *err,
 	             size_t errlen);
 	/* 0 and *res when finished; -EAGAIN while running (also enforces the timeout). */
@@ -148,7 +150,8 @@ void tf_exec_free(struct tf_exec *x);
  * engine records it with the attempt, so a resume after a crash can end what outlived it. */
 long tf_exec_pgid(const struct tf_exec *x);
 
-/* A Slurm attempt's job id (0 before submission or for other backends); the nodes it runs on
+/* A Slurm attempt's job id (0 before submission, also while a submission waits for the
+ * controller, or for other backends); the nodes it runs on
  * as Slurm writes them ("" while pending) copied into nodes, and the job's state as the
  * newest sweep saw it ("PENDING", "RUNNING", "COMPLETED", ...; "" before the first) into
  * state. Either buffer may be NULL. */
@@ -156,8 +159,9 @@ long tf_exec_slurm_job(struct tf_exec *x, char *nodes, size_t nodeslen, char *st
                        size_t statelen);
 
 /* The state Slurm reports for a job ("PENDING", "RUNNING", "COMPLETED", ...) with one
- * squeue call, into state; -ENOENT when Slurm no longer knows the job, another negative code
- * when squeue cannot be run (message in state). */
+ * squeue call (then sacct, for a job squeue no longer lists), into state; -ENOENT when Slurm
+ * no longer knows the job, another negative code when squeue cannot be run or the controller
+ * does not answer (message in state). */
 int tf_slurm_job_state(long job, char *state, size_t statelen);
 
 /* The TPU chips (`tpu` GRES) Slurm gave job `job` on each of its nodes, and how many nodes,
@@ -171,6 +175,20 @@ int tf_slurm_job_tpus(long job, int *per_node, int *nodes, char *err, size_t err
  * has not ended. `wstatus` is the job's exit status as a wait status; msg says it for people. */
 enum tf_fail_class tf_slurm_classify(const char *state, int requested, int wstatus, char *msg,
                                      size_t msglen);
+
+/* What sbatch's failure message (its stderr) means: TF_FAIL_LAST when the controller could
+ * not be reached or did not answer (the executor waits and submits again, after looking for a
+ * job of the attempt's name that the lost answer may have created), TF_FAIL_ERROR when sbatch
+ * refused the job as asked for (a partition, account, qos, GRES, time or memory it cannot
+ * have, an option it does not know: not retried), TF_FAIL_INFRA otherwise. */
+enum tf_fail_class tf_slurm_sbatch_class(const char *text);
+
+/* Checks one further sbatch option of a step (`slurm.args`, executors/slurm_args.c): an
+ * option, not one the executor sets itself or that stops it following the job (--array,
+ * --wait, --hold, --job-name, --output, --error, --export, --wrap, --test-only, --clusters,
+ * or a start of their names), and a --time, --mem or --gres value that sbatch can read.
+ * 0, or -EINVAL with err saying why. */
+int tf_slurm_arg_check(const char *arg, char *err, size_t errlen);
 
 /* "none", "error", "timeout", "preempted", "infra", "cancelled"; "?" outside the enum. */
 const char *tf_fail_class_name(enum tf_fail_class c);

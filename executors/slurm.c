@@ -33,12 +33,21 @@
  * ends the job (TIMEOUT). As a backstop, a job still running two minutes past that is
  * cancelled here and classed as a timeout. A job squeue no longer lists is looked up with
  * `sacct` (when accounting keeps it), then `scontrol show job` for those sacct does not
- * know; if Slurm has forgotten it, the attempt is an infra failure.
+ * know; if Slurm says it has forgotten it, the attempt is an infra failure.
+ *
+ * An unreachable controller is waited for, never taken for an outcome: while squeue fails
+ * the job is followed on (a job outlives its controller's restart); sbatch failing for want
+ * of the controller is tried again from poll (SUBMIT_WAIT at most), after asking squeue for
+ * a job of the attempt's name, since a submission whose answer was lost may have been
+ * accepted; a stop asked meanwhile is scancelled once Slurm answers, or given up after
+ * STOP_WAIT with the job named. sbatch refusing the job itself (a bad partition, account or
+ * option) is an error, not retried (tf_slurm_sbatch_class).
  *
  * Freeing a handle stops nothing: a job outlives the process that submitted it, and a
  * restarted coordinator follows it again by its id (tf_slurm_spec.attach_job). */
 #define TF_LOG_TAG "slurm"
 #include "executors/exec_int.h"
+#include "common/buf.h"
 #include "common/common.h"
 #include "common/log.h"
 #include "storage/objstore.h"
@@ -63,14 +72,26 @@ extern char **environ;
 #define TOOL_TIMEOUT 60.0       /* seconds a Slurm command may take */
 #define BACKSTOP 120.0          /* seconds past --time before we cancel ourselves */
 #define LOST_SWEEPS 3           /* sweeps a job may be missing before scontrol is asked */
-#define SQUEUE_DOWN 300.0       /* seconds of failing squeue before attempts give up */
+#define SUBMIT_WAIT 300.0       /* seconds sbatch may fail for want of the controller */
+#define STOP_WAIT 300.0         /* seconds a stop waits for an unreachable Slurm */
+#define WARN_EVERY 60.0         /* seconds between warnings that Slurm cannot be reached */
 
 struct slurm {
 	struct tf_exec head; /* common part: first */
 	long job;            /* the job id */
 	double limit;        /* --time in seconds (0: none) */
 	int requested;       /* enum tf_fail_class asked for (cancel, timeout), 0: none */
-	int scancelled;      /* scancel was run */
+	int scancelled;      /* scancel succeeded (or found the job gone) */
+	double stop_since;   /* monotonic time the stop was asked, 0: none */
+	double scancel_at;   /* monotonic time of the last scancel tried */
+	/* a submission waiting for the controller (job 0 meanwhile) */
+	char **sbatch;       /* sbatch's argv, owned, NULL once submitted */
+	char **envp;         /* its environment, owned (NULL: ours) */
+	char *name;          /* the job name, owned */
+	double submit_since; /* monotonic time of the first failed try */
+	double submit_next;  /* when to try again */
+	int submit_tries;
+	char submit_err[256]; /* what the last try said */
 	/* what the last sweep saw (guarded by reg_lock) */
 	char state[32];       /* Slurm job state, "" before the first sighting */
 	char nodes[256];      /* nodes the job runs or ran on */
@@ -180,15 +201,19 @@ out:
 	return rc;
 }
 
-/* scancel JOB; failures are logged (the sweep sees what happened anyway). */
-static void scancel_job(long job)
+/* scancel JOB: 1 when it was cancelled or had ended already, 0 when Slurm could not be asked
+ * (logged; the caller tries again). */
+static int scancel_job(long job)
 {
 	char id[24], err[256];
 	snprintf(id, sizeof(id), "%ld", job);
 	char *argv[] = {"scancel", id, NULL};
 	int rc = run_tool(argv, NULL, NULL, err, sizeof(err));
-	if (rc)
-		tf_warn("scancel %ld: %s", job, err[0] ? err : "failed");
+	if (rc == 0 || strstr(err, "already completing or completed") ||
+	    strstr(err, "Invalid job id"))
+		return 1;
+	tf_warn("scancel %ld: %s", job, err[0] ? err : "failed");
+	return 0;
 }
 
 /* ---- the live list and the batched sweep ------------------------------------------------ */
@@ -197,6 +222,7 @@ static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct slurm *reg_head; /* live jobs of this process */
 static double reg_last;        /* when the last sweep ran (monotonic), 0: never */
 static double reg_fail_since;  /* when squeue started failing, 0: it works */
+static double reg_warned;      /* when that was last logged */
 
 static double poll_interval(void)
 {
@@ -298,7 +324,8 @@ static struct slurm *find_job(long id)
 
 /* Jobs squeue stopped listing: ONE sacct for all of them (rows "ID|STATE|EXIT:SIGNAL", e.g.
  * "12|CANCELLED by 0|0:15"; it fails without slurmdbd), then, for those it did not know,
- * the controller's memory (scontrol, which takes one id). Sets each one's lookup. Called
+ * the controller's memory (scontrol, which takes one id). Sets each one's lookup: 1 known,
+ * -1 forgotten (scontrol said "Invalid job id"), 0 when scontrol could not be asked. Called
  * with reg_lock held. */
 static void lookup_missing(void)
 {
@@ -341,6 +368,8 @@ static void lookup_missing(void)
 				         (int)strcspn(p + 9, " \n"), p + 9);
 				s->lookup = 1;
 			}
+		} else if (!strstr(err, "Invalid job id")) {
+			s->lookup = 0; /* not asked: try again at the next sweep */
 		}
 		free(out);
 	}
@@ -361,13 +390,20 @@ static void sweep(void)
 		/* "Invalid job id specified" when every id is gone; otherwise squeue is down */
 		if (!strstr(err, "Invalid job id")) {
 			if (!reg_fail_since)
-				reg_fail_since = reg_last;
-			tf_warn("squeue: %s", err[0] ? err : "failed");
+				reg_fail_since = reg_warned = reg_last;
+			if (reg_last == reg_warned || reg_last - reg_warned >= WARN_EVERY) {
+				reg_warned = reg_last;
+				tf_warn("squeue: %s (failing for %.0fs; the jobs are followed "
+				        "on once it answers)",
+				        err[0] ? err : "failed", reg_last - reg_fail_since);
+			}
 			free(out);
 			free(ids);
 			return;
 		}
 	}
+	if (reg_fail_since)
+		tf_info("squeue answers again after %.0fs", reg_last - reg_fail_since);
 	reg_fail_since = 0;
 	for (struct slurm *s = reg_head; s; s = s->next)
 		if (!s->done && s->job > 0)
@@ -484,16 +520,17 @@ static int judge(struct slurm *s)
 		tf_info("job %ld was requeued (%s): cancelling it; the retry policy decides what "
 		        "runs next",
 		        s->job, infra ? "its node is down or drained" : "preempted");
-	}
-	if (s->requested && !s->scancelled) {
-		s->scancelled = 1;
-		scancel_job(s->job);
+		s->stop_since = now;
 	}
 	if (!s->requested && s->limit > 0 && s->running_since &&
 	    now - s->running_since > s->limit + BACKSTOP) {
 		s->requested = TF_FAIL_TIMEOUT;
-		s->scancelled = 1;
-		scancel_job(s->job);
+		s->stop_since = now;
+	}
+	/* a stop is scancelled until Slurm has taken it (the controller may be away) */
+	if (s->requested && !s->scancelled && now - s->scancel_at >= poll_interval()) {
+		s->scancel_at = now;
+		s->scancelled = scancel_job(s->job);
 	}
 	enum tf_fail_class c =
 	    s->state[0] ? tf_slurm_classify(s->state, s->requested, s->wstatus, msg, sizeof(msg))
@@ -510,10 +547,19 @@ static int judge(struct slurm *s)
 			c = TF_FAIL_INFRA;
 		}
 	}
-	if (c == TF_FAIL_LAST && reg_fail_since && now - reg_fail_since > SQUEUE_DOWN) {
-		snprintf(msg, sizeof(msg), "squeue has failed for %.0fs: cannot follow job %ld",
-		         now - reg_fail_since, s->job);
-		c = TF_FAIL_INFRA;
+	if (c == TF_FAIL_LAST && s->requested && now - s->stop_since > STOP_WAIT &&
+	    (reg_fail_since || !s->scancelled)) {
+		/* a stop cannot wait for ever on a controller that is away */
+		if (s->scancelled)
+			snprintf(msg, sizeof(msg),
+			         "cancelled with scancel; squeue has not answered for %.0fs since",
+			         now - s->stop_since);
+		else
+			snprintf(msg, sizeof(msg),
+			         "scancel could not reach Slurm for %.0fs: the job may still be "
+			         "queued or running (scancel %ld)",
+			         now - s->stop_since, s->job);
+		c = (enum tf_fail_class)s->requested;
 	}
 	if (c == TF_FAIL_LAST)
 		return 0;
@@ -576,71 +622,204 @@ static char *write_script(const struct tf_exec *x, char *const *argv, char *err,
 	return path;
 }
 
-static int submit(struct slurm *s, const struct tf_exec_spec *spec, char *err, size_t errlen)
+/* A NULL-terminated vector of strings, each owned, grown by one. */
+static void strv_add(char ***v, size_t *n, char *owned)
+{
+	*v = tf_xrealloc(*v, (*n + 2) * sizeof(char *));
+	(*v)[(*n)++] = owned;
+	(*v)[*n] = NULL;
+}
+
+static void strv_free(char **v)
+{
+	for (size_t i = 0; v && v[i]; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* The sbatch command line of the attempt (owned, strv_free), the script last. */
+static char **sbatch_argv(const struct slurm *s, const struct tf_exec_spec *spec,
+                          const char *script)
 {
 	const struct tf_slurm_spec *o = spec->slurm;
-	char *script = write_script(&s->head, spec->argv, err, errlen);
-	if (!script)
-		return -EIO;
-	char *words[64];
-	char *owned[16];
-	size_t n = 0, no = 0;
-#define OWN(expr) (owned[no++] = (expr))
-	words[n++] = "sbatch";
-	words[n++] = "--parsable";
-	words[n++] = OWN(tf_xasprintf("--job-name=%s", o->job_name ? o->job_name : "tpuflow"));
-	words[n++] =
-	    OWN(tf_xasprintf("--output=%s", s->head.store ? "/dev/null" : s->head.out_path));
-	words[n++] =
-	    OWN(tf_xasprintf("--error=%s", s->head.store ? "/dev/null" : s->head.err_path));
+	char **w = NULL;
+	size_t n = 0;
+	strv_add(&w, &n, tf_xstrdup("sbatch"));
+	strv_add(&w, &n, tf_xstrdup("--parsable"));
+	strv_add(&w, &n, tf_xasprintf("--job-name=%s", s->name));
+	strv_add(&w, &n,
+	         tf_xasprintf("--output=%s", s->head.store ? "/dev/null" : s->head.out_path));
+	strv_add(&w, &n,
+	         tf_xasprintf("--error=%s", s->head.store ? "/dev/null" : s->head.err_path));
 	if (o->tpus_per_node > 0)
-		words[n++] = OWN(tf_xasprintf("--gres=tpu:%d", o->tpus_per_node));
+		strv_add(&w, &n, tf_xasprintf("--gres=tpu:%d", o->tpus_per_node));
 	if (o->nodes > 1)
-		words[n++] = OWN(tf_xasprintf("--nodes=%d", o->nodes));
+		strv_add(&w, &n, tf_xasprintf("--nodes=%d", o->nodes));
 	if (s->limit > 0)
-		words[n++] = OWN(tf_xasprintf("--time=%ld", (long)(s->limit / 60)));
+		strv_add(&w, &n, tf_xasprintf("--time=%ld", (long)(s->limit / 60)));
 	if (o->partition)
-		words[n++] = OWN(tf_xasprintf("--partition=%s", o->partition));
+		strv_add(&w, &n, tf_xasprintf("--partition=%s", o->partition));
 	if (o->account)
-		words[n++] = OWN(tf_xasprintf("--account=%s", o->account));
+		strv_add(&w, &n, tf_xasprintf("--account=%s", o->account));
 	if (o->qos)
-		words[n++] = OWN(tf_xasprintf("--qos=%s", o->qos));
+		strv_add(&w, &n, tf_xasprintf("--qos=%s", o->qos));
 	/* the names only: sbatch reads their values from the environment it runs in */
-	size_t len = 0;
+	struct tf_buf names = {0};
 	for (size_t i = 0; o->export_names && o->export_names[i]; i++)
-		len += strlen(o->export_names[i]) + 1;
-	char *names = tf_xmalloc(len + 16);
-	names[0] = '\0';
-	for (size_t i = 0; o->export_names && o->export_names[i]; i++) {
-		if (i)
-			strcat(names, ",");
-		strcat(names, o->export_names[i]);
-	}
-	words[n++] = OWN(tf_xasprintf("--export=%s", names[0] ? names : "NONE"));
-	free(names);
-	for (size_t i = 0; o->extra && o->extra[i] && n < TF_ARRAY_LEN(words) - 2; i++)
-		words[n++] = o->extra[i];
-	words[n++] = script;
-	words[n] = NULL;
-#undef OWN
+		tf_buf_printf(&names, "%s%s", i ? "," : "", o->export_names[i]);
+	strv_add(&w, &n, tf_xasprintf("--export=%s", names.len ? tf_buf_str(&names) : "NONE"));
+	tf_buf_release(&names);
+	for (size_t i = 0; o->extra && o->extra[i]; i++)
+		strv_add(&w, &n, tf_xstrdup(o->extra[i]));
+	strv_add(&w, &n, tf_xstrdup(script));
+	return w;
+}
+
+enum tf_fail_class tf_slurm_sbatch_class(const char *text)
+{
+	/* Slurm's messages for a controller it cannot reach or that did not answer in time
+	 * (slurm_errno.c), munge's for credentials it could not make */
+	static const char *const away[] = {"Unable to contact slurm controller",
+	                                   "Socket timed out",
+	                                   "Zero Bytes were transmitted",
+	                                   "Connection refused",
+	                                   "Connection timed out",
+	                                   "Connection reset",
+	                                   "Communication connection failure",
+	                                   "Communication send failure",
+	                                   "Communication receive failure",
+	                                   "backup controller in standby mode",
+	                                   "temporarily unable",
+	                                   "Resource temporarily unavailable",
+	                                   "authentication error",
+	                                   "Munge",
+	                                   "took longer than",
+	                                   NULL};
+	/* the job as asked for is wrong: a partition, account, qos, GRES, time or memory it
+	 * cannot have, an option sbatch does not know or cannot read */
+	static const char *const refused[] = {"Invalid",
+	                                      "invalid",
+	                                      "unrecognized option",
+	                                      "not available",
+	                                      "can not be satisfied",
+	                                      "cannot be satisfied",
+	                                      "denied",
+	                                      "not supported",
+	                                      "requires an argument",
+	                                      NULL};
+	for (size_t i = 0; away[i]; i++)
+		if (strstr(text, away[i]))
+			return TF_FAIL_LAST;
+	for (size_t i = 0; refused[i]; i++)
+		if (strstr(text, refused[i]))
+			return TF_FAIL_ERROR;
+	return TF_FAIL_INFRA;
+}
+
+/* One sbatch: 0 with s->job set; -EAGAIN when the controller could not be reached (the job
+ * may or may not exist), -EINVAL when sbatch refused the job as asked for, -EIO otherwise;
+ * err says what sbatch said. */
+static int try_submit(struct slurm *s, char *err, size_t errlen)
+{
 	char *out = NULL, terr[512];
-	int rc = run_tool(words, spec->envp, &out, terr, sizeof(terr));
+	int rc = run_tool(s->sbatch, s->envp, &out, terr, sizeof(terr));
 	if (rc == 0) {
 		char *end;
-		s->job = strtol(out, &end, 10); /* "ID" or "ID;CLUSTER" */
-		if (s->job <= 0 || (*end && *end != ';' && *end != '\n')) {
+		long job = strtol(out, &end, 10); /* "ID" or "ID;CLUSTER" */
+		if (job <= 0 || (*end && *end != ';' && *end != '\n')) {
 			snprintf(err, errlen, "sbatch printed no job id ('%.80s')", out);
 			rc = -EPROTO;
+		} else {
+			s->job = job;
 		}
+	} else if (rc == -ENOENT) {
+		snprintf(err, errlen, "%s", terr);
+		rc = -EINVAL;
 	} else {
-		snprintf(err, errlen, "sbatch failed: %s", terr[0] ? terr : "no message");
-		rc = rc > 0 ? -EIO : rc;
+		enum tf_fail_class c = tf_slurm_sbatch_class(terr);
+		tf_errf(err, errlen, "sbatch %s: %s%s",
+		        c == TF_FAIL_ERROR ? "refused the job" : "failed",
+		        terr[0] ? terr : "no message",
+		        c == TF_FAIL_ERROR ? " (check the step's slurm: options and accelerator, "
+		                             "docs/slurm.md)"
+		                           : "");
+		rc = c == TF_FAIL_LAST ? -EAGAIN : c == TF_FAIL_ERROR ? -EINVAL : -EIO;
 	}
 	free(out);
-	for (size_t i = 0; i < no; i++)
-		free(owned[i]);
-	free(script);
 	return rc;
+}
+
+/* The newest job of this user named `name` that Slurm knows: its id, 0 when there is none,
+ * -EAGAIN when squeue cannot be asked. */
+static long job_by_name(const char *name)
+{
+	char *argv[] = {"squeue", "-h", "-t", "all", "--me", "-n", (char *)name, "-o", "%i", NULL};
+	char *out = NULL, err[256];
+	long id = run_tool(argv, NULL, &out, err, sizeof(err)) ? -EAGAIN : 0;
+	char *save = NULL;
+	for (char *row = id ? NULL : strtok_r(out, "\n", &save); row;
+	     row = strtok_r(NULL, "\n", &save)) {
+		long j = strtol(row, NULL, 10);
+		if (j > id)
+			id = j;
+	}
+	free(out);
+	return id;
+}
+
+/* A submission that is waiting for the controller: tried again when due, after asking
+ * whether an earlier try was taken after all. Gives up after SUBMIT_WAIT, or at once when a
+ * stop is asked. Called with reg_lock held. */
+static void submit_pending(struct slurm *s)
+{
+	double now = tf_now_monotonic();
+	char err[256];
+	int rc = -EAGAIN;
+	if (s->requested) {
+		tf_errf(err, sizeof(err), "stopped before Slurm took it (%s)", s->submit_err);
+	} else if (now < s->submit_next) {
+		return;
+	} else {
+		long id = job_by_name(s->name);
+		if (id > 0) {
+			tf_info("Slurm has a job %ld named %s: a submission whose answer was lost "
+			        "was taken; following it",
+			        id, s->name);
+			s->job = id;
+			rc = 0;
+		} else if (id == 0) {
+			rc = try_submit(s, err, sizeof(err));
+		} else {
+			snprintf(err, sizeof(err), "%s", s->submit_err);
+		}
+		if (rc == 0) {
+			tf_info("submitted Slurm job %ld after %.0fs of waiting for the controller",
+			        s->job, now - s->submit_since);
+			strv_free(s->sbatch);
+			s->sbatch = NULL;
+			reg_last = 0; /* the new job is looked at by the next poll */
+			return;
+		}
+		if (rc == -EAGAIN && now - s->submit_since < SUBMIT_WAIT) {
+			snprintf(s->submit_err, sizeof(s->submit_err), "%s", err);
+			double nap = 1 << (s->submit_tries < 5 ? s->submit_tries : 5);
+			s->submit_tries++;
+			s->submit_next = now + nap;
+			return;
+		}
+		if (rc == -EAGAIN)
+			tf_errf(err, sizeof(err), "%.200s; tried for %.0fs", s->submit_err,
+			        now - s->submit_since);
+	}
+	struct tf_exec_result *r = &s->res;
+	memset(r, 0, sizeof(*r));
+	r->fclass = s->requested    ? (enum tf_fail_class)s->requested
+	            : rc == -EINVAL ? TF_FAIL_ERROR
+	                            : TF_FAIL_INFRA;
+	r->exit_code = -1;
+	r->seconds = now - s->head.started;
+	tf_errf(r->message, sizeof(r->message), "no Slurm job: %s", err);
+	s->done = 1;
 }
 
 static int slurm_start(const struct tf_exec_spec *spec, struct tf_exec **out, char *err,
@@ -655,21 +834,46 @@ static int slurm_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 	if (rc)
 		goto fail;
 	s->base_restarts = -1;
+	s->name = tf_xstrdup(spec->slurm->job_name ? spec->slurm->job_name : "tpuflow");
 	if (spec->timeout > 0)
 		s->limit = 60.0 * (double)(((long)spec->timeout + 59) / 60);
 	if (spec->slurm->attach_job > 0) {
 		s->job = spec->slurm->attach_job;
 		tf_info("following Slurm job %ld again", s->job);
 	} else {
-		rc = submit(s, spec, err, errlen);
-		if (rc)
+		char *script = write_script(&s->head, spec->argv, err, errlen);
+		if (!script) {
+			rc = -EIO;
 			goto fail;
-		tf_debug("submitted Slurm job %ld", s->job);
+		}
+		s->sbatch = sbatch_argv(s, spec, script);
+		free(script);
+		for (size_t i = 0, n = 0; spec->envp && spec->envp[i]; i++)
+			strv_add(&s->envp, &n, tf_xstrdup(spec->envp[i]));
+		rc = try_submit(s, err, errlen);
+		if (rc == -EAGAIN) { /* the controller is away: poll tries again */
+			tf_warn("%s: trying again until Slurm answers (at most %.0fs)", err,
+			        SUBMIT_WAIT);
+			snprintf(s->submit_err, sizeof(s->submit_err), "%s", err);
+			s->submit_since = tf_now_monotonic();
+			s->submit_next = s->submit_since + 1;
+			s->submit_tries = 1;
+			rc = 0;
+		} else if (rc) {
+			goto fail;
+		} else {
+			strv_free(s->sbatch);
+			s->sbatch = NULL;
+			tf_debug("submitted Slurm job %ld", s->job);
+		}
 	}
 	reg_add(s);
 	*out = &s->head;
 	return 0;
 fail:
+	strv_free(s->sbatch);
+	strv_free(s->envp);
+	free(s->name);
 	tf_exec_head_release(&s->head);
 	free(s);
 	return rc;
@@ -694,7 +898,9 @@ static int slurm_poll(struct tf_exec *x, struct tf_exec_result *res)
 {
 	struct slurm *s = (struct slurm *)x;
 	pthread_mutex_lock(&reg_lock);
-	if (!s->done) {
+	if (!s->done && s->sbatch) {
+		submit_pending(s);
+	} else if (!s->done) {
 		double now = tf_now_monotonic();
 		if (!reg_last || now - reg_last >= poll_interval())
 			sweep();
@@ -704,7 +910,7 @@ static int slurm_poll(struct tf_exec *x, struct tf_exec_result *res)
 	pthread_mutex_unlock(&reg_lock);
 	if (!done)
 		return -EAGAIN;
-	if (s->head.store)
+	if (s->head.store && s->job > 0)
 		fetch_logs(s);
 	*res = s->res;
 	return 0;
@@ -732,13 +938,17 @@ static int slurm_cancel(struct tf_exec *x, enum tf_fail_class why)
 	struct slurm *s = (struct slurm *)x;
 	pthread_mutex_lock(&reg_lock);
 	int go = !s->done && !s->requested;
+	long job = s->job;
 	if (go) {
 		s->requested = why;
-		s->scancelled = 1;
+		s->stop_since = s->scancel_at = tf_now_monotonic();
 	}
 	pthread_mutex_unlock(&reg_lock);
-	if (go)
-		scancel_job(s->job);
+	if (go && job > 0 && scancel_job(job)) { /* else the next poll tries again */
+		pthread_mutex_lock(&reg_lock);
+		s->scancelled = 1;
+		pthread_mutex_unlock(&reg_lock);
+	}
 	return 0;
 }
 
@@ -746,6 +956,9 @@ static void slurm_free(struct tf_exec *x)
 {
 	struct slurm *s = (struct slurm *)x;
 	reg_remove(s);
+	strv_free(s->sbatch);
+	strv_free(s->envp);
+	free(s->name);
 	tf_exec_head_release(&s->head);
 	free(s);
 }
@@ -779,7 +992,13 @@ int tf_slurm_job_state(long job, char *state, size_t statelen)
 	if (rc == 0 && out[0]) {
 		field(out, 0, state, statelen);
 	} else if (rc == 0 || strstr(err, "Invalid job id")) {
-		rc = -ENOENT;
+		/* past MinJobAge: accounting may still know it ("CANCELLED by 0": the word) */
+		char *sacct[] = {"sacct", "-X", "-n", "-P", "-j", id, "-o", "State", NULL};
+		free(out);
+		out = NULL;
+		rc = run_tool(sacct, NULL, &out, err, sizeof(err)) == 0 && out[0] ? 0 : -ENOENT;
+		if (rc == 0)
+			snprintf(state, statelen, "%.*s", (int)strcspn(out, " \n"), out);
 	} else {
 		snprintf(state, statelen, "%s", err[0] ? err : "squeue failed");
 		rc = rc > 0 ? -EIO : rc;

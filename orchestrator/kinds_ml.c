@@ -304,7 +304,7 @@ static int ml_child(struct tf_step_run *r, const char *kind)
 	rc = tf_exec_start(ops, &spec, &x, xerr, sizeof(xerr));
 	if (rc) {
 		snprintf(r->err, sizeof(r->err), "executor '%s': %s", ops->name, xerr);
-		r->failure = TF_FAIL_INFRA;
+		r->failure = rc == -EINVAL ? TF_FAIL_ERROR : TF_FAIL_INFRA;
 		goto out;
 	}
 	if (slurm)

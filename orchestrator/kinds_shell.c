@@ -314,7 +314,8 @@ int tf_kind_shell(struct tf_step_run *r)
 	rc = tf_exec_start(ops, &spec, &x, xerr, sizeof(xerr));
 	if (rc) {
 		snprintf(r->err, sizeof(r->err), "cannot start '%s': %s", argv[0], xerr);
-		r->failure = rc == -ENOENT || rc == -EACCES ? TF_FAIL_ERROR : TF_FAIL_INFRA;
+		r->failure =
+		    rc == -ENOENT || rc == -EACCES || rc == -EINVAL ? TF_FAIL_ERROR : TF_FAIL_INFRA;
 		free(log_dir);
 		free(self);
 		goto out;

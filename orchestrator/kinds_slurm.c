@@ -54,8 +54,9 @@ static void add_name(struct tf_kind_slurm *ks, const char *name, size_t len)
 	ks->export_names[++ks->nexport] = NULL;
 }
 
-/* The newest lost attempt of this step whose Slurm job is still queued, running or done:
- * its job id and attempt number, or 0. */
+/* The newest lost attempt of this step whose Slurm job is still queued, running or done, or
+ * whose job cannot be asked about now (the controller is away: it is followed, never
+ * submitted twice): its job id and attempt number, or 0. */
 static long lost_job(struct tf_step_run *r, int *attempt)
 {
 	if (!r->db)
@@ -77,18 +78,22 @@ static long lost_job(struct tf_step_run *r, int *attempt)
 	char state[128];
 	int rc = tf_slurm_job_state(job, state, sizeof(state));
 	static const char *const alive[] = {"PENDING",   "CONFIGURING", "RUNNING",   "COMPLETING",
-	                                    "SUSPENDED", "REQUEUED",    "COMPLETED", NULL};
+	                                    "SUSPENDED", "REQUEUED",    "STOPPED",   "SIGNALING",
+	                                    "STAGE_OUT", "RESIZING",    "COMPLETED", NULL};
 	for (size_t i = 0; rc == 0 && alive[i]; i++)
 		if (!strcmp(state, alive[i])) {
 			tf_info("%s/%s: attempt %d's Slurm job %ld is %s: following it", r->run_id,
 			        r->step, *attempt, job, state);
 			return job;
 		}
+	if (rc && rc != -ENOENT) {
+		tf_warn("%s/%s: attempt %d's Slurm job %ld cannot be asked about (%s): following "
+		        "it until Slurm answers",
+		        r->run_id, r->step, *attempt, job, state);
+		return job;
+	}
 	tf_info("%s/%s: attempt %d's Slurm job %ld is %s: submitting a new one", r->run_id, r->step,
-	        *attempt, job,
-	        rc == 0         ? state
-	        : rc == -ENOENT ? "gone"
-	                        : state);
+	        *attempt, job, rc == 0 ? state : "gone");
 	return 0;
 }
 

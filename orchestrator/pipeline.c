@@ -498,12 +498,16 @@ static void load_slurm(struct loader *L, const struct ynode *m, struct tf_slurm_
 			const struct ynode *a = x->kids[i];
 			if (tf_pl_want_kind(L, a, Y_SCALAR, "an item of 'slurm.args'"))
 				continue;
-			if (a->str[0] != '-' || strchr(a->str, '\n') || strlen(a->str) > 256) {
-				tf_pl_err_at(L, a,
-				             "write sbatch options such as '--constraint=tpu' or "
-				             "'--mem=8G'",
-				             "'slurm.args' item '%.60s' is not an sbatch option",
-				             a->str);
+			char why[300];
+			if (strlen(a->str) > 256) {
+				tf_pl_err_at(
+				    L, a, NULL,
+				    "'slurm.args' item '%.60s...' is longer than 256 bytes",
+				    a->str);
+				continue;
+			}
+			if (tf_slurm_arg_check(a->str, why, sizeof(why))) {
+				tf_pl_err_at(L, a, NULL, "'slurm.args' item %s", why);
 				continue;
 			}
 			o->args[o->nargs++] = tf_xstrdup(a->str);

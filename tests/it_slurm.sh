@@ -9,7 +9,8 @@
 # same metrics and model bytes as in-process (register stays in tpuflow); a job cancelled from outside
 # with scancel (cancelled, not retried); a step past its own timeout (scancel, timeout); a train
 # job given fewer chips than its slice (error, said why); a job past its Slurm time limit
-# (timeout, retried); a requeued train job (its epochs seen by the coordinator, no local slice
+# (timeout, retried); slurmctld stopped for a while and started again (a running job followed
+# on, a submission waiting for it, one attempt and one job each); a requeued train job (its epochs seen by the coordinator, no local slice
 # held beside its GRES; preempted, resumed from its checkpoint); the node taken down mid-run
 # (infra, retried); the node drained and the job requeued off it (infra, retried); `runs
 # cancel` and Ctrl-C (SIGTERM) on the run (its job cancelled with scancel); the coordinator
@@ -261,6 +262,39 @@ shell_pipeline late "$WORK" '    slurm: {args: ["--time=1"]}'
 "$B" --home h-late run late.yaml > late.out 2>&1 &
 late_pid=$!
 bg+=($late_pid)
+
+# ---- 4b. the controller away for a while (it runs alongside 4, which waits for Slurm anyway):
+#          a running job is followed on, a submission waits for it; neither run fails ------
+shell_pipeline away1 'sleep 4; echo answer=42 > "$TPUFLOW_METRICS"' '    retries: 0'
+shell_pipeline away2 'echo answer=42 > "$TPUFLOW_METRICS"' '    retries: 0'
+"$B" --home h-away1 run away1.yaml > away1.out 2>&1 &
+p1=$!
+bg+=($p1)
+run1=
+for _ in $(seq 1 100); do run1=$(run_id h-away1 2>/dev/null) && [[ -n $run1 ]] && break; sleep 0.1; done
+job1=$(running_job "tpuflow-$run1-work") || fail "away: the job of run '$run1' never ran: $(tail -5 away1.out)"
+ctld=$(cat "$dir/slurm/run/slurmctld.pid")
+kill "$ctld" || fail "away: cannot stop slurmctld"
+for _ in $(seq 1 100); do kill -0 "$ctld" 2>/dev/null || break; sleep 0.1; done
+"$B" --home h-away2 run away2.yaml > away2.out 2>&1 &
+p2=$!
+bg+=($p2)
+sleep 12 # longer than sbatch takes to give up on the controller (~9 s)
+/usr/sbin/slurmctld -f "$SLURM_CONF" || fail "away: slurmctld did not start again"
+for _ in $(seq 1 150); do squeue -h >/dev/null 2>&1 && break; sleep 0.2; done
+wait "$p1" || fail "away: the run whose job ran while slurmctld was away failed: $(tail -5 away1.out)"
+wait "$p2" || fail "away: the run submitted while slurmctld was away failed: $(tail -5 away2.out)"
+grep -q 'trying again until Slurm answers' away2.out ||
+  fail "away: the submission did not meet the absent controller: $(tail -5 away2.out)"
+run2=$(run_id h-away2)
+attempts h-away1 "$run1" work > a.txt
+[[ $(cat a.txt) == "1 succeeded - $job1" ]] || fail "away: attempts of the running job: $(cat a.txt)"
+attempts h-away2 "$run2" work > a.txt
+read -r n st cls job2 < a.txt
+[[ $(wc -l < a.txt) -eq 1 && $st == succeeded && $job2 != - ]] || fail "away: attempts of the waiting submission: $(cat a.txt)"
+n_jobs=$(squeue -h -t all -o '%j' | grep -c "^tpuflow-$run2-work-")
+[[ $n_jobs -eq 1 ]] || fail "away: $n_jobs jobs for the waiting submission, want 1"
+echo "it_slurm: slurmctld away for 12 s: job $job1 followed on, the submission waited (job $job2), 1 attempt each"
 
 # ---- 5. cancelled from outside with scancel: cancelled, not retried ----------------------
 shell_pipeline cancel 'sleep 120'

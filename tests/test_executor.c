@@ -431,6 +431,120 @@ static void test_executor_slurm_states(void **state)
 	assert_non_null(strstr(msg, "by someone else"));
 }
 
+/* What sbatch's failures mean, from the messages of Slurm 22.05's sbatch: the controller
+ * away (wait and submit again), the job refused as asked for (error), anything else (infra). */
+static void test_executor_slurm_sbatch_failures(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *text;
+		enum tf_fail_class want;
+	} cases[] = {
+	    {"sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+	     "(connect failure)",
+	     TF_FAIL_LAST},
+	    {"sbatch: error: Batch job submission failed: Socket timed out on send/recv operation",
+	     TF_FAIL_LAST},
+	    {"sbatch: error: Batch job submission failed: Zero Bytes were transmitted or received",
+	     TF_FAIL_LAST},
+	    {"sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying",
+	     TF_FAIL_LAST},
+	    {"'sbatch' took longer than 60s", TF_FAIL_LAST},
+	    {"sbatch: error: Batch job submission failed: Invalid partition name specified",
+	     TF_FAIL_ERROR},
+	    {"sbatch: error: Batch job submission failed: Invalid account or account/partition "
+	     "combination specified",
+	     TF_FAIL_ERROR},
+	    {"sbatch: error: Batch job submission failed: Invalid qos specification",
+	     TF_FAIL_ERROR},
+	    {"sbatch: error: Batch job submission failed: Requested node configuration is not "
+	     "available",
+	     TF_FAIL_ERROR},
+	    {"sbatch: error: Invalid generic resource (gres) specification", TF_FAIL_ERROR},
+	    {"sbatch: error: Invalid --mem specification", TF_FAIL_ERROR},
+	    {"sbatch: unrecognized option '--frobnicate'", TF_FAIL_ERROR},
+	    {"sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job "
+	     "submit limit, user's size and/or time limits)",
+	     TF_FAIL_INFRA},
+	    {"", TF_FAIL_INFRA},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		enum tf_fail_class c = tf_slurm_sbatch_class(cases[i].text);
+		if (c != cases[i].want)
+			fail_msg("'%s': got %d, want %d", cases[i].text, (int)c,
+			         (int)cases[i].want);
+	}
+}
+
+/* Further sbatch options of a step: what tpuflow owns is refused, --time, --mem and --gres
+ * values are read as sbatch reads them (checked against sbatch 22.05 --test-only). */
+static void test_executor_slurm_args(void **state)
+{
+	(void)state;
+	static const char *const ok[] = {
+	    "--mem=16G",
+	    "--mem=100",
+	    "--mem=1T",
+	    "--mem-per-cpu=2g",
+	    "--time=90",
+	    "--time=1:30",
+	    "--time=1:00:00",
+	    "--time=1-2",
+	    "--time=1-2:3:4",
+	    "--time=UNLIMITED",
+	    "-t10",
+	    "--gres=tpu:4",
+	    "--gres=tpu",
+	    "--gres=tpu:v4:2,gpu:1",
+	    "--constraint=v4",
+	    "--qos=high",
+	    "-pdebug",
+	    "--exclusive",
+	    "--wait-all-nodes=1",
+	    "--comment=a b",
+	    "--requeue",
+	};
+	static const struct {
+		const char *arg, *says;
+	} bad[] = {
+	    {"mem", "is not an sbatch option"},
+	    {"--mem 16G", "joined by '='"},
+	    {"--array=1-4", "not a job array"},
+	    {"--arr=1-4", "not a job array"},
+	    {"-a1-4", "not a job array"},
+	    {"--wait", "return at once"},
+	    {"-W", "return at once"},
+	    {"--hold", "never starts"},
+	    {"--job-name=x", "finds it by that name"},
+	    {"-Jx", "finds it by that name"},
+	    {"--output=/tmp/o", "object store"},
+	    {"-e/tmp/e", "object store"},
+	    {"--export=ALL", "by name"},
+	    {"--wrap=true", "script tpuflow writes"},
+	    {"--test-only", "submits nothing"},
+	    {"-Mother", "default cluster"},
+	    {"--time=1h", "Slurm writes a time"},
+	    {"--time=1:2:3:4", "Slurm writes a time"},
+	    {"--time=1-", "Slurm writes a time"},
+	    {"--time", "needs its value"},
+	    {"--mem=1.5G", "whole number"},
+	    {"--mem=16GiB", "whole number"},
+	    {"--gres=tpu::4", "NAME[:TYPE][:COUNT]"},
+	    {"--gres=a:b:c:d", "NAME[:TYPE][:COUNT]"},
+	    {"--gres=tpu 4", "NAME[:TYPE][:COUNT]"},
+	};
+	char err[300];
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+		if (tf_slurm_arg_check(ok[i], err, sizeof(err)))
+			fail_msg("'%s' refused: %s", ok[i], err);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		assert_int_equal(tf_slurm_arg_check(bad[i].arg, err, sizeof(err)), -EINVAL);
+		if (!strstr(err, bad[i].says) || !strstr(err, bad[i].arg))
+			fail_msg("'%s': '%s' does not say '%s'", bad[i].arg, err, bad[i].says);
+	}
+}
+
 /* tpuflow re-executing itself as a step. */
 static void test_executor_reexec_self(void **state)
 {
@@ -500,6 +614,8 @@ int main(void)
 	    cmocka_unit_test(test_executor_reexec_self),
 	    cmocka_unit_test(test_executor_logs_uploaded),
 	    cmocka_unit_test(test_executor_slurm_states),
+	    cmocka_unit_test(test_executor_slurm_sbatch_failures),
+	    cmocka_unit_test(test_executor_slurm_args),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

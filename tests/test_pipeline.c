@@ -440,6 +440,17 @@ static void test_pipeline_executor_rules(void **state)
 	       "    executor: slurm\n    slurm: {args: [--mem=1G, mem]}\n",
 	       7, 30, "'slurm.args' item 'mem' is not an sbatch option", NULL);
 	expect("name: x\nstorage: s3://b/p\nsteps:\n  - name: a\n    type: train\n"
+	       "    executor: slurm\n    slurm: {args: [--mem=1.5G]}\n",
+	       7, 20, "'slurm.args' item '--mem=1.5G': sbatch reads memory as a whole number",
+	       NULL);
+	expect("name: x\nstorage: s3://b/p\nsteps:\n  - name: a\n    type: train\n"
+	       "    executor: slurm\n    slurm: {args: [--time=20m]}\n",
+	       7, 20, "'slurm.args' item '--time=20m': Slurm writes a time as MINUTES", NULL);
+	expect("name: x\nstorage: s3://b/p\nsteps:\n  - name: a\n    type: train\n"
+	       "    executor: slurm\n    slurm: {args: [--array=0-3]}\n",
+	       7, 20, "'slurm.args' item '--array=0-3' cannot be given: an attempt is one job",
+	       NULL);
+	expect("name: x\nstorage: s3://b/p\nsteps:\n  - name: a\n    type: train\n"
 	       "    executor: slurm\n    slurm: {queue: q}\n",
 	       7, 13, "unknown", NULL);
 	expect("name: x\nsteps:\n  - name: a\n    type: shell\n    executor: inprocess\n"
