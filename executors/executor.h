@@ -54,6 +54,8 @@ enum tf_fail_class {
 /* What a Slurm job asks for (tf_executor_slurm only). Strings are borrowed for the start. */
 struct tf_slurm_spec {
 	const char *job_name;      /* --job-name, e.g. tpuflow-RUN-STEP-ATTEMPT */
+	const char *comment;       /* --comment, e.g. "tpuflow run=RUN step=STEP attempt=N" (for
+	                              people: squeue -o %k), or NULL */
 	int tpus_per_node;         /* --gres=tpu:N (0: no TPU chips) */
 	int nodes;                 /* --nodes (0: one) */
 	const char *partition;     /* -p, or NULL */

@@ -24,6 +24,8 @@
  *   NODE_FAIL, BOOT_FAIL              infra
  *   CANCELLED                         what we asked for (cancel, timeout), else cancelled
  *                                     (someone ran scancel)
+ *   PENDING for a reason that never   error: cancelled here (never_starts: a dependency that
+ *   passes                            cannot be met, constraints, account or QOS)
  *   requeued (its restart count grew) infra when the node it ran on is down, drained or
  *                                     failing; else preempted. The requeued job is cancelled:
  *                                     the retry policy starts the next attempt, which resumes
@@ -94,6 +96,8 @@ struct slurm {
 	char submit_err[256]; /* what the last try said */
 	/* what the last sweep saw (guarded by reg_lock) */
 	char state[32];       /* Slurm job state, "" before the first sighting */
+	char reason[64];      /* why it is pending (squeue's Reason), "" when not */
+	char never[64];       /* the reason that made us cancel a job that could never start */
 	char nodes[256];      /* nodes the job runs or ran on */
 	int restarts;         /* restart count as last seen */
 	int base_restarts;    /* restart count at the first sighting (-1: not seen yet) */
@@ -263,7 +267,7 @@ static void field(const char *row, int i, char *dst, size_t n)
 	dst[len] = '\0';
 }
 
-#define SQUEUE_FORMAT "JobID:|,State:|,NodeList:255|,RestartCnt:|,exit_code:|"
+#define SQUEUE_FORMAT "JobID:|,State:|,NodeList:255|,RestartCnt:|,exit_code:|,Reason:|"
 
 /* Applies one squeue row to the job it names. */
 static void apply_row(const char *row)
@@ -284,6 +288,7 @@ static void apply_row(const char *row)
 			s->base_restarts = s->restarts;
 		field(row, 4, f, sizeof(f));
 		s->wstatus = atoi(f);
+		field(row, 5, s->reason, sizeof(s->reason));
 		s->missing = -1; /* seen: the caller turns it back into 0 */
 		if (!s->running_since && !strcmp(s->state, "RUNNING"))
 			s->running_since = tf_now_monotonic();
@@ -499,11 +504,27 @@ enum tf_fail_class tf_slurm_classify(const char *state, int requested, int wstat
 			snprintf(msg, msglen, "CANCELLED after a requeue");
 			return (enum tf_fail_class)requested;
 		}
+		if (requested == TF_FAIL_ERROR) {
+			snprintf(msg, msglen, "CANCELLED: it could never start");
+			return TF_FAIL_ERROR;
+		}
 		snprintf(msg, msglen, "CANCELLED %s",
 		         requested == TF_FAIL_CANCELLED ? "as asked" : "by someone else (scancel)");
 		return TF_FAIL_CANCELLED;
 	}
 	return TF_FAIL_LAST; /* not finished */
+}
+
+/* Whether a pending job's reason (squeue's Reason) can never pass by itself: a dependency
+ * that cannot be met, constraints no node has, an account or QOS it may not use. */
+static int never_starts(const char *reason)
+{
+	static const char *const never[] = {"DependencyNeverSatisfied", "BadConstraints",
+	                                    "InvalidAccount", "InvalidQOS", NULL};
+	for (size_t i = 0; never[i]; i++)
+		if (!strcmp(reason, never[i]))
+			return 1;
+	return 0;
 }
 
 /* Decides the job's outcome from the last sweep. Called with reg_lock held; returns 1 when
@@ -527,6 +548,13 @@ static int judge(struct slurm *s)
 		s->requested = TF_FAIL_TIMEOUT;
 		s->stop_since = now;
 	}
+	if (!s->requested && !strcmp(s->state, "PENDING") && never_starts(s->reason)) {
+		tf_info("job %ld is pending for a reason that never passes (%s): cancelling it",
+		        s->job, s->reason);
+		s->requested = TF_FAIL_ERROR;
+		s->stop_since = now;
+		snprintf(s->never, sizeof(s->never), "%s", s->reason);
+	}
 	/* a stop is scancelled until Slurm has taken it (the controller may be away) */
 	if (s->requested && !s->scancelled && now - s->scancel_at >= poll_interval()) {
 		s->scancel_at = now;
@@ -535,6 +563,11 @@ static int judge(struct slurm *s)
 	enum tf_fail_class c =
 	    s->state[0] ? tf_slurm_classify(s->state, s->requested, s->wstatus, msg, sizeof(msg))
 	                : TF_FAIL_LAST;
+	if (c == TF_FAIL_ERROR && s->requested == TF_FAIL_ERROR)
+		snprintf(msg, sizeof(msg),
+		         "CANCELLED: it was pending for a reason that never "
+		         "passes (%s; squeue's JOB REASON CODES)",
+		         s->never);
 	if (c == TF_FAIL_LAST && s->lookup && s->missing >= LOST_SWEEPS) {
 		/* not listed any more: what accounting or the controller said (lookup_missing);
 		 * a job neither knows is lost */
@@ -571,6 +604,8 @@ static int judge(struct slurm *s)
 	            (c == TF_FAIL_INFRA && !strcmp(s->state, "FAILED"));
 	r->exit_code = ended && WIFEXITED(s->wstatus) ? WEXITSTATUS(s->wstatus) : -1;
 	r->signal = ended && WIFSIGNALED(s->wstatus) ? WTERMSIG(s->wstatus) : 0;
+	if (c != TF_FAIL_NONE && r->exit_code == 0)
+		r->exit_code = -1; /* FAILED with exit 0: it never got to run (a launch failure) */
 	r->seconds = now - s->head.started;
 	snprintf(r->message, sizeof(r->message), "Slurm job %ld%s%.60s: %.150s", s->job,
 	         s->nodes[0] ? " on " : "", s->nodes, msg);
@@ -647,6 +682,8 @@ static char **sbatch_argv(const struct slurm *s, const struct tf_exec_spec *spec
 	strv_add(&w, &n, tf_xstrdup("sbatch"));
 	strv_add(&w, &n, tf_xstrdup("--parsable"));
 	strv_add(&w, &n, tf_xasprintf("--job-name=%s", s->name));
+	if (o->comment)
+		strv_add(&w, &n, tf_xasprintf("--comment=%s", o->comment));
 	strv_add(&w, &n,
 	         tf_xasprintf("--output=%s", s->head.store ? "/dev/null" : s->head.out_path));
 	strv_add(&w, &n,
@@ -736,6 +773,8 @@ static int try_submit(struct slurm *s, char *err, size_t errlen)
 		snprintf(err, errlen, "%s", terr);
 		rc = -EINVAL;
 	} else {
+		for (char *nl = strchr(terr, '\n'); nl; nl = strchr(nl, '\n'))
+			*nl = ' '; /* sbatch may say it in two lines */
 		enum tf_fail_class c = tf_slurm_sbatch_class(terr);
 		tf_errf(err, errlen, "sbatch %s: %s%s",
 		        c == TF_FAIL_ERROR ? "refused the job" : "failed",
@@ -888,9 +927,13 @@ static void fetch_logs(struct slurm *s)
 		return;
 	tf_exec_head_fetch(&s->head, &s->res);
 	if (!s->res.logs_uploaded) {
+		/* 126/127 without logs: the node's shell could not run `tpuflow step job` */
+		int exec = s->res.exit_code == 126 || s->res.exit_code == 127;
 		size_t len = strlen(s->res.message);
 		snprintf(s->res.message + len, sizeof(s->res.message) - len, "%s",
-		         " (no logs of it in the object store)");
+		         exec ? " (no logs of it in the object store: is tpuflow installed at the "
+		                "same path on the node? docs/slurm.md)"
+		              : " (no logs of it in the object store)");
 	}
 }
 

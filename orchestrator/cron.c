@@ -150,7 +150,7 @@ int tf_cron_parse(const char *text, struct tf_cron *out, int *col, char *err, si
 		    (int)n, s);
 	}
 	uint64_t bits[5];
-	int any[5], k = 0;
+	int any[5], at[5], len[5], k = 0;
 	while (*s) {
 		size_t n = strcspn(s, " \t");
 		if (k == 5)
@@ -160,6 +160,8 @@ int tf_cron_parse(const char *text, struct tf_cron *out, int *col, char *err, si
 		                     err, errlen, col);
 		if (rc)
 			return rc;
+		at[k] = (int)(s - text) + 1;
+		len[k] = (int)n;
 		k++;
 		s += n;
 		while (*s == ' ' || *s == '\t')
@@ -170,6 +172,17 @@ int tf_cron_parse(const char *text, struct tf_cron *out, int *col, char *err, si
 		           "%s fields: a schedule has 5 (minute hour day-of-month month "
 		           "day-of-week) or is a macro like @daily",
 		           k == 0 ? "no" : "too few");
+	/* a day of month no month of it has, and no day of week to OR with: it never fires */
+	static const int mdays[13] = {0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+	int fires = any[2] || !any[4];
+	for (int m = 1; m <= 12 && !fires; m++)
+		for (int d = 1; d <= mdays[m] && !fires && (bits[3] >> m) & 1; d++)
+			fires = (bits[2] >> d) & 1;
+	if (!fires)
+		return BAD(at[2],
+		           "day of month: '%.*s' never falls in month '%.*s': the schedule would "
+		           "never fire",
+		           len[2], text + at[2] - 1, len[3], text + at[3] - 1);
 	out->minute = bits[0];
 	out->hour = (uint32_t)bits[1];
 	out->dom = (uint32_t)bits[2];

@@ -27,6 +27,7 @@ struct tf_kind_slurm {
 	int attempt;               /* the attempt the job belongs to: this one, or a lost one
 	                              whose job is followed again (spec.attach_job) */
 	char *job_name;            /* tpuflow-RUN-STEP-ATTEMPT */
+	char *comment;             /* tpuflow run=RUN step=STEP attempt=N */
 	char **export_names;       /* NULL-terminated */
 	size_t nexport;
 	int noted_job, noted_nodes; /* what tf_kind_slurm_note has written */

@@ -146,6 +146,9 @@ int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks, char 
 	}
 	ks->job_name = tf_xasprintf("tpuflow-%s-%s-%d", r->run_id, r->step, ks->attempt);
 	ks->spec.job_name = ks->job_name;
+	ks->comment =
+	    tf_xasprintf("tpuflow run=%s step=%s attempt=%d", r->run_id, r->step, ks->attempt);
+	ks->spec.comment = ks->comment;
 	ks->log_prefix =
 	    tf_xasprintf("%sslurm/attempt-%d/", r->prefix ? r->prefix : "", ks->attempt);
 	return 0;
@@ -253,6 +256,7 @@ void tf_kind_slurm_release(struct tf_kind_slurm *ks)
 		free(ks->export_names[i]);
 	free(ks->export_names);
 	free(ks->job_name);
+	free(ks->comment);
 	free(ks->log_prefix);
 	free(ks->argv);
 	free(ks->progress_seen);

@@ -10,7 +10,8 @@
 # with scancel (cancelled, not retried); a step past its own timeout (scancel, timeout); a train
 # job given fewer chips than its slice (error, said why); a job past its Slurm time limit
 # (timeout, retried); slurmctld stopped for a while and started again (a running job followed
-# on, a submission waiting for it, one attempt and one job each); a requeued train job (its epochs seen by the coordinator, no local slice
+# on, a submission waiting for it, one attempt and one job each); a job sbatch refuses and one
+# pending for a reason that never passes (error, not retried); a requeued train job (its epochs seen by the coordinator, no local slice
 # held beside its GRES; preempted, resumed from its checkpoint); the node taken down mid-run
 # (infra, retried); the node drained and the job requeued off it (infra, retried); `runs
 # cancel` and Ctrl-C (SIGTERM) on the run (its job cancelled with scancel); the coordinator
@@ -168,6 +169,8 @@ run=$(run_id h-hello)
 read -r n st cls job < <(attempts h-hello "$run" work)
 [[ $st == succeeded && $job != - ]] || fail "shell attempt: $n $st $cls $job"
 [[ $(squeue -h -t all -j "$job" -o '%j') == "tpuflow-$run-work-1" ]] || fail "job name of $job"
+[[ $(squeue -h -t all -j "$job" -o '%k') == "tpuflow run=$run step=work attempt=1" ]] ||
+  fail "job comment of $job: $(squeue -h -t all -j "$job" -o '%k')"
 "$B" --home h-hello runs show --json "$run" > show.json
 $PY - "$node" <<'PY' || fail "outputs and metrics of the Slurm shell steps: $(cat show.json)"
 import json, sys
@@ -321,6 +324,25 @@ read -r n st cls job < a.txt
 [[ $st == failed && $cls == timeout && $job != - ]] || fail "timeout: attempt: $(cat a.txt)"
 [[ $(squeue -h -t all -j "$job" -o '%T') == CANCELLED ]] || fail "timeout: job $job was not cancelled"
 echo "it_slurm: step timeout -> job $job cancelled, timeout"
+
+# ---- 5e. a job sbatch refuses, and one that can never start: error, not retried -----------
+shell_pipeline refused 'true' '    slurm: {partition: nosuch}'
+"$B" --home h-refused run refused.yaml > refused.out 2>&1 && fail "a job on a partition that does not exist succeeded"
+run=$(run_id h-refused)
+attempts h-refused "$run" work > a.txt
+[[ $(cat a.txt) == "1 failed error -" ]] || fail "refused: attempts: $(cat a.txt)"
+grep -q 'sbatch refused the job: .*Invalid partition name' refused.out || fail "refused: sbatch's reason is not said: $(tail -3 refused.out)"
+dep=$(sbatch --parsable --output=/dev/null --wrap 'exit 1') || fail "sbatch of a failing job"
+for _ in $(seq 1 150); do [[ $(squeue -h -t all -j "$dep" -o '%T') == FAILED ]] && break; sleep 0.2; done
+shell_pipeline never 'true' "    slurm: {args: [--dependency=afterok:$dep]}"
+"$B" --home h-never run never.yaml > never.out 2>&1 && fail "a job that could never start succeeded"
+run=$(run_id h-never)
+attempts h-never "$run" work > a.txt
+read -r n st cls job < a.txt
+[[ $(wc -l < a.txt) -eq 1 && $st == failed && $cls == error && $job != - ]] || fail "never: attempts: $(cat a.txt)"
+[[ $(squeue -h -t all -j "$job" -o '%T') == CANCELLED ]] || fail "never: job $job was not cancelled"
+grep -q 'DependencyNeverSatisfied' never.out || fail "never: the reason is not said: $(tail -3 never.out)"
+echo "it_slurm: sbatch refusing the job, and a job that can never start -> error, not retried"
 
 # ---- 5c. `runs cancel` from another terminal: the run cancels its job with scancel ---------
 # run_started NAME HOME: starts `tpuflow run` on NAME.yaml in the background (pid in $pid),

@@ -412,6 +412,7 @@ static void test_executor_slurm_states(void **state)
 	    {"CANCELLED", TF_FAIL_TIMEOUT, 0, TF_FAIL_TIMEOUT},
 	    {"CANCELLED", TF_FAIL_PREEMPTED, 0, TF_FAIL_PREEMPTED},
 	    {"CANCELLED", TF_FAIL_INFRA, 0, TF_FAIL_INFRA},
+	    {"CANCELLED", TF_FAIL_ERROR, 0, TF_FAIL_ERROR}, /* pending for ever: we cancelled */
 	    {"PENDING", 0, 0, TF_FAIL_LAST},
 	    {"RUNNING", 0, 0, TF_FAIL_LAST},
 	    {"COMPLETING", 0, 0, TF_FAIL_LAST},
