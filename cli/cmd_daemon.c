@@ -14,7 +14,8 @@ static void daemon_usage(FILE *f)
 	fprintf(
 	    f,
 	    "usage: tpuflow daemon [--home DIR] [--listen HOST:PORT] [--grace DURATION]\n"
-	    "                      [--auth tokens|none]\n\n"
+	    "                      [--auth tokens|none] [--tls-cert PEM --tls-key PEM]\n"
+	    "                      [--insecure-http]\n\n"
 	    "Drives every run submitted on the state home (by 'tpuflow run', the HTTP API or a\n"
 	    "schedule) and serves the HTTP API, in the foreground. Logs go to stderr as text,\n"
 	    "or JSON lines with TPUFLOW_LOG_FORMAT=json (TPUFLOW_LOG=info shows each run).\n\n"
@@ -23,7 +24,11 @@ static void daemon_usage(FILE *f)
 	    "                      steps write a checkpoint) before the daemon exits (default "
 	    "30s)\n"
 	    "  --auth tokens|none  tokens (default): every API route but health needs a bearer\n"
-	    "                      token; none: serve it without (--no-auth says the same)\n\n"
+	    "                      token; none: serve it without (--no-auth says the same)\n"
+	    "  --tls-cert PEM, --tls-key PEM\n"
+	    "                      serve HTTPS with this certificate (chain) and key\n"
+	    "  --insecure-http     allow plain HTTP on an address that is not loopback\n"
+	    "                      (something in front of the daemon terminates TLS)\n\n"
 	    "SIGTERM/SIGINT: stop taking runs, drain, exit 0; the next daemon continues the\n"
 	    "runs. SIGHUP: re-read HOME/daemon.conf (max_runs=N, workers=N, log=LEVEL).\n"
 	    "Another daemon on the same home: exit 75. See docs/daemon.md.\n");
@@ -31,12 +36,15 @@ static void daemon_usage(FILE *f)
 
 int cmd_daemon(int argc, char **argv, struct tf_cli *cli)
 {
-	enum { OPT_LISTEN = 1, OPT_GRACE, OPT_NO_AUTH, OPT_AUTH };
+	enum { OPT_LISTEN = 1, OPT_GRACE, OPT_NO_AUTH, OPT_AUTH, OPT_CERT, OPT_KEY, OPT_INSECURE };
 	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
 	                                     {"listen", required_argument, NULL, OPT_LISTEN},
 	                                     {"grace", required_argument, NULL, OPT_GRACE},
 	                                     {"no-auth", no_argument, NULL, OPT_NO_AUTH},
 	                                     {"auth", required_argument, NULL, OPT_AUTH},
+	                                     {"tls-cert", required_argument, NULL, OPT_CERT},
+	                                     {"tls-key", required_argument, NULL, OPT_KEY},
+	                                     {"insecure-http", no_argument, NULL, OPT_INSECURE},
 	                                     {0, 0, 0, 0}};
 	struct tf_daemon_opts o = {.listen = "127.0.0.1:8470", .grace = 30};
 	int c;
@@ -67,6 +75,15 @@ int cmd_daemon(int argc, char **argv, struct tf_cli *cli)
 				                          optarg);
 			o.auth_none = !strcmp(optarg, "none");
 			break;
+		case OPT_CERT:
+			o.tls_cert = optarg;
+			break;
+		case OPT_KEY:
+			o.tls_key = optarg;
+			break;
+		case OPT_INSECURE:
+			o.insecure_http = 1;
+			break;
 		default:
 			if (!tf_cli_common_option(cli, c, optarg))
 				return tf_cli_usage_error("daemon", "unknown option");
@@ -80,7 +97,9 @@ int cmd_daemon(int argc, char **argv, struct tf_cli *cli)
 	if (rc == 0)
 		return TF_EXIT_OK;
 	fprintf(stderr, "tpuflow daemon: %s\n", err);
-	return rc == -EBUSY    ? TF_EXIT_TEMPFAIL
-	       : rc == -EPROTO ? TF_EXIT_CONFIG
-	                       : TF_EXIT_UNAVAILABLE;
+	if (rc == -EBUSY)
+		return TF_EXIT_TEMPFAIL;
+	/* a listen address or TLS files it cannot use: the configuration (78) */
+	int config = rc == -EPROTO || rc == -EPERM || rc == -EINVAL || rc == -ENOTSUP;
+	return config ? TF_EXIT_CONFIG : TF_EXIT_UNAVAILABLE;
 }

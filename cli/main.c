@@ -365,6 +365,7 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 	    "  TPUFLOW_HOME        state home\n"
 	    "  TPUFLOW_URL         a daemon's URL for run, runs, gc and models (like --remote)\n"
 	    "  TPUFLOW_TOKEN       bearer token for TPUFLOW_URL (tpuflow tokens create)\n"
+	    "  TPUFLOW_CACERT      CA certificate (PEM) of an https:// TPUFLOW_URL's certificate\n"
 	    "  TPUFLOW_LOG         debug|info|warn|error (default warn)\n"
 	    "  TPUFLOW_LOG_FORMAT  text|json\n"
 	    "  TPUFLOW_LOG_MAX     cap on each output stream of a step's log (default 64M)\n"

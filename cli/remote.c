@@ -42,6 +42,16 @@ static size_t on_body(char *d, size_t sz, size_t nm, void *u)
 	return sz * nm;
 }
 
+/* Options every request of this file takes: the CA certificate a daemon's HTTPS certificate
+ * is checked against, when it is not in the system's store (TPUFLOW_CACERT, a PEM file). */
+static void common_opts(CURL *c)
+{
+	const char *ca = getenv("TPUFLOW_CACERT");
+	if (ca && *ca)
+		curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+}
+
 /* One request. Returns the HTTP status (0 when no answer came: *err says why); *out gets the
  * body (caller frees). */
 static long request(const struct remote *r, const char *method, const char *path,
@@ -68,7 +78,7 @@ static long request(const struct remote *r, const char *method, const char *path
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+	common_opts(c);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
 	long status = 0;
 	CURLcode cc = curl_easy_perform(c);
@@ -202,7 +212,10 @@ static void show_models(json_t *doc)
 
 static void show_action(json_t *doc)
 {
-	printf("%s: %s\n", str(doc, "action"), str(doc, "id"));
+	printf("%s: %s", str(doc, "action"), str(doc, "id"));
+	if (json_string_value(json_object_get(doc, "state"))) /* cancel: where it is now */
+		printf("  (the run is now %s)", str(doc, "state"));
+	printf("\n");
 }
 
 /* ---- events --------------------------------------------------------------------------- */
@@ -295,7 +308,7 @@ static int follow(const struct remote *r, const char *run, int json)
 		curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
 		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_sse);
 		curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
-		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+		common_opts(c);
 		curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L); /* keep-alives come every 10 s */
 		curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
 		CURLcode cc = curl_easy_perform(c);
@@ -409,6 +422,25 @@ static int remote_run(const struct remote *r, int argc, char **argv)
 	return detach ? TF_EXIT_OK : follow(r, run, r->json);
 }
 
+/* A streamed answer: a 2xx body goes to stdout as it comes, an error's is kept for
+ * print_problem. */
+struct logs_sink {
+	CURL *c;
+	struct body err;
+};
+
+static size_t on_logs(char *d, size_t sz, size_t nm, void *u)
+{
+	struct logs_sink *k = u;
+	long status = 0;
+	curl_easy_getinfo(k->c, CURLINFO_RESPONSE_CODE, &status);
+	if (status >= 300)
+		return on_body(d, sz, nm, &k->err);
+	size_t n = fwrite(d, sz, nm, stdout);
+	fflush(stdout);
+	return n * sz;
+}
+
 static int step_logs(const struct remote *r, const char *run, const char *step, int follow_)
 {
 	CURL *c = curl_easy_init();
@@ -417,23 +449,29 @@ static int step_logs(const struct remote *r, const char *run, const char *step, 
 	                         follow_ ? "?follow=true" : "");
 	char *auth = r->token ? tf_xasprintf("Authorization: Bearer %s", r->token) : NULL;
 	struct curl_slist *h = auth ? curl_slist_append(NULL, auth) : NULL;
+	struct logs_sink sink = {.c = c};
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, stdout);
-	curl_easy_setopt(c, CURLOPT_FAILONERROR, 1L);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_logs);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+	common_opts(c);
 	CURLcode cc = curl_easy_perform(c);
 	long status = 0;
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
 	curl_slist_free_all(h);
 	curl_free(es);
 	curl_easy_cleanup(c);
+	int ret = TF_EXIT_OK;
+	if (status >= 300) { /* the problem, with the exit code of every other remote command */
+		ret = print_problem(status, sink.err.p);
+	} else if (cc != CURLE_OK) {
+		fprintf(stderr, "tpuflow runs logs: %s: %s\n", url, curl_easy_strerror(cc));
+		ret = TF_EXIT_UNAVAILABLE;
+	}
+	free(sink.err.p);
 	free(url);
 	free(auth);
-	if (cc != CURLE_OK) {
-		fprintf(stderr, "tpuflow runs logs: %s (HTTP %ld)\n", curl_easy_strerror(cc), status);
-		return status == 404 ? TF_EXIT_NOTFOUND : TF_EXIT_UNAVAILABLE;
-	}
-	return TF_EXIT_OK;
+	return ret;
 }
 
 /* The logs of one step, or of every step of the run in file order. */

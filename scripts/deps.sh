@@ -20,6 +20,7 @@ test+=(prometheus)  # tests/test_web.c: promtool check metrics, a real Prometheu
 bench+=(wrk)  # bench/api.c: the REST API and the HTTP floor under wrk
 bench+=(python3-torch python3-numpy)  # training peers of bench/train.sh (bench/train_py_peers.py)
 bench+=(radosgw ceph-mon ceph-osd ceph-mgr)  # bench/s3.sh: a one-node Ceph with its S3 gateway (scripts/rgw-start.sh)
+test+=(openssl)  # tests/it_daemon_tls.sh: a certificate for the daemon's HTTPS
 docs=(pngquant optipng)  # scripts/readme-shots.sh: the README's dashboard screenshots, made small
 
 case "${1:-build}" in

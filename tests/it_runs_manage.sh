@@ -174,6 +174,13 @@ assert r["run"] == sys.argv[1] and not r["deleted"] and r["reason"] == "busy", r
 expect 0 "cancel: $live" -- R runs cancel "$live"
 for _ in $(seq 200); do [[ $(count --state failed --pipeline slow) == 1 ]] && break; sleep 0.1; done
 expect 0 "  cancelled at " -- R runs show "$live"
+# acting on a finished run: a cancel has nothing left to stop and says where the run is; a
+# retry of a succeeded run is a conflict (409: exit 1, as the local command), not a 500
+expect 0 "cancel: $live  (the run is now failed)" -- R runs cancel "$live"
+expect 1 "409 Conflict: run '$r3' is succeeded: nothing to retry" -- R runs retry "$r3"
+# logs: a step's as the local command prints them; an unknown step is the API's 404 (66)
+expect 0 "==> attempt 1 <==" -- R runs logs "$r3" a
+expect 66 "404 Not Found: run $r3 has no step 'zz'" -- R runs logs "$r3" zz
 # a run whose object store does not answer stays, with the local command's words and code (69)
 cat >"$dir/far.yaml" <<'EOF'
 name: far

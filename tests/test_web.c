@@ -322,6 +322,8 @@ static void test_routing_errors(void **state)
 	resp_free(&r);
 }
 
+static char *run_body(const char *extra);
+
 /* An API route takes the query arguments it documents, each once: a misspelt or repeated
  * one is refused, not ignored; routes outside /api/v1 take any. */
 static void test_query_args(void **state)
@@ -344,6 +346,18 @@ static void test_query_args(void **state)
 	r = call("DELETE", "/api/v1/runs/nosuch?dryrun=true", tok_admin, NULL, NULL);
 	assert_problem(&r, 400);
 	assert_non_null(strstr(json_string_value(json_object_get(r.json, "detail")), "dry_run"));
+	resp_free(&r);
+	/* a documented one with a value it does not take */
+	char *body = run_body(NULL);
+	r = call("POST", "/api/v1/runs", tok_trigger, body, NULL);
+	free(body);
+	char logs[128];
+	snprintf(logs, sizeof(logs), "/api/v1/runs/%s/steps/a/logs?follow=yes",
+	         json_string_value(json_object_get(r.json, "id")));
+	resp_free(&r);
+	r = call("GET", logs, tok_read, NULL, NULL);
+	assert_problem(&r, 400);
+	assert_non_null(strstr(json_string_value(json_object_get(r.json, "detail")), "true or false"));
 	resp_free(&r);
 	/* the documented ones, and the routes outside the API */
 	r = call("GET", "/api/v1/runs?state=pending&limit=2&q=x&trigger=api", tok_read, NULL, NULL);
@@ -525,6 +539,8 @@ static void test_events_and_cancel(void **state)
 	snprintf(path, sizeof(path), "/api/v1/runs/%s:cancel", id);
 	r = call("POST", path, tok_trigger, NULL, NULL);
 	assert_int_equal(r.status, 202);
+	/* the run's state once the cancel is taken (this server's hook only records it) */
+	assert_string_equal(json_string_value(json_object_get(r.json, "state")), "pending");
 	resp_free(&r);
 	r = call("POST", path, tok_read, NULL, NULL);
 	assert_problem(&r, 403);

@@ -174,7 +174,7 @@ static int write_info(struct daemon *d, char *err, size_t errlen)
 	                      (json_int_t)getpid(), "version", TF_VERSION, "started_at",
 	                      tf_now_wall(), "url", "", "wake_socket", TF_DAEMON_SOCK);
 	char url[200];
-	snprintf(url, sizeof(url), "http://%s", d->listen);
+	snprintf(url, sizeof(url), "%s://%s", d->o->tls_cert ? "https" : "http", d->listen);
 	json_object_set_new(j, "url", json_string(url));
 	int rc = json_dump_file(j, tmp, JSON_INDENT(2)) ? -EIO : 0;
 	if (rc == 0 && rename(tmp, path) < 0)
@@ -457,6 +457,9 @@ int tf_daemon_run(const struct tf_daemon_opts *o, char *err, size_t errlen)
 	struct tf_web_opts wo = {.home = d.home,
 	                         .listen = d.listen,
 	                         .auth = o->auth_none ? TF_WEB_AUTH_NONE : TF_WEB_AUTH_TOKENS,
+	                         .tls_cert = o->tls_cert,
+	                         .tls_key = o->tls_key,
+	                         .insecure_http = o->insecure_http,
 	                         .hooks = {.ctx = &d,
 	                                   .submit = hook_submit,
 	                                   .cancel = hook_cancel,
@@ -476,8 +479,8 @@ int tf_daemon_run(const struct tf_daemon_opts *o, char *err, size_t errlen)
 	rc = write_info(&d, err, errlen);
 	if (rc)
 		goto out;
-	tf_info("serving state home %s on http://%s (pid %ld, version %s)", d.home, d.listen,
-	        (long)getpid(), TF_VERSION);
+	tf_info("serving state home %s on %s://%s (pid %ld, version %s)", d.home,
+	        o->tls_cert ? "https" : "http", d.listen, (long)getpid(), TF_VERSION);
 	notify("READY=1");
 
 	double last[TF_ARRAY_LEN(cron_jobs)] = {0};

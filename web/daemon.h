@@ -10,6 +10,8 @@ struct tf_daemon_opts {
 	const char *listen; /* HTTP address HOST:PORT (default 127.0.0.1:8470; port 0: any) */
 	double grace;       /* seconds a SIGTERM drain waits for running steps (0: 30) */
 	int auth_none;      /* serve the API without bearer tokens (loopback tests) */
+	const char *tls_cert, *tls_key; /* PEM files: both set = HTTPS (web/server.h) */
+	int insecure_http; /* plain HTTP on a non-loopback address (TLS ends in front) */
 };
 
 /* Runs the daemon in the foreground until SIGTERM or SIGINT, then drains and returns 0.

@@ -395,7 +395,12 @@ void tf_web_problem_ext(struct tf_web_resp *rs, int status, const char *instance
 
 void tf_web_problem_errno(struct tf_web_resp *rs, int rc, const char *instance, const char *msg)
 {
-	int status = rc == -ENOENT ? 404 : rc == -EBUSY ? 409 : rc == -EINVAL ? 422 : 500;
+	/* -EALREADY: the run is already where the action would take it (retry of a succeeded
+	 * run): the state does not allow it, as -EBUSY */
+	int status = rc == -ENOENT                     ? 404
+	             : rc == -EBUSY || rc == -EALREADY ? 409
+	             : rc == -EINVAL                   ? 422
+	                                               : 500;
 	tf_web_problem(rs, status, instance, "%s", msg && *msg ? msg : strerror(-rc));
 	if (status == 500)
 		tf_error("%s: %s", instance ? instance : "?", msg && *msg ? msg : strerror(-rc));

@@ -693,8 +693,12 @@ static void run_action(struct tf_web_req *rq, struct tf_web_resp *rs, const char
 		tf_web_problem_errno(rs, rc, rq->path, err);
 		return;
 	}
-	if (cancel) {
-		tf_web_json(rs, 202, json_pack("{s:s, s:s}", "id", id, "action", "cancel"));
+	if (cancel) { /* the state it is in now: a final one means nothing was left to stop */
+		enum tf_run_state now;
+		json_t *a = json_pack("{s:s, s:s}", "id", id, "action", "cancel");
+		if (!tf_run_get_state(rq->st, id, &now))
+			json_object_set_new(a, "state", json_string(tf_run_state_name(now)));
+		tf_web_json(rs, 202, a);
 	} else {
 		tf_web_json(rs, !strcmp(what, "retry") ? 201 : 202,
 		            json_pack("{s:s, s:s, s:s}", "id", *out ? out : id, "action", what,

@@ -223,6 +223,11 @@ void tf_web_step_logs(struct tf_web_req *rq, struct tf_web_resp *rs)
 	const char *step;
 	if (step_param(rq, rs, id, &step))
 		return;
+	const char *follow = tf_web_query(rq, "follow");
+	if (follow && strcmp(follow, "true") && strcmp(follow, "false")) {
+		tf_web_problem(rs, 400, rq->path, "query 'follow' wants true or false");
+		return;
+	}
 	struct logs_stream *l = tf_xcalloc(1, sizeof(*l));
 	snprintf(l->run, sizeof(l->run), "%s", id);
 	snprintf(l->step, sizeof(l->step), "%s", step);
@@ -231,7 +236,6 @@ void tf_web_step_logs(struct tf_web_req *rq, struct tf_web_resp *rs)
 	l->n = 1;
 	rs->status = 200;
 	rs->type = "text/plain; charset=utf-8";
-	const char *follow = tf_web_query(rq, "follow");
 	if (!follow || strcmp(follow, "true")) {
 		/* Not following: what is there now, as one body, read with the request's handle. */
 		l->st = rq->st;
