@@ -21,7 +21,7 @@ done
 mkdir -p "$B"
 B=$(cd "$B" && pwd)
 RUN=$B/run LOG=$B/log
-rm -rf "$B/mon" "$B/mgr" "$B/osd" "$RUN" "$LOG" "$B/ceph.conf" "$B/s3.env"
+rm -rf "$B/mon" "$B/mgr" "$B/osd" "$RUN" "$LOG" "$B/ceph.conf" "$B/monmap" "$B/s3.env"
 mkdir -p "$B/mon" "$B/mgr" "$B/osd" "$RUN" "$LOG"
 
 read -r P_MON P_RGW < <(python3 - <<'PY'

@@ -55,6 +55,10 @@
 
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 #define META_CRC "x-amz-meta-tf-crc32c"
+/* The type of every object: S3's for a PUT that names none. A multipart upload's create
+ * request gives it explicitly, or the object would get the request's own: libcurl's
+ * x-www-form-urlencoded for a POST, or (Swift's s3api) the completion's application/xml. */
+#define OBJECT_TYPE "binary/octet-stream"
 #define MIN_PART (5u << 20)
 #define MAX_PARTS 10000
 #define DEFAULT_PART_MIN (32u << 20)
@@ -110,7 +114,7 @@ struct s3_req {
 	int check_crc;            /* 1: the body must read as crc when sent (the hashes came from */
 	uint32_t crc;             /*    an earlier read; a source that changed is not sent) */
 	const char *content_md5;  /* Content-MD5 (base64) to send, or NULL */
-	const char *content_type; /* for POST bodies */
+	const char *content_type; /* of a POST body, or of the object a multipart create makes */
 	int sink_fd;              /* >= 0: a 2xx body is written to this file */
 	int verify;               /* check a 2xx body (invariant 3) */
 };
@@ -1472,7 +1476,8 @@ static int mp_create(struct tf_objstore *s, const char *fkey, const char *key, u
 	struct s3 *s3 = S3(s);
 	char crchex[9];
 	snprintf(crchex, sizeof crchex, "%08x", crc);
-	struct s3_req cr = {.method = "POST", .key = fkey, .sink_fd = -1};
+	struct s3_req cr = {
+	    .method = "POST", .key = fkey, .content_type = OBJECT_TYPE, .sink_fd = -1};
 	cr.q[cr.nq++] = (struct tf_sigv4_kv){"uploads", ""};
 	cr.h[cr.nh++] = (struct tf_sigv4_kv){META_CRC, crchex};
 	struct s3_resp resp;
@@ -1914,7 +1919,8 @@ int tf_objstore_s3_begin_upload(struct tf_objstore *s, const char *key, char *id
 	if (s->ops != &tf_objstore_s3_ops)
 		return -ENOTSUP;
 	char *fkey = full_key(S3(s), key);
-	struct s3_req cr = {.method = "POST", .key = fkey, .sink_fd = -1};
+	struct s3_req cr = {
+	    .method = "POST", .key = fkey, .content_type = OBJECT_TYPE, .sink_fd = -1};
 	cr.q[cr.nq++] = (struct tf_sigv4_kv){"uploads", ""};
 	struct s3_resp resp;
 	int rc = run(s, &cr, &resp);

@@ -106,4 +106,15 @@ done
 "$bin" store put "s3://$b/changed.bin" big.bin || fail "upload of the file once complete"
 "$bin" store get "s3://$b/changed.bin" back.bin && cmp -s big.bin back.bin || fail "changed.bin round trip"
 
+# an object uploaded in parts has the type the same file uploaded as one PUT has
+TPUFLOW_S3_PART_SIZE=16M "$bin" store put "s3://$b/parts.bin" big.bin || fail "multipart upload"
+printf 'machine 127.0.0.1\nlogin %s\npassword %s\n' "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" > netrc
+ctype() { # KEY: the object's Content-Type (netrc: Swift's access key has a colon)
+  curl -sSf -I --aws-sigv4 "aws:amz:$AWS_REGION:s3" --netrc-file netrc \
+    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$TF_S3_TEST_ENDPOINT/$b/$1" | tr -d '\r' |
+    awk 'tolower($1) == "content-type:" {print $2}'
+}
+one=$(ctype changed.bin) parts=$(ctype parts.bin)
+[[ -n $one && $parts == "$one" ]] || fail "Content-Type: '$parts' in parts, '$one' as one PUT"
+
 echo "$me: passed in ${SECONDS} s"
