@@ -167,7 +167,8 @@ static void with_flags_usage(const struct with_flags *f, FILE *out)
 		                                                    [TF_WCHECK_INT] = " N",
 		                                                    [TF_WCHECK_NUMBER] = " F",
 		                                                    [TF_WCHECK_ENUM] = " WORD",
-		                                                    [TF_WCHECK_INT_LIST] = " LIST"};
+		                                                    [TF_WCHECK_INT_LIST] = " LIST",
+		                                                    [TF_WCHECK_DURATION] = " DUR"};
 		const char *mv = metavar[f->keys[i].check] ? metavar[f->keys[i].check] : "";
 		fprintf(out, "  --%s%s  %s\n", f->names[i], mv, f->keys[i].help);
 		if (f->keys[i].check != TF_WCHECK_STRING || f->keys[i].rules)

@@ -180,8 +180,18 @@ static int deploy_rollout(struct tf_step_run *r, json_t **out)
 	}
 	for (size_t i = 0; i < TF_ARRAY_LEN(keys); i++) {
 		double x;
-		char why[128];
-		rc = tf_ml_with_number(r->with, keys[i][0], &x, why, sizeof(why));
+		char why[160];
+		const char *text = json_string_value(json_object_get(r->with, keys[i][0]));
+		if (text && !strcmp(keys[i][1], "soak_s")) { /* a duration, as the pipeline's others */
+			rc = tf_duration_parse(text, &x);
+			if (rc)
+				tf_errf(why, sizeof(why),
+				        "with.rollout_soak_s must be a duration (seconds, or 30s, 10m, "
+				        "1h30m), not '%.40s'",
+				        text);
+		} else {
+			rc = tf_ml_with_number(r->with, keys[i][0], &x, why, sizeof(why));
+		}
 		if (rc < 0) {
 			tf_errf(r->err, sizeof(r->err), "deploy: %s", why);
 			goto fail;

@@ -328,6 +328,7 @@ enum tf_with_check {
 	TF_WCHECK_STR_LIST, /* list of strings */
 	TF_WCHECK_STR_MAP,  /* map of string to string */
 	TF_WCHECK_STEP,     /* name of an upstream step */
+	TF_WCHECK_DURATION, /* seconds: a number or a duration (tf_duration_parse); bounds in s */
 	TF_WCHECK_LAST
 };
 

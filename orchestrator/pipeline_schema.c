@@ -31,6 +31,7 @@
 #define BIG ((double)(1u << 30)) /* the largest count the ml steps take */
 #define I TF_WCHECK_INT
 #define N TF_WCHECK_NUMBER
+#define D TF_WCHECK_DURATION
 #define S TF_WCHECK_STRING
 #define B TF_WCHECK_BOOL
 
@@ -103,7 +104,7 @@ static const struct tf_with_key deploy_with[] = {
      .rules = TF_WRULE_MIN | TF_WRULE_MAX_OPEN, .min = 0, .max = 100},
     {W("rollout_steps", TF_WCHECK_INT_LIST, "canary shares to step through, e.g. [10, 50]"),
      RANGE(1, 99)},
-    {W("rollout_soak_s", N, "rollout: seconds at each share before the next move"),
+    {W("rollout_soak_s", D, "rollout: time at each share before the next move"),
      RANGE(0, 2592000)},
     {W("rollout_max_error_rate", N, "rollout: canary failure rate that rolls it back"),
      RANGE(0, 1)},
@@ -439,18 +440,20 @@ static enum tf_vtype ref_static_type(struct loader *L, const struct tf_ref *r)
 static void range_text(const struct tf_with_key *wk, char *buf, size_t len)
 {
 	unsigned r = wk->rules;
-	if ((r & TF_WRULE_MIN) && (r & TF_WRULE_MAX)) {
-		snprintf(buf, len, "between %.15g and %.15g", wk->min, wk->max);
-		return;
-	}
 	int n = 0;
 	buf[0] = '\0';
-	if (r & (TF_WRULE_MIN | TF_WRULE_MIN_OPEN))
-		n = snprintf(buf, len, "%s %.15g", r & TF_WRULE_MIN ? "at least" : "greater than",
-		             wk->min);
-	if (n >= 0 && (size_t)n < len && (r & (TF_WRULE_MAX | TF_WRULE_MAX_OPEN)))
-		snprintf(buf + n, len - (size_t)n, "%s%s %.15g", n ? " and " : "",
-		         r & TF_WRULE_MAX ? "at most" : "less than", wk->max);
+	if ((r & TF_WRULE_MIN) && (r & TF_WRULE_MAX)) {
+		n = snprintf(buf, len, "between %.15g and %.15g", wk->min, wk->max);
+	} else {
+		if (r & (TF_WRULE_MIN | TF_WRULE_MIN_OPEN))
+			n = snprintf(buf, len, "%s %.15g",
+			             r & TF_WRULE_MIN ? "at least" : "greater than", wk->min);
+		if (n >= 0 && (size_t)n < len && (r & (TF_WRULE_MAX | TF_WRULE_MAX_OPEN)))
+			n += snprintf(buf + n, len - (size_t)n, "%s%s %.15g", n ? " and " : "",
+			              r & TF_WRULE_MAX ? "at most" : "less than", wk->max);
+	}
+	if (wk->check == TF_WCHECK_DURATION && n > 0 && (size_t)n < len) /* its bounds' unit */
+		snprintf(buf + n, len - (size_t)n, " seconds");
 }
 
 static int in_range(const struct tf_with_key *wk, double v)
@@ -473,7 +476,8 @@ static void describe(const struct tf_with_key *wk, struct tf_buf *b, const char 
 	    [TF_WCHECK_INT_LIST] = "a list of integers",
 	    [TF_WCHECK_STR_LIST] = "a list of strings",
 	    [TF_WCHECK_STR_MAP] = "a mapping of names to strings",
-	    [TF_WCHECK_STEP] = "the name of an upstream step"};
+	    [TF_WCHECK_STEP] = "the name of an upstream step",
+	    [TF_WCHECK_DURATION] = "a duration (seconds, or 30s, 10m, 1h30m)"};
 	tf_buf_printf(b, "%s", kinds[wk->check]);
 	if (wk->check == TF_WCHECK_ENUM)
 		tf_buf_names(b, wk->choices, "or", quote);
@@ -525,6 +529,10 @@ json_t *tf_with_key_value(const struct tf_with_key *wk, const char *text, const 
 		if (!tf_pl_parse_float_text(text, &d) && in_range(wk, d))
 			v = json_real(d);
 		break;
+	case TF_WCHECK_DURATION:
+		if (!tf_duration_parse(text, &d) && in_range(wk, d))
+			v = json_real(d);
+		break;
 	case TF_WCHECK_ENUM:
 		for (size_t k = 0; wk->choices[k] && !v; k++)
 			if (!strcmp(wk->choices[k], text))
@@ -570,6 +578,20 @@ static int check_range(struct loader *L, const struct tf_with_key *wk, const str
 	return -EINVAL;
 }
 
+/* A duration (a number of seconds, or 30s, 10m, 1h30m: tf_duration_parse, as the pipeline's
+ * timeouts and backoffs) against the bounds of its schema row, in seconds; `via` as in
+ * check_range. 0 or -EINVAL (reported at n). */
+static int check_duration(struct loader *L, const struct tf_with_key *wk, const struct ynode *n,
+                          const char *via, const char *what)
+{
+	double s;
+	if (!tf_duration_parse(n->str, &s))
+		return check_range(L, wk, n, s, n->str, via, what);
+	tf_pl_err_at(L, n, "write a number of seconds or a duration such as 30s, 10m, 1h30m",
+	             "%s expects a duration, not '%.40s'%s", what, n->str, via);
+	return -EINVAL;
+}
+
 /* The registry's name rule on a literal model name, alias or version. */
 static int check_registry_name(struct loader *L, const struct tf_with_key *wk,
                                const struct ynode *n, const char *what)
@@ -610,6 +632,9 @@ static int check_scalar(struct loader *L, const struct tf_with_key *wk,
 		case TF_WCHECK_BOOL:
 			ok = rt == TF_VT_BOOL;
 			break;
+		case TF_WCHECK_DURATION:
+			ok = rt == TF_VT_NUMBER || rt == TF_VT_STRING;
+			break;
 		default:
 			ok = rt != TF_VT_LIST;
 			break;
@@ -621,10 +646,11 @@ static int check_scalar(struct loader *L, const struct tf_with_key *wk,
 			        : tf_vtype_name(rt);
 			tf_pl_err_at(L, n, "change the param's type or use another value",
 			             "%s expects %s, but '${%s}' is %s %s", what,
-			             c == TF_WCHECK_INT      ? "an integer"
-			             : c == TF_WCHECK_NUMBER ? "a number"
-			             : c == TF_WCHECK_BOOL   ? "true or false"
-			                                     : "a scalar",
+			             c == TF_WCHECK_INT        ? "an integer"
+			             : c == TF_WCHECK_NUMBER   ? "a number"
+			             : c == TF_WCHECK_DURATION ? "a duration"
+			             : c == TF_WCHECK_BOOL     ? "true or false"
+			                                       : "a scalar",
 			             r->path, desc[0] == 'i' ? "an" : "a", desc);
 			return -EINVAL;
 		}
@@ -632,12 +658,19 @@ static int check_scalar(struct loader *L, const struct tf_with_key *wk,
 		const struct tf_param *pp =
 		    r->kind == TF_REF_PARAM ? tf_pipeline_param(L->p, r->name) : NULL;
 		if (pp && json_is_number(pp->value) &&
-		    (c == TF_WCHECK_INT || c == TF_WCHECK_NUMBER)) {
+		    (c == TF_WCHECK_INT || c == TF_WCHECK_NUMBER || c == TF_WCHECK_DURATION)) {
 			char shown[48], via[200];
 			snprintf(shown, sizeof(shown), "%.15g", json_number_value(pp->value));
 			snprintf(via, sizeof(via), " (the value of ${%s})", r->path);
 			return check_range(L, wk, n, json_number_value(pp->value), shown, via,
 			                   what);
+		}
+		if (pp && json_is_string(pp->value) && c == TF_WCHECK_DURATION) {
+			struct ynode v = *n;
+			v.str = (char *)json_string_value(pp->value);
+			char via[200];
+			snprintf(via, sizeof(via), " (the value of ${%s})", r->path);
+			return check_duration(L, wk, &v, via, what);
 		}
 		if (pp && json_is_string(pp->value) && c == TF_WCHECK_STRING &&
 		    (wk->rules & (TF_WRULE_MODEL_NAME | TF_WRULE_ALIAS | TF_WRULE_VERSION))) {
@@ -655,6 +688,8 @@ static int check_scalar(struct loader *L, const struct tf_with_key *wk,
 	    (wk->rules & (TF_WRULE_MODEL_NAME | TF_WRULE_ALIAS | TF_WRULE_VERSION)))
 		return check_registry_name(L, wk, n, what);
 	if (c == TF_WCHECK_STRING || c == TF_WCHECK_STEP)
+		return 0;
+	if (has_ref && c == TF_WCHECK_DURATION) /* "${params.n}m": read at run time */
 		return 0;
 	if (has_ref) {
 		tf_pl_err_at(L, n, "use a single ${...} on its own for a non-text value",
@@ -679,6 +714,8 @@ static int check_scalar(struct loader *L, const struct tf_with_key *wk,
 		             n->style != YAML_PLAIN_SCALAR_STYLE ? "write it without quotes" : NULL,
 		             "%s expects a number, not '%.40s'", what, n->str);
 		return -EINVAL;
+	case TF_WCHECK_DURATION:
+		return check_duration(L, wk, n, "", what);
 	case TF_WCHECK_BOOL:
 		if (tf_pl_is_plain(n) && !tf_pl_parse_bool_text(n->str, &b))
 			return 0;

@@ -941,7 +941,7 @@ static void test_engine_register_verifies_bundle_and_names(void **state)
 	const char *roll[][2] = {
 	    {"{model_name: m, version: '1', alias: production}", NULL},
 	    {"{model_name: m, version: '2', alias: production, rollout_steps: [10, 50], "
-	     "rollout_soak_s: 60, rollout_max_p99_ms: 20, rollout_min_requests: 5, "
+	     "rollout_soak_s: 1m30s, rollout_max_p99_ms: 20, rollout_min_requests: 5, "
 	     "rollout_max_error_rate_vs_production: 0.01, rollout_max_p99_ratio_vs_production: 1.5}",
 	     NULL},
 	    {"{model_name: m, version: '2', alias: production, rollout_min_requests: 5}",
@@ -966,7 +966,8 @@ static void test_engine_register_verifies_bundle_and_names(void **state)
 	const char *late[][2] = {{"rollout_steps: [5, '${steps.pick.outputs.out}']",
 	                          "with.rollout_steps[1] must be a number"},
 	                         {"rollout_steps: [5], rollout_soak_s: '${steps.pick.outputs.out}'",
-	                          "with.rollout_soak_s must be a number"}};
+	                          "with.rollout_soak_s must be a duration (seconds, or 30s, 10m, "
+	                          "1h30m), not 'ten'"}};
 	for (size_t i = 0; i < 2; i++) {
 		snprintf(yaml, sizeof(yaml),
 		         "name: late%zu\nsteps:\n"
@@ -989,6 +990,7 @@ static void test_engine_register_verifies_bundle_and_names(void **state)
 	json_t *pol = json_object_get(d, "rollout");
 	assert_int_equal(json_array_size(json_object_get(pol, "steps")), 2);
 	assert_int_equal(json_integer_value(json_object_get(pol, "min_requests")), 5);
+	assert_true(json_number_value(json_object_get(pol, "soak_s")) == 90); /* 1m30s */
 	assert_true(json_number_value(json_object_get(pol, "max_p99_ms")) == 20);
 	assert_true(json_number_value(json_object_get(pol, "max_error_rate_vs_production")) == 0.01);
 	assert_true(json_number_value(json_object_get(pol, "max_p99_ratio_vs_production")) == 1.5);

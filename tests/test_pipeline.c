@@ -589,6 +589,17 @@ static void test_pipeline_with_values_checked_at_load(void **state)
 	     "rollout_steps: [10], rollout_shadow_percent: 0}}\n",
 	     "0}", "'with.rollout_shadow_percent' of step 'a' must be greater than 0 and at most "
 	           "100"},
+	    /* rollout_soak_s is a duration, as the pipeline's timeouts and backoffs */
+	    {"name: x\nsteps:\n  - {name: a, type: deploy, with: {model_name: m, version: '1', "
+	     "rollout_steps: [10], rollout_soak_s: 10 minutes}}\n",
+	     "10 minutes", "'with.rollout_soak_s' of step 'a' expects a duration, not '10 minutes'"},
+	    {"name: x\nsteps:\n  - {name: a, type: deploy, with: {model_name: m, version: '1', "
+	     "rollout_steps: [10], rollout_soak_s: 31d}}\n",
+	     "31d", "'with.rollout_soak_s' of step 'a' must be between 0 and 2592000 seconds, not 31d"},
+	    {"name: x\nparams:\n  soak: {type: string, default: soon}\nsteps:\n  - {name: a, "
+	     "type: deploy, with: {model_name: m, version: '1', rollout_steps: [10], "
+	     "rollout_soak_s: '${params.soak}'}}\n",
+	     "'${", "expects a duration, not 'soon' (the value of ${params.soak})"},
 	    {"name: x\nsteps:\n  - {name: a, type: deploy, with: {model_name: m, version: '1', "
 	     "alias: ''}}\n",
 	     "''", "the alias is empty"},
@@ -641,7 +652,11 @@ static void test_pipeline_with_values_checked_at_load(void **state)
 	         "  - {name: d, type: deploy, with: {model_name: fashion-mnist.v2_a, version: v3, "
 	         "alias: production, canary_percent: 0}}\n"
 	         "  - {name: e, type: deploy, with: {model_name: m, version: latest, alias: "
-	         "canary, canary_percent: 99.5}}\n",
+	         "canary, canary_percent: 99.5}}\n"
+	         "  - {name: f, type: deploy, with: {model_name: m, version: '1', alias: a, "
+	         "canary_percent: 5, rollout_steps: [10], rollout_soak_s: 1h30m}}\n"
+	         "  - {name: g, type: deploy, with: {model_name: m, version: '1', alias: b, "
+	         "canary_percent: 5, rollout_steps: [10], rollout_soak_s: 600}}\n",
 	         NULL, 0, 0, &p, &d),
 	    0);
 	tf_pipeline_free(p);
