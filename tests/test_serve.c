@@ -13,12 +13,14 @@
 #include "orchestrator/registry.h"
 #include "storage/objstore.h"
 #include "web/api.h"
+#include "web/serve.h"
 #include "web/server.h"
 #include "web/tokens.h"
 
 #include "tests/testutil.h"
 
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -29,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -1446,6 +1449,78 @@ static char *answer_of(const char *path, const char *body)
 	return text;
 }
 
+/* The comparison thread, parked: its signal handler tells park_fd and waits on unpark_fd. */
+static int park_fd[2], unpark_fd[2];
+
+static void park_here(int sig)
+{
+	(void)sig;
+	int saved = errno;
+	char c = 0;
+	if (write(park_fd[1], &c, 1) == 1)
+		while (read(unpark_fd[0], &c, 1) < 0 && errno == EINTR)
+			;
+	errno = saved;
+}
+
+/* The id of this process's thread named name that is blocked in a futex (so it holds no lock
+ * it is not waiting for), within 60 s; 0 when there is none. */
+static pid_t thread_waiting(const char *name)
+{
+	char comm[64], futex[24];
+	snprintf(comm, sizeof(comm), "%s\n", name);
+	snprintf(futex, sizeof(futex), "%ld ", (long)SYS_futex);
+	for (double until = tf_now_monotonic() + 60; tf_now_monotonic() < until; usleep(1000)) {
+		DIR *d = opendir("/proc/self/task");
+		struct dirent *de;
+		pid_t tid = 0;
+		while (d && !tid && (de = readdir(d))) {
+			char path[300], text[128] = "";
+			snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+			FILE *f = fopen(path, "r");
+			if (f && fgets(text, sizeof(text), f) && !strcmp(text, comm)) {
+				fclose(f);
+				snprintf(path, sizeof(path), "/proc/self/task/%s/syscall", de->d_name);
+				f = fopen(path, "r");
+				if (f && fgets(text, sizeof(text), f) && !strncmp(text, futex, strlen(futex)))
+					tid = atoi(de->d_name);
+			}
+			if (f)
+				fclose(f);
+		}
+		if (d)
+			closedir(d);
+		if (tid)
+			return tid;
+	}
+	return 0;
+}
+
+/* The shadow figures of version v (rows, differ, pending), once pending is `until` (at most
+ * 60 s; -1: at once). */
+static void shadow_of(int64_t v, json_int_t until, json_int_t out[3])
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/v1/models/fm/versions/%lld", (long long)v);
+	for (double end = tf_now_monotonic() + 60;; usleep(2000)) {
+		struct resp r = call("GET", path, NULL);
+		assert_int_equal(r.status, 200);
+		json_t *sh = json_object_get(
+		    json_object_get(
+		        json_array_get(json_object_get(r.json, "model_version_status"), 0),
+		        "tpuflow_stats"),
+		    "shadow");
+		out[0] = jint(sh, "rows");
+		out[1] = jint(sh, "differ");
+		out[2] = jint(sh, "pending");
+		resp_free(&r);
+		if (until < 0 || out[2] == until || tf_now_monotonic() > end)
+			break;
+	}
+	if (until >= 0)
+		assert_int_equal(out[2], until);
+}
+
 /* The shadow comparison: a canary whose every predicted class differs from production's (its
  * output layer's classes rotated) is rolled back naming the disagreement, an identical-weights
  * canary is promoted under a bound of 0, and the shadow never changes what a client receives:
@@ -1497,17 +1572,10 @@ static void test_rollout_shadow_disagreement(void **state)
 	        canary[0], canary[1]);
 	assert_true(canary[0] > 0 && canary[1] > 0);
 	/* the shadow ran: production answered the canary's rows too, and every class differed */
-	char path[64];
-	snprintf(path, sizeof(path), "/v1/models/fm/versions/%lld", (long long)vr);
-	struct resp r = call("GET", path, NULL);
-	assert_int_equal(r.status, 200);
-	json_t *sh = json_object_get(
-	    json_object_get(json_array_get(json_object_get(r.json, "model_version_status"), 0),
-	                    "tpuflow_stats"),
-	    "shadow");
-	assert_true(jint(sh, "rows") >= 1);
-	assert_int_equal(jint(sh, "differ"), jint(sh, "rows"));
-	resp_free(&r);
+	json_int_t sh[3];
+	shadow_of(vr, 0, sh); /* once every comparison is made */
+	assert_true(sh[0] >= 1);
+	assert_int_equal(sh[1], sh[0]);
 
 	/* judged: rolled back, naming the disagreement, with the figures */
 	id = deploy_canary(st, vr, 50, "{\"max_disagreement_vs_production\":0.1,\"min_requests\":10}");
@@ -1539,6 +1607,74 @@ static void test_rollout_shadow_disagreement(void **state)
 	assert_true(jint(fig, "rows") >= 10);
 	assert_int_equal(jint(fig, "differ"), 0);
 	json_decref(dep);
+	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
+	tf_store_close(st);
+}
+
+/* The shadow comparison is off the request path: production answers the canary's requests
+ * on the comparison thread, so no client answer waits for it. With that thread parked (held
+ * in a signal handler), the canary's answers still come and their comparisons wait, counted
+ * as pending, up to the queue's bound; past it a comparison is made on the connection's
+ * thread once its answer is sent. Released, it makes them all, each row counted as before. */
+static void test_shadow_off_request_path(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	struct tf_store *st = open_home_production_1();
+	struct tf_model_version_spec rot = {
+	    .model = "fm", .run_id = "r1", .step = "f", .bundle = "models/rotated/"};
+	int64_t vr;
+	assert_int_equal(tf_registry_register(st, &rot, &vr, NULL), 0);
+	deploy_canary(st, vr, 50,
+	              "{\"max_disagreement_vs_production\":0.5,\"min_requests\":1000000}");
+	char *inf = infer_body(), want[32];
+	snprintf(want, sizeof(want), "\"model_version\":\"%lld\"", (long long)vr);
+	/* until the canary has answered once and its comparison is made: the thread is up */
+	for (int answered = 0; !answered;) {
+		struct resp r = call("POST", "/v2/models/fm/infer", inf);
+		assert_int_equal(r.status, 200);
+		answered = strstr(r.body, want) != NULL;
+		resp_free(&r);
+	}
+	json_int_t before[3], now[3];
+	shadow_of(vr, 0, before);
+	pid_t tid = thread_waiting("tpuflow-shadow");
+	assert_true(tid > 0);
+	assert_int_equal(pipe(park_fd), 0);
+	assert_int_equal(pipe(unpark_fd), 0);
+	struct sigaction sa = {.sa_handler = park_here}, old;
+	sigemptyset(&sa.sa_mask);
+	assert_int_equal(sigaction(SIGUSR2, &sa, &old), 0);
+	assert_int_equal(tgkill(getpid(), tid, SIGUSR2), 0);
+	char c;
+	assert_int_equal(read(park_fd[0], &c, 1), 1);
+	/* parked: the canary's answers come all the same, their comparisons wait */
+	int canary = 0;
+	while (canary < TF_SERVE_SHADOW_QUEUE + 5) {
+		struct resp r = call("POST", "/v2/models/fm/infer", inf);
+		assert_int_equal(r.status, 200);
+		canary += strstr(r.body, want) != NULL;
+		resp_free(&r);
+		if (canary == 4) {
+			shadow_of(vr, 4, now);
+			assert_int_equal(now[0], before[0]);
+		}
+	}
+	/* past the bound: those made once their answers were sent, the queue still waiting */
+	shadow_of(vr, TF_SERVE_SHADOW_QUEUE, now);
+	assert_int_equal(now[0] - before[0], canary - TF_SERVE_SHADOW_QUEUE);
+	assert_int_equal(write(unpark_fd[1], "", 1), 1);
+	shadow_of(vr, 0, now);
+	assert_int_equal(now[0] - before[0], canary); /* one row each */
+	assert_int_equal(now[1] - before[1], canary); /* the rotated classes: every row differs */
+	fprintf(stderr, "shadow: %d comparisons, %d of them queued while the thread was parked\n",
+	        canary, TF_SERVE_SHADOW_QUEUE);
+	assert_int_equal(sigaction(SIGUSR2, &old, NULL), 0);
+	for (int i = 0; i < 2; i++) {
+		close(park_fd[i]);
+		close(unpark_fd[i]);
+	}
+	free(inf);
 	assert_int_equal(tf_registry_set_alias(st, "fm", "production", 1), 0);
 	tf_store_close(st);
 }
@@ -1616,6 +1752,7 @@ int main(void)
 	    cmocka_unit_test(test_serve_rate),
 	    cmocka_unit_test(test_rollout_several_servers),
 	    cmocka_unit_test(test_rollout_shadow_disagreement),
+	    cmocka_unit_test(test_shadow_off_request_path),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

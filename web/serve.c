@@ -30,6 +30,8 @@ struct tf_serve *tf_serve_new(const char *home, const char *only_model, size_t m
 	pthread_mutex_init(&sv->lock, NULL);
 	pthread_cond_init(&sv->loaded, NULL);
 	pthread_cond_init(&sv->refreshed, NULL);
+	pthread_mutex_init(&sv->shadow_lock, NULL);
+	pthread_cond_init(&sv->shadow_cond, NULL);
 	if (tf_random_hex(sv->server, 8))
 		snprintf(sv->server, sizeof(sv->server), "pid%ld-%p", (long)getpid(), (void *)sv);
 	return sv;
@@ -69,6 +71,7 @@ void tf_serve_free(struct tf_serve *sv)
 {
 	if (!sv)
 		return;
+	tf_serve_shadow_stop(sv); /* its comparisons hold entries */
 	for (struct entry *e = sv->list, *next; e; e = next) {
 		next = e->next;
 		entry_free(e);
@@ -80,6 +83,8 @@ void tf_serve_free(struct tf_serve *sv)
 	pthread_mutex_destroy(&sv->lock);
 	pthread_cond_destroy(&sv->loaded);
 	pthread_cond_destroy(&sv->refreshed);
+	pthread_mutex_destroy(&sv->shadow_lock);
+	pthread_cond_destroy(&sv->shadow_cond);
 	free(sv->home);
 	free(sv->only_model);
 	free(sv);

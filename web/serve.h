@@ -21,6 +21,7 @@
 #define TF_SERVE_MAX_BATCH 1024 /* default instances per request */
 #define TF_SERVE_CACHE 16       /* loaded versions kept (least recently used evicted) */
 #define TF_SERVE_RETRY 10.0     /* seconds before an unloadable version is tried again */
+#define TF_SERVE_SHADOW_QUEUE 256 /* shadow comparisons waiting for the comparison thread */
 
 struct tf_serve;
 

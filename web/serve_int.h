@@ -45,8 +45,10 @@ struct entry {
 	_Atomic uint64_t hist[LAT_BUCKETS]; /* every answer's latency (lat_bucket) */
 	_Atomic uint64_t lat_ns;            /* and their sum (ns), for /metrics */
 	/* as a canary under a shadow comparison: rows production also answered, and those
-	 * whose answers differed (serve_proto.c, "shadow") */
+	 * whose answers differed (serve_proto.c, "shadow"); and its comparisons not yet made
+	 * (queued for the comparison thread, or running) */
 	_Atomic uint64_t shadow_rows, shadow_differ;
+	_Atomic uint64_t shadow_pending;
 };
 
 /* A version's figures at one moment, or over a window (the difference of two moments). */
@@ -105,6 +107,15 @@ struct tf_serve {
 	size_t nviews;
 	char server[17];  /* this process's id among the serving processes (serving_figures) */
 	double shared_at; /* when its figures were last written (monotonic; tf_serve_tick only) */
+	/* the shadow comparisons waiting for production's answer, oldest first, and the one
+	 * thread that makes them (serve_proto.c; started with the first, joined by
+	 * tf_serve_shadow_stop), all under shadow_lock */
+	pthread_mutex_t shadow_lock;
+	pthread_cond_t shadow_cond;
+	struct shadow *shadow_head, *shadow_tail;
+	size_t shadow_queued, shadow_bytes; /* jobs, and the request bodies they copied */
+	int shadow_started, shadow_stop;
+	pthread_t shadow_thread;
 };
 
 #define MAX_ALIASED 64 /* versions listed by the status routes */
@@ -165,6 +176,12 @@ int tf_serve_tfs_inputs(struct tf_serve *sv, const struct tf_bundle *b, const js
  * -EINVAL with err. */
 int tf_serve_v2_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json_t *body,
                        float **x, size_t *n, char *err, size_t errlen);
+
+/* ---- serve_proto.c: the shadow comparison ---- */
+
+/* Makes the comparisons still queued, then ends the comparison thread (if it was started).
+ * No request may be running. */
+void tf_serve_shadow_stop(struct tf_serve *sv);
 
 /* ---- serve_rollout.c: figures ---- */
 

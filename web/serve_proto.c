@@ -2,7 +2,8 @@
  * Inference Protocol (KServe v2) — which version a request reaches (a version, a label, or
  * the production alias with its deployment's canary share, sticky per X-Request-Key), the
  * predictions, status and metadata answers and the protocols' errors, and the shadow
- * comparison (production answering a canary's request too, once the canary's answer is sent).
+ * comparison (production answering a canary's request too, on a thread of its own once the
+ * canary's answer is made).
  *
  * Every float is printed with 9 significant digits, enough for a float32 to read back to the
  * same bits: predictions over HTTP are bit-identical to `tpuflow predict`'s.
@@ -13,6 +14,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -269,16 +271,24 @@ struct proto {
 
 /* ---- the shadow comparison (docs/serving.md, "Shadow comparison") ----------------------- */
 
-/* A canary's answer that production answers too once the client has it (tf_web_resp.after):
- * the request as the canary read it, and the canary's probabilities. */
+/* The comparisons that may wait for the comparison thread, and the request bodies they may
+ * copy; past either, a comparison runs on the connection's thread once the answer is sent
+ * (tf_web_resp.after), as the client's next request on that connection waits for it. */
+#define SHADOW_QUEUE TF_SERVE_SHADOW_QUEUE
+#define SHADOW_QUEUE_BYTES ((size_t)64 << 20)
+
+/* A canary's answer that production answers too (on the comparison thread, or once the client
+ * has it): the request as the canary read it, and the canary's probabilities. */
 struct shadow {
+	struct shadow *next; /* in the queue */
 	struct tf_web *srv;
 	const struct proto *pr;
 	struct entry *canary; /* held */
 	int64_t stable;
 	double tolerance;
-	const char *body; /* the request's (still there when it runs, web/api.h) */
+	const char *body; /* the request's (NULL when parsed): copy, or still there (web/api.h) */
 	size_t len;
+	char *copy;     /* the body, copied for the comparison thread */
 	json_t *parsed; /* the body as the canary's read parsed it (NULL: the row fast path) */
 	float *p;       /* n x C */
 	size_t n, C;
@@ -359,17 +369,92 @@ static void shadow_run(void *ctx)
 	}
 	free(in.x);
 	json_decref(in.body);
+	atomic_fetch_sub_explicit(&s->canary->shadow_pending, 1, memory_order_release);
 	tf_serve_release(s->canary);
+	free(s->copy);
 	free(s->p);
 	free(s);
+}
+
+/* The comparison thread: the queued comparisons in order, until tf_serve_shadow_stop and an
+ * empty queue. */
+static void *shadow_thread(void *arg)
+{
+	struct tf_serve *sv = arg;
+	pthread_mutex_lock(&sv->shadow_lock);
+	for (;;) {
+		while (!sv->shadow_head && !sv->shadow_stop)
+			pthread_cond_wait(&sv->shadow_cond, &sv->shadow_lock);
+		struct shadow *s = sv->shadow_head;
+		if (!s)
+			break;
+		sv->shadow_head = s->next;
+		if (!sv->shadow_head)
+			sv->shadow_tail = NULL;
+		sv->shadow_queued--;
+		sv->shadow_bytes -= s->copy ? s->len : 0;
+		pthread_mutex_unlock(&sv->shadow_lock);
+		shadow_run(s);
+		pthread_mutex_lock(&sv->shadow_lock);
+	}
+	pthread_mutex_unlock(&sv->shadow_lock);
+	return NULL;
+}
+
+/* Queues s for the comparison thread (started with the first), with a copy of the request
+ * body when the comparison reads it again (the row fast path's). 0, or -EAGAIN when the
+ * queue is full or the thread cannot start: s is as it was, for the caller to run. */
+static int shadow_queue(struct tf_serve *sv, struct shadow *s)
+{
+	size_t bytes = s->parsed ? 0 : s->len;
+	char *copy = bytes ? tf_xmalloc(bytes) : NULL;
+	if (copy)
+		memcpy(copy, s->body, bytes);
+	int rc = 0;
+	pthread_mutex_lock(&sv->shadow_lock);
+	if (sv->shadow_stop || sv->shadow_queued >= SHADOW_QUEUE ||
+	    sv->shadow_bytes + bytes > SHADOW_QUEUE_BYTES)
+		rc = -EAGAIN;
+	else if (!sv->shadow_started && pthread_create(&sv->shadow_thread, NULL, shadow_thread, sv))
+		rc = -EAGAIN;
+	if (!rc) {
+		if (!sv->shadow_started)
+			pthread_setname_np(sv->shadow_thread, "tpuflow-shadow"); /* top -H, ps -L */
+		sv->shadow_started = 1;
+		s->copy = copy;
+		s->body = copy;
+		s->len = bytes;
+		s->next = NULL;
+		*(sv->shadow_tail ? &sv->shadow_tail->next : &sv->shadow_head) = s;
+		sv->shadow_tail = s;
+		sv->shadow_queued++;
+		sv->shadow_bytes += bytes;
+		pthread_cond_signal(&sv->shadow_cond);
+	}
+	pthread_mutex_unlock(&sv->shadow_lock);
+	if (rc)
+		free(copy);
+	return rc;
+}
+
+void tf_serve_shadow_stop(struct tf_serve *sv)
+{
+	pthread_mutex_lock(&sv->shadow_lock);
+	sv->shadow_stop = 1;
+	pthread_cond_signal(&sv->shadow_cond);
+	int started = sv->shadow_started;
+	pthread_mutex_unlock(&sv->shadow_lock);
+	if (started)
+		pthread_join(sv->shadow_thread, NULL);
 }
 
 /* ---- predictions ------------------------------------------------------------------------ */
 
 /* A prediction request of protocol pr that began at t0 (monotonic); body is the request's
  * already parsed (consumed; NULL: pr->read parses it). The answer is counted by the version
- * that gave it; a canary's answer under a shadow comparison is answered by production too
- * once the client has it (the entry, the body and the answer go to shadow_run). */
+ * that gave it; a canary's answer under a shadow comparison is answered by production too,
+ * on the comparison thread (the entry, the body and the answer go to shadow_run), or once
+ * the client has it when that thread has too much waiting. */
 static void predict(struct tf_web_req *rq, struct tf_web_resp *rs, const struct proto *pr,
                     json_t *body, double t0)
 {
@@ -402,8 +487,11 @@ static void predict(struct tf_web_req *rq, struct tf_web_resp *rs, const struct 
 		                     .p = p,
 		                     .n = in.n,
 		                     .C = C};
-		rs->after = shadow_run;
-		rs->after_ctx = s;
+		atomic_fetch_add_explicit(&e->shadow_pending, 1, memory_order_relaxed);
+		if (shadow_queue(tf_web_serving(rq->srv), s)) {
+			rs->after = shadow_run;
+			rs->after_ctx = s;
+		}
 		return;
 	}
 	free(p);

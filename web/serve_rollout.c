@@ -62,7 +62,8 @@ static size_t latencies(struct entry *e, float lat[LAT_RING])
 	return k;
 }
 
-/* {requests, errors, failures, error_rate, p50_ms, p99_ms[, shadow: {rows, differ}]} of e
+/* {requests, errors, failures, error_rate, p50_ms, p99_ms[, shadow: {rows, differ, pending}]}
+ * of e
  * (percentiles of the last LAT_RING answers). */
 json_t *tf_serve_stats_json(struct entry *e)
 {
@@ -76,12 +77,16 @@ json_t *tf_serve_stats_json(struct entry *e)
 	              (json_int_t)errs, "failures", (json_int_t)fails, "error_rate",
 	              n ? (double)errs / (double)n : 0.0, "p50_ms", k ? (double)lat[k / 2] : 0.0,
 	              "p99_ms", k ? (double)lat[(k * 99) / 100] : 0.0);
+	/* a canary's shadow comparison: pending read first, so that once it reads 0 the rows
+	 * and differ read after it count every comparison made (shadow_run releases it last) */
+	uint64_t pending = atomic_load_explicit(&e->shadow_pending, memory_order_acquire);
 	uint64_t rows = atomic_load_explicit(&e->shadow_rows, memory_order_relaxed);
-	if (rows) /* a canary's shadow comparison */
+	if (rows || pending)
 		json_object_set_new(j, "shadow",
-		                    json_pack("{s:I, s:I}", "rows", (json_int_t)rows, "differ",
+		                    json_pack("{s:I, s:I, s:I}", "rows", (json_int_t)rows, "differ",
 		                              (json_int_t)atomic_load_explicit(
-		                                  &e->shadow_differ, memory_order_relaxed)));
+		                                  &e->shadow_differ, memory_order_relaxed),
+		                              "pending", (json_int_t)pending));
 	return j;
 }
 
