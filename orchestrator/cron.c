@@ -221,6 +221,14 @@ int tf_cron_tz_check(const char *tz, char *err, size_t errlen)
 
 static pthread_mutex_t tz_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* The zone goes through TZ, the only way libc's localtime_r and mktime take one. Other
+ * threads read the environment meanwhile (getenv of their own variables), so TZ is only ever
+ * replaced, never removed: glibc's setenv of a name already there swaps that one slot and
+ * keeps the old string, while adding or removing a name moves the array under the readers
+ * (a concurrent getenv could miss a variable that is set). A TZ that was unset comes back as
+ * ":/etc/localtime", which libc reads exactly as it reads no TZ. */
+#define TZ_LOCAL ":/etc/localtime"
+
 /* Sets TZ for the calls that follow (under tz_mu); *saved gets the old value (owned). */
 static void tz_enter(const char *tz, char **saved)
 {
@@ -233,10 +241,7 @@ static void tz_enter(const char *tz, char **saved)
 
 static void tz_leave(char *saved)
 {
-	if (saved)
-		setenv("TZ", saved, 1);
-	else
-		unsetenv("TZ");
+	setenv("TZ", saved ? saved : TZ_LOCAL, 1);
 	tzset();
 	free(saved);
 	pthread_mutex_unlock(&tz_mu);

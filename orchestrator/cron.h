@@ -41,7 +41,9 @@ int tf_cron_parse(const char *text, struct tf_cron *out, int *col, char *err, si
 int tf_cron_tz_check(const char *tz, char *err, size_t errlen);
 
 /* The first fire time strictly after `after` (Unix seconds) in zone tz (NULL or "": UTC), into
- * *next. -ERANGE when none within 5 years (e.g. "0 0 30 2 *"), -EINVAL for a bad zone. */
+ * *next. -ERANGE when none within 5 years (a tf_cron made by hand: parsing refuses "0 0 30 2
+ * *"), -EINVAL for a bad zone. Safe from any thread; TZ is set meanwhile and restored after,
+ * to ":/etc/localtime" when it was unset (the same zone for libc; cron.c says why). */
 int tf_cron_next(const struct tf_cron *c, const char *tz, int64_t after, int64_t *next);
 
 #endif

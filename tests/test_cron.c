@@ -194,6 +194,31 @@ static void test_cron_next_table(void **state)
 	setenv("TZ", "Asia/Tokyo", 1);
 	assert_int_equal(tf_cron_next(&c, "Europe/Berlin", 0, &next), -ERANGE);
 	assert_string_equal(getenv("TZ"), "Asia/Tokyo");
+	/* other threads read the environment meanwhile: TZ is replaced, never removed, so the
+	 * array of variables keeps its size and order (an unset TZ comes back as the local
+	 * zone's file, which libc reads as no TZ) */
+	unsetenv("TZ");
+	assert_int_equal(tf_cron_next(&c, "Europe/Berlin", 0, &next), -ERANGE);
+	assert_string_equal(getenv("TZ"), ":/etc/localtime");
+	extern char **environ;
+	size_t count = 0;
+	while (environ[count])
+		count++;
+	char **before = calloc(count + 1, sizeof(char *));
+	memcpy(before, environ, count * sizeof(char *));
+	struct tf_cron d;
+	char err[256];
+	assert_int_equal(tf_cron_parse("30 2 * * *", &d, NULL, err, sizeof(err)), 0);
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(tf_cron_next(&d, i % 2 ? "America/New_York" : "UTC",
+		                              utc("2026-03-07 12:00"), &next),
+		                 0);
+	for (size_t i = 0; i <= count; i++)
+		if (environ[i] != before[i] && (!environ[i] || strncmp(environ[i], "TZ=", 3)))
+			fail_msg("environment slot %zu moved: '%s'", i,
+			         environ[i] ? environ[i] : "(end)");
+	assert_string_equal(getenv("TZ"), ":/etc/localtime");
+	free(before);
 	unsetenv("TZ");
 }
 
