@@ -6,7 +6,7 @@
 // Every assertion compares the DOM with what the API answers. No console error and a CSP on
 // every page are checked throughout. Exits 0 or 1.
 import { chromium } from 'playwright-core';
-import { appendFileSync, existsSync, mkdtempSync, mkdirSync, openSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { execFileSync, spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -38,11 +38,20 @@ const ctx = await chromium.launchPersistentContext(profile, {
   args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
     '--disable-component-update', '--disable-sync', '--no-first-run'],
   viewport: { width: 1280, height: 900 },
+  timezoneId: 'Asia/Kolkata', locale: 'en-US', // a zone neither UTC nor whole hours off it
 });
 const page = ctx.pages()[0] || await ctx.newPage();
 const errors = [];
-page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
-page.on('pageerror', (e) => errors.push(String(e)));
+const watch = (p) => {
+  p.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  p.on('pageerror', (e) => errors.push(String(e)));
+};
+watch(page);
+// What the browser says of requests the test makes fail on purpose (a daemon stopped, a
+// token expired) is expected: dropped from the errors from index `from` on.
+const expected = (from, re) => errors.splice(from, errors.length - from, ...errors.slice(from).filter((m) => !re.test(m)));
+const submitYaml = (yaml) => api('/api/v1/runs', E.TRIGGER, { method: 'POST',
+  headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ yaml }) });
 let pages = 0;
 page.on('response', (r) => { // the CSP on every page and every file of it
   if (!['document', 'script', 'stylesheet'].includes(r.request().resourceType())) return;
@@ -88,10 +97,44 @@ async function runsList(tok) {
     state: tr.querySelector('[data-state]').dataset.state,
     trigger: tr.querySelector('[data-trigger]').dataset.trigger })));
   check(rows.length === want.items.length, `runs list: ${rows.length} rows, the API has ${want.items.length}`);
+  // times in the viewer's zone, named; the instant in UTC on hover
+  const first = want.items[0], t = first.started_at || first.created_at;
+  const ist = new Date((t + 5.5 * 3600) * 1000), two = (n) => String(n).padStart(2, '0');
+  const clock = `${ist.getUTCHours() % 12 || 12}:${two(ist.getUTCMinutes())}:${two(ist.getUTCSeconds())}`;
+  const [shown, title] = await page.$eval('table.runs tbody tr time', (e) => [e.textContent, e.title]);
+  check(shown.includes(clock) && shown.includes('GMT+5:30') && title === new Date(t * 1000).toISOString(),
+    `run ${first.id} started ${shown} (title ${title}); in Asia/Kolkata it is ${clock}`);
   want.items.forEach((it, i) => check(rows[i] && rows[i].id === it.id && rows[i].state === it.state &&
     rows[i].trigger === (it.trigger || ''), `runs list row ${i}: ${JSON.stringify(rows[i])} vs ${it.id} ${it.state} ${it.trigger}`));
   return want;
 }
+
+// WCAG contrast of the text of the elements sel matches against what is behind it (an SVG
+// node's own box, else the nearest ancestor with a background): those under 4.5:1.
+const lowContrast = (sel) => page.$$eval(sel, (els) => {
+  const rgb = (c) => { // rgb()/rgba(), or color(srgb r g b) for a color-mix()
+    let m = c.match(/^rgba?\(([^)]+)\)/);
+    if (m) { const v = m[1].split(/[ ,/]+/).map(Number); return [v[0] / 255, v[1] / 255, v[2] / 255, v.length > 3 ? v[3] : 1]; }
+    m = c.match(/^color\(srgb ([^)]+)\)/);
+    if (m) { const v = m[1].trim().split(/[ /]+/).map(Number); return [v[0], v[1], v[2], v.length > 3 ? v[3] : 1]; }
+    return null;
+  };
+  const lum = ([r, g, b]) => [r, g, b].map((c) => (c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4))
+    .reduce((t, c, i) => t + c * [0.2126, 0.7152, 0.0722][i], 0);
+  const behind = (e) => {
+    const node = e.closest('svg .node');
+    if (node) return rgb(getComputedStyle(node.querySelector('.box')).fill);
+    for (let x = e; x; x = x.parentElement) { const c = rgb(getComputedStyle(x).backgroundColor); if (c && c[3] > 0) return c; }
+    return [1, 1, 1, 1];
+  };
+  return els.filter((e) => e.textContent.trim()).map((e) => {
+    const fg = rgb(e instanceof SVGElement ? getComputedStyle(e).fill : getComputedStyle(e).color), bg = behind(e);
+    if (!fg || !bg) return `"${e.textContent.slice(0, 30)}": colours not read`;
+    const [x, y] = [lum(fg), lum(bg)].sort((p, q) => q - p);
+    const r = (x + 0.05) / (y + 0.05);
+    return r < 4.5 ? `"${e.textContent.slice(0, 30)}" ${r.toFixed(2)}:1` : null;
+  }).filter(Boolean);
+});
 
 // The graph's nodes and the API's steps agree (state, attempts); returns the run document.
 async function graphMatches(id, tok) {
@@ -99,18 +142,49 @@ async function graphMatches(id, tok) {
   await page.waitForSelector('svg.dag .node');
   const nodes = new Map((await all('svg.dag .node[data-step]', (els) => els.map((e) =>
     [e.dataset.step, { state: e.dataset.state, attempts: +e.dataset.attempts,
-      skipped: e.classList.contains('skipped'), text: e.textContent }]))));
+      skipped: e.classList.contains('skipped'), text: e.textContent, line: e.querySelector('text.small').textContent }]))));
   for (const st of run.steps) {
     const n = nodes.get(st.name);
     if (!n) continue; // inside a collapsed level
     check(n.state === st.state && n.attempts === st.attempts,
       `graph node ${st.name}: ${n.state}/${n.attempts}, the API ${st.state}/${st.attempts}`);
     check(n.skipped === (st.state === 'skipped'), `graph node ${st.name} skipped mark`);
+    // the state in words as well as in colour; "when" only for a step its gate skipped
+    check(n.line.includes(st.state), `graph node ${st.name} reads "${n.line}", its state is ${st.state}`);
+    check(!n.line.includes('when') || /when/.test(st.reason || ''), `graph node ${st.name} reads "${n.line}" (${st.reason})`);
     if (st.attempts > 1) check(n.text.includes('↻' + (st.attempts - 1)), `graph node ${st.name} counts its retries`);
   }
+  // each node is filled with its state's colour (not the plain card colour of a collapsed
+  // level), and steps in different states differ
+  const fills = await all('svg.dag .node[data-step]', (els) => els.map((e) =>
+    [e.dataset.state, getComputedStyle(e.querySelector('.box')).fill]));
+  const card = await page.$eval('header.top', (e) => getComputedStyle(e).backgroundColor);
+  const byState = new Map();
+  for (const [st, fill] of fills) {
+    check(fill !== card && fill !== 'none', `graph node in state ${st} drawn without its colour (${fill})`);
+    byState.set(st, (byState.get(st) || new Set()).add(fill));
+  }
+  for (const [st, set] of byState) check(set.size === 1, `graph nodes in state ${st} have ${set.size} colours`);
+  if (byState.has('succeeded') && byState.has('failed'))
+    check([...byState.get('succeeded')][0] !== [...byState.get('failed')][0], 'succeeded and failed nodes look alike');
   const bars = await all('svg.gantt rect[data-attempt]', (r) => r.length);
   const attempts = run.steps.reduce((t, st) => t + st.attempts_detail.length, 0);
   check(bars === attempts, `timeline: ${bars} bars, ${attempts} attempts`);
+  const ticks = await all('svg.gantt text.tick', (t) => t.map((x) => x.textContent));
+  check(ticks.length === 5 && new Set(ticks).size === 5, `timeline axis ticks tell apart: ${ticks}`);
+  // steps done counted as the API counts them (succeeded or cached), failed and skipped beside
+  const n = (...states) => run.steps.filter((st) => states.includes(st.state)).length;
+  const dd = await page.$eval('[data-done]', (e) => [+e.dataset.done, +e.dataset.failed, +e.dataset.skipped]);
+  check(JSON.stringify(dd) === JSON.stringify([n('succeeded', 'cached'), n('failed'), n('skipped')]),
+    `steps done ${dd}, the API's steps ${run.steps.map((st) => st.state)}`);
+  check((await page.title()).includes(run.id), `the tab's title names the run: ${await page.title()}`);
+  for (const scheme of ['dark', 'light']) { // text against what is behind it, both schemes
+    await page.emulateMedia({ colorScheme: scheme });
+    const low = await lowContrast('svg.dag text, svg.gantt text, .state, .muted, .error, main a, main td, main th, main dt, main dd');
+    check(low.length === 0, `run ${run.id} (${scheme}): text under 4.5:1: ${[...new Set(low)].slice(0, 8)}`);
+  }
+  const head = await page.$eval('main > div:first-child', (e) => e.innerText);
+  check(!/null|undefined/.test(head), `the run's heading reads ${JSON.stringify(head)}`);
   return run;
 }
 
@@ -142,9 +216,28 @@ async function authPass() {
   await page.waitForFunction(() => location.hash.includes('q=flaky') && location.hash.includes('trigger=api'));
   await page.waitForFunction(() => [...document.querySelectorAll('table.runs tbody tr')].every((tr) => tr.children[2].textContent === 'flaky'));
   const f = await api('/api/v1/runs?q=flaky&trigger=api', E.READ);
+  // filters that match nothing say so, with the way back to every run
+  await go('#/runs?q=no-run-has-this-text');
+  await page.waitForSelector('p.empty');
+  check((await page.$eval('p.empty', (e) => e.textContent)).includes('No run matches') &&
+    await page.$eval('p.empty a', (e) => e.getAttribute('href')) === '#/runs', 'the empty filtered list');
+  await page.goBack();
+  await page.waitForFunction(() => location.hash.includes('q=flaky'));
+  await page.waitForSelector('table.runs tbody tr');
   const ids = await all('table.runs tbody tr', (trs) => trs.map((t) => t.dataset.run));
   check(JSON.stringify(ids) === JSON.stringify(f.items.map((r) => r.id)) && ids.includes(E.FLAKY),
     `search q=flaky&trigger=api shows ${ids}, the API ${f.items.map((r) => r.id)}`);
+
+  // a run opened from the list with the keyboard: focus moves to the run page's content, and
+  // the next Tab reaches its first link (not the top of the document, or nothing)
+  await go('#/runs');
+  await page.focus(`table.runs a[href="#/runs/${E.DEMO}"]`);
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('svg.dag .node');
+  check(await page.evaluate(() => document.activeElement.id) === 'main', 'focus after opening a run with Enter');
+  await page.keyboard.press('Tab');
+  check(await page.evaluate(() => document.activeElement.getAttribute('href')) === '#/runs',
+    `Tab from the run page's top reaches ${await page.evaluate(() => document.activeElement.outerHTML.slice(0, 80))}`);
 
   // the demo: graph, timeline, curves as many points as progress lines, checkpoints, log tools
   await go('#/runs/' + E.DEMO);
@@ -157,6 +250,9 @@ async function authPass() {
   check(want.auc >= 1 && +(await attr('[data-curve=auc]', 'data-points')) === want.auc,
     `AUC curve points ${await attr('[data-curve=auc]', 'data-points')}, the log has ${want.auc}`);
   check(+(await attr('[data-curve=loss]', 'data-points')) === want.loss, `loss curve points, the log has ${want.loss}`);
+  // every drawn curve's value axis tells its ticks apart (an AUC axis near 1 read "1 1 1")
+  for (const [curve, ticks] of await all('.curve:not([hidden])[data-y-ticks]', (e) => e.map((x) => [x.dataset.curve, x.dataset.yTicks])))
+    check(new Set(ticks.split(' ')).size === ticks.split(' ').length, `the ${curve} axis reads ${ticks}`);
   const ck = await api(`/api/v1/runs/${E.DEMO}/steps/train/checkpoints`, E.READ);
   await page.waitForSelector('.checkpoints [data-count]');
   check(ck.items.length >= 1 && +(await attr('.checkpoints [data-count]', 'data-count')) === ck.items.length,
@@ -200,10 +296,31 @@ async function authPass() {
   await page.waitForSelector(`tr[data-run="${fresh.id}"] [data-state=succeeded]`, { timeout: 60000 });
   // the daemon restarts under the open page: the stream breaks, a run is made and finishes
   // while no daemon serves (the CLI drives it), and the page opens the stream again with the
-  // newest id it had as Last-Event-ID, so it misses nothing and shows that run
+  // newest id it had as Last-Event-ID, so it misses nothing and shows that run.
+  // Meanwhile two more tabs: the page of a run whose step is writing its log (the drain
+  // interrupts the run, the next daemon continues it: the tab follows it to its end, and its
+  // log is the API's, byte for byte), and the slice map (it says the daemon does not answer
+  // and draws itself again once it does).
   const down = errors.length;
+  const talker = await submitYaml('name: talker\nsteps:\n  - {name: talk, type: shell, with: {argv: [/bin/sh, -c, ' +
+    '\'i=0; while [ $i -lt 30 ]; do i=$((i+1)); echo "line $i"; sleep 0.25; done\']}}\n');
+  const tab = async () => { // another tab signed in with the read token (sessionStorage is per tab)
+    const t = await ctx.newPage();
+    watch(t);
+    await t.addInitScript((tok) => sessionStorage.setItem('tpuflow.token', tok), E.READ);
+    return t;
+  };
+  const logTab = await tab();
+  await logTab.goto(base + '/#/runs/' + talker.id + '?step=talk');
+  await logTab.waitForFunction(() => +document.querySelector('pre.log')?.dataset.lines >= 2, null, { timeout: 60000 });
+  await logTab.evaluate(() => { window.sameDocument = true; });
+  const mapTab = await tab();
+  await mapTab.goto(base + '/#/slices');
+  await mapTab.waitForSelector('[data-chip]');
   process.kill(+JSON.parse(readFileSync(E.HOME_DIR + '/daemon.json', 'utf8')).pid, 'SIGTERM');
   await waitFor(async () => !existsSync(E.HOME_DIR + '/daemon.json'), 'the daemon to stop');
+  await mapTab.waitForSelector('.trouble[role=alert]', { timeout: 30000 });
+  check(await mapTab.$$eval('[data-chip]', (c) => c.length) === 4, 'the slice map keeps its last picture while the daemon is away');
   const gone = JSON.parse(execFileSync(E.BIN, ['run', E.MEANWHILE, '--home', E.HOME_DIR, '--embedded', '--json'],
     { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
   check(gone.status === 'succeeded', `the run made while the daemon was down: ${gone.status}`);
@@ -214,10 +331,62 @@ async function authPass() {
     `the stream was opened again with Last-Event-ID: ${JSON.stringify(again)}`);
   // what the browser says of the stream cut and the connections refused while the daemon
   // was down is expected
-  errors.splice(down, errors.length - down, ...errors.slice(down).filter((m) => !/ERR_CONNECTION_REFUSED|ERR_INCOMPLETE_CHUNKED_ENCODING/.test(m)));
+  expected(down, /ERR_CONNECTION_REFUSED|ERR_INCOMPLETE_CHUNKED_ENCODING/);
   check(await page.evaluate(() => window.sameDocument === true), 'the runs page reloaded');
   page.off('request', onAsk);
   await shot('runs-live.png');
+  await mapTab.waitForFunction(() => !document.querySelector('.trouble') && document.querySelectorAll('[data-chip]').length === 4,
+    null, { timeout: 30000 });
+  await mapTab.close();
+  // the talker: interrupted by the drain, continued by the next daemon; its tab followed it
+  // again (without a reload) and its log equals the API's, nothing lost or repeated
+  await waitFor(async () => (await api('/api/v1/runs/' + talker.id, E.READ)).state === 'succeeded', 'the talker to finish', 120000);
+  const talkLog = await api(`/api/v1/runs/${talker.id}/steps/talk/logs`, E.READ);
+  await waitFor(async () => await logTab.$eval('pre.log', (e) => e.dataset.ended === 'true' && e.textContent) === talkLog,
+    'the talker tab to show the whole log', 60000);
+  const shownLog = await logTab.$eval('pre.log', (e) => e.textContent);
+  check(shownLog === talkLog && talkLog.includes('line 30'),
+    `the log followed through the restart: ${JSON.stringify(shownLog.slice(-200))} vs ${JSON.stringify(talkLog.slice(-200))}`);
+  await logTab.waitForSelector('h1 [data-state=succeeded]', { timeout: 30000 });
+  check(await logTab.evaluate(() => window.sameDocument === true), 'the talker tab reloaded');
+  await logTab.screenshot({ path: join(E.SHOTS, 'run-restarted.png'), fullPage: true });
+  await logTab.close();
+
+  // A tab hidden for a while lets go of its streams (the browser gives all tabs six
+  // connections to the daemon, and a live run's page holds two); shown again it opens them
+  // where they stopped: its log is the API's to the byte, the run ends on it, no reload.
+  const gate = join(E.HOME_DIR, '..', 'hidden-gate');
+  const quietRun = await submitYaml('name: backstage\nsteps:\n  - {name: s, type: shell, with: {argv: [/bin/sh, -c, ' +
+    `'echo before; while [ ! -e ${gate} ]; do sleep 0.1; done; i=0; while [ $i -lt 20 ]; do i=$((i+1)); echo "after $i"; done']}}\n`);
+  const hiddenTab = await tab();
+  const held = new Set();
+  const isStream = (r) => /\/events|\/logs\?follow/.test(r.url());
+  hiddenTab.on('request', (r) => { if (isStream(r)) held.add(r); });
+  for (const ev of ['requestfinished', 'requestfailed']) hiddenTab.on(ev, (r) => held.delete(r));
+  await hiddenTab.goto(base + '/#/runs/' + quietRun.id + '?step=s');
+  await hiddenTab.waitForFunction(() => document.querySelector('pre.log')?.textContent.includes('before'), null, { timeout: 60000 });
+  await hiddenTab.evaluate(() => { window.sameDocument = true; });
+  check(held.size === 2, `a live run's tab holds ${held.size} streams (its events and the log)`);
+  const visibility = (state) => hiddenTab.evaluate((v) => { // what the browser does on a tab switch
+    Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => v });
+    document.dispatchEvent(new Event('visibilitychange'));
+  }, state);
+  await visibility('hidden');
+  await waitFor(async () => held.size === 0, 'the hidden tab to close its streams', 30000);
+  writeFileSync(gate, '');
+  await waitFor(async () => (await api('/api/v1/runs/' + quietRun.id, E.READ)).state === 'succeeded', 'the hidden run to finish');
+  check(!(await hiddenTab.$eval('pre.log', (e) => e.textContent)).includes('after'), 'the hidden tab went on reading its log');
+  const reopened = [];
+  hiddenTab.on('request', (r) => { if (isStream(r)) reopened.push(r.headers()['last-event-id'] || ''); });
+  await visibility('visible');
+  const quietLog = await api(`/api/v1/runs/${quietRun.id}/steps/s/logs`, E.READ);
+  await waitFor(async () => await hiddenTab.$eval('pre.log', (e) => e.dataset.ended === 'true' && e.textContent) === quietLog,
+    'the tab shown again to catch up its log', 60000);
+  await hiddenTab.waitForSelector('h1 [data-state=succeeded]', { timeout: 60000 });
+  check(await hiddenTab.evaluate(() => window.sameDocument === true) && reopened.some((id) => /^[0-9]+$/.test(id)),
+    `the tab shown again reopened its streams from where they were (${JSON.stringify(reopened)}), no reload`);
+  await hiddenTab.close();
+  expected(down, /ERR_CONNECTION_REFUSED|ERR_INCOMPLETE_CHUNKED_ENCODING|Failed to fetch|network error/);
 
   // a failed run with retries: the step's three attempts, its log
   await go('#/runs/' + E.FLAKY);
@@ -277,10 +446,12 @@ async function authPass() {
   const shown = (await all('table.models tbody tr', (r) => r.map((t) => t.dataset.model))).sort();
   check(JSON.stringify(models) === JSON.stringify(shown), `models ${shown} vs ${models}`);
   await go('#/models/victim?a=1&b=2');
-  await page.waitForSelector('table.compare');
+  await page.waitForSelector('table.compare, .empty-compare');
   check(!(await page.$('table.health')), 'a read token is shown serving health');
   const cmp = await api('/api/v1/models/victim:compare?a=1&b=2', E.READ);
-  check(await all('table.compare tbody tr', (r) => r.length) === Object.keys(cmp.metrics).length, 'compare rows');
+  const nm = Object.keys(cmp.metrics).length;
+  check(nm ? await all('table.compare tbody tr', (r) => r.length) === nm : !!(await page.$('.empty-compare')) && !(await page.$('table.compare')),
+    `compare: ${nm} metrics in the API`);
   check(await all('table.versions tbody tr', (r) => r.length) === 2, 'two versions');
   await shot('model.png');
 
@@ -365,7 +536,68 @@ with db:
   await page.waitForSelector('h1 [data-state=failed]', { timeout: 120000 });
   check(!(await page.$('[data-action=cancel]')) && !!(await page.$('[data-action=retry]')),
     'after the cancel: no Cancel, a Retry');
+  // its train step stays pending, and its log is whole: the page does not follow it on
+  await page.waitForSelector('pre.log[data-ended]', { timeout: 30000 });
   await shot('run-cancelled.png');
+  // Resume from the same page: it follows the run again (its training runs, then is
+  // cancelled once more and ends failed), all without a reload
+  await page.evaluate(() => { window.sameDocument = true; });
+  await page.click('[data-action=resume]');
+  await page.waitForSelector('p.live[data-live=on]', { timeout: 60000 });
+  await page.waitForSelector('svg.dag .node[data-step=train][data-state=running]', { timeout: 120000 });
+  await page.click('[data-action=cancel]');
+  await page.waitForSelector('h1 [data-state=failed]', { timeout: 120000 });
+  check(await page.evaluate(() => window.sameDocument === true), 'the page reloaded after Resume');
+  // an action the API refuses says why, and keeps saying it: the run deleted meanwhile
+  const del = await api('/api/v1/runs/' + hold, E.ADMIN, { method: 'DELETE' });
+  check(del.deleted === true || del.run === hold, `run ${hold} deleted: ${JSON.stringify(del)}`);
+  const quiet = errors.length;
+  await page.click('[data-action=retry]');
+  await page.waitForSelector('.action-error');
+  check(/^retry: .*(no run|not found|no such)/i.test(await page.$eval('.action-error', (e) => e.textContent)),
+    `the refused retry: ${await page.$eval('.action-error', (e) => e.textContent)}`);
+  expected(quiet, /status of 404/);
+}
+
+// ---- a token that expires under an open page: the page's next read is refused, the sign-in
+// comes back with the API's reason, and signing in again draws the same page anew
+async function expiryPass() {
+  const brief = () => JSON.parse(execFileSync(E.BIN, ['tokens', 'create', '--home', E.HOME_DIR, '--name', 'brief',
+    '--scope', 'read', '--expires', '8s', '--json'], { encoding: 'utf8' })).token;
+  const expire = async (tok) => {
+    await waitFor(async () => (await fetch(base + '/api/v1/whoami', { headers: { Authorization: 'Bearer ' + tok } })).status === 401,
+      'the token to expire', 30000);
+    return (await api('/api/v1/whoami', tok)).detail;
+  };
+  const before = errors.length;
+  // the runs list: a run made after the expiry makes it read the list again
+  let tok = brief();
+  await signIn(tok);
+  await page.waitForSelector('h1 [data-live=on]');
+  let why = await expire(tok);
+  const late = await submitYaml('name: late\nsteps:\n  - {name: a, type: shell, with: {argv: [/bin/true]}}\n');
+  await page.waitForSelector('form.signin .error', { timeout: 30000 });
+  check((await page.$eval('form.signin .error', (e) => e.textContent)) === why, `the runs page's sign-in says ${why}`);
+  await page.fill('#token', E.READ);
+  await page.press('#token', 'Enter');
+  await page.waitForSelector(`tr[data-run="${late.id}"]`);
+  // a run page: its run goes on once the token has expired
+  const gate = join(E.HOME_DIR, '..', 'expiry-gate');
+  const held = await submitYaml(`name: held\nsteps:\n  - {name: wait, type: shell, with: {argv: [/bin/sh, -c, 'while [ ! -e ${gate} ]; do sleep 0.1; done']}}\n` +
+    '  - {name: after, type: shell, needs: [wait], with: {argv: [/bin/true]}}\n');
+  tok = brief();
+  await signIn(tok);
+  await go('#/runs/' + held.id);
+  await page.waitForSelector('p.live[data-live=on]');
+  why = await expire(tok);
+  writeFileSync(gate, '');
+  await page.waitForSelector('form.signin .error', { timeout: 60000 });
+  check((await page.$eval('form.signin .error', (e) => e.textContent)) === why, `the run page's sign-in says ${why}`);
+  await page.fill('#token', E.READ);
+  await page.press('#token', 'Enter');
+  await page.waitForSelector('h1 [data-state=succeeded]', { timeout: 60000 });
+  check(await page.$eval('h1 code', (e) => e.textContent) === held.id, 'signed in again, the run page is drawn anew');
+  expected(before, /status of 401/);
 }
 
 // ---- admin: the serving health of a deployed model, drawn from GET /v1/models/NAME after
@@ -415,7 +647,7 @@ async function nonePass() {
 
 try {
   if (mode === 'none') await nonePass();
-  else { await authPass(); await servingPass(); }
+  else { await authPass(); await expiryPass(); await servingPass(); }
 } catch (e) {
   failures.push(String(e));
   console.error('FAIL ' + e);

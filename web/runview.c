@@ -127,6 +127,15 @@ static int attempt_bytes(struct logs_stream *l, char **out, size_t *len, int *fi
 	return 0;
 }
 
+/* Whether l's run is final: a step it left pending or queued (a cancelled run's) gets no
+ * attempt unless the run is resumed, which a follower sees by asking again. */
+static int run_final(struct logs_stream *l)
+{
+	enum tf_run_state rs;
+	return !tf_run_get_state(l->st, l->run, &rs) &&
+	       (rs == TF_RUN_SUCCEEDED || rs == TF_RUN_FAILED || rs == TF_RUN_INTERRUPTED);
+}
+
 /* Fills l->pending with the next bytes: 1 when there are some, 0 when nothing is there now,
  * -1 at the end (every attempt sent and the step final). */
 static int logs_next(struct logs_stream *l)
@@ -136,8 +145,8 @@ static int logs_next(struct logs_stream *l)
 		int attempts = 0;
 		if (tf_step_get_state(l->st, l->run, l->step, &state, &attempts))
 			return -1;
-		if (l->n > attempts)
-			return tf_step_state_final(state) ? -1 : 0;
+		if (l->n > attempts) /* a final run's unfinished step (cancelled) gets no more */
+			return tf_step_state_final(state) || run_final(l) ? -1 : 0;
 		char *bytes = NULL;
 		size_t len = 0;
 		int final = 0;

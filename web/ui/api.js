@@ -53,21 +53,84 @@ export async function whoami() {
 }
 export const mayTrigger = (w) => w && (w.scope === 'trigger' || w.scope === 'admin');
 
-// Reads a streamed text body (followed logs) chunk by chunk until it ends or signal aborts.
-export async function followText(path, onText, signal) {
-  const res = await fetch(path, { headers: headers(), signal });
-  if (!res.ok) throw await failure(res);
-  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+// Streams are held only while the tab is shown. A browser gives all the tabs of a profile six
+// connections to one host over HTTP/1.1 (what the daemon speaks), and a live run's page holds
+// two streams (its events and a log): three such tabs took all six, and a fourth tab did not
+// even load. A tab hidden for HIDDEN_MS closes its streams; shown again, it opens them where
+// they stopped (the last event id, the log's byte count), so nothing is missed.
+const HIDDEN_MS = 5000;
+const hidden = () => document.visibilityState === 'hidden';
+
+// Resolves once the tab is shown (at once if it is), or signal aborts.
+function shown(signal) {
+  return new Promise((resolve) => {
+    if (!hidden() || signal.aborted) return resolve();
+    const on = () => {
+      if (hidden() && !signal.aborted) return;
+      document.removeEventListener('visibilitychange', on);
+      signal.removeEventListener('abort', on);
+      resolve();
+    };
+    document.addEventListener('visibilitychange', on);
+    signal.addEventListener('abort', on);
+  });
+}
+
+// One connection's AbortController: aborted with signal, or (with .hidden set) once the tab
+// has stayed hidden for HIDDEN_MS. Call .done() when the connection is over.
+function connection(signal) {
+  const c = new AbortController();
+  let timer = null;
+  const vis = () => {
+    clearTimeout(timer);
+    if (hidden()) timer = setTimeout(() => { c.hidden = true; c.abort(); }, HIDDEN_MS);
+  };
+  const stop = () => c.abort();
+  signal.addEventListener('abort', stop);
+  document.addEventListener('visibilitychange', vis);
+  vis();
+  c.done = () => {
+    clearTimeout(timer);
+    signal.removeEventListener('abort', stop);
+    document.removeEventListener('visibilitychange', vis);
+  };
+  return c;
+}
+
+// Reads a streamed body (followed logs) until it ends or signal aborts, handing onBytes each
+// chunk after the first `skip` bytes (those a caller already has from an earlier read). A
+// read closed because the tab was hidden is opened again once it is shown, from where it was.
+export async function followBytes(path, skip, onBytes, signal) {
+  let have = skip; // bytes of the body the caller has
   for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    onText(value);
+    await shown(signal);
+    const c = connection(signal);
+    try {
+      const res = await fetch(path, { headers: headers(), signal: c.signal });
+      if (!res.ok) throw await failure(res);
+      const reader = res.body.getReader();
+      let drop = have;
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        if (drop >= value.length) { drop -= value.length; continue; }
+        const fresh = drop ? value.subarray(drop) : value;
+        drop = 0;
+        have += fresh.length;
+        onBytes(fresh);
+      }
+    } catch (e) {
+      if (!c.hidden || signal.aborted) throw e;
+    } finally {
+      c.done();
+    }
   }
 }
 
 // Follows a Server-Sent Events stream with fetch (EventSource cannot send the Authorization
 // header the API needs): calls onEvent(name, data) for each event until the stream sends
-// `end` or signal aborts. A stream that breaks is opened again after the server's `retry:`
+// `end` or signal aborts; it is closed while the tab is hidden (above) and opened again with
+// the newest id once shown. A stream that breaks is opened again after the server's `retry:`
 // with the newest `id:` it sent as Last-Event-ID, so nothing is missed or repeated; an answer
 // that is not 200 (a revoked token, a run gone) ends it with an ApiError. onOpen (optional)
 // is called each time the stream is (re)opened.
@@ -75,10 +138,12 @@ export async function follow(path, onEvent, signal, onOpen) {
   let last = null, retry = 2000;
   for (;;) {
     let ended = false;
+    await shown(signal);
+    const c = connection(signal);
     try {
       const h = headers();
       if (last !== null) h['Last-Event-ID'] = last;
-      const res = await fetch(path, { headers: h, signal });
+      const res = await fetch(path, { headers: h, signal: c.signal });
       if (!res.ok) throw await failure(res);
       if (onOpen) onOpen();
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -107,8 +172,11 @@ export async function follow(path, onEvent, signal, onOpen) {
       }
     } catch (e) {
       if (signal.aborted || e instanceof ApiError) throw e;
+    } finally {
+      c.done();
     }
     if (ended || signal.aborted) return;
+    if (c.hidden) continue; // closed while hidden: opened again once shown
     await new Promise((r) => setTimeout(r, retry));
   }
 }

@@ -15,6 +15,16 @@ const CHARTS = [
 ];
 const COLOURS = ['#0a58ca', '#9a6700', '#1a7f37'];
 
+// A tick label with the decimals its axis step needs (uPlot's default keeps three, so an AUC
+// axis from 0.9990 to 0.9999 read 1, 1, 1, 1); steps below 10^-4 in exponent form.
+function tickLabel(v, incr) {
+  if (v === 0) return '0';
+  let d = Math.max(0, -Math.floor(Math.log10(incr) + 1e-9));
+  if (Math.abs(Math.round(incr * 10 ** d) - incr * 10 ** d) > 1e-6) d++; // 0.25, 0.025...
+  if (d <= 4) return v.toLocaleString(undefined, { minimumFractionDigits: d, maximumFractionDigits: d });
+  return v.toExponential(Math.min(6, Math.max(1, Math.ceil(Math.log10(Math.abs(v) / incr)) - 1)));
+}
+
 // Returns {el, add(line) -> true when it was a progress line, has()}.
 export function curves() {
   const points = CHARTS.map(([, , series]) => series.map(() => new Map())); // step -> value
@@ -30,7 +40,12 @@ export function curves() {
       plots[i] = { box, plot: new uPlot({
         width: 420, height: 200, legend: { show: true }, cursor: { drag: { x: true, y: false } },
         scales: { x: { time: false } },
-        axes: [{ label: 'step', stroke: 'currentColor' }, { stroke: 'currentColor', size: 56 }],
+        axes: [{ label: 'step', stroke: 'currentColor' }, { stroke: 'currentColor', size: 64,
+          values: (u, splits, ax, space, incr) => {
+            const labels = splits.map((v) => tickLabel(v, incr));
+            box.dataset.yTicks = labels.join(' '); // what the axis reads, for tests
+            return labels;
+          } }],
         series: [{ label: 'step' }, ...series.map(([label], j) => ({ label, stroke: COLOURS[j],
           width: 1.5, spanGaps: true, points: { show: series[j][1] !== 'step' } }))],
       }, [[], ...series.map(() => [])], box) };

@@ -84,8 +84,8 @@ export function dagView(graph, run, onSelect) {
       onclick: () => onSelect(key), onkeydown: (e) => { if (e.key === 'Enter') onSelect(key); } },
     s('rect', { width: W, height: H, rx: 5, class: 'box fill-' + st.state }),
     s('text', { x: 8, y: 15 }, label),
-    s('text', { x: 8, y: 27, class: 'small' },
-      def.type + (skipped ? ' · when: skipped' : '') + (st.attempts > 1 ? ` · ×${st.attempts}` : '')),
+    s('text', { x: 8, y: 27, class: 'small' }, // the state in words too, not in colour only
+      `${def.type} · ${st.state}` + (st.attempts > 1 ? ` · ×${st.attempts}` : '')),
     st.attempts > 1 ? s('text', { x: W - 6, y: 14, class: 'retries', 'text-anchor': 'end',
       'data-retries': st.attempts - 1 }, `↻${st.attempts - 1}`) : null,
     s('title', {}, `${key} (${def.type}): ${st.state}` +

@@ -14,9 +14,13 @@ export function h(tag, attrs = {}, ...kids) {
   return el;
 }
 
-const fmt = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
+// In the viewer's zone and locale, the zone named ("5:40:19 AM UTC", "11:10:19 AM GMT+5:30"):
+// run ids and logs carry UTC times, so a time without its zone was ambiguous beside them.
+const fmt = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'long' });
 export const when = (t) => (t ? fmt.format(new Date(t * 1000)) : '—');
 export const iso = (t) => (t ? new Date(t * 1000).toISOString() : null);
+// A <time> element: the time as when() says it, the instant in UTC on hover.
+export const at = (t) => (t ? h('time', { datetime: iso(t), title: iso(t) }, when(t)) : '—');
 
 export function duration(start, end) {
   if (!start) return '—';

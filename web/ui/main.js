@@ -20,12 +20,22 @@ function route() {
   if (page && page.stop) page.stop();
   page = null;
   if (token.get() === null) return signIn(main, null, route); // not signed in in this tab
-  const fail = (e) => problem(main, e, route);
+  // a page that cannot go on (a refused token, a run gone) is stopped, so that signing in
+  // again draws it anew rather than handing it the query
+  let mine = null;
+  const fail = (e) => {
+    if (page && page === mine) { if (page.stop) page.stop(); page = null; }
+    problem(main, e, route);
+  };
   let m;
   for (const a of document.querySelectorAll('header nav a'))
     a.toggleAttribute('aria-current', path.startsWith(a.getAttribute('href').slice(1)));
-  if ((m = path.match(/^\/runs\/([^/]+)$/))) page = { path, ...runPage(main, decodeURIComponent(m[1]), query, fail) };
-  else if (path === '/slices') page = { path, ...slicesPage(main, fail) };
+  // each view names itself in the tab title (the run page adds its state as it changes)
+  document.title = ((m = path.match(/^\/(runs|models)\/([^/]+)$/))
+    ? `${m[1] === 'runs' ? 'Run' : 'Model'} ${decodeURIComponent(m[2])}`
+    : path === '/slices' ? 'Slices' : path === '/models' ? 'Models' : 'Runs') + ' · tpuflow';
+  if ((m = path.match(/^\/runs\/([^/]+)$/))) page = mine = { path, ...runPage(main, decodeURIComponent(m[1]), query, fail) };
+  else if (path === '/slices') page = mine = { path, ...slicesPage(main, fail) };
   else if (path === '/models') modelsPage(main, fail);
   else if ((m = path.match(/^\/models\/([^/]+)$/))) modelPage(main, decodeURIComponent(m[1]), query, fail);
   else {
@@ -42,5 +52,9 @@ signout.addEventListener('click', () => {
   signIn(main, null, route);
   signout.hidden = true;
 });
-addEventListener('hashchange', route);
+addEventListener('hashchange', () => {
+  const before = page;
+  route();
+  if ((page !== before || !page) && !main.querySelector('form.signin')) main.focus({ preventScroll: true });
+});
 route();

@@ -3,7 +3,7 @@
 // the canary share, serving health where the token may read it (a table per version, not
 // the raw answer), and two versions compared side by side (the choice is in the URL).
 import { get, whoami } from './api.js';
-import { h, when, num, badge } from './dom.js';
+import { h, at, num, badge } from './dom.js';
 
 const runLink = (id, step) => h('a', { href: `#/runs/${encodeURIComponent(id)}${step ? '?step=' + encodeURIComponent(step) : ''}` }, id);
 
@@ -56,7 +56,7 @@ export async function modelsPage(main, problem) {
         h('td', {}, h('a', { href: '#/models/' + encodeURIComponent(m.name) }, m.name)),
         h('td', { class: 'num' }, String(m.versions)), h('td', { class: 'num' }, 'v' + m.latest),
         h('td', {}, Object.entries(m.aliases || {}).map(([a, v]) => `${a} → v${v}`).join(', ') || '—'),
-        h('td', {}, when(m.created_at))))))
+        h('td', {}, at(m.created_at))))))
       : h('p', { class: 'muted empty' }, 'No model is registered yet.'));
 }
 
@@ -75,7 +75,7 @@ export async function modelPage(main, name, query, problem) {
     h('thead', {}, h('tr', {}, ['Version', 'Aliases', 'Run', 'Created', ...keys].map((c) => h('th', { scope: 'col' }, c)))),
     h('tbody', {}, m.versions.map((v) => h('tr', { 'data-version': v.version },
       h('td', { class: 'num' }, 'v' + v.version), h('td', {}, (v.aliases || []).join(', ') || '—'),
-      h('td', {}, runLink(v.run_id, v.step)), h('td', {}, when(v.created_at)),
+      h('td', {}, runLink(v.run_id, v.step)), h('td', {}, at(v.created_at)),
       keys.map((k) => h('td', { class: 'num', 'data-metric': k }, v.metrics && k in v.metrics ? num(v.metrics[k]) : '—'))))));
   const opts = (sel) => m.versions.map((v) => h('option', { value: String(v.version), selected: String(v.version) === sel }, 'v' + v.version));
   const latest = m.versions.length ? String(m.versions[m.versions.length - 1].version) : '';
@@ -95,7 +95,7 @@ export async function modelPage(main, name, query, problem) {
       h('td', { class: 'num' }, d.canary_version ? 'v' + d.canary_version : '—'),
       h('td', { class: 'num' }, d.canary_version ? num(d.canary_percent) + ' %' : '—'),
       h('td', { class: 'num' }, d.previous_version ? 'v' + d.previous_version : '—'),
-      h('td', {}, d.run_id ? runLink(d.run_id, d.step) : '—'), h('td', {}, when(d.created_at)),
+      h('td', {}, d.run_id ? runLink(d.run_id, d.step) : '—'), h('td', {}, at(d.created_at)),
       h('td', {}, d.active ? 'yes' : 'no')))))
     : h('p', { class: 'muted' }, 'Not deployed.');
   main.replaceChildren(h('p', {}, h('a', { href: '#/models' }, '« Models')),
@@ -107,7 +107,9 @@ export async function modelPage(main, name, query, problem) {
   if (q.get('a') && q.get('b')) {
     try {
       const c = await get(`${base}:compare?a=${encodeURIComponent(q.get('a'))}&b=${encodeURIComponent(q.get('b'))}`);
-      compareBox.replaceChildren(h('table', { class: 'compare' },
+      compareBox.replaceChildren(!Object.keys(c.metrics).length
+        ? h('p', { class: 'muted empty-compare' }, `Neither v${c.a.version} nor v${c.b.version} has metrics to compare.`)
+        : h('table', { class: 'compare' },
         h('thead', {}, h('tr', {}, ['Metric', 'v' + c.a.version, 'v' + c.b.version, 'Δ'].map((x) => h('th', { scope: 'col' }, x)))),
         h('tbody', {}, Object.entries(c.metrics).map(([k, r]) => h('tr', { 'data-metric': k },
           h('th', { scope: 'row' }, k), h('td', { class: 'num' }, num(r.a)), h('td', { class: 'num' }, num(r.b)),

@@ -2,8 +2,8 @@
 // of attempts, the steps, and the chosen step's inputs, outputs, metrics, logs, curves and
 // checkpoints. While the run is not final the page follows its event stream and redraws in
 // place (the DAG keeps its pan and zoom, the log keeps following).
-import { get, post, follow, whoami, mayTrigger } from './api.js';
-import { h, when, duration, badge, num, bytes } from './dom.js';
+import { get, post, follow, whoami, mayTrigger, ApiError } from './api.js';
+import { h, at, duration, badge, num, bytes } from './dom.js';
 import { dagView } from './dag.js';
 import { timeline } from './timeline.js';
 import { curves } from './curves.js';
@@ -35,7 +35,7 @@ function attemptsTable(list) {
       h('td', { class: 'num' }, String(a.n)), h('td', {}, badge(a.state)),
       h('td', {}, a.failure_class || '—'),
       h('td', { class: 'num' }, dash(a.exit_code)),
-      h('td', {}, when(a.started_at)), h('td', { class: 'num' }, duration(a.started_at, a.finished_at)),
+      h('td', {}, at(a.started_at)), h('td', { class: 'num' }, duration(a.started_at, a.finished_at)),
       slurm ? [h('td', { class: 'num', 'data-slurm-job': a.slurm_job || null }, dash(a.slurm_job)),
         h('td', { 'data-slurm-state': a.slurm_state || null }, dash(a.slurm_state)),
         h('td', { 'data-slurm-nodes': a.slurm_nodes || null }, a.slurm_nodes || (a.slurm_job ? 'pending' : '—'))] : null,
@@ -54,18 +54,23 @@ export function runPage(main, id, query, problem) {
   const ctl = new AbortController();
   const path = '/api/v1/runs/' + encodeURIComponent(id);
   let run = null, graph = null, who = null, dag = null, selected = null, panel = null;
-  let stepFilter = '';
+  let stepFilter = '', actionError = null;
   const head = h('div'), facts = h('div'), dagBox = h('section', { class: 'dag-section' });
   const gantt = h('section'), steps = h('section'), detail = h('section', { class: 'step-detail' });
 
   function actions() {
     if (!mayTrigger(who)) return null;
     const act = async (verb) => {
+      actionError = null;
       try {
         const r = await post(`${path}:${verb}`);
         if (verb === 'retry' && r.id) location.hash = '#/runs/' + encodeURIComponent(r.id);
         else refresh();
-      } catch (e) { head.append(h('p', { class: 'error', role: 'alert' }, `${verb}: ${e.message}`)); }
+      } catch (e) {
+        // kept until the next action: the page redraws on every event
+        actionError = `${verb}: ${e.message}`;
+        drawHead();
+      }
     };
     const final = FINAL.has(run.state);
     return h('span', { class: 'actions' },
@@ -80,14 +85,21 @@ export function runPage(main, id, query, problem) {
       h('p', {}, h('a', { href: '#/runs' }, '« Runs')),
       h('h1', {}, 'Run ', h('code', {}, run.id), ' ', badge(run.state), ' ', actions()),
       h('p', { class: 'live muted', 'aria-live': 'polite', 'data-live': live ? 'on' : 'off' },
-        live ? '● live' : 'final'));
-    const done = run.steps.filter((st) => STEP_FINAL.has(st.state)).length;
+        live ? '● live' : 'final'),
+      ...(actionError ? [h('p', { class: 'error action-error', role: 'alert' }, actionError)] : []),
+      ...(trouble ? [h('p', { class: 'error trouble', role: 'alert' }, trouble)] : []));
+    // done as the API and the runs list count it (succeeded or cached); the failed and
+    // skipped ones are named beside it, not counted as done
+    const count = (...states) => run.steps.filter((st) => states.includes(st.state)).length;
+    const done = count('succeeded', 'cached'), failed = count('failed'), skipped = count('skipped');
+    document.title = `Run ${run.id} (${run.state}) · tpuflow`;
     facts.replaceChildren(h('dl', { class: 'facts' },
       h('dt', {}, 'Pipeline'), h('dd', {}, run.pipeline),
       h('dt', {}, 'Trigger'), h('dd', {}, run.trigger || '—'),
-      h('dt', {}, 'Created'), h('dd', {}, when(run.created_at)),
+      h('dt', {}, 'Created'), h('dd', {}, at(run.created_at)),
       h('dt', {}, 'Duration'), h('dd', {}, duration(run.started_at, run.finished_at)),
-      h('dt', {}, 'Steps done'), h('dd', { 'data-done': done }, `${done} of ${run.steps.length}`),
+      h('dt', {}, 'Steps done'), h('dd', { 'data-done': done, 'data-failed': failed, 'data-skipped': skipped },
+        `${done} of ${run.steps.length}` + (failed ? `, ${failed} failed` : '') + (skipped ? `, ${skipped} skipped` : '')),
       Object.keys(run.params || {}).length ? [h('dt', {}, 'Params'), h('dd', {}, kv(run.params))] : null,
       run.model ? [h('dt', {}, 'Model'), h('dd', {}, h('a', { href: '#/models/' + encodeURIComponent(run.model.name) },
         `${run.model.name} v${run.model.version}`))] : null,
@@ -115,6 +127,10 @@ export function runPage(main, id, query, problem) {
 
   const stepLink = (name) => `#/runs/${encodeURIComponent(id)}?step=${encodeURIComponent(name)}`;
 
+  // A step's log grows no more once the step is final, or its run is (a cancelled run leaves
+  // steps pending; a resumed run makes them live again).
+  const logFinal = (st) => STEP_FINAL.has(st.state) || FINAL.has(run.state);
+
   // The chosen step: its facts redraw on every update; logs and curves live on.
   function drawDetail() {
     const st = run.steps.find((x) => x.name === selected);
@@ -122,13 +138,14 @@ export function runPage(main, id, query, problem) {
     if (!panel || panel.name !== st.name) {
       if (panel) panel.logs.stop();
       const c = st.type === 'train' ? curves() : null;
-      panel = { name: st.name, curves: c, logs: logView(id, st.name, c), facts: h('div'),
+      panel = { name: st.name, curves: c, logs: logView(id, st.name, c, logFinal(st)), facts: h('div'),
         ckpt: h('div', { class: 'checkpoints' }), ckptState: null };
       detail.replaceChildren(h('h2', {}, 'Step ', h('code', {}, st.name)), panel.facts,
         ...(c ? [h('h3', {}, 'Training curves'), c.el] : []),
         ...(st.type === 'train' ? [h('h3', {}, 'Checkpoints'), panel.ckpt] : []),
         h('h3', {}, 'Logs'), panel.logs.el);
     }
+    panel.logs.sync(logFinal(st));
     panel.facts.replaceChildren(
       h('p', {}, st.type, ' · ', badge(st.state), st.reason ? ' ' + st.reason : '',
         st.slice ? ` · slice ${st.slice}` : '', st.slice_seconds ? ` · ${num(st.slice_seconds)} slice-s` : '',
@@ -144,7 +161,7 @@ export function runPage(main, id, query, problem) {
         panel.ckpt.replaceChildren(c.items.length ? h('table', { 'data-count': c.items.length },
           h('thead', {}, h('tr', {}, ['Step', 'Saved', 'Tensors', 'Size'].map((x) => h('th', { scope: 'col' }, x)))),
           h('tbody', {}, c.items.map((k) => h('tr', { 'data-ckpt': k.step },
-            h('td', { class: 'num' }, String(k.step)), h('td', {}, when(k.created_at)),
+            h('td', { class: 'num' }, String(k.step)), h('td', {}, at(k.created_at)),
             h('td', { class: 'num' }, String(k.tensors)), h('td', { class: 'num' }, bytes(k.bytes))))))
           : h('p', { class: 'muted', 'data-count': 0 }, 'No checkpoint yet.'),
         h('p', { class: 'muted' }, 'under ', h('code', {}, c.prefix)));
@@ -165,15 +182,16 @@ export function runPage(main, id, query, problem) {
     gantt.replaceChildren(h('h2', {}, 'Timeline'), timeline(run));
     drawSteps();
     drawDetail();
+    if (ready) followRun(); // a run resumed from this page (or elsewhere) is followed again
   }
 
-  let pending = null, lastLoad = 0;
+  let pending = null, lastLoad = 0, trouble = null, ready = false;
   const load = async () => {
     const wait = 400 - (Date.now() - lastLoad); // a burst of events makes one reload
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     lastLoad = Date.now();
     const r = await get(path);
-    if (!ctl.signal.aborted) { run = r; draw(); }
+    if (!ctl.signal.aborted) { run = r; trouble = null; draw(); }
     return r;
   };
   // One load at a time; a refresh asked while one is under way (its answer may predate what
@@ -184,6 +202,13 @@ export function runPage(main, id, query, problem) {
     pending = (async () => {
       try {
         do { again = false; await load(); } while (again && !ctl.signal.aborted);
+      } catch (e) {
+        // a refused token brings the sign-in back; anything else is said on the page (the
+        // next event reads the run again)
+        if (ctl.signal.aborted) return;
+        if (e instanceof ApiError && e.status === 401) { ctl.abort(); problem(e); return; }
+        trouble = 'Could not read the run again: ' + e.message;
+        drawHead();
       } finally { pending = null; }
     })();
     return pending;
@@ -202,15 +227,45 @@ export function runPage(main, id, query, problem) {
       } catch (e) {
         dagBox.replaceChildren(h('p', { class: 'error' }, 'graph: ' + e.message));
       }
-      if (FINAL.has(run.state)) return;
-      // from now on (the page has just read the run): what changed between that read and the
-      // stream's start is read again once it is open
-      await follow(path + '/events?after=latest', () => refresh(), ctl.signal, () => refresh());
-      await refresh();
+      ready = true;
+      followRun();
     } catch (e) {
       if (!ctl.signal.aborted) problem(e);
     }
   })();
+
+  // Follows the run while it can change: a live run through its own event stream, from now
+  // on (what changed between the page's read and the stream's start is read again once it
+  // is open), until the stream's `end`; an interrupted run (a drained daemon's, which the next
+  // daemon continues, or one resumed elsewhere) through the events of all runs, until one of
+  // its own arrives. Then the run is read again and followed as it now is.
+  let following = false;
+  async function followRun() {
+    if (following || ctl.signal.aborted) return;
+    following = true;
+    try {
+      while (!ctl.signal.aborted && (!FINAL.has(run.state) || run.state === 'interrupted')) {
+        if (!FINAL.has(run.state)) {
+          await follow(path + '/events?after=latest', () => refresh(), ctl.signal, () => refresh());
+        } else {
+          const back = new AbortController();
+          const stop = () => back.abort();
+          ctl.signal.addEventListener('abort', stop);
+          await follow('/api/v1/events?after=latest', (name, ev) => {
+            if (ev && ev.run_id === run.id) back.abort();
+          }, back.signal, () => refresh()).catch((e) => { if (!back.signal.aborted) throw e; });
+          ctl.signal.removeEventListener('abort', stop);
+        }
+        if (ctl.signal.aborted) break;
+        const state = run.state;
+        await refresh();
+        if (run.state === state && FINAL.has(state)) await new Promise((r) => setTimeout(r, 1000));
+      }
+    } catch (e) {
+      if (!ctl.signal.aborted) problem(e);
+    }
+    following = false;
+  }
   return {
     stop() { ctl.abort(); if (panel) panel.logs.stop(); },
     query(q) { // only ?step= changed: choose another step without reloading the page

@@ -3,7 +3,7 @@
 // a waiting job hatched); the steps running as Slurm jobs (job id, Slurm state, nodes); the
 // queue with each waiting attempt's priority, project, wait, preemptions and reason;
 // slice-seconds by project. Redrawn every few seconds.
-import { get } from './api.js';
+import { get, ApiError } from './api.js';
 import { h, s, duration, num } from './dom.js';
 
 const GAP = 3;
@@ -44,7 +44,7 @@ function poolMap(pool, byJob, colour) {
 }
 
 export function slicesPage(main, problem) {
-  let timer = null, stopped = false;
+  let timer = null, stopped = false, drawnAt = null;
   const colours = new Map();
   const colour = (run) => {
     if (!colours.has(run)) colours.set(run, PALETTE[colours.size % PALETTE.length]);
@@ -52,8 +52,23 @@ export function slicesPage(main, problem) {
   };
   async function load() {
     let v;
-    try { v = await get('/api/v1/slices'); } catch (e) { if (!stopped) problem(e); return; }
+    try {
+      v = await get('/api/v1/slices');
+    } catch (e) {
+      if (stopped) return;
+      // refused (401, 403) or never drawn: the problem in place of the page; a daemon that
+      // does not answer for a moment (restarting) is said above the last picture, and asked
+      // again
+      if ((e instanceof ApiError && e.status < 500) || !drawnAt) { problem(e); return; }
+      let note = main.querySelector('.trouble');
+      if (!note) main.prepend(note = h('p', { class: 'error trouble', role: 'alert' }));
+      note.textContent = `Could not read the slices: ${e.message}. Trying again every 3 s; ` +
+        `the picture below is from ${drawnAt.toLocaleTimeString()}.`;
+      timer = setTimeout(load, 3000);
+      return;
+    }
     if (stopped) return;
+    drawnAt = new Date();
     const byJob = new Map(v.running.map((r) => [r.job, r]));
     const now = Date.now() / 1000;
     main.replaceChildren(

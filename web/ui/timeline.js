@@ -28,9 +28,11 @@ export function timeline(run) {
     }
   });
   const hgt = rows.length * rh + 24;
+  // ticks at quarters of the span, with as many decimals as the span needs to tell them apart
+  const total = t1 - t0, dec = Math.min(6, Math.max(0, Math.ceil(-Math.log10(total / 8))));
+  const tick = (f) => '+' + (total < 60 ? (f * total).toFixed(dec) + ' s' : duration(t0, t0 + f * total));
   const axis = [0, 0.25, 0.5, 0.75, 1].map((f) => s('text', { x: lw + f * span, y: hgt - 6,
-    class: 'small', 'text-anchor': f === 0 ? 'start' : f === 1 ? 'end' : 'middle' },
-  '+' + duration(t0, t0 + f * (t1 - t0))));
+    class: 'small tick', 'text-anchor': f === 0 ? 'start' : f === 1 ? 'end' : 'middle' }, tick(f)));
   return s('svg', { class: 'gantt', viewBox: `0 0 ${width} ${hgt}`, width: '100%',
     'data-rows': rows.length, role: 'img', 'aria-label': `timeline of ${rows.length} steps` },
   bars, axis);

@@ -1,7 +1,7 @@
 // views.js — sign-in, problems, and the runs list (filters, text search and cursor in the URL
 // hash, so every view is a link).
 import { get, post, follow, token, whoami, mayTrigger, ApiError } from './api.js';
-import { h, when, iso, duration, badge } from './dom.js';
+import { h, at, duration, badge } from './dom.js';
 
 const STATES = ['', 'pending', 'running', 'succeeded', 'failed', 'interrupted'];
 const TRIGGERS = ['', 'cli', 'api', 'schedule'];
@@ -23,6 +23,7 @@ export function signIn(main, why, done) {
   h('button', { type: 'button', class: 'link', onclick: () => { token.set(''); done(); } },
     'Continue without a token (a daemon started with --auth none)'));
   main.replaceChildren(form);
+  document.title = 'Sign in · tpuflow';
   input.focus();
 }
 
@@ -78,21 +79,24 @@ export async function runsPage(main, query, rerender, life) {
     h('td', {}, badge(r.state)),
     h('td', {}, r.pipeline),
     h('td', { 'data-trigger': r.trigger || '' }, r.trigger || '—'),
-    h('td', {}, h('time', { datetime: iso(r.started_at || r.created_at) },
-      when(r.started_at || r.created_at))),
+    h('td', {}, at(r.started_at || r.created_at)),
     h('td', { class: 'num' }, duration(r.started_at, r.finished_at)),
     h('td', { class: 'num' }, `${r.done}/${r.steps}`));
   const rows = page.items.map(row);
   const cursor = page.next ? new URL(page.next, location.origin).searchParams.get('cursor') : null;
   const liveMark = h('span', { class: 'live muted', 'aria-live': 'polite', 'data-live': 'off' });
+  const trouble = h('p', { class: 'error trouble', role: 'alert' });
   main.replaceChildren(
-    h('h1', {}, 'Runs ', liveMark), trigger, filters,
+    h('h1', {}, 'Runs ', liveMark), trouble, trigger, filters,
     rows.length
       ? h('table', { class: 'runs' },
         h('thead', {}, h('tr', {}, ['Run', 'State', 'Pipeline', 'Trigger', 'Started', 'Duration',
           'Steps done'].map((c) => h('th', { scope: 'col' }, c)))),
         h('tbody', { id: 'runs-body' }, rows))
-      : h('p', { class: 'muted empty' }, 'No runs match.'),
+      : [...api.keys()].some((k) => k !== 'limit') // filters that match nothing, or no run at all
+        ? h('p', { class: 'muted empty' }, 'No run matches these filters. ', h('a', { href: '#/runs' }, 'All runs'))
+        : h('p', { class: 'muted empty' }, 'No runs yet: `tpuflow run FILE` against this daemon, ' +
+          'POST /api/v1/runs, or New run (a token of scope trigger) starts one.'),
     h('nav', { class: 'pager', 'aria-label': 'pages' },
       q.get('cursor') ? h('a', { href: link({ cursor: '' }) }, '« First page') : null,
       cursor ? h('a', { href: link({ cursor }), rel: 'next' }, 'Next page »') : null));
@@ -117,7 +121,14 @@ export async function runsPage(main, query, rerender, life) {
           if (body) body.replaceChildren(...p.items.map(row));
           else rerender(); // the first run of an empty list: draw the table
         }
-      } catch { /* the next event asks again */ }
+        trouble.textContent = '';
+      } catch (e) {
+        if (e instanceof ApiError && e.status === 401 && !life.ctl.signal.aborted) { // signed out by the API
+          life.ctl.abort();
+          return problem(main, e, rerender);
+        }
+        trouble.textContent = 'Could not read the runs again: ' + e.message + ' (the next change asks again)';
+      }
       busy = false;
     };
     const touches = (name, ev) => ev && (name === 'run' ||
@@ -126,7 +137,12 @@ export async function runsPage(main, query, rerender, life) {
     liveMark.textContent = '● live';
     follow('/api/v1/events?after=latest', (name, ev) => {
       if (touches(name, ev) && !timer) timer = setTimeout(reload, 500);
-    }, life.ctl.signal).catch(() => { liveMark.dataset.live = 'off'; liveMark.textContent = ''; });
+    }, life.ctl.signal).catch((e) => {
+      if (life.ctl.signal.aborted) return;
+      if (e instanceof ApiError && e.status === 401) { life.ctl.abort(); return problem(main, e, rerender); }
+      liveMark.dataset.live = 'off'; // said, not hidden: the list no longer keeps itself current
+      liveMark.textContent = '○ not live: ' + e.message;
+    });
   }
   const w = await who;
   if (life.ctl.signal.aborted) return;
