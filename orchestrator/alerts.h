@@ -176,8 +176,9 @@ int tf_alerts_deliver_one(struct tf_store *st, const struct tf_alerts_config *cf
                           char *err, size_t errlen);
 
 /* Posts the Alertmanager alerts still firing again (Alertmanager resolves an alert it has
- * not heard of for its resolve_timeout); *sent (may be NULL) counts those accepted. The
- * delivery worker does this every minute. */
+ * not heard of for its resolve_timeout), and the resolving alerts delivered in the last five
+ * minutes (so an Alertmanager restarted meanwhile still notifies the resolution); *sent (may
+ * be NULL) counts those accepted. The delivery worker does this every minute. */
 int tf_alerts_refire(struct tf_store *st, const struct tf_alerts_config *cfg, int *sent);
 
 /* A thread that keeps delivering a home's alerts: it opens its own store handle, sends what

@@ -38,6 +38,7 @@
 
 #define LEASE_MARGIN 5.0       /* seconds a lease outlives the POST's own timeout */
 #define REFIRE_S 60.0          /* firing Alertmanager alerts are posted again this often */
+#define RESOLVED_S 300.0       /* and resolving ones for this long after their delivery */
 #define BODY_CAP (16 * 1024)   /* bytes of an answer kept (the rest is refused) */
 #define SLACK_SECTION_MAX 2900 /* Slack: a section's text is at most 3000 characters */
 #define SLACK_HEADER_MAX 150   /* Slack: a header's plain_text is at most 150 characters */
@@ -612,18 +613,21 @@ int tf_alerts_deliver_one(struct tf_store *st, const struct tf_alerts_config *cf
 }
 
 /* Alertmanager forgets an alert `resolve_timeout` after it last received it, so the alerts
- * still firing (table alert_firing) are posted again, as they were, every REFIRE_S seconds
- * (its clients documentation asks for 30 s to 3 min). Best effort: an answer other than 2xx
- * is logged; the next round tries again. */
+ * still firing (table alert_firing) are posted again, as they were, every REFIRE_S seconds;
+ * and, as its alerts API documentation asks of clients, resolved alerts are posted again for
+ * RESOLVED_S (five minutes) after the resolution, so that an Alertmanager that restarted
+ * meanwhile still sends the resolved notification. Best effort: an answer other than 2xx is
+ * logged; the next round tries again. */
 int tf_alerts_refire(struct tf_store *st, const struct tf_alerts_config *cfg, int *sent)
 {
 	struct tf_stmt *q = tf_store_query(
 	    st,
 	    "SELECT a.id, a.msg_id, a.hook, a.payload, h.url, h.format, h.secret_env, "
 	    "h.secret_file "
-	    "FROM alert_firing f JOIN alerts a ON a.id=f.alert_id JOIN hooks h ON h.name=f.hook "
-	    "WHERE a.state='delivered' ORDER BY a.id",
-	    "");
+	    "FROM alerts a JOIN hooks h ON h.name=a.hook WHERE a.state='delivered' AND "
+	    "(a.id IN (SELECT alert_id FROM alert_firing) OR (a.resolves IS NOT NULL AND "
+	    "h.format='alertmanager' AND a.delivered_at > ?)) ORDER BY a.id",
+	    "d", tf_now_wall() - RESOLVED_S);
 	if (!q)
 		return -EIO;
 	struct target *ts = NULL;
@@ -649,10 +653,12 @@ int tf_alerts_refire(struct tf_store *st, const struct tf_alerts_config *cfg, in
 		struct answer a = {0};
 		long status = 0;
 		char why[512] = "";
-		int64_t still = 0; /* not resolved meanwhile */
-		tf_store_query_int(st, &still,
-		                   "SELECT EXISTS(SELECT 1 FROM alert_firing WHERE alert_id=?)",
-		                   "i", ts[i].id);
+		int64_t still = 0; /* not resolved meanwhile (or a resolution) */
+		tf_store_query_int(
+		    st, &still,
+		    "SELECT EXISTS(SELECT 1 FROM alert_firing WHERE alert_id=?1) OR "
+		    "EXISTS(SELECT 1 FROM alerts WHERE id=?1 AND resolves IS NOT NULL)",
+		    "i", ts[i].id);
 		enum outcome o = still ? post(cfg, &ts[i], &status, &a, why, sizeof(why)) : DEAD;
 		if (o == SENT && sent)
 			(*sent)++;

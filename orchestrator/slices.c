@@ -131,9 +131,21 @@ int tf_slice_job_forget(struct tf_store *st, int64_t id)
 
 int tf_slice_job_finished(struct tf_store *st, int64_t id, double finished_at, double slice_seconds)
 {
-	return changed(
+	int own, rc = tf_store_join(st, &own);
+	if (rc)
+		return rc;
+	rc = changed(
 	    st, tf_store_run(st, "UPDATE slice_jobs SET finished_at=?, slice_seconds=? WHERE id=?",
 	                     "ddi", finished_at, slice_seconds, id));
+	/* the running total behind tpuflow_slice_seconds_total (migration 0019) */
+	if (rc == 0)
+		rc = tf_store_run(
+		    st,
+		    "INSERT INTO slice_seconds_totals(project, seconds) "
+		    "SELECT coalesce(project, 'default'), ?1 FROM slice_jobs WHERE id=?2 "
+		    "ON CONFLICT(project) DO UPDATE SET seconds=seconds+excluded.seconds",
+		    "di", slice_seconds, id);
+	return tf_store_leave(st, own, rc);
 }
 
 int tf_slice_jobs_close_run(struct tf_store *st, const char *run, double at)

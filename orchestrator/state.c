@@ -552,6 +552,26 @@ int tf_step_get_state(struct tf_store *st, const char *run, const char *step,
 	return rc;
 }
 
+/* Adds a step that just finished to the running totals of /metrics' step duration histogram
+ * (step_duration_totals, migration 0019: the bounds are web/metrics.c's); a step that never
+ * started (skipped) has no duration and is not counted. */
+static int step_duration_add(struct tf_store *st, const char *run, const char *step)
+{
+	return tf_store_run(
+	    st,
+	    "INSERT INTO step_duration_totals(type, state, n, seconds, le_1, le_5, le_15, le_60, "
+	    "le_300, le_900, le_3600, le_14400) "
+	    "SELECT type, state, 1, d, d<=1, d<=5, d<=15, d<=60, d<=300, d<=900, d<=3600, "
+	    "d<=14400 FROM (SELECT type, state, finished_at-started_at AS d FROM steps WHERE "
+	    "run_id=?1 AND name=?2 AND finished_at IS NOT NULL AND started_at IS NOT NULL) "
+	    "WHERE true ON CONFLICT(type, state) DO UPDATE SET n=n+1, "
+	    "seconds=seconds+excluded.seconds, le_1=le_1+excluded.le_1, "
+	    "le_5=le_5+excluded.le_5, le_15=le_15+excluded.le_15, le_60=le_60+excluded.le_60, "
+	    "le_300=le_300+excluded.le_300, le_900=le_900+excluded.le_900, "
+	    "le_3600=le_3600+excluded.le_3600, le_14400=le_14400+excluded.le_14400",
+	    "tt", run, step);
+}
+
 int tf_step_set_state(struct tf_store *st, const char *run, const char *step, enum tf_step_state to,
                       const struct tf_step_update *u)
 {
@@ -588,6 +608,8 @@ int tf_step_set_state(struct tf_store *st, const char *run, const char *step, en
 	    "ttttttidditt", tf_step_state_name(to), u->reason, u->outputs, u->metrics, u->with_json,
 	    u->cache_key, (int64_t)(to == TF_STEP_CACHED || u->cache_hit), u->next_attempt_at, now,
 	    (int64_t) final, run, step);
+	if (rc == 0 && final)
+		rc = step_duration_add(st, run, step);
 	if (rc == 0)
 		rc = add_event_noattempt(st, run, step, "step", tf_step_state_name(from),
 		                         tf_step_state_name(to), u->reason);

@@ -599,7 +599,8 @@ static void responder_stop(struct responder *r)
 	pthread_join(r->t, NULL);
 }
 
-/* A firing Alertmanager alert is posted again, as it was, until a success resolves it. */
+/* A firing Alertmanager alert is posted again, as it was, until a success resolves it; the
+ * resolving alert for five minutes after. */
 static void test_alerts_alertmanager_refire(void **state)
 {
 	(void)state;
@@ -633,6 +634,21 @@ static void test_alerts_alertmanager_refire(void **state)
 	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, &sent, &failed, NULL), 0);
 	assert_int_equal(r.n, 3);
 	assert_non_null(strstr(r.bodies[2], "\"endsAt\""));
+	/* the resolution is posted again, as it was, for five minutes after its delivery */
+	sent = 0;
+	assert_int_equal(tf_alerts_refire(st, &cfg, &sent), 0);
+	assert_int_equal(sent, 1);
+	assert_int_equal(r.n, 4);
+	assert_string_equal(r.bodies[3], r.bodies[2]);
+	assert_int_equal(tf_store_run(st,
+	                              "UPDATE alerts SET delivered_at=delivered_at-301 WHERE "
+	                              "resolves IS NOT NULL",
+	                              ""),
+	                 0);
+	sent = 0;
+	assert_int_equal(tf_alerts_refire(st, &cfg, &sent), 0);
+	assert_int_equal(sent, 0);
+	assert_int_equal(r.n, 4);
 	tf_hooks_remove(st, "am2");
 	tf_alerts_config_release(&cfg);
 	tf_store_close(st);

@@ -9,7 +9,9 @@
 #include "orchestrator/pipeline.h"
 #include "orchestrator/registry.h"
 #include "orchestrator/retention.h"
+#include "orchestrator/retention.h"
 #include "orchestrator/schedules.h"
+#include "orchestrator/slices.h"
 #include "orchestrator/state.h"
 #include "web/api.h"
 #include "web/server.h"
@@ -1510,6 +1512,72 @@ static void make_run_of(struct tf_store *st, const char *name, char id[32])
 	assert_int_equal(tf_run_create(st, name, src, NULL, "{}", NULL, defs, 1, NULL, id), 0);
 }
 
+/* The value of the sample `series` (name and labels as written) in an exposition; -1 when
+ * it has none. */
+static double sample(const char *text, const char *series)
+{
+	size_t n = strlen(series);
+	for (const char *p = text; (p = strstr(p, series)); p += n)
+		if ((p == text || p[-1] == '\n') && p[n] == ' ')
+			return strtod(p + n + 1, NULL);
+	return -1;
+}
+
+/* Counters and histograms never go down: deleting a run (runs delete, gc) removed its steps
+ * and slice jobs, which the step duration histogram and tpuflow_slice_seconds_total were
+ * summed from, and Prometheus read the drop as a restart (increase() counted everything
+ * again). */
+static void test_metrics_counters_survive_deletes(void **state)
+{
+	(void)state;
+	struct tf_store *st;
+	char err[256], run[32];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	make_run_of(st, "web-counted", run);
+	assert_int_equal(
+	    tf_store_run(st, "UPDATE steps SET type='counted' WHERE run_id=?", "t", run), 0);
+	assert_int_equal(tf_step_set_state(st, run, "a", TF_STEP_RUNNING, NULL), 0);
+	assert_int_equal(tf_step_set_state(st, run, "a", TF_STEP_FAILED, NULL), 0);
+	struct tf_slice_placement p = {.run = run,
+	                               .step = "a",
+	                               .attempt = 1,
+	                               .slice = "v4-8",
+	                               .pool = "v4",
+	                               .pool_spec = "v4:2x2x2",
+	                               .chips = 8,
+	                               .project = "web-counted",
+	                               .started_at = tf_now_wall() - 7};
+	int64_t job;
+	assert_int_equal(tf_slice_job_started(st, &p, &job), 0);
+	assert_int_equal(tf_slice_job_finished(st, job, tf_now_wall(), 7.0), 0);
+	enum tf_run_state rs;
+	assert_int_equal(tf_run_request_cancel(st, run, &rs), 0); /* pending: failed at once */
+	const char *count =
+	    "tpuflow_step_duration_seconds_count{type=\"counted\",state=\"failed\"}";
+	const char *le1 =
+	    "tpuflow_step_duration_seconds_bucket{type=\"counted\",state=\"failed\",le=\"1\"}";
+	const char *slice = "tpuflow_slice_seconds_total{project=\"web-counted\"}";
+	char *before = NULL, *after = NULL;
+	size_t n;
+	assert_int_equal(tf_metrics_render(NULL, st, &before, &n), 0);
+	assert_true(sample(before, count) == 1);
+	assert_true(sample(before, le1) == 1);
+	assert_true(sample(before, slice) == 7);
+	struct tf_run_delete_report rep;
+	int rc = tf_run_delete(st, home, run, 0, &rep, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "%s\n", err);
+	assert_int_equal(rc, 0);
+	tf_run_delete_report_release(&rep);
+	assert_int_equal(tf_metrics_render(NULL, st, &after, &n), 0);
+	assert_true(sample(after, count) == 1);
+	assert_true(sample(after, le1) == 1);
+	assert_true(sample(after, slice) == 7);
+	free(before);
+	free(after);
+	tf_store_close(st);
+}
+
 /* GET /api/v1/runs?state=orphaned, DELETE /api/v1/runs/{id} and POST /api/v1/runs:gc, on runs
  * recorded here: two failed ones, one a live process drives (this one), one whose process is
  * gone. Deleting and gc go through orchestrator/retention.c, as `runs delete` and `gc` do. */
@@ -1701,6 +1769,7 @@ int main(void)
 	    cmocka_unit_test(test_slurm_attempts),    cmocka_unit_test(test_runs_page_fresh),
 	    cmocka_unit_test(test_validate),          cmocka_unit_test(test_schedules),
 	    cmocka_unit_test(test_utf8_clean),        cmocka_unit_test(test_metrics),
+	    cmocka_unit_test(test_metrics_counters_survive_deletes),
 	    cmocka_unit_test(test_contract),          cmocka_unit_test(test_promtool),
 	    cmocka_unit_test(test_prometheus_scrape), cmocka_unit_test(test_remote_cli),
 	    cmocka_unit_test(test_burst_idempotent),  cmocka_unit_test(test_start_refusals),

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the le_* columns of step_duration_totals (migration 0019, orchestrator/state.c) */
 static const double dur_bounds[] = {1, 5, 15, 60, 300, 900, 3600, 14400};
 
 /* A label value with \, " and newline escaped. */
@@ -73,15 +74,11 @@ static int step_durations(FILE *f, struct tf_store *st)
 	enum { NB = TF_ARRAY_LEN(dur_bounds) };
 	fprintf(f, "# HELP tpuflow_step_duration_seconds Wall time of finished steps, by step "
 	           "type and final state.\n# TYPE tpuflow_step_duration_seconds histogram\n");
-	/* One row per (type, state, bucket) computed by SQLite, so a home with many runs costs
-	 * one scan and no per-row work here. */
+	/* the running totals, not the steps table: deleting runs must not take a counter down */
 	struct tf_stmt *s = tf_store_query(
 	    st,
-	    "SELECT type, state, count(*), sum(d), "
-	    "sum(d<=1), sum(d<=5), sum(d<=15), sum(d<=60), sum(d<=300), sum(d<=900), "
-	    "sum(d<=3600), sum(d<=14400) FROM (SELECT type, state, finished_at-started_at AS d "
-	    "FROM steps WHERE finished_at IS NOT NULL AND started_at IS NOT NULL) "
-	    "GROUP BY type, state ORDER BY type, state",
+	    "SELECT type, state, n, seconds, le_1, le_5, le_15, le_60, le_300, le_900, le_3600, "
+	    "le_14400 FROM step_duration_totals ORDER BY type, state",
 	    "");
 	if (!s)
 		return -EIO;
@@ -182,10 +179,7 @@ static int slices(FILE *f, struct tf_store *st, double now)
 
 	fprintf(f, "# HELP tpuflow_slice_seconds_total Slice-seconds used by finished train "
 	           "attempts, by scheduler project.\n# TYPE tpuflow_slice_seconds_total counter\n");
-	s = tf_store_query(st,
-	                   "SELECT coalesce(project, 'default'), sum(coalesce(slice_seconds, 0)) "
-	                   "FROM slice_jobs GROUP BY 1 ORDER BY 1",
-	                   "");
+	s = tf_store_query(st, "SELECT project, seconds FROM slice_seconds_totals ORDER BY 1", "");
 	if (!s)
 		return -EIO;
 	while ((rc = tf_stmt_step(s)) == 1) {
