@@ -193,11 +193,13 @@ int cmd_hooks(int argc, char **argv, struct tf_cli *cli)
 				         env    ? env
 				         : file ? file
 				                : "-");
-				printf("%-16s %-13s %-22s %-40s %s\n",
+				const char *off = json_string_value(json_object_get(p, "disabled"));
+				printf("%-16s %-13s %-22s %-40s %s%s%s\n",
 				       json_string_value(json_object_get(p, "name")),
 				       json_string_value(json_object_get(p, "format")), secret,
 				       json_string_value(json_object_get(p, "url")),
-				       json_string_value(json_object_get(p, "on")));
+				       json_string_value(json_object_get(p, "on")),
+				       off ? "  DISABLED: " : "", off ? off : "");
 			}
 		}
 		json_decref(list);

@@ -392,7 +392,7 @@ int tf_hooks_add(struct tf_store *st, const struct tf_alerts_config *cfg, const 
 	                  "created_at) VALUES(?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
 	                  "url=excluded.url, format=excluded.format, "
 	                  "secret_env=excluded.secret_env, secret_file=excluded.secret_file, "
-	                  "events=excluded.events",
+	                  "events=excluded.events, disabled_at=NULL, disabled_reason=NULL",
 	                  "ttttttd", h->name, h->url, f, h->secret_env, h->secret_file, joined,
 	                  tf_now_wall());
 	free(joined);
@@ -413,7 +413,8 @@ int tf_hooks_list(struct tf_store *st, json_t **out)
 {
 	struct tf_stmt *q = tf_store_query(st,
 	                                   "SELECT name, url, format, secret_env, secret_file, "
-	                                   "events, created_at FROM hooks ORDER BY name",
+	                                   "events, created_at, disabled_at, disabled_reason "
+	                                   "FROM hooks ORDER BY name",
 	                                   "");
 	if (!q)
 		return -EIO;
@@ -428,6 +429,10 @@ int tf_hooks_list(struct tf_store *st, json_t **out)
 		if (tf_stmt_text(q, 4))
 			json_object_set_new(h, "secret_file", json_string(tf_stmt_text(q, 4)));
 		json_object_set_new(h, "on", json_string(tf_stmt_text(q, 5)));
+		if (tf_stmt_text(q, 8)) {
+			json_object_set_new(h, "disabled_at", json_real(tf_stmt_double(q, 7)));
+			json_object_set_new(h, "disabled", json_string(tf_stmt_text(q, 8)));
+		}
 		json_array_append_new(arr, h);
 	}
 	tf_stmt_done(q);

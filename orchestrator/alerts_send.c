@@ -10,7 +10,9 @@
  *                            another attempt after tf_alerts_backoff (Retry-After honoured),
  *                            dead once max_attempts were made or the horizon has passed
  *   3xx (never followed), 400, 410, 413, 422, host not allowed
- *                            dead at once: the receiver refuses this body or this sender
+ *                            dead at once: the receiver refuses this body or this sender;
+ *                            410 Gone also disables the hook (its later alerts are dead
+ *                            without a request until `hooks add` sets it again)
  * A hook's alerts go in the order they were queued: a pass takes the oldest pending row of
  * each hook, and the next one only once it is delivered or dead, so a receiver that is down
  * gets one request per backoff, not one per queued alert, and a firing alert reaches
@@ -332,6 +334,7 @@ enum outcome { SENT, RETRY, DEAD };
 struct target {
 	int64_t id;
 	char *msg_id, *hook, *payload, *url, *format, *secret_env, *secret_file;
+	char *disabled; /* why the hook is disabled (410 Gone), or NULL */
 	int attempts;
 	double queued_at;
 	int has_hook;
@@ -346,6 +349,7 @@ static void target_free(struct target *t)
 	free(t->format);
 	free(t->secret_env);
 	free(t->secret_file);
+	free(t->disabled);
 }
 
 /* Posts one alert; *status gets the HTTP status (0: none), err the reason when not SENT. */
@@ -356,6 +360,13 @@ static enum outcome post(const struct tf_alerts_config *cfg, const struct target
 	if (!t->has_hook) {
 		tf_errf(err, errlen, "no hook '%s' in this home (tpuflow hooks add %s --url ...)",
 		        t->hook, t->hook);
+		return DEAD;
+	}
+	if (t->disabled) {
+		tf_errf(err, errlen,
+		        "hook '%s' is disabled: %s; 'tpuflow hooks add %s --url ...' enables it, "
+		        "then 'tpuflow alerts redeliver --dead'",
+		        t->hook, t->disabled, t->hook);
 		return DEAD;
 	}
 	if (tf_alerts_url_allowed(cfg, t->url, err, errlen))
@@ -461,13 +472,29 @@ static int record(struct tf_store *st, const struct tf_alerts_config *cfg, const
 	    (attempts >= cfg->max_attempts || now + delay - t->queued_at > cfg->horizon))
 		o = DEAD;
 	const char *state = o == SENT ? "delivered" : o == DEAD ? "dead" : "pending";
-	int rc = tf_store_run(
-	    st,
-	    "UPDATE alerts SET state=?1, attempts=?2, lease_until=NULL, last_status=nullif(?3, 0), "
-	    "last_error=?4, next_attempt_at=?5, delivered_at=CASE WHEN ?1='delivered' THEN ?6 "
-	    "END, dead_at=CASE WHEN ?1='dead' THEN ?6 END WHERE id=?7",
-	    "tiitddi", state, (int64_t)attempts, (int64_t)status, o == SENT ? NULL : err,
-	    now + (o == RETRY ? delay : 0), now, t->id);
+	int own, rc = tf_store_join(st, &own);
+	if (rc)
+		return rc;
+	if (status == 410) { /* the receiver wants no more alerts from here */
+		char why[300];
+		snprintf(why, sizeof(why), "%.200s answered 410 Gone", t->url);
+		rc = tf_store_run(st,
+		                  "UPDATE hooks SET disabled_at=?, disabled_reason=? WHERE name=?",
+		                  "dtt", now, why, t->hook);
+		if (rc == 0)
+			tf_warn("hook '%s' disabled: %s", t->hook, why);
+	}
+	if (rc == 0)
+		rc = tf_store_run(st,
+		                  "UPDATE alerts SET state=?1, attempts=?2, lease_until=NULL, "
+		                  "last_status=nullif(?3, 0), "
+		                  "last_error=?4, next_attempt_at=?5, delivered_at=CASE WHEN "
+		                  "?1='delivered' THEN ?6 "
+		                  "END, dead_at=CASE WHEN ?1='dead' THEN ?6 END WHERE id=?7",
+		                  "tiitddi", state, (int64_t)attempts, (int64_t)status,
+		                  o == SENT ? NULL : err, now + (o == RETRY ? delay : 0), now,
+		                  t->id);
+	rc = tf_store_leave(st, own, rc);
 	if (o == SENT)
 		tf_debug("alert %s (%s) delivered to hook '%s'", t->msg_id, t->payload, t->hook);
 	else if (o == DEAD)
@@ -499,7 +526,8 @@ static int claim(struct tf_store *st, const struct tf_alerts_config *cfg, int ma
 	    st,
 	    "SELECT a.id, a.msg_id, a.hook, a.payload, a.attempts, a.queued_at, h.name IS NOT "
 	    "NULL, "
-	    "h.url, h.format, h.secret_env, h.secret_file FROM alerts a LEFT JOIN hooks h ON "
+	    "h.url, h.format, h.secret_env, h.secret_file, h.disabled_reason FROM alerts a "
+	    "LEFT JOIN hooks h ON "
 	    "h.name=a.hook WHERE (?1 = 0 AND a.state='pending' AND a.next_attempt_at <= ?2 AND "
 	    "(a.lease_until IS NULL OR a.lease_until < ?2) AND " HOOK_HEAD ") OR a.id=?1 "
 	    "ORDER BY a.id LIMIT ?3",
@@ -525,7 +553,8 @@ static int claim(struct tf_store *st, const struct tf_alerts_config *cfg, int ma
 		                     .url = tf_stmt_strdup(q, 7),
 		                     .format = tf_stmt_strdup(q, 8),
 		                     .secret_env = tf_stmt_strdup(q, 9),
-		                     .secret_file = tf_stmt_strdup(q, 10)};
+		                     .secret_file = tf_stmt_strdup(q, 10),
+		                     .disabled = tf_stmt_strdup(q, 11)};
 	}
 	tf_stmt_done(q);
 	/* the rows are posted one after the other: row i's lease covers the i posts before it */
@@ -625,6 +654,7 @@ int tf_alerts_refire(struct tf_store *st, const struct tf_alerts_config *cfg, in
 	    "SELECT a.id, a.msg_id, a.hook, a.payload, h.url, h.format, h.secret_env, "
 	    "h.secret_file "
 	    "FROM alerts a JOIN hooks h ON h.name=a.hook WHERE a.state='delivered' AND "
+	    "h.disabled_at IS NULL AND "
 	    "(a.id IN (SELECT alert_id FROM alert_firing) OR (a.resolves IS NOT NULL AND "
 	    "h.format='alertmanager' AND a.delivered_at > ?)) ORDER BY a.id",
 	    "d", tf_now_wall() - RESOLVED_S);

@@ -731,7 +731,8 @@ static void test_alerts_order_per_hook(void **state)
 
 /* What each answer means: 404 (a receiver being deployed, a wrong path fixed later) is tried
  * again, as the Standard Webhooks specification treats every non-2xx answer; 400, 410 Gone,
- * 413 and 422 refuse this body or this sender, and the alert is dead at once. */
+ * 413 and 422 refuse this body or this sender, and the alert is dead at once. 410 also
+ * disables the hook: its next alert is dead without a request, until `hooks add` again. */
 static void test_alerts_answers(void **state)
 {
 	(void)state;
@@ -763,6 +764,25 @@ static void test_alerts_answers(void **state)
 			        cases[i].state);
 		assert_string_equal(got, cases[i].state);
 		free(got);
+		if (cases[i].status == 410) { /* Gone: the hook is disabled, nothing more is sent */
+			json_t *hooks = NULL;
+			assert_int_equal(tf_hooks_list(st, &hooks), 0);
+			assert_non_null(strstr(json_string_value(json_object_get(
+			                           json_array_get(hooks, 0), "disabled")),
+			                       "410 Gone"));
+			json_decref(hooks);
+			assert_int_equal(tf_alerts_queue_test(st, "answers", &id), 0);
+			assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, NULL, NULL, NULL), 0);
+			assert_int_equal(r.n, 1);
+			assert_int_equal(
+			    tf_store_query_text(st, &got,
+			                        "SELECT state || ' ' || last_error FROM "
+			                        "alerts WHERE id=?",
+			                        "i", id),
+			    0);
+			assert_non_null(strstr(got, "dead hook 'answers' is disabled"));
+			free(got);
+		}
 		responder_stop(&r);
 	}
 	tf_hooks_remove(st, "answers");
