@@ -733,6 +733,11 @@ static void *worker_main(void *arg)
 		return NULL;
 	}
 	for (;;) {
+		/* stop only after a whole pass begun once the stop was asked: an alert committed
+		 * while a pass was under way (a run's last state) is still taken by the next one */
+		pthread_mutex_lock(&w->mu);
+		int last = w->stopping;
+		pthread_mutex_unlock(&w->mu);
 		struct tf_alerts_config cfg;
 		if (tf_alerts_config_load(w->home, &cfg, err, sizeof(err)))
 			tf_warn("%s", err);
@@ -747,7 +752,7 @@ static void *worker_main(void *arg)
 		tf_alerts_config_release(&cfg);
 		pthread_mutex_lock(&w->mu);
 		double now = tf_now_monotonic();
-		if (w->stopping && (next < 0 || now + next > w->drain_end)) {
+		if (last && (next < 0 || now + next > w->drain_end)) {
 			pthread_mutex_unlock(&w->mu);
 			break;
 		}

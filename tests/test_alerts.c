@@ -5,8 +5,9 @@
  * alerts resolved by the next successful run of the pipeline, the Slack and Alertmanager
  * bodies (texts cut on a character, labels that tell alerts apart), dead-lettering after
  * max_attempts, redelivery with the same id, what each HTTP answer means, a hook's alerts in
- * queue order, leases that cover a whole pass, and both signatures while a secret is
- * rotated. Delivery to real receivers is tests/it_alerts.sh. */
+ * queue order, leases that cover a whole pass, both signatures while a secret is rotated,
+ * and a resolving alert queued during the delivery thread's last pass still sent.
+ * Delivery to real receivers is tests/it_alerts.sh. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -530,8 +531,9 @@ static void test_alerts_metric_regressed(void **state)
 /* ---- a minimal HTTP receiver on a thread: answers `status` to each request, keeps bodies */
 
 struct responder {
-	int fd, port, n;
-	_Atomic int status;
+	int fd, port;
+	_Atomic int n; /* requests answered (read by the test while the thread runs) */
+	_Atomic int status, delay_ms;         /* the answer, and how long it takes */
 	char bodies[8][4096], heads[8][1024]; /* the first 8 requests */
 	pthread_t t;
 };
@@ -567,6 +569,8 @@ static void *responder_main(void *arg)
 			         buf);
 		}
 		r->n++;
+		if (atomic_load(&r->delay_ms))
+			usleep(1000 * (unsigned)atomic_load(&r->delay_ms));
 		char out[128];
 		int m = snprintf(out, sizeof(out),
 		                 "HTTP/1.1 %d X\r\nContent-Length: 0\r\n"
@@ -727,6 +731,48 @@ static void test_alerts_order_per_hook(void **state)
 	tf_store_close(st);
 	responder_stop(&down);
 	responder_stop(&up);
+}
+
+/* The delivery thread of `tpuflow run` is stopped right after the run's last state commits.
+ * Its first pass posts the firing Alertmanager alerts again (a slow receiver here); a
+ * success committed meanwhile queues the resolving alert, which that pass did not see: the
+ * stop must still deliver it (one more pass, begun after the stop was asked). */
+static void test_alerts_worker_stop_takes_late_rows(void **state)
+{
+	(void)state;
+	struct responder r;
+	responder_start(&r, 200);
+	char url[96];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", r.port);
+	struct tf_store *st = open_home();
+	tf_store_run(st, "DELETE FROM alerts", "");
+	tf_store_run(st, "DELETE FROM alert_firing", "");
+	add_hook(st, "late", url, "alertmanager", "run_failed");
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	char a[32], b[32];
+	new_run(st, "late", a);
+	assert_int_equal(tf_run_set_state(st, a, TF_RUN_FAILED, "boom"), 0);
+	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, NULL, NULL, NULL), 0);
+	assert_int_equal(r.n, 1); /* firing */
+	atomic_store(&r.delay_ms, 300);
+	struct tf_alerts_worker *w = tf_alerts_worker_start(".");
+	assert_non_null(w);
+	while (r.n < 2) /* the thread's first pass is posting the firing alert again */
+		usleep(1000);
+	new_run(st, "late", b);
+	assert_int_equal(tf_run_set_state(st, b, TF_RUN_SUCCEEDED, NULL), 0);
+	int left = -1;
+	tf_alerts_worker_stop(w, 10, &left);
+	assert_int_equal(left, 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE resolves IS NOT NULL AND "
+	                           "state='delivered'"),
+	                 1);
+	assert_non_null(strstr(r.bodies[2], "\"endsAt\""));
+	tf_hooks_remove(st, "late");
+	tf_alerts_config_release(&cfg);
+	tf_store_close(st);
+	responder_stop(&r);
 }
 
 /* What each answer means: 404 (a receiver being deployed, a wrong path fixed later) is tried
@@ -1114,6 +1160,7 @@ int main(void)
 	    cmocka_unit_test(test_alerts_schedule_missed),
 	    cmocka_unit_test(test_alerts_pipeline_routes_validated),
 	    cmocka_unit_test(test_alerts_pipeline_routes),
+	    cmocka_unit_test(test_alerts_worker_stop_takes_late_rows),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
