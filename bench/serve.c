@@ -25,7 +25,7 @@
  *   - the cost of a canary's shadow comparison (docs/serving.md): the same predict with a
  *     canary of the same weights taking 99% of the requests under a rollout policy that never
  *     moves it, without and then with the shadow comparison (production answers each canary
- *     request too, after its answer is sent); the difference in server CPU per request, over
+ *     request too, on the comparison thread); the difference in server CPU per request, over
  *     0.99, is what the shadow costs per canary request.
  *
  * Goals (issue 15): p99 <= 1 ms and >= 0.5x the floor's requests/s. Needs wrk and the
