@@ -266,6 +266,7 @@ int tf_alert_signatures(const char *secrets, const char *msg_id, long long times
                         const char *body, size_t len, char **out)
 {
 	char *copy = tf_xstrdup(secrets), *save = NULL, *joined = tf_xstrdup("");
+	size_t clen = strlen(copy); /* strtok_r cuts it: wiped whole below */
 	int rc = -EINVAL;
 	for (char *w = strtok_r(copy, " \t\r\n", &save); w; w = strtok_r(NULL, " \t\r\n", &save)) {
 		char sig[128];
@@ -276,7 +277,7 @@ int tf_alert_signatures(const char *secrets, const char *msg_id, long long times
 		free(joined);
 		joined = n;
 	}
-	explicit_bzero(copy, strlen(copy));
+	explicit_bzero(copy, clen);
 	free(copy);
 	if (rc) {
 		free(joined);
