@@ -95,8 +95,10 @@ static long request(const struct remote *r, const char *method, const char *path
 	return status;
 }
 
-/* Prints a problem body as "tpuflow: TITLE: DETAIL" plus its file:line:col errors. */
-static int print_problem(long status, const char *body)
+/* Prints a problem body as "tpuflow: TITLE: DETAIL" plus its file:line:col errors, each
+ * under the name `file` when given (the file the user sent: the daemon names the text by its
+ * pipeline). */
+static int print_problem_in(long status, const char *body, const char *file)
 {
 	json_t *j = body ? json_loads(body, 0, NULL) : NULL;
 	fprintf(stderr, "tpuflow: %ld %s: %s\n", status,
@@ -107,7 +109,7 @@ static int print_problem(long status, const char *body)
 	json_array_foreach(json_object_get(j, "errors"), i, e)
 	{
 		fprintf(stderr, "%s:%lld:%lld: error: %s\n",
-		        json_string_value(json_object_get(e, "file")),
+		        file ? file : json_string_value(json_object_get(e, "file")),
 		        (long long)json_integer_value(json_object_get(e, "line")),
 		        (long long)json_integer_value(json_object_get(e, "col")),
 		        json_string_value(json_object_get(e, "message")));
@@ -121,6 +123,11 @@ static int print_problem(long status, const char *body)
 	       : status == 422 || status == 400 ? TF_EXIT_DATAERR
 	       : status >= 500                  ? TF_EXIT_UNAVAILABLE
 	                                        : TF_EXIT_FAILED;
+}
+
+static int print_problem(long status, const char *body)
+{
+	return print_problem_in(status, body, NULL);
 }
 
 /* A 2xx answer's body: with --json (or without a printer) the JSON as the local commands
@@ -408,7 +415,7 @@ static int remote_run(const struct remote *r, int argc, char **argv)
 		return TF_EXIT_UNAVAILABLE;
 	}
 	if (st >= 300) {
-		int ret = print_problem(st, out);
+		int ret = print_problem_in(st, out, file);
 		free(out);
 		return ret;
 	}

@@ -178,6 +178,9 @@ expect 0 "  cancelled at " -- R runs show "$live"
 # retry of a succeeded run is a conflict (409: exit 1, as the local command), not a 500
 expect 0 "cancel: $live  (the run is now failed)" -- R runs cancel "$live"
 expect 1 "409 Conflict: run '$r3' is succeeded: nothing to retry" -- R runs retry "$r3"
+# a pipeline with errors: each under the file's own name, as the local command says it (65)
+printf 'name: bad\nsteps:\n  - name: a\n    type: shel\n' >"$dir/bad.yaml"
+expect 65 "$dir/bad.yaml:4:11: error: unknown step type 'shel'" -- R run "$dir/bad.yaml"
 # logs: a step's as the local command prints them; an unknown step is the API's 404 (66)
 expect 0 "==> attempt 1 <==" -- R runs logs "$r3" a
 expect 66 "404 Not Found: run $r3 has no step 'zz'" -- R runs logs "$r3" zz

@@ -1710,6 +1710,39 @@ static void test_run_delete_gc_orphaned(void **state)
 	tf_store_close(st);
 }
 
+/* Over its rate a token gets 429 with Retry-After, a problem; another token and the public
+ * routes do not. A server of its own with a slow bucket (2 requests, then one per 100 s), so
+ * a loaded machine cannot refill it between two requests. */
+static void test_rate_limit(void **state)
+{
+	(void)state;
+	struct tf_web_opts o = {.home = home, .listen = "127.0.0.1:0", .rate = 0.01, .burst = 2};
+	struct tf_web *w;
+	char err[256], saved[sizeof(base)];
+	assert_int_equal(tf_web_start(&o, &w, err, sizeof(err)), 0);
+	memcpy(saved, base, sizeof(base));
+	snprintf(base, sizeof(base), "http://127.0.0.1:%d", tf_web_port(w));
+	for (int i = 0; i < 2; i++) {
+		struct resp r = call("GET", "/api/v1/whoami", tok_read, NULL, NULL);
+		assert_int_equal(r.status, 200);
+		resp_free(&r);
+	}
+	struct resp r = call("GET", "/api/v1/whoami", tok_read, NULL, NULL);
+	assert_problem(&r, 429);
+	const char *ra = strcasestr(r.head.p, "retry-after: ");
+	assert_non_null(ra);
+	assert_true(atoi(ra + 13) >= 1);
+	resp_free(&r);
+	r = call("GET", "/api/v1/whoami", tok_trigger, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	r = call("GET", "/healthz", NULL, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	memcpy(base, saved, sizeof(base));
+	tf_web_stop(w);
+}
+
 /* A page's cursor stays valid when the run it names is deleted meanwhile: the next page is
  * the same; a bare run id works while that run exists, an unknown one is refused. (Last: a
  * deleted run's events leave a gap in the global sequence test_global_events walks.) */
@@ -1775,6 +1808,7 @@ int main(void)
 	    cmocka_unit_test(test_burst_idempotent),  cmocka_unit_test(test_start_refusals),
 	    cmocka_unit_test(test_run_delete_gc_orphaned),
 	    cmocka_unit_test(test_cursor_after_delete),
+	    cmocka_unit_test(test_rate_limit),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
