@@ -43,7 +43,7 @@ const ctx = await chromium.launchPersistentContext(profile, {
 const page = ctx.pages()[0] || await ctx.newPage();
 const errors = [];
 const watch = (p) => {
-  p.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  p.on('console', (m) => { if (m.type() === 'error') errors.push(m.text() + ' (' + (m.location().url || '?') + ')'); });
   p.on('pageerror', (e) => errors.push(String(e)));
 };
 watch(page);
