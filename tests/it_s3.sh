@@ -49,7 +49,7 @@ export TF_S3_FAULT_ENDPOINT=http://127.0.0.1:$(cat "$dir/proxy.port")
 
 mkdir -p "$dir/work"
 export TF_S3_TEST_BUCKET=it-$$
-(cd "$dir/work" && "$live") || fail "test_s3_live"
+(cd "$dir/work" && TF_TEST_TMP="$dir/work" "$live") || fail "test_s3_live"
 echo "$me: fault proxy: $(cat "$dir/proxy.json")"
 
 # the CLI against the same server

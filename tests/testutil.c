@@ -11,8 +11,6 @@
 #include "storage/objstore.h"
 #include "tests/testutil.h"
 
-#include "common/common.h"
-
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +59,26 @@ const char *tf_test_tmp(void)
 	dir = tf_xasprintf("%s/tpuflow-test.XXXXXX", t && *t ? t : "/tmp");
 	assert_non_null(mkdtemp(dir));
 	return dir;
+}
+
+/* A test binary run by hand (no TF_TEST_TMP: tests/run.sh gives one and runs the binary in it)
+ * works in its own new directory, as under run.sh, instead of leaving relative files in
+ * whatever directory it was started from. TPUFLOW_BIN is made absolute first. */
+__attribute__((constructor)) static void work_in_test_tmp(void)
+{
+	const char *t = getenv("TF_TEST_TMP");
+	if (t && *t)
+		return;
+	const char *bin = getenv("TPUFLOW_BIN");
+	char *abs = bin && *bin ? realpath(bin, NULL) : NULL;
+	if (abs) {
+		setenv("TPUFLOW_BIN", abs, 1);
+		free(abs);
+	}
+	if (chdir(tf_test_tmp()) != 0) {
+		perror(tf_test_tmp());
+		exit(1);
+	}
 }
 
 int tf_test_cli(const char *const args[], char **out, char **err)
