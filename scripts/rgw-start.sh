@@ -24,14 +24,7 @@ RUN=$B/run LOG=$B/log
 rm -rf "$B/mon" "$B/mgr" "$B/osd" "$RUN" "$LOG" "$B/ceph.conf" "$B/monmap" "$B/s3.env"
 mkdir -p "$B/mon" "$B/mgr" "$B/osd" "$RUN" "$LOG"
 
-read -r P_MON P_RGW < <(python3 - <<'PY'
-import socket
-ss = [socket.socket() for _ in range(2)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))
-for s in ss: s.close()
-PY
-)
+read -r P_MON P_RGW < <("$(dirname "$0")"/free-ports.sh 2)
 FSID=$(cat /proc/sys/kernel/random/uuid)
 C=$B/ceph.conf
 cat > "$C" <<EOC

@@ -18,14 +18,7 @@ for t in swift-proxy-server swift-object-server swift-ring-builder memcached; do
   command -v $t >/dev/null || { echo "s3-server: '$t' is missing: run scripts/deps.sh test" >&2; exit 69; }
 done
 
-read -r P_ACC P_CON P_OBJ P_S3 P_MC < <($PY - <<'PY'
-import socket
-ss = [socket.socket() for _ in range(5)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))
-for s in ss: s.close()
-PY
-)
+read -r P_ACC P_CON P_OBJ P_S3 P_MC < <("$(dirname "$0")"/free-ports.sh 5)
 
 common() { cat <<EOC
 [DEFAULT]

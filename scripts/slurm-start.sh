@@ -25,14 +25,7 @@ rm -rf "$D/state" "$D/spool" "$D/run"
 mkdir -p "$D/state" "$D/spool" "$D/run" "$D/log" "$D/munge"
 chmod 0700 "$D/munge"
 PY=/usr/bin/python3
-read -r P_CTL P_D < <($PY - <<'PY'
-import socket
-ss = [socket.socket() for _ in range(2)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))
-for s in ss: s.close()
-PY
-)
+read -r P_CTL P_D < <("$(dirname "$0")"/free-ports.sh 2)
 host=$(hostname -s)
 node=tf$P_D                       # unique per cluster, so two clusters never share a name
 user=$(id -un)

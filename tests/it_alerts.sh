@@ -59,7 +59,6 @@ for _ in $(seq 1 100); do [[ -s $dir/recv.port ]] && break; sleep 0.05; done
 rport=$(head -1 "$dir/recv.port")
 [[ $rport =~ ^[0-9]+$ ]] || fail "the receiver did not start"
 R=http://127.0.0.1:$rport
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cat >"$dir/am.yml" <<'YML'
 route:
   receiver: nobody
@@ -67,7 +66,7 @@ route:
 receivers:
   - name: nobody
 YML
-amport=$(free_port)
+amport=$(scripts/free-ports.sh)
 "$am_bin" --config.file="$dir/am.yml" --storage.path="$dir/am" \
   --web.listen-address="127.0.0.1:$amport" --cluster.listen-address= >"$dir/am.log" 2>&1 &
 pids+=($!)

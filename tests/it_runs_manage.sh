@@ -118,7 +118,7 @@ expect 0 "" -- "$bin" gc --home "$H" --keep-last 0 --apply
 for _ in 1 2 3; do expect 0 "" -- "$bin" run "$dir/lab.yaml" --home "$H" --plain; done
 read -r r3 r2 r1 <<<"$(ids --pipeline lab)"
 # an S3 endpoint nobody answers at (a port just free), for a run whose store is gone
-closed=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+closed=$(scripts/free-ports.sh)
 export AWS_ENDPOINT_URL=http://127.0.0.1:$closed AWS_ACCESS_KEY_ID=it AWS_SECRET_ACCESS_KEY=it AWS_REGION=us-east-1
 "$bin" daemon --home "$H" --listen 127.0.0.1:0 >>"$dir/d.log" 2>&1 &
 dpid=$!
