@@ -19,7 +19,10 @@ bench+=(bc python3-numpy python3-tqdm python3-absl python3-pandas)  # SCALE-Sim 
 test+=(prometheus)  # tests/test_web.c: promtool check metrics, a real Prometheus scraping /metrics
 bench+=(wrk)  # bench/api.c: the REST API and the HTTP floor under wrk
 bench+=(python3-torch python3-numpy)  # training peers of bench/train.sh (bench/train_py_peers.py)
-bench+=(radosgw ceph-mon ceph-osd ceph-mgr)  # bench/s3.sh: a one-node Ceph with its S3 gateway (scripts/rgw-start.sh)
+test+=(radosgw ceph-mon ceph-osd ceph-mgr)  # tests/it_rgw.sh, bench/s3.sh: a one-node Ceph with its S3 gateway (scripts/rgw-start.sh)
+bench+=(radosgw ceph-mon ceph-osd ceph-mgr)
+test+=(chromium)  # tests/it_dashboard.sh: the dashboard in a real browser (playwright-core drives /usr/bin/chromium)
+test+=(prometheus-alertmanager)  # tests/it_alerts.sh: alerts posted to a real Alertmanager
 test+=(openssl)  # tests/it_daemon_tls.sh: a certificate for the daemon's HTTPS
 docs=(pngquant optipng)  # scripts/readme-shots.sh: the README's dashboard screenshots, made small
 

@@ -16,7 +16,7 @@
 . "$(dirname "$0")/lib.sh" it_dashboard dashboard
 if ! command -v node >/dev/null || [[ ! -x /usr/bin/chromium ]] ||
   [[ ! -f node_modules/playwright-core/package.json ]]; then
-  echo "it_dashboard: node, /usr/bin/chromium or node_modules/playwright-core missing (make deps)"
+  echo "it_dashboard: node, /usr/bin/chromium or node_modules/playwright-core missing (make deps; scripts/deps.sh test)"
   exit 77
 fi
 PY=/usr/bin/python3

@@ -16,7 +16,7 @@ me=it_s3 start=scripts/s3-server-start.sh stop=scripts/s3-server-stop.sh
 [[ -x $live && -x $bin ]] || { echo "$me: build first (make tests)"; exit 1; }
 if [[ $server == rgw ]]; then
   command -v radosgw >/dev/null ||
-    { echo "$me: skipped: Ceph's radosgw is not installed (scripts/deps.sh bench)"; exit 77; }
+    { echo "$me: skipped: Ceph's radosgw is not installed (scripts/deps.sh test)"; exit 77; }
 elif ! command -v swift-proxy-server >/dev/null || ! command -v memcached >/dev/null; then
   scripts/deps.sh test || { echo "$me: cannot install the S3 server packages"; exit 1; }
 fi
