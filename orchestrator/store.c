@@ -83,7 +83,8 @@
 
 struct tf_stmt {
 	sqlite3_stmt *stmt;     /* the prepared statement */
-	const char *sql_ptr;    /* SQL text pointer as given (fast lookup) */
+	const char *sql_ptr;    /* SQL text pointer as given (looked at first) */
+	char *sql;              /* a copy of that text: what the statement is cached by */
 	struct tf_store *owner; /* for error messages */
 	int in_use;             /* handed out and not yet done */
 };
@@ -668,8 +669,10 @@ void tf_store_close(struct tf_store *st)
 {
 	if (!st)
 		return;
-	for (size_t i = 0; i < st->ncache; i++)
+	for (size_t i = 0; i < st->ncache; i++) {
 		sqlite3_finalize(st->cache[i].stmt);
+		free(st->cache[i].sql);
+	}
 	free(st->cache);
 	if (st->db)
 		sqlite3_close_v2(st->db);
@@ -718,13 +721,19 @@ static int bind_va(struct tf_store *st, sqlite3_stmt *stmt, const char *types, v
 	return 0;
 }
 
+/* A free cached statement of this SQL text: first the one prepared from the same pointer
+ * (one strcmp), then any. The text is compared even when the pointer matches: a caller may
+ * have written other SQL into the same buffer, or malloc given a freed string's address to
+ * another. (The statement's own sqlite3_sql() would not do: it stops after the first
+ * statement's semicolon.) */
 static struct tf_stmt *cached(struct tf_store *st, const char *sql)
 {
 	for (size_t i = 0; i < st->ncache; i++)
-		if (st->cache[i].sql_ptr == sql && !st->cache[i].in_use)
+		if (st->cache[i].sql_ptr == sql && !st->cache[i].in_use &&
+		    !strcmp(st->cache[i].sql, sql))
 			return &st->cache[i];
 	for (size_t i = 0; i < st->ncache; i++)
-		if (!st->cache[i].in_use && !strcmp(sqlite3_sql(st->cache[i].stmt), sql))
+		if (!st->cache[i].in_use && !strcmp(st->cache[i].sql, sql))
 			return &st->cache[i];
 	sqlite3_stmt *stmt = NULL;
 	int rc = sqlite3_prepare_v2(st->db, sql, -1, &stmt, NULL);
@@ -745,7 +754,7 @@ static struct tf_stmt *cached(struct tf_store *st, const char *sql)
 		st->cache = tf_xrealloc(st->cache, st->capcache * sizeof(*st->cache));
 	}
 	struct tf_stmt *s = &st->cache[st->ncache++];
-	*s = (struct tf_stmt){.stmt = stmt, .sql_ptr = sql, .owner = st};
+	*s = (struct tf_stmt){.stmt = stmt, .sql_ptr = sql, .sql = tf_xstrdup(sql), .owner = st};
 	return s;
 }
 

@@ -191,6 +191,15 @@ static void test_store_statements_and_constraints(void **state)
 	assert_int_equal(tf_store_query_int(st, &n, "SELECT count(*) FROM t", ""), 0);
 	assert_int_equal(n, 2);
 	assert_int_equal(tf_store_query_int(st, &n, "SELECT b FROM t WHERE a='zz'", ""), -ENOENT);
+	/* statements are cached by their text, not by where it is: a buffer written again with
+	 * other SQL runs the other SQL */
+	char sql[64];
+	snprintf(sql, sizeof(sql), "SELECT b FROM t WHERE a='x'");
+	assert_int_equal(tf_store_query_int(st, &n, sql, ""), 0);
+	assert_int_equal(n, 7);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM t");
+	assert_int_equal(tf_store_query_int(st, &n, sql, ""), 0);
+	assert_int_equal(n, 2);
 	tf_store_close(st);
 }
 
