@@ -188,6 +188,33 @@ async function graphMatches(id, tok) {
   return run;
 }
 
+// The dashboard's Server-Sent Events reader (web/ui/sse.js) against the cases of the HTML
+// standard's event stream interpretation: [what, the text in the reads it comes in, the
+// events [name, data] it makes, then lastId and retry when the case says them].
+const SSE_CASES = [
+  ['data lines joined with a newline', ['data: a\ndata: b\n\n'], [['message', 'a\nb']]],
+  ['CRLF line ends', ['event: run\r\ndata: {"x":1}\r\n\r\n'], [['run', '{"x":1}']]],
+  ['CR line ends', ['data: c\r\r'], [['message', 'c']]],
+  ['a CRLF cut between two reads is one line end', ['data: 1\r', '\ndata: 2\r\n', '\r\n'], [['message', '1\n2']]],
+  ['one space after the colon removed, no more', ['data:  two\ndata:x\n\n'], [['message', ' two\nx']]],
+  ['comments and unknown fields ignored, a bare name is an empty value', [': hi\nfoo: bar\ndata\ndata\n\n'], [['message', '\n']]],
+  ['no data, no event; id and retry kept', ['id: 7\nretry: 10000\n\nevent: end\n\n'], [], '7', 10000],
+  ['a bare id clears it, a retry not all digits is ignored', ['id: 7\n\nid\nretry: 1s\ndata: z\n\n'], [['message', 'z']], '', null],
+  ['an unfinished event waits for its blank line', ['data: held\n'], []],
+];
+async function sseChecks() {
+  const src = readFileSync(new URL('../web/ui/sse.js', import.meta.url), 'utf8');
+  const { sseReader } = await import('data:text/javascript,' + encodeURIComponent(src));
+  for (const [what, reads, want, lastId, retry] of SSE_CASES) {
+    const got = [];
+    const r = sseReader((name, data) => got.push([name, data]));
+    for (const t of reads) r.push(t);
+    check(JSON.stringify(got) === JSON.stringify(want) && (lastId === undefined || r.lastId === lastId) &&
+      (retry === undefined || r.retry === retry),
+    `SSE ${what}: ${JSON.stringify(reads)} made ${JSON.stringify(got)} (id ${JSON.stringify(r.lastId)}, retry ${r.retry})`);
+  }
+}
+
 // Progress lines of a train step's log, as the API serves them: the points each curve must have.
 async function expectedPoints(id, step, tok) {
   const text = await api(`/api/v1/runs/${id}/steps/${step}/logs`, tok);
@@ -311,6 +338,8 @@ async function authPass() {
     return t;
   };
   const logTab = await tab();
+  const logAsks = []; // the talker tab's log requests: each one after the first from where it was
+  logTab.on('request', (r) => { if (/\/logs\?/.test(r.url())) logAsks.push(new URL(r.url()).searchParams.get('offset')); });
   await logTab.goto(base + '/#/runs/' + talker.id + '?step=talk');
   await logTab.waitForFunction(() => +document.querySelector('pre.log')?.dataset.lines >= 2, null, { timeout: 60000 });
   await logTab.evaluate(() => { window.sameDocument = true; });
@@ -347,6 +376,11 @@ async function authPass() {
   const shownLog = await logTab.$eval('pre.log', (e) => e.textContent);
   check(shownLog === talkLog && talkLog.includes('line 30'),
     `the log followed through the restart: ${JSON.stringify(shownLog.slice(-200))} vs ${JSON.stringify(talkLog.slice(-200))}`);
+  // asked again from the bytes it had (?offset=), not from the start
+  const offsets = logAsks.slice(1).map(Number);
+  check(logAsks[0] === null && offsets.length >= 1 && offsets.every((o, i) => o > 0 && (!i || o >= offsets[i - 1])) &&
+    offsets[offsets.length - 1] <= Buffer.byteLength(talkLog),
+  `the talker tab's log asked again with offsets ${JSON.stringify(logAsks)}`);
   await logTab.waitForSelector('h1 [data-state=succeeded]', { timeout: 30000 });
   check(await logTab.evaluate(() => window.sameDocument === true), 'the talker tab reloaded');
   await logTab.screenshot({ path: join(E.SHOTS, 'run-restarted.png'), fullPage: true });
@@ -371,13 +405,17 @@ async function authPass() {
     Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => v });
     document.dispatchEvent(new Event('visibilitychange'));
   }, state);
+  const hadBytes = Buffer.byteLength(await hiddenTab.$eval('pre.log', (e) => e.textContent));
   await visibility('hidden');
   await waitFor(async () => held.size === 0, 'the hidden tab to close its streams', 30000);
   writeFileSync(gate, '');
   await waitFor(async () => (await api('/api/v1/runs/' + quietRun.id, E.READ)).state === 'succeeded', 'the hidden run to finish');
   check(!(await hiddenTab.$eval('pre.log', (e) => e.textContent)).includes('after'), 'the hidden tab went on reading its log');
-  const reopened = [];
-  hiddenTab.on('request', (r) => { if (isStream(r)) reopened.push(r.headers()['last-event-id'] || ''); });
+  const reopened = [], logAgain = [];
+  hiddenTab.on('request', (r) => {
+    if (isStream(r)) reopened.push(r.headers()['last-event-id'] || '');
+    if (/\/logs\?/.test(r.url())) logAgain.push(r);
+  });
   await visibility('visible');
   const quietLog = await api(`/api/v1/runs/${quietRun.id}/steps/s/logs`, E.READ);
   await waitFor(async () => await hiddenTab.$eval('pre.log', (e) => e.dataset.ended === 'true' && e.textContent) === quietLog,
@@ -385,8 +423,39 @@ async function authPass() {
   await hiddenTab.waitForSelector('h1 [data-state=succeeded]', { timeout: 60000 });
   check(await hiddenTab.evaluate(() => window.sameDocument === true) && reopened.some((id) => /^[0-9]+$/.test(id)),
     `the tab shown again reopened its streams from where they were (${JSON.stringify(reopened)}), no reload`);
+  // the log asked again from the bytes it had (and ended as the API's, above): what that
+  // request answers is the rest of the log only
+  const again1 = logAgain[0];
+  const rest = again1 && await api(new URL(again1.url()).pathname + new URL(again1.url()).search, E.READ);
+  check(again1 && +new URL(again1.url()).searchParams.get('offset') === hadBytes && hadBytes > 0 &&
+    rest === Buffer.from(quietLog).subarray(hadBytes).toString(),
+  `the log shown again: asked ${again1 && again1.url()} with ${hadBytes} bytes shown; it answers ${JSON.stringify(rest)}`);
   await hiddenTab.close();
   expected(down, /ERR_CONNECTION_REFUSED|ERR_CONNECTION_RESET|ERR_INCOMPLETE_CHUNKED_ENCODING|Failed to fetch|network error/);
+
+  // The event stream read as the standard says (web/ui/sse.js), in the page: the runs list's
+  // stream is answered here with CRLF line ends and the event's data over two `data:` lines
+  // (and a retry that keeps it from asking again during the check); on that event the list
+  // reads the runs again and shows the run made meanwhile, as the API lists it.
+  let made, asked;
+  const madeRun = new Promise((r) => { made = r; }), streamAsked = new Promise((r) => { asked = r; });
+  const crafted = async (route) => {
+    asked(); // the page has drawn the list it read
+    const id = await madeRun;
+    await route.fulfill({ status: 200, headers: { 'Content-Type': 'text/event-stream' },
+      body: `retry: 600000\r\n\r\n: a comment\r\nevent: run\r\ndata: {"run_id": "${id}",\r\ndata:  "to": "pending"}\r\n\r\n` });
+  };
+  const eventsUrl = (u) => u.pathname === '/api/v1/events';
+  await page.route(eventsUrl, crafted);
+  await go('#/runs?limit=20');
+  await streamAsked;
+  const viaCrlf = await submitYaml('name: crlf\nsteps:\n  - {name: a, type: shell, with: {argv: [/bin/true]}}\n');
+  made(viaCrlf.id);
+  await page.waitForSelector(`tr[data-run="${viaCrlf.id}"]`, { timeout: 30000 }).catch(() => {});
+  const firstRow = await page.$eval('table.runs tbody tr', (tr) => tr.dataset.run);
+  check(firstRow === viaCrlf.id && (await api('/api/v1/runs?limit=1', E.READ)).items[0].id === viaCrlf.id,
+    `the list after a CRLF event with two data lines starts with ${firstRow}, the API with ${viaCrlf.id}`);
+  await page.unroute(eventsUrl, crafted);
 
   // a failed run with retries: the step's three attempts, its log
   await go('#/runs/' + E.FLAKY);
@@ -652,7 +721,7 @@ async function nonePass() {
 
 try {
   if (mode === 'none') await nonePass();
-  else { await authPass(); await expiryPass(); await servingPass(); }
+  else { await sseChecks(); await authPass(); await expiryPass(); await servingPass(); }
 } catch (e) {
   failures.push(String(e));
   console.error('FAIL ' + e);

@@ -1791,23 +1791,109 @@ static void test_cursor_after_delete(void **state)
 	resp_free(&p1);
 }
 
+/* GET .../logs?offset=N answers the body from its byte N on (what a follower cut off asks
+ * for again: the bytes it has are dropped by the server, not sent). Every offset of a
+ * two-attempt log, across the attempt line between them: while the second attempt runs,
+ * then once the step is final, alone and followed; past the end nothing; a bad one is a 400. */
+static void test_logs_offset(void **state)
+{
+	(void)state;
+	static const char yaml[] = "name: logs-offset\nsteps:\n  - name: a\n    type: shell\n"
+	                           "    with: {argv: [/bin/true]}\n";
+	static const char whole[] = "==> attempt 1 <==\none\ntwo\n==> attempt 2 <==\nthree\n";
+	const size_t len = sizeof(whole) - 1;
+	struct tf_store *st;
+	char err[256], run[32], path[700], dir[600];
+	submit_yaml(yaml, run);
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_attempt_create(st, run, "a", 1), 0);
+	assert_int_equal(tf_attempt_create(st, run, "a", 2), 0);
+	assert_int_equal(tf_store_run(st,
+	                              "UPDATE attempts SET state='failed', finished_at=started_at "
+	                              "WHERE run_id=? AND n=1",
+	                              "t", run),
+	                 0);
+	assert_int_equal(tf_store_run(st,
+	                              "UPDATE steps SET attempts=2, state='running' WHERE "
+	                              "run_id=? AND name='a'",
+	                              "t", run),
+	                 0);
+	snprintf(dir, sizeof(dir), "%s/work/%s/a", home, run);
+	snprintf(path, sizeof(path), "mkdir -p '%s'", dir);
+	assert_int_equal(system(path), 0);
+	snprintf(path, sizeof(path), "%s/attempt-1.log", dir);
+	tf_test_write_file(path, "one\ntwo\n");
+	snprintf(path, sizeof(path), "%s/attempt-2.log", dir);
+	tf_test_write_file(path, "three\n");
+	for (int phase = 0; phase < 2; phase++) {
+		if (phase ==
+		    1) { /* the second attempt ends: the step is final, it can be followed */
+			assert_int_equal(
+			    tf_store_run(
+			        st,
+			        "UPDATE attempts SET state='succeeded', finished_at=started_at "
+			        "WHERE run_id=? AND n=2",
+			        "t", run),
+			    0);
+			assert_int_equal(tf_store_run(st,
+			                              "UPDATE steps SET state='succeeded' WHERE "
+			                              "run_id=? AND name='a'",
+			                              "t", run),
+			                 0);
+		}
+		for (int follow = 0; follow <= phase; follow++)
+			for (size_t k = 0; k <= len + 2; k++) {
+				snprintf(path, sizeof(path),
+				         "/api/v1/runs/%s/steps/a/logs?offset=%zu%s", run, k,
+				         follow ? "&follow=true" : "");
+				struct resp r = call("GET", path, tok_read, NULL, NULL);
+				assert_int_equal(r.status, 200);
+				assert_string_equal(r.body.p ? r.body.p : "",
+				                    whole + (k < len ? k : len));
+				resp_free(&r);
+			}
+	}
+	tf_store_close(st);
+	const char *bad[] = {"-1", "x", "", "%2B1", "1.5", "99999999999999999999999"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(path, sizeof(path), "/api/v1/runs/%s/steps/a/logs?offset=%s", run, bad[i]);
+		struct resp r = call("GET", path, tok_read, NULL, NULL);
+		assert_problem(&r, 400);
+		assert_non_null(
+		    strstr(json_string_value(json_object_get(r.json, "detail")), "offset"));
+		resp_free(&r);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_route_match),       cmocka_unit_test(test_health_and_headers),
-	    cmocka_unit_test(test_routing_errors),    cmocka_unit_test(test_query_args),
-	    cmocka_unit_test(test_auth_matrix),       cmocka_unit_test(test_idempotency),
-	    cmocka_unit_test(test_pages),             cmocka_unit_test(test_events_and_cancel),
-	    cmocka_unit_test(test_global_events),     cmocka_unit_test(test_step_counts),
-	    cmocka_unit_test(test_slurm_attempts),    cmocka_unit_test(test_runs_page_fresh),
-	    cmocka_unit_test(test_validate),          cmocka_unit_test(test_schedules),
-	    cmocka_unit_test(test_utf8_clean),        cmocka_unit_test(test_metrics),
+	    cmocka_unit_test(test_route_match),
+	    cmocka_unit_test(test_health_and_headers),
+	    cmocka_unit_test(test_routing_errors),
+	    cmocka_unit_test(test_query_args),
+	    cmocka_unit_test(test_auth_matrix),
+	    cmocka_unit_test(test_idempotency),
+	    cmocka_unit_test(test_pages),
+	    cmocka_unit_test(test_events_and_cancel),
+	    cmocka_unit_test(test_global_events),
+	    cmocka_unit_test(test_step_counts),
+	    cmocka_unit_test(test_slurm_attempts),
+	    cmocka_unit_test(test_runs_page_fresh),
+	    cmocka_unit_test(test_validate),
+	    cmocka_unit_test(test_schedules),
+	    cmocka_unit_test(test_utf8_clean),
+	    cmocka_unit_test(test_metrics),
 	    cmocka_unit_test(test_metrics_counters_survive_deletes),
-	    cmocka_unit_test(test_contract),          cmocka_unit_test(test_promtool),
-	    cmocka_unit_test(test_prometheus_scrape), cmocka_unit_test(test_remote_cli),
-	    cmocka_unit_test(test_burst_idempotent),  cmocka_unit_test(test_start_refusals),
+	    cmocka_unit_test(test_contract),
+	    cmocka_unit_test(test_promtool),
+	    cmocka_unit_test(test_prometheus_scrape),
+	    cmocka_unit_test(test_remote_cli),
+	    cmocka_unit_test(test_burst_idempotent),
+	    cmocka_unit_test(test_start_refusals),
 	    cmocka_unit_test(test_run_delete_gc_orphaned),
 	    cmocka_unit_test(test_cursor_after_delete),
+	    cmocka_unit_test(test_logs_offset),
 	    cmocka_unit_test(test_rate_limit),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -155,7 +155,9 @@ const struct tf_route tf_routes[] = {
     {"GET", "/api/v1/runs/{id}/steps/{step}/logs", TF_SCOPE_READ, tf_web_step_logs, TF_ROUTE_STREAM,
      "getStepLogs", "The logs of a step's attempts (follow=true streams until the step ends)",
      "follow:boolean:keep the response open and send each attempt's log as it grows "
-     "(a running attempt's from its work directory, then as stored)",
+     "(a running attempt's from its work directory, then as stored);"
+     "offset:integer:start at this byte of the body (the bytes a follower cut off already "
+     "has: the body read earlier is a prefix of the body read later)",
      NULL, "{\"type\":\"string\"}", 200, "text/plain; charset=utf-8"},
     {"GET", "/api/v1/runs/{id}/steps/{step}/checkpoints", TF_SCOPE_READ,
      tf_web_step_checkpoints, 0, "listStepCheckpoints",

@@ -11,6 +11,10 @@
  *    the finished log will start with (orchestrator/kinds_shell.c).
  * So the bytes sent of attempt N are a prefix of its stored log, and following switches from
  * the live file to the stored object at the same offset without repeating or losing a byte.
+ * The body (each attempt's log under its "==> attempt N <==" line) is therefore a prefix of
+ * itself read later, which is what `?offset=N` rests on: a follower cut off asks again from
+ * the bytes it has, and the server drops those before sending (it reads them: the stored
+ * logs are whole objects, and a running attempt's header is only written once it has bytes).
  */
 #include "web/api.h"
 
@@ -53,6 +57,7 @@ struct logs_stream {
 	char run[32], step[128];
 	int n;         /* the attempt being sent, from 1 */
 	size_t off;    /* bytes of attempt n's log sent */
+	size_t skip;   /* bytes of the body still to drop (?offset=), not sent */
 	char *pending; /* bytes not yet handed to the server */
 	size_t plen, poff;
 	int done;
@@ -168,8 +173,12 @@ static int logs_next(struct logs_stream *l)
 			l->plen = l->off ? len : strlen(l->pending);
 			if (!l->off)
 				free(bytes);
-			l->poff = 0;
 			l->off += len;
+			/* the first bytes of the body the client already has are dropped */
+			l->poff = l->skip < l->plen ? l->skip : l->plen;
+			l->skip -= l->poff;
+			if (l->poff == l->plen)
+				continue;
 			return 1;
 		}
 		free(bytes);
@@ -232,12 +241,21 @@ void tf_web_step_logs(struct tf_web_req *rq, struct tf_web_resp *rs)
 	const char *step;
 	if (step_param(rq, rs, id, &step))
 		return;
-	const char *follow = tf_web_query(rq, "follow");
+	const char *follow = tf_web_query(rq, "follow"), *offset = tf_web_query(rq, "offset");
 	if (follow && strcmp(follow, "true") && strcmp(follow, "false")) {
 		tf_web_problem(rs, 400, rq->path, "query 'follow' wants true or false");
 		return;
 	}
+	char *end = NULL;
+	errno = 0;
+	unsigned long long skip = offset ? strtoull(offset, &end, 10) : 0;
+	if (offset && (*offset < '0' || *offset > '9' || *end || errno)) {
+		tf_web_problem(rs, 400, rq->path,
+		               "query 'offset' wants a byte count (0 or more), not '%s'", offset);
+		return;
+	}
 	struct logs_stream *l = tf_xcalloc(1, sizeof(*l));
+	l->skip = (size_t)skip;
 	snprintf(l->run, sizeof(l->run), "%s", id);
 	snprintf(l->step, sizeof(l->step), "%s", step);
 	l->workdir = tf_xasprintf("%s/work/%s/%s", tf_web_home(rq->srv), id, step);
@@ -250,7 +268,7 @@ void tf_web_step_logs(struct tf_web_req *rq, struct tf_web_resp *rs)
 		l->st = rq->st;
 		FILE *f = open_memstream(&rs->body, &rs->len);
 		while (logs_next(l) > 0)
-			fwrite(l->pending, 1, l->plen, f);
+			fwrite(l->pending + l->poff, 1, l->plen - l->poff, f);
 		fclose(f);
 		l->st = NULL;
 		logs_free(l);

@@ -1,5 +1,7 @@
 // api.js — the dashboard's only way to its data: the REST API on the same origin, with the
 // bearer token the user signed in with (kept in sessionStorage: gone with the tab).
+import { sseReader } from './sse.js';
+
 const KEY = 'tpuflow.token';
 
 export const token = {
@@ -57,7 +59,7 @@ export const mayTrigger = (w) => w && (w.scope === 'trigger' || w.scope === 'adm
 // connections to one host over HTTP/1.1 (what the daemon speaks), and a live run's page holds
 // two streams (its events and a log): three such tabs took all six, and a fourth tab did not
 // even load. A tab hidden for HIDDEN_MS closes its streams; shown again, it opens them where
-// they stopped (the last event id, the log's byte count), so nothing is missed.
+// they stopped (the last event id, the log from its byte count), so nothing is missed.
 const HIDDEN_MS = 5000;
 const hidden = () => document.visibilityState === 'hidden';
 
@@ -86,6 +88,7 @@ function connection(signal) {
     if (hidden()) timer = setTimeout(() => { c.hidden = true; c.abort(); }, HIDDEN_MS);
   };
   const stop = () => c.abort();
+  if (signal.aborted) c.abort(); // (its abort event has gone: no request is made)
   signal.addEventListener('abort', stop);
   document.addEventListener('visibilitychange', vis);
   vis();
@@ -98,26 +101,24 @@ function connection(signal) {
 }
 
 // Reads a streamed body (followed logs) until it ends or signal aborts, handing onBytes each
-// chunk after the first `skip` bytes (those a caller already has from an earlier read). A
-// read closed because the tab was hidden is opened again once it is shown, from where it was.
-export async function followBytes(path, skip, onBytes, signal) {
-  let have = skip; // bytes of the body the caller has
+// chunk; the body starts at byte `from` (those a caller already has from an earlier read),
+// asked with ?offset= so the server sends only what is new (docs/api.md). A read closed
+// because the tab was hidden is opened again once it is shown, from where it was.
+export async function followBytes(path, from, onBytes, signal) {
+  let have = from; // bytes of the body the caller has
   for (;;) {
     await shown(signal);
     const c = connection(signal);
     try {
-      const res = await fetch(path, { headers: headers(), signal: c.signal });
+      const url = have ? `${path}${path.includes('?') ? '&' : '?'}offset=${have}` : path;
+      const res = await fetch(url, { headers: headers(), signal: c.signal });
       if (!res.ok) throw await failure(res);
       const reader = res.body.getReader();
-      let drop = have;
       for (;;) {
         const { value, done } = await reader.read();
         if (done) return;
-        if (drop >= value.length) { drop -= value.length; continue; }
-        const fresh = drop ? value.subarray(drop) : value;
-        drop = 0;
-        have += fresh.length;
-        onBytes(fresh);
+        have += value.length;
+        onBytes(value);
       }
     } catch (e) {
       if (!c.hidden || signal.aborted) throw e;
@@ -128,47 +129,37 @@ export async function followBytes(path, skip, onBytes, signal) {
 }
 
 // Follows a Server-Sent Events stream with fetch (EventSource cannot send the Authorization
-// header the API needs): calls onEvent(name, data) for each event until the stream sends
+// header the API needs), read as the standard reads the format (sse.js): calls onEvent(name,
+// data), data parsed as JSON (null when it is not), for each event until the stream sends
 // `end` or signal aborts; it is closed while the tab is hidden (above) and opened again with
 // the newest id once shown. A stream that breaks is opened again after the server's `retry:`
 // with the newest `id:` it sent as Last-Event-ID, so nothing is missed or repeated; an answer
 // that is not 200 (a revoked token, a run gone) ends it with an ApiError. onOpen (optional)
 // is called each time the stream is (re)opened.
 export async function follow(path, onEvent, signal, onOpen) {
-  let last = null, retry = 2000;
+  let retry = 2000, ended = false;
+  const sse = sseReader((name, data) => {
+    let parsed = null;
+    try { parsed = JSON.parse(data); } catch { /* keep null */ }
+    onEvent(name, parsed);
+    if (name === 'end') ended = true;
+  });
   for (;;) {
-    let ended = false;
     await shown(signal);
     const c = connection(signal);
+    sse.reset();
     try {
       const h = headers();
-      if (last !== null) h['Last-Event-ID'] = last;
+      if (sse.lastId) h['Last-Event-ID'] = sse.lastId;
       const res = await fetch(path, { headers: h, signal: c.signal });
       if (!res.ok) throw await failure(res);
       if (onOpen) onOpen();
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buf = '';
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
-        buf += value;
-        let cut;
-        while ((cut = buf.indexOf('\n\n')) >= 0) {
-          const block = buf.slice(0, cut);
-          buf = buf.slice(cut + 2);
-          let name = 'message', data = '';
-          for (const line of block.split('\n')) {
-            if (line.startsWith('event:')) name = line.slice(6).trim();
-            else if (line.startsWith('data:')) data += line.slice(5).trim();
-            else if (line.startsWith('id:')) last = line.slice(3).trim();
-            else if (line.startsWith('retry:')) retry = +line.slice(6) || retry;
-          }
-          if (!data) continue; // an id or retry alone: no event
-          let parsed = null;
-          try { parsed = JSON.parse(data); } catch { /* keep null */ }
-          onEvent(name, parsed);
-          if (name === 'end') ended = true;
-        }
+        sse.push(value);
+        if (sse.retry !== null) retry = sse.retry;
       }
     } catch (e) {
       if (signal.aborted || e instanceof ApiError) throw e;
@@ -177,6 +168,9 @@ export async function follow(path, onEvent, signal, onOpen) {
     }
     if (ended || signal.aborted) return;
     if (c.hidden) continue; // closed while hidden: opened again once shown
-    await new Promise((r) => setTimeout(r, retry));
+    await new Promise((r) => { // the server's retry:, cut short by an abort
+      const t = setTimeout(r, retry);
+      signal.addEventListener('abort', () => { clearTimeout(t); r(); }, { once: true });
+    });
   }
 }

@@ -3,8 +3,8 @@
 // matching lines and a download of the whole text. Progress lines also feed the curves.
 // What the stream sends is a prefix of the step's log whenever it is read (docs/api.md), so
 // a stream that ends while the step is not final (the daemon stopped or restarted, the
-// network dropped, the run was resumed) is opened again and the bytes already shown are
-// skipped: nothing is lost or shown twice.
+// network dropped, the run was resumed) is opened again from the bytes already shown
+// (?offset=, so they are not sent again): nothing is lost or shown twice.
 import { followBytes, ApiError } from './api.js';
 import { h } from './dom.js';
 
