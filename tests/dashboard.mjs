@@ -270,6 +270,11 @@ async function authPass() {
   await go('#/runs/' + E.DEMO);
   const demo = await graphMatches(E.DEMO, E.READ);
   check(await page.$$('[data-action]').then((b) => b.length) === 0, 'a read token is offered actions');
+  // every param with the value the run used, given (epochs=1) or its default, as the API says
+  const pv = await all('dl.facts [data-param-value]', (e) => e.map((d) => [d.dataset.paramValue, d.dataset.source, d.firstChild.textContent]));
+  check(demo.param_values.length > 1 && demo.param_values.some((p) => p.name === 'epochs' && p.source === 'param') &&
+    JSON.stringify(pv) === JSON.stringify(demo.param_values.map((p) => [p.name, p.source, p.text ?? 'unset'])),
+  `params shown ${JSON.stringify(pv)}, the API's ${JSON.stringify(demo.param_values)}`);
   await page.waitForSelector('pre.log[data-ended]');
   const want = await expectedPoints(E.DEMO, 'train', E.READ);
   await waitFor(async () => +(await attr('[data-curve=auc]', 'data-points')) === want.auc &&
@@ -459,7 +464,16 @@ async function authPass() {
 
   // a failed run with retries: the step's three attempts, its log
   await go('#/runs/' + E.FLAKY);
-  await graphMatches(E.FLAKY, E.READ);
+  const fr = await graphMatches(E.FLAKY, E.READ);
+  // the labels, project and priority it was submitted with, as the API has them
+  const facts = await page.$eval('dl.facts', (dl) => ({
+    labels: [...dl.querySelectorAll('[data-label]')].map((e) => [e.dataset.label, e.textContent]),
+    project: dl.querySelector('[data-project]')?.textContent ?? null,
+    priority: dl.querySelector('[data-priority]') ? +dl.querySelector('[data-priority]').textContent : null }));
+  check(fr.labels.sha === 'abc123' && fr.project === 'vision' && fr.priority === 6 &&
+    JSON.stringify(facts.labels.sort()) === JSON.stringify(Object.entries(fr.labels).map(([k, v]) => [k, `${k}=${v}`]).sort()) &&
+    facts.project === fr.project && facts.priority === fr.priority,
+  `the flaky run's facts ${JSON.stringify(facts)}, the API's ${JSON.stringify([fr.labels, fr.project, fr.priority])}`);
   await page.waitForSelector('pre.log[data-ended]');
   const log = await page.$eval('pre.log', (e) => e.textContent);
   check(log.includes('==> attempt 3 <==') && log.includes('it breaks'), 'the failed step log');
@@ -711,6 +725,28 @@ async function nonePass() {
   check(await attr('.trigger', 'data-scope') === 'admin', '--no-auth: whoami scope admin');
   check(!!(await page.$('.trigger details')), '--no-auth: the trigger form is offered');
   await runsList(null);
+  // an orphaned run (tests/it_dashboard.sh kills the process that drove it): the list says
+  // so in words where the API says orphaned, its state filter selects it as the API does, and
+  // its page says what it means
+  const marked = await all('table.runs tbody tr', (trs) => trs.filter((tr) => tr.querySelector('[data-orphaned]'))
+    .map((tr) => [tr.dataset.run, tr.querySelector('[data-state]').textContent]));
+  const orphans = (await api('/api/v1/runs?limit=50', null)).items.filter((r) => r.orphaned).map((r) => [r.id, 'orphaned']);
+  check(orphans.length === 1 && orphans[0][0] === E.ORPHAN && JSON.stringify(marked) === JSON.stringify(orphans),
+    `orphaned runs shown ${JSON.stringify(marked)}, the API's ${JSON.stringify(orphans)}`);
+  await page.selectOption('#f-state', 'orphaned');
+  await page.click('form.filters button');
+  await page.waitForFunction(() => location.hash.includes('state=orphaned'));
+  await page.waitForFunction(() => document.querySelector('#f-state')?.value === 'orphaned' &&
+    [...document.querySelectorAll('table.runs tbody tr')].every((tr) => tr.querySelector('[data-orphaned]')));
+  const picked = await all('table.runs tbody tr', (trs) => trs.map((tr) => tr.dataset.run));
+  const byApi = (await api('/api/v1/runs?state=orphaned', null)).items.map((r) => r.id);
+  check(JSON.stringify(picked) === JSON.stringify(byApi), `state=orphaned shows ${picked}, the API ${byApi}`);
+  await go('#/runs/' + E.ORPHAN);
+  await page.waitForSelector('h1 [data-orphaned]');
+  check((await page.$eval('h1 [data-orphaned]', (e) => e.textContent)) === 'orphaned' &&
+    (await page.$eval('.orphaned-note', (e) => e.textContent)).includes(`tpuflow runs resume ${E.ORPHAN}`),
+  'the orphaned run\'s page says so');
+  await shot('run-orphaned.png');
   await go('#/runs/' + E.FLAKY);
   await page.waitForSelector('[data-action=retry]');
   await graphMatches(E.FLAKY, null);

@@ -49,13 +49,13 @@ start_daemon() {
 start_daemon
 # through the CLI (handed to the daemon: trigger cli) or the API (trigger api)
 submit() { "$bin" run "$@" --home "$H" --detach; }
-api_submit() { # FILE: POST /api/v1/runs with its text
+api_submit() { # FILE [JSON]: POST /api/v1/runs with its text (and the members of JSON)
   $PY -c 'import json, sys, urllib.request
-url, tok, path = sys.argv[1:]
+url, tok, path, extra = sys.argv[1:]
 req = urllib.request.Request(url + "/api/v1/runs", method="POST",
-    data=json.dumps({"yaml": open(path).read()}).encode(),
+    data=json.dumps({"yaml": open(path).read(), **json.loads(extra)}).encode(),
     headers={"Authorization": "Bearer " + tok, "Content-Type": "application/json"})
-print(json.load(urllib.request.urlopen(req))["id"])' "$url" "$TRIGGER" "$1"
+print(json.load(urllib.request.urlopen(req))["id"])' "$url" "$TRIGGER" "$1" "${2:-{\}}"
 }
 wait_final() { # RUN: waits for a final state, prints it
   for _ in $(seq 1 2400); do
@@ -143,7 +143,7 @@ steps:
 EOF
 
 DEMO=$(submit "$root/pipelines/fashion-mnist.yaml" --param epochs=1) || fail "submit demo"
-FLAKY=$(api_submit flaky.yaml) && WIDE=$(submit wide.yaml) || fail "submit"
+FLAKY=$(api_submit flaky.yaml '{"labels": {"sha": "abc123", "team": "vision"}, "project": "vision", "priority": 6}') && WIDE=$(submit wide.yaml) || fail "submit"
 [[ $(wait_final "$DEMO") == succeeded ]] || fail "the demo run did not succeed"
 [[ $(wait_final "$FLAKY") == failed ]] || fail "the flaky run did not fail"
 # preemption: the victim trains, then a more urgent run takes its slice
@@ -200,6 +200,39 @@ node tests/dashboard.mjs auth || fail "the browser test failed (token scopes)"
 dpid=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$H/daemon.json") &&
   kill "$dpid" || fail "no daemon to stop"
 for _ in $(seq 1 400); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.05; done
+# An orphaned run for the page to show (running, the process that drove it gone): this
+# daemon drives one run at a time (max_runs=1) and is busy with a run waiting for a gate, so
+# it cannot take up a run made by the CLI in its own process (--embedded) whose process and
+# step are killed while the step runs. Once the gate opens, the daemon takes it up.
+echo max_runs=1 >"$H/daemon.conf"
 start_daemon --auth none
-URL=$url node tests/dashboard.mjs none || fail "the browser test failed (--auth none)"
+gate=$dir/orphan-gate
+printf 'name: gated\nsteps:\n  - {name: wait, type: shell, with: {argv: [/bin/sh, -c, "while [ ! -e %s ]; do sleep 0.1; done"]}}\n' \
+  "$gate" >"$dir/gated.yaml"
+BLOCKER=$(submit "$dir/gated.yaml") || fail "submit the blocker"
+running() { # RUN: its state and, once its step runs, the step's process group
+  curl -sf "$url/api/v1/runs/$1" | $PY -c 'import json,sys
+r = json.load(sys.stdin); a = r["steps"][0]["attempts_detail"]
+print(r["state"], a[-1].get("pgid") or 0 if a and a[-1]["state"] == "running" else 0)'
+}
+for _ in $(seq 1 400); do [[ $(running "$BLOCKER") == "running "[1-9]* ]] && break; sleep 0.1; done
+"$bin" run "$dir/gated.yaml" --home "$H" --embedded >/dev/null 2>&1 &
+opid=$!
+disown "$opid" # killed below: no job report
+pids+=($opid)
+ORPHAN= pgid=0
+for _ in $(seq 1 400); do
+  ORPHAN=$(curl -sf "$url/api/v1/runs?pipeline=gated" | $PY -c 'import json,sys
+print(" ".join(r["id"] for r in json.load(sys.stdin)["items"] if r["id"] != sys.argv[1]))' "$BLOCKER")
+  [[ -n $ORPHAN ]] && read -r _ pgid < <(running "$ORPHAN") && ((pgid > 0)) && break
+  sleep 0.1
+done
+((pgid > 0)) || fail "the CLI's run did not start its step"
+kill -9 "$opid" && kill -9 -- "-$pgid" || fail "could not kill the CLI's run"
+[[ $(curl -sf "$url/api/v1/runs?state=orphaned" | $PY -c 'import json,sys
+print(" ".join(r["id"] for r in json.load(sys.stdin)["items"]))') == "$ORPHAN" ]] || fail "run $ORPHAN is not orphaned"
+URL=$url ORPHAN=$ORPHAN node tests/dashboard.mjs none || fail "the browser test failed (--auth none)"
+touch "$gate"
+[[ $(wait_final "$BLOCKER") == succeeded && $(wait_final "$ORPHAN") == succeeded ]] ||
+  fail "the orphaned run was not taken up once the daemon had room"
 echo "it_dashboard: passed in $((SECONDS - t0)) s"

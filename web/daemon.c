@@ -225,6 +225,7 @@ static int hook_submit(void *ctx, struct tf_store *st, const struct tf_web_submi
 	                               .ov = ov,
 	                               .nov = nov,
 	                               .trigger = "api",
+	                               .has_priority = s->priority >= 0,
 	                               .priority = s->priority,
 	                               .project = s->project};
 	int rc = tf_engine_submit(st, d->home, &sub, run_id, diags, err, errlen);

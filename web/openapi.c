@@ -64,6 +64,8 @@ static const char components[] =
     " \"steps\"],\"properties\":{\"id\":{\"type\":\"string\"},\"pipeline\":{\"type\":\"string\"},"
     "  \"state\":{\"$ref\":\"#/components/schemas/RunState\"},"
     "  \"trigger\":{\"$ref\":\"#/components/schemas/Trigger\"},"
+    "  \"orphaned\":{\"type\":\"boolean\",\"description\":\"running, but the process "
+    "driving it is gone: the daemon takes it up, or runs resume continues it\"},"
     "  \"priority\":{\"type\":[\"integer\",\"null\"]},"
     "  \"project\":{\"type\":[\"string\",\"null\"]},"
     "  \"labels\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}},"

@@ -133,7 +133,8 @@ const struct tf_route tf_routes[] = {
      "text/plain; version=0.0.4; charset=utf-8"},
     {"GET", "/api/v1/runs", TF_SCOPE_READ, tf_web_runs_list, TF_ROUTE_CACHED, "listRuns",
      "Runs, newest first, one page at a time",
-     "state:string:pending, running, succeeded, failed or interrupted;"
+     "state:string:pending, running, succeeded, failed or interrupted, or orphaned "
+     "(running, but the process driving it is gone);"
      "pipeline:string:pipeline name;label:string:KEY=VALUE or KEY;"
      "since:integer:created at or after (Unix seconds);trigger:string:cli, api or schedule;"
      "q:string:text in the run's id, pipeline or error;limit:integer:page size 1-500 "

@@ -36,6 +36,15 @@ export function duration(start, end) {
 
 export const badge = (state) => h('span', { class: 'state state-' + state, 'data-state': state }, state);
 
+// A run's state as the runs list and its page say it: a running run whose process is gone
+// (`orphaned` in the API) reads "orphaned", as `tpuflow runs list` prints it, its state kept
+// in data-state.
+export const runBadge = (r) => (r.orphaned
+  ? h('span', { class: 'state state-orphaned', 'data-state': r.state, 'data-orphaned': 'true',
+    title: 'running, but the process that drove it is gone: the daemon takes it up when it has room, ' +
+      'or `tpuflow runs resume` continues it' }, 'orphaned')
+  : badge(r.state));
+
 // SVG elements, built like h().
 const SVGNS = 'http://www.w3.org/2000/svg';
 export function s(tag, attrs = {}, ...kids) {

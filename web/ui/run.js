@@ -3,7 +3,7 @@
 // checkpoints. While the run is not final the page follows its event stream and redraws in
 // place (the DAG keeps its pan and zoom, the log keeps following).
 import { get, post, follow, whoami, mayTrigger, ApiError } from './api.js';
-import { h, at, duration, badge, num, bytes } from './dom.js';
+import { h, at, duration, badge, runBadge, num, bytes } from './dom.js';
 import { dagView } from './dag.js';
 import { timeline } from './timeline.js';
 import { curves } from './curves.js';
@@ -19,6 +19,20 @@ function kv(obj) {
   return h('dl', { class: 'metrics' }, keys.flatMap((k) => [h('dt', {}, k),
     h('dd', {}, typeof obj[k] === 'number' ? num(obj[k])
       : typeof obj[k] === 'string' ? obj[k] : JSON.stringify(obj[k]))]));
+}
+
+// Every param with the value the run used (param_values, as `tpuflow runs show` lists
+// them), each said given or default; the values given alone when the run's pipeline no
+// longer loads (the API then has no param_values).
+function params(run) {
+  const pv = run.param_values;
+  if (!pv) return Object.keys(run.params || {}).length ? [h('dt', {}, 'Params'), h('dd', {}, kv(run.params))] : null;
+  if (!pv.length) return null;
+  return [h('dt', {}, 'Params'), h('dd', {}, h('dl', { class: 'metrics params' }, pv.flatMap((p) => [
+    h('dt', {}, p.name),
+    h('dd', { 'data-param-value': p.name, 'data-source': p.source },
+      p.text === null || p.text === undefined ? h('span', { class: 'muted' }, 'unset') : p.text,
+      h('span', { class: 'muted' }, p.source === 'param' ? ' (given)' : ' (default)'))])))];
 }
 
 // An attempt run as a Slurm job (executor: slurm) also shows its job id, Slurm's state of it
@@ -83,9 +97,12 @@ export function runPage(main, id, query, problem) {
     const live = !FINAL.has(run.state);
     head.replaceChildren(
       h('p', {}, h('a', { href: '#/runs' }, '« Runs')),
-      h('h1', {}, 'Run ', h('code', {}, run.id), ' ', badge(run.state), ' ', actions()),
+      h('h1', {}, 'Run ', h('code', {}, run.id), ' ', runBadge(run), ' ', actions()),
       h('p', { class: 'live muted', 'aria-live': 'polite', 'data-live': live ? 'on' : 'off' },
         live ? '● live' : 'final'),
+      ...(run.orphaned ? [h('p', { class: 'orphaned-note', 'data-orphaned': 'true' },
+        'Orphaned: the run is running, but the process that drove it is gone. The daemon takes it ' +
+        'up when it has room for another run, or `tpuflow runs resume ' + run.id + '` continues it.')] : []),
       ...(actionError ? [h('p', { class: 'error action-error', role: 'alert' }, actionError)] : []),
       ...(trouble ? [h('p', { class: 'error trouble', role: 'alert' }, trouble)] : []));
     // done as the API and the runs list count it (succeeded or cached); the failed and
@@ -100,7 +117,12 @@ export function runPage(main, id, query, problem) {
       h('dt', {}, 'Duration'), h('dd', {}, duration(run.started_at, run.finished_at)),
       h('dt', {}, 'Steps done'), h('dd', { 'data-done': done, 'data-failed': failed, 'data-skipped': skipped },
         `${done} of ${run.steps.length}` + (failed ? `, ${failed} failed` : '') + (skipped ? `, ${skipped} skipped` : '')),
-      Object.keys(run.params || {}).length ? [h('dt', {}, 'Params'), h('dd', {}, kv(run.params))] : null,
+      params(run),
+      run.priority !== null && run.priority !== undefined
+        ? [h('dt', {}, 'Priority'), h('dd', { 'data-priority': run.priority }, String(run.priority))] : null,
+      run.project ? [h('dt', {}, 'Project'), h('dd', { 'data-project': run.project }, run.project)] : null,
+      Object.keys(run.labels || {}).length ? [h('dt', {}, 'Labels'), h('dd', { class: 'labels' },
+        Object.entries(run.labels).map(([k, v]) => h('span', { class: 'label', 'data-label': k }, `${k}=${v}`)))] : null,
       run.model ? [h('dt', {}, 'Model'), h('dd', {}, h('a', { href: '#/models/' + encodeURIComponent(run.model.name) },
         `${run.model.name} v${run.model.version}`))] : null,
       run.error ? [h('dt', {}, 'Error'), h('dd', { class: 'error' }, run.error)] : null));

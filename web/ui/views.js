@@ -1,9 +1,10 @@
 // views.js — sign-in, problems, and the runs list (filters, text search and cursor in the URL
 // hash, so every view is a link).
 import { get, post, follow, token, whoami, mayTrigger, ApiError } from './api.js';
-import { h, at, duration, badge } from './dom.js';
+import { h, at, duration, runBadge } from './dom.js';
 
-const STATES = ['', 'pending', 'running', 'succeeded', 'failed', 'interrupted'];
+// the run states, and `orphaned` (running, its process gone), which the API also selects on
+const STATES = ['', 'pending', 'running', 'orphaned', 'succeeded', 'failed', 'interrupted'];
 const TRIGGERS = ['', 'cli', 'api', 'schedule'];
 
 export function signIn(main, why, done) {
@@ -76,7 +77,7 @@ export async function runsPage(main, query, rerender, life) {
   h('button', { type: 'submit' }, 'Filter'));
   const row = (r) => h('tr', { 'data-run': r.id },
     h('td', {}, h('a', { href: '#/runs/' + encodeURIComponent(r.id) }, r.id)),
-    h('td', {}, badge(r.state)),
+    h('td', {}, runBadge(r)),
     h('td', {}, r.pipeline),
     h('td', { 'data-trigger': r.trigger || '' }, r.trigger || '—'),
     h('td', {}, at(r.started_at || r.created_at)),
