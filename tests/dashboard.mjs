@@ -104,6 +104,10 @@ async function runsList(tok) {
   const [shown, title] = await page.$eval('table.runs tbody tr time', (e) => [e.textContent, e.title]);
   check(shown.includes(clock) && shown.includes('GMT+5:30') && title === new Date(t * 1000).toISOString(),
     `run ${first.id} started ${shown} (title ${title}); in Asia/Kolkata it is ${clock}`);
+  // how many runs there are, as the API counts them
+  const count = await page.$eval('p.count', (e) => [+e.dataset.total, e.textContent]);
+  check(count[0] === want.total && want.total >= want.items.length && count[1].startsWith(want.total.toLocaleString('en-US') + ' runs'),
+    `the runs count says ${count[1]} (${count[0]}), the API's total is ${want.total}`);
   want.items.forEach((it, i) => check(rows[i] && rows[i].id === it.id && rows[i].state === it.state &&
     rows[i].trigger === (it.trigger || ''), `runs list row ${i}: ${JSON.stringify(rows[i])} vs ${it.id} ${it.state} ${it.trigger}`));
   return want;
@@ -254,6 +258,9 @@ async function authPass() {
   const ids = await all('table.runs tbody tr', (trs) => trs.map((t) => t.dataset.run));
   check(JSON.stringify(ids) === JSON.stringify(f.items.map((r) => r.id)) && ids.includes(E.FLAKY),
     `search q=flaky&trigger=api shows ${ids}, the API ${f.items.map((r) => r.id)}`);
+  const fcount = await page.$eval('p.count', (e) => [+e.dataset.total, e.textContent]);
+  check(fcount[0] === f.total && fcount[1] === (f.total === 1 ? '1 run matches these filters' : `${f.total} runs match these filters`),
+    `the filtered count says ${fcount[1]}, the API's total is ${f.total}`);
 
   // a run opened from the list with the keyboard: focus moves to the run page's content, and
   // the next Tab reaches its first link (not the top of the document, or nothing)

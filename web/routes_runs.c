@@ -145,6 +145,39 @@ static int cursor_position(struct tf_web_req *rq, struct tf_web_resp *rs, const 
 	return rc == 1 ? 0 : -1;
 }
 
+/* The filters of GET /api/v1/runs, which its page and its total share: ?1 state, ?2
+ * pipeline, ?3 since, ?4 and ?5 a label's key and value, ?8 trigger, ?9 text. */
+#define RUNS_WHERE                                                                                 \
+	"(?1 IS NULL OR r.state=?1) AND (?2 IS NULL OR r.pipeline=?2) AND r.created_at>=?3 "       \
+	"AND (?4 IS NULL OR EXISTS (SELECT 1 FROM run_labels l WHERE l.run_id=r.id AND "           \
+	"l.key=?4 AND (?5 IS NULL OR l.value=?5))) AND (?8 IS NULL OR r.trigger=?8) "              \
+	"AND (?9 IS NULL OR instr(r.id, ?9) OR instr(r.pipeline, ?9) OR instr(r.error, ?9))"
+
+/* How many runs the filters select, on every page, into *out: a count, or for orphaned
+ * runs (judged per row, as the page is) the running ones whose owner is gone. 0 or -EIO. */
+static int runs_total(struct tf_web_req *rq, const char *state, const char *pipe, long long since,
+                      const char *lkey, const char *lval, const char *trig, const char *text,
+                      int orphaned_only, int64_t *out)
+{
+	struct tf_stmt *s = tf_store_query(
+	    rq->st,
+	    orphaned_only
+	        ? "SELECT r.state, r.owner, r.pid, r.heartbeat_at FROM runs r WHERE " RUNS_WHERE
+	        : "SELECT count(*) FROM runs r WHERE " RUNS_WHERE,
+	    "ttdttnntt", state, pipe, (double)since, lkey, lval, trig, text);
+	if (!s)
+		return -EIO;
+	int64_t n = 0;
+	int rc;
+	while ((rc = tf_stmt_step(s)) == 1)
+		n += orphaned_only ? tf_run_row_orphaned(s, 0) : tf_stmt_int(s, 0);
+	tf_stmt_done(s);
+	if (rc < 0)
+		return -EIO;
+	*out = n;
+	return 0;
+}
+
 void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	long long limit, since_i;
@@ -204,18 +237,18 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		lkey[kn] = 0;
 		lval = eq ? (char *)eq + 1 : NULL;
 	}
+	int64_t total;
+	if (runs_total(rq, state, pipe, since_i, label ? lkey : NULL, lval, trig, text,
+	               orphaned_only, &total)) {
+		tf_web_problem_errno(rs, -EIO, rq->path, tf_store_errmsg(rq->st));
+		return;
+	}
 	struct tf_stmt *s = tf_store_query(
 	    rq->st,
 	    "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
 	    "r.steps_total, r.steps_done, r.error, r.trigger, r.steps_skipped, "
 	    "r.state, r.owner, r.pid, r.heartbeat_at "
-	    "FROM runs r WHERE (?1 IS NULL OR r.state=?1) AND (?2 IS NULL OR r.pipeline=?2) "
-	    "AND r.created_at>=?3 "
-	    "AND (?4 IS NULL OR EXISTS (SELECT 1 FROM run_labels l WHERE l.run_id=r.id AND "
-	    "l.key=?4 AND (?5 IS NULL OR l.value=?5))) "
-	    "AND (?6 IS NULL OR (r.created_at, r.id) < (?10, ?6)) "
-	    "AND (?8 IS NULL OR r.trigger=?8) "
-	    "AND (?9 IS NULL OR instr(r.id, ?9) OR instr(r.pipeline, ?9) OR instr(r.error, ?9)) "
+	    "FROM runs r WHERE " RUNS_WHERE " AND (?6 IS NULL OR (r.created_at, r.id) < (?10, ?6)) "
 	    "ORDER BY r.created_at DESC, r.id DESC LIMIT ?7",
 	    "ttdtttittd", state, pipe, (double)since_i, label ? lkey : NULL, lval,
 	    cursor ? cid : NULL, orphaned_only ? (int64_t)-1 : (int64_t)limit + 1, trig, text, cat);
@@ -267,7 +300,9 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		snprintf(last, sizeof(last), "%s@%.17g", tf_stmt_text(s, 0), tf_stmt_double(s, 3));
 	}
 	tf_stmt_done(s);
-	PUT_LIT(&b, "],\"next\":");
+	PUT_LIT(&b, "],\"total\":");
+	put_i64(&b, total);
+	PUT_LIT(&b, ",\"next\":");
 	if (more) {
 		PUT_LIT(&b, "\"/api/v1/runs?limit=");
 		put_i64(&b, limit);

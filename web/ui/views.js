@@ -86,9 +86,19 @@ export async function runsPage(main, query, rerender, life) {
   const rows = page.items.map(row);
   const cursor = page.next ? new URL(page.next, location.origin).searchParams.get('cursor') : null;
   const liveMark = h('span', { class: 'live muted', 'aria-live': 'polite', 'data-live': 'off' });
+  // how many runs the filters select, on every page (the API's total)
+  const count = h('p', { class: 'muted count' });
+  const counted = (p) => {
+    count.dataset.total = p.total;
+    count.textContent = `${p.total.toLocaleString()} run${p.total === 1 ? '' : 's'}` +
+      ([...api.keys()].some((k) => k !== 'limit' && k !== 'cursor')
+        ? (p.total === 1 ? ' matches' : ' match') + ' these filters' : '') +
+      (p.items.length < p.total ? `, ${p.items.length} on this page` : '');
+  };
+  counted(page);
   const trouble = h('p', { class: 'error trouble', role: 'alert' });
   main.replaceChildren(
-    h('h1', {}, 'Runs ', liveMark), trouble, trigger, filters,
+    h('h1', {}, 'Runs ', liveMark), trouble, trigger, filters, rows.length ? count : null,
     rows.length
       ? h('table', { class: 'runs' },
         h('thead', {}, h('tr', {}, ['Run', 'State', 'Pipeline', 'Trigger', 'Started', 'Duration',
@@ -116,6 +126,7 @@ export async function runsPage(main, query, rerender, life) {
       try {
         const p = await get('/api/v1/runs?' + api);
         const j = JSON.stringify(p.items);
+        if (!life.ctl.signal.aborted) counted(p);
         const body = document.getElementById('runs-body');
         if (j !== last && !life.ctl.signal.aborted) {
           last = j;
