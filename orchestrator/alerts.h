@@ -165,9 +165,11 @@ int tf_alert_sign(const char *secret, const char *msg_id, long long timestamp, c
 int tf_alert_signatures(const char *secrets, const char *msg_id, long long timestamp,
                         const char *body, size_t len, char **out);
 
-/* Sends the due alerts of the home once each (at most `max` of them, 0: no limit); *sent and
- * *failed (may be NULL) count the outcomes. *next_due receives the seconds until the next
- * pending alert is due (-1: none pending). */
+/* Sends the due alerts of the home once each (at most `max` of them, 0: no limit), to
+ * different hooks at once and to one hook in queue order (a hook whose alert is delivered
+ * sends its next one, if due, in the same call); returns when every answer is in. *sent and
+ * *failed (may be NULL) are added the outcomes. *next_due receives the seconds until the
+ * next pending alert is due (-1: none pending). */
 int tf_alerts_deliver_due(struct tf_store *st, const struct tf_alerts_config *cfg, int max,
                           int *sent, int *failed, double *next_due);
 /* Sends one alert now whatever its due time (hooks test); 0 when delivered, else the reason
@@ -181,15 +183,17 @@ int tf_alerts_deliver_one(struct tf_store *st, const struct tf_alerts_config *cf
  * be NULL) counts those accepted. The delivery worker does this every minute. */
 int tf_alerts_refire(struct tf_store *st, const struct tf_alerts_config *cfg, int *sent);
 
-/* A thread that keeps delivering a home's alerts: it opens its own store handle, sends what
- * is due, and sleeps until the next due alert (at most half a second) or a kick. NULL when
- * the home has neither hooks nor pending alerts (nothing to do). */
+/* A thread that keeps delivering a home's alerts: it opens its own store handle, starts what
+ * is due on each hook with no request in flight, and waits for an answer, the next due
+ * alert (at most half a second) or a kick; a receiver that hangs holds back only its own
+ * hook. NULL when the home has neither hooks nor pending alerts (nothing to do). */
 struct tf_alerts_worker;
 struct tf_alerts_worker *tf_alerts_worker_start(const char *home);
 void tf_alerts_worker_kick(struct tf_alerts_worker *w);
 /* Stops the worker after a last stretch of delivery: it keeps sending while alerts are due
- * within `drain` seconds (negative: the home's configured drain), then joins the thread and
- * frees it. *left (may be NULL) receives the alerts still pending. NULL is a no-op. */
+ * within `drain` seconds (negative: the home's configured drain) and until the requests in
+ * flight are answered or time out, then joins the thread and frees it. *left (may be NULL)
+ * receives the alerts still pending. NULL is a no-op. */
 void tf_alerts_worker_stop(struct tf_alerts_worker *w, double drain, int *left);
 
 #endif

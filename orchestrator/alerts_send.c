@@ -4,7 +4,9 @@
  *
  * A pass takes the due rows in one write transaction and leases them (lease_until), so two
  * processes on a home (the daemon and a `tpuflow run`) do not send the same row at once; it
- * posts them outside any transaction, then records each outcome in one short transaction:
+ * posts them outside any transaction, all at once (libcurl's multi interface: a receiver that
+ * hangs costs its own hook a timeout and the others nothing), then records each outcome, as
+ * its answer comes, in one short transaction:
  *   2xx                      delivered
  *   other 4xx, 5xx, no answer, timeout, secret unreadable
  *                            another attempt after tf_alerts_backoff (Retry-After honoured),
@@ -14,11 +16,13 @@
  *                            410 Gone also disables the hook (its later alerts are dead
  *                            without a request until `hooks add` sets it again)
  * A hook's alerts go in the order they were queued: a pass takes the oldest pending row of
- * each hook, and the next one only once it is delivered or dead, so a receiver that is down
- * gets one request per backoff, not one per queued alert, and a firing alert reaches
- * Alertmanager before the alert that resolves it. A process killed while posting leaves the
- * lease to run out: the row is sent again by the next pass, with the same msg_id (at least
- * once). */
+ * each hook with no request in flight, and the next one only once it is delivered or dead,
+ * so a receiver that is down gets one request per backoff, not one per queued alert, and a
+ * firing alert reaches Alertmanager before the alert that resolves it (the re-posts of its
+ * firing alerts too: they hold their hook as a row does). A row's request starts when it is
+ * taken, so its lease is the POST's timeout and a margin. A process killed while posting
+ * leaves the lease to run out: the row is sent again by the next pass, with the same msg_id
+ * (at least once). */
 #include "orchestrator/alerts.h"
 
 #define TF_LOG_TAG "alerts"
@@ -329,8 +333,8 @@ static void curl_init_once(void)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-/* Outcome of one attempt. */
-enum outcome { SENT, RETRY, DEAD };
+/* Outcome of one attempt; POSTING: its request is under way. */
+enum outcome { SENT, RETRY, DEAD, POSTING };
 
 struct target {
 	int64_t id;
@@ -353,11 +357,34 @@ static void target_free(struct target *t)
 	free(t->disabled);
 }
 
-/* Posts one alert; *status gets the HTTP status (0: none), err the reason when not SENT. */
-static enum outcome post(const struct tf_alerts_config *cfg, const struct target *t, long *status,
-                         struct answer *a, char *err, size_t errlen)
+/* One POST: an outbox row's attempt, or a delivered Alertmanager alert posted again. */
+struct flight {
+	struct target t;            /* what is posted (owned) */
+	int repost;                 /* posted again: the row's state is not touched */
+	CURL *easy;                 /* the request, NULL until it is built */
+	struct curl_slist *headers; /* owned; libcurl borrows them */
+	char *body;                 /* owned; libcurl borrows it */
+	struct answer a;            /* what came back */
+};
+
+static void flight_free(struct flight *f)
 {
-	*status = 0;
+	if (!f)
+		return;
+	curl_easy_cleanup(f->easy);
+	curl_slist_free_all(f->headers);
+	free(f->body);
+	free(f->a.body);
+	target_free(&f->t);
+	free(f);
+}
+
+/* Builds the request of f (f->easy), or decides at once without one: DEAD or RETRY with the
+ * reason in err. POSTING when the request is ready to go. */
+static enum outcome post_begin(const struct tf_alerts_config *cfg, struct flight *f, char *err,
+                               size_t errlen)
+{
+	const struct target *t = &f->t;
 	if (!t->has_hook) {
 		tf_errf(err, errlen, "no hook '%s' in this home (tpuflow hooks add %s --url ...)",
 		        t->hook, t->hook);
@@ -377,7 +404,6 @@ static enum outcome post(const struct tf_alerts_config *cfg, const struct target
 		return DEAD;
 	char *secret = NULL, *sig = NULL;
 	long long ts = (long long)tf_now_wall();
-	enum outcome out = RETRY;
 	if (t->secret_env || t->secret_file) {
 		if (tf_hook_secret(t->secret_env, t->secret_file, &secret, err, errlen)) {
 			free(body);
@@ -417,39 +443,45 @@ static enum outcome post(const struct tf_alerts_config *cfg, const struct target
 	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, a);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &f->a);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(c, CURLOPT_HEADERDATA, a);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, &f->a);
+	curl_easy_setopt(c, CURLOPT_PRIVATE, f);
 	long ms = (long)(cfg->timeout * 1000);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, ms < 5000 ? ms : 5000L);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, ms);
-	CURLcode cc = curl_easy_perform(c);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+	f->easy = c;
+	f->headers = h;
+	f->body = body;
+	return POSTING;
+}
+
+/* What the finished request of f means; *status gets the HTTP status (0: none), err the
+ * reason when not SENT. */
+static enum outcome post_end(struct flight *f, CURLcode cc, long *status, char *err, size_t errlen)
+{
+	const struct answer *a = &f->a;
+	*status = 0;
+	curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, status);
 	if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && a->too_big && *status)) {
 		tf_errf(err, errlen, "%s", curl_easy_strerror(cc));
 		*status = 0;
-		out = RETRY;
-	} else if (*status >= 200 && *status < 300) {
-		out = SENT;
-	} else {
-		/* The specification treats every other answer as a failure to try again, but for
-		 * those that refuse this body (400, 413, 422) or this sender (410 Gone): the same
-		 * request would get the same answer. */
-		int again = *status >= 400 && *status != 400 && *status != 410 && *status != 413 &&
-		            *status != 422;
-		tf_errf(err, errlen, "HTTP %ld%s%.200s", *status, a->len ? ": " : "",
-		        a->body ? a->body : "");
-		if (*status >= 300 && *status < 400)
-			tf_errf(err, errlen,
-			        "HTTP %ld: redirects are not followed; give the "
-			        "hook the final URL",
-			        *status);
-		out = again ? RETRY : DEAD;
+		return RETRY;
 	}
-	curl_slist_free_all(h);
-	curl_easy_cleanup(c);
-	free(body);
-	return out;
+	if (*status >= 200 && *status < 300)
+		return SENT;
+	/* The specification treats every other answer as a failure to try again, but for those
+	 * that refuse this body (400, 413, 422) or this sender (410 Gone): the same request
+	 * would get the same answer. */
+	int again =
+	    *status >= 400 && *status != 400 && *status != 410 && *status != 413 && *status != 422;
+	tf_errf(err, errlen, "HTTP %ld%s%.200s", *status, a->len ? ": " : "",
+	        a->body ? a->body : "");
+	if (*status >= 300 && *status < 400)
+		tf_errf(err, errlen,
+		        "HTTP %ld: redirects are not followed; give the hook the final URL",
+		        *status);
+	return again ? RETRY : DEAD;
 }
 
 /* ---- the outbox pass --------------------------------------------------------------------- */
@@ -507,18 +539,180 @@ static int record(struct tf_store *st, const struct tf_alerts_config *cfg, const
 	return rc;
 }
 
+/* ---- the courier: the POSTs in flight ------------------------------------------------------
+ *
+ * A worker's requests go out together on one libcurl multi handle, so a receiver that
+ * hangs costs its own hook the POST's timeout and no other hook anything. At most one
+ * request per hook is in flight: a hook's alerts still go one after the other, in queue
+ * order (a firing Alertmanager alert before the one that resolves it), and so do the
+ * re-posts of its firing alerts, which go before its next outbox row. */
+struct courier {
+	CURLM *multi;
+	struct flight **fl; /* in flight (owned), at most one per hook */
+	size_t nfl, capfl;
+	struct target *wait; /* re-posts waiting for their hook, in row order (owned) */
+	size_t nwait, capwait;
+	int sent, failed; /* outbox attempts delivered, and not */
+	int reposted;     /* re-posts accepted */
+	char err[512];    /* why the last outbox attempt was not delivered */
+};
+
+static void courier_init(struct courier *c)
+{
+	pthread_once(&curl_once, curl_init_once);
+	*c = (struct courier){.multi = curl_multi_init()};
+}
+
+/* Ends what is in flight (an outbox row's lease runs out: the next pass sends it again) and
+ * frees the courier's contents. */
+static void courier_release(struct courier *c)
+{
+	for (size_t i = 0; i < c->nfl; i++) {
+		curl_multi_remove_handle(c->multi, c->fl[i]->easy);
+		flight_free(c->fl[i]);
+	}
+	for (size_t i = 0; i < c->nwait; i++)
+		target_free(&c->wait[i]);
+	free(c->fl);
+	free(c->wait);
+	curl_multi_cleanup(c->multi);
+	*c = (struct courier){0};
+}
+
+static int courier_busy(const struct courier *c, const char *hook)
+{
+	for (size_t i = 0; i < c->nfl; i++)
+		if (!strcmp(c->fl[i]->t.hook, hook))
+			return 1;
+	return 0;
+}
+
+/* Counts, logs and (for an outbox row) records the outcome of f, then frees it. */
+static int courier_done(struct courier *c, struct tf_store *st, const struct tf_alerts_config *cfg,
+                        struct flight *f, enum outcome o, long status, const char *why)
+{
+	int rc = 0;
+	if (f->repost) {
+		if (o == SENT)
+			c->reposted++;
+		else
+			tf_info("alert %s to hook '%s' not sent again: %s", f->t.msg_id, f->t.hook,
+			        why);
+	} else {
+		rc = record(st, cfg, &f->t, o, status, f->a.retry_after, why);
+		if (o == SENT) {
+			c->sent++;
+		} else {
+			c->failed++;
+			snprintf(c->err, sizeof(c->err), "%s", why);
+		}
+	}
+	flight_free(f);
+	return rc;
+}
+
+/* Sends *t (taken over: *t is cleared): its request joins the others in flight, or its
+ * outcome is known at once and recorded. A re-post goes only while its alert is still firing
+ * (or is a resolution): one resolved since it was listed is not posted again. */
+static int courier_start(struct courier *c, struct tf_store *st, const struct tf_alerts_config *cfg,
+                         struct target *t, int repost)
+{
+	struct flight *f = tf_xcalloc(1, sizeof(*f));
+	f->t = *t;
+	f->repost = repost;
+	*t = (struct target){0};
+	if (repost) {
+		int64_t still = 0;
+		tf_store_query_int(
+		    st, &still,
+		    "SELECT EXISTS(SELECT 1 FROM alert_firing WHERE alert_id=?1) OR "
+		    "EXISTS(SELECT 1 FROM alerts WHERE id=?1 AND resolves IS NOT NULL)",
+		    "i", f->t.id);
+		if (!still) {
+			flight_free(f);
+			return 0;
+		}
+	}
+	char why[512] = "";
+	enum outcome o = post_begin(cfg, f, why, sizeof(why));
+	if (o != POSTING)
+		return courier_done(c, st, cfg, f, o, 0, why);
+	if (curl_multi_add_handle(c->multi, f->easy) != CURLM_OK)
+		return courier_done(c, st, cfg, f, RETRY, 0, "cannot start the request (libcurl)");
+	if (c->nfl == c->capfl) {
+		c->capfl = c->capfl ? c->capfl * 2 : 8;
+		c->fl = tf_xrealloc(c->fl, c->capfl * sizeof(*c->fl));
+	}
+	c->fl[c->nfl++] = f;
+	return 0;
+}
+
+/* Starts the waiting re-posts whose hook has nothing in flight, the oldest of each. */
+static int courier_start_waiting(struct courier *c, struct tf_store *st,
+                                 const struct tf_alerts_config *cfg)
+{
+	int rc = 0;
+	size_t kept = 0;
+	for (size_t i = 0; i < c->nwait; i++) {
+		if (courier_busy(c, c->wait[i].hook)) {
+			c->wait[kept++] = c->wait[i];
+			continue;
+		}
+		int r = courier_start(c, st, cfg, &c->wait[i], 1);
+		if (r && !rc)
+			rc = r;
+	}
+	c->nwait = kept;
+	return rc;
+}
+
+/* Lets the requests in flight progress, waiting up to wait_ms for one of them (or a
+ * curl_multi_wakeup), and records each that finished. */
+static int courier_run(struct courier *c, struct tf_store *st, const struct tf_alerts_config *cfg,
+                       int wait_ms)
+{
+	int running = 0, rc = 0;
+	curl_multi_perform(c->multi, &running);
+	if (wait_ms > 0)
+		curl_multi_poll(c->multi, NULL, 0, wait_ms, NULL);
+	curl_multi_perform(c->multi, &running);
+	CURLMsg *m;
+	int left;
+	while ((m = curl_multi_info_read(c->multi, &left))) {
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		CURL *easy = m->easy_handle;
+		CURLcode cc = m->data.result; /* m is not to be read once the handle is removed */
+		struct flight *f = NULL;
+		curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&f);
+		curl_multi_remove_handle(c->multi, easy);
+		for (size_t i = 0; i < c->nfl; i++)
+			if (c->fl[i] == f) {
+				c->fl[i] = c->fl[--c->nfl];
+				break;
+			}
+		long status = 0;
+		char why[512] = "";
+		enum outcome o = post_end(f, cc, &status, why, sizeof(why));
+		int r = courier_done(c, st, cfg, f, o, status, why);
+		if (r && !rc)
+			rc = r;
+	}
+	return rc;
+}
+
 /* A row no older row of its hook waits before: the next of its hook to send. */
 #define HOOK_HEAD                                                                                  \
 	"NOT EXISTS (SELECT 1 FROM alerts o WHERE o.state='pending' AND o.hook=a.hook AND "        \
 	"o.id<a.id)"
 
-/* Takes up to max due rows, the oldest pending of each hook (or row `only`), and leases
- * them, in one transaction. */
-static int claim(struct tf_store *st, const struct tf_alerts_config *cfg, int max, int64_t only,
-                 struct target **out, size_t *n)
+/* Takes up to max due rows, the oldest pending of each hook with nothing in flight (or row
+ * `only`), leases them and starts them; *n receives how many. Each row's request starts
+ * when it is taken, so its lease covers one POST (the timeout and a margin). */
+static int courier_claim(struct courier *c, struct tf_store *st, const struct tf_alerts_config *cfg,
+                         int max, int64_t only, int *n)
 {
 	double now = tf_now_wall();
-	*out = NULL;
 	*n = 0;
 	int rc = tf_store_begin(st);
 	if (rc)
@@ -532,113 +726,123 @@ static int claim(struct tf_store *st, const struct tf_alerts_config *cfg, int ma
 	    "h.name=a.hook WHERE (?1 = 0 AND a.state='pending' AND a.next_attempt_at <= ?2 AND "
 	    "(a.lease_until IS NULL OR a.lease_until < ?2) AND " HOOK_HEAD ") OR a.id=?1 "
 	    "ORDER BY a.id LIMIT ?3",
-	    "idi", only, now, (int64_t)(max > 0 ? max : 64));
+	    "idi", only, now, (int64_t)((max > 0 ? max : 64) + (int)c->nfl));
 	if (!q) {
 		tf_store_rollback(st);
 		return -EIO;
 	}
-	size_t cap = 0;
-	while ((rc = tf_stmt_step(q)) == 1) {
-		if (*n == cap) {
+	struct target *ts = NULL;
+	size_t nt = 0, cap = 0;
+	while ((rc = tf_stmt_step(q)) == 1 && (max <= 0 || nt < (size_t)max)) {
+		if (courier_busy(c, tf_stmt_text(q, 2)))
+			continue; /* its re-post goes first */
+		if (nt == cap) {
 			cap = cap ? cap * 2 : 8;
-			*out = tf_xrealloc(*out, cap * sizeof(**out));
+			ts = tf_xrealloc(ts, cap * sizeof(*ts));
 		}
-		struct target *t = &(*out)[(*n)++];
-		*t = (struct target){.id = tf_stmt_int(q, 0),
-		                     .msg_id = tf_stmt_strdup(q, 1),
-		                     .hook = tf_stmt_strdup(q, 2),
-		                     .payload = tf_stmt_strdup(q, 3),
-		                     .attempts = (int)tf_stmt_int(q, 4),
-		                     .queued_at = tf_stmt_double(q, 5),
-		                     .has_hook = (int)tf_stmt_int(q, 6),
-		                     .url = tf_stmt_strdup(q, 7),
-		                     .format = tf_stmt_strdup(q, 8),
-		                     .secret_env = tf_stmt_strdup(q, 9),
-		                     .secret_file = tf_stmt_strdup(q, 10),
-		                     .disabled = tf_stmt_strdup(q, 11)};
+		ts[nt++] = (struct target){.id = tf_stmt_int(q, 0),
+		                           .msg_id = tf_stmt_strdup(q, 1),
+		                           .hook = tf_stmt_strdup(q, 2),
+		                           .payload = tf_stmt_strdup(q, 3),
+		                           .attempts = (int)tf_stmt_int(q, 4),
+		                           .queued_at = tf_stmt_double(q, 5),
+		                           .has_hook = (int)tf_stmt_int(q, 6),
+		                           .url = tf_stmt_strdup(q, 7),
+		                           .format = tf_stmt_strdup(q, 8),
+		                           .secret_env = tf_stmt_strdup(q, 9),
+		                           .secret_file = tf_stmt_strdup(q, 10),
+		                           .disabled = tf_stmt_strdup(q, 11)};
 	}
 	tf_stmt_done(q);
-	/* the rows are posted one after the other: row i's lease covers the i posts before it */
-	for (size_t i = 0; rc == 0 && i < *n; i++)
+	if (rc > 0)
+		rc = 0;
+	for (size_t i = 0; rc == 0 && i < nt; i++)
 		rc = tf_store_run(st, "UPDATE alerts SET lease_until=? WHERE id=?", "di",
-		                  now + (double)(i + 1) * (cfg->timeout + LEASE_MARGIN),
-		                  (*out)[i].id);
+		                  now + cfg->timeout + LEASE_MARGIN, ts[i].id);
 	if (rc == 0)
 		rc = tf_store_commit(st);
-	if (rc) {
+	if (rc)
 		tf_store_rollback(st);
-		for (size_t i = 0; i < *n; i++)
-			target_free(&(*out)[i]);
-		free(*out);
-		*out = NULL;
-		*n = 0;
-	}
-	return rc;
-}
-
-static int send_claimed(struct tf_store *st, const struct tf_alerts_config *cfg, struct target *ts,
-                        size_t n, int *sent, int *failed, char *err, size_t errlen)
-{
-	int rc = 0;
-	for (size_t i = 0; i < n; i++) {
-		struct answer a = {0};
-		long status = 0;
-		char why[512] = "";
-		enum outcome o = post(cfg, &ts[i], &status, &a, why, sizeof(why));
-		int r = record(st, cfg, &ts[i], o, status, a.retry_after, why);
-		if (r && !rc)
-			rc = r;
-		if (o == SENT && sent)
-			(*sent)++;
-		else if (o != SENT && failed)
-			(*failed)++;
-		if (o != SENT && err)
-			tf_errf(err, errlen, "%s", why);
-		free(a.body);
+	for (size_t i = 0; i < nt; i++) {
+		if (rc == 0) {
+			int r = courier_start(c, st, cfg, &ts[i], 0);
+			if (r && !rc)
+				rc = r;
+			(*n)++;
+		}
 		target_free(&ts[i]);
 	}
 	free(ts);
 	return rc;
 }
 
-int tf_alerts_deliver_due(struct tf_store *st, const struct tf_alerts_config *cfg, int max,
-                          int *sent, int *failed, double *next_due)
+/* Seconds until the next pending row is due (-1: none pending). */
+static double next_due(struct tf_store *st)
 {
-	struct target *ts;
-	size_t n;
-	int rc = claim(st, cfg, max, 0, &ts, &n);
-	if (rc == 0)
-		rc = send_claimed(st, cfg, ts, n, sent, failed, NULL, 0);
-	if (rc == 0 && next_due) {
-		double next = -1;
-		struct tf_stmt *q = tf_store_query(st,
-		                                   "SELECT min(max(next_attempt_at, "
-		                                   "coalesce(lease_until, 0))) FROM alerts a WHERE "
-		                                   "state='pending' AND " HOOK_HEAD,
-		                                   "");
-		if (q && tf_stmt_step(q) == 1 && !tf_stmt_is_null(q, 0)) {
-			next = tf_stmt_double(q, 0) - tf_now_wall();
-			if (next < 0)
-				next = 0;
-		}
-		tf_stmt_done(q);
-		*next_due = next;
+	double next = -1;
+	struct tf_stmt *q = tf_store_query(st,
+	                                   "SELECT min(max(next_attempt_at, "
+	                                   "coalesce(lease_until, 0))) FROM alerts a WHERE "
+	                                   "state='pending' AND " HOOK_HEAD,
+	                                   "");
+	if (q && tf_stmt_step(q) == 1 && !tf_stmt_is_null(q, 0)) {
+		next = tf_stmt_double(q, 0) - tf_now_wall();
+		if (next < 0)
+			next = 0;
 	}
+	tf_stmt_done(q);
+	return next;
+}
+
+int tf_alerts_deliver_due(struct tf_store *st, const struct tf_alerts_config *cfg, int max,
+                          int *sent, int *failed, double *next)
+{
+	struct courier c;
+	courier_init(&c);
+	int rc = 0, taken = 0;
+	for (;;) { /* a hook whose row is done sends its next one, if due, in the same call */
+		int n = 0;
+		if (max <= 0 || taken < max) {
+			int r = courier_claim(&c, st, cfg, max > 0 ? max - taken : 0, 0, &n);
+			if (r && !rc)
+				rc = r;
+			taken += n;
+			if (r)
+				n = 0;
+		}
+		if (n == 0 && c.nfl == 0)
+			break;
+		if (c.nfl == 0)
+			continue; /* decided without a request (a dead hook): the next row */
+		int r = courier_run(&c, st, cfg, 200);
+		if (r && !rc)
+			rc = r;
+	}
+	if (sent)
+		*sent += c.sent;
+	if (failed)
+		*failed += c.failed;
+	courier_release(&c);
+	if (rc == 0 && next)
+		*next = next_due(st);
 	return rc;
 }
 
 int tf_alerts_deliver_one(struct tf_store *st, const struct tf_alerts_config *cfg, int64_t id,
                           char *err, size_t errlen)
 {
-	struct target *ts;
-	size_t n;
-	int sent = 0, rc = claim(st, cfg, 1, id, &ts, &n);
+	struct courier c;
+	courier_init(&c);
+	int n = 0, rc = courier_claim(&c, st, cfg, 1, id, &n);
+	while (rc == 0 && c.nfl > 0)
+		rc = courier_run(&c, st, cfg, 200);
 	if (rc == 0 && n == 0)
 		rc = -ENOENT;
-	else if (rc == 0)
-		rc = send_claimed(st, cfg, ts, n, &sent, NULL, err, errlen);
-	if (rc == 0 && !sent)
+	else if (rc == 0 && !c.sent) {
+		tf_errf(err, errlen, "%s", c.err);
 		rc = -EIO;
+	}
+	courier_release(&c);
 	return rc;
 }
 
@@ -647,8 +851,9 @@ int tf_alerts_deliver_one(struct tf_store *st, const struct tf_alerts_config *cf
  * and, as its alerts API documentation asks of clients, resolved alerts are posted again for
  * RESOLVED_S (five minutes) after the resolution, so that an Alertmanager that restarted
  * meanwhile still sends the resolved notification. Best effort: an answer other than 2xx is
- * logged; the next round tries again. */
-int tf_alerts_refire(struct tf_store *st, const struct tf_alerts_config *cfg, int *sent)
+ * logged; the next round tries again. Queues them on the courier (those not already waiting
+ * or in flight), each to go when its hook has nothing in flight. */
+static int courier_queue_reposts(struct courier *c, struct tf_store *st)
 {
 	struct tf_stmt *q = tf_store_query(
 	    st,
@@ -661,46 +866,48 @@ int tf_alerts_refire(struct tf_store *st, const struct tf_alerts_config *cfg, in
 	    "d", tf_now_wall() - RESOLVED_S);
 	if (!q)
 		return -EIO;
-	struct target *ts = NULL;
-	size_t n = 0, cap = 0;
 	int rc;
 	while ((rc = tf_stmt_step(q)) == 1) {
-		if (n == cap) {
-			cap = cap ? cap * 2 : 8;
-			ts = tf_xrealloc(ts, cap * sizeof(*ts));
+		int64_t id = tf_stmt_int(q, 0);
+		int queued = 0;
+		for (size_t i = 0; i < c->nwait && !queued; i++)
+			queued = c->wait[i].id == id;
+		for (size_t i = 0; i < c->nfl && !queued; i++)
+			queued = c->fl[i]->repost && c->fl[i]->t.id == id;
+		if (queued)
+			continue;
+		if (c->nwait == c->capwait) {
+			c->capwait = c->capwait ? c->capwait * 2 : 8;
+			c->wait = tf_xrealloc(c->wait, c->capwait * sizeof(*c->wait));
 		}
-		ts[n++] = (struct target){.id = tf_stmt_int(q, 0),
-		                          .msg_id = tf_stmt_strdup(q, 1),
-		                          .hook = tf_stmt_strdup(q, 2),
-		                          .payload = tf_stmt_strdup(q, 3),
-		                          .url = tf_stmt_strdup(q, 4),
-		                          .format = tf_stmt_strdup(q, 5),
-		                          .secret_env = tf_stmt_strdup(q, 6),
-		                          .secret_file = tf_stmt_strdup(q, 7),
-		                          .has_hook = 1};
+		c->wait[c->nwait++] = (struct target){.id = id,
+		                                      .msg_id = tf_stmt_strdup(q, 1),
+		                                      .hook = tf_stmt_strdup(q, 2),
+		                                      .payload = tf_stmt_strdup(q, 3),
+		                                      .url = tf_stmt_strdup(q, 4),
+		                                      .format = tf_stmt_strdup(q, 5),
+		                                      .secret_env = tf_stmt_strdup(q, 6),
+		                                      .secret_file = tf_stmt_strdup(q, 7),
+		                                      .has_hook = 1};
 	}
 	tf_stmt_done(q);
-	for (size_t i = 0; i < n; i++) {
-		struct answer a = {0};
-		long status = 0;
-		char why[512] = "";
-		int64_t still = 0; /* not resolved meanwhile (or a resolution) */
-		tf_store_query_int(
-		    st, &still,
-		    "SELECT EXISTS(SELECT 1 FROM alert_firing WHERE alert_id=?1) OR "
-		    "EXISTS(SELECT 1 FROM alerts WHERE id=?1 AND resolves IS NOT NULL)",
-		    "i", ts[i].id);
-		enum outcome o = still ? post(cfg, &ts[i], &status, &a, why, sizeof(why)) : DEAD;
-		if (o == SENT && sent)
-			(*sent)++;
-		else if (still && o != SENT)
-			tf_info("alert %s to hook '%s' not sent again: %s", ts[i].msg_id,
-			        ts[i].hook, why);
-		free(a.body);
-		target_free(&ts[i]);
-	}
-	free(ts);
 	return rc < 0 ? rc : 0;
+}
+
+int tf_alerts_refire(struct tf_store *st, const struct tf_alerts_config *cfg, int *sent)
+{
+	struct courier c;
+	courier_init(&c);
+	int rc = courier_queue_reposts(&c, st);
+	while (rc == 0 && (c.nwait > 0 || c.nfl > 0)) {
+		rc = courier_start_waiting(&c, st, cfg);
+		if (rc == 0 && c.nfl > 0)
+			rc = courier_run(&c, st, cfg, 200);
+	}
+	if (sent)
+		*sent += c.reposted;
+	courier_release(&c);
+	return rc;
 }
 
 /* ---- the worker thread ----------------------------------------------------------------- */
@@ -709,12 +916,12 @@ struct tf_alerts_worker {
 	char *home;
 	pthread_t thread;
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	struct courier c; /* [thread] its requests in flight; c.multi's wakeup is any thread's */
 	int kicked;       /* [mu] deliver now */
 	int stopping;     /* [mu] drain, then end */
 	double drain_end; /* [mu] monotonic time the drain ends */
 	int left;         /* alerts pending when the thread ended */
-	double refired;   /* [thread] monotonic time firing alerts were last posted again */
+	double refired;   /* [thread] monotonic time firing alerts were last queued again */
 };
 
 static int64_t pending_count(struct tf_store *st)
@@ -724,9 +931,13 @@ static int64_t pending_count(struct tf_store *st)
 	return n;
 }
 
+/* The thread's loop: start what is due on hooks with nothing in flight, then wait for a
+ * request to finish, the next due row (at most half a second) or a kick. A hook whose
+ * receiver hangs holds only its own alerts back. */
 static void *worker_main(void *arg)
 {
 	struct tf_alerts_worker *w = arg;
+	struct courier *c = &w->c;
 	struct tf_store *st = NULL;
 	char err[512];
 	if (tf_store_open_home(w->home, &st, err, sizeof(err))) {
@@ -738,36 +949,41 @@ static void *worker_main(void *arg)
 		 * while a pass was under way (a run's last state) is still taken by the next one */
 		pthread_mutex_lock(&w->mu);
 		int last = w->stopping;
+		double drain_end = w->drain_end;
+		w->kicked = 0;
 		pthread_mutex_unlock(&w->mu);
 		struct tf_alerts_config cfg;
 		if (tf_alerts_config_load(w->home, &cfg, err, sizeof(err)))
 			tf_warn("%s", err);
-		double next = -1;
-		if (tf_alerts_deliver_due(st, &cfg, 64, NULL, NULL, &next))
-			tf_warn("alerts: %s", tf_store_errmsg(st));
-		if (tf_now_monotonic() - w->refired >= REFIRE_S) {
-			w->refired = tf_now_monotonic();
-			if (tf_alerts_refire(st, &cfg, NULL))
+		double now = tf_now_monotonic();
+		int n = 0;
+		if (!last || now <= drain_end) {
+			if (now - w->refired >= REFIRE_S) {
+				w->refired = now;
+				if (courier_queue_reposts(c, st))
+					tf_warn("alerts: %s", tf_store_errmsg(st));
+			}
+			if (courier_start_waiting(c, st, &cfg))
+				tf_warn("alerts: %s", tf_store_errmsg(st));
+			if (courier_claim(c, st, &cfg, 64, 0, &n))
 				tf_warn("alerts: %s", tf_store_errmsg(st));
 		}
-		tf_alerts_config_release(&cfg);
-		pthread_mutex_lock(&w->mu);
-		double now = tf_now_monotonic();
-		if (last && (next < 0 || now + next > w->drain_end)) {
-			pthread_mutex_unlock(&w->mu);
+		double next = next_due(st);
+		if (last && c->nfl == 0 && (c->nwait == 0 || now > drain_end) &&
+		    (next < 0 || now + next > drain_end)) {
+			tf_alerts_config_release(&cfg);
 			break;
 		}
-		double wait = next < 0 || next > 0.5 ? 0.5 : next;
-		if (!w->kicked && wait > 0) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			double t = (double)ts.tv_sec + ts.tv_nsec / 1e9 + wait;
-			ts.tv_sec = (time_t)t;
-			ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-			pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-		}
-		w->kicked = 0;
+		/* a row due now whose hook has a request in flight waits for that request: the
+		 * wait ends when one of them progresses */
+		double wait = next > 0 && next < 0.5 ? next : 0.5;
+		pthread_mutex_lock(&w->mu);
+		if (w->kicked || n >= 64)
+			wait = 0; /* a kick, or more due than one claim takes */
 		pthread_mutex_unlock(&w->mu);
+		if (courier_run(c, st, &cfg, (int)(wait * 1000)))
+			tf_warn("alerts: %s", tf_store_errmsg(st));
+		tf_alerts_config_release(&cfg);
 	}
 	w->left = (int)pending_count(st);
 	tf_store_close(st);
@@ -793,9 +1009,11 @@ struct tf_alerts_worker *tf_alerts_worker_start(const char *home)
 	struct tf_alerts_worker *w = tf_xcalloc(1, sizeof(*w));
 	w->home = tf_xstrdup(home);
 	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->cv, NULL);
-	if (pthread_create(&w->thread, NULL, worker_main, w)) {
+	courier_init(&w->c);
+	if (!w->c.multi || pthread_create(&w->thread, NULL, worker_main, w)) {
 		tf_warn("alerts: cannot start the delivery thread");
+		courier_release(&w->c);
+		pthread_mutex_destroy(&w->mu);
 		free(w->home);
 		free(w);
 		return NULL;
@@ -809,8 +1027,8 @@ void tf_alerts_worker_kick(struct tf_alerts_worker *w)
 		return;
 	pthread_mutex_lock(&w->mu);
 	w->kicked = 1;
-	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
+	curl_multi_wakeup(w->c.multi); /* ends the thread's wait, or its next one at once */
 }
 
 void tf_alerts_worker_stop(struct tf_alerts_worker *w, double drain, int *left)
@@ -830,13 +1048,13 @@ void tf_alerts_worker_stop(struct tf_alerts_worker *w, double drain, int *left)
 	w->stopping = 1;
 	w->kicked = 1;
 	w->drain_end = tf_now_monotonic() + drain;
-	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
+	curl_multi_wakeup(w->c.multi);
 	pthread_join(w->thread, NULL);
 	if (left)
 		*left = w->left;
+	courier_release(&w->c);
 	pthread_mutex_destroy(&w->mu);
-	pthread_cond_destroy(&w->cv);
 	free(w->home);
 	free(w);
 }

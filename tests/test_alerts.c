@@ -5,8 +5,9 @@
  * alerts resolved by the next successful run of the pipeline, the Slack and Alertmanager
  * bodies (texts cut on a character, labels that tell alerts apart), dead-lettering after
  * max_attempts, redelivery with the same id, what each HTTP answer means, a hook's alerts in
- * queue order, leases that cover a whole pass, both signatures while a secret is rotated,
- * and a resolving alert queued during the delivery thread's last pass still sent.
+ * queue order, hooks posted to at once with a lease per POST, a receiver that hangs holding
+ * back no other hook, both signatures while a secret is rotated, and a resolving alert
+ * queued during the delivery thread's last pass still sent.
  * Delivery to real receivers is tests/it_alerts.sh. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -900,21 +901,28 @@ static void *deliver_thread(void *arg)
 	return NULL;
 }
 
-/* A pass posts its rows one after the other, so each row's lease covers the posts before it:
- * with one lease for all, a row still waiting its turn after a slow receiver was free to
- * take for another process (the daemon and a `tpuflow run`), which posted it too. */
-static void test_alerts_leases_cover_the_pass(void **state)
+/* A receiver that takes connections (the kernel's backlog) and never answers: its socket,
+ * and its URL in url. */
+static int silent_receiver(char url[96])
 {
-	(void)state;
-	/* a receiver that takes connections (the backlog) and never answers */
 	int s = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t al = sizeof(a);
 	assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
 	assert_int_equal(listen(s, 8), 0);
 	getsockname(s, (struct sockaddr *)&a, &al);
+	snprintf(url, 96, "http://127.0.0.1:%d/x", ntohs(a.sin_port));
+	return s;
+}
+
+/* A pass posts to its hooks at once: three receivers that never answer cost the pass one
+ * timeout, not three; and each row's lease, taken when its POST starts, covers that POST
+ * (another process, the daemon beside a `tpuflow run`, must not take it meanwhile). */
+static void test_alerts_leases_cover_the_pass(void **state)
+{
+	(void)state;
 	char url[96];
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d/x", ntohs(a.sin_port));
+	int s = silent_receiver(url);
 	struct tf_store *st = open_home();
 	tf_store_run(st, "DELETE FROM alerts", "");
 	static const char *const names[] = {"silent1", "silent2", "silent3"};
@@ -924,7 +932,7 @@ static void test_alerts_leases_cover_the_pass(void **state)
 	}
 	struct tf_alerts_config cfg;
 	config(&cfg);
-	cfg.timeout = 0.5;
+	cfg.timeout = 1;
 	struct deliver_arg d = {&cfg};
 	pthread_t t;
 	double start = tf_now_wall();
@@ -945,14 +953,83 @@ static void test_alerts_leases_cover_the_pass(void **state)
 	}
 	tf_stmt_done(q);
 	pthread_join(t, NULL);
-	/* row i: i+1 posts (timeout and margin each) from the claim */
-	for (int i = 0; i < 3; i++)
-		assert_true(lease[i] - start >= (i + 1) * cfg.timeout + i * 5.0);
+	double took = tf_now_wall() - start;
+	for (int i = 0; i < 3; i++) /* the POST's timeout and the margin, from its start */
+		assert_true(lease[i] - start >= cfg.timeout + 5.0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE attempts=1 AND "
+	                           "state='pending' AND lease_until IS NULL"),
+	                 3);
+	if (took >= 2.5)
+		fprintf(stderr, "the pass took %.2f s for three 1 s timeouts\n", took);
+	assert_true(took < 2.5); /* one after the other: 3 s */
 	for (int i = 0; i < 3; i++)
 		tf_hooks_remove(st, names[i]);
 	close(s);
 	tf_alerts_config_release(&cfg);
 	tf_store_close(st);
+}
+
+/* The delivery thread: a hook whose receiver hangs holds back its own alerts only. Another
+ * hook's alert queued after the hanging one is delivered at once, and so is the next one
+ * queued while the hanging POST is still under way (it waited for that POST's timeout, 6 s
+ * here, when a pass posted one row after the other and began only when the last ended). */
+static void test_alerts_hanging_hook_delays_no_other(void **state)
+{
+	(void)state;
+	struct responder up;
+	responder_start(&up, 200);
+	char stuck_url[96], up_url[96];
+	int s = silent_receiver(stuck_url);
+	snprintf(up_url, sizeof(up_url), "http://127.0.0.1:%d/up", up.port);
+	struct tf_store *st = open_home();
+	tf_store_run(st, "DELETE FROM alerts", "");
+	tf_store_run(st, "DELETE FROM alert_firing", "");
+	add_hook(st, "stuck", stuck_url, "slack", "");
+	add_hook(st, "healthy", up_url, "slack", "");
+	FILE *f = fopen("alerts.conf", "w");
+	fprintf(f, "timeout=6s\n");
+	fclose(f);
+	int64_t stuck, h1, h2, n = 0;
+	assert_int_equal(tf_alerts_queue_test(st, "stuck", &stuck), 0); /* the older row */
+	assert_int_equal(tf_alerts_queue_test(st, "healthy", &h1), 0);
+	double t0 = tf_now_monotonic();
+	struct tf_alerts_worker *w = tf_alerts_worker_start(".");
+	assert_non_null(w);
+	static const char delivered[] = "SELECT count(*) FROM alerts WHERE id=? AND "
+	                                "state='delivered'";
+	for (int i = 0; i < 1000 && (tf_store_query_int(st, &n, delivered, "i", h1), !n); i++)
+		usleep(10000);
+	double d1 = tf_now_monotonic() - t0;
+	assert_int_equal(tf_alerts_queue_test(st, "healthy", &h2), 0);
+	tf_alerts_worker_kick(w);
+	n = 0;
+	for (int i = 0; i < 1000 && (tf_store_query_int(st, &n, delivered, "i", h2), !n); i++)
+		usleep(10000);
+	double d2 = tf_now_monotonic() - t0;
+	/* the hanging POST has not ended: its row has no attempt recorded yet */
+	int64_t stuck_attempts = -1;
+	tf_store_query_int(st, &stuck_attempts, "SELECT attempts FROM alerts WHERE id=?", "i",
+	                   stuck);
+	if (d2 >= 3 || stuck_attempts != 0)
+		fprintf(stderr, "healthy hook: %.2f s and %.2f s; stuck hook: %lld attempt(s)\n",
+		        d1, d2, (long long)stuck_attempts);
+	assert_int_equal(stuck_attempts, 0);
+	assert_true(d2 < 3.0);
+	assert_int_equal(up.n, 2);
+	tf_alerts_worker_stop(w, 0, NULL); /* after the hanging POST times out */
+	assert_int_equal(tf_store_query_int(st, &n,
+	                                    "SELECT count(*) FROM alerts WHERE id=? AND "
+	                                    "attempts=1 AND state='pending' AND last_error "
+	                                    "LIKE '%imeout%'",
+	                                    "i", stuck),
+	                 0);
+	assert_int_equal(n, 1);
+	unlink("alerts.conf");
+	tf_hooks_remove(st, "stuck");
+	tf_hooks_remove(st, "healthy");
+	close(s);
+	tf_store_close(st);
+	responder_stop(&up);
 }
 
 /* Events from the registry, the broker, the train kind's results: each reaches a home route
@@ -1156,6 +1233,7 @@ int main(void)
 	    cmocka_unit_test(test_alerts_answers),
 	    cmocka_unit_test(test_alerts_secret_rotation),
 	    cmocka_unit_test(test_alerts_leases_cover_the_pass),
+	    cmocka_unit_test(test_alerts_hanging_hook_delays_no_other),
 	    cmocka_unit_test(test_alerts_more_events),
 	    cmocka_unit_test(test_alerts_schedule_missed),
 	    cmocka_unit_test(test_alerts_pipeline_routes_validated),
