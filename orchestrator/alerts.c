@@ -74,7 +74,8 @@ static void config_defaults(struct tf_alerts_config *c)
 	                               .timeout = 15,
 	                               .drain = 10,
 	                               .regression_threshold = 0.01,
-	                               .job_wait = 600};
+	                               .job_wait = 600,
+	                               .refire = 60};
 }
 
 /* The daemon's URL from HOME/daemon.json, where the dashboard is served; NULL when none. */
@@ -145,6 +146,8 @@ int tf_alerts_config_load(const char *home, struct tf_alerts_config *cfg, char *
 					cfg->drain = d;
 				else if (!strcmp(l, "job_wait"))
 					cfg->job_wait = d;
+				else if (!strcmp(l, "refire"))
+					cfg->refire = d;
 				else
 					ok = 0;
 			}
@@ -154,7 +157,8 @@ int tf_alerts_config_load(const char *home, struct tf_alerts_config *cfg, char *
 				    "%s:%d: '%s' ignored (expected allow_hosts=, dashboard_url=, "
 				    "max_attempts=1..1000, regression_threshold=NUMBER, or "
 				    "horizon=, backoff=, max_backoff=, "
-				    "timeout=, drain=, job_wait= with a duration such as 30s)",
+				    "timeout=, drain=, job_wait=, refire= with a duration such as "
+				    "30s)",
 				    path, line, l);
 				rc = -EINVAL;
 			}
@@ -446,6 +450,11 @@ int tf_hooks_list(struct tf_store *st, json_t **out)
 
 /* ---- emitting -------------------------------------------------------------------------- */
 
+static int dstr_ok(json_t *data, const char *key)
+{
+	return json_string_value(json_object_get(data, key)) != NULL;
+}
+
 static void rfc3339(double t, char out[32])
 {
 	time_t s = (time_t)t;
@@ -667,15 +676,19 @@ static void check_routes(struct tf_store *st, const char *run)
 	pthread_mutex_unlock(&routes_kept.mu);
 }
 
-/* A successful run resolves the Alertmanager alerts firing for its pipeline: each gets a
- * resolving row with the same payload (so the same labels) and ends_at set. */
-static int resolve_firing(struct tf_store *st, const char *pipeline, double now)
+/* Resolves Alertmanager alerts still firing: those of `pipeline` (NULL: of any pipeline or of
+ * none), of `event` (NULL: any) and whose payload's data has each member of `about` (NULL:
+ * all) with the same value. Each gets a resolving row with the same payload (so the same
+ * labels) and ends_at set, and leaves alert_firing, in the caller's transaction. */
+static int resolve_firing(struct tf_store *st, const char *pipeline, const char *event,
+                          json_t *about, double now)
 {
 	struct tf_stmt *q = tf_store_query(st,
 	                                   "SELECT f.alert_id, f.hook, a.event, a.run_id, a.step, "
 	                                   "a.payload FROM alert_firing f JOIN alerts a ON "
-	                                   "a.id=f.alert_id WHERE f.pipeline=?",
-	                                   "t", pipeline);
+	                                   "a.id=f.alert_id WHERE (?1 IS NULL OR f.pipeline=?1) "
+	                                   "AND (?2 IS NULL OR f.event=?2) ORDER BY f.alert_id",
+	                                   "tt", pipeline, event);
 	if (!q)
 		return -EIO;
 	json_t *rows = json_array();
@@ -697,6 +710,17 @@ static int resolve_firing(struct tf_store *st, const char *pipeline, double now)
 			break;
 		json_t *p = json_loads(json_string_value(json_object_get(r, "payload")), 0, NULL);
 		json_t *data = json_object_get(p, "data");
+		const char *key;
+		json_t *want;
+		int match = json_is_object(data);
+		json_object_foreach(about, key, want)
+		{
+			match = match && json_equal(json_object_get(data, key), want);
+		}
+		if (!match) {
+			json_decref(p);
+			continue;
+		}
 		json_object_set_new(data, "resolved", json_true());
 		json_object_set_new(data, "ends_at", json_string(ends));
 		char *text = json_dumps(p, JSON_COMPACT | JSON_SORT_KEYS);
@@ -715,6 +739,27 @@ static int resolve_firing(struct tf_store *st, const char *pipeline, double now)
 	return rc < 0 ? rc : 0;
 }
 
+/* Whether an Alertmanager alert of `ev` stays firing (re-posted by the delivery worker) until
+ * something ends its condition: a run of its pipeline that succeeds; the chip repaired
+ * (tf_alerts_on_chip_repaired); the model's alias deployed or promoted again after a
+ * rollback; a version of the model registered that is not worse on the metric. Alerts of
+ * severity info, and those of an event that ends as it happens (daemon_unclean_stop), are
+ * posted once: Alertmanager ends them after its resolve_timeout. */
+static int stays_firing(const struct tf_alert_event *ev, const char *pipeline, json_t *data)
+{
+	if (!strcmp(ev->severity, "info"))
+		return 0;
+	if (pipeline)
+		return 1;
+	if (!strcmp(ev->name, "chip_failed"))
+		return dstr_ok(data, "pool") && json_array_size(json_object_get(data, "chip")) == 3;
+	if (!strcmp(ev->name, "model_rolled_back"))
+		return dstr_ok(data, "model") && dstr_ok(data, "alias");
+	if (!strcmp(ev->name, "metric_regressed"))
+		return dstr_ok(data, "model") && dstr_ok(data, "metric");
+	return 0;
+}
+
 int tf_alerts_emit(struct tf_store *st, const char *event, const char *run, const char *step,
                    const char *message, json_t *extra)
 {
@@ -731,6 +776,9 @@ int tf_alerts_emit(struct tf_store *st, const char *event, const char *run, cons
 	if (rc == 0 && run && (json_array_size(to) || !strcmp(event, "run_succeeded")))
 		tf_store_query_text(st, &pipeline, "SELECT pipeline FROM runs WHERE id=?", "t",
 		                    run);
+	/* an event of no run that is about a pipeline (schedule_missed) belongs to it too */
+	if (!pipeline && json_is_string(json_object_get(extra, "pipeline")))
+		pipeline = tf_xstrdup(json_string_value(json_object_get(extra, "pipeline")));
 	double now = tf_now_wall();
 	if (rc == 0 && json_array_size(to)) {
 		char at[32];
@@ -747,6 +795,7 @@ int tf_alerts_emit(struct tf_store *st, const char *event, const char *run, cons
 			json_object_set_new(data, "message", json_string(message));
 		if (extra)
 			json_object_update_missing(data, extra);
+		int firing = stays_firing(ev, pipeline, data);
 		json_t *p =
 		    json_pack("{s:s, s:s, s:o}", "type", event, "timestamp", at, "data", data);
 		char *text = json_dumps(p, JSON_COMPACT | JSON_SORT_KEYS);
@@ -775,25 +824,44 @@ int tf_alerts_emit(struct tf_store *st, const char *event, const char *run, cons
 					break;
 				continue;
 			}
-			/* Alertmanager alerts of a pipeline stay firing until a run of it succeeds
-			 */
-			if (rc == 0 && pipeline && strcmp(ev->severity, "info") &&
+			/* an Alertmanager alert stays firing until its condition ends
+			 * (stays_firing); pipeline '' for one of no pipeline */
+			if (rc == 0 && firing &&
 			    !strcmp(json_string_value(json_object_get(h, "format")),
 			            "alertmanager"))
 				rc = tf_store_run(
 				    st,
 				    "INSERT INTO alert_firing(alert_id, hook, pipeline, "
 				    "event) VALUES(?,?,?,?)",
-				    "ittt", id, hook, pipeline, event);
+				    "ittt", id, hook, pipeline ? pipeline : "", event);
 			if (rc)
 				break;
 		}
 		free(text);
 	}
 	json_decref(to);
-	if (rc == 0 && pipeline && !strcmp(event, "run_succeeded"))
-		rc = resolve_firing(st, pipeline, now);
+	if (rc == 0 && pipeline && run && !strcmp(event, "run_succeeded"))
+		rc = resolve_firing(st, pipeline, NULL, NULL, now);
+	/* the alias deployed (or its canary promoted) again: its rollback is over */
+	if (rc == 0 && (!strcmp(event, "model_deployed") || !strcmp(event, "model_promoted")) &&
+	    dstr_ok(extra, "model") && dstr_ok(extra, "alias")) {
+		json_t *about = json_pack("{s:O, s:O}", "model", json_object_get(extra, "model"),
+		                          "alias", json_object_get(extra, "alias"));
+		rc = resolve_firing(st, NULL, "model_rolled_back", about, now);
+		json_decref(about);
+	}
 	free(pipeline);
+	return tf_store_leave(st, own, rc);
+}
+
+int tf_alerts_on_chip_repaired(struct tf_store *st, const char *pool, const int xyz[3])
+{
+	int own, rc = tf_store_join(st, &own);
+	if (rc)
+		return rc;
+	json_t *about = json_pack("{s:s, s:[i,i,i]}", "pool", pool, "chip", xyz[0], xyz[1], xyz[2]);
+	rc = resolve_firing(st, NULL, "chip_failed", about, tf_now_wall());
+	json_decref(about);
 	return tf_store_leave(st, own, rc);
 }
 
@@ -911,8 +979,14 @@ int tf_alerts_on_register(struct tf_store *st, const char *model, int64_t versio
 				continue;
 			double now = json_number_value(a), was = json_number_value(b);
 			double worse = higher_better(watched[i]) ? was - now : now - was;
-			if (!(worse > cfg.regression_threshold))
+			if (!(worse > cfg.regression_threshold)) { /* a regression of it is over */
+				json_t *about =
+				    json_pack("{s:s, s:s}", "model", model, "metric", watched[i]);
+				rc = resolve_firing(st, NULL, "metric_regressed", about,
+				                    tf_now_wall());
+				json_decref(about);
 				continue;
+			}
 			snprintf(
 			    msg, sizeof(msg),
 			    "%s version %lld: %s %.4g is worse than production (version %lld) %.4g "

@@ -45,7 +45,8 @@ const struct tf_alert_event *tf_alert_event_find(const char *name);
  *   drain=DURATION      how long `tpuflow run` keeps delivering after its run ends [10s]
  *   regression_threshold=X  metric_regressed when a new version's accuracy or auc is lower
  *                       (loss higher) than the production version's by more than X [0.01]
- *   job_wait=DURATION   job_waiting when a train attempt has waited longer for its slice [10m] */
+ *   job_wait=DURATION   job_waiting when a train attempt has waited longer for its slice [10m]
+ *   refire=DURATION     how often Alertmanager alerts still firing are posted again [1m] */
 struct tf_alerts_config {
 	char *allow_hosts;           /* comma-separated (owned), "" for none */
 	int max_attempts;            /* >= 1 */
@@ -57,6 +58,7 @@ struct tf_alerts_config {
 	double drain;                /* seconds */
 	double regression_threshold; /* metric units */
 	double job_wait;             /* seconds */
+	double refire;               /* seconds */
 };
 
 /* Reads HOME/alerts.conf (absent: defaults). Bad lines are reported in err and -EINVAL is
@@ -110,7 +112,8 @@ int tf_hook_secret(const char *env, const char *file, char **out, char *err, siz
 /* Queues `event` for every hook routed to it, in the caller's transaction (or its own).
  * `run`, `step`, `message` may be NULL; `extra` (borrowed, may be NULL) is merged into the
  * payload's data. A run_succeeded also resolves the Alertmanager alerts firing for its
- * pipeline. Returns 0 or a store error (which fails the caller's transaction). */
+ * pipeline, a model_deployed or model_promoted those of a rollback of the same model and
+ * alias. Returns 0 or a store error (which fails the caller's transaction). */
 int tf_alerts_emit(struct tf_store *st, const char *event, const char *run, const char *step,
                    const char *message, json_t *extra);
 
@@ -122,9 +125,14 @@ int tf_alerts_on_run(struct tf_store *st, const char *run, enum tf_run_state to,
 int tf_alerts_on_step(struct tf_store *st, const char *run, const char *step, enum tf_step_state to,
                       const char *reason, const char *metrics);
 
+/* What the slice broker calls when a failed chip is repaired, in its transaction: the
+ * chip_failed alerts still firing for it (Alertmanager) are resolved. */
+int tf_alerts_on_chip_repaired(struct tf_store *st, const char *pool, const int xyz[3]);
+
 /* What the registry calls when it records a new model version: model_registered, and
  * metric_regressed for each of accuracy, auc, loss worse than the `production` version's by
- * more than regression_threshold. In the caller's transaction. */
+ * more than regression_threshold (a metric not worse resolves the model's metric_regressed
+ * alerts still firing for it). In the caller's transaction. */
 int tf_alerts_on_register(struct tf_store *st, const char *model, int64_t version, const char *run,
                           const char *step, const char *metrics);
 
@@ -180,7 +188,7 @@ int tf_alerts_deliver_one(struct tf_store *st, const struct tf_alerts_config *cf
 /* Posts the Alertmanager alerts still firing again (Alertmanager resolves an alert it has
  * not heard of for its resolve_timeout), and the resolving alerts delivered in the last five
  * minutes (so an Alertmanager restarted meanwhile still notifies the resolution); *sent (may
- * be NULL) counts those accepted. The delivery worker does this every minute. */
+ * be NULL) is added those accepted. The delivery worker does this every `refire` seconds. */
 int tf_alerts_refire(struct tf_store *st, const struct tf_alerts_config *cfg, int *sent);
 
 /* A thread that keeps delivering a home's alerts: it opens its own store handle, starts what

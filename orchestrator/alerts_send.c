@@ -43,7 +43,6 @@
 #endif
 
 #define LEASE_MARGIN 5.0       /* seconds a lease outlives the POST's own timeout */
-#define REFIRE_S 60.0          /* firing Alertmanager alerts are posted again this often */
 #define RESOLVED_S 300.0       /* and resolving ones for this long after their delivery */
 #define BODY_CAP (16 * 1024)   /* bytes of an answer kept (the rest is refused) */
 #define SLACK_SECTION_MAX 2900 /* Slack: a section's text is at most 3000 characters */
@@ -847,7 +846,7 @@ int tf_alerts_deliver_one(struct tf_store *st, const struct tf_alerts_config *cf
 }
 
 /* Alertmanager forgets an alert `resolve_timeout` after it last received it, so the alerts
- * still firing (table alert_firing) are posted again, as they were, every REFIRE_S seconds;
+ * still firing (table alert_firing) are posted again, as they were, every `refire` seconds;
  * and, as its alerts API documentation asks of clients, resolved alerts are posted again for
  * RESOLVED_S (five minutes) after the resolution, so that an Alertmanager that restarted
  * meanwhile still sends the resolved notification. Best effort: an answer other than 2xx is
@@ -958,7 +957,7 @@ static void *worker_main(void *arg)
 		double now = tf_now_monotonic();
 		int n = 0;
 		if (!last || now <= drain_end) {
-			if (now - w->refired >= REFIRE_S) {
+			if (now - w->refired >= cfg.refire) {
 				w->refired = now;
 				if (courier_queue_reposts(c, st))
 					tf_warn("alerts: %s", tf_store_errmsg(st));

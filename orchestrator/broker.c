@@ -462,6 +462,8 @@ int tf_broker_chip_repair(struct tf_store *st, const char *pool, const int xyz[3
 	if (rc == 0 && tf_store_changes(st) == 0)
 		rc = -ENOENT;
 	if (rc == 0)
+		rc = tf_alerts_on_chip_repaired(st, pool, xyz);
+	if (rc == 0)
 		rc = decide(st, tf_now_wall()); /* a request waiting for it may be placed */
 	return tf_store_leave(st, own, rc);
 }

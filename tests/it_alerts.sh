@@ -8,6 +8,8 @@
 #  - Slack: the message has the documented shape of an incoming webhook (text + blocks)
 #  - Alertmanager (Debian's prometheus-alertmanager on a free port): a run_failed alert is
 #    shown by its API as active, and as resolved after the next successful run
+#  - a chip_failed alert (no run) stays active in an Alertmanager whose resolve_timeout is
+#    3 s, posted again by the daemon, until the chip is repaired, then shows resolved
 #  - durability: a `tpuflow run` killed with -9 while its alert is being posted: the alert
 #    arrives after a restart (the daemon), with the same webhook-id
 #  - a receiver answering 503 for a while, then 200: every alert arrives, none lost, in the
@@ -50,6 +52,7 @@ max_backoff=1s
 max_attempts=6
 timeout=2s
 drain=30s
+refire=1s
 CONF
 
 # ---- the receiver (node) and Alertmanager, on free loopback ports
@@ -71,8 +74,24 @@ amport=$(scripts/free-ports.sh)
   --web.listen-address="127.0.0.1:$amport" --cluster.listen-address= >"$dir/am.log" 2>&1 &
 pids+=($!)
 AM=http://127.0.0.1:$amport
-for _ in $(seq 1 200); do curl -sf "$AM/-/ready" >/dev/null && break; sleep 0.1; done
+# a second one that ends an alert not posted again within 3 s (its default is 5 minutes)
+cat >"$dir/am2.yml" <<'YML'
+global:
+  resolve_timeout: 3s
+route:
+  receiver: nobody
+  group_wait: 1s
+receivers:
+  - name: nobody
+YML
+am2port=$(free_port)
+"$am_bin" --config.file="$dir/am2.yml" --storage.path="$dir/am2" \
+  --web.listen-address="127.0.0.1:$am2port" --cluster.listen-address= >"$dir/am2.log" 2>&1 &
+pids+=($!)
+AM2=http://127.0.0.1:$am2port
+for _ in $(seq 1 200); do curl -sf "$AM/-/ready" >/dev/null && curl -sf "$AM2/-/ready" >/dev/null && break; sleep 0.1; done
 curl -sf "$AM/-/ready" >/dev/null || fail "Alertmanager did not become ready"
+curl -sf "$AM2/-/ready" >/dev/null || fail "the second Alertmanager did not become ready"
 
 # jq-like helpers in python: count lines of the receiver's log matching a condition
 recv() { python3 - "$dir/recv.jsonl" "$@" <<'PY'
@@ -252,6 +271,42 @@ assert order == queued, f"delivered in the order {order}, queued {queued}"
 assert all(r["id"] == queued[0] for r in rows if r["status"] == 503), "a later alert was tried first"
 PY
 echo "it_alerts: 503 then 200: every alert arrived once acknowledged, in order, repeats with the same id"
+
+# ---- an alert of no run stays firing while its condition lasts (the daemon posts it again)
+"$bin" hooks add am-chips --home "$H" --url "$AM2/api/v2/alerts" --format alertmanager \
+  --on chip_failed >/dev/null || fail "hooks add am-chips"
+# the chip alert as the second Alertmanager shows it: none, resolved (endsAt passed) or active
+am2_chip() { curl -sf "$AM2/api/v2/alerts?filter=alertname%3D%22chip_failed%22&filter=chip%3D%221,2,3%22" |
+  python3 -c '
+import json, sys, datetime
+a = json.load(sys.stdin)
+if not a:
+    print("none"); sys.exit()
+ends = datetime.datetime.fromisoformat(a[0]["endsAt"].replace("Z", "+00:00"))
+now = datetime.datetime.now(datetime.timezone.utc)
+print("resolved" if ends <= now else a[0]["status"]["state"], a[0]["endsAt"])'; }
+"$bin" slices fail v4:1,2,3 --reason "ECC errors" --home "$H" >>"$dir/cli.log" 2>&1 || fail "slices fail"
+for _ in $(seq 1 100); do [[ $(am2_chip) == active* ]] && break; sleep 0.1; done
+[[ $(am2_chip) == active* ]] || fail "Alertmanager does not show chip_failed as active: $(am2_chip)"
+# three times its resolve_timeout: still active, because the daemon posts it each second
+for _ in $(seq 1 9); do
+  sleep 1
+  state=$(am2_chip)
+  [[ $state == active* ]] || fail "chip_failed ended in Alertmanager while the chip is still failed: $state"
+done
+"$bin" slices repair v4:1,2,3 --home "$H" >>"$dir/cli.log" 2>&1 || fail "slices repair"
+# the repair queues the same alert with endsAt; Alertmanager's API then lists it no more
+wait_outbox "any(x['event']=='chip_failed' and x.get('resolves') and x['hook']=='am-chips' and x['state']=='delivered' for x in a)" ||
+  fail "the repair did not deliver a resolving chip_failed alert: $(alerts_json)"
+ok=0
+for _ in $(seq 1 50); do
+  state=$(am2_chip)
+  [[ $state == none* || $state == resolved* ]] && { ok=1; break; }
+  sleep 0.2
+done
+((ok)) || fail "Alertmanager still shows chip_failed after the repair: $state"
+"$bin" hooks rm am-chips --home "$H" >/dev/null
+echo "it_alerts: chip_failed stays active in Alertmanager until the chip is repaired"
 
 # ---- a receiver that never answers: dead letter, then redeliver
 "$bin" hooks add void --home "$H" --url "$R/std/hang/void" --format standard --secret-env WH_SECRET \

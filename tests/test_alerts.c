@@ -660,6 +660,122 @@ static void test_alerts_alertmanager_refire(void **state)
 	responder_stop(&r);
 }
 
+static int64_t firing_count(struct tf_store *st, const char *event)
+{
+	int64_t n = -1;
+	assert_int_equal(tf_store_query_int(
+	                     st, &n, "SELECT count(*) FROM alert_firing WHERE event=?", "t", event),
+	                 0);
+	return n;
+}
+
+/* Alertmanager alerts of no run stay firing, posted again as those of a pipeline are, until
+ * their condition ends: a failed chip until it is repaired, a rollback until the alias is
+ * deployed again, a regression until a version no worse on the metric, a missed schedule
+ * until a run of the pipeline succeeds. An event that ends as it happens
+ * (daemon_unclean_stop) and info events are posted once. */
+static void test_alerts_alertmanager_refire_not_of_a_run(void **state)
+{
+	(void)state;
+	struct responder r;
+	responder_start(&r, 200);
+	char url[96];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", r.port);
+	struct tf_store *st = open_home();
+	tf_store_run(st, "DELETE FROM alerts", "");
+	tf_store_run(st, "DELETE FROM alert_firing", "");
+	add_hook(st, "am4", url, "alertmanager",
+	         "chip_failed,model_rolled_back,model_deployed,metric_regressed,schedule_missed,"
+	         "daemon_unclean_stop");
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	int xyz[3] = {2, 1, 0};
+	assert_int_equal(tf_broker_chip_fail(st, "v5", xyz, tf_now_wall(), "ECC errors"), 0);
+	assert_int_equal(firing_count(st, "chip_failed"), 1);
+	int sent = 0;
+	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, &sent, NULL, NULL), 0);
+	assert_int_equal(sent, 1);
+	sent = 0;
+	assert_int_equal(tf_alerts_refire(st, &cfg, &sent), 0);
+	assert_int_equal(sent, 1); /* posted again while the chip is failed */
+	assert_int_equal(r.n, 2);
+	assert_string_equal(r.bodies[0], r.bodies[1]);
+	assert_non_null(strstr(r.bodies[1], "\"chip\":\"2,1,0\""));
+	/* another chip's repair does not resolve it; its own does */
+	int other[3] = {0, 0, 0};
+	assert_int_equal(tf_broker_chip_fail(st, "v5", other, tf_now_wall(), "link down"), 0);
+	assert_int_equal(tf_broker_chip_repair(st, "v5", other), 0);
+	assert_int_equal(firing_count(st, "chip_failed"), 1);
+	assert_int_equal(tf_broker_chip_repair(st, "v5", xyz), 0);
+	assert_int_equal(firing_count(st, "chip_failed"), 0);
+	tf_store_run(st, "DELETE FROM alerts WHERE payload LIKE '%link down%'", "");
+	int before = r.n;
+	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, NULL, NULL, NULL), 0);
+	assert_int_equal(r.n, before + 1);
+	json_t *res = json_loads(r.bodies[r.n - 1], 0, NULL),
+	       *fire = json_loads(r.bodies[0], 0, NULL);
+	assert_non_null(json_object_get(json_array_get(res, 0), "endsAt"));
+	assert_true(json_equal(json_object_get(json_array_get(res, 0), "labels"),
+	                       json_object_get(json_array_get(fire, 0), "labels")));
+	json_decref(res);
+	json_decref(fire);
+	/* a rollback, until the alias is deployed again */
+	struct tf_model_version_spec v = {.model = "ranker", .run_id = "rk1", .bundle = "rb1"};
+	int64_t v1 = 0, v2 = 0;
+	assert_int_equal(tf_registry_register(st, &v, &v1, NULL), 0);
+	v.bundle = "rb2";
+	v.run_id = "rk2";
+	assert_int_equal(tf_registry_register(st, &v, &v2, NULL), 0);
+	struct tf_deploy_spec d = {
+	    .model = "ranker", .alias = "production", .version = v1, .event = "model_rolled_back"};
+	assert_int_equal(tf_registry_deploy(st, &d, NULL), 0);
+	assert_int_equal(firing_count(st, "model_rolled_back"), 1);
+	d.alias = "staging";
+	d.event = NULL; /* model_deployed of another alias */
+	assert_int_equal(tf_registry_deploy(st, &d, NULL), 0);
+	assert_int_equal(firing_count(st, "model_rolled_back"), 1);
+	d.alias = "production";
+	d.version = v2;
+	assert_int_equal(tf_registry_deploy(st, &d, NULL), 0);
+	assert_int_equal(firing_count(st, "model_rolled_back"), 0);
+	assert_int_equal(count(st,
+	                       "SELECT count(*) FROM alerts WHERE event='model_rolled_back' AND "
+	                       "resolves IS NOT NULL"),
+	                 1);
+	/* a regression, until a version no worse on the metric */
+	assert_int_equal(tf_registry_set_alias(st, "ranker", "production", v2), 0);
+	tf_store_run(st, "UPDATE model_versions SET metrics='{\"auc\":0.95}'", "");
+	v.bundle = "rb3";
+	v.run_id = "rk3";
+	v.metrics = "{\"auc\":0.90}";
+	int64_t v3 = 0, v4 = 0;
+	assert_int_equal(tf_registry_register(st, &v, &v3, NULL), 0);
+	assert_int_equal(firing_count(st, "metric_regressed"), 1);
+	v.bundle = "rb4";
+	v.run_id = "rk4";
+	v.metrics = "{\"auc\":0.951}";
+	assert_int_equal(tf_registry_register(st, &v, &v4, NULL), 0);
+	assert_int_equal(firing_count(st, "metric_regressed"), 0);
+	/* a missed schedule belongs to its pipeline */
+	json_t *x = json_pack("{s:s, s:i}", "pipeline", "cronned", "missed", 2);
+	assert_int_equal(tf_alerts_emit(st, "schedule_missed", NULL, NULL, "missed", x), 0);
+	json_decref(x);
+	assert_int_equal(firing_count(st, "schedule_missed"), 1);
+	char run[32];
+	new_run(st, "cronned", run);
+	assert_int_equal(tf_run_set_state(st, run, TF_RUN_SUCCEEDED, NULL), 0);
+	assert_int_equal(firing_count(st, "schedule_missed"), 0);
+	/* over as it happens: posted once */
+	assert_int_equal(tf_alerts_emit(st, "daemon_unclean_stop", NULL, NULL, "killed", NULL), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alert_firing"), 0);
+	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE event='daemon_unclean_stop'"),
+	                 1);
+	tf_hooks_remove(st, "am4");
+	tf_alerts_config_release(&cfg);
+	tf_store_close(st);
+	responder_stop(&r);
+}
+
 /* The value of header `name` in a request head, copied to out. */
 static const char *header(const char *head, const char *name, char *out, size_t n)
 {
@@ -1229,6 +1345,7 @@ int main(void)
 	    cmocka_unit_test(test_alerts_dead_letter_and_redeliver),
 	    cmocka_unit_test(test_alerts_metric_regressed),
 	    cmocka_unit_test(test_alerts_alertmanager_refire),
+	    cmocka_unit_test(test_alerts_alertmanager_refire_not_of_a_run),
 	    cmocka_unit_test(test_alerts_order_per_hook),
 	    cmocka_unit_test(test_alerts_answers),
 	    cmocka_unit_test(test_alerts_secret_rotation),
