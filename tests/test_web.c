@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1578,6 +1579,74 @@ static void test_metrics_counters_survive_deletes(void **state)
 	tf_store_close(st);
 }
 
+/* The row of docs/api.md's table of histogram bounds for `family`, as a new string. */
+static char *documented_bounds(const char *family)
+{
+	const char *bin = getenv("TPUFLOW_BIN");
+	char repo[1024], path[1100];
+	snprintf(repo, sizeof(repo), "%s", bin ? bin : "");
+	for (int i = 0; i < 2; i++) { /* REPO/BUILD/tpuflow -> REPO */
+		char *slash = strrchr(repo, '/');
+		if (slash)
+			*slash = 0;
+	}
+	snprintf(path, sizeof(path), "%s/docs/api.md", repo);
+	char *text = NULL, head[200];
+	size_t len;
+	assert_int_equal(tf_read_file(path, 1 << 20, &text, &len), 0);
+	snprintf(head, sizeof(head), "\n| `%s` | ", family);
+	char *table = strstr(text, "The histograms' bucket bounds");
+	char *row = table ? strstr(table, head) : NULL;
+	if (!row)
+		fprintf(stderr, "docs/api.md: no bounds row for %s\n", family);
+	assert_non_null(row);
+	row++;
+	char *out = tf_xasprintf("%.*s", (int)strcspn(row, "\n"), row);
+	free(text);
+	return out;
+}
+
+/* docs/api.md gives each histogram's bounds as /metrics writes them: the step durations' as
+ * rendered here, the serving latencies' top one 2^25 us (33.554432 s, not 32 s). */
+static void test_metrics_bounds_documented(void **state)
+{
+	(void)state;
+	struct tf_store *st;
+	char err[256], run[32];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	make_run_of(st, "web-bounds", run);
+	enum tf_run_state rs;
+	assert_int_equal(tf_run_request_cancel(st, run, &rs), 0); /* a step finished: counted */
+	char *text = NULL;
+	size_t n;
+	assert_int_equal(tf_metrics_render(NULL, st, &text, &n), 0);
+	char *row = documented_bounds("tpuflow_step_duration_seconds");
+	const char *series = "tpuflow_step_duration_seconds_bucket{";
+	int seen = 0;
+	for (const char *p = strstr(text, series); p; p = strstr(p + 1, series)) {
+		const char *le = strstr(p, "le=\""), *end = le ? strchr(le + 4, '"') : NULL;
+		assert_non_null(end);
+		char want[64];
+		snprintf(want, sizeof(want), "`%.*s`", (int)(end - le - 4), le + 4);
+		if (strcmp(want, "`+Inf`") && !strstr(row, want)) {
+			fprintf(stderr, "docs/api.md does not list the bound %s: %s\n", want, row);
+			fail();
+		}
+		seen++;
+	}
+	assert_true(seen >= 9);
+	free(row);
+	row = documented_bounds("tpuflow_serving_request_duration_seconds");
+	char lo[64], hi[64]; /* as web/serve_rollout.c writes them */
+	snprintf(lo, sizeof(lo), "`%.9g`", ldexp(1e-6, 4));
+	snprintf(hi, sizeof(hi), "`%.9g`", ldexp(1e-6, 25));
+	assert_non_null(strstr(row, lo));
+	assert_non_null(strstr(row, hi));
+	free(row);
+	free(text);
+	tf_store_close(st);
+}
+
 /* GET /api/v1/runs?state=orphaned, DELETE /api/v1/runs/{id} and POST /api/v1/runs:gc, on runs
  * recorded here: two failed ones, one a live process drives (this one), one whose process is
  * gone. Deleting and gc go through orchestrator/retention.c, as `runs delete` and `gc` do. */
@@ -1933,6 +2002,7 @@ int main(void)
 	    cmocka_unit_test(test_utf8_clean),
 	    cmocka_unit_test(test_metrics),
 	    cmocka_unit_test(test_metrics_counters_survive_deletes),
+	    cmocka_unit_test(test_metrics_bounds_documented),
 	    cmocka_unit_test(test_contract),
 	    cmocka_unit_test(test_promtool),
 	    cmocka_unit_test(test_prometheus_scrape),
@@ -1940,7 +2010,8 @@ int main(void)
 	    cmocka_unit_test(test_burst_idempotent),
 	    cmocka_unit_test(test_start_refusals),
 	    cmocka_unit_test(test_run_delete_gc_orphaned),
-	    cmocka_unit_test(test_cursor_after_delete), cmocka_unit_test(test_runs_total),
+	    cmocka_unit_test(test_cursor_after_delete),
+	    cmocka_unit_test(test_runs_total),
 	    cmocka_unit_test(test_logs_offset),
 	    cmocka_unit_test(test_rate_limit),
 	};

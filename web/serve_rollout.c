@@ -124,7 +124,8 @@ void tf_serve_metrics(struct tf_serve *sv, FILE *f)
 	for (struct entry *e = sv->list; e; e = e->next) {
 		uint64_t cum = 0;
 		int i = 0;
-		/* the latency buckets' bounds at the powers of two from 16 us to 32 s */
+		/* the latency buckets' bounds at the powers of two from 2^4 us (16 us) to 2^25 us
+		 * (33.554432 s), every eighth of lat_bucket's (docs/api.md lists them) */
 		for (int k = 4; k <= 25; k++) {
 			for (; i <= 8 * k; i++)
 				cum += atomic_load_explicit(&e->hist[i], memory_order_relaxed);
