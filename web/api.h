@@ -62,6 +62,8 @@ const char *tf_web_header(const struct tf_web_req *rq, const char *name);
 const char *tf_web_param(const struct tf_web_req *rq, const char *name);
 const struct tf_web_hooks *tf_web_hooks(const struct tf_web *w);
 const char *tf_web_home(const struct tf_web *w);
+/* 1 once tf_web_drain was called: the daemon is stopping and starts no new runs. */
+int tf_web_draining(const struct tf_web *w);
 /* The request's store handle, taken from the server's pool on first use (routes flagged
  * TF_ROUTE_SERVING start without one); NULL when the database cannot be opened. */
 struct tf_store *tf_web_store(struct tf_web_req *rq);
@@ -134,6 +136,9 @@ enum tf_route_flags {
 	                                 generation moves (web/http.c) */
 	TF_ROUTE_SERVE_TOO = 1 << 5,  /* an API route `tpuflow serve` answers as well (/metrics,
 	                                 for its serving figures) */
+	TF_ROUTE_NEW_RUN = 1 << 6,    /* starts a run (submit, retry, resume, firing schedules):
+	                                 refused with 503 and Retry-After while the server drains
+	                                 (tf_web_drain) */
 };
 
 struct tf_route {

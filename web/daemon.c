@@ -46,6 +46,11 @@
 #define TF_VERSION "0"
 #endif
 
+/* Retry-After, in seconds, of a request to start a run that a draining daemon refuses: soon
+ * enough for a client to reach the daemon that comes next (a service manager restarts it),
+ * the same whatever --grace is, since a drain with nothing running ends at once. */
+#define DRAIN_RETRY_AFTER 5
+
 struct daemon {
 	const struct tf_daemon_opts *o;
 	char *home;
@@ -399,6 +404,7 @@ static void on_signal(struct daemon *d)
 			tf_info("%s: draining (grace %.0f s)", strsignal((int)si.ssi_signo),
 			        d->o->grace > 0 ? d->o->grace : 30);
 			d->stopping = 1;
+			tf_web_drain(d->web, DRAIN_RETRY_AFTER); /* no new runs from the API */
 		}
 	}
 }
@@ -500,13 +506,21 @@ int tf_daemon_run(const struct tf_daemon_opts *o, char *err, size_t errlen)
 			on_wake(&d);
 	}
 	notify("STOPPING=1");
-	double grace = o->grace > 0 ? o->grace : 30;
+	double grace = o->grace > 0 ? o->grace : 30, t0 = tf_now_monotonic();
 	int left = tf_runner_drain(d.runner, grace);
 	if (left)
 		tf_warn("%d run(s) did not stop within %.0f s; the next daemon adopts them", left,
 		        grace);
 	else
 		tf_info("drained; exiting");
+	/* The API's event streams and followed logs went on through the drain (their clients
+	 * see the runs interrupted); now they end cleanly within what is left of the grace, at
+	 * least a second, before the server goes. */
+	double rest = grace - (tf_now_monotonic() - t0);
+	int open_streams = tf_web_end_streams(d.web, rest > 1 ? rest : 1);
+	if (open_streams)
+		tf_warn("%d API stream(s) did not end in time; their connections are cut",
+		        open_streams);
 	tf_web_stop(d.web);
 	d.web = NULL;
 	tf_alerts_worker_stop(d.alerts, 2.0, NULL); /* what is left waits for the next one */

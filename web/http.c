@@ -41,6 +41,10 @@
 #define WATCH_MS 25      /* how often other processes' commits are looked for */
 #define TICK_EVERY 8     /* watches between two rollout checks (tf_serve_tick) */
 #define NCACHED 32       /* answers of TF_ROUTE_CACHED routes kept */
+#define LINGER_MAX (4u << 20) /* bytes over the cap a declared body is still read for, to
+                                 answer 413 to a client that sends before it reads */
+#define STOP_WAIT 2.0    /* seconds tf_web_stop waits for open streams to end (unless
+                            tf_web_end_streams was called before) */
 
 struct bucket {
 	int64_t id;       /* token id, 0 = free slot */
@@ -87,6 +91,10 @@ struct tf_web {
 	struct route_stats *stats; /* tf_nroutes + 1 entries, the last for "no route" */
 	int serve_only;         /* `tpuflow serve`: serving and public routes only */
 	volatile int stopping;
+	_Atomic int nstreams;          /* streamed answers not yet over (struct stream) */
+	_Atomic int streams_end;       /* tf_web_end_streams was called: every stream ends */
+	_Atomic int draining;          /* tf_web_drain was called: TF_ROUTE_NEW_RUN answers 503 */
+	_Atomic int drain_retry_after; /* its Retry-After, seconds */
 	char *openapi; /* the document, serialised once */
 	size_t openapi_len;
 	char *tls_key, *tls_cert;
@@ -225,6 +233,19 @@ const char *tf_web_home(const struct tf_web *w)
 int tf_web_port(const struct tf_web *w)
 {
 	return w ? w->port : -1;
+}
+
+int tf_web_draining(const struct tf_web *w)
+{
+	return atomic_load(&w->draining);
+}
+
+void tf_web_drain(struct tf_web *w, int retry_after)
+{
+	if (!w)
+		return;
+	atomic_store(&w->drain_retry_after, retry_after > 0 ? retry_after : 1);
+	atomic_store(&w->draining, 1);
 }
 
 /* ---- responses -------------------------------------------------------------------------- */
@@ -941,6 +962,16 @@ static const struct tf_route *dispatch(struct tf_web *w, struct tf_web_req *rq,
 	}
 	if (authorize(w, r, rq, rs))
 		return r;
+	if ((r->flags & TF_ROUTE_NEW_RUN) && atomic_load(&w->draining)) {
+		int after = atomic_load(&w->drain_retry_after);
+		tf_web_problem(rs, 503, rq->path,
+		               "the daemon is draining (it was asked to stop) and starts no new runs; "
+		               "nothing was done: send the request again in %d s, to the daemon that "
+		               "serves this home next",
+		               after);
+		rs->retry_after = after;
+		return r;
+	}
 	if (too_big) {
 		tf_web_problem(rs, 413, rq->path, "the request body is larger than %zu bytes",
 		               w->max_body);
@@ -993,6 +1024,13 @@ void tf_web_serve(struct tf_web *w, struct tf_web_req *rq, struct tf_web_resp *r
 
 /* ---- libmicrohttpd glue ------------------------------------------------------------------- */
 
+/* A streamed answer (text/event-stream, a followed log) on its connection's thread. When the
+ * server stops (tf_web_end_streams, tf_web_stop) every stream ends as a stream should, with the last chunk of
+ * its chunked body, so a client reads a normal end, not a connection cut in the middle of a
+ * chunk: an event stream first finishes the event it is in (its bytes so far do not end in
+ * a blank line) and sends STOP_COMMENT; a log ends after the bytes already sent. */
+#define STOP_COMMENT ": the server is stopping; reconnect with Last-Event-ID\n\n"
+
 struct stream {
 	struct tf_web *w;
 	tf_web_stream_fn fn;
@@ -1000,37 +1038,70 @@ struct stream {
 	void (*free_fn)(void *);
 	double last; /* last time bytes went out (monotonic) */
 	int sse;     /* an event stream: idle ones get a keep-alive comment */
+	char tail[2]; /* the last two bytes handed to the server ("\n\n": between two events) */
+	int said_stop; /* STOP_COMMENT was handed over */
 };
+
+/* Notes the bytes n handed out in buf (the stream's tail) and returns n. */
+static ssize_t stream_sent(struct stream *s, const char *buf, size_t n)
+{
+	if (n >= 2) {
+		memcpy(s->tail, buf + n - 2, 2);
+	} else if (n == 1) {
+		s->tail[0] = s->tail[1];
+		s->tail[1] = buf[0];
+	}
+	s->last = tf_now_monotonic();
+	return (ssize_t)n;
+}
+
+/* The stream's end once the server stops: the rest of the event in progress, the comment,
+ * then the end (MHD then sends the chunked body's last chunk). */
+static ssize_t stream_stop(struct stream *s, char *buf, size_t max)
+{
+	int between = !memcmp(s->tail, "\n\n", 2) || !memcmp(s->tail, "\0\0", 2);
+	if (s->sse && !between) { /* the event's remaining bytes are pending in the stream */
+		long n = s->fn(s->ctx, buf, max);
+		if (n > 0)
+			return stream_sent(s, buf, (size_t)n);
+	}
+	if (s->sse && between && !s->said_stop && max >= sizeof(STOP_COMMENT) - 1) {
+		s->said_stop = 1;
+		memcpy(buf, STOP_COMMENT, sizeof(STOP_COMMENT) - 1);
+		return stream_sent(s, buf, sizeof(STOP_COMMENT) - 1);
+	}
+	return MHD_CONTENT_READER_END_OF_STREAM;
+}
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	(void)pos;
 	struct stream *s = cls;
 	for (;;) {
-		if (s->w->stopping)
-			return MHD_CONTENT_READER_END_OF_STREAM;
+		if (atomic_load(&s->w->streams_end))
+			return stream_stop(s, buf, max);
 		long n = s->fn(s->ctx, buf, max);
 		if (n < 0)
 			return MHD_CONTENT_READER_END_OF_STREAM;
-		if (n > 0) {
-			s->last = tf_now_monotonic();
-			return n;
-		}
-		if (s->sse && tf_now_monotonic() - s->last >= 10 && max >= 12) { /* keep it open */
+		if (n > 0)
+			return stream_sent(s, buf, (size_t)n);
+		if (s->sse && tf_now_monotonic() - s->last >= 10 && max >= 13) { /* keep it open */
 			memcpy(buf, ": keepalive\n\n", 13);
-			s->last = tf_now_monotonic();
-			return 13;
+			return stream_sent(s, buf, 13);
 		}
 		struct timespec ts = {0, 200 * 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
 }
 
+/* Called by MHD once the answer is over: after its last chunk went out, or when the
+ * connection dropped. */
 static void stream_free(void *cls)
 {
 	struct stream *s = cls;
 	if (s->free_fn)
 		s->free_fn(s->ctx);
+	atomic_fetch_sub(&s->w->nstreams, 1);
 	free(s);
 }
 
@@ -1055,9 +1126,14 @@ static enum MHD_Result send_resp(struct tf_web *w, struct MHD_Connection *c,
 	struct MHD_Response *resp;
 	if (rs->stream) {
 		struct stream *s = tf_xcalloc(1, sizeof(*s));
-		*s = (struct stream){w, rs->stream, rs->stream_ctx, rs->stream_free, tf_now_monotonic(),
-		                     rs->type && !strcmp(rs->type, "text/event-stream")};
+		*s = (struct stream){.w = w,
+		                     .fn = rs->stream,
+		                     .ctx = rs->stream_ctx,
+		                     .free_fn = rs->stream_free,
+		                     .last = tf_now_monotonic(),
+		                     .sse = rs->type && !strcmp(rs->type, "text/event-stream")};
 		rs->stream_ctx = NULL; /* the response owns it now */
+		atomic_fetch_add(&w->nstreams, 1);
 		resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s,
 		                                         stream_free);
 		if (!resp) {
@@ -1094,6 +1170,22 @@ static enum MHD_Result send_resp(struct tf_web *w, struct MHD_Connection *c,
 	return ret;
 }
 
+static enum MHD_Result answer(struct tf_web *w, struct MHD_Connection *c, struct conn *cn,
+                              const char *url, const char *method);
+
+/* The request body is read under the cap w->max_body:
+ *  - a declared Content-Length over it is answered on the first call, before any of the body
+ *    is read (routing and the token are checked first: 401 before 413), when the client asked
+ *    to hear first (Expect: 100-continue, which curl sends for big bodies) or the body is
+ *    over the cap by more than LINGER_MAX; MHD then sends the answer and closes the
+ *    connection without reading the body. Under that, the body is read and dropped and the
+ *    413 comes after it, as before: a client that writes its whole body before it reads
+ *    (most HTTP libraries without Expect) would otherwise meet a reset connection, not the
+ *    answer, and a few MiB cost little;
+ *  - a chunked body (no length declared) is read until it passes the cap; then the connection
+ *    is closed without an answer, since MHD takes a response only right after the headers or
+ *    after the whole request (MHD_queue_response), and reading on to the end to answer would
+ *    let a client send without end. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload, size_t *upload_size, void **con_cls)
@@ -1107,27 +1199,48 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		*con_cls = cn;
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 		                                             MHD_HTTP_HEADER_CONTENT_LENGTH);
-		if (cl && strtoull(cl, NULL, 10) > w->max_body)
-			cn->too_big = 1; /* answered once the headers are checked; body discarded */
+		unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+		if (declared > w->max_body) {
+			cn->too_big = 1;
+			const char *expect =
+			    MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+			if ((expect && !strcasecmp(expect, "100-continue")) ||
+			    declared - w->max_body > LINGER_MAX)
+				return answer(w, c, cn, url, method);
+		}
 		return MHD_YES;
 	}
-	if (*upload_size) {
-		if (!cn->too_big && cn->len + *upload_size > w->max_body)
-			cn->too_big = 1;
-		if (!cn->too_big) {
-			if (cn->len + *upload_size + 1 > cn->cap) {
-				cn->cap = (cn->len + *upload_size + 1) * 2;
-				if (cn->cap > w->max_body + 1)
-					cn->cap = w->max_body + 1;
-				cn->body = tf_xrealloc(cn->body, cn->cap);
-			}
-			memcpy(cn->body + cn->len, upload, *upload_size);
-			cn->len += *upload_size;
-			cn->body[cn->len] = 0;
-		}
+	if (*upload_size && cn->too_big) { /* declared over the cap, by LINGER_MAX at most */
 		*upload_size = 0;
 		return MHD_YES;
 	}
+	if (*upload_size) {
+		if (cn->len + *upload_size > w->max_body) {
+			tf_warn("%s %s: the chunked request body passed %zu bytes: connection closed "
+			        "(libmicrohttpd reports it as an application error)",
+			        method, url, w->max_body);
+			return MHD_NO;
+		}
+		if (cn->len + *upload_size + 1 > cn->cap) {
+			cn->cap = (cn->len + *upload_size + 1) * 2;
+			if (cn->cap > w->max_body + 1)
+				cn->cap = w->max_body + 1;
+			cn->body = tf_xrealloc(cn->body, cn->cap);
+		}
+		memcpy(cn->body + cn->len, upload, *upload_size);
+		cn->len += *upload_size;
+		cn->body[cn->len] = 0;
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	return answer(w, c, cn, url, method);
+}
+
+/* The whole request has come (or its headers, for a body refused unread): dispatch it and
+ * queue the answer. */
+static enum MHD_Result answer(struct tf_web *w, struct MHD_Connection *c, struct conn *cn,
+                              const char *url, const char *method)
+{
 	struct tf_web_req rq = {.method = method, .path = url, .body = cn->body,
 	                        .body_len = cn->len, .srv = w, .conn = c};
 	struct tf_web_resp rs = {0};
@@ -1341,10 +1454,31 @@ int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, si
 	return 0;
 }
 
+/* MHD_quiesce_daemon is not used to stop new connections meanwhile: with MHD's own threads
+ * the listening socket stays open until MHD_stop_daemon (libmicrohttpd's manual), so a
+ * client connecting then would wait in the backlog and be reset; served instead, a new
+ * stream ends at once and any other request is answered. */
+int tf_web_end_streams(struct tf_web *w, double wait)
+{
+	if (!w)
+		return 0;
+	atomic_store(&w->streams_end, 1);
+	double until = tf_now_monotonic() + (wait > 0 ? wait : 0);
+	int left;
+	while ((left = atomic_load(&w->nstreams)) > 0 && tf_now_monotonic() < until) {
+		struct timespec ts = {0, 20 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	return left;
+}
+
 void tf_web_stop(struct tf_web *w)
 {
 	if (!w)
 		return;
+	if (!atomic_load(&w->streams_end) && tf_web_end_streams(w, STOP_WAIT))
+		tf_warn("API streams did not end within %.0f s; their connections are cut",
+		        STOP_WAIT);
 	w->stopping = 1;
 	MHD_stop_daemon(w->d);
 	if (w->watching)

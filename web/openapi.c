@@ -267,6 +267,10 @@ static json_t *operation(const struct tf_route *r)
 		json_object_set_new(responses, "429",
 		                    problem_response("over the token's rate limit (Retry-After)"));
 	}
+	if (r->flags & TF_ROUTE_NEW_RUN)
+		json_object_set_new(responses, "503",
+		                    problem_response("the daemon is draining (stopping) and starts no "
+		                                     "new runs; nothing was done (Retry-After)"));
 	for (size_t i = 0; i < TF_ARRAY_LEN(special_errors); i++) {
 		if (strcmp(special_errors[i].op, r->op))
 			continue;

@@ -73,10 +73,13 @@ static void h_readyz(struct tf_web_req *rq, struct tf_web_resp *rs)
 	const struct tf_web_hooks *h = tf_web_hooks(rq->srv);
 	int64_t one = 0;
 	int db = tf_store_query_int(rq->st, &one, "SELECT 1", "");
-	int ready = !db && (!h->ready || h->ready(h->ctx));
+	int draining = tf_web_draining(rq->srv);
+	int ready = !db && !draining && (!h->ready || h->ready(h->ctx));
 	if (!ready) {
 		tf_web_problem(rs, 503, rq->path, "%s",
-		               db ? "the state database does not answer" : "the daemon is not ready");
+		               db         ? "the state database does not answer"
+		               : draining ? "the daemon is draining: it is stopping and takes no new runs"
+		                          : "the daemon is not ready");
 		rs->retry_after = 1;
 		return;
 	}
@@ -143,7 +146,7 @@ const struct tf_route tf_routes[] = {
      "(the runs created before it)",
      NULL, REF("RunPage"), 200, NULL},
     {"POST", "/api/v1/runs", TF_SCOPE_TRIGGER, tf_web_runs_create,
-     TF_ROUTE_JSON_BODY | TF_ROUTE_IDEMPOTENT, "createRun",
+     TF_ROUTE_JSON_BODY | TF_ROUTE_IDEMPOTENT | TF_ROUTE_NEW_RUN, "createRun",
      "Submit a run of a registered pipeline or of inline YAML", NULL, REF("RunRequest"),
      REF("RunCreated"), 201, NULL},
     {"GET", "/api/v1/runs/{id}", TF_SCOPE_READ, tf_web_run_show, 0, "getRun",
@@ -190,12 +193,13 @@ const struct tf_route tf_routes[] = {
      200, NULL},
     {"POST", "/api/v1/runs/{id}:cancel", TF_SCOPE_TRIGGER, tf_web_run_cancel, TF_ROUTE_IDEMPOTENT,
      "cancelRun", "Ask the daemon to cancel a run", NULL, NULL, REF("RunAction"), 202, NULL},
-    {"POST", "/api/v1/runs/{id}:retry", TF_SCOPE_TRIGGER, tf_web_run_retry, TF_ROUTE_IDEMPOTENT,
-     "retryRun", "Run the failed steps of a finished run again, in place (the same run id)",
+    {"POST", "/api/v1/runs/{id}:retry", TF_SCOPE_TRIGGER, tf_web_run_retry,
+     TF_ROUTE_IDEMPOTENT | TF_ROUTE_NEW_RUN, "retryRun",
+     "Run the failed steps of a finished run again, in place (the same run id)",
      NULL, NULL, REF("RunAction"), 201, NULL},
-    {"POST", "/api/v1/runs/{id}:resume", TF_SCOPE_TRIGGER, tf_web_run_resume, TF_ROUTE_IDEMPOTENT,
-     "resumeRun", "Continue an interrupted or failed run", NULL, NULL, REF("RunAction"), 202,
-     NULL},
+    {"POST", "/api/v1/runs/{id}:resume", TF_SCOPE_TRIGGER, tf_web_run_resume,
+     TF_ROUTE_IDEMPOTENT | TF_ROUTE_NEW_RUN, "resumeRun", "Continue an interrupted or failed run",
+     NULL, NULL, REF("RunAction"), 202, NULL},
     {"GET", "/api/v1/events", TF_SCOPE_READ, tf_web_events, TF_ROUTE_STREAM, "streamEvents",
      "Every run's events as Server-Sent Events, in commit order; resume with Last-Event-ID",
      "after:string:start after this event id (like Last-Event-ID), or 'latest' for events "
@@ -241,7 +245,8 @@ const struct tf_route tf_routes[] = {
      "Resume a paused schedule from the first tick after now; `passed_over` counts the ticks "
      "of the pause, which are not caught up",
      NULL, NULL, REF("Schedule"), 200, NULL},
-    {"POST", "/api/v1/schedules:fire", TF_SCOPE_TRIGGER, tf_web_schedules_fire, 0, "fireSchedules",
+    {"POST", "/api/v1/schedules:fire", TF_SCOPE_TRIGGER, tf_web_schedules_fire, TF_ROUTE_NEW_RUN,
+     "fireSchedules",
      "Handle the ticks due now (the daemon does this every second): each is fired, skipped "
      "or missed once",
      NULL, NULL, LIST(REF("ScheduleFire")), 200, NULL},

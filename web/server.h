@@ -86,7 +86,22 @@ int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, si
 /* The port the server listens on (useful after asking for port 0). */
 int tf_web_port(const struct tf_web *w);
 
-/* Stops accepting, ends open streams, waits for handlers and frees the server. NULL: no-op. */
+/* Starts a drain (the daemon's SIGTERM): from then on the routes that start runs (submit,
+ * retry, resume, firing schedules: TF_ROUTE_NEW_RUN in web/api.h) answer 503 with
+ * `Retry-After: retry_after` and /readyz answers 503; every other route is served as before.
+ * A request already past that check when the drain starts may still create its run, which
+ * then waits pending for the next daemon. Safe from any thread; there is no way back. */
+void tf_web_drain(struct tf_web *w, int retry_after);
+
+/* Ends every open stream as a stream ends, with the last chunk of its chunked body: an event
+ * stream after the event it is in and a comment saying the server stops, a followed log
+ * after the bytes sent (docs/api.md); a stream asked for from then on ends at once. Waits at
+ * most `wait` seconds for their last bytes to go out; returns how many were still open.
+ * Other requests are answered as before until tf_web_stop. */
+int tf_web_end_streams(struct tf_web *w, double wait);
+
+/* Ends open streams (tf_web_end_streams, waiting up to 2 s unless it was called before),
+ * stops accepting, waits for handlers and frees the server. NULL: no-op. */
 void tf_web_stop(struct tf_web *w);
 
 #endif
