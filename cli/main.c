@@ -366,6 +366,8 @@ static int cmd_help(int argc, char **argv, struct tf_cli *cli)
 	    "  TPUFLOW_URL         a daemon's URL for run, runs, gc and models (like --remote)\n"
 	    "  TPUFLOW_TOKEN       bearer token for TPUFLOW_URL (tpuflow tokens create)\n"
 	    "  TPUFLOW_CACERT      CA certificate (PEM) of an https:// TPUFLOW_URL's certificate\n"
+	    "  TPUFLOW_RETRIES     times --remote sends a request the daemon asked to retry later\n"
+	    "                      (429/503 with Retry-After, at most 30 s each; default 4)\n"
 	    "  TPUFLOW_LOG         debug|info|warn|error (default warn)\n"
 	    "  TPUFLOW_LOG_FORMAT  text|json\n"
 	    "  TPUFLOW_LOG_MAX     cap on each output stream of a step's log (default 64M)\n"

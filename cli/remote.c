@@ -7,6 +7,11 @@
  * failed before an answer with the same key, so a flaky network never makes two runs; then
  * it follows the run's events (Server-Sent Events, reconnecting with Last-Event-ID) and exits
  * with the run's result: 0 succeeded, 1 failed or interrupted.
+ *
+ * Every request answered 429 or 503 with a Retry-After (over the token's rate, a daemon
+ * draining or a busy database: nothing was done) is sent again after that many seconds, at
+ * most RETRY_WAIT_MAX, up to $TPUFLOW_RETRIES times (default 4), each wait said on stderr;
+ * then the server's problem is printed as for any refusal.
  */
 #include "cli/cli.h"
 #include "common/common.h"
@@ -52,8 +57,57 @@ static void common_opts(CURL *c)
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
 }
 
-/* One request. Returns the HTTP status (0 when no answer came: *err says why); *out gets the
- * body (caller frees). */
+#define RETRIES_DEFAULT 4 /* times a 429/503 with Retry-After is sent again */
+#define RETRIES_MAX 100
+#define RETRY_WAIT_MAX 30 /* seconds: the longest Retry-After waited for */
+
+/* How many times a request the server asks to send later is sent again: $TPUFLOW_RETRIES
+ * (0 to RETRIES_MAX; anything else is warned about once and the default taken). */
+static int retries(void)
+{
+	static int n = -1;
+	if (n >= 0)
+		return n;
+	const char *v = getenv("TPUFLOW_RETRIES");
+	char *end = NULL;
+	long x = v && *v ? strtol(v, &end, 10) : RETRIES_DEFAULT;
+	if (v && *v && (*end || x < 0 || x > RETRIES_MAX)) {
+		fprintf(stderr, "tpuflow: TPUFLOW_RETRIES wants a whole number from 0 to %d, not '%s'; "
+		                "using %d\n",
+		        RETRIES_MAX, v, RETRIES_DEFAULT);
+		x = RETRIES_DEFAULT;
+	}
+	n = (int)x;
+	return n;
+}
+
+/* The seconds a 429 or 503 answer asks the client to wait before sending the request again
+ * (its Retry-After, at most RETRY_WAIT_MAX); 0 when it is not such an answer. */
+static long retry_wait(CURL *c, long status)
+{
+	curl_off_t after = 0;
+	if ((status != 429 && status != 503) ||
+	    curl_easy_getinfo(c, CURLINFO_RETRY_AFTER, &after) != CURLE_OK || after <= 0)
+		return 0;
+	return after > RETRY_WAIT_MAX ? RETRY_WAIT_MAX : (long)after;
+}
+
+/* Says on stderr that a refused request is sent again in `wait` seconds, with the server's
+ * reason (its problem's title and detail), and waits. */
+static void retry_sleep(long status, const char *body, long wait, int attempt)
+{
+	json_t *j = body ? json_loads(body, 0, NULL) : NULL;
+	fprintf(stderr, "tpuflow: %ld %s: %s; retrying in %ld s (%d of %d)\n", status,
+	        json_string_value(json_object_get(j, "title")) ?: "error",
+	        json_string_value(json_object_get(j, "detail")) ?: (body ? body : ""), wait,
+	        attempt, retries());
+	json_decref(j);
+	sleep((unsigned)wait);
+}
+
+/* One request, sent again while the answer asks for it (429/503 with Retry-After, up to
+ * retries() times). Returns the HTTP status of the last answer (0 when no answer came: *err
+ * says why); *out gets its body (caller frees). */
 static long request(const struct remote *r, const char *method, const char *path,
                     const char *body, const char *idem_key, char **out, char *err, size_t errlen)
 {
@@ -81,11 +135,20 @@ static long request(const struct remote *r, const char *method, const char *path
 	common_opts(c);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
 	long status = 0;
-	CURLcode cc = curl_easy_perform(c);
-	if (cc == CURLE_OK)
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	else
-		tf_errf(err, errlen, "%s: %s", url, curl_easy_strerror(cc));
+	for (int attempt = 1;; attempt++) {
+		CURLcode cc = curl_easy_perform(c);
+		status = 0;
+		if (cc == CURLE_OK)
+			curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+		else
+			tf_errf(err, errlen, "%s: %s", url, curl_easy_strerror(cc));
+		long wait = retry_wait(c, status);
+		if (!wait || attempt > retries())
+			break;
+		retry_sleep(status, b.p, wait, attempt);
+		free(b.p);
+		b = (struct body){0};
+	}
 	curl_slist_free_all(h);
 	curl_easy_cleanup(c);
 	free(url);
@@ -321,6 +384,7 @@ static int follow(const struct remote *r, const char *run, int json)
 		CURLcode cc = curl_easy_perform(c);
 		long status = 0;
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+		long wait = retry_wait(c, status);
 		curl_slist_free_all(h);
 		curl_easy_cleanup(c);
 		free(url);
@@ -334,7 +398,7 @@ static int follow(const struct remote *r, const char *run, int json)
 			if (cc != CURLE_OK)
 				fprintf(stderr, "tpuflow: event stream broke (%s); reconnecting\n",
 				        curl_easy_strerror(cc));
-			sleep(tries < 5 ? 1 : 3);
+			sleep(wait ? (unsigned)wait : tries < 5 ? 1 : 3);
 		}
 	}
 	free(s.line);
@@ -400,12 +464,15 @@ static int remote_run(const struct remote *r, int argc, char **argv)
 		snprintf(key + 2 * i, 3, "%02x", rnd[i]);
 	char *out = NULL, err[512];
 	long st = 0;
-	for (int tries = 0; tries < 5; tries++) { /* the same key: never two runs */
+	/* No answer at all (the daemon restarting, the network): sent again with the same key,
+	 * so never two runs; an answer asking to come back later is retried by request(). */
+	for (int tries = 0; tries < 5; tries++) {
 		free(out);
 		out = NULL;
 		st = request(r, "POST", "/api/v1/runs", body, key, &out, err, sizeof(err));
-		if (st && st != 503 && st != 429)
+		if (st || tries == 4)
 			break;
+		fprintf(stderr, "tpuflow run: %s; retrying in %u s\n", err, 1u << tries);
 		sleep(1u << tries);
 	}
 	free(body);
@@ -462,9 +529,19 @@ static int step_logs(const struct remote *r, const char *run, const char *step, 
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_logs);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
 	common_opts(c);
-	CURLcode cc = curl_easy_perform(c);
-	long status = 0;
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	CURLcode cc;
+	long status;
+	for (int attempt = 1;; attempt++) { /* an answer asking to come back wrote nothing out */
+		cc = curl_easy_perform(c);
+		status = 0;
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+		long wait = retry_wait(c, status);
+		if (!wait || attempt > retries())
+			break;
+		retry_sleep(status, sink.err.p, wait, attempt);
+		free(sink.err.p);
+		sink.err = (struct body){0};
+	}
 	curl_slist_free_all(h);
 	curl_free(es);
 	curl_easy_cleanup(c);

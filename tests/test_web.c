@@ -1,7 +1,9 @@
 /* test_web.c — the REST API against a real server: web/http.c started in this process on a
  * free loopback port, requests made with libcurl. Routing (404/405), problem bodies, body
- * limits (400 with the byte offset, 413, 415), tokens and scopes, idempotency keys, cursor
- * pages, Server-Sent Events with Last-Event-ID, pipeline validation and /metrics.
+ * limits (400 with the byte offset, 413, 415, a body over the cap refused unread), tokens and
+ * scopes, idempotency keys, cursor pages, Server-Sent Events with Last-Event-ID, streams
+ * ending cleanly at the stop, a drain refusing new runs, `--remote` honouring Retry-After,
+ * pipeline validation and /metrics.
  *
  * The submission hook here creates the run pending in the server's transaction, as the
  * daemon's does; nothing executes it (the daemon's tests do that). */
@@ -1857,10 +1859,32 @@ static int64_t count_runs(void)
 	return n;
 }
 
+/* Runs the tpuflow binary with `args` through the shell, in the environment `env` (NAME=VALUE
+ * words) without TPUFLOW_URL and TPUFLOW_TOKEN otherwise; its stdout and stderr into *out
+ * (caller frees); its exit code. Skips without TPUFLOW_BIN. */
+static int tpuflow_cli(const char *env, const char *args, char **out)
+{
+	const char *bin = getenv("TPUFLOW_BIN");
+	if (!bin) {
+		fprintf(stderr, "TPUFLOW_BIN not set (tests/run.sh sets it)\n");
+		skip();
+	}
+	char path[600], cmd[4096];
+	snprintf(path, sizeof(path), "%s/cli.out", home);
+	snprintf(cmd, sizeof(cmd), "env -u TPUFLOW_URL -u TPUFLOW_TOKEN %s '%s' %s >'%s' 2>&1", env,
+	         bin, args, path);
+	int rc = system(cmd);
+	size_t len;
+	*out = NULL;
+	assert_int_equal(tf_read_file(path, 1 << 20, out, &len), 0);
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
 /* While the server drains (the daemon's SIGTERM: tf_web_drain), what would start a run — a
  * submit, :retry, :resume, firing schedules — is a 503 problem with Retry-After and creates
- * nothing; /readyz is a 503; reads and cancels are answered as before (it was accepted with
- * 201 and left pending). */
+ * nothing; /readyz is a 503; reads and cancels are answered as before. `tpuflow --remote
+ * run` sends it again as Retry-After says, saying so on stderr, then fails with the server's
+ * message and exit 69 (it was accepted with 201 and left pending). */
 static void test_drain_refuses_new_runs(void **state)
 {
 	(void)state;
@@ -1913,7 +1937,65 @@ static void test_drain_refuses_new_runs(void **state)
 	assert_int_equal(r.status, 202);
 	resp_free(&r);
 	assert_int_equal(count_runs(), before); /* nothing was created */
+	char yaml[600], env[256], args[1024], *out = NULL;
+	snprintf(yaml, sizeof(yaml), "%s/drain.yaml", home);
+	write_pipeline(yaml, "drain");
+	snprintf(env, sizeof(env), "TPUFLOW_RETRIES=2 TPUFLOW_TOKEN=%s", tok_trigger);
+	snprintf(args, sizeof(args), "--remote %s run '%s'", base, yaml);
+	int rc = tpuflow_cli(env, args, &out);
+	if (rc != 69)
+		fprintf(stderr, "exit %d: %s\n", rc, out);
+	assert_int_equal(rc, 69);
+	assert_non_null(strstr(out, "503 Service Unavailable: the daemon is draining"));
+	assert_non_null(strstr(out, "retrying in 1 s (1 of 2)"));
+	assert_non_null(strstr(out, "retrying in 1 s (2 of 2)"));
+	assert_null(strstr(out, "(3 of 2)"));
+	/* the two waits, then the refusal itself as the last word */
+	int said = 0;
+	for (const char *p = out; (p = strstr(p, "the daemon is draining")); p++)
+		said++;
+	assert_int_equal(said, 3);
+	const char *last = strrchr(out, '\n');
+	while (last && last > out && last[-1] != '\n')
+		last--;
+	assert_non_null(strstr(out, "tpuflow: 503 Service Unavailable: the daemon is draining"));
+	assert_null(strstr(last ? last : out, "retrying"));
+	free(out);
+	assert_int_equal(count_runs(), before);
 	free(body);
+	server_end(w, saved);
+}
+
+/* `tpuflow --remote` waits as a 429's Retry-After says and sends the request again, saying so
+ * on stderr; with TPUFLOW_RETRIES=0 it fails at once with the server's message. A server of
+ * its own whose bucket refills one request per 5 s. */
+static void test_remote_honours_retry_after(void **state)
+{
+	(void)state;
+	char saved[64];
+	struct tf_web *w = server_start(0.2, saved);
+	struct resp r = call("GET", "/api/v1/whoami", tok_read, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	char env[256], args[256], *out = NULL;
+	snprintf(env, sizeof(env), "TPUFLOW_TOKEN=%s", tok_read);
+	snprintf(args, sizeof(args), "--remote %s runs list", base);
+	int rc = tpuflow_cli(env, args, &out);
+	if (rc != 0)
+		fprintf(stderr, "exit %d: %s\n", rc, out);
+	assert_int_equal(rc, 0);
+	const char *said = strstr(out, "tpuflow: 429 Too Many Requests: ");
+	assert_non_null(said);
+	assert_non_null(strstr(said, "; retrying in "));
+	assert_non_null(strstr(out, "RUN "));
+	free(out);
+	/* the bucket is empty again: no retry asked for, the 429 is the answer */
+	snprintf(env, sizeof(env), "TPUFLOW_RETRIES=0 TPUFLOW_TOKEN=%s", tok_read);
+	rc = tpuflow_cli(env, args, &out);
+	assert_int_not_equal(rc, 0);
+	assert_non_null(strstr(out, "tpuflow: 429 Too Many Requests: "));
+	assert_null(strstr(out, "retrying"));
+	free(out);
 	server_end(w, saved);
 }
 
@@ -2302,6 +2384,7 @@ int main(void)
 	    cmocka_unit_test(test_logs_offset),
 	    cmocka_unit_test(test_rate_limit),
 	    cmocka_unit_test(test_drain_refuses_new_runs),
+	    cmocka_unit_test(test_remote_honours_retry_after),
 	    cmocka_unit_test(test_stop_ends_streams),
 	    cmocka_unit_test(test_body_cap_unread),
 	};
