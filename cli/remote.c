@@ -515,6 +515,39 @@ static size_t on_logs(char *d, size_t sz, size_t nm, void *u)
 	return n * sz;
 }
 
+static int is_one_of(const char *s, const char *const *words)
+{
+	for (; s && *words; words++)
+		if (!strcmp(s, *words))
+			return 1;
+	return 0;
+}
+
+/* Whether a followed log that ended cleanly ended with its step: the stream ends by itself
+ * once the step or its run is final, and also when the daemon stops (docs/api.md). 0 when
+ * neither is final, or when it cannot be told (no daemon answers). */
+static int log_ended_with_step(const struct remote *r, const char *run, const char *step)
+{
+	static const char *const run_final[] = {"succeeded", "failed", "interrupted", NULL};
+	static const char *const step_final[] = {"succeeded", "cached", "skipped", "failed", NULL};
+	char *p = tf_xasprintf("/api/v1/runs/%s", run), *body = NULL, err[512];
+	long st = request(r, "GET", p, NULL, NULL, &body, err, sizeof(err));
+	json_t *doc = st == 200 ? json_loads(body, 0, NULL) : NULL;
+	int ended = is_one_of(json_string_value(json_object_get(doc, "state")), run_final);
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(doc, "steps"), i, s)
+	{
+		const char *name = json_string_value(json_object_get(s, "name"));
+		if (name && !strcmp(name, step))
+			ended |= is_one_of(json_string_value(json_object_get(s, "state")), step_final);
+	}
+	json_decref(doc);
+	free(body);
+	free(p);
+	return ended;
+}
+
 static int step_logs(const struct remote *r, const char *run, const char *step, int follow_)
 {
 	CURL *c = curl_easy_init();
@@ -550,6 +583,12 @@ static int step_logs(const struct remote *r, const char *run, const char *step, 
 		ret = print_problem(status, sink.err.p);
 	} else if (cc != CURLE_OK) {
 		fprintf(stderr, "tpuflow runs logs: %s: %s\n", url, curl_easy_strerror(cc));
+		ret = TF_EXIT_UNAVAILABLE;
+	} else if (follow_ && !log_ended_with_step(r, run, step)) {
+		fprintf(stderr,
+		        "tpuflow runs logs: the log of step '%s' ended before the step did (the "
+		        "daemon stopped?); run the command again to follow it on\n",
+		        step);
 		ret = TF_EXIT_UNAVAILABLE;
 	}
 	free(sink.err.p);

@@ -7,7 +7,8 @@
 #  - with retries it waits as Retry-After says (saying so), and its run reaches the daemon
 #    started next on the same address, once;
 #  - the event streams and a followed log open at the stop end cleanly (curl exits 0: the
-#    chunked body's last chunk came), the event stream with its last comment.
+#    chunked body's last chunk came), the event stream with its last comment; `--remote runs
+#    logs --follow` says the log ended before its step did and exits 69.
 # Stops only the processes it started.
 . "$(dirname "$0")/lib.sh" it_daemon_stop daemon-stop
 export TPUFLOW_LOG=info
@@ -50,6 +51,8 @@ curl -sSN "$url/api/v1/runs/$waiting/events" >run_ev.out 2>run_ev.err &
 rev=$!; pids+=($rev)
 curl -sSN "$url/api/v1/runs/$waiting/steps/a/logs?follow=true" >logs.out 2>logs.err &
 lg=$!; pids+=($lg)
+"$bin" --remote "$url" runs logs "$waiting" a --follow >cli_logs.out 2>cli_logs.err &
+clg=$!; pids+=($clg)
 for f in ev.out run_ev.out; do
   for _ in $(seq 1 200); do [[ -s $f ]] && break; sleep 0.05; done
   [[ -s $f ]] || fail "the stream into $f did not open"
@@ -98,6 +101,9 @@ for p in $ev $rev $lg; do
   wait "$p"; rc=$?
   [[ $rc == 0 ]] || fail "a stream did not end cleanly at the stop (curl exit $rc): $(cat ev.err run_ev.err logs.err)"
 done
+wait "$clg"; rc=$?
+[[ $rc == 69 ]] && grep -q "ended before the step did" cli_logs.err ||
+  fail "--remote runs logs --follow did not say its log ended early (exit $rc): $(cat cli_logs.err)"
 for f in ev.out run_ev.out; do
   python3 - "$f" <<'PY' || fail "$f did not end between two events with the stop comment"
 import sys
@@ -113,5 +119,7 @@ wait "$client"; rc=$?
 [[ $rc == 0 ]] || fail "the retrying client exited $rc: $(cat client.out client.err)"
 grep -q "succeeded" client.out || fail "the retrying client's run did not succeed: $(cat client.out)"
 [[ $(count) == $((before + 1)) ]] || fail "the retrying client made $(($(count) - before)) runs, not 1"
+# the run followed before is over now: its log ends with its step, exit 0
+expect 0 "quick" -- "$bin" --remote "$url" runs logs "$waiting" a --follow
 kill -TERM "$dpid"; wait "$dpid" || fail "the second daemon's exit"; dpid=
 echo "it_daemon_stop: ok"
