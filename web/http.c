@@ -2,7 +2,8 @@
  * rule), reading request bodies under a cap, routing through the table of web/routes.c,
  * authorization by bearer token with a per-token rate limit, Idempotency-Key handling around
  * creating POSTs, RFC 9457 problem bodies for every error, security headers, streamed
- * responses, and the pool of store handles the handlers use.
+ * responses and their clean end at the stop, the drain that refuses new runs, and the pool of
+ * store handles the handlers use.
  *
  * Threading: one thread per connection (MHD_USE_THREAD_PER_CONNECTION) under a connection
  * cap. Handlers block on SQLite (a creating POST waits for an fsync'd commit) and streams wait
@@ -1025,10 +1026,10 @@ void tf_web_serve(struct tf_web *w, struct tf_web_req *rq, struct tf_web_resp *r
 /* ---- libmicrohttpd glue ------------------------------------------------------------------- */
 
 /* A streamed answer (text/event-stream, a followed log) on its connection's thread. When the
- * server stops (tf_web_end_streams, tf_web_stop) every stream ends as a stream should, with the last chunk of
- * its chunked body, so a client reads a normal end, not a connection cut in the middle of a
- * chunk: an event stream first finishes the event it is in (its bytes so far do not end in
- * a blank line) and sends STOP_COMMENT; a log ends after the bytes already sent. */
+ * server stops (tf_web_end_streams, tf_web_stop) every stream ends as a stream should, with
+ * the last chunk of its chunked body, so a client reads a normal end, not a connection cut in
+ * the middle of a chunk: an event stream first finishes the event it is in (its bytes so far
+ * do not end in a blank line) and sends STOP_COMMENT; a log ends after the bytes sent. */
 #define STOP_COMMENT ": the server is stopping; reconnect with Last-Event-ID\n\n"
 
 struct stream {
