@@ -69,7 +69,7 @@ route:
 receivers:
   - name: nobody
 YML
-amport=$(scripts/free-ports.sh)
+read -r amport am2port < <(scripts/free-ports.sh 2)
 "$am_bin" --config.file="$dir/am.yml" --storage.path="$dir/am" \
   --web.listen-address="127.0.0.1:$amport" --cluster.listen-address= >"$dir/am.log" 2>&1 &
 pids+=($!)
@@ -84,7 +84,6 @@ route:
 receivers:
   - name: nobody
 YML
-am2port=$(free_port)
 "$am_bin" --config.file="$dir/am2.yml" --storage.path="$dir/am2" \
   --web.listen-address="127.0.0.1:$am2port" --cluster.listen-address= >"$dir/am2.log" 2>&1 &
 pids+=($!)
