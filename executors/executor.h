@@ -160,6 +160,17 @@ long tf_exec_pgid(const struct tf_exec *x);
 long tf_exec_slurm_job(struct tf_exec *x, char *nodes, size_t nodeslen, char *state,
                        size_t statelen);
 
+/* A Slurm attempt's times as the newest sweep saw them: *queued, the seconds from its
+ * submission to its start (Slurm's SubmitTime and StartTime; -1 while it is pending, or
+ * unknown), and *ran, the seconds it has run as Slurm counts them (TimeUsed: not while
+ * pending or suspended), the figure its timeout is measured against. For other backends -1
+ * and 0. */
+void tf_exec_slurm_times(struct tf_exec *x, double *queued, double *ran);
+
+/* Slurm's elapsed time as squeue prints it (TimeUsed: [DAYS-][HOURS:]MINUTES:SECONDS) or
+ * plain seconds (sacct's ElapsedRaw), into *secs. 0, or -EINVAL for anything else ("N/A"). */
+int tf_slurm_elapsed_parse(const char *text, long *secs);
+
 /* The state Slurm reports for a job ("PENDING", "RUNNING", "COMPLETED", ...) with one
  * squeue call (then sacct, for a job squeue no longer lists), into state; -ENOENT when Slurm
  * no longer knows the job, another negative code when squeue cannot be run or the controller

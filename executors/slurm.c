@@ -31,11 +31,18 @@
  *                                     the retry policy starts the next attempt, which resumes
  *                                     from the step's newest checkpoint.
  *
- * Timeouts: --time is the step's timeout rounded up to whole minutes (Slurm's unit); Slurm
- * ends the job (TIMEOUT). As a backstop, a job still running two minutes past that is
- * cancelled here and classed as a timeout. A job squeue no longer lists is looked up with
- * `sacct` (when accounting keeps it), then `scontrol show job` for those sacct does not
- * know; if Slurm says it has forgotten it, the attempt is an infra failure.
+ * Timeouts: the step's timeout counts the job's run time as Slurm counts it (squeue's
+ * TimeUsed: not while it is pending in the queue, nor while it is suspended), so time spent
+ * waiting for the cluster is never taken from the work. Each sweep records TimeUsed; between
+ * sweeps a running job's run time grows with the clock (also while squeue cannot answer);
+ * past the timeout the job is cancelled here and classed as a timeout. --time is the timeout
+ * rounded up to whole minutes (Slurm's unit): Slurm ends the job by itself (TIMEOUT) when no
+ * coordinator is there to. Queue, run and suspended times go into the result's message
+ * (Slurm's SubmitTime, StartTime, EndTime and TimeUsed, asked for as Unix seconds).
+ *
+ * A job squeue no longer lists is looked up with `sacct` (when accounting keeps it), then
+ * `scontrol show job` for those sacct does not know; if Slurm says it has forgotten it, the
+ * attempt is an infra failure.
  *
  * An unreachable controller is waited for, never taken for an outcome: while squeue fails
  * the job is followed on (a job outlives its controller's restart); sbatch failing for want
@@ -57,6 +64,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -72,7 +80,6 @@ extern char **environ;
 
 #define TOOL_OUT_MAX (4u << 20) /* bytes kept of a Slurm command's stdout */
 #define TOOL_TIMEOUT 60.0       /* seconds a Slurm command may take */
-#define BACKSTOP 120.0          /* seconds past --time before we cancel ourselves */
 #define LOST_SWEEPS 3           /* sweeps a job may be missing before scontrol is asked */
 #define SUBMIT_WAIT 300.0       /* seconds sbatch may fail for want of the controller */
 #define STOP_WAIT 300.0         /* seconds a stop waits for an unreachable Slurm */
@@ -82,6 +89,7 @@ struct slurm {
 	struct tf_exec head; /* common part: first */
 	long job;            /* the job id */
 	double limit;        /* --time in seconds (0: none) */
+	double timeout;      /* the step's timeout: the run time allowed, seconds (0: none) */
 	int requested;       /* enum tf_fail_class asked for (cancel, timeout), 0: none */
 	int scancelled;      /* scancel succeeded (or found the job gone) */
 	double stop_since;   /* monotonic time the stop was asked, 0: none */
@@ -105,7 +113,12 @@ struct slurm {
 	int missing;          /* consecutive sweeps that did not list the job */
 	int lookup;           /* the last lookup of a job squeue stopped listing: 1 sacct or
 	                         scontrol knew it (state set), -1 neither did, 0 none yet */
-	double running_since; /* monotonic time it was first seen running, 0: not yet */
+	double used;          /* its run time as Slurm counts it (TimeUsed: not while pending
+	                         or suspended), seconds ... */
+	double used_at;       /* ... as of this monotonic time (0: not seen yet) */
+	long submit_t;        /* Slurm's SubmitTime, StartTime and EndTime (Unix seconds; 0: */
+	long start_t;         /* unknown); StartTime is an estimate while the job is pending */
+	long end_t;           /* and EndTime one while it runs */
 	int done;             /* res holds the outcome */
 	struct tf_exec_result res;
 	struct slurm *next; /* on the live list */
@@ -205,6 +218,64 @@ out:
 	return rc;
 }
 
+/* Our environment with SLURM_TIME_FORMAT=%s, so squeue and sacct print their times as Unix
+ * seconds whatever the user's own setting is (Slurm formats them with strftime, and glibc's
+ * %s is the seconds since the Epoch). A new array of borrowed strings: the caller frees the
+ * array only. */
+static char **time_env(void)
+{
+	static char fmt[] = "SLURM_TIME_FORMAT=%s";
+	size_t n = 0, k = 0;
+	while (environ[n])
+		n++;
+	char **env = tf_xcalloc(n + 2, sizeof(char *));
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "SLURM_TIME_FORMAT=", 18))
+			env[k++] = environ[i];
+	env[k] = fmt;
+	return env;
+}
+
+/* Unix seconds as squeue or sacct print them under time_env(); 0 for "N/A", "Unknown" or
+ * "None". */
+static long unix_time(const char *text)
+{
+	char *end;
+	long t = strtol(text, &end, 10);
+	return end != text && !*end && t > 0 ? t : 0;
+}
+
+int tf_slurm_elapsed_parse(const char *text, long *secs)
+{
+	/* [DAYS-][HOURS:]MINUTES:SECONDS (squeue's TimeUsed), or plain seconds */
+	long days = 0, part[3];
+	int n = 0;
+	const char *p = text;
+	char *end;
+	const char *dash = strchr(p, '-');
+	if (dash) {
+		days = strtol(p, &end, 10);
+		if (end != dash || end == p || days < 0)
+			return -EINVAL;
+		p = dash + 1;
+	}
+	for (;;) {
+		if (*p < '0' || *p > '9' || n == 3)
+			return -EINVAL;
+		part[n++] = strtol(p, &end, 10);
+		if (*end != ':')
+			break;
+		p = end + 1;
+	}
+	if (*end || (dash && n != 3))
+		return -EINVAL;
+	long s = n == 1   ? part[0]
+	         : n == 2 ? part[0] * 60 + part[1]
+	                  : part[0] * 3600 + part[1] * 60 + part[2];
+	*secs = days * 86400 + s;
+	return 0;
+}
+
 /* scancel JOB: 1 when it was cancelled or had ended already, 0 when Slurm could not be asked
  * (logged; the caller tries again). */
 static int scancel_job(long job)
@@ -267,10 +338,12 @@ static void field(const char *row, int i, char *dst, size_t n)
 	dst[len] = '\0';
 }
 
-#define SQUEUE_FORMAT "JobID:|,State:|,NodeList:255|,RestartCnt:|,exit_code:|,Reason:|"
+#define SQUEUE_FORMAT                                                                              \
+	"JobID:|,State:|,NodeList:255|,RestartCnt:|,exit_code:|,Reason:|,TimeUsed:|,"              \
+	"SubmitTime:|,StartTime:|,EndTime:|"
 
-/* Applies one squeue row to the job it names. */
-static void apply_row(const char *row)
+/* Applies one squeue row, from a sweep at monotonic time `now`, to the job it names. */
+static void apply_row(const char *row, double now)
 {
 	char f[256];
 	field(row, 0, f, sizeof(f));
@@ -289,9 +362,19 @@ static void apply_row(const char *row)
 		field(row, 4, f, sizeof(f));
 		s->wstatus = atoi(f);
 		field(row, 5, s->reason, sizeof(s->reason));
+		long used;
+		field(row, 6, f, sizeof(f));
+		if (tf_slurm_elapsed_parse(f, &used) == 0) {
+			s->used = (double)used;
+			s->used_at = now;
+		}
+		field(row, 7, f, sizeof(f));
+		s->submit_t = unix_time(f);
+		field(row, 8, f, sizeof(f));
+		s->start_t = unix_time(f);
+		field(row, 9, f, sizeof(f));
+		s->end_t = unix_time(f);
 		s->missing = -1; /* seen: the caller turns it back into 0 */
-		if (!s->running_since && !strcmp(s->state, "RUNNING"))
-			s->running_since = tf_now_monotonic();
 	}
 }
 
@@ -340,22 +423,39 @@ static void lookup_missing(void)
 	for (struct slurm *s = reg_head; s; s = s->next)
 		if (!s->done && s->job > 0 && s->missing >= LOST_SWEEPS)
 			s->lookup = -1;
-	char *sacct[] = {"sacct", "-X", "-n", "-P", "-j", ids, "-o", "JobID,State,ExitCode", NULL};
-	if (run_tool(sacct, NULL, &out, err, sizeof(err)) == 0) {
-		char *save = NULL;
-		for (char *row = strtok_r(out, "\n", &save); row;
-		     row = strtok_r(NULL, "\n", &save)) {
-			struct slurm *s = find_job(strtol(row, NULL, 10));
-			const char *st = strchr(row, '|'), *ex = st ? strchr(st + 1, '|') : NULL;
-			int code = 0, sig = 0;
-			if (!s || !ex)
-				continue;
-			snprintf(s->state, sizeof(s->state), "%.*s", (int)strcspn(st + 1, " |"),
-			         st + 1);
-			if (sscanf(ex + 1, "%d:%d", &code, &sig) == 2)
-				s->wstatus = sig ? sig : (code & 0xff) << 8;
-			s->lookup = 1;
+	char *sacct[] = {"sacct", "-X", "-n", "-P",
+	                 "-j",    ids,  "-o", "JobID,State,ExitCode,Submit,Start,End,ElapsedRaw",
+	                 NULL};
+	char **env = time_env();
+	int rc = run_tool(sacct, env, &out, err, sizeof(err));
+	free(env);
+	double now = tf_now_monotonic();
+	char *save = NULL;
+	for (char *row = rc ? NULL : strtok_r(out, "\n", &save); row;
+	     row = strtok_r(NULL, "\n", &save)) {
+		struct slurm *s = find_job(strtol(row, NULL, 10));
+		char f[64];
+		int code = 0, sig = 0;
+		field(row, 1, f, sizeof(f));
+		if (!s || !f[0])
+			continue;
+		snprintf(s->state, sizeof(s->state), "%.*s", (int)strcspn(f, " "), f);
+		field(row, 2, f, sizeof(f));
+		if (sscanf(f, "%d:%d", &code, &sig) == 2)
+			s->wstatus = sig ? sig : (code & 0xff) << 8;
+		field(row, 3, f, sizeof(f));
+		s->submit_t = unix_time(f);
+		field(row, 4, f, sizeof(f));
+		s->start_t = unix_time(f);
+		field(row, 5, f, sizeof(f));
+		s->end_t = unix_time(f);
+		long used;
+		field(row, 6, f, sizeof(f));
+		if (tf_slurm_elapsed_parse(f, &used) == 0) {
+			s->used = (double)used;
+			s->used_at = now;
 		}
+		s->lookup = 1;
 	}
 	free(out);
 	free(ids);
@@ -388,8 +488,9 @@ static void sweep(void)
 	if (!ids)
 		return;
 	char *argv[] = {"squeue", "-h", "-t", "all", "-j", ids, "-O", SQUEUE_FORMAT, NULL};
-	char *out = NULL, err[512];
-	int rc = run_tool(argv, NULL, &out, err, sizeof(err));
+	char *out = NULL, err[512], **env = time_env();
+	int rc = run_tool(argv, env, &out, err, sizeof(err));
+	free(env);
 	reg_last = tf_now_monotonic();
 	if (rc) {
 		/* "Invalid job id specified" when every id is gone; otherwise squeue is down */
@@ -415,7 +516,7 @@ static void sweep(void)
 			s->missing = s->missing < 0 ? 0 : s->missing;
 	char *save = NULL;
 	for (char *row = strtok_r(out, "\n", &save); row; row = strtok_r(NULL, "\n", &save))
-		apply_row(row);
+		apply_row(row, reg_last);
 	for (struct slurm *s = reg_head; s; s = s->next)
 		if (!s->done && s->job > 0)
 			s->missing = s->missing < 0 ? 0 : s->missing + 1;
@@ -527,6 +628,38 @@ static int never_starts(const char *reason)
 	return 0;
 }
 
+/* The job's run time as Slurm counts it: TimeUsed as of the last sweep, plus the time since
+ * while it runs (a job pending in the queue or suspended is not running). Called with
+ * reg_lock held. */
+static double run_time(const struct slurm *s, double now)
+{
+	if (!s->used_at)
+		return 0;
+	return s->used + (!strcmp(s->state, "RUNNING") ? now - s->used_at : 0);
+}
+
+/* Appends " (queued Qs, ran Rs, suspended Ss)" to buf for a job that has ended: how long it
+ * waited in the queue (StartTime - SubmitTime), ran (TimeUsed) and stood suspended (the rest
+ * of EndTime - StartTime); a figure Slurm did not give is left out. */
+static void times_note(const struct slurm *s, char *buf, size_t len)
+{
+	struct tf_buf b = {0};
+	if (strcmp(s->state, "PENDING") && s->submit_t && s->start_t >= s->submit_t)
+		tf_buf_printf(&b, "queued %lds", s->start_t - s->submit_t);
+	if (s->used_at)
+		tf_buf_printf(&b, "%sran %.0fs", b.len ? ", " : "", s->used);
+	/* EndTime is a forecast until the job has ended */
+	char m[80];
+	int ended = tf_slurm_classify(s->state, 0, 0, m, sizeof(m)) != TF_FAIL_LAST;
+	long susp = ended && s->start_t && s->end_t ? s->end_t - s->start_t - (long)s->used : 0;
+	if (s->used_at && susp > 1)
+		tf_buf_printf(&b, "%ssuspended %lds", b.len ? ", " : "", susp);
+	size_t n = strlen(buf);
+	if (b.len)
+		snprintf(buf + n, len - n, " (%s)", tf_buf_str(&b));
+	tf_buf_release(&b);
+}
+
 /* Decides the job's outcome from the last sweep. Called with reg_lock held; returns 1 when
  * the job is over (s->res filled except logs). */
 static int judge(struct slurm *s)
@@ -543,8 +676,9 @@ static int judge(struct slurm *s)
 		        s->job, infra ? "its node is down or drained" : "preempted");
 		s->stop_since = now;
 	}
-	if (!s->requested && s->limit > 0 && s->running_since &&
-	    now - s->running_since > s->limit + BACKSTOP) {
+	if (!s->requested && s->timeout > 0 && run_time(s, now) > s->timeout) {
+		tf_info("job %ld has run %.0fs, past the step's timeout of %gs: cancelling it",
+		        s->job, run_time(s, now), s->timeout);
 		s->requested = TF_FAIL_TIMEOUT;
 		s->stop_since = now;
 	}
@@ -568,6 +702,9 @@ static int judge(struct slurm *s)
 		         "CANCELLED: it was pending for a reason that never "
 		         "passes (%s; squeue's JOB REASON CODES)",
 		         s->never);
+	if (c == TF_FAIL_TIMEOUT && s->requested == TF_FAIL_TIMEOUT && s->timeout > 0)
+		snprintf(msg, sizeof(msg), "CANCELLED: it ran past the step's timeout of %gs",
+		         s->timeout);
 	if (c == TF_FAIL_LAST && s->lookup && s->missing >= LOST_SWEEPS) {
 		/* not listed any more: what accounting or the controller said (lookup_missing);
 		 * a job neither knows is lost */
@@ -607,7 +744,8 @@ static int judge(struct slurm *s)
 	if (c != TF_FAIL_NONE && r->exit_code == 0)
 		r->exit_code = -1; /* FAILED with exit 0: it never got to run (a launch failure) */
 	r->seconds = now - s->head.started;
-	snprintf(r->message, sizeof(r->message), "Slurm job %ld%s%.60s: %.150s", s->job,
+	times_note(s, msg, sizeof(msg));
+	snprintf(r->message, sizeof(r->message), "Slurm job %ld%s%.60s: %.170s", s->job,
 	         s->nodes[0] ? " on " : "", s->nodes, msg);
 	s->done = 1;
 	return 1;
@@ -874,8 +1012,10 @@ static int slurm_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 		goto fail;
 	s->base_restarts = -1;
 	s->name = tf_xstrdup(spec->slurm->job_name ? spec->slurm->job_name : "tpuflow");
-	if (spec->timeout > 0)
-		s->limit = 60.0 * (double)(((long)spec->timeout + 59) / 60);
+	if (spec->timeout > 0) {
+		s->timeout = spec->timeout;
+		s->limit = 60.0 * (double)(((long)ceil(spec->timeout) + 59) / 60);
+	}
 	if (spec->slurm->attach_job > 0) {
 		s->job = spec->slurm->attach_job;
 		tf_info("following Slurm job %ld again", s->job);
@@ -1024,6 +1164,20 @@ long tf_exec_slurm_job(struct tf_exec *x, char *nodes, size_t nodeslen, char *st
 	long job = s->job;
 	pthread_mutex_unlock(&reg_lock);
 	return job;
+}
+
+void tf_exec_slurm_times(struct tf_exec *x, double *queued, double *ran)
+{
+	*queued = -1;
+	*ran = 0;
+	if (!x || x->ops != &tf_executor_slurm)
+		return;
+	struct slurm *s = (struct slurm *)x;
+	pthread_mutex_lock(&reg_lock);
+	if (strcmp(s->state, "PENDING") && s->submit_t && s->start_t >= s->submit_t)
+		*queued = (double)(s->start_t - s->submit_t);
+	*ran = run_time(s, tf_now_monotonic());
+	pthread_mutex_unlock(&reg_lock);
 }
 
 int tf_slurm_job_state(long job, char *state, size_t statelen)

@@ -529,7 +529,12 @@ static void hand_over(struct engine *e, struct estep **start, size_t nstart, int
 		s->cancel = 0;
 		s->timed_out = 0;
 		s->started = tf_now_monotonic();
-		s->deadline = s->def->timeout > 0 ? s->started + s->def->timeout : 0;
+		/* A Slurm job's timeout counts its run time, which only the executor sees (Slurm's
+		 * TimeUsed: not while the job waits in the queue or is suspended): the executor
+		 * enforces it (r->timeout, executors/slurm.c), not this deadline. */
+		s->deadline = s->def->timeout > 0 && s->def->executor != TF_EXECUTOR_SLURM
+		                  ? s->started + s->def->timeout
+		                  : 0;
 		if (s->deadline > 0)
 			e->timeout_hint = 1;
 		s->queued = 1;

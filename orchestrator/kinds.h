@@ -32,6 +32,7 @@ struct tf_kind_slurm {
 	size_t nexport;
 	int noted_job, noted_nodes; /* what tf_kind_slurm_note has written */
 	char noted_state[32];       /* the Slurm job state it wrote last */
+	int noted_running;          /* it has added the event of the job's start */
 	char *log_prefix;           /* STEP_PREFIX/slurm/attempt-N/: where the job puts its
 	                               logs (and progress.json) for the coordinator */
 	char **argv;                /* what the job runs (tf_kind_slurm_wrap), NULL-terminated */
@@ -45,8 +46,9 @@ struct tf_kind_slurm {
 int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks,
                           char *const *extra_names);
 /* Writes the job id on r's attempt (with a "slurm" event) the first time, its nodes once
- * Slurm has placed it, and Slurm's state of the job each time it changes; call it after every
- * poll (it writes only what changed). */
+ * Slurm has placed it, and Slurm's state of the job each time it changes, with a "slurm" event
+ * when it starts running (how long it waited in the queue) and when it is suspended; call it
+ * after every poll (it writes only what changed). */
 void tf_kind_slurm_note(struct tf_step_run *r, struct tf_kind_slurm *ks, struct tf_exec *x);
 /* What the job hands back besides its logs (tf_kind_slurm_wrap). */
 enum {

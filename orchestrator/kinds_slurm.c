@@ -241,11 +241,34 @@ void tf_kind_slurm_note(struct tf_step_run *r, struct tf_kind_slurm *ks, struct 
 	}
 	ks->noted_job = 1;
 	ks->noted_nodes |= nodes[0] != '\0';
+	int changed = strcmp(state, ks->noted_state) != 0;
 	snprintf(ks->noted_state, sizeof(ks->noted_state), "%s", state);
+	char msg[400];
 	if (first) {
-		char msg[96];
 		snprintf(msg, sizeof(msg), "Slurm job %ld%s", job,
 		         ks->spec.attach_job ? " (followed again after a restart)" : "");
+		tf_event_add(r->db, r->run_id, r->step, r->attempt, "slurm", msg);
+	}
+	/* the time it waited is the cluster's, not the step's: its timeout counts from here */
+	double queued, ran;
+	if (changed && !ks->noted_running && !strcmp(state, "RUNNING")) {
+		ks->noted_running = 1;
+		tf_exec_slurm_times(x, &queued, &ran);
+		if (queued >= 0)
+			snprintf(msg, sizeof(msg),
+			         "Slurm job %ld running on %s after %.0fs in the queue (the step's "
+			         "timeout counts its run time only)",
+			         job, nodes[0] ? nodes : "?", queued);
+		else
+			snprintf(msg, sizeof(msg), "Slurm job %ld running on %s", job,
+			         nodes[0] ? nodes : "?");
+		tf_event_add(r->db, r->run_id, r->step, r->attempt, "slurm", msg);
+	} else if (changed && !strcmp(state, "SUSPENDED")) {
+		tf_exec_slurm_times(x, &queued, &ran);
+		snprintf(msg, sizeof(msg),
+		         "Slurm job %ld suspended after running %.0fs (the time it stays suspended "
+		         "does not count toward the step's timeout)",
+		         job, ran);
 		tf_event_add(r->db, r->run_id, r->step, r->attempt, "slurm", msg);
 	}
 }

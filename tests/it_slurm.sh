@@ -16,7 +16,8 @@
 # (infra, retried); the node drained and the job requeued off it (infra, retried); `runs
 # cancel` and Ctrl-C (SIGTERM) on the run (its job cancelled with scancel); the coordinator
 # killed with -9 and resumed while its job runs, and the same with a daemon killed with -9 and
-# restarted (followed again, no second job).
+# restarted (followed again, no second job); a job queued and then suspended past the step's
+# timeout (only run time counts: succeeded, its queue time said).
 # Stops exactly what it started.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -327,6 +328,17 @@ read -r n st cls job < a.txt
 [[ $(squeue -h -t all -j "$job" -o '%T') == CANCELLED ]] || fail "timeout: job $job was not cancelled"
 echo "it_slurm: step timeout -> job $job cancelled, timeout"
 
+# ---- 5f (start). the step's timeout counts run time only: its job waits in the queue past
+#          the timeout (behind a held job it depends on, while 5e runs) ---------------------
+held=$(sbatch --parsable --hold --output=/dev/null --wrap true) || fail "sbatch --hold"
+shell_pipeline idle 'echo working; sleep 2; echo answer=42 > "$TPUFLOW_METRICS"' "    timeout: 8s
+    retries: 0
+    slurm: {args: [--dependency=afterany:$held]}"
+"$B" --home h-idle run idle.yaml > idle.out 2>&1 &
+idle_pid=$!
+bg+=($idle_pid)
+idle_t0=$SECONDS
+
 # ---- 5e. a job sbatch refuses, and one that can never start: error, not retried -----------
 shell_pipeline refused 'true' '    slurm: {partition: nosuch}'
 "$B" --home h-refused run refused.yaml > refused.out 2>&1 && fail "a job on a partition that does not exist succeeded"
@@ -345,6 +357,27 @@ read -r n st cls job < a.txt
 [[ $(squeue -h -t all -j "$job" -o '%T') == CANCELLED ]] || fail "never: job $job was not cancelled"
 grep -q 'DependencyNeverSatisfied' never.out || fail "never: the reason is not said: $(tail -3 never.out)"
 echo "it_slurm: sbatch refusing the job, and a job that can never start -> error, not retried"
+
+# ---- 5f (end). queued past its timeout, then suspended past it (scontrol suspend): neither
+#          counts, the step succeeds; the time it waited is in its events and log ----------
+while ((SECONDS - idle_t0 < 11)); do sleep 0.5; done
+kill -0 "$idle_pid" 2>/dev/null || fail "queued: the run ended while its job waited in the queue: $(tail -3 idle.out)"
+run=$(run_id h-idle)
+scancel "$held"
+job=$(running_job "tpuflow-$run-work") || fail "queued: the job never ran: $(tail -3 idle.out)"
+scontrol suspend "$job" || fail "scontrol suspend $job"
+sleep 10
+kill -0 "$idle_pid" 2>/dev/null || fail "suspended: the run ended while its job was suspended: $(tail -3 idle.out)"
+scontrol resume "$job" || fail "scontrol resume $job"
+wait "$idle_pid" || fail "queued and suspended past its timeout: $(tail -3 idle.out)"
+attempts h-idle "$run" work > a.txt
+[[ $(cat a.txt) == "1 succeeded - $job" ]] || fail "queued and suspended: attempts: $(cat a.txt)"
+"$B" --home h-idle runs logs "$run" > logs.txt
+grep -qE "Slurm job $job running on $node after (1[0-9]|[2-9][0-9])s in the queue" logs.txt ||
+  fail "queued: no event says how long the job waited: $(cat logs.txt)"
+grep -qE "Slurm job $job on $node: COMPLETED \(queued (1[0-9]|[2-9][0-9])s, ran [0-9]+s, suspended (9|[1-9][0-9])s\)" logs.txt ||
+  fail "queued and suspended: the log does not give the job's times: $(cat logs.txt)"
+echo "it_slurm: queued $(grep -oE 'queued [0-9]+s' logs.txt | tail -1 | cut -d' ' -f2) and suspended past a timeout of 8s -> succeeded"
 
 # ---- 5c. `runs cancel` from another terminal: the run cancels its job with scancel ---------
 # run_started NAME HOME: starts `tpuflow run` on NAME.yaml in the background (pid in $pid),

@@ -12,6 +12,7 @@
 #include "storage/objstore.h"
 #include "common/buf.h"
 #include "common/common.h"
+#include "tests/testutil.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -546,6 +547,147 @@ static void test_executor_slurm_args(void **state)
 	}
 }
 
+/* Slurm's elapsed times as squeue (TimeUsed) and sacct (ElapsedRaw) print them. */
+static void test_executor_slurm_elapsed(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *text;
+		long want; /* -1: refused */
+	} cases[] = {
+	    {"0:00", 0},   {"0:04", 4},   {"12:34", 754},  {"1:02:03", 3723}, {"1-02:03:04", 93784},
+	    {"30", 30},    {"N/A", -1},   {"", -1},        {"1-02:03", -1},   {"1:2:3:4", -1},
+	    {"-1:00", -1}, {"0:04x", -1}, {"INVALID", -1},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		long got = -1;
+		int rc = tf_slurm_elapsed_parse(cases[i].text, &got);
+		if (cases[i].want < 0 ? rc != -EINVAL : rc != 0 || got != cases[i].want)
+			fail_msg("'%s': rc %d, %ld s; want %ld", cases[i].text, rc, got,
+			         cases[i].want);
+	}
+}
+
+/* ---- the Slurm executor against fake client commands ---- */
+
+static char fake_dir[512];
+
+/* Writes an executable script NAME in fake_dir. */
+static void fake_tool(const char *name, const char *body)
+{
+	char path[600];
+	snprintf(path, sizeof(path), "%s/%s", fake_dir, name);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, "#!/bin/sh\nD='%s'\n%s", fake_dir, body);
+	fclose(f);
+	assert_int_equal(chmod(path, 0755), 0);
+}
+
+/* What the fake squeue prints for job 7: STATE, TimeUsed and Start/EndTime (Unix seconds or
+ * N/A); SubmitTime is 1000. */
+static void fake_row(const char *st, const char *used, const char *start, const char *end)
+{
+	char path[600], row[256];
+	snprintf(path, sizeof(path), "%s/row", fake_dir);
+	snprintf(row, sizeof(row), "7|%s|node1|0|0|None|%s|1000|%s|%s|\n", st, used, start, end);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(row, f);
+	fclose(f);
+}
+
+static int fake_scancelled(void)
+{
+	char path[600];
+	snprintf(path, sizeof(path), "%s/scancel.txt", fake_dir);
+	return access(path, F_OK) == 0;
+}
+
+/* The step's timeout counts the job's run time as Slurm does (TimeUsed): not while it is
+ * pending in the queue, nor while it is suspended; past it the job is cancelled and the
+ * attempt is a timeout, also while squeue cannot be asked (a running job's time goes on). */
+static void test_executor_slurm_timeout_counts_run_time(void **state)
+{
+	(void)state;
+	snprintf(fake_dir, sizeof(fake_dir), "%s/fake-slurm", tf_test_tmp());
+	mkdir(fake_dir, 0755);
+	fake_tool("sbatch", "echo 7\n");
+	fake_tool("squeue", "echo \"$SLURM_TIME_FORMAT\" > \"$D/time-format\"\n"
+	                    "if [ -e \"$D/away\" ]; then\n"
+	                    "  echo 'squeue: error: Unable to contact slurm controller' >&2\n"
+	                    "  exit 1\n"
+	                    "fi\n"
+	                    "cat \"$D/row\"\n");
+	fake_tool("scancel", "echo \"$*\" >> \"$D/scancel.txt\"\n");
+	fake_tool("sacct", "echo 'Slurm accounting storage is disabled' >&2; exit 1\n");
+	char *old_path = tf_xstrdup(getenv("PATH"));
+	char *path = tf_xasprintf("%s:%s", fake_dir, old_path);
+	setenv("PATH", path, 1);
+	setenv("TPUFLOW_SLURM_POLL", "0.05", 1);
+
+	fake_row("PENDING", "0:00", "N/A", "N/A");
+	char logs_dir[600];
+	snprintf(logs_dir, sizeof(logs_dir), "%s/logs", fake_dir);
+	struct tf_slurm_spec so = {.job_name = "tpuflow-r-s-1"};
+	struct tf_exec_spec spec = {
+	    .argv = (char *const[]){"true", NULL}, .timeout = 1, .log_dir = logs_dir, .slurm = &so};
+	struct tf_exec *x = NULL;
+	struct tf_exec_result res;
+	char err[256];
+	assert_int_equal(tf_exec_start(&tf_executor_slurm, &spec, &x, err, sizeof(err)), 0);
+	assert_int_equal(tf_exec_slurm_job(x, NULL, 0, NULL, 0), 7);
+	/* 1.5 s in the queue: not run time */
+	assert_int_equal(tf_exec_wait(x, 1.5, &res), -ETIMEDOUT);
+	assert_false(fake_scancelled());
+	double queued, ran;
+	tf_exec_slurm_times(x, &queued, &ran);
+	assert_true(queued < 0);
+	/* running, then suspended for 1.5 s: not run time either */
+	fake_row("RUNNING", "0:00", "1010", "1070");
+	assert_int_equal(tf_exec_wait(x, 0.3, &res), -ETIMEDOUT);
+	tf_exec_slurm_times(x, &queued, &ran);
+	assert_true(queued == 10);
+	fake_row("SUSPENDED", "0:00", "1010", "1070");
+	assert_int_equal(tf_exec_wait(x, 1.5, &res), -ETIMEDOUT);
+	assert_false(fake_scancelled());
+	/* running again, and squeue stops answering: its time goes on, and past 1 s it is
+	 * cancelled */
+	fake_row("RUNNING", "0:00", "1010", "1070");
+	double t0 = tf_now_monotonic();
+	assert_int_equal(tf_exec_wait(x, 0.2, &res), -ETIMEDOUT);
+	char away[600];
+	snprintf(away, sizeof(away), "%s/away", fake_dir);
+	tf_test_write_file(away, "");
+	while (!fake_scancelled() && tf_now_monotonic() - t0 < 10)
+		assert_int_equal(tf_exec_wait(x, 0.05, &res), -ETIMEDOUT);
+	double took = tf_now_monotonic() - t0;
+	if (!fake_scancelled() || took < 1.0)
+		fail_msg("scancel after %.2f s of running (timeout 1 s): %s", took,
+		         fake_scancelled() ? "too early" : "never");
+	unlink(away);
+	/* Slurm says it was cancelled: a timeout, with the times it waited, ran and stood */
+	fake_row("CANCELLED", "0:01", "1010", "1013");
+	assert_int_equal(tf_exec_wait(x, 5, &res), 0);
+	assert_int_equal(res.fclass, TF_FAIL_TIMEOUT);
+	if (!strstr(res.message, "past the step's timeout of 1s") ||
+	    !strstr(res.message, "queued 10s, ran 1s, suspended 2s"))
+		fail_msg("message: %s", res.message);
+	char fmt_path[600];
+	snprintf(fmt_path, sizeof(fmt_path), "%s/time-format", fake_dir);
+	FILE *f = fopen(fmt_path, "r");
+	char fmt[32] = "";
+	assert_non_null(f);
+	assert_non_null(fgets(fmt, sizeof(fmt), f));
+	fclose(f);
+	assert_string_equal(fmt, "%s\n"); /* squeue printed its times as Unix seconds */
+	tf_exec_free(x);
+	setenv("PATH", old_path, 1);
+	unsetenv("TPUFLOW_SLURM_POLL");
+	free(old_path);
+	free(path);
+}
+
 /* tpuflow re-executing itself as a step. */
 static void test_executor_reexec_self(void **state)
 {
@@ -617,6 +759,8 @@ int main(void)
 	    cmocka_unit_test(test_executor_slurm_states),
 	    cmocka_unit_test(test_executor_slurm_sbatch_failures),
 	    cmocka_unit_test(test_executor_slurm_args),
+	    cmocka_unit_test(test_executor_slurm_elapsed),
+	    cmocka_unit_test(test_executor_slurm_timeout_counts_run_time),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
