@@ -177,6 +177,13 @@ int tf_slurm_elapsed_parse(const char *text, long *secs);
  * does not answer (message in state). */
 int tf_slurm_job_state(long job, char *state, size_t statelen);
 
+/* What a restarted coordinator does with the job of a lost attempt, by the state Slurm
+ * reports for it (tf_slurm_job_state): 1 follow it again, it is queued or running; 2 follow
+ * it again, it ended in a state tf_slurm_classify knows (COMPLETED, FAILED, TIMEOUT,
+ * CANCELLED, ...), which becomes the attempt's outcome; 0 submit a new job (a state this
+ * executor does not know). */
+int tf_slurm_state_followable(const char *state);
+
 /* The TPU chips (`tpu` GRES) Slurm gave job `job` on each of its nodes, and how many nodes,
  * from `scontrol show job -d` (what a step reads on its compute node). 0 or a negative code
  * with err set. */

@@ -1166,6 +1166,18 @@ long tf_exec_slurm_job(struct tf_exec *x, char *nodes, size_t nodeslen, char *st
 	return job;
 }
 
+int tf_slurm_state_followable(const char *state)
+{
+	static const char *const alive[] = {"PENDING",   "CONFIGURING", "RUNNING", "COMPLETING",
+	                                    "SUSPENDED", "REQUEUED",    "STOPPED", "SIGNALING",
+	                                    "STAGE_OUT", "RESIZING",    NULL};
+	for (size_t i = 0; alive[i]; i++)
+		if (!strcmp(state, alive[i]))
+			return 1;
+	char msg[128];
+	return tf_slurm_classify(state, TF_FAIL_NONE, 0, msg, sizeof(msg)) != TF_FAIL_LAST ? 2 : 0;
+}
+
 void tf_exec_slurm_times(struct tf_exec *x, double *queued, double *ran)
 {
 	*queued = -1;

@@ -54,46 +54,71 @@ static void add_name(struct tf_kind_slurm *ks, const char *name, size_t len)
 	ks->export_names[++ks->nexport] = NULL;
 }
 
-/* The newest lost attempt of this step whose Slurm job is still queued, running or done, or
- * whose job cannot be asked about now (the controller is away: it is followed, never
- * submitted twice): its job id and attempt number, or 0. */
+/* The Slurm job of this step's previous attempt when that attempt was lost (its coordinator
+ * died) and the job is to be followed again rather than a new one submitted: the job id and
+ * that attempt's number, or 0. A job still queued or running is followed on; so is one that
+ * ended while no coordinator followed it (squeue, or accounting once squeue has forgotten
+ * it, still knows how: completed, failed, timed out, cancelled), whose outcome becomes this
+ * attempt's, so the retry policy acts on what happened instead of the step running twice;
+ * and so is one that cannot be asked about now (the controller is away: it is followed,
+ * never submitted twice). Only a job Slurm no longer knows at all, or in a state the
+ * executor does not know, is submitted again, which the log and an event say. */
 static long lost_job(struct tf_step_run *r, int *attempt)
 {
 	if (!r->db)
 		return 0;
+	/* the attempt just before this one, if it was lost: an older lost attempt's job was
+	 * dealt with by the attempts after it (followed, or found unknown), and following it
+	 * again would hand an ended job's outcome to every retry */
 	struct tf_stmt *q = tf_store_query(
 	    r->db,
-	    "SELECT n, slurm_job FROM attempts WHERE run_id=? AND step=? AND n<? AND state=? "
-	    "AND slurm_job IS NOT NULL ORDER BY n DESC LIMIT 1",
-	    "ttit", r->run_id, r->step, (int64_t)r->attempt,
-	    tf_attempt_state_name(TF_ATTEMPT_LOST));
+	    "SELECT n, slurm_job, state FROM attempts WHERE run_id=? AND step=? AND n<? "
+	    "ORDER BY n DESC LIMIT 1",
+	    "tti", r->run_id, r->step, (int64_t)r->attempt);
 	long job = 0;
-	if (q && tf_stmt_step(q) == 1) {
+	if (q && tf_stmt_step(q) == 1 && tf_stmt_text(q, 2) &&
+	    !strcmp(tf_stmt_text(q, 2), tf_attempt_state_name(TF_ATTEMPT_LOST))) {
 		*attempt = (int)tf_stmt_int(q, 0);
-		job = (long)tf_stmt_int(q, 1);
+		job = (long)tf_stmt_int(q, 1); /* 0 for NULL: it never got a job */
 	}
 	tf_stmt_done(q);
 	if (!job)
 		return 0;
-	char state[128];
+	char state[128], msg[400];
 	int rc = tf_slurm_job_state(job, state, sizeof(state));
-	static const char *const alive[] = {"PENDING",   "CONFIGURING", "RUNNING",   "COMPLETING",
-	                                    "SUSPENDED", "REQUEUED",    "STOPPED",   "SIGNALING",
-	                                    "STAGE_OUT", "RESIZING",    "COMPLETED", NULL};
-	for (size_t i = 0; rc == 0 && alive[i]; i++)
-		if (!strcmp(state, alive[i])) {
-			tf_info("%s/%s: attempt %d's Slurm job %ld is %s: following it", r->run_id,
-			        r->step, *attempt, job, state);
-			return job;
-		}
+	int follow = rc == 0 ? tf_slurm_state_followable(state) : 0;
+	if (follow == 1) {
+		tf_info("%s/%s: attempt %d's Slurm job %ld is %s: following it", r->run_id, r->step,
+		        *attempt, job, state);
+		return job;
+	}
+	if (follow == 2) {
+		tf_info("%s/%s: attempt %d's Slurm job %ld ended %s while no coordinator followed "
+		        "it: taking its outcome",
+		        r->run_id, r->step, *attempt, job, state);
+		return job;
+	}
 	if (rc && rc != -ENOENT) {
 		tf_warn("%s/%s: attempt %d's Slurm job %ld cannot be asked about (%s): following "
 		        "it until Slurm answers",
 		        r->run_id, r->step, *attempt, job, state);
 		return job;
 	}
-	tf_info("%s/%s: attempt %d's Slurm job %ld is %s: submitting a new one", r->run_id, r->step,
-	        *attempt, job, rc == 0 ? state : "gone");
+	if (rc == -ENOENT)
+		snprintf(
+		    msg, sizeof(msg),
+		    "attempt %d's Slurm job %ld is unknown to Slurm (squeue no longer lists it "
+		    "and accounting, sacct, has no record of it): how it ended cannot be told, "
+		    "so a new job is submitted",
+		    *attempt, job);
+	else
+		snprintf(
+		    msg, sizeof(msg),
+		    "attempt %d's Slurm job %ld is in state %s, which tpuflow does not know: a "
+		    "new job is submitted",
+		    *attempt, job, state);
+	tf_warn("%s/%s: %s", r->run_id, r->step, msg);
+	tf_event_add(r->db, r->run_id, r->step, r->attempt, "slurm", msg);
 	return 0;
 }
 

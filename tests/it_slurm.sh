@@ -17,7 +17,8 @@
 # cancel` and Ctrl-C (SIGTERM) on the run (its job cancelled with scancel); the coordinator
 # killed with -9 and resumed while its job runs, and the same with a daemon killed with -9 and
 # restarted (followed again, no second job); a job queued and then suspended past the step's
-# timeout (only run time counts: succeeded, its queue time said).
+# timeout (only run time counts: succeeded, its queue time said); jobs that ended while the
+# coordinator was down (a failed one's outcome taken, one Slurm forgot submitted again).
 # Stops exactly what it started.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -498,6 +499,67 @@ attempts h-daemon "$run" work > a.txt
 grep -q "^1 lost infra $job" a.txt || fail "daemon: attempt 1: $(cat a.txt)"
 grep -q "^2 succeeded - $job" a.txt || fail "daemon: attempt 2 did not follow job $job: $(cat a.txt)"
 echo "it_slurm: daemon killed -9 and restarted: it followed job $job again, 1 job in all"
+
+# ---- 6c. jobs that ended while no coordinator followed them: the resume takes the outcome
+#          of one that failed (error, retried as the step says: one more job), and submits
+#          again, saying so, for one Slurm no longer knows (made so by a squeue wrapper) -----
+cat > lost.yaml <<EOF
+name: it-lost
+storage: s3://$bucket/lost
+steps:
+  - name: bad
+    type: shell
+    executor: slurm
+    retries: {limit: 1, backoff: 1s, on: [error]}
+    with:
+      argv: [sh, -c, 'if [ "\$TPUFLOW_ATTEMPT" = 1 ]; then sleep 3; exit 3; fi; echo answer=42 > "\$TPUFLOW_METRICS"']
+      metrics: [answer]
+  - name: gone
+    type: shell
+    executor: slurm
+    retries: 0
+    with:
+      argv: [sh, -c, 'sleep 3; echo answer=42 > "\$TPUFLOW_METRICS"']
+      metrics: [answer]
+EOF
+"$B" --home h-lost run lost.yaml > lost.out 2>&1 &
+pid=$!
+bg+=($pid)
+run=
+for _ in $(seq 1 100); do run=$(run_id h-lost 2>/dev/null) && [[ -n $run ]] && break; sleep 0.1; done
+jbad= jgone=
+for _ in $(seq 1 300); do
+  jbad=$(squeue -h -t all -o '%i %j' | awk -v n="tpuflow-$run-bad-1" '$2 == n {print $1}')
+  jgone=$(squeue -h -t all -o '%i %j' | awk -v n="tpuflow-$run-gone-1" '$2 == n {print $1}')
+  [[ -n $jbad && -n $jgone ]] && break
+  sleep 0.1
+done
+[[ -n $jbad && -n $jgone ]] || fail "lost: the jobs were not submitted: $(tail -3 lost.out)"
+{ kill -9 "$pid"; wait "$pid"; } 2>/dev/null
+for _ in $(seq 1 450); do
+  [[ $(squeue -h -t all -j "$jbad" -o '%T') == FAILED && $(squeue -h -t all -j "$jgone" -o '%T') == COMPLETED ]] && break
+  sleep 0.2
+done
+[[ $(squeue -h -t all -j "$jbad" -o '%T') == FAILED ]] || fail "lost: job $jbad did not fail"
+mkdir -p "$dir/forget"
+printf '#!/bin/sh\ncase " $* " in *" -j %s "*"State:|"*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1;; esac\nexec %s "$@"\n' \
+  "$jgone" "$(command -v squeue)" > "$dir/forget/squeue"
+chmod +x "$dir/forget/squeue"
+PATH=$dir/forget:$PATH "$B" --home h-lost runs resume "$run" > lost-resume.out 2>&1 ||
+  fail "lost: resume: $(tail -5 lost-resume.out)"
+attempts h-lost "$run" bad > a.txt
+[[ $(sed -n 2p a.txt) == "2 failed error $jbad" ]] ||
+  fail "lost: the failed job's outcome was not taken: $(cat a.txt)"
+grep -qE '^3 succeeded - [0-9]+$' a.txt && ! grep -q "^3 .* $jbad\$" a.txt ||
+  fail "lost: no new job after the taken failure: $(cat a.txt)"
+attempts h-lost "$run" gone > a.txt
+grep -qE '^2 succeeded - [0-9]+$' a.txt && ! grep -q "^2 .* $jgone\$" a.txt ||
+  fail "lost: the forgotten job was not submitted again: $(cat a.txt)"
+grep -q "attempt 1's Slurm job $jgone is unknown to Slurm" lost-resume.out ||
+  fail "lost: the resubmission is not explained: $(cat lost-resume.out)"
+"$B" --home h-lost runs logs "$run" gone | grep -q "is unknown to Slurm" ||
+  fail "lost: the run's events do not say the job was unknown"
+echo "it_slurm: jobs ended while the coordinator was down -> FAILED taken as error (retried), an unknown one submitted again"
 
 # ---- 7. the demo pipeline with prep, train and evaluate on Slurm: same bits as in-process --
 sed -e "s|^defaults:|storage: s3://$bucket/demo\n\ndefaults:|" \

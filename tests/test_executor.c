@@ -568,6 +568,26 @@ static void test_executor_slurm_elapsed(void **state)
 	}
 }
 
+/* A lost attempt's job is followed again while it is queued or running and when it ended in
+ * a state the executor classifies; only an unknown state is submitted anew. */
+static void test_executor_slurm_followable(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *state;
+		int want;
+	} cases[] = {
+	    {"PENDING", 1},   {"RUNNING", 1},       {"SUSPENDED", 1}, {"COMPLETING", 1},
+	    {"REQUEUED", 1},  {"COMPLETED", 2},     {"FAILED", 2},    {"TIMEOUT", 2},
+	    {"CANCELLED", 2}, {"OUT_OF_MEMORY", 2}, {"NODE_FAIL", 2}, {"PREEMPTED", 2},
+	    {"DEADLINE", 2},  {"BOOT_FAIL", 2},     {"REVOKED", 0},   {"", 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		if (tf_slurm_state_followable(cases[i].state) != cases[i].want)
+			fail_msg("%s: %d, want %d", cases[i].state,
+			         tf_slurm_state_followable(cases[i].state), cases[i].want);
+}
+
 /* ---- the Slurm executor against fake client commands ---- */
 
 static char fake_dir[512];
@@ -760,6 +780,7 @@ int main(void)
 	    cmocka_unit_test(test_executor_slurm_sbatch_failures),
 	    cmocka_unit_test(test_executor_slurm_args),
 	    cmocka_unit_test(test_executor_slurm_elapsed),
+	    cmocka_unit_test(test_executor_slurm_followable),
 	    cmocka_unit_test(test_executor_slurm_timeout_counts_run_time),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
