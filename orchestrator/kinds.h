@@ -47,7 +47,7 @@ int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks,
                           char *const *extra_names);
 /* Writes the job id on r's attempt (with a "slurm" event) the first time, its nodes once
  * Slurm has placed it, and Slurm's state of the job each time it changes, with a "slurm" event
- * when it starts running (how long it waited in the queue) and when it is suspended; call it
+ * when it starts (how long it waited in the queue) and when it is suspended; call it
  * after every poll (it writes only what changed). */
 void tf_kind_slurm_note(struct tf_step_run *r, struct tf_kind_slurm *ks, struct tf_exec *x);
 /* What the job hands back besides its logs (tf_kind_slurm_wrap). */

@@ -274,21 +274,23 @@ void tf_kind_slurm_note(struct tf_step_run *r, struct tf_kind_slurm *ks, struct 
 		         ks->spec.attach_job ? " (followed again after a restart)" : "");
 		tf_event_add(r->db, r->run_id, r->step, r->attempt, "slurm", msg);
 	}
-	/* the time it waited is the cluster's, not the step's: its timeout counts from here */
+	/* the time it waited is the cluster's, not the step's: its timeout counts from here.
+	 * Started means placed on nodes and no longer pending: a sweep may first see it
+	 * suspended, or already ended. */
 	double queued, ran;
-	if (changed && !ks->noted_running && !strcmp(state, "RUNNING")) {
+	if (!ks->noted_running && nodes[0] && strcmp(state, "PENDING")) {
 		ks->noted_running = 1;
 		tf_exec_slurm_times(x, &queued, &ran);
 		if (queued >= 0)
 			snprintf(msg, sizeof(msg),
-			         "Slurm job %ld running on %s after %.0fs in the queue (the step's "
+			         "Slurm job %ld started on %s after %.0fs in the queue (the step's "
 			         "timeout counts its run time only)",
-			         job, nodes[0] ? nodes : "?", queued);
+			         job, nodes, queued);
 		else
-			snprintf(msg, sizeof(msg), "Slurm job %ld running on %s", job,
-			         nodes[0] ? nodes : "?");
+			snprintf(msg, sizeof(msg), "Slurm job %ld started on %s", job, nodes);
 		tf_event_add(r->db, r->run_id, r->step, r->attempt, "slurm", msg);
-	} else if (changed && !strcmp(state, "SUSPENDED")) {
+	}
+	if (changed && !strcmp(state, "SUSPENDED")) {
 		tf_exec_slurm_times(x, &queued, &ran);
 		snprintf(msg, sizeof(msg),
 		         "Slurm job %ld suspended after running %.0fs (the time it stays suspended "

@@ -374,7 +374,7 @@ wait "$idle_pid" || fail "queued and suspended past its timeout: $(tail -3 idle.
 attempts h-idle "$run" work > a.txt
 [[ $(cat a.txt) == "1 succeeded - $job" ]] || fail "queued and suspended: attempts: $(cat a.txt)"
 "$B" --home h-idle runs logs "$run" > logs.txt
-grep -qE "Slurm job $job running on $node after (1[0-9]|[2-9][0-9])s in the queue" logs.txt ||
+grep -qE "Slurm job $job started on $node after (1[0-9]|[2-9][0-9])s in the queue" logs.txt ||
   fail "queued: no event says how long the job waited: $(cat logs.txt)"
 grep -qE "Slurm job $job on $node: COMPLETED \(queued (1[0-9]|[2-9][0-9])s, ran [0-9]+s, suspended (9|[1-9][0-9])s\)" logs.txt ||
   fail "queued and suspended: the log does not give the job's times: $(cat logs.txt)"
