@@ -8,6 +8,7 @@
  * The submission hook here creates the run pending in the server's transaction, as the
  * daemon's does; nothing executes it (the daemon's tests do that). */
 #include "common/common.h"
+#include "orchestrator/engine.h"
 #include "orchestrator/pipeline.h"
 #include "orchestrator/registry.h"
 #include "orchestrator/retention.h"
@@ -15,6 +16,7 @@
 #include "orchestrator/schedules.h"
 #include "orchestrator/slices.h"
 #include "orchestrator/state.h"
+#include "storage/objstore.h"
 #include "web/api.h"
 #include "web/server.h"
 #include "web/tokens.h"
@@ -2351,6 +2353,125 @@ static void test_logs_offset(void **state)
 	}
 }
 
+/* GET .../logs of path answers exactly the len bytes of want from every offset, plain and
+ * (when the step is final) followed. */
+static void assert_logs_bytes(const char *path, const char *want, size_t len, int follow)
+{
+	char url[800];
+	for (int f = 0; f <= follow; f++)
+		for (size_t k = 0; k <= len + 1; k++) {
+			snprintf(url, sizeof(url), "%s?offset=%zu%s", path, k,
+			         f ? "&follow=true" : "");
+			struct resp r = call("GET", url, tok_read, NULL, NULL);
+			assert_int_equal(r.status, 200);
+			size_t rest = k < len ? len - k : 0;
+			assert_int_equal(r.body.n, rest);
+			assert_memory_equal(r.body.p ? r.body.p : "", want + len - rest, rest);
+			resp_free(&r);
+		}
+}
+
+/* A log is bytes: a step whose program writes NUL and bytes that are not UTF-8 has its log
+ * served whole, byte for byte as the engine stored it, plain, followed and from every
+ * offset, and `--remote runs logs` prints it as it came; a running attempt's stdout.log is
+ * served as it is too. The first bytes of an attempt were once cut at their first NUL. */
+static void test_logs_bytes(void **state)
+{
+	(void)state;
+	static const char bytes[] = "before\0after \xff\xfe\xc3 end\n\0\x80tail\n";
+	const size_t blen = sizeof(bytes) - 1;
+	char prog[600], file[600], yaml[1400], err[256], path[700];
+	snprintf(prog, sizeof(prog), "%s/bytes.bin", home);
+	FILE *f = fopen(prog, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(bytes, 1, blen, f), blen);
+	fclose(f);
+	snprintf(yaml, sizeof(yaml),
+	         "name: logs-bytes\nsteps:\n  - name: a\n    type: shell\n"
+	         "    with: {argv: [/bin/cat, '%s']}\n",
+	         prog);
+	snprintf(file, sizeof(file), "%s/logs-bytes.yaml", home);
+	tf_test_write_file(file, yaml);
+	struct tf_engine_opts o = {.home = home, .workers = 1};
+	struct tf_engine_result res = {0};
+	struct tf_diag_list d = {0};
+	assert_int_equal(tf_engine_run_file(&o, file, NULL, 0, &d, &res, err, sizeof(err)), 0);
+	tf_diag_list_release(&d);
+	json_decref(res.summary);
+	assert_int_equal(res.state, TF_RUN_SUCCEEDED);
+
+	/* the stored object, under the attempt's line */
+	struct tf_store *st;
+	char *key = NULL, *url = NULL;
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_store_query_text(st, &key,
+	                                     "SELECT log_key FROM attempts WHERE run_id=? AND "
+	                                     "step='a' AND n=1",
+	                                     "t", res.run_id),
+	                 0);
+	assert_int_equal(
+	    tf_store_query_text(st, &url, "SELECT storage FROM runs WHERE id=?", "t", res.run_id),
+	    0);
+	assert_non_null(key);
+	struct tf_objstore *os;
+	assert_int_equal(tf_objstore_open(url, &os, err, sizeof(err)), 0);
+	void *obj = NULL;
+	size_t olen = 0;
+	assert_int_equal(tf_objstore_get(os, key, &obj, &olen), 0);
+	tf_objstore_free(os);
+	assert_non_null(memmem(obj, olen, bytes, blen)); /* the program's bytes, whole */
+	static const char line[] = "==> attempt 1 <==\n";
+	size_t wlen = sizeof(line) - 1 + olen;
+	char *want = tf_xmalloc(wlen);
+	memcpy(want, line, sizeof(line) - 1);
+	memcpy(want + sizeof(line) - 1, obj, olen);
+	free(obj);
+	snprintf(path, sizeof(path), "/api/v1/runs/%s/steps/a/logs", res.run_id);
+	assert_logs_bytes(path, want, wlen, 1);
+
+	/* the CLI prints what it was sent, plain and followed */
+	const char *bin = getenv("TPUFLOW_BIN");
+	for (int follow = 0; bin && follow < 2; follow++) {
+		char cmd[2400], out[600];
+		snprintf(out, sizeof(out), "%s/logs-bytes.out", home);
+		setenv("TPUFLOW_TOKEN", tok_read, 1);
+		snprintf(cmd, sizeof(cmd), "'%s' --remote %s runs logs %s a%s >'%s'", bin, base,
+		         res.run_id, follow ? " --follow" : "", out);
+		assert_int_equal(system(cmd), 0);
+		char *got = NULL;
+		size_t glen = 0;
+		assert_int_equal(tf_read_file(out, 1 << 20, &got, &glen), 0);
+		assert_int_equal(glen, wlen);
+		assert_memory_equal(got, want, wlen);
+		free(got);
+	}
+	free(want);
+
+	/* a running attempt: its program's stdout.log under the title the stored log starts with */
+	char run[32], dir[700];
+	submit_yaml(yaml, run);
+	assert_int_equal(tf_attempt_create(st, run, "a", 1), 0);
+	assert_int_equal(tf_store_run(st,
+	                              "UPDATE steps SET attempts=1, state='running' WHERE "
+	                              "run_id=? AND name='a'",
+	                              "t", run),
+	                 0);
+	snprintf(dir, sizeof(dir), "%s/work/%s/a/attempt-1", home, run);
+	char cmd[2200];
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s' && cp '%s' '%s/stdout.log'", dir, prog, dir);
+	assert_int_equal(system(cmd), 0);
+	static const char head[] = "==> attempt 1 <==\n==> stdout <==\n";
+	want = tf_xmalloc(sizeof(head) - 1 + blen);
+	memcpy(want, head, sizeof(head) - 1);
+	memcpy(want + sizeof(head) - 1, bytes, blen);
+	snprintf(path, sizeof(path), "/api/v1/runs/%s/steps/a/logs", run);
+	assert_logs_bytes(path, want, sizeof(head) - 1 + blen, 0);
+	free(want);
+	free(key);
+	free(url);
+	tf_store_close(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2382,6 +2503,7 @@ int main(void)
 	    cmocka_unit_test(test_cursor_after_delete),
 	    cmocka_unit_test(test_runs_total),
 	    cmocka_unit_test(test_logs_offset),
+	    cmocka_unit_test(test_logs_bytes),
 	    cmocka_unit_test(test_rate_limit),
 	    cmocka_unit_test(test_drain_refuses_new_runs),
 	    cmocka_unit_test(test_remote_honours_retry_after),

@@ -15,6 +15,8 @@
  * itself read later, which is what `?offset=N` rests on: a follower cut off asks again from
  * the bytes it has, and the server drops those before sending (it reads them: the stored
  * logs are whole objects, and a running attempt's header is only written once it has bytes).
+ * A log is bytes, whatever a program wrote (NUL, invalid UTF-8): they are copied by length,
+ * never as C strings, and sent as they are.
  */
 #include "web/api.h"
 
@@ -167,12 +169,18 @@ static int logs_next(struct logs_stream *l)
 			return -1;
 		if (len) {
 			free(l->pending);
-			l->pending = l->off ? bytes
-			                    : tf_xasprintf("==> attempt %d <==\n%.*s", l->n,
-			                                   (int)len, bytes);
-			l->plen = l->off ? len : strlen(l->pending);
-			if (!l->off)
+			l->pending = bytes;
+			l->plen = len;
+			if (!l->off) { /* an attempt's first bytes come under its line */
+				char head[32];
+				size_t hl = (size_t)snprintf(head, sizeof(head),
+				                             "==> attempt %d <==\n", l->n);
+				l->pending = tf_xmalloc(hl + len);
+				memcpy(l->pending, head, hl);
+				memcpy(l->pending + hl, bytes, len); /* any byte, NUL too */
+				l->plen = hl + len;
 				free(bytes);
+			}
 			l->off += len;
 			/* the first bytes of the body the client already has are dropped */
 			l->poff = l->skip < l->plen ? l->skip : l->plen;
