@@ -583,36 +583,103 @@ static void *responder_main(void *arg)
 	}
 }
 
-static void responder_start(struct responder *r, int status)
+/* ---- what a case starts that would outlive it: receivers on threads, silent sockets, a
+ * delivery thread. The case's fixture owns them, and its teardown (which cmocka runs whether
+ * the case passed or failed partway) stops them all and removes the hooks (every case starts
+ * with none): a failed case reports itself only, its receiver no longer answering the next
+ * cases' requests or writing to a stack that is gone, its hooks no longer routing their
+ * alerts. */
+
+struct fixture {
+	struct responder *rx[4]; /* receivers running (responder_start), freed by the teardown */
+	int silent[2];           /* silent receivers' sockets (silent_receiver) */
+	size_t nrx, nsilent;
+	struct tf_alerts_worker *worker; /* a delivery thread a case started, NULL once stopped */
+	pthread_t deliver;               /* a pass on a thread of its own (deliver_thread) */
+	int delivering;                  /* 1 until the teardown joins it */
+	struct tf_alerts_config cfg;     /* that pass's configuration */
+	int has_cfg;
+};
+
+static int fixture_setup(void **state)
 {
-	memset(r, 0, sizeof(*r));
-	atomic_store(&r->status, status);
-	r->fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t al = sizeof(a);
-	assert_int_equal(bind(r->fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(r->fd, 8), 0);
-	getsockname(r->fd, (struct sockaddr *)&a, &al);
-	r->port = ntohs(a.sin_port);
-	assert_int_equal(pthread_create(&r->t, NULL, responder_main, r), 0);
+	*state = tf_xcalloc(1, sizeof(struct fixture));
+	return 0;
 }
 
-static void responder_stop(struct responder *r)
+static void responder_free(struct responder *r)
 {
 	shutdown(r->fd, SHUT_RDWR);
 	close(r->fd);
 	pthread_join(r->t, NULL);
+	free(r);
+}
+
+static int fixture_teardown(void **state)
+{
+	struct fixture *fx = *state;
+	if (fx->worker) /* first: it may be posting to the receivers */
+		tf_alerts_worker_stop(fx->worker, 0, NULL);
+	if (fx->delivering)
+		pthread_join(fx->deliver, NULL);
+	if (fx->has_cfg)
+		tf_alerts_config_release(&fx->cfg);
+	for (size_t i = 0; i < fx->nrx; i++)
+		responder_free(fx->rx[i]);
+	for (size_t i = 0; i < fx->nsilent; i++)
+		close(fx->silent[i]);
+	struct tf_store *st = NULL;
+	char err[256];
+	if (tf_store_open_home(".", &st, err, sizeof(err)) == 0) {
+		tf_store_run(st, "DELETE FROM hooks", "");
+		tf_store_close(st);
+	}
+	unlink("alerts.conf"); /* a case's own settings (each case loads its configuration anew) */
+	free(fx);
+	return 0;
+}
+
+/* A receiver answering `status`, on a thread until the case's teardown (or responder_stop). */
+static struct responder *responder_start(struct fixture *fx, int status)
+{
+	assert_true(fx->nrx < TF_ARRAY_LEN(fx->rx));
+	struct responder *r = tf_xcalloc(1, sizeof(*r));
+	atomic_store(&r->status, status);
+	r->fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	if (bind(r->fd, (struct sockaddr *)&a, sizeof(a)) || listen(r->fd, 8) ||
+	    getsockname(r->fd, (struct sockaddr *)&a, &al) ||
+	    pthread_create(&r->t, NULL, responder_main, r)) {
+		int e = errno;
+		close(r->fd);
+		free(r);
+		fail_msg("cannot start a receiver on 127.0.0.1: %s", strerror(e));
+	}
+	r->port = ntohs(a.sin_port);
+	fx->rx[fx->nrx++] = r;
+	return r;
+}
+
+/* Stops r before the case ends (its slot is free for another). */
+static void responder_stop(struct fixture *fx, struct responder *r)
+{
+	for (size_t i = 0; i < fx->nrx; i++)
+		if (fx->rx[i] == r) {
+			fx->rx[i] = fx->rx[--fx->nrx];
+			responder_free(r);
+			return;
+		}
 }
 
 /* A firing Alertmanager alert is posted again, as it was, until a success resolves it; the
  * resolving alert for five minutes after. */
 static void test_alerts_alertmanager_refire(void **state)
 {
-	(void)state;
-	struct responder r;
-	responder_start(&r, 200);
+	struct fixture *fx = *state;
+	struct responder *r = responder_start(fx, 200);
 	char url[96];
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", r.port);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", r->port);
 	struct tf_store *st = open_home();
 	add_hook(st, "am2", url, "alertmanager", "run_failed");
 	tf_store_run(st, "DELETE FROM alerts", "");
@@ -628,23 +695,23 @@ static void test_alerts_alertmanager_refire(void **state)
 	sent = 0;
 	assert_int_equal(tf_alerts_refire(st, &cfg, &sent), 0);
 	assert_int_equal(sent, 1);
-	assert_int_equal(r.n, 2);
-	assert_string_equal(r.bodies[0], r.bodies[1]);
-	assert_non_null(strstr(r.bodies[1], "\"alertname\":\"run_failed\""));
+	assert_int_equal(r->n, 2);
+	assert_string_equal(r->bodies[0], r->bodies[1]);
+	assert_non_null(strstr(r->bodies[1], "\"alertname\":\"run_failed\""));
 	new_run(st, "refired", b);
 	assert_int_equal(tf_run_set_state(st, b, TF_RUN_SUCCEEDED, NULL), 0);
 	sent = 0;
 	assert_int_equal(tf_alerts_refire(st, &cfg, &sent), 0);
 	assert_int_equal(sent, 0); /* resolved: nothing firing */
 	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, &sent, &failed, NULL), 0);
-	assert_int_equal(r.n, 3);
-	assert_non_null(strstr(r.bodies[2], "\"endsAt\""));
+	assert_int_equal(r->n, 3);
+	assert_non_null(strstr(r->bodies[2], "\"endsAt\""));
 	/* the resolution is posted again, as it was, for five minutes after its delivery */
 	sent = 0;
 	assert_int_equal(tf_alerts_refire(st, &cfg, &sent), 0);
 	assert_int_equal(sent, 1);
-	assert_int_equal(r.n, 4);
-	assert_string_equal(r.bodies[3], r.bodies[2]);
+	assert_int_equal(r->n, 4);
+	assert_string_equal(r->bodies[3], r->bodies[2]);
 	assert_int_equal(tf_store_run(st,
 	                              "UPDATE alerts SET delivered_at=delivered_at-301 WHERE "
 	                              "resolves IS NOT NULL",
@@ -653,11 +720,10 @@ static void test_alerts_alertmanager_refire(void **state)
 	sent = 0;
 	assert_int_equal(tf_alerts_refire(st, &cfg, &sent), 0);
 	assert_int_equal(sent, 0);
-	assert_int_equal(r.n, 4);
+	assert_int_equal(r->n, 4);
 	tf_hooks_remove(st, "am2");
 	tf_alerts_config_release(&cfg);
 	tf_store_close(st);
-	responder_stop(&r);
 }
 
 static int64_t firing_count(struct tf_store *st, const char *event)
@@ -676,11 +742,10 @@ static int64_t firing_count(struct tf_store *st, const char *event)
  * (daemon_unclean_stop) and info events are posted once. */
 static void test_alerts_alertmanager_refire_not_of_a_run(void **state)
 {
-	(void)state;
-	struct responder r;
-	responder_start(&r, 200);
+	struct fixture *fx = *state;
+	struct responder *r = responder_start(fx, 200);
 	char url[96];
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", r.port);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", r->port);
 	struct tf_store *st = open_home();
 	tf_store_run(st, "DELETE FROM alerts", "");
 	tf_store_run(st, "DELETE FROM alert_firing", "");
@@ -698,9 +763,9 @@ static void test_alerts_alertmanager_refire_not_of_a_run(void **state)
 	sent = 0;
 	assert_int_equal(tf_alerts_refire(st, &cfg, &sent), 0);
 	assert_int_equal(sent, 1); /* posted again while the chip is failed */
-	assert_int_equal(r.n, 2);
-	assert_string_equal(r.bodies[0], r.bodies[1]);
-	assert_non_null(strstr(r.bodies[1], "\"chip\":\"2,1,0\""));
+	assert_int_equal(r->n, 2);
+	assert_string_equal(r->bodies[0], r->bodies[1]);
+	assert_non_null(strstr(r->bodies[1], "\"chip\":\"2,1,0\""));
 	/* another chip's repair does not resolve it; its own does */
 	int other[3] = {0, 0, 0};
 	assert_int_equal(tf_broker_chip_fail(st, "v5", other, tf_now_wall(), "link down"), 0);
@@ -709,11 +774,11 @@ static void test_alerts_alertmanager_refire_not_of_a_run(void **state)
 	assert_int_equal(tf_broker_chip_repair(st, "v5", xyz), 0);
 	assert_int_equal(firing_count(st, "chip_failed"), 0);
 	tf_store_run(st, "DELETE FROM alerts WHERE payload LIKE '%link down%'", "");
-	int before = r.n;
+	int before = r->n;
 	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, NULL, NULL, NULL), 0);
-	assert_int_equal(r.n, before + 1);
-	json_t *res = json_loads(r.bodies[r.n - 1], 0, NULL),
-	       *fire = json_loads(r.bodies[0], 0, NULL);
+	assert_int_equal(r->n, before + 1);
+	json_t *res = json_loads(r->bodies[r->n - 1], 0, NULL),
+	       *fire = json_loads(r->bodies[0], 0, NULL);
 	assert_non_null(json_object_get(json_array_get(res, 0), "endsAt"));
 	assert_true(json_equal(json_object_get(json_array_get(res, 0), "labels"),
 	                       json_object_get(json_array_get(fire, 0), "labels")));
@@ -773,7 +838,6 @@ static void test_alerts_alertmanager_refire_not_of_a_run(void **state)
 	tf_hooks_remove(st, "am4");
 	tf_alerts_config_release(&cfg);
 	tf_store_close(st);
-	responder_stop(&r);
 }
 
 /* The value of header `name` in a request head, copied to out. */
@@ -793,17 +857,15 @@ static const char *header(const char *head, const char *name, char *out, size_t 
  * one's alerts. */
 static void test_alerts_order_per_hook(void **state)
 {
-	(void)state;
-	struct responder down, up;
-	responder_start(&down, 503);
-	responder_start(&up, 200);
+	struct fixture *fx = *state;
+	struct responder *down = responder_start(fx, 503), *up = responder_start(fx, 200);
 	char url[96];
 	struct tf_store *st = open_home();
 	tf_store_run(st, "DELETE FROM alerts", "");
 	setenv("TEST_WH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1);
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d/a", down.port);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/a", down->port);
 	add_hook(st, "ordered", url, "standard", "");
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d/b", up.port);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/b", up->port);
 	add_hook(st, "other", url, "slack", "");
 	int64_t ids[3], other;
 	for (int i = 0; i < 3; i++)
@@ -816,21 +878,21 @@ static void test_alerts_order_per_hook(void **state)
 	int sent = 0, failed = 0;
 	double next = -1;
 	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, &sent, &failed, &next), 0);
-	assert_int_equal(down.n, 1); /* the oldest only: the others wait behind it */
-	assert_int_equal(up.n, 1);   /* the other hook's alert went in the same pass */
+	assert_int_equal(down->n, 1); /* the oldest only: the others wait behind it */
+	assert_int_equal(up->n, 1);   /* the other hook's alert went in the same pass */
 	assert_int_equal(sent, 1);
 	assert_int_equal(failed, 1);
 	assert_true(next > 30); /* nothing due until the oldest is: no busy loop */
 	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE hook='ordered' AND "
 	                           "attempts=0 AND state='pending'"),
 	                 2);
-	atomic_store(&down.status, 200);
+	atomic_store(&down->status, 200);
 	assert_int_equal(
 	    tf_store_run(st, "UPDATE alerts SET next_attempt_at=0 WHERE id=?", "i", ids[0]), 0);
 	for (int pass = 0; pass < 5; pass++)
 		assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, NULL, NULL, NULL), 0);
 	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE state='delivered'"), 4);
-	assert_int_equal(down.n, 4);
+	assert_int_equal(down->n, 4);
 	char got[64], want[64];
 	for (int i = 0; i < 3; i++) { /* requests 1..3: ids[0] again, then ids[1], ids[2] */
 		char *msg = NULL;
@@ -839,15 +901,13 @@ static void test_alerts_order_per_hook(void **state)
 		                 0);
 		snprintf(want, sizeof(want), "%s", msg);
 		free(msg);
-		assert_string_equal(header(down.heads[i + 1], "webhook-id: ", got, sizeof(got)),
+		assert_string_equal(header(down->heads[i + 1], "webhook-id: ", got, sizeof(got)),
 		                    want);
 	}
 	tf_hooks_remove(st, "ordered");
 	tf_hooks_remove(st, "other");
 	tf_alerts_config_release(&cfg);
 	tf_store_close(st);
-	responder_stop(&down);
-	responder_stop(&up);
 }
 
 /* The delivery thread of `tpuflow run` is stopped right after the run's last state commits.
@@ -856,11 +916,10 @@ static void test_alerts_order_per_hook(void **state)
  * stop must still deliver it (one more pass, begun after the stop was asked). */
 static void test_alerts_worker_stop_takes_late_rows(void **state)
 {
-	(void)state;
-	struct responder r;
-	responder_start(&r, 200);
+	struct fixture *fx = *state;
+	struct responder *r = responder_start(fx, 200);
 	char url[96];
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", r.port);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", r->port);
 	struct tf_store *st = open_home();
 	tf_store_run(st, "DELETE FROM alerts", "");
 	tf_store_run(st, "DELETE FROM alert_firing", "");
@@ -871,25 +930,25 @@ static void test_alerts_worker_stop_takes_late_rows(void **state)
 	new_run(st, "late", a);
 	assert_int_equal(tf_run_set_state(st, a, TF_RUN_FAILED, "boom"), 0);
 	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, NULL, NULL, NULL), 0);
-	assert_int_equal(r.n, 1); /* firing */
-	atomic_store(&r.delay_ms, 300);
-	struct tf_alerts_worker *w = tf_alerts_worker_start(".");
+	assert_int_equal(r->n, 1); /* firing */
+	atomic_store(&r->delay_ms, 300);
+	struct tf_alerts_worker *w = fx->worker = tf_alerts_worker_start(".");
 	assert_non_null(w);
-	while (r.n < 2) /* the thread's first pass is posting the firing alert again */
+	while (r->n < 2) /* the thread's first pass is posting the firing alert again */
 		usleep(1000);
 	new_run(st, "late", b);
 	assert_int_equal(tf_run_set_state(st, b, TF_RUN_SUCCEEDED, NULL), 0);
 	int left = -1;
 	tf_alerts_worker_stop(w, 10, &left);
+	fx->worker = NULL;
 	assert_int_equal(left, 0);
 	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE resolves IS NOT NULL AND "
 	                           "state='delivered'"),
 	                 1);
-	assert_non_null(strstr(r.bodies[2], "\"endsAt\""));
+	assert_non_null(strstr(r->bodies[2], "\"endsAt\""));
 	tf_hooks_remove(st, "late");
 	tf_alerts_config_release(&cfg);
 	tf_store_close(st);
-	responder_stop(&r);
 }
 
 /* What each answer means: 404 (a receiver being deployed, a wrong path fixed later) is tried
@@ -898,7 +957,7 @@ static void test_alerts_worker_stop_takes_late_rows(void **state)
  * disables the hook: its next alert is dead without a request, until `hooks add` again. */
 static void test_alerts_answers(void **state)
 {
-	(void)state;
+	struct fixture *fx = *state;
 	static const struct {
 		int status;
 		const char *state;
@@ -909,10 +968,9 @@ static void test_alerts_answers(void **state)
 	struct tf_alerts_config cfg;
 	config(&cfg);
 	for (size_t i = 0; i < TF_ARRAY_LEN(cases); i++) {
-		struct responder r;
-		responder_start(&r, cases[i].status);
+		struct responder *r = responder_start(fx, cases[i].status);
 		char url[96];
-		snprintf(url, sizeof(url), "http://127.0.0.1:%d/x", r.port);
+		snprintf(url, sizeof(url), "http://127.0.0.1:%d/x", r->port);
 		tf_store_run(st, "DELETE FROM alerts", "");
 		add_hook(st, "answers", url, "slack", "");
 		int64_t id;
@@ -936,7 +994,7 @@ static void test_alerts_answers(void **state)
 			json_decref(hooks);
 			assert_int_equal(tf_alerts_queue_test(st, "answers", &id), 0);
 			assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, NULL, NULL, NULL), 0);
-			assert_int_equal(r.n, 1);
+			assert_int_equal(r->n, 1);
 			assert_int_equal(
 			    tf_store_query_text(st, &got,
 			                        "SELECT state || ' ' || last_error FROM "
@@ -946,7 +1004,7 @@ static void test_alerts_answers(void **state)
 			assert_non_null(strstr(got, "dead hook 'answers' is disabled"));
 			free(got);
 		}
-		responder_stop(&r);
+		responder_stop(fx, r);
 	}
 	tf_hooks_remove(st, "answers");
 	tf_alerts_config_release(&cfg);
@@ -957,15 +1015,14 @@ static void test_alerts_answers(void **state)
  * signatures, space-separated; each verifies with its own secret alone. */
 static void test_alerts_secret_rotation(void **state)
 {
-	(void)state;
+	struct fixture *fx = *state;
 	const char *old = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 	const char *new = "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWY=";
 	char both[200];
 	snprintf(both, sizeof(both), "%s %s", new, old);
-	struct responder r;
-	responder_start(&r, 200);
+	struct responder *r = responder_start(fx, 200);
 	char url[96];
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d/x", r.port);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/x", r->port);
 	struct tf_store *st = open_home();
 	tf_store_run(st, "DELETE FROM alerts", "");
 	setenv("TEST_WH_SECRET", both, 1);
@@ -975,12 +1032,12 @@ static void test_alerts_secret_rotation(void **state)
 	struct tf_alerts_config cfg;
 	config(&cfg);
 	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, NULL, NULL, NULL), 0);
-	assert_int_equal(r.n, 1);
+	assert_int_equal(r->n, 1);
 	char msg_id[64], ts[32], sig[400], a[128], b[128];
-	header(r.heads[0], "webhook-id: ", msg_id, sizeof(msg_id));
-	header(r.heads[0], "webhook-timestamp: ", ts, sizeof(ts));
-	header(r.heads[0], "webhook-signature: ", sig, sizeof(sig));
-	const char *body = r.bodies[0];
+	header(r->heads[0], "webhook-id: ", msg_id, sizeof(msg_id));
+	header(r->heads[0], "webhook-timestamp: ", ts, sizeof(ts));
+	header(r->heads[0], "webhook-signature: ", sig, sizeof(sig));
+	const char *body = r->bodies[0];
 	assert_int_equal(tf_alert_sign(new, msg_id, atoll(ts), body, strlen(body), a), 0);
 	assert_int_equal(tf_alert_sign(old, msg_id, atoll(ts), body, strlen(body), b), 0);
 	char expect[300];
@@ -1001,34 +1058,32 @@ static void test_alerts_secret_rotation(void **state)
 	tf_hooks_remove(st, "rotating");
 	tf_alerts_config_release(&cfg);
 	tf_store_close(st);
-	responder_stop(&r);
 }
 
-struct deliver_arg {
-	struct tf_alerts_config *cfg;
-};
-
+/* One pass with the fixture's configuration (fx->cfg), on fx->deliver. */
 static void *deliver_thread(void *arg)
 {
-	struct deliver_arg *d = arg;
+	struct fixture *fx = arg;
 	struct tf_store *st = open_home();
-	tf_alerts_deliver_due(st, d->cfg, 0, NULL, NULL, NULL);
+	tf_alerts_deliver_due(st, &fx->cfg, 0, NULL, NULL, NULL);
 	tf_store_close(st);
 	return NULL;
 }
 
-/* A receiver that takes connections (the kernel's backlog) and never answers: its socket,
- * and its URL in url. */
-static int silent_receiver(char url[96])
+/* A receiver that takes connections (the kernel's backlog) and never answers, until the
+ * case's teardown closes it: its URL in url. */
+static void silent_receiver(struct fixture *fx, char url[96])
 {
+	assert_true(fx->nsilent < TF_ARRAY_LEN(fx->silent));
 	int s = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(s >= 0);
+	fx->silent[fx->nsilent++] = s;
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t al = sizeof(a);
 	assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
 	assert_int_equal(listen(s, 8), 0);
 	getsockname(s, (struct sockaddr *)&a, &al);
 	snprintf(url, 96, "http://127.0.0.1:%d/x", ntohs(a.sin_port));
-	return s;
 }
 
 /* A pass posts to its hooks at once: three receivers that never answer cost the pass one
@@ -1036,9 +1091,9 @@ static int silent_receiver(char url[96])
  * (another process, the daemon beside a `tpuflow run`, must not take it meanwhile). */
 static void test_alerts_leases_cover_the_pass(void **state)
 {
-	(void)state;
+	struct fixture *fx = *state;
 	char url[96];
-	int s = silent_receiver(url);
+	silent_receiver(fx, url);
 	struct tf_store *st = open_home();
 	tf_store_run(st, "DELETE FROM alerts", "");
 	static const char *const names[] = {"silent1", "silent2", "silent3"};
@@ -1046,13 +1101,12 @@ static void test_alerts_leases_cover_the_pass(void **state)
 		add_hook(st, names[i], url, "slack", "");
 		assert_int_equal(tf_alerts_queue_test(st, names[i], NULL), 0);
 	}
-	struct tf_alerts_config cfg;
-	config(&cfg);
-	cfg.timeout = 1;
-	struct deliver_arg d = {&cfg};
-	pthread_t t;
+	config(&fx->cfg);
+	fx->has_cfg = 1;
+	fx->cfg.timeout = 1;
 	double start = tf_now_wall();
-	assert_int_equal(pthread_create(&t, NULL, deliver_thread, &d), 0);
+	assert_int_equal(pthread_create(&fx->deliver, NULL, deliver_thread, fx), 0);
+	fx->delivering = 1;
 	int64_t leased = 0;
 	for (int i = 0; i < 2000 && leased < 3; i++) { /* the claim commits all three leases */
 		usleep(5000);
@@ -1068,10 +1122,11 @@ static void test_alerts_leases_cover_the_pass(void **state)
 		lease[i] = tf_stmt_double(q, 0);
 	}
 	tf_stmt_done(q);
-	pthread_join(t, NULL);
+	pthread_join(fx->deliver, NULL);
+	fx->delivering = 0;
 	double took = tf_now_wall() - start;
 	for (int i = 0; i < 3; i++) /* the POST's timeout and the margin, from its start */
-		assert_true(lease[i] - start >= cfg.timeout + 5.0);
+		assert_true(lease[i] - start >= fx->cfg.timeout + 5.0);
 	assert_int_equal(count(st, "SELECT count(*) FROM alerts WHERE attempts=1 AND "
 	                           "state='pending' AND lease_until IS NULL"),
 	                 3);
@@ -1080,8 +1135,6 @@ static void test_alerts_leases_cover_the_pass(void **state)
 	assert_true(took < 2.5); /* one after the other: 3 s */
 	for (int i = 0; i < 3; i++)
 		tf_hooks_remove(st, names[i]);
-	close(s);
-	tf_alerts_config_release(&cfg);
 	tf_store_close(st);
 }
 
@@ -1091,12 +1144,11 @@ static void test_alerts_leases_cover_the_pass(void **state)
  * here, when a pass posted one row after the other and began only when the last ended). */
 static void test_alerts_hanging_hook_delays_no_other(void **state)
 {
-	(void)state;
-	struct responder up;
-	responder_start(&up, 200);
+	struct fixture *fx = *state;
+	struct responder *up = responder_start(fx, 200);
 	char stuck_url[96], up_url[96];
-	int s = silent_receiver(stuck_url);
-	snprintf(up_url, sizeof(up_url), "http://127.0.0.1:%d/up", up.port);
+	silent_receiver(fx, stuck_url);
+	snprintf(up_url, sizeof(up_url), "http://127.0.0.1:%d/up", up->port);
 	struct tf_store *st = open_home();
 	tf_store_run(st, "DELETE FROM alerts", "");
 	tf_store_run(st, "DELETE FROM alert_firing", "");
@@ -1109,7 +1161,7 @@ static void test_alerts_hanging_hook_delays_no_other(void **state)
 	assert_int_equal(tf_alerts_queue_test(st, "stuck", &stuck), 0); /* the older row */
 	assert_int_equal(tf_alerts_queue_test(st, "healthy", &h1), 0);
 	double t0 = tf_now_monotonic();
-	struct tf_alerts_worker *w = tf_alerts_worker_start(".");
+	struct tf_alerts_worker *w = fx->worker = tf_alerts_worker_start(".");
 	assert_non_null(w);
 	static const char delivered[] = "SELECT count(*) FROM alerts WHERE id=? AND "
 	                                "state='delivered'";
@@ -1131,8 +1183,9 @@ static void test_alerts_hanging_hook_delays_no_other(void **state)
 		        d1, d2, (long long)stuck_attempts);
 	assert_int_equal(stuck_attempts, 0);
 	assert_true(d2 < 3.0);
-	assert_int_equal(up.n, 2);
+	assert_int_equal(up->n, 2);
 	tf_alerts_worker_stop(w, 0, NULL); /* after the hanging POST times out */
+	fx->worker = NULL;
 	assert_int_equal(tf_store_query_int(st, &n,
 	                                    "SELECT count(*) FROM alerts WHERE id=? AND "
 	                                    "attempts=1 AND state='pending' AND last_error "
@@ -1143,9 +1196,7 @@ static void test_alerts_hanging_hook_delays_no_other(void **state)
 	unlink("alerts.conf");
 	tf_hooks_remove(st, "stuck");
 	tf_hooks_remove(st, "healthy");
-	close(s);
 	tf_store_close(st);
-	responder_stop(&up);
 }
 
 /* Events from the registry, the broker, the train kind's results: each reaches a home route
@@ -1330,32 +1381,55 @@ int main(void)
 {
 	setenv("TEST_WH_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1);
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_alerts_sign_spec_example),
-	    cmocka_unit_test(test_alerts_sign_refuses_bad_secrets),
-	    cmocka_unit_test(test_alerts_backoff_bounds),
-	    cmocka_unit_test(test_alerts_retry_after_both_forms),
-	    cmocka_unit_test(test_alerts_allowlist),
-	    cmocka_unit_test(test_alerts_hook_checks),
-	    cmocka_unit_test(test_alerts_same_transaction),
-	    cmocka_unit_test(test_alerts_routing),
-	    cmocka_unit_test(test_alerts_alertmanager_resolve),
-	    cmocka_unit_test(test_alerts_slack_body),
-	    cmocka_unit_test(test_alerts_slack_long_utf8),
-	    cmocka_unit_test(test_alerts_alertmanager_labels),
-	    cmocka_unit_test(test_alerts_dead_letter_and_redeliver),
-	    cmocka_unit_test(test_alerts_metric_regressed),
-	    cmocka_unit_test(test_alerts_alertmanager_refire),
-	    cmocka_unit_test(test_alerts_alertmanager_refire_not_of_a_run),
-	    cmocka_unit_test(test_alerts_order_per_hook),
-	    cmocka_unit_test(test_alerts_answers),
-	    cmocka_unit_test(test_alerts_secret_rotation),
-	    cmocka_unit_test(test_alerts_leases_cover_the_pass),
-	    cmocka_unit_test(test_alerts_hanging_hook_delays_no_other),
-	    cmocka_unit_test(test_alerts_more_events),
-	    cmocka_unit_test(test_alerts_schedule_missed),
-	    cmocka_unit_test(test_alerts_pipeline_routes_validated),
-	    cmocka_unit_test(test_alerts_pipeline_routes),
-	    cmocka_unit_test(test_alerts_worker_stop_takes_late_rows),
+	    cmocka_unit_test_setup_teardown(test_alerts_sign_spec_example, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_sign_refuses_bad_secrets, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_backoff_bounds, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_retry_after_both_forms, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_allowlist, fixture_setup, fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_hook_checks, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_same_transaction, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_routing, fixture_setup, fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_alertmanager_resolve, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_slack_body, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_slack_long_utf8, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_alertmanager_labels, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_dead_letter_and_redeliver, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_metric_regressed, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_alertmanager_refire, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_alertmanager_refire_not_of_a_run,
+	                                    fixture_setup, fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_order_per_hook, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_answers, fixture_setup, fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_secret_rotation, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_leases_cover_the_pass, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_hanging_hook_delays_no_other, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_more_events, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_schedule_missed, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_pipeline_routes_validated, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_pipeline_routes, fixture_setup,
+	                                    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_worker_stop_takes_late_rows, fixture_setup,
+	                                    fixture_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
