@@ -109,6 +109,17 @@ wait_outbox() {
   done
   return 1
 }
+# waits until the alert that command $1 reads from an Alertmanager (am_alert, am2_chip) is gone
+# or resolved (endsAt passed); fails with message $2 and the last state it read otherwise
+wait_am_gone() {
+  local state
+  for _ in $(seq 1 50); do
+    state=$("$1")
+    [[ $state == none* || $state == resolved* ]] && return 0
+    sleep 0.2
+  done
+  fail "$2: $state"
+}
 
 cat >"$dir/flaky.yaml" <<YAML
 name: flaky
@@ -198,13 +209,7 @@ rm -f "$dir/break"
 "$bin" run "$dir/flaky.yaml" --home "$H" --embedded --plain >"$dir/run2.log" 2>&1 || fail "the second run failed"
 wait_outbox "all(x['state']=='delivered' for x in a) and any(x.get('resolves') for x in a)" ||
   fail "no resolving alert was delivered: $(alerts_json)"
-ok=0
-for _ in $(seq 1 50); do
-  state=$(am_alert)
-  [[ $state == none* || $state == resolved* ]] && { ok=1; break; }
-  sleep 0.2
-done
-((ok)) || fail "Alertmanager still shows the alert after the successful run: $state"
+wait_am_gone am_alert "Alertmanager still shows the alert after the successful run"
 # Alertmanager keeps a resolved alert for a while; its endsAt is then in the past
 echo "it_alerts: standard, slack and alertmanager formats ok"
 
@@ -297,13 +302,7 @@ done
 # the repair queues the same alert with endsAt; Alertmanager's API then lists it no more
 wait_outbox "any(x['event']=='chip_failed' and x.get('resolves') and x['hook']=='am-chips' and x['state']=='delivered' for x in a)" ||
   fail "the repair did not deliver a resolving chip_failed alert: $(alerts_json)"
-ok=0
-for _ in $(seq 1 50); do
-  state=$(am2_chip)
-  [[ $state == none* || $state == resolved* ]] && { ok=1; break; }
-  sleep 0.2
-done
-((ok)) || fail "Alertmanager still shows chip_failed after the repair: $state"
+wait_am_gone am2_chip "Alertmanager still shows chip_failed after the repair"
 "$bin" hooks rm am-chips --home "$H" >/dev/null
 echo "it_alerts: chip_failed stays active in Alertmanager until the chip is repaired"
 
