@@ -265,6 +265,64 @@ static void show_runs(json_t *doc)
 		                                    "id"));
 }
 
+/* A number as the local document has it: a real (a whole one parses back as an integer) or
+ * null. */
+static json_t *real_or_null(json_t *v)
+{
+	return json_is_number(v) ? json_real(json_number_value(v)) : json_null();
+}
+
+/* `runs list --json`: the page's runs as the local command prints them (tf_runs_list's
+ * array: the same keys in the same order, the same types), so a script reads either; the
+ * API's `trigger` and the page's `total` are not part of it, and a next page is said on
+ * stderr. A daemon from before `duration` and `labels` were in the page gives a finished
+ * run's duration from its times and no labels. */
+static void show_runs_json(json_t *doc)
+{
+	static const char *const texts[] = {"id", "pipeline", "state"};
+	static const char *const times[] = {"created_at", "started_at", "finished_at"};
+	static const char *const counts[] = {"steps", "done"};
+	json_t *arr = json_array(), *r;
+	size_t i;
+	json_array_foreach(json_object_get(doc, "items"), i, r)
+	{
+		json_t *o = json_object();
+		for (size_t k = 0; k < TF_ARRAY_LEN(texts); k++) {
+			const char *v = json_string_value(json_object_get(r, texts[k]));
+			json_object_set_new(o, texts[k], v ? json_string(v) : json_null());
+		}
+		for (size_t k = 0; k < TF_ARRAY_LEN(times); k++)
+			json_object_set_new(o, times[k], real_or_null(json_object_get(r, times[k])));
+		for (size_t k = 0; k < TF_ARRAY_LEN(counts); k++)
+			json_object_set_new(o, counts[k],
+			                    json_integer(json_integer_value(json_object_get(r, counts[k]))));
+		const char *err = json_string_value(json_object_get(r, "error"));
+		json_object_set_new(o, "error", err ? json_string(err) : json_null());
+		json_object_set_new(o, "skipped",
+		                    json_integer(json_integer_value(json_object_get(r, "skipped"))));
+		json_object_set_new(o, "orphaned",
+		                    json_boolean(json_is_true(json_object_get(r, "orphaned"))));
+		json_t *dur = json_object_get(r, "duration");
+		json_t *start = json_object_get(r, "started_at"), *end = json_object_get(r, "finished_at");
+		if (!dur && json_is_number(start) && json_is_number(end))
+			json_object_set_new(o, "duration", json_real(json_number_value(end) -
+			                                             json_number_value(start)));
+		else
+			json_object_set_new(o, "duration", real_or_null(dur));
+		json_t *labels = json_object_get(r, "labels");
+		json_object_set_new(o, "labels", json_is_object(labels) ? json_deep_copy(labels)
+		                                                         : json_object());
+		json_array_append_new(arr, o);
+	}
+	tf_cli_print_json(stdout, arr);
+	json_decref(arr);
+	if (json_string_value(json_object_get(doc, "next")))
+		fprintf(stderr, "(more: --cursor %s)\n",
+		        str(json_array_get(json_object_get(doc, "items"),
+		                           json_array_size(json_object_get(doc, "items")) - 1),
+		            "id"));
+}
+
 static void show_models(json_t *doc)
 {
 	printf("%-24s %-9s %s\n", "MODEL", "VERSIONS", "ALIASES");
@@ -807,7 +865,9 @@ static int remote_runs(const struct remote *r, int argc, char **argv)
 		if (!limit) /* the local command's page */
 			snprintf(q + strlen(q), sizeof(q) - strlen(q), "limit=50&");
 		q[strlen(q) - 1] = 0; /* the last '&' */
-		return simple(r, "GET", q, show_runs);
+		struct remote text = *r; /* --json too is printed by a printer of this file */
+		text.json = 0;
+		return simple(&text, "GET", q, r->json ? show_runs_json : show_runs);
 	}
 	if (!strcmp(sub, "delete"))
 		return remote_delete(r, argc, argv);

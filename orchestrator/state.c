@@ -725,6 +725,20 @@ int tf_run_row_orphaned(struct tf_stmt *s, int col)
 	       !tf_run_owner_live(&ow);
 }
 
+double tf_run_row_duration(struct tf_stmt *s, int state, int started, int finished,
+                           int heartbeat, int orphaned)
+{
+	/* A running run whose owner is gone runs no more: its time ends at the owner's last
+	 * heartbeat rather than now. */
+	const char *st8 = tf_stmt_text(s, state);
+	double start = tf_stmt_is_null(s, started) ? -1 : tf_stmt_double(s, started);
+	double end = !tf_stmt_is_null(s, finished) ? tf_stmt_double(s, finished)
+	             : orphaned && !tf_stmt_is_null(s, heartbeat) ? tf_stmt_double(s, heartbeat)
+	             : st8 && !strcmp(st8, "running") ? tf_now_wall()
+	                                              : -1;
+	return start >= 0 && end >= start ? end - start : -1;
+}
+
 int tf_runs_list(struct tf_store *st, const struct tf_runs_filter *f, json_t **out)
 {
 	static const struct tf_runs_filter all = {0};
@@ -749,8 +763,7 @@ int tf_runs_list(struct tf_store *st, const struct tf_runs_filter *f, json_t **o
 	json_t *arr = json_array();
 	int rc;
 	while ((rc = tf_stmt_step(s)) == 1) {
-		/* A running run whose owner is gone runs no more: say so, and end its time at
-		 * the owner's last heartbeat rather than now. */
+		/* a running run whose owner is gone runs no more: say so */
 		int orphaned = tf_run_row_orphaned(s, 10);
 		if (orphaned_only && !orphaned)
 			continue;
@@ -768,14 +781,8 @@ int tf_runs_list(struct tf_store *st, const struct tf_runs_filter *f, json_t **o
 		json_object_set_new(o, "error", text_or_null(s, 8));
 		json_object_set_new(o, "skipped", json_integer(tf_stmt_int(s, 9)));
 		json_object_set_new(o, "orphaned", json_boolean(orphaned));
-		const char *st8 = tf_stmt_text(s, 2);
-		double start = tf_stmt_is_null(s, 4) ? -1 : tf_stmt_double(s, 4);
-		double end = !tf_stmt_is_null(s, 5) ? tf_stmt_double(s, 5)
-		             : orphaned && !tf_stmt_is_null(s, 13) ? tf_stmt_double(s, 13)
-		             : st8 && !strcmp(st8, "running") ? tf_now_wall()
-		                                              : -1;
-		json_object_set_new(o, "duration", start >= 0 && end >= start ? json_real(end - start)
-		                                                              : json_null());
+		double dur = tf_run_row_duration(s, 2, 4, 5, 13, orphaned);
+		json_object_set_new(o, "duration", dur >= 0 ? json_real(dur) : json_null());
 		json_array_append_new(arr, o);
 	}
 	tf_stmt_done(s);

@@ -220,6 +220,12 @@ int tf_run_events(struct tf_store *st, const char *run, const char *step, json_t
  * died): runs.state, owner, pid and heartbeat_at in columns col to col + 3
  * (tf_run_owner_read's layout). */
 int tf_run_row_orphaned(struct tf_stmt *s, int col);
+/* The seconds the run in the current row of `s` took, or has taken so far, from the columns
+ * of its state, started_at, finished_at and its owner's heartbeat_at (the end of an orphaned
+ * run, `orphaned` as tf_run_row_orphaned judged it); -1 when it has not started. What
+ * `runs list` and GET /api/v1/runs say as `duration`. */
+double tf_run_row_duration(struct tf_stmt *s, int state, int started, int finished,
+                           int heartbeat, int orphaned);
 
 /* Labels of a run (`run --label k=v`, the API's "labels"): free-form names and values kept
  * with the run, shown by `runs show|list` and selected on by `runs list --label`. */

@@ -1179,7 +1179,8 @@ static void test_remote_cli(void **state)
 	char binc[1024], script[1100];
 	snprintf(binc, sizeof(binc), "%s", bin);
 	snprintf(script, sizeof(script), "%s/scripts/ci-run.sh", repo);
-	char *cli_argv[] = {binc, "--remote", base, "run", yaml1, "--param", "who=y", NULL};
+	char *cli_argv[] = {binc,    "--remote", base,      "run", yaml1, "--param",
+	                    "who=y", "--label",  "team=ml", NULL};
 	pid_t cli = tf_test_spawn(cli_argv, out, out);
 	char run1[32], run2[32];
 	finish_run("cli-remote", TF_RUN_SUCCEEDED, run1);
@@ -1202,10 +1203,16 @@ static void test_remote_cli(void **state)
 	         out);
 	assert_int_equal(system(cmd), 0);
 	json_t *j = tf_test_load_json(out);
-	assert_string_equal(json_string_value(json_object_get(
-	                        json_array_get(json_object_get(j, "items"), 0), "id")),
-	                    run1);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(j, 0), "id")), run1);
 	json_decref(j);
+	/* runs list --json prints the local command's array, byte for byte (duration, labels) */
+	snprintf(cmd, sizeof(cmd),
+	         "'%s' --json runs list --pipeline cli-remote >'%s.remote' && env -u TPUFLOW_URL "
+	         "'%s' --home '%s' --json runs list --pipeline cli-remote >'%s.local' && "
+	         "cmp '%s.remote' '%s.local' && grep -q '\"team\": \"ml\"' '%s.local' && "
+	         "grep -q '\"duration\": [0-9]' '%s.local'",
+	         bin, out, bin, home, out, out, out, out, out);
+	assert_int_equal(system(cmd), 0);
 	/* --since takes an age or a date here too (sent as Unix seconds) */
 	snprintf(cmd, sizeof(cmd),
 	         "'%s' runs list --pipeline cli-remote --since 1h >'%s' 2>&1 && grep -q '%s' '%s' "

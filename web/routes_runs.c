@@ -247,7 +247,8 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	    rq->st,
 	    "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
 	    "r.steps_total, r.steps_done, r.error, r.trigger, r.steps_skipped, "
-	    "r.state, r.owner, r.pid, r.heartbeat_at "
+	    "r.state, r.owner, r.pid, r.heartbeat_at, "
+	    "(SELECT json_group_object(l.key, l.value) FROM run_labels l WHERE l.run_id=r.id) "
 	    "FROM runs r WHERE " RUNS_WHERE " AND (?6 IS NULL OR (r.created_at, r.id) < (?10, ?6)) "
 	    "ORDER BY r.created_at DESC, r.id DESC LIMIT ?7",
 	    "ttdtttittd", state, pipe, (double)since_i, label ? lkey : NULL, lval,
@@ -291,11 +292,25 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		tf_web_put_json_str(&b, tf_stmt_text(s, 9));
 		PUT_LIT(&b, ",\"skipped\":");
 		put_i64(&b, tf_stmt_int(s, 10));
-		PUT_LIT(&b, ",\"orphaned\":");
-		if (tf_run_row_orphaned(s, 11))
-			PUT_LIT(&b, "true}");
+		int orphaned = tf_run_row_orphaned(s, 11);
+		if (orphaned)
+			PUT_LIT(&b, ",\"orphaned\":true,\"duration\":");
 		else
-			PUT_LIT(&b, "false}");
+			PUT_LIT(&b, ",\"orphaned\":false,\"duration\":");
+		double dur = tf_run_row_duration(s, 2, 4, 5, 14, orphaned);
+		if (dur >= 0)
+			tf_buf_printf(&b, "%.17g", dur);
+		else
+			PUT_LIT(&b, "null");
+		/* labels: SQLite's JSON object, in the primary key's (run_id, key) order as
+		 * tf_run_labels gives them */
+		PUT_LIT(&b, ",\"labels\":");
+		const char *labels = tf_stmt_text(s, 15);
+		if (labels)
+			tf_buf_append(&b, labels, strlen(labels));
+		else
+			PUT_LIT(&b, "{}");
+		PUT_LIT(&b, "}");
 		/* the cursor of the next page: this run's key, exact (%.17g reads back the same) */
 		snprintf(last, sizeof(last), "%s@%.17g", tf_stmt_text(s, 0), tf_stmt_double(s, 3));
 	}
