@@ -52,6 +52,7 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -718,6 +719,17 @@ static json_t *text_or_null(struct tf_stmt *s, int col)
 	return t ? json_string(t) : json_null();
 }
 
+/* A time to the microsecond, as GET /api/v1/runs writes its items' times (web/routes_runs.c):
+ * the nearest double to the same decimal, so the local and the remote `runs list --json`
+ * print the same digits. */
+static json_t *time_or_null(struct tf_stmt *s, int col)
+{
+	if (tf_stmt_is_null(s, col))
+		return json_null();
+	double v = tf_stmt_double(s, col);
+	return json_real(v >= 0 && v < 9e9 ? (double)llround(v * 1e6) / 1e6 : v);
+}
+
 int tf_run_row_orphaned(struct tf_stmt *s, int col)
 {
 	struct tf_run_owner ow;
@@ -773,9 +785,9 @@ int tf_runs_list(struct tf_store *st, const struct tf_runs_filter *f, json_t **o
 		json_object_set_new(o, "id", text_or_null(s, 0));
 		json_object_set_new(o, "pipeline", text_or_null(s, 1));
 		json_object_set_new(o, "state", text_or_null(s, 2));
-		json_object_set_new(o, "created_at", real_or_null(s, 3));
-		json_object_set_new(o, "started_at", real_or_null(s, 4));
-		json_object_set_new(o, "finished_at", real_or_null(s, 5));
+		json_object_set_new(o, "created_at", time_or_null(s, 3));
+		json_object_set_new(o, "started_at", time_or_null(s, 4));
+		json_object_set_new(o, "finished_at", time_or_null(s, 5));
 		json_object_set_new(o, "steps", json_integer(tf_stmt_int(s, 6)));
 		json_object_set_new(o, "done", json_integer(tf_stmt_int(s, 7)));
 		json_object_set_new(o, "error", text_or_null(s, 8));
