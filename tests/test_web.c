@@ -8,6 +8,7 @@
  * The submission hook here creates the run pending in the server's transaction, as the
  * daemon's does; nothing executes it (the daemon's tests do that). */
 #include "common/common.h"
+#include "common/digest.h"
 #include "orchestrator/engine.h"
 #include "orchestrator/pipeline.h"
 #include "orchestrator/registry.h"
@@ -454,6 +455,38 @@ static void test_idempotency(void **state)
 	assert_non_null(strcasestr(b.head.p, "idempotent-replayed: true"));
 	assert_string_equal(a.body.p, b.body.p);
 	resp_free(&b);
+	/* the same document serialised again (other key order, whitespace) is the same request */
+	json_t *doc = json_loads(body, 0, NULL);
+	json_t *again = json_pack("{s:O, s:O}", "yaml", json_object_get(doc, "yaml"), "params",
+	                          json_object_get(doc, "params"));
+	char *body2 = json_dumps(again, JSON_INDENT(3) | JSON_PRESERVE_ORDER);
+	json_decref(again);
+	json_decref(doc);
+	assert_string_not_equal(body, body2);
+	b = call("POST", "/api/v1/runs", tok_trigger, body2, key);
+	assert_int_equal(b.status, 201);
+	assert_non_null(strcasestr(b.head.p, "idempotent-replayed: true"));
+	assert_string_equal(a.body.p, b.body.p);
+	resp_free(&b);
+	/* a key stored before bodies were hashed in their canonical form holds the digest of the
+	 * raw bytes: the same bytes still replay */
+	char old_digest[65], err[256];
+	struct tf_sha256 *h = tf_sha256_new();
+	tf_sha256_update_str(h, "POST");
+	tf_sha256_update_str(h, "/api/v1/runs");
+	tf_sha256_update(h, body2, strlen(body2));
+	tf_sha256_final(h, old_digest);
+	struct tf_store *st;
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_store_run(st, "UPDATE idempotency_keys SET digest=? WHERE key='k-1'",
+	                              "t", old_digest),
+	                 0);
+	tf_store_close(st);
+	b = call("POST", "/api/v1/runs", tok_trigger, body2, key);
+	assert_int_equal(b.status, 201);
+	assert_non_null(strcasestr(b.head.p, "idempotent-replayed: true"));
+	resp_free(&b);
+	free(body2);
 	/* same key, another body */
 	char *other = run_body("{\"labels\": {\"ci\": \"yes\"}}");
 	b = call("POST", "/api/v1/runs", tok_trigger, other, key);

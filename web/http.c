@@ -22,6 +22,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -617,17 +618,48 @@ static int authorize(struct tf_web *w, const struct tf_route *r, struct tf_web_r
 
 /* ---- idempotency -------------------------------------------------------------------------- */
 
-static void request_digest(const struct tf_web_req *rq, char hex[65])
+/* What makes two requests with one Idempotency-Key "the same request": the SHA-256 of the
+ * method, the path and the body. A body that is JSON is hashed in a canonical form (parsed,
+ * then written with its keys sorted and no whitespace), so a client that serialises the
+ * same document again — other key order, other spacing — gets its replay, not a 422; a body
+ * that is not JSON is hashed as its bytes. *raw gets the digest of the bytes as they came
+ * (what this file stored before the canonical form): see digest_matches. */
+static void request_digest(const struct tf_web_req *rq, char hex[65], char raw[65])
 {
+	const char *body = rq->body ? rq->body : "";
 	struct tf_sha256 *h = tf_sha256_new();
 	tf_sha256_update_str(h, rq->method);
 	tf_sha256_update_str(h, rq->path);
-	tf_sha256_update(h, rq->body ? rq->body : "", rq->body_len);
+	tf_sha256_update(h, body, rq->body_len);
+	tf_sha256_final(h, raw);
+	json_t *doc = rq->body_len ? json_loadb(body, rq->body_len, 0, NULL) : NULL;
+	char *canon = doc ? json_dumps(doc, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+	json_decref(doc);
+	if (!canon) {
+		memcpy(hex, raw, 65);
+		return;
+	}
+	h = tf_sha256_new();
+	tf_sha256_update_str(h, rq->method);
+	tf_sha256_update_str(h, rq->path);
+	tf_sha256_update(h, canon, strlen(canon));
 	tf_sha256_final(h, hex);
+	free(canon);
+}
+
+/* Whether a stored digest is this request's. Rows written before bodies were hashed in
+ * their canonical form hold the digest of the raw bytes: those still match the very same
+ * bytes, until they expire (IDEM_TTL), so an upgrade in the middle of a client's retries
+ * replays as before. Taking the raw digest never matches another request: the bytes equal
+ * to the canonical form of a first request are that request. */
+static int digest_matches(const char *stored, const char *digest, const char *raw)
+{
+	return !strcmp(stored, digest) || !strcmp(stored, raw);
 }
 
 static void locked_idempotent(const struct tf_route *r, struct tf_web_req *rq,
-                              struct tf_web_resp *rs, const char *key, const char *digest);
+                              struct tf_web_resp *rs, const char *key, const char *digest,
+                              const char *raw);
 
 /* Runs a creating handler inside one write transaction together with its idempotency
  * record. Without a key the handler still runs in one transaction. */
@@ -650,12 +682,12 @@ static void run_idempotent(const struct tf_route *r, struct tf_web_req *rq, stru
 		memcpy(key, raw, n);
 		key[n] = 0;
 	}
-	char digest[65];
-	request_digest(rq, digest);
+	char digest[65], raw_digest[65];
+	request_digest(rq, digest, raw_digest);
 	struct tf_web *w = rq->srv;
 	pthread_mutex_lock(&w->write_lock);
 	tf_store_defer_sync(rq->st, 1);
-	locked_idempotent(r, rq, rs, key, digest);
+	locked_idempotent(r, rq, rs, key, digest, raw_digest);
 	tf_store_defer_sync(rq->st, 0);
 	pthread_mutex_unlock(&w->write_lock);
 	/* The commit is written, not yet on disk (store.h: group commit). The daemon may start the
@@ -675,7 +707,8 @@ static void run_idempotent(const struct tf_route *r, struct tf_web_req *rq, stru
 }
 
 static void locked_idempotent(const struct tf_route *r, struct tf_web_req *rq,
-                              struct tf_web_resp *rs, const char *key, const char *digest)
+                              struct tf_web_resp *rs, const char *key, const char *digest,
+                              const char *raw)
 {
 	int rc = tf_store_begin(rq->st);
 	if (rc) {
@@ -693,7 +726,7 @@ static void locked_idempotent(const struct tf_route *r, struct tf_web_req *rq,
 		    "itd", rq->token_id, key, now - IDEM_TTL);
 		int found = s ? tf_stmt_step(s) : -EIO;
 		if (found == 1) {
-			if (strcmp(tf_stmt_text(s, 0), digest)) {
+			if (!digest_matches(tf_stmt_text(s, 0), digest, raw)) {
 				tf_web_problem(rs, 422, rq->path,
 				               "Idempotency-Key '%s' was used with a different request in "
 				               "the last 24 h; use a new key for a new request",
