@@ -1330,7 +1330,8 @@ static void test_burst_idempotent(void **state)
 	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
 	snprintf(url, sizeof(url), "%s/api/v1/runs", base);
 	CURLM *m = curl_multi_init();
-	curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, 200L);
+	/* many connections at once, within the server's 128 per address */
+	curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, 100L);
 	static struct buf bodies[N];
 	static char *reqs[PAIRS];
 	static struct curl_slist *hdrs[N];
@@ -1857,6 +1858,81 @@ static void test_rate_limit(void **state)
 	assert_int_equal(r.status, 200);
 	resp_free(&r);
 	memcpy(base, saved, sizeof(base));
+	tf_web_stop(w);
+}
+
+/* A TCP connection to 127.0.0.1:port (asserted). */
+static int tcp_open(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET,
+	                        .sin_port = htons((uint16_t)port),
+	                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+/* Sends GET /healthz on fd and reads the whole answer (headers and Content-Length bytes,
+ * so the connection can be used again): its status, or -1 when the server closed the
+ * connection without one (or gave none within 20 s). */
+static int tcp_healthz(int fd)
+{
+	static const char req[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+	if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)sizeof(req) - 1)
+		return -1;
+	char buf[4096];
+	size_t n = 0;
+	for (;;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		ssize_t k = poll(&p, 1, 20000) == 1 ? recv(fd, buf + n, sizeof(buf) - 1 - n, 0) : -1;
+		if (k <= 0)
+			return -1;
+		n += (size_t)k;
+		buf[n] = 0;
+		char *end = strstr(buf, "\r\n\r\n");
+		const char *cl = strcasestr(buf, "\r\ncontent-length:");
+		if (end && cl && n >= (size_t)(end + 4 - buf) + strtoul(cl + 17, NULL, 10))
+			return atoi(buf + 9);
+		if (n == sizeof(buf) - 1)
+			return -1;
+	}
+}
+
+/* One address holds at most max_conns_per_ip connections: the next one is closed without an
+ * answer while those already open are served, and once one of them closes a new one is
+ * taken. */
+static void test_per_ip_connection_limit(void **state)
+{
+	(void)state;
+	enum { LIMIT = 4 };
+	struct tf_web_opts o = {.home = home, .listen = "127.0.0.1:0", .max_conns_per_ip = LIMIT};
+	struct tf_web *w;
+	char err[256];
+	assert_int_equal(tf_web_start(&o, &w, err, sizeof(err)), 0);
+	int port = tf_web_port(w), fd[LIMIT];
+	for (int i = 0; i < LIMIT; i++)
+		fd[i] = tcp_open(port);
+	/* each is taken before the next (one listening thread, in order): answered */
+	for (int i = 0; i < LIMIT; i++)
+		assert_int_equal(tcp_healthz(fd[i]), 200);
+	int over = tcp_open(port);
+	assert_int_equal(tcp_healthz(over), -1);
+	close(over);
+	assert_int_equal(tcp_healthz(fd[0]), 200); /* the others still work */
+	close(fd[LIMIT - 1]);
+	/* its place is free once the server has seen the close (its thread ends) */
+	int got = -1;
+	for (int tries = 0; tries < 200 && got != 200; tries++) {
+		int again = tcp_open(port);
+		got = tcp_healthz(again);
+		close(again);
+		if (got != 200)
+			usleep(50 * 1000);
+	}
+	assert_int_equal(got, 200);
+	for (int i = 0; i < LIMIT - 1; i++)
+		close(fd[i]);
 	tf_web_stop(w);
 }
 
@@ -2547,6 +2623,7 @@ int main(void)
 	    cmocka_unit_test(test_rate_limit),
 	    cmocka_unit_test(test_drain_refuses_new_runs),
 	    cmocka_unit_test(test_remote_honours_retry_after),
+	    cmocka_unit_test(test_per_ip_connection_limit),
 	    cmocka_unit_test(test_stop_ends_streams),
 	    cmocka_unit_test(test_body_cap_unread),
 	};

@@ -61,6 +61,8 @@ struct tf_web_opts {
 	const char *cors_origin; /* Access-Control-Allow-Origin value, NULL: no CORS */
 	size_t max_body;        /* request body cap in bytes (0: 1 MiB) */
 	unsigned max_conns;     /* connection cap (0: 256) */
+	unsigned max_conns_per_ip; /* connections from one address (0: 128), so one client
+	                            * cannot take them all; a browser holds about 6 */
 	unsigned timeout_s;     /* idle seconds before a connection is closed (0: 30) */
 	double rate;            /* requests per second per token (0: 100; negative: no limit) */
 	double burst;           /* bucket size per token (0: 10 x rate) */
