@@ -342,6 +342,25 @@ static void field(const char *row, int i, char *dst, size_t n)
 	"JobID:|,State:|,NodeList:255|,RestartCnt:|,exit_code:|,Reason:|,TimeUsed:|,"              \
 	"SubmitTime:|,StartTime:|,EndTime:|"
 
+/* The times of a row of squeue or sacct into s: from column `first` on, the time the job has
+ * run (as of `now`, monotonic), then when it was submitted, started and ended. */
+static void apply_times(struct slurm *s, const char *row, int first, double now)
+{
+	char f[64];
+	long used;
+	field(row, first, f, sizeof(f));
+	if (tf_slurm_elapsed_parse(f, &used) == 0) {
+		s->used = (double)used;
+		s->used_at = now;
+	}
+	field(row, first + 1, f, sizeof(f));
+	s->submit_t = unix_time(f);
+	field(row, first + 2, f, sizeof(f));
+	s->start_t = unix_time(f);
+	field(row, first + 3, f, sizeof(f));
+	s->end_t = unix_time(f);
+}
+
 /* Applies one squeue row, from a sweep at monotonic time `now`, to the job it names. */
 static void apply_row(const char *row, double now)
 {
@@ -362,18 +381,7 @@ static void apply_row(const char *row, double now)
 		field(row, 4, f, sizeof(f));
 		s->wstatus = atoi(f);
 		field(row, 5, s->reason, sizeof(s->reason));
-		long used;
-		field(row, 6, f, sizeof(f));
-		if (tf_slurm_elapsed_parse(f, &used) == 0) {
-			s->used = (double)used;
-			s->used_at = now;
-		}
-		field(row, 7, f, sizeof(f));
-		s->submit_t = unix_time(f);
-		field(row, 8, f, sizeof(f));
-		s->start_t = unix_time(f);
-		field(row, 9, f, sizeof(f));
-		s->end_t = unix_time(f);
+		apply_times(s, row, 6, now);
 		s->missing = -1; /* seen: the caller turns it back into 0 */
 	}
 }
@@ -424,7 +432,7 @@ static void lookup_missing(void)
 		if (!s->done && s->job > 0 && s->missing >= LOST_SWEEPS)
 			s->lookup = -1;
 	char *sacct[] = {"sacct", "-X", "-n", "-P",
-	                 "-j",    ids,  "-o", "JobID,State,ExitCode,Submit,Start,End,ElapsedRaw",
+	                 "-j",    ids,  "-o", "JobID,State,ExitCode,ElapsedRaw,Submit,Start,End",
 	                 NULL};
 	char **env = time_env();
 	int rc = run_tool(sacct, env, &out, err, sizeof(err));
@@ -443,18 +451,7 @@ static void lookup_missing(void)
 		field(row, 2, f, sizeof(f));
 		if (sscanf(f, "%d:%d", &code, &sig) == 2)
 			s->wstatus = sig ? sig : (code & 0xff) << 8;
-		field(row, 3, f, sizeof(f));
-		s->submit_t = unix_time(f);
-		field(row, 4, f, sizeof(f));
-		s->start_t = unix_time(f);
-		field(row, 5, f, sizeof(f));
-		s->end_t = unix_time(f);
-		long used;
-		field(row, 6, f, sizeof(f));
-		if (tf_slurm_elapsed_parse(f, &used) == 0) {
-			s->used = (double)used;
-			s->used_at = now;
-		}
+		apply_times(s, row, 3, now);
 		s->lookup = 1;
 	}
 	free(out);
