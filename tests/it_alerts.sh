@@ -109,6 +109,21 @@ wait_outbox() {
   done
   return 1
 }
+# am_state URL MATCHER...: the first alert an Alertmanager's API lists for the matchers, as
+# "none", "resolved" (its endsAt passed) or its state, then its endsAt and its run annotation
+am_state() {
+  local url=$1 args=() m
+  shift
+  for m in "$@"; do args+=(--data-urlencode "filter=$m"); done
+  curl -sfG "${args[@]}" "$url/api/v2/alerts" | python3 -c '
+import json, sys, datetime
+a = json.load(sys.stdin)
+if not a:
+    print("none"); sys.exit()
+ends = datetime.datetime.fromisoformat(a[0]["endsAt"].replace("Z", "+00:00"))
+now = datetime.datetime.now(datetime.timezone.utc)
+print("resolved" if ends <= now else a[0]["status"]["state"], a[0]["endsAt"], a[0]["annotations"].get("run", ""))'
+}
 # waits until the alert that command $1 reads from an Alertmanager (am_alert, am2_chip) is gone
 # or resolved (endsAt passed); fails with message $2 and the last state it read otherwise
 wait_am_gone() {
@@ -192,16 +207,7 @@ PY
 grep -q "$run1" <<<"$(recv "[json.loads(r['body']) for r in rows if r['path']=='/slack/ok'][0]['blocks'][1]['text']['text']")" ||
   fail "the Slack message does not name the run"
 # Alertmanager shows the alert firing
-# the alert as Alertmanager's API shows it: none, resolved (endsAt passed) or its state
-am_alert() { curl -sf "$AM/api/v2/alerts?filter=alertname%3D%22run_failed%22&filter=pipeline%3D%22flaky%22" |
-  python3 -c '
-import json, sys, datetime
-a = json.load(sys.stdin)
-if not a:
-    print("none"); sys.exit()
-ends = datetime.datetime.fromisoformat(a[0]["endsAt"].replace("Z", "+00:00"))
-now = datetime.datetime.now(datetime.timezone.utc)
-print("resolved" if ends <= now else a[0]["status"]["state"], a[0]["endsAt"], a[0]["annotations"].get("run"))'; }
+am_alert() { am_state "$AM" 'alertname="run_failed"' 'pipeline="flaky"'; }
 state=$(am_alert)
 [[ $state == active* ]] || fail "Alertmanager does not show run_failed as active: $state"
 # ---- the next successful run resolves it
@@ -279,16 +285,7 @@ echo "it_alerts: 503 then 200: every alert arrived once acknowledged, in order, 
 # ---- an alert of no run stays firing while its condition lasts (the daemon posts it again)
 "$bin" hooks add am-chips --home "$H" --url "$AM2/api/v2/alerts" --format alertmanager \
   --on chip_failed >/dev/null || fail "hooks add am-chips"
-# the chip alert as the second Alertmanager shows it: none, resolved (endsAt passed) or active
-am2_chip() { curl -sf "$AM2/api/v2/alerts?filter=alertname%3D%22chip_failed%22&filter=chip%3D%221,2,3%22" |
-  python3 -c '
-import json, sys, datetime
-a = json.load(sys.stdin)
-if not a:
-    print("none"); sys.exit()
-ends = datetime.datetime.fromisoformat(a[0]["endsAt"].replace("Z", "+00:00"))
-now = datetime.datetime.now(datetime.timezone.utc)
-print("resolved" if ends <= now else a[0]["status"]["state"], a[0]["endsAt"])'; }
+am2_chip() { am_state "$AM2" 'alertname="chip_failed"' 'chip="1,2,3"'; }
 "$bin" slices fail v4:1,2,3 --reason "ECC errors" --home "$H" >>"$dir/cli.log" 2>&1 || fail "slices fail"
 for _ in $(seq 1 100); do [[ $(am2_chip) == active* ]] && break; sleep 0.1; done
 [[ $(am2_chip) == active* ]] || fail "Alertmanager does not show chip_failed as active: $(am2_chip)"

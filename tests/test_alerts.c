@@ -41,6 +41,15 @@ static struct tf_store *open_home(void)
 	return st;
 }
 
+/* The home with no alerts queued and none firing (an earlier case's are gone). */
+static struct tf_store *open_empty_home(void)
+{
+	struct tf_store *st = open_home();
+	tf_store_run(st, "DELETE FROM alerts", "");
+	tf_store_run(st, "DELETE FROM alert_firing", "");
+	return st;
+}
+
 static void config(struct tf_alerts_config *cfg)
 {
 	char err[256];
@@ -680,10 +689,8 @@ static void test_alerts_alertmanager_refire(void **state)
 	struct responder *r = responder_start(fx, 200);
 	char url[96];
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", r->port);
-	struct tf_store *st = open_home();
+	struct tf_store *st = open_empty_home();
 	add_hook(st, "am2", url, "alertmanager", "run_failed");
-	tf_store_run(st, "DELETE FROM alerts", "");
-	tf_store_run(st, "DELETE FROM alert_firing", "");
 	struct tf_alerts_config cfg;
 	config(&cfg);
 	char a[32], b[32];
@@ -746,9 +753,7 @@ static void test_alerts_alertmanager_refire_not_of_a_run(void **state)
 	struct responder *r = responder_start(fx, 200);
 	char url[96];
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", r->port);
-	struct tf_store *st = open_home();
-	tf_store_run(st, "DELETE FROM alerts", "");
-	tf_store_run(st, "DELETE FROM alert_firing", "");
+	struct tf_store *st = open_empty_home();
 	add_hook(st, "am4", url, "alertmanager",
 	         "chip_failed,model_rolled_back,model_deployed,metric_regressed,schedule_missed,"
 	         "daemon_unclean_stop");
@@ -920,9 +925,7 @@ static void test_alerts_worker_stop_takes_late_rows(void **state)
 	struct responder *r = responder_start(fx, 200);
 	char url[96];
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", r->port);
-	struct tf_store *st = open_home();
-	tf_store_run(st, "DELETE FROM alerts", "");
-	tf_store_run(st, "DELETE FROM alert_firing", "");
+	struct tf_store *st = open_empty_home();
 	add_hook(st, "late", url, "alertmanager", "run_failed");
 	struct tf_alerts_config cfg;
 	config(&cfg);
@@ -1149,9 +1152,7 @@ static void test_alerts_hanging_hook_delays_no_other(void **state)
 	char stuck_url[96], up_url[96];
 	silent_receiver(fx, stuck_url);
 	snprintf(up_url, sizeof(up_url), "http://127.0.0.1:%d/up", up->port);
-	struct tf_store *st = open_home();
-	tf_store_run(st, "DELETE FROM alerts", "");
-	tf_store_run(st, "DELETE FROM alert_firing", "");
+	struct tf_store *st = open_empty_home();
 	add_hook(st, "stuck", stuck_url, "slack", "");
 	add_hook(st, "healthy", up_url, "slack", "");
 	FILE *f = fopen("alerts.conf", "w");
