@@ -235,6 +235,15 @@ static const char *str(json_t *o, const char *k)
 	return s ? s : "-";
 }
 
+/* "(more: --cursor ID)" on f when the runs page has a next page: ID its last run. */
+static void say_more(FILE *f, json_t *doc)
+{
+	json_t *items = json_object_get(doc, "items");
+	if (json_string_value(json_object_get(doc, "next")))
+		fprintf(f, "(more: --cursor %s)\n",
+		        str(json_array_get(items, json_array_size(items) - 1), "id"));
+}
+
 static void show_runs(json_t *doc)
 {
 	printf("%-24s %-20s %-12s %-7s %s\n", "RUN", "PIPELINE", "STATE", "STEPS", "CREATED");
@@ -258,11 +267,7 @@ static void show_runs(json_t *doc)
 			printf("  its process is gone: tpuflow runs resume");
 		printf("\n");
 	}
-	if (json_string_value(json_object_get(doc, "next")))
-		printf("(more: --cursor %s)\n", str(json_array_get(json_object_get(doc, "items"),
-		                                                   json_array_size(json_object_get(
-		                                                       doc, "items")) - 1),
-		                                    "id"));
+	say_more(stdout, doc);
 }
 
 /* A number as the local document has it: a real (a whole one parses back as an integer) or
@@ -316,11 +321,7 @@ static void show_runs_json(json_t *doc)
 	}
 	tf_cli_print_json(stdout, arr);
 	json_decref(arr);
-	if (json_string_value(json_object_get(doc, "next")))
-		fprintf(stderr, "(more: --cursor %s)\n",
-		        str(json_array_get(json_object_get(doc, "items"),
-		                           json_array_size(json_object_get(doc, "items")) - 1),
-		            "id"));
+	say_more(stderr, doc);
 }
 
 static void show_models(json_t *doc)
