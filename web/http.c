@@ -628,26 +628,26 @@ static int authorize(struct tf_web *w, const struct tf_route *r, struct tf_web_r
  * same document again — other key order, other spacing — gets its replay, not a 422; a body
  * that is not JSON is hashed as its bytes. *raw gets the digest of the bytes as they came
  * (what this file stored before the canonical form): see digest_matches. */
-static void request_digest(const struct tf_web_req *rq, char hex[65], char raw[65])
+static void digest_with(const struct tf_web_req *rq, const char *body, size_t len, char hex[65])
 {
-	const char *body = rq->body ? rq->body : "";
 	struct tf_sha256 *h = tf_sha256_new();
 	tf_sha256_update_str(h, rq->method);
 	tf_sha256_update_str(h, rq->path);
-	tf_sha256_update(h, body, rq->body_len);
-	tf_sha256_final(h, raw);
+	tf_sha256_update(h, body, len);
+	tf_sha256_final(h, hex);
+}
+
+static void request_digest(const struct tf_web_req *rq, char hex[65], char raw[65])
+{
+	const char *body = rq->body ? rq->body : "";
+	digest_with(rq, body, rq->body_len, raw);
 	json_t *doc = rq->body_len ? json_loadb(body, rq->body_len, 0, NULL) : NULL;
 	char *canon = doc ? json_dumps(doc, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
 	json_decref(doc);
-	if (!canon) {
+	if (canon)
+		digest_with(rq, canon, strlen(canon), hex);
+	else
 		memcpy(hex, raw, 65);
-		return;
-	}
-	h = tf_sha256_new();
-	tf_sha256_update_str(h, rq->method);
-	tf_sha256_update_str(h, rq->path);
-	tf_sha256_update(h, canon, strlen(canon));
-	tf_sha256_final(h, hex);
 	free(canon);
 }
 

@@ -262,7 +262,8 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	int rc, n = 0, more = 0;
 	PUT_LIT(&b, "{\"items\":[");
 	while ((rc = tf_stmt_step(s)) == 1) {
-		if (orphaned_only && !tf_run_row_orphaned(s, 11))
+		int orphaned = tf_run_row_orphaned(s, 11);
+		if (orphaned_only && !orphaned)
 			continue;
 		if (n == limit) {
 			more = 1;
@@ -292,7 +293,6 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		tf_web_put_json_str(&b, tf_stmt_text(s, 9));
 		PUT_LIT(&b, ",\"skipped\":");
 		put_i64(&b, tf_stmt_int(s, 10));
-		int orphaned = tf_run_row_orphaned(s, 11);
 		if (orphaned)
 			PUT_LIT(&b, ",\"orphaned\":true,\"duration\":");
 		else
