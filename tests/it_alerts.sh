@@ -62,31 +62,21 @@ for _ in $(seq 1 100); do [[ -s $dir/recv.port ]] && break; sleep 0.05; done
 rport=$(head -1 "$dir/recv.port")
 [[ $rport =~ ^[0-9]+$ ]] || fail "the receiver did not start"
 R=http://127.0.0.1:$rport
-cat >"$dir/am.yml" <<'YML'
-route:
-  receiver: nobody
-  group_wait: 1s
-receivers:
-  - name: nobody
-YML
+# start_am NAME PORT [GLOBAL]: an Alertmanager on PORT whose configuration (DIR/NAME.yml)
+# routes everything to a receiver that sends nothing, with GLOBAL as its global section
+start_am() {
+  { [[ -n ${3:-} ]] && printf 'global:\n  %s\n' "$3"
+    printf 'route:\n  receiver: nobody\n  group_wait: 1s\nreceivers:\n  - name: nobody\n'
+  } >"$dir/$1.yml"
+  "$am_bin" --config.file="$dir/$1.yml" --storage.path="$dir/$1" \
+    --web.listen-address="127.0.0.1:$2" --cluster.listen-address= >"$dir/$1.log" 2>&1 &
+  pids+=($!)
+}
 read -r amport am2port < <(scripts/free-ports.sh 2)
-"$am_bin" --config.file="$dir/am.yml" --storage.path="$dir/am" \
-  --web.listen-address="127.0.0.1:$amport" --cluster.listen-address= >"$dir/am.log" 2>&1 &
-pids+=($!)
+start_am am "$amport"
 AM=http://127.0.0.1:$amport
 # a second one that ends an alert not posted again within 3 s (its default is 5 minutes)
-cat >"$dir/am2.yml" <<'YML'
-global:
-  resolve_timeout: 3s
-route:
-  receiver: nobody
-  group_wait: 1s
-receivers:
-  - name: nobody
-YML
-"$am_bin" --config.file="$dir/am2.yml" --storage.path="$dir/am2" \
-  --web.listen-address="127.0.0.1:$am2port" --cluster.listen-address= >"$dir/am2.log" 2>&1 &
-pids+=($!)
+start_am am2 "$am2port" "resolve_timeout: 3s"
 AM2=http://127.0.0.1:$am2port
 for _ in $(seq 1 200); do curl -sf "$AM/-/ready" >/dev/null && curl -sf "$AM2/-/ready" >/dev/null && break; sleep 0.1; done
 curl -sf "$AM/-/ready" >/dev/null || fail "Alertmanager did not become ready"
