@@ -11,6 +11,13 @@
  *
  * Goals (issue 13): GET >= 0.5x the floor's requests/s; POST p99 <= 10 ms. Needs wrk.
  * TF_BENCH_API_RUNS overrides the 10,000 seeded runs; TF_BENCH_API_SECONDS the 10 s.
+ *
+ * TF_BENCH_API_LIST=1 measures the runs list alone instead (no POST): nine runs in ten marked
+ * succeeded, the tenth failed; GET /api/v1/runs?limit=50 unfiltered, with q= matching every
+ * run and with state=succeeded, each once cached (one URL, answered from the server's memory
+ * while nothing is committed) and once uncached (a wrk script gives every request its own
+ * since=, which selects the same runs, so every request runs the handler and its queries);
+ * the floor before and after those six runs, their ratios against the floors' mean.
  */
 #include "common/common.h"
 #include "orchestrator/pipeline.h"
@@ -72,6 +79,64 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* ---- the runs list alone (TF_BENCH_API_LIST) ------------------------------------------ */
+
+/* A wrk script whose requests ask for limit=50 and the filter, each with a since= of its own
+ * (each thread counting from its own 10^8: no two requests share a URL, so none is answered
+ * from the server's cache). Returns the script's file (the caller unlinks it) or NULL. */
+static char *uncached_script(const char *filter)
+{
+	char *path = tf_xstrdup("/tmp/tpuflow-bench-list.XXXXXX");
+	int fd = mkstemp(path);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+	if (!f) {
+		free(path);
+		return NULL;
+	}
+	fprintf(f,
+	        "local threads = 0\n"
+	        "function setup(thread) threads = threads + 1; thread:set(\"first\", threads * "
+	        "100000000) end\n"
+	        "function init(args) n = first end\n"
+	        "function request() n = n + 1; return wrk.format(nil, "
+	        "\"/api/v1/runs?limit=50%s&since=\" .. n) end\n",
+	        filter);
+	fclose(f);
+	return path;
+}
+
+static void bench_list(int port, const char *token, const char *floor_url, int nruns, int secs)
+{
+	static const char *const filters[] = {"", "&q=bench", "&state=succeeded"};
+	enum { NF = sizeof(filters) / sizeof(filters[0]) };
+	double load0[3] = {0}, load1[3] = {0}, p50, p99, rps[NF][2];
+	getloadavg(load0, 3);
+	double f0 = bench_wrk(floor_url, NULL, NULL, 16, secs, &p50, &p99);
+	for (int i = 0; i < NF; i++) {
+		char url[256];
+		snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v1/runs?limit=50%s", port,
+		         filters[i]);
+		rps[i][0] = bench_wrk(url, token, NULL, 16, secs, &p50, &p99);
+		char *lua = uncached_script(filters[i]);
+		rps[i][1] = lua ? bench_wrk(url, token, lua, 16, secs, &p50, &p99) : 0;
+		if (lua)
+			unlink(lua);
+		free(lua);
+	}
+	double f1 = bench_wrk(floor_url, NULL, NULL, 16, secs, &p50, &p99), fl = (f0 + f1) / 2;
+	getloadavg(load1, 3);
+	printf("runs list, %d runs, wrk 16 connections %d s each; load average %.1f %.1f %.1f "
+	       "before, %.1f %.1f %.1f after\n",
+	       nruns, secs, load0[0], load0[1], load0[2], load1[0], load1[1], load1[2]);
+	printf("HTTP floor (fixed %zu-byte body): %.0f req/s before, %.0f after\n", floor_len, f0,
+	       f1);
+	for (int i = 0; i < NF; i++)
+		printf("GET /api/v1/runs?limit=50%-16s cached %6.0f req/s (%.2fx the floor), "
+		       "uncached %6.0f req/s (%.3fx)\n",
+		       filters[i], rps[i][0], fl ? rps[i][0] / fl : 0, rps[i][1],
+		       fl ? rps[i][1] / fl : 0);
+}
+
 int main(void)
 {
 	if (system("command -v wrk >/dev/null 2>&1")) {
@@ -105,6 +170,16 @@ int main(void)
 		}
 	}
 	tf_store_commit(st);
+	int list_only = getenv("TF_BENCH_API_LIST") != NULL;
+	if (list_only &&
+	    tf_store_run(st,
+	                 "UPDATE runs SET state=iif(rowid % 10, 'succeeded', 'failed'), "
+	                 "error=iif(rowid % 10, NULL, 'step a failed: exit 1'), "
+	                 "started_at=created_at, finished_at=created_at+1",
+	                 "")) {
+		fprintf(stderr, "api: seeding: %s\n", tf_store_errmsg(st));
+		return 70;
+	}
 	char token[TF_TOKEN_LEN + 1];
 	tf_token_create(st, "bench", TF_SCOPE_ADMIN, 0, token, NULL);
 	tf_store_close(st);
@@ -146,6 +221,18 @@ int main(void)
 	const union MHD_DaemonInfo *fi = MHD_get_daemon_info(fl, MHD_DAEMON_INFO_BIND_PORT);
 	char floor_url[128];
 	snprintf(floor_url, sizeof(floor_url), "http://127.0.0.1:%d/", fi ? fi->port : 0);
+
+	if (list_only) {
+		bench_list(tf_web_port(w), token, floor_url, nruns, secs);
+		curl_slist_free_all(h);
+		curl_easy_cleanup(c);
+		curl_global_cleanup();
+		MHD_stop_daemon(fl);
+		tf_web_stop(w);
+		free(floor_body);
+		snprintf(err, sizeof(err), "rm -rf '%s'", home);
+		return system(err) ? 70 : 0;
+	}
 
 	double p99_get, p99_floor, p99_post16, p50_unused;
 	double floor_rps = bench_wrk(floor_url, NULL, NULL, 16, secs, &p50_unused, &p99_floor);
