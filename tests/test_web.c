@@ -2384,6 +2384,7 @@ static void test_runs_total(void **state)
 		assert_int_equal(seen, total);
 	}
 	struct resp all = call("GET", "/api/v1/runs?limit=1", tok_read, NULL, NULL);
+	assert_true(json_is_true(json_object_get(all.json, "total_exact")));
 	int64_t runs = 0;
 	struct tf_store *st;
 	char err[256];
@@ -2393,6 +2394,91 @@ static void test_runs_total(void **state)
 	assert_true(runs > 3);
 	assert_int_equal(json_integer_value(json_object_get(all.json, "total")), runs);
 	resp_free(&all);
+}
+
+/* The total of `path` (GET) and whether it is exact, asserted; the page's runs are added to
+ * *seen and the next page's path is written to path ("" at the end). */
+static void assert_total(char path[512], json_int_t total, int exact, json_int_t *seen)
+{
+	struct resp r = call("GET", path, tok_read, NULL, NULL);
+	assert_int_equal(r.status, 200);
+	json_t *e = json_object_get(r.json, "total_exact");
+	if (json_integer_value(json_object_get(r.json, "total")) != total ||
+	    !json_is_boolean(e) || json_is_true(e) != exact)
+		fprintf(stderr, "%s: want total %lld, exact %d: %s\n", path, (long long)total, exact,
+		        r.body.p);
+	assert_int_equal(json_integer_value(json_object_get(r.json, "total")), total);
+	assert_true(json_is_boolean(e));
+	assert_int_equal(json_is_true(e), exact);
+	*seen += (json_int_t)json_array_size(json_object_get(r.json, "items"));
+	const char *next = json_string_value(json_object_get(r.json, "next"));
+	snprintf(path, 512, "%s", next ? next : "");
+	resp_free(&r);
+}
+
+/* The total is counted up to the server's runs_total_max (10,000 unless set; 3 on a second
+ * server over the same home here): past it the answer says the bound with total_exact
+ * false, on every page, while the pages still hold every run; at the bound or below it is
+ * exact. Orphaned runs (counted by a scan of their own) have the same bound. */
+static void test_runs_total_bounded(void **state)
+{
+	(void)state;
+	struct tf_store *st;
+	char err[256], id[32];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	for (int i = 0; i < 4; i++)
+		make_run_of(st, "web-four", id);
+	for (int i = 0; i < 3; i++)
+		make_run_of(st, "web-three", id);
+	pid_t child = fork(); /* a pid that is gone, for the orphaned runs' owner */
+	if (child == 0)
+		_exit(0);
+	waitpid(child, NULL, 0);
+	for (int i = 0; i < 4; i++) {
+		struct tf_run_owner h;
+		make_run_of(st, "web-orphans", id);
+		assert_int_equal(tf_run_claim(st, id, "cccccccccccccccccccccccccccccccc",
+		                              1u << TF_RUN_PENDING, 0, &h),
+		                 0);
+		assert_int_equal(
+		    tf_store_run(st, "UPDATE runs SET pid=? WHERE id=?", "it", (int64_t)child, id), 0);
+	}
+	tf_store_close(st);
+
+	struct {
+		const char *query;
+		json_int_t total, bounded_total; /* the runs it selects; its total at a bound of 3 */
+	} cases[] = {
+	    {"pipeline=web-four&limit=1", 4, 3},
+	    {"pipeline=web-four&limit=500", 4, 3},
+	    {"pipeline=web-three&limit=2", 3, 3},
+	    {"q=web-four&limit=3", 4, 3},
+	    {"state=orphaned&pipeline=web-orphans&limit=1", 4, 3},
+	    {"state=orphaned&pipeline=web-four", 0, 0},
+	    {"pipeline=no-such-pipeline", 0, 0},
+	};
+	struct tf_web_opts o = {.home = home, .listen = "127.0.0.1:0", .runs_total_max = 3};
+	struct tf_web *bounded;
+	assert_int_equal(tf_web_start(&o, &bounded, err, sizeof(err)), 0);
+	char saved[sizeof(base)];
+	memcpy(saved, base, sizeof(base));
+	for (int b = 0; b < 2; b++) { /* this suite's server (10,000), then the bounded one */
+		if (b)
+			snprintf(base, sizeof(base), "http://127.0.0.1:%d", tf_web_port(bounded));
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+			json_int_t want = b ? cases[i].bounded_total : cases[i].total, seen = 0;
+			char path[512];
+			snprintf(path, sizeof(path), "/api/v1/runs?%s", cases[i].query);
+			while (*path)
+				assert_total(path, want, want == cases[i].total, &seen);
+			assert_int_equal(seen, cases[i].total); /* the pages are not bounded */
+		}
+	}
+	json_int_t seen = 0;
+	char path[512] = "/api/v1/runs?limit=500"; /* every run: more than 3 */
+	assert_total(path, 3, 0, &seen);
+	memcpy(base, saved, sizeof(base));
+	tf_web_stop(bounded);
 }
 
 /* GET .../logs?offset=N answers the body from its byte N on (what a follower cut off asks
@@ -2618,6 +2704,7 @@ int main(void)
 	    cmocka_unit_test(test_run_delete_gc_orphaned),
 	    cmocka_unit_test(test_cursor_after_delete),
 	    cmocka_unit_test(test_runs_total),
+	    cmocka_unit_test(test_runs_total_bounded),
 	    cmocka_unit_test(test_logs_offset),
 	    cmocka_unit_test(test_logs_bytes),
 	    cmocka_unit_test(test_rate_limit),

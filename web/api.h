@@ -62,6 +62,8 @@ const char *tf_web_header(const struct tf_web_req *rq, const char *name);
 const char *tf_web_param(const struct tf_web_req *rq, const char *name);
 const struct tf_web_hooks *tf_web_hooks(const struct tf_web *w);
 const char *tf_web_home(const struct tf_web *w);
+/* The most runs GET /api/v1/runs counts for its total (tf_web_opts.runs_total_max). */
+int64_t tf_web_runs_total_max(const struct tf_web *w);
 /* 1 once tf_web_drain was called: the daemon is stopping and starts no new runs. */
 int tf_web_draining(const struct tf_web *w);
 /* The request's store handle, taken from the server's pool on first use (routes flagged

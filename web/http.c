@@ -91,6 +91,7 @@ struct tf_web {
 	enum tf_web_auth auth;
 	size_t max_body;
 	double rate, burst;
+	int64_t runs_total_max; /* the runs list counts at most this many for its total */
 	int port;
 	struct tf_web_hooks hooks;
 	struct tf_serve *serve; /* model serving cache */
@@ -234,6 +235,11 @@ struct tf_serve *tf_web_serving(const struct tf_web *w)
 const char *tf_web_home(const struct tf_web *w)
 {
 	return w->home;
+}
+
+int64_t tf_web_runs_total_max(const struct tf_web *w)
+{
+	return w->runs_total_max;
 }
 
 int tf_web_port(const struct tf_web *w)
@@ -1433,6 +1439,7 @@ int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, si
 	w->rate = o->rate > 0 ? o->rate : o->rate < 0 ? 0 : 100;
 	w->burst = o->burst > 0 ? o->burst : 10 * w->rate;
 	w->hooks = o->hooks;
+	w->runs_total_max = o->runs_total_max > 0 ? o->runs_total_max : 10000;
 	w->serve_only = o->serve_only;
 	w->serve = tf_serve_new(w->home, o->serve_model, o->serve_max_batch);
 	w->stats = tf_xcalloc(tf_nroutes + 1, sizeof(*w->stats));

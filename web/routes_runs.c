@@ -153,28 +153,33 @@ static int cursor_position(struct tf_web_req *rq, struct tf_web_resp *rs, const 
 	"l.key=?4 AND (?5 IS NULL OR l.value=?5))) AND (?8 IS NULL OR r.trigger=?8) "              \
 	"AND (?9 IS NULL OR instr(r.id, ?9) OR instr(r.pipeline, ?9) OR instr(r.error, ?9))"
 
-/* How many runs the filters select, on every page, into *out: a count, or for orphaned
- * runs (judged per row, as the page is) the running ones whose owner is gone. 0 or -EIO. */
+/* How many runs the filters select, on every page, counting at most `max` of them: *out is
+ * the count and *exact 1, or *out is max and *exact 0 when more runs match. An exact count
+ * reads every run the filters select, so it would grow with the home; this one stops at the
+ * first run past max (a LIMIT inside the count's subquery; ?6 is free in RUNS_WHERE). For
+ * orphaned runs (judged per row, as the page is) the running ones whose owner is gone, with
+ * the same bound. 0 or -EIO. */
 static int runs_total(struct tf_web_req *rq, const char *state, const char *pipe, long long since,
                       const char *lkey, const char *lval, const char *trig, const char *text,
-                      int orphaned_only, int64_t *out)
+                      int orphaned_only, int64_t max, int64_t *out, int *exact)
 {
 	struct tf_stmt *s = tf_store_query(
 	    rq->st,
 	    orphaned_only
 	        ? "SELECT r.state, r.owner, r.pid, r.heartbeat_at FROM runs r WHERE " RUNS_WHERE
-	        : "SELECT count(*) FROM runs r WHERE " RUNS_WHERE,
-	    "ttdttnntt", state, pipe, (double)since, lkey, lval, trig, text);
+	        : "SELECT count(*) FROM (SELECT 1 FROM runs r WHERE " RUNS_WHERE " LIMIT ?6)",
+	    "ttdttintt", state, pipe, (double)since, lkey, lval, max + 1, trig, text);
 	if (!s)
 		return -EIO;
 	int64_t n = 0;
-	int rc;
-	while ((rc = tf_stmt_step(s)) == 1)
+	int rc = 0;
+	while (n <= max && (rc = tf_stmt_step(s)) == 1)
 		n += orphaned_only ? tf_run_row_orphaned(s, 0) : tf_stmt_int(s, 0);
 	tf_stmt_done(s);
 	if (rc < 0)
 		return -EIO;
-	*out = n;
+	*exact = n <= max;
+	*out = n <= max ? n : max;
 	return 0;
 }
 
@@ -238,8 +243,9 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		lval = eq ? (char *)eq + 1 : NULL;
 	}
 	int64_t total;
+	int exact;
 	if (runs_total(rq, state, pipe, since_i, label ? lkey : NULL, lval, trig, text,
-	               orphaned_only, &total)) {
+	               orphaned_only, tf_web_runs_total_max(rq->srv), &total, &exact)) {
 		tf_web_problem_errno(rs, -EIO, rq->path, tf_store_errmsg(rq->st));
 		return;
 	}
@@ -317,6 +323,10 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	tf_stmt_done(s);
 	PUT_LIT(&b, "],\"total\":");
 	put_i64(&b, total);
+	if (exact)
+		PUT_LIT(&b, ",\"total_exact\":true");
+	else
+		PUT_LIT(&b, ",\"total_exact\":false");
 	PUT_LIT(&b, ",\"next\":");
 	if (more) {
 		PUT_LIT(&b, "\"/api/v1/runs?limit=");

@@ -13,6 +13,7 @@
 #include "orchestrator/store.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 enum tf_web_auth {
 	TF_WEB_AUTH_TOKENS, /* every route but the public ones needs a bearer token */
@@ -66,6 +67,8 @@ struct tf_web_opts {
 	unsigned timeout_s;     /* idle seconds before a connection is closed (0: 30) */
 	double rate;            /* requests per second per token (0: 100; negative: no limit) */
 	double burst;           /* bucket size per token (0: 10 x rate) */
+	int64_t runs_total_max; /* GET /api/v1/runs counts at most this many runs for its
+	                         * `total`, then says `total_exact: false` (0: 10,000) */
 	struct tf_web_hooks hooks;
 	/* Model serving (web/serve.h, docs/serving.md): the /v1 and /v2 routes are always on;
 	 * serve_only answers nothing else but the public routes and /metrics (`tpuflow serve`,

@@ -86,14 +86,17 @@ export async function runsPage(main, query, rerender, life) {
   const rows = page.items.map(row);
   const cursor = page.next ? new URL(page.next, location.origin).searchParams.get('cursor') : null;
   const liveMark = h('span', { class: 'live muted', 'aria-live': 'polite', 'data-live': 'off' });
-  // how many runs the filters select, on every page (the API's total)
+  // how many runs the filters select, on every page (the API's total); where the API
+  // stopped counting (total_exact false) there are more: "10,000+ runs"
   const count = h('p', { class: 'muted count' });
   const counted = (p) => {
+    const more = p.total_exact === false, many = more || p.total !== 1;
     count.dataset.total = p.total;
-    count.textContent = `${p.total.toLocaleString()} run${p.total === 1 ? '' : 's'}` +
+    count.dataset.exact = String(!more);
+    count.textContent = `${p.total.toLocaleString()}${more ? '+' : ''} run${many ? 's' : ''}` +
       ([...api.keys()].some((k) => k !== 'limit' && k !== 'cursor')
-        ? (p.total === 1 ? ' matches' : ' match') + ' these filters' : '') +
-      (p.items.length < p.total ? `, ${p.items.length} on this page` : '');
+        ? (many ? ' match' : ' matches') + ' these filters' : '') +
+      (p.items.length < p.total || more ? `, ${p.items.length} on this page` : '');
   };
   counted(page);
   const trouble = h('p', { class: 'error trouble', role: 'alert' });
