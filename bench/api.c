@@ -17,7 +17,11 @@
  * run and with state=succeeded, each once cached (one URL, answered from the server's memory
  * while nothing is committed) and once uncached (a wrk script gives every request its own
  * since=, which selects the same runs, so every request runs the handler and its queries);
- * the floor before and after those six runs, their ratios against the floors' mean.
+ * the floor before and after those six runs, their ratios against the floors' mean; and for
+ * each run the server's CPU time per request (getrusage of this process, which serves; wrk
+ * is a child and not counted), which the machine's other load moves far less.
+ * TF_BENCH_API_TOTAL_MAX sets the most runs the list counts for its total (the server's
+ * runs_total_max; default 10,000).
  */
 #include "common/common.h"
 #include "orchestrator/pipeline.h"
@@ -34,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,36 +110,56 @@ static char *uncached_script(const char *filter)
 	return path;
 }
 
+/* This process's CPU time so far, in seconds. */
+static double cpu_self(void)
+{
+	struct rusage u;
+	getrusage(RUSAGE_SELF, &u);
+	return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec +
+	       ((double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_usec) / 1e6;
+}
+
+/* wrk as bench_wrk runs it; *cpu_us is the server's CPU time per request, in µs. */
+static double wrk_cpu(const char *url, const char *token, const char *script, int secs,
+                      double *cpu_us)
+{
+	double p50, p99, c0 = cpu_self();
+	double rps = bench_wrk(url, token, script, 16, secs, &p50, &p99);
+	*cpu_us = rps > 0 ? (cpu_self() - c0) * 1e6 / (rps * secs) : 0;
+	return rps;
+}
+
 static void bench_list(int port, const char *token, const char *floor_url, int nruns, int secs)
 {
 	static const char *const filters[] = {"", "&q=bench", "&state=succeeded"};
 	enum { NF = sizeof(filters) / sizeof(filters[0]) };
-	double load0[3] = {0}, load1[3] = {0}, p50, p99, rps[NF][2];
+	double load0[3] = {0}, load1[3] = {0}, rps[NF][2], cpu[NF][2];
 	getloadavg(load0, 3);
-	double f0 = bench_wrk(floor_url, NULL, NULL, 16, secs, &p50, &p99);
+	double fcpu0, fcpu1, f0 = wrk_cpu(floor_url, NULL, NULL, secs, &fcpu0);
 	for (int i = 0; i < NF; i++) {
 		char url[256];
 		snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v1/runs?limit=50%s", port,
 		         filters[i]);
-		rps[i][0] = bench_wrk(url, token, NULL, 16, secs, &p50, &p99);
+		rps[i][0] = wrk_cpu(url, token, NULL, secs, &cpu[i][0]);
 		char *lua = uncached_script(filters[i]);
-		rps[i][1] = lua ? bench_wrk(url, token, lua, 16, secs, &p50, &p99) : 0;
+		rps[i][1] = lua ? wrk_cpu(url, token, lua, secs, &cpu[i][1]) : 0;
 		if (lua)
 			unlink(lua);
 		free(lua);
 	}
-	double f1 = bench_wrk(floor_url, NULL, NULL, 16, secs, &p50, &p99), fl = (f0 + f1) / 2;
+	double f1 = wrk_cpu(floor_url, NULL, NULL, secs, &fcpu1), fl = (f0 + f1) / 2;
 	getloadavg(load1, 3);
 	printf("runs list, %d runs, wrk 16 connections %d s each; load average %.1f %.1f %.1f "
 	       "before, %.1f %.1f %.1f after\n",
 	       nruns, secs, load0[0], load0[1], load0[2], load1[0], load1[1], load1[2]);
-	printf("HTTP floor (fixed %zu-byte body): %.0f req/s before, %.0f after\n", floor_len, f0,
-	       f1);
+	printf("HTTP floor (fixed %zu-byte body): %.0f req/s before, %.0f after (%.0f and %.0f us "
+	       "CPU each)\n",
+	       floor_len, f0, f1, fcpu0, fcpu1);
 	for (int i = 0; i < NF; i++)
-		printf("GET /api/v1/runs?limit=50%-16s cached %6.0f req/s (%.2fx the floor), "
-		       "uncached %6.0f req/s (%.3fx)\n",
-		       filters[i], rps[i][0], fl ? rps[i][0] / fl : 0, rps[i][1],
-		       fl ? rps[i][1] / fl : 0);
+		printf("GET /api/v1/runs?limit=50%-16s cached %6.0f req/s (%.2fx the floor, %.0f "
+		       "us CPU each), uncached %6.0f req/s (%.3fx, %.0f us CPU each)\n",
+		       filters[i], rps[i][0], fl ? rps[i][0] / fl : 0, cpu[i][0], rps[i][1],
+		       fl ? rps[i][1] / fl : 0, cpu[i][1]);
 }
 
 int main(void)
@@ -187,8 +212,12 @@ int main(void)
 	       tf_now_monotonic() - t0);
 
 	struct tf_web *w;
-	struct tf_web_opts o = {
-	    .home = home, .listen = "127.0.0.1:0", .rate = 1e9, .hooks = {.submit = submit}};
+	e = getenv("TF_BENCH_API_TOTAL_MAX");
+	struct tf_web_opts o = {.home = home,
+	                        .listen = "127.0.0.1:0",
+	                        .rate = 1e9,
+	                        .runs_total_max = e ? atoll(e) : 0,
+	                        .hooks = {.submit = submit}};
 	if (tf_web_start(&o, &w, err, sizeof(err))) {
 		fprintf(stderr, "api: %s\n", err);
 		return 70;
