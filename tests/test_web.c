@@ -2416,7 +2416,7 @@ static void assert_total(char path[512], json_int_t total, int exact, json_int_t
 	resp_free(&r);
 }
 
-/* The total is counted up to the server's runs_total_max (10,000 unless set; 3 on a second
+/* The total is counted up to the server's runs_total_max (1,000 unless set; 3 on a second
  * server over the same home here): past it the answer says the bound with total_exact
  * false, on every page, while the pages still hold every run; at the bound or below it is
  * exact. Orphaned runs (counted by a scan of their own) have the same bound. */
@@ -2462,7 +2462,7 @@ static void test_runs_total_bounded(void **state)
 	assert_int_equal(tf_web_start(&o, &bounded, err, sizeof(err)), 0);
 	char saved[sizeof(base)];
 	memcpy(saved, base, sizeof(base));
-	for (int b = 0; b < 2; b++) { /* this suite's server (10,000), then the bounded one */
+	for (int b = 0; b < 2; b++) { /* this suite's server (1,000), then the bounded one */
 		if (b)
 			snprintf(base, sizeof(base), "http://127.0.0.1:%d", tf_web_port(bounded));
 		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -1439,7 +1439,7 @@ int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, si
 	w->rate = o->rate > 0 ? o->rate : o->rate < 0 ? 0 : 100;
 	w->burst = o->burst > 0 ? o->burst : 10 * w->rate;
 	w->hooks = o->hooks;
-	w->runs_total_max = o->runs_total_max > 0 ? o->runs_total_max : 10000;
+	w->runs_total_max = o->runs_total_max > 0 ? o->runs_total_max : 1000;
 	w->serve_only = o->serve_only;
 	w->serve = tf_serve_new(w->home, o->serve_model, o->serve_max_batch);
 	w->stats = tf_xcalloc(tf_nroutes + 1, sizeof(*w->stats));

@@ -87,7 +87,7 @@ export async function runsPage(main, query, rerender, life) {
   const cursor = page.next ? new URL(page.next, location.origin).searchParams.get('cursor') : null;
   const liveMark = h('span', { class: 'live muted', 'aria-live': 'polite', 'data-live': 'off' });
   // how many runs the filters select, on every page (the API's total); where the API
-  // stopped counting (total_exact false) there are more: "10,000+ runs"
+  // stopped counting (total_exact false) there are more: "1,000+ runs"
   const count = h('p', { class: 'muted count' });
   const counted = (p) => {
     const more = p.total_exact === false, many = more || p.total !== 1;
