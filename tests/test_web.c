@@ -2,7 +2,8 @@
  * free loopback port, requests made with libcurl. Routing (404/405), problem bodies, body
  * limits (400 with the byte offset, 413, 415, a body over the cap refused unread), tokens and
  * scopes, idempotency keys, cursor pages, Server-Sent Events with Last-Event-ID, streams
- * ending cleanly at the stop, a drain refusing new runs, `--remote` honouring Retry-After,
+ * ending cleanly at the stop, a drain refusing new runs (and waiting for a submit in its
+ * transaction), `--remote` honouring Retry-After,
  * pipeline validation and /metrics.
  *
  * The submission hook here creates the run pending in the server's transaction, as the
@@ -2084,6 +2085,69 @@ static void test_drain_refuses_new_runs(void **state)
 	server_end(w, saved);
 }
 
+/* A drain that begins while a submit is inside its transaction: the submit hook (under the
+ * server's write lock) starts tf_web_drain on another thread, as SIGTERM would, and looks
+ * whether it returned within a second. It must not: a run is either committed before the
+ * drain begins or refused, so tf_web_drain waits for the transaction in progress, and no
+ * run is created (and answered 201) once it has returned. */
+struct drain_race {
+	struct tf_web *w;
+	pthread_t drainer;
+	_Atomic int called, returned; /* the drainer's progress */
+	int returned_inside;          /* tf_web_drain returned while the run was being created */
+};
+
+static void *drain_race_drain(void *arg)
+{
+	struct drain_race *d = arg;
+	atomic_store(&d->called, 1);
+	tf_web_drain(d->w, 1);
+	atomic_store(&d->returned, 1);
+	return NULL;
+}
+
+static int submit_racing_drain(void *ctx, struct tf_store *st, const struct tf_web_submit *s,
+                               char run_id[32], struct tf_diag_list *diags, char *err,
+                               size_t errlen)
+{
+	struct drain_race *d = ctx;
+	if (pthread_create(&d->drainer, NULL, drain_race_drain, d))
+		return -EAGAIN;
+	for (int i = 0; i < 1000 && !atomic_load(&d->called); i++)
+		usleep(10000);
+	for (int i = 0; i < 100 && !atomic_load(&d->returned); i++)
+		usleep(10000);
+	d->returned_inside = atomic_load(&d->returned);
+	return submit(NULL, st, s, run_id, diags, err, errlen);
+}
+
+static void test_drain_waits_for_a_submit_in_progress(void **state)
+{
+	(void)state;
+	struct drain_race d = {0};
+	struct tf_web_opts o = {.home = home,
+	                        .listen = "127.0.0.1:0",
+	                        .hooks = {.ctx = &d, .submit = submit_racing_drain}};
+	char err[256], saved[64];
+	assert_int_equal(tf_web_start(&o, &d.w, err, sizeof(err)), 0);
+	memcpy(saved, base, sizeof(base));
+	snprintf(base, sizeof(base), "http://127.0.0.1:%d", tf_web_port(d.w));
+	int64_t before = count_runs();
+	char *body = run_body(NULL);
+	struct resp r = call("POST", "/api/v1/runs", tok_trigger, body, NULL);
+	assert_int_equal(pthread_join(d.drainer, NULL), 0);
+	assert_int_equal(r.status, 201); /* it was in its transaction before the drain began */
+	resp_free(&r);
+	assert_false(d.returned_inside);
+	assert_int_equal(count_runs(), before + 1);
+	r = call("POST", "/api/v1/runs", tok_trigger, body, NULL); /* after it: refused */
+	assert_problem(&r, 503);
+	resp_free(&r);
+	assert_int_equal(count_runs(), before + 1);
+	free(body);
+	server_end(d.w, saved);
+}
+
 /* `tpuflow --remote` waits as a 429's Retry-After says and sends the request again, saying so
  * on stderr; with TPUFLOW_RETRIES=0 it fails at once with the server's message. A server of
  * its own whose bucket refills one request per 5 s. */
@@ -2709,6 +2773,7 @@ int main(void)
 	    cmocka_unit_test(test_logs_bytes),
 	    cmocka_unit_test(test_rate_limit),
 	    cmocka_unit_test(test_drain_refuses_new_runs),
+	    cmocka_unit_test(test_drain_waits_for_a_submit_in_progress),
 	    cmocka_unit_test(test_remote_honours_retry_after),
 	    cmocka_unit_test(test_per_ip_connection_limit),
 	    cmocka_unit_test(test_stop_ends_streams),

@@ -107,7 +107,8 @@ struct tf_web {
 	char *tls_key, *tls_cert;
 
 	/* Creating POSTs of this server take turns here before SQLite's write lock: waiting on a
-	 * mutex wakes the next writer at once, where SQLite's busy handler sleeps and retries. */
+	 * mutex wakes the next writer at once, where SQLite's busy handler sleeps and retries.
+	 * The drain's flag is set under it too (tf_web_drain). */
 	pthread_mutex_t write_lock;
 	struct tf_token_cache tokens; /* verified tokens (its own lock) */
 	pthread_t watcher;            /* polls for other processes' commits (tf_store_poll_changes) */
@@ -252,12 +253,39 @@ int tf_web_draining(const struct tf_web *w)
 	return atomic_load(&w->draining);
 }
 
+/* The flag is set under write_lock, which every request of a TF_ROUTE_NEW_RUN route holds
+ * from its second look at the flag to its commit (run_idempotent, run_new_run): a run is
+ * either committed before the drain begins — accepted, and taken, drained or left for the
+ * next daemon as every run submitted before the drain — or refused with 503. No 201 is
+ * answered for a run created after tf_web_drain returned. The first look, in dispatch, only
+ * spares a refused request its parsing; the lock costs the hot path nothing, since those
+ * requests take it anyway, and the drain waits at most for the transaction in progress. */
 void tf_web_drain(struct tf_web *w, int retry_after)
 {
 	if (!w)
 		return;
+	pthread_mutex_lock(&w->write_lock);
 	atomic_store(&w->drain_retry_after, retry_after > 0 ? retry_after : 1);
 	atomic_store(&w->draining, 1);
+	pthread_mutex_unlock(&w->write_lock);
+}
+
+/* 1, with a 503 problem in rs, when the server drains (tf_web_drain): a request that would
+ * start a run does nothing and may be sent again, with the same Idempotency-Key, to the
+ * daemon that serves the home next. */
+static int refuse_drained(const struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	struct tf_web *w = rq->srv;
+	if (!atomic_load(&w->draining))
+		return 0;
+	int after = atomic_load(&w->drain_retry_after);
+	tf_web_problem(rs, 503, rq->path,
+	               "the daemon is draining (it was asked to stop) and starts no new runs; "
+	               "nothing was done: send the request again in %d s, to the daemon that "
+	               "serves this home next",
+	               after);
+	rs->retry_after = after;
+	return 1;
 }
 
 /* ---- responses -------------------------------------------------------------------------- */
@@ -696,6 +724,10 @@ static void run_idempotent(const struct tf_route *r, struct tf_web_req *rq, stru
 	request_digest(rq, digest, raw_digest);
 	struct tf_web *w = rq->srv;
 	pthread_mutex_lock(&w->write_lock);
+	if ((r->flags & TF_ROUTE_NEW_RUN) && refuse_drained(rq, rs)) {
+		pthread_mutex_unlock(&w->write_lock);
+		return;
+	}
 	tf_store_defer_sync(rq->st, 1);
 	locked_idempotent(r, rq, rs, key, digest, raw_digest);
 	tf_store_defer_sync(rq->st, 0);
@@ -714,6 +746,18 @@ static void run_idempotent(const struct tf_route *r, struct tf_web_req *rq, stru
 		tf_web_problem(rs, 503, rq->path, "could not commit: %s", tf_store_errmsg(rq->st));
 		rs->retry_after = 1;
 	}
+}
+
+/* A route that starts runs without an idempotency record (firing schedules, whose handler
+ * commits tick by tick): under write_lock, so the drain's flag decides it as it does a submit
+ * (tf_web_drain). */
+static void run_new_run(const struct tf_route *r, struct tf_web_req *rq, struct tf_web_resp *rs)
+{
+	struct tf_web *w = rq->srv;
+	pthread_mutex_lock(&w->write_lock);
+	if (!refuse_drained(rq, rs))
+		r->fn(rq, rs);
+	pthread_mutex_unlock(&w->write_lock);
 }
 
 static void locked_idempotent(const struct tf_route *r, struct tf_web_req *rq,
@@ -1006,16 +1050,8 @@ static const struct tf_route *dispatch(struct tf_web *w, struct tf_web_req *rq,
 	}
 	if (authorize(w, r, rq, rs))
 		return r;
-	if ((r->flags & TF_ROUTE_NEW_RUN) && atomic_load(&w->draining)) {
-		int after = atomic_load(&w->drain_retry_after);
-		tf_web_problem(rs, 503, rq->path,
-		               "the daemon is draining (it was asked to stop) and starts no new runs; "
-		               "nothing was done: send the request again in %d s, to the daemon that "
-		               "serves this home next",
-		               after);
-		rs->retry_after = after;
-		return r;
-	}
+	if ((r->flags & TF_ROUTE_NEW_RUN) && refuse_drained(rq, rs))
+		return r; /* checked again under write_lock, where it decides (tf_web_drain) */
 	if (too_big) {
 		tf_web_problem(rs, 413, rq->path, "the request body is larger than %zu bytes",
 		               w->max_body);
@@ -1046,6 +1082,8 @@ static const struct tf_route *dispatch(struct tf_web *w, struct tf_web_req *rq,
 	}
 	if (r->flags & TF_ROUTE_IDEMPOTENT)
 		run_idempotent(r, rq, rs);
+	else if (r->flags & TF_ROUTE_NEW_RUN)
+		run_new_run(r, rq, rs);
 	else if (r->flags & TF_ROUTE_CACHED)
 		run_cached(w, r, rq, rs);
 	else

@@ -94,8 +94,10 @@ int tf_web_port(const struct tf_web *w);
 /* Starts a drain (the daemon's SIGTERM): from then on the routes that start runs (submit,
  * retry, resume, firing schedules: TF_ROUTE_NEW_RUN in web/api.h) answer 503 with
  * `Retry-After: retry_after` and /readyz answers 503; every other route is served as before.
- * A request already past that check when the drain starts may still create its run, which
- * then waits pending for the next daemon. Safe from any thread; there is no way back. */
+ * Such a request is decided under the lock it holds until its commit: it was committed before
+ * the drain began (this call waits for a transaction in progress), or it is refused; once
+ * this returns, no run is created through the server. Safe from any thread that is not in a
+ * hook; there is no way back. */
 void tf_web_drain(struct tf_web *w, int retry_after);
 
 /* Ends every open stream as a stream ends, with the last chunk of its chunked body: an event
