@@ -3,15 +3,23 @@
  * a daemon's REST API instead of the local state home (docs/api.md), printed by the local
  * commands' printers where the answers carry the same facts.
  *
- * `run FILE` submits the file's text with a fresh Idempotency-Key and retries a request that
- * failed before an answer with the same key, so a flaky network never makes two runs; then
- * it follows the run's events (Server-Sent Events, reconnecting with Last-Event-ID) and exits
- * with the run's result: 0 succeeded, 1 failed or interrupted.
+ * `run FILE` submits the file's text with a fresh Idempotency-Key, then follows the run's
+ * events (Server-Sent Events, reconnecting with Last-Event-ID) and exits with the run's
+ * result: 0 succeeded, 1 failed or interrupted. `runs cancel|retry|resume` carry a fresh
+ * key too (the routes take one), so a resent cancel is not a second one (which would stop
+ * the run's finally steps).
  *
- * Every request answered 429 or 503 with a Retry-After (over the token's rate, a daemon
- * draining or a busy database: nothing was done) is sent again after that many seconds, at
- * most RETRY_WAIT_MAX, up to $TPUFLOW_RETRIES times (default 4), each wait said on stderr;
- * then the server's problem is printed as for any refusal.
+ * A request is sent again, up to $TPUFLOW_RETRIES times (default 4), each wait said on
+ * stderr (retry_sleep):
+ *   - answered 429 or 503 with a Retry-After (over the token's rate, a daemon draining or a
+ *     busy database: nothing was done): after that many seconds, at most RETRY_WAIT_MAX;
+ *   - not answered (the daemon restarting, the network): after 1, 2, 4, ... seconds, when
+ *     the connection could not be made (nothing reached the server: any request), or when
+ *     it broke or timed out and the request is safe to repeat: a GET, or a request with an
+ *     Idempotency-Key (the server answers the repeat with the first answer, or does it
+ *     once). A DELETE, `gc` or an alias move that may have reached the server is not
+ *     repeated: its answer is lost, and the command says so.
+ * Then the server's problem (or the network's error) is printed as for any refusal.
  */
 #include "cli/cli.h"
 #include "common/common.h"
@@ -57,7 +65,7 @@ static void common_opts(CURL *c)
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
 }
 
-#define RETRIES_DEFAULT 4 /* times a 429/503 with Retry-After is sent again */
+#define RETRIES_DEFAULT 4 /* times a request is sent again (see the top of the file) */
 #define RETRIES_MAX 100
 #define RETRY_WAIT_MAX 30 /* seconds: the longest Retry-After waited for */
 
@@ -92,22 +100,43 @@ static long retry_wait(CURL *c, long status)
 	return after > RETRY_WAIT_MAX ? RETRY_WAIT_MAX : (long)after;
 }
 
-/* Says on stderr that a refused request is sent again in `wait` seconds, with the server's
- * reason (its problem's title and detail), and waits. */
-static void retry_sleep(long status, const char *body, long wait, int attempt)
+/* The seconds to wait before sending again a request that got no answer (cc, on its
+ * `attempt`th send): 1, 2, 4, ... (at most RETRY_WAIT_MAX) when the connection could not be
+ * made, or when it failed on the way and the request is `safe` to repeat (see the top of the
+ * file); 0 when it is not to be sent again (a certificate, name or URL that waiting does not
+ * mend, or a request that may have been done). */
+static long resend_wait(CURLcode cc, int safe, int attempt)
+{
+	int again = cc == CURLE_COULDNT_CONNECT ||
+	            (safe && (cc == CURLE_GOT_NOTHING || cc == CURLE_RECV_ERROR ||
+	                      cc == CURLE_SEND_ERROR || cc == CURLE_PARTIAL_FILE ||
+	                      cc == CURLE_OPERATION_TIMEDOUT));
+	long wait = attempt < 6 ? 1L << (attempt - 1) : RETRY_WAIT_MAX;
+	return again ? (wait < RETRY_WAIT_MAX ? wait : RETRY_WAIT_MAX) : 0;
+}
+
+/* Says on stderr that a request is sent again in `wait` seconds, with the reason — the
+ * server's (its problem's title and detail), or `err` when it gave no answer (status 0) —
+ * and waits. */
+static void retry_sleep(long status, const char *body, const char *err, long wait, int attempt)
 {
 	json_t *j = body ? json_loads(body, 0, NULL) : NULL;
-	fprintf(stderr, "tpuflow: %ld %s: %s; retrying in %ld s (%d of %d)\n", status,
-	        json_string_value(json_object_get(j, "title")) ?: "error",
-	        json_string_value(json_object_get(j, "detail")) ?: (body ? body : ""), wait,
-	        attempt, retries());
+	if (status)
+		fprintf(stderr, "tpuflow: %ld %s: %s; retrying in %ld s (%d of %d)\n", status,
+		        json_string_value(json_object_get(j, "title")) ?: "error",
+		        json_string_value(json_object_get(j, "detail")) ?: (body ? body : ""), wait,
+		        attempt, retries());
+	else
+		fprintf(stderr, "tpuflow: %s; retrying in %ld s (%d of %d)\n", err, wait, attempt,
+		        retries());
 	json_decref(j);
 	sleep((unsigned)wait);
 }
 
-/* One request, sent again while the answer asks for it (429/503 with Retry-After, up to
- * retries() times). Returns the HTTP status of the last answer (0 when no answer came: *err
- * says why); *out gets its body (caller frees). */
+/* One request, sent again while the answer asks for it (429/503 with Retry-After) or no
+ * answer came and it may be sent again (resend_wait), up to retries() times. Returns the
+ * HTTP status of the last answer (0 when no answer came: *err says why); *out gets its body
+ * (caller frees). */
 static long request(const struct remote *r, const char *method, const char *path,
                     const char *body, const char *idem_key, char **out, char *err, size_t errlen)
 {
@@ -134,6 +163,7 @@ static long request(const struct remote *r, const char *method, const char *path
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
 	common_opts(c);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
+	int safe = !strcmp(method, "GET") || idem_key;
 	long status = 0;
 	for (int attempt = 1;; attempt++) {
 		CURLcode cc = curl_easy_perform(c);
@@ -142,10 +172,10 @@ static long request(const struct remote *r, const char *method, const char *path
 			curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
 		else
 			tf_errf(err, errlen, "%s: %s", url, curl_easy_strerror(cc));
-		long wait = retry_wait(c, status);
+		long wait = status ? retry_wait(c, status) : resend_wait(cc, safe, attempt);
 		if (!wait || attempt > retries())
 			break;
-		retry_sleep(status, b.p, wait, attempt);
+		retry_sleep(status, b.p, err, wait, attempt);
 		free(b.p);
 		b = (struct body){0};
 	}
@@ -210,12 +240,21 @@ static void print_answer(const struct remote *r, const char *body, void (*show)(
 	json_decref(doc);
 }
 
-/* GET/POST and print the answer (print_answer). */
+/* A fresh Idempotency-Key: 128 random bits in hex. */
+static void new_key(char key[33])
+{
+	unsigned char rnd[16];
+	RAND_bytes(rnd, sizeof(rnd));
+	for (int i = 0; i < 16; i++)
+		snprintf(key + 2 * i, 3, "%02x", rnd[i]);
+}
+
+/* GET/POST (with idem_key, when not NULL) and print the answer (print_answer). */
 static int simple(const struct remote *r, const char *method, const char *path,
-                  void (*show)(json_t *doc))
+                  const char *idem_key, void (*show)(json_t *doc))
 {
 	char *body = NULL, err[512];
-	long st = request(r, method, path, NULL, NULL, &body, err, sizeof(err));
+	long st = request(r, method, path, NULL, idem_key, &body, err, sizeof(err));
 	int ret = TF_EXIT_OK;
 	if (!st) {
 		fprintf(stderr, "tpuflow: %s\n", err);
@@ -516,24 +555,10 @@ static int remote_run(const struct remote *r, int argc, char **argv)
 	free(yaml);
 	char *body = json_dumps(req, JSON_COMPACT);
 	json_decref(req);
-	unsigned char rnd[16];
-	char key[40];
-	RAND_bytes(rnd, sizeof(rnd));
-	for (int i = 0; i < 16; i++)
-		snprintf(key + 2 * i, 3, "%02x", rnd[i]);
-	char *out = NULL, err[512];
-	long st = 0;
-	/* No answer at all (the daemon restarting, the network): sent again with the same key,
-	 * so never two runs; an answer asking to come back later is retried by request(). */
-	for (int tries = 0; tries < 5; tries++) {
-		free(out);
-		out = NULL;
-		st = request(r, "POST", "/api/v1/runs", body, key, &out, err, sizeof(err));
-		if (st || tries == 4)
-			break;
-		fprintf(stderr, "tpuflow run: %s; retrying in %u s\n", err, 1u << tries);
-		sleep(1u << tries);
-	}
+	char key[33], *out = NULL, err[512];
+	new_key(key);
+	/* sent again with the same key when no answer came (request()): never two runs */
+	long st = request(r, "POST", "/api/v1/runs", body, key, &out, err, sizeof(err));
 	free(body);
 	if (!st) {
 		fprintf(stderr, "tpuflow run: %s\n", err);
@@ -560,6 +585,7 @@ static int remote_run(const struct remote *r, int argc, char **argv)
 struct logs_sink {
 	CURL *c;
 	struct body err;
+	size_t out; /* bytes of a 2xx body written to stdout */
 };
 
 static size_t on_logs(char *d, size_t sz, size_t nm, void *u)
@@ -571,6 +597,7 @@ static size_t on_logs(char *d, size_t sz, size_t nm, void *u)
 		return on_body(d, sz, nm, &k->err);
 	size_t n = fwrite(d, sz, nm, stdout);
 	fflush(stdout);
+	k->out += n * sz;
 	return n * sz;
 }
 
@@ -623,14 +650,21 @@ static int step_logs(const struct remote *r, const char *run, const char *step, 
 	common_opts(c);
 	CURLcode cc;
 	long status;
-	for (int attempt = 1;; attempt++) { /* an answer asking to come back wrote nothing out */
+	/* sent again as request() does while nothing went to stdout: an answer asking to come
+	 * back, or none (a log cut in its middle is said below, not sent twice) */
+	for (int attempt = 1;; attempt++) {
 		cc = curl_easy_perform(c);
 		status = 0;
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-		long wait = retry_wait(c, status);
+		char err[512] = "";
+		if (cc != CURLE_OK)
+			snprintf(err, sizeof(err), "%s: %s", url, curl_easy_strerror(cc));
+		long wait = cc == CURLE_OK ? retry_wait(c, status)
+		            : sink.out   ? 0
+		                         : resend_wait(cc, 1, attempt);
 		if (!wait || attempt > retries())
 			break;
-		retry_sleep(status, sink.err.p, wait, attempt);
+		retry_sleep(cc == CURLE_OK ? status : 0, sink.err.p, err, wait, attempt);
 		free(sink.err.p);
 		sink.err = (struct body){0};
 	}
@@ -868,7 +902,7 @@ static int remote_runs(const struct remote *r, int argc, char **argv)
 		q[strlen(q) - 1] = 0; /* the last '&' */
 		struct remote text = *r; /* --json too is printed by a printer of this file */
 		text.json = 0;
-		return simple(&text, "GET", q, r->json ? show_runs_json : show_runs);
+		return simple(&text, "GET", q, NULL, r->json ? show_runs_json : show_runs);
 	}
 	if (!strcmp(sub, "delete"))
 		return remote_delete(r, argc, argv);
@@ -879,10 +913,12 @@ static int remote_runs(const struct remote *r, int argc, char **argv)
 	char *p = NULL;
 	if (!strcmp(sub, "show")) {
 		p = tf_xasprintf("/api/v1/runs/%s", e);
-		ret = simple(r, "GET", p, tf_cli_runs_show_print);
+		ret = simple(r, "GET", p, NULL, tf_cli_runs_show_print);
 	} else if (!strcmp(sub, "cancel") || !strcmp(sub, "retry") || !strcmp(sub, "resume")) {
+		char key[33];
+		new_key(key); /* safe to send again: never a second cancel */
 		p = tf_xasprintf("/api/v1/runs/%s:%s", e, sub);
-		ret = simple(r, "POST", p, show_action);
+		ret = simple(r, "POST", p, key, show_action);
 	} else if (!strcmp(sub, "logs")) {
 		int fl = 0;
 		const char *step = NULL;
@@ -948,7 +984,7 @@ static int remote_models(const struct remote *r, int argc, char **argv)
 {
 	const char *sub = argc > 1 ? argv[1] : "list";
 	if (!strcmp(sub, "list") && argc <= 2)
-		return simple(r, "GET", "/api/v1/models", show_models);
+		return simple(r, "GET", "/api/v1/models", NULL, show_models);
 	int want = !strcmp(sub, "show")                               ? (argc == 4 ? 4 : 3)
 	           : !strcmp(sub, "alias") || !strcmp(sub, "compare") ? 5
 	                                                              : -1;
@@ -984,7 +1020,7 @@ static int remote_models(const struct remote *r, int argc, char **argv)
 	} else {
 		p = v ? tf_xasprintf("/api/v1/models/%s/versions/%s", e, v)
 		      : tf_xasprintf("/api/v1/models/%s", e);
-		ret = simple(r, "GET", p, v ? show_version : show_model);
+		ret = simple(r, "GET", p, NULL, v ? show_version : show_model);
 	}
 	free(p);
 	curl_free(e);

@@ -2181,6 +2181,167 @@ static void test_remote_honours_retry_after(void **state)
 	server_end(w, saved);
 }
 
+/* A listener on a free loopback port that closes each of its first `n` connections once
+ * the request's headers came, without an answer (a daemon killed in the middle of a
+ * request: the connection is reset), then stops listening: the port then refuses connections until a server takes
+ * it. */
+struct mute {
+	int fd, port, n;
+	pthread_t t;
+};
+
+static void *mute_run(void *arg)
+{
+	struct mute *m = arg;
+	for (int i = 0; i < m->n; i++) {
+		int c = accept(m->fd, NULL, NULL);
+		if (c < 0)
+			break;
+		char buf[8192];
+		size_t got = 0;
+		while (got < sizeof(buf) - 1) {
+			ssize_t k = recv(c, buf + got, sizeof(buf) - 1 - got, 0);
+			if (k <= 0)
+				break;
+			got += (size_t)k;
+			buf[got] = 0;
+			if (strstr(buf, "\r\n\r\n"))
+				break;
+		}
+		/* reset, not closed: no TIME_WAIT keeps the port from the server started next */
+		struct linger lg = {.l_onoff = 1, .l_linger = 0};
+		setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		close(c);
+	}
+	close(m->fd);
+	return NULL;
+}
+
+static void mute_start(struct mute *m, int n)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	m->n = n;
+	m->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(m->fd >= 0);
+	assert_int_equal(bind(m->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(m->fd, 16), 0);
+	assert_int_equal(getsockname(m->fd, (struct sockaddr *)&a, &len), 0);
+	m->port = ntohs(a.sin_port);
+	assert_int_equal(pthread_create(&m->t, NULL, mute_run, m), 0);
+}
+
+/* The test's server on a given port (server_start takes a free one). */
+static struct tf_web *server_on(int port, char saved[64])
+{
+	char listen[64];
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	struct tf_web_opts o = {.home = home,
+	                        .listen = listen,
+	                        .hooks = {.submit = submit, .cancel = cancel}};
+	struct tf_web *w;
+	char err[256];
+	int rc = tf_web_start(&o, &w, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "start on %s: %s\n", listen, err);
+	assert_int_equal(rc, 0);
+	memcpy(saved, base, sizeof(base));
+	snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
+	return w;
+}
+
+/* `tpuflow ARGS` in the background, as tpuflow_cli runs it, its stdout and stderr into out. */
+static pid_t tpuflow_cli_spawn(const char *env, const char *args, const char *out)
+{
+	char cmd[4096];
+	snprintf(cmd, sizeof(cmd), "exec env -u TPUFLOW_URL -u TPUFLOW_TOKEN %s '%s' %s", env,
+	         getenv("TPUFLOW_BIN"), args);
+	char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+	return tf_test_spawn(argv, out, out);
+}
+
+/* Whether the file at path holds text within `seconds`. */
+static int file_says(const char *path, const char *text, double seconds)
+{
+	for (double t0 = tf_now_monotonic(); tf_now_monotonic() - t0 < seconds; usleep(50000)) {
+		char *s = NULL;
+		size_t len;
+		int found = tf_read_file(path, 1 << 20, &s, &len) == 0 && strstr(s, text);
+		free(s);
+		if (found)
+			return 1;
+	}
+	return 0;
+}
+
+/* `tpuflow --remote` sends a request that got no answer again, after 1, 2, 4, ... s, saying
+ * so as it does for a Retry-After: a GET whose connection was closed unanswered, any request
+ * whose connection was refused (nothing reached the server), a followed log that could not
+ * connect; not a request that may have been done and carries no Idempotency-Key (gc). A
+ * cancel carries a key, so a resent one is the same cancel. */
+static void test_remote_resends_unanswered(void **state)
+{
+	(void)state;
+	if (!getenv("TPUFLOW_BIN"))
+		skip();
+	char out[600], env[256], args[512], saved[64], run[32], *said = NULL;
+	snprintf(out, sizeof(out), "%s/unanswered.out", home);
+	snprintf(env, sizeof(env), "TPUFLOW_TOKEN=%s", tok_trigger);
+	/* a GET closed unanswered, then refused until the server is up: sent again */
+	struct mute m;
+	mute_start(&m, 1);
+	snprintf(args, sizeof(args), "--remote http://127.0.0.1:%d runs list", m.port);
+	pid_t cli = tpuflow_cli_spawn(env, args, out);
+	assert_int_equal(pthread_join(m.t, NULL), 0);
+	struct tf_web *w = server_on(m.port, saved);
+	int rc = tf_test_wait_exit(cli);
+	assert_int_equal(tf_read_file(out, 1 << 20, &said, &(size_t){0}), 0);
+	if (rc)
+		fprintf(stderr, "exit %d: %s\n", rc, said);
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(said, "; retrying in 1 s (1 of 4)"));
+	assert_non_null(strstr(said, "RUN "));
+	free(said);
+	/* a cancel carries an Idempotency-Key (the server keeps it with the answer) */
+	submit_yaml(shell_yaml, run);
+	struct tf_store *st;
+	char err[256];
+	int64_t keys0 = -1, keys1 = -1;
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_store_query_int(st, &keys0, "SELECT count(*) FROM idempotency_keys", ""),
+	                 0);
+	snprintf(args, sizeof(args), "--remote %s runs cancel %s", base, run);
+	rc = tpuflow_cli(env, args, &said);
+	assert_int_equal(rc, 0);
+	free(said);
+	assert_int_equal(tf_store_query_int(st, &keys1, "SELECT count(*) FROM idempotency_keys", ""),
+	                 0);
+	tf_store_close(st);
+	assert_int_equal(keys1, keys0 + 1);
+	/* a followed log that cannot connect waits for the server */
+	server_end(w, saved);
+	snprintf(args, sizeof(args), "--remote http://127.0.0.1:%d runs logs %s a", m.port, run);
+	cli = tpuflow_cli_spawn(env, args, out);
+	assert_true(file_says(out, "Couldn't connect to server; retrying in 1 s (1 of 4)", 30));
+	w = server_on(m.port, saved);
+	assert_int_equal(tf_test_wait_exit(cli), 0);
+	server_end(w, saved);
+	/* gc: refused, it is sent again (nothing was done); closed unanswered, it is not */
+	snprintf(env, sizeof(env), "TPUFLOW_RETRIES=1 TPUFLOW_TOKEN=%s", tok_admin);
+	snprintf(args, sizeof(args), "--remote http://127.0.0.1:%d gc --keep-last 0", m.port);
+	rc = tpuflow_cli(env, args, &said);
+	assert_int_equal(rc, TF_EXIT_UNAVAILABLE);
+	assert_non_null(strstr(said, "Couldn't connect to server; retrying in 1 s (1 of 1)"));
+	free(said);
+	mute_start(&m, 1);
+	snprintf(args, sizeof(args), "--remote http://127.0.0.1:%d gc --keep-last 0", m.port);
+	rc = tpuflow_cli(env, args, &said);
+	assert_int_equal(rc, TF_EXIT_UNAVAILABLE);
+	assert_null(strstr(said, "retrying"));
+	free(said);
+	assert_int_equal(pthread_join(m.t, NULL), 0);
+}
+
 /* A stream read by a thread of its own: its bytes, how it ended, and whether its answer's
  * headers came (got). */
 struct stream_client {
@@ -2775,6 +2936,7 @@ int main(void)
 	    cmocka_unit_test(test_drain_refuses_new_runs),
 	    cmocka_unit_test(test_drain_waits_for_a_submit_in_progress),
 	    cmocka_unit_test(test_remote_honours_retry_after),
+	    cmocka_unit_test(test_remote_resends_unanswered),
 	    cmocka_unit_test(test_per_ip_connection_limit),
 	    cmocka_unit_test(test_stop_ends_streams),
 	    cmocka_unit_test(test_body_cap_unread),
