@@ -3,6 +3,7 @@
 #include "common/common.h"
 #include "orchestrator/pipeline.h"
 #include "web/daemon.h"
+#include "web/server.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -15,7 +16,7 @@ static void daemon_usage(FILE *f)
 	    f,
 	    "usage: tpuflow daemon [--home DIR] [--listen HOST:PORT] [--grace DURATION]\n"
 	    "                      [--auth tokens|none] [--tls-cert PEM --tls-key PEM]\n"
-	    "                      [--insecure-http]\n\n"
+	    "                      [--insecure-http] [--max-conns-per-ip N]\n\n"
 	    "Drives every run submitted on the state home (by 'tpuflow run', the HTTP API or a\n"
 	    "schedule) and serves the HTTP API, in the foreground. Logs go to stderr as text,\n"
 	    "or JSON lines with TPUFLOW_LOG_FORMAT=json (TPUFLOW_LOG=info shows each run).\n\n"
@@ -28,15 +29,27 @@ static void daemon_usage(FILE *f)
 	    "  --tls-cert PEM, --tls-key PEM\n"
 	    "                      serve HTTPS with this certificate (chain) and key\n"
 	    "  --insecure-http     allow plain HTTP on an address that is not loopback\n"
-	    "                      (something in front of the daemon terminates TLS)\n\n"
+	    "                      (something in front of the daemon terminates TLS)\n"
+	    "  --max-conns-per-ip N  connections the API takes from one address, 1 to %d\n"
+	    "                      (default %d; behind a proxy all clients share one)\n\n"
 	    "SIGTERM/SIGINT: stop taking runs, drain, exit 0; the next daemon continues the\n"
 	    "runs. SIGHUP: re-read HOME/daemon.conf (max_runs=N, workers=N, log=LEVEL).\n"
-	    "Another daemon on the same home: exit 75. See docs/daemon.md.\n");
+	    "Another daemon on the same home: exit 75. See docs/daemon.md.\n",
+	    TF_WEB_CONNS, TF_WEB_CONNS_PER_IP);
 }
 
 int cmd_daemon(int argc, char **argv, struct tf_cli *cli)
 {
-	enum { OPT_LISTEN = 1, OPT_GRACE, OPT_NO_AUTH, OPT_AUTH, OPT_CERT, OPT_KEY, OPT_INSECURE };
+	enum {
+		OPT_LISTEN = 1,
+		OPT_GRACE,
+		OPT_NO_AUTH,
+		OPT_AUTH,
+		OPT_CERT,
+		OPT_KEY,
+		OPT_INSECURE,
+		OPT_CONNS_PER_IP
+	};
 	static const struct option opts[] = {TF_CLI_COMMON_OPTIONS,
 	                                     {"listen", required_argument, NULL, OPT_LISTEN},
 	                                     {"grace", required_argument, NULL, OPT_GRACE},
@@ -45,6 +58,8 @@ int cmd_daemon(int argc, char **argv, struct tf_cli *cli)
 	                                     {"tls-cert", required_argument, NULL, OPT_CERT},
 	                                     {"tls-key", required_argument, NULL, OPT_KEY},
 	                                     {"insecure-http", no_argument, NULL, OPT_INSECURE},
+	                                     {"max-conns-per-ip", required_argument, NULL,
+	                                      OPT_CONNS_PER_IP},
 	                                     {0, 0, 0, 0}};
 	struct tf_daemon_opts o = {.listen = "127.0.0.1:8470", .grace = 30};
 	int c;
@@ -84,6 +99,19 @@ int cmd_daemon(int argc, char **argv, struct tf_cli *cli)
 		case OPT_INSECURE:
 			o.insecure_http = 1;
 			break;
+		case OPT_CONNS_PER_IP: {
+			char *end = NULL;
+			errno = 0;
+			long n = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || n < 1 || n > TF_WEB_CONNS)
+				return tf_cli_usage_error(
+				    "daemon",
+				    "--max-conns-per-ip wants a whole number from 1 to %d (the API's "
+				    "connections in all), not '%s'",
+				    TF_WEB_CONNS, optarg);
+			o.max_conns_per_ip = (unsigned)n;
+			break;
+		}
 		default:
 			if (!tf_cli_common_option(cli, c, optarg))
 				return tf_cli_usage_error("daemon", "unknown option");

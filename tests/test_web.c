@@ -1526,6 +1526,11 @@ static void test_start_refusals(void **state)
 	assert_int_equal(tf_web_start(&o, &w, err, sizeof(err)), -EINVAL);
 	o = (struct tf_web_opts){.home = home, .listen = "127.0.0.1:0", .tls_cert = "x"};
 	assert_int_equal(tf_web_start(&o, &w, err, sizeof(err)), -EINVAL);
+	/* more connections from one address than in all */
+	o = (struct tf_web_opts){
+	    .home = home, .listen = "127.0.0.1:0", .max_conns = 8, .max_conns_per_ip = 9};
+	assert_int_equal(tf_web_start(&o, &w, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "9 connections from one address"));
 	assert_int_equal(tf_routes_check(err, sizeof(err)), 0);
 }
 

@@ -14,7 +14,8 @@
  * Configuration: the command line (home, listen address, grace) and HOME/daemon.conf, lines of
  * KEY=VALUE read at start and again on SIGHUP: max_runs (runs driven at once, default 4),
  * workers (steps at once per run, default 8), pool (steps at once across all runs: the shared
- * worker pool's threads, default 8, fixed once the first run started), log
+ * worker pool's threads, default 8, fixed once the first run started), max_conns_per_ip (the
+ * API's connections from one address, read at start; --max-conns-per-ip wins), log
  * (debug|info|warn|error). */
 #include "web/daemon.h"
 #include "orchestrator/alerts.h"
@@ -60,6 +61,7 @@ struct daemon {
 	struct tf_alerts_worker *alerts; /* delivers the home's alerts (NULL: no hooks yet) */
 	int lock_fd, wake_fd, sig_fd;
 	int wake;              /* a datagram arrived: look for runs now */
+	unsigned conf_conns_per_ip; /* daemon.conf's max_conns_per_ip (0: not given) */
 	volatile int stopping; /* SIGTERM/SIGINT seen (read by /readyz on server threads) */
 	char listen[160];
 };
@@ -130,13 +132,16 @@ static void read_config(struct daemon *d)
 			else if (eq && !strcmp(l, "pool") && end != eq + 1 && !*end && v >= 1 &&
 			         v <= 1024)
 				pool = (int)v;
+			else if (eq && !strcmp(l, "max_conns_per_ip") && end != eq + 1 && !*end &&
+			         v >= 1 && v <= TF_WEB_CONNS)
+				d->conf_conns_per_ip = (unsigned)v;
 			else if (eq && !strcmp(l, "log") && set_log_level(eq + 1) == 0)
 				;
 			else
 				tf_warn(
 				    "%s:%d: ignored (expected max_runs=1..1024, workers=1..1024, "
-				    "pool=1..1024 or log=debug|info|warn|error)",
-				    path, line);
+				    "pool=1..1024, max_conns_per_ip=1..%d or log=debug|info|warn|error)",
+				    path, line, TF_WEB_CONNS);
 		}
 	}
 	free(text);
@@ -467,6 +472,8 @@ int tf_daemon_run(const struct tf_daemon_opts *o, char *err, size_t errlen)
 	                         .tls_cert = o->tls_cert,
 	                         .tls_key = o->tls_key,
 	                         .insecure_http = o->insecure_http,
+	                         .max_conns_per_ip = o->max_conns_per_ip ? o->max_conns_per_ip
+	                                                                 : d.conf_conns_per_ip,
 	                         .hooks = {.ctx = &d,
 	                                   .submit = hook_submit,
 	                                   .cancel = hook_cancel,

@@ -12,6 +12,9 @@ struct tf_daemon_opts {
 	int auth_none;      /* serve the API without bearer tokens (loopback tests) */
 	const char *tls_cert, *tls_key; /* PEM files: both set = HTTPS (web/server.h) */
 	int insecure_http; /* plain HTTP on a non-loopback address (TLS ends in front) */
+	unsigned max_conns_per_ip; /* the API's connections from one address, 1..TF_WEB_CONNS
+	                              (0: daemon.conf's max_conns_per_ip, else
+	                              TF_WEB_CONNS_PER_IP) */
 };
 
 /* Runs the daemon in the foreground until SIGTERM or SIGINT, then drains and returns 0.

@@ -35,10 +35,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Connections one address may hold at once: half the default connection cap, so one client
- * leaves the other half free (behind a proxy its clients share them); twice the 64 of the
- * heaviest benchmark (bench/serve.c), and far over a browser's 6 per host. */
-#define CONNS_PER_IP 128
 #define IDEM_TTL 86400.0 /* seconds an Idempotency-Key is remembered */
 #define IDEM_MAX 255     /* longest accepted key */
 #define STORE_POOL 16    /* idle store handles kept open */
@@ -1464,6 +1460,17 @@ int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, si
 		        listen);
 		return -EPERM;
 	}
+	/* By default one address may hold half the connections, so one client leaves the other
+	 * half free (behind a proxy its clients share them): twice the 64 of the heaviest
+	 * benchmark (bench/serve.c), far over a browser's 6 per host. */
+	unsigned conns = o->max_conns ? o->max_conns : TF_WEB_CONNS;
+	unsigned per_ip = o->max_conns_per_ip ? o->max_conns_per_ip : TF_WEB_CONNS_PER_IP;
+	if (per_ip > conns) {
+		tf_errf(err, errlen,
+		        "%u connections from one address is more than the server's %u connections",
+		        per_ip, conns);
+		return -EINVAL;
+	}
 	struct tf_web *w = tf_xcalloc(1, sizeof(*w));
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_mutex_init(&w->rate_lock, NULL);
@@ -1509,10 +1516,9 @@ int tf_web_start(const struct tf_web_opts *o, struct tf_web **out, char *err, si
 	struct MHD_OptionItem opts[] = {
 	    {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, NULL}, /* first, to catch all */
 	    {MHD_OPTION_SOCK_ADDR, 0, &ss},
-	    {MHD_OPTION_CONNECTION_LIMIT, o->max_conns ? o->max_conns : 256, NULL},
+	    {MHD_OPTION_CONNECTION_LIMIT, conns, NULL},
 	    /* past it MHD closes a new connection from that address at once */
-	    {MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-	     o->max_conns_per_ip ? o->max_conns_per_ip : CONNS_PER_IP, NULL},
+	    {MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, NULL},
 	    {MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s ? o->timeout_s : 30, NULL},
 	    {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, NULL},
 	    {MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL},

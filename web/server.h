@@ -52,6 +52,9 @@ struct tf_web_hooks {
 	int (*ready)(void *ctx);
 };
 
+#define TF_WEB_CONNS 256        /* connections the server holds at once, by default */
+#define TF_WEB_CONNS_PER_IP 128 /* of them from one address, by default */
+
 struct tf_web_opts {
 	const char *home;       /* state home (HOME/tpuflow.db, migrated) */
 	const char *listen;     /* "HOST:PORT"; port 0 picks a free one (tf_web_port) */
@@ -61,9 +64,10 @@ struct tf_web_opts {
 	int insecure_http;      /* allow plain HTTP on a non-loopback address */
 	const char *cors_origin; /* Access-Control-Allow-Origin value, NULL: no CORS */
 	size_t max_body;        /* request body cap in bytes (0: 1 MiB) */
-	unsigned max_conns;     /* connection cap (0: 256) */
-	unsigned max_conns_per_ip; /* connections from one address (0: 128), so one client
-	                            * cannot take them all; a browser holds about 6 */
+	unsigned max_conns;     /* connection cap (0: TF_WEB_CONNS) */
+	unsigned max_conns_per_ip; /* connections from one address (0: TF_WEB_CONNS_PER_IP), so
+	                            * one client cannot take them all; a browser holds about 6;
+	                            * more than max_conns is refused (-EINVAL) */
 	unsigned timeout_s;     /* idle seconds before a connection is closed (0: 30) */
 	double rate;            /* requests per second per token (0: 100; negative: no limit) */
 	double burst;           /* bucket size per token (0: 10 x rate) */
