@@ -1198,7 +1198,7 @@ static void test_remote_cli(void **state)
 		fprintf(stderr, "test_remote_cli: TPUFLOW_BIN not set (tests/run.sh sets it)\n");
 		skip();
 	}
-	char repo[1024], yaml1[700], yaml2[700], out[700], tokenv[128], urlv[128];
+	char repo[1024], yaml1[700], yaml2[700], out[700];
 	snprintf(repo, sizeof(repo), "%s", bin);
 	for (int i = 0; i < 2; i++)
 		*strrchr(repo, '/') = 0;
@@ -1207,9 +1207,9 @@ static void test_remote_cli(void **state)
 	snprintf(out, sizeof(out), "%s/remote.out", home);
 	write_pipeline(yaml1, "cli-remote");
 	write_pipeline(yaml2, "ci-script");
-	snprintf(tokenv, sizeof(tokenv), "TPUFLOW_TOKEN=%s", tok_trigger);
-	snprintf(urlv, sizeof(urlv), "TPUFLOW_URL=%s", base);
-	putenv(tokenv);
+	/* copied into the environment (setenv): putenv would leave it pointing into this frame
+	 * once a failed assertion has left it; remote_env_unset clears both either way */
+	setenv("TPUFLOW_TOKEN", tok_trigger, 1);
 	char binc[1024], script[1100];
 	snprintf(binc, sizeof(binc), "%s", bin);
 	snprintf(script, sizeof(script), "%s/scripts/ci-run.sh", repo);
@@ -1219,7 +1219,7 @@ static void test_remote_cli(void **state)
 	char run1[32], run2[32];
 	finish_run("cli-remote", TF_RUN_SUCCEEDED, run1);
 	assert_int_equal(tf_test_wait_exit(cli), 0);
-	putenv(urlv);
+	setenv("TPUFLOW_URL", base, 1);
 	char *sh_argv[] = {script, yaml2, "who=z", NULL};
 	pid_t sh = tf_test_spawn(sh_argv, out, out);
 	finish_run("ci-script", TF_RUN_FAILED, run2);
@@ -1303,7 +1303,7 @@ static void test_remote_cli(void **state)
 	snprintf(cmd, sizeof(cmd), "'%s' models alias remote-model production 1 >'%s' 2>&1", bin,
 	         out);
 	assert_int_equal(WEXITSTATUS(system(cmd)), TF_EXIT_CONFIG); /* 403: a trigger token */
-	snprintf(tokenv, sizeof(tokenv), "TPUFLOW_TOKEN=%s", tok_admin);
+	setenv("TPUFLOW_TOKEN", tok_admin, 1);
 	snprintf(cmd, sizeof(cmd),
 	         "'%s' models alias remote-model production 1 >'%s' 2>&1 && '%s' --json models "
 	         "show remote-model production >'%s'",
@@ -1312,8 +1312,16 @@ static void test_remote_cli(void **state)
 	j = tf_test_load_json(out);
 	assert_int_equal(json_integer_value(json_object_get(j, "version")), 1);
 	json_decref(j);
+}
+
+/* Teardown of the cases that set TPUFLOW_URL or TPUFLOW_TOKEN for the CLI they run: the
+ * later cases run without them, whether the case passed or failed. */
+static int remote_env_unset(void **state)
+{
+	(void)state;
 	unsetenv("TPUFLOW_URL");
 	unsetenv("TPUFLOW_TOKEN");
+	return 0;
 }
 
 /* 1000 concurrent POST /runs, half of them repeats of the other half with the same
@@ -2928,7 +2936,7 @@ int main(void)
 	    cmocka_unit_test(test_contract),
 	    cmocka_unit_test(test_promtool),
 	    cmocka_unit_test(test_prometheus_scrape),
-	    cmocka_unit_test(test_remote_cli),
+	    cmocka_unit_test_teardown(test_remote_cli, remote_env_unset),
 	    cmocka_unit_test(test_burst_idempotent),
 	    cmocka_unit_test(test_start_refusals),
 	    cmocka_unit_test(test_run_delete_gc_orphaned),
@@ -2936,7 +2944,7 @@ int main(void)
 	    cmocka_unit_test(test_runs_total),
 	    cmocka_unit_test(test_runs_total_bounded),
 	    cmocka_unit_test(test_logs_offset),
-	    cmocka_unit_test(test_logs_bytes),
+	    cmocka_unit_test_teardown(test_logs_bytes, remote_env_unset),
 	    cmocka_unit_test(test_rate_limit),
 	    cmocka_unit_test(test_drain_refuses_new_runs),
 	    cmocka_unit_test(test_drain_waits_for_a_submit_in_progress),
