@@ -2804,6 +2804,9 @@ static void assert_logs_bytes(const char *path, const char *want, size_t len, in
 			         f ? "&follow=true" : "");
 			struct resp r = call("GET", url, tok_read, NULL, NULL);
 			assert_int_equal(r.status, 200);
+			/* shown as UTF-8 by a browser, which guesses nothing (docs/api.md) */
+			assert_non_null(strcasestr(r.head.p, "content-type: text/plain; charset=utf-8\r\n"));
+			assert_non_null(strcasestr(r.head.p, "x-content-type-options: nosniff\r\n"));
 			size_t rest = k < len ? len - k : 0;
 			assert_int_equal(r.body.n, rest);
 			assert_memory_equal(r.body.p ? r.body.p : "", want + len - rest, rest);

@@ -270,6 +270,11 @@ void tf_web_step_logs(struct tf_web_req *rq, struct tf_web_resp *rs)
 	l->os = run_objstore(rq->st, id);
 	l->n = 1;
 	rs->status = 200;
+	/* The body is the program's bytes, NUL and bytes that are not UTF-8 included; the
+	 * charset only tells a browser how to show them (with nosniff it guesses nothing): as
+	 * UTF-8, what programs write and what the dashboard decodes them as, bytes that are not
+	 * shown as U+FFFD. application/octet-stream would have a browser save the log, not show
+	 * it, and a text/plain without a charset would have it guess one (docs/api.md). */
 	rs->type = "text/plain; charset=utf-8";
 	if (!follow || strcmp(follow, "true")) {
 		/* Not following: what is there now, as one body, read with the request's handle. */
