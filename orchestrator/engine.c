@@ -528,13 +528,14 @@ static void hand_over(struct engine *e, struct estep **start, size_t nstart, int
 			continue; /* already handed over */
 		s->cancel = 0;
 		s->timed_out = 0;
+		s->executor_timed = 0;
 		s->started = tf_now_monotonic();
-		/* A Slurm job's timeout counts its run time, which only the executor sees (Slurm's
-		 * TimeUsed: not while the job waits in the queue or is suspended): the executor
-		 * enforces it (r->timeout, executors/slurm.c), not this deadline. */
-		s->deadline = s->def->timeout > 0 && s->def->executor != TF_EXECUTOR_SLURM
-		                  ? s->started + s->def->timeout
-		                  : 0;
+		/* Every attempt gets the deadline; one whose executor counts the timeout itself
+		 * (a Slurm job's run time, which only the executor sees: Slurm's TimeUsed, not
+		 * while the job waits in the queue or is suspended) loses it when its kind says
+		 * so (tf_step_run_timed_by_executor), not because the step names an executor:
+		 * a kind that ignores `executor` is timed here. */
+		s->deadline = s->def->timeout > 0 ? s->started + s->def->timeout : 0;
 		if (s->deadline > 0)
 			e->timeout_hint = 1;
 		s->queued = 1;
@@ -633,6 +634,10 @@ int tf_engine_coord_round(struct engine *e, int by_worker)
 			struct estep *s = &e->steps[i];
 			if (s->state != TF_STEP_RUNNING || s->deadline <= 0 || s->timed_out)
 				continue;
+			if (s->executor_timed) {
+				s->deadline = 0; /* the executor enforces it (r->timeout) */
+				continue;
+			}
 			if (now >= s->deadline) {
 				s->timed_out = 1;
 				s->cancel = TF_CANCEL_TIMEOUT;

@@ -36,6 +36,9 @@ struct estep {
 	int timed_out;             /* [C] the coordinator raised cancel for the timeout */
 	int forced;                /* [C] chosen by --only/--from: not taken from the cache */
 	volatile int cancel;       /* raised by the coordinator, read by the kind */
+	volatile int executor_timed; /* raised by the kind, read by the coordinator: the
+	                                attempt's executor counts its timeout itself
+	                                (tf_step_run_timed_by_executor), deadline is dropped */
 	/* [W] results of the attempt that just finished */
 	int rc;
 	enum tf_fail_class failure;

@@ -92,6 +92,7 @@ static void run_one(struct wctx *w, struct estep *s, int attempt, json_t *with)
 	    .timeout = s->def->timeout,
 	    .grace = e->o->grace,
 	    .cancel = &s->cancel,
+	    .executor_timed = &s->executor_timed,
 	    .outputs = json_object(),
 	    .metrics = json_object(),
 	    .failure = TF_FAIL_ERROR,

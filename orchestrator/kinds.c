@@ -307,6 +307,12 @@ void tf_step_run_child(struct tf_step_run *r, long pgid)
 		r->child_running(r->child_running_data);
 }
 
+void tf_step_run_timed_by_executor(struct tf_step_run *r)
+{
+	if (r->executor_timed)
+		*r->executor_timed = 1;
+}
+
 int tf_step_run_workdir(struct tf_step_run *r)
 {
 	if (r->workdir_made) {

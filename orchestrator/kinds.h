@@ -42,7 +42,9 @@ struct tf_kind_slurm {
 
 /* Fills ks for r: chips and nodes from r->accelerator, the step's `slurm:` options, the
  * environment names the job gets (the usual ones that are set, plus `extra_names`, each NAME
- * or NAME=VALUE), and a lost attempt's job to follow again. 0, or -EINVAL with r->err set. */
+ * or NAME=VALUE), and a lost attempt's job to follow again; tells the engine the executor
+ * counts the attempt's timeout (tf_step_run_timed_by_executor). 0, or -EINVAL with r->err
+ * set. */
 int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks,
                           char *const *extra_names);
 /* Writes the job id on r's attempt (with a "slurm" event) the first time, its nodes once

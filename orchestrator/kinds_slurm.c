@@ -126,6 +126,9 @@ int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks, char 
 {
 	memset(ks, 0, sizeof(*ks));
 	ks->attempt = r->attempt;
+	/* the job's run time is the timeout's measure: the executor counts it (not the time
+	 * the job waits in the queue), so the engine's deadline is not this attempt's */
+	tf_step_run_timed_by_executor(r);
 	if (!tf_storage_shared(r->storage_url)) {
 		snprintf(
 		    r->err, sizeof(r->err),

@@ -57,6 +57,8 @@ struct tf_step_run {
 	                                      wait to make the work directories of the steps
 	                                      that start when this one ends */
 	void *child_running_data;
+	volatile int *executor_timed; /* set by tf_step_run_timed_by_executor (NULL: nothing to
+	                                 tell) */
 	int workdir_made;           /* the engine made workdir for this attempt and nothing used it
 	                               since: it exists and is empty (tf_step_run_workdir) */
 	json_t *outputs;            /* out: output name -> value */
@@ -73,6 +75,14 @@ typedef int (*tf_step_kind_fn)(struct tf_step_run *r);
  * after a crash ends it before the step runs again; best effort: a failure is logged), then
  * lets the engine use the wait (r->child_running). */
 void tf_step_run_child(struct tf_step_run *r, long pgid);
+
+/* A kind whose executor counts the attempt's timeout itself says so before it starts the
+ * work: a Slurm job's timeout is its run time as Slurm counts it, not the time it waits in
+ * the queue or stands suspended (executors/slurm.c), so the engine's own deadline, counted
+ * from the attempt's start, must not cut it short. The engine then drops that deadline for
+ * this attempt. A kind that never calls it (one that ignores `executor`) keeps the engine's
+ * deadline, whatever the step declares. */
+void tf_step_run_timed_by_executor(struct tf_step_run *r);
 
 /* Creates r->workdir (and parents): 1 when this call made the directory itself, or the
  * engine did for this attempt (r->workdir_made; it is empty), 0 when it was there, or a

@@ -64,7 +64,8 @@ static int ncalls(const char *name)
 }
 
 /* Behaviour from `with`: argv[0] is a verb: ok | fail N (fail the first N calls) | sleep S |
- * hang (until cancelled) | put KEY (writes the object KEY to the run's store) | bundle PREFIX
+ * hang (until cancelled) | wait S (until cancelled, fails then, at most S seconds) | timed S
+ * (says its executor counts the timeout, tf_step_run_timed_by_executor, then waits) | put KEY (writes the object KEY to the run's store) | bundle PREFIX
  * (writes a small real model bundle there) | nolog (logs a line, then puts an object where
  * the log's upload needs a directory). Outputs:
  * out=<value>; metrics: metric=<number>. */
@@ -91,6 +92,16 @@ static int test_kind(struct tf_step_run *r)
 		double until = tf_now_monotonic() + atof(arg);
 		while (tf_now_monotonic() < until && !*r->cancel)
 			usleep(1000);
+	} else if (verb && (!strcmp(verb, "wait") || !strcmp(verb, "timed"))) {
+		if (!strcmp(verb, "timed"))
+			tf_step_run_timed_by_executor(r);
+		double until = tf_now_monotonic() + atof(arg);
+		while (tf_now_monotonic() < until && !*r->cancel)
+			usleep(1000);
+		if (*r->cancel) {
+			snprintf(r->err, sizeof(r->err), "stopped");
+			rc = -EINTR;
+		}
 	} else if (verb && !strcmp(verb, "put")) {
 		rc = tf_objstore_put(r->objstore, arg, "x", 1, 0);
 	} else if (verb && !strcmp(verb, "nolog")) {
@@ -427,6 +438,40 @@ static void test_engine_timeout_cancels_step(void **state)
 	json_t *h = tf_test_step_of(res.summary, "h");
 	assert_string_equal(json_string_value(json_object_get(h, "state")), "failed");
 	assert_non_null(strstr(json_string_value(json_object_get(h, "reason")), "timeout"));
+	json_decref(res.summary);
+}
+
+/* The engine's deadline is dropped only for an attempt whose executor counts the timeout
+ * itself, as the Slurm executor does (the job's run time), not for every step that declares
+ * `executor: slurm`: a kind that ignores the executor (the test kind, standing for one added
+ * later) is still stopped at its timeout; one that says its executor times it is not. */
+static void test_engine_timeout_skipped_only_when_the_executor_counts_it(void **state)
+{
+	(void)state;
+	reset();
+	char cwd[512];
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	setenv("TPUFLOW_SHARED_STORAGE", cwd, 1);
+	struct tf_engine_opts o = opts();
+	struct tf_engine_result res;
+	struct tf_buf yaml = {0};
+	tf_buf_printf(&yaml,
+	              "name: slurmish\nstorage: file://%s/objs\nsteps:\n"
+	              "  - {name: ignores, type: shell, executor: slurm, timeout: 150ms,"
+	              " retries: 0, with: {argv: [wait, '5']}}\n"
+	              "  - {name: timed, type: shell, executor: slurm, timeout: 150ms,"
+	              " retries: 0, with: {argv: [timed, '0.6']}}\n",
+	              cwd);
+	double t0 = tf_now_monotonic();
+	assert_int_equal(run_yaml(tf_buf_str(&yaml), &o, NULL, 0, &res), 0);
+	double took = tf_now_monotonic() - t0;
+	tf_buf_release(&yaml);
+	unsetenv("TPUFLOW_SHARED_STORAGE");
+	assert_true(took < 4.0);
+	json_t *ign = tf_test_step_of(res.summary, "ignores");
+	assert_string_equal(json_string_value(json_object_get(ign, "state")), "failed");
+	assert_non_null(strstr(json_string_value(json_object_get(ign, "reason")), "timeout"));
+	assert_string_equal(sstate(res.summary, "timed"), "succeeded");
 	json_decref(res.summary);
 }
 
@@ -1607,6 +1652,7 @@ int main(void)
 	    cmocka_unit_test(test_engine_retries_with_backoff_then_succeeds),
 	    cmocka_unit_test(test_engine_failure_class_not_retried_fails_run),
 	    cmocka_unit_test(test_engine_timeout_cancels_step),
+	    cmocka_unit_test(test_engine_timeout_skipped_only_when_the_executor_counts_it),
 	    cmocka_unit_test(test_engine_log_upload_failure_recorded),
 	    cmocka_unit_test(test_engine_timeout_starts_when_a_worker_runs_the_step),
 	    cmocka_unit_test(test_engine_gate_skips_below_threshold),
