@@ -67,6 +67,19 @@ struct tf_slurm_spec {
 	                             written into the script), NULL-terminated, or NULL */
 	long attach_job;           /* > 0: follow this job, already submitted, instead of
 	                              submitting a new one (a restarted coordinator) */
+	int attach_requested;      /* with attach_job: the stop tpuflow had asked of that job
+	                              before its coordinator died (its recorded intent: a
+	                              tf_fail_class, cancelled..error), 0 for none. The job is
+	                              cancelled again if it still runs, and a CANCELLED end is
+	                              that stop's class, not a cancel by someone else */
+	/* Called once per attempt before the first scancel of a stop tpuflow decided on (`why`:
+	 * cancelled, timeout, preempted or infra after a requeue, error for a job that can never
+	 * start), on the thread that polls the handle: it commits the intent, so a coordinator
+	 * that dies between the scancel and the attempt's end leaves the reason for the one that
+	 * follows the job again (attach_requested). A non-zero return is logged; the scancel
+	 * goes ahead (a stop never waits on the record). NULL: nothing to record. */
+	int (*stopping)(void *data, long job, enum tf_fail_class why);
+	void *stopping_data;
 };
 
 struct tf_exec_spec {
@@ -176,6 +189,10 @@ int tf_slurm_elapsed_parse(const char *text, long *secs);
  * no longer knows the job, another negative code when squeue cannot be run or the controller
  * does not answer (message in state). */
 int tf_slurm_job_state(long job, char *state, size_t statelen);
+
+/* scancel JOB: 0 when Slurm cancelled it or it had ended already, -EAGAIN when Slurm could
+ * not be asked (logged). */
+int tf_slurm_job_cancel(long job);
 
 /* What a restarted coordinator does with the job of a lost attempt, by the state Slurm
  * reports for it (tf_slurm_job_state): 1 follow it again, it is queued or running; 2 follow

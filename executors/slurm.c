@@ -23,7 +23,10 @@
  *   PREEMPTED                         preempted
  *   NODE_FAIL, BOOT_FAIL              infra
  *   CANCELLED                         what we asked for (cancel, timeout), else cancelled
- *                                     (someone ran scancel)
+ *                                     (someone ran scancel). What we ask for is recorded
+ *                                     before the scancel goes out (send_stop), so the
+ *                                     coordinator that follows the job after a crash knows
+ *                                     it (tf_slurm_spec.attach_requested)
  *   PENDING for a reason that never   error: cancelled here (never_starts: a dependency that
  *   passes                            cannot be met, constraints, account or QOS)
  *   requeued (its restart count grew) infra when the node it ran on is down, drained or
@@ -92,6 +95,9 @@ struct slurm {
 	double timeout;      /* the step's timeout: the run time allowed, seconds (0: none) */
 	int requested;       /* enum tf_fail_class asked for (cancel, timeout), 0: none */
 	int scancelled;      /* scancel succeeded (or found the job gone) */
+	int (*stopping)(void *data, long job, enum tf_fail_class why); /* tf_slurm_spec's */
+	void *stopping_data;
+	int intent_told;     /* stopping was called for this stop (the polling thread's) */
 	double stop_since;   /* monotonic time the stop was asked, 0: none */
 	double scancel_at;   /* monotonic time of the last scancel tried */
 	/* a submission waiting for the controller (job 0 meanwhile) */
@@ -686,19 +692,14 @@ static int judge(struct slurm *s)
 		s->stop_since = now;
 		snprintf(s->never, sizeof(s->never), "%s", s->reason);
 	}
-	/* a stop is scancelled until Slurm has taken it (the controller may be away) */
-	if (s->requested && !s->scancelled && now - s->scancel_at >= poll_interval()) {
-		s->scancel_at = now;
-		s->scancelled = scancel_job(s->job);
-	}
 	enum tf_fail_class c =
 	    s->state[0] ? tf_slurm_classify(s->state, s->requested, s->wstatus, msg, sizeof(msg))
 	                : TF_FAIL_LAST;
 	if (c == TF_FAIL_ERROR && s->requested == TF_FAIL_ERROR)
 		snprintf(msg, sizeof(msg),
 		         "CANCELLED: it was pending for a reason that never "
-		         "passes (%s; squeue's JOB REASON CODES)",
-		         s->never);
+		         "passes (%s%ssqueue's JOB REASON CODES)",
+		         s->never, s->never[0] ? "; " : "");
 	if (c == TF_FAIL_TIMEOUT && s->requested == TF_FAIL_TIMEOUT && s->timeout > 0)
 		snprintf(msg, sizeof(msg), "CANCELLED: it ran past the step's timeout of %gs",
 		         s->timeout);
@@ -1013,9 +1014,21 @@ static int slurm_start(const struct tf_exec_spec *spec, struct tf_exec **out, ch
 		s->timeout = spec->timeout;
 		s->limit = 60.0 * (double)(((long)ceil(spec->timeout) + 59) / 60);
 	}
+	s->stopping = spec->slurm->stopping;
+	s->stopping_data = spec->slurm->stopping_data;
 	if (spec->slurm->attach_job > 0) {
 		s->job = spec->slurm->attach_job;
 		tf_info("following Slurm job %ld again", s->job);
+		if (spec->slurm->attach_requested > TF_FAIL_NONE &&
+		    spec->slurm->attach_requested < TF_FAIL_LAST) {
+			/* the stop its coordinator had asked for before it died: finished here
+			 * (scancel again, recorded on this attempt), and a CANCELLED end is it */
+			s->requested = spec->slurm->attach_requested;
+			s->stop_since = tf_now_monotonic();
+			tf_info("Slurm job %ld was being cancelled by tpuflow (%s) when its "
+			        "coordinator stopped: finishing that",
+			        s->job, tf_fail_class_name((enum tf_fail_class)s->requested));
+		}
 	} else {
 		char *script = write_script(&s->head, spec->argv, err, errlen);
 		if (!script) {
@@ -1074,6 +1087,38 @@ static void fetch_logs(struct slurm *s)
 	}
 }
 
+/* The one place a stop tpuflow decided on (s->requested: a cancel, the step's timeout, a
+ * requeue, a job that can never start) reaches Slurm: its intent is handed to the record
+ * first (tf_slurm_spec.stopping, once: commit before acting), then scancel, tried again each
+ * poll interval until Slurm has taken it (the controller may be away). Called from poll,
+ * without reg_lock: the record is a database commit. */
+static void send_stop(struct slurm *s)
+{
+	pthread_mutex_lock(&reg_lock);
+	double now = tf_now_monotonic();
+	int go = s->requested && !s->scancelled && !s->done && s->job > 0 &&
+	         now - s->scancel_at >= poll_interval();
+	long job = s->job;
+	enum tf_fail_class why = (enum tf_fail_class)s->requested;
+	if (go)
+		s->scancel_at = now;
+	pthread_mutex_unlock(&reg_lock);
+	if (!go)
+		return;
+	if (!s->intent_told && s->stopping) {
+		int rc = s->stopping(s->stopping_data, job, why);
+		if (rc)
+			tf_warn("job %ld: the reason it is cancelled (%s) was not recorded (%s): "
+			        "cancelling it all the same",
+			        job, tf_fail_class_name(why), strerror(rc < 0 ? -rc : rc));
+	}
+	s->intent_told = 1;
+	int taken = scancel_job(job);
+	pthread_mutex_lock(&reg_lock);
+	s->scancelled = taken;
+	pthread_mutex_unlock(&reg_lock);
+}
+
 static int slurm_poll(struct tf_exec *x, struct tf_exec_result *res)
 {
 	struct slurm *s = (struct slurm *)x;
@@ -1088,6 +1133,8 @@ static int slurm_poll(struct tf_exec *x, struct tf_exec_result *res)
 	}
 	int done = s->done;
 	pthread_mutex_unlock(&reg_lock);
+	if (!done)
+		send_stop(s);
 	if (!done)
 		return -EAGAIN;
 	if (s->head.store && s->job > 0)
@@ -1113,22 +1160,18 @@ static int slurm_wait(struct tf_exec *x, double timeout, struct tf_exec_result *
 	}
 }
 
+/* Only marks the stop: the next poll records it and sends it (send_stop), on the thread
+ * that drives the handle, which the record's database handle belongs to. */
 static int slurm_cancel(struct tf_exec *x, enum tf_fail_class why)
 {
 	struct slurm *s = (struct slurm *)x;
 	pthread_mutex_lock(&reg_lock);
-	int go = !s->done && !s->requested;
-	long job = s->job;
-	if (go) {
+	if (!s->done && !s->requested) {
 		s->requested = why;
-		s->stop_since = s->scancel_at = tf_now_monotonic();
+		s->stop_since = tf_now_monotonic();
+		s->scancel_at = 0; /* at once */
 	}
 	pthread_mutex_unlock(&reg_lock);
-	if (go && job > 0 && scancel_job(job)) { /* else the next poll tries again */
-		pthread_mutex_lock(&reg_lock);
-		s->scancelled = 1;
-		pthread_mutex_unlock(&reg_lock);
-	}
 	return 0;
 }
 
@@ -1211,6 +1254,11 @@ int tf_slurm_job_state(long job, char *state, size_t statelen)
 	}
 	free(out);
 	return rc;
+}
+
+int tf_slurm_job_cancel(long job)
+{
+	return scancel_job(job) ? 0 : -EAGAIN;
 }
 
 int tf_slurm_job_tpus(long job, int *per_node, int *nodes, char *err, size_t errlen)

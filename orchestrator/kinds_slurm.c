@@ -62,9 +62,16 @@ static void add_name(struct tf_kind_slurm *ks, const char *name, size_t len)
  * attempt's, so the retry policy acts on what happened instead of the step running twice;
  * and so is one that cannot be asked about now (the controller is away: it is followed,
  * never submitted twice). Only a job Slurm no longer knows at all, or in a state the
- * executor does not know, is submitted again, which the log and an event say. */
-static long lost_job(struct tf_step_run *r, int *attempt)
+ * executor does not know, is submitted again, which the log and an event say.
+ *
+ * A stop tpuflow had recorded for that attempt before it died (tf_attempt_stop_record) goes
+ * into *requested: the executor finishes it and classes a CANCELLED end by it (the step's
+ * timeout, a requeue, a job that can never start), not as a cancel by someone else. A
+ * cancel of the run's own (Ctrl-C, `runs cancel`) is no outcome of the step: as after a
+ * cancelled attempt, the job is cancelled if it still runs and a new one is submitted. */
+static long lost_job(struct tf_step_run *r, int *attempt, enum tf_fail_class *requested)
 {
+	*requested = TF_FAIL_NONE;
 	if (!r->db)
 		return 0;
 	/* the attempt just before this one, if it was lost: an older lost attempt's job was
@@ -84,24 +91,49 @@ static long lost_job(struct tf_step_run *r, int *attempt)
 	tf_stmt_done(q);
 	if (!job)
 		return 0;
+	enum tf_fail_class intent = TF_FAIL_NONE;
+	if (tf_attempt_stop_intent(r->db, r->run_id, r->step, *attempt, &intent))
+		tf_warn("%s/%s: cannot read whether attempt %d's Slurm job %ld was being "
+		        "cancelled: %s",
+		        r->run_id, r->step, *attempt, job, tf_store_errmsg(r->db));
 	char state[128], msg[400];
 	int rc = tf_slurm_job_state(job, state, sizeof(state));
 	int follow = rc == 0 ? tf_slurm_state_followable(state) : 0;
+	if (intent == TF_FAIL_CANCELLED &&
+	    (follow == 1 || (follow == 2 && !strcmp(state, "CANCELLED")))) {
+		if (follow == 1 && tf_slurm_job_cancel(job))
+			snprintf(msg, sizeof(msg),
+			         "attempt %d's Slurm job %ld was being cancelled with its run when its "
+			         "coordinator stopped, and scancel cannot reach Slurm now: it may "
+			         "still run (scancel %ld); a new job is submitted",
+			         *attempt, job, job);
+		else
+			snprintf(msg, sizeof(msg),
+			         "attempt %d's Slurm job %ld was cancelled with its run when its "
+			         "coordinator stopped (%s): a new job is submitted",
+			         *attempt, job, follow == 1 ? "cancelled now" : "CANCELLED");
+		tf_info("%s/%s: %s", r->run_id, r->step, msg);
+		tf_event_add(r->db, r->run_id, r->step, r->attempt, "slurm", msg);
+		return 0;
+	}
 	if (follow == 1) {
 		tf_info("%s/%s: attempt %d's Slurm job %ld is %s: following it", r->run_id, r->step,
 		        *attempt, job, state);
+		*requested = intent;
 		return job;
 	}
 	if (follow == 2) {
 		tf_info("%s/%s: attempt %d's Slurm job %ld ended %s while no coordinator followed "
 		        "it: taking its outcome",
 		        r->run_id, r->step, *attempt, job, state);
+		*requested = intent;
 		return job;
 	}
 	if (rc && rc != -ENOENT) {
 		tf_warn("%s/%s: attempt %d's Slurm job %ld cannot be asked about (%s): following "
 		        "it until Slurm answers",
 		        r->run_id, r->step, *attempt, job, state);
+		*requested = intent;
 		return job;
 	}
 	if (rc == -ENOENT)
@@ -120,6 +152,16 @@ static long lost_job(struct tf_step_run *r, int *attempt)
 	tf_warn("%s/%s: %s", r->run_id, r->step, msg);
 	tf_event_add(r->db, r->run_id, r->step, r->attempt, "slurm", msg);
 	return 0;
+}
+
+/* executor 'slurm' (tf_slurm_spec.stopping): commits the stop tpuflow is about to send to the
+ * job, on the attempt that follows it, before scancel goes out. */
+static int record_stop(void *data, long job, enum tf_fail_class why)
+{
+	struct tf_step_run *r = data;
+	if (!r->db)
+		return 0;
+	return tf_attempt_stop_record(r->db, r->run_id, r->step, r->attempt, job, why);
 }
 
 int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks, char *const *extra_names)
@@ -166,10 +208,14 @@ int tf_kind_slurm_prepare(struct tf_step_run *r, struct tf_kind_slurm *ks, char 
 	for (size_t i = 0; extra_names && extra_names[i]; i++)
 		add_name(ks, extra_names[i], strcspn(extra_names[i], "="));
 	ks->spec.export_names = ks->export_names;
+	ks->spec.stopping = record_stop;
+	ks->spec.stopping_data = r;
 	int lost = 0;
-	long job = lost_job(r, &lost);
+	enum tf_fail_class requested;
+	long job = lost_job(r, &lost, &requested);
 	if (job) {
 		ks->spec.attach_job = job;
+		ks->spec.attach_requested = (int)requested;
 		ks->attempt = lost;
 	}
 	ks->job_name = tf_xasprintf("tpuflow-%s-%s-%d", r->run_id, r->step, ks->attempt);

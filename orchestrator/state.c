@@ -201,6 +201,45 @@ int tf_event_add(struct tf_store *st, const char *run, const char *step, int att
 	return tf_store_leave(st, own, rc);
 }
 
+int tf_attempt_stop_record(struct tf_store *st, const char *run, const char *step, int n,
+                           long job, enum tf_fail_class why)
+{
+	static const char *const because[TF_FAIL_LAST] = {
+	    [TF_FAIL_ERROR] = "it can never start",
+	    [TF_FAIL_TIMEOUT] = "it ran past the step's timeout",
+	    [TF_FAIL_PREEMPTED] = "it was requeued (preempted)",
+	    [TF_FAIL_INFRA] = "it was requeued off a failing node",
+	    [TF_FAIL_CANCELLED] = "the run was cancelled or interrupted",
+	};
+	if (why <= TF_FAIL_NONE || why >= TF_FAIL_LAST)
+		return -EINVAL;
+	char msg[200];
+	snprintf(msg, sizeof(msg), "tpuflow cancels Slurm job %ld (scancel): %s", job,
+	         because[why]);
+	int own, rc = tf_store_join(st, &own);
+	if (rc)
+		return rc;
+	rc = add_event(st, run, step, n, "scancel", NULL, tf_fail_class_name(why), msg);
+	return tf_store_leave(st, own, rc);
+}
+
+int tf_attempt_stop_intent(struct tf_store *st, const char *run, const char *step, int n,
+                           enum tf_fail_class *why)
+{
+	char *cls = NULL;
+	*why = TF_FAIL_NONE;
+	int rc = tf_store_query_text(st, &cls,
+	                             "SELECT to_state FROM events WHERE run_id=? AND step=? AND "
+	                             "attempt=? AND kind='scancel' ORDER BY id DESC LIMIT 1",
+	                             "tti", run, step, (int64_t)n);
+	if (rc == -ENOENT)
+		rc = 0; /* no stop was asked */
+	if (rc == 0 && cls && tf_fail_class_parse(cls, why))
+		*why = TF_FAIL_NONE;
+	free(cls);
+	return rc;
+}
+
 static void make_run_id(char out[32])
 {
 	time_t t = time(NULL);

@@ -189,6 +189,18 @@ int tf_run_mark_resume(struct tf_store *st, const char *run, int retry, char *er
  * machine. */
 int tf_attempt_set_pgid(struct tf_store *st, const char *run, const char *step, int n, long pgid);
 
+/* Records, before the scancel goes out, that tpuflow cancels attempt n's Slurm job `job`
+ * and the class the attempt is to end with (`why`: cancelled, timeout, preempted, infra,
+ * error): an event of kind "scancel" whose to_state is that class (`runs logs` shows it).
+ * Committed on its own, it outlives a coordinator killed before the attempt's end, for the
+ * one that follows the job again (tf_attempt_stop_intent). */
+int tf_attempt_stop_record(struct tf_store *st, const char *run, const char *step, int n,
+                           long job, enum tf_fail_class why);
+/* The stop recorded for attempt n (tf_attempt_stop_record) into *why, TF_FAIL_NONE when
+ * there is none. 0 or a negative code. */
+int tf_attempt_stop_intent(struct tf_store *st, const char *run, const char *step, int n,
+                           enum tf_fail_class *why);
+
 /* Appends an event that is not a state change (kind e.g. "model", "deploy", "cache"). */
 int tf_event_add(struct tf_store *st, const char *run, const char *step, int attempt,
                  const char *kind, const char *message);

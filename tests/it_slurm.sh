@@ -18,7 +18,8 @@
 # killed with -9 and resumed while its job runs, and the same with a daemon killed with -9 and
 # restarted (followed again, no second job); a job queued and then suspended past the step's
 # timeout (only run time counts: succeeded, its queue time said); jobs that ended while the
-# coordinator was down (a failed one's outcome taken, one Slurm forgot submitted again).
+# coordinator was down (a failed one's outcome taken, one Slurm forgot submitted again); the
+# coordinator killed right after its own scancel (the recorded reason decides, on resume).
 # Stops exactly what it started.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -560,6 +561,55 @@ grep -q "attempt 1's Slurm job $jgone is unknown to Slurm" lost-resume.out ||
 "$B" --home h-lost runs logs "$run" gone | grep -q "is unknown to Slurm" ||
   fail "lost: the run's events do not say the job was unknown"
 echo "it_slurm: jobs ended while the coordinator was down -> FAILED taken as error (retried), an unknown one submitted again"
+
+# ---- 6d. tpuflow's own cancel, recorded before its scancel: the coordinator killed with -9
+#          right after the scancel (a wrapper that runs the real one, then kills its caller),
+#          then resumed: the step's timeout ends the attempt as a timeout (retried), Ctrl-C's
+#          cancel is no outcome of the step (a new job); neither is "cancelled by someone" ---
+mkdir -p "$dir/killer"
+printf '#!/bin/sh\n%s "$@"; rc=$?\nkill -9 $PPID\nexit $rc\n' "$(command -v scancel)" > "$dir/killer/scancel"
+chmod +x "$dir/killer/scancel"
+shell_pipeline tkill "$WORK" '    timeout: 10s'
+shell_pipeline ckill "$WORK"
+PATH=$dir/killer:$PATH "$B" --home h-tkill run tkill.yaml > tkill.out 2>&1 &
+tpid=$!
+bg+=($tpid)
+PATH=$dir/killer:$PATH "$B" --home h-ckill run ckill.yaml > ckill.out 2>&1 &
+cpid=$!
+bg+=($cpid)
+trun= crun=
+for _ in $(seq 1 100); do
+  trun=$(run_id h-tkill 2>/dev/null) crun=$(run_id h-ckill 2>/dev/null) && [[ -n $trun && -n $crun ]] && break
+  sleep 0.1
+done
+cjob=$(running_job "tpuflow-$crun-work") || fail "ckill: the job never ran: $(tail -5 ckill.out)"
+tjob=$(running_job "tpuflow-$trun-work") || fail "tkill: the job never ran: $(tail -5 tkill.out)"
+kill -TERM "$cpid"
+{ wait "$cpid"; } 2>/dev/null; rc=$?
+[[ $rc -eq 137 ]] || fail "ckill: the coordinator was not killed after its scancel (exit $rc): $(tail -5 ckill.out)"
+{ wait "$tpid"; } 2>/dev/null; rc=$?
+[[ $rc -eq 137 ]] || fail "tkill: the coordinator was not killed after its scancel (exit $rc): $(tail -5 tkill.out)"
+for j in "$tjob" "$cjob"; do
+  for _ in $(seq 1 50); do [[ $(squeue -h -t all -j "$j" -o '%T') == CANCELLED ]] && break; sleep 0.2; done
+  [[ $(squeue -h -t all -j "$j" -o '%T') == CANCELLED ]] || fail "killed after scancel: job $j is not CANCELLED"
+done
+"$B" --home h-tkill runs logs "$trun" | grep -q "tpuflow cancels Slurm job $tjob (scancel): it ran past the step's timeout" ||
+  fail "tkill: the stop was not recorded before the scancel: $("$B" --home h-tkill runs logs "$trun" | tail -5)"
+"$B" --home h-tkill runs resume "$trun" > tkill-resume.out 2>&1 ||
+  fail "tkill: resume: $(tail -5 tkill-resume.out)"
+attempts h-tkill "$trun" work > a.txt
+[[ $(sed -n 1,2p a.txt | tr '\n' ' ') == "1 lost infra $tjob 2 failed timeout $tjob " ]] ||
+  fail "tkill: the cancelled job was not taken as the timeout tpuflow cancelled it for: $(cat a.txt)"
+grep -qE '^3 succeeded - [0-9]+$' a.txt && ! grep -q "^3 .* $tjob\$" a.txt ||
+  fail "tkill: the timeout was not retried with a new job: $(cat a.txt)"
+"$B" --home h-ckill runs resume "$crun" > ckill-resume.out 2>&1 ||
+  fail "ckill: resume: $(tail -5 ckill-resume.out)"
+attempts h-ckill "$crun" work > a.txt
+grep -q "^1 lost infra $cjob\$" a.txt && grep -qE '^2 succeeded - [0-9]+$' a.txt && ! grep -q "^2 .* $cjob\$" a.txt ||
+  fail "ckill: the job cancelled with its run was taken as the step's outcome: $(cat a.txt)"
+"$B" --home h-ckill runs logs "$crun" | grep -q "attempt 1's Slurm job $cjob was cancelled with its run" ||
+  fail "ckill: the new job is not explained: $("$B" --home h-ckill runs logs "$crun" | tail -5)"
+echo "it_slurm: coordinator killed -9 right after its scancel -> timeout taken as timeout (retried), Ctrl-C's cancel resubmitted"
 
 # ---- 7. the demo pipeline with prep, train and evaluate on Slurm: same bits as in-process --
 sed -e "s|^defaults:|storage: s3://$bucket/demo\n\ndefaults:|" \
