@@ -43,7 +43,8 @@
  * coordinator is there to. Queue, run and suspended times go into the result's message
  * (Slurm's SubmitTime, StartTime, EndTime and TimeUsed, asked for as Unix seconds).
  *
- * A job squeue no longer lists is looked up with `sacct` (when accounting keeps it), then
+ * A job squeue no longer lists is looked up with `sacct` (when accounting keeps it, or the
+ * job completion log of jobcomp/filetxt: `sacct -c`), then
  * `scontrol show job` for those sacct does not know; if Slurm says it has forgotten it, the
  * attempt is an infra failure.
  *
@@ -282,6 +283,26 @@ int tf_slurm_elapsed_parse(const char *text, long *secs)
 	return 0;
 }
 
+/* `sacct -X -n -P -j IDS -o FIELDS` (times as Unix seconds) into *out, which the caller
+ * frees. Without an accounting database (AccountingStorageType=accounting_storage/none, where
+ * sacct says "Slurm accounting storage is disabled") the job completion log is asked instead:
+ * `sacct -c` reads what JobCompType=jobcomp/filetxt wrote to JobCompLoc, a file on the
+ * machine sacct runs on (sacct(1), Slurm 22.05). Returns run_tool's code. */
+static int run_sacct(const char *ids, const char *fields, char **out, char *err, size_t errlen)
+{
+	char *argv[] = {"sacct", "-X", "-n", "-P", "-j", (char *)ids, "-o", (char *)fields, NULL};
+	char *comp[] = {"sacct", "-c",         "-X", "-n", "-P", "-j", (char *)ids,
+	                "-o",    (char *)fields, NULL};
+	char **env = time_env();
+	int rc = run_tool(argv, env, out, err, errlen);
+	if (rc > 0 && strstr(err, "accounting storage is disabled")) {
+		free(*out);
+		rc = run_tool(comp, env, out, err, errlen);
+	}
+	free(env);
+	return rc;
+}
+
 /* scancel JOB: 1 when it was cancelled or had ended already, 0 when Slurm could not be asked
  * (logged; the caller tries again). */
 static int scancel_job(long job)
@@ -425,7 +446,7 @@ static struct slurm *find_job(long id)
 }
 
 /* Jobs squeue stopped listing: ONE sacct for all of them (rows "ID|STATE|EXIT:SIGNAL", e.g.
- * "12|CANCELLED by 0|0:15"; it fails without slurmdbd), then, for those it did not know,
+ * "12|CANCELLED by 0|0:15"; without slurmdbd from the job completion log, run_sacct), then, for those it did not know,
  * the controller's memory (scontrol, which takes one id). Sets each one's lookup: 1 known,
  * -1 forgotten (scontrol said "Invalid job id"), 0 when scontrol could not be asked. Called
  * with reg_lock held. */
@@ -437,12 +458,8 @@ static void lookup_missing(void)
 	for (struct slurm *s = reg_head; s; s = s->next)
 		if (!s->done && s->job > 0 && s->missing >= LOST_SWEEPS)
 			s->lookup = -1;
-	char *sacct[] = {"sacct", "-X", "-n", "-P",
-	                 "-j",    ids,  "-o", "JobID,State,ExitCode,ElapsedRaw,Submit,Start,End",
-	                 NULL};
-	char **env = time_env();
-	int rc = run_tool(sacct, env, &out, err, sizeof(err));
-	free(env);
+	int rc = run_sacct(ids, "JobID,State,ExitCode,ElapsedRaw,Submit,Start,End", &out, err,
+	                   sizeof(err));
 	double now = tf_now_monotonic();
 	char *save = NULL;
 	for (char *row = rc ? NULL : strtok_r(out, "\n", &save); row;
@@ -1242,10 +1259,9 @@ int tf_slurm_job_state(long job, char *state, size_t statelen)
 		field(out, 0, state, statelen);
 	} else if (rc == 0 || strstr(err, "Invalid job id")) {
 		/* past MinJobAge: accounting may still know it ("CANCELLED by 0": the word) */
-		char *sacct[] = {"sacct", "-X", "-n", "-P", "-j", id, "-o", "State", NULL};
 		free(out);
 		out = NULL;
-		rc = run_tool(sacct, NULL, &out, err, sizeof(err)) == 0 && out[0] ? 0 : -ENOENT;
+		rc = run_sacct(id, "State", &out, err, sizeof(err)) == 0 && out[0] ? 0 : -ENOENT;
 		if (rc == 0)
 			snprintf(state, statelen, "%.*s", (int)strcspn(out, " \n"), out);
 	} else {

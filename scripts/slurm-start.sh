@@ -2,7 +2,8 @@
 # Starts a one-node Slurm cluster on 127.0.0.1 for the integration tests and benchmarks: its
 # own munged (key, socket, pid file under DIR), slurmctld and slurmd on free loopback ports,
 # one node with 4 emulated TPU chips as the generic resource `tpu` (count only, no device
-# files), no cgroups (proctrack/linuxproc, task/none), no accounting daemon.
+# files), no cgroups (proctrack/linuxproc, task/none), no accounting daemon: finished jobs go
+# to a job completion log (jobcomp/filetxt, DIR/log/jobcomp.txt), which `sacct -c` reads.
 #   scripts/slurm-start.sh DIR      (stop with scripts/slurm-stop.sh DIR)
 # Writes DIR/slurm.env (SLURM_CONF, the node's name) and one pid file per daemon under
 # DIR/run. Several clusters can run side by side: each has its own ports, node name and munge
@@ -68,7 +69,8 @@ ReturnToService=1
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$D/log/jobcomp.txt
 MessageTimeout=10
 MinJobAge=600
 OverTimeLimit=0

@@ -502,8 +502,10 @@ grep -q "^2 succeeded - $job" a.txt || fail "daemon: attempt 2 did not follow jo
 echo "it_slurm: daemon killed -9 and restarted: it followed job $job again, 1 job in all"
 
 # ---- 6c. jobs that ended while no coordinator followed them: the resume takes the outcome
-#          of one that failed (error, retried as the step says: one more job), and submits
-#          again, saying so, for one Slurm no longer knows (made so by a squeue wrapper) -----
+#          of one that failed (error, retried as the step says: one more job); of one squeue
+#          has forgotten, from the job completion log (`sacct -c`: the cluster has no
+#          accounting daemon, but jobcomp/filetxt); and submits again, saying so, for one
+#          Slurm no longer knows at all (forgotten by squeue and sacct wrappers) -------------
 cat > lost.yaml <<EOF
 name: it-lost
 storage: s3://$bucket/lost
@@ -522,30 +524,63 @@ steps:
     with:
       argv: [sh, -c, 'sleep 3; echo answer=42 > "\$TPUFLOW_METRICS"']
       metrics: [answer]
+  - name: told
+    type: shell
+    executor: slurm
+    retries: 0
+    with:
+      argv: [sh, -c, 'sleep 3; echo answer=43 > "\$TPUFLOW_METRICS"']
+      metrics: [answer]
 EOF
 "$B" --home h-lost run lost.yaml > lost.out 2>&1 &
 pid=$!
 bg+=($pid)
 run=
 for _ in $(seq 1 100); do run=$(run_id h-lost 2>/dev/null) && [[ -n $run ]] && break; sleep 0.1; done
-jbad= jgone=
+jbad= jgone= jtold=
 for _ in $(seq 1 300); do
   jbad=$(squeue -h -t all -o '%i %j' | awk -v n="tpuflow-$run-bad-1" '$2 == n {print $1}')
   jgone=$(squeue -h -t all -o '%i %j' | awk -v n="tpuflow-$run-gone-1" '$2 == n {print $1}')
-  [[ -n $jbad && -n $jgone ]] && break
+  jtold=$(squeue -h -t all -o '%i %j' | awk -v n="tpuflow-$run-told-1" '$2 == n {print $1}')
+  [[ -n $jbad && -n $jgone && -n $jtold ]] && break
   sleep 0.1
 done
-[[ -n $jbad && -n $jgone ]] || fail "lost: the jobs were not submitted: $(tail -3 lost.out)"
+[[ -n $jbad && -n $jgone && -n $jtold ]] || fail "lost: the jobs were not submitted: $(tail -3 lost.out)"
 { kill -9 "$pid"; wait "$pid"; } 2>/dev/null
 for _ in $(seq 1 450); do
-  [[ $(squeue -h -t all -j "$jbad" -o '%T') == FAILED && $(squeue -h -t all -j "$jgone" -o '%T') == COMPLETED ]] && break
+  [[ $(squeue -h -t all -j "$jbad" -o '%T') == FAILED && $(squeue -h -t all -j "$jgone" -o '%T') == COMPLETED &&
+     $(squeue -h -t all -j "$jtold" -o '%T') == COMPLETED ]] && break
   sleep 0.2
 done
 [[ $(squeue -h -t all -j "$jbad" -o '%T') == FAILED ]] || fail "lost: job $jbad did not fail"
+[[ $(squeue -h -t all -j "$jtold" -o '%T') == COMPLETED ]] || fail "lost: job $jtold did not complete"
+# forget TOOL IDS ALL_GONE: a wrapper of TOOL that leaves IDS out of every -j list (squeue
+# past MinJobAge, accounting without a record), running ALL_GONE when none is left
+forget() {
+  sed -e "s|@IDS@|$2|" -e "s|@REAL@|$(command -v "$1")|" -e "s|@GONE@|$3|" > "$dir/forget/$1" <<'EOS'
+#!/bin/bash
+echo "$(basename "$0") $*" >> "${0%/*}/calls.txt"
+args=()
+while (($#)); do
+  if [[ $1 == -j ]]; then
+    keep=
+    IFS=, read -ra ids <<< "$2"
+    for i in "${ids[@]}"; do [[ ,@IDS@, == *",$i,"* ]] || keep+=${keep:+,}$i; done
+    [[ -n $keep ]] || { @GONE@; }
+    args+=(-j "$keep")
+    shift 2
+    continue
+  fi
+  args+=("$1")
+  shift
+done
+exec @REAL@ "${args[@]}"
+EOS
+  chmod +x "$dir/forget/$1"
+}
 mkdir -p "$dir/forget"
-printf '#!/bin/sh\ncase " $* " in *" -j %s "*"State:|"*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1;; esac\nexec %s "$@"\n' \
-  "$jgone" "$(command -v squeue)" > "$dir/forget/squeue"
-chmod +x "$dir/forget/squeue"
+forget squeue "$jgone,$jtold" 'echo "slurm_load_jobs error: Invalid job id specified" >\&2; exit 1'
+forget sacct "$jgone" 'exit 0'
 PATH=$dir/forget:$PATH "$B" --home h-lost runs resume "$run" > lost-resume.out 2>&1 ||
   fail "lost: resume: $(tail -5 lost-resume.out)"
 attempts h-lost "$run" bad > a.txt
@@ -560,7 +595,16 @@ grep -q "attempt 1's Slurm job $jgone is unknown to Slurm" lost-resume.out ||
   fail "lost: the resubmission is not explained: $(cat lost-resume.out)"
 "$B" --home h-lost runs logs "$run" gone | grep -q "is unknown to Slurm" ||
   fail "lost: the run's events do not say the job was unknown"
-echo "it_slurm: jobs ended while the coordinator was down -> FAILED taken as error (retried), an unknown one submitted again"
+attempts h-lost "$run" told > a.txt
+[[ $(tr '\n' ' ' < a.txt) == "1 lost infra $jtold 2 succeeded - $jtold " ]] ||
+  fail "lost: the outcome of job $jtold, which squeue forgot, was not taken from sacct -c: $(cat a.txt)"
+"$B" --home h-lost runs show --json "$run" | $PY -c '
+import json, sys
+m = [s["metrics"] for s in json.load(sys.stdin)["steps"] if s["name"] == "told"][0]
+sys.exit(0 if m == {"answer": 43} else "metrics %s" % m)' || fail "lost: the results of job $jtold were not read"
+grep -q "^sacct -c .*-j $jtold -o JobID,State" "$dir/forget/calls.txt" ||
+  fail "lost: the coordinator did not ask the job completion log about job $jtold: $(cat "$dir/forget/calls.txt")"
+echo "it_slurm: jobs ended while the coordinator was down -> FAILED taken as error (retried), one squeue forgot taken from sacct -c, an unknown one submitted again"
 
 # ---- 6d. tpuflow's own cancel, recorded before its scancel: the coordinator killed with -9
 #          right after the scancel (a wrapper that runs the real one, then kills its caller),
