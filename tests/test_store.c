@@ -409,6 +409,52 @@ static void test_store_pgid_unsynced_survives_the_process(void **state)
 	tf_store_close(st);
 }
 
+/* The reason tpuflow cancels a Slurm job is committed before the scancel: a process that
+ * records it and dies without closing anything (as a coordinator killed with -9 right
+ * after its scancel) leaves it for the next one, per attempt; an attempt with none reads
+ * none. */
+static void test_store_stop_intent_survives_the_process(void **state)
+{
+	(void)state;
+	struct tf_store *st = open_db("stop.db");
+	char id[32];
+	make_run(st, id);
+	assert_int_equal(tf_step_set_state(st, id, "a", TF_STEP_RUNNING, NULL), 0);
+	assert_int_equal(tf_attempt_create(st, id, "a", 1), 0);
+	assert_int_equal(tf_attempt_create(st, id, "a", 2), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct tf_store *c = NULL;
+		char err[256];
+		if (tf_store_open("stop.db", 0, &c, err, sizeof(err)) ||
+		    tf_attempt_stop_record(c, id, "a", 2, 12, TF_FAIL_TIMEOUT))
+			_exit(1);
+		_exit(0); /* no close, no checkpoint */
+	}
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	struct tf_store *again = open_db("stop.db");
+	enum tf_fail_class why = TF_FAIL_ERROR;
+	assert_int_equal(tf_attempt_stop_intent(again, id, "a", 2, &why), 0);
+	assert_int_equal(why, TF_FAIL_TIMEOUT);
+	assert_int_equal(tf_attempt_stop_intent(again, id, "a", 1, &why), 0);
+	assert_int_equal(why, TF_FAIL_NONE);
+	assert_int_equal(tf_attempt_stop_record(again, id, "a", 1, 11, TF_FAIL_NONE), -EINVAL);
+	json_t *ev = NULL;
+	assert_int_equal(tf_run_events(again, id, "a", &ev), 0);
+	int said = 0;
+	for (size_t i = 0; i < json_array_size(ev); i++) {
+		const char *m = json_string_value(json_object_get(json_array_get(ev, i), "message"));
+		said |= m && strstr(m, "tpuflow cancels Slurm job 12 (scancel): it ran past") != NULL;
+	}
+	assert_true(said);
+	json_decref(ev);
+	tf_store_close(again);
+	tf_store_close(st);
+}
+
 static void test_store_db_command_status_migrate_and_refusal(void **state)
 {
 	(void)state;
@@ -459,6 +505,7 @@ int main(void)
 	    cmocka_unit_test(test_store_run_claim_is_compare_and_set),
 	    cmocka_unit_test(test_store_step_and_attempt_transitions_log_events),
 	    cmocka_unit_test(test_store_pgid_unsynced_survives_the_process),
+	    cmocka_unit_test(test_store_stop_intent_survives_the_process),
 	    cmocka_unit_test(test_store_db_command_status_migrate_and_refusal),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
