@@ -1150,10 +1150,10 @@ static int slurm_poll(struct tf_exec *x, struct tf_exec_result *res)
 	}
 	int done = s->done;
 	pthread_mutex_unlock(&reg_lock);
-	if (!done)
+	if (!done) {
 		send_stop(s);
-	if (!done)
 		return -EAGAIN;
+	}
 	if (s->head.store && s->job > 0)
 		fetch_logs(s);
 	*res = s->res;
