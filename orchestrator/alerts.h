@@ -188,7 +188,9 @@ int tf_alerts_deliver_one(struct tf_store *st, const struct tf_alerts_config *cf
 /* Posts the Alertmanager alerts still firing again (Alertmanager resolves an alert it has
  * not heard of for its resolve_timeout), and the resolving alerts delivered in the last five
  * minutes (so an Alertmanager restarted meanwhile still notifies the resolution); *sent (may
- * be NULL) is added those accepted. The delivery worker does this every `refire` seconds. */
+ * be NULL) is added those accepted. Each re-post is leased as an outbox row is: one process
+ * posts an alert again at a time, and no other request of its hook is in flight meanwhile.
+ * The delivery worker does this every `refire` seconds. */
 int tf_alerts_refire(struct tf_store *st, const struct tf_alerts_config *cfg, int *sent);
 
 /* A thread that keeps delivering a home's alerts: it opens its own store handle, starts what

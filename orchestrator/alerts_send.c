@@ -22,7 +22,14 @@
  * firing alerts too: they hold their hook as a row does). A row's request starts when it is
  * taken, so its lease is the POST's timeout and a margin. A process killed while posting
  * leaves the lease to run out: the row is sent again by the next pass, with the same msg_id
- * (at least once). */
+ * (at least once).
+ *
+ * A re-post (tf_alerts_refire) is leased as a row is, on the delivered row it posts again, in
+ * the transaction that checks the alert is still firing: while it is in flight no process
+ * takes another request for its hook, and a re-post is not taken while another request of
+ * its hook is in flight anywhere. So every process on a home keeps one request per hook in
+ * flight, and the resolution of a firing alert, queued while the alert is being posted again
+ * by another process, goes only once that re-post is answered. */
 #include "orchestrator/alerts.h"
 
 #define TF_LOG_TAG "alerts"
@@ -360,6 +367,7 @@ static void target_free(struct target *t)
 struct flight {
 	struct target t;            /* what is posted (owned) */
 	int repost;                 /* posted again: the row's state is not touched */
+	double repost_lease;        /* a re-post's lease_until, released when it is answered */
 	CURL *easy;                 /* the request, NULL until it is built */
 	struct curl_slist *headers; /* owned; libcurl borrows them */
 	char *body;                 /* owned; libcurl borrows it */
@@ -586,7 +594,8 @@ static int courier_busy(const struct courier *c, const char *hook)
 	return 0;
 }
 
-/* Counts, logs and (for an outbox row) records the outcome of f, then frees it. */
+/* Counts, logs and records the outcome of f (an outbox row's attempt, or the end of a
+ * re-post's lease), then frees it. */
 static int courier_done(struct courier *c, struct tf_store *st, const struct tf_alerts_config *cfg,
                         struct flight *f, enum outcome o, long status, const char *why)
 {
@@ -597,6 +606,11 @@ static int courier_done(struct courier *c, struct tf_store *st, const struct tf_
 		else
 			tf_info("alert %s to hook '%s' not sent again: %s", f->t.msg_id, f->t.hook,
 			        why);
+		/* the hook is free again; a lease that ran out and was taken since is not ours */
+		rc = tf_store_run(st,
+		                  "UPDATE alerts SET lease_until=NULL, next_attempt_at=?1 WHERE "
+		                  "id=?2 AND lease_until=?3",
+		                  "did", tf_now_wall(), f->t.id, f->repost_lease);
 	} else {
 		rc = record(st, cfg, &f->t, o, status, f->a.retry_after, why);
 		if (o == SENT) {
@@ -611,27 +625,16 @@ static int courier_done(struct courier *c, struct tf_store *st, const struct tf_
 }
 
 /* Sends *t (taken over: *t is cleared): its request joins the others in flight, or its
- * outcome is known at once and recorded. A re-post goes only while its alert is still firing
- * (or is a resolution): one resolved since it was listed is not posted again. */
+ * outcome is known at once and recorded. repost_lease: 0 for an outbox row (leased by
+ * courier_claim), else the lease repost_claim took for this re-post. */
 static int courier_start(struct courier *c, struct tf_store *st, const struct tf_alerts_config *cfg,
-                         struct target *t, int repost)
+                         struct target *t, double repost_lease)
 {
 	struct flight *f = tf_xcalloc(1, sizeof(*f));
 	f->t = *t;
-	f->repost = repost;
+	f->repost = repost_lease > 0;
+	f->repost_lease = repost_lease;
 	*t = (struct target){0};
-	if (repost) {
-		int64_t still = 0;
-		tf_store_query_int(
-		    st, &still,
-		    "SELECT EXISTS(SELECT 1 FROM alert_firing WHERE alert_id=?1) OR "
-		    "EXISTS(SELECT 1 FROM alerts WHERE id=?1 AND resolves IS NOT NULL)",
-		    "i", f->t.id);
-		if (!still) {
-			flight_free(f);
-			return 0;
-		}
-	}
 	char why[512] = "";
 	enum outcome o = post_begin(cfg, f, why, sizeof(why));
 	if (o != POSTING)
@@ -646,18 +649,81 @@ static int courier_start(struct courier *c, struct tf_store *st, const struct tf
 	return 0;
 }
 
-/* Starts the waiting re-posts whose hook has nothing in flight, the oldest of each. */
+/* What repost_claim decided for a re-post. */
+enum claim {
+	TAKEN, /* leased to this process: post it */
+	GONE,  /* not to be posted: resolved since it was listed, too old, its hook removed or
+	        * disabled, or another process posting it now */
+	BUSY,  /* its hook has another request in flight in another process: try again later */
+};
+
+/* Whether a request to hook ?1 is in flight anywhere on the home at ?2 (now): an outbox
+ * row's (leased while pending) or a re-post's (a delivered row leased; its next_attempt_at is
+ * moved to the lease's end, so the index alerts_due finds the few that are, not every
+ * delivered row). */
+#define HOOK_IN_FLIGHT                                                                             \
+	"EXISTS (SELECT 1 FROM alerts p WHERE p.state='pending' AND p.hook=?1 AND "                \
+	"p.lease_until >= ?2) OR EXISTS (SELECT 1 FROM alerts r WHERE r.state='delivered' AND "    \
+	"r.next_attempt_at >= ?2 AND r.hook=?1 AND r.lease_until >= ?2)"
+
+/* Takes the re-post of delivered row t for this process, in one write transaction, as
+ * courier_claim takes an outbox row: only while the alert is still firing (or is a resolution
+ * delivered within RESOLVED_S) and no request to its hook is in flight in any process. Its
+ * lease (lease_until, and next_attempt_at for the index) covers one POST, as an outbox row's
+ * does: until it is released (courier_done) or runs out, no process posts the alert again
+ * nor any other alert of its hook, so the resolution of a firing alert cannot overtake the
+ * firing alert's re-post. *out receives the decision, *lease the lease's end. */
+static int repost_claim(struct tf_store *st, const struct tf_alerts_config *cfg,
+                        const struct target *t, enum claim *out, double *lease)
+{
+	double now = tf_now_wall();
+	int rc = tf_store_begin(st);
+	if (rc)
+		return rc;
+	int64_t still = 0, busy = 0;
+	rc = tf_store_query_int(st, &still,
+	                        "SELECT count(*) FROM alerts a JOIN hooks h ON h.name=a.hook WHERE "
+	                        "a.id=?1 AND a.state='delivered' AND h.disabled_at IS NULL AND "
+	                        "coalesce(a.lease_until < ?2, 1) AND (a.id IN (SELECT alert_id "
+	                        "FROM alert_firing) OR (a.resolves IS NOT NULL AND "
+	                        "a.delivered_at > ?3))",
+	                        "idd", t->id, now, now - RESOLVED_S);
+	if (rc == 0 && still)
+		rc = tf_store_query_int(st, &busy, "SELECT " HOOK_IN_FLIGHT, "td", t->hook, now);
+	enum claim cl = !still ? GONE : busy ? BUSY : TAKEN;
+	*lease = now + cfg->timeout + LEASE_MARGIN;
+	if (rc == 0 && cl == TAKEN)
+		rc = tf_store_run(
+		    st, "UPDATE alerts SET lease_until=?1, next_attempt_at=?1 WHERE id=?2", "di",
+		    *lease, t->id);
+	if (rc == 0 && cl == TAKEN)
+		rc = tf_store_commit(st);
+	if (rc || cl != TAKEN)
+		tf_store_rollback(st);
+	if (rc == 0)
+		*out = cl;
+	return rc;
+}
+
+/* Starts the waiting re-posts whose hook has nothing in flight here or in another process,
+ * the oldest of each; drops those no longer to be posted (repost_claim). */
 static int courier_start_waiting(struct courier *c, struct tf_store *st,
                                  const struct tf_alerts_config *cfg)
 {
 	int rc = 0;
 	size_t kept = 0;
 	for (size_t i = 0; i < c->nwait; i++) {
-		if (courier_busy(c, c->wait[i].hook)) {
+		enum claim cl = BUSY;
+		double lease = 0;
+		int r = 0;
+		if (!courier_busy(c, c->wait[i].hook))
+			r = repost_claim(st, cfg, &c->wait[i], &cl, &lease);
+		if (r == 0 && cl == TAKEN)
+			r = courier_start(c, st, cfg, &c->wait[i], lease);
+		else if (r == 0 && cl == BUSY)
 			c->wait[kept++] = c->wait[i];
-			continue;
-		}
-		int r = courier_start(c, st, cfg, &c->wait[i], 1);
+		else
+			target_free(&c->wait[i]);
 		if (r && !rc)
 			rc = r;
 	}
@@ -705,9 +771,10 @@ static int courier_run(struct courier *c, struct tf_store *st, const struct tf_a
 	"NOT EXISTS (SELECT 1 FROM alerts o WHERE o.state='pending' AND o.hook=a.hook AND "        \
 	"o.id<a.id)"
 
-/* Takes up to max due rows, the oldest pending of each hook with nothing in flight (or row
- * `only`), leases them and starts them; *n receives how many. Each row's request starts
- * when it is taken, so its lease covers one POST (the timeout and a margin). */
+/* Takes up to max due rows, the oldest pending of each hook with nothing in flight here or,
+ * as a re-post, in another process (or row `only`), leases them and starts them; *n receives
+ * how many. Each row's request starts when it is taken, so its lease covers one POST (the
+ * timeout and a margin). */
 static int courier_claim(struct courier *c, struct tf_store *st, const struct tf_alerts_config *cfg,
                          int max, int64_t only, int *n)
 {
@@ -723,7 +790,9 @@ static int courier_claim(struct courier *c, struct tf_store *st, const struct tf
 	    "h.url, h.format, h.secret_env, h.secret_file, h.disabled_reason FROM alerts a "
 	    "LEFT JOIN hooks h ON "
 	    "h.name=a.hook WHERE (?1 = 0 AND a.state='pending' AND a.next_attempt_at <= ?2 AND "
-	    "(a.lease_until IS NULL OR a.lease_until < ?2) AND " HOOK_HEAD ") OR a.id=?1 "
+	    "(a.lease_until IS NULL OR a.lease_until < ?2) AND " HOOK_HEAD " AND NOT "
+	    "EXISTS (SELECT 1 FROM alerts r WHERE r.state='delivered' AND r.next_attempt_at >= ?2 "
+	    "AND r.hook=a.hook AND r.lease_until >= ?2)) OR a.id=?1 "
 	    "ORDER BY a.id LIMIT ?3",
 	    "idi", only, now, (int64_t)((max > 0 ? max : 64) + (int)c->nfl));
 	if (!q) {
@@ -764,7 +833,7 @@ static int courier_claim(struct courier *c, struct tf_store *st, const struct tf
 		tf_store_rollback(st);
 	for (size_t i = 0; i < nt; i++) {
 		if (rc == 0) {
-			int r = courier_start(c, st, cfg, &ts[i], 0);
+			int r = courier_start(c, st, cfg, &ts[i], 0.0);
 			if (r && !rc)
 				rc = r;
 			(*n)++;
@@ -851,7 +920,8 @@ int tf_alerts_deliver_one(struct tf_store *st, const struct tf_alerts_config *cf
  * RESOLVED_S (five minutes) after the resolution, so that an Alertmanager that restarted
  * meanwhile still sends the resolved notification. Best effort: an answer other than 2xx is
  * logged; the next round tries again. Queues them on the courier (those not already waiting
- * or in flight), each to go when its hook has nothing in flight. */
+ * or in flight), each to go when its hook has nothing in flight (repost_claim decides,
+ * when it is its turn, whether it still goes). */
 static int courier_queue_reposts(struct courier *c, struct tf_store *st)
 {
 	struct tf_stmt *q = tf_store_query(
@@ -900,7 +970,7 @@ int tf_alerts_refire(struct tf_store *st, const struct tf_alerts_config *cfg, in
 	int rc = courier_queue_reposts(&c, st);
 	while (rc == 0 && (c.nwait > 0 || c.nfl > 0)) {
 		rc = courier_start_waiting(&c, st, cfg);
-		if (rc == 0 && c.nfl > 0)
+		if (rc == 0 && (c.nwait > 0 || c.nfl > 0)) /* an answer, or another process's */
 			rc = courier_run(&c, st, cfg, 200);
 	}
 	if (sent)

@@ -5,7 +5,8 @@
  * alerts resolved by the next successful run of the pipeline, the Slack and Alertmanager
  * bodies (texts cut on a character, labels that tell alerts apart), dead-lettering after
  * max_attempts, redelivery with the same id, what each HTTP answer means, a hook's alerts in
- * queue order, hooks posted to at once with a lease per POST, a receiver that hangs holding
+ * queue order, hooks posted to at once with a lease per POST, re-posts leased across two
+ * processes (a resolution never overtaken by a re-post), a receiver that hangs holding
  * back no other hook, both signatures while a secret is rotated, and a resolving alert
  * queued during the delivery thread's last pass still sent.
  * Delivery to real receivers is tests/it_alerts.sh. */
@@ -30,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -845,6 +847,74 @@ static void test_alerts_alertmanager_refire_not_of_a_run(void **state)
 	tf_store_close(st);
 }
 
+/* Two processes on a home delivering its alerts (the daemon and a `tpuflow run`): a re-post of a
+ * firing Alertmanager alert by one of them holds its hook as an outbox row's POST does. While
+ * it is in flight the other process neither posts the same alert again nor the alert that
+ * resolves it, so Alertmanager gets the firing state, then the resolution, never the
+ * firing state after the resolution. The other process is a real one (fork), started before
+ * this case opens the database and told by a pipe when to re-post. */
+static void test_alerts_refire_leased_across_processes(void **state)
+{
+	struct fixture *fx = *state;
+	struct responder *r = responder_start(fx, 200);
+	char url[96];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", r->port);
+	int go[2];
+	assert_int_equal(pipe(go), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) { /* the other process: re-posts what is firing once told to */
+		close(go[1]);
+		char b;
+		struct tf_store *own = NULL;
+		struct tf_alerts_config cfg;
+		char err[256];
+		int sent = 0;
+		int ok = read(go[0], &b, 1) == 1 &&
+		         tf_store_open_home(".", &own, err, sizeof(err)) == 0 &&
+		         tf_alerts_config_load(".", &cfg, err, sizeof(err)) == 0 &&
+		         tf_alerts_refire(own, &cfg, &sent) == 0 && sent == 1;
+		_exit(ok ? 0 : 1);
+	}
+	close(go[0]);
+	struct tf_store *st = open_empty_home();
+	add_hook(st, "am5", url, "alertmanager", "run_failed");
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	char a[32], b[32];
+	new_run(st, "leased", a);
+	assert_int_equal(tf_run_set_state(st, a, TF_RUN_FAILED, "boom"), 0);
+	int sent = 0;
+	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, &sent, NULL, NULL), 0);
+	assert_int_equal(sent, 1);
+	atomic_store(&r->delay_ms, 1500); /* the other process's re-post takes 1.5 s */
+	assert_int_equal(write(go[1], "g", 1), 1);
+	close(go[1]);
+	for (int i = 0; i < 3000 && r->n < 2; i++)
+		usleep(5000);
+	assert_int_equal(r->n, 2); /* its re-post is in flight */
+	atomic_store(&r->delay_ms, 0);
+	sent = 0;
+	assert_int_equal(tf_alerts_refire(st, &cfg, &sent), 0);
+	assert_int_equal(sent, 0); /* not posted twice at once */
+	new_run(st, "leased", b);
+	assert_int_equal(tf_run_set_state(st, b, TF_RUN_SUCCEEDED, NULL), 0);
+	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, &sent, NULL, NULL), 0);
+	assert_int_equal(sent, 0); /* the resolution waits for the re-post's answer */
+	assert_int_equal(r->n, 2);
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, &sent, NULL, NULL), 0);
+	assert_int_equal(sent, 1);
+	assert_int_equal(r->n, 3);
+	assert_null(strstr(r->bodies[1], "\"endsAt\""));
+	assert_non_null(strstr(r->bodies[2], "\"endsAt\""));
+	tf_hooks_remove(st, "am5");
+	tf_alerts_config_release(&cfg);
+	tf_store_close(st);
+}
+
 /* The value of header `name` in a request head, copied to out. */
 static const char *header(const char *head, const char *name, char *out, size_t n)
 {
@@ -1411,6 +1481,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_alerts_alertmanager_refire, fixture_setup,
 	                                    fixture_teardown),
 	    cmocka_unit_test_setup_teardown(test_alerts_alertmanager_refire_not_of_a_run,
+	                                    fixture_setup, fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_refire_leased_across_processes,
 	                                    fixture_setup, fixture_teardown),
 	    cmocka_unit_test_setup_teardown(test_alerts_order_per_hook, fixture_setup,
 	                                    fixture_teardown),
