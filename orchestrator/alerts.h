@@ -189,7 +189,8 @@ int tf_alerts_deliver_one(struct tf_store *st, const struct tf_alerts_config *cf
  * not heard of for its resolve_timeout), and the resolving alerts delivered in the last five
  * minutes (so an Alertmanager restarted meanwhile still notifies the resolution); *sent (may
  * be NULL) is added those accepted. Each re-post is leased as an outbox row is: one process
- * posts an alert again at a time, and no other request of its hook is in flight meanwhile.
+ * posts an alert again at a time, and no other request of its hook is in flight meanwhile;
+ * an alert is not posted again once a newer one of its hook has the same labels.
  * The delivery worker does this every `refire` seconds. */
 int tf_alerts_refire(struct tf_store *st, const struct tf_alerts_config *cfg, int *sent);
 

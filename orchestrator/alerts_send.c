@@ -29,7 +29,10 @@
  * takes another request for its hook, and a re-post is not taken while another request of
  * its hook is in flight anywhere. So every process on a home keeps one request per hook in
  * flight, and the resolution of a firing alert, queued while the alert is being posted again
- * by another process, goes only once that re-post is answered. */
+ * by another process, goes only once that re-post is answered. A re-post goes only while its
+ * alert is the newest state of its labels at the hook (superseded): Alertmanager keeps the
+ * state it received last, so an older resolution or firing alert is not posted over a newer
+ * alert with the same labels. */
 #include "orchestrator/alerts.h"
 
 #define TF_LOG_TAG "alerts"
@@ -163,13 +166,14 @@ static json_t *slack_body(json_t *p, const struct tf_alerts_config *cfg)
 	return body;
 }
 
-/* One alert for Alertmanager's POST /api/v2/alerts (a JSON array): labels identify it (the
- * event and what it is about: the pipeline and step, so a later run resolves the same alert;
- * the model, alias, metric; the pool and chip), annotations describe this occurrence (the
- * run, the version); a resolving row carries endsAt. */
-static json_t *alertmanager_body(json_t *p, const struct tf_alerts_config *cfg)
+/* The labels of a payload's Alertmanager alert, which identify it: the event and what it is
+ * about (the pipeline and step, so a later run resolves the same alert; the model, alias,
+ * metric; the pool and chip). A new object; NULL when the payload lacks them. */
+static json_t *alertmanager_labels(json_t *p)
 {
 	json_t *d = json_object_get(p, "data");
+	if (!json_is_object(d) || !dstr(p, "type"))
+		return NULL;
 	json_t *labels = json_pack("{s:s, s:s, s:s}", "alertname", dstr(p, "type"), "severity",
 	                           dstr(d, "severity"), "source", "tpuflow");
 	/* what the alert is about: two failed chips, or regressions of two models, are two
@@ -188,6 +192,16 @@ static json_t *alertmanager_body(json_t *p, const struct tf_alerts_config *cfg)
 		json_object_set_new(labels, "chip", json_string(xyz));
 		free(xyz);
 	}
+	return labels;
+}
+
+/* One alert for Alertmanager's POST /api/v2/alerts (a JSON array): labels identify it
+ * (alertmanager_labels), annotations describe this occurrence (the run, the version); a
+ * resolving row carries endsAt. */
+static json_t *alertmanager_body(json_t *p, const struct tf_alerts_config *cfg)
+{
+	json_t *d = json_object_get(p, "data");
+	json_t *labels = alertmanager_labels(p);
 	json_t *ann = json_pack("{s:s}", "summary", dstr(d, "summary"));
 	if (dstr(d, "message"))
 		json_object_set_new(ann, "description", json_string(dstr(d, "message")));
@@ -652,8 +666,8 @@ static int courier_start(struct courier *c, struct tf_store *st, const struct tf
 /* What repost_claim decided for a re-post. */
 enum claim {
 	TAKEN, /* leased to this process: post it */
-	GONE,  /* not to be posted: resolved since it was listed, too old, its hook removed or
-	        * disabled, or another process posting it now */
+	GONE,  /* not to be posted: resolved since it was listed, too old, a newer state of its
+	        * labels queued, its hook removed or disabled, or another process posting it */
 	BUSY,  /* its hook has another request in flight in another process: try again later */
 };
 
@@ -666,13 +680,55 @@ enum claim {
 	"p.lease_until >= ?2) OR EXISTS (SELECT 1 FROM alerts r WHERE r.state='delivered' AND "    \
 	"r.next_attempt_at >= ?2 AND r.hook=?1 AND r.lease_until >= ?2)"
 
+/* Whether a row of t's hook newer than t has the same Alertmanager labels and is, or is to
+ * be, at Alertmanager (not dead): a firing alert (alert_firing), or a resolution. Alertmanager
+ * keeps one alert per label set, the one it received last: posting t again would put an
+ * older state of those labels over a newer one (a resolution of the last failure over the
+ * new failure of the same pipeline). *out receives 1 when so. The rows looked at are the few
+ * firing (CROSS JOIN keeps SQLite from walking every newer row to find them), and, for a
+ * resolution (delivered within RESOLVED_S), the rows queued since. */
+static int superseded(struct tf_store *st, const struct target *t, int *out)
+{
+	json_t *p = json_loads(t->payload, 0, NULL);
+	json_t *mine = alertmanager_labels(p);
+	json_decref(p);
+	*out = 0;
+	if (!mine)
+		return 0;
+	struct tf_stmt *q = tf_store_query(
+	    st,
+	    "SELECT o.payload FROM alerts a CROSS JOIN alert_firing f CROSS JOIN alerts o WHERE "
+	    "a.id=?1 AND f.alert_id>a.id AND f.hook=a.hook AND f.event=a.event AND "
+	    "o.id=f.alert_id AND o.state!='dead' UNION ALL SELECT o.payload FROM alerts a JOIN "
+	    "alerts o ON o.id>a.id "
+	    "WHERE a.id=?1 AND a.resolves IS NOT NULL AND o.hook=a.hook AND o.event=a.event AND "
+	    "o.resolves IS NOT NULL AND o.state!='dead'",
+	    "i", t->id);
+	if (!q) {
+		json_decref(mine);
+		return -EIO;
+	}
+	int rc = 0;
+	while (!*out && (rc = tf_stmt_step(q)) == 1) {
+		json_t *np = json_loads(tf_stmt_text(q, 0), 0, NULL);
+		json_t *theirs = alertmanager_labels(np);
+		*out = theirs && json_equal(mine, theirs);
+		json_decref(theirs);
+		json_decref(np);
+	}
+	tf_stmt_done(q);
+	json_decref(mine);
+	return rc < 0 ? rc : 0;
+}
+
 /* Takes the re-post of delivered row t for this process, in one write transaction, as
  * courier_claim takes an outbox row: only while the alert is still firing (or is a resolution
- * delivered within RESOLVED_S) and no request to its hook is in flight in any process. Its
- * lease (lease_until, and next_attempt_at for the index) covers one POST, as an outbox row's
- * does: until it is released (courier_done) or runs out, no process posts the alert again
- * nor any other alert of its hook, so the resolution of a firing alert cannot overtake the
- * firing alert's re-post. *out receives the decision, *lease the lease's end. */
+ * delivered within RESOLVED_S) and the newest state of its labels (superseded), and no
+ * request to its hook is in flight in any process. Its lease (lease_until, and
+ * next_attempt_at for the index) covers one POST, as an outbox row's does: until it is
+ * released (courier_done) or runs out, no process posts the alert again nor any other alert
+ * of its hook, so the resolution of a firing alert cannot overtake the firing alert's
+ * re-post. *out receives the decision, *lease the lease's end. */
 static int repost_claim(struct tf_store *st, const struct tf_alerts_config *cfg,
                         const struct target *t, enum claim *out, double *lease)
 {
@@ -688,9 +744,12 @@ static int repost_claim(struct tf_store *st, const struct tf_alerts_config *cfg,
 	                        "FROM alert_firing) OR (a.resolves IS NOT NULL AND "
 	                        "a.delivered_at > ?3))",
 	                        "idd", t->id, now, now - RESOLVED_S);
+	int newer = 0;
 	if (rc == 0 && still)
+		rc = superseded(st, t, &newer);
+	if (rc == 0 && still && !newer)
 		rc = tf_store_query_int(st, &busy, "SELECT " HOOK_IN_FLIGHT, "td", t->hook, now);
-	enum claim cl = !still ? GONE : busy ? BUSY : TAKEN;
+	enum claim cl = !still || newer ? GONE : busy ? BUSY : TAKEN;
 	*lease = now + cfg->timeout + LEASE_MARGIN;
 	if (rc == 0 && cl == TAKEN)
 		rc = tf_store_run(

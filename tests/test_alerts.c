@@ -6,7 +6,8 @@
  * bodies (texts cut on a character, labels that tell alerts apart), dead-lettering after
  * max_attempts, redelivery with the same id, what each HTTP answer means, a hook's alerts in
  * queue order, hooks posted to at once with a lease per POST, re-posts leased across two
- * processes (a resolution never overtaken by a re-post), a receiver that hangs holding
+ * processes (a resolution never overtaken by a re-post), the newest state of a label set
+ * posted last, a receiver that hangs holding
  * back no other hook, both signatures while a secret is rotated, and a resolving alert
  * queued during the delivery thread's last pass still sent.
  * Delivery to real receivers is tests/it_alerts.sh. */
@@ -545,8 +546,8 @@ static void test_alerts_metric_regressed(void **state)
 struct responder {
 	int fd, port;
 	_Atomic int n; /* requests answered (read by the test while the thread runs) */
-	_Atomic int status, delay_ms;         /* the answer, and how long it takes */
-	char bodies[8][4096], heads[8][1024]; /* the first 8 requests */
+	_Atomic int status, delay_ms;           /* the answer, and how long it takes */
+	char bodies[16][4096], heads[16][1024]; /* the first 16 requests */
 	pthread_t t;
 };
 
@@ -575,7 +576,7 @@ static void *responder_main(void *arg)
 			if (body && (long)(got - (size_t)(body - buf)) >= len)
 				break;
 		}
-		if (r->n < 8 && body) {
+		if (r->n < 16 && body) {
 			snprintf(r->bodies[r->n], sizeof(r->bodies[0]), "%s", body);
 			snprintf(r->heads[r->n], sizeof(r->heads[0]), "%.*s", (int)(body - buf),
 			         buf);
@@ -911,6 +912,80 @@ static void test_alerts_refire_leased_across_processes(void **state)
 	assert_null(strstr(r->bodies[1], "\"endsAt\""));
 	assert_non_null(strstr(r->bodies[2], "\"endsAt\""));
 	tf_hooks_remove(st, "am5");
+	tf_alerts_config_release(&cfg);
+	tf_store_close(st);
+}
+
+/* The newest state of an alert's labels wins at Alertmanager. A resolution is posted again
+ * for five minutes after its delivery; once the pipeline fails again, the new firing alert
+ * has the same labels, and the older resolution must not be posted after it. Here the new
+ * alert's first POST is slow, so the delivery thread's next re-post round (every second)
+ * comes while it is in flight: the resolution it listed then waited for the hook and went
+ * right after the firing alert, and Alertmanager showed the alert resolved while it fired. */
+static void test_alerts_refire_newest_state_wins(void **state)
+{
+	struct fixture *fx = *state;
+	struct responder *r = responder_start(fx, 200);
+	char url[96];
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v2/alerts", r->port);
+	struct tf_store *st = open_empty_home();
+	add_hook(st, "am6", url, "alertmanager", "run_failed");
+	struct tf_alerts_config cfg;
+	config(&cfg);
+	char a[32], b[32], c[32];
+	new_run(st, "flapping", a);
+	assert_int_equal(tf_run_set_state(st, a, TF_RUN_FAILED, "boom"), 0);
+	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, NULL, NULL, NULL), 0);
+	new_run(st, "flapping", b);
+	assert_int_equal(tf_run_set_state(st, b, TF_RUN_SUCCEEDED, NULL), 0);
+	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, NULL, NULL, NULL), 0);
+	assert_int_equal(r->n, 2); /* firing, resolved */
+	FILE *f = fopen("alerts.conf", "w");
+	fprintf(f, "refire=1s\n");
+	fclose(f);
+	struct tf_alerts_worker *w = fx->worker = tf_alerts_worker_start(".");
+	assert_non_null(w);
+	for (int i = 0; i < 3000 && r->n < 3; i++) /* its first round: the resolution again */
+		usleep(5000);
+	assert_true(r->n >= 3);
+	atomic_store(&r->delay_ms, 2500);
+	new_run(st, "flapping", c);
+	assert_int_equal(tf_run_set_state(st, c, TF_RUN_FAILED, "boom again"), 0);
+	tf_alerts_worker_kick(w);
+	int first = -1; /* the request of the new failure */
+	for (int i = 0; i < 4000 && first < 0; i++) {
+		for (int k = 3; k < r->n && k < 16 && first < 0; k++)
+			if (strstr(r->bodies[k], c))
+				first = k;
+		usleep(5000);
+	}
+	assert_true(first >= 3 && first < 12);
+	atomic_store(&r->delay_ms, 0);
+	for (int i = 0; i < 4000 && r->n < first + 3; i++) /* two rounds after it */
+		usleep(5000);
+	assert_true(r->n >= first + 3);
+	for (int k = first; k < first + 3; k++) {
+		if (strstr(r->bodies[k], "\"endsAt\""))
+			fail_msg("request %d after the new failure is the old resolution: %s", k,
+			         r->bodies[k]);
+		assert_non_null(strstr(r->bodies[k], c));
+	}
+	tf_alerts_worker_stop(w, 0, NULL);
+	fx->worker = NULL;
+	/* of two firing alerts with the same labels, the newer one is posted again */
+	char d[32];
+	new_run(st, "flapping", d);
+	assert_int_equal(tf_run_set_state(st, d, TF_RUN_FAILED, "and again"), 0);
+	assert_int_equal(firing_count(st, "run_failed"), 2);
+	assert_int_equal(tf_alerts_deliver_due(st, &cfg, 0, NULL, NULL, NULL), 0);
+	int sent = 0, before = r->n;
+	assert_int_equal(tf_alerts_refire(st, &cfg, &sent), 0);
+	assert_int_equal(sent, 1);
+	assert_int_equal(r->n, before + 1);
+	assert_true(before < 16);
+	assert_non_null(strstr(r->bodies[before], d));
+	unlink("alerts.conf");
+	tf_hooks_remove(st, "am6");
 	tf_alerts_config_release(&cfg);
 	tf_store_close(st);
 }
@@ -1484,6 +1559,8 @@ int main(void)
 	                                    fixture_setup, fixture_teardown),
 	    cmocka_unit_test_setup_teardown(test_alerts_refire_leased_across_processes,
 	                                    fixture_setup, fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_alerts_refire_newest_state_wins, fixture_setup,
+	                                    fixture_teardown),
 	    cmocka_unit_test_setup_teardown(test_alerts_order_per_hook, fixture_setup,
 	                                    fixture_teardown),
 	    cmocka_unit_test_setup_teardown(test_alerts_answers, fixture_setup, fixture_teardown),
