@@ -19,10 +19,10 @@
  * each hook with no request in flight, and the next one only once it is delivered or dead,
  * so a receiver that is down gets one request per backoff, not one per queued alert, and a
  * firing alert reaches Alertmanager before the alert that resolves it (the re-posts of its
- * firing alerts too: they hold their hook as a row does). A row's request starts when it is
- * taken, so its lease is the POST's timeout and a margin. A process killed while posting
- * leaves the lease to run out: the row is sent again by the next pass, with the same msg_id
- * (at least once).
+ * firing alerts hold their hook as a row does, and go when it has no row due: a new alert
+ * does not wait for a round of re-posts). A row's request starts when it is taken, so its
+ * lease is the POST's timeout and a margin. A process killed while posting leaves the lease
+ * to run out: the row is sent again by the next pass, with the same msg_id (at least once).
  *
  * A re-post (tf_alerts_refire) is leased as a row is, on the delivered row it posts again, in
  * the transaction that checks the alert is still firing: while it is in flight no process
@@ -566,7 +566,10 @@ static int record(struct tf_store *st, const struct tf_alerts_config *cfg, const
  * hangs costs its own hook the POST's timeout and no other hook anything. At most one
  * request per hook is in flight: a hook's alerts still go one after the other, in queue
  * order (a firing Alertmanager alert before the one that resolves it), and so do the
- * re-posts of its firing alerts, which go before its next outbox row. */
+ * re-posts of its firing alerts, each when the hook has nothing in flight and no outbox row
+ * due: repost_claim checks, when a re-post's turn comes, that what it would post is still
+ * the newest state of its labels, so a row sent first never has an older state posted
+ * after it. */
 struct courier {
 	CURLM *multi;
 	struct flight **fl; /* in flight (owned), at most one per hook */
@@ -620,11 +623,15 @@ static int courier_done(struct courier *c, struct tf_store *st, const struct tf_
 		else
 			tf_info("alert %s to hook '%s' not sent again: %s", f->t.msg_id, f->t.hook,
 			        why);
-		/* the hook is free again; a lease that ran out and was taken since is not ours */
+		/* the hook is free again; a lease that ran out and was taken since is not ours.
+		 * Like the lease, its end is seen by the other processes once written, without
+		 * waiting for a sync: lost with the machine, the lease runs out anyway */
+		tf_store_defer_sync(st, 1);
 		rc = tf_store_run(st,
 		                  "UPDATE alerts SET lease_until=NULL, next_attempt_at=?1 WHERE "
 		                  "id=?2 AND lease_until=?3",
 		                  "did", tf_now_wall(), f->t.id, f->repost_lease);
+		tf_store_defer_sync(st, 0);
 	} else {
 		rc = record(st, cfg, &f->t, o, status, f->a.retry_after, why);
 		if (o == SENT) {
@@ -728,7 +735,9 @@ static int superseded(struct tf_store *st, const struct target *t, int *out)
  * next_attempt_at for the index) covers one POST, as an outbox row's does: until it is
  * released (courier_done) or runs out, no process posts the alert again nor any other alert
  * of its hook, so the resolution of a firing alert cannot overtake the firing alert's
- * re-post. *out receives the decision, *lease the lease's end. */
+ * re-post. The commit does not wait for a sync (store.c, invariant 6): other processes see
+ * it once it is written, and a lease lost with the machine protected nothing, its process
+ * being gone too. *out receives the decision, *lease the lease's end. */
 static int repost_claim(struct tf_store *st, const struct tf_alerts_config *cfg,
                         const struct target *t, enum claim *out, double *lease)
 {
@@ -755,8 +764,11 @@ static int repost_claim(struct tf_store *st, const struct tf_alerts_config *cfg,
 		rc = tf_store_run(
 		    st, "UPDATE alerts SET lease_until=?1, next_attempt_at=?1 WHERE id=?2", "di",
 		    *lease, t->id);
-	if (rc == 0 && cl == TAKEN)
+	if (rc == 0 && cl == TAKEN) {
+		tf_store_defer_sync(st, 1);
 		rc = tf_store_commit(st);
+		tf_store_defer_sync(st, 0);
+	}
 	if (rc || cl != TAKEN)
 		tf_store_rollback(st);
 	if (rc == 0)
@@ -862,7 +874,7 @@ static int courier_claim(struct courier *c, struct tf_store *st, const struct tf
 	size_t nt = 0, cap = 0;
 	while ((rc = tf_stmt_step(q)) == 1 && (max <= 0 || nt < (size_t)max)) {
 		if (courier_busy(c, tf_stmt_text(q, 2)))
-			continue; /* its re-post goes first */
+			continue; /* a re-post is in flight: its answer first */
 		if (nt == cap) {
 			cap = cap ? cap * 2 : 8;
 			ts = tf_xrealloc(ts, cap * sizeof(*ts));
@@ -1091,9 +1103,11 @@ static void *worker_main(void *arg)
 				if (courier_queue_reposts(c, st))
 					tf_warn("alerts: %s", tf_store_errmsg(st));
 			}
-			if (courier_start_waiting(c, st, &cfg))
-				tf_warn("alerts: %s", tf_store_errmsg(st));
+			/* new alerts first: a round of re-posts of a hook's firing alerts
+			 * (one at a time) would otherwise hold them back for as long */
 			if (courier_claim(c, st, &cfg, 64, 0, &n))
+				tf_warn("alerts: %s", tf_store_errmsg(st));
+			if (courier_start_waiting(c, st, &cfg))
 				tf_warn("alerts: %s", tf_store_errmsg(st));
 		}
 		double next = next_due(st);
