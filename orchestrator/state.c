@@ -790,6 +790,30 @@ double tf_run_row_duration(struct tf_stmt *s, int state, int started, int finish
 	return start >= 0 && end >= start ? end - start : -1;
 }
 
+#define SQL_PUT(b, s) tf_buf_append((b), (s), sizeof(s) - 1)
+
+void tf_runs_where_sql(struct tf_buf *b, const struct tf_runs_where *w)
+{
+	SQL_PUT(b, "r.created_at>=?9");
+	if (w->state)
+		SQL_PUT(b, " AND r.state=?1");
+	if (w->pipeline)
+		SQL_PUT(b, " AND r.pipeline=?2");
+	if (w->label_key && w->label_value)
+		SQL_PUT(b,
+		        " AND EXISTS (SELECT 1 FROM run_labels l WHERE l.run_id=r.id AND l.key=?3 "
+		        "AND l.value=?4)");
+	else if (w->label_key)
+		SQL_PUT(
+		    b, " AND EXISTS (SELECT 1 FROM run_labels l WHERE l.run_id=r.id AND l.key=?3)");
+	if (w->trigger)
+		SQL_PUT(b, " AND r.trigger=?5");
+	if (w->text)
+		SQL_PUT(b, " AND (instr(r.id, ?6) OR instr(r.pipeline, ?6) OR instr(r.error, ?6))");
+	if (w->cursor)
+		SQL_PUT(b, " AND (r.created_at, r.id) < (?8, ?7)");
+}
+
 int tf_runs_list(struct tf_store *st, const struct tf_runs_filter *f, json_t **out)
 {
 	static const struct tf_runs_filter all = {0};
@@ -798,17 +822,20 @@ int tf_runs_list(struct tf_store *st, const struct tf_runs_filter *f, json_t **o
 	/* "orphaned" is a running run whose owner is gone: selected as running, then judged */
 	int orphaned_only = f->state && !strcmp(f->state, "orphaned");
 	const char *state = orphaned_only ? "running" : f->state;
-	struct tf_stmt *s = tf_store_query(
-	    st,
-	    "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
-	    "r.steps_total, r.steps_done, r.error, r.steps_skipped, r.state, r.owner, r.pid, "
-	    "r.heartbeat_at FROM runs r "
-	    "WHERE (?1 IS NULL OR r.state=?1) AND (?2 IS NULL OR r.pipeline=?2) "
-	    "AND r.created_at>=?3 "
-	    "AND (?4 IS NULL OR EXISTS (SELECT 1 FROM run_labels l WHERE l.run_id=r.id AND "
-	    "l.key=?4 AND (?5 IS NULL OR l.value=?5))) "
-	    "ORDER BY r.created_at DESC, r.id DESC",
-	    "ttdtt", state, f->pipeline, f->since, f->label_key, f->label_value);
+	struct tf_runs_where w = {.state = state,
+	                          .pipeline = f->pipeline,
+	                          .label_key = f->label_key,
+	                          .label_value = f->label_key ? f->label_value : NULL};
+	struct tf_buf sql = {0};
+	SQL_PUT(&sql, "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, "
+	              "r.finished_at, r.steps_total, r.steps_done, r.error, r.steps_skipped, "
+	              "r.state, r.owner, r.pid, r.heartbeat_at FROM runs r WHERE ");
+	tf_runs_where_sql(&sql, &w);
+	SQL_PUT(&sql, " ORDER BY r.created_at DESC, r.id DESC");
+	struct tf_stmt *s =
+	    tf_store_query(st, tf_buf_str(&sql), "ttttttttd", state, f->pipeline, w.label_key,
+	                   w.label_value, NULL, NULL, NULL, NULL, f->since);
+	tf_buf_release(&sql);
 	if (!s)
 		return -EIO;
 	json_t *arr = json_array();

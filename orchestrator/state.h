@@ -10,6 +10,7 @@
 #define TF_STATE_H
 
 #include "executors/executor.h"
+#include "common/buf.h"
 #include "orchestrator/store.h"
 
 #include <jansson.h>
@@ -214,6 +215,27 @@ struct tf_runs_filter {
 	const char *label_value; /* ... with this value, NULL: any value */
 	int limit;               /* at most this many, 0: all */
 };
+
+/* The filters of a runs listing, for tf_runs_where_sql: each NULL (0) selects every run. */
+struct tf_runs_where {
+	const char *state, *pipeline; /* r.state, r.pipeline equal to it */
+	const char *label_key;        /* has this label ... */
+	const char *label_value;      /* ... with this value (NULL: any value) */
+	const char *trigger;          /* r.trigger equal to it */
+	const char *text;             /* in the run's id, pipeline or error */
+	int cursor;                   /* only runs before the cursor in (created_at, id) order */
+};
+
+/* Appends the WHERE clause of a listing of `runs r` that names only the filters `w` gives,
+ * so that SQLite can search an index in the listings' (created_at, id) order
+ * (runs_state_created, runs_pipeline_created; migrations/0021): a clause that names every
+ * filter as (?1 IS NULL OR r.state=?1) leaves it one plan, which reads every run. The text is
+ * made of fixed fragments only (at most 2^7 texts, which the store's statement cache keys
+ * by; no caller's text goes into it) and takes these parameters, naming only the ones it
+ * uses: ?1 state, ?2 pipeline, ?3 and ?4 the label's key and value, ?5 trigger, ?6 text, ?7
+ * and ?8 the cursor's id and created_at, and ?9, created at or after, which it always names:
+ * bind ?1 to ?9 whatever the filters (a NULL binds for an unused one). */
+void tf_runs_where_sql(struct tf_buf *b, const struct tf_runs_where *w);
 
 /* Read models as JSON documents (caller owns *out):
  * tf_runs_list: array of {id, pipeline, state, created_at, started_at, finished_at, steps,

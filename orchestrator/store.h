@@ -101,7 +101,8 @@ int tf_store_run(struct tf_store *st, const char *sql, const char *types, ...);
 int64_t tf_store_changes(struct tf_store *st);
 int64_t tf_store_last_rowid(struct tf_store *st);
 
-/* A prepared statement cached by the store under its SQL text (keep the SQL a literal). The
+/* A prepared statement cached by the store under its SQL text (keep the SQL a literal, or one
+ * of a bounded set of texts built from literals, as tf_runs_where_sql's: each is kept). The
  * store owns it: call tf_stmt_done when finished with it so it can be reused. Parameters are
  * bound with `types` as in tf_store_run. Returns NULL and sets the error message on failure. */
 struct tf_stmt *tf_store_query(struct tf_store *st, const char *sql, const char *types, ...);

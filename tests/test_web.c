@@ -2719,6 +2719,209 @@ static void test_runs_total_bounded(void **state)
 	tf_web_stop(bounded);
 }
 
+/* One run as the brute-force filter of test_runs_filters sees it. */
+struct plain_run {
+	char id[32], pipeline[64], state[16], trigger[16], error[128];
+	json_t *labels; /* {key: value} */
+};
+
+/* The filters of one GET /api/v1/runs, each NULL for any. */
+struct runs_filters {
+	const char *state, *pipe, *lkey, *lval, *trig, *text;
+};
+
+/* Whether run r passes the filters f, as GET /api/v1/runs documents them. */
+static int plain_match(const struct plain_run *r, const struct runs_filters *f)
+{
+	json_t *l = f->lkey ? json_object_get(r->labels, f->lkey) : NULL;
+	return (!f->state || !strcmp(r->state, f->state)) &&
+	       (!f->pipe || !strcmp(r->pipeline, f->pipe)) &&
+	       (!f->lkey || (l && (!f->lval || !strcmp(json_string_value(l), f->lval)))) &&
+	       (!f->trig || !strcmp(r->trigger, f->trig)) &&
+	       (!f->text || strstr(r->id, f->text) || strstr(r->pipeline, f->text) ||
+	        strstr(r->error, f->text));
+}
+
+/* Walks the pages of 4 that the filters f select, asserting on each the total and the runs,
+ * newest first, that plain_match picks from runs[0..n) (in that order); returns their number. */
+static size_t assert_filtered(const struct plain_run *runs, size_t n, const struct runs_filters *f)
+{
+	struct tf_buf q = {0};
+	tf_buf_printf(&q, "/api/v1/runs?limit=4");
+	const char *names[] = {"state", "pipeline", "label", "trigger", "q"};
+	const char *values[] = {f->state, f->pipe, f->lkey, f->trig, f->text};
+	for (int k = 0; k < 5; k++)
+		if (values[k])
+			tf_buf_printf(&q, "&%s=%s%s%s", names[k], values[k],
+			              k == 2 && f->lval ? "=" : "",
+			              k == 2 && f->lval ? f->lval : "");
+	char path[512];
+	snprintf(path, sizeof(path), "%s", tf_buf_str(&q));
+	tf_buf_release(&q);
+	for (char *sp = strchr(path, ' '); sp; sp = strchr(sp, ' '))
+		*sp = '+';
+	size_t want = 0, seen = 0, i = 0;
+	for (size_t k = 0; k < n; k++)
+		want += plain_match(&runs[k], f);
+	while (*path) {
+		struct resp r = call("GET", path, tok_read, NULL, NULL);
+		if (r.status != 200)
+			fprintf(stderr, "%s: %s\n", path, r.body.p);
+		assert_int_equal(r.status, 200);
+		assert_int_equal(json_integer_value(json_object_get(r.json, "total")), want);
+		size_t k;
+		json_t *it;
+		json_array_foreach(json_object_get(r.json, "items"), k, it)
+		{
+			while (i < n && !plain_match(&runs[i], f))
+				i++;
+			assert_true(i < n);
+			assert_string_equal(json_string_value(json_object_get(it, "id")),
+			                    runs[i].id);
+			i++;
+			seen++;
+		}
+		const char *next = json_string_value(json_object_get(r.json, "next"));
+		snprintf(path, sizeof(path), "%s", next ? next : "");
+		resp_free(&r);
+	}
+	assert_int_equal(seen, want);
+	return want;
+}
+
+/* Every combination of the filters (state, pipeline, label with and without a value, trigger,
+ * q) gives, page after page of 4, the runs a plain filter over every run picks, newest first,
+ * and their number as the total: the WHERE clause names only the filters given, so each
+ * combination is its own SQL text. */
+static void test_runs_filters(void **state)
+{
+	(void)state;
+	struct tf_store *st;
+	char err[256], id[32];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	for (int i = 0; i < 5; i++) { /* two pipelines, labelled and not, failed and not */
+		make_run_of(st, i % 2 ? "web-filt-a" : "web-filt-b", id);
+		assert_int_equal(
+		    tf_store_run(st, "UPDATE runs SET state=?, error=?, trigger=? WHERE id=?",
+		                 "tttt", i % 3 ? "succeeded" : "failed",
+		                 i % 3 ? NULL : "step x failed", i % 2 ? "api" : "schedule", id),
+		    0);
+		if (i < 3)
+			assert_int_equal(tf_store_run(st,
+			                              "INSERT INTO run_labels (run_id, key, value) "
+			                              "VALUES (?, 'filt', ?)",
+			                              "tt", id, i ? "one" : "two"),
+			                 0);
+	}
+	size_t n = 0, cap = 0;
+	struct plain_run *runs = NULL;
+	struct tf_stmt *s =
+	    tf_store_query(st,
+	                   "SELECT id, pipeline, state, coalesce(trigger, ''), coalesce(error, '') "
+	                   "FROM runs ORDER BY created_at DESC, id DESC",
+	                   "");
+	assert_non_null(s);
+	while (tf_stmt_step(s) == 1) {
+		if (n == cap)
+			runs = realloc(runs, (cap = cap ? cap * 2 : 64) * sizeof(*runs));
+		struct plain_run *r = &runs[n++];
+		snprintf(r->id, sizeof(r->id), "%s", tf_stmt_text(s, 0));
+		snprintf(r->pipeline, sizeof(r->pipeline), "%s", tf_stmt_text(s, 1));
+		snprintf(r->state, sizeof(r->state), "%s", tf_stmt_text(s, 2));
+		snprintf(r->trigger, sizeof(r->trigger), "%s", tf_stmt_text(s, 3));
+		snprintf(r->error, sizeof(r->error), "%s", tf_stmt_text(s, 4));
+	}
+	tf_stmt_done(s);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(tf_run_labels(st, runs[i].id, &runs[i].labels), 0);
+	tf_store_close(st);
+
+	/* a server of its own without a rate limit: these pages are more than the suite's token
+	 * may ask for in a second */
+	struct tf_web_opts o = {.home = home, .listen = "127.0.0.1:0", .rate = -1};
+	struct tf_web *unlimited;
+	assert_int_equal(tf_web_start(&o, &unlimited, err, sizeof(err)), 0);
+	char saved[sizeof(base)];
+	memcpy(saved, base, sizeof(base));
+	snprintf(base, sizeof(base), "http://127.0.0.1:%d", tf_web_port(unlimited));
+	const char *states[] = {NULL, "failed", "succeeded", "pending"};
+	const char *pipes[] = {NULL, "web-filt-a", "web-test"};
+	const char *labels[][2] = {{NULL, NULL}, {"filt", NULL}, {"filt", "one"}};
+	const char *trigs[] = {NULL, "api"};
+	const char *texts[] = {NULL, "x failed", "web-filt"};
+	int selecting = 0;
+	for (int k = 0; k < 4 * 3 * 3 * 2 * 3; k++) { /* k's digits pick each filter's value */
+		struct runs_filters f = {.state = states[k % 4],
+		                         .pipe = pipes[k / 4 % 3],
+		                         .lkey = labels[k / 12 % 3][0],
+		                         .lval = labels[k / 12 % 3][1],
+		                         .trig = trigs[k / 36 % 2],
+		                         .text = texts[k / 72]};
+		selecting += assert_filtered(runs, n, &f) > 0;
+	}
+	memcpy(base, saved, sizeof(base));
+	tf_web_stop(unlimited);
+	assert_true(selecting > 20); /* the combinations select runs, most of them */
+	for (size_t i = 0; i < n; i++)
+		json_decref(runs[i].labels);
+	free(runs);
+}
+
+/* The runs lists' filters by state and by pipeline search an index in the lists' order
+ * (created_at, id), cursor or none, for the page and for the count: SQLite reads the runs
+ * they select, not every run, and sorts nothing (EXPLAIN QUERY PLAN over the texts
+ * tf_runs_where_sql writes). */
+static void test_runs_filters_plan(void **state)
+{
+	(void)state;
+	static const struct {
+		struct tf_runs_where w;
+		const char *index; /* the plan's index; NULL: either of the two */
+	} cases[] = {
+	    {{.state = "failed"}, "runs_state_created"},
+	    {{.state = "failed", .cursor = 1}, "runs_state_created"},
+	    {{.pipeline = "p"}, "runs_pipeline_created"},
+	    {{.pipeline = "p", .cursor = 1, .trigger = "api", .text = "x"},
+	     "runs_pipeline_created"},
+	    {{.state = "failed", .label_key = "k", .label_value = "v"}, "runs_state_created"},
+	    {{.state = "failed", .pipeline = "p", .cursor = 1}, NULL},
+	};
+	static const char *const frames[][2] = {
+	    {"SELECT r.id FROM runs r WHERE ", " ORDER BY r.created_at DESC, r.id DESC LIMIT ?10"},
+	    {"SELECT count(*) FROM (SELECT 1 FROM runs r WHERE ", " LIMIT ?10)"},
+	};
+	struct tf_store *st;
+	char err[256];
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		for (size_t f = 0; f < 2; f++) {
+			struct tf_buf sql = {0};
+			tf_buf_printf(&sql, "EXPLAIN QUERY PLAN %s", frames[f][0]);
+			tf_runs_where_sql(&sql, &cases[i].w);
+			tf_buf_printf(&sql, "%s", frames[f][1]);
+			struct tf_stmt *s =
+			    tf_store_query(st, tf_buf_str(&sql), "tttttttddi", "a", "b", "c", "d",
+			                   "e", "f", "g", 1.0, 0.0, (int64_t)5);
+			assert_non_null(s);
+			struct tf_buf plan = {0};
+			while (tf_stmt_step(s) == 1)
+				tf_buf_printf(&plan, "%s\n", tf_stmt_text(s, 3));
+			tf_stmt_done(s);
+			const char *p = tf_buf_str(&plan);
+			int indexed = cases[i].index ? strstr(p, cases[i].index) != NULL
+			                             : strstr(p, "runs_state_created") ||
+			                                   strstr(p, "runs_pipeline_created");
+			if (!indexed || strstr(p, "B-TREE") || strstr(p, "SCAN r"))
+				fprintf(stderr, "%s\n%s", tf_buf_str(&sql), p);
+			assert_true(indexed);
+			assert_null(strstr(p, "B-TREE"));
+			assert_null(strstr(p, "SCAN r"));
+			tf_buf_release(&plan);
+			tf_buf_release(&sql);
+		}
+	tf_store_close(st);
+}
+
 /* GET .../logs?offset=N answers the body from its byte N on (what a follower cut off asks
  * for again: the bytes it has are dropped by the server, not sent). Every offset of a
  * two-attempt log, across the attempt line between them: while the second attempt runs,
@@ -2946,6 +3149,8 @@ int main(void)
 	    cmocka_unit_test(test_cursor_after_delete),
 	    cmocka_unit_test(test_runs_total),
 	    cmocka_unit_test(test_runs_total_bounded),
+	    cmocka_unit_test(test_runs_filters),
+	    cmocka_unit_test(test_runs_filters_plan),
 	    cmocka_unit_test(test_logs_offset),
 	    cmocka_unit_test_teardown(test_logs_bytes, remote_env_unset),
 	    cmocka_unit_test(test_rate_limit),

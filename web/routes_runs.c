@@ -145,30 +145,51 @@ static int cursor_position(struct tf_web_req *rq, struct tf_web_resp *rs, const 
 	return rc == 1 ? 0 : -1;
 }
 
-/* The filters of GET /api/v1/runs, which its page and its total share: ?1 state, ?2
- * pipeline, ?3 since, ?4 and ?5 a label's key and value, ?8 trigger, ?9 text. */
-#define RUNS_WHERE                                                                                 \
-	"(?1 IS NULL OR r.state=?1) AND (?2 IS NULL OR r.pipeline=?2) AND r.created_at>=?3 "       \
-	"AND (?4 IS NULL OR EXISTS (SELECT 1 FROM run_labels l WHERE l.run_id=r.id AND "           \
-	"l.key=?4 AND (?5 IS NULL OR l.value=?5))) AND (?8 IS NULL OR r.trigger=?8) "              \
-	"AND (?9 IS NULL OR instr(r.id, ?9) OR instr(r.pipeline, ?9) OR instr(r.error, ?9))"
+/* The filters of GET /api/v1/runs, which its page and its total share (the cursor the page's
+ * alone), with the parameters tf_runs_where_sql names: ?1 to ?9, and ?10 a LIMIT. */
+struct runs_query {
+	struct tf_runs_where w;
+	const char *cid; /* the cursor's run id, NULL for none */
+	double cat;      /* ... and its created_at */
+	double since;
+};
+
+/* Prepares `head` WHERE the filters `tail`, with ?1 to ?9 bound from q and ?10 from `limit`
+ * when the text names it (has_limit); NULL on failure (the store's message). */
+static struct tf_stmt *runs_query(struct tf_store *st, const char *head, const struct runs_query *q,
+                                  const char *tail, int has_limit, int64_t limit)
+{
+	struct tf_buf sql = {0};
+	tf_buf_append(&sql, head, strlen(head));
+	tf_runs_where_sql(&sql, &q->w);
+	tf_buf_append(&sql, tail, strlen(tail));
+	const struct tf_runs_where *w = &q->w;
+	struct tf_stmt *s = tf_store_query(
+	    st, tf_buf_str(&sql), has_limit ? "tttttttddi" : "tttttttdd", w->state, w->pipeline,
+	    w->label_key, w->label_value, w->trigger, w->text, q->cid, q->cat, q->since, limit);
+	tf_buf_release(&sql);
+	return s;
+}
 
 /* How many runs the filters select, on every page, counting at most `max` of them: *out is
  * the count and *exact 1, or *out is max and *exact 0 when more runs match. An exact count
  * reads every run the filters select, so it would grow with the home; this one stops at the
- * first run past max (a LIMIT inside the count's subquery; ?6 is free in RUNS_WHERE). For
- * orphaned runs (judged per row, as the page is) the running ones whose owner is gone, with
- * the same bound. 0 or -EIO. */
-static int runs_total(struct tf_web_req *rq, const char *state, const char *pipe, long long since,
-                      const char *lkey, const char *lval, const char *trig, const char *text,
-                      int orphaned_only, int64_t max, int64_t *out, int *exact)
+ * first run past max (a LIMIT inside the count's subquery). For orphaned runs (judged per
+ * row, as the page is) the running ones whose owner is gone, with the same bound. 0 or
+ * -EIO. */
+static int runs_total(struct tf_web_req *rq, const struct runs_query *q, int orphaned_only,
+                      int64_t max, int64_t *out, int *exact)
 {
-	struct tf_stmt *s = tf_store_query(
-	    rq->st,
+	struct runs_query all = *q; /* every page's runs: no cursor */
+	all.w.cursor = 0;
+	all.cid = NULL;
+	struct tf_stmt *s =
 	    orphaned_only
-	        ? "SELECT r.state, r.owner, r.pid, r.heartbeat_at FROM runs r WHERE " RUNS_WHERE
-	        : "SELECT count(*) FROM (SELECT 1 FROM runs r WHERE " RUNS_WHERE " LIMIT ?6)",
-	    "ttdttintt", state, pipe, (double)since, lkey, lval, max + 1, trig, text);
+	        ? runs_query(rq->st,
+	                     "SELECT r.state, r.owner, r.pid, r.heartbeat_at FROM runs r WHERE ",
+	                     &all, "", 0, 0)
+	        : runs_query(rq->st, "SELECT count(*) FROM (SELECT 1 FROM runs r WHERE ", &all,
+	                     " LIMIT ?10)", 1, max + 1);
 	if (!s)
 		return -EIO;
 	int64_t n = 0;
@@ -242,23 +263,31 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		lkey[kn] = 0;
 		lval = eq ? (char *)eq + 1 : NULL;
 	}
+	struct runs_query q = {.w = {.state = state,
+	                             .pipeline = pipe,
+	                             .label_key = label ? lkey : NULL,
+	                             .label_value = label ? lval : NULL,
+	                             .trigger = trig,
+	                             .text = text,
+	                             .cursor = cursor != NULL},
+	                       .cid = cursor ? cid : NULL,
+	                       .cat = cat,
+	                       .since = (double)since_i};
 	int64_t total;
 	int exact;
-	if (runs_total(rq, state, pipe, since_i, label ? lkey : NULL, lval, trig, text,
-	               orphaned_only, tf_web_runs_total_max(rq->srv), &total, &exact)) {
+	if (runs_total(rq, &q, orphaned_only, tf_web_runs_total_max(rq->srv), &total, &exact)) {
 		tf_web_problem_errno(rs, -EIO, rq->path, tf_store_errmsg(rq->st));
 		return;
 	}
-	struct tf_stmt *s = tf_store_query(
+	struct tf_stmt *s = runs_query(
 	    rq->st,
 	    "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
 	    "r.steps_total, r.steps_done, r.error, r.trigger, r.steps_skipped, "
 	    "r.state, r.owner, r.pid, r.heartbeat_at, "
 	    "(SELECT json_group_object(l.key, l.value) FROM run_labels l WHERE l.run_id=r.id) "
-	    "FROM runs r WHERE " RUNS_WHERE " AND (?6 IS NULL OR (r.created_at, r.id) < (?10, ?6)) "
-	    "ORDER BY r.created_at DESC, r.id DESC LIMIT ?7",
-	    "ttdtttittd", state, pipe, (double)since_i, label ? lkey : NULL, lval,
-	    cursor ? cid : NULL, orphaned_only ? (int64_t)-1 : (int64_t)limit + 1, trig, text, cat);
+	    "FROM runs r WHERE ",
+	    &q, " ORDER BY r.created_at DESC, r.id DESC LIMIT ?10", 1,
+	    orphaned_only ? (int64_t)-1 : (int64_t)limit + 1);
 	if (!s) {
 		tf_web_problem_errno(rs, -EIO, rq->path, tf_store_errmsg(rq->st));
 		return;
