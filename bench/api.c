@@ -14,12 +14,12 @@
  *
  * TF_BENCH_API_LIST=1 measures the runs list alone instead (no POST): nine runs in ten marked
  * succeeded, the tenth failed; GET /api/v1/runs?limit=50 unfiltered, with q= matching every
- * run and with state=succeeded, each once cached (one URL, answered from the server's memory
- * while nothing is committed) and once uncached (a wrk script gives every request its own
- * since=, which selects the same runs, so every request runs the handler and its queries);
- * the floor before and after those six runs, their ratios against the floors' mean; and for
- * each run the server's CPU time per request (getrusage of this process, which serves; wrk
- * is a child and not counted), which the machine's other load moves far less.
+ * run, with state=succeeded and with state=failed (the rare one), each once cached (one URL,
+ * answered from the server's memory while nothing is committed) and once uncached (a wrk script
+ * gives every request its own since=, which selects the same runs, so every request runs the
+ * handler and its queries); the floor before and after those eight runs, their ratios against the
+ * floors' mean; and for each run the server's CPU time per request (getrusage of this process,
+ * which serves; wrk is a child and not counted), which the machine's other load moves far less.
  * TF_BENCH_API_TOTAL_MAX sets the most runs the list counts for its total (the server's
  * runs_total_max; default 10,000).
  */
@@ -131,7 +131,7 @@ static double wrk_cpu(const char *url, const char *token, const char *script, in
 
 static void bench_list(int port, const char *token, const char *floor_url, int nruns, int secs)
 {
-	static const char *const filters[] = {"", "&q=bench", "&state=succeeded"};
+	static const char *const filters[] = {"", "&q=bench", "&state=succeeded", "&state=failed"};
 	enum { NF = sizeof(filters) / sizeof(filters[0]) };
 	double load0[3] = {0}, load1[3] = {0}, rps[NF][2], cpu[NF][2];
 	getloadavg(load0, 3);
