@@ -624,7 +624,9 @@ static void test_v2(void **state)
 	assert_string_equal(jstr(json_array_get(json_object_get(r.json, "inputs"), 0), "datatype"),
 	                    "UINT8");
 	resp_free(&r);
-	expect_status(call("GET", "/v2/models/fm/ready", NULL), 200);
+	/* not ready while its 'broken' label points at a version that cannot be loaded */
+	expect_error(call("GET", "/v2/models/fm/ready", NULL), 400,
+	             "model 'fm' is not ready: label 'broken'");
 	/* the server's metadata; one version; not ready is a 4xx */
 	r = call_at(NULL, "GET", "/v2", NULL, NULL);
 	assert_int_equal(r.status, 200);
@@ -1303,9 +1305,9 @@ static void test_alias_move_under_load(void **state)
 	free(inf);
 }
 
-/* Starts `tpuflow serve --model fm` on a free port with the extra options (NULL-ended), waits
- * until it is ready; its URL into url. */
-static pid_t serve_spawn(const char *const *extra, char url[128])
+/* Starts `tpuflow serve --model fm` on a free port with the extra options (NULL-ended; a
+ * --model there serves that model instead); its URL into url. */
+static pid_t serve_start(const char *const *extra, char url[128])
 {
 	/* a free port: bind port 0, read it, close (the command binds it right after) */
 	char listen[64];
@@ -1328,6 +1330,13 @@ static pid_t serve_spawn(const char *const *extra, char url[128])
 	argv[n] = NULL;
 	pid_t pid = tf_test_spawn(argv, "serve.out", "serve.out");
 	assert_true(pid > 0);
+	return pid;
+}
+
+/* serve_start, then waits until the server is ready. */
+static pid_t serve_spawn(const char *const *extra, char url[128])
+{
+	pid_t pid = serve_start(extra, url);
 	struct resp r = {0};
 	for (int i = 0; i < 100; i++) {
 		r = call_at(url, "GET", "/v2/health/ready", NULL, NULL);
@@ -1346,6 +1355,61 @@ static void serve_stop(pid_t pid)
 {
 	kill(pid, SIGTERM);
 	assert_int_equal(tf_test_wait_exit(pid), 0);
+}
+
+/* The readiness of `tpuflow serve` (/v2/health/ready) and of a model (/v2/models/NAME/ready)
+ * is that of every label the model is served under: a model served under a label alone is
+ * ready (it used to wait for a 'production' alias forever), and one whose label points at a
+ * version that cannot be loaded is not, until the label is moved. */
+static void test_serve_ready(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	struct tf_store *st = open_home();
+	struct tf_model_version_spec mv = {
+	    .model = "lbl", .run_id = "r1", .step = "l", .bundle = "models/fm2/"};
+	int64_t v;
+	assert_int_equal(tf_registry_register(st, &mv, &v, NULL), 0);
+	assert_int_equal(tf_registry_set_alias(st, "lbl", "staging", v), 0);
+	expect_status(call("GET", "/v2/models/lbl/ready", NULL), 200);
+	char url[128];
+	const char *const lbl[] = {"--auth", "none", "--model", "lbl", NULL};
+	pid_t pid = serve_spawn(lbl, url); /* ready, or it fails */
+	expect_status(call_at(url, "GET", "/v2/models/lbl/ready", NULL, NULL), 200);
+	expect_status(call_at(url, "POST", "/v1/models/lbl/labels/staging:predict", NULL,
+	                      "{\"instances\":[[0]]}"),
+	              400); /* answered by the model (a short example), not refused as unknown */
+	serve_stop(pid);
+
+	/* fm's 'broken' label points at version 3, whose bundle is damaged */
+	assert_int_equal(tf_registry_set_alias(st, "fm", "broken", 3), 0);
+	expect_error(call("GET", "/v2/models/fm/ready", NULL), 400,
+	             "label 'broken': version 3 of model 'fm' is UNAVAILABLE");
+	const char *const fm[] = {"--auth", "none", NULL};
+	pid = serve_start(fm, url);
+	struct resp r = {0};
+	for (int i = 0; i < 100 && r.status != 400; i++) { /* until it listens */
+		resp_free(&r);
+		usleep(100 * 1000);
+		r = call_at(url, "GET", "/v2/health/ready", NULL, NULL);
+	}
+	assert_error(&r, 400, "model 'fm' is not ready: label 'broken': version 3");
+	resp_free(&r);
+	expect_status(call_at(url, "POST", "/v1/models/fm:predict", NULL, "{\"instances\":[[0]]}"),
+	              400); /* the other labels answer meanwhile */
+	/* the label moved (in this process: the server sees the commit within its poll) */
+	assert_int_equal(tf_registry_set_alias(st, "fm", "broken", 1), 0);
+	for (int i = 0; i < 100 && r.status != 200; i++) {
+		resp_free(&r);
+		r = call_at(url, "GET", "/v2/health/ready", NULL, NULL);
+		if (r.status != 200)
+			usleep(50 * 1000);
+	}
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	serve_stop(pid);
+	expect_status(call("GET", "/v2/models/fm/ready", NULL), 200);
+	tf_store_close(st); /* 'broken' stays on 1: the later tests serve fm and need it ready */
 }
 
 /* `tpuflow serve --model fm`: predictions and health only, one model. */
@@ -1747,6 +1811,7 @@ int main(void)
 	    cmocka_unit_test(test_rollout_guard_against_production),
 	    cmocka_unit_test(test_rollout_other_alias),
 	    cmocka_unit_test(test_alias_move_under_load),
+	    cmocka_unit_test(test_serve_ready),
 	    cmocka_unit_test(test_serve_command),
 	    cmocka_unit_test(test_serve_metrics),
 	    cmocka_unit_test(test_serve_rate),

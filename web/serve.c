@@ -490,6 +490,58 @@ enum vstate tf_serve_version_state(struct tf_serve *sv, struct tf_store *st, str
 	return rc == -EAGAIN ? V_LOADING : rc ? V_UNAVAILABLE : V_AVAILABLE;
 }
 
+/* Whether alias a of m names the canary of one of m's deployments ("canary" for production's,
+ * ALIAS-canary for another alias's) while it points at that canary. */
+static int canary_label(const struct view *m, size_t a)
+{
+	for (size_t i = 0; i < m->ndeps; i++) {
+		const struct dep *d = &m->deps[i];
+		if (!d->canary || m->aliased[a] != d->canary)
+			continue;
+		size_t n = strlen(d->alias);
+		const char *name = m->aliases[a];
+		if (!strcmp(d->alias, "production") ? !strcmp(name, "canary")
+		                                    : !strncmp(name, d->alias, n) &&
+		                                          !strcmp(name + n, "-canary"))
+			return 1;
+	}
+	return 0;
+}
+
+int tf_serve_model_ready(struct tf_serve *sv, struct tf_web_req *rq, const char *model,
+                         char *why, size_t whylen)
+{
+	char *labels[MAX_ALIASED];
+	int64_t vs[MAX_ALIASED];
+	size_t n = 0;
+	pthread_mutex_lock(&sv->lock);
+	struct view *m = tf_serve_view_locked(sv, NULL, rq, model);
+	int exists = m && m->exists;
+	for (size_t a = 0; exists && a < m->naliases && n < MAX_ALIASED; a++)
+		if (!canary_label(m, a)) {
+			labels[n] = tf_xstrdup(m->aliases[a]);
+			vs[n++] = m->aliased[a];
+		}
+	pthread_mutex_unlock(&sv->lock);
+	int ready = exists && n > 0;
+	if (!m)
+		tf_errf(why, whylen, "the registry cannot be read");
+	else if (!exists)
+		tf_errf(why, whylen, "no model '%s' in the registry", model);
+	else if (!n)
+		tf_errf(why, whylen, "model '%s' has no alias: no label is served", model);
+	for (size_t i = 0; i < n; i++) {
+		char reason[1024];
+		if (ready && tf_serve_version_state(sv, NULL, rq, model, vs[i], NULL, reason,
+		                                    sizeof(reason)) != V_AVAILABLE) {
+			tf_errf(why, whylen, "label '%s': %s", labels[i], reason);
+			ready = 0;
+		}
+		free(labels[i]);
+	}
+	return ready;
+}
+
 int tf_serve_warm(struct tf_serve *sv, struct tf_store *st, const char *model, char *err,
                   size_t errlen)
 {

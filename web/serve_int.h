@@ -157,6 +157,13 @@ enum vstate tf_serve_version_state(struct tf_serve *sv, struct tf_store *st, str
                                    const char *model, int64_t v, struct entry **e, char *why,
                                    size_t whylen);
 
+/* Whether `model` is ready (the Open Inference Protocol's model and server readiness): it has
+ * at least one alias, and the version each alias points at is AVAILABLE (loaded now when
+ * needed), the canary labels of its deployments aside (production answers a canary's share
+ * when the canary cannot, docs/serving.md). 1, or 0 with the first reason in why. */
+int tf_serve_model_ready(struct tf_serve *sv, struct tf_web_req *rq, const char *model,
+                         char *why, size_t whylen);
+
 /* ---- serve_input.c: request bodies into model inputs ---- */
 
 /* The name of b's input ("image", "features"), and its Open Inference Protocol datatype. */

@@ -632,20 +632,13 @@ void tf_serve_h_live(struct tf_web_req *rq, struct tf_web_resp *rs)
 void tf_serve_h_ready(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	struct tf_serve *sv = tf_web_serving(rq->srv);
-	if (sv->only_model) { /* a serving host is ready when its production version is */
-		int64_t v = 0;
-		char why[1024] = "no 'production' alias";
-		pthread_mutex_lock(&sv->lock);
-		struct view *m = tf_serve_view_locked(sv, NULL, rq, sv->only_model);
-		if (m && m->exists)
-			v = tf_serve_view_alias(m, "production");
-		pthread_mutex_unlock(&sv->lock);
-		if (!v || tf_serve_version_state(sv, NULL, rq, sv->only_model, v, NULL, why,
-		                                 sizeof(why)) != V_AVAILABLE) {
-			/* the Open Inference Protocol: 200 is true, a 4xx false */
-			serving_error(rs, 400, "model '%s' is not ready: %s", sv->only_model, why);
-			return;
-		}
+	char why[1024];
+	/* a serving host is ready when its model is; the daemon, which loads any model on first
+	 * use, when it answers */
+	if (sv->only_model && !tf_serve_model_ready(sv, rq, sv->only_model, why, sizeof(why))) {
+		/* the Open Inference Protocol: 200 is true, a 4xx false */
+		serving_error(rs, 400, "model '%s' is not ready: %s", sv->only_model, why);
+		return;
 	}
 	tf_web_json(rs, 200, json_pack("{s:b}", "ready", 1));
 }
@@ -674,10 +667,27 @@ void tf_serve_h_v2_model(struct tf_web_req *rq, struct tf_web_resp *rs)
 	tf_serve_release(e);
 }
 
+/* GET /v2/models/{name}[/versions/{version}]/ready: the version named, else the model as the
+ * server's readiness judges it (tf_serve_model_ready). Not ready is a 4xx (the Open Inference
+ * Protocol's health APIs). */
 void tf_serve_h_v2_model_ready(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
-	struct entry *e = serve_entry(rq, rs, 0, NULL);
-	if (!e) { /* not ready is a 4xx (the Open Inference Protocol's health APIs) */
+	struct tf_serve *sv = tf_web_serving(rq->srv);
+	const char *name = tf_web_param(rq, "name");
+	char why[1024];
+	struct entry *e = NULL;
+	if (tf_web_param(rq, "version")) {
+		e = serve_entry(rq, rs, 0, NULL);
+	} else if (model_view(rq, rs, name)) {
+		pthread_mutex_unlock(&sv->lock);
+		if (!tf_serve_model_ready(sv, rq, name, why, sizeof(why))) {
+			serving_error(rs, 400, "model '%s' is not ready: %s", name, why);
+			return;
+		}
+		tf_web_json(rs, 200, json_pack("{s:s, s:b}", "name", name, "ready", 1));
+		return;
+	}
+	if (!e) {
 		if (rs->status == 503)
 			rs->status = 400;
 		rs->retry_after = 0;
