@@ -334,10 +334,12 @@ void tf_bundle_preprocess(const struct tf_bundle *b, const float *raw, float *ou
 		tf_preproc_apply(&b->pre, NULL, raw, out);
 		return;
 	}
-	/* image preprocessing reads bytes: the same path training used */
+	/* image preprocessing reads bytes: the same path training used. A float input (an .npy of
+	 * floats) is clamped to 0..255 and a NaN taken as 0: converting a NaN to an integer is
+	 * undefined behaviour (C11 6.3.1.4), so no comparison may let one through. */
 	unsigned char u8[TF_MLP_MAX_WIDTH];
 	for (size_t j = 0; j < b->pre.dim; j++)
-		u8[j] = (unsigned char)(raw[j] < 0 ? 0 : raw[j] > 255 ? 255 : raw[j]);
+		u8[j] = (unsigned char)(raw[j] >= 255 ? 255 : raw[j] > 0 ? raw[j] : 0);
 	tf_preproc_apply(&b->pre, u8, NULL, out);
 }
 

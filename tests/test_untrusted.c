@@ -534,6 +534,22 @@ static void test_untrusted_auc_of_nan_scores_terminates(void **state)
 	assert_true(isnan(a) || (a >= 0 && a <= 1));
 }
 
+/* An image model given floats (an .npy of float32 or float64 for `tpuflow predict`) clamps
+ * them to pixels: NaN is 0, -Infinity 0 and Infinity 255, and the conversion of a NaN to a
+ * byte, undefined behaviour that UBSan stops on (make asan), is never made. */
+static void test_untrusted_image_nan_pixels(void **state)
+{
+	(void)state;
+	float mean = 0.5f, inv_std = 2;
+	struct tf_bundle b = {.pre = {.image = 1, .dim = 5, .mean = &mean, .inv_std = &inv_std}};
+	const float raw[5] = {NAN, -INFINITY, INFINITY, 300, -NAN};
+	const float same[5] = {0, 0, 255, 255, 0};
+	float got[5], want[5];
+	tf_bundle_preprocess(&b, raw, got);
+	tf_bundle_preprocess(&b, same, want);
+	assert_memory_equal(got, want, sizeof(got));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -544,6 +560,7 @@ int main(void)
 	    cmocka_unit_test(test_untrusted_idx_dimensions_that_wrap_are_refused),
 	    cmocka_unit_test(test_untrusted_csv_wide_header_is_not_preallocated),
 	    cmocka_unit_test(test_untrusted_auc_of_nan_scores_terminates),
+	    cmocka_unit_test(test_untrusted_image_nan_pixels),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }
