@@ -327,6 +327,23 @@ static int setup(void **state)
 	export_model(s, d, "models/same/", 1, SOUND);
 	tf_dataset_free(d);
 	free(key);
+	key = NULL;
+	/* a tabular model "tab" (4 float features, 3 classes) from a small CSV; feature d
+	 * spreads little (0 or 0.001), so a large d is past float32 once standardised */
+	char csv[600];
+	snprintf(csv, sizeof(csv), "%s/tab.csv", home);
+	FILE *f = fopen(csv, "w");
+	assert_non_null(f);
+	fputs("a,b,label,c,d\n", f);
+	for (int i = 0; i < 60; i++)
+		fprintf(f, "%d.5,%d,%d,%d.25,0.00%d\n", i % 7, i % 5, i % 3, i % 11, i % 2);
+	fclose(f);
+	struct tf_prep_opts to = {.source = "csv", .path = csv, .shards = 1, .seed = 1};
+	assert_int_equal(tf_dataset_prep(s, "tabds/", &to, &key, NULL, err, sizeof err), 0);
+	assert_int_equal(tf_dataset_open(s, key, &d, err, sizeof err), 0);
+	export_model(s, d, "models/tab/", 7, SOUND);
+	tf_dataset_free(d);
+	free(key);
 	tf_objstore_free(s);
 	/* a damaged bundle: its tensors file cut short */
 	snprintf(cmd, sizeof(cmd), "truncate -s 1000 '%s/objects/models/bad/model.safetensors'",
@@ -346,6 +363,10 @@ static int setup(void **state)
 	    .model = "empty", .run_id = "r1", .step = "d", .bundle = "models/fm1/"};
 	int64_t v;
 	assert_int_equal(tf_registry_register(st, &other, &v, NULL), 0);
+	struct tf_model_version_spec tab = {
+	    .model = "tab", .run_id = "r1", .step = "t", .bundle = "models/tab/"};
+	assert_int_equal(tf_registry_register(st, &tab, &v, NULL), 0);
+	assert_int_equal(tf_registry_set_alias(st, "tab", "production", v), 0);
 	assert_int_equal(tf_token_create(st, "p", TF_SCOPE_PREDICT, 0, tok_predict, NULL), 0);
 	assert_int_equal(tf_token_create(st, "r", TF_SCOPE_READ, 0, tok_read, NULL), 0);
 	tf_store_close(st);
@@ -610,6 +631,133 @@ static void test_revoked_token_refused(void **state)
 			usleep(25 * 1000);
 	}
 	assert_int_equal(status, 401);
+}
+
+/* The 3 probabilities of a tabular answer's row i (TF Serving's predictions or outputs). */
+static void tab_row(json_t *m, size_t i, float out[3])
+{
+	json_t *row = json_array_get(m, i);
+	assert_int_equal(json_array_size(row), 3);
+	for (size_t k = 0; k < 3; k++)
+		out[k] = (float)json_number_value(json_array_get(row, k));
+}
+
+/* text (an answer of tpuflow's, whose strings have no such token) with its NaN, Infinity and
+ * -Infinity quoted, for a strict JSON parser (new). */
+static char *quote_tokens(const char *text)
+{
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+	while (*text) {
+		const char *tok = !strncmp(text, "NaN", 3)         ? "NaN"
+		                  : !strncmp(text, "-Infinity", 9) ? "-Infinity"
+		                  : !strncmp(text, "Infinity", 8)  ? "Infinity"
+		                                                   : NULL;
+		if (tok) {
+			fprintf(f, "\"%s\"", tok);
+			text += strlen(tok);
+		} else {
+			fputc(*text++, f);
+		}
+	}
+	fclose(f);
+	return out;
+}
+
+/* TensorFlow Serving's JSON has NaN, Infinity and -Infinity (its REST API's "JSON
+ * conformance"): a float input takes them, bare or quoted as proto3 writes them, in every
+ * format, and the answer of a row that had one writes them too; its other rows are answered
+ * as without it. The Open Inference Protocol's body is plain JSON: refused there, with why;
+ * and a uint8 input has no NaN. */
+static void test_tfs_nonfinite(void **state)
+{
+	(void)state;
+	NEED_DATA();
+	float want[2][3], got[3];
+	/* the finite rows alone (one through the row fast path, one through the tree) */
+	struct resp r = call("POST", "/v1/models/tab:predict",
+	                     "{\"instances\":[[1.5,2,3.25,-1],[0.5,1,2.25,-3]]}");
+	assert_int_equal(r.status, 200);
+	tab_row(json_object_get(r.json, "predictions"), 0, want[0]);
+	tab_row(json_object_get(r.json, "predictions"), 1, want[1]);
+	resp_free(&r);
+	const char *bodies[] = {
+	    /* the row fast path */
+	    "{\"instances\":[[1.5,2,3.25,-1],[NaN,1,2,3],[0.5,1,2.25,-3]]}",
+	    "{\"instances\":[[1.5,2,3.25,-1],[Infinity,1,-Infinity,3],[0.5,1,2.25,-3]]}",
+	    /* the general path: named, columnar, quoted, spaced */
+	    "{\"instances\":[{\"features\":[1.5,2,3.25,-1]},{\"features\":[1,NaN,2,3]},"
+	    "{\"features\":[0.5,1,2.25,-3]}]}",
+	    "{\"inputs\": [[1.5, 2, 3.25, -1], [-Infinity, 1, 2, 3], [0.5, 1, 2.25, -3]]}",
+	    "{\"inputs\":{\"features\":[[1.5,2,3.25,-1],[1,2,\"NaN\",3],[0.5,1,2.25,-3]]}}",
+	    "{\"signature_name\":\"serving_default\",\"instances\":[[1.5,2,3.25,-1],[1,2,3,"
+	    "\"-Infinity\"],[0.5,1,2.25,-3]]}",
+	};
+	for (size_t i = 0; i < TF_ARRAY_LEN(bodies); i++) {
+		r = call("POST", "/v1/models/tab:predict", bodies[i]);
+		if (r.status != 200)
+			fprintf(stderr, "%s: %ld %s\n", bodies[i], r.status, r.body);
+		assert_int_equal(r.status, 200);
+		/* the middle row's answer has a NaN: strict JSON parsers (this one) refuse it */
+		assert_null(r.json);
+		assert_true(strstr(r.body, "NaN") || strstr(r.body, "Infinity"));
+		assert_null(strstr(r.body, "nan"));
+		assert_null(strstr(r.body, "inf"));
+		/* read it back with the tokens as JSON's strings: the other rows are unchanged */
+		char *quoted = quote_tokens(r.body);
+		json_t *j = json_loads(quoted, 0, NULL);
+		assert_non_null(j);
+		json_t *m = json_object_get(j, strstr(bodies[i], "inputs") ? "outputs" : "predictions");
+		assert_int_equal(json_array_size(m), 3);
+		tab_row(m, 0, got);
+		assert_memory_equal(got, want[0], sizeof(got));
+		tab_row(m, 2, got);
+		assert_memory_equal(got, want[1], sizeof(got));
+		json_t *bad = json_array_get(json_array_get(m, 1), 0);
+		assert_true(json_is_string(bad));
+		if (strstr(bodies[i], "NaN")) /* softmax of NaN: every probability */
+			for (size_t k = 0; k < 3; k++)
+				assert_string_equal(
+				    json_string_value(json_array_get(json_array_get(m, 1), k)), "NaN");
+		json_decref(j);
+		free(quoted);
+		resp_free(&r);
+	}
+	/* not a number token: the parser's error, as before */
+	expect_error(call("POST", "/v1/models/tab:predict", "{\"instances\":[[NaNa,1,2,3]]}"),
+	             400, "not valid JSON");
+	expect_error(call("POST", "/v1/models/tab:predict", "{\"instances\":[[1,\"nan\",2,3]]}"),
+	             400, "instances[0], value 1: expected a number (float32 input), got a string");
+	/* a uint8 input has no NaN */
+	char *img = tf_xasprintf("{\"instances\":[[%sNaN]]}", zeros(DIM - 1));
+	expect_error(call("POST", "/v1/models/fm:predict", img), 400,
+	             "instances[0], value 783: NaN is not a uint8");
+	free(img);
+	/* the Open Inference Protocol: plain JSON */
+	const char *v2 = "{\"inputs\":[{\"name\":\"features\",\"shape\":[1,4],"
+	                 "\"datatype\":\"FP32\",\"data\":[1,%s,2,3]}]}";
+	char *b = tf_xasprintf(v2, "0.5");
+	expect_status(call("POST", "/v2/models/tab/infer", b), 200);
+	free(b);
+	b = tf_xasprintf(v2, "NaN");
+	expect_error(call("POST", "/v2/models/tab/infer", b), 400,
+	             "NaN, Infinity and -Infinity are not JSON numbers");
+	free(b);
+	b = tf_xasprintf(v2, "\"NaN\"");
+	expect_error(call("POST", "/v2/models/tab/infer", b), 400,
+	             "inputs[0].data, value 1: expected a number (float32 input), got a string");
+	free(b);
+	/* a finite value that standardising takes past float32: TensorFlow Serving's answer
+	 * writes what the model gives; this protocol's JSON cannot, and says why */
+	r = call("POST", "/v1/models/tab:predict", "{\"instances\":[[1,2,3,1e36]]}");
+	assert_int_equal(r.status, 200);
+	assert_true(strstr(r.body, "NaN") || strstr(r.body, "Infinity"));
+	resp_free(&r);
+	expect_error(call("POST", "/v2/models/tab/infer",
+	                  "{\"inputs\":[{\"name\":\"features\",\"shape\":[1,4],"
+	                  "\"datatype\":\"FP32\",\"data\":[1,2,3,1e36]}]}"),
+	             400, "instance 0: an input is not a finite float32 once preprocessed");
 }
 
 /* The Open Inference Protocol. */
@@ -1802,6 +1950,7 @@ int main(void)
 	    cmocka_unit_test(test_tfs_status_metadata_auth),
 	    cmocka_unit_test(test_serving_paths_errors_have_error),
 	    cmocka_unit_test(test_revoked_token_refused),
+	    cmocka_unit_test(test_tfs_nonfinite),
 	    cmocka_unit_test(test_v2),
 	    cmocka_unit_test(test_bit_identity_with_predict),
 	    cmocka_unit_test(test_alias_move),

@@ -8,6 +8,7 @@
 
 #include "common/common.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,10 +19,63 @@
 
 struct input_ctx {
 	const struct tf_bundle *b;
-	int image; /* values must be integers 0..255 */
+	int image;     /* values must be integers 0..255 */
+	int nonfinite; /* NaN, Infinity and -Infinity are values too (TensorFlow Serving's) */
 	char *err;
 	size_t errlen;
 };
+
+/* TensorFlow Serving's tokens for the float values JSON has no number for: the length of the
+ * one p starts with (*d its value), or 0. */
+static size_t nonfinite_token(const char *p, const char *end, double *d)
+{
+	static const struct {
+		const char *text;
+		size_t len;
+		double value;
+	} tokens[] = {{"NaN", 3, NAN}, {"Infinity", 8, INFINITY}, {"-Infinity", 9, -INFINITY}};
+	if (p == end || (*p != 'N' && *p != 'I' && *p != '-')) /* a number, most often */
+		return 0;
+	for (size_t i = 0; i < TF_ARRAY_LEN(tokens); i++)
+		if ((size_t)(end - p) >= tokens[i].len && !memcmp(p, tokens[i].text, tokens[i].len)) {
+			*d = tokens[i].value;
+			return tokens[i].len;
+		}
+	return 0;
+}
+
+char *tf_serve_quote_nonfinite(const char *p, size_t len, size_t *outlen)
+{
+	struct tf_buf o = {0};
+	const char *end = p + len, *copied = p;
+	int in_string = 0;
+	for (const char *q = p; q < end; q++) {
+		if (in_string) {
+			if (*q == '\\')
+				q++;
+			else if (*q == '"')
+				in_string = 0;
+			continue;
+		}
+		double d;
+		size_t n = *q == '"' ? 0 : nonfinite_token(q, end, &d);
+		in_string = *q == '"';
+		/* a token, not the start of a longer word ("NaNa" stays the parser's error) */
+		if (!n || (q + n < end && (isalnum((unsigned char)q[n]) || q[n] == '_')))
+			continue;
+		tf_buf_append(&o, copied, (size_t)(q - copied));
+		tf_buf_append(&o, "\"", 1);
+		tf_buf_append(&o, q, n);
+		tf_buf_append(&o, "\"", 1);
+		q += n - 1;
+		copied = q + 1;
+	}
+	if (!o.len)
+		return NULL;
+	tf_buf_append(&o, copied, (size_t)(end - copied));
+	*outlen = o.len;
+	return tf_buf_detach(&o);
+}
 
 /* Flattens the numbers of j (nested arrays, row-major) into out[cap], counting in *n;
  * field names the place in errors. -EINVAL on a wrong type, -E2BIG past cap. */
@@ -37,6 +91,23 @@ static int flatten(const struct input_ctx *c, const json_t *j, float *out, size_
 			if (rc)
 				return rc;
 		}
+		return 0;
+	}
+	const char *text = json_string_value(j);
+	double special;
+	if (text && c->nonfinite &&
+	    nonfinite_token(text, text + json_string_length(j), &special) == json_string_length(j)) {
+		/* TensorFlow Serving's NaN, Infinity, -Infinity (bare in the body, which
+		 * tf_serve_quote_nonfinite quoted, or quoted as proto3's JSON writes them) */
+		if (c->image) {
+			tf_errf(c->err, c->errlen,
+			        "%s, value %zu: %s is not a uint8 (the model takes pixels 0..255)",
+			        field, *n, text);
+			return -EINVAL;
+		}
+		if (*n >= cap)
+			return -E2BIG;
+		out[(*n)++] = (float)special;
 		return 0;
 	}
 	if (!json_is_number(j)) {
@@ -117,11 +188,12 @@ static float *batch_alloc(struct tf_serve *sv, const struct tf_bundle *b, size_t
 }
 
 /* The examples of a TF Serving body: "instances" (row) or "inputs" (columnar); *x (n x
- * inputs, preprocessed) is new. *columnar says which. -EINVAL with err. */
+ * inputs, preprocessed) is new. *columnar says which. A float input takes the strings "NaN",
+ * "Infinity" and "-Infinity" for those values (tf_serve_quote_nonfinite). -EINVAL with err. */
 int tf_serve_tfs_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json_t *body,
                         float **x, size_t *n, int *columnar, char *err, size_t errlen)
 {
-	struct input_ctx c = {b, b->pre.image, err, errlen};
+	struct input_ctx c = {b, b->pre.image, 1, err, errlen};
 	const char *iname = tf_serve_input_name(b);
 	const json_t *inst = json_object_get(body, "instances"),
 	             *cols = json_object_get(body, "inputs");
@@ -183,7 +255,8 @@ int tf_serve_tfs_inputs(struct tf_serve *sv, const struct tf_bundle *b, const js
 /* ---- TensorFlow Serving ----------------------------------------------------------------- */
 
 /* The common request, parsed without building a JSON tree: {"instances": [[n, ...], ...]}
- * with flat examples of plain numbers (integers 0..255 for an image model). Returns 1 with
+ * with flat examples of plain numbers (integers 0..255 for an image model; for a float one,
+ * TensorFlow Serving's NaN, Infinity and -Infinity too). Returns 1 with
  * *x (n x inputs, preprocessed) new when the body is exactly that and every value is
  * acceptable, 0 when not (the general path then parses it and names any error). */
 int tf_serve_fast_instances(struct tf_serve *sv, const struct tf_bundle *b, const char *p,
@@ -228,6 +301,14 @@ int tf_serve_fast_instances(struct tf_serve *sv, const struct tf_bundle *b, cons
 					continue; /* the while below: a comma goes on */
 				}
 			}
+			double d;
+			size_t tl;
+			if (!b->pre.image && k < dim && (tl = nonfinite_token(p, end, &d))) {
+				raw[k++] = (float)d; /* TensorFlow Serving's NaN, Infinity */
+				p += tl;
+				WS();
+				continue;
+			}
 			/* a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
 			const char *q = p;
 			int neg = q < end && *q == '-', real = 0;
@@ -258,7 +339,6 @@ int tf_serve_fast_instances(struct tf_serve *sv, const struct tf_bundle *b, cons
 			}
 			if (k == dim || digits > 15)
 				goto no;
-			double d;
 			if (!real) {
 				d = neg ? -(double)iv : (double)iv; /* exact: below 2^53 */
 			} else if (b->pre.image) {
@@ -408,7 +488,7 @@ int tf_serve_v2_inputs(struct tf_serve *sv, const struct tf_bundle *b, const jso
 		return -EINVAL;
 	float *raw = tf_xmalloc(*n * dim * sizeof(float));
 	size_t got = 0;
-	struct input_ctx c = {b, b->pre.image, err, errlen};
+	struct input_ctx c = {b, b->pre.image, 0, err, errlen};
 	int rc = flatten(&c, json_object_get(t, "data"), raw, *n * dim, &got, "inputs[0].data");
 	if (rc == -E2BIG || (!rc && got != *n * dim)) {
 		tf_errf(err, errlen, "inputs[0].data: the shape says %zu values, got %s%zu",

@@ -170,13 +170,20 @@ int tf_serve_model_ready(struct tf_serve *sv, struct tf_web_req *rq, const char 
 const char *tf_serve_input_name(const struct tf_bundle *b);
 const char *tf_serve_v2_datatype(const struct tf_bundle *b);
 /* The common request, parsed without building a JSON tree: {"instances": [[n, ...], ...]}
- * with flat examples of plain numbers (integers 0..255 for an image model). Returns 1 with
+ * with flat examples of plain numbers (integers 0..255 for an image model; for a float one,
+ * TensorFlow Serving's NaN, Infinity and -Infinity too). Returns 1 with
  * *x (n x inputs, preprocessed) new when the body is exactly that and every value is
  * acceptable, 0 when not (the general path then parses it and names any error). */
 int tf_serve_fast_instances(struct tf_serve *sv, const struct tf_bundle *b, const char *p,
                             const char *end, float **x, size_t *n);
+/* TensorFlow Serving's JSON (docs/serving.md, "Non-finite floats"): the body p[len] with its
+ * bare NaN, Infinity and -Infinity tokens (outside strings) quoted, so a JSON parser reads
+ * them as the strings tf_serve_tfs_inputs takes for those values; new (*outlen bytes), or
+ * NULL when the body has none. */
+char *tf_serve_quote_nonfinite(const char *p, size_t len, size_t *outlen);
 /* The examples of a TF Serving body: "instances" (row) or "inputs" (columnar); *x (n x
- * inputs, preprocessed) is new. *columnar says which. -EINVAL with err. */
+ * inputs, preprocessed) is new. *columnar says which. A float input takes the strings "NaN",
+ * "Infinity" and "-Infinity" for those values (tf_serve_quote_nonfinite). -EINVAL with err. */
 int tf_serve_tfs_inputs(struct tf_serve *sv, const struct tf_bundle *b, const json_t *body,
                         float **x, size_t *n, int *columnar, char *err, size_t errlen);
 /* The one input tensor of an inference request into *x (n x inputs, preprocessed), new.

@@ -41,11 +41,17 @@ static void serving_error(struct tf_web_resp *rs, int status, const char *fmt, .
 }
 
 /* Floats with 9 significant digits: a float32 printed so reads back to the same bits (answers
- * are written by hand into a tf_buf, web/api.h). */
+ * are written by hand into a tf_buf, web/api.h); a value that is not finite as TensorFlow
+ * Serving writes it (NaN, Infinity, -Infinity: only its answers have them, run_model). */
 static void put_floats(struct tf_buf *b, const float *p, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		tf_buf_printf(b, i ? ",%.9g" : "%.9g", (double)p[i]);
+	for (size_t i = 0; i < n; i++) {
+		if (isfinite(p[i]))
+			tf_buf_printf(b, i ? ",%.9g" : "%.9g", (double)p[i]);
+		else
+			tf_buf_printf(b, "%s%s", i ? "," : "",
+			              isnan(p[i]) ? "NaN" : p[i] > 0 ? "Infinity" : "-Infinity");
+	}
 }
 
 /* ---- which version ---------------------------------------------------------------------- */
@@ -212,42 +218,84 @@ static struct entry *serve_entry(struct tf_web_req *rq, struct tf_web_resp *rs, 
 	return e;
 }
 
-/* Parses the body as a JSON object; on failure the error is in rs. */
-static json_t *body_json(struct tf_web_req *rq, struct tf_web_resp *rs)
+/* Parses the body as a JSON object; on failure the error is in rs. nonfinite: TensorFlow
+ * Serving's JSON, whose bare NaN, Infinity and -Infinity are read as the strings
+ * tf_serve_tfs_inputs takes for them (tried only when the body is not plain JSON, so a body
+ * without them costs nothing more); else plain JSON, as the Open Inference Protocol's is. */
+static json_t *body_json(struct tf_web_req *rq, struct tf_web_resp *rs, int nonfinite)
 {
 	json_error_t je;
-	json_t *j = json_loadb(rq->body ? rq->body : "", rq->body_len, JSON_REJECT_DUPLICATES, &je);
-	if (!j || !json_is_object(j)) {
-		if (j)
-			serving_error(rs, 400, "the body must be a JSON object");
-		else
-			serving_error(rs, 400, "the body is not valid JSON: %s at byte offset %d",
-			              je.text, je.position);
+	const char *text = rq->body ? rq->body : "";
+	json_t *j = json_loadb(text, rq->body_len, JSON_REJECT_DUPLICATES, &je);
+	size_t qlen = 0;
+	char *quoted = j ? NULL : tf_serve_quote_nonfinite(text, rq->body_len, &qlen);
+	if (quoted && nonfinite) {
+		j = json_loadb(quoted, qlen, JSON_REJECT_DUPLICATES, &je);
+		if (!j) /* its offsets are the quoted copy's */
+			serving_error(rs, 400, "the body is not valid JSON: %s", je.text);
+	} else if (quoted) {
+		serving_error(rs, 400,
+		              "the body is not valid JSON: NaN, Infinity and -Infinity are not JSON "
+		              "numbers (this protocol's body is plain JSON; TensorFlow Serving's "
+		              "/v1 routes take them)");
+	} else if (!j) {
+		serving_error(rs, 400, "the body is not valid JSON: %s at byte offset %d", je.text,
+		              je.position);
+	}
+	free(quoted);
+	if (j && !json_is_object(j)) {
+		serving_error(rs, 400, "the body must be a JSON object");
 		json_decref(j);
 		return NULL;
 	}
 	return j;
 }
 
-/* The version's probabilities for the n rows of x, new; NULL with a 500 in rs when one is not
- * a finite number: the version is broken (JSON has no NaN; its rollout policy counts the
- * failure), not the request. */
-static float *run_model(const struct entry *e, const float *x, size_t n, struct tf_web_resp *rs)
+/* Whether the dim values at x are all finite numbers. */
+static int finite_row(const float *x, size_t dim)
+{
+	for (size_t j = 0; j < dim; j++)
+		if (!isfinite(x[j]))
+			return 0;
+	return 1;
+}
+
+/* The version's probabilities for the n rows of x (preprocessed), new. An output that is not
+ * a finite number from a row whose inputs are finite is the version's fault (its rollout
+ * policy counts the failure): NULL with a 500 in rs. From a row whose inputs are not (a NaN
+ * or an Infinity the client sent, or a value preprocessing took past float32) it is the
+ * answer, written as TensorFlow Serving writes it when nonfinite, else (JSON has no NaN) a
+ * 400. */
+static float *run_model(const struct entry *e, const float *x, size_t n, int nonfinite,
+                        struct tf_web_resp *rs)
 {
 	const struct tf_bundle *b = e->b;
-	size_t C = tf_mlp_outputs(&b->mlp);
+	size_t C = tf_mlp_outputs(&b->mlp), dim = b->mlp.size[0];
 	float *p = tf_xmalloc(n * C * sizeof(float));
 	tf_bundle_predict(b, x, n, p, 1);
-	for (size_t i = 0; i < n * C; i++)
-		if (!isfinite(p[i])) {
+	for (size_t i = 0; i < n * C; i++) {
+		if (isfinite(p[i]))
+			continue;
+		size_t row = i / C;
+		if (finite_row(x + row * dim, dim)) {
 			serving_error(
 			    rs, 500,
 			    "version %lld of model '%s' gave a value that is not a finite "
 			    "number for instance %zu (a broken model)",
-			    (long long)e->version, e->model, i / C);
-			free(p);
-			return NULL;
+			    (long long)e->version, e->model, row);
+		} else if (!nonfinite) {
+			serving_error(rs, 400,
+			              "instance %zu: an input is not a finite float32 once "
+			              "preprocessed, so the answer is not a finite number either, "
+			              "which JSON cannot carry",
+			              row);
+		} else {
+			i = (row + 1) * C - 1; /* the row's answer, as it is */
+			continue;
 		}
+		free(p);
+		return NULL;
+	}
 	return p;
 }
 
@@ -261,12 +309,14 @@ struct parsed {
 };
 
 /* One protocol's part of a prediction: how the request becomes rows for the version's bundle
- * b (0, or the error in rs), and how the answer to the probabilities p (n x C) is written. */
+ * b (0, or the error in rs), how the answer to the probabilities p (n x C) is written, and
+ * whether its JSON has NaN, Infinity and -Infinity (TensorFlow Serving's does). */
 struct proto {
 	int (*read)(struct tf_web_req *rq, struct tf_web_resp *rs, const struct tf_bundle *b,
 	            struct parsed *in);
 	void (*write)(struct tf_buf *o, const struct entry *e, const struct parsed *in,
 	              const float *p, size_t C);
+	int nonfinite;
 };
 
 /* ---- the shadow comparison (docs/serving.md, "Shadow comparison") ----------------------- */
@@ -351,7 +401,7 @@ static void shadow_run(void *ctx)
 		size_t differ = s->n;
 		int counted = 1;
 		if (!s->pr->read(&q, &scratch, prod->b, &in) && in.n == s->n) {
-			p = run_model(prod, in.x, in.n, &scratch);
+			p = run_model(prod, in.x, in.n, s->pr->nonfinite, &scratch);
 			if (p)
 				differ = rows_differ(s->p, s->C, p, tf_mlp_outputs(&prod->b->mlp),
 				                     s->n, s->tolerance);
@@ -467,7 +517,7 @@ static void predict(struct tf_web_req *rq, struct tf_web_resp *rs, const struct 
 	struct parsed in = {.body = body};
 	float *p = NULL;
 	size_t C = tf_mlp_outputs(&e->b->mlp);
-	if (!pr->read(rq, rs, e->b, &in) && (p = run_model(e, in.x, in.n, rs))) {
+	if (!pr->read(rq, rs, e->b, &in) && (p = run_model(e, in.x, in.n, pr->nonfinite, rs))) {
 		struct tf_buf o = {0};
 		pr->write(&o, e, &in, p, C);
 		tf_web_json_text(rs, &o);
@@ -509,7 +559,7 @@ static int tfs_read(struct tf_web_req *rq, struct tf_web_resp *rs, const struct 
 	if (!in->body && rq->body &&
 	    tf_serve_fast_instances(sv, b, rq->body, rq->body + rq->body_len, &in->x, &in->n))
 		return 0;
-	if (!in->body && !(in->body = body_json(rq, rs)))
+	if (!in->body && !(in->body = body_json(rq, rs, 1)))
 		return -EINVAL;
 	if (!tf_serve_tfs_inputs(sv, b, in->body, &in->x, &in->n, &in->columnar, err, sizeof(err)))
 		return 0;
@@ -531,7 +581,7 @@ static void tfs_write(struct tf_buf *o, const struct entry *e, const struct pars
 	tf_buf_append(o, "]}", 2);
 }
 
-static const struct proto tfs = {tfs_read, tfs_write};
+static const struct proto tfs = {tfs_read, tfs_write, 1};
 
 void tf_serve_h_predict(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
@@ -729,12 +779,12 @@ static void v2_write(struct tf_buf *o, const struct entry *e, const struct parse
 	tf_buf_printf(o, "]}]}");
 }
 
-static const struct proto v2 = {v2_read, v2_write};
+static const struct proto v2 = {v2_read, v2_write, 0};
 
 void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs)
 {
 	double t0 = tf_now_monotonic();
-	json_t *body = body_json(rq, rs); /* a body that is not JSON is a 400 before a 404 */
+	json_t *body = body_json(rq, rs, 0); /* a body that is not JSON is a 400 before a 404 */
 	if (body)
 		predict(rq, rs, &v2, body, t0);
 }
