@@ -516,18 +516,26 @@ static void test_tfs_status_metadata_auth(void **state)
 	assert_int_equal(r.status, 200);
 	json_t *list = json_object_get(r.json, "model_version_status");
 	assert_int_equal(json_array_size(list), 3);
-	const char *want[] = {"AVAILABLE", "AVAILABLE", "UNAVAILABLE"};
+	/* TensorFlow Serving's states (get_model_status.proto): one that could not be loaded has
+	 * reached END with its error; UNAVAILABLE is no state of that enum */
+	const char *want[][2] = {{"AVAILABLE", "OK"}, {"AVAILABLE", "OK"}, {"END", "NOT_FOUND"}};
 	for (size_t i = 0; i < 3; i++) {
 		json_t *v = json_array_get(list, i);
 		char num[8];
 		snprintf(num, sizeof(num), "%zu", i + 1);
 		assert_string_equal(jstr(v, "version"), num);
-		assert_string_equal(jstr(v, "state"), want[i]);
+		assert_string_equal(jstr(v, "state"), want[i][0]);
+		assert_string_equal(jstr(json_object_get(v, "status"), "error_code"), want[i][1]);
 	}
 	const char *why = json_string_value(
 	    json_object_get(json_object_get(json_array_get(list, 2), "status"), "error_message"));
 	assert_has(why, "models/bad/");
+	assert_string_equal(
+	    jstr(json_object_get(json_array_get(list, 0), "status"), "error_message"), "");
 	resp_free(&r);
+	/* a model no alias points into: TF Serving's "Could not find any versions" (404) */
+	expect_error(call("GET", "/v1/models/empty", NULL), 404,
+	             "model 'empty' has no version an alias points at");
 	/* one version, by number or by alias */
 	const char *one[][2] = {{"/v1/models/fm/versions/3", "3"},
 	                        {"/v1/models/fm/labels/staging", "2"}};

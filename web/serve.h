@@ -73,7 +73,7 @@ void tf_serve_h_infer(struct tf_web_req *rq, struct tf_web_resp *rs);
 	"{\"type\":\"object\",\"required\":[\"model_version_status\"],\"properties\":{"            \
 	"\"model_version_status\":{\"type\":\"array\",\"items\":{\"type\":\"object\","             \
 	"\"required\":[\"version\",\"state\",\"status\"],\"properties\":{\"version\":{\"type\":"   \
-	"\"string\"},\"state\":{\"enum\":[\"LOADING\",\"AVAILABLE\",\"UNAVAILABLE\"]},"            \
+	"\"string\"},\"state\":{\"enum\":[\"LOADING\",\"AVAILABLE\",\"END\"]},"                    \
 	"\"status\":{\"type\":\"object\"}}}}}}"
 #define TF_SERVE_INFER_REQ                                                                         \
 	"{\"type\":\"object\",\"required\":[\"inputs\"],\"properties\":{\"id\":{\"type\":"         \

@@ -21,7 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const vstate_names[] = {"LOADING", "AVAILABLE", "UNAVAILABLE"};
+/* A version's state as TensorFlow Serving's model status names it (get_model_status.proto's
+ * ModelVersionStatus.State): a version that cannot be loaded has reached END, with the error
+ * in its status, as one whose load failed there; UNAVAILABLE is no value of that enum, and a
+ * client reading the answer into the proto refuses it. */
+static const char *const vstate_names[] = {"LOADING", "AVAILABLE", "END"};
 
 /* ---- answers ---------------------------------------------------------------------------- */
 
@@ -605,6 +609,13 @@ void tf_serve_h_status(struct tf_web_req *rq, struct tf_web_resp *rs)
 			return;
 		pthread_mutex_unlock(&sv->lock);
 		nv = tf_serve_aliased_versions(sv, NULL, rq, model, vs);
+		if (nv <= 0) { /* TF Serving: NOT_FOUND "Could not find any versions of model" */
+			serving_error(rs, 404,
+			              "Servable not found: model '%s' has no version an alias "
+			              "points at (call /versions/{v})",
+			              model);
+			return;
+		}
 	}
 	json_t *list = json_array();
 	for (int i = 0; i < nv; i++) {
@@ -615,12 +626,11 @@ void tf_serve_h_status(struct tf_web_req *rq, struct tf_web_resp *rs)
 		    tf_serve_version_state(sv, NULL, rq, model, n, &e, why, sizeof(why));
 		char num[24];
 		snprintf(num, sizeof(num), "%lld", (long long)n);
+		/* the status is the version's health, OK while it loads (TF Serving's) */
 		json_t *one = json_pack("{s:s, s:s, s:{s:s, s:s}}", "version", num, "state",
 		                        vstate_names[st], "status", "error_code",
-		                        st == V_AVAILABLE ? "OK"
-		                        : st == V_LOADING ? "UNAVAILABLE"
-		                                          : "NOT_FOUND",
-		                        "error_message", st == V_AVAILABLE ? "" : why);
+		                        st == V_UNAVAILABLE ? "NOT_FOUND" : "OK", "error_message",
+		                        st == V_UNAVAILABLE ? why : "");
 		if (e)
 			json_object_set_new(one, "tpuflow_stats", tf_serve_stats_json(e));
 		tf_serve_release(e);
