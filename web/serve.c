@@ -517,7 +517,12 @@ int tf_serve_model_ready(struct tf_serve *sv, struct tf_web_req *rq, const char 
 	pthread_mutex_lock(&sv->lock);
 	struct view *m = tf_serve_view_locked(sv, NULL, rq, model);
 	int exists = m && m->exists;
-	for (size_t a = 0; exists && a < m->naliases && n < MAX_ALIASED; a++)
+	int64_t production = exists ? tf_serve_view_alias(m, "production") : 0;
+	if (production) { /* what the bare name answers: the other labels do not hold it back */
+		labels[n] = tf_xstrdup("production");
+		vs[n++] = production;
+	}
+	for (size_t a = 0; exists && !production && a < m->naliases && n < MAX_ALIASED; a++)
 		if (!canary_label(m, a)) {
 			labels[n] = tf_xstrdup(m->aliases[a]);
 			vs[n++] = m->aliased[a];

@@ -157,10 +157,12 @@ enum vstate tf_serve_version_state(struct tf_serve *sv, struct tf_store *st, str
                                    const char *model, int64_t v, struct entry **e, char *why,
                                    size_t whylen);
 
-/* Whether `model` is ready (the Open Inference Protocol's model and server readiness): it has
- * at least one alias, and the version each alias points at is AVAILABLE (loaded now when
- * needed), the canary labels of its deployments aside (production answers a canary's share
- * when the canary cannot, docs/serving.md). 1, or 0 with the first reason in why. */
+/* Whether `model` is ready (the Open Inference Protocol's model and server readiness): the
+ * version its 'production' alias points at is AVAILABLE (loaded now when needed), or, for a
+ * model without production, the version of each of its aliases, the canary labels of its
+ * deployments aside (production answers a canary's share when the canary cannot,
+ * docs/serving.md). A label that cannot be loaded beside a sound production fails its own
+ * requests, not the host's readiness. 1, or 0 with the first reason in why. */
 int tf_serve_model_ready(struct tf_serve *sv, struct tf_web_req *rq, const char *model,
                          char *why, size_t whylen);
 
