@@ -98,12 +98,12 @@ async function runsList(tok) {
     trigger: tr.querySelector('[data-trigger]').dataset.trigger })));
   check(rows.length === want.items.length, `runs list: ${rows.length} rows, the API has ${want.items.length}`);
   // times in the viewer's zone, named; the instant in UTC on hover
-  const first = want.items[0], t = first.started_at || first.created_at;
+  const first = want.items[0], t = first.created_at;
   const ist = new Date((t + 5.5 * 3600) * 1000), two = (n) => String(n).padStart(2, '0');
   const clock = `${ist.getUTCHours() % 12 || 12}:${two(ist.getUTCMinutes())}:${two(ist.getUTCSeconds())}`;
   const [shown, title] = await page.$eval('table.runs tbody tr time', (e) => [e.textContent, e.title]);
   check(shown.includes(clock) && shown.includes('GMT+5:30') && title === new Date(t * 1000).toISOString(),
-    `run ${first.id} started ${shown} (title ${title}); in Asia/Kolkata it is ${clock}`);
+    `run ${first.id} created ${shown} (title ${title}); in Asia/Kolkata it is ${clock}`);
   // how many runs there are, as the API counts them
   const count = await page.$eval('p.count', (e) => [+e.dataset.total, e.textContent]);
   check(count[0] === want.total && want.total >= want.items.length && count[1].startsWith(want.total.toLocaleString('en-US') + ' runs'),
@@ -233,6 +233,51 @@ async function expectedPoints(id, step, tok) {
   return { auc: steps.auc.size, loss: series.step.size + series.epochTrain.size + series.epochEval.size, text };
 }
 
+// The runs list sorted from its column headers (GET /api/v1/runs?sort=): each click is in the
+// URL and sorts as the API does, a second click the other way, a reload keeps the order, and
+// the pages of a small page size, walked with Next page, meet every run once in the API's order.
+async function sortChecks() {
+  const ids = () => all('table.runs tbody tr', (trs) => trs.map((t) => t.dataset.run));
+  const sorted = () => page.$eval('th[aria-sort]', (e) => [e.textContent.replace(/[ ▲▼]/g, ''), e.getAttribute('aria-sort')]);
+  await go('#/runs');
+  await page.waitForSelector('table.runs tbody tr');
+  check(JSON.stringify(await sorted()) === '["Created","descending"]', `the list opens sorted ${await sorted()}`);
+  for (const [col, want, dir] of [['Duration', '-duration', 'descending'], ['Duration', 'duration', 'ascending'],
+    ['Pipeline', 'pipeline', 'ascending'], ['State', 'state', 'ascending'], ['State', '-state', 'descending'],
+    ['Created', '-created', 'descending'], ['Created', 'created', 'ascending']]) {
+    await page.click(`table.runs thead th:has-text("${col}") a`);
+    // the default order (newest first) is the URL without sort
+    await page.waitForFunction((w) => new URLSearchParams(location.hash.split('?')[1]).get('sort') ===
+      (w === '-created' ? null : w), want);
+    await page.waitForSelector(`th[data-sort="${want}"]`);
+    const api1 = await api(`/api/v1/runs?sort=${want}&limit=50`, E.READ);
+    const got = await ids();
+    check(JSON.stringify(got) === JSON.stringify(api1.items.map((r) => r.id)),
+      `sorted by ${want}: the list shows ${got}, the API ${api1.items.map((r) => r.id)}`);
+    check(JSON.stringify(await sorted()) === JSON.stringify([col, dir]), `sorted by ${want}: the header says ${await sorted()}`);
+  }
+  // the order survives a reload (it is in the URL), and pages of two follow it to the end
+  await go('#/runs?sort=-duration&limit=2');
+  await page.reload();
+  await page.waitForSelector('th[data-sort="-duration"]');
+  const whole = (await api('/api/v1/runs?sort=-duration&limit=500', E.READ)).items.map((r) => r.id);
+  const walked = [];
+  for (let i = 0; i < 100; i++) {
+    await page.waitForSelector('table.runs tbody tr');
+    walked.push(...await ids());
+    const next = await page.$('a[rel=next]');
+    if (!next) break;
+    const before = JSON.stringify(await ids());
+    await next.click();
+    await page.waitForFunction((b) => JSON.stringify([...document.querySelectorAll('table.runs tbody tr')]
+      .map((t) => t.dataset.run)) !== b && document.querySelector('th[data-sort="-duration"]'), before);
+  }
+  check(JSON.stringify(walked) === JSON.stringify(whole),
+    `pages of 2 sorted -duration met ${walked}, the API's whole list is ${whole}`);
+  check((await page.$eval('table.runs caption', (e) => e.textContent)).includes('longest first'), 'the caption names the order');
+  await shot('runs-sorted.png');
+}
+
 async function authPass() {
   // ---- read: every view, no action offered
   await signIn(E.READ);
@@ -279,6 +324,8 @@ async function authPass() {
     check(said[0] === 'false' && said[1] === want, `the count past the API's bound says ${said[1]} on ${hash}, want ${want}`);
   }
   await page.unroute(bounded, atBound);
+
+  await sortChecks();
 
   // a run opened from the list with the keyboard: focus moves to the run page's content, and
   // the next Tab reaches its first link (not the top of the document, or nothing)

@@ -2922,6 +2922,218 @@ static void test_runs_filters_plan(void **state)
 	tf_store_close(st);
 }
 
+/* ?sort= orders the pages: walked two and three runs at a time through `next`, every order
+ * meets each selected run once, in the order the docs give (ties of key newest first, but
+ * in the creation orders; the runs without a duration after the others both ways), as one
+ * page of them all does, and so with other filters; a bare run id starts where that run's
+ * page would end; a cursor is
+ * for its own order only; an unknown order is a 400 that suggests the nearest. */
+struct sort_run {
+	char id[32];
+	const char *pipeline, *state;
+	double created, started, finished; /* < 0: NULL */
+};
+
+static const char *sort_name; /* the order sort_cmp follows */
+
+static double sort_dur(const struct sort_run *r)
+{
+	return r->started >= 0 && r->finished >= r->started ? r->finished - r->started : -1;
+}
+
+static int sort_cmp(const void *pa, const void *pb)
+{
+	const struct sort_run *a = pa, *b = pb;
+	int desc = sort_name[0] == '-';
+	const char *key = sort_name + desc;
+	int c = 0;
+	if (!strcmp(key, "created")) {
+		c = a->created < b->created ? -1 : a->created > b->created;
+		if (!c)
+			c = strcmp(a->id, b->id);
+		return desc ? -c : c;
+	}
+	if (!strcmp(key, "duration")) {
+		double x = sort_dur(a), y = sort_dur(b);
+		if ((x < 0) != (y < 0))
+			return x < 0 ? 1 : -1; /* without one: last, both ways */
+		c = x < y ? -1 : x > y;
+	} else {
+		c = strcmp(!strcmp(key, "state") ? a->state : a->pipeline,
+		           !strcmp(key, "state") ? b->state : b->pipeline);
+	}
+	if (desc)
+		c = -c;
+	return c ? c : -strcmp(a->id, b->id); /* ties newest first */
+}
+
+/* The ids of every page of `query`, walked through next, into ids (at most max). */
+static size_t sort_walk(const char *query, char ids[][32], size_t max)
+{
+	char path[1024];
+	snprintf(path, sizeof(path), "/api/v1/runs?%s", query);
+	size_t n = 0;
+	for (int pages = 0; pages < 100; pages++) {
+		struct resp r = call("GET", path, tok_read, NULL, NULL);
+		if (r.status != 200)
+			fprintf(stderr, "%s: %s\n", path, r.body.p);
+		assert_int_equal(r.status, 200);
+		json_t *it;
+		size_t i;
+		json_array_foreach(json_object_get(r.json, "items"), i, it)
+		{
+			assert_true(n < max);
+			snprintf(ids[n++], 32, "%s", json_string_value(json_object_get(it, "id")));
+		}
+		const char *next = json_string_value(json_object_get(r.json, "next"));
+		if (next) {
+			const char *sort = strstr(query, "sort=");
+			if (sort) /* the next page keeps the order */
+				assert_non_null(strstr(next, "sort="));
+			snprintf(path, sizeof(path), "%s", next);
+		}
+		resp_free(&r);
+		if (!next)
+			break;
+	}
+	return n;
+}
+
+static void test_runs_sort(void **state)
+{
+	(void)state;
+	/* durations with ties (5 s three times, 2 s twice), creations with ties, runs without a
+	 * duration (pending, running, cancelled before it started), two pipelines */
+	struct sort_run runs[] = {
+	    {"", "sort-a", "succeeded", 1000, 1001, 1006},
+	    {"", "sort-b", "failed", 1000, 1002, 1007},
+	    {"", "sort-a", "succeeded", 1010, 1010, 1012},
+	    {"", "sort-b", "succeeded", 1020, 1020, 1025},
+	    {"", "sort-a", "pending", 1030, -1, -1},
+	    {"", "sort-b", "running", 1040, 1041, -1},
+	    {"", "sort-a", "failed", 1050, -1, 1051},
+	    {"", "sort-b", "succeeded", 1060, 1060, 1062},
+	    {"", "sort-a", "interrupted", 1070, 1070, 1170.25},
+	    {"", "sort-b", "succeeded", 1080, 1080, 1080.5},
+	};
+	const size_t nr = sizeof(runs) / sizeof(runs[0]);
+	struct tf_store *st;
+	char err[256];
+	for (size_t i = 0; i < nr; i++) {
+		char yaml[256];
+		snprintf(yaml, sizeof(yaml),
+		         "name: %s\nsteps:\n  - name: a\n    type: shell\n"
+		         "    with: {argv: [/bin/true]}\n",
+		         runs[i].pipeline);
+		submit_yaml(yaml, runs[i].id);
+	}
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	for (size_t i = 0; i < nr; i++) {
+		struct sort_run *r = &runs[i];
+		assert_int_equal(tf_store_run(st,
+		                              "UPDATE runs SET state=?, created_at=?, "
+		                              "started_at=nullif(?, -1), "
+		                              "finished_at=nullif(?, -1) WHERE id=?",
+		                              "tdddt", r->state, r->created, r->started,
+		                              r->finished, r->id),
+		                 0);
+		assert_int_equal(tf_store_run(st,
+		                              "INSERT INTO run_labels(run_id, key, value) "
+		                              "VALUES(?, 'sortset', '1')",
+		                              "t", r->id),
+		                 0);
+	}
+	tf_store_close(st);
+	const char *orders[] = {"-created", "created",  "-duration", "duration",
+	                        "pipeline", "-pipeline", "state",     "-state"};
+	char got[32][32], one[32][32];
+	for (size_t o = 0; o < sizeof(orders) / sizeof(orders[0]); o++) {
+		sort_name = orders[o];
+		qsort(runs, nr, sizeof(runs[0]), sort_cmp);
+		char q[256];
+		snprintf(q, sizeof(q), "label=sortset&sort=%s&limit=500", orders[o]);
+		assert_int_equal(sort_walk(q, one, 32), nr);
+		for (int limit = 2; limit <= 3; limit++) {
+			snprintf(q, sizeof(q), "label=sortset&sort=%s&limit=%d", orders[o], limit);
+			assert_int_equal(sort_walk(q, got, 32), nr);
+			for (size_t i = 0; i < nr; i++) {
+				if (strcmp(got[i], runs[i].id) || strcmp(one[i], runs[i].id))
+					fprintf(stderr, "sort=%s limit=%d: #%zu is %s (one page: "
+					                "%s), want %s\n",
+					        orders[o], limit, i, got[i], one[i], runs[i].id);
+				assert_string_equal(got[i], runs[i].id);
+				assert_string_equal(one[i], runs[i].id);
+			}
+		}
+		/* a bare run id starts after that run, as its page's cursor does */
+		char bare[256];
+		snprintf(bare, sizeof(bare), "label=sortset&sort=%s&limit=3&cursor=%s", orders[o],
+		         runs[3].id);
+		size_t nb = sort_walk(bare, got, 32);
+		assert_int_equal(nb, nr - 4);
+		for (size_t i = 0; i < nb; i++)
+			assert_string_equal(got[i], runs[i + 4].id);
+		/* with filters, whose WHERE names only those given: the same order among the runs
+		 * they select */
+		const char *filters[][3] = {{"pipeline=sort-b", "sort-b", NULL},
+		                            {"state=succeeded", NULL, "succeeded"},
+		                            {"pipeline=sort-a&trigger=cli&q=sort", "sort-a", NULL}};
+		for (size_t f = 0; f < sizeof(filters) / sizeof(filters[0]); f++) {
+			snprintf(q, sizeof(q), "label=sortset&%s&sort=%s&limit=2", filters[f][0],
+			         orders[o]);
+			size_t nf = sort_walk(q, got, 32), k = 0;
+			for (size_t i = 0; i < nr; i++) {
+				if ((filters[f][1] && strcmp(runs[i].pipeline, filters[f][1])) ||
+				    (filters[f][2] && strcmp(runs[i].state, filters[f][2])))
+					continue;
+				assert_true(k < nf);
+				assert_string_equal(got[k++], runs[i].id);
+			}
+			assert_int_equal(nf, k);
+		}
+	}
+	/* the default order's cursor is for the default order only, and the others' for theirs */
+	struct resp p = call("GET", "/api/v1/runs?label=sortset&limit=2", tok_read, NULL, NULL);
+	struct resp d = call("GET", "/api/v1/runs?label=sortset&limit=2&sort=duration", tok_read,
+	                     NULL, NULL);
+	const char *pn = json_string_value(json_object_get(p.json, "next"));
+	const char *dn = json_string_value(json_object_get(d.json, "next"));
+	assert_non_null(pn);
+	assert_non_null(dn);
+	assert_non_null(strstr(dn, "cursor=duration%3A"));
+	char path[1024];
+	snprintf(path, sizeof(path), "%s&sort=-duration", pn);
+	struct resp x = call("GET", path, tok_read, NULL, NULL);
+	assert_problem(&x, 400);
+	const char *why = json_string_value(json_object_get(x.json, "detail"));
+	assert_non_null(strstr(why, "sort=-created"));
+	resp_free(&x);
+	char cur[256];
+	snprintf(cur, sizeof(cur), "%s", strstr(dn, "cursor=") + 7);
+	*strchrnul(cur, '&') = 0;
+	snprintf(path, sizeof(path), "/api/v1/runs?label=sortset&cursor=%s", cur);
+	x = call("GET", path, tok_read, NULL, NULL);
+	assert_problem(&x, 400);
+	resp_free(&x);
+	const char *junk[] = {"sort=duration&cursor=duration%3Ax",
+	                      "sort=duration&cursor=duration%3Ax%40-2",
+	                      "sort=-duration&cursor=-duration%3Ax%40soon",
+	                      "sort=created&cursor=%3Ax%401",
+	                      "sort=pipeline&cursor=pipeline%3A%40a"};
+	for (size_t i = 0; i < sizeof(junk) / sizeof(junk[0]); i++) {
+		snprintf(path, sizeof(path), "/api/v1/runs?%s", junk[i]);
+		x = call("GET", path, tok_read, NULL, NULL);
+		assert_problem(&x, 400);
+		resp_free(&x);
+	}
+	x = call("GET", "/api/v1/runs?sort=duratoin", tok_read, NULL, NULL);
+	assert_problem(&x, 400);
+	assert_non_null(strstr(json_string_value(json_object_get(x.json, "detail")), "'duration'"));
+	resp_free(&x);
+	resp_free(&p);
+	resp_free(&d);
+}
+
 /* GET .../logs?offset=N answers the body from its byte N on (what a follower cut off asks
  * for again: the bytes it has are dropped by the server, not sent). Every offset of a
  * two-attempt log, across the attempt line between them: while the second attempt runs,
@@ -3151,6 +3363,7 @@ int main(void)
 	    cmocka_unit_test(test_runs_total_bounded),
 	    cmocka_unit_test(test_runs_filters),
 	    cmocka_unit_test(test_runs_filters_plan),
+	    cmocka_unit_test(test_runs_sort),
 	    cmocka_unit_test(test_logs_offset),
 	    cmocka_unit_test_teardown(test_logs_bytes, remote_env_unset),
 	    cmocka_unit_test(test_rate_limit),

@@ -135,15 +135,19 @@ const struct tf_route tf_routes[] = {
      "Prometheus metrics (text format 0.0.4)", NULL, NULL, "{\"type\":\"string\"}", 200,
      "text/plain; version=0.0.4; charset=utf-8"},
     {"GET", "/api/v1/runs", TF_SCOPE_READ, tf_web_runs_list, TF_ROUTE_CACHED, "listRuns",
-     "Runs, newest first, one page at a time",
+     "Runs, newest first unless sorted otherwise, one page at a time",
+     "sort:string:the order: -created (the default: newest first), created (oldest first), "
+     "-duration (longest first), duration (shortest first), the runs that have not ended "
+     "after those that have in both, pipeline or -pipeline (by name), state or -state (by "
+     "the state's name), ties newest first;"
      "state:string:pending, running, succeeded, failed or interrupted, or orphaned "
      "(running, but the process driving it is gone);"
      "pipeline:string:pipeline name;label:string:KEY=VALUE or KEY;"
      "since:integer:created at or after (Unix seconds);trigger:string:cli, api or schedule;"
      "q:string:text in the run's id, pipeline or error;limit:integer:page size 1-500 "
      "(default 50);cursor:string:where the page starts: the cursor in the previous "
-     "answer's next (RUN@CREATED_AT, valid even when that run is deleted), or a run id "
-     "(the runs created before it)",
+     "answer's next ([SORT:]RUN@KEY, for that sort only, valid even when that run is "
+     "deleted), or a run id (the runs after it in the order)",
      NULL, REF("RunPage"), 200, NULL},
     {"POST", "/api/v1/runs", TF_SCOPE_TRIGGER, tf_web_runs_create,
      TF_ROUTE_JSON_BODY | TF_ROUTE_IDEMPOTENT | TF_ROUTE_NEW_RUN, "createRun",

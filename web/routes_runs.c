@@ -125,32 +125,167 @@ static json_t *labels_of(struct tf_store *st, const char *run)
 
 /* ---- runs --------------------------------------------------------------------------------- */
 
-/* The created_at of the run a bare-id cursor names into *at: 0, or -1 with a problem in rs. */
-static int cursor_position(struct tf_web_req *rq, struct tf_web_resp *rs, const char *id,
-                           double *at)
+/* The orders GET /api/v1/runs pages in (?sort=), one row each: the key's SQL, and the
+ * fragments its page's statement is made of around tf_runs_where_sql's WHERE clause: the
+ * rows after the cursor (?8 its key, ?7 its run id) and the ORDER BY. Every order is total:
+ * runs of one key come newest first (by id, which follows creation), except in the creation
+ * orders, whose ties go the key's way. So a cursor (the key and id of a page's last run)
+ * starts the next page exactly where it ended, ties included, and runs created while paging
+ * do not shift the pages of the creation orders.
+ *
+ * A duration is a run's finished_at - started_at: what an ended run took. A run that has not
+ * ended (or never started) has none that stays put from one page to the next, so it sorts
+ * after every run that has one, in both directions (its key a bound out of reach: -1 longest
+ * first, 1e15 s shortest first). The statements are made of these fixed fragments only,
+ * never of a request's text, so the store caches a bounded set of them (orchestrator/store.h).
+ * The default's page is tf_runs_where_sql's own, cursor included: the text whose plans
+ * test_runs_filters_plan pins (an index in (created_at, id) order, runs_created or, for
+ * state= or pipeline=, runs_state_created or runs_pipeline_created). Without an index on the
+ * key, another order's page is a scan of the selected runs kept to the page's size: about
+ * 3 ms over 10,000, so no index was added. */
+struct runs_order {
+	const char *name;    /* the value of ?sort= */
+	char key_type;       /* 'd' a number, 't' text: how the cursor's key binds (?8) */
+	double key_min;      /* the least number key a cursor may carry */
+	const char *key;     /* the key of run r: the page's last column, written into the cursor */
+	const char *key_sql; /* SELECT the key of run ?1: where a bare run-id cursor starts */
+	const char *after;   /* the runs after the cursor; NULL: tf_runs_where_sql's (created_at) */
+	const char *order;   /* the page's ORDER BY */
+};
+
+#define RUNS_ORDER(name, type, min, key, after, order)                                             \
+	{name, type, min, key, "SELECT " key " FROM runs r WHERE r.id=?", after, order}
+/* A key's way (cmp, dir), with ties newest first. */
+#define RUNS_ORDER_KEY(name, type, min, key, cmp, dir)                                             \
+	RUNS_ORDER(name, type, min, key, "(" key " " cmp " ?8 OR (" key " = ?8 AND r.id < ?7))",   \
+	           key " " dir ", r.id DESC")
+#define RUN_DURATION(none)                                                                         \
+	"coalesce(CASE WHEN r.finished_at >= r.started_at THEN r.finished_at - r.started_at "      \
+	"END, " none ")"
+
+static const struct runs_order runs_orders[] = {
+    /* the first is the default, paged by tf_runs_where_sql's cursor */
+    RUNS_ORDER("-created", 'd', 0, "r.created_at", NULL, "r.created_at DESC, r.id DESC"),
+    RUNS_ORDER("created", 'd', 0, "r.created_at", "(r.created_at, r.id) > (?8, ?7)",
+               "r.created_at, r.id"),
+    RUNS_ORDER_KEY("-duration", 'd', -1, RUN_DURATION("-1"), "<", "DESC"),
+    RUNS_ORDER_KEY("duration", 'd', 0, RUN_DURATION("1e15"), ">", "ASC"),
+    RUNS_ORDER_KEY("pipeline", 't', 0, "r.pipeline", ">", "ASC"),
+    RUNS_ORDER_KEY("-pipeline", 't', 0, "r.pipeline", "<", "DESC"),
+    RUNS_ORDER_KEY("state", 't', 0, "r.state", ">", "ASC"),
+    RUNS_ORDER_KEY("-state", 't', 0, "r.state", "<", "DESC"),
+};
+#define N_ORDERS (sizeof(runs_orders) / sizeof(runs_orders[0]))
+
+/* The order ?sort= names into *out (the default without one); 400 with a suggestion for an
+ * unknown one. */
+static int runs_order_find(struct tf_web_req *rq, struct tf_web_resp *rs,
+                           const struct runs_order **out)
 {
-	struct tf_stmt *s =
-	    tf_store_query(rq->st, "SELECT created_at FROM runs WHERE id=?", "t", id);
+	const char *v = tf_web_query(rq, "sort");
+	if (!v) {
+		*out = &runs_orders[0];
+		return 0;
+	}
+	const char *names[N_ORDERS + 1];
+	for (size_t i = 0; i < N_ORDERS; i++) {
+		names[i] = runs_orders[i].name;
+		if (!strcmp(v, names[i])) {
+			*out = &runs_orders[i];
+			return 0;
+		}
+	}
+	names[N_ORDERS] = NULL;
+	const char *sug = tf_diag_suggest(v, names);
+	tf_web_problem(rs, 400, rq->path,
+	               "unknown sort '%s'%s%s%s: created or duration, pipeline or state, each "
+	               "with a leading '-' for the other way (-created, the default: newest first)",
+	               v, sug ? " (did you mean '" : "", sug ? sug : "", sug ? "'?)" : "");
+	return -1;
+}
+
+/* Where a page starts: after the run `id` whose key under the order is key_d or key_t. */
+struct runs_cursor {
+	char id[32];
+	double key_d;
+	char key_t[256];
+};
+
+/* The key of the run a bare-id cursor names, under order o, into c: 0, or -1 with a problem
+ * in rs. */
+static int cursor_position(struct tf_web_req *rq, struct tf_web_resp *rs,
+                           const struct runs_order *o, struct runs_cursor *c)
+{
+	struct tf_stmt *s = tf_store_query(rq->st, o->key_sql, "t", c->id);
 	int rc = s ? tf_stmt_step(s) : -EIO;
-	if (rc == 1)
-		*at = tf_stmt_double(s, 0);
+	if (rc == 1 && o->key_type == 'd')
+		c->key_d = tf_stmt_double(s, 0);
+	else if (rc == 1)
+		snprintf(c->key_t, sizeof(c->key_t), "%s", tf_stmt_text(s, 0));
 	tf_stmt_done(s);
 	if (rc == 0)
 		tf_web_problem(rs, 400, rq->path,
 		               "no run '%s' to page after: give the cursor of the answer's 'next' "
 		               "(it stays valid when that run is deleted)",
-		               id);
+		               c->id);
 	else if (rc < 0)
 		tf_web_problem_errno(rs, rc, rq->path, tf_store_errmsg(rq->st));
 	return rc == 1 ? 0 : -1;
 }
 
+/* Parses ?cursor= for order o into c: "[SORT:]RUN@KEY" as `next` writes it (SORT: for every
+ * order but the default; it must be o's), which stays valid when that run is deleted
+ * meanwhile, or a bare run id, whose key is looked up. 0, or -1 with a 400 in rs. */
+static int cursor_parse(struct tf_web_req *rq, struct tf_web_resp *rs, const char *cursor,
+                        const struct runs_order *o, struct runs_cursor *c)
+{
+	const char *at = strchr(cursor, '@');
+	const char *colon = memchr(cursor, ':', at ? (size_t)(at - cursor) : strlen(cursor));
+	const char *id = colon ? colon + 1 : cursor;
+	size_t idn = at ? (size_t)(at - id) : strlen(id);
+	const char *key = at ? at + 1 : NULL;
+	int ok = idn && idn < sizeof(c->id) && !(colon && !at);
+	if (ok && key && o->key_type == 'd') {
+		char *end;
+		c->key_d = strtod(key, &end);
+		ok = end != key && !*end && c->key_d >= o->key_min && c->key_d < 1e300;
+	} else if (ok && key) {
+		ok = strlen(key) < sizeof(c->key_t);
+		if (ok)
+			memcpy(c->key_t, key, strlen(key) + 1);
+	}
+	if (!ok) {
+		tf_web_problem(rs, 400, rq->path,
+		               "cursor wants the value in the answer's 'next' ([SORT:]RUN@KEY) "
+		               "or a run id, not '%s'",
+		               cursor);
+		return -1;
+	}
+	/* a cursor made for another order would start a page at a place that means nothing */
+	size_t sn = colon ? (size_t)(colon - cursor) : 0;
+	const char *made = colon ? cursor : runs_orders[0].name;
+	if (at && (colon ? strlen(o->name) != sn || memcmp(cursor, o->name, sn)
+	                 : o != &runs_orders[0])) {
+		tf_web_problem(rs, 400, rq->path,
+		               "cursor '%s' pages sort=%.*s, not sort=%s: start again without a "
+		               "cursor",
+		               cursor, colon ? (int)sn : (int)strlen(made), made, o->name);
+		return -1;
+	}
+	memcpy(c->id, id, idn);
+	c->id[idn] = 0;
+	return at ? 0 : cursor_position(rq, rs, o, c);
+}
+
 /* The filters of GET /api/v1/runs, which its page and its total share (the cursor the page's
- * alone), with the parameters tf_runs_where_sql names: ?1 to ?9, and ?10 a LIMIT. */
+ * alone), with the parameters tf_runs_where_sql names: ?1 to ?9, and ?10 a LIMIT. The
+ * cursor's key (?8) is a number or, for an order by text (key_type 't'), text. */
 struct runs_query {
 	struct tf_runs_where w;
-	const char *cid; /* the cursor's run id, NULL for none */
-	double cat;      /* ... and its created_at */
+	const char *cid;   /* the cursor's run id, NULL for none */
+	char key_type;     /* 'd': ?8 is key_d, 't': key_t */
+	double key_d;      /* the cursor's key: its run's created_at in the default order */
+	const char *key_t; /* ... or its text */
 	double since;
 };
 
@@ -164,9 +299,14 @@ static struct tf_stmt *runs_query(struct tf_store *st, const char *head, const s
 	tf_runs_where_sql(&sql, &q->w);
 	tf_buf_append(&sql, tail, strlen(tail));
 	const struct tf_runs_where *w = &q->w;
-	struct tf_stmt *s = tf_store_query(
-	    st, tf_buf_str(&sql), has_limit ? "tttttttddi" : "tttttttdd", w->state, w->pipeline,
-	    w->label_key, w->label_value, w->trigger, w->text, q->cid, q->cat, q->since, limit);
+	struct tf_stmt *s =
+	    q->key_type == 't'
+	        ? tf_store_query(st, tf_buf_str(&sql), has_limit ? "ttttttttdi" : "ttttttttd",
+	                         w->state, w->pipeline, w->label_key, w->label_value, w->trigger,
+	                         w->text, q->cid, q->key_t, q->since, limit)
+	        : tf_store_query(st, tf_buf_str(&sql), has_limit ? "tttttttddi" : "tttttttdd",
+	                         w->state, w->pipeline, w->label_key, w->label_value, w->trigger,
+	                         w->text, q->cid, q->key_d, q->since, limit);
 	tf_buf_release(&sql);
 	return s;
 }
@@ -183,6 +323,7 @@ static int runs_total(struct tf_web_req *rq, const struct runs_query *q, int orp
 	struct runs_query all = *q; /* every page's runs: no cursor */
 	all.w.cursor = 0;
 	all.cid = NULL;
+	all.key_type = 'd';
 	struct tf_stmt *s =
 	    orphaned_only
 	        ? runs_query(rq->st,
@@ -229,28 +370,10 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		               state);
 		return;
 	}
-	/* the cursor: "ID@CREATED_AT" as `next` writes it, which stays valid when that run is
-	 * deleted meanwhile, or a run id, whose position is looked up */
-	char cid[32] = "";
-	double cat = 0;
-	if (cursor) {
-		const char *at = strchr(cursor, '@');
-		size_t idn = at ? (size_t)(at - cursor) : strlen(cursor);
-		char *end = NULL;
-		if (at)
-			cat = strtod(at + 1, &end);
-		if (!idn || idn >= sizeof(cid) || (at && (end == at + 1 || *end || !(cat >= 0)))) {
-			tf_web_problem(rs, 400, rq->path,
-			               "cursor wants the value in the answer's 'next' (RUN@CREATED_AT) "
-			               "or a run id, not '%s'",
-			               cursor);
-			return;
-		}
-		memcpy(cid, cursor, idn);
-		cid[idn] = 0;
-		if (!at && cursor_position(rq, rs, cid, &cat))
-			return;
-	}
+	const struct runs_order *o;
+	struct runs_cursor c = {0};
+	if (runs_order_find(rq, rs, &o) || (cursor && cursor_parse(rq, rs, cursor, o, &c)))
+		return;
 	char lkey[128] = "", *lval = NULL;
 	if (label) {
 		const char *eq = strchr(label, '=');
@@ -269,9 +392,11 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	                             .label_value = label ? lval : NULL,
 	                             .trigger = trig,
 	                             .text = text,
-	                             .cursor = cursor != NULL},
-	                       .cid = cursor ? cid : NULL,
-	                       .cat = cat,
+	                             .cursor = cursor && !o->after},
+	                       .cid = cursor ? c.id : NULL,
+	                       .key_type = o->key_type,
+	                       .key_d = c.key_d,
+	                       .key_t = c.key_t,
 	                       .since = (double)since_i};
 	int64_t total;
 	int exact;
@@ -279,21 +404,33 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		tf_web_problem_errno(rs, -EIO, rq->path, tf_store_errmsg(rq->st));
 		return;
 	}
-	struct tf_stmt *s = runs_query(
-	    rq->st,
-	    "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, r.finished_at, "
-	    "r.steps_total, r.steps_done, r.error, r.trigger, r.steps_skipped, "
-	    "r.state, r.owner, r.pid, r.heartbeat_at, "
-	    "(SELECT json_group_object(l.key, l.value) FROM run_labels l WHERE l.run_id=r.id) "
-	    "FROM runs r WHERE ",
-	    &q, " ORDER BY r.created_at DESC, r.id DESC LIMIT ?10", 1,
-	    orphaned_only ? (int64_t)-1 : (int64_t)limit + 1);
+	/* the page: its columns, the order's key last (16); the filters; after the cursor, in
+	 * the order (fixed fragments: see runs_order) */
+	struct tf_buf head = {0}, tail = {0};
+	PUT_LIT(&head, "SELECT r.id, r.pipeline, r.state, r.created_at, r.started_at, "
+	               "r.finished_at, r.steps_total, r.steps_done, r.error, r.trigger, "
+	               "r.steps_skipped, r.state, r.owner, r.pid, r.heartbeat_at, "
+	               "(SELECT json_group_object(l.key, l.value) FROM run_labels l WHERE "
+	               "l.run_id=r.id), ");
+	tf_buf_append(&head, o->key, strlen(o->key));
+	PUT_LIT(&head, " FROM runs r WHERE ");
+	if (cursor && o->after) {
+		PUT_LIT(&tail, " AND ");
+		tf_buf_append(&tail, o->after, strlen(o->after));
+	}
+	PUT_LIT(&tail, " ORDER BY ");
+	tf_buf_append(&tail, o->order, strlen(o->order));
+	PUT_LIT(&tail, " LIMIT ?10");
+	struct tf_stmt *s = runs_query(rq->st, tf_buf_str(&head), &q, tf_buf_str(&tail), 1,
+	                               orphaned_only ? (int64_t)-1 : (int64_t)limit + 1);
+	tf_buf_release(&head);
+	tf_buf_release(&tail);
 	if (!s) {
 		tf_web_problem_errno(rs, -EIO, rq->path, tf_store_errmsg(rq->st));
 		return;
 	}
 	struct tf_buf b = {0};
-	char last[64] = "";
+	char last[400] = "";
 	int rc, n = 0, more = 0;
 	PUT_LIT(&b, "{\"items\":[");
 	while ((rc = tf_stmt_step(s)) == 1) {
@@ -346,8 +483,15 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		else
 			PUT_LIT(&b, "{}");
 		PUT_LIT(&b, "}");
-		/* the cursor of the next page: this run's key, exact (%.17g reads back the same) */
-		snprintf(last, sizeof(last), "%s@%.17g", tf_stmt_text(s, 0), tf_stmt_double(s, 3));
+		/* the cursor of the next page: the order (but the default's), this run's id and
+		 * key, exact (%.17g reads back the same) */
+		int named = o != &runs_orders[0];
+		if (o->key_type == 'd')
+			snprintf(last, sizeof(last), "%s%s%s@%.17g", named ? o->name : "",
+			         named ? ":" : "", tf_stmt_text(s, 0), tf_stmt_double(s, 16));
+		else
+			snprintf(last, sizeof(last), "%s:%s@%s", o->name, tf_stmt_text(s, 0),
+			         tf_stmt_text(s, 16));
 	}
 	tf_stmt_done(s);
 	PUT_LIT(&b, "],\"total\":");
@@ -362,8 +506,9 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 		put_i64(&b, limit);
 		PUT_LIT(&b, "&cursor=");
 		put_query(&b, last);
-		const char *names[] = {"state", "pipeline", "label", "since", "trigger", "q"};
-		for (int i = 0; i < 6; i++) {
+		const char *names[] = {"sort",  "state",   "pipeline", "label",
+		                       "since", "trigger", "q"};
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 			const char *v = tf_web_query(rq, names[i]);
 			if (v) {
 				PUT_LIT(&b, "&");

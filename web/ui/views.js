@@ -1,11 +1,25 @@
-// views.js — sign-in, problems, and the runs list (filters, text search and cursor in the URL
-// hash, so every view is a link).
+// views.js — sign-in, problems, and the runs list (filters, text search, order and cursor in
+// the URL hash, so every view is a link).
 import { get, post, follow, token, whoami, mayTrigger, ApiError } from './api.js';
 import { h, at, duration, runBadge } from './dom.js';
 
 // the run states, and `orphaned` (running, its process gone), which the API also selects on
 const STATES = ['', 'pending', 'running', 'orphaned', 'succeeded', 'failed', 'interrupted'];
 const TRIGGERS = ['', 'cli', 'api', 'schedule'];
+// The columns the list is sorted by (GET /api/v1/runs?sort=, docs/api.md): a header's first
+// click sorts the way named first, the next the other way. -created is the API's default,
+// left out of the URL.
+const SORTS = {
+  State: ['state', '-state'], Pipeline: ['pipeline', '-pipeline'],
+  Created: ['-created', 'created'], Duration: ['-duration', 'duration'],
+};
+const SORT_SAYS = {
+  state: 'by state, A to Z', '-state': 'by state, Z to A',
+  pipeline: 'by pipeline, A to Z', '-pipeline': 'by pipeline, Z to A',
+  '-created': 'newest first', created: 'oldest first',
+  '-duration': 'longest first (runs not ended yet last)', duration: 'shortest first (runs not ended yet last)',
+};
+const FILTERS = ['state', 'pipeline', 'trigger', 'q'];
 
 export function signIn(main, why, done) {
   const input = h('input', { id: 'token', type: 'password', autocomplete: 'off', required: true,
@@ -39,7 +53,7 @@ export function problem(main, e, retry) {
 export async function runsPage(main, query, rerender, life) {
   const q = new URLSearchParams(query);
   const api = new URLSearchParams();
-  for (const k of ['state', 'pipeline', 'trigger', 'q', 'cursor']) if (q.get(k)) api.set(k, q.get(k));
+  for (const k of [...FILTERS, 'sort', 'cursor']) if (q.get(k)) api.set(k, q.get(k));
   api.set('limit', q.get('limit') || '50');
   let page;
   const who = whoami().catch(() => null);
@@ -80,7 +94,7 @@ export async function runsPage(main, query, rerender, life) {
     h('td', {}, runBadge(r)),
     h('td', {}, r.pipeline),
     h('td', { 'data-trigger': r.trigger || '' }, r.trigger || '—'),
-    h('td', {}, at(r.started_at || r.created_at)),
+    h('td', {}, at(r.created_at)),
     h('td', { class: 'num' }, duration(r.started_at, r.finished_at)),
     h('td', { class: 'num' }, `${r.done}/${r.steps}`));
   const rows = page.items.map(row);
@@ -94,20 +108,32 @@ export async function runsPage(main, query, rerender, life) {
     count.dataset.total = p.total;
     count.dataset.exact = String(!more);
     count.textContent = `${p.total.toLocaleString()}${more ? '+' : ''} run${many ? 's' : ''}` +
-      ([...api.keys()].some((k) => k !== 'limit' && k !== 'cursor')
+      (FILTERS.some((k) => api.has(k))
         ? (many ? ' match' : ' matches') + ' these filters' : '') +
       (p.items.length < p.total || more ? `, ${p.items.length} on this page` : '');
   };
   counted(page);
   const trouble = h('p', { class: 'error trouble', role: 'alert' });
+  // a sortable column's header is a link to the list in its next order (from the first page)
+  const sort = q.get('sort') || '-created';
+  const header = (c) => {
+    const ways = SORTS[c];
+    if (!ways) return h('th', { scope: 'col' }, c);
+    const on = ways.includes(sort), next = sort === ways[0] ? ways[1] : ways[0];
+    return h('th', { scope: 'col', 'data-sort': on ? sort : null,
+      'aria-sort': on ? (sort[0] === '-' ? 'descending' : 'ascending') : null },
+    h('a', { href: link({ sort: next === '-created' ? '' : next, cursor: '' }), class: 'sort',
+      title: 'Sort ' + SORT_SAYS[next] }, c, on ? h('span', { 'aria-hidden': 'true' }, sort[0] === '-' ? ' ▼' : ' ▲') : null));
+  };
   main.replaceChildren(
     h('h1', {}, 'Runs ', liveMark), trouble, trigger, filters, rows.length ? count : null,
     rows.length
       ? h('table', { class: 'runs' },
-        h('thead', {}, h('tr', {}, ['Run', 'State', 'Pipeline', 'Trigger', 'Started', 'Duration',
-          'Steps done'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('caption', { class: 'muted' }, 'Sorted ' + (SORT_SAYS[sort] || sort)),
+        h('thead', {}, h('tr', {}, ['Run', 'State', 'Pipeline', 'Trigger', 'Created', 'Duration',
+          'Steps done'].map(header))),
         h('tbody', { id: 'runs-body' }, rows))
-      : [...api.keys()].some((k) => k !== 'limit') // filters that match nothing, or no run at all
+      : FILTERS.some((k) => api.has(k)) || api.has('cursor') // filters that match nothing, or no run at all
         ? h('p', { class: 'muted empty' }, 'No run matches these filters. ', h('a', { href: '#/runs' }, 'All runs'))
         : h('p', { class: 'muted empty' }, 'No runs yet: `tpuflow run FILE` against this daemon, ' +
           'POST /api/v1/runs, or New run (a token of scope trigger) starts one.'),
