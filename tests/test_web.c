@@ -3330,6 +3330,160 @@ static void test_logs_bytes(void **state)
 	tf_store_close(st);
 }
 
+/* The log events of a run's event stream read for a moment (read_stream): their bytes joined
+ * into *out (length *len), the first one's offset in *first (-1 with none); the offset of its
+ * log-end in *end_off (-1 without one) and whether the stream's last event is `end`. */
+static void log_events(const char *sse, char **out, size_t *len, long long *first,
+                       long long *end_off, int *ended)
+{
+	struct tf_buf b = {0};
+	*first = *end_off = -1;
+	long long want = -1;
+	for (const char *p = strstr(sse, "event: log"); p; p = strstr(p + 1, "event: log")) {
+		int is_end = !strncmp(p, "event: log-end\n", 15);
+		const char *d = strstr(p, "\ndata: ");
+		assert_non_null(d);
+		d += 7;
+		char *line = strndup(d, strcspn(d, "\n"));
+		json_t *j = json_loads(line, JSON_ALLOW_NUL, NULL);
+		free(line);
+		assert_non_null(j);
+		assert_string_equal(json_string_value(json_object_get(j, "step")), "a");
+		long long off = json_integer_value(json_object_get(j, "offset"));
+		if (want >= 0) /* each event starts where the one before ended */
+			assert_int_equal(off, want);
+		if (is_end) {
+			*end_off = off;
+		} else {
+			if (*first < 0)
+				*first = off;
+			json_t *bytes = json_object_get(j, "bytes");
+			const unsigned char *u = (const unsigned char *)json_string_value(bytes);
+			size_t ul = json_string_length(bytes), n = 0;
+			/* one character, U+0000-U+00FF, a byte */
+			for (size_t i = 0; i < ul; i++, n++) {
+				unsigned char c = u[i];
+				if (c >= 0x80) {
+					assert_true(c == 0xc2 || c == 0xc3);
+					c = (unsigned char)((c & 0x1f) << 6 | (u[++i] & 0x3f));
+				}
+				tf_buf_append(&b, &c, 1);
+			}
+			want = off + (long long)n;
+		}
+		json_decref(j);
+	}
+	const char *last = NULL;
+	for (const char *p = strstr(sse, "event: "); p; p = strstr(p + 1, "event: "))
+		last = p;
+	*ended = last && !strncmp(last, "event: end\n", 11);
+	*len = b.len;
+	*out = b.len ? tf_buf_detach(&b) : NULL;
+	tf_buf_release(&b);
+}
+
+/* GET /api/v1/runs/{id}/events?log=STEP carries the step's log as `log` events: their bytes,
+ * NUL and bytes that are not UTF-8 included, are the body GET .../logs answers (from
+ * ?offset=N on), while the step runs; once the run is final, the whole log, then `log-end`
+ * at its length, then `end`. An unknown step is a 404, an offset without a log a 400. */
+static void test_run_events_log(void **state)
+{
+	(void)state;
+	static const char yaml[] = "name: events-log\nsteps:\n  - name: a\n    type: shell\n"
+	                           "    with: {argv: [/bin/true]}\n";
+	static const char one[] = "one\0\xff\xc3(\n", two[] = "two \"q\" \\ \t\n";
+	struct tf_store *st;
+	char err[256], run[32], path[700], dir[600];
+	submit_yaml(yaml, run);
+	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
+	assert_int_equal(tf_attempt_create(st, run, "a", 1), 0);
+	assert_int_equal(tf_attempt_create(st, run, "a", 2), 0);
+	assert_int_equal(tf_store_run(st,
+	                              "UPDATE attempts SET state='failed', finished_at=started_at "
+	                              "WHERE run_id=? AND n=1",
+	                              "t", run),
+	                 0);
+	assert_int_equal(tf_store_run(st,
+	                              "UPDATE steps SET attempts=2, state='running' WHERE "
+	                              "run_id=? AND name='a'",
+	                              "t", run),
+	                 0);
+	assert_int_equal(tf_store_run(st, "UPDATE runs SET state='running' WHERE id=?", "t", run),
+	                 0);
+	snprintf(dir, sizeof(dir), "%s/work/%s/a", home, run);
+	snprintf(path, sizeof(path), "mkdir -p '%s'", dir);
+	assert_int_equal(system(path), 0);
+	snprintf(path, sizeof(path), "%s/attempt-1.log", dir);
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	fwrite(one, 1, sizeof(one) - 1, f);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/attempt-2.log", dir);
+	tf_test_write_file(path, two);
+	snprintf(path, sizeof(path), "/api/v1/runs/%s/steps/a/logs", run);
+	struct resp body = call("GET", path, tok_read, NULL, NULL);
+	assert_int_equal(body.status, 200);
+	assert_true(body.body.n > sizeof(one) + sizeof(two));
+	for (int phase = 0; phase < 2; phase++) {
+		if (phase == 1) { /* the attempt, the step and the run end */
+			assert_int_equal(tf_store_run(st,
+			                              "UPDATE attempts SET state='succeeded', "
+			                              "finished_at=started_at WHERE run_id=? "
+			                              "AND n=2",
+			                              "t", run),
+			                 0);
+			assert_int_equal(tf_store_run(st,
+			                              "UPDATE steps SET state='succeeded' WHERE "
+			                              "run_id=? AND name='a'",
+			                              "t", run),
+			                 0);
+			assert_int_equal(tf_store_run(st,
+			                              "UPDATE runs SET state='succeeded', "
+			                              "finished_at=created_at WHERE id=?",
+			                              "t", run),
+			                 0);
+		}
+		const size_t offs[] = {0, 3, 6, body.body.n - 1, body.body.n};
+		for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+			size_t k = offs[i];
+			snprintf(path, sizeof(path), "/api/v1/runs/%s/events?log=a%s%zu", run,
+			         k ? "&offset=" : "", k ? k : (size_t)0);
+			if (!k)
+				path[strlen(path) - 1] = 0;
+			char *sse = read_stream(path, NULL);
+			assert_non_null(sse);
+			char *got;
+			size_t len;
+			long long first, end_off;
+			int ended;
+			log_events(sse, &got, &len, &first, &end_off, &ended);
+			if (len != body.body.n - k)
+				fprintf(stderr, "offset %zu: %zu bytes of log, want %zu:\n%s\n", k,
+				        len, body.body.n - k, sse);
+			assert_int_equal(len, body.body.n - k);
+			if (len) {
+				assert_int_equal(first, (long long)k);
+				assert_memory_equal(got, body.body.p + k, len);
+			}
+			/* the log's end and the run's, once the run is final */
+			assert_int_equal(end_off, phase ? (long long)body.body.n : -1);
+			assert_int_equal(ended, phase);
+			free(got);
+			free(sse);
+		}
+	}
+	tf_store_close(st);
+	const char *bad[][2] = {{"log=nope", "404"}, {"offset=1", "400"}, {"log=a&offset=x", "400"},
+	                        {"log=a&offset=-1", "400"}};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(path, sizeof(path), "/api/v1/runs/%s/events?%s", run, bad[i][0]);
+		struct resp r = call("GET", path, tok_read, NULL, NULL);
+		assert_problem(&r, atol(bad[i][1]));
+		resp_free(&r);
+	}
+	resp_free(&body);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -3366,6 +3520,7 @@ int main(void)
 	    cmocka_unit_test(test_runs_sort),
 	    cmocka_unit_test(test_logs_offset),
 	    cmocka_unit_test_teardown(test_logs_bytes, remote_env_unset),
+	    cmocka_unit_test(test_run_events_log),
 	    cmocka_unit_test(test_rate_limit),
 	    cmocka_unit_test(test_drain_refuses_new_runs),
 	    cmocka_unit_test(test_drain_waits_for_a_submit_in_progress),

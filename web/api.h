@@ -184,6 +184,17 @@ int tf_web_run_param(struct tf_web_req *rq, struct tf_web_resp *rs, char id[32])
  * DAG, a train step's checkpoints. */
 void tf_web_step_logs(struct tf_web_req *rq, struct tf_web_resp *rs);
 void tf_web_run_graph(struct tf_web_req *rq, struct tf_web_resp *rs);
+/* A step's log as GET .../logs?follow=true&offset=SKIP sends it, for a stream that carries it
+ * beside other things (a run's event stream with ?log=STEP, web/routes_runs.c): read with st,
+ * which is borrowed and must outlive it (rq gives the home and the run's object store, at the
+ * start only). tf_web_log_fill is a tf_web_stream_fn of it: bytes of the body in order, 0 for
+ * nothing now, -1 at its end (every attempt sent and the step final). _free(NULL) is a no-op. */
+struct tf_web_log;
+struct tf_web_log *tf_web_log_follow(struct tf_web_req *rq, struct tf_store *st, const char *run,
+                                     const char *step, size_t skip);
+long tf_web_log_fill(struct tf_web_log *l, char *buf, size_t max);
+void tf_web_log_free(struct tf_web_log *l);
+
 void tf_web_step_checkpoints(struct tf_web_req *rq, struct tf_web_resp *rs);
 /* The dashboard's files embedded at build time (web/ui.c, build/gen/ui.c): answers GET /
  * with index.html and /ui/NAME with the bundled NAME, under the page's CSP. */

@@ -177,9 +177,12 @@ const struct tf_route tf_routes[] = {
     {"GET", "/api/v1/runs/{id}/events", TF_SCOPE_READ, tf_web_run_events, TF_ROUTE_STREAM,
      "streamRunEvents",
      "A run's events as Server-Sent Events, ending with an `end` event once the run is final; "
-     "resume with Last-Event-ID",
+     "resume with Last-Event-ID; with log=STEP, also that step's log as `log` events",
      "after:string:start after this event id (like Last-Event-ID), or 'latest' for events "
-     "from now on", NULL,
+     "from now on;log:string:a step's name: its log comes in the stream as `log` events "
+     "{step, offset, bytes} (each character of bytes one byte, U+0000-U+00FF), then a "
+     "`log-end` event {step, offset} once the log is whole;offset:integer:with log, the "
+     "bytes of the log the client has (they are not sent again)", NULL,
      "{\"type\":\"string\"}", 200, "text/event-stream"},
     {"DELETE", "/api/v1/runs/{id}", TF_SCOPE_ADMIN, tf_web_run_delete, 0, "deleteRun",
      "Delete a run as `tpuflow runs delete` does: its rows, logs, checkpoints and outputs; "

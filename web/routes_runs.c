@@ -575,7 +575,15 @@ struct events_stream {
 	char *pending;
 	size_t plen, poff;
 	int ended;
+	/* ?log=STEP: that step's log, carried as `log` events (NULL once `log-end` is sent) */
+	struct tf_web_log *log;
+	char log_step[128];
+	long long log_off; /* bytes of the log's body sent (or skipped with ?offset=) */
 };
+
+/* A `log` event's most bytes (its JSON is as long for ASCII, at most 6 times for control
+ * bytes): few events for a long log read from its start, each one a client handles at once. */
+#define LOG_EVENT_BYTES 65536
 
 static void sse_event(FILE *f, const char *event, const char *id, json_t *data)
 {
@@ -632,6 +640,54 @@ static int events_batch(struct events_stream *e)
 	return 0;
 }
 
+/* The log's next bytes as one `log` event into e->pending: {"step", "offset" (the body's
+ * byte the first one is), "bytes"}, a JSON string whose characters are the bytes, U+0000 to
+ * U+00FF, one each (a log is bytes: NUL or invalid UTF-8 come through exactly, and ASCII
+ * costs one byte). At the log's end (or when the run is final and nothing more comes) a
+ * `log-end` event {"step", "offset"} and the log is closed. Nothing while no byte is there. */
+static void log_event(struct events_stream *e, int run_final)
+{
+	char *bytes = tf_xmalloc(LOG_EVENT_BYTES); /* not on the connection thread's stack */
+	long n = tf_web_log_fill(e->log, bytes, LOG_EVENT_BYTES);
+	if (n == 0 && !run_final) {
+		free(bytes);
+		return;
+	}
+	struct tf_buf b = {0};
+	tf_buf_printf(&b, "event: %s\ndata: {\"step\":", n > 0 ? "log" : "log-end");
+	tf_web_put_json_str(&b, e->log_step);
+	tf_buf_printf(&b, ",\"offset\":%lld", e->log_off);
+	if (n > 0) {
+		PUT_LIT(&b, ",\"bytes\":\"");
+		for (long i = 0; i < n; i++) {
+			unsigned char c = (unsigned char)bytes[i];
+			if (c == '"' || c == '\\' || c == '\n' || c == '\t') {
+				char q[2] = {'\\', c == '\n' ? 'n' : c == '\t' ? 't' : (char)c};
+				tf_buf_append(&b, q, 2);
+			} else if (c < 0x20 || c == 0x7f) {
+				tf_buf_printf(&b, "\\u%04x", c);
+			} else if (c < 0x80) {
+				tf_buf_append(&b, &c, 1);
+			} else { /* U+0080..U+00FF in UTF-8 */
+				unsigned char u[2] = {(unsigned char)(0xc0 | c >> 6),
+				                      (unsigned char)(0x80 | (c & 0x3f))};
+				tf_buf_append(&b, u, 2);
+			}
+		}
+		PUT_LIT(&b, "\"");
+		e->log_off += n;
+	} else {
+		tf_web_log_free(e->log);
+		e->log = NULL;
+	}
+	free(bytes);
+	PUT_LIT(&b, "}\n\n");
+	free(e->pending);
+	e->plen = b.len;
+	e->pending = tf_buf_detach(&b);
+	e->poff = 0;
+}
+
 static long events_fill(void *ctx, char *buf, size_t max)
 {
 	struct events_stream *e = ctx;
@@ -647,6 +703,9 @@ static long events_fill(void *ctx, char *buf, size_t max)
 		int final = is_final(state);
 		if (events_batch(e))
 			e->ended = 1;
+		/* the log between events; a final run's whole log before its `end` */
+		if (e->log && e->plen == 0 && !e->ended)
+			log_event(e, final);
 		if (final && e->plen == 0) {
 			free(e->pending);
 			json_t *d = json_pack("{s:s, s:s}", "run_id", e->run, "state", state);
@@ -672,9 +731,44 @@ static long events_fill(void *ctx, char *buf, size_t max)
 static void events_free(void *ctx)
 {
 	struct events_stream *e = ctx;
+	tf_web_log_free(e->log);
 	tf_store_close(e->st);
 	free(e->pending);
 	free(e);
+}
+
+/* ?log=STEP (with ?offset=N, the bytes of its body the client has) of a run's event stream:
+ * that step's log comes in the stream as `log` events, so a page that shows a live run and
+ * a step's log holds one connection, not two (a browser gives all the pages of one host six
+ * over HTTP/1.1). 0 (e->log set when asked), or -1 with a problem in rs. */
+static int events_log(struct tf_web_req *rq, struct tf_web_resp *rs, struct events_stream *e)
+{
+	const char *step = tf_web_query(rq, "log"), *offset = tf_web_query(rq, "offset");
+	if (!step) {
+		if (offset)
+			tf_web_problem(rs, 400, rq->path,
+			               "query 'offset' goes with 'log' (a step's name)");
+		return offset ? -1 : 0;
+	}
+	enum tf_step_state state;
+	int attempts = 0;
+	if (strlen(step) >= sizeof(e->log_step) ||
+	    tf_step_get_state(rq->st, e->run, step, &state, &attempts)) {
+		tf_web_problem(rs, 404, rq->path, "run %s has no step '%s'", e->run, step);
+		return -1;
+	}
+	char *end = NULL;
+	errno = 0;
+	unsigned long long skip = offset ? strtoull(offset, &end, 10) : 0;
+	if (offset && (*offset < '0' || *offset > '9' || *end || errno || skip > 1ULL << 50)) {
+		tf_web_problem(rs, 400, rq->path,
+		               "query 'offset' wants a byte count (0 or more), not '%s'", offset);
+		return -1;
+	}
+	snprintf(e->log_step, sizeof(e->log_step), "%s", step);
+	e->log_off = (long long)skip;
+	e->log = tf_web_log_follow(rq, e->st, e->run, step, (size_t)skip);
+	return 0;
 }
 
 static void events_start(struct tf_web_req *rq, struct tf_web_resp *rs, const char *run)
@@ -716,6 +810,10 @@ static void events_start(struct tf_web_req *rq, struct tf_web_resp *rs, const ch
 	if (rc) {
 		events_free(e);
 		tf_web_problem(rs, 503, rq->path, "cannot open the state database: %s", err);
+		return;
+	}
+	if (run && events_log(rq, rs, e)) {
+		events_free(e);
 		return;
 	}
 	/* Tell the client how soon to come back (SSE `retry:`) before the first event; a stream

@@ -52,7 +52,7 @@ static struct tf_objstore *run_objstore(struct tf_store *st, const char *run)
 
 /* ---- logs ---------------------------------------------------------------------------------- */
 
-struct logs_stream {
+struct tf_web_log {
 	struct tf_store *st;
 	struct tf_objstore *os;
 	char *workdir; /* HOME/work/RUN/STEP */
@@ -83,7 +83,7 @@ static int read_from(const char *path, size_t off, char **out, size_t *len)
 /* Bytes of attempt l->n's log from l->off that are there now (a new buffer, maybe empty);
  * *final is set when they are the last ones (the attempt is finished). -ENOENT when the
  * attempt does not exist (yet). */
-static int attempt_bytes(struct logs_stream *l, char **out, size_t *len, int *final)
+static int attempt_bytes(struct tf_web_log *l, char **out, size_t *len, int *final)
 {
 	char *key = NULL;
 	struct tf_stmt *s = tf_store_query(l->st,
@@ -136,7 +136,7 @@ static int attempt_bytes(struct logs_stream *l, char **out, size_t *len, int *fi
 
 /* Whether l's run is final: a step it left pending or queued (a cancelled run's) gets no
  * attempt unless the run is resumed, which a follower sees by asking again. */
-static int run_final(struct logs_stream *l)
+static int run_final(struct tf_web_log *l)
 {
 	enum tf_run_state rs;
 	return !tf_run_get_state(l->st, l->run, &rs) &&
@@ -145,7 +145,7 @@ static int run_final(struct logs_stream *l)
 
 /* Fills l->pending with the next bytes: 1 when there are some, 0 when nothing is there now,
  * -1 at the end (every attempt sent and the step final). */
-static int logs_next(struct logs_stream *l)
+static int logs_next(struct tf_web_log *l)
 {
 	for (;;) {
 		enum tf_step_state state;
@@ -199,7 +199,7 @@ static int logs_next(struct logs_stream *l)
 
 static long logs_fill(void *ctx, char *buf, size_t max)
 {
-	struct logs_stream *l = ctx;
+	struct tf_web_log *l = ctx;
 	if (l->poff >= l->plen) {
 		if (l->done)
 			return -1;
@@ -217,12 +217,39 @@ static long logs_fill(void *ctx, char *buf, size_t max)
 
 static void logs_free(void *ctx)
 {
-	struct logs_stream *l = ctx;
+	struct tf_web_log *l = ctx;
 	tf_store_close(l->st);
 	tf_objstore_free(l->os);
 	free(l->workdir);
 	free(l->pending);
 	free(l);
+}
+
+struct tf_web_log *tf_web_log_follow(struct tf_web_req *rq, struct tf_store *st, const char *run,
+                                     const char *step, size_t skip)
+{
+	struct tf_web_log *l = tf_xcalloc(1, sizeof(*l));
+	l->st = st;
+	l->skip = skip;
+	snprintf(l->run, sizeof(l->run), "%s", run);
+	snprintf(l->step, sizeof(l->step), "%s", step);
+	l->workdir = tf_xasprintf("%s/work/%s/%s", tf_web_home(rq->srv), run, step);
+	l->os = run_objstore(rq->st, run);
+	l->n = 1;
+	return l;
+}
+
+long tf_web_log_fill(struct tf_web_log *l, char *buf, size_t max)
+{
+	return logs_fill(l, buf, max);
+}
+
+void tf_web_log_free(struct tf_web_log *l)
+{
+	if (!l)
+		return;
+	l->st = NULL; /* the caller's */
+	logs_free(l);
 }
 
 /* The request's run id (into id) and step name: 0, or -1 with the problem in rs when the
@@ -262,7 +289,7 @@ void tf_web_step_logs(struct tf_web_req *rq, struct tf_web_resp *rs)
 		               "query 'offset' wants a byte count (0 or more), not '%s'", offset);
 		return;
 	}
-	struct logs_stream *l = tf_xcalloc(1, sizeof(*l));
+	struct tf_web_log *l = tf_xcalloc(1, sizeof(*l));
 	l->skip = (size_t)skip;
 	snprintf(l->run, sizeof(l->run), "%s", id);
 	snprintf(l->step, sizeof(l->step), "%s", step);

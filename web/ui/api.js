@@ -55,11 +55,12 @@ export async function whoami() {
 }
 export const mayTrigger = (w) => w && (w.scope === 'trigger' || w.scope === 'admin');
 
-// Streams are held only while the tab is shown. A browser gives all the tabs of a profile six
-// connections to one host over HTTP/1.1 (what the daemon speaks), and a live run's page holds
-// two streams (its events and a log): three such tabs took all six, and a fourth tab did not
-// even load. A tab hidden for HIDDEN_MS closes its streams; shown again, it opens them where
-// they stopped (the last event id, the log from its byte count), so nothing is missed.
+// A browser gives all the tabs of a profile six connections to one host over HTTP/1.1 (what
+// the daemon speaks), and a request waits while a stream holds each of them. So a page holds
+// one stream at most (a live run's page gets its step's log in its event stream, run.js), and
+// streams are held only while the tab is shown: a tab hidden for HIDDEN_MS closes its stream;
+// shown again, it opens it where it stopped (the last event id, the log from its byte count),
+// so nothing is missed.
 const HIDDEN_MS = 5000;
 const hidden = () => document.visibilityState === 'hidden';
 
@@ -132,7 +133,8 @@ export async function followBytes(path, from, onBytes, signal) {
 // header the API needs), read as the standard reads the format (sse.js): calls onEvent(name,
 // data), data parsed as JSON (null when it is not), for each event until the stream sends
 // `end` or signal aborts; it is closed while the tab is hidden (above) and opened again with
-// the newest id once shown. A stream that breaks is opened again after the server's `retry:`
+// the newest id once shown. path may be a function, asked at each (re)opening: a stream that
+// carries a log names the bytes the page has by then. A stream that breaks is opened again after the server's `retry:`
 // with the newest `id:` it sent as Last-Event-ID, so nothing is missed or repeated; an answer
 // that is not 200 (a revoked token, a run gone) ends it with an ApiError. onOpen (optional)
 // is called each time the stream is (re)opened.
@@ -151,7 +153,7 @@ export async function follow(path, onEvent, signal, onOpen) {
     try {
       const h = headers();
       if (sse.lastId) h['Last-Event-ID'] = sse.lastId;
-      const res = await fetch(path, { headers: h, signal: c.signal });
+      const res = await fetch(typeof path === 'function' ? path() : path, { headers: h, signal: c.signal });
       if (!res.ok) throw await failure(res);
       if (onOpen) onOpen();
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();

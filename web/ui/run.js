@@ -1,7 +1,8 @@
 // run.js — one run's page (#/runs/ID?step=NAME): facts and actions, the DAG, the timeline
 // of attempts, the steps, and the chosen step's inputs, outputs, metrics, logs, curves and
 // checkpoints. While the run is not final the page follows its event stream and redraws in
-// place (the DAG keeps its pan and zoom, the log keeps following).
+// place (the DAG keeps its pan and zoom); the same stream carries the chosen step's log, so
+// the page holds one connection to the daemon, not two.
 import { get, post, follow, whoami, mayTrigger, ApiError } from './api.js';
 import { h, at, duration, badge, runBadge, num, bytes } from './dom.js';
 import { dagView } from './dag.js';
@@ -10,7 +11,6 @@ import { curves } from './curves.js';
 import { logView } from './logs.js';
 
 const FINAL = new Set(['succeeded', 'failed', 'interrupted']);
-const STEP_FINAL = new Set(['succeeded', 'cached', 'skipped', 'failed']);
 const TABLE_MAX = 200; // step rows drawn at once (a filter narrows the rest)
 
 function kv(obj) {
@@ -69,6 +69,7 @@ export function runPage(main, id, query, problem) {
   const path = '/api/v1/runs/' + encodeURIComponent(id);
   let run = null, graph = null, who = null, dag = null, selected = null, panel = null;
   let stepFilter = '', actionError = null;
+  let stream = null; // the AbortController of the live event stream while one is open
   const head = h('div'), facts = h('div'), dagBox = h('section', { class: 'dag-section' });
   const gantt = h('section'), steps = h('section'), detail = h('section', { class: 'step-detail' });
 
@@ -149,10 +150,6 @@ export function runPage(main, id, query, problem) {
 
   const stepLink = (name) => `#/runs/${encodeURIComponent(id)}?step=${encodeURIComponent(name)}`;
 
-  // A step's log grows no more once the step is final, or its run is (a cancelled run leaves
-  // steps pending; a resumed run makes them live again).
-  const logFinal = (st) => STEP_FINAL.has(st.state) || FINAL.has(run.state);
-
   // The chosen step: its facts redraw on every update; logs and curves live on.
   function drawDetail() {
     const st = run.steps.find((x) => x.name === selected);
@@ -160,14 +157,16 @@ export function runPage(main, id, query, problem) {
     if (!panel || panel.name !== st.name) {
       if (panel) panel.logs.stop();
       const c = st.type === 'train' ? curves() : null;
-      panel = { name: st.name, curves: c, logs: logView(id, st.name, c, logFinal(st)), facts: h('div'),
+      panel = { name: st.name, curves: c, logs: logView(id, st.name, c), facts: h('div'),
         ckpt: h('div', { class: 'checkpoints' }), ckptState: null };
       detail.replaceChildren(h('h2', {}, 'Step ', h('code', {}, st.name)), panel.facts,
         ...(c ? [h('h3', {}, 'Training curves'), c.el] : []),
         ...(st.type === 'train' ? [h('h3', {}, 'Checkpoints'), panel.ckpt] : []),
         h('h3', {}, 'Logs'), panel.logs.el);
+      if (stream) stream.abort(); // opened again for this step's log
     }
-    panel.logs.sync(logFinal(st));
+    // a log no stream carries (the run is final): the rest of it in one request
+    if (!stream && FINAL.has(run.state)) panel.logs.read();
     panel.facts.replaceChildren(
       h('p', {}, st.type, ' · ', badge(st.state), st.reason ? ' ' + st.reason : '',
         st.slice ? ` · slice ${st.slice}` : '', st.slice_seconds ? ` · ${num(st.slice_seconds)} slice-s` : '',
@@ -258,17 +257,38 @@ export function runPage(main, id, query, problem) {
 
   // Follows the run while it can change: a live run through its own event stream, from now
   // on (what changed between the page's read and the stream's start is read again once it
-  // is open), until the stream's `end`; an interrupted run (a drained daemon's, which the next
-  // daemon continues, or one resumed elsewhere) through the events of all runs, until one of
-  // its own arrives. Then the run is read again and followed as it now is.
+  // is open), until the stream's `end`, with the chosen step's log in it (?log=STEP&offset=
+  // the bytes shown: `log` events, then `log-end` once the log is whole; the rest of a final
+  // run's log comes before its `end`); a step chosen meanwhile opens it again for that log.
+  // An interrupted run (a drained daemon's, which the next daemon continues, or one resumed
+  // elsewhere) is followed through the events of all runs, until one of its own arrives.
+  // Then the run is read again and followed as it now is.
   let following = false;
+  const eventsPath = () => path + '/events?after=latest' + (panel
+    ? `&log=${encodeURIComponent(panel.name)}&offset=${panel.logs.have()}` : '');
+  const onEvent = (name, ev) => {
+    if (name !== 'log' && name !== 'log-end') return refresh();
+    if (!panel || !ev || ev.step !== panel.name) return;
+    if (name === 'log') panel.logs.feed(ev.offset, ev.bytes);
+    else panel.logs.end();
+  };
   async function followRun() {
     if (following || ctl.signal.aborted) return;
     following = true;
     try {
       while (!ctl.signal.aborted && (!FINAL.has(run.state) || run.state === 'interrupted')) {
         if (!FINAL.has(run.state)) {
-          await follow(path + '/events?after=latest', () => refresh(), ctl.signal, () => refresh());
+          const one = stream = new AbortController();
+          const stop = () => one.abort();
+          ctl.signal.addEventListener('abort', stop);
+          try {
+            await follow(eventsPath, onEvent, one.signal, () => refresh());
+          } catch (e) {
+            if (!one.signal.aborted || ctl.signal.aborted) throw e; // else: another step's log
+          } finally {
+            stream = null;
+            ctl.signal.removeEventListener('abort', stop);
+          }
         } else {
           const back = new AbortController();
           const stop = () => back.abort();
