@@ -2,7 +2,8 @@
 # Integration: the dashboard in Debian's Chromium (tests/dashboard.mjs, playwright-core)
 # against a real `tpuflow daemon` on a temporary home and a free loopback port, holding real
 # runs made through the API:
-#  - the demo pipeline (Fashion-MNIST, one epoch): curves, checkpoints, a model version;
+#  - the demo pipeline (Fashion-MNIST, one epoch; a param given, a project, labels): curves,
+#    checkpoints, a model version;
 #  - a failed run whose step was retried;
 #  - a 1,000-step shell DAG (one root, 998 in one level, one join);
 #  - a preempted run: a priority-2 training on a pool of one v4-8 slice loses it to a
@@ -142,7 +143,9 @@ steps:
            optimizer: sgd, lr: 0.1, seed: 3, checkpoint_every: 100}
 EOF
 
-DEMO=$(submit "$root/pipelines/fashion-mnist.yaml" --param epochs=1) || fail "submit demo"
+# the demo with the facts a run page can show (params, project, labels: the README picture)
+DEMO=$(submit "$root/pipelines/fashion-mnist.yaml" --param epochs=1 --project vision \
+  --label dataset=fashion-mnist --label owner=ml-team) || fail "submit demo"
 FLAKY=$(api_submit flaky.yaml '{"labels": {"sha": "abc123", "team": "vision"}, "project": "vision", "priority": 6}') && WIDE=$(submit wide.yaml) || fail "submit"
 [[ $(wait_final "$DEMO") == succeeded ]] || fail "the demo run did not succeed"
 [[ $(wait_final "$FLAKY") == failed ]] || fail "the flaky run did not fail"
