@@ -455,7 +455,7 @@ static int dstr_ok(json_t *data, const char *key)
 	return json_string_value(json_object_get(data, key)) != NULL;
 }
 
-static void rfc3339(double t, char out[32])
+void tf_alert_time(double t, char out[32])
 {
 	time_t s = (time_t)t;
 	struct tm tm;
@@ -703,7 +703,7 @@ static int resolve_firing(struct tf_store *st, const char *pipeline, const char 
 	size_t i;
 	json_t *r;
 	char ends[32];
-	rfc3339(now, ends);
+	tf_alert_time(now, ends);
 	json_array_foreach(rows, i, r)
 	{
 		if (rc < 0)
@@ -782,7 +782,7 @@ int tf_alerts_emit(struct tf_store *st, const char *event, const char *run, cons
 	double now = tf_now_wall();
 	if (rc == 0 && json_array_size(to)) {
 		char at[32];
-		rfc3339(now, at);
+		tf_alert_time(now, at);
 		json_t *data = json_pack("{s:s, s:s, s:s}", "event", event, "summary", ev->summary,
 		                         "severity", ev->severity);
 		if (run)
@@ -1053,7 +1053,7 @@ int tf_alerts_queue_test(struct tf_store *st, const char *name, int64_t *id)
 	rc = tf_store_query_text(st, &format, "SELECT format FROM hooks WHERE name=?", "t", name);
 	if (rc == 0) {
 		char at[32];
-		rfc3339(tf_now_wall(), at);
+		tf_alert_time(tf_now_wall(), at);
 		const struct tf_alert_event *ev = tf_alert_event_find("test");
 		json_t *p = json_pack("{s:s, s:s, s:{s:s, s:s, s:s, s:s, s:s}}", "type", "test",
 		                      "timestamp", at, "data", "event", "test", "summary",

@@ -160,6 +160,13 @@ int tf_alerts_redeliver(struct tf_store *st, const char *id, int64_t *n);
  * (caller frees); NULL with err when the payload cannot be read. */
 char *tf_alert_body(const char *format, const char *payload, const struct tf_alerts_config *cfg,
                     char *err, size_t errlen);
+/* The same, for a firing Alertmanager alert that is posted again every `refire`: valid_until
+ * (wall seconds; 0: none) is its endsAt, unless the payload has an end of its own (a
+ * resolution). Alertmanager ends the alert then if no later post moves it. */
+char *tf_alert_body_until(const char *format, const char *payload, double valid_until,
+                          const struct tf_alerts_config *cfg, char *err, size_t errlen);
+/* t (wall seconds) as RFC 3339 in UTC with milliseconds: 2026-12-01T17:11:00.492Z. */
+void tf_alert_time(double t, char out[32]);
 
 /* webhook-signature for a Standard Webhooks message: "v1," and the base64 of
  * HMAC-SHA256(key, "ID.TIMESTAMP.BODY"), where the key is the base64 after "whsec_".

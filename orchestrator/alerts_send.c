@@ -53,6 +53,7 @@
 #endif
 
 #define LEASE_MARGIN 5.0       /* seconds a lease outlives the POST's own timeout */
+#define VALID_REFIRES 4        /* a firing Alertmanager alert's endsAt, in `refire`s after a post */
 #define RESOLVED_S 300.0       /* and resolving ones for this long after their delivery */
 #define BODY_CAP (16 * 1024)   /* bytes of an answer kept (the rest is refused) */
 #define SLACK_SECTION_MAX 2900 /* Slack: a section's text is at most 3000 characters */
@@ -197,8 +198,8 @@ static json_t *alertmanager_labels(json_t *p)
 
 /* One alert for Alertmanager's POST /api/v2/alerts (a JSON array): labels identify it
  * (alertmanager_labels), annotations describe this occurrence (the run, the version); a
- * resolving row carries endsAt. */
-static json_t *alertmanager_body(json_t *p, const struct tf_alerts_config *cfg)
+ * resolving row carries endsAt, its end, and a firing one valid_until (when not 0). */
+static json_t *alertmanager_body(json_t *p, double valid_until, const struct tf_alerts_config *cfg)
 {
 	json_t *d = json_object_get(p, "data");
 	json_t *labels = alertmanager_labels(p);
@@ -215,8 +216,13 @@ static json_t *alertmanager_body(json_t *p, const struct tf_alerts_config *cfg)
 	}
 	json_t *a = json_pack("{s:o, s:o, s:s}", "labels", labels, "annotations", ann, "startsAt",
 	                      dstr(p, "timestamp"));
-	if (dstr(d, "ends_at"))
+	if (dstr(d, "ends_at")) {
 		json_object_set_new(a, "endsAt", json_string(dstr(d, "ends_at")));
+	} else if (valid_until > 0) {
+		char until[32];
+		tf_alert_time(valid_until, until);
+		json_object_set_new(a, "endsAt", json_string(until));
+	}
 	char *link = run_link(cfg, dstr(d, "run"));
 	if (link)
 		json_object_set_new(a, "generatorURL", json_string(link));
@@ -226,6 +232,12 @@ static json_t *alertmanager_body(json_t *p, const struct tf_alerts_config *cfg)
 
 char *tf_alert_body(const char *format, const char *payload, const struct tf_alerts_config *cfg,
                     char *err, size_t errlen)
+{
+	return tf_alert_body_until(format, payload, 0, cfg, err, errlen);
+}
+
+char *tf_alert_body_until(const char *format, const char *payload, double valid_until,
+                          const struct tf_alerts_config *cfg, char *err, size_t errlen)
 {
 	if (!strcmp(format, "standard"))
 		return tf_xstrdup(payload); /* the stored bytes, the same on every attempt */
@@ -240,7 +252,7 @@ char *tf_alert_body(const char *format, const char *payload, const struct tf_ale
 	if (!strcmp(format, "slack"))
 		b = slack_body(p, cfg);
 	else if (!strcmp(format, "alertmanager"))
-		b = alertmanager_body(p, cfg);
+		b = alertmanager_body(p, valid_until, cfg);
 	json_decref(p);
 	if (!b) {
 		tf_errf(err, errlen, "unknown hook format '%s'", format);
@@ -363,6 +375,7 @@ struct target {
 	int attempts;
 	double queued_at;
 	int has_hook;
+	int firing; /* in alert_firing: posted again every `refire` while its condition lasts */
 };
 
 static void target_free(struct target *t)
@@ -420,7 +433,12 @@ static enum outcome post_begin(const struct tf_alerts_config *cfg, struct flight
 	}
 	if (tf_alerts_url_allowed(cfg, t->url, err, errlen))
 		return DEAD;
-	char *body = tf_alert_body(t->format, t->payload, cfg, err, errlen);
+	/* As Prometheus does with the alerts it sends again, a firing alert is valid until four
+	 * times the interval of its re-posts: three re-posts may come late or fail before
+	 * Alertmanager ends it, which it would otherwise do `resolve_timeout` after the last
+	 * post it received */
+	double until = t->firing ? tf_now_wall() + VALID_REFIRES * cfg->refire : 0;
+	char *body = tf_alert_body_until(t->format, t->payload, until, cfg, err, errlen);
 	if (!body)
 		return DEAD;
 	char *secret = NULL, *sig = NULL;
@@ -858,7 +876,8 @@ static int courier_claim(struct courier *c, struct tf_store *st, const struct tf
 	    st,
 	    "SELECT a.id, a.msg_id, a.hook, a.payload, a.attempts, a.queued_at, h.name IS NOT "
 	    "NULL, "
-	    "h.url, h.format, h.secret_env, h.secret_file, h.disabled_reason FROM alerts a "
+	    "h.url, h.format, h.secret_env, h.secret_file, h.disabled_reason, a.id IN (SELECT "
+	    "alert_id FROM alert_firing) FROM alerts a "
 	    "LEFT JOIN hooks h ON "
 	    "h.name=a.hook WHERE (?1 = 0 AND a.state='pending' AND a.next_attempt_at <= ?2 AND "
 	    "(a.lease_until IS NULL OR a.lease_until < ?2) AND " HOOK_HEAD " AND NOT "
@@ -890,7 +909,8 @@ static int courier_claim(struct courier *c, struct tf_store *st, const struct tf
 		                           .format = tf_stmt_strdup(q, 8),
 		                           .secret_env = tf_stmt_strdup(q, 9),
 		                           .secret_file = tf_stmt_strdup(q, 10),
-		                           .disabled = tf_stmt_strdup(q, 11)};
+		                           .disabled = tf_stmt_strdup(q, 11),
+		                           .firing = (int)tf_stmt_int(q, 12)};
 	}
 	tf_stmt_done(q);
 	if (rc > 0)
@@ -998,7 +1018,7 @@ static int courier_queue_reposts(struct courier *c, struct tf_store *st)
 	struct tf_stmt *q = tf_store_query(
 	    st,
 	    "SELECT a.id, a.msg_id, a.hook, a.payload, h.url, h.format, h.secret_env, "
-	    "h.secret_file "
+	    "h.secret_file, a.id IN (SELECT alert_id FROM alert_firing) "
 	    "FROM alerts a JOIN hooks h ON h.name=a.hook WHERE a.state='delivered' AND "
 	    "h.disabled_at IS NULL AND "
 	    "(a.id IN (SELECT alert_id FROM alert_firing) OR (a.resolves IS NOT NULL AND "
@@ -1028,7 +1048,8 @@ static int courier_queue_reposts(struct courier *c, struct tf_store *st)
 		                                      .format = tf_stmt_strdup(q, 5),
 		                                      .secret_env = tf_stmt_strdup(q, 6),
 		                                      .secret_file = tf_stmt_strdup(q, 7),
-		                                      .has_hook = 1};
+		                                      .has_hook = 1,
+		                                      .firing = (int)tf_stmt_int(q, 8)};
 	}
 	tf_stmt_done(q);
 	return rc < 0 ? rc : 0;
