@@ -3134,19 +3134,13 @@ static void test_runs_sort(void **state)
 	resp_free(&d);
 }
 
-/* GET .../logs?offset=N answers the body from its byte N on (what a follower cut off asks
- * for again: the bytes it has are dropped by the server, not sent). Every offset of a
- * two-attempt log, across the attempt line between them: while the second attempt runs,
- * then once the step is final, alone and followed; past the end nothing; a bad one is a 400. */
-static void test_logs_offset(void **state)
+/* Submits yaml (one step 'a') as run `run` whose step has failed its first attempt and runs
+ * its second, and makes the step's work directory (its attempts' logs go there) into dir[600];
+ * the handle that wrote it, to close. */
+static struct tf_store *second_attempt_running(const char *yaml, char run[32], char *dir)
 {
-	(void)state;
-	static const char yaml[] = "name: logs-offset\nsteps:\n  - name: a\n    type: shell\n"
-	                           "    with: {argv: [/bin/true]}\n";
-	static const char whole[] = "==> attempt 1 <==\none\ntwo\n==> attempt 2 <==\nthree\n";
-	const size_t len = sizeof(whole) - 1;
 	struct tf_store *st;
-	char err[256], run[32], path[700], dir[600];
+	char err[256], cmd[700];
 	submit_yaml(yaml, run);
 	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
 	assert_int_equal(tf_attempt_create(st, run, "a", 1), 0);
@@ -3161,9 +3155,25 @@ static void test_logs_offset(void **state)
 	                              "run_id=? AND name='a'",
 	                              "t", run),
 	                 0);
-	snprintf(dir, sizeof(dir), "%s/work/%s/a", home, run);
-	snprintf(path, sizeof(path), "mkdir -p '%s'", dir);
-	assert_int_equal(system(path), 0);
+	snprintf(dir, 600, "%s/work/%s/a", home, run);
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+	return st;
+}
+
+/* GET .../logs?offset=N answers the body from its byte N on (what a follower cut off asks
+ * for again: the bytes it has are dropped by the server, not sent). Every offset of a
+ * two-attempt log, across the attempt line between them: while the second attempt runs,
+ * then once the step is final, alone and followed; past the end nothing; a bad one is a 400. */
+static void test_logs_offset(void **state)
+{
+	(void)state;
+	static const char yaml[] = "name: logs-offset\nsteps:\n  - name: a\n    type: shell\n"
+	                           "    with: {argv: [/bin/true]}\n";
+	static const char whole[] = "==> attempt 1 <==\none\ntwo\n==> attempt 2 <==\nthree\n";
+	const size_t len = sizeof(whole) - 1;
+	char run[32], path[700], dir[600];
+	struct tf_store *st = second_attempt_running(yaml, run, dir);
 	snprintf(path, sizeof(path), "%s/attempt-1.log", dir);
 	tf_test_write_file(path, "one\ntwo\n");
 	snprintf(path, sizeof(path), "%s/attempt-2.log", dir);
@@ -3392,27 +3402,10 @@ static void test_run_events_log(void **state)
 	static const char yaml[] = "name: events-log\nsteps:\n  - name: a\n    type: shell\n"
 	                           "    with: {argv: [/bin/true]}\n";
 	static const char one[] = "one\0\xff\xc3(\n", two[] = "two \"q\" \\ \t\n";
-	struct tf_store *st;
-	char err[256], run[32], path[700], dir[600];
-	submit_yaml(yaml, run);
-	assert_int_equal(tf_store_open_home(home, &st, err, sizeof(err)), 0);
-	assert_int_equal(tf_attempt_create(st, run, "a", 1), 0);
-	assert_int_equal(tf_attempt_create(st, run, "a", 2), 0);
-	assert_int_equal(tf_store_run(st,
-	                              "UPDATE attempts SET state='failed', finished_at=started_at "
-	                              "WHERE run_id=? AND n=1",
-	                              "t", run),
-	                 0);
-	assert_int_equal(tf_store_run(st,
-	                              "UPDATE steps SET attempts=2, state='running' WHERE "
-	                              "run_id=? AND name='a'",
-	                              "t", run),
-	                 0);
+	char run[32], path[700], dir[600];
+	struct tf_store *st = second_attempt_running(yaml, run, dir);
 	assert_int_equal(tf_store_run(st, "UPDATE runs SET state='running' WHERE id=?", "t", run),
 	                 0);
-	snprintf(dir, sizeof(dir), "%s/work/%s/a", home, run);
-	snprintf(path, sizeof(path), "mkdir -p '%s'", dir);
-	assert_int_equal(system(path), 0);
 	snprintf(path, sizeof(path), "%s/attempt-1.log", dir);
 	FILE *f = fopen(path, "wb");
 	assert_non_null(f);
