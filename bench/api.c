@@ -253,14 +253,7 @@ int main(void)
 
 	if (list_only) {
 		bench_list(tf_web_port(w), token, floor_url, nruns, secs);
-		curl_slist_free_all(h);
-		curl_easy_cleanup(c);
-		curl_global_cleanup();
-		MHD_stop_daemon(fl);
-		tf_web_stop(w);
-		free(floor_body);
-		snprintf(err, sizeof(err), "rm -rf '%s'", home);
-		return system(err) ? 70 : 0;
+		goto done;
 	}
 
 	double p99_get, p99_floor, p99_post16, p50_unused;
@@ -359,6 +352,7 @@ int main(void)
 	       (unsigned long long)(s1 - s0), s1 > s0 ? (double)(c1 - c0) / (double)(s1 - s0) : 0);
 	unlink(lua);
 	free(body);
+done:
 	curl_slist_free_all(h);
 	curl_easy_cleanup(c);
 	curl_global_cleanup();

@@ -496,10 +496,7 @@ void tf_web_runs_list(struct tf_web_req *rq, struct tf_web_resp *rs)
 	tf_stmt_done(s);
 	PUT_LIT(&b, "],\"total\":");
 	put_i64(&b, total);
-	if (exact)
-		PUT_LIT(&b, ",\"total_exact\":true");
-	else
-		PUT_LIT(&b, ",\"total_exact\":false");
+	tf_buf_printf(&b, ",\"total_exact\":%s", exact ? "true" : "false");
 	PUT_LIT(&b, ",\"next\":");
 	if (more) {
 		PUT_LIT(&b, "\"/api/v1/runs?limit=");
