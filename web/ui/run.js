@@ -210,6 +210,7 @@ export function runPage(main, id, query, problem) {
   const load = async () => {
     const wait = 400 - (Date.now() - lastLoad); // a burst of events makes one reload
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    if (ctl.signal.aborted) return run; // the page was left meanwhile: nothing to read
     lastLoad = Date.now();
     const r = await get(path);
     if (!ctl.signal.aborted) { run = r; trouble = null; draw(); }
